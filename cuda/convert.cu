@@ -1,0 +1,57 @@
+// dtype conversion and fill on the GPU: one thread per element, grid-stride.
+#include <cuda_bf16.h>
+
+#include "cuda/convert.h"
+#include "cuda/runtime.h"
+
+namespace hla::cuda {
+namespace {
+
+__device__ double load_as_f64(const void* p, DType t, int64_t i) {
+  switch (t) {
+    case DType::F32: return static_cast<const float*>(p)[i];
+    case DType::F64: return static_cast<const double*>(p)[i];
+    case DType::BF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    case DType::I32: return static_cast<const int32_t*>(p)[i];
+    case DType::U16: return static_cast<const uint16_t*>(p)[i];
+  }
+  return 0;
+}
+
+__device__ void store_from_f64(void* p, DType t, int64_t i, double v) {
+  switch (t) {
+    case DType::F32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
+    case DType::F64: static_cast<double*>(p)[i] = v; break;
+    case DType::BF16: static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(static_cast<float>(v)); break;
+    case DType::I32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
+    case DType::U16: static_cast<uint16_t*>(p)[i] = static_cast<uint16_t>(v); break;
+  }
+}
+
+__global__ void convert_kernel(void* dst, DType dt, const void* src, DType st, int64_t n) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    store_from_f64(dst, dt, i, load_as_f64(src, st, i));
+}
+
+__global__ void fill_kernel(void* dst, DType t, double v, int64_t n) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    store_from_f64(dst, t, i, v);
+}
+
+int grid_for(int64_t n) { return static_cast<int>(std::min<int64_t>((n + 255) / 256, 65535)); }
+
+}  // namespace
+
+void convert(void* dst, DType dst_type, const void* src, DType src_type, int64_t n) {
+  if (n == 0) return;
+  convert_kernel<<<grid_for(n), 256>>>(dst, dst_type, src, src_type, n);
+  CUDA_CHECK_LAUNCH();
+}
+
+void fill(void* dst, DType type, double value, int64_t n) {
+  if (n == 0) return;
+  fill_kernel<<<grid_for(n), 256>>>(dst, type, value, n);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace hla::cuda

@@ -1,0 +1,107 @@
+// Caching allocator, copies and device queries (see runtime.h).
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "cuda/runtime.h"
+
+namespace hla::cuda {
+namespace {
+
+struct Pool {
+  std::mutex mu;
+  std::map<size_t, std::vector<void*>> free_lists;  // rounded size -> cached blocks
+  size_t allocated = 0, reserved = 0, peak = 0, mallocs = 0;
+};
+Pool& pool() {
+  static Pool* p = new Pool();  // never destroyed: blocks may be freed during static teardown
+  return *p;
+}
+
+size_t round_size(size_t bytes) {
+  const size_t small = 512, large = 2u << 20;
+  if (bytes < (1u << 20)) return (bytes + small - 1) / small * small;
+  return (bytes + large - 1) / large * large;
+}
+
+}  // namespace
+
+void* device_alloc(size_t bytes) {
+  if (bytes == 0) bytes = 1;
+  size_t size = round_size(bytes);
+  Pool& p = pool();
+  std::lock_guard<std::mutex> lock(p.mu);
+  void* ptr = nullptr;
+  auto it = p.free_lists.find(size);
+  if (it != p.free_lists.end() && !it->second.empty()) {
+    ptr = it->second.back();
+    it->second.pop_back();
+  } else {
+    cudaError_t err = cudaMalloc(&ptr, size);
+    if (err != cudaSuccess) {  // free the cache once and retry before giving up
+      (void)cudaGetLastError();
+      for (auto& [sz, blocks] : p.free_lists)
+        for (void* b : blocks) { cudaFree(b); p.reserved -= sz; }
+      p.free_lists.clear();
+      CUDA_CHECK(cudaMalloc(&ptr, size));
+    }
+    p.reserved += size;
+    p.mallocs++;
+  }
+  p.allocated += size;
+  if (p.allocated > p.peak) p.peak = p.allocated;
+  return ptr;
+}
+
+void device_free(void* ptr, size_t bytes) {
+  if (!ptr) return;
+  size_t size = round_size(bytes == 0 ? 1 : bytes);
+  Pool& p = pool();
+  std::lock_guard<std::mutex> lock(p.mu);
+  p.free_lists[size].push_back(ptr);
+  p.allocated -= size;
+}
+
+size_t allocated_bytes() { return pool().allocated; }
+size_t reserved_bytes() { return pool().reserved; }
+size_t peak_bytes() { return pool().peak; }
+void reset_peak_bytes() { pool().peak = pool().allocated; }
+size_t cuda_malloc_calls() { return pool().mallocs; }
+
+void release_cached() {
+  Pool& p = pool();
+  std::lock_guard<std::mutex> lock(p.mu);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  for (auto& [size, blocks] : p.free_lists)
+    for (void* b : blocks) { CUDA_CHECK(cudaFree(b)); p.reserved -= size; }
+  p.free_lists.clear();
+}
+
+void copy_h2d(void* dst, const void* src, size_t bytes) {
+  CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+}
+void copy_d2h(void* dst, const void* src, size_t bytes) {
+  CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+}
+void copy_d2d(void* dst, const void* src, size_t bytes) {
+  CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
+}
+void memset_zero(void* ptr, size_t bytes) { CUDA_CHECK(cudaMemset(ptr, 0, bytes)); }
+void synchronize() { CUDA_CHECK(cudaDeviceSynchronize()); }
+
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+std::string device_name(int device) {
+  cudaDeviceProp prop;
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  return prop.name;
+}
+
+}  // namespace hla::cuda

@@ -1,0 +1,43 @@
+// The CUDA runtime as the rest of hla sees it: a caching allocator, copies, device facts,
+// and the error check every CUDA call goes through. Only compiled with HLA_CUDA.
+//
+// Allocator: size-class free lists (sizes rounded up to 512 B below 1 MiB, to 2 MiB above),
+// one stream, so after the first training step no cudaMalloc happens. peak_bytes() is the
+// high-water mark of bytes handed out (not of bytes reserved).
+#pragma once
+#include <cstddef>
+#include <string>
+
+namespace hla::cuda {
+
+void* device_alloc(size_t bytes);
+void device_free(void* ptr, size_t bytes);
+size_t allocated_bytes();
+size_t reserved_bytes();
+size_t peak_bytes();
+void reset_peak_bytes();
+size_t cuda_malloc_calls();  // how many times the allocator went to cudaMalloc
+void release_cached();
+
+void copy_h2d(void* dst, const void* src, size_t bytes);
+void copy_d2h(void* dst, const void* src, size_t bytes);
+void copy_d2d(void* dst, const void* src, size_t bytes);
+void memset_zero(void* ptr, size_t bytes);
+void synchronize();
+
+int device_count();
+std::string device_name(int device = 0);
+
+}  // namespace hla::cuda
+
+#ifdef __CUDACC__
+#include <cuda_runtime.h>
+#include "tensor/error.h"
+#define CUDA_CHECK(expr)                                                              \
+  do {                                                                                \
+    cudaError_t err_ = (expr);                                                        \
+    if (err_ != cudaSuccess) ::hla::fail(__FILE__, ":", __LINE__, ": CUDA error ",    \
+                                         cudaGetErrorString(err_), " in " #expr);     \
+  } while (0)
+#define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
+#endif

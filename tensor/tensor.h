@@ -1,0 +1,109 @@
+// Tensor: shared storage + byte offset + shape (rank <= 5) + dtype + device.
+// Always contiguous row-major. A view (reshape, a slice of the leading dimension) shares the
+// storage; anything that would be strided is a copy. CPU memory is 64-byte aligned; CUDA
+// memory comes from the caching allocator in cuda/runtime.h.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "tensor/dtype.h"
+#include "tensor/error.h"
+
+namespace hla {
+
+using Shape = std::vector<int64_t>;
+constexpr int kMaxRank = 5;
+
+std::string shape_str(const Shape& s);
+int64_t shape_numel(const Shape& s);
+
+struct Storage {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+  Device device = Device::CPU;
+  Storage(size_t bytes, Device device);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+};
+
+template <class T> constexpr DType dtype_of();
+template <> constexpr DType dtype_of<float>() { return DType::F32; }
+template <> constexpr DType dtype_of<double>() { return DType::F64; }
+template <> constexpr DType dtype_of<int32_t>() { return DType::I32; }
+template <> constexpr DType dtype_of<uint16_t>() { return DType::U16; }
+template <> constexpr DType dtype_of<bf16>() { return DType::BF16; }
+
+class Tensor {
+ public:
+  Tensor() = default;
+
+  static Tensor empty(const Shape& shape, DType dtype, Device device = Device::CPU);
+  static Tensor zeros(const Shape& shape, DType dtype, Device device = Device::CPU);
+  static Tensor full(const Shape& shape, double value, DType dtype, Device device = Device::CPU);
+  // Seeded random values, identical on every device: value i depends only on (seed, i).
+  static Tensor randn(const Shape& shape, uint64_t seed, double stddev = 1.0,
+                      DType dtype = DType::F32, Device device = Device::CPU);
+  static Tensor uniform(const Shape& shape, uint64_t seed, double lo, double hi,
+                        DType dtype = DType::F32, Device device = Device::CPU);
+  // A CPU tensor holding `values` converted to `dtype`.
+  static Tensor from_f64(const std::vector<double>& values, const Shape& shape,
+                         DType dtype = DType::F32);
+  static Tensor from_i32(const std::vector<int32_t>& values, const Shape& shape);
+
+  bool defined() const { return storage_ != nullptr; }
+  const Shape& shape() const { return shape_; }
+  int dim() const { return static_cast<int>(shape_.size()); }
+  int64_t size(int d) const;  // negative d counts from the end
+  int64_t numel() const { return shape_numel(shape_); }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
+  DType dtype() const { return dtype_; }
+  Device device() const { return device_; }
+  bool is_cuda() const { return device_ == Device::CUDA; }
+  std::string str() const;  // "(2, 3) F32 cpu"
+
+  void* raw();
+  const void* raw() const;
+  template <class T> T* data() {
+    check_type(dtype_of<T>());
+    return static_cast<T*>(raw());
+  }
+  template <class T> const T* data() const {
+    check_type(dtype_of<T>());
+    return static_cast<const T*>(raw());
+  }
+
+  Tensor to(Device device) const;
+  Tensor to(DType dtype) const;  // same device; bf16 rounds to nearest even
+  Tensor clone() const;
+  Tensor reshape(const Shape& shape) const;  // a view; one dimension may be -1
+  Tensor slice0(int64_t begin, int64_t end) const;  // a view of rows [begin, end) of dim 0
+  void copy_(const Tensor& src);  // same shape and dtype, any devices
+  void zero_();
+  void fill_(double value);
+
+  double item() const;                       // one element, as double
+  std::vector<double> to_f64_vector() const;  // all elements, as double (copies to CPU)
+
+ private:
+  void check_type(DType t) const;
+  std::shared_ptr<Storage> storage_;
+  size_t offset_ = 0;  // bytes
+  Shape shape_;
+  DType dtype_ = DType::F32;
+  Device device_ = Device::CPU;
+};
+
+// Checks used at op boundaries; the message names the op and shows the shapes.
+void check_same_shape(const Tensor& a, const Tensor& b, const char* op);
+void check_shape(const Tensor& t, const Shape& expected, const char* op, const char* name);
+void check_dtype(const Tensor& t, DType expected, const char* op, const char* name);
+
+// Returns the CUDA device count, 0 when built without CUDA or no GPU is present.
+int cuda_device_count();
+bool cuda_available();
+
+}  // namespace hla
