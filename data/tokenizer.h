@@ -1,0 +1,32 @@
+// The one tokenizer interface every part of hla uses (training, data prep, evaluation).
+// Implementations: byte-level (256 bytes + specials, needs no file) and byte-level BPE
+// loaded from / saved to Hugging Face tokenizer.json.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace hla::data {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  // Exact for any bytes, including invalid UTF-8: decode(encode(s)) == s.
+  virtual std::vector<int32_t> encode(std::string_view text) const = 0;
+  virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
+  virtual int32_t vocab_size() const = 0;
+  virtual int32_t eos_id() const = 0;
+  virtual int32_t pad_id() const = 0;
+  virtual std::string name() const = 0;  // "byte", "bpe:<path>", ...
+};
+
+// Byte-level: ids 0..255 are the bytes, then the special tokens (eos = 256, pad = 257).
+std::unique_ptr<Tokenizer> make_byte_tokenizer();
+
+// "byte" gives the byte tokenizer; otherwise a path to a tokenizer.json. An unsupported
+// file is an hla::Error naming the file and what was not understood.
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec);
+
+}  // namespace hla::data
