@@ -1,0 +1,103 @@
+// Var: a tensor that remembers how it was made, micrograd-style.
+//
+// A Var is a handle to {value, grad, grad_fn, requires_grad}. An op computes its forward on
+// Tensors and, when any input requires grad (and grad mode is on), records a Node: the
+// inputs plus a backward closure that captures exactly the tensors it reads. backward() runs
+// the nodes in reverse topological order, accumulating into .grad; a Var used twice gets the
+// sum of both uses. Leaf grads persist (gradient accumulation); interior grads live only
+// inside backward, and each node's closure and inputs are freed once it has run, so one
+// backward releases the graph as it goes.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace hla {
+
+struct Node;
+
+struct VarImpl {
+  Tensor value;
+  Tensor grad;  // undefined until a gradient arrives
+  std::shared_ptr<Node> grad_fn;
+  int output_index = 0;  // which output of grad_fn this is
+  bool requires_grad = false;
+};
+
+class Var {
+ public:
+  Var() = default;
+  explicit Var(Tensor value, bool requires_grad = false);
+
+  bool defined() const { return impl_ != nullptr; }
+  const Tensor& value() const { return impl_->value; }
+  Tensor& mutable_value() { return impl_->value; }
+  const Tensor& grad() const { return impl_->grad; }
+  Tensor& mutable_grad() { return impl_->grad; }
+  bool requires_grad() const { return impl_ && impl_->requires_grad; }
+  bool is_leaf() const { return !impl_->grad_fn; }
+  const std::shared_ptr<Node>& grad_fn() const { return impl_->grad_fn; }
+  VarImpl* impl() const { return impl_.get(); }
+
+  const Shape& shape() const { return impl_->value.shape(); }
+  int64_t size(int d) const { return impl_->value.size(d); }
+  int dim() const { return impl_->value.dim(); }
+  DType dtype() const { return impl_->value.dtype(); }
+  Device device() const { return impl_->value.device(); }
+  int64_t numel() const { return impl_->value.numel(); }
+
+  // Reverse-mode from this Var. With no argument it must hold one element (seeded with 1).
+  void backward() const;
+  void backward(const Tensor& grad_output) const;
+  Var detach() const;  // same value, no history
+  void zero_grad();    // drops the gradient (it is re-created at the next backward)
+
+ private:
+  friend std::vector<Var> record_op(const std::vector<Tensor>&, const std::vector<Var>&,
+                                    std::function<std::vector<Tensor>(const std::vector<Tensor>&)>,
+                                    const char*);
+  friend void run_backward(const std::vector<Var>&, const std::vector<Tensor>&);
+  std::shared_ptr<VarImpl> impl_;
+};
+
+// Backward closure: receives one gradient per output (zeros where an output got none) and
+// returns one gradient per input (an undefined Tensor where an input needs none).
+using BackwardFn = std::function<std::vector<Tensor>(const std::vector<Tensor>& grad_outputs)>;
+
+struct Node {
+  const char* name;
+  std::vector<Var> inputs;
+  std::vector<Shape> output_shapes;
+  std::vector<DType> output_dtypes;
+  Device device = Device::CPU;
+  BackwardFn backward;
+};
+
+// Wraps forward results into Vars; records a Node when grad mode is on and an input needs it.
+std::vector<Var> record_op(const std::vector<Tensor>& outputs, const std::vector<Var>& inputs,
+                           BackwardFn backward, const char* name);
+// The common one-output case.
+Var record_op1(const Tensor& output, const std::vector<Var>& inputs, BackwardFn backward,
+               const char* name);
+
+// Runs backward from several roots at once (each seeded with its own gradient).
+void run_backward(const std::vector<Var>& roots, const std::vector<Tensor>& grad_outputs);
+
+bool grad_enabled();
+
+// Disables recording for its lifetime (evaluation, optimizer updates).
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+}  // namespace hla

@@ -1,0 +1,60 @@
+// Pointwise activations on the GPU; formulas and derivatives as nn/ops/activation.cpp.
+#include "cuda/activation.h"
+#include "cuda/common.cuh"
+
+namespace hla::cuda {
+namespace {
+
+__device__ float sigmoid_of(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ float softplus_of(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+template <class T>
+__global__ void activation_forward_kernel(T* y, const T* x, int64_t n, Activation kind) {
+  HLA_GRID_STRIDE(i, n) {
+    float v = to_float(x[i]), r = 0;
+    switch (kind) {
+      case Activation::SiLU: r = v * sigmoid_of(v); break;
+      case Activation::Sigmoid: r = sigmoid_of(v); break;
+      case Activation::Softplus: r = softplus_of(v); break;
+      case Activation::LogSigmoid: r = -softplus_of(-v); break;
+    }
+    y[i] = from_float<T>(r);
+  }
+}
+
+template <class T>
+__global__ void activation_backward_kernel(T* dx, const T* dy, const T* x, int64_t n, Activation kind) {
+  HLA_GRID_STRIDE(i, n) {
+    float v = to_float(x[i]), s = sigmoid_of(v), d = 0;
+    switch (kind) {
+      case Activation::SiLU: d = s * (1.0f + v * (1.0f - s)); break;
+      case Activation::Sigmoid: d = s * (1.0f - s); break;
+      case Activation::Softplus: d = v > 20.0f ? 1.0f : s; break;
+      case Activation::LogSigmoid: d = -v > 20.0f ? 1.0f : 1.0f - s; break;
+    }
+    dx[i] = from_float<T>(to_float(dy[i]) * d);
+  }
+}
+
+}  // namespace
+
+void activation_forward(void* y, const void* x, int64_t n, Activation kind, DType dtype) {
+  if (n == 0) return;
+  dispatch_storage(dtype, "activation_forward", [&](auto tag) {
+    using T = decltype(tag);
+    activation_forward_kernel<T><<<grid_1d(n), 256>>>(static_cast<T*>(y), static_cast<const T*>(x), n, kind);
+  });
+  CUDA_CHECK_LAUNCH();
+}
+
+void activation_backward(void* dx, const void* dy, const void* x, int64_t n, Activation kind, DType dtype) {
+  if (n == 0) return;
+  dispatch_storage(dtype, "activation_backward", [&](auto tag) {
+    using T = decltype(tag);
+    activation_backward_kernel<T><<<grid_1d(n), 256>>>(static_cast<T*>(dx), static_cast<const T*>(dy),
+                                                        static_cast<const T*>(x), n, kind);
+  });
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace hla::cuda

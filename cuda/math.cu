@@ -1,0 +1,168 @@
+// cuBLAS GEMMs and the small elementwise / reduction kernels behind tensor/math.h.
+// GEMMs run bf16 or fp32 inputs with fp32 accumulation (CUBLAS_COMPUTE_32F).
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+
+#include <vector>
+
+#include "cuda/math.h"
+#include "cuda/runtime.h"
+
+#define CUBLAS_CHECK(expr)                                                             \
+  do {                                                                                 \
+    cublasStatus_t st_ = (expr);                                                       \
+    if (st_ != CUBLAS_STATUS_SUCCESS)                                                  \
+      ::hla::fail(__FILE__, ":", __LINE__, ": cuBLAS error ", cublasGetStatusString(st_), \
+                  " in " #expr);                                                       \
+  } while (0)
+
+namespace hla::cuda {
+namespace {
+
+cublasHandle_t handle() {
+  static cublasHandle_t h = [] {
+    cublasHandle_t x;
+    CUBLAS_CHECK(cublasCreate(&x));
+    return x;
+  }();
+  return h;
+}
+
+template <class T> __device__ float to_f(T v);
+template <> __device__ float to_f<float>(float v) { return v; }
+template <> __device__ float to_f<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <class T> __device__ T from_f(float v);
+template <> __device__ float from_f<float>(float v) { return v; }
+template <> __device__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+int grid_for(int64_t n) { return static_cast<int>(std::min<int64_t>((n + 255) / 256, 4096)); }
+
+template <class T>
+__global__ void binary_kernel(T* out, const T* a, const T* b, int64_t n, Binary op) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    float x = to_f(a[i]), y = to_f(b[i]);
+    float r = op == Binary::Add ? x + y : op == Binary::Sub ? x - y : x * y;
+    out[i] = from_f<T>(r);
+  }
+}
+
+template <class T>
+__global__ void axpby_kernel(T* y, float beta, const T* x, float alpha, int64_t n) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    y[i] = from_f<T>(beta * to_f(y[i]) + alpha * to_f(x[i]));
+}
+
+// One thread per column; rows summed in fp32.
+template <class T>
+__global__ void sum_rows_kernel(T* out, const T* a, int64_t rows, int64_t cols) {
+  int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (j >= cols) return;
+  float s = 0;
+  for (int64_t i = 0; i < rows; i++) s += to_f(a[i * cols + j]);
+  out[j] = from_f<T>(s);
+}
+
+enum class Reduce { Sum, Dot, MaxAbs };
+
+// Pass 1 of a reduction: each block writes one double partial; the host adds the partials.
+template <class T>
+__global__ void reduce_kernel(double* partial, const T* a, const T* b, int64_t n, Reduce kind) {
+  __shared__ double buf[256];
+  double acc = 0;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    double x = to_f(a[i]);
+    if (kind == Reduce::Sum) acc += x;
+    else if (kind == Reduce::Dot) acc += x * to_f(b[i]);
+    else acc = fmax(acc, fabs(x));
+  }
+  buf[threadIdx.x] = acc;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s)
+      buf[threadIdx.x] = kind == Reduce::MaxAbs ? fmax(buf[threadIdx.x], buf[threadIdx.x + s])
+                                                : buf[threadIdx.x] + buf[threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partial[blockIdx.x] = buf[0];
+}
+
+template <class Fn>
+void by_dtype(DType dtype, const char* op, Fn&& fn) {
+  if (dtype == DType::F32) fn(float{});
+  else if (dtype == DType::BF16) fn(__nv_bfloat16{});
+  else fail(op, ": CUDA kernels take F32 or BF16, got ", dtype_name(dtype));
+}
+
+double reduce(const void* a, const void* b, DType dtype, int64_t n, Reduce kind) {
+  if (n == 0) return 0;
+  int grid = static_cast<int>(std::min<int64_t>((n + 255) / 256, 1024));
+  double* partial = static_cast<double*>(device_alloc(grid * sizeof(double)));
+  by_dtype(dtype, "reduce", [&](auto tag) {
+    using T = decltype(tag);
+    reduce_kernel<T><<<grid, 256>>>(partial, static_cast<const T*>(a), static_cast<const T*>(b), n, kind);
+  });
+  CUDA_CHECK_LAUNCH();
+  std::vector<double> host(grid);
+  copy_d2h(host.data(), partial, grid * sizeof(double));
+  device_free(partial, grid * sizeof(double));
+  double r = 0;
+  for (double v : host) r = kind == Reduce::MaxAbs ? std::max(r, v) : r + v;
+  return r;
+}
+
+}  // namespace
+
+void gemm(void* c, const void* a, const void* b, DType dtype, int64_t M, int64_t N, int64_t K,
+          bool trans_a, bool trans_b, float alpha, float beta, int64_t batch_count,
+          int64_t stride_a, int64_t stride_b, int64_t stride_c) {
+  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands.
+  HLA_CHECK(dtype == DType::F32 || dtype == DType::BF16, "gemm: CUDA takes F32 or BF16, got ",
+            dtype_name(dtype));
+  cudaDataType_t t = dtype == DType::F32 ? CUDA_R_32F : CUDA_R_16BF;
+  int64_t lda = trans_a ? M : K, ldb = trans_b ? K : N;
+  CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+      handle(), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+      static_cast<int>(N), static_cast<int>(M), static_cast<int>(K), &alpha, b, t,
+      static_cast<int>(ldb), stride_b, a, t, static_cast<int>(lda), stride_a, &beta, c, t,
+      static_cast<int>(N), stride_c, static_cast<int>(batch_count), CUBLAS_COMPUTE_32F,
+      CUBLAS_GEMM_DEFAULT));
+}
+
+void binary(void* out, const void* a, const void* b, DType dtype, int64_t n, Binary op) {
+  if (n == 0) return;
+  by_dtype(dtype, "binary", [&](auto tag) {
+    using T = decltype(tag);
+    binary_kernel<T><<<grid_for(n), 256>>>(static_cast<T*>(out), static_cast<const T*>(a),
+                                           static_cast<const T*>(b), n, op);
+  });
+  CUDA_CHECK_LAUNCH();
+}
+
+void axpby(void* y, float beta, const void* x, float alpha, DType dtype, int64_t n) {
+  if (n == 0) return;
+  by_dtype(dtype, "axpby", [&](auto tag) {
+    using T = decltype(tag);
+    axpby_kernel<T><<<grid_for(n), 256>>>(static_cast<T*>(y), beta, static_cast<const T*>(x), alpha, n);
+  });
+  CUDA_CHECK_LAUNCH();
+}
+
+void sum_rows(void* out, const void* a, DType dtype, int64_t rows, int64_t cols) {
+  if (cols == 0) return;
+  by_dtype(dtype, "sum_rows", [&](auto tag) {
+    using T = decltype(tag);
+    sum_rows_kernel<T><<<static_cast<int>((cols + 255) / 256), 256>>>(
+        static_cast<T*>(out), static_cast<const T*>(a), rows, cols);
+  });
+  CUDA_CHECK_LAUNCH();
+}
+
+double reduce_sum(const void* a, DType dtype, int64_t n) { return reduce(a, a, dtype, n, Reduce::Sum); }
+double reduce_dot(const void* a, const void* b, DType dtype, int64_t n) {
+  return reduce(a, b, dtype, n, Reduce::Dot);
+}
+double reduce_max_abs(const void* a, DType dtype, int64_t n) {
+  return reduce(a, a, dtype, n, Reduce::MaxAbs);
+}
+
+}  // namespace hla::cuda

@@ -1,0 +1,23 @@
+// GPU side of tensor/math.h: cuBLAS GEMMs (fp32 accumulation) and elementwise / reduction
+// kernels. dtype is F32 or BF16 for every buffer of one call.
+#pragma once
+#include <cstdint>
+#include "tensor/dtype.h"
+
+namespace hla::cuda {
+
+// Row-major C (M, N) = alpha * op(A) op(B) + beta * C; batch_count matrices at the given strides.
+void gemm(void* c, const void* a, const void* b, DType dtype, int64_t M, int64_t N, int64_t K,
+          bool trans_a, bool trans_b, float alpha, float beta, int64_t batch_count = 1,
+          int64_t stride_a = 0, int64_t stride_b = 0, int64_t stride_c = 0);
+
+enum class Binary { Add, Sub, Mul };
+void binary(void* out, const void* a, const void* b, DType dtype, int64_t n, Binary op);
+void axpby(void* y, float beta, const void* x, float alpha, DType dtype, int64_t n);  // y = beta*y + alpha*x
+void sum_rows(void* out, const void* a, DType dtype, int64_t rows, int64_t cols);
+// Reductions return the result to the host as double.
+double reduce_sum(const void* a, DType dtype, int64_t n);
+double reduce_dot(const void* a, const void* b, DType dtype, int64_t n);
+double reduce_max_abs(const void* a, DType dtype, int64_t n);
+
+}  // namespace hla::cuda

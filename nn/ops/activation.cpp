@@ -1,0 +1,107 @@
+// Pointwise activations and their derivatives (see activation.h).
+//   silu(x)       = x * s(x)                  silu'(x)       = s(x) * (1 + x * (1 - s(x)))
+//   sigmoid(x)    = s(x) = 1 / (1 + e^-x)     sigmoid'(x)    = s(x) * (1 - s(x))
+//   softplus(x)   = log(1 + e^x), x if x > 20 softplus'(x)   = s(x), 1 if x > 20
+//   logsigmoid(x) = -softplus(-x)             logsigmoid'(x) = s(-x) = 1 - s(x)
+#include "nn/ops/activation.h"
+
+#include <cmath>
+
+#include "autograd/gradcheck.h"
+#include "tensor/dispatch.h"
+#ifdef HLA_CUDA
+#include "cuda/activation.h"
+#endif
+
+namespace hla {
+
+const char* activation_name(Activation a) {
+  switch (a) {
+    case Activation::SiLU: return "silu";
+    case Activation::Sigmoid: return "sigmoid";
+    case Activation::Softplus: return "softplus";
+    case Activation::LogSigmoid: return "logsigmoid";
+  }
+  return "?";
+}
+
+namespace cpu {
+
+template <class T> static T sigmoid_of(T x) { return T(1) / (T(1) + std::exp(-x)); }
+template <class T> static T softplus_of(T x) { return x > T(20) ? x : std::log1p(std::exp(x)); }
+
+template <class T>
+void activation_forward(T* y, const T* x, int64_t n, Activation kind) {
+  for (int64_t i = 0; i < n; i++) {
+    T v = x[i];
+    switch (kind) {
+      case Activation::SiLU: y[i] = v * sigmoid_of(v); break;
+      case Activation::Sigmoid: y[i] = sigmoid_of(v); break;
+      case Activation::Softplus: y[i] = softplus_of(v); break;
+      case Activation::LogSigmoid: y[i] = -softplus_of(-v); break;
+    }
+  }
+}
+
+template <class T>
+void activation_backward(T* dx, const T* dy, const T* x, int64_t n, Activation kind) {
+  for (int64_t i = 0; i < n; i++) {
+    T v = x[i], s = sigmoid_of(v), d = 0;
+    switch (kind) {
+      case Activation::SiLU: d = s * (T(1) + v * (T(1) - s)); break;
+      case Activation::Sigmoid: d = s * (T(1) - s); break;
+      case Activation::Softplus: d = v > T(20) ? T(1) : s; break;
+      case Activation::LogSigmoid: d = -v > T(20) ? T(1) : T(1) - s; break;
+    }
+    dx[i] = dy[i] * d;
+  }
+}
+
+template void activation_forward<float>(float*, const float*, int64_t, Activation);
+template void activation_forward<double>(double*, const double*, int64_t, Activation);
+template void activation_backward<float>(float*, const float*, const float*, int64_t, Activation);
+template void activation_backward<double>(double*, const double*, const double*, int64_t, Activation);
+
+}  // namespace cpu
+
+Var activation(const Var& x, Activation kind) {
+  Tensor xv = x.value();
+  Tensor y = Tensor::empty(xv.shape(), xv.dtype(), xv.device());
+  if (xv.is_cuda()) {
+    HLA_CUDA_ONLY(cuda::activation_forward(y.raw(), xv.raw(), xv.numel(), kind, xv.dtype()));
+  } else {
+    dispatch_float(xv.dtype(), activation_name(kind), [&](auto tag) {
+      using T = decltype(tag);
+      cpu::activation_forward(y.data<T>(), xv.data<T>(), xv.numel(), kind);
+    });
+  }
+  return record_op1(y, {x}, [xv, kind](const std::vector<Tensor>& g) {
+    Tensor dx = Tensor::empty(xv.shape(), xv.dtype(), xv.device());
+    if (xv.is_cuda()) {
+      HLA_CUDA_ONLY(cuda::activation_backward(dx.raw(), g[0].raw(), xv.raw(), xv.numel(), kind, xv.dtype()));
+    } else {
+      dispatch_float(xv.dtype(), activation_name(kind), [&](auto tag) {
+        using T = decltype(tag);
+        cpu::activation_backward(dx.data<T>(), g[0].data<T>(), xv.data<T>(), xv.numel(), kind);
+      });
+    }
+    return std::vector<Tensor>{dx};
+  }, activation_name(kind));
+}
+
+HLA_GRADCHECK("activation") {
+  std::vector<GradcheckResult> all;
+  for (Activation kind : {Activation::SiLU, Activation::Sigmoid, Activation::Softplus, Activation::LogSigmoid}) {
+    // spread over [-4, 4] plus points past the softplus threshold on both sides
+    Tensor x = gc_randn({3, 5}, 3, 2.0);
+    x.data<double>()[0] = 25.0;
+    x.data<double>()[1] = -25.0;
+    auto r = gradcheck(activation_name(kind),
+                       [kind](const std::vector<Var>& v) { return std::vector<Var>{activation(v[0], kind)}; },
+                       {{"x", x}});
+    all.insert(all.end(), r.begin(), r.end());
+  }
+  return all;
+}
+
+}  // namespace hla

@@ -1,0 +1,23 @@
+// Pointwise activations: silu, sigmoid, softplus (threshold 20, as PyTorch and fla),
+// logsigmoid. One shared kernel, a table of (f, f').
+#pragma once
+#include "autograd/var.h"
+
+namespace hla {
+
+enum class Activation { SiLU, Sigmoid, Softplus, LogSigmoid };
+const char* activation_name(Activation a);
+
+Var activation(const Var& x, Activation kind);
+inline Var silu(const Var& x) { return activation(x, Activation::SiLU); }
+inline Var sigmoid(const Var& x) { return activation(x, Activation::Sigmoid); }
+inline Var softplus(const Var& x) { return activation(x, Activation::Softplus); }
+inline Var logsigmoid(const Var& x) { return activation(x, Activation::LogSigmoid); }
+
+namespace cpu {
+// x, y, dx, dy: (n)
+template <class T> void activation_forward(T* y, const T* x, int64_t n, Activation kind);
+template <class T> void activation_backward(T* dx, const T* dy, const T* x, int64_t n, Activation kind);
+}  // namespace cpu
+
+}  // namespace hla

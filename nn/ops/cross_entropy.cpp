@@ -1,0 +1,81 @@
+// Softmax cross-entropy: saves only the per-row logsumexp beside the logits it already has.
+#include "nn/ops/cross_entropy.h"
+
+#include <cmath>
+
+#include "autograd/gradcheck.h"
+#include "tensor/dispatch.h"
+
+namespace hla {
+namespace cpu {
+
+template <class T>
+double cross_entropy_forward(T* lse, const T* z, const int32_t* c, int64_t N, int64_t V, int32_t ignore) {
+  double total = 0;
+  for (int64_t n = 0; n < N; n++) {
+    const T* zr = z + n * V;
+    T m = zr[0];
+    for (int64_t v = 1; v < V; v++) m = std::max(m, zr[v]);
+    T s = 0;
+    for (int64_t v = 0; v < V; v++) s += std::exp(zr[v] - m);
+    lse[n] = m + std::log(s);  // logsumexp(z), shifted by the max for safety
+    if (c[n] == ignore) continue;
+    HLA_CHECK(c[n] >= 0 && c[n] < V, "cross_entropy: target ", c[n], " at row ", n,
+              " outside [0, ", V, ") and not the ignore index ", ignore);
+    total += static_cast<double>(lse[n] - zr[c[n]]);  // loss_row = lse - z_c
+  }
+  return total;
+}
+
+template <class T>
+void cross_entropy_backward(T* dz, const T* z, const T* lse, const int32_t* c, int64_t N, int64_t V,
+                            int32_t ignore, double dloss_over_valid) {
+  for (int64_t n = 0; n < N; n++) {
+    T* dr = dz + n * V;
+    if (c[n] == ignore) {
+      for (int64_t v = 0; v < V; v++) dr[v] = 0;
+      continue;
+    }
+    T k = static_cast<T>(dloss_over_valid);
+    for (int64_t v = 0; v < V; v++) dr[v] = std::exp(z[n * V + v] - lse[n]) * k;  // softmax
+    dr[c[n]] -= k;                                                                // - onehot
+  }
+}
+
+}  // namespace cpu
+
+Var cross_entropy(const Var& logits, const Tensor& targets, int32_t ignore_index) {
+  int64_t V = logits.size(-1), N = logits.numel() / V;
+  HLA_CHECK(targets.numel() == N, "cross_entropy: ", N, " rows of logits ", logits.value().str(),
+            " but targets ", targets.str());
+  check_dtype(targets, DType::I32, "cross_entropy", "targets");
+  HLA_CHECK(!logits.value().is_cuda(), "cross_entropy: the CUDA kernel is not built yet");
+  Tensor z = logits.value();
+  Tensor lse = Tensor::empty({N}, z.dtype());
+  const int32_t* c = targets.data<int32_t>();
+  int64_t valid = 0;
+  for (int64_t n = 0; n < N; n++) valid += c[n] != ignore_index;
+  double total = dispatch_float(z.dtype(), "cross_entropy", [&](auto tag) {
+    using T = decltype(tag);
+    return cpu::cross_entropy_forward(lse.data<T>(), z.data<T>(), c, N, V, ignore_index);
+  });
+  double loss = valid ? total / static_cast<double>(valid) : 0.0;
+  return record_op1(Tensor::full({}, loss, z.dtype()), {logits}, [=](const std::vector<Tensor>& g) {
+    Tensor dz = Tensor::empty(z.shape(), z.dtype());
+    double k = valid ? g[0].item() / static_cast<double>(valid) : 0.0;
+    dispatch_float(z.dtype(), "cross_entropy", [&](auto tag) {
+      using T = decltype(tag);
+      cpu::cross_entropy_backward(dz.data<T>(), z.data<T>(), lse.data<T>(), targets.data<int32_t>(), N, V,
+                                  ignore_index, k);
+    });
+    return std::vector<Tensor>{dz};
+  }, "cross_entropy");
+}
+
+HLA_GRADCHECK("cross_entropy") {
+  Tensor targets = Tensor::from_i32({2, kIgnoreIndex, 0, 6, 6, 1}, {2, 3});
+  auto fn = [targets](const std::vector<Var>& v) { return std::vector<Var>{cross_entropy(v[0], targets)}; };
+  return gradcheck("cross_entropy", fn, {{"logits", gc_randn({2, 3, 7}, 9, 3.0)}});
+}
+
+}  // namespace hla

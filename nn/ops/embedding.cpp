@@ -1,0 +1,70 @@
+// Embedding lookup; its backward scatters (adds) each row's gradient into its token's row.
+#include "nn/ops/embedding.h"
+
+#include "autograd/gradcheck.h"
+#include "tensor/dispatch.h"
+#ifdef HLA_CUDA
+#include "cuda/embedding.h"
+#endif
+
+namespace hla {
+namespace cpu {
+
+template <class T>
+void embedding_forward(T* y, const int32_t* ids, const T* w, int64_t N, int64_t V, int64_t D) {
+  for (int64_t n = 0; n < N; n++) {
+    int32_t id = ids[n];
+    HLA_CHECK(id >= 0 && id < V, "embedding: token id ", id, " at position ", n,
+              " is outside the vocabulary [0, ", V, ")");
+    for (int64_t d = 0; d < D; d++) y[n * D + d] = w[id * D + d];
+  }
+}
+
+template <class T>
+void embedding_backward(T* dw, const T* dy, const int32_t* ids, int64_t N, int64_t D) {
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t d = 0; d < D; d++) dw[ids[n] * D + d] += dy[n * D + d];  // y[n] = w[ids[n]]
+}
+
+}  // namespace cpu
+
+Var embedding(const Tensor& ids, const Var& weight) {
+  check_dtype(ids, DType::I32, "embedding", "ids");
+  HLA_CHECK(ids.device() == weight.device(), "embedding: ids on ", device_name(ids.device()),
+            " but weight on ", device_name(weight.device()));
+  int64_t V = weight.size(0), D = weight.size(1), N = ids.numel();
+  Shape out_shape = ids.shape();
+  out_shape.push_back(D);
+  Tensor w = weight.value();
+  Tensor y = Tensor::empty(out_shape, w.dtype(), w.device());
+  if (w.is_cuda()) {
+    HLA_CUDA_ONLY(cuda::embedding_forward(y.raw(), ids.data<int32_t>(), w.raw(), N, V, D, w.dtype()));
+  } else {
+    dispatch_float(w.dtype(), "embedding", [&](auto tag) {
+      using T = decltype(tag);
+      cpu::embedding_forward(y.data<T>(), ids.data<int32_t>(), w.data<T>(), N, V, D);
+    });
+  }
+  Shape w_shape = w.shape();
+  DType dt = w.dtype();
+  return record_op1(y, {weight}, [=](const std::vector<Tensor>& g) {
+    Tensor dw = Tensor::zeros(w_shape, dt, ids.device());
+    if (dw.is_cuda()) {
+      HLA_CUDA_ONLY(cuda::embedding_backward(dw.raw(), g[0].raw(), ids.data<int32_t>(), N, D, dt));
+    } else {
+      dispatch_float(dt, "embedding", [&](auto tag) {
+        using T = decltype(tag);
+        cpu::embedding_backward(dw.data<T>(), g[0].data<T>(), ids.data<int32_t>(), N, D);
+      });
+    }
+    return std::vector<Tensor>{dw};
+  }, "embedding");
+}
+
+HLA_GRADCHECK("embedding") {
+  Tensor ids = Tensor::from_i32({0, 3, 3, 1, 4, 0}, {2, 3});  // repeated ids accumulate
+  auto fn = [ids](const std::vector<Var>& v) { return std::vector<Var>{embedding(ids, v[0])}; };
+  return gradcheck("embedding", fn, {{"weight", gc_randn({5, 4}, 4)}});
+}
+
+}  // namespace hla

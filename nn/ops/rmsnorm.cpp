@@ -1,0 +1,70 @@
+// RMSNorm forward and backward, row by row (mixers.md 2.1).
+#include "nn/ops/rmsnorm.h"
+
+#include <cmath>
+
+#include "autograd/gradcheck.h"
+#include "tensor/dispatch.h"
+
+namespace hla {
+namespace cpu {
+
+template <class T>
+void rmsnorm_forward(T* y, T* rstd, const T* x, const T* w, int64_t N, int64_t C, double eps) {
+  for (int64_t n = 0; n < N; n++) {
+    const T* xr = x + n * C;
+    T ms = 0;
+    for (int64_t c = 0; c < C; c++) ms += xr[c] * xr[c];
+    ms /= static_cast<T>(C);                                    // mean(x^2)
+    rstd[n] = T(1) / std::sqrt(ms + static_cast<T>(eps));       // rstd = 1/sqrt(mean + eps)
+    for (int64_t c = 0; c < C; c++) y[n * C + c] = xr[c] * rstd[n] * w[c];  // y = x * rstd * w
+  }
+}
+
+template <class T>
+void rmsnorm_backward(T* dx, T* dw, const T* dy, const T* x, const T* w, const T* rstd, int64_t N, int64_t C) {
+  for (int64_t n = 0; n < N; n++) {
+    const T* xr = x + n * C;
+    const T* dyr = dy + n * C;
+    T dot = 0;  // mean(x_hat * dyw) with x_hat = x * rstd, dyw = dy * w
+    for (int64_t c = 0; c < C; c++) {
+      dot += xr[c] * rstd[n] * dyr[c] * w[c];
+      dw[c] += dyr[c] * xr[c] * rstd[n];  // y = x_hat * w  =>  dw = sum_rows dy * x_hat
+    }
+    dot /= static_cast<T>(C);
+    for (int64_t c = 0; c < C; c++)  // dx = rstd * (dyw - x_hat * mean(x_hat * dyw))
+      dx[n * C + c] = rstd[n] * (dyr[c] * w[c] - xr[c] * rstd[n] * dot);
+  }
+}
+
+}  // namespace cpu
+
+Var rmsnorm(const Var& x, const Var& weight, double eps) {
+  int64_t C = x.size(-1), N = x.numel() / C;
+  check_shape(weight.value(), {C}, "rmsnorm", "weight");
+  HLA_CHECK(!x.value().is_cuda(), "rmsnorm: the CUDA kernel is not built yet");
+  Tensor xv = x.value(), w = weight.value();
+  Tensor y = Tensor::empty(xv.shape(), xv.dtype());
+  Tensor rstd = Tensor::empty({N}, xv.dtype());
+  dispatch_float(xv.dtype(), "rmsnorm", [&](auto tag) {
+    using T = decltype(tag);
+    cpu::rmsnorm_forward(y.data<T>(), rstd.data<T>(), xv.data<T>(), w.data<T>(), N, C, eps);
+  });
+  return record_op1(y, {x, weight}, [=](const std::vector<Tensor>& g) {
+    Tensor dx = Tensor::empty(xv.shape(), xv.dtype());
+    Tensor dw = Tensor::zeros({C}, xv.dtype());
+    dispatch_float(xv.dtype(), "rmsnorm", [&](auto tag) {
+      using T = decltype(tag);
+      cpu::rmsnorm_backward(dx.data<T>(), dw.data<T>(), g[0].data<T>(), xv.data<T>(), w.data<T>(),
+                            rstd.data<T>(), N, C);
+    });
+    return std::vector<Tensor>{dx, dw};
+  }, "rmsnorm");
+}
+
+HLA_GRADCHECK("rmsnorm") {
+  auto fn = [](const std::vector<Var>& v) { return std::vector<Var>{rmsnorm(v[0], v[1], 1e-6)}; };
+  return gradcheck("rmsnorm", fn, {{"x", gc_randn({2, 3, 8}, 5)}, {"weight", gc_randn({8}, 6, 0.3, 1.0)}});
+}
+
+}  // namespace hla

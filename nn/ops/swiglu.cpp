@@ -1,0 +1,55 @@
+// SwiGLU: z = silu(a) * b with s = sigmoid(a).
+#include "nn/ops/swiglu.h"
+
+#include <cmath>
+
+#include "autograd/gradcheck.h"
+#include "tensor/dispatch.h"
+
+namespace hla {
+namespace cpu {
+
+template <class T>
+void swiglu_forward(T* z, const T* a, const T* b, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    T s = T(1) / (T(1) + std::exp(-a[i]));
+    z[i] = a[i] * s * b[i];  // z = silu(a) * b
+  }
+}
+
+template <class T>
+void swiglu_backward(T* da, T* db, const T* dz, const T* a, const T* b, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    T s = T(1) / (T(1) + std::exp(-a[i]));
+    da[i] = dz[i] * b[i] * s * (T(1) + a[i] * (T(1) - s));  // d silu(a) / da
+    db[i] = dz[i] * a[i] * s;                               // z is linear in b
+  }
+}
+
+}  // namespace cpu
+
+Var swiglu(const Var& a, const Var& b) {
+  check_same_shape(a.value(), b.value(), "swiglu");
+  HLA_CHECK(!a.value().is_cuda(), "swiglu: the CUDA kernel is not built yet");
+  Tensor av = a.value(), bv = b.value();
+  Tensor z = Tensor::empty(av.shape(), av.dtype());
+  dispatch_float(av.dtype(), "swiglu", [&](auto tag) {
+    using T = decltype(tag);
+    cpu::swiglu_forward(z.data<T>(), av.data<T>(), bv.data<T>(), av.numel());
+  });
+  return record_op1(z, {a, b}, [av, bv](const std::vector<Tensor>& g) {
+    Tensor da = Tensor::empty(av.shape(), av.dtype()), db = Tensor::empty(av.shape(), av.dtype());
+    dispatch_float(av.dtype(), "swiglu", [&](auto tag) {
+      using T = decltype(tag);
+      cpu::swiglu_backward(da.data<T>(), db.data<T>(), g[0].data<T>(), av.data<T>(), bv.data<T>(), av.numel());
+    });
+    return std::vector<Tensor>{da, db};
+  }, "swiglu");
+}
+
+HLA_GRADCHECK("swiglu") {
+  auto fn = [](const std::vector<Var>& v) { return std::vector<Var>{swiglu(v[0], v[1])}; };
+  return gradcheck("swiglu", fn, {{"a", gc_randn({3, 6}, 7, 2.0)}, {"b", gc_randn({3, 6}, 8)}});
+}
+
+}  // namespace hla
