@@ -1,0 +1,53 @@
+// The one model interface the evaluator talks to.
+//
+// Everything in eval/ (LM tasks, RULER, MQAR, perplexity) needs only two calls:
+//   score    - run the model over a token sequence and read, at chosen positions, the log-prob
+//              of a given next token and whether that token is the argmax there. This is all
+//              that log-likelihood scoring (sum of continuation log-probs, is_greedy),
+//              perplexity and MQAR accuracy need, and it never ships a (T, V) row back.
+//   generate - greedy decoding from a prompt (RULER).
+// Both take a batch of requests so that a model can run them together (pad to the longest,
+// one forward pass). The evaluator sorts requests by length, longest first, before batching.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace hla::eval {
+
+// Run the model over `tokens` and, at each position p = positions[i], read the next-token
+// distribution (the model output after seeing tokens[0..p]) for the token targets[i].
+struct ScoreRequest {
+  std::vector<int32_t> tokens;     // (T) model input, 1 <= T <= max_length()
+  std::vector<int32_t> positions;  // (n) ascending, each in [0, T)
+  std::vector<int32_t> targets;    // (n) token ids in [0, vocab_size())
+};
+
+struct TargetScore {
+  double logprob = 0;      // log p(target | tokens[0..position])
+  bool is_argmax = false;  // target == argmax of that distribution (ties: the lowest id)
+};
+
+// Greedy decoding: append argmax tokens to `context` until max_new_tokens are produced or a
+// stop token is produced (the stop token is not returned).
+struct GenerateRequest {
+  std::vector<int32_t> context;  // (T) prompt, T + max_new_tokens <= max_length()
+  int max_new_tokens = 0;
+  std::vector<int32_t> stop_tokens;
+};
+
+class LanguageModel {
+ public:
+  virtual ~LanguageModel() = default;
+  virtual int max_length() const = 0;  // longest input sequence the model accepts
+  virtual int vocab_size() const = 0;
+  virtual std::string describe() const = 0;  // one line for reports ("hybrid-lm 12M, ...")
+
+  // result[b][i] answers batch[b].positions[i].
+  virtual std::vector<std::vector<TargetScore>> score(const std::vector<ScoreRequest>& batch) = 0;
+  // result[b] holds the generated tokens of batch[b].
+  virtual std::vector<std::vector<int32_t>> generate(
+      const std::vector<GenerateRequest>& batch) = 0;
+};
+
+}  // namespace hla::eval
