@@ -17,6 +17,10 @@ __global__ void activation_forward_kernel(T* y, const T* x, int64_t n, Activatio
       case Activation::Sigmoid: r = sigmoid_of(v); break;
       case Activation::Softplus: r = softplus_of(v); break;
       case Activation::LogSigmoid: r = -softplus_of(-v); break;
+      case Activation::Tanh: r = tanhf(v); break;
+      case Activation::ReluSquared: r = v > 0.0f ? v * v : 0.0f; break;
+      case Activation::OneMinusExp: r = -expm1f(v); break;
+      case Activation::NegExp: r = -expf(v); break;
     }
     y[i] = from_float<T>(r);
   }
@@ -31,6 +35,10 @@ __global__ void activation_backward_kernel(T* dx, const T* dy, const T* x, int64
       case Activation::Sigmoid: d = s * (1.0f - s); break;
       case Activation::Softplus: d = v > 20.0f ? 1.0f : s; break;
       case Activation::LogSigmoid: d = -v > 20.0f ? 1.0f : 1.0f - s; break;
+      case Activation::Tanh: d = 1.0f - tanhf(v) * tanhf(v); break;
+      case Activation::ReluSquared: d = v > 0.0f ? 2.0f * v : 0.0f; break;
+      case Activation::OneMinusExp:
+      case Activation::NegExp: d = -expf(v); break;
     }
     dx[i] = from_float<T>(to_float(dy[i]) * d);
   }

@@ -3,6 +3,10 @@
 //   sigmoid(x)    = s(x) = 1 / (1 + e^-x)     sigmoid'(x)    = s(x) * (1 - s(x))
 //   softplus(x)   = log(1 + e^x), x if x > 20 softplus'(x)   = s(x), 1 if x > 20
 //   logsigmoid(x) = -softplus(-x)             logsigmoid'(x) = s(-x) = 1 - s(x)
+//   tanh(x)                                   tanh'(x)       = 1 - tanh(x)^2
+//   relu2(x)      = max(x, 0)^2               relu2'(x)      = 2 max(x, 0)
+//   1 - exp(x)                                d/dx           = -exp(x)
+//   -exp(x)                                   d/dx           = -exp(x)
 #include "nn/ops/activation.h"
 
 #include <cmath>
@@ -21,6 +25,10 @@ const char* activation_name(Activation a) {
     case Activation::Sigmoid: return "sigmoid";
     case Activation::Softplus: return "softplus";
     case Activation::LogSigmoid: return "logsigmoid";
+    case Activation::Tanh: return "tanh";
+    case Activation::ReluSquared: return "relu_squared";
+    case Activation::OneMinusExp: return "one_minus_exp";
+    case Activation::NegExp: return "neg_exp";
   }
   return "?";
 }
@@ -39,6 +47,10 @@ void activation_forward(T* y, const T* x, int64_t n, Activation kind) {
       case Activation::Sigmoid: y[i] = sigmoid_of(v); break;
       case Activation::Softplus: y[i] = softplus_of(v); break;
       case Activation::LogSigmoid: y[i] = -softplus_of(-v); break;
+      case Activation::Tanh: y[i] = std::tanh(v); break;
+      case Activation::ReluSquared: y[i] = v > T(0) ? v * v : T(0); break;
+      case Activation::OneMinusExp: y[i] = -std::expm1(v); break;
+      case Activation::NegExp: y[i] = -std::exp(v); break;
     }
   }
 }
@@ -52,6 +64,10 @@ void activation_backward(T* dx, const T* dy, const T* x, int64_t n, Activation k
       case Activation::Sigmoid: d = s * (T(1) - s); break;
       case Activation::Softplus: d = v > T(20) ? T(1) : s; break;
       case Activation::LogSigmoid: d = -v > T(20) ? T(1) : T(1) - s; break;
+      case Activation::Tanh: d = T(1) - std::tanh(v) * std::tanh(v); break;
+      case Activation::ReluSquared: d = v > T(0) ? T(2) * v : T(0); break;
+      case Activation::OneMinusExp:
+      case Activation::NegExp: d = -std::exp(v); break;
     }
     dx[i] = dy[i] * d;
   }
@@ -91,11 +107,15 @@ Var activation(const Var& x, Activation kind) {
 
 HLA_GRADCHECK("activation") {
   std::vector<GradcheckResult> all;
-  for (Activation kind : {Activation::SiLU, Activation::Sigmoid, Activation::Softplus, Activation::LogSigmoid}) {
+  for (Activation kind : {Activation::SiLU, Activation::Sigmoid, Activation::Softplus, Activation::LogSigmoid,
+                          Activation::Tanh, Activation::ReluSquared, Activation::OneMinusExp, Activation::NegExp}) {
     // spread over [-4, 4] plus points past the softplus threshold on both sides
     Tensor x = gc_randn({3, 5}, 3, 2.0);
-    x.data<double>()[0] = 25.0;
-    x.data<double>()[1] = -25.0;
+    bool bounded = kind != Activation::OneMinusExp && kind != Activation::NegExp && kind != Activation::ReluSquared;
+    if (bounded) {  // points past the softplus threshold on both sides
+      x.data<double>()[0] = 25.0;
+      x.data<double>()[1] = -25.0;
+    }
     auto r = gradcheck(activation_name(kind),
                        [kind](const std::vector<Var>& v) { return std::vector<Var>{activation(v[0], kind)}; },
                        {{"x", x}});

@@ -1,11 +1,12 @@
-// Pointwise activations: silu, sigmoid, softplus (threshold 20, as PyTorch and fla),
-// logsigmoid. One shared kernel, a table of (f, f').
+// Pointwise functions the layers need: silu, sigmoid, softplus (threshold 20, as PyTorch and
+// fla), logsigmoid, tanh, relu^2 (RWKV-6 channel mix), 1 - exp(x) (HGRN input gate, HGRN-2 key),
+// -exp(x) (RWKV-6 decay). One shared kernel, a table of (f, f').
 #pragma once
 #include "autograd/var.h"
 
 namespace hla {
 
-enum class Activation { SiLU, Sigmoid, Softplus, LogSigmoid };
+enum class Activation { SiLU, Sigmoid, Softplus, LogSigmoid, Tanh, ReluSquared, OneMinusExp, NegExp };
 const char* activation_name(Activation a);
 
 Var activation(const Var& x, Activation kind);
@@ -13,6 +14,10 @@ inline Var silu(const Var& x) { return activation(x, Activation::SiLU); }
 inline Var sigmoid(const Var& x) { return activation(x, Activation::Sigmoid); }
 inline Var softplus(const Var& x) { return activation(x, Activation::Softplus); }
 inline Var logsigmoid(const Var& x) { return activation(x, Activation::LogSigmoid); }
+inline Var tanh(const Var& x) { return activation(x, Activation::Tanh); }
+inline Var relu_squared(const Var& x) { return activation(x, Activation::ReluSquared); }
+inline Var one_minus_exp(const Var& x) { return activation(x, Activation::OneMinusExp); }
+inline Var neg_exp(const Var& x) { return activation(x, Activation::NegExp); }
 
 namespace cpu {
 // x, y, dx, dy: (n)

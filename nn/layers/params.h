@@ -1,0 +1,52 @@
+// ParamStore: creates a model's parameters under fla names, with seeded initial values.
+// Each parameter's values depend only on (seed, name), so adding a layer never changes the
+// initial weights of another. A Scope pushes a name prefix ("model.layers.3.attn.").
+#pragma once
+#include <string>
+
+#include "nn/module.h"
+
+namespace hla {
+
+class ParamStore {
+ public:
+  ParamStore(uint64_t seed, double init_std, Device device, DType compute_dtype)
+      : seed_(seed), init_std_(init_std), device_(device), compute_dtype_(compute_dtype) {}
+
+  Var normal(const std::string& name, const Shape& shape, double std = -1);  // std < 0: init_std
+  Var constant(const std::string& name, const Shape& shape, double value);
+  Var uniform(const std::string& name, const Shape& shape, double lo, double hi);
+  Var from_tensor(const std::string& name, const Tensor& values);  // a CPU F64/F32 tensor
+
+  // The parameter as the forward pass uses it: cast to the compute dtype when that differs
+  // from the fp32 master weight (bf16 on the GPU), so the gradient flows back in fp32.
+  Var use(const Var& param) const;
+
+  ParameterList& parameters() { return params_; }
+  Device device() const { return device_; }
+  DType compute_dtype() const { return compute_dtype_; }
+  uint64_t seed_for(const std::string& full_name) const;
+
+  class Scope {
+   public:
+    Scope(ParamStore& store, const std::string& part) : store_(store), saved_(store.prefix_) {
+      store_.prefix_ += part;
+    }
+    ~Scope() { store_.prefix_ = saved_; }
+
+   private:
+    ParamStore& store_;
+    std::string saved_;
+  };
+
+ private:
+  Var add(const std::string& name, Tensor value);
+  uint64_t seed_;
+  double init_std_;
+  Device device_;
+  DType compute_dtype_;
+  std::string prefix_;
+  ParameterList params_;
+};
+
+}  // namespace hla

@@ -1,0 +1,122 @@
+// HybridLM (see model.h). The block follows mixers.md 3.1:
+//   r = x ;  h = Mixer(RMSNorm_attn(r)) ;  r = r + h ;  y = r + GatedMLP(RMSNorm_mlp(r))
+// with the Mamba-2 exception of 3.4 (no MLP; names under "backbone") and cross-layer routing
+// of papers.md 3.5 added after a linear layer's block:
+//   CLVR:   y += P_l v_l       CLER-H: y += P_l r_l       (P_l zero-initialised, no bias)
+//   CLER:   the next routing-capable layer's values become v + gamma * r_prev (inside the mixer)
+#include "nn/model.h"
+
+#include "nn/layers/mixer.h"
+#include "nn/layers/mlp.h"
+#include "nn/ops/arith.h"
+#include "nn/ops/cross_entropy.h"
+#include "nn/ops/embedding.h"
+#include "nn/ops/linear.h"
+#include "nn/ops/lower_bounds.h"
+#include "nn/ops/rmsnorm.h"
+
+namespace hla {
+namespace {
+
+struct Block {
+  Var attn_norm, mlp_norm;
+  std::unique_ptr<Mixer> mixer;
+  std::unique_ptr<GatedMLP> mlp;  // absent for Mamba-2
+  Var route_proj;                 // CLVR / CLER-H projection (D, value_width), zero-initialised
+  bool linear = false;
+};
+
+class HybridLM : public TrainableModel {
+ public:
+  HybridLM(const ModelConfig& c, uint64_t seed, Device device, DType compute)
+      : config_(c), store_(seed, c.initializer_range, device, compute) {
+    c.validate("model config");
+    mamba_ = c.model_type == "mamba2";
+    const std::string root = mamba_ ? "backbone." : "model.";
+    {
+      ParamStore::Scope s(store_, root);
+      embed_ = store_.normal("embeddings.weight", {c.vocab_size, c.hidden_size});
+      if (uses_lower_bounds()) lower_bounds_ = store_.constant("lower_bounds", {c.num_hidden_layers, c.hidden_size}, 0.0);
+      for (int i = 0; i < c.num_hidden_layers; i++) blocks_.push_back(make_block(i));
+      final_norm_ = store_.constant(mamba_ ? "norm_f.weight" : "norm.weight", {c.hidden_size}, 1.0);
+    }
+    if (!c.tie_word_embeddings) head_ = store_.normal("lm_head.weight", {c.vocab_size, c.hidden_size});
+  }
+
+  Var logits(const Tensor& ids) override {
+    Var x = embedding(ids, store_.use(embed_));  // x: (B, T, D)
+    std::vector<Var> lbs;
+    if (lower_bounds_.defined()) lbs = lower_bounds(lower_bounds_);
+    Var routed_error;  // CLER: carried across attention layers to the next linear layer
+    for (size_t i = 0; i < blocks_.size(); i++) {
+      Block& b = blocks_[i];
+      MixerIO io;
+      if (!lbs.empty()) io.lower_bound = store_.use(lbs[i]);
+      io.want_values = config_.routing == "clvr" && b.linear;
+      io.want_error = (config_.routing == "cler" || config_.routing == "cler_h") && b.linear;
+      if (config_.routing == "cler" && b.linear) io.routed_error = routed_error;
+      Var h = b.mixer->forward(rmsnorm(x, store_.use(b.attn_norm), config_.norm_eps), io);
+      x = add(x, h);
+      if (b.mlp) x = add(x, b.mlp->forward(rmsnorm(x, store_.use(b.mlp_norm), config_.norm_eps)));
+      if (b.route_proj.defined()) {
+        const Var& routed = config_.routing == "clvr" ? io.values : io.error;
+        x = add(x, linear(routed, store_.use(b.route_proj)));
+      }
+      if (io.error.defined()) routed_error = io.error;
+    }
+    x = rmsnorm(x, store_.use(final_norm_), config_.norm_eps);
+    return linear(x, store_.use(config_.tie_word_embeddings ? embed_ : head_));  // (B, T, V)
+  }
+
+  Var loss(const Tensor& ids, const Tensor& targets) override {
+    return cross_entropy(logits(ids), targets);
+  }
+
+  ParameterList parameters() override { return store_.parameters(); }
+  Device device() const override { return store_.device(); }
+
+ private:
+  bool uses_lower_bounds() const {
+    return config_.model_type == "hgrn" || config_.model_type == "hgrn2";
+  }
+
+  Block make_block(int i) {
+    Block b;
+    b.linear = !config_.is_attention_layer(i);
+    ParamStore::Scope layer(store_, "layers." + std::to_string(i) + ".");
+    b.attn_norm = store_.constant(mamba_ ? "norm.weight" : "attn_norm.weight", {config_.hidden_size}, 1.0);
+    {
+      ParamStore::Scope mixer(store_, mamba_ ? "mixer." : "attn.");
+      b.mixer = make_mixer(config_, i, store_);
+    }
+    if (!mamba_) {
+      b.mlp_norm = store_.constant("mlp_norm.weight", {config_.hidden_size}, 1.0);
+      ParamStore::Scope mlp(store_, "mlp.");
+      b.mlp = std::make_unique<GatedMLP>(store_, config_.hidden_size, config_.mlp_intermediate_size());
+    }
+    bool routes = (config_.routing == "clvr" || config_.routing == "cler_h") && b.linear;
+    if (routes) {
+      HLA_CHECK(b.mixer->value_width() > 0, "routing ", config_.routing, " is not supported by mixer ",
+                config_.model_type);
+      HLA_CHECK(config_.routing != "cler_h" || b.mixer->produces_error(), "routing cler_h needs a delta-rule mixer, not ",
+                config_.model_type);
+      b.route_proj = store_.constant("route_proj.weight", {config_.hidden_size, b.mixer->value_width()}, 0.0);
+    }
+    return b;
+  }
+
+  ModelConfig config_;
+  ParamStore store_;
+  bool mamba_ = false;
+  Var embed_, head_, final_norm_, lower_bounds_;
+  std::vector<Block> blocks_;
+};
+
+}  // namespace
+
+std::unique_ptr<TrainableModel> make_model(const ModelConfig& config, uint64_t seed, Device device,
+                                           DType compute_dtype) {
+  return std::make_unique<HybridLM>(config, seed, device, compute_dtype);
+}
+
+}  // namespace hla
