@@ -1,0 +1,193 @@
+// Causal softmax attention forward and backward (mixers.md section 5), one query row at a time.
+//
+// Forward, per (batch b, query head h, token t), in three passes over the keys t may see:
+//   pass 1: scores s[tau] = scale * q_t . k_tau and their max (so exp never overflows)
+//   pass 2: lse_t = max + log sum exp(s - max)
+//   pass 3: o_t = sum_tau P[t, tau] v_tau  with  P[t, tau] = exp(s[tau] - lse_t)
+// Backward recomputes P from lse and uses Delta_t = do_t . o_t (which equals rowsum(P * dP)),
+// so no T x T matrix is ever stored; the CUDA flash kernel follows the same recipe in tiles.
+#include "nn/ops/attention.h"
+
+#include <Eigen/Dense>
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+#include "autograd/gradcheck.h"
+#include "tensor/dispatch.h"
+#ifdef HLA_CUDA
+#include "cuda/attention.h"
+#endif
+
+namespace hla {
+namespace cpu {
+namespace {
+
+template <class Real> using Vec = Eigen::Matrix<Real, Eigen::Dynamic, 1>;
+template <class Real> using VecMap = Eigen::Map<Vec<Real>>;
+template <class Real> using ConstVecMap = Eigen::Map<const Vec<Real>>;
+
+// Offset of row (b, t, head) in a (B, T, heads, width) buffer.
+int64_t row(int64_t b, int64_t t, int64_t head, int64_t T, int64_t heads, int64_t width) {
+  return ((b * T + t) * heads + head) * width;
+}
+
+// The first key query t may see: 0 when fully causal, t - window + 1 with a sliding window.
+int64_t first_key(int64_t t, int64_t window) { return window > 0 ? std::max<int64_t>(0, t - window + 1) : 0; }
+
+}  // namespace
+
+template <class Real>
+void attention_forward(Real* o, Real* lse, const Real* q, const Real* k, const Real* v, int64_t B, int64_t T,
+                       int64_t H, int64_t Hkv, int64_t D, int64_t Dv, double scale, int64_t window) {
+  const int64_t group = H / Hkv;  // query heads per kv head
+  const Real sc = static_cast<Real>(scale);
+  std::vector<Real> s(T);  // s: (T) scores of one query row
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < H; h++) {
+      const int64_t m = h / group;  // kv head read by query head h
+      for (int64_t t = 0; t < T; t++) {
+        ConstVecMap<Real> q_t(q + row(b, t, h, T, H, D), D);  // q_t: (D)
+        const int64_t lo = first_key(t, window);
+        // pass 1: s[tau] = scale * q_t . k_tau for allowed tau, and the row max
+        Real s_max = -std::numeric_limits<Real>::infinity();
+        for (int64_t tau = lo; tau <= t; tau++) {
+          s[tau] = sc * q_t.dot(ConstVecMap<Real>(k + row(b, tau, m, T, Hkv, D), D));
+          s_max = std::max(s_max, s[tau]);
+        }
+        // pass 2: lse_t = log sum_tau exp(s[tau])
+        Real sum = 0;
+        for (int64_t tau = lo; tau <= t; tau++) sum += std::exp(s[tau] - s_max);
+        const Real lse_t = s_max + std::log(sum);
+        lse[(b * H + h) * T + t] = lse_t;
+        // pass 3: o_t = sum_tau P[t, tau] v_tau
+        VecMap<Real> o_t(o + row(b, t, h, T, H, Dv), Dv);  // o_t: (Dv)
+        o_t.setZero();
+        for (int64_t tau = lo; tau <= t; tau++)
+          o_t += std::exp(s[tau] - lse_t) * ConstVecMap<Real>(v + row(b, tau, m, T, Hkv, Dv), Dv);
+      }
+    }
+}
+
+template <class Real>
+void attention_backward(Real* dq, Real* dk, Real* dv, const Real* dout, const Real* q, const Real* k, const Real* v,
+                        const Real* o, const Real* lse, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D,
+                        int64_t Dv, double scale, int64_t window) {
+  const int64_t group = H / Hkv;
+  const Real sc = static_cast<Real>(scale);
+  std::fill(dk, dk + B * T * Hkv * D, Real(0));  // dk, dv collect every query row of their group
+  std::fill(dv, dv + B * T * Hkv * Dv, Real(0));
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < H; h++) {
+      const int64_t m = h / group;
+      for (int64_t t = 0; t < T; t++) {
+        ConstVecMap<Real> q_t(q + row(b, t, h, T, H, D), D);         // q_t: (D)
+        ConstVecMap<Real> do_t(dout + row(b, t, h, T, H, Dv), Dv);   // do_t: (Dv)
+        ConstVecMap<Real> o_t(o + row(b, t, h, T, H, Dv), Dv);       // o_t: (Dv)
+        VecMap<Real> dq_t(dq + row(b, t, h, T, H, D), D);            // dq_t: (D)
+        dq_t.setZero();
+        const Real lse_t = lse[(b * H + h) * T + t];
+        const Real delta = do_t.dot(o_t);  // Delta_t = do_t . o_t = sum_tau P[t, tau] dP[t, tau]
+        for (int64_t tau = first_key(t, window); tau <= t; tau++) {
+          ConstVecMap<Real> k_tau(k + row(b, tau, m, T, Hkv, D), D);
+          ConstVecMap<Real> v_tau(v + row(b, tau, m, T, Hkv, Dv), Dv);
+          VecMap<Real> dk_tau(dk + row(b, tau, m, T, Hkv, D), D);
+          VecMap<Real> dv_tau(dv + row(b, tau, m, T, Hkv, Dv), Dv);
+          const Real p = std::exp(sc * q_t.dot(k_tau) - lse_t);  // P[t, tau], rebuilt from lse
+          dv_tau += p * do_t;                                     // o_t = sum P v_tau  =>  dv_tau += P do_t
+          const Real ds = p * (do_t.dot(v_tau) - delta);          // softmax: dS = P (dP - Delta), dP = do_t . v_tau
+          dq_t += sc * ds * k_tau;                                // s = scale q_t . k_tau  =>  dq_t += scale dS k_tau
+          dk_tau += sc * ds * q_t;                                //                        =>  dk_tau += scale dS q_t
+        }
+      }
+    }
+}
+
+template void attention_forward<float>(float*, float*, const float*, const float*, const float*, int64_t, int64_t,
+                                       int64_t, int64_t, int64_t, int64_t, double, int64_t);
+template void attention_forward<double>(double*, double*, const double*, const double*, const double*, int64_t,
+                                        int64_t, int64_t, int64_t, int64_t, int64_t, double, int64_t);
+template void attention_backward<float>(float*, float*, float*, const float*, const float*, const float*,
+                                        const float*, const float*, const float*, int64_t, int64_t, int64_t,
+                                        int64_t, int64_t, int64_t, double, int64_t);
+template void attention_backward<double>(double*, double*, double*, const double*, const double*, const double*,
+                                         const double*, const double*, const double*, int64_t, int64_t, int64_t,
+                                         int64_t, int64_t, int64_t, double, int64_t);
+
+}  // namespace cpu
+
+#ifdef HLA_CUDA
+// The same op on the GPU (cuda/attention.cu, flash style); lse is fp32 there.
+static Var attention_cuda(const Var& q, const Var& k, const Var& v, double scale, int64_t window) {
+  Tensor qv = q.value(), kv = k.value(), vv = v.value();
+  HLA_CHECK(kv.is_cuda() && vv.is_cuda(), "attention: q is on cuda but k or v is on the cpu");
+  const int64_t B = qv.size(0), T = qv.size(1), H = qv.size(2), D = qv.size(3), Hkv = kv.size(2), Dv = vv.size(3);
+  const DType dt = qv.dtype();
+  Tensor o = Tensor::empty({B, T, H, Dv}, dt, Device::CUDA);        // o: (B, T, H, Dv)
+  Tensor lse = Tensor::empty({B, H, T}, DType::F32, Device::CUDA);  // lse: (B, H, T)
+  cuda::attention_forward(o.raw(), lse.data<float>(), qv.raw(), kv.raw(), vv.raw(), B, T, H, Hkv, D, Dv, scale,
+                          window, dt);
+  return record_op1(o, {q, k, v}, [=](const std::vector<Tensor>& g) {
+    Tensor dq = Tensor::empty(qv.shape(), dt, Device::CUDA);
+    Tensor dk = Tensor::empty(kv.shape(), dt, Device::CUDA);
+    Tensor dv = Tensor::empty(vv.shape(), dt, Device::CUDA);
+    cuda::attention_backward(dq.raw(), dk.raw(), dv.raw(), g[0].raw(), qv.raw(), kv.raw(), vv.raw(), o.raw(),
+                             lse.data<float>(), B, T, H, Hkv, D, Dv, scale, window, dt);
+    return std::vector<Tensor>{dq, dk, dv};
+  }, "attention");
+}
+#endif
+
+Var attention(const Var& q, const Var& k, const Var& v, double scale, int64_t window) {
+  HLA_CHECK(q.dim() == 4, "attention: q must be (B, T, H, D), got ", q.value().str());
+  HLA_CHECK(k.dim() == 4, "attention: k must be (B, T, Hkv, D), got ", k.value().str());
+  HLA_CHECK(v.dim() == 4, "attention: v must be (B, T, Hkv, Dv), got ", v.value().str());
+  const int64_t B = q.size(0), T = q.size(1), H = q.size(2), D = q.size(3), Hkv = k.size(2), Dv = v.size(3);
+  check_shape(k.value(), {B, T, Hkv, D}, "attention", "k");
+  check_shape(v.value(), {B, T, Hkv, Dv}, "attention", "v");
+  check_dtype(k.value(), q.dtype(), "attention", "k");
+  check_dtype(v.value(), q.dtype(), "attention", "v");
+  HLA_CHECK(Hkv > 0 && H % Hkv == 0, "attention: query heads H = ", H, " must be a multiple of kv heads Hkv = ", Hkv);
+  HLA_CHECK(window >= 0, "attention: window must be >= 0 (0 = full causal), got ", window);
+#ifdef HLA_CUDA
+  if (q.value().is_cuda()) return attention_cuda(q, k, v, scale, window);
+#endif
+  Tensor qv = q.value(), kv = k.value(), vv = v.value();
+  Tensor o = Tensor::empty({B, T, H, Dv}, qv.dtype());  // o: (B, T, H, Dv)
+  Tensor lse = Tensor::empty({B, H, T}, qv.dtype());    // lse: (B, H, T)
+  dispatch_float(qv.dtype(), "attention", [&](auto tag) {
+    using Real = decltype(tag);
+    cpu::attention_forward(o.data<Real>(), lse.data<Real>(), qv.data<Real>(), kv.data<Real>(), vv.data<Real>(), B, T,
+                           H, Hkv, D, Dv, scale, window);
+  });
+  return record_op1(o, {q, k, v}, [=](const std::vector<Tensor>& g) {
+    Tensor dq = Tensor::empty(qv.shape(), qv.dtype());
+    Tensor dk = Tensor::empty(kv.shape(), qv.dtype());
+    Tensor dv = Tensor::empty(vv.shape(), qv.dtype());
+    dispatch_float(qv.dtype(), "attention", [&](auto tag) {
+      using Real = decltype(tag);
+      cpu::attention_backward(dq.data<Real>(), dk.data<Real>(), dv.data<Real>(), g[0].data<Real>(), qv.data<Real>(),
+                              kv.data<Real>(), vv.data<Real>(), o.data<Real>(), lse.data<Real>(), B, T, H, Hkv, D,
+                              Dv, scale, window);
+    });
+    return std::vector<Tensor>{dq, dk, dv};
+  }, "attention");
+}
+
+// Full causal, 4 query heads on 2 kv heads (GQA), default scale.
+HLA_GRADCHECK("attention gqa") {
+  auto fn = [](const std::vector<Var>& x) {
+    return std::vector<Var>{attention(x[0], x[1], x[2], default_attention_scale(3))};
+  };
+  return gradcheck("attention gqa", fn, {{"q", gc_randn({2, 5, 4, 3}, 11)}, {"k", gc_randn({2, 5, 2, 3}, 12)},
+                                         {"v", gc_randn({2, 5, 2, 2}, 13)}});
+}
+
+// Sliding window 3 over 6 tokens (so early rows see fewer keys), GQA 2 -> 1, scale 0.7.
+HLA_GRADCHECK("attention window") {
+  auto fn = [](const std::vector<Var>& x) { return std::vector<Var>{attention(x[0], x[1], x[2], 0.7, 3)}; };
+  return gradcheck("attention window", fn, {{"q", gc_randn({2, 6, 2, 3}, 14)}, {"k", gc_randn({2, 6, 1, 3}, 15)},
+                                            {"v", gc_randn({2, 6, 1, 2}, 16)}});
+}
+
+}  // namespace hla

@@ -1,0 +1,38 @@
+// Causal softmax attention (mixers.md section 5) with grouped KV heads and an optional sliding
+// window: the reference the CUDA flash kernel is checked against.
+//
+//   B batch, T tokens, H query heads, Hkv key/value heads (H % Hkv == 0), D = q/k head width,
+//   Dv = v head width. Query head j reads kv head m = floor(j / (H / Hkv)) (consecutive groups).
+//   s[t, tau]  = scale * q_t . k_tau                 allowed iff tau <= t and (window == 0 or t - tau < window)
+//   lse_t      = log sum_{allowed tau} exp(s[t, tau])
+//   o_t        = sum_tau exp(s[t, tau] - lse_t) v_tau
+// The forward also returns lse (B, H, T), which the backward uses to rebuild the probabilities
+// without storing the T x T matrix, exactly as flash attention does.
+#pragma once
+#include <cmath>
+
+#include "autograd/var.h"
+
+namespace hla {
+
+// fla's default query scale for head width D.
+inline double default_attention_scale(int64_t head_dim) { return 1.0 / std::sqrt(static_cast<double>(head_dim)); }
+
+// q: (B, T, H, D), k: (B, T, Hkv, D), v: (B, T, Hkv, Dv) -> o: (B, T, H, Dv).
+// window 0 = full causal; window w > 0: query t sees keys t-w+1 .. t.
+Var attention(const Var& q, const Var& k, const Var& v, double scale, int64_t window = 0);
+
+namespace cpu {
+// q: (B, T, H, D), k: (B, T, Hkv, D), v: (B, T, Hkv, Dv); o: (B, T, H, Dv) and lse: (B, H, T) written.
+template <class Real>
+void attention_forward(Real* o, Real* lse, const Real* q, const Real* k, const Real* v, int64_t B, int64_t T,
+                       int64_t H, int64_t Hkv, int64_t D, int64_t Dv, double scale, int64_t window);
+// dout, o: (B, T, H, Dv), lse: (B, H, T) from the forward; dq: (B, T, H, D), dk: (B, T, Hkv, D),
+// dv: (B, T, Hkv, Dv) written (dk, dv summed over the H / Hkv query heads of each kv head).
+template <class Real>
+void attention_backward(Real* dq, Real* dk, Real* dv, const Real* dout, const Real* q, const Real* k, const Real* v,
+                        const Real* o, const Real* lse, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D,
+                        int64_t Dv, double scale, int64_t window);
+}  // namespace cpu
+
+}  // namespace hla

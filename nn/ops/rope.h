@@ -1,0 +1,28 @@
+// Rotary position embedding, GPT-NeoX "rotate-half" layout (mixers.md 2.9), applied to q and k
+// of softmax attention and RetNet.
+//
+//   inv_freq_i = theta^(-2i/D),  phi_{p,i} = p * inv_freq_i,  i < D/2,  p = position_offset + t
+//   y_i       = x_i cos(phi) - x_{i+D/2} sin(phi)
+//   y_{i+D/2} = x_i sin(phi) + x_{i+D/2} cos(phi)
+// Each channel pair is rotated by phi, so the backward is the rotation by -phi. The angles are
+// computed in the op's type (float reproduces fla's fp32 tables).
+#pragma once
+#include "autograd/var.h"
+
+namespace hla {
+
+// x: (B, T, H, D), D even -> (B, T, H, D); token t sits at position position_offset + t.
+Var rope(const Var& x, double theta, int64_t position_offset = 0);
+
+namespace cpu {
+// x, y: (B, T, H, D)
+template <class Real>
+void rope_forward(Real* y, const Real* x, int64_t B, int64_t T, int64_t H, int64_t D, double theta,
+                  int64_t position_offset);
+// dy, dx: (B, T, H, D); dx written
+template <class Real>
+void rope_backward(Real* dx, const Real* dy, int64_t B, int64_t T, int64_t H, int64_t D, double theta,
+                   int64_t position_offset);
+}  // namespace cpu
+
+}  // namespace hla
