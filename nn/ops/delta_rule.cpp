@@ -1,0 +1,657 @@
+// The general delta rule on the CPU (mixers.md 4.5-4.9): token recurrence and chunked WY form,
+// forward and analytic backward, templated on float/double.
+//
+// Layout: every (batch, value head) pair is an independent sequence. Its inputs are first
+// gathered into per-head matrices whose rows are tokens, with every coefficient WIDENED to
+// channels: a scalar gate or beta is repeated on every channel, an absent gate is 0. So one code
+// path serves all four mixers (a scalar gate is a vector gate with equal channels), and the
+// variants only matter where a head is loaded and where its gradients are stored (a scalar's
+// gradient is the sum over its channels; q/k gradients are summed over the value heads that
+// share a query/key head).
+//
+// Rows are tokens, so a key or query is a ROW vector here and S^T x of the spec is written x S.
+#include "nn/ops/delta_rule.h"
+
+#include <Eigen/Dense>
+#include <algorithm>
+#include <cmath>
+#include <utility>
+#include <vector>
+
+#include "autograd/gradcheck.h"
+#include "nn/ops/solve_tril.h"
+#include "tensor/dispatch.h"
+#include "tensor/math.h"
+
+namespace hla {
+namespace cpu {
+namespace {
+
+using Eigen::Index;
+template <class T> using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class T> using RowVec = Eigen::Matrix<T, 1, Eigen::Dynamic>;
+
+// ---------------------------------------------------------------------------------------------
+// One (batch, value head) sequence.
+
+template <class T>
+struct HeadInputs {
+  Mat<T> q, k;  // (T, dk)  of query/key head j / (HV / H)
+  Mat<T> v;     // (T, dv)
+  Mat<T> g;     // (T, dk)  log decay per key channel (scalar gate repeated; no gate: 0)
+  Mat<T> b;     // (T, dk)  erase gate (scalar beta repeated)
+  Mat<T> w;     // (T, dv)  write gate (scalar beta repeated)
+  Mat<T> h0;    // (dk, dv) initial state
+};
+
+template <class T>
+struct HeadOutputs {
+  Mat<T> o;  // (T, dv)
+  Mat<T> u;  // (T, dv)  the residual u_t
+  Mat<T> S;  // (dk, dv) final state
+};
+
+// Gradients of HeadInputs, same names and shapes.
+template <class T>
+struct HeadGrads {
+  Mat<T> q, k, v, g, b, w, h0;
+};
+
+template <class T>
+struct InputPointers {
+  const T *q, *k, *v, *g, *b, *w, *h0;
+};
+
+// Rows t = 0..T-1 of head `head` of a (B, T, heads, width) tensor, as a (T, width) matrix.
+template <class T>
+Mat<T> load_rows(const T* p, const DeltaRuleDims& d, int64_t bi, int64_t head, int64_t heads,
+                 int64_t width) {
+  using Strided = Eigen::Map<const Mat<T>, 0, Eigen::OuterStride<>>;
+  return Strided(p + (bi * d.T * heads + head) * width, d.T, width, Eigen::OuterStride<>(heads * width));
+}
+
+// The same rows of a (B, T, heads, width) tensor += X.
+template <class T>
+void add_rows(T* p, const Mat<T>& X, const DeltaRuleDims& d, int64_t bi, int64_t head,
+              int64_t heads, int64_t width) {
+  using Strided = Eigen::Map<Mat<T>, 0, Eigen::OuterStride<>>;
+  Strided(p + (bi * d.T * heads + head) * width, d.T, width, Eigen::OuterStride<>(heads * width)) += X;
+}
+
+// A per-(token, value head) coefficient as a (T, width) matrix: a vector one (B, T, HV, width)
+// as is, a scalar one (B, T, HV) repeated on every channel, an absent one (null) as `fill`.
+template <class T>
+Mat<T> load_coef(const T* p, bool is_vector, T fill, const DeltaRuleDims& d, int64_t bi,
+                 int64_t j, int64_t width) {
+  if (!p) return Mat<T>::Constant(d.T, width, fill);
+  if (is_vector) return load_rows(p, d, bi, j, d.HV, width);
+  return load_rows(p, d, bi, j, d.HV, 1).replicate(1, width);
+}
+
+// The gradient of a widened coefficient, added back in its own shape (a scalar's gradient is
+// the sum over the channels it was repeated on). Null: not wanted.
+template <class T>
+void add_coef_grad(T* p, const Mat<T>& dX, bool is_vector, const DeltaRuleDims& d, int64_t bi,
+                   int64_t j, int64_t width) {
+  if (!p) return;
+  if (is_vector) add_rows(p, dX, d, bi, j, d.HV, width);
+  else add_rows<T>(p, dX.rowwise().sum(), d, bi, j, d.HV, 1);
+}
+
+template <class T>
+HeadInputs<T> load_head(const InputPointers<T>& in, const DeltaRuleDims& d, int64_t bi, int64_t j) {
+  const int64_t h = j / (d.HV / d.H);  // the query/key head this value head reads
+  HeadInputs<T> x;
+  x.q = load_rows(in.q, d, bi, h, d.H, d.dk);
+  x.k = load_rows(in.k, d, bi, h, d.H, d.dk);
+  x.v = load_rows(in.v, d, bi, j, d.HV, d.dv);
+  x.g = load_coef(in.g, d.gate == DeltaGate::Vector, T(0), d, bi, j, d.dk);
+  x.b = load_coef(in.b, d.erase_vector, T(0), d, bi, j, d.dk);
+  x.w = load_coef(in.w, d.write_vector, T(0), d, bi, j, d.dv);
+  const int64_t state = d.dk * d.dv;
+  x.h0 = in.h0 ? Mat<T>(Eigen::Map<const Mat<T>>(in.h0 + (bi * d.HV + j) * state, d.dk, d.dv))
+               : Mat<T>(Mat<T>::Zero(d.dk, d.dv));
+  return x;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The token recurrence (4.5) and its reverse-time backward (13, "delta-family token-level
+// reference").
+
+// One step from S_{t-1}, with the pieces the backward reuses.
+template <class T>
+struct DeltaStep {
+  RowVec<T> decay;    // (dk) exp(g_t)
+  RowVec<T> e;        // (dk) erase key b_t * k_t
+  RowVec<T> y;        // (dv) written value w_t * v_t
+  RowVec<T> u;        // (dv) new value y_t - S'_t^T e_t
+  Mat<T> S_decayed;   // (dk, dv) S'_t
+  Mat<T> S;           // (dk, dv) S_t
+};
+
+template <class T>
+DeltaStep<T> delta_step(const HeadInputs<T>& in, Index t, const Mat<T>& S_prev) {
+  DeltaStep<T> s;
+  s.decay = in.g.row(t).array().exp().matrix();
+  s.S_decayed = s.decay.asDiagonal() * S_prev;               // S'_t = Diag(exp(g_t)) S_{t-1}
+  s.e = in.b.row(t).cwiseProduct(in.k.row(t));               // e_t = b_t * k_t
+  s.y = in.w.row(t).cwiseProduct(in.v.row(t));               // y_t = w_t * v_t
+  s.u = s.y - s.e * s.S_decayed;                             // u_t = y_t - S'_t^T e_t
+  s.S = s.S_decayed + in.k.row(t).transpose() * s.u;         // S_t = S'_t + k_t u_t^T
+  return s;
+}
+
+template <class T>
+HeadOutputs<T> recurrent_forward(const HeadInputs<T>& in, T scale) {
+  const Index n = in.q.rows();
+  HeadOutputs<T> out{Mat<T>(n, in.v.cols()), Mat<T>(n, in.v.cols()), in.h0};
+  for (Index t = 0; t < n; t++) {
+    DeltaStep<T> s = delta_step(in, t, out.S);
+    out.S = s.S;
+    out.u.row(t) = s.u;
+    out.o.row(t) = scale * in.q.row(t) * s.S;                // o_t = scale S_t^T q_t
+  }
+  return out;
+}
+
+// dO, dU: (T, dv) gradients of o and u;  dS_final: (dk, dv) gradient of S_T.
+template <class T>
+HeadGrads<T> recurrent_backward(const HeadInputs<T>& in, T scale, const Mat<T>& dO,
+                                const Mat<T>& dU, const Mat<T>& dS_final) {
+  const Index n = in.q.rows();
+  // Replay the forward keeping every S_{t-1}: (T, dk, dv) for this one head.
+  std::vector<Mat<T>> S_prev(n);
+  Mat<T> S = in.h0;
+  for (Index t = 0; t < n; t++) {
+    S_prev[t] = S;
+    S = delta_step(in, t, S).S;
+  }
+  HeadGrads<T> gr{Mat<T>(n, in.q.cols()), Mat<T>(n, in.k.cols()), Mat<T>(n, in.v.cols()),
+                  Mat<T>(n, in.g.cols()), Mat<T>(n, in.b.cols()), Mat<T>(n, in.w.cols()), Mat<T>()};
+  Mat<T> dS = dS_final;  // dL/dS_t, walking t down
+  for (Index t = n - 1; t >= 0; t--) {
+    DeltaStep<T> s = delta_step(in, t, S_prev[t]);
+    // o_t = scale S_t^T q_t
+    dS += scale * in.q.row(t).transpose() * dO.row(t);      // dS_t += scale q_t do_t^T
+    gr.q.row(t) = scale * dO.row(t) * s.S.transpose();       // dq_t = scale S_t do_t
+    // S_t = S'_t + k_t u_t^T   (u_t is also an output)
+    RowVec<T> du = in.k.row(t) * dS + dU.row(t);            // du_t = dS^T k_t (+ residual grad)
+    RowVec<T> dk = s.u * dS.transpose();                    // dk_t = dS u_t
+    // u_t = y_t - r_t,  r_t = S'_t^T e_t
+    RowVec<T> dy = du;
+    RowVec<T> dr = -du;
+    Mat<T> dS_decayed = dS + s.e.transpose() * dr;          // dS' = dS + e_t dr^T
+    RowVec<T> de = dr * s.S_decayed.transpose();            // de_t = S'_t dr
+    // S'_t = Diag(exp(g_t)) S_{t-1}
+    gr.g.row(t) = s.S_decayed.cwiseProduct(dS_decayed).rowwise().sum().transpose();  // rowsum(S' (.) dS')
+    dS = s.decay.asDiagonal() * dS_decayed;                 // dS_{t-1} = Diag(exp(g_t)) dS'
+    // e_t = b_t * k_t,  y_t = w_t * v_t
+    gr.k.row(t) = dk + in.b.row(t).cwiseProduct(de);
+    gr.b.row(t) = in.k.row(t).cwiseProduct(de);
+    gr.v.row(t) = in.w.row(t).cwiseProduct(dy);
+    gr.w.row(t) = in.v.row(t).cwiseProduct(dy);
+  }
+  gr.h0 = dS;
+  return gr;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The chunked WY form (4.6-4.9). Chunks of C tokens (the last may be partial); inside a chunk,
+// local tokens t = 0..n-1 and G = inclusive cumulative log gate restarted at the chunk start.
+
+// M[t,s] = sum_d X[t,d] K[s,d] exp(G[t,d] - G[s,d]) for s < t (strict) or s <= t, else 0.
+// The exponent is only formed for s <= t, where G[t] - G[s] <= 0 (4.1: mask before exp).
+// X = E gives L of 4.6, X = Q gives Aqk. With a scalar gate the exp factor is the same on every
+// channel and this is (X K^T) (.) exp(G_t - G_s), one matmul.
+template <class T>
+Mat<T> decayed_scores(const Mat<T>& X, const Mat<T>& K, const Mat<T>& G, bool strict) {
+  const Index n = X.rows();
+  Mat<T> M = Mat<T>::Zero(n, n);
+  for (Index t = 0; t < n; t++)
+    for (Index s = 0; s < (strict ? t : t + 1); s++)
+      M(t, s) = (X.row(t).array() * K.row(s).array() * (G.row(t) - G.row(s)).array().exp()).sum();
+  return M;
+}
+
+// Backward of decayed_scores: given dM, adds to dX, dK and dG (the in-chunk cumulative gate):
+// each pair term p = dM[t,s] X[t,d] K[s,d] exp(G[t,d] - G[s,d]) gives +p to dG[t,d], -p to dG[s,d].
+template <class T>
+void decayed_scores_backward(const Mat<T>& dM, const Mat<T>& X, const Mat<T>& K, const Mat<T>& G,
+                             bool strict, Mat<T>& dX, Mat<T>& dK, Mat<T>& dG) {
+  const Index n = X.rows();
+  for (Index t = 0; t < n; t++)
+    for (Index s = 0; s < (strict ? t : t + 1); s++) {
+      RowVec<T> c = dM(t, s) * (G.row(t) - G.row(s)).array().exp().matrix();  // (dk)
+      dX.row(t) += c.cwiseProduct(K.row(s));
+      dK.row(s) += c.cwiseProduct(X.row(t));
+      RowVec<T> pair = c.cwiseProduct(X.row(t)).cwiseProduct(K.row(s));
+      dG.row(t) += pair;
+      dG.row(s) -= pair;
+    }
+}
+
+// Everything 4.6 builds inside one chunk from the chunk's own inputs (no state involved): the
+// part of the CUDA kernel that runs in parallel over chunks.
+template <class T>
+struct ChunkWY {
+  Index t0 = 0, n = 0;  // first token, number of tokens
+  Mat<T> G;        // (n, dk) inclusive in-chunk cumsum of g
+  Mat<T> E;        // (n, dk) erase keys e_t = b_t * k_t
+  Mat<T> Y;        // (n, dv) written values y_t = w_t * v_t
+  Mat<T> Ehat;     // (n, dk) e_t * exp(G_t)
+  Mat<T> A;        // (n, n)  (I + L)^{-1}, L[t,s] = sum_d e_t k_s exp(G_t - G_s), s < t
+  Mat<T> W;        // (n, dk) A Ehat
+  Mat<T> U;        // (n, dv) A Y
+  Mat<T> Aqk;      // (n, n)  sum_d q_t k_s exp(G_t - G_s), s <= t
+  Mat<T> Qg;       // (n, dk) q_t * exp(G_t)
+  Mat<T> Kdecay;   // (n, dk) exp(G_last - G_s): decay from token s to the chunk end
+  Mat<T> Kg;       // (n, dk) k_s * exp(G_last - G_s)
+  RowVec<T> decay_last;  // (dk) exp(G_last): decay over the whole chunk
+};
+
+template <class T>
+ChunkWY<T> prepare_chunk(const HeadInputs<T>& in, Index t0, Index n) {
+  ChunkWY<T> c;
+  c.t0 = t0;
+  c.n = n;
+  auto Q = in.q.middleRows(t0, n);
+  auto K = in.k.middleRows(t0, n);
+  // 4.1: cumulative log gate restarted at the chunk start (G <= 0, non-increasing in t).
+  c.G = in.g.middleRows(t0, n);
+  for (Index t = 1; t < n; t++) c.G.row(t) += c.G.row(t - 1);
+  Mat<T> expG = c.G.array().exp().matrix();
+  c.E = in.b.middleRows(t0, n).cwiseProduct(K);
+  c.Y = in.w.middleRows(t0, n).cwiseProduct(in.v.middleRows(t0, n));
+  c.Ehat = c.E.cwiseProduct(expG);
+  // 4.6 + 4.7: the UT transform.
+  c.A = solve_tril(decayed_scores<T>(c.E, K, c.G, /*strict=*/true));
+  c.W = c.A * c.Ehat;
+  c.U = c.A * c.Y;
+  c.Aqk = decayed_scores<T>(Q, K, c.G, /*strict=*/false);
+  c.Qg = Q.cwiseProduct(expG);
+  RowVec<T> G_last = c.G.row(n - 1);
+  c.Kdecay = (G_last.replicate(n, 1) - c.G).array().exp().matrix();  // exponent <= 0
+  c.Kg = K.cwiseProduct(c.Kdecay);
+  c.decay_last = G_last.array().exp().matrix();
+  return c;
+}
+
+template <class T>
+std::vector<ChunkWY<T>> prepare_chunks(const HeadInputs<T>& in, Index chunk_size) {
+  std::vector<ChunkWY<T>> chunks;
+  for (Index t0 = 0; t0 < in.q.rows(); t0 += chunk_size)
+    chunks.push_back(prepare_chunk(in, t0, std::min(chunk_size, in.q.rows() - t0)));
+  return chunks;
+}
+
+// 4.8: the only sequential part, a scan over chunks carrying the state.
+template <class T>
+struct ChunkScan {
+  std::vector<Mat<T>> h;     // h[n]: (dk, dv) state at the START of chunk n
+  std::vector<Mat<T>> Vnew;  // Vnew[n]: (n_tokens, dv) rows u_t of the chunk
+  Mat<T> S_final;            // (dk, dv)
+};
+
+template <class T>
+ChunkScan<T> scan_chunks(const std::vector<ChunkWY<T>>& chunks, const Mat<T>& h0) {
+  ChunkScan<T> scan;
+  Mat<T> S = h0;
+  for (const ChunkWY<T>& c : chunks) {
+    scan.h.push_back(S);
+    scan.Vnew.push_back(c.U - c.W * S);                             // Vnew = U - W S0
+    S = c.decay_last.asDiagonal() * S + c.Kg.transpose() * scan.Vnew.back();  // S_end
+  }
+  scan.S_final = S;
+  return scan;
+}
+
+template <class T>
+HeadOutputs<T> chunk_forward(const HeadInputs<T>& in, T scale, Index chunk_size) {
+  const Index n = in.q.rows(), dv = in.v.cols();
+  // Pass 1 (parallel over chunks): G, the UT transform A, W, U, Aqk.
+  std::vector<ChunkWY<T>> chunks = prepare_chunks(in, chunk_size);
+  // Pass 2 (sequential): chunk start states h[n] and new values Vnew.
+  ChunkScan<T> scan = scan_chunks(chunks, in.h0);
+  // Pass 3 (parallel over chunks): o = scale (Qg h[n] + Aqk Vnew).
+  HeadOutputs<T> out{Mat<T>(n, dv), Mat<T>(n, dv), scan.S_final};
+  for (size_t i = 0; i < chunks.size(); i++) {
+    const ChunkWY<T>& c = chunks[i];
+    out.o.middleRows(c.t0, c.n) = scale * (c.Qg * scan.h[i] + c.Aqk * scan.Vnew[i]);
+    out.u.middleRows(c.t0, c.n) = scan.Vnew[i];
+  }
+  return out;
+}
+
+// 4.9 steps 4-8 for one chunk: given its start state h, the gradient dh of its END state and
+// the total gradient dVnew of its new values, the gradients of its tokens' inputs.
+template <class T>
+void chunk_backward_local(const HeadInputs<T>& in, const ChunkWY<T>& c, const Mat<T>& h,
+                          const Mat<T>& Vnew, const Mat<T>& dh, const Mat<T>& dVnew,
+                          const Mat<T>& dO, T scale, HeadGrads<T>& gr) {
+  const Index n = c.n, last = n - 1, dk = in.k.cols();
+  auto Q = in.q.middleRows(c.t0, n);
+  auto K = in.k.middleRows(c.t0, n);
+  Mat<T> expG = c.G.array().exp().matrix();
+  Mat<T> dQ = Mat<T>::Zero(n, dk), dK = Mat<T>::Zero(n, dk), dE = Mat<T>::Zero(n, dk);
+  Mat<T> dG = Mat<T>::Zero(n, dk);  // gradient of the cumulative gate G
+  // (a) o = scale (Qg h + Aqk Vnew),  Qg = Q * exp(G)
+  Mat<T> dQg = scale * dO * h.transpose();                          // (n, dk)
+  dQ += dQg.cwiseProduct(expG);
+  dG += dQg.cwiseProduct(c.Qg);
+  Mat<T> dAqk = scale * dO * Vnew.transpose();                      // masked to s <= t below
+  decayed_scores_backward<T>(dAqk, Q, K, c.G, /*strict=*/false, dQ, dK, dG);
+  // (b) S_end = Diag(exp(G_last)) h + Kg^T Vnew,  Kg = K * exp(G_last - G)
+  dG.row(last) += c.decay_last.cwiseProduct(h.cwiseProduct(dh).rowwise().sum().transpose());
+  Mat<T> dKg = Vnew * dh.transpose();                               // (n, dk)
+  dK += dKg.cwiseProduct(c.Kdecay);
+  Mat<T> kg_pair = dKg.cwiseProduct(c.Kg);                          // d/dG of exp(G_last - G_s)
+  dG.row(last) += kg_pair.colwise().sum();
+  dG -= kg_pair;
+  // (c) Vnew = U - W h
+  const Mat<T>& dU = dVnew;
+  Mat<T> dW = -dVnew * h.transpose();                               // (n, dk)
+  // (d) U = A Y,  W = A Ehat
+  Mat<T> dA = dU * c.Y.transpose() + dW * c.Ehat.transpose();       // (n, n)
+  Mat<T> dY = c.A.transpose() * dU;                                 // (n, dv)
+  Mat<T> dEhat = c.A.transpose() * dW;                              // (n, dk)
+  // (e) Ehat = E * exp(G)
+  dE += dEhat.cwiseProduct(expG);
+  dG += dEhat.cwiseProduct(c.Ehat);
+  // (f) A = (I + L)^{-1}  =>  dL = -A^T dA A^T, strictly lower (L's other entries are constant 0)
+  Mat<T> dL = -(c.A.transpose() * dA * c.A.transpose());
+  decayed_scores_backward<T>(dL, c.E, K, c.G, /*strict=*/true, dE, dK, dG);
+  // (g) E = b * K,  Y = w * V
+  gr.k.middleRows(c.t0, n) = dK + in.b.middleRows(c.t0, n).cwiseProduct(dE);
+  gr.b.middleRows(c.t0, n) = K.cwiseProduct(dE);
+  gr.v.middleRows(c.t0, n) = in.w.middleRows(c.t0, n).cwiseProduct(dY);
+  gr.w.middleRows(c.t0, n) = in.v.middleRows(c.t0, n).cwiseProduct(dY);
+  gr.q.middleRows(c.t0, n) = dQ;
+  // (h) G_t = g_0 + ... + g_t  =>  dg_t = sum_{s >= t} dG_s   (reverse cumsum inside the chunk)
+  for (Index t = last - 1; t >= 0; t--) dG.row(t) += dG.row(t + 1);
+  gr.g.middleRows(c.t0, n) = dG;
+}
+
+template <class T>
+HeadGrads<T> chunk_backward(const HeadInputs<T>& in, T scale, Index chunk_size, const Mat<T>& dO,
+                            const Mat<T>& dU, const Mat<T>& dS_final) {
+  const Index n = in.q.rows();
+  // Pass 1 + 2: recompute the chunk pieces, the start states h[n] and Vnew (4.9 step 1).
+  std::vector<ChunkWY<T>> chunks = prepare_chunks(in, chunk_size);
+  ChunkScan<T> scan = scan_chunks(chunks, in.h0);
+  // Pass 3 (sequential, reverse): dh[n] = gradient of chunk n's END state, and the total
+  // gradient of each chunk's new values (4.9 step 3).
+  std::vector<Mat<T>> dh(chunks.size()), dVnew(chunks.size());
+  Mat<T> dS = dS_final;
+  for (Index i = static_cast<Index>(chunks.size()) - 1; i >= 0; i--) {
+    const ChunkWY<T>& c = chunks[i];
+    auto dO_c = dO.middleRows(c.t0, c.n);
+    dh[i] = dS;
+    // Vnew feeds o (through Aqk), S_end (through Kg), and the residual output.
+    dVnew[i] = scale * c.Aqk.transpose() * dO_c + c.Kg * dS + dU.middleRows(c.t0, c.n);
+    // h[n] feeds S_end (decay), o (through Qg) and Vnew (through W).
+    dS = c.decay_last.asDiagonal() * dS + scale * c.Qg.transpose() * dO_c
+         - c.W.transpose() * dVnew[i];
+  }
+  HeadGrads<T> gr{Mat<T>(n, in.q.cols()), Mat<T>(n, in.k.cols()), Mat<T>(n, in.v.cols()),
+                  Mat<T>(n, in.g.cols()), Mat<T>(n, in.b.cols()), Mat<T>(n, in.w.cols()), dS};
+  // Pass 4 (parallel over chunks): every input's gradient inside each chunk.
+  for (size_t i = 0; i < chunks.size(); i++)
+    chunk_backward_local(in, chunks[i], scan.h[i], scan.Vnew[i], dh[i], dVnew[i],
+                         Mat<T>(dO.middleRows(chunks[i].t0, chunks[i].n)), scale, gr);
+  return gr;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Entry points: loop over (batch, value head).
+
+template <class T>
+void delta_rule_forward(T* o, T* final_state, T* residual, const T* q, const T* k, const T* v,
+                        const T* g, const T* b, const T* w, const T* h0, const DeltaRuleDims& d) {
+  const InputPointers<T> in{q, k, v, g, b, w, h0};
+  const T scale = static_cast<T>(d.scale);
+  for (int64_t bi = 0; bi < d.B; bi++)
+    for (int64_t j = 0; j < d.HV; j++) {
+      HeadInputs<T> x = load_head(in, d, bi, j);
+      HeadOutputs<T> out = d.chunk_size > 0 ? chunk_forward(x, scale, d.chunk_size)
+                                            : recurrent_forward(x, scale);
+      Eigen::Map<Mat<T>>(final_state + (bi * d.HV + j) * d.dk * d.dv, d.dk, d.dv) = out.S;
+      using Strided = Eigen::Map<Mat<T>, 0, Eigen::OuterStride<>>;
+      const int64_t row0 = (bi * d.T * d.HV + j) * d.dv;
+      Strided(o + row0, d.T, d.dv, Eigen::OuterStride<>(d.HV * d.dv)) = out.o;
+      Strided(residual + row0, d.T, d.dv, Eigen::OuterStride<>(d.HV * d.dv)) = out.u;
+    }
+}
+
+template <class T>
+void delta_rule_backward(T* grad_q, T* grad_k, T* grad_v, T* grad_g, T* grad_b, T* grad_w,
+                         T* grad_h0, const T* d_o, const T* d_final_state, const T* d_residual,
+                         const T* q, const T* k, const T* v, const T* g, const T* b, const T* w,
+                         const T* h0, const DeltaRuleDims& d) {
+  const InputPointers<T> in{q, k, v, g, b, w, h0};
+  const T scale = static_cast<T>(d.scale);
+  const int64_t state = d.dk * d.dv;
+  for (int64_t bi = 0; bi < d.B; bi++)
+    for (int64_t j = 0; j < d.HV; j++) {
+      HeadInputs<T> x = load_head(in, d, bi, j);
+      Mat<T> dO = load_rows(d_o, d, bi, j, d.HV, d.dv);                      // (T, dv)
+      Mat<T> dU = load_rows(d_residual, d, bi, j, d.HV, d.dv);               // (T, dv)
+      Mat<T> dS = Eigen::Map<const Mat<T>>(d_final_state + (bi * d.HV + j) * state, d.dk, d.dv);
+      HeadGrads<T> gr = d.chunk_size > 0 ? chunk_backward(x, scale, d.chunk_size, dO, dU, dS)
+                                         : recurrent_backward(x, scale, dO, dU, dS);
+      const int64_t h = j / (d.HV / d.H);
+      add_rows(grad_q, gr.q, d, bi, h, d.H, d.dk);  // summed over the value heads of qk head h
+      add_rows(grad_k, gr.k, d, bi, h, d.H, d.dk);
+      add_rows(grad_v, gr.v, d, bi, j, d.HV, d.dv);
+      if (d.gate != DeltaGate::None) add_coef_grad(grad_g, gr.g, d.gate == DeltaGate::Vector, d, bi, j, d.dk);
+      add_coef_grad(grad_b, gr.b, d.erase_vector, d, bi, j, d.dk);
+      add_coef_grad(grad_w, gr.w, d.write_vector, d, bi, j, d.dv);
+      if (grad_h0) Eigen::Map<Mat<T>>(grad_h0 + (bi * d.HV + j) * state, d.dk, d.dv) += gr.h0;
+    }
+}
+
+template void delta_rule_forward<float>(float*, float*, float*, const float*, const float*,
+                                        const float*, const float*, const float*, const float*,
+                                        const float*, const DeltaRuleDims&);
+template void delta_rule_forward<double>(double*, double*, double*, const double*, const double*,
+                                         const double*, const double*, const double*,
+                                         const double*, const double*, const DeltaRuleDims&);
+template void delta_rule_backward<float>(float*, float*, float*, float*, float*, float*, float*,
+                                         const float*, const float*, const float*, const float*,
+                                         const float*, const float*, const float*, const float*,
+                                         const float*, const float*, const DeltaRuleDims&);
+template void delta_rule_backward<double>(double*, double*, double*, double*, double*, double*,
+                                          double*, const double*, const double*, const double*,
+                                          const double*, const double*, const double*,
+                                          const double*, const double*, const double*,
+                                          const double*, const DeltaRuleDims&);
+
+}  // namespace cpu
+
+// ---------------------------------------------------------------------------------------------
+// The Var function.
+
+namespace {
+
+// A per-(token, value head) coefficient: (B, T, HV) scalar or (B, T, HV, width) vector.
+bool coef_is_vector(const Var& x, const char* name, int64_t B, int64_t T, int64_t HV, int64_t width) {
+  const Shape& s = x.shape();
+  if (s == Shape{B, T, HV}) return false;
+  if (s == Shape{B, T, HV, width}) return true;
+  fail("delta_rule: ", name, " must be (B, T, HV) = ", shape_str({B, T, HV}), " or (B, T, HV, ",
+       width, ") = ", shape_str({B, T, HV, width}), ", got ", shape_str(s));
+}
+
+cpu::DeltaRuleDims check_inputs(const Var& q, const Var& k, const Var& v, const Var& g,
+                                const Var& b, const Var& w, const Var& h0,
+                                const DeltaRuleOptions& opt) {
+  HLA_CHECK(q.defined() && k.defined() && v.defined() && b.defined(),
+            "delta_rule: q, k, v and b (beta) are required");
+  HLA_CHECK(q.dim() == 4, "delta_rule: q must be (B, T, H, dk), got ", q.value().str());
+  check_shape(k.value(), q.shape(), "delta_rule", "k");
+  cpu::DeltaRuleDims d{};
+  d.B = q.size(0), d.T = q.size(1), d.H = q.size(2), d.dk = q.size(3);
+  HLA_CHECK(v.dim() == 4 && v.size(0) == d.B && v.size(1) == d.T,
+            "delta_rule: v must be (B, T, HV, dv) with B, T of q ", q.value().str(), ", got ",
+            v.value().str());
+  d.HV = v.size(2), d.dv = v.size(3);
+  HLA_CHECK(d.HV % d.H == 0, "delta_rule: value heads HV = ", d.HV,
+            " must be a multiple of query/key heads H = ", d.H);
+  d.gate = !g.defined() ? cpu::DeltaGate::None
+           : coef_is_vector(g, "g", d.B, d.T, d.HV, d.dk) ? cpu::DeltaGate::Vector
+                                                          : cpu::DeltaGate::Scalar;
+  d.erase_vector = coef_is_vector(b, "b", d.B, d.T, d.HV, d.dk);
+  if (w.defined()) {
+    d.write_vector = coef_is_vector(w, "w", d.B, d.T, d.HV, d.dv);
+  } else {
+    HLA_CHECK(!d.erase_vector, "delta_rule: w = b (w undefined) needs a scalar beta (B, T, HV), got b ",
+              b.value().str());
+    d.write_vector = false;
+  }
+  if (h0.defined()) check_shape(h0.value(), {d.B, d.HV, d.dk, d.dv}, "delta_rule", "initial_state");
+  const std::pair<const Var*, const char*> others[] = {{&k, "k"}, {&v, "v"}, {&g, "g"}, {&b, "b"},
+                                                       {&w, "w"}, {&h0, "initial_state"}};
+  for (const auto& [x, name] : others)
+    if (x->defined()) check_dtype(x->value(), q.dtype(), "delta_rule", name);
+  HLA_CHECK(opt.chunk_size >= 0, "delta_rule: chunk_size must be >= 0, got ", opt.chunk_size);
+  d.scale = opt.scale != 0 ? opt.scale : 1.0 / std::sqrt(static_cast<double>(d.dk));
+  d.chunk_size = opt.chunk_size;
+  return d;
+}
+
+template <class T>
+const T* data_or_null(const Tensor& t) {
+  return t.defined() ? t.data<T>() : nullptr;
+}
+template <class T>
+T* data_or_null(Tensor& t) {
+  return t.defined() ? t.data<T>() : nullptr;
+}
+
+Tensor zeros_like_or_none(const Var& x) {
+  return x.defined() ? Tensor::zeros(x.shape(), x.dtype()) : Tensor();
+}
+
+}  // namespace
+
+DeltaRuleOutputs delta_rule(const Var& q, const Var& k, const Var& v, const Var& g, const Var& b,
+                            const Var& w, const Var& initial_state, const DeltaRuleOptions& options) {
+  const cpu::DeltaRuleDims d = check_inputs(q, k, v, g, b, w, initial_state, options);
+  HLA_CHECK(!q.value().is_cuda(), "delta_rule: the CUDA kernel is not built yet");
+  const bool tied = !w.defined();  // w = b: the kernel reads beta twice, its gradient is the sum
+  Tensor qv = q.value(), kv = k.value(), vv = v.value(), bv = b.value();
+  Tensor gv = g.defined() ? g.value() : Tensor();
+  Tensor wv = tied ? bv : w.value();
+  Tensor h0 = initial_state.defined() ? initial_state.value() : Tensor();
+  const DType dt = qv.dtype();
+  Tensor o = Tensor::empty({d.B, d.T, d.HV, d.dv}, dt);
+  Tensor final_state = Tensor::empty({d.B, d.HV, d.dk, d.dv}, dt);
+  Tensor residual = Tensor::empty({d.B, d.T, d.HV, d.dv}, dt);
+  dispatch_float(dt, "delta_rule", [&](auto tag) {
+    using T = decltype(tag);
+    cpu::delta_rule_forward(o.data<T>(), final_state.data<T>(), residual.data<T>(), qv.data<T>(),
+                            kv.data<T>(), vv.data<T>(), data_or_null<T>(gv), bv.data<T>(),
+                            wv.data<T>(), data_or_null<T>(h0), d);
+  });
+  auto backward = [=](const std::vector<Tensor>& grads) {
+    Tensor dq = Tensor::zeros(qv.shape(), dt), dk = Tensor::zeros(kv.shape(), dt);
+    Tensor dv = Tensor::zeros(vv.shape(), dt);
+    Tensor dg = zeros_like_or_none(g), dh0 = zeros_like_or_none(initial_state);
+    Tensor db = Tensor::zeros(bv.shape(), dt), dw = Tensor::zeros(wv.shape(), dt);
+    dispatch_float(dt, "delta_rule", [&](auto tag) {
+      using T = decltype(tag);
+      cpu::delta_rule_backward(dq.data<T>(), dk.data<T>(), dv.data<T>(), data_or_null<T>(dg),
+                               db.data<T>(), dw.data<T>(), data_or_null<T>(dh0), grads[0].data<T>(),
+                               grads[1].data<T>(), grads[2].data<T>(), qv.data<T>(), kv.data<T>(),
+                               vv.data<T>(), data_or_null<T>(gv), bv.data<T>(), wv.data<T>(),
+                               data_or_null<T>(h0), d);
+    });
+    if (tied) {
+      add_(db, dw);  // beta is both the erase and the write gate
+      dw = Tensor();
+    }
+    return std::vector<Tensor>{dq, dk, dv, dg, db, dw, dh0};
+  };
+  std::vector<Var> outs = record_op({o, final_state, residual}, {q, k, v, g, b, w, initial_state},
+                                    backward, "delta_rule");
+  return {outs[0], outs[1], outs[2]};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Gradchecks: one case per mixer (and two through the chunked form), B = 2, H = 2, nonzero
+// initial state, every differentiable input, realistic ranges: q, k with norm about 1,
+// beta/b/w in (0, 1), log gates in about [-3, 0).
+
+namespace {
+
+struct DeltaGradcheckCase {
+  const char* op;
+  int64_t B, T, H, HV, dk, dv;
+  cpu::DeltaGate gate;
+  bool erase_vector, write_vector, tied;
+  int64_t chunk_size;
+};
+
+Tensor gc_apply(Tensor x, double (*f)(double)) {
+  double* p = x.data<double>();
+  for (int64_t i = 0; i < x.numel(); i++) p[i] = f(p[i]);
+  return x;
+}
+double gc_sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+double gc_logsigmoid(double x) { return -std::log1p(std::exp(-x)); }
+
+std::vector<GradcheckResult> run_delta_gradcheck(const DeltaGradcheckCase& c) {
+  const double unit = 1.0 / std::sqrt(static_cast<double>(c.dk));  // rows of norm about 1
+  std::vector<GradcheckInput> in = {{"q", gc_randn({c.B, c.T, c.H, c.dk}, 11, unit)},
+                                    {"k", gc_randn({c.B, c.T, c.H, c.dk}, 12, unit)},
+                                    {"v", gc_randn({c.B, c.T, c.HV, c.dv}, 13)}};
+  auto add = [&in](const char* name, Tensor t) {
+    in.push_back({name, std::move(t)});
+    return static_cast<int>(in.size()) - 1;
+  };
+  int ig = -1, iw = -1;
+  if (c.gate != cpu::DeltaGate::None) {
+    Shape gs = c.gate == cpu::DeltaGate::Vector ? Shape{c.B, c.T, c.HV, c.dk} : Shape{c.B, c.T, c.HV};
+    ig = add("g", gc_apply(gc_randn(gs, 14, 1.0, 1.5), gc_logsigmoid));
+  }
+  Shape bs = c.erase_vector ? Shape{c.B, c.T, c.HV, c.dk} : Shape{c.B, c.T, c.HV};
+  const int ib = add(c.tied ? "beta" : "b", gc_apply(gc_randn(bs, 15), gc_sigmoid));
+  if (!c.tied) {
+    Shape ws = c.write_vector ? Shape{c.B, c.T, c.HV, c.dv} : Shape{c.B, c.T, c.HV};
+    iw = add("w", gc_apply(gc_randn(ws, 16), gc_sigmoid));
+  }
+  const int ih = add("initial_state", gc_randn({c.B, c.HV, c.dk, c.dv}, 17, 0.5));
+  const int64_t chunk = c.chunk_size;
+  auto fn = [=](const std::vector<Var>& x) {
+    auto pick = [&x](int i) { return i < 0 ? Var() : x[i]; };
+    DeltaRuleOutputs r = delta_rule(x[0], x[1], x[2], pick(ig), x[ib], pick(iw), x[ih], {0, chunk});
+    return std::vector<Var>{r.o, r.final_state, r.residual};
+  };
+  return gradcheck(c.op, fn, in);
+}
+
+using cpu::DeltaGate;
+
+}  // namespace
+
+HLA_GRADCHECK("delta_rule/deltanet") {  // no gate, beta
+  return run_delta_gradcheck({"delta_rule/deltanet", 2, 5, 2, 2, 3, 3, DeltaGate::None, false, false, true, 0});
+}
+HLA_GRADCHECK("delta_rule/gdn") {  // scalar gate, beta, HV = 2H
+  return run_delta_gradcheck({"delta_rule/gdn", 2, 4, 2, 4, 3, 2, DeltaGate::Scalar, false, false, true, 0});
+}
+HLA_GRADCHECK("delta_rule/kda") {  // vector gate, beta
+  return run_delta_gradcheck({"delta_rule/kda", 2, 4, 2, 2, 3, 3, DeltaGate::Vector, false, false, true, 0});
+}
+HLA_GRADCHECK("delta_rule/gdn2") {  // vector gate, erase b (dk), write w (dv)
+  return run_delta_gradcheck({"delta_rule/gdn2", 2, 4, 2, 2, 3, 3, DeltaGate::Vector, true, true, false, 0});
+}
+HLA_GRADCHECK("delta_rule/chunk gdn") {  // chunked, C = 2, T = 5, HV = 2H
+  return run_delta_gradcheck({"delta_rule/chunk gdn", 2, 5, 2, 4, 2, 2, DeltaGate::Scalar, false, false, true, 2});
+}
+HLA_GRADCHECK("delta_rule/chunk b,w") {  // chunked, C = 3, T = 5: vector gate, erase b, scalar w
+  return run_delta_gradcheck({"delta_rule/chunk b,w", 2, 5, 2, 2, 3, 2, DeltaGate::Vector, true, false, false, 3});
+}
+
+}  // namespace hla

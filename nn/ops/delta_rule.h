@@ -1,0 +1,77 @@
+// The general delta rule (mixers.md 4.5): one op for DeltaNet, GDN, KDA and GDN-2.
+//
+// Per (batch, value head), with a (dk, dv) matrix state S:
+//   S'_t = Diag(exp(g_t)) S_{t-1}          decay; g: absent / a scalar per head / a vector over dk
+//   r_t  = S'_t^T (b_t * k_t)              what the decayed state returns for the erase key
+//   u_t  = w_t * v_t - r_t                 the "new value" (fla: v_new): the delta-rule error
+//   S_t  = S'_t + k_t u_t^T                = (I - k_t (b_t*k_t)^T) Diag(exp(g_t)) S_{t-1} + k_t (w_t*v_t)^T
+//   o_t  = scale * S_t^T q_t               read after the update
+//
+//   mixer      gate g          erase b           write w
+//   DeltaNet   absent          beta (scalar)     = b
+//   GDN        scalar          beta (scalar)     = b
+//   KDA        vector (dk)     beta (scalar)     = b
+//   GDN-2      vector (dk)     vector (dk)       vector (dv)
+//
+// Two algorithms, equal up to rounding: the token recurrence (chunk_size = 0, the readable
+// ground truth) and the chunked WY/UT form of 4.6-4.9 (chunk_size = C > 0, the algorithm of the
+// CUDA chunk kernel). Grouped value heads: value head j reads query/key head j / (HV / H).
+// Besides o and the final state the op returns u_t, the per-token delta-rule error that
+// cross-layer error routing (CLER / CLER-H, papers.md 3.5) routes: for DeltaNet/GDN it is
+// beta_t (v_t - S'_t^T k_t), fla's v_new.
+#pragma once
+#include "autograd/var.h"
+
+namespace hla {
+
+struct DeltaRuleOptions {
+  double scale = 0;        // query scale; 0 means 1 / sqrt(dk)
+  int64_t chunk_size = 0;  // 0: token recurrence; C > 0: chunked WY form with chunks of C tokens
+};
+
+struct DeltaRuleOutputs {
+  Var o;            // (B, T, HV, dv)
+  Var final_state;  // (B, HV, dk, dv)  S_T
+  Var residual;     // (B, T, HV, dv)   u_t = w_t * v_t - S'_t^T (b_t * k_t)
+};
+
+// q, k: (B, T, H, dk);  v: (B, T, HV, dv) with HV a multiple of H
+// g: undefined (no decay), (B, T, HV) scalar or (B, T, HV, dk) vector log decay (g <= 0)
+// b: (B, T, HV) scalar beta or (B, T, HV, dk) erase gate
+// w: undefined (w = b, which must then be a scalar beta), (B, T, HV) or (B, T, HV, dv) write gate
+// initial_state: undefined (zeros) or (B, HV, dk, dv)
+// All inputs F32 or F64 of one dtype; gradients flow to every defined input.
+DeltaRuleOutputs delta_rule(const Var& q, const Var& k, const Var& v, const Var& g, const Var& b,
+                            const Var& w, const Var& initial_state,
+                            const DeltaRuleOptions& options = {});
+
+namespace cpu {
+
+enum class DeltaGate { None, Scalar, Vector };
+
+struct DeltaRuleDims {
+  int64_t B, T, H, HV, dk, dv;
+  DeltaGate gate;       // g: absent, (B, T, HV) or (B, T, HV, dk)
+  bool erase_vector;    // b: (B, T, HV, dk) when true, else (B, T, HV)
+  bool write_vector;    // w: (B, T, HV, dv) when true, else (B, T, HV)
+  double scale;
+  int64_t chunk_size;   // 0: token recurrence; C > 0: chunked WY form
+};
+
+// o, residual: (B, T, HV, dv);  final_state, h0: (B, HV, dk, dv), h0 null = zeros.
+// q, k: (B, T, H, dk);  v: (B, T, HV, dv);  g, b, w as in DeltaRuleDims (g null when absent).
+template <class T>
+void delta_rule_forward(T* o, T* final_state, T* residual, const T* q, const T* k, const T* v,
+                        const T* g, const T* b, const T* w, const T* h0, const DeltaRuleDims& d);
+
+// Gradients have the shapes of their inputs and are ADDED to (callers pass zeroed buffers);
+// grad_g and grad_h0 may be null (not computed). d_o, d_residual: (B, T, HV, dv);
+// d_final_state: (B, HV, dk, dv).
+template <class T>
+void delta_rule_backward(T* grad_q, T* grad_k, T* grad_v, T* grad_g, T* grad_b, T* grad_w,
+                         T* grad_h0, const T* d_o, const T* d_final_state, const T* d_residual,
+                         const T* q, const T* k, const T* v, const T* g, const T* b, const T* w,
+                         const T* h0, const DeltaRuleDims& d);
+
+}  // namespace cpu
+}  // namespace hla
