@@ -1,0 +1,121 @@
+// GroupNorm / LayerNorm forward and backward, group by group (mixers.md 2.2).
+#include "nn/ops/group_norm.h"
+
+#include <cmath>
+
+#include "autograd/gradcheck.h"
+#include "tensor/dispatch.h"
+
+namespace hla {
+namespace cpu {
+
+template <class T>
+void group_norm_forward(T* y, T* mean, T* rstd, const T* x, const T* w, const T* b, int64_t N, int64_t C, int64_t G,
+                        double eps) {
+  int64_t groups = C / G;
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t gi = 0; gi < groups; gi++) {
+      const T* xg = x + n * C + gi * G;  // xg: (G), this group's channels
+      T mu = 0, var = 0;
+      for (int64_t c = 0; c < G; c++) mu += xg[c];
+      mu /= static_cast<T>(G);                                             // mu = mean(x)
+      for (int64_t c = 0; c < G; c++) var += (xg[c] - mu) * (xg[c] - mu);
+      T r = T(1) / std::sqrt(var / static_cast<T>(G) + static_cast<T>(eps));  // rstd = 1/sqrt(mean((x-mu)^2) + eps)
+      mean[n * groups + gi] = mu;
+      rstd[n * groups + gi] = r;
+      for (int64_t c = 0; c < G; c++) {
+        int64_t wc = gi * G + c;
+        y[n * C + wc] = (xg[c] - mu) * r * w[wc] + (b ? b[wc] : T(0));  // y = x_hat * w + b
+      }
+    }
+}
+
+template <class T>
+void group_norm_backward(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, const T* mean, const T* rstd,
+                         int64_t N, int64_t C, int64_t G) {
+  int64_t groups = C / G;
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t gi = 0; gi < groups; gi++) {
+      int64_t c0 = n * C + gi * G;
+      T mu = mean[n * groups + gi], r = rstd[n * groups + gi];
+      T mean_dyw = 0, mean_xhat_dyw = 0;  // mean(dyw), mean(x_hat * dyw) with dyw = dy * w
+      for (int64_t c = 0; c < G; c++) {
+        int64_t wc = gi * G + c;
+        T x_hat = (x[c0 + c] - mu) * r, dyw = dy[c0 + c] * w[wc];
+        dw[wc] += dy[c0 + c] * x_hat;  // y = x_hat * w + b  =>  dw = sum dy * x_hat
+        if (db) db[wc] += dy[c0 + c];  //                        db = sum dy
+        mean_dyw += dyw;
+        mean_xhat_dyw += x_hat * dyw;
+      }
+      mean_dyw /= static_cast<T>(G);
+      mean_xhat_dyw /= static_cast<T>(G);
+      for (int64_t c = 0; c < G; c++) {  // x_hat = (x - mean(x)) * rstd(x)  =>
+        T x_hat = (x[c0 + c] - mu) * r;  // dx = rstd * (dyw - x_hat * mean(x_hat * dyw) - mean(dyw))
+        dx[c0 + c] = r * (dy[c0 + c] * w[gi * G + c] - x_hat * mean_xhat_dyw - mean_dyw);
+      }
+    }
+}
+
+template void group_norm_forward<float>(float*, float*, float*, const float*, const float*, const float*, int64_t,
+                                        int64_t, int64_t, double);
+template void group_norm_forward<double>(double*, double*, double*, const double*, const double*, const double*,
+                                         int64_t, int64_t, int64_t, double);
+template void group_norm_backward<float>(float*, float*, float*, const float*, const float*, const float*,
+                                         const float*, const float*, int64_t, int64_t, int64_t);
+template void group_norm_backward<double>(double*, double*, double*, const double*, const double*, const double*,
+                                          const double*, const double*, int64_t, int64_t, int64_t);
+
+}  // namespace cpu
+
+Var group_norm(const Var& x, const Var& weight, const Var& bias, int64_t num_groups, double eps) {
+  int64_t C = x.size(-1), N = x.numel() / C;
+  HLA_CHECK(num_groups > 0 && C % num_groups == 0, "group_norm: num_groups ", num_groups,
+            " must divide the last dim ", C);
+  int64_t G = C / num_groups;
+  check_shape(weight.value(), {C}, "group_norm", "weight");
+  if (bias.defined()) check_shape(bias.value(), {C}, "group_norm", "bias");
+  HLA_CHECK(!x.value().is_cuda(), "group_norm: the CUDA kernel is not built yet");
+  Tensor xv = x.value(), wv = weight.value();
+  Tensor bv = bias.defined() ? bias.value() : Tensor();
+  Tensor y = Tensor::empty(xv.shape(), xv.dtype());            // y: (..., C)
+  Tensor mean = Tensor::empty({N, num_groups}, xv.dtype());    // mean: (N, groups)
+  Tensor rstd = Tensor::empty({N, num_groups}, xv.dtype());    // rstd: (N, groups)
+  dispatch_float(xv.dtype(), "group_norm", [&](auto tag) {
+    using T = decltype(tag);
+    cpu::group_norm_forward(y.data<T>(), mean.data<T>(), rstd.data<T>(), xv.data<T>(), wv.data<T>(),
+                            bv.defined() ? bv.data<T>() : nullptr, N, C, G, eps);
+  });
+  bool has_bias = bv.defined();
+  return record_op1(y, {x, weight, bias}, [=](const std::vector<Tensor>& g) {
+    Tensor dx = Tensor::empty(xv.shape(), xv.dtype());
+    Tensor dw = Tensor::zeros({C}, xv.dtype());
+    Tensor db = has_bias ? Tensor::zeros({C}, xv.dtype()) : Tensor();
+    dispatch_float(xv.dtype(), "group_norm", [&](auto tag) {
+      using T = decltype(tag);
+      cpu::group_norm_backward(dx.data<T>(), dw.data<T>(), db.defined() ? db.data<T>() : nullptr, g[0].data<T>(),
+                               xv.data<T>(), wv.data<T>(), mean.data<T>(), rstd.data<T>(), N, C, G);
+    });
+    return std::vector<Tensor>{dx, dw, db};
+  }, "group_norm");
+}
+
+HLA_GRADCHECK("group_norm") {
+  std::vector<GradcheckResult> all;
+  // RWKV-6 g_norm: (B=2, T=3, H*dv = 2*4) with num_groups = H = 2
+  auto per_head = [](const std::vector<Var>& v) { return std::vector<Var>{group_norm(v[0], v[1], v[2], 2, 1e-5)}; };
+  auto r = gradcheck("group_norm H=2", per_head, {{"x", gc_randn({2, 3, 8}, 61, 1.0, 0.5)},
+                                                  {"weight", gc_randn({8}, 62, 0.3, 1.0)},
+                                                  {"bias", gc_randn({8}, 63, 0.3)}});
+  all.insert(all.end(), r.begin(), r.end());
+  // Block LayerNorm over the last dim, with and without bias.
+  auto layer = [](const std::vector<Var>& v) { return std::vector<Var>{layer_norm(v[0], v[1], v[2], 1e-5)}; };
+  r = gradcheck("layer_norm", layer, {{"x", gc_randn({2, 3, 5}, 64, 1.0, -0.5)}, {"weight", gc_randn({5}, 65, 0.3, 1.0)},
+                                      {"bias", gc_randn({5}, 66, 0.3)}});
+  all.insert(all.end(), r.begin(), r.end());
+  auto layer_no_bias = [](const std::vector<Var>& v) { return std::vector<Var>{layer_norm(v[0], v[1], Var(), 1e-5)}; };
+  r = gradcheck("layer_norm no bias", layer_no_bias, {{"x", gc_randn({2, 2, 5}, 67)}, {"weight", gc_randn({5}, 68, 0.3, 1.0)}});
+  all.insert(all.end(), r.begin(), r.end());
+  return all;
+}
+
+}  // namespace hla

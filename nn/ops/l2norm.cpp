@@ -1,0 +1,70 @@
+// L2 normalisation forward and backward, row by row (mixers.md 2.5).
+// The backward needs only y and rstd: y = x * rstd  =>  dx = rstd * (dy - (dy . y) y).
+#include "nn/ops/l2norm.h"
+
+#include <cmath>
+
+#include "autograd/gradcheck.h"
+#include "tensor/dispatch.h"
+
+namespace hla {
+namespace cpu {
+
+template <class T>
+void l2norm_forward(T* y, T* rstd, const T* x, int64_t N, int64_t C, double eps) {
+  for (int64_t n = 0; n < N; n++) {
+    const T* xr = x + n * C;  // xr: (C)
+    T sum_sq = 0;
+    for (int64_t c = 0; c < C; c++) sum_sq += xr[c] * xr[c];
+    rstd[n] = T(1) / std::sqrt(sum_sq + static_cast<T>(eps));     // rstd = 1/sqrt(sum(x^2) + eps)
+    for (int64_t c = 0; c < C; c++) y[n * C + c] = xr[c] * rstd[n];  // y = x * rstd
+  }
+}
+
+template <class T>
+void l2norm_backward(T* dx, const T* dy, const T* y, const T* rstd, int64_t N, int64_t C) {
+  for (int64_t n = 0; n < N; n++) {
+    const T* yr = y + n * C;    // yr: (C)
+    const T* dyr = dy + n * C;  // dyr: (C)
+    T dy_dot_y = 0;
+    for (int64_t c = 0; c < C; c++) dy_dot_y += dyr[c] * yr[c];
+    // y = x * rstd(x)  =>  dx = rstd * (dy - (dy . y) * y)
+    for (int64_t c = 0; c < C; c++) dx[n * C + c] = rstd[n] * (dyr[c] - dy_dot_y * yr[c]);
+  }
+}
+
+template void l2norm_forward<float>(float*, float*, const float*, int64_t, int64_t, double);
+template void l2norm_forward<double>(double*, double*, const double*, int64_t, int64_t, double);
+template void l2norm_backward<float>(float*, const float*, const float*, const float*, int64_t, int64_t);
+template void l2norm_backward<double>(double*, const double*, const double*, const double*, int64_t, int64_t);
+
+}  // namespace cpu
+
+Var l2norm(const Var& x, double eps) {
+  HLA_CHECK(x.dim() >= 1 && x.size(-1) > 0, "l2norm: x must have a non-empty last dim, got ", x.value().str());
+  HLA_CHECK(!x.value().is_cuda(), "l2norm: the CUDA kernel is not built yet");
+  int64_t C = x.size(-1), N = x.numel() / C;
+  Tensor xv = x.value();
+  Tensor y = Tensor::empty(xv.shape(), xv.dtype());  // y: (..., C)
+  Tensor rstd = Tensor::empty({N}, xv.dtype());      // rstd: (N)
+  dispatch_float(xv.dtype(), "l2norm", [&](auto tag) {
+    using T = decltype(tag);
+    cpu::l2norm_forward(y.data<T>(), rstd.data<T>(), xv.data<T>(), N, C, eps);
+  });
+  return record_op1(y, {x}, [=](const std::vector<Tensor>& g) {
+    Tensor dx = Tensor::empty(y.shape(), y.dtype());
+    dispatch_float(y.dtype(), "l2norm", [&](auto tag) {
+      using T = decltype(tag);
+      cpu::l2norm_backward(dx.data<T>(), g[0].data<T>(), y.data<T>(), rstd.data<T>(), N, C);
+    });
+    return std::vector<Tensor>{dx};
+  }, "l2norm");
+}
+
+HLA_GRADCHECK("l2norm") {
+  // q/k-like rows (B=2, T=3, H=2, dk=5); a tiny eps so the rows are not all length ~1.
+  auto fn = [](const std::vector<Var>& v) { return std::vector<Var>{l2norm(v[0], 1e-6)}; };
+  return gradcheck("l2norm", fn, {{"x", gc_randn({2, 3, 2, 5}, 11)}});
+}
+
+}  // namespace hla

@@ -1,0 +1,42 @@
+// ShortConvolution (mixers.md 2.6): causal depthwise 1-D convolution over time with an optional
+// bias and SiLU, the short conv that q/k/v (DeltaNet, GDN, KDA, GDN-2, GLA option) and Mamba-2's
+// xBC pass through before the recurrence.
+//
+//   pre_t[c] = bias[c] + sum_{i=0}^{K-1} w[c, 0, i] * x_{t-K+1+i}[c]      tap K-1 = current token
+//   y_t[c]   = silu(pre_t[c])  or  pre_t[c]
+//
+// Weight layout is fla's / nn.Conv1d's depthwise one, (C, 1, K), so checkpoints load as they are.
+// Conv state: the K-1 inputs before the first token, (B, C, K-1), state[b, c, j] = x_{j-(K-1)}[c]
+// (zeros when absent). The final state holds the last K-1 inputs in the same layout, so running
+// T tokens and continuing from the final state equals running all tokens at once (decoding,
+// chunked prefill). fla's decoding cache (B, C, K) is this state with one unused column in front.
+#pragma once
+#include "autograd/var.h"
+
+namespace hla {
+
+enum class ConvAct { Identity, SiLU };
+
+struct ShortConvOut {
+  Var y;            // (B, L, C)
+  Var final_state;  // (B, C, K-1)
+};
+
+// x: (B, L, C), weight: (C, 1, K), bias: (C) or undefined, initial_state: (B, C, K-1) or
+// undefined (zeros). L is the number of tokens (T in mixers.md).
+ShortConvOut short_conv(const Var& x, const Var& weight, const Var& bias = Var(),
+                        const Var& initial_state = Var(), ConvAct act = ConvAct::SiLU);
+
+namespace cpu {
+// y, x: (B, L, C), w: (C, K), bias: (C) or null, state, final_state: (B, C, K-1), state may be null
+template <class T>
+void short_conv_forward(T* y, T* final_state, const T* x, const T* w, const T* bias, const T* state,
+                        int64_t B, int64_t L, int64_t C, int64_t K, ConvAct act);
+// dx: (B, L, C) and dstate: (B, C, K-1) written (dstate may be null); dw: (C, K) and dbias: (C)
+// accumulated (+=, dbias may be null); dy: (B, L, C), dfinal: (B, C, K-1)
+template <class T>
+void short_conv_backward(T* dx, T* dw, T* dbias, T* dstate, const T* dy, const T* dfinal, const T* x,
+                         const T* w, const T* bias, const T* state, int64_t B, int64_t L, int64_t C,
+                         int64_t K, ConvAct act);
+}  // namespace cpu
+}  // namespace hla
