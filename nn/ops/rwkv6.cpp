@@ -1,0 +1,210 @@
+// RWKV-6 (mixers.md section 11): the token recurrence with its reverse-time backward (the
+// reference), the per-head dispatch between it and the chunked form of nn/ops/chunk_util.h,
+// the autograd node and the gradchecks.
+//
+// Backward of the recurrence, walking the tokens in reverse with dS = dL/dS_t:
+//   dk_t = dS v_t + scale * (u * r_t) (v_t . do_t)        (S_t = ... + k_t v_t^T, and the bonus)
+//   dv_t = dS^T k_t + scale * (r_t . (u * k_t)) do_t
+//   dr_t = scale * ( S_{t-1} do_t + (u * k_t) (v_t . do_t) )
+//   du  += scale * (r_t * k_t) (v_t . do_t)
+//   dw_t = rowsum( (Diag(exp(w_t)) S_{t-1}) (.) dS )
+//   dS   = Diag(exp(w_t)) dS + scale * r_t do_t^T          (gradient of S_{t-1}: two uses)
+// The states are replayed per head inside the backward; what is left in dS is dh0.
+#include "nn/ops/rwkv6.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "autograd/gradcheck.h"
+#include "nn/ops/chunk_util.h"
+#include "tensor/dispatch.h"
+
+namespace hla {
+namespace cpu {
+namespace {
+
+using decay_chunk::Head;
+using decay_chunk::HeadGrads;
+using decay_chunk::Mat;
+using decay_chunk::Row;
+
+// In Head terms: q = r, g = w, bonus = u.
+template <class Real>
+void recurrent_forward(Mat<Real>& o, Mat<Real>& S, const Head<Real>& x, Real scale) {
+  S = x.s0;  // S_0: (dk, dv)
+  o.resize(x.q.rows(), x.v.cols());
+  for (int64_t t = 0; t < x.q.rows(); t++) {
+    const Real bonus = x.q.row(t).cwiseProduct(x.bonus).dot(x.k.row(t));  // r_t . (u * k_t)
+    o.row(t) = scale * (x.q.row(t) * S + bonus * x.v.row(t));  // o_t = scale (S_{t-1}^T r_t + bonus v_t)
+    S = decay_chunk::next_state(S, x, t);                      // S_t = Diag(exp(w_t)) S_{t-1} + k_t v_t^T
+  }
+}
+
+template <class Real>
+HeadGrads<Real> recurrent_backward(const Head<Real>& x, const Mat<Real>& d_o, const Mat<Real>& ds_final, Real scale) {
+  const int64_t T = x.q.rows();
+  const std::vector<Mat<Real>> S = decay_chunk::replay_states(x);  // S[t]: after t tokens, t = 0..T
+  HeadGrads<Real> grads;
+  grads.dq.resize(T, x.q.cols());  // dr
+  grads.dk.resize(T, x.k.cols());
+  grads.dv.resize(T, x.v.cols());
+  grads.dg.resize(T, x.g.cols());  // dw
+  grads.dbonus = Row<Real>::Zero(x.bonus.cols());  // du
+  Mat<Real> dS = ds_final;  // dL/dS after token t, carried backwards: (dk, dv)
+  for (int64_t t = T - 1; t >= 0; t--) {
+    auto r = x.q.row(t), k = x.k.row(t), v = x.v.row(t), d_ot = d_o.row(t);
+    const Real v_do = v.dot(d_ot);                          // v_t . do_t
+    const Real bonus = r.cwiseProduct(x.bonus).dot(k);      // r_t . (u * k_t)
+    Row<Real> decay = x.g.row(t).array().exp();
+    // o_t = scale (S_{t-1}^T r_t + (r_t . (u * k_t)) v_t)  and  S_t = Diag(exp(w_t)) S_{t-1} + k_t v_t^T
+    grads.dk.row(t) = v * dS.transpose() + scale * v_do * x.bonus.cwiseProduct(r);   // dS v_t + bonus path
+    grads.dv.row(t) = k * dS + scale * bonus * d_ot;                                 // dS^T k_t + bonus path
+    grads.dq.row(t) = scale * (d_ot * S[t].transpose() + v_do * x.bonus.cwiseProduct(k));  // S_{t-1} do_t + ..
+    grads.dbonus += scale * v_do * r.cwiseProduct(k);
+    grads.dg.row(t) = (decay.asDiagonal() * S[t]).cwiseProduct(dS).rowwise().sum().transpose();
+    dS = decay.asDiagonal() * dS + scale * r.transpose() * d_ot;  // S_{t-1} feeds S_t and o_t
+  }
+  grads.ds0 = dS;
+  return grads;
+}
+
+template <class Real>
+Head<Real> gather_rwkv_head(const Real* r, const Real* k, const Real* v, const Real* w, const Real* u,
+                            const Real* h0, int64_t b, int64_t h, int64_t T, int64_t H, int64_t dk, int64_t dv) {
+  Head<Real> x;
+  x.q = decay_chunk::gather_head(r, b, h, T, H, dk);
+  x.k = decay_chunk::gather_head(k, b, h, T, H, dk);
+  x.v = decay_chunk::gather_head(v, b, h, T, H, dv);
+  x.g = decay_chunk::gather_head(w, b, h, T, H, dk);
+  x.bonus = Eigen::Map<const Row<Real>>(u + h * dk, dk);
+  x.s0 = decay_chunk::gather_state(h0, b, h, H, dk, dv);
+  return x;
+}
+
+}  // namespace
+
+template <class Real>
+void rwkv6_forward(Real* o, Real* ht, const Real* r, const Real* k, const Real* v, const Real* w, const Real* u,
+                   const Real* h0, int64_t B, int64_t T, int64_t H, int64_t dk, int64_t dv, double scale,
+                   int64_t chunk_size) {
+  std::fill(o, o + B * T * H * dv, Real(0));
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < H; h++) {
+      const Head<Real> x = gather_rwkv_head(r, k, v, w, u, h0, b, h, T, H, dk, dv);
+      Mat<Real> o_head, s_final;  // (T, dv), (dk, dv)
+      if (chunk_size == 0)
+        recurrent_forward(o_head, s_final, x, Real(scale));
+      else
+        decay_chunk::forward<Real, true>(o_head, s_final, x, Real(scale), chunk_size,
+                                         decay_chunk::ReadAt::before_update);
+      decay_chunk::scatter_head_add(o, o_head, b, h, H);
+      decay_chunk::scatter_state(ht, s_final, b, h, H);
+    }
+}
+
+template <class Real>
+void rwkv6_backward(Real* grad_r, Real* grad_k, Real* grad_v, Real* grad_w, Real* grad_u, Real* grad_h0,
+                    const Real* grad_o, const Real* grad_ht, const Real* r, const Real* k, const Real* v,
+                    const Real* w, const Real* u, const Real* h0, int64_t B, int64_t T, int64_t H, int64_t dk,
+                    int64_t dv, double scale, int64_t chunk_size) {
+  for (Real* grad : {grad_r, grad_k, grad_w}) std::fill(grad, grad + B * T * H * dk, Real(0));
+  std::fill(grad_v, grad_v + B * T * H * dv, Real(0));
+  std::fill(grad_u, grad_u + H * dk, Real(0));
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < H; h++) {
+      const Head<Real> x = gather_rwkv_head(r, k, v, w, u, h0, b, h, T, H, dk, dv);
+      const Mat<Real> d_o = decay_chunk::gather_head(grad_o, b, h, T, H, dv);          // (T, dv)
+      const Mat<Real> ds_final = decay_chunk::gather_state(grad_ht, b, h, H, dk, dv);  // (dk, dv)
+      const HeadGrads<Real> d =
+          chunk_size == 0 ? recurrent_backward(x, d_o, ds_final, Real(scale))
+                          : decay_chunk::backward<Real, true>(x, d_o, ds_final, Real(scale), chunk_size,
+                                                              decay_chunk::ReadAt::before_update);
+      decay_chunk::scatter_head_add(grad_r, d.dq, b, h, H);
+      decay_chunk::scatter_head_add(grad_k, d.dk, b, h, H);
+      decay_chunk::scatter_head_add(grad_v, d.dv, b, h, H);
+      decay_chunk::scatter_head_add(grad_w, d.dg, b, h, H);
+      Eigen::Map<Row<Real>>(grad_u + h * dk, dk) += d.dbonus;  // u is shared by the batch
+      if (grad_h0) decay_chunk::scatter_state(grad_h0, d.ds0, b, h, H);
+    }
+}
+
+#define HLA_RWKV6_INSTANTIATE(Real)                                                                            \
+  template void rwkv6_forward<Real>(Real*, Real*, const Real*, const Real*, const Real*, const Real*,          \
+                                    const Real*, const Real*, int64_t, int64_t, int64_t, int64_t, int64_t,     \
+                                    double, int64_t);                                                          \
+  template void rwkv6_backward<Real>(Real*, Real*, Real*, Real*, Real*, Real*, const Real*, const Real*,        \
+                                     const Real*, const Real*, const Real*, const Real*, const Real*,          \
+                                     const Real*, int64_t, int64_t, int64_t, int64_t, int64_t, double, int64_t);
+HLA_RWKV6_INSTANTIATE(float)
+HLA_RWKV6_INSTANTIATE(double)
+#undef HLA_RWKV6_INSTANTIATE
+
+}  // namespace cpu
+
+Rwkv6Output rwkv6(const Var& r, const Var& k, const Var& v, const Var& w, const Var& u, const Var& initial_state,
+                  double scale, int64_t chunk_size) {
+  const char* op = "rwkv6";
+  HLA_CHECK(r.dim() == 4, "rwkv6: r must be (B, T, H, dk), got ", r.value().str());
+  const int64_t B = r.size(0), T = r.size(1), H = r.size(2), dk = r.size(3);
+  check_shape(k.value(), {B, T, H, dk}, op, "k");
+  check_shape(w.value(), {B, T, H, dk}, op, "w");
+  HLA_CHECK(v.dim() == 4 && v.size(0) == B && v.size(1) == T && v.size(2) == H,
+            "rwkv6: v must be (B, T, H, dv) with B = ", B, ", T = ", T, ", H = ", H, ", got ", v.value().str());
+  const int64_t dv = v.size(3);
+  check_shape(u.value(), {H, dk}, op, "u");
+  for (const Var* x : {&k, &v, &w, &u}) check_dtype(x->value(), r.dtype(), op, "k, v, w, u");
+  const bool has_h0 = initial_state.defined();
+  if (has_h0) {
+    check_shape(initial_state.value(), {B, H, dk, dv}, op, "initial_state");
+    check_dtype(initial_state.value(), r.dtype(), op, "initial_state");
+  }
+  HLA_CHECK(chunk_size >= 0, "rwkv6: chunk_size must be >= 0 (0 = recurrent), got ", chunk_size);
+  HLA_CHECK(!r.value().is_cuda(), "rwkv6: the CUDA kernel is not built yet");
+
+  Tensor rv = r.value(), kv = k.value(), vv = v.value(), wv = w.value(), uv = u.value();
+  Tensor h0 = has_h0 ? initial_state.value() : Tensor();
+  Tensor o = Tensor::empty({B, T, H, dv}, r.dtype());    // o: (B, T, H, dv)
+  Tensor ht = Tensor::empty({B, H, dk, dv}, r.dtype());  // ht: (B, H, dk, dv)
+  dispatch_float(r.dtype(), op, [&](auto tag) {
+    using Real = decltype(tag);
+    cpu::rwkv6_forward(o.data<Real>(), ht.data<Real>(), rv.data<Real>(), kv.data<Real>(), vv.data<Real>(),
+                       wv.data<Real>(), uv.data<Real>(), has_h0 ? h0.data<Real>() : nullptr, B, T, H, dk, dv,
+                       scale, chunk_size);
+  });
+
+  auto backward = [=](const std::vector<Tensor>& grad_out) {
+    Tensor dr = Tensor::empty(rv.shape(), rv.dtype()), dk_ = Tensor::empty(kv.shape(), kv.dtype());
+    Tensor dv_ = Tensor::empty(vv.shape(), vv.dtype()), dw = Tensor::empty(wv.shape(), wv.dtype());
+    Tensor du = Tensor::empty(uv.shape(), uv.dtype());
+    Tensor dh0 = has_h0 ? Tensor::empty(h0.shape(), h0.dtype()) : Tensor();
+    dispatch_float(rv.dtype(), "rwkv6 backward", [&](auto tag) {
+      using Real = decltype(tag);
+      cpu::rwkv6_backward(dr.data<Real>(), dk_.data<Real>(), dv_.data<Real>(), dw.data<Real>(), du.data<Real>(),
+                          has_h0 ? dh0.data<Real>() : nullptr, grad_out[0].data<Real>(), grad_out[1].data<Real>(),
+                          rv.data<Real>(), kv.data<Real>(), vv.data<Real>(), wv.data<Real>(), uv.data<Real>(),
+                          has_h0 ? h0.data<Real>() : nullptr, B, T, H, dk, dv, scale, chunk_size);
+    });
+    return std::vector<Tensor>{dr, dk_, dv_, dw, du, dh0};
+  };
+  std::vector<Var> outs = record_op({o, ht}, {r, k, v, w, u, initial_state}, backward, op);
+  return {outs[0], outs[1]};
+}
+
+// B = 2, T = 5, H = 2, dk = 3, dv = 2, nonzero initial state; the chunked run uses C = 2, so
+// the last chunk holds one token.
+static std::vector<GradcheckResult> rwkv6_gradcheck(const std::string& name, int64_t chunk_size) {
+  const int64_t B = 2, T = 5, H = 2, dk = 3, dv = 2;
+  auto fn = [chunk_size](const std::vector<Var>& x) {
+    Rwkv6Output out = rwkv6(x[0], x[1], x[2], x[3], x[4], x[5], 0.6, chunk_size);
+    return std::vector<Var>{out.o, out.final_state};
+  };
+  return gradcheck(name, fn,
+                   {{"r", gc_randn({B, T, H, dk}, 21)}, {"k", gc_randn({B, T, H, dk}, 22)},
+                    {"v", gc_randn({B, T, H, dv}, 23)}, {"w", decay_chunk::random_log_gate({B, T, H, dk}, 24, 1.0)},
+                    {"u", gc_randn({H, dk}, 25)}, {"initial_state", gc_randn({B, H, dk, dv}, 26)}});
+}
+
+HLA_GRADCHECK("rwkv6") { return rwkv6_gradcheck("rwkv6", 0); }
+HLA_GRADCHECK("rwkv6 chunked") { return rwkv6_gradcheck("rwkv6 chunked", 2); }
+
+}  // namespace hla
