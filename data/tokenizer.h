@@ -20,6 +20,9 @@ class Tokenizer {
   virtual int32_t eos_id() const = 0;
   virtual int32_t pad_id() const = 0;
   virtual std::string name() const = 0;  // "byte", "bpe:<path>", ...
+  // 16 hex digits identifying the encoding: equal hashes give equal ids for every text. The
+  // default hashes the vocabulary (decode of every id) and the special ids; BPE adds its merges.
+  virtual std::string hash() const;
 };
 
 // Byte-level: ids 0..255 are the bytes, then the special tokens (eos = 256, pad = 257).
@@ -28,5 +31,13 @@ std::unique_ptr<Tokenizer> make_byte_tokenizer();
 // "byte" gives the byte tokenizer; otherwise a path to a tokenizer.json. An unsupported
 // file is an hla::Error naming the file and what was not understood.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec);
+
+// Encodes many documents on `threads` threads (0 = all cores); result i is encode(docs[i]).
+std::vector<std::vector<int32_t>> encode_documents(const Tokenizer& tokenizer,
+                                                   const std::vector<std::string>& docs,
+                                                   int threads);
+
+// FNV-1a, 64 bit, as 16 lowercase hex digits: the hash used for tokenizers and manifests.
+std::string fnv1a_hex(std::string_view bytes);
 
 }  // namespace hla::data

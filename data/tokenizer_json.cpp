@@ -1,0 +1,243 @@
+// Hugging Face tokenizer.json <-> BpeModel. Reading accepts the two BPE layouts hla supports
+// (ByteLevel as GPT-2; Metaspace/byte-fallback as Llama-2 and Mistral) and names the first part
+// it does not understand; writing produces the same layouts.
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "data/bpe.h"
+#include "tensor/error.h"
+
+namespace hla::data {
+
+namespace {
+
+using nlohmann::json;
+const char kMetaspace[] = "\xE2\x96\x81";  // "▁"
+const char kGpt2Pattern[] =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+const char* kEosNames[] = {"<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>", "<|im_end|>"};
+const char* kPadNames[] = {"<|pad|>", "<pad>", "[PAD]", "<|padding|>"};
+
+std::string type_of(const json& j) { return j.is_object() ? j.value("type", "") : ""; }
+
+// The components of a "Sequence" (normalizer, pre-tokenizer or decoder), or the one component.
+std::vector<json> flatten(const json& j, const char* list_key) {
+  if (j.is_null()) return {};
+  if (type_of(j) != "Sequence") return {j};
+  std::vector<json> parts;
+  for (const auto& part : j.at(list_key)) {
+    for (auto& p : flatten(part, list_key)) parts.push_back(p);
+  }
+  return parts;
+}
+
+struct Reader {
+  std::string path;
+  BpeModel model;
+
+  [[noreturn]] void unsupported(const std::string& what) const {
+    fail("tokenizer ", path, ": ", what, " is not supported (hla reads BPE tokenizers with a ",
+         "ByteLevel pre-tokenizer, GPT-2 style, or with Metaspace/byte fallback, Llama-2 style)");
+  }
+
+  int32_t id_of(const std::unordered_map<std::string, int32_t>& ids, const std::string& token,
+                const std::string& where) const {
+    auto it = ids.find(token);
+    if (it == ids.end()) fail("tokenizer ", path, ": ", where, ": token '", token, "' is not in the vocabulary");
+    return it->second;
+  }
+
+  void read_model(const json& m) {
+    std::string type = m.value("type", m.contains("merges") ? "BPE" : "");
+    if (type != "BPE") unsupported("model type '" + type + "'");
+    for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+      if (m.contains(key) && !m[key].is_null() && m[key] != "") unsupported(std::string("model.") + key);
+    }
+    std::unordered_map<std::string, int32_t> ids;
+    for (const auto& [token, id] : m.at("vocab").items()) {
+      int32_t i = id.get<int32_t>();
+      if (i < 0) fail("tokenizer ", path, ": token '", token, "' has negative id ", i);
+      if (static_cast<size_t>(i) >= model.vocab.size()) model.vocab.resize(i + 1);
+      model.vocab[i] = token;
+      ids[token] = i;
+    }
+    const json& merges = m.at("merges");
+    for (size_t rank = 0; rank < merges.size(); rank++) {
+      std::string left, right, where = "merge " + std::to_string(rank);
+      if (merges[rank].is_string()) {
+        std::string s = merges[rank];
+        size_t space = s.find(' ');
+        if (space == std::string::npos) fail("tokenizer ", path, ": ", where, " '", s, "' has no space");
+        left = s.substr(0, space), right = s.substr(space + 1);
+      } else {
+        left = merges[rank].at(0), right = merges[rank].at(1);
+      }
+      model.merges.push_back({id_of(ids, left, where), id_of(ids, right, where),
+                              id_of(ids, left + right, where)});
+    }
+    model.ignore_merges = m.value("ignore_merges", false);
+    model.byte_fallback = m.value("byte_fallback", false);
+    if (m.contains("unk_token") && m["unk_token"].is_string()) {
+      model.unk_id = id_of(ids, m["unk_token"], "unk_token");
+    }
+  }
+
+  void read_added_tokens(const json& added) {
+    for (const auto& t : added) {
+      int32_t id = t.at("id");
+      std::string content = t.at("content");
+      if (static_cast<size_t>(id) >= model.vocab.size()) model.vocab.resize(id + 1);
+      if (model.vocab[id].empty()) model.vocab[id] = content;
+      model.specials.push_back({id, content});
+    }
+  }
+
+  // Sets the mode from the pre-tokenizer, then the Metaspace options from the normalizer.
+  void read_pipeline(const json& normalizer, const json& pre_tokenizer, const json& decoder) {
+    bool byte_level = false, metaspace = false;
+    for (const auto& p : flatten(pre_tokenizer, "pretokenizers")) {
+      std::string type = type_of(p);
+      if (type == "ByteLevel") {
+        if (p.value("add_prefix_space", false)) unsupported("ByteLevel add_prefix_space=true");
+        byte_level = true;
+      } else if (type == "Split" && p.contains("pattern") &&
+                 p["pattern"].value("Regex", "") == kGpt2Pattern) {
+        byte_level = true;
+      } else if (type == "Metaspace") {
+        metaspace = true;
+        std::string scheme = p.value("prepend_scheme", p.value("add_prefix_space", true) ? "always" : "never");
+        model.prepend_if_missing = scheme != "never";
+        model.split_on_metaspace = p.value("split", true);
+        if (p.value("replacement", kMetaspace) != kMetaspace) unsupported("Metaspace replacement");
+      } else {
+        unsupported("pre-tokenizer '" + (type.empty() ? p.dump() : type) + "'");
+      }
+    }
+    for (const auto& n : flatten(normalizer, "normalizers")) {
+      std::string type = type_of(n);
+      if (type == "Prepend" && n.value("prepend", "") == kMetaspace) {
+        model.prepend_always = true;
+      } else if (type == "Replace" && n.contains("pattern") &&
+                 n["pattern"].value("String", "") == " " && n.value("content", "") == kMetaspace) {
+        metaspace = true;
+      } else {
+        unsupported("normalizer '" + (type.empty() ? n.dump() : type) + "'");
+      }
+    }
+    if (byte_level == metaspace) unsupported("a tokenizer with neither or both of ByteLevel and Metaspace");
+    model.mode = byte_level ? BpeModel::Mode::ByteLevel : BpeModel::Mode::Metaspace;
+    if (byte_level && model.prepend_always) unsupported("a Prepend normalizer with ByteLevel");
+    for (const auto& d : flatten(decoder, "decoders")) {
+      std::string type = type_of(d);
+      bool strip = type == "Strip" && d.value("content", "") == " " && d.value("start", 0) == 1;
+      bool meta = type == "Metaspace" && d.value("prepend_scheme", "always") != "never";
+      if (strip || meta) model.strip_leading_space = true;
+    }
+  }
+
+  int32_t find_special(const char* const* names, size_t count) const {
+    for (size_t k = 0; k < count; k++) {
+      for (const auto& s : model.specials) {
+        if (s.content == names[k]) return s.id;
+      }
+    }
+    return -1;
+  }
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("cannot open tokenizer file ", path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+}  // namespace
+
+std::unique_ptr<BpeTokenizer> load_tokenizer_json(const std::string& path) {
+  json j;
+  try {
+    j = json::parse(read_file(path));
+  } catch (const json::parse_error& e) {
+    fail("tokenizer ", path, ": not valid JSON (", e.what(), "); expected a Hugging Face tokenizer.json");
+  }
+  if (!j.is_object() || !j.contains("model")) {
+    fail("tokenizer ", path, ": not a Hugging Face tokenizer.json (no \"model\" object)");
+  }
+  Reader r{path, {}};
+  try {
+    r.read_model(j["model"]);
+    r.read_added_tokens(j.value("added_tokens", json::array()));
+    r.read_pipeline(j.value("normalizer", json()), j.value("pre_tokenizer", json()),
+                    j.value("decoder", json()));
+  } catch (const json::exception& e) {
+    fail("tokenizer ", path, ": unexpected JSON structure (", e.what(), ")");
+  }
+  r.model.eos_id = r.find_special(kEosNames, std::size(kEosNames));
+  if (r.model.eos_id < 0) {
+    fail("tokenizer ", path, ": no end-of-text token among the added tokens (looked for ",
+         "<|endoftext|>, </s>, <|end_of_text|>, <eos>, <|im_end|>); hla separates documents with it");
+  }
+  r.model.pad_id = r.find_special(kPadNames, std::size(kPadNames));
+  if (r.model.pad_id < 0) r.model.pad_id = r.model.eos_id;
+  return std::make_unique<BpeTokenizer>(std::move(r.model), "bpe:" + path);
+}
+
+void save_tokenizer_json(const BpeTokenizer& tokenizer, const std::string& path) {
+  using ojson = nlohmann::ordered_json;
+  const BpeModel& m = tokenizer.model();
+  bool byte_level = m.mode == BpeModel::Mode::ByteLevel;
+  ojson added = ojson::array();
+  for (const auto& s : m.specials) {
+    added.push_back({{"id", s.id}, {"content", s.content}, {"single_word", false},
+                     {"lstrip", false}, {"rstrip", false}, {"normalized", false},
+                     {"special", true}});
+  }
+  ojson vocab = ojson::object();
+  bool any_space = false;
+  for (size_t id = 0; id < m.vocab.size(); id++) {
+    if (m.vocab[id].empty()) continue;
+    vocab[m.vocab[id]] = id;
+    any_space |= m.vocab[id].find(' ') != std::string::npos;
+  }
+  ojson merges = ojson::array();
+  for (const auto& merge : m.merges) {
+    const std::string &left = m.vocab[merge.left], &right = m.vocab[merge.right];
+    merges.push_back(any_space ? ojson::array({left, right}) : ojson(left + " " + right));
+  }
+  ojson byte_level_step = {{"type", "ByteLevel"}, {"add_prefix_space", false},
+                           {"trim_offsets", true}, {"use_regex", true}};
+  ojson normalizer, pre_tokenizer, decoder;
+  if (byte_level) {
+    pre_tokenizer = byte_level_step;
+    decoder = byte_level_step;
+  } else {
+    ojson steps = ojson::array();
+    if (m.prepend_always) steps.push_back({{"type", "Prepend"}, {"prepend", kMetaspace}});
+    steps.push_back({{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", kMetaspace}});
+    normalizer = {{"type", "Sequence"}, {"normalizers", steps}};
+    if (m.prepend_if_missing || m.split_on_metaspace) {
+      pre_tokenizer = {{"type", "Metaspace"}, {"replacement", kMetaspace},
+                       {"prepend_scheme", m.prepend_if_missing ? "first" : "never"},
+                       {"split", m.split_on_metaspace}};
+    }
+    ojson decoders = ojson::array({{{"type", "Replace"}, {"pattern", {{"String", kMetaspace}}}, {"content", " "}},
+                                   {{"type", "ByteFallback"}},
+                                   {{"type", "Fuse"}}});
+    if (m.strip_leading_space) decoders.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
+    decoder = {{"type", "Sequence"}, {"decoders", decoders}};
+  }
+  ojson model = {{"type", "BPE"}, {"dropout", nullptr},
+                 {"unk_token", m.unk_id >= 0 ? ojson(m.vocab[m.unk_id]) : ojson()},
+                 {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr},
+                 {"fuse_unk", !byte_level}, {"byte_fallback", m.byte_fallback},
+                 {"ignore_merges", m.ignore_merges}, {"vocab", vocab}, {"merges", merges}};
+  ojson j = {{"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr},
+             {"added_tokens", added}, {"normalizer", normalizer}, {"pre_tokenizer", pre_tokenizer},
+             {"post_processor", nullptr}, {"decoder", decoder}, {"model", model}};
+  std::ofstream out(path, std::ios::binary);
+  if (!out) fail("cannot write tokenizer file ", path);
+  out << j.dump(1, ' ', false) << "\n";
+  if (!out) fail("error writing tokenizer file ", path);
+}
+
+}  // namespace hla::data
