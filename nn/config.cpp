@@ -114,7 +114,7 @@ void read_field(const nlohmann::json& j, const char* key, T& out, const std::str
 const std::set<std::string> kKnownFields = {
     "model_type", "hidden_size", "num_hidden_layers", "num_heads", "num_v_heads", "head_dim",
     "expand_v", "expand_k", "intermediate_size", "hidden_ratio", "vocab_size", "norm_eps",
-    "conv_size", "use_short_conv", "tie_word_embeddings", "initializer_range", "routing", "attn",
+    "conv_size", "state_size", "chunk_size", "use_short_conv", "tie_word_embeddings", "initializer_range", "routing", "attn",
     "hybrid", "architectures", "torch_dtype", "transformers_version", "fuse_norm", "fuse_swiglu",
     "fuse_cross_entropy", "bos_token_id", "eos_token_id", "pad_token_id", "hidden_act",
     "max_position_embeddings", "use_cache"};
@@ -141,6 +141,8 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& s
   read_field(j, "vocab_size", c.vocab_size, source);
   read_field(j, "norm_eps", c.norm_eps, source);
   read_field(j, "conv_size", c.conv_size, source);
+  read_field(j, "state_size", c.state_size, source);
+  read_field(j, "chunk_size", c.chunk_size, source);
   read_field(j, "use_short_conv", c.use_short_conv, source);
   read_field(j, "tie_word_embeddings", c.tie_word_embeddings, source);
   read_field(j, "initializer_range", c.initializer_range, source);
@@ -182,6 +184,8 @@ nlohmann::json ModelConfig::to_json() const {
                       {"vocab_size", vocab_size},
                       {"norm_eps", norm_eps},
                       {"conv_size", conv_size},
+                      {"state_size", state_size},
+                      {"chunk_size", chunk_size},
                       {"use_short_conv", use_short_conv},
                       {"tie_word_embeddings", tie_word_embeddings},
                       {"initializer_range", initializer_range},

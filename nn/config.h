@@ -39,6 +39,8 @@ struct ModelConfig {
   int vocab_size = 258;
   double norm_eps = 1e-6;
   int conv_size = 4;
+  int state_size = 64;  // Mamba-2 N (the SSM state width, dk of its decay attention)
+  int chunk_size = 64;  // chunk length of the chunked recurrence kernels (0: token recurrence)
   bool use_short_conv = true;
   bool tie_word_embeddings = false;
   double initializer_range = 0.02;

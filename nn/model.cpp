@@ -1,16 +1,18 @@
 // HybridLM (see model.h). The block follows mixers.md 3.1:
 //   r = x ;  h = Mixer(RMSNorm_attn(r)) ;  r = r + h ;  y = r + GatedMLP(RMSNorm_mlp(r))
-// with the Mamba-2 exception of 3.4 (no MLP; names under "backbone") and cross-layer routing
+// with the exceptions of 3.4 (Mamba-2: no MLP, names under "backbone"; RWKV-6: LayerNorms
+// with bias, an extra pre_norm on layer 0, the channel mix as FFN) and cross-layer routing
 // of papers.md 3.5 added after a linear layer's block:
 //   CLVR:   y += P_l v_l       CLER-H: y += P_l r_l       (P_l zero-initialised, no bias)
 //   CLER:   the next routing-capable layer's values become v + gamma * r_prev (inside the mixer)
 #include "nn/model.h"
 
 #include "nn/layers/mixer.h"
-#include "nn/layers/mlp.h"
+#include "nn/layers/feedforward.h"
 #include "nn/ops/arith.h"
 #include "nn/ops/cross_entropy.h"
 #include "nn/ops/embedding.h"
+#include "nn/ops/group_norm.h"
 #include "nn/ops/linear.h"
 #include "nn/ops/lower_bounds.h"
 #include "nn/ops/rmsnorm.h"
@@ -18,10 +20,19 @@
 namespace hla {
 namespace {
 
+// RMSNorm, or LayerNorm with bias (RWKV-6).
+struct Norm {
+  Var weight, bias;
+  Var apply(const ParamStore& store, const Var& x, double eps) const {
+    if (bias.defined()) return layer_norm(x, store.use(weight), store.use(bias), eps);
+    return rmsnorm(x, store.use(weight), eps);
+  }
+};
+
 struct Block {
-  Var attn_norm, mlp_norm;
+  Norm pre_norm, attn_norm, mlp_norm;  // pre_norm: RWKV-6 layer 0 only
   std::unique_ptr<Mixer> mixer;
-  std::unique_ptr<GatedMLP> mlp;  // absent for Mamba-2
+  std::unique_ptr<FeedForward> mlp;  // absent for Mamba-2
   Var route_proj;                 // CLVR / CLER-H projection (D, value_width), zero-initialised
   bool linear = false;
 };
@@ -32,13 +43,14 @@ class HybridLM : public TrainableModel {
       : config_(c), store_(seed, c.initializer_range, device, compute) {
     c.validate("model config");
     mamba_ = c.model_type == "mamba2";
+    rwkv_ = c.model_type == "rwkv6";
     const std::string root = mamba_ ? "backbone." : "model.";
     {
       ParamStore::Scope s(store_, root);
       embed_ = store_.normal("embeddings.weight", {c.vocab_size, c.hidden_size});
       if (uses_lower_bounds()) lower_bounds_ = store_.constant("lower_bounds", {c.num_hidden_layers, c.hidden_size}, 0.0);
       for (int i = 0; i < c.num_hidden_layers; i++) blocks_.push_back(make_block(i));
-      final_norm_ = store_.constant(mamba_ ? "norm_f.weight" : "norm.weight", {c.hidden_size}, 1.0);
+      final_norm_ = make_norm(mamba_ ? "norm_f" : "norm");
     }
     if (!c.tie_word_embeddings) head_ = store_.normal("lm_head.weight", {c.vocab_size, c.hidden_size});
   }
@@ -55,16 +67,17 @@ class HybridLM : public TrainableModel {
       io.want_values = config_.routing == "clvr" && b.linear;
       io.want_error = (config_.routing == "cler" || config_.routing == "cler_h") && b.linear;
       if (config_.routing == "cler" && b.linear) io.routed_error = routed_error;
-      Var h = b.mixer->forward(rmsnorm(x, store_.use(b.attn_norm), config_.norm_eps), io);
+      if (b.pre_norm.weight.defined()) x = b.pre_norm.apply(store_, x, config_.norm_eps);
+      Var h = b.mixer->forward(b.attn_norm.apply(store_, x, config_.norm_eps), io);
       x = add(x, h);
-      if (b.mlp) x = add(x, b.mlp->forward(rmsnorm(x, store_.use(b.mlp_norm), config_.norm_eps)));
+      if (b.mlp) x = add(x, b.mlp->forward(b.mlp_norm.apply(store_, x, config_.norm_eps)));
       if (b.route_proj.defined()) {
         const Var& routed = config_.routing == "clvr" ? io.values : io.error;
         x = add(x, linear(routed, store_.use(b.route_proj)));
       }
       if (io.error.defined()) routed_error = io.error;
     }
-    x = rmsnorm(x, store_.use(final_norm_), config_.norm_eps);
+    x = final_norm_.apply(store_, x, config_.norm_eps);
     return linear(x, store_.use(config_.tie_word_embeddings ? embed_ : head_));  // (B, T, V)
   }
 
@@ -84,15 +97,15 @@ class HybridLM : public TrainableModel {
     Block b;
     b.linear = !config_.is_attention_layer(i);
     ParamStore::Scope layer(store_, "layers." + std::to_string(i) + ".");
-    b.attn_norm = store_.constant(mamba_ ? "norm.weight" : "attn_norm.weight", {config_.hidden_size}, 1.0);
+    if (rwkv_ && i == 0) b.pre_norm = make_norm("pre_norm");
+    b.attn_norm = make_norm(mamba_ ? "norm" : "attn_norm");
     {
       ParamStore::Scope mixer(store_, mamba_ ? "mixer." : "attn.");
       b.mixer = make_mixer(config_, i, store_);
     }
     if (!mamba_) {
-      b.mlp_norm = store_.constant("mlp_norm.weight", {config_.hidden_size}, 1.0);
-      ParamStore::Scope mlp(store_, "mlp.");
-      b.mlp = std::make_unique<GatedMLP>(store_, config_.hidden_size, config_.mlp_intermediate_size());
+      b.mlp_norm = make_norm(rwkv_ ? "ffn_norm" : "mlp_norm");
+      b.mlp = make_feedforward(config_, store_);
     }
     bool routes = (config_.routing == "clvr" || config_.routing == "cler_h") && b.linear;
     if (routes) {
@@ -105,10 +118,18 @@ class HybridLM : public TrainableModel {
     return b;
   }
 
+  Norm make_norm(const std::string& name) {
+    Norm n;
+    n.weight = store_.constant(name + ".weight", {config_.hidden_size}, 1.0);
+    if (rwkv_) n.bias = store_.constant(name + ".bias", {config_.hidden_size}, 0.0);
+    return n;
+  }
+
   ModelConfig config_;
   ParamStore store_;
-  bool mamba_ = false;
-  Var embed_, head_, final_norm_, lower_bounds_;
+  bool mamba_ = false, rwkv_ = false;
+  Var embed_, head_, lower_bounds_;
+  Norm final_norm_;
   std::vector<Block> blocks_;
 };
 

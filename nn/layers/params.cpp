@@ -6,7 +6,8 @@
 
 namespace hla {
 
-uint64_t ParamStore::seed_for(const std::string& full_name) const {
+uint64_t ParamStore::seed_for(const std::string& name) const {
+  const std::string full_name = prefix_ + name;
   uint64_t h = 1469598103934665603ull;  // FNV-1a of the name, mixed with the model seed
   for (unsigned char c : full_name) h = (h ^ c) * 1099511628211ull;
   return splitmix64(h ^ splitmix64(seed_));
@@ -24,7 +25,7 @@ Var ParamStore::add(const std::string& name, Tensor value) {
 
 Var ParamStore::normal(const std::string& name, const Shape& shape, double std) {
   double s = std < 0 ? init_std_ : std;
-  return add(name, Tensor::randn(shape, seed_for(prefix_ + name), s, DType::F32));
+  return add(name, Tensor::randn(shape, seed_for(name), s, DType::F32));
 }
 
 Var ParamStore::constant(const std::string& name, const Shape& shape, double value) {
@@ -32,7 +33,7 @@ Var ParamStore::constant(const std::string& name, const Shape& shape, double val
 }
 
 Var ParamStore::uniform(const std::string& name, const Shape& shape, double lo, double hi) {
-  return add(name, Tensor::uniform(shape, seed_for(prefix_ + name), lo, hi, DType::F32));
+  return add(name, Tensor::uniform(shape, seed_for(name), lo, hi, DType::F32));
 }
 
 Var ParamStore::from_tensor(const std::string& name, const Tensor& values) { return add(name, values); }

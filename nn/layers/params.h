@@ -25,7 +25,7 @@ class ParamStore {
   ParameterList& parameters() { return params_; }
   Device device() const { return device_; }
   DType compute_dtype() const { return compute_dtype_; }
-  uint64_t seed_for(const std::string& full_name) const;
+  uint64_t seed_for(const std::string& name) const;  // from the scoped (full) name
 
   class Scope {
    public:

@@ -1,6 +1,8 @@
 // add, mul, scale, sum, mean, reshape: forward through tensor/math.h, backward beside it.
 #include "nn/ops/arith.h"
 
+#include <cstring>
+
 #include "autograd/gradcheck.h"
 #include "tensor/dispatch.h"
 #include "tensor/math.h"
@@ -62,63 +64,117 @@ Var reshape(const Var& a, const Shape& shape) {
 
 namespace cpu {
 
-// x, y: (N, C), w: (C)
+// x, y: (outer, S, inner), s: (S)
 template <class T>
-void rows_forward(T* y, const T* x, const T* w, int64_t N, int64_t C, bool multiply) {
-  for (int64_t n = 0; n < N; n++)
-    for (int64_t c = 0; c < C; c++) y[n * C + c] = multiply ? x[n * C + c] * w[c] : x[n * C + c] + w[c];
+void broadcast_forward(T* y, const T* x, const T* s, int64_t outer, int64_t S, int64_t inner, bool multiply) {
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t i = 0; i < S; i++)
+      for (int64_t j = 0; j < inner; j++) {
+        int64_t n = (o * S + i) * inner + j;
+        y[n] = multiply ? x[n] * s[i] : x[n] + s[i];
+      }
 }
 
-// dx: (N, C) written, dw: (C) accumulated
+// dx: (outer, S, inner) written, ds: (S) accumulated
 template <class T>
-void rows_backward(T* dx, T* dw, const T* dy, const T* x, const T* w, int64_t N, int64_t C, bool multiply) {
-  for (int64_t n = 0; n < N; n++)
-    for (int64_t c = 0; c < C; c++) {
-      T g = dy[n * C + c];
-      dx[n * C + c] = multiply ? g * w[c] : g;  // y = x * w  => dx = dy * w ;  y = x + w => dx = dy
-      dw[c] += multiply ? g * x[n * C + c] : g;  // dw = sum_rows dy * x      ;  dw = sum_rows dy
-    }
+void broadcast_backward(T* dx, T* ds, const T* dy, const T* x, const T* s, int64_t outer, int64_t S, int64_t inner,
+                        bool multiply) {
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t i = 0; i < S; i++)
+      for (int64_t j = 0; j < inner; j++) {
+        int64_t n = (o * S + i) * inner + j;
+        dx[n] = multiply ? dy[n] * s[i] : dy[n];  // y = x * s => dx = dy * s ;  y = x + s => dx = dy
+        ds[i] += multiply ? dy[n] * x[n] : dy[n];  // ds = sum dy * x           ;  ds = sum dy
+      }
 }
 
 }  // namespace cpu
 
-static Var rows_op(const Var& x, const Var& w, bool multiply, const char* name) {
-  int64_t C = x.size(-1), N = x.numel() / C;
-  check_shape(w.value(), {C}, name, "w");
+static Var broadcast_op(const Var& x, const Var& s, int64_t inner, bool multiply, const char* name) {
+  int64_t S = s.numel();
+  HLA_CHECK(S > 0 && inner > 0 && x.numel() % (S * inner) == 0, name, ": ", x.value().str(),
+            " cannot be viewed as (outer, ", S, ", ", inner, ") for s ", s.value().str());
   HLA_CHECK(!x.value().is_cuda(), name, ": the CUDA kernel is not built yet");
-  Tensor xv = x.value(), wv = w.value();
+  int64_t outer = x.numel() / (S * inner);
+  Tensor xv = x.value(), sv = s.value();
+  Shape s_shape = sv.shape();
   Tensor y = Tensor::empty(xv.shape(), xv.dtype());
   dispatch_float(xv.dtype(), name, [&](auto tag) {
     using T = decltype(tag);
-    cpu::rows_forward(y.data<T>(), xv.data<T>(), wv.data<T>(), N, C, multiply);
+    cpu::broadcast_forward(y.data<T>(), xv.data<T>(), sv.data<T>(), outer, S, inner, multiply);
   });
-  return record_op1(y, {x, w}, [=](const std::vector<Tensor>& g) {
-    Tensor dx = Tensor::empty(xv.shape(), xv.dtype()), dw = Tensor::zeros({C}, xv.dtype());
+  return record_op1(y, {x, s}, [=](const std::vector<Tensor>& g) {
+    Tensor dx = Tensor::empty(xv.shape(), xv.dtype()), ds = Tensor::zeros(s_shape, xv.dtype());
     dispatch_float(xv.dtype(), name, [&](auto tag) {
       using T = decltype(tag);
-      cpu::rows_backward(dx.data<T>(), dw.data<T>(), g[0].data<T>(), xv.data<T>(), wv.data<T>(), N, C, multiply);
+      cpu::broadcast_backward(dx.data<T>(), ds.data<T>(), g[0].data<T>(), xv.data<T>(), sv.data<T>(), outer, S,
+                              inner, multiply);
     });
-    return std::vector<Tensor>{dx, dw};
+    return std::vector<Tensor>{dx, ds};
   }, name);
 }
 
-Var mul_rows(const Var& x, const Var& w) { return rows_op(x, w, true, "mul_rows"); }
-Var add_rows(const Var& x, const Var& w) { return rows_op(x, w, false, "add_rows"); }
+Var mul_broadcast(const Var& x, const Var& s, int64_t inner) { return broadcast_op(x, s, inner, true, "mul_broadcast"); }
+Var add_broadcast(const Var& x, const Var& s, int64_t inner) { return broadcast_op(x, s, inner, false, "add_broadcast"); }
 
 Var scale_by(const Var& x, const Var& s) {
   HLA_CHECK(s.numel() == 1, "scale_by: the scale must have one element, got ", s.value().str());
-  return reshape(mul_rows(reshape(x, {-1, 1}), reshape(s, {1})), x.shape());
+  return mul_broadcast(x, s, x.numel());
+}
+
+// Copies columns [begin, begin + width) of every row of src (rows, C) into dst (rows, width), or back.
+static void copy_columns(Tensor& dst, const Tensor& src, int64_t rows, int64_t C, int64_t begin, int64_t width,
+                         bool gather) {
+  size_t es = dtype_size(src.dtype());
+  const char* sp = static_cast<const char*>(src.raw());
+  char* dp = static_cast<char*>(dst.raw());
+  for (int64_t r = 0; r < rows; r++) {
+    if (gather) std::memcpy(dp + r * width * es, sp + (r * C + begin) * es, width * es);
+    else std::memcpy(dp + (r * C + begin) * es, sp + r * width * es, width * es);
+  }
+}
+
+std::vector<Var> split_last(const Var& x, const std::vector<int64_t>& widths) {
+  int64_t C = x.size(-1), rows = x.numel() / C, total = 0;
+  for (int64_t w : widths) total += w;
+  HLA_CHECK(total == C, "split_last: widths add up to ", total, " but the last dim of ", x.value().str(), " is ", C);
+  HLA_CHECK(!x.value().is_cuda(), "split_last: the CUDA kernel is not built yet");
+  Tensor xv = x.value();
+  std::vector<Tensor> outs;
+  int64_t begin = 0;
+  for (int64_t w : widths) {
+    Shape s = xv.shape();
+    s.back() = w;
+    Tensor piece = Tensor::empty(s, xv.dtype());
+    copy_columns(piece, xv, rows, C, begin, w, true);  // piece = x[..., begin : begin + w]
+    outs.push_back(piece);
+    begin += w;
+  }
+  Shape x_shape = xv.shape();
+  DType dt = xv.dtype();
+  return record_op(outs, {x}, [=](const std::vector<Tensor>& g) {
+    Tensor dx = Tensor::empty(x_shape, dt);
+    int64_t b0 = 0;
+    for (size_t i = 0; i < widths.size(); i++) {  // dx[..., piece i] = d piece_i
+      copy_columns(dx, g[i], rows, C, b0, widths[i], false);
+      b0 += widths[i];
+    }
+    return std::vector<Tensor>{dx};
+  }, "split_last");
 }
 
 HLA_GRADCHECK("arith") {
   auto add_mul = [](const std::vector<Var>& v) {
     // (a + b) * a, then scaled and reshaped: a is used twice, so its gradient accumulates.
     Var y = reshape(scale(mul(add(v[0], v[1]), v[0]), 0.5), {6});
+    std::vector<Var> pieces = split_last(v[1], {1, 2});
     return std::vector<Var>{y, sum(v[1]), mean(v[0]), mul_rows(v[0], v[2]), add_rows(v[1], v[2]),
-                            scale_by(v[0], v[3])};
+                            scale_by(v[0], v[3]), mul_broadcast(v[0], reshape(v[2], {3}), 1),
+                            mul_broadcast(v[1], v[4], 3), pieces[0], pieces[1]};
   };
   return gradcheck("arith", add_mul, {{"a", gc_randn({2, 3}, 1)}, {"b", gc_randn({2, 3}, 2)},
-                                      {"w", gc_randn({3}, 3)}, {"s", gc_randn({1}, 4)}});
+                                      {"w", gc_randn({3}, 3)}, {"s", gc_randn({1}, 4)},
+                                      {"per_row", gc_randn({2}, 5)}});
 }
 
 }  // namespace hla

@@ -12,9 +12,15 @@ Var scale(const Var& a, double s);
 Var sum(const Var& a);   // all elements -> shape {}
 Var mean(const Var& a);  // all elements -> shape {}
 Var reshape(const Var& a, const Shape& shape);
-// Broadcast over the last dimension: x (..., C) with w (C).
-Var mul_rows(const Var& x, const Var& w);  // y = x * w
-Var add_rows(const Var& x, const Var& w);  // y = x + w
+// Broadcasts: x viewed as (outer, S, inner) with s of S elements, y[o, i, j] = x[o, i, j] (*|+) s[i].
+// outer = x.numel() / (S * inner). Examples: a per-channel weight (inner = 1), a per-token
+// scalar times a head vector (outer = 1, inner = P), a per-head scalar (S = H, inner = P).
+Var mul_broadcast(const Var& x, const Var& s, int64_t inner);
+Var add_broadcast(const Var& x, const Var& s, int64_t inner);
+inline Var mul_rows(const Var& x, const Var& w) { return mul_broadcast(x, w, 1); }  // x (..., C) * w (C)
+inline Var add_rows(const Var& x, const Var& w) { return add_broadcast(x, w, 1); }  // x (..., C) + w (C)
 Var scale_by(const Var& x, const Var& s);  // y = s * x for a one-element s (a learned scalar)
+// Splits the last dimension into pieces of the given widths (they must add up to it).
+std::vector<Var> split_last(const Var& x, const std::vector<int64_t>& widths);
 
 }  // namespace hla

@@ -158,10 +158,16 @@ Mat<Real> decay_to_end(const CumGates<Real>& G, const Chunk& c) {
   return (G.gk.row(c.last()).replicate(c.len, 1) - G.gk.middleRows(c.begin, c.len)).array().exp();
 }
 
+// exp(Gq_t) for the rows t of chunk c: how much of the chunk-start state token t reads.
+template <class Real>
+Mat<Real> decay_from_start(const CumGates<Real>& G, const Chunk& c) {
+  return G.gq.middleRows(c.begin, c.len).array().exp();
+}
+
 // q_t * exp(Gq_t) for the rows of chunk c: the queries as seen from the chunk-start state.
 template <class Real>
 Mat<Real> queries_from_start(const Head<Real>& x, const CumGates<Real>& G, const Chunk& c) {
-  return x.q.middleRows(c.begin, c.len).cwiseProduct(Mat<Real>(G.gq.middleRows(c.begin, c.len).array().exp()));
+  return x.q.middleRows(c.begin, c.len).cwiseProduct(decay_from_start(G, c));
 }
 
 // Scalar gate: Gamma[t,s] = exp(Gq_t - G_s) for s < t, else 0 (masked before exp). (len, len)
@@ -291,7 +297,7 @@ HeadGrads<Real> backward(const Head<Real>& x, const Mat<Real>& d_o, const Mat<Re
     //     o = scale * (Q (.) exp(Gq)) h      =>  dQ = scale * (dO h^T) (.) exp(Gq)
     //     S_end = ... + (K (.) to_end)^T V   =>  dK_state = (V dh^T) (.) to_end
     //     A[t,s], s < t                      =>  chunk_scores_backward
-    Mat<Real> dQ = (scale * dO * h[n].transpose()).cwiseProduct(Mat<Real>(G.gq.middleRows(c.begin, c.len).array().exp()));
+    Mat<Real> dQ = (scale * dO * h[n].transpose()).cwiseProduct(decay_from_start(G, c));
     const Mat<Real> dK_state = (V * dh[n].transpose()).cwiseProduct(to_end);
     Mat<Real> dK = dK_state;
     chunk_scores_backward<Real, VectorGate>(dQ, dK, dA, x, G, c);

@@ -5,6 +5,9 @@
 
 #include "autograd/gradcheck.h"
 #include "tensor/dispatch.h"
+#ifdef HLA_CUDA
+#include "cuda/cross_entropy.h"
+#endif
 
 namespace hla {
 namespace cpu {
@@ -44,12 +47,39 @@ void cross_entropy_backward(T* dz, const T* z, const T* lse, const int32_t* c, i
 
 }  // namespace cpu
 
+#ifdef HLA_CUDA
+// The same op on the GPU (cuda/cross_entropy.cu): one fused pass per row; lse is fp32 there.
+// Only the valid-row count comes back to the host (from a host copy of the targets).
+static Var cross_entropy_cuda(const Var& logits, const Tensor& targets, int32_t ignore_index) {
+  Tensor z = logits.value();
+  HLA_CHECK(targets.is_cuda(), "cross_entropy: logits are on cuda but targets are on the cpu");
+  int64_t V = z.size(-1), N = z.numel() / V;
+  int64_t valid = 0;
+  for (double c : targets.to_f64_vector()) valid += static_cast<int32_t>(c) != ignore_index;
+  Tensor lse = Tensor::empty({N}, DType::F32, Device::CUDA);  // lse: (N)
+  double total = cuda::cross_entropy_forward(lse.data<float>(), z.raw(), targets.data<int32_t>(), N, V,
+                                             ignore_index, z.dtype());
+  HLA_CHECK(!std::isnan(total), "cross_entropy: a target lies outside [0, ", V, ") and is not the ignore index ",
+            ignore_index);
+  double loss = valid ? total / static_cast<double>(valid) : 0.0;
+  return record_op1(Tensor::full({}, loss, z.dtype(), Device::CUDA), {logits}, [=](const std::vector<Tensor>& g) {
+    Tensor dz = Tensor::empty(z.shape(), z.dtype(), Device::CUDA);
+    double k = valid ? g[0].item() / static_cast<double>(valid) : 0.0;
+    cuda::cross_entropy_backward(dz.raw(), z.raw(), lse.data<float>(), targets.data<int32_t>(), N, V, ignore_index,
+                                 k, z.dtype());
+    return std::vector<Tensor>{dz};
+  }, "cross_entropy");
+}
+#endif
+
 Var cross_entropy(const Var& logits, const Tensor& targets, int32_t ignore_index) {
   int64_t V = logits.size(-1), N = logits.numel() / V;
   HLA_CHECK(targets.numel() == N, "cross_entropy: ", N, " rows of logits ", logits.value().str(),
             " but targets ", targets.str());
   check_dtype(targets, DType::I32, "cross_entropy", "targets");
-  HLA_CHECK(!logits.value().is_cuda(), "cross_entropy: the CUDA kernel is not built yet");
+#ifdef HLA_CUDA
+  if (logits.value().is_cuda()) return cross_entropy_cuda(logits, targets, ignore_index);
+#endif
   Tensor z = logits.value();
   Tensor lse = Tensor::empty({N}, z.dtype());
   const int32_t* c = targets.data<int32_t>();

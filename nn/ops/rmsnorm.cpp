@@ -5,6 +5,9 @@
 
 #include "autograd/gradcheck.h"
 #include "tensor/dispatch.h"
+#ifdef HLA_CUDA
+#include "cuda/rmsnorm.h"
+#endif
 
 namespace hla {
 namespace cpu {
@@ -39,10 +42,31 @@ void rmsnorm_backward(T* dx, T* dw, const T* dy, const T* x, const T* w, const T
 
 }  // namespace cpu
 
+#ifdef HLA_CUDA
+// The same op on the GPU (cuda/rmsnorm.cu); rstd is fp32 there whatever the storage dtype.
+static Var rmsnorm_cuda(const Var& x, const Var& weight, double eps) {
+  Tensor xv = x.value(), w = weight.value();
+  check_dtype(w, xv.dtype(), "rmsnorm", "weight");
+  HLA_CHECK(w.is_cuda(), "rmsnorm: x is on cuda but weight is on the cpu");
+  int64_t C = xv.size(-1), N = xv.numel() / C;
+  Tensor y = Tensor::empty(xv.shape(), xv.dtype(), Device::CUDA);
+  Tensor rstd = Tensor::empty({N}, DType::F32, Device::CUDA);  // rstd: (N)
+  cuda::rmsnorm_forward(y.raw(), rstd.data<float>(), xv.raw(), w.raw(), N, C, eps, xv.dtype());
+  return record_op1(y, {x, weight}, [=](const std::vector<Tensor>& g) {
+    Tensor dx = Tensor::empty(xv.shape(), xv.dtype(), Device::CUDA);
+    Tensor dw = Tensor::zeros({C}, xv.dtype(), Device::CUDA);
+    cuda::rmsnorm_backward(dx.raw(), dw.raw(), g[0].raw(), xv.raw(), w.raw(), rstd.data<float>(), N, C, xv.dtype());
+    return std::vector<Tensor>{dx, dw};
+  }, "rmsnorm");
+}
+#endif
+
 Var rmsnorm(const Var& x, const Var& weight, double eps) {
   int64_t C = x.size(-1), N = x.numel() / C;
   check_shape(weight.value(), {C}, "rmsnorm", "weight");
-  HLA_CHECK(!x.value().is_cuda(), "rmsnorm: the CUDA kernel is not built yet");
+#ifdef HLA_CUDA
+  if (x.value().is_cuda()) return rmsnorm_cuda(x, weight, eps);
+#endif
   Tensor xv = x.value(), w = weight.value();
   Tensor y = Tensor::empty(xv.shape(), xv.dtype());
   Tensor rstd = Tensor::empty({N}, xv.dtype());

@@ -5,6 +5,9 @@
 
 #include "autograd/gradcheck.h"
 #include "tensor/dispatch.h"
+#ifdef HLA_CUDA
+#include "cuda/swiglu.h"
+#endif
 
 namespace hla {
 namespace cpu {
@@ -28,9 +31,28 @@ void swiglu_backward(T* da, T* db, const T* dz, const T* a, const T* b, int64_t 
 
 }  // namespace cpu
 
+#ifdef HLA_CUDA
+// The same op on the GPU (cuda/swiglu.cu).
+static Var swiglu_cuda(const Var& a, const Var& b) {
+  Tensor av = a.value(), bv = b.value();
+  check_dtype(bv, av.dtype(), "swiglu", "b");
+  HLA_CHECK(bv.is_cuda(), "swiglu: a is on cuda but b is on the cpu");
+  Tensor z = Tensor::empty(av.shape(), av.dtype(), Device::CUDA);
+  cuda::swiglu_forward(z.raw(), av.raw(), bv.raw(), av.numel(), av.dtype());
+  return record_op1(z, {a, b}, [av, bv](const std::vector<Tensor>& g) {
+    Tensor da = Tensor::empty(av.shape(), av.dtype(), Device::CUDA);
+    Tensor db = Tensor::empty(av.shape(), av.dtype(), Device::CUDA);
+    cuda::swiglu_backward(da.raw(), db.raw(), g[0].raw(), av.raw(), bv.raw(), av.numel(), av.dtype());
+    return std::vector<Tensor>{da, db};
+  }, "swiglu");
+}
+#endif
+
 Var swiglu(const Var& a, const Var& b) {
   check_same_shape(a.value(), b.value(), "swiglu");
-  HLA_CHECK(!a.value().is_cuda(), "swiglu: the CUDA kernel is not built yet");
+#ifdef HLA_CUDA
+  if (a.value().is_cuda()) return swiglu_cuda(a, b);
+#endif
   Tensor av = a.value(), bv = b.value();
   Tensor z = Tensor::empty(av.shape(), av.dtype());
   dispatch_float(av.dtype(), "swiglu", [&](auto tag) {

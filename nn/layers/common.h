@@ -1,0 +1,24 @@
+// Small helpers the mixer layers share: projections through the compute dtype, head
+// reshapes, and fla's initialisation of A_log and dt_bias (mixers.md 2.12).
+#pragma once
+#include "nn/layers/params.h"
+#include "nn/ops/arith.h"
+#include "nn/ops/linear.h"
+
+namespace hla {
+
+// y = x W^T (+ b) with the weights in the compute dtype.
+inline Var project(const ParamStore& store, const Var& x, const Var& w, const Var& b = Var()) {
+  return linear(x, store.use(w), b.defined() ? store.use(b) : Var());
+}
+
+// (B, T, H*d) <-> (B, T, H, d)
+inline Var split_heads(const Var& x, int64_t H, int64_t d) { return reshape(x, {x.size(0), x.size(1), H, d}); }
+inline Var merge_heads(const Var& x) { return reshape(x, {x.size(0), x.size(1), x.size(2) * x.size(3)}); }
+
+// A_log = ln(A), A ~ U(lo, hi), one per head.
+Var init_a_log(ParamStore& store, const std::string& name, int64_t n, double lo = 1.0, double hi = 16.0);
+// dt_bias = inverse softplus of dt, dt = exp(U(ln 0.001, ln 0.1)) clamped >= 1e-4.
+Var init_dt_bias(ParamStore& store, const std::string& name, int64_t n);
+
+}  // namespace hla

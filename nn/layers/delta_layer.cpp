@@ -1,0 +1,180 @@
+// The delta-rule layers (mixers.md sections 12-15): DeltaNet, Gated DeltaNet, KDA and
+// Gated DeltaNet-2 differ only in their gates, so one layer builds all four:
+//
+//   q, k, v = silu(conv(W x))  (plain silu without short convs);  q, k = l2norm(q), l2norm(k)
+//   DeltaNet  beta = sigmoid(W_b x) [H]        no decay                 o_norm: RMSNorm_dv
+//   GDN       beta = sigmoid(W_b x) [HV]       g = -e^A_log softplus(W_a x + dt_bias) [HV]
+//                                                                       o_norm: RMSNorm_dv * swish(W_g x)
+//   KDA       beta = sigmoid(W_b x) [HV]       g = -e^A_log softplus(W_f1 W_f0 x + dt_bias) [HV, dk]
+//                                                                       o_norm: RMSNorm_dv * sigmoid(W_g1 W_g0 x + b)
+//   GDN-2     b = sigmoid(W_b x) [H, dk], w = sigmoid(W_w x) [HV, dv], g as KDA but per QK head
+//   S_t = (I - k (b*k)^T) Diag(e^g) S_{t-1} + k (w*v)^T ;  o_t = S_t^T q_t / sqrt(dk)
+//
+// Cross-layer routing (papers.md 3.5): CLER adds gamma * r_prev to v (gamma init 0); the
+// layer exposes v (CLVR) and the write residual r_t = beta (v - S'^T k) (CLER, CLER-H).
+#include "nn/layers/common.h"
+#include "nn/layers/mixers.h"
+#include "nn/ops/activation.h"
+#include "nn/ops/delta_rule.h"
+#include "nn/ops/gated_norm.h"
+#include "nn/ops/gates.h"
+#include "nn/ops/l2norm.h"
+#include "nn/ops/rmsnorm.h"
+#include "nn/ops/short_conv.h"
+
+namespace hla {
+namespace {
+
+enum class DeltaKind { DeltaNet, GatedDeltaNet, Kda, Gdn2 };
+
+DeltaKind delta_kind(const std::string& t) {
+  if (t == "delta_net") return DeltaKind::DeltaNet;
+  if (t == "gated_deltanet") return DeltaKind::GatedDeltaNet;
+  if (t == "kda") return DeltaKind::Kda;
+  return DeltaKind::Gdn2;
+}
+
+class DeltaLayer : public Mixer {
+ public:
+  DeltaLayer(const ModelConfig& c, ParamStore& store)
+      : store_(store), kind_(delta_kind(c.model_type)), eps_(c.norm_eps), chunk_(c.chunk_size),
+        short_conv_(c.use_short_conv) {
+    int64_t D = c.hidden_size;
+    H_ = c.num_heads;
+    HV_ = c.num_v_heads > 0 ? c.num_v_heads : H_;
+    dk_ = c.key_head_dim();
+    dv_ = static_cast<int64_t>(dk_ * c.expand_v);
+    HLA_CHECK(HV_ % H_ == 0, c.model_type, ": num_v_heads ", HV_, " is not a multiple of num_heads ", H_);
+    HLA_CHECK(HV_ == H_ || kind_ == DeltaKind::GatedDeltaNet || kind_ == DeltaKind::Kda, c.model_type,
+              ": grouped value heads (num_v_heads ", HV_, " != num_heads ", H_, ") are supported for gated_deltanet and kda only");
+    q_ = store.normal("q_proj.weight", {H_ * dk_, D});
+    k_ = store.normal("k_proj.weight", {H_ * dk_, D});
+    v_ = store.normal("v_proj.weight", {HV_ * dv_, D});
+    if (short_conv_) {
+      q_conv_ = store.normal("q_conv1d.weight", {H_ * dk_, 1, c.conv_size});
+      k_conv_ = store.normal("k_conv1d.weight", {H_ * dk_, 1, c.conv_size});
+      v_conv_ = store.normal("v_conv1d.weight", {HV_ * dv_, 1, c.conv_size});
+    }
+    make_gate_params(store, D);
+    if (c.routing == "cler") cler_gamma_ = store.constant("cler_gamma", {1}, 0.0);
+    o_ = store.normal("o_proj.weight", {D, HV_ * dv_});
+  }
+
+  Var forward(const Var& x, MixerIO& io) override {
+    Var q = l2norm(split_heads(conv_silu(project(store_, x, q_), q_conv_), H_, dk_));  // (B, T, H, dk)
+    Var k = l2norm(split_heads(conv_silu(project(store_, x, k_), k_conv_), H_, dk_));
+    Var v = conv_silu(project(store_, x, v_), v_conv_);                                 // (B, T, HV*dv)
+    if (io.routed_error.defined() && cler_gamma_.defined())
+      v = add(v, scale_by(io.routed_error, store_.use(cler_gamma_)));                   // v + gamma * r_prev
+    if (io.want_values) io.values = v;
+    Var g, b, w;
+    gates(x, g, b, w);
+    DeltaRuleOptions opt;
+    opt.chunk_size = chunk_;
+    DeltaRuleOutputs out = delta_rule(q, k, split_heads(v, HV_, dv_), g, b, w, Var(), opt);
+    if (io.want_error) io.error = merge_heads(out.residual);
+    return project(store_, merge_heads(output_norm(x, out.o)), o_);
+  }
+
+  int64_t value_width() const override { return HV_ * dv_; }
+  bool produces_error() const override { return true; }
+
+ private:
+  Var conv_silu(const Var& x, const Var& weight) const {
+    if (!weight.defined()) return silu(x);
+    return short_conv(x, store_.use(weight), Var(), Var(), ConvAct::SiLU).y;
+  }
+
+  void make_gate_params(ParamStore& store, int64_t D) {
+    int64_t low = dv_;  // low-rank width of f_proj / g_proj (KDA, GDN-2)
+    switch (kind_) {
+      case DeltaKind::DeltaNet:
+        b_ = store.normal("b_proj.weight", {H_, D});
+        norm_ = store.constant("o_norm.weight", {dv_}, 1.0);
+        break;
+      case DeltaKind::GatedDeltaNet:
+        a_ = store.normal("a_proj.weight", {HV_, D});
+        b_ = store.normal("b_proj.weight", {HV_, D});
+        a_log_ = init_a_log(store, "A_log", HV_);
+        dt_bias_ = init_dt_bias(store, "dt_bias", HV_);
+        g_ = store.normal("g_proj.weight", {HV_ * dv_, D});
+        norm_ = store.constant("o_norm.weight", {dv_}, 1.0);
+        break;
+      case DeltaKind::Kda:
+      case DeltaKind::Gdn2: {
+        int64_t gate_heads = kind_ == DeltaKind::Kda ? HV_ : H_;
+        f0_ = store.normal("f_proj.0.weight", {low, D});
+        f1_ = store.normal("f_proj.1.weight", {gate_heads * dk_, low});
+        if (kind_ == DeltaKind::Kda) {
+          b_ = store.normal("b_proj.weight", {HV_, D});
+        } else {
+          b_ = store.normal("b_proj.weight", {H_ * dk_, D});
+          w_ = store.normal("w_proj.weight", {HV_ * dv_, D});
+        }
+        a_log_ = init_a_log(store, "A_log", gate_heads);
+        dt_bias_ = init_dt_bias(store, "dt_bias", gate_heads * dk_);
+        g0_ = store.normal("g_proj.0.weight", {low, D});
+        g1_ = store.normal("g_proj.1.weight", {HV_ * dv_, low});
+        g1_bias_ = store.constant("g_proj.1.bias", {HV_ * dv_}, 0.0);
+        norm_ = store.constant("o_norm.weight", {dv_}, 1.0);
+        break;
+      }
+    }
+  }
+
+  // g: log decay, b: erase (beta), w: write gate (undefined = b) for this mixer.
+  void gates(const Var& x, Var& g, Var& b, Var& w) const {
+    Var beta_logits = project(store_, x, b_);
+    switch (kind_) {
+      case DeltaKind::DeltaNet:
+        b = sigmoid(beta_logits);  // (B, T, H)
+        break;
+      case DeltaKind::GatedDeltaNet:
+        b = sigmoid(beta_logits);  // (B, T, HV)
+        g = ssm_gate(project(store_, x, a_), store_.use(a_log_), store_.use(dt_bias_));  // (B, T, HV)
+        break;
+      case DeltaKind::Kda:
+      case DeltaKind::Gdn2: {
+        Var f = project(store_, project(store_, x, f0_), f1_);
+        Var gf = ssm_gate(f, store_.use(a_log_), store_.use(dt_bias_));  // (B, T, heads*dk)
+        g = split_heads(gf, gf.size(2) / dk_, dk_);
+        if (kind_ == DeltaKind::Kda) {
+          b = sigmoid(beta_logits);  // (B, T, HV)
+        } else {
+          b = split_heads(sigmoid(beta_logits), H_, dk_);                  // erase (B, T, H, dk)
+          w = split_heads(sigmoid(project(store_, x, w_)), HV_, dv_);     // write (B, T, HV, dv)
+        }
+        break;
+      }
+    }
+  }
+
+  Var output_norm(const Var& x, const Var& o) const {  // o: (B, T, HV, dv)
+    switch (kind_) {
+      case DeltaKind::DeltaNet: return rmsnorm(o, store_.use(norm_), eps_);
+      case DeltaKind::GatedDeltaNet:
+        return gated_rmsnorm(o, split_heads(project(store_, x, g_), HV_, dv_), store_.use(norm_), eps_, GateAct::Swish);
+      default: {
+        Var gate = project(store_, project(store_, x, g0_), g1_, g1_bias_);
+        return gated_rmsnorm(o, split_heads(gate, HV_, dv_), store_.use(norm_), eps_, GateAct::Sigmoid);
+      }
+    }
+  }
+
+  ParamStore& store_;
+  DeltaKind kind_;
+  double eps_;
+  int64_t chunk_;
+  bool short_conv_;
+  int64_t H_, HV_, dk_, dv_;
+  Var q_, k_, v_, q_conv_, k_conv_, v_conv_, o_, norm_;
+  Var a_, b_, w_, a_log_, dt_bias_, g_, f0_, f1_, g0_, g1_, g1_bias_, cler_gamma_;
+};
+
+}  // namespace
+
+std::unique_ptr<Mixer> make_delta_layer(const ModelConfig& c, ParamStore& store) {
+  return std::make_unique<DeltaLayer>(c, store);
+}
+
+}  // namespace hla

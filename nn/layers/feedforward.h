@@ -1,0 +1,21 @@
+// The per-block feed-forward: SwiGLU (GatedMLP) in every model but RWKV-6, whose blocks use
+// the RWKV channel mix. Both map (B, T, D) -> (B, T, D).
+#pragma once
+#include <memory>
+
+#include "nn/config.h"
+#include "nn/layers/params.h"
+
+namespace hla {
+
+class FeedForward {
+ public:
+  virtual ~FeedForward() = default;
+  virtual Var forward(const Var& x) = 0;
+};
+
+// Creates "mlp.*" (GatedMLP) or "ffn.*" (RWKV-6 channel mix) parameters under the block scope.
+std::unique_ptr<FeedForward> make_feedforward(const ModelConfig& c, ParamStore& store);
+std::unique_ptr<FeedForward> make_rwkv6_channel_mix(const ModelConfig& c, ParamStore& store);
+
+}  // namespace hla

@@ -1,0 +1,74 @@
+// Mamba-2 (mixers.md section 10), one group (n_groups = 1):
+//   [z | xBC | dt] = W_in x ;  xBC = silu(conv(xBC) + b) ;  [x | B | C] = xBC
+//   Delta = softplus(dt + dt_bias) ;  g = Delta * A, A = -exp(A_log)   (scalar per head)
+//   S_t = exp(g_t) S_{t-1} + B_t (Delta_t x_t)^T ;  y_t = S_t^T C_t + D x_t
+//   out = W_out( RMSNorm_grouped( y * silu(z) ) )      (gate before the norm)
+// As a decay-attention call: q = C, k = B (one shared head), v = Delta * x, scale 1.
+#include "nn/layers/common.h"
+#include "nn/layers/mixers.h"
+#include "nn/ops/activation.h"
+#include "nn/ops/decay_attention.h"
+#include "nn/ops/gated_norm.h"
+#include "nn/ops/gates.h"
+#include "nn/ops/short_conv.h"
+
+namespace hla {
+namespace {
+
+class Mamba2Layer : public Mixer {
+ public:
+  Mamba2Layer(const ModelConfig& c, ParamStore& store) : store_(store), eps_(c.norm_eps), chunk_(c.chunk_size) {
+    int64_t D = c.hidden_size;
+    inner_ = static_cast<int64_t>(D * c.expand_v);
+    P_ = c.key_head_dim();
+    HLA_CHECK(inner_ % P_ == 0, "mamba2: d_inner ", inner_, " (hidden_size * expand_v) is not a multiple of head_dim ", P_);
+    H_ = inner_ / P_;
+    N_ = c.state_size;
+    conv_dim_ = inner_ + 2 * N_;
+    in_ = store.normal("in_proj.weight", {inner_ + conv_dim_ + H_, D});
+    conv_ = store.normal("conv1d.weight", {conv_dim_, 1, c.conv_size});
+    conv_bias_ = store.constant("conv1d.bias", {conv_dim_}, 0.0);
+    dt_bias_ = init_dt_bias(store, "dt_bias", H_);
+    a_log_ = init_a_log(store, "A_log", H_);
+    d_ = store.constant("D", {H_}, 1.0);
+    norm_ = store.constant("norm.weight", {inner_}, 1.0);
+    out_ = store.normal("out_proj.weight", {D, inner_});
+  }
+
+  Var forward(const Var& x, MixerIO& io) override {
+    int64_t B = x.size(0), T = x.size(1);
+    std::vector<Var> parts = split_last(project(store_, x, in_), {inner_, conv_dim_, H_});
+    const Var &z = parts[0], &dt = parts[2];
+    Var xbc = short_conv(parts[1], store_.use(conv_), store_.use(conv_bias_), Var(), ConvAct::SiLU).y;
+    std::vector<Var> xbc_parts = split_last(xbc, {inner_, N_, N_});
+    const Var& xs = xbc_parts[0];                                              // (B, T, H*P)
+    if (io.want_values) io.values = xs;
+    Var Bk = reshape(xbc_parts[1], {B, T, 1, N_});                             // k = B: (B, T, 1, N)
+    Var Cq = reshape(xbc_parts[2], {B, T, 1, N_});                             // q = C: (B, T, 1, N)
+    Var delta = softplus(add_rows(dt, store_.use(dt_bias_)));                  // (B, T, H)
+    Var g = ssm_gate(dt, store_.use(a_log_), store_.use(dt_bias_));            // Delta * A
+    Var v = reshape(mul_broadcast(reshape(xs, {B * T * H_, P_}), reshape(delta, {B * T * H_}), P_),
+                    {B, T, H_, P_});                                           // v = Delta * x
+    Var y = decay_attention(Cq, Bk, v, g, Var(), 1.0, chunk_).o;               // (B, T, H, P)
+    y = add(y, mul_broadcast(reshape(xs, {B, T, H_, P_}), store_.use(d_), P_));  // + D x
+    Var normed = gated_rmsnorm(merge_heads(y), z, store_.use(norm_), eps_, GateAct::Swish, GateOrder::GateThenNorm,
+                               inner_);
+    return project(store_, normed, out_);
+  }
+
+  int64_t value_width() const override { return inner_; }
+
+ private:
+  ParamStore& store_;
+  double eps_;
+  int64_t chunk_, inner_, P_, H_, N_, conv_dim_;
+  Var in_, conv_, conv_bias_, dt_bias_, a_log_, d_, norm_, out_;
+};
+
+}  // namespace
+
+std::unique_ptr<Mixer> make_mamba2_layer(const ModelConfig& c, ParamStore& store) {
+  return std::make_unique<Mamba2Layer>(c, store);
+}
+
+}  // namespace hla
