@@ -271,7 +271,8 @@ HeadGrads<Real> backward(const Head<Real>& x, const Mat<Real>& d_o, const Mat<Re
     Row<Real> decay_all = G.gk.row(c.last()).array().exp();
     // S_end = Diag(exp(G_last)) h + ...  and  o = scale * Qg h + ...   =>
     //   dh_start = Diag(exp(G_last)) dS_end + scale * Qg^T dO
-    dS = decay_all.asDiagonal() * dS + scale * queries_from_start(x, G, c).transpose() * d_o.middleRows(c.begin, c.len);
+    const Mat<Real> Qg = queries_from_start(x, G, c);  // (len, dk)
+    dS = decay_all.asDiagonal() * dS + scale * Qg.transpose() * d_o.middleRows(c.begin, c.len);
   }
   grads.ds0 = dS;
 
@@ -307,8 +308,8 @@ HeadGrads<Real> backward(const Head<Real>& x, const Mat<Real>& d_o, const Mat<Re
     //     exp(G_last) (.) rowsum(h (.) dh) + sum_s k_s (.) dK_state_s.
     Mat<Real> dGq = Q.cwiseProduct(dQ);   // (len, dk)
     Mat<Real> dGk = -K.cwiseProduct(dK);  // (len, dk)
-    dGk.row(c.len - 1) += G.gk.row(c.last()).array().exp().matrix().cwiseProduct(
-                              h[n].cwiseProduct(dh[n]).rowwise().sum().transpose()) +
+    const Row<Real> h_dh = h[n].cwiseProduct(dh[n]).rowwise().sum().transpose();  // rowsum(h (.) dh): (dk)
+    dGk.row(c.len - 1) += G.gk.row(c.last()).array().exp().matrix().cwiseProduct(h_dh) +
                           K.cwiseProduct(dK_state).colwise().sum();
     // g_j enters G_t for t >= j, and Gq_t for t >= j (after_update) or t > j (before_update):
     //     dg_j = sum_{t >= j} dG_t + sum_{t >= j or > j} dGq_t   (reverse cumsum inside the chunk)
