@@ -4,6 +4,7 @@
 //   hla data train-tokenizer --input CORPUS... --vocab-size 8192 --out tok.json
 //   hla data bench --input CORPUS... [--tokenizer byte|tok.json]
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -192,6 +193,8 @@ void setup_bench(CLI::App& data) {
   cmd->callback([=] {
     fs::path tmp = fs::temp_directory_path() / ("hla-data-bench-" + std::to_string(getpid()));
     fs::create_directories(tmp);
+    double load[1] = {0};
+    getloadavg(load, 1);  // before the bench: the load of other processes
     std::vector<BenchRow> rows;
     try {
       rows = run_bench(*corpus, *tokenizer, *max_mb, tmp, *threads);
@@ -200,10 +203,19 @@ void setup_bench(CLI::App& data) {
       throw;
     }
     fs::remove_all(tmp);
-    std::printf("tokenizer: %s\n\n%-40s %12s %12s\n", tokenizer->c_str(), "stage", "threads=1",
+    std::printf("tokenizer: %s; load average %.1f on %d cores (wall-clock rates fall when others share them)\n",
+                tokenizer->c_str(), load[0], all_cores());
+    std::printf("\n%-40s %12s %12s\n", "stage", "threads=1",
                 ("threads=" + std::to_string(*threads)).c_str());
-    auto cell = [](double v) { return v < 0 ? std::string("-") : std::to_string(v).substr(0, std::to_string(v).find('.') + 2); };
-    for (const auto& r : rows) std::printf("%-40s %12s %12s\n", r.stage.c_str(), cell(r.one).c_str(), cell(r.all).c_str());
+    auto cell = [](double v) {
+      if (v < 0) return std::string("-");
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.1f", v);
+      return std::string(buf);
+    };
+    for (const auto& r : rows) {
+      std::printf("%-40s %12s %12s\n", r.stage.c_str(), cell(r.one).c_str(), cell(r.all).c_str());
+    }
   });
 }
 

@@ -78,7 +78,6 @@ TokenLoader::TokenLoader(const std::vector<int32_t>& tokens, LoaderOptions optio
   enter_shard();
 }
 
-TokenLoader::~TokenLoader() = default;
 
 void TokenLoader::count_windows() {
   HLA_CHECK(options_.batch_size > 0 && options_.seq_len > 0, "token loader: batch size ",

@@ -55,7 +55,6 @@ class TokenLoader {
   TokenLoader(const std::vector<std::string>& shard_paths, LoaderOptions options);
   // A token stream already in memory (e.g. a tokenised text file), as one shard.
   TokenLoader(const std::vector<int32_t>& tokens, LoaderOptions options, std::string name);
-  ~TokenLoader();
 
   Batch next_batch();
   LoaderPosition position() const;

@@ -43,7 +43,7 @@ class ShardStream {
   }
   int64_t tokens() const { return tokens_ + static_cast<int64_t>(pending_.size()); }
   int64_t documents() const { return documents_; }
-  const nlohmann::json& shards() const { return shards_; }
+  const nlohmann::ordered_json& shards() const { return shards_; }
 
  private:
   void flush(size_t count) {
@@ -63,7 +63,7 @@ class ShardStream {
   int token_bytes_;
   std::vector<int32_t> pending_;
   int64_t tokens_ = 0, documents_ = 0;
-  nlohmann::json shards_ = nlohmann::json::array();
+  nlohmann::ordered_json shards_ = nlohmann::ordered_json::array();
 };
 
 class Progress {
@@ -101,15 +101,16 @@ struct Source {
   uint64_t text_bytes = 0;
 };
 
-nlohmann::json make_manifest(const PrepareOptions& o, const Tokenizer& tok, int token_bytes,
+nlohmann::ordered_json make_manifest(const PrepareOptions& o, const Tokenizer& tok, int token_bytes,
                              const ShardStream& train, const ShardStream& val,
                              const std::vector<Source>& sources) {
-  nlohmann::json shards = train.shards();
+  nlohmann::ordered_json shards = train.shards();
   for (const auto& s : val.shards()) shards.push_back(s);
-  nlohmann::json source_list = nlohmann::json::array();
+  nlohmann::ordered_json source_list = nlohmann::ordered_json::array();
   for (const auto& s : sources) {
+    const char* split = s.all_val ? "val" : o.val_fraction > 0 ? "train+val" : "train";
     source_list.push_back({{"path", s.path}, {"bytes", fs::file_size(s.path)}, {"documents", s.documents},
-                           {"text_bytes", s.text_bytes}, {"split", s.all_val ? "val" : "train+val"}});
+                           {"text_bytes", s.text_bytes}, {"split", split}});
   }
   return {
       {"format", "hla-token-shards"},
@@ -134,7 +135,7 @@ nlohmann::json make_manifest(const PrepareOptions& o, const Tokenizer& tok, int 
   };
 }
 
-void write_json_atomically(const std::string& path, const nlohmann::json& j) {
+void write_json_atomically(const std::string& path, const nlohmann::ordered_json& j) {
   FileWriter out(path, 0);
   std::string text = j.dump(2) + "\n";
   out.write(text.data(), text.size());

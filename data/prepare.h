@@ -36,7 +36,7 @@ struct PrepareStats {
   int64_t train_tokens = 0, val_tokens = 0;
   int64_t train_docs = 0, val_docs = 0;
   double seconds = 0;
-  nlohmann::json manifest;
+  nlohmann::ordered_json manifest;
 };
 
 // Writes the shards and DIR/manifest.json. Refuses a directory that already has a manifest.
