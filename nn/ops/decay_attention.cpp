@@ -19,6 +19,7 @@
 
 #include "autograd/gradcheck.h"
 #include "nn/ops/chunk_util.h"
+#include "nn/recurrence_cuda.h"
 #include "tensor/dispatch.h"
 
 namespace hla {
@@ -175,7 +176,7 @@ DecayAttentionOutput decay_attention(const Var& q, const Var& k, const Var& v, c
     check_dtype(initial_state.value(), q.dtype(), op, "initial_state");
   }
   HLA_CHECK(chunk_size >= 0, "decay_attention: chunk_size must be >= 0 (0 = recurrent), got ", chunk_size);
-  HLA_CHECK(!q.value().is_cuda(), "decay_attention: the CUDA kernel is not built yet");
+  if (q.value().is_cuda()) return decay_attention_cuda(q, k, v, g, initial_state, scale, chunk_size);
 
   Tensor qv = q.value(), kv = k.value(), vv = v.value(), gv = g.value();
   Tensor h0 = has_h0 ? initial_state.value() : Tensor();

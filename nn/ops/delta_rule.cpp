@@ -20,6 +20,7 @@
 
 #include "autograd/gradcheck.h"
 #include "nn/ops/solve_tril.h"
+#include "nn/recurrence_cuda.h"
 #include "tensor/dispatch.h"
 #include "tensor/math.h"
 
@@ -538,7 +539,7 @@ Tensor zeros_like_or_none(const Var& x) {
 DeltaRuleOutputs delta_rule(const Var& q, const Var& k, const Var& v, const Var& g, const Var& b,
                             const Var& w, const Var& initial_state, const DeltaRuleOptions& options) {
   const cpu::DeltaRuleDims d = check_inputs(q, k, v, g, b, w, initial_state, options);
-  HLA_CHECK(!q.value().is_cuda(), "delta_rule: the CUDA kernel is not built yet");
+  if (q.value().is_cuda()) return delta_rule_cuda(q, k, v, g, b, w, initial_state, d);
   const bool tied = !w.defined();  // w = b: the kernel reads beta twice, its gradient is the sum
   Tensor qv = q.value(), kv = k.value(), vv = v.value(), bv = b.value();
   Tensor gv = g.defined() ? g.value() : Tensor();

@@ -11,6 +11,7 @@
 #include <cmath>
 
 #include "autograd/gradcheck.h"
+#include "nn/recurrence_cuda.h"
 #include "tensor/dispatch.h"
 
 namespace hla {
@@ -69,7 +70,7 @@ HgrnOutput hgrn(const Var& x, const Var& g, const Var& initial_state) {
     check_shape(initial_state.value(), {B, D}, "hgrn", "initial_state");
     check_dtype(initial_state.value(), x.dtype(), "hgrn", "initial_state");
   }
-  HLA_CHECK(!x.value().is_cuda(), "hgrn: the CUDA kernel is not built yet");
+  if (x.value().is_cuda()) return hgrn_cuda(x, g, initial_state);
   Tensor xv = x.value(), gv = g.value();
   Tensor h0 = has_h0 ? initial_state.value() : Tensor();
   Tensor o = Tensor::empty({B, T, D}, xv.dtype());  // o: (B, T, D)

@@ -18,6 +18,7 @@
 
 #include "autograd/gradcheck.h"
 #include "nn/ops/chunk_util.h"
+#include "nn/recurrence_cuda.h"
 #include "tensor/dispatch.h"
 
 namespace hla {
@@ -160,7 +161,7 @@ Rwkv6Output rwkv6(const Var& r, const Var& k, const Var& v, const Var& w, const 
     check_dtype(initial_state.value(), r.dtype(), op, "initial_state");
   }
   HLA_CHECK(chunk_size >= 0, "rwkv6: chunk_size must be >= 0 (0 = recurrent), got ", chunk_size);
-  HLA_CHECK(!r.value().is_cuda(), "rwkv6: the CUDA kernel is not built yet");
+  if (r.value().is_cuda()) return rwkv6_cuda(r, k, v, w, u, initial_state, scale, chunk_size);
 
   Tensor rv = r.value(), kv = k.value(), vv = v.value(), wv = w.value(), uv = u.value();
   Tensor h0 = has_h0 ? initial_state.value() : Tensor();

@@ -1,0 +1,60 @@
+// Decay linear attention on the GPU: the recurrent kernels of cuda/recurrence.cuh with
+// Op::Decay (S = Diag(exp(g)) S + k v^T, o = scale S^T q), and the casts that turn their fp32
+// per-value-head gradients into the op's: q/k gradients summed over the value heads of a
+// group, a scalar gate's gradient summed over the key channels.
+#include "cuda/decay_attention.h"
+#include "cuda/recurrence.cuh"
+
+namespace hla::cuda {
+
+using recurrence::Args;
+using recurrence::Gate;
+using recurrence::Op;
+
+void decay_attention_forward(void* o, float* ht, const void* q, const void* k, const void* v, const void* g,
+                             const float* h0, int64_t B, int64_t T, int64_t H, int64_t HV, int64_t dk, int64_t dv,
+                             double scale, int64_t chunk_size, bool vector_gate, DType dtype) {
+  (void)chunk_size;
+  dispatch_storage(dtype, "decay_attention_forward", [&](auto tag) {
+    using S = decltype(tag);
+    recurrence::dispatch_kmax(dk, "decay_attention", [&](auto kmax) {
+      constexpr int KMAX = decltype(kmax)::value;
+      Args<S> a = recurrence::make_args<S>(B, T, H, HV, dk, dv, scale, recurrence::column_blocks<KMAX>(dv));
+      a.q = static_cast<const S*>(q), a.k = static_cast<const S*>(k), a.v = static_cast<const S*>(v);
+      a.g = static_cast<const S*>(g), a.h0 = h0, a.o = static_cast<S*>(o), a.ht = ht;
+      if (vector_gate) recurrence::run_forward<Op::Decay, Gate::Vector, KMAX>(a);
+      else recurrence::run_forward<Op::Decay, Gate::Scalar, KMAX>(a);
+    });
+  });
+}
+
+void decay_attention_backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, float* grad_h0,
+                              const void* grad_o, const float* grad_ht, const void* q, const void* k, const void* v,
+                              const void* g, const float* h0, int64_t B, int64_t T, int64_t H, int64_t HV,
+                              int64_t dk, int64_t dv, double scale, int64_t chunk_size, bool vector_gate,
+                              DType dtype) {
+  (void)chunk_size;
+  dispatch_storage(dtype, "decay_attention_backward", [&](auto tag) {
+    using S = decltype(tag);
+    recurrence::dispatch_kmax(dk, "decay_attention", [&](auto kmax) {
+      constexpr int KMAX = decltype(kmax)::value;
+      Args<S> a = recurrence::make_args<S>(B, T, H, HV, dk, dv, scale, recurrence::column_blocks<KMAX>(dv));
+      a.q = static_cast<const S*>(q), a.k = static_cast<const S*>(k), a.v = static_cast<const S*>(v);
+      a.g = static_cast<const S*>(g), a.h0 = h0;
+      a.d_o = static_cast<const S*>(grad_o), a.dht = grad_ht, a.dh0 = grad_h0, a.dv_out = static_cast<S*>(grad_v);
+      const int64_t rows = B * T * HV * dk;  // per value head, fp32: (B, T, HV, dk)
+      recurrence::Scratch dq(rows), dk_(rows), dg(rows);
+      const recurrence::FinishOut f{dq.get(), dk_.get(), dg.get(), nullptr, nullptr, nullptr};
+      if (vector_gate) recurrence::run_backward<Op::Decay, Gate::Vector, KMAX>(a, f);
+      else recurrence::run_backward<Op::Decay, Gate::Scalar, KMAX>(a, f);
+      recurrence::group_sum(static_cast<S*>(grad_q), dq.get(), B * T, H, HV / H, dk);
+      recurrence::group_sum(static_cast<S*>(grad_k), dk_.get(), B * T, H, HV / H, dk);
+      if (vector_gate) recurrence::group_sum(static_cast<S*>(grad_g), dg.get(), B * T, HV, 1, dk);
+      else recurrence::row_dot(static_cast<S*>(grad_g), dg.get(), static_cast<const float*>(nullptr), B * T * HV, dk);
+    });
+  });
+}
+
+const char* decay_attention_kernel(int64_t) { return "recurrent"; }
+
+}  // namespace hla::cuda

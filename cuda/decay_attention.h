@@ -1,0 +1,30 @@
+// Decay linear attention on the GPU (nn/ops/decay_attention.h, mixers.md 4.3): the same names
+// and argument order as cpu::decay_attention_*, with the gate kind as a flag instead of a
+// template, plus the storage dtype (F32 or BF16; math and states in fp32).
+//   q, k: (B, T, H, dk);  v, o: (B, T, HV, dv);  g: (B, T, HV) scalar or (B, T, HV, dk) vector
+//   h0, ht: (B, HV, dk, dv) fp32, h0 null = zeros
+// Kernel: the token recurrence of cuda/recurrence.cuh (dk <= 256, any dv). chunk_size is the
+// CPU's algorithm choice; the GPU runs the recurrent kernel for every value.
+#pragma once
+#include <cstdint>
+
+#include "tensor/dtype.h"
+
+namespace hla::cuda {
+
+void decay_attention_forward(void* o, float* ht, const void* q, const void* k, const void* v, const void* g,
+                             const float* h0, int64_t B, int64_t T, int64_t H, int64_t HV, int64_t dk, int64_t dv,
+                             double scale, int64_t chunk_size, bool vector_gate, DType dtype);
+
+// Writes grad_q, grad_k (like q), grad_v (like v), grad_g (like g) and grad_h0 (fp32; null = not
+// wanted); grad_ht null = no gradient on the final state.
+void decay_attention_backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, float* grad_h0,
+                              const void* grad_o, const float* grad_ht, const void* q, const void* k, const void* v,
+                              const void* g, const float* h0, int64_t B, int64_t T, int64_t H, int64_t HV,
+                              int64_t dk, int64_t dv, double scale, int64_t chunk_size, bool vector_gate,
+                              DType dtype);
+
+// The name of the kernel that runs (for the gpu-check table).
+const char* decay_attention_kernel(int64_t chunk_size);
+
+}  // namespace hla::cuda

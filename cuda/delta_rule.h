@@ -1,0 +1,42 @@
+// The general delta rule on the GPU (nn/ops/delta_rule.h, mixers.md 4.5): DeltaNet, GDN, KDA
+// and GDN-2. The same names and argument order as cpu::delta_rule_*, plus the storage dtype
+// (F32 or BF16; math and states in fp32) and one fp32 buffer the backward needs from the
+// forward (u in fp32, so that bf16 rounding of the residual output never enters a gradient).
+//   q, k: (B, T, H, dk);  v, o, residual, u_f32: (B, T, HV, dv);  h0, final_state: (B, HV, dk, dv) fp32
+//   g: null, (B, T, HV) or (B, T, HV, dk);  b: (B, T, HV) or (B, T, HV, dk);  w: (B, T, HV) or (B, T, HV, dv)
+// Kernel: the token recurrence of cuda/recurrence.cuh (dk <= 256, any dv).
+#pragma once
+#include <cstdint>
+
+#include "tensor/dtype.h"
+
+namespace hla::cuda {
+
+enum class DeltaGate { None, Scalar, Vector };
+
+// As cpu::DeltaRuleDims (nn/ops/delta_rule.h); scale is already resolved (never 0).
+struct DeltaRuleDims {
+  int64_t B, T, H, HV, dk, dv;
+  DeltaGate gate;
+  bool erase_vector;  // b: (B, T, HV, dk) when true, else (B, T, HV)
+  bool write_vector;  // w: (B, T, HV, dv) when true, else (B, T, HV)
+  double scale;
+  int64_t chunk_size;  // the CPU's algorithm choice; the GPU runs the recurrent kernel
+};
+
+// u_f32 may be null (no backward will follow).
+void delta_rule_forward(void* o, float* final_state, void* residual, const void* q, const void* k, const void* v,
+                        const void* g, const void* b, const void* w, const float* h0, const DeltaRuleDims& d,
+                        float* u_f32, DType dtype);
+
+// Gradients are WRITTEN (not added) with the shapes of their inputs; grad_g and grad_h0 may be
+// null (not computed); d_final_state null = no gradient on the final state. u_f32: the
+// forward's.
+void delta_rule_backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, void* grad_b, void* grad_w,
+                         float* grad_h0, const void* d_o, const float* d_final_state, const void* d_residual,
+                         const void* q, const void* k, const void* v, const void* g, const void* b, const void* w,
+                         const float* h0, const DeltaRuleDims& d, const float* u_f32, DType dtype);
+
+const char* delta_rule_kernel(const DeltaRuleDims& d);
+
+}  // namespace hla::cuda

@@ -1,0 +1,100 @@
+// HGRN on the GPU: one thread per (batch, channel) walks the tokens, forwards for the output and
+// backwards for the gradients, exactly as the CPU reference (nn/ops/hgrn.cpp):
+//   forward:  h = exp(g_t) h + x_t;  o_t = h
+//   backward: dh += do_t;  dx_t = dh;  dg_t = dh exp(g_t) h_{t-1};  dh = dh exp(g_t)
+// with h_{t-1} read back from o (h0 at t = 0). Neighbouring threads own neighbouring channels,
+// so every token's loads are coalesced; kAhead tokens are loaded before they are used so that
+// the loads of a thread overlap.
+#include "cuda/common.cuh"
+#include "cuda/hgrn.h"
+
+namespace hla::cuda {
+namespace {
+
+constexpr int kAhead = 16;
+constexpr int kBlock = 64;  // small blocks: B * D threads spread over every SM
+
+template <class S>
+__global__ void hgrn_forward_kernel(S* __restrict__ o, float* __restrict__ ht, const S* __restrict__ x,
+                                    const S* __restrict__ g, const float* __restrict__ h0, int64_t B, int T, int D) {
+  HLA_GRID_STRIDE(idx, B * D) {
+    const int64_t base = (idx / D) * T * D + idx % D;  // (b, t = 0, d)
+    float h = h0 ? h0[idx] : 0.f;
+    for (int t0 = 0; t0 < T; t0 += kAhead) {
+      float xs[kAhead], gs[kAhead];
+#pragma unroll
+      for (int u = 0; u < kAhead; u++) {
+        const bool ok = t0 + u < T;
+        xs[u] = ok ? to_float(x[base + int64_t(t0 + u) * D]) : 0.f;
+        gs[u] = ok ? to_float(g[base + int64_t(t0 + u) * D]) : 0.f;
+      }
+#pragma unroll
+      for (int u = 0; u < kAhead; u++)
+        if (t0 + u < T) {
+          h = expf(gs[u]) * h + xs[u];  // h_t = exp(g_t) h_{t-1} + x_t
+          o[base + int64_t(t0 + u) * D] = from_float<S>(h);
+        }
+    }
+    ht[idx] = h;
+  }
+}
+
+template <class S>
+__global__ void hgrn_backward_kernel(S* __restrict__ dx, S* __restrict__ dg, float* __restrict__ dh0,
+                                     const S* __restrict__ dout, const float* __restrict__ dht,
+                                     const S* __restrict__ g, const float* __restrict__ h0, const S* __restrict__ o,
+                                     int64_t B, int T, int D) {
+  HLA_GRID_STRIDE(idx, B * D) {
+    const int64_t base = (idx / D) * T * D + idx % D;
+    const float h_init = h0 ? h0[idx] : 0.f;
+    float dh = dht ? dht[idx] : 0.f;  // dL/dh_T
+    for (int t1 = T - 1; t1 >= 0; t1 -= kAhead) {  // tokens t1, t1 - 1, .., t1 - kAhead + 1
+      float dos[kAhead], gs[kAhead], hp[kAhead];
+#pragma unroll
+      for (int u = 0; u < kAhead; u++) {
+        const int t = t1 - u;
+        const bool ok = t >= 0;
+        dos[u] = ok ? to_float(dout[base + int64_t(t) * D]) : 0.f;
+        gs[u] = ok ? to_float(g[base + int64_t(t) * D]) : 0.f;
+        hp[u] = t > 0 ? to_float(o[base + int64_t(t - 1) * D]) : h_init;  // h_{t-1}
+      }
+#pragma unroll
+      for (int u = 0; u < kAhead; u++) {
+        const int t = t1 - u;
+        if (t < 0) break;
+        const float decay = expf(gs[u]);
+        dh += dos[u];                                                  // o_t = h_t
+        dx[base + int64_t(t) * D] = from_float<S>(dh);                 // dx_t = dh_t
+        dg[base + int64_t(t) * D] = from_float<S>(dh * decay * hp[u]); // dg_t = dh_t exp(g_t) h_{t-1}
+        dh *= decay;                                                   // dh_{t-1} = dh_t exp(g_t)
+      }
+    }
+    if (dh0) dh0[idx] = dh;
+  }
+}
+
+}  // namespace
+
+void hgrn_forward(void* o, float* ht, const void* x, const void* g, const float* h0, int64_t B, int64_t T, int64_t D,
+                  DType dtype) {
+  dispatch_storage(dtype, "hgrn_forward", [&](auto tag) {
+    using S = decltype(tag);
+    hgrn_forward_kernel<S><<<grid_1d(B * D, kBlock), kBlock>>>(static_cast<S*>(o), ht, static_cast<const S*>(x),
+                                                          static_cast<const S*>(g), h0, B, static_cast<int>(T),
+                                                          static_cast<int>(D));
+  });
+  CUDA_CHECK_LAUNCH();
+}
+
+void hgrn_backward(void* dx, void* dg, float* dh0, const void* dout, const float* dht, const void* g, const float* h0,
+                   const void* o, int64_t B, int64_t T, int64_t D, DType dtype) {
+  dispatch_storage(dtype, "hgrn_backward", [&](auto tag) {
+    using S = decltype(tag);
+    hgrn_backward_kernel<S><<<grid_1d(B * D, kBlock), kBlock>>>(
+        static_cast<S*>(dx), static_cast<S*>(dg), dh0, static_cast<const S*>(dout), dht,
+        static_cast<const S*>(g), h0, static_cast<const S*>(o), B, static_cast<int>(T), static_cast<int>(D));
+  });
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace hla::cuda

@@ -1,0 +1,69 @@
+// RWKV-6 on the GPU: the recurrent kernels of cuda/recurrence.cuh with Op::Rwkv6 (o reads the
+// state before the token's update, plus the bonus (r . (u * k)) v). The bonus's gradients need
+// v . do per token, computed here first; u's gradient is summed over the batch and segments.
+#include "cuda/recurrence.cuh"
+#include "cuda/rwkv6.h"
+
+namespace hla::cuda {
+
+using recurrence::Args;
+using recurrence::Gate;
+using recurrence::Op;
+
+namespace {
+
+template <class S, int KMAX>
+Args<S> rwkv6_args(const void* r, const void* k, const void* v, const void* w, const void* u, const float* h0,
+                   int64_t B, int64_t T, int64_t H, int64_t dk, int64_t dv, double scale) {
+  Args<S> a = recurrence::make_args<S>(B, T, H, H, dk, dv, scale, recurrence::column_blocks<KMAX>(dv));
+  a.q = static_cast<const S*>(r), a.k = static_cast<const S*>(k), a.v = static_cast<const S*>(v);
+  a.g = static_cast<const S*>(w), a.bonus = static_cast<const S*>(u), a.h0 = h0;
+  return a;
+}
+
+}  // namespace
+
+void rwkv6_forward(void* o, float* ht, const void* r, const void* k, const void* v, const void* w, const void* u,
+                   const float* h0, int64_t B, int64_t T, int64_t H, int64_t dk, int64_t dv, double scale,
+                   int64_t chunk_size, DType dtype) {
+  (void)chunk_size;
+  dispatch_storage(dtype, "rwkv6_forward", [&](auto tag) {
+    using S = decltype(tag);
+    recurrence::dispatch_kmax(dk, "rwkv6", [&](auto kmax) {
+      constexpr int KMAX = decltype(kmax)::value;
+      Args<S> a = rwkv6_args<S, KMAX>(r, k, v, w, u, h0, B, T, H, dk, dv, scale);
+      a.o = static_cast<S*>(o), a.ht = ht;
+      recurrence::run_forward<Op::Rwkv6, Gate::Vector, KMAX>(a);
+    });
+  });
+}
+
+void rwkv6_backward(void* grad_r, void* grad_k, void* grad_v, void* grad_w, void* grad_u, float* grad_h0,
+                    const void* grad_o, const float* grad_ht, const void* r, const void* k, const void* v,
+                    const void* w, const void* u, const float* h0, int64_t B, int64_t T, int64_t H, int64_t dk,
+                    int64_t dv, double scale, int64_t chunk_size, DType dtype) {
+  (void)chunk_size;
+  dispatch_storage(dtype, "rwkv6_backward", [&](auto tag) {
+    using S = decltype(tag);
+    recurrence::dispatch_kmax(dk, "rwkv6", [&](auto kmax) {
+      constexpr int KMAX = decltype(kmax)::value;
+      Args<S> a = rwkv6_args<S, KMAX>(r, k, v, w, u, h0, B, T, H, dk, dv, scale);
+      a.d_o = static_cast<const S*>(grad_o), a.dht = grad_ht, a.dh0 = grad_h0, a.dv_out = static_cast<S*>(grad_v);
+      const int64_t rows = B * T * H * dk;  // fp32 (B, T, H, dk)
+      recurrence::Scratch dr(rows), dk_(rows), dw(rows), du_part(B * a.nseg * H * dk), vdo(B * T * H);
+      recurrence::row_dot(vdo.get(), a.v, a.d_o, B * T * H, dv);  // v_t . do_t: (B, T, H)
+      const recurrence::FinishOut f{dr.get(), dk_.get(), dw.get(), nullptr, du_part.get(), vdo.get()};
+      recurrence::run_backward<Op::Rwkv6, Gate::Vector, KMAX>(a, f);
+      recurrence::group_sum(static_cast<S*>(grad_r), dr.get(), B * T, H, 1, dk);
+      recurrence::group_sum(static_cast<S*>(grad_k), dk_.get(), B * T, H, 1, dk);
+      recurrence::group_sum(static_cast<S*>(grad_w), dw.get(), B * T, H, 1, dk);
+      recurrence::sum_leading_kernel<S><<<grid_1d(H * dk), 256>>>(static_cast<S*>(grad_u), du_part.get(),
+                                                                   B * a.nseg, H * dk);
+      CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+const char* rwkv6_kernel(int64_t) { return "recurrent"; }
+
+}  // namespace hla::cuda
