@@ -12,6 +12,7 @@ struct Pool {
   std::mutex mu;
   std::map<size_t, std::vector<void*>> free_lists;  // rounded size -> cached blocks
   size_t allocated = 0, reserved = 0, peak = 0, mallocs = 0;
+  bool poison = false;
 };
 Pool& pool() {
   static Pool* p = new Pool();  // never destroyed: blocks may be freed during static teardown
@@ -50,6 +51,7 @@ void* device_alloc(size_t bytes) {
   }
   p.allocated += size;
   if (p.allocated > p.peak) p.peak = p.allocated;
+  if (p.poison) CUDA_CHECK(cudaMemset(ptr, 0xFF, size));
   return ptr;
 }
 
@@ -60,6 +62,11 @@ void device_free(void* ptr, size_t bytes) {
   std::lock_guard<std::mutex> lock(p.mu);
   p.free_lists[size].push_back(ptr);
   p.allocated -= size;
+}
+
+void set_poison_allocations(bool on) {
+  std::lock_guard<std::mutex> lock(pool().mu);
+  pool().poison = on;
 }
 
 size_t allocated_bytes() { return pool().allocated; }

@@ -1,0 +1,683 @@
+// Causal softmax attention, forward and backward, flash style (Dao 2022/2023): the T x T
+// score matrix exists only as one tile in registers at a time.
+//
+// Dimension letters: B batch, T tokens, H query heads, Hkv kv heads (query head h reads kv head
+// h / (H / Hkv)), D q/k head width, Dv v head width. Key s is visible from query t iff s <= t
+// and (window == 0 or t - s < window).
+//
+// Forward (per tile of queries, keys in blocks, "online softmax"):
+//   S = scale Q K^T;  m' = max(m, rowmax S);  P = exp(S - m');  l = l e^(m - m') + rowsum P;
+//   O = O e^(m - m') + P V;  at the end O /= l and lse = m + log l.
+// Backward (P rebuilt from lse, Delta = rowsum(dO * O) = rowsum(P * dP)):
+//   dV = P^T dO;  dP = dO V^T;  dS = P (dP - Delta);  dQ = scale dS K;  dK = scale dS^T Q.
+// It runs as two kernels so that nothing is accumulated with atomics (results are
+// deterministic): one per block of keys computes dK and dV (loops over queries of every query
+// head of its kv head), one per block of queries computes dQ (loops over keys). Both work in
+// the transposed frame where needed so that each product is "registers x shared memory", the
+// same shape as the forward's.
+//
+// Two implementations:
+//   mma: bf16 tensor cores (mma.sync m16n8k16, fp32 accumulation), D = Dv in {64, 128}. Each
+//        warp owns 16 rows; K/V (or Q/dO) tiles are double-buffered with cp.async; P and dS go
+//        from accumulators straight into the next product's A operand (see cuda/mma.cuh).
+//        Softmax runs in base 2 with the scale folded in: exp(x) = exp2(x log2 e).
+//   fma: plain fp32 arithmetic, any D, Dv <= 256, F32 or BF16 storage: one warp per row, keys
+//        (or queries) in shared-memory tiles of 32, one per lane. The readable version, and the
+//        fp32 path.
+#include <algorithm>
+
+#include "cuda/attention.h"
+#include "cuda/common.cuh"
+#include "cuda/mma.cuh"
+
+namespace hla::cuda {
+namespace {
+
+using bf16 = __nv_bfloat16;
+constexpr float kLog2e = 1.4426950408889634f;
+
+__device__ __forceinline__ bool visible(int t, int s, int window) { return s <= t && (window == 0 || t - s < window); }
+
+// Allows a kernel more than 48 KB of dynamic shared memory (once per kernel).
+template <class Kernel>
+void allow_smem(Kernel kernel, size_t bytes) {
+  if (bytes > 48 * 1024)
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+}
+
+// ------------------------------------------------------------------------------------------
+// mma path. Tiles: 4 warps x 16 rows. Per-thread rows inside a warp's 16: lane / 4 and +8.
+
+constexpr int kMmaThreads = 128;
+constexpr int kMmaRows = 64;      // rows (queries, or keys for dK/dV) per block
+constexpr int kMmaCols = 64;      // keys per step of the forward and dQ kernels
+constexpr int kMmaQueries = 32;   // queries per step of the dK/dV kernel
+
+// S (16 x 8*NT per warp) += A (16 x W, rows warp*16.. of sA) . B^T where B is the (8*NT x W) tile sB.
+template <int W, int NT>
+__device__ __forceinline__ void mma_abt(float (&s)[NT][4], const bf16* sA, const bf16* sB) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll
+  for (int kk = 0; kk < W / 16; kk++) {
+    uint32_t a[4];
+    ldmatrix_x4(a, sA + swizzle<W>(warp * 16 + lane % 16, kk * 16 + (lane / 16) * 8));
+#pragma unroll
+    for (int np = 0; np < NT / 2; np++) {
+      uint32_t b[4];
+      ldmatrix_x4(b, sB + swizzle<W>(np * 16 + lane % 8 + (lane / 16) * 8, kk * 16 + ((lane / 8) % 2) * 8));
+      mma_bf16_16816(s[2 * np], a, b[0], b[1]);
+      mma_bf16_16816(s[2 * np + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// Same with A already in registers (the Q fragments of the forward).
+template <int W, int NT>
+__device__ __forceinline__ void mma_abt_reg(float (&s)[NT][4], const uint32_t (&a)[W / 16][4], const bf16* sB) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int kk = 0; kk < W / 16; kk++)
+#pragma unroll
+    for (int np = 0; np < NT / 2; np++) {
+      uint32_t b[4];
+      ldmatrix_x4(b, sB + swizzle<W>(np * 16 + lane % 8 + (lane / 16) * 8, kk * 16 + ((lane / 8) % 2) * 8));
+      mma_bf16_16816(s[2 * np], a[kk], b[0], b[1]);
+      mma_bf16_16816(s[2 * np + 1], a[kk], b[2], b[3]);
+    }
+}
+
+// acc (16 x W) += P (16 x 8*NT, accumulator layout, rounded to bf16) . B where B is the
+// (8*NT x W) tile sB.
+template <int W, int NT>
+__device__ __forceinline__ void mma_pb(float (&acc)[W / 8][4], const float (&p)[NT][4], const bf16* sB) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int j = 0; j < NT / 2; j++) {
+    const uint32_t a[4] = {pack_bf16(p[2 * j][0], p[2 * j][1]), pack_bf16(p[2 * j][2], p[2 * j][3]),
+                           pack_bf16(p[2 * j + 1][0], p[2 * j + 1][1]), pack_bf16(p[2 * j + 1][2], p[2 * j + 1][3])};
+#pragma unroll
+    for (int dp = 0; dp < W / 16; dp++) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(b, sB + swizzle<W>(j * 16 + lane % 8 + ((lane / 8) % 2) * 8, dp * 16 + (lane / 16) * 8));
+      mma_bf16_16816(acc[2 * dp], a, b[0], b[1]);
+      mma_bf16_16816(acc[2 * dp + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// Writes 16 rows x W of acc * mul as bf16; row r of this thread goes to out + row_offset(r).
+template <int W>
+__device__ __forceinline__ void store_rows(bf16* out, const float (&acc)[W / 8][4], int64_t offset0, int64_t offset1,
+                                           bool valid0, bool valid1, float mul0, float mul1) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int dt = 0; dt < W / 8; dt++) {
+    const int c = dt * 8 + (lane % 4) * 2;
+    if (valid0) *reinterpret_cast<uint32_t*>(out + offset0 + c) = pack_bf16(acc[dt][0] * mul0, acc[dt][1] * mul0);
+    if (valid1) *reinterpret_cast<uint32_t*>(out + offset1 + c) = pack_bf16(acc[dt][2] * mul1, acc[dt][3] * mul1);
+  }
+}
+
+// o: (B, T, H, D), lse: (B, H, T). Grid (query blocks, H, B), the longest (last) blocks first.
+template <int D>
+__global__ void __launch_bounds__(kMmaThreads) attention_forward_mma(bf16* o, float* lse, const bf16* q, const bf16* k,
+                                                                     const bf16* v, int T, int H, int Hkv,
+                                                                     float scale_log2, int window) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16* sQ = reinterpret_cast<bf16*>(smem);  // sQ: (64, D)
+  bf16* sK = sQ + kMmaRows * D;              // sK: 2 x (64, D)
+  bf16* sV = sK + 2 * kMmaCols * D;          // sV: 2 x (64, D)
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int q0 = (gridDim.x - 1 - blockIdx.x) * kMmaRows, h = blockIdx.y, b = blockIdx.z, hk = h / (H / Hkv);
+  const int64_t q_stride = int64_t(H) * D, kv_stride = int64_t(Hkv) * D;
+  const bf16* qh = q + int64_t(b) * T * q_stride + int64_t(h) * D;  // row t at qh + t * q_stride
+  const bf16* kh = k + int64_t(b) * T * kv_stride + int64_t(hk) * D;
+  const bf16* vh = v + int64_t(b) * T * kv_stride + int64_t(hk) * D;
+  const int kb_first = window > 0 ? max(0, q0 - window + 1) / kMmaCols : 0;
+  const int kb_last = min(T - 1, q0 + kMmaRows - 1) / kMmaCols;
+  const int t_row[2] = {q0 + warp * 16 + lane / 4, q0 + warp * 16 + lane / 4 + 8};
+
+  load_tile_async<kMmaRows, D, kMmaThreads>(sQ, qh, q_stride, q0, T);
+  load_tile_async<kMmaCols, D, kMmaThreads>(sK, kh, kv_stride, kb_first * kMmaCols, T);
+  load_tile_async<kMmaCols, D, kMmaThreads>(sV, vh, kv_stride, kb_first * kMmaCols, T);
+  cp_async_commit();
+
+  uint32_t qf[D / 16][4];   // this warp's 16 query rows as A fragments
+  float acc[D / 8][4] = {};  // acc: (16, D) unnormalised O
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};  // running max (log2 units) and sum
+  for (int kb = kb_first; kb <= kb_last; kb++) {
+    const int buf = (kb - kb_first) & 1, k0 = kb * kMmaCols;
+    cp_async_wait_all();
+    __syncthreads();  // tile kb landed; every warp is done with tile kb - 1
+    if (kb == kb_first)
+#pragma unroll
+      for (int kk = 0; kk < D / 16; kk++)
+        ldmatrix_x4(qf[kk], sQ + swizzle<D>(warp * 16 + lane % 16, kk * 16 + (lane / 16) * 8));
+    if (kb < kb_last) {
+      load_tile_async<kMmaCols, D, kMmaThreads>(sK + (buf ^ 1) * kMmaCols * D, kh, kv_stride, k0 + kMmaCols, T);
+      load_tile_async<kMmaCols, D, kMmaThreads>(sV + (buf ^ 1) * kMmaCols * D, vh, kv_stride, k0 + kMmaCols, T);
+    }
+    cp_async_commit();
+
+    // pass 1: S = Q K^T (unscaled), invisible keys -> -inf
+    float s[kMmaCols / 8][4] = {};
+    mma_abt_reg<D, kMmaCols / 8>(s, qf, sK + buf * kMmaCols * D);
+    const bool needs_mask = k0 + kMmaCols - 1 > q0 || (window > 0 && q0 + kMmaRows - 1 - k0 >= window);
+    if (needs_mask)
+#pragma unroll
+      for (int nt = 0; nt < kMmaCols / 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+          if (!visible(t_row[e / 2], k0 + nt * 8 + (lane % 4) * 2 + e % 2, window)) s[nt][e] = -INFINITY;
+
+    // pass 2: online softmax, each row's max and sum spread over the 4 lanes of a quad
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < kMmaCols / 8; nt++) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m[r], mx * scale_log2);
+      const float base = m_new == -INFINITY ? 0.0f : m_new;  // a row with no visible key yet
+      const float alpha = exp2f(m[r] - base);                 // e^(m - m')
+      m[r] = m_new;
+      float row_sum = 0;
+#pragma unroll
+      for (int nt = 0; nt < kMmaCols / 8; nt++)
+#pragma unroll
+        for (int e = 2 * r; e < 2 * r + 2; e++) {
+          s[nt][e] = exp2f(fmaf(s[nt][e], scale_log2, -base));  // P = exp(scale S - m')
+          row_sum += s[nt][e];
+        }
+      l[r] = l[r] * alpha + row_sum;
+#pragma unroll
+      for (int dt = 0; dt < D / 8; dt++) {
+        acc[dt][2 * r] *= alpha;
+        acc[dt][2 * r + 1] *= alpha;
+      }
+    }
+    // pass 3: O += P V
+    mma_pb<D, kMmaCols / 8>(acc, s, sV + buf * kMmaCols * D);
+  }
+
+  // epilogue: O /= l, lse = (m + log2 l) ln 2
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+  }
+  const int64_t o_row0 = (int64_t(b) * T + t_row[0]) * H * D + int64_t(h) * D;
+  const int64_t o_row1 = (int64_t(b) * T + t_row[1]) * H * D + int64_t(h) * D;
+  store_rows<D>(o, acc, o_row0, o_row1, t_row[0] < T, t_row[1] < T, 1.0f / l[0], 1.0f / l[1]);
+  if (lane % 4 == 0)
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+      if (t_row[r] < T) lse[(int64_t(b) * H + h) * T + t_row[r]] = (m[r] + log2f(l[r])) / kLog2e;
+}
+
+// dq: (B, T, H, D). Grid (query blocks, H, B), longest first. Rows of a warp: 16 queries.
+template <int D>
+__global__ void __launch_bounds__(kMmaThreads) attention_backward_dq_mma(bf16* dq, const bf16* dout, const bf16* q,
+                                                                         const bf16* k, const bf16* v,
+                                                                         const float* lse, const float* delta, int T,
+                                                                         int H, int Hkv, float scale, int window) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16* sQ = reinterpret_cast<bf16*>(smem);  // sQ: (64, D)
+  bf16* sdO = sQ + kMmaRows * D;             // sdO: (64, D)
+  bf16* sK = sdO + kMmaRows * D;             // sK: 2 x (64, D)
+  bf16* sV = sK + 2 * kMmaCols * D;          // sV: 2 x (64, D)
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int q0 = (gridDim.x - 1 - blockIdx.x) * kMmaRows, h = blockIdx.y, b = blockIdx.z, hk = h / (H / Hkv);
+  const int64_t q_stride = int64_t(H) * D, kv_stride = int64_t(Hkv) * D;
+  const bf16* qh = q + int64_t(b) * T * q_stride + int64_t(h) * D;
+  const bf16* doh = dout + int64_t(b) * T * q_stride + int64_t(h) * D;
+  const bf16* kh = k + int64_t(b) * T * kv_stride + int64_t(hk) * D;
+  const bf16* vh = v + int64_t(b) * T * kv_stride + int64_t(hk) * D;
+  const int kb_first = window > 0 ? max(0, q0 - window + 1) / kMmaCols : 0;
+  const int kb_last = min(T - 1, q0 + kMmaRows - 1) / kMmaCols;
+  const float scale_log2 = scale * kLog2e;
+  const int t_row[2] = {q0 + warp * 16 + lane / 4, q0 + warp * 16 + lane / 4 + 8};
+  float lse2[2], dlt[2];  // lse in log2 units and Delta of this thread's two rows
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    const int64_t i = (int64_t(b) * H + h) * T + min(t_row[r], T - 1);
+    lse2[r] = lse[i] * kLog2e;
+    dlt[r] = delta[i];
+  }
+
+  load_tile_async<kMmaRows, D, kMmaThreads>(sQ, qh, q_stride, q0, T);
+  load_tile_async<kMmaRows, D, kMmaThreads>(sdO, doh, q_stride, q0, T);
+  load_tile_async<kMmaCols, D, kMmaThreads>(sK, kh, kv_stride, kb_first * kMmaCols, T);
+  load_tile_async<kMmaCols, D, kMmaThreads>(sV, vh, kv_stride, kb_first * kMmaCols, T);
+  cp_async_commit();
+
+  float acc[D / 8][4] = {};  // acc: (16, D) dQ / scale
+  for (int kb = kb_first; kb <= kb_last; kb++) {
+    const int buf = (kb - kb_first) & 1, k0 = kb * kMmaCols;
+    cp_async_wait_all();
+    __syncthreads();
+    if (kb < kb_last) {
+      load_tile_async<kMmaCols, D, kMmaThreads>(sK + (buf ^ 1) * kMmaCols * D, kh, kv_stride, k0 + kMmaCols, T);
+      load_tile_async<kMmaCols, D, kMmaThreads>(sV + (buf ^ 1) * kMmaCols * D, vh, kv_stride, k0 + kMmaCols, T);
+    }
+    cp_async_commit();
+    const bf16* k_tile = sK + buf * kMmaCols * D;
+    // pass 1: P = exp(scale Q K^T - lse), zero where invisible
+    float p[kMmaCols / 8][4] = {};
+    mma_abt<D, kMmaCols / 8>(p, sQ, k_tile);
+    const bool needs_mask = k0 + kMmaCols - 1 > q0 || (window > 0 && q0 + kMmaRows - 1 - k0 >= window) ||
+                            q0 + kMmaRows > T;
+#pragma unroll
+    for (int nt = 0; nt < kMmaCols / 8; nt++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const int t = t_row[e / 2], s = k0 + nt * 8 + (lane % 4) * 2 + e % 2;
+        const bool ok = !needs_mask || (t < T && visible(t, s, window));
+        p[nt][e] = ok ? exp2f(fmaf(p[nt][e], scale_log2, -lse2[e / 2])) : 0.0f;
+      }
+    // pass 2: dP = dO V^T;  dS = P (dP - Delta)
+    float ds[kMmaCols / 8][4] = {};
+    mma_abt<D, kMmaCols / 8>(ds, sdO, sV + buf * kMmaCols * D);
+#pragma unroll
+    for (int nt = 0; nt < kMmaCols / 8; nt++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) ds[nt][e] = p[nt][e] * (ds[nt][e] - dlt[e / 2]);
+    // pass 3: dQ += dS K
+    mma_pb<D, kMmaCols / 8>(acc, ds, k_tile);
+  }
+  const int64_t row0 = (int64_t(b) * T + t_row[0]) * q_stride + int64_t(h) * D;
+  const int64_t row1 = (int64_t(b) * T + t_row[1]) * q_stride + int64_t(h) * D;
+  store_rows<D>(dq, acc, row0, row1, t_row[0] < T, t_row[1] < T, scale, scale);
+}
+
+// dk, dv: (B, T, Hkv, D). Grid (key blocks, Hkv, B); a block loops over the query tiles of every
+// query head of its kv head, in the transposed frame: rows of a warp are 16 keys.
+template <int D>
+__global__ void __launch_bounds__(kMmaThreads) attention_backward_dkdv_mma(bf16* dk, bf16* dv, const bf16* dout,
+                                                                           const bf16* q, const bf16* k,
+                                                                           const bf16* v, const float* lse,
+                                                                           const float* delta, int T, int H, int Hkv,
+                                                                           float scale, int window) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16* sK = reinterpret_cast<bf16*>(smem);   // sK: (64, D)
+  bf16* sV = sK + kMmaRows * D;               // sV: (64, D)
+  bf16* sQ = sV + kMmaRows * D;               // sQ: 2 x (32, D)
+  bf16* sdO = sQ + 2 * kMmaQueries * D;       // sdO: 2 x (32, D)
+  float* sLse = reinterpret_cast<float*>(sdO + 2 * kMmaQueries * D);  // sLse: 2 x (32), log2 units
+  float* sDelta = sLse + 2 * kMmaQueries;                             // sDelta: 2 x (32)
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int k0 = blockIdx.x * kMmaRows, hk = blockIdx.y, b = blockIdx.z, group = H / Hkv;
+  const int64_t q_stride = int64_t(H) * D, kv_stride = int64_t(Hkv) * D;
+  const bf16* kh = k + int64_t(b) * T * kv_stride + int64_t(hk) * D;
+  const bf16* vh = v + int64_t(b) * T * kv_stride + int64_t(hk) * D;
+  const int qb_first = k0 / kMmaQueries;
+  const int qb_last = min(T - 1, window > 0 ? k0 + kMmaRows - 1 + window - 1 : T - 1) / kMmaQueries;
+  const int tiles_per_head = qb_last - qb_first + 1, steps = group * tiles_per_head;
+  const float scale_log2 = scale * kLog2e;
+  const int s_row[2] = {k0 + warp * 16 + lane / 4, k0 + warp * 16 + lane / 4 + 8};
+
+  // Step i covers query head hk * group + i / tiles_per_head, queries from (qb_first + i % tiles_per_head) * 32.
+  auto load_step = [&](int i, int buf) {
+    const int h = hk * group + i / tiles_per_head, j0 = (qb_first + i % tiles_per_head) * kMmaQueries;
+    const int64_t head = int64_t(b) * T * q_stride + int64_t(h) * D;
+    load_tile_async<kMmaQueries, D, kMmaThreads>(sQ + buf * kMmaQueries * D, q + head, q_stride, j0, T);
+    load_tile_async<kMmaQueries, D, kMmaThreads>(sdO + buf * kMmaQueries * D, dout + head, q_stride, j0, T);
+    if (threadIdx.x < kMmaQueries) {
+      const int t = j0 + threadIdx.x;
+      const int64_t idx = (int64_t(b) * H + h) * T + min(t, T - 1);
+      sLse[buf * kMmaQueries + threadIdx.x] = lse[idx] * kLog2e;
+      sDelta[buf * kMmaQueries + threadIdx.x] = delta[idx];
+    }
+  };
+  load_tile_async<kMmaRows, D, kMmaThreads>(sK, kh, kv_stride, k0, T);
+  load_tile_async<kMmaRows, D, kMmaThreads>(sV, vh, kv_stride, k0, T);
+  load_step(0, 0);
+  cp_async_commit();
+
+  float dk_acc[D / 8][4] = {}, dv_acc[D / 8][4] = {};  // (16, D) each: dK / scale and dV
+  for (int i = 0; i < steps; i++) {
+    const int buf = i & 1, j0 = (qb_first + i % tiles_per_head) * kMmaQueries;
+    cp_async_wait_all();
+    __syncthreads();
+    if (i + 1 < steps) load_step(i + 1, buf ^ 1);
+    cp_async_commit();
+    const bf16* q_tile = sQ + buf * kMmaQueries * D;
+    const bf16* do_tile = sdO + buf * kMmaQueries * D;
+    const float* l_tile = sLse + buf * kMmaQueries;
+    const float* d_tile = sDelta + buf * kMmaQueries;
+    // pass 1: P^T = exp(scale K Q^T - lse), zero where invisible
+    float p[kMmaQueries / 8][4] = {};
+    mma_abt<D, kMmaQueries / 8>(p, sK, q_tile);
+    const bool needs_mask = j0 < k0 + kMmaRows - 1 || (window > 0 && j0 + kMmaQueries - 1 - k0 >= window) ||
+                            j0 + kMmaQueries > T;
+#pragma unroll
+    for (int nt = 0; nt < kMmaQueries / 8; nt++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const int c = nt * 8 + (lane % 4) * 2 + e % 2, t = j0 + c;
+        const bool ok = !needs_mask || (t < T && visible(t, s_row[e / 2], window));
+        p[nt][e] = ok ? exp2f(fmaf(p[nt][e], scale_log2, -l_tile[c])) : 0.0f;
+      }
+    // pass 2: dP^T = V dO^T;  dS^T = P^T (dP^T - Delta)
+    float ds[kMmaQueries / 8][4] = {};
+    mma_abt<D, kMmaQueries / 8>(ds, sV, do_tile);
+#pragma unroll
+    for (int nt = 0; nt < kMmaQueries / 8; nt++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) ds[nt][e] = p[nt][e] * (ds[nt][e] - d_tile[nt * 8 + (lane % 4) * 2 + e % 2]);
+    // pass 3: dV += P^T dO;  dK += dS^T Q
+    mma_pb<D, kMmaQueries / 8>(dv_acc, p, do_tile);
+    mma_pb<D, kMmaQueries / 8>(dk_acc, ds, q_tile);
+  }
+  const int64_t row0 = (int64_t(b) * T + s_row[0]) * kv_stride + int64_t(hk) * D;
+  const int64_t row1 = (int64_t(b) * T + s_row[1]) * kv_stride + int64_t(hk) * D;
+  store_rows<D>(dk, dk_acc, row0, row1, s_row[0] < T, s_row[1] < T, scale, scale);
+  store_rows<D>(dv, dv_acc, row0, row1, s_row[0] < T, s_row[1] < T, 1.0f, 1.0f);
+}
+
+// ------------------------------------------------------------------------------------------
+// fma path: one warp per row, 8 rows per block, tiles of 32 keys (or queries), one per lane;
+// a lane owns output columns lane, lane + 32, ... (up to 8 of them: widths <= 256).
+
+constexpr int kFmaRows = 8, kFmaTile = 32, kFmaMaxPerLane = 8, kFmaThreads = kFmaRows * 32;
+
+// Copies rows [row0, row0 + rows) of a strided (T, ...) matrix into a float tile with row
+// pitch `pitch`; rows at or past `end` become zeros. All threads of the block.
+template <class T>
+__device__ void load_rows_f32(float* tile, int pitch, const T* g, int64_t stride, int row0, int rows, int width,
+                              int end) {
+  for (int i = threadIdx.x; i < rows * width; i += blockDim.x) {
+    const int r = i / width, c = i % width;
+    tile[r * pitch + c] = row0 + r < end ? to_float(g[(row0 + r) * stride + c]) : 0.0f;
+  }
+}
+
+// dot(a[0:n], b[0:n]) over two shared-memory rows
+__device__ __forceinline__ float dot_row(const float* a, const float* b, int n) {
+  float s = 0;
+  for (int d = 0; d < n; d++) s = fmaf(a[d], b[d], s);
+  return s;
+}
+
+// acc[i] (column lane + 32 i) += sum_j w_j tile[j][lane + 32 i], w_j held by lane j
+__device__ __forceinline__ void accumulate_rows(float (&acc)[kFmaMaxPerLane], float w, const float* tile, int pitch,
+                                                int width) {
+  const int lane = threadIdx.x % 32;
+  for (int j = 0; j < kFmaTile; j++) {
+    const float wj = __shfl_sync(0xffffffffu, w, j);
+#pragma unroll
+    for (int i = 0; i < kFmaMaxPerLane; i++)
+      if (lane + 32 * i < width) acc[i] = fmaf(wj, tile[j * pitch + lane + 32 * i], acc[i]);
+  }
+}
+
+template <class T>
+__device__ void store_row(T* out, const float (&acc)[kFmaMaxPerLane], int width, float mul) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int i = 0; i < kFmaMaxPerLane; i++)
+    if (lane + 32 * i < width) out[lane + 32 * i] = from_float<T>(acc[i] * mul);
+}
+
+// Grid (ceil(T / 8), H, B): warp w of block x owns query t = 8 x + w.
+template <class T>
+__global__ void __launch_bounds__(kFmaThreads) attention_forward_fma(T* o, float* lse, const T* q, const T* k,
+                                                                     const T* v, int Tn, int H, int Hkv, int D,
+                                                                     int Dv, float scale, int window) {
+  extern __shared__ float fsmem[];
+  float* sQ = fsmem;                       // sQ: (8, D)
+  float* sK = sQ + kFmaRows * D;           // sK: (32, D + 1), padded so lane j reads row j conflict-free
+  float* sV = sK + kFmaTile * (D + 1);     // sV: (32, Dv)
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int t0 = blockIdx.x * kFmaRows, t = t0 + warp, h = blockIdx.y, b = blockIdx.z, hk = h / (H / Hkv);
+  const int64_t q_stride = int64_t(H) * D, k_stride = int64_t(Hkv) * D, v_stride = int64_t(Hkv) * Dv;
+  const T* kh = k + int64_t(b) * Tn * k_stride + int64_t(hk) * D;
+  const T* vh = v + int64_t(b) * Tn * v_stride + int64_t(hk) * Dv;
+  load_rows_f32(sQ, D, q + int64_t(b) * Tn * q_stride + int64_t(h) * D, q_stride, t0, kFmaRows, D, Tn);
+  const int s_first = window > 0 ? max(0, t0 - window + 1) : 0, s_end = min(Tn, t0 + kFmaRows);
+  float m = -INFINITY, l = 0, acc[kFmaMaxPerLane] = {};
+  for (int s0 = s_first; s0 < s_end; s0 += kFmaTile) {
+    __syncthreads();  // the previous tile is consumed (and sQ is loaded)
+    load_rows_f32(sK, D + 1, kh, k_stride, s0, kFmaTile, D, s_end);
+    load_rows_f32(sV, Dv, vh, v_stride, s0, kFmaTile, Dv, s_end);
+    __syncthreads();
+    const int s = s0 + lane;
+    const bool ok = t < Tn && s < s_end && visible(t, s, window);
+    const float score = ok ? scale * dot_row(sQ + warp * D, sK + lane * (D + 1), D) : -INFINITY;  // S = scale q k
+    const float m_new = fmaxf(m, warp_max(score));
+    const float base = m_new == -INFINITY ? 0.0f : m_new;
+    const float p = expf(score - base), alpha = expf(m - base);  // P = exp(S - m'), e^(m - m')
+    l = l * alpha + warp_sum(p);
+    m = m_new;
+#pragma unroll
+    for (int i = 0; i < kFmaMaxPerLane; i++) acc[i] *= alpha;
+    accumulate_rows(acc, p, sV, Dv, Dv);  // O += P V
+  }
+  if (t >= Tn) return;
+  store_row(o + (int64_t(b) * Tn + t) * H * Dv + int64_t(h) * Dv, acc, Dv, 1.0f / l);
+  if (lane == 0) lse[(int64_t(b) * H + h) * Tn + t] = m + logf(l);
+}
+
+// dq: (B, T, H, D). Same grid as the forward.
+template <class T>
+__global__ void __launch_bounds__(kFmaThreads) attention_backward_dq_fma(T* dq, const T* dout, const T* q, const T* k,
+                                                                         const T* v, const float* lse,
+                                                                         const float* delta, int Tn, int H, int Hkv,
+                                                                         int D, int Dv, float scale, int window) {
+  extern __shared__ float fsmem[];
+  float* sQ = fsmem;                        // sQ: (8, D)
+  float* sdO = sQ + kFmaRows * D;           // sdO: (8, Dv)
+  float* sK = sdO + kFmaRows * Dv;          // sK: (32, D + 1)
+  float* sV = sK + kFmaTile * (D + 1);      // sV: (32, Dv + 1)
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int t0 = blockIdx.x * kFmaRows, t = t0 + warp, h = blockIdx.y, b = blockIdx.z, hk = h / (H / Hkv);
+  const int64_t q_stride = int64_t(H) * D, o_stride = int64_t(H) * Dv, k_stride = int64_t(Hkv) * D,
+                v_stride = int64_t(Hkv) * Dv;
+  const T* kh = k + int64_t(b) * Tn * k_stride + int64_t(hk) * D;
+  const T* vh = v + int64_t(b) * Tn * v_stride + int64_t(hk) * Dv;
+  load_rows_f32(sQ, D, q + int64_t(b) * Tn * q_stride + int64_t(h) * D, q_stride, t0, kFmaRows, D, Tn);
+  load_rows_f32(sdO, Dv, dout + int64_t(b) * Tn * o_stride + int64_t(h) * Dv, o_stride, t0, kFmaRows, Dv, Tn);
+  const int64_t row = (int64_t(b) * H + h) * Tn + min(t, Tn - 1);
+  const float lse_t = lse[row], delta_t = delta[row];
+  const int s_first = window > 0 ? max(0, t0 - window + 1) : 0, s_end = min(Tn, t0 + kFmaRows);
+  float acc[kFmaMaxPerLane] = {};  // dQ / scale
+  for (int s0 = s_first; s0 < s_end; s0 += kFmaTile) {
+    __syncthreads();
+    load_rows_f32(sK, D + 1, kh, k_stride, s0, kFmaTile, D, s_end);
+    load_rows_f32(sV, Dv + 1, vh, v_stride, s0, kFmaTile, Dv, s_end);
+    __syncthreads();
+    const int s = s0 + lane;
+    float ds = 0;
+    if (t < Tn && s < s_end && visible(t, s, window)) {
+      const float p = expf(scale * dot_row(sQ + warp * D, sK + lane * (D + 1), D) - lse_t);  // P rebuilt from lse
+      const float dp = dot_row(sdO + warp * Dv, sV + lane * (Dv + 1), Dv);                   // dP = dO v
+      ds = p * (dp - delta_t);                                                               // dS = P (dP - Delta)
+    }
+    accumulate_rows(acc, ds, sK, D + 1, D);  // dQ += dS K (times scale at the end)
+  }
+  if (t < Tn) store_row(dq + (int64_t(b) * Tn + t) * q_stride + int64_t(h) * D, acc, D, scale);
+}
+
+// dk, dv: (B, T, Hkv, D / Dv). Grid (ceil(T / 8), Hkv, B): warp w of block x owns key s = 8 x + w
+// and loops over the queries of every query head of its kv head, 32 (one per lane) at a time.
+template <class T>
+__global__ void __launch_bounds__(kFmaThreads) attention_backward_dkdv_fma(T* dk, T* dv, const T* dout, const T* q,
+                                                                           const T* k, const T* v, const float* lse,
+                                                                           const float* delta, int Tn, int H,
+                                                                           int Hkv, int D, int Dv, float scale,
+                                                                           int window) {
+  extern __shared__ float fsmem[];
+  float* sK = fsmem;                        // sK: (8, D)
+  float* sV = sK + kFmaRows * D;            // sV: (8, Dv)
+  float* sQ = sV + kFmaRows * Dv;           // sQ: (32, D + 1)
+  float* sdO = sQ + kFmaTile * (D + 1);     // sdO: (32, Dv + 1)
+  float* sLse = sdO + kFmaTile * (Dv + 1);  // sLse: (32)
+  float* sDelta = sLse + kFmaTile;          // sDelta: (32)
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int s0 = blockIdx.x * kFmaRows, s = s0 + warp, hk = blockIdx.y, b = blockIdx.z, group = H / Hkv;
+  const int64_t q_stride = int64_t(H) * D, o_stride = int64_t(H) * Dv, k_stride = int64_t(Hkv) * D,
+                v_stride = int64_t(Hkv) * Dv;
+  load_rows_f32(sK, D, k + int64_t(b) * Tn * k_stride + int64_t(hk) * D, k_stride, s0, kFmaRows, D, Tn);
+  load_rows_f32(sV, Dv, v + int64_t(b) * Tn * v_stride + int64_t(hk) * Dv, v_stride, s0, kFmaRows, Dv, Tn);
+  const int t_end = window > 0 ? min(Tn, s0 + kFmaRows - 1 + window) : Tn;
+  float dk_acc[kFmaMaxPerLane] = {}, dv_acc[kFmaMaxPerLane] = {};  // dK / scale, dV
+  for (int h = hk * group; h < (hk + 1) * group; h++)
+    for (int j0 = s0; j0 < t_end; j0 += kFmaTile) {
+      __syncthreads();
+      load_rows_f32(sQ, D + 1, q + int64_t(b) * Tn * q_stride + int64_t(h) * D, q_stride, j0, kFmaTile, D, t_end);
+      load_rows_f32(sdO, Dv + 1, dout + int64_t(b) * Tn * o_stride + int64_t(h) * Dv, o_stride, j0, kFmaTile, Dv,
+                    t_end);
+      if (threadIdx.x < kFmaTile) {
+        const int64_t row = (int64_t(b) * H + h) * Tn + min(j0 + int(threadIdx.x), Tn - 1);
+        sLse[threadIdx.x] = lse[row];
+        sDelta[threadIdx.x] = delta[row];
+      }
+      __syncthreads();
+      const int t = j0 + lane;
+      float p = 0, ds = 0;
+      if (s < Tn && t < t_end && visible(t, s, window)) {
+        p = expf(scale * dot_row(sQ + lane * (D + 1), sK + warp * D, D) - sLse[lane]);  // P[t, s]
+        const float dp = dot_row(sdO + lane * (Dv + 1), sV + warp * Dv, Dv);          // dP = dO_t v_s
+        ds = p * (dp - sDelta[lane]);
+      }
+      accumulate_rows(dv_acc, p, sdO, Dv + 1, Dv);  // dV += P^T dO
+      accumulate_rows(dk_acc, ds, sQ, D + 1, D);    // dK += dS^T Q (times scale at the end)
+    }
+  if (s >= Tn) return;
+  store_row(dk + (int64_t(b) * Tn + s) * k_stride + int64_t(hk) * D, dk_acc, D, scale);
+  store_row(dv + (int64_t(b) * Tn + s) * v_stride + int64_t(hk) * Dv, dv_acc, Dv, 1.0f);
+}
+
+// ------------------------------------------------------------------------------------------
+
+// delta: (B, H, T) = rowsum(dO * O); one warp per (b, t, h) row of dout and o: (B, T, H, Dv).
+template <class T>
+__global__ void attention_delta_kernel(float* delta, const T* dout, const T* o, int64_t rows, int Tn, int H, int Dv) {
+  const int64_t row = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32;  // row = (b T + t) H + h
+  if (row >= rows) return;
+  float s = 0;
+  for (int d = threadIdx.x % 32; d < Dv; d += 32) s += to_float(dout[row * Dv + d]) * to_float(o[row * Dv + d]);
+  s = warp_sum(s);
+  const int64_t h = row % H, bt = row / H, t = bt % Tn, b = bt / Tn;
+  if (threadIdx.x % 32 == 0) delta[(b * H + h) * Tn + t] = s;
+}
+
+struct Shape4 {
+  int B, T, H, Hkv, D, Dv, window;
+};
+
+Shape4 checked_shape(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D, int64_t Dv, int64_t window,
+                     const char* op) {
+  HLA_CHECK(Hkv > 0 && H % Hkv == 0, op, ": H = ", H, " is not a multiple of Hkv = ", Hkv);
+  HLA_CHECK(D > 0 && Dv > 0 && D <= 32 * kFmaMaxPerLane && Dv <= 32 * kFmaMaxPerLane, op, ": head widths D = ", D,
+            ", Dv = ", Dv, " must lie in [1, ", 32 * kFmaMaxPerLane, "]");
+  HLA_CHECK(B <= 65535 && H <= 65535 && T < (int64_t(1) << 30) && window >= 0 && window < (int64_t(1) << 30), op,
+            ": sizes out of range (B = ", B, ", T = ", T, ", H = ", H, ", window = ", window, ")");
+  return {int(B), int(T), int(H), int(Hkv), int(D), int(Dv), int(window)};
+}
+
+bool use_mma(int64_t D, int64_t Dv, DType dtype) { return dtype == DType::BF16 && D == Dv && (D == 64 || D == 128); }
+
+// Calls fn(std::integral_constant<int, D>) for the tensor-core head widths.
+template <class Fn>
+void dispatch_head_dim(int D, Fn&& fn) {
+  if (D == 64) fn(std::integral_constant<int, 64>{});
+  else fn(std::integral_constant<int, 128>{});
+}
+
+size_t fma_forward_smem(int D, int Dv) { return sizeof(float) * (kFmaRows * D + kFmaTile * (D + 1) + kFmaTile * Dv); }
+size_t fma_dq_smem(int D, int Dv) {
+  return sizeof(float) * (kFmaRows * (D + Dv) + kFmaTile * (D + 1) + kFmaTile * (Dv + 1));
+}
+size_t fma_dkdv_smem(int D, int Dv) {
+  return sizeof(float) * (kFmaRows * (D + Dv) + kFmaTile * (D + 1) + kFmaTile * (Dv + 1) + 2 * kFmaTile);
+}
+
+}  // namespace
+
+const char* attention_kernel(int64_t D, int64_t Dv, DType dtype) { return use_mma(D, Dv, dtype) ? "mma" : "fma"; }
+
+void attention_forward(void* o, float* lse, const void* q, const void* k, const void* v, int64_t B, int64_t T,
+                       int64_t H, int64_t Hkv, int64_t D, int64_t Dv, double scale, int64_t window, DType dtype) {
+  const Shape4 s = checked_shape(B, T, H, Hkv, D, Dv, window, "attention_forward");
+  if (B * T * H == 0) return;
+  if (use_mma(D, Dv, dtype)) {
+    dispatch_head_dim(s.D, [&](auto d) {
+      constexpr int kD = decltype(d)::value;
+      const size_t smem = sizeof(bf16) * (kMmaRows + 4 * kMmaCols) * kD;
+      auto kernel = attention_forward_mma<kD>;
+      allow_smem(kernel, smem);
+      dim3 grid((s.T + kMmaRows - 1) / kMmaRows, s.H, s.B);
+      kernel<<<grid, kMmaThreads, smem>>>(static_cast<bf16*>(o), lse, static_cast<const bf16*>(q),
+                                          static_cast<const bf16*>(k), static_cast<const bf16*>(v), s.T, s.H, s.Hkv,
+                                          static_cast<float>(scale) * kLog2e, s.window);
+    });
+  } else {
+    dispatch_storage(dtype, "attention_forward", [&](auto tag) {
+      using T = decltype(tag);
+      auto kernel = attention_forward_fma<T>;
+      const size_t smem = fma_forward_smem(s.D, s.Dv);
+      allow_smem(kernel, smem);
+      dim3 grid((s.T + kFmaRows - 1) / kFmaRows, s.H, s.B);
+      kernel<<<grid, kFmaThreads, smem>>>(static_cast<T*>(o), lse, static_cast<const T*>(q),
+                                          static_cast<const T*>(k), static_cast<const T*>(v), s.T, s.H, s.Hkv, s.D,
+                                          s.Dv, static_cast<float>(scale), s.window);
+    });
+  }
+  CUDA_CHECK_LAUNCH();
+}
+
+void attention_backward(void* dq, void* dk, void* dv, const void* dout, const void* q, const void* k, const void* v,
+                        const void* o, const float* lse, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D,
+                        int64_t Dv, double scale, int64_t window, DType dtype) {
+  const Shape4 s = checked_shape(B, T, H, Hkv, D, Dv, window, "attention_backward");
+  if (B * T * H == 0) return;
+  const int64_t rows = B * T * H;
+  const size_t delta_bytes = rows * sizeof(float);
+  float* delta = static_cast<float*>(device_alloc(delta_bytes));  // delta: (B, H, T)
+  dispatch_storage(dtype, "attention_backward", [&](auto tag) {
+    using T = decltype(tag);
+    attention_delta_kernel<T><<<static_cast<unsigned>((rows + 7) / 8), 256>>>(
+        delta, static_cast<const T*>(dout), static_cast<const T*>(o), rows, s.T, s.H, s.Dv);
+  });
+  CUDA_CHECK_LAUNCH();
+  const float sc = static_cast<float>(scale);
+  if (use_mma(D, Dv, dtype)) {
+    dispatch_head_dim(s.D, [&](auto d) {
+      constexpr int kD = decltype(d)::value;
+      auto dq_kernel = attention_backward_dq_mma<kD>;
+      const size_t dq_smem = sizeof(bf16) * (2 * kMmaRows + 4 * kMmaCols) * kD;
+      allow_smem(dq_kernel, dq_smem);
+      dq_kernel<<<dim3((s.T + kMmaRows - 1) / kMmaRows, s.H, s.B), kMmaThreads, dq_smem>>>(
+          static_cast<bf16*>(dq), static_cast<const bf16*>(dout), static_cast<const bf16*>(q),
+          static_cast<const bf16*>(k), static_cast<const bf16*>(v), lse, delta, s.T, s.H, s.Hkv, sc, s.window);
+      CUDA_CHECK_LAUNCH();
+      auto dkdv_kernel = attention_backward_dkdv_mma<kD>;
+      const size_t dkdv_smem = sizeof(bf16) * (2 * kMmaRows + 4 * kMmaQueries) * kD + sizeof(float) * 4 * kMmaQueries;
+      allow_smem(dkdv_kernel, dkdv_smem);
+      dkdv_kernel<<<dim3((s.T + kMmaRows - 1) / kMmaRows, s.Hkv, s.B), kMmaThreads, dkdv_smem>>>(
+          static_cast<bf16*>(dk), static_cast<bf16*>(dv), static_cast<const bf16*>(dout), static_cast<const bf16*>(q),
+          static_cast<const bf16*>(k), static_cast<const bf16*>(v), lse, delta, s.T, s.H, s.Hkv, sc, s.window);
+    });
+  } else {
+    dispatch_storage(dtype, "attention_backward", [&](auto tag) {
+      using T = decltype(tag);
+      auto dq_kernel = attention_backward_dq_fma<T>;
+      allow_smem(dq_kernel, fma_dq_smem(s.D, s.Dv));
+      dq_kernel<<<dim3((s.T + kFmaRows - 1) / kFmaRows, s.H, s.B), kFmaThreads, fma_dq_smem(s.D, s.Dv)>>>(
+          static_cast<T*>(dq), static_cast<const T*>(dout), static_cast<const T*>(q), static_cast<const T*>(k),
+          static_cast<const T*>(v), lse, delta, s.T, s.H, s.Hkv, s.D, s.Dv, sc, s.window);
+      CUDA_CHECK_LAUNCH();
+      auto dkdv_kernel = attention_backward_dkdv_fma<T>;
+      allow_smem(dkdv_kernel, fma_dkdv_smem(s.D, s.Dv));
+      dkdv_kernel<<<dim3((s.T + kFmaRows - 1) / kFmaRows, s.Hkv, s.B), kFmaThreads, fma_dkdv_smem(s.D, s.Dv)>>>(
+          static_cast<T*>(dk), static_cast<T*>(dv), static_cast<const T*>(dout), static_cast<const T*>(q),
+          static_cast<const T*>(k), static_cast<const T*>(v), lse, delta, s.T, s.H, s.Hkv, s.D, s.Dv, sc, s.window);
+    });
+  }
+  CUDA_CHECK_LAUNCH();
+  device_free(delta, delta_bytes);
+}
+
+}  // namespace hla::cuda

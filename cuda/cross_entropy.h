@@ -1,0 +1,15 @@
+// Softmax cross-entropy on the GPU, fused: same names and argument order as
+// cpu::cross_entropy_* in nn/ops/cross_entropy.h. z, dz are F32 or BF16; lse is always fp32.
+#pragma once
+#include <cstdint>
+#include "tensor/dtype.h"
+
+namespace hla::cuda {
+// z: (N, V), c: (N) device I32, lse: (N) written; returns the loss summed over rows whose
+// target is not `ignore` (NaN when a target lies outside [0, V)).
+double cross_entropy_forward(float* lse, const void* z, const int32_t* c, int64_t N, int64_t V, int32_t ignore,
+                             DType dtype);
+// dz: (N, V) = (softmax(z) - onehot(c)) * dloss / valid; zero rows where c == ignore
+void cross_entropy_backward(void* dz, const void* z, const float* lse, const int32_t* c, int64_t N, int64_t V,
+                            int32_t ignore, double dloss_over_valid, DType dtype);
+}  // namespace hla::cuda

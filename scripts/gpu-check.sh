@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# `make gpu-check`: on a machine with an NVIDIA GPU, builds hla for sm_90 into build-gpu, runs
+# the CUDA tests (tests/test_cuda.cpp), `hla bench` and `hla gpu-check` (every case), writes
+# each log to $OUT when set (else build-gpu/logs), and prints the gpu-check table last.
+# Exits non-zero when the build, a test or a gpu-check row fails. Without a GPU it says so and
+# exits 0. Extra cmake flags: CMAKE_FLAGS="...".
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BUILD=build-gpu
+
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+  echo
+  echo "*** gpu-check SKIPPED: no NVIDIA GPU on this machine (nvidia-smi lists none) ***"
+  echo "*** nothing was built or checked; run make gpu-check on the GPU machine ***"
+  echo
+  exit 0
+fi
+
+LOGS=${OUT:-$BUILD/logs}
+mkdir -p "$LOGS"
+nvidia-smi -L
+
+echo "gpu-check: building into $BUILD (log: $LOGS/build.log)"
+if ! { cmake -S . -B "$BUILD" -DHLA_CUDA=ON -DHLA_CUDA_ARCH=90 ${CMAKE_FLAGS:-} &&
+       cmake --build "$BUILD" -j "$(nproc)"; } >"$LOGS/build.log" 2>&1; then
+  tail -n 40 "$LOGS/build.log"
+  echo "gpu-check: BUILD FAILED"
+  exit 1
+fi
+
+status=0
+echo "gpu-check: CUDA tests (log: $LOGS/tests.log)"
+if ! "$BUILD/hla_tests" --source-file='*test_cuda.cpp' >"$LOGS/tests.log" 2>&1; then
+  tail -n 30 "$LOGS/tests.log"
+  echo "gpu-check: CUDA TESTS FAILED"
+  status=1
+fi
+tail -n 3 "$LOGS/tests.log"
+
+if "$BUILD/hla" bench --list >/dev/null 2>&1; then
+  echo "gpu-check: hla bench (log: $LOGS/bench.log)"
+  "$BUILD/hla" bench 2>&1 | tee "$LOGS/bench.log" || status=1
+fi
+
+"$BUILD/hla" gpu-check >"$LOGS/gpu-check.log" 2>&1 || status=1
+cat "$LOGS/gpu-check.log"  # the table is the last thing printed
+exit $status
