@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "eval/text_docs.h"
+#include "data/corpus.h"
 #include "tensor/error.h"
 
 namespace hla::eval {
@@ -119,7 +119,9 @@ std::vector<std::vector<int32_t>> NgramModel::generate(const std::vector<Generat
 std::unique_ptr<NgramModel> train_ngram(const std::string& path, const data::Tokenizer& tokenizer,
                                         int order, int64_t max_documents) {
   auto model = std::make_unique<NgramModel>(order, tokenizer.vocab_size());
-  for (const std::string& doc : read_text_documents(path, max_documents)) {
+  data::CorpusReader reader(data::expand_corpus_inputs({path}), {});
+  std::string doc;
+  for (int64_t n = 0; (max_documents < 0 || n < max_documents) && reader.next(doc); n++) {
     std::vector<int32_t> tokens = {tokenizer.eos_id()};
     std::vector<int32_t> body = tokenizer.encode(doc);
     tokens.insert(tokens.end(), body.begin(), body.end());

@@ -60,8 +60,8 @@ class NgramModel : public LanguageModel {
   std::vector<OrderTable> tables_;  // tables_[k]: histories of k tokens
 };
 
-// Trains on every document of a text file (see text_docs.h), tokenised with `tokenizer`;
-// max_documents < 0 reads them all.
+// Trains on the documents of a corpus file or directory (.txt, .jsonl[.zst]: data/corpus.h),
+// tokenised with `tokenizer`; max_documents < 0 reads them all.
 std::unique_ptr<NgramModel> train_ngram(const std::string& path, const data::Tokenizer& tokenizer,
                                         int order, int64_t max_documents = -1);
 

@@ -40,33 +40,58 @@ ScoreRequest continuation_request(const TokenPair& pair, int max_length) {
   return request;
 }
 
-std::vector<std::vector<TargetScore>> score_in_batches(LanguageModel& model,
-                                                       const std::vector<ScoreRequest>& requests,
-                                                       const BatchOptions& options) {
+namespace {
+
+size_t token_count(const ScoreRequest& r) { return r.tokens.size(); }
+size_t token_count(const GenerateRequest& r) { return r.context.size(); }
+
+// Calls run(batch) on batches of at most batch_size requests, longest first, and returns the
+// answers in request order.
+template <class Request, class Answer, class Run>
+std::vector<Answer> run_in_batches(const std::vector<Request>& requests,
+                                   const BatchOptions& options, Run run) {
   HLA_CHECK(options.batch_size >= 1, "batch size must be positive, got ", options.batch_size);
   std::vector<size_t> order(requests.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return requests[a].tokens.size() > requests[b].tokens.size();
+    return token_count(requests[a]) > token_count(requests[b]);
   });
-  std::vector<std::vector<TargetScore>> results(requests.size());
+  std::vector<Answer> results(requests.size());
   ProgressBar progress(options.label, static_cast<int64_t>(requests.size()), options.show_progress);
   for (size_t start = 0; start < order.size(); start += options.batch_size) {
     size_t end = std::min(order.size(), start + options.batch_size);
-    std::vector<ScoreRequest> batch;
+    std::vector<Request> batch;
     for (size_t i = start; i < end; i++) batch.push_back(requests[order[i]]);
-    std::vector<std::vector<TargetScore>> answers = model.score(batch);
-    HLA_CHECK(answers.size() == batch.size(), "model.score returned ", answers.size(),
+    std::vector<Answer> answers = run(batch);
+    HLA_CHECK(answers.size() == batch.size(), "the model returned ", answers.size(),
               " answers for ", batch.size(), " requests");
-    for (size_t i = start; i < end; i++) {
-      HLA_CHECK(answers[i - start].size() == requests[order[i]].positions.size(),
-                "model.score returned the wrong number of target scores");
-      results[order[i]] = std::move(answers[i - start]);
-    }
+    for (size_t i = start; i < end; i++) results[order[i]] = std::move(answers[i - start]);
     progress.advance(static_cast<int64_t>(end - start));
   }
   progress.finish();
   return results;
+}
+
+}  // namespace
+
+std::vector<std::vector<TargetScore>> score_in_batches(LanguageModel& model,
+                                                       const std::vector<ScoreRequest>& requests,
+                                                       const BatchOptions& options) {
+  auto results = run_in_batches<ScoreRequest, std::vector<TargetScore>>(
+      requests, options, [&](const std::vector<ScoreRequest>& batch) { return model.score(batch); });
+  for (size_t i = 0; i < requests.size(); i++)
+    HLA_CHECK(results[i].size() == requests[i].positions.size(),
+              "model.score returned ", results[i].size(), " target scores for ",
+              requests[i].positions.size(), " positions");
+  return results;
+}
+
+std::vector<std::vector<int32_t>> generate_in_batches(LanguageModel& model,
+                                                      const std::vector<GenerateRequest>& requests,
+                                                      const BatchOptions& options) {
+  return run_in_batches<GenerateRequest, std::vector<int32_t>>(
+      requests, options,
+      [&](const std::vector<GenerateRequest>& batch) { return model.generate(batch); });
 }
 
 std::vector<LoglikResult> loglikelihood(LanguageModel& model, const data::Tokenizer& tokenizer,

@@ -38,6 +38,11 @@ std::vector<std::vector<TargetScore>> score_in_batches(LanguageModel& model,
                                                        const std::vector<ScoreRequest>& requests,
                                                        const BatchOptions& options);
 
+// The same for greedy generation: batches of similar prompt length, answers in request order.
+std::vector<std::vector<int32_t>> generate_in_batches(LanguageModel& model,
+                                                      const std::vector<GenerateRequest>& requests,
+                                                      const BatchOptions& options);
+
 struct LoglikRequest {
   std::string context;
   std::string continuation;

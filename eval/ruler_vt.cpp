@@ -1,0 +1,117 @@
+// RULER variable tracking (scripts/data/synthetic/variable_tracking.py), noise haystack:
+// chains "VAR AAAAA = 54321", "VAR BBBBB = VAR AAAAA ", ... hidden among noise lines; the
+// question asks for every variable that holds the chain's value. A one-shot example (3-letter
+// names, value 12345, generated within 500 tokens, then re-randomised per sample) is prepended.
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "eval/ruler_detail.h"
+#include "eval/text_util.h"
+
+namespace hla::eval::ruler {
+
+namespace {
+
+const char* const kTemplate =
+    "Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n"
+    "{context}\nQuestion: Find all variables that are assigned the value {query} in the text "
+    "above.";
+const char* const kAnswerPrefix =
+    " Answer: According to the chain(s) of variable assignment in the text above, {num_v} "
+    "variables are assigned the value {query}, they are: ";
+constexpr int64_t kExampleLength = 500;  // token budget of the one-shot example, before token_scale
+
+struct Chain {
+  std::vector<std::string> names;  // (hops + 1) the variables, in assignment order
+  std::vector<std::string> lines;  // (hops + 1) the assignment lines
+};
+
+std::vector<Chain> make_chains(int num_chains, int num_hops, bool is_example, Rng& rng) {
+  const int letters = is_example ? 3 : 5;
+  const int hops = is_example ? std::min(10, num_hops) : num_hops;
+  std::vector<std::string> names;
+  std::set<std::string> seen;
+  while (static_cast<int>(names.size()) < num_chains * (hops + 1)) {
+    std::string name = random_letters(rng, letters, 'A');
+    if (seen.insert(name).second) names.push_back(name);
+  }
+  std::vector<Chain> chains(num_chains);
+  for (int c = 0; c < num_chains; c++) {
+    Chain& chain = chains[c];
+    chain.names.assign(names.begin() + c * (hops + 1), names.begin() + (c + 1) * (hops + 1));
+    std::string value = is_example ? "12345" : std::to_string(randint(rng, 10000, 99998));
+    chain.lines.push_back("VAR " + chain.names[0] + " = " + value);
+    for (int j = 0; j < hops; j++)
+      chain.lines.push_back("VAR " + chain.names[j + 1] + " = VAR " + chain.names[j] + " ");
+  }
+  return chains;
+}
+
+Prompt vt_prompt(const RulerTask& task, int64_t num_noises, bool is_example, Rng& rng) {
+  std::vector<Chain> chains = make_chains(task.num_chains, task.num_hops, is_example, rng);
+  const std::string& first_line = chains[0].lines[0];
+  std::string value = strip(first_line.substr(first_line.rfind('=') + 1));
+  std::vector<std::string> lines(num_noises, kNoiseSentence);
+  for (const Chain& chain : chains) {
+    std::vector<int64_t> at = sample_indices(rng, static_cast<int64_t>(lines.size()),
+                                             static_cast<int64_t>(chain.lines.size()));
+    std::sort(at.begin(), at.end());
+    for (size_t j = 0; j < chain.lines.size(); j++)
+      lines.insert(lines.begin() + at[j] + j, chain.lines[j]);
+  }
+  std::string context = replace_all(join(lines, "\n"), ". \n", ".\n");
+  Prompt prompt;
+  prompt.text = format_template(std::string(kTemplate) + kAnswerPrefix,
+                                {{"context", context},
+                                 {"query", value},
+                                 {"num_v", std::to_string(task.num_hops + 1)}});
+  prompt.answers = chains[0].names;
+  return prompt;
+}
+
+// New names (same lengths) for the example's answer variables and a new value for 12345.
+std::string randomize_example(std::string example, int num_hops, Rng& rng) {
+  std::vector<std::string> words = split_whitespace(strip(example));
+  std::vector<std::string> names(words.end() - (num_hops + 1), words.end());
+  for (const std::string& name : names)
+    example = replace_all(example, name, random_letters(rng, static_cast<int>(name.size()), 'A'));
+  return replace_all(example, "12345", std::to_string(randint(rng, 10000, 99998)));
+}
+
+}  // namespace
+
+std::vector<RulerSample> generate_variable_tracking(const RulerTask& task,
+                                                    const RulerGenOptions& options,
+                                                    const TokenCounter& count_tokens, Rng& rng) {
+  // 1. the one-shot example: full prompt with its answer, generated within 500 tokens
+  const int64_t example_length = std::lround(kExampleLength * options.token_scale);
+  PromptAt example_at = [&](int64_t n) { return vt_prompt(task, n, true, rng); };
+  const SizeSearch example_search{5, 5, 3.0, 0};
+  int64_t example_size = search_size(example_at, count_tokens, example_length, example_search);
+  Prompt example = fit_prompt(example_at, count_tokens, example_length, example_size,
+                              example_search, task.name + " (one-shot example)");
+  const std::string example_text = example.text + " " + join(example.answers, " ") + "\n";
+
+  // 2. the samples, each with a re-randomised copy of the example in front
+  const int64_t incremental = is_short_context(options) ? 5 : 10;
+  const int64_t budget = generation_budget(task, options.token_scale);
+  PromptAt prompt_at = [&](int64_t n) { return vt_prompt(task, n, false, rng); };
+  const int64_t size = search_size(
+      prompt_at, count_tokens, options.length,
+      {incremental, incremental, 3.0, count_tokens(example_text) + budget});
+  PromptAt with_example_at = [&](int64_t n) {
+    Prompt p = prompt_at(n);
+    p.text = randomize_example(example_text, task.num_hops, rng) + "\n" + p.text;
+    return p;
+  };
+  const SizeSearch fit{incremental, incremental, 3.0, budget};
+  std::vector<RulerSample> samples;
+  for (int i = 0; i < options.samples; i++)
+    samples.push_back(split_at_answer_prefix(
+        fit_prompt(with_example_at, count_tokens, options.length, size, fit, task.name),
+        kAnswerPrefix));
+  return samples;
+}
+
+}  // namespace hla::eval::ruler
