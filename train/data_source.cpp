@@ -1,0 +1,193 @@
+// Batch sources over data/: the MQAR generator, the in-memory text loader and the shard loader.
+#include "train/data_source.h"
+
+#include <filesystem>
+#include <sstream>
+
+#include "data/loader.h"
+#include "data/mqar.h"
+#include "data/tokenizer.h"
+#include "nn/ops/cross_entropy.h"
+#include "train/checkpoint.h"
+
+namespace fs = std::filesystem;
+
+namespace hla {
+
+int64_t count_valid_targets(const Tensor& targets) {
+  const int32_t* t = targets.data<int32_t>();
+  int64_t n = 0;
+  for (int64_t i = 0; i < targets.numel(); i++) n += t[i] != kIgnoreIndex;
+  return n;
+}
+
+namespace {
+
+TrainBatch make_batch(const std::vector<int32_t>& inputs, const std::vector<int32_t>& targets,
+                      int64_t B, int64_t T) {
+  TrainBatch b;
+  b.ids = Tensor::from_i32(inputs, {B, T});
+  b.targets = Tensor::from_i32(targets, {B, T});
+  b.valid = count_valid_targets(b.targets);
+  return b;
+}
+
+data::MqarConfig mqar_config(const DataSettings& s) {
+  data::MqarConfig c;
+  c.vocab_size = s.mqar_vocab;
+  c.seq_len = s.seq_len;
+  c.num_kv_pairs = s.mqar_kv_pairs;
+  c.power_a = s.mqar_power_a;
+  c.random_non_queries = s.mqar_random_non_queries;
+  c.train_seed = s.seed;
+  c.val_seed = s.val_seed;
+  HLA_CHECK(c.seq_len % 2 == 0 && 4 * c.num_kv_pairs <= c.seq_len, "[data] MQAR needs an even seq_len >= 4 * mqar_kv_pairs; got seq_len ",
+            c.seq_len, ", mqar_kv_pairs ", c.num_kv_pairs);
+  HLA_CHECK(c.num_kv_pairs >= 1 && c.vocab_size >= 2 * c.num_kv_pairs + 2,
+            "[data] mqar_vocab ", c.vocab_size, " is too small for ", c.num_kv_pairs, " key-value pairs");
+  return c;
+}
+
+class MqarSource : public BatchSource {
+ public:
+  MqarSource(const DataSettings& s, uint64_t seed, int64_t num_examples)
+      : config_(mqar_config(s)), seed_(seed), batch_size_(s.batch_size), num_examples_(num_examples) {}
+
+  TrainBatch next() override {
+    const int64_t B = batch_size_, T = config_.seq_len;
+    std::vector<int32_t> inputs, targets;
+    inputs.reserve(B * T);
+    targets.reserve(B * T);
+    int64_t filled = 0;
+    while (filled < B) {  // at most two pieces when cycling wraps around
+      int64_t first = num_examples_ > 0 ? next_example_ % num_examples_ : next_example_;
+      int64_t count = B - filled;
+      if (num_examples_ > 0) count = std::min(count, num_examples_ - first);
+      data::MqarData d = data::generate_mqar(config_, seed_, count, first);
+      inputs.insert(inputs.end(), d.inputs.begin(), d.inputs.end());
+      targets.insert(targets.end(), d.targets.begin(), d.targets.end());
+      filled += count;
+      next_example_ += count;
+    }
+    return make_batch(inputs, targets, B, T);
+  }
+  nlohmann::json position() const override { return {{"next_example", next_example_}}; }
+  void set_position(const nlohmann::json& p) override {
+    next_example_ = p.at("next_example").get<int64_t>();
+  }
+
+ private:
+  data::MqarConfig config_;
+  uint64_t seed_;
+  int64_t batch_size_, num_examples_;
+  int64_t next_example_ = 0;
+};
+
+class LoaderSource : public BatchSource {
+ public:
+  explicit LoaderSource(data::TokenLoader loader) : loader_(std::move(loader)) {}
+  TrainBatch next() override {
+    data::Batch b = loader_.next_batch();
+    return make_batch(b.inputs, b.targets, b.batch_size, b.seq_len);
+  }
+  nlohmann::json position() const override { return loader_.position().to_json(); }
+  void set_position(const nlohmann::json& p) override {
+    loader_.set_position(data::LoaderPosition::from_json(p));
+  }
+
+ private:
+  data::TokenLoader loader_;
+};
+
+data::LoaderOptions loader_options(const DataSettings& s, bool shuffle) {
+  data::LoaderOptions o;
+  o.batch_size = s.batch_size;
+  o.seq_len = s.seq_len;
+  o.shuffle = shuffle;
+  o.seed = s.seed;
+  return o;
+}
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> parts;
+  std::stringstream ss(s);
+  for (std::string part; std::getline(ss, part, ',');)
+    if (!part.empty()) parts.push_back(part);
+  return parts;
+}
+
+DataSources mqar_sources(const DataSettings& s) {
+  DataSources d;
+  d.train = make_mqar_source(s, s.seed, s.mqar_train_examples);
+  d.val = make_mqar_source(s, s.val_seed, 0);
+  d.mqar = true;
+  d.vocab_size = static_cast<int>(s.mqar_vocab);
+  std::ostringstream os;
+  os << "MQAR: V " << s.mqar_vocab << ", L " << s.seq_len << ", " << s.mqar_kv_pairs
+     << " key-value pairs, power_a " << s.mqar_power_a << ", train seed " << s.seed
+     << (s.mqar_train_examples > 0 ? ", " + std::to_string(s.mqar_train_examples) + " examples" : ", endless")
+     << ", val seed " << s.val_seed;
+  d.description = os.str();
+  return d;
+}
+
+DataSources shard_sources(const DataSettings& s) {
+  DataSources d;
+  int vocab = 0;
+  std::string manifest = (fs::path(s.source) / "manifest.json").string();
+  bool directory = fs::is_directory(s.source);
+  if (directory) vocab = read_json_file(manifest).at("tokenizer").at("vocab_size").get<int>();
+  else vocab = data::load_tokenizer(s.tokenizer)->vocab_size();
+  d.train = std::make_unique<LoaderSource>(
+      data::TokenLoader(data::find_shards(s.source, "train"), loader_options(s, true)));
+  std::string val_note = "no validation split";
+  if (directory && read_json_file(manifest)["splits"]["val"].value("shards", 0) > 0) {
+    data::TokenLoader val(data::find_shards(s.source, "val"), loader_options(s, false));
+    val_note = std::to_string(val.total_tokens()) + " val tokens";
+    d.val = std::make_unique<LoaderSource>(std::move(val));
+  }
+  d.vocab_size = vocab;
+  d.description = "token shards " + s.source + " (vocab " + std::to_string(vocab) + ", " + val_note + ")";
+  return d;
+}
+
+DataSources text_sources(const DataSettings& s) {
+  DataSources d;
+  auto tokenizer = data::load_tokenizer(s.tokenizer);
+  data::CorpusOptions corpus;
+  corpus.jsonl_field = s.jsonl_field;
+  std::vector<std::string> files = data::expand_corpus_inputs(split_commas(s.source));
+  std::vector<int32_t> tokens = data::tokenize_corpus(files, *tokenizer, corpus);
+  auto val_tokens = static_cast<int64_t>(double(tokens.size()) * s.val_fraction);
+  std::vector<int32_t> val(tokens.end() - val_tokens, tokens.end());
+  tokens.resize(tokens.size() - val_tokens);
+  d.train = std::make_unique<LoaderSource>(data::TokenLoader(tokens, loader_options(s, true), s.source));
+  if (val_tokens > 0)
+    d.val = std::make_unique<LoaderSource>(
+        data::TokenLoader(val, loader_options(s, false), s.source + " (val)"));
+  d.vocab_size = tokenizer->vocab_size();
+  d.description = "text " + s.source + ": " + std::to_string(tokens.size()) + " train + " +
+                  std::to_string(val_tokens) + " val tokens, tokenizer " + tokenizer->name() +
+                  " (vocab " + std::to_string(d.vocab_size) + ")";
+  return d;
+}
+
+}  // namespace
+
+std::unique_ptr<BatchSource> make_mqar_source(const DataSettings& settings, uint64_t seed,
+                                              int64_t num_examples) {
+  return std::make_unique<MqarSource>(settings, seed, num_examples);
+}
+
+DataSources make_data_sources(const DataSettings& s) {
+  if (s.source == "mqar") return mqar_sources(s);
+  bool shards = (fs::is_directory(s.source) && fs::exists(fs::path(s.source) / "manifest.json")) ||
+                ends_with(s.source, ".bin") || ends_with(s.source, ".bin.zst");
+  return shards ? shard_sources(s) : text_sources(s);
+}
+
+}  // namespace hla

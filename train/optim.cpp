@@ -1,0 +1,315 @@
+// AdamW and Muon: parameter grouping, CPU reference updates, CUDA dispatch, state I/O.
+#include "train/optim.h"
+
+#include <Eigen/Dense>
+#include <cmath>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "tensor/dispatch.h"
+#include "tensor/math.h"
+#if defined(HLA_CUDA) && __has_include("cuda/optim.h")
+#include "cuda/optim.h"
+#define HLA_CUDA_OPTIM 1
+#endif
+
+namespace hla {
+
+// ---------------------------------------------------------------- CPU reference updates
+
+namespace cpu {
+
+template <class T>
+void adamw_update(T* param, const T* grad, T* m, T* v, int64_t n, double lr, double beta1,
+                  double beta2, double eps, double weight_decay, double bias_correction1,
+                  double bias_correction2) {
+  const T decay = static_cast<T>(1.0 - lr * weight_decay);
+  const T b1 = static_cast<T>(beta1), b2 = static_cast<T>(beta2);
+  const T step_size = static_cast<T>(lr / bias_correction1);
+  const T inv_sqrt_bc2 = static_cast<T>(1.0 / std::sqrt(bias_correction2));
+  const T epsilon = static_cast<T>(eps);
+  for (int64_t i = 0; i < n; i++) {
+    T g = grad[i];
+    param[i] *= decay;                              // decoupled weight decay
+    m[i] = b1 * m[i] + (T(1) - b1) * g;             // first moment
+    v[i] = b2 * v[i] + (T(1) - b2) * g * g;         // second moment
+    T denom = std::sqrt(v[i]) * inv_sqrt_bc2 + epsilon;  // sqrt(v / bc2) + eps
+    param[i] -= step_size * m[i] / denom;           // lr * (m / bc1) / denom
+  }
+}
+
+template <class T>
+void muon_momentum(T* buf, T* update, const T* grad, int64_t n, double momentum, bool nesterov) {
+  const T mu = static_cast<T>(momentum);
+  for (int64_t i = 0; i < n; i++) {
+    buf[i] = mu * buf[i] + grad[i];
+    update[i] = nesterov ? grad[i] + mu * buf[i] : buf[i];
+  }
+}
+
+template <class T>
+void newton_schulz(T* out, const T* g, int64_t rows, int64_t cols, int steps) {
+  using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  constexpr double a = 3.4445, b = -4.7750, c = 2.0315;
+  Eigen::Map<const Mat> G(g, rows, cols);
+  bool tall = rows > cols;
+  // X: (r, k) with r <= k, so X X^T is the smaller Gram matrix.
+  Mat X = tall ? Mat(G.transpose()) : Mat(G);
+  X /= static_cast<T>(X.norm() + 1e-7);  // Frobenius norm: every singular value <= 1
+  for (int s = 0; s < steps; s++) {
+    Mat A = X * X.transpose();                                   // (r, r)
+    Mat B = static_cast<T>(b) * A + static_cast<T>(c) * (A * A);  // (r, r)
+    X = (static_cast<T>(a) * X + B * X).eval();                  // (r, k)
+  }
+  Eigen::Map<Mat> O(out, rows, cols);
+  if (tall) O = X.transpose();
+  else O = X;
+}
+
+#define HLA_INSTANTIATE_OPTIM(T)                                                              \
+  template void adamw_update<T>(T*, const T*, T*, T*, int64_t, double, double, double, double, \
+                                double, double, double);                                      \
+  template void muon_momentum<T>(T*, T*, const T*, int64_t, double, bool);                    \
+  template void newton_schulz<T>(T*, const T*, int64_t, int64_t, int);
+HLA_INSTANTIATE_OPTIM(float)
+HLA_INSTANTIATE_OPTIM(double)
+#undef HLA_INSTANTIATE_OPTIM
+
+}  // namespace cpu
+
+// ---------------------------------------------------------------- configuration and grouping
+
+void OptimConfig::validate() const {
+  HLA_CHECK(name == "adamw" || name == "muon", "[optim] name: '", name,
+            "' is not an optimizer (adamw | muon)");
+  HLA_CHECK(lr > 0, "[optim] lr must be > 0, got ", lr);
+  HLA_CHECK(adam_lr >= 0, "[optim] adam_lr must be >= 0 (0 = lr), got ", adam_lr);
+  HLA_CHECK(beta1 >= 0 && beta1 < 1, "[optim] beta1 must be in [0, 1), got ", beta1);
+  HLA_CHECK(beta2 >= 0 && beta2 < 1, "[optim] beta2 must be in [0, 1), got ", beta2);
+  HLA_CHECK(eps > 0, "[optim] eps must be > 0, got ", eps);
+  HLA_CHECK(weight_decay >= 0, "[optim] weight_decay must be >= 0, got ", weight_decay);
+  HLA_CHECK(adam_weight_decay >= 0, "[optim] adam_weight_decay must be >= 0, got ",
+            adam_weight_decay);
+  HLA_CHECK(momentum >= 0 && momentum < 1, "[optim] momentum must be in [0, 1), got ", momentum);
+  HLA_CHECK(ns_steps >= 1 && ns_steps <= 20, "[optim] ns_steps must be in [1, 20], got ", ns_steps);
+  HLA_CHECK(muon_scale == "rms" || muon_scale == "shape", "[optim] muon_scale: '", muon_scale,
+            "' is not a scale mode (rms | shape)");
+}
+
+namespace {
+
+std::string last_part(const std::string& name) {
+  size_t dot = name.rfind('.');
+  std::string last = dot == std::string::npos ? name : name.substr(dot + 1);
+  // "....norm.weight" -> look at the module name instead of "weight"
+  if (last == "weight" && dot != std::string::npos) {
+    size_t prev = name.rfind('.', dot - 1);
+    std::string module = name.substr(prev == std::string::npos ? 0 : prev + 1,
+                                     dot - (prev == std::string::npos ? 0 : prev + 1));
+    return module.find("norm") != std::string::npos ? "norm" : "weight";
+  }
+  return last;
+}
+
+// "model.layers.12.attn.q_proj.weight" -> "model.layers.*.attn.q_proj.weight"
+std::string fold_layer_index(const std::string& name) {
+  static const std::regex layer_index(R"(\.\d+\.)");
+  return std::regex_replace(name, layer_index, ".*.");
+}
+
+const char* rule_name(UpdateRule r) { return r == UpdateRule::Muon ? "muon" : "adamw"; }
+
+}  // namespace
+
+bool no_weight_decay(const std::string& name, const Shape& shape) {
+  if (shape.size() < 2) return true;
+  static const std::set<std::string> exempt = {"bias", "norm", "A_log", "dt_bias", "D",
+                                               "bonus", "u", "gamma"};
+  return exempt.count(last_part(name)) > 0;
+}
+
+bool is_embedding_or_head(const std::string& name) {
+  return name.find("embed") != std::string::npos || name.find("lm_head") != std::string::npos;
+}
+
+double muon_update_scale(const std::string& mode, int64_t rows, int64_t cols) {
+  if (mode == "shape") return std::sqrt(std::max(1.0, double(rows) / double(cols)));
+  return 0.2 * std::sqrt(double(std::max(rows, cols)));
+}
+
+Optimizer::Optimizer(const ParameterList& params, const OptimConfig& config) : config_(config) {
+  config_.validate();
+  bool muon = config_.name == "muon";
+  double adam_lr_scale = muon && config_.adam_lr > 0 ? config_.adam_lr / config_.lr : 1.0;
+  std::set<std::string> seen;
+  for (const NamedParameter& p : params) {
+    HLA_CHECK(seen.insert(p.name).second, "optimizer: parameter '", p.name, "' appears twice");
+    HLA_CHECK(p.var.requires_grad(), "optimizer: parameter '", p.name, "' does not require grad");
+    HLA_CHECK(is_float(p.var.dtype()) && p.var.dtype() != DType::BF16, "optimizer: parameter '",
+              p.name, "' is ", dtype_name(p.var.dtype()), "; master weights must be F32 or F64");
+    ParamPlan plan;
+    plan.name = p.name;
+    plan.var = p.var;
+    plan.decay = !no_weight_decay(p.name, p.var.shape());
+    bool matrix = p.var.dim() == 2 && !is_embedding_or_head(p.name);
+    plan.rule = muon && matrix ? UpdateRule::Muon : UpdateRule::AdamW;
+    bool adam_side = muon && plan.rule == UpdateRule::AdamW;
+    plan.lr_scale = adam_side ? adam_lr_scale : 1.0;
+    plan.weight_decay = !plan.decay ? 0.0 : adam_side ? config_.adam_weight_decay
+                                                      : config_.weight_decay;
+    Device dev = p.var.device();
+    DType dt = p.var.dtype();
+    std::vector<std::pair<std::string, Tensor>> state;
+    if (plan.rule == UpdateRule::Muon) {
+      state.emplace_back("momentum_buffer", Tensor::zeros(p.var.shape(), dt, dev));
+    } else {
+      state.emplace_back("exp_avg", Tensor::zeros(p.var.shape(), dt, dev));
+      state.emplace_back("exp_avg_sq", Tensor::zeros(p.var.shape(), dt, dev));
+    }
+    plan_.push_back(plan);
+    state_.push_back(std::move(state));
+  }
+}
+
+std::string Optimizer::describe() const {
+  struct Group {
+    int64_t tensors = 0, numel = 0;
+    std::vector<std::string> names;  // folded, first appearance order
+  };
+  std::map<std::string, Group> groups;
+  std::vector<std::string> order;
+  for (const ParamPlan& p : plan_) {
+    std::ostringstream key;
+    key << rule_name(p.rule) << "  lr " << config_.lr * p.lr_scale << "  wd " << p.weight_decay;
+    if (!groups.count(key.str())) order.push_back(key.str());
+    Group& g = groups[key.str()];
+    g.tensors++;
+    g.numel += p.var.numel();
+    std::string folded = fold_layer_index(p.name);
+    if (std::find(g.names.begin(), g.names.end(), folded) == g.names.end()) g.names.push_back(folded);
+  }
+  std::ostringstream os;
+  for (const std::string& key : order) {
+    const Group& g = groups[key];
+    os << "  " << key << "  (" << g.tensors << " tensors, " << g.numel << " params):";
+    for (const std::string& n : g.names) os << " " << n;
+    os << "\n";
+  }
+  return os.str();
+}
+
+// ---------------------------------------------------------------- updates
+
+void Optimizer::zero_grad() {
+  for (ParamPlan& p : plan_) p.var.zero_grad();
+}
+
+void Optimizer::step(double lr_factor) {
+  step_++;
+  double lr = config_.lr * lr_factor;
+  NoGradGuard no_grad;
+  for (size_t i = 0; i < plan_.size(); i++) {
+    if (!plan_[i].var.grad().defined()) continue;  // unused this step: no update, no decay
+    if (plan_[i].rule == UpdateRule::Muon) muon_step(i, lr);
+    else adamw_step(i, lr * plan_[i].lr_scale);
+  }
+}
+
+void Optimizer::adamw_step(size_t i, double lr) {
+  Var& p = plan_[i].var;
+  Tensor& param = p.mutable_value();
+  const Tensor& grad = p.grad();
+  Tensor& m = state_[i][0].second;
+  Tensor& v = state_[i][1].second;
+  double bc1 = 1.0 - std::pow(config_.beta1, double(step_));
+  double bc2 = 1.0 - std::pow(config_.beta2, double(step_));
+  double wd = plan_[i].weight_decay;
+  if (param.is_cuda()) {
+#ifdef HLA_CUDA_OPTIM
+    cuda::adamw_update(param.data<float>(), grad.data<float>(), m.data<float>(), v.data<float>(),
+                       param.numel(), float(lr), float(config_.beta1), float(config_.beta2),
+                       float(config_.eps), float(wd), float(bc1), float(bc2));
+    return;
+#else
+    fail("optimizer: parameter '", plan_[i].name, "' is on CUDA but this build has no cuda/optim.h");
+#endif
+  }
+  dispatch_float(param.dtype(), "adamw", [&](auto tag) {
+    using T = decltype(tag);
+    cpu::adamw_update<T>(param.data<T>(), grad.data<T>(), m.data<T>(), v.data<T>(), param.numel(),
+                         lr, config_.beta1, config_.beta2, config_.eps, wd, bc1, bc2);
+  });
+}
+
+void Optimizer::muon_step(size_t i, double lr) {
+  Var& p = plan_[i].var;
+  Tensor& param = p.mutable_value();
+  const Tensor& grad = p.grad();
+  Tensor& buf = state_[i][0].second;
+  int64_t rows = param.size(0), cols = param.size(1);
+  Tensor update = Tensor::empty(param.shape(), param.dtype(), param.device());  // (rows, cols)
+  Tensor ortho = Tensor::empty(param.shape(), param.dtype(), param.device());   // (rows, cols)
+  if (param.is_cuda()) {
+#ifdef HLA_CUDA_OPTIM
+    cuda::muon_momentum(buf.data<float>(), update.data<float>(), grad.data<float>(), param.numel(),
+                        float(config_.momentum), config_.nesterov);
+    cuda::newton_schulz(ortho.data<float>(), update.data<float>(), rows, cols, config_.ns_steps);
+#else
+    fail("optimizer: parameter '", plan_[i].name, "' is on CUDA but this build has no cuda/optim.h");
+#endif
+  } else {
+    dispatch_float(param.dtype(), "muon", [&](auto tag) {
+      using T = decltype(tag);
+      cpu::muon_momentum<T>(buf.data<T>(), update.data<T>(), grad.data<T>(), param.numel(),
+                            config_.momentum, config_.nesterov);
+      cpu::newton_schulz<T>(ortho.data<T>(), update.data<T>(), rows, cols, config_.ns_steps);
+    });
+  }
+  if (plan_[i].weight_decay > 0) scale_(param, 1.0 - lr * plan_[i].weight_decay);
+  axpy_(param, -lr * muon_update_scale(config_.muon_scale, rows, cols), ortho);
+}
+
+// ---------------------------------------------------------------- state I/O
+
+NamedTensors Optimizer::state() const {
+  NamedTensors out;
+  for (size_t i = 0; i < plan_.size(); i++)
+    for (const auto& [suffix, t] : state_[i]) out.emplace_back(plan_[i].name + "." + suffix, t.to(Device::CPU));
+  return out;
+}
+
+std::map<std::string, std::string> Optimizer::state_metadata() const {
+  return {{"optimizer", config_.name}, {"step", std::to_string(step_)}};
+}
+
+void Optimizer::load_state(const SafetensorsFile& file) {
+  auto meta = [&](const std::string& key) {
+    auto it = file.metadata.find(key);
+    HLA_CHECK(it != file.metadata.end(), file.path, ": metadata has no '", key, "'");
+    return it->second;
+  };
+  HLA_CHECK(meta("optimizer") == config_.name, file.path, ": holds the state of optimizer '",
+            meta("optimizer"), "' but this run uses '", config_.name, "'");
+  std::set<std::string> expected;
+  for (size_t i = 0; i < plan_.size(); i++) {
+    for (auto& [suffix, t] : state_[i]) {
+      std::string name = plan_[i].name + "." + suffix;
+      expected.insert(name);
+      const Tensor& saved = file.get(name);
+      HLA_CHECK(saved.shape() == t.shape() && saved.dtype() == t.dtype(), file.path, ": tensor '",
+                name, "' is ", saved.str(), " but the optimizer expects ", t.str());
+      t.copy_(saved);
+    }
+  }
+  for (const auto& [name, t] : file.tensors)
+    HLA_CHECK(expected.count(name), file.path, ": tensor '", name,
+              "' belongs to no parameter of this model under this optimizer");
+  try {
+    step_ = std::stoll(meta("step"));
+  } catch (const std::logic_error&) {
+    fail(file.path, ": metadata 'step' is not an integer: '", meta("step"), "'");
+  }
+}
+
+}  // namespace hla

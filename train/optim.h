@@ -1,0 +1,126 @@
+// Optimizers: AdamW and Muon, over a model's named parameters.
+//
+// Every parameter gets one update rule, decided once from its name and shape and printed by
+// describe():
+//   AdamW  optimizer: every parameter is AdamW. Weight decay on tensors of rank >= 2 except
+//          norm weights; none on 1-D tensors (norms, biases, A_log, dt_bias, D, ...) or on names
+//          that say they are gates/decay parameters (see no_weight_decay()).
+//   Muon   optimizer: the 2-D hidden weight matrices are Muon; embeddings, lm_head, 1-D tensors
+//          and tensors of rank 3+ (short-conv kernels) stay AdamW with their own lr (adam_lr)
+//          and decay (adam_weight_decay), as Moonlight and papers.md 3.4 do.
+//
+// AdamW (decoupled decay, PyTorch's order), t = number of this update (1-based):
+//   p -= lr * wd * p
+//   m  = b1 m + (1 - b1) g;   v = b2 v + (1 - b2) g^2
+//   p -= lr * (m / bc1) / (sqrt(v / bc2) + eps),   bc1 = 1 - b1^t, bc2 = 1 - b2^t
+// Muon, for a (rows, cols) matrix W with gradient G:
+//   buf = mu buf + G;   U = nesterov ? G + mu buf : buf          (SGD-Nesterov momentum)
+//   O   = NewtonSchulz5(U): X = U / (||U||_F + 1e-7), transposed when rows > cols, then
+//         5 times: A = X X^T; X = a X + (b A + c A A) X with (a, b, c) = (3.4445, -4.7750, 2.0315)
+//   W  -= lr * wd * W;   W -= lr * scale(rows, cols) * O
+// The quintic does not converge to exactly 1: singular values of O land in about [0.68, 1.13].
+// scale ("muon_scale"):
+//   rms   (default) 0.2 * sqrt(max(rows, cols)): the update's RMS is about 0.2 lr, the RMS of a
+//         typical AdamW update (Moonlight), so Muon can use AdamW's lr.
+//   shape max(1, rows / cols)^0.5 (Keller Jordan's Muon; wants lr around 0.02).
+//
+// State (m, v, momentum buffers, step count) saves to and loads from safetensors bit-exactly:
+// tensors "<param>.exp_avg", "<param>.exp_avg_sq", "<param>.momentum_buffer"; metadata
+// "optimizer" and "step".
+// On CUDA parameters (F32 master weights) the updates run in the kernels of cuda/optim.h, which
+// follow the CPU functions below line for line.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "nn/module.h"
+#include "tensor/safetensors.h"
+
+namespace hla {
+
+struct OptimConfig {
+  std::string name = "adamw";     // adamw | muon
+  double lr = 1e-3;               // peak lr: AdamW's, or Muon's for the hidden matrices
+  double adam_lr = 0.0;           // muon: peak lr of its AdamW side; 0 = same as lr
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;      // decoupled; AdamW's, or Muon's on the matrices
+  double adam_weight_decay = 0.0; // muon: decay on its AdamW side (embeddings, head)
+  double momentum = 0.95;         // muon
+  bool nesterov = true;           // muon
+  int ns_steps = 5;               // muon: Newton-Schulz iterations
+  std::string muon_scale = "rms"; // muon: rms | shape
+
+  void validate() const;  // errors name the [optim] setting and the bad value
+};
+
+enum class UpdateRule { AdamW, Muon };
+
+// How one parameter is updated.
+struct ParamPlan {
+  std::string name;
+  Var var;
+  UpdateRule rule = UpdateRule::AdamW;
+  bool decay = false;   // weight decay applies
+  double lr_scale = 1;  // peak lr of this parameter / OptimConfig::lr
+  double weight_decay = 0;
+};
+
+// Parameters that never get weight decay: rank < 2, or a name whose last part is a bias, a norm
+// weight or a gate/decay parameter (A_log, dt_bias, D, ...).
+bool no_weight_decay(const std::string& name, const Shape& shape);
+// Token embeddings and the output head (AdamW side of Muon).
+bool is_embedding_or_head(const std::string& name);
+
+class Optimizer {
+ public:
+  Optimizer(const ParameterList& params, const OptimConfig& config);
+
+  // One update of every parameter that has a gradient, at lr = peak * lr_factor.
+  void step(double lr_factor);
+  void zero_grad();
+  int64_t steps_taken() const { return step_; }
+  const OptimConfig& config() const { return config_; }
+  const std::vector<ParamPlan>& plan() const { return plan_; }
+
+  // The grouping, one line per group: rule, lr, decay, tensor count, parameter count and the
+  // parameter names with layer indices folded ("model.layers.*.attn.q_proj.weight").
+  std::string describe() const;
+
+  NamedTensors state() const;  // CPU copies
+  std::map<std::string, std::string> state_metadata() const;
+  // Validates optimizer name, names and shapes; errors name the file and the tensor.
+  void load_state(const SafetensorsFile& file);
+
+ private:
+  void adamw_step(size_t i, double lr);
+  void muon_step(size_t i, double lr);
+
+  OptimConfig config_;
+  std::vector<ParamPlan> plan_;
+  std::vector<std::vector<std::pair<std::string, Tensor>>> state_;  // per parameter, named
+  int64_t step_ = 0;
+};
+
+// Update scale of a Muon matrix (see the header comment).
+double muon_update_scale(const std::string& mode, int64_t rows, int64_t cols);
+
+namespace cpu {
+// The CPU references of cuda/optim.h (same arguments, T = float or double).
+// param, grad, m, v: (n)
+template <class T>
+void adamw_update(T* param, const T* grad, T* m, T* v, int64_t n, double lr, double beta1,
+                  double beta2, double eps, double weight_decay, double bias_correction1,
+                  double bias_correction2);
+// buf, update, grad: (n). buf = momentum buf + grad; update = nesterov ? grad + momentum buf : buf
+template <class T>
+void muon_momentum(T* buf, T* update, const T* grad, int64_t n, double momentum, bool nesterov);
+// out, g: (rows, cols): the quintic Newton-Schulz orthogonalisation of g.
+template <class T>
+void newton_schulz(T* out, const T* g, int64_t rows, int64_t cols, int steps);
+}  // namespace cpu
+
+}  // namespace hla

@@ -1,0 +1,153 @@
+// RunConfig: every setting of `hla train`, in four sections ([model], [data], [optim], [train]),
+// each listed once in visit_settings(). That one list drives the command-line flags
+// (--section.key value), the TOML run file ([section] key = value), the start-up table and the
+// copy of the settings kept in trainer_state.json, so they can never disagree.
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "nn/config.h"
+#include "train/optim.h"
+#include "train/schedule.h"
+
+namespace hla {
+
+struct ModelSettings {
+  std::string config;           // optional fla config.json; [model] keys given explicitly override it
+  std::string hybrid = "pure";  // pure | r:1 | transformer (ignored when attn_layers is given)
+  ModelConfig fields;           // ModelConfig's defaults, except vocab_size 0 = the data's
+  ModelSettings() { fields.vocab_size = 0; }
+};
+
+struct DataSettings {
+  std::string source = "mqar";  // mqar | .txt/.jsonl[.zst] files or globs | shard dir / glob
+  std::string tokenizer = "byte";
+  int64_t batch_size = 16;  // sequences per micro-batch
+  int64_t seq_len = 128;
+  uint64_t seed = 0;         // training data order (MQAR: the train stream)
+  uint64_t val_seed = 1;     // MQAR validation stream
+  double val_fraction = 0.1; // text files: the last part of the token stream held out
+  std::string jsonl_field = "text";
+  int64_t mqar_vocab = 8192;
+  int64_t mqar_kv_pairs = 16;
+  double mqar_power_a = 0.01;
+  bool mqar_random_non_queries = true;
+  int64_t mqar_train_examples = 0;  // 0: an endless stream; else cycle over this many
+};
+
+struct OptimSettings {
+  OptimConfig optim;
+  ScheduleConfig schedule;  // total_steps comes from [train] steps
+  double clip = 1.0;        // global grad-norm clip; 0 = off
+};
+
+struct TrainSettings {
+  int64_t steps = 1000;
+  int64_t grad_accum = 1;  // micro-batches per update
+  uint64_t seed = 42;      // model initialisation
+  std::string device = "cpu";
+  std::string dtype = "f32";  // compute dtype: f32 | bf16 (CUDA)
+  std::string out_dir = "runs/train";
+  int64_t log_every = 1;
+  int64_t val_every = 100;  // 0: only at the end
+  int64_t val_batches = 8;
+  int64_t save_every = 0;   // 0: only at the end
+};
+
+struct RunConfig {
+  ModelSettings model;
+  DataSettings data;
+  OptimSettings optim;
+  TrainSettings train;
+  // "section.key" of every setting given explicitly (command line or run file).
+  std::set<std::string> explicitly_set;
+
+  // The model config: [model] config (if any) overlaid with the explicitly given [model]
+  // keys, else the [model] section alone; vocab_size 0 becomes data_vocab.
+  ModelConfig model_config(int data_vocab) const;
+  ScheduleConfig schedule() const;  // with total_steps = train.steps
+  void validate() const;            // errors name the setting: "[train] steps must be ..."
+  nlohmann::json to_json() const;   // {"model": {...}, "data": {...}, ...}
+  std::string table() const;        // one "section.key  value" line per setting
+};
+
+// Calls f(section, key, field&, help) for every setting, in table order.
+template <class RC, class F>
+void visit_settings(RC& c, F&& f) {
+  auto& m = c.model.fields;
+  f("model", "config", c.model.config, "fla config.json to start from (explicit [model] keys override it)");
+  f("model", "model_type", m.model_type, "mixer of the linear layers (fla model_type)");
+  f("model", "hybrid", c.model.hybrid, "pure | r:1 (one attention layer closing each group of r) | transformer");
+  f("model", "hidden_size", m.hidden_size, "model width");
+  f("model", "num_hidden_layers", m.num_hidden_layers, "layers");
+  f("model", "num_heads", m.num_heads, "heads of the linear mixer");
+  f("model", "num_v_heads", m.num_v_heads, "value heads (0 = num_heads)");
+  f("model", "head_dim", m.head_dim, "key head width (0 = hidden_size / num_heads)");
+  f("model", "expand_v", m.expand_v, "value expansion");
+  f("model", "expand_k", m.expand_k, "key expansion");
+  f("model", "intermediate_size", m.intermediate_size, "MLP width (0 = GatedMLP rule)");
+  f("model", "hidden_ratio", m.hidden_ratio, "MLP ratio for the GatedMLP rule");
+  f("model", "vocab_size", m.vocab_size, "vocabulary (0 = the data's)");
+  f("model", "norm_eps", m.norm_eps, "RMSNorm epsilon");
+  f("model", "conv_size", m.conv_size, "short convolution width");
+  f("model", "state_size", m.state_size, "Mamba-2 state width N");
+  f("model", "chunk_size", m.chunk_size, "chunk length of the chunked kernels (0 = token recurrence)");
+  f("model", "use_short_conv", m.use_short_conv, "short convolutions on q, k, v");
+  f("model", "tie_word_embeddings", m.tie_word_embeddings, "lm_head shares the embedding");
+  f("model", "initializer_range", m.initializer_range, "init std");
+  f("model", "routing", m.routing, "cross-layer routing: none | clvr | cler | cler_h");
+  f("model", "attn_layers", m.attn.layers, "explicit attention layer indices (overrides hybrid)");
+  f("model", "attn_num_heads", m.attn.num_heads, "attention heads (0 = num_heads)");
+  f("model", "attn_num_kv_heads", m.attn.num_kv_heads, "attention kv heads (0 = attn heads)");
+  f("model", "attn_rope_theta", m.attn.rope_theta, "RoPE base");
+  f("model", "attn_window_size", m.attn.window_size, "sliding window (0 = full causal)");
+  auto& d = c.data;
+  f("data", "source", d.source, "mqar | .txt/.jsonl[.zst] files | shard directory or glob");
+  f("data", "tokenizer", d.tokenizer, "byte | path to tokenizer.json (text sources)");
+  f("data", "batch_size", d.batch_size, "sequences per micro-batch");
+  f("data", "seq_len", d.seq_len, "tokens per sequence");
+  f("data", "seed", d.seed, "training data seed");
+  f("data", "val_seed", d.val_seed, "MQAR validation seed");
+  f("data", "val_fraction", d.val_fraction, "text files: held-out fraction of the tokens");
+  f("data", "jsonl_field", d.jsonl_field, ".jsonl: the text field");
+  f("data", "mqar_vocab", d.mqar_vocab, "MQAR vocabulary V");
+  f("data", "mqar_kv_pairs", d.mqar_kv_pairs, "MQAR key-value pairs N (4N <= seq_len)");
+  f("data", "mqar_power_a", d.mqar_power_a, "MQAR gap power law a");
+  f("data", "mqar_random_non_queries", d.mqar_random_non_queries, "MQAR random filler tokens");
+  f("data", "mqar_train_examples", d.mqar_train_examples, "MQAR training set size (0 = endless)");
+  auto& o = c.optim;
+  f("optim", "name", o.optim.name, "adamw | muon");
+  f("optim", "lr", o.optim.lr, "peak lr (Muon: of the hidden matrices)");
+  f("optim", "adam_lr", o.optim.adam_lr, "Muon: peak lr of embeddings, head, 1-D (0 = lr)");
+  f("optim", "beta1", o.optim.beta1, "AdamW beta1");
+  f("optim", "beta2", o.optim.beta2, "AdamW beta2");
+  f("optim", "eps", o.optim.eps, "AdamW epsilon");
+  f("optim", "weight_decay", o.optim.weight_decay, "decoupled weight decay");
+  f("optim", "adam_weight_decay", o.optim.adam_weight_decay, "Muon: decay on its AdamW side");
+  f("optim", "momentum", o.optim.momentum, "Muon momentum");
+  f("optim", "nesterov", o.optim.nesterov, "Muon Nesterov momentum");
+  f("optim", "ns_steps", o.optim.ns_steps, "Muon Newton-Schulz steps");
+  f("optim", "muon_scale", o.optim.muon_scale, "Muon update scale: rms | shape");
+  f("optim", "schedule", o.schedule.kind, "cosine | wsd | constant");
+  f("optim", "warmup_steps", o.schedule.warmup_steps, "linear warmup updates");
+  f("optim", "min_lr_ratio", o.schedule.min_lr_ratio, "final lr / peak lr");
+  f("optim", "decay_fraction", o.schedule.decay_fraction, "wsd: fraction of steps in the decay");
+  f("optim", "decay_shape", o.schedule.decay_shape, "wsd: linear | minus_sqrt");
+  f("optim", "clip", o.clip, "global grad-norm clip (0 = off)");
+  auto& t = c.train;
+  f("train", "steps", t.steps, "optimizer updates");
+  f("train", "grad_accum", t.grad_accum, "micro-batches per update");
+  f("train", "seed", t.seed, "model initialisation seed");
+  f("train", "device", t.device, "cpu | cuda");
+  f("train", "dtype", t.dtype, "compute dtype: f32 | bf16 (cuda)");
+  f("train", "out_dir", t.out_dir, "metrics.jsonl and checkpoint/ go here");
+  f("train", "log_every", t.log_every, "console line every N steps");
+  f("train", "val_every", t.val_every, "validation every N steps (0 = at the end only)");
+  f("train", "val_batches", t.val_batches, "batches per validation");
+  f("train", "save_every", t.save_every, "checkpoint every N steps (0 = at the end only)");
+}
+
+}  // namespace hla

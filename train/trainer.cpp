@@ -1,0 +1,331 @@
+// The training loop, validation, checkpoints and resume; run_training wires settings to it.
+#include "train/trainer.h"
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "nn/model.h"
+#include "nn/ops/cross_entropy.h"
+#include "tensor/dispatch.h"
+#include "train/checkpoint.h"
+
+namespace fs = std::filesystem;
+
+namespace hla {
+
+namespace {
+
+nlohmann::json finite_or_null(double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(); }
+
+std::string format(const char* fmt, double value) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, fmt, value);
+  return buf;
+}
+
+// Per example, the fraction of labelled positions whose argmax is the label; summed over the
+// batch. logits: (B, T, V), targets: (B, T).
+template <class T>
+double mqar_correct_fraction_sum(const T* logits, const int32_t* targets, int64_t B, int64_t Tlen,
+                                 int64_t V) {
+  double sum = 0;
+  for (int64_t b = 0; b < B; b++) {
+    int64_t labelled = 0, correct = 0;
+    for (int64_t t = 0; t < Tlen; t++) {
+      int32_t label = targets[b * Tlen + t];
+      if (label == kIgnoreIndex) continue;
+      const T* row = logits + (b * Tlen + t) * V;
+      int64_t best = 0;
+      for (int64_t v = 1; v < V; v++)
+        if (row[v] > row[best]) best = v;
+      labelled++;
+      correct += best == label;
+    }
+    if (labelled > 0) sum += double(correct) / double(labelled);
+  }
+  return sum;
+}
+
+}  // namespace
+
+nlohmann::json StepMetrics::to_json() const {
+  return {{"step", step},          {"loss", finite_or_null(loss)}, {"lr", lr},
+          {"grad_norm", finite_or_null(grad_norm)}, {"ms", ms}, {"tokens_per_s", tokens_per_s},
+          {"tokens", tokens}};
+}
+
+nlohmann::json ValMetrics::to_json() const {
+  nlohmann::json j = {{"val_loss", finite_or_null(loss)}, {"val_examples", examples}};
+  if (std::isfinite(accuracy)) j["val_accuracy"] = accuracy;
+  return j;
+}
+
+// ---------------------------------------------------------------- one update
+
+double accumulate_gradients(TrainableModel& model, const std::vector<TrainBatch>& micro_batches) {
+  int64_t total_valid = 0;
+  for (const TrainBatch& b : micro_batches) total_valid += b.valid;
+  HLA_CHECK(total_valid > 0, "accumulate_gradients: no target carries loss in ",
+            micro_batches.size(), " micro-batch(es)");
+  Device device = model.device();
+  double loss = 0;
+  for (const TrainBatch& b : micro_batches) {
+    if (b.valid == 0) continue;
+    Var micro_loss = model.loss(b.ids.to(device), b.targets.to(device));
+    double weight = double(b.valid) / double(total_valid);
+    micro_loss.backward(Tensor::full({}, weight, micro_loss.dtype(), device));
+    loss += weight * micro_loss.value().item();
+  }
+  return loss;
+}
+
+ValMetrics evaluate(TrainableModel& model, BatchSource& source, int64_t batches, bool mqar) {
+  NoGradGuard no_grad;
+  ValMetrics m;
+  double loss_sum = 0, accuracy_sum = 0;
+  int64_t valid = 0;
+  for (int64_t i = 0; i < batches; i++) {
+    TrainBatch b = source.next();
+    Tensor targets = b.targets.to(model.device());
+    Var logits = model.logits(b.ids.to(model.device()));  // (B, T, V)
+    loss_sum += cross_entropy(logits, targets).value().item() * double(b.valid);
+    valid += b.valid;
+    int64_t B = b.ids.size(0), T = b.ids.size(1);
+    m.examples += B;
+    if (!mqar) continue;
+    Tensor cpu_logits = logits.value().to(Device::CPU);
+    if (cpu_logits.dtype() == DType::BF16) cpu_logits = cpu_logits.to(DType::F32);
+    dispatch_float(cpu_logits.dtype(), "mqar accuracy", [&](auto tag) {
+      using T_ = decltype(tag);
+      accuracy_sum += mqar_correct_fraction_sum(cpu_logits.data<T_>(), b.targets.data<int32_t>(),
+                                                B, T, cpu_logits.size(-1));
+    });
+  }
+  m.loss = valid > 0 ? loss_sum / double(valid) : std::numeric_limits<double>::quiet_NaN();
+  if (mqar && m.examples > 0) m.accuracy = accuracy_sum / double(m.examples);
+  return m;
+}
+
+// ---------------------------------------------------------------- Trainer
+
+Trainer::Trainer(TrainerOptions options, TrainableModel& model, BatchSource& train,
+                 BatchSource* val, std::ostream& out)
+    : options_(std::move(options)),
+      model_(model),
+      params_(model.parameters()),
+      train_(train),
+      val_(val),
+      out_(out),
+      optimizer_(params_, options_.optim) {
+  options_.schedule.validate();
+  HLA_CHECK(options_.grad_accum >= 1, "[train] grad_accum must be >= 1, got ", options_.grad_accum);
+  if (val_) val_start_ = val_->position();
+}
+
+StepMetrics Trainer::train_step() {
+  auto start = std::chrono::steady_clock::now();
+  std::vector<TrainBatch> micro;
+  for (int64_t i = 0; i < options_.grad_accum; i++) micro.push_back(train_.next());
+  StepMetrics m;
+  m.lr = options_.optim.lr * lr_factor(options_.schedule, step_);
+  m.loss = accumulate_gradients(model_, micro);
+  m.grad_norm = clip_grad_norm(params_, options_.clip);
+  HLA_CHECK(std::isfinite(m.loss) && std::isfinite(m.grad_norm), "training diverged at step ",
+            step_ + 1, ": loss ", m.loss, ", grad norm ", m.grad_norm, " (lr ", m.lr,
+            "); lower [optim] lr or set [optim] clip");
+  optimizer_.step(lr_factor(options_.schedule, step_));
+  optimizer_.zero_grad();
+  step_++;
+  for (const TrainBatch& b : micro) m.tokens += b.ids.numel();
+  tokens_seen_ += m.tokens;
+  m.step = step_;
+  m.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  m.tokens_per_s = m.ms > 0 ? double(m.tokens) / (m.ms / 1000.0) : 0.0;
+  last_step_ = m;
+  return m;
+}
+
+ValMetrics Trainer::validate() {
+  HLA_CHECK(val_, "validate: this run has no validation data");
+  val_->set_position(val_start_);
+  last_val_ = evaluate(model_, *val_, options_.val_batches, options_.mqar);
+  return last_val_;
+}
+
+nlohmann::json Trainer::state_json() const {
+  nlohmann::json j = {{"step", step_},
+                      {"tokens_seen", tokens_seen_},
+                      {"data", {{"train", train_.position()}}},
+                      {"schedule", options_.schedule.to_json()},
+                      {"optimizer", options_.optim.name},
+                      {"settings", options_.settings},
+                      {"last_step", last_step_.to_json()}};
+  if (last_val_.examples > 0) j["last_val"] = last_val_.to_json();
+  return j;
+}
+
+void Trainer::save(const std::string& dir) const {
+  CheckpointData data;
+  data.params = &params_;
+  data.model_config = options_.model_config;
+  data.optimizer = &optimizer_;
+  data.trainer_state = state_json();
+  save_checkpoint(dir, data);
+}
+
+void Trainer::resume(const std::string& dir) {
+  std::string state_path = dir + "/trainer_state.json";
+  nlohmann::json state = read_json_file(state_path);
+  load_model_weights(dir, params_);
+  load_optimizer_state(dir, optimizer_);
+  try {
+    step_ = state.at("step").get<int64_t>();
+    tokens_seen_ = state.at("tokens_seen").get<int64_t>();
+    train_.set_position(state.at("data").at("train"));
+  } catch (const nlohmann::json::exception& e) {
+    fail(state_path, ": ", e.what());
+  }
+  HLA_CHECK(optimizer_.steps_taken() == step_, dir, ": optimizer.safetensors is at step ",
+            optimizer_.steps_taken(), " but trainer_state.json at step ", step_);
+  HLA_CHECK(step_ <= options_.schedule.total_steps, dir, ": checkpoint is at step ", step_,
+            ", past [train] steps = ", options_.schedule.total_steps);
+}
+
+void Trainer::log_step(const StepMetrics& m) const {
+  int width = int(std::to_string(options_.schedule.total_steps).size());
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "step %*lld/%lld | loss %.6f | lr %.3e | gnorm %.4f | %7.1f ms | %8.0f tok/s",
+                width, (long long)m.step, (long long)options_.schedule.total_steps, m.loss, m.lr,
+                m.grad_norm, m.ms, m.tokens_per_s);
+  out_ << line << std::endl;
+}
+
+void Trainer::append_metrics(const nlohmann::json& line) const {
+  if (options_.out_dir.empty()) return;
+  std::ofstream f(options_.out_dir + "/metrics.jsonl", std::ios::app);
+  HLA_CHECK(f, "cannot append to ", options_.out_dir, "/metrics.jsonl");
+  f << line.dump() << "\n";
+}
+
+ValMetrics Trainer::run() {
+  if (!options_.out_dir.empty()) fs::create_directories(options_.out_dir);
+  const int64_t total = options_.schedule.total_steps;
+  auto every = [&](int64_t n) { return step_ == total || (n > 0 && step_ % n == 0); };
+  while (step_ < total) {
+    StepMetrics m = train_step();
+    if (step_ % options_.log_every == 0 || step_ == total) log_step(m);
+    append_metrics(m.to_json());
+    if (val_ && options_.val_batches > 0 && every(options_.val_every)) {
+      ValMetrics v = validate();
+      out_ << "val  step " << step_ << " | loss " << format("%.6f", v.loss);
+      if (options_.mqar) out_ << " | MQAR accuracy " << format("%.4f", v.accuracy);
+      out_ << " | " << v.examples << " examples" << std::endl;
+      nlohmann::json line = v.to_json();
+      line["step"] = step_;
+      append_metrics(line);
+    }
+    if (!options_.out_dir.empty() && every(options_.save_every)) {
+      save(checkpoint_dir());
+      out_ << "saved " << checkpoint_dir() << " (step " << step_ << ")" << std::endl;
+    }
+  }
+  return last_val_;
+}
+
+// ---------------------------------------------------------------- hla train
+
+namespace {
+
+// Keeps the metrics of steps up to `step` (a resumed run rewrites what came after).
+void truncate_metrics(const std::string& path, int64_t step) {
+  std::ifstream in(path);
+  if (!in) return;
+  std::vector<std::string> kept;
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_discarded() && j.value("step", int64_t(0)) <= step) kept.push_back(line);
+  }
+  in.close();
+  std::ofstream out(path, std::ios::trunc);
+  for (const std::string& line : kept) out << line << "\n";
+}
+
+void check_same_model(const std::string& dir, const ModelConfig& config) {
+  nlohmann::json saved = read_json_file(dir + "/config.json");
+  nlohmann::json now = config.to_json();
+  if (saved == now) return;
+  std::ostringstream diff;
+  for (auto it = now.begin(); it != now.end(); ++it)
+    if (!saved.contains(it.key()) || saved[it.key()] != it.value())
+      diff << " " << it.key() << ": " << (saved.contains(it.key()) ? saved[it.key()].dump() : "-")
+           << " -> " << it.value().dump() << ";";
+  fail(dir, "/config.json differs from this run's model:", diff.str(),
+       " resume with the run config the checkpoint was trained with");
+}
+
+}  // namespace
+
+ValMetrics run_training(const RunConfig& config, const std::string& resume_dir, std::ostream& out) {
+  config.validate();
+  DataSources data = make_data_sources(config.data);
+  ModelConfig model_config = config.model_config(data.vocab_size);
+  if (!resume_dir.empty()) check_same_model(resume_dir, model_config);
+  Device device = config.train.device == "cuda" ? Device::CUDA : Device::CPU;
+  HLA_CHECK(device == Device::CPU || cuda_available(),
+            "--device cuda: no GPU found, or hla was built without CUDA");
+  DType compute = config.train.dtype == "bf16" ? DType::BF16 : DType::F32;
+  auto model = make_model(model_config, config.train.seed, device, compute);
+  ParameterList params = model->parameters();
+
+  out << "hla train\n" << config.table();
+  out << "data:    " << data.description << "\n";
+  out << "model:   " << model_config.model_type << ", " << model_config.num_hidden_layers
+      << " layers, hidden " << model_config.hidden_size << ", pattern " << model_config.pattern()
+      << " (L linear, A attention), routing " << model_config.routing << "\n";
+  out << "params:  " << count_parameters(params) << " in " << params.size() << " tensors\n";
+
+  TrainerOptions options;
+  options.optim = config.optim.optim;
+  options.schedule = config.schedule();
+  options.clip = config.optim.clip;
+  options.grad_accum = config.train.grad_accum;
+  options.log_every = config.train.log_every;
+  options.val_every = config.train.val_every;
+  options.val_batches = config.train.val_batches;
+  options.save_every = config.train.save_every;
+  options.out_dir = config.train.out_dir;
+  options.mqar = data.mqar;
+  options.model_config = model_config.to_json();
+  options.settings = config.to_json();
+  Trainer trainer(options, *model, *data.train, data.val.get(), out);
+  out << "optimizer groups:\n" << trainer.optimizer().describe();
+  out << "tokens per update: " << config.data.batch_size * config.data.seq_len * config.train.grad_accum
+      << " (" << config.train.grad_accum << " x " << config.data.batch_size << " x "
+      << config.data.seq_len << ")\n";
+
+  fs::create_directories(config.train.out_dir);
+  std::string metrics = config.train.out_dir + "/metrics.jsonl";
+  if (!resume_dir.empty()) {
+    trainer.resume(resume_dir);
+    truncate_metrics(metrics, trainer.step());
+    out << "resumed from " << resume_dir << " at step " << trainer.step() << "\n";
+  } else {
+    std::ofstream(metrics, std::ios::trunc);
+  }
+  out << std::flush;
+  auto start = std::chrono::steady_clock::now();
+  int64_t first_step = trainer.step();
+  ValMetrics final_val = trainer.run();
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  out << "done: " << trainer.step() - first_step << " steps in " << format("%.1f", seconds) << " s ("
+      << format("%.2f", double(trainer.step() - first_step) / std::max(seconds, 1e-9))
+      << " steps/s); checkpoint " << trainer.checkpoint_dir() << "\n";
+  return final_val;
+}
+
+}  // namespace hla
