@@ -90,6 +90,7 @@ bool CorpusReader::open_next_file() {
   if (file_index_ >= files_.size()) return false;
   reader_ = std::make_unique<FileReader>(files_[file_index_]);
   line_number_ = 0;
+  whole_file_returned_ = false;
   buf_pos_ = buf_size_ = 0;
   return true;
 }
@@ -143,9 +144,9 @@ bool CorpusReader::next_in_file(std::string& doc) {
     return false;
   }
   if (options_.txt_split == TxtSplit::File) {
-    if (line_number_ < 0) return false;  // this file's one document was returned already
+    if (whole_file_returned_) return false;
     doc = reader_->read_all();
-    line_number_ = -1;
+    whole_file_returned_ = true;
     return true;
   }
   doc.clear();

@@ -50,6 +50,7 @@ class CorpusReader {
   std::unique_ptr<FileReader> reader_;
   uint64_t bytes_of_closed_files_ = 0;
   int64_t line_number_ = 0;
+  bool whole_file_returned_ = false;  // TxtSplit::File: the open file's document was returned
   std::vector<char> buf_;
   size_t buf_pos_ = 0, buf_size_ = 0;
 };
