@@ -1,0 +1,201 @@
+// `hla eval`: zero-shot LM tasks, the RULER-style suite, MQAR and held-out perplexity on a
+// checkpoint (or on an n-gram baseline trained on the spot), written as results.json and
+// report.md. The report is rewritten after every task, so an interrupted run keeps what it did.
+//
+//   hla eval --checkpoint runs/x --tasks arc_easy,piqa,lambada,ruler --data-dir data/eval
+//   hla eval --ngram train.jsonl.zst --out eval/ngram --tasks lambada --data-dir data/eval
+#include <filesystem>
+#include <iostream>
+#include <memory>
+
+#include "cli/command.h"
+#include "eval/lm_eval.h"
+#include "eval/model_adapter.h"
+#include "eval/mqar_eval.h"
+#include "eval/ngram_model.h"
+#include "eval/perplexity.h"
+#include "eval/report.h"
+#include "eval/ruler.h"
+#include "eval/text_util.h"
+#include "tensor/error.h"
+
+namespace {
+
+using namespace hla::eval;
+using nlohmann::json;
+
+const char* const kAllTasks = "arc_easy,arc_challenge,hellaswag,piqa,openbookqa,lambada,ruler,mqar,ppl";
+
+struct EvalSettings {
+  std::string checkpoint, ngram_text, tokenizer, tasks = kAllTasks, data_dir, device = "cpu", out;
+  int ngram_order = 5;
+  int64_t ngram_docs = -1, limit = -1;
+  int batch_size = 16;
+  bool no_progress = false;
+  // RULER
+  std::vector<int64_t> lengths = {4096};
+  int samples = 25;
+  uint64_t seed = 42;
+  std::string haystack, words;
+  double token_scale = 0;  // 0: 4 for the byte tokenizer, else 1
+  // MQAR
+  std::string mqar_grid = "64x4,128x8,256x16,512x64";
+  int64_t mqar_examples = 256, mqar_vocab = 0;
+  // perplexity
+  std::string ppl_file;
+  int64_t ppl_docs = -1;
+};
+
+// The --tasks list, split into LM tasks, RULER tasks ("ruler" = all 13), mqar and ppl.
+struct TaskPlan {
+  std::vector<const LmTaskInfo*> lm;
+  std::vector<std::string> ruler;
+  bool mqar = false, ppl = false;
+};
+
+TaskPlan plan_tasks(const std::string& spec) {
+  TaskPlan plan;
+  for (const std::string& raw : split_on(spec, ',')) {
+    const std::string name = strip(raw);
+    if (const LmTaskInfo* task = find_lm_task(name)) {
+      plan.lm.push_back(task);
+    } else if (name == "ruler") {
+      for (const RulerTask& t : ruler_tasks()) plan.ruler.push_back(t.name);
+    } else if (find_ruler_task(name)) {
+      plan.ruler.push_back(name);
+    } else if (name == "mqar") {
+      plan.mqar = true;
+    } else if (name == "ppl") {
+      plan.ppl = true;
+    } else {
+      hla::fail("--tasks: unknown task \"", name, "\" (known: ", kAllTasks,
+                ", or single RULER tasks such as niah_single_1)");
+    }
+  }
+  return plan;
+}
+
+EvalModel build_model(const EvalSettings& s) {
+  if (s.checkpoint.empty() == s.ngram_text.empty())
+    hla::fail("give exactly one of --checkpoint DIR and --ngram FILE");
+  if (!s.checkpoint.empty()) {
+    EvalModel m = load_model_for_eval(s.checkpoint, s.device);
+    if (!s.tokenizer.empty()) m.tokenizer = hla::data::load_tokenizer(s.tokenizer);
+    return m;
+  }
+  EvalModel m;
+  m.tokenizer = hla::data::load_tokenizer(s.tokenizer.empty() ? "byte" : s.tokenizer);
+  std::cerr << "training an order-" << s.ngram_order << " n-gram on " << s.ngram_text << "\n";
+  m.model = train_ngram(s.ngram_text, *m.tokenizer, s.ngram_order, s.ngram_docs);
+  return m;
+}
+
+std::string output_dir(const EvalSettings& s) {
+  if (!s.out.empty()) return s.out;
+  if (!s.checkpoint.empty()) return s.checkpoint;
+  hla::fail("--out DIR is needed with --ngram (there is no checkpoint directory to write to)");
+}
+
+json settings_json(const EvalSettings& s, double token_scale) {
+  return {{"checkpoint", s.checkpoint}, {"ngram_text", s.ngram_text},
+          {"ngram_order", s.ngram_order}, {"tasks", s.tasks},
+          {"data_dir", s.data_dir},     {"limit", s.limit},
+          {"device", s.device},         {"batch_size", s.batch_size},
+          {"ruler_lengths", s.lengths}, {"ruler_samples", s.samples},
+          {"seed", s.seed},             {"token_scale", token_scale},
+          {"haystack", s.haystack},     {"words", s.words},
+          {"mqar_grid", s.mqar_grid},   {"mqar_examples", s.mqar_examples},
+          {"ppl_file", s.ppl_file}};
+}
+
+void run_eval(const EvalSettings& s) {
+  const TaskPlan plan = plan_tasks(s.tasks);
+  if (!plan.lm.empty() && s.data_dir.empty())
+    hla::fail("--data-dir is needed for the LM tasks (it holds arc_easy.jsonl, piqa.jsonl, ...)");
+  if (plan.ppl && s.ppl_file.empty())
+    hla::fail("the ppl task needs --ppl-file (held-out text .txt/.jsonl[.zst] or shards .bin[.zst])");
+  const std::string out = output_dir(s);
+  EvalModel m = build_model(s);
+  const double token_scale = s.token_scale > 0 ? s.token_scale : (m.tokenizer->name() == "byte" ? 4.0 : 1.0);
+
+  BatchOptions batch;
+  batch.batch_size = s.batch_size;
+  batch.show_progress = !s.no_progress;
+  json results = {{"name", s.checkpoint.empty() ? "ngram-" + std::to_string(s.ngram_order)
+                                                : std::filesystem::path(s.checkpoint).filename().string()},
+                  {"model", m.model->describe()},
+                  {"tokenizer", m.tokenizer->name()},
+                  {"settings", settings_json(s, token_scale)},
+                  {"lm_tasks", json::object()}};
+  auto save = [&] { write_reports(results, out); };
+
+  for (const LmTaskInfo* task : plan.lm) {
+    results["lm_tasks"][task->name] =
+        run_lm_task(*task, s.data_dir, *m.model, *m.tokenizer, {s.limit, batch});
+    save();
+  }
+  if (!plan.ruler.empty()) {
+    RulerResources resources = load_ruler_resources(s.haystack, s.words, s.seed);
+    results["ruler"] = run_ruler(*m.model, *m.tokenizer, plan.ruler, resources,
+                                 {s.lengths, s.samples, s.seed, token_scale, batch});
+    save();
+  }
+  if (plan.mqar) {
+    MqarEvalOptions options;
+    options.grid = parse_mqar_grid(s.mqar_grid);
+    options.examples = s.mqar_examples;
+    options.vocab_size = s.mqar_vocab;
+    options.batch = batch;
+    results["mqar"] = run_mqar(*m.model, options);
+    save();
+  }
+  if (plan.ppl) {
+    results["ppl"] = run_perplexity(*m.model, *m.tokenizer, s.ppl_file, {s.ppl_docs, 0, batch});
+  }
+  save();
+  std::cout << render_report_markdown(results);
+  std::cerr << "wrote " << out << "/results.json and " << out << "/report.md\n";
+}
+
+void setup(CLI::App& cmd) {
+  auto s = std::make_shared<EvalSettings>();
+  cmd.add_option("--checkpoint", s->checkpoint, "checkpoint directory written by hla train");
+  cmd.add_option("--ngram", s->ngram_text,
+                 "instead of a checkpoint, train an n-gram baseline on this corpus (.txt, .jsonl[.zst])");
+  cmd.add_option("--ngram-order", s->ngram_order, "n-gram order")->check(CLI::Range(1, 8));
+  cmd.add_option("--ngram-docs", s->ngram_docs, "train the n-gram on the first N documents (-1: all)");
+  cmd.add_option("--tokenizer", s->tokenizer,
+                 "byte or a tokenizer.json (default: the checkpoint's; byte for --ngram)");
+  cmd.add_option("--tasks", s->tasks, std::string("comma-separated: ") + kAllTasks +
+                                          ", or single RULER tasks (niah_single_1, vt, ...)");
+  cmd.add_option("--data-dir", s->data_dir,
+                 "directory of the LM task files (arc_easy.jsonl, lambada_openai.jsonl, ...)");
+  cmd.add_option("--limit", s->limit, "evaluate only the first N documents of each LM task");
+  cmd.add_option("--device", s->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd.add_option("--out", s->out, "output directory (default: the checkpoint directory)");
+  cmd.add_option("--batch-size", s->batch_size, "requests per model call")->check(CLI::PositiveNumber);
+  cmd.add_flag("--no-progress", s->no_progress, "no progress bars");
+  cmd.add_option("--length", s->lengths, "RULER lengths in model tokens, comma-separated")
+      ->delimiter(',');
+  cmd.add_option("--samples", s->samples, "RULER samples per task and length")->check(CLI::PositiveNumber);
+  cmd.add_option("--seed", s->seed, "RULER seed");
+  cmd.add_option("--haystack", s->haystack, "RULER essay haystack text (e.g. ruler/essays.txt); "
+                                            "without it essay tasks use the noise haystack");
+  cmd.add_option("--words", s->words, "RULER word list file, or a directory with adjectives.txt, "
+                                      "nouns.txt, verbs.txt (default /usr/share/dict/words)");
+  cmd.add_option("--token-scale", s->token_scale,
+                 "multiplies RULER's token counts (generation budgets...); default 4 for the byte "
+                 "tokenizer, else 1");
+  cmd.add_option("--mqar-grid", s->mqar_grid, "MQAR cells LENGTHxPAIRS, comma-separated");
+  cmd.add_option("--mqar-examples", s->mqar_examples, "MQAR examples per cell");
+  cmd.add_option("--mqar-vocab", s->mqar_vocab, "MQAR vocabulary (0: the model's, at most 8192)");
+  cmd.add_option("--ppl-file", s->ppl_file, "held-out text (.txt, .jsonl[.zst]) or shard (.bin[.zst])");
+  cmd.add_option("--ppl-docs", s->ppl_docs, "score only the first N documents (-1: all)");
+  cmd.callback([s] { run_eval(*s); });
+}
+
+const bool registered = hla::cli::register_command(
+    "eval", "Evaluate a checkpoint: LM tasks, RULER, MQAR, perplexity -> results.json, report.md",
+    setup);
+
+}  // namespace

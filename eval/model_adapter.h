@@ -1,0 +1,19 @@
+// Where `hla eval` gets its model: a trained checkpoint, or the n-gram baseline.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "data/tokenizer.h"
+#include "eval/lm.h"
+
+namespace hla::eval {
+
+struct EvalModel {
+  std::unique_ptr<LanguageModel> model;
+  std::unique_ptr<data::Tokenizer> tokenizer;  // the one the model was trained with
+};
+
+// Loads a checkpoint written by `hla train` onto device "cpu" or "cuda".
+EvalModel load_model_for_eval(const std::string& checkpoint_dir, const std::string& device);
+
+}  // namespace hla::eval

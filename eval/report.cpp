@@ -1,0 +1,189 @@
+// results.json and report.md (see report.h).
+#include "eval/report.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "eval/lm_tasks.h"
+#include "eval/svg_plot.h"
+#include "tensor/error.h"
+
+namespace hla::eval {
+
+namespace {
+
+using nlohmann::json;
+
+std::string fixed(double v, int decimals = 2) {
+  std::ostringstream os;
+  os.setf(std::ios::fixed);
+  os.precision(decimals);
+  os << v;
+  return os.str();
+}
+
+std::string percent(double fraction) { return fixed(100 * fraction); }
+
+std::string row(const std::vector<std::string>& cells) {
+  std::string out = "|";
+  for (const std::string& c : cells) out += " " + c + " |";
+  return out + "\n";
+}
+
+std::string header(const std::vector<std::string>& cells) {
+  std::string out = row(cells) + "|";
+  for (size_t i = 0; i < cells.size(); i++) out += i == 0 ? "---|" : "---:|";
+  return out + "\n";
+}
+
+// The papers' zero-shot table: perplexities, then the reported metric of every task that ran,
+// then the mean of the accuracies.
+std::string paper_table(const json& results) {
+  std::vector<std::string> titles = {"Model"}, cells = {results.value("name", "model")};
+  if (results.contains("ppl")) {
+    titles.push_back("Val. ppl ↓");
+    cells.push_back(fixed(results["ppl"]["perplexity"].get<double>()));
+  }
+  double accuracy_sum = 0;
+  int accuracies = 0;
+  const json& lm = results["lm_tasks"];
+  for (const LmTaskInfo& task : lm_tasks()) {
+    if (!lm.contains(task.name)) continue;
+    const json& metrics = lm[task.name]["metrics"];
+    if (task.format == TaskFormat::Lambada) {
+      titles.push_back("LMB. ppl ↓");
+      cells.push_back(fixed(metrics["perplexity"].get<double>()));
+    }
+    const bool norm = task.paper_metric == "acc_norm";
+    titles.push_back(task.title + (norm ? " acc_n ↑" : " acc ↑"));
+    const double acc = metrics[task.paper_metric].get<double>();
+    cells.push_back(percent(acc));
+    accuracy_sum += acc;
+    accuracies++;
+  }
+  if (accuracies > 1) {
+    titles.push_back("Avg. ↑");
+    cells.push_back(percent(accuracy_sum / accuracies));
+  }
+  return header(titles) + row(cells);
+}
+
+std::string lm_detail_table(const json& lm) {
+  std::string out = header({"Task", "n", "acc (%)", "acc_norm (%)", "perplexity", "reported"});
+  for (const LmTaskInfo& task : lm_tasks()) {
+    if (!lm.contains(task.name)) continue;
+    const json& r = lm[task.name];
+    const json& m = r["metrics"];
+    auto with_stderr = [&](const char* key) {
+      if (!m.contains(key)) return std::string("–");
+      return percent(m[key].get<double>()) + " ± " +
+             percent(m[std::string(key) + "_stderr"].get<double>());
+    };
+    out += row({task.name, std::to_string(r["n"].get<int64_t>()), with_stderr("acc"),
+                with_stderr("acc_norm"),
+                m.contains("perplexity") ? fixed(m["perplexity"].get<double>()) : "–",
+                task.paper_metric});
+  }
+  return out;
+}
+
+std::string ruler_table(const json& ruler) {
+  std::vector<std::string> titles = {"Task", "metric"};
+  for (const json& length : ruler["lengths"]) titles.push_back(std::to_string(length.get<int64_t>()));
+  std::string out = header(titles);
+  for (auto& [task, by_length] : ruler["tasks"].items()) {
+    std::vector<std::string> cells = {task, by_length.begin().value()["metric"].get<std::string>()};
+    for (const json& length : ruler["lengths"])
+      cells.push_back(fixed(by_length[std::to_string(length.get<int64_t>())]["score"].get<double>()));
+    out += row(cells);
+  }
+  std::vector<std::string> average = {"**average**", ""};
+  for (const json& length : ruler["lengths"])
+    average.push_back("**" + fixed(ruler["average"][std::to_string(length.get<int64_t>())].get<double>()) + "**");
+  return out + row(average);
+}
+
+std::string mqar_table(const json& mqar) {
+  std::string out = header({"seq len", "kv pairs", "accuracy (%)", "loss"});
+  for (const json& cell : mqar["cells"])
+    out += row({std::to_string(cell["seq_len"].get<int64_t>()),
+                std::to_string(cell["num_kv_pairs"].get<int64_t>()),
+                percent(cell["accuracy"].get<double>()), fixed(cell["loss"].get<double>(), 3)});
+  return out;
+}
+
+std::string ppl_table(const json& ppl) {
+  return header({"file", "documents", "tokens", "loss", "perplexity", "bits/byte", "word ppl"}) +
+         row({ppl["file"].get<std::string>(), std::to_string(ppl["documents"].get<int64_t>()),
+              std::to_string(ppl["tokens"].get<int64_t>()), fixed(ppl["loss"].get<double>(), 4),
+              fixed(ppl["perplexity"].get<double>(), 3), fixed(ppl["bits_per_byte"].get<double>(), 4),
+              fixed(ppl["word_perplexity"].get<double>())});
+}
+
+std::string ruler_plot(const json& ruler) {
+  std::vector<PlotSeries> series;
+  PlotSeries average{"average", {}, {}};
+  for (const json& length : ruler["lengths"]) {
+    average.x.push_back(length.get<double>());
+    average.y.push_back(ruler["average"][std::to_string(length.get<int64_t>())].get<double>());
+  }
+  series.push_back(average);
+  for (auto& [task, by_length] : ruler["tasks"].items()) {
+    PlotSeries s{task, {}, {}};
+    for (const json& length : ruler["lengths"]) {
+      s.x.push_back(length.get<double>());
+      s.y.push_back(by_length[std::to_string(length.get<int64_t>())]["score"].get<double>());
+    }
+    series.push_back(s);
+  }
+  return line_plot_svg(series, {"RULER", "length (tokens)", "score (%)", true, 0, 100});
+}
+
+}  // namespace
+
+std::string render_report_markdown(const json& results) {
+  std::string md = "# Evaluation: " + results.value("name", std::string("model")) + "\n\n";
+  md += "Model: " + results.value("model", std::string("?")) + "  \n";
+  md += "Tokenizer: " + results.value("tokenizer", std::string("?")) + "\n\n";
+  if (results.contains("lm_tasks") && !results["lm_tasks"].empty()) {
+    md += "## Zero-shot LM tasks\n\nAccuracies in %; acc_n is length-normalised accuracy (the "
+          "metric Mamba, GLA, DeltaNet and Gated DeltaNet report for HellaSwag and ARC-c).\n\n";
+    md += paper_table(results) + "\n" + lm_detail_table(results["lm_tasks"]) + "\n";
+  } else if (results.contains("ppl")) {
+    md += paper_table(results) + "\n";
+  }
+  if (results.contains("ruler")) {
+    const json& ruler = results["ruler"];
+    md += "## RULER (" + std::to_string(ruler["samples"].get<int64_t>()) +
+          " samples per task and length, token scale " + fixed(ruler["token_scale"].get<double>(), 1) +
+          ")\n\n" + ruler_table(ruler) + "\n";
+    for (const json& note : ruler["notes"]) md += "- note: " + note.get<std::string>() + "\n";
+    if (!ruler["notes"].empty()) md += "\n";
+  }
+  if (results.contains("mqar")) {
+    const json& mqar = results["mqar"];
+    md += "## MQAR (vocab " + std::to_string(mqar["vocab_size"].get<int64_t>()) + ", " +
+          std::to_string(mqar["examples"].get<int64_t>()) + " examples per cell)\n\n" +
+          mqar_table(mqar) + "\n";
+  }
+  if (results.contains("ppl")) md += "## Held-out perplexity\n\n" + ppl_table(results["ppl"]) + "\n";
+  return md;
+}
+
+void write_reports(const json& results, const std::string& dir) {
+  std::filesystem::create_directories(dir);
+  auto write = [&](const std::string& name, const std::string& content) {
+    const std::string path = (std::filesystem::path(dir) / name).string();
+    std::ofstream out(path, std::ios::binary);
+    if (!out) fail(path, ": cannot write");
+    out << content;
+  };
+  write("results.json", results.dump(2) + "\n");
+  write("report.md", render_report_markdown(results));
+  if (results.contains("ruler") && results["ruler"]["lengths"].size() >= 2)
+    write("ruler.svg", ruler_plot(results["ruler"]));
+}
+
+}  // namespace hla::eval

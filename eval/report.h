@@ -1,0 +1,20 @@
+// Evaluation reports: results.json (everything, machine-readable) and report.md (Markdown
+// tables in the layout of the papers' zero-shot tables, then RULER, MQAR and perplexity).
+//
+// results layout (every section optional):
+//   {"model": str, "tokenizer": str, "settings": {...},
+//    "lm_tasks": {name: run_lm_task(...)}, "ruler": run_ruler(...), "mqar": run_mqar(...),
+//    "ppl": run_perplexity(...)}
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace hla::eval {
+
+std::string render_report_markdown(const nlohmann::json& results);
+
+// Writes <dir>/results.json, <dir>/report.md and, when RULER ran at two or more lengths,
+// <dir>/ruler.svg. Creates dir if needed.
+void write_reports(const nlohmann::json& results, const std::string& dir);
+
+}  // namespace hla::eval

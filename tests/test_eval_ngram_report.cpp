@@ -1,0 +1,115 @@
+// The n-gram baseline (Witten-Bell probabilities by hand, normalisation, greedy generation)
+// and the report writers (paper table, files, SVG).
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+
+#include "eval/ngram_model.h"
+#include "eval/report.h"
+#include "eval/svg_plot.h"
+#include "tensor/error.h"
+
+using namespace hla::eval;
+
+TEST_CASE("eval: Witten-Bell n-gram probabilities match the hand computation") {
+  NgramModel model(2, 4);
+  model.add_document({0, 1, 0, 1, 0, 2});
+  model.finalize();
+  std::vector<double> p;
+  // unigram: counts 0:3 1:2 2:1 (6 tokens, 3 types) over a uniform 1/4:
+  //   P(w) = (c(w) + 3/4) / 9
+  model.next_token_distribution({3}, 0, p);  // history "3" never seen: the unigram level
+  CHECK(p[0] == doctest::Approx(3.75 / 9));
+  CHECK(p[1] == doctest::Approx(2.75 / 9));
+  CHECK(p[2] == doctest::Approx(1.75 / 9));
+  CHECK(p[3] == doctest::Approx(0.75 / 9));
+  // after "0": 1 twice, 2 once (3 tokens, 2 types): P(w | 0) = (c(0, w) + 2 P(w)) / 5
+  model.next_token_distribution({0}, 0, p);
+  CHECK(p[0] == doctest::Approx(2 * 3.75 / 9 / 5));
+  CHECK(p[1] == doctest::Approx((2 + 2 * 2.75 / 9) / 5));
+  CHECK(p[2] == doctest::Approx((1 + 2 * 1.75 / 9) / 5));
+  CHECK(p[3] == doctest::Approx(2 * 0.75 / 9 / 5));
+  CHECK(std::accumulate(p.begin(), p.end(), 0.0) == doctest::Approx(1.0));
+  // no history at all (position -1): the unigram level
+  model.next_token_distribution({}, -1, p);
+  CHECK(p[0] == doctest::Approx(3.75 / 9));
+
+  std::vector<std::vector<int32_t>> out = model.generate({{{0}, 4, {}}, {{0}, 4, {0}}});
+  CHECK(out[0] == std::vector<int32_t>{1, 0, 1, 0});
+  CHECK(out[1] == std::vector<int32_t>{1});  // stops at the stop token 0
+  std::vector<std::vector<TargetScore>> s = model.score({{{0, 1}, {0, 1}, {1, 0}}});
+  CHECK(s[0][0].logprob == doctest::Approx(std::log((2 + 2 * 2.75 / 9) / 5)));
+  CHECK(s[0][0].is_argmax);
+  CHECK(s[0][1].is_argmax);
+}
+
+TEST_CASE("eval: n-gram distributions are normalised at every order") {
+  NgramModel model(4, 8);
+  model.add_document({1, 2, 3, 1, 2, 4, 1, 2, 3, 5, 6, 7, 1, 2, 3});
+  model.add_document({7, 7, 6, 5});
+  model.finalize();
+  std::vector<int32_t> context = {1, 2, 3, 1, 2, 4, 7, 7, 6};
+  std::vector<double> p;
+  for (int pos = -1; pos < static_cast<int>(context.size()); pos++) {
+    model.next_token_distribution(context, pos, p);
+    CHECK(std::accumulate(p.begin(), p.end(), 0.0) == doctest::Approx(1.0).epsilon(1e-12));
+  }
+  CHECK_THROWS_AS(NgramModel(8, 1 << 16), hla::Error);  // 8 tokens x 16 bits > 64
+}
+
+namespace {
+
+nlohmann::json sample_results() {
+  return nlohmann::json::parse(R"({
+    "name": "tiny", "model": "test model", "tokenizer": "byte",
+    "lm_tasks": {
+      "lambada": {"n": 10, "metrics": {"acc": 0.5, "acc_stderr": 0.1667, "perplexity": 12.345}},
+      "hellaswag": {"n": 4, "metrics": {"acc": 0.25, "acc_stderr": 0.25, "acc_norm": 0.4, "acc_norm_stderr": 0.2}}
+    },
+    "ruler": {"lengths": [1024, 2048], "samples": 5, "token_scale": 4.0, "notes": ["no essays"],
+              "tasks": {"vt": {"1024": {"score": 80.0, "metric": "string_match_all"},
+                               "2048": {"score": 60.0, "metric": "string_match_all"}}},
+              "average": {"1024": 80.0, "2048": 60.0}},
+    "mqar": {"vocab_size": 258, "examples": 8,
+             "cells": [{"seq_len": 64, "num_kv_pairs": 4, "accuracy": 0.75, "loss": 1.5}]}
+  })");
+}
+
+}  // namespace
+
+TEST_CASE("eval: the report has the papers' table and every section") {
+  std::string md = render_report_markdown(sample_results());
+  // LAMBADA ppl and acc, HellaSwag acc_norm (its reported metric), the mean of the accuracies
+  CHECK(md.find("| Model | LMB. ppl ↓ | LAMBADA acc ↑ | Hella. acc_n ↑ | Avg. ↑ |\n") != std::string::npos);
+  CHECK(md.find("| tiny | 12.35 | 50.00 | 40.00 | 45.00 |\n") != std::string::npos);
+  CHECK(md.find("| hellaswag | 4 | 25.00 ± 25.00 | 40.00 ± 20.00 | – | acc_norm |") != std::string::npos);
+  CHECK(md.find("| vt | string_match_all | 80.00 | 60.00 |") != std::string::npos);
+  CHECK(md.find("| **average** |  | **80.00** | **60.00** |") != std::string::npos);
+  CHECK(md.find("- note: no essays") != std::string::npos);
+  CHECK(md.find("| 64 | 4 | 75.00 | 1.500 |") != std::string::npos);
+
+  std::string dir = (std::filesystem::temp_directory_path() / "hla_test_eval_report").string();
+  std::filesystem::remove_all(dir);
+  write_reports(sample_results(), dir);
+  std::ifstream json_file(dir + "/results.json");
+  CHECK(nlohmann::json::parse(json_file) == sample_results());
+  CHECK(std::filesystem::exists(dir + "/report.md"));
+  std::ifstream svg(dir + "/ruler.svg");
+  std::string first_line;
+  std::getline(svg, first_line);
+  CHECK(first_line.rfind("<svg", 0) == 0);
+}
+
+TEST_CASE("eval: SVG line plot has one polyline per series") {
+  std::string svg = line_plot_svg({{"a", {1024, 2048, 4096}, {90, 80, 70}}, {"b<c", {1024}, {10}}},
+                                  {"T", "x", "y", true, 0, 100});
+  size_t polylines = 0;
+  for (size_t at = svg.find("<polyline"); at != std::string::npos; at = svg.find("<polyline", at + 1))
+    polylines++;
+  CHECK(polylines == 2);
+  CHECK(svg.find("b&lt;c") != std::string::npos);
+  CHECK(svg.find(">4096<") != std::string::npos);  // a log2 tick
+  CHECK_THROWS_AS(line_plot_svg({{"bad", {1, 2}, {1}}}, {}), hla::Error);
+}
