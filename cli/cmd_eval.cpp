@@ -4,6 +4,7 @@
 //
 //   hla eval --checkpoint runs/x --tasks arc_easy,piqa,lambada,ruler --data-dir data/eval
 //   hla eval --ngram train.jsonl.zst --out eval/ngram --tasks lambada --data-dir data/eval
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -32,8 +33,9 @@ struct EvalSettings {
   int64_t ngram_docs = -1, limit = -1;
   int batch_size = 16;
   bool no_progress = false;
+  bool tasks_given = false;  // --tasks on the command line: a task that cannot run is an error
   // RULER
-  std::vector<int64_t> lengths = {4096};
+  std::vector<int64_t> lengths;  // empty: min(4096, the model's context)
   int samples = 25;
   uint64_t seed = 42;
   std::string haystack, words;
@@ -101,22 +103,45 @@ json settings_json(const EvalSettings& s, double token_scale) {
           {"ngram_order", s.ngram_order}, {"tasks", s.tasks},
           {"data_dir", s.data_dir},     {"limit", s.limit},
           {"device", s.device},         {"batch_size", s.batch_size},
-          {"ruler_lengths", s.lengths}, {"ruler_samples", s.samples},
+          {"ruler_samples", s.samples},
           {"seed", s.seed},             {"token_scale", token_scale},
           {"haystack", s.haystack},     {"words", s.words},
           {"mqar_grid", s.mqar_grid},   {"mqar_examples", s.mqar_examples},
           {"ppl_file", s.ppl_file}};
 }
 
+// With the default task list, tasks whose inputs are missing are skipped with a warning; a task
+// named in --tasks must run.
+void drop_tasks_without_inputs(const EvalSettings& s, TaskPlan& plan) {
+  auto skip = [&](const std::string& task, const std::string& why) {
+    if (s.tasks_given) hla::fail("task ", task, ": ", why);
+    std::cerr << "warning: skipping " << task << ": " << why << "\n";
+  };
+  std::vector<const LmTaskInfo*> kept;
+  for (const LmTaskInfo* task : plan.lm) {
+    if (s.data_dir.empty()) {
+      skip(task->name, "no --data-dir (the directory of arc_easy.jsonl, piqa.jsonl, ...)");
+    } else if (!std::filesystem::exists(std::filesystem::path(s.data_dir) / task->file_name)) {
+      skip(task->name, (std::filesystem::path(s.data_dir) / task->file_name).string() + " does not exist");
+    } else {
+      kept.push_back(task);
+    }
+  }
+  plan.lm = kept;
+  if (plan.ppl && s.ppl_file.empty()) {
+    skip("ppl", "no --ppl-file (held-out text .txt/.jsonl[.zst] or shards .bin[.zst])");
+    plan.ppl = false;
+  }
+}
+
 void run_eval(const EvalSettings& s) {
-  const TaskPlan plan = plan_tasks(s.tasks);
-  if (!plan.lm.empty() && s.data_dir.empty())
-    hla::fail("--data-dir is needed for the LM tasks (it holds arc_easy.jsonl, piqa.jsonl, ...)");
-  if (plan.ppl && s.ppl_file.empty())
-    hla::fail("the ppl task needs --ppl-file (held-out text .txt/.jsonl[.zst] or shards .bin[.zst])");
+  TaskPlan plan = plan_tasks(s.tasks);
+  drop_tasks_without_inputs(s, plan);
   const std::string out = output_dir(s);
   EvalModel m = build_model(s);
   const double token_scale = s.token_scale > 0 ? s.token_scale : (m.tokenizer->name() == "byte" ? 4.0 : 1.0);
+  const std::vector<int64_t> lengths =
+      s.lengths.empty() ? std::vector<int64_t>{std::min(4096, m.model->max_length())} : s.lengths;
 
   BatchOptions batch;
   batch.batch_size = s.batch_size;
@@ -137,7 +162,7 @@ void run_eval(const EvalSettings& s) {
   if (!plan.ruler.empty()) {
     RulerResources resources = load_ruler_resources(s.haystack, s.words, s.seed);
     results["ruler"] = run_ruler(*m.model, *m.tokenizer, plan.ruler, resources,
-                                 {s.lengths, s.samples, s.seed, token_scale, batch});
+                                 {lengths, s.samples, s.seed, token_scale, batch});
     save();
   }
   if (plan.mqar) {
@@ -166,8 +191,10 @@ void setup(CLI::App& cmd) {
   cmd.add_option("--ngram-docs", s->ngram_docs, "train the n-gram on the first N documents (-1: all)");
   cmd.add_option("--tokenizer", s->tokenizer,
                  "byte or a tokenizer.json (default: the checkpoint's; byte for --ngram)");
-  cmd.add_option("--tasks", s->tasks, std::string("comma-separated: ") + kAllTasks +
-                                          ", or single RULER tasks (niah_single_1, vt, ...)");
+  CLI::Option* tasks = cmd.add_option(
+      "--tasks", s->tasks, std::string("comma-separated: ") + kAllTasks +
+                               ", or single RULER tasks (niah_single_1, vt, ...); by default "
+                               "tasks whose data is missing are skipped");
   cmd.add_option("--data-dir", s->data_dir,
                  "directory of the LM task files (arc_easy.jsonl, lambada_openai.jsonl, ...)");
   cmd.add_option("--limit", s->limit, "evaluate only the first N documents of each LM task");
@@ -175,7 +202,8 @@ void setup(CLI::App& cmd) {
   cmd.add_option("--out", s->out, "output directory (default: the checkpoint directory)");
   cmd.add_option("--batch-size", s->batch_size, "requests per model call")->check(CLI::PositiveNumber);
   cmd.add_flag("--no-progress", s->no_progress, "no progress bars");
-  cmd.add_option("--length", s->lengths, "RULER lengths in model tokens, comma-separated")
+  cmd.add_option("--length", s->lengths,
+                 "RULER lengths in model tokens, comma-separated (default min(4096, context))")
       ->delimiter(',');
   cmd.add_option("--samples", s->samples, "RULER samples per task and length")->check(CLI::PositiveNumber);
   cmd.add_option("--seed", s->seed, "RULER seed");
@@ -191,7 +219,10 @@ void setup(CLI::App& cmd) {
   cmd.add_option("--mqar-vocab", s->mqar_vocab, "MQAR vocabulary (0: the model's, at most 8192)");
   cmd.add_option("--ppl-file", s->ppl_file, "held-out text (.txt, .jsonl[.zst]) or shard (.bin[.zst])");
   cmd.add_option("--ppl-docs", s->ppl_docs, "score only the first N documents (-1: all)");
-  cmd.callback([s] { run_eval(*s); });
+  cmd.callback([s, tasks] {
+    s->tasks_given = tasks->count() > 0;
+    run_eval(*s);
+  });
 }
 
 const bool registered = hla::cli::register_command(

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "eval/lm_tasks.h"
+#include "eval/ruler.h"
 #include "eval/svg_plot.h"
 #include "tensor/error.h"
 
@@ -89,11 +90,20 @@ std::string lm_detail_table(const json& lm) {
   return out;
 }
 
+// The tasks that ran, in RULER's order (niah..., vt, cwe, fwe, qa), not the JSON key order.
+std::vector<std::string> ruler_task_order(const json& ruler) {
+  std::vector<std::string> names;
+  for (const RulerTask& task : ruler_tasks())
+    if (ruler["tasks"].contains(task.name)) names.push_back(task.name);
+  return names;
+}
+
 std::string ruler_table(const json& ruler) {
   std::vector<std::string> titles = {"Task", "metric"};
   for (const json& length : ruler["lengths"]) titles.push_back(std::to_string(length.get<int64_t>()));
   std::string out = header(titles);
-  for (auto& [task, by_length] : ruler["tasks"].items()) {
+  for (const std::string& task : ruler_task_order(ruler)) {
+    const json& by_length = ruler["tasks"][task];
     std::vector<std::string> cells = {task, by_length.begin().value()["metric"].get<std::string>()};
     for (const json& length : ruler["lengths"])
       cells.push_back(fixed(by_length[std::to_string(length.get<int64_t>())]["score"].get<double>()));
@@ -130,7 +140,8 @@ std::string ruler_plot(const json& ruler) {
     average.y.push_back(ruler["average"][std::to_string(length.get<int64_t>())].get<double>());
   }
   series.push_back(average);
-  for (auto& [task, by_length] : ruler["tasks"].items()) {
+  for (const std::string& task : ruler_task_order(ruler)) {
+    const json& by_length = ruler["tasks"][task];
     PlotSeries s{task, {}, {}};
     for (const json& length : ruler["lengths"]) {
       s.x.push_back(length.get<double>());
