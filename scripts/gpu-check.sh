@@ -3,7 +3,10 @@
 # the CUDA tests (tests/test_cuda.cpp), `hla bench` and `hla gpu-check` (every case), writes
 # each log to $OUT when set (else build-gpu/logs), and prints the gpu-check table last.
 # Exits non-zero when the build, a test or a gpu-check row fails. Without a GPU it says so and
-# exits 0. Extra cmake flags: CMAKE_FLAGS="...".
+# exits 0. Extra cmake flags: CMAKE_FLAGS="...". The build's dependencies (Eigen3, CLI11,
+# doctest, nlohmann_json, zstd) come from the system or from a prefix named in the environment
+# variable CMAKE_PREFIX_PATH (the GPU box has no network: copy the headers, their cmake configs
+# and libzstd.a into a prefix that travels with the tree).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=build-gpu
