@@ -1,0 +1,104 @@
+// LanguageModel adapter for HybridLM checkpoints (see hybrid_model.h).
+#include "eval/hybrid_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "nn/model.h"
+#include "train/checkpoint.h"
+
+namespace hla::eval {
+namespace {
+
+class HybridLanguageModel : public LanguageModel {
+ public:
+  HybridLanguageModel(const std::string& dir, Device device, int max_length)
+      : config_(ModelConfig::load(dir + "/config.json")), max_length_(max_length), device_(device) {
+    model_ = make_model(config_, 0, device, DType::F32);
+    load_model_weights(dir, model_->parameters());
+    std::ostringstream os;
+    os << "hybrid-lm " << config_.model_type << " " << config_.pattern() << ", "
+       << count_parameters(model_->parameters()) << " parameters, from " << dir;
+    describe_ = os.str();
+  }
+
+  int max_length() const override { return max_length_; }
+  int vocab_size() const override { return config_.vocab_size; }
+  std::string describe() const override { return describe_; }
+
+  std::vector<std::vector<TargetScore>> score(const std::vector<ScoreRequest>& batch) override {
+    std::vector<std::vector<int32_t>> seqs;
+    for (const auto& r : batch) seqs.push_back(r.tokens);
+    std::vector<std::vector<float>> logp = log_softmax_rows(seqs);  // per request: (T, V) flattened
+    std::vector<std::vector<TargetScore>> out(batch.size());
+    int64_t V = config_.vocab_size;
+    for (size_t b = 0; b < batch.size(); b++) {
+      for (size_t i = 0; i < batch[b].positions.size(); i++) {
+        const float* row = logp[b].data() + batch[b].positions[i] * V;
+        int32_t target = batch[b].targets[i];
+        int32_t best = static_cast<int32_t>(std::max_element(row, row + V) - row);  // ties: lowest id
+        out[b].push_back({row[target], best == target});
+      }
+    }
+    return out;
+  }
+
+  std::vector<std::vector<int32_t>> generate(const std::vector<GenerateRequest>& batch) override {
+    std::vector<std::vector<int32_t>> out(batch.size());
+    for (size_t b = 0; b < batch.size(); b++) {
+      std::vector<int32_t> seq = batch[b].context;
+      for (int n = 0; n < batch[b].max_new_tokens && static_cast<int>(seq.size()) < max_length_; n++) {
+        std::vector<float> logp = log_softmax_rows({seq})[0];
+        const float* row = logp.data() + (seq.size() - 1) * config_.vocab_size;
+        int32_t next = static_cast<int32_t>(std::max_element(row, row + config_.vocab_size) - row);
+        const auto& stops = batch[b].stop_tokens;
+        if (std::find(stops.begin(), stops.end(), next) != stops.end()) break;
+        out[b].push_back(next);
+        seq.push_back(next);
+      }
+    }
+    return out;
+  }
+
+ private:
+  // One forward over the right-padded batch; returns log-softmax rows (T_b, V) per sequence.
+  std::vector<std::vector<float>> log_softmax_rows(const std::vector<std::vector<int32_t>>& seqs) {
+    size_t T = 0;
+    for (const auto& s : seqs) T = std::max(T, s.size());
+    int64_t B = static_cast<int64_t>(seqs.size()), V = config_.vocab_size;
+    std::vector<int32_t> ids(B * T, 0);
+    for (int64_t b = 0; b < B; b++) std::copy(seqs[b].begin(), seqs[b].end(), ids.begin() + b * T);
+    NoGradGuard no_grad;
+    Tensor logits = model_->logits(Tensor::from_i32(ids, {B, static_cast<int64_t>(T)}).to(device_))
+                        .value().to(Device::CPU).to(DType::F32);  // (B, T, V)
+    const float* z = logits.data<float>();
+    std::vector<std::vector<float>> out(B);
+    for (int64_t b = 0; b < B; b++) {
+      out[b].resize(seqs[b].size() * V);
+      for (size_t t = 0; t < seqs[b].size(); t++) {
+        const float* row = z + (b * T + t) * V;
+        float m = *std::max_element(row, row + V);
+        double s = 0;
+        for (int64_t v = 0; v < V; v++) s += std::exp(static_cast<double>(row[v] - m));
+        float lse = m + static_cast<float>(std::log(s));
+        for (int64_t v = 0; v < V; v++) out[b][t * V + v] = row[v] - lse;
+      }
+    }
+    return out;
+  }
+
+  ModelConfig config_;
+  int max_length_;
+  Device device_;
+  std::unique_ptr<TrainableModel> model_;
+  std::string describe_;
+};
+
+}  // namespace
+
+std::unique_ptr<LanguageModel> load_hybrid_model(const std::string& checkpoint_dir, Device device, int max_length) {
+  return std::make_unique<HybridLanguageModel>(checkpoint_dir, device, max_length);
+}
+
+}  // namespace hla::eval

@@ -1,0 +1,39 @@
+// Checkpoint loading for `hla eval` (see model_adapter.h): the HybridLM of config.json +
+// model.safetensors, with the tokenizer named in trainer_state.json (settings.data.tokenizer)
+// or a tokenizer.json beside the weights; the byte tokenizer otherwise.
+#include "eval/model_adapter.h"
+
+#include <filesystem>
+
+#include "eval/hybrid_model.h"
+#include "tensor/error.h"
+#include "train/checkpoint.h"
+
+namespace hla::eval {
+
+static std::string checkpoint_tokenizer(const std::string& dir) {
+  namespace fs = std::filesystem;
+  if (fs::exists(fs::path(dir) / "tokenizer.json")) return (fs::path(dir) / "tokenizer.json").string();
+  fs::path state = fs::path(dir) / "trainer_state.json";
+  if (fs::exists(state)) {
+    nlohmann::json j = read_json_file(state.string());
+    if (j.contains("settings") && j["settings"].contains("data") && j["settings"]["data"].contains("tokenizer"))
+      return j["settings"]["data"]["tokenizer"].get<std::string>();
+  }
+  return "byte";
+}
+
+EvalModel load_model_for_eval(const std::string& checkpoint_dir, const std::string& device) {
+  HLA_CHECK(device == "cpu" || device == "cuda", "--device must be cpu or cuda, got '", device, "'");
+  HLA_CHECK(std::filesystem::exists(checkpoint_dir + "/config.json"), checkpoint_dir,
+            ": not a checkpoint directory (no config.json)");
+  EvalModel m;
+  m.model = load_hybrid_model(checkpoint_dir, device == "cuda" ? Device::CUDA : Device::CPU);
+  m.tokenizer = data::load_tokenizer(checkpoint_tokenizer(checkpoint_dir));
+  HLA_CHECK(m.tokenizer->vocab_size() <= m.model->vocab_size(), checkpoint_dir, ": tokenizer ",
+            m.tokenizer->name(), " has ", m.tokenizer->vocab_size(), " tokens but the model only ",
+            m.model->vocab_size());
+  return m;
+}
+
+}  // namespace hla::eval
