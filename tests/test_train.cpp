@@ -477,3 +477,38 @@ TEST_CASE("a tiny model learns a deterministic sequence") {
   CHECK(first > 2.0);
   CHECK(last < 0.1);
 }
+
+TEST_CASE("optimizer updates on CUDA match the CPU reference") {
+  if (!cuda_available()) {
+    MESSAGE("SKIPPED: no CUDA GPU here; AdamW/Muon CUDA kernels not compared (run on a GPU)");
+    return;
+  }
+  for (const char* name : {"adamw", "muon"}) {
+    CAPTURE(name);
+    auto make = [](Device d) {
+      return ParameterList{{"model.layers.0.proj.weight", Var(Tensor::randn({48, 80}, 1, 0.1).to(d), true)},
+                           {"model.layers.0.tall.weight", Var(Tensor::randn({96, 32}, 2, 0.1).to(d), true)},
+                           {"model.layers.0.norm.weight", Var(Tensor::randn({48}, 3, 0.1).to(d), true)}};
+    };
+    ParameterList cpu = make(Device::CPU), gpu = make(Device::CUDA);
+    OptimConfig c;
+    c.name = name;
+    c.lr = 0.01;
+    Optimizer cpu_opt(cpu, c), gpu_opt(gpu, c);
+    for (int step = 0; step < 3; step++) {
+      for (size_t i = 0; i < cpu.size(); i++) {
+        Tensor g = Tensor::randn(cpu[i].var.shape(), 10 + step * 7 + i, 1.0);
+        cpu[i].var.mutable_grad() = g;
+        gpu[i].var.mutable_grad() = g.to(Device::CUDA);
+      }
+      cpu_opt.step(1.0);
+      gpu_opt.step(1.0);
+    }
+    for (size_t i = 0; i < cpu.size(); i++) {
+      CAPTURE(cpu[i].name);
+      Tensor moved = sub(cpu[i].var.value(), Tensor::randn(cpu[i].var.shape(), 1 + i, 0.1));
+      Tensor diff = sub(cpu[i].var.value(), gpu[i].var.value().to(Device::CPU));
+      CHECK(max_abs(diff) <= 1e-4 * max_abs(moved));  // relative to how far the update moved it
+    }
+  }
+}
