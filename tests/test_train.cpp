@@ -141,7 +141,7 @@ TEST_CASE("AdamW matches a hand-computed step, with decay on matrices only") {
   c.beta2 = 0.999;
   c.eps = 1e-8;
   c.weight_decay = 0.1;
-  Optimizer opt({{"layer.w", matrix}, {"layer.bias", vec}}, c);
+  Optimizer opt({{"layer.weight", matrix}, {"layer.bias", vec}}, c);
   CHECK(opt.plan()[0].weight_decay == 0.1);
   CHECK(opt.plan()[1].weight_decay == 0.0);
   std::vector<double> p0 = {1.0, -2.0, 0.5}, g1 = {0.1, -0.2, 0.3}, g2 = {-0.4, 0.1, 0.3};
@@ -252,6 +252,9 @@ TEST_CASE("optimizer grouping: Muon for hidden matrices, AdamW for the rest") {
   CHECK(no_weight_decay("model.layers.3.attn.dt_bias", {4}));
   CHECK(no_weight_decay("model.layers.3.attn_norm.weight", {64}));
   CHECK(no_weight_decay("model.layers.3.attn.o_proj.bias", {64}));
+  CHECK(no_weight_decay("model.layers.3.attn.x_bias", {5, 64}));     // RWKV-6 ddlerp bias
+  CHECK(no_weight_decay("model.lower_bounds", {2, 64}));              // HGRN
+  CHECK(no_weight_decay("model.layers.3.attn.g_norm.weight", {2, 64}));
   CHECK_FALSE(no_weight_decay("model.layers.3.attn.q_conv1d.weight", {64, 1, 4}));
   CHECK_FALSE(no_weight_decay("model.layers.3.attn.q_proj.weight", {64, 64}));
   CHECK(is_embedding_or_head("model.embeddings.weight"));

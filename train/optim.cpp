@@ -99,17 +99,17 @@ void OptimConfig::validate() const {
 
 namespace {
 
-std::string last_part(const std::string& name) {
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// "model.layers.0.attn_norm.weight" -> "attn_norm"
+std::string module_of(const std::string& name) {
   size_t dot = name.rfind('.');
-  std::string last = dot == std::string::npos ? name : name.substr(dot + 1);
-  // "....norm.weight" -> look at the module name instead of "weight"
-  if (last == "weight" && dot != std::string::npos) {
-    size_t prev = name.rfind('.', dot - 1);
-    std::string module = name.substr(prev == std::string::npos ? 0 : prev + 1,
-                                     dot - (prev == std::string::npos ? 0 : prev + 1));
-    return module.find("norm") != std::string::npos ? "norm" : "weight";
-  }
-  return last;
+  if (dot == std::string::npos) return "";
+  size_t prev = name.rfind('.', dot - 1);
+  return name.substr(prev == std::string::npos ? 0 : prev + 1,
+                     dot - (prev == std::string::npos ? 0 : prev + 1));
 }
 
 // "model.layers.12.attn.q_proj.weight" -> "model.layers.*.attn.q_proj.weight"
@@ -123,10 +123,8 @@ const char* rule_name(UpdateRule r) { return r == UpdateRule::Muon ? "muon" : "a
 }  // namespace
 
 bool no_weight_decay(const std::string& name, const Shape& shape) {
-  if (shape.size() < 2) return true;
-  static const std::set<std::string> exempt = {"bias", "norm", "A_log", "dt_bias", "D",
-                                               "bonus", "u", "gamma"};
-  return exempt.count(last_part(name)) > 0;
+  bool weight_tensor = shape.size() >= 2 && ends_with(name, ".weight");
+  return !weight_tensor || module_of(name).find("norm") != std::string::npos;
 }
 
 bool is_embedding_or_head(const std::string& name) {
@@ -152,7 +150,7 @@ Optimizer::Optimizer(const ParameterList& params, const OptimConfig& config) : c
     plan.name = p.name;
     plan.var = p.var;
     plan.decay = !no_weight_decay(p.name, p.var.shape());
-    bool matrix = p.var.dim() == 2 && !is_embedding_or_head(p.name);
+    bool matrix = p.var.dim() == 2 && plan.decay && !is_embedding_or_head(p.name);
     plan.rule = muon && matrix ? UpdateRule::Muon : UpdateRule::AdamW;
     bool adam_side = muon && plan.rule == UpdateRule::AdamW;
     plan.lr_scale = adam_side ? adam_lr_scale : 1.0;

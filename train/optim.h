@@ -2,12 +2,14 @@
 //
 // Every parameter gets one update rule, decided once from its name and shape and printed by
 // describe():
-//   AdamW  optimizer: every parameter is AdamW. Weight decay on tensors of rank >= 2 except
-//          norm weights; none on 1-D tensors (norms, biases, A_log, dt_bias, D, ...) or on names
-//          that say they are gates/decay parameters (see no_weight_decay()).
-//   Muon   optimizer: the 2-D hidden weight matrices are Muon; embeddings, lm_head, 1-D tensors
-//          and tensors of rank 3+ (short-conv kernels) stay AdamW with their own lr (adam_lr)
-//          and decay (adam_weight_decay), as Moonlight and papers.md 3.4 do.
+//   AdamW  optimizer: every parameter is AdamW. Weight decay only on weight tensors: rank >= 2,
+//          named "*.weight", not a norm's. So none on 1-D tensors (norms, biases, A_log,
+//          dt_bias, D, mu) nor on other parameters such as RWKV-6's x_bias and bonus or HGRN's
+//          lower_bounds.
+//   Muon   optimizer: the 2-D hidden weight matrices (rank 2, decayed, not the embedding or
+//          lm_head) are Muon; everything else (embeddings, lm_head, 1-D tensors, short-conv
+//          kernels of rank 3, x_bias, lower_bounds) stays AdamW with its own lr (adam_lr) and
+//          decay (adam_weight_decay), as Moonlight and papers.md 3.4 do.
 //
 // AdamW (decoupled decay, PyTorch's order), t = number of this update (1-based):
 //   p -= lr * wd * p
@@ -69,8 +71,8 @@ struct ParamPlan {
   double weight_decay = 0;
 };
 
-// Parameters that never get weight decay: rank < 2, or a name whose last part is a bias, a norm
-// weight or a gate/decay parameter (A_log, dt_bias, D, ...).
+// Parameters that never get weight decay: all but the rank >= 2 "*.weight" tensors of modules
+// that are not norms.
 bool no_weight_decay(const std::string& name, const Shape& shape);
 // Token embeddings and the output head (AdamW side of Muon).
 bool is_embedding_or_head(const std::string& name);
