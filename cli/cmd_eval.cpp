@@ -98,6 +98,15 @@ std::string output_dir(const EvalSettings& s) {
   hla::fail("--out DIR is needed with --ngram (there is no checkpoint directory to write to)");
 }
 
+// The row label of the report: the run directory ("runs/x/checkpoint" -> "x") or "ngram-5".
+std::string run_name(const EvalSettings& s) {
+  if (s.checkpoint.empty()) return "ngram-" + std::to_string(s.ngram_order);
+  std::filesystem::path dir = std::filesystem::path(s.checkpoint).lexically_normal();
+  if (dir.filename().empty()) dir = dir.parent_path();
+  if (dir.filename() == "checkpoint" && dir.has_parent_path()) dir = dir.parent_path();
+  return dir.filename().string();
+}
+
 json settings_json(const EvalSettings& s, double token_scale) {
   return {{"checkpoint", s.checkpoint}, {"ngram_text", s.ngram_text},
           {"ngram_order", s.ngram_order}, {"tasks", s.tasks},
@@ -146,8 +155,7 @@ void run_eval(const EvalSettings& s) {
   BatchOptions batch;
   batch.batch_size = s.batch_size;
   batch.show_progress = !s.no_progress;
-  json results = {{"name", s.checkpoint.empty() ? "ngram-" + std::to_string(s.ngram_order)
-                                                : std::filesystem::path(s.checkpoint).filename().string()},
+  json results = {{"name", run_name(s)},
                   {"model", m.model->describe()},
                   {"tokenizer", m.tokenizer->name()},
                   {"settings", settings_json(s, token_scale)},
@@ -184,6 +192,7 @@ void run_eval(const EvalSettings& s) {
 
 void setup(CLI::App& cmd) {
   auto s = std::make_shared<EvalSettings>();
+  cmd.option_defaults()->always_capture_default();
   cmd.add_option("--checkpoint", s->checkpoint, "checkpoint directory written by hla train");
   cmd.add_option("--ngram", s->ngram_text,
                  "instead of a checkpoint, train an n-gram baseline on this corpus (.txt, .jsonl[.zst])");

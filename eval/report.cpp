@@ -39,13 +39,14 @@ std::string header(const std::vector<std::string>& cells) {
   return out + "\n";
 }
 
-// The papers' zero-shot table: perplexities, then the reported metric of every task that ran,
-// then the mean of the accuracies.
+// The papers' zero-shot table: perplexities (held-out text per word, as lm-eval's wikitext
+// word_perplexity; LAMBADA per document), then the reported metric of every task that ran, then
+// the mean of the accuracies.
 std::string paper_table(const json& results) {
   std::vector<std::string> titles = {"Model"}, cells = {results.value("name", "model")};
   if (results.contains("ppl")) {
-    titles.push_back("Val. ppl ↓");
-    cells.push_back(fixed(results["ppl"]["perplexity"].get<double>()));
+    titles.push_back("Val. word ppl ↓");  // per word, like the papers' Wiki. ppl
+    cells.push_back(fixed(results["ppl"]["word_perplexity"].get<double>()));
   }
   double accuracy_sum = 0;
   int accuracies = 0;
