@@ -25,8 +25,9 @@
 //   replay sweep: replays S from the initial state and writes what pairs S with per-token
 //     gradients: dq = scale S do (rwkv6: scale S_{t-1} do), de = S' dr (delta, dr = -du), and
 //     at every checkpoint rowsum(S (.) dS) with the reverse sweep's copy of dS.
-// Key-side gradients are sums over all dv columns: each block reduces its columns (shuffles,
-// then shared-memory atomics) and writes one partial per block of columns (no global atomics).
+// Key-side gradients are sums over all dv columns: each block reduces its columns (shuffles
+// inside a warp, then per-warp slots added after one barrier per token) and writes one partial
+// per block of columns (no atomics, so the results are deterministic).
 // The gate gradient is never paired per token. With Z_t = rowsum(S'_t (.) dS'_t) (per key
 // channel; = dg_t):  Z_t = Z_{t+1} + q*dq - k*dk_w + e*de (decay: no e term; mixers.md 4.10),
 // and at a checkpoint p, Z_p = rowsum(S_after_p (.) dS_p). The finish kernel scans each
@@ -111,14 +112,29 @@ __device__ __forceinline__ void halve_over_columns(float (&x)[kRows], int lane) 
   }
 }
 
-// dst[row] += sum over the block's columns of x (dst: KMAX floats of shared memory). x is
-// consumed. Within a warp every row ends up in exactly one lane; warps meet in shared atomics.
+constexpr int kWarps = kThreads / 32;
+
+// The warp's sums over its columns of x, into slot (kWarps, KMAX): row r of warp w goes to
+// slot[w * KMAX + r]. x is consumed. Within a warp every row lands in exactly one lane, so
+// plain stores do; the warps are added up by sum_warps after a barrier.
 template <int KMAX>
-__device__ __forceinline__ void add_over_columns(float* dst, float (&x)[kRows], const Lanes<KMAX>& L) {
+__device__ __forceinline__ void warp_column_sums(float* slot, float (&x)[kRows], const Lanes<KMAX>& L) {
   constexpr int R = Lanes<KMAX>::R;
   halve_over_columns<kRows, 16, R>(x, L.lane);
+  float* mine = slot + (threadIdx.x / 32) * KMAX;
 #pragma unroll
-  for (int i = 0; i < R; i++) atomicAdd(dst + L.row(L.lane - L.r + i), x[i]);
+  for (int i = 0; i < R; i++) mine[L.row(L.lane - L.r + i)] = x[i];
+}
+
+// dst[i] = sum over the warps of slot[w * KMAX + i].
+template <int KMAX>
+__device__ __forceinline__ void sum_warps(float* dst, const float* slot) {
+  for (int i = threadIdx.x; i < KMAX; i += kThreads) {
+    float s = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; w++) s += slot[w * KMAX + i];
+    dst[i] = s;
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -176,19 +192,25 @@ struct Shared {
   float* k;        // (kTile, KMAX)
   float* e;        // (kTile, KMAX)  delta: b * k
   float* a;        // (kTile, KMAX)  vector gate: exp(g)
-  float* red0;     // (kTile, KMAX)  column sums being built
+  float* red0;     // (kTile, KMAX)  sums over the block's columns, per token
   float* red1;     // (kTile, KMAX)
-  float* pair;     // (KMAX)         rowsum(S (.) dS) being built
+  float* slot0;    // (2, kWarps, KMAX)  per-warp sums of one token for red0 (two token parities,
+  float* slot1;    // (2, kWarps, KMAX)  so one barrier per token suffices), and for red1
+  float* slotp;    // (kWarps, KMAX)     per-warp sums for pair
+  float* pair;     // (KMAX)         rowsum(S (.) dS) at a checkpoint
   float* bonus_u;  // (KMAX)         rwkv6: u of this head
   float* a_scalar; // (kTile)        scalar gate: exp(g)
   float* bonus;    // (kTile)        rwkv6: r . (u * k)
   float* col[5];   // (kTile, BV)    per-column values (inputs and outputs of a tile)
   static constexpr size_t bytes() {
-    return sizeof(float) * (6 * size_t(kRowFloats) + 2 * KMAX + 2 * kTile + 5 * size_t(kColFloats));
+    return sizeof(float) * (6 * size_t(kRowFloats) + 5 * kWarps * KMAX + 2 * KMAX + 2 * kTile + 5 * size_t(kColFloats));
   }
   __device__ explicit Shared(float* p) {
     float** rows[] = {&q, &k, &e, &a, &red0, &red1};
     for (float** r : rows) *r = p, p += kRowFloats;
+    slot0 = p, p += 2 * kWarps * KMAX;
+    slot1 = p, p += 2 * kWarps * KMAX;
+    slotp = p, p += kWarps * KMAX;
     pair = p, p += KMAX;
     bonus_u = p, p += KMAX;
     a_scalar = p, p += kTile;
@@ -200,33 +222,53 @@ struct Shared {
 // ---------------------------------------------------------------------------------------------
 // Tile loads and stores (all threads of the block; callers synchronise).
 
+// Tile loads come in two steps: get() issues every global load of the tile into registers (so
+// that they are all in flight at once), put() converts them into shared memory.
+
 // Key-side rows of tokens t0 .. t0 + kTile - 1: q, k, and as the op needs a = exp(g) and
-// e = b * k. Rows past dk and tokens past T read as q = k = e = 0, a = 1.
+// e = b * k. Rows past dk and tokens past T read as q = k = g = b = 0, so a = 1 and e = 0.
 template <Op op, Gate gate, int KMAX, class S>
-__device__ void load_key_tile(const Shared<KMAX>& sm, const Args<S>& a, int b, int j, int t0) {
-  const int h = j / (a.HV / a.H);
-  for (int idx = threadIdx.x; idx < kTile * KMAX; idx += kThreads) {
-    const int tt = idx / KMAX, i = idx % KMAX, t = t0 + tt;
-    const bool ok = t < a.T && i < a.dk;
-    const int64_t qk = qk_index(a.T, a.H, a.dk, b, t, h) + i;
-    const int64_t vec = ((int64_t(b) * a.T + t) * a.HV + j) * a.dk + i;  // (B, T, HV, dk)
-    const float kv = ok ? to_float(a.k[qk]) : 0.f;
-    sm.q[idx] = ok ? to_float(a.q[qk]) : 0.f;
-    sm.k[idx] = kv;
-    if constexpr (gate == Gate::Vector) sm.a[idx] = ok ? expf(to_float(a.g[vec])) : 1.f;
-    if constexpr (op == Op::Delta) {
-      const int64_t sc = (int64_t(b) * a.T + t) * a.HV + j;  // (B, T, HV)
-      sm.e[idx] = ok ? kv * to_float(a.erase_vector ? a.b[vec] : a.b[sc]) : 0.f;
+struct KeyTile {
+  static constexpr int N = kTile * KMAX / kThreads;  // elements per thread
+  S q[N], k[N], g[N], b[N];
+  S g_scalar;  // scalar gate: threads < kTile hold token threadIdx.x's
+
+  __device__ void get(const Args<S>& a, int bi, int j, int t0) {
+    const int h = j / (a.HV / a.H);
+    const S zero = from_float<S>(0.f);
+#pragma unroll
+    for (int n = 0; n < N; n++) {
+      const int idx = n * kThreads + threadIdx.x;
+      const int tt = idx / KMAX, i = idx % KMAX, t = t0 + tt;
+      const bool ok = t < a.T && i < a.dk;
+      const int64_t qk = qk_index(a.T, a.H, a.dk, bi, t, h) + i;
+      const int64_t vec = ((int64_t(bi) * a.T + t) * a.HV + j) * a.dk + i;  // (B, T, HV, dk)
+      q[n] = ok ? a.q[qk] : zero;
+      k[n] = ok ? a.k[qk] : zero;
+      if constexpr (gate == Gate::Vector) g[n] = ok ? a.g[vec] : zero;
+      if constexpr (op == Op::Delta) b[n] = ok ? (a.erase_vector ? a.b[vec] : a.b[(int64_t(bi) * a.T + t) * a.HV + j]) : zero;
+    }
+    if constexpr (gate == Gate::Scalar) {
+      const int t = t0 + threadIdx.x;
+      g_scalar = threadIdx.x < kTile && t < a.T ? a.g[(int64_t(bi) * a.T + t) * a.HV + j] : zero;
     }
   }
-  if constexpr (gate == Gate::Scalar)
-    for (int tt = threadIdx.x; tt < kTile; tt += kThreads) {
-      const int t = t0 + tt;
-      sm.a_scalar[tt] = t < a.T ? expf(to_float(a.g[(int64_t(b) * a.T + t) * a.HV + j])) : 1.f;
-    }
-}
 
-// rwkv6: bonus[tt] = r_t . (u * k_t), one warp per token; after load_key_tile and a sync.
+  __device__ void put(const Shared<KMAX>& sm) const {
+#pragma unroll
+    for (int n = 0; n < N; n++) {
+      const int idx = n * kThreads + threadIdx.x;
+      sm.q[idx] = to_float(q[n]);
+      sm.k[idx] = to_float(k[n]);
+      if constexpr (gate == Gate::Vector) sm.a[idx] = expf(to_float(g[n]));
+      if constexpr (op == Op::Delta) sm.e[idx] = to_float(k[n]) * to_float(b[n]);
+    }
+    if constexpr (gate == Gate::Scalar)
+      if (threadIdx.x < kTile) sm.a_scalar[threadIdx.x] = expf(to_float(g_scalar));
+  }
+};
+
+// rwkv6: bonus[tt] = r_t . (u * k_t), one warp per token; after KeyTile::put and a sync.
 template <int KMAX>
 __device__ void compute_bonus(const Shared<KMAX>& sm) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -238,23 +280,34 @@ __device__ void compute_bonus(const Shared<KMAX>& sm) {
   }
 }
 
-// dst (kTile, BV) <- columns vb*BV.. of a (B, T, HV, dv) tensor (times a write gate w, when
-// given: scalar (B, T, HV) or vector (B, T, HV, dv)). Outside T or dv: 0.
-template <int KMAX, class S, class W = float>
-__device__ void load_column_tile(float* dst, const S* src, const Args<W>* gate_args, int b, int j, int t0, int vb,
-                                 int T, int HV, int dv) {
-  constexpr int BV = Lanes<KMAX>::BV;
-  for (int idx = threadIdx.x; idx < kTile * BV; idx += kThreads) {
-    const int tt = idx / BV, c = vb * BV + idx % BV, t = t0 + tt;
-    float x = 0.f;
-    if (t < T && c < dv) {
+// Columns vb*BV .. of tokens t0 .. t0 + kTile - 1 of a (B, T, HV, dv) tensor, as a (kTile, BV)
+// tile; outside T or dv: 0.
+template <int KMAX, class X>
+struct ColumnTile {
+  static constexpr int BV = Lanes<KMAX>::BV;
+  static constexpr int N = kTile * BV / kThreads;  // elements per thread
+  X x[N];
+
+  // src: (B, T, HV, dv);  per_token: src is (B, T, HV), one value for every column.
+  __device__ void get(const X* src, int b, int j, int t0, int vb, int T, int HV, int dv, bool per_token = false) {
+#pragma unroll
+    for (int n = 0; n < N; n++) {
+      const int idx = n * kThreads + threadIdx.x;
+      const int tt = idx / BV, c = vb * BV + idx % BV, t = t0 + tt;
       const int64_t row = (int64_t(b) * T + t) * HV + j;
-      x = to_float(src[row * dv + c]);
-      if (gate_args) x *= to_float(gate_args->write_vector ? gate_args->w[row * dv + c] : gate_args->w[row]);
+      x[n] = t < T && c < dv ? src[per_token ? row : row * dv + c] : from_float<X>(0.f);
     }
-    dst[idx] = x;
   }
-}
+  __device__ void put(float* dst) const {
+#pragma unroll
+    for (int n = 0; n < N; n++) dst[n * kThreads + threadIdx.x] = to_float(x[n]);
+  }
+  // dst = this * other (the delta rule's y = w * v).
+  __device__ void put_product(float* dst, const ColumnTile& other) const {
+#pragma unroll
+    for (int n = 0; n < N; n++) dst[n * kThreads + threadIdx.x] = to_float(x[n]) * to_float(other.x[n]);
+  }
+};
 
 // Columns of a tile back to a (B, T, HV, dv) tensor.
 template <int KMAX, class D>
@@ -266,22 +319,20 @@ __device__ void store_column_tile(D* dst, const float* src, int b, int j, int t0
   }
 }
 
-// A (kTile, KMAX) column-sum tile to its block's partial (nvb, B, T, HV, dk), then zeroed.
+// A (kTile, KMAX) column-sum tile to its block's partial (nvb, B, T, HV, dk).
 template <int KMAX, class S>
-__device__ void flush_row_tile(float* part, float* red, const Args<S>& a, int b, int j, int t0, int vb) {
+__device__ void flush_row_tile(float* part, const float* red, const Args<S>& a, int b, int j, int t0, int vb) {
   for (int idx = threadIdx.x; idx < kTile * KMAX; idx += kThreads) {
     const int tt = idx / KMAX, i = idx % KMAX, t = t0 + tt;
     if (t < a.T && i < a.dk) part[(((int64_t(vb) * a.B + b) * a.T + t) * a.HV + j) * a.dk + i] = red[idx];
-    red[idx] = 0.f;
   }
 }
 
-// rowsum(S (.) dS) for one segment end, to (nvb, B, HV, nseg, dk), then zeroed.
+// rowsum(S (.) dS) for one segment end, to (nvb, B, HV, nseg, dk).
 template <int KMAX, class S>
-__device__ void flush_pair(float* pair, const Args<S>& a, int b, int j, int seg, int vb) {
+__device__ void flush_pair(const float* pair, const Args<S>& a, int b, int j, int seg, int vb) {
   for (int i = threadIdx.x; i < KMAX; i += kThreads) {
     if (i < a.dk) a.pair_part[(((int64_t(vb) * a.B + b) * a.HV + j) * a.nseg + seg) * a.dk + i] = pair[i];
-    pair[i] = 0.f;
   }
 }
 
@@ -348,8 +399,14 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(Args<S> a) {
   float s[kRows];
   load_state(s, a.h0 ? a.h0 + state0 : nullptr, a.dk, a.dv, col, L);
   for (int t0 = 0; t0 < a.T; t0 += kTile) {
-    load_key_tile<op, gate>(sm, a, b, j, t0);
-    load_column_tile<KMAX>(in_col, a.v, op == Op::Delta ? &a : nullptr, b, j, t0, vb, a.T, a.HV, a.dv);
+    KeyTile<op, gate, KMAX, S> keys;
+    ColumnTile<KMAX, S> v, w;
+    keys.get(a, b, j, t0);
+    v.get(a.v, b, j, t0, vb, a.T, a.HV, a.dv);
+    if constexpr (op == Op::Delta) w.get(a.w, b, j, t0, vb, a.T, a.HV, a.dv, !a.write_vector);
+    keys.put(sm);
+    if constexpr (op == Op::Delta) v.put_product(in_col, w);
+    else v.put(in_col);
     __syncthreads();
     if constexpr (op == Op::Rwkv6) {
       compute_bonus(sm);
@@ -405,21 +462,29 @@ __global__ void __launch_bounds__(kThreads) reverse_kernel(Args<S> a) {
   float* out_col = sm.col[3];  // delta: du; else dv
   if constexpr (op == Op::Rwkv6)
     for (int i = threadIdx.x; i < KMAX; i += kThreads) sm.bonus_u[i] = i < a.dk ? to_float(a.bonus[j * a.dk + i]) : 0.f;
-  for (int i = threadIdx.x; i < kTile * KMAX; i += kThreads) sm.red0[i] = 0.f;
   float ds[kRows];
   load_state(ds, a.dht ? a.dht + state0 : nullptr, a.dk, a.dv, col, L);
   const int tiles = (a.T + kTile - 1) / kTile;
   for (int tile = tiles - 1; tile >= 0; tile--) {
     const int t0 = tile * kTile;
-    load_key_tile<op, gate>(sm, a, b, j, t0);
-    load_column_tile<KMAX>(do_col, a.d_o, static_cast<const Args<float>*>(nullptr), b, j, t0, vb, a.T, a.HV, a.dv);
+    KeyTile<op, gate, KMAX, S> keys;
+    ColumnTile<KMAX, S> dout, v, dres;
+    ColumnTile<KMAX, float> u;
+    keys.get(a, b, j, t0);
+    dout.get(a.d_o, b, j, t0, vb, a.T, a.HV, a.dv);
     if constexpr (op == Op::Delta) {
-      load_column_tile<KMAX>(u_col, a.u_saved, static_cast<const Args<float>*>(nullptr), b, j, t0, vb, a.T, a.HV,
-                             a.dv);
-      load_column_tile<KMAX>(dres_col, a.d_res, static_cast<const Args<float>*>(nullptr), b, j, t0, vb, a.T, a.HV,
-                             a.dv);
+      u.get(a.u_saved, b, j, t0, vb, a.T, a.HV, a.dv);
+      dres.get(a.d_res, b, j, t0, vb, a.T, a.HV, a.dv);
     } else {
-      load_column_tile<KMAX>(u_col, a.v, static_cast<const Args<float>*>(nullptr), b, j, t0, vb, a.T, a.HV, a.dv);
+      v.get(a.v, b, j, t0, vb, a.T, a.HV, a.dv);
+    }
+    keys.put(sm);
+    dout.put(do_col);
+    if constexpr (op == Op::Delta) {
+      u.put(u_col);
+      dres.put(dres_col);
+    } else {
+      v.put(u_col);
     }
     __syncthreads();
     if constexpr (op == Op::Rwkv6) {
@@ -435,6 +500,7 @@ __global__ void __launch_bounds__(kThreads) reverse_kernel(Args<S> a) {
       const float d_o = do_col[tt * BV + L.col], u = u_col[tt * BV + L.col];
       const float* q = sm.q + tt * KMAX;
       const float* k = sm.k + tt * KMAX;
+      float* slot = sm.slot0 + (tt & 1) * kWarps * KMAX;
       float x[kRows];
       if constexpr (op == Op::Rwkv6) {
         // S_t = Diag(a) S_{t-1} + k v^T  =>  dk_w = dS v,  dv = dS^T k (+ the bonus path of o)
@@ -442,7 +508,7 @@ __global__ void __launch_bounds__(kThreads) reverse_kernel(Args<S> a) {
         for (int i = 0; i < kRows; i++) x[i] = ds[i] * u;
         const float dv = column_sum<R>(dot_rows(k, ds, L)) + a.scale * sm.bonus[tt] * d_o;
         if (L.r == 0) out_col[tt * BV + L.col] = dv;
-        add_over_columns(sm.red0 + tt * KMAX, x, L);
+        warp_column_sums(slot, x, L);
         // S_{t-1} feeds S_t (decayed) and o_t = scale S_{t-1}^T r + ..: dS = Diag(a) dS + scale r do^T
         decay<gate>(ds, sm, tt, L);
         add_scaled_rows(ds, q, a.scale * d_o, L);
@@ -451,7 +517,7 @@ __global__ void __launch_bounds__(kThreads) reverse_kernel(Args<S> a) {
         const float kds = column_sum<R>(dot_rows(k, ds, L));        // S = S' + k u^T   =>  du = dS^T k
 #pragma unroll
         for (int i = 0; i < kRows; i++) x[i] = ds[i] * u;           //                      dk_w = dS u
-        add_over_columns(sm.red0 + tt * KMAX, x, L);
+        warp_column_sums(slot, x, L);
         if constexpr (op == Op::Delta) {
           const float du = kds + dres_col[tt * BV + L.col];         // u is also an output
           if (L.r == 0) out_col[tt * BV + L.col] = du;
@@ -461,6 +527,8 @@ __global__ void __launch_bounds__(kThreads) reverse_kernel(Args<S> a) {
         }
         decay<gate>(ds, sm, tt, L);                                  // S' = Diag(a) S  =>  dS_prev = Diag(a) dS'
       }
+      __syncthreads();
+      sum_warps<KMAX>(sm.red0 + tt * KMAX, slot);
     }
     __syncthreads();
     flush_row_tile<KMAX>(a.dkw_part, sm.red0, a, b, j, t0, vb);
@@ -486,26 +554,39 @@ __global__ void __launch_bounds__(kThreads) replay_kernel(Args<S> a) {
   float* do_col = sm.col[0];
   float* in_col = sm.col[1];   // v (delta: y = w * v)
   float* du_col = sm.col[2];   // delta: du from the reverse sweep
-  for (int i = threadIdx.x; i < kTile * KMAX; i += kThreads) sm.red0[i] = sm.red1[i] = 0.f;
-  for (int i = threadIdx.x; i < KMAX; i += kThreads) sm.pair[i] = 0.f;
   float s[kRows];
   load_state(s, a.h0 ? a.h0 + state0 : nullptr, a.dk, a.dv, col, L);
   for (int t0 = 0; t0 < a.T; t0 += kTile) {
-    load_key_tile<op, gate>(sm, a, b, j, t0);
-    load_column_tile<KMAX>(do_col, a.d_o, static_cast<const Args<float>*>(nullptr), b, j, t0, vb, a.T, a.HV, a.dv);
-    load_column_tile<KMAX>(in_col, a.v, op == Op::Delta ? &a : nullptr, b, j, t0, vb, a.T, a.HV, a.dv);
-    if constexpr (op == Op::Delta)
-      load_column_tile<KMAX>(du_col, a.du, static_cast<const Args<float>*>(nullptr), b, j, t0, vb, a.T, a.HV, a.dv);
+    KeyTile<op, gate, KMAX, S> keys;
+    ColumnTile<KMAX, S> dout, v, w;
+    ColumnTile<KMAX, float> du;
+    keys.get(a, b, j, t0);
+    dout.get(a.d_o, b, j, t0, vb, a.T, a.HV, a.dv);
+    v.get(a.v, b, j, t0, vb, a.T, a.HV, a.dv);
+    if constexpr (op == Op::Delta) {
+      w.get(a.w, b, j, t0, vb, a.T, a.HV, a.dv, !a.write_vector);
+      du.get(a.du, b, j, t0, vb, a.T, a.HV, a.dv);
+    }
+    keys.put(sm);
+    dout.put(do_col);
+    if constexpr (op == Op::Delta) {
+      v.put_product(in_col, w);
+      du.put(du_col);
+    } else {
+      v.put(in_col);
+    }
     __syncthreads();
     const int n = min(kTile, a.T - t0);
     for (int tt = 0; tt < n; tt++) {
       const float d_o = do_col[tt * BV + L.col], x_in = in_col[tt * BV + L.col];
       const float* k = sm.k + tt * KMAX;
+      float* slot0 = sm.slot0 + (tt & 1) * kWarps * KMAX;
+      float* slot1 = sm.slot1 + (tt & 1) * kWarps * KMAX;
       float x[kRows];
       if constexpr (op == Op::Rwkv6) {
 #pragma unroll
         for (int i = 0; i < kRows; i++) x[i] = a.scale * s[i] * d_o;  // o = scale S_{t-1}^T r  =>  dr_S = scale S do
-        add_over_columns(sm.red0 + tt * KMAX, x, L);
+        warp_column_sums(slot0, x, L);
         decay<gate>(s, sm, tt, L);
         add_scaled_rows(s, k, x_in, L);
       } else {
@@ -516,22 +597,27 @@ __global__ void __launch_bounds__(kThreads) replay_kernel(Args<S> a) {
           const float dr = -du_col[tt * BV + L.col];                   // u = y - r  =>  dr = -du
 #pragma unroll
           for (int i = 0; i < kRows; i++) x[i] = s[i] * dr;            // r = S'^T e  =>  de = S' dr
-          add_over_columns(sm.red1 + tt * KMAX, x, L);
+          warp_column_sums(slot1, x, L);
         }
         add_scaled_rows(s, k, u, L);
 #pragma unroll
         for (int i = 0; i < kRows; i++) x[i] = a.scale * s[i] * d_o;  // o = scale S^T q  =>  dq = scale S do
-        add_over_columns(sm.red0 + tt * KMAX, x, L);
+        warp_column_sums(slot0, x, L);
       }
       const int t = t0 + tt;
-      if ((t + 1) % kCheckpoint == 0 && t + 1 < a.T) {  // pair S after t + 1 tokens with the saved dS
+      const bool checkpoint = (t + 1) % kCheckpoint == 0 && t + 1 < a.T;
+      if (checkpoint) {  // pair S after t + 1 tokens with the saved dS
         float dS[kRows];
         load_state(dS, a.ckpt + state0 * (a.nseg - 1) + int64_t((t + 1) / kCheckpoint - 1) * a.dk * a.dv, a.dk, a.dv,
                    col, L);
 #pragma unroll
         for (int i = 0; i < kRows; i++) x[i] = s[i] * dS[i];
-        add_over_columns(sm.pair, x, L);
+        warp_column_sums(sm.slotp, x, L);
       }
+      __syncthreads();
+      sum_warps<KMAX>(sm.red0 + tt * KMAX, slot0);
+      if constexpr (op == Op::Delta) sum_warps<KMAX>(sm.red1 + tt * KMAX, slot1);
+      if (checkpoint) sum_warps<KMAX>(sm.pair, sm.slotp);
     }
     __syncthreads();
     flush_row_tile<KMAX>(a.dq_part, sm.red0, a, b, j, t0, vb);
@@ -546,7 +632,9 @@ __global__ void __launch_bounds__(kThreads) replay_kernel(Args<S> a) {
   load_state(dS, a.dht ? a.dht + state0 : nullptr, a.dk, a.dv, col, L);
 #pragma unroll
   for (int i = 0; i < kRows; i++) x[i] = s[i] * dS[i];
-  add_over_columns(sm.pair, x, L);
+  warp_column_sums(sm.slotp, x, L);
+  __syncthreads();
+  sum_warps<KMAX>(sm.pair, sm.slotp);
   __syncthreads();
   flush_pair<KMAX>(sm.pair, a, b, j, a.nseg - 1, vb);
 }
