@@ -201,9 +201,9 @@ struct Shared {
   float* bonus_u;  // (KMAX)         rwkv6: u of this head
   float* a_scalar; // (kTile)        scalar gate: exp(g)
   float* bonus;    // (kTile)        rwkv6: r . (u * k)
-  float* col[5];   // (kTile, BV)    per-column values (inputs and outputs of a tile)
+  float* col[4];   // (kTile, BV)    per-column values (inputs and outputs of a tile)
   static constexpr size_t bytes() {
-    return sizeof(float) * (6 * size_t(kRowFloats) + 5 * kWarps * KMAX + 2 * KMAX + 2 * kTile + 5 * size_t(kColFloats));
+    return sizeof(float) * (6 * size_t(kRowFloats) + 5 * kWarps * KMAX + 2 * KMAX + 2 * kTile + 4 * size_t(kColFloats));
   }
   __device__ explicit Shared(float* p) {
     float** rows[] = {&q, &k, &e, &a, &red0, &red1};
