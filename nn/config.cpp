@@ -49,7 +49,7 @@ std::string ModelConfig::pattern() const {
     bool regular = true;
     for (size_t i = 0; i < attn.layers.size(); i++)
       regular = regular && attn.layers[i] == static_cast<int>((i + 1) * first - 1);
-    if (regular) group = first;
+    if (regular && first > 1) group = first;
   }
   std::string s;
   for (int i = 0; i < num_hidden_layers; i++) {
