@@ -4,7 +4,6 @@
 #include "nn/layers/mixers.h"
 #include "nn/ops/attention.h"
 #include "nn/ops/decay_attention.h"
-#include "nn/ops/gated_norm.h"
 #include "nn/ops/gates.h"
 
 namespace hla {
@@ -36,8 +35,7 @@ class GlaLayer : public Mixer {
     Var gk = project(store_, project(store_, x, gk0_), gk1_, gk1_bias_);  // low-rank gate logits
     Var g = split_heads(gla_gate(gk, 16.0), H_, dk_);                      // g = logsigmoid(gk) / 16
     Var o = decay_attention(q, k, split_heads(v, H_, dv_), g, Var(), default_attention_scale(dk_), chunk_).o;
-    Var y = gated_rmsnorm(o, split_heads(project(store_, x, g_), H_, dv_), store_.use(norm_), eps_, GateAct::Swish);
-    return project(store_, merge_heads(y), o_);
+    return gated_output(store_, o, x, g_, norm_, o_, eps_);
   }
 
   int64_t value_width() const override { return H_ * dv_; }

@@ -4,7 +4,6 @@
 #include "nn/layers/mixers.h"
 #include "nn/ops/attention.h"
 #include "nn/ops/decay_attention.h"
-#include "nn/ops/gated_norm.h"
 #include "nn/ops/gates.h"
 #include "nn/ops/rope.h"
 
@@ -32,23 +31,32 @@ class RetNetLayer : public Mixer {
     Var k = rope(split_heads(project(store_, x, k_), H_, dk_), 10000.0);
     Var v = project(store_, x, v_);                                       // (B, T, H*dv)
     if (io.want_values) io.values = v;
-    // constant log gate g_h = ln(1 - 2^(-5-h)), the same at every token: (B, T, H)
-    std::vector<double> gates(B * T * H_);
-    std::vector<double> per_head = retnet_gate(H_, DType::F64).to_f64_vector();
-    for (size_t i = 0; i < gates.size(); i++) gates[i] = per_head[i % H_];
-    Var g(Tensor::from_f64(gates, {B, T, H_}, x.dtype()).to(x.device()), false);
+    Var g(constant_gate(B, T, x.dtype(), x.device()), false);
     Var o = decay_attention(q, k, split_heads(v, H_, dv_), g, Var(), default_attention_scale(dk_), chunk_).o;
-    Var y = gated_rmsnorm(o, split_heads(project(store_, x, g_), H_, dv_), store_.use(norm_), eps_, GateAct::Swish);
-    return project(store_, merge_heads(y), o_);
+    return gated_output(store_, o, x, g_, norm_, o_, eps_);
   }
 
   int64_t value_width() const override { return H_ * dv_; }
 
  private:
+  // The constant log gate g_h = ln(1 - 2^(-5-h)), the same at every token: (B, T, H). Built on
+  // the host once per shape, dtype and device, then reused (it never needs a gradient).
+  Tensor constant_gate(int64_t B, int64_t T, DType dtype, Device device) {
+    const Tensor& c = gate_cache_;
+    if (c.defined() && c.size(0) == B && c.size(1) == T && c.dtype() == dtype && c.device() == device) return c;
+    std::vector<double> gates(B * T * H_);
+    std::vector<double> per_head = retnet_gate(H_, DType::F64).to_f64_vector();
+    for (size_t i = 0; i < gates.size(); i++) gates[i] = per_head[i % H_];
+    gate_cache_ = Tensor::from_f64(gates, {B, T, H_}, dtype).to(device);
+    return gate_cache_;
+  }
+
+
   ParamStore& store_;
   double eps_;
   int64_t chunk_, H_, dk_, dv_;
   Var q_, k_, v_, g_, norm_, o_;
+  Tensor gate_cache_;
 };
 
 }  // namespace
