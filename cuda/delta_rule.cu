@@ -1,9 +1,14 @@
-// The delta rule on the GPU: the recurrent kernels of cuda/recurrence.cuh with Op::Delta
+// The delta rule on the GPU: the chunked tensor-core forward of cuda/delta_rule_chunk.cu where it
+// applies (delta_chunk::supported), otherwise the recurrent kernels of cuda/recurrence.cuh with Op::Delta
 // (S' = Diag(exp(g)) S, u = w*v - S'^T (b*k), S = S' + k u^T, o = scale S^T q), and the small
 // kernels that turn the fp32 per-value-head results into the op's gradients:
 //   dq, dk summed over the value heads of a group;  a scalar gate's or beta's gradient summed
 //   over the key channels;  y = w * v  =>  dv = w * du,  dw = v * du (scalar w: v . du).
 #include "cuda/delta_rule.h"
+
+#include <cstdint>
+
+#include "cuda/delta_rule_chunk.cuh"
 #include "cuda/recurrence.cuh"
 
 namespace hla::cuda {
@@ -38,11 +43,17 @@ void dispatch_gate(DeltaGate gate, Fn&& fn) {
   }
 }
 
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
 }  // namespace
 
 void delta_rule_forward(void* o, float* final_state, void* residual, const void* q, const void* k, const void* v,
                         const void* g, const void* b, const void* w, const float* h0, const DeltaRuleDims& d,
                         float* u_f32, DType dtype) {
+  if (delta_chunk::supported(d, dtype) && aligned16(q) && aligned16(k) && aligned16(v)) {
+    delta_chunk::forward(o, final_state, residual, q, k, v, g, b, w, h0, d, u_f32);
+    return;
+  }
   dispatch_storage(dtype, "delta_rule_forward", [&](auto tag) {
     using S = decltype(tag);
     recurrence::dispatch_kmax(d.dk, "delta_rule", [&](auto kmax) {
@@ -91,6 +102,8 @@ void delta_rule_backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g,
   });
 }
 
-const char* delta_rule_kernel(const DeltaRuleDims&) { return "recurrent"; }
+const char* delta_rule_kernel(const DeltaRuleDims& d, DType dtype) {
+  return delta_chunk::supported(d, dtype) ? "chunked fwd (mma), recurrent bwd" : "recurrent";
+}
 
 }  // namespace hla::cuda

@@ -4,7 +4,11 @@
 // forward (u in fp32, so that bf16 rounding of the residual output never enters a gradient).
 //   q, k: (B, T, H, dk);  v, o, residual, u_f32: (B, T, HV, dv);  h0, final_state: (B, HV, dk, dv) fp32
 //   g: null, (B, T, HV) or (B, T, HV, dk);  b: (B, T, HV) or (B, T, HV, dk);  w: (B, T, HV) or (B, T, HV, dv)
-// Kernel: the token recurrence of cuda/recurrence.cuh (dk <= 256, any dv).
+// Kernels: the forward runs the chunked tensor-core kernel of cuda/delta_rule_chunk.cu where it
+// applies (BF16, no gate or a scalar gate, scalar b and w, dk and dv in {64, 128}, 16-byte
+// aligned q, k, v) and the token recurrence of cuda/recurrence.cuh (dk <= 256, any dv)
+// otherwise; the backward is the token recurrence's two-sweep backward in every case (it reads
+// only the forward's u_f32, which both forwards write).
 #pragma once
 #include <cstdint>
 
@@ -21,7 +25,7 @@ struct DeltaRuleDims {
   bool erase_vector;  // b: (B, T, HV, dk) when true, else (B, T, HV)
   bool write_vector;  // w: (B, T, HV, dv) when true, else (B, T, HV)
   double scale;
-  int64_t chunk_size;  // the CPU's algorithm choice; the GPU runs the recurrent kernel
+  int64_t chunk_size;  // the CPU's algorithm choice; the GPU picks its kernel by the rules above
 };
 
 // u_f32 may be null (no backward will follow).
@@ -37,6 +41,7 @@ void delta_rule_backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g,
                          const void* q, const void* k, const void* v, const void* g, const void* b, const void* w,
                          const float* h0, const DeltaRuleDims& d, const float* u_f32, DType dtype);
 
-const char* delta_rule_kernel(const DeltaRuleDims& d);
+// Which kernels run for these dims and storage dtype (for gpu-check and the bench).
+const char* delta_rule_kernel(const DeltaRuleDims& d, DType dtype);
 
 }  // namespace hla::cuda

@@ -14,6 +14,9 @@
 #include "nn/ops/delta_rule.h"
 #include "nn/ops/hgrn.h"
 #include "nn/ops/rwkv6.h"
+#ifdef HLA_CUDA
+#include "cuda/delta_rule.h"
+#endif
 
 namespace hla {
 namespace {
@@ -129,6 +132,23 @@ struct DeltaCase {
   double gate_shift;
 };
 
+// The kernel cuda::delta_rule_forward/backward pick for a case (the chunked forward in bf16).
+KernelName delta_kernel(const DeltaCase& c) {
+#ifdef HLA_CUDA
+  return [c](DType dtype) {
+    using G = cpu::DeltaGate;
+    const cuda::DeltaGate gate = c.gate == G::None     ? cuda::DeltaGate::None
+                                 : c.gate == G::Scalar ? cuda::DeltaGate::Scalar
+                                                       : cuda::DeltaGate::Vector;
+    const cuda::DeltaRuleDims d{c.B, c.T, c.H, c.HV, c.dk, c.dv, gate, c.erase_vector, c.write_vector, 1.0, 0};
+    return std::string(cuda::delta_rule_kernel(d, dtype));
+  };
+#else
+  (void)c;
+  return recurrent();
+#endif
+}
+
 std::vector<GpucheckResult> check_delta(const DeltaCase& c, uint64_t seed) {
   std::vector<GpucheckInput> in = {{"q", unit_rows(randn64({c.B, c.T, c.H, c.dk}, seed + 1))},
                                    {"k", unit_rows(randn64({c.B, c.T, c.H, c.dk}, seed + 2))},
@@ -153,7 +173,7 @@ std::vector<GpucheckResult> check_delta(const DeltaCase& c, uint64_t seed) {
     DeltaRuleOutputs r = delta_rule(x[0], x[1], x[2], pick(ig), x[ib], pick(iw), pick(ih), {0, 0});
     return std::vector<Var>{r.o, r.final_state, r.residual};
   };
-  return gpucheck(std::string("delta_rule ") + c.mixer + dims(c.B, c.T, c.H, c.HV, c.dk, c.dv), recurrent(), fn, in,
+  return gpucheck(std::string("delta_rule ") + c.mixer + dims(c.B, c.T, c.H, c.HV, c.dk, c.dv), delta_kernel(c), fn, in,
                   seed);
 }
 
@@ -194,6 +214,26 @@ HLA_GPUCHECK("delta_rule", seed) {
            DeltaCase{"b,w scalar", 2, 40, 2, 2, 32, 32, G::None, false, false, false, true, 0.0},
            DeltaCase{"gdn dk256", 1, 80, 1, 2, 256, 256, G::Scalar, false, false, true, true, 2.0},
            DeltaCase{"gdn long", 1, 4096, 1, 1, 128, 128, G::Scalar, false, false, true, true, 3.0},
+       })
+    append(all, check_delta(c, seed));
+  return all;
+}
+
+// Cases that take the chunked tensor-core forward (cuda/delta_rule_chunk.cu) in bf16: DeltaNet
+// and GDN, grouped value heads, every (dk, dv) template, a partial last chunk with an initial
+// state, and two long sequences (64 chunks).
+HLA_GPUCHECK("delta_rule chunked", seed) {
+  using G = cpu::DeltaGate;
+  std::vector<GpucheckResult> all;
+  for (const DeltaCase& c : {
+           DeltaCase{"chunk deltanet", 2, 100, 2, 4, 64, 64, G::None, false, false, true, true, 0.0},
+           DeltaCase{"chunk deltanet", 2, 100, 2, 4, 128, 128, G::None, false, false, true, true, 0.0},
+           DeltaCase{"chunk gdn", 2, 100, 2, 4, 64, 64, G::Scalar, false, false, true, true, 0.0},
+           DeltaCase{"chunk gdn", 2, 100, 2, 4, 128, 128, G::Scalar, false, false, true, true, 0.0},
+           DeltaCase{"chunk gdn", 2, 100, 2, 4, 64, 128, G::Scalar, false, false, true, true, 1.0},
+           DeltaCase{"chunk gdn", 2, 130, 2, 4, 128, 64, G::Scalar, false, false, true, false, 1.0},
+           DeltaCase{"chunk gdn long", 2, 4096, 2, 4, 128, 128, G::Scalar, false, false, true, true, 3.0},
+           DeltaCase{"chunk deltanet long", 2, 4096, 2, 4, 64, 64, G::None, false, false, true, true, 0.0},
        })
     append(all, check_delta(c, seed));
   return all;

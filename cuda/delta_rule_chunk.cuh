@@ -1,0 +1,24 @@
+// The chunked delta rule on tensor cores (mixers.md 4.6-4.8), the GPU form of the CPU chunked
+// reference nn/ops/delta_rule.cpp (prepare_chunk / scan_chunks / chunk_forward). Declarations
+// for cuda/delta_rule.cu, which dispatches here when supported() holds and keeps the recurrent
+// kernel of cuda/recurrence.cuh for every other case.
+//
+// Scope: BF16 storage (fp32 accumulation, fp32 state), no gate or a scalar gate (DeltaNet, GDN),
+// scalar erase gate beta and scalar write gate w (w = b for DeltaNet/GDN), grouped value heads,
+// dk and dv in {64, 128}, chunks of kChunk = 64 tokens, any T, optional initial state.
+#pragma once
+#include "cuda/delta_rule.h"
+
+namespace hla::cuda::delta_chunk {
+
+constexpr int kChunk = 64;
+
+// Whether the chunked kernel covers these dims and storage dtype.
+bool supported(const DeltaRuleDims& d, DType dtype);
+
+// The forward of cuda::delta_rule_forward for supported() dims, with bf16 buffers (q, k, v, g,
+// b, w, o, residual; 16-byte aligned q, k, v) and fp32 states; u_f32 may be null.
+void forward(void* o, float* final_state, void* residual, const void* q, const void* k, const void* v, const void* g,
+             const void* b, const void* w, const float* h0, const DeltaRuleDims& d, float* u_f32);
+
+}  // namespace hla::cuda::delta_chunk
