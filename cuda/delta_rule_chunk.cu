@@ -9,10 +9,11 @@
 //         Aqk[t,s] = scale (q_t . k_s) exp(G_t - G_s), s <= t                     (4.6, mma)
 //     1c  A = (I + L)^{-1} by forward substitution, fp32 in shared memory         (4.7)
 //     1d  W = A diag(beta exp(G)) K,  U = A diag(w) V                             (4.6, mma)
-//   Pass 2 (scan_kernel, grid (2, HV, B), sequential over chunks; CPU: scan_chunks + the output
-//   loop of chunk_forward). The state h (dk x dv, fp32) is split along dv over 2 CTAs, so that
-//   B * HV * 2 CTAs (128 at the anchor shape) fill the 132 SMs; each holds its dk x dv/2 half
-//   in shared memory:
+//   Pass 2 (scan_kernel, grid (dv / 32, HV, B), sequential over chunks; CPU: scan_chunks + the
+//   output loop of chunk_forward). The state h (dk x dv, fp32) is split along dv into column
+//   tiles of 32, one per CTA, held in shared memory. A CTA needs < 113 KB of shared memory and
+//   128 registers a thread, so two fit on an SM: at the anchor shape B * HV * 4 = 256 CTAs are
+//   all resident on the 132 SMs, and one CTA's chunk loads overlap the other's math:
 //     2a  Vnew = U - W h                            -> residual (bf16) and u_f32    (4.8, mma)
 //     2b  o = scale (Q (.) exp(G)) h + Aqk Vnew                                   (4.6, mma)
 //     2c  h <- exp(G_last) h + (K (.) exp(G_last - G))^T Vnew                     (4.8, mma)
@@ -274,28 +275,27 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
 
 template <int DK, int DV>
 struct ScanSmem {
-  static constexpr int BV = DV / 2;  // state columns per CTA
+  static constexpr int BV = 32;  // state columns per CTA
   static constexpr int kLdH = BV + 4, kLdW = DK + 4, kLdK = DK + 8;
   float* h;      // (DK, kLdH)  the state's columns v0 .. v0 + BV - 1
   float* W;      // (C, kLdW)
-  float* U;      // (C, kLdH)
   float* vnew;   // (C, kLdH)
   float* aqk;    // (C, kLdC)
   float *G, *expG, *kdecay;  // (C): G, exp(G), exp(G_last - G)
   bf16 *q, *k;   // (C, kLdK)
   static constexpr size_t bytes() {
-    return sizeof(float) * (size_t(DK) * kLdH + C * kLdW + 2 * C * kLdH + C * kLdC + 3 * C) +
+    return sizeof(float) * (size_t(DK) * kLdH + C * kLdW + C * kLdH + C * kLdC + 3 * C) +
            sizeof(bf16) * 2 * C * kLdK;
   }
   __device__ explicit ScanSmem(void* p) {
-    h = static_cast<float*>(p), W = h + DK * kLdH, U = W + C * kLdW, vnew = U + C * kLdH, aqk = vnew + C * kLdH;
+    h = static_cast<float*>(p), W = h + DK * kLdH, vnew = W + C * kLdW, aqk = vnew + C * kLdH;
     G = aqk + C * kLdC, expG = G + C, kdecay = expG + C;
     q = reinterpret_cast<bf16*>(kdecay + C), k = q + C * kLdK;
   }
 };
 
 template <int DK, int DV>
-__global__ void __launch_bounds__(kThreads) scan_kernel(ChunkArgs a) {
+__global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
   extern __shared__ float4 smem_raw[];
   using Smem = ScanSmem<DK, DV>;
   const Smem sm(smem_raw);
@@ -314,11 +314,10 @@ __global__ void __launch_bounds__(kThreads) scan_kernel(ChunkArgs a) {
     load_bf16_rows<DK>(sm.q, a.q + ((int64_t(bi) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
     load_bf16_rows<DK>(sm.k, a.k + ((int64_t(bi) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
     load_f32_rows<DK, kLdW>(sm.W, a.W + row0 * DK, DK);
-    load_f32_rows<BV, kLdH>(sm.U, a.U + row0 * DV + v0, DV);
     load_f32_rows<C, kLdC>(sm.aqk, a.Aqk + (head * a.NT + chunk) * C * C, C);
     if (threadIdx.x < C) sm.G[threadIdx.x] = a.G[row0 + threadIdx.x];
     __syncthreads();
-    // 2a: Vnew = U - W h (rows past n are 0 - 0 h = 0).
+    // 2a: Vnew = U - W h (rows past n are 0 - 0 h = 0); U straight from global memory.
     {
       if (threadIdx.x < C) {
         sm.expG[threadIdx.x] = expf(sm.G[threadIdx.x]);
@@ -327,7 +326,7 @@ __global__ void __launch_bounds__(kThreads) scan_kernel(ChunkArgs a) {
       WarpTile<C, BV> wh;
       wh.mma<DK, true, true>([&](int r, int d) { return sm.W[r * kLdW + d]; }, h_op);
       wh.each([&](int r, int c, float x, int) {
-        const float u = sm.U[r * kLdH + c] - x;
+        const float u = a.U[(row0 + r) * DV + v0 + c] - x;
         sm.vnew[r * kLdH + c] = u;
         if (r < n) {
           const int64_t idx = ((int64_t(bi) * a.T + t0 + r) * a.HV + j) * DV + v0 + c;  // (B, T, HV, dv)
@@ -377,8 +376,10 @@ void launch(const ChunkArgs& a) {
   CUDA_CHECK_LAUNCH();
   auto scan = scan_kernel<DK, DV>;
   constexpr size_t scan_bytes = ScanSmem<DK, DV>::bytes();
+  static_assert(scan_bytes <= 113 * 1024, "two scan CTAs per SM (228 KB, 1 KB reserved per CTA)");
   CUDA_CHECK(cudaFuncSetAttribute(scan, cudaFuncAttributeMaxDynamicSharedMemorySize, int(scan_bytes)));
-  scan<<<dim3(2, a.HV, a.B), kThreads, scan_bytes>>>(a);
+  CUDA_CHECK(cudaFuncSetAttribute(scan, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+  scan<<<dim3(DV / ScanSmem<DK, DV>::BV, a.HV, a.B), kThreads, scan_bytes>>>(a);
   CUDA_CHECK_LAUNCH();
 }
 
