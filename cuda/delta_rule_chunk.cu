@@ -245,7 +245,8 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
     const int col = threadIdx.x / 4, part = threadIdx.x % 4;
     for (int i = 0; i < C; i++) {
       float s = 0.f;
-      for (int m = col + part; m < i; m += 4) s += sm.L[i * kLdC + m] * sm.A[m * kLdC + col];
+#pragma unroll 4
+      for (int m = col + part; m < i; m += 4) s += sm.L[i * kLdC + m] * sm.A[m * kLdC + col];  // loads pipelined
       s += __shfl_xor_sync(0xffffffffu, s, 1);
       s += __shfl_xor_sync(0xffffffffu, s, 2);
       if (part == 0) sm.A[i * kLdC + col] = i == col ? 1.f : i > col ? -s : 0.f;
