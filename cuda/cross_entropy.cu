@@ -33,10 +33,11 @@ struct OnlineLse {
   }
 };
 
-// row_loss: (N) fp32; NaN flags a target outside [0, V)
+// row_loss, row_valid: (N) fp32; NaN flags a target outside [0, V); row_valid is 1 where the
+// row carries loss, else 0
 template <class T>
-__global__ void cross_entropy_forward_kernel(float* lse, float* row_loss, const T* z, const int32_t* c, int64_t V,
-                                             int32_t ignore) {
+__global__ void cross_entropy_forward_kernel(float* lse, float* row_loss, float* row_valid, const T* z,
+                                             const int32_t* c, int64_t V, int32_t ignore) {
   __shared__ float ms[32], ss[32];
   const int64_t n = blockIdx.x;
   const T* zr = z + n * V;  // zr: (V)
@@ -52,6 +53,7 @@ __global__ void cross_entropy_forward_kernel(float* lse, float* row_loss, const 
   const float l = row.m + logf(row.s);  // lse = logsumexp(z)
   lse[n] = l;
   const int32_t target = c[n];
+  row_valid[n] = target == ignore ? 0.0f : 1.0f;
   if (target == ignore) row_loss[n] = 0;
   else if (target < 0 || target >= V) row_loss[n] = NAN;
   else row_loss[n] = l - to_float(zr[target]);  // loss_row = lse - z_c
@@ -72,17 +74,19 @@ __global__ void cross_entropy_backward_kernel(T* dz, const T* z, const float* ls
 }  // namespace
 
 double cross_entropy_forward(float* lse, const void* z, const int32_t* c, int64_t N, int64_t V, int32_t ignore,
-                             DType dtype) {
+                             DType dtype, int64_t* valid_rows) {
+  *valid_rows = 0;
   if (N == 0) return 0;
-  float* row_loss = static_cast<float*>(device_alloc(N * sizeof(float)));  // row_loss: (N)
+  float* rows = static_cast<float*>(device_alloc(2 * N * sizeof(float)));  // rows: (2, N) loss, valid flag
   dispatch_storage(dtype, "cross_entropy_forward", [&](auto tag) {
     using T = decltype(tag);
-    cross_entropy_forward_kernel<T><<<static_cast<unsigned>(N), kThreads>>>(lse, row_loss, static_cast<const T*>(z),
-                                                                            c, V, ignore);
+    cross_entropy_forward_kernel<T><<<static_cast<unsigned>(N), kThreads>>>(lse, rows, rows + N,
+                                                                            static_cast<const T*>(z), c, V, ignore);
   });
   CUDA_CHECK_LAUNCH();
-  double total = reduce_sum(row_loss, DType::F32, N);
-  device_free(row_loss, N * sizeof(float));
+  double total = reduce_sum(rows, DType::F32, N);
+  *valid_rows = static_cast<int64_t>(reduce_sum(rows + N, DType::F32, N) + 0.5);  // exact: fp64 partial sums
+  device_free(rows, 2 * N * sizeof(float));
   return total;
 }
 

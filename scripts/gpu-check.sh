@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # `make gpu-check`: on a machine with an NVIDIA GPU, builds hla for sm_90 into build-gpu, runs
-# the CUDA tests (tests/test_cuda.cpp), `hla bench` and `hla gpu-check` (every case), writes
-# each log to $OUT when set (else build-gpu/logs), and prints the gpu-check table last.
+# the CUDA tests (tests/test_cuda.cpp, tests/test_gpu_train.cpp: GPU training == CPU training;
+# the every-case test is left to the `hla gpu-check` run at the end, which prints the table),
+# the MQAR demo config on the GPU (fp32 and bf16), `hla bench` and `hla gpu-check` (every
+# case), writes each log to $OUT when set (else build-gpu/logs), and prints the gpu-check
+# table last.
 # Exits non-zero when the build, a test or a gpu-check row fails. Without a GPU it says so and
 # exits 0. Extra cmake flags: CMAKE_FLAGS="...". The build's dependencies (Eigen3, CLI11,
 # doctest, nlohmann_json, zstd) come from the system or from a prefix named in the environment
@@ -33,12 +36,25 @@ fi
 
 status=0
 echo "gpu-check: CUDA tests (log: $LOGS/tests.log)"
-if ! "$BUILD/hla_tests" --source-file='*test_cuda.cpp' >"$LOGS/tests.log" 2>&1; then
-  tail -n 30 "$LOGS/tests.log"
+if ! "$BUILD/hla_tests" --source-file='*test_cuda.cpp,*test_gpu_train.cpp' \
+     --test-case-exclude='*every registered gpu-check case*' >"$LOGS/tests.log" 2>&1; then
+  tail -n 40 "$LOGS/tests.log"
   echo "gpu-check: CUDA TESTS FAILED"
   status=1
 fi
+grep -E "worst relative|bf16 loss" "$LOGS/tests.log"
 tail -n 3 "$LOGS/tests.log"
+
+for dtype in f32 bf16; do
+  echo "gpu-check: MQAR demo on the GPU, $dtype (log: $LOGS/mqar-$dtype.log)"
+  if ! "$BUILD/hla" train --config configs/mqar-demo.toml --device cuda --train.dtype "$dtype" \
+       --train.out_dir "$BUILD/runs/mqar-$dtype" >"$LOGS/mqar-$dtype.log" 2>&1; then
+    tail -n 20 "$LOGS/mqar-$dtype.log"
+    echo "gpu-check: MQAR DEMO FAILED ($dtype)"
+    status=1
+  fi
+  grep -E "^val|^done" "$LOGS/mqar-$dtype.log"
+done
 
 if "$BUILD/hla" bench --list >/dev/null 2>&1; then
   echo "gpu-check: hla bench (log: $LOGS/bench.log)"

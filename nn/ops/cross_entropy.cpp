@@ -49,16 +49,15 @@ void cross_entropy_backward(T* dz, const T* z, const T* lse, const int32_t* c, i
 
 #ifdef HLA_CUDA
 // The same op on the GPU (cuda/cross_entropy.cu): one fused pass per row; lse is fp32 there.
-// Only the valid-row count comes back to the host (from a host copy of the targets).
+// The loss sum and the valid-row count come back to the host; the targets stay on the device.
 static Var cross_entropy_cuda(const Var& logits, const Tensor& targets, int32_t ignore_index) {
   Tensor z = logits.value();
   HLA_CHECK(targets.is_cuda(), "cross_entropy: logits are on cuda but targets are on the cpu");
   int64_t V = z.size(-1), N = z.numel() / V;
   int64_t valid = 0;
-  for (double c : targets.to_f64_vector()) valid += static_cast<int32_t>(c) != ignore_index;
   Tensor lse = Tensor::empty({N}, DType::F32, Device::CUDA);  // lse: (N)
   double total = cuda::cross_entropy_forward(lse.data<float>(), z.raw(), targets.data<int32_t>(), N, V,
-                                             ignore_index, z.dtype());
+                                             ignore_index, z.dtype(), &valid);
   HLA_CHECK(!std::isnan(total), "cross_entropy: a target lies outside [0, ", V, ") and is not the ignore index ",
             ignore_index);
   double loss = valid ? total / static_cast<double>(valid) : 0.0;
