@@ -6,6 +6,9 @@
 #include "autograd/gradcheck.h"
 #include "tensor/dispatch.h"
 #include "tensor/math.h"
+#ifdef HLA_CUDA
+#include "cuda/arith.h"
+#endif
 
 namespace hla {
 
@@ -90,12 +93,32 @@ void broadcast_backward(T* dx, T* ds, const T* dy, const T* x, const T* s, int64
 
 }  // namespace cpu
 
+#ifdef HLA_CUDA
+// The same op on the GPU (cuda/arith.cu); s in x's dtype, on the GPU.
+static Var broadcast_op_cuda(const Var& x, const Var& s, int64_t outer, int64_t S, int64_t inner, bool multiply,
+                             const char* name) {
+  Tensor xv = x.value(), sv = s.value();
+  const DType dt = xv.dtype();
+  check_dtype(sv, dt, name, "s");
+  HLA_CHECK(sv.is_cuda(), name, ": x is on cuda but s is on the cpu");
+  Tensor y = Tensor::empty(xv.shape(), dt, Device::CUDA);
+  cuda::broadcast_forward(y.raw(), xv.raw(), sv.raw(), outer, S, inner, multiply, dt);
+  return record_op1(y, {x, s}, [=](const std::vector<Tensor>& g) {
+    Tensor dx = Tensor::empty(xv.shape(), dt, Device::CUDA), ds = Tensor::zeros(sv.shape(), dt, Device::CUDA);
+    cuda::broadcast_backward(dx.raw(), ds.raw(), g[0].raw(), xv.raw(), sv.raw(), outer, S, inner, multiply, dt);
+    return std::vector<Tensor>{dx, ds};
+  }, name);
+}
+#endif
+
 static Var broadcast_op(const Var& x, const Var& s, int64_t inner, bool multiply, const char* name) {
   int64_t S = s.numel();
   HLA_CHECK(S > 0 && inner > 0 && x.numel() % (S * inner) == 0, name, ": ", x.value().str(),
             " cannot be viewed as (outer, ", S, ", ", inner, ") for s ", s.value().str());
-  HLA_CHECK(!x.value().is_cuda(), name, ": the CUDA kernel is not built yet");
   int64_t outer = x.numel() / (S * inner);
+#ifdef HLA_CUDA
+  if (x.value().is_cuda()) return broadcast_op_cuda(x, s, outer, S, inner, multiply, name);
+#endif
   Tensor xv = x.value(), sv = s.value();
   Shape s_shape = sv.shape();
   Tensor y = Tensor::empty(xv.shape(), xv.dtype());
@@ -122,10 +145,17 @@ Var scale_by(const Var& x, const Var& s) {
   return mul_broadcast(x, s, x.numel());
 }
 
-// Copies columns [begin, begin + width) of every row of src (rows, C) into dst (rows, width), or back.
+// Copies columns [begin, begin + width) of every row of src (rows, C) into dst (rows, width), or back;
+// on the GPU as one strided copy (cuda/arith.cu).
 static void copy_columns(Tensor& dst, const Tensor& src, int64_t rows, int64_t C, int64_t begin, int64_t width,
                          bool gather) {
   size_t es = dtype_size(src.dtype());
+#ifdef HLA_CUDA
+  if (dst.is_cuda()) {
+    HLA_CHECK(src.is_cuda(), "split_last: a gradient piece is on the cpu while x is on cuda");
+    return cuda::copy_columns(dst.raw(), src.raw(), rows, C, begin, width, es, gather);
+  }
+#endif
   const char* sp = static_cast<const char*>(src.raw());
   char* dp = static_cast<char*>(dst.raw());
   for (int64_t r = 0; r < rows; r++) {
@@ -138,22 +168,22 @@ std::vector<Var> split_last(const Var& x, const std::vector<int64_t>& widths) {
   int64_t C = x.size(-1), rows = x.numel() / C, total = 0;
   for (int64_t w : widths) total += w;
   HLA_CHECK(total == C, "split_last: widths add up to ", total, " but the last dim of ", x.value().str(), " is ", C);
-  HLA_CHECK(!x.value().is_cuda(), "split_last: the CUDA kernel is not built yet");
   Tensor xv = x.value();
   std::vector<Tensor> outs;
   int64_t begin = 0;
   for (int64_t w : widths) {
     Shape s = xv.shape();
     s.back() = w;
-    Tensor piece = Tensor::empty(s, xv.dtype());
+    Tensor piece = Tensor::empty(s, xv.dtype(), xv.device());
     copy_columns(piece, xv, rows, C, begin, w, true);  // piece = x[..., begin : begin + w]
     outs.push_back(piece);
     begin += w;
   }
   Shape x_shape = xv.shape();
   DType dt = xv.dtype();
+  Device dev = xv.device();
   return record_op(outs, {x}, [=](const std::vector<Tensor>& g) {
-    Tensor dx = Tensor::empty(x_shape, dt);
+    Tensor dx = Tensor::empty(x_shape, dt, dev);
     int64_t b0 = 0;
     for (size_t i = 0; i < widths.size(); i++) {  // dx[..., piece i] = d piece_i
       copy_columns(dx, g[i], rows, C, b0, widths[i], false);

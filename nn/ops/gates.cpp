@@ -9,9 +9,13 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "autograd/gradcheck.h"
 #include "tensor/dispatch.h"
+#ifdef HLA_CUDA
+#include "cuda/gates.h"
+#endif
 
 namespace hla {
 namespace cpu {
@@ -127,16 +131,48 @@ int64_t channel_width(const Var& z, const Var& param, const char* op, const char
 
 template <class T> const T* data_or_null(const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; }
 
+#ifdef HLA_CUDA
+// The same op on the GPU (cuda/gates.cu); A_log and param in z's dtype, on the GPU. The backward
+// recomputes g from z in fp32, so it does not keep g.
+Var gate_op_cuda(GateKind kind, const Var& z, const Var& a_log, const Var& param, int64_t N, int64_t F, int64_t H,
+                 double constant) {
+  const char* name = gate_name(kind);
+  Tensor zv = z.value();
+  Tensor av = a_log.defined() ? a_log.value() : Tensor();
+  Tensor pv = param.defined() ? param.value() : Tensor();
+  const DType dt = zv.dtype();
+  const std::pair<const Tensor*, const char*> operands[] = {{&av, "A_log"}, {&pv, "param"}};
+  for (const auto& [t, operand] : operands) {
+    if (!t->defined()) continue;
+    check_dtype(*t, dt, name, operand);
+    HLA_CHECK(t->is_cuda(), name, ": z is on cuda but ", operand, " is on the cpu");
+  }
+  auto raw_or_null = [](const Tensor& t) { return t.defined() ? t.raw() : nullptr; };
+  Tensor g = Tensor::empty(zv.shape(), dt, Device::CUDA);  // g: z's shape, viewed as (N, F)
+  cuda::gate_forward(g.raw(), zv.raw(), raw_or_null(av), raw_or_null(pv), N, F, H, kind, constant, dt);
+  return record_op1(g, {z, a_log, param}, [=](const std::vector<Tensor>& grads) {
+    Tensor dz = Tensor::empty(zv.shape(), dt, Device::CUDA);
+    Tensor da = av.defined() ? Tensor::zeros(av.shape(), dt, Device::CUDA) : Tensor();
+    Tensor dp = pv.defined() ? Tensor::zeros(pv.shape(), dt, Device::CUDA) : Tensor();
+    cuda::gate_backward(dz.raw(), da.defined() ? da.raw() : nullptr, dp.defined() ? dp.raw() : nullptr,
+                        grads[0].raw(), zv.raw(), raw_or_null(av), raw_or_null(pv), N, F, H, kind, constant, dt);
+    return std::vector<Tensor>{dz, da, dp};
+  }, name);
+}
+#endif
+
 // The shared Var wrapper: z (N, F) with optional A_log (H) and per-channel param (F).
 Var gate_op(GateKind kind, const Var& z, const Var& a_log, const Var& param, int64_t F, double constant) {
   const char* name = gate_name(kind);
-  HLA_CHECK(!z.value().is_cuda(), name, ": the CUDA kernel is not built yet");
   int64_t N = z.numel() / F, H = 1;
   if (a_log.defined()) {
     HLA_CHECK(a_log.dim() == 1 && a_log.size(0) > 0 && F % a_log.size(0) == 0, name, ": A_log ",
               a_log.value().str(), " must be (H) with H dividing the ", F, " channels");
     H = a_log.size(0);
   }
+#ifdef HLA_CUDA
+  if (z.value().is_cuda()) return gate_op_cuda(kind, z, a_log, param, N, F, H, constant);
+#endif
   Tensor zv = z.value();
   Tensor av = a_log.defined() ? a_log.value() : Tensor();
   Tensor pv = param.defined() ? param.value() : Tensor();

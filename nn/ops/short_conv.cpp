@@ -8,10 +8,14 @@
 #include "nn/ops/short_conv.h"
 
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "autograd/gradcheck.h"
 #include "tensor/dispatch.h"
+#ifdef HLA_CUDA
+#include "cuda/short_conv.h"
+#endif
 
 namespace hla {
 namespace cpu {
@@ -97,6 +101,42 @@ namespace {
 template <class T> const T* data_or_null(const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; }
 }  // namespace
 
+#ifdef HLA_CUDA
+static void* raw_or_null(Tensor& t) { return t.defined() ? t.raw() : nullptr; }
+static const void* raw_or_null(const Tensor& t) { return t.defined() ? t.raw() : nullptr; }
+
+// The same op on the GPU (cuda/short_conv.cu); weight, bias and state in x's dtype, on the GPU.
+static ShortConvOut short_conv_cuda(const Var& x, const Var& weight, const Var& bias, const Var& initial_state,
+                                    ConvAct act) {
+  int64_t B = x.size(0), L = x.size(1), C = x.size(2), K = weight.size(2);
+  Tensor xv = x.value(), wv = weight.value();
+  Tensor bv = bias.defined() ? bias.value() : Tensor();
+  Tensor sv = initial_state.defined() ? initial_state.value() : Tensor();
+  const DType dt = xv.dtype();
+  const std::pair<const Tensor*, const char*> operands[] = {{&wv, "weight"}, {&bv, "bias"}, {&sv, "initial_state"}};
+  for (const auto& [t, name] : operands) {
+    if (!t->defined()) continue;
+    check_dtype(*t, dt, "short_conv", name);
+    HLA_CHECK(t->is_cuda(), "short_conv: x is on cuda but ", name, " is on the cpu");
+  }
+  Tensor y = Tensor::empty({B, L, C}, dt, Device::CUDA);                 // y: (B, L, C)
+  Tensor final_state = Tensor::empty({B, C, K - 1}, dt, Device::CUDA);  // final_state: (B, C, K-1)
+  cuda::short_conv_forward(y.raw(), final_state.raw(), xv.raw(), wv.raw(), raw_or_null(bv), raw_or_null(sv), B, L, C,
+                           K, act, dt);
+  std::vector<Var> outs = record_op({y, final_state}, {x, weight, bias, initial_state},
+                                    [=](const std::vector<Tensor>& g) {
+    Tensor dx = Tensor::empty(xv.shape(), dt, Device::CUDA);
+    Tensor dw = Tensor::zeros(wv.shape(), dt, Device::CUDA);
+    Tensor db = bv.defined() ? Tensor::zeros({C}, dt, Device::CUDA) : Tensor();
+    Tensor ds = sv.defined() ? Tensor::empty(sv.shape(), dt, Device::CUDA) : Tensor();
+    cuda::short_conv_backward(dx.raw(), dw.raw(), raw_or_null(db), raw_or_null(ds), g[0].raw(), g[1].raw(), xv.raw(),
+                              wv.raw(), raw_or_null(bv), raw_or_null(sv), B, L, C, K, act, dt);
+    return std::vector<Tensor>{dx, dw, db, ds};
+  }, "short_conv");
+  return {outs[0], outs[1]};
+}
+#endif
+
 ShortConvOut short_conv(const Var& x, const Var& weight, const Var& bias, const Var& initial_state, ConvAct act) {
   HLA_CHECK(x.dim() == 3, "short_conv: x must be (B, L, C), got ", x.value().str());
   int64_t B = x.size(0), L = x.size(1), C = x.size(2);
@@ -106,7 +146,9 @@ ShortConvOut short_conv(const Var& x, const Var& weight, const Var& bias, const 
   int64_t K = weight.size(2);
   if (bias.defined()) check_shape(bias.value(), {C}, "short_conv", "bias");
   if (initial_state.defined()) check_shape(initial_state.value(), {B, C, K - 1}, "short_conv", "initial_state");
-  HLA_CHECK(!x.value().is_cuda(), "short_conv: the CUDA kernel is not built yet");
+#ifdef HLA_CUDA
+  if (x.value().is_cuda()) return short_conv_cuda(x, weight, bias, initial_state, act);
+#endif
   Tensor xv = x.value(), wv = weight.value();
   Tensor bv = bias.defined() ? bias.value() : Tensor();
   Tensor sv = initial_state.defined() ? initial_state.value() : Tensor();

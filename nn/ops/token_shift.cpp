@@ -4,9 +4,14 @@
 #include "nn/ops/token_shift.h"
 
 #include <Eigen/Dense>
+#include <initializer_list>
+#include <utility>
 
 #include "autograd/gradcheck.h"
 #include "tensor/dispatch.h"
+#ifdef HLA_CUDA
+#include "cuda/token_shift.h"
+#endif
 
 namespace hla {
 namespace cpu {
@@ -124,11 +129,84 @@ template void ddlerp_backward<double>(double*, double*, double*, double*, double
 
 }  // namespace cpu
 
+#ifdef HLA_CUDA
+// The same ops on the GPU (cuda/token_shift.cu): every operand in x's dtype, on the GPU.
+static void check_cuda_operands(const char* op, DType dt,
+                                std::initializer_list<std::pair<Tensor, const char*>> operands) {
+  for (const auto& [t, name] : operands) {
+    if (!t.defined()) continue;
+    check_dtype(t, dt, op, name);
+    HLA_CHECK(t.is_cuda(), op, ": x is on cuda but ", name, " is on the cpu");
+  }
+}
+
+static TokenShiftOut token_shift_cuda(const Var& x, const Var& state) {
+  int64_t B = x.size(0), L = x.size(1), D = x.size(2);
+  Tensor xv = x.value();
+  Tensor sv = state.defined() ? state.value() : Tensor();
+  const DType dt = xv.dtype();
+  check_cuda_operands("token_shift", dt, {{sv, "state"}});
+  Tensor delta = Tensor::empty({B, L, D}, dt, Device::CUDA);  // delta: (B, L, D)
+  Tensor last = Tensor::empty({B, D}, dt, Device::CUDA);      // last: (B, D)
+  cuda::token_shift_forward(delta.raw(), last.raw(), xv.raw(), sv.defined() ? sv.raw() : nullptr, B, L, D, dt);
+  bool has_state = sv.defined();
+  std::vector<Var> outs = record_op({delta, last}, {x, state}, [=](const std::vector<Tensor>& g) {
+    Tensor dx = Tensor::empty({B, L, D}, dt, Device::CUDA);
+    Tensor ds = has_state ? Tensor::empty({B, D}, dt, Device::CUDA) : Tensor();
+    cuda::token_shift_backward(dx.raw(), ds.defined() ? ds.raw() : nullptr, g[0].raw(), g[1].raw(), B, L, D, dt);
+    return std::vector<Tensor>{dx, ds};
+  }, "token_shift");
+  return {outs[0], outs[1]};
+}
+
+static Var lerp_cuda(const Var& x, const Var& delta, const Var& mu) {
+  int64_t D = x.size(-1), M = x.numel() / D;
+  Tensor xv = x.value(), dv = delta.value(), mv = mu.value();
+  const DType dt = xv.dtype();
+  check_cuda_operands("lerp", dt, {{dv, "delta"}, {mv, "mu"}});
+  Tensor y = Tensor::empty(xv.shape(), dt, Device::CUDA);  // y: (..., D)
+  cuda::lerp_forward(y.raw(), xv.raw(), dv.raw(), mv.raw(), M, D, dt);
+  return record_op1(y, {x, delta, mu}, [=](const std::vector<Tensor>& g) {
+    Tensor dx = Tensor::empty(dv.shape(), dt, Device::CUDA), ddelta = Tensor::empty(dv.shape(), dt, Device::CUDA);
+    Tensor dmu = Tensor::zeros({D}, dt, Device::CUDA);
+    cuda::lerp_backward(dx.raw(), ddelta.raw(), dmu.raw(), g[0].raw(), dv.raw(), mv.raw(), M, D, dt);
+    return std::vector<Tensor>{dx, ddelta, dmu};
+  }, "lerp");
+}
+
+static std::vector<Var> ddlerp_cuda(const Var& x, const Var& delta, const Var& zz, const Var& w2, const Var& bias,
+                                    int64_t N, int64_t R) {
+  int64_t B = x.size(0), L = x.size(1), D = x.size(2), M = B * L;
+  Tensor xv = x.value(), dv = delta.value(), zv = zz.value(), wv = w2.value(), bv = bias.value();
+  const DType dt = xv.dtype();
+  check_cuda_operands("ddlerp", dt, {{dv, "delta"}, {zv, "zz"}, {wv, "w2"}, {bv, "bias"}});
+  Tensor xi = Tensor::empty({N, B, L, D}, dt, Device::CUDA);  // xi: (N, B, L, D), one slab per output
+  cuda::ddlerp_forward(xi.raw(), xv.raw(), dv.raw(), zv.raw(), wv.raw(), bv.raw(), M, D, N, R, dt);
+  std::vector<Tensor> outs;
+  for (int64_t n = 0; n < N; n++) outs.push_back(xi.slice0(n, n + 1).reshape({B, L, D}));
+  return record_op(outs, {x, delta, zz, w2, bias}, [=](const std::vector<Tensor>& g) {
+    Tensor dxi = Tensor::empty({N, B, L, D}, dt, Device::CUDA);  // dxi: (N, B, L, D), the N gradients packed
+    for (int64_t n = 0; n < N; n++) {
+      Tensor slab = dxi.slice0(n, n + 1).reshape({B, L, D});
+      slab.copy_(g[n]);
+    }
+    Tensor dx = Tensor::empty(dv.shape(), dt, Device::CUDA), ddelta = Tensor::empty(dv.shape(), dt, Device::CUDA);
+    Tensor dzz = Tensor::empty(zv.shape(), dt, Device::CUDA);
+    Tensor dw2 = Tensor::zeros(wv.shape(), dt, Device::CUDA), dbias = Tensor::zeros(bv.shape(), dt, Device::CUDA);
+    cuda::ddlerp_backward(dx.raw(), ddelta.raw(), dzz.raw(), dw2.raw(), dbias.raw(), dxi.raw(), dv.raw(), zv.raw(),
+                          wv.raw(), bv.raw(), M, D, N, R, dt);
+    return std::vector<Tensor>{dx, ddelta, dzz, dw2, dbias};
+  }, "ddlerp");
+}
+#endif
+
 TokenShiftOut token_shift(const Var& x, const Var& state) {
   HLA_CHECK(x.dim() == 3, "token_shift: x must be (B, L, D), got ", x.value().str());
   int64_t B = x.size(0), L = x.size(1), D = x.size(2);
   if (state.defined()) check_shape(state.value(), {B, D}, "token_shift", "state");
-  HLA_CHECK(!x.value().is_cuda(), "token_shift: the CUDA kernel is not built yet");
+#ifdef HLA_CUDA
+  if (x.value().is_cuda()) return token_shift_cuda(x, state);
+#endif
   Tensor xv = x.value();
   Tensor sv = state.defined() ? state.value() : Tensor();
   Tensor delta = Tensor::empty({B, L, D}, xv.dtype());  // delta: (B, L, D)
@@ -157,7 +235,9 @@ Var lerp(const Var& x, const Var& delta, const Var& mu) {
   check_same_shape(x.value(), delta.value(), "lerp");
   int64_t D = x.size(-1), M = x.numel() / D;
   check_shape(mu.value(), {D}, "lerp", "mu");
-  HLA_CHECK(!x.value().is_cuda(), "lerp: the CUDA kernel is not built yet");
+#ifdef HLA_CUDA
+  if (x.value().is_cuda()) return lerp_cuda(x, delta, mu);
+#endif
   Tensor xv = x.value(), dv = delta.value(), mv = mu.value();
   Tensor y = Tensor::empty(xv.shape(), xv.dtype());  // y: (..., D)
   dispatch_float(xv.dtype(), "lerp", [&](auto tag) {
@@ -187,7 +267,9 @@ std::vector<Var> ddlerp(const Var& x, const Var& delta, const Var& zz, const Var
             "ddlerp: zz must be (B, L, N*R) with B = ", B, ", L = ", L, ", N = ", N, ", got ", zz.value().str());
   int64_t R = zz.size(2) / N;
   check_shape(w2.value(), {D, N * R}, "ddlerp", "w2");
-  HLA_CHECK(!x.value().is_cuda(), "ddlerp: the CUDA kernel is not built yet");
+#ifdef HLA_CUDA
+  if (x.value().is_cuda()) return ddlerp_cuda(x, delta, zz, w2, bias, N, R);
+#endif
   Tensor xv = x.value(), dv = delta.value(), zv = zz.value(), wv = w2.value(), bv = bias.value();
   Tensor xi = Tensor::empty({N, B, L, D}, xv.dtype());  // xi: (N, B, L, D), one slab per output
   dispatch_float(xv.dtype(), "ddlerp", [&](auto tag) {

@@ -1,0 +1,17 @@
+// Causal depthwise short convolution on the GPU: same names and argument order as
+// cpu::short_conv_* in nn/ops/short_conv.h. Every buffer is F32 or BF16 (dtype), math in fp32.
+#pragma once
+#include <cstdint>
+
+#include "nn/ops/short_conv.h"
+
+namespace hla::cuda {
+// y, x: (B, L, C), w: (C, K), bias: (C) or null, state, final_state: (B, C, K-1), state may be null
+void short_conv_forward(void* y, void* final_state, const void* x, const void* w, const void* bias, const void* state,
+                        int64_t B, int64_t L, int64_t C, int64_t K, ConvAct act, DType dtype);
+// dx: (B, L, C) and dstate: (B, C, K-1) written (dstate may be null); dw: (C, K) and dbias: (C)
+// accumulated (+=, dbias may be null); dy: (B, L, C), dfinal: (B, C, K-1)
+void short_conv_backward(void* dx, void* dw, void* dbias, void* dstate, const void* dy, const void* dfinal,
+                         const void* x, const void* w, const void* bias, const void* state, int64_t B, int64_t L,
+                         int64_t C, int64_t K, ConvAct act, DType dtype);
+}  // namespace hla::cuda
