@@ -3,8 +3,8 @@
 // Forward: pass 1 sums x^2 over the row (block reduction), pass 2 writes y = x * rstd * w.
 // Backward: dx needs one more row reduction, mean(x_hat * dy * w). dw = sum_rows(dy * x_hat)
 // is a column sum over all N rows: each block keeps fp32 partial sums for its rows in shared
-// memory and writes them to a (blocks, C) scratch buffer; a second kernel adds the column sums
-// into dw. No atomics, so dw is deterministic.
+// memory and writes them to a (blocks, C) scratch buffer; add_column_sums_kernel (cuda/common.cuh)
+// adds the column sums into dw. No atomics, so dw is deterministic.
 #include "cuda/common.cuh"
 #include "cuda/rmsnorm.h"
 
@@ -54,16 +54,6 @@ __global__ void rmsnorm_backward_kernel(T* dx, float* dw_partial, const T* dy, c
     }
   }
   for (int c = threadIdx.x; c < C; c += blockDim.x) dw_partial[blockIdx.x * (int64_t)C + c] = dw_acc[c];
-}
-
-// dw[c] += sum over blocks of dw_partial[b, c]
-template <class T>
-__global__ void add_column_sums_kernel(T* dw, const float* dw_partial, int blocks, int C) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  float s = 0;
-  for (int b = 0; b < blocks; b++) s += dw_partial[b * (int64_t)C + c];
-  dw[c] = from_float<T>(to_float(dw[c]) + s);
 }
 
 }  // namespace

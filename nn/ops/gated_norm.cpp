@@ -10,6 +10,9 @@
 
 #include "autograd/gradcheck.h"
 #include "tensor/dispatch.h"
+#ifdef HLA_CUDA
+#include "cuda/gated_norm.h"
+#endif
 
 namespace hla {
 namespace cpu {
@@ -103,6 +106,30 @@ template void gated_rmsnorm_backward<double>(double*, double*, double*, const do
 
 }  // namespace cpu
 
+#ifdef HLA_CUDA
+// The same op on the GPU (cuda/gated_norm.cu); rstd is fp32 there whatever the storage dtype.
+static Var gated_rmsnorm_cuda(const Var& x, const Var& z, const Var& weight, double eps, GateAct act, GateOrder order,
+                              int64_t G) {
+  Tensor xv = x.value(), zv = z.value(), wv = weight.value();
+  check_dtype(zv, xv.dtype(), "gated_rmsnorm", "z");
+  check_dtype(wv, xv.dtype(), "gated_rmsnorm", "weight");
+  HLA_CHECK(zv.is_cuda() && wv.is_cuda(), "gated_rmsnorm: x is on cuda but z or weight is on the cpu");
+  int64_t C = xv.size(-1), N = xv.numel() / C;
+  Tensor y = Tensor::empty(xv.shape(), xv.dtype(), Device::CUDA);   // y: (..., C)
+  Tensor rstd = Tensor::empty({N, C / G}, DType::F32, Device::CUDA);  // rstd: (N, groups)
+  cuda::gated_rmsnorm_forward(y.raw(), rstd.data<float>(), xv.raw(), zv.raw(), wv.raw(), N, C, G, eps, act, order,
+                              xv.dtype());
+  return record_op1(y, {x, z, weight}, [=](const std::vector<Tensor>& g) {
+    Tensor dx = Tensor::empty(xv.shape(), xv.dtype(), Device::CUDA);
+    Tensor dz = Tensor::empty(xv.shape(), xv.dtype(), Device::CUDA);
+    Tensor dw = Tensor::zeros({C}, xv.dtype(), Device::CUDA);
+    cuda::gated_rmsnorm_backward(dx.raw(), dz.raw(), dw.raw(), g[0].raw(), xv.raw(), zv.raw(), wv.raw(),
+                                 rstd.data<float>(), N, C, G, act, order, xv.dtype());
+    return std::vector<Tensor>{dx, dz, dw};
+  }, "gated_rmsnorm");
+}
+#endif
+
 Var gated_rmsnorm(const Var& x, const Var& z, const Var& weight, double eps, GateAct act, GateOrder order,
                   int64_t group_size) {
   check_same_shape(x.value(), z.value(), "gated_rmsnorm");
@@ -110,7 +137,9 @@ Var gated_rmsnorm(const Var& x, const Var& z, const Var& weight, double eps, Gat
   int64_t G = group_size == 0 ? C : group_size;
   HLA_CHECK(G > 0 && C % G == 0, "gated_rmsnorm: group_size ", group_size, " must divide the last dim ", C);
   check_shape(weight.value(), {C}, "gated_rmsnorm", "weight");
-  HLA_CHECK(!x.value().is_cuda(), "gated_rmsnorm: the CUDA kernel is not built yet");
+#ifdef HLA_CUDA
+  if (x.value().is_cuda()) return gated_rmsnorm_cuda(x, z, weight, eps, act, order, G);
+#endif
   Tensor xv = x.value(), zv = z.value(), wv = weight.value();
   Tensor y = Tensor::empty(xv.shape(), xv.dtype());        // y: (..., C)
   Tensor rstd = Tensor::empty({N, C / G}, xv.dtype());    // rstd: (N, groups)

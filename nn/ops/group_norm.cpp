@@ -5,6 +5,9 @@
 
 #include "autograd/gradcheck.h"
 #include "tensor/dispatch.h"
+#ifdef HLA_CUDA
+#include "cuda/group_norm.h"
+#endif
 
 namespace hla {
 namespace cpu {
@@ -67,6 +70,34 @@ template void group_norm_backward<double>(double*, double*, double*, const doubl
 
 }  // namespace cpu
 
+#ifdef HLA_CUDA
+// The same op on the GPU (cuda/group_norm.cu); mean and rstd are fp32 there whatever the
+// storage dtype.
+static Var group_norm_cuda(const Var& x, const Var& weight, const Var& bias, int64_t num_groups, double eps) {
+  Tensor xv = x.value(), wv = weight.value();
+  Tensor bv = bias.defined() ? bias.value() : Tensor();
+  check_dtype(wv, xv.dtype(), "group_norm", "weight");
+  if (bv.defined()) check_dtype(bv, xv.dtype(), "group_norm", "bias");
+  HLA_CHECK(wv.is_cuda() && (!bv.defined() || bv.is_cuda()),
+            "group_norm: x is on cuda but weight or bias is on the cpu");
+  int64_t C = xv.size(-1), N = xv.numel() / C, G = C / num_groups;
+  Tensor y = Tensor::empty(xv.shape(), xv.dtype(), Device::CUDA);           // y: (..., C)
+  Tensor mean = Tensor::empty({N, num_groups}, DType::F32, Device::CUDA);  // mean: (N, groups)
+  Tensor rstd = Tensor::empty({N, num_groups}, DType::F32, Device::CUDA);  // rstd: (N, groups)
+  cuda::group_norm_forward(y.raw(), mean.data<float>(), rstd.data<float>(), xv.raw(), wv.raw(),
+                           bv.defined() ? bv.raw() : nullptr, N, C, G, eps, xv.dtype());
+  bool has_bias = bv.defined();
+  return record_op1(y, {x, weight, bias}, [=](const std::vector<Tensor>& g) {
+    Tensor dx = Tensor::empty(xv.shape(), xv.dtype(), Device::CUDA);
+    Tensor dw = Tensor::zeros({C}, xv.dtype(), Device::CUDA);
+    Tensor db = has_bias ? Tensor::zeros({C}, xv.dtype(), Device::CUDA) : Tensor();
+    cuda::group_norm_backward(dx.raw(), dw.raw(), db.defined() ? db.raw() : nullptr, g[0].raw(), xv.raw(), wv.raw(),
+                              mean.data<float>(), rstd.data<float>(), N, C, G, xv.dtype());
+    return std::vector<Tensor>{dx, dw, db};
+  }, "group_norm");
+}
+#endif
+
 Var group_norm(const Var& x, const Var& weight, const Var& bias, int64_t num_groups, double eps) {
   int64_t C = x.size(-1), N = x.numel() / C;
   HLA_CHECK(num_groups > 0 && C % num_groups == 0, "group_norm: num_groups ", num_groups,
@@ -74,7 +105,9 @@ Var group_norm(const Var& x, const Var& weight, const Var& bias, int64_t num_gro
   int64_t G = C / num_groups;
   check_shape(weight.value(), {C}, "group_norm", "weight");
   if (bias.defined()) check_shape(bias.value(), {C}, "group_norm", "bias");
-  HLA_CHECK(!x.value().is_cuda(), "group_norm: the CUDA kernel is not built yet");
+#ifdef HLA_CUDA
+  if (x.value().is_cuda()) return group_norm_cuda(x, weight, bias, num_groups, eps);
+#endif
   Tensor xv = x.value(), wv = weight.value();
   Tensor bv = bias.defined() ? bias.value() : Tensor();
   Tensor y = Tensor::empty(xv.shape(), xv.dtype());            // y: (..., C)

@@ -6,6 +6,9 @@
 
 #include "autograd/gradcheck.h"
 #include "tensor/dispatch.h"
+#ifdef HLA_CUDA
+#include "cuda/l2norm.h"
+#endif
 
 namespace hla {
 namespace cpu {
@@ -40,9 +43,27 @@ template void l2norm_backward<double>(double*, const double*, const double*, con
 
 }  // namespace cpu
 
+#ifdef HLA_CUDA
+// The same op on the GPU (cuda/l2norm.cu); rstd is fp32 there whatever the storage dtype.
+static Var l2norm_cuda(const Var& x, double eps) {
+  Tensor xv = x.value();
+  int64_t C = xv.size(-1), N = xv.numel() / C;
+  Tensor y = Tensor::empty(xv.shape(), xv.dtype(), Device::CUDA);  // y: (..., C)
+  Tensor rstd = Tensor::empty({N}, DType::F32, Device::CUDA);       // rstd: (N)
+  cuda::l2norm_forward(y.raw(), rstd.data<float>(), xv.raw(), N, C, eps, xv.dtype());
+  return record_op1(y, {x}, [=](const std::vector<Tensor>& g) {
+    Tensor dx = Tensor::empty(xv.shape(), xv.dtype(), Device::CUDA);
+    cuda::l2norm_backward(dx.raw(), g[0].raw(), y.raw(), rstd.data<float>(), N, C, xv.dtype());
+    return std::vector<Tensor>{dx};
+  }, "l2norm");
+}
+#endif
+
 Var l2norm(const Var& x, double eps) {
   HLA_CHECK(x.dim() >= 1 && x.size(-1) > 0, "l2norm: x must have a non-empty last dim, got ", x.value().str());
-  HLA_CHECK(!x.value().is_cuda(), "l2norm: the CUDA kernel is not built yet");
+#ifdef HLA_CUDA
+  if (x.value().is_cuda()) return l2norm_cuda(x, eps);
+#endif
   int64_t C = x.size(-1), N = x.numel() / C;
   Tensor xv = x.value();
   Tensor y = Tensor::empty(xv.shape(), xv.dtype());  // y: (..., C)

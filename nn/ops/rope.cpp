@@ -5,6 +5,9 @@
 
 #include "autograd/gradcheck.h"
 #include "tensor/dispatch.h"
+#ifdef HLA_CUDA
+#include "cuda/rope.h"
+#endif
 
 namespace hla {
 namespace cpu {
@@ -56,12 +59,29 @@ template void rope_backward<double>(double*, const double*, int64_t, int64_t, in
 
 }  // namespace cpu
 
+#ifdef HLA_CUDA
+// The same op on the GPU (cuda/rope.cu).
+static Var rope_cuda(const Var& x, double theta, int64_t position_offset) {
+  Tensor xv = x.value();
+  const int64_t B = xv.size(0), T = xv.size(1), H = xv.size(2), D = xv.size(3);
+  Tensor y = Tensor::empty(xv.shape(), xv.dtype(), Device::CUDA);  // y: (B, T, H, D)
+  cuda::rope_forward(y.raw(), xv.raw(), B, T, H, D, theta, position_offset, xv.dtype());
+  return record_op1(y, {x}, [=](const std::vector<Tensor>& g) {
+    Tensor dx = Tensor::empty(g[0].shape(), g[0].dtype(), Device::CUDA);
+    cuda::rope_backward(dx.raw(), g[0].raw(), B, T, H, D, theta, position_offset, g[0].dtype());
+    return std::vector<Tensor>{dx};
+  }, "rope");
+}
+#endif
+
 Var rope(const Var& x, double theta, int64_t position_offset) {
   HLA_CHECK(x.dim() == 4, "rope: x must be (B, T, H, D), got ", x.value().str());
   const int64_t B = x.size(0), T = x.size(1), H = x.size(2), D = x.size(3);
   HLA_CHECK(D % 2 == 0, "rope: head dim D must be even (rotate-half pairs i with i + D/2), got ", D);
   HLA_CHECK(theta > 0, "rope: theta must be > 0, got ", theta);
-  HLA_CHECK(!x.value().is_cuda(), "rope: the CUDA kernel is not built yet");
+#ifdef HLA_CUDA
+  if (x.value().is_cuda()) return rope_cuda(x, theta, position_offset);
+#endif
   Tensor xv = x.value();
   Tensor y = Tensor::empty(xv.shape(), xv.dtype());  // y: (B, T, H, D)
   dispatch_float(xv.dtype(), "rope", [&](auto tag) {

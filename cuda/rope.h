@@ -1,0 +1,14 @@
+// Rotate-half RoPE on the GPU: same names and argument order as cpu::rope_* in nn/ops/rope.h.
+// x, y, dx, dy are F32 or BF16 (dtype); angles in fp64 (see cuda/rope.cu), rotation in fp32.
+#pragma once
+#include <cstdint>
+#include "tensor/dtype.h"
+
+namespace hla::cuda {
+// x, y: (B, T, H, D)
+void rope_forward(void* y, const void* x, int64_t B, int64_t T, int64_t H, int64_t D, double theta,
+                  int64_t position_offset, DType dtype);
+// dy, dx: (B, T, H, D); dx written
+void rope_backward(void* dx, const void* dy, int64_t B, int64_t T, int64_t H, int64_t D, double theta,
+                   int64_t position_offset, DType dtype);
+}  // namespace hla::cuda
