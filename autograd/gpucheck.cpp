@@ -19,6 +19,27 @@ bool register_gpucheck(const std::string& op, std::function<std::vector<Gpucheck
   return true;
 }
 
+Tensor randn64(const Shape& shape, uint64_t seed, double std, double shift) {
+  Tensor t = Tensor::randn(shape, seed, std, DType::F64);
+  double* p = t.data<double>();
+  for (int64_t i = 0; i < t.numel(); i++) p[i] += shift;
+  return t;
+}
+
+Tensor map64(Tensor t, double (*f)(double)) {
+  double* p = t.data<double>();
+  for (int64_t i = 0; i < t.numel(); i++) p[i] = f(p[i]);
+  return t;
+}
+
+KernelName named_kernel(const std::string& name) {
+  return [name](DType) { return name; };
+}
+
+void append(std::vector<GpucheckResult>& all, const std::vector<GpucheckResult>& more) {
+  all.insert(all.end(), more.begin(), more.end());
+}
+
 const char* gpu_dtype_label(DType dtype) { return dtype == DType::BF16 ? "bf16" : dtype == DType::F32 ? "f32" : "f64"; }
 
 double rel_rms_error(const Tensor& a, const Tensor& ref) {

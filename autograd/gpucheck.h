@@ -60,6 +60,14 @@ class PoisonGuard {
   PoisonGuard& operator=(const PoisonGuard&) = delete;
 };
 
+// Helpers for writing cases: float64 CPU inputs drawn from `seed` (randn(std) + shift, or f
+// applied to every element), a kernel label that does not depend on the dtype, and appending
+// one check's rows to a case's list.
+Tensor randn64(const Shape& shape, uint64_t seed, double std = 1.0, double shift = 0.0);
+Tensor map64(Tensor t, double (*f)(double));
+KernelName named_kernel(const std::string& name);
+void append(std::vector<GpucheckResult>& all, const std::vector<GpucheckResult>& more);
+
 // Registry: each case draws its inputs from `seed`.
 struct GpucheckCase {
   std::string op;

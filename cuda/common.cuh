@@ -59,16 +59,4 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   return v;
 }
 
-// Parameter gradients summed over rows without atomics (deterministic): a kernel writes fp32
-// partial column sums partial: (parts, C), one row per slice of the rows, then
-// dw[c] += sum over parts of partial[p, c].
-template <class T>
-__global__ void add_column_sums_kernel(T* dw, const float* partial, int parts, int C) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  float s = 0;
-  for (int p = 0; p < parts; p++) s += partial[p * (int64_t)C + c];
-  dw[c] = from_float<T>(to_float(dw[c]) + s);
-}
-
 }  // namespace hla::cuda

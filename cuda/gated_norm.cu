@@ -10,8 +10,8 @@
 //   backward: pass 1 writes dz of the post-norm gate and warp-sums a_hat * dy0 * w, pass 2 writes
 //             dx (and dz of the pre-norm gate)
 // dw = sum over rows of dy0 * a_hat is a column sum over the N rows: a second kernel writes fp32
-// partial sums over slices of the rows, add_column_sums_kernel adds them (deterministic).
-#include "cuda/common.cuh"
+// partial sums over slices of the rows, accumulate_column_sums (cuda/reduce.cuh) adds them (deterministic).
+#include "cuda/reduce.cuh"
 #include "cuda/gated_norm.h"
 
 namespace hla::cuda {
@@ -160,7 +160,7 @@ void gated_rmsnorm_backward(void* dx, void* dz, void* dw, const void* dy, const 
                                                                   static_cast<int>(C), static_cast<int>(G), act,
                                                                   gate_after);
     CUDA_CHECK_LAUNCH();
-    add_column_sums_kernel<T><<<grid_1d(C), 256>>>(static_cast<T*>(dw), partial, parts, static_cast<int>(C));
+    accumulate_column_sums(static_cast<T*>(dw), partial, parts, C);
   });
   CUDA_CHECK_LAUNCH();
   device_free(partial, partial_bytes);

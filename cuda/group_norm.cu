@@ -9,9 +9,9 @@
 //             y = x_hat * w + b
 //   backward: warp sums of dyw and x_hat * dyw, then dx
 // dw = sum_rows dy * x_hat and db = sum_rows dy are column sums over the N rows: a second kernel
-// writes fp32 partial sums over slices of the rows, add_column_sums_kernel adds them
+// writes fp32 partial sums over slices of the rows, accumulate_column_sums (cuda/reduce.cuh) adds them
 // (deterministic).
-#include "cuda/common.cuh"
+#include "cuda/reduce.cuh"
 #include "cuda/group_norm.h"
 
 namespace hla::cuda {
@@ -128,9 +128,9 @@ void group_norm_backward(void* dx, void* dw, void* db, const void* dy, const voi
     group_norm_param_partial_kernel<T><<<col_grid, col_threads>>>(partial, db_partial, dy_t, x_t, mean, rstd, N,
                                                                   static_cast<int>(C), static_cast<int>(G));
     CUDA_CHECK_LAUNCH();
-    add_column_sums_kernel<T><<<grid_1d(C), 256>>>(static_cast<T*>(dw), partial, parts, static_cast<int>(C));
+    accumulate_column_sums(static_cast<T*>(dw), partial, parts, C);
     if (db)
-      add_column_sums_kernel<T><<<grid_1d(C), 256>>>(static_cast<T*>(db), db_partial, parts, static_cast<int>(C));
+      accumulate_column_sums(static_cast<T*>(db), db_partial, parts, C);
   });
   CUDA_CHECK_LAUNCH();
   device_free(partial, partial_bytes);

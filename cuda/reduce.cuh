@@ -1,5 +1,6 @@
-// Deterministic two-pass sums for parameter gradients that add up over many rows (short_conv's
-// dw, lerp's dmu, the gates' dt_bias / A_log, the broadcasts' ds, ddlerp's dbias).
+// Deterministic two-pass sums for parameter gradients that add up over many rows (the norms'
+// dw and db, short_conv's dw, lerp's dmu, the gates' dt_bias / A_log, the broadcasts' ds,
+// ddlerp's dbias).
 //
 // Pass 1 (in the op's own kernel, or column_partial_sums_kernel here) splits the rows into fixed
 // contiguous chunks and writes one fp32 partial sum per (chunk, column). Pass 2 adds the

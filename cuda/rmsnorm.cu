@@ -3,9 +3,9 @@
 // Forward: pass 1 sums x^2 over the row (block reduction), pass 2 writes y = x * rstd * w.
 // Backward: dx needs one more row reduction, mean(x_hat * dy * w). dw = sum_rows(dy * x_hat)
 // is a column sum over all N rows: each block keeps fp32 partial sums for its rows in shared
-// memory and writes them to a (blocks, C) scratch buffer; add_column_sums_kernel (cuda/common.cuh)
+// memory and writes them to a (blocks, C) scratch buffer; accumulate_column_sums (cuda/reduce.cuh)
 // adds the column sums into dw. No atomics, so dw is deterministic.
-#include "cuda/common.cuh"
+#include "cuda/reduce.cuh"
 #include "cuda/rmsnorm.h"
 
 namespace hla::cuda {
@@ -83,7 +83,7 @@ void rmsnorm_backward(void* dx, void* dw, const void* dy, const void* x, const v
     kernel<<<blocks, kThreads, smem>>>(static_cast<T*>(dx), partial, static_cast<const T*>(dy),
                                        static_cast<const T*>(x), static_cast<const T*>(w), rstd, N, static_cast<int>(C));
     CUDA_CHECK_LAUNCH();
-    add_column_sums_kernel<T><<<grid_1d(C), 256>>>(static_cast<T*>(dw), partial, blocks, static_cast<int>(C));
+    accumulate_column_sums(static_cast<T*>(dw), partial, blocks, C);
   });
   CUDA_CHECK_LAUNCH();
   device_free(partial, blocks * smem);

@@ -20,17 +20,6 @@
 namespace hla {
 namespace {
 
-Tensor randn64(const Shape& shape, uint64_t seed, double std = 1.0, double shift = 0.0) {
-  Tensor t = Tensor::randn(shape, seed, std, DType::F64);
-  double* p = t.data<double>();
-  for (int64_t i = 0; i < t.numel(); i++) p[i] += shift;
-  return t;
-}
-
-KernelName named(const std::string& name) {
-  return [name](DType) { return name; };
-}
-
 // Random targets in [0, V) with about one in eight rows ignored.
 Tensor random_targets(int64_t N, int64_t V, uint64_t seed) {
   std::vector<int32_t> c(N);
@@ -51,7 +40,7 @@ std::vector<GpucheckResult> check_attention(const std::string& op, AttentionShap
 #ifdef HLA_CUDA
   KernelName kernel = [s](DType dtype) { return std::string(cuda::attention_kernel(s.D, s.Dv, dtype)); };
 #else
-  KernelName kernel = named("attention");
+  KernelName kernel = named_kernel("attention");
 #endif
   return gpucheck(op, kernel, fn,
                   {{"q", randn64({s.B, s.T, s.H, s.D}, seed + 1)},
@@ -64,13 +53,13 @@ std::vector<GpucheckResult> check_attention(const std::string& op, AttentionShap
 
 HLA_GPUCHECK("rmsnorm", seed) {
   auto fn = [](const std::vector<Var>& v) { return std::vector<Var>{rmsnorm(v[0], v[1], 1e-6)}; };
-  return gpucheck("rmsnorm", named("rmsnorm"), fn,
+  return gpucheck("rmsnorm", named_kernel("rmsnorm"), fn,
                   {{"x", randn64({3, 37, 320}, seed + 1)}, {"weight", randn64({320}, seed + 2, 0.3, 1.0)}}, seed);
 }
 
 HLA_GPUCHECK("swiglu", seed) {
   auto fn = [](const std::vector<Var>& v) { return std::vector<Var>{swiglu(v[0], v[1])}; };
-  return gpucheck("swiglu", named("swiglu"), fn,
+  return gpucheck("swiglu", named_kernel("swiglu"), fn,
                   {{"a", randn64({5, 999}, seed + 1, 2.0)}, {"b", randn64({5, 999}, seed + 2)}}, seed);
 }
 
@@ -81,7 +70,7 @@ HLA_GPUCHECK("cross_entropy", seed) {
     auto fn = [targets](const std::vector<Var>& v) {
       return std::vector<Var>{cross_entropy(v[0], targets.to(v[0].device()))};
     };
-    auto r = gpucheck("cross_entropy V=" + std::to_string(V), named("fused"), fn,
+    auto r = gpucheck("cross_entropy V=" + std::to_string(V), named_kernel("fused"), fn,
                       {{"logits", randn64({2, 37, V}, seed + 1, 3.0)}}, seed);
     all.insert(all.end(), r.begin(), r.end());
   }
@@ -90,7 +79,7 @@ HLA_GPUCHECK("cross_entropy", seed) {
 
 HLA_GPUCHECK("cast", seed) {
   auto fn = [](const std::vector<Var>& v) { return std::vector<Var>{cast(v[0], DType::BF16)}; };
-  return gpucheck("cast to bf16", named("convert"), fn, {{"x", randn64({4, 333}, seed + 1)}}, seed);
+  return gpucheck("cast to bf16", named_kernel("convert"), fn, {{"x", randn64({4, 333}, seed + 1)}}, seed);
 }
 
 HLA_GPUCHECK("attention", seed) {

@@ -16,21 +16,6 @@
 namespace hla {
 namespace {
 
-Tensor randn64(const Shape& shape, uint64_t seed, double std = 1.0, double shift = 0.0) {
-  Tensor t = Tensor::randn(shape, seed, std, DType::F64);
-  double* p = t.data<double>();
-  for (int64_t i = 0; i < t.numel(); i++) p[i] += shift;
-  return t;
-}
-
-KernelName named(const std::string& name) {
-  return [name](DType) { return name; };
-}
-
-void append(std::vector<GpucheckResult>& all, std::vector<GpucheckResult> r) {
-  all.insert(all.end(), r.begin(), r.end());
-}
-
 // Norm weights near 1, as trained ones are.
 Tensor norm_weight(int64_t C, uint64_t seed) { return randn64({C}, seed, 0.3, 1.0); }
 
@@ -40,7 +25,7 @@ HLA_GPUCHECK("l2norm", seed) {
   std::vector<GpucheckResult> all;
   auto fn = [](const std::vector<Var>& v) { return std::vector<Var>{l2norm(v[0], 1e-6)}; };
   for (const Shape& shape : {Shape{2, 37, 3, 64}, Shape{2, 37, 4, 256}, Shape{2, 37, 5, 33}, Shape{3, 37, 1000}})
-    append(all, gpucheck("l2norm " + shape_str(shape), named("warp per row"), fn, {{"x", randn64(shape, seed + 1)}},
+    append(all, gpucheck("l2norm " + shape_str(shape), named_kernel("warp per row"), fn, {{"x", randn64(shape, seed + 1)}},
                          seed));
   return all;
 }
@@ -68,7 +53,7 @@ HLA_GPUCHECK("gated_rmsnorm", seed) {
       return std::vector<Var>{gated_rmsnorm(v[0], v[1], v[2], 1e-6, c.act, c.order, c.group_size)};
     };
     const int64_t C = c.shape.back();
-    append(all, gpucheck(std::string("gated_rmsnorm ") + c.name + " " + shape_str(c.shape), named("warp per group"),
+    append(all, gpucheck(std::string("gated_rmsnorm ") + c.name + " " + shape_str(c.shape), named_kernel("warp per group"),
                          fn,
                          {{"x", randn64(c.shape, seed + 1)},
                           {"z", randn64(c.shape, seed + 2, 1.5)},
@@ -100,7 +85,7 @@ HLA_GPUCHECK("group_norm", seed) {
     std::vector<GpucheckInput> inputs = {{"x", randn64(c.shape, seed + 1, 1.0, 0.5)},
                                          {"weight", norm_weight(C, seed + 2)}};
     if (c.bias) inputs.push_back({"bias", randn64({C}, seed + 3, 0.3)});
-    append(all, gpucheck(std::string("group_norm ") + c.name + " " + shape_str(c.shape), named("warp per group"), fn,
+    append(all, gpucheck(std::string("group_norm ") + c.name + " " + shape_str(c.shape), named_kernel("warp per group"), fn,
                          inputs, seed));
   }
   return all;
@@ -122,7 +107,7 @@ HLA_GPUCHECK("rope", seed) {
   for (const Case& c : cases) {
     auto fn = [c](const std::vector<Var>& v) { return std::vector<Var>{rope(v[0], 10000.0, c.position_offset)}; };
     append(all, gpucheck("rope " + shape_str(c.shape) + " offset " + std::to_string(c.position_offset),
-                         named("rotate_half"), fn, {{"x", randn64(c.shape, seed + 1)}}, seed));
+                         named_kernel("rotate_half"), fn, {{"x", randn64(c.shape, seed + 1)}}, seed));
   }
   return all;
 }

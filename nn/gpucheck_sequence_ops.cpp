@@ -19,32 +19,12 @@
 namespace hla {
 namespace {
 
-Tensor randn64(const Shape& shape, uint64_t seed, double std = 1.0, double shift = 0.0) {
-  Tensor t = Tensor::randn(shape, seed, std, DType::F64);
-  double* p = t.data<double>();
-  for (int64_t i = 0; i < t.numel(); i++) p[i] += shift;
-  return t;
-}
-
 Tensor uniform64(const Shape& shape, uint64_t seed, double lo, double hi) {
   return Tensor::uniform(shape, seed, lo, hi, DType::F64);
 }
 
-Tensor map64(Tensor t, double (*f)(double)) {
-  double* p = t.data<double>();
-  for (int64_t i = 0; i < t.numel(); i++) p[i] = f(p[i]);
-  return t;
-}
 double log_of(double x) { return std::log(x); }
 double inverse_softplus(double x) { return std::log(std::expm1(x)); }
-
-KernelName named(const std::string& name) {
-  return [name](DType) { return name; };
-}
-
-void append(std::vector<GpucheckResult>& all, const std::vector<GpucheckResult>& r) {
-  all.insert(all.end(), r.begin(), r.end());
-}
 
 // ---- short_conv ----
 
@@ -71,7 +51,7 @@ std::vector<GpucheckResult> check_short_conv(const ConvCase& c, uint64_t seed) {
   if (has_state) in.push_back({"initial_state", randn64({c.B, c.C, c.K - 1}, seed + 4)});
   const std::string op = std::string("short_conv ") + c.what + " B" + std::to_string(c.B) + " L" +
                          std::to_string(c.L) + " C" + std::to_string(c.C) + " K" + std::to_string(c.K);
-  return gpucheck(op, named("short_conv"), fn, in, seed);
+  return gpucheck(op, named_kernel("short_conv"), fn, in, seed);
 }
 
 }  // namespace
@@ -98,11 +78,11 @@ HLA_GPUCHECK("token_shift", seed) {
     return std::vector<Var>{o.delta, o.last_token};
   };
   // RWKV-6 340M time mix / channel mix (no state), then a continued chunk with an odd width.
-  append(all, gpucheck("token_shift B2 L77 D1024", named("token_shift"), shift,
+  append(all, gpucheck("token_shift B2 L77 D1024", named_kernel("token_shift"), shift,
                        {{"x", randn64({2, 77, 1024}, seed + 1)}}, seed));
-  append(all, gpucheck("token_shift state B3 L37 D67", named("token_shift"), shift,
+  append(all, gpucheck("token_shift state B3 L37 D67", named_kernel("token_shift"), shift,
                        {{"x", randn64({3, 37, 67}, seed + 2)}, {"state", randn64({3, 67}, seed + 3)}}, seed));
-  append(all, gpucheck("token_shift state B2 L1 D33", named("token_shift"), shift,
+  append(all, gpucheck("token_shift state B2 L1 D33", named_kernel("token_shift"), shift,
                        {{"x", randn64({2, 1, 33}, seed + 4)}, {"state", randn64({2, 33}, seed + 5)}}, seed));
   return all;
 }
@@ -112,7 +92,7 @@ HLA_GPUCHECK("lerp", seed) {
   auto static_lerp = [](const std::vector<Var>& x) { return std::vector<Var>{lerp(x[0], x[1], x[2])}; };
   for (auto [B, L, D] : {std::tuple<int64_t, int64_t, int64_t>{2, 77, 1024}, {3, 37, 67}, {2, 5, 64}}) {
     const std::string op = "lerp " + shape_str({B, L, D});
-    append(all, gpucheck(op, named("lerp"), static_lerp,
+    append(all, gpucheck(op, named_kernel("lerp"), static_lerp,
                          {{"x", randn64({B, L, D}, seed + 1)},
                           {"delta", randn64({B, L, D}, seed + 2)},
                           {"mu", uniform64({D}, seed + 3, 0.0, 1.0)}},
@@ -130,7 +110,7 @@ HLA_GPUCHECK("ddlerp", seed) {
     const int64_t N = 5;
     const std::string op = "ddlerp B" + std::to_string(B) + " L" + std::to_string(L) + " D" + std::to_string(D) +
                            " R" + std::to_string(R);
-    append(all, gpucheck(op, named("ddlerp cublas"), data_dependent,
+    append(all, gpucheck(op, named_kernel("ddlerp cublas"), data_dependent,
                          {{"x", randn64({B, L, D}, seed + 1)},
                           {"delta", randn64({B, L, D}, seed + 2)},
                           {"zz", randn64({B, L, N * R}, seed + 3)},
@@ -144,7 +124,7 @@ HLA_GPUCHECK("ddlerp", seed) {
 HLA_GPUCHECK("gates", seed) {
   std::vector<GpucheckResult> all;
   auto check_gate = [&all, seed](const std::string& op, const GpucheckFn& fn, const std::vector<GpucheckInput>& in) {
-    append(all, gpucheck(op, named("gates"), fn, in, seed));
+    append(all, gpucheck(op, named_kernel("gates"), fn, in, seed));
   };
   auto gla = [](const std::vector<Var>& x) { return std::vector<Var>{gla_gate(x[0], 16.0)}; };
   auto rwkv = [](const std::vector<Var>& x) { return std::vector<Var>{rwkv_gate(x[0])}; };
@@ -212,7 +192,7 @@ HLA_GPUCHECK("broadcast", seed) {
     };
     const std::string op = std::string(multiply ? "mul_broadcast " : "add_broadcast ") + c.what + " " +
                            shape_str(c.x_shape) + " S" + std::to_string(c.S) + " inner" + std::to_string(inner);
-    append(all, gpucheck(op, named("broadcast"), fn,
+    append(all, gpucheck(op, named_kernel("broadcast"), fn,
                          {{"x", randn64(c.x_shape, seed + 1)}, {"s", randn64({c.S}, seed + 2, 0.5, 0.5)}}, seed));
   }
   return all;
@@ -231,7 +211,7 @@ HLA_GPUCHECK("split_last", seed) {
     const std::vector<int64_t> widths = c.widths;
     auto fn = [widths](const std::vector<Var>& x) { return split_last(x[0], widths); };
     append(all, gpucheck("split_last " + shape_str(c.x_shape) + " into " + std::to_string(widths.size()),
-                         named("memcpy2d"), fn, {{"x", randn64(c.x_shape, seed + 1)}}, seed));
+                         named_kernel("memcpy2d"), fn, {{"x", randn64(c.x_shape, seed + 1)}}, seed));
   }
   return all;
 }
