@@ -21,18 +21,6 @@
 namespace hla {
 namespace {
 
-Tensor randn64(const Shape& shape, uint64_t seed, double std = 1.0, double shift = 0.0) {
-  Tensor t = Tensor::randn(shape, seed, std, DType::F64);
-  double* p = t.data<double>();
-  for (int64_t i = 0; i < t.numel(); i++) p[i] += shift;
-  return t;
-}
-
-Tensor map64(Tensor t, double (*f)(double)) {
-  double* p = t.data<double>();
-  for (int64_t i = 0; i < t.numel(); i++) p[i] = f(p[i]);
-  return t;
-}
 double logsigmoid(double x) { return -std::log1p(std::exp(-x)); }
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
@@ -59,8 +47,6 @@ std::string dims(int64_t B, int64_t T, int64_t H, int64_t HV, int64_t dk, int64_
   return " B" + std::to_string(B) + " T" + std::to_string(T) + " H" + std::to_string(H) + "/" + std::to_string(HV) +
          " dk" + std::to_string(dk) + " dv" + std::to_string(dv);
 }
-
-void append(std::vector<GpucheckResult>& all, std::vector<GpucheckResult> r) { all.insert(all.end(), r.begin(), r.end()); }
 
 // ---- hgrn ----
 
