@@ -1,6 +1,9 @@
 // `hla gpu-check [--op NAME] [--seed N]`: runs every registered CUDA-vs-CPU case
-// (autograd/gpucheck.h) and prints one row per (op, dtype, tensor); the table is the last
-// thing printed. Exits 1 on any failure. Without a GPU it says so loudly and exits 0.
+// (autograd/gpucheck.h) and prints one row per (op, dtype, tensor), then a short summary per
+// case and dtype (worst output and gradient errors), then the totals: the last thing printed.
+// Exits 1 on any failure. Without a GPU it says so loudly and exits 0.
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <random>
@@ -26,6 +29,31 @@ void print_table(const std::vector<hla::GpucheckResult>& rows) {
                 r.tensor.c_str(), r.rel_err, r.tol, r.pass ? "PASS" : "FAIL");
 }
 
+// One line per (case, dtype): rows, the worst output and gradient errors, failures.
+struct CaseSummary {
+  std::string name, dtype;
+  int rows = 0, failed = 0;
+  double worst_out = 0, worst_grad = 0;
+};
+
+void print_summary(const std::vector<CaseSummary>& cases) {
+  std::printf("\n%-22s %-5s %5s %13s %13s  %s\n", "case", "dtype", "rows", "worst out", "worst grad", "result");
+  for (const auto& c : cases)
+    std::printf("%-22s %-5s %5d %13.3e %13.3e  %s\n", c.name.c_str(), c.dtype.c_str(), c.rows, c.worst_out,
+                c.worst_grad, c.failed ? "FAIL" : "PASS");
+}
+
+void add_to_summary(std::vector<CaseSummary>& cases, const std::string& name, const hla::GpucheckResult& r) {
+  auto it = std::find_if(cases.begin(), cases.end(),
+                         [&](const CaseSummary& c) { return c.name == name && c.dtype == r.dtype; });
+  if (it == cases.end()) it = cases.insert(cases.end(), CaseSummary{name, r.dtype});
+  it->rows++;
+  it->failed += !r.pass;
+  const bool gradient = r.tensor.size() > 1 && r.tensor[0] == 'd';  // "dx", "dweight"; outputs: "out", "m", ...
+  double& worst = gradient ? it->worst_grad : it->worst_out;
+  worst = std::isnan(r.rel_err) ? r.rel_err : std::max(worst, r.rel_err);
+}
+
 void run(const Options& opt) {
   if (!hla::cuda_available()) {
     std::cout << "\n*** gpu-check SKIPPED: no CUDA GPU "
@@ -43,6 +71,7 @@ void run(const Options& opt) {
             << ")\n";
 #endif
   std::vector<hla::GpucheckResult> rows;
+  std::vector<CaseSummary> summary;
   int cases = 0;
   for (const auto& c : hla::gpucheck_registry()) {
     if (!opt.op.empty() && c.op.find(opt.op) == std::string::npos) continue;
@@ -51,11 +80,13 @@ void run(const Options& opt) {
     try {
       auto r = c.run(seed);
       rows.insert(rows.end(), r.begin(), r.end());
+      for (const auto& row : r) add_to_summary(summary, c.op, row);
       std::cout << " " << r.size() << " rows\n";
     } catch (const std::exception& e) {
       std::cout << " ERROR\n";
       std::cerr << "gpu-check " << c.op << ": " << e.what() << "\n";
       rows.push_back({c.op, "-", "-", "error", NAN, 0, false});
+      add_to_summary(summary, c.op, rows.back());
     }
   }
   if (cases == 0) {
@@ -64,8 +95,10 @@ void run(const Options& opt) {
   }
   int failed = 0;
   for (const auto& r : rows) failed += !r.pass;
-  std::printf("\ngpu-check: %zu rows, %zu PASS, %d FAIL\n", rows.size(), rows.size() - failed, failed);
+  std::printf("\n");
   print_table(rows);
+  print_summary(summary);
+  std::printf("\ngpu-check: %zu rows, %zu PASS, %d FAIL\n", rows.size(), rows.size() - failed, failed);
   if (failed) throw hla::cli::ExitCode{1};
 }
 
