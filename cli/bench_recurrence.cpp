@@ -168,7 +168,7 @@ void bench_delta(std::vector<Row>& rows, const hla::bench::Options& opt, const P
   };
   const double gates = (m.gate == DeltaGate::Vector ? kRowBytes : m.gate == DeltaGate::Scalar ? kRowBytes / kD : 0) +
                        (m.vectors ? 2 * kRowBytes : kRowBytes / kD);
-  // The row names the kernels that run (chunked forward for DeltaNet/GDN, recurrent otherwise).
+  // The row names the kernels that run (chunked fwd+bwd for DeltaNet/GDN, recurrent otherwise).
   const std::string name = std::string("delta ") + m.name + " [" + hla::cuda::delta_rule_kernel(d, DType::BF16) + "]";
   add_rows(rows, name, kShape, time_pair(forward, backward, opt), 4 * kStatePass,
            5 * kRowBytes + gates, 10 * kRowBytes + 2 * gates, m.anchor_fwd, m.anchor_all, m.anchor);
@@ -195,6 +195,6 @@ std::vector<Row> bench_recurrence(const hla::bench::Options&) { return {}; }  //
 #endif
 
 const bool registered = hla::bench::register_bench(
-    "recurrence", "hgrn, decay attention, rwkv6, delta rule (recurrent; delta rule chunked fwd) fwd and fwd+bwd vs fla", bench_recurrence);
+    "recurrence", "hgrn, decay attention, rwkv6, delta rule (recurrent; DeltaNet/GDN chunked) fwd and fwd+bwd vs fla", bench_recurrence);
 
 }  // namespace

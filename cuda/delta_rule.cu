@@ -1,7 +1,7 @@
-// The delta rule on the GPU: the chunked tensor-core forward of cuda/delta_rule_chunk.cu where it
-// applies (delta_chunk::supported), otherwise the recurrent kernels of cuda/recurrence.cuh with Op::Delta
-// (S' = Diag(exp(g)) S, u = w*v - S'^T (b*k), S = S' + k u^T, o = scale S^T q), and the small
-// kernels that turn the fp32 per-value-head results into the op's gradients:
+// The delta rule on the GPU: the chunked tensor-core forward and backward of
+// cuda/delta_rule_chunk.cu where they apply (delta_chunk::supported), otherwise the recurrent
+// kernels of cuda/recurrence.cuh with Op::Delta (S' = Diag(exp(g)) S, u = w*v - S'^T (b*k),
+// S = S' + k u^T, o = scale S^T q), and the small kernels that turn the fp32 per-value-head results into the op's gradients:
 //   dq, dk summed over the value heads of a group;  a scalar gate's or beta's gradient summed
 //   over the key channels;  y = w * v  =>  dv = w * du,  dw = v * du (scalar w: v . du).
 #include "cuda/delta_rule.h"
@@ -45,12 +45,17 @@ void dispatch_gate(DeltaGate gate, Fn&& fn) {
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// Whether the chunked tensor-core kernels run (their 16-byte loads need aligned q, k, v).
+bool chunked(const DeltaRuleDims& d, DType dtype, const void* q, const void* k, const void* v) {
+  return delta_chunk::supported(d, dtype) && aligned16(q) && aligned16(k) && aligned16(v);
+}
+
 }  // namespace
 
 void delta_rule_forward(void* o, float* final_state, void* residual, const void* q, const void* k, const void* v,
                         const void* g, const void* b, const void* w, const float* h0, const DeltaRuleDims& d,
                         float* u_f32, DType dtype) {
-  if (delta_chunk::supported(d, dtype) && aligned16(q) && aligned16(k) && aligned16(v)) {
+  if (chunked(d, dtype, q, k, v)) {
     delta_chunk::forward(o, final_state, residual, q, k, v, g, b, w, h0, d, u_f32);
     return;
   }
@@ -69,6 +74,11 @@ void delta_rule_backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g,
                          float* grad_h0, const void* d_o, const float* d_final_state, const void* d_residual,
                          const void* q, const void* k, const void* v, const void* g, const void* b, const void* w,
                          const float* h0, const DeltaRuleDims& d, const float* u_f32, DType dtype) {
+  if (chunked(d, dtype, q, k, v) && aligned16(d_o) && aligned16(u_f32)) {
+    delta_chunk::backward(grad_q, grad_k, grad_v, grad_g, grad_b, grad_w, grad_h0, d_o, d_final_state, d_residual, q,
+                          k, v, g, b, w, h0, d, u_f32);
+    return;
+  }
   dispatch_storage(dtype, "delta_rule_backward", [&](auto tag) {
     using S = decltype(tag);
     recurrence::dispatch_kmax(d.dk, "delta_rule", [&](auto kmax) {
@@ -103,7 +113,7 @@ void delta_rule_backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g,
 }
 
 const char* delta_rule_kernel(const DeltaRuleDims& d, DType dtype) {
-  return delta_chunk::supported(d, dtype) ? "chunked fwd (mma), recurrent bwd" : "recurrent";
+  return delta_chunk::supported(d, dtype) ? "chunked fwd+bwd (mma)" : "recurrent";
 }
 
 }  // namespace hla::cuda

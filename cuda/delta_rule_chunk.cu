@@ -1,5 +1,5 @@
-// The chunked delta rule forward on tensor cores (mixers.md 4.6-4.8), pass by pass the CPU
-// chunked reference of nn/ops/delta_rule.cpp. See cuda/delta_rule_chunk.cuh for the scope.
+// The chunked delta rule on tensor cores (mixers.md 4.6-4.9), forward and backward, pass by pass
+// the CPU chunked reference of nn/ops/delta_rule.cpp. See cuda/delta_rule_chunk.cuh for the scope.
 //
 // Per (batch b, value head j), chunks of C = 64 tokens, local tokens t = 0..63 (rows past the
 // end of the sequence are zero: k = q = v = 0, beta = w = g = 0, so they change nothing):
@@ -17,6 +17,30 @@
 //     2a  Vnew = U - W h                            -> residual (bf16) and u_f32    (4.8, mma)
 //     2b  o = scale (Q (.) exp(G)) h + Aqk Vnew                                   (4.6, mma)
 //     2c  h <- exp(G_last) h + (K (.) exp(G_last - G))^T Vnew                     (4.8, mma)
+//
+// Backward (CPU: chunk_backward, chunk_backward_local), 4.9 step by step:
+//   Passes 1-2 replayed (4.9 step 1): the same kernels, also keeping A and every chunk-start
+//   state h[n] (fp32, see below), writing no outputs.
+//   Pass 3 (reverse_scan_kernel, the scan's grid and layout, chunks in reverse; step 3):
+//     3a  dh[n] = dS (gradient of chunk n's end state)
+//     3b  dVnew = Aqk^T dO + Kg dS + dU                                                (mma)
+//     3c  dS <- exp(G_last) dS + scale Qg^T dO - W^T dVnew;  finally dh0 = dS          (mma)
+//   Pass 4 (local_backward_kernel, grid (NT, HV, B), every chunk in parallel; steps 2, 4-8):
+//     4a  dQ = scale exp(G) dO h^T,  dW = -dVnew h^T                                    (mma)
+//     4b  dK = exp(G_last - G) (Vnew dh^T), kg pair terms, h . dh                       (mma)
+//     4c  dAqk = scale dO Vnew^T -> Ps = dAqk exp(G_t - G_s), pair terms dAqk (.) Aqk   (mma)
+//     4d  dA = dU Y^T + dW Ehat^T                                                       (mma)
+//     4e  dL = -(A^T dA A^T) strictly lower -> P2 = dL exp(G_t - G_s), pairs dL (.) L   (mma)
+//     4f  dY = A^T dU -> dv = w dY, dw = v . dY                                         (mma)
+//     4g  dEhat = A^T dW, dE = exp(G) dEhat + P2 K -> dk += beta dE, dbeta = k . dE    (mma)
+//     4h  dQ += Ps K,  dK += Ps^T Q + (diag(beta) P2)^T K                              (mma)
+//     4i  dG per token (row sums, pair rowsum - colsum, last-token terms), reverse cumsum -> dg
+//   then dq, dk are summed over the value heads of a group (recurrence::group_sum).
+//   h[n], dh[n] are kept in fp32: bf16 snapshots would put 2^-9 relative errors on dW, dQ and
+//   dK (products with h) and, through dS, on every earlier chunk's gradients; at 4 x 268 MB of
+//   traffic (B4 T4096 H16 D128) fp32 costs ~0.2 ms more than bf16, well worth the margin under
+//   the 1e-2 gradient tolerance. Per-row sums (dG, dbeta, dw) are reduced without atomics
+//   (WarpTile::add_row_sums), so the backward is deterministic.
 //
 // Precision. Every product runs on mma.m16n8k16 bf16 -> fp32. q, k, v are bf16 already and
 // enter exactly; an fp32 operand (A with its column scales, W, U's partner h, Aqk, Vnew) is
@@ -37,6 +61,7 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common.cuh"
 #include "cuda/mma.cuh"
@@ -67,6 +92,18 @@ struct ChunkArgs {
   float* U;             // (B, HV, NT * C, dv)
   float* Aqk;           // (B, HV, NT, C, C)
   float* G;             // (B, HV, NT * C)  in-chunk cumulative gate
+  // backward only (null in the forward)
+  float* A;             // (B, HV, NT, C, C)  (I + L)^{-1}, kept by pass 1
+  float* h_start;       // (B, HV, NT, dk, dv)  state at the start of each chunk, kept by pass 2
+  float* dh_end;        // (B, HV, NT, dk, dv)  gradient of each chunk's END state (pass 3)
+  float* dvnew;         // (B, HV, NT * C, dv)  total gradient of Vnew (pass 3)
+  const bf16 *d_o, *d_res;  // (B, T, HV, dv)  gradients of o and of the residual output u
+  const float* dht;     // (B, HV, dk, dv) or null  gradient of the final state
+  const float* vnew;    // (B, T, HV, dv)  the forward's u_f32 (= Vnew)
+  float* dh0;           // (B, HV, dk, dv) or null
+  float *dq, *dk;       // (B, T, HV, dk)  per value head (summed over a group afterwards)
+  bf16 *dv, *db, *dw;   // (B, T, HV, dv), (B, T, HV), (B, T, HV)
+  bf16* dg;             // (B, T, HV) or null (no gate)
 };
 
 __device__ __forceinline__ float bf(bf16 x) { return __bfloat162float(x); }
@@ -139,6 +176,26 @@ struct WarpTile {
       for (int i = 0; i < 4; i++) fn(row0 + g + 8 * (i / 2), col0 + nt * 8 + 2 * t + i % 2, acc[nt][i], nt * 4 + i);
   }
   __device__ __forceinline__ float at(int slot) const { return acc[slot / 4][slot % 4]; }
+  __device__ __forceinline__ float& ref(int slot) { return acc[slot / 4][slot % 4]; }
+
+  // out[part * M + row] += sum over this warp's columns of fn(row, col, acc element), where
+  // part = the warp's column group. Every (part, row) slot has one owner lane for every N, so
+  // repeated calls add up deterministically without atomics; a row's total is the sum over parts.
+  template <class Fn>
+  __device__ __forceinline__ void add_row_sums(float* out, Fn&& fn) {
+    float s[2] = {0.f, 0.f};  // rows g and g + 8
+    each([&](int r, int c, float x, int slot) { s[(slot % 4) / 2] += fn(r, c, x); });
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+      s[i] += __shfl_xor_sync(0xffffffffu, s[i], 1);
+      s[i] += __shfl_xor_sync(0xffffffffu, s[i], 2);
+    }
+    if (t == 0) {
+      const int part = (threadIdx.x / 32) / kRowTiles;
+      out[part * M + row0 + g] += s[0];
+      out[part * M + row0 + g + 8] += s[1];
+    }
+  }
 };
 
 // Rows t0 .. t0 + C - 1 of a bf16 (.., W) matrix whose rows are `stride` apart, into a (C, W + 8)
@@ -153,13 +210,15 @@ __device__ __forceinline__ void load_bf16_rows(bf16* dst, const bf16* src, int64
   }
 }
 
-// C rows of W floats (rows `stride` apart, 16-byte aligned) into a (C, LD) shared tile.
-template <int W, int LD>
-__device__ __forceinline__ void load_f32_rows(float* dst, const float* src, int64_t stride) {
+// ROWS rows of W floats (rows `stride` apart, 16-byte aligned) into a (ROWS, LD) shared tile;
+// rows n .. ROWS - 1 become zeros.
+template <int W, int LD, int ROWS = C>
+__device__ __forceinline__ void load_f32_rows(float* dst, const float* src, int64_t stride, int n = ROWS) {
   constexpr int kPieces = W / 4;
-  for (int i = threadIdx.x; i < C * kPieces; i += kThreads) {
+  for (int i = threadIdx.x; i < ROWS * kPieces; i += kThreads) {
     const int r = i / kPieces, c = (i % kPieces) * 4;
-    *reinterpret_cast<float4*>(dst + r * LD + c) = *reinterpret_cast<const float4*>(src + r * stride + c);
+    *reinterpret_cast<float4*>(dst + r * LD + c) =
+        r < n ? *reinterpret_cast<const float4*>(src + r * stride + c) : make_float4(0.f, 0.f, 0.f, 0.f);
   }
 }
 
@@ -254,6 +313,10 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
     }
   }
   __syncthreads();
+  if (a.A) {  // the backward keeps A (4.9 step 1)
+    float* A = a.A + (head * a.NT + chunk) * C * C;
+    for (int i = threadIdx.x; i < C * C; i += kThreads) A[i] = sm.A[(i / C) * kLdC + i % C];
+  }
   // 1d: W = A diag(beta exp(G)) K and U = A diag(w) V (fp32 A with its column scale split).
   {
     WarpTile<C, DK> wt;
@@ -318,6 +381,10 @@ __global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
     load_f32_rows<C, kLdC>(sm.aqk, a.Aqk + (head * a.NT + chunk) * C * C, C);
     if (threadIdx.x < C) sm.G[threadIdx.x] = a.G[row0 + threadIdx.x];
     __syncthreads();
+    if (a.h_start) {  // the backward keeps every chunk-start state h[n] (4.9 step 1)
+      float* hs = a.h_start + (head * a.NT + chunk) * DK * DV + v0;
+      for (int i = threadIdx.x; i < DK * BV; i += kThreads) hs[(i / BV) * DV + i % BV] = sm.h[(i / BV) * kLdH + i % BV];
+    }
     // 2a: Vnew = U - W h (rows past n are 0 - 0 h = 0); U straight from global memory.
     {
       if (threadIdx.x < C) {
@@ -329,7 +396,7 @@ __global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
       wh.each([&](int r, int c, float x, int) {
         const float u = a.U[(row0 + r) * DV + v0 + c] - x;
         sm.vnew[r * kLdH + c] = u;
-        if (r < n) {
+        if (r < n && a.residual) {  // the backward's replay (4.9 step 1) writes no outputs
           const int64_t idx = ((int64_t(bi) * a.T + t0 + r) * a.HV + j) * DV + v0 + c;  // (B, T, HV, dv)
           a.residual[idx] = __float2bfloat16_rn(u);
           if (a.u_f32) a.u_f32[idx] = u;
@@ -338,7 +405,7 @@ __global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
     }
     __syncthreads();
     // 2b: o = scale exp(G) (.) (Q h) + Aqk Vnew (Aqk already holds scale and the decays).
-    {
+    if (a.o) {
       WarpTile<C, BV> qh, av;
       qh.mma<DK, false, true>([&](int r, int d) { return bf(sm.q[r * kLdK + d]); }, h_op);
       av.mma<C, true, true>([&](int r, int s) { return sm.aqk[r * kLdC + s]; },
@@ -361,6 +428,7 @@ __global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
     }
   }
   __syncthreads();
+  if (!a.final_state) return;
   float* ht = a.final_state + head * DK * DV;
   for (int i = threadIdx.x; i < DK * BV; i += kThreads) {
     const int d = i / BV, c = i % BV;
@@ -368,23 +436,352 @@ __global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Backward pass 3 (4.9 step 3): per (b, j, 32 columns of dv), a reverse scan over chunks
+// carrying dS = dL/d(state), in the scan's shared-memory layout (sm.h holds dS, sm.vnew dVnew).
+// dO and dU are read straight from global memory (as the scan reads U).
+
 template <int DK, int DV>
-void launch(const ChunkArgs& a) {
-  auto prepare = prepare_kernel<DK, DV>;
-  constexpr size_t prepare_bytes = PrepareSmem<DK, DV>::bytes();
-  CUDA_CHECK(cudaFuncSetAttribute(prepare, cudaFuncAttributeMaxDynamicSharedMemorySize, int(prepare_bytes)));
-  prepare<<<dim3(a.NT, a.HV, a.B), kThreads, prepare_bytes>>>(a);
-  CUDA_CHECK_LAUNCH();
-  auto scan = scan_kernel<DK, DV>;
-  constexpr size_t scan_bytes = ScanSmem<DK, DV>::bytes();
-  static_assert(scan_bytes <= 113 * 1024, "two scan CTAs per SM (228 KB, 1 KB reserved per CTA)");
-  CUDA_CHECK(cudaFuncSetAttribute(scan, cudaFuncAttributeMaxDynamicSharedMemorySize, int(scan_bytes)));
-  CUDA_CHECK(cudaFuncSetAttribute(scan, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
-  scan<<<dim3(DV / ScanSmem<DK, DV>::BV, a.HV, a.B), kThreads, scan_bytes>>>(a);
+__global__ void __launch_bounds__(kThreads, 2) reverse_scan_kernel(ChunkArgs a) {
+  extern __shared__ float4 smem_raw[];
+  using Smem = ScanSmem<DK, DV>;
+  const Smem sm(smem_raw);
+  constexpr int BV = Smem::BV, kLdH = Smem::kLdH, kLdW = Smem::kLdW, kLdK = Smem::kLdK;
+  const int v0 = blockIdx.x * BV, j = blockIdx.y, bi = blockIdx.z, hq = j / (a.HV / a.H);
+  const int64_t head = int64_t(bi) * a.HV + j;
+  const float* dht = a.dht ? a.dht + head * DK * DV : nullptr;
+  for (int i = threadIdx.x; i < DK * BV; i += kThreads) {
+    const int d = i / BV, c = i % BV;
+    sm.h[d * kLdH + c] = dht ? dht[d * DV + v0 + c] : 0.f;
+  }
+  auto ds_op = [&](int d, int c) { return sm.h[d * kLdH + c]; };  // dS[d][c] as an mma B operand
+  for (int chunk = a.NT - 1; chunk >= 0; chunk--) {
+    const int t0 = chunk * C, n = min(C, a.T - t0);
+    const int64_t row0 = head * a.NT * C + t0;                 // first workspace row of the chunk
+    const int64_t tok0 = (int64_t(bi) * a.T + t0) * a.HV + j;  // (B, T, HV) index of token t0
+    load_bf16_rows<DK>(sm.q, a.q + ((int64_t(bi) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
+    load_bf16_rows<DK>(sm.k, a.k + ((int64_t(bi) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
+    load_f32_rows<DK, kLdW>(sm.W, a.W + row0 * DK, DK);
+    load_f32_rows<C, kLdC>(sm.aqk, a.Aqk + (head * a.NT + chunk) * C * C, C);
+    if (threadIdx.x < C) sm.G[threadIdx.x] = a.G[row0 + threadIdx.x];
+    __syncthreads();
+    // 3a: dh[n] = dS, the gradient of chunk n's END state.
+    float* dh = a.dh_end + (head * a.NT + chunk) * DK * DV + v0;
+    for (int i = threadIdx.x; i < DK * BV; i += kThreads) dh[(i / BV) * DV + i % BV] = sm.h[(i / BV) * kLdH + i % BV];
+    if (threadIdx.x < C) {
+      sm.expG[threadIdx.x] = expf(sm.G[threadIdx.x]);
+      sm.kdecay[threadIdx.x] = expf(sm.G[C - 1] - sm.G[threadIdx.x]);
+    }
+    __syncthreads();
+    auto d_o = [&](int t, int c) {  // dO[t][c] of this column tile, rows past n zero
+      return t < n ? bf(a.d_o[(tok0 + int64_t(t) * a.HV) * DV + v0 + c]) : 0.f;
+    };
+    // 3b: dVnew = Aqk^T dO + Kg dS + dU   (Vnew feeds o, the end state and the residual output u)
+    {
+      WarpTile<C, BV> dvn;
+      dvn.mma<C, true, false>([&](int s, int t) { return sm.aqk[t * kLdC + s]; }, d_o);
+      dvn.mma<DK, true, true>([&](int s, int d) { return bf(sm.k[s * kLdK + d]) * sm.kdecay[s]; }, ds_op);
+      dvn.each([&](int s, int c, float x, int) {
+        const float du = s < n && a.d_res ? bf(a.d_res[(tok0 + int64_t(s) * a.HV) * DV + v0 + c]) : 0.f;
+        sm.vnew[s * kLdH + c] = x + du;
+        a.dvnew[(row0 + s) * DV + v0 + c] = x + du;
+      });
+    }
+    __syncthreads();
+    // 3c: dS <- exp(G_last) dS + scale Qg^T dO - W^T dVnew   (h[n] feeds the end state, o and Vnew)
+    {
+      const float decay = sm.expG[C - 1];
+      WarpTile<DK, BV> dsn;
+      dsn.each([&](int d, int c, float& x, int) { x = decay * sm.h[d * kLdH + c]; });
+      dsn.mma<C, true, false>([&](int d, int t) { return a.scale * sm.expG[t] * bf(sm.q[t * kLdK + d]); }, d_o);
+      dsn.mma<C, true, true>([&](int d, int t) { return sm.W[t * kLdW + d]; },
+                             [&](int t, int c) { return -sm.vnew[t * kLdH + c]; });
+      __syncthreads();  // every read of dS, dVnew and this chunk's tiles is done
+      dsn.each([&](int d, int c, float x, int) { sm.h[d * kLdH + c] = x; });
+    }
+  }
+  __syncthreads();
+  if (!a.dh0) return;
+  float* dh0 = a.dh0 + head * DK * DV;
+  for (int i = threadIdx.x; i < DK * BV; i += kThreads) dh0[(i / BV) * DV + v0 + i % BV] = sm.h[(i / BV) * kLdH + i % BV];
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backward pass 4 (4.9 steps 4-8, CPU: chunk_backward_local): every chunk in parallel, from its
+// start state h[n], the gradient dh[n] of its end state and the total gradient dVnew.
+
+template <int DK, int DV>
+struct LocalSmem {
+  static constexpr int kLdK = DK + 8, kLdV = DV + 8;  // bf16 row strides
+  static constexpr int kLdKf = DK + 4, kLdVf = DV + 4;  // fp32 row strides
+  static constexpr int kHalf = 64, kLdHalf = kHalf + 4;  // h and dh enter 64 state columns at a time
+  static constexpr int kRegion = DK * kLdHalf > 2 * C * kLdC ? DK * kLdHalf : 2 * C * kLdC;
+  float *A, *pair;    // (C, kLdC): (I + L)^{-1};  Aqk, then the gate pair terms dAqk (.) Aqk + dL (.) L
+  float *vnew, *X;    // (C, kLdVf) Vnew;  later X = dA A^T (C, kLdC) in the same place
+  float* dvnew;       // (C, kLdVf)
+  float* dW;          // (C, kLdKf)
+  float* state;       // (DK, kLdHalf): 64 columns of h or dh
+  float *Ps, *dA, *P2;  // (C, kLdC) in state's place: Ps, then dA, whose place P2 takes over
+  float *G, *beta, *wv, *expG, *kdecay, *colw, *dG, *kgp;  // (C)
+  float *rowG, *rowKg, *rowB, *rowW;  // (2, C) per-row partial sums (WarpTile::add_row_sums)
+  float* red;         // (32) block_sum scratch
+  bf16 *q, *k, *dov;  // (C, kLdK), (C, kLdK), (C, kLdV): dO, later v
+  static constexpr size_t floats() {
+    return size_t(2) * C * kLdC + 2 * C * kLdVf + C * kLdKf + kRegion + 8 * C + 8 * C + 32;
+  }
+  static constexpr size_t bytes() { return sizeof(float) * floats() + sizeof(bf16) * C * (2 * kLdK + kLdV); }
+  __device__ explicit LocalSmem(void* p) {
+    A = static_cast<float*>(p), pair = A + C * kLdC;
+    vnew = pair + C * kLdC, X = vnew, dvnew = vnew + C * kLdVf, dW = dvnew + C * kLdVf;
+    state = dW + C * kLdKf, Ps = state, dA = Ps + C * kLdC, P2 = dA;
+    G = state + kRegion, beta = G + C, wv = beta + C, expG = wv + C, kdecay = expG + C, colw = kdecay + C;
+    dG = colw + C, kgp = dG + C;
+    rowG = kgp + C, rowKg = rowG + 2 * C, rowB = rowKg + 2 * C, rowW = rowB + 2 * C, red = rowW + 2 * C;
+    q = reinterpret_cast<bf16*>(red + 32), k = q + C * kLdK, dov = k + C * kLdK;
+  }
+};
+
+template <int DK, int DV>
+__global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a) {
+  extern __shared__ float4 smem_raw[];
+  using Smem = LocalSmem<DK, DV>;
+  const Smem sm(smem_raw);
+  constexpr int kLdK = Smem::kLdK, kLdV = Smem::kLdV, kLdKf = Smem::kLdKf, kLdVf = Smem::kLdVf;
+  constexpr int kHalf = Smem::kHalf, kLdHalf = Smem::kLdHalf;
+  const int chunk = blockIdx.x, j = blockIdx.y, bi = blockIdx.z, hq = j / (a.HV / a.H);
+  const int t0 = chunk * C, n = min(C, a.T - t0);
+  const int64_t head = int64_t(bi) * a.HV + j;
+  const int64_t row0 = head * a.NT * C + t0;                 // first workspace row of the chunk
+  const int64_t tok0 = (int64_t(bi) * a.T + t0) * a.HV + j;  // (B, T, HV) index of token t0
+  const int64_t state0 = (head * a.NT + chunk) * DK * DV;    // this chunk's h[n] and dh[n]
+  const int64_t qk0 = ((int64_t(bi) * a.T + t0) * a.H + hq) * DK;
+  load_bf16_rows<DK>(sm.q, a.q + qk0, int64_t(a.H) * DK, n);
+  load_bf16_rows<DK>(sm.k, a.k + qk0, int64_t(a.H) * DK, n);
+  load_bf16_rows<DV>(sm.dov, a.d_o + tok0 * DV, int64_t(a.HV) * DV, n);
+  load_f32_rows<C, kLdC>(sm.A, a.A + (head * a.NT + chunk) * C * C, C);
+  load_f32_rows<C, kLdC>(sm.pair, a.Aqk + (head * a.NT + chunk) * C * C, C);
+  load_f32_rows<DV, kLdVf>(sm.vnew, a.vnew + tok0 * DV, int64_t(a.HV) * DV, n);
+  load_f32_rows<DV, kLdVf>(sm.dvnew, a.dvnew + row0 * DV, DV);
+  if (threadIdx.x < C) {
+    const int r = threadIdx.x;
+    const bool ok = r < n;
+    sm.beta[r] = ok ? bf(a.b[tok0 + int64_t(r) * a.HV]) : 0.f;
+    sm.wv[r] = ok ? bf(a.w[tok0 + int64_t(r) * a.HV]) : 0.f;
+    sm.G[r] = a.G[row0 + r];
+  }
+  for (int i = threadIdx.x; i < 8 * C; i += kThreads) sm.rowG[i] = 0.f;  // rowG, rowKg, rowB, rowW
+  __syncthreads();
+  if (threadIdx.x < C) {
+    const int r = threadIdx.x;
+    sm.expG[r] = expf(sm.G[r]);
+    sm.kdecay[r] = expf(sm.G[C - 1] - sm.G[r]);
+    sm.colw[r] = sm.beta[r] * sm.expG[r];  // Ehat = diag(beta exp(G)) K
+  }
+  auto k_rows = [&](int r, int d) { return bf(sm.k[r * kLdK + d]); };  // K[r][d]
+  auto k_cols = [&](int d, int s) { return bf(sm.k[s * kLdK + d]); };  // K^T[d][s]
+  auto state_t = [&](int c, int d) { return sm.state[d * kLdHalf + c]; };  // (64 columns of h or dh)^T
+  // Loads columns c0 .. c0 + 63 of this chunk's h[n] or dh[n] into sm.state; returns the sum of
+  // their products with `other` (the same columns of the other state) when given.
+  auto load_state = [&](const float* src, const float* other, int c0) {
+    float dot = 0.f;
+    for (int i = threadIdx.x; i < DK * kHalf / 4; i += kThreads) {
+      const int d = i / (kHalf / 4), c = (i % (kHalf / 4)) * 4;
+      const float4 x = *reinterpret_cast<const float4*>(src + state0 + d * DV + c0 + c);
+      *reinterpret_cast<float4*>(sm.state + d * kLdHalf + c) = x;
+      if (other) {
+        const float4 y = *reinterpret_cast<const float4*>(other + state0 + d * DV + c0 + c);
+        dot += x.x * y.x + x.y * y.y + x.z * y.z + x.w * y.w;
+      }
+    }
+    return dot;
+  };
+  WarpTile<C, DK> dq, dk;  // dQ and dK, accumulated over steps 5-8
+  // 4a (steps 4, 5 query side): with h[n],  dQg = scale dO h^T  ->  dQ = exp(G) dQg,  dG += dQg . Qg;
+  //     dW = -dVnew h^T.
+  {
+    WarpTile<C, DK> w_acc;
+    for (int c0 = 0; c0 < DV; c0 += kHalf) {
+      load_state(a.h_start, nullptr, c0);
+      __syncthreads();
+      dq.mma<kHalf, false, true>([&](int r, int c) { return bf(sm.dov[r * kLdV + c0 + c]); }, state_t);
+      w_acc.mma<kHalf, true, true>([&](int r, int c) { return sm.dvnew[r * kLdVf + c0 + c]; }, state_t);
+      __syncthreads();
+    }
+    dq.each([&](int r, int, float& x, int) { x *= a.scale * sm.expG[r]; });
+    dq.add_row_sums(sm.rowG, [&](int r, int d, float x) { return x * bf(sm.q[r * kLdK + d]); });
+    w_acc.each([&](int r, int d, float x, int) { sm.dW[r * kLdKf + d] = -x; });
+  }
+  // 4b (step 5 state side, step 7): with dh[n],  dKg = Vnew dh^T  ->  dK = exp(G_last - G) dKg;
+  //     kg pair terms kgp_s = Kg_s . dKg_s;  h[n] . dh[n] for the last token's dG.
+  float hdh = 0.f;
+  for (int c0 = 0; c0 < DV; c0 += kHalf) {
+    hdh += load_state(a.dh_end, a.h_start, c0);
+    __syncthreads();
+    dk.mma<kHalf, true, true>([&](int r, int c) { return sm.vnew[r * kLdVf + c0 + c]; }, state_t);
+    __syncthreads();
+  }
+  dk.add_row_sums(sm.rowKg, [&](int r, int d, float x) { return sm.kdecay[r] * x * bf(sm.k[r * kLdK + d]); });
+  dk.each([&](int r, int, float& x, int) { x *= sm.kdecay[r]; });
+  hdh = block_sum(hdh, sm.red);
+  // 4c (step 2): dAqk = scale dO Vnew^T on s <= t  ->  Ps = dAqk exp(G_t - G_s) (for dQ, dK),
+  //     pair = dAqk (.) Aqk (for dG; Aqk as stored holds scale).
+  {
+    WarpTile<C, C> da;
+    da.mma<DV, false, true>([&](int r, int c) { return bf(sm.dov[r * kLdV + c]); },
+                            [&](int c, int s) { return sm.vnew[s * kLdVf + c]; });
+    da.each([&](int r, int s, float x, int) {
+      const bool on = s <= r;
+      sm.Ps[r * kLdC + s] = on ? a.scale * x * expf(sm.G[r] - sm.G[s]) : 0.f;
+      sm.pair[r * kLdC + s] = on ? x * sm.pair[r * kLdC + s] : 0.f;
+    });
+  }
+  __syncthreads();
+  load_bf16_rows<DV>(sm.dov, a.v + tok0 * DV, int64_t(a.HV) * DV, n);  // dO is done: V in its place
+  __syncthreads();
+  // 4d (step 6): dA = dU Y^T + dW Ehat^T = (dVnew V^T) diag(w) + (dW K^T) diag(beta exp(G)).
+  {
+    WarpTile<C, C> uy, we;
+    uy.mma<DV, true, false>([&](int r, int c) { return sm.dvnew[r * kLdVf + c]; },
+                            [&](int c, int s) { return bf(sm.dov[s * kLdV + c]); });
+    we.mma<DK, true, false>([&](int r, int d) { return sm.dW[r * kLdKf + d]; }, k_cols);
+    uy.each([&](int r, int s, float x, int slot) { sm.dA[r * kLdC + s] = x * sm.wv[s] + we.at(slot) * sm.colw[s]; });
+  }
+  __syncthreads();
+  // 4e (step 6): dL = -(A^T dA A^T) on s < t, as X = dA A^T then -A^T X.
+  {
+    WarpTile<C, C> xa;
+    xa.mma<C, true, true>([&](int r, int m) { return sm.dA[r * kLdC + m]; },
+                          [&](int m, int s) { return sm.A[s * kLdC + m]; });
+    xa.each([&](int r, int s, float x, int) { sm.X[r * kLdC + s] = x; });
+  }
+  __syncthreads();
+  //     L[t,s] = beta_t (k_t . k_s) exp(G_t - G_s)  ->  P2 = dL exp(G_t - G_s) (for dE, dK),
+  //     pair += dL (.) L (for dG). P2 takes dA's place (dA's last read was X above).
+  {
+    WarpTile<C, C> dl, kk;
+    dl.mma<C, true, true>([&](int r, int m) { return sm.A[m * kLdC + r]; },
+                          [&](int m, int s) { return sm.X[m * kLdC + s]; });
+    kk.mma<DK, false, false>(k_rows, k_cols);
+    dl.each([&](int r, int s, float x, int slot) {
+      const float p = s < r ? -x * expf(sm.G[r] - sm.G[s]) : 0.f;
+      sm.P2[r * kLdC + s] = p;
+      sm.pair[r * kLdC + s] += p * sm.beta[r] * kk.at(slot);
+    });
+  }
+  __syncthreads();
+  // 4f (steps 6, 8): dY = A^T dU  ->  dv = w dY,  dw = v . dY.
+  {
+    WarpTile<C, DV> dy;
+    dy.mma<C, true, true>([&](int r, int m) { return sm.A[m * kLdC + r]; },
+                          [&](int m, int c) { return sm.dvnew[m * kLdVf + c]; });
+    dy.add_row_sums(sm.rowW, [&](int r, int c, float x) { return x * bf(sm.dov[r * kLdV + c]); });
+    dy.each([&](int r, int c, float x, int) {
+      if (r < n) a.dv[(tok0 + int64_t(r) * a.HV) * DV + c] = __float2bfloat16_rn(sm.wv[r] * x);
+    });
+  }
+  // 4g (steps 6-8): dEhat = A^T dW;  dG += Ehat . dEhat;  dE = exp(G) dEhat + P2 K;
+  //     dK += beta dE,  db = k . dE.
+  {
+    WarpTile<C, DK> de;
+    de.mma<C, true, true>([&](int r, int m) { return sm.A[m * kLdC + r]; },
+                          [&](int m, int d) { return sm.dW[m * kLdKf + d]; });
+    de.add_row_sums(sm.rowG, [&](int r, int d, float x) { return sm.colw[r] * x * bf(sm.k[r * kLdK + d]); });
+    de.each([&](int r, int, float& x, int) { x *= sm.expG[r]; });
+    de.mma<C, true, false>([&](int r, int s) { return sm.P2[r * kLdC + s]; }, k_rows);
+    de.add_row_sums(sm.rowB, [&](int r, int d, float x) { return x * bf(sm.k[r * kLdK + d]); });
+    de.each([&](int r, int, float x, int slot) { dk.ref(slot) += sm.beta[r] * x; });
+  }
+  // 4h (step 5): dQ += Ps K;  dK += Ps^T Q + (diag(beta) P2)^T K.
+  dq.mma<C, true, false>([&](int r, int s) { return sm.Ps[r * kLdC + s]; }, k_rows);
+  dk.mma<C, true, false>([&](int s, int t) { return sm.Ps[t * kLdC + s]; },
+                         [&](int t, int d) { return bf(sm.q[t * kLdK + d]); });
+  dk.mma<C, true, false>([&](int s, int t) { return sm.P2[t * kLdC + s] * sm.beta[t]; }, k_rows);
+  dq.each([&](int r, int d, float x, int) { if (r < n) a.dq[(tok0 + int64_t(r) * a.HV) * DK + d] = x; });
+  dk.each([&](int r, int d, float x, int) { if (r < n) a.dk[(tok0 + int64_t(r) * a.HV) * DK + d] = x; });
+  __syncthreads();
+  // 4i (step 7): dG_t = the row sums + rowsum(pair) - colsum(pair) - kgp_t; at the last token
+  //     + exp(G_last) (h . dh) + sum_s kgp_s; then dg = reverse cumsum of dG inside the chunk.
+  if (threadIdx.x < C) {
+    const int r = threadIdx.x;
+    float rows = 0.f, cols = 0.f;
+    for (int s = 0; s < C; s++) rows += sm.pair[r * kLdC + s], cols += sm.pair[s * kLdC + r];
+    sm.kgp[r] = sm.rowKg[r] + sm.rowKg[C + r];
+    sm.dG[r] = sm.rowG[r] + sm.rowG[C + r] + rows - cols - sm.kgp[r];
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float kgp_total = 0.f;
+    for (int s = 0; s < C; s++) kgp_total += sm.kgp[s];
+    sm.dG[C - 1] += sm.expG[C - 1] * hdh + kgp_total;  // rows past n carry only these, into row n - 1
+    for (int t = C - 2; t >= 0; t--) sm.dG[t] += sm.dG[t + 1];
+  }
+  __syncthreads();
+  if (threadIdx.x < n) {
+    const int r = threadIdx.x;
+    const int64_t idx = tok0 + int64_t(r) * a.HV;  // (B, T, HV)
+    if (a.dg) a.dg[idx] = __float2bfloat16_rn(sm.dG[r]);
+    a.db[idx] = __float2bfloat16_rn(sm.rowB[r] + sm.rowB[C + r]);  // e = beta k   =>  dbeta = k . dE
+    a.dw[idx] = __float2bfloat16_rn(sm.rowW[r] + sm.rowW[C + r]);  // y = w v     =>  dw = v . dY
+  }
+}
+
+// Launches `kernel` on `grid` with BYTES of dynamic shared memory.
+template <size_t BYTES, class Kernel>
+void launch_kernel(Kernel kernel, dim3 grid, const ChunkArgs& a) {
+  static_assert(BYTES <= 227 * 1024, "at most 227 KB of shared memory per CTA");
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(BYTES)));
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+  kernel<<<grid, kThreads, BYTES>>>(a);
   CUDA_CHECK_LAUNCH();
 }
 
+// Passes 1 and 2 (the forward; the backward's replay when a.A and a.h_start are set).
+template <int DK, int DV>
+void launch_forward(const ChunkArgs& a) {
+  launch_kernel<PrepareSmem<DK, DV>::bytes()>(prepare_kernel<DK, DV>, dim3(a.NT, a.HV, a.B), a);
+  static_assert(ScanSmem<DK, DV>::bytes() <= 113 * 1024, "two scan CTAs per SM (228 KB, 1 KB reserved per CTA)");
+  launch_kernel<ScanSmem<DK, DV>::bytes()>(scan_kernel<DK, DV>, dim3(DV / ScanSmem<DK, DV>::BV, a.HV, a.B), a);
+}
+
+// Backward passes 3 and 4 (after launch_forward's replay).
+template <int DK, int DV>
+void launch_backward(const ChunkArgs& a) {
+  launch_kernel<ScanSmem<DK, DV>::bytes()>(reverse_scan_kernel<DK, DV>, dim3(DV / ScanSmem<DK, DV>::BV, a.HV, a.B), a);
+  launch_kernel<LocalSmem<DK, DV>::bytes()>(local_backward_kernel<DK, DV>, dim3(a.NT, a.HV, a.B), a);
+}
+
+// Calls fn(integral_constant DK, integral_constant DV) for supported() widths.
+template <class Fn>
+void dispatch_widths(const DeltaRuleDims& d, Fn&& fn) {
+  using K64 = std::integral_constant<int, 64>;
+  using K128 = std::integral_constant<int, 128>;
+  if (d.dk == 64 && d.dv == 64) fn(K64{}, K64{});
+  else if (d.dk == 64) fn(K64{}, K128{});
+  else if (d.dv == 64) fn(K128{}, K64{});
+  else fn(K128{}, K128{});
+}
+
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// The inputs both directions read; outputs and workspaces are set by the caller.
+ChunkArgs input_args(const void* q, const void* k, const void* v, const void* g, const void* b, const void* w,
+                     const float* h0, const DeltaRuleDims& d) {
+  HLA_CHECK(aligned16(q) && aligned16(k) && aligned16(v), "delta_rule chunk kernel: q, k, v must be 16-byte aligned");
+  ChunkArgs a{};
+  a.B = int(d.B), a.T = int(d.T), a.H = int(d.H), a.HV = int(d.HV), a.NT = int((d.T + C - 1) / C);
+  a.scale = float(d.scale);
+  a.q = static_cast<const bf16*>(q), a.k = static_cast<const bf16*>(k), a.v = static_cast<const bf16*>(v);
+  a.g = static_cast<const bf16*>(g), a.b = static_cast<const bf16*>(b), a.w = static_cast<const bf16*>(w);
+  a.h0 = h0;
+  return a;
+}
+
+// Pass 1 and 2 workspaces: W, U, Aqk, G (rows = B * HV * NT * C).
+struct ForwardWorkspace {
+  recurrence::Scratch W, U, Aqk, G;
+  ForwardWorkspace(const DeltaRuleDims& d, int64_t rows) : W(rows * d.dk), U(rows * d.dv), Aqk(rows * C), G(rows) {}
+  void set(ChunkArgs& a) const { a.W = W.get(), a.U = U.get(), a.Aqk = Aqk.get(), a.G = G.get(); }
+};
 
 }  // namespace
 
@@ -395,22 +792,39 @@ bool supported(const DeltaRuleDims& d, DType dtype) {
 
 void forward(void* o, float* final_state, void* residual, const void* q, const void* k, const void* v, const void* g,
              const void* b, const void* w, const float* h0, const DeltaRuleDims& d, float* u_f32) {
-  HLA_CHECK(aligned16(q) && aligned16(k) && aligned16(v), "delta_rule chunk kernel: q, k, v must be 16-byte aligned");
-  ChunkArgs a{};
-  a.B = int(d.B), a.T = int(d.T), a.H = int(d.H), a.HV = int(d.HV), a.NT = int((d.T + C - 1) / C);
-  a.scale = float(d.scale);
-  a.q = static_cast<const bf16*>(q), a.k = static_cast<const bf16*>(k), a.v = static_cast<const bf16*>(v);
-  a.g = static_cast<const bf16*>(g), a.b = static_cast<const bf16*>(b), a.w = static_cast<const bf16*>(w);
-  a.h0 = h0;
+  ChunkArgs a = input_args(q, k, v, g, b, w, h0, d);
   a.o = static_cast<bf16*>(o), a.residual = static_cast<bf16*>(residual), a.u_f32 = u_f32;
   a.final_state = final_state;
-  const int64_t rows = d.B * d.HV * a.NT * C;  // workspace rows: (B, HV, NT * C)
-  recurrence::Scratch W(rows * d.dk), U(rows * d.dv), Aqk(rows * C), G(rows);
-  a.W = W.get(), a.U = U.get(), a.Aqk = Aqk.get(), a.G = G.get();
-  if (d.dk == 64 && d.dv == 64) launch<64, 64>(a);
-  else if (d.dk == 64) launch<64, 128>(a);
-  else if (d.dv == 64) launch<128, 64>(a);
-  else launch<128, 128>(a);
+  const ForwardWorkspace ws(d, d.B * d.HV * a.NT * C);
+  ws.set(a);
+  dispatch_widths(d, [&](auto dk, auto dv) { launch_forward<decltype(dk)::value, decltype(dv)::value>(a); });
+}
+
+void backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, void* grad_b, void* grad_w, float* grad_h0,
+              const void* d_o, const float* d_final_state, const void* d_residual, const void* q, const void* k,
+              const void* v, const void* g, const void* b, const void* w, const float* h0, const DeltaRuleDims& d,
+              const float* u_f32) {
+  HLA_CHECK(aligned16(d_o) && aligned16(u_f32), "delta_rule chunk kernel: d_o and u_f32 must be 16-byte aligned");
+  ChunkArgs a = input_args(q, k, v, g, b, w, h0, d);
+  const int64_t rows = d.B * d.HV * a.NT * C;       // workspace rows: (B, HV, NT * C)
+  const int64_t states = d.B * d.HV * a.NT * d.dk * d.dv;  // (B, HV, NT, dk, dv)
+  const int64_t grads = d.B * d.T * d.HV * d.dk;    // (B, T, HV, dk)
+  const ForwardWorkspace ws(d, rows);
+  ws.set(a);
+  recurrence::Scratch A(rows * C), h_start(states), dh_end(states), dvnew(rows * d.dv), dq(grads), dk(grads);
+  a.A = A.get(), a.h_start = h_start.get(), a.dh_end = dh_end.get(), a.dvnew = dvnew.get();
+  a.d_o = static_cast<const bf16*>(d_o), a.d_res = static_cast<const bf16*>(d_residual);
+  a.dht = d_final_state, a.vnew = u_f32, a.dh0 = grad_h0;
+  a.dq = dq.get(), a.dk = dk.get();
+  a.dv = static_cast<bf16*>(grad_v), a.db = static_cast<bf16*>(grad_b), a.dw = static_cast<bf16*>(grad_w);
+  a.dg = d.gate == DeltaGate::Scalar ? static_cast<bf16*>(grad_g) : nullptr;
+  dispatch_widths(d, [&](auto dk_, auto dv_) {
+    constexpr int DK = decltype(dk_)::value, DV = decltype(dv_)::value;
+    launch_forward<DK, DV>(a);   // passes 1-2 replayed: W, U, Aqk, G, A and every h[n]; no outputs
+    launch_backward<DK, DV>(a);  // passes 3-4
+  });
+  recurrence::group_sum(static_cast<bf16*>(grad_q), dq.get(), d.B * d.T, d.H, d.HV / d.H, d.dk);
+  recurrence::group_sum(static_cast<bf16*>(grad_k), dk.get(), d.B * d.T, d.H, d.HV / d.H, d.dk);
 }
 
 }  // namespace hla::cuda::delta_chunk

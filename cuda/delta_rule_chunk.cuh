@@ -1,5 +1,6 @@
-// The chunked delta rule on tensor cores (mixers.md 4.6-4.8), the GPU form of the CPU chunked
-// reference nn/ops/delta_rule.cpp (prepare_chunk / scan_chunks / chunk_forward). Declarations
+// The chunked delta rule on tensor cores (mixers.md 4.6-4.9), forward and backward: the GPU form
+// of the CPU chunked reference nn/ops/delta_rule.cpp (prepare_chunk / scan_chunks /
+// chunk_forward / chunk_backward / chunk_backward_local). Declarations
 // for cuda/delta_rule.cu, which dispatches here when supported() holds and keeps the recurrent
 // kernel of cuda/recurrence.cuh for every other case.
 //
@@ -20,5 +21,13 @@ bool supported(const DeltaRuleDims& d, DType dtype);
 // b, w, o, residual; 16-byte aligned q, k, v) and fp32 states; u_f32 may be null.
 void forward(void* o, float* final_state, void* residual, const void* q, const void* k, const void* v, const void* g,
              const void* b, const void* w, const float* h0, const DeltaRuleDims& d, float* u_f32);
+
+// The backward of cuda::delta_rule_backward for supported() dims, with the same contract (bf16
+// gradients written, not added; grad_g, grad_h0 and d_final_state may be null; 16-byte aligned
+// d_o and u_f32, the forward's fp32 u).
+void backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, void* grad_b, void* grad_w, float* grad_h0,
+              const void* d_o, const float* d_final_state, const void* d_residual, const void* q, const void* k,
+              const void* v, const void* g, const void* b, const void* w, const float* h0, const DeltaRuleDims& d,
+              const float* u_f32);
 
 }  // namespace hla::cuda::delta_chunk

@@ -118,7 +118,7 @@ struct DeltaCase {
   double gate_shift;
 };
 
-// The kernel cuda::delta_rule_forward/backward pick for a case (the chunked forward in bf16).
+// The kernels cuda::delta_rule_forward/backward pick for a case (chunked in bf16 where supported).
 KernelName delta_kernel(const DeltaCase& c) {
 #ifdef HLA_CUDA
   return [c](DType dtype) {
@@ -205,9 +205,10 @@ HLA_GPUCHECK("delta_rule", seed) {
   return all;
 }
 
-// Cases that take the chunked tensor-core forward (cuda/delta_rule_chunk.cu) in bf16: DeltaNet
-// and GDN, grouped value heads, every (dk, dv) template, a partial last chunk with an initial
-// state, and two long sequences (64 chunks).
+// Cases that take the chunked tensor-core forward and backward (cuda/delta_rule_chunk.cu) in
+// bf16: DeltaNet and GDN, grouped and ungrouped value heads, every (dk, dv) template, partial
+// last chunks with and without an initial state, untied beta and w, and two long sequences
+// (64 chunks).
 HLA_GPUCHECK("delta_rule chunked", seed) {
   using G = cpu::DeltaGate;
   std::vector<GpucheckResult> all;
@@ -218,6 +219,7 @@ HLA_GPUCHECK("delta_rule chunked", seed) {
            DeltaCase{"chunk gdn", 2, 100, 2, 4, 128, 128, G::Scalar, false, false, true, true, 0.0},
            DeltaCase{"chunk gdn", 2, 100, 2, 4, 64, 128, G::Scalar, false, false, true, true, 1.0},
            DeltaCase{"chunk gdn", 2, 130, 2, 4, 128, 64, G::Scalar, false, false, true, false, 1.0},
+           DeltaCase{"chunk gdn b,w", 2, 200, 3, 3, 64, 64, G::Scalar, false, false, false, true, 2.0},
            DeltaCase{"chunk gdn long", 2, 4096, 2, 4, 128, 128, G::Scalar, false, false, true, true, 3.0},
            DeltaCase{"chunk deltanet long", 2, 4096, 2, 4, 64, 64, G::None, false, false, true, true, 0.0},
        })
