@@ -12,6 +12,9 @@
 #include "nn/ops/cross_entropy.h"
 #include "tensor/dispatch.h"
 #include "train/checkpoint.h"
+#ifdef HLA_CUDA
+#include "cuda/runtime.h"
+#endif
 
 namespace fs = std::filesystem;
 
@@ -55,7 +58,7 @@ double mqar_correct_fraction_sum(const T* logits, const int32_t* targets, int64_
 nlohmann::json StepMetrics::to_json() const {
   return {{"step", step},          {"loss", finite_or_null(loss)}, {"lr", lr},
           {"grad_norm", finite_or_null(grad_norm)}, {"ms", ms}, {"tokens_per_s", tokens_per_s},
-          {"tokens", tokens}};
+          {"tokens", tokens}, {"peak_gib", peak_gib}};
 }
 
 nlohmann::json ValMetrics::to_json() const {
@@ -143,6 +146,12 @@ StepMetrics Trainer::train_step() {
   for (const TrainBatch& b : micro) m.tokens += b.ids.numel();
   tokens_seen_ += m.tokens;
   m.step = step_;
+#ifdef HLA_CUDA
+  if (model_.device() == Device::CUDA) {  // the step's kernels are queued: wait, so ms is the step's
+    cuda::synchronize();
+    m.peak_gib = static_cast<double>(cuda::peak_bytes()) / double(1 << 30);
+  }
+#endif
   m.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   m.tokens_per_s = m.ms > 0 ? double(m.tokens) / (m.ms / 1000.0) : 0.0;
   last_step_ = m;
@@ -202,7 +211,9 @@ void Trainer::log_step(const StepMetrics& m) const {
                 "step %*lld/%lld | loss %.6f | lr %.3e | gnorm %.4f | %7.1f ms | %8.0f tok/s",
                 width, (long long)m.step, (long long)options_.schedule.total_steps, m.loss, m.lr,
                 m.grad_norm, m.ms, m.tokens_per_s);
-  out_ << line << std::endl;
+  out_ << line;
+  if (m.peak_gib > 0) out_ << format(" | peak %.2f GiB", m.peak_gib);
+  out_ << std::endl;
 }
 
 void Trainer::append_metrics(const nlohmann::json& line) const {

@@ -41,6 +41,7 @@ struct StepMetrics {
   int64_t step = 0;  // updates done, this one included
   double loss = 0, lr = 0, grad_norm = 0, ms = 0, tokens_per_s = 0;
   int64_t tokens = 0;  // input tokens of this update
+  double peak_gib = 0;  // on the GPU: the allocator's high-water mark so far (GiB), else 0
   nlohmann::json to_json() const;
 };
 
