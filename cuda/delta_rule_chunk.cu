@@ -356,6 +356,20 @@ struct ScanSmem {
     G = aqk + C * kLdC, expG = G + C, kdecay = expG + C;
     q = reinterpret_cast<bf16*>(kdecay + C), k = q + C * kLdK;
   }
+  // h <- columns v0 .. v0 + BV - 1 of a (DK, DV) fp32 state in global memory (zeros when null).
+  __device__ void load_state(const float* src, int v0) const {
+    for (int i = threadIdx.x; i < DK * BV; i += kThreads) {
+      const int d = i / BV, c = i % BV;
+      h[d * kLdH + c] = src ? src[d * DV + v0 + c] : 0.f;
+    }
+  }
+  // The same columns of a (DK, DV) fp32 state in global memory <- h.
+  __device__ void store_state(float* dst, int v0) const {
+    for (int i = threadIdx.x; i < DK * BV; i += kThreads) {
+      const int d = i / BV, c = i % BV;
+      dst[d * DV + v0 + c] = h[d * kLdH + c];
+    }
+  }
 };
 
 template <int DK, int DV>
@@ -366,11 +380,7 @@ __global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
   constexpr int BV = Smem::BV, kLdH = Smem::kLdH, kLdW = Smem::kLdW, kLdK = Smem::kLdK;
   const int v0 = blockIdx.x * BV, j = blockIdx.y, bi = blockIdx.z, hq = j / (a.HV / a.H);
   const int64_t head = int64_t(bi) * a.HV + j;
-  const float* h0 = a.h0 ? a.h0 + head * DK * DV : nullptr;
-  for (int i = threadIdx.x; i < DK * BV; i += kThreads) {
-    const int d = i / BV, c = i % BV;
-    sm.h[d * kLdH + c] = h0 ? h0[d * DV + v0 + c] : 0.f;
-  }
+  sm.load_state(a.h0 ? a.h0 + head * DK * DV : nullptr, v0);
   auto h_op = [&](int d, int c) { return sm.h[d * kLdH + c]; };  // h[d][c] as an mma B operand
   for (int chunk = 0; chunk < a.NT; chunk++) {
     const int t0 = chunk * C, n = min(C, a.T - t0);
@@ -382,8 +392,7 @@ __global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
     if (threadIdx.x < C) sm.G[threadIdx.x] = a.G[row0 + threadIdx.x];
     __syncthreads();
     if (a.h_start) {  // the backward keeps every chunk-start state h[n] (4.9 step 1)
-      float* hs = a.h_start + (head * a.NT + chunk) * DK * DV + v0;
-      for (int i = threadIdx.x; i < DK * BV; i += kThreads) hs[(i / BV) * DV + i % BV] = sm.h[(i / BV) * kLdH + i % BV];
+      sm.store_state(a.h_start + (head * a.NT + chunk) * DK * DV, v0);
     }
     // 2a: Vnew = U - W h (rows past n are 0 - 0 h = 0); U straight from global memory.
     {
@@ -429,11 +438,7 @@ __global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
   }
   __syncthreads();
   if (!a.final_state) return;
-  float* ht = a.final_state + head * DK * DV;
-  for (int i = threadIdx.x; i < DK * BV; i += kThreads) {
-    const int d = i / BV, c = i % BV;
-    ht[d * DV + v0 + c] = sm.h[d * kLdH + c];
-  }
+  sm.store_state(a.final_state + head * DK * DV, v0);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -449,11 +454,7 @@ __global__ void __launch_bounds__(kThreads, 2) reverse_scan_kernel(ChunkArgs a) 
   constexpr int BV = Smem::BV, kLdH = Smem::kLdH, kLdW = Smem::kLdW, kLdK = Smem::kLdK;
   const int v0 = blockIdx.x * BV, j = blockIdx.y, bi = blockIdx.z, hq = j / (a.HV / a.H);
   const int64_t head = int64_t(bi) * a.HV + j;
-  const float* dht = a.dht ? a.dht + head * DK * DV : nullptr;
-  for (int i = threadIdx.x; i < DK * BV; i += kThreads) {
-    const int d = i / BV, c = i % BV;
-    sm.h[d * kLdH + c] = dht ? dht[d * DV + v0 + c] : 0.f;
-  }
+  sm.load_state(a.dht ? a.dht + head * DK * DV : nullptr, v0);
   auto ds_op = [&](int d, int c) { return sm.h[d * kLdH + c]; };  // dS[d][c] as an mma B operand
   for (int chunk = a.NT - 1; chunk >= 0; chunk--) {
     const int t0 = chunk * C, n = min(C, a.T - t0);
@@ -466,8 +467,7 @@ __global__ void __launch_bounds__(kThreads, 2) reverse_scan_kernel(ChunkArgs a) 
     if (threadIdx.x < C) sm.G[threadIdx.x] = a.G[row0 + threadIdx.x];
     __syncthreads();
     // 3a: dh[n] = dS, the gradient of chunk n's END state.
-    float* dh = a.dh_end + (head * a.NT + chunk) * DK * DV + v0;
-    for (int i = threadIdx.x; i < DK * BV; i += kThreads) dh[(i / BV) * DV + i % BV] = sm.h[(i / BV) * kLdH + i % BV];
+    sm.store_state(a.dh_end + (head * a.NT + chunk) * DK * DV, v0);
     if (threadIdx.x < C) {
       sm.expG[threadIdx.x] = expf(sm.G[threadIdx.x]);
       sm.kdecay[threadIdx.x] = expf(sm.G[C - 1] - sm.G[threadIdx.x]);
@@ -502,8 +502,7 @@ __global__ void __launch_bounds__(kThreads, 2) reverse_scan_kernel(ChunkArgs a) 
   }
   __syncthreads();
   if (!a.dh0) return;
-  float* dh0 = a.dh0 + head * DK * DV;
-  for (int i = threadIdx.x; i < DK * BV; i += kThreads) dh0[(i / BV) * DV + v0 + i % BV] = sm.h[(i / BV) * kLdH + i % BV];
+  sm.store_state(a.dh0 + head * DK * DV, v0);
 }
 
 // ---------------------------------------------------------------------------------------------

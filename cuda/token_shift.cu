@@ -163,6 +163,17 @@ __global__ void ddlerp_finish_kernel(T* dx, T* ddelta, const T* dxi, const float
   }
 }
 
+// Both ddlerp passes start here: h = tanh(zz) regrouped per map, h: (N, M, R), and W2's column
+// blocks w2n: (N, D, R).
+template <class T>
+void regroup_lowrank(float* h, float* w2n, const void* zz, const void* w2, int64_t M, int64_t D, int64_t N,
+                     int64_t R) {
+  lowrank_tanh_kernel<T><<<grid_1d(M * N * R), kThreads>>>(h, static_cast<const T*>(zz), M, N, R);
+  CUDA_CHECK_LAUNCH();
+  split_w2_kernel<T><<<grid_1d(D * N * R), kThreads>>>(w2n, static_cast<const T*>(w2), D, N, R);
+  CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 void token_shift_forward(void* delta, void* last, const void* x, const void* state, int64_t B, int64_t L, int64_t D,
@@ -228,10 +239,7 @@ void ddlerp_forward(void* xi, const void* x, const void* delta, const void* zz, 
   FloatScratch mix(M * D);     // mix: (M, D) = h_n W2_n^T for the current n
   dispatch_storage(dtype, "ddlerp_forward", [&](auto tag) {
     using T = decltype(tag);
-    lowrank_tanh_kernel<T><<<grid_1d(M * N * R), kThreads>>>(h.get(), static_cast<const T*>(zz), M, N, R);
-    CUDA_CHECK_LAUNCH();
-    split_w2_kernel<T><<<grid_1d(D * N * R), kThreads>>>(w2n.get(), static_cast<const T*>(w2), D, N, R);
-    CUDA_CHECK_LAUNCH();
+    regroup_lowrank<T>(h.get(), w2n.get(), zz, w2, M, D, N, R);
     for (int64_t n = 0; n < N; n++) {
       // m^n - bias_n = h_n W2_n^T : (M, R) x (R, D)
       gemm(mix.get(), h.get() + n * M * R, w2n.get() + n * D * R, DType::F32, M, D, R, false, true, 1.0f, 0.0f);
@@ -257,10 +265,7 @@ void ddlerp_backward(void* dx, void* ddelta, void* dzz, void* dw2, void* dbias, 
   memset_zero(ddelta_acc.get(), static_cast<size_t>(M * D) * sizeof(float));
   dispatch_storage(dtype, "ddlerp_backward", [&](auto tag) {
     using T = decltype(tag);
-    lowrank_tanh_kernel<T><<<grid_1d(M * N * R), kThreads>>>(h.get(), static_cast<const T*>(zz), M, N, R);
-    CUDA_CHECK_LAUNCH();
-    split_w2_kernel<T><<<grid_1d(D * N * R), kThreads>>>(w2n.get(), static_cast<const T*>(w2), D, N, R);
-    CUDA_CHECK_LAUNCH();
+    regroup_lowrank<T>(h.get(), w2n.get(), zz, w2, M, D, N, R);
     for (int64_t n = 0; n < N; n++) {
       const float* h_n = h.get() + n * M * R;
       const float* w2_n = w2n.get() + n * D * R;
