@@ -1,8 +1,10 @@
-// Decay linear attention on the GPU: the recurrent kernels of cuda/recurrence.cuh with
+// Decay linear attention on the GPU: the chunked tensor-core forward of
+// cuda/decay_attention_chunk.cu where it applies, else the recurrent kernels of cuda/recurrence.cuh with
 // Op::Decay (S = Diag(exp(g)) S + k v^T, o = scale S^T q), and the casts that turn their fp32
 // per-value-head gradients into the op's: q/k gradients summed over the value heads of a
 // group, a scalar gate's gradient summed over the key channels.
 #include "cuda/decay_attention.h"
+#include "cuda/decay_attention_chunk.cuh"
 #include "cuda/recurrence.cuh"
 
 namespace hla::cuda {
@@ -15,6 +17,10 @@ void decay_attention_forward(void* o, float* ht, const void* q, const void* k, c
                              const float* h0, int64_t B, int64_t T, int64_t H, int64_t HV, int64_t dk, int64_t dv,
                              double scale, int64_t chunk_size, bool vector_gate, DType dtype) {
   (void)chunk_size;
+  if (decay_chunk::supported(dk, dv, vector_gate, dtype)) {
+    decay_chunk::forward(o, ht, q, k, v, g, h0, B, T, H, HV, dk, dv, scale);
+    return;
+  }
   dispatch_storage(dtype, "decay_attention_forward", [&](auto tag) {
     using S = decltype(tag);
     recurrence::dispatch_kmax(dk, "decay_attention", [&](auto kmax) {
@@ -55,6 +61,8 @@ void decay_attention_backward(void* grad_q, void* grad_k, void* grad_v, void* gr
   });
 }
 
-const char* decay_attention_kernel(int64_t) { return "recurrent"; }
+const char* decay_attention_kernel(int64_t dk, int64_t dv, bool vector_gate, DType dtype) {
+  return decay_chunk::supported(dk, dv, vector_gate, dtype) ? "chunked fwd (mma), recurrent bwd" : "recurrent";
+}
 
 }  // namespace hla::cuda
