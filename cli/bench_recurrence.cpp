@@ -112,7 +112,9 @@ void bench_decay(std::vector<Row>& rows, const hla::bench::Options& opt, const P
                                         vector_gate, DType::BF16);
   };
   const double gate = vector_gate ? kRowBytes : kRowBytes / kD;
-  add_rows(rows, vector_gate ? "decay vector" : "decay scalar", kShape, time_pair(forward, backward, opt),
+  const std::string name = std::string(vector_gate ? "decay vector" : "decay scalar") + " [" +
+                           hla::cuda::decay_attention_kernel(kD, kD, vector_gate, DType::BF16) + "]";
+  add_rows(rows, name, kShape, time_pair(forward, backward, opt),
            3 * kStatePass, 4 * kRowBytes + gate, 8 * kRowBytes + 2 * gate, vector_gate ? 0.755 : 0.432,
            vector_gate ? 3.246 : 2.094, vector_gate ? "fla chunk_gla" : "fla chunk_simple_gla");
 }

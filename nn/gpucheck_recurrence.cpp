@@ -15,6 +15,7 @@
 #include "nn/ops/hgrn.h"
 #include "nn/ops/rwkv6.h"
 #ifdef HLA_CUDA
+#include "cuda/decay_attention.h"
 #include "cuda/delta_rule.h"
 #endif
 
@@ -86,7 +87,14 @@ std::vector<GpucheckResult> check_decay(const DecayCase& c, uint64_t seed) {
   if (has_h0) in.push_back({"initial_state", randn64({c.B, c.HV, c.dk, c.dv}, seed + 5, 0.5)});
   const std::string op = std::string("decay_attention ") + (c.vector_gate ? "vector" : "scalar") +
                          dims(c.B, c.T, c.H, c.HV, c.dk, c.dv);
-  return gpucheck(op, recurrent(), fn, in, seed);
+#ifdef HLA_CUDA
+  KernelName kernel = [c](DType dtype) {
+    return std::string(cuda::decay_attention_kernel(c.dk, c.dv, c.vector_gate, dtype));
+  };
+#else
+  KernelName kernel = recurrent();
+#endif
+  return gpucheck(op, kernel, fn, in, seed);
 }
 
 // ---- rwkv6 ----
