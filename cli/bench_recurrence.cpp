@@ -197,6 +197,6 @@ std::vector<Row> bench_recurrence(const hla::bench::Options&) { return {}; }  //
 #endif
 
 const bool registered = hla::bench::register_bench(
-    "recurrence", "hgrn, decay attention, rwkv6, delta rule (recurrent; DeltaNet/GDN chunked) fwd and fwd+bwd vs fla", bench_recurrence);
+    "recurrence", "hgrn, decay attention, rwkv6, delta rule fwd and fwd+bwd vs fla (rows name the kernel)", bench_recurrence);
 
 }  // namespace

@@ -1,6 +1,7 @@
 // `hla bench [NAME...] [--warmup N] [--repeats N] [--list]`: runs the registered benchmarks
 // (cli/bench.h; all of them without a name) and prints one table, each row with its anchor
 // and ratio. Times are medians of CUDA-event timings (cuda/timer.h). Needs a GPU.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 
@@ -35,10 +36,12 @@ struct CommandOptions {
 };
 
 void print_rows(const std::vector<hla::bench::Row>& rows) {
-  std::printf("%-22s %-26s %9s %9s %8s %10s %7s  %s\n", "bench", "shape", "ms", "TFLOP/s", "GB/s", "anchor ms",
-              "ratio", "anchor");
+  int name_width = 22;  // wide enough for the longest name (rows name the kernel that ran)
+  for (const auto& r : rows) name_width = std::max(name_width, static_cast<int>(r.name.size()));
+  std::printf("%-*s %-26s %9s %9s %8s %10s %7s  %s\n", name_width, "bench", "shape", "ms", "TFLOP/s", "GB/s",
+              "anchor ms", "ratio", "anchor");
   for (const auto& r : rows) {
-    std::printf("%-22s %-26s %9.3f %9.1f %8.0f", r.name.c_str(), r.shape.c_str(), r.ms, r.tflops, r.gbps);
+    std::printf("%-*s %-26s %9.3f %9.1f %8.0f", name_width, r.name.c_str(), r.shape.c_str(), r.ms, r.tflops, r.gbps);
     if (r.anchor_ms > 0) std::printf(" %10.3f %7.2f  %s\n", r.anchor_ms, r.ms / r.anchor_ms, r.anchor.c_str());
     else std::printf(" %10s %7s\n", "-", "-");
   }

@@ -37,10 +37,13 @@ struct CaseSummary {
 };
 
 void print_summary(const std::vector<CaseSummary>& cases) {
-  std::printf("\n%-22s %-5s %5s %13s %13s  %s\n", "case", "dtype", "rows", "worst out", "worst grad", "result");
+  int name_width = 4;
+  for (const auto& c : cases) name_width = std::max(name_width, static_cast<int>(c.name.size()));
+  std::printf("\n%-*s %-5s %5s %13s %13s  %s\n", name_width, "case", "dtype", "rows", "worst out", "worst grad",
+              "result");
   for (const auto& c : cases)
-    std::printf("%-22s %-5s %5d %13.3e %13.3e  %s\n", c.name.c_str(), c.dtype.c_str(), c.rows, c.worst_out,
-                c.worst_grad, c.failed ? "FAIL" : "PASS");
+    std::printf("%-*s %-5s %5d %13.3e %13.3e  %s\n", name_width, c.name.c_str(), c.dtype.c_str(), c.rows,
+                c.worst_out, c.worst_grad, c.failed ? "FAIL" : "PASS");
 }
 
 void add_to_summary(std::vector<CaseSummary>& cases, const std::string& name, const hla::GpucheckResult& r) {
