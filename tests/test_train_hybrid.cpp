@@ -190,3 +190,21 @@ TEST_CASE("run settings build the model config: shorthand, config.json overlay, 
   bad.optim.schedule.warmup_steps = 5000;
   CHECK_THROWS_WITH_AS(bad.validate(), doctest::Contains("[optim] warmup_steps must be in [0, 1000]"), Error);
 }
+
+TEST_CASE("model FLOPs per token: 6 N plus causal attention, as targets.md counts them") {
+  ModelConfig m;
+  m.hidden_size = 64;
+  m.num_hidden_layers = 4;
+  m.set_hybrid("2:1");  // layers 1 and 3 are attention
+  // 6 N + 2 layers x 6 T d
+  CHECK(model_flops_per_token(m, 1000, 100) == doctest::Approx(6.0 * 1000 + 2 * 6.0 * 100 * 64));
+  m.attn.window_size = 30;  // a window shorter than T: 12 w d per layer
+  CHECK(model_flops_per_token(m, 1000, 100) == doctest::Approx(6.0 * 1000 + 2 * 12.0 * 30 * 64));
+  // The targets.md anchor: 374M Transformer (24 layers, d 1024), T 2048: 289 TFLOP/s at 113,400 tok/s.
+  ModelConfig t;
+  t.model_type = "transformer";
+  t.hidden_size = 1024;
+  t.num_hidden_layers = 24;
+  t.set_hybrid("transformer");
+  CHECK(model_flops_per_token(t, 373867520, 2048) * 113400 / 1e12 == doctest::Approx(289).epsilon(0.01));
+}

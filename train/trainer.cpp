@@ -58,7 +58,7 @@ double mqar_correct_fraction_sum(const T* logits, const int32_t* targets, int64_
 nlohmann::json StepMetrics::to_json() const {
   return {{"step", step},          {"loss", finite_or_null(loss)}, {"lr", lr},
           {"grad_norm", finite_or_null(grad_norm)}, {"ms", ms}, {"tokens_per_s", tokens_per_s},
-          {"tokens", tokens}, {"peak_gib", peak_gib}};
+          {"tokens", tokens}, {"peak_gib", peak_gib}, {"model_tflops", tflops}};
 }
 
 nlohmann::json ValMetrics::to_json() const {
@@ -154,6 +154,7 @@ StepMetrics Trainer::train_step() {
 #endif
   m.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   m.tokens_per_s = m.ms > 0 ? double(m.tokens) / (m.ms / 1000.0) : 0.0;
+  m.tflops = options_.flops_per_token * m.tokens_per_s / 1e12;
   last_step_ = m;
   return m;
 }
@@ -212,6 +213,7 @@ void Trainer::log_step(const StepMetrics& m) const {
                 width, (long long)m.step, (long long)options_.schedule.total_steps, m.loss, m.lr,
                 m.grad_norm, m.ms, m.tokens_per_s);
   out_ << line;
+  if (m.tflops > 0) out_ << format(" | %.1f TFLOP/s", m.tflops);
   if (m.peak_gib > 0) out_ << format(" | peak %.2f GiB", m.peak_gib);
   out_ << std::endl;
 }
@@ -281,6 +283,15 @@ void check_same_model(const std::string& dir, const ModelConfig& config) {
 
 }  // namespace
 
+double model_flops_per_token(const ModelConfig& config, int64_t num_parameters, int64_t seq_len) {
+  const double T = static_cast<double>(seq_len), width = config.hidden_size;  // attention width H * (D / H)
+  const int window = config.attn.window_size;
+  double attention = 0;
+  for (int i = 0; i < config.num_hidden_layers; i++)
+    if (config.is_attention_layer(i)) attention += window > 0 && window < T ? 12.0 * window * width : 6.0 * T * width;
+  return 6.0 * static_cast<double>(num_parameters) + attention;
+}
+
 ValMetrics run_training(const RunConfig& config, const std::string& resume_dir, std::ostream& out) {
   config.validate();
   DataSources data = make_data_sources(config.data);
@@ -313,6 +324,7 @@ ValMetrics run_training(const RunConfig& config, const std::string& resume_dir, 
   options.mqar = data.mqar;
   options.model_config = model_config.to_json();
   options.settings = config.to_json();
+  options.flops_per_token = model_flops_per_token(model_config, count_parameters(params), config.data.seq_len);
   Trainer trainer(options, *model, *data.train, data.val.get(), out);
   out << "optimizer groups:\n" << trainer.optimizer().describe();
   out << "tokens per update: " << config.data.batch_size * config.data.seq_len * config.train.grad_accum

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "nn/config.h"
 #include "nn/module.h"
 #include "train/data_source.h"
 #include "train/optim.h"
@@ -35,6 +36,7 @@ struct TrainerOptions {
   bool mqar = false;       // validation also reports MQAR accuracy
   nlohmann::json model_config;  // config.json of checkpoints
   nlohmann::json settings;      // kept in trainer_state.json
+  double flops_per_token = 0;   // model FLOPs per trained token (model_flops_per_token); 0: not reported
 };
 
 struct StepMetrics {
@@ -42,6 +44,7 @@ struct StepMetrics {
   double loss = 0, lr = 0, grad_norm = 0, ms = 0, tokens_per_s = 0;
   int64_t tokens = 0;  // input tokens of this update
   double peak_gib = 0;  // on the GPU: the allocator's high-water mark so far (GiB), else 0
+  double tflops = 0;    // model TFLOP/s = flops_per_token * tokens_per_s (0 when not reported)
   nlohmann::json to_json() const;
 };
 
@@ -93,6 +96,11 @@ class Trainer {
   StepMetrics last_step_;
   ValMetrics last_val_;
 };
+
+// Model FLOPs per trained token as targets.md counts them: 6 N (a multiply-add per parameter,
+// forward and backward) plus, per softmax-attention layer, 6 T d for QK^T and PV over the causal
+// half of the T x T scores (a sliding window w < T: 12 w d). Linear mixers count through N only.
+double model_flops_per_token(const ModelConfig& config, int64_t num_parameters, int64_t seq_len);
 
 // `hla train`: builds data, model and trainer from the settings, prints the start-up table,
 // trains (resuming from `resume_dir` when not empty) and returns the final validation.
