@@ -213,7 +213,8 @@ void Trainer::log_step(const StepMetrics& m) const {
                 width, (long long)m.step, (long long)options_.schedule.total_steps, m.loss, m.lr,
                 m.grad_norm, m.ms, m.tokens_per_s);
   out_ << line;
-  if (m.tflops > 0) out_ << format(" | %.1f TFLOP/s", m.tflops);
+  if (m.tflops >= 1) out_ << format(" | %.1f TFLOP/s", m.tflops);
+  else if (m.tflops > 0) out_ << format(" | %.2f GFLOP/s", m.tflops * 1e3);
   if (m.peak_gib > 0) out_ << format(" | peak %.2f GiB", m.peak_gib);
   out_ << std::endl;
 }
