@@ -1,5 +1,7 @@
-// Warp-tiled tensor-core products for the chunked recurrence kernels, written for
-// cuda/decay_attention_chunk.cu and free for any other chunk kernel to include.
+// Tensor-core helpers of the chunked recurrence kernels: split_pair (fp32 -> bf16 hi + lo), used
+// by cuda/decay_attention_chunk.cu and cuda/delta_rule_chunk.cu, and Product, the warp-tiled
+// product of the decay kernel (the delta-rule kernel's WarpTile splits columns across warps and
+// keeps per-row sums instead; the two are not yet one type).
 //
 // Product<M, N, WARPS> is one CTA's (M x N) fp32 result of sum_k A(m, k) B(k, n) on
 // mma.m16n8k16 (bf16 x bf16 -> fp32, fragment layouts in cuda/mma.cuh). The WARPS warps split

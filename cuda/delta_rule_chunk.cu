@@ -63,6 +63,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cuda/chunk_mma.cuh"
 #include "cuda/common.cuh"
 #include "cuda/mma.cuh"
 #include "cuda/recurrence.cuh"
@@ -108,12 +109,7 @@ struct ChunkArgs {
 
 __device__ __forceinline__ float bf(bf16 x) { return __bfloat162float(x); }
 
-// (x0, x1) = hi + lo with hi, lo packed bf16 pairs (hi the rounded value, lo the rest).
-__device__ __forceinline__ void split2(float x0, float x1, uint32_t& hi, uint32_t& lo) {
-  const float r0 = __bfloat162float(__float2bfloat16_rn(x0)), r1 = __bfloat162float(__float2bfloat16_rn(x1));
-  hi = pack_bf16(r0, r1);
-  lo = pack_bf16(x0 - r0, x1 - r1);
-}
+using chunk_mma::split_pair;  // (x0, x1) -> packed bf16 hi + lo pairs
 
 // One warp's part of an (M x N) product computed by the block's 8 warps: M / 16 row tiles of
 // 16 rows, each shared by 8 / (M / 16) warps that split its N columns; each warp holds NT
@@ -149,16 +145,16 @@ struct WarpTile {
     for (int k0 = 0; k0 < K; k0 += 16) {
       const int r = row0 + g, kk = k0 + 2 * t;
       uint32_t ahi[4], alo[4];
-      split2(A(r, kk), A(r, kk + 1), ahi[0], alo[0]);
-      split2(A(r + 8, kk), A(r + 8, kk + 1), ahi[1], alo[1]);
-      split2(A(r, kk + 8), A(r, kk + 9), ahi[2], alo[2]);
-      split2(A(r + 8, kk + 8), A(r + 8, kk + 9), ahi[3], alo[3]);
+      split_pair(A(r, kk), A(r, kk + 1), ahi[0], alo[0]);
+      split_pair(A(r + 8, kk), A(r + 8, kk + 1), ahi[1], alo[1]);
+      split_pair(A(r, kk + 8), A(r, kk + 9), ahi[2], alo[2]);
+      split_pair(A(r + 8, kk + 8), A(r + 8, kk + 9), ahi[3], alo[3]);
 #pragma unroll
       for (int nt = 0; nt < NT; nt++) {
         const int n = col0 + nt * 8 + g;
         uint32_t bhi0, blo0, bhi1, blo1;
-        split2(B(kk, n), B(kk + 1, n), bhi0, blo0);
-        split2(B(kk + 8, n), B(kk + 9, n), bhi1, blo1);
+        split_pair(B(kk, n), B(kk + 1, n), bhi0, blo0);
+        split_pair(B(kk + 8, n), B(kk + 9, n), bhi1, blo1);
         mma_bf16_16816(acc[nt], ahi, bhi0, bhi1);
         if constexpr (SPLIT_B) mma_bf16_16816(acc[nt], ahi, blo0, blo1);
         if constexpr (SPLIT_A) mma_bf16_16816(acc[nt], alo, bhi0, bhi1);
