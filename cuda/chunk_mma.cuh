@@ -1,12 +1,9 @@
-// Tensor-core helpers of the chunked recurrence kernels: split_pair (fp32 -> bf16 hi + lo), used
-// by cuda/decay_attention_chunk.cu and cuda/delta_rule_chunk.cu, and Product, the warp-tiled
-// product of the decay kernel (the delta-rule kernel's WarpTile splits columns across warps and
-// keeps per-row sums instead; the two are not yet one type).
+// Tensor-core products of the chunked recurrence kernels (cuda/decay_attention_chunk.cu,
+// cuda/delta_rule_chunk.cu).
 //
-// Product<M, N, WARPS> is one CTA's (M x N) fp32 result of sum_k A(m, k) B(k, n) on
-// mma.m16n8k16 (bf16 x bf16 -> fp32, fragment layouts in cuda/mma.cuh). The WARPS warps split
-// the M rows into 16-row tiles (warp w owns tiles w, w + WARPS, ...) and each keeps all N
-// columns. Operands are read through accessors A(m, k), B(k, n) returning floats, so a
+// WarpTile<M, N, WARPS> is one warp's share of a CTA's (M x N) fp32 result of
+// sum_k A(m, k) B(k, n) on mma.m16n8k16 (bf16 x bf16 -> fp32, fragment layouts in cuda/mma.cuh).
+// Operands are read through accessors A(m, k), B(k, n) returning floats, so a
 // transposed or row-scaled operand is a lambda, not a copy. An operand that is bf16-exact
 // (q, k, v) enters as it is; an fp32 operand (a state, a decay-weighted score) is split into
 // hi + lo bf16 halves and enters as hi*x + lo*x, ~16 mantissa bits (the lo*lo term, ~2^-18
@@ -28,67 +25,86 @@ __device__ __forceinline__ void split_pair(float x0, float x1, uint32_t& hi, uin
   lo = pack_bf16(x0 - r0, x1 - r1);
 }
 
+// One warp's part of an (M x N) product computed by the block's WARPS warps: M / 16 row tiles
+// of 16 rows, each shared by WARPS / (M / 16) warps that split its N columns; each warp holds NT
+// accumulator tiles of 16 x 8 (mma's C layout: element i of tile nt is at row g + 8 (i / 2),
+// column nt * 8 + 2 t + i % 2 of the warp's block, g = lane / 4, t = lane % 4).
 template <int M, int N, int WARPS>
-struct Product {
-  static_assert(M % (16 * WARPS) == 0, "whole 16-row tiles per warp");
-  static_assert(N % 8 == 0, "whole 8-column tiles");
-  static constexpr int kRowTiles = M / (16 * WARPS);  // per warp
-  static constexpr int kColTiles = N / 8;
-  float acc[kRowTiles][kColTiles][4];  // mma C fragments
-  int warp, g, t;                      // g = lane / 4, t = lane % 4
+struct WarpTile {
+  static constexpr int kRowTiles = M / 16;
+  static_assert(M % 16 == 0 && WARPS % kRowTiles == 0, "row tiles must divide the warps");
+  static constexpr int kCols = N / (WARPS / kRowTiles);  // columns per warp
+  static_assert(kCols % 8 == 0, "whole 8-column tiles per warp");
+  static constexpr int NT = kCols / 8;
+  int row0, col0, g, t;
+  float acc[NT][4];
 
-  __device__ Product() : warp(threadIdx.x / 32), g(threadIdx.x % 32 / 4), t(threadIdx.x % 4) {
+  __device__ WarpTile() {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    row0 = (warp % kRowTiles) * 16;
+    col0 = (warp / kRowTiles) * kCols;
+    g = lane / 4, t = lane % 4;
 #pragma unroll
-    for (int rt = 0; rt < kRowTiles; rt++)
+    for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-      for (int ct = 0; ct < kColTiles; ct++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) acc[rt][ct][i] = 0.f;
+      for (int i = 0; i < 4; i++) acc[nt][i] = 0.f;
   }
 
-  __device__ __forceinline__ int first_row(int rt) const { return (rt * WARPS + warp) * 16 + g; }
-
-  // acc += A B over K (a multiple of 16); SPLIT_A / SPLIT_B mark fp32 operands.
+  // acc += sum_{k < K} A(row, k) B(k, col). SPLIT_A / SPLIT_B: that operand is fp32 (not
+  // bf16-exact) and enters as hi + lo; the lo * lo term (~2^-18 relative) is dropped.
   template <int K, bool SPLIT_A, bool SPLIT_B, class FA, class FB>
-  __device__ __forceinline__ void add(const FA& A, const FB& B) {
+  __device__ __forceinline__ void mma(const FA& A, const FB& B) {
     static_assert(K % 16 == 0, "K in steps of 16");
-#pragma unroll 1
+#pragma unroll 2
     for (int k0 = 0; k0 < K; k0 += 16) {
-      const int kk = k0 + 2 * t;
-      uint32_t ahi[kRowTiles][4], alo[kRowTiles][4];
+      const int r = row0 + g, kk = k0 + 2 * t;
+      uint32_t ahi[4], alo[4];
+      split_pair(A(r, kk), A(r, kk + 1), ahi[0], alo[0]);
+      split_pair(A(r + 8, kk), A(r + 8, kk + 1), ahi[1], alo[1]);
+      split_pair(A(r, kk + 8), A(r, kk + 9), ahi[2], alo[2]);
+      split_pair(A(r + 8, kk + 8), A(r + 8, kk + 9), ahi[3], alo[3]);
 #pragma unroll
-      for (int rt = 0; rt < kRowTiles; rt++) {
-        const int r = first_row(rt);
-        split_pair(A(r, kk), A(r, kk + 1), ahi[rt][0], alo[rt][0]);
-        split_pair(A(r + 8, kk), A(r + 8, kk + 1), ahi[rt][1], alo[rt][1]);
-        split_pair(A(r, kk + 8), A(r, kk + 9), ahi[rt][2], alo[rt][2]);
-        split_pair(A(r + 8, kk + 8), A(r + 8, kk + 9), ahi[rt][3], alo[rt][3]);
-      }
-#pragma unroll
-      for (int ct = 0; ct < kColTiles; ct++) {
-        const int n = ct * 8 + g;
+      for (int nt = 0; nt < NT; nt++) {
+        const int n = col0 + nt * 8 + g;
         uint32_t bhi0, blo0, bhi1, blo1;
         split_pair(B(kk, n), B(kk + 1, n), bhi0, blo0);
         split_pair(B(kk + 8, n), B(kk + 9, n), bhi1, blo1);
-#pragma unroll
-        for (int rt = 0; rt < kRowTiles; rt++) {
-          mma_bf16_16816(acc[rt][ct], ahi[rt], bhi0, bhi1);
-          if constexpr (SPLIT_B) mma_bf16_16816(acc[rt][ct], ahi[rt], blo0, blo1);
-          if constexpr (SPLIT_A) mma_bf16_16816(acc[rt][ct], alo[rt], bhi0, bhi1);
-        }
+        mma_bf16_16816(acc[nt], ahi, bhi0, bhi1);
+        if constexpr (SPLIT_B) mma_bf16_16816(acc[nt], ahi, blo0, blo1);
+        if constexpr (SPLIT_A) mma_bf16_16816(acc[nt], alo, bhi0, bhi1);
       }
     }
   }
 
-  // fn(row, col, element&) over this thread's elements.
+  // fn(row, col, acc element, slot); slot = nt * 4 + i names the same element in another
+  // WarpTile<M, N> (see at()).
   template <class Fn>
   __device__ __forceinline__ void each(Fn&& fn) {
 #pragma unroll
-    for (int rt = 0; rt < kRowTiles; rt++)
+    for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-      for (int ct = 0; ct < kColTiles; ct++)
+      for (int i = 0; i < 4; i++) fn(row0 + g + 8 * (i / 2), col0 + nt * 8 + 2 * t + i % 2, acc[nt][i], nt * 4 + i);
+  }
+  __device__ __forceinline__ float at(int slot) const { return acc[slot / 4][slot % 4]; }
+  __device__ __forceinline__ float& ref(int slot) { return acc[slot / 4][slot % 4]; }
+
+  // out[part * M + row] += sum over this warp's columns of fn(row, col, acc element), where
+  // part = the warp's column group. Every (part, row) slot has one owner lane for every N, so
+  // repeated calls add up deterministically without atomics; a row's total is the sum over parts.
+  template <class Fn>
+  __device__ __forceinline__ void add_row_sums(float* out, Fn&& fn) {
+    float s[2] = {0.f, 0.f};  // rows g and g + 8
+    each([&](int r, int c, float x, int slot) { s[(slot % 4) / 2] += fn(r, c, x); });
 #pragma unroll
-        for (int i = 0; i < 4; i++) fn(first_row(rt) + 8 * (i / 2), ct * 8 + 2 * t + i % 2, acc[rt][ct][i]);
+    for (int i = 0; i < 2; i++) {
+      s[i] += __shfl_xor_sync(0xffffffffu, s[i], 1);
+      s[i] += __shfl_xor_sync(0xffffffffu, s[i], 2);
+    }
+    if (t == 0) {
+      const int part = (threadIdx.x / 32) / kRowTiles;
+      out[part * M + row0 + g] += s[0];
+      out[part * M + row0 + g + 8] += s[1];
+    }
   }
 };
 

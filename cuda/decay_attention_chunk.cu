@@ -28,10 +28,11 @@ namespace hla::cuda::decay_chunk {
 namespace {
 
 using bf16 = __nv_bfloat16;
-using chunk_mma::Product;
 constexpr int C = kChunk;
-constexpr int kWarps = 4;
+constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
+template <int M, int N>
+using WarpTile = chunk_mma::WarpTile<M, N, kWarps>;
 constexpr int kLdA = C + 4;  // fp32 row stride of the (C x C) score tile in shared memory
 constexpr int BV = 32;       // state columns per scan CTA
 
@@ -91,11 +92,11 @@ __global__ void __launch_bounds__(kThreads) scores_kernel(Args a) {
   load_rows<DK>(k, a.k + ((int64_t(b) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
   if (threadIdx.x < 32) chunk_cumsum(G, a.g + (int64_t(b) * a.T + t0) * a.HV + j, a.HV, n);
   __syncthreads();
-  Product<C, C, kWarps> s;
-  s.add<DK, false, false>([&](int r, int d) { return bf(q[r * kLdK + d]); },   // Q[r][d]
+  WarpTile<C, C> s;
+  s.mma<DK, false, false>([&](int r, int d) { return bf(q[r * kLdK + d]); },   // Q[r][d]
                           [&](int d, int c) { return bf(k[c * kLdK + d]); });  // K^T[d][c]
   float* out = a.aqk + ((int64_t(b) * a.HV + j) * a.NT + chunk) * C * C;
-  s.each([&](int r, int c, float& x) { out[r * C + c] = c <= r ? a.scale * x * expf(G[r] - G[c]) : 0.f; });
+  s.each([&](int r, int c, float& x, int) { out[r * C + c] = c <= r ? a.scale * x * expf(G[r] - G[c]) : 0.f; });
 }
 
 // ---- Pass 2: the scan over chunks, one BV-column tile of the state per CTA ----
@@ -154,25 +155,25 @@ __global__ void __launch_bounds__(kThreads) scan_kernel(Args a, int DV) {
     auto h_op = [&](int d, int c) { return sm.h[d * kLdH + c]; };  // h[d][c]
     // o = scale exp(G) (.) (Q h) + Aqk V   (Aqk holds scale and the decays)
     {
-      Product<C, BV, kWarps> o;
-      o.add<DK, false, true>([&](int r, int d) { return bf(sm.q[r * kLdK + d]); }, h_op);
-      o.each([&](int r, int, float& x) { x *= a.scale * sm.expG[r]; });
-      o.add<C, true, false>([&](int r, int s) { return sm.aqk[r * kLdA + s]; },
+      WarpTile<C, BV> o;
+      o.mma<DK, false, true>([&](int r, int d) { return bf(sm.q[r * kLdK + d]); }, h_op);
+      o.each([&](int r, int, float& x, int) { x *= a.scale * sm.expG[r]; });
+      o.mma<C, true, false>([&](int r, int s) { return sm.aqk[r * kLdA + s]; },
                             [&](int s, int c) { return bf(sm.v[s * kLdV + c]); });
       bf16* out = a.o + tok * a.HV * DV + int64_t(j) * DV + v0;  // o[b, t0, j, v0]
-      o.each([&](int r, int c, float& x) {
+      o.each([&](int r, int c, float& x, int) {
         if (r < n) out[int64_t(r) * a.HV * DV + c] = __float2bfloat16_rn(x);
       });
     }
     // h <- exp(G_last) h + K^T diag(exp(G_last - G)) V
     {
-      Product<DK, BV, kWarps> hn;
+      WarpTile<DK, BV> hn;
       const float decay = sm.expG[C - 1];
-      hn.each([&](int d, int c, float& x) { x = decay * sm.h[d * kLdH + c]; });
-      hn.add<C, false, true>([&](int d, int s) { return bf(sm.k[s * kLdK + d]); },
+      hn.each([&](int d, int c, float& x, int) { x = decay * sm.h[d * kLdH + c]; });
+      hn.mma<C, false, true>([&](int d, int s) { return bf(sm.k[s * kLdK + d]); },
                              [&](int s, int c) { return bf(sm.v[s * kLdV + c]) * sm.kdecay[s]; });
       __syncthreads();  // every read of h and of this chunk's tiles is done
-      hn.each([&](int d, int c, float& x) { sm.h[d * kLdH + c] = x; });
+      hn.each([&](int d, int c, float& x, int) { sm.h[d * kLdH + c] = x; });
     }
   }
   __syncthreads();
