@@ -29,6 +29,19 @@ __device__ __forceinline__ void split_pair(float x0, float x1, uint32_t& hi, uin
 // of 16 rows, each shared by WARPS / (M / 16) warps that split its N columns; each warp holds NT
 // accumulator tiles of 16 x 8 (mma's C layout: element i of tile nt is at row g + 8 (i / 2),
 // column nt * 8 + 2 t + i % 2 of the warp's block, g = lane / 4, t = lane % 4).
+// Rows 0 .. ROWS - 1 of a bf16 matrix (rows `stride` elements apart, W % 8 == 0, src 16-byte
+// aligned) into a (ROWS, W + 8) shared tile with 16-byte loads by the whole block; rows
+// n .. ROWS - 1 become zeros.
+template <int ROWS, int W>
+__device__ __forceinline__ void load_bf16_rows(__nv_bfloat16* dst, const __nv_bfloat16* src, int64_t stride, int n) {
+  constexpr int kPieces = W / 8;
+  for (int i = threadIdx.x; i < ROWS * kPieces; i += blockDim.x) {
+    const int r = i / kPieces, c = (i % kPieces) * 8;
+    const uint4 x = r < n ? *reinterpret_cast<const uint4*>(src + r * stride + c) : make_uint4(0, 0, 0, 0);
+    *reinterpret_cast<uint4*>(dst + r * (W + 8) + c) = x;
+  }
+}
+
 template <int M, int N, int WARPS>
 struct WarpTile {
   static constexpr int kRowTiles = M / 16;

@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cstdint>
 
 #include "cuda/runtime.h"
 #include "tensor/dtype.h"
@@ -24,6 +25,9 @@ void dispatch_storage(DType dtype, const char* op, Fn&& fn) {
   else if (dtype == DType::BF16) fn(__nv_bfloat16{});
   else fail(op, ": CUDA kernels take F32 or BF16, got ", dtype_name(dtype));
 }
+
+// Whether p allows 16-byte vector loads (the chunked kernels' tile loads need it).
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 inline int grid_1d(int64_t n, int block = 256) {
   return static_cast<int>(std::min<int64_t>((n + block - 1) / block, 65535));

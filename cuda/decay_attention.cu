@@ -17,7 +17,8 @@ void decay_attention_forward(void* o, float* ht, const void* q, const void* k, c
                              const float* h0, int64_t B, int64_t T, int64_t H, int64_t HV, int64_t dk, int64_t dv,
                              double scale, int64_t chunk_size, bool vector_gate, DType dtype) {
   (void)chunk_size;
-  if (decay_chunk::supported(dk, dv, vector_gate, dtype)) {
+  // The chunk kernel's tile loads need 16-byte aligned q, k, v (allocator buffers always are).
+  if (decay_chunk::supported(dk, dv, vector_gate, dtype) && aligned16(q) && aligned16(k) && aligned16(v)) {
     decay_chunk::forward(o, ht, q, k, v, g, h0, B, T, H, HV, dk, dv, scale);
     return;
   }

@@ -4,7 +4,7 @@
 //   q, k: (B, T, H, dk);  v, o: (B, T, HV, dv);  g: (B, T, HV) scalar or (B, T, HV, dk) vector
 //   h0, ht: (B, HV, dk, dv) fp32, h0 null = zeros
 // Kernels: the forward runs the chunked tensor-core kernel of cuda/decay_attention_chunk.cu for
-// BF16 storage, a scalar gate and dk, dv in {64, 128}; every other forward and every backward
+// BF16 storage, a scalar gate, dk, dv in {64, 128} and 16-byte aligned q, k, v; every other forward and every backward
 // runs the token recurrence of cuda/recurrence.cuh (dk <= 256, any dv). The backward reads only
 // the inputs and h0, so the two kernels mix freely. chunk_size is the CPU's algorithm choice;
 // the GPU picks its kernel by the rules above.
@@ -27,7 +27,8 @@ void decay_attention_backward(void* grad_q, void* grad_k, void* grad_v, void* gr
                               int64_t dk, int64_t dv, double scale, int64_t chunk_size, bool vector_gate,
                               DType dtype);
 
-// The names of the kernels that run for these dims and storage dtype (gpu-check table, bench).
+// The names of the kernels that run for these dims and storage dtype, given aligned inputs
+// (allocator buffers always are): the gpu-check table and the bench print them.
 const char* decay_attention_kernel(int64_t dk, int64_t dv, bool vector_gate, DType dtype);
 
 }  // namespace hla::cuda

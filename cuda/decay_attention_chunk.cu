@@ -33,6 +33,7 @@ constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
 template <int M, int N>
 using WarpTile = chunk_mma::WarpTile<M, N, kWarps>;
+using chunk_mma::load_bf16_rows;
 constexpr int kLdA = C + 4;  // fp32 row stride of the (C x C) score tile in shared memory
 constexpr int BV = 32;       // state columns per scan CTA
 
@@ -49,18 +50,6 @@ struct Args {
 };
 
 __device__ __forceinline__ float bf(bf16 x) { return __bfloat162float(x); }
-
-// Rows 0..C-1 of a bf16 matrix (rows `stride` elements apart, W % 8 == 0, 16-byte aligned) into
-// a (C, W + 8) shared tile; rows n..C-1 become zeros.
-template <int W>
-__device__ __forceinline__ void load_rows(bf16* dst, const bf16* src, int64_t stride, int n) {
-  constexpr int kPieces = W / 8;
-  for (int i = threadIdx.x; i < C * kPieces; i += kThreads) {
-    const int r = i / kPieces, c = (i % kPieces) * 8;
-    const uint4 x = r < n ? *reinterpret_cast<const uint4*>(src + r * stride + c) : make_uint4(0, 0, 0, 0);
-    *reinterpret_cast<uint4*>(dst + r * (W + 8) + c) = x;
-  }
-}
 
 // Warp 0 only: G[t] = g_0 + ... + g_t for the chunk's tokens (g past n = 0), two tokens a lane.
 __device__ __forceinline__ void chunk_cumsum(float* G, const bf16* g, int64_t stride, int n) {
@@ -88,8 +77,8 @@ __global__ void __launch_bounds__(kThreads) scores_kernel(Args a) {
   float* G = reinterpret_cast<float*>(k + C * kLdK);  // (C)
   const int chunk = blockIdx.x, j = blockIdx.y, b = blockIdx.z, hq = j / (a.HV / a.H);
   const int t0 = chunk * C, n = min(C, a.T - t0);
-  load_rows<DK>(q, a.q + ((int64_t(b) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
-  load_rows<DK>(k, a.k + ((int64_t(b) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
+  load_bf16_rows<C, DK>(q, a.q + ((int64_t(b) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
+  load_bf16_rows<C, DK>(k, a.k + ((int64_t(b) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
   if (threadIdx.x < 32) chunk_cumsum(G, a.g + (int64_t(b) * a.T + t0) * a.HV + j, a.HV, n);
   __syncthreads();
   WarpTile<C, C> s;
@@ -134,9 +123,9 @@ __global__ void __launch_bounds__(kThreads) scan_kernel(Args a, int DV) {
   for (int chunk = 0; chunk < a.NT; chunk++) {
     const int t0 = chunk * C, n = min(C, a.T - t0);
     const int64_t tok = int64_t(b) * a.T + t0;  // first (b, t) row of the chunk
-    load_rows<DK>(sm.q, a.q + (tok * a.H + hq) * DK, int64_t(a.H) * DK, n);
-    load_rows<DK>(sm.k, a.k + (tok * a.H + hq) * DK, int64_t(a.H) * DK, n);
-    load_rows<BV>(sm.v, a.v + (tok * a.HV + j) * DV + v0, int64_t(a.HV) * DV, n);
+    load_bf16_rows<C, DK>(sm.q, a.q + (tok * a.H + hq) * DK, int64_t(a.H) * DK, n);
+    load_bf16_rows<C, DK>(sm.k, a.k + (tok * a.H + hq) * DK, int64_t(a.H) * DK, n);
+    load_bf16_rows<C, BV>(sm.v, a.v + (tok * a.HV + j) * DV + v0, int64_t(a.HV) * DV, n);
     const float* aqk = a.aqk + (head * a.NT + chunk) * C * C;
     for (int i = threadIdx.x; i < C * C / 4; i += kThreads) {
       const int r = i / (C / 4), c = (i % (C / 4)) * 4;
@@ -197,8 +186,6 @@ void launch(const Args& a, int DV) {
   scan<<<dim3(DV / BV, a.HV, a.B), kThreads, scan_bytes>>>(a, DV);
   CUDA_CHECK_LAUNCH();
 }
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
 

@@ -43,8 +43,6 @@ void dispatch_gate(DeltaGate gate, Fn&& fn) {
   }
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 // Whether the chunked tensor-core kernels run (their 16-byte loads need aligned q, k, v).
 bool chunked(const DeltaRuleDims& d, DType dtype, const void* q, const void* k, const void* v) {
   return delta_chunk::supported(d, dtype) && aligned16(q) && aligned16(k) && aligned16(v);

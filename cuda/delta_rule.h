@@ -41,7 +41,8 @@ void delta_rule_backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g,
                          const void* q, const void* k, const void* v, const void* g, const void* b, const void* w,
                          const float* h0, const DeltaRuleDims& d, const float* u_f32, DType dtype);
 
-// Which kernels run for these dims and storage dtype (for gpu-check and the bench).
+// Which kernels run for these dims and storage dtype, given aligned inputs (allocator buffers
+// always are): the gpu-check table and the bench print them.
 const char* delta_rule_kernel(const DeltaRuleDims& d, DType dtype);
 
 }  // namespace hla::cuda

@@ -111,18 +111,7 @@ __device__ __forceinline__ float bf(bf16 x) { return __bfloat162float(x); }
 
 template <int M, int N>
 using WarpTile = chunk_mma::WarpTile<M, N, kWarps>;
-
-// Rows t0 .. t0 + C - 1 of a bf16 (.., W) matrix whose rows are `stride` apart, into a (C, W + 8)
-// shared tile; rows n .. C - 1 become zeros. 16-byte loads (W % 8 == 0, src 16-byte aligned).
-template <int W>
-__device__ __forceinline__ void load_bf16_rows(bf16* dst, const bf16* src, int64_t stride, int n) {
-  constexpr int kPieces = W / 8;
-  for (int i = threadIdx.x; i < C * kPieces; i += kThreads) {
-    const int r = i / kPieces, c = (i % kPieces) * 8;
-    const uint4 x = r < n ? *reinterpret_cast<const uint4*>(src + r * stride + c) : make_uint4(0, 0, 0, 0);
-    *reinterpret_cast<uint4*>(dst + r * (W + 8) + c) = x;
-  }
-}
+using chunk_mma::load_bf16_rows;
 
 // ROWS rows of W floats (rows `stride` apart, 16-byte aligned) into a (ROWS, LD) shared tile;
 // rows n .. ROWS - 1 become zeros.
@@ -164,9 +153,9 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
   const int chunk = blockIdx.x, j = blockIdx.y, bi = blockIdx.z, hq = j / (a.HV / a.H);
   const int t0 = chunk * C, n = min(C, a.T - t0);
   const int64_t head = int64_t(bi) * a.HV + j;  // (b, j) of (B, HV, ..) workspaces
-  load_bf16_rows<DK>(sm.q, a.q + ((int64_t(bi) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
-  load_bf16_rows<DK>(sm.k, a.k + ((int64_t(bi) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
-  load_bf16_rows<DV>(sm.v, a.v + ((int64_t(bi) * a.T + t0) * a.HV + j) * DV, int64_t(a.HV) * DV, n);
+  load_bf16_rows<C, DK>(sm.q, a.q + ((int64_t(bi) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
+  load_bf16_rows<C, DK>(sm.k, a.k + ((int64_t(bi) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
+  load_bf16_rows<C, DV>(sm.v, a.v + ((int64_t(bi) * a.T + t0) * a.HV + j) * DV, int64_t(a.HV) * DV, n);
   if (threadIdx.x < C) {
     const int tt = threadIdx.x;
     const bool ok = tt < n;
@@ -299,8 +288,8 @@ __global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
   for (int chunk = 0; chunk < a.NT; chunk++) {
     const int t0 = chunk * C, n = min(C, a.T - t0);
     const int64_t row0 = head * a.NT * C + t0;  // first workspace row of the chunk
-    load_bf16_rows<DK>(sm.q, a.q + ((int64_t(bi) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
-    load_bf16_rows<DK>(sm.k, a.k + ((int64_t(bi) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
+    load_bf16_rows<C, DK>(sm.q, a.q + ((int64_t(bi) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
+    load_bf16_rows<C, DK>(sm.k, a.k + ((int64_t(bi) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
     load_f32_rows<DK, kLdW>(sm.W, a.W + row0 * DK, DK);
     load_f32_rows<C, kLdC>(sm.aqk, a.Aqk + (head * a.NT + chunk) * C * C, C);
     if (threadIdx.x < C) sm.G[threadIdx.x] = a.G[row0 + threadIdx.x];
@@ -374,8 +363,8 @@ __global__ void __launch_bounds__(kThreads, 2) reverse_scan_kernel(ChunkArgs a) 
     const int t0 = chunk * C, n = min(C, a.T - t0);
     const int64_t row0 = head * a.NT * C + t0;                 // first workspace row of the chunk
     const int64_t tok0 = (int64_t(bi) * a.T + t0) * a.HV + j;  // (B, T, HV) index of token t0
-    load_bf16_rows<DK>(sm.q, a.q + ((int64_t(bi) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
-    load_bf16_rows<DK>(sm.k, a.k + ((int64_t(bi) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
+    load_bf16_rows<C, DK>(sm.q, a.q + ((int64_t(bi) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
+    load_bf16_rows<C, DK>(sm.k, a.k + ((int64_t(bi) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
     load_f32_rows<DK, kLdW>(sm.W, a.W + row0 * DK, DK);
     load_f32_rows<C, kLdC>(sm.aqk, a.Aqk + (head * a.NT + chunk) * C * C, C);
     if (threadIdx.x < C) sm.G[threadIdx.x] = a.G[row0 + threadIdx.x];
@@ -468,9 +457,9 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   const int64_t tok0 = (int64_t(bi) * a.T + t0) * a.HV + j;  // (B, T, HV) index of token t0
   const int64_t state0 = (head * a.NT + chunk) * DK * DV;    // this chunk's h[n] and dh[n]
   const int64_t qk0 = ((int64_t(bi) * a.T + t0) * a.H + hq) * DK;
-  load_bf16_rows<DK>(sm.q, a.q + qk0, int64_t(a.H) * DK, n);
-  load_bf16_rows<DK>(sm.k, a.k + qk0, int64_t(a.H) * DK, n);
-  load_bf16_rows<DV>(sm.dov, a.d_o + tok0 * DV, int64_t(a.HV) * DV, n);
+  load_bf16_rows<C, DK>(sm.q, a.q + qk0, int64_t(a.H) * DK, n);
+  load_bf16_rows<C, DK>(sm.k, a.k + qk0, int64_t(a.H) * DK, n);
+  load_bf16_rows<C, DV>(sm.dov, a.d_o + tok0 * DV, int64_t(a.HV) * DV, n);
   load_f32_rows<C, kLdC>(sm.A, a.A + (head * a.NT + chunk) * C * C, C);
   load_f32_rows<C, kLdC>(sm.pair, a.Aqk + (head * a.NT + chunk) * C * C, C);
   load_f32_rows<DV, kLdVf>(sm.vnew, a.vnew + tok0 * DV, int64_t(a.HV) * DV, n);
@@ -549,7 +538,7 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     });
   }
   __syncthreads();
-  load_bf16_rows<DV>(sm.dov, a.v + tok0 * DV, int64_t(a.HV) * DV, n);  // dO is done: V in its place
+  load_bf16_rows<C, DV>(sm.dov, a.v + tok0 * DV, int64_t(a.HV) * DV, n);  // dO is done: V in its place
   __syncthreads();
   // 4d (step 6): dA = dU Y^T + dW Ehat^T = (dVnew V^T) diag(w) + (dW K^T) diag(beta exp(G)).
   {
@@ -673,8 +662,6 @@ void dispatch_widths(const DeltaRuleDims& d, Fn&& fn) {
   else if (d.dv == 64) fn(K128{}, K64{});
   else fn(K128{}, K128{});
 }
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // The inputs both directions read; outputs and workspaces are set by the caller.
 ChunkArgs input_args(const void* q, const void* k, const void* v, const void* g, const void* b, const void* w,
