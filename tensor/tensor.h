@@ -97,6 +97,18 @@ class Tensor {
   Device device_ = Device::CPU;
 };
 
+// An optional buffer's pointer for a kernel call: null when the tensor is undefined (an absent
+// input, an initial state of zeros, a gradient nobody wants).
+template <class T> T* data_or_null(Tensor& t) { return t.defined() ? t.data<T>() : nullptr; }
+template <class T> const T* data_or_null(const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; }
+inline void* raw_or_null(Tensor& t) { return t.defined() ? t.raw() : nullptr; }
+inline const void* raw_or_null(const Tensor& t) { return t.defined() ? t.raw() : nullptr; }
+
+// The dtype of an op's accumulated side buffers (norm statistics, recurrent states) for inputs
+// like `t`: fp32 on the GPU whatever the storage dtype (F32 or BF16), the storage dtype on the
+// CPU (F32, or F64 in gradchecks).
+inline DType accum_dtype(const Tensor& t) { return t.is_cuda() ? DType::F32 : t.dtype(); }
+
 // Checks used at op boundaries; the message names the op and shows the shapes.
 void check_same_shape(const Tensor& a, const Tensor& b, const char* op);
 void check_shape(const Tensor& t, const Shape& expected, const char* op, const char* name);
