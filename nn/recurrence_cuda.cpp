@@ -28,7 +28,6 @@ Tensor state_f32(const Var& s) {
 
 const float* f32_or_null(const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }
 float* f32_or_null(Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }
-const void* raw_or_null(const Tensor& t) { return t.defined() ? t.raw() : nullptr; }
 
 // An optional initial state's dtype, for handing its gradient back (kept instead of the Var so
 // that the backward closure holds no Var).

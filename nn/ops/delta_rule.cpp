@@ -521,15 +521,6 @@ cpu::DeltaRuleDims check_inputs(const Var& q, const Var& k, const Var& v, const 
   return d;
 }
 
-template <class T>
-const T* data_or_null(const Tensor& t) {
-  return t.defined() ? t.data<T>() : nullptr;
-}
-template <class T>
-T* data_or_null(Tensor& t) {
-  return t.defined() ? t.data<T>() : nullptr;
-}
-
 Tensor zeros_like_or_none(const Var& x) {
   return x.defined() ? Tensor::zeros(x.shape(), x.dtype()) : Tensor();
 }

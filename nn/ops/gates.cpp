@@ -129,8 +129,6 @@ int64_t channel_width(const Var& z, const Var& param, const char* op, const char
   return F;
 }
 
-template <class T> const T* data_or_null(const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; }
-
 #ifdef HLA_CUDA
 // The same op on the GPU (cuda/gates.cu); A_log and param in z's dtype, on the GPU. The backward
 // recomputes g from z in fp32, so it does not keep g.

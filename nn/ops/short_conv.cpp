@@ -97,13 +97,7 @@ template void short_conv_backward<double>(double*, double*, double*, double*, co
 
 }  // namespace cpu
 
-namespace {
-template <class T> const T* data_or_null(const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; }
-}  // namespace
-
 #ifdef HLA_CUDA
-static void* raw_or_null(Tensor& t) { return t.defined() ? t.raw() : nullptr; }
-static const void* raw_or_null(const Tensor& t) { return t.defined() ? t.raw() : nullptr; }
 
 // The same op on the GPU (cuda/short_conv.cu); weight, bias and state in x's dtype, on the GPU.
 static ShortConvOut short_conv_cuda(const Var& x, const Var& weight, const Var& bias, const Var& initial_state,
