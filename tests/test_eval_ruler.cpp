@@ -3,6 +3,7 @@
 // the metrics on known predictions, and a full run with a model that can read needles.
 #include <doctest/doctest.h>
 
+#include <map>
 #include <set>
 
 #include "eval/ruler.h"
@@ -121,6 +122,33 @@ TEST_CASE("eval: RULER multi-query, variable tracking and word tasks: golden ans
   CHECK(count(fwe[0].outputs[0]) > count(fwe[0].outputs[1]));
   CHECK(count(fwe[0].outputs[1]) > count(fwe[0].outputs[2]));
   CHECK(count(fwe[0].outputs[0]) == count("...") / 4);
+}
+
+// Pins every task's samples byte for byte (input, answer prefix, outputs, length), so a change
+// to the generators' shared code shows as a changed hash. The hashes were taken from the
+// generators before their common "search size, fit, split at the answer" tail was shared.
+TEST_CASE("eval: RULER samples of every task are pinned by hash (seed 42, lengths 3000 and 9000)") {
+  const std::map<std::string, std::string> pinned = {
+      {"niah_single_1", "e16259d9eb6570ea"},   {"niah_single_2", "3b94093a364b937b"},
+      {"niah_single_3", "92940c66835e3d64"},   {"niah_multikey_1", "d25657a05f1b9a81"},
+      {"niah_multikey_2", "d27fafcb9a196153"}, {"niah_multikey_3", "570a233746a55b15"},
+      {"niah_multivalue", "f5b2ac19f61f64df"}, {"niah_multiquery", "930084941c6ec7a2"},
+      {"vt", "4f039fd37c441761"},              {"cwe", "713fc333bb940013"},
+      {"fwe", "ca2805a305d27bd7"},             {"qa_1", "931ee6541a032f3c"},
+      {"qa_2", "fd685b75bc35d5cd"}};
+  REQUIRE(pinned.size() == ruler_tasks().size());
+  for (const RulerTask& task : ruler_tasks()) {
+    CAPTURE(task.name);
+    std::string bytes;
+    for (int64_t length : {3000, 9000}) {  // short and long context (4096 * token_scale)
+      for (const RulerSample& s : generate(task.name, length, 2, 2.0)) {
+        bytes += s.input + '\x1f' + s.answer_prefix + '\x1f' + std::to_string(s.length);
+        for (const std::string& output : s.outputs) bytes += '\x1f' + output;
+        bytes += '\x1e';
+      }
+    }
+    CHECK(hla::data::fnv1a_hex(bytes) == pinned.at(task.name));
+  }
 }
 
 TEST_CASE("eval: RULER samples are reproducible for a seed and differ across seeds") {
