@@ -139,4 +139,15 @@ RulerSample split_at_answer_prefix(const Prompt& prompt, const std::string& answ
   return {prompt.text.substr(0, at), prompt.text.substr(at), prompt.answers, prompt.length};
 }
 
+std::vector<RulerSample> fit_samples(const PromptAt& prompt_at, const TokenCounter& count_tokens,
+                                     const RulerGenOptions& options, int64_t size,
+                                     const SizeSearch& search, const std::string& task,
+                                     const std::string& answer_prefix) {
+  std::vector<RulerSample> samples;
+  for (int i = 0; i < options.samples; i++)
+    samples.push_back(split_at_answer_prefix(
+        fit_prompt(prompt_at, count_tokens, options.length, size, search, task), answer_prefix));
+  return samples;
+}
+
 }  // namespace hla::eval::ruler

@@ -67,6 +67,12 @@ Prompt fit_prompt(const PromptAt& prompt_at, const TokenCounter& count_tokens, i
 
 // Splits at the last occurrence of the first 10 characters of the answer prefix.
 RulerSample split_at_answer_prefix(const Prompt& prompt, const std::string& answer_prefix);
+// The tail of every haystack generator: options.samples prompts, each from fit_prompt at `size`
+// (the search's result) and split at `answer_prefix`.
+std::vector<RulerSample> fit_samples(const PromptAt& prompt_at, const TokenCounter& count_tokens,
+                                     const RulerGenOptions& options, int64_t size,
+                                     const SizeSearch& search, const std::string& task,
+                                     const std::string& answer_prefix);
 
 // ---- the generators, one per RULER script ----
 std::vector<RulerSample> generate_niah(const RulerTask& task, const RulerGenOptions& options,

@@ -110,12 +110,7 @@ std::vector<RulerSample> generate_niah(const RulerTask& task, const RulerGenOpti
                           generation_budget(task, options.token_scale)};
   PromptAt prompt_at = [&](int64_t size) { return niah_prompt(task, haystack, size, rng, resources); };
   const int64_t size = search_size(prompt_at, count_tokens, options.length, search);
-  std::vector<RulerSample> samples;
-  for (int i = 0; i < options.samples; i++)
-    samples.push_back(split_at_answer_prefix(
-        fit_prompt(prompt_at, count_tokens, options.length, size, search, task.name),
-        kAnswerPrefix));
-  return samples;
+  return fit_samples(prompt_at, count_tokens, options, size, search, task.name, kAnswerPrefix);
 }
 
 }  // namespace hla::eval::ruler

@@ -158,12 +158,7 @@ std::vector<RulerSample> generate_qa(const RulerTask& task, const RulerGenOption
   const SizeSearch search{incremental, incremental, 3.0, generation_budget(task, options.token_scale)};
   PromptAt prompt_at = [&](int64_t n) { return qa_prompt(two_hop, n, rng); };
   const int64_t size = search_size(prompt_at, count_tokens, options.length, search);
-  std::vector<RulerSample> samples;
-  for (int i = 0; i < options.samples; i++)
-    samples.push_back(split_at_answer_prefix(
-        fit_prompt(prompt_at, count_tokens, options.length, size, search, task.name),
-        kAnswerPrefix));
-  return samples;
+  return fit_samples(prompt_at, count_tokens, options, size, search, task.name, kAnswerPrefix);
 }
 
 }  // namespace hla::eval::ruler

@@ -106,12 +106,7 @@ std::vector<RulerSample> generate_variable_tracking(const RulerTask& task,
     return p;
   };
   const SizeSearch fit{incremental, incremental, 3.0, budget};
-  std::vector<RulerSample> samples;
-  for (int i = 0; i < options.samples; i++)
-    samples.push_back(split_at_answer_prefix(
-        fit_prompt(with_example_at, count_tokens, options.length, size, fit, task.name),
-        kAnswerPrefix));
-  return samples;
+  return fit_samples(with_example_at, count_tokens, options, size, fit, task.name, kAnswerPrefix);
 }
 
 }  // namespace hla::eval::ruler

@@ -126,12 +126,8 @@ std::vector<RulerSample> generate_common_words(const RulerTask& task,
   const SizeSearch search{10, std::min<int64_t>(4096, pool_size), 2.0,
                           generation_budget(task, options.token_scale), pool_size};
   const int64_t size = search_size(prompt_at, count_tokens, options.length, search);
-  std::vector<RulerSample> samples;
-  for (int i = 0; i < options.samples; i++)
-    samples.push_back(split_at_answer_prefix(
-        fit_prompt(prompt_at, count_tokens, options.length, size, search, task.name),
-        kCommonAnswerPrefix));
-  return samples;
+  return fit_samples(prompt_at, count_tokens, options, size, search, task.name,
+                     kCommonAnswerPrefix);
 }
 
 std::vector<RulerSample> generate_frequent_words(const RulerTask& task,
