@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "nn/model.h"
-#include "train/checkpoint.h"
+#include "nn/weights.h"
 
 namespace hla::eval {
 namespace {
@@ -14,7 +14,7 @@ namespace {
 class HybridLanguageModel : public LanguageModel {
  public:
   HybridLanguageModel(const std::string& dir, Device device, int max_length)
-      : config_(ModelConfig::load(dir + "/config.json")), max_length_(max_length), device_(device) {
+      : config_(ModelConfig::load(dir + "/" + kModelConfigFile)), max_length_(max_length), device_(device) {
     model_ = make_model(config_, 0, device, DType::F32);
     load_model_weights(dir, model_->parameters());
     std::ostringstream os;

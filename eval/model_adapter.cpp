@@ -6,8 +6,8 @@
 #include <filesystem>
 
 #include "eval/hybrid_model.h"
+#include "nn/weights.h"
 #include "tensor/error.h"
-#include "train/checkpoint.h"
 
 namespace hla::eval {
 
@@ -25,8 +25,8 @@ static std::string checkpoint_tokenizer(const std::string& dir) {
 
 EvalModel load_model_for_eval(const std::string& checkpoint_dir, const std::string& device) {
   HLA_CHECK(device == "cpu" || device == "cuda", "--device must be cpu or cuda, got '", device, "'");
-  HLA_CHECK(std::filesystem::exists(checkpoint_dir + "/config.json"), checkpoint_dir,
-            ": not a checkpoint directory (no config.json)");
+  HLA_CHECK(std::filesystem::exists(checkpoint_dir + "/" + kModelConfigFile), checkpoint_dir,
+            ": not a checkpoint directory (no ", kModelConfigFile, ")");
   EvalModel m;
   m.model = load_hybrid_model(checkpoint_dir, device == "cuda" ? Device::CUDA : Device::CPU);
   m.tokenizer = data::load_tokenizer(checkpoint_tokenizer(checkpoint_dir));

@@ -1,4 +1,5 @@
-// Checkpoints: one directory per checkpoint
+// Checkpoints: one directory per checkpoint, a model directory (nn/weights.h) plus the state
+// to resume from
 //   model.safetensors      parameters under their fla names (metadata format = "pt")
 //   config.json            the model config (ModelConfig::to_json, or any JSON the caller gives)
 //   optimizer.safetensors  optimizer state (Optimizer::state)
@@ -7,14 +8,14 @@
 // Writing is all-or-nothing: the files go to DIR.tmp-<pid>; only when all are complete does an
 // existing DIR move aside (DIR.old-<pid>), the new one take its name, and the old one get
 // deleted. A failure while writing removes the temporary directory and leaves DIR as it was.
-// Loading checks every name, shape and dtype against the model and names the file and tensor
-// in each error.
+// Loading the weights (load_model_weights, nn/weights.h) checks every name, shape and dtype
+// against the model and names the file and tensor in each error.
 #pragma once
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "nn/module.h"
+#include "nn/weights.h"
 #include "train/optim.h"
 
 namespace hla {
@@ -33,11 +34,7 @@ using BeforeCommitHook = std::function<void(const std::string& tmp_dir)>;
 void save_checkpoint(const std::string& dir, const CheckpointData& data,
                      const BeforeCommitHook& before_commit = {});
 
-// Copies model.safetensors into the parameters: the names must match one to one, and each
-// shape and dtype must equal the parameter's.
-void load_model_weights(const std::string& dir, const ParameterList& params);
+// Restores optimizer.safetensors into `optimizer` (the weights: load_model_weights).
 void load_optimizer_state(const std::string& dir, Optimizer& optimizer);
-nlohmann::json read_json_file(const std::string& path);
-void write_json_file(const std::string& path, const nlohmann::json& j);
 
 }  // namespace hla

@@ -1,0 +1,67 @@
+// Model weights in safetensors and JSON files, written whole or not at all (see weights.h).
+#include "nn/weights.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "tensor/safetensors.h"
+
+namespace hla {
+
+void save_model_weights(const std::string& dir, const ParameterList& params) {
+  NamedTensors weights;
+  for (const NamedParameter& p : params) weights.emplace_back(p.name, p.var.value().to(Device::CPU));
+  save_safetensors(dir + "/" + kModelWeightsFile, weights, {{"format", "pt"}});
+}
+
+void load_model_weights(const std::string& dir, const ParameterList& params) {
+  std::string path = dir + "/" + kModelWeightsFile;
+  HLA_CHECK(std::filesystem::exists(path), "checkpoint ", dir, ": no ", kModelWeightsFile,
+            " (is it a checkpoint directory?)");
+  SafetensorsFile file = load_safetensors(path);
+  std::set<std::string> names;
+  for (const NamedParameter& p : params) {
+    names.insert(p.name);
+    const Tensor& saved = file.get(p.name);
+    const Tensor& value = p.var.value();
+    HLA_CHECK(saved.shape() == value.shape(), path, ": tensor '", p.name, "' has shape ",
+              shape_str(saved.shape()), " but the model expects ", shape_str(value.shape()));
+    HLA_CHECK(saved.dtype() == value.dtype(), path, ": tensor '", p.name, "' is ",
+              dtype_name(saved.dtype()), " but the model expects ", dtype_name(value.dtype()));
+  }
+  for (const auto& [name, t] : file.tensors)
+    HLA_CHECK(names.count(name), path, ": tensor '", name, "' is not a parameter of this model");
+  for (const NamedParameter& p : params) {
+    Var v = p.var;
+    v.mutable_value().copy_(file.get(p.name));
+  }
+}
+
+nlohmann::json read_json_file(const std::string& path) {
+  std::ifstream in(path);
+  HLA_CHECK(in, "cannot open ", path);
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    fail(path, ": not valid JSON: ", e.what());
+  }
+}
+
+void write_json_file(const std::string& path, const nlohmann::json& j) {
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    HLA_CHECK(out, "cannot create ", tmp, " (", path, " is unchanged)");
+    out << j.dump(2) << "\n";
+    out.close();
+    if (!out) {
+      std::remove(tmp.c_str());
+      fail("failed writing ", tmp, " (disk full?); ", path, " is unchanged");
+    }
+  }
+  HLA_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename ", tmp, " to ", path);
+}
+
+}  // namespace hla

@@ -1,0 +1,34 @@
+// Model weights and the JSON files beside them: the file I/O that training (checkpoints) and
+// evaluation (loading a trained model) share, so neither reaches into the other. A model
+// directory, as Hugging Face and fla write it, holds
+//   config.json        the model config (ModelConfig::to_json)
+//   model.safetensors  the parameters under their fla names, metadata format = "pt"
+// train/checkpoint.h adds the optimizer state and trainer_state.json and replaces the whole
+// directory at once; eval/ reads config.json and model.safetensors.
+//
+// Every write goes to "<path>.tmp" and is renamed over <path> only when complete, so a failed
+// write never destroys the previous file and a partial file never replaces a good one. Every
+// error names the file, and the tensor where there is one.
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "nn/module.h"
+
+namespace hla {
+
+inline constexpr char kModelConfigFile[] = "config.json";
+inline constexpr char kModelWeightsFile[] = "model.safetensors";
+
+// Writes dir/model.safetensors: every parameter, copied to the CPU, in list order.
+void save_model_weights(const std::string& dir, const ParameterList& params);
+
+// Copies dir/model.safetensors into the parameters: the names must match one to one, and each
+// shape and dtype must equal the parameter's. All are checked before any is copied, so a failed
+// load leaves the parameters as they were.
+void load_model_weights(const std::string& dir, const ParameterList& params);
+
+nlohmann::json read_json_file(const std::string& path);
+void write_json_file(const std::string& path, const nlohmann::json& j);  // 2-space indent
+
+}  // namespace hla

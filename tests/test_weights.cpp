@@ -1,0 +1,132 @@
+// Model weights and JSON files (nn/weights.h): save -> load is bit-exact for every parameter
+// dtype, a missing / extra tensor or a wrong shape / dtype fails naming the file and the tensor
+// and leaves the parameters as they were, and a JSON write that cannot finish keeps the file
+// that was there.
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "nn/weights.h"
+#include "tensor/safetensors.h"
+
+using namespace hla;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct ScratchDir {
+  std::string path = (fs::temp_directory_path() / ("hla_test_weights_" + std::to_string(getpid()))).string();
+  ScratchDir() {
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~ScratchDir() { fs::remove_all(path); }
+};
+
+// fla names, one bf16 tensor among the fp32 ones (as a bf16 run saves its norms).
+ParameterList small_model(uint64_t seed) {
+  return {{"model.embeddings.weight", Var(Tensor::randn({6, 4}, seed, 0.5, DType::F32), true)},
+          {"model.layers.0.attn.q_proj.weight", Var(Tensor::randn({4, 4}, seed + 1, 0.3, DType::BF16), true)},
+          {"model.norm.weight", Var(Tensor::randn({4}, seed + 2, 1.0, DType::F32), true)}};
+}
+
+bool bit_equal(const Tensor& a, const Tensor& b) {
+  return a.shape() == b.shape() && a.dtype() == b.dtype() &&
+         std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("weights: save -> load round-trips bit-exactly, in fla names and order, format pt") {
+  ScratchDir dir;
+  ParameterList saved = small_model(1), loaded = small_model(50);
+  REQUIRE_FALSE(bit_equal(saved[0].var.value(), loaded[0].var.value()));
+  save_model_weights(dir.path, saved);
+  load_model_weights(dir.path, loaded);
+  for (size_t i = 0; i < saved.size(); i++) {
+    CAPTURE(saved[i].name);
+    CHECK(bit_equal(saved[i].var.value(), loaded[i].var.value()));
+  }
+  SafetensorsFile file = load_safetensors(dir.path + "/model.safetensors");
+  REQUIRE(file.tensors.size() == 3);
+  CHECK(file.tensors[1].first == "model.layers.0.attn.q_proj.weight");
+  CHECK(file.tensors[1].second.dtype() == DType::BF16);
+  CHECK(file.metadata.at("format") == "pt");
+}
+
+TEST_CASE("weights: a missing, extra, reshaped or retyped tensor fails naming the file and tensor") {
+  ScratchDir dir;
+  save_model_weights(dir.path, small_model(1));
+  const std::string file = dir.path + "/model.safetensors";
+  ParameterList target = small_model(50);
+  const Tensor before = target[0].var.value().clone();
+
+  ParameterList more = small_model(50);
+  more.push_back({"lm_head.weight", Var(Tensor::zeros({6, 4}, DType::F32), true)});
+  std::string err = error_of([&] { load_model_weights(dir.path, more); });
+  CHECK(contains(err, file + ": no tensor named 'lm_head.weight'"));
+
+  ParameterList fewer = small_model(50);
+  fewer.pop_back();
+  err = error_of([&] { load_model_weights(dir.path, fewer); });
+  CHECK(contains(err, file + ": tensor 'model.norm.weight' is not a parameter of this model"));
+
+  ParameterList reshaped = small_model(50);
+  reshaped[0].var = Var(Tensor::zeros({4, 6}, DType::F32), true);
+  err = error_of([&] { load_model_weights(dir.path, reshaped); });
+  CHECK(contains(err, file + ": tensor 'model.embeddings.weight' has shape (6, 4) but the model expects (4, 6)"));
+
+  ParameterList retyped = target;
+  retyped[1].var = Var(Tensor::zeros({4, 4}, DType::F32), true);
+  err = error_of([&] { load_model_weights(dir.path, retyped); });
+  CHECK(contains(err, file + ": tensor 'model.layers.0.attn.q_proj.weight' is BF16 but the model expects F32"));
+  CHECK(bit_equal(target[0].var.value(), before));  // a failed load copied nothing
+
+  err = error_of([&] { load_model_weights(dir.path + "/nowhere", target); });
+  CHECK(contains(err, dir.path + "/nowhere: no model.safetensors"));
+}
+
+TEST_CASE("weights: a failed save keeps the previous weights file") {
+  ScratchDir dir;
+  ParameterList first = small_model(1);
+  save_model_weights(dir.path, first);
+  fs::create_directories(dir.path + "/model.safetensors.tmp");  // the temporary file cannot be opened
+  CHECK(contains(error_of([&] { save_model_weights(dir.path, small_model(2)); }), "model.safetensors.tmp"));
+  ParameterList loaded = small_model(50);
+  load_model_weights(dir.path, loaded);
+  CHECK(bit_equal(loaded[0].var.value(), first[0].var.value()));
+}
+
+TEST_CASE("weights: JSON files round-trip, and a failed write keeps the old file") {
+  ScratchDir dir;
+  const std::string path = dir.path + "/config.json";
+  nlohmann::json config = {{"model_type", "gla"}, {"hidden_size", 96}, {"rope_theta", 10000.0}};
+  write_json_file(path, config);
+  CHECK(read_json_file(path) == config);
+  CHECK_FALSE(fs::exists(path + ".tmp"));
+
+  fs::create_directories(path + ".tmp");
+  std::string err = error_of([&] { write_json_file(path, {{"model_type", "other"}}); });
+  CHECK(contains(err, "cannot create " + path + ".tmp (" + path + " is unchanged)"));
+  CHECK(read_json_file(path) == config);
+
+  std::ofstream(dir.path + "/broken.json") << "{\"model_type\": ";
+  CHECK(contains(error_of([&] { read_json_file(dir.path + "/broken.json"); }),
+                 dir.path + "/broken.json: not valid JSON"));
+  CHECK(contains(error_of([&] { read_json_file(dir.path + "/absent.json"); }),
+                 "cannot open " + dir.path + "/absent.json"));
+}
