@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "cli/command.h"
+#include "data/bpe.h"
 #include "eval/lm_eval.h"
 #include "eval/model_adapter.h"
 #include "eval/mqar_eval.h"

@@ -96,4 +96,8 @@ std::string byte_level_token(std::string_view bytes);  // bytes -> tokenizer.jso
 std::unique_ptr<BpeTokenizer> load_tokenizer_json(const std::string& path);
 void save_tokenizer_json(const BpeTokenizer& tokenizer, const std::string& path);
 
+// A tokenizer by name: "byte" gives the byte tokenizer; otherwise a path to a tokenizer.json. An
+// unsupported file is an hla::Error naming the file and what was not understood.
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec);
+
 }  // namespace hla::data

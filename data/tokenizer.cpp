@@ -1,11 +1,10 @@
-// The byte tokenizer, the tokenizer factory, parallel encoding and the shared hash.
+// The byte tokenizer, the default hash, parallel encoding and FNV-1a.
 #include "data/tokenizer.h"
 
 #include <algorithm>
 #include <atomic>
 #include <thread>
 
-#include "data/bpe.h"
 #include "tensor/error.h"
 
 namespace hla::data {
@@ -50,11 +49,6 @@ std::string Tokenizer::hash() const {
 }
 
 std::unique_ptr<Tokenizer> make_byte_tokenizer() { return std::make_unique<ByteTokenizer>(); }
-
-std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec) {
-  if (spec == "byte") return make_byte_tokenizer();
-  return load_tokenizer_json(spec);
-}
 
 std::vector<std::vector<int32_t>> encode_documents(const Tokenizer& tokenizer,
                                                    const std::vector<std::string>& docs,

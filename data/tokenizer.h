@@ -1,6 +1,8 @@
-// The one tokenizer interface every part of hla uses (training, data prep, evaluation).
-// Implementations: byte-level (256 bytes + specials, needs no file) and byte-level BPE
-// loaded from / saved to Hugging Face tokenizer.json.
+// The one tokenizer interface every part of hla uses (training, data prep, evaluation), the
+// byte-level tokenizer (256 bytes + specials, needs no file) and what works on any tokenizer.
+// The other implementation, BPE from / to Hugging Face tokenizer.json, and load_tokenizer (a
+// tokenizer by name: "byte" or a tokenizer.json) are in bpe.h, which builds on this header
+// (never the other way: tokenizer.{h,cpp} include nothing of bpe).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -27,10 +29,6 @@ class Tokenizer {
 
 // Byte-level: ids 0..255 are the bytes, then the special tokens (eos = 256, pad = 257).
 std::unique_ptr<Tokenizer> make_byte_tokenizer();
-
-// "byte" gives the byte tokenizer; otherwise a path to a tokenizer.json. An unsupported
-// file is an hla::Error naming the file and what was not understood.
-std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec);
 
 // Encodes many documents on `threads` threads (0 = all cores); result i is encode(docs[i]).
 std::vector<std::vector<int32_t>> encode_documents(const Tokenizer& tokenizer,

@@ -1,6 +1,7 @@
 // Hugging Face tokenizer.json <-> BpeModel. Reading accepts the two BPE layouts hla supports
 // (ByteLevel as GPT-2; Metaspace/byte-fallback as Llama-2 and Mistral) and names the first part
-// it does not understand; writing produces the same layouts.
+// it does not understand; writing produces the same layouts. load_tokenizer picks between the
+// byte tokenizer and a tokenizer.json.
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -180,6 +181,11 @@ std::unique_ptr<BpeTokenizer> load_tokenizer_json(const std::string& path) {
   r.model.pad_id = r.find_special(kPadNames, std::size(kPadNames));
   if (r.model.pad_id < 0) r.model.pad_id = r.model.eos_id;
   return std::make_unique<BpeTokenizer>(std::move(r.model), "bpe:" + path);
+}
+
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec) {
+  if (spec == "byte") return make_byte_tokenizer();
+  return load_tokenizer_json(spec);
 }
 
 void save_tokenizer_json(const BpeTokenizer& tokenizer, const std::string& path) {

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 
+#include "data/bpe.h"
 #include "eval/hybrid_model.h"
 #include "nn/weights.h"
 #include "tensor/error.h"

@@ -6,7 +6,7 @@
 
 #include "data/loader.h"
 #include "data/mqar.h"
-#include "data/tokenizer.h"
+#include "data/bpe.h"
 #include "nn/ops/cross_entropy.h"
 #include "train/checkpoint.h"
 
