@@ -7,8 +7,8 @@
 //                      distinct gaps in [0, (L-2N)/2) follow p(g) ~ a (g+1)^(a-1) (drawn without
 //                      replacement); every other position is 0, or a uniform token from [0, V)
 //                      when random_non_queries is set.
-//   targets: -100 everywhere except at each query key's position, where it is value_i (the next
-//            token the model must predict after seeing the repeated key).
+//   targets: kIgnoreIndex (-100) everywhere except at each query key's position, where it is
+//            value_i (the next token the model must predict after seeing the repeated key).
 //
 // Example i of a seed depends only on (seed, i), so train and validation sets are just two seeds
 // (train_seed, val_seed) and any slice of either can be generated on its own. Gaps are drawn
@@ -18,9 +18,9 @@
 #include <cstdint>
 #include <vector>
 
-namespace hla::data {
+#include "tensor/ignore_index.h"
 
-constexpr int32_t kIgnoreIndex = -100;
+namespace hla::data {
 
 struct MqarConfig {
   int64_t vocab_size = 8192;    // V

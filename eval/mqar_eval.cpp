@@ -50,7 +50,7 @@ nlohmann::json evaluate_cell(LanguageModel& model, const MqarCell& cell, int64_t
     ScoreRequest r;
     r.tokens.assign(inputs, inputs + cell.seq_len);
     for (int64_t p = 0; p < cell.seq_len; p++) {
-      if (targets[p] == data::kIgnoreIndex) continue;
+      if (targets[p] == kIgnoreIndex) continue;
       r.positions.push_back(static_cast<int32_t>(p));
       r.targets.push_back(targets[p]);
     }

@@ -34,7 +34,7 @@ TEST_CASE("MQAR examples have the Zoology layout") {
       CHECK(values.size() == 8);
       int labelled = 0;
       for (int p = 0; p < 64; p++) {
-        if (tgt[p] == kIgnoreIndex) {
+        if (tgt[p] == hla::kIgnoreIndex) {
           if (!random_fill && p >= 16) CHECK(in[p] == 0);
           continue;
         }

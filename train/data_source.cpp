@@ -4,10 +4,10 @@
 #include <filesystem>
 #include <sstream>
 
+#include "data/bpe.h"
 #include "data/loader.h"
 #include "data/mqar.h"
-#include "data/bpe.h"
-#include "nn/ops/cross_entropy.h"
+#include "tensor/ignore_index.h"
 #include "train/checkpoint.h"
 
 namespace fs = std::filesystem;

@@ -2,10 +2,9 @@
 //   loss_row = logsumexp(z) - z_c  (0 when c == ignore_index), loss = mean over valid rows.
 #pragma once
 #include "autograd/var.h"
+#include "tensor/ignore_index.h"
 
 namespace hla {
-
-constexpr int32_t kIgnoreIndex = -100;
 
 // logits: (..., V), targets: (...) I32 -> scalar (shape {}). All rows ignored gives loss 0.
 Var cross_entropy(const Var& logits, const Tensor& targets, int32_t ignore_index = kIgnoreIndex);
