@@ -2,8 +2,10 @@
 // and the error check every CUDA call goes through. Only compiled with HLA_CUDA.
 //
 // Allocator: size-class free lists (sizes rounded up to 512 B below 1 MiB, to 2 MiB above),
-// one stream, so after the first training step no cudaMalloc happens. peak_bytes() is the
-// high-water mark of bytes handed out (not of bytes reserved).
+// one stream, so after a warm-up of a few training steps no cudaMalloc happens (the GPU test
+// "GPU training allocates nothing after warm-up" in tests/test_gpu_train.cpp reads the counters
+// below after every step and checks it). peak_bytes() is the high-water mark of bytes handed out
+// (not of bytes reserved) since the last reset_peak_bytes().
 #pragma once
 #include <cstddef>
 #include <string>

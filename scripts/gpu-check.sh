@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make gpu-check`: on a machine with an NVIDIA GPU, builds hla for sm_90 into build-gpu, runs
-# the CUDA tests (tests/test_cuda.cpp, tests/test_gpu_train.cpp: GPU training == CPU training;
-# the every-case test is left to the `hla gpu-check` run at the end, which prints the table),
+# the CUDA tests (tests/test_cuda.cpp, tests/test_gpu_train.cpp: GPU training == CPU training,
+# and no cudaMalloc in a training step after warm-up; the every-case test is left to the
+# `hla gpu-check` run at the end, which prints the table),
 # the MQAR demo config on the GPU (fp32 and bf16), `hla bench` and `hla gpu-check` (every
 # case), writes each log to $OUT when set (else build-gpu/logs), and prints the gpu-check
 # table last.
@@ -42,7 +43,7 @@ if ! "$BUILD/hla_tests" --source-file='*test_cuda.cpp,*test_gpu_train.cpp' \
   echo "gpu-check: CUDA TESTS FAILED"
   status=1
 fi
-grep -E "worst relative|bf16 loss" "$LOGS/tests.log"
+grep -E "worst relative|bf16 loss|no cudaMalloc" "$LOGS/tests.log"
 tail -n 3 "$LOGS/tests.log"
 
 for dtype in f32 bf16; do

@@ -1,11 +1,14 @@
 // Training on the GPU equals training on the CPU (issue 5, item 6): the first 20 losses of a
 // tiny fp32 MQAR run agree within 1e-4 relative for every mixer (each in a linear + attention
 // hybrid, so attention runs too), for the full Transformer, a pure linear stack and a 3:1
-// hybrid with cross-layer error routing. A bf16 run on the GPU must learn as well. Without a
-// GPU the cases say SKIPPED loudly and pass.
+// hybrid with cross-layer error routing. A bf16 run on the GPU must learn as well. After a
+// warm-up every GPU training step does no cudaMalloc and ends with the same bytes in use and
+// the same peak (the caching allocator's counters, cuda/runtime.h). Without a GPU the cases say
+// SKIPPED loudly and pass.
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -13,6 +16,9 @@
 #include "nn/model.h"
 #include "tensor/tensor.h"
 #include "train/trainer.h"
+#ifdef HLA_CUDA
+#include "cuda/runtime.h"
+#endif
 
 using namespace hla;
 
@@ -53,7 +59,9 @@ RunConfig tiny_run(const TinyRun& r, const std::string& device, const std::strin
   return c;
 }
 
-std::vector<double> first_losses(const TinyRun& r, const std::string& device, const std::string& dtype) {
+// The losses of steps 1..kSteps; after_step(s) runs after step s.
+std::vector<double> first_losses(const TinyRun& r, const std::string& device, const std::string& dtype,
+                                 const std::function<void(int step)>& after_step = {}) {
   RunConfig c = tiny_run(r, device, dtype);
   c.validate();
   DataSources data = make_data_sources(c.data);
@@ -68,7 +76,10 @@ std::vector<double> first_losses(const TinyRun& r, const std::string& device, co
   std::ostringstream log;
   Trainer trainer(o, *model, *data.train, nullptr, log);
   std::vector<double> losses;
-  for (int i = 0; i < kSteps; i++) losses.push_back(trainer.train_step().loss);
+  for (int step = 1; step <= kSteps; step++) {
+    losses.push_back(trainer.train_step().loss);
+    if (after_step) after_step(step);
+  }
   return losses;
 }
 
@@ -126,4 +137,39 @@ TEST_CASE("GPU bf16 training learns like fp32") {
     CHECK(tail_mean(bf16) < bf16.front() - 0.1);
     CHECK(std::abs(tail_mean(bf16) - tail_mean(f32)) <= 0.05 * f32.front());
   }
+}
+
+TEST_CASE("GPU training allocates nothing after warm-up: no cudaMalloc, same bytes and peak every step") {
+  if (skip_without_gpu()) return;
+#ifdef HLA_CUDA
+  // Steps 1 and 2 place the gradients and the optimizer state (which may take blocks the first
+  // step's activations freed); from then on every step asks for the same blocks in the same order.
+  constexpr int kWarmup = 3;
+  int runs_checked = 0;
+  for (const char* dtype : {"f32", "bf16"}) {
+    for (const TinyRun& r : runs()) {
+      INFO(label(r), ", ", dtype);
+      size_t mallocs = 0, in_use = 0, reserved = 0, step_peak = 0;
+      first_losses(r, "cuda", dtype, [&](int step) {
+        if (step == kWarmup) {
+          mallocs = cuda::cuda_malloc_calls();
+          in_use = cuda::allocated_bytes();
+          reserved = cuda::reserved_bytes();
+        } else if (step > kWarmup) {
+          CAPTURE(step);
+          CHECK(cuda::cuda_malloc_calls() == mallocs);
+          CHECK(cuda::allocated_bytes() == in_use);
+          CHECK(cuda::reserved_bytes() == reserved);
+          if (step == kWarmup + 1) step_peak = cuda::peak_bytes();
+          CHECK(cuda::peak_bytes() == step_peak);
+        }
+        cuda::reset_peak_bytes();  // the next reading is the next step's own peak
+      });
+      CHECK(step_peak > in_use);  // a step's activations come and go
+      runs_checked++;
+    }
+  }
+  MESSAGE(runs_checked, " GPU runs (f32, bf16): no cudaMalloc in steps ", kWarmup + 1, "-", kSteps,
+          " after a ", kWarmup, "-step warm-up");
+#endif
 }
