@@ -1,4 +1,4 @@
-// MQAR (multi-query associative recall), the Zoology generator as /work/shared/design/eval.md
+// MQAR (multi-query associative recall), the Zoology generator as ../shared/design/eval.md
 // section 2.1 describes it (zoology/data/multiquery_ar.py):
 //
 //   positions 0..2N-1: k0 v0 k1 v1 ... (N distinct keys from [1, V/2), N distinct values from

@@ -1,4 +1,4 @@
-// RULER-style long-context recall suite (NVIDIA/RULER, shared/design/eval.md section 1).
+// RULER-style long-context recall suite (NVIDIA/RULER, ../shared/design/eval.md section 1).
 //
 // 13 tasks: 8 needle-in-a-haystack variants, variable tracking, common- and frequent-words
 // extraction, and two self-contained QA tasks that stand in for SQuAD / HotpotQA (synthetic

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -13,7 +14,9 @@ using namespace hla;
 
 namespace {
 
-std::string temp_path(const char* name) { return std::string("/tmp/hla_test_") + name + ".safetensors"; }
+std::string temp_path(const char* name) {
+  return (std::filesystem::temp_directory_path() / (std::string("hla_test_") + name + ".safetensors")).string();
+}
 
 std::string read_all(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
