@@ -38,16 +38,8 @@ bool bit_equal(const Tensor& a, const Tensor& b) {
          std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+// doctest's matcher for "the message contains `part`", from a std::string.
+doctest::Contains has(const std::string& part) { return doctest::Contains(part.c_str()); }
 
 }  // namespace
 
@@ -77,27 +69,29 @@ TEST_CASE("weights: a missing, extra, reshaped or retyped tensor fails naming th
 
   ParameterList more = small_model(50);
   more.push_back({"lm_head.weight", Var(Tensor::zeros({6, 4}, DType::F32), true)});
-  std::string err = error_of([&] { load_model_weights(dir.path, more); });
-  CHECK(contains(err, file + ": no tensor named 'lm_head.weight'"));
+  CHECK_THROWS_WITH_AS(load_model_weights(dir.path, more),
+                       has(file + ": no tensor named 'lm_head.weight'"), Error);
 
   ParameterList fewer = small_model(50);
   fewer.pop_back();
-  err = error_of([&] { load_model_weights(dir.path, fewer); });
-  CHECK(contains(err, file + ": tensor 'model.norm.weight' is not a parameter of this model"));
+  CHECK_THROWS_WITH_AS(load_model_weights(dir.path, fewer),
+                       has(file + ": tensor 'model.norm.weight' is not a parameter of this model"), Error);
 
   ParameterList reshaped = small_model(50);
   reshaped[0].var = Var(Tensor::zeros({4, 6}, DType::F32), true);
-  err = error_of([&] { load_model_weights(dir.path, reshaped); });
-  CHECK(contains(err, file + ": tensor 'model.embeddings.weight' has shape (6, 4) but the model expects (4, 6)"));
+  CHECK_THROWS_WITH_AS(
+      load_model_weights(dir.path, reshaped),
+      has(file + ": tensor 'model.embeddings.weight' has shape (6, 4) but the model expects (4, 6)"), Error);
 
   ParameterList retyped = target;
   retyped[1].var = Var(Tensor::zeros({4, 4}, DType::F32), true);
-  err = error_of([&] { load_model_weights(dir.path, retyped); });
-  CHECK(contains(err, file + ": tensor 'model.layers.0.attn.q_proj.weight' is BF16 but the model expects F32"));
+  CHECK_THROWS_WITH_AS(
+      load_model_weights(dir.path, retyped),
+      has(file + ": tensor 'model.layers.0.attn.q_proj.weight' is BF16 but the model expects F32"), Error);
   CHECK(bit_equal(target[0].var.value(), before));  // a failed load copied nothing
 
-  err = error_of([&] { load_model_weights(dir.path + "/nowhere", target); });
-  CHECK(contains(err, dir.path + "/nowhere: no model.safetensors"));
+  CHECK_THROWS_WITH_AS(load_model_weights(dir.path + "/nowhere", target),
+                       has(dir.path + "/nowhere: no model.safetensors"), Error);
 }
 
 TEST_CASE("weights: a failed save keeps the previous weights file") {
@@ -105,7 +99,8 @@ TEST_CASE("weights: a failed save keeps the previous weights file") {
   ParameterList first = small_model(1);
   save_model_weights(dir.path, first);
   fs::create_directories(dir.path + "/model.safetensors.tmp");  // the temporary file cannot be opened
-  CHECK(contains(error_of([&] { save_model_weights(dir.path, small_model(2)); }), "model.safetensors.tmp"));
+  CHECK_THROWS_WITH_AS(save_model_weights(dir.path, small_model(2)), has(dir.path + "/model.safetensors.tmp"),
+                       Error);
   ParameterList loaded = small_model(50);
   load_model_weights(dir.path, loaded);
   CHECK(bit_equal(loaded[0].var.value(), first[0].var.value()));
@@ -120,13 +115,13 @@ TEST_CASE("weights: JSON files round-trip, and a failed write keeps the old file
   CHECK_FALSE(fs::exists(path + ".tmp"));
 
   fs::create_directories(path + ".tmp");
-  std::string err = error_of([&] { write_json_file(path, {{"model_type", "other"}}); });
-  CHECK(contains(err, "cannot create " + path + ".tmp (" + path + " is unchanged)"));
+  CHECK_THROWS_WITH_AS(write_json_file(path, {{"model_type", "other"}}),
+                       has("cannot create " + path + ".tmp (" + path + " is unchanged)"), Error);
   CHECK(read_json_file(path) == config);
 
   std::ofstream(dir.path + "/broken.json") << "{\"model_type\": ";
-  CHECK(contains(error_of([&] { read_json_file(dir.path + "/broken.json"); }),
-                 dir.path + "/broken.json: not valid JSON"));
-  CHECK(contains(error_of([&] { read_json_file(dir.path + "/absent.json"); }),
-                 "cannot open " + dir.path + "/absent.json"));
+  CHECK_THROWS_WITH_AS(read_json_file(dir.path + "/broken.json"), has(dir.path + "/broken.json: not valid JSON"),
+                       Error);
+  CHECK_THROWS_WITH_AS(read_json_file(dir.path + "/absent.json"), has("cannot open " + dir.path + "/absent.json"),
+                       Error);
 }
