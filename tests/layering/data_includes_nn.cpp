@@ -1,0 +1,2 @@
+// Layering probe: data/ must not see nn/. Must NOT compile.
+#include "nn/model.h"

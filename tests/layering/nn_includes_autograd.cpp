@@ -1,0 +1,3 @@
+// Layering probe, the control: nn/ sees autograd/ and tensor/. MUST compile.
+#include "autograd/var.h"
+#include "nn/model.h"
