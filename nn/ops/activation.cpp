@@ -12,6 +12,7 @@
 #include <cmath>
 
 #include "autograd/gradcheck.h"
+#include "nn/ops/pointwise.h"
 #include "tensor/dispatch.h"
 #ifdef HLA_CUDA
 #include "cuda/activation.h"
@@ -34,9 +35,6 @@ const char* activation_name(Activation a) {
 }
 
 namespace cpu {
-
-template <class T> static T sigmoid_of(T x) { return T(1) / (T(1) + std::exp(-x)); }
-template <class T> static T softplus_of(T x) { return x > T(20) ? x : std::log1p(std::exp(x)); }
 
 template <class T>
 void activation_forward(T* y, const T* x, int64_t n, Activation kind) {

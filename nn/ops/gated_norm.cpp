@@ -11,6 +11,7 @@
 
 #include "autograd/gradcheck.h"
 #include "nn/ops/check.h"
+#include "nn/ops/pointwise.h"
 #include "tensor/dispatch.h"
 #ifdef HLA_CUDA
 #include "cuda/gated_norm.h"
@@ -20,7 +21,6 @@ namespace hla {
 namespace cpu {
 
 namespace {
-template <class T> T sigmoid_of(T v) { return T(1) / (T(1) + std::exp(-v)); }
 // act(z): swish z * s(z) or sigmoid s(z)
 template <class T> T gate_act(T z, GateAct act) { return act == GateAct::Swish ? z * sigmoid_of(z) : sigmoid_of(z); }
 // act'(z): swish s (1 + z (1 - s)) or sigmoid s (1 - s)

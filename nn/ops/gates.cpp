@@ -9,10 +9,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <utility>
 
 #include "autograd/gradcheck.h"
 #include "nn/ops/check.h"
+#include "nn/ops/pointwise.h"
 #include "tensor/dispatch.h"
 #ifdef HLA_CUDA
 #include "cuda/gates.h"
@@ -22,9 +22,7 @@ namespace hla {
 namespace cpu {
 
 namespace {
-template <class T> T sigmoid_of(T v) { return T(1) / (T(1) + std::exp(-v)); }
-// softplus with PyTorch's / fla's threshold: u for u > 20
-template <class T> T softplus_of(T v) { return v > T(20) ? v : std::log1p(std::exp(v)); }
+// softplus'(v), with the same threshold
 template <class T> T softplus_grad(T v) { return v > T(20) ? T(1) : sigmoid_of(v); }
 template <class T> T logsigmoid_of(T v) { return -softplus_of(-v); }
 // log(e^a + e^b) with a = -inf allowed

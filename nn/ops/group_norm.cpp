@@ -117,9 +117,9 @@ Var group_norm(const Var& x, const Var& weight, const Var& bias, int64_t num_gro
   if (bv.defined()) check_shape(bv, {C}, "group_norm", "bias");
   check_operand(wv, xv, "group_norm", "weight");
   check_operand(bv, xv, "group_norm", "bias");
-  Tensor y = Tensor::empty(xv.shape(), xv.dtype(), xv.device());                  // y: (..., C)
-  Tensor mean = Tensor::empty({N, num_groups}, accum_dtype(xv), xv.device());   // mean: (N, groups)
-  Tensor rstd = Tensor::empty({N, num_groups}, accum_dtype(xv), xv.device());   // rstd: (N, groups)
+  Tensor y = Tensor::empty(xv.shape(), xv.dtype(), xv.device());                // y: (..., C)
+  Tensor mean = Tensor::empty({N, num_groups}, accum_dtype(xv), xv.device());  // mean: (N, groups)
+  Tensor rstd = Tensor::empty({N, num_groups}, accum_dtype(xv), xv.device());  // rstd: (N, groups)
   group_norm_forward(y, mean, rstd, xv, wv, bv, N, C, G, eps);
   return record_op1(y, {x, weight, bias}, [=](const std::vector<Tensor>& g) {
     Tensor dx = Tensor::empty(xv.shape(), xv.dtype(), xv.device());

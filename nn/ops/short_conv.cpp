@@ -13,6 +13,7 @@
 
 #include "autograd/gradcheck.h"
 #include "nn/ops/check.h"
+#include "nn/ops/pointwise.h"
 #include "tensor/dispatch.h"
 #ifdef HLA_CUDA
 #include "cuda/short_conv.h"
@@ -22,8 +23,6 @@ namespace hla {
 namespace cpu {
 
 namespace {
-
-template <class T> T sigmoid_of(T v) { return T(1) / (T(1) + std::exp(-v)); }
 
 // xe_e for channel c of sequence b (see the file comment). state may be null (zeros).
 template <class T>

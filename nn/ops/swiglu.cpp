@@ -5,6 +5,7 @@
 
 #include "autograd/gradcheck.h"
 #include "nn/ops/check.h"
+#include "nn/ops/pointwise.h"
 #include "tensor/dispatch.h"
 #ifdef HLA_CUDA
 #include "cuda/swiglu.h"
@@ -16,7 +17,7 @@ namespace cpu {
 template <class T>
 void swiglu_forward(T* z, const T* a, const T* b, int64_t n) {
   for (int64_t i = 0; i < n; i++) {
-    T s = T(1) / (T(1) + std::exp(-a[i]));
+    T s = sigmoid_of(a[i]);
     z[i] = a[i] * s * b[i];  // z = silu(a) * b
   }
 }
@@ -24,7 +25,7 @@ void swiglu_forward(T* z, const T* a, const T* b, int64_t n) {
 template <class T>
 void swiglu_backward(T* da, T* db, const T* dz, const T* a, const T* b, int64_t n) {
   for (int64_t i = 0; i < n; i++) {
-    T s = T(1) / (T(1) + std::exp(-a[i]));
+    T s = sigmoid_of(a[i]);
     da[i] = dz[i] * b[i] * s * (T(1) + a[i] * (T(1) - s));  // d silu(a) / da
     db[i] = dz[i] * a[i] * s;                               // z is linear in b
   }
