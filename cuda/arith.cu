@@ -4,8 +4,8 @@
 // elementwise. In the backward, ds[i] sums over the outer * inner items of entry i, which may be
 // few (a per-token scalar: outer = 1) or millions (a learned scalar: S = 1). The items of each
 // entry are cut into segments of at least kMinSegment items, at most kMaxParts per entry; one warp
-// per segment writes dx for its items and one fp32 partial sum, and cuda/reduce.cuh adds each
-// entry's partials in a fixed order (deterministic, no atomics).
+// per segment writes dx for its items and one fp32 partial sum, and cuda/reduce.cuh sums each
+// entry's partials in a fixed order into ds (deterministic, no atomics).
 //
 // split_last: each piece is a strided 2-D copy, cudaMemcpy2DAsync on the one stream.
 #include "cuda/arith.h"
@@ -69,7 +69,7 @@ void broadcast_forward(void* y, const void* x, const void* s, int64_t outer, int
 void broadcast_backward(void* dx, void* ds, const void* dy, const void* x, const void* s, int64_t outer, int64_t S,
                         int64_t inner, bool multiply, DType dtype) {
   const int64_t items = outer * inner;  // items per entry s[i]
-  if (items * S == 0) return;
+  if (items * S == 0) return write_zeros(ds, S, dtype);  // nothing to sum: ds = 0
   const int64_t seg = std::max(kMinSegment, (items + kMaxParts - 1) / kMaxParts);
   const int64_t parts = (items + seg - 1) / seg;
   FloatScratch partial(S * parts);  // partial: (S, parts)
@@ -81,7 +81,7 @@ void broadcast_backward(void* dx, void* ds, const void* dy, const void* x, const
         static_cast<T*>(dx), partial.get(), static_cast<const T*>(dy), static_cast<const T*>(x),
         static_cast<const T*>(s), S, inner, items, seg, parts, multiply);
     CUDA_CHECK_LAUNCH();
-    accumulate_group_sums(static_cast<T*>(ds), partial.get(), 1, S, parts);  // ds[i] += sum_part partial[i, part]
+    write_group_sums(static_cast<T*>(ds), partial.get(), 1, S, parts);  // ds[i] = sum_part partial[i, part]
   });
 }
 

@@ -10,7 +10,7 @@ namespace hla::cuda {
 // x, y: (outer, S, inner), s: (S); y = x * s[i] (multiply) or x + s[i]
 void broadcast_forward(void* y, const void* x, const void* s, int64_t outer, int64_t S, int64_t inner, bool multiply,
                        DType dtype);
-// dx: (outer, S, inner) written, ds: (S) accumulated (+=)
+// dx: (outer, S, inner), ds: (S) written
 void broadcast_backward(void* dx, void* ds, const void* dy, const void* x, const void* s, int64_t outer, int64_t S,
                         int64_t inner, bool multiply, DType dtype);
 // Copies columns [begin, begin + width) of every row of a (rows, C) buffer into a (rows, width)

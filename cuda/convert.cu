@@ -1,8 +1,6 @@
-// dtype conversion and fill on the GPU: one thread per element, grid-stride.
-#include <cuda_bf16.h>
-
+// dtype conversion and fill on the GPU: one thread per element, grid-stride (common.cuh).
+#include "cuda/common.cuh"
 #include "cuda/convert.h"
-#include "cuda/runtime.h"
 
 namespace hla::cuda {
 namespace {
@@ -29,28 +27,24 @@ __device__ void store_from_f64(void* p, DType t, int64_t i, double v) {
 }
 
 __global__ void convert_kernel(void* dst, DType dt, const void* src, DType st, int64_t n) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-    store_from_f64(dst, dt, i, load_as_f64(src, st, i));
+  HLA_GRID_STRIDE(i, n) store_from_f64(dst, dt, i, load_as_f64(src, st, i));
 }
 
 __global__ void fill_kernel(void* dst, DType t, double v, int64_t n) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-    store_from_f64(dst, t, i, v);
+  HLA_GRID_STRIDE(i, n) store_from_f64(dst, t, i, v);
 }
-
-int grid_for(int64_t n) { return static_cast<int>(std::min<int64_t>((n + 255) / 256, 65535)); }
 
 }  // namespace
 
 void convert(void* dst, DType dst_type, const void* src, DType src_type, int64_t n) {
   if (n == 0) return;
-  convert_kernel<<<grid_for(n), 256>>>(dst, dst_type, src, src_type, n);
+  convert_kernel<<<grid_1d(n), 256>>>(dst, dst_type, src, src_type, n);
   CUDA_CHECK_LAUNCH();
 }
 
 void fill(void* dst, DType type, double value, int64_t n) {
   if (n == 0) return;
-  fill_kernel<<<grid_for(n), 256>>>(dst, type, value, n);
+  fill_kernel<<<grid_1d(n), 256>>>(dst, type, value, n);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -74,7 +74,7 @@ __global__ void cross_entropy_backward_kernel(T* dz, const T* z, const float* ls
 }  // namespace
 
 double cross_entropy_forward(float* lse, const void* z, const int32_t* c, int64_t N, int64_t V, int32_t ignore,
-                             DType dtype, int64_t* valid_rows) {
+                             int64_t* valid_rows, DType dtype) {
   *valid_rows = 0;
   if (N == 0) return 0;
   float* rows = static_cast<float*>(device_alloc(2 * N * sizeof(float)));  // rows: (2, N) loss, valid flag

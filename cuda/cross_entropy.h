@@ -9,8 +9,8 @@ namespace hla::cuda {
 // target is not `ignore` (NaN when a target lies outside [0, V)), and sets *valid_rows to the
 // number of those rows (counted on the device: the targets never travel to the host).
 double cross_entropy_forward(float* lse, const void* z, const int32_t* c, int64_t N, int64_t V, int32_t ignore,
-                             DType dtype, int64_t* valid_rows);
-// dz: (N, V) = (softmax(z) - onehot(c)) * dloss / valid; zero rows where c == ignore
+                             int64_t* valid_rows, DType dtype);
+// dz: (N, V) written, = (softmax(z) - onehot(c)) * dloss / valid; zero rows where c == ignore
 void cross_entropy_backward(void* dz, const void* z, const float* lse, const int32_t* c, int64_t N, int64_t V,
                             int32_t ignore, double dloss_over_valid, DType dtype);
 }  // namespace hla::cuda

@@ -1,7 +1,7 @@
-// Embedding on the GPU: one thread per output element; backward adds rows with atomics
-// (repeated token ids in a batch collide, so the adds must be atomic).
-#include "cuda/common.cuh"
+// Embedding on the GPU: one thread per output element; backward zeroes dw and adds rows with
+// atomics (repeated token ids in a batch collide, so the adds must be atomic).
 #include "cuda/embedding.h"
+#include "cuda/reduce.cuh"
 
 namespace hla::cuda {
 namespace {
@@ -34,7 +34,8 @@ void embedding_forward(void* y, const int32_t* ids, const void* w, int64_t N, in
   CUDA_CHECK_LAUNCH();
 }
 
-void embedding_backward(void* dw, const void* dy, const int32_t* ids, int64_t N, int64_t D, DType dtype) {
+void embedding_backward(void* dw, const void* dy, const int32_t* ids, int64_t N, int64_t V, int64_t D, DType dtype) {
+  write_zeros(dw, V * D, dtype);
   if (N * D == 0) return;
   dispatch_storage(dtype, "embedding_backward", [&](auto tag) {
     using T = decltype(tag);

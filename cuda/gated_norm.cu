@@ -10,7 +10,7 @@
 //   backward: pass 1 writes dz of the post-norm gate and warp-sums a_hat * dy0 * w, pass 2 writes
 //             dx (and dz of the pre-norm gate)
 // dw = sum over rows of dy0 * a_hat is a column sum over the N rows: a second kernel writes fp32
-// partial sums over slices of the rows, accumulate_column_sums (cuda/reduce.cuh) adds them (deterministic).
+// partial sums over slices of the rows, write_column_sums (cuda/reduce.cuh) sums them into dw (deterministic).
 #include "cuda/reduce.cuh"
 #include "cuda/gated_norm.h"
 
@@ -124,26 +124,28 @@ unsigned row_blocks(int64_t rows) { return static_cast<unsigned>((rows + kRowsPe
 
 }  // namespace
 
-void gated_rmsnorm_forward(void* y, float* rstd, const void* x, const void* z, const void* w, int64_t N, int64_t C,
-                           int64_t G, double eps, GateAct act, GateOrder order, DType dtype) {
+void gated_rmsnorm_forward(void* y, float* rstd, const void* x, const void* z, const void* w, const GatedNormDims& d,
+                           DType dtype) {
+  const int64_t N = d.N, C = d.C, G = d.G;
   if (N == 0) return;
   const int64_t groups = C / G, rows = N * groups;
   dispatch_storage(dtype, "gated_rmsnorm_forward", [&](auto tag) {
     using T = decltype(tag);
     gated_rmsnorm_forward_kernel<T><<<row_blocks(rows), kThreads>>>(
         static_cast<T*>(y), rstd, static_cast<const T*>(x), static_cast<const T*>(z), static_cast<const T*>(w), rows,
-        static_cast<int>(G), static_cast<int>(groups), static_cast<float>(eps), act,
-        order == GateOrder::NormThenGate);
+        static_cast<int>(G), static_cast<int>(groups), static_cast<float>(d.eps), d.act,
+        d.order == GateOrder::NormThenGate);
   });
   CUDA_CHECK_LAUNCH();
 }
 
 void gated_rmsnorm_backward(void* dx, void* dz, void* dw, const void* dy, const void* x, const void* z, const void* w,
-                            const float* rstd, int64_t N, int64_t C, int64_t G, GateAct act, GateOrder order,
-                            DType dtype) {
-  if (N == 0) return;
+                            const float* rstd, const GatedNormDims& d, DType dtype) {
+  const int64_t N = d.N, C = d.C, G = d.G;
+  if (N == 0) return write_zeros(dw, C, dtype);  // no rows: dw = 0
   const int64_t groups = C / G, rows = N * groups;
-  const bool gate_after = order == GateOrder::NormThenGate;
+  const GateAct act = d.act;
+  const bool gate_after = d.order == GateOrder::NormThenGate;
   const int parts = static_cast<int>(std::min<int64_t>(N, kColumnParts));
   const int col_threads = static_cast<int>(std::min<int64_t>(256, (C + 31) / 32 * 32));
   const dim3 col_grid(static_cast<unsigned>((C + col_threads - 1) / col_threads), static_cast<unsigned>(parts));
@@ -160,7 +162,7 @@ void gated_rmsnorm_backward(void* dx, void* dz, void* dw, const void* dy, const 
                                                                   static_cast<int>(C), static_cast<int>(G), act,
                                                                   gate_after);
     CUDA_CHECK_LAUNCH();
-    accumulate_column_sums(static_cast<T*>(dw), partial, parts, C);
+    write_column_sums(static_cast<T*>(dw), partial, parts, C);
   });
   CUDA_CHECK_LAUNCH();
   device_free(partial, partial_bytes);

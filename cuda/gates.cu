@@ -3,8 +3,8 @@
 //
 // Forward and the backward without parameter gradients are elementwise. With dt_bias / lb /
 // A_log gradients, the backward runs one thread per channel f over a fixed chunk of rows and
-// writes fp32 partial sums; cuda/reduce.cuh adds the chunks (dparam per channel, dA_log per
-// head of F / H consecutive channels), deterministic, without atomics.
+// writes fp32 partial sums; cuda/reduce.cuh sums the chunks into dparam (per channel) and dA_log
+// (per head of F / H consecutive channels), deterministic, without atomics.
 #include <type_traits>
 
 #include "cuda/gates.h"
@@ -136,15 +136,14 @@ void dispatch_kind(GateKind kind, Fn&& fn) {
 
 }  // namespace
 
-void gate_forward(void* g, const void* z, const void* a_log, const void* param, int64_t N, int64_t F, int64_t H,
-                  GateKind kind, double constant, DType dtype) {
-  const int64_t n = N * F;
+void gate_forward(void* g, const void* z, const void* a_log, const void* param, const GateDims& d, DType dtype) {
+  const int64_t N = d.N, F = d.F, H = d.H, n = N * F;
   if (n == 0) return;
   dispatch_storage(dtype, "gate_forward", [&](auto tag) {
     using T = decltype(tag);
     const GateParams<T> prm{static_cast<const T*>(a_log), static_cast<const T*>(param), F, F / H,
-                            static_cast<float>(constant)};
-    dispatch_kind(kind, [&](auto k) {
+                            static_cast<float>(d.constant)};
+    dispatch_kind(d.kind, [&](auto k) {
       gate_forward_kernel<decltype(k)::value, T>
           <<<grid_1d(n), kThreads>>>(static_cast<T*>(g), static_cast<const T*>(z), prm, n);
     });
@@ -153,9 +152,13 @@ void gate_forward(void* g, const void* z, const void* a_log, const void* param, 
 }
 
 void gate_backward(void* dz, void* da_log, void* dparam, const void* dg, const void* z, const void* a_log,
-                   const void* param, int64_t N, int64_t F, int64_t H, GateKind kind, double constant, DType dtype) {
-  const int64_t n = N * F;
-  if (n == 0) return;
+                   const void* param, const GateDims& d, DType dtype) {
+  const int64_t N = d.N, F = d.F, H = d.H, n = N * F;
+  if (n == 0) {  // nothing to sum: da_log = dparam = 0
+    write_zeros(da_log, H, dtype);
+    write_zeros(dparam, F, dtype);
+    return;
+  }
   const bool reduce = dparam || da_log;
   const RowChunks chunks = split_rows(N);
   FloatScratch partial_param(dparam ? chunks.count * F : 0);  // partial_param: (chunks, F)
@@ -163,10 +166,10 @@ void gate_backward(void* dz, void* da_log, void* dparam, const void* dg, const v
   dispatch_storage(dtype, "gate_backward", [&](auto tag) {
     using T = decltype(tag);
     const GateParams<T> prm{static_cast<const T*>(a_log), static_cast<const T*>(param), F, F / H,
-                            static_cast<float>(constant)};
+                            static_cast<float>(d.constant)};
     T* dzt = static_cast<T*>(dz);
     const T *dgt = static_cast<const T*>(dg), *zt = static_cast<const T*>(z);
-    dispatch_kind(kind, [&](auto k) {
+    dispatch_kind(d.kind, [&](auto k) {
       constexpr GateKind K = decltype(k)::value;
       if (!reduce) {
         gate_backward_kernel<K, T><<<grid_1d(n), kThreads>>>(dzt, dgt, zt, prm, n);
@@ -178,8 +181,8 @@ void gate_backward(void* dz, void* da_log, void* dparam, const void* dg, const v
                                                                    prm, N, chunks.per_chunk);
     });
     CUDA_CHECK_LAUNCH();
-    if (dparam) accumulate_column_sums(static_cast<T*>(dparam), partial_param.get(), chunks.count, F);
-    if (da_log) accumulate_group_sums(static_cast<T*>(da_log), partial_alog.get(), chunks.count, H, F / H);
+    if (dparam) write_column_sums(static_cast<T*>(dparam), partial_param.get(), chunks.count, F);
+    if (da_log) write_group_sums(static_cast<T*>(da_log), partial_alog.get(), chunks.count, H, F / H);
   });
 }
 

@@ -9,8 +9,8 @@
 //             y = x_hat * w + b
 //   backward: warp sums of dyw and x_hat * dyw, then dx
 // dw = sum_rows dy * x_hat and db = sum_rows dy are column sums over the N rows: a second kernel
-// writes fp32 partial sums over slices of the rows, accumulate_column_sums (cuda/reduce.cuh) adds them
-// (deterministic).
+// writes fp32 partial sums over slices of the rows, write_column_sums (cuda/reduce.cuh) sums them
+// into dw, db (deterministic).
 #include "cuda/reduce.cuh"
 #include "cuda/group_norm.h"
 
@@ -110,7 +110,11 @@ void group_norm_forward(void* y, float* mean, float* rstd, const void* x, const 
 
 void group_norm_backward(void* dx, void* dw, void* db, const void* dy, const void* x, const void* w, const float* mean,
                          const float* rstd, int64_t N, int64_t C, int64_t G, DType dtype) {
-  if (N == 0) return;
+  if (N == 0) {  // no rows: dw = db = 0
+    write_zeros(dw, C, dtype);
+    write_zeros(db, C, dtype);
+    return;
+  }
   const int64_t groups = C / G, rows = N * groups;
   const int parts = static_cast<int>(std::min<int64_t>(N, kColumnParts));
   const int col_threads = static_cast<int>(std::min<int64_t>(256, (C + 31) / 32 * 32));
@@ -128,9 +132,8 @@ void group_norm_backward(void* dx, void* dw, void* db, const void* dy, const voi
     group_norm_param_partial_kernel<T><<<col_grid, col_threads>>>(partial, db_partial, dy_t, x_t, mean, rstd, N,
                                                                   static_cast<int>(C), static_cast<int>(G));
     CUDA_CHECK_LAUNCH();
-    accumulate_column_sums(static_cast<T*>(dw), partial, parts, C);
-    if (db)
-      accumulate_column_sums(static_cast<T*>(db), db_partial, parts, C);
+    write_column_sums(static_cast<T*>(dw), partial, parts, C);
+    if (db) write_column_sums(static_cast<T*>(db), db_partial, parts, C);
   });
   CUDA_CHECK_LAUNCH();
   device_free(partial, partial_bytes);

@@ -9,7 +9,7 @@ namespace hla::cuda {
 // x, y: (N, C), w: (C), b: (C) or null, mean, rstd: (N, C / G) with G the group size
 void group_norm_forward(void* y, float* mean, float* rstd, const void* x, const void* w, const void* b, int64_t N,
                         int64_t C, int64_t G, double eps, DType dtype);
-// dx: (N, C) written; dw, db: (C) accumulated (+=, db may be null); dy: (N, C)
+// dx: (N, C), dw, db: (C) written (db may be null); dy: (N, C)
 void group_norm_backward(void* dx, void* dw, void* db, const void* dy, const void* x, const void* w, const float* mean,
                          const float* rstd, int64_t N, int64_t C, int64_t G, DType dtype);
 }  // namespace hla::cuda

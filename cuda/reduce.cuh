@@ -4,7 +4,8 @@
 //
 // Pass 1 (in the op's own kernel, or column_partial_sums_kernel here) splits the rows into fixed
 // contiguous chunks and writes one fp32 partial sum per (chunk, column). Pass 2 adds the
-// partials in a fixed order into the output. No atomics: the same inputs give the same bits.
+// partials in a fixed order and WRITES the sum into the output (the gradient contract of every
+// op: the caller's buffer may hold anything). No atomics: the same inputs give the same bits.
 #pragma once
 #include "cuda/common.cuh"
 
@@ -20,6 +21,11 @@ inline RowChunks split_rows(int64_t rows, int max_chunks = 256) {
   int64_t per_chunk = std::max<int64_t>(1, (rows + max_chunks - 1) / max_chunks);
   int count = static_cast<int>(std::max<int64_t>(1, (rows + per_chunk - 1) / per_chunk));
   return {per_chunk, count};
+}
+
+// out: (n) = 0, for a gradient summed over no rows (an empty batch); out null = not wanted.
+inline void write_zeros(void* out, int64_t n, DType dtype) {
+  if (out) memset_zero(out, static_cast<size_t>(n) * dtype_size(dtype));
 }
 
 // fp32 device scratch that frees itself (through the caching allocator, so it is cheap).
@@ -51,21 +57,20 @@ __global__ void column_partial_sums_kernel(float* partial, const T* a, int64_t r
   partial[blockIdx.x * cols + c] = acc;
 }
 
-// Pass 2: out[c] += sum over chunks b of partial[b, c]; partial: (chunks, cols).
+// Pass 2: out[c] = sum over chunks b of partial[b, c]; partial: (chunks, cols).
 template <class T>
-__global__ void accumulate_column_sums_kernel(T* out, const float* partial, int chunks, int64_t cols) {
+__global__ void write_column_sums_kernel(T* out, const float* partial, int chunks, int64_t cols) {
   HLA_GRID_STRIDE(c, cols) {
     float s = 0;
     for (int b = 0; b < chunks; b++) s += partial[b * cols + c];
-    out[c] = from_float<T>(to_float(out[c]) + s);
+    out[c] = from_float<T>(s);
   }
 }
 
-// Pass 2 with groups of columns: out[g] += sum over chunks b and columns c in [g*group, (g+1)*group)
+// Pass 2 with groups of columns: out[g] = sum over chunks b and columns c in [g*group, (g+1)*group)
 // of partial[b, c]; partial: (chunks, groups * group). One warp per output, fixed lane order.
 template <class T>
-__global__ void accumulate_group_sums_kernel(T* out, const float* partial, int chunks, int64_t groups,
-                                             int64_t group) {
+__global__ void write_group_sums_kernel(T* out, const float* partial, int chunks, int64_t groups, int64_t group) {
   const int64_t warp = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (warp >= groups) return;
@@ -76,35 +81,35 @@ __global__ void accumulate_group_sums_kernel(T* out, const float* partial, int c
     s += partial[b * groups * group + c];
   }
   s = warp_sum(s);
-  if (lane == 0) out[warp] = from_float<T>(to_float(out[warp]) + s);
+  if (lane == 0) out[warp] = from_float<T>(s);
 }
 
 template <class T>
-void accumulate_column_sums(T* out, const float* partial, int chunks, int64_t cols) {
+void write_column_sums(T* out, const float* partial, int chunks, int64_t cols) {
   if (cols == 0) return;
-  accumulate_column_sums_kernel<T><<<grid_1d(cols), 256>>>(out, partial, chunks, cols);
+  write_column_sums_kernel<T><<<grid_1d(cols), 256>>>(out, partial, chunks, cols);
   CUDA_CHECK_LAUNCH();
 }
 
 template <class T>
-void accumulate_group_sums(T* out, const float* partial, int chunks, int64_t groups, int64_t group) {
+void write_group_sums(T* out, const float* partial, int chunks, int64_t groups, int64_t group) {
   if (groups == 0) return;
   const int warps_per_block = 8;
   const auto blocks = static_cast<unsigned>((groups + warps_per_block - 1) / warps_per_block);
-  accumulate_group_sums_kernel<T><<<blocks, 32 * warps_per_block>>>(out, partial, chunks, groups, group);
+  write_group_sums_kernel<T><<<blocks, 32 * warps_per_block>>>(out, partial, chunks, groups, group);
   CUDA_CHECK_LAUNCH();
 }
 
-// out[c] += sum over rows of a[r, c] for an fp32 matrix a: (rows, cols), both passes.
+// out[c] = sum over rows of a[r, c] for an fp32 matrix a: (rows, cols), both passes.
 template <class T>
-void accumulate_fp32_column_sums(T* out, const float* a, int64_t rows, int64_t cols) {
+void write_fp32_column_sums(T* out, const float* a, int64_t rows, int64_t cols) {
   if (cols == 0) return;
   const RowChunks chunks = split_rows(rows);
   FloatScratch partial(chunks.count * cols);  // partial: (chunks, cols)
   const dim3 grid(chunks.count, static_cast<unsigned>((cols + 255) / 256));
   column_partial_sums_kernel<float><<<grid, 256>>>(partial.get(), a, rows, cols, chunks.per_chunk);
   CUDA_CHECK_LAUNCH();
-  accumulate_column_sums(out, partial.get(), chunks.count, cols);
+  write_column_sums(out, partial.get(), chunks.count, cols);
 }
 
 }  // namespace hla::cuda

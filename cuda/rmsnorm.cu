@@ -3,8 +3,8 @@
 // Forward: pass 1 sums x^2 over the row (block reduction), pass 2 writes y = x * rstd * w.
 // Backward: dx needs one more row reduction, mean(x_hat * dy * w). dw = sum_rows(dy * x_hat)
 // is a column sum over all N rows: each block keeps fp32 partial sums for its rows in shared
-// memory and writes them to a (blocks, C) scratch buffer; accumulate_column_sums (cuda/reduce.cuh)
-// adds the column sums into dw. No atomics, so dw is deterministic.
+// memory and writes them to a (blocks, C) scratch buffer; write_column_sums (cuda/reduce.cuh)
+// writes their column sums into dw. No atomics, so dw is deterministic.
 #include "cuda/reduce.cuh"
 #include "cuda/rmsnorm.h"
 
@@ -71,7 +71,7 @@ void rmsnorm_forward(void* y, float* rstd, const void* x, const void* w, int64_t
 
 void rmsnorm_backward(void* dx, void* dw, const void* dy, const void* x, const void* w, const float* rstd, int64_t N,
                       int64_t C, DType dtype) {
-  if (N == 0) return;
+  if (N == 0) return write_zeros(dw, C, dtype);  // no rows: dw = 0
   const size_t smem = static_cast<size_t>(C) * sizeof(float);
   HLA_CHECK(smem <= 200 * 1024, "rmsnorm_backward: C = ", C, " is too wide for the shared-memory dw partials");
   const int blocks = static_cast<int>(std::min<int64_t>(N, 2 * 132));
@@ -83,7 +83,7 @@ void rmsnorm_backward(void* dx, void* dw, const void* dy, const void* x, const v
     kernel<<<blocks, kThreads, smem>>>(static_cast<T*>(dx), partial, static_cast<const T*>(dy),
                                        static_cast<const T*>(x), static_cast<const T*>(w), rstd, N, static_cast<int>(C));
     CUDA_CHECK_LAUNCH();
-    accumulate_column_sums(static_cast<T*>(dw), partial, blocks, C);
+    write_column_sums(static_cast<T*>(dw), partial, blocks, C);
   });
   CUDA_CHECK_LAUNCH();
   device_free(partial, blocks * smem);

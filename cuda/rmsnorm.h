@@ -7,7 +7,7 @@
 namespace hla::cuda {
 // x, y: (N, C), w: (C), rstd: (N)
 void rmsnorm_forward(void* y, float* rstd, const void* x, const void* w, int64_t N, int64_t C, double eps, DType dtype);
-// dx: (N, C) written, dw: (C) accumulated (+=)
+// dx: (N, C), dw: (C) written
 void rmsnorm_backward(void* dx, void* dw, const void* dy, const void* x, const void* w, const float* rstd, int64_t N,
                       int64_t C, DType dtype);
 }  // namespace hla::cuda

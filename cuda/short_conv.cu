@@ -7,7 +7,8 @@
 //   1. dpre = dy * act'(pre) into an fp32 scratch (pre recomputed);
 //   2. dx and dstate, one thread per element, gather d(xe_e) = sum_i w_i dpre_{e-i} (+ dfinal);
 //   3. dw, dbias: sums over all (b, t) rows; each block sums a fixed chunk of rows for 128
-//      channels into an fp32 partial, then cuda/reduce.cuh adds the chunks (deterministic).
+//      channels into an fp32 partial, then cuda/reduce.cuh sums the chunks into dw, dbias
+//      (deterministic).
 #include "cuda/reduce.cuh"
 #include "cuda/short_conv.h"
 
@@ -140,13 +141,14 @@ __global__ void conv_dweight_partial_kernel(float* partial_w, float* partial_b, 
 }  // namespace
 
 void short_conv_forward(void* y, void* final_state, const void* x, const void* w, const void* bias, const void* state,
-                        int64_t B, int64_t L, int64_t C, int64_t K, ConvAct act, DType dtype) {
+                        const ShortConvDims& d, DType dtype) {
+  const int64_t B = d.B, L = d.L, C = d.C, K = d.K;
   const int64_t n_out = B * L * C, n_state = B * C * (K - 1);
   dispatch_storage(dtype, "short_conv_forward", [&](auto tag) {
     using T = decltype(tag);
     const ConvInputs<T> in{static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias),
                            static_cast<const T*>(state), L, C, static_cast<int>(K)};
-    if (n_out > 0) conv_forward_kernel<T><<<grid_1d(n_out), kThreads>>>(static_cast<T*>(y), in, n_out, act);
+    if (n_out > 0) conv_forward_kernel<T><<<grid_1d(n_out), kThreads>>>(static_cast<T*>(y), in, n_out, d.act);
     CUDA_CHECK_LAUNCH();
     if (n_state > 0)
       conv_final_state_kernel<T><<<grid_1d(n_state), kThreads>>>(static_cast<T*>(final_state), in, n_state);
@@ -155,10 +157,11 @@ void short_conv_forward(void* y, void* final_state, const void* x, const void* w
 }
 
 void short_conv_backward(void* dx, void* dw, void* dbias, void* dstate, const void* dy, const void* dfinal,
-                         const void* x, const void* w, const void* bias, const void* state, int64_t B, int64_t L,
-                         int64_t C, int64_t K, ConvAct act, DType dtype) {
+                         const void* x, const void* w, const void* bias, const void* state, const ShortConvDims& d,
+                         DType dtype) {
+  const int64_t B = d.B, L = d.L, C = d.C, K = d.K;
   HLA_CHECK(K <= kMaxTaps, "short_conv_backward: the CUDA kernel takes kernel sizes up to ", kMaxTaps, ", got ", K);
-  if (B * C == 0) return;
+  if (C == 0) return;  // every buffer is empty; with B * L == 0 the passes below still write dw = dbias = 0
   const int64_t rows = B * L, n_out = rows * C, n_state = B * C * (K - 1);
   const RowChunks chunks = split_rows(rows);
   FloatScratch dpre(n_out);                                        // dpre: (B, L, C)
@@ -170,7 +173,7 @@ void short_conv_backward(void* dx, void* dw, void* dbias, void* dstate, const vo
                            static_cast<const T*>(state), L, C, static_cast<int>(K)};
     const T* dfin = static_cast<const T*>(dfinal);
     if (n_out > 0) {
-      conv_dpre_kernel<T><<<grid_1d(n_out), kThreads>>>(dpre.get(), static_cast<const T*>(dy), in, n_out, act);
+      conv_dpre_kernel<T><<<grid_1d(n_out), kThreads>>>(dpre.get(), static_cast<const T*>(dy), in, n_out, d.act);
       CUDA_CHECK_LAUNCH();
       conv_dx_kernel<T><<<grid_1d(n_out), kThreads>>>(static_cast<T*>(dx), dpre.get(), dfin, in.w, B, L, C, in.K);
       CUDA_CHECK_LAUNCH();
@@ -184,8 +187,8 @@ void short_conv_backward(void* dx, void* dw, void* dbias, void* dstate, const vo
     conv_dweight_partial_kernel<T><<<grid, kColumnThreads>>>(partial_w.get(), dbias ? partial_b.get() : nullptr,
                                                              dpre.get(), in, rows, chunks.per_chunk);
     CUDA_CHECK_LAUNCH();
-    accumulate_column_sums(static_cast<T*>(dw), partial_w.get(), chunks.count, C * K);
-    if (dbias) accumulate_column_sums(static_cast<T*>(dbias), partial_b.get(), chunks.count, C);
+    write_column_sums(static_cast<T*>(dw), partial_w.get(), chunks.count, C * K);
+    if (dbias) write_column_sums(static_cast<T*>(dbias), partial_b.get(), chunks.count, C);
   });
 }
 

@@ -3,15 +3,16 @@
 #pragma once
 #include <cstdint>
 
-#include "nn/ops/short_conv.h"
+#include "nn/ops/short_conv_dims.h"
+#include "tensor/dtype.h"
 
 namespace hla::cuda {
 // y, x: (B, L, C), w: (C, K), bias: (C) or null, state, final_state: (B, C, K-1), state may be null
 void short_conv_forward(void* y, void* final_state, const void* x, const void* w, const void* bias, const void* state,
-                        int64_t B, int64_t L, int64_t C, int64_t K, ConvAct act, DType dtype);
-// dx: (B, L, C) and dstate: (B, C, K-1) written (dstate may be null); dw: (C, K) and dbias: (C)
-// accumulated (+=, dbias may be null); dy: (B, L, C), dfinal: (B, C, K-1)
+                        const ShortConvDims& d, DType dtype);
+// dx: (B, L, C), dw: (C, K), dbias: (C), dstate: (B, C, K-1) written (dbias, dstate may be null);
+// dy: (B, L, C), dfinal: (B, C, K-1)
 void short_conv_backward(void* dx, void* dw, void* dbias, void* dstate, const void* dy, const void* dfinal,
-                         const void* x, const void* w, const void* bias, const void* state, int64_t B, int64_t L,
-                         int64_t C, int64_t K, ConvAct act, DType dtype);
+                         const void* x, const void* w, const void* bias, const void* state, const ShortConvDims& d,
+                         DType dtype);
 }  // namespace hla::cuda

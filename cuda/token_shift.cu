@@ -3,7 +3,7 @@
 //
 // token_shift and lerp are elementwise, one thread per element along D. lerp's dmu sums over
 // all M rows: each block sums a fixed chunk of rows for 128 channels into an fp32 partial and
-// cuda/reduce.cuh adds the chunks (deterministic, no atomics).
+// cuda/reduce.cuh sums the chunks into dmu (deterministic, no atomics).
 //
 // ddlerp's low-rank maps are GEMMs on cuBLAS in fp32: h = tanh(zz) and W2 are first regrouped
 // per map n into fp32 (N, M, R) and (N, D, R) scratch, then for each n
@@ -132,13 +132,12 @@ __global__ void ddlerp_mix_grad_kernel(float* mix, float* ddelta_acc, const T* g
   }
 }
 
-// dw2[d, n*R + r] += dw2_n[d, r]; dw2: (D, N*R), dw2_n: (D, R)
+// dw2[d, n*R + r] = dw2_n[d, r]; dw2: (D, N*R), dw2_n: (D, R)
 template <class T>
-__global__ void add_w2_block_kernel(T* dw2, const float* dw2_n, int64_t D, int64_t N, int64_t R, int64_t n) {
+__global__ void write_w2_block_kernel(T* dw2, const float* dw2_n, int64_t D, int64_t N, int64_t R, int64_t n) {
   HLA_GRID_STRIDE(i, D * R) {
     const int64_t d = i / R, r = i % R;
-    T* out = dw2 + d * N * R + n * R + r;
-    *out = from_float<T>(to_float(*out) + dw2_n[i]);
+    dw2[d * N * R + n * R + r] = from_float<T>(dw2_n[i]);
   }
 }
 
@@ -226,7 +225,7 @@ void lerp_backward(void* dx, void* ddelta, void* dmu, const void* dy, const void
                                                       static_cast<const T*>(dy), static_cast<const T*>(delta),
                                                       static_cast<const T*>(mu), M, D, chunks.per_chunk);
     CUDA_CHECK_LAUNCH();
-    accumulate_column_sums(static_cast<T*>(dmu), partial.get(), chunks.count, D);
+    write_column_sums(static_cast<T*>(dmu), partial.get(), chunks.count, D);
   });
 }
 
@@ -255,7 +254,14 @@ void ddlerp_backward(void* dx, void* ddelta, void* dzz, void* dw2, void* dbias, 
                      const void* zz, const void* w2, const void* bias, int64_t M, int64_t D, int64_t N, int64_t R,
                      DType dtype) {
   HLA_CHECK(R > 0, "ddlerp_backward: the low-rank width R must be > 0, got ", R);
-  if (M * D * N == 0) return;
+  if (M * D * N == 0) {  // an empty dimension: every gradient is zero or empty
+    write_zeros(dx, M * D, dtype);
+    write_zeros(ddelta, M * D, dtype);
+    write_zeros(dzz, M * N * R, dtype);
+    write_zeros(dw2, D * N * R, dtype);
+    write_zeros(dbias, N * D, dtype);
+    return;
+  }
   FloatScratch h(N * M * R);         // h: (N, M, R) = tanh(zz) regrouped per map
   FloatScratch w2n(N * D * R);       // w2n: (N, D, R) = W2's column blocks
   FloatScratch mix(M * D);           // mix: (M, D), m^n - bias_n, then dm^n
@@ -276,9 +282,9 @@ void ddlerp_backward(void* dx, void* ddelta, void* dzz, void* dw2, void* dbias, 
                                                               static_cast<const T*>(bias) + n * D, D, M * D);
       CUDA_CHECK_LAUNCH();
       // m^n = h W2_n^T + bias_n  =>  dbias_n = colsum(dm^n), dW2_n = dm^n^T h, dh = dm^n W2_n
-      accumulate_fp32_column_sums(static_cast<T*>(dbias) + n * D, mix.get(), M, D);
+      write_fp32_column_sums(static_cast<T*>(dbias) + n * D, mix.get(), M, D);
       gemm(dw2_n.get(), mix.get(), h_n, DType::F32, D, R, M, true, false, 1.0f, 0.0f);
-      add_w2_block_kernel<T><<<grid_1d(D * R), kThreads>>>(static_cast<T*>(dw2), dw2_n.get(), D, N, R, n);
+      write_w2_block_kernel<T><<<grid_1d(D * R), kThreads>>>(static_cast<T*>(dw2), dw2_n.get(), D, N, R, n);
       CUDA_CHECK_LAUNCH();
       gemm(dh.get(), mix.get(), w2_n, DType::F32, M, R, D, false, false, 1.0f, 0.0f);
       // h = tanh(zz_n)  =>  dzz_n = dh * (1 - h^2)

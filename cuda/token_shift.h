@@ -16,14 +16,14 @@ void token_shift_backward(void* dx, void* dstate, const void* ddelta, const void
 
 // x, delta, y: (M, D), mu: (D)
 void lerp_forward(void* y, const void* x, const void* delta, const void* mu, int64_t M, int64_t D, DType dtype);
-// dx, ddelta: (M, D) written; dmu: (D) accumulated (+=); dy: (M, D)
+// dx, ddelta: (M, D), dmu: (D) written; dy: (M, D)
 void lerp_backward(void* dx, void* ddelta, void* dmu, const void* dy, const void* delta, const void* mu, int64_t M,
                    int64_t D, DType dtype);
 
 // xi: (N, M, D); x, delta: (M, D); zz: (M, N*R); w2: (D, N*R); bias: (N, D); M = B*L
 void ddlerp_forward(void* xi, const void* x, const void* delta, const void* zz, const void* w2, const void* bias,
                     int64_t M, int64_t D, int64_t N, int64_t R, DType dtype);
-// dx, ddelta: (M, D), dzz: (M, N*R) written; dw2: (D, N*R), dbias: (N, D) accumulated (+=); dxi: (N, M, D)
+// dx, ddelta: (M, D), dzz: (M, N*R), dw2: (D, N*R), dbias: (N, D) written; dxi: (N, M, D)
 void ddlerp_backward(void* dx, void* ddelta, void* dzz, void* dw2, void* dbias, const void* dxi, const void* delta,
                      const void* zz, const void* w2, const void* bias, int64_t M, int64_t D, int64_t N, int64_t R,
                      DType dtype);

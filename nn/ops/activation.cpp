@@ -12,6 +12,7 @@
 #include <cmath>
 
 #include "autograd/gradcheck.h"
+#include "nn/ops/pointwise.h"
 #include "tensor/dispatch.h"
 #ifdef HLA_CUDA
 #include "cuda/activation.h"
@@ -34,9 +35,6 @@ const char* activation_name(Activation a) {
 }
 
 namespace cpu {
-
-template <class T> static T sigmoid_of(T x) { return T(1) / (T(1) + std::exp(-x)); }
-template <class T> static T softplus_of(T x) { return x > T(20) ? x : std::log1p(std::exp(x)); }
 
 template <class T>
 void activation_forward(T* y, const T* x, int64_t n, Activation kind) {
@@ -80,27 +78,38 @@ template void activation_backward<double>(double*, const double*, const double*,
 
 }  // namespace cpu
 
+// One forward for both devices: cpu::activation_forward<T> or cuda::activation_forward.
+// x, y: (n)
+static void activation_forward(Tensor& y, const Tensor& x, Activation kind) {
+  if (x.is_cuda()) {
+    HLA_CUDA_ONLY(cuda::activation_forward(y.raw(), x.raw(), x.numel(), kind, x.dtype()));
+    return;
+  }
+  dispatch_float(x.dtype(), activation_name(kind), [&](auto tag) {
+    using T = decltype(tag);
+    cpu::activation_forward(y.data<T>(), x.data<T>(), x.numel(), kind);
+  });
+}
+
+// One backward for both devices; dx: (n) written.
+static void activation_backward(Tensor& dx, const Tensor& dy, const Tensor& x, Activation kind) {
+  if (x.is_cuda()) {
+    HLA_CUDA_ONLY(cuda::activation_backward(dx.raw(), dy.raw(), x.raw(), x.numel(), kind, x.dtype()));
+    return;
+  }
+  dispatch_float(x.dtype(), activation_name(kind), [&](auto tag) {
+    using T = decltype(tag);
+    cpu::activation_backward(dx.data<T>(), dy.data<T>(), x.data<T>(), x.numel(), kind);
+  });
+}
+
 Var activation(const Var& x, Activation kind) {
   Tensor xv = x.value();
   Tensor y = Tensor::empty(xv.shape(), xv.dtype(), xv.device());
-  if (xv.is_cuda()) {
-    HLA_CUDA_ONLY(cuda::activation_forward(y.raw(), xv.raw(), xv.numel(), kind, xv.dtype()));
-  } else {
-    dispatch_float(xv.dtype(), activation_name(kind), [&](auto tag) {
-      using T = decltype(tag);
-      cpu::activation_forward(y.data<T>(), xv.data<T>(), xv.numel(), kind);
-    });
-  }
+  activation_forward(y, xv, kind);
   return record_op1(y, {x}, [xv, kind](const std::vector<Tensor>& g) {
     Tensor dx = Tensor::empty(xv.shape(), xv.dtype(), xv.device());
-    if (xv.is_cuda()) {
-      HLA_CUDA_ONLY(cuda::activation_backward(dx.raw(), g[0].raw(), xv.raw(), xv.numel(), kind, xv.dtype()));
-    } else {
-      dispatch_float(xv.dtype(), activation_name(kind), [&](auto tag) {
-        using T = decltype(tag);
-        cpu::activation_backward(dx.data<T>(), g[0].data<T>(), xv.data<T>(), xv.numel(), kind);
-      });
-    }
+    activation_backward(dx, g[0], xv, kind);
     return std::vector<Tensor>{dx};
   }, activation_name(kind));
 }

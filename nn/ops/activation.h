@@ -1,12 +1,13 @@
 // Pointwise functions the layers need: silu, sigmoid, softplus (threshold 20, as PyTorch and
 // fla), logsigmoid, tanh, relu^2 (RWKV-6 channel mix), 1 - exp(x) (HGRN input gate, HGRN-2 key),
 // -exp(x) (RWKV-6 decay). One shared kernel, a table of (f, f').
+// Gradients: written in full (the caller's buffers may hold anything).
 #pragma once
 #include "autograd/var.h"
+#include "nn/ops/activation_dims.h"
 
 namespace hla {
 
-enum class Activation { SiLU, Sigmoid, Softplus, LogSigmoid, Tanh, ReluSquared, OneMinusExp, NegExp };
 const char* activation_name(Activation a);
 
 Var activation(const Var& x, Activation kind);

@@ -1,9 +1,11 @@
 // add, mul, scale, sum, mean, reshape: forward through tensor/math.h, backward beside it.
 #include "nn/ops/arith.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "autograd/gradcheck.h"
+#include "nn/ops/check.h"
 #include "tensor/dispatch.h"
 #include "tensor/math.h"
 #ifdef HLA_CUDA
@@ -78,10 +80,11 @@ void broadcast_forward(T* y, const T* x, const T* s, int64_t outer, int64_t S, i
       }
 }
 
-// dx: (outer, S, inner) written, ds: (S) accumulated
+// dx: (outer, S, inner), ds: (S) written
 template <class T>
 void broadcast_backward(T* dx, T* ds, const T* dy, const T* x, const T* s, int64_t outer, int64_t S, int64_t inner,
                         bool multiply) {
+  std::fill(ds, ds + S, T(0));
   for (int64_t o = 0; o < outer; o++)
     for (int64_t i = 0; i < S; i++)
       for (int64_t j = 0; j < inner; j++) {
@@ -93,46 +96,48 @@ void broadcast_backward(T* dx, T* ds, const T* dy, const T* x, const T* s, int64
 
 }  // namespace cpu
 
-#ifdef HLA_CUDA
-// The same op on the GPU (cuda/arith.cu); s in x's dtype, on the GPU.
-static Var broadcast_op_cuda(const Var& x, const Var& s, int64_t outer, int64_t S, int64_t inner, bool multiply,
-                             const char* name) {
-  Tensor xv = x.value(), sv = s.value();
-  const DType dt = xv.dtype();
-  check_dtype(sv, dt, name, "s");
-  HLA_CHECK(sv.is_cuda(), name, ": x is on cuda but s is on the cpu");
-  Tensor y = Tensor::empty(xv.shape(), dt, Device::CUDA);
-  cuda::broadcast_forward(y.raw(), xv.raw(), sv.raw(), outer, S, inner, multiply, dt);
-  return record_op1(y, {x, s}, [=](const std::vector<Tensor>& g) {
-    Tensor dx = Tensor::empty(xv.shape(), dt, Device::CUDA), ds = Tensor::zeros(sv.shape(), dt, Device::CUDA);
-    cuda::broadcast_backward(dx.raw(), ds.raw(), g[0].raw(), xv.raw(), sv.raw(), outer, S, inner, multiply, dt);
-    return std::vector<Tensor>{dx, ds};
-  }, name);
+// One forward for both devices: cpu::broadcast_forward<T> or cuda::broadcast_forward.
+// x, y: (outer, S, inner), s: (S)
+static void broadcast_forward(Tensor& y, const Tensor& x, const Tensor& s, int64_t outer, int64_t S, int64_t inner,
+                              bool multiply, const char* name) {
+  if (x.is_cuda()) {
+    HLA_CUDA_ONLY(cuda::broadcast_forward(y.raw(), x.raw(), s.raw(), outer, S, inner, multiply, x.dtype()));
+    return;
+  }
+  dispatch_float(x.dtype(), name, [&](auto tag) {
+    using T = decltype(tag);
+    cpu::broadcast_forward(y.data<T>(), x.data<T>(), s.data<T>(), outer, S, inner, multiply);
+  });
 }
-#endif
+
+// One backward for both devices; dx: (outer, S, inner), ds: (S) written.
+static void broadcast_backward(Tensor& dx, Tensor& ds, const Tensor& dy, const Tensor& x, const Tensor& s,
+                               int64_t outer, int64_t S, int64_t inner, bool multiply, const char* name) {
+  if (x.is_cuda()) {
+    HLA_CUDA_ONLY(cuda::broadcast_backward(dx.raw(), ds.raw(), dy.raw(), x.raw(), s.raw(), outer, S, inner, multiply,
+                                           x.dtype()));
+    return;
+  }
+  dispatch_float(x.dtype(), name, [&](auto tag) {
+    using T = decltype(tag);
+    cpu::broadcast_backward(dx.data<T>(), ds.data<T>(), dy.data<T>(), x.data<T>(), s.data<T>(), outer, S, inner,
+                            multiply);
+  });
+}
 
 static Var broadcast_op(const Var& x, const Var& s, int64_t inner, bool multiply, const char* name) {
   int64_t S = s.numel();
   HLA_CHECK(S > 0 && inner > 0 && x.numel() % (S * inner) == 0, name, ": ", x.value().str(),
             " cannot be viewed as (outer, ", S, ", ", inner, ") for s ", s.value().str());
   int64_t outer = x.numel() / (S * inner);
-#ifdef HLA_CUDA
-  if (x.value().is_cuda()) return broadcast_op_cuda(x, s, outer, S, inner, multiply, name);
-#endif
   Tensor xv = x.value(), sv = s.value();
-  Shape s_shape = sv.shape();
-  Tensor y = Tensor::empty(xv.shape(), xv.dtype());
-  dispatch_float(xv.dtype(), name, [&](auto tag) {
-    using T = decltype(tag);
-    cpu::broadcast_forward(y.data<T>(), xv.data<T>(), sv.data<T>(), outer, S, inner, multiply);
-  });
+  check_operand(sv, xv, name, "s");
+  Tensor y = Tensor::empty(xv.shape(), xv.dtype(), xv.device());
+  broadcast_forward(y, xv, sv, outer, S, inner, multiply, name);
   return record_op1(y, {x, s}, [=](const std::vector<Tensor>& g) {
-    Tensor dx = Tensor::empty(xv.shape(), xv.dtype()), ds = Tensor::zeros(s_shape, xv.dtype());
-    dispatch_float(xv.dtype(), name, [&](auto tag) {
-      using T = decltype(tag);
-      cpu::broadcast_backward(dx.data<T>(), ds.data<T>(), g[0].data<T>(), xv.data<T>(), sv.data<T>(), outer, S,
-                              inner, multiply);
-    });
+    Tensor dx = Tensor::empty(xv.shape(), xv.dtype(), xv.device());
+    Tensor ds = Tensor::empty(sv.shape(), xv.dtype(), xv.device());
+    broadcast_backward(dx, ds, g[0], xv, sv, outer, S, inner, multiply, name);
     return std::vector<Tensor>{dx, ds};
   }, name);
 }
@@ -149,13 +154,12 @@ Var scale_by(const Var& x, const Var& s) {
 // on the GPU as one strided copy (cuda/arith.cu).
 static void copy_columns(Tensor& dst, const Tensor& src, int64_t rows, int64_t C, int64_t begin, int64_t width,
                          bool gather) {
+  check_operand(src, dst, "split_last", gather ? "x" : "a gradient piece");
   size_t es = dtype_size(src.dtype());
-#ifdef HLA_CUDA
   if (dst.is_cuda()) {
-    HLA_CHECK(src.is_cuda(), "split_last: a gradient piece is on the cpu while x is on cuda");
-    return cuda::copy_columns(dst.raw(), src.raw(), rows, C, begin, width, es, gather);
+    HLA_CUDA_ONLY(cuda::copy_columns(dst.raw(), src.raw(), rows, C, begin, width, es, gather));
+    return;
   }
-#endif
   const char* sp = static_cast<const char*>(src.raw());
   char* dp = static_cast<char*>(dst.raw());
   for (int64_t r = 0; r < rows; r++) {

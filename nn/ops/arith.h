@@ -1,6 +1,7 @@
 // Elementwise arithmetic and shape ops on Vars: add, mul, scale, sum, mean, reshape, and
 // the broadcasts over the last dimension that layers need (per-channel scale and bias).
-// They run on any device through tensor/math.h.
+// They run on any device through tensor/math.h (the broadcasts and split_last through their own
+// kernels, cpu:: in arith.cpp and cuda/arith.cu). Gradients: written in full.
 #pragma once
 #include "autograd/var.h"
 

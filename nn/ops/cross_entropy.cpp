@@ -13,8 +13,10 @@ namespace hla {
 namespace cpu {
 
 template <class T>
-double cross_entropy_forward(T* lse, const T* z, const int32_t* c, int64_t N, int64_t V, int32_t ignore) {
+double cross_entropy_forward(T* lse, const T* z, const int32_t* c, int64_t N, int64_t V, int32_t ignore,
+                             int64_t* valid_rows) {
   double total = 0;
+  *valid_rows = 0;
   for (int64_t n = 0; n < N; n++) {
     const T* zr = z + n * V;
     T m = zr[0];
@@ -26,6 +28,7 @@ double cross_entropy_forward(T* lse, const T* z, const int32_t* c, int64_t N, in
     HLA_CHECK(c[n] >= 0 && c[n] < V, "cross_entropy: target ", c[n], " at row ", n,
               " outside [0, ", V, ") and not the ignore index ", ignore);
     total += static_cast<double>(lse[n] - zr[c[n]]);  // loss_row = lse - z_c
+    ++*valid_rows;
   }
   return total;
 }
@@ -47,56 +50,55 @@ void cross_entropy_backward(T* dz, const T* z, const T* lse, const int32_t* c, i
 
 }  // namespace cpu
 
-#ifdef HLA_CUDA
-// The same op on the GPU (cuda/cross_entropy.cu): one fused pass per row; lse is fp32 there.
-// The loss sum and the valid-row count come back to the host; the targets stay on the device.
-static Var cross_entropy_cuda(const Var& logits, const Tensor& targets, int32_t ignore_index) {
-  Tensor z = logits.value();
-  HLA_CHECK(targets.is_cuda(), "cross_entropy: logits are on cuda but targets are on the cpu");
-  int64_t V = z.size(-1), N = z.numel() / V;
-  int64_t valid = 0;
-  Tensor lse = Tensor::empty({N}, DType::F32, Device::CUDA);  // lse: (N)
-  double total = cuda::cross_entropy_forward(lse.data<float>(), z.raw(), targets.data<int32_t>(), N, V,
-                                             ignore_index, z.dtype(), &valid);
-  HLA_CHECK(!std::isnan(total), "cross_entropy: a target lies outside [0, ", V, ") and is not the ignore index ",
-            ignore_index);
-  double loss = valid ? total / static_cast<double>(valid) : 0.0;
-  return record_op1(Tensor::full({}, loss, z.dtype(), Device::CUDA), {logits}, [=](const std::vector<Tensor>& g) {
-    Tensor dz = Tensor::empty(z.shape(), z.dtype(), Device::CUDA);
-    double k = valid ? g[0].item() / static_cast<double>(valid) : 0.0;
-    cuda::cross_entropy_backward(dz.raw(), z.raw(), lse.data<float>(), targets.data<int32_t>(), N, V, ignore_index,
-                                 k, z.dtype());
-    return std::vector<Tensor>{dz};
-  }, "cross_entropy");
+// One forward for both devices: cpu::cross_entropy_forward<T> or cuda::cross_entropy_forward (one
+// fused pass per row; the loss sum and the valid-row count come back to the host, the targets stay
+// on the device). z: (N, V), targets: (N) I32, lse: (N) in accum_dtype(z).
+static double cross_entropy_forward(Tensor& lse, const Tensor& z, const Tensor& targets, int64_t N, int64_t V,
+                                    int32_t ignore, int64_t* valid_rows) {
+  if (z.is_cuda()) {
+    double total = 0;
+    HLA_CUDA_ONLY(total = cuda::cross_entropy_forward(lse.data<float>(), z.raw(), targets.data<int32_t>(), N, V,
+                                                      ignore, valid_rows, z.dtype()));
+    HLA_CHECK(!std::isnan(total), "cross_entropy: a target lies outside [0, ", V, ") and is not the ignore index ",
+              ignore);
+    return total;
+  }
+  return dispatch_float(z.dtype(), "cross_entropy", [&](auto tag) {
+    using T = decltype(tag);
+    return cpu::cross_entropy_forward(lse.data<T>(), z.data<T>(), targets.data<int32_t>(), N, V, ignore, valid_rows);
+  });
 }
-#endif
+
+// One backward for both devices; dz: (N, V) written.
+static void cross_entropy_backward(Tensor& dz, const Tensor& z, const Tensor& lse, const Tensor& targets, int64_t N,
+                                   int64_t V, int32_t ignore, double dloss_over_valid) {
+  if (z.is_cuda()) {
+    HLA_CUDA_ONLY(cuda::cross_entropy_backward(dz.raw(), z.raw(), lse.data<float>(), targets.data<int32_t>(), N, V,
+                                               ignore, dloss_over_valid, z.dtype()));
+    return;
+  }
+  dispatch_float(z.dtype(), "cross_entropy", [&](auto tag) {
+    using T = decltype(tag);
+    cpu::cross_entropy_backward(dz.data<T>(), z.data<T>(), lse.data<T>(), targets.data<int32_t>(), N, V, ignore,
+                                dloss_over_valid);
+  });
+}
 
 Var cross_entropy(const Var& logits, const Tensor& targets, int32_t ignore_index) {
-  int64_t V = logits.size(-1), N = logits.numel() / V;
-  HLA_CHECK(targets.numel() == N, "cross_entropy: ", N, " rows of logits ", logits.value().str(),
-            " but targets ", targets.str());
-  check_dtype(targets, DType::I32, "cross_entropy", "targets");
-#ifdef HLA_CUDA
-  if (logits.value().is_cuda()) return cross_entropy_cuda(logits, targets, ignore_index);
-#endif
   Tensor z = logits.value();
-  Tensor lse = Tensor::empty({N}, z.dtype());
-  const int32_t* c = targets.data<int32_t>();
+  int64_t V = z.size(-1), N = z.numel() / V;
+  HLA_CHECK(targets.numel() == N, "cross_entropy: ", N, " rows of logits ", z.str(), " but targets ", targets.str());
+  check_dtype(targets, DType::I32, "cross_entropy", "targets");
+  HLA_CHECK(targets.device() == z.device(), "cross_entropy: targets ", targets.str(),
+            " are not on the device of the logits ", z.str());
+  Tensor lse = Tensor::empty({N}, accum_dtype(z), z.device());  // lse: (N)
   int64_t valid = 0;
-  for (int64_t n = 0; n < N; n++) valid += c[n] != ignore_index;
-  double total = dispatch_float(z.dtype(), "cross_entropy", [&](auto tag) {
-    using T = decltype(tag);
-    return cpu::cross_entropy_forward(lse.data<T>(), z.data<T>(), c, N, V, ignore_index);
-  });
+  double total = cross_entropy_forward(lse, z, targets, N, V, ignore_index, &valid);
   double loss = valid ? total / static_cast<double>(valid) : 0.0;
-  return record_op1(Tensor::full({}, loss, z.dtype()), {logits}, [=](const std::vector<Tensor>& g) {
-    Tensor dz = Tensor::empty(z.shape(), z.dtype());
+  return record_op1(Tensor::full({}, loss, z.dtype(), z.device()), {logits}, [=](const std::vector<Tensor>& g) {
+    Tensor dz = Tensor::empty(z.shape(), z.dtype(), z.device());
     double k = valid ? g[0].item() / static_cast<double>(valid) : 0.0;
-    dispatch_float(z.dtype(), "cross_entropy", [&](auto tag) {
-      using T = decltype(tag);
-      cpu::cross_entropy_backward(dz.data<T>(), z.data<T>(), lse.data<T>(), targets.data<int32_t>(), N, V,
-                                  ignore_index, k);
-    });
+    cross_entropy_backward(dz, z, lse, targets, N, V, ignore_index, k);
     return std::vector<Tensor>{dz};
   }, "cross_entropy");
 }

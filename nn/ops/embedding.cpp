@@ -1,5 +1,7 @@
-// Embedding lookup; its backward scatters (adds) each row's gradient into its token's row.
+// Embedding lookup; its backward writes dw: zeros, then each row's gradient added into its token's row.
 #include "nn/ops/embedding.h"
+
+#include <algorithm>
 
 #include "autograd/gradcheck.h"
 #include "tensor/dispatch.h"
@@ -21,42 +23,55 @@ void embedding_forward(T* y, const int32_t* ids, const T* w, int64_t N, int64_t 
 }
 
 template <class T>
-void embedding_backward(T* dw, const T* dy, const int32_t* ids, int64_t N, int64_t D) {
+void embedding_backward(T* dw, const T* dy, const int32_t* ids, int64_t N, int64_t V, int64_t D) {
+  std::fill(dw, dw + V * D, T(0));
   for (int64_t n = 0; n < N; n++)
     for (int64_t d = 0; d < D; d++) dw[ids[n] * D + d] += dy[n * D + d];  // y[n] = w[ids[n]]
 }
 
 }  // namespace cpu
 
+// One forward for both devices: cpu::embedding_forward<T> or cuda::embedding_forward.
+// ids: (N) I32, w: (V, D), y: (N, D)
+static void embedding_forward(Tensor& y, const Tensor& ids, const Tensor& w, int64_t N, int64_t V, int64_t D) {
+  if (w.is_cuda()) {
+    HLA_CUDA_ONLY(cuda::embedding_forward(y.raw(), ids.data<int32_t>(), w.raw(), N, V, D, w.dtype()));
+    return;
+  }
+  dispatch_float(w.dtype(), "embedding", [&](auto tag) {
+    using T = decltype(tag);
+    cpu::embedding_forward(y.data<T>(), ids.data<int32_t>(), w.data<T>(), N, V, D);
+  });
+}
+
+// One backward for both devices; dw: (V, D) written.
+static void embedding_backward(Tensor& dw, const Tensor& dy, const Tensor& ids, int64_t N, int64_t V, int64_t D) {
+  if (dw.is_cuda()) {
+    HLA_CUDA_ONLY(cuda::embedding_backward(dw.raw(), dy.raw(), ids.data<int32_t>(), N, V, D, dw.dtype()));
+    return;
+  }
+  dispatch_float(dw.dtype(), "embedding", [&](auto tag) {
+    using T = decltype(tag);
+    cpu::embedding_backward(dw.data<T>(), dy.data<T>(), ids.data<int32_t>(), N, V, D);
+  });
+}
+
 Var embedding(const Tensor& ids, const Var& weight) {
   check_dtype(ids, DType::I32, "embedding", "ids");
   HLA_CHECK(ids.device() == weight.device(), "embedding: ids on ", device_name(ids.device()),
             " but weight on ", device_name(weight.device()));
-  int64_t V = weight.size(0), D = weight.size(1), N = ids.numel();
+  Tensor w = weight.value();
+  int64_t V = w.size(0), D = w.size(1), N = ids.numel();
   Shape out_shape = ids.shape();
   out_shape.push_back(D);
-  Tensor w = weight.value();
-  Tensor y = Tensor::empty(out_shape, w.dtype(), w.device());
-  if (w.is_cuda()) {
-    HLA_CUDA_ONLY(cuda::embedding_forward(y.raw(), ids.data<int32_t>(), w.raw(), N, V, D, w.dtype()));
-  } else {
-    dispatch_float(w.dtype(), "embedding", [&](auto tag) {
-      using T = decltype(tag);
-      cpu::embedding_forward(y.data<T>(), ids.data<int32_t>(), w.data<T>(), N, V, D);
-    });
-  }
+  Tensor y = Tensor::empty(out_shape, w.dtype(), w.device());  // y: (..., D)
+  embedding_forward(y, ids, w, N, V, D);
   Shape w_shape = w.shape();
   DType dt = w.dtype();
+  Device dev = w.device();
   return record_op1(y, {weight}, [=](const std::vector<Tensor>& g) {
-    Tensor dw = Tensor::zeros(w_shape, dt, ids.device());
-    if (dw.is_cuda()) {
-      HLA_CUDA_ONLY(cuda::embedding_backward(dw.raw(), g[0].raw(), ids.data<int32_t>(), N, D, dt));
-    } else {
-      dispatch_float(dt, "embedding", [&](auto tag) {
-        using T = decltype(tag);
-        cpu::embedding_backward(dw.data<T>(), g[0].data<T>(), ids.data<int32_t>(), N, D);
-      });
-    }
+    Tensor dw = Tensor::empty(w_shape, dt, dev);
+    embedding_backward(dw, g[0], ids, N, V, D);
     return std::vector<Tensor>{dw};
   }, "embedding");
 }

@@ -6,9 +6,12 @@
 // (mixers.md 2.1) into da, then the pre-norm gate.
 #include "nn/ops/gated_norm.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "autograd/gradcheck.h"
+#include "nn/ops/check.h"
+#include "nn/ops/pointwise.h"
 #include "tensor/dispatch.h"
 #ifdef HLA_CUDA
 #include "cuda/gated_norm.h"
@@ -18,7 +21,6 @@ namespace hla {
 namespace cpu {
 
 namespace {
-template <class T> T sigmoid_of(T v) { return T(1) / (T(1) + std::exp(-v)); }
 // act(z): swish z * s(z) or sigmoid s(z)
 template <class T> T gate_act(T z, GateAct act) { return act == GateAct::Swish ? z * sigmoid_of(z) : sigmoid_of(z); }
 // act'(z): swish s (1 + z (1 - s)) or sigmoid s (1 - s)
@@ -33,9 +35,10 @@ template <class T> T norm_input(T x, T z, GateAct act, GateOrder order) {
 }  // namespace
 
 template <class T>
-void gated_rmsnorm_forward(T* y, T* rstd, const T* x, const T* z, const T* w, int64_t N, int64_t C, int64_t G,
-                           double eps, GateAct act, GateOrder order) {
-  int64_t groups = C / G;
+void gated_rmsnorm_forward(T* y, T* rstd, const T* x, const T* z, const T* w, const GatedNormDims& d) {
+  const int64_t N = d.N, C = d.C, G = d.G, groups = C / G;
+  const GateAct act = d.act;
+  const GateOrder order = d.order;
   for (int64_t n = 0; n < N; n++)
     for (int64_t gi = 0; gi < groups; gi++) {
       int64_t c0 = n * C + gi * G;  // first element of this group in x, z, y
@@ -44,7 +47,7 @@ void gated_rmsnorm_forward(T* y, T* rstd, const T* x, const T* z, const T* w, in
         T a = norm_input(x[c0 + c], z[c0 + c], act, order);
         ms += a * a;
       }
-      T r = T(1) / std::sqrt(ms / static_cast<T>(G) + static_cast<T>(eps));  // rstd = 1/sqrt(mean(a^2) + eps)
+      T r = T(1) / std::sqrt(ms / static_cast<T>(G) + static_cast<T>(d.eps));  // rstd = 1/sqrt(mean(a^2) + eps)
       rstd[n * groups + gi] = r;
       for (int64_t c = 0; c < G; c++) {
         T a = norm_input(x[c0 + c], z[c0 + c], act, order);
@@ -57,9 +60,12 @@ void gated_rmsnorm_forward(T* y, T* rstd, const T* x, const T* z, const T* w, in
 
 template <class T>
 void gated_rmsnorm_backward(T* dx, T* dz, T* dw, const T* dy, const T* x, const T* z, const T* w, const T* rstd,
-                            int64_t N, int64_t C, int64_t G, GateAct act, GateOrder order) {
-  int64_t groups = C / G;
-  bool gate_after = order == GateOrder::NormThenGate;
+                            const GatedNormDims& d) {
+  const int64_t N = d.N, C = d.C, G = d.G, groups = C / G;
+  const GateAct act = d.act;
+  const GateOrder order = d.order;
+  const bool gate_after = order == GateOrder::NormThenGate;
+  std::fill(dw, dw + C, T(0));
   for (int64_t n = 0; n < N; n++)
     for (int64_t gi = 0; gi < groups; gi++) {
       int64_t c0 = n * C + gi * G;
@@ -94,68 +100,65 @@ void gated_rmsnorm_backward(T* dx, T* dz, T* dw, const T* dy, const T* x, const 
     }
 }
 
-template void gated_rmsnorm_forward<float>(float*, float*, const float*, const float*, const float*, int64_t,
-                                           int64_t, int64_t, double, GateAct, GateOrder);
-template void gated_rmsnorm_forward<double>(double*, double*, const double*, const double*, const double*, int64_t,
-                                            int64_t, int64_t, double, GateAct, GateOrder);
+template void gated_rmsnorm_forward<float>(float*, float*, const float*, const float*, const float*,
+                                           const GatedNormDims&);
+template void gated_rmsnorm_forward<double>(double*, double*, const double*, const double*, const double*,
+                                            const GatedNormDims&);
 template void gated_rmsnorm_backward<float>(float*, float*, float*, const float*, const float*, const float*,
-                                            const float*, const float*, int64_t, int64_t, int64_t, GateAct, GateOrder);
+                                            const float*, const float*, const GatedNormDims&);
 template void gated_rmsnorm_backward<double>(double*, double*, double*, const double*, const double*, const double*,
-                                             const double*, const double*, int64_t, int64_t, int64_t, GateAct,
-                                             GateOrder);
+                                             const double*, const double*, const GatedNormDims&);
 
 }  // namespace cpu
 
-#ifdef HLA_CUDA
-// The same op on the GPU (cuda/gated_norm.cu); rstd is fp32 there whatever the storage dtype.
-static Var gated_rmsnorm_cuda(const Var& x, const Var& z, const Var& weight, double eps, GateAct act, GateOrder order,
-                              int64_t G) {
-  Tensor xv = x.value(), zv = z.value(), wv = weight.value();
-  check_dtype(zv, xv.dtype(), "gated_rmsnorm", "z");
-  check_dtype(wv, xv.dtype(), "gated_rmsnorm", "weight");
-  HLA_CHECK(zv.is_cuda() && wv.is_cuda(), "gated_rmsnorm: x is on cuda but z or weight is on the cpu");
-  int64_t C = xv.size(-1), N = xv.numel() / C;
-  Tensor y = Tensor::empty(xv.shape(), xv.dtype(), Device::CUDA);   // y: (..., C)
-  Tensor rstd = Tensor::empty({N, C / G}, DType::F32, Device::CUDA);  // rstd: (N, groups)
-  cuda::gated_rmsnorm_forward(y.raw(), rstd.data<float>(), xv.raw(), zv.raw(), wv.raw(), N, C, G, eps, act, order,
-                              xv.dtype());
-  return record_op1(y, {x, z, weight}, [=](const std::vector<Tensor>& g) {
-    Tensor dx = Tensor::empty(xv.shape(), xv.dtype(), Device::CUDA);
-    Tensor dz = Tensor::empty(xv.shape(), xv.dtype(), Device::CUDA);
-    Tensor dw = Tensor::zeros({C}, xv.dtype(), Device::CUDA);
-    cuda::gated_rmsnorm_backward(dx.raw(), dz.raw(), dw.raw(), g[0].raw(), xv.raw(), zv.raw(), wv.raw(),
-                                 rstd.data<float>(), N, C, G, act, order, xv.dtype());
-    return std::vector<Tensor>{dx, dz, dw};
-  }, "gated_rmsnorm");
+// One forward for both devices: cpu::gated_rmsnorm_forward<T> or cuda::gated_rmsnorm_forward.
+// x, z, y: (N, C), w: (C), rstd: (N, C / G) in accum_dtype(x)
+static void gated_rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& z, const Tensor& w,
+                                  const GatedNormDims& d) {
+  if (x.is_cuda()) {
+    HLA_CUDA_ONLY(cuda::gated_rmsnorm_forward(y.raw(), rstd.data<float>(), x.raw(), z.raw(), w.raw(), d, x.dtype()));
+    return;
+  }
+  dispatch_float(x.dtype(), "gated_rmsnorm", [&](auto tag) {
+    using T = decltype(tag);
+    cpu::gated_rmsnorm_forward(y.data<T>(), rstd.data<T>(), x.data<T>(), z.data<T>(), w.data<T>(), d);
+  });
 }
-#endif
+
+// One backward for both devices; dx, dz: (N, C), dw: (C) written.
+static void gated_rmsnorm_backward(Tensor& dx, Tensor& dz, Tensor& dw, const Tensor& dy, const Tensor& x,
+                                   const Tensor& z, const Tensor& w, const Tensor& rstd, const GatedNormDims& d) {
+  if (x.is_cuda()) {
+    HLA_CUDA_ONLY(cuda::gated_rmsnorm_backward(dx.raw(), dz.raw(), dw.raw(), dy.raw(), x.raw(), z.raw(), w.raw(),
+                                               rstd.data<float>(), d, x.dtype()));
+    return;
+  }
+  dispatch_float(x.dtype(), "gated_rmsnorm", [&](auto tag) {
+    using T = decltype(tag);
+    cpu::gated_rmsnorm_backward(dx.data<T>(), dz.data<T>(), dw.data<T>(), dy.data<T>(), x.data<T>(), z.data<T>(),
+                                w.data<T>(), rstd.data<T>(), d);
+  });
+}
 
 Var gated_rmsnorm(const Var& x, const Var& z, const Var& weight, double eps, GateAct act, GateOrder order,
                   int64_t group_size) {
-  check_same_shape(x.value(), z.value(), "gated_rmsnorm");
-  int64_t C = x.size(-1), N = x.numel() / C;
+  Tensor xv = x.value(), zv = z.value(), wv = weight.value();
+  check_same_shape(xv, zv, "gated_rmsnorm");
+  int64_t C = xv.size(-1), N = xv.numel() / C;
   int64_t G = group_size == 0 ? C : group_size;
   HLA_CHECK(G > 0 && C % G == 0, "gated_rmsnorm: group_size ", group_size, " must divide the last dim ", C);
-  check_shape(weight.value(), {C}, "gated_rmsnorm", "weight");
-#ifdef HLA_CUDA
-  if (x.value().is_cuda()) return gated_rmsnorm_cuda(x, z, weight, eps, act, order, G);
-#endif
-  Tensor xv = x.value(), zv = z.value(), wv = weight.value();
-  Tensor y = Tensor::empty(xv.shape(), xv.dtype());        // y: (..., C)
-  Tensor rstd = Tensor::empty({N, C / G}, xv.dtype());    // rstd: (N, groups)
-  dispatch_float(xv.dtype(), "gated_rmsnorm", [&](auto tag) {
-    using T = decltype(tag);
-    cpu::gated_rmsnorm_forward(y.data<T>(), rstd.data<T>(), xv.data<T>(), zv.data<T>(), wv.data<T>(), N, C, G, eps,
-                               act, order);
-  });
+  check_shape(wv, {C}, "gated_rmsnorm", "weight");
+  check_operand(zv, xv, "gated_rmsnorm", "z");
+  check_operand(wv, xv, "gated_rmsnorm", "weight");
+  const GatedNormDims d{N, C, G, eps, act, order};
+  Tensor y = Tensor::empty(xv.shape(), xv.dtype(), xv.device());           // y: (..., C)
+  Tensor rstd = Tensor::empty({N, C / G}, accum_dtype(xv), xv.device());  // rstd: (N, groups)
+  gated_rmsnorm_forward(y, rstd, xv, zv, wv, d);
   return record_op1(y, {x, z, weight}, [=](const std::vector<Tensor>& g) {
-    Tensor dx = Tensor::empty(xv.shape(), xv.dtype()), dz = Tensor::empty(xv.shape(), xv.dtype());
-    Tensor dw = Tensor::zeros({C}, xv.dtype());
-    dispatch_float(xv.dtype(), "gated_rmsnorm", [&](auto tag) {
-      using T = decltype(tag);
-      cpu::gated_rmsnorm_backward(dx.data<T>(), dz.data<T>(), dw.data<T>(), g[0].data<T>(), xv.data<T>(),
-                                  zv.data<T>(), wv.data<T>(), rstd.data<T>(), N, C, G, act, order);
-    });
+    Tensor dx = Tensor::empty(xv.shape(), xv.dtype(), xv.device());
+    Tensor dz = Tensor::empty(xv.shape(), xv.dtype(), xv.device());
+    Tensor dw = Tensor::empty({C}, xv.dtype(), xv.device());
+    gated_rmsnorm_backward(dx, dz, dw, g[0], xv, zv, wv, rstd, d);
     return std::vector<Tensor>{dx, dz, dw};
   }, "gated_rmsnorm");
 }

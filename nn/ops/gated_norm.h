@@ -9,13 +9,12 @@
 // RMSNorm_group: rstd = 1 / sqrt(mean over the group of its channels^2 + eps), per group of
 // group_size consecutive channels of the last dim (group_size 0 = the whole last dim).
 // mixers.md 2.4's norm_before_gate=True is NormThenGate with a group size.
+// Gradients: written in full (the caller's buffers may hold anything).
 #pragma once
 #include "autograd/var.h"
+#include "nn/ops/gated_norm_dims.h"
 
 namespace hla {
-
-enum class GateAct { Swish, Sigmoid };
-enum class GateOrder { NormThenGate, GateThenNorm };
 
 // x, z: (..., C), weight: (C) -> (..., C); group_size divides C (0 means C)
 Var gated_rmsnorm(const Var& x, const Var& z, const Var& weight, double eps, GateAct act = GateAct::Swish,
@@ -24,11 +23,10 @@ Var gated_rmsnorm(const Var& x, const Var& z, const Var& weight, double eps, Gat
 namespace cpu {
 // x, z, y: (N, C), w: (C), rstd: (N, C / G) with G the group size
 template <class T>
-void gated_rmsnorm_forward(T* y, T* rstd, const T* x, const T* z, const T* w, int64_t N, int64_t C, int64_t G,
-                           double eps, GateAct act, GateOrder order);
-// dx, dz: (N, C) written; dw: (C) accumulated (+=); dy: (N, C)
+void gated_rmsnorm_forward(T* y, T* rstd, const T* x, const T* z, const T* w, const GatedNormDims& d);
+// dx, dz: (N, C), dw: (C) written; dy: (N, C)
 template <class T>
 void gated_rmsnorm_backward(T* dx, T* dz, T* dw, const T* dy, const T* x, const T* z, const T* w, const T* rstd,
-                            int64_t N, int64_t C, int64_t G, GateAct act, GateOrder order);
+                            const GatedNormDims& d);
 }  // namespace cpu
 }  // namespace hla

@@ -9,9 +9,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <utility>
 
 #include "autograd/gradcheck.h"
+#include "nn/ops/check.h"
+#include "nn/ops/pointwise.h"
 #include "tensor/dispatch.h"
 #ifdef HLA_CUDA
 #include "cuda/gates.h"
@@ -21,9 +22,7 @@ namespace hla {
 namespace cpu {
 
 namespace {
-template <class T> T sigmoid_of(T v) { return T(1) / (T(1) + std::exp(-v)); }
-// softplus with PyTorch's / fla's threshold: u for u > 20
-template <class T> T softplus_of(T v) { return v > T(20) ? v : std::log1p(std::exp(v)); }
+// softplus'(v), with the same threshold
 template <class T> T softplus_grad(T v) { return v > T(20) ? T(1) : sigmoid_of(v); }
 template <class T> T logsigmoid_of(T v) { return -softplus_of(-v); }
 // log(e^a + e^b) with a = -inf allowed
@@ -38,19 +37,19 @@ template <class T> T hgrn_of(T z, T lb) { return logaddexp(std::log(lb), hgrn_da
 }  // namespace
 
 template <class T>
-void gate_forward(T* g, const T* z, const T* a_log, const T* param, int64_t N, int64_t F, int64_t H, GateKind kind,
-                  double constant) {
-  int64_t per_head = F / H;  // channels per A_log entry
+void gate_forward(T* g, const T* z, const T* a_log, const T* param, const GateDims& d) {
+  const int64_t N = d.N, F = d.F, per_head = F / d.H;  // channels per A_log entry
+  const T constant = static_cast<T>(d.constant);
   for (int64_t n = 0; n < N; n++)
     for (int64_t f = 0; f < F; f++) {
       int64_t i = n * F + f;
       T A = a_log ? std::exp(a_log[f / per_head]) : T(1);  // exp(A_log)
-      switch (kind) {
-        case GateKind::GLA: g[i] = logsigmoid_of(z[i]) / static_cast<T>(constant); break;  // logsigmoid(z) / norm
+      switch (d.kind) {
+        case GateKind::GLA: g[i] = logsigmoid_of(z[i]) / constant; break;    // logsigmoid(z) / norm
         case GateKind::HGRN: g[i] = hgrn_of(z[i], param[f]); break;          // log(lb + (1 - lb) sigma(z))
         case GateKind::SSM: g[i] = -A * softplus_of(z[i] + param[f]); break;  // -exp(A_log) softplus(z + dt_bias)
         case GateKind::LowerBound:                                             // lb sigma(exp(A_log) (z + dt_bias))
-          g[i] = static_cast<T>(constant) * sigmoid_of(A * (z[i] + param[f]));
+          g[i] = constant * sigmoid_of(A * (z[i] + param[f]));
           break;
         case GateKind::RWKV: g[i] = -std::exp(z[i]); break;  // -exp(z)
       }
@@ -59,15 +58,18 @@ void gate_forward(T* g, const T* z, const T* a_log, const T* param, int64_t N, i
 
 template <class T>
 void gate_backward(T* dz, T* da_log, T* dparam, const T* dg, const T* g, const T* z, const T* a_log, const T* param,
-                   int64_t N, int64_t F, int64_t H, GateKind kind, double constant) {
-  int64_t per_head = F / H;
+                   const GateDims& d) {
+  const int64_t N = d.N, F = d.F, per_head = F / d.H;
+  const T constant = static_cast<T>(d.constant);
+  if (da_log) std::fill(da_log, da_log + d.H, T(0));
+  if (dparam) std::fill(dparam, dparam + F, T(0));
   for (int64_t n = 0; n < N; n++)
     for (int64_t f = 0; f < F; f++) {
       int64_t i = n * F + f, h = f / per_head;
       T A = a_log ? std::exp(a_log[h]) : T(1);
-      switch (kind) {
+      switch (d.kind) {
         case GateKind::GLA:  // g = logsigmoid(z) / norm  =>  dz = dg (1 - sigma(z)) / norm
-          dz[i] = dg[i] * sigmoid_of(-z[i]) / static_cast<T>(constant);
+          dz[i] = dg[i] * sigmoid_of(-z[i]) / constant;
           break;
         case GateKind::HGRN: {  // g = log(lam), lam = lb + (1 - lb) s  =>  dz = dg p (1 - s), dlb = dg (1 - s) / lam
           T lb = param[f], one_minus_s = sigmoid_of(-z[i]);
@@ -84,7 +86,7 @@ void gate_backward(T* dz, T* da_log, T* dparam, const T* dg, const T* g, const T
         }
         case GateKind::LowerBound: {  // g = lb s, s = sigma(u), u = A (z + dt_bias)  =>  du = dg lb s (1 - s)
           T u = A * (z[i] + param[f]), s = sigmoid_of(u);
-          T du = dg[i] * static_cast<T>(constant) * s * (T(1) - s);
+          T du = dg[i] * constant * s * (T(1) - s);
           dz[i] = du * A;  // u = A z + ...      =>  dz = du A, ddt_bias = sum dz
           if (dparam) dparam[f] += dz[i];
           if (da_log) da_log[h] += du * u;  // dA/dA_log = A  =>  dA_log = sum du (z + dt_bias) A = sum du u
@@ -95,14 +97,12 @@ void gate_backward(T* dz, T* da_log, T* dparam, const T* dg, const T* g, const T
     }
 }
 
-template void gate_forward<float>(float*, const float*, const float*, const float*, int64_t, int64_t, int64_t,
-                                  GateKind, double);
-template void gate_forward<double>(double*, const double*, const double*, const double*, int64_t, int64_t, int64_t,
-                                   GateKind, double);
+template void gate_forward<float>(float*, const float*, const float*, const float*, const GateDims&);
+template void gate_forward<double>(double*, const double*, const double*, const double*, const GateDims&);
 template void gate_backward<float>(float*, float*, float*, const float*, const float*, const float*, const float*,
-                                   const float*, int64_t, int64_t, int64_t, GateKind, double);
+                                   const float*, const GateDims&);
 template void gate_backward<double>(double*, double*, double*, const double*, const double*, const double*,
-                                    const double*, const double*, int64_t, int64_t, int64_t, GateKind, double);
+                                    const double*, const double*, const GateDims&);
 
 }  // namespace cpu
 
@@ -129,35 +129,35 @@ int64_t channel_width(const Var& z, const Var& param, const char* op, const char
   return F;
 }
 
-#ifdef HLA_CUDA
-// The same op on the GPU (cuda/gates.cu); A_log and param in z's dtype, on the GPU. The backward
-// recomputes g from z in fp32, so it does not keep g.
-Var gate_op_cuda(GateKind kind, const Var& z, const Var& a_log, const Var& param, int64_t N, int64_t F, int64_t H,
-                 double constant) {
-  const char* name = gate_name(kind);
-  Tensor zv = z.value();
-  Tensor av = a_log.defined() ? a_log.value() : Tensor();
-  Tensor pv = param.defined() ? param.value() : Tensor();
-  const DType dt = zv.dtype();
-  const std::pair<const Tensor*, const char*> operands[] = {{&av, "A_log"}, {&pv, "param"}};
-  for (const auto& [t, operand] : operands) {
-    if (!t->defined()) continue;
-    check_dtype(*t, dt, name, operand);
-    HLA_CHECK(t->is_cuda(), name, ": z is on cuda but ", operand, " is on the cpu");
+// One forward for both devices: cpu::gate_forward<T> or cuda::gate_forward.
+// z, g: (N, F); a_log: (H) or undefined; param: (F) or undefined
+void gate_forward(Tensor& g, const Tensor& z, const Tensor& a_log, const Tensor& param, const GateDims& d) {
+  if (z.is_cuda()) {
+    HLA_CUDA_ONLY(cuda::gate_forward(g.raw(), z.raw(), raw_or_null(a_log), raw_or_null(param), d, z.dtype()));
+    return;
   }
-  auto raw_or_null = [](const Tensor& t) { return t.defined() ? t.raw() : nullptr; };
-  Tensor g = Tensor::empty(zv.shape(), dt, Device::CUDA);  // g: z's shape, viewed as (N, F)
-  cuda::gate_forward(g.raw(), zv.raw(), raw_or_null(av), raw_or_null(pv), N, F, H, kind, constant, dt);
-  return record_op1(g, {z, a_log, param}, [=](const std::vector<Tensor>& grads) {
-    Tensor dz = Tensor::empty(zv.shape(), dt, Device::CUDA);
-    Tensor da = av.defined() ? Tensor::zeros(av.shape(), dt, Device::CUDA) : Tensor();
-    Tensor dp = pv.defined() ? Tensor::zeros(pv.shape(), dt, Device::CUDA) : Tensor();
-    cuda::gate_backward(dz.raw(), da.defined() ? da.raw() : nullptr, dp.defined() ? dp.raw() : nullptr,
-                        grads[0].raw(), zv.raw(), raw_or_null(av), raw_or_null(pv), N, F, H, kind, constant, dt);
-    return std::vector<Tensor>{dz, da, dp};
-  }, name);
+  dispatch_float(z.dtype(), gate_name(d.kind), [&](auto tag) {
+    using T = decltype(tag);
+    cpu::gate_forward(g.data<T>(), z.data<T>(), data_or_null<T>(a_log), data_or_null<T>(param), d);
+  });
 }
-#endif
+
+// One backward for both devices; dz: (N, F), da_log: (H), dparam: (F) written (either of the last
+// two may be undefined). g: the forward's output, read by the CPU only: the GPU recomputes it from
+// z in fp32 (a stored bf16 g would cost precision), so there g may be undefined.
+void gate_backward(Tensor& dz, Tensor& da_log, Tensor& dparam, const Tensor& dg, const Tensor& g, const Tensor& z,
+                   const Tensor& a_log, const Tensor& param, const GateDims& d) {
+  if (z.is_cuda()) {
+    HLA_CUDA_ONLY(cuda::gate_backward(dz.raw(), raw_or_null(da_log), raw_or_null(dparam), dg.raw(), z.raw(),
+                                      raw_or_null(a_log), raw_or_null(param), d, z.dtype()));
+    return;
+  }
+  dispatch_float(z.dtype(), gate_name(d.kind), [&](auto tag) {
+    using T = decltype(tag);
+    cpu::gate_backward(dz.data<T>(), data_or_null<T>(da_log), data_or_null<T>(dparam), dg.data<T>(), g.data<T>(),
+                       z.data<T>(), data_or_null<T>(a_log), data_or_null<T>(param), d);
+  });
+}
 
 // The shared Var wrapper: z (N, F) with optional A_log (H) and per-channel param (F).
 Var gate_op(GateKind kind, const Var& z, const Var& a_log, const Var& param, int64_t F, double constant) {
@@ -168,27 +168,20 @@ Var gate_op(GateKind kind, const Var& z, const Var& a_log, const Var& param, int
               a_log.value().str(), " must be (H) with H dividing the ", F, " channels");
     H = a_log.size(0);
   }
-#ifdef HLA_CUDA
-  if (z.value().is_cuda()) return gate_op_cuda(kind, z, a_log, param, N, F, H, constant);
-#endif
   Tensor zv = z.value();
   Tensor av = a_log.defined() ? a_log.value() : Tensor();
   Tensor pv = param.defined() ? param.value() : Tensor();
-  Tensor g = Tensor::empty(zv.shape(), zv.dtype());  // g: z's shape, viewed as (N, F)
-  dispatch_float(zv.dtype(), name, [&](auto tag) {
-    using T = decltype(tag);
-    cpu::gate_forward(g.data<T>(), zv.data<T>(), data_or_null<T>(av), data_or_null<T>(pv), N, F, H, kind, constant);
-  });
+  check_operand(av, zv, name, "A_log");
+  check_operand(pv, zv, name, "param");
+  const GateDims d{N, F, H, kind, constant};
+  Tensor g = Tensor::empty(zv.shape(), zv.dtype(), zv.device());  // g: z's shape, viewed as (N, F)
+  gate_forward(g, zv, av, pv, d);
+  Tensor g_saved = zv.is_cuda() ? Tensor() : g;  // the GPU backward recomputes g
   return record_op1(g, {z, a_log, param}, [=](const std::vector<Tensor>& grads) {
-    Tensor dz = Tensor::empty(zv.shape(), zv.dtype());
-    Tensor da = av.defined() ? Tensor::zeros(av.shape(), zv.dtype()) : Tensor();
-    Tensor dp = pv.defined() ? Tensor::zeros(pv.shape(), zv.dtype()) : Tensor();
-    dispatch_float(zv.dtype(), name, [&](auto tag) {
-      using T = decltype(tag);
-      cpu::gate_backward(dz.data<T>(), da.defined() ? da.data<T>() : nullptr, dp.defined() ? dp.data<T>() : nullptr,
-                         grads[0].data<T>(), g.data<T>(), zv.data<T>(), data_or_null<T>(av), data_or_null<T>(pv), N,
-                         F, H, kind, constant);
-    });
+    Tensor dz = Tensor::empty(zv.shape(), zv.dtype(), zv.device());
+    Tensor da = av.defined() ? Tensor::empty(av.shape(), zv.dtype(), zv.device()) : Tensor();
+    Tensor dp = pv.defined() ? Tensor::empty(pv.shape(), zv.dtype(), zv.device()) : Tensor();
+    gate_backward(dz, da, dp, grads[0], g_saved, zv, av, pv, d);
     return std::vector<Tensor>{dz, da, dp};
   }, name);
 }

@@ -15,12 +15,12 @@
 // of z's trailing dims that covers them: z (B, T, HV) with dt_bias (HV) for GDN / Mamba-2, z
 // (B, T, HV, dk) or (B, T, HV*dk) with dt_bias (HV*dk) for KDA. A_log has one entry per head:
 // channel f of F uses A_log[f / (F / H)] (heads are consecutive blocks, "(h d)").
+// Gradients: written in full (the caller's buffers may hold anything); null = not wanted.
 #pragma once
 #include "autograd/var.h"
+#include "nn/ops/gates_dims.h"
 
 namespace hla {
-
-enum class GateKind { GLA, HGRN, SSM, LowerBound, RWKV };
 
 // z: any shape -> same shape
 Var gla_gate(const Var& z, double normalizer = 16.0);
@@ -36,14 +36,12 @@ Var rwkv_gate(const Var& z);
 Tensor retnet_gate(int64_t H, DType dtype = DType::F32);
 
 namespace cpu {
-// z, g: (N, F); a_log: (H) or null; param: (F) or null, dt_bias (SSM, LowerBound) or lb (HGRN);
-// constant: the GLA normalizer or the LowerBound lb (unused otherwise)
+// z, g: (N, F); a_log: (H) or null; param: (F) or null, dt_bias (SSM, LowerBound) or lb (HGRN)
 template <class T>
-void gate_forward(T* g, const T* z, const T* a_log, const T* param, int64_t N, int64_t F, int64_t H, GateKind kind,
-                  double constant);
-// dz: (N, F) written; da_log: (H), dparam: (F) accumulated (+=), either may be null; dg, g: (N, F)
+void gate_forward(T* g, const T* z, const T* a_log, const T* param, const GateDims& d);
+// dz: (N, F), da_log: (H), dparam: (F) written, da_log and dparam may be null; dg, g: (N, F)
 template <class T>
 void gate_backward(T* dz, T* da_log, T* dparam, const T* dg, const T* g, const T* z, const T* a_log, const T* param,
-                   int64_t N, int64_t F, int64_t H, GateKind kind, double constant);
+                   const GateDims& d);
 }  // namespace cpu
 }  // namespace hla

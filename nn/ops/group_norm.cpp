@@ -1,9 +1,11 @@
 // GroupNorm / LayerNorm forward and backward, group by group (mixers.md 2.2).
 #include "nn/ops/group_norm.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "autograd/gradcheck.h"
+#include "nn/ops/check.h"
 #include "tensor/dispatch.h"
 #ifdef HLA_CUDA
 #include "cuda/group_norm.h"
@@ -37,6 +39,8 @@ template <class T>
 void group_norm_backward(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, const T* mean, const T* rstd,
                          int64_t N, int64_t C, int64_t G) {
   int64_t groups = C / G;
+  std::fill(dw, dw + C, T(0));
+  if (db) std::fill(db, db + C, T(0));
   for (int64_t n = 0; n < N; n++)
     for (int64_t gi = 0; gi < groups; gi++) {
       int64_t c0 = n * C + gi * G;
@@ -70,64 +74,58 @@ template void group_norm_backward<double>(double*, double*, double*, const doubl
 
 }  // namespace cpu
 
-#ifdef HLA_CUDA
-// The same op on the GPU (cuda/group_norm.cu); mean and rstd are fp32 there whatever the
-// storage dtype.
-static Var group_norm_cuda(const Var& x, const Var& weight, const Var& bias, int64_t num_groups, double eps) {
-  Tensor xv = x.value(), wv = weight.value();
-  Tensor bv = bias.defined() ? bias.value() : Tensor();
-  check_dtype(wv, xv.dtype(), "group_norm", "weight");
-  if (bv.defined()) check_dtype(bv, xv.dtype(), "group_norm", "bias");
-  HLA_CHECK(wv.is_cuda() && (!bv.defined() || bv.is_cuda()),
-            "group_norm: x is on cuda but weight or bias is on the cpu");
-  int64_t C = xv.size(-1), N = xv.numel() / C, G = C / num_groups;
-  Tensor y = Tensor::empty(xv.shape(), xv.dtype(), Device::CUDA);           // y: (..., C)
-  Tensor mean = Tensor::empty({N, num_groups}, DType::F32, Device::CUDA);  // mean: (N, groups)
-  Tensor rstd = Tensor::empty({N, num_groups}, DType::F32, Device::CUDA);  // rstd: (N, groups)
-  cuda::group_norm_forward(y.raw(), mean.data<float>(), rstd.data<float>(), xv.raw(), wv.raw(),
-                           bv.defined() ? bv.raw() : nullptr, N, C, G, eps, xv.dtype());
-  bool has_bias = bv.defined();
-  return record_op1(y, {x, weight, bias}, [=](const std::vector<Tensor>& g) {
-    Tensor dx = Tensor::empty(xv.shape(), xv.dtype(), Device::CUDA);
-    Tensor dw = Tensor::zeros({C}, xv.dtype(), Device::CUDA);
-    Tensor db = has_bias ? Tensor::zeros({C}, xv.dtype(), Device::CUDA) : Tensor();
-    cuda::group_norm_backward(dx.raw(), dw.raw(), db.defined() ? db.raw() : nullptr, g[0].raw(), xv.raw(), wv.raw(),
-                              mean.data<float>(), rstd.data<float>(), N, C, G, xv.dtype());
-    return std::vector<Tensor>{dx, dw, db};
-  }, "group_norm");
+// One forward for both devices: cpu::group_norm_forward<T> or cuda::group_norm_forward.
+// x, y: (N, C), w: (C), b: (C) or undefined, mean, rstd: (N, C / G) in accum_dtype(x)
+static void group_norm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& w,
+                               const Tensor& b, int64_t N, int64_t C, int64_t G, double eps) {
+  if (x.is_cuda()) {
+    HLA_CUDA_ONLY(cuda::group_norm_forward(y.raw(), mean.data<float>(), rstd.data<float>(), x.raw(), w.raw(),
+                                           raw_or_null(b), N, C, G, eps, x.dtype()));
+    return;
+  }
+  dispatch_float(x.dtype(), "group_norm", [&](auto tag) {
+    using T = decltype(tag);
+    cpu::group_norm_forward(y.data<T>(), mean.data<T>(), rstd.data<T>(), x.data<T>(), w.data<T>(),
+                            data_or_null<T>(b), N, C, G, eps);
+  });
 }
-#endif
+
+// One backward for both devices; dx: (N, C), dw, db: (C) written (db undefined without a bias).
+static void group_norm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x,
+                                const Tensor& w, const Tensor& mean, const Tensor& rstd, int64_t N, int64_t C,
+                                int64_t G) {
+  if (x.is_cuda()) {
+    HLA_CUDA_ONLY(cuda::group_norm_backward(dx.raw(), dw.raw(), raw_or_null(db), dy.raw(), x.raw(), w.raw(),
+                                            mean.data<float>(), rstd.data<float>(), N, C, G, x.dtype()));
+    return;
+  }
+  dispatch_float(x.dtype(), "group_norm", [&](auto tag) {
+    using T = decltype(tag);
+    cpu::group_norm_backward(dx.data<T>(), dw.data<T>(), data_or_null<T>(db), dy.data<T>(), x.data<T>(),
+                             w.data<T>(), mean.data<T>(), rstd.data<T>(), N, C, G);
+  });
+}
 
 Var group_norm(const Var& x, const Var& weight, const Var& bias, int64_t num_groups, double eps) {
-  int64_t C = x.size(-1), N = x.numel() / C;
+  Tensor xv = x.value(), wv = weight.value();
+  Tensor bv = bias.defined() ? bias.value() : Tensor();
+  int64_t C = xv.size(-1), N = xv.numel() / C;
   HLA_CHECK(num_groups > 0 && C % num_groups == 0, "group_norm: num_groups ", num_groups,
             " must divide the last dim ", C);
   int64_t G = C / num_groups;
-  check_shape(weight.value(), {C}, "group_norm", "weight");
-  if (bias.defined()) check_shape(bias.value(), {C}, "group_norm", "bias");
-#ifdef HLA_CUDA
-  if (x.value().is_cuda()) return group_norm_cuda(x, weight, bias, num_groups, eps);
-#endif
-  Tensor xv = x.value(), wv = weight.value();
-  Tensor bv = bias.defined() ? bias.value() : Tensor();
-  Tensor y = Tensor::empty(xv.shape(), xv.dtype());            // y: (..., C)
-  Tensor mean = Tensor::empty({N, num_groups}, xv.dtype());    // mean: (N, groups)
-  Tensor rstd = Tensor::empty({N, num_groups}, xv.dtype());    // rstd: (N, groups)
-  dispatch_float(xv.dtype(), "group_norm", [&](auto tag) {
-    using T = decltype(tag);
-    cpu::group_norm_forward(y.data<T>(), mean.data<T>(), rstd.data<T>(), xv.data<T>(), wv.data<T>(),
-                            bv.defined() ? bv.data<T>() : nullptr, N, C, G, eps);
-  });
-  bool has_bias = bv.defined();
+  check_shape(wv, {C}, "group_norm", "weight");
+  if (bv.defined()) check_shape(bv, {C}, "group_norm", "bias");
+  check_operand(wv, xv, "group_norm", "weight");
+  check_operand(bv, xv, "group_norm", "bias");
+  Tensor y = Tensor::empty(xv.shape(), xv.dtype(), xv.device());                // y: (..., C)
+  Tensor mean = Tensor::empty({N, num_groups}, accum_dtype(xv), xv.device());  // mean: (N, groups)
+  Tensor rstd = Tensor::empty({N, num_groups}, accum_dtype(xv), xv.device());  // rstd: (N, groups)
+  group_norm_forward(y, mean, rstd, xv, wv, bv, N, C, G, eps);
   return record_op1(y, {x, weight, bias}, [=](const std::vector<Tensor>& g) {
-    Tensor dx = Tensor::empty(xv.shape(), xv.dtype());
-    Tensor dw = Tensor::zeros({C}, xv.dtype());
-    Tensor db = has_bias ? Tensor::zeros({C}, xv.dtype()) : Tensor();
-    dispatch_float(xv.dtype(), "group_norm", [&](auto tag) {
-      using T = decltype(tag);
-      cpu::group_norm_backward(dx.data<T>(), dw.data<T>(), db.defined() ? db.data<T>() : nullptr, g[0].data<T>(),
-                               xv.data<T>(), wv.data<T>(), mean.data<T>(), rstd.data<T>(), N, C, G);
-    });
+    Tensor dx = Tensor::empty(xv.shape(), xv.dtype(), xv.device());
+    Tensor dw = Tensor::empty({C}, xv.dtype(), xv.device());
+    Tensor db = bv.defined() ? Tensor::empty({C}, xv.dtype(), xv.device()) : Tensor();
+    group_norm_backward(dx, dw, db, g[0], xv, wv, mean, rstd, N, C, G);
     return std::vector<Tensor>{dx, dw, db};
   }, "group_norm");
 }

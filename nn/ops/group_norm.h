@@ -5,6 +5,7 @@
 //   per group of C / num_groups consecutive channels:
 //     mu = mean(x), rstd = 1 / sqrt(mean((x - mu)^2) + eps), x_hat = (x - mu) * rstd
 //   y = x_hat * w + b          w, b per channel over the full width (not shared by the groups)
+// Gradients: written in full (the caller's buffers may hold anything); null = not wanted.
 #pragma once
 #include "autograd/var.h"
 
@@ -21,7 +22,7 @@ namespace cpu {
 template <class T>
 void group_norm_forward(T* y, T* mean, T* rstd, const T* x, const T* w, const T* b, int64_t N, int64_t C, int64_t G,
                         double eps);
-// dx: (N, C) written; dw, db: (C) accumulated (+=, db may be null); dy: (N, C)
+// dx: (N, C), dw, db: (C) written (db may be null); dy: (N, C)
 template <class T>
 void group_norm_backward(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, const T* mean, const T* rstd,
                          int64_t N, int64_t C, int64_t G);

@@ -43,41 +43,41 @@ template void l2norm_backward<double>(double*, const double*, const double*, con
 
 }  // namespace cpu
 
-#ifdef HLA_CUDA
-// The same op on the GPU (cuda/l2norm.cu); rstd is fp32 there whatever the storage dtype.
-static Var l2norm_cuda(const Var& x, double eps) {
-  Tensor xv = x.value();
-  int64_t C = xv.size(-1), N = xv.numel() / C;
-  Tensor y = Tensor::empty(xv.shape(), xv.dtype(), Device::CUDA);  // y: (..., C)
-  Tensor rstd = Tensor::empty({N}, DType::F32, Device::CUDA);       // rstd: (N)
-  cuda::l2norm_forward(y.raw(), rstd.data<float>(), xv.raw(), N, C, eps, xv.dtype());
-  return record_op1(y, {x}, [=](const std::vector<Tensor>& g) {
-    Tensor dx = Tensor::empty(xv.shape(), xv.dtype(), Device::CUDA);
-    cuda::l2norm_backward(dx.raw(), g[0].raw(), y.raw(), rstd.data<float>(), N, C, xv.dtype());
-    return std::vector<Tensor>{dx};
-  }, "l2norm");
+// One forward for both devices: cpu::l2norm_forward<T> or cuda::l2norm_forward.
+// x, y: (N, C), rstd: (N) in accum_dtype(x)
+static void l2norm_forward(Tensor& y, Tensor& rstd, const Tensor& x, int64_t N, int64_t C, double eps) {
+  if (x.is_cuda()) {
+    HLA_CUDA_ONLY(cuda::l2norm_forward(y.raw(), rstd.data<float>(), x.raw(), N, C, eps, x.dtype()));
+    return;
+  }
+  dispatch_float(x.dtype(), "l2norm", [&](auto tag) {
+    using T = decltype(tag);
+    cpu::l2norm_forward(y.data<T>(), rstd.data<T>(), x.data<T>(), N, C, eps);
+  });
 }
-#endif
+
+// One backward for both devices; dx: (N, C) written.
+static void l2norm_backward(Tensor& dx, const Tensor& dy, const Tensor& y, const Tensor& rstd, int64_t N, int64_t C) {
+  if (y.is_cuda()) {
+    HLA_CUDA_ONLY(cuda::l2norm_backward(dx.raw(), dy.raw(), y.raw(), rstd.data<float>(), N, C, y.dtype()));
+    return;
+  }
+  dispatch_float(y.dtype(), "l2norm", [&](auto tag) {
+    using T = decltype(tag);
+    cpu::l2norm_backward(dx.data<T>(), dy.data<T>(), y.data<T>(), rstd.data<T>(), N, C);
+  });
+}
 
 Var l2norm(const Var& x, double eps) {
   HLA_CHECK(x.dim() >= 1 && x.size(-1) > 0, "l2norm: x must have a non-empty last dim, got ", x.value().str());
-#ifdef HLA_CUDA
-  if (x.value().is_cuda()) return l2norm_cuda(x, eps);
-#endif
-  int64_t C = x.size(-1), N = x.numel() / C;
   Tensor xv = x.value();
-  Tensor y = Tensor::empty(xv.shape(), xv.dtype());  // y: (..., C)
-  Tensor rstd = Tensor::empty({N}, xv.dtype());      // rstd: (N)
-  dispatch_float(xv.dtype(), "l2norm", [&](auto tag) {
-    using T = decltype(tag);
-    cpu::l2norm_forward(y.data<T>(), rstd.data<T>(), xv.data<T>(), N, C, eps);
-  });
+  int64_t C = xv.size(-1), N = xv.numel() / C;
+  Tensor y = Tensor::empty(xv.shape(), xv.dtype(), xv.device());  // y: (..., C)
+  Tensor rstd = Tensor::empty({N}, accum_dtype(xv), xv.device());  // rstd: (N)
+  l2norm_forward(y, rstd, xv, N, C, eps);
   return record_op1(y, {x}, [=](const std::vector<Tensor>& g) {
-    Tensor dx = Tensor::empty(y.shape(), y.dtype());
-    dispatch_float(y.dtype(), "l2norm", [&](auto tag) {
-      using T = decltype(tag);
-      cpu::l2norm_backward(dx.data<T>(), g[0].data<T>(), y.data<T>(), rstd.data<T>(), N, C);
-    });
+    Tensor dx = Tensor::empty(y.shape(), y.dtype(), y.device());
+    l2norm_backward(dx, g[0], y, rstd, N, C);
     return std::vector<Tensor>{dx};
   }, "l2norm");
 }

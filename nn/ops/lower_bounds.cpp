@@ -4,10 +4,8 @@
 #include <cmath>
 
 #include "autograd/gradcheck.h"
-#include "tensor/dispatch.h"
 
 namespace hla {
-
 
 std::vector<Var> lower_bounds(const Var& lb_param) {
   Tensor z = lb_param.value().to(Device::CPU).to(DType::F64);  // z: (L, D), tiny: computed on the host

@@ -1,9 +1,11 @@
 // RMSNorm forward and backward, row by row (mixers.md 2.1).
 #include "nn/ops/rmsnorm.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "autograd/gradcheck.h"
+#include "nn/ops/check.h"
 #include "tensor/dispatch.h"
 #ifdef HLA_CUDA
 #include "cuda/rmsnorm.h"
@@ -26,6 +28,7 @@ void rmsnorm_forward(T* y, T* rstd, const T* x, const T* w, int64_t N, int64_t C
 
 template <class T>
 void rmsnorm_backward(T* dx, T* dw, const T* dy, const T* x, const T* w, const T* rstd, int64_t N, int64_t C) {
+  std::fill(dw, dw + C, T(0));
   for (int64_t n = 0; n < N; n++) {
     const T* xr = x + n * C;
     const T* dyr = dy + n * C;
@@ -42,46 +45,46 @@ void rmsnorm_backward(T* dx, T* dw, const T* dy, const T* x, const T* w, const T
 
 }  // namespace cpu
 
-#ifdef HLA_CUDA
-// The same op on the GPU (cuda/rmsnorm.cu); rstd is fp32 there whatever the storage dtype.
-static Var rmsnorm_cuda(const Var& x, const Var& weight, double eps) {
-  Tensor xv = x.value(), w = weight.value();
-  check_dtype(w, xv.dtype(), "rmsnorm", "weight");
-  HLA_CHECK(w.is_cuda(), "rmsnorm: x is on cuda but weight is on the cpu");
-  int64_t C = xv.size(-1), N = xv.numel() / C;
-  Tensor y = Tensor::empty(xv.shape(), xv.dtype(), Device::CUDA);
-  Tensor rstd = Tensor::empty({N}, DType::F32, Device::CUDA);  // rstd: (N)
-  cuda::rmsnorm_forward(y.raw(), rstd.data<float>(), xv.raw(), w.raw(), N, C, eps, xv.dtype());
-  return record_op1(y, {x, weight}, [=](const std::vector<Tensor>& g) {
-    Tensor dx = Tensor::empty(xv.shape(), xv.dtype(), Device::CUDA);
-    Tensor dw = Tensor::zeros({C}, xv.dtype(), Device::CUDA);
-    cuda::rmsnorm_backward(dx.raw(), dw.raw(), g[0].raw(), xv.raw(), w.raw(), rstd.data<float>(), N, C, xv.dtype());
-    return std::vector<Tensor>{dx, dw};
-  }, "rmsnorm");
+// One forward for both devices: cpu::rmsnorm_forward<T> or cuda::rmsnorm_forward.
+// x, y: (N, C), w: (C), rstd: (N) in accum_dtype(x)
+static void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, int64_t N, int64_t C,
+                            double eps) {
+  if (x.is_cuda()) {
+    HLA_CUDA_ONLY(cuda::rmsnorm_forward(y.raw(), rstd.data<float>(), x.raw(), w.raw(), N, C, eps, x.dtype()));
+    return;
+  }
+  dispatch_float(x.dtype(), "rmsnorm", [&](auto tag) {
+    using T = decltype(tag);
+    cpu::rmsnorm_forward(y.data<T>(), rstd.data<T>(), x.data<T>(), w.data<T>(), N, C, eps);
+  });
 }
-#endif
+
+// One backward for both devices; dx: (N, C), dw: (C) written.
+static void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w,
+                             const Tensor& rstd, int64_t N, int64_t C) {
+  if (x.is_cuda()) {
+    HLA_CUDA_ONLY(cuda::rmsnorm_backward(dx.raw(), dw.raw(), dy.raw(), x.raw(), w.raw(), rstd.data<float>(), N, C,
+                                         x.dtype()));
+    return;
+  }
+  dispatch_float(x.dtype(), "rmsnorm", [&](auto tag) {
+    using T = decltype(tag);
+    cpu::rmsnorm_backward(dx.data<T>(), dw.data<T>(), dy.data<T>(), x.data<T>(), w.data<T>(), rstd.data<T>(), N, C);
+  });
+}
 
 Var rmsnorm(const Var& x, const Var& weight, double eps) {
-  int64_t C = x.size(-1), N = x.numel() / C;
-  check_shape(weight.value(), {C}, "rmsnorm", "weight");
-#ifdef HLA_CUDA
-  if (x.value().is_cuda()) return rmsnorm_cuda(x, weight, eps);
-#endif
   Tensor xv = x.value(), w = weight.value();
-  Tensor y = Tensor::empty(xv.shape(), xv.dtype());
-  Tensor rstd = Tensor::empty({N}, xv.dtype());
-  dispatch_float(xv.dtype(), "rmsnorm", [&](auto tag) {
-    using T = decltype(tag);
-    cpu::rmsnorm_forward(y.data<T>(), rstd.data<T>(), xv.data<T>(), w.data<T>(), N, C, eps);
-  });
+  int64_t C = xv.size(-1), N = xv.numel() / C;
+  check_shape(w, {C}, "rmsnorm", "weight");
+  check_operand(w, xv, "rmsnorm", "weight");
+  Tensor y = Tensor::empty(xv.shape(), xv.dtype(), xv.device());
+  Tensor rstd = Tensor::empty({N}, accum_dtype(xv), xv.device());  // rstd: (N)
+  rmsnorm_forward(y, rstd, xv, w, N, C, eps);
   return record_op1(y, {x, weight}, [=](const std::vector<Tensor>& g) {
-    Tensor dx = Tensor::empty(xv.shape(), xv.dtype());
-    Tensor dw = Tensor::zeros({C}, xv.dtype());
-    dispatch_float(xv.dtype(), "rmsnorm", [&](auto tag) {
-      using T = decltype(tag);
-      cpu::rmsnorm_backward(dx.data<T>(), dw.data<T>(), g[0].data<T>(), xv.data<T>(), w.data<T>(),
-                            rstd.data<T>(), N, C);
-    });
+    Tensor dx = Tensor::empty(xv.shape(), xv.dtype(), xv.device());
+    Tensor dw = Tensor::empty({C}, xv.dtype(), xv.device());
+    rmsnorm_backward(dx, dw, g[0], xv, w, rstd, N, C);
     return std::vector<Tensor>{dx, dw};
   }, "rmsnorm");
 }

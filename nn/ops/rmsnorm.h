@@ -1,4 +1,5 @@
 // RMSNorm (mixers.md 2.1): rstd = 1 / sqrt(mean(x^2) + eps), y = x * rstd * w.
+// Gradients: written in full (the caller's buffers may hold anything).
 #pragma once
 #include "autograd/var.h"
 
@@ -9,7 +10,7 @@ Var rmsnorm(const Var& x, const Var& weight, double eps);
 namespace cpu {
 // x, y: (N, C), w: (C), rstd: (N)
 template <class T> void rmsnorm_forward(T* y, T* rstd, const T* x, const T* w, int64_t N, int64_t C, double eps);
-// dx: (N, C) written, dw: (C) accumulated (+=)
+// dx: (N, C), dw: (C) written
 template <class T> void rmsnorm_backward(T* dx, T* dw, const T* dy, const T* x, const T* w, const T* rstd, int64_t N, int64_t C);
 }  // namespace cpu
 }  // namespace hla

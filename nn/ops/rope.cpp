@@ -59,41 +59,44 @@ template void rope_backward<double>(double*, const double*, int64_t, int64_t, in
 
 }  // namespace cpu
 
-#ifdef HLA_CUDA
-// The same op on the GPU (cuda/rope.cu).
-static Var rope_cuda(const Var& x, double theta, int64_t position_offset) {
-  Tensor xv = x.value();
-  const int64_t B = xv.size(0), T = xv.size(1), H = xv.size(2), D = xv.size(3);
-  Tensor y = Tensor::empty(xv.shape(), xv.dtype(), Device::CUDA);  // y: (B, T, H, D)
-  cuda::rope_forward(y.raw(), xv.raw(), B, T, H, D, theta, position_offset, xv.dtype());
-  return record_op1(y, {x}, [=](const std::vector<Tensor>& g) {
-    Tensor dx = Tensor::empty(g[0].shape(), g[0].dtype(), Device::CUDA);
-    cuda::rope_backward(dx.raw(), g[0].raw(), B, T, H, D, theta, position_offset, g[0].dtype());
-    return std::vector<Tensor>{dx};
-  }, "rope");
+// One forward for both devices: cpu::rope_forward<Real> or cuda::rope_forward.
+// x, y: (B, T, H, D)
+static void rope_forward(Tensor& y, const Tensor& x, int64_t B, int64_t T, int64_t H, int64_t D, double theta,
+                         int64_t position_offset) {
+  if (x.is_cuda()) {
+    HLA_CUDA_ONLY(cuda::rope_forward(y.raw(), x.raw(), B, T, H, D, theta, position_offset, x.dtype()));
+    return;
+  }
+  dispatch_float(x.dtype(), "rope", [&](auto tag) {
+    using Real = decltype(tag);
+    cpu::rope_forward(y.data<Real>(), x.data<Real>(), B, T, H, D, theta, position_offset);
+  });
 }
-#endif
+
+// One backward for both devices; dx: (B, T, H, D) written.
+static void rope_backward(Tensor& dx, const Tensor& dy, int64_t B, int64_t T, int64_t H, int64_t D, double theta,
+                          int64_t position_offset) {
+  if (dy.is_cuda()) {
+    HLA_CUDA_ONLY(cuda::rope_backward(dx.raw(), dy.raw(), B, T, H, D, theta, position_offset, dy.dtype()));
+    return;
+  }
+  dispatch_float(dy.dtype(), "rope", [&](auto tag) {
+    using Real = decltype(tag);
+    cpu::rope_backward(dx.data<Real>(), dy.data<Real>(), B, T, H, D, theta, position_offset);
+  });
+}
 
 Var rope(const Var& x, double theta, int64_t position_offset) {
   HLA_CHECK(x.dim() == 4, "rope: x must be (B, T, H, D), got ", x.value().str());
   const int64_t B = x.size(0), T = x.size(1), H = x.size(2), D = x.size(3);
   HLA_CHECK(D % 2 == 0, "rope: head dim D must be even (rotate-half pairs i with i + D/2), got ", D);
   HLA_CHECK(theta > 0, "rope: theta must be > 0, got ", theta);
-#ifdef HLA_CUDA
-  if (x.value().is_cuda()) return rope_cuda(x, theta, position_offset);
-#endif
   Tensor xv = x.value();
-  Tensor y = Tensor::empty(xv.shape(), xv.dtype());  // y: (B, T, H, D)
-  dispatch_float(xv.dtype(), "rope", [&](auto tag) {
-    using Real = decltype(tag);
-    cpu::rope_forward(y.data<Real>(), xv.data<Real>(), B, T, H, D, theta, position_offset);
-  });
+  Tensor y = Tensor::empty(xv.shape(), xv.dtype(), xv.device());  // y: (B, T, H, D)
+  rope_forward(y, xv, B, T, H, D, theta, position_offset);
   return record_op1(y, {x}, [=](const std::vector<Tensor>& g) {
-    Tensor dx = Tensor::empty(g[0].shape(), g[0].dtype());
-    dispatch_float(g[0].dtype(), "rope", [&](auto tag) {
-      using Real = decltype(tag);
-      cpu::rope_backward(dx.data<Real>(), g[0].data<Real>(), B, T, H, D, theta, position_offset);
-    });
+    Tensor dx = Tensor::empty(g[0].shape(), g[0].dtype(), g[0].device());
+    rope_backward(dx, g[0], B, T, H, D, theta, position_offset);
     return std::vector<Tensor>{dx};
   }, "rope");
 }

@@ -6,6 +6,7 @@
 //   y_{i+D/2} = x_i sin(phi) + x_{i+D/2} cos(phi)
 // Each channel pair is rotated by phi, so the backward is the rotation by -phi. The angles are
 // computed in the op's type (float reproduces fla's fp32 tables).
+// Gradients: written in full (the caller's buffers may hold anything).
 #pragma once
 #include "autograd/var.h"
 

@@ -7,11 +7,13 @@
 // state from one chunk of a sequence into the previous chunk.
 #include "nn/ops/short_conv.h"
 
+#include <algorithm>
 #include <cmath>
-#include <utility>
 #include <vector>
 
 #include "autograd/gradcheck.h"
+#include "nn/ops/check.h"
+#include "nn/ops/pointwise.h"
 #include "tensor/dispatch.h"
 #ifdef HLA_CUDA
 #include "cuda/short_conv.h"
@@ -21,8 +23,6 @@ namespace hla {
 namespace cpu {
 
 namespace {
-
-template <class T> T sigmoid_of(T v) { return T(1) / (T(1) + std::exp(-v)); }
 
 // xe_e for channel c of sequence b (see the file comment). state may be null (zeros).
 template <class T>
@@ -44,7 +44,9 @@ T conv_pre(const T* x, const T* w, const T* bias, const T* state, int64_t b, int
 
 template <class T>
 void short_conv_forward(T* y, T* final_state, const T* x, const T* w, const T* bias, const T* state,
-                        int64_t B, int64_t L, int64_t C, int64_t K, ConvAct act) {
+                        const ShortConvDims& d) {
+  const int64_t B = d.B, L = d.L, C = d.C, K = d.K;
+  const ConvAct act = d.act;
   for (int64_t b = 0; b < B; b++)
     for (int64_t t = 0; t < L; t++)
       for (int64_t c = 0; c < C; c++) {
@@ -59,8 +61,11 @@ void short_conv_forward(T* y, T* final_state, const T* x, const T* w, const T* b
 
 template <class T>
 void short_conv_backward(T* dx, T* dw, T* dbias, T* dstate, const T* dy, const T* dfinal, const T* x,
-                         const T* w, const T* bias, const T* state, int64_t B, int64_t L, int64_t C,
-                         int64_t K, ConvAct act) {
+                         const T* w, const T* bias, const T* state, const ShortConvDims& d) {
+  const int64_t B = d.B, L = d.L, C = d.C, K = d.K;
+  const ConvAct act = d.act;
+  std::fill(dw, dw + C * K, T(0));
+  if (dbias) std::fill(dbias, dbias + C, T(0));
   std::vector<T> dxe(L + K - 1);  // dxe: (L + K - 1), d(xe) for one (b, c)
   for (int64_t b = 0; b < B; b++)
     for (int64_t c = 0; c < C; c++) {
@@ -85,51 +90,51 @@ void short_conv_backward(T* dx, T* dw, T* dbias, T* dstate, const T* dy, const T
 }
 
 template void short_conv_forward<float>(float*, float*, const float*, const float*, const float*, const float*,
-                                        int64_t, int64_t, int64_t, int64_t, ConvAct);
+                                        const ShortConvDims&);
 template void short_conv_forward<double>(double*, double*, const double*, const double*, const double*,
-                                         const double*, int64_t, int64_t, int64_t, int64_t, ConvAct);
+                                         const double*, const ShortConvDims&);
 template void short_conv_backward<float>(float*, float*, float*, float*, const float*, const float*, const float*,
-                                         const float*, const float*, const float*, int64_t, int64_t, int64_t,
-                                         int64_t, ConvAct);
+                                         const float*, const float*, const float*, const ShortConvDims&);
 template void short_conv_backward<double>(double*, double*, double*, double*, const double*, const double*,
-                                          const double*, const double*, const double*, const double*, int64_t,
-                                          int64_t, int64_t, int64_t, ConvAct);
+                                          const double*, const double*, const double*, const double*,
+                                          const ShortConvDims&);
 
 }  // namespace cpu
 
-#ifdef HLA_CUDA
-
-// The same op on the GPU (cuda/short_conv.cu); weight, bias and state in x's dtype, on the GPU.
-static ShortConvOut short_conv_cuda(const Var& x, const Var& weight, const Var& bias, const Var& initial_state,
-                                    ConvAct act) {
-  int64_t B = x.size(0), L = x.size(1), C = x.size(2), K = weight.size(2);
-  Tensor xv = x.value(), wv = weight.value();
-  Tensor bv = bias.defined() ? bias.value() : Tensor();
-  Tensor sv = initial_state.defined() ? initial_state.value() : Tensor();
-  const DType dt = xv.dtype();
-  const std::pair<const Tensor*, const char*> operands[] = {{&wv, "weight"}, {&bv, "bias"}, {&sv, "initial_state"}};
-  for (const auto& [t, name] : operands) {
-    if (!t->defined()) continue;
-    check_dtype(*t, dt, "short_conv", name);
-    HLA_CHECK(t->is_cuda(), "short_conv: x is on cuda but ", name, " is on the cpu");
+// One forward for both devices: cpu::short_conv_forward<T> or cuda::short_conv_forward.
+// y, x: (B, L, C), w: (C, 1, K), bias: (C) or undefined, state, final_state: (B, C, K-1), state may be undefined
+static void short_conv_forward(Tensor& y, Tensor& final_state, const Tensor& x, const Tensor& w, const Tensor& bias,
+                               const Tensor& state, const ShortConvDims& d) {
+  if (x.is_cuda()) {
+    HLA_CUDA_ONLY(cuda::short_conv_forward(y.raw(), final_state.raw(), x.raw(), w.raw(), raw_or_null(bias),
+                                           raw_or_null(state), d, x.dtype()));
+    return;
   }
-  Tensor y = Tensor::empty({B, L, C}, dt, Device::CUDA);                 // y: (B, L, C)
-  Tensor final_state = Tensor::empty({B, C, K - 1}, dt, Device::CUDA);  // final_state: (B, C, K-1)
-  cuda::short_conv_forward(y.raw(), final_state.raw(), xv.raw(), wv.raw(), raw_or_null(bv), raw_or_null(sv), B, L, C,
-                           K, act, dt);
-  std::vector<Var> outs = record_op({y, final_state}, {x, weight, bias, initial_state},
-                                    [=](const std::vector<Tensor>& g) {
-    Tensor dx = Tensor::empty(xv.shape(), dt, Device::CUDA);
-    Tensor dw = Tensor::zeros(wv.shape(), dt, Device::CUDA);
-    Tensor db = bv.defined() ? Tensor::zeros({C}, dt, Device::CUDA) : Tensor();
-    Tensor ds = sv.defined() ? Tensor::empty(sv.shape(), dt, Device::CUDA) : Tensor();
-    cuda::short_conv_backward(dx.raw(), dw.raw(), raw_or_null(db), raw_or_null(ds), g[0].raw(), g[1].raw(), xv.raw(),
-                              wv.raw(), raw_or_null(bv), raw_or_null(sv), B, L, C, K, act, dt);
-    return std::vector<Tensor>{dx, dw, db, ds};
-  }, "short_conv");
-  return {outs[0], outs[1]};
+  dispatch_float(x.dtype(), "short_conv", [&](auto tag) {
+    using T = decltype(tag);
+    cpu::short_conv_forward(y.data<T>(), final_state.data<T>(), x.data<T>(), w.data<T>(), data_or_null<T>(bias),
+                            data_or_null<T>(state), d);
+  });
 }
-#endif
+
+// One backward for both devices; dx: (B, L, C), dw: (C, 1, K), dbias: (C), dstate: (B, C, K-1) written
+// (dbias, dstate undefined when not wanted).
+static void short_conv_backward(Tensor& dx, Tensor& dw, Tensor& dbias, Tensor& dstate, const Tensor& dy,
+                                const Tensor& dfinal, const Tensor& x, const Tensor& w, const Tensor& bias,
+                                const Tensor& state, const ShortConvDims& d) {
+  if (x.is_cuda()) {
+    HLA_CUDA_ONLY(cuda::short_conv_backward(dx.raw(), dw.raw(), raw_or_null(dbias), raw_or_null(dstate), dy.raw(),
+                                            dfinal.raw(), x.raw(), w.raw(), raw_or_null(bias), raw_or_null(state), d,
+                                            x.dtype()));
+    return;
+  }
+  dispatch_float(x.dtype(), "short_conv", [&](auto tag) {
+    using T = decltype(tag);
+    cpu::short_conv_backward(dx.data<T>(), dw.data<T>(), data_or_null<T>(dbias), data_or_null<T>(dstate),
+                             dy.data<T>(), dfinal.data<T>(), x.data<T>(), w.data<T>(), data_or_null<T>(bias),
+                             data_or_null<T>(state), d);
+  });
+}
 
 ShortConvOut short_conv(const Var& x, const Var& weight, const Var& bias, const Var& initial_state, ConvAct act) {
   HLA_CHECK(x.dim() == 3, "short_conv: x must be (B, L, C), got ", x.value().str());
@@ -138,34 +143,25 @@ ShortConvOut short_conv(const Var& x, const Var& weight, const Var& bias, const 
             "short_conv: weight must be (C, 1, K) with C = ", C, " (fla's depthwise layout), got ",
             weight.value().str());
   int64_t K = weight.size(2);
-  if (bias.defined()) check_shape(bias.value(), {C}, "short_conv", "bias");
-  if (initial_state.defined()) check_shape(initial_state.value(), {B, C, K - 1}, "short_conv", "initial_state");
-#ifdef HLA_CUDA
-  if (x.value().is_cuda()) return short_conv_cuda(x, weight, bias, initial_state, act);
-#endif
   Tensor xv = x.value(), wv = weight.value();
   Tensor bv = bias.defined() ? bias.value() : Tensor();
   Tensor sv = initial_state.defined() ? initial_state.value() : Tensor();
-  Tensor y = Tensor::empty({B, L, C}, xv.dtype());                 // y: (B, L, C)
-  Tensor final_state = Tensor::empty({B, C, K - 1}, xv.dtype());  // final_state: (B, C, K-1)
-  dispatch_float(xv.dtype(), "short_conv", [&](auto tag) {
-    using T = decltype(tag);
-    cpu::short_conv_forward(y.data<T>(), final_state.data<T>(), xv.data<T>(), wv.data<T>(), data_or_null<T>(bv),
-                            data_or_null<T>(sv), B, L, C, K, act);
-  });
+  if (bv.defined()) check_shape(bv, {C}, "short_conv", "bias");
+  if (sv.defined()) check_shape(sv, {B, C, K - 1}, "short_conv", "initial_state");
+  check_operand(wv, xv, "short_conv", "weight");
+  check_operand(bv, xv, "short_conv", "bias");
+  check_operand(sv, xv, "short_conv", "initial_state");
+  const ShortConvDims d{B, L, C, K, act};
+  Tensor y = Tensor::empty({B, L, C}, xv.dtype(), xv.device());                 // y: (B, L, C)
+  Tensor final_state = Tensor::empty({B, C, K - 1}, xv.dtype(), xv.device());  // final_state: (B, C, K-1)
+  short_conv_forward(y, final_state, xv, wv, bv, sv, d);
   std::vector<Var> outs = record_op({y, final_state}, {x, weight, bias, initial_state},
                                     [=](const std::vector<Tensor>& g) {
-    Tensor dx = Tensor::empty(xv.shape(), xv.dtype());
-    Tensor dw = Tensor::zeros(wv.shape(), xv.dtype());
-    Tensor db = bv.defined() ? Tensor::zeros({C}, xv.dtype()) : Tensor();
-    Tensor ds = sv.defined() ? Tensor::empty(sv.shape(), xv.dtype()) : Tensor();
-    dispatch_float(xv.dtype(), "short_conv", [&](auto tag) {
-      using T = decltype(tag);
-      cpu::short_conv_backward(dx.data<T>(), dw.data<T>(), db.defined() ? db.data<T>() : nullptr,
-                               ds.defined() ? ds.data<T>() : nullptr, g[0].data<T>(), g[1].data<T>(),
-                               xv.data<T>(), wv.data<T>(), data_or_null<T>(bv), data_or_null<T>(sv), B, L, C, K,
-                               act);
-    });
+    Tensor dx = Tensor::empty(xv.shape(), xv.dtype(), xv.device());
+    Tensor dw = Tensor::empty(wv.shape(), xv.dtype(), xv.device());
+    Tensor db = bv.defined() ? Tensor::empty({C}, xv.dtype(), xv.device()) : Tensor();
+    Tensor ds = sv.defined() ? Tensor::empty(sv.shape(), xv.dtype(), xv.device()) : Tensor();
+    short_conv_backward(dx, dw, db, ds, g[0], g[1], xv, wv, bv, sv, d);
     return std::vector<Tensor>{dx, dw, db, ds};
   }, "short_conv");
   return {outs[0], outs[1]};

@@ -10,12 +10,12 @@
 // (zeros when absent). The final state holds the last K-1 inputs in the same layout, so running
 // T tokens and continuing from the final state equals running all tokens at once (decoding,
 // chunked prefill). fla's decoding cache (B, C, K) is this state with one unused column in front.
+// Gradients: written in full (the caller's buffers may hold anything); null = not wanted.
 #pragma once
 #include "autograd/var.h"
+#include "nn/ops/short_conv_dims.h"
 
 namespace hla {
-
-enum class ConvAct { Identity, SiLU };
 
 struct ShortConvOut {
   Var y;            // (B, L, C)
@@ -31,12 +31,11 @@ namespace cpu {
 // y, x: (B, L, C), w: (C, K), bias: (C) or null, state, final_state: (B, C, K-1), state may be null
 template <class T>
 void short_conv_forward(T* y, T* final_state, const T* x, const T* w, const T* bias, const T* state,
-                        int64_t B, int64_t L, int64_t C, int64_t K, ConvAct act);
-// dx: (B, L, C) and dstate: (B, C, K-1) written (dstate may be null); dw: (C, K) and dbias: (C)
-// accumulated (+=, dbias may be null); dy: (B, L, C), dfinal: (B, C, K-1)
+                        const ShortConvDims& d);
+// dx: (B, L, C), dw: (C, K), dbias: (C), dstate: (B, C, K-1) written (dbias, dstate may be null);
+// dy: (B, L, C), dfinal: (B, C, K-1)
 template <class T>
 void short_conv_backward(T* dx, T* dw, T* dbias, T* dstate, const T* dy, const T* dfinal, const T* x,
-                         const T* w, const T* bias, const T* state, int64_t B, int64_t L, int64_t C,
-                         int64_t K, ConvAct act);
+                         const T* w, const T* bias, const T* state, const ShortConvDims& d);
 }  // namespace cpu
 }  // namespace hla

@@ -4,6 +4,8 @@
 #include <cmath>
 
 #include "autograd/gradcheck.h"
+#include "nn/ops/check.h"
+#include "nn/ops/pointwise.h"
 #include "tensor/dispatch.h"
 #ifdef HLA_CUDA
 #include "cuda/swiglu.h"
@@ -15,7 +17,7 @@ namespace cpu {
 template <class T>
 void swiglu_forward(T* z, const T* a, const T* b, int64_t n) {
   for (int64_t i = 0; i < n; i++) {
-    T s = T(1) / (T(1) + std::exp(-a[i]));
+    T s = sigmoid_of(a[i]);
     z[i] = a[i] * s * b[i];  // z = silu(a) * b
   }
 }
@@ -23,7 +25,7 @@ void swiglu_forward(T* z, const T* a, const T* b, int64_t n) {
 template <class T>
 void swiglu_backward(T* da, T* db, const T* dz, const T* a, const T* b, int64_t n) {
   for (int64_t i = 0; i < n; i++) {
-    T s = T(1) / (T(1) + std::exp(-a[i]));
+    T s = sigmoid_of(a[i]);
     da[i] = dz[i] * b[i] * s * (T(1) + a[i] * (T(1) - s));  // d silu(a) / da
     db[i] = dz[i] * a[i] * s;                               // z is linear in b
   }
@@ -31,40 +33,40 @@ void swiglu_backward(T* da, T* db, const T* dz, const T* a, const T* b, int64_t 
 
 }  // namespace cpu
 
-#ifdef HLA_CUDA
-// The same op on the GPU (cuda/swiglu.cu).
-static Var swiglu_cuda(const Var& a, const Var& b) {
-  Tensor av = a.value(), bv = b.value();
-  check_dtype(bv, av.dtype(), "swiglu", "b");
-  HLA_CHECK(bv.is_cuda(), "swiglu: a is on cuda but b is on the cpu");
-  Tensor z = Tensor::empty(av.shape(), av.dtype(), Device::CUDA);
-  cuda::swiglu_forward(z.raw(), av.raw(), bv.raw(), av.numel(), av.dtype());
-  return record_op1(z, {a, b}, [av, bv](const std::vector<Tensor>& g) {
-    Tensor da = Tensor::empty(av.shape(), av.dtype(), Device::CUDA);
-    Tensor db = Tensor::empty(av.shape(), av.dtype(), Device::CUDA);
-    cuda::swiglu_backward(da.raw(), db.raw(), g[0].raw(), av.raw(), bv.raw(), av.numel(), av.dtype());
-    return std::vector<Tensor>{da, db};
-  }, "swiglu");
+// One forward for both devices: cpu::swiglu_forward<T> or cuda::swiglu_forward. a, b, z: (n)
+static void swiglu_forward(Tensor& z, const Tensor& a, const Tensor& b) {
+  if (a.is_cuda()) {
+    HLA_CUDA_ONLY(cuda::swiglu_forward(z.raw(), a.raw(), b.raw(), a.numel(), a.dtype()));
+    return;
+  }
+  dispatch_float(a.dtype(), "swiglu", [&](auto tag) {
+    using T = decltype(tag);
+    cpu::swiglu_forward(z.data<T>(), a.data<T>(), b.data<T>(), a.numel());
+  });
 }
-#endif
+
+// One backward for both devices; da, db: (n) written.
+static void swiglu_backward(Tensor& da, Tensor& db, const Tensor& dz, const Tensor& a, const Tensor& b) {
+  if (a.is_cuda()) {
+    HLA_CUDA_ONLY(cuda::swiglu_backward(da.raw(), db.raw(), dz.raw(), a.raw(), b.raw(), a.numel(), a.dtype()));
+    return;
+  }
+  dispatch_float(a.dtype(), "swiglu", [&](auto tag) {
+    using T = decltype(tag);
+    cpu::swiglu_backward(da.data<T>(), db.data<T>(), dz.data<T>(), a.data<T>(), b.data<T>(), a.numel());
+  });
+}
 
 Var swiglu(const Var& a, const Var& b) {
-  check_same_shape(a.value(), b.value(), "swiglu");
-#ifdef HLA_CUDA
-  if (a.value().is_cuda()) return swiglu_cuda(a, b);
-#endif
   Tensor av = a.value(), bv = b.value();
-  Tensor z = Tensor::empty(av.shape(), av.dtype());
-  dispatch_float(av.dtype(), "swiglu", [&](auto tag) {
-    using T = decltype(tag);
-    cpu::swiglu_forward(z.data<T>(), av.data<T>(), bv.data<T>(), av.numel());
-  });
+  check_same_shape(av, bv, "swiglu");
+  check_operand(bv, av, "swiglu", "b");
+  Tensor z = Tensor::empty(av.shape(), av.dtype(), av.device());
+  swiglu_forward(z, av, bv);
   return record_op1(z, {a, b}, [av, bv](const std::vector<Tensor>& g) {
-    Tensor da = Tensor::empty(av.shape(), av.dtype()), db = Tensor::empty(av.shape(), av.dtype());
-    dispatch_float(av.dtype(), "swiglu", [&](auto tag) {
-      using T = decltype(tag);
-      cpu::swiglu_backward(da.data<T>(), db.data<T>(), g[0].data<T>(), av.data<T>(), bv.data<T>(), av.numel());
-    });
+    Tensor da = Tensor::empty(av.shape(), av.dtype(), av.device());
+    Tensor db = Tensor::empty(av.shape(), av.dtype(), av.device());
+    swiglu_backward(da, db, g[0], av, bv);
     return std::vector<Tensor>{da, db};
   }, "swiglu");
 }

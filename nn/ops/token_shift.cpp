@@ -4,10 +4,10 @@
 #include "nn/ops/token_shift.h"
 
 #include <Eigen/Dense>
-#include <initializer_list>
-#include <utility>
+#include <algorithm>
 
 #include "autograd/gradcheck.h"
+#include "nn/ops/check.h"
 #include "tensor/dispatch.h"
 #ifdef HLA_CUDA
 #include "cuda/token_shift.h"
@@ -49,6 +49,7 @@ template <class T> void lerp_forward(T* y, const T* x, const T* delta, const T* 
 
 template <class T>
 void lerp_backward(T* dx, T* ddelta, T* dmu, const T* dy, const T* delta, const T* mu, int64_t M, int64_t D) {
+  std::fill(dmu, dmu + D, T(0));
   for (int64_t m = 0; m < M; m++)
     for (int64_t d = 0; d < D; d++) {
       T g = dy[m * D + d];
@@ -101,8 +102,8 @@ void ddlerp_backward(T* dx, T* ddelta, T* dzz, T* dw2, T* dbias, const T* dxi, c
     ddm += (g.array() * m.array()).matrix();
     RowMat<T> dmix = (g.array() * dm.array()).matrix();  // dm^n: (M, D)
     // m^n = h W2_n^T + bias_n  =>  dbias_n = colsum(dm^n), dW2_n = dm^n^T h, dh = dm^n W2_n
-    dbiasm.row(n) += dmix.colwise().sum();
-    dw2m.middleCols(n * R, R) += dmix.transpose() * h;
+    dbiasm.row(n) = dmix.colwise().sum();
+    dw2m.middleCols(n * R, R) = dmix.transpose() * h;
     // h = tanh(zz_n)  =>  dzz_n = dh * (1 - h^2)
     dzzm.middleCols(n * R, R) = ((dmix * w2m.middleCols(n * R, R)).array() * (T(1) - h.array().square())).matrix();
   }
@@ -129,129 +130,130 @@ template void ddlerp_backward<double>(double*, double*, double*, double*, double
 
 }  // namespace cpu
 
-#ifdef HLA_CUDA
-// The same ops on the GPU (cuda/token_shift.cu): every operand in x's dtype, on the GPU.
-static void check_cuda_operands(const char* op, DType dt,
-                                std::initializer_list<std::pair<Tensor, const char*>> operands) {
-  for (const auto& [t, name] : operands) {
-    if (!t.defined()) continue;
-    check_dtype(t, dt, op, name);
-    HLA_CHECK(t.is_cuda(), op, ": x is on cuda but ", name, " is on the cpu");
+// token_shift, one forward for both devices: cpu::token_shift_forward<T> or cuda::token_shift_forward.
+// x, delta: (B, L, D), state, last: (B, D), state may be undefined
+static void token_shift_forward(Tensor& delta, Tensor& last, const Tensor& x, const Tensor& state, int64_t B,
+                                int64_t L, int64_t D) {
+  if (x.is_cuda()) {
+    HLA_CUDA_ONLY(cuda::token_shift_forward(delta.raw(), last.raw(), x.raw(), raw_or_null(state), B, L, D, x.dtype()));
+    return;
   }
+  dispatch_float(x.dtype(), "token_shift", [&](auto tag) {
+    using T = decltype(tag);
+    cpu::token_shift_forward(delta.data<T>(), last.data<T>(), x.data<T>(), data_or_null<T>(state), B, L, D);
+  });
 }
 
-static TokenShiftOut token_shift_cuda(const Var& x, const Var& state) {
-  int64_t B = x.size(0), L = x.size(1), D = x.size(2);
-  Tensor xv = x.value();
-  Tensor sv = state.defined() ? state.value() : Tensor();
-  const DType dt = xv.dtype();
-  check_cuda_operands("token_shift", dt, {{sv, "state"}});
-  Tensor delta = Tensor::empty({B, L, D}, dt, Device::CUDA);  // delta: (B, L, D)
-  Tensor last = Tensor::empty({B, D}, dt, Device::CUDA);      // last: (B, D)
-  cuda::token_shift_forward(delta.raw(), last.raw(), xv.raw(), sv.defined() ? sv.raw() : nullptr, B, L, D, dt);
-  bool has_state = sv.defined();
-  std::vector<Var> outs = record_op({delta, last}, {x, state}, [=](const std::vector<Tensor>& g) {
-    Tensor dx = Tensor::empty({B, L, D}, dt, Device::CUDA);
-    Tensor ds = has_state ? Tensor::empty({B, D}, dt, Device::CUDA) : Tensor();
-    cuda::token_shift_backward(dx.raw(), ds.defined() ? ds.raw() : nullptr, g[0].raw(), g[1].raw(), B, L, D, dt);
-    return std::vector<Tensor>{dx, ds};
-  }, "token_shift");
-  return {outs[0], outs[1]};
+// One backward for both devices; dx: (B, L, D), dstate: (B, D) written (dstate undefined when not wanted).
+static void token_shift_backward(Tensor& dx, Tensor& dstate, const Tensor& ddelta, const Tensor& dlast, int64_t B,
+                                 int64_t L, int64_t D) {
+  if (dx.is_cuda()) {
+    HLA_CUDA_ONLY(cuda::token_shift_backward(dx.raw(), raw_or_null(dstate), ddelta.raw(), dlast.raw(), B, L, D,
+                                             dx.dtype()));
+    return;
+  }
+  dispatch_float(dx.dtype(), "token_shift", [&](auto tag) {
+    using T = decltype(tag);
+    cpu::token_shift_backward(dx.data<T>(), data_or_null<T>(dstate), ddelta.data<T>(), dlast.data<T>(), B, L, D);
+  });
 }
 
-static Var lerp_cuda(const Var& x, const Var& delta, const Var& mu) {
-  int64_t D = x.size(-1), M = x.numel() / D;
-  Tensor xv = x.value(), dv = delta.value(), mv = mu.value();
-  const DType dt = xv.dtype();
-  check_cuda_operands("lerp", dt, {{dv, "delta"}, {mv, "mu"}});
-  Tensor y = Tensor::empty(xv.shape(), dt, Device::CUDA);  // y: (..., D)
-  cuda::lerp_forward(y.raw(), xv.raw(), dv.raw(), mv.raw(), M, D, dt);
-  return record_op1(y, {x, delta, mu}, [=](const std::vector<Tensor>& g) {
-    Tensor dx = Tensor::empty(dv.shape(), dt, Device::CUDA), ddelta = Tensor::empty(dv.shape(), dt, Device::CUDA);
-    Tensor dmu = Tensor::zeros({D}, dt, Device::CUDA);
-    cuda::lerp_backward(dx.raw(), ddelta.raw(), dmu.raw(), g[0].raw(), dv.raw(), mv.raw(), M, D, dt);
-    return std::vector<Tensor>{dx, ddelta, dmu};
-  }, "lerp");
+// lerp, one forward for both devices: cpu::lerp_forward<T> or cuda::lerp_forward.
+// x, delta, y: (M, D), mu: (D)
+static void lerp_forward(Tensor& y, const Tensor& x, const Tensor& delta, const Tensor& mu, int64_t M, int64_t D) {
+  if (x.is_cuda()) {
+    HLA_CUDA_ONLY(cuda::lerp_forward(y.raw(), x.raw(), delta.raw(), mu.raw(), M, D, x.dtype()));
+    return;
+  }
+  dispatch_float(x.dtype(), "lerp", [&](auto tag) {
+    using T = decltype(tag);
+    cpu::lerp_forward(y.data<T>(), x.data<T>(), delta.data<T>(), mu.data<T>(), M, D);
+  });
 }
 
-static std::vector<Var> ddlerp_cuda(const Var& x, const Var& delta, const Var& zz, const Var& w2, const Var& bias,
-                                    int64_t N, int64_t R) {
-  int64_t B = x.size(0), L = x.size(1), D = x.size(2), M = B * L;
-  Tensor xv = x.value(), dv = delta.value(), zv = zz.value(), wv = w2.value(), bv = bias.value();
-  const DType dt = xv.dtype();
-  check_cuda_operands("ddlerp", dt, {{dv, "delta"}, {zv, "zz"}, {wv, "w2"}, {bv, "bias"}});
-  Tensor xi = Tensor::empty({N, B, L, D}, dt, Device::CUDA);  // xi: (N, B, L, D), one slab per output
-  cuda::ddlerp_forward(xi.raw(), xv.raw(), dv.raw(), zv.raw(), wv.raw(), bv.raw(), M, D, N, R, dt);
-  std::vector<Tensor> outs;
-  for (int64_t n = 0; n < N; n++) outs.push_back(xi.slice0(n, n + 1).reshape({B, L, D}));
-  return record_op(outs, {x, delta, zz, w2, bias}, [=](const std::vector<Tensor>& g) {
-    Tensor dxi = Tensor::empty({N, B, L, D}, dt, Device::CUDA);  // dxi: (N, B, L, D), the N gradients packed
-    for (int64_t n = 0; n < N; n++) {
-      Tensor slab = dxi.slice0(n, n + 1).reshape({B, L, D});
-      slab.copy_(g[n]);
-    }
-    Tensor dx = Tensor::empty(dv.shape(), dt, Device::CUDA), ddelta = Tensor::empty(dv.shape(), dt, Device::CUDA);
-    Tensor dzz = Tensor::empty(zv.shape(), dt, Device::CUDA);
-    Tensor dw2 = Tensor::zeros(wv.shape(), dt, Device::CUDA), dbias = Tensor::zeros(bv.shape(), dt, Device::CUDA);
-    cuda::ddlerp_backward(dx.raw(), ddelta.raw(), dzz.raw(), dw2.raw(), dbias.raw(), dxi.raw(), dv.raw(), zv.raw(),
-                          wv.raw(), bv.raw(), M, D, N, R, dt);
-    return std::vector<Tensor>{dx, ddelta, dzz, dw2, dbias};
-  }, "ddlerp");
+// One backward for both devices; dx, ddelta: (M, D), dmu: (D) written.
+static void lerp_backward(Tensor& dx, Tensor& ddelta, Tensor& dmu, const Tensor& dy, const Tensor& delta,
+                          const Tensor& mu, int64_t M, int64_t D) {
+  if (delta.is_cuda()) {
+    HLA_CUDA_ONLY(cuda::lerp_backward(dx.raw(), ddelta.raw(), dmu.raw(), dy.raw(), delta.raw(), mu.raw(), M, D,
+                                      delta.dtype()));
+    return;
+  }
+  dispatch_float(delta.dtype(), "lerp", [&](auto tag) {
+    using T = decltype(tag);
+    cpu::lerp_backward(dx.data<T>(), ddelta.data<T>(), dmu.data<T>(), dy.data<T>(), delta.data<T>(), mu.data<T>(), M,
+                       D);
+  });
 }
-#endif
+
+// ddlerp, one forward for both devices: cpu::ddlerp_forward<T> or cuda::ddlerp_forward.
+// xi: (N, M, D); x, delta: (M, D); zz: (M, N*R); w2: (D, N*R); bias: (N, D)
+static void ddlerp_forward(Tensor& xi, const Tensor& x, const Tensor& delta, const Tensor& zz, const Tensor& w2,
+                           const Tensor& bias, int64_t M, int64_t D, int64_t N, int64_t R) {
+  if (x.is_cuda()) {
+    HLA_CUDA_ONLY(cuda::ddlerp_forward(xi.raw(), x.raw(), delta.raw(), zz.raw(), w2.raw(), bias.raw(), M, D, N, R,
+                                       x.dtype()));
+    return;
+  }
+  dispatch_float(x.dtype(), "ddlerp", [&](auto tag) {
+    using T = decltype(tag);
+    cpu::ddlerp_forward(xi.data<T>(), x.data<T>(), delta.data<T>(), zz.data<T>(), w2.data<T>(), bias.data<T>(), M, D,
+                        N, R);
+  });
+}
+
+// One backward for both devices; dx, ddelta: (M, D), dzz: (M, N*R), dw2: (D, N*R), dbias: (N, D) written.
+static void ddlerp_backward(Tensor& dx, Tensor& ddelta, Tensor& dzz, Tensor& dw2, Tensor& dbias, const Tensor& dxi,
+                            const Tensor& delta, const Tensor& zz, const Tensor& w2, const Tensor& bias, int64_t M,
+                            int64_t D, int64_t N, int64_t R) {
+  if (delta.is_cuda()) {
+    HLA_CUDA_ONLY(cuda::ddlerp_backward(dx.raw(), ddelta.raw(), dzz.raw(), dw2.raw(), dbias.raw(), dxi.raw(),
+                                        delta.raw(), zz.raw(), w2.raw(), bias.raw(), M, D, N, R, delta.dtype()));
+    return;
+  }
+  dispatch_float(delta.dtype(), "ddlerp", [&](auto tag) {
+    using T = decltype(tag);
+    cpu::ddlerp_backward(dx.data<T>(), ddelta.data<T>(), dzz.data<T>(), dw2.data<T>(), dbias.data<T>(),
+                         dxi.data<T>(), delta.data<T>(), zz.data<T>(), w2.data<T>(), bias.data<T>(), M, D, N, R);
+  });
+}
 
 TokenShiftOut token_shift(const Var& x, const Var& state) {
   HLA_CHECK(x.dim() == 3, "token_shift: x must be (B, L, D), got ", x.value().str());
   int64_t B = x.size(0), L = x.size(1), D = x.size(2);
-  if (state.defined()) check_shape(state.value(), {B, D}, "token_shift", "state");
-#ifdef HLA_CUDA
-  if (x.value().is_cuda()) return token_shift_cuda(x, state);
-#endif
   Tensor xv = x.value();
   Tensor sv = state.defined() ? state.value() : Tensor();
-  Tensor delta = Tensor::empty({B, L, D}, xv.dtype());  // delta: (B, L, D)
-  Tensor last = Tensor::empty({B, D}, xv.dtype());      // last: (B, D)
-  dispatch_float(xv.dtype(), "token_shift", [&](auto tag) {
-    using T = decltype(tag);
-    cpu::token_shift_forward(delta.data<T>(), last.data<T>(), xv.data<T>(), sv.defined() ? sv.data<T>() : nullptr,
-                             B, L, D);
-  });
-  bool has_state = sv.defined();
-  DType dt = xv.dtype();
+  if (sv.defined()) check_shape(sv, {B, D}, "token_shift", "state");
+  check_operand(sv, xv, "token_shift", "state");
+  Tensor delta = Tensor::empty({B, L, D}, xv.dtype(), xv.device());  // delta: (B, L, D)
+  Tensor last = Tensor::empty({B, D}, xv.dtype(), xv.device());      // last: (B, D)
+  token_shift_forward(delta, last, xv, sv, B, L, D);
+  const bool has_state = sv.defined();
+  const DType dt = xv.dtype();
+  const Device dev = xv.device();
   std::vector<Var> outs = record_op({delta, last}, {x, state}, [=](const std::vector<Tensor>& g) {
-    Tensor dx = Tensor::empty({B, L, D}, dt);
-    Tensor ds = has_state ? Tensor::empty({B, D}, dt) : Tensor();
-    dispatch_float(dt, "token_shift", [&](auto tag) {
-      using T = decltype(tag);
-      cpu::token_shift_backward(dx.data<T>(), ds.defined() ? ds.data<T>() : nullptr, g[0].data<T>(),
-                                g[1].data<T>(), B, L, D);
-    });
+    Tensor dx = Tensor::empty({B, L, D}, dt, dev);
+    Tensor ds = has_state ? Tensor::empty({B, D}, dt, dev) : Tensor();
+    token_shift_backward(dx, ds, g[0], g[1], B, L, D);
     return std::vector<Tensor>{dx, ds};
   }, "token_shift");
   return {outs[0], outs[1]};
 }
 
 Var lerp(const Var& x, const Var& delta, const Var& mu) {
-  check_same_shape(x.value(), delta.value(), "lerp");
-  int64_t D = x.size(-1), M = x.numel() / D;
-  check_shape(mu.value(), {D}, "lerp", "mu");
-#ifdef HLA_CUDA
-  if (x.value().is_cuda()) return lerp_cuda(x, delta, mu);
-#endif
   Tensor xv = x.value(), dv = delta.value(), mv = mu.value();
-  Tensor y = Tensor::empty(xv.shape(), xv.dtype());  // y: (..., D)
-  dispatch_float(xv.dtype(), "lerp", [&](auto tag) {
-    using T = decltype(tag);
-    cpu::lerp_forward(y.data<T>(), xv.data<T>(), dv.data<T>(), mv.data<T>(), M, D);
-  });
+  check_same_shape(xv, dv, "lerp");
+  int64_t D = xv.size(-1), M = xv.numel() / D;
+  check_shape(mv, {D}, "lerp", "mu");
+  check_operand(dv, xv, "lerp", "delta");
+  check_operand(mv, xv, "lerp", "mu");
+  Tensor y = Tensor::empty(xv.shape(), xv.dtype(), xv.device());  // y: (..., D)
+  lerp_forward(y, xv, dv, mv, M, D);
   return record_op1(y, {x, delta, mu}, [=](const std::vector<Tensor>& g) {
-    Tensor dx = Tensor::empty(dv.shape(), dv.dtype()), ddelta = Tensor::empty(dv.shape(), dv.dtype());
-    Tensor dmu = Tensor::zeros({D}, dv.dtype());
-    dispatch_float(dv.dtype(), "lerp", [&](auto tag) {
-      using T = decltype(tag);
-      cpu::lerp_backward(dx.data<T>(), ddelta.data<T>(), dmu.data<T>(), g[0].data<T>(), dv.data<T>(),
-                         mv.data<T>(), M, D);
-    });
+    Tensor dx = Tensor::empty(dv.shape(), dv.dtype(), dv.device());
+    Tensor ddelta = Tensor::empty(dv.shape(), dv.dtype(), dv.device());
+    Tensor dmu = Tensor::empty({D}, dv.dtype(), dv.device());
+    lerp_backward(dx, ddelta, dmu, g[0], dv, mv, M, D);
     return std::vector<Tensor>{dx, ddelta, dmu};
   }, "lerp");
 }
@@ -267,32 +269,27 @@ std::vector<Var> ddlerp(const Var& x, const Var& delta, const Var& zz, const Var
             "ddlerp: zz must be (B, L, N*R) with B = ", B, ", L = ", L, ", N = ", N, ", got ", zz.value().str());
   int64_t R = zz.size(2) / N;
   check_shape(w2.value(), {D, N * R}, "ddlerp", "w2");
-#ifdef HLA_CUDA
-  if (x.value().is_cuda()) return ddlerp_cuda(x, delta, zz, w2, bias, N, R);
-#endif
   Tensor xv = x.value(), dv = delta.value(), zv = zz.value(), wv = w2.value(), bv = bias.value();
-  Tensor xi = Tensor::empty({N, B, L, D}, xv.dtype());  // xi: (N, B, L, D), one slab per output
-  dispatch_float(xv.dtype(), "ddlerp", [&](auto tag) {
-    using T = decltype(tag);
-    cpu::ddlerp_forward(xi.data<T>(), xv.data<T>(), dv.data<T>(), zv.data<T>(), wv.data<T>(), bv.data<T>(), M, D,
-                        N, R);
-  });
+  check_operand(dv, xv, "ddlerp", "delta");
+  check_operand(zv, xv, "ddlerp", "zz");
+  check_operand(wv, xv, "ddlerp", "w2");
+  check_operand(bv, xv, "ddlerp", "bias");
+  const DType dt = xv.dtype();
+  const Device dev = xv.device();
+  Tensor xi = Tensor::empty({N, B, L, D}, dt, dev);  // xi: (N, B, L, D), one slab per output
+  ddlerp_forward(xi, xv, dv, zv, wv, bv, M, D, N, R);
   std::vector<Tensor> outs;
   for (int64_t n = 0; n < N; n++) outs.push_back(xi.slice0(n, n + 1).reshape({B, L, D}));
   return record_op(outs, {x, delta, zz, w2, bias}, [=](const std::vector<Tensor>& g) {
-    Tensor dxi = Tensor::empty({N, B, L, D}, dv.dtype());  // dxi: (N, B, L, D), the N gradients packed
+    Tensor dxi = Tensor::empty({N, B, L, D}, dt, dev);  // dxi: (N, B, L, D), the N gradients packed
     for (int64_t n = 0; n < N; n++) {
       Tensor slab = dxi.slice0(n, n + 1).reshape({B, L, D});
       slab.copy_(g[n]);
     }
-    Tensor dx = Tensor::empty(dv.shape(), dv.dtype()), ddelta = Tensor::empty(dv.shape(), dv.dtype());
-    Tensor dzz = Tensor::empty(zv.shape(), dv.dtype());
-    Tensor dw2 = Tensor::zeros(wv.shape(), dv.dtype()), dbias = Tensor::zeros(bv.shape(), dv.dtype());
-    dispatch_float(dv.dtype(), "ddlerp", [&](auto tag) {
-      using T = decltype(tag);
-      cpu::ddlerp_backward(dx.data<T>(), ddelta.data<T>(), dzz.data<T>(), dw2.data<T>(), dbias.data<T>(),
-                           dxi.data<T>(), dv.data<T>(), zv.data<T>(), wv.data<T>(), bv.data<T>(), M, D, N, R);
-    });
+    Tensor dx = Tensor::empty(dv.shape(), dt, dev), ddelta = Tensor::empty(dv.shape(), dt, dev);
+    Tensor dzz = Tensor::empty(zv.shape(), dt, dev);
+    Tensor dw2 = Tensor::empty(wv.shape(), dt, dev), dbias = Tensor::empty(bv.shape(), dt, dev);
+    ddlerp_backward(dx, ddelta, dzz, dw2, dbias, dxi, dv, zv, wv, bv, M, D, N, R);
     return std::vector<Tensor>{dx, ddelta, dzz, dw2, dbias};
   }, "ddlerp");
 }

@@ -10,6 +10,7 @@
 //                   xi^n_t = x_t + m^n_t * delta_t
 //               with zz = W_x0 lerp(x, delta, mu_x) computed by the caller (linear + lerp).
 // L is the number of tokens (T in mixers.md), D the model width.
+// Gradients: written in full (the caller's buffers may hold anything); null = not wanted.
 #pragma once
 #include <vector>
 
@@ -40,7 +41,7 @@ void token_shift_backward(T* dx, T* dstate, const T* ddelta, const T* dlast, int
 
 // x, delta, y: (M, D), mu: (D)
 template <class T> void lerp_forward(T* y, const T* x, const T* delta, const T* mu, int64_t M, int64_t D);
-// dx, ddelta: (M, D) written; dmu: (D) accumulated (+=); dy: (M, D)
+// dx, ddelta: (M, D), dmu: (D) written; dy: (M, D)
 template <class T>
 void lerp_backward(T* dx, T* ddelta, T* dmu, const T* dy, const T* delta, const T* mu, int64_t M, int64_t D);
 
@@ -48,7 +49,7 @@ void lerp_backward(T* dx, T* ddelta, T* dmu, const T* dy, const T* delta, const 
 template <class T>
 void ddlerp_forward(T* xi, const T* x, const T* delta, const T* zz, const T* w2, const T* bias, int64_t M,
                     int64_t D, int64_t N, int64_t R);
-// dx, ddelta: (M, D), dzz: (M, N*R) written; dw2: (D, N*R), dbias: (N, D) accumulated (+=); dxi: (N, M, D)
+// dx, ddelta: (M, D), dzz: (M, N*R), dw2: (D, N*R), dbias: (N, D) written; dxi: (N, M, D)
 template <class T>
 void ddlerp_backward(T* dx, T* ddelta, T* dzz, T* dw2, T* dbias, const T* dxi, const T* delta, const T* zz,
                      const T* w2, const T* bias, int64_t M, int64_t D, int64_t N, int64_t R);
