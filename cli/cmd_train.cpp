@@ -2,9 +2,7 @@
 //
 // Every setting of train/run_config.h is a flag --section.key. The TOML run file uses the same
 // names in sections ([model], [data], [optim], [train]); a flag on the command line wins over
-// the file. CLI11 reads the TOML (CLI::ConfigTOML) but does not map sections onto dotted flag
-// names by itself, so the items are applied here, and an unknown key is an error naming the
-// file and the key.
+// the file (train/run_config.cpp: add_setting_flags, apply_given_settings).
 #include <iostream>
 #include <memory>
 
@@ -19,49 +17,15 @@ struct TrainCommand {
   std::string resume;
 };
 
-void apply_run_file(CLI::App& sub, TrainCommand& cmd) {
-  std::vector<CLI::ConfigItem> items;
-  try {
-    items = CLI::ConfigTOML().from_file(cmd.config_file);
-  } catch (const CLI::Error& e) {
-    hla::fail(cmd.config_file, ": ", e.what());
-  }
-  for (const CLI::ConfigItem& item : items) {
-    if (item.name == "++" || item.name == "--") continue;  // section open / close markers
-    std::string key = item.fullname();
-    CLI::Option* option = item.parents.empty() ? nullptr : sub.get_option_no_throw("--" + key);
-    HLA_CHECK(option, cmd.config_file, ": unknown setting '", key,
-              "' (settings are [model], [data], [optim], [train] keys; `hla train --help` lists them)");
-    cmd.config.explicitly_set.insert(key);
-    if (option->count() > 0) continue;  // the command line wins
-    option->add_result(item.inputs);
-    try {
-      option->run_callback();
-    } catch (const CLI::Error& e) {
-      hla::fail(cmd.config_file, ": setting '", key, "': ", e.what());
-    }
-  }
-}
-
 void setup(CLI::App& sub) {
   auto cmd = std::make_shared<TrainCommand>();
   sub.add_option("--config", cmd->config_file, "TOML run file with [model] [data] [optim] [train]")
       ->check(CLI::ExistingFile);
   sub.add_option("--resume", cmd->resume, "checkpoint directory to resume from (bit-exact)")
       ->check(CLI::ExistingDirectory);
-  hla::visit_settings(cmd->config, [&](const std::string& section, const std::string& key,
-                                       auto& value, const char* help) {
-    std::string names = "--" + section + "." + key;
-    if (section == "train" && key == "device") names += ",--device";
-    sub.add_option(names, value, help)->capture_default_str();
-  });
+  hla::add_setting_flags(sub, cmd->config);
   sub.callback([&sub, cmd] {
-    for (CLI::Option* option : sub.get_options())
-      if (option->count() > 0 && option->get_name().rfind("--", 0) == 0) {
-        std::string name = option->get_name().substr(2);
-        if (name.find('.') != std::string::npos) cmd->config.explicitly_set.insert(name);
-      }
-    if (!cmd->config_file.empty()) apply_run_file(sub, *cmd);
+    hla::apply_given_settings(sub, cmd->config, cmd->config_file);
     hla::ValMetrics final_val = hla::run_training(cmd->config, cmd->resume, std::cout);
     std::cout << "final: " << final_val.to_json().dump() << std::endl;
   });

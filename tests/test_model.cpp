@@ -1,10 +1,12 @@
-// ModelConfig (hybrid shorthand, config.json round trip, errors) and HybridLM (fla names,
-// routing's zero init leaves step-0 loss unchanged, a model-level gradcheck, loss falls).
+// ModelConfig (hybrid shorthand, the field list through config.json, range and rule errors),
+// the mixer table against the layers, and HybridLM (fla names, routing's zero init leaves
+// step-0 loss unchanged, a model-level gradcheck, loss falls).
 #include <doctest/doctest.h>
 
 #include <cmath>
 
 #include "autograd/gradcheck.h"
+#include "nn/layers/mixers.h"
 #include "nn/model.h"
 #include "tensor/math.h"
 #include "tensor/random.h"
@@ -165,18 +167,15 @@ ModelConfig mixer_config(const std::string& type) {
   c.state_size = 4;
   c.chunk_size = 4;
   c.num_hidden_layers = 2;
-  if (type == "mamba2") c.expand_v = 1.0;  // d_inner 16 = 4 heads of 4
-  if (type == "rwkv6") c.intermediate_size = 24;
-  return c;
+  return c;  // Mamba-2: d_inner 16 = 4 heads of 4
 }
 
 }  // namespace
 
 TEST_CASE("every mixer's model has correct gradients (float64, central differences)") {
-  for (const std::string& type : kMixerTypes) {
-    CAPTURE(type);
-    ModelConfig c = mixer_config(type);
-    if (type == "transformer") c.set_hybrid("transformer");
+  for (const MixerSpec& m : mixer_table()) {
+    CAPTURE(m.model_type);
+    ModelConfig c = mixer_config(m.model_type);
     auto model = make_model(c, 5, Device::CPU, DType::F64);
     Tensor ids = tokens(2, 6, c.vocab_size, 1), targets = tokens(2, 6, c.vocab_size, 2);
     CHECK(model_gradcheck_worst(*model, ids, targets, 2) < 1e-5);
@@ -196,11 +195,16 @@ TEST_CASE("a 3:1 hybrid with GQA attention layers has correct gradients") {
   CHECK(model_gradcheck_worst(*model, ids, targets, 2) < 1e-5);
 }
 
-TEST_CASE("routing starts exactly at the no-routing model (zero init)") {
+TEST_CASE("routing starts exactly at the no-routing model (zero init), for every mixer that serves it") {
   Tensor ids = tokens(2, 7, 11, 5), targets = tokens(2, 7, 11, 6);
-  for (const std::string& routing : {"clvr", "cler", "cler_h"}) {
-    CAPTURE(routing);
-    ModelConfig base = mixer_config("gated_deltanet");
+  int served = 0;
+  for (const MixerSpec& m : mixer_table())
+    for (Routing routing : {Routing::Clvr, Routing::Cler, Routing::ClerH}) {
+    if (!m.serves(routing)) continue;
+    served++;
+    CAPTURE(m.model_type);
+    CAPTURE(routing_name(routing));
+    ModelConfig base = mixer_config(m.model_type);
     base.num_hidden_layers = 3;
     base.set_hybrid("3:1");
     ModelConfig routed = base;
@@ -218,6 +222,7 @@ TEST_CASE("routing starts exactly at the no-routing model (zero init)") {
         route_grad += sq_norm(p.var.grad());
     CHECK(route_grad > 0);
   }
+  CHECK(served == 10 + 4 + 4);  // CLVR: every linear mixer; CLER, CLER-H: the four delta-rule mixers
 }
 
 TEST_CASE("fla parameter names of the linear mixers") {
@@ -246,10 +251,10 @@ TEST_CASE("fla parameter names of the linear mixers") {
 }
 
 TEST_CASE("loss falls on a fixed batch for every mixer (plain SGD, 40 steps)") {
-  for (const std::string& type : kMixerTypes) {
+  for (const MixerSpec& m : mixer_table()) {
+    const std::string type = m.model_type;
     CAPTURE(type);
     ModelConfig c = mixer_config(type);
-    if (type == "transformer") c.set_hybrid("transformer");
     auto model = make_model(c, 7);
     Tensor ids = tokens(4, 12, c.vocab_size, 7);
     Tensor targets = ids;  // learn to copy the input: a task every mixer can fit

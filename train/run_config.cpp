@@ -1,6 +1,11 @@
-// RunConfig: building the model config, validation, the settings table and its JSON copy.
+// RunConfig: building the model config, validation, the settings table and its JSON copy, and
+// the command-line flags and TOML run file of `hla train`.
+//
+// CLI11 reads the TOML (CLI::ConfigTOML) but does not map sections onto dotted flag names by
+// itself, so apply_given_settings feeds each [section] key to its --section.key flag.
 #include "train/run_config.h"
 
+#include <CLI/CLI.hpp>
 #include <iomanip>
 #include <sstream>
 
@@ -8,45 +13,28 @@
 
 namespace hla {
 
-namespace {
-
-// The [model] keys that live inside config.json's "attn" block, by their config.json name.
-const std::map<std::string, std::string> kAttnKeys = {{"attn_num_heads", "num_heads"},
-                                                      {"attn_num_kv_heads", "num_kv_heads"},
-                                                      {"attn_rope_theta", "rope_theta"},
-                                                      {"attn_window_size", "window_size"}};
-
-}  // namespace
-
 ModelConfig RunConfig::model_config(int data_vocab) const {
   const bool from_file = !model.config.empty();
   const std::string source = from_file ? model.config : "run config [model]";
-  nlohmann::json j = from_file ? read_json_file(model.config) : nlohmann::json::object();
-  HLA_CHECK(j.is_object(), source, ": a model config must be a JSON object");
-  auto given = [&](const std::string& key) {
-    return !from_file || explicitly_set.count("model." + key) > 0;
-  };
-  nlohmann::json attn = j.value("attn", nlohmann::json::object());
-  visit_settings(*this, [&](const std::string& section, const std::string& key, const auto& value,
-                            const char*) {
-    if (section != "model" || key == "config" || key == "hybrid" || key == "attn_layers") return;
-    if (!given(key)) return;
-    if (kAttnKeys.count(key)) attn[kAttnKeys.at(key)] = value;
-    else j[key] = value;
-  });
-  // Attention layers: an explicit list wins over the shorthand; a file's list stays unless
-  // either is given.
-  if (given("attn_layers") && !model.fields.attn.layers.empty()) {
-    attn["layers"] = model.fields.attn.layers;
-  } else if (given("hybrid")) {
-    int layers = j.value("num_hidden_layers", model.fields.num_hidden_layers);
-    attn["layers"] = hybrid_attention_layers(layers, model.hybrid);
+  auto given = [&](const std::string& key) { return !from_file || explicitly_set.count("model." + key) > 0; };
+  ModelConfig config = model.fields;
+  if (from_file) {
+    config = ModelConfig::parse_json(read_json_file(model.config), source, ModelSettings().fields);
+    ModelConfig::visit_fields(
+        [&](const ModelField& field, auto& into, const auto& setting) {
+          if (given(field.key())) into = setting;
+        },
+        config, model.fields);
   }
-  j.erase("hybrid");
-  if (attn.contains("layers") && !attn["layers"].empty()) j["attn"] = attn;
-  else j.erase("attn");
-  if (j.value("vocab_size", 0) == 0) j["vocab_size"] = data_vocab;
-  ModelConfig config = ModelConfig::from_json(j, source);
+  // Attention layers: an explicit list wins over the shorthand; a file's list stays unless
+  // either is given. config.json has no attn block without attention layers, so the block's
+  // settings go with it.
+  if (given("attn_layers") && !model.fields.attn.layers.empty()) config.attn.layers = model.fields.attn.layers;
+  else if (given("hybrid")) config.attn.layers = hybrid_attention_layers(config.num_hidden_layers, model.hybrid);
+  config.has_attn = !config.attn.layers.empty();
+  if (!config.has_attn) config.attn = AttnConfig();
+  if (config.vocab_size == 0) config.vocab_size = data_vocab;
+  config.validate(source);
   HLA_CHECK(config.vocab_size >= data_vocab, source, ": vocab_size ", config.vocab_size,
             " is smaller than the data's vocabulary (", data_vocab, ")");
   return config;
@@ -100,6 +88,68 @@ std::string RunConfig::table() const {
        << (explicitly_set.count(name) ? "" : "  (default)") << "\n";
   });
   return os.str();
+}
+
+namespace {
+
+template <class T>
+void add_flag(CLI::App& app, const std::string& names, T& value, const char* help) {
+  app.add_option(names, value, help)->capture_default_str();
+}
+
+// Routing is an enum: the flag takes its name, parsed once here.
+void add_flag(CLI::App& app, const std::string& names, Routing& value, const char* help) {
+  app.add_option_function<std::string>(
+         names,
+         [&value, names](const std::string& text) {
+           try {
+             value = parse_routing(text, names);
+           } catch (const Error& e) {
+             throw CLI::ValidationError(e.what());
+           }
+         },
+         help)
+      ->default_str(routing_name(value));
+}
+
+}  // namespace
+
+void add_setting_flags(CLI::App& app, RunConfig& config) {
+  visit_settings(config, [&](const std::string& section, const std::string& key, auto& value, const char* help) {
+    std::string names = "--" + section + "." + key;
+    if (section == "train" && key == "device") names += ",--device";
+    add_flag(app, names, value, help);
+  });
+}
+
+void apply_given_settings(CLI::App& app, RunConfig& config, const std::string& run_file) {
+  for (const CLI::Option* option : app.get_options())
+    if (option->count() > 0 && option->get_name().rfind("--", 0) == 0) {
+      std::string name = option->get_name().substr(2);
+      if (name.find('.') != std::string::npos) config.explicitly_set.insert(name);
+    }
+  if (run_file.empty()) return;
+  std::vector<CLI::ConfigItem> items;
+  try {
+    items = CLI::ConfigTOML().from_file(run_file);
+  } catch (const CLI::Error& e) {
+    fail(run_file, ": ", e.what());
+  }
+  for (const CLI::ConfigItem& item : items) {
+    if (item.name == "++" || item.name == "--") continue;  // section open / close markers
+    std::string key = item.fullname();
+    CLI::Option* option = item.parents.empty() ? nullptr : app.get_option_no_throw("--" + key);
+    HLA_CHECK(option, run_file, ": unknown setting '", key,
+              "' (settings are [model], [data], [optim], [train] keys; `hla train --help` lists them)");
+    config.explicitly_set.insert(key);
+    if (option->count() > 0) continue;  // the command line wins
+    option->add_result(item.inputs);
+    try {
+      option->run_callback();
+    } catch (const CLI::Error& e) {
+      fail(run_file, ": setting '", key, "': ", e.what());
+    }
+  }
 }
 
 }  // namespace hla
