@@ -119,9 +119,10 @@ int64_t whole_product(int64_t x, const char* x_name, double scale, const char* s
   return static_cast<int64_t>(product);
 }
 
-void check_divides(int64_t divisor, const char* divisor_name, int64_t width, const std::string& width_name,
-                   const std::string& source) {
-  HLA_CHECK(width % divisor == 0, source, ": ", divisor_name, " ", divisor, " does not divide ", width_name, " ", width);
+void check_divides(int64_t divisor, const char* divisor_name, int64_t width, const char* width_name,
+                   const std::string& source, const char* hint = "") {
+  HLA_CHECK(width % divisor == 0, source, ": ", divisor_name, " ", divisor, " does not divide ", width_name, " ", width,
+            hint);
 }
 
 std::string mixers_where(bool (*pick)(const MixerSpec&)) {
@@ -136,7 +137,7 @@ void check_heads(const ModelConfig& c, const MixerSpec& m, const std::string& so
   switch (m.heads) {
     case HeadShape::None: break;
     case HeadShape::HeadDim:
-      if (c.head_dim == 0) check_divides(c.num_heads, "num_heads", c.hidden_size, "hidden_size (or set head_dim)", source);
+      if (c.head_dim == 0) check_divides(c.num_heads, "num_heads", c.hidden_size, "hidden_size", source, " (or set head_dim)");
       whole_product(c.key_head_dim(), "head_dim", c.expand_v, "expand_v", source);
       break;
     case HeadShape::Expand:
@@ -147,7 +148,7 @@ void check_heads(const ModelConfig& c, const MixerSpec& m, const std::string& so
       break;
     case HeadShape::Split: check_divides(c.num_heads, "num_heads", c.hidden_size, "hidden_size", source); break;
     case HeadShape::InnerByP:
-      if (c.head_dim == 0) check_divides(c.num_heads, "num_heads", c.hidden_size, "hidden_size (or set head_dim)", source);
+      if (c.head_dim == 0) check_divides(c.num_heads, "num_heads", c.hidden_size, "hidden_size", source, " (or set head_dim)");
       check_divides(c.key_head_dim(), "head_dim", whole_product(c.hidden_size, "hidden_size", c.expand_v, "expand_v", source),
                     "d_inner = hidden_size * expand_v", source);
       break;
