@@ -8,8 +8,6 @@
 #include <fstream>
 #include <sstream>
 
-#include <CLI/CLI.hpp>
-
 #include "nn/model.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
@@ -183,6 +181,22 @@ TEST_CASE("run settings build the model config: shorthand, config.json overlay, 
   f.model.hybrid = "pure";
   f.explicitly_set.insert("model.hybrid");
   CHECK(f.model_config(258).attn.layers.empty());
+  // Explicit keys overlay the file field by field, the attn block's too; a bad value is an
+  // error naming the field and value.
+  f.model.fields.routing = Routing::Clvr;
+  f.model.fields.attn.window_size = 32;
+  f.model.fields.conv_size = 0;  // not given: the file's (the default) stays
+  f.explicitly_set = {"model.routing", "model.attn_window_size"};
+  ModelConfig overlaid = f.model_config(300);
+  CHECK(overlaid.routing == Routing::Clvr);
+  CHECK(overlaid.attn.window_size == 32);
+  CHECK(overlaid.attn.layers == std::vector<int>{3});
+  CHECK(overlaid.conv_size == 4);
+  f.explicitly_set.insert("model.conv_size");
+  CHECK(f.model_config(300).conv_size == 0);  // GLA has no short convolutions: no range to break
+  f.model.fields.norm_eps = 0;
+  f.explicitly_set.insert("model.norm_eps");
+  CHECK_THROWS_WITH_AS(f.model_config(300), doctest::Contains((file + ": norm_eps must be > 0, got 0").c_str()), Error);
   // A file's own hybrid shorthand counts; a file without vocab_size takes the data's.
   write_json_file(file, {{"model_type", "gla"}, {"hidden_size", 96}, {"num_hidden_layers", 4}, {"hybrid", "2:1"}});
   RunConfig g;
@@ -200,102 +214,30 @@ TEST_CASE("run settings build the model config: shorthand, config.json overlay, 
   CHECK_THROWS_WITH_AS(bad.validate(), doctest::Contains("[optim] warmup_steps must be in [0, 1000]"), Error);
 }
 
-namespace {
-
-// hla train's command line: `args` as flags, then the run file (if any), as cli/cmd_train.cpp does.
-RunConfig parse_train_args(const std::vector<std::string>& args, const std::string& run_file = "") {
-  RunConfig config;
-  CLI::App app;
-  add_setting_flags(app, config);
-  std::vector<const char*> argv = {"train"};
-  for (const std::string& a : args) argv.push_back(a.c_str());
-  app.parse(static_cast<int>(argv.size()), argv.data());
-  apply_given_settings(app, config, run_file);
-  return config;
-}
-
-std::string write_file(const std::string& path, const std::string& text) {
-  std::ofstream(path) << text;
-  return path;
-}
-
-}  // namespace
-
-TEST_CASE("every model field is a --model flag, a [model] key, a table row and a settings entry") {
-  std::string dir = temp_dir("fields");
-  fs::create_directories(dir);
-  RunConfig base;
-  base.model.fields.attn.layers = {1};
-  base.model.fields.conv_size = 7;
-  base.model.fields.routing = Routing::ClerH;
-  CLI::App app;
-  RunConfig bound;
-  add_setting_flags(app, bound);
-  const nlohmann::json settings = base.to_json();
-  const std::string table = base.table();
-  std::ostringstream toml;
-  toml << "[model]\n";
+TEST_CASE("every model field is a [model] setting (the --model flag and run-file key), a table row and a settings entry") {
+  // cli/cmd_train.cpp makes one --section.key flag per visit_settings entry and looks a run
+  // file's [section] key up among those flags, so a setting here is a flag and a TOML key.
+  RunConfig c;
+  c.model.fields.routing = Routing::ClerH;
+  std::map<std::string, std::string> help;
+  visit_settings(c, [&](const std::string& section, const std::string& key, const auto&, const char* text) {
+    CHECK(help.emplace(section + "." + key, text).second);  // no setting listed twice
+  });
+  const nlohmann::json settings = c.to_json();
+  const std::string table = c.table();
   int fields = 0;
-  ModelConfig::visit_fields(
-      [&](const ModelField& field, const auto& value) {
-        CAPTURE(field.key());
-        fields++;
-        const CLI::Option* flag = app.get_option_no_throw("--model." + field.key());
-        REQUIRE(flag != nullptr);
-        CHECK(flag->get_description() == field.help);
-        CHECK(settings.at("model").contains(field.key()));
-        CHECK(table.find("model." + field.key() + " ") != std::string::npos);
-        toml << field.key() << " = " << nlohmann::json(value).dump() << "\n";
-      },
-      base.model.fields);
-  RunConfig from_toml = parse_train_args({}, write_file(dir + "/run.toml", toml.str()));
-  int applied = 0;
-  ModelConfig::visit_fields(
-      [&](const ModelField& field, const auto& got, const auto& want) {
-        CAPTURE(field.key());
-        applied += from_toml.explicitly_set.count("model." + field.key()) > 0;
-        CHECK(got == want);
-      },
-      from_toml.model.fields, base.model.fields);
-  CHECK(applied == fields);
-  fs::remove_all(dir);
-}
-
-TEST_CASE("hla train flags and run file set model fields; the flag wins; bad values name the setting") {
-  std::string dir = temp_dir("flags");
-  fs::create_directories(dir);
-  std::string toml = write_file(dir + "/run.toml",
-                                "[model]\nmodel_type = \"delta_net\"\nconv_size = 3\nrouting = \"cler\"\n"
-                                "attn_window_size = 32\nattn_layers = [1, 3]\n");
-  RunConfig c = parse_train_args({"--model.conv_size", "5", "--model.norm_eps", "1e-5"}, toml);
-  CHECK(c.model.fields.model_type == "delta_net");
-  CHECK(c.model.fields.conv_size == 5);  // the command line wins over the file
-  CHECK(c.model.fields.norm_eps == 1e-5);
-  CHECK(c.model.fields.routing == Routing::Cler);
-  CHECK(c.model.fields.attn.window_size == 32);
-  ModelConfig m = c.model_config(258);
-  CHECK(m.attn.layers == std::vector<int>{1, 3});
-  CHECK(m.to_json()["attn"]["window_size"] == 32);
-  CHECK(m.to_json()["routing"] == "cler");
-  CHECK(c.table().find("model.routing") != std::string::npos);
-  CHECK(c.to_json()["model"]["routing"] == "cler");
-
-  CHECK_THROWS_WITH_AS(parse_train_args({"--model.routing", "sideways"}),
-                       doctest::Contains("--model.routing: routing 'sideways' is not one of none, clvr, cler, cler_h"),
-                       CLI::ValidationError);
-  std::string bad_routing = write_file(dir + "/bad_routing.toml", "[model]\nrouting = \"sideways\"\n");
-  CHECK_THROWS_WITH_AS(parse_train_args({}, bad_routing),
-                       doctest::Contains("bad_routing.toml: setting 'model.routing': --model.routing: routing 'sideways'"),
-                       Error);
-  std::string unknown = write_file(dir + "/unknown.toml", "[model]\ncolour = 3\n");
-  CHECK_THROWS_WITH_AS(parse_train_args({}, unknown), doctest::Contains("unknown.toml: unknown setting 'model.colour'"),
-                       Error);
-  RunConfig zero_conv = parse_train_args({"--model.conv_size", "0"});
-  CHECK_THROWS_WITH_AS(zero_conv.model_config(258),
-                       doctest::Contains("run config [model]: conv_size must be >= 1 with short convolutions "
-                                         "(model_type gated_deltanet), got 0"),
-                       Error);
-  fs::remove_all(dir);
+  ModelConfig::visit_fields([&](const ModelField& field) {
+    CAPTURE(field.key());
+    fields++;
+    const std::string name = "model." + field.key();
+    REQUIRE(help.count(name));
+    CHECK(help.at(name) == field.help);
+    CHECK(settings.at("model").contains(field.key()));
+    CHECK(table.find("  " + name + " ") != std::string::npos);
+  });
+  CHECK(settings.at("model").size() == static_cast<size_t>(fields) + 2);  // + config and hybrid
+  CHECK(settings["model"]["routing"] == "cler_h");
+  CHECK(table.find("model.routing") != std::string::npos);
 }
 
 TEST_CASE("model FLOPs per token: 6 N plus causal attention, as targets.md counts them") {

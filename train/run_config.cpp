@@ -1,11 +1,6 @@
-// RunConfig: building the model config, validation, the settings table and its JSON copy, and
-// the command-line flags and TOML run file of `hla train`.
-//
-// CLI11 reads the TOML (CLI::ConfigTOML) but does not map sections onto dotted flag names by
-// itself, so apply_given_settings feeds each [section] key to its --section.key flag.
+// RunConfig: building the model config, validation, the settings table and its JSON copy.
 #include "train/run_config.h"
 
-#include <CLI/CLI.hpp>
 #include <iomanip>
 #include <sstream>
 
@@ -88,68 +83,6 @@ std::string RunConfig::table() const {
        << (explicitly_set.count(name) ? "" : "  (default)") << "\n";
   });
   return os.str();
-}
-
-namespace {
-
-template <class T>
-void add_flag(CLI::App& app, const std::string& names, T& value, const char* help) {
-  app.add_option(names, value, help)->capture_default_str();
-}
-
-// Routing is an enum: the flag takes its name, parsed once here.
-void add_flag(CLI::App& app, const std::string& names, Routing& value, const char* help) {
-  app.add_option_function<std::string>(
-         names,
-         [&value, names](const std::string& text) {
-           try {
-             value = parse_routing(text, names);
-           } catch (const Error& e) {
-             throw CLI::ValidationError(e.what());
-           }
-         },
-         help)
-      ->default_str(routing_name(value));
-}
-
-}  // namespace
-
-void add_setting_flags(CLI::App& app, RunConfig& config) {
-  visit_settings(config, [&](const std::string& section, const std::string& key, auto& value, const char* help) {
-    std::string names = "--" + section + "." + key;
-    if (section == "train" && key == "device") names += ",--device";
-    add_flag(app, names, value, help);
-  });
-}
-
-void apply_given_settings(CLI::App& app, RunConfig& config, const std::string& run_file) {
-  for (const CLI::Option* option : app.get_options())
-    if (option->count() > 0 && option->get_name().rfind("--", 0) == 0) {
-      std::string name = option->get_name().substr(2);
-      if (name.find('.') != std::string::npos) config.explicitly_set.insert(name);
-    }
-  if (run_file.empty()) return;
-  std::vector<CLI::ConfigItem> items;
-  try {
-    items = CLI::ConfigTOML().from_file(run_file);
-  } catch (const CLI::Error& e) {
-    fail(run_file, ": ", e.what());
-  }
-  for (const CLI::ConfigItem& item : items) {
-    if (item.name == "++" || item.name == "--") continue;  // section open / close markers
-    std::string key = item.fullname();
-    CLI::Option* option = item.parents.empty() ? nullptr : app.get_option_no_throw("--" + key);
-    HLA_CHECK(option, run_file, ": unknown setting '", key,
-              "' (settings are [model], [data], [optim], [train] keys; `hla train --help` lists them)");
-    config.explicitly_set.insert(key);
-    if (option->count() > 0) continue;  // the command line wins
-    option->add_result(item.inputs);
-    try {
-      option->run_callback();
-    } catch (const CLI::Error& e) {
-      fail(run_file, ": setting '", key, "': ", e.what());
-    }
-  }
 }
 
 }  // namespace hla

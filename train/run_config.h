@@ -14,10 +14,6 @@
 #include "train/optim.h"
 #include "train/schedule.h"
 
-namespace CLI {
-class App;
-}
-
 namespace hla {
 
 struct ModelSettings {
@@ -78,12 +74,6 @@ struct RunConfig {
   nlohmann::json to_json() const;   // {"model": {...}, "data": {...}, ...}
   std::string table() const;        // one "section.key  value" line per setting
 };
-
-// `hla train`'s flags: --section.key for every setting (and --device for train.device).
-void add_setting_flags(CLI::App& app, RunConfig& config);
-// After app has parsed the command line: records the settings given as flags, then applies
-// the TOML run file's [section] keys (a flag wins; an unknown key is an error naming the file).
-void apply_given_settings(CLI::App& app, RunConfig& config, const std::string& run_file);
 
 // Calls f(section, key, field&, help) for every setting, in table order.
 template <class RC, class F>
