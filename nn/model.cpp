@@ -37,7 +37,7 @@ struct Block {
   std::unique_ptr<Mixer> mixer;
   std::unique_ptr<FeedForward> mlp;  // absent for Mamba-2
   Var route_proj;                 // CLVR / CLER-H projection (D, value_width), zero-initialised
-  Var cler_gamma;                 // CLER: the scale (1) of the routed error, zero-initialised
+  Var cler_gamma;                 // CLER: gamma (1), the routed error's scale, zero-initialised
   bool linear = false;
 };
 
@@ -47,7 +47,6 @@ class HybridLM : public TrainableModel {
       : config_(c), store_(seed, c.initializer_range, device, compute) {
     c.validate("model config");
     const MixerSpec& spec = c.mixer();
-    routing_ = c.routing;
     mamba_ = spec.block == BlockStyle::Mamba2;
     rwkv_ = spec.block == BlockStyle::Rwkv6;
     const std::string root = mamba_ ? "backbone." : "model.";
@@ -70,8 +69,8 @@ class HybridLM : public TrainableModel {
       Block& b = blocks_[i];
       MixerIO io;
       if (!lbs.empty()) io.lower_bound = store_.use(lbs[i]);
-      io.want_values = routing_ == Routing::Clvr && b.linear;
-      io.want_error = (routing_ == Routing::Cler || routing_ == Routing::ClerH) && b.linear;
+      io.want_values = config_.routing == Routing::Clvr && b.linear;
+      io.want_error = (config_.routing == Routing::Cler || config_.routing == Routing::ClerH) && b.linear;
       if (b.cler_gamma.defined() && routed_error.defined())
         io.routed_error = scale_by(routed_error, store_.use(b.cler_gamma));  // gamma * r_prev
       if (b.pre_norm.weight.defined()) x = b.pre_norm.apply(store_, x, config_.norm_eps);
@@ -79,7 +78,7 @@ class HybridLM : public TrainableModel {
       x = add(x, h);
       if (b.mlp) x = add(x, b.mlp->forward(b.mlp_norm.apply(store_, x, config_.norm_eps)));
       if (b.route_proj.defined()) {
-        const Var& routed = routing_ == Routing::Clvr ? io.values : io.error;
+        const Var& routed = config_.routing == Routing::Clvr ? io.values : io.error;
         x = add(x, linear(routed, store_.use(b.route_proj)));
       }
       if (io.error.defined()) routed_error = io.error;
@@ -105,14 +104,14 @@ class HybridLM : public TrainableModel {
     {
       ParamStore::Scope mixer(store_, mamba_ ? "mixer." : "attn.");
       b.mixer = make_mixer(config_, i, store_);
-      if (routing_ == Routing::Cler && b.linear) b.cler_gamma = store_.constant("cler_gamma", {1}, 0.0);
+      if (config_.routing == Routing::Cler && b.linear) b.cler_gamma = store_.constant("cler_gamma", {1}, 0.0);
     }
     if (!mamba_) {
       b.mlp_norm = make_norm(rwkv_ ? "ffn_norm" : "mlp_norm");
       b.mlp = make_feedforward(config_, store_);
     }
     // validate() has checked the mixer table: this mixer serves the routing.
-    if ((routing_ == Routing::Clvr || routing_ == Routing::ClerH) && b.linear)
+    if ((config_.routing == Routing::Clvr || config_.routing == Routing::ClerH) && b.linear)
       b.route_proj = store_.constant("route_proj.weight", {config_.hidden_size, b.mixer->value_width()}, 0.0);
     return b;
   }
@@ -126,7 +125,6 @@ class HybridLM : public TrainableModel {
 
   ModelConfig config_;
   ParamStore store_;
-  Routing routing_ = Routing::None;
   bool mamba_ = false, rwkv_ = false;  // the mixer's block style
   Var embed_, head_, lower_bounds_;
   Norm final_norm_;

@@ -12,9 +12,10 @@ ModelConfig RunConfig::model_config(int data_vocab) const {
   const bool from_file = !model.config.empty();
   const std::string source = from_file ? model.config : "run config [model]";
   auto given = [&](const std::string& key) { return !from_file || explicitly_set.count("model." + key) > 0; };
-  ModelConfig config = model.fields;
+  // A file's fields, else the [model] section's; a file without vocab_size takes the data's.
+  ModelConfig config = from_file ? ModelConfig::parse_json(read_json_file(model.config), source, ModelSettings().fields)
+                                 : model.fields;
   if (from_file) {
-    config = ModelConfig::parse_json(read_json_file(model.config), source, ModelSettings().fields);
     ModelConfig::visit_fields(
         [&](const ModelField& field, auto& into, const auto& setting) {
           if (given(field.key())) into = setting;
