@@ -133,8 +133,8 @@ struct ModelConfig {
 
   // Parses config.json content and validates it; `source` (a file name) goes into every error.
   static ModelConfig from_json(const nlohmann::json& j, const std::string& source);
-  // The same without validate(), for a file that overrides complete before it is checked;
-  // the fields it leaves out keep their values in `defaults`.
+  // The same without validate(), for a file that run settings override before the result is
+  // checked; the fields the file leaves out keep their values in `defaults`.
   static ModelConfig parse_json(const nlohmann::json& j, const std::string& source,
                                 const ModelConfig& defaults);
   nlohmann::json to_json() const;
