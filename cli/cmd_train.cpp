@@ -43,6 +43,27 @@ void apply_run_file(CLI::App& sub, TrainCommand& cmd) {
   }
 }
 
+template <class T>
+void add_flag(CLI::App& sub, const std::string& names, T& value, const char* help) {
+  sub.add_option(names, value, help)->capture_default_str();
+}
+
+// Routing is an enum: the flag takes its name, parsed once here (the error names the flag,
+// the value and the choices; a run file's key gets the file's name in front).
+void add_flag(CLI::App& sub, const std::string& names, hla::Routing& value, const char* help) {
+  sub.add_option_function<std::string>(
+         names,
+         [&value, names](const std::string& text) {
+           try {
+             value = hla::parse_routing(text, names);
+           } catch (const hla::Error& e) {
+             throw CLI::ValidationError(e.what());
+           }
+         },
+         help)
+      ->default_str(hla::routing_name(value));
+}
+
 void setup(CLI::App& sub) {
   auto cmd = std::make_shared<TrainCommand>();
   sub.add_option("--config", cmd->config_file, "TOML run file with [model] [data] [optim] [train]")
@@ -53,7 +74,7 @@ void setup(CLI::App& sub) {
                                        auto& value, const char* help) {
     std::string names = "--" + section + "." + key;
     if (section == "train" && key == "device") names += ",--device";
-    sub.add_option(names, value, help)->capture_default_str();
+    add_flag(sub, names, value, help);
   });
   sub.callback([&sub, cmd] {
     for (CLI::Option* option : sub.get_options())

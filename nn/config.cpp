@@ -1,4 +1,5 @@
-// ModelConfig <-> config.json, the hybrid shorthand and validation (see config.h).
+// ModelConfig <-> config.json through the field list, the hybrid shorthand and validation
+// (see config.h).
 #include "nn/config.h"
 
 #include <algorithm>
@@ -7,13 +8,29 @@
 #include <set>
 #include <sstream>
 
+#include "nn/layers/mixers.h"
 #include "tensor/error.h"
 
 namespace hla {
 
-const std::vector<std::string> kMixerTypes = {"transformer", "hgrn",      "retnet",         "gla",
-                                              "hgrn2",       "mamba2",    "rwkv6",          "delta_net",
-                                              "gated_deltanet", "kda",    "gdn2"};
+namespace {
+
+const char* const kRoutingNames[] = {"none", "clvr", "cler", "cler_h"};  // in Routing's order
+
+}  // namespace
+
+const char* routing_name(Routing r) { return kRoutingNames[static_cast<int>(r)]; }
+
+Routing parse_routing(const std::string& text, const std::string& where) {
+  for (int i = 0; i < 4; i++)
+    if (text == kRoutingNames[i]) return static_cast<Routing>(i);
+  fail(where, ": routing '", text, "' is not one of none, clvr, cler, cler_h");
+}
+
+std::ostream& operator<<(std::ostream& os, Routing r) { return os << routing_name(r); }
+
+std::string ModelField::key() const { return in_attn ? std::string("attn_") + name : name; }
+std::string ModelField::path() const { return in_attn ? std::string("attn.") + name : name; }
 
 std::vector<int> hybrid_attention_layers(int num_layers, const std::string& hybrid) {
   std::vector<int> layers;
@@ -37,14 +54,14 @@ void ModelConfig::set_hybrid(const std::string& hybrid) {
 }
 
 bool ModelConfig::is_attention_layer(int i) const {
-  if (model_type == "transformer") return true;
+  if (mixer().family == MixerFamily::Attention) return true;
   return std::find(attn.layers.begin(), attn.layers.end(), i) != attn.layers.end();
 }
 
 std::string ModelConfig::pattern() const {
   // Group by the distance between attention layers when it is regular, else by 6.
   int group = 6;
-  if (attn.layers.size() >= 1 && model_type != "transformer") {
+  if (attn.layers.size() >= 1 && mixer().family != MixerFamily::Attention) {
     int first = attn.layers[0] + 1;
     bool regular = true;
     for (size_t i = 0; i < attn.layers.size(); i++)
@@ -59,7 +76,12 @@ std::string ModelConfig::pattern() const {
   return s;
 }
 
+const MixerSpec& ModelConfig::mixer() const { return find_mixer(model_type, "model config"); }
+
 int ModelConfig::key_head_dim() const { return head_dim > 0 ? head_dim : hidden_size / num_heads; }
+int ModelConfig::value_heads() const { return num_v_heads > 0 ? num_v_heads : num_heads; }
+int ModelConfig::attn_heads() const { return attn.num_heads > 0 ? attn.num_heads : num_heads; }
+int ModelConfig::attn_kv_heads() const { return attn.num_kv_heads > 0 ? attn.num_kv_heads : attn_heads(); }
 
 int ModelConfig::mlp_intermediate_size() const {
   if (intermediate_size > 0) return intermediate_size;
@@ -68,135 +90,206 @@ int ModelConfig::mlp_intermediate_size() const {
   return static_cast<int>(256 * ((base + 255) / 256));
 }
 
-void ModelConfig::validate(const std::string& source) const {
-  if (std::find(kMixerTypes.begin(), kMixerTypes.end(), model_type) == kMixerTypes.end()) {
-    std::ostringstream os;
-    for (const auto& m : kMixerTypes) os << " " << m;
-    fail(source, ": model_type '", model_type, "' is not a mixer hla knows; one of:", os.str());
+bool ModelConfig::uses_short_conv() const {
+  ShortConv conv = mixer().short_conv;
+  return conv == ShortConv::Always || (conv == ShortConv::Optional && use_short_conv);
+}
+
+bool ModelConfig::uses_state_size() const { return mixer().state_size; }
+
+namespace {
+
+// A field's value against its range: "c.json: conv_size must be >= 1 with short convolutions
+// (model_type gated_deltanet), got 0".
+template <class T>
+void check_range(const ModelField& f, const T& value, const ModelConfig& c, const std::string& source) {
+  if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
+    if (f.applies && !(c.*f.applies)()) return;
+    bool ok = f.min_exclusive ? value > f.min : value >= f.min;
+    std::string condition = f.applies ? std::string(" ") + f.applies_text + " (model_type " + c.model_type + ")" : "";
+    HLA_CHECK(ok, source, ": ", f.path(), " must be ", f.min_exclusive ? "> " : ">= ", f.min, condition, ", got ", value);
   }
-  HLA_CHECK(hidden_size > 0 && num_hidden_layers > 0 && num_heads > 0 && vocab_size > 0, source,
-            ": hidden_size, num_hidden_layers, num_heads and vocab_size must be positive");
-  HLA_CHECK(hidden_size % num_heads == 0 || head_dim > 0, source, ": hidden_size ", hidden_size,
-            " is not divisible by num_heads ", num_heads, " (set head_dim)");
+}
+
+// x * scale as a whole number, or an error naming both fields.
+int64_t whole_product(int64_t x, const char* x_name, double scale, const char* scale_name, const std::string& source) {
+  double product = static_cast<double>(x) * scale;
+  HLA_CHECK(product == std::floor(product), source, ": ", x_name, " ", x, " * ", scale_name, " ", scale, " = ", product,
+            " is not a whole number of channels");
+  return static_cast<int64_t>(product);
+}
+
+void check_divides(int64_t divisor, const char* divisor_name, int64_t width, const char* width_name,
+                   const std::string& source, const char* hint = "") {
+  HLA_CHECK(width % divisor == 0, source, ": ", divisor_name, " ", divisor, " does not divide ", width_name, " ", width,
+            hint);
+}
+
+std::string mixers_where(bool (*pick)(const MixerSpec&)) {
+  std::ostringstream os;
+  for (const MixerSpec& m : mixer_table())
+    if (pick(m)) os << " " << m.model_type;
+  return os.str();
+}
+
+// The head widths of the mixer's HeadShape are whole and divide as the layer needs.
+void check_heads(const ModelConfig& c, const MixerSpec& m, const std::string& source) {
+  switch (m.heads) {
+    case HeadShape::None: break;
+    case HeadShape::HeadDim:
+      if (c.head_dim == 0) check_divides(c.num_heads, "num_heads", c.hidden_size, "hidden_size", source, " (or set head_dim)");
+      whole_product(c.key_head_dim(), "head_dim", c.expand_v, "expand_v", source);
+      break;
+    case HeadShape::Expand:
+      check_divides(c.num_heads, "num_heads", whole_product(c.hidden_size, "hidden_size", c.expand_k, "expand_k", source),
+                    "hidden_size * expand_k", source);
+      check_divides(c.num_heads, "num_heads", whole_product(c.hidden_size, "hidden_size", c.expand_v, "expand_v", source),
+                    "hidden_size * expand_v", source);
+      break;
+    case HeadShape::Split: check_divides(c.num_heads, "num_heads", c.hidden_size, "hidden_size", source); break;
+    case HeadShape::InnerByP:
+      if (c.head_dim == 0) check_divides(c.num_heads, "num_heads", c.hidden_size, "hidden_size", source, " (or set head_dim)");
+      check_divides(c.key_head_dim(), "head_dim", whole_product(c.hidden_size, "hidden_size", c.expand_v, "expand_v", source),
+                    "d_inner = hidden_size * expand_v", source);
+      break;
+  }
+  switch (m.value_heads) {
+    case ValueHeads::Unused: break;
+    case ValueHeads::SameAsHeads:
+      HLA_CHECK(c.value_heads() == c.num_heads, source, ": num_v_heads ", c.value_heads(), " != num_heads ", c.num_heads,
+                ": grouped value heads are not supported by ", c.model_type, " (they are by",
+                mixers_where([](const MixerSpec& s) { return s.value_heads == ValueHeads::Grouped; }), ")");
+      break;
+    case ValueHeads::Grouped:
+      HLA_CHECK(c.value_heads() % c.num_heads == 0, source, ": num_v_heads ", c.value_heads(),
+                " is not a multiple of num_heads ", c.num_heads);
+      break;
+  }
+}
+
+}  // namespace
+
+void ModelConfig::validate(const std::string& source) const {
+  const MixerSpec& m = find_mixer(model_type, source);
+  visit_fields([&](const ModelField& f, const auto& value) { check_range(f, value, *this, source); }, *this);
+  check_heads(*this, m, source);
   std::set<int> seen;
   for (int i : attn.layers) {
-    HLA_CHECK(i >= 0 && i < num_hidden_layers, source, ": attn.layers has index ", i,
-              " outside [0, ", num_hidden_layers, ")");
+    HLA_CHECK(i >= 0 && i < num_hidden_layers, source, ": attn.layers has index ", i, " outside [0, ",
+              num_hidden_layers, ")");
     HLA_CHECK(seen.insert(i).second, source, ": attn.layers lists layer ", i, " twice");
   }
-  if (has_attn || model_type == "transformer") {
-    int h = attn.num_heads > 0 ? attn.num_heads : num_heads;
-    int kv = attn.num_kv_heads > 0 ? attn.num_kv_heads : h;
-    HLA_CHECK(hidden_size % h == 0, source, ": attn.num_heads ", h, " does not divide hidden_size ", hidden_size);
-    HLA_CHECK(h % kv == 0, source, ": attn.num_heads ", h, " is not a multiple of num_kv_heads ", kv);
+  if (has_attn || m.family == MixerFamily::Attention) {
+    check_divides(attn_heads(), "attn.num_heads", hidden_size, "hidden_size", source);
+    HLA_CHECK(attn_heads() % attn_kv_heads() == 0, source, ": attn.num_heads ", attn_heads(),
+              " is not a multiple of attn.num_kv_heads ", attn_kv_heads());
   }
-  const std::set<std::string> routings = {"none", "clvr", "cler", "cler_h"};
-  HLA_CHECK(routings.count(routing), source, ": routing '", routing, "' is not one of none, clvr, cler, cler_h");
-  if (routing != "none")
-    HLA_CHECK(model_type == "delta_net" || model_type == "gated_deltanet" || model_type == "kda" ||
-                  model_type == "gdn2" || routing == "clvr",
-              source, ": routing '", routing, "' needs a delta-rule mixer (delta_net, gated_deltanet, kda, gdn2)");
+  if (!m.serves(routing)) {
+    bool wants_error = routing == Routing::Cler || routing == Routing::ClerH;
+    std::string servers = wants_error ? mixers_where([](const MixerSpec& s) { return s.routes_error; })
+                                      : mixers_where([](const MixerSpec& s) { return s.routes_values; });
+    fail(source, ": routing '", routing, "' needs ", wants_error ? "the delta-rule write residual" : "the values",
+         " of a linear mixer, which model_type '", model_type, "' does not give (mixers that do:", servers, ")");
+  }
 }
 
 namespace {
 
-// Reads field `key` of `j` into `out` when present, with a typed error naming the file.
+// Reads a field's JSON value into its member, with a typed error naming the file and field.
 template <class T>
-void read_field(const nlohmann::json& j, const char* key, T& out, const std::string& source) {
-  if (!j.contains(key) || j[key].is_null()) return;
-  try {
-    out = j[key].get<T>();
-  } catch (const std::exception&) {
-    fail(source, ": field '", key, "' has the wrong type: ", j[key].dump());
+void read_value(const nlohmann::json& v, T& out, const ModelField& f, const std::string& source) {
+  bool ok = false;
+  if constexpr (std::is_same_v<T, bool>) {
+    ok = v.is_boolean();
+  } else if constexpr (std::is_same_v<T, int>) {
+    ok = v.is_number_integer() && v.get<int64_t>() >= std::numeric_limits<int>::min() &&
+         v.get<int64_t>() <= std::numeric_limits<int>::max();
+  } else if constexpr (std::is_same_v<T, double>) {
+    ok = v.is_number();
+  } else if constexpr (std::is_same_v<T, std::vector<int>>) {
+    ok = v.is_array() && std::all_of(v.begin(), v.end(), [](const nlohmann::json& e) { return e.is_number_integer(); });
+  } else {
+    static_assert(std::is_same_v<T, std::string> || std::is_same_v<T, Routing>, "a field type read_value knows");
+    ok = v.is_string();
   }
+  HLA_CHECK(ok, source, ": field '", f.path(), "' has the wrong type: ", v.dump());
+  if constexpr (std::is_same_v<T, Routing>) out = parse_routing(v.get<std::string>(), source);
+  else out = v.get<T>();
 }
 
-const std::set<std::string> kKnownFields = {
-    "model_type", "hidden_size", "num_hidden_layers", "num_heads", "num_v_heads", "head_dim",
-    "expand_v", "expand_k", "intermediate_size", "hidden_ratio", "vocab_size", "norm_eps",
-    "conv_size", "state_size", "chunk_size", "use_short_conv", "tie_word_embeddings", "initializer_range", "routing", "attn",
-    "hybrid", "architectures", "torch_dtype", "transformers_version", "fuse_norm", "fuse_swiglu",
-    "fuse_cross_entropy", "bos_token_id", "eos_token_id", "pad_token_id", "hidden_act",
-    "max_position_embeddings", "use_cache"};
-const std::set<std::string> kKnownAttnFields = {"layers", "num_heads", "num_kv_heads", "rope_theta",
-                                                "window_size", "qkv_bias"};
+// A member as config.json stores it: a 0 that means "derived" written resolved, or null.
+template <class T>
+nlohmann::json written_value(const ModelField& f, const T& value, const ModelConfig& c) {
+  if constexpr (std::is_same_v<T, int>) {
+    if (value == 0 && f.zero_means) return (c.*f.zero_means)();
+    if (value == 0 && f.zero_is_null) return nullptr;
+  }
+  return value;
+}
+
+std::set<std::string> field_names(bool in_attn) {
+  std::set<std::string> names;
+  ModelConfig::visit_fields([&](const ModelField& f) {
+    if (f.in_attn == in_attn) names.insert(f.name);
+  });
+  return names;
+}
+
+// fla fields that change nothing in hla's math (kernels, dtypes, token ids), accepted and
+// dropped, and the two blocks read beside the field list.
+const std::set<std::string> kIgnoredFields = {
+    "architectures", "torch_dtype", "transformers_version", "fuse_norm", "fuse_swiglu", "fuse_cross_entropy",
+    "bos_token_id", "eos_token_id", "pad_token_id", "hidden_act", "max_position_embeddings", "use_cache"};
+const std::set<std::string> kIgnoredAttnFields = {"qkv_bias"};
 
 }  // namespace
 
-ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& source) {
+ModelConfig ModelConfig::parse_json(const nlohmann::json& j, const std::string& source, const ModelConfig& defaults) {
   HLA_CHECK(j.is_object(), source, ": a model config must be a JSON object");
+  static const std::set<std::string> top_fields = field_names(false), attn_fields = field_names(true);
   for (auto it = j.begin(); it != j.end(); ++it)
-    HLA_CHECK(kKnownFields.count(it.key()), source, ": unknown field '", it.key(), "'");
-  ModelConfig c;
-  read_field(j, "model_type", c.model_type, source);
-  read_field(j, "hidden_size", c.hidden_size, source);
-  read_field(j, "num_hidden_layers", c.num_hidden_layers, source);
-  read_field(j, "num_heads", c.num_heads, source);
-  read_field(j, "num_v_heads", c.num_v_heads, source);
-  read_field(j, "head_dim", c.head_dim, source);
-  read_field(j, "expand_v", c.expand_v, source);
-  read_field(j, "expand_k", c.expand_k, source);
-  read_field(j, "intermediate_size", c.intermediate_size, source);
-  read_field(j, "hidden_ratio", c.hidden_ratio, source);
-  read_field(j, "vocab_size", c.vocab_size, source);
-  read_field(j, "norm_eps", c.norm_eps, source);
-  read_field(j, "conv_size", c.conv_size, source);
-  read_field(j, "state_size", c.state_size, source);
-  read_field(j, "chunk_size", c.chunk_size, source);
-  read_field(j, "use_short_conv", c.use_short_conv, source);
-  read_field(j, "tie_word_embeddings", c.tie_word_embeddings, source);
-  read_field(j, "initializer_range", c.initializer_range, source);
-  read_field(j, "routing", c.routing, source);
+    HLA_CHECK(top_fields.count(it.key()) || kIgnoredFields.count(it.key()) || it.key() == "attn" || it.key() == "hybrid",
+              source, ": unknown field '", it.key(), "'");
+  const nlohmann::json* attn_block = nullptr;
   if (j.contains("attn") && !j["attn"].is_null()) {
-    const auto& a = j["attn"];
-    HLA_CHECK(a.is_object(), source, ": field 'attn' must be an object {layers, num_heads, ...}");
-    for (auto it = a.begin(); it != a.end(); ++it)
-      HLA_CHECK(kKnownAttnFields.count(it.key()), source, ": unknown field 'attn.", it.key(), "'");
-    HLA_CHECK(a.contains("layers"), source, ": 'attn' needs a 'layers' list");
-    read_field(a, "layers", c.attn.layers, source);
-    read_field(a, "num_heads", c.attn.num_heads, source);
-    read_field(a, "num_kv_heads", c.attn.num_kv_heads, source);
-    read_field(a, "rope_theta", c.attn.rope_theta, source);
-    read_field(a, "window_size", c.attn.window_size, source);
-    c.has_attn = true;
+    attn_block = &j["attn"];
+    HLA_CHECK(attn_block->is_object(), source, ": field 'attn' must be an object {layers, num_heads, ...}");
+    for (auto it = attn_block->begin(); it != attn_block->end(); ++it)
+      HLA_CHECK(attn_fields.count(it.key()) || kIgnoredAttnFields.count(it.key()), source, ": unknown field 'attn.",
+                it.key(), "'");
+    HLA_CHECK(attn_block->contains("layers"), source, ": 'attn' needs a 'layers' list");
   }
+  ModelConfig c = defaults;
+  visit_fields(
+      [&](const ModelField& f, auto& member) {
+        const nlohmann::json* block = f.in_attn ? attn_block : &j;
+        if (block && block->contains(f.name) && !(*block)[f.name].is_null())
+          read_value((*block)[f.name], member, f, source);
+      },
+      c);
+  c.has_attn = attn_block != nullptr;
   if (j.contains("hybrid")) {
     HLA_CHECK(!j.contains("attn"), source, ": give either 'hybrid' or 'attn.layers', not both");
-    std::string h;
-    read_field(j, "hybrid", h, source);
-    c.set_hybrid(h);
+    HLA_CHECK(j["hybrid"].is_string(), source, ": field 'hybrid' has the wrong type: ", j["hybrid"].dump());
+    c.set_hybrid(j["hybrid"].get<std::string>());
   }
+  return c;
+}
+
+ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& source) {
+  ModelConfig c = parse_json(j, source, ModelConfig());
   c.validate(source);
   return c;
 }
 
 nlohmann::json ModelConfig::to_json() const {
-  nlohmann::json j = {{"model_type", model_type},
-                      {"hidden_size", hidden_size},
-                      {"num_hidden_layers", num_hidden_layers},
-                      {"num_heads", num_heads},
-                      {"num_v_heads", num_v_heads > 0 ? num_v_heads : num_heads},
-                      {"head_dim", key_head_dim()},
-                      {"expand_v", expand_v},
-                      {"expand_k", expand_k},
-                      {"intermediate_size", mlp_intermediate_size()},
-                      {"hidden_ratio", hidden_ratio},
-                      {"vocab_size", vocab_size},
-                      {"norm_eps", norm_eps},
-                      {"conv_size", conv_size},
-                      {"state_size", state_size},
-                      {"chunk_size", chunk_size},
-                      {"use_short_conv", use_short_conv},
-                      {"tie_word_embeddings", tie_word_embeddings},
-                      {"initializer_range", initializer_range},
-                      {"routing", routing}};
-  if (has_attn)
-    j["attn"] = {{"layers", attn.layers},
-                 {"num_heads", attn.num_heads > 0 ? attn.num_heads : num_heads},
-                 {"num_kv_heads", attn.num_kv_heads > 0 ? attn.num_kv_heads
-                                                        : (attn.num_heads > 0 ? attn.num_heads : num_heads)},
-                 {"rope_theta", attn.rope_theta},
-                 {"window_size", attn.window_size > 0 ? nlohmann::json(attn.window_size) : nlohmann::json()}};
+  nlohmann::json j = nlohmann::json::object();
+  visit_fields(
+      [&](const ModelField& f, const auto& member) {
+        if (!f.in_attn) j[f.name] = written_value(f, member, *this);
+        else if (has_attn) j["attn"][f.name] = written_value(f, member, *this);
+      },
+      *this);
   return j;
 }
 

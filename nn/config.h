@@ -1,21 +1,66 @@
 // ModelConfig: the fla-style config.json of a hybrid model, and the hybrid pattern rule.
 //
+// Every field is listed once, in ModelConfig::visit_fields: its config.json name, help and
+// valid range. That list drives from_json, to_json, validate, the `hla train` flags
+// (--model.X), the run file's [model] keys and the start-up table, so a new field is one line
+// there (plus the member it names). What a field means for each mixer (which mixers use the
+// short convolutions, the state size, grouped value heads...) is a column of the mixer table,
+// nn/layers/mixers.cpp.
+//
 // hybrid = "pure" | "r:1" | "transformer" expands to attn.layers by the project default
 // (papers.md section 1, reading B): 0-indexed layer i is attention when (i + 1) % r == 0,
 // so 24 layers at 6:1 give [5, 11, 17, 23]. An explicit attn.layers list wins; config.json
 // always stores the explicit list.
 #pragma once
 #include <cstdint>
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <ostream>
 #include <string>
 #include <vector>
 
 namespace hla {
 
-// The eleven mixers, by fla model_type.
-extern const std::vector<std::string> kMixerTypes;  // "transformer", "hgrn", "retnet", "gla",
-                                                    // "hgrn2", "mamba2", "rwkv6", "delta_net",
-                                                    // "gated_deltanet", "kda", "gdn2"
+struct MixerSpec;  // a row of the mixer table (nn/layers/mixers.h)
+
+// Cross-layer routing (papers.md 3.5). The model owns it; a layer only sees MixerIO.
+enum class Routing { None, Clvr, Cler, ClerH };
+const char* routing_name(Routing r);  // "none" | "clvr" | "cler" | "cler_h"
+// Parses a routing name; an error starts with `where` (the file or flag) and lists the choices.
+Routing parse_routing(const std::string& text, const std::string& where);
+inline void to_json(nlohmann::json& j, Routing r) { j = routing_name(r); }
+std::ostream& operator<<(std::ostream& os, Routing r);
+
+struct ModelConfig;
+
+// One entry of the field list: the config.json name, a help line, and the range validate()
+// checks. Built in place: ModelField("conv_size", "...").at_least(1).when(...).
+struct ModelField {
+  const char* name;      // config.json key (inside the "attn" block when in_attn)
+  const char* help;
+  bool in_attn = false;  // lives in config.json's "attn" block; [model] key "attn_<name>"
+  double min = -std::numeric_limits<double>::infinity();
+  bool min_exclusive = false;
+  bool (ModelConfig::*applies)() const = nullptr;  // the range holds only where this says so
+  const char* applies_text = "";                   // "with short convolutions"
+  int (ModelConfig::*zero_means)() const = nullptr;  // config.json writes this value for 0
+  bool zero_is_null = false;                         // config.json writes null for 0 (fla's "off")
+
+  ModelField(const char* name_, const char* help_) : name(name_), help(help_) {}
+  ModelField& attn() { in_attn = true; return *this; }
+  ModelField& at_least(double v) { min = v; return *this; }
+  ModelField& above(double v) { min = v; min_exclusive = true; return *this; }
+  ModelField& when(bool (ModelConfig::*test)() const, const char* text) {
+    applies = test;
+    applies_text = text;
+    return *this;
+  }
+  ModelField& written_as(int (ModelConfig::*resolved)() const) { zero_means = resolved; return *this; }
+  ModelField& null_for_zero() { zero_is_null = true; return *this; }
+
+  std::string key() const;   // [model] key and --model.<key> flag: name, or attn_<name>
+  std::string path() const;  // in config.json and in errors: name, or attn.<name>
+};
 
 struct AttnConfig {
   std::vector<int> layers;  // 0-based layer indices that use softmax attention
@@ -44,12 +89,54 @@ struct ModelConfig {
   bool use_short_conv = true;
   bool tie_word_embeddings = false;
   double initializer_range = 0.02;
-  std::string routing = "none";  // none | clvr | cler | cler_h
+  Routing routing = Routing::None;
   AttnConfig attn;
   bool has_attn = false;  // whether an attn block is present (hybrid or transformer)
 
-  // Parses config.json content; `source` (a file name) goes into every error.
+  // The field list. Calls f(field, member...) for every field in table order, with that
+  // member of each config given: one config to read or write it, two to copy between them.
+  template <class F, class... C>
+  static void visit_fields(F&& f, C&... c) {
+    using Field = ModelField;
+    f(Field("model_type", "mixer of the linear layers (fla model_type, nn/layers/mixers.cpp)"), c.model_type...);
+    f(Field("hidden_size", "model width").at_least(1), c.hidden_size...);
+    f(Field("num_hidden_layers", "layers").at_least(1), c.num_hidden_layers...);
+    f(Field("num_heads", "heads of the linear mixer").at_least(1), c.num_heads...);
+    f(Field("num_v_heads", "value heads (0 = num_heads)").at_least(0).written_as(&ModelConfig::value_heads),
+      c.num_v_heads...);
+    f(Field("head_dim", "key head width (0 = hidden_size / num_heads)").at_least(0).written_as(&ModelConfig::key_head_dim),
+      c.head_dim...);
+    f(Field("expand_v", "value expansion").above(0), c.expand_v...);
+    f(Field("expand_k", "key expansion").above(0), c.expand_k...);
+    f(Field("intermediate_size", "MLP width (0 = GatedMLP rule)").at_least(0).written_as(&ModelConfig::mlp_intermediate_size),
+      c.intermediate_size...);
+    f(Field("hidden_ratio", "MLP ratio for the GatedMLP rule").above(0), c.hidden_ratio...);
+    f(Field("vocab_size", "vocabulary (hla train: 0 = the data's)").at_least(1), c.vocab_size...);
+    f(Field("norm_eps", "RMSNorm epsilon").above(0), c.norm_eps...);
+    f(Field("conv_size", "short convolution width").at_least(1).when(&ModelConfig::uses_short_conv, "with short convolutions"),
+      c.conv_size...);
+    f(Field("state_size", "Mamba-2 state width N").at_least(1).when(&ModelConfig::uses_state_size, "for mamba2"),
+      c.state_size...);
+    f(Field("chunk_size", "chunk length of the chunked kernels (0 = token recurrence)").at_least(0), c.chunk_size...);
+    f(Field("use_short_conv", "short convolutions on q, k, v"), c.use_short_conv...);
+    f(Field("tie_word_embeddings", "lm_head shares the embedding"), c.tie_word_embeddings...);
+    f(Field("initializer_range", "init std").above(0), c.initializer_range...);
+    f(Field("routing", "cross-layer routing: none | clvr | cler | cler_h"), c.routing...);
+    f(Field("layers", "explicit attention layer indices (overrides hybrid)").attn(), c.attn.layers...);
+    f(Field("num_heads", "attention heads (0 = num_heads)").attn().at_least(0).written_as(&ModelConfig::attn_heads),
+      c.attn.num_heads...);
+    f(Field("num_kv_heads", "attention kv heads (0 = attn heads)").attn().at_least(0).written_as(&ModelConfig::attn_kv_heads),
+      c.attn.num_kv_heads...);
+    f(Field("rope_theta", "RoPE base").attn().above(0), c.attn.rope_theta...);
+    f(Field("window_size", "sliding window (0 = full causal)").attn().at_least(0).null_for_zero(), c.attn.window_size...);
+  }
+
+  // Parses config.json content and validates it; `source` (a file name) goes into every error.
   static ModelConfig from_json(const nlohmann::json& j, const std::string& source);
+  // The same without validate(), for a file that run settings override before the result is
+  // checked; the fields the file leaves out keep their values in `defaults`.
+  static ModelConfig parse_json(const nlohmann::json& j, const std::string& source,
+                                const ModelConfig& defaults);
   nlohmann::json to_json() const;
   static ModelConfig load(const std::string& path);
   void save(const std::string& path) const;
@@ -58,8 +145,20 @@ struct ModelConfig {
   void set_hybrid(const std::string& hybrid);
   bool is_attention_layer(int i) const;
   std::string pattern() const;  // e.g. "LLLLLA LLLLLA" (groups of 6 when the ratio is regular)
+
+  // The mixer table's row for model_type (an error lists the table's names).
+  const MixerSpec& mixer() const;
+  // The fields whose 0 means "derived": what the layers and config.json use.
   int key_head_dim() const;
+  int value_heads() const;
   int mlp_intermediate_size() const;
+  int attn_heads() const;
+  int attn_kv_heads() const;
+  // Where the mixer reads a field (the `when` of a range).
+  bool uses_short_conv() const;
+  bool uses_state_size() const;
+
+  // Every field's range, then the rules between fields; errors name source, field and value.
   void validate(const std::string& source) const;
 };
 

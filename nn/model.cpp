@@ -4,11 +4,14 @@
 // with bias, an extra pre_norm on layer 0, the channel mix as FFN) and cross-layer routing
 // of papers.md 3.5 added after a linear layer's block:
 //   CLVR:   y += P_l v_l       CLER-H: y += P_l r_l       (P_l zero-initialised, no bias)
-//   CLER:   the next routing-capable layer's values become v + gamma * r_prev (inside the mixer)
+//   CLER:   the next linear layer's values become v + gamma * r_prev (gamma zero-initialised,
+//           created here under the mixer's name, added inside the mixer)
+// The model owns routing: a layer only sees MixerIO. The block style, the lower bounds and
+// which routings a mixer serves are columns of the mixer table (nn/layers/mixers.h).
 #include "nn/model.h"
 
-#include "nn/layers/mixer.h"
 #include "nn/layers/feedforward.h"
+#include "nn/layers/mixers.h"
 #include "nn/ops/arith.h"
 #include "nn/ops/cross_entropy.h"
 #include "nn/ops/embedding.h"
@@ -34,6 +37,7 @@ struct Block {
   std::unique_ptr<Mixer> mixer;
   std::unique_ptr<FeedForward> mlp;  // absent for Mamba-2
   Var route_proj;                 // CLVR / CLER-H projection (D, value_width), zero-initialised
+  Var cler_gamma;                 // CLER: gamma (1), the routed error's scale, zero-initialised
   bool linear = false;
 };
 
@@ -42,13 +46,14 @@ class HybridLM : public TrainableModel {
   HybridLM(const ModelConfig& c, uint64_t seed, Device device, DType compute)
       : config_(c), store_(seed, c.initializer_range, device, compute) {
     c.validate("model config");
-    mamba_ = c.model_type == "mamba2";
-    rwkv_ = c.model_type == "rwkv6";
+    const MixerSpec& spec = c.mixer();
+    mamba_ = spec.block == BlockStyle::Mamba2;
+    rwkv_ = spec.block == BlockStyle::Rwkv6;
     const std::string root = mamba_ ? "backbone." : "model.";
     {
       ParamStore::Scope s(store_, root);
       embed_ = store_.normal("embeddings.weight", {c.vocab_size, c.hidden_size});
-      if (uses_lower_bounds()) lower_bounds_ = store_.constant("lower_bounds", {c.num_hidden_layers, c.hidden_size}, 0.0);
+      if (spec.lower_bounds) lower_bounds_ = store_.constant("lower_bounds", {c.num_hidden_layers, c.hidden_size}, 0.0);
       for (int i = 0; i < c.num_hidden_layers; i++) blocks_.push_back(make_block(i));
       final_norm_ = make_norm(mamba_ ? "norm_f" : "norm");
     }
@@ -64,15 +69,16 @@ class HybridLM : public TrainableModel {
       Block& b = blocks_[i];
       MixerIO io;
       if (!lbs.empty()) io.lower_bound = store_.use(lbs[i]);
-      io.want_values = config_.routing == "clvr" && b.linear;
-      io.want_error = (config_.routing == "cler" || config_.routing == "cler_h") && b.linear;
-      if (config_.routing == "cler" && b.linear) io.routed_error = routed_error;
+      io.want_values = config_.routing == Routing::Clvr && b.linear;
+      io.want_error = (config_.routing == Routing::Cler || config_.routing == Routing::ClerH) && b.linear;
+      if (b.cler_gamma.defined() && routed_error.defined())
+        io.routed_error = scale_by(routed_error, store_.use(b.cler_gamma));  // gamma * r_prev
       if (b.pre_norm.weight.defined()) x = b.pre_norm.apply(store_, x, config_.norm_eps);
       Var h = b.mixer->forward(b.attn_norm.apply(store_, x, config_.norm_eps), io);
       x = add(x, h);
       if (b.mlp) x = add(x, b.mlp->forward(b.mlp_norm.apply(store_, x, config_.norm_eps)));
       if (b.route_proj.defined()) {
-        const Var& routed = config_.routing == "clvr" ? io.values : io.error;
+        const Var& routed = config_.routing == Routing::Clvr ? io.values : io.error;
         x = add(x, linear(routed, store_.use(b.route_proj)));
       }
       if (io.error.defined()) routed_error = io.error;
@@ -89,10 +95,6 @@ class HybridLM : public TrainableModel {
   Device device() const override { return store_.device(); }
 
  private:
-  bool uses_lower_bounds() const {
-    return config_.model_type == "hgrn" || config_.model_type == "hgrn2";
-  }
-
   Block make_block(int i) {
     Block b;
     b.linear = !config_.is_attention_layer(i);
@@ -102,19 +104,15 @@ class HybridLM : public TrainableModel {
     {
       ParamStore::Scope mixer(store_, mamba_ ? "mixer." : "attn.");
       b.mixer = make_mixer(config_, i, store_);
+      if (config_.routing == Routing::Cler && b.linear) b.cler_gamma = store_.constant("cler_gamma", {1}, 0.0);
     }
     if (!mamba_) {
       b.mlp_norm = make_norm(rwkv_ ? "ffn_norm" : "mlp_norm");
       b.mlp = make_feedforward(config_, store_);
     }
-    bool routes = (config_.routing == "clvr" || config_.routing == "cler_h") && b.linear;
-    if (routes) {
-      HLA_CHECK(b.mixer->value_width() > 0, "routing ", config_.routing, " is not supported by mixer ",
-                config_.model_type);
-      HLA_CHECK(config_.routing != "cler_h" || b.mixer->produces_error(), "routing cler_h needs a delta-rule mixer, not ",
-                config_.model_type);
+    // validate() has checked the mixer table: this mixer serves the routing.
+    if ((config_.routing == Routing::Clvr || config_.routing == Routing::ClerH) && b.linear)
       b.route_proj = store_.constant("route_proj.weight", {config_.hidden_size, b.mixer->value_width()}, 0.0);
-    }
     return b;
   }
 
@@ -127,7 +125,7 @@ class HybridLM : public TrainableModel {
 
   ModelConfig config_;
   ParamStore store_;
-  bool mamba_ = false, rwkv_ = false;
+  bool mamba_ = false, rwkv_ = false;  // the mixer's block style
   Var embed_, head_, lower_bounds_;
   Norm final_norm_;
   std::vector<Block> blocks_;

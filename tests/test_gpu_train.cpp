@@ -30,7 +30,7 @@ struct TinyRun {
   std::string model_type;
   std::string hybrid;  // pure | r:1 ("2:1" = LA) | transformer
   int64_t layers = 2;
-  std::string routing = "none";
+  Routing routing = Routing::None;
 };
 
 // The same tiny MQAR run as tests/test_train_hybrid.cpp, with a scalar state small enough for
@@ -91,7 +91,7 @@ double tail_mean(const std::vector<double>& losses) {
 }
 
 std::string label(const TinyRun& r) {
-  return r.model_type + " hybrid '" + r.hybrid + "' layers " + std::to_string(r.layers) + " routing " + r.routing;
+  return r.model_type + " hybrid '" + r.hybrid + "' layers " + std::to_string(r.layers) + " routing " + routing_name(r.routing);
 }
 
 const std::vector<TinyRun>& runs() {
@@ -99,7 +99,7 @@ const std::vector<TinyRun>& runs() {
       {"hgrn", "2:1"},   {"retnet", "2:1"}, {"gla", "2:1"},           {"hgrn2", "2:1"},
       {"mamba2", "2:1"}, {"rwkv6", "2:1"},  {"delta_net", "2:1"},     {"gated_deltanet", "2:1"},
       {"kda", "2:1"},    {"gdn2", "2:1"},   {"transformer", "transformer"}, {"gated_deltanet", "pure"},
-      {"gated_deltanet", "3:1", 4, "cler"}};
+      {"gated_deltanet", "3:1", 4, Routing::Cler}};
   return all;
 }
 

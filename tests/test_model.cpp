@@ -1,10 +1,12 @@
-// ModelConfig (hybrid shorthand, config.json round trip, errors) and HybridLM (fla names,
-// routing's zero init leaves step-0 loss unchanged, a model-level gradcheck, loss falls).
+// ModelConfig (hybrid shorthand, the field list through config.json, range and rule errors),
+// the mixer table against the layers, and HybridLM (fla names, routing's zero init leaves
+// step-0 loss unchanged, a model-level gradcheck, loss falls).
 #include <doctest/doctest.h>
 
 #include <cmath>
 
 #include "autograd/gradcheck.h"
+#include "nn/layers/mixers.h"
 #include "nn/model.h"
 #include "tensor/math.h"
 #include "tensor/random.h"
@@ -58,7 +60,213 @@ TEST_CASE("bad configs are clear errors naming the file and field") {
   CHECK_THROWS_WITH_AS(ModelConfig::from_json(with("hidden_size", "wide"), "c.json"),
                        doctest::Contains("field 'hidden_size' has the wrong type"), Error);
   CHECK_THROWS_WITH_AS(ModelConfig::from_json(with("routing", "sideways"), "c.json"),
-                       doctest::Contains("routing 'sideways'"), Error);
+                       doctest::Contains("c.json: routing 'sideways' is not one of none, clvr, cler, cler_h"), Error);
+  CHECK_THROWS_WITH_AS(ModelConfig::from_json(with("routing", 2), "c.json"),
+                       doctest::Contains("c.json: field 'routing' has the wrong type: 2"), Error);
+  CHECK_THROWS_WITH_AS(ModelConfig::from_json(with("hidden_size", 64.5), "c.json"),
+                       doctest::Contains("field 'hidden_size' has the wrong type: 64.5"), Error);
+  CHECK_THROWS_WITH_AS(ModelConfig::from_json(with("attn", {{"layers", {1}}, {"heads", 2}}), "c.json"),
+                       doctest::Contains("c.json: unknown field 'attn.heads'"), Error);
+}
+
+TEST_CASE("routing names parse to the enum and back, and nothing else parses") {
+  for (Routing r : {Routing::None, Routing::Clvr, Routing::Cler, Routing::ClerH})
+    CHECK(parse_routing(routing_name(r), "test") == r);
+  CHECK(std::string(routing_name(Routing::ClerH)) == "cler_h");
+  CHECK_THROWS_WITH_AS(parse_routing("CLVR", "--model.routing"),
+                       doctest::Contains("--model.routing: routing 'CLVR' is not one of none, clvr, cler, cler_h"), Error);
+  CHECK_THROWS_WITH_AS(parse_routing("", "run.toml"), doctest::Contains("run.toml: routing ''"), Error);
+}
+
+TEST_CASE("config.json is byte for byte what hla wrote before the field list") {
+  // The three strings were written by ModelConfig::to_json at commit fc7e57f (before the list).
+  ModelConfig a;
+  a.num_hidden_layers = 6;
+  a.num_v_heads = 8;
+  a.attn.num_heads = 8;
+  a.set_hybrid("3:1");
+  CHECK(a.to_json().dump() ==
+        R"({"attn":{"layers":[2,5],"num_heads":8,"num_kv_heads":8,"rope_theta":10000.0,"window_size":null},)"
+        R"("chunk_size":64,"conv_size":4,"expand_k":1.0,"expand_v":1.0,"head_dim":64,"hidden_ratio":4.0,)"
+        R"("hidden_size":256,"initializer_range":0.02,"intermediate_size":768,"model_type":"gated_deltanet",)"
+        R"("norm_eps":1e-06,"num_heads":4,"num_hidden_layers":6,"num_v_heads":8,"routing":"none","state_size":64,)"
+        R"("tie_word_embeddings":false,"use_short_conv":true,"vocab_size":258})");
+  // The other ways a value is written: a window as a number, a kv-head count, a routing name,
+  // float fields (same strings at fc7e57f).
+  ModelConfig b;
+  b.model_type = "mamba2";
+  b.hidden_size = 64;
+  b.head_dim = 16;
+  b.set_hybrid("2:1");
+  b.attn.window_size = 16;
+  b.attn.num_kv_heads = 1;
+  b.routing = Routing::Clvr;
+  b.norm_eps = 1e-5;
+  b.hidden_ratio = 3.5;
+  const std::string written = b.to_json().dump();
+  for (const char* part : {R"("attn":{"layers":[1,3],"num_heads":4,"num_kv_heads":1,"rope_theta":10000.0,"window_size":16})",
+                           R"("routing":"clvr")", R"("norm_eps":1e-05)", R"("hidden_ratio":3.5)", R"("head_dim":16)",
+                           R"("intermediate_size":256)"})
+    CHECK(written.find(part) != std::string::npos);
+}
+
+namespace {
+
+// A different value of the same type, whatever the field (so a new field needs no test edit).
+template <class T>
+T another(const T& v) {
+  if constexpr (std::is_same_v<T, bool>) return !v;
+  else if constexpr (std::is_same_v<T, int>) return v + 3;
+  else if constexpr (std::is_same_v<T, double>) return v * 2 + 0.25;
+  else if constexpr (std::is_same_v<T, std::string>) return v + "_other";
+  else if constexpr (std::is_same_v<T, Routing>) return v == Routing::Cler ? Routing::Clvr : Routing::Cler;
+  else return T{{7, 1}};  // attn.layers
+}
+
+// A 2:1 gated_deltanet hybrid, so every field (the attn block too) is in its config.json.
+ModelConfig hybrid_config() {
+  ModelConfig c;
+  c.hidden_size = 64;
+  c.num_heads = 2;
+  c.set_hybrid("2:1");
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("every listed field is written to config.json and read back") {
+  const ModelConfig base = hybrid_config();
+  const nlohmann::json written = base.to_json();
+  int fields = 0;
+  ModelConfig::visit_fields([&](const ModelField& field) {
+    CAPTURE(field.path());
+    fields++;
+    CHECK((field.in_attn ? written.at("attn") : written).contains(field.name));
+  });
+  CHECK(fields == static_cast<int>(written.size() - 1 + written.at("attn").size()));  // and nothing else is written
+  CHECK(ModelConfig::from_json(written, "w.json").to_json() == written);
+  // Change one field at a time; it must come back (parse_json: the changed value need not validate).
+  for (int i = 0; i < fields; i++) {
+    ModelConfig changed = base;
+    int k = 0;
+    std::string path;
+    ModelConfig::visit_fields(
+        [&](const ModelField& f, auto& member) {
+          if (k++ == i) member = another(member), path = f.path();
+        },
+        changed);
+    CAPTURE(path);
+    ModelConfig back = ModelConfig::parse_json(changed.to_json(), "changed.json", ModelConfig());
+    k = 0;
+    ModelConfig::visit_fields(
+        [&](const ModelField&, const auto& got, const auto& want, const auto& before) {
+          if (k++ == i) {
+            CHECK(want != before);
+            CHECK(got == want);
+          }
+        },
+        back, changed, base);
+  }
+}
+
+TEST_CASE("every numeric field's range is checked, naming the file, the field and the value") {
+  int checked = 0;
+  ModelConfig::visit_fields([&](const ModelField& field) {
+    if (std::isinf(field.min)) return;  // no range: strings, flags, lists
+    CAPTURE(field.path());
+    // A mixer where the range applies (conv_size needs short convolutions, state_size mamba2).
+    ModelConfig c = hybrid_config();
+    for (const MixerSpec& m : mixer_table()) {
+      c.model_type = m.model_type;
+      if (!field.applies || (c.*field.applies)()) break;
+    }
+    REQUIRE((!field.applies || (c.*field.applies)()));
+    nlohmann::json j = c.to_json();
+    nlohmann::json& block = field.in_attn ? j["attn"] : j;
+    const double bad = field.min_exclusive ? field.min : field.min - 1;
+    block[field.name] = bad;
+    if (block[field.name].get<double>() == std::floor(bad)) block[field.name] = static_cast<int>(bad);
+    std::ostringstream expected;
+    expected << "bad.json: " << field.path() << " must be " << (field.min_exclusive ? "> " : ">= ") << field.min;
+    CHECK_THROWS_WITH_AS(ModelConfig::from_json(j, "bad.json"), doctest::Contains(expected.str().c_str()), Error);
+    std::ostringstream got;
+    got << ", got " << bad;
+    CHECK_THROWS_WITH_AS(ModelConfig::from_json(j, "bad.json"), doctest::Contains(got.str().c_str()), Error);
+    checked++;
+  });
+  CHECK(checked >= 19);  // every numeric field has a range
+  // The conditional ranges name their condition, and do not apply elsewhere.
+  ModelConfig gdn = hybrid_config();
+  gdn.conv_size = 0;
+  CHECK_THROWS_WITH_AS(gdn.validate("g.json"),
+                       doctest::Contains("g.json: conv_size must be >= 1 with short convolutions (model_type gated_deltanet), got 0"),
+                       Error);
+  gdn.use_short_conv = false;
+  CHECK_NOTHROW(gdn.validate("g.json"));
+  ModelConfig mamba = hybrid_config();
+  mamba.model_type = "mamba2";
+  mamba.state_size = 0;
+  CHECK_THROWS_WITH_AS(mamba.validate("m.json"), doctest::Contains("m.json: state_size must be >= 1 for mamba2"), Error);
+  mamba.model_type = "gla";
+  CHECK_NOTHROW(mamba.validate("m.json"));
+}
+
+TEST_CASE("the rules between fields name the fields and values, per the mixer's head shape") {
+  auto config = [](const std::string& type) {
+    ModelConfig c = hybrid_config();
+    c.model_type = type;
+    return c;
+  };
+  auto fails_with = [](const ModelConfig& c, const std::string& message) {
+    CHECK_THROWS_WITH_AS(c.validate("c.json"), doctest::Contains(message.c_str()), Error);
+  };
+  ModelConfig c = config("gated_deltanet");
+  c.num_heads = 3;  // 64 / 3 heads of head_dim 0
+  fails_with(c, "c.json: num_heads 3 does not divide hidden_size 64 (or set head_dim)");
+  c.head_dim = 16;
+  c.attn.num_heads = 4;
+  CHECK_NOTHROW(c.validate("c.json"));
+  c.expand_v = 0.3;
+  fails_with(c, "c.json: head_dim 16 * expand_v 0.3 = 4.8 is not a whole number");
+  c = config("gated_deltanet");
+  c.num_v_heads = 3;
+  fails_with(c, "c.json: num_v_heads 3 is not a multiple of num_heads 2");
+  c = config("delta_net");
+  c.num_v_heads = 4;
+  fails_with(c, "c.json: num_v_heads 4 != num_heads 2: grouped value heads are not supported by delta_net (they are by "
+                "gated_deltanet kda)");
+  c = config("gla");
+  c.expand_k = 0.5;
+  c.num_heads = 64;  // 32 key channels over 64 heads
+  c.attn.num_heads = 2;
+  fails_with(c, "c.json: num_heads 64 does not divide hidden_size * expand_k 32");
+  c = config("hgrn");
+  c.num_heads = 3;  // HGRN has no heads
+  c.attn.num_heads = 2;
+  CHECK_NOTHROW(c.validate("c.json"));
+  c = config("hgrn2");
+  c.num_heads = 3;
+  c.attn.num_heads = 2;
+  fails_with(c, "c.json: num_heads 3 does not divide hidden_size 64");
+  c = config("mamba2");
+  c.head_dim = 24;
+  fails_with(c, "c.json: head_dim 24 does not divide d_inner = hidden_size * expand_v 64");
+  c = config("transformer");
+  c.attn.num_heads = 3;
+  fails_with(c, "c.json: attn.num_heads 3 does not divide hidden_size 64");
+  c.attn.num_heads = 4;
+  c.attn.num_kv_heads = 3;
+  fails_with(c, "c.json: attn.num_heads 4 is not a multiple of attn.num_kv_heads 3");
+  c = config("gla");
+  c.routing = Routing::Cler;
+  fails_with(c, "c.json: routing 'cler' needs the delta-rule write residual of a linear mixer, which model_type 'gla' "
+                "does not give (mixers that do: delta_net gated_deltanet kda gdn2)");
+  c = config("transformer");
+  c.routing = Routing::Clvr;
+  fails_with(c, "routing 'clvr' needs the values of a linear mixer, which model_type 'transformer' does not give");
+  c = config("lstm");
+  fails_with(c, "c.json: model_type 'lstm' is not a mixer hla knows; one of: transformer hgrn retnet gla hgrn2 mamba2 "
+                "rwkv6 delta_net gated_deltanet kda gdn2");
 }
 
 namespace {
@@ -165,18 +373,15 @@ ModelConfig mixer_config(const std::string& type) {
   c.state_size = 4;
   c.chunk_size = 4;
   c.num_hidden_layers = 2;
-  if (type == "mamba2") c.expand_v = 1.0;  // d_inner 16 = 4 heads of 4
-  if (type == "rwkv6") c.intermediate_size = 24;
-  return c;
+  return c;  // Mamba-2: d_inner 16 = 4 heads of 4
 }
 
 }  // namespace
 
 TEST_CASE("every mixer's model has correct gradients (float64, central differences)") {
-  for (const std::string& type : kMixerTypes) {
-    CAPTURE(type);
-    ModelConfig c = mixer_config(type);
-    if (type == "transformer") c.set_hybrid("transformer");
+  for (const MixerSpec& m : mixer_table()) {
+    CAPTURE(m.model_type);
+    ModelConfig c = mixer_config(m.model_type);
     auto model = make_model(c, 5, Device::CPU, DType::F64);
     Tensor ids = tokens(2, 6, c.vocab_size, 1), targets = tokens(2, 6, c.vocab_size, 2);
     CHECK(model_gradcheck_worst(*model, ids, targets, 2) < 1e-5);
@@ -196,28 +401,84 @@ TEST_CASE("a 3:1 hybrid with GQA attention layers has correct gradients") {
   CHECK(model_gradcheck_worst(*model, ids, targets, 2) < 1e-5);
 }
 
-TEST_CASE("routing starts exactly at the no-routing model (zero init)") {
+TEST_CASE("routing starts exactly at the no-routing model (zero init), for every mixer that serves it") {
   Tensor ids = tokens(2, 7, 11, 5), targets = tokens(2, 7, 11, 6);
-  for (const std::string& routing : {"clvr", "cler", "cler_h"}) {
-    CAPTURE(routing);
-    ModelConfig base = mixer_config("gated_deltanet");
-    base.num_hidden_layers = 3;
-    base.set_hybrid("3:1");
-    ModelConfig routed = base;
-    routed.routing = routing;
-    double l0 = make_model(base, 9)->loss(ids, targets).value().item();
-    auto model = make_model(routed, 9);
-    Var loss = model->loss(ids, targets);
-    CHECK(loss.value().item() == l0);  // bit-identical at step 0
-    loss.backward();
-    // The routing parameters get a nonzero gradient, so training moves them off zero.
-    double route_grad = 0;
-    for (auto& p : model->parameters())
-      if ((p.name.find("route_proj") != std::string::npos || p.name.find("cler_gamma") != std::string::npos) &&
-          p.var.grad().defined())
-        route_grad += sq_norm(p.var.grad());
-    CHECK(route_grad > 0);
+  int served = 0;
+  for (const MixerSpec& m : mixer_table()) {
+    for (Routing routing : {Routing::Clvr, Routing::Cler, Routing::ClerH}) {
+      if (!m.serves(routing)) continue;
+      served++;
+      CAPTURE(m.model_type);
+      CAPTURE(routing_name(routing));
+      ModelConfig base = mixer_config(m.model_type);
+      base.num_hidden_layers = 3;
+      base.set_hybrid("3:1");  // L L A: layer 1 takes layer 0's error (CLER)
+      ModelConfig routed = base;
+      routed.routing = routing;
+      double l0 = make_model(base, 9)->loss(ids, targets).value().item();
+      auto model = make_model(routed, 9);
+      Var loss = model->loss(ids, targets);
+      CHECK(loss.value().item() == l0);  // bit-identical at step 0
+      loss.backward();
+      // The routing parameters get a nonzero gradient, so training moves them off zero.
+      double route_grad = 0;
+      for (auto& p : model->parameters())
+        if ((p.name.find("route_proj") != std::string::npos || p.name.find("cler_gamma") != std::string::npos) &&
+            p.var.grad().defined())
+          route_grad += sq_norm(p.var.grad());
+      CHECK(route_grad > 0);
+    }
   }
+  CHECK(served == 10 + 4 + 4);  // CLVR: every linear mixer; CLER, CLER-H: the four delta-rule mixers
+}
+
+TEST_CASE("the mixer table agrees with the layers it builds") {
+  auto param_count = [](const ModelConfig& c) { return count_parameters(make_model(c, 1)->parameters()); };
+  auto has_param = [](const ModelConfig& c, const std::string& part) {
+    for (const auto& p : make_model(c, 1)->parameters())
+      if (p.name.find(part) != std::string::npos) return true;
+    return false;
+  };
+  std::vector<std::string> names;
+  for (const MixerSpec& m : mixer_table()) {
+    CAPTURE(m.model_type);
+    names.push_back(m.model_type);
+    ModelConfig c = mixer_config(m.model_type);
+    // Routing columns: what the layer exposes.
+    ParamStore store(1, 0.02, Device::CPU, DType::F32);
+    std::unique_ptr<Mixer> mixer = m.make(c, store);
+    MixerIO io;
+    io.want_values = io.want_error = true;
+    if (m.lower_bounds) io.lower_bound = Var(Tensor::zeros({c.hidden_size}, DType::F32));
+    Var x(Tensor::randn({1, 5, c.hidden_size}, 3, 1.0, DType::F32));
+    CHECK(mixer->forward(x, io).shape() == x.shape());
+    CHECK(io.values.defined() == m.routes_values);
+    CHECK(io.error.defined() == m.routes_error);
+    CHECK((mixer->value_width() > 0) == m.routes_values);
+    if (m.routes_values) CHECK(io.values.size(2) == mixer->value_width());
+    // Block style and lower bounds: the parameters the model creates.
+    CHECK(has_param(c, "model.lower_bounds") == m.lower_bounds);
+    CHECK(has_param(c, "backbone.norm_f.weight") == (m.block == BlockStyle::Mamba2));
+    CHECK(has_param(c, "layers.0.pre_norm.bias") == (m.block == BlockStyle::Rwkv6));
+    CHECK(has_param(c, "layers.1.mlp.gate_proj.weight") == (m.block == BlockStyle::Standard));
+    // Short convolutions and state size: the fields change the model exactly where the table says.
+    ModelConfig wider_conv = c;
+    wider_conv.conv_size = c.conv_size + 1;
+    CHECK((param_count(wider_conv) != param_count(c)) == (m.short_conv != ShortConv::None));
+    ModelConfig no_conv = c;
+    no_conv.use_short_conv = false;
+    CHECK(has_param(no_conv, "conv1d") == (m.short_conv == ShortConv::Always));
+    ModelConfig wider_state = c;
+    wider_state.state_size = c.state_size + 2;
+    CHECK((param_count(wider_state) != param_count(c)) == m.state_size);
+    ModelConfig grouped = c;
+    grouped.num_v_heads = 2 * c.num_heads;
+    if (m.value_heads == ValueHeads::SameAsHeads) CHECK_THROWS_AS(grouped.validate("g.json"), Error);
+    else CHECK((param_count(grouped) != param_count(c)) == (m.value_heads == ValueHeads::Grouped));
+    CHECK(c.is_attention_layer(0) == (m.family == MixerFamily::Attention));
+  }
+  CHECK(names == std::vector<std::string>{"transformer", "hgrn", "retnet", "gla", "hgrn2", "mamba2", "rwkv6",
+                                          "delta_net", "gated_deltanet", "kda", "gdn2"});
 }
 
 TEST_CASE("fla parameter names of the linear mixers") {
@@ -246,10 +507,10 @@ TEST_CASE("fla parameter names of the linear mixers") {
 }
 
 TEST_CASE("loss falls on a fixed batch for every mixer (plain SGD, 40 steps)") {
-  for (const std::string& type : kMixerTypes) {
+  for (const MixerSpec& m : mixer_table()) {
+    const std::string type = m.model_type;
     CAPTURE(type);
     ModelConfig c = mixer_config(type);
-    if (type == "transformer") c.set_hybrid("transformer");
     auto model = make_model(c, 7);
     Tensor ids = tokens(4, 12, c.vocab_size, 7);
     Tensor targets = ids;  // learn to copy the input: a task every mixer can fit

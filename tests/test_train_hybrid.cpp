@@ -181,6 +181,29 @@ TEST_CASE("run settings build the model config: shorthand, config.json overlay, 
   f.model.hybrid = "pure";
   f.explicitly_set.insert("model.hybrid");
   CHECK(f.model_config(258).attn.layers.empty());
+  // Explicit keys overlay the file field by field, the attn block's too; a bad value is an
+  // error naming the field and value.
+  f.model.fields.routing = Routing::Clvr;
+  f.model.fields.attn.window_size = 32;
+  f.model.fields.conv_size = 0;  // not given: the file's (the default) stays
+  f.explicitly_set = {"model.routing", "model.attn_window_size"};
+  ModelConfig overlaid = f.model_config(300);
+  CHECK(overlaid.routing == Routing::Clvr);
+  CHECK(overlaid.attn.window_size == 32);
+  CHECK(overlaid.attn.layers == std::vector<int>{3});
+  CHECK(overlaid.conv_size == 4);
+  f.explicitly_set.insert("model.conv_size");
+  CHECK(f.model_config(300).conv_size == 0);  // GLA has no short convolutions: no range to break
+  f.model.fields.norm_eps = 0;
+  f.explicitly_set.insert("model.norm_eps");
+  CHECK_THROWS_WITH_AS(f.model_config(300), doctest::Contains((file + ": norm_eps must be > 0, got 0").c_str()), Error);
+  // A file's own hybrid shorthand counts; a file without vocab_size takes the data's.
+  write_json_file(file, {{"model_type", "gla"}, {"hidden_size", 96}, {"num_hidden_layers", 4}, {"hybrid", "2:1"}});
+  RunConfig g;
+  g.model.config = file;
+  ModelConfig from_hybrid_file = g.model_config(300);
+  CHECK(from_hybrid_file.attn.layers == std::vector<int>{1, 3});
+  CHECK(from_hybrid_file.vocab_size == 300);
   fs::remove_all(dir);
 
   RunConfig bad;
@@ -189,6 +212,32 @@ TEST_CASE("run settings build the model config: shorthand, config.json overlay, 
   bad = RunConfig();
   bad.optim.schedule.warmup_steps = 5000;
   CHECK_THROWS_WITH_AS(bad.validate(), doctest::Contains("[optim] warmup_steps must be in [0, 1000]"), Error);
+}
+
+TEST_CASE("every model field is a [model] setting (the --model flag and run-file key), a table row and a settings entry") {
+  // cli/cmd_train.cpp makes one --section.key flag per visit_settings entry and looks a run
+  // file's [section] key up among those flags, so a setting here is a flag and a TOML key.
+  RunConfig c;
+  c.model.fields.routing = Routing::ClerH;
+  std::map<std::string, std::string> help;
+  visit_settings(c, [&](const std::string& section, const std::string& key, const auto&, const char* text) {
+    CHECK(help.emplace(section + "." + key, text).second);  // no setting listed twice
+  });
+  const nlohmann::json settings = c.to_json();
+  const std::string table = c.table();
+  int fields = 0;
+  ModelConfig::visit_fields([&](const ModelField& field) {
+    CAPTURE(field.key());
+    fields++;
+    const std::string name = "model." + field.key();
+    REQUIRE(help.count(name));
+    CHECK(help.at(name) == field.help);
+    CHECK(settings.at("model").contains(field.key()));
+    CHECK(table.find("  " + name + " ") != std::string::npos);
+  });
+  CHECK(settings.at("model").size() == static_cast<size_t>(fields) + 2);  // + config and hybrid
+  CHECK(settings["model"]["routing"] == "cler_h");
+  CHECK(table.find("model.routing") != std::string::npos);
 }
 
 TEST_CASE("model FLOPs per token: 6 N plus causal attention, as targets.md counts them") {

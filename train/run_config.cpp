@@ -8,45 +8,29 @@
 
 namespace hla {
 
-namespace {
-
-// The [model] keys that live inside config.json's "attn" block, by their config.json name.
-const std::map<std::string, std::string> kAttnKeys = {{"attn_num_heads", "num_heads"},
-                                                      {"attn_num_kv_heads", "num_kv_heads"},
-                                                      {"attn_rope_theta", "rope_theta"},
-                                                      {"attn_window_size", "window_size"}};
-
-}  // namespace
-
 ModelConfig RunConfig::model_config(int data_vocab) const {
   const bool from_file = !model.config.empty();
   const std::string source = from_file ? model.config : "run config [model]";
-  nlohmann::json j = from_file ? read_json_file(model.config) : nlohmann::json::object();
-  HLA_CHECK(j.is_object(), source, ": a model config must be a JSON object");
-  auto given = [&](const std::string& key) {
-    return !from_file || explicitly_set.count("model." + key) > 0;
-  };
-  nlohmann::json attn = j.value("attn", nlohmann::json::object());
-  visit_settings(*this, [&](const std::string& section, const std::string& key, const auto& value,
-                            const char*) {
-    if (section != "model" || key == "config" || key == "hybrid" || key == "attn_layers") return;
-    if (!given(key)) return;
-    if (kAttnKeys.count(key)) attn[kAttnKeys.at(key)] = value;
-    else j[key] = value;
-  });
-  // Attention layers: an explicit list wins over the shorthand; a file's list stays unless
-  // either is given.
-  if (given("attn_layers") && !model.fields.attn.layers.empty()) {
-    attn["layers"] = model.fields.attn.layers;
-  } else if (given("hybrid")) {
-    int layers = j.value("num_hidden_layers", model.fields.num_hidden_layers);
-    attn["layers"] = hybrid_attention_layers(layers, model.hybrid);
+  auto given = [&](const std::string& key) { return !from_file || explicitly_set.count("model." + key) > 0; };
+  // A file's fields, else the [model] section's; a file without vocab_size takes the data's.
+  ModelConfig config = from_file ? ModelConfig::parse_json(read_json_file(model.config), source, ModelSettings().fields)
+                                 : model.fields;
+  if (from_file) {
+    ModelConfig::visit_fields(
+        [&](const ModelField& field, auto& into, const auto& setting) {
+          if (given(field.key())) into = setting;
+        },
+        config, model.fields);
   }
-  j.erase("hybrid");
-  if (attn.contains("layers") && !attn["layers"].empty()) j["attn"] = attn;
-  else j.erase("attn");
-  if (j.value("vocab_size", 0) == 0) j["vocab_size"] = data_vocab;
-  ModelConfig config = ModelConfig::from_json(j, source);
+  // Attention layers: an explicit list wins over the shorthand; a file's list stays unless
+  // either is given. config.json has no attn block without attention layers, so the block's
+  // settings go with it.
+  if (given("attn_layers") && !model.fields.attn.layers.empty()) config.attn.layers = model.fields.attn.layers;
+  else if (given("hybrid")) config.attn.layers = hybrid_attention_layers(config.num_hidden_layers, model.hybrid);
+  config.has_attn = !config.attn.layers.empty();
+  if (!config.has_attn) config.attn = AttnConfig();
+  if (config.vocab_size == 0) config.vocab_size = data_vocab;
+  config.validate(source);
   HLA_CHECK(config.vocab_size >= data_vocab, source, ": vocab_size ", config.vocab_size,
             " is smaller than the data's vocabulary (", data_vocab, ")");
   return config;

@@ -1,7 +1,8 @@
 // RunConfig: every setting of `hla train`, in four sections ([model], [data], [optim], [train]),
-// each listed once in visit_settings(). That one list drives the command-line flags
-// (--section.key value), the TOML run file ([section] key = value), the start-up table and the
-// copy of the settings kept in trainer_state.json, so they can never disagree.
+// each listed once in visit_settings() (the [model] fields by ModelConfig's own field list,
+// nn/config.h). That one list drives the command-line flags (--section.key value), the TOML run
+// file ([section] key = value), the start-up table and the copy of the settings kept in
+// trainer_state.json, so they can never disagree.
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -65,8 +66,8 @@ struct RunConfig {
   // "section.key" of every setting given explicitly (command line or run file).
   std::set<std::string> explicitly_set;
 
-  // The model config: [model] config (if any) overlaid with the explicitly given [model]
-  // keys, else the [model] section alone; vocab_size 0 becomes data_vocab.
+  // The model config: [model] config (if any) overlaid field by field with the explicitly
+  // given [model] keys, else the [model] section alone; vocab_size 0 becomes data_vocab.
   ModelConfig model_config(int data_vocab) const;
   ScheduleConfig schedule() const;  // with total_steps = train.steps
   void validate() const;            // errors name the setting: "[train] steps must be ..."
@@ -77,33 +78,10 @@ struct RunConfig {
 // Calls f(section, key, field&, help) for every setting, in table order.
 template <class RC, class F>
 void visit_settings(RC& c, F&& f) {
-  auto& m = c.model.fields;
   f("model", "config", c.model.config, "fla config.json to start from (explicit [model] keys override it)");
-  f("model", "model_type", m.model_type, "mixer of the linear layers (fla model_type)");
   f("model", "hybrid", c.model.hybrid, "pure | r:1 (one attention layer closing each group of r) | transformer");
-  f("model", "hidden_size", m.hidden_size, "model width");
-  f("model", "num_hidden_layers", m.num_hidden_layers, "layers");
-  f("model", "num_heads", m.num_heads, "heads of the linear mixer");
-  f("model", "num_v_heads", m.num_v_heads, "value heads (0 = num_heads)");
-  f("model", "head_dim", m.head_dim, "key head width (0 = hidden_size / num_heads)");
-  f("model", "expand_v", m.expand_v, "value expansion");
-  f("model", "expand_k", m.expand_k, "key expansion");
-  f("model", "intermediate_size", m.intermediate_size, "MLP width (0 = GatedMLP rule)");
-  f("model", "hidden_ratio", m.hidden_ratio, "MLP ratio for the GatedMLP rule");
-  f("model", "vocab_size", m.vocab_size, "vocabulary (0 = the data's)");
-  f("model", "norm_eps", m.norm_eps, "RMSNorm epsilon");
-  f("model", "conv_size", m.conv_size, "short convolution width");
-  f("model", "state_size", m.state_size, "Mamba-2 state width N");
-  f("model", "chunk_size", m.chunk_size, "chunk length of the chunked kernels (0 = token recurrence)");
-  f("model", "use_short_conv", m.use_short_conv, "short convolutions on q, k, v");
-  f("model", "tie_word_embeddings", m.tie_word_embeddings, "lm_head shares the embedding");
-  f("model", "initializer_range", m.initializer_range, "init std");
-  f("model", "routing", m.routing, "cross-layer routing: none | clvr | cler | cler_h");
-  f("model", "attn_layers", m.attn.layers, "explicit attention layer indices (overrides hybrid)");
-  f("model", "attn_num_heads", m.attn.num_heads, "attention heads (0 = num_heads)");
-  f("model", "attn_num_kv_heads", m.attn.num_kv_heads, "attention kv heads (0 = attn heads)");
-  f("model", "attn_rope_theta", m.attn.rope_theta, "RoPE base");
-  f("model", "attn_window_size", m.attn.window_size, "sliding window (0 = full causal)");
+  ModelConfig::visit_fields([&](const ModelField& field, auto& value) { f("model", field.key(), value, field.help); },
+                            c.model.fields);
   auto& d = c.data;
   f("data", "source", d.source, "mqar | .txt/.jsonl[.zst] files | shard directory or glob");
   f("data", "tokenizer", d.tokenizer, "byte | path to tokenizer.json (text sources)");

@@ -14,8 +14,8 @@ class AttentionLayer : public Mixer {
  public:
   AttentionLayer(const ModelConfig& c, ParamStore& store) : store_(store) {
     D_ = c.hidden_size;
-    H_ = c.attn.num_heads > 0 ? c.attn.num_heads : c.num_heads;
-    Hkv_ = c.attn.num_kv_heads > 0 ? c.attn.num_kv_heads : H_;
+    H_ = c.attn_heads();
+    Hkv_ = c.attn_kv_heads();
     d_ = D_ / H_;
     theta_ = c.attn.rope_theta;
     window_ = c.attn.window_size;

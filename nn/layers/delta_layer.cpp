@@ -10,8 +10,8 @@
 //   GDN-2     b = sigmoid(W_b x) [H, dk], w = sigmoid(W_w x) [HV, dv], g as KDA but per QK head
 //   S_t = (I - k (b*k)^T) Diag(e^g) S_{t-1} + k (w*v)^T ;  o_t = S_t^T q_t / sqrt(dk)
 //
-// Cross-layer routing (papers.md 3.5): CLER adds gamma * r_prev to v (gamma init 0); the
-// layer exposes v (CLVR) and the write residual r_t = beta (v - S'^T k) (CLER, CLER-H).
+// Cross-layer routing (papers.md 3.5): CLER adds the model's gamma * r_prev to v (gamma init 0);
+// the layer exposes v (CLVR) and the write residual r_t = beta (v - S'^T k) (CLER, CLER-H).
 #include "nn/layers/common.h"
 #include "nn/layers/mixers.h"
 #include "nn/ops/activation.h"
@@ -27,26 +27,17 @@ namespace {
 
 enum class DeltaKind { DeltaNet, GatedDeltaNet, Kda, Gdn2 };
 
-DeltaKind delta_kind(const std::string& t) {
-  if (t == "delta_net") return DeltaKind::DeltaNet;
-  if (t == "gated_deltanet") return DeltaKind::GatedDeltaNet;
-  if (t == "kda") return DeltaKind::Kda;
-  return DeltaKind::Gdn2;
-}
-
 class DeltaLayer : public Mixer {
  public:
-  DeltaLayer(const ModelConfig& c, ParamStore& store)
-      : store_(store), kind_(delta_kind(c.model_type)), eps_(c.norm_eps), chunk_(c.chunk_size),
-        short_conv_(c.use_short_conv) {
+  // Grouped value heads (HV a multiple of H, HV != H) are validated by the mixer table's
+  // num_v_heads column: gated_deltanet and kda only.
+  DeltaLayer(DeltaKind kind, const ModelConfig& c, ParamStore& store)
+      : store_(store), kind_(kind), eps_(c.norm_eps), chunk_(c.chunk_size), short_conv_(c.use_short_conv) {
     int64_t D = c.hidden_size;
     H_ = c.num_heads;
-    HV_ = c.num_v_heads > 0 ? c.num_v_heads : H_;
+    HV_ = c.value_heads();
     dk_ = c.key_head_dim();
     dv_ = static_cast<int64_t>(dk_ * c.expand_v);
-    HLA_CHECK(HV_ % H_ == 0, c.model_type, ": num_v_heads ", HV_, " is not a multiple of num_heads ", H_);
-    HLA_CHECK(HV_ == H_ || kind_ == DeltaKind::GatedDeltaNet || kind_ == DeltaKind::Kda, c.model_type,
-              ": grouped value heads (num_v_heads ", HV_, " != num_heads ", H_, ") are supported for gated_deltanet and kda only");
     q_ = store.normal("q_proj.weight", {H_ * dk_, D});
     k_ = store.normal("k_proj.weight", {H_ * dk_, D});
     v_ = store.normal("v_proj.weight", {HV_ * dv_, D});
@@ -56,7 +47,6 @@ class DeltaLayer : public Mixer {
       v_conv_ = store.normal("v_conv1d.weight", {HV_ * dv_, 1, c.conv_size});
     }
     make_gate_params(store, D);
-    if (c.routing == "cler") cler_gamma_ = store.constant("cler_gamma", {1}, 0.0);
     o_ = store.normal("o_proj.weight", {D, HV_ * dv_});
   }
 
@@ -64,8 +54,7 @@ class DeltaLayer : public Mixer {
     Var q = l2norm(split_heads(conv_silu(project(store_, x, q_), q_conv_), H_, dk_));  // (B, T, H, dk)
     Var k = l2norm(split_heads(conv_silu(project(store_, x, k_), k_conv_), H_, dk_));
     Var v = conv_silu(project(store_, x, v_), v_conv_);                                 // (B, T, HV*dv)
-    if (io.routed_error.defined() && cler_gamma_.defined())
-      v = add(v, scale_by(io.routed_error, store_.use(cler_gamma_)));                   // v + gamma * r_prev
+    if (io.routed_error.defined()) v = add(v, io.routed_error);                        // v + gamma * r_prev
     if (io.want_values) io.values = v;
     Var g, b, w;
     gates(x, g, b, w);
@@ -77,7 +66,6 @@ class DeltaLayer : public Mixer {
   }
 
   int64_t value_width() const override { return HV_ * dv_; }
-  bool produces_error() const override { return true; }
 
  private:
   Var conv_silu(const Var& x, const Var& weight) const {
@@ -168,13 +156,22 @@ class DeltaLayer : public Mixer {
   bool short_conv_;
   int64_t H_, HV_, dk_, dv_;
   Var q_, k_, v_, q_conv_, k_conv_, v_conv_, o_, norm_;
-  Var a_, b_, w_, a_log_, dt_bias_, g_, f0_, f1_, g0_, g1_, g1_bias_, cler_gamma_;
+  Var a_, b_, w_, a_log_, dt_bias_, g_, f0_, f1_, g0_, g1_, g1_bias_;
 };
 
 }  // namespace
 
-std::unique_ptr<Mixer> make_delta_layer(const ModelConfig& c, ParamStore& store) {
-  return std::make_unique<DeltaLayer>(c, store);
+std::unique_ptr<Mixer> make_delta_net_layer(const ModelConfig& c, ParamStore& store) {
+  return std::make_unique<DeltaLayer>(DeltaKind::DeltaNet, c, store);
+}
+std::unique_ptr<Mixer> make_gated_deltanet_layer(const ModelConfig& c, ParamStore& store) {
+  return std::make_unique<DeltaLayer>(DeltaKind::GatedDeltaNet, c, store);
+}
+std::unique_ptr<Mixer> make_kda_layer(const ModelConfig& c, ParamStore& store) {
+  return std::make_unique<DeltaLayer>(DeltaKind::Kda, c, store);
+}
+std::unique_ptr<Mixer> make_gdn2_layer(const ModelConfig& c, ParamStore& store) {
+  return std::make_unique<DeltaLayer>(DeltaKind::Gdn2, c, store);
 }
 
 }  // namespace hla

@@ -47,7 +47,7 @@ class Hgrn2Layer : public Mixer {
 
 }  // namespace
 
-std::unique_ptr<Mixer> make_hgrn2_layer(const ModelConfig& c, int, ParamStore& store) {
+std::unique_ptr<Mixer> make_hgrn2_layer(const ModelConfig& c, ParamStore& store) {
   return std::make_unique<Hgrn2Layer>(c, store);
 }
 

@@ -45,7 +45,7 @@ class HgrnLayer : public Mixer {
 
 }  // namespace
 
-std::unique_ptr<Mixer> make_hgrn_layer(const ModelConfig& c, int, ParamStore& store) {
+std::unique_ptr<Mixer> make_hgrn_layer(const ModelConfig& c, ParamStore& store) {
   return std::make_unique<HgrnLayer>(c, store);
 }
 

@@ -1,7 +1,8 @@
-// The sequence-mixer interface every layer implements, and the factory that picks one by
-// model_type. A mixer maps (B, T, D) -> (B, T, D); it may also expose what cross-layer routing
-// needs: its values (CLVR) and its delta-rule write residual (CLER, CLER-H), and accept the
-// residual routed from a lower layer (CLER).
+// The sequence-mixer interface every layer implements, and make_mixer, which picks one from the
+// mixer table (mixers.h) by model_type. A mixer maps (B, T, D) -> (B, T, D); it may also expose
+// what cross-layer routing needs: its values (CLVR) and its delta-rule write residual (CLER,
+// CLER-H), and take a routed residual into its values (CLER). Routing itself is the model's:
+// MixerIO is all a layer sees of it.
 #pragma once
 #include <memory>
 
@@ -12,7 +13,7 @@ namespace hla {
 
 struct MixerIO {
   Var lower_bound;   // in (HGRN, HGRN-2): this layer's forget-gate lower bound lb, (D), from model.lower_bounds
-  Var routed_error;  // in (CLER): r of the nearest lower routing-capable layer, (B, T, value_width)
+  Var routed_error;  // in (CLER): gamma * r of the nearest lower routing layer, added to v, (B, T, value_width)
   Var values;        // out (CLVR): v after conv + SiLU, flattened over heads, (B, T, value_width)
   Var error;         // out (CLER, CLER-H): write residual beta * (v - S'^T k), (B, T, value_width)
   bool want_values = false;
@@ -23,8 +24,7 @@ class Mixer {
  public:
   virtual ~Mixer() = default;
   virtual Var forward(const Var& x, MixerIO& io) = 0;  // x: (B, T, D) -> (B, T, D)
-  virtual int64_t value_width() const { return 0; }      // HV * dv; 0 when routing is unsupported
-  virtual bool produces_error() const { return false; }  // delta-rule mixers
+  virtual int64_t value_width() const { return 0; }    // HV * dv: the width of values and error
 };
 
 // Builds layer `layer`'s mixer for config (softmax attention for attention layers); its

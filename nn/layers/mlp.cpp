@@ -1,6 +1,7 @@
 // SwiGLU MLP of every standard block.
 #include "nn/layers/mlp.h"
 
+#include "nn/layers/mixers.h"
 #include "nn/ops/linear.h"
 #include "nn/ops/swiglu.h"
 
@@ -23,7 +24,7 @@ Var GatedMLP::forward(const Var& x) {
 namespace hla {
 
 std::unique_ptr<FeedForward> make_feedforward(const ModelConfig& c, ParamStore& store) {
-  if (c.model_type == "rwkv6") return make_rwkv6_channel_mix(c, store);
+  if (c.mixer().block == BlockStyle::Rwkv6) return make_rwkv6_channel_mix(c, store);
   ParamStore::Scope s(store, "mlp.");
   return std::make_unique<GatedMLP>(store, c.hidden_size, c.mlp_intermediate_size());
 }
