@@ -611,7 +611,7 @@ DeltaRuleOutputs delta_rule(const Var& q, const Var& k, const Var& v, const Var&
   Tensor o = Tensor::empty({d.B, d.T, d.HV, d.dv}, dt, dev);                     // o: (B, T, HV, dv)
   Tensor final_state = Tensor::empty({d.B, d.HV, d.dk, d.dv}, d.state_dtype, dev);  // S_T: (B, HV, dk, dv)
   Tensor residual = Tensor::empty({d.B, d.T, d.HV, d.dv}, dt, dev);              // u: (B, T, HV, dv)
-  Tensor u_f32 = q.value().is_cuda() && graph_needs_grad({&q, &k, &v, &g, &b, &w, &initial_state})
+  Tensor u_f32 = qv.is_cuda() && graph_needs_grad({&q, &k, &v, &g, &b, &w, &initial_state})
                      ? Tensor::empty(o.shape(), DType::F32, dev)
                      : Tensor();
   delta_rule_forward(o, final_state, residual, qv, kv, vv, gv, bv, wv, h0, d, u_f32);
@@ -627,7 +627,8 @@ DeltaRuleOutputs delta_rule(const Var& q, const Var& k, const Var& v, const Var&
       add_(db, dw);  // beta is both the erase and the write gate
       dw = Tensor();
     }
-    return std::vector<Tensor>{dq, dk, dv, dg, db, dw, dh0.defined() ? dh0.to(dt) : Tensor()};  // dh0: h0's dtype
+    // dh0 back in the initial state's dtype
+    return std::vector<Tensor>{dq, dk, dv, dg, db, dw, dh0.defined() ? dh0.to(dt) : Tensor()};
   };
   std::vector<Var> outs = record_op({o, final_state, residual}, {q, k, v, g, b, w, initial_state},
                                     backward, "delta_rule");
