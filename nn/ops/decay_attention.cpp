@@ -83,11 +83,18 @@ Head<Real> gather_value_head(const Real* q, const Real* k, const Real* v, const 
   return x;
 }
 
-// Calls fn(std::true_type) for a vector gate, fn(std::false_type) for a scalar one.
-template <class Fn>
-void dispatch_gate(bool vector_gate, Fn&& fn) {
-  if (vector_gate) fn(std::true_type{});
-  else fn(std::false_type{});
+// Calls fn(b, j, x, vector_gate) for every batch b and value head j, with x = the head's inputs
+// and vector_gate = std::true_type or std::false_type: the gate kind as a template flag.
+template <class Real, class Fn>
+void for_each_value_head(const Real* q, const Real* k, const Real* v, const Real* g, const Real* h0,
+                         const DecayAttentionDims& d, Fn&& fn) {
+  auto heads = [&](auto vector_gate) {
+    for (int64_t b = 0; b < d.B; b++)
+      for (int64_t j = 0; j < d.HV; j++)
+        fn(b, j, gather_value_head<Real, decltype(vector_gate)::value>(q, k, v, g, h0, b, j, d), vector_gate);
+  };
+  if (d.vector_gate) heads(std::true_type{});
+  else heads(std::false_type{});
 }
 
 }  // namespace
@@ -97,20 +104,15 @@ void decay_attention_forward(Real* o, Real* ht, const Real* q, const Real* k, co
                              const Real* h0, const DecayAttentionDims& d) {
   std::fill(o, o + d.B * d.T * d.HV * d.dv, Real(0));
   const Real scale = Real(d.scale);
-  dispatch_gate(d.vector_gate, [&](auto vector_gate) {
-    constexpr bool VectorGate = decltype(vector_gate)::value;
-    for (int64_t b = 0; b < d.B; b++)
-      for (int64_t j = 0; j < d.HV; j++) {
-        const Head<Real> x = gather_value_head<Real, VectorGate>(q, k, v, g, h0, b, j, d);
-        Mat<Real> o_head, s_final;  // (T, dv), (dk, dv)
-        if (d.chunk_size == 0)
-          recurrent_forward(o_head, s_final, x, scale);
-        else
-          decay_chunk::forward<Real, VectorGate>(o_head, s_final, x, scale, d.chunk_size,
-                                                 decay_chunk::ReadAt::after_update);
-        decay_chunk::scatter_head_add(o, o_head, b, j, d.HV);
-        decay_chunk::scatter_state(ht, s_final, b, j, d.HV);
-      }
+  for_each_value_head(q, k, v, g, h0, d, [&](int64_t b, int64_t j, const Head<Real>& x, auto vector_gate) {
+    Mat<Real> o_head, s_final;  // (T, dv), (dk, dv)
+    if (d.chunk_size == 0)
+      recurrent_forward(o_head, s_final, x, scale);
+    else
+      decay_chunk::forward<Real, decltype(vector_gate)::value>(o_head, s_final, x, scale, d.chunk_size,
+                                                               decay_chunk::ReadAt::after_update);
+    decay_chunk::scatter_head_add(o, o_head, b, j, d.HV);
+    decay_chunk::scatter_state(ht, s_final, b, j, d.HV);
   });
 }
 
@@ -123,24 +125,20 @@ void decay_attention_backward(Real* grad_q, Real* grad_k, Real* grad_v, Real* gr
   std::fill(grad_v, grad_v + d.B * d.T * d.HV * d.dv, Real(0));
   std::fill(grad_g, grad_g + d.B * d.T * d.HV * (d.vector_gate ? d.dk : 1), Real(0));
   const Real scale = Real(d.scale);
-  dispatch_gate(d.vector_gate, [&](auto vector_gate) {
+  for_each_value_head(q, k, v, g, h0, d, [&](int64_t b, int64_t j, const Head<Real>& x, auto vector_gate) {
     constexpr bool VectorGate = decltype(vector_gate)::value;
-    for (int64_t b = 0; b < d.B; b++)
-      for (int64_t j = 0; j < d.HV; j++) {
-        const Head<Real> x = gather_value_head<Real, VectorGate>(q, k, v, g, h0, b, j, d);
-        const Mat<Real> d_o = decay_chunk::gather_head(grad_o, b, j, d.T, d.HV, d.dv);            // (T, dv)
-        const Mat<Real> ds_final = decay_chunk::gather_state(grad_ht, b, j, d.HV, d.dk, d.dv);  // (dk, dv)
-        const HeadGrads<Real> dx =
-            d.chunk_size == 0 ? recurrent_backward(x, d_o, ds_final, scale)
-                              : decay_chunk::backward<Real, VectorGate>(x, d_o, ds_final, scale, d.chunk_size,
-                                                                        decay_chunk::ReadAt::after_update);
-        const int64_t i = j / (d.HV / d.H);  // value heads of one group sum into their q/k head
-        decay_chunk::scatter_head_add(grad_q, dx.dq, b, i, d.H);
-        decay_chunk::scatter_head_add(grad_k, dx.dk, b, i, d.H);
-        decay_chunk::scatter_head_add(grad_v, dx.dv, b, j, d.HV);
-        decay_chunk::scatter_gate_grad<Real, VectorGate>(grad_g, dx.dg, b, j, d.HV);
-        if (grad_h0) decay_chunk::scatter_state(grad_h0, dx.ds0, b, j, d.HV);
-      }
+    const Mat<Real> d_o = decay_chunk::gather_head(grad_o, b, j, d.T, d.HV, d.dv);            // (T, dv)
+    const Mat<Real> ds_final = decay_chunk::gather_state(grad_ht, b, j, d.HV, d.dk, d.dv);  // (dk, dv)
+    const HeadGrads<Real> dx =
+        d.chunk_size == 0 ? recurrent_backward(x, d_o, ds_final, scale)
+                          : decay_chunk::backward<Real, VectorGate>(x, d_o, ds_final, scale, d.chunk_size,
+                                                                    decay_chunk::ReadAt::after_update);
+    const int64_t i = j / (d.HV / d.H);  // value heads of one group sum into their q/k head
+    decay_chunk::scatter_head_add(grad_q, dx.dq, b, i, d.H);
+    decay_chunk::scatter_head_add(grad_k, dx.dk, b, i, d.H);
+    decay_chunk::scatter_head_add(grad_v, dx.dv, b, j, d.HV);
+    decay_chunk::scatter_gate_grad<Real, VectorGate>(grad_g, dx.dg, b, j, d.HV);
+    if (grad_h0) decay_chunk::scatter_state(grad_h0, dx.ds0, b, j, d.HV);
   });
 }
 
