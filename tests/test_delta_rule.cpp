@@ -361,19 +361,21 @@ TEST_CASE("delta_rule: cpu::delta_rule_backward writes every gradient element, a
         auto buffer = [fill](const Tensor& like) {
           return like.defined() ? Tensor::full(like.shape(), fill, DType::F64) : Tensor();
         };
-        std::vector<Tensor> g = {buffer(x.q), buffer(x.k), buffer(x.v), buffer(x.g), buffer(x.b), buffer(w), buffer(x.h0)};
-        cpu::delta_rule_backward(g[0].data<double>(), g[1].data<double>(), g[2].data<double>(), data_or_null<double>(g[3]),
-                                 g[4].data<double>(), g[5].data<double>(), g[6].data<double>(), d_o.data<double>(),
-                                 d_final_state, d_res.data<double>(), x.q.data<double>(), x.k.data<double>(),
-                                 x.v.data<double>(), data_or_null<double>(x.g), x.b.data<double>(), w.data<double>(),
-                                 x.h0.data<double>(), d);
+        std::vector<Tensor> g = {buffer(x.q), buffer(x.k), buffer(x.v), buffer(x.g),
+                                 buffer(x.b), buffer(w),   buffer(x.h0)};
+        cpu::delta_rule_backward(g[0].data<double>(), g[1].data<double>(), g[2].data<double>(),
+                                 data_or_null<double>(g[3]), g[4].data<double>(), g[5].data<double>(),
+                                 g[6].data<double>(), d_o.data<double>(), d_final_state, d_res.data<double>(),
+                                 x.q.data<double>(), x.k.data<double>(), x.v.data<double>(), data_or_null<double>(x.g),
+                                 x.b.data<double>(), w.data<double>(), x.h0.data<double>(), d);
         return g;
       };
       const std::vector<Tensor> from_nan = grads(nan, d_state.data<double>()), from_zero = grads(0.0, nullptr);
       for (size_t i = 0; i < from_nan.size(); i++) {
         if (!from_nan[i].defined()) continue;
         INFO(kGradNames[i]);
-        CHECK(from_nan[i].to_f64_vector() == from_zero[i].to_f64_vector());  // a NaN left unwritten never compares equal
+        // a NaN left unwritten never compares equal
+        CHECK(from_nan[i].to_f64_vector() == from_zero[i].to_f64_vector());
       }
     }
 }

@@ -229,7 +229,8 @@ DecayAttentionOutput decay_attention(const Var& q, const Var& k, const Var& v, c
     Tensor dv_ = Tensor::empty(vv.shape(), dt, dev), dg = Tensor::empty(gv.shape(), dt, dev);
     Tensor dh0 = has_h0 ? Tensor::empty({B, HV, dk, dv}, d.state_dtype, dev) : Tensor();
     decay_attention_backward(dq, dk_, dv_, dg, dh0, grad_out[0], grad_out[1].to(d.state_dtype), qv, kv, vv, gv, h0, d);
-    return std::vector<Tensor>{dq, dk_, dv_, dg, has_h0 ? dh0.to(dt) : Tensor()};  // dh0 in the initial state's dtype
+    // dh0 back in the initial state's dtype
+    return std::vector<Tensor>{dq, dk_, dv_, dg, has_h0 ? dh0.to(dt) : Tensor()};
   };
   std::vector<Var> outs = record_op({o, ht}, {q, k, v, g, initial_state}, backward, op);
   return {outs[0], outs[1]};

@@ -3,11 +3,11 @@
 // the update:
 //   S_t = Diag(exp(g_t)) S_{t-1} + k_t v_t^T,      o_t = scale * S_t^T q_t
 // The gate (DecayAttentionDims::vector_gate, a template flag inside the reference): a scalar per
-// head (RetNet's constant ln(1 - 2^(-5-h)), Mamba-2's Delta_t * A) or a vector over dk (GLA, HGRN-2). Grouped value heads (HV = G * H) are
-// supported because Mamba-2 uses them: its q = C and k = B are shared by the heads of a group
-// while v = Delta * x and the gate are per head; value head j reads q/k head floor(j / G).
-// The gate therefore lives on the value heads. RetNet/GLA's GQA (fewer k/v than q heads) is the
-// layer's business: it repeats k, v, g to H heads.
+// head (RetNet's constant ln(1 - 2^(-5-h)), Mamba-2's Delta_t * A) or a vector over dk (GLA,
+// HGRN-2). Grouped value heads (HV = G * H) are supported because Mamba-2 uses them: its q = C
+// and k = B are shared by the heads of a group while v = Delta * x and the gate are per head;
+// value head j reads q/k head floor(j / G). The gate therefore lives on the value heads.
+// RetNet/GLA's GQA (fewer k/v than q heads) is the layer's business: it repeats k, v, g to H heads.
 //
 // chunk_size = 0 runs the token recurrence (the readable reference); chunk_size > 0 runs the
 // chunked algorithm of nn/ops/chunk_util.h that the CUDA chunk kernel follows. Both give the

@@ -117,7 +117,8 @@ HgrnOutput hgrn(const Var& x, const Var& g, const Var& initial_state) {
     Tensor dx = Tensor::empty({B, T, D}, dt, dev), dg = Tensor::empty({B, T, D}, dt, dev);
     Tensor dh0 = has_h0 ? Tensor::empty({B, D}, d.state_dtype, dev) : Tensor();
     hgrn_backward(dx, dg, dh0, grads[0], grads[1].to(d.state_dtype), gv, h0, o, d);
-    return std::vector<Tensor>{dx, dg, has_h0 ? dh0.to(dt) : Tensor()};  // dh0 in the initial state's dtype
+    // dh0 back in the initial state's dtype
+    return std::vector<Tensor>{dx, dg, has_h0 ? dh0.to(dt) : Tensor()};
   };
   std::vector<Var> outs = record_op({o, ht}, {x, g, initial_state}, backward, "hgrn");
   return {outs[0], outs[1]};

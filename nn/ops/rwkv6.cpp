@@ -213,7 +213,8 @@ Rwkv6Output rwkv6(const Var& r, const Var& k, const Var& v, const Var& w, const 
     Tensor du = Tensor::empty(uv.shape(), dt, dev);
     Tensor dh0 = has_h0 ? Tensor::empty({B, H, dk, dv}, d.state_dtype, dev) : Tensor();
     rwkv6_backward(dr, dk_, dv_, dw, du, dh0, grad_out[0], grad_out[1].to(d.state_dtype), rv, kv, vv, wv, uv, h0, d);
-    return std::vector<Tensor>{dr, dk_, dv_, dw, du, has_h0 ? dh0.to(dt) : Tensor()};  // dh0 in the initial state's dtype
+    // dh0 back in the initial state's dtype
+    return std::vector<Tensor>{dr, dk_, dv_, dw, du, has_h0 ? dh0.to(dt) : Tensor()};
   };
   std::vector<Var> outs = record_op({o, ht}, {r, k, v, w, u, initial_state}, backward, op);
   return {outs[0], outs[1]};
