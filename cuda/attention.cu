@@ -567,8 +567,8 @@ struct Shape4 {
   int B, T, H, Hkv, D, Dv, window;
 };
 
-Shape4 checked_shape(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D, int64_t Dv, int64_t window,
-                     const char* op) {
+Shape4 checked_shape(const AttentionDims& dims, const char* op) {
+  const int64_t B = dims.B, T = dims.T, H = dims.H, Hkv = dims.Hkv, D = dims.D, Dv = dims.Dv, window = dims.window;
   HLA_CHECK(Hkv > 0 && H % Hkv == 0, op, ": H = ", H, " is not a multiple of Hkv = ", Hkv);
   HLA_CHECK(D > 0 && Dv > 0 && D <= 32 * kFmaMaxPerLane && Dv <= 32 * kFmaMaxPerLane, op, ": head widths D = ", D,
             ", Dv = ", Dv, " must lie in [1, ", 32 * kFmaMaxPerLane, "]");
@@ -598,11 +598,12 @@ size_t fma_dkdv_smem(int D, int Dv) {
 
 const char* attention_kernel(int64_t D, int64_t Dv, DType dtype) { return use_mma(D, Dv, dtype) ? "mma" : "fma"; }
 
-void attention_forward(void* o, float* lse, const void* q, const void* k, const void* v, int64_t B, int64_t T,
-                       int64_t H, int64_t Hkv, int64_t D, int64_t Dv, double scale, int64_t window, DType dtype) {
-  const Shape4 s = checked_shape(B, T, H, Hkv, D, Dv, window, "attention_forward");
-  if (B * T * H == 0) return;
-  if (use_mma(D, Dv, dtype)) {
+void attention_forward(void* o, float* lse, const void* q, const void* k, const void* v, const AttentionDims& dims,
+                       DType dtype) {
+  const Shape4 s = checked_shape(dims, "attention_forward");
+  const double scale = dims.scale;
+  if (dims.B * dims.T * dims.H == 0) return;
+  if (use_mma(dims.D, dims.Dv, dtype)) {
     dispatch_head_dim(s.D, [&](auto d) {
       constexpr int kD = decltype(d)::value;
       const size_t smem = sizeof(bf16) * (kMmaRows + 4 * kMmaCols) * kD;
@@ -629,11 +630,10 @@ void attention_forward(void* o, float* lse, const void* q, const void* k, const 
 }
 
 void attention_backward(void* dq, void* dk, void* dv, const void* dout, const void* q, const void* k, const void* v,
-                        const void* o, const float* lse, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D,
-                        int64_t Dv, double scale, int64_t window, DType dtype) {
-  const Shape4 s = checked_shape(B, T, H, Hkv, D, Dv, window, "attention_backward");
-  if (B * T * H == 0) return;
-  const int64_t rows = B * T * H;
+                        const void* o, const float* lse, const AttentionDims& dims, DType dtype) {
+  const Shape4 s = checked_shape(dims, "attention_backward");
+  if (dims.B * dims.T * dims.H == 0) return;
+  const int64_t rows = dims.B * dims.T * dims.H;
   const size_t delta_bytes = rows * sizeof(float);
   float* delta = static_cast<float*>(device_alloc(delta_bytes));  // delta: (B, H, T)
   dispatch_storage(dtype, "attention_backward", [&](auto tag) {
@@ -642,8 +642,8 @@ void attention_backward(void* dq, void* dk, void* dv, const void* dout, const vo
         delta, static_cast<const T*>(dout), static_cast<const T*>(o), rows, s.T, s.H, s.Dv);
   });
   CUDA_CHECK_LAUNCH();
-  const float sc = static_cast<float>(scale);
-  if (use_mma(D, Dv, dtype)) {
+  const float sc = static_cast<float>(dims.scale);
+  if (use_mma(dims.D, dims.Dv, dtype)) {
     dispatch_head_dim(s.D, [&](auto d) {
       constexpr int kD = decltype(d)::value;
       auto dq_kernel = attention_backward_dq_mma<kD>;

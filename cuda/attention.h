@@ -1,22 +1,24 @@
 // Causal softmax attention on the GPU, flash style: same names and argument order as
 // cpu::attention_* in nn/ops/attention.h (grouped kv heads, optional sliding window), plus
-// the storage dtype. lse is always fp32 here. No T x T matrix is ever stored.
+// the storage dtype. lse is always fp32 here. No T x T matrix is ever stored. Gradient buffers
+// as on the CPU: dq, dk, dv written in full.
 //
 //   q: (B, T, H, D), k: (B, T, Hkv, D), v: (B, T, Hkv, Dv), o: (B, T, H, Dv), lse: (B, H, T)
 //   window 0 = full causal; window w > 0: query t sees keys t-w+1 .. t.
 #pragma once
 #include <cstdint>
+
+#include "nn/ops/attention_dims.h"
 #include "tensor/dtype.h"
 
 namespace hla::cuda {
 
-void attention_forward(void* o, float* lse, const void* q, const void* k, const void* v, int64_t B, int64_t T,
-                       int64_t H, int64_t Hkv, int64_t D, int64_t Dv, double scale, int64_t window, DType dtype);
+void attention_forward(void* o, float* lse, const void* q, const void* k, const void* v, const AttentionDims& d,
+                       DType dtype);
 // dq: (B, T, H, D), dk: (B, T, Hkv, D), dv: (B, T, Hkv, Dv) written (dk, dv summed over each
 // kv head's query heads); dout, o: (B, T, H, Dv); lse from the forward.
 void attention_backward(void* dq, void* dk, void* dv, const void* dout, const void* q, const void* k, const void* v,
-                        const void* o, const float* lse, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D,
-                        int64_t Dv, double scale, int64_t window, DType dtype);
+                        const void* o, const float* lse, const AttentionDims& d, DType dtype);
 
 // The kernel these sizes run on: "mma" (tensor cores: BF16 with D = Dv = 64 or 128) or "fma"
 // (plain fp32 arithmetic: F32, or any D, Dv <= 256).

@@ -13,23 +13,33 @@ using recurrence::Args;
 using recurrence::Gate;
 using recurrence::Op;
 
+namespace {
+
+template <class S, int KMAX>
+Args<S> decay_args(const void* q, const void* k, const void* v, const void* g, const float* h0,
+                   const DecayAttentionDims& d) {
+  Args<S> a = recurrence::make_args<S>(d.B, d.T, d.H, d.HV, d.dk, d.dv, d.scale, recurrence::column_blocks<KMAX>(d.dv));
+  a.q = static_cast<const S*>(q), a.k = static_cast<const S*>(k), a.v = static_cast<const S*>(v);
+  a.g = static_cast<const S*>(g), a.h0 = h0;
+  return a;
+}
+
+}  // namespace
+
 void decay_attention_forward(void* o, float* ht, const void* q, const void* k, const void* v, const void* g,
-                             const float* h0, int64_t B, int64_t T, int64_t H, int64_t HV, int64_t dk, int64_t dv,
-                             double scale, int64_t chunk_size, bool vector_gate, DType dtype) {
-  (void)chunk_size;
+                             const float* h0, const DecayAttentionDims& d, DType dtype) {
   // The chunk kernel's tile loads need 16-byte aligned q, k, v (allocator buffers always are).
-  if (decay_chunk::supported(dk, dv, vector_gate, dtype) && aligned16(q) && aligned16(k) && aligned16(v)) {
-    decay_chunk::forward(o, ht, q, k, v, g, h0, B, T, H, HV, dk, dv, scale);
+  if (decay_chunk::supported(d.dk, d.dv, d.vector_gate, dtype) && aligned16(q) && aligned16(k) && aligned16(v)) {
+    decay_chunk::forward(o, ht, q, k, v, g, h0, d);
     return;
   }
   dispatch_storage(dtype, "decay_attention_forward", [&](auto tag) {
     using S = decltype(tag);
-    recurrence::dispatch_kmax(dk, "decay_attention", [&](auto kmax) {
+    recurrence::dispatch_kmax(d.dk, "decay_attention", [&](auto kmax) {
       constexpr int KMAX = decltype(kmax)::value;
-      Args<S> a = recurrence::make_args<S>(B, T, H, HV, dk, dv, scale, recurrence::column_blocks<KMAX>(dv));
-      a.q = static_cast<const S*>(q), a.k = static_cast<const S*>(k), a.v = static_cast<const S*>(v);
-      a.g = static_cast<const S*>(g), a.h0 = h0, a.o = static_cast<S*>(o), a.ht = ht;
-      if (vector_gate) recurrence::run_forward<Op::Decay, Gate::Vector, KMAX>(a);
+      Args<S> a = decay_args<S, KMAX>(q, k, v, g, h0, d);
+      a.o = static_cast<S*>(o), a.ht = ht;
+      if (d.vector_gate) recurrence::run_forward<Op::Decay, Gate::Vector, KMAX>(a);
       else recurrence::run_forward<Op::Decay, Gate::Scalar, KMAX>(a);
     });
   });
@@ -37,27 +47,24 @@ void decay_attention_forward(void* o, float* ht, const void* q, const void* k, c
 
 void decay_attention_backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, float* grad_h0,
                               const void* grad_o, const float* grad_ht, const void* q, const void* k, const void* v,
-                              const void* g, const float* h0, int64_t B, int64_t T, int64_t H, int64_t HV,
-                              int64_t dk, int64_t dv, double scale, int64_t chunk_size, bool vector_gate,
-                              DType dtype) {
-  (void)chunk_size;
+                              const void* g, const float* h0, const DecayAttentionDims& d, DType dtype) {
   dispatch_storage(dtype, "decay_attention_backward", [&](auto tag) {
     using S = decltype(tag);
-    recurrence::dispatch_kmax(dk, "decay_attention", [&](auto kmax) {
+    recurrence::dispatch_kmax(d.dk, "decay_attention", [&](auto kmax) {
       constexpr int KMAX = decltype(kmax)::value;
-      Args<S> a = recurrence::make_args<S>(B, T, H, HV, dk, dv, scale, recurrence::column_blocks<KMAX>(dv));
-      a.q = static_cast<const S*>(q), a.k = static_cast<const S*>(k), a.v = static_cast<const S*>(v);
-      a.g = static_cast<const S*>(g), a.h0 = h0;
+      Args<S> a = decay_args<S, KMAX>(q, k, v, g, h0, d);
       a.d_o = static_cast<const S*>(grad_o), a.dht = grad_ht, a.dh0 = grad_h0, a.dv_out = static_cast<S*>(grad_v);
-      const int64_t rows = B * T * HV * dk;  // per value head, fp32: (B, T, HV, dk)
+      const int64_t tokens = d.B * d.T, rows = tokens * d.HV * d.dk;  // per value head, fp32: (B, T, HV, dk)
       recurrence::Scratch dq(rows), dk_(rows), dg(rows);
       const recurrence::FinishOut f{dq.get(), dk_.get(), dg.get(), nullptr, nullptr, nullptr};
-      if (vector_gate) recurrence::run_backward<Op::Decay, Gate::Vector, KMAX>(a, f);
+      if (d.vector_gate) recurrence::run_backward<Op::Decay, Gate::Vector, KMAX>(a, f);
       else recurrence::run_backward<Op::Decay, Gate::Scalar, KMAX>(a, f);
-      recurrence::group_sum(static_cast<S*>(grad_q), dq.get(), B * T, H, HV / H, dk);
-      recurrence::group_sum(static_cast<S*>(grad_k), dk_.get(), B * T, H, HV / H, dk);
-      if (vector_gate) recurrence::group_sum(static_cast<S*>(grad_g), dg.get(), B * T, HV, 1, dk);
-      else recurrence::row_dot(static_cast<S*>(grad_g), dg.get(), static_cast<const float*>(nullptr), B * T * HV, dk);
+      recurrence::group_sum(static_cast<S*>(grad_q), dq.get(), tokens, d.H, d.HV / d.H, d.dk);
+      recurrence::group_sum(static_cast<S*>(grad_k), dk_.get(), tokens, d.H, d.HV / d.H, d.dk);
+      if (d.vector_gate) recurrence::group_sum(static_cast<S*>(grad_g), dg.get(), tokens, d.HV, 1, d.dk);
+      else
+        recurrence::row_dot(static_cast<S*>(grad_g), dg.get(), static_cast<const float*>(nullptr), tokens * d.HV,
+                            d.dk);
     });
   });
 }

@@ -1,31 +1,29 @@
 // Decay linear attention on the GPU (nn/ops/decay_attention.h, mixers.md 4.3): the same names
-// and argument order as cpu::decay_attention_*, with the gate kind as a flag instead of a
-// template, plus the storage dtype (F32 or BF16; math and states in fp32).
+// and argument order as cpu::decay_attention_*, plus the storage dtype (F32 or BF16; math and
+// states in fp32). Gradient buffers as on the CPU: every element written; grad_h0 null = not wanted.
 //   q, k: (B, T, H, dk);  v, o: (B, T, HV, dv);  g: (B, T, HV) scalar or (B, T, HV, dk) vector
 //   h0, ht: (B, HV, dk, dv) fp32, h0 null = zeros
 // Kernels: the forward runs the chunked tensor-core kernel of cuda/decay_attention_chunk.cu for
 // BF16 storage, a scalar gate, dk, dv in {64, 128} and 16-byte aligned q, k, v; every other forward and every backward
 // runs the token recurrence of cuda/recurrence.cuh (dk <= 256, any dv). The backward reads only
-// the inputs and h0, so the two kernels mix freely. chunk_size is the CPU's algorithm choice;
+// the inputs and h0, so the two kernels mix freely. d.chunk_size is the CPU's algorithm choice;
 // the GPU picks its kernel by the rules above.
 #pragma once
 #include <cstdint>
 
+#include "nn/ops/decay_attention_dims.h"
 #include "tensor/dtype.h"
 
 namespace hla::cuda {
 
 void decay_attention_forward(void* o, float* ht, const void* q, const void* k, const void* v, const void* g,
-                             const float* h0, int64_t B, int64_t T, int64_t H, int64_t HV, int64_t dk, int64_t dv,
-                             double scale, int64_t chunk_size, bool vector_gate, DType dtype);
+                             const float* h0, const DecayAttentionDims& d, DType dtype);
 
 // Writes grad_q, grad_k (like q), grad_v (like v), grad_g (like g) and grad_h0 (fp32; null = not
 // wanted); grad_ht null = no gradient on the final state.
 void decay_attention_backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, float* grad_h0,
                               const void* grad_o, const float* grad_ht, const void* q, const void* k, const void* v,
-                              const void* g, const float* h0, int64_t B, int64_t T, int64_t H, int64_t HV,
-                              int64_t dk, int64_t dv, double scale, int64_t chunk_size, bool vector_gate,
-                              DType dtype);
+                              const void* g, const float* h0, const DecayAttentionDims& d, DType dtype);
 
 // The names of the kernels that run for these dims and storage dtype, given aligned inputs
 // (allocator buffers always are): the gpu-check table and the bench print them.

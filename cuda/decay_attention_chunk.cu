@@ -194,17 +194,17 @@ bool supported(int64_t dk, int64_t dv, bool vector_gate, DType dtype) {
 }
 
 void forward(void* o, float* ht, const void* q, const void* k, const void* v, const void* g, const float* h0,
-             int64_t B, int64_t T, int64_t H, int64_t HV, int64_t dk, int64_t dv, double scale) {
+             const DecayAttentionDims& d) {
   HLA_CHECK(aligned16(q) && aligned16(k) && aligned16(v), "decay_attention chunk kernel: q, k, v must be 16-byte aligned");
   Args a{};
-  a.B = int(B), a.T = int(T), a.H = int(H), a.HV = int(HV), a.NT = int((T + C - 1) / C);
-  a.scale = float(scale);
+  a.B = int(d.B), a.T = int(d.T), a.H = int(d.H), a.HV = int(d.HV), a.NT = int((d.T + C - 1) / C);
+  a.scale = float(d.scale);
   a.q = static_cast<const bf16*>(q), a.k = static_cast<const bf16*>(k), a.v = static_cast<const bf16*>(v);
   a.g = static_cast<const bf16*>(g), a.h0 = h0, a.o = static_cast<bf16*>(o), a.ht = ht;
-  recurrence::Scratch aqk(B * HV * a.NT * C * C);  // (B, HV, NT, C, C)
+  recurrence::Scratch aqk(d.B * d.HV * a.NT * C * C);  // (B, HV, NT, C, C)
   a.aqk = aqk.get();
-  if (dk == 64) launch<64>(a, int(dv));
-  else launch<128>(a, int(dv));
+  if (d.dk == 64) launch<64>(a, int(d.dv));
+  else launch<128>(a, int(d.dv));
 }
 
 }  // namespace hla::cuda::decay_chunk

@@ -11,6 +11,7 @@
 #pragma once
 #include <cstdint>
 
+#include "nn/ops/decay_attention_dims.h"
 #include "tensor/dtype.h"
 
 namespace hla::cuda::decay_chunk {
@@ -22,6 +23,6 @@ bool supported(int64_t dk, int64_t dv, bool vector_gate, DType dtype);
 // cuda::decay_attention_forward for supported() dims: bf16 o, q, k, v, g (q, k, v 16-byte
 // aligned), fp32 h0 (null = zeros) and ht.
 void forward(void* o, float* ht, const void* q, const void* k, const void* v, const void* g, const float* h0,
-             int64_t B, int64_t T, int64_t H, int64_t HV, int64_t dk, int64_t dv, double scale);
+             const DecayAttentionDims& d);
 
 }  // namespace hla::cuda::decay_chunk

@@ -9,33 +9,23 @@
 // 16-byte aligned q, k, v, and for the backward d_o and u_f32) and the token recurrence of
 // cuda/recurrence.cuh (dk <= 256, any dv) otherwise. Either backward reads only the forward's
 // u_f32, which both forwards write, so a forward and a backward may take different kernels.
+// Gradient buffers as on the CPU (nn/ops/delta_rule.h): every element written; grad_g (no gate)
+// and grad_h0 null = not wanted; grad_b and grad_w distinct even when w = b.
 #pragma once
 #include <cstdint>
 
+#include "nn/ops/delta_rule_dims.h"
 #include "tensor/dtype.h"
 
 namespace hla::cuda {
-
-enum class DeltaGate { None, Scalar, Vector };
-
-// As cpu::DeltaRuleDims (nn/ops/delta_rule.h); scale is already resolved (never 0).
-struct DeltaRuleDims {
-  int64_t B, T, H, HV, dk, dv;
-  DeltaGate gate;
-  bool erase_vector;  // b: (B, T, HV, dk) when true, else (B, T, HV)
-  bool write_vector;  // w: (B, T, HV, dv) when true, else (B, T, HV)
-  double scale;
-  int64_t chunk_size;  // the CPU's algorithm choice; the GPU picks its kernel by the rules above
-};
 
 // u_f32 may be null (no backward will follow).
 void delta_rule_forward(void* o, float* final_state, void* residual, const void* q, const void* k, const void* v,
                         const void* g, const void* b, const void* w, const float* h0, const DeltaRuleDims& d,
                         float* u_f32, DType dtype);
 
-// Gradients are WRITTEN (not added) with the shapes of their inputs; grad_g and grad_h0 may be
-// null (not computed); d_final_state null = no gradient on the final state. u_f32: the
-// forward's.
+// Gradients are WRITTEN with the shapes of their inputs; grad_g and grad_h0 may be null (not
+// wanted); d_final_state null = no gradient on the final state. u_f32: the forward's.
 void delta_rule_backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, void* grad_b, void* grad_w,
                          float* grad_h0, const void* d_o, const float* d_final_state, const void* d_residual,
                          const void* q, const void* k, const void* v, const void* g, const void* b, const void* w,

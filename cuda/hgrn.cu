@@ -75,8 +75,8 @@ __global__ void hgrn_backward_kernel(S* __restrict__ dx, S* __restrict__ dg, flo
 
 }  // namespace
 
-void hgrn_forward(void* o, float* ht, const void* x, const void* g, const float* h0, int64_t B, int64_t T, int64_t D,
-                  DType dtype) {
+void hgrn_forward(void* o, float* ht, const void* x, const void* g, const float* h0, const HgrnDims& d, DType dtype) {
+  const int64_t B = d.B, T = d.T, D = d.D;
   dispatch_storage(dtype, "hgrn_forward", [&](auto tag) {
     using S = decltype(tag);
     hgrn_forward_kernel<S><<<grid_1d(B * D, kBlock), kBlock>>>(static_cast<S*>(o), ht, static_cast<const S*>(x),
@@ -87,7 +87,8 @@ void hgrn_forward(void* o, float* ht, const void* x, const void* g, const float*
 }
 
 void hgrn_backward(void* dx, void* dg, float* dh0, const void* dout, const float* dht, const void* g, const float* h0,
-                   const void* o, int64_t B, int64_t T, int64_t D, DType dtype) {
+                   const void* o, const HgrnDims& d, DType dtype) {
+  const int64_t B = d.B, T = d.T, D = d.D;
   dispatch_storage(dtype, "hgrn_backward", [&](auto tag) {
     using S = decltype(tag);
     hgrn_backward_kernel<S><<<grid_1d(B * D, kBlock), kBlock>>>(

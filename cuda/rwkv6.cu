@@ -14,8 +14,8 @@ namespace {
 
 template <class S, int KMAX>
 Args<S> rwkv6_args(const void* r, const void* k, const void* v, const void* w, const void* u, const float* h0,
-                   int64_t B, int64_t T, int64_t H, int64_t dk, int64_t dv, double scale) {
-  Args<S> a = recurrence::make_args<S>(B, T, H, H, dk, dv, scale, recurrence::column_blocks<KMAX>(dv));
+                   const Rwkv6Dims& d) {
+  Args<S> a = recurrence::make_args<S>(d.B, d.T, d.H, d.H, d.dk, d.dv, d.scale, recurrence::column_blocks<KMAX>(d.dv));
   a.q = static_cast<const S*>(r), a.k = static_cast<const S*>(k), a.v = static_cast<const S*>(v);
   a.g = static_cast<const S*>(w), a.bonus = static_cast<const S*>(u), a.h0 = h0;
   return a;
@@ -24,14 +24,12 @@ Args<S> rwkv6_args(const void* r, const void* k, const void* v, const void* w, c
 }  // namespace
 
 void rwkv6_forward(void* o, float* ht, const void* r, const void* k, const void* v, const void* w, const void* u,
-                   const float* h0, int64_t B, int64_t T, int64_t H, int64_t dk, int64_t dv, double scale,
-                   int64_t chunk_size, DType dtype) {
-  (void)chunk_size;
+                   const float* h0, const Rwkv6Dims& d, DType dtype) {
   dispatch_storage(dtype, "rwkv6_forward", [&](auto tag) {
     using S = decltype(tag);
-    recurrence::dispatch_kmax(dk, "rwkv6", [&](auto kmax) {
+    recurrence::dispatch_kmax(d.dk, "rwkv6", [&](auto kmax) {
       constexpr int KMAX = decltype(kmax)::value;
-      Args<S> a = rwkv6_args<S, KMAX>(r, k, v, w, u, h0, B, T, H, dk, dv, scale);
+      Args<S> a = rwkv6_args<S, KMAX>(r, k, v, w, u, h0, d);
       a.o = static_cast<S*>(o), a.ht = ht;
       recurrence::run_forward<Op::Rwkv6, Gate::Vector, KMAX>(a);
     });
@@ -40,14 +38,13 @@ void rwkv6_forward(void* o, float* ht, const void* r, const void* k, const void*
 
 void rwkv6_backward(void* grad_r, void* grad_k, void* grad_v, void* grad_w, void* grad_u, float* grad_h0,
                     const void* grad_o, const float* grad_ht, const void* r, const void* k, const void* v,
-                    const void* w, const void* u, const float* h0, int64_t B, int64_t T, int64_t H, int64_t dk,
-                    int64_t dv, double scale, int64_t chunk_size, DType dtype) {
-  (void)chunk_size;
+                    const void* w, const void* u, const float* h0, const Rwkv6Dims& d, DType dtype) {
+  const int64_t B = d.B, T = d.T, H = d.H, dk = d.dk, dv = d.dv;
   dispatch_storage(dtype, "rwkv6_backward", [&](auto tag) {
     using S = decltype(tag);
     recurrence::dispatch_kmax(dk, "rwkv6", [&](auto kmax) {
       constexpr int KMAX = decltype(kmax)::value;
-      Args<S> a = rwkv6_args<S, KMAX>(r, k, v, w, u, h0, B, T, H, dk, dv, scale);
+      Args<S> a = rwkv6_args<S, KMAX>(r, k, v, w, u, h0, d);
       a.d_o = static_cast<const S*>(grad_o), a.dht = grad_ht, a.dh0 = grad_h0, a.dv_out = static_cast<S*>(grad_v);
       const int64_t rows = B * T * H * dk;  // fp32 (B, T, H, dk)
       recurrence::Scratch dr(rows), dk_(rows), dw(rows), du_part(B * a.nseg * H * dk), vdo(B * T * H);

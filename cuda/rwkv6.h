@@ -1,25 +1,25 @@
 // RWKV-6 on the GPU (nn/ops/rwkv6.h, mixers.md 11): the same names and argument order as
-// cpu::rwkv6_*, plus the storage dtype (F32 or BF16; math and states in fp32).
+// cpu::rwkv6_*, plus the storage dtype (F32 or BF16; math and states in fp32). Gradient buffers
+// as on the CPU: every element written; grad_h0 null = not wanted.
 //   r, k, w: (B, T, H, dk);  v, o: (B, T, H, dv);  u: (H, dk);  h0, ht: (B, H, dk, dv) fp32
-// Kernel: the token recurrence of cuda/recurrence.cuh (dk <= 256, any dv); chunk_size is the
+// Kernel: the token recurrence of cuda/recurrence.cuh (dk <= 256, any dv); d.chunk_size is the
 // CPU's algorithm choice, the GPU runs the recurrent kernel for every value.
 #pragma once
 #include <cstdint>
 
+#include "nn/ops/rwkv6_dims.h"
 #include "tensor/dtype.h"
 
 namespace hla::cuda {
 
 void rwkv6_forward(void* o, float* ht, const void* r, const void* k, const void* v, const void* w, const void* u,
-                   const float* h0, int64_t B, int64_t T, int64_t H, int64_t dk, int64_t dv, double scale,
-                   int64_t chunk_size, DType dtype);
+                   const float* h0, const Rwkv6Dims& d, DType dtype);
 
 // Writes grad_r, grad_k, grad_w (like r), grad_v (like v), grad_u (H, dk) and grad_h0 (fp32;
 // null = not wanted); grad_ht null = no gradient on the final state.
 void rwkv6_backward(void* grad_r, void* grad_k, void* grad_v, void* grad_w, void* grad_u, float* grad_h0,
                     const void* grad_o, const float* grad_ht, const void* r, const void* k, const void* v,
-                    const void* w, const void* u, const float* h0, int64_t B, int64_t T, int64_t H, int64_t dk,
-                    int64_t dv, double scale, int64_t chunk_size, DType dtype);
+                    const void* w, const void* u, const float* h0, const Rwkv6Dims& d, DType dtype);
 
 const char* rwkv6_kernel(int64_t chunk_size);
 

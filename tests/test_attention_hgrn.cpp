@@ -137,8 +137,8 @@ TEST_CASE("attention equals a naive materialised softmax, forward, lse and gradi
     CHECK(rel_err(got.dv, ref.dv) < 1e-13);
 
     std::vector<double> o(ref.o.size()), lse(ref.lse.size());
-    cpu::attention_forward(o.data(), lse.data(), in.q.data<double>(), in.k.data<double>(), in.v.data<double>(), c.B,
-                           c.T, c.H, c.Hkv, c.D, c.Dv, c.scale, c.window);
+    cpu::attention_forward(o.data(), lse.data(), in.q.data<double>(), in.k.data<double>(), in.v.data<double>(),
+                           AttentionDims{c.B, c.T, c.H, c.Hkv, c.D, c.Dv, c.scale, c.window, DType::F64});
     CHECK(rel_err(lse, ref.lse) < 1e-13);
   }
 }

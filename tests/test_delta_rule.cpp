@@ -7,6 +7,7 @@
 #include <Eigen/Dense>
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -16,7 +17,6 @@
 #include "tensor/math.h"
 
 using namespace hla;
-using cpu::DeltaGate;
 
 namespace {
 
@@ -340,4 +340,42 @@ TEST_CASE("delta_rule: bad inputs name the field and the shape") {
   bad_heads.q = Tensor::zeros({d.B, d.T, 3, d.dk}, DType::F64);
   bad_heads.k = bad_heads.q;
   CHECK_THROWS_WITH_AS(call(bad_heads), doctest::Contains("multiple of query/key heads"), Error);
+}
+
+TEST_CASE("delta_rule: cpu::delta_rule_backward writes every gradient element, and a null d_final_state is zero") {
+  Dims dims;
+  dims.T = 9;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (const Variant& var : kAllVariants)
+    for (int64_t C : {0, 4}) {
+      INFO(var.name, " chunk ", C);
+      const Inputs x = make_inputs(var, dims, 900);
+      const Tensor w = var.tied ? x.b : x.w;
+      const DeltaRuleDims d{dims.B, dims.T, dims.H, dims.HV, dims.dk, dims.dv, var.gate,
+                            var.erase_vector, var.write_vector, 0.5, C, DType::F64};
+      const Tensor d_o = Tensor::randn({dims.B, dims.T, dims.HV, dims.dv}, 901, 1.0, DType::F64);
+      const Tensor d_res = Tensor::randn(d_o.shape(), 902, 1.0, DType::F64);
+      const Tensor d_state = Tensor::zeros(x.h0.shape(), DType::F64);
+      // Gradients (q, k, v, g, b, w, h0) into buffers that start as `fill`.
+      auto grads = [&](double fill, const double* d_final_state) {
+        auto buffer = [fill](const Tensor& like) {
+          return like.defined() ? Tensor::full(like.shape(), fill, DType::F64) : Tensor();
+        };
+        std::vector<Tensor> g = {buffer(x.q), buffer(x.k), buffer(x.v), buffer(x.g),
+                                 buffer(x.b), buffer(w),   buffer(x.h0)};
+        cpu::delta_rule_backward(g[0].data<double>(), g[1].data<double>(), g[2].data<double>(),
+                                 data_or_null<double>(g[3]), g[4].data<double>(), g[5].data<double>(),
+                                 g[6].data<double>(), d_o.data<double>(), d_final_state, d_res.data<double>(),
+                                 x.q.data<double>(), x.k.data<double>(), x.v.data<double>(), data_or_null<double>(x.g),
+                                 x.b.data<double>(), w.data<double>(), x.h0.data<double>(), d);
+        return g;
+      };
+      const std::vector<Tensor> from_nan = grads(nan, d_state.data<double>()), from_zero = grads(0.0, nullptr);
+      for (size_t i = 0; i < from_nan.size(); i++) {
+        if (!from_nan[i].defined()) continue;
+        INFO(kGradNames[i]);
+        // a NaN left unwritten never compares equal
+        CHECK(from_nan[i].to_f64_vector() == from_zero[i].to_f64_vector());
+      }
+    }
 }

@@ -38,10 +38,10 @@ int64_t first_key(int64_t t, int64_t window) { return window > 0 ? std::max<int6
 }  // namespace
 
 template <class Real>
-void attention_forward(Real* o, Real* lse, const Real* q, const Real* k, const Real* v, int64_t B, int64_t T,
-                       int64_t H, int64_t Hkv, int64_t D, int64_t Dv, double scale, int64_t window) {
+void attention_forward(Real* o, Real* lse, const Real* q, const Real* k, const Real* v, const AttentionDims& d) {
+  const int64_t B = d.B, T = d.T, H = d.H, Hkv = d.Hkv, D = d.D, Dv = d.Dv, window = d.window;
   const int64_t group = H / Hkv;  // query heads per kv head
-  const Real sc = static_cast<Real>(scale);
+  const Real sc = static_cast<Real>(d.scale);
   std::vector<Real> s(T);  // s: (T) scores of one query row
   for (int64_t b = 0; b < B; b++)
     for (int64_t h = 0; h < H; h++) {
@@ -71,10 +71,10 @@ void attention_forward(Real* o, Real* lse, const Real* q, const Real* k, const R
 
 template <class Real>
 void attention_backward(Real* dq, Real* dk, Real* dv, const Real* dout, const Real* q, const Real* k, const Real* v,
-                        const Real* o, const Real* lse, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D,
-                        int64_t Dv, double scale, int64_t window) {
+                        const Real* o, const Real* lse, const AttentionDims& d) {
+  const int64_t B = d.B, T = d.T, H = d.H, Hkv = d.Hkv, D = d.D, Dv = d.Dv, window = d.window;
   const int64_t group = H / Hkv;
-  const Real sc = static_cast<Real>(scale);
+  const Real sc = static_cast<Real>(d.scale);
   std::fill(dk, dk + B * T * Hkv * D, Real(0));  // dk, dv collect every query row of their group
   std::fill(dv, dv + B * T * Hkv * Dv, Real(0));
   for (int64_t b = 0; b < B; b++)
@@ -103,40 +103,47 @@ void attention_backward(Real* dq, Real* dk, Real* dv, const Real* dout, const Re
     }
 }
 
-template void attention_forward<float>(float*, float*, const float*, const float*, const float*, int64_t, int64_t,
-                                       int64_t, int64_t, int64_t, int64_t, double, int64_t);
-template void attention_forward<double>(double*, double*, const double*, const double*, const double*, int64_t,
-                                        int64_t, int64_t, int64_t, int64_t, int64_t, double, int64_t);
+template void attention_forward<float>(float*, float*, const float*, const float*, const float*,
+                                       const AttentionDims&);
+template void attention_forward<double>(double*, double*, const double*, const double*, const double*,
+                                        const AttentionDims&);
 template void attention_backward<float>(float*, float*, float*, const float*, const float*, const float*,
-                                        const float*, const float*, const float*, int64_t, int64_t, int64_t,
-                                        int64_t, int64_t, int64_t, double, int64_t);
+                                        const float*, const float*, const float*, const AttentionDims&);
 template void attention_backward<double>(double*, double*, double*, const double*, const double*, const double*,
-                                         const double*, const double*, const double*, int64_t, int64_t, int64_t,
-                                         int64_t, int64_t, int64_t, double, int64_t);
+                                         const double*, const double*, const double*, const AttentionDims&);
 
 }  // namespace cpu
 
+namespace {
+
+// The device's kernels: cuda::attention_* (flash style) for GPU tensors, cpu::attention_*
+// otherwise. lse in d.lse_dtype.
+void attention_forward(Tensor& o, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                       const AttentionDims& d) {
 #ifdef HLA_CUDA
-// The same op on the GPU (cuda/attention.cu, flash style); lse is fp32 there.
-static Var attention_cuda(const Var& q, const Var& k, const Var& v, double scale, int64_t window) {
-  Tensor qv = q.value(), kv = k.value(), vv = v.value();
-  HLA_CHECK(kv.is_cuda() && vv.is_cuda(), "attention: q is on cuda but k or v is on the cpu");
-  const int64_t B = qv.size(0), T = qv.size(1), H = qv.size(2), D = qv.size(3), Hkv = kv.size(2), Dv = vv.size(3);
-  const DType dt = qv.dtype();
-  Tensor o = Tensor::empty({B, T, H, Dv}, dt, Device::CUDA);        // o: (B, T, H, Dv)
-  Tensor lse = Tensor::empty({B, H, T}, DType::F32, Device::CUDA);  // lse: (B, H, T)
-  cuda::attention_forward(o.raw(), lse.data<float>(), qv.raw(), kv.raw(), vv.raw(), B, T, H, Hkv, D, Dv, scale,
-                          window, dt);
-  return record_op1(o, {q, k, v}, [=](const std::vector<Tensor>& g) {
-    Tensor dq = Tensor::empty(qv.shape(), dt, Device::CUDA);
-    Tensor dk = Tensor::empty(kv.shape(), dt, Device::CUDA);
-    Tensor dv = Tensor::empty(vv.shape(), dt, Device::CUDA);
-    cuda::attention_backward(dq.raw(), dk.raw(), dv.raw(), g[0].raw(), qv.raw(), kv.raw(), vv.raw(), o.raw(),
-                             lse.data<float>(), B, T, H, Hkv, D, Dv, scale, window, dt);
-    return std::vector<Tensor>{dq, dk, dv};
-  }, "attention");
-}
+  if (q.is_cuda()) return cuda::attention_forward(o.raw(), lse.data<float>(), q.raw(), k.raw(), v.raw(), d, q.dtype());
 #endif
+  dispatch_float(q.dtype(), "attention", [&](auto tag) {
+    using Real = decltype(tag);
+    cpu::attention_forward(o.data<Real>(), lse.data<Real>(), q.data<Real>(), k.data<Real>(), v.data<Real>(), d);
+  });
+}
+
+void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k,
+                        const Tensor& v, const Tensor& o, const Tensor& lse, const AttentionDims& d) {
+#ifdef HLA_CUDA
+  if (q.is_cuda())
+    return cuda::attention_backward(dq.raw(), dk.raw(), dv.raw(), dout.raw(), q.raw(), k.raw(), v.raw(), o.raw(),
+                                    lse.data<float>(), d, q.dtype());
+#endif
+  dispatch_float(q.dtype(), "attention", [&](auto tag) {
+    using Real = decltype(tag);
+    cpu::attention_backward(dq.data<Real>(), dk.data<Real>(), dv.data<Real>(), dout.data<Real>(), q.data<Real>(),
+                            k.data<Real>(), v.data<Real>(), o.data<Real>(), lse.data<Real>(), d);
+  });
+}
+
+}  // namespace
 
 Var attention(const Var& q, const Var& k, const Var& v, double scale, int64_t window) {
   HLA_CHECK(q.dim() == 4, "attention: q must be (B, T, H, D), got ", q.value().str());
@@ -147,29 +154,22 @@ Var attention(const Var& q, const Var& k, const Var& v, double scale, int64_t wi
   check_shape(v.value(), {B, T, Hkv, Dv}, "attention", "v");
   check_dtype(k.value(), q.dtype(), "attention", "k");
   check_dtype(v.value(), q.dtype(), "attention", "v");
+  HLA_CHECK(k.device() == q.device() && v.device() == q.device(), "attention: q ", q.value().str(), ", k ",
+            k.value().str(), " and v ", v.value().str(), " must be on one device");
   HLA_CHECK(Hkv > 0 && H % Hkv == 0, "attention: query heads H = ", H, " must be a multiple of kv heads Hkv = ", Hkv);
   HLA_CHECK(window >= 0, "attention: window must be >= 0 (0 = full causal), got ", window);
-#ifdef HLA_CUDA
-  if (q.value().is_cuda()) return attention_cuda(q, k, v, scale, window);
-#endif
+  const AttentionDims d{B, T, H, Hkv, D, Dv, scale, window, accum_dtype(q.value())};
+  const DType dt = q.dtype();
+  const Device dev = q.device();
   Tensor qv = q.value(), kv = k.value(), vv = v.value();
-  Tensor o = Tensor::empty({B, T, H, Dv}, qv.dtype());  // o: (B, T, H, Dv)
-  Tensor lse = Tensor::empty({B, H, T}, qv.dtype());    // lse: (B, H, T)
-  dispatch_float(qv.dtype(), "attention", [&](auto tag) {
-    using Real = decltype(tag);
-    cpu::attention_forward(o.data<Real>(), lse.data<Real>(), qv.data<Real>(), kv.data<Real>(), vv.data<Real>(), B, T,
-                           H, Hkv, D, Dv, scale, window);
-  });
+  Tensor o = Tensor::empty({B, T, H, Dv}, dt, dev);           // o: (B, T, H, Dv)
+  Tensor lse = Tensor::empty({B, H, T}, d.lse_dtype, dev);    // lse: (B, H, T)
+  attention_forward(o, lse, qv, kv, vv, d);
   return record_op1(o, {q, k, v}, [=](const std::vector<Tensor>& g) {
-    Tensor dq = Tensor::empty(qv.shape(), qv.dtype());
-    Tensor dk = Tensor::empty(kv.shape(), qv.dtype());
-    Tensor dv = Tensor::empty(vv.shape(), qv.dtype());
-    dispatch_float(qv.dtype(), "attention", [&](auto tag) {
-      using Real = decltype(tag);
-      cpu::attention_backward(dq.data<Real>(), dk.data<Real>(), dv.data<Real>(), g[0].data<Real>(), qv.data<Real>(),
-                              kv.data<Real>(), vv.data<Real>(), o.data<Real>(), lse.data<Real>(), B, T, H, Hkv, D,
-                              Dv, scale, window);
-    });
+    Tensor dq = Tensor::empty(qv.shape(), dt, dev);
+    Tensor dk = Tensor::empty(kv.shape(), dt, dev);
+    Tensor dv = Tensor::empty(vv.shape(), dt, dev);
+    attention_backward(dq, dk, dv, g[0], qv, kv, vv, o, lse, d);
     return std::vector<Tensor>{dq, dk, dv};
   }, "attention");
 }

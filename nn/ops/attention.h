@@ -8,10 +8,14 @@
 //   o_t        = sum_tau exp(s[t, tau] - lse_t) v_tau
 // The forward also returns lse (B, H, T), which the backward uses to rebuild the probabilities
 // without storing the T x T matrix, exactly as flash attention does.
+//
+// Gradient buffers, on both devices: the backward WRITES every element of dq, dk and dv
+// (callers pass uninitialised buffers); none may be null.
 #pragma once
 #include <cmath>
 
 #include "autograd/var.h"
+#include "nn/ops/attention_dims.h"
 
 namespace hla {
 
@@ -25,14 +29,12 @@ Var attention(const Var& q, const Var& k, const Var& v, double scale, int64_t wi
 namespace cpu {
 // q: (B, T, H, D), k: (B, T, Hkv, D), v: (B, T, Hkv, Dv); o: (B, T, H, Dv) and lse: (B, H, T) written.
 template <class Real>
-void attention_forward(Real* o, Real* lse, const Real* q, const Real* k, const Real* v, int64_t B, int64_t T,
-                       int64_t H, int64_t Hkv, int64_t D, int64_t Dv, double scale, int64_t window);
+void attention_forward(Real* o, Real* lse, const Real* q, const Real* k, const Real* v, const AttentionDims& d);
 // dout, o: (B, T, H, Dv), lse: (B, H, T) from the forward; dq: (B, T, H, D), dk: (B, T, Hkv, D),
 // dv: (B, T, Hkv, Dv) written (dk, dv summed over the H / Hkv query heads of each kv head).
 template <class Real>
 void attention_backward(Real* dq, Real* dk, Real* dv, const Real* dout, const Real* q, const Real* k, const Real* v,
-                        const Real* o, const Real* lse, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D,
-                        int64_t Dv, double scale, int64_t window);
+                        const Real* o, const Real* lse, const AttentionDims& d);
 }  // namespace cpu
 
 }  // namespace hla

@@ -19,8 +19,10 @@
 
 #include "autograd/gradcheck.h"
 #include "nn/ops/chunk_util.h"
-#include "nn/recurrence_cuda.h"
 #include "tensor/dispatch.h"
+#ifdef HLA_CUDA
+#include "cuda/decay_attention.h"
+#endif
 
 namespace hla {
 namespace cpu {
@@ -69,88 +71,123 @@ HeadGrads<Real> recurrent_backward(const Head<Real>& x, const Mat<Real>& d_o, co
 // The inputs of value head j of batch b; its q/k head is j / (HV / H).
 template <class Real, bool VectorGate>
 Head<Real> gather_value_head(const Real* q, const Real* k, const Real* v, const Real* g, const Real* h0, int64_t b,
-                             int64_t j, int64_t T, int64_t H, int64_t HV, int64_t dk, int64_t dv) {
-  const int64_t i = j / (HV / H);
+                             int64_t j, const DecayAttentionDims& d) {
+  const int64_t i = j / (d.HV / d.H);
   Head<Real> x;
-  x.q = decay_chunk::gather_head(q, b, i, T, H, dk);
-  x.k = decay_chunk::gather_head(k, b, i, T, H, dk);
-  x.v = decay_chunk::gather_head(v, b, j, T, HV, dv);
-  x.g = decay_chunk::gather_gate<Real, VectorGate>(g, b, j, T, HV, dk);
-  x.bonus = Row<Real>::Ones(dk);  // A[t,t] = q_t . k_t: o_t reads S_t, which already holds token t
-  x.s0 = decay_chunk::gather_state(h0, b, j, HV, dk, dv);
+  x.q = decay_chunk::gather_head(q, b, i, d.T, d.H, d.dk);
+  x.k = decay_chunk::gather_head(k, b, i, d.T, d.H, d.dk);
+  x.v = decay_chunk::gather_head(v, b, j, d.T, d.HV, d.dv);
+  x.g = decay_chunk::gather_gate<Real, VectorGate>(g, b, j, d.T, d.HV, d.dk);
+  x.bonus = Row<Real>::Ones(d.dk);  // A[t,t] = q_t . k_t: o_t reads S_t, which already holds token t
+  x.s0 = decay_chunk::gather_state(h0, b, j, d.HV, d.dk, d.dv);
   return x;
+}
+
+// Calls fn(b, j, x, vector_gate) for every batch b and value head j, with x = the head's inputs
+// and vector_gate = std::true_type or std::false_type: the gate kind as a template flag.
+template <class Real, class Fn>
+void for_each_value_head(const Real* q, const Real* k, const Real* v, const Real* g, const Real* h0,
+                         const DecayAttentionDims& d, Fn&& fn) {
+  auto heads = [&](auto vector_gate) {
+    for (int64_t b = 0; b < d.B; b++)
+      for (int64_t j = 0; j < d.HV; j++)
+        fn(b, j, gather_value_head<Real, decltype(vector_gate)::value>(q, k, v, g, h0, b, j, d), vector_gate);
+  };
+  if (d.vector_gate) heads(std::true_type{});
+  else heads(std::false_type{});
 }
 
 }  // namespace
 
-template <class Real, bool VectorGate>
+template <class Real>
 void decay_attention_forward(Real* o, Real* ht, const Real* q, const Real* k, const Real* v, const Real* g,
-                             const Real* h0, int64_t B, int64_t T, int64_t H, int64_t HV, int64_t dk,
-                             int64_t dv, double scale, int64_t chunk_size) {
-  std::fill(o, o + B * T * HV * dv, Real(0));
-  for (int64_t b = 0; b < B; b++)
-    for (int64_t j = 0; j < HV; j++) {
-      const Head<Real> x = gather_value_head<Real, VectorGate>(q, k, v, g, h0, b, j, T, H, HV, dk, dv);
-      Mat<Real> o_head, s_final;  // (T, dv), (dk, dv)
-      if (chunk_size == 0)
-        recurrent_forward(o_head, s_final, x, Real(scale));
-      else
-        decay_chunk::forward<Real, VectorGate>(o_head, s_final, x, Real(scale), chunk_size,
-                                               decay_chunk::ReadAt::after_update);
-      decay_chunk::scatter_head_add(o, o_head, b, j, HV);
-      decay_chunk::scatter_state(ht, s_final, b, j, HV);
-    }
+                             const Real* h0, const DecayAttentionDims& d) {
+  std::fill(o, o + d.B * d.T * d.HV * d.dv, Real(0));
+  const Real scale = Real(d.scale);
+  for_each_value_head(q, k, v, g, h0, d, [&](int64_t b, int64_t j, const Head<Real>& x, auto vector_gate) {
+    Mat<Real> o_head, s_final;  // (T, dv), (dk, dv)
+    if (d.chunk_size == 0)
+      recurrent_forward(o_head, s_final, x, scale);
+    else
+      decay_chunk::forward<Real, decltype(vector_gate)::value>(o_head, s_final, x, scale, d.chunk_size,
+                                                               decay_chunk::ReadAt::after_update);
+    decay_chunk::scatter_head_add(o, o_head, b, j, d.HV);
+    decay_chunk::scatter_state(ht, s_final, b, j, d.HV);
+  });
 }
 
-template <class Real, bool VectorGate>
+template <class Real>
 void decay_attention_backward(Real* grad_q, Real* grad_k, Real* grad_v, Real* grad_g, Real* grad_h0,
-                              const Real* grad_o, const Real* grad_ht, const Real* q, const Real* k,
-                              const Real* v, const Real* g, const Real* h0, int64_t B, int64_t T, int64_t H,
-                              int64_t HV, int64_t dk, int64_t dv, double scale, int64_t chunk_size) {
-  std::fill(grad_q, grad_q + B * T * H * dk, Real(0));
-  std::fill(grad_k, grad_k + B * T * H * dk, Real(0));
-  std::fill(grad_v, grad_v + B * T * HV * dv, Real(0));
-  std::fill(grad_g, grad_g + B * T * HV * (VectorGate ? dk : 1), Real(0));
-  for (int64_t b = 0; b < B; b++)
-    for (int64_t j = 0; j < HV; j++) {
-      const Head<Real> x = gather_value_head<Real, VectorGate>(q, k, v, g, h0, b, j, T, H, HV, dk, dv);
-      const Mat<Real> d_o = decay_chunk::gather_head(grad_o, b, j, T, HV, dv);   // (T, dv)
-      const Mat<Real> ds_final = decay_chunk::gather_state(grad_ht, b, j, HV, dk, dv);  // (dk, dv)
-      const HeadGrads<Real> d =
-          chunk_size == 0 ? recurrent_backward(x, d_o, ds_final, Real(scale))
-                          : decay_chunk::backward<Real, VectorGate>(x, d_o, ds_final, Real(scale), chunk_size,
+                              const Real* grad_o, const Real* grad_ht, const Real* q, const Real* k, const Real* v,
+                              const Real* g, const Real* h0, const DecayAttentionDims& d) {
+  std::fill(grad_q, grad_q + d.B * d.T * d.H * d.dk, Real(0));
+  std::fill(grad_k, grad_k + d.B * d.T * d.H * d.dk, Real(0));
+  std::fill(grad_v, grad_v + d.B * d.T * d.HV * d.dv, Real(0));
+  std::fill(grad_g, grad_g + d.B * d.T * d.HV * (d.vector_gate ? d.dk : 1), Real(0));
+  const Real scale = Real(d.scale);
+  for_each_value_head(q, k, v, g, h0, d, [&](int64_t b, int64_t j, const Head<Real>& x, auto vector_gate) {
+    constexpr bool VectorGate = decltype(vector_gate)::value;
+    const Mat<Real> d_o = decay_chunk::gather_head(grad_o, b, j, d.T, d.HV, d.dv);            // (T, dv)
+    const Mat<Real> ds_final = decay_chunk::gather_state(grad_ht, b, j, d.HV, d.dk, d.dv);  // (dk, dv)
+    const HeadGrads<Real> dx =
+        d.chunk_size == 0 ? recurrent_backward(x, d_o, ds_final, scale)
+                          : decay_chunk::backward<Real, VectorGate>(x, d_o, ds_final, scale, d.chunk_size,
                                                                     decay_chunk::ReadAt::after_update);
-      const int64_t i = j / (HV / H);  // value heads of one group sum into their q/k head
-      decay_chunk::scatter_head_add(grad_q, d.dq, b, i, H);
-      decay_chunk::scatter_head_add(grad_k, d.dk, b, i, H);
-      decay_chunk::scatter_head_add(grad_v, d.dv, b, j, HV);
-      decay_chunk::scatter_gate_grad<Real, VectorGate>(grad_g, d.dg, b, j, HV);
-      if (grad_h0) decay_chunk::scatter_state(grad_h0, d.ds0, b, j, HV);
-    }
+    const int64_t i = j / (d.HV / d.H);  // value heads of one group sum into their q/k head
+    decay_chunk::scatter_head_add(grad_q, dx.dq, b, i, d.H);
+    decay_chunk::scatter_head_add(grad_k, dx.dk, b, i, d.H);
+    decay_chunk::scatter_head_add(grad_v, dx.dv, b, j, d.HV);
+    decay_chunk::scatter_gate_grad<Real, VectorGate>(grad_g, dx.dg, b, j, d.HV);
+    if (grad_h0) decay_chunk::scatter_state(grad_h0, dx.ds0, b, j, d.HV);
+  });
 }
 
-#define HLA_DECAY_ATTENTION_INSTANTIATE(Real, VectorGate)                                                     \
-  template void decay_attention_forward<Real, VectorGate>(Real*, Real*, const Real*, const Real*, const Real*, \
-                                                          const Real*, const Real*, int64_t, int64_t, int64_t, \
-                                                          int64_t, int64_t, int64_t, double, int64_t);         \
-  template void decay_attention_backward<Real, VectorGate>(                                                    \
-      Real*, Real*, Real*, Real*, Real*, const Real*, const Real*, const Real*, const Real*, const Real*,       \
-      const Real*, const Real*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, double, int64_t);
-HLA_DECAY_ATTENTION_INSTANTIATE(float, false)
-HLA_DECAY_ATTENTION_INSTANTIATE(float, true)
-HLA_DECAY_ATTENTION_INSTANTIATE(double, false)
-HLA_DECAY_ATTENTION_INSTANTIATE(double, true)
+#define HLA_DECAY_ATTENTION_INSTANTIATE(Real)                                                                      \
+  template void decay_attention_forward<Real>(Real*, Real*, const Real*, const Real*, const Real*, const Real*,   \
+                                              const Real*, const DecayAttentionDims&);                            \
+  template void decay_attention_backward<Real>(Real*, Real*, Real*, Real*, Real*, const Real*, const Real*,         \
+                                               const Real*, const Real*, const Real*, const Real*, const Real*,     \
+                                               const DecayAttentionDims&);
+HLA_DECAY_ATTENTION_INSTANTIATE(float)
+HLA_DECAY_ATTENTION_INSTANTIATE(double)
 #undef HLA_DECAY_ATTENTION_INSTANTIATE
 
 }  // namespace cpu
 
 namespace {
 
-// Calls fn(std::true_type) for a vector gate, fn(std::false_type) for a scalar one.
-template <class Fn>
-void dispatch_gate(bool vector_gate, Fn&& fn) {
-  if (vector_gate) fn(std::true_type{});
-  else fn(std::false_type{});
+// The device's kernels: cuda::decay_attention_* for GPU tensors, cpu::decay_attention_*
+// otherwise. States in d.state_dtype.
+void decay_attention_forward(Tensor& o, Tensor& ht, const Tensor& q, const Tensor& k, const Tensor& v,
+                             const Tensor& g, const Tensor& h0, const DecayAttentionDims& d) {
+#ifdef HLA_CUDA
+  if (q.is_cuda())
+    return cuda::decay_attention_forward(o.raw(), ht.data<float>(), q.raw(), k.raw(), v.raw(), g.raw(),
+                                         data_or_null<float>(h0), d, q.dtype());
+#endif
+  dispatch_float(q.dtype(), "decay_attention", [&](auto tag) {
+    using Real = decltype(tag);
+    cpu::decay_attention_forward(o.data<Real>(), ht.data<Real>(), q.data<Real>(), k.data<Real>(), v.data<Real>(),
+                                 g.data<Real>(), data_or_null<Real>(h0), d);
+  });
+}
+
+void decay_attention_backward(Tensor& grad_q, Tensor& grad_k, Tensor& grad_v, Tensor& grad_g, Tensor& grad_h0,
+                              const Tensor& grad_o, const Tensor& grad_ht, const Tensor& q, const Tensor& k,
+                              const Tensor& v, const Tensor& g, const Tensor& h0, const DecayAttentionDims& d) {
+#ifdef HLA_CUDA
+  if (q.is_cuda())
+    return cuda::decay_attention_backward(grad_q.raw(), grad_k.raw(), grad_v.raw(), grad_g.raw(),
+                                          data_or_null<float>(grad_h0), grad_o.raw(), grad_ht.data<float>(), q.raw(),
+                                          k.raw(), v.raw(), g.raw(), data_or_null<float>(h0), d, q.dtype());
+#endif
+  dispatch_float(q.dtype(), "decay_attention backward", [&](auto tag) {
+    using Real = decltype(tag);
+    cpu::decay_attention_backward(grad_q.data<Real>(), grad_k.data<Real>(), grad_v.data<Real>(), grad_g.data<Real>(),
+                                  data_or_null<Real>(grad_h0), grad_o.data<Real>(), grad_ht.data<Real>(),
+                                  q.data<Real>(), k.data<Real>(), v.data<Real>(), g.data<Real>(),
+                                  data_or_null<Real>(h0), d);
+  });
 }
 
 }  // namespace
@@ -174,38 +211,26 @@ DecayAttentionOutput decay_attention(const Var& q, const Var& k, const Var& v, c
   if (has_h0) {
     check_shape(initial_state.value(), {B, HV, dk, dv}, op, "initial_state");
     check_dtype(initial_state.value(), q.dtype(), op, "initial_state");
+    HLA_CHECK(initial_state.device() == q.device(), "decay_attention: initial_state ", initial_state.value().str(),
+              " must be on the device of q ", q.value().str());
   }
   HLA_CHECK(chunk_size >= 0, "decay_attention: chunk_size must be >= 0 (0 = recurrent), got ", chunk_size);
-  if (q.value().is_cuda()) return decay_attention_cuda(q, k, v, g, initial_state, scale, chunk_size);
-
+  const DecayAttentionDims d{B, T, H, HV, dk, dv, vector_gate, scale, chunk_size, accum_dtype(q.value())};
+  const DType dt = q.dtype();
+  const Device dev = q.device();
   Tensor qv = q.value(), kv = k.value(), vv = v.value(), gv = g.value();
-  Tensor h0 = has_h0 ? initial_state.value() : Tensor();
-  Tensor o = Tensor::empty({B, T, HV, dv}, q.dtype());        // o: (B, T, HV, dv)
-  Tensor ht = Tensor::empty({B, HV, dk, dv}, q.dtype());      // ht: (B, HV, dk, dv)
-  dispatch_float(q.dtype(), op, [&](auto tag) {
-    using Real = decltype(tag);
-    dispatch_gate(vector_gate, [&](auto vec) {
-      cpu::decay_attention_forward<Real, decltype(vec)::value>(
-          o.data<Real>(), ht.data<Real>(), qv.data<Real>(), kv.data<Real>(), vv.data<Real>(), gv.data<Real>(),
-          has_h0 ? h0.data<Real>() : nullptr, B, T, H, HV, dk, dv, scale, chunk_size);
-    });
-  });
+  Tensor h0 = has_h0 ? initial_state.value().to(d.state_dtype) : Tensor();
+  Tensor o = Tensor::empty({B, T, HV, dv}, dt, dev);                  // o: (B, T, HV, dv)
+  Tensor ht = Tensor::empty({B, HV, dk, dv}, d.state_dtype, dev);     // ht: (B, HV, dk, dv)
+  decay_attention_forward(o, ht, qv, kv, vv, gv, h0, d);
 
   auto backward = [=](const std::vector<Tensor>& grad_out) {
-    Tensor dq = Tensor::empty(qv.shape(), qv.dtype()), dk_ = Tensor::empty(kv.shape(), kv.dtype());
-    Tensor dv_ = Tensor::empty(vv.shape(), vv.dtype()), dg = Tensor::empty(gv.shape(), gv.dtype());
-    Tensor dh0 = has_h0 ? Tensor::empty(h0.shape(), h0.dtype()) : Tensor();
-    dispatch_float(qv.dtype(), "decay_attention backward", [&](auto tag) {
-      using Real = decltype(tag);
-      dispatch_gate(vector_gate, [&](auto vec) {
-        cpu::decay_attention_backward<Real, decltype(vec)::value>(
-            dq.data<Real>(), dk_.data<Real>(), dv_.data<Real>(), dg.data<Real>(),
-            has_h0 ? dh0.data<Real>() : nullptr, grad_out[0].data<Real>(), grad_out[1].data<Real>(),
-            qv.data<Real>(), kv.data<Real>(), vv.data<Real>(), gv.data<Real>(), has_h0 ? h0.data<Real>() : nullptr,
-            B, T, H, HV, dk, dv, scale, chunk_size);
-      });
-    });
-    return std::vector<Tensor>{dq, dk_, dv_, dg, dh0};
+    Tensor dq = Tensor::empty(qv.shape(), dt, dev), dk_ = Tensor::empty(kv.shape(), dt, dev);
+    Tensor dv_ = Tensor::empty(vv.shape(), dt, dev), dg = Tensor::empty(gv.shape(), dt, dev);
+    Tensor dh0 = has_h0 ? Tensor::empty({B, HV, dk, dv}, d.state_dtype, dev) : Tensor();
+    decay_attention_backward(dq, dk_, dv_, dg, dh0, grad_out[0], grad_out[1].to(d.state_dtype), qv, kv, vv, gv, h0, d);
+    // dh0 back in the initial state's dtype
+    return std::vector<Tensor>{dq, dk_, dv_, dg, has_h0 ? dh0.to(dt) : Tensor()};
   };
   std::vector<Var> outs = record_op({o, ht}, {q, k, v, g, initial_state}, backward, op);
   return {outs[0], outs[1]};

@@ -2,44 +2,47 @@
 // forgets by a log gate g_t <= 0 and adds one outer product per token, read by the query after
 // the update:
 //   S_t = Diag(exp(g_t)) S_{t-1} + k_t v_t^T,      o_t = scale * S_t^T q_t
-// The gate is a template flag: a scalar per head (RetNet's constant ln(1 - 2^(-5-h)), Mamba-2's
-// Delta_t * A) or a vector over dk (GLA, HGRN-2). Grouped value heads (HV = G * H) are
-// supported because Mamba-2 uses them: its q = C and k = B are shared by the heads of a group
-// while v = Delta * x and the gate are per head; value head j reads q/k head floor(j / G).
-// The gate therefore lives on the value heads. RetNet/GLA's GQA (fewer k/v than q heads) is the
-// layer's business: it repeats k, v, g to H heads.
+// The gate (DecayAttentionDims::vector_gate, a template flag inside the reference): a scalar per
+// head (RetNet's constant ln(1 - 2^(-5-h)), Mamba-2's Delta_t * A) or a vector over dk (GLA,
+// HGRN-2). Grouped value heads (HV = G * H) are supported because Mamba-2 uses them: its q = C
+// and k = B are shared by the heads of a group while v = Delta * x and the gate are per head;
+// value head j reads q/k head floor(j / G). The gate therefore lives on the value heads.
+// RetNet/GLA's GQA (fewer k/v than q heads) is the layer's business: it repeats k, v, g to H heads.
 //
 // chunk_size = 0 runs the token recurrence (the readable reference); chunk_size > 0 runs the
 // chunked algorithm of nn/ops/chunk_util.h that the CUDA chunk kernel follows. Both give the
 // same numbers up to rounding (tests/test_decay_attention.cpp).
+//
+// Gradient buffers, on both devices: the backward WRITES every element of every buffer it is
+// given (callers pass uninitialised buffers); a null grad_h0 means "not wanted".
 #pragma once
 #include "autograd/var.h"
+#include "nn/ops/decay_attention_dims.h"
 
 namespace hla {
 
 struct DecayAttentionOutput {
   Var o;            // (B, T, HV, dv)
-  Var final_state;  // (B, HV, dk, dv)
+  Var final_state;  // (B, HV, dk, dv), in DecayAttentionDims::state_dtype (fp32 on the GPU)
 };
 
 // q, k: (B, T, H, dk); v: (B, T, HV, dv); g: (B, T, HV) scalar gate or (B, T, HV, dk) vector
-// gate, in natural-log space; initial_state: (B, HV, dk, dv) or undefined (zeros).
+// gate, in natural-log space; initial_state: (B, HV, dk, dv) of q's dtype, or undefined (zeros).
 DecayAttentionOutput decay_attention(const Var& q, const Var& k, const Var& v, const Var& g,
                                      const Var& initial_state, double scale, int64_t chunk_size = 0);
 
 namespace cpu {
 // Shapes as above; o: (B, T, HV, dv); h0, ht: (B, HV, dk, dv), h0 null = zeros.
-template <class Real, bool VectorGate>
+template <class Real>
 void decay_attention_forward(Real* o, Real* ht, const Real* q, const Real* k, const Real* v, const Real* g,
-                             const Real* h0, int64_t B, int64_t T, int64_t H, int64_t HV, int64_t dk,
-                             int64_t dv, double scale, int64_t chunk_size);
-// grad_o: (B, T, HV, dv); grad_ht: (B, HV, dk, dv). Writes grad_q, grad_k (like q), grad_v (like v),
-// grad_g (like g) and grad_h0 (like h0; null = not wanted).
-template <class Real, bool VectorGate>
+                             const Real* h0, const DecayAttentionDims& d);
+// grad_o: (B, T, HV, dv); grad_ht: (B, HV, dk, dv), null = no gradient on the final state.
+// Writes grad_q, grad_k (like q), grad_v (like v), grad_g (like g) and grad_h0 (like h0; null =
+// not wanted).
+template <class Real>
 void decay_attention_backward(Real* grad_q, Real* grad_k, Real* grad_v, Real* grad_g, Real* grad_h0,
-                              const Real* grad_o, const Real* grad_ht, const Real* q, const Real* k,
-                              const Real* v, const Real* g, const Real* h0, int64_t B, int64_t T, int64_t H,
-                              int64_t HV, int64_t dk, int64_t dv, double scale, int64_t chunk_size);
+                              const Real* grad_o, const Real* grad_ht, const Real* q, const Real* k, const Real* v,
+                              const Real* g, const Real* h0, const DecayAttentionDims& d);
 }  // namespace cpu
 
 }  // namespace hla

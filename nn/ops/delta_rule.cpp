@@ -20,9 +20,11 @@
 
 #include "autograd/gradcheck.h"
 #include "nn/ops/solve_tril.h"
-#include "nn/recurrence_cuda.h"
 #include "tensor/dispatch.h"
 #include "tensor/math.h"
+#ifdef HLA_CUDA
+#include "cuda/delta_rule.h"
+#endif
 
 namespace hla {
 namespace cpu {
@@ -97,6 +99,17 @@ void add_coef_grad(T* p, const Mat<T>& dX, bool is_vector, const DeltaRuleDims& 
   if (!p) return;
   if (is_vector) add_rows(p, dX, d, bi, j, d.HV, width);
   else add_rows<T>(p, dX.rowwise().sum(), d, bi, j, d.HV, 1);
+}
+
+// The elements of a per-(token, value head) coefficient: (B, T, HV) scalar or (B, T, HV, width).
+inline int64_t coef_numel(bool is_vector, const DeltaRuleDims& d, int64_t width) {
+  return d.B * d.T * d.HV * (is_vector ? width : 1);
+}
+
+// Zeroes a gradient buffer the backward adds into (null: not wanted).
+template <class T>
+void zero_grad(T* p, int64_t n) {
+  if (p) std::fill(p, p + n, T(0));
 }
 
 template <class T>
@@ -433,12 +446,22 @@ void delta_rule_backward(T* grad_q, T* grad_k, T* grad_v, T* grad_g, T* grad_b, 
   const InputPointers<T> in{q, k, v, g, b, w, h0};
   const T scale = static_cast<T>(d.scale);
   const int64_t state = d.dk * d.dv;
+  // Every gradient is written: zero the buffers the per-head loop adds into (q and k sum over
+  // the value heads of a group, scalar coefficients over their channels).
+  zero_grad(grad_q, d.B * d.T * d.H * d.dk);
+  zero_grad(grad_k, d.B * d.T * d.H * d.dk);
+  zero_grad(grad_v, d.B * d.T * d.HV * d.dv);
+  if (d.gate != DeltaGate::None) zero_grad(grad_g, coef_numel(d.gate == DeltaGate::Vector, d, d.dk));
+  zero_grad(grad_b, coef_numel(d.erase_vector, d, d.dk));
+  zero_grad(grad_w, coef_numel(d.write_vector, d, d.dv));
   for (int64_t bi = 0; bi < d.B; bi++)
     for (int64_t j = 0; j < d.HV; j++) {
       HeadInputs<T> x = load_head(in, d, bi, j);
       Mat<T> dO = load_rows(d_o, d, bi, j, d.HV, d.dv);                      // (T, dv)
       Mat<T> dU = load_rows(d_residual, d, bi, j, d.HV, d.dv);               // (T, dv)
-      Mat<T> dS = Eigen::Map<const Mat<T>>(d_final_state + (bi * d.HV + j) * state, d.dk, d.dv);
+      Mat<T> dS = d_final_state                                              // (dk, dv)
+                      ? Mat<T>(Eigen::Map<const Mat<T>>(d_final_state + (bi * d.HV + j) * state, d.dk, d.dv))
+                      : Mat<T>(Mat<T>::Zero(d.dk, d.dv));
       HeadGrads<T> gr = d.chunk_size > 0 ? chunk_backward(x, scale, d.chunk_size, dO, dU, dS)
                                          : recurrent_backward(x, scale, dO, dU, dS);
       const int64_t h = j / (d.HV / d.H);
@@ -448,7 +471,7 @@ void delta_rule_backward(T* grad_q, T* grad_k, T* grad_v, T* grad_g, T* grad_b, 
       if (d.gate != DeltaGate::None) add_coef_grad(grad_g, gr.g, d.gate == DeltaGate::Vector, d, bi, j, d.dk);
       add_coef_grad(grad_b, gr.b, d.erase_vector, d, bi, j, d.dk);
       add_coef_grad(grad_w, gr.w, d.write_vector, d, bi, j, d.dv);
-      if (grad_h0) Eigen::Map<Mat<T>>(grad_h0 + (bi * d.HV + j) * state, d.dk, d.dv) += gr.h0;
+      if (grad_h0) Eigen::Map<Mat<T>>(grad_h0 + (bi * d.HV + j) * state, d.dk, d.dv) = gr.h0;
     }
 }
 
@@ -484,14 +507,13 @@ bool coef_is_vector(const Var& x, const char* name, int64_t B, int64_t T, int64_
        width, ") = ", shape_str({B, T, HV, width}), ", got ", shape_str(s));
 }
 
-cpu::DeltaRuleDims check_inputs(const Var& q, const Var& k, const Var& v, const Var& g,
-                                const Var& b, const Var& w, const Var& h0,
-                                const DeltaRuleOptions& opt) {
+DeltaRuleDims check_inputs(const Var& q, const Var& k, const Var& v, const Var& g, const Var& b, const Var& w,
+                           const Var& h0, const DeltaRuleOptions& opt) {
   HLA_CHECK(q.defined() && k.defined() && v.defined() && b.defined(),
             "delta_rule: q, k, v and b (beta) are required");
   HLA_CHECK(q.dim() == 4, "delta_rule: q must be (B, T, H, dk), got ", q.value().str());
   check_shape(k.value(), q.shape(), "delta_rule", "k");
-  cpu::DeltaRuleDims d{};
+  DeltaRuleDims d{};
   d.B = q.size(0), d.T = q.size(1), d.H = q.size(2), d.dk = q.size(3);
   HLA_CHECK(v.dim() == 4 && v.size(0) == d.B && v.size(1) == d.T,
             "delta_rule: v must be (B, T, HV, dv) with B, T of q ", q.value().str(), ", got ",
@@ -499,9 +521,9 @@ cpu::DeltaRuleDims check_inputs(const Var& q, const Var& k, const Var& v, const 
   d.HV = v.size(2), d.dv = v.size(3);
   HLA_CHECK(d.HV % d.H == 0, "delta_rule: value heads HV = ", d.HV,
             " must be a multiple of query/key heads H = ", d.H);
-  d.gate = !g.defined() ? cpu::DeltaGate::None
-           : coef_is_vector(g, "g", d.B, d.T, d.HV, d.dk) ? cpu::DeltaGate::Vector
-                                                          : cpu::DeltaGate::Scalar;
+  d.gate = !g.defined() ? DeltaGate::None
+           : coef_is_vector(g, "g", d.B, d.T, d.HV, d.dk) ? DeltaGate::Vector
+                                                          : DeltaGate::Scalar;
   d.erase_vector = coef_is_vector(b, "b", d.B, d.T, d.HV, d.dk);
   if (w.defined()) {
     d.write_vector = coef_is_vector(w, "w", d.B, d.T, d.HV, d.dv);
@@ -514,56 +536,99 @@ cpu::DeltaRuleDims check_inputs(const Var& q, const Var& k, const Var& v, const 
   const std::pair<const Var*, const char*> others[] = {{&k, "k"}, {&v, "v"}, {&g, "g"}, {&b, "b"},
                                                        {&w, "w"}, {&h0, "initial_state"}};
   for (const auto& [x, name] : others)
-    if (x->defined()) check_dtype(x->value(), q.dtype(), "delta_rule", name);
+    if (x->defined()) {
+      check_dtype(x->value(), q.dtype(), "delta_rule", name);
+      HLA_CHECK(x->device() == q.device(), "delta_rule: ", name, " ", x->value().str(),
+                " must be on the device of q ", q.value().str());
+    }
   HLA_CHECK(opt.chunk_size >= 0, "delta_rule: chunk_size must be >= 0, got ", opt.chunk_size);
   d.scale = opt.scale != 0 ? opt.scale : 1.0 / std::sqrt(static_cast<double>(d.dk));
   d.chunk_size = opt.chunk_size;
+  d.state_dtype = accum_dtype(q.value());
   return d;
 }
 
-Tensor zeros_like_or_none(const Var& x) {
-  return x.defined() ? Tensor::zeros(x.shape(), x.dtype()) : Tensor();
+// Whether a backward can follow (what record_op will decide).
+bool graph_needs_grad(std::initializer_list<const Var*> inputs) {
+  bool any = false;
+  for (const Var* x : inputs) any = any || x->requires_grad();
+  return any && grad_enabled();
+}
+
+// The device's kernels: cuda::delta_rule_* for GPU tensors, cpu::delta_rule_* otherwise. States
+// in d.state_dtype. u_f32: the GPU forward's fp32 copy of u, which the GPU backward reads
+// (undefined on the CPU, whose backward replays the forward, and when no backward follows).
+void delta_rule_forward(Tensor& o, Tensor& final_state, Tensor& residual, const Tensor& q, const Tensor& k,
+                        const Tensor& v, const Tensor& g, const Tensor& b, const Tensor& w, const Tensor& h0,
+                        const DeltaRuleDims& d, Tensor& u_f32) {
+#ifdef HLA_CUDA
+  if (q.is_cuda())
+    return cuda::delta_rule_forward(o.raw(), final_state.data<float>(), residual.raw(), q.raw(), k.raw(), v.raw(),
+                                    raw_or_null(g), b.raw(), w.raw(), data_or_null<float>(h0), d,
+                                    data_or_null<float>(u_f32), q.dtype());
+#endif
+  dispatch_float(q.dtype(), "delta_rule", [&](auto tag) {
+    using T = decltype(tag);
+    cpu::delta_rule_forward(o.data<T>(), final_state.data<T>(), residual.data<T>(), q.data<T>(), k.data<T>(),
+                            v.data<T>(), data_or_null<T>(g), b.data<T>(), w.data<T>(), data_or_null<T>(h0), d);
+  });
+}
+
+void delta_rule_backward(Tensor& grad_q, Tensor& grad_k, Tensor& grad_v, Tensor& grad_g, Tensor& grad_b,
+                         Tensor& grad_w, Tensor& grad_h0, const Tensor& d_o, const Tensor& d_final_state,
+                         const Tensor& d_residual, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                         const Tensor& b, const Tensor& w, const Tensor& h0, const DeltaRuleDims& d,
+                         const Tensor& u_f32) {
+#ifdef HLA_CUDA
+  if (q.is_cuda())
+    return cuda::delta_rule_backward(grad_q.raw(), grad_k.raw(), grad_v.raw(), raw_or_null(grad_g), grad_b.raw(),
+                                     grad_w.raw(), data_or_null<float>(grad_h0), d_o.raw(),
+                                     d_final_state.data<float>(), d_residual.raw(), q.raw(), k.raw(), v.raw(),
+                                     raw_or_null(g), b.raw(), w.raw(), data_or_null<float>(h0), d,
+                                     u_f32.data<float>(), q.dtype());
+#endif
+  dispatch_float(q.dtype(), "delta_rule", [&](auto tag) {
+    using T = decltype(tag);
+    cpu::delta_rule_backward(grad_q.data<T>(), grad_k.data<T>(), grad_v.data<T>(), data_or_null<T>(grad_g),
+                             grad_b.data<T>(), grad_w.data<T>(), data_or_null<T>(grad_h0), d_o.data<T>(),
+                             d_final_state.data<T>(), d_residual.data<T>(), q.data<T>(), k.data<T>(), v.data<T>(),
+                             data_or_null<T>(g), b.data<T>(), w.data<T>(), data_or_null<T>(h0), d);
+  });
 }
 
 }  // namespace
 
 DeltaRuleOutputs delta_rule(const Var& q, const Var& k, const Var& v, const Var& g, const Var& b,
                             const Var& w, const Var& initial_state, const DeltaRuleOptions& options) {
-  const cpu::DeltaRuleDims d = check_inputs(q, k, v, g, b, w, initial_state, options);
-  if (q.value().is_cuda()) return delta_rule_cuda(q, k, v, g, b, w, initial_state, d);
+  const DeltaRuleDims d = check_inputs(q, k, v, g, b, w, initial_state, options);
   const bool tied = !w.defined();  // w = b: the kernel reads beta twice, its gradient is the sum
+  const DType dt = q.dtype();
+  const Device dev = q.device();
   Tensor qv = q.value(), kv = k.value(), vv = v.value(), bv = b.value();
   Tensor gv = g.defined() ? g.value() : Tensor();
   Tensor wv = tied ? bv : w.value();
-  Tensor h0 = initial_state.defined() ? initial_state.value() : Tensor();
-  const DType dt = qv.dtype();
-  Tensor o = Tensor::empty({d.B, d.T, d.HV, d.dv}, dt);
-  Tensor final_state = Tensor::empty({d.B, d.HV, d.dk, d.dv}, dt);
-  Tensor residual = Tensor::empty({d.B, d.T, d.HV, d.dv}, dt);
-  dispatch_float(dt, "delta_rule", [&](auto tag) {
-    using T = decltype(tag);
-    cpu::delta_rule_forward(o.data<T>(), final_state.data<T>(), residual.data<T>(), qv.data<T>(),
-                            kv.data<T>(), vv.data<T>(), data_or_null<T>(gv), bv.data<T>(),
-                            wv.data<T>(), data_or_null<T>(h0), d);
-  });
+  Tensor h0 = initial_state.defined() ? initial_state.value().to(d.state_dtype) : Tensor();
+  Tensor o = Tensor::empty({d.B, d.T, d.HV, d.dv}, dt, dev);                     // o: (B, T, HV, dv)
+  Tensor final_state = Tensor::empty({d.B, d.HV, d.dk, d.dv}, d.state_dtype, dev);  // S_T: (B, HV, dk, dv)
+  Tensor residual = Tensor::empty({d.B, d.T, d.HV, d.dv}, dt, dev);              // u: (B, T, HV, dv)
+  Tensor u_f32 = qv.is_cuda() && graph_needs_grad({&q, &k, &v, &g, &b, &w, &initial_state})
+                     ? Tensor::empty(o.shape(), DType::F32, dev)
+                     : Tensor();
+  delta_rule_forward(o, final_state, residual, qv, kv, vv, gv, bv, wv, h0, d, u_f32);
   auto backward = [=](const std::vector<Tensor>& grads) {
-    Tensor dq = Tensor::zeros(qv.shape(), dt), dk = Tensor::zeros(kv.shape(), dt);
-    Tensor dv = Tensor::zeros(vv.shape(), dt);
-    Tensor dg = zeros_like_or_none(g), dh0 = zeros_like_or_none(initial_state);
-    Tensor db = Tensor::zeros(bv.shape(), dt), dw = Tensor::zeros(wv.shape(), dt);
-    dispatch_float(dt, "delta_rule", [&](auto tag) {
-      using T = decltype(tag);
-      cpu::delta_rule_backward(dq.data<T>(), dk.data<T>(), dv.data<T>(), data_or_null<T>(dg),
-                               db.data<T>(), dw.data<T>(), data_or_null<T>(dh0), grads[0].data<T>(),
-                               grads[1].data<T>(), grads[2].data<T>(), qv.data<T>(), kv.data<T>(),
-                               vv.data<T>(), data_or_null<T>(gv), bv.data<T>(), wv.data<T>(),
-                               data_or_null<T>(h0), d);
-    });
+    Tensor dq = Tensor::empty(qv.shape(), dt, dev), dk = Tensor::empty(kv.shape(), dt, dev);
+    Tensor dv = Tensor::empty(vv.shape(), dt, dev);
+    Tensor dg = gv.defined() ? Tensor::empty(gv.shape(), dt, dev) : Tensor();
+    Tensor db = Tensor::empty(bv.shape(), dt, dev), dw = Tensor::empty(wv.shape(), dt, dev);
+    Tensor dh0 = h0.defined() ? Tensor::empty(h0.shape(), d.state_dtype, dev) : Tensor();
+    delta_rule_backward(dq, dk, dv, dg, db, dw, dh0, grads[0], grads[1].to(d.state_dtype), grads[2], qv, kv, vv, gv,
+                        bv, wv, h0, d, u_f32);
     if (tied) {
       add_(db, dw);  // beta is both the erase and the write gate
       dw = Tensor();
     }
-    return std::vector<Tensor>{dq, dk, dv, dg, db, dw, dh0};
+    // dh0 back in the initial state's dtype
+    return std::vector<Tensor>{dq, dk, dv, dg, db, dw, dh0.defined() ? dh0.to(dt) : Tensor()};
   };
   std::vector<Var> outs = record_op({o, final_state, residual}, {q, k, v, g, b, w, initial_state},
                                     backward, "delta_rule");

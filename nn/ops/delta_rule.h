@@ -19,8 +19,14 @@
 // Besides o and the final state the op returns u_t, the per-token delta-rule error that
 // cross-layer error routing (CLER / CLER-H, papers.md 3.5) routes: for DeltaNet/GDN it is
 // beta_t (v_t - S'_t^T k_t), fla's v_new.
+//
+// Gradient buffers, on both devices: the backward WRITES every element of every buffer it is
+// given (callers pass uninitialised buffers); a null grad_g (no gate) or grad_h0 means "not
+// wanted". Every buffer is its own: with w = b (DeltaNet, GDN, KDA) the caller passes b twice as
+// an input and gets grad_b and grad_w separately, then sums them.
 #pragma once
 #include "autograd/var.h"
+#include "nn/ops/delta_rule_dims.h"
 
 namespace hla {
 
@@ -31,7 +37,7 @@ struct DeltaRuleOptions {
 
 struct DeltaRuleOutputs {
   Var o;            // (B, T, HV, dv)
-  Var final_state;  // (B, HV, dk, dv)  S_T
+  Var final_state;  // (B, HV, dk, dv)  S_T, in DeltaRuleDims::state_dtype (fp32 on the GPU)
   Var residual;     // (B, T, HV, dv)   u_t = w_t * v_t - S'_t^T (b_t * k_t)
 };
 
@@ -40,23 +46,13 @@ struct DeltaRuleOutputs {
 // b: (B, T, HV) scalar beta or (B, T, HV, dk) erase gate
 // w: undefined (w = b, which must then be a scalar beta), (B, T, HV) or (B, T, HV, dv) write gate
 // initial_state: undefined (zeros) or (B, HV, dk, dv)
-// All inputs F32 or F64 of one dtype; gradients flow to every defined input.
+// All inputs of one dtype (CPU: F32 or F64; GPU: F32 or BF16) on one device; gradients flow to
+// every defined input.
 DeltaRuleOutputs delta_rule(const Var& q, const Var& k, const Var& v, const Var& g, const Var& b,
                             const Var& w, const Var& initial_state,
                             const DeltaRuleOptions& options = {});
 
 namespace cpu {
-
-enum class DeltaGate { None, Scalar, Vector };
-
-struct DeltaRuleDims {
-  int64_t B, T, H, HV, dk, dv;
-  DeltaGate gate;       // g: absent, (B, T, HV) or (B, T, HV, dk)
-  bool erase_vector;    // b: (B, T, HV, dk) when true, else (B, T, HV)
-  bool write_vector;    // w: (B, T, HV, dv) when true, else (B, T, HV)
-  double scale;
-  int64_t chunk_size;   // 0: token recurrence; C > 0: chunked WY form
-};
 
 // o, residual: (B, T, HV, dv);  final_state, h0: (B, HV, dk, dv), h0 null = zeros.
 // q, k: (B, T, H, dk);  v: (B, T, HV, dv);  g, b, w as in DeltaRuleDims (g null when absent).
@@ -64,9 +60,9 @@ template <class T>
 void delta_rule_forward(T* o, T* final_state, T* residual, const T* q, const T* k, const T* v,
                         const T* g, const T* b, const T* w, const T* h0, const DeltaRuleDims& d);
 
-// Gradients have the shapes of their inputs and are ADDED to (callers pass zeroed buffers);
-// grad_g and grad_h0 may be null (not computed). d_o, d_residual: (B, T, HV, dv);
-// d_final_state: (B, HV, dk, dv).
+// Gradients have the shapes of their inputs and are WRITTEN; grad_g and grad_h0 may be null
+// (not wanted). d_o, d_residual: (B, T, HV, dv); d_final_state: (B, HV, dk, dv), null = no
+// gradient on the final state.
 template <class T>
 void delta_rule_backward(T* grad_q, T* grad_k, T* grad_v, T* grad_g, T* grad_b, T* grad_w,
                          T* grad_h0, const T* d_o, const T* d_final_state, const T* d_residual,

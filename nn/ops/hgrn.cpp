@@ -11,14 +11,17 @@
 #include <cmath>
 
 #include "autograd/gradcheck.h"
-#include "nn/recurrence_cuda.h"
 #include "tensor/dispatch.h"
+#ifdef HLA_CUDA
+#include "cuda/hgrn.h"
+#endif
 
 namespace hla {
 namespace cpu {
 
 template <class Real>
-void hgrn_forward(Real* o, Real* ht, const Real* x, const Real* g, const Real* h0, int64_t B, int64_t T, int64_t D) {
+void hgrn_forward(Real* o, Real* ht, const Real* x, const Real* g, const Real* h0, const HgrnDims& dims) {
+  const int64_t B = dims.B, T = dims.T, D = dims.D;
   for (int64_t b = 0; b < B; b++)
     for (int64_t d = 0; d < D; d++) {
       Real h = h0 ? h0[b * D + d] : Real(0);  // h_0
@@ -33,7 +36,8 @@ void hgrn_forward(Real* o, Real* ht, const Real* x, const Real* g, const Real* h
 
 template <class Real>
 void hgrn_backward(Real* dx, Real* dg, Real* dh0, const Real* dout, const Real* dht, const Real* g, const Real* h0,
-                   const Real* o, int64_t B, int64_t T, int64_t D) {
+                   const Real* o, const HgrnDims& dims) {
+  const int64_t B = dims.B, T = dims.T, D = dims.D;
   for (int64_t b = 0; b < B; b++)
     for (int64_t d = 0; d < D; d++) {
       Real dh = dht ? dht[b * D + d] : Real(0);  // dL/dh_T from the final state
@@ -50,15 +54,44 @@ void hgrn_backward(Real* dx, Real* dg, Real* dh0, const Real* dout, const Real* 
     }
 }
 
-template void hgrn_forward<float>(float*, float*, const float*, const float*, const float*, int64_t, int64_t, int64_t);
-template void hgrn_forward<double>(double*, double*, const double*, const double*, const double*, int64_t, int64_t,
-                                   int64_t);
+template void hgrn_forward<float>(float*, float*, const float*, const float*, const float*, const HgrnDims&);
+template void hgrn_forward<double>(double*, double*, const double*, const double*, const double*, const HgrnDims&);
 template void hgrn_backward<float>(float*, float*, float*, const float*, const float*, const float*, const float*,
-                                   const float*, int64_t, int64_t, int64_t);
+                                   const float*, const HgrnDims&);
 template void hgrn_backward<double>(double*, double*, double*, const double*, const double*, const double*,
-                                    const double*, const double*, int64_t, int64_t, int64_t);
+                                    const double*, const double*, const HgrnDims&);
 
 }  // namespace cpu
+
+namespace {
+
+// The device's kernels: cuda::hgrn_* for GPU tensors, cpu::hgrn_* otherwise. States in d.state_dtype.
+void hgrn_forward(Tensor& o, Tensor& ht, const Tensor& x, const Tensor& g, const Tensor& h0, const HgrnDims& d) {
+#ifdef HLA_CUDA
+  if (x.is_cuda())
+    return cuda::hgrn_forward(o.raw(), ht.data<float>(), x.raw(), g.raw(), data_or_null<float>(h0), d, x.dtype());
+#endif
+  dispatch_float(x.dtype(), "hgrn", [&](auto tag) {
+    using Real = decltype(tag);
+    cpu::hgrn_forward(o.data<Real>(), ht.data<Real>(), x.data<Real>(), g.data<Real>(), data_or_null<Real>(h0), d);
+  });
+}
+
+void hgrn_backward(Tensor& dx, Tensor& dg, Tensor& dh0, const Tensor& dout, const Tensor& dht, const Tensor& g,
+                   const Tensor& h0, const Tensor& o, const HgrnDims& d) {
+#ifdef HLA_CUDA
+  if (g.is_cuda())
+    return cuda::hgrn_backward(dx.raw(), dg.raw(), data_or_null<float>(dh0), dout.raw(), dht.data<float>(), g.raw(),
+                               data_or_null<float>(h0), o.raw(), d, g.dtype());
+#endif
+  dispatch_float(g.dtype(), "hgrn", [&](auto tag) {
+    using Real = decltype(tag);
+    cpu::hgrn_backward(dx.data<Real>(), dg.data<Real>(), data_or_null<Real>(dh0), dout.data<Real>(), dht.data<Real>(),
+                       g.data<Real>(), data_or_null<Real>(h0), o.data<Real>(), d);
+  });
+}
+
+}  // namespace
 
 HgrnOutput hgrn(const Var& x, const Var& g, const Var& initial_state) {
   HLA_CHECK(x.dim() == 3, "hgrn: x must be (B, T, D), got ", x.value().str());
@@ -69,29 +102,25 @@ HgrnOutput hgrn(const Var& x, const Var& g, const Var& initial_state) {
   if (has_h0) {
     check_shape(initial_state.value(), {B, D}, "hgrn", "initial_state");
     check_dtype(initial_state.value(), x.dtype(), "hgrn", "initial_state");
+    HLA_CHECK(initial_state.device() == x.device(), "hgrn: initial_state ", initial_state.value().str(),
+              " must be on the device of x ", x.value().str());
   }
-  if (x.value().is_cuda()) return hgrn_cuda(x, g, initial_state);
+  const HgrnDims d{B, T, D, accum_dtype(x.value())};
+  const DType dt = x.dtype();
+  const Device dev = x.device();
   Tensor xv = x.value(), gv = g.value();
-  Tensor h0 = has_h0 ? initial_state.value() : Tensor();
-  Tensor o = Tensor::empty({B, T, D}, xv.dtype());  // o: (B, T, D)
-  Tensor ht = Tensor::empty({B, D}, xv.dtype());    // ht: (B, D)
-  dispatch_float(xv.dtype(), "hgrn", [&](auto tag) {
-    using Real = decltype(tag);
-    cpu::hgrn_forward(o.data<Real>(), ht.data<Real>(), xv.data<Real>(), gv.data<Real>(),
-                      has_h0 ? h0.data<Real>() : nullptr, B, T, D);
-  });
-  std::vector<Var> outs = record_op({o, ht}, {x, g, initial_state}, [=](const std::vector<Tensor>& grads) {
-    Tensor dx = Tensor::empty({B, T, D}, xv.dtype());
-    Tensor dg = Tensor::empty({B, T, D}, xv.dtype());
-    Tensor dh0 = has_h0 ? Tensor::empty({B, D}, xv.dtype()) : Tensor();
-    dispatch_float(xv.dtype(), "hgrn", [&](auto tag) {
-      using Real = decltype(tag);
-      cpu::hgrn_backward(dx.data<Real>(), dg.data<Real>(), has_h0 ? dh0.data<Real>() : nullptr,
-                         grads[0].data<Real>(), grads[1].data<Real>(), gv.data<Real>(),
-                         has_h0 ? h0.data<Real>() : nullptr, o.data<Real>(), B, T, D);
-    });
-    return std::vector<Tensor>{dx, dg, dh0};
-  }, "hgrn");
+  Tensor h0 = has_h0 ? initial_state.value().to(d.state_dtype) : Tensor();
+  Tensor o = Tensor::empty({B, T, D}, dt, dev);             // o: (B, T, D)
+  Tensor ht = Tensor::empty({B, D}, d.state_dtype, dev);    // ht: (B, D)
+  hgrn_forward(o, ht, xv, gv, h0, d);
+  auto backward = [=](const std::vector<Tensor>& grads) {
+    Tensor dx = Tensor::empty({B, T, D}, dt, dev), dg = Tensor::empty({B, T, D}, dt, dev);
+    Tensor dh0 = has_h0 ? Tensor::empty({B, D}, d.state_dtype, dev) : Tensor();
+    hgrn_backward(dx, dg, dh0, grads[0], grads[1].to(d.state_dtype), gv, h0, o, d);
+    // dh0 back in the initial state's dtype
+    return std::vector<Tensor>{dx, dg, has_h0 ? dh0.to(dt) : Tensor()};
+  };
+  std::vector<Var> outs = record_op({o, ht}, {x, g, initial_state}, backward, "hgrn");
   return {outs[0], outs[1]};
 }
 

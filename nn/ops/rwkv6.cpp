@@ -18,8 +18,10 @@
 
 #include "autograd/gradcheck.h"
 #include "nn/ops/chunk_util.h"
-#include "nn/recurrence_cuda.h"
 #include "tensor/dispatch.h"
+#ifdef HLA_CUDA
+#include "cuda/rwkv6.h"
+#endif
 
 namespace hla {
 namespace cpu {
@@ -72,14 +74,14 @@ HeadGrads<Real> recurrent_backward(const Head<Real>& x, const Mat<Real>& d_o, co
 
 template <class Real>
 Head<Real> gather_rwkv_head(const Real* r, const Real* k, const Real* v, const Real* w, const Real* u,
-                            const Real* h0, int64_t b, int64_t h, int64_t T, int64_t H, int64_t dk, int64_t dv) {
+                            const Real* h0, int64_t b, int64_t h, const Rwkv6Dims& d) {
   Head<Real> x;
-  x.q = decay_chunk::gather_head(r, b, h, T, H, dk);
-  x.k = decay_chunk::gather_head(k, b, h, T, H, dk);
-  x.v = decay_chunk::gather_head(v, b, h, T, H, dv);
-  x.g = decay_chunk::gather_head(w, b, h, T, H, dk);
-  x.bonus = Eigen::Map<const Row<Real>>(u + h * dk, dk);
-  x.s0 = decay_chunk::gather_state(h0, b, h, H, dk, dv);
+  x.q = decay_chunk::gather_head(r, b, h, d.T, d.H, d.dk);
+  x.k = decay_chunk::gather_head(k, b, h, d.T, d.H, d.dk);
+  x.v = decay_chunk::gather_head(v, b, h, d.T, d.H, d.dv);
+  x.g = decay_chunk::gather_head(w, b, h, d.T, d.H, d.dk);
+  x.bonus = Eigen::Map<const Row<Real>>(u + h * d.dk, d.dk);
+  x.s0 = decay_chunk::gather_state(h0, b, h, d.H, d.dk, d.dv);
   return x;
 }
 
@@ -87,61 +89,95 @@ Head<Real> gather_rwkv_head(const Real* r, const Real* k, const Real* v, const R
 
 template <class Real>
 void rwkv6_forward(Real* o, Real* ht, const Real* r, const Real* k, const Real* v, const Real* w, const Real* u,
-                   const Real* h0, int64_t B, int64_t T, int64_t H, int64_t dk, int64_t dv, double scale,
-                   int64_t chunk_size) {
-  std::fill(o, o + B * T * H * dv, Real(0));
-  for (int64_t b = 0; b < B; b++)
-    for (int64_t h = 0; h < H; h++) {
-      const Head<Real> x = gather_rwkv_head(r, k, v, w, u, h0, b, h, T, H, dk, dv);
+                   const Real* h0, const Rwkv6Dims& d) {
+  std::fill(o, o + d.B * d.T * d.H * d.dv, Real(0));
+  for (int64_t b = 0; b < d.B; b++)
+    for (int64_t h = 0; h < d.H; h++) {
+      const Head<Real> x = gather_rwkv_head(r, k, v, w, u, h0, b, h, d);
       Mat<Real> o_head, s_final;  // (T, dv), (dk, dv)
-      if (chunk_size == 0)
-        recurrent_forward(o_head, s_final, x, Real(scale));
+      if (d.chunk_size == 0)
+        recurrent_forward(o_head, s_final, x, Real(d.scale));
       else
-        decay_chunk::forward<Real, true>(o_head, s_final, x, Real(scale), chunk_size,
+        decay_chunk::forward<Real, true>(o_head, s_final, x, Real(d.scale), d.chunk_size,
                                          decay_chunk::ReadAt::before_update);
-      decay_chunk::scatter_head_add(o, o_head, b, h, H);
-      decay_chunk::scatter_state(ht, s_final, b, h, H);
+      decay_chunk::scatter_head_add(o, o_head, b, h, d.H);
+      decay_chunk::scatter_state(ht, s_final, b, h, d.H);
     }
 }
 
 template <class Real>
 void rwkv6_backward(Real* grad_r, Real* grad_k, Real* grad_v, Real* grad_w, Real* grad_u, Real* grad_h0,
                     const Real* grad_o, const Real* grad_ht, const Real* r, const Real* k, const Real* v,
-                    const Real* w, const Real* u, const Real* h0, int64_t B, int64_t T, int64_t H, int64_t dk,
-                    int64_t dv, double scale, int64_t chunk_size) {
-  for (Real* grad : {grad_r, grad_k, grad_w}) std::fill(grad, grad + B * T * H * dk, Real(0));
-  std::fill(grad_v, grad_v + B * T * H * dv, Real(0));
-  std::fill(grad_u, grad_u + H * dk, Real(0));
-  for (int64_t b = 0; b < B; b++)
-    for (int64_t h = 0; h < H; h++) {
-      const Head<Real> x = gather_rwkv_head(r, k, v, w, u, h0, b, h, T, H, dk, dv);
-      const Mat<Real> d_o = decay_chunk::gather_head(grad_o, b, h, T, H, dv);          // (T, dv)
-      const Mat<Real> ds_final = decay_chunk::gather_state(grad_ht, b, h, H, dk, dv);  // (dk, dv)
-      const HeadGrads<Real> d =
-          chunk_size == 0 ? recurrent_backward(x, d_o, ds_final, Real(scale))
-                          : decay_chunk::backward<Real, true>(x, d_o, ds_final, Real(scale), chunk_size,
-                                                              decay_chunk::ReadAt::before_update);
-      decay_chunk::scatter_head_add(grad_r, d.dq, b, h, H);
-      decay_chunk::scatter_head_add(grad_k, d.dk, b, h, H);
-      decay_chunk::scatter_head_add(grad_v, d.dv, b, h, H);
-      decay_chunk::scatter_head_add(grad_w, d.dg, b, h, H);
-      Eigen::Map<Row<Real>>(grad_u + h * dk, dk) += d.dbonus;  // u is shared by the batch
-      if (grad_h0) decay_chunk::scatter_state(grad_h0, d.ds0, b, h, H);
+                    const Real* w, const Real* u, const Real* h0, const Rwkv6Dims& d) {
+  for (Real* grad : {grad_r, grad_k, grad_w}) std::fill(grad, grad + d.B * d.T * d.H * d.dk, Real(0));
+  std::fill(grad_v, grad_v + d.B * d.T * d.H * d.dv, Real(0));
+  std::fill(grad_u, grad_u + d.H * d.dk, Real(0));
+  for (int64_t b = 0; b < d.B; b++)
+    for (int64_t h = 0; h < d.H; h++) {
+      const Head<Real> x = gather_rwkv_head(r, k, v, w, u, h0, b, h, d);
+      const Mat<Real> d_o = decay_chunk::gather_head(grad_o, b, h, d.T, d.H, d.dv);            // (T, dv)
+      const Mat<Real> ds_final = decay_chunk::gather_state(grad_ht, b, h, d.H, d.dk, d.dv);  // (dk, dv)
+      const HeadGrads<Real> dx =
+          d.chunk_size == 0 ? recurrent_backward(x, d_o, ds_final, Real(d.scale))
+                            : decay_chunk::backward<Real, true>(x, d_o, ds_final, Real(d.scale), d.chunk_size,
+                                                                decay_chunk::ReadAt::before_update);
+      decay_chunk::scatter_head_add(grad_r, dx.dq, b, h, d.H);
+      decay_chunk::scatter_head_add(grad_k, dx.dk, b, h, d.H);
+      decay_chunk::scatter_head_add(grad_v, dx.dv, b, h, d.H);
+      decay_chunk::scatter_head_add(grad_w, dx.dg, b, h, d.H);
+      Eigen::Map<Row<Real>>(grad_u + h * d.dk, d.dk) += dx.dbonus;  // u is shared by the batch
+      if (grad_h0) decay_chunk::scatter_state(grad_h0, dx.ds0, b, h, d.H);
     }
 }
 
 #define HLA_RWKV6_INSTANTIATE(Real)                                                                            \
   template void rwkv6_forward<Real>(Real*, Real*, const Real*, const Real*, const Real*, const Real*,          \
-                                    const Real*, const Real*, int64_t, int64_t, int64_t, int64_t, int64_t,     \
-                                    double, int64_t);                                                          \
+                                    const Real*, const Real*, const Rwkv6Dims&);                               \
   template void rwkv6_backward<Real>(Real*, Real*, Real*, Real*, Real*, Real*, const Real*, const Real*,        \
                                      const Real*, const Real*, const Real*, const Real*, const Real*,          \
-                                     const Real*, int64_t, int64_t, int64_t, int64_t, int64_t, double, int64_t);
+                                     const Real*, const Rwkv6Dims&);
 HLA_RWKV6_INSTANTIATE(float)
 HLA_RWKV6_INSTANTIATE(double)
 #undef HLA_RWKV6_INSTANTIATE
 
 }  // namespace cpu
+
+namespace {
+
+// The device's kernels: cuda::rwkv6_* for GPU tensors, cpu::rwkv6_* otherwise. States in d.state_dtype.
+void rwkv6_forward(Tensor& o, Tensor& ht, const Tensor& r, const Tensor& k, const Tensor& v, const Tensor& w,
+                   const Tensor& u, const Tensor& h0, const Rwkv6Dims& d) {
+#ifdef HLA_CUDA
+  if (r.is_cuda())
+    return cuda::rwkv6_forward(o.raw(), ht.data<float>(), r.raw(), k.raw(), v.raw(), w.raw(), u.raw(),
+                               data_or_null<float>(h0), d, r.dtype());
+#endif
+  dispatch_float(r.dtype(), "rwkv6", [&](auto tag) {
+    using Real = decltype(tag);
+    cpu::rwkv6_forward(o.data<Real>(), ht.data<Real>(), r.data<Real>(), k.data<Real>(), v.data<Real>(),
+                       w.data<Real>(), u.data<Real>(), data_or_null<Real>(h0), d);
+  });
+}
+
+void rwkv6_backward(Tensor& grad_r, Tensor& grad_k, Tensor& grad_v, Tensor& grad_w, Tensor& grad_u, Tensor& grad_h0,
+                    const Tensor& grad_o, const Tensor& grad_ht, const Tensor& r, const Tensor& k, const Tensor& v,
+                    const Tensor& w, const Tensor& u, const Tensor& h0, const Rwkv6Dims& d) {
+#ifdef HLA_CUDA
+  if (r.is_cuda())
+    return cuda::rwkv6_backward(grad_r.raw(), grad_k.raw(), grad_v.raw(), grad_w.raw(), grad_u.raw(),
+                                data_or_null<float>(grad_h0), grad_o.raw(), grad_ht.data<float>(), r.raw(), k.raw(),
+                                v.raw(), w.raw(), u.raw(), data_or_null<float>(h0), d, r.dtype());
+#endif
+  dispatch_float(r.dtype(), "rwkv6 backward", [&](auto tag) {
+    using Real = decltype(tag);
+    cpu::rwkv6_backward(grad_r.data<Real>(), grad_k.data<Real>(), grad_v.data<Real>(), grad_w.data<Real>(),
+                        grad_u.data<Real>(), data_or_null<Real>(grad_h0), grad_o.data<Real>(), grad_ht.data<Real>(),
+                        r.data<Real>(), k.data<Real>(), v.data<Real>(), w.data<Real>(), u.data<Real>(),
+                        data_or_null<Real>(h0), d);
+  });
+}
+
+}  // namespace
 
 Rwkv6Output rwkv6(const Var& r, const Var& k, const Var& v, const Var& w, const Var& u, const Var& initial_state,
                   double scale, int64_t chunk_size) {
@@ -159,34 +195,26 @@ Rwkv6Output rwkv6(const Var& r, const Var& k, const Var& v, const Var& w, const 
   if (has_h0) {
     check_shape(initial_state.value(), {B, H, dk, dv}, op, "initial_state");
     check_dtype(initial_state.value(), r.dtype(), op, "initial_state");
+    HLA_CHECK(initial_state.device() == r.device(), "rwkv6: initial_state ", initial_state.value().str(),
+              " must be on the device of r ", r.value().str());
   }
   HLA_CHECK(chunk_size >= 0, "rwkv6: chunk_size must be >= 0 (0 = recurrent), got ", chunk_size);
-  if (r.value().is_cuda()) return rwkv6_cuda(r, k, v, w, u, initial_state, scale, chunk_size);
-
+  const Rwkv6Dims d{B, T, H, dk, dv, scale, chunk_size, accum_dtype(r.value())};
+  const DType dt = r.dtype();
+  const Device dev = r.device();
   Tensor rv = r.value(), kv = k.value(), vv = v.value(), wv = w.value(), uv = u.value();
-  Tensor h0 = has_h0 ? initial_state.value() : Tensor();
-  Tensor o = Tensor::empty({B, T, H, dv}, r.dtype());    // o: (B, T, H, dv)
-  Tensor ht = Tensor::empty({B, H, dk, dv}, r.dtype());  // ht: (B, H, dk, dv)
-  dispatch_float(r.dtype(), op, [&](auto tag) {
-    using Real = decltype(tag);
-    cpu::rwkv6_forward(o.data<Real>(), ht.data<Real>(), rv.data<Real>(), kv.data<Real>(), vv.data<Real>(),
-                       wv.data<Real>(), uv.data<Real>(), has_h0 ? h0.data<Real>() : nullptr, B, T, H, dk, dv,
-                       scale, chunk_size);
-  });
-
+  Tensor h0 = has_h0 ? initial_state.value().to(d.state_dtype) : Tensor();
+  Tensor o = Tensor::empty({B, T, H, dv}, dt, dev);                 // o: (B, T, H, dv)
+  Tensor ht = Tensor::empty({B, H, dk, dv}, d.state_dtype, dev);    // ht: (B, H, dk, dv)
+  rwkv6_forward(o, ht, rv, kv, vv, wv, uv, h0, d);
   auto backward = [=](const std::vector<Tensor>& grad_out) {
-    Tensor dr = Tensor::empty(rv.shape(), rv.dtype()), dk_ = Tensor::empty(kv.shape(), kv.dtype());
-    Tensor dv_ = Tensor::empty(vv.shape(), vv.dtype()), dw = Tensor::empty(wv.shape(), wv.dtype());
-    Tensor du = Tensor::empty(uv.shape(), uv.dtype());
-    Tensor dh0 = has_h0 ? Tensor::empty(h0.shape(), h0.dtype()) : Tensor();
-    dispatch_float(rv.dtype(), "rwkv6 backward", [&](auto tag) {
-      using Real = decltype(tag);
-      cpu::rwkv6_backward(dr.data<Real>(), dk_.data<Real>(), dv_.data<Real>(), dw.data<Real>(), du.data<Real>(),
-                          has_h0 ? dh0.data<Real>() : nullptr, grad_out[0].data<Real>(), grad_out[1].data<Real>(),
-                          rv.data<Real>(), kv.data<Real>(), vv.data<Real>(), wv.data<Real>(), uv.data<Real>(),
-                          has_h0 ? h0.data<Real>() : nullptr, B, T, H, dk, dv, scale, chunk_size);
-    });
-    return std::vector<Tensor>{dr, dk_, dv_, dw, du, dh0};
+    Tensor dr = Tensor::empty(rv.shape(), dt, dev), dk_ = Tensor::empty(kv.shape(), dt, dev);
+    Tensor dv_ = Tensor::empty(vv.shape(), dt, dev), dw = Tensor::empty(wv.shape(), dt, dev);
+    Tensor du = Tensor::empty(uv.shape(), dt, dev);
+    Tensor dh0 = has_h0 ? Tensor::empty({B, H, dk, dv}, d.state_dtype, dev) : Tensor();
+    rwkv6_backward(dr, dk_, dv_, dw, du, dh0, grad_out[0], grad_out[1].to(d.state_dtype), rv, kv, vv, wv, uv, h0, d);
+    // dh0 back in the initial state's dtype
+    return std::vector<Tensor>{dr, dk_, dv_, dw, du, has_h0 ? dh0.to(dt) : Tensor()};
   };
   std::vector<Var> outs = record_op({o, ht}, {r, k, v, w, u, initial_state}, backward, op);
   return {outs[0], outs[1]};

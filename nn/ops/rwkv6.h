@@ -9,18 +9,22 @@
 //
 // chunk_size = 0 runs the token recurrence; chunk_size > 0 the chunked algorithm of
 // nn/ops/chunk_util.h (ReadAt::before_update), which the CUDA chunk kernel follows.
+//
+// Gradient buffers, on both devices: the backward WRITES every element of every buffer it is
+// given (callers pass uninitialised buffers); a null grad_h0 means "not wanted".
 #pragma once
 #include "autograd/var.h"
+#include "nn/ops/rwkv6_dims.h"
 
 namespace hla {
 
 struct Rwkv6Output {
   Var o;            // (B, T, H, dv)
-  Var final_state;  // (B, H, dk, dv)
+  Var final_state;  // (B, H, dk, dv), in Rwkv6Dims::state_dtype (fp32 on the GPU)
 };
 
-// r, k, w: (B, T, H, dk); v: (B, T, H, dv); u: (H, dk); initial_state: (B, H, dk, dv) or
-// undefined (zeros).
+// r, k, w: (B, T, H, dk); v: (B, T, H, dv); u: (H, dk); initial_state: (B, H, dk, dv) of r's
+// dtype, or undefined (zeros).
 Rwkv6Output rwkv6(const Var& r, const Var& k, const Var& v, const Var& w, const Var& u, const Var& initial_state,
                   double scale, int64_t chunk_size = 0);
 
@@ -28,15 +32,14 @@ namespace cpu {
 // Shapes as above; o: (B, T, H, dv); h0, ht: (B, H, dk, dv), h0 null = zeros.
 template <class Real>
 void rwkv6_forward(Real* o, Real* ht, const Real* r, const Real* k, const Real* v, const Real* w, const Real* u,
-                   const Real* h0, int64_t B, int64_t T, int64_t H, int64_t dk, int64_t dv, double scale,
-                   int64_t chunk_size);
-// grad_o: (B, T, H, dv); grad_ht: (B, H, dk, dv). Writes grad_r, grad_k, grad_w (like r),
-// grad_v (like v), grad_u (H, dk) and grad_h0 (like h0; null = not wanted).
+                   const Real* h0, const Rwkv6Dims& d);
+// grad_o: (B, T, H, dv); grad_ht: (B, H, dk, dv), null = no gradient on the final state. Writes
+// grad_r, grad_k, grad_w (like r), grad_v (like v), grad_u (H, dk) and grad_h0 (like h0; null =
+// not wanted).
 template <class Real>
 void rwkv6_backward(Real* grad_r, Real* grad_k, Real* grad_v, Real* grad_w, Real* grad_u, Real* grad_h0,
                     const Real* grad_o, const Real* grad_ht, const Real* r, const Real* k, const Real* v,
-                    const Real* w, const Real* u, const Real* h0, int64_t B, int64_t T, int64_t H, int64_t dk,
-                    int64_t dv, double scale, int64_t chunk_size);
+                    const Real* w, const Real* u, const Real* h0, const Rwkv6Dims& d);
 }  // namespace cpu
 
 }  // namespace hla

@@ -1,0 +1,19 @@
+// Decay linear attention's descriptor (nn/ops/decay_attention.h): the sizes and flags
+// cpu::decay_attention_* (nn/ops/decay_attention.cpp) and cuda::decay_attention_*
+// (cuda/decay_attention.cu) both take. Knows nothing of Var.
+#pragma once
+#include <cstdint>
+
+#include "tensor/dtype.h"
+
+namespace hla {
+
+struct DecayAttentionDims {
+  int64_t B, T, H, HV, dk, dv;  // q, k: (B, T, H, dk);  v, o: (B, T, HV, dv);  states (B, HV, dk, dv)
+  bool vector_gate;             // g: (B, T, HV, dk) when true, else (B, T, HV)
+  double scale;
+  int64_t chunk_size;           // CPU: 0 = token recurrence, C > 0 = chunked; the GPU picks its own kernel
+  DType state_dtype;            // h0, ht and their gradients: fp32 on the GPU, the storage dtype on the CPU
+};
+
+}  // namespace hla

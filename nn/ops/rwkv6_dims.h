@@ -1,0 +1,17 @@
+// The RWKV-6 recurrence's descriptor (nn/ops/rwkv6.h): the sizes cpu::rwkv6_*
+// (nn/ops/rwkv6.cpp) and cuda::rwkv6_* (cuda/rwkv6.cu) both take. Knows nothing of Var.
+#pragma once
+#include <cstdint>
+
+#include "tensor/dtype.h"
+
+namespace hla {
+
+struct Rwkv6Dims {
+  int64_t B, T, H, dk, dv;  // r, k, w: (B, T, H, dk);  v, o: (B, T, H, dv);  u: (H, dk);  states (B, H, dk, dv)
+  double scale;
+  int64_t chunk_size;       // CPU: 0 = token recurrence, C > 0 = chunked; the GPU runs the recurrence
+  DType state_dtype;        // h0, ht and their gradients: fp32 on the GPU, the storage dtype on the CPU
+};
+
+}  // namespace hla
