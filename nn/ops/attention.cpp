@@ -120,9 +120,10 @@ namespace {
 // otherwise. lse in d.lse_dtype.
 void attention_forward(Tensor& o, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
                        const AttentionDims& d) {
-#ifdef HLA_CUDA
-  if (q.is_cuda()) return cuda::attention_forward(o.raw(), lse.data<float>(), q.raw(), k.raw(), v.raw(), d, q.dtype());
-#endif
+  if (q.is_cuda()) {
+    HLA_CUDA_ONLY(cuda::attention_forward(o.raw(), lse.data<float>(), q.raw(), k.raw(), v.raw(), d, q.dtype()));
+    return;
+  }
   dispatch_float(q.dtype(), "attention", [&](auto tag) {
     using Real = decltype(tag);
     cpu::attention_forward(o.data<Real>(), lse.data<Real>(), q.data<Real>(), k.data<Real>(), v.data<Real>(), d);
@@ -131,11 +132,11 @@ void attention_forward(Tensor& o, Tensor& lse, const Tensor& q, const Tensor& k,
 
 void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k,
                         const Tensor& v, const Tensor& o, const Tensor& lse, const AttentionDims& d) {
-#ifdef HLA_CUDA
-  if (q.is_cuda())
-    return cuda::attention_backward(dq.raw(), dk.raw(), dv.raw(), dout.raw(), q.raw(), k.raw(), v.raw(), o.raw(),
-                                    lse.data<float>(), d, q.dtype());
-#endif
+  if (q.is_cuda()) {
+    HLA_CUDA_ONLY(cuda::attention_backward(dq.raw(), dk.raw(), dv.raw(), dout.raw(), q.raw(), k.raw(), v.raw(), o.raw(),
+                                           lse.data<float>(), d, q.dtype()));
+    return;
+  }
   dispatch_float(q.dtype(), "attention", [&](auto tag) {
     using Real = decltype(tag);
     cpu::attention_backward(dq.data<Real>(), dk.data<Real>(), dv.data<Real>(), dout.data<Real>(), q.data<Real>(),

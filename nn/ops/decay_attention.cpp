@@ -160,11 +160,11 @@ namespace {
 // otherwise. States in d.state_dtype.
 void decay_attention_forward(Tensor& o, Tensor& ht, const Tensor& q, const Tensor& k, const Tensor& v,
                              const Tensor& g, const Tensor& h0, const DecayAttentionDims& d) {
-#ifdef HLA_CUDA
-  if (q.is_cuda())
-    return cuda::decay_attention_forward(o.raw(), ht.data<float>(), q.raw(), k.raw(), v.raw(), g.raw(),
-                                         data_or_null<float>(h0), d, q.dtype());
-#endif
+  if (q.is_cuda()) {
+    HLA_CUDA_ONLY(cuda::decay_attention_forward(o.raw(), ht.data<float>(), q.raw(), k.raw(), v.raw(), g.raw(),
+                                                data_or_null<float>(h0), d, q.dtype()));
+    return;
+  }
   dispatch_float(q.dtype(), "decay_attention", [&](auto tag) {
     using Real = decltype(tag);
     cpu::decay_attention_forward(o.data<Real>(), ht.data<Real>(), q.data<Real>(), k.data<Real>(), v.data<Real>(),
@@ -175,12 +175,13 @@ void decay_attention_forward(Tensor& o, Tensor& ht, const Tensor& q, const Tenso
 void decay_attention_backward(Tensor& grad_q, Tensor& grad_k, Tensor& grad_v, Tensor& grad_g, Tensor& grad_h0,
                               const Tensor& grad_o, const Tensor& grad_ht, const Tensor& q, const Tensor& k,
                               const Tensor& v, const Tensor& g, const Tensor& h0, const DecayAttentionDims& d) {
-#ifdef HLA_CUDA
-  if (q.is_cuda())
-    return cuda::decay_attention_backward(grad_q.raw(), grad_k.raw(), grad_v.raw(), grad_g.raw(),
-                                          data_or_null<float>(grad_h0), grad_o.raw(), grad_ht.data<float>(), q.raw(),
-                                          k.raw(), v.raw(), g.raw(), data_or_null<float>(h0), d, q.dtype());
-#endif
+  if (q.is_cuda()) {
+    HLA_CUDA_ONLY(cuda::decay_attention_backward(grad_q.raw(), grad_k.raw(), grad_v.raw(), grad_g.raw(),
+                                                 data_or_null<float>(grad_h0), grad_o.raw(), grad_ht.data<float>(),
+                                                 q.raw(), k.raw(), v.raw(), g.raw(), data_or_null<float>(h0), d,
+                                                 q.dtype()));
+    return;
+  }
   dispatch_float(q.dtype(), "decay_attention backward", [&](auto tag) {
     using Real = decltype(tag);
     cpu::decay_attention_backward(grad_q.data<Real>(), grad_k.data<Real>(), grad_v.data<Real>(), grad_g.data<Real>(),

@@ -561,12 +561,12 @@ bool graph_needs_grad(std::initializer_list<const Var*> inputs) {
 void delta_rule_forward(Tensor& o, Tensor& final_state, Tensor& residual, const Tensor& q, const Tensor& k,
                         const Tensor& v, const Tensor& g, const Tensor& b, const Tensor& w, const Tensor& h0,
                         const DeltaRuleDims& d, Tensor& u_f32) {
-#ifdef HLA_CUDA
-  if (q.is_cuda())
-    return cuda::delta_rule_forward(o.raw(), final_state.data<float>(), residual.raw(), q.raw(), k.raw(), v.raw(),
-                                    raw_or_null(g), b.raw(), w.raw(), data_or_null<float>(h0), d,
-                                    data_or_null<float>(u_f32), q.dtype());
-#endif
+  if (q.is_cuda()) {
+    HLA_CUDA_ONLY(cuda::delta_rule_forward(o.raw(), final_state.data<float>(), residual.raw(), q.raw(), k.raw(),
+                                           v.raw(), raw_or_null(g), b.raw(), w.raw(), data_or_null<float>(h0), d,
+                                           data_or_null<float>(u_f32), q.dtype()));
+    return;
+  }
   dispatch_float(q.dtype(), "delta_rule", [&](auto tag) {
     using T = decltype(tag);
     cpu::delta_rule_forward(o.data<T>(), final_state.data<T>(), residual.data<T>(), q.data<T>(), k.data<T>(),
@@ -579,14 +579,14 @@ void delta_rule_backward(Tensor& grad_q, Tensor& grad_k, Tensor& grad_v, Tensor&
                          const Tensor& d_residual, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                          const Tensor& b, const Tensor& w, const Tensor& h0, const DeltaRuleDims& d,
                          const Tensor& u_f32) {
-#ifdef HLA_CUDA
-  if (q.is_cuda())
-    return cuda::delta_rule_backward(grad_q.raw(), grad_k.raw(), grad_v.raw(), raw_or_null(grad_g), grad_b.raw(),
-                                     grad_w.raw(), data_or_null<float>(grad_h0), d_o.raw(),
-                                     d_final_state.data<float>(), d_residual.raw(), q.raw(), k.raw(), v.raw(),
-                                     raw_or_null(g), b.raw(), w.raw(), data_or_null<float>(h0), d,
-                                     u_f32.data<float>(), q.dtype());
-#endif
+  if (q.is_cuda()) {
+    HLA_CUDA_ONLY(cuda::delta_rule_backward(grad_q.raw(), grad_k.raw(), grad_v.raw(), raw_or_null(grad_g), grad_b.raw(),
+                                            grad_w.raw(), data_or_null<float>(grad_h0), d_o.raw(),
+                                            d_final_state.data<float>(), d_residual.raw(), q.raw(), k.raw(), v.raw(),
+                                            raw_or_null(g), b.raw(), w.raw(), data_or_null<float>(h0), d,
+                                            u_f32.data<float>(), q.dtype()));
+    return;
+  }
   dispatch_float(q.dtype(), "delta_rule", [&](auto tag) {
     using T = decltype(tag);
     cpu::delta_rule_backward(grad_q.data<T>(), grad_k.data<T>(), grad_v.data<T>(), data_or_null<T>(grad_g),

@@ -67,10 +67,11 @@ namespace {
 
 // The device's kernels: cuda::hgrn_* for GPU tensors, cpu::hgrn_* otherwise. States in d.state_dtype.
 void hgrn_forward(Tensor& o, Tensor& ht, const Tensor& x, const Tensor& g, const Tensor& h0, const HgrnDims& d) {
-#ifdef HLA_CUDA
-  if (x.is_cuda())
-    return cuda::hgrn_forward(o.raw(), ht.data<float>(), x.raw(), g.raw(), data_or_null<float>(h0), d, x.dtype());
-#endif
+  if (x.is_cuda()) {
+    HLA_CUDA_ONLY(
+        cuda::hgrn_forward(o.raw(), ht.data<float>(), x.raw(), g.raw(), data_or_null<float>(h0), d, x.dtype()));
+    return;
+  }
   dispatch_float(x.dtype(), "hgrn", [&](auto tag) {
     using Real = decltype(tag);
     cpu::hgrn_forward(o.data<Real>(), ht.data<Real>(), x.data<Real>(), g.data<Real>(), data_or_null<Real>(h0), d);
@@ -79,11 +80,11 @@ void hgrn_forward(Tensor& o, Tensor& ht, const Tensor& x, const Tensor& g, const
 
 void hgrn_backward(Tensor& dx, Tensor& dg, Tensor& dh0, const Tensor& dout, const Tensor& dht, const Tensor& g,
                    const Tensor& h0, const Tensor& o, const HgrnDims& d) {
-#ifdef HLA_CUDA
-  if (g.is_cuda())
-    return cuda::hgrn_backward(dx.raw(), dg.raw(), data_or_null<float>(dh0), dout.raw(), dht.data<float>(), g.raw(),
-                               data_or_null<float>(h0), o.raw(), d, g.dtype());
-#endif
+  if (g.is_cuda()) {
+    HLA_CUDA_ONLY(cuda::hgrn_backward(dx.raw(), dg.raw(), data_or_null<float>(dh0), dout.raw(), dht.data<float>(),
+                                      g.raw(), data_or_null<float>(h0), o.raw(), d, g.dtype()));
+    return;
+  }
   dispatch_float(g.dtype(), "hgrn", [&](auto tag) {
     using Real = decltype(tag);
     cpu::hgrn_backward(dx.data<Real>(), dg.data<Real>(), data_or_null<Real>(dh0), dout.data<Real>(), dht.data<Real>(),

@@ -147,11 +147,11 @@ namespace {
 // The device's kernels: cuda::rwkv6_* for GPU tensors, cpu::rwkv6_* otherwise. States in d.state_dtype.
 void rwkv6_forward(Tensor& o, Tensor& ht, const Tensor& r, const Tensor& k, const Tensor& v, const Tensor& w,
                    const Tensor& u, const Tensor& h0, const Rwkv6Dims& d) {
-#ifdef HLA_CUDA
-  if (r.is_cuda())
-    return cuda::rwkv6_forward(o.raw(), ht.data<float>(), r.raw(), k.raw(), v.raw(), w.raw(), u.raw(),
-                               data_or_null<float>(h0), d, r.dtype());
-#endif
+  if (r.is_cuda()) {
+    HLA_CUDA_ONLY(cuda::rwkv6_forward(o.raw(), ht.data<float>(), r.raw(), k.raw(), v.raw(), w.raw(), u.raw(),
+                                      data_or_null<float>(h0), d, r.dtype()));
+    return;
+  }
   dispatch_float(r.dtype(), "rwkv6", [&](auto tag) {
     using Real = decltype(tag);
     cpu::rwkv6_forward(o.data<Real>(), ht.data<Real>(), r.data<Real>(), k.data<Real>(), v.data<Real>(),
@@ -162,12 +162,12 @@ void rwkv6_forward(Tensor& o, Tensor& ht, const Tensor& r, const Tensor& k, cons
 void rwkv6_backward(Tensor& grad_r, Tensor& grad_k, Tensor& grad_v, Tensor& grad_w, Tensor& grad_u, Tensor& grad_h0,
                     const Tensor& grad_o, const Tensor& grad_ht, const Tensor& r, const Tensor& k, const Tensor& v,
                     const Tensor& w, const Tensor& u, const Tensor& h0, const Rwkv6Dims& d) {
-#ifdef HLA_CUDA
-  if (r.is_cuda())
-    return cuda::rwkv6_backward(grad_r.raw(), grad_k.raw(), grad_v.raw(), grad_w.raw(), grad_u.raw(),
-                                data_or_null<float>(grad_h0), grad_o.raw(), grad_ht.data<float>(), r.raw(), k.raw(),
-                                v.raw(), w.raw(), u.raw(), data_or_null<float>(h0), d, r.dtype());
-#endif
+  if (r.is_cuda()) {
+    HLA_CUDA_ONLY(cuda::rwkv6_backward(grad_r.raw(), grad_k.raw(), grad_v.raw(), grad_w.raw(), grad_u.raw(),
+                                       data_or_null<float>(grad_h0), grad_o.raw(), grad_ht.data<float>(), r.raw(),
+                                       k.raw(), v.raw(), w.raw(), u.raw(), data_or_null<float>(h0), d, r.dtype()));
+    return;
+  }
   dispatch_float(r.dtype(), "rwkv6 backward", [&](auto tag) {
     using Real = decltype(tag);
     cpu::rwkv6_backward(grad_r.data<Real>(), grad_k.data<Real>(), grad_v.data<Real>(), grad_w.data<Real>(),
