@@ -22,28 +22,6 @@ struct Options {
   bool list = false;
 };
 
-std::vector<const hla::check::Case*> selected(const Options& opt) {
-  std::vector<const hla::check::Case*> out;
-  for (const hla::check::Case* c : hla::check::cases(hla::check::kPerf)) {
-    bool match = opt.patterns.empty();
-    for (const auto& p : opt.patterns) match = match || hla::check::matches(*c, p);
-    if (match) out.push_back(c);
-  }
-  if (out.empty()) {
-    std::cerr << "bench: no perf case matches the given names (see hla bench --list)\n";
-    throw hla::cli::ExitCode{1};
-  }
-  return out;
-}
-
-void list(const std::vector<const hla::check::Case*>& cases) {
-  std::printf("%-16s %-44s %5s  %s\n", "group", "case", "rows", "anchor");
-  for (const hla::check::Case* c : cases)
-    std::printf("%-16s %-44s %5d  %s\n", c->group.c_str(), c->name.c_str(), hla::check::kPerfRowsPerCase,
-                c->perf.anchor.c_str());
-  std::printf("bench: %zu cases, %zu rows\n", cases.size(), cases.size() * hla::check::kPerfRowsPerCase);
-}
-
 void print_rows(const std::vector<hla::check::PerfRow>& rows) {
   int name_width = 4, kernel_width = 6;  // wide enough for the longest name and kernel
   for (const auto& r : rows) {
@@ -61,8 +39,12 @@ void print_rows(const std::vector<hla::check::PerfRow>& rows) {
 }
 
 void run(const Options& opt) {
-  const auto cases = selected(opt);
-  if (opt.list) return list(cases);
+  const auto cases = hla::check::cases(hla::check::kPerf, opt.patterns);
+  if (cases.empty()) {
+    std::cerr << "bench: no perf case matches the given names (see hla bench --list)\n";
+    throw hla::cli::ExitCode{1};
+  }
+  if (opt.list) return hla::check::print_list(hla::check::kPerf, cases);
   if (!hla::cuda_available()) {
     std::cout << "*** bench SKIPPED: no CUDA GPU found; nothing was measured ***\n";
     return;

@@ -64,31 +64,13 @@ void add_to_summary(std::vector<Summary>& lines, const std::string& group, const
   worst = std::isnan(r.rel_err) ? r.rel_err : std::max(worst, r.rel_err);
 }
 
-std::vector<const hla::check::Case*> selected(const Options& opt) {
-  std::vector<const hla::check::Case*> out;
-  for (const hla::check::Case* c : hla::check::cases(hla::check::kGpu))
-    if (hla::check::matches(*c, opt.op)) out.push_back(c);
-  if (out.empty()) {
+void run(const Options& opt) {
+  const auto cases = hla::check::cases(hla::check::kGpu, {opt.op});
+  if (cases.empty()) {
     std::cerr << "gpu-check: no case matches --op " << opt.op << "\n";
     throw hla::cli::ExitCode{1};
   }
-  return out;
-}
-
-void list(const std::vector<const hla::check::Case*>& cases) {
-  int rows = 0;
-  std::printf("%-16s %-56s %5s\n", "group", "case", "rows");
-  for (const hla::check::Case* c : cases) {
-    const int n = hla::check::gpu_row_count(*c);
-    rows += n;
-    std::printf("%-16s %-56s %5d\n", c->group.c_str(), c->name.c_str(), n);
-  }
-  std::printf("gpu-check: %zu cases, %d rows\n", cases.size(), rows);
-}
-
-void run(const Options& opt) {
-  const auto cases = selected(opt);
-  if (opt.list) return list(cases);
+  if (opt.list) return hla::check::print_list(hla::check::kGpu, cases);
   if (!hla::cuda_available()) {
     std::cout << "\n*** gpu-check SKIPPED: no CUDA GPU "
 #ifdef HLA_CUDA

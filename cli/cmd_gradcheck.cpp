@@ -15,31 +15,13 @@ struct Options {
   bool list = false;
 };
 
-std::vector<const hla::check::Case*> selected(const Options& opt) {
-  std::vector<const hla::check::Case*> out;
-  for (const hla::check::Case* c : hla::check::cases(hla::check::kGrad))
-    if (hla::check::matches(*c, opt.op)) out.push_back(c);
-  if (out.empty()) {
+void run(const Options& opt) {
+  const auto cases = hla::check::cases(hla::check::kGrad, {opt.op});
+  if (cases.empty()) {
     std::cerr << "gradcheck: no case matches --op " << opt.op << "\n";
     throw hla::cli::ExitCode{1};
   }
-  return out;
-}
-
-void list(const std::vector<const hla::check::Case*>& cases) {
-  int rows = 0;
-  std::printf("%-16s %-48s %5s\n", "group", "case", "rows");
-  for (const hla::check::Case* c : cases) {
-    const int n = hla::check::grad_row_count(*c);
-    rows += n;
-    std::printf("%-16s %-48s %5d\n", c->group.c_str(), c->name.c_str(), n);
-  }
-  std::printf("gradcheck: %zu cases, %d rows\n", cases.size(), rows);
-}
-
-void run(const Options& opt) {
-  const auto cases = selected(opt);
-  if (opt.list) return list(cases);
+  if (opt.list) return hla::check::print_list(hla::check::kGrad, cases);
   int passed = 0, failed = 0;
   std::printf("%-28s %-14s %12s %12s  %s\n", "op", "input", "max abs err", "max rel err", "result");
   for (const hla::check::Case* c : cases) {

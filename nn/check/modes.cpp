@@ -1,7 +1,9 @@
 // The grad, gpu and perf modes of the check registry (see modes.h).
 #include "nn/check/modes.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #ifdef HLA_CUDA
 #include "cuda/timer.h"
@@ -204,6 +206,23 @@ std::vector<PerfRow> run_perf(const Case& c, const PerfOptions& options) {
   (void)options;
   fail("bench ", c.name, ": this build of hla has no CUDA backend");
 #endif
+}
+
+// ---- --list ----
+
+void print_list(Mode mode, const std::vector<const Case*>& cases) {
+  int name_width = 4;
+  for (const Case* c : cases) name_width = std::max(name_width, static_cast<int>(c->name.size()));
+  std::printf("%-16s %-*s %5s%s\n", "group", name_width, "case", "rows", mode == kPerf ? "  anchor" : "");
+  int rows = 0;
+  for (const Case* c : cases) {
+    const int n = mode == kGrad ? grad_row_count(*c) : mode == kGpu ? gpu_row_count(*c) : kPerfRowsPerCase;
+    rows += n;
+    std::printf("%-16s %-*s %5d%s%s\n", c->group.c_str(), name_width, c->name.c_str(), n, mode == kPerf ? "  " : "",
+                mode == kPerf ? c->perf.anchor.c_str() : "");
+  }
+  std::printf("%s: %zu cases, %d rows\n", mode == kGrad ? "gradcheck" : mode == kGpu ? "gpu-check" : "bench",
+              cases.size(), rows);
 }
 
 }  // namespace hla::check

@@ -60,4 +60,8 @@ struct PerfRow {
 std::vector<PerfRow> run_perf(const Case& c, const PerfOptions& options);  // fwd, fwd+bwd
 constexpr int kPerfRowsPerCase = 2;
 
+// `--list` of the three commands: one line per case (group, name, the rows the mode gives it;
+// perf adds the anchor), then the totals. Runs no GPU code.
+void print_list(Mode mode, const std::vector<const Case*>& cases);
+
 }  // namespace hla::check

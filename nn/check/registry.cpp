@@ -33,18 +33,19 @@ void validate(const std::vector<Case>& all) {
 
 void add_case(Case c) { registry().push_back(std::move(c)); }
 
-std::vector<const Case*> cases(Mode mode) {
+std::vector<const Case*> cases(Mode mode, const std::vector<std::string>& patterns) {
   static const bool validated = (validate(registry()), true);
   (void)validated;
+  auto matches = [&patterns](const Case& c) {
+    for (const std::string& p : patterns)
+      if (c.name.find(p) != std::string::npos || c.group.find(p) != std::string::npos) return true;
+    return patterns.empty();
+  };
   std::vector<const Case*> selected;
   for (const Case& c : registry())
-    if (c.modes & mode) selected.push_back(&c);
+    if ((c.modes & mode) && matches(c)) selected.push_back(&c);
   std::stable_sort(selected.begin(), selected.end(), [](const Case* a, const Case* b) { return a->group < b->group; });
   return selected;
-}
-
-bool matches(const Case& c, const std::string& pattern) {
-  return pattern.empty() || c.name.find(pattern) != std::string::npos || c.group.find(pattern) != std::string::npos;
 }
 
 Case grad_case(std::string group, std::string name, uint64_t seed, MakeInputs inputs, OpFn op) {

@@ -3,13 +3,17 @@
 //   grad  `hla gradcheck`  float64 central differences of every input's gradient
 //   gpu   `hla gpu-check`  CUDA in F32 and BF16 against the float64 CPU reference
 //   perf  `hla bench`      CUDA-event timings of the Var path, forward and forward+backward
-// A case applies one op, through its public Var function (nn/ops/X.h: the path the model runs),
-// to named inputs drawn from a seed. Its name comes from its parameters ("delta_rule gdn B2 T150
-// H2/4 dk128 dv96"), its group is the op file it checks ("delta_rule"): --op filters on both,
-// gpu-check summarises per group, and the modes list cases sorted by group.
+// A case applies one op, through its public Var function (nn/ops/X.h: the path the model runs;
+// only the optimizers, which have none, call their update functions), to named inputs drawn from
+// a seed. Its name comes from its parameters ("delta_rule gdn B2 T150 H2/4 dk128 dv96"), its
+// group is the op file it checks ("delta_rule"): --op filters on both, gpu-check summarises per
+// group, dtype and kernel, and the modes list cases sorted by group.
 // Families of cases are loops over parameter tables in the case files (nn/check/cases_*.cpp;
 // train/optim_check.cpp for the optimizers), which register at static initialisation:
-//   const bool registered = [] { for (const Shape& s : shapes) add_case({...}); return true; }();
+//   const bool registered = [] {
+//     for (const Shape& s : shapes) add_case(gpu_case("l2norm", "l2norm " + shape_str(s), ...));
+//     return true;
+//   }();
 // Adding an op means adding its cases to one of those files.
 #pragma once
 #include <cstdint>
@@ -67,11 +71,10 @@ struct Case {
 };
 
 void add_case(Case c);
-// The cases of a mode, sorted by group (stable, so a group keeps its file's order). Throws when
-// two cases of one mode share a name or a case lacks a group, a name, inputs or an op.
-std::vector<const Case*> cases(Mode mode);
-// True when the pattern is empty or occurs in the case's name or group.
-bool matches(const Case& c, const std::string& pattern);
+// The cases of a mode whose name or group contains one of the patterns (every case when there
+// are none), sorted by group (stable, so a group keeps its file's order). Throws when two cases
+// of one mode share a name or a case lacks a group, a name, inputs or an op.
+std::vector<const Case*> cases(Mode mode, const std::vector<std::string>& patterns = {});
 
 // ---- helpers for writing cases (one copy for every case file) ----
 
