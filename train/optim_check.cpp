@@ -93,7 +93,8 @@ const bool registered = [] {
   for (bool nesterov : {false, true})
     check::add_case(optim_case(nesterov ? "muon_momentum nesterov" : "muon_momentum", "elementwise", {"buf", "update"},
                                [](uint64_t s) {
-                                 return Inputs{{"buf", randn64({kN}, s + 5), false}, {"g", randn64({kN}, s + 6), false}};
+                                 return Inputs{{"buf", randn64({kN}, s + 5), false},
+                                               {"g", randn64({kN}, s + 6), false}};
                                },
                                [nesterov](const Vars& x) { return muon_momentum(x, nesterov); }));
   for (auto [rows, cols] : {std::pair<int64_t, int64_t>{96, 160}, {160, 96}})

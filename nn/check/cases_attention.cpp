@@ -66,8 +66,8 @@ void add_attention_cases() {
     double sdpa_fwd_ms, sdpa_fwd_bwd_ms;  // targets.md
   };
   for (const Anchor& a : {Anchor{4, 4096, 16, 128, 0.499, 2.029}, Anchor{8, 2048, 16, 64, 0.187, 0.733}}) {
-    const AttentionCase c{"attention " + dims_label({{"B", a.B}, {"T", a.T}, {"H", a.H}, {"D", a.D}}), a.B, a.T, a.H, a.H,
-                          a.D, a.D, 0, 0};
+    const std::string name = "attention " + dims_label({{"B", a.B}, {"T", a.T}, {"H", a.H}, {"D", a.D}});
+    const AttentionCase c{name, a.B, a.T, a.H, a.H, a.D, a.D, 0, 0};
     Case p;
     p.group = "attention";
     p.name = c.name;

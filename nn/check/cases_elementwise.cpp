@@ -23,7 +23,8 @@ void add_activation_cases() {
   for (Activation kind : {Activation::SiLU, Activation::Sigmoid, Activation::Softplus, Activation::LogSigmoid,
                           Activation::Tanh, Activation::ReluSquared, Activation::OneMinusExp, Activation::NegExp}) {
     // spread over [-4, 4]; the bounded ones also at points past the softplus threshold on both sides
-    const bool bounded = kind != Activation::OneMinusExp && kind != Activation::NegExp && kind != Activation::ReluSquared;
+    const bool bounded =
+        kind != Activation::OneMinusExp && kind != Activation::NegExp && kind != Activation::ReluSquared;
     add_case(grad_case(
         "activation", activation_name(kind), 2,
         [bounded](uint64_t seed) {
@@ -75,7 +76,9 @@ void add_arith_cases() {
         std::string(c.multiply ? "mul_broadcast " : "add_broadcast ") + c.what + " " + shape_str(c.x_shape) + " S" +
             std::to_string(c.S) + " inner" + std::to_string(c.inner),
         named_kernel("broadcast"),
-        [c](uint64_t seed) { return Inputs{{"x", randn64(c.x_shape, seed + 1)}, {"s", randn64({c.S}, seed + 2, 0.5, 0.5)}}; },
+        [c](uint64_t seed) {
+          return Inputs{{"x", randn64(c.x_shape, seed + 1)}, {"s", randn64({c.S}, seed + 2, 0.5, 0.5)}};
+        },
         [c](const Vars& x) {
           return Vars{c.multiply ? mul_broadcast(x[0], x[1], c.inner) : add_broadcast(x[0], x[1], c.inner)};
         }));
@@ -97,9 +100,9 @@ void add_arith_cases() {
 }
 
 void add_cast_cases() {
-  add_case(gpu_case(
-      "cast", "cast to bf16", named_kernel("convert"), [](uint64_t seed) { return Inputs{{"x", randn64({4, 333}, seed + 1)}}; },
-      [](const Vars& v) { return Vars{cast(v[0], DType::BF16)}; }));
+  add_case(gpu_case("cast", "cast to bf16", named_kernel("convert"),
+                    [](uint64_t seed) { return Inputs{{"x", randn64({4, 333}, seed + 1)}}; },
+                    [](const Vars& v) { return Vars{cast(v[0], DType::BF16)}; }));
 }
 
 // Random targets in [0, V) with about one in eight rows ignored.
@@ -123,7 +126,8 @@ void add_cross_entropy_cases() {
     add_case(gpu_case(
         "cross_entropy", "cross_entropy V=" + std::to_string(V), named_kernel("fused"),
         [V](uint64_t seed) {
-          return Inputs{{"logits", randn64({2, 37, V}, seed + 1, 3.0)}, {"targets", random_targets(2 * 37, V, seed + V), false}};
+          return Inputs{{"logits", randn64({2, 37, V}, seed + 1, 3.0)},
+                        {"targets", random_targets(2 * 37, V, seed + V), false}};
         },
         loss));
   }
@@ -151,7 +155,9 @@ void add_linear_cases() {
 
 void add_swiglu_cases() {
   auto inputs = [](Shape shape) {
-    return [shape](uint64_t seed) { return Inputs{{"a", randn64(shape, seed + 1, 2.0)}, {"b", randn64(shape, seed + 2)}}; };
+    return [shape](uint64_t seed) {
+      return Inputs{{"a", randn64(shape, seed + 1, 2.0)}, {"b", randn64(shape, seed + 2)}};
+    };
   };
   auto op = [](const Vars& v) { return Vars{swiglu(v[0], v[1])}; };
   add_case(grad_case("swiglu", "swiglu", 6, inputs({3, 6}), op));

@@ -66,7 +66,8 @@ const bool registered = [] {
   // ---- gpu ----
   // GLA: gk (B, T, H*dk) of the 340M layer; RWKV-6: the w LoRA output, -exp of it in (-e^3, 0).
   gpu("gla_gate B2 T77 F1024", [](uint64_t s) { return Inputs{{"z", randn64({2, 77, 1024}, s + 1, 2.0)}}; }, gla);
-  gpu("rwkv_gate B2 T37 F1024", [](uint64_t s) { return Inputs{{"z", randn64({2, 37, 1024}, s + 2, 1.0, -0.5)}}; }, rwkv);
+  gpu("rwkv_gate B2 T37 F1024", [](uint64_t s) { return Inputs{{"z", randn64({2, 37, 1024}, s + 2, 1.0, -0.5)}}; },
+      rwkv);
   // HGRN: a first layer (lb = 0: logsigmoid) and a deeper one (lb in (0.05, 0.9)), odd width.
   gpu("hgrn_gate lb=0 B2 T37 F67", [](uint64_t s) {
     return Inputs{{"z", randn64({2, 37, 67}, s + 3, 3.0)}, {"lower_bound", Tensor::zeros({67}, DType::F64)}};
@@ -79,10 +80,12 @@ const bool registered = [] {
     return Inputs{{"z", randn64({2, 77, 32}, s + 6)}, {"A_log", a_log(32, s + 7)}, {"dt_bias", dt_bias(32, s + 8)}};
   }, ssm);
   gpu("ssm_gate vector B2 T37 H4x256", [](uint64_t s) {
-    return Inputs{{"z", randn64({2, 37, 4, 256}, s + 9)}, {"A_log", a_log(4, s + 10)}, {"dt_bias", dt_bias(1024, s + 11)}};
+    return Inputs{{"z", randn64({2, 37, 4, 256}, s + 9)}, {"A_log", a_log(4, s + 10)},
+                  {"dt_bias", dt_bias(1024, s + 11)}};
   }, ssm);
   gpu("ssm_gate vector B2 T19 H3x5", [](uint64_t s) {
-    return Inputs{{"z", randn64({2, 19, 3, 5}, s + 12, 2.0)}, {"A_log", a_log(3, s + 13)}, {"dt_bias", dt_bias(15, s + 14)}};
+    return Inputs{{"z", randn64({2, 19, 3, 5}, s + 12, 2.0)}, {"A_log", a_log(3, s + 13)},
+                  {"dt_bias", dt_bias(15, s + 14)}};
   }, ssm);
   // LowerBound (KDA / GDN-2 option, lb = -5) with and without A_log.
   gpu("lower_bound_gate B2 T37 H4x64", [](uint64_t s) {

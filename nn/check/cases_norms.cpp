@@ -60,21 +60,23 @@ void add_gated_norm_cases() {
     return [c](const Vars& v) { return Vars{gated_rmsnorm(v[0], v[1], v[2], c.eps, c.act, c.order, c.group_size)}; };
   };
   // (B=2, T=2, H=2, dv=6): per-head rows, or one row of 6 split into 2 groups (mixers.md 2.3, 2.4)
+  using A = GateAct;
+  using O = GateOrder;
   for (const GatedNormCase& c : {
-           GatedNormCase{"gated_rmsnorm swish (2.3)", {2, 2, 2, 6}, GateAct::Swish, GateOrder::NormThenGate, 0, 1e-5},
-           GatedNormCase{"gated_rmsnorm sigmoid (2.3)", {2, 2, 2, 6}, GateAct::Sigmoid, GateOrder::NormThenGate, 0, 1e-5},
-           GatedNormCase{"gated_rmsnorm gate-then-norm groups of 3 (2.4)", {2, 2, 2, 6}, GateAct::Swish,
-                         GateOrder::GateThenNorm, 3, 1e-5},
+           GatedNormCase{"gated_rmsnorm swish (2.3)", {2, 2, 2, 6}, A::Swish, O::NormThenGate, 0, 1e-5},
+           GatedNormCase{"gated_rmsnorm sigmoid (2.3)", {2, 2, 2, 6}, A::Sigmoid, O::NormThenGate, 0, 1e-5},
+           GatedNormCase{"gated_rmsnorm gate-then-norm groups of 3 (2.4)", {2, 2, 2, 6}, A::Swish, O::GateThenNorm, 3,
+                         1e-5},
        })
     add_case(grad_case("gated_norm", c.name, 50, inputs(c.shape), op(c)));
   for (const GatedNormCase& c : {
-           GatedNormCase{"swish heads", {2, 37, 3, 64}, GateAct::Swish, GateOrder::NormThenGate, 0, 1e-6},      // GLA, GDN
-           GatedNormCase{"sigmoid heads", {2, 37, 4, 256}, GateAct::Sigmoid, GateOrder::NormThenGate, 0, 1e-6},  // KDA, GDN-2
-           GatedNormCase{"swish whole row", {2, 37, 1000}, GateAct::Swish, GateOrder::NormThenGate, 0, 1e-6},    // HGRN
-           GatedNormCase{"swish groups of 33", {2, 37, 165}, GateAct::Swish, GateOrder::NormThenGate, 33, 1e-6},
-           GatedNormCase{"gate-then-norm", {2, 37, 2048}, GateAct::Swish, GateOrder::GateThenNorm, 2048, 1e-6},  // Mamba-2
-           GatedNormCase{"gate-then-norm groups of 80", {2, 37, 320}, GateAct::Swish, GateOrder::GateThenNorm, 80, 1e-6},
-           GatedNormCase{"sigmoid gate-then-norm", {3, 37, 1, 33}, GateAct::Sigmoid, GateOrder::GateThenNorm, 0, 1e-6},
+           GatedNormCase{"swish heads", {2, 37, 3, 64}, A::Swish, O::NormThenGate, 0, 1e-6},      // GLA, GDN
+           GatedNormCase{"sigmoid heads", {2, 37, 4, 256}, A::Sigmoid, O::NormThenGate, 0, 1e-6},  // KDA, GDN-2
+           GatedNormCase{"swish whole row", {2, 37, 1000}, A::Swish, O::NormThenGate, 0, 1e-6},    // HGRN
+           GatedNormCase{"swish groups of 33", {2, 37, 165}, A::Swish, O::NormThenGate, 33, 1e-6},
+           GatedNormCase{"gate-then-norm", {2, 37, 2048}, A::Swish, O::GateThenNorm, 2048, 1e-6},  // Mamba-2 d_inner
+           GatedNormCase{"gate-then-norm groups of 80", {2, 37, 320}, A::Swish, O::GateThenNorm, 80, 1e-6},
+           GatedNormCase{"sigmoid gate-then-norm", {3, 37, 1, 33}, A::Sigmoid, O::GateThenNorm, 0, 1e-6},
        })
     add_case(gpu_case("gated_norm", "gated_rmsnorm " + c.name + " " + shape_str(c.shape),
                       named_kernel("warp per group"), inputs(c.shape), op(c)));
@@ -100,7 +102,8 @@ void add_group_norm_cases() {
   auto op = [](const GroupNormCase& c) {
     return [c](const Vars& v) {
       const Var bias = c.bias ? v[2] : Var();
-      return Vars{c.num_groups == 0 ? layer_norm(v[0], v[1], bias, 1e-5) : group_norm(v[0], v[1], bias, c.num_groups, 1e-5)};
+      return Vars{c.num_groups == 0 ? layer_norm(v[0], v[1], bias, 1e-5)
+                                    : group_norm(v[0], v[1], bias, c.num_groups, 1e-5)};
     };
   };
   // RWKV-6 g_norm: (B=2, T=3, H*dv = 2*4) with num_groups = H = 2; block LayerNorm over the last

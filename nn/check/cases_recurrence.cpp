@@ -118,8 +118,8 @@ struct DecayCase {
 // (mixers.md 7, 10): RetNet g = ln(1 - 2^(-5 - j)), constant over time; Mamba-2 g = Delta_t A_j,
 // Delta = softplus(N(-3, 1)) (~0.05), A_j = -(1 .. 16) over the heads.
 Tensor decay_gates(const DecayCase& c, uint64_t seed) {
-  if (c.gate == DecayGate::Scalar || c.gate == DecayGate::Vector)
-    return log_gate(c.gate == DecayGate::Vector ? Shape{c.B, c.T, c.HV, c.dk} : Shape{c.B, c.T, c.HV}, seed, c.gate_shift);
+  if (c.gate == DecayGate::Vector) return log_gate({c.B, c.T, c.HV, c.dk}, seed, c.gate_shift);
+  if (c.gate == DecayGate::Scalar) return log_gate({c.B, c.T, c.HV}, seed, c.gate_shift);
   Tensor g = randn64({c.B, c.T, c.HV}, seed, 1.0, -3.0);
   double* p = g.data<double>();
   for (int64_t i = 0; i < g.numel(); i++) {
@@ -216,9 +216,9 @@ void add_decay_cases() {
     const bool retnet = r.gate == DecayGate::RetNet;
     const DecayCase c{r.B, r.T, r.H, r.HV, r.dk, r.dv, r.gate, 0.0, retnet ? 1.0 : unit_std(r.dk), unit_std(r.dk),
                       r.initial_state ? 0.5 : 0.0, retnet ? unit_std(r.dk) : 1.0, 0};
-    add_case(gpu_case("decay_attention",
-                      std::string("decay chunk ") + (retnet ? "retnet" : "mamba2") + dims(r.B, r.T, r.H, r.HV, r.dk, r.dv),
-                      decay_kernel(r.dk, r.dv, false), decay_inputs(c), decay_op(c.scale, 0)));
+    const std::string name =
+        std::string("decay chunk ") + (retnet ? "retnet" : "mamba2") + dims(r.B, r.T, r.H, r.HV, r.dk, r.dv);
+    add_case(gpu_case("decay_attention", name, decay_kernel(r.dk, r.dv, false), decay_inputs(c), decay_op(c.scale, 0)));
   }
 
   // fla chunk_simple_gla (scalar gate) and chunk_gla (vector gate).
@@ -236,7 +236,8 @@ void add_decay_cases() {
         },
         decay_op(unit_std(kD), 0),
         {3 * kStatePass, 9 * kStatePass, 4 * kRowBytes + gate_bytes, 8 * kRowBytes + 2 * gate_bytes,
-         vector_gate ? 0.755 : 0.432, vector_gate ? 3.246 : 2.094, vector_gate ? "fla chunk_gla" : "fla chunk_simple_gla"}));
+         vector_gate ? 0.755 : 0.432, vector_gate ? 3.246 : 2.094,
+         vector_gate ? "fla chunk_gla" : "fla chunk_simple_gla"}));
   }
 }
 
@@ -420,7 +421,8 @@ void add_delta_rule_cases() {
           Inputs in = {{"q", perf_input(PerfPool::Normal, 0, s, unit_std(kD))},
                        {"k", perf_input(PerfPool::Normal, 1, s, unit_std(kD))},
                        {"v", perf_input(PerfPool::Normal, 2, s, unit_std(kD))}};
-          if (c.gate != G::None) in.push_back({"g", perf_input(PerfPool::LogGate, 0, c.gate == G::Vector ? s : scalar)});
+          if (c.gate != G::None)
+            in.push_back({"g", perf_input(PerfPool::LogGate, 0, c.gate == G::Vector ? s : scalar)});
           in.push_back({"b", perf_input(PerfPool::Gate, 0, c.erase_vector ? s : scalar)});
           if (!c.tied) in.push_back({"w", perf_input(PerfPool::Gate, 1, s)});
           return in;

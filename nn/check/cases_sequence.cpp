@@ -96,7 +96,8 @@ void add_token_shift_cases() {
   };
   add_case(grad_case("token_shift", "token_shift", 30, shift_inputs({2, 4, 3, true, 1}), shift));
   // RWKV-6 340M time mix / channel mix (no state), then a continued chunk with an odd width.
-  for (const ShiftCase& c : {ShiftCase{2, 77, 1024, false, 1}, ShiftCase{3, 37, 67, true, 2}, ShiftCase{2, 1, 33, true, 4}})
+  for (const ShiftCase& c :
+       {ShiftCase{2, 77, 1024, false, 1}, ShiftCase{3, 37, 67, true, 2}, ShiftCase{2, 1, 33, true, 4}})
     add_case(gpu_case("token_shift",
                       std::string("token_shift ") + (c.state ? "state " : "") +
                           dims_label({{"B", c.B}, {"L", c.L}, {"D", c.D}}),
@@ -133,7 +134,8 @@ void add_token_shift_cases() {
   auto data_dependent = [](const Vars& x) { return ddlerp(x[0], x[1], x[2], x[3], x[4]); };
   add_case(grad_case("token_shift", "ddlerp", 35, ddlerp_inputs({2, 3, 3, 2, 0.5}), data_dependent));
   // RWKV-6 340M (D 1024, R 32), tiny (D 64), and an odd width and rank.
-  for (const DdlerpCase& c : {DdlerpCase{2, 37, 1024, 32, 0.1}, DdlerpCase{2, 45, 64, 32, 0.1}, DdlerpCase{3, 9, 67, 3, 0.1}})
+  for (const DdlerpCase& c :
+       {DdlerpCase{2, 37, 1024, 32, 0.1}, DdlerpCase{2, 45, 64, 32, 0.1}, DdlerpCase{3, 9, 67, 3, 0.1}})
     add_case(gpu_case("token_shift", "ddlerp " + dims_label({{"B", c.B}, {"L", c.L}, {"D", c.D}, {"R", c.R}}),
                       named_kernel("ddlerp cublas"), ddlerp_inputs(c), data_dependent));
 }
