@@ -68,20 +68,16 @@ void add_attention_cases() {
   for (const Anchor& a : {Anchor{4, 4096, 16, 128, 0.499, 2.029}, Anchor{8, 2048, 16, 64, 0.187, 0.733}}) {
     const std::string name = "attention " + dims_label({{"B", a.B}, {"T", a.T}, {"H", a.H}, {"D", a.D}});
     const AttentionCase c{name, a.B, a.T, a.H, a.H, a.D, a.D, 0, 0};
-    Case p;
-    p.group = "attention";
-    p.name = c.name;
-    p.modes = kPerf;
-    p.inputs = [c](uint64_t) {
-      const Shape s{c.B, c.T, c.H, c.D};
-      return Inputs{{"q", perf_input(PerfPool::Normal, 0, s)}, {"k", perf_input(PerfPool::Normal, 1, s)},
-                    {"v", perf_input(PerfPool::Normal, 2, s)}};
-    };
-    p.op = attention_op(c);
-    p.kernel = attention_kernel(c);
     const double fwd_flops = 4.0 * a.B * a.H * double(a.T) * a.T * a.D / 2;
-    p.perf = {fwd_flops, 3.5 * fwd_flops, 0, 0, a.sdpa_fwd_ms, a.sdpa_fwd_bwd_ms, "torch SDPA flash"};
-    add_case(std::move(p));
+    add_case(perf_case("attention", c.name, attention_kernel(c),
+                       [c](uint64_t) {
+                         const Shape s{c.B, c.T, c.H, c.D};
+                         return Inputs{{"q", perf_input(PerfPool::Normal, 0, s)},
+                                       {"k", perf_input(PerfPool::Normal, 1, s)},
+                                       {"v", perf_input(PerfPool::Normal, 2, s)}};
+                       },
+                       attention_op(c),
+                       {fwd_flops, 3.5 * fwd_flops, 0, 0, a.sdpa_fwd_ms, a.sdpa_fwd_bwd_ms, "torch SDPA flash"}));
   }
 }
 

@@ -48,19 +48,6 @@ const double kTokenHeads = double(kB) * kT * kH;
 const double kStatePass = 2.0 * kD * kD * kTokenHeads;  // FLOPs of one pass over every state
 const double kRowBytes = 2.0 * kTokenHeads * kD;        // one (B, T, H, D) bf16 tensor
 
-Case perf_case(const std::string& group, const std::string& name, KernelLabel kernel, MakeInputs inputs, OpFn op,
-               Perf perf) {
-  Case c;
-  c.group = group;
-  c.name = name;
-  c.modes = kPerf;
-  c.inputs = std::move(inputs);
-  c.op = std::move(op);
-  c.kernel = std::move(kernel);
-  c.perf = std::move(perf);
-  return c;
-}
-
 // ---- hgrn ----
 
 Vars hgrn_op(const Vars& x) {

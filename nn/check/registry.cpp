@@ -48,25 +48,34 @@ std::vector<const Case*> cases(Mode mode, const std::vector<std::string>& patter
   return selected;
 }
 
-Case grad_case(std::string group, std::string name, uint64_t seed, MakeInputs inputs, OpFn op) {
+namespace {
+
+Case make_case(std::string group, std::string name, unsigned modes, MakeInputs inputs, OpFn op, KernelLabel kernel) {
   Case c;
   c.group = std::move(group);
   c.name = std::move(name);
-  c.modes = kGrad;
-  c.seed = seed;
+  c.modes = modes;
   c.inputs = std::move(inputs);
   c.op = std::move(op);
+  c.kernel = std::move(kernel);
+  return c;
+}
+
+}  // namespace
+
+Case grad_case(std::string group, std::string name, uint64_t seed, MakeInputs inputs, OpFn op) {
+  Case c = make_case(std::move(group), std::move(name), kGrad, std::move(inputs), std::move(op), nullptr);
+  c.seed = seed;
   return c;
 }
 
 Case gpu_case(std::string group, std::string name, KernelLabel kernel, MakeInputs inputs, OpFn op) {
-  Case c;
-  c.group = std::move(group);
-  c.name = std::move(name);
-  c.modes = kGpu;
-  c.inputs = std::move(inputs);
-  c.op = std::move(op);
-  c.kernel = std::move(kernel);
+  return make_case(std::move(group), std::move(name), kGpu, std::move(inputs), std::move(op), std::move(kernel));
+}
+
+Case perf_case(std::string group, std::string name, KernelLabel kernel, MakeInputs inputs, OpFn op, Perf perf) {
+  Case c = make_case(std::move(group), std::move(name), kPerf, std::move(inputs), std::move(op), std::move(kernel));
+  c.perf = std::move(perf);
   return c;
 }
 

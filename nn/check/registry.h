@@ -78,9 +78,11 @@ std::vector<const Case*> cases(Mode mode, const std::vector<std::string>& patter
 
 // ---- helpers for writing cases (one copy for every case file) ----
 
-// A grad-mode case drawn at a fixed seed; a gpu-mode case (drawn from the run's seed).
+// A grad-mode case drawn at a fixed seed; a gpu-mode case (drawn from the run's seed); a
+// perf-mode case.
 Case grad_case(std::string group, std::string name, uint64_t seed, MakeInputs inputs, OpFn op);
 Case gpu_case(std::string group, std::string name, KernelLabel kernel, MakeInputs inputs, OpFn op);
+Case perf_case(std::string group, std::string name, KernelLabel kernel, MakeInputs inputs, OpFn op, Perf perf);
 
 // Float64 CPU inputs: N(0, std^2) + shift and U[lo, hi) from `seed`; f applied to every element.
 Tensor randn64(const Shape& shape, uint64_t seed, double std = 1.0, double shift = 0.0);
