@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <tuple>
 
 #include "nn/check/registry.h"
 #include "nn/ops/decay_attention.h"
