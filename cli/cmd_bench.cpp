@@ -1,92 +1,73 @@
-// `hla bench [NAME...] [--warmup N] [--repeats N] [--list]`: runs the registered benchmarks
-// (cli/bench.h; all of them without a name) and prints one table, each row with its anchor
-// and ratio. Times are medians of CUDA-event timings (cuda/timer.h). Needs a GPU.
+// `hla bench [PATTERN...] [--warmup N] [--repeats N] [--list]`: runs the perf mode of every
+// registered check case (nn/check/modes.h; those whose name or op group contains a pattern, all
+// without one): the Var path the model runs, in bf16, forward and forward+backward, and prints
+// one table, each row with its anchor (shared/design/targets.md) and the ratio ours / anchor.
+// Times are medians of CUDA-event timings (cuda/timer.h). Needs a GPU; --list does not.
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
 
-#include "cli/bench.h"
 #include "cli/command.h"
+#include "nn/check/modes.h"
 #include "tensor/tensor.h"
 #ifdef HLA_CUDA
 #include "cuda/runtime.h"
 #endif
 
-namespace hla::bench {
-
-std::vector<Entry>& registry() {
-  static std::vector<Entry> entries;
-  return entries;
-}
-
-bool register_bench(const std::string& name, const std::string& help,
-                    std::function<std::vector<Row>(const Options&)> run) {
-  registry().push_back({name, help, std::move(run)});
-  return true;
-}
-
-}  // namespace hla::bench
-
 namespace {
 
-struct CommandOptions {
-  std::vector<std::string> names;
-  hla::bench::Options bench;
+struct Options {
+  std::vector<std::string> patterns;
+  hla::check::PerfOptions perf;
   bool list = false;
 };
 
-void print_rows(const std::vector<hla::bench::Row>& rows) {
-  int name_width = 22;  // wide enough for the longest name (rows name the kernel that ran)
-  for (const auto& r : rows) name_width = std::max(name_width, static_cast<int>(r.name.size()));
-  std::printf("%-*s %-26s %9s %9s %8s %10s %7s  %s\n", name_width, "bench", "shape", "ms", "TFLOP/s", "GB/s",
-              "anchor ms", "ratio", "anchor");
+void print_rows(const std::vector<hla::check::PerfRow>& rows) {
+  int name_width = 4, kernel_width = 6;  // wide enough for the longest name and kernel
   for (const auto& r : rows) {
-    std::printf("%-*s %-26s %9.3f %9.1f %8.0f", name_width, r.name.c_str(), r.shape.c_str(), r.ms, r.tflops, r.gbps);
+    name_width = std::max(name_width, static_cast<int>(r.name.size()));
+    kernel_width = std::max(kernel_width, static_cast<int>(r.kernel.size()));
+  }
+  std::printf("%-*s %-*s %-7s %9s %9s %8s %10s %7s  %s\n", name_width, "bench", kernel_width, "kernel", "pass", "ms",
+              "TFLOP/s", "GB/s", "anchor ms", "ratio", "anchor");
+  for (const auto& r : rows) {
+    std::printf("%-*s %-*s %-7s %9.3f %9.1f %8.0f", name_width, r.name.c_str(), kernel_width, r.kernel.c_str(),
+                r.pass.c_str(), r.ms, r.tflops, r.gbps);
     if (r.anchor_ms > 0) std::printf(" %10.3f %7.2f  %s\n", r.anchor_ms, r.ms / r.anchor_ms, r.anchor.c_str());
     else std::printf(" %10s %7s\n", "-", "-");
   }
 }
 
-void run(const CommandOptions& opt) {
-  const auto& entries = hla::bench::registry();
-  if (opt.list) {
-    for (const auto& e : entries) std::cout << e.name << "  " << e.help << "\n";
-    return;
+void run(const Options& opt) {
+  const auto cases = hla::check::cases(hla::check::kPerf, opt.patterns);
+  if (cases.empty()) {
+    std::cerr << "bench: no perf case matches the given names (see hla bench --list)\n";
+    throw hla::cli::ExitCode{1};
   }
-  for (const auto& n : opt.names) {
-    bool known = false;
-    for (const auto& e : entries) known = known || e.name == n;
-    if (!known) {
-      std::cerr << "bench: no benchmark named '" << n << "' (see hla bench --list)\n";
-      throw hla::cli::ExitCode{1};
-    }
-  }
+  if (opt.list) return hla::check::print_list(hla::check::kPerf, cases);
   if (!hla::cuda_available()) {
     std::cout << "*** bench SKIPPED: no CUDA GPU found; nothing was measured ***\n";
     return;
   }
 #ifdef HLA_CUDA
-  std::cout << "bench on " << hla::cuda::device_name(0) << ": median of " << opt.bench.repeats << " after "
-            << opt.bench.warmup << " warm-up runs; ratio = ours / anchor (below 1 is faster)\n";
+  std::cout << "bench on " << hla::cuda::device_name(0) << ", bf16: median of " << opt.perf.repeats << " after "
+            << opt.perf.warmup << " warm-up runs; ratio = ours / anchor (below 1 is faster)\n";
 #endif
-  std::vector<hla::bench::Row> rows;
-  for (const auto& e : entries) {
-    bool selected = opt.names.empty();
-    for (const auto& n : opt.names) selected = selected || e.name == n;
-    if (!selected) continue;
-    auto r = e.run(opt.bench);
+  std::vector<hla::check::PerfRow> rows;
+  for (const hla::check::Case* c : cases) {
+    auto r = hla::check::run_perf(*c, opt.perf);
     rows.insert(rows.end(), r.begin(), r.end());
   }
   print_rows(rows);
 }
 
 const bool registered = hla::cli::register_command(
-    "bench", "Time the CUDA kernels against the anchors of targets.md", [](CLI::App& sub) {
-      auto opt = std::make_shared<CommandOptions>();
-      sub.add_option("names", opt->names, "Benchmarks to run (default: all)");
-      sub.add_option("--warmup", opt->bench.warmup, "Untimed runs first")->capture_default_str();
-      sub.add_option("--repeats", opt->bench.repeats, "Timed runs (the median is reported)")->capture_default_str();
-      sub.add_flag("--list", opt->list, "List the benchmarks");
+    "bench", "Time the Var path of the ops against the anchors of targets.md", [](CLI::App& sub) {
+      auto opt = std::make_shared<Options>();
+      sub.add_option("names", opt->patterns, "Only cases whose name or op group contains one of these (default: all)");
+      sub.add_option("--warmup", opt->perf.warmup, "Untimed runs first")->capture_default_str();
+      sub.add_option("--repeats", opt->perf.repeats, "Timed runs (the median is reported)")->capture_default_str();
+      sub.add_flag("--list", opt->list, "List the perf cases (no GPU needed)");
       sub.callback([opt] { run(*opt); });
     });
 

@@ -21,7 +21,8 @@ void reset_peak_bytes();
 size_t cuda_malloc_calls();  // how many times the allocator went to cudaMalloc
 void release_cached();
 // While on, every block handed out is filled with 0xFF bytes (NaN in F32 and BF16), so a kernel
-// that leaves part of its output unwritten shows NaN. For the GPU checks; off by default.
+// that leaves part of its output unwritten shows NaN. Off by default; the check registry turns
+// it on through hla::set_poison_allocations(Device::CUDA, on) (tensor/tensor.h).
 void set_poison_allocations(bool on);
 
 void copy_h2d(void* dst, const void* src, size_t bytes);

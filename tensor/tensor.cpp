@@ -1,8 +1,10 @@
 // Tensor storage, construction, copies and dtype conversion (see tensor.h).
 #include "tensor/tensor.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <sstream>
 
 #include "tensor/random.h"
@@ -68,6 +70,19 @@ Storage::~Storage() {
   }
 }
 
+// CPU poisoning (set_poison_allocations); the CUDA allocator keeps its own flag.
+static std::atomic<bool> poison_cpu{false};
+
+void set_poison_allocations(Device device, bool on) {
+  if (device == Device::CPU) {
+    poison_cpu.store(on, std::memory_order_relaxed);
+    return;
+  }
+#ifdef HLA_CUDA
+  cuda::set_poison_allocations(on);
+#endif
+}
+
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   check_shape_valid(shape);
   Tensor t;
@@ -75,6 +90,8 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   t.dtype_ = dtype;
   t.device_ = device;
   t.storage_ = std::make_shared<Storage>(t.nbytes(), device);
+  if (device == Device::CPU && is_float(dtype) && poison_cpu.load(std::memory_order_relaxed))
+    std::memset(t.storage_->ptr, 0xFF, t.nbytes());  // NaN in F32, F64 and BF16
   return t;
 }
 

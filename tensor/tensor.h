@@ -114,6 +114,12 @@ void check_same_shape(const Tensor& a, const Tensor& b, const char* op);
 void check_shape(const Tensor& t, const Shape& expected, const char* op, const char* name);
 void check_dtype(const Tensor& t, DType expected, const char* op, const char* name);
 
+// While on, every new floating-point tensor made by Tensor::empty on `device` is filled with NaN
+// (0xFF bytes), so a kernel that leaves part of an output or gradient unwritten shows NaN;
+// zeros() and full() still fill their tensors. For the check registry (nn/check/); off by
+// default, and off costs one relaxed load per empty().
+void set_poison_allocations(Device device, bool on);
+
 // Returns the CUDA device count, 0 when built without CUDA or no GPU is present.
 int cuda_device_count();
 bool cuda_available();

@@ -11,7 +11,6 @@
 
 #include <cmath>
 
-#include "autograd/gradcheck.h"
 #include "nn/ops/pointwise.h"
 #include "tensor/dispatch.h"
 #ifdef HLA_CUDA
@@ -112,25 +111,6 @@ Var activation(const Var& x, Activation kind) {
     activation_backward(dx, g[0], xv, kind);
     return std::vector<Tensor>{dx};
   }, activation_name(kind));
-}
-
-HLA_GRADCHECK("activation") {
-  std::vector<GradcheckResult> all;
-  for (Activation kind : {Activation::SiLU, Activation::Sigmoid, Activation::Softplus, Activation::LogSigmoid,
-                          Activation::Tanh, Activation::ReluSquared, Activation::OneMinusExp, Activation::NegExp}) {
-    // spread over [-4, 4] plus points past the softplus threshold on both sides
-    Tensor x = gc_randn({3, 5}, 3, 2.0);
-    bool bounded = kind != Activation::OneMinusExp && kind != Activation::NegExp && kind != Activation::ReluSquared;
-    if (bounded) {  // points past the softplus threshold on both sides
-      x.data<double>()[0] = 25.0;
-      x.data<double>()[1] = -25.0;
-    }
-    auto r = gradcheck(activation_name(kind),
-                       [kind](const std::vector<Var>& v) { return std::vector<Var>{activation(v[0], kind)}; },
-                       {{"x", x}});
-    all.insert(all.end(), r.begin(), r.end());
-  }
-  return all;
 }
 
 }  // namespace hla

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "autograd/gradcheck.h"
 #include "nn/ops/check.h"
 #include "tensor/dispatch.h"
 #include "tensor/math.h"
@@ -195,20 +194,6 @@ std::vector<Var> split_last(const Var& x, const std::vector<int64_t>& widths) {
     }
     return std::vector<Tensor>{dx};
   }, "split_last");
-}
-
-HLA_GRADCHECK("arith") {
-  auto add_mul = [](const std::vector<Var>& v) {
-    // (a + b) * a, then scaled and reshaped: a is used twice, so its gradient accumulates.
-    Var y = reshape(scale(mul(add(v[0], v[1]), v[0]), 0.5), {6});
-    std::vector<Var> pieces = split_last(v[1], {1, 2});
-    return std::vector<Var>{y, sum(v[1]), mean(v[0]), mul_rows(v[0], v[2]), add_rows(v[1], v[2]),
-                            scale_by(v[0], v[3]), mul_broadcast(v[0], reshape(v[2], {3}), 1),
-                            mul_broadcast(v[1], v[4], 3), pieces[0], pieces[1]};
-  };
-  return gradcheck("arith", add_mul, {{"a", gc_randn({2, 3}, 1)}, {"b", gc_randn({2, 3}, 2)},
-                                      {"w", gc_randn({3}, 3)}, {"s", gc_randn({1}, 4)},
-                                      {"per_row", gc_randn({2}, 5)}});
 }
 
 }  // namespace hla

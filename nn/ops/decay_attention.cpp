@@ -17,7 +17,6 @@
 #include <string>
 #include <type_traits>
 
-#include "autograd/gradcheck.h"
 #include "nn/ops/chunk_util.h"
 #include "tensor/dispatch.h"
 #ifdef HLA_CUDA
@@ -236,27 +235,5 @@ DecayAttentionOutput decay_attention(const Var& q, const Var& k, const Var& v, c
   std::vector<Var> outs = record_op({o, ht}, {q, k, v, g, initial_state}, backward, op);
   return {outs[0], outs[1]};
 }
-
-// B = 2, T = 5, H = 2 q/k heads, HV = 4 value heads (groups of 2), dk = 3, dv = 2, nonzero
-// initial state; the chunked runs use C = 2, so the last chunk holds one token.
-static std::vector<GradcheckResult> decay_attention_gradcheck(bool vector_gate, int64_t chunk_size) {
-  const int64_t B = 2, T = 5, H = 2, HV = 4, dk = 3, dv = 2;
-  const std::string name = std::string("decay_attention ") + (vector_gate ? "vector" : "scalar") + " gate" +
-                           (chunk_size > 0 ? " chunked" : "");
-  Shape g_shape = vector_gate ? Shape{B, T, HV, dk} : Shape{B, T, HV};
-  auto fn = [chunk_size](const std::vector<Var>& x) {
-    DecayAttentionOutput out = decay_attention(x[0], x[1], x[2], x[3], x[4], 0.6, chunk_size);
-    return std::vector<Var>{out.o, out.final_state};
-  };
-  return gradcheck(name, fn,
-                   {{"q", gc_randn({B, T, H, dk}, 11)}, {"k", gc_randn({B, T, H, dk}, 12)},
-                    {"v", gc_randn({B, T, HV, dv}, 13)}, {"g", decay_chunk::random_log_gate(g_shape, 14, 1.0)},
-                    {"initial_state", gc_randn({B, HV, dk, dv}, 15)}});
-}
-
-HLA_GRADCHECK("decay_attention scalar gate") { return decay_attention_gradcheck(false, 0); }
-HLA_GRADCHECK("decay_attention vector gate") { return decay_attention_gradcheck(true, 0); }
-HLA_GRADCHECK("decay_attention scalar gate chunked") { return decay_attention_gradcheck(false, 2); }
-HLA_GRADCHECK("decay_attention vector gate chunked") { return decay_attention_gradcheck(true, 2); }
 
 }  // namespace hla

@@ -18,7 +18,6 @@
 #include <utility>
 #include <vector>
 
-#include "autograd/gradcheck.h"
 #include "nn/ops/solve_tril.h"
 #include "tensor/dispatch.h"
 #include "tensor/math.h"
@@ -633,82 +632,6 @@ DeltaRuleOutputs delta_rule(const Var& q, const Var& k, const Var& v, const Var&
   std::vector<Var> outs = record_op({o, final_state, residual}, {q, k, v, g, b, w, initial_state},
                                     backward, "delta_rule");
   return {outs[0], outs[1], outs[2]};
-}
-
-// ---------------------------------------------------------------------------------------------
-// Gradchecks: one case per mixer (and two through the chunked form), B = 2, H = 2, nonzero
-// initial state, every differentiable input, realistic ranges: q, k with norm about 1,
-// beta/b/w in (0, 1), log gates in about [-3, 0).
-
-namespace {
-
-struct DeltaGradcheckCase {
-  const char* op;
-  int64_t B, T, H, HV, dk, dv;
-  cpu::DeltaGate gate;
-  bool erase_vector, write_vector, tied;
-  int64_t chunk_size;
-};
-
-Tensor gc_apply(Tensor x, double (*f)(double)) {
-  double* p = x.data<double>();
-  for (int64_t i = 0; i < x.numel(); i++) p[i] = f(p[i]);
-  return x;
-}
-double gc_sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
-double gc_logsigmoid(double x) { return -std::log1p(std::exp(-x)); }
-
-std::vector<GradcheckResult> run_delta_gradcheck(const DeltaGradcheckCase& c) {
-  const double unit = 1.0 / std::sqrt(static_cast<double>(c.dk));  // rows of norm about 1
-  std::vector<GradcheckInput> in = {{"q", gc_randn({c.B, c.T, c.H, c.dk}, 11, unit)},
-                                    {"k", gc_randn({c.B, c.T, c.H, c.dk}, 12, unit)},
-                                    {"v", gc_randn({c.B, c.T, c.HV, c.dv}, 13)}};
-  auto add = [&in](const char* name, Tensor t) {
-    in.push_back({name, std::move(t)});
-    return static_cast<int>(in.size()) - 1;
-  };
-  int ig = -1, iw = -1;
-  if (c.gate != cpu::DeltaGate::None) {
-    Shape gs = c.gate == cpu::DeltaGate::Vector ? Shape{c.B, c.T, c.HV, c.dk} : Shape{c.B, c.T, c.HV};
-    ig = add("g", gc_apply(gc_randn(gs, 14, 1.0, 1.5), gc_logsigmoid));
-  }
-  Shape bs = c.erase_vector ? Shape{c.B, c.T, c.HV, c.dk} : Shape{c.B, c.T, c.HV};
-  const int ib = add(c.tied ? "beta" : "b", gc_apply(gc_randn(bs, 15), gc_sigmoid));
-  if (!c.tied) {
-    Shape ws = c.write_vector ? Shape{c.B, c.T, c.HV, c.dv} : Shape{c.B, c.T, c.HV};
-    iw = add("w", gc_apply(gc_randn(ws, 16), gc_sigmoid));
-  }
-  const int ih = add("initial_state", gc_randn({c.B, c.HV, c.dk, c.dv}, 17, 0.5));
-  const int64_t chunk = c.chunk_size;
-  auto fn = [=](const std::vector<Var>& x) {
-    auto pick = [&x](int i) { return i < 0 ? Var() : x[i]; };
-    DeltaRuleOutputs r = delta_rule(x[0], x[1], x[2], pick(ig), x[ib], pick(iw), x[ih], {0, chunk});
-    return std::vector<Var>{r.o, r.final_state, r.residual};
-  };
-  return gradcheck(c.op, fn, in);
-}
-
-using cpu::DeltaGate;
-
-}  // namespace
-
-HLA_GRADCHECK("delta_rule/deltanet") {  // no gate, beta
-  return run_delta_gradcheck({"delta_rule/deltanet", 2, 5, 2, 2, 3, 3, DeltaGate::None, false, false, true, 0});
-}
-HLA_GRADCHECK("delta_rule/gdn") {  // scalar gate, beta, HV = 2H
-  return run_delta_gradcheck({"delta_rule/gdn", 2, 4, 2, 4, 3, 2, DeltaGate::Scalar, false, false, true, 0});
-}
-HLA_GRADCHECK("delta_rule/kda") {  // vector gate, beta
-  return run_delta_gradcheck({"delta_rule/kda", 2, 4, 2, 2, 3, 3, DeltaGate::Vector, false, false, true, 0});
-}
-HLA_GRADCHECK("delta_rule/gdn2") {  // vector gate, erase b (dk), write w (dv)
-  return run_delta_gradcheck({"delta_rule/gdn2", 2, 4, 2, 2, 3, 3, DeltaGate::Vector, true, true, false, 0});
-}
-HLA_GRADCHECK("delta_rule/chunk gdn") {  // chunked, C = 2, T = 5, HV = 2H
-  return run_delta_gradcheck({"delta_rule/chunk gdn", 2, 5, 2, 4, 2, 2, DeltaGate::Scalar, false, false, true, 2});
-}
-HLA_GRADCHECK("delta_rule/chunk b,w") {  // chunked, C = 3, T = 5: vector gate, erase b, scalar w
-  return run_delta_gradcheck({"delta_rule/chunk b,w", 2, 5, 2, 2, 3, 2, DeltaGate::Vector, true, false, false, 3});
 }
 
 }  // namespace hla

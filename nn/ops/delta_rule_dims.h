@@ -23,14 +23,4 @@ struct DeltaRuleDims {
   DType state_dtype = DType::F32;
 };
 
-// Wave 1's spellings, still used by the gradcheck and gpu-check cases (nn/ops/delta_rule.cpp,
-// nn/gpucheck_recurrence.cpp) until they move to the check registry: delete with that move.
-namespace cpu {
-using hla::DeltaGate;
-}
-namespace cuda {
-using hla::DeltaGate;
-using hla::DeltaRuleDims;
-}  // namespace cuda
-
 }  // namespace hla

@@ -10,7 +10,6 @@
 #include <cmath>
 #include <limits>
 
-#include "autograd/gradcheck.h"
 #include "nn/ops/check.h"
 #include "nn/ops/pointwise.h"
 #include "tensor/dispatch.h"
@@ -216,35 +215,6 @@ Tensor retnet_gate(int64_t H, DType dtype) {
   std::vector<double> g(H);
   for (int64_t h = 0; h < H; h++) g[h] = std::log1p(-std::exp2(-5.0 - static_cast<double>(h)));  // ln(1 - 2^(-5-h))
   return Tensor::from_f64(g, {H}, dtype);
-}
-
-HLA_GRADCHECK("gates") {
-  std::vector<GradcheckResult> all;
-  auto add = [&all](const std::vector<GradcheckResult>& r) { all.insert(all.end(), r.begin(), r.end()); };
-  // GLA / RWKV: z in a realistic spread.
-  add(gradcheck("gla_gate", [](const std::vector<Var>& v) { return std::vector<Var>{gla_gate(v[0], 16.0)}; },
-                {{"z", gc_randn({2, 3, 4}, 71, 2.0)}}));
-  add(gradcheck("rwkv_gate", [](const std::vector<Var>& v) { return std::vector<Var>{rwkv_gate(v[0])}; },
-                {{"z", gc_randn({2, 3, 4}, 72, 1.0, -0.5)}}));
-  // HGRN: lower bounds in (0.05, 0.9) per channel, z wide enough to reach both ends of the gate.
-  add(gradcheck("hgrn_gate", [](const std::vector<Var>& v) { return std::vector<Var>{hgrn_gate(v[0], v[1])}; },
-                {{"z", gc_randn({2, 3, 4}, 73, 3.0)}, {"lower_bound", Tensor::uniform({4}, 74, 0.05, 0.9, DType::F64)}}));
-  // SSM scalar per head (GDN / Mamba-2): z (B, T, HV=2); A_log ~ ln U(1,16) scale; dt_bias ~ inverse softplus of small dt.
-  auto ssm = [](const std::vector<Var>& v) { return std::vector<Var>{ssm_gate(v[0], v[1], v[2])}; };
-  add(gradcheck("ssm_gate scalar (GDN)", ssm, {{"z", gc_randn({2, 3, 2}, 75)}, {"A_log", gc_randn({2}, 76, 0.5, 1.0)},
-                                               {"dt_bias", gc_randn({2}, 77, 1.0, -3.0)}}));
-  // SSM per head x channel (KDA): z (B, T, HV=2, dk=3), A_log (HV), dt_bias (HV*dk).
-  add(gradcheck("ssm_gate vector (KDA)", ssm,
-                {{"z", gc_randn({2, 2, 2, 3}, 78, 2.0)}, {"A_log", gc_randn({2}, 79, 0.5, 1.0)},
-                 {"dt_bias", gc_randn({6}, 80, 1.0, -2.0)}}));
-  // LowerBound with and without A_log, lb = -5 (fla's safe_gate range).
-  add(gradcheck("lower_bound_gate", [](const std::vector<Var>& v) {
-        return std::vector<Var>{lower_bound_gate(v[0], v[1], v[2], -5.0)};
-      }, {{"z", gc_randn({2, 2, 2, 3}, 81)}, {"A_log", gc_randn({2}, 82, 0.3)}, {"dt_bias", gc_randn({6}, 83, 0.5)}}));
-  add(gradcheck("lower_bound_gate no A_log", [](const std::vector<Var>& v) {
-        return std::vector<Var>{lower_bound_gate(v[0], Var(), v[1], -5.0)};
-      }, {{"z", gc_randn({2, 3, 4}, 84)}, {"dt_bias", gc_randn({4}, 85, 0.5)}}));
-  return all;
 }
 
 }  // namespace hla

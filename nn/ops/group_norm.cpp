@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "autograd/gradcheck.h"
 #include "nn/ops/check.h"
 #include "tensor/dispatch.h"
 #ifdef HLA_CUDA
@@ -128,25 +127,6 @@ Var group_norm(const Var& x, const Var& weight, const Var& bias, int64_t num_gro
     group_norm_backward(dx, dw, db, g[0], xv, wv, mean, rstd, N, C, G);
     return std::vector<Tensor>{dx, dw, db};
   }, "group_norm");
-}
-
-HLA_GRADCHECK("group_norm") {
-  std::vector<GradcheckResult> all;
-  // RWKV-6 g_norm: (B=2, T=3, H*dv = 2*4) with num_groups = H = 2
-  auto per_head = [](const std::vector<Var>& v) { return std::vector<Var>{group_norm(v[0], v[1], v[2], 2, 1e-5)}; };
-  auto r = gradcheck("group_norm H=2", per_head, {{"x", gc_randn({2, 3, 8}, 61, 1.0, 0.5)},
-                                                  {"weight", gc_randn({8}, 62, 0.3, 1.0)},
-                                                  {"bias", gc_randn({8}, 63, 0.3)}});
-  all.insert(all.end(), r.begin(), r.end());
-  // Block LayerNorm over the last dim, with and without bias.
-  auto layer = [](const std::vector<Var>& v) { return std::vector<Var>{layer_norm(v[0], v[1], v[2], 1e-5)}; };
-  r = gradcheck("layer_norm", layer, {{"x", gc_randn({2, 3, 5}, 64, 1.0, -0.5)}, {"weight", gc_randn({5}, 65, 0.3, 1.0)},
-                                      {"bias", gc_randn({5}, 66, 0.3)}});
-  all.insert(all.end(), r.begin(), r.end());
-  auto layer_no_bias = [](const std::vector<Var>& v) { return std::vector<Var>{layer_norm(v[0], v[1], Var(), 1e-5)}; };
-  r = gradcheck("layer_norm no bias", layer_no_bias, {{"x", gc_randn({2, 2, 5}, 67)}, {"weight", gc_randn({5}, 68, 0.3, 1.0)}});
-  all.insert(all.end(), r.begin(), r.end());
-  return all;
 }
 
 }  // namespace hla

@@ -16,7 +16,6 @@
 #include <cmath>
 #include <string>
 
-#include "autograd/gradcheck.h"
 #include "nn/ops/chunk_util.h"
 #include "tensor/dispatch.h"
 #ifdef HLA_CUDA
@@ -219,23 +218,5 @@ Rwkv6Output rwkv6(const Var& r, const Var& k, const Var& v, const Var& w, const 
   std::vector<Var> outs = record_op({o, ht}, {r, k, v, w, u, initial_state}, backward, op);
   return {outs[0], outs[1]};
 }
-
-// B = 2, T = 5, H = 2, dk = 3, dv = 2, nonzero initial state; the chunked run uses C = 2, so
-// the last chunk holds one token.
-static std::vector<GradcheckResult> rwkv6_gradcheck(int64_t chunk_size) {
-  const int64_t B = 2, T = 5, H = 2, dk = 3, dv = 2;
-  const std::string name = chunk_size > 0 ? "rwkv6 chunked" : "rwkv6";
-  auto fn = [chunk_size](const std::vector<Var>& x) {
-    Rwkv6Output out = rwkv6(x[0], x[1], x[2], x[3], x[4], x[5], 0.6, chunk_size);
-    return std::vector<Var>{out.o, out.final_state};
-  };
-  return gradcheck(name, fn,
-                   {{"r", gc_randn({B, T, H, dk}, 21)}, {"k", gc_randn({B, T, H, dk}, 22)},
-                    {"v", gc_randn({B, T, H, dv}, 23)}, {"w", decay_chunk::random_log_gate({B, T, H, dk}, 24, 1.0)},
-                    {"u", gc_randn({H, dk}, 25)}, {"initial_state", gc_randn({B, H, dk, dv}, 26)}});
-}
-
-HLA_GRADCHECK("rwkv6") { return rwkv6_gradcheck(0); }
-HLA_GRADCHECK("rwkv6 chunked") { return rwkv6_gradcheck(2); }
 
 }  // namespace hla

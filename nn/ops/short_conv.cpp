@@ -11,7 +11,6 @@
 #include <cmath>
 #include <vector>
 
-#include "autograd/gradcheck.h"
 #include "nn/ops/check.h"
 #include "nn/ops/pointwise.h"
 #include "tensor/dispatch.h"
@@ -165,30 +164,6 @@ ShortConvOut short_conv(const Var& x, const Var& weight, const Var& bias, const 
     return std::vector<Tensor>{dx, dw, db, ds};
   }, "short_conv");
   return {outs[0], outs[1]};
-}
-
-HLA_GRADCHECK("short_conv") {
-  std::vector<GradcheckResult> all;
-  // Mixer case: SiLU, bias, initial state, L = 5 > K - 1.
-  auto with_state = [](const std::vector<Var>& v) {
-    ShortConvOut o = short_conv(v[0], v[1], v[2], v[3], ConvAct::SiLU);
-    return std::vector<Var>{o.y, o.final_state};
-  };
-  auto r = gradcheck("short_conv silu+bias+state", with_state,
-                     {{"x", gc_randn({2, 5, 3}, 21)}, {"weight", gc_randn({3, 1, 4}, 22, 0.5)},
-                      {"bias", gc_randn({3}, 23, 0.3)}, {"initial_state", gc_randn({2, 3, 3}, 24)}});
-  all.insert(all.end(), r.begin(), r.end());
-  // Decoding-like case: no bias, identity, L = 2 < K - 1, so the final state mixes the
-  // initial state and x and its gradient flows back into both.
-  auto short_seq = [](const std::vector<Var>& v) {
-    ShortConvOut o = short_conv(v[0], v[1], Var(), v[2], ConvAct::Identity);
-    return std::vector<Var>{o.y, o.final_state};
-  };
-  r = gradcheck("short_conv identity, L < K-1", short_seq,
-                {{"x", gc_randn({2, 2, 3}, 25)}, {"weight", gc_randn({3, 1, 4}, 26, 0.5)},
-                 {"initial_state", gc_randn({2, 3, 3}, 27)}});
-  all.insert(all.end(), r.begin(), r.end());
-  return all;
 }
 
 }  // namespace hla

@@ -6,7 +6,6 @@
 #include <Eigen/Dense>
 #include <algorithm>
 
-#include "autograd/gradcheck.h"
 #include "nn/ops/check.h"
 #include "tensor/dispatch.h"
 #ifdef HLA_CUDA
@@ -292,27 +291,6 @@ std::vector<Var> ddlerp(const Var& x, const Var& delta, const Var& zz, const Var
     ddlerp_backward(dx, ddelta, dzz, dw2, dbias, dxi, dv, zv, wv, bv, M, D, N, R);
     return std::vector<Tensor>{dx, ddelta, dzz, dw2, dbias};
   }, "ddlerp");
-}
-
-HLA_GRADCHECK("token_shift") {
-  std::vector<GradcheckResult> all;
-  auto shift = [](const std::vector<Var>& v) {
-    TokenShiftOut o = token_shift(v[0], v[1]);
-    return std::vector<Var>{o.delta, o.last_token};
-  };
-  auto r = gradcheck("token_shift", shift, {{"x", gc_randn({2, 4, 3}, 31)}, {"state", gc_randn({2, 3}, 32)}});
-  all.insert(all.end(), r.begin(), r.end());
-  auto static_lerp = [](const std::vector<Var>& v) { return std::vector<Var>{lerp(v[0], v[1], v[2])}; };
-  r = gradcheck("lerp", static_lerp, {{"x", gc_randn({2, 3, 4}, 33)}, {"delta", gc_randn({2, 3, 4}, 34)},
-                                      {"mu", gc_randn({4}, 35, 0.3, 0.5)}});
-  all.insert(all.end(), r.begin(), r.end());
-  // ddlerp with N = 5 (r, w, k, v, g) and rank R = 2 on D = 3.
-  auto data_dependent = [](const std::vector<Var>& v) { return ddlerp(v[0], v[1], v[2], v[3], v[4]); };
-  r = gradcheck("ddlerp", data_dependent,
-                {{"x", gc_randn({2, 3, 3}, 36)}, {"delta", gc_randn({2, 3, 3}, 37)}, {"zz", gc_randn({2, 3, 10}, 38)},
-                 {"w2", gc_randn({3, 10}, 39, 0.5)}, {"bias", gc_randn({5, 3}, 40, 0.3, 0.5)}});
-  all.insert(all.end(), r.begin(), r.end());
-  return all;
 }
 
 }  // namespace hla

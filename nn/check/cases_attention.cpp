@@ -1,0 +1,112 @@
+// Check cases (nn/check/registry.h) of softmax attention and RoPE.
+// attention: grouped kv heads, a sliding window, D != Dv and one long sequence (T = 4096) in gpu
+// mode; perf at the two anchor shapes of targets.md, causal, bf16, against torch SDPA (flash).
+// Perf FLOPs count the visible half of the causal square: forward 4 B H T^2 D / 2 (two
+// products), forward+backward 3.5x that (the backward's five products), as flash-attention
+// reports them.
+// rope: the attention and RetNet widths, a head width whose half (24) makes a warp span two
+// tokens, position offsets, and a long sequence (angles up to ~4200 rad).
+#include <string>
+
+#include "nn/check/registry.h"
+#include "nn/ops/attention.h"
+#include "nn/ops/rope.h"
+#ifdef HLA_CUDA
+#include "cuda/attention.h"
+#endif
+
+namespace hla::check {
+namespace {
+
+using Vars = std::vector<Var>;
+
+struct AttentionCase {
+  std::string name;
+  int64_t B, T, H, Hkv, D, Dv;
+  double scale;  // 0: 1 / sqrt(D)
+  int64_t window;
+};
+
+OpFn attention_op(const AttentionCase& c) {
+  const double scale = c.scale != 0 ? c.scale : default_attention_scale(c.D);
+  const int64_t window = c.window;
+  return [scale, window](const Vars& x) { return Vars{attention(x[0], x[1], x[2], scale, window)}; };
+}
+
+KernelLabel attention_kernel(const AttentionCase& c) {
+#ifdef HLA_CUDA
+  return [c](DType dtype) { return std::string(cuda::attention_kernel(c.D, c.Dv, dtype)); };
+#else
+  (void)c;
+  return named_kernel("attention");
+#endif
+}
+
+void add_attention_cases() {
+  auto inputs = [](AttentionCase c) {
+    return [c](uint64_t seed) {
+      return Inputs{{"q", randn64({c.B, c.T, c.H, c.D}, seed + 1)},
+                    {"k", randn64({c.B, c.T, c.Hkv, c.D}, seed + 2)},
+                    {"v", randn64({c.B, c.T, c.Hkv, c.Dv}, seed + 3)}};
+    };
+  };
+  // Full causal, 4 query heads on 2 kv heads (GQA), default scale; a sliding window of 3 over 6
+  // tokens (so early rows see fewer keys), GQA 2 -> 1, scale 0.7.
+  for (const auto& [c, seed] : {std::pair<AttentionCase, uint64_t>{{"attention gqa", 2, 5, 4, 2, 3, 2, 0, 0}, 10},
+                                {{"attention window", 2, 6, 2, 1, 3, 2, 0.7, 3}, 13}})
+    add_case(grad_case("attention", c.name, seed, inputs(c), attention_op(c)));
+  for (const AttentionCase& c : {AttentionCase{"attention gqa D=64", 2, 77, 4, 2, 64, 64, 0, 0},
+                                 AttentionCase{"attention window D=128", 2, 200, 4, 1, 128, 128, 0, 70},
+                                 AttentionCase{"attention D=48 Dv=32", 2, 50, 2, 2, 48, 32, 0, 0},
+                                 AttentionCase{"attention long T=4096", 1, 4096, 2, 1, 128, 128, 0, 0}})
+    add_case(gpu_case("attention", c.name, attention_kernel(c), inputs(c), attention_op(c)));
+
+  struct Anchor {
+    int64_t B, T, H, D;
+    double sdpa_fwd_ms, sdpa_fwd_bwd_ms;  // targets.md
+  };
+  for (const Anchor& a : {Anchor{4, 4096, 16, 128, 0.499, 2.029}, Anchor{8, 2048, 16, 64, 0.187, 0.733}}) {
+    const std::string name = "attention " + dims_label({{"B", a.B}, {"T", a.T}, {"H", a.H}, {"D", a.D}});
+    const AttentionCase c{name, a.B, a.T, a.H, a.H, a.D, a.D, 0, 0};
+    const double fwd_flops = 4.0 * a.B * a.H * double(a.T) * a.T * a.D / 2;
+    add_case(perf_case("attention", c.name, attention_kernel(c),
+                       [c](uint64_t) {
+                         const Shape s{c.B, c.T, c.H, c.D};
+                         return Inputs{{"q", perf_input(PerfPool::Normal, 0, s)},
+                                       {"k", perf_input(PerfPool::Normal, 1, s)},
+                                       {"v", perf_input(PerfPool::Normal, 2, s)}};
+                       },
+                       attention_op(c),
+                       {fwd_flops, 3.5 * fwd_flops, 0, 0, a.sdpa_fwd_ms, a.sdpa_fwd_bwd_ms, "torch SDPA flash"}));
+  }
+}
+
+void add_rope_cases() {
+  struct RopeCase {
+    Shape shape;
+    double theta;
+    int64_t position_offset;
+  };
+  auto inputs = [](Shape shape) { return [shape](uint64_t seed) { return Inputs{{"x", randn64(shape, seed + 1)}}; }; };
+  auto op = [](RopeCase c) { return [c](const Vars& x) { return Vars{rope(x[0], c.theta, c.position_offset)}; }; };
+  const RopeCase small{{2, 4, 2, 6}, 100.0, 3};  // theta 100: every frequency turns visibly over positions 3..6
+  add_case(grad_case("rope", "rope", 20, inputs(small.shape), op(small)));
+  for (const RopeCase& c : {
+           RopeCase{{2, 37, 3, 64}, 10000.0, 0},
+           RopeCase{{2, 77, 16, 64}, 10000.0, 5},     // attention heads
+           RopeCase{{2, 37, 4, 256}, 10000.0, 0},     // RetNet dk
+           RopeCase{{2, 37, 3, 48}, 10000.0, 11},     // D/2 = 24: a warp spans two tokens
+           RopeCase{{1, 4096, 2, 64}, 10000.0, 100},  // long: angles up to ~4200 rad
+       })
+    add_case(gpu_case("rope", "rope " + shape_str(c.shape) + " offset " + std::to_string(c.position_offset),
+                      named_kernel("rotate_half"), inputs(c.shape), op(c)));
+}
+
+const bool registered = [] {
+  add_attention_cases();
+  add_rope_cases();
+  return true;
+}();
+
+}  // namespace
+}  // namespace hla::check

@@ -1,0 +1,179 @@
+// Check cases (nn/check/registry.h) of the elementwise and small dense ops: activation, arith
+// (the broadcasts, split_last), cast, cross_entropy, embedding, linear, swiglu.
+// grad: tiny shapes at fixed seeds. gpu: odd widths (333, 999, 1001), a real vocabulary (32000)
+// and the broadcasts the Mamba-2 340M layer builds (B 2, T 37, H 32, P 64).
+#include <string>
+
+#include "nn/check/registry.h"
+#include "nn/ops/activation.h"
+#include "nn/ops/arith.h"
+#include "nn/ops/cast.h"
+#include "nn/ops/cross_entropy.h"
+#include "nn/ops/embedding.h"
+#include "nn/ops/linear.h"
+#include "nn/ops/swiglu.h"
+#include "tensor/random.h"
+
+namespace hla::check {
+namespace {
+
+using Vars = std::vector<Var>;
+
+void add_activation_cases() {
+  for (Activation kind : {Activation::SiLU, Activation::Sigmoid, Activation::Softplus, Activation::LogSigmoid,
+                          Activation::Tanh, Activation::ReluSquared, Activation::OneMinusExp, Activation::NegExp}) {
+    // spread over [-4, 4]; the bounded ones also at points past the softplus threshold on both sides
+    const bool bounded =
+        kind != Activation::OneMinusExp && kind != Activation::NegExp && kind != Activation::ReluSquared;
+    add_case(grad_case(
+        "activation", activation_name(kind), 2,
+        [bounded](uint64_t seed) {
+          Tensor x = randn64({3, 5}, seed + 1, 2.0);
+          if (bounded) {
+            x.data<double>()[0] = 25.0;
+            x.data<double>()[1] = -25.0;
+          }
+          return Inputs{{"x", x}};
+        },
+        [kind](const Vars& v) { return Vars{activation(v[0], kind)}; }));
+  }
+}
+
+void add_arith_cases() {
+  // (a + b) * a, then scaled and reshaped: a is used twice, so its gradient accumulates.
+  add_case(grad_case(
+      "arith", "arith", 0,
+      [](uint64_t seed) {
+        return Inputs{{"a", randn64({2, 3}, seed + 1)}, {"b", randn64({2, 3}, seed + 2)}, {"w", randn64({3}, seed + 3)},
+                      {"s", randn64({1}, seed + 4)}, {"per_row", randn64({2}, seed + 5)}};
+      },
+      [](const Vars& v) {
+        Var y = reshape(scale(mul(add(v[0], v[1]), v[0]), 0.5), {6});
+        Vars pieces = split_last(v[1], {1, 2});
+        return Vars{y, sum(v[1]), mean(v[0]), mul_rows(v[0], v[2]), add_rows(v[1], v[2]), scale_by(v[0], v[3]),
+                    mul_broadcast(v[0], reshape(v[2], {3}), 1), mul_broadcast(v[1], v[4], 3), pieces[0], pieces[1]};
+      }));
+
+  struct BroadcastCase {
+    const char* what;
+    Shape x_shape;
+    int64_t S, inner;
+    bool multiply;
+  };
+  // Mamba-2 340M: xs * Delta per (b, t, h), y + D x per head, dt + dt_bias; a per-channel
+  // weight with an odd width; a learned scalar (S = 1); an odd inner width.
+  const BroadcastCase broadcasts[] = {
+      {"mul per-token head scalar", {2 * 37 * 32, 64}, 2 * 37 * 32, 64, true},
+      {"mul per-head D", {2, 37, 32, 64}, 32, 64, true},
+      {"add_rows dt_bias", {2, 37, 32}, 32, 1, false},
+      {"mul_rows", {3, 37, 333}, 333, 1, true},
+      {"scale_by", {3, 1001}, 1, 3003, true},
+      {"add inner 13", {5, 7, 13}, 7, 13, false},
+  };
+  for (const BroadcastCase& c : broadcasts) {
+    add_case(gpu_case(
+        "arith",
+        std::string(c.multiply ? "mul_broadcast " : "add_broadcast ") + c.what + " " + shape_str(c.x_shape) + " S" +
+            std::to_string(c.S) + " inner" + std::to_string(c.inner),
+        named_kernel("broadcast"),
+        [c](uint64_t seed) {
+          return Inputs{{"x", randn64(c.x_shape, seed + 1)}, {"s", randn64({c.S}, seed + 2, 0.5, 0.5)}};
+        },
+        [c](const Vars& x) {
+          return Vars{c.multiply ? mul_broadcast(x[0], x[1], c.inner) : add_broadcast(x[0], x[1], c.inner)};
+        }));
+  }
+
+  struct SplitCase {
+    Shape x_shape;
+    std::vector<int64_t> widths;
+  };
+  // Mamba-2 tiny's in_proj split [z | xBC | dt] and xBC split [x | B | C]; odd widths.
+  const SplitCase splits[] = {{{2, 37, 128 + 160 + 4}, {128, 160, 4}}, {{2, 37, 160}, {128, 16, 16}},
+                              {{3, 7, 26}, {5, 1, 17, 3}}};
+  for (const SplitCase& c : splits) {
+    add_case(gpu_case(
+        "arith", "split_last " + shape_str(c.x_shape) + " into " + std::to_string(c.widths.size()),
+        named_kernel("memcpy2d"), [c](uint64_t seed) { return Inputs{{"x", randn64(c.x_shape, seed + 1)}}; },
+        [c](const Vars& x) { return split_last(x[0], c.widths); }));
+  }
+}
+
+void add_cast_cases() {
+  add_case(gpu_case("cast", "cast to bf16", named_kernel("convert"),
+                    [](uint64_t seed) { return Inputs{{"x", randn64({4, 333}, seed + 1)}}; },
+                    [](const Vars& v) { return Vars{cast(v[0], DType::BF16)}; }));
+}
+
+// Random targets in [0, V) with about one in eight rows ignored.
+Tensor random_targets(int64_t N, int64_t V, uint64_t seed) {
+  std::vector<int32_t> c(N);
+  Rng rng(seed);
+  for (auto& x : c) x = rng.below(8) == 0 ? kIgnoreIndex : static_cast<int32_t>(rng.below(V));
+  return Tensor::from_i32(c, {N});
+}
+
+void add_cross_entropy_cases() {
+  auto loss = [](const Vars& v) { return Vars{cross_entropy(v[0], v[1].value())}; };
+  add_case(grad_case(
+      "cross_entropy", "cross_entropy", 8,
+      [](uint64_t seed) {
+        return Inputs{{"logits", randn64({2, 3, 7}, seed + 1, 3.0)},
+                      {"targets", Tensor::from_i32({2, kIgnoreIndex, 0, 6, 6, 1}, {2, 3}), false}};
+      },
+      loss));
+  for (int64_t V : {1001, 32000}) {  // an odd vocabulary and a real one
+    add_case(gpu_case(
+        "cross_entropy", "cross_entropy V=" + std::to_string(V), named_kernel("fused"),
+        [V](uint64_t seed) {
+          return Inputs{{"logits", randn64({2, 37, V}, seed + 1, 3.0)},
+                        {"targets", random_targets(2 * 37, V, seed + V), false}};
+        },
+        loss));
+  }
+}
+
+void add_embedding_cases() {
+  add_case(grad_case(
+      "embedding", "embedding", 3,
+      [](uint64_t seed) {
+        return Inputs{{"ids", Tensor::from_i32({0, 3, 3, 1, 4, 0}, {2, 3}), false},  // repeated ids accumulate
+                      {"weight", randn64({5, 4}, seed + 1)}};
+      },
+      [](const Vars& v) { return Vars{embedding(v[0].value(), v[1])}; }));
+}
+
+void add_linear_cases() {
+  add_case(grad_case(
+      "linear", "linear", 0,
+      [](uint64_t seed) {
+        return Inputs{{"x", randn64({2, 3, 4}, seed + 1)}, {"weight", randn64({5, 4}, seed + 2)},
+                      {"bias", randn64({5}, seed + 3)}};
+      },
+      [](const Vars& v) { return Vars{linear(v[0], v[1], v[2])}; }));
+}
+
+void add_swiglu_cases() {
+  auto inputs = [](Shape shape) {
+    return [shape](uint64_t seed) {
+      return Inputs{{"a", randn64(shape, seed + 1, 2.0)}, {"b", randn64(shape, seed + 2)}};
+    };
+  };
+  auto op = [](const Vars& v) { return Vars{swiglu(v[0], v[1])}; };
+  add_case(grad_case("swiglu", "swiglu", 6, inputs({3, 6}), op));
+  add_case(gpu_case("swiglu", "swiglu", named_kernel("swiglu"), inputs({5, 999}), op));
+}
+
+const bool registered = [] {
+  add_activation_cases();
+  add_arith_cases();
+  add_cast_cases();
+  add_cross_entropy_cases();
+  add_embedding_cases();
+  add_linear_cases();
+  add_swiglu_cases();
+  return true;
+}();
+
+}  // namespace
+}  // namespace hla::check

@@ -1,0 +1,134 @@
+// Check cases (nn/check/registry.h) of the normalisations: rmsnorm, l2norm, gated_rmsnorm (both
+// gate orders, both activations, with and without groups), group_norm / layer_norm (with and
+// without bias). gpu runs the shapes the model layers use (delta-rule q/k of dk 256, per-head
+// output norms of dv 64 and 256, HGRN's whole-row gated norm, Mamba-2's gate-then-norm over
+// d_inner, RWKV-6's per-head GroupNorm over the hidden size) plus odd widths that leave warps
+// partly idle (33, 165, 1000), B > 1, several heads and T = 37 (no tile multiple).
+#include <string>
+
+#include "nn/check/registry.h"
+#include "nn/ops/gated_norm.h"
+#include "nn/ops/group_norm.h"
+#include "nn/ops/l2norm.h"
+#include "nn/ops/rmsnorm.h"
+
+namespace hla::check {
+namespace {
+
+using Vars = std::vector<Var>;
+
+// Norm weights near 1, as trained ones are.
+Tensor norm_weight(int64_t C, uint64_t seed) { return randn64({C}, seed, 0.3, 1.0); }
+
+void add_rmsnorm_cases() {
+  auto inputs = [](Shape shape) {
+    return [shape](uint64_t seed) {
+      return Inputs{{"x", randn64(shape, seed + 1)}, {"weight", norm_weight(shape.back(), seed + 2)}};
+    };
+  };
+  auto op = [](const Vars& v) { return Vars{rmsnorm(v[0], v[1], 1e-6)}; };
+  add_case(grad_case("rmsnorm", "rmsnorm", 4, inputs({2, 3, 8}), op));
+  add_case(gpu_case("rmsnorm", "rmsnorm", named_kernel("rmsnorm"), inputs({3, 37, 320}), op));
+}
+
+void add_l2norm_cases() {
+  auto inputs = [](Shape shape) { return [shape](uint64_t seed) { return Inputs{{"x", randn64(shape, seed + 1)}}; }; };
+  auto op = [](const Vars& v) { return Vars{l2norm(v[0], 1e-6)}; };
+  // q/k-like rows (B=2, T=3, H=2, dk=5); a tiny eps so the rows are not all length ~1.
+  add_case(grad_case("l2norm", "l2norm", 10, inputs({2, 3, 2, 5}), op));
+  for (const Shape& shape : {Shape{2, 37, 3, 64}, Shape{2, 37, 4, 256}, Shape{2, 37, 5, 33}, Shape{3, 37, 1000}})
+    add_case(gpu_case("l2norm", "l2norm " + shape_str(shape), named_kernel("warp per row"), inputs(shape), op));
+}
+
+struct GatedNormCase {
+  std::string name;
+  Shape shape;
+  GateAct act;
+  GateOrder order;
+  int64_t group_size;
+  double eps;
+};
+
+void add_gated_norm_cases() {
+  auto inputs = [](Shape shape) {
+    return [shape](uint64_t seed) {
+      return Inputs{{"x", randn64(shape, seed + 1)}, {"z", randn64(shape, seed + 2, 1.5)},
+                    {"weight", norm_weight(shape.back(), seed + 3)}};
+    };
+  };
+  auto op = [](const GatedNormCase& c) {
+    return [c](const Vars& v) { return Vars{gated_rmsnorm(v[0], v[1], v[2], c.eps, c.act, c.order, c.group_size)}; };
+  };
+  // (B=2, T=2, H=2, dv=6): per-head rows, or one row of 6 split into 2 groups (mixers.md 2.3, 2.4)
+  using A = GateAct;
+  using O = GateOrder;
+  for (const GatedNormCase& c : {
+           GatedNormCase{"gated_rmsnorm swish (2.3)", {2, 2, 2, 6}, A::Swish, O::NormThenGate, 0, 1e-5},
+           GatedNormCase{"gated_rmsnorm sigmoid (2.3)", {2, 2, 2, 6}, A::Sigmoid, O::NormThenGate, 0, 1e-5},
+           GatedNormCase{"gated_rmsnorm gate-then-norm groups of 3 (2.4)", {2, 2, 2, 6}, A::Swish, O::GateThenNorm, 3,
+                         1e-5},
+       })
+    add_case(grad_case("gated_norm", c.name, 50, inputs(c.shape), op(c)));
+  for (const GatedNormCase& c : {
+           GatedNormCase{"swish heads", {2, 37, 3, 64}, A::Swish, O::NormThenGate, 0, 1e-6},      // GLA, GDN
+           GatedNormCase{"sigmoid heads", {2, 37, 4, 256}, A::Sigmoid, O::NormThenGate, 0, 1e-6},  // KDA, GDN-2
+           GatedNormCase{"swish whole row", {2, 37, 1000}, A::Swish, O::NormThenGate, 0, 1e-6},    // HGRN
+           GatedNormCase{"swish groups of 33", {2, 37, 165}, A::Swish, O::NormThenGate, 33, 1e-6},
+           GatedNormCase{"gate-then-norm", {2, 37, 2048}, A::Swish, O::GateThenNorm, 2048, 1e-6},  // Mamba-2 d_inner
+           GatedNormCase{"gate-then-norm groups of 80", {2, 37, 320}, A::Swish, O::GateThenNorm, 80, 1e-6},
+           GatedNormCase{"sigmoid gate-then-norm", {3, 37, 1, 33}, A::Sigmoid, O::GateThenNorm, 0, 1e-6},
+       })
+    add_case(gpu_case("gated_norm", "gated_rmsnorm " + c.name + " " + shape_str(c.shape),
+                      named_kernel("warp per group"), inputs(c.shape), op(c)));
+}
+
+struct GroupNormCase {
+  std::string name;
+  Shape shape;
+  int64_t num_groups;  // 0: the layer_norm function (one group)
+  bool bias;
+  double x_shift;
+};
+
+void add_group_norm_cases() {
+  auto inputs = [](const GroupNormCase& c) {
+    return [c](uint64_t seed) {
+      const int64_t C = c.shape.back();
+      Inputs in = {{"x", randn64(c.shape, seed + 1, 1.0, c.x_shift)}, {"weight", norm_weight(C, seed + 2)}};
+      if (c.bias) in.push_back({"bias", randn64({C}, seed + 3, 0.3)});
+      return in;
+    };
+  };
+  auto op = [](const GroupNormCase& c) {
+    return [c](const Vars& v) {
+      const Var bias = c.bias ? v[2] : Var();
+      return Vars{c.num_groups == 0 ? layer_norm(v[0], v[1], bias, 1e-5)
+                                    : group_norm(v[0], v[1], bias, c.num_groups, 1e-5)};
+    };
+  };
+  // RWKV-6 g_norm: (B=2, T=3, H*dv = 2*4) with num_groups = H = 2; block LayerNorm over the last
+  // dim, with and without bias.
+  for (const auto& [c, seed] : {std::pair<GroupNormCase, uint64_t>{{"group_norm H=2", {2, 3, 8}, 2, true, 0.5}, 60},
+                                {{"layer_norm", {2, 3, 5}, 0, true, -0.5}, 63},
+                                {{"layer_norm no bias", {2, 2, 5}, 0, false, 0.0}, 66}})
+    add_case(grad_case("group_norm", c.name, seed, inputs(c), op(c)));
+  for (const GroupNormCase& c : {
+           GroupNormCase{"heads", {2, 37, 1024}, 4, true, 0.5},  // RWKV-6 g_norm: H = 4 heads of 256 channels
+           GroupNormCase{"groups of 33", {2, 37, 165}, 5, true, 0.5},
+           GroupNormCase{"layer_norm", {2, 37, 1000}, 1, true, 0.5},  // block LayerNorm with bias
+           GroupNormCase{"layer_norm no bias", {3, 37, 320}, 1, false, 0.5},
+       })
+    add_case(gpu_case("group_norm", "group_norm " + c.name + " " + shape_str(c.shape), named_kernel("warp per group"),
+                      inputs(c), op(c)));
+}
+
+const bool registered = [] {
+  add_rmsnorm_cases();
+  add_l2norm_cases();
+  add_gated_norm_cases();
+  add_group_norm_cases();
+  return true;
+}();
+
+}  // namespace
+}  // namespace hla::check

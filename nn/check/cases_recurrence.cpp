@@ -1,0 +1,429 @@
+// Check cases (nn/check/registry.h) of the recurrence ops: hgrn, decay_attention, rwkv6 and
+// delta_rule. Every case checks the outputs, the final state and every input's gradient,
+// initial state included.
+// grad: B = 2, several (and grouped) heads, tiny widths, the token recurrence and the chunked
+//   form with a last chunk of one token.
+// gpu: B > 1, several heads, grouped value heads, lengths that are not a multiple of the
+//   16-token tiles or the 64-token checkpoints, widths that do not fill a block of state
+//   columns, every key-width class (dk <= 64, 128, 256), the chunked tensor-core kernels'
+//   (dk, dv) templates, and one long sequence (T = 4096) per op.
+// perf: the anchor shape of targets.md, B=4, T=4096, H=16, D=128 (dk = dv = D), bf16, each
+//   beside its fla anchor (hgrn on x: (4, 4096, 2048)). TFLOP/s counts the state arithmetic,
+//   2 dk dv FLOPs per token and head for each pass over the state (decay, write, read: 3
+//   passes; the delta rule's erase read: a 4th); fwd+bwd counts 3x the forward. GB/s counts
+//   each input read and each output written once (fwd+bwd: inputs, do, and the gradients).
+// Inputs in realistic ranges: log gates = logsigmoid(N(shift, 1)) (decay per step in (0, 1)),
+// beta and the GDN-2 gates = sigmoid(N(0, 1)), delta-rule keys and queries of norm about 1.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <tuple>
+
+#include "nn/check/registry.h"
+#include "nn/ops/decay_attention.h"
+#include "nn/ops/delta_rule.h"
+#include "nn/ops/hgrn.h"
+#include "nn/ops/rwkv6.h"
+#ifdef HLA_CUDA
+#include "cuda/decay_attention.h"
+#include "cuda/delta_rule.h"
+#endif
+
+namespace hla::check {
+namespace {
+
+using Vars = std::vector<Var>;
+
+// " B2 T150 H2/4 dk128 dv96"
+std::string dims(int64_t B, int64_t T, int64_t H, int64_t HV, int64_t dk, int64_t dv) {
+  return " B" + std::to_string(B) + " T" + std::to_string(T) + " H" + std::to_string(H) + "/" + std::to_string(HV) +
+         " dk" + std::to_string(dk) + " dv" + std::to_string(dv);
+}
+
+double unit_std(int64_t width) { return 1.0 / std::sqrt(double(width)); }
+
+// The anchor shape of the perf cases and its work units.
+constexpr int64_t kB = 4, kT = 4096, kH = 16, kD = 128;
+const std::string kAnchorDims = " " + dims_label({{"B", kB}, {"T", kT}, {"H", kH}, {"D", kD}});
+const double kTokenHeads = double(kB) * kT * kH;
+const double kStatePass = 2.0 * kD * kD * kTokenHeads;  // FLOPs of one pass over every state
+const double kRowBytes = 2.0 * kTokenHeads * kD;        // one (B, T, H, D) bf16 tensor
+
+// ---- hgrn ----
+
+Vars hgrn_op(const Vars& x) {
+  HgrnOutput out = hgrn(x[0], x[1], x[2]);
+  return {out.o, out.final_state};
+}
+
+void add_hgrn_cases() {
+  // Gates g = logsigmoid(z) in about [-3, 0), nonzero initial state, both outputs weighted.
+  add_case(grad_case("hgrn", "hgrn", 30,
+                     [](uint64_t s) {
+                       return Inputs{{"x", randn64({2, 7, 5}, s + 1)}, {"g", log_gate({2, 7, 5}, s + 3, 0.0)},
+                                     {"initial_state", randn64({2, 5}, s + 2)}};
+                     },
+                     hgrn_op));
+  for (const auto& [B, T, D] : {std::tuple<int64_t, int64_t, int64_t>{2, 300, 200}, {1, 4096, 256}})
+    add_case(gpu_case("hgrn", "hgrn " + dims_label({{"B", B}, {"T", T}, {"D", D}}), named_kernel("recurrent"),
+                      [B = B, T = T, D = D](uint64_t s) {
+                        return Inputs{{"x", randn64({B, T, D}, s + 1)}, {"g", log_gate({B, T, D}, s + 2, 2.0)},
+                                      {"initial_state", randn64({B, D}, s + 3)}};
+                      },
+                      hgrn_op));
+
+  const int64_t D = 2048;
+  const double tensor = 2.0 * kB * kT * D;
+  add_case(perf_case("hgrn", "hgrn " + dims_label({{"B", kB}, {"T", kT}, {"D", D}}), named_kernel("recurrent"),
+                     [D](uint64_t) {
+                       const Shape s{kB, kT, D};
+                       return Inputs{{"x", perf_input(PerfPool::Normal, 0, s, unit_std(kD))},
+                                     {"g", perf_input(PerfPool::LogGate, 0, s)}};
+                     },
+                     [](const Vars& x) {
+                       HgrnOutput out = hgrn(x[0], x[1]);
+                       return Vars{out.o, out.final_state};
+                     },
+                     {3.0 * kB * kT * D, 9.0 * kB * kT * D, 3 * tensor, 8 * tensor, 1.773, 3.875,
+                      "fla fused_recurrent_hgrn"}));
+}
+
+// ---- decay_attention ----
+
+enum class DecayGate { Scalar, Vector, RetNet, Mamba2 };
+
+struct DecayCase {
+  int64_t B, T, H, HV, dk, dv;
+  DecayGate gate;
+  double gate_shift;    // Scalar, Vector: g = logsigmoid(N(shift, 1))
+  double q_std, k_std;
+  double h0_std;        // 0: no initial state
+  double scale;
+  int64_t chunk_size;
+};
+
+// g: (B, T, HV) or (B, T, HV, dk) log gates. The scalar-gate mixers draw theirs per value head j
+// (mixers.md 7, 10): RetNet g = ln(1 - 2^(-5 - j)), constant over time; Mamba-2 g = Delta_t A_j,
+// Delta = softplus(N(-3, 1)) (~0.05), A_j = -(1 .. 16) over the heads.
+Tensor decay_gates(const DecayCase& c, uint64_t seed) {
+  if (c.gate == DecayGate::Vector) return log_gate({c.B, c.T, c.HV, c.dk}, seed, c.gate_shift);
+  if (c.gate == DecayGate::Scalar) return log_gate({c.B, c.T, c.HV}, seed, c.gate_shift);
+  Tensor g = randn64({c.B, c.T, c.HV}, seed, 1.0, -3.0);
+  double* p = g.data<double>();
+  for (int64_t i = 0; i < g.numel(); i++) {
+    const int64_t j = i % c.HV;
+    if (c.gate == DecayGate::RetNet) {
+      p[i] = std::log(1.0 - std::exp2(-5.0 - double(j)));
+    } else {
+      const double delta = std::log1p(std::exp(p[i]));  // softplus
+      const double A = -(1.0 + 15.0 * double(j) / double(std::max<int64_t>(c.HV - 1, 1)));
+      p[i] = delta * A;
+    }
+  }
+  return g;
+}
+
+MakeInputs decay_inputs(const DecayCase& c) {
+  return [c](uint64_t seed) {
+    Inputs in = {{"q", randn64({c.B, c.T, c.H, c.dk}, seed + 1, c.q_std)},
+                 {"k", randn64({c.B, c.T, c.H, c.dk}, seed + 2, c.k_std)},
+                 {"v", randn64({c.B, c.T, c.HV, c.dv}, seed + 3)},
+                 {"g", decay_gates(c, seed + 4)}};
+    if (c.h0_std > 0) in.push_back({"initial_state", randn64({c.B, c.HV, c.dk, c.dv}, seed + 5, c.h0_std)});
+    return in;
+  };
+}
+
+OpFn decay_op(double scale, int64_t chunk_size) {
+  return [scale, chunk_size](const Vars& x) {
+    DecayAttentionOutput out = decay_attention(x[0], x[1], x[2], x[3], x.size() > 4 ? x[4] : Var(), scale, chunk_size);
+    return Vars{out.o, out.final_state};
+  };
+}
+
+KernelLabel decay_kernel(int64_t dk, int64_t dv, bool vector_gate) {
+#ifdef HLA_CUDA
+  return [=](DType dtype) { return std::string(cuda::decay_attention_kernel(dk, dv, vector_gate, dtype)); };
+#else
+  (void)dk, (void)dv, (void)vector_gate;
+  return named_kernel("recurrent");
+#endif
+}
+
+void add_decay_cases() {
+  // B = 2, T = 5, H = 2 q/k heads, HV = 4 value heads (groups of 2), dk = 3, dv = 2, nonzero
+  // initial state; the chunked runs use C = 2, so the last chunk holds one token.
+  for (int64_t chunk : {0, 2}) {
+    for (DecayGate gate : {DecayGate::Scalar, DecayGate::Vector}) {
+      const DecayCase c{2, 5, 2, 4, 3, 2, gate, 0.0, 1.0, 1.0, 1.0, 0.6, chunk};
+      add_case(grad_case("decay_attention",
+                         std::string("decay_attention ") + (gate == DecayGate::Vector ? "vector" : "scalar") + " gate" +
+                             (chunk > 0 ? " chunked" : ""),
+                         10, decay_inputs(c), decay_op(c.scale, c.chunk_size)));
+    }
+  }
+
+  struct GpuRow {
+    int64_t B, T, H, HV, dk, dv;
+    bool vector_gate, initial_state;
+    double gate_shift;
+  };
+  for (const GpuRow& r : {GpuRow{2, 150, 2, 4, 64, 48, false, true, 0.0},    // grouped value heads
+                          GpuRow{2, 100, 3, 3, 40, 200, true, false, 0.0},   // dv over two column blocks, no h0
+                          GpuRow{2, 70, 1, 2, 128, 64, true, true, 1.0},
+                          GpuRow{1, 4096, 1, 1, 64, 64, false, true, 3.0}}) {  // long
+    const DecayCase c{r.B, r.T, r.H, r.HV, r.dk, r.dv, r.vector_gate ? DecayGate::Vector : DecayGate::Scalar,
+                      r.gate_shift, 1.0, unit_std(r.dk), r.initial_state ? 0.5 : 0.0, unit_std(r.dk), 0};
+    add_case(gpu_case("decay_attention",
+                      std::string("decay_attention ") + (r.vector_gate ? "vector" : "scalar") +
+                          dims(r.B, r.T, r.H, r.HV, r.dk, r.dv),
+                      decay_kernel(r.dk, r.dv, r.vector_gate), decay_inputs(c), decay_op(c.scale, 0)));
+  }
+
+  // Cases that take the chunked tensor-core forward (cuda/decay_attention_chunk.cu) in bf16:
+  // the two scalar-gate mixers' gates, grouped value heads (H 2 / HV 4), every (dk, dv)
+  // template class, partial last chunks with an initial state, and a long sequence (64
+  // chunks). The f32 rows run the recurrent kernel (fp32 storage never takes the chunked
+  // path); under RetNet's constant near-1 decays they check that its decay keeps full fp32
+  // precision over a memory of hundreds of tokens (cuda/recurrence.cuh, decay()).
+  struct ChunkRow {
+    int64_t B, T, H, HV, dk, dv;
+    DecayGate gate;
+    bool initial_state;
+  };
+  for (const ChunkRow& r : {
+           ChunkRow{2, 100, 2, 4, 64, 64, DecayGate::RetNet, true},
+           ChunkRow{2, 130, 2, 4, 64, 64, DecayGate::Mamba2, true},
+           ChunkRow{2, 100, 2, 4, 128, 128, DecayGate::Mamba2, true},
+           ChunkRow{2, 130, 2, 4, 128, 128, DecayGate::RetNet, true},
+           ChunkRow{2, 100, 2, 4, 64, 128, DecayGate::RetNet, true},
+           ChunkRow{2, 130, 2, 4, 64, 128, DecayGate::Mamba2, false},
+           ChunkRow{2, 4096, 2, 4, 128, 128, DecayGate::RetNet, true},
+           ChunkRow{2, 4096, 2, 4, 128, 128, DecayGate::Mamba2, true},
+       }) {
+    const bool retnet = r.gate == DecayGate::RetNet;
+    const DecayCase c{r.B, r.T, r.H, r.HV, r.dk, r.dv, r.gate, 0.0, retnet ? 1.0 : unit_std(r.dk), unit_std(r.dk),
+                      r.initial_state ? 0.5 : 0.0, retnet ? unit_std(r.dk) : 1.0, 0};
+    const std::string name =
+        std::string("decay chunk ") + (retnet ? "retnet" : "mamba2") + dims(r.B, r.T, r.H, r.HV, r.dk, r.dv);
+    add_case(gpu_case("decay_attention", name, decay_kernel(r.dk, r.dv, false), decay_inputs(c), decay_op(c.scale, 0)));
+  }
+
+  // fla chunk_simple_gla (scalar gate) and chunk_gla (vector gate).
+  for (bool vector_gate : {false, true}) {
+    const double gate_bytes = vector_gate ? kRowBytes : kRowBytes / kD;
+    add_case(perf_case(
+        "decay_attention", std::string("decay_attention ") + (vector_gate ? "vector" : "scalar") + kAnchorDims,
+        decay_kernel(kD, kD, vector_gate),
+        [vector_gate](uint64_t) {
+          const Shape s{kB, kT, kH, kD};
+          return Inputs{{"q", perf_input(PerfPool::Normal, 0, s, unit_std(kD))},
+                        {"k", perf_input(PerfPool::Normal, 1, s, unit_std(kD))},
+                        {"v", perf_input(PerfPool::Normal, 2, s, unit_std(kD))},
+                        {"g", perf_input(PerfPool::LogGate, 0, vector_gate ? s : Shape{kB, kT, kH})}};
+        },
+        decay_op(unit_std(kD), 0),
+        {3 * kStatePass, 9 * kStatePass, 4 * kRowBytes + gate_bytes, 8 * kRowBytes + 2 * gate_bytes,
+         vector_gate ? 0.755 : 0.432, vector_gate ? 3.246 : 2.094,
+         vector_gate ? "fla chunk_gla" : "fla chunk_simple_gla"}));
+  }
+}
+
+// ---- rwkv6 ----
+
+struct Rwkv6Case {
+  int64_t B, T, H, dk, dv;
+  double rk_std, gate_shift, h0_std, scale;
+  int64_t chunk_size;
+};
+
+MakeInputs rwkv6_inputs(const Rwkv6Case& c) {
+  return [c](uint64_t seed) {
+    return Inputs{{"r", randn64({c.B, c.T, c.H, c.dk}, seed + 1, c.rk_std)},
+                  {"k", randn64({c.B, c.T, c.H, c.dk}, seed + 2, c.rk_std)},
+                  {"v", randn64({c.B, c.T, c.H, c.dv}, seed + 3)},
+                  {"w", log_gate({c.B, c.T, c.H, c.dk}, seed + 4, c.gate_shift)},
+                  {"u", randn64({c.H, c.dk}, seed + 5)},
+                  {"initial_state", randn64({c.B, c.H, c.dk, c.dv}, seed + 6, c.h0_std)}};
+  };
+}
+
+OpFn rwkv6_op(double scale, int64_t chunk_size) {
+  return [scale, chunk_size](const Vars& x) {
+    Rwkv6Output out = rwkv6(x[0], x[1], x[2], x[3], x[4], x.size() > 5 ? x[5] : Var(), scale, chunk_size);
+    return Vars{out.o, out.final_state};
+  };
+}
+
+void add_rwkv6_cases() {
+  // B = 2, T = 5, H = 2, dk = 3, dv = 2, nonzero initial state; the chunked run uses C = 2, so
+  // the last chunk holds one token.
+  for (int64_t chunk : {0, 2}) {
+    const Rwkv6Case c{2, 5, 2, 3, 2, 1.0, 0.0, 1.0, 0.6, chunk};
+    add_case(grad_case("rwkv6", chunk > 0 ? "rwkv6 chunked" : "rwkv6", 20, rwkv6_inputs(c), rwkv6_op(c.scale, chunk)));
+  }
+  for (const auto& [B, T, H, dk, dv, gate_shift] : {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, double>{
+                                                        2, 130, 3, 64, 64, 0.0},
+                                                    {2, 50, 2, 96, 40, 1.0},
+                                                    {1, 4096, 1, 64, 64, 3.0}}) {  // long
+    const Rwkv6Case c{B, T, H, dk, dv, unit_std(dk), gate_shift, 0.5, 1.0, 0};
+    add_case(gpu_case("rwkv6", "rwkv6" + dims(B, T, H, H, dk, dv), named_kernel("recurrent"), rwkv6_inputs(c),
+                      rwkv6_op(1.0, 0)));
+  }
+
+  add_case(perf_case("rwkv6", "rwkv6" + kAnchorDims, named_kernel("recurrent"),
+                     [](uint64_t) {
+                       const Shape s{kB, kT, kH, kD};
+                       return Inputs{{"r", perf_input(PerfPool::Normal, 0, s, unit_std(kD))},
+                                     {"k", perf_input(PerfPool::Normal, 1, s, unit_std(kD))},
+                                     {"v", perf_input(PerfPool::Normal, 2, s, unit_std(kD))},
+                                     {"w", perf_input(PerfPool::LogGate, 0, s)},
+                                     {"u", perf_input(PerfPool::Normal, 4, {kH, kD}, unit_std(kD))}};
+                     },
+                     rwkv6_op(1.0, 0),
+                     {3 * kStatePass, 9 * kStatePass, 5 * kRowBytes, 10 * kRowBytes, 0.908, 3.566, "fla chunk_rwkv6"}));
+}
+
+// ---- delta_rule ----
+
+struct DeltaCase {
+  std::string what;
+  int64_t B, T, H, HV, dk, dv;
+  DeltaGate gate;
+  bool erase_vector, write_vector, tied, initial_state;
+  double gate_shift;
+  int64_t chunk_size;
+};
+
+// q, k: rows of norm 1 (unit_qk), or N(0, 1/dk) entries (rows of norm about 1).
+MakeInputs delta_inputs(const DeltaCase& c, bool unit_qk) {
+  return [c, unit_qk](uint64_t seed) {
+    auto qk = [&](uint64_t s) {
+      return unit_qk ? unit_rows(randn64({c.B, c.T, c.H, c.dk}, s)) : randn64({c.B, c.T, c.H, c.dk}, s, unit_std(c.dk));
+    };
+    const Shape scalar{c.B, c.T, c.HV};
+    Inputs in = {{"q", qk(seed + 1)}, {"k", qk(seed + 2)}, {"v", randn64({c.B, c.T, c.HV, c.dv}, seed + 3)}};
+    if (c.gate != DeltaGate::None)
+      in.push_back({"g", log_gate(c.gate == DeltaGate::Vector ? Shape{c.B, c.T, c.HV, c.dk} : scalar, seed + 4,
+                                  c.gate_shift)});
+    in.push_back({c.tied ? "beta" : "b",
+                  map64(randn64(c.erase_vector ? Shape{c.B, c.T, c.HV, c.dk} : scalar, seed + 5), sigmoid)});
+    if (!c.tied)
+      in.push_back({"w", map64(randn64(c.write_vector ? Shape{c.B, c.T, c.HV, c.dv} : scalar, seed + 6), sigmoid)});
+    if (c.initial_state) in.push_back({"initial_state", randn64({c.B, c.HV, c.dk, c.dv}, seed + 7, 0.5)});
+    return in;
+  };
+}
+
+// Inputs in delta_inputs' order: q, k, v, [g], b, [w], [initial_state].
+OpFn delta_op(const DeltaCase& c) {
+  const bool gated = c.gate != DeltaGate::None, tied = c.tied, has_h0 = c.initial_state;
+  const int64_t chunk = c.chunk_size;
+  return [=](const Vars& x) {
+    size_t next = 3;
+    Var g = gated ? x[next++] : Var();
+    Var b = x[next++];
+    Var w = tied ? Var() : x[next++];
+    Var h0 = has_h0 ? x[next++] : Var();
+    DeltaRuleOutputs r = delta_rule(x[0], x[1], x[2], g, b, w, h0, {0, chunk});
+    return Vars{r.o, r.final_state, r.residual};
+  };
+}
+
+// The kernels cuda::delta_rule_forward/backward pick for a case (chunked in bf16 where supported).
+KernelLabel delta_kernel(const DeltaCase& c) {
+#ifdef HLA_CUDA
+  const DeltaRuleDims d{c.B, c.T, c.H, c.HV, c.dk, c.dv, c.gate, c.erase_vector, c.write_vector, 1.0, 0};
+  return [d](DType dtype) { return std::string(cuda::delta_rule_kernel(d, dtype)); };
+#else
+  (void)c;
+  return named_kernel("recurrent");
+#endif
+}
+
+void add_delta_rule_cases() {
+  using G = DeltaGate;
+  // grad: one case per mixer and two through the chunked form, B = 2, H = 2, nonzero initial
+  // state, every differentiable input, log gates in about [-3, 0).
+  for (const DeltaCase& c : {
+           DeltaCase{"delta_rule/deltanet", 2, 5, 2, 2, 3, 3, G::None, false, false, true, true, 1.5, 0},  // beta
+           DeltaCase{"delta_rule/gdn", 2, 4, 2, 4, 3, 2, G::Scalar, false, false, true, true, 1.5, 0},     // HV = 2H
+           DeltaCase{"delta_rule/kda", 2, 4, 2, 2, 3, 3, G::Vector, false, false, true, true, 1.5, 0},
+           // vector gate, erase b (dk), write w (dv)
+           DeltaCase{"delta_rule/gdn2", 2, 4, 2, 2, 3, 3, G::Vector, true, true, false, true, 1.5, 0},
+           // chunked, C = 2, T = 5, HV = 2H
+           DeltaCase{"delta_rule/chunk gdn", 2, 5, 2, 4, 2, 2, G::Scalar, false, false, true, true, 1.5, 2},
+           // chunked, C = 3, T = 5: vector gate, erase b, scalar w
+           DeltaCase{"delta_rule/chunk b,w", 2, 5, 2, 2, 3, 2, G::Vector, true, false, false, true, 1.5, 3},
+       })
+    add_case(grad_case("delta_rule", c.what, 10, delta_inputs(c, false), delta_op(c)));
+
+  // gpu: the recurrent kernel's cases, then those that take the chunked tensor-core forward and
+  // backward (cuda/delta_rule_chunk.cu) in bf16: DeltaNet and GDN, grouped and ungrouped value
+  // heads, every (dk, dv) template, partial last chunks with and without an initial state,
+  // untied beta and w, and two long sequences (64 chunks).
+  for (const DeltaCase& c : {
+           DeltaCase{"deltanet", 2, 100, 2, 2, 64, 64, G::None, false, false, true, false, 0.0, 0},
+           DeltaCase{"gdn", 2, 150, 2, 4, 128, 96, G::Scalar, false, false, true, true, 0.0, 0},  // grouped value heads
+           DeltaCase{"kda", 2, 90, 2, 2, 64, 64, G::Vector, false, false, true, true, 1.0, 0},
+           DeltaCase{"gdn2", 2, 70, 1, 2, 48, 80, G::Vector, true, true, false, true, 1.0, 0},
+           DeltaCase{"b,w scalar", 2, 40, 2, 2, 32, 32, G::None, false, false, false, true, 0.0, 0},
+           DeltaCase{"gdn dk256", 1, 80, 1, 2, 256, 256, G::Scalar, false, false, true, true, 2.0, 0},
+           DeltaCase{"gdn long", 1, 4096, 1, 1, 128, 128, G::Scalar, false, false, true, true, 3.0, 0},
+           DeltaCase{"chunk deltanet", 2, 100, 2, 4, 64, 64, G::None, false, false, true, true, 0.0, 0},
+           DeltaCase{"chunk deltanet", 2, 100, 2, 4, 128, 128, G::None, false, false, true, true, 0.0, 0},
+           DeltaCase{"chunk gdn", 2, 100, 2, 4, 64, 64, G::Scalar, false, false, true, true, 0.0, 0},
+           DeltaCase{"chunk gdn", 2, 100, 2, 4, 128, 128, G::Scalar, false, false, true, true, 0.0, 0},
+           DeltaCase{"chunk gdn", 2, 100, 2, 4, 64, 128, G::Scalar, false, false, true, true, 1.0, 0},
+           DeltaCase{"chunk gdn", 2, 130, 2, 4, 128, 64, G::Scalar, false, false, true, false, 1.0, 0},
+           DeltaCase{"chunk gdn b,w", 2, 200, 3, 3, 64, 64, G::Scalar, false, false, false, true, 2.0, 0},
+           DeltaCase{"chunk gdn long", 2, 4096, 2, 4, 128, 128, G::Scalar, false, false, true, true, 3.0, 0},
+           DeltaCase{"chunk deltanet long", 2, 4096, 2, 4, 64, 64, G::None, false, false, true, true, 0.0, 0},
+       })
+    add_case(gpu_case("delta_rule", "delta_rule " + c.what + dims(c.B, c.T, c.H, c.HV, c.dk, c.dv), delta_kernel(c),
+                      delta_inputs(c, true), delta_op(c)));
+
+  // perf: beta tied (w = b) but for GDN-2's erase b (B,T,H,dk) and write w (B,T,H,dv).
+  struct Variant {
+    const char* name;
+    G gate;
+    bool vectors;
+    double anchor_fwd, anchor_fwd_bwd;
+    const char* anchor;
+  };
+  for (const Variant& m : {Variant{"deltanet", G::None, false, 1.078, 2.879, "fla chunk_delta_rule"},
+                           Variant{"gdn", G::Scalar, false, 0.799, 3.583, "fla chunk_gated_delta_rule"},
+                           Variant{"kda", G::Vector, false, 1.460, 3.781, "fla chunk_kda"},
+                           Variant{"gdn2", G::Vector, true, 1.645, 4.589, "fla chunk_gdn2"}}) {
+    const DeltaCase c{m.name, kB, kT, kH, kH, kD, kD, m.gate, m.vectors, m.vectors, !m.vectors, false, 0.0, 0};
+    const double gate_bytes = (m.gate == G::Vector ? kRowBytes : m.gate == G::Scalar ? kRowBytes / kD : 0) +
+                              (m.vectors ? 2 * kRowBytes : kRowBytes / kD);
+    add_case(perf_case(
+        "delta_rule", std::string("delta_rule ") + m.name + kAnchorDims, delta_kernel(c),
+        [c](uint64_t) {
+          const Shape s{kB, kT, kH, kD}, scalar{kB, kT, kH};
+          Inputs in = {{"q", perf_input(PerfPool::Normal, 0, s, unit_std(kD))},
+                       {"k", perf_input(PerfPool::Normal, 1, s, unit_std(kD))},
+                       {"v", perf_input(PerfPool::Normal, 2, s, unit_std(kD))}};
+          if (c.gate != G::None)
+            in.push_back({"g", perf_input(PerfPool::LogGate, 0, c.gate == G::Vector ? s : scalar)});
+          in.push_back({"b", perf_input(PerfPool::Gate, 0, c.erase_vector ? s : scalar)});
+          if (!c.tied) in.push_back({"w", perf_input(PerfPool::Gate, 1, s)});
+          return in;
+        },
+        delta_op(c),
+        {4 * kStatePass, 12 * kStatePass, 5 * kRowBytes + gate_bytes, 10 * kRowBytes + 2 * gate_bytes, m.anchor_fwd,
+         m.anchor_fwd_bwd, m.anchor}));
+  }
+}
+
+const bool registered = [] {
+  add_hgrn_cases();
+  add_decay_cases();
+  add_rwkv6_cases();
+  add_delta_rule_cases();
+  return true;
+}();
+
+}  // namespace
+}  // namespace hla::check

@@ -1,0 +1,150 @@
+// Check cases (nn/check/registry.h) of the small sequence ops around the mixers: short_conv,
+// token_shift, lerp and ddlerp. Every case checks every output and every input's gradient.
+// gpu shapes: the ones nn/layers/*.cpp build at 340M and tiny sizes (DeltaNet / GDN q/k/v
+// convs, Mamba-2's xBC conv with bias, RWKV-6's token shift and lerps), plus B > 1, odd widths,
+// lengths that are not a multiple of any tile, conv states, and L < K-1.
+#include <string>
+
+#include "nn/check/registry.h"
+#include "nn/ops/short_conv.h"
+#include "nn/ops/token_shift.h"
+
+namespace hla::check {
+namespace {
+
+using Vars = std::vector<Var>;
+
+// ---- short_conv ----
+
+struct ConvCase {
+  const char* what;
+  int64_t B, L, C, K;
+  bool bias, state;
+  ConvAct act;
+};
+
+// Inputs x, weight, then the optional bias and initial state.
+OpFn conv_op(bool has_bias, bool has_state, ConvAct act) {
+  return [=](const Vars& x) {
+    size_t next = 2;
+    Var bias = has_bias ? x[next++] : Var();
+    Var state = has_state ? x[next++] : Var();
+    ShortConvOut o = short_conv(x[0], x[1], bias, state, act);
+    return Vars{o.y, o.final_state};
+  };
+}
+
+void add_short_conv_cases() {
+  // Mixer case: SiLU, bias, initial state, L = 5 > K - 1.
+  add_case(grad_case("short_conv", "short_conv silu+bias+state", 20,
+                     [](uint64_t s) {
+                       return Inputs{{"x", randn64({2, 5, 3}, s + 1)}, {"weight", randn64({3, 1, 4}, s + 2, 0.5)},
+                                     {"bias", randn64({3}, s + 3, 0.3)}, {"initial_state", randn64({2, 3, 3}, s + 4)}};
+                     },
+                     conv_op(true, true, ConvAct::SiLU)));
+  // Decoding-like case: no bias, identity, L = 2 < K - 1, so the final state mixes the
+  // initial state and x and its gradient flows back into both.
+  add_case(grad_case("short_conv", "short_conv identity, L < K-1", 24,
+                     [](uint64_t s) {
+                       return Inputs{{"x", randn64({2, 2, 3}, s + 1)}, {"weight", randn64({3, 1, 4}, s + 2, 0.5)},
+                                     {"initial_state", randn64({2, 3, 3}, s + 3)}};
+                     },
+                     conv_op(false, true, ConvAct::Identity)));
+
+  for (const ConvCase& c : {
+           ConvCase{"gdn-340m q/k conv", 2, 77, 1024, 4, false, false, ConvAct::SiLU},    // H*dk = 4*256
+           ConvCase{"deltanet-tiny v conv", 3, 50, 64, 4, false, false, ConvAct::SiLU},    // HV*dv = 2*32
+           ConvCase{"mamba2-340m xBC conv", 2, 37, 2304, 4, true, false, ConvAct::SiLU},  // inner + 2N = 2048 + 256
+           ConvCase{"mamba2-tiny xBC conv", 2, 65, 160, 4, true, false, ConvAct::SiLU},   // 128 + 2*16
+           ConvCase{"chunk with state", 2, 45, 67, 4, true, true, ConvAct::SiLU},
+           ConvCase{"identity with state K=3", 3, 33, 129, 3, false, true, ConvAct::Identity},
+           ConvCase{"decode L < K-1", 2, 2, 33, 4, true, true, ConvAct::SiLU},
+       }) {
+    add_case(gpu_case(
+        "short_conv",
+        std::string("short_conv ") + c.what + " " + dims_label({{"B", c.B}, {"L", c.L}, {"C", c.C}, {"K", c.K}}),
+        named_kernel("short_conv"),
+        [c](uint64_t seed) {
+          Inputs in = {{"x", randn64({c.B, c.L, c.C}, seed + 1)}, {"weight", randn64({c.C, 1, c.K}, seed + 2, 0.5)}};
+          if (c.bias) in.push_back({"bias", randn64({c.C}, seed + 3, 0.3)});
+          if (c.state) in.push_back({"initial_state", randn64({c.B, c.C, c.K - 1}, seed + 4)});
+          return in;
+        },
+        conv_op(c.bias, c.state, c.act)));
+  }
+}
+
+// ---- token_shift, lerp, ddlerp ----
+
+struct ShiftCase {
+  int64_t B, L, D;
+  bool state;
+  uint64_t first;  // x draws from seed + first, the state from seed + first + 1
+};
+
+void add_token_shift_cases() {
+  auto shift_inputs = [](ShiftCase c) {
+    return [c](uint64_t seed) {
+      Inputs in = {{"x", randn64({c.B, c.L, c.D}, seed + c.first)}};
+      if (c.state) in.push_back({"state", randn64({c.B, c.D}, seed + c.first + 1)});
+      return in;
+    };
+  };
+  auto shift = [](const Vars& x) {
+    TokenShiftOut o = token_shift(x[0], x.size() > 1 ? x[1] : Var());
+    return Vars{o.delta, o.last_token};
+  };
+  add_case(grad_case("token_shift", "token_shift", 30, shift_inputs({2, 4, 3, true, 1}), shift));
+  // RWKV-6 340M time mix / channel mix (no state), then a continued chunk with an odd width.
+  for (const ShiftCase& c :
+       {ShiftCase{2, 77, 1024, false, 1}, ShiftCase{3, 37, 67, true, 2}, ShiftCase{2, 1, 33, true, 4}})
+    add_case(gpu_case("token_shift",
+                      std::string("token_shift ") + (c.state ? "state " : "") +
+                          dims_label({{"B", c.B}, {"L", c.L}, {"D", c.D}}),
+                      named_kernel("token_shift"), shift_inputs(c), shift));
+
+  auto static_lerp = [](const Vars& x) { return Vars{lerp(x[0], x[1], x[2])}; };
+  add_case(grad_case("token_shift", "lerp", 32,
+                     [](uint64_t s) {
+                       return Inputs{{"x", randn64({2, 3, 4}, s + 1)}, {"delta", randn64({2, 3, 4}, s + 2)},
+                                     {"mu", randn64({4}, s + 3, 0.3, 0.5)}};
+                     },
+                     static_lerp));
+  for (const Shape& shape : {Shape{2, 77, 1024}, Shape{3, 37, 67}, Shape{2, 5, 64}})
+    add_case(gpu_case("token_shift", "lerp " + shape_str(shape), named_kernel("lerp"),
+                      [shape](uint64_t s) {
+                        return Inputs{{"x", randn64(shape, s + 1)}, {"delta", randn64(shape, s + 2)},
+                                      {"mu", uniform64({shape.back()}, s + 3, 0.0, 1.0)}};
+                      },
+                      static_lerp));
+
+  // ddlerp with N = 5 maps (r, w, k, v, g) of rank R.
+  struct DdlerpCase {
+    int64_t B, L, D, R;
+    double w2_std;
+  };
+  auto ddlerp_inputs = [](DdlerpCase c) {
+    return [c](uint64_t s) {
+      const int64_t N = 5;
+      return Inputs{{"x", randn64({c.B, c.L, c.D}, s + 1)}, {"delta", randn64({c.B, c.L, c.D}, s + 2)},
+                    {"zz", randn64({c.B, c.L, N * c.R}, s + 3)}, {"w2", randn64({c.D, N * c.R}, s + 4, c.w2_std)},
+                    {"bias", randn64({N, c.D}, s + 5, 0.3, 0.5)}};
+    };
+  };
+  auto data_dependent = [](const Vars& x) { return ddlerp(x[0], x[1], x[2], x[3], x[4]); };
+  add_case(grad_case("token_shift", "ddlerp", 35, ddlerp_inputs({2, 3, 3, 2, 0.5}), data_dependent));
+  // RWKV-6 340M (D 1024, R 32), tiny (D 64), and an odd width and rank.
+  for (const DdlerpCase& c :
+       {DdlerpCase{2, 37, 1024, 32, 0.1}, DdlerpCase{2, 45, 64, 32, 0.1}, DdlerpCase{3, 9, 67, 3, 0.1}})
+    add_case(gpu_case("token_shift", "ddlerp " + dims_label({{"B", c.B}, {"L", c.L}, {"D", c.D}, {"R", c.R}}),
+                      named_kernel("ddlerp cublas"), ddlerp_inputs(c), data_dependent));
+}
+
+const bool registered = [] {
+  add_short_conv_cases();
+  add_token_shift_cases();
+  return true;
+}();
+
+}  // namespace
+}  // namespace hla::check
