@@ -9,6 +9,7 @@
 #include <iostream>
 #include <random>
 
+#include "cli/check_selection.h"
 #include "cli/command.h"
 #include "nn/check/modes.h"
 #include "tensor/tensor.h"
@@ -21,9 +22,8 @@ namespace {
 using hla::check::GpuRow;
 
 struct Options {
-  std::string op;
+  hla::cli::CaseSelection selection;
   uint64_t seed = 0;  // 0: draw a fresh one
-  bool list = false;
 };
 
 void print_table(const std::vector<GpuRow>& rows) {
@@ -65,12 +65,8 @@ void add_to_summary(std::vector<Summary>& lines, const std::string& group, const
 }
 
 void run(const Options& opt) {
-  const auto cases = hla::check::cases(hla::check::kGpu, {opt.op});
-  if (cases.empty()) {
-    std::cerr << "gpu-check: no case matches --op " << opt.op << "\n";
-    throw hla::cli::ExitCode{1};
-  }
-  if (opt.list) return hla::check::print_list(hla::check::kGpu, cases);
+  const auto cases = hla::cli::selected_cases("gpu-check", hla::check::kGpu, opt.selection);
+  if (opt.selection.list) return hla::check::print_list(hla::check::kGpu, cases);
   if (!hla::cuda_available()) {
     std::cout << "\n*** gpu-check SKIPPED: no CUDA GPU "
 #ifdef HLA_CUDA
@@ -111,14 +107,10 @@ void run(const Options& opt) {
   if (failed) throw hla::cli::ExitCode{1};
 }
 
-const bool registered = hla::cli::register_command(
+const bool registered = hla::cli::register_check_command<Options>(
     "gpu-check", "Check every CUDA op (F32 and BF16) against the CPU reference, outputs and gradients",
-    [](CLI::App& sub) {
-      auto opt = std::make_shared<Options>();
-      sub.add_option("--op", opt->op, "Only cases whose name or op group contains this string");
-      sub.add_option("--seed", opt->seed, "Input seed (default: a fresh one, printed)");
-      sub.add_flag("--list", opt->list, "List the cases and their row counts (no GPU needed)");
-      sub.callback([opt] { run(*opt); });
-    });
+    "List the cases and their row counts (no GPU needed)",
+    [](CLI::App& sub, Options& opt) { sub.add_option("--seed", opt.seed, "Input seed (default: a fresh one, printed)"); },
+    run);
 
 }  // namespace

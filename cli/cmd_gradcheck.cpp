@@ -2,26 +2,21 @@
 // case (nn/check/modes.h: float64 central differences) and prints one row per (case, input);
 // exits 1 if any fails. --list prints the cases and their row counts without running them.
 #include <cstdio>
-#include <iostream>
 
+#include "cli/check_selection.h"
 #include "cli/command.h"
 #include "nn/check/modes.h"
 
 namespace {
 
 struct Options {
-  std::string op;
+  hla::cli::CaseSelection selection;
   double tol = 0;  // 0: each case's own tolerance
-  bool list = false;
 };
 
 void run(const Options& opt) {
-  const auto cases = hla::check::cases(hla::check::kGrad, {opt.op});
-  if (cases.empty()) {
-    std::cerr << "gradcheck: no case matches --op " << opt.op << "\n";
-    throw hla::cli::ExitCode{1};
-  }
-  if (opt.list) return hla::check::print_list(hla::check::kGrad, cases);
+  const auto cases = hla::cli::selected_cases("gradcheck", hla::check::kGrad, opt.selection);
+  if (opt.selection.list) return hla::check::print_list(hla::check::kGrad, cases);
   int passed = 0, failed = 0;
   std::printf("%-28s %-14s %12s %12s  %s\n", "op", "input", "max abs err", "max rel err", "result");
   for (const hla::check::Case* c : cases) {
@@ -35,14 +30,12 @@ void run(const Options& opt) {
   if (failed) throw hla::cli::ExitCode{1};
 }
 
-const bool registered = hla::cli::register_command(
+const bool registered = hla::cli::register_check_command<Options>(
     "gradcheck", "Check every op's analytic gradient against float64 finite differences",
-    [](CLI::App& sub) {
-      auto opt = std::make_shared<Options>();
-      sub.add_option("--op", opt->op, "Only cases whose name or op group contains this string");
-      sub.add_option("--tol", opt->tol, "Maximum relative error to pass (default: each case's, 1e-6)");
-      sub.add_flag("--list", opt->list, "List the cases and their row counts without running them");
-      sub.callback([opt] { run(*opt); });
-    });
+    "List the cases and their row counts without running them",
+    [](CLI::App& sub, Options& opt) {
+      sub.add_option("--tol", opt.tol, "Maximum relative error to pass (default: each case's, 1e-6)");
+    },
+    run);
 
 }  // namespace

@@ -13,25 +13,14 @@
 #include "nn/ops/attention.h"
 #include "nn/ops/hgrn.h"
 #include "nn/ops/rope.h"
+#include "tests/test_util.h"
 
 using namespace hla;
+using hla::testing::max_rel_err;
 
 namespace {
 
 using Mat = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-
-// max |a - ref| / max |ref|, or max |a - ref| when ref is all zeros (e.g. dq with window 1)
-double rel_err(const std::vector<double>& a, const std::vector<double>& ref) {
-  REQUIRE(a.size() == ref.size());
-  double err = 0, scale = 0;
-  for (size_t i = 0; i < a.size(); i++) {
-    err = std::max(err, std::abs(a[i] - ref[i]));
-    scale = std::max(scale, std::abs(ref[i]));
-  }
-  return scale > 0 ? err / scale : err;
-}
-double rel_err(const Tensor& a, const std::vector<double>& ref) { return rel_err(a.to_f64_vector(), ref); }
-double rel_err(const Tensor& a, const Tensor& ref) { return rel_err(a.to_f64_vector(), ref.to_f64_vector()); }
 
 // Head h of batch b of a (B, T, heads, width) buffer, as a T x width matrix.
 Mat head_matrix(const std::vector<double>& x, int64_t b, int64_t h, int64_t T, int64_t heads, int64_t width) {
@@ -131,15 +120,15 @@ TEST_CASE("attention equals a naive materialised softmax, forward, lse and gradi
     AttentionResult ref = naive_attention(c, in.q.to_f64_vector(), in.k.to_f64_vector(), in.v.to_f64_vector(),
                                           in.dout.to_f64_vector());
     AttentionRun got = run_attention(c, in, DType::F64);
-    CHECK(rel_err(got.o, ref.o) < 1e-13);
-    CHECK(rel_err(got.dq, ref.dq) < 1e-13);
-    CHECK(rel_err(got.dk, ref.dk) < 1e-13);
-    CHECK(rel_err(got.dv, ref.dv) < 1e-13);
+    CHECK(max_rel_err(got.o, ref.o) < 1e-13);
+    CHECK(max_rel_err(got.dq, ref.dq) < 1e-13);
+    CHECK(max_rel_err(got.dk, ref.dk) < 1e-13);
+    CHECK(max_rel_err(got.dv, ref.dv) < 1e-13);
 
     std::vector<double> o(ref.o.size()), lse(ref.lse.size());
     cpu::attention_forward(o.data(), lse.data(), in.q.data<double>(), in.k.data<double>(), in.v.data<double>(),
                            AttentionDims{c.B, c.T, c.H, c.Hkv, c.D, c.Dv, c.scale, c.window, DType::F64});
-    CHECK(rel_err(lse, ref.lse) < 1e-13);
+    CHECK(max_rel_err(lse, ref.lse) < 1e-13);
   }
 }
 
@@ -155,8 +144,8 @@ TEST_CASE("attention window 1 returns v, and a window of T or more is full causa
   AttentionCase full{2, 6, 4, 2, 3, 3, 0.5, 0}, wide = full;
   wide.window = 6;
   AttentionRun a = run_attention(full, in, DType::F64), b = run_attention(wide, in, DType::F64);
-  CHECK(rel_err(b.o, a.o) == 0.0);
-  CHECK(rel_err(b.dk, a.dk) == 0.0);
+  CHECK(max_rel_err(b.o, a.o) == 0.0);
+  CHECK(max_rel_err(b.dk, a.dk) == 0.0);
 }
 
 TEST_CASE("attention float32 agrees with float64 to 1e-5 relative") {
@@ -168,10 +157,10 @@ TEST_CASE("attention float32 agrees with float64 to 1e-5 relative") {
     in = {in.q.to(DType::F32).to(DType::F64), in.k.to(DType::F32).to(DType::F64), in.v.to(DType::F32).to(DType::F64),
           in.dout.to(DType::F32).to(DType::F64)};
     AttentionRun f64 = run_attention(c, in, DType::F64), f32 = run_attention(c, in, DType::F32);
-    CHECK(rel_err(f32.o, f64.o) <= 1e-5);
-    CHECK(rel_err(f32.dq, f64.dq) <= 1e-5);
-    CHECK(rel_err(f32.dk, f64.dk) <= 1e-5);
-    CHECK(rel_err(f32.dv, f64.dv) <= 1e-5);
+    CHECK(max_rel_err(f32.o, f64.o) <= 1e-5);
+    CHECK(max_rel_err(f32.dq, f64.dq) <= 1e-5);
+    CHECK(max_rel_err(f32.dk, f64.dk) <= 1e-5);
+    CHECK(max_rel_err(f32.dv, f64.dv) <= 1e-5);
   }
 }
 
@@ -204,11 +193,11 @@ TEST_CASE("rope backward is the inverse rotation and attention scores depend onl
   Tensor y = rope(Var(x), 10000.0, 7).value();
   Tensor back = Tensor::empty(x.shape(), DType::F64);
   cpu::rope_backward(back.data<double>(), y.data<double>(), B, T, H, D, 10000.0, 7);  // rotate by -phi
-  CHECK(rel_err(back, x) < 1e-15);
+  CHECK(max_rel_err(back, x) < 1e-15);
   // Through autograd: the gradient of <rope(x), y> with respect to x is rope^T y = x.
   Var xv(x, true);
   rope(xv, 10000.0, 7).backward(y);
-  CHECK(rel_err(xv.grad(), x) < 1e-15);
+  CHECK(max_rel_err(xv.grad(), x) < 1e-15);
 
   // q_t . k_s after RoPE depends on t - s only: shifting every position by 20 keeps it.
   Tensor q = Tensor::randn({1, T, 1, D}, 42, 1.0, DType::F64), k = Tensor::randn({1, T, 1, D}, 43, 1.0, DType::F64);
@@ -266,13 +255,13 @@ TEST_CASE("hgrn equals a direct loop, with and without an initial state") {
   std::vector<double> o_ref, ht_ref;
   direct_hgrn(o_ref, ht_ref, x.to_f64_vector(), g.to_f64_vector(), h0.to_f64_vector(), B, T, D);
   HgrnOutput out = hgrn(Var(x), Var(g), Var(h0));
-  CHECK(rel_err(out.o.value(), o_ref) < 1e-15);
-  CHECK(rel_err(out.final_state.value(), ht_ref) < 1e-15);
+  CHECK(max_rel_err(out.o.value(), o_ref) < 1e-15);
+  CHECK(max_rel_err(out.final_state.value(), ht_ref) < 1e-15);
 
   direct_hgrn(o_ref, ht_ref, x.to_f64_vector(), g.to_f64_vector(), std::vector<double>(B * D, 0.0), B, T, D);
   HgrnOutput no_state = hgrn(Var(x), Var(g));
-  CHECK(rel_err(no_state.o.value(), o_ref) < 1e-15);
-  CHECK(rel_err(no_state.final_state.value(), ht_ref) < 1e-15);
+  CHECK(max_rel_err(no_state.o.value(), o_ref) < 1e-15);
+  CHECK(max_rel_err(no_state.final_state.value(), ht_ref) < 1e-15);
   CHECK_THROWS_AS(hgrn(Var(x), Var(h0)), Error);  // g of the wrong shape
 }
 
@@ -293,9 +282,9 @@ TEST_CASE("hgrn: T steps then T more from the final state equals 2T steps, value
   HgrnOutput full = hgrn(x, g, h0_full);
   run_backward({full.o, full.final_state}, {concat_time(do1, do2), dht});
 
-  CHECK(rel_err(concat_time(first.o.value(), second.o.value()), full.o.value()) < 1e-15);
-  CHECK(rel_err(second.final_state.value(), full.final_state.value()) < 1e-15);
-  CHECK(rel_err(concat_time(xa.grad(), xb.grad()), x.grad()) < 1e-14);
-  CHECK(rel_err(concat_time(ga.grad(), gb.grad()), g.grad()) < 1e-14);
-  CHECK(rel_err(h0_split.grad(), h0_full.grad()) < 1e-14);
+  CHECK(max_rel_err(concat_time(first.o.value(), second.o.value()), full.o.value()) < 1e-15);
+  CHECK(max_rel_err(second.final_state.value(), full.final_state.value()) < 1e-15);
+  CHECK(max_rel_err(concat_time(xa.grad(), xb.grad()), x.grad()) < 1e-14);
+  CHECK(max_rel_err(concat_time(ga.grad(), gb.grad()), g.grad()) < 1e-14);
+  CHECK(max_rel_err(h0_split.grad(), h0_full.grad()) < 1e-14);
 }

@@ -15,24 +15,14 @@
 #include "nn/ops/chunk_util.h"
 #include "nn/ops/decay_attention.h"
 #include "nn/ops/rwkv6.h"
+#include "tests/test_util.h"
 
 using namespace hla;
+using hla::testing::max_rel_err;
 
 namespace {
 
 using Mat = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-
-// max |a - ref| / max |ref|
-double rel_err(const Tensor& a, const Tensor& ref) {
-  std::vector<double> x = a.to_f64_vector(), y = ref.to_f64_vector();
-  REQUIRE(x.size() == y.size());
-  double err = 0, scale = 0;
-  for (size_t i = 0; i < x.size(); i++) {
-    err = std::max(err, std::abs(x[i] - y[i]));
-    scale = std::max(scale, std::abs(y[i]));
-  }
-  return err / scale;
-}
 
 // B, T; q/k heads H and value heads HV; widths dk, dv. RWKV-6 uses HV = H.
 struct Dims {
@@ -94,7 +84,7 @@ void check_all_close(const std::vector<Tensor>& got, const std::vector<Tensor>& 
   REQUIRE(got.size() == names.size());
   for (size_t i = 0; i < names.size(); i++) {
     INFO(names[i]);
-    CHECK(rel_err(got[i], ref[i]) <= tol);
+    CHECK(max_rel_err(got[i], ref[i]) <= tol);
   }
 }
 
@@ -180,8 +170,8 @@ TEST_CASE("HGRN-2 through the decay op (k = 1 - exp(g)) equals a direct HGRN-2 l
     std::vector<Var> x;
     for (const Tensor& t : in) x.emplace_back(t);
     std::vector<Var> out = run_decay(x, scale, chunk_size);
-    CHECK(rel_err(out[0].value(), Tensor::from_f64(o_ref, out[0].shape(), DType::F64)) <= 1e-12);
-    CHECK(rel_err(out[1].value(), Tensor::from_f64(ht_ref, out[1].shape(), DType::F64)) <= 1e-12);
+    CHECK(max_rel_err(out[0].value(), Tensor::from_f64(o_ref, out[0].shape(), DType::F64)) <= 1e-12);
+    CHECK(max_rel_err(out[1].value(), Tensor::from_f64(ht_ref, out[1].shape(), DType::F64)) <= 1e-12);
   }
 }
 
@@ -220,7 +210,7 @@ TEST_CASE("RetNet: a constant scalar gate equals the parallel retention form") {
     std::vector<Var> x;
     for (const Tensor& t : in) x.emplace_back(t);
     std::vector<Var> out = run_decay(x, scale, chunk_size);
-    CHECK(rel_err(out[0].value(), Tensor::from_f64(o_ref, out[0].shape(), DType::F64)) <= 1e-12);
+    CHECK(max_rel_err(out[0].value(), Tensor::from_f64(o_ref, out[0].shape(), DType::F64)) <= 1e-12);
   }
 }
 
@@ -268,9 +258,9 @@ TEST_CASE("running T tokens, then T more from the final state, equals one run ov
       const std::vector<Var> first = run(half_inputs(0, c.inputs.back()));
       const std::vector<Var> second = run(half_inputs(1, first[1].value()));
       const std::vector<Tensor> full_o = time_halves(full[0].value());
-      CHECK(rel_err(first[0].value(), full_o[0]) <= 1e-12);
-      CHECK(rel_err(second[0].value(), full_o[1]) <= 1e-12);
-      CHECK(rel_err(second[1].value(), full[1].value()) <= 1e-12);
+      CHECK(max_rel_err(first[0].value(), full_o[0]) <= 1e-12);
+      CHECK(max_rel_err(second[0].value(), full_o[1]) <= 1e-12);
+      CHECK(max_rel_err(second[1].value(), full[1].value()) <= 1e-12);
     }
 }
 

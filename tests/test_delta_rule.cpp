@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "autograd/var.h"
+#include "nn/check/registry.h"
 #include "nn/ops/delta_rule.h"
 #include "nn/ops/solve_tril.h"
 #include "tensor/math.h"
@@ -40,42 +41,23 @@ struct Inputs {
   Tensor q, k, v, g, b, w, h0;
 };
 
-Tensor map_values(Tensor x, double (*f)(double)) {
-  double* p = x.data<double>();
-  for (int64_t i = 0; i < x.numel(); i++) p[i] = f(p[i]);
-  return x;
-}
-double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
-double logsigmoid(double x) { return -std::log1p(std::exp(-x)); }
-
-// Each row of `width` values scaled to unit L2 norm (the mixers feed l2norm(q), l2norm(k)).
-Tensor l2_rows(Tensor x, int64_t width) {
-  double* p = x.data<double>();
-  for (int64_t r = 0; r < x.numel() / width; r++) {
-    double ss = 0;
-    for (int64_t i = 0; i < width; i++) ss += p[r * width + i] * p[r * width + i];
-    for (int64_t i = 0; i < width; i++) p[r * width + i] /= std::sqrt(ss);
-  }
-  return x;
-}
-
 Inputs make_inputs(const Variant& var, const Dims& d, uint64_t seed) {
   Inputs x;
-  x.q = l2_rows(Tensor::randn({d.B, d.T, d.H, d.dk}, seed + 1, 1.0, DType::F64), d.dk);
-  x.k = l2_rows(Tensor::randn({d.B, d.T, d.H, d.dk}, seed + 2, 1.0, DType::F64), d.dk);
-  x.v = Tensor::randn({d.B, d.T, d.HV, d.dv}, seed + 3, 1.0, DType::F64);
+  x.q = check::unit_rows(check::randn64({d.B, d.T, d.H, d.dk}, seed + 1));
+  x.k = check::unit_rows(check::randn64({d.B, d.T, d.H, d.dk}, seed + 2));
+  x.v = check::randn64({d.B, d.T, d.HV, d.dv}, seed + 3);
   // log gates logsigmoid(N(2, 1)): mostly in [-1, 0), as fla's tests draw them
   if (var.gate == DeltaGate::Scalar)
-    x.g = map_values(Tensor::randn({d.B, d.T, d.HV}, seed + 4, 1.0, DType::F64), [](double z) { return logsigmoid(z + 2); });
+    x.g = check::log_gate({d.B, d.T, d.HV}, seed + 4, 2.0);
   if (var.gate == DeltaGate::Vector)
-    x.g = map_values(Tensor::randn({d.B, d.T, d.HV, d.dk}, seed + 4, 1.0, DType::F64), [](double z) { return logsigmoid(z + 2); });
+    x.g = check::log_gate({d.B, d.T, d.HV, d.dk}, seed + 4, 2.0);
   Shape bs = var.erase_vector ? Shape{d.B, d.T, d.HV, d.dk} : Shape{d.B, d.T, d.HV};
-  x.b = map_values(Tensor::randn(bs, seed + 5, 1.0, DType::F64), sigmoid);
+  x.b = check::map64(check::randn64(bs, seed + 5), check::sigmoid);
   if (!var.tied) {
     Shape ws = var.write_vector ? Shape{d.B, d.T, d.HV, d.dv} : Shape{d.B, d.T, d.HV};
-    x.w = map_values(Tensor::randn(ws, seed + 6, 1.0, DType::F64), sigmoid);
+    x.w = check::map64(check::randn64(ws, seed + 6), check::sigmoid);
   }
-  x.h0 = Tensor::randn({d.B, d.HV, d.dk, d.dv}, seed + 7, 0.5, DType::F64);
+  x.h0 = check::randn64({d.B, d.HV, d.dk, d.dv}, seed + 7, 0.5);
   return x;
 }
 

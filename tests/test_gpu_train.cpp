@@ -68,13 +68,9 @@ std::vector<double> first_losses(const TinyRun& r, const std::string& device, co
   ModelConfig model_config = c.model_config(data.vocab_size);
   auto model = make_model(model_config, c.train.seed, device == "cuda" ? Device::CUDA : Device::CPU,
                           dtype == "bf16" ? DType::BF16 : DType::F32);
-  TrainerOptions o;
-  o.optim = c.optim.optim;
-  o.schedule = c.schedule();
-  o.clip = c.optim.clip;
-  o.log_every = kSteps;
   std::ostringstream log;
-  Trainer trainer(o, *model, *data.train, nullptr, log);
+  Trainer trainer(trainer_options(c, model_config, count_parameters(model->parameters()), data.mqar), *model,
+                  *data.train, nullptr, log);
   std::vector<double> losses;
   for (int step = 1; step <= kSteps; step++) {
     losses.push_back(trainer.train_step().loss);
@@ -103,6 +99,21 @@ const std::vector<TinyRun>& runs() {
   return all;
 }
 
+using LossCheck =
+    std::function<void(const TinyRun& r, const std::vector<double>& losses_a, const std::vector<double>& losses_b)>;
+
+// Trains every tiny run twice, on (device_a, dtype_a) and on (device_b, dtype_b), and hands both
+// loss curves to check.
+void compare_runs(const std::string& device_a, const std::string& dtype_a, const std::string& device_b,
+                  const std::string& dtype_b, const LossCheck& check) {
+  for (const TinyRun& r : runs()) {
+    INFO(label(r));
+    std::vector<double> losses_a = first_losses(r, device_a, dtype_a);
+    std::vector<double> losses_b = first_losses(r, device_b, dtype_b);
+    check(r, losses_a, losses_b);
+  }
+}
+
 bool skip_without_gpu() {
   if (cuda_available()) return false;
   MESSAGE("SKIPPED: no CUDA GPU here; GPU training was compiled but not run (run make gpu-check on a GPU)");
@@ -113,30 +124,26 @@ bool skip_without_gpu() {
 
 TEST_CASE("GPU fp32 training: the first 20 losses equal the CPU run's within 1e-4 relative") {
   if (skip_without_gpu()) return;
-  for (const TinyRun& r : runs()) {
-    INFO(label(r));
-    std::vector<double> cpu = first_losses(r, "cpu", "f32");
-    std::vector<double> gpu = first_losses(r, "cuda", "f32");
+  compare_runs("cpu", "f32", "cuda", "f32", [](const TinyRun& r, const std::vector<double>& cpu,
+                                                const std::vector<double>& gpu) {
     double worst = 0;
     for (int i = 0; i < kSteps; i++) worst = std::max(worst, std::abs(gpu[i] - cpu[i]) / std::abs(cpu[i]));
     MESSAGE(label(r), ": loss ", cpu.front(), " -> ", cpu.back(), ", worst relative GPU-CPU difference ", worst);
     CHECK(worst <= 1e-4);
     CHECK(tail_mean(cpu) < cpu.front() - 0.1);  // and the run learns
-  }
+  });
 }
 
 TEST_CASE("GPU bf16 training learns like fp32") {
   if (skip_without_gpu()) return;
-  for (const TinyRun& r : runs()) {
-    INFO(label(r));
-    std::vector<double> f32 = first_losses(r, "cuda", "f32");
-    std::vector<double> bf16 = first_losses(r, "cuda", "bf16");
+  compare_runs("cuda", "f32", "cuda", "bf16", [](const TinyRun& r, const std::vector<double>& f32,
+                                                 const std::vector<double>& bf16) {
     for (double l : bf16) REQUIRE(std::isfinite(l));
     MESSAGE(label(r), ": bf16 loss ", bf16.front(), " -> ", tail_mean(bf16), " (fp32 ", tail_mean(f32), ")");
     CHECK(std::abs(bf16.front() - f32.front()) <= 1e-2 * f32.front());
     CHECK(tail_mean(bf16) < bf16.front() - 0.1);
     CHECK(std::abs(tail_mean(bf16) - tail_mean(f32)) <= 0.05 * f32.front());
-  }
+  });
 }
 
 TEST_CASE("GPU training allocates nothing after warm-up: no cudaMalloc, same bytes and peak every step") {

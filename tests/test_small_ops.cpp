@@ -19,8 +19,10 @@
 #include "nn/ops/short_conv.h"
 #include "nn/ops/token_shift.h"
 #include "tensor/math.h"
+#include "tests/test_util.h"
 
 using namespace hla;
+using hla::testing::max_rel_err;
 
 namespace {
 
@@ -28,17 +30,6 @@ Tensor f64(const std::vector<double>& v, const Shape& shape) { return Tensor::fr
 double sigmoid_d(double v) { return 1.0 / (1.0 + std::exp(-v)); }
 double silu_d(double v) { return v * sigmoid_d(v); }
 
-// max |a - b| / max |b|  (b is the reference)
-double rel_gap(const Tensor& a, const Tensor& b) {
-  auto av = a.to_f64_vector(), bv = b.to_f64_vector();
-  REQUIRE(av.size() == bv.size());
-  double err = 0, scale = 0;
-  for (size_t i = 0; i < av.size(); i++) {
-    err = std::max(err, std::abs(av[i] - bv[i]));
-    scale = std::max(scale, std::abs(bv[i]));
-  }
-  return scale > 0 ? err / scale : err;
-}
 
 double max_abs_gap(const Tensor& a, const Tensor& b) { return max_abs(sub(a, b)); }
 
@@ -88,8 +79,8 @@ double f32_vs_f64(const OpFn& fn, const std::vector<Tensor>& inputs64) {
   run(DType::F32, o32, g32);
   run(DType::F64, o64, g64);
   double worst = 0;
-  for (size_t k = 0; k < o64.size(); k++) worst = std::max(worst, rel_gap(o32[k], o64[k]));
-  for (size_t k = 0; k < g64.size(); k++) worst = std::max(worst, rel_gap(g32[k], g64[k]));
+  for (size_t k = 0; k < o64.size(); k++) worst = std::max(worst, max_rel_err(o32[k], o64[k]));
+  for (size_t k = 0; k < g64.size(); k++) worst = std::max(worst, max_rel_err(g32[k], g64[k]));
   return worst;
 }
 

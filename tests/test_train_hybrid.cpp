@@ -42,18 +42,6 @@ RunConfig tiny_mqar_run(const std::string& out_dir) {
   return c;
 }
 
-TrainerOptions trainer_options(const RunConfig& c, const ModelConfig& model) {
-  TrainerOptions o;
-  o.optim = c.optim.optim;
-  o.schedule = c.schedule();
-  o.clip = c.optim.clip;
-  o.grad_accum = c.train.grad_accum;
-  o.val_batches = c.train.val_batches;
-  o.mqar = true;
-  o.model_config = model.to_json();
-  return o;
-}
-
 std::string temp_dir(const std::string& name) {
   std::string dir = (fs::temp_directory_path() / ("hla_test_train_hybrid_" + name)).string();
   fs::remove_all(dir);
@@ -78,9 +66,11 @@ TEST_CASE("HybridLM resume is bit-exact: 10 steps equal 5 + save + resume + 5") 
   std::ostringstream log;
 
   auto straight_model = make_model(mc, 42);
+  const TrainerOptions options =
+      trainer_options(run, mc, count_parameters(straight_model->parameters()), probe.mqar);
+  REQUIRE(options.mqar);
   DataSources straight_data = make_data_sources(run.data);
-  Trainer straight(trainer_options(run, mc), *straight_model, *straight_data.train,
-                   straight_data.val.get(), log);
+  Trainer straight(options, *straight_model, *straight_data.train, straight_data.val.get(), log);
   std::vector<double> straight_losses;
   for (int i = 0; i < 10; i++) straight_losses.push_back(straight.train_step().loss);
   ValMetrics straight_val = straight.validate();
@@ -89,14 +79,14 @@ TEST_CASE("HybridLM resume is bit-exact: 10 steps equal 5 + save + resume + 5") 
   {
     auto model = make_model(mc, 42);
     DataSources data = make_data_sources(run.data);
-    Trainer first(trainer_options(run, mc), *model, *data.train, data.val.get(), log);
+    Trainer first(options, *model, *data.train, data.val.get(), log);
     for (int i = 0; i < 5; i++) split_losses.push_back(first.train_step().loss);
     first.validate();  // validation between saves must not disturb the training stream
     first.save(dir);
   }
   auto model = make_model(mc, 7);  // another init: the checkpoint must restore everything
   DataSources data = make_data_sources(run.data);
-  Trainer second(trainer_options(run, mc), *model, *data.train, data.val.get(), log);
+  Trainer second(options, *model, *data.train, data.val.get(), log);
   second.resume(dir);
   for (int i = 0; i < 5; i++) split_losses.push_back(second.train_step().loss);
   ValMetrics split_val = second.validate();

@@ -293,6 +293,25 @@ double model_flops_per_token(const ModelConfig& config, int64_t num_parameters, 
   return 6.0 * static_cast<double>(num_parameters) + attention;
 }
 
+TrainerOptions trainer_options(const RunConfig& config, const ModelConfig& model_config, int64_t num_parameters,
+                               bool mqar) {
+  TrainerOptions options;
+  options.optim = config.optim.optim;
+  options.schedule = config.schedule();
+  options.clip = config.optim.clip;
+  options.grad_accum = config.train.grad_accum;
+  options.log_every = config.train.log_every;
+  options.val_every = config.train.val_every;
+  options.val_batches = config.train.val_batches;
+  options.save_every = config.train.save_every;
+  options.out_dir = config.train.out_dir;
+  options.mqar = mqar;
+  options.model_config = model_config.to_json();
+  options.settings = config.to_json();
+  options.flops_per_token = model_flops_per_token(model_config, num_parameters, config.data.seq_len);
+  return options;
+}
+
 ValMetrics run_training(const RunConfig& config, const std::string& resume_dir, std::ostream& out) {
   config.validate();
   DataSources data = make_data_sources(config.data);
@@ -312,20 +331,7 @@ ValMetrics run_training(const RunConfig& config, const std::string& resume_dir, 
       << " (L linear, A attention), routing " << model_config.routing << "\n";
   out << "params:  " << count_parameters(params) << " in " << params.size() << " tensors\n";
 
-  TrainerOptions options;
-  options.optim = config.optim.optim;
-  options.schedule = config.schedule();
-  options.clip = config.optim.clip;
-  options.grad_accum = config.train.grad_accum;
-  options.log_every = config.train.log_every;
-  options.val_every = config.train.val_every;
-  options.val_batches = config.train.val_batches;
-  options.save_every = config.train.save_every;
-  options.out_dir = config.train.out_dir;
-  options.mqar = data.mqar;
-  options.model_config = model_config.to_json();
-  options.settings = config.to_json();
-  options.flops_per_token = model_flops_per_token(model_config, count_parameters(params), config.data.seq_len);
+  TrainerOptions options = trainer_options(config, model_config, count_parameters(params), data.mqar);
   Trainer trainer(options, *model, *data.train, data.val.get(), out);
   out << "optimizer groups:\n" << trainer.optimizer().describe();
   out << "tokens per update: " << config.data.batch_size * config.data.seq_len * config.train.grad_accum

@@ -102,6 +102,12 @@ class Trainer {
 // half of the T x T scores (a sliding window w < T: 12 w d). Linear mixers count through N only.
 double model_flops_per_token(const ModelConfig& config, int64_t num_parameters, int64_t seq_len);
 
+// The trainer's options for a run: its settings, the model it trains (whose config.json the
+// checkpoints keep and whose FLOPs per token the step lines report), and whether its data is
+// MQAR (validation then reports accuracy too).
+TrainerOptions trainer_options(const RunConfig& config, const ModelConfig& model_config, int64_t num_parameters,
+                               bool mqar);
+
 // `hla train`: builds data, model and trainer from the settings, prints the start-up table,
 // trains (resuming from `resume_dir` when not empty) and returns the final validation.
 ValMetrics run_training(const RunConfig& config, const std::string& resume_dir, std::ostream& out);
