@@ -10,7 +10,6 @@
 
 #include <cmath>
 
-#include "nn/recurrence_cuda.h"
 #include "tensor/dispatch.h"
 #ifdef HLA_CUDA
 #include "cuda/hgrn.h"
