@@ -102,11 +102,7 @@ void add_rope_cases() {
                       named_kernel("rotate_half"), inputs(c.shape), op(c)));
 }
 
-const bool registered = [] {
-  add_attention_cases();
-  add_rope_cases();
-  return true;
-}();
+const Registrar registered{add_attention_cases, add_rope_cases};
 
 }  // namespace
 }  // namespace hla::check

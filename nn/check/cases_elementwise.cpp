@@ -164,16 +164,8 @@ void add_swiglu_cases() {
   add_case(gpu_case("swiglu", "swiglu", named_kernel("swiglu"), inputs({5, 999}), op));
 }
 
-const bool registered = [] {
-  add_activation_cases();
-  add_arith_cases();
-  add_cast_cases();
-  add_cross_entropy_cases();
-  add_embedding_cases();
-  add_linear_cases();
-  add_swiglu_cases();
-  return true;
-}();
+const Registrar registered{add_activation_cases, add_arith_cases, add_cast_cases, add_cross_entropy_cases,
+                           add_embedding_cases, add_linear_cases, add_swiglu_cases};
 
 }  // namespace
 }  // namespace hla::check

@@ -122,13 +122,7 @@ void add_group_norm_cases() {
                       inputs(c), op(c)));
 }
 
-const bool registered = [] {
-  add_rmsnorm_cases();
-  add_l2norm_cases();
-  add_gated_norm_cases();
-  add_group_norm_cases();
-  return true;
-}();
+const Registrar registered{add_rmsnorm_cases, add_l2norm_cases, add_gated_norm_cases, add_group_norm_cases};
 
 }  // namespace
 }  // namespace hla::check

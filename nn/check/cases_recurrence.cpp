@@ -417,13 +417,7 @@ void add_delta_rule_cases() {
   }
 }
 
-const bool registered = [] {
-  add_hgrn_cases();
-  add_decay_cases();
-  add_rwkv6_cases();
-  add_delta_rule_cases();
-  return true;
-}();
+const Registrar registered{add_hgrn_cases, add_decay_cases, add_rwkv6_cases, add_delta_rule_cases};
 
 }  // namespace
 }  // namespace hla::check

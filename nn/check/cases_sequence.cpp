@@ -140,11 +140,7 @@ void add_token_shift_cases() {
                       named_kernel("ddlerp cublas"), ddlerp_inputs(c), data_dependent));
 }
 
-const bool registered = [] {
-  add_short_conv_cases();
-  add_token_shift_cases();
-  return true;
-}();
+const Registrar registered{add_short_conv_cases, add_token_shift_cases};
 
 }  // namespace
 }  // namespace hla::check

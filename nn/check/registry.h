@@ -9,15 +9,17 @@
 // group is the op file it checks ("delta_rule"): --op filters on both, gpu-check summarises per
 // group, dtype and kernel, and the modes list cases sorted by group.
 // Families of cases are loops over parameter tables in the case files (nn/check/cases_*.cpp;
-// train/optim_check.cpp for the optimizers), which register at static initialisation:
-//   const bool registered = [] {
+// train/optim_check.cpp for the optimizers), which register at static initialisation, one
+// add_* function per op, handed to a Registrar in the order the cases are to be listed:
+//   void add_l2norm_cases() {
 //     for (const Shape& s : shapes) add_case(gpu_case("l2norm", "l2norm " + shape_str(s), ...));
-//     return true;
-//   }();
+//   }
+//   const Registrar registered{add_rmsnorm_cases, add_l2norm_cases};
 // Adding an op means adding its cases to one of those files.
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -71,6 +73,13 @@ struct Case {
 };
 
 void add_case(Case c);
+
+// Calls a case file's add_* functions, in order, when the file's static is initialised.
+struct Registrar {
+  Registrar(std::initializer_list<void (*)()> add_families) {
+    for (void (*add)() : add_families) add();
+  }
+};
 // The cases of a mode whose name or group contains one of the patterns (every case when there
 // are none), sorted by group (stable, so a group keeps its file's order). Throws when two cases
 // of one mode share a name or a case lacks a group, a name, inputs or an op.

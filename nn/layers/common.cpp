@@ -1,4 +1,5 @@
-// fla's A_log / dt_bias initialisation (mixers.md 2.12), seeded by parameter name.
+// The shared GLA/RetNet projections, and fla's A_log / dt_bias initialisation (mixers.md 2.12),
+// seeded by parameter name.
 #include "nn/layers/common.h"
 
 #include <cmath>
@@ -6,6 +7,19 @@
 #include "tensor/random.h"
 
 namespace hla {
+
+GatedAttentionProjections gated_attention_projections(const ModelConfig& c, ParamStore& store) {
+  const int64_t D = c.hidden_size;
+  GatedAttentionProjections p;
+  p.H = c.num_heads;
+  p.dk = static_cast<int64_t>(D * c.expand_k) / p.H;
+  p.dv = static_cast<int64_t>(D * c.expand_v) / p.H;
+  p.q = store.normal("q_proj.weight", {p.H * p.dk, D});
+  p.k = store.normal("k_proj.weight", {p.H * p.dk, D});
+  p.v = store.normal("v_proj.weight", {p.H * p.dv, D});
+  p.g = store.normal("g_proj.weight", {p.H * p.dv, D});
+  return p;
+}
 
 Var init_a_log(ParamStore& store, const std::string& name, int64_t n, double lo, double hi) {
   std::vector<double> v(n);

@@ -1,6 +1,7 @@
 // Small helpers the mixer layers share: projections through the compute dtype, head
 // reshapes, and fla's initialisation of A_log and dt_bias (mixers.md 2.12).
 #pragma once
+#include "nn/config.h"
 #include "nn/layers/params.h"
 #include "nn/ops/arith.h"
 #include "nn/ops/gated_norm.h"
@@ -16,6 +17,15 @@ inline Var project(const ParamStore& store, const Var& x, const Var& w, const Va
 // (B, T, H*d) <-> (B, T, H, d)
 inline Var split_heads(const Var& x, int64_t H, int64_t d) { return reshape(x, {x.size(0), x.size(1), H, d}); }
 inline Var merge_heads(const Var& x) { return reshape(x, {x.size(0), x.size(1), x.size(2) * x.size(3)}); }
+
+// The heads and input projections GLA and RetNet share: H = num_heads, dk = D * expand_k / H,
+// dv = D * expand_v / H, and q_proj, k_proj (H*dk, D), v_proj, g_proj (H*dv, D), registered in
+// that order (checkpoint names and the init stream follow it).
+struct GatedAttentionProjections {
+  int64_t H = 0, dk = 0, dv = 0;
+  Var q, k, v, g;
+};
+GatedAttentionProjections gated_attention_projections(const ModelConfig& c, ParamStore& store);
 
 // The output tail GLA and RetNet share: o (B, T, H, dv) through a swish-gated RMSNorm per head
 // with gate x W_g^T, heads merged, then o_proj.

@@ -11,40 +11,36 @@ namespace {
 
 class GlaLayer : public Mixer {
  public:
-  GlaLayer(const ModelConfig& c, ParamStore& store) : store_(store), eps_(c.norm_eps), chunk_(c.chunk_size) {
+  GlaLayer(const ModelConfig& c, ParamStore& store)
+      : store_(store), eps_(c.norm_eps), chunk_(c.chunk_size), proj_(gated_attention_projections(c, store)) {
     int64_t D = c.hidden_size, rank = 16;
-    H_ = c.num_heads;
-    dk_ = static_cast<int64_t>(D * c.expand_k) / H_;
-    dv_ = static_cast<int64_t>(D * c.expand_v) / H_;
-    q_ = store.normal("q_proj.weight", {H_ * dk_, D});
-    k_ = store.normal("k_proj.weight", {H_ * dk_, D});
-    v_ = store.normal("v_proj.weight", {H_ * dv_, D});
-    g_ = store.normal("g_proj.weight", {H_ * dv_, D});
     gk0_ = store.normal("gk_proj.0.weight", {rank, D});
-    gk1_ = store.normal("gk_proj.1.weight", {H_ * dk_, rank});
-    gk1_bias_ = store.constant("gk_proj.1.bias", {H_ * dk_}, 0.0);
-    norm_ = store.constant("g_norm_swish_gate.weight", {dv_}, 1.0);
-    o_ = store.normal("o_proj.weight", {D, H_ * dv_});
+    gk1_ = store.normal("gk_proj.1.weight", {proj_.H * proj_.dk, rank});
+    gk1_bias_ = store.constant("gk_proj.1.bias", {proj_.H * proj_.dk}, 0.0);
+    norm_ = store.constant("g_norm_swish_gate.weight", {proj_.dv}, 1.0);
+    o_ = store.normal("o_proj.weight", {D, proj_.H * proj_.dv});
   }
 
   Var forward(const Var& x, MixerIO& io) override {
-    Var q = split_heads(project(store_, x, q_), H_, dk_);  // (B, T, H, dk)
-    Var k = split_heads(project(store_, x, k_), H_, dk_);
-    Var v = project(store_, x, v_);                        // (B, T, H*dv)
+    const int64_t H = proj_.H, dk = proj_.dk, dv = proj_.dv;
+    Var q = split_heads(project(store_, x, proj_.q), H, dk);  // (B, T, H, dk)
+    Var k = split_heads(project(store_, x, proj_.k), H, dk);
+    Var v = project(store_, x, proj_.v);                      // (B, T, H*dv)
     if (io.want_values) io.values = v;
     Var gk = project(store_, project(store_, x, gk0_), gk1_, gk1_bias_);  // low-rank gate logits
-    Var g = split_heads(gla_gate(gk, 16.0), H_, dk_);                      // g = logsigmoid(gk) / 16
-    Var o = decay_attention(q, k, split_heads(v, H_, dv_), g, Var(), default_attention_scale(dk_), chunk_).o;
-    return gated_output(store_, o, x, g_, norm_, o_, eps_);
+    Var g = split_heads(gla_gate(gk, 16.0), H, dk);                        // g = logsigmoid(gk) / 16
+    Var o = decay_attention(q, k, split_heads(v, H, dv), g, Var(), default_attention_scale(dk), chunk_).o;
+    return gated_output(store_, o, x, proj_.g, norm_, o_, eps_);
   }
 
-  int64_t value_width() const override { return H_ * dv_; }
+  int64_t value_width() const override { return proj_.H * proj_.dv; }
 
  private:
   ParamStore& store_;
   double eps_;
-  int64_t chunk_, H_, dk_, dv_;
-  Var q_, k_, v_, g_, gk0_, gk1_, gk1_bias_, norm_, o_;
+  int64_t chunk_;
+  GatedAttentionProjections proj_;
+  Var gk0_, gk1_, gk1_bias_, norm_, o_;
 };
 
 }  // namespace
