@@ -1,11 +1,15 @@
 // Model weights in safetensors and JSON files, written whole or not at all (see weights.h).
 #include "nn/weights.h"
 
-#include <cstdio>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <sstream>
 
+#include "tensor/atomic_file.h"
+#include "tensor/json.h"
 #include "tensor/safetensors.h"
 
 namespace hla {
@@ -40,28 +44,13 @@ void load_model_weights(const std::string& dir, const ParameterList& params) {
 }
 
 nlohmann::json read_json_file(const std::string& path) {
-  std::ifstream in(path);
-  HLA_CHECK(in, "cannot open ", path);
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    fail(path, ": not valid JSON: ", e.what());
-  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, ": cannot open (", std::strerror(errno), ")");
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_json(text.str(), path);
 }
 
-void write_json_file(const std::string& path, const nlohmann::json& j) {
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    HLA_CHECK(out, "cannot create ", tmp, " (", path, " is unchanged)");
-    out << j.dump(2) << "\n";
-    out.close();
-    if (!out) {
-      std::remove(tmp.c_str());
-      fail("failed writing ", tmp, " (disk full?); ", path, " is unchanged");
-    }
-  }
-  HLA_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename ", tmp, " to ", path);
-}
+void write_json_file(const std::string& path, const nlohmann::json& j) { write_file_atomic(path, j.dump(2) + "\n"); }
 
 }  // namespace hla

@@ -112,16 +112,17 @@ TEST_CASE("weights: JSON files round-trip, and a failed write keeps the old file
   nlohmann::json config = {{"model_type", "gla"}, {"hidden_size", 96}, {"rope_theta", 10000.0}};
   write_json_file(path, config);
   CHECK(read_json_file(path) == config);
-  CHECK_FALSE(fs::exists(path + ".tmp"));
+  const std::string tmp = path + ".tmp-" + std::to_string(getpid());
+  CHECK_FALSE(fs::exists(tmp));
 
-  fs::create_directories(path + ".tmp");
+  fs::create_directories(tmp);  // the temporary file cannot be created
   CHECK_THROWS_WITH_AS(write_json_file(path, {{"model_type", "other"}}),
-                       has("cannot create " + path + ".tmp (" + path + " is unchanged)"), Error);
+                       has(path + ": cannot create " + tmp + " (Is a directory); " + path + " is unchanged"), Error);
   CHECK(read_json_file(path) == config);
 
   std::ofstream(dir.path + "/broken.json") << "{\"model_type\": ";
   CHECK_THROWS_WITH_AS(read_json_file(dir.path + "/broken.json"), has(dir.path + "/broken.json: not valid JSON"),
                        Error);
-  CHECK_THROWS_WITH_AS(read_json_file(dir.path + "/absent.json"), has("cannot open " + dir.path + "/absent.json"),
+  CHECK_THROWS_WITH_AS(read_json_file(dir.path + "/absent.json"), has(dir.path + "/absent.json: cannot open (No such file or directory)"),
                        Error);
 }
