@@ -47,22 +47,18 @@ __global__ void activation_backward_kernel(T* dx, const T* dy, const T* x, int64
 }  // namespace
 
 void activation_forward(void* y, const void* x, int64_t n, Activation kind, DType dtype) {
-  if (n == 0) return;
-  dispatch_storage(dtype, "activation_forward", [&](auto tag) {
+  launch_elementwise(dtype, "activation_forward", n, [&](auto tag) {
     using T = decltype(tag);
     activation_forward_kernel<T><<<grid_1d(n), 256>>>(static_cast<T*>(y), static_cast<const T*>(x), n, kind);
   });
-  CUDA_CHECK_LAUNCH();
 }
 
 void activation_backward(void* dx, const void* dy, const void* x, int64_t n, Activation kind, DType dtype) {
-  if (n == 0) return;
-  dispatch_storage(dtype, "activation_backward", [&](auto tag) {
+  launch_elementwise(dtype, "activation_backward", n, [&](auto tag) {
     using T = decltype(tag);
     activation_backward_kernel<T><<<grid_1d(n), 256>>>(static_cast<T*>(dx), static_cast<const T*>(dy),
                                                         static_cast<const T*>(x), n, kind);
   });
-  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace hla::cuda

@@ -57,13 +57,11 @@ __global__ void broadcast_backward_kernel(T* dx, float* partial, const T* dy, co
 void broadcast_forward(void* y, const void* x, const void* s, int64_t outer, int64_t S, int64_t inner, bool multiply,
                        DType dtype) {
   const int64_t n = outer * S * inner;
-  if (n == 0) return;
-  dispatch_storage(dtype, "broadcast_forward", [&](auto tag) {
+  launch_elementwise(dtype, "broadcast_forward", n, [&](auto tag) {
     using T = decltype(tag);
     broadcast_forward_kernel<T><<<grid_1d(n), kThreads>>>(static_cast<T*>(y), static_cast<const T*>(x),
                                                           static_cast<const T*>(s), S, inner, n, multiply);
   });
-  CUDA_CHECK_LAUNCH();
 }
 
 void broadcast_backward(void* dx, void* ds, const void* dy, const void* x, const void* s, int64_t outer, int64_t S,

@@ -26,12 +26,46 @@ void dispatch_storage(DType dtype, const char* op, Fn&& fn) {
   else fail(op, ": CUDA kernels take F32 or BF16, got ", dtype_name(dtype));
 }
 
+// A launch over n elements: nothing when n == 0, else fn(float{}) or fn(__nv_bfloat16{}) for
+// the storage dtype (fn launches the kernel), then the launch check.
+template <class Fn>
+void launch_elementwise(DType dtype, const char* op, int64_t n, Fn&& fn) {
+  if (n == 0) return;
+  dispatch_storage(dtype, op, fn);
+  CUDA_CHECK_LAUNCH();
+}
+
 // Whether p allows 16-byte vector loads (the chunked kernels' tile loads need it).
 inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 inline int grid_1d(int64_t n, int block = 256) {
   return static_cast<int>(std::min<int64_t>((n + block - 1) / block, 65535));
 }
+
+// Launches kernel over n elements (grid_1d(n, block) blocks of `block` threads) and checks the
+// launch; nothing when n == 0.
+template <class... Params, class... Args>
+void launch_1d(void (*kernel)(Params...), int64_t n, int block, Args... args) {
+  if (n == 0) return;
+  kernel<<<grid_1d(n, block), block>>>(args...);
+  CUDA_CHECK_LAUNCH();
+}
+
+// fp32 device scratch that frees itself (through the caching allocator, so it is cheap).
+class FloatScratch {
+ public:
+  explicit FloatScratch(int64_t n)
+      : bytes_(static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(float)),
+        ptr_(static_cast<float*>(device_alloc(bytes_))) {}
+  ~FloatScratch() { device_free(ptr_, bytes_); }
+  FloatScratch(const FloatScratch&) = delete;
+  FloatScratch& operator=(const FloatScratch&) = delete;
+  float* get() const { return ptr_; }
+
+ private:
+  size_t bytes_;
+  float* ptr_;
+};
 
 #define HLA_GRID_STRIDE(i, n) \
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)

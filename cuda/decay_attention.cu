@@ -18,8 +18,7 @@ namespace {
 template <class S, int KMAX>
 Args<S> decay_args(const void* q, const void* k, const void* v, const void* g, const float* h0,
                    const DecayAttentionDims& d) {
-  Args<S> a = recurrence::make_args<S>(d.B, d.T, d.H, d.HV, d.dk, d.dv, d.scale, recurrence::column_blocks<KMAX>(d.dv));
-  a.q = static_cast<const S*>(q), a.k = static_cast<const S*>(k), a.v = static_cast<const S*>(v);
+  Args<S> a = recurrence::make_args<S, KMAX>(d.B, d.T, d.H, d.HV, d.dk, d.dv, d.scale, q, k, v);
   a.g = static_cast<const S*>(g), a.h0 = h0;
   return a;
 }
@@ -33,39 +32,35 @@ void decay_attention_forward(void* o, float* ht, const void* q, const void* k, c
     decay_chunk::forward(o, ht, q, k, v, g, h0, d);
     return;
   }
-  dispatch_storage(dtype, "decay_attention_forward", [&](auto tag) {
+  recurrence::dispatch_storage_kmax(dtype, d.dk, "decay_attention_forward", [&](auto tag, auto kmax) {
     using S = decltype(tag);
-    recurrence::dispatch_kmax(d.dk, "decay_attention", [&](auto kmax) {
-      constexpr int KMAX = decltype(kmax)::value;
-      Args<S> a = decay_args<S, KMAX>(q, k, v, g, h0, d);
-      a.o = static_cast<S*>(o), a.ht = ht;
-      if (d.vector_gate) recurrence::run_forward<Op::Decay, Gate::Vector, KMAX>(a);
-      else recurrence::run_forward<Op::Decay, Gate::Scalar, KMAX>(a);
-    });
+    constexpr int KMAX = decltype(kmax)::value;
+    Args<S> a = decay_args<S, KMAX>(q, k, v, g, h0, d);
+    a.o = static_cast<S*>(o), a.ht = ht;
+    if (d.vector_gate) recurrence::run_forward<Op::Decay, Gate::Vector, KMAX>(a);
+    else recurrence::run_forward<Op::Decay, Gate::Scalar, KMAX>(a);
   });
 }
 
 void decay_attention_backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, float* grad_h0,
                               const void* grad_o, const float* grad_ht, const void* q, const void* k, const void* v,
                               const void* g, const float* h0, const DecayAttentionDims& d, DType dtype) {
-  dispatch_storage(dtype, "decay_attention_backward", [&](auto tag) {
+  recurrence::dispatch_storage_kmax(dtype, d.dk, "decay_attention_backward", [&](auto tag, auto kmax) {
     using S = decltype(tag);
-    recurrence::dispatch_kmax(d.dk, "decay_attention", [&](auto kmax) {
-      constexpr int KMAX = decltype(kmax)::value;
-      Args<S> a = decay_args<S, KMAX>(q, k, v, g, h0, d);
-      a.d_o = static_cast<const S*>(grad_o), a.dht = grad_ht, a.dh0 = grad_h0, a.dv_out = static_cast<S*>(grad_v);
-      const int64_t tokens = d.B * d.T, rows = tokens * d.HV * d.dk;  // per value head, fp32: (B, T, HV, dk)
-      recurrence::Scratch dq(rows), dk_(rows), dg(rows);
-      const recurrence::FinishOut f{dq.get(), dk_.get(), dg.get(), nullptr, nullptr, nullptr};
-      if (d.vector_gate) recurrence::run_backward<Op::Decay, Gate::Vector, KMAX>(a, f);
-      else recurrence::run_backward<Op::Decay, Gate::Scalar, KMAX>(a, f);
-      recurrence::group_sum(static_cast<S*>(grad_q), dq.get(), tokens, d.H, d.HV / d.H, d.dk);
-      recurrence::group_sum(static_cast<S*>(grad_k), dk_.get(), tokens, d.H, d.HV / d.H, d.dk);
-      if (d.vector_gate) recurrence::group_sum(static_cast<S*>(grad_g), dg.get(), tokens, d.HV, 1, d.dk);
-      else
-        recurrence::row_dot(static_cast<S*>(grad_g), dg.get(), static_cast<const float*>(nullptr), tokens * d.HV,
-                            d.dk);
-    });
+    constexpr int KMAX = decltype(kmax)::value;
+    Args<S> a = decay_args<S, KMAX>(q, k, v, g, h0, d);
+    a.d_o = static_cast<const S*>(grad_o), a.dht = grad_ht, a.dh0 = grad_h0, a.dv_out = static_cast<S*>(grad_v);
+    const int64_t tokens = d.B * d.T, rows = tokens * d.HV * d.dk;  // per value head, fp32: (B, T, HV, dk)
+    FloatScratch dq(rows), dk_(rows), dg(rows);
+    const recurrence::FinishOut f{dq.get(), dk_.get(), dg.get(), nullptr, nullptr, nullptr};
+    if (d.vector_gate) recurrence::run_backward<Op::Decay, Gate::Vector, KMAX>(a, f);
+    else recurrence::run_backward<Op::Decay, Gate::Scalar, KMAX>(a, f);
+    recurrence::group_sum(static_cast<S*>(grad_q), dq.get(), tokens, d.H, d.HV / d.H, d.dk);
+    recurrence::group_sum(static_cast<S*>(grad_k), dk_.get(), tokens, d.H, d.HV / d.H, d.dk);
+    if (d.vector_gate) recurrence::group_sum(static_cast<S*>(grad_g), dg.get(), tokens, d.HV, 1, d.dk);
+    else
+      recurrence::row_dot(static_cast<S*>(grad_g), dg.get(), static_cast<const float*>(nullptr), tokens * d.HV,
+                          d.dk);
   });
 }
 

@@ -201,7 +201,7 @@ void forward(void* o, float* ht, const void* q, const void* k, const void* v, co
   a.scale = float(d.scale);
   a.q = static_cast<const bf16*>(q), a.k = static_cast<const bf16*>(k), a.v = static_cast<const bf16*>(v);
   a.g = static_cast<const bf16*>(g), a.h0 = h0, a.o = static_cast<bf16*>(o), a.ht = ht;
-  recurrence::Scratch aqk(d.B * d.HV * a.NT * C * C);  // (B, HV, NT, C, C)
+  FloatScratch aqk(d.B * d.HV * a.NT * C * C);  // (B, HV, NT, C, C)
   a.aqk = aqk.get();
   if (d.dk == 64) launch<64>(a, int(d.dv));
   else launch<128>(a, int(d.dv));

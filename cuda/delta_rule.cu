@@ -26,9 +26,8 @@ Gate gate_of(DeltaGate g) {
 template <class S, int KMAX>
 Args<S> delta_args(const void* q, const void* k, const void* v, const void* g, const void* b, const void* w,
                    const float* h0, const DeltaRuleDims& d) {
-  Args<S> a = recurrence::make_args<S>(d.B, d.T, d.H, d.HV, d.dk, d.dv, d.scale, recurrence::column_blocks<KMAX>(d.dv));
+  Args<S> a = recurrence::make_args<S, KMAX>(d.B, d.T, d.H, d.HV, d.dk, d.dv, d.scale, q, k, v);
   a.erase_vector = d.erase_vector, a.write_vector = d.write_vector;
-  a.q = static_cast<const S*>(q), a.k = static_cast<const S*>(k), a.v = static_cast<const S*>(v);
   a.g = static_cast<const S*>(g), a.b = static_cast<const S*>(b), a.w = static_cast<const S*>(w), a.h0 = h0;
   return a;
 }
@@ -57,14 +56,12 @@ void delta_rule_forward(void* o, float* final_state, void* residual, const void*
     delta_chunk::forward(o, final_state, residual, q, k, v, g, b, w, h0, d, u_f32);
     return;
   }
-  dispatch_storage(dtype, "delta_rule_forward", [&](auto tag) {
+  recurrence::dispatch_storage_kmax(dtype, d.dk, "delta_rule_forward", [&](auto tag, auto kmax) {
     using S = decltype(tag);
-    recurrence::dispatch_kmax(d.dk, "delta_rule", [&](auto kmax) {
-      constexpr int KMAX = decltype(kmax)::value;
-      Args<S> a = delta_args<S, KMAX>(q, k, v, g, b, w, h0, d);
-      a.o = static_cast<S*>(o), a.ht = final_state, a.residual = static_cast<S*>(residual), a.u_f32 = u_f32;
-      dispatch_gate(d.gate, [&](auto gate) { recurrence::run_forward<Op::Delta, decltype(gate)::value, KMAX>(a); });
-    });
+    constexpr int KMAX = decltype(kmax)::value;
+    Args<S> a = delta_args<S, KMAX>(q, k, v, g, b, w, h0, d);
+    a.o = static_cast<S*>(o), a.ht = final_state, a.residual = static_cast<S*>(residual), a.u_f32 = u_f32;
+    dispatch_gate(d.gate, [&](auto gate) { recurrence::run_forward<Op::Delta, decltype(gate)::value, KMAX>(a); });
   });
 }
 
@@ -77,36 +74,34 @@ void delta_rule_backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g,
                           k, v, g, b, w, h0, d, u_f32);
     return;
   }
-  dispatch_storage(dtype, "delta_rule_backward", [&](auto tag) {
+  recurrence::dispatch_storage_kmax(dtype, d.dk, "delta_rule_backward", [&](auto tag, auto kmax) {
     using S = decltype(tag);
-    recurrence::dispatch_kmax(d.dk, "delta_rule", [&](auto kmax) {
-      constexpr int KMAX = decltype(kmax)::value;
-      Args<S> a = delta_args<S, KMAX>(q, k, v, g, b, w, h0, d);
-      const int64_t rows = d.B * d.T * d.HV * d.dk, values = d.B * d.T * d.HV;  // (B, T, HV, dk), (B, T, HV)
-      recurrence::Scratch du(values * d.dv), dq(rows), dk_(rows), dg(rows), db(rows);
-      a.d_o = static_cast<const S*>(d_o), a.d_res = static_cast<const S*>(d_residual), a.dht = d_final_state;
-      a.u_saved = u_f32, a.du = du.get(), a.dh0 = grad_h0;
-      const recurrence::FinishOut f{dq.get(), dk_.get(), dg.get(), db.get(), nullptr, nullptr};
-      dispatch_gate(d.gate, [&](auto gate) { recurrence::run_backward<Op::Delta, decltype(gate)::value, KMAX>(a, f); });
-      recurrence::group_sum(static_cast<S*>(grad_q), dq.get(), d.B * d.T, d.H, d.HV / d.H, d.dk);
-      recurrence::group_sum(static_cast<S*>(grad_k), dk_.get(), d.B * d.T, d.H, d.HV / d.H, d.dk);
-      if (grad_g && d.gate == DeltaGate::Vector) recurrence::group_sum(static_cast<S*>(grad_g), dg.get(), values, 1, 1, d.dk);
-      if (grad_g && d.gate == DeltaGate::Scalar)
-        recurrence::row_dot(static_cast<S*>(grad_g), dg.get(), static_cast<const float*>(nullptr), values, d.dk);
-      if (d.erase_vector) recurrence::group_sum(static_cast<S*>(grad_b), db.get(), values, 1, 1, d.dk);
-      else recurrence::row_dot(static_cast<S*>(grad_b), db.get(), static_cast<const float*>(nullptr), values, d.dk);
-      // y = w * v  =>  dv = w * du,  dw = v * du
-      recurrence::scale_rows_kernel<S><<<grid_1d(values * d.dv), 256>>>(static_cast<S*>(grad_v), du.get(), a.w,
-                                                                        d.write_vector, values, static_cast<int>(d.dv));
+    constexpr int KMAX = decltype(kmax)::value;
+    Args<S> a = delta_args<S, KMAX>(q, k, v, g, b, w, h0, d);
+    const int64_t rows = d.B * d.T * d.HV * d.dk, values = d.B * d.T * d.HV;  // (B, T, HV, dk), (B, T, HV)
+    FloatScratch du(values * d.dv), dq(rows), dk_(rows), dg(rows), db(rows);
+    a.d_o = static_cast<const S*>(d_o), a.d_res = static_cast<const S*>(d_residual), a.dht = d_final_state;
+    a.u_saved = u_f32, a.du = du.get(), a.dh0 = grad_h0;
+    const recurrence::FinishOut f{dq.get(), dk_.get(), dg.get(), db.get(), nullptr, nullptr};
+    dispatch_gate(d.gate, [&](auto gate) { recurrence::run_backward<Op::Delta, decltype(gate)::value, KMAX>(a, f); });
+    recurrence::group_sum(static_cast<S*>(grad_q), dq.get(), d.B * d.T, d.H, d.HV / d.H, d.dk);
+    recurrence::group_sum(static_cast<S*>(grad_k), dk_.get(), d.B * d.T, d.H, d.HV / d.H, d.dk);
+    if (grad_g && d.gate == DeltaGate::Vector) recurrence::group_sum(static_cast<S*>(grad_g), dg.get(), values, 1, 1, d.dk);
+    if (grad_g && d.gate == DeltaGate::Scalar)
+      recurrence::row_dot(static_cast<S*>(grad_g), dg.get(), static_cast<const float*>(nullptr), values, d.dk);
+    if (d.erase_vector) recurrence::group_sum(static_cast<S*>(grad_b), db.get(), values, 1, 1, d.dk);
+    else recurrence::row_dot(static_cast<S*>(grad_b), db.get(), static_cast<const float*>(nullptr), values, d.dk);
+    // y = w * v  =>  dv = w * du,  dw = v * du
+    recurrence::scale_rows_kernel<S><<<grid_1d(values * d.dv), 256>>>(static_cast<S*>(grad_v), du.get(), a.w,
+                                                                      d.write_vector, values, static_cast<int>(d.dv));
+    CUDA_CHECK_LAUNCH();
+    if (d.write_vector) {
+      recurrence::scale_rows_kernel<S><<<grid_1d(values * d.dv), 256>>>(static_cast<S*>(grad_w), du.get(), a.v, true,
+                                                                        values, static_cast<int>(d.dv));
       CUDA_CHECK_LAUNCH();
-      if (d.write_vector) {
-        recurrence::scale_rows_kernel<S><<<grid_1d(values * d.dv), 256>>>(static_cast<S*>(grad_w), du.get(), a.v, true,
-                                                                          values, static_cast<int>(d.dv));
-        CUDA_CHECK_LAUNCH();
-      } else {
-        recurrence::row_dot(static_cast<S*>(grad_w), a.v, du.get(), values, d.dv);
-      }
-    });
+    } else {
+      recurrence::row_dot(static_cast<S*>(grad_w), a.v, du.get(), values, d.dv);
+    }
   });
 }
 

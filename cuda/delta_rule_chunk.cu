@@ -678,7 +678,7 @@ ChunkArgs input_args(const void* q, const void* k, const void* v, const void* g,
 
 // Pass 1 and 2 workspaces: W, U, Aqk, G (rows = B * HV * NT * C).
 struct ForwardWorkspace {
-  recurrence::Scratch W, U, Aqk, G;
+  FloatScratch W, U, Aqk, G;
   ForwardWorkspace(const DeltaRuleDims& d, int64_t rows) : W(rows * d.dk), U(rows * d.dv), Aqk(rows * C), G(rows) {}
   void set(ChunkArgs& a) const { a.W = W.get(), a.U = U.get(), a.Aqk = Aqk.get(), a.G = G.get(); }
 };
@@ -711,7 +711,7 @@ void backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, void* grad
   const int64_t grads = d.B * d.T * d.HV * d.dk;    // (B, T, HV, dk)
   const ForwardWorkspace ws(d, rows);
   ws.set(a);
-  recurrence::Scratch A(rows * C), h_start(states), dh_end(states), dvnew(rows * d.dv), dq(grads), dk(grads);
+  FloatScratch A(rows * C), h_start(states), dh_end(states), dvnew(rows * d.dv), dq(grads), dk(grads);
   a.A = A.get(), a.h_start = h_start.get(), a.dh_end = dh_end.get(), a.dvnew = dvnew.get();
   a.d_o = static_cast<const bf16*>(d_o), a.d_res = static_cast<const bf16*>(d_residual);
   a.dht = d_final_state, a.vnew = u_f32, a.dh0 = grad_h0;

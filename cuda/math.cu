@@ -5,6 +5,7 @@
 
 #include <vector>
 
+#include "cuda/common.cuh"
 #include "cuda/math.h"
 #include "cuda/runtime.h"
 
@@ -28,28 +29,21 @@ cublasHandle_t handle() {
   return h;
 }
 
-template <class T> __device__ float to_f(T v);
-template <> __device__ float to_f<float>(float v) { return v; }
-template <> __device__ float to_f<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <class T> __device__ T from_f(float v);
-template <> __device__ float from_f<float>(float v) { return v; }
-template <> __device__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-
 int grid_for(int64_t n) { return static_cast<int>(std::min<int64_t>((n + 255) / 256, 4096)); }
 
 template <class T>
 __global__ void binary_kernel(T* out, const T* a, const T* b, int64_t n, Binary op) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-    float x = to_f(a[i]), y = to_f(b[i]);
+  HLA_GRID_STRIDE(i, n) {
+    float x = to_float(a[i]), y = to_float(b[i]);
     float r = op == Binary::Add ? x + y : op == Binary::Sub ? x - y : x * y;
-    out[i] = from_f<T>(r);
+    out[i] = from_float<T>(r);
   }
 }
 
 template <class T>
 __global__ void axpby_kernel(T* y, float beta, const T* x, float alpha, int64_t n) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-    y[i] = from_f<T>(beta * to_f(y[i]) + alpha * to_f(x[i]));
+  HLA_GRID_STRIDE(i, n)
+    y[i] = from_float<T>(beta * to_float(y[i]) + alpha * to_float(x[i]));
 }
 
 // One thread per column; rows summed in fp32.
@@ -58,8 +52,8 @@ __global__ void sum_rows_kernel(T* out, const T* a, int64_t rows, int64_t cols) 
   int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   if (j >= cols) return;
   float s = 0;
-  for (int64_t i = 0; i < rows; i++) s += to_f(a[i * cols + j]);
-  out[j] = from_f<T>(s);
+  for (int64_t i = 0; i < rows; i++) s += to_float(a[i * cols + j]);
+  out[j] = from_float<T>(s);
 }
 
 enum class Reduce { Sum, Dot, MaxAbs };
@@ -69,10 +63,10 @@ template <class T>
 __global__ void reduce_kernel(double* partial, const T* a, const T* b, int64_t n, Reduce kind) {
   __shared__ double buf[256];
   double acc = 0;
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-    double x = to_f(a[i]);
+  HLA_GRID_STRIDE(i, n) {
+    double x = to_float(a[i]);
     if (kind == Reduce::Sum) acc += x;
-    else if (kind == Reduce::Dot) acc += x * to_f(b[i]);
+    else if (kind == Reduce::Dot) acc += x * to_float(b[i]);
     else acc = fmax(acc, fabs(x));
   }
   buf[threadIdx.x] = acc;
@@ -86,18 +80,11 @@ __global__ void reduce_kernel(double* partial, const T* a, const T* b, int64_t n
   if (threadIdx.x == 0) partial[blockIdx.x] = buf[0];
 }
 
-template <class Fn>
-void by_dtype(DType dtype, const char* op, Fn&& fn) {
-  if (dtype == DType::F32) fn(float{});
-  else if (dtype == DType::BF16) fn(__nv_bfloat16{});
-  else fail(op, ": CUDA kernels take F32 or BF16, got ", dtype_name(dtype));
-}
-
 double reduce(const void* a, const void* b, DType dtype, int64_t n, Reduce kind) {
   if (n == 0) return 0;
   int grid = static_cast<int>(std::min<int64_t>((n + 255) / 256, 1024));
   double* partial = static_cast<double*>(device_alloc(grid * sizeof(double)));
-  by_dtype(dtype, "reduce", [&](auto tag) {
+  dispatch_storage(dtype, "reduce", [&](auto tag) {
     using T = decltype(tag);
     reduce_kernel<T><<<grid, 256>>>(partial, static_cast<const T*>(a), static_cast<const T*>(b), n, kind);
   });
@@ -129,27 +116,23 @@ void gemm(void* c, const void* a, const void* b, DType dtype, int64_t M, int64_t
 }
 
 void binary(void* out, const void* a, const void* b, DType dtype, int64_t n, Binary op) {
-  if (n == 0) return;
-  by_dtype(dtype, "binary", [&](auto tag) {
+  launch_elementwise(dtype, "binary", n, [&](auto tag) {
     using T = decltype(tag);
     binary_kernel<T><<<grid_for(n), 256>>>(static_cast<T*>(out), static_cast<const T*>(a),
                                            static_cast<const T*>(b), n, op);
   });
-  CUDA_CHECK_LAUNCH();
 }
 
 void axpby(void* y, float beta, const void* x, float alpha, DType dtype, int64_t n) {
-  if (n == 0) return;
-  by_dtype(dtype, "axpby", [&](auto tag) {
+  launch_elementwise(dtype, "axpby", n, [&](auto tag) {
     using T = decltype(tag);
     axpby_kernel<T><<<grid_for(n), 256>>>(static_cast<T*>(y), beta, static_cast<const T*>(x), alpha, n);
   });
-  CUDA_CHECK_LAUNCH();
 }
 
 void sum_rows(void* out, const void* a, DType dtype, int64_t rows, int64_t cols) {
   if (cols == 0) return;
-  by_dtype(dtype, "sum_rows", [&](auto tag) {
+  dispatch_storage(dtype, "sum_rows", [&](auto tag) {
     using T = decltype(tag);
     sum_rows_kernel<T><<<static_cast<int>((cols + 255) / 256), 256>>>(
         static_cast<T*>(out), static_cast<const T*>(a), rows, cols);

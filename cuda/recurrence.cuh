@@ -732,16 +732,6 @@ __global__ void row_dot_kernel(D* out, const X* x, const Y* y, int64_t N, int W)
   }
 }
 
-// out[x] = sum_n in[n, x]: (N, X) -> (X).
-template <class D>
-__global__ void sum_leading_kernel(D* out, const float* in, int64_t N, int64_t X) {
-  HLA_GRID_STRIDE(x, X) {
-    float s = 0;
-    for (int64_t n = 0; n < N; n++) s += in[n * X + x];
-    out[x] = from_float<D>(s);
-  }
-}
-
 // out[n, c] = du[n, c] * (per_column ? x[n, c] : x[n]): (N, W).
 template <class D>
 __global__ void scale_rows_kernel(D* out, const float* du, const D* x, bool per_column, int64_t N, int W) {
@@ -764,29 +754,16 @@ void row_dot(D* out, const X* x, const Y* y, int64_t N, int64_t W) {
   CUDA_CHECK_LAUNCH();
 }
 
-// An fp32 scratch buffer from the caching allocator, freed at scope exit.
-class Scratch {
- public:
-  explicit Scratch(int64_t floats) : bytes_(std::max<int64_t>(floats, 1) * sizeof(float)) {
-    ptr_ = static_cast<float*>(device_alloc(bytes_));
-  }
-  ~Scratch() { device_free(ptr_, bytes_); }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  float* get() const { return ptr_; }
-
- private:
-  size_t bytes_;
-  float* ptr_;
-};
-
-// Calls fn(std::integral_constant<int, KMAX>{}) for the smallest supported KMAX >= dk.
+// Calls fn(S{}, std::integral_constant<int, KMAX>{}) for the storage type S of dtype and the
+// smallest supported KMAX >= dk.
 template <class Fn>
-void dispatch_kmax(int64_t dk, const char* op, Fn&& fn) {
-  if (dk <= 64) fn(std::integral_constant<int, 64>{});
-  else if (dk <= 128) fn(std::integral_constant<int, 128>{});
-  else if (dk <= 256) fn(std::integral_constant<int, 256>{});
-  else fail(op, ": the recurrent CUDA kernel takes key widths dk <= 256, got ", dk);
+void dispatch_storage_kmax(DType dtype, int64_t dk, const char* op, Fn&& fn) {
+  dispatch_storage(dtype, op, [&](auto tag) {
+    if (dk <= 64) fn(tag, std::integral_constant<int, 64>{});
+    else if (dk <= 128) fn(tag, std::integral_constant<int, 128>{});
+    else if (dk <= 256) fn(tag, std::integral_constant<int, 256>{});
+    else fail(op, ": the recurrent CUDA kernel takes key widths dk <= 256, got ", dk);
+  });
 }
 
 template <int KMAX>
@@ -794,17 +771,19 @@ int column_blocks(int64_t dv) {
   return static_cast<int>((dv + Lanes<KMAX>::BV - 1) / Lanes<KMAX>::BV);
 }
 
-// Shapes common to every op, filled into Args.
-template <class S>
-Args<S> make_args(int64_t B, int64_t T, int64_t H, int64_t HV, int64_t dk, int64_t dv, double scale, int nvb) {
+// The shapes common to every op, the column blocks of KMAX and the inputs q, k, v, filled into Args.
+template <class S, int KMAX>
+Args<S> make_args(int64_t B, int64_t T, int64_t H, int64_t HV, int64_t dk, int64_t dv, double scale, const void* q,
+                  const void* k, const void* v) {
   HLA_CHECK(B > 0 && T > 0 && H > 0 && HV > 0 && dk > 0 && dv > 0 && HV % H == 0, "recurrence: bad shape B = ", B,
             ", T = ", T, ", H = ", H, ", HV = ", HV, ", dk = ", dk, ", dv = ", dv);
   Args<S> a;
   a.B = static_cast<int>(B), a.T = static_cast<int>(T), a.H = static_cast<int>(H), a.HV = static_cast<int>(HV);
   a.dk = static_cast<int>(dk), a.dv = static_cast<int>(dv);
-  a.nvb = nvb;
+  a.nvb = column_blocks<KMAX>(dv);
   a.nseg = static_cast<int>((T + kCheckpoint - 1) / kCheckpoint);
   a.scale = static_cast<float>(scale);
+  a.q = static_cast<const S*>(q), a.k = static_cast<const S*>(k), a.v = static_cast<const S*>(v);
   return a;
 }
 
@@ -825,9 +804,9 @@ void run_forward(const Args<S>& a) {
 template <Op op, Gate gate, int KMAX, class S>
 void run_backward(Args<S> a, const FinishOut& f) {
   const int64_t rows = int64_t(a.B) * a.T * a.HV * a.dk;
-  Scratch ckpt(int64_t(a.B) * a.HV * (a.nseg - 1) * a.dk * a.dv);
-  Scratch dkw(a.nvb * rows), dq(a.nvb * rows), de(op == Op::Delta ? a.nvb * rows : 1);
-  Scratch pair(int64_t(a.nvb) * a.B * a.HV * a.nseg * a.dk);
+  FloatScratch ckpt(int64_t(a.B) * a.HV * (a.nseg - 1) * a.dk * a.dv);
+  FloatScratch dkw(a.nvb * rows), dq(a.nvb * rows), de(op == Op::Delta ? a.nvb * rows : 1);
+  FloatScratch pair(int64_t(a.nvb) * a.B * a.HV * a.nseg * a.dk);
   a.ckpt = ckpt.get(), a.dkw_part = dkw.get(), a.dq_part = dq.get(), a.de_part = de.get(), a.pair_part = pair.get();
   constexpr size_t smem = Shared<KMAX>::bytes();
   const dim3 grid(a.nvb, a.HV, a.B);

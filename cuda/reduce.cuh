@@ -1,6 +1,6 @@
 // Deterministic two-pass sums for parameter gradients that add up over many rows (the norms'
 // dw and db, short_conv's dw, lerp's dmu, the gates' dt_bias / A_log, the broadcasts' ds,
-// ddlerp's dbias).
+// ddlerp's dbias, rwkv6's du).
 //
 // Pass 1 (in the op's own kernel, or column_partial_sums_kernel here) splits the rows into fixed
 // contiguous chunks and writes one fp32 partial sum per (chunk, column). Pass 2 adds the
@@ -27,22 +27,6 @@ inline RowChunks split_rows(int64_t rows, int max_chunks = 256) {
 inline void write_zeros(void* out, int64_t n, DType dtype) {
   if (out) memset_zero(out, static_cast<size_t>(n) * dtype_size(dtype));
 }
-
-// fp32 device scratch that frees itself (through the caching allocator, so it is cheap).
-class FloatScratch {
- public:
-  explicit FloatScratch(int64_t n)
-      : bytes_(static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(float)),
-        ptr_(static_cast<float*>(device_alloc(bytes_))) {}
-  ~FloatScratch() { device_free(ptr_, bytes_); }
-  FloatScratch(const FloatScratch&) = delete;
-  FloatScratch& operator=(const FloatScratch&) = delete;
-  float* get() const { return ptr_; }
-
- private:
-  size_t bytes_;
-  float* ptr_;
-};
 
 // Pass 1 for a matrix a: (rows, cols): partial[chunk, c] = sum of a[r, c] over the chunk's rows.
 // grid (chunks, ceil(cols / blockDim.x)); one thread per column, so loads are coalesced.

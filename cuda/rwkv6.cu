@@ -2,21 +2,19 @@
 // state before the token's update, plus the bonus (r . (u * k)) v). The bonus's gradients need
 // v . do per token, computed here first; u's gradient is summed over the batch and segments.
 #include "cuda/recurrence.cuh"
+#include "cuda/reduce.cuh"
 #include "cuda/rwkv6.h"
 
 namespace hla::cuda {
 
 using recurrence::Args;
-using recurrence::Gate;
-using recurrence::Op;
 
 namespace {
 
 template <class S, int KMAX>
 Args<S> rwkv6_args(const void* r, const void* k, const void* v, const void* w, const void* u, const float* h0,
                    const Rwkv6Dims& d) {
-  Args<S> a = recurrence::make_args<S>(d.B, d.T, d.H, d.H, d.dk, d.dv, d.scale, recurrence::column_blocks<KMAX>(d.dv));
-  a.q = static_cast<const S*>(r), a.k = static_cast<const S*>(k), a.v = static_cast<const S*>(v);
+  Args<S> a = recurrence::make_args<S, KMAX>(d.B, d.T, d.H, d.H, d.dk, d.dv, d.scale, r, k, v);
   a.g = static_cast<const S*>(w), a.bonus = static_cast<const S*>(u), a.h0 = h0;
   return a;
 }
@@ -25,14 +23,12 @@ Args<S> rwkv6_args(const void* r, const void* k, const void* v, const void* w, c
 
 void rwkv6_forward(void* o, float* ht, const void* r, const void* k, const void* v, const void* w, const void* u,
                    const float* h0, const Rwkv6Dims& d, DType dtype) {
-  dispatch_storage(dtype, "rwkv6_forward", [&](auto tag) {
+  recurrence::dispatch_storage_kmax(dtype, d.dk, "rwkv6_forward", [&](auto tag, auto kmax) {
     using S = decltype(tag);
-    recurrence::dispatch_kmax(d.dk, "rwkv6", [&](auto kmax) {
-      constexpr int KMAX = decltype(kmax)::value;
-      Args<S> a = rwkv6_args<S, KMAX>(r, k, v, w, u, h0, d);
-      a.o = static_cast<S*>(o), a.ht = ht;
-      recurrence::run_forward<Op::Rwkv6, Gate::Vector, KMAX>(a);
-    });
+    constexpr int KMAX = decltype(kmax)::value;
+    Args<S> a = rwkv6_args<S, KMAX>(r, k, v, w, u, h0, d);
+    a.o = static_cast<S*>(o), a.ht = ht;
+    recurrence::run_forward<recurrence::Op::Rwkv6, recurrence::Gate::Vector, KMAX>(a);
   });
 }
 
@@ -40,24 +36,20 @@ void rwkv6_backward(void* grad_r, void* grad_k, void* grad_v, void* grad_w, void
                     const void* grad_o, const float* grad_ht, const void* r, const void* k, const void* v,
                     const void* w, const void* u, const float* h0, const Rwkv6Dims& d, DType dtype) {
   const int64_t B = d.B, T = d.T, H = d.H, dk = d.dk, dv = d.dv;
-  dispatch_storage(dtype, "rwkv6_backward", [&](auto tag) {
+  recurrence::dispatch_storage_kmax(dtype, d.dk, "rwkv6_backward", [&](auto tag, auto kmax) {
     using S = decltype(tag);
-    recurrence::dispatch_kmax(dk, "rwkv6", [&](auto kmax) {
-      constexpr int KMAX = decltype(kmax)::value;
-      Args<S> a = rwkv6_args<S, KMAX>(r, k, v, w, u, h0, d);
-      a.d_o = static_cast<const S*>(grad_o), a.dht = grad_ht, a.dh0 = grad_h0, a.dv_out = static_cast<S*>(grad_v);
-      const int64_t rows = B * T * H * dk;  // fp32 (B, T, H, dk)
-      recurrence::Scratch dr(rows), dk_(rows), dw(rows), du_part(B * a.nseg * H * dk), vdo(B * T * H);
-      recurrence::row_dot(vdo.get(), a.v, a.d_o, B * T * H, dv);  // v_t . do_t: (B, T, H)
-      const recurrence::FinishOut f{dr.get(), dk_.get(), dw.get(), nullptr, du_part.get(), vdo.get()};
-      recurrence::run_backward<Op::Rwkv6, Gate::Vector, KMAX>(a, f);
-      recurrence::group_sum(static_cast<S*>(grad_r), dr.get(), B * T, H, 1, dk);
-      recurrence::group_sum(static_cast<S*>(grad_k), dk_.get(), B * T, H, 1, dk);
-      recurrence::group_sum(static_cast<S*>(grad_w), dw.get(), B * T, H, 1, dk);
-      recurrence::sum_leading_kernel<S><<<grid_1d(H * dk), 256>>>(static_cast<S*>(grad_u), du_part.get(),
-                                                                   B * a.nseg, H * dk);
-      CUDA_CHECK_LAUNCH();
-    });
+    constexpr int KMAX = decltype(kmax)::value;
+    Args<S> a = rwkv6_args<S, KMAX>(r, k, v, w, u, h0, d);
+    a.d_o = static_cast<const S*>(grad_o), a.dht = grad_ht, a.dh0 = grad_h0, a.dv_out = static_cast<S*>(grad_v);
+    const int64_t rows = B * T * H * dk;  // fp32 (B, T, H, dk)
+    FloatScratch dr(rows), dk_(rows), dw(rows), du_part(B * a.nseg * H * dk), vdo(B * T * H);
+    recurrence::row_dot(vdo.get(), a.v, a.d_o, B * T * H, dv);  // v_t . do_t: (B, T, H)
+    const recurrence::FinishOut f{dr.get(), dk_.get(), dw.get(), nullptr, du_part.get(), vdo.get()};
+    recurrence::run_backward<recurrence::Op::Rwkv6, recurrence::Gate::Vector, KMAX>(a, f);
+    recurrence::group_sum(static_cast<S*>(grad_r), dr.get(), B * T, H, 1, dk);
+    recurrence::group_sum(static_cast<S*>(grad_k), dk_.get(), B * T, H, 1, dk);
+    recurrence::group_sum(static_cast<S*>(grad_w), dw.get(), B * T, H, 1, dk);
+    write_column_sums(static_cast<S*>(grad_u), du_part.get(), static_cast<int>(B * a.nseg), H * dk);
   });
 }
 

@@ -27,24 +27,20 @@ __global__ void swiglu_backward_kernel(T* da, T* db, const T* dz, const T* a, co
 }  // namespace
 
 void swiglu_forward(void* z, const void* a, const void* b, int64_t n, DType dtype) {
-  if (n == 0) return;
-  dispatch_storage(dtype, "swiglu_forward", [&](auto tag) {
+  launch_elementwise(dtype, "swiglu_forward", n, [&](auto tag) {
     using T = decltype(tag);
     swiglu_forward_kernel<T><<<grid_1d(n), 256>>>(static_cast<T*>(z), static_cast<const T*>(a),
                                                   static_cast<const T*>(b), n);
   });
-  CUDA_CHECK_LAUNCH();
 }
 
 void swiglu_backward(void* da, void* db, const void* dz, const void* a, const void* b, int64_t n, DType dtype) {
-  if (n == 0) return;
-  dispatch_storage(dtype, "swiglu_backward", [&](auto tag) {
+  launch_elementwise(dtype, "swiglu_backward", n, [&](auto tag) {
     using T = decltype(tag);
     swiglu_backward_kernel<T><<<grid_1d(n), 256>>>(static_cast<T*>(da), static_cast<T*>(db),
                                                    static_cast<const T*>(dz), static_cast<const T*>(a),
                                                    static_cast<const T*>(b), n);
   });
-  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace hla::cuda

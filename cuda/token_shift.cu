@@ -181,11 +181,9 @@ void token_shift_forward(void* delta, void* last, const void* x, const void* sta
   dispatch_storage(dtype, "token_shift_forward", [&](auto tag) {
     using T = decltype(tag);
     const T *xs = static_cast<const T*>(x), *ss = static_cast<const T*>(state);
-    if (n > 0) token_shift_kernel<T><<<grid_1d(n), kThreads>>>(static_cast<T*>(delta), xs, ss, L, D, n);
-    CUDA_CHECK_LAUNCH();
-    if (n_last > 0) last_token_kernel<T><<<grid_1d(n_last), kThreads>>>(static_cast<T*>(last), xs, ss, L, D, n_last);
+    launch_1d(token_shift_kernel<T>, n, kThreads, static_cast<T*>(delta), xs, ss, L, D, n);
+    launch_1d(last_token_kernel<T>, n_last, kThreads, static_cast<T*>(last), xs, ss, L, D, n_last);
   });
-  CUDA_CHECK_LAUNCH();
 }
 
 void token_shift_backward(void* dx, void* dstate, const void* ddelta, const void* dlast, int64_t B, int64_t L,
@@ -194,23 +192,19 @@ void token_shift_backward(void* dx, void* dstate, const void* ddelta, const void
   dispatch_storage(dtype, "token_shift_backward", [&](auto tag) {
     using T = decltype(tag);
     const T *dd = static_cast<const T*>(ddelta), *dl = static_cast<const T*>(dlast);
-    if (n > 0) token_shift_dx_kernel<T><<<grid_1d(n), kThreads>>>(static_cast<T*>(dx), dd, dl, L, D, n);
-    CUDA_CHECK_LAUNCH();
-    if (dstate && n_state > 0)
-      token_shift_dstate_kernel<T><<<grid_1d(n_state), kThreads>>>(static_cast<T*>(dstate), dd, dl, L, D, n_state);
+    launch_1d(token_shift_dx_kernel<T>, n, kThreads, static_cast<T*>(dx), dd, dl, L, D, n);
+    if (dstate)
+      launch_1d(token_shift_dstate_kernel<T>, n_state, kThreads, static_cast<T*>(dstate), dd, dl, L, D, n_state);
   });
-  CUDA_CHECK_LAUNCH();
 }
 
 void lerp_forward(void* y, const void* x, const void* delta, const void* mu, int64_t M, int64_t D, DType dtype) {
   const int64_t n = M * D;
-  if (n == 0) return;
-  dispatch_storage(dtype, "lerp_forward", [&](auto tag) {
+  launch_elementwise(dtype, "lerp_forward", n, [&](auto tag) {
     using T = decltype(tag);
     lerp_kernel<T><<<grid_1d(n), kThreads>>>(static_cast<T*>(y), static_cast<const T*>(x),
                                              static_cast<const T*>(delta), static_cast<const T*>(mu), D, n);
   });
-  CUDA_CHECK_LAUNCH();
 }
 
 void lerp_backward(void* dx, void* ddelta, void* dmu, const void* dy, const void* delta, const void* mu, int64_t M,
