@@ -284,6 +284,19 @@ TEST_CASE("a damaged checkpoint is reported as damaged, naming the file and tens
   CHECK(err == dir + "/optimizer.safetensors: tensor 'lm_head.weight.exp_avg' holds NaN or Inf values: the file "
                      "is damaged (a save never writes them)");
 
+  // trainer_state.json: the field that is wrong, with what it holds.
+  tiny.trainer.save(dir);
+  nlohmann::json state = read_json_file(dir + "/trainer_state.json");
+  state["step"] = "two";
+  write_json_file(dir + "/trainer_state.json", state);
+  err = error_of([&] { resumed_step(dir, log); });
+  CHECK(err == dir + "/trainer_state.json: field 'step' must be an integer >= 0, got \"two\"");
+  state["step"] = 2;
+  state["data"] = {{"val", {{"next", 0}}}};
+  write_json_file(dir + "/trainer_state.json", state);
+  err = error_of([&] { resumed_step(dir, log); });
+  CHECK(err == dir + "/trainer_state.json: field 'data.train' is missing");
+
   // Finite but impossible: a negative second moment makes the first update's parameters NaN.
   tiny.trainer.save(dir);
   damage_file(dir + "/optimizer.safetensors", "lm_head.weight.exp_avg_sq", -1.0);

@@ -14,6 +14,7 @@
 #include "nn/ops/cross_entropy.h"
 #include "tensor/atomic_file.h"
 #include "tensor/dispatch.h"
+#include "tensor/json.h"
 #include "train/checkpoint.h"
 #ifdef HLA_CUDA
 #include "cuda/runtime.h"
@@ -31,6 +32,14 @@ std::string format(const char* fmt, double value) {
   char buf[64];
   std::snprintf(buf, sizeof buf, fmt, value);
   return buf;
+}
+
+// state[key], an integer >= 0; errors name the file and the field.
+int64_t count_field(const nlohmann::json& state, const std::string& path, const char* key) {
+  const auto it = state.find(key);
+  if (it == state.end() || !it->is_number_integer() || it->get<int64_t>() < 0)
+    fail(path, ": field '", key, "' must be an integer >= 0, got ", it == state.end() ? "nothing" : json_excerpt(*it));
+  return it->get<int64_t>();
 }
 
 // Prints what recover_checkpoint did about interrupted saves of `dir`.
@@ -228,20 +237,26 @@ void Trainer::save(const std::string& dir) const {
 
 void Trainer::resume(const std::string& dir) {
   report_recovery(dir, out_);
-  std::string state_path = dir + "/trainer_state.json";
-  nlohmann::json state = read_json_file(state_path);
+  const std::string state_path = dir + "/trainer_state.json";
+  const nlohmann::json state = read_json_file(state_path);
+  step_ = count_field(state, state_path, "step");
+  tokens_seen_ = count_field(state, state_path, "tokens_seen");
   load_checkpoint(dir, params_, optimizer_);
+  const auto data = state.find("data");
+  if (data == state.end() || !data->is_object() || !data->contains("train"))
+    fail(state_path, ": field 'data.train' is missing");
+  const nlohmann::json& position = data->at("train");
   try {
-    step_ = state.at("step").get<int64_t>();
-    tokens_seen_ = state.at("tokens_seen").get<int64_t>();
-    train_.set_position(state.at("data").at("train"));
-  } catch (const nlohmann::json::exception& e) {
-    fail(state_path, ": ", e.what());
+    train_.set_position(position);
+  } catch (const std::exception& e) {
+    fail(state_path, ": field 'data.train' (", json_excerpt(position), ") is not a position in this run's data: ",
+         e.what());
   }
-  HLA_CHECK(optimizer_.steps_taken() == step_, dir, ": optimizer.safetensors is at step ",
-            optimizer_.steps_taken(), " but trainer_state.json at step ", step_);
-  HLA_CHECK(step_ <= options_.schedule.total_steps, dir, ": checkpoint is at step ", step_,
-            ", past [train] steps = ", options_.schedule.total_steps);
+  if (optimizer_.steps_taken() != step_)
+    fail(dir, ": optimizer.safetensors is at step ", optimizer_.steps_taken(), " but trainer_state.json at step ",
+         step_);
+  if (step_ > options_.schedule.total_steps)
+    fail(dir, ": checkpoint is at step ", step_, ", past [train] steps = ", options_.schedule.total_steps);
   warn_changed_settings(state.value("settings", nlohmann::json()));
   resumed_from_ = dir;
   resumed_at_ = step_;
