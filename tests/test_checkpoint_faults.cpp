@@ -258,6 +258,12 @@ TEST_CASE("NaN in training is reported at the step it appears, naming the gradie
   CHECK(err.find("): the gradient of 'model.norm.weight' holds NaN or Inf values; lower [optim] lr or set "
                  "[optim] clip") != std::string::npos);
 
+  TinyLM nan_at_start(16, 8, 5);
+  set_value(nan_at_start.parameters()[0].var, 0, kNaN);
+  Trainer from_start(o, nan_at_start, source, nullptr, std::cout);
+  CHECK(error_of([&] { from_start.train_step(); }).find("): parameter 'model.embeddings.weight' holds NaN or Inf "
+                                                        "values from the start") != std::string::npos);
+
   TinyLM plain(16, 8, 5);
   Trainer second(o, plain, source, nullptr, std::cout);
   second.train_step();

@@ -213,12 +213,15 @@ std::string Trainer::divergence_report(const StepMetrics& m) const {
   os << "training diverged at step " << step_ + 1 << " (loss " << m.loss << ", grad norm " << m.grad_norm << ", lr "
      << m.lr << "): ";
   const std::string param = first_non_finite(values_of(params_)), grad = first_non_finite(grads_of(params_));
-  if (!param.empty()) os << "parameter '" << param << "' holds NaN or Inf values since the update of step " << step_;
+  if (!param.empty())
+    os << "parameter '" << param << "' holds NaN or Inf values "
+       << (step_ > 0 ? "since the update of step " + std::to_string(step_) : std::string("from the start"));
   else if (!grad.empty()) os << "the gradient of '" << grad << "' holds NaN or Inf values";
   else os << "the loss is not finite";
   // A resumed checkpoint holds no NaN or Inf (load_checkpoint checks), but damaged finite values
   // show up within the first update: that is the checkpoint's fault, not the lr's.
-  if (step_ == resumed_at_ || (!param.empty() && step_ == resumed_at_ + 1))
+  const bool first_after_resume = step_ == resumed_at_ || (!param.empty() && step_ == resumed_at_ + 1);
+  if (!resumed_from_.empty() && first_after_resume)
     os << "; the first update after resuming from " << resumed_from_
        << " brought them: its model.safetensors or optimizer.safetensors is probably damaged";
   else
