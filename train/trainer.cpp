@@ -1,8 +1,10 @@
 // The training loop, validation, checkpoints and resume; run_training wires settings to it.
 #include "train/trainer.h"
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -10,7 +12,9 @@
 
 #include "nn/model.h"
 #include "nn/ops/cross_entropy.h"
+#include "tensor/atomic_file.h"
 #include "tensor/dispatch.h"
+#include "tensor/json.h"
 #include "train/checkpoint.h"
 #ifdef HLA_CUDA
 #include "cuda/runtime.h"
@@ -28,6 +32,32 @@ std::string format(const char* fmt, double value) {
   char buf[64];
   std::snprintf(buf, sizeof buf, fmt, value);
   return buf;
+}
+
+// state[key], an integer >= 0; errors name the file and the field.
+int64_t count_field(const nlohmann::json& state, const std::string& path, const char* key) {
+  const auto it = state.find(key);
+  if (it == state.end() || !it->is_number_integer() || it->get<int64_t>() < 0)
+    fail(path, ": field '", key, "' must be an integer >= 0, got ", it == state.end() ? "nothing" : json_excerpt(*it));
+  return it->get<int64_t>();
+}
+
+// Prints what recover_checkpoint did about interrupted saves of `dir`.
+void report_recovery(const std::string& dir, std::ostream& out) {
+  for (const std::string& note : recover_checkpoint(dir)) out << "checkpoint: " << note << "\n";
+}
+
+// Appends `line` to the file at `path`; a write or close that fails (a full disk) stops the run
+// with the file's name and the errno text.
+void append_line(const std::string& path, const std::string& line) {
+  std::FILE* f = std::fopen(path.c_str(), "a");
+  if (!f) fail("cannot open ", path, " to append to it (", std::strerror(errno), ")");
+  errno = 0;
+  const bool written = std::fwrite(line.data(), 1, line.size(), f) == line.size();
+  const int write_errno = errno;
+  const bool closed = std::fclose(f) == 0;
+  if (!written || !closed)
+    fail("cannot append to ", path, " (", std::strerror(written ? errno : write_errno), ")");
 }
 
 // Per example, the fraction of labelled positions whose argmax is the label; summed over the
@@ -137,9 +167,7 @@ StepMetrics Trainer::train_step() {
   m.lr = options_.optim.lr * lr_factor(options_.schedule, step_);
   m.loss = accumulate_gradients(model_, micro);
   m.grad_norm = clip_grad_norm(params_, options_.clip);
-  HLA_CHECK(std::isfinite(m.loss) && std::isfinite(m.grad_norm), "training diverged at step ",
-            step_ + 1, ": loss ", m.loss, ", grad norm ", m.grad_norm, " (lr ", m.lr,
-            "); lower [optim] lr or set [optim] clip");
+  if (!std::isfinite(m.loss) || !std::isfinite(m.grad_norm)) fail(divergence_report(m));
   optimizer_.step(lr_factor(options_.schedule, step_));
   optimizer_.zero_grad();
   step_++;
@@ -178,6 +206,29 @@ nlohmann::json Trainer::state_json() const {
   return j;
 }
 
+// Names the first parameter, else the first gradient, holding a NaN or an Inf (parameters
+// first: one of them poisons every gradient).
+std::string Trainer::divergence_report(const StepMetrics& m) const {
+  std::ostringstream os;
+  os << "training diverged at step " << step_ + 1 << " (loss " << m.loss << ", grad norm " << m.grad_norm << ", lr "
+     << m.lr << "): ";
+  const std::string param = first_non_finite(values_of(params_)), grad = first_non_finite(grads_of(params_));
+  if (!param.empty())
+    os << "parameter '" << param << "' holds NaN or Inf values "
+       << (step_ > 0 ? "since the update of step " + std::to_string(step_) : std::string("from the start"));
+  else if (!grad.empty()) os << "the gradient of '" << grad << "' holds NaN or Inf values";
+  else os << "the loss is not finite";
+  // A resumed checkpoint holds no NaN or Inf (load_checkpoint checks), but damaged finite values
+  // show up within the first update: that is the checkpoint's fault, not the lr's.
+  const bool first_after_resume = step_ == resumed_at_ || (!param.empty() && step_ == resumed_at_ + 1);
+  if (!resumed_from_.empty() && first_after_resume)
+    os << "; the first update after resuming from " << resumed_from_
+       << " brought them: its model.safetensors or optimizer.safetensors is probably damaged";
+  else
+    os << "; lower [optim] lr or set [optim] clip";
+  return os.str();
+}
+
 void Trainer::save(const std::string& dir) const {
   CheckpointData data;
   data.params = &params_;
@@ -188,21 +239,45 @@ void Trainer::save(const std::string& dir) const {
 }
 
 void Trainer::resume(const std::string& dir) {
-  std::string state_path = dir + "/trainer_state.json";
-  nlohmann::json state = read_json_file(state_path);
-  load_model_weights(dir, params_);
-  load_optimizer_state(dir, optimizer_);
+  report_recovery(dir, out_);
+  const std::string state_path = dir + "/trainer_state.json";
+  const nlohmann::json state = read_json_file(state_path);
+  step_ = count_field(state, state_path, "step");
+  tokens_seen_ = count_field(state, state_path, "tokens_seen");
+  load_checkpoint(dir, params_, optimizer_);
+  const auto data = state.find("data");
+  if (data == state.end() || !data->is_object() || !data->contains("train"))
+    fail(state_path, ": field 'data.train' is missing");
+  const nlohmann::json& position = data->at("train");
   try {
-    step_ = state.at("step").get<int64_t>();
-    tokens_seen_ = state.at("tokens_seen").get<int64_t>();
-    train_.set_position(state.at("data").at("train"));
-  } catch (const nlohmann::json::exception& e) {
-    fail(state_path, ": ", e.what());
+    train_.set_position(position);
+  } catch (const std::exception& e) {
+    fail(state_path, ": field 'data.train' (", json_excerpt(position), ") is not a position in this run's data: ",
+         e.what());
   }
-  HLA_CHECK(optimizer_.steps_taken() == step_, dir, ": optimizer.safetensors is at step ",
-            optimizer_.steps_taken(), " but trainer_state.json at step ", step_);
-  HLA_CHECK(step_ <= options_.schedule.total_steps, dir, ": checkpoint is at step ", step_,
-            ", past [train] steps = ", options_.schedule.total_steps);
+  if (optimizer_.steps_taken() != step_)
+    fail(dir, ": optimizer.safetensors is at step ", optimizer_.steps_taken(), " but trainer_state.json at step ",
+         step_);
+  if (step_ > options_.schedule.total_steps)
+    fail(dir, ": checkpoint is at step ", step_, ", past [train] steps = ", options_.schedule.total_steps);
+  warn_changed_settings(state.value("settings", nlohmann::json()));
+  resumed_from_ = dir;
+  resumed_at_ = step_;
+}
+
+// One line per setting that differs from the checkpoint's (settings are {section: {key: value}}).
+void Trainer::warn_changed_settings(const nlohmann::json& saved) const {
+  if (!saved.is_object() || !options_.settings.is_object()) return;
+  for (const auto& [section, keys] : options_.settings.items()) {
+    if (!keys.is_object() || !saved.contains(section) || !saved[section].is_object()) continue;
+    for (const auto& [key, now] : keys.items()) {
+      const nlohmann::json& before = saved[section].contains(key) ? saved[section][key] : nlohmann::json();
+      if (before != now)
+        out_ << "warning: resuming with [" << section << "] " << key << " = " << now.dump()
+             << "; the checkpoint was trained with " << (before.is_null() ? "no such setting" : before.dump())
+             << "\n";
+    }
+  }
 }
 
 void Trainer::log_step(const StepMetrics& m) const {
@@ -220,14 +295,14 @@ void Trainer::log_step(const StepMetrics& m) const {
 }
 
 void Trainer::append_metrics(const nlohmann::json& line) const {
-  if (options_.out_dir.empty()) return;
-  std::ofstream f(options_.out_dir + "/metrics.jsonl", std::ios::app);
-  HLA_CHECK(f, "cannot append to ", options_.out_dir, "/metrics.jsonl");
-  f << line.dump() << "\n";
+  if (!options_.out_dir.empty()) append_line(options_.out_dir + "/metrics.jsonl", line.dump() + "\n");
 }
 
 ValMetrics Trainer::run() {
-  if (!options_.out_dir.empty()) fs::create_directories(options_.out_dir);
+  if (!options_.out_dir.empty()) {
+    fs::create_directories(options_.out_dir);
+    report_recovery(checkpoint_dir(), out_);
+  }
   const int64_t total = options_.schedule.total_steps;
   auto every = [&](int64_t n) { return step_ == total || (n > 0 && step_ % n == 0); };
   while (step_ < total) {
@@ -259,14 +334,13 @@ namespace {
 void truncate_metrics(const std::string& path, int64_t step) {
   std::ifstream in(path);
   if (!in) return;
-  std::vector<std::string> kept;
+  std::string kept;
   for (std::string line; std::getline(in, line);) {
     auto j = nlohmann::json::parse(line, nullptr, false);
-    if (!j.is_discarded() && j.value("step", int64_t(0)) <= step) kept.push_back(line);
+    if (!j.is_discarded() && j.value("step", int64_t(0)) <= step) kept += line + "\n";
   }
   in.close();
-  std::ofstream out(path, std::ios::trunc);
-  for (const std::string& line : kept) out << line << "\n";
+  write_file_atomic(path, kept);
 }
 
 void check_same_model(const std::string& dir, const ModelConfig& config) {
@@ -316,7 +390,10 @@ ValMetrics run_training(const RunConfig& config, const std::string& resume_dir, 
   config.validate();
   DataSources data = make_data_sources(config.data);
   ModelConfig model_config = config.model_config(data.vocab_size);
-  if (!resume_dir.empty()) check_same_model(resume_dir, model_config);
+  if (!resume_dir.empty()) {
+    report_recovery(resume_dir, out);
+    check_same_model(resume_dir, model_config);
+  }
   Device device = config.train.device == "cuda" ? Device::CUDA : Device::CPU;
   HLA_CHECK(device == Device::CPU || cuda_available(),
             "--device cuda: no GPU found, or hla was built without CUDA");
@@ -345,7 +422,7 @@ ValMetrics run_training(const RunConfig& config, const std::string& resume_dir, 
     truncate_metrics(metrics, trainer.step());
     out << "resumed from " << resume_dir << " at step " << trainer.step() << "\n";
   } else {
-    std::ofstream(metrics, std::ios::trunc);
+    write_file_atomic(metrics, "");
   }
   out << std::flush;
   auto start = std::chrono::steady_clock::now();

@@ -67,9 +67,12 @@ class Trainer {
   Trainer(TrainerOptions options, TrainableModel& model, BatchSource& train, BatchSource* val,
           std::ostream& out);
 
+  // Stops at the first update whose loss or gradient norm is NaN or Inf, naming the first
+  // parameter or gradient that holds one.
   StepMetrics train_step();
   ValMetrics validate();  // from the start of the validation source every time
   void save(const std::string& dir) const;
+  // Warns (on `out`) about every setting that differs from the checkpoint's, with both values.
   void resume(const std::string& dir);
   // Trains from the current step to schedule.total_steps; returns the last validation.
   ValMetrics run();
@@ -82,6 +85,8 @@ class Trainer {
   void log_step(const StepMetrics& m) const;
   void append_metrics(const nlohmann::json& line) const;
   nlohmann::json state_json() const;
+  std::string divergence_report(const StepMetrics& m) const;
+  void warn_changed_settings(const nlohmann::json& saved) const;
 
   TrainerOptions options_;
   TrainableModel& model_;
@@ -95,6 +100,8 @@ class Trainer {
   int64_t tokens_seen_ = 0;
   StepMetrics last_step_;
   ValMetrics last_val_;
+  std::string resumed_from_;  // the checkpoint resume() loaded, and its step
+  int64_t resumed_at_ = -1;
 };
 
 // Model FLOPs per trained token as targets.md counts them: 6 N (a multiply-add per parameter,
