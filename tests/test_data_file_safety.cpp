@@ -16,18 +16,6 @@ size_t files_in(const ScratchDir& dir) {
   return static_cast<size_t>(std::distance(std::filesystem::directory_iterator(dir.path), {}));
 }
 
-// The message of the hla::Error that `write` throws while the disk is full.
-template <class Fn>
-std::string error_on_full_disk(Fn write) {
-  hla::testing::FullDisk full(4096);
-  try {
-    write();
-  } catch (const hla::Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 }  // namespace
 
 TEST_CASE("FileWriter on a full disk fails naming the file and errno, and keeps the old file") {
@@ -36,7 +24,7 @@ TEST_CASE("FileWriter on a full disk fails naming the file and errno, and keeps 
     const std::string path = dir / name;
     write_file(path, "old contents");
     const std::string big = random_bytes(7, 1 << 20);  // incompressible
-    std::string message = error_on_full_disk([&] { write_file(path, big); });
+    std::string message = hla::testing::error_on_full_disk([&] { write_file(path, big); }, 4096);
     CAPTURE(message);
     CHECK(message.find(path + ": write failed on " + path + ".tmp-") == 0);
     CHECK(message.find("(File too large); " + path + " is unchanged") != std::string::npos);
@@ -51,7 +39,7 @@ TEST_CASE("a shard written on a full disk leaves the previous shard whole") {
   const std::vector<int32_t> old_tokens = {1, 2, 3};
   write_shard(path, old_tokens.data(), old_tokens.size(), 2);
   std::vector<int32_t> tokens(100000, 7);
-  std::string message = error_on_full_disk([&] { write_shard(path, tokens.data(), tokens.size(), 2); });
+  std::string message = hla::testing::error_on_full_disk([&] { write_shard(path, tokens.data(), tokens.size(), 2); }, 4096);
   CHECK(message.find(path + ": write failed on") == 0);
   CHECK(read_shard_tokens(path) == old_tokens);
   CHECK(files_in(dir) == 1);

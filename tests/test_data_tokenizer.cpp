@@ -1,6 +1,7 @@
 // Tokenizers: byte-level, the GPT-2 pre-tokenizer, BPE training (determinism and a hand-checked
 // merge sequence), exact round trips, and tokenizer.json export/import, including the
-// Llama-2-style byte-fallback layout and the errors for files hla cannot read.
+// Llama-2-style byte-fallback layout and the errors for files hla cannot read (bad or repeated
+// ids, deep nesting), and a save on a full disk that keeps the old file.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -319,15 +320,7 @@ TEST_CASE("save_tokenizer_json on a full disk fails naming the file and keeps th
   auto tok = small_trained_tokenizer();
   const std::string path = dir / "tokenizer.json";
   write_file(path, "old tokenizer");
-  std::string message;
-  {
-    hla::testing::FullDisk full;
-    try {
-      save_tokenizer_json(*tok, path);
-    } catch (const hla::Error& e) {
-      message = e.what();
-    }
-  }
+  const std::string message = hla::testing::error_on_full_disk([&] { save_tokenizer_json(*tok, path); });
   CHECK(message.find(path + ": write failed on " + path + ".tmp-") != std::string::npos);
   CHECK(message.find("File too large") != std::string::npos);
   std::ifstream in(path);

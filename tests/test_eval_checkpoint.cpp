@@ -18,11 +18,9 @@ namespace {
 void write_byte_checkpoint(const std::string& dir) {
   ModelConfig c;
   c.model_type = "transformer";
-  c.hidden_size = 16;
-  c.num_hidden_layers = 2;
-  c.num_heads = 2;
+  c.hidden_size = 16, c.intermediate_size = 24;
+  c.num_hidden_layers = 2, c.num_heads = 2;
   c.vocab_size = 258;
-  c.intermediate_size = 24;
   c.set_hybrid("transformer");
   c.save(dir + "/" + kModelConfigFile);
   save_model_weights(dir, make_model(c, 1)->parameters());

@@ -1,5 +1,5 @@
 // The n-gram baseline (Witten-Bell probabilities by hand, normalisation, greedy generation)
-// and the report writers (paper table, files, SVG).
+// and the report writers (paper table, files, SVG; a full disk keeps the previous reports).
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -126,15 +126,7 @@ TEST_CASE("eval: reports on a full disk fail naming the file and keep the previo
   const std::string old_json = slurp("results.json"), old_md = slurp("report.md");
   nlohmann::json next = sample_results();
   next["name"] = "second run";
-  std::string message;
-  {
-    hla::testing::FullDisk full;
-    try {
-      write_reports(next, dir);
-    } catch (const hla::Error& e) {
-      message = e.what();
-    }
-  }
+  const std::string message = hla::testing::error_on_full_disk([&] { write_reports(next, dir); });
   CHECK(message.find(dir + "/results.json: write failed on " + dir + "/results.json.tmp-") == 0);
   CHECK(message.find("File too large") != std::string::npos);
   CHECK(slurp("results.json") == old_json);

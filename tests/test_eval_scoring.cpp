@@ -1,6 +1,6 @@
 // Log-likelihood scoring against hand-computed cases: acc vs acc_norm (by characters, not
 // bytes), argmax ties, LAMBADA multi-token greedy and perplexity, encode-pair, truncation,
-// batching order.
+// batching order, --limit 0.
 #include <doctest/doctest.h>
 
 #include <cmath>

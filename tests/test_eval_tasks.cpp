@@ -1,5 +1,6 @@
 // LM task records to prompts (golden strings, both record layouts), HellaSwag preprocessing,
-// and readers that reject malformed records naming the file and line.
+// and readers that reject malformed, degenerate or deeply nested records and empty files,
+// naming the file and line.
 #include <doctest/doctest.h>
 
 #include <filesystem>

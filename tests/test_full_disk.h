@@ -1,11 +1,15 @@
 // A full disk for the write-path tests: while a FullDisk is alive, a write that would grow any
 // file past `bytes` fails (RLIMIT_FSIZE with SIGXFSZ ignored gives EFBIG, as a full disk gives
 // ENOSPC), so a test can check that the error names the file and the old file survives.
+// error_on_full_disk runs one write that way and returns its error message.
 #pragma once
 #include <doctest/doctest.h>
 #include <sys/resource.h>
 
 #include <csignal>
+#include <string>
+
+#include "tensor/error.h"
 
 namespace hla::testing {
 
@@ -29,5 +33,17 @@ class FullDisk {
   rlimit saved_{};
   void (*old_handler_)(int) = SIG_DFL;
 };
+
+// The message of the hla::Error that write() throws while the disk is full ("" if none).
+template <class Fn>
+std::string error_on_full_disk(Fn write, rlim_t bytes = 16) {
+  FullDisk full(bytes);
+  try {
+    write();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
 
 }  // namespace hla::testing
