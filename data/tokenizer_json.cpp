@@ -45,7 +45,8 @@ struct Reader {
   // Every id lies in [0, id_limit): vocabulary entries + added tokens, so added tokens may extend
   // the vocabulary (as Hugging Face appends them) but a stray id cannot allocate a huge table.
   int64_t id_limit = 0;
-  std::unordered_map<int32_t, std::string> added_content;  // added token id -> its content
+  std::unordered_map<int32_t, std::string> added_by_id;     // added token id -> content
+  std::unordered_map<std::string, int32_t> added_by_content;  // and back
 
   [[noreturn]] void unsupported(const std::string& what) const {
     fail("tokenizer ", path, ": ", what, " is not supported (hla reads BPE tokenizers with a ",
@@ -78,6 +79,18 @@ struct Reader {
     model.vocab[id] = token;
   }
 
+  // A merge as "left right" (older files) or ["left", "right"] (newer ones).
+  std::pair<std::string, std::string> merge_parts(const json& merge, const std::string& where) const {
+    if (merge.is_string()) {
+      const std::string s = merge;
+      const size_t space = s.find(' ');
+      if (space != std::string::npos) return {s.substr(0, space), s.substr(space + 1)};
+    } else if (merge.is_array() && merge.size() == 2 && merge[0].is_string() && merge[1].is_string()) {
+      return {merge[0], merge[1]};
+    }
+    fail("tokenizer ", path, ": ", where, " must be \"left right\" or [\"left\", \"right\"], got ", json_excerpt(merge));
+  }
+
   void read_model(const json& m) {
     std::string type = m.value("type", m.contains("merges") ? "BPE" : "");
     if (type != "BPE") unsupported("model type '" + type + "'");
@@ -93,16 +106,10 @@ struct Reader {
       ids[token] = i;
     }
     const json& merges = m.at("merges");
+    if (!merges.is_array()) fail("tokenizer ", path, ": model.merges must be a list");
     for (size_t rank = 0; rank < merges.size(); rank++) {
-      std::string left, right, where = "merge " + std::to_string(rank);
-      if (merges[rank].is_string()) {
-        std::string s = merges[rank];
-        size_t space = s.find(' ');
-        if (space == std::string::npos) fail("tokenizer ", path, ": ", where, " '", s, "' has no space");
-        left = s.substr(0, space), right = s.substr(space + 1);
-      } else {
-        left = merges[rank].at(0), right = merges[rank].at(1);
-      }
+      const std::string where = "merge " + std::to_string(rank);
+      const auto [left, right] = merge_parts(merges[rank], where);
       model.merges.push_back({id_of(ids, left, where), id_of(ids, right, where),
                               id_of(ids, left + right, where)});
     }
@@ -116,19 +123,25 @@ struct Reader {
   // An added token may repeat a vocabulary entry (GPT-2's <|endoftext|>, Llama's </s>); its
   // content wins when decoding. Two added tokens with one id, or one content twice, are errors.
   void read_added_tokens(const json& added) {
-    for (const auto& t : added) {
-      std::string content = t.at("content");
-      int32_t id = checked_id(t.at("id"), "added token", content);
-      if (added_content.count(id)) {
-        fail("tokenizer ", path, ": added tokens ", quoted(added_content[id]), " and ", quoted(content),
+    if (!added.is_array()) fail("tokenizer ", path, ": added_tokens must be a list");
+    for (size_t k = 0; k < added.size(); k++) {
+      const json& t = added[k];
+      if (!t.is_object() || !t.contains("id") || !t.contains("content") || !t["content"].is_string()) {
+        fail("tokenizer ", path, ": added token ", k, " must be {\"id\": integer, \"content\": string}, got ",
+             json_excerpt(t));
+      }
+      const std::string content = t["content"];
+      const int32_t id = checked_id(t["id"], "added token", content);
+      if (added_by_id.count(id)) {
+        fail("tokenizer ", path, ": added tokens ", quoted(added_by_id[id]), " and ", quoted(content),
              " both have id ", id);
       }
-      for (const auto& s : model.specials) {
-        if (s.content == content) {
-          fail("tokenizer ", path, ": added token ", quoted(content), " appears twice (ids ", s.id, " and ", id, ")");
-        }
+      if (added_by_content.count(content)) {
+        fail("tokenizer ", path, ": added token ", quoted(content), " appears twice (ids ",
+             added_by_content[content], " and ", id, ")");
       }
-      added_content[id] = content;
+      added_by_id[id] = content;
+      added_by_content[content] = id;
       if (static_cast<size_t>(id) >= model.vocab.size()) model.vocab.resize(id + 1);
       if (model.vocab[id].empty()) model.vocab[id] = content;
       model.specials.push_back({id, content});

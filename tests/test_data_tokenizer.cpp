@@ -296,6 +296,20 @@ TEST_CASE("tokenizer.json ids out of range or repeated are errors naming the fil
   CHECK_THROWS_CONTAINING(load_tokenizer(with_vocab("zzz", 1000000000)), ": token \"zzz\" has id 1000000000");
   CHECK_THROWS_CONTAINING(load_tokenizer(with_vocab("zzz", "7")), ": token \"zzz\" has id \"7\"");
   CHECK_THROWS_CONTAINING(load_tokenizer(with_vocab("zzz", 65)), "both have id 65");
+
+  CHECK_THROWS_WITH_AS(load_tokenizer(with_added({{"id", 350}})),
+                       ("tokenizer " + path + ": added token 2 must be {\"id\": integer, \"content\": string}, "
+                        "got {\"id\":350}").c_str(),
+                       hla::Error);
+  auto with_merge = [&](nlohmann::json merge) {
+    auto copy = j;
+    copy["model"]["merges"][3] = merge;
+    return saved(dir, copy);
+  };
+  const std::string merge_rule = ": merge 3 must be \"left right\" or [\"left\", \"right\"], got ";
+  CHECK_THROWS_WITH_AS(load_tokenizer(with_merge(7)), ("tokenizer " + path + merge_rule + "7").c_str(), hla::Error);
+  CHECK_THROWS_CONTAINING(load_tokenizer(with_merge("nospace")), merge_rule + "\"nospace\"");
+  CHECK_THROWS_CONTAINING(load_tokenizer(with_merge({"a"})), merge_rule + "[\"a\"]");
 }
 
 TEST_CASE("tokenizer.json: deep nesting is refused and errors quote at most an excerpt") {
