@@ -81,11 +81,7 @@ TaskPlan plan_tasks(const std::string& spec) {
 EvalModel build_model(const EvalSettings& s) {
   if (s.checkpoint.empty() == s.ngram_text.empty())
     hla::fail("give exactly one of --checkpoint DIR and --ngram FILE");
-  if (!s.checkpoint.empty()) {
-    EvalModel m = load_model_for_eval(s.checkpoint, s.device);
-    if (!s.tokenizer.empty()) m.tokenizer = hla::data::load_tokenizer(s.tokenizer);
-    return m;
-  }
+  if (!s.checkpoint.empty()) return load_model_for_eval(s.checkpoint, s.device, s.tokenizer);
   EvalModel m;
   m.tokenizer = hla::data::load_tokenizer(s.tokenizer.empty() ? "byte" : s.tokenizer);
   std::cerr << "training an order-" << s.ngram_order << " n-gram on " << s.ngram_text << "\n";

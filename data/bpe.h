@@ -92,7 +92,9 @@ std::string byte_level_token(std::string_view bytes);  // bytes -> tokenizer.jso
 
 // Hugging Face tokenizer.json. Reads model type BPE with a ByteLevel pre-tokenizer (GPT-2 style)
 // or the Metaspace / byte-fallback layout (Llama-2, Mistral); anything else is an hla::Error
-// naming the file and the part that is not understood.
+// naming the file and the part that is not understood. Every id (vocabulary and added tokens)
+// must be an integer in [0, vocabulary entries + added tokens); two tokens at one id, or an added
+// token listed twice, are errors. save_tokenizer_json replaces the file atomically.
 std::unique_ptr<BpeTokenizer> load_tokenizer_json(const std::string& path);
 void save_tokenizer_json(const BpeTokenizer& tokenizer, const std::string& path);
 

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tensor/error.h"
+#include "tensor/json.h"
 
 namespace hla::data {
 
@@ -128,12 +129,7 @@ bool CorpusReader::next_in_file(std::string& doc) {
     std::string line;
     while (next_line(line)) {
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      nlohmann::json j;
-      try {
-        j = nlohmann::json::parse(line);
-      } catch (const nlohmann::json::parse_error& e) {
-        fail(path, ":", line_number_, ": malformed JSON (", e.what(), ")");
-      }
+      const nlohmann::json j = parse_json(line, path + ":" + std::to_string(line_number_));
       auto field = j.is_object() ? j.find(options_.jsonl_field) : j.end();
       if (!j.is_object() || field == j.end() || !field->is_string()) {
         fail(path, ":", line_number_, ": no string field \"", options_.jsonl_field, "\"");

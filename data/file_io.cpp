@@ -1,4 +1,4 @@
-// FileReader / FileWriter over stdio and libzstd's streaming API.
+// FileReader over stdio, FileWriter over AtomicFile, both through libzstd's streaming API.
 #include "data/file_io.h"
 
 #include <glob.h>
@@ -82,10 +82,7 @@ std::string FileReader::read_all() {
   return out;
 }
 
-FileWriter::FileWriter(const std::string& path, int zstd_level, int zstd_workers)
-    : path_(path), tmp_path_(path + ".tmp") {
-  file_ = std::fopen(tmp_path_.c_str(), "wb");
-  if (!file_) fail("cannot create ", tmp_path_, ": ", std::strerror(errno));
+FileWriter::FileWriter(const std::string& path, int zstd_level, int zstd_workers) : file_(path) {
   if (zstd_level > 0) {
     zstd_ = ZSTD_createCCtx();
     ZSTD_CCtx_setParameter(zstd_, ZSTD_c_compressionLevel, zstd_level);
@@ -98,15 +95,6 @@ FileWriter::FileWriter(const std::string& path, int zstd_level, int zstd_workers
 
 FileWriter::~FileWriter() {
   if (zstd_) ZSTD_freeCCtx(zstd_);
-  if (file_) {
-    std::fclose(file_);
-    std::remove(tmp_path_.c_str());
-  }
-}
-
-void FileWriter::write_raw(const void* data, size_t n) {
-  if (n && std::fwrite(data, 1, n, file_) != n) fail("error writing ", tmp_path_, ": ", std::strerror(errno));
-  file_bytes_written_ += n;
 }
 
 void FileWriter::compress(const void* data, size_t n, bool end) {
@@ -115,35 +103,27 @@ void FileWriter::compress(const void* data, size_t n, bool end) {
   for (;;) {
     ZSTD_outBuffer out{out_buf_.data(), out_buf_.size(), 0};
     size_t remaining = ZSTD_compressStream2(zstd_, &out, &in, mode);
-    if (ZSTD_isError(remaining)) fail(path_, ": zstd compression failed: ", ZSTD_getErrorName(remaining));
-    write_raw(out_buf_.data(), out.pos);
+    if (ZSTD_isError(remaining)) fail(file_.path(), ": zstd compression failed: ", ZSTD_getErrorName(remaining));
+    file_.write(out_buf_.data(), out.pos);
     bool done = end ? remaining == 0 : in.pos == in.size;
     if (done) break;
   }
 }
 
 void FileWriter::write(const void* data, size_t n) {
-  HLA_CHECK(file_, "write to closed file ", path_);
+  HLA_CHECK(!closed_, "write to closed file ", file_.path());
   if (zstd_) {
     compress(data, n, false);
   } else {
-    write_raw(data, n);
+    file_.write(data, n);
   }
 }
 
 void FileWriter::close() {
-  HLA_CHECK(file_, "file ", path_, " closed twice");
+  HLA_CHECK(!closed_, "file ", file_.path(), " closed twice");
   if (zstd_) compress(nullptr, 0, true);
-  bool ok = std::fflush(file_) == 0;
-  ok &= std::fclose(file_) == 0;
-  file_ = nullptr;
-  if (!ok) {
-    std::remove(tmp_path_.c_str());
-    fail("error writing ", tmp_path_, ": ", std::strerror(errno));
-  }
-  if (std::rename(tmp_path_.c_str(), path_.c_str()) != 0) {
-    fail("cannot rename ", tmp_path_, " to ", path_, ": ", std::strerror(errno));
-  }
+  closed_ = true;
+  file_.commit();
 }
 
 }  // namespace hla::data

@@ -1,11 +1,14 @@
 // Streaming file reading and writing with transparent zstd: a name ending in ".zst" is
-// decompressed while read and compressed while written. Writers go to "<path>.tmp" and rename
-// on close(), so a crash never leaves a half-written file under the final name.
+// decompressed while read and compressed while written. Writers stream into an AtomicFile
+// ("<path>.tmp-<pid>", every write checked, fsync, rename on close()), so a crash or a full disk
+// never leaves a half-written file under the final name and never loses the previous file.
 #pragma once
 #include <cstdint>
 #include <cstdio>
 #include <string>
 #include <vector>
+
+#include "tensor/atomic_file.h"
 
 struct ZSTD_DCtx_s;
 struct ZSTD_CCtx_s;
@@ -51,18 +54,15 @@ class FileWriter {
   FileWriter& operator=(const FileWriter&) = delete;
 
   void write(const void* data, size_t n);
-  void close();  // flushes, then renames <path>.tmp to <path>
-  uint64_t file_bytes_written() const { return file_bytes_written_; }
+  void close();  // ends the zstd frame, then commits: fsync, rename over <path>, fsync the directory
 
  private:
-  void write_raw(const void* data, size_t n);
   void compress(const void* data, size_t n, bool end);
 
-  std::string path_, tmp_path_;
-  FILE* file_ = nullptr;
+  AtomicFile file_;
+  bool closed_ = false;
   ZSTD_CCtx_s* zstd_ = nullptr;
   std::vector<char> out_buf_;
-  uint64_t file_bytes_written_ = 0;
 };
 
 }  // namespace hla::data

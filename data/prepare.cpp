@@ -9,8 +9,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "data/file_io.h"
 #include "data/shard.h"
+#include "tensor/atomic_file.h"
 #include "tensor/error.h"
 #include "tensor/random.h"
 
@@ -135,13 +135,6 @@ nlohmann::ordered_json make_manifest(const PrepareOptions& o, const Tokenizer& t
   };
 }
 
-void write_json_atomically(const std::string& path, const nlohmann::ordered_json& j) {
-  FileWriter out(path, 0);
-  std::string text = j.dump(2) + "\n";
-  out.write(text.data(), text.size());
-  out.close();
-}
-
 }  // namespace
 
 PrepareStats prepare_shards(const PrepareOptions& o, const Tokenizer& tokenizer) {
@@ -196,7 +189,7 @@ PrepareStats prepare_shards(const PrepareOptions& o, const Tokenizer& tokenizer)
   train.finish();
   val.finish();
   stats.manifest = make_manifest(o, tokenizer, token_bytes, train, val, sources);
-  write_json_atomically(manifest_path, stats.manifest);
+  write_file_atomic(manifest_path, stats.manifest.dump(2) + "\n");
   stats.seconds = seconds_since(start);
   stats.train_tokens = train.tokens(), stats.val_tokens = val.tokens();
   stats.train_docs = train.documents(), stats.val_docs = val.documents();

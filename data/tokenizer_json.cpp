@@ -6,7 +6,9 @@
 #include <nlohmann/json.hpp>
 
 #include "data/bpe.h"
+#include "tensor/atomic_file.h"
 #include "tensor/error.h"
+#include "tensor/json.h"
 
 namespace hla::data {
 
@@ -32,9 +34,19 @@ std::vector<json> flatten(const json& j, const char* list_key) {
   return parts;
 }
 
+// A token quoted for an error message: JSON-escaped, at most ~100 characters.
+std::string quoted(const std::string& token) { return json_excerpt(json(token)); }
+
 struct Reader {
+  explicit Reader(std::string p) : path(std::move(p)) {}
+
   std::string path;
   BpeModel model;
+  // Every id lies in [0, id_limit): vocabulary entries + added tokens, so added tokens may extend
+  // the vocabulary (as Hugging Face appends them) but a stray id cannot allocate a huge table.
+  int64_t id_limit = 0;
+  std::unordered_map<int32_t, std::string> added_by_id;     // added token id -> content
+  std::unordered_map<std::string, int32_t> added_by_content;  // and back
 
   [[noreturn]] void unsupported(const std::string& what) const {
     fail("tokenizer ", path, ": ", what, " is not supported (hla reads BPE tokenizers with a ",
@@ -44,8 +56,39 @@ struct Reader {
   int32_t id_of(const std::unordered_map<std::string, int32_t>& ids, const std::string& token,
                 const std::string& where) const {
     auto it = ids.find(token);
-    if (it == ids.end()) fail("tokenizer ", path, ": ", where, ": token '", token, "' is not in the vocabulary");
+    if (it == ids.end()) fail("tokenizer ", path, ": ", where, ": token ", quoted(token), " is not in the vocabulary");
     return it->second;
+  }
+
+  // The id of `token` (what: "token" or "added token"), checked against id_limit.
+  int32_t checked_id(const json& id, const char* what, const std::string& token) const {
+    // (an unsigned id above INT64_MAX reads as negative here)
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= id_limit) {
+      fail("tokenizer ", path, ": ", what, " ", quoted(token), " has id ", json_excerpt(id),
+           "; ids must be integers in [0, ", id_limit, ") (vocabulary entries + added tokens)");
+    }
+    return id.get<int32_t>();
+  }
+
+  // Puts `token` at `id` in the vocabulary; a second token at the same id is an error.
+  void place(int32_t id, const std::string& token) {
+    if (static_cast<size_t>(id) >= model.vocab.size()) model.vocab.resize(id + 1);
+    if (!model.vocab[id].empty()) {
+      fail("tokenizer ", path, ": tokens ", quoted(model.vocab[id]), " and ", quoted(token), " both have id ", id);
+    }
+    model.vocab[id] = token;
+  }
+
+  // A merge as "left right" (older files) or ["left", "right"] (newer ones).
+  std::pair<std::string, std::string> merge_parts(const json& merge, const std::string& where) const {
+    if (merge.is_string()) {
+      const std::string s = merge;
+      const size_t space = s.find(' ');
+      if (space != std::string::npos) return {s.substr(0, space), s.substr(space + 1)};
+    } else if (merge.is_array() && merge.size() == 2 && merge[0].is_string() && merge[1].is_string()) {
+      return {merge[0], merge[1]};
+    }
+    fail("tokenizer ", path, ": ", where, " must be \"left right\" or [\"left\", \"right\"], got ", json_excerpt(merge));
   }
 
   void read_model(const json& m) {
@@ -54,25 +97,19 @@ struct Reader {
     for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
       if (m.contains(key) && !m[key].is_null() && m[key] != "") unsupported(std::string("model.") + key);
     }
+    const json& vocab = m.at("vocab");
+    if (!vocab.is_object()) fail("tokenizer ", path, ": model.vocab must be an object {token: id}");
     std::unordered_map<std::string, int32_t> ids;
-    for (const auto& [token, id] : m.at("vocab").items()) {
-      int32_t i = id.get<int32_t>();
-      if (i < 0) fail("tokenizer ", path, ": token '", token, "' has negative id ", i);
-      if (static_cast<size_t>(i) >= model.vocab.size()) model.vocab.resize(i + 1);
-      model.vocab[i] = token;
+    for (const auto& [token, id] : vocab.items()) {
+      int32_t i = checked_id(id, "token", token);
+      place(i, token);
       ids[token] = i;
     }
     const json& merges = m.at("merges");
+    if (!merges.is_array()) fail("tokenizer ", path, ": model.merges must be a list");
     for (size_t rank = 0; rank < merges.size(); rank++) {
-      std::string left, right, where = "merge " + std::to_string(rank);
-      if (merges[rank].is_string()) {
-        std::string s = merges[rank];
-        size_t space = s.find(' ');
-        if (space == std::string::npos) fail("tokenizer ", path, ": ", where, " '", s, "' has no space");
-        left = s.substr(0, space), right = s.substr(space + 1);
-      } else {
-        left = merges[rank].at(0), right = merges[rank].at(1);
-      }
+      const std::string where = "merge " + std::to_string(rank);
+      const auto [left, right] = merge_parts(merges[rank], where);
       model.merges.push_back({id_of(ids, left, where), id_of(ids, right, where),
                               id_of(ids, left + right, where)});
     }
@@ -83,10 +120,28 @@ struct Reader {
     }
   }
 
+  // An added token may repeat a vocabulary entry (GPT-2's <|endoftext|>, Llama's </s>); its
+  // content wins when decoding. Two added tokens with one id, or one content twice, are errors.
   void read_added_tokens(const json& added) {
-    for (const auto& t : added) {
-      int32_t id = t.at("id");
-      std::string content = t.at("content");
+    if (!added.is_array()) fail("tokenizer ", path, ": added_tokens must be a list");
+    for (size_t k = 0; k < added.size(); k++) {
+      const json& t = added[k];
+      if (!t.is_object() || !t.contains("id") || !t.contains("content") || !t["content"].is_string()) {
+        fail("tokenizer ", path, ": added token ", k, " must be {\"id\": integer, \"content\": string}, got ",
+             json_excerpt(t));
+      }
+      const std::string content = t["content"];
+      const int32_t id = checked_id(t["id"], "added token", content);
+      if (added_by_id.count(id)) {
+        fail("tokenizer ", path, ": added tokens ", quoted(added_by_id[id]), " and ", quoted(content),
+             " both have id ", id);
+      }
+      if (added_by_content.count(content)) {
+        fail("tokenizer ", path, ": added token ", quoted(content), " appears twice (ids ",
+             added_by_content[content], " and ", id, ")");
+      }
+      added_by_id[id] = content;
+      added_by_content[content] = id;
       if (static_cast<size_t>(id) >= model.vocab.size()) model.vocab.resize(id + 1);
       if (model.vocab[id].empty()) model.vocab[id] = content;
       model.specials.push_back({id, content});
@@ -111,7 +166,7 @@ struct Reader {
         model.split_on_metaspace = p.value("split", true);
         if (p.value("replacement", kMetaspace) != kMetaspace) unsupported("Metaspace replacement");
       } else {
-        unsupported("pre-tokenizer '" + (type.empty() ? p.dump() : type) + "'");
+        unsupported("pre-tokenizer '" + (type.empty() ? json_excerpt(p) : type) + "'");
       }
     }
     for (const auto& n : flatten(normalizer, "normalizers")) {
@@ -122,7 +177,7 @@ struct Reader {
                  n["pattern"].value("String", "") == " " && n.value("content", "") == kMetaspace) {
         metaspace = true;
       } else {
-        unsupported("normalizer '" + (type.empty() ? n.dump() : type) + "'");
+        unsupported("normalizer '" + (type.empty() ? json_excerpt(n) : type) + "'");
       }
     }
     if (byte_level == metaspace) unsupported("a tokenizer with neither or both of ByteLevel and Metaspace");
@@ -155,19 +210,17 @@ std::string read_file(const std::string& path) {
 }  // namespace
 
 std::unique_ptr<BpeTokenizer> load_tokenizer_json(const std::string& path) {
-  json j;
-  try {
-    j = json::parse(read_file(path));
-  } catch (const json::parse_error& e) {
-    fail("tokenizer ", path, ": not valid JSON (", e.what(), "); expected a Hugging Face tokenizer.json");
-  }
-  if (!j.is_object() || !j.contains("model")) {
+  const json j = parse_json(read_file(path), "tokenizer " + path);
+  if (!j.is_object() || !j.contains("model") || !j["model"].is_object()) {
     fail("tokenizer ", path, ": not a Hugging Face tokenizer.json (no \"model\" object)");
   }
-  Reader r{path, {}};
+  Reader r(path);
   try {
-    r.read_model(j["model"]);
-    r.read_added_tokens(j.value("added_tokens", json::array()));
+    const json added = j.value("added_tokens", json::array());
+    const json& model = j["model"];
+    r.id_limit = static_cast<int64_t>((model.contains("vocab") ? model["vocab"].size() : 0) + added.size());
+    r.read_model(model);
+    r.read_added_tokens(added);
     r.read_pipeline(j.value("normalizer", json()), j.value("pre_tokenizer", json()),
                     j.value("decoder", json()));
   } catch (const json::exception& e) {
@@ -240,10 +293,7 @@ void save_tokenizer_json(const BpeTokenizer& tokenizer, const std::string& path)
   ojson j = {{"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr},
              {"added_tokens", added}, {"normalizer", normalizer}, {"pre_tokenizer", pre_tokenizer},
              {"post_processor", nullptr}, {"decoder", decoder}, {"model", model}};
-  std::ofstream out(path, std::ios::binary);
-  if (!out) fail("cannot write tokenizer file ", path);
-  out << j.dump(1, ' ', false) << "\n";
-  if (!out) fail("error writing tokenizer file ", path);
+  write_file_atomic(path, j.dump(1, ' ', false) + "\n");
 }
 
 }  // namespace hla::data

@@ -103,6 +103,8 @@ nlohmann::json run_lm_task(const LmTaskInfo& task, const std::string& data_dir,
                            LanguageModel& model, const data::Tokenizer& tokenizer,
                            const LmEvalOptions& options) {
   const std::string path = (std::filesystem::path(data_dir) / task.file_name).string();
+  if (options.limit == 0)
+    fail("task ", task.name, ": --limit 0 leaves no documents to evaluate (-1 evaluates all)");
   if (!std::filesystem::exists(path))
     fail("task ", task.name, " needs ", path, ", which does not exist (export the data set ",
          "as JSONL there, or leave ", task.name, " out of --tasks)");

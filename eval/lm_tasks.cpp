@@ -2,12 +2,14 @@
 // definitions (doc_to_text / doc_to_choice / doc_to_target) for zero-shot evaluation.
 #include "eval/lm_tasks.h"
 
+#include <climits>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
 
 #include "eval/text_util.h"
 #include "tensor/error.h"
+#include "tensor/json.h"
 
 namespace hla::eval {
 
@@ -42,15 +44,15 @@ const json& field(const json& record, const char* name) {
 
 std::string string_field(const json& record, const char* name) {
   const json& v = field(record, name);
-  if (!v.is_string()) fail("field \"", name, "\" must be a string, got ", v.dump());
+  if (!v.is_string()) fail("field \"", name, "\" must be a string, got ", json_excerpt(v));
   return v.get<std::string>();
 }
 
 std::vector<std::string> string_list(const json& v, const std::string& what) {
-  if (!v.is_array()) fail("field \"", what, "\" must be a list of strings, got ", v.dump());
+  if (!v.is_array()) fail("field \"", what, "\" must be a list of strings, got ", json_excerpt(v));
   std::vector<std::string> out;
   for (const json& item : v) {
-    if (!item.is_string()) fail("field \"", what, "\" must hold strings, got ", item.dump());
+    if (!item.is_string()) fail("field \"", what, "\" must hold strings, got ", json_excerpt(item));
     out.push_back(item.get<std::string>());
   }
   return out;
@@ -59,7 +61,7 @@ std::vector<std::string> string_list(const json& v, const std::string& what) {
 // A label given as an int or a string holding an int (hellaswag exports "3").
 int int_label(const json& record, const char* name) {
   const json& v = field(record, name);
-  if (v.is_number_integer()) return v.get<int>();
+  if (v.is_number_integer() && v.get<int64_t>() >= INT_MIN && v.get<int64_t>() <= INT_MAX) return v.get<int>();
   if (v.is_string()) {
     const std::string s = v.get<std::string>();
     size_t used = 0;
@@ -71,25 +73,25 @@ int int_label(const json& record, const char* name) {
     }
     if (used == s.size() && !s.empty()) return value;
   }
-  fail("field \"", name, "\" must be an integer label, got ", v.dump());
+  fail("field \"", name, "\" must be an integer label, got ", json_excerpt(v));
 }
 
 // ai2_arc and openbookqa: gold = choices.label.index(answerKey.lstrip()).
 int gold_from_answer_key(const json& record) {
   const json& choices = field(record, "choices");
-  if (!choices.is_object()) fail("field \"choices\" must be {text, label}, got ", choices.dump());
+  if (!choices.is_object()) fail("field \"choices\" must be {text, label}, got ", json_excerpt(choices));
   std::vector<std::string> labels = string_list(field(choices, "label"), "choices.label");
   std::string key = string_field(record, "answerKey");
   size_t first = key.find_first_not_of(" \t\n\r\v\f");
   key = first == std::string::npos ? "" : key.substr(first);
   for (size_t i = 0; i < labels.size(); i++)
     if (labels[i] == key) return static_cast<int>(i);
-  fail("answerKey \"", key, "\" is not one of choices.label ", field(choices, "label").dump());
+  fail("answerKey \"", key, "\" is not one of choices.label ", json_excerpt(field(choices, "label")));
 }
 
 std::vector<std::string> choice_texts(const json& record) {
   const json& choices = field(record, "choices");
-  if (!choices.is_object()) fail("field \"choices\" must be {text, label}, got ", choices.dump());
+  if (!choices.is_object()) fail("field \"choices\" must be {text, label}, got ", json_excerpt(choices));
   return string_list(field(choices, "text"), "choices.text");
 }
 
@@ -141,14 +143,20 @@ MultipleChoiceDoc parse_openbookqa(const json& record) {
   return doc;
 }
 
-void check_choices(const MultipleChoiceDoc& doc) {
+// A record that would score without meaning: no context, an empty choice (acc_norm divides by
+// its length), fewer than 2 choices, a gold index outside them.
+void check_multiple_choice(const MultipleChoiceDoc& doc) {
+  if (strip(doc.context).empty()) fail("the context is empty");
   if (doc.choices.size() < 2) fail("a multiple-choice record needs at least 2 choices, got ",
                                    doc.choices.size());
+  for (size_t c = 0; c < doc.choices.size(); c++)
+    if (doc.choices[c].empty()) fail("choice ", c, " is empty");
   if (doc.gold < 0 || doc.gold >= static_cast<int>(doc.choices.size()))
     fail("gold index ", doc.gold, " is outside the ", doc.choices.size(), " choices");
 }
 
-// Calls parse(record) for every non-blank line, prefixing any error with "path:line: ".
+// Calls parse(record) for every non-blank line, prefixing any error with "path:line: ". A file
+// without records is an error: it would report accuracy 0 over n = 0.
 template <class Doc>
 std::vector<Doc> read_jsonl(const std::string& path, const std::function<Doc(const json&)>& parse) {
   std::ifstream in(path, std::ios::binary);
@@ -157,19 +165,15 @@ std::vector<Doc> read_jsonl(const std::string& path, const std::function<Doc(con
   std::string line;
   for (int64_t line_no = 1; std::getline(in, line); line_no++) {
     if (strip(line).empty()) continue;
+    const json record = parse_json(line, path + ":" + std::to_string(line_no));
     try {
-      json record;
-      try {
-        record = json::parse(line);
-      } catch (const json::exception& e) {
-        fail("not valid JSON (", e.what(), ")");
-      }
       if (!record.is_object()) fail("a record must be a JSON object, got ", record.type_name());
       docs.push_back(parse(record));
     } catch (const Error& e) {
       fail(path, ":", line_no, ": ", e.what());
     }
   }
+  if (docs.empty()) fail(path, ": no records (the file is empty)");
   return docs;
 }
 
@@ -203,7 +207,7 @@ MultipleChoiceDoc parse_multiple_choice(std::string_view task, const json& recor
            "or the Hugging Face layout ", layout->fields, ")");
     }
   }
-  check_choices(doc);
+  check_multiple_choice(doc);
   return doc;
 }
 
@@ -214,8 +218,15 @@ LambadaDoc lambada_doc_from_text(const std::string& text) {
   return {text.substr(0, last_space), " " + text.substr(last_space + 1)};
 }
 
+// A passage must end in a word after a space: an empty last word would be a free hit, and
+// without a context there is nothing for the model to use.
 LambadaDoc parse_lambada(const json& record) {
-  return lambada_doc_from_text(string_field(record, "text"));
+  const std::string text = string_field(record, "text");
+  LambadaDoc doc = lambada_doc_from_text(text);
+  if (doc.target == " ")
+    fail("LAMBADA text ", json_excerpt(text), " has no last word to predict (it must end in a word after a space)");
+  if (strip(doc.context).empty()) fail("LAMBADA text ", json_excerpt(text), " has no context before its last word");
+  return doc;
 }
 
 std::vector<MultipleChoiceDoc> read_multiple_choice(std::string_view task, const std::string& path) {

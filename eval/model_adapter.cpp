@@ -24,16 +24,21 @@ static std::string checkpoint_tokenizer(const std::string& dir) {
   return "byte";
 }
 
-EvalModel load_model_for_eval(const std::string& checkpoint_dir, const std::string& device) {
+EvalModel load_model_for_eval(const std::string& checkpoint_dir, const std::string& device,
+                              const std::string& tokenizer_spec) {
   HLA_CHECK(device == "cpu" || device == "cuda", "--device must be cpu or cuda, got '", device, "'");
-  HLA_CHECK(std::filesystem::exists(checkpoint_dir + "/" + kModelConfigFile), checkpoint_dir,
-            ": not a checkpoint directory (no ", kModelConfigFile, ")");
+  const std::string config = checkpoint_dir + "/" + kModelConfigFile;
+  HLA_CHECK(std::filesystem::exists(config), checkpoint_dir, ": not a checkpoint directory (no ",
+            kModelConfigFile, ")");
   EvalModel m;
   m.model = load_hybrid_model(checkpoint_dir, device == "cuda" ? Device::CUDA : Device::CPU);
-  m.tokenizer = data::load_tokenizer(checkpoint_tokenizer(checkpoint_dir));
-  HLA_CHECK(m.tokenizer->vocab_size() <= m.model->vocab_size(), checkpoint_dir, ": tokenizer ",
-            m.tokenizer->name(), " has ", m.tokenizer->vocab_size(), " tokens but the model only ",
-            m.model->vocab_size());
+  m.tokenizer = data::load_tokenizer(tokenizer_spec.empty() ? checkpoint_tokenizer(checkpoint_dir) : tokenizer_spec);
+  // A token id at or past the model's vocabulary would be read past the end of a logits row.
+  if (m.tokenizer->vocab_size() > m.model->vocab_size()) {
+    fail("tokenizer ", m.tokenizer->name(), " has ", m.tokenizer->vocab_size(), " tokens but the model (",
+         config, ") has only ", m.model->vocab_size(), " (vocab_size); evaluate with the tokenizer the ",
+         "model was trained with");
+  }
   return m;
 }
 

@@ -13,7 +13,10 @@ struct EvalModel {
   std::unique_ptr<data::Tokenizer> tokenizer;  // the one the model was trained with
 };
 
-// Loads a checkpoint written by `hla train` onto device "cpu" or "cuda".
-EvalModel load_model_for_eval(const std::string& checkpoint_dir, const std::string& device);
+// Loads a checkpoint written by `hla train` onto device "cpu" or "cuda", with the tokenizer
+// `tokenizer_spec` ("byte" or a tokenizer.json; empty: the checkpoint's own). A tokenizer with
+// more ids than the model has logits is an hla::Error naming both sizes and both files.
+EvalModel load_model_for_eval(const std::string& checkpoint_dir, const std::string& device,
+                              const std::string& tokenizer_spec = "");
 
 }  // namespace hla::eval

@@ -3,12 +3,12 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 
 #include "eval/lm_tasks.h"
 #include "eval/ruler.h"
 #include "eval/svg_plot.h"
+#include "tensor/atomic_file.h"
 #include "tensor/error.h"
 
 namespace hla::eval {
@@ -187,10 +187,7 @@ std::string render_report_markdown(const json& results) {
 void write_reports(const json& results, const std::string& dir) {
   std::filesystem::create_directories(dir);
   auto write = [&](const std::string& name, const std::string& content) {
-    const std::string path = (std::filesystem::path(dir) / name).string();
-    std::ofstream out(path, std::ios::binary);
-    if (!out) fail(path, ": cannot write");
-    out << content;
+    write_file_atomic((std::filesystem::path(dir) / name).string(), content);
   };
   write("results.json", results.dump(2) + "\n");
   write("report.md", render_report_markdown(results));

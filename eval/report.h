@@ -14,7 +14,8 @@ namespace hla::eval {
 std::string render_report_markdown(const nlohmann::json& results);
 
 // Writes <dir>/results.json, <dir>/report.md and, when RULER ran at two or more lengths,
-// <dir>/ruler.svg. Creates dir if needed.
+// <dir>/ruler.svg. Creates dir if needed. Each file is replaced atomically (write_file_atomic):
+// a failed write (full disk) throws an hla::Error naming the file and leaves the previous one.
 void write_reports(const nlohmann::json& results, const std::string& dir);
 
 }  // namespace hla::eval

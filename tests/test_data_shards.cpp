@@ -133,7 +133,7 @@ TEST_CASE("corpus readers: txt (whole file or blank-line blocks), jsonl, zst, gl
   CHECK_THROWS_CONTAINING(expand_corpus_inputs({dir / "nothing*.txt"}), "matches no files");
   CHECK_THROWS_CONTAINING(expand_corpus_inputs({dir / "absent.txt"}), "does not exist");
   write_file(dir / "bad.jsonl", "{\"text\": \"ok\"}\n{\"text\": \"ok\"}\n{\"text\": unquoted}\n");
-  CHECK_THROWS_CONTAINING(read_corpus({dir / "bad.jsonl"}), "bad.jsonl:3: malformed JSON");
+  CHECK_THROWS_CONTAINING(read_corpus({dir / "bad.jsonl"}), "bad.jsonl:3: not valid JSON");
   write_file(dir / "num.jsonl", "{\"text\": 5}\n");
   CHECK_THROWS_CONTAINING(read_corpus({dir / "num.jsonl"}), "num.jsonl:1: no string field \"text\"");
 }

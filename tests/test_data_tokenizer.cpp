@@ -1,14 +1,17 @@
 // Tokenizers: byte-level, the GPT-2 pre-tokenizer, BPE training (determinism and a hand-checked
 // merge sequence), exact round trips, and tokenizer.json export/import, including the
-// Llama-2-style byte-fallback layout and the errors for files hla cannot read.
+// Llama-2-style byte-fallback layout and the errors for files hla cannot read (bad or repeated
+// ids, deep nesting), and a save on a full disk that keeps the old file.
 #include <doctest/doctest.h>
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "data/bpe.h"
 #include "data/bpe_train.h"
 #include "data/pretokenize.h"
 #include "tests/test_data_util.h"
+#include "tests/test_full_disk.h"
 
 using namespace hla::data;
 using namespace hla::data::testing;
@@ -237,4 +240,104 @@ TEST_CASE("tokenizer files hla cannot read are clear errors") {
   copy["model"]["merges"] = merges;
   write_file(dir / "badmerge.json", copy.dump());
   CHECK_THROWS_CONTAINING(load_tokenizer(dir / "badmerge.json"), "is not in the vocabulary");
+}
+
+namespace {
+
+// The saved small tokenizer as JSON, for tests that edit one part of it.
+nlohmann::json small_tokenizer_json(const ScratchDir& dir) {
+  save_tokenizer_json(*small_trained_tokenizer(), dir / "base.json");
+  std::ifstream in(dir / "base.json");
+  return nlohmann::json::parse(in);
+}
+
+std::string saved(const ScratchDir& dir, const nlohmann::json& j) {
+  write_file(dir / "edited.json", j.dump());
+  return dir / "edited.json";
+}
+
+nlohmann::json added_token(int64_t id, const std::string& content) {
+  return {{"id", id}, {"content", content}, {"special", true}};
+}
+
+}  // namespace
+
+TEST_CASE("tokenizer.json ids out of range or repeated are errors naming the file and the token") {
+  ScratchDir dir("tokids");
+  const nlohmann::json j = small_tokenizer_json(dir);  // 350 ids; added tokens at 348, 349
+  REQUIRE(j["added_tokens"].size() == 2);
+  auto with_added = [&](nlohmann::json extra) {
+    auto copy = j;
+    copy["added_tokens"].push_back(extra);
+    return saved(dir, copy);
+  };
+  const std::string path = dir / "edited.json";
+  CHECK_THROWS_WITH_AS(load_tokenizer(with_added(added_token(-1, "<x>"))),
+                       ("tokenizer " + path + ": added token \"<x>\" has id -1; ids must be integers in "
+                        "[0, 353) (vocabulary entries + added tokens)").c_str(),
+                       hla::Error);
+  CHECK_THROWS_CONTAINING(load_tokenizer(with_added(added_token(2147483647, "<x>"))), "has id 2147483647");
+  CHECK_THROWS_CONTAINING(load_tokenizer(with_added(added_token(4294967296 + 5, "<x>"))), "has id 4294967301");
+  CHECK_THROWS_CONTAINING(load_tokenizer(with_added({{"id", 1.5}, {"content", "<x>"}})), "has id 1.5");
+  CHECK_THROWS_WITH_AS(load_tokenizer(with_added(added_token(349, "<other>"))),
+                       ("tokenizer " + path + ": added tokens \"<|pad|>\" and \"<other>\" both have id 349").c_str(),
+                       hla::Error);
+  CHECK_THROWS_WITH_AS(load_tokenizer(with_added(added_token(350, "<|pad|>"))),
+                       ("tokenizer " + path + ": added token \"<|pad|>\" appears twice (ids 349 and 350)").c_str(),
+                       hla::Error);
+  CHECK(load_tokenizer(with_added(added_token(350, "<extra>")))->vocab_size() == 351);  // appended: fine
+
+  auto with_vocab = [&](const std::string& token, nlohmann::json id) {
+    auto copy = j;
+    copy["model"]["vocab"][token] = id;
+    return saved(dir, copy);
+  };
+  CHECK_THROWS_CONTAINING(load_tokenizer(with_vocab("zzz", -3)), ": token \"zzz\" has id -3; ids must be integers in [0, 353)");
+  CHECK_THROWS_CONTAINING(load_tokenizer(with_vocab("zzz", 1000000000)), ": token \"zzz\" has id 1000000000");
+  CHECK_THROWS_CONTAINING(load_tokenizer(with_vocab("zzz", "7")), ": token \"zzz\" has id \"7\"");
+  CHECK_THROWS_CONTAINING(load_tokenizer(with_vocab("zzz", 65)), "both have id 65");
+
+  CHECK_THROWS_WITH_AS(load_tokenizer(with_added({{"id", 350}})),
+                       ("tokenizer " + path + ": added token 2 must be {\"id\": integer, \"content\": string}, "
+                        "got {\"id\":350}").c_str(),
+                       hla::Error);
+  auto with_merge = [&](nlohmann::json merge) {
+    auto copy = j;
+    copy["model"]["merges"][3] = merge;
+    return saved(dir, copy);
+  };
+  const std::string merge_rule = ": merge 3 must be \"left right\" or [\"left\", \"right\"], got ";
+  CHECK_THROWS_WITH_AS(load_tokenizer(with_merge(7)), ("tokenizer " + path + merge_rule + "7").c_str(), hla::Error);
+  CHECK_THROWS_CONTAINING(load_tokenizer(with_merge("nospace")), merge_rule + "\"nospace\"");
+  CHECK_THROWS_CONTAINING(load_tokenizer(with_merge({"a"})), merge_rule + "[\"a\"]");
+}
+
+TEST_CASE("tokenizer.json: deep nesting is refused and errors quote at most an excerpt") {
+  ScratchDir dir("tokdeep");
+  write_file(dir / "deep.json", "{\"model\": " + std::string(100000, '[') + std::string(100000, ']') + "}");
+  CHECK_THROWS_WITH_AS(load_tokenizer(dir / "deep.json"),
+                       ("tokenizer " + dir / "deep.json" + ": JSON nested deeper than 64 levels").c_str(), hla::Error);
+  auto j = small_tokenizer_json(dir);
+  j["pre_tokenizer"] = {{"huge", std::string(100000, 'x')}};
+  std::string message;
+  try {
+    load_tokenizer(saved(dir, j));
+  } catch (const hla::Error& e) {
+    message = e.what();
+  }
+  CHECK(message.find("pre-tokenizer '{\"huge\":\"xxxx") != std::string::npos);
+  CHECK(message.size() < 400);
+}
+
+TEST_CASE("save_tokenizer_json on a full disk fails naming the file and keeps the old tokenizer.json") {
+  ScratchDir dir("tokfull");
+  auto tok = small_trained_tokenizer();
+  const std::string path = dir / "tokenizer.json";
+  write_file(path, "old tokenizer");
+  const std::string message = hla::testing::error_on_full_disk([&] { save_tokenizer_json(*tok, path); });
+  CHECK(message.find(path + ": write failed on " + path + ".tmp-") != std::string::npos);
+  CHECK(message.find("File too large") != std::string::npos);
+  std::ifstream in(path);
+  CHECK(std::string(std::istreambuf_iterator<char>(in), {}) == "old tokenizer");
+  CHECK(std::distance(std::filesystem::directory_iterator(dir.path), {}) == 1);
 }

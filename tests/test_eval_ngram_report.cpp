@@ -1,5 +1,5 @@
 // The n-gram baseline (Witten-Bell probabilities by hand, normalisation, greedy generation)
-// and the report writers (paper table, files, SVG).
+// and the report writers (paper table, files, SVG; a full disk keeps the previous reports).
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -10,6 +10,7 @@
 #include "eval/report.h"
 #include "eval/svg_plot.h"
 #include "tensor/error.h"
+#include "tests/test_full_disk.h"
 
 using namespace hla::eval;
 
@@ -112,4 +113,24 @@ TEST_CASE("eval: SVG line plot has one polyline per series") {
   CHECK(svg.find("b&lt;c") != std::string::npos);
   CHECK(svg.find(">4096<") != std::string::npos);  // a log2 tick
   CHECK_THROWS_AS(line_plot_svg({{"bad", {1, 2}, {1}}}, {}), hla::Error);
+}
+
+TEST_CASE("eval: reports on a full disk fail naming the file and keep the previous results") {
+  const std::string dir = (std::filesystem::temp_directory_path() / "hla_test_eval_report_full").string();
+  std::filesystem::remove_all(dir);
+  write_reports(sample_results(), dir);
+  auto slurp = [&](const std::string& name) {
+    std::ifstream in(dir + "/" + name, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string old_json = slurp("results.json"), old_md = slurp("report.md");
+  nlohmann::json next = sample_results();
+  next["name"] = "second run";
+  const std::string message = hla::testing::error_on_full_disk([&] { write_reports(next, dir); });
+  CHECK(message.find(dir + "/results.json: write failed on " + dir + "/results.json.tmp-") == 0);
+  CHECK(message.find("File too large") != std::string::npos);
+  CHECK(slurp("results.json") == old_json);
+  CHECK(slurp("report.md") == old_md);
+  CHECK(std::distance(std::filesystem::directory_iterator(dir), {}) == 3);  // results.json, report.md, ruler.svg
+  std::filesystem::remove_all(dir);
 }

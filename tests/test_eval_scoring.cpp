@@ -1,9 +1,11 @@
 // Log-likelihood scoring against hand-computed cases: acc vs acc_norm (by characters, not
 // bytes), argmax ties, LAMBADA multi-token greedy and perplexity, encode-pair, truncation,
-// batching order.
+// batching order, --limit 0.
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <map>
 
 #include "eval/lm_eval.h"
@@ -171,4 +173,17 @@ TEST_CASE("eval: batches go longest first and answers come back in request order
   CHECK(model.batches[2].size() == 1);
   std::vector<double> expected = {-3, -3, -3, -5, -3};
   for (size_t i = 0; i < requests.size(); i++) CHECK(batched[i].logprob == expected[i]);
+}
+
+TEST_CASE("eval: --limit 0 is an error, not accuracy 0 over n = 0") {
+  const auto dir = std::filesystem::temp_directory_path() / "hla_test_eval_limit";
+  std::filesystem::create_directories(dir);
+  std::ofstream((dir / "lambada_openai.jsonl").string()) << "{\"text\": \"a b\"}\n";
+  FunctionModel model(unigram_logprob);
+  TestByteTokenizer tokenizer;
+  const LmTaskInfo& lambada = *find_lm_task("lambada");
+  CHECK(run_lm_task(lambada, dir.string(), model, tokenizer, {1, quiet()})["n"] == 1);
+  CHECK_THROWS_WITH_AS(run_lm_task(lambada, dir.string(), model, tokenizer, {0, quiet()}),
+                       "task lambada: --limit 0 leaves no documents to evaluate (-1 evaluates all)", hla::Error);
+  std::filesystem::remove_all(dir);
 }

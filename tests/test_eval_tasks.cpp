@@ -1,5 +1,6 @@
 // LM task records to prompts (golden strings, both record layouts), HellaSwag preprocessing,
-// and readers that reject malformed records naming the file and line.
+// and readers that reject malformed, degenerate or deeply nested records and empty files,
+// naming the file and line.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -149,4 +150,54 @@ TEST_CASE("eval: the task table names files and the metric papers report") {
   CHECK(find_lm_task("arc_easy")->paper_metric == "acc");
   CHECK(find_lm_task("piqa")->paper_metric == "acc");
   CHECK(find_lm_task("winogrande") == nullptr);
+}
+
+TEST_CASE("eval: a task file with no records is an error naming the file") {
+  for (const std::string& content : {std::string(), std::string("\n  \n\n")}) {
+    std::string path = write_temp("empty.jsonl", content);
+    CHECK(error_of([&] { read_lambada(path); }) == path + ": no records (the file is empty)");
+    CHECK(error_of([&] { read_multiple_choice("piqa", path); }) == path + ": no records (the file is empty)");
+  }
+}
+
+TEST_CASE("eval: degenerate records are errors naming the file and line") {
+  const std::string good_lambada = R"({"text": "a b c"})";
+  auto lambada_error = [&](const std::string& record) {
+    std::string path = write_temp("degenerate.jsonl", good_lambada + "\n" + record + "\n");
+    return error_of([&] { read_lambada(path); });
+  };
+  const std::string path = write_temp("degenerate.jsonl", "");
+  CHECK(lambada_error(R"({"text": ""})") ==
+        path + ":2: LAMBADA text \"\" has no last word to predict (it must end in a word after a space)");
+  CHECK(lambada_error(R"({"text": "a b "})").find(path + ":2: LAMBADA text \"a b \" has no last word") == 0);
+  CHECK(lambada_error(R"({"text": "   "})").find(path + ":2: LAMBADA text \"   \" has no last word") == 0);
+  CHECK(lambada_error(R"({"text": "word"})") ==
+        path + ":2: LAMBADA text \"word\" has no context before its last word");
+
+  const std::string good = R"({"context": "Q", "choices": ["a", "b"], "gold": 0})";
+  auto choice_error = [&](const std::string& task, const std::string& record) {
+    std::string file = write_temp("degenerate.jsonl", good + "\n" + record + "\n");
+    return error_of([&] { read_multiple_choice(task, file); });
+  };
+  CHECK(choice_error("piqa", R"({"context": " ", "choices": ["a", "b"], "gold": 0})") ==
+        path + ":2: the context is empty");
+  CHECK(choice_error("piqa", R"({"context": "Q", "choices": ["a", ""], "gold": 0})") ==
+        path + ":2: choice 1 is empty");
+  CHECK(choice_error("piqa", R"({"context": "Q", "choices": ["a"], "gold": 0})") ==
+        path + ":2: a multiple-choice record needs at least 2 choices, got 1");
+  CHECK(choice_error("piqa", R"({"context": "Q", "choices": ["a", "b"], "gold": 4294967297})")
+            .find(path + ":2: field \"gold\" must be an integer label, got 4294967297") == 0);
+  CHECK(choice_error("piqa", R"({"context": "Q", "choices": ["a", "b"], "gold": -1})") ==
+        path + ":2: gold index -1 is outside the 2 choices");
+  CHECK(choice_error("arc_easy", R"({"question": "Q", "choices": {"text": [], "label": []}, "answerKey": "A"})")
+            .find(path + ":2: answerKey \"A\" is not one of choices.label []") == 0);
+}
+
+TEST_CASE("eval: task JSONL nesting is bounded and errors quote an excerpt of a value") {
+  std::string path = write_temp("deep.jsonl", "{\"text\": " + std::string(100000, '[') + std::string(100000, ']') + "}\n");
+  CHECK(error_of([&] { read_lambada(path); }) == path + ":1: JSON nested deeper than 64 levels");
+  path = write_temp("huge.jsonl", "{\"text\": [\"" + std::string(100000, 'x') + "\"]}\n");
+  std::string err = error_of([&] { read_lambada(path); });
+  CHECK(err.find(path + ":1: field \"text\" must be a string, got [\"xxx") == 0);
+  CHECK(err.size() < 300);
 }
