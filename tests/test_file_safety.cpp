@@ -1,10 +1,16 @@
 // tensor/json.h (bounded nesting depth, short excerpts for JSON read from user files) and
 // tensor/atomic_file.h (writes that never leave a partial file or lose the previous one).
 #include <doctest/doctest.h>
+#include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 
+#include "tensor/atomic_file.h"
 #include "tensor/json.h"
+#include "tests/test_full_disk.h"
 
 using namespace hla;
 
@@ -38,14 +44,6 @@ TEST_CASE("json_excerpt quotes at most 100 characters") {
 }
 
 // ---- tensor/atomic_file.h ----
-#include <sys/resource.h>
-
-#include <csignal>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
-
-#include "tensor/atomic_file.h"
 
 namespace {
 std::string slurp(const std::string& path) {
@@ -85,20 +83,7 @@ TEST_CASE("a write that fails (file size limit, as on a full disk) names the fil
   std::filesystem::create_directories(dir);
   const std::string path = (dir / "results.json").string();
   write_file_atomic(path, "good");
-  rlimit saved{};
-  REQUIRE(getrlimit(RLIMIT_FSIZE, &saved) == 0);
-  auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
-  rlimit small = saved;
-  small.rlim_cur = 16;
-  REQUIRE(setrlimit(RLIMIT_FSIZE, &small) == 0);
-  std::string message;
-  try {
-    write_file_atomic(path, std::string(4096, 'x'));
-  } catch (const Error& e) {
-    message = e.what();
-  }
-  setrlimit(RLIMIT_FSIZE, &saved);
-  std::signal(SIGXFSZ, old_handler);
+  const std::string message = testing::error_on_full_disk([&] { write_file_atomic(path, std::string(4096, 'x')); });
   CHECK(message.find("results.json: write failed on") != std::string::npos);
   CHECK(message.find("is unchanged") != std::string::npos);
   CHECK(slurp(path) == "good");
