@@ -6,9 +6,9 @@
 // train/checkpoint.h adds the optimizer state and trainer_state.json and replaces the whole
 // directory at once; eval/ reads config.json and model.safetensors.
 //
-// Every write goes to "<path>.tmp" and is renamed over <path> only when complete, so a failed
-// write never destroys the previous file and a partial file never replaces a good one. Every
-// error names the file, and the tensor where there is one.
+// Every write goes through tensor/atomic_file.h ("<path>.tmp-<pid>", renamed over <path> only
+// when complete), so a failed write never destroys the previous file and a partial file never
+// replaces a good one. Every error names the file, and the tensor where there is one.
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>
