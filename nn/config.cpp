@@ -25,7 +25,7 @@ const char* routing_name(Routing r) { return kRoutingNames[static_cast<int>(r)];
 Routing parse_routing(const std::string& text, const std::string& where) {
   for (int i = 0; i < 4; i++)
     if (text == kRoutingNames[i]) return static_cast<Routing>(i);
-  fail(where, ": routing '", text, "' is not one of none, clvr, cler, cler_h");
+  fail(where, " must be one of none, clvr, cler, cler_h, got '", text, "'");
 }
 
 std::ostream& operator<<(std::ostream& os, Routing r) { return os << routing_name(r); }
@@ -352,7 +352,7 @@ void read_setting(const nlohmann::json& v, std::string& out, const std::string& 
 void read_setting(const nlohmann::json& v, Routing& out, const std::string& source, const std::string& field) {
   std::string name;
   read_setting(v, name, source, field);
-  out = parse_routing(name, source);
+  out = parse_routing(name, source + ": " + field);
 }
 
 void read_setting(const nlohmann::json& v, std::vector<int>& out, const std::string& source, const std::string& field) {

@@ -26,7 +26,7 @@ struct MixerSpec;  // a row of the mixer table (nn/layers/mixers.h)
 // Cross-layer routing (papers.md 3.5). The model owns it; a layer only sees MixerIO.
 enum class Routing { None, Clvr, Cler, ClerH };
 const char* routing_name(Routing r);  // "none" | "clvr" | "cler" | "cler_h"
-// Parses a routing name; an error starts with `where` (the file or flag) and lists the choices.
+// Parses a routing name; an error starts with `where` ("c.json: routing") and lists the choices.
 Routing parse_routing(const std::string& text, const std::string& where);
 inline void to_json(nlohmann::json& j, Routing r) { j = routing_name(r); }
 std::ostream& operator<<(std::ostream& os, Routing r);
