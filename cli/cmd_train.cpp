@@ -2,9 +2,8 @@
 //
 // Every setting of train/run_config.h is a flag --section.key. The TOML run file uses the same
 // names in sections ([model], [data], [optim], [train]); a flag on the command line wins over
-// the file. CLI11 reads the TOML (CLI::ConfigTOML) but does not map sections onto dotted flag
-// names by itself, so the items are applied here, and an unknown key is an error naming the
-// file and the key.
+// the file. The file is read by train/run_config's strict reader (CLI11's own TOML reader drops
+// the values' types and cuts strings at '#' or spaces), after the flags are parsed.
 #include <iostream>
 #include <memory>
 
@@ -19,49 +18,14 @@ struct TrainCommand {
   std::string resume;
 };
 
-void apply_run_file(CLI::App& sub, TrainCommand& cmd) {
-  std::vector<CLI::ConfigItem> items;
-  try {
-    items = CLI::ConfigTOML().from_file(cmd.config_file);
-  } catch (const CLI::Error& e) {
-    hla::fail(cmd.config_file, ": ", e.what());
-  }
-  for (const CLI::ConfigItem& item : items) {
-    if (item.name == "++" || item.name == "--") continue;  // section open / close markers
-    std::string key = item.fullname();
-    CLI::Option* option = item.parents.empty() ? nullptr : sub.get_option_no_throw("--" + key);
-    HLA_CHECK(option, cmd.config_file, ": unknown setting '", key,
-              "' (settings are [model], [data], [optim], [train] keys; `hla train --help` lists them)");
-    cmd.config.explicitly_set.insert(key);
-    if (option->count() > 0) continue;  // the command line wins
-    option->add_result(item.inputs);
-    try {
-      option->run_callback();
-    } catch (const CLI::Error& e) {
-      hla::fail(cmd.config_file, ": setting '", key, "': ", e.what());
-    }
-  }
-}
-
+// A flag whose text is read as the setting's type (train/run_config.h read_flag), so a flag and
+// the run file accept the same values and fail with the same errors.
 template <class T>
-void add_flag(CLI::App& sub, const std::string& names, T& value, const char* help) {
-  sub.add_option(names, value, help)->capture_default_str();
-}
-
-// Routing is an enum: the flag takes its name, parsed once here (the error names the flag,
-// the value and the choices; a run file's key gets the file's name in front).
-void add_flag(CLI::App& sub, const std::string& names, hla::Routing& value, const char* help) {
+void add_flag(CLI::App& sub, const std::string& names, T& value, const std::string& flag, const char* help) {
+  nlohmann::json shown = value;
   sub.add_option_function<std::string>(
-         names,
-         [&value, names](const std::string& text) {
-           try {
-             value = hla::parse_routing(text, names);
-           } catch (const hla::Error& e) {
-             throw CLI::ValidationError(e.what());
-           }
-         },
-         help)
-      ->default_str(hla::routing_name(value));
+         names, [&value, flag](const std::string& text) { hla::read_flag(text, value, flag); }, help)
+      ->default_str(shown.is_string() ? shown.get<std::string>() : shown.dump());
 }
 
 void setup(CLI::App& sub) {
@@ -72,9 +36,8 @@ void setup(CLI::App& sub) {
       ->check(CLI::ExistingDirectory);
   hla::visit_settings(cmd->config, [&](const std::string& section, const std::string& key,
                                        auto& value, const char* help) {
-    std::string names = "--" + section + "." + key;
-    if (section == "train" && key == "device") names += ",--device";
-    add_flag(sub, names, value, help);
+    const std::string flag = "--" + section + "." + key;
+    add_flag(sub, section == "train" && key == "device" ? flag + ",--device" : flag, value, flag, help);
   });
   sub.callback([&sub, cmd] {
     for (CLI::Option* option : sub.get_options())
@@ -82,7 +45,7 @@ void setup(CLI::App& sub) {
         std::string name = option->get_name().substr(2);
         if (name.find('.') != std::string::npos) cmd->config.explicitly_set.insert(name);
       }
-    if (!cmd->config_file.empty()) apply_run_file(sub, *cmd);
+    if (!cmd->config_file.empty()) cmd->config.apply_run_file(hla::read_run_file(cmd->config_file), cmd->config_file);
     hla::ValMetrics final_val = hla::run_training(cmd->config, cmd->resume, std::cout);
     std::cout << "final: " << final_val.to_json().dump() << std::endl;
   });

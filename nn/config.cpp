@@ -4,12 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <set>
 #include <sstream>
 
 #include "nn/layers/mixers.h"
+#include "nn/weights.h"
 #include "tensor/error.h"
+#include "tensor/json.h"
 
 namespace hla {
 
@@ -24,7 +25,7 @@ const char* routing_name(Routing r) { return kRoutingNames[static_cast<int>(r)];
 Routing parse_routing(const std::string& text, const std::string& where) {
   for (int i = 0; i < 4; i++)
     if (text == kRoutingNames[i]) return static_cast<Routing>(i);
-  fail(where, ": routing '", text, "' is not one of none, clvr, cler, cler_h");
+  fail(where, " must be one of none, clvr, cler, cler_h, got '", text, "'");
 }
 
 std::ostream& operator<<(std::ostream& os, Routing r) { return os << routing_name(r); }
@@ -107,22 +108,36 @@ void check_range(const ModelField& f, const T& value, const ModelConfig& c, cons
     if (f.applies && !(c.*f.applies)()) return;
     bool ok = f.min_exclusive ? value > f.min : value >= f.min;
     std::string condition = f.applies ? std::string(" ") + f.applies_text + " (model_type " + c.model_type + ")" : "";
-    HLA_CHECK(ok, source, ": ", f.path(), " must be ", f.min_exclusive ? "> " : ">= ", f.min, condition, ", got ", value);
+    HLA_CHECK_INPUT(ok, source, ": ", f.path(), " must be ", f.min_exclusive ? "> " : ">= ", f.min, condition, ", got ",
+                    value);
+    HLA_CHECK_INPUT(value <= f.max, source, ": ", f.path(), " must be <= ", f.max, " (", f.max_reason, "), got ", value);
   }
 }
 
-// x * scale as a whole number, or an error naming both fields.
+constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+
+// x * scale as a whole number of channels that fits an int, or an error naming both fields.
 int64_t whole_product(int64_t x, const char* x_name, double scale, const char* scale_name, const std::string& source) {
   double product = static_cast<double>(x) * scale;
-  HLA_CHECK(product == std::floor(product), source, ": ", x_name, " ", x, " * ", scale_name, " ", scale, " = ", product,
-            " is not a whole number of channels");
+  HLA_CHECK_INPUT(product == std::floor(product), source, ": ", x_name, " ", x, " * ", scale_name, " ", scale, " = ",
+                  product, " is not a whole number of channels");
+  HLA_CHECK_INPUT(product <= kIntMax, source, ": ", x_name, " ", x, " * ", scale_name, " ", scale, " = ", product,
+                  " is more than ", kIntMax, " channels");
   return static_cast<int64_t>(product);
 }
 
 void check_divides(int64_t divisor, const char* divisor_name, int64_t width, const char* width_name,
                    const std::string& source, const char* hint = "") {
-  HLA_CHECK(width % divisor == 0, source, ": ", divisor_name, " ", divisor, " does not divide ", width_name, " ", width,
-            hint);
+  HLA_CHECK_INPUT(width % divisor == 0, source, ": ", divisor_name, " ", divisor, " does not divide ", width_name, " ",
+                  width, hint);
+}
+
+// The GatedMLP rule's width (mlp_intermediate_size) fits an int.
+void check_mlp_width(const ModelConfig& c, const std::string& source) {
+  if (c.intermediate_size > 0) return;
+  double base = std::floor(c.hidden_size * c.hidden_ratio * 2.0 / 3.0);
+  HLA_CHECK_INPUT(base + 255 <= kIntMax, source, ": hidden_size ", c.hidden_size, " * hidden_ratio ", c.hidden_ratio,
+                  " gives an MLP width of ", base, ", more than ", kIntMax);
 }
 
 std::string mixers_where(bool (*pick)(const MixerSpec&)) {
@@ -156,12 +171,12 @@ void check_heads(const ModelConfig& c, const MixerSpec& m, const std::string& so
   switch (m.value_heads) {
     case ValueHeads::Unused: break;
     case ValueHeads::SameAsHeads:
-      HLA_CHECK(c.value_heads() == c.num_heads, source, ": num_v_heads ", c.value_heads(), " != num_heads ", c.num_heads,
+      HLA_CHECK_INPUT(c.value_heads() == c.num_heads, source, ": num_v_heads ", c.value_heads(), " != num_heads ", c.num_heads,
                 ": grouped value heads are not supported by ", c.model_type, " (they are by",
                 mixers_where([](const MixerSpec& s) { return s.value_heads == ValueHeads::Grouped; }), ")");
       break;
     case ValueHeads::Grouped:
-      HLA_CHECK(c.value_heads() % c.num_heads == 0, source, ": num_v_heads ", c.value_heads(),
+      HLA_CHECK_INPUT(c.value_heads() % c.num_heads == 0, source, ": num_v_heads ", c.value_heads(),
                 " is not a multiple of num_heads ", c.num_heads);
       break;
   }
@@ -169,20 +184,104 @@ void check_heads(const ModelConfig& c, const MixerSpec& m, const std::string& so
 
 }  // namespace
 
+namespace {
+
+constexpr int64_t kCountMax = std::numeric_limits<int64_t>::max();  // "at least this many": saturated
+
+int64_t saturating_mul(int64_t a, int64_t b) {
+  int64_t r;
+  return __builtin_mul_overflow(a, b, &r) ? kCountMax : r;
+}
+
+int64_t saturating_add(int64_t a, int64_t b) {
+  int64_t r;
+  return __builtin_add_overflow(a, b, &r) ? kCountMax : r;
+}
+
+// The widths of a linear layer's keys and values, all heads together, by the mixer's HeadShape
+// (check_heads has made them whole numbers that fit an int).
+struct MixerWidths {
+  int64_t keys, values;
+};
+
+MixerWidths mixer_widths(const ModelConfig& c, const MixerSpec& m) {
+  const int64_t D = c.hidden_size;
+  switch (m.heads) {
+    case HeadShape::HeadDim: {
+      const int64_t dk = c.key_head_dim();
+      return {saturating_mul(c.num_heads, dk), saturating_mul(c.value_heads(), static_cast<int64_t>(dk * c.expand_v))};
+    }
+    case HeadShape::Expand: return {static_cast<int64_t>(D * c.expand_k), static_cast<int64_t>(D * c.expand_v)};
+    case HeadShape::InnerByP: return {static_cast<int64_t>(D * c.expand_v), static_cast<int64_t>(D * c.expand_v)};
+    case HeadShape::None:
+    case HeadShape::Split: break;
+  }
+  return {D, D};
+}
+
+// The MLP of one block, by block style: GatedMLP's gate, up and down; RWKV-6's receptance, and
+// its key and value when intermediate_size is given; Mamba-2 has none.
+int64_t min_mlp_parameters(const ModelConfig& c, const MixerSpec& m) {
+  const int64_t D = c.hidden_size;
+  switch (m.block) {
+    case BlockStyle::Standard: return saturating_mul(3 * D, c.mlp_intermediate_size());
+    case BlockStyle::Rwkv6: return saturating_add(saturating_mul(D, D), saturating_mul(2 * D, c.intermediate_size));
+    case BlockStyle::Mamba2: break;
+  }
+  return 0;
+}
+
+int64_t min_linear_layer_parameters(const ModelConfig& c, const MixerSpec& m) {
+  const int64_t D = c.hidden_size;
+  const MixerWidths w = mixer_widths(c, m);
+  int64_t n = saturating_mul(D, saturating_add(w.keys, saturating_mul(2, w.values)));
+  if (c.uses_short_conv()) n = saturating_add(n, saturating_mul(w.values, c.conv_size));
+  if (c.uses_state_size()) n = saturating_add(n, saturating_mul(2 * D, c.state_size));
+  return n;
+}
+
+// "c.json: the model would have at least 1.2e12 parameters (...), more than hla's limit ...".
+void check_model_size(const ModelConfig& c, const std::string& source) {
+  const int64_t n = c.min_parameter_count();
+  if (n <= kMaxParameters) return;
+  const int64_t bytes = saturating_mul(n, 4);
+  std::ostringstream counted;
+  if (n == kCountMax) counted << n << " parameters (the count overflows int64)";
+  else if (bytes == kCountMax) counted << n << " parameters (more than " << kCountMax << " bytes in fp32)";
+  else counted << n << " parameters (" << bytes << " bytes in fp32)";
+  fail(source, ": the model would have at least ", counted.str(), ", more than hla's limit of ", kMaxParameters,
+       " parameters (64 GiB in fp32; training holds about 4 times that: weights, gradients and two AdamW moments)");
+}
+
+}  // namespace
+
+int64_t ModelConfig::min_parameter_count() const {
+  const MixerSpec& m = mixer();
+  const int64_t D = hidden_size;
+  const int64_t attention_layers = m.family == MixerFamily::Attention ? num_hidden_layers : attn.layers.size();
+  const int64_t linear_layers = num_hidden_layers - attention_layers;
+  const int64_t mlp = min_mlp_parameters(*this, m);
+  int64_t n = saturating_mul(saturating_mul(vocab_size, D), tie_word_embeddings ? 1 : 2);
+  n = saturating_add(n, saturating_mul(linear_layers, saturating_add(min_linear_layer_parameters(*this, m), mlp)));
+  n = saturating_add(n, saturating_mul(attention_layers, saturating_add(saturating_mul(2 * D, D), mlp)));
+  return n;
+}
+
 void ModelConfig::validate(const std::string& source) const {
   const MixerSpec& m = find_mixer(model_type, source);
   visit_fields([&](const ModelField& f, const auto& value) { check_range(f, value, *this, source); }, *this);
   check_heads(*this, m, source);
+  check_mlp_width(*this, source);
   std::set<int> seen;
   for (int i : attn.layers) {
-    HLA_CHECK(i >= 0 && i < num_hidden_layers, source, ": attn.layers has index ", i, " outside [0, ",
-              num_hidden_layers, ")");
-    HLA_CHECK(seen.insert(i).second, source, ": attn.layers lists layer ", i, " twice");
+    HLA_CHECK_INPUT(i >= 0 && i < num_hidden_layers, source, ": attn.layers has index ", i, " outside [0, ",
+                    num_hidden_layers, ")");
+    HLA_CHECK_INPUT(seen.insert(i).second, source, ": attn.layers lists layer ", i, " twice");
   }
   if (has_attn || m.family == MixerFamily::Attention) {
     check_divides(attn_heads(), "attn.num_heads", hidden_size, "hidden_size", source);
-    HLA_CHECK(attn_heads() % attn_kv_heads() == 0, source, ": attn.num_heads ", attn_heads(),
-              " is not a multiple of attn.num_kv_heads ", attn_kv_heads());
+    HLA_CHECK_INPUT(attn_heads() % attn_kv_heads() == 0, source, ": attn.num_heads ", attn_heads(),
+                    " is not a multiple of attn.num_kv_heads ", attn_kv_heads());
   }
   if (!m.serves(routing)) {
     bool wants_error = routing == Routing::Cler || routing == Routing::ClerH;
@@ -191,31 +290,79 @@ void ModelConfig::validate(const std::string& source) const {
     fail(source, ": routing '", routing, "' needs ", wants_error ? "the delta-rule write residual" : "the values",
          " of a linear mixer, which model_type '", model_type, "' does not give (mixers that do:", servers, ")");
   }
+  check_model_size(*this, source);
 }
 
 namespace {
 
-// Reads a field's JSON value into its member, with a typed error naming the file and field.
-template <class T>
-void read_value(const nlohmann::json& v, T& out, const ModelField& f, const std::string& source) {
-  bool ok = false;
-  if constexpr (std::is_same_v<T, bool>) {
-    ok = v.is_boolean();
-  } else if constexpr (std::is_same_v<T, int>) {
-    ok = v.is_number_integer() && v.get<int64_t>() >= std::numeric_limits<int>::min() &&
-         v.get<int64_t>() <= std::numeric_limits<int>::max();
-  } else if constexpr (std::is_same_v<T, double>) {
-    ok = v.is_number();
-  } else if constexpr (std::is_same_v<T, std::vector<int>>) {
-    ok = v.is_array() && std::all_of(v.begin(), v.end(), [](const nlohmann::json& e) { return e.is_number_integer(); });
-  } else {
-    static_assert(std::is_same_v<T, std::string> || std::is_same_v<T, Routing>, "a field type read_value knows");
-    ok = v.is_string();
-  }
-  HLA_CHECK(ok, source, ": field '", f.path(), "' has the wrong type: ", v.dump());
-  if constexpr (std::is_same_v<T, Routing>) out = parse_routing(v.get<std::string>(), source);
-  else out = v.get<T>();
+// Whether v is an integer that I holds (nlohmann keeps non-negative integers unsigned).
+template <class I>
+bool fits(const nlohmann::json& v) {
+  using L = std::numeric_limits<I>;
+  if (v.is_number_unsigned()) return v.get<uint64_t>() <= static_cast<uint64_t>(L::max());
+  if (!v.is_number_integer()) return false;
+  const int64_t x = v.get<int64_t>();
+  return x >= static_cast<int64_t>(L::min()) && (x < 0 || static_cast<uint64_t>(x) <= static_cast<uint64_t>(L::max()));
 }
+
+template <class I>
+std::string integer_range() {
+  std::ostringstream os;
+  os << "[" << std::numeric_limits<I>::min() << ", " << std::numeric_limits<I>::max() << "]";
+  return os.str();
+}
+
+template <class I>
+void read_integer(const nlohmann::json& v, I& out, const std::string& source, const std::string& field) {
+  HLA_CHECK_INPUT(fits<I>(v), source, ": ", field, " must be an integer in ", integer_range<I>(), ", got ",
+                  json_excerpt(v));
+  out = v.is_number_unsigned() ? static_cast<I>(v.get<uint64_t>()) : static_cast<I>(v.get<int64_t>());
+}
+
+}  // namespace
+
+void read_setting(const nlohmann::json& v, bool& out, const std::string& source, const std::string& field) {
+  HLA_CHECK_INPUT(v.is_boolean(), source, ": ", field, " must be true or false, got ", json_excerpt(v));
+  out = v.get<bool>();
+}
+
+void read_setting(const nlohmann::json& v, int& out, const std::string& source, const std::string& field) {
+  read_integer(v, out, source, field);
+}
+
+void read_setting(const nlohmann::json& v, int64_t& out, const std::string& source, const std::string& field) {
+  read_integer(v, out, source, field);
+}
+
+void read_setting(const nlohmann::json& v, uint64_t& out, const std::string& source, const std::string& field) {
+  read_integer(v, out, source, field);
+}
+
+void read_setting(const nlohmann::json& v, double& out, const std::string& source, const std::string& field) {
+  HLA_CHECK_INPUT(v.is_number(), source, ": ", field, " must be a number, got ", json_excerpt(v));
+  out = v.get<double>();
+  HLA_CHECK_INPUT(std::isfinite(out), source, ": ", field, " must be a finite number, got ", out);
+}
+
+void read_setting(const nlohmann::json& v, std::string& out, const std::string& source, const std::string& field) {
+  HLA_CHECK_INPUT(v.is_string(), source, ": ", field, " must be a string, got ", json_excerpt(v));
+  out = v.get<std::string>();
+}
+
+void read_setting(const nlohmann::json& v, Routing& out, const std::string& source, const std::string& field) {
+  std::string name;
+  read_setting(v, name, source, field);
+  out = parse_routing(name, source + ": " + field);
+}
+
+void read_setting(const nlohmann::json& v, std::vector<int>& out, const std::string& source, const std::string& field) {
+  HLA_CHECK_INPUT(v.is_array() && std::all_of(v.begin(), v.end(), fits<int>), source, ": ", field,
+                  " must be a list of integers in ", integer_range<int>(), ", got ", json_excerpt(v));
+  out.clear();
+  for (const nlohmann::json& e : v) out.push_back(static_cast<int>(e.get<int64_t>()));
+}
+
+namespace {
 
 // A member as config.json stores it: a 0 that means "derived" written resolved, or null.
 template <class T>
@@ -245,33 +392,38 @@ const std::set<std::string> kIgnoredAttnFields = {"qkv_bias"};
 }  // namespace
 
 ModelConfig ModelConfig::parse_json(const nlohmann::json& j, const std::string& source, const ModelConfig& defaults) {
-  HLA_CHECK(j.is_object(), source, ": a model config must be a JSON object");
+  HLA_CHECK_INPUT(j.is_object(), source, ": a model config must be a JSON object");
   static const std::set<std::string> top_fields = field_names(false), attn_fields = field_names(true);
   for (auto it = j.begin(); it != j.end(); ++it)
-    HLA_CHECK(top_fields.count(it.key()) || kIgnoredFields.count(it.key()) || it.key() == "attn" || it.key() == "hybrid",
+    HLA_CHECK_INPUT(top_fields.count(it.key()) || kIgnoredFields.count(it.key()) || it.key() == "attn" || it.key() == "hybrid",
               source, ": unknown field '", it.key(), "'");
   const nlohmann::json* attn_block = nullptr;
   if (j.contains("attn") && !j["attn"].is_null()) {
     attn_block = &j["attn"];
-    HLA_CHECK(attn_block->is_object(), source, ": field 'attn' must be an object {layers, num_heads, ...}");
+    HLA_CHECK_INPUT(attn_block->is_object(), source, ": field 'attn' must be an object {layers, num_heads, ...}");
     for (auto it = attn_block->begin(); it != attn_block->end(); ++it)
-      HLA_CHECK(attn_fields.count(it.key()) || kIgnoredAttnFields.count(it.key()), source, ": unknown field 'attn.",
+      HLA_CHECK_INPUT(attn_fields.count(it.key()) || kIgnoredAttnFields.count(it.key()), source, ": unknown field 'attn.",
                 it.key(), "'");
-    HLA_CHECK(attn_block->contains("layers"), source, ": 'attn' needs a 'layers' list");
+    HLA_CHECK_INPUT(attn_block->contains("layers"), source, ": 'attn' needs a 'layers' list");
   }
   ModelConfig c = defaults;
   visit_fields(
       [&](const ModelField& f, auto& member) {
         const nlohmann::json* block = f.in_attn ? attn_block : &j;
         if (block && block->contains(f.name) && !(*block)[f.name].is_null())
-          read_value((*block)[f.name], member, f, source);
+          read_setting((*block)[f.name], member, source, f.path());
       },
       c);
   c.has_attn = attn_block != nullptr;
   if (j.contains("hybrid")) {
-    HLA_CHECK(!j.contains("attn"), source, ": give either 'hybrid' or 'attn.layers', not both");
-    HLA_CHECK(j["hybrid"].is_string(), source, ": field 'hybrid' has the wrong type: ", j["hybrid"].dump());
-    c.set_hybrid(j["hybrid"].get<std::string>());
+    HLA_CHECK_INPUT(!j.contains("attn"), source, ": give either 'hybrid' or 'attn.layers', not both");
+    std::string hybrid;
+    read_setting(j["hybrid"], hybrid, source, "hybrid");
+    try {
+      c.set_hybrid(hybrid);
+    } catch (const Error& e) {
+      fail(source, ": ", e.what());
+    }
   }
   return c;
 }
@@ -293,27 +445,8 @@ nlohmann::json ModelConfig::to_json() const {
   return j;
 }
 
-ModelConfig ModelConfig::load(const std::string& path) {
-  std::ifstream f(path);
-  HLA_CHECK(f, path, ": cannot open model config");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(f);
-  } catch (const std::exception& e) {
-    fail(path, ": not valid JSON: ", e.what());
-  }
-  return from_json(j, path);
-}
+ModelConfig ModelConfig::load(const std::string& path) { return from_json(read_json_file(path), path); }
 
-void ModelConfig::save(const std::string& path) const {
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    HLA_CHECK(f, "cannot write ", tmp);
-    f << to_json().dump(2) << "\n";
-    HLA_CHECK(f.good(), "write to ", tmp, " failed");
-  }
-  HLA_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename ", tmp, " to ", path);
-}
+void ModelConfig::save(const std::string& path) const { write_json_file(path, to_json()); }
 
 }  // namespace hla

@@ -26,7 +26,7 @@ struct MixerSpec;  // a row of the mixer table (nn/layers/mixers.h)
 // Cross-layer routing (papers.md 3.5). The model owns it; a layer only sees MixerIO.
 enum class Routing { None, Clvr, Cler, ClerH };
 const char* routing_name(Routing r);  // "none" | "clvr" | "cler" | "cler_h"
-// Parses a routing name; an error starts with `where` (the file or flag) and lists the choices.
+// Parses a routing name; an error starts with `where` ("c.json: routing") and lists the choices.
 Routing parse_routing(const std::string& text, const std::string& where);
 inline void to_json(nlohmann::json& j, Routing r) { j = routing_name(r); }
 std::ostream& operator<<(std::ostream& os, Routing r);
@@ -41,6 +41,8 @@ struct ModelField {
   bool in_attn = false;  // lives in config.json's "attn" block; [model] key "attn_<name>"
   double min = -std::numeric_limits<double>::infinity();
   bool min_exclusive = false;
+  double max = std::numeric_limits<double>::infinity();
+  const char* max_reason = "";  // why the cap: "far above any published model"
   bool (ModelConfig::*applies)() const = nullptr;  // the range holds only where this says so
   const char* applies_text = "";                   // "with short convolutions"
   int (ModelConfig::*zero_means)() const = nullptr;  // config.json writes this value for 0
@@ -50,6 +52,11 @@ struct ModelField {
   ModelField& attn() { in_attn = true; return *this; }
   ModelField& at_least(double v) { min = v; return *this; }
   ModelField& above(double v) { min = v; min_exclusive = true; return *this; }
+  ModelField& at_most(double v, const char* reason) {
+    max = v;
+    max_reason = reason;
+    return *this;
+  }
   ModelField& when(bool (ModelConfig::*test)() const, const char* text) {
     applies = test;
     applies_text = text;
@@ -69,6 +76,10 @@ struct AttnConfig {
   double rope_theta = 10000.0;
   int window_size = 0;  // 0: full causal
 };
+
+// The sanity caps on a model's size, checked from the config before anything is allocated.
+constexpr int kMaxLayers = 1024;                      // Llama-3 405B has 126
+constexpr int64_t kMaxParameters = int64_t{1} << 34;  // 64 GiB of fp32 weights
 
 struct ModelConfig {
   std::string model_type = "gated_deltanet";
@@ -100,7 +111,8 @@ struct ModelConfig {
     using Field = ModelField;
     f(Field("model_type", "mixer of the linear layers (fla model_type, nn/layers/mixers.cpp)"), c.model_type...);
     f(Field("hidden_size", "model width").at_least(1), c.hidden_size...);
-    f(Field("num_hidden_layers", "layers").at_least(1), c.num_hidden_layers...);
+    f(Field("num_hidden_layers", "layers").at_least(1).at_most(kMaxLayers, "far above any published model"),
+      c.num_hidden_layers...);
     f(Field("num_heads", "heads of the linear mixer").at_least(1), c.num_heads...);
     f(Field("num_v_heads", "value heads (0 = num_heads)").at_least(0).written_as(&ModelConfig::value_heads),
       c.num_v_heads...);
@@ -158,9 +170,30 @@ struct ModelConfig {
   bool uses_short_conv() const;
   bool uses_state_size() const;
 
-  // Every field's range, then the rules between fields; errors name source, field and value.
+  // A lower bound on the parameter count, from the widths alone (nothing is built): the
+  // embedding and lm_head; per linear layer the projections to its keys and values and back
+  // (hidden_size * (key width + 2 value widths): every mixer of the table has at least these),
+  // its short convolution over the values and Mamba-2's B and C projections; per attention
+  // layer q_proj and o_proj; per block its MLP. Saturates at int64's maximum, never wraps.
+  int64_t min_parameter_count() const;
+
+  // Every field's range, then the rules between fields, then the size cap (kMaxParameters);
+  // errors name source, field and value.
   void validate(const std::string& source) const;
 };
+
+// One setting read from JSON (config.json, or a run file read into JSON). The value must have
+// the setting's type exactly: an integer within the C++ type's range (no fractions, no
+// booleans), a finite number, true or false, a string, a list of integers. Errors read
+// "<source>: <field> must be ..., got <excerpt of the value>".
+void read_setting(const nlohmann::json& v, bool& out, const std::string& source, const std::string& field);
+void read_setting(const nlohmann::json& v, int& out, const std::string& source, const std::string& field);
+void read_setting(const nlohmann::json& v, int64_t& out, const std::string& source, const std::string& field);
+void read_setting(const nlohmann::json& v, uint64_t& out, const std::string& source, const std::string& field);
+void read_setting(const nlohmann::json& v, double& out, const std::string& source, const std::string& field);
+void read_setting(const nlohmann::json& v, std::string& out, const std::string& source, const std::string& field);
+void read_setting(const nlohmann::json& v, Routing& out, const std::string& source, const std::string& field);
+void read_setting(const nlohmann::json& v, std::vector<int>& out, const std::string& source, const std::string& field);
 
 // Layer indices for "r:1" with L layers under the project default rule.
 std::vector<int> hybrid_attention_layers(int num_layers, const std::string& hybrid);

@@ -35,3 +35,10 @@ template <class... Args>
   do {                                                                           \
     if (!(cond)) ::hla::fail(__FILE__, ":", __LINE__, ": ", __VA_ARGS__);        \
   } while (0)
+
+// A check of what a user handed us (a file, a flag, a setting): the message is the whole error,
+// "<file>: <field> must be ..., got ...", with no hla source location in front of it.
+#define HLA_CHECK_INPUT(cond, ...)           \
+  do {                                       \
+    if (!(cond)) ::hla::fail(__VA_ARGS__);   \
+  } while (0)

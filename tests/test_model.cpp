@@ -57,14 +57,10 @@ TEST_CASE("bad configs are clear errors naming the file and field") {
                        doctest::Contains("model_type 'lstm'"), Error);
   CHECK_THROWS_WITH_AS(ModelConfig::from_json(with("attn", {{"layers", {1, 7}}, {"num_heads", 2}}), "c.json"),
                        doctest::Contains("index 7 outside [0, 4)"), Error);
-  CHECK_THROWS_WITH_AS(ModelConfig::from_json(with("hidden_size", "wide"), "c.json"),
-                       doctest::Contains("field 'hidden_size' has the wrong type"), Error);
   CHECK_THROWS_WITH_AS(ModelConfig::from_json(with("routing", "sideways"), "c.json"),
-                       doctest::Contains("c.json: routing 'sideways' is not one of none, clvr, cler, cler_h"), Error);
+                       doctest::Contains("c.json: routing must be one of none, clvr, cler, cler_h, got 'sideways'"), Error);
   CHECK_THROWS_WITH_AS(ModelConfig::from_json(with("routing", 2), "c.json"),
-                       doctest::Contains("c.json: field 'routing' has the wrong type: 2"), Error);
-  CHECK_THROWS_WITH_AS(ModelConfig::from_json(with("hidden_size", 64.5), "c.json"),
-                       doctest::Contains("field 'hidden_size' has the wrong type: 64.5"), Error);
+                       doctest::Contains("c.json: routing must be a string, got 2"), Error);
   CHECK_THROWS_WITH_AS(ModelConfig::from_json(with("attn", {{"layers", {1}}, {"heads", 2}}), "c.json"),
                        doctest::Contains("c.json: unknown field 'attn.heads'"), Error);
 }
@@ -74,8 +70,8 @@ TEST_CASE("routing names parse to the enum and back, and nothing else parses") {
     CHECK(parse_routing(routing_name(r), "test") == r);
   CHECK(std::string(routing_name(Routing::ClerH)) == "cler_h");
   CHECK_THROWS_WITH_AS(parse_routing("CLVR", "--model.routing"),
-                       doctest::Contains("--model.routing: routing 'CLVR' is not one of none, clvr, cler, cler_h"), Error);
-  CHECK_THROWS_WITH_AS(parse_routing("", "run.toml"), doctest::Contains("run.toml: routing ''"), Error);
+                       doctest::Contains("--model.routing must be one of none, clvr, cler, cler_h, got 'CLVR'"), Error);
+  CHECK_THROWS_WITH_AS(parse_routing("", "run.toml: [model] routing"), doctest::Contains("run.toml: [model] routing must be one of none, clvr, cler, cler_h, got ''"), Error);
 }
 
 TEST_CASE("config.json is byte for byte what hla wrote before the field list") {

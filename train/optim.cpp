@@ -81,19 +81,19 @@ HLA_INSTANTIATE_OPTIM(double)
 // ---------------------------------------------------------------- configuration and grouping
 
 void OptimConfig::validate() const {
-  HLA_CHECK(name == "adamw" || name == "muon", "[optim] name: '", name,
+  HLA_CHECK_INPUT(name == "adamw" || name == "muon", "[optim] name: '", name,
             "' is not an optimizer (adamw | muon)");
-  HLA_CHECK(lr > 0, "[optim] lr must be > 0, got ", lr);
-  HLA_CHECK(adam_lr >= 0, "[optim] adam_lr must be >= 0 (0 = lr), got ", adam_lr);
-  HLA_CHECK(beta1 >= 0 && beta1 < 1, "[optim] beta1 must be in [0, 1), got ", beta1);
-  HLA_CHECK(beta2 >= 0 && beta2 < 1, "[optim] beta2 must be in [0, 1), got ", beta2);
-  HLA_CHECK(eps > 0, "[optim] eps must be > 0, got ", eps);
-  HLA_CHECK(weight_decay >= 0, "[optim] weight_decay must be >= 0, got ", weight_decay);
-  HLA_CHECK(adam_weight_decay >= 0, "[optim] adam_weight_decay must be >= 0, got ",
+  HLA_CHECK_INPUT(lr > 0, "[optim] lr must be > 0, got ", lr);
+  HLA_CHECK_INPUT(adam_lr >= 0, "[optim] adam_lr must be >= 0 (0 = lr), got ", adam_lr);
+  HLA_CHECK_INPUT(beta1 >= 0 && beta1 < 1, "[optim] beta1 must be in [0, 1), got ", beta1);
+  HLA_CHECK_INPUT(beta2 >= 0 && beta2 < 1, "[optim] beta2 must be in [0, 1), got ", beta2);
+  HLA_CHECK_INPUT(eps > 0, "[optim] eps must be > 0, got ", eps);
+  HLA_CHECK_INPUT(weight_decay >= 0, "[optim] weight_decay must be >= 0, got ", weight_decay);
+  HLA_CHECK_INPUT(adam_weight_decay >= 0, "[optim] adam_weight_decay must be >= 0, got ",
             adam_weight_decay);
-  HLA_CHECK(momentum >= 0 && momentum < 1, "[optim] momentum must be in [0, 1), got ", momentum);
-  HLA_CHECK(ns_steps >= 1 && ns_steps <= 20, "[optim] ns_steps must be in [1, 20], got ", ns_steps);
-  HLA_CHECK(muon_scale == "rms" || muon_scale == "shape", "[optim] muon_scale: '", muon_scale,
+  HLA_CHECK_INPUT(momentum >= 0 && momentum < 1, "[optim] momentum must be in [0, 1), got ", momentum);
+  HLA_CHECK_INPUT(ns_steps >= 1 && ns_steps <= 20, "[optim] ns_steps must be in [1, 20], got ", ns_steps);
+  HLA_CHECK_INPUT(muon_scale == "rms" || muon_scale == "shape", "[optim] muon_scale: '", muon_scale,
             "' is not a scale mode (rms | shape)");
 }
 

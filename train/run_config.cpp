@@ -1,12 +1,219 @@
-// RunConfig: building the model config, validation, the settings table and its JSON copy.
+// RunConfig: the strict run-file reader, building the model config, validation, the settings
+// table and its JSON copy.
 #include "train/run_config.h"
 
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
 #include <iomanip>
 #include <sstream>
 
 #include "train/checkpoint.h"
 
 namespace hla {
+
+namespace {
+
+const char* const kValueForms = "not a TOML value (a \"string\", an integer, a number, true, false or a list [...])";
+
+// One line of a run file, read left to right; errors start with "<file>:<line>: ".
+class RunFileLine {
+ public:
+  RunFileLine(const std::string& text, std::string where) : text_(text), where_(std::move(where)) {}
+
+  bool blank() {
+    skip_space();
+    return pos_ == text_.size() || text_[pos_] == '#';
+  }
+  bool opens_section() { return text_[pos_] == '['; }
+
+  nlohmann::json only_value(const std::string& key) {
+    skip_space();
+    nlohmann::json v = value(key, true);
+    end_of_line(key);
+    return v;
+  }
+
+  std::string section() {
+    pos_++;  // '['
+    std::string name = bare_name("section names");
+    skip_space();
+    HLA_CHECK_INPUT(take(']'), where_, ": expected ']' after the section name");
+    end_of_line(name);
+    return name;
+  }
+
+  // key = value; the key goes into `key`.
+  nlohmann::json assignment(std::string& key) {
+    key = bare_name("keys");
+    skip_space();
+    HLA_CHECK_INPUT(take('='), where_, ": expected '=' after the key '", key, "'");
+    skip_space();
+    nlohmann::json v = value(key, true);
+    end_of_line(key);
+    return v;
+  }
+
+ private:
+  void skip_space() {
+    while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\t')) pos_++;
+  }
+  bool take(char c) {
+    if (pos_ >= text_.size() || text_[pos_] != c) return false;
+    pos_++;
+    return true;
+  }
+  void end_of_line(const std::string& key) {
+    skip_space();
+    HLA_CHECK_INPUT(blank(), where_, ": ", key, ": unexpected '", text_.substr(pos_, 20), "' after the value");
+  }
+
+  std::string bare_name(const char* what) {
+    size_t start = pos_;
+    while (pos_ < text_.size() && (std::isalnum(static_cast<unsigned char>(text_[pos_])) || text_[pos_] == '_' ||
+                                   text_[pos_] == '-'))
+      pos_++;
+    HLA_CHECK_INPUT(pos_ > start, where_, ": ", what, " are letters, digits, '_' and '-'");
+    return text_.substr(start, pos_ - start);
+  }
+
+  nlohmann::json value(const std::string& key, bool list_allowed) {
+    HLA_CHECK_INPUT(pos_ < text_.size(), where_, ": ", key, ": the value is missing");
+    char c = text_[pos_];
+    if (c == '"' || c == '\'') return quoted(key);
+    if (c == '[') {
+      HLA_CHECK_INPUT(list_allowed, where_, ": ", key, ": a list holds single values, not lists");
+      return list(key);
+    }
+    size_t start = pos_;
+    while (pos_ < text_.size() && !std::strchr(" \t,]#", text_[pos_])) pos_++;
+    return scalar(key, text_.substr(start, pos_ - start));
+  }
+
+  // A "basic string" (escapes \" \\ \n \t) or a 'literal string'.
+  std::string quoted(const std::string& key) {
+    const char quote = text_[pos_++];
+    std::string s;
+    while (pos_ < text_.size() && text_[pos_] != quote) {
+      char c = text_[pos_++];
+      if (c == '\\' && quote == '"') {
+        HLA_CHECK_INPUT(pos_ < text_.size(), where_, ": ", key, ": the string has no closing quote");
+        char e = text_[pos_++];
+        HLA_CHECK_INPUT(std::strchr("\"\\nt", e), where_, ": ", key, ": unknown escape '\\", e,
+                        "' (run files know \\\" \\\\ \\n \\t)");
+        c = e == 'n' ? '\n' : e == 't' ? '\t' : e;
+      }
+      s += c;
+    }
+    HLA_CHECK_INPUT(take(quote), where_, ": ", key, ": the string has no closing quote");
+    return s;
+  }
+
+  nlohmann::json list(const std::string& key) {
+    pos_++;  // '['
+    nlohmann::json items = nlohmann::json::array();
+    for (;;) {
+      skip_space();
+      HLA_CHECK_INPUT(pos_ < text_.size(), where_, ": ", key, ": the list has no closing ']'");
+      if (take(']')) return items;
+      items.push_back(value(key, false));
+      skip_space();
+      if (!take(',')) {
+        HLA_CHECK_INPUT(take(']'), where_, ": ", key, ": the list has no closing ']'");
+        return items;
+      }
+    }
+  }
+
+  // true, false, an integer (digits, '_' between them) or a decimal number.
+  nlohmann::json scalar(const std::string& key, const std::string& token) {
+    if (token == "true" || token == "false") return token == "true";
+    std::string digits;
+    for (size_t i = 0; i < token.size(); i++) {
+      const bool between_digits = i > 0 && i + 1 < token.size() && std::isdigit(static_cast<unsigned char>(token[i - 1])) &&
+                                  std::isdigit(static_cast<unsigned char>(token[i + 1]));
+      if (token[i] == '_' && between_digits) continue;
+      HLA_CHECK_INPUT(token[i] != '\0' && std::strchr("0123456789+-.eE", token[i]), where_, ": ", key, " = ", token,
+                      ": ", kValueForms);
+      digits += token[i];
+    }
+    const bool integer = digits.find_first_of(".eE") == std::string::npos;
+    char* end = nullptr;
+    errno = 0;
+    nlohmann::json v;
+    if (integer) v = static_cast<int64_t>(std::strtoll(digits.c_str(), &end, 10));
+    else v = std::strtod(digits.c_str(), &end);
+    HLA_CHECK_INPUT(!digits.empty() && end == digits.c_str() + digits.size(), where_, ": ", key, " = ", token, ": ",
+                    kValueForms);
+    HLA_CHECK_INPUT(errno != ERANGE, where_, ": ", key, " = ", token, ": the number is out of range");
+    return v;
+  }
+
+  const std::string& text_;
+  std::string where_;
+  size_t pos_ = 0;
+};
+
+}  // namespace
+
+nlohmann::json parse_run_file(const std::string& text, const std::string& source) {
+  nlohmann::json file = nlohmann::json::object();
+  nlohmann::json* table = &file;
+  std::string section;
+  std::istringstream lines(text);
+  std::string line;
+  for (int number = 1; std::getline(lines, line); number++) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    const std::string where = source + ":" + std::to_string(number);
+    RunFileLine reader(line, where);
+    if (reader.blank()) continue;
+    if (reader.opens_section()) {
+      section = reader.section();
+      HLA_CHECK_INPUT(!file.contains(section), where, ": section [", section, "] is given twice");
+      table = &(file[section] = nlohmann::json::object());
+      continue;
+    }
+    std::string key;
+    nlohmann::json value = reader.assignment(key);
+    HLA_CHECK_INPUT(!table->contains(key), where, ": key '", key, "' is given twice",
+                    section.empty() ? std::string() : " in [" + section + "]");
+    (*table)[key] = std::move(value);
+  }
+  return file;
+}
+
+nlohmann::json read_run_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  HLA_CHECK_INPUT(in, path, ": cannot open (", std::strerror(errno), ")");
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_run_file(text.str(), path);
+}
+
+nlohmann::json parse_run_value(const std::string& text, const std::string& source, const std::string& key) {
+  return RunFileLine(text, source).only_value(key);
+}
+
+void RunConfig::apply_run_file(const nlohmann::json& file, const std::string& source) {
+  const std::set<std::string> from_command_line = explicitly_set;
+  for (auto section = file.begin(); section != file.end(); ++section) {
+    HLA_CHECK_INPUT(section->is_object(), source, ": '", section.key(),
+                    "' is outside a section ([model], [data], [optim], [train])");
+    for (auto item = section->begin(); item != section->end(); ++item) {
+      const std::string name = section.key() + "." + item.key();
+      bool known = false;
+      visit_settings(*this, [&](const std::string& s, const std::string& k, auto& value, const char*) {
+        if (s != section.key() || k != item.key()) return;
+        known = true;
+        if (!from_command_line.count(name)) read_setting(*item, value, source, "[" + s + "] " + k);
+      });
+      HLA_CHECK_INPUT(known, source, ": unknown setting '[", section.key(), "] ", item.key(),
+                      "' (settings are [model], [data], [optim], [train] keys; `hla train --help` lists them)");
+      explicitly_set.insert(name);
+    }
+  }
+}
 
 ModelConfig RunConfig::model_config(int data_vocab) const {
   const bool from_file = !model.config.empty();
@@ -31,7 +238,7 @@ ModelConfig RunConfig::model_config(int data_vocab) const {
   if (!config.has_attn) config.attn = AttnConfig();
   if (config.vocab_size == 0) config.vocab_size = data_vocab;
   config.validate(source);
-  HLA_CHECK(config.vocab_size >= data_vocab, source, ": vocab_size ", config.vocab_size,
+  HLA_CHECK_INPUT(config.vocab_size >= data_vocab, source, ": vocab_size ", config.vocab_size,
             " is smaller than the data's vocabulary (", data_vocab, ")");
   return config;
 }
@@ -43,26 +250,42 @@ ScheduleConfig RunConfig::schedule() const {
 }
 
 void RunConfig::validate() const {
+  visit_settings(*this, [](const std::string& section, const std::string& key, const auto& value, const char*) {
+    if constexpr (std::is_floating_point_v<std::decay_t<decltype(value)>>)
+      HLA_CHECK_INPUT(std::isfinite(value), "[", section, "] ", key, " must be a finite number, got ", value);
+  });
   optim.optim.validate();
   schedule().validate();
-  HLA_CHECK(optim.clip >= 0, "[optim] clip must be >= 0 (0 = off), got ", optim.clip);
-  HLA_CHECK(!data.source.empty(), "[data] source is empty: give mqar, text files or a shard directory (--data.source PATH)");
-  HLA_CHECK(data.batch_size >= 1, "[data] batch_size must be >= 1, got ", data.batch_size);
-  HLA_CHECK(data.seq_len >= 2, "[data] seq_len must be >= 2, got ", data.seq_len);
-  HLA_CHECK(data.val_fraction >= 0 && data.val_fraction < 1,
-            "[data] val_fraction must be in [0, 1), got ", data.val_fraction);
-  HLA_CHECK(train.grad_accum >= 1, "[train] grad_accum must be >= 1, got ", train.grad_accum);
-  HLA_CHECK(train.device == "cpu" || train.device == "cuda", "[train] device: '", train.device,
-            "' is not a device (cpu | cuda)");
-  HLA_CHECK(train.dtype == "f32" || train.dtype == "bf16", "[train] dtype: '", train.dtype,
-            "' is not a compute dtype (f32 | bf16)");
-  HLA_CHECK(train.dtype == "f32" || train.device == "cuda",
-            "[train] dtype bf16 needs device cuda (the CPU computes in f32)");
-  HLA_CHECK(train.log_every >= 1, "[train] log_every must be >= 1, got ", train.log_every);
-  HLA_CHECK(train.val_every >= 0, "[train] val_every must be >= 0, got ", train.val_every);
-  HLA_CHECK(train.val_batches >= 0, "[train] val_batches must be >= 0, got ", train.val_batches);
-  HLA_CHECK(train.save_every >= 0, "[train] save_every must be >= 0, got ", train.save_every);
-  HLA_CHECK(!train.out_dir.empty(), "[train] out_dir must not be empty");
+  HLA_CHECK_INPUT(optim.clip >= 0, "[optim] clip must be >= 0 (0 = off), got ", optim.clip);
+  HLA_CHECK_INPUT(!data.source.empty(),
+                  "[data] source is empty: give mqar, text files or a shard directory (--data.source PATH)");
+  HLA_CHECK_INPUT(data.batch_size >= 1, "[data] batch_size must be >= 1, got ", data.batch_size);
+  HLA_CHECK_INPUT(data.seq_len >= 2, "[data] seq_len must be >= 2 (an input and its next-token target), got ",
+                  data.seq_len);
+  HLA_CHECK_INPUT(data.val_fraction >= 0 && data.val_fraction < 1, "[data] val_fraction must be in [0, 1), got ",
+                  data.val_fraction);
+  HLA_CHECK_INPUT(data.mqar_vocab >= 1 && data.mqar_vocab <= std::numeric_limits<int>::max(),
+                  "[data] mqar_vocab must be in [1, ", std::numeric_limits<int>::max(), "], got ", data.mqar_vocab);
+  HLA_CHECK_INPUT(data.mqar_kv_pairs >= 1, "[data] mqar_kv_pairs must be >= 1, got ", data.mqar_kv_pairs);
+  HLA_CHECK_INPUT(data.mqar_train_examples >= 0, "[data] mqar_train_examples must be >= 0, got ",
+                  data.mqar_train_examples);
+  HLA_CHECK_INPUT(train.grad_accum >= 1, "[train] grad_accum must be >= 1, got ", train.grad_accum);
+  int64_t tokens = 0;
+  HLA_CHECK_INPUT(!__builtin_mul_overflow(data.batch_size, data.seq_len, &tokens) &&
+                      !__builtin_mul_overflow(tokens, train.grad_accum, &tokens),
+                  "[data] batch_size ", data.batch_size, " * seq_len ", data.seq_len, " * [train] grad_accum ",
+                  train.grad_accum, " tokens per update overflows int64");
+  HLA_CHECK_INPUT(train.device == "cpu" || train.device == "cuda", "[train] device: '", train.device,
+                  "' is not a device (cpu | cuda)");
+  HLA_CHECK_INPUT(train.dtype == "f32" || train.dtype == "bf16", "[train] dtype: '", train.dtype,
+                  "' is not a compute dtype (f32 | bf16)");
+  HLA_CHECK_INPUT(train.dtype == "f32" || train.device == "cuda",
+                  "[train] dtype bf16 needs device cuda (the CPU computes in f32)");
+  HLA_CHECK_INPUT(train.log_every >= 1, "[train] log_every must be >= 1, got ", train.log_every);
+  HLA_CHECK_INPUT(train.val_every >= 0, "[train] val_every must be >= 0, got ", train.val_every);
+  HLA_CHECK_INPUT(train.val_batches >= 0, "[train] val_batches must be >= 0, got ", train.val_batches);
+  HLA_CHECK_INPUT(train.save_every >= 0, "[train] save_every must be >= 0, got ", train.save_every);
+  HLA_CHECK_INPUT(!train.out_dir.empty(), "[train] out_dir must not be empty");
 }
 
 nlohmann::json RunConfig::to_json() const {

@@ -3,6 +3,11 @@
 // nn/config.h). That one list drives the command-line flags (--section.key value), the TOML run
 // file ([section] key = value), the start-up table and the copy of the settings kept in
 // trainer_state.json, so they can never disagree.
+//
+// The run file is read strictly (parse_run_file): a TOML subset of [section] headers and
+// `key = value` lines whose values keep their TOML type (string, integer, float, boolean, a
+// one-line list of those), so `steps = "5"`, `steps = 2.5` and `nesterov = 1` are errors naming
+// the file, the key and the value instead of being converted.
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -66,14 +71,37 @@ struct RunConfig {
   // "section.key" of every setting given explicitly (command line or run file).
   std::set<std::string> explicitly_set;
 
+  // Sets every setting the run file gives, except those already in explicitly_set (the command
+  // line's flags win); `file` is parse_run_file's result. An unknown key, a value of another
+  // type or outside the setting's C++ type is an error naming `source`, the key and the value.
+  void apply_run_file(const nlohmann::json& file, const std::string& source);
   // The model config: [model] config (if any) overlaid field by field with the explicitly
   // given [model] keys, else the [model] section alone; vocab_size 0 becomes data_vocab.
   ModelConfig model_config(int data_vocab) const;
   ScheduleConfig schedule() const;  // with total_steps = train.steps
-  void validate() const;            // errors name the setting: "[train] steps must be ..."
+  void validate() const;            // errors name the setting: "[train] steps must be >= 1, got 0"
   nlohmann::json to_json() const;   // {"model": {...}, "data": {...}, ...}
   std::string table() const;        // one "section.key  value" line per setting
 };
+
+// A run file's text as JSON {"section": {"key": value}} (keys before any section at the top).
+// Errors name `source` and the line: "run.toml:3: ...". Not accepted: quoted or dotted keys,
+// multi-line strings and lists, nested lists, inline tables, dates, inf and nan, a key or a
+// section given twice.
+nlohmann::json parse_run_file(const std::string& text, const std::string& source);
+nlohmann::json read_run_file(const std::string& path);  // parse_run_file of the file's text
+// One value in run-file syntax ("5", "2.5", "true", "[1, 3]", "\"text\""); errors start with
+// "<source>: <key>".
+nlohmann::json parse_run_value(const std::string& text, const std::string& source, const std::string& key);
+
+// A --section.key flag's text as the setting's value: a string or a name (routing) takes the
+// text as given, any other setting reads it as a run-file value, with the same types and errors as the file
+// (--train.steps 2.5 and --data.seed -1 are errors naming the flag and the value).
+template <class T>
+void read_flag(const std::string& text, T& value, const std::string& flag) {
+  if constexpr (std::is_same_v<T, std::string> || std::is_enum_v<T>) read_setting(nlohmann::json(text), value, "command line", flag);
+  else read_setting(parse_run_value(text, "command line", flag), value, "command line", flag);
+}
 
 // Calls f(section, key, field&, help) for every setting, in table order.
 template <class RC, class F>

@@ -8,16 +8,16 @@
 namespace hla {
 
 void ScheduleConfig::validate() const {
-  HLA_CHECK(kind == "cosine" || kind == "wsd" || kind == "constant", "[optim] schedule: '", kind,
+  HLA_CHECK_INPUT(kind == "cosine" || kind == "wsd" || kind == "constant", "[optim] schedule: '", kind,
             "' is not a schedule (cosine | wsd | constant)");
-  HLA_CHECK(total_steps >= 1, "[train] steps must be >= 1, got ", total_steps);
-  HLA_CHECK(warmup_steps >= 0 && warmup_steps <= total_steps, "[optim] warmup_steps must be in [0, ",
+  HLA_CHECK_INPUT(total_steps >= 1, "[train] steps must be >= 1, got ", total_steps);
+  HLA_CHECK_INPUT(warmup_steps >= 0 && warmup_steps <= total_steps, "[optim] warmup_steps must be in [0, ",
             total_steps, "] (the step count), got ", warmup_steps);
-  HLA_CHECK(min_lr_ratio >= 0 && min_lr_ratio <= 1, "[optim] min_lr_ratio must be in [0, 1], got ",
+  HLA_CHECK_INPUT(min_lr_ratio >= 0 && min_lr_ratio <= 1, "[optim] min_lr_ratio must be in [0, 1], got ",
             min_lr_ratio);
-  HLA_CHECK(decay_fraction >= 0 && decay_fraction <= 1,
+  HLA_CHECK_INPUT(decay_fraction >= 0 && decay_fraction <= 1,
             "[optim] decay_fraction must be in [0, 1], got ", decay_fraction);
-  HLA_CHECK(decay_shape == "linear" || decay_shape == "minus_sqrt", "[optim] decay_shape: '",
+  HLA_CHECK_INPUT(decay_shape == "linear" || decay_shape == "minus_sqrt", "[optim] decay_shape: '",
             decay_shape, "' is not a decay shape (linear | minus_sqrt)");
 }
 
