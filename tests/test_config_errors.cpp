@@ -10,21 +10,14 @@
 #include "nn/layers/mixers.h"
 #include "nn/model.h"
 #include "nn/weights.h"
+#include "tests/test_util.h"
 #include "train/run_config.h"
 
 using namespace hla;
+using hla::testing::error_of;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 nlohmann::json small_config() {
   return {{"model_type", "gated_deltanet"}, {"hidden_size", 64}, {"num_hidden_layers", 2},

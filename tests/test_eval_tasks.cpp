@@ -10,8 +10,10 @@
 #include "eval/lm_tasks.h"
 #include "eval/text_util.h"
 #include "tensor/error.h"
+#include "tests/test_util.h"
 
 using namespace hla::eval;
+using hla::testing::error_of;
 using nlohmann::json;
 
 namespace {
@@ -20,15 +22,6 @@ std::string write_temp(const std::string& name, const std::string& content) {
   auto path = std::filesystem::temp_directory_path() / ("hla_test_eval_" + name);
   std::ofstream(path, std::ios::binary) << content;
   return path.string();
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const hla::Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace

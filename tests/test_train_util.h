@@ -15,6 +15,7 @@
 #include "nn/ops/embedding.h"
 #include "nn/ops/linear.h"
 #include "nn/ops/rmsnorm.h"
+#include "tests/test_util.h"
 #include "train/trainer.h"
 
 namespace hla::testing {
@@ -91,15 +92,6 @@ inline bool params_bit_equal(TrainableModel& a, TrainableModel& b) {
 
 inline void set_grad(Var v, const std::vector<double>& g) {
   v.mutable_grad() = Tensor::from_f64(g, v.shape(), v.dtype());
-}
-
-inline std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 inline TrainerOptions small_options(const std::string& optimizer) {

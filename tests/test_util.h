@@ -1,12 +1,15 @@
-// Helpers shared by the op tests: the relative error that compares a result with a reference
-// written in the test.
+// Helpers shared by the tests: the relative error that compares a result with a reference
+// written in the test, and the message of the hla::Error a call throws.
 #pragma once
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <string>
 #include <vector>
 
+#include "tensor/error.h"
 #include "tensor/tensor.h"
 
 namespace hla::testing {
@@ -26,6 +29,16 @@ inline double max_rel_err(const Tensor& a, const std::vector<double>& ref) {
 }
 inline double max_rel_err(const Tensor& a, const Tensor& ref) {
   return max_rel_err(a.to_f64_vector(), ref.to_f64_vector());
+}
+
+// The message of the hla::Error that fn throws; "(no error)" when it returns.
+inline std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
 }
 
 }  // namespace hla::testing
