@@ -5,7 +5,6 @@
 #include <set>
 
 #include "data/loader.h"
-#include "data/prepare.h"
 #include "train/data_source.h"
 #include "tests/test_data_util.h"
 
@@ -139,21 +138,18 @@ TEST_CASE("loader: every shard's tokens are checked against the vocabulary when 
 
 TEST_CASE("a training run over shards checks every shard's tokens before its first step") {
   ScratchDir dir("runrange");
-  write_file(dir / "corpus.txt", "some text for a shard of bytes");
-  PrepareOptions prepare;
-  prepare.inputs = {dir / "corpus.txt"};
-  prepare.out_dir = dir / "data";
-  prepare.progress = false;
-  prepare_shards(prepare, *make_byte_tokenizer());
+  // what `hla data prepare` writes, as far as a run reads it
+  write_file(dir / "manifest.json", R"({"tokenizer": {"vocab_size": 258}, "splits": {"val": {"shards": 0}},
+                                        "shards": [{"name": "train_000000.bin", "split": "train"}]})");
   std::vector<int32_t> tokens = counting_tokens(0, 40);
-  tokens[33] = 258;  // the byte tokenizer's vocabulary is 258: ids 0..257
-  write_shard(dir / "data/train_000000.bin", tokens.data(), tokens.size(), 2);
+  tokens[33] = 258;  // outside the vocabulary of 258: ids 0..257
+  write_shard(dir / "train_000000.bin", tokens.data(), tokens.size(), 2);
   hla::DataSettings settings;
-  settings.source = dir / "data";
+  settings.source = dir.path.string();
   settings.batch_size = 1;
   settings.seq_len = 4;
   CHECK_THROWS_CONTAINING(hla::make_data_sources(settings),
-                          "shard " + dir / "data/train_000000.bin" +
+                          "shard " + dir / "train_000000.bin" +
                               ": token 258 at index 33 (byte offset 1090) is outside the vocabulary of 258 tokens");
 }
 

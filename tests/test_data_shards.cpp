@@ -164,18 +164,11 @@ TEST_CASE("corpus readers: txt (whole file or blank-line blocks), jsonl, zst, gl
 
 namespace {
 
-// Bytes as tokens, but a vocabulary of 200: bytes 200..255 are out of range.
+// The byte tokenizer's ids, but a vocabulary of 200: bytes 200..255 are out of range.
 struct ShortVocabTokenizer : hla::data::Tokenizer {
-  std::vector<int32_t> encode(std::string_view text) const override {
-    std::vector<int32_t> ids;
-    for (unsigned char c : text) ids.push_back(c);
-    return ids;
-  }
-  std::string decode(const std::vector<int32_t>& ids) const override {
-    std::string text;
-    for (int32_t id : ids) text.push_back(static_cast<char>(id));
-    return text;
-  }
+  std::unique_ptr<Tokenizer> bytes = make_byte_tokenizer();
+  std::vector<int32_t> encode(std::string_view text) const override { return bytes->encode(text); }
+  std::string decode(const std::vector<int32_t>& ids) const override { return bytes->decode(ids); }
   int32_t vocab_size() const override { return 200; }
   int32_t eos_id() const override { return 0; }
   int32_t pad_id() const override { return 1; }
