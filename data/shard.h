@@ -51,7 +51,9 @@ ShardHeader check_shard_tokens(const std::string& path, int64_t vocab_size);
 struct ShardData {
   ShardHeader header;
   std::vector<uint8_t> body;
-  int32_t token(int64_t i) const { return int32_t(decode_token(body.data() + i * header.token_bytes, header.token_bytes)); }
+  int32_t token(int64_t i) const {
+    return int32_t(decode_token(body.data() + i * header.token_bytes, header.token_bytes));
+  }
 };
 ShardData read_shard(const std::string& path);
 std::vector<int32_t> read_shard_tokens(const std::string& path);

@@ -136,7 +136,8 @@ void check_coverage(const std::vector<Entry>& sorted, uint64_t data_size, const 
     if (e.end > data_size)
       fail(path, ": tensor '", e.name, "': data_offsets [", e.begin, ", ", e.end,
            ") out of range (data section is ", data_size, " bytes)");
-    if (e.begin < covered) fail(path, ": tensors '", sorted[i - 1].name, "' and '", e.name, "' overlap in the data section");
+    if (e.begin < covered)
+      fail(path, ": tensors '", sorted[i - 1].name, "' and '", e.name, "' overlap in the data section");
     if (e.begin > covered)
       fail(path, ": bytes [", covered, ", ", e.begin, ") of the data section belong to no tensor (",
            i == 0 ? "before '" + e.name + "'" : "between '" + sorted[i - 1].name + "' and '" + e.name + "'", ")");
@@ -159,7 +160,8 @@ SafetensorsFile load_safetensors(const std::string& path) {
   f.read(reinterpret_cast<char*>(len), 8);
   uint64_t n = 0;
   for (int i = 0; i < 8; i++) n |= static_cast<uint64_t>(len[i]) << (8 * i);
-  if (n > file_size - 8) fail(path, ": bad header length ", n, " (file has ", file_size - 8, " bytes after the length)");
+  if (n > file_size - 8)
+    fail(path, ": bad header length ", n, " (file has ", file_size - 8, " bytes after the length)");
   std::string text(n, '\0');
   f.read(text.data(), static_cast<std::streamsize>(n));
   const json header = parse_json(text, path);
