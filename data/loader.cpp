@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "tensor/error.h"
+#include "tensor/json.h"
 #include "tensor/random.h"
 
 namespace hla::data {
@@ -33,6 +34,29 @@ std::shared_ptr<const ShardData> in_memory_shard(const std::vector<int32_t>& tok
   return data;
 }
 
+// The shards of `split` that spec/manifest.json lists, each entry checked.
+std::vector<std::string> manifest_shards(const std::string& dir, const std::string& split) {
+  namespace fs = std::filesystem;
+  const std::string path = (fs::path(dir) / "manifest.json").string();
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("shard directory ", dir, " has no manifest.json (write it with `hla data prepare`)");
+  const nlohmann::json manifest = parse_json(std::string(std::istreambuf_iterator<char>(in), {}), path);
+  if (!manifest.is_object() || !manifest.contains("shards") || !manifest["shards"].is_array())
+    fail(path, ": not a JSON object with a \"shards\" list");
+  auto has_string = [](const nlohmann::json& entry, const char* key) {
+    return entry.contains(key) && entry[key].is_string() && !entry[key].get<std::string>().empty();
+  };
+  std::vector<std::string> shards;
+  for (size_t i = 0; i < manifest["shards"].size(); i++) {
+    const nlohmann::json& entry = manifest["shards"][i];
+    if (!entry.is_object() || !has_string(entry, "name") || !has_string(entry, "split"))
+      fail(path, ": shards[", i, "] needs a string \"name\" and \"split\": ", json_excerpt(entry));
+    if (entry["split"] == split) shards.push_back((fs::path(dir) / entry["name"].get<std::string>()).string());
+  }
+  if (shards.empty()) fail(path, " lists no shards of split '", split, "'");
+  return shards;
+}
+
 constexpr uint64_t kShardOrderStream = 0x5348415244ull, kWindowStream = 0x57494E444Full;
 
 }  // namespace
@@ -56,8 +80,9 @@ LoaderPosition LoaderPosition::from_json(const nlohmann::json& j) {
 TokenLoader::TokenLoader(const std::vector<std::string>& shard_paths, LoaderOptions options)
     : options_(options) {
   HLA_CHECK(!shard_paths.empty(), "token loader: no shards given");
+  check_vocab_size_given();
   for (const auto& path : shard_paths) {
-    sources_.push_back({path, read_shard_header(path), nullptr});
+    sources_.push_back({path, check_shard_tokens(path, options_.vocab_size), nullptr});
     total_tokens_ += sources_.back().header.num_tokens;
   }
   count_windows();
@@ -70,6 +95,12 @@ TokenLoader::TokenLoader(const std::vector<int32_t>& tokens, LoaderOptions optio
   sources_.push_back({"", data->header, data});
   total_tokens_ = data->header.num_tokens;
   if (name.empty()) name = "in-memory tokens";
+  check_vocab_size_given();
+  const int64_t bad = first_token_outside(data->body.data(), total_tokens_, 4, options_.vocab_size);
+  if (bad >= 0) {
+    fail(name, ": token ", tokens[bad], " at index ", bad, " is outside the vocabulary of ", options_.vocab_size,
+         " tokens");
+  }
   try {
     count_windows();
   } catch (const Error& e) {
@@ -78,6 +109,10 @@ TokenLoader::TokenLoader(const std::vector<int32_t>& tokens, LoaderOptions optio
   enter_shard();
 }
 
+void TokenLoader::check_vocab_size_given() const {
+  if (options_.vocab_size <= 0)
+    fail("token loader: vocabulary size ", options_.vocab_size, ": the tokens cannot be checked");
+}
 
 void TokenLoader::count_windows() {
   HLA_CHECK(options_.batch_size > 0 && options_.seq_len > 0, "token loader: batch size ",
@@ -190,23 +225,7 @@ TokenLoader make_text_loader(const std::vector<std::string>& corpus_inputs,
 
 std::vector<std::string> find_shards(const std::string& spec, const std::string& split) {
   namespace fs = std::filesystem;
-  if (fs::is_directory(spec)) {
-    fs::path manifest_path = fs::path(spec) / "manifest.json";
-    std::ifstream in(manifest_path);
-    if (!in) fail("shard directory ", spec, " has no manifest.json (write it with `hla data prepare`)");
-    nlohmann::json manifest;
-    try {
-      manifest = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::exception& e) {
-      fail(manifest_path.string(), ": not valid JSON (", e.what(), ")");
-    }
-    std::vector<std::string> shards;
-    for (const auto& s : manifest.value("shards", nlohmann::json::array())) {
-      if (s.value("split", "") == split) shards.push_back((fs::path(spec) / s.value("name", "")).string());
-    }
-    if (shards.empty()) fail(manifest_path.string(), " lists no shards of split '", split, "'");
-    return shards;
-  }
+  if (fs::is_directory(spec)) return manifest_shards(spec, split);
   if (fs::exists(spec)) return {spec};
   std::vector<std::string> matches = glob_paths(spec);
   if (matches.empty()) fail("no shard matches ", spec);

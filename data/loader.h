@@ -9,7 +9,8 @@
 //               slightly different windows while the count per epoch stays fixed).
 // Everything is a pure function of (seed, epoch, shard), so the position {epoch, shard, window}
 // is all a resume needs: LoaderPosition goes into trainer_state.json as JSON.
-// Only one shard is held in memory at a time; shard headers are all checked up front.
+// Only one shard is held in memory at a time; shards are all checked up front (header, size and
+// token range; check_shard_tokens in shard.h).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -28,6 +29,9 @@ struct LoaderOptions {
   int64_t seq_len = 256;   // T
   bool shuffle = true;
   uint64_t seed = 0;
+  // Every token must be below it: each shard is read once, in full, when the loader is built,
+  // so a bad token fails the run at its start, naming the shard and the offset.
+  int64_t vocab_size = 0;
 };
 
 struct LoaderPosition {
@@ -71,6 +75,7 @@ class TokenLoader {
     std::shared_ptr<const ShardData> resident;  // in-memory stream only
   };
 
+  void check_vocab_size_given() const;
   void count_windows();  // fails when no shard holds a whole window
   int64_t windows_in(const Source& s) const;
   size_t shard_at(uint64_t epoch, uint64_t order_index) const;

@@ -29,8 +29,9 @@ double seconds_since(Clock::time_point t0) {
 // One split's token stream, cut into shards as it grows.
 class ShardStream {
  public:
-  ShardStream(std::string split, const PrepareOptions& options, int token_bytes)
-      : split_(std::move(split)), options_(options), token_bytes_(token_bytes) {}
+  ShardStream(std::string split, const PrepareOptions& options, int32_t vocab_size)
+      : split_(std::move(split)), options_(options), vocab_size_(vocab_size),
+        token_bytes_(token_bytes_for_vocab(vocab_size)) {}
 
   void append(int32_t eos, const std::vector<int32_t>& doc) {
     pending_.push_back(eos);
@@ -52,6 +53,7 @@ class ShardStream {
                   options_.zstd ? ".zst" : "");
     std::string path = (fs::path(options_.out_dir) / name).string();
     write_shard(path, pending_.data(), count, token_bytes_, options_.zstd_level);
+    check_shard_tokens(path, vocab_size_);  // read back what was written, as a run will read it
     shards_.push_back({{"name", name}, {"split", split_}, {"tokens", count},
                        {"bytes", fs::file_size(path)}});
     tokens_ += static_cast<int64_t>(count);
@@ -60,6 +62,7 @@ class ShardStream {
 
   std::string split_;
   const PrepareOptions& options_;
+  int32_t vocab_size_;
   int token_bytes_;
   std::vector<int32_t> pending_;
   int64_t tokens_ = 0, documents_ = 0;
@@ -157,7 +160,7 @@ PrepareStats prepare_shards(const PrepareOptions& o, const Tokenizer& tokenizer)
   for (const auto& s : sources) files.push_back(s.path);
 
   const int token_bytes = token_bytes_for_vocab(tokenizer.vocab_size());
-  ShardStream train("train", o, token_bytes), val("val", o, token_bytes);
+  ShardStream train("train", o, tokenizer.vocab_size()), val("val", o, tokenizer.vocab_size());
   CorpusReader reader(files, o.corpus);
   Progress progress(o.progress, total_file_bytes(files));
   PrepareStats stats;

@@ -1,7 +1,7 @@
 // Shard writing and validated reading.
 #include "data/shard.h"
 
-#include <filesystem>
+#include <algorithm>
 
 #include "data/file_io.h"
 #include "tensor/error.h"
@@ -92,15 +92,6 @@ void write_shard(const std::string& path, const int32_t* tokens, size_t count, i
   out.close();
 }
 
-ShardHeader read_shard_header(const std::string& path) {
-  FileReader in(path);
-  int32_t h[kShardHeaderInts];
-  size_t got = read_fully(in, reinterpret_cast<char*>(h), kShardHeaderBytes);
-  ShardHeader header = parse_header(path, h, got);
-  if (!ends_with(path, ".zst")) check_body_size(path, header, std::filesystem::file_size(path) - got);
-  return header;
-}
-
 ShardData read_shard(const std::string& path) {
   FileReader in(path);
   int32_t h[kShardHeaderInts];
@@ -113,6 +104,33 @@ ShardData read_shard(const std::string& path) {
   if (got == expected) got += read_fully(in, &extra, 1);
   check_body_size(path, data.header, got);
   return data;
+}
+
+int64_t first_token_outside(const uint8_t* body, int64_t count, int token_bytes, int64_t vocab_size) {
+  for (int64_t i = 0; i < count; i++)
+    if (decode_token(body + i * token_bytes, token_bytes) >= vocab_size) return i;
+  return -1;
+}
+
+ShardHeader check_shard_tokens(const std::string& path, int64_t vocab_size) {
+  FileReader in(path);
+  int32_t h[kShardHeaderInts];
+  const ShardHeader header = parse_header(path, h, read_fully(in, reinterpret_cast<char*>(h), kShardHeaderBytes));
+  const int tb = header.token_bytes;
+  std::vector<uint8_t> chunk(size_t(1 << 20) * tb);
+  uint64_t body_bytes = 0;
+  for (size_t got; (got = read_fully(in, reinterpret_cast<char*>(chunk.data()), chunk.size())) > 0; body_bytes += got) {
+    const int64_t first = int64_t(body_bytes / tb);
+    const int64_t count = std::min(int64_t(got / tb), header.num_tokens - first);
+    const int64_t bad = first_token_outside(chunk.data(), count, tb, vocab_size);
+    if (bad >= 0) {
+      fail("shard ", path, ": token ", decode_token(chunk.data() + bad * tb, tb), " at index ", first + bad,
+           " (byte offset ", kShardHeaderBytes + (first + bad) * tb, ") is outside the vocabulary of ", vocab_size,
+           " tokens");
+    }
+  }
+  check_body_size(path, header, body_bytes);
+  return header;
 }
 
 std::vector<int32_t> read_shard_tokens(const std::string& path) {

@@ -7,7 +7,8 @@
 //
 // A .bin.zst shard is exactly the bytes of the .bin, compressed as one zstd stream. Reading
 // validates the header and that the body holds exactly the announced tokens; a bad shard is an
-// hla::Error naming the file and what is wrong.
+// hla::Error naming the file and what is wrong. check_shard_tokens also checks every token
+// against the vocabulary, in one streaming pass (a training run does it for each shard at start).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -32,19 +33,26 @@ struct ShardHeader {
 void write_shard(const std::string& path, const int32_t* tokens, size_t count, int token_bytes,
                  int zstd_level = 3, int zstd_workers = 0);
 
-// Reads and checks the header only (for .bin also the file size; .bin.zst is checked in full
-// when its tokens are read).
-ShardHeader read_shard_header(const std::string& path);
+// One stored token (token_bytes little-endian bytes at p).
+inline uint32_t decode_token(const uint8_t* p, int token_bytes) {
+  return token_bytes == 2 ? uint32_t(p[0] | p[1] << 8)
+                          : uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
+}
+
+// The index of the first of `count` stored tokens that is not below vocab_size, or -1.
+int64_t first_token_outside(const uint8_t* body, int64_t count, int token_bytes, int64_t vocab_size);
+
+// Reads the shard once, in 1M-token chunks (O(tokens) time, little memory), checking the
+// header, that the body holds exactly the announced tokens, and that every token is below
+// vocab_size; the error names the file, the first bad token, its index and its byte offset.
+ShardHeader check_shard_tokens(const std::string& path, int64_t vocab_size);
 
 // A whole shard, checked: the body as stored (num_tokens x token_bytes, little-endian).
 struct ShardData {
   ShardHeader header;
   std::vector<uint8_t> body;
   int32_t token(int64_t i) const {
-    const uint8_t* p = body.data() + i * header.token_bytes;
-    return header.token_bytes == 2 ? int32_t(p[0] | p[1] << 8)
-                                   : int32_t(uint32_t(p[0]) | uint32_t(p[1]) << 8 |
-                                             uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24);
+    return int32_t(decode_token(body.data() + i * header.token_bytes, header.token_bytes));
   }
 };
 ShardData read_shard(const std::string& path);

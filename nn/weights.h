@@ -24,8 +24,9 @@ inline constexpr char kModelWeightsFile[] = "model.safetensors";
 void save_model_weights(const std::string& dir, const ParameterList& params);
 
 // Copies dir/model.safetensors into the parameters: the names must match one to one, and each
-// shape and dtype must equal the parameter's. All are checked before any is copied, so a failed
-// load leaves the parameters as they were.
+// shape and dtype must equal the parameter's, and every value must be finite (the error names
+// the tensor and the first NaN or Inf). All are checked before any is copied, so a failed load
+// leaves the parameters as they were.
 void load_model_weights(const std::string& dir, const ParameterList& params);
 
 nlohmann::json read_json_file(const std::string& path);

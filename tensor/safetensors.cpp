@@ -5,6 +5,10 @@
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <tuple>
+
+#include "tensor/json.h"
 
 namespace hla {
 
@@ -52,74 +56,135 @@ const Tensor& SafetensorsFile::get(const std::string& name) const {
   fail(path, ": no tensor named '", name, "'");
 }
 
+namespace {
+
+using nlohmann::json;
+
+// One header entry, validated: its bytes are [begin, end) of the data section.
+struct Entry {
+  std::string name;
+  DType dtype;
+  Shape shape;
+  uint64_t begin, end;
+};
+
+// nlohmann keeps one value per key, so a name used twice would silently drop a tensor.
+void check_unique_names(const std::string& header, const std::string& path) {
+  std::set<std::string> seen;
+  json::parser_callback_t callback = [&](int depth, json::parse_event_t event, json& value) {
+    if (event == json::parse_event_t::key && depth == 1 && !seen.insert(value.get<std::string>()).second)
+      fail(path, ": tensor name '", value.get<std::string>(), "' appears twice in the header");
+    return event == json::parse_event_t::key;  // nothing else is kept
+  };
+  const json keys_only = json::parse(header, callback);
+}
+
+std::map<std::string, std::string> parse_metadata(const json& m, const std::string& path) {
+  if (!m.is_object()) fail(path, ": __metadata__ is not an object of strings: ", json_excerpt(m));
+  std::map<std::string, std::string> out;
+  for (auto it = m.begin(); it != m.end(); ++it) {
+    if (!it.value().is_string())
+      fail(path, ": __metadata__ '", it.key(), "' is ", json_excerpt(it.value()), ", not a string");
+    out[it.key()] = it.value().get<std::string>();
+  }
+  return out;
+}
+
+Shape parse_shape(const json& j, DType dtype, const std::string& where) {
+  Shape shape;
+  if (j.is_array())
+    for (const auto& d : j)
+      if (d.is_number_integer()) shape.push_back(d.get<int64_t>());
+  if (!j.is_array() || shape.size() != j.size()) fail(where, "shape ", json_excerpt(j), " is not a list of integers");
+  try {
+    check_shape_valid(shape, dtype);
+  } catch (const Error& e) {
+    fail(where, e.what());
+  }
+  return shape;
+}
+
+Entry parse_entry(const std::string& name, const json& info, const std::string& path) {
+  const std::string where = path + ": tensor '" + name + "': ";
+  if (!info.is_object() || !info.contains("dtype") || !info.contains("shape") || !info.contains("data_offsets"))
+    fail(where, "entry needs dtype, shape and data_offsets: ", json_excerpt(info));
+  Entry e{name, DType::F32, {}, 0, 0};
+  const json& dtype = info["dtype"];
+  if (!dtype.is_string() || !dtype_from_name(dtype.get<std::string>(), &e.dtype))
+    fail(where, "unknown dtype ", dtype.is_string() ? dtype.get<std::string>() : json_excerpt(dtype));
+  e.shape = parse_shape(info["shape"], e.dtype, where);
+  const json& offs = info["data_offsets"];
+  if (!offs.is_array() || offs.size() != 2 || !offs[0].is_number_unsigned() || !offs[1].is_number_unsigned())
+    fail(where, "data_offsets must be two non-negative integers: ", json_excerpt(offs));
+  e.begin = offs[0].get<uint64_t>(), e.end = offs[1].get<uint64_t>();
+  const uint64_t expected = static_cast<uint64_t>(shape_nbytes(e.shape, e.dtype));
+  if (e.begin > e.end || e.end - e.begin != expected)
+    fail(where, "data_offsets [", e.begin, ", ", e.end, ") span ", e.end - e.begin, " bytes but ",
+         dtype_name(e.dtype), " ", shape_str(e.shape), " needs ", expected);
+  return e;
+}
+
+// Sorted by offset, the tensors must tile the data section: no gap, no overlap, nothing after.
+void check_coverage(const std::vector<Entry>& sorted, uint64_t data_size, const std::string& path) {
+  if (sorted.empty()) {
+    if (data_size > 0) fail(path, ": ", data_size, " byte(s) of the data section but no tensors");
+    return;
+  }
+  uint64_t covered = 0;
+  for (size_t i = 0; i < sorted.size(); i++) {
+    const Entry& e = sorted[i];
+    if (e.end > data_size)
+      fail(path, ": tensor '", e.name, "': data_offsets [", e.begin, ", ", e.end,
+           ") out of range (data section is ", data_size, " bytes)");
+    if (e.begin < covered)
+      fail(path, ": tensors '", sorted[i - 1].name, "' and '", e.name, "' overlap in the data section");
+    if (e.begin > covered)
+      fail(path, ": bytes [", covered, ", ", e.begin, ") of the data section belong to no tensor (",
+           i == 0 ? "before '" + e.name + "'" : "between '" + sorted[i - 1].name + "' and '" + e.name + "'", ")");
+    covered = e.end;
+  }
+  if (covered < data_size)
+    fail(path, ": ", data_size - covered, " byte(s) of the data section after the last tensor '", sorted.back().name,
+         "' belong to no tensor (is the header length right?)");
+}
+
+}  // namespace
+
 SafetensorsFile load_safetensors(const std::string& path) {
   std::ifstream f(path, std::ios::binary | std::ios::ate);
-  HLA_CHECK(f, path, ": cannot open safetensors file");
-  uint64_t file_size = static_cast<uint64_t>(f.tellg());
+  if (!f) fail(path, ": cannot open safetensors file");
+  const uint64_t file_size = static_cast<uint64_t>(f.tellg());
   f.seekg(0);
-  HLA_CHECK(file_size >= 8, path, ": truncated: ", file_size, " bytes, no room for the 8-byte header length");
+  if (file_size < 8) fail(path, ": truncated: ", file_size, " bytes, no room for the 8-byte header length");
   unsigned char len[8];
   f.read(reinterpret_cast<char*>(len), 8);
   uint64_t n = 0;
   for (int i = 0; i < 8; i++) n |= static_cast<uint64_t>(len[i]) << (8 * i);
-  HLA_CHECK(n <= file_size - 8, path, ": bad header length ", n, " (file has ", file_size - 8,
-            " bytes after the length)");
-  std::string json(n, '\0');
-  f.read(json.data(), static_cast<std::streamsize>(n));
-  nlohmann::ordered_json header;
-  try {
-    header = nlohmann::ordered_json::parse(json);
-  } catch (const std::exception& e) {
-    fail(path, ": header is not valid JSON: ", e.what());
-  }
-  HLA_CHECK(header.is_object(), path, ": header is not a JSON object");
-  uint64_t data_size = file_size - 8 - n;
+  if (n > file_size - 8)
+    fail(path, ": bad header length ", n, " (file has ", file_size - 8, " bytes after the length)");
+  std::string text(n, '\0');
+  f.read(text.data(), static_cast<std::streamsize>(n));
+  const json header = parse_json(text, path);
+  if (!header.is_object()) fail(path, ": header is not a JSON object: ", json_excerpt(header));
+  check_unique_names(text, path);
 
   SafetensorsFile out;
   out.path = path;
-  struct Span { uint64_t begin, end; std::string name; };
-  std::vector<Span> spans;
+  std::vector<Entry> entries;
   for (auto it = header.begin(); it != header.end(); ++it) {
-    const std::string& name = it.key();
-    const auto& info = it.value();
-    if (name == "__metadata__") {
-      HLA_CHECK(info.is_object(), path, ": __metadata__ is not an object");
-      for (auto m = info.begin(); m != info.end(); ++m)
-        out.metadata[m.key()] = m.value().is_string() ? m.value().get<std::string>() : m.value().dump();
-      continue;
-    }
-    HLA_CHECK(info.is_object() && info.contains("dtype") && info.contains("shape") &&
-                  info.contains("data_offsets"),
-              path, ": tensor '", name, "': entry needs dtype, shape and data_offsets");
-    DType dtype;
-    std::string dname = info["dtype"].is_string() ? info["dtype"].get<std::string>() : info["dtype"].dump();
-    HLA_CHECK(dtype_from_name(dname, &dtype), path, ": tensor '", name, "': unknown dtype ", dname);
-    Shape shape;
-    try {
-      shape = info["shape"].get<Shape>();
-    } catch (const std::exception&) {
-      fail(path, ": tensor '", name, "': shape is not a list of integers");
-    }
-    const auto& offs = info["data_offsets"];
-    HLA_CHECK(offs.is_array() && offs.size() == 2 && offs[0].is_number_unsigned() && offs[1].is_number_unsigned(),
-              path, ": tensor '", name, "': data_offsets must be two non-negative integers");
-    uint64_t begin = offs[0].get<uint64_t>(), end = offs[1].get<uint64_t>();
-    HLA_CHECK(begin <= end && end <= data_size, path, ": tensor '", name, "': data_offsets [", begin,
-              ", ", end, ") out of range (data section is ", data_size, " bytes)");
-    uint64_t expected = static_cast<uint64_t>(shape_numel(shape)) * dtype_size(dtype);
-    HLA_CHECK(end - begin == expected, path, ": tensor '", name, "': data_offsets span ", end - begin,
-              " bytes but ", dname, " ", shape_str(shape), " needs ", expected);
-    spans.push_back({begin, end, name});
-    Tensor t = Tensor::empty(shape, dtype);
-    f.seekg(static_cast<std::streamoff>(8 + n + begin));
-    f.read(static_cast<char*>(t.raw()), static_cast<std::streamsize>(expected));
-    HLA_CHECK(f, path, ": tensor '", name, "': read failed (file truncated?)");
-    out.tensors.emplace_back(name, t);
+    if (it.key() == "__metadata__") out.metadata = parse_metadata(it.value(), path);
+    else entries.push_back(parse_entry(it.key(), it.value(), path));
   }
-  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
-  for (size_t i = 1; i < spans.size(); i++)
-    HLA_CHECK(spans[i].begin >= spans[i - 1].end, path, ": tensors '", spans[i - 1].name, "' and '",
-              spans[i].name, "' overlap in the data section");
+  std::sort(entries.begin(), entries.end(),
+            [](const Entry& a, const Entry& b) { return std::tie(a.begin, a.end) < std::tie(b.begin, b.end); });
+  check_coverage(entries, file_size - 8 - n, path);
+  for (const Entry& e : entries) {
+    Tensor t = Tensor::empty(e.shape, e.dtype);
+    f.seekg(static_cast<std::streamoff>(8 + n + e.begin));
+    f.read(static_cast<char*>(t.raw()), static_cast<std::streamsize>(e.end - e.begin));
+    if (!f) fail(path, ": tensor '", e.name, "': read failed");
+    out.tensors.emplace_back(e.name, t);
+  }
   return out;
 }
 

@@ -1,11 +1,16 @@
 // safetensors read/write: 8-byte little-endian header length N, N bytes of JSON
 // {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, "__metadata__": {..}},
-// then the raw little-endian data. Tensors keep the order they were given in.
+// then the raw little-endian data. Tensors are written in the order given and read back in
+// the order of their data.
 //
 // Writes go to "<path>.tmp" and are renamed over <path> only when complete, so a failed write
-// never destroys the previous file. Reads validate everything and name the file and tensor
-// in every error: truncated file, bad header length, bad JSON, unknown dtype, offsets out of
-// range, overlapping or mismatched with dtype x shape.
+// never destroys the previous file. Reads validate everything before allocating a tensor, and
+// every error starts with the file and names the tensor: truncated file, bad header length,
+// JSON that is invalid or nested deeper than kMaxJsonDepth, a name used twice, __metadata__
+// that is not an object of strings, unknown dtype, a shape that is not a list of at most
+// kMaxRank non-negative integers or whose byte count overflows int64, offsets that disagree
+// with dtype x shape, and - as the format requires - tensors that do not tile the data section
+// exactly (a gap, an overlap or trailing bytes: a header length one byte off shows up here).
 #pragma once
 #include <map>
 #include <string>

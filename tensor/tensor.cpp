@@ -36,14 +36,24 @@ std::string shape_str(const Shape& s) {
 
 int64_t shape_numel(const Shape& s) {
   int64_t n = 1;
-  for (int64_t d : s) n *= d;
+  for (int64_t d : s)
+    if (__builtin_mul_overflow(n, d, &n)) fail("shape ", shape_str(s), ": element count overflows int64");
   return n;
 }
 
-static void check_shape_valid(const Shape& s) {
-  HLA_CHECK(s.size() <= static_cast<size_t>(kMaxRank), "tensor rank ", s.size(), " exceeds ",
-            kMaxRank, " for shape ", shape_str(s));
-  for (int64_t d : s) HLA_CHECK(d >= 0, "negative dimension in shape ", shape_str(s));
+int64_t shape_nbytes(const Shape& s, DType dtype) {
+  int64_t bytes = 0;
+  if (__builtin_mul_overflow(shape_numel(s), static_cast<int64_t>(dtype_size(dtype)), &bytes))
+    fail("shape ", shape_str(s), " ", dtype_name(dtype), ": byte count overflows int64");
+  return bytes;
+}
+
+void check_shape_valid(const Shape& s, DType dtype) {
+  if (s.size() > static_cast<size_t>(kMaxRank))
+    fail("tensor rank ", s.size(), " exceeds ", kMaxRank, " for shape ", shape_str(s));
+  for (int64_t d : s)
+    if (d < 0) fail("negative dimension in shape ", shape_str(s));
+  shape_nbytes(s, dtype);
 }
 
 Storage::Storage(size_t nbytes, Device dev) : bytes(nbytes), device(dev) {
@@ -84,7 +94,7 @@ void set_poison_allocations(Device device, bool on) {
 }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
-  check_shape_valid(shape);
+  check_shape_valid(shape, dtype);
   Tensor t;
   t.shape_ = shape;
   t.dtype_ = dtype;
@@ -252,7 +262,7 @@ Tensor Tensor::reshape(const Shape& shape) const {
     HLA_CHECK(known > 0 && numel() % known == 0, "cannot reshape ", str(), " to ", shape_str(shape));
     s[infer] = numel() / known;
   }
-  check_shape_valid(s);
+  check_shape_valid(s, dtype_);
   HLA_CHECK(shape_numel(s) == numel(), "cannot reshape ", str(), " to ", shape_str(shape));
   Tensor t = *this;
   t.shape_ = s;

@@ -18,7 +18,11 @@ using Shape = std::vector<int64_t>;
 constexpr int kMaxRank = 5;
 
 std::string shape_str(const Shape& s);
+// Element and byte counts; an Error when they overflow int64 (a shape read from a file).
 int64_t shape_numel(const Shape& s);
+int64_t shape_nbytes(const Shape& s, DType dtype);
+// An Error unless the shape has rank <= kMaxRank, no negative dimension and a byte count that fits int64.
+void check_shape_valid(const Shape& s, DType dtype);
 
 struct Storage {
   void* ptr = nullptr;

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "data/loader.h"
+#include "train/data_source.h"
 #include "tests/test_data_util.h"
 
 using namespace hla::data;
@@ -19,9 +20,10 @@ std::vector<int32_t> counting_tokens(int32_t base, int32_t n) {
   return t;
 }
 
-LoaderOptions options(int64_t B, int64_t T, bool shuffle, uint64_t seed) {
+// The counting streams below stay under 65536, the uint16 shards' limit.
+LoaderOptions options(int64_t B, int64_t T, bool shuffle, uint64_t seed, int64_t vocab_size = 65536) {
   LoaderOptions o;
-  o.batch_size = B, o.seq_len = T, o.shuffle = shuffle, o.seed = seed;
+  o.batch_size = B, o.seq_len = T, o.shuffle = shuffle, o.seed = seed, o.vocab_size = vocab_size;
   return o;
 }
 
@@ -116,6 +118,39 @@ TEST_CASE("loader: errors for data too small and for bad shards") {
   ScratchDir dir("loaderbad");
   write_file(dir / "bad.bin", std::string(2000, 'x'));
   CHECK_THROWS_CONTAINING(TokenLoader({dir / "bad.bin"}, options(1, 4, false, 0)), dir / "bad.bin");
+}
+
+TEST_CASE("loader: every shard's tokens are checked against the vocabulary when the loader is built") {
+  ScratchDir dir("loaderrange");
+  std::vector<std::string> shards = {dir / "s0.bin", dir / "s1.bin.zst"};
+  auto t0 = counting_tokens(0, 100), t1 = counting_tokens(100, 100);
+  t1[50] = 300;  // outside a vocabulary of 258, far from the first window
+  write_shard(shards[0], t0.data(), t0.size(), 2);
+  write_shard(shards[1], t1.data(), t1.size(), 2);
+  CHECK_THROWS_CONTAINING(TokenLoader(shards, options(1, 4, false, 0, 258)),
+                          "shard " + shards[1] + ": token 300 at index 50 (byte offset 1124) is outside the vocabulary of 258 tokens");
+  CHECK(TokenLoader(shards, options(1, 4, false, 0, 301)).total_tokens() == 200);
+  CHECK_THROWS_CONTAINING(TokenLoader(t1, options(1, 4, false, 0, 258), "stream"),
+                          "stream: token 300 at index 50 is outside the vocabulary of 258 tokens");
+  CHECK_THROWS_CONTAINING(TokenLoader(shards, options(1, 4, false, 0, 0)),
+                          "token loader: vocabulary size 0: the tokens cannot be checked");
+}
+
+TEST_CASE("a training run over shards checks every shard's tokens before its first step") {
+  ScratchDir dir("runrange");
+  // what `hla data prepare` writes, as far as a run reads it
+  write_file(dir / "manifest.json", R"({"tokenizer": {"vocab_size": 258}, "splits": {"val": {"shards": 0}},
+                                        "shards": [{"name": "train_000000.bin", "split": "train"}]})");
+  std::vector<int32_t> tokens = counting_tokens(0, 40);
+  tokens[33] = 258;  // outside the vocabulary of 258: ids 0..257
+  write_shard(dir / "train_000000.bin", tokens.data(), tokens.size(), 2);
+  hla::DataSettings settings;
+  settings.source = dir.path.string();
+  settings.batch_size = 1;
+  settings.seq_len = 4;
+  CHECK_THROWS_CONTAINING(hla::make_data_sources(settings),
+                          "shard " + dir / "train_000000.bin" +
+                              ": token 258 at index 33 (byte offset 1090) is outside the vocabulary of 258 tokens");
 }
 
 TEST_CASE("text loader tokenises a corpus file in memory, eos before each document") {

@@ -42,7 +42,7 @@ TEST_CASE("shard write/read round trip is exact: uint16 and uint32, plain and zs
     std::vector<int32_t> tokens = random_tokens(vocab, 12345, vocab);
     for (std::string name : {"s.bin", "s.bin.zst"}) {
       write_shard(dir / name, tokens.data(), tokens.size(), token_bytes);
-      ShardHeader h = read_shard_header(dir / name);
+      ShardHeader h = check_shard_tokens(dir / name, vocab);
       CHECK(h.num_tokens == 12345);
       CHECK(h.token_bytes == token_bytes);
       CHECK(read_shard_tokens(dir / name) == tokens);
@@ -79,18 +79,18 @@ TEST_CASE("corrupt shards are rejected with a message naming the file") {
     return b;
   };
   std::string wrong_magic = variant("magic.bin", with_int(0, 12345));
-  CHECK_THROWS_CONTAINING(read_shard_header(wrong_magic), "bad magic 12345");
+  CHECK_THROWS_CONTAINING(check_shard_tokens(wrong_magic, 258), "bad magic 12345");
   CHECK_THROWS_CONTAINING(read_shard(wrong_magic), wrong_magic);
-  CHECK_THROWS_CONTAINING(read_shard_header(variant("version.bin", with_int(1, 7))),
+  CHECK_THROWS_CONTAINING(check_shard_tokens(variant("version.bin", with_int(1, 7)), 258),
                           "corrupt header: magic 20240520 (uint16 tokens) with version 7");
-  CHECK_THROWS_CONTAINING(read_shard_header(variant("negative.bin", with_int(2, -5))),
+  CHECK_THROWS_CONTAINING(check_shard_tokens(variant("negative.bin", with_int(2, -5)), 258),
                           "negative token count -5");
-  CHECK_THROWS_CONTAINING(read_shard_header(variant("count.bin", with_int(2, 1001))),
+  CHECK_THROWS_CONTAINING(check_shard_tokens(variant("count.bin", with_int(2, 1001)), 258),
                           "truncated: header says 1001 tokens (2002 bytes) but only 2000 bytes");
   CHECK_THROWS_CONTAINING(read_shard(variant("cut.bin", good.substr(0, good.size() - 3))),
                           "truncated: header says 1000 tokens");
   CHECK_THROWS_CONTAINING(read_shard(variant("extra.bin", good + "xx")), "corrupt: header says 1000 tokens");
-  CHECK_THROWS_CONTAINING(read_shard_header(variant("short.bin", good.substr(0, 100))),
+  CHECK_THROWS_CONTAINING(check_shard_tokens(variant("short.bin", good.substr(0, 100)), 258),
                           "smaller than the 1024-byte header");
   // zstd: the decompressed bytes are checked the same way, and a cut stream is an error
   write_file(dir / "magic.bin.zst", with_int(0, 99));
@@ -105,6 +105,30 @@ TEST_CASE("corrupt shards are rejected with a message naming the file") {
   }
   CHECK_THROWS_CONTAINING(read_shard(dir / "cut.bin.zst"), "truncated zstd stream");
   CHECK_THROWS_CONTAINING(read_shard(dir / "missing.bin"), "cannot open");
+}
+
+TEST_CASE("check_shard_tokens reads a shard once and names the first token outside the vocabulary") {
+  ScratchDir dir("shardrange");
+  std::vector<int32_t> tokens = random_tokens(3, 1000, 258);
+  for (std::string name : {"s.bin", "s.bin.zst"}) {
+    write_shard(dir / name, tokens.data(), tokens.size(), 2);
+    CHECK(check_shard_tokens(dir / name, 258).num_tokens == 1000);
+  }
+  tokens[700] = 300;
+  tokens[900] = 400;
+  for (std::string name : {"bad.bin", "bad.bin.zst"}) {
+    write_shard(dir / name, tokens.data(), tokens.size(), 2);
+    CHECK_THROWS_CONTAINING(check_shard_tokens(dir / name, 258),
+                            "shard " + dir / name +
+                                ": token 300 at index 700 (byte offset 2424) is outside the vocabulary of 258 tokens");
+  }
+  // uint32 tokens, and a body that disagrees with the header, are checked on the same pass
+  std::vector<int32_t> wide = {5, 70000, 65536};
+  write_shard(dir / "wide.bin", wide.data(), wide.size(), 4);
+  CHECK(check_shard_tokens(dir / "wide.bin", 70001).token_bytes == 4);
+  CHECK_THROWS_CONTAINING(check_shard_tokens(dir / "wide.bin", 70000), "token 70000 at index 1 (byte offset 1028)");
+  write_file(dir / "cut.bin.zst", read_bytes(dir / "wide.bin").substr(0, 1030));
+  CHECK_THROWS_CONTAINING(check_shard_tokens(dir / "cut.bin.zst", 70001), "truncated: header says 3 tokens");
 }
 
 TEST_CASE("corpus readers: txt (whole file or blank-line blocks), jsonl, zst, globs, directories") {
@@ -136,6 +160,33 @@ TEST_CASE("corpus readers: txt (whole file or blank-line blocks), jsonl, zst, gl
   CHECK_THROWS_CONTAINING(read_corpus({dir / "bad.jsonl"}), "bad.jsonl:3: not valid JSON");
   write_file(dir / "num.jsonl", "{\"text\": 5}\n");
   CHECK_THROWS_CONTAINING(read_corpus({dir / "num.jsonl"}), "num.jsonl:1: no string field \"text\"");
+}
+
+namespace {
+
+// The byte tokenizer's ids, but a vocabulary of 200: bytes 200..255 are out of range.
+struct ShortVocabTokenizer : hla::data::Tokenizer {
+  std::unique_ptr<Tokenizer> bytes = make_byte_tokenizer();
+  std::vector<int32_t> encode(std::string_view text) const override { return bytes->encode(text); }
+  std::string decode(const std::vector<int32_t>& ids) const override { return bytes->decode(ids); }
+  int32_t vocab_size() const override { return 200; }
+  int32_t eos_id() const override { return 0; }
+  int32_t pad_id() const override { return 1; }
+  std::string name() const override { return "short-vocab"; }
+};
+
+}  // namespace
+
+TEST_CASE("prepare checks every shard it writes against the tokenizer's vocabulary") {
+  ScratchDir dir("prepare_range");
+  write_file(dir / "corpus.txt", "ab\xF0 and more");
+  PrepareOptions o;
+  o.inputs = {dir / "corpus.txt"};
+  o.out_dir = dir / "out";
+  o.progress = false;
+  CHECK_THROWS_CONTAINING(prepare_shards(o, ShortVocabTokenizer()),
+                          "shard " + dir / "out/train_000000.bin" +
+                              ": token 240 at index 3 (byte offset 1030) is outside the vocabulary of 200 tokens");
 }
 
 TEST_CASE("prepare: shards hold eos + tokens of every document; the split ignores thread count") {
@@ -207,6 +258,26 @@ TEST_CASE("prepare: shards hold eos + tokens of every document; the split ignore
   CHECK(m["splits"]["train"]["tokens"] == one.train_tokens);
   CHECK(m["sources"].size() == 2);
   CHECK(m["shards"][0]["name"] == "train_000000.bin.zst");
+  // find_shards reads the manifest through parse_json and checks every entry it uses
+  auto manifest_error = [&](const std::string& text) {
+    write_file(dir / "m/manifest.json", text);
+    std::string message;
+    try {
+      find_shards(dir / "m");
+    } catch (const hla::Error& e) {
+      message = e.what();
+    }
+    return message;
+  };
+  std::filesystem::create_directories(dir / "m");
+  const std::string m_path = dir / "m/manifest.json";
+  CHECK(manifest_error(std::string(100000, '[')) == m_path + ": JSON nested deeper than 64 levels");
+  CHECK(manifest_error("[1]") == m_path + ": not a JSON object with a \"shards\" list");
+  CHECK(manifest_error(R"({"shards": 5})") == m_path + ": not a JSON object with a \"shards\" list");
+  CHECK(manifest_error(R"({"shards": [{"name": "a.bin", "split": 7}]})") ==
+        m_path + ": shards[0] needs a string \"name\" and \"split\": {\"name\":\"a.bin\",\"split\":7}");
+  CHECK(manifest_error(R"({"shards": [{"name": "", "split": "train"}]})") ==
+        m_path + ": shards[0] needs a string \"name\" and \"split\": {\"name\":\"\",\"split\":\"train\"}");
   // a second prepare into the same directory is refused
   CHECK_THROWS_CONTAINING(prepare_shards(o, *tok), "already holds a prepared data set");
 }

@@ -38,6 +38,18 @@ void write_raw(const std::string& path, const std::string& header, size_t data_b
   write_all(path, out);
 }
 
+doctest::Contains has(const std::string& part) { return doctest::Contains(part.c_str()); }
+
+// The message of the Error that loading `path` throws ("" when it loads).
+std::string load_error(const std::string& path) {
+  try {
+    load_safetensors(path);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 }  // namespace
 
 TEST_CASE("safetensors round trip is bit-exact for every dtype") {
@@ -97,6 +109,86 @@ TEST_CASE("corrupt safetensors files are rejected with the file and tensor named
   SUBCASE("offsets disagree with dtype and shape") {
     write_raw(path, R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8);
     CHECK_THROWS_WITH_AS(load_safetensors(path), doctest::Contains("needs 12"), Error);
+  }
+  SUBCASE("a header length one byte short: every weight would be read one byte off") {
+    std::string bad = good;
+    uint64_t n = 0;
+    for (int i = 0; i < 8; i++) n |= uint64_t(uint8_t(bad[i])) << (8 * i);
+    REQUIRE(bad[8 + n - 1] == ' ');  // the header is padded, so its JSON still parses
+    bad[0] = static_cast<char>(n - 1);
+    REQUIRE(n - 1 < 256);
+    write_all(path, bad);
+    CHECK_THROWS_WITH_AS(load_safetensors(path),
+                         has(path + ": 1 byte(s) of the data section after the last tensor 'w'"), Error);
+  }
+  SUBCASE("bytes that belong to no tensor: before the first, between two, after the last") {
+    write_raw(path, R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8);
+    CHECK_THROWS_WITH_AS(load_safetensors(path),
+                         has(path + ": bytes [0, 4) of the data section belong to no tensor (before 'a')"),
+                         Error);
+    write_raw(path,
+              R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[12,16]}})",
+              16);
+    CHECK_THROWS_WITH_AS(load_safetensors(path),
+                         doctest::Contains("bytes [8, 12) of the data section belong to no tensor (between 'a' and 'b')"),
+                         Error);
+    write_raw(path, R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 11);
+    CHECK_THROWS_WITH_AS(load_safetensors(path),
+                         doctest::Contains("3 byte(s) of the data section after the last tensor 'a'"), Error);
+    write_raw(path, R"({"__metadata__":{"format":"pt"}})", 5);
+    CHECK_THROWS_WITH_AS(load_safetensors(path), doctest::Contains("5 byte(s) of the data section but no tensors"),
+                         Error);
+  }
+  SUBCASE("a tensor name used twice") {
+    write_raw(path,
+              R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"w":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
+              16);
+    CHECK_THROWS_WITH_AS(load_safetensors(path), has(path + ": tensor name 'w' appears twice"), Error);
+  }
+  SUBCASE("element or byte counts that overflow 64 bits") {
+    // 2^32 x 2^32 elements wraps to 0, so offsets [0, 0) used to match
+    write_raw(path, R"({"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}})", 0);
+    CHECK_THROWS_WITH_AS(load_safetensors(path), has(path + ": tensor 'w': shape (4294967296, 4294967296)"),
+                         Error);
+    CHECK_THROWS_WITH_AS(load_safetensors(path), doctest::Contains("element count overflows int64"), Error);
+    // 2^62 elements fit int64, but 2^62 x 4 bytes wraps to 0
+    write_raw(path, R"({"w":{"dtype":"F32","shape":[4611686018427387904],"data_offsets":[0,0]}})", 0);
+    CHECK_THROWS_WITH_AS(load_safetensors(path), doctest::Contains("'w': shape (4611686018427387904,) F32: byte count overflows int64"),
+                         Error);
+  }
+  SUBCASE("shapes that are not lists of non-negative integers, at most rank 5") {
+    write_raw(path, R"({"w":{"dtype":"F32","shape":[-2,-1],"data_offsets":[0,8]}})", 8);
+    CHECK_THROWS_WITH_AS(load_safetensors(path), has(path + ": tensor 'w': negative dimension in shape (-2, -1)"),
+                         Error);
+    write_raw(path, R"({"w":{"dtype":"F32","shape":[2.5],"data_offsets":[0,8]}})", 8);
+    CHECK_THROWS_WITH_AS(load_safetensors(path), doctest::Contains("'w': shape [2.5] is not a list of integers"), Error);
+    write_raw(path, R"({"w":{"dtype":"F32","shape":[1,1,1,1,1,1],"data_offsets":[0,4]}})", 4);
+    CHECK_THROWS_WITH_AS(load_safetensors(path), doctest::Contains("'w': tensor rank 6 exceeds 5"), Error);
+  }
+  SUBCASE("a dtype that is not a string is quoted by excerpt") {
+    std::string long_list = "[1";
+    for (int i = 0; i < 300; i++) long_list += ",1";
+    long_list += "]";
+    write_raw(path, R"({"w":{"dtype":)" + long_list + R"(,"shape":[1],"data_offsets":[0,4]}})", 4);
+    std::string message = load_error(path);
+    CHECK(message.find("'w': unknown dtype [1,1,1,1") != std::string::npos);
+    CHECK(message.size() < path.size() + 200);
+  }
+  SUBCASE("__metadata__ must be an object of strings") {
+    write_raw(path, R"({"__metadata__":["pt"]})", 0);
+    CHECK_THROWS_WITH_AS(load_safetensors(path), has(path + ": __metadata__ is not an object of strings"),
+                         Error);
+    write_raw(path, R"({"__metadata__":{"format":5}})", 0);
+    CHECK_THROWS_WITH_AS(load_safetensors(path), has(path + ": __metadata__ 'format' is 5, not a string"),
+                         Error);
+  }
+  SUBCASE("nesting 100,000 levels deep fails at parse time, naming the file") {
+    write_raw(path, R"({"__metadata__":)" + std::string(100000, '[') + std::string(100000, ']') + "}", 0);
+    CHECK_THROWS_WITH_AS(load_safetensors(path), has(path + ": JSON nested deeper than 64 levels"), Error);
+  }
+  SUBCASE("errors start with the file, not a source location") {
+    write_raw(path, R"({"w":{"dtype":"F8","shape":[2],"data_offsets":[0,2]}})", 2);
+    CHECK(load_error(path).rfind(path + ": tensor 'w': unknown dtype", 0) == 0);
   }
   SUBCASE("overlapping tensors") {
     write_raw(path,

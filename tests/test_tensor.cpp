@@ -72,3 +72,12 @@ TEST_CASE("dtype conversion round trips") {
 TEST_CASE("rank above 5 is rejected with the shape") {
   CHECK_THROWS_WITH_AS(Tensor::empty({1, 1, 1, 1, 1, 1}, DType::F32), doctest::Contains("rank 6"), Error);
 }
+
+TEST_CASE("element and byte counts that overflow int64 are rejected, not wrapped") {
+  CHECK_THROWS_WITH_AS(shape_numel({int64_t(1) << 32, int64_t(1) << 32}),
+                       doctest::Contains("shape (4294967296, 4294967296): element count overflows int64"), Error);
+  CHECK(shape_numel({int64_t(1) << 31, int64_t(1) << 31}) == int64_t(1) << 62);
+  CHECK_THROWS_WITH_AS(Tensor::empty({int64_t(1) << 62}, DType::F32),
+                       doctest::Contains("shape (4611686018427387904,) F32: byte count overflows int64"), Error);
+  CHECK(shape_nbytes({int64_t(1) << 60}, DType::F32) == int64_t(1) << 62);
+}

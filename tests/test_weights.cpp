@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -92,6 +93,28 @@ TEST_CASE("weights: a missing, extra, reshaped or retyped tensor fails naming th
 
   CHECK_THROWS_WITH_AS(load_model_weights(dir.path + "/nowhere", target),
                        has(dir.path + "/nowhere: no model.safetensors"), Error);
+}
+
+TEST_CASE("weights: NaN or Inf in a saved tensor fails naming the tensor and the first bad index") {
+  ScratchDir dir;
+  const std::string file = dir.path + "/model.safetensors";
+  ParameterList target = small_model(50);
+  const Tensor before = target[0].var.value().clone();
+
+  ParameterList with_nan = small_model(1);
+  with_nan[0].var.mutable_value().data<float>()[13] = std::nanf("");
+  with_nan[0].var.mutable_value().data<float>()[20] = INFINITY;
+  save_model_weights(dir.path, with_nan);
+  CHECK_THROWS_WITH_AS(load_model_weights(dir.path, target),
+                       has(file + ": tensor 'model.embeddings.weight' holds nan at index 13 of 24"), Error);
+  CHECK(bit_equal(target[0].var.value(), before));  // a failed load copied nothing
+
+  ParameterList with_inf = small_model(1);
+  with_inf[1].var = Var(Tensor::from_f64(std::vector<double>(16, 0.5), {4, 4}, DType::BF16), true);
+  with_inf[1].var.mutable_value().data<bf16>()[7] = Tensor::full({}, -INFINITY, DType::BF16).data<bf16>()[0];
+  save_model_weights(dir.path, with_inf);
+  CHECK_THROWS_WITH_AS(load_model_weights(dir.path, target),
+                       has(file + ": tensor 'model.layers.0.attn.q_proj.weight' holds -inf at index 7 of 16"), Error);
 }
 
 TEST_CASE("weights: a failed save keeps the previous weights file") {

@@ -99,8 +99,10 @@ class LoaderSource : public BatchSource {
   data::TokenLoader loader_;
 };
 
-data::LoaderOptions loader_options(const DataSettings& s, bool shuffle) {
+// vocab_size: the loader checks every token against it before the first batch.
+data::LoaderOptions loader_options(const DataSettings& s, bool shuffle, int vocab_size) {
   data::LoaderOptions o;
+  o.vocab_size = vocab_size;
   o.batch_size = s.batch_size;
   o.seq_len = s.seq_len;
   o.shuffle = shuffle;
@@ -143,10 +145,10 @@ DataSources shard_sources(const DataSettings& s) {
   if (directory) vocab = read_json_file(manifest).at("tokenizer").at("vocab_size").get<int>();
   else vocab = data::load_tokenizer(s.tokenizer)->vocab_size();
   d.train = std::make_unique<LoaderSource>(
-      data::TokenLoader(data::find_shards(s.source, "train"), loader_options(s, true)));
+      data::TokenLoader(data::find_shards(s.source, "train"), loader_options(s, true, vocab)));
   std::string val_note = "no validation split";
   if (directory && read_json_file(manifest)["splits"]["val"].value("shards", 0) > 0) {
-    data::TokenLoader val(data::find_shards(s.source, "val"), loader_options(s, false));
+    data::TokenLoader val(data::find_shards(s.source, "val"), loader_options(s, false, vocab));
     val_note = std::to_string(val.total_tokens()) + " val tokens";
     d.val = std::make_unique<LoaderSource>(std::move(val));
   }
@@ -165,11 +167,12 @@ DataSources text_sources(const DataSettings& s) {
   auto val_tokens = static_cast<int64_t>(double(tokens.size()) * s.val_fraction);
   std::vector<int32_t> val(tokens.end() - val_tokens, tokens.end());
   tokens.resize(tokens.size() - val_tokens);
-  d.train = std::make_unique<LoaderSource>(data::TokenLoader(tokens, loader_options(s, true), s.source));
+  const int vocab = tokenizer->vocab_size();
+  d.train = std::make_unique<LoaderSource>(data::TokenLoader(tokens, loader_options(s, true, vocab), s.source));
   if (val_tokens > 0)
     d.val = std::make_unique<LoaderSource>(
-        data::TokenLoader(val, loader_options(s, false), s.source + " (val)"));
-  d.vocab_size = tokenizer->vocab_size();
+        data::TokenLoader(val, loader_options(s, false, vocab), s.source + " (val)"));
+  d.vocab_size = vocab;
   d.description = "text " + s.source + ": " + std::to_string(tokens.size()) + " train + " +
                   std::to_string(val_tokens) + " val tokens, tokenizer " + tokenizer->name() +
                   " (vocab " + std::to_string(d.vocab_size) + ")";
