@@ -2,12 +2,12 @@
 #include "tensor/safetensors.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <tuple>
 
+#include "tensor/atomic_file.h"
 #include "tensor/json.h"
 
 namespace hla {
@@ -27,27 +27,16 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
   json.append((8 - json.size() % 8) % 8, ' ');  // pad so the data starts 8-byte aligned
   uint64_t n = json.size();
 
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    HLA_CHECK(f, "save_safetensors: cannot open ", tmp, " for writing");
-    unsigned char len[8];
-    for (int i = 0; i < 8; i++) len[i] = static_cast<unsigned char>(n >> (8 * i));
-    f.write(reinterpret_cast<const char*>(len), 8);
-    f.write(json.data(), static_cast<std::streamsize>(json.size()));
-    for (const auto& [name, t] : tensors) {
-      Tensor c = t.to(Device::CPU);
-      f.write(static_cast<const char*>(c.raw()), static_cast<std::streamsize>(c.nbytes()));
-    }
-    f.flush();
-    if (!f) {
-      f.close();
-      std::remove(tmp.c_str());
-      fail("save_safetensors: write to ", tmp, " failed (disk full?); ", path, " is unchanged");
-    }
+  AtomicFile f(path);
+  unsigned char len[8];
+  for (int i = 0; i < 8; i++) len[i] = static_cast<unsigned char>(n >> (8 * i));
+  f.write(len, 8);
+  f.write(json);
+  for (const auto& [name, t] : tensors) {
+    Tensor c = t.to(Device::CPU);
+    f.write(c.raw(), c.nbytes());
   }
-  HLA_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "save_safetensors: cannot rename ", tmp,
-            " to ", path);
+  f.commit();
 }
 
 const Tensor& SafetensorsFile::get(const std::string& name) const {

@@ -3,8 +3,8 @@
 // then the raw little-endian data. Tensors are written in the order given and read back in
 // the order of their data.
 //
-// Writes go to "<path>.tmp" and are renamed over <path> only when complete, so a failed write
-// never destroys the previous file. Reads validate everything before allocating a tensor, and
+// Writes go through tensor/atomic_file.h ("<path>.tmp-<pid>", every write checked, fsynced,
+// renamed over <path> only when complete), so a failed write never destroys the previous file. Reads validate everything before allocating a tensor, and
 // every error starts with the file and names the tensor: truncated file, bad header length,
 // JSON that is invalid or nested deeper than kMaxJsonDepth, a name used twice, __metadata__
 // that is not an object of strings, unknown dtype, a shape that is not a list of at most

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "tensor/safetensors.h"
+#include "tests/test_full_disk.h"
 
 using namespace hla;
 
@@ -208,8 +209,14 @@ TEST_CASE("a failed safetensors write leaves the previous file intact") {
                                           {"x", Tensor::full({2}, 3.0, DType::F32)}}),
                   Error);
   CHECK(read_all(path) == before);
-  // A directory path that cannot be written: the error names the temporary file.
+  // A directory path that cannot be written: the error names the file.
   CHECK_THROWS_WITH_AS(save_safetensors("/nonexistent_dir/x.safetensors", {{"w", Tensor::full({1}, 1.0, DType::F32)}}),
-                       doctest::Contains("/nonexistent_dir/x.safetensors.tmp"), Error);
+                       doctest::Contains("/nonexistent_dir/x.safetensors: cannot create"), Error);
+  // A full disk: the write fails naming the file and the errno text, and the old file stays.
+  const std::string full = testing::error_on_full_disk(
+      [&] { save_safetensors(path, {{"w", Tensor::full({4096}, 1.0, DType::F32)}}); });
+  CHECK(full.find(path + ": write failed on") != std::string::npos);
+  CHECK(full.find("File too large") != std::string::npos);
+  CHECK(read_all(path) == before);
   std::remove(path.c_str());
 }

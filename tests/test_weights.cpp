@@ -121,8 +121,9 @@ TEST_CASE("weights: a failed save keeps the previous weights file") {
   ScratchDir dir;
   ParameterList first = small_model(1);
   save_model_weights(dir.path, first);
-  fs::create_directories(dir.path + "/model.safetensors.tmp");  // the temporary file cannot be opened
-  CHECK_THROWS_WITH_AS(save_model_weights(dir.path, small_model(2)), has(dir.path + "/model.safetensors.tmp"),
+  const std::string tmp = dir.path + "/model.safetensors.tmp-" + std::to_string(getpid());
+  fs::create_directories(tmp);  // the temporary file cannot be opened
+  CHECK_THROWS_WITH_AS(save_model_weights(dir.path, small_model(2)), has(dir.path + "/model.safetensors: cannot create " + tmp),
                        Error);
   ParameterList loaded = small_model(50);
   load_model_weights(dir.path, loaded);

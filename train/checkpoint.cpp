@@ -162,8 +162,7 @@ void save_checkpoint(const std::string& dir_given, const CheckpointData& data, c
 }
 
 void load_checkpoint(const std::string& dir, const ParameterList& params, Optimizer& optimizer) {
-  load_model_weights(dir, params);
-  refuse_non_finite(values_of(params), dir + "/" + kModelWeightsFile + ": tensor", kDamaged);
+  load_model_weights(dir, params);  // refuses non-finite weights before copying them
   load_optimizer_state(dir, optimizer);
 }
 
