@@ -123,8 +123,8 @@ TEST_CASE("weights: a failed save keeps the previous weights file") {
   save_model_weights(dir.path, first);
   const std::string tmp = dir.path + "/model.safetensors.tmp-" + std::to_string(getpid());
   fs::create_directories(tmp);  // the temporary file cannot be opened
-  CHECK_THROWS_WITH_AS(save_model_weights(dir.path, small_model(2)), has(dir.path + "/model.safetensors: cannot create " + tmp),
-                       Error);
+  CHECK_THROWS_WITH_AS(save_model_weights(dir.path, small_model(2)),
+                       has(dir.path + "/model.safetensors: cannot create " + tmp), Error);
   ParameterList loaded = small_model(50);
   load_model_weights(dir.path, loaded);
   CHECK(bit_equal(loaded[0].var.value(), first[0].var.value()));
