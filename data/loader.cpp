@@ -72,7 +72,7 @@ LoaderPosition LoaderPosition::from_json(const nlohmann::json& j) {
     p.epoch = j.at("epoch"), p.shard = j.at("shard"), p.window = j.at("window");
     p.batches = j.at("batches"), p.seed = j.at("seed"), p.data_tokens = j.at("data_tokens");
   } catch (const nlohmann::json::exception& e) {
-    fail("loader position ", j.dump(), ": ", e.what());
+    fail("loader position ", json_excerpt(j), ": ", e.what());
   }
   return p;
 }

@@ -336,8 +336,13 @@ void truncate_metrics(const std::string& path, int64_t step) {
   if (!in) return;
   std::string kept;
   for (std::string line; std::getline(in, line);) {
-    auto j = nlohmann::json::parse(line, nullptr, false);
-    if (!j.is_discarded() && j.value("step", int64_t(0)) <= step) kept += line + "\n";
+    nlohmann::json j;
+    try {
+      j = parse_json(line, path);
+    } catch (const Error&) {
+      continue;  // a torn or foreign line is not one of ours: drop it
+    }
+    if (j.is_object() && j.value("step", int64_t(0)) <= step) kept += line + "\n";
   }
   in.close();
   write_file_atomic(path, kept);
