@@ -23,10 +23,11 @@ test: all
 test-asan: deps
 	@test -f build-asan/CMakeCache.txt || cmake -S . -B build-asan -DHLA_CUDA=OFF -DHLA_SANITIZE=address,undefined $(LAUNCHER)
 	cmake --build build-asan -j $(JOBS) --target hla_tests
-	cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS)
+	cd build-asan && UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS)
 
 # The libFuzzer targets (tests/fuzz), built with clang in build-fuzz, each run FUZZ_SECONDS.
-fuzz: deps
+fuzz:
+	@bash scripts/install-deps.sh fuzz
 	@test -f build-fuzz/CMakeCache.txt || cmake -S . -B build-fuzz -DHLA_CUDA=OFF -DHLA_FUZZ=ON \
 	  -DHLA_SANITIZE=address,undefined -DCMAKE_CXX_COMPILER=clang++ $(LAUNCHER)
 	cmake --build build-fuzz -j $(JOBS) --target hla_fuzz_targets

@@ -42,6 +42,11 @@ std::string write_input(const std::string& name, const uint8_t* data, size_t siz
   return path;
 }
 
+bool verbose() {
+  static const bool on = std::getenv("HLA_FUZZ_VERBOSE") != nullptr;
+  return on;
+}
+
 void finding(const std::string& what) {
   std::fprintf(stderr, "\nhla fuzz finding: %s\n", what.c_str());
   std::abort();

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 
 #include "tensor/error.h"
@@ -25,13 +26,18 @@ std::string write_input(const std::string& name, const uint8_t* data, size_t siz
 // Reports a finding on stderr and aborts (libFuzzer saves the input that caused it).
 [[noreturn]] void finding(const std::string& what);
 
+// Whether HLA_FUZZ_VERBOSE is set: then every outcome is printed (to check the seeds).
+bool verbose();
+
 // Runs `read`: returning or throwing a short hla::Error is the correct outcome.
 template <class F>
 void expect_only_hla_errors(F&& read) {
   try {
     read();
+    if (verbose()) std::fprintf(stderr, "accepted\n");
   } catch (const hla::Error& e) {
     std::string message = e.what();
+    if (verbose()) std::fprintf(stderr, "hla::Error: %s\n", message.c_str());
     if (message.size() > kMaxErrorChars)
       finding("an hla::Error of " + std::to_string(message.size()) + " characters: " + message.substr(0, 300));
   } catch (const std::exception& e) {

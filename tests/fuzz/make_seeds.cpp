@@ -84,17 +84,20 @@ void model_config_seeds() {
   j = small_config("gla").to_json();
   j["hidden_size"] = 4294967328.0;  // 2^32 + 32
   write_seed("model_config", "hidden_size_over_int", j.dump());
+  j = small_config("gla").to_json();
   j.erase("model_type");
   write_seed("model_config", "no_model_type", j.dump());
 }
 
-// A run file with every setting of RunConfig's list at its default.
+// A run file with every setting of RunConfig's list (an empty list is left out: the flag
+// behind it wants at least one value).
 std::string run_file(const hla::RunConfig& config) {
   std::ostringstream toml;
-  for (const auto& [section, settings] : config.to_json().items()) {
+  json sections = config.to_json();
+  for (const auto& [section, settings] : sections.items()) {
     toml << "[" << section << "]\n";
     for (const auto& [key, value] : settings.items())
-      if (!value.is_null()) toml << key << " = " << value.dump() << "\n";
+      if (!value.is_null() && value != json::array()) toml << key << " = " << value.dump() << "\n";
   }
   return toml.str();
 }

@@ -3,12 +3,14 @@
 # seeds (BUILD/fuzz/seeds/<name>) and its growing corpus (BUILD/fuzz/corpus/<name>, kept between
 # runs), then prints one line per target: executions and the finding, if any. A finding's input
 # lands in BUILD/fuzz/findings/, its log in BUILD/fuzz/logs/; the exit status is 1 when any
-# target found something. FUZZ_TARGETS="shard safetensors" runs only those.
+# target found something. FUZZ_TARGETS="shard safetensors" runs only those; FUZZ_FLAGS adds
+# libFuzzer flags (e.g. "-fork=1 -ignore_crashes=1" to go on after a finding).
 set -uo pipefail
 build=${1:?usage: run.sh BUILD_DIR [SECONDS]}
 seconds=${2:-60}
 dir=$build/fuzz
 mkdir -p "$dir/corpus" "$dir/findings" "$dir/logs"
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
 
 # execs LOG: the executions libFuzzer counted (its final stats, else its last status line).
 execs() {
@@ -25,7 +27,7 @@ for bin in "$dir"/fuzz_*; do
   if [ -n "${FUZZ_TARGETS:-}" ] && [[ " $FUZZ_TARGETS " != *" $name "* ]]; then continue; fi
   log=$dir/logs/$name.log
   mkdir -p "$dir/corpus/$name"
-  "$bin" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+  "$bin" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 ${FUZZ_FLAGS:-} \
          -artifact_prefix="$dir/findings/$name-" "$dir/corpus/$name" "$dir/seeds/$name" >"$log" 2>&1
   rc=$?
   if [ $rc -eq 0 ]; then
