@@ -2,6 +2,7 @@
 # Installs the Debian packages hla builds against, only when something is missing.
 # Safe to run repeatedly; never runs apt-get when everything is already present
 # (so it is a no-op on the GPU box, which has no network).
+# `install-deps.sh fuzz` also wants clang and libFuzzer (make fuzz; Debian 12: clang 14).
 set -euo pipefail
 
 need=()
@@ -14,6 +15,11 @@ have_header /usr/include/nlohmann/json.hpp           || need+=(nlohmann-json3-de
 command -v cmake >/dev/null                          || need+=(cmake)
 command -v g++ >/dev/null                            || need+=(g++)
 command -v make >/dev/null                           || need+=(make)
+if [ "${1:-}" = fuzz ]; then
+  command -v clang++ >/dev/null                      || need+=(clang)
+  compgen -G "/usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a" >/dev/null \
+                                                     || need+=(libclang-rt-14-dev)
+fi
 
 if [ ${#need[@]} -eq 0 ]; then
   exit 0

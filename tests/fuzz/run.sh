@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# make fuzz: runs each fuzz target of BUILD/fuzz (tests/fuzz/CMakeLists.txt) for SECONDS on its
+# seeds (BUILD/fuzz/seeds/<name>) and its growing corpus (BUILD/fuzz/corpus/<name>, kept between
+# runs), then prints one line per target: executions and the finding, if any. A finding's input
+# lands in BUILD/fuzz/findings/, its log in BUILD/fuzz/logs/; the exit status is 1 when any
+# target found something. FUZZ_TARGETS="shard safetensors" runs only those; FUZZ_FLAGS adds
+# libFuzzer flags (e.g. "-fork=1 -ignore_crashes=1" to go on after a finding).
+set -uo pipefail
+build=${1:?usage: run.sh BUILD_DIR [SECONDS]}
+seconds=${2:-60}
+dir=$build/fuzz
+mkdir -p "$dir/corpus" "$dir/findings" "$dir/logs"
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
+
+# execs LOG: the executions libFuzzer counted (its final stats, else its last status line).
+execs() {
+  local n
+  n=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$1" | grep -o '[0-9]*$')
+  [ -n "$n" ] || n=$(grep -o '^#[0-9]*' "$1" | tail -1 | tr -d '#')
+  echo "${n:-0}"
+}
+
+findings=0
+printf '%-22s %12s  %s\n' target execs result
+for bin in "$dir"/fuzz_*; do
+  name=${bin##*/fuzz_}
+  if [ -n "${FUZZ_TARGETS:-}" ] && [[ " $FUZZ_TARGETS " != *" $name "* ]]; then continue; fi
+  log=$dir/logs/$name.log
+  mkdir -p "$dir/corpus/$name"
+  "$bin" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 ${FUZZ_FLAGS:-} \
+         -artifact_prefix="$dir/findings/$name-" "$dir/corpus/$name" "$dir/seeds/$name" >"$log" 2>&1
+  rc=$?
+  if [ $rc -eq 0 ]; then
+    printf '%-22s %12s  %s\n' "$name" "$(execs "$log")" "no finding"
+  else
+    findings=$((findings + 1))
+    what=$(grep -m1 -E 'hla fuzz finding|ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error' "$log")
+    printf '%-22s %12s  FINDING (exit %d): %s\n' "$name" "$(execs "$log")" $rc "${what:-see $log}"
+    grep -E 'Test unit written to|SUMMARY' "$log" | sed 's/^/    /'
+    echo "    log: $log"
+  fi
+done
+echo "fuzz: $findings target(s) with a finding, $seconds s each"
+[ $findings -eq 0 ]
