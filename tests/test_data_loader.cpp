@@ -153,6 +153,27 @@ TEST_CASE("a training run over shards checks every shard's tokens before its fir
                               ": token 258 at index 33 (byte offset 1090) is outside the vocabulary of 258 tokens");
 }
 
+TEST_CASE("a shard directory's manifest with missing or mistyped fields is an error naming the field") {
+  ScratchDir dir("badmanifest");
+  write_shard(dir / "train_000000.bin", counting_tokens(0, 40).data(), 40, 2);
+  hla::DataSettings settings;
+  settings.source = dir.path.string();
+  settings.batch_size = 1;
+  settings.seq_len = 4;
+  const std::string manifest = dir / "manifest.json";
+  const std::string shards = R"("shards": [{"name": "train_000000.bin", "split": "train"}])";
+  write_file(manifest, "{" + shards + "}");
+  CHECK_THROWS_CONTAINING(hla::make_data_sources(settings), manifest + ": field 'tokenizer' is missing");
+  write_file(manifest, R"({"tokenizer": {}, )" + shards + "}");
+  CHECK_THROWS_CONTAINING(hla::make_data_sources(settings), manifest + ": field 'tokenizer.vocab_size' is missing");
+  write_file(manifest, R"({"tokenizer": {"vocab_size": "258"}, )" + shards + "}");
+  CHECK_THROWS_CONTAINING(hla::make_data_sources(settings), "tokenizer.vocab_size");
+  write_file(manifest, R"({"tokenizer": {"vocab_size": 258}, "splits": {"val": 5}, )" + shards + "}");
+  CHECK_THROWS_CONTAINING(hla::make_data_sources(settings), manifest + ": field 'splits.val' must be an object, got 5");
+  write_file(manifest, "[1, 2]");
+  CHECK_THROWS_CONTAINING(hla::make_data_sources(settings), manifest + ": a manifest must be a JSON object, got [1,2]");
+}
+
 TEST_CASE("text loader tokenises a corpus file in memory, eos before each document") {
   ScratchDir dir("textloader");
   write_file(dir / "t.txt.zst", "para one\n\npara two\n");

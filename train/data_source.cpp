@@ -7,7 +7,10 @@
 #include "data/bpe.h"
 #include "data/loader.h"
 #include "data/mqar.h"
+#include "nn/config.h"
+#include "nn/weights.h"
 #include "tensor/ignore_index.h"
+#include "tensor/json.h"
 #include "train/checkpoint.h"
 
 namespace fs = std::filesystem;
@@ -137,17 +140,48 @@ DataSources mqar_sources(const DataSettings& s) {
   return d;
 }
 
+// What a run needs from a shard directory's manifest.json: the vocabulary size and the number
+// of validation shards. Missing or mistyped fields are errors naming the file and the field.
+struct ManifestFacts {
+  int vocab_size = 0;
+  int64_t val_shards = 0;
+};
+
+const nlohmann::json& manifest_member(const nlohmann::json& j, const char* key, const std::string& path,
+                                      const std::string& field) {
+  if (!j.is_object() || !j.contains(key)) fail(path, ": field '", field, "' is missing");
+  return j.at(key);
+}
+
+ManifestFacts read_manifest_facts(const std::string& path) {
+  const nlohmann::json manifest = read_json_file(path);
+  ManifestFacts facts;
+  if (!manifest.is_object()) fail(path, ": a manifest must be a JSON object, got ", json_excerpt(manifest));
+  const nlohmann::json& tokenizer = manifest_member(manifest, "tokenizer", path, "tokenizer");
+  read_setting(manifest_member(tokenizer, "vocab_size", path, "tokenizer.vocab_size"), facts.vocab_size, path,
+               "tokenizer.vocab_size");
+  if (facts.vocab_size < 1) fail(path, ": tokenizer.vocab_size must be >= 1, got ", facts.vocab_size);
+  const nlohmann::json splits = manifest.value("splits", nlohmann::json::object());
+  if (!splits.is_object()) fail(path, ": field 'splits' must be an object, got ", json_excerpt(splits));
+  if (splits.contains("val")) {
+    const nlohmann::json& val = splits.at("val");
+    if (!val.is_object()) fail(path, ": field 'splits.val' must be an object, got ", json_excerpt(val));
+    if (val.contains("shards")) read_setting(val.at("shards"), facts.val_shards, path, "splits.val.shards");
+  }
+  return facts;
+}
+
 DataSources shard_sources(const DataSettings& s) {
   DataSources d;
-  int vocab = 0;
   std::string manifest = (fs::path(s.source) / "manifest.json").string();
   bool directory = fs::is_directory(s.source);
-  if (directory) vocab = read_json_file(manifest).at("tokenizer").at("vocab_size").get<int>();
-  else vocab = data::load_tokenizer(s.tokenizer)->vocab_size();
+  ManifestFacts facts;
+  if (directory) facts = read_manifest_facts(manifest);
+  const int vocab = directory ? facts.vocab_size : data::load_tokenizer(s.tokenizer)->vocab_size();
   d.train = std::make_unique<LoaderSource>(
       data::TokenLoader(data::find_shards(s.source, "train"), loader_options(s, true, vocab)));
   std::string val_note = "no validation split";
-  if (directory && read_json_file(manifest)["splits"]["val"].value("shards", 0) > 0) {
+  if (facts.val_shards > 0) {
     data::TokenLoader val(data::find_shards(s.source, "val"), loader_options(s, false, vocab));
     val_note = std::to_string(val.total_tokens()) + " val tokens";
     d.val = std::make_unique<LoaderSource>(std::move(val));

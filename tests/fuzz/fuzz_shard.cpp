@@ -18,12 +18,14 @@ std::string write_shard_file(const uint8_t* data, size_t size) {
 }
 
 void read_everything(const std::string& path) {
-  (void)hla::data::read_shard_header(path);
+  constexpr int64_t kVocab = 258;  // the byte tokenizer's: ids 258 and up are refused
+  (void)hla::data::check_shard_tokens(path, kVocab);
   hla::data::ShardData shard = hla::data::read_shard(path);
   for (int64_t i = 0; i < shard.header.num_tokens; i++) (void)shard.token(i);
   hla::data::LoaderOptions options;
   options.batch_size = 2;
   options.seq_len = 4;
+  options.vocab_size = kVocab;
   (void)hla::data::TokenLoader({path}, options).next_batch();
 }
 

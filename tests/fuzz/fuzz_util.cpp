@@ -33,6 +33,7 @@ const std::string& scratch_dir() {
 
 std::string write_input(const std::string& name, const uint8_t* data, size_t size) {
   std::string path = scratch_dir() + "/" + name;
+  std::filesystem::create_directories(scratch_dir());  // another process may have cleaned /tmp
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
   if (!out.flush()) {
