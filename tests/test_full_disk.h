@@ -9,7 +9,7 @@
 #include <csignal>
 #include <string>
 
-#include "tensor/error.h"
+#include "tests/test_util.h"
 
 namespace hla::testing {
 
@@ -34,16 +34,11 @@ class FullDisk {
   void (*old_handler_)(int) = SIG_DFL;
 };
 
-// The message of the hla::Error that write() throws while the disk is full ("" if none).
+// The message of the hla::Error that write() throws while the disk is full ("(no error)" if none).
 template <class Fn>
 std::string error_on_full_disk(Fn write, rlim_t bytes = 16) {
   FullDisk full(bytes);
-  try {
-    write();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return error_of(write);
 }
 
 }  // namespace hla::testing
