@@ -10,6 +10,7 @@
 #include "data/bpe.h"
 #include "data/bpe_train.h"
 #include "data/pretokenize.h"
+#include "tensor/json.h"
 #include "tests/test_data_util.h"
 #include "tests/test_full_disk.h"
 
@@ -325,7 +326,10 @@ TEST_CASE("tokenizer.json: deep nesting is refused and errors quote at most an e
   } catch (const hla::Error& e) {
     message = e.what();
   }
-  CHECK(message.find("pre-tokenizer '{\"huge\":\"xxxx") != std::string::npos);
+  // The value is quoted as its first 100 characters and "...": {"huge":" then 91 x's.
+  const std::string excerpt = "{\"huge\":\"" + std::string(91, 'x') + "...";
+  CHECK(excerpt == hla::json_excerpt(j["pre_tokenizer"]));
+  CHECK(message.find("pre-tokenizer '" + excerpt + "'") != std::string::npos);
   CHECK(message.size() < 400);
 }
 
