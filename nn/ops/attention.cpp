@@ -13,6 +13,7 @@
 #include <limits>
 #include <vector>
 
+#include "nn/ops/check.h"
 #include "tensor/dispatch.h"
 #ifdef HLA_CUDA
 #include "cuda/attention.h"
@@ -152,10 +153,8 @@ Var attention(const Var& q, const Var& k, const Var& v, double scale, int64_t wi
   const int64_t B = q.size(0), T = q.size(1), H = q.size(2), D = q.size(3), Hkv = k.size(2), Dv = v.size(3);
   check_shape(k.value(), {B, T, Hkv, D}, "attention", "k");
   check_shape(v.value(), {B, T, Hkv, Dv}, "attention", "v");
-  check_dtype(k.value(), q.dtype(), "attention", "k");
-  check_dtype(v.value(), q.dtype(), "attention", "v");
-  HLA_CHECK(k.device() == q.device() && v.device() == q.device(), "attention: q ", q.value().str(), ", k ",
-            k.value().str(), " and v ", v.value().str(), " must be on one device");
+  check_operand(k.value(), q.value(), "attention", "k");
+  check_operand(v.value(), q.value(), "attention", "v");
   HLA_CHECK(Hkv > 0 && H % Hkv == 0, "attention: query heads H = ", H, " must be a multiple of kv heads Hkv = ", Hkv);
   HLA_CHECK(window >= 0, "attention: window must be >= 0 (0 = full causal), got ", window);
   const AttentionDims d{B, T, H, Hkv, D, Dv, scale, window, accum_dtype(q.value())};

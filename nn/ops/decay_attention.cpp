@@ -18,6 +18,7 @@
 #include <type_traits>
 
 #include "nn/ops/chunk_util.h"
+#include "nn/ops/check.h"
 #include "tensor/dispatch.h"
 #ifdef HLA_CUDA
 #include "cuda/decay_attention.h"
@@ -206,13 +207,13 @@ DecayAttentionOutput decay_attention(const Var& q, const Var& k, const Var& v, c
             g.value().str());
   const bool vector_gate = g.dim() == 4;
   check_shape(g.value(), vector_gate ? Shape{B, T, HV, dk} : Shape{B, T, HV}, op, "g");
-  for (const Var* x : {&k, &v, &g}) check_dtype(x->value(), q.dtype(), op, "k, v, g");
+  check_operand(k.value(), q.value(), op, "k");
+  check_operand(v.value(), q.value(), op, "v");
+  check_operand(g.value(), q.value(), op, "g");
   const bool has_h0 = initial_state.defined();
   if (has_h0) {
     check_shape(initial_state.value(), {B, HV, dk, dv}, op, "initial_state");
-    check_dtype(initial_state.value(), q.dtype(), op, "initial_state");
-    HLA_CHECK(initial_state.device() == q.device(), "decay_attention: initial_state ", initial_state.value().str(),
-              " must be on the device of q ", q.value().str());
+    check_operand(initial_state.value(), q.value(), op, "initial_state");
   }
   HLA_CHECK(chunk_size >= 0, "decay_attention: chunk_size must be >= 0 (0 = recurrent), got ", chunk_size);
   const DecayAttentionDims d{B, T, H, HV, dk, dv, vector_gate, scale, chunk_size, accum_dtype(q.value())};

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "nn/ops/solve_tril.h"
+#include "nn/ops/check.h"
 #include "tensor/dispatch.h"
 #include "tensor/math.h"
 #ifdef HLA_CUDA
@@ -535,11 +536,7 @@ DeltaRuleDims check_inputs(const Var& q, const Var& k, const Var& v, const Var& 
   const std::pair<const Var*, const char*> others[] = {{&k, "k"}, {&v, "v"}, {&g, "g"}, {&b, "b"},
                                                        {&w, "w"}, {&h0, "initial_state"}};
   for (const auto& [x, name] : others)
-    if (x->defined()) {
-      check_dtype(x->value(), q.dtype(), "delta_rule", name);
-      HLA_CHECK(x->device() == q.device(), "delta_rule: ", name, " ", x->value().str(),
-                " must be on the device of q ", q.value().str());
-    }
+    if (x->defined()) check_operand(x->value(), q.value(), "delta_rule", name);
   HLA_CHECK(opt.chunk_size >= 0, "delta_rule: chunk_size must be >= 0, got ", opt.chunk_size);
   d.scale = opt.scale != 0 ? opt.scale : 1.0 / std::sqrt(static_cast<double>(d.dk));
   d.chunk_size = opt.chunk_size;

@@ -10,6 +10,7 @@
 
 #include <cmath>
 
+#include "nn/ops/check.h"
 #include "tensor/dispatch.h"
 #ifdef HLA_CUDA
 #include "cuda/hgrn.h"
@@ -97,13 +98,11 @@ HgrnOutput hgrn(const Var& x, const Var& g, const Var& initial_state) {
   HLA_CHECK(x.dim() == 3, "hgrn: x must be (B, T, D), got ", x.value().str());
   const int64_t B = x.size(0), T = x.size(1), D = x.size(2);
   check_shape(g.value(), {B, T, D}, "hgrn", "g");
-  check_dtype(g.value(), x.dtype(), "hgrn", "g");
+  check_operand(g.value(), x.value(), "hgrn", "g");
   const bool has_h0 = initial_state.defined();
   if (has_h0) {
     check_shape(initial_state.value(), {B, D}, "hgrn", "initial_state");
-    check_dtype(initial_state.value(), x.dtype(), "hgrn", "initial_state");
-    HLA_CHECK(initial_state.device() == x.device(), "hgrn: initial_state ", initial_state.value().str(),
-              " must be on the device of x ", x.value().str());
+    check_operand(initial_state.value(), x.value(), "hgrn", "initial_state");
   }
   const HgrnDims d{B, T, D, accum_dtype(x.value())};
   const DType dt = x.dtype();

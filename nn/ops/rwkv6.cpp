@@ -17,6 +17,7 @@
 #include <string>
 
 #include "nn/ops/chunk_util.h"
+#include "nn/ops/check.h"
 #include "tensor/dispatch.h"
 #ifdef HLA_CUDA
 #include "cuda/rwkv6.h"
@@ -189,13 +190,12 @@ Rwkv6Output rwkv6(const Var& r, const Var& k, const Var& v, const Var& w, const 
             "rwkv6: v must be (B, T, H, dv) with B = ", B, ", T = ", T, ", H = ", H, ", got ", v.value().str());
   const int64_t dv = v.size(3);
   check_shape(u.value(), {H, dk}, op, "u");
-  for (const Var* x : {&k, &v, &w, &u}) check_dtype(x->value(), r.dtype(), op, "k, v, w, u");
+  for (const auto& [x, name] : {std::pair<const Var*, const char*>{&k, "k"}, {&v, "v"}, {&w, "w"}, {&u, "u"}})
+    check_operand(x->value(), r.value(), op, name);
   const bool has_h0 = initial_state.defined();
   if (has_h0) {
     check_shape(initial_state.value(), {B, H, dk, dv}, op, "initial_state");
-    check_dtype(initial_state.value(), r.dtype(), op, "initial_state");
-    HLA_CHECK(initial_state.device() == r.device(), "rwkv6: initial_state ", initial_state.value().str(),
-              " must be on the device of r ", r.value().str());
+    check_operand(initial_state.value(), r.value(), op, "initial_state");
   }
   HLA_CHECK(chunk_size >= 0, "rwkv6: chunk_size must be >= 0 (0 = recurrent), got ", chunk_size);
   const Rwkv6Dims d{B, T, H, dk, dv, scale, chunk_size, accum_dtype(r.value())};
