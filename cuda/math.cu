@@ -24,6 +24,7 @@ cublasHandle_t handle() {
   static cublasHandle_t h = [] {
     cublasHandle_t x;
     CUBLAS_CHECK(cublasCreate(&x));
+    CUBLAS_CHECK(cublasSetStream(x, cudaStreamPerThread));  // hla's stream (cuda/graph.h), not the legacy one
     return x;
   }();
   return h;

@@ -13,6 +13,8 @@ struct Pool {
   std::map<size_t, std::vector<void*>> free_lists;  // rounded size -> cached blocks
   size_t allocated = 0, reserved = 0, peak = 0, mallocs = 0;
   bool poison = false;
+  bool holding = false;                        // begin_hold .. end_hold
+  std::vector<std::pair<void*, size_t>> held;  // blocks freed while holding
 };
 Pool& pool() {
   static Pool* p = new Pool();  // never destroyed: blocks may be freed during static teardown
@@ -60,8 +62,35 @@ void device_free(void* ptr, size_t bytes) {
   size_t size = round_size(bytes == 0 ? 1 : bytes);
   Pool& p = pool();
   std::lock_guard<std::mutex> lock(p.mu);
+  if (p.holding) {
+    p.held.push_back({ptr, size});
+    return;
+  }
   p.free_lists[size].push_back(ptr);
   p.allocated -= size;
+}
+
+void begin_hold() {
+  std::lock_guard<std::mutex> lock(pool().mu);
+  HLA_CHECK(!pool().holding, "cuda allocator: begin_hold while already holding");
+  pool().holding = true;
+}
+
+std::vector<std::pair<void*, size_t>> end_hold() {
+  std::lock_guard<std::mutex> lock(pool().mu);
+  pool().holding = false;
+  std::vector<std::pair<void*, size_t>> blocks;
+  blocks.swap(pool().held);
+  return blocks;
+}
+
+void release_held(const std::vector<std::pair<void*, size_t>>& blocks) {
+  Pool& p = pool();
+  std::lock_guard<std::mutex> lock(p.mu);
+  for (const auto& [ptr, size] : blocks) {
+    p.free_lists[size].push_back(ptr);
+    p.allocated -= size;
+  }
 }
 
 void set_poison_allocations(bool on) {
@@ -90,10 +119,12 @@ void copy_h2d(void* dst, const void* src, size_t bytes) {
 void copy_d2h(void* dst, const void* src, size_t bytes) {
   CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
 }
+// Device-to-device copies and memsets never block the host, so they can be stream-ordered
+// (Async on stream 0, the per-thread default stream in this build) and captured into a graph.
 void copy_d2d(void* dst, const void* src, size_t bytes) {
-  CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, 0));
 }
-void memset_zero(void* ptr, size_t bytes) { CUDA_CHECK(cudaMemset(ptr, 0, bytes)); }
+void memset_zero(void* ptr, size_t bytes) { CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, 0)); }
 void synchronize() { CUDA_CHECK(cudaDeviceSynchronize()); }
 
 int device_count() {

@@ -9,6 +9,8 @@
 #pragma once
 #include <cstddef>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace hla::cuda {
 
@@ -25,6 +27,15 @@ void release_cached();
 // it on through hla::set_poison_allocations(Device::CUDA, on) (tensor/tensor.h).
 void set_poison_allocations(bool on);
 
+// CUDA graph capture (cuda/graph.h): between begin_hold and end_hold every freed block is held
+// aside (still counted as allocated) instead of returning to the free lists, since a captured
+// graph writes it again at each replay; end_hold returns them (rounded sizes) and
+// release_held puts them back in the free lists once the graph is gone.
+void begin_hold();
+std::vector<std::pair<void*, size_t>> end_hold();
+void release_held(const std::vector<std::pair<void*, size_t>>& blocks);
+
+// All copies and memsets run in order on hla's stream (the per-thread default stream).
 void copy_h2d(void* dst, const void* src, size_t bytes);
 void copy_d2h(void* dst, const void* src, size_t bytes);
 void copy_d2d(void* dst, const void* src, size_t bytes);

@@ -41,7 +41,7 @@ struct Block {
   bool linear = false;
 };
 
-class HybridLM : public TrainableModel {
+class HybridLM : public TrainableModel, public StatefulModel {
  public:
   HybridLM(const ModelConfig& c, uint64_t seed, Device device, DType compute)
       : config_(c), store_(seed, c.initializer_range, device, compute) {
@@ -60,14 +60,38 @@ class HybridLM : public TrainableModel {
     if (!c.tie_word_embeddings) head_ = store_.normal("lm_head.weight", {c.vocab_size, c.hidden_size});
   }
 
-  Var logits(const Tensor& ids) override {
+  Var logits(const Tensor& ids) override { return forward(ids, nullptr); }
+
+  Var logits_with_state(const Tensor& ids, ModelState& state) override {
+    if (state.layers.empty()) state.layers.resize(blocks_.size());
+    HLA_CHECK(state.layers.size() == blocks_.size(), "model state has ", state.layers.size(), " layers, the model ",
+              blocks_.size());
+    for (LayerState& layer : state.layers) layer.positions = state.positions;
+    if (lower_bounds_.defined() && state.lower_bounds.empty()) state.lower_bounds = lower_bounds(lower_bounds_);
+    return forward(ids, &state);
+  }
+
+  const ModelConfig& config() const override { return config_; }
+
+  Var loss(const Tensor& ids, const Tensor& targets) override {
+    return cross_entropy(logits(ids), targets);
+  }
+
+  ParameterList parameters() override { return store_.parameters(); }
+  Device device() const override { return store_.device(); }
+
+ private:
+  // The forward of the blocks; with a state (decoding) every layer carries its part of it.
+  Var forward(const Tensor& ids, ModelState* state) {
     Var x = embedding(ids, store_.use(embed_));  // x: (B, T, D)
     std::vector<Var> lbs;
-    if (lower_bounds_.defined()) lbs = lower_bounds(lower_bounds_);
+    if (state) lbs = state->lower_bounds;
+    else if (lower_bounds_.defined()) lbs = lower_bounds(lower_bounds_);
     Var routed_error;  // CLER: carried across attention layers to the next linear layer
     for (size_t i = 0; i < blocks_.size(); i++) {
       Block& b = blocks_[i];
       MixerIO io;
+      if (state) io.state = &state->layers[i];
       if (!lbs.empty()) io.lower_bound = store_.use(lbs[i]);
       io.want_values = config_.routing == Routing::Clvr && b.linear;
       io.want_error = (config_.routing == Routing::Cler || config_.routing == Routing::ClerH) && b.linear;
@@ -76,7 +100,7 @@ class HybridLM : public TrainableModel {
       if (b.pre_norm.weight.defined()) x = b.pre_norm.apply(store_, x, config_.norm_eps);
       Var h = b.mixer->forward(b.attn_norm.apply(store_, x, config_.norm_eps), io);
       x = add(x, h);
-      if (b.mlp) x = add(x, b.mlp->forward(b.mlp_norm.apply(store_, x, config_.norm_eps)));
+      if (b.mlp) x = add(x, b.mlp->forward_with_state(b.mlp_norm.apply(store_, x, config_.norm_eps), io.state));
       if (b.route_proj.defined()) {
         const Var& routed = config_.routing == Routing::Clvr ? io.values : io.error;
         x = add(x, linear(routed, store_.use(b.route_proj)));
@@ -87,14 +111,6 @@ class HybridLM : public TrainableModel {
     return linear(x, store_.use(config_.tie_word_embeddings ? embed_ : head_));  // (B, T, V)
   }
 
-  Var loss(const Tensor& ids, const Tensor& targets) override {
-    return cross_entropy(logits(ids), targets);
-  }
-
-  ParameterList parameters() override { return store_.parameters(); }
-  Device device() const override { return store_.device(); }
-
- private:
   Block make_block(int i) {
     Block b;
     b.linear = !config_.is_attention_layer(i);

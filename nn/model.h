@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "nn/config.h"
+#include "nn/layers/layer_state.h"
 #include "nn/module.h"
 
 namespace hla {
@@ -14,5 +15,22 @@ namespace hla {
 std::unique_ptr<TrainableModel> make_model(const ModelConfig& config, uint64_t seed,
                                            Device device = Device::CPU,
                                            DType compute_dtype = DType::F32);
+
+// Everything a decoder carries for a batch between forward calls (nn/decode.h).
+struct ModelState {
+  std::vector<LayerState> layers;  // one per block
+  Tensor positions;                // (B) I32 on the model's device: tokens seen before this call
+  std::vector<Var> lower_bounds;   // HGRN, HGRN-2: the per-layer forget-gate bounds, computed once
+};
+
+// The forward that starts from and updates a ModelState: a model made by make_model is one.
+class StatefulModel {
+ public:
+  virtual ~StatefulModel() = default;
+  // ids: (B, T) I32 on the model's device -> logits (B, T, V); every layer starts from
+  // state.layers[i] (fresh: zeros, empty caches) and leaves its state there.
+  virtual Var logits_with_state(const Tensor& ids, ModelState& state) = 0;
+  virtual const ModelConfig& config() const = 0;
+};
 
 }  // namespace hla

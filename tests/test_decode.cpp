@@ -1,7 +1,15 @@
-// Decoding (nn/decode.h): decode_memory against hand-counted bytes.
+// Decoding (nn/decode.h): decode_memory against hand-counted bytes; greedy decoding with the
+// decoder (batched prefill of mixed-length prompts, then batched steps) gives the tokens of the
+// no-cache path (re-running the forward for every token) for every mixer, hybrids with GQA,
+// sliding-window attention and routing, and holds decode_memory's bytes; prefill-then-step
+// leaves the state of one forward over all tokens. On the GPU (when there is one) the same,
+// with the step replayed from a CUDA graph.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+
 #include "nn/decode.h"
+#include "nn/model.h"
 #include "test_util.h"
 
 using namespace hla;
@@ -67,4 +75,211 @@ TEST_CASE("decode_memory follows each mixer's head shape") {
   plain.use_short_conv = false;
   CHECK(decode_memory(plain, 5).state_bytes == 2 * 32 * 32 * 4);
   CHECK(decode_memory(small_config("transformer", 2, "transformer"), 7).kv_bytes == 2 * (2 * 2 * 32 * 7 * 4));
+}
+
+// ---- decoding against the no-cache path ----
+
+namespace {
+
+// A tiny model of `model_type` whose logits are far enough apart for greedy decoding to be
+// decided by the model, not by rounding (init std 0.2 over a vocabulary of 40). chunk_size 4
+// makes the prefill run several chunks of the chunked kernels.
+ModelConfig tiny(const std::string& model_type, int layers, const std::string& hybrid) {
+  ModelConfig c;
+  c.model_type = model_type;
+  c.hidden_size = 32;
+  c.num_hidden_layers = layers;
+  c.num_heads = 2;
+  c.vocab_size = 40;
+  c.chunk_size = 4;
+  c.initializer_range = 0.2;
+  if (model_type == "mamba2") {
+    c.expand_v = 2;
+    c.head_dim = 8;
+    c.state_size = 8;
+  }
+  c.set_hybrid(hybrid);
+  c.validate("tiny " + model_type);
+  return c;
+}
+
+struct DecodeRun {
+  std::string label;
+  ModelConfig config;
+};
+
+// Every mixer (pure, and with an attention layer), the Transformer, GQA, a sliding window that
+// the prompts and steps run past, and routing.
+std::vector<DecodeRun> decode_runs() {
+  std::vector<DecodeRun> runs;
+  for (const char* m : {"hgrn", "retnet", "gla", "hgrn2", "mamba2", "rwkv6", "delta_net", "gated_deltanet", "kda",
+                        "gdn2"}) {
+    runs.push_back({std::string(m) + " pure", tiny(m, 2, "pure")});
+    runs.push_back({std::string(m) + " 2:1", tiny(m, 2, "2:1")});
+  }
+  runs.push_back({"transformer", tiny("transformer", 2, "transformer")});
+  ModelConfig gqa = tiny("gated_deltanet", 4, "2:1");
+  gqa.attn.num_kv_heads = 1;
+  runs.push_back({"gated_deltanet 2:1 gqa", gqa});
+  ModelConfig window = tiny("gla", 3, "3:1");
+  window.attn.window_size = 4;
+  runs.push_back({"gla 3:1 window 4", window});
+  ModelConfig windowed_transformer = tiny("transformer", 2, "transformer");
+  windowed_transformer.attn.window_size = 3;
+  windowed_transformer.attn.num_kv_heads = 1;
+  runs.push_back({"transformer window 3 gqa", windowed_transformer});
+  ModelConfig cler = tiny("gated_deltanet", 3, "3:1");
+  cler.routing = Routing::Cler;
+  runs.push_back({"gated_deltanet 3:1 cler", cler});
+  return runs;
+}
+
+const std::vector<std::vector<int32_t>> kPrompts = {{3, 17, 5, 29, 11}, {8, 1, 33, 2, 2, 19, 7, 24, 30}, {12}, {39, 0}};
+constexpr int kNewTokens = 6;
+
+int32_t argmax_row(const std::vector<double>& z, int64_t row, int64_t V) {
+  auto first = z.begin() + row * V;
+  return static_cast<int32_t>(std::max_element(first, first + V) - first);
+}
+
+// Greedy decoding by re-running the whole forward for every token (the no-cache path), one
+// sequence at a time; the logits of each generated position go to `logits` (per sequence).
+std::vector<std::vector<int32_t>> greedy_full(TrainableModel& model, Device device,
+                                              std::vector<std::vector<std::vector<double>>>& logits) {
+  NoGradGuard no_grad;
+  const int64_t V = 40;
+  std::vector<std::vector<int32_t>> out;
+  logits.assign(kPrompts.size(), {});
+  for (size_t b = 0; b < kPrompts.size(); b++) {
+    std::vector<int32_t> seq = kPrompts[b];
+    out.emplace_back();
+    for (int n = 0; n < kNewTokens; n++) {
+      const int64_t T = static_cast<int64_t>(seq.size());
+      std::vector<double> z = model.logits(Tensor::from_i32(seq, {1, T}).to(device)).value().to_f64_vector();
+      logits[b].emplace_back(z.end() - V, z.end());
+      seq.push_back(argmax_row(z, T - 1, V));
+      out.back().push_back(seq.back());
+    }
+  }
+  return out;
+}
+
+// The same with the decoder: one batched prefill of the mixed-length prompts, then batched steps.
+std::vector<std::vector<int32_t>> greedy_decoder(Decoder& decoder, std::vector<std::vector<std::vector<double>>>& logits) {
+  const int64_t V = 40, B = static_cast<int64_t>(kPrompts.size());
+  std::vector<std::vector<int32_t>> out(B);
+  logits.assign(B, {});
+  Tensor z = decoder.prefill(kPrompts);
+  for (int n = 0; n < kNewTokens; n++) {
+    REQUIRE(z.shape() == Shape{B, V});
+    CHECK(z.dtype() == DType::F32);
+    std::vector<double> rows = z.to_f64_vector();
+    std::vector<int32_t> next(B);
+    for (int64_t b = 0; b < B; b++) {
+      logits[b].emplace_back(rows.begin() + b * V, rows.begin() + (b + 1) * V);
+      next[b] = argmax_row(rows, b, V);
+      out[b].push_back(next[b]);
+    }
+    if (n + 1 < kNewTokens) z = decoder.step(next);
+  }
+  return out;
+}
+
+double max_rel_err_nested(const std::vector<std::vector<std::vector<double>>>& a,
+                          const std::vector<std::vector<std::vector<double>>>& ref) {
+  std::vector<double> fa, fr;
+  for (size_t b = 0; b < a.size(); b++)
+    for (size_t n = 0; n < a[b].size(); n++) {
+      fa.insert(fa.end(), a[b][n].begin(), a[b][n].end());
+      fr.insert(fr.end(), ref[b][n].begin(), ref[b][n].end());
+    }
+  return testing::max_rel_err(fa, fr);
+}
+
+// Greedy decoding with the decoder equals the no-cache path, token for token, with logits within
+// `tol` (fp32: the chunked prefill and the one-token step round differently), for every run.
+void check_decoder_matches_full_forward(Device device, bool cuda_graph, double tol) {
+  for (const DecodeRun& run : decode_runs()) {
+    CAPTURE(run.label);
+    std::unique_ptr<TrainableModel> model = make_model(run.config, 7, device);
+    std::vector<std::vector<std::vector<double>>> ref_logits, got_logits;
+    std::vector<std::vector<int32_t>> ref = greedy_full(*model, device, ref_logits);
+    std::unique_ptr<Decoder> decoder = make_decoder(*model, 64, cuda_graph);
+    std::vector<std::vector<int32_t>> got = greedy_decoder(*decoder, got_logits);
+    CHECK(got == ref);
+    CHECK(max_rel_err_nested(got_logits, ref_logits) <= tol);
+    std::vector<int64_t> lengths;
+    for (const auto& p : kPrompts) lengths.push_back(static_cast<int64_t>(p.size()) + kNewTokens - 1);
+    CHECK(decoder->lengths() == lengths);
+    // The bytes held: the batch times decode_memory at the decoder's max_context.
+    DecodeMemory per_seq = decode_memory(run.config, 64);
+    DecodeMemory held = decoder->memory();
+    CHECK(held.state_bytes == 4 * per_seq.state_bytes);
+    CHECK(held.kv_bytes == 4 * per_seq.kv_bytes);
+  }
+}
+
+// Every state tensor of a ModelState, in a fixed order.
+std::vector<Tensor> state_tensors(const ModelState& s) {
+  std::vector<Tensor> out;
+  for (const LayerState& l : s.layers) {
+    out.push_back(l.recurrent);
+    out.insert(out.end(), l.tails.begin(), l.tails.end());
+    out.push_back(l.ffn_tail);
+    out.push_back(l.kv.k);
+    out.push_back(l.kv.v);
+  }
+  return out;
+}
+
+// Prefill of the first 5 tokens then one-token steps leaves the state one forward over all 13
+// tokens leaves (recurrent states, tails, KV caches), within 1e-5 relative per tensor.
+void check_prefill_then_step_state(Device device) {
+  const std::vector<int32_t> tokens = {3, 17, 5, 29, 11, 8, 1, 33, 2, 2, 19, 7, 24};
+  const int64_t N = static_cast<int64_t>(tokens.size()), prefix = 5;
+  for (const DecodeRun& run : decode_runs()) {
+    CAPTURE(run.label);
+    std::unique_ptr<TrainableModel> model = make_model(run.config, 7, device);
+    auto& stateful = dynamic_cast<StatefulModel&>(*model);
+    NoGradGuard no_grad;
+    auto fresh = [&] {
+      ModelState s;
+      s.layers.resize(run.config.num_hidden_layers);
+      for (int i = 0; i < run.config.num_hidden_layers; i++)
+        if (run.config.is_attention_layer(i))
+          s.layers[i].kv.capacity = run.config.attn.window_size > 0 ? run.config.attn.window_size : N;
+      s.positions = Tensor::zeros({1}, DType::I32, device);
+      return s;
+    };
+    ModelState full = fresh(), stepped = fresh();
+    stateful.logits_with_state(Tensor::from_i32(tokens, {1, N}).to(device), full);
+    std::vector<int32_t> head(tokens.begin(), tokens.begin() + prefix);
+    stateful.logits_with_state(Tensor::from_i32(head, {1, prefix}).to(device), stepped);
+    for (int64_t t = prefix; t < N; t++) {
+      stepped.positions = Tensor::from_i32({static_cast<int32_t>(t)}, {1}).to(device);
+      stateful.logits_with_state(Tensor::from_i32({tokens[t]}, {1, 1}).to(device), stepped);
+    }
+    std::vector<Tensor> a = state_tensors(stepped), ref = state_tensors(full);
+    REQUIRE(a.size() == ref.size());
+    int compared = 0;
+    for (size_t i = 0; i < a.size(); i++) {
+      CAPTURE(i);
+      REQUIRE(a[i].defined() == ref[i].defined());
+      if (!ref[i].defined()) continue;
+      REQUIRE(a[i].shape() == ref[i].shape());
+      CHECK(testing::max_rel_err(a[i], ref[i]) <= 1e-5);
+      compared++;
+    }
+    CHECK(compared > 0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("greedy decoding with the decoder equals re-running the forward, every mixer, CPU fp32") {
+  check_decoder_matches_full_forward(Device::CPU, false, 1e-4);
+}
+
+TEST_CASE("prefill then steps leaves the state of one forward over all tokens, CPU fp32") {
+  check_prefill_then_step_state(Device::CPU);
 }

@@ -5,11 +5,15 @@
 // products), forward+backward 3.5x that (the backward's five products), as flash-attention
 // reports them.
 // rope: the attention and RetNet widths, a head width whose half (24) makes a warp span two
-// tokens, position offsets, and a long sequence (angles up to ~4200 rad).
+// tokens, position offsets, and a long sequence (angles up to ~4200 rad); per-sequence
+// positions (decoding a batch of mixed lengths).
+// attention_decode: a GQA step at mixed positions (0, mid, the last slot), a sliding window whose
+// ring has wrapped, D != Dv, and a 4096-slot cache; inputs and outputs only (no gradient).
 #include <string>
 
 #include "nn/check/registry.h"
 #include "nn/ops/attention.h"
+#include "nn/ops/attention_decode.h"
 #include "nn/ops/rope.h"
 #ifdef HLA_CUDA
 #include "cuda/attention.h"
@@ -100,9 +104,52 @@ void add_rope_cases() {
        })
     add_case(gpu_case("rope", "rope " + shape_str(c.shape) + " offset " + std::to_string(c.position_offset),
                       named_kernel("rotate_half"), inputs(c.shape), op(c)));
+
+  // Per-sequence positions: sequence b starts at positions[b] (the second input, never perturbed).
+  auto at = [](Shape shape, std::vector<int32_t> positions) {
+    return [shape, positions](uint64_t seed) {
+      return Inputs{{"x", randn64(shape, seed + 1)},
+                    {"positions", Tensor::from_i32(positions, {shape[0]}), false}};
+    };
+  };
+  auto op_at = [](double theta) { return [theta](const Vars& x) { return Vars{rope(x[0], theta, x[1].value())}; }; };
+  add_case(grad_case("rope", "rope positions", 21, at({3, 2, 2, 6}, {0, 4, 9}), op_at(100.0)));
+  add_case(gpu_case("rope", "rope (4, 1, 16, 64) positions 0 7 300 4000", named_kernel("rotate_half"),
+                    at({4, 1, 16, 64}, {0, 7, 300, 4000}), op_at(10000.0)));
 }
 
-const Registrar registered{add_attention_cases, add_rope_cases};
+void add_attention_decode_cases() {
+  struct DecodeCase {
+    int64_t B, H, Hkv, D, Dv, capacity, window;
+    std::vector<int32_t> positions;  // (B)
+  };
+  for (const DecodeCase& c : {DecodeCase{3, 4, 2, 64, 64, 256, 0, {0, 37, 255}},
+                              DecodeCase{3, 4, 1, 128, 128, 16, 16, {5, 16, 100}},  // the ring has wrapped
+                              DecodeCase{2, 2, 2, 48, 32, 40, 0, {1, 39}},
+                              DecodeCase{2, 8, 2, 128, 128, 4096, 0, {4095, 1000}}}) {
+    const std::string name = "attention_decode " + dims_label({{"B", c.B}, {"H", c.H}, {"Hkv", c.Hkv}, {"D", c.D},
+                                                               {"Dv", c.Dv}, {"C", c.capacity}, {"w", c.window}});
+    auto inputs = [c](uint64_t seed) {
+      return Inputs{{"q", randn64({c.B, c.H, c.D}, seed + 1), false},
+                    {"k", randn64({c.B, c.Hkv, c.D}, seed + 2), false},
+                    {"v", randn64({c.B, c.Hkv, c.Dv}, seed + 3), false},
+                    {"k_cache", randn64({c.B, c.capacity, c.Hkv, c.D}, seed + 4), false},
+                    {"v_cache", randn64({c.B, c.capacity, c.Hkv, c.Dv}, seed + 5), false},
+                    {"positions", Tensor::from_i32(c.positions, {c.B}), false}};
+    };
+    auto op = [c](const Vars& x) {
+      Tensor k_cache = x[3].value().clone(), v_cache = x[4].value().clone();  // the op writes its caches
+      Tensor o = attention_decode(x[0].value(), x[1].value(), x[2].value(), k_cache, v_cache, x[5].value(),
+                                  default_attention_scale(c.D), c.window);
+      return Vars{Var(o), Var(k_cache), Var(v_cache)};
+    };
+    Case k = gpu_case("attention_decode", name, named_kernel("attend"), inputs, op);
+    k.outputs = {"o", "k_cache", "v_cache"};
+    add_case(std::move(k));
+  }
+}
+
+const Registrar registered{add_attention_cases, add_rope_cases, add_attention_decode_cases};
 
 }  // namespace
 }  // namespace hla::check

@@ -1,8 +1,14 @@
 // Softmax attention layer (mixers.md section 5): q/k/v projections, RoPE on q and k, causal
 // GQA attention with an optional sliding window, output projection. Used by the Transformer
 // and by every attention layer of a hybrid.
+// Decoding (MixerIO::state): the first call runs the same forward over the prompt and leaves
+// its keys and values in the ring cache (KvCache); every later call is one token per sequence,
+// RoPE at the sequence's position, against the cache (nn/ops/attention_decode.h).
+#include <algorithm>
+
 #include "nn/layers/mixers.h"
 #include "nn/ops/attention.h"
+#include "nn/ops/attention_decode.h"
 #include "nn/ops/linear.h"
 #include "nn/ops/rope.h"
 #include "nn/ops/arith.h"
@@ -25,18 +31,49 @@ class AttentionLayer : public Mixer {
     o_ = store.normal("o_proj.weight", {D_, H_ * d_});
   }
 
-  Var forward(const Var& x, MixerIO&) override {
+  Var forward(const Var& x, MixerIO& io) override {
     int64_t B = x.size(0), T = x.size(1);
     Var q = reshape(linear(x, store_.use(q_)), {B, T, H_, d_});    // q: (B, T, H, d)
     Var k = reshape(linear(x, store_.use(k_)), {B, T, Hkv_, d_});  // k: (B, T, Hkv, d)
     Var v = reshape(linear(x, store_.use(v_)), {B, T, Hkv_, d_});  // v: (B, T, Hkv, d)
+    if (io.state && io.state->kv.k.defined()) return decode_step(q, k, v, *io.state);
     q = rope(q, theta_);
     k = rope(k, theta_);
     Var o = attention(q, k, v, default_attention_scale(d_), window_);  // o: (B, T, H, d)
+    if (io.state) fill_cache(io.state->kv, k.value(), v.value());
     return linear(reshape(o, {B, T, H_ * d_}), store_.use(o_));
   }
 
  private:
+  // One token per sequence against the cache: q, k: (B, 1, heads, d) before RoPE.
+  Var decode_step(const Var& q, const Var& k, const Var& v, LayerState& state) {
+    const int64_t B = q.size(0);
+    HLA_CHECK(q.size(1) == 1, "attention layer: a decoding step takes one token per sequence, got ", q.size(1));
+    Tensor qr = rope(q, theta_, state.positions).value().reshape({B, H_, d_});
+    Tensor kr = rope(k, theta_, state.positions).value().reshape({B, Hkv_, d_});
+    Tensor o = attention_decode(qr, kr, v.value().reshape({B, Hkv_, d_}), state.kv.k, state.kv.v, state.positions,
+                                default_attention_scale(d_), window_);  // o: (B, H, d)
+    return linear(Var(o.reshape({B, 1, H_ * d_})), store_.use(o_));
+  }
+
+  // The prompt's last min(T, capacity) keys and values into their slots t % capacity (a fresh
+  // cache: the prompt starts at position 0); k, v: (B, T, Hkv, d). Those positions fill at most
+  // two runs of consecutive slots per sequence.
+  void fill_cache(KvCache& kv, const Tensor& k, const Tensor& v) const {
+    const int64_t B = k.size(0), T = k.size(1), C = kv.capacity, row = Hkv_ * d_;
+    HLA_CHECK(C > 0, "attention layer: the KV cache has no capacity set");
+    kv.k = Tensor::zeros({B, C, Hkv_, d_}, k.dtype(), k.device());
+    kv.v = Tensor::zeros({B, C, Hkv_, d_}, v.dtype(), v.device());
+    for (int64_t b = 0; b < B; b++)
+      for (int64_t t = std::max<int64_t>(0, T - C); t < T;) {
+        const int64_t slot = t % C, run = std::min(T - t, C - slot);  // tokens t .. t+run-1 -> slots slot ..
+        for (auto [cache, src] : {std::pair<Tensor*, const Tensor*>{&kv.k, &k}, {&kv.v, &v}})
+          cache->reshape({B * C, row}).slice0(b * C + slot, b * C + slot + run)
+              .copy_(src->reshape({B * T, row}).slice0(b * T + t, b * T + t + run));
+        t += run;
+      }
+  }
+
   ParamStore& store_;
   int64_t D_, H_, Hkv_, d_, window_;
   double theta_;

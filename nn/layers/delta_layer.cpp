@@ -51,16 +51,19 @@ class DeltaLayer : public Mixer {
   }
 
   Var forward(const Var& x, MixerIO& io) override {
-    Var q = l2norm(split_heads(conv_silu(project(store_, x, q_), q_conv_), H_, dk_));  // (B, T, H, dk)
-    Var k = l2norm(split_heads(conv_silu(project(store_, x, k_), k_conv_), H_, dk_));
-    Var v = conv_silu(project(store_, x, v_), v_conv_);                                 // (B, T, HV*dv)
+    Tensor *q_tail = tail_slot(io.state, 0), *k_tail = tail_slot(io.state, 1), *v_tail = tail_slot(io.state, 2);
+    Var q = l2norm(split_heads(conv_silu(project(store_, x, q_), q_conv_, q_tail), H_, dk_));  // (B, T, H, dk)
+    Var k = l2norm(split_heads(conv_silu(project(store_, x, k_), k_conv_, k_tail), H_, dk_));
+    Var v = conv_silu(project(store_, x, v_), v_conv_, v_tail);                                 // (B, T, HV*dv)
     if (io.routed_error.defined()) v = add(v, io.routed_error);                        // v + gamma * r_prev
     if (io.want_values) io.values = v;
     Var g, b, w;
     gates(x, g, b, w);
     DeltaRuleOptions opt;
     opt.chunk_size = chunk_;
-    DeltaRuleOutputs out = delta_rule(q, k, split_heads(v, HV_, dv_), g, b, w, Var(), opt);
+    Tensor* S = recurrent_slot(io.state);
+    DeltaRuleOutputs out = delta_rule(q, k, split_heads(v, HV_, dv_), g, b, w, initial_state(S, q), opt);
+    keep_state(S, out.final_state);
     if (io.want_error) io.error = merge_heads(out.residual);
     return project(store_, merge_heads(output_norm(x, out.o)), o_);
   }
@@ -68,9 +71,12 @@ class DeltaLayer : public Mixer {
   int64_t value_width() const override { return HV_ * dv_; }
 
  private:
-  Var conv_silu(const Var& x, const Var& weight) const {
+  // silu(conv(x)) carrying the conv tail in `tail` (null in training), or silu(x) without convs.
+  Var conv_silu(const Var& x, const Var& weight, Tensor* tail) const {
     if (!weight.defined()) return silu(x);
-    return short_conv(x, store_.use(weight), Var(), Var(), ConvAct::SiLU).y;
+    ShortConvOut out = short_conv(x, store_.use(weight), Var(), initial_state(tail, x), ConvAct::SiLU);
+    keep_state(tail, out.final_state);
+    return out.y;
   }
 
   void make_gate_params(ParamStore& store, int64_t D) {

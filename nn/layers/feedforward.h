@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "nn/config.h"
+#include "nn/layers/layer_state.h"
 #include "nn/layers/params.h"
 
 namespace hla {
@@ -12,6 +13,9 @@ class FeedForward {
  public:
   virtual ~FeedForward() = default;
   virtual Var forward(const Var& x) = 0;
+  // The same carrying a decoding state (RWKV-6's channel mix keeps its token shift in
+  // state->ffn_tail); a feed-forward without one ignores it.
+  virtual Var forward_with_state(const Var& x, LayerState* state) { return forward(x); }
 };
 
 // Creates "mlp.*" (GatedMLP) or "ffn.*" (RWKV-6 channel mix) parameters under the block scope.

@@ -29,7 +29,11 @@ class GlaLayer : public Mixer {
     if (io.want_values) io.values = v;
     Var gk = project(store_, project(store_, x, gk0_), gk1_, gk1_bias_);  // low-rank gate logits
     Var g = split_heads(gla_gate(gk, 16.0), H, dk);                        // g = logsigmoid(gk) / 16
-    Var o = decay_attention(q, k, split_heads(v, H, dv), g, Var(), default_attention_scale(dk), chunk_).o;
+    Tensor* S = recurrent_slot(io.state);
+    DecayAttentionOutput rec = decay_attention(q, k, split_heads(v, H, dv), g, initial_state(S, q),
+                                               default_attention_scale(dk), chunk_);
+    keep_state(S, rec.final_state);
+    const Var& o = rec.o;
     return gated_output(store_, o, x, proj_.g, norm_, o_, eps_);
   }
 

@@ -31,8 +31,11 @@ class Hgrn2Layer : public Mixer {
     Var k = split_heads(one_minus_exp(g), H_, dk_);               // k = 1 - exp(g)
     Var v = project(store_, x, i_);                               // (B, T, D)
     if (io.want_values) io.values = v;
-    Var o = decay_attention(q, k, split_heads(v, H_, dv_), split_heads(g, H_, dk_), Var(),
-                            default_attention_scale(dk_), chunk_).o;
+    Tensor* S = recurrent_slot(io.state);
+    DecayAttentionOutput rec = decay_attention(q, k, split_heads(v, H_, dv_), split_heads(g, H_, dk_),
+                                               initial_state(S, q), default_attention_scale(dk_), chunk_);
+    keep_state(S, rec.final_state);
+    const Var& o = rec.o;
     return project(store_, rmsnorm(merge_heads(o), store_.use(norm_), eps_), o_);
   }
 

@@ -29,7 +29,10 @@ class HgrnLayer : public Mixer {
     Var g = hgrn_gate(project(store_, x, f_), io.lower_bound);       // log forget gate (B, T, E)
     Var input = mul(silu(i), one_minus_exp(g));                      // i' = silu(i) * (1 - exp(g))
     if (io.want_values) io.values = input;
-    Var h = hgrn(input, g).o;                                        // h_t = e^g h_{t-1} + i'_t
+    Tensor* S = recurrent_slot(io.state);
+    HgrnOutput rec = hgrn(input, g, initial_state(S, input));       // h_t = e^g h_{t-1} + i'_t
+    keep_state(S, rec.final_state);
+    const Var& h = rec.o;
     Var y = gated_rmsnorm(h, project(store_, x, g_), store_.use(norm_), eps_, GateAct::Swish);
     return project(store_, y, o_);
   }

@@ -39,7 +39,11 @@ class Mamba2Layer : public Mixer {
     int64_t B = x.size(0), T = x.size(1);
     std::vector<Var> parts = split_last(project(store_, x, in_), {inner_, conv_dim_, H_});
     const Var &z = parts[0], &dt = parts[2];
-    Var xbc = short_conv(parts[1], store_.use(conv_), store_.use(conv_bias_), Var(), ConvAct::SiLU).y;
+    Tensor* tail = tail_slot(io.state, 0);
+    ShortConvOut conv = short_conv(parts[1], store_.use(conv_), store_.use(conv_bias_), initial_state(tail, parts[1]),
+                                   ConvAct::SiLU);
+    keep_state(tail, conv.final_state);
+    const Var& xbc = conv.y;
     std::vector<Var> xbc_parts = split_last(xbc, {inner_, N_, N_});
     const Var& xs = xbc_parts[0];                                              // (B, T, H*P)
     if (io.want_values) io.values = xs;
@@ -49,7 +53,10 @@ class Mamba2Layer : public Mixer {
     Var g = ssm_gate(dt, store_.use(a_log_), store_.use(dt_bias_));            // Delta * A
     Var v = reshape(mul_broadcast(reshape(xs, {B * T * H_, P_}), reshape(delta, {B * T * H_}), P_),
                     {B, T, H_, P_});                                           // v = Delta * x
-    Var y = decay_attention(Cq, Bk, v, g, Var(), 1.0, chunk_).o;               // (B, T, H, P)
+    Tensor* S = recurrent_slot(io.state);
+    DecayAttentionOutput rec = decay_attention(Cq, Bk, v, g, initial_state(S, Cq), 1.0, chunk_);
+    keep_state(S, rec.final_state);
+    Var y = rec.o;                                                             // (B, T, H, P)
     y = add(y, mul_broadcast(reshape(xs, {B, T, H_, P_}), store_.use(d_), P_));  // + D x
     Var normed = gated_rmsnorm(merge_heads(y), z, store_.use(norm_), eps_, GateAct::Swish, GateOrder::GateThenNorm,
                                inner_);

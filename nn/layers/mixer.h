@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "nn/config.h"
+#include "nn/layers/layer_state.h"
 #include "nn/layers/params.h"
 
 namespace hla {
@@ -18,6 +19,7 @@ struct MixerIO {
   Var error;         // out (CLER, CLER-H): write residual beta * (v - S'^T k), (B, T, value_width)
   bool want_values = false;
   bool want_error = false;
+  LayerState* state = nullptr;  // in/out (decoding): the state the layer starts from and leaves; null in training
 };
 
 class Mixer {

@@ -22,18 +22,26 @@ class RetNetLayer : public Mixer {
   Var forward(const Var& x, MixerIO& io) override {
     const int64_t H = proj_.H, dk = proj_.dk, dv = proj_.dv;
     int64_t B = x.size(0), T = x.size(1);
-    Var q = rope(split_heads(project(store_, x, proj_.q), H, dk), 10000.0);  // (B, T, H, dk)
-    Var k = rope(split_heads(project(store_, x, proj_.k), H, dk), 10000.0);
+    Var q = rotate(split_heads(project(store_, x, proj_.q), H, dk), io.state);  // (B, T, H, dk)
+    Var k = rotate(split_heads(project(store_, x, proj_.k), H, dk), io.state);
     Var v = project(store_, x, proj_.v);                                      // (B, T, H*dv)
     if (io.want_values) io.values = v;
     Var g(constant_gate(B, T, x.dtype(), x.device()), false);
-    Var o = decay_attention(q, k, split_heads(v, H, dv), g, Var(), default_attention_scale(dk), chunk_).o;
-    return gated_output(store_, o, x, proj_.g, norm_, o_, eps_);
+    Tensor* S = recurrent_slot(io.state);
+    DecayAttentionOutput rec = decay_attention(q, k, split_heads(v, H, dv), g, initial_state(S, q),
+                                               default_attention_scale(dk), chunk_);
+    keep_state(S, rec.final_state);
+    return gated_output(store_, rec.o, x, proj_.g, norm_, o_, eps_);
   }
 
   int64_t value_width() const override { return proj_.H * proj_.dv; }
 
  private:
+  // RoPE (theta 10000) from position 0, or from each sequence's position when decoding.
+  static Var rotate(const Var& x, const LayerState* state) {
+    return state ? rope(x, 10000.0, state->positions) : rope(x, 10000.0);
+  }
+
   // The constant log gate g_h = ln(1 - 2^(-5-h)), the same at every token: (B, T, H). Built on
   // the host once per shape, dtype and device, then reused (it never needs a gradient).
   Tensor constant_gate(int64_t B, int64_t T, DType dtype, Device device) {

@@ -19,6 +19,13 @@
 namespace hla {
 namespace {
 
+// delta = x_{t-1} - x_t, from the carried last token (zeros in training) and keeping the new one.
+Var shifted(const Var& x, Tensor* last) {
+  TokenShiftOut shift = token_shift(x, initial_state(last, x));
+  keep_state(last, shift.last_token);
+  return shift.delta;
+}
+
 class Rwkv6TimeMix : public Mixer {
  public:
   Rwkv6TimeMix(const ModelConfig& c, ParamStore& store) : store_(store), eps_(c.norm_eps), chunk_(c.chunk_size) {
@@ -44,7 +51,7 @@ class Rwkv6TimeMix : public Mixer {
   }
 
   Var forward(const Var& x, MixerIO& io) override {
-    Var delta = token_shift(x).delta;                                                // x_{t-1} - x_t
+    Var delta = shifted(x, tail_slot(io.state, 0));                                  // x_{t-1} - x_t
     Var zz = project(store_, lerp(x, delta, store_.use(mu_x_)), x0_);                // (B, T, 5R)
     std::vector<Var> xi = ddlerp(x, delta, zz, store_.use(x2_), store_.use(x_bias_));  // r, w, k, v, g
     Var r = split_heads(project(store_, xi[0], r_), H_, dk_);
@@ -53,7 +60,11 @@ class Rwkv6TimeMix : public Mixer {
     Var v = project(store_, xi[3], v_);
     if (io.want_values) io.values = v;
     Var gg = project(store_, xi[4], g_);
-    Var o = rwkv6(r, k, split_heads(v, H_, dv_), split_heads(w, H_, dk_), store_.use(bonus_), Var(), 1.0, chunk_).o;
+    Tensor* S = recurrent_slot(io.state);
+    Rwkv6Output rec = rwkv6(r, k, split_heads(v, H_, dv_), split_heads(w, H_, dk_), store_.use(bonus_),
+                            initial_state(S, r), 1.0, chunk_);
+    keep_state(S, rec.final_state);
+    const Var& o = rec.o;
     Var normed = group_norm(merge_heads(o), store_.use(norm_w_), store_.use(norm_b_), H_, eps_);
     return project(store_, mul(normed, silu(gg)), o_);
   }
@@ -79,8 +90,10 @@ class Rwkv6ChannelMix : public FeedForward {
     rec_ = store.normal("receptance.linear.weight", {D, D});
   }
 
-  Var forward(const Var& x) override {
-    Var delta = token_shift(x).delta;
+  Var forward(const Var& x) override { return forward_with_state(x, nullptr); }
+
+  Var forward_with_state(const Var& x, LayerState* state) override {
+    Var delta = shifted(x, state ? &state->ffn_tail : nullptr);
     Var kappa = relu_squared(project(store_, lerp(x, delta, store_.use(key_mu_)), key_));  // relu(W_key x_k)^2
     Var rho = project(store_, lerp(x, delta, store_.use(rec_mu_)), rec_);
     return mul(sigmoid(rho), project(store_, kappa, value_));

@@ -56,48 +56,79 @@ template void rope_forward<double>(double*, const double*, int64_t, int64_t, int
 template void rope_backward<float>(float*, const float*, int64_t, int64_t, int64_t, int64_t, double, int64_t);
 template void rope_backward<double>(double*, const double*, int64_t, int64_t, int64_t, int64_t, double, int64_t);
 
+// Sequence b is a batch of one starting at positions[b].
+template <class Real>
+void rope_forward_at(Real* y, const Real* x, const int32_t* positions, int64_t B, int64_t T, int64_t H, int64_t D,
+                     double theta) {
+  const int64_t seq = T * H * D;  // elements of one sequence
+  for (int64_t b = 0; b < B; b++) rotate_half(y + b * seq, x + b * seq, 1, T, H, D, theta, positions[b], Real(1));
+}
+
+template <class Real>
+void rope_backward_at(Real* dx, const Real* dy, const int32_t* positions, int64_t B, int64_t T, int64_t H, int64_t D,
+                      double theta) {
+  const int64_t seq = T * H * D;
+  for (int64_t b = 0; b < B; b++) rotate_half(dx + b * seq, dy + b * seq, 1, T, H, D, theta, positions[b], Real(-1));
+}
+
+template void rope_forward_at<float>(float*, const float*, const int32_t*, int64_t, int64_t, int64_t, int64_t, double);
+template void rope_forward_at<double>(double*, const double*, const int32_t*, int64_t, int64_t, int64_t, int64_t,
+                                      double);
+template void rope_backward_at<float>(float*, const float*, const int32_t*, int64_t, int64_t, int64_t, int64_t,
+                                      double);
+template void rope_backward_at<double>(double*, const double*, const int32_t*, int64_t, int64_t, int64_t, int64_t,
+                                       double);
+
 }  // namespace cpu
 
-// One forward for both devices: cpu::rope_forward<Real> or cuda::rope_forward.
-// x, y: (B, T, H, D)
-static void rope_forward(Tensor& y, const Tensor& x, int64_t B, int64_t T, int64_t H, int64_t D, double theta,
-                         int64_t position_offset) {
+// One rotation for both devices: cpu:: or cuda::, forward (direction +1) or backward (-1), at
+// position_offset + t, or at positions[b] + t when positions is defined. x, y: (B, T, H, D)
+static void rotate(Tensor& y, const Tensor& x, int64_t B, int64_t T, int64_t H, int64_t D, double theta,
+                   int64_t position_offset, const Tensor& positions, int direction) {
+  const bool fwd = direction > 0;
+  const int32_t* pos = data_or_null<int32_t>(positions);
   if (x.is_cuda()) {
-    HLA_CUDA_ONLY(cuda::rope_forward(y.raw(), x.raw(), B, T, H, D, theta, position_offset, x.dtype()));
+#ifdef HLA_CUDA
+    if (pos) (fwd ? cuda::rope_forward_at : cuda::rope_backward_at)(y.raw(), x.raw(), pos, B, T, H, D, theta, x.dtype());
+    else (fwd ? cuda::rope_forward : cuda::rope_backward)(y.raw(), x.raw(), B, T, H, D, theta, position_offset, x.dtype());
+#else
+    fail("rope: this operation needs a CUDA build of hla");
+#endif
     return;
   }
   dispatch_float(x.dtype(), "rope", [&](auto tag) {
     using Real = decltype(tag);
-    cpu::rope_forward(y.data<Real>(), x.data<Real>(), B, T, H, D, theta, position_offset);
+    if (pos) (fwd ? cpu::rope_forward_at<Real> : cpu::rope_backward_at<Real>)(y.data<Real>(), x.data<Real>(), pos, B, T, H, D, theta);
+    else (fwd ? cpu::rope_forward<Real> : cpu::rope_backward<Real>)(y.data<Real>(), x.data<Real>(), B, T, H, D, theta, position_offset);
   });
 }
 
-// One backward for both devices; dx: (B, T, H, D) written.
-static void rope_backward(Tensor& dx, const Tensor& dy, int64_t B, int64_t T, int64_t H, int64_t D, double theta,
-                          int64_t position_offset) {
-  if (dy.is_cuda()) {
-    HLA_CUDA_ONLY(cuda::rope_backward(dx.raw(), dy.raw(), B, T, H, D, theta, position_offset, dy.dtype()));
-    return;
-  }
-  dispatch_float(dy.dtype(), "rope", [&](auto tag) {
-    using Real = decltype(tag);
-    cpu::rope_backward(dx.data<Real>(), dy.data<Real>(), B, T, H, D, theta, position_offset);
-  });
-}
-
-Var rope(const Var& x, double theta, int64_t position_offset) {
+static Var rope_op(const Var& x, double theta, int64_t position_offset, const Tensor& positions) {
   HLA_CHECK(x.dim() == 4, "rope: x must be (B, T, H, D), got ", x.value().str());
   const int64_t B = x.size(0), T = x.size(1), H = x.size(2), D = x.size(3);
   HLA_CHECK(D % 2 == 0, "rope: head dim D must be even (rotate-half pairs i with i + D/2), got ", D);
   HLA_CHECK(theta > 0, "rope: theta must be > 0, got ", theta);
+  if (positions.defined()) {
+    check_shape(positions, {B}, "rope", "positions");
+    check_dtype(positions, DType::I32, "rope", "positions");
+    HLA_CHECK(positions.device() == x.device(), "rope: positions ", positions.str(), " is not on the device of x ",
+              x.value().str());
+  }
   Tensor xv = x.value();
   Tensor y = Tensor::empty(xv.shape(), xv.dtype(), xv.device());  // y: (B, T, H, D)
-  rope_forward(y, xv, B, T, H, D, theta, position_offset);
+  rotate(y, xv, B, T, H, D, theta, position_offset, positions, +1);
   return record_op1(y, {x}, [=](const std::vector<Tensor>& g) {
     Tensor dx = Tensor::empty(g[0].shape(), g[0].dtype(), g[0].device());
-    rope_backward(dx, g[0], B, T, H, D, theta, position_offset);
+    rotate(dx, g[0], B, T, H, D, theta, position_offset, positions, -1);
     return std::vector<Tensor>{dx};
   }, "rope");
+}
+
+Var rope(const Var& x, double theta, int64_t position_offset) { return rope_op(x, theta, position_offset, Tensor()); }
+
+Var rope(const Var& x, double theta, const Tensor& positions) {
+  HLA_CHECK(positions.defined(), "rope: positions is undefined");
+  return rope_op(x, theta, 0, positions);
 }
 
 }  // namespace hla

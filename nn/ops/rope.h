@@ -14,6 +14,10 @@ namespace hla {
 
 // x: (B, T, H, D), D even -> (B, T, H, D); token t sits at position position_offset + t.
 Var rope(const Var& x, double theta, int64_t position_offset = 0);
+// The same with an offset per sequence (decoding a batch whose prompts differ in length): token t
+// of sequence b sits at position positions[b] + t. positions: (B) I32 on x's device, read by the
+// kernel (a CUDA graph replays the rotation at the positions the buffer holds then).
+Var rope(const Var& x, double theta, const Tensor& positions);
 
 namespace cpu {
 // x, y: (B, T, H, D)
@@ -24,6 +28,13 @@ void rope_forward(Real* y, const Real* x, int64_t B, int64_t T, int64_t H, int64
 template <class Real>
 void rope_backward(Real* dx, const Real* dy, int64_t B, int64_t T, int64_t H, int64_t D, double theta,
                    int64_t position_offset);
+// As above with token t of sequence b at positions[b] + t; positions: (B)
+template <class Real>
+void rope_forward_at(Real* y, const Real* x, const int32_t* positions, int64_t B, int64_t T, int64_t H, int64_t D,
+                     double theta);
+template <class Real>
+void rope_backward_at(Real* dx, const Real* dy, const int32_t* positions, int64_t B, int64_t T, int64_t H, int64_t D,
+                      double theta);
 }  // namespace cpu
 
 }  // namespace hla
