@@ -12,7 +12,7 @@
 
 namespace hla::eval {
 
-static std::string checkpoint_tokenizer(const std::string& dir) {
+std::string checkpoint_tokenizer(const std::string& dir) {
   namespace fs = std::filesystem;
   if (fs::exists(fs::path(dir) / "tokenizer.json")) return (fs::path(dir) / "tokenizer.json").string();
   fs::path state = fs::path(dir) / "trainer_state.json";

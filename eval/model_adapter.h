@@ -19,4 +19,8 @@ struct EvalModel {
 EvalModel load_model_for_eval(const std::string& checkpoint_dir, const std::string& device,
                               const std::string& tokenizer_spec = "");
 
+// The tokenizer a checkpoint was trained with: its tokenizer.json, else trainer_state.json's
+// settings.data.tokenizer, else "byte" (a spec for data::load_tokenizer).
+std::string checkpoint_tokenizer(const std::string& checkpoint_dir);
+
 }  // namespace hla::eval

@@ -11,6 +11,9 @@
 #include "nn/decode.h"
 #include "nn/model.h"
 #include "test_util.h"
+#ifdef HLA_CUDA
+#include "cuda/runtime.h"
+#endif
 
 using namespace hla;
 
@@ -283,3 +286,61 @@ TEST_CASE("greedy decoding with the decoder equals re-running the forward, every
 TEST_CASE("prefill then steps leaves the state of one forward over all tokens, CPU fp32") {
   check_prefill_then_step_state(Device::CPU);
 }
+
+TEST_CASE("the decoder's bad inputs are errors that name the value") {
+  ModelConfig c = tiny("transformer", 1, "transformer");
+  std::unique_ptr<TrainableModel> model = make_model(c, 7);
+  std::unique_ptr<Decoder> decoder = make_decoder(*model, 8);
+  CHECK(testing::error_of([&] { decoder->step({1}); }) == "decoder: step before prefill");
+  CHECK(testing::error_of([&] { decoder->prefill({}); }) == "decoder: prefill needs at least one prompt");
+  CHECK(testing::error_of([&] { decoder->prefill({{1}, {}}); }) ==
+        "decoder: prompt 1 is empty (a prompt needs at least one token)");
+  CHECK(testing::error_of([&] { decoder->prefill({{1, 40}}); }) ==
+        "decoder: prompt 0: token 1 is 40, outside the vocabulary [0, 40)");
+  CHECK(testing::error_of([&] { decoder->prefill({std::vector<int32_t>(9, 1)}); }) ==
+        "decoder: prompt 0 has 9 tokens, more than max_context 8");
+  decoder->prefill({std::vector<int32_t>(7, 1), {2}});
+  CHECK(testing::error_of([&] { decoder->step({1}); }) == "decoder: step got 1 tokens for a batch of 2");
+  CHECK(testing::error_of([&] { decoder->step({1, -3}); }) == "decoder: step: token 1 is -3, outside the vocabulary [0, 40)");
+  decoder->step({1, 2});
+  CHECK(testing::error_of([&] { decoder->step({1, 2}); }) ==
+        "decoder: sequence 0 already holds 8 tokens, the max_context of its full-attention KV cache");
+  CHECK(testing::error_of([&] { make_decoder(*model, 0); }) == "decoder: max_context must be >= 1, got 0");
+  // A sliding window within max_context bounds nothing: the ring keeps the window.
+  c.attn.window_size = 4;
+  std::unique_ptr<TrainableModel> windowed = make_model(c, 7);
+  std::unique_ptr<Decoder> ring = make_decoder(*windowed, 8);
+  ring->prefill({std::vector<int32_t>(20, 3)});
+  for (int i = 0; i < 5; i++) ring->step({5});
+  CHECK(ring->lengths() == std::vector<int64_t>{25});
+  CHECK(ring->memory().kv_bytes == decode_memory(c, 8).kv_bytes);
+}
+
+#ifdef HLA_CUDA
+TEST_CASE("GPU: decoding equals the no-cache path, the CUDA graph replays exactly, fp32") {
+  if (!cuda_available()) {
+    MESSAGE("SKIPPED: no CUDA GPU here; decoding on the GPU was not checked (run hla_tests on a GPU)");
+    return;
+  }
+  check_decoder_matches_full_forward(Device::CUDA, true, 1e-4);
+  check_decoder_matches_full_forward(Device::CUDA, false, 1e-4);
+  check_prefill_then_step_state(Device::CUDA);
+  // Graph replays give the plain launches' logits bit for bit, and allocate nothing.
+  for (const DecodeRun& run : decode_runs()) {
+    CAPTURE(run.label);
+    std::unique_ptr<TrainableModel> model = make_model(run.config, 7, Device::CUDA);
+    std::unique_ptr<Decoder> graphed = make_decoder(*model, 64, true), plain = make_decoder(*model, 64, false);
+    std::vector<double> a = graphed->prefill(kPrompts).to_f64_vector(), b = plain->prefill(kPrompts).to_f64_vector();
+    CHECK(a == b);
+    size_t mallocs = 0;
+    for (int n = 0; n < 8; n++) {
+      std::vector<int32_t> next = {static_cast<int32_t>(n), 5, static_cast<int32_t>(39 - n), 17};
+      a = graphed->step(next).to_f64_vector();
+      b = plain->step(next).to_f64_vector();
+      CHECK(a == b);
+      if (n == 3) mallocs = cuda::cuda_malloc_calls();
+    }
+    CHECK(cuda::cuda_malloc_calls() == mallocs);  // replays after the capture reach no cudaMalloc
+  }
+}
+#endif
