@@ -45,6 +45,7 @@ struct GenerateSettings {
   double top_p = 1.0;
   uint64_t seed = 0;
   int batch_size = 1;
+  bool no_cuda_graph = false;
 };
 
 // Bytes in, printable UTF-8 out: valid characters pass, every byte of an invalid sequence
@@ -159,7 +160,8 @@ std::vector<Completion> generate_batch(TrainableModel& model, const data::Tokeni
                                        const GenerateSettings& s, OnPiece&& on_piece) {
   size_t longest = 0;
   for (const auto& p : prompts) longest = std::max(longest, p.size());
-  std::unique_ptr<Decoder> decoder = make_decoder(model, static_cast<int64_t>(longest) + s.max_new_tokens);
+  std::unique_ptr<Decoder> decoder =
+      make_decoder(model, static_cast<int64_t>(longest) + s.max_new_tokens, !s.no_cuda_graph);
   const size_t B = prompts.size();
   std::vector<Completion> out(B);
   std::vector<int32_t> next(B, tok.eos_id());
@@ -249,6 +251,7 @@ void setup(CLI::App& cmd) {
   cmd.add_option("--seed", s->seed, "sampling seed");
   cmd.add_option("--device", s->device, "cpu or cuda");
   cmd.add_option("--batch-size", s->batch_size, "prompts decoded together (--prompts)");
+  cmd.add_flag("--no-cuda-graph", s->no_cuda_graph, "launch every kernel of each step instead of replaying a CUDA graph");
   cmd.callback([s, prompt, prompts] {
     s->prompt_given = prompt->count() > 0;
     s->prompts_given = prompts->count() > 0;

@@ -204,8 +204,8 @@ class ModelDecoder : public Decoder {
     for_each_state_tensor(state_, [&](Tensor& t, bool) { slots.push_back(&t); });
     std::vector<Tensor> fixed;
     for (Tensor* t : slots) fixed.push_back(*t);
-    graph_ = std::make_unique<cuda::Graph>();
-    graph_->begin_capture();
+    auto graph = std::make_unique<cuda::Graph>();  // on an error its destructor ends the capture
+    graph->begin_capture();
     {
       graph_logits_ = forward_step();
       for (size_t i = 0; i < slots.size(); i++)
@@ -214,7 +214,8 @@ class ModelDecoder : public Decoder {
           *slots[i] = fixed[i];
         }
     }  // the step's temporaries are freed here, into the blocks the graph keeps
-    graph_->end_capture();
+    graph->end_capture();
+    graph_ = std::move(graph);
   }
 
   std::unique_ptr<cuda::Graph> graph_;

@@ -19,15 +19,25 @@ using namespace hla;
 
 namespace {
 
-ModelConfig small_config(const std::string& model_type, int layers, const std::string& hybrid) {
+// A tiny model of `model_type` (2 heads) whose logits are far enough apart for greedy decoding
+// to be decided by the model, not by rounding (init std 0.2 over a vocabulary of 40).
+// chunk_size 4 makes the prefill run several chunks of the chunked kernels.
+ModelConfig tiny(const std::string& model_type, int layers, const std::string& hybrid, int hidden = 32) {
   ModelConfig c;
   c.model_type = model_type;
-  c.hidden_size = 64;
+  c.hidden_size = hidden;
   c.num_hidden_layers = layers;
   c.num_heads = 2;
-  c.vocab_size = 32;
+  c.vocab_size = 40;
+  c.chunk_size = 4;
+  c.initializer_range = 0.2;
+  if (model_type == "mamba2") {
+    c.expand_v = 2;
+    c.head_dim = 8;
+    c.state_size = 8;
+  }
   c.set_hybrid(hybrid);
-  c.validate("test config");
+  c.validate("tiny " + model_type);
   return c;
 }
 
@@ -35,7 +45,7 @@ ModelConfig small_config(const std::string& model_type, int layers, const std::s
 
 TEST_CASE("decode_memory counts states, tails and a GQA, window-capped KV cache") {
   // gated_deltanet D 64, 2 heads of 32, conv 4, 2:1 -> layers 1 and 3 are attention (1 kv head).
-  ModelConfig c = small_config("gated_deltanet", 4, "2:1");
+  ModelConfig c = tiny("gated_deltanet", 4, "2:1", 64);
   c.attn.num_kv_heads = 1;
   const int64_t S = 2 * 32 * 32 * 4;                  // (HV, dk, dv) fp32
   const int64_t conv = (2 * 2 * 32 + 2 * 32) * 3 * 4;  // q, k, v tails (K-1 = 3) in fp32
@@ -54,7 +64,7 @@ TEST_CASE("decode_memory counts states, tails and a GQA, window-capped KV cache"
 }
 
 TEST_CASE("decode_memory follows each mixer's head shape") {
-  ModelConfig mamba = small_config("mamba2", 1, "pure");
+  ModelConfig mamba = tiny("mamba2", 1, "pure", 64);
   mamba.expand_v = 2;  // inner 128 = 8 heads of P 16, N 16
   mamba.head_dim = 16;
   mamba.state_size = 16;
@@ -64,47 +74,25 @@ TEST_CASE("decode_memory follows each mixer's head shape") {
 
   // RWKV-6: S (2, 32, 32) and the time-mix shift (64) per linear layer, the channel-mix shift
   // (64) in every block, attention included.
-  ModelConfig rwkv = small_config("rwkv6", 2, "2:1");
+  ModelConfig rwkv = tiny("rwkv6", 2, "2:1", 64);
   DecodeMemory r = decode_memory(rwkv, 8);
   CHECK(r.state_bytes == (2 * 32 * 32 * 4 + 64 * 4) + 2 * 64 * 4);
   CHECK(r.kv_bytes == 2 * 2 * 32 * 8 * 4);
 
-  CHECK(decode_memory(small_config("hgrn", 3, "pure"), 50).state_bytes == 3 * 64 * 4);
-  ModelConfig gla = small_config("gla", 1, "pure");
+  CHECK(decode_memory(tiny("hgrn", 3, "pure", 64), 50).state_bytes == 3 * 64 * 4);
+  ModelConfig gla = tiny("gla", 1, "pure", 64);
   gla.expand_k = 0.5;  // dk 16, dv 32
   gla.validate("gla");
   CHECK(decode_memory(gla, 5).state_bytes == 2 * 16 * 32 * 4);
-  ModelConfig plain = small_config("delta_net", 1, "pure");
+  ModelConfig plain = tiny("delta_net", 1, "pure", 64);
   plain.use_short_conv = false;
   CHECK(decode_memory(plain, 5).state_bytes == 2 * 32 * 32 * 4);
-  CHECK(decode_memory(small_config("transformer", 2, "transformer"), 7).kv_bytes == 2 * (2 * 2 * 32 * 7 * 4));
+  CHECK(decode_memory(tiny("transformer", 2, "transformer", 64), 7).kv_bytes == 2 * (2 * 2 * 32 * 7 * 4));
 }
 
 // ---- decoding against the no-cache path ----
 
 namespace {
-
-// A tiny model of `model_type` whose logits are far enough apart for greedy decoding to be
-// decided by the model, not by rounding (init std 0.2 over a vocabulary of 40). chunk_size 4
-// makes the prefill run several chunks of the chunked kernels.
-ModelConfig tiny(const std::string& model_type, int layers, const std::string& hybrid) {
-  ModelConfig c;
-  c.model_type = model_type;
-  c.hidden_size = 32;
-  c.num_hidden_layers = layers;
-  c.num_heads = 2;
-  c.vocab_size = 40;
-  c.chunk_size = 4;
-  c.initializer_range = 0.2;
-  if (model_type == "mamba2") {
-    c.expand_v = 2;
-    c.head_dim = 8;
-    c.state_size = 8;
-  }
-  c.set_hybrid(hybrid);
-  c.validate("tiny " + model_type);
-  return c;
-}
 
 struct DecodeRun {
   std::string label;

@@ -18,10 +18,6 @@ namespace hla {
 namespace cpu {
 namespace {
 
-template <class Real> using Vec = Eigen::Matrix<Real, Eigen::Dynamic, 1>;
-template <class Real> using VecMap = Eigen::Map<Vec<Real>>;
-template <class Real> using ConstVecMap = Eigen::Map<const Vec<Real>>;
-
 // The first position the query at p sees (attention_decode.h).
 int64_t first_visible(int64_t p, const AttentionDecodeDims& d) {
   int64_t lo = std::max<int64_t>(0, p - d.capacity + 1);
@@ -34,6 +30,7 @@ int64_t first_visible(int64_t p, const AttentionDecodeDims& d) {
 template <class Real>
 void attention_decode_forward(Real* o, Real* k_cache, Real* v_cache, const Real* q, const Real* k, const Real* v,
                               const int32_t* positions, const AttentionDecodeDims& d) {
+  using Row = Eigen::Matrix<Real, Eigen::Dynamic, 1>;  // one head's vector, mapped onto a buffer
   const int64_t H = d.H, Hkv = d.Hkv, D = d.D, Dv = d.Dv, C = d.capacity;
   const int64_t group = H / Hkv;  // query heads per kv head
   const Real sc = static_cast<Real>(d.scale);
@@ -48,9 +45,9 @@ void attention_decode_forward(Real* o, Real* k_cache, Real* v_cache, const Real*
     std::vector<Real> s(p - lo + 1);  // s: (p - lo + 1) scores, oldest position first
     for (int64_t h = 0; h < H; h++) {
       const int64_t m = h / group;  // kv head read by query head h
-      ConstVecMap<Real> q_h(q + (b * H + h) * D, D);  // q_h: (D)
-      auto key = [&](int64_t tau) { return ConstVecMap<Real>(k_cache + ((b * C + tau % C) * Hkv + m) * D, D); };
-      auto value = [&](int64_t tau) { return ConstVecMap<Real>(v_cache + ((b * C + tau % C) * Hkv + m) * Dv, Dv); };
+      Eigen::Map<const Row> q_h(q + (b * H + h) * D, D);  // q_h: (D)
+      auto key = [&](int64_t tau) { return Eigen::Map<const Row>(k_cache + ((b * C + tau % C) * Hkv + m) * D, D); };
+      auto value = [&](int64_t tau) { return Eigen::Map<const Row>(v_cache + ((b * C + tau % C) * Hkv + m) * Dv, Dv); };
       // pass 1: s[tau] = scale * q . K[tau] and the max
       Real s_max = -std::numeric_limits<Real>::infinity();
       for (int64_t tau = lo; tau <= p; tau++) {
@@ -62,7 +59,7 @@ void attention_decode_forward(Real* o, Real* k_cache, Real* v_cache, const Real*
       for (int64_t tau = lo; tau <= p; tau++) sum += std::exp(s[tau - lo] - s_max);
       const Real lse = s_max + std::log(sum);
       // pass 3: o = sum_tau exp(s[tau] - lse) V[tau]
-      VecMap<Real> o_h(o + (b * H + h) * Dv, Dv);  // o_h: (Dv)
+      Eigen::Map<Row> o_h(o + (b * H + h) * Dv, Dv);  // o_h: (Dv)
       o_h.setZero();
       for (int64_t tau = lo; tau <= p; tau++) o_h += std::exp(s[tau - lo] - lse) * value(tau);
     }
