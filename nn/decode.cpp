@@ -1,8 +1,8 @@
 // Decoding state arithmetic and the Decoder (see decode.h).
 //
-// The decoder keeps one ModelState (nn/model.h) for the batch. Prefill runs each prompt alone
-// through the model's forward from a fresh state and stacks the per-sequence states along the
-// batch. A step writes the tokens and positions into two fixed device buffers, runs the forward
+// The decoder keeps one ModelState (nn/model.h) for the batch. Prefill runs the prompts of each
+// length together (so no padding) through the model's forward from a fresh state and stacks
+// the per-sequence states along the batch, in the prompts' order. A step writes the tokens and positions into two fixed device buffers, runs the forward
 // (T = 1) from the state, and keeps the state the layers leave. On the GPU the first step of a
 // batch runs plainly (it warms the allocator and the layers' caches), the second is captured
 // into a CUDA graph whose kernels read those buffers and the state tensors at fixed addresses;
@@ -11,6 +11,7 @@
 #include "nn/decode.h"
 
 #include <algorithm>
+#include <map>
 
 #include "autograd/var.h"
 #include "nn/layers/mixers.h"
@@ -76,7 +77,15 @@ void for_each_state_tensor(State& s, Fn&& fn) {
   }
 }
 
-// The per-sequence states of one batch each, stacked into one batch state in the same order.
+// Sequence g of a batch state: every tensor's row g (views).
+ModelState slice_state(ModelState s, int64_t g) {
+  for_each_state_tensor(s, [&](Tensor& t, bool) {
+    if (t.defined()) t = t.slice0(g, g + 1);
+  });
+  return s;
+}
+
+// The states of one sequence each, stacked into one batch state in the same order.
 ModelState stack_states(std::vector<ModelState>& singles) {
   ModelState out = singles[0];
   std::vector<Tensor*> slots;
@@ -116,17 +125,26 @@ class ModelDecoder : public Decoder {
 #ifdef HLA_CUDA
     graph_.reset();
 #endif
-    std::vector<ModelState> singles;
-    std::vector<Tensor> rows;  // per prompt: (1, V) logits after its last token
-    for (const std::vector<int32_t>& prompt : prompts) {
-      const int64_t L = static_cast<int64_t>(prompt.size());
-      ModelState s = fresh_state(1);
-      if (!singles.empty()) s.lower_bounds = singles[0].lower_bounds;
-      Tensor z = model_.logits_with_state(Tensor::from_i32(prompt, {1, L}).to(device_), s).value();  // (1, L, V)
-      rows.push_back(z.reshape({L, z.size(2)}).slice0(L - 1, L).to(DType::F32));
-      singles.push_back(std::move(s));
-    }
+    // Prompts of one length prefill together from a fresh state (no padding needed).
+    std::map<size_t, std::vector<size_t>> by_length;
+    for (size_t b = 0; b < prompts.size(); b++) by_length[prompts[b].size()].push_back(b);
     const int64_t B = static_cast<int64_t>(prompts.size());
+    std::vector<ModelState> singles(B);
+    std::vector<Tensor> rows(B);  // per prompt: (1, V) logits after its last token
+    std::vector<Var> lower_bounds;
+    for (const auto& [length, members] : by_length) {
+      const int64_t G = static_cast<int64_t>(members.size()), L = static_cast<int64_t>(length);
+      std::vector<int32_t> ids;  // ids: (G, L)
+      for (size_t b : members) ids.insert(ids.end(), prompts[b].begin(), prompts[b].end());
+      ModelState s = fresh_state(G);
+      s.lower_bounds = lower_bounds;
+      Tensor z = model_.logits_with_state(Tensor::from_i32(ids, {G, L}).to(device_), s).value();  // (G, L, V)
+      lower_bounds = s.lower_bounds;
+      for (int64_t g = 0; g < G; g++) {
+        rows[members[g]] = z.reshape({G * L, z.size(2)}).slice0(g * L + L - 1, g * L + L).to(DType::F32);
+        singles[members[g]] = slice_state(s, g);
+      }
+    }
     state_ = stack_states(singles);
     positions_ = Tensor::zeros({B}, DType::I32, device_);
     ids_ = Tensor::zeros({B, 1}, DType::I32, device_);

@@ -5,10 +5,10 @@
 // heads; a sliding window is a ring buffer of window slots; RoPE at each sequence's absolute
 // position). Nothing is recorded for autograd while decoding.
 //
-// Mixed prompt lengths: prefill runs the prompts one by one (batch 1, no padding), which is
-// exact for every mixer (a padded token would enter a recurrent state and a conv tail), then
-// the per-sequence states are stacked into one batch; every step is batched, each sequence at
-// its own position.
+// Mixed prompt lengths: prefill runs the prompts of each length as one batch (no padding), which
+// is exact for every mixer (a padded token would enter a recurrent state and a conv tail), then
+// the per-sequence states are stacked into one batch in the prompts' order; every step is
+// batched, each sequence at its own position.
 //
 // decode_memory is the arithmetic of what a decoder holds, per sequence, so a memory table for
 // long contexts needs no allocation; Decoder::memory() counts the bytes it actually holds.

@@ -125,7 +125,9 @@ std::vector<DecodeRun> decode_runs() {
   return runs;
 }
 
-const std::vector<std::vector<int32_t>> kPrompts = {{3, 17, 5, 29, 11}, {8, 1, 33, 2, 2, 19, 7, 24, 30}, {12}, {39, 0}};
+// Mixed lengths, two of them equal (they prefill as one batch of two).
+const std::vector<std::vector<int32_t>> kPrompts = {
+    {3, 17, 5, 29, 11}, {8, 1, 33, 2, 2, 19, 7, 24, 30}, {12}, {39, 0}, {6, 6, 21, 38, 4}};
 constexpr int kNewTokens = 6;
 
 int32_t argmax_row(const std::vector<double>& z, int64_t row, int64_t V) {
@@ -205,8 +207,9 @@ void check_decoder_matches_full_forward(Device device, bool cuda_graph, double t
     // The bytes held: the batch times decode_memory at the decoder's max_context.
     DecodeMemory per_seq = decode_memory(run.config, 64);
     DecodeMemory held = decoder->memory();
-    CHECK(held.state_bytes == 4 * per_seq.state_bytes);
-    CHECK(held.kv_bytes == 4 * per_seq.kv_bytes);
+    const int64_t B = static_cast<int64_t>(kPrompts.size());
+    CHECK(held.state_bytes == B * per_seq.state_bytes);
+    CHECK(held.kv_bytes == B * per_seq.kv_bytes);
   }
 }
 
@@ -322,7 +325,7 @@ TEST_CASE("GPU: decoding equals the no-cache path, the CUDA graph replays exactl
     CHECK(a == b);
     size_t mallocs = 0;
     for (int n = 0; n < 8; n++) {
-      std::vector<int32_t> next = {static_cast<int32_t>(n), 5, static_cast<int32_t>(39 - n), 17};
+      std::vector<int32_t> next = {static_cast<int32_t>(n), 5, static_cast<int32_t>(39 - n), 17, 3};
       a = graphed->step(next).to_f64_vector();
       b = plain->step(next).to_f64_vector();
       CHECK(a == b);
