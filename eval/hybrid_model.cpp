@@ -24,6 +24,7 @@ class HybridLanguageModel : public LanguageModel {
   }
 
   int max_length() const override { return max_length_; }
+  int position_limit() const override { return 0; }  // linear mixers and RoPE attention only
   int vocab_size() const override { return config_.vocab_size; }
   std::string describe() const override { return describe_; }
 
@@ -48,7 +49,7 @@ class HybridLanguageModel : public LanguageModel {
     std::vector<std::vector<int32_t>> out(batch.size());
     for (size_t b = 0; b < batch.size(); b++) {
       std::vector<int32_t> seq = batch[b].context;
-      for (int n = 0; n < batch[b].max_new_tokens && static_cast<int>(seq.size()) < max_length_; n++) {
+      for (int n = 0; n < batch[b].max_new_tokens; n++) {
         std::vector<float> logp = log_softmax_rows({seq})[0];
         const float* row = logp.data() + (seq.size() - 1) * config_.vocab_size;
         int32_t next = static_cast<int32_t>(std::max_element(row, row + config_.vocab_size) - row);

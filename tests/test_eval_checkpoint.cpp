@@ -40,8 +40,8 @@ TEST_CASE("eval: a tokenizer with more ids than the model has logits is refused,
   write_byte_checkpoint(dir.path.string());
   ScratchDir other("evaltok-file");
   write_bpe_tokenizer(other / "tokenizer.json");
-  CHECK(eval::load_model_for_eval(dir.path.string(), "cpu", "byte").tokenizer->vocab_size() == 258);
-  CHECK_THROWS_WITH_AS(eval::load_model_for_eval(dir.path.string(), "cpu", other / "tokenizer.json"),
+  CHECK(eval::load_model_for_eval(dir.path.string(), "cpu", {"byte"}).tokenizer->vocab_size() == 258);
+  CHECK_THROWS_WITH_AS(eval::load_model_for_eval(dir.path.string(), "cpu", {other / "tokenizer.json"}),
                        ("tokenizer bpe:" + other / "tokenizer.json" + " has 300 tokens but the model (" +
                         dir / "config.json" + ") has only 258 (vocab_size); evaluate with the tokenizer "
                         "the model was trained with")

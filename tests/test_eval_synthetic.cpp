@@ -66,8 +66,15 @@ TEST_CASE("eval: MQAR accuracy counts query positions only") {
   CHECK(failed["mean_accuracy"] == 0.0);
   CHECK(failed["cells"][0]["loss"] == 5.0);
 
+  // beyond the training context (max_length 100): runs, with a note; beyond a position limit: an error
   FunctionModel short_context(recall_logprob, 100);
-  CHECK_THROWS_AS(run_mqar(short_context, small_grid()), hla::Error);
+  nlohmann::json extrapolated = run_mqar(short_context, small_grid());
+  CHECK(extrapolated["mean_accuracy"] == 1.0);
+  CHECK(extrapolated["notes"] == nlohmann::json::array(
+      {"length 128 is beyond the model's context of 100 tokens: it measures length extrapolation"}));
+  FunctionModel position_limited(recall_logprob, 100, 258, 100);
+  CHECK_THROWS_WITH_AS(run_mqar(position_limited, small_grid()),
+                       "MQAR length 128 is longer than the model's position limit of 100 tokens", hla::Error);
 }
 
 TEST_CASE("eval: rolling windows predict every token once") {

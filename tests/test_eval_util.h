@@ -36,10 +36,11 @@ class TestByteTokenizer : public data::Tokenizer {
 class FunctionModel : public LanguageModel {
  public:
   using LogprobFn = std::function<double(const std::vector<int32_t>& prefix, int32_t next)>;
-  FunctionModel(LogprobFn fn, int max_length = 1 << 16, int vocab = 258)
-      : fn_(std::move(fn)), max_length_(max_length), vocab_(vocab) {}
+  FunctionModel(LogprobFn fn, int max_length = 1 << 16, int vocab = 258, int position_limit = 0)
+      : fn_(std::move(fn)), max_length_(max_length), vocab_(vocab), position_limit_(position_limit) {}
 
   int max_length() const override { return max_length_; }
+  int position_limit() const override { return position_limit_; }
   int vocab_size() const override { return vocab_; }
   std::string describe() const override { return "function model"; }
 
@@ -82,7 +83,7 @@ class FunctionModel : public LanguageModel {
     return best;
   }
   LogprobFn fn_;
-  int max_length_, vocab_;
+  int max_length_, vocab_, position_limit_;
 };
 
 inline std::vector<int32_t> bytes(const std::string& s) {
