@@ -199,8 +199,10 @@ std::vector<std::string> length_notes(const LanguageModel& model, const std::vec
 void update_averages(nlohmann::json& result, const std::vector<const RulerTask*>& tasks, const std::string& key) {
   double sum = 0, sum_without_qa = 0;
   int scored = 0, scored_without_qa = 0;
+  const nlohmann::json& scores = result["tasks"];
   for (const RulerTask* task : tasks) {
-    const nlohmann::json& by_length = result["tasks"][task->name];
+    if (!scores.contains(task->name)) continue;
+    const nlohmann::json& by_length = scores[task->name];
     if (!by_length.contains(key) || is_task_error(by_length[key])) continue;
     const double score = by_length[key]["score"].get<double>();
     sum += score;
