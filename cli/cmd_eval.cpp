@@ -31,7 +31,7 @@ using nlohmann::json;
 const char* const kAllTasks = "arc_easy,arc_challenge,hellaswag,piqa,openbookqa,lambada,ruler,mqar,ppl";
 
 struct EvalSettings {
-  std::string checkpoint, ngram_text, tokenizer, tasks = kAllTasks, data_dir, device = "cpu", out;
+  std::string checkpoint, ngram_text, tokenizer, tasks = kAllTasks, data_dir, device = "cpu", dtype = "f32", out;
   int ngram_order = 5;
   int64_t ngram_docs = -1, limit = -1;
   int batch_size = 16;
@@ -58,6 +58,7 @@ struct TaskPlan {
   std::vector<const LmTaskInfo*> lm;
   std::vector<std::string> ruler;
   std::vector<std::string> ruler_named;  // RULER tasks named one by one (not through "ruler")
+  std::vector<std::string> ruler_notes;  // RULER tasks skipped, for the report
   bool mqar = false, ppl = false;
   // MQAR reads token ids directly; every other task tokenises text
   bool uses_tokenizer() const { return !lm.empty() || !ruler.empty() || ppl; }
@@ -90,7 +91,9 @@ EvalModel build_model(const EvalSettings& s, const TaskPlan& plan) {
   if (s.checkpoint.empty() == s.ngram_text.empty())
     hla::fail("give exactly one of --checkpoint DIR and --ngram FILE");
   if (!s.checkpoint.empty())
-    return load_model_for_eval(s.checkpoint, s.device, {s.tokenizer, s.max_length, plan.uses_tokenizer()});
+    return load_model_for_eval(s.checkpoint, s.device,
+                               {s.tokenizer, s.max_length, plan.uses_tokenizer(),
+                                s.dtype == "bf16" ? hla::DType::BF16 : hla::DType::F32});
   EvalModel m;
   m.tokenizer = hla::data::load_tokenizer(s.tokenizer.empty() ? "byte" : s.tokenizer);
   std::cerr << "training an order-" << s.ngram_order << " n-gram on " << s.ngram_text << "\n";
@@ -117,7 +120,8 @@ json settings_json(const EvalSettings& s, double token_scale) {
   return {{"checkpoint", s.checkpoint}, {"ngram_text", s.ngram_text},
           {"ngram_order", s.ngram_order}, {"tasks", s.tasks},
           {"data_dir", s.data_dir},     {"limit", s.limit},
-          {"device", s.device},         {"batch_size", s.batch_size},
+          {"device", s.device},         {"dtype", s.dtype},
+          {"batch_size", s.batch_size},
           {"max_length", s.max_length},
           {"ruler_samples", s.samples},
           {"seed", s.seed},             {"token_scale", token_scale},
@@ -154,9 +158,11 @@ void drop_tasks_without_inputs(const EvalSettings& s, TaskPlan& plan) {
       else if (named) hla::fail("task ", name, ": it needs the essay haystack; give --haystack FILE");
       else skipped.push_back(name);
     }
-    if (!skipped.empty())
-      std::cerr << "warning: skipping the RULER essay-haystack tasks " << join(skipped, ", ")
-                << ": no --haystack FILE (RULER's essays); the other RULER tasks run\n";
+    if (!skipped.empty()) {
+      plan.ruler_notes.push_back("skipped the essay-haystack tasks " + join(skipped, ", ") +
+                                 ": no --haystack FILE (RULER's essays); the other RULER tasks ran");
+      std::cerr << "warning: " << plan.ruler_notes.back() << "\n";
+    }
     plan.ruler = kept_ruler;
   }
   if (plan.ppl && s.ppl_file.empty()) {
@@ -191,6 +197,7 @@ void run_eval(const EvalSettings& s) {
   if (!plan.ruler.empty()) {
     log.run("/ruler", [&] {
       RulerResources resources = load_ruler_resources(s.haystack, s.words, s.seed);
+      resources.notes.insert(resources.notes.begin(), plan.ruler_notes.begin(), plan.ruler_notes.end());
       RulerRunOptions options{lengths, s.samples, s.seed, token_scale, batch,
                               [&](const json& so_far) { log.set("/ruler", so_far); }};
       return run_ruler(*m.model, *m.tokenizer, plan.ruler, resources, options);
@@ -236,6 +243,7 @@ void setup(CLI::App& cmd) {
                  "directory of the LM task files (arc_easy.jsonl, lambada_openai.jsonl, ...)");
   cmd.add_option("--limit", s->limit, "evaluate only the first N documents of each LM task");
   cmd.add_option("--device", s->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd.add_option("--dtype", s->dtype, "compute dtype: f32, or bf16 (cuda)")->check(CLI::IsMember({"f32", "bf16"}));
   cmd.add_option("--out", s->out, "output directory (default: the checkpoint directory)");
   cmd.add_option("--batch-size", s->batch_size, "requests per model call")->check(CLI::PositiveNumber);
   cmd.add_option("--max-length", s->max_length,

@@ -77,7 +77,9 @@ EvalModel load_model_for_eval(const std::string& checkpoint_dir, const std::stri
   const int max_length = options.max_length > 0 ? options.max_length
                          : m.training.seq_len > 0 ? static_cast<int>(m.training.seq_len)
                                                   : 2048;
-  m.model = load_hybrid_model(checkpoint_dir, device == "cuda" ? Device::CUDA : Device::CPU, max_length);
+  HLA_CHECK(options.compute_dtype == DType::F32 || device == "cuda", "--dtype bf16 needs --device cuda");
+  m.model = load_hybrid_model(checkpoint_dir, device == "cuda" ? Device::CUDA : Device::CPU, max_length,
+                              options.compute_dtype);
   m.tokenizer = data::load_tokenizer(options.tokenizer.empty() ? checkpoint_tokenizer(checkpoint_dir, settings, state_file)
                                                                : options.tokenizer);
   // A token id at or past the model's vocabulary would be read past the end of a logits row.

@@ -7,6 +7,7 @@
 #include "data/tokenizer.h"
 #include "eval/lm.h"
 #include "eval/mqar_eval.h"
+#include "tensor/dtype.h"
 
 namespace hla::eval {
 
@@ -33,6 +34,7 @@ struct EvalModelOptions {
   // The tasks tokenise text (LM tasks, RULER, perplexity; MQAR does not): a tokenizer with more
   // ids than the model has logits is then an hla::Error naming both sizes and both files.
   bool check_tokenizer = true;
+  DType compute_dtype = DType::F32;  // BF16: the forward and the decoder in bf16 (cuda)
 };
 
 // Loads a checkpoint written by `hla train` onto device "cpu" or "cuda". A malformed

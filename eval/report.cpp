@@ -225,6 +225,8 @@ std::string render_report_markdown(const json& results) {
     md += "## MQAR (vocab " + std::to_string(mqar["vocab_size"].get<int64_t>()) + ", " +
           std::to_string(mqar["examples"].get<int64_t>()) + " examples per cell)\n\n" +
           mqar_table(mqar) + "\n";
+    for (const json& note : mqar.value("notes", json::array())) md += "- note: " + note.get<std::string>() + "\n";
+    if (!mqar.value("notes", json::array()).empty()) md += "\n";
   }
   if (results.contains("ppl") && !is_task_error(results["ppl"]))
     md += "## Held-out perplexity\n\n" + ppl_table(results["ppl"]) + "\n";
