@@ -12,6 +12,7 @@
 #include "nn/model.h"
 #include "nn/weights.h"
 #include "tests/test_data_util.h"
+#include "tests/test_eval_util.h"
 
 using namespace hla;
 using namespace hla::data::testing;
@@ -20,14 +21,7 @@ namespace {
 
 // config.json + model.safetensors of a 2-layer transformer over the byte vocabulary (258).
 void write_byte_checkpoint(const std::string& dir) {
-  ModelConfig c;
-  c.model_type = "transformer";
-  c.hidden_size = 16, c.intermediate_size = 24;
-  c.num_hidden_layers = 2, c.num_heads = 2;
-  c.vocab_size = 258;
-  c.set_hybrid("transformer");
-  c.save(dir + "/" + kModelConfigFile);
-  save_model_weights(dir, make_model(c, 1)->parameters());
+  eval::testing::write_checkpoint(dir, eval::testing::small_model_config("transformer", 16, 2, 258, "transformer"));
 }
 
 // A trained BPE tokenizer with 300 ids, saved as tokenizer.json.
@@ -60,14 +54,7 @@ namespace {
 // The MQAR demo's shape (configs/mqar-demo.toml, smaller): GDN + attention over vocabulary 256,
 // with the trainer_state.json settings of an MQAR run (power_a and filler changed from the defaults).
 void write_mqar_checkpoint(const std::string& dir, const std::string& data_settings) {
-  ModelConfig c;
-  c.model_type = "gated_deltanet";
-  c.hidden_size = 16, c.intermediate_size = 24;
-  c.num_hidden_layers = 2, c.num_heads = 2;
-  c.vocab_size = 256;
-  c.set_hybrid("2:1");
-  c.save(dir + "/" + kModelConfigFile);
-  save_model_weights(dir, make_model(c, 1)->parameters());
+  eval::testing::write_checkpoint(dir, eval::testing::small_model_config("gated_deltanet", 16, 2, 256, "2:1"));
   std::ofstream(dir + "/trainer_state.json") << R"({"step": 10, "settings": {"data": )" << data_settings << "}}";
 }
 

@@ -13,21 +13,12 @@
 #include "nn/model.h"
 #include "nn/weights.h"
 #include "tests/test_data_util.h"
+#include "tests/test_eval_util.h"
 
 using namespace hla;
 using hla::data::testing::ScratchDir;
 
 namespace {
-
-ModelConfig small_hybrid() {
-  ModelConfig c;
-  c.model_type = "gated_deltanet";
-  c.hidden_size = 32, c.intermediate_size = 48;
-  c.num_hidden_layers = 4, c.num_heads = 2;
-  c.vocab_size = 40;
-  c.set_hybrid("2:1");  // LALA
-  return c;
-}
 
 // The no-cache path: the argmax of the last row of the logits of the whole sequence, per token.
 std::vector<int32_t> greedy_by_forward(TrainableModel& model, std::vector<int32_t> seq, int max_new_tokens,
@@ -51,10 +42,9 @@ std::vector<int32_t> greedy_by_forward(TrainableModel& model, std::vector<int32_
 
 TEST_CASE("eval: greedy generation on the decoding state gives the no-cache path's tokens") {
   ScratchDir dir("evaldecode");
-  const ModelConfig config = small_hybrid();
-  config.save(dir / kModelConfigFile);
+  const ModelConfig config = eval::testing::small_model_config("gated_deltanet", 32, 4, 40, "2:1");  // LALA
+  eval::testing::write_checkpoint(dir.path.string(), config, 3);
   std::unique_ptr<TrainableModel> reference = make_model(config, 3);
-  save_model_weights(dir.path.string(), reference->parameters());
   std::unique_ptr<eval::LanguageModel> model = eval::load_hybrid_model(dir.path.string(), Device::CPU);
 
   const std::vector<std::vector<int32_t>> prompts = {{1, 2, 3, 4, 5}, {7}, {9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 11, 12}};
@@ -79,13 +69,7 @@ TEST_CASE("eval: greedy generation on the decoding state gives the no-cache path
 
 TEST_CASE("eval: the decode bench at a small shape: memory from decode_memory and the decoder, KV ratio 3 at 3:1") {
   ScratchDir dir("evaldecodebench");
-  ModelConfig c;
-  c.model_type = "gated_deltanet";
-  c.hidden_size = 16, c.intermediate_size = 32;
-  c.num_hidden_layers = 24, c.num_heads = 2;
-  c.vocab_size = 32;
-  c.set_hybrid("pure");
-  c.save(dir / "small.json");
+  eval::testing::small_model_config("gated_deltanet", 16, 24, 32, "pure").save(dir / "small.json");
 
   eval::DecodeBenchOptions o;
   o.config = dir / "small.json";
