@@ -54,15 +54,17 @@ TrainingRun read_training_run(const nlohmann::json& settings, const std::string&
   return run;
 }
 
-std::string checkpoint_tokenizer(const std::string& dir, const nlohmann::json& settings, const std::string& file) {
+std::string state_file_of(const std::string& dir) { return dir + "/trainer_state.json"; }
+
+}  // namespace
+
+std::string checkpoint_tokenizer(const std::string& dir) {
   namespace fs = std::filesystem;
   if (fs::exists(fs::path(dir) / "tokenizer.json")) return (fs::path(dir) / "tokenizer.json").string();
   std::string tokenizer = "byte";
-  read_data_setting(settings, "tokenizer", tokenizer, file);
+  read_data_setting(training_settings(state_file_of(dir)), "tokenizer", tokenizer, state_file_of(dir));
   return tokenizer;
 }
-
-}  // namespace
 
 EvalModel load_model_for_eval(const std::string& checkpoint_dir, const std::string& device,
                               const EvalModelOptions& options) {
@@ -70,7 +72,7 @@ EvalModel load_model_for_eval(const std::string& checkpoint_dir, const std::stri
   const std::string config = checkpoint_dir + "/" + kModelConfigFile;
   HLA_CHECK(std::filesystem::exists(config), checkpoint_dir, ": not a checkpoint directory (no ",
             kModelConfigFile, ")");
-  const std::string state_file = checkpoint_dir + "/trainer_state.json";
+  const std::string state_file = state_file_of(checkpoint_dir);
   const nlohmann::json settings = training_settings(state_file);
   EvalModel m;
   m.training = read_training_run(settings, state_file);
@@ -80,8 +82,7 @@ EvalModel load_model_for_eval(const std::string& checkpoint_dir, const std::stri
   HLA_CHECK(options.compute_dtype == DType::F32 || device == "cuda", "--dtype bf16 needs --device cuda");
   m.model = load_hybrid_model(checkpoint_dir, device == "cuda" ? Device::CUDA : Device::CPU, max_length,
                               options.compute_dtype);
-  m.tokenizer = data::load_tokenizer(options.tokenizer.empty() ? checkpoint_tokenizer(checkpoint_dir, settings, state_file)
-                                                               : options.tokenizer);
+  m.tokenizer = data::load_tokenizer(options.tokenizer.empty() ? checkpoint_tokenizer(checkpoint_dir) : options.tokenizer);
   // A token id at or past the model's vocabulary would be read past the end of a logits row.
   if (options.check_tokenizer && m.tokenizer->vocab_size() > m.model->vocab_size()) {
     fail("tokenizer ", m.tokenizer->name(), " has ", m.tokenizer->vocab_size(), " tokens but the model (",

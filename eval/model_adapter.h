@@ -42,6 +42,10 @@ struct EvalModelOptions {
 EvalModel load_model_for_eval(const std::string& checkpoint_dir, const std::string& device,
                               const EvalModelOptions& options = {});
 
+// The tokenizer a checkpoint was trained with: its tokenizer.json, else trainer_state.json's
+// settings.data.tokenizer, else "byte" (a spec for data::load_tokenizer).
+std::string checkpoint_tokenizer(const std::string& checkpoint_dir);
+
 // MQAR as the run trained on it: power_a, random_non_queries and the validation seed; the
 // vocabulary when options.vocab_size is 0; and, when `add_training_cell`, the training cell
 // (seq_len x kv_pairs) in front of the grid unless it is there. Nothing for a text run.
