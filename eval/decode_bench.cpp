@@ -1,6 +1,7 @@
 // The decode bench (see decode_bench.h).
 #include "eval/decode_bench.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ostream>
@@ -33,7 +34,7 @@ std::unique_ptr<Decoder> prefilled_decoder(TrainableModel& model, const ModelCon
 double decode_tokens_per_second(TrainableModel& model, const ModelConfig& config, int64_t batch,
                                 const DecodeBenchOptions& o, Rng& rng) {
   std::unique_ptr<Decoder> decoder =
-      prefilled_decoder(model, config, batch, o.speed_context, o.speed_context + o.warmup + o.steps, o.cuda_graph, rng);
+      prefilled_decoder(model, config, batch, o.speed_context, o.speed_context + o.warmup + 1 + o.steps, o.cuda_graph, rng);
   std::vector<int32_t> tokens(batch);
   auto step = [&] {
     for (int32_t& t : tokens) t = static_cast<int32_t>(rng.below(config.vocab_size));
@@ -213,17 +214,19 @@ nlohmann::json decode_bench_json(const DecodeBench& bench) {
 
 std::string decode_bench_svg(const DecodeBench& bench) {
   std::vector<PlotSeries> series;
+  double largest = 0;
   for (const DecodeBenchRow& r : bench.rows) {
     PlotSeries s{r.hybrid, {}, {}};
     for (size_t i = 0; i < bench.options.contexts.size(); i++) {
       s.x.push_back(static_cast<double>(bench.options.contexts[i]));
       s.y.push_back(static_cast<double>(r.memory[i].total()) / kMiB);
+      largest = std::max(largest, s.y.back());
     }
     series.push_back(s);
   }
   const std::string title = "Decoding memory per sequence: " + bench.options.mixer + " hybrids, " +
                             dtype_name(bench.options.dtype) + " KV cache";
-  return line_plot_svg(series, {title, "context (tokens)", "state + KV memory per sequence (MiB)", true, 0, 0});
+  return line_plot_svg(series, {title, "context (tokens)", "state + KV memory per sequence (MiB)", true, 0, largest});
 }
 
 }  // namespace hla::eval

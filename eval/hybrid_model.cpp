@@ -51,13 +51,14 @@ class HybridLanguageModel : public LanguageModel {
   // keeps being fed (its token 0 is never read) so that the batch stays whole.
   std::vector<std::vector<int32_t>> generate(const std::vector<GenerateRequest>& batch) override {
     std::vector<std::vector<int32_t>> prompts, out(batch.size());
-    int64_t max_context = 1;
+    int64_t longest_prompt = 0;
     int max_new_tokens = 0;
     for (const GenerateRequest& r : batch) {
       prompts.push_back(r.context);
-      max_context = std::max<int64_t>(max_context, static_cast<int64_t>(r.context.size()) + r.max_new_tokens);
+      longest_prompt = std::max<int64_t>(longest_prompt, static_cast<int64_t>(r.context.size()));
       max_new_tokens = std::max(max_new_tokens, r.max_new_tokens);
     }
+    const int64_t max_context = longest_prompt + max_new_tokens;  // every sequence steps as long as the longest
     NoGradGuard no_grad;
     std::unique_ptr<Decoder> decoder = make_decoder(*model_, max_context);
     Tensor logits = decoder->prefill(prompts);  // (B, V)
