@@ -3,12 +3,20 @@
 // without one): the Var path the model runs, in bf16, forward and forward+backward, and prints
 // one table, each row with its anchor (shared/design/targets.md) and the ratio ours / anchor.
 // Times are medians of CUDA-event timings (cuda/timer.h). Needs a GPU; --list does not.
+//
+// `hla bench decode [--mixer M --shape 340m | --config FILE] [--contexts ...] [--batches 1,64]
+// [--device cpu|cuda] [--out DIR]`: decoding tokens/s and per-sequence memory of the mixer's
+// pure, 24:1, 12:1, 6:1, 3:1 and Transformer models (eval/decode_bench.h); prints the tables,
+// writes DIR/decode_bench.json and DIR/decode_bench.svg. Runs on the CPU too (a small --config).
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 
 #include "cli/command.h"
+#include "eval/decode_bench.h"
 #include "nn/check/modes.h"
+#include "tensor/atomic_file.h"
 #include "tensor/tensor.h"
 #ifdef HLA_CUDA
 #include "cuda/runtime.h"
@@ -61,6 +69,53 @@ void run(const Options& opt) {
   print_rows(rows);
 }
 
+struct DecodeSettings {
+  hla::eval::DecodeBenchOptions bench;
+  std::string device = "auto", dtype = "auto", out = "runs/bench-decode";
+  bool no_memory_check = false;
+};
+
+void run_decode(const DecodeSettings& s) {
+  hla::eval::DecodeBenchOptions o = s.bench;
+  const bool cuda = s.device == "cuda" || (s.device == "auto" && hla::cuda_available());
+  o.device = cuda ? hla::Device::CUDA : hla::Device::CPU;
+  o.dtype = s.dtype == "bf16" || (s.dtype == "auto" && cuda) ? hla::DType::BF16 : hla::DType::F32;
+  o.measure_memory = !s.no_memory_check;
+  const hla::eval::DecodeBench bench = hla::eval::run_decode_bench(o, &std::cerr);
+  std::cout << hla::eval::decode_bench_table(bench);
+  std::filesystem::create_directories(s.out);
+  hla::write_file_atomic(s.out + "/decode_bench.json", hla::eval::decode_bench_json(bench).dump(2) + "\n");
+  hla::write_file_atomic(s.out + "/decode_bench.svg", hla::eval::decode_bench_svg(bench));
+  std::cerr << "wrote " << s.out << "/decode_bench.json and " << s.out << "/decode_bench.svg\n";
+}
+
+void setup_decode(CLI::App& sub) {
+  auto s = std::make_shared<DecodeSettings>();
+  CLI::App* decode = sub.add_subcommand(
+      "decode", "Decode tokens/s and per-sequence memory: pure, 24:1 ... 3:1 hybrids, Transformer");
+  decode->option_defaults()->always_capture_default();
+  hla::eval::DecodeBenchOptions& b = s->bench;
+  decode->add_option("--mixer", b.mixer, "linear mixer of the hybrids (configs/models/<mixer>-<shape>.json)");
+  decode->add_option("--shape", b.shape, "model shape: configs/models/<mixer>-<shape>.json and transformer-<shape>.json");
+  decode->add_option("--config", b.config, "instead of --mixer/--shape: one config.json (a small shape for the CPU)");
+  decode->add_option("--configs-dir", b.configs_dir, "where the <mixer>-<shape>.json files are");
+  decode->add_option("--hybrids", b.hybrids, "patterns, comma-separated")->delimiter(',');
+  decode->add_option("--contexts", b.contexts, "contexts for the memory table, comma-separated")->delimiter(',');
+  decode->add_option("--batches", b.batches, "batch sizes for tokens/s, comma-separated")->delimiter(',');
+  decode->add_option("--speed-context", b.speed_context, "prompt tokens prefilled before the timed steps");
+  decode->add_option("--warmup", b.warmup, "untimed steps first");
+  decode->add_option("--steps", b.steps, "timed steps");
+  decode->add_option("--device", s->device, "auto (cuda when there is a GPU), cpu or cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  decode->add_option("--dtype", s->dtype, "auto (bf16 on cuda, f32 on cpu), f32 or bf16")
+      ->check(CLI::IsMember({"auto", "f32", "bf16"}));
+  decode->add_flag("--no-cuda-graph", [s](int64_t) { s->bench.cuda_graph = false; }, "launch every step's kernels");
+  decode->add_flag("--no-memory-check", s->no_memory_check,
+                   "only decode_memory's arithmetic (no decoder of each context is allocated)");
+  decode->add_option("--out", s->out, "directory for decode_bench.json and decode_bench.svg");
+  decode->callback([s] { run_decode(*s); });
+}
+
 const bool registered = hla::cli::register_command(
     "bench", "Time the Var path of the ops against the anchors of targets.md", [](CLI::App& sub) {
       auto opt = std::make_shared<Options>();
@@ -68,7 +123,10 @@ const bool registered = hla::cli::register_command(
       sub.add_option("--warmup", opt->perf.warmup, "Untimed runs first")->capture_default_str();
       sub.add_option("--repeats", opt->perf.repeats, "Timed runs (the median is reported)")->capture_default_str();
       sub.add_flag("--list", opt->list, "List the perf cases (no GPU needed)");
-      sub.callback([opt] { run(*opt); });
+      setup_decode(sub);
+      sub.callback([opt, &sub] {
+        if (!sub.got_subcommand("decode")) run(*opt);
+      });
     });
 
 }  // namespace

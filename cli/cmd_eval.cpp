@@ -1,6 +1,7 @@
 // `hla eval`: zero-shot LM tasks, the RULER-style suite, MQAR and held-out perplexity on a
 // checkpoint (or on an n-gram baseline trained on the spot), written as results.json and
-// report.md. The report is rewritten after every task, so an interrupted run keeps what it did.
+// report.md. The reports are rewritten after every task (eval/results_log.h), so an interrupted
+// run keeps what it did, and a task that fails is recorded and the others still run.
 //
 //   hla eval --checkpoint runs/x --tasks arc_easy,piqa,lambada,ruler --data-dir data/eval
 //   hla eval --ngram train.jsonl.zst --out eval/ngram --tasks lambada --data-dir data/eval
@@ -17,6 +18,7 @@
 #include "eval/ngram_model.h"
 #include "eval/perplexity.h"
 #include "eval/report.h"
+#include "eval/results_log.h"
 #include "eval/ruler.h"
 #include "eval/text_util.h"
 #include "tensor/error.h"
@@ -29,10 +31,11 @@ using nlohmann::json;
 const char* const kAllTasks = "arc_easy,arc_challenge,hellaswag,piqa,openbookqa,lambada,ruler,mqar,ppl";
 
 struct EvalSettings {
-  std::string checkpoint, ngram_text, tokenizer, tasks = kAllTasks, data_dir, device = "cpu", out;
+  std::string checkpoint, ngram_text, tokenizer, tasks = kAllTasks, data_dir, device = "cpu", dtype = "f32", out;
   int ngram_order = 5;
   int64_t ngram_docs = -1, limit = -1;
   int batch_size = 16;
+  int max_length = 0;  // 0: the training seq_len from the checkpoint, else 2048
   bool no_progress = false;
   bool tasks_given = false;  // --tasks on the command line: a task that cannot run is an error
   // RULER
@@ -43,6 +46,7 @@ struct EvalSettings {
   double token_scale = 0;  // 0: 4 for the byte tokenizer, else 1
   // MQAR
   std::string mqar_grid = "64x4,128x8,256x16,512x64";
+  bool mqar_grid_given = false;  // else an MQAR-trained checkpoint's own cell is added
   int64_t mqar_examples = 256, mqar_vocab = 0;
   // perplexity
   std::string ppl_file;
@@ -53,7 +57,11 @@ struct EvalSettings {
 struct TaskPlan {
   std::vector<const LmTaskInfo*> lm;
   std::vector<std::string> ruler;
+  std::vector<std::string> ruler_named;  // RULER tasks named one by one (not through "ruler")
+  std::vector<std::string> ruler_notes;  // RULER tasks skipped, for the report
   bool mqar = false, ppl = false;
+  // MQAR reads token ids directly; every other task tokenises text
+  bool uses_tokenizer() const { return !lm.empty() || !ruler.empty() || ppl; }
 };
 
 TaskPlan plan_tasks(const std::string& spec) {
@@ -66,6 +74,7 @@ TaskPlan plan_tasks(const std::string& spec) {
       for (const RulerTask& t : ruler_tasks()) plan.ruler.push_back(t.name);
     } else if (find_ruler_task(name)) {
       plan.ruler.push_back(name);
+      plan.ruler_named.push_back(name);
     } else if (name == "mqar") {
       plan.mqar = true;
     } else if (name == "ppl") {
@@ -78,10 +87,13 @@ TaskPlan plan_tasks(const std::string& spec) {
   return plan;
 }
 
-EvalModel build_model(const EvalSettings& s) {
+EvalModel build_model(const EvalSettings& s, const TaskPlan& plan) {
   if (s.checkpoint.empty() == s.ngram_text.empty())
     hla::fail("give exactly one of --checkpoint DIR and --ngram FILE");
-  if (!s.checkpoint.empty()) return load_model_for_eval(s.checkpoint, s.device, s.tokenizer);
+  if (!s.checkpoint.empty())
+    return load_model_for_eval(s.checkpoint, s.device,
+                               {s.tokenizer, s.max_length, plan.uses_tokenizer(),
+                                s.dtype == "bf16" ? hla::DType::BF16 : hla::DType::F32});
   EvalModel m;
   m.tokenizer = hla::data::load_tokenizer(s.tokenizer.empty() ? "byte" : s.tokenizer);
   std::cerr << "training an order-" << s.ngram_order << " n-gram on " << s.ngram_text << "\n";
@@ -108,7 +120,9 @@ json settings_json(const EvalSettings& s, double token_scale) {
   return {{"checkpoint", s.checkpoint}, {"ngram_text", s.ngram_text},
           {"ngram_order", s.ngram_order}, {"tasks", s.tasks},
           {"data_dir", s.data_dir},     {"limit", s.limit},
-          {"device", s.device},         {"batch_size", s.batch_size},
+          {"device", s.device},         {"dtype", s.dtype},
+          {"batch_size", s.batch_size},
+          {"max_length", s.max_length},
           {"ruler_samples", s.samples},
           {"seed", s.seed},             {"token_scale", token_scale},
           {"haystack", s.haystack},     {"words", s.words},
@@ -134,6 +148,23 @@ void drop_tasks_without_inputs(const EvalSettings& s, TaskPlan& plan) {
     }
   }
   plan.lm = kept;
+  // RULER's essay tasks without an essay haystack: skipped (named one by one: an error), never
+  // run on the noise haystack under their name.
+  if (s.haystack.empty()) {
+    std::vector<std::string> kept_ruler, skipped;
+    for (const std::string& name : plan.ruler) {
+      const bool named = std::count(plan.ruler_named.begin(), plan.ruler_named.end(), name) > 0;
+      if (find_ruler_task(name)->haystack != "essay") kept_ruler.push_back(name);
+      else if (named) hla::fail("task ", name, ": it needs the essay haystack; give --haystack FILE");
+      else skipped.push_back(name);
+    }
+    if (!skipped.empty()) {
+      plan.ruler_notes.push_back("skipped the essay-haystack tasks " + join(skipped, ", ") +
+                                 ": no --haystack FILE (RULER's essays); the other RULER tasks ran");
+      std::cerr << "warning: " << plan.ruler_notes.back() << "\n";
+    }
+    plan.ruler = kept_ruler;
+  }
   if (plan.ppl && s.ppl_file.empty()) {
     skip("ppl", "no --ppl-file (held-out text .txt/.jsonl[.zst] or shards .bin[.zst])");
     plan.ppl = false;
@@ -144,7 +175,7 @@ void run_eval(const EvalSettings& s) {
   TaskPlan plan = plan_tasks(s.tasks);
   drop_tasks_without_inputs(s, plan);
   const std::string out = output_dir(s);
-  EvalModel m = build_model(s);
+  EvalModel m = build_model(s, plan);
   const double token_scale = s.token_scale > 0 ? s.token_scale : (m.tokenizer->name() == "byte" ? 4.0 : 1.0);
   const std::vector<int64_t> lengths =
       s.lengths.empty() ? std::vector<int64_t>{std::min(4096, m.model->max_length())} : s.lengths;
@@ -152,39 +183,46 @@ void run_eval(const EvalSettings& s) {
   BatchOptions batch;
   batch.batch_size = s.batch_size;
   batch.show_progress = !s.no_progress;
-  json results = {{"name", run_name(s)},
+  ResultsLog log({{"name", run_name(s)},
                   {"model", m.model->describe()},
                   {"tokenizer", m.tokenizer->name()},
                   {"settings", settings_json(s, token_scale)},
-                  {"lm_tasks", json::object()}};
-  auto save = [&] { write_reports(results, out); };
+                  {"lm_tasks", json::object()}},
+                 out);
 
   for (const LmTaskInfo* task : plan.lm) {
-    results["lm_tasks"][task->name] =
-        run_lm_task(*task, s.data_dir, *m.model, *m.tokenizer, {s.limit, batch});
-    save();
+    log.run("/lm_tasks/" + task->name,
+            [&] { return run_lm_task(*task, s.data_dir, *m.model, *m.tokenizer, {s.limit, batch}); });
   }
   if (!plan.ruler.empty()) {
-    RulerResources resources = load_ruler_resources(s.haystack, s.words, s.seed);
-    results["ruler"] = run_ruler(*m.model, *m.tokenizer, plan.ruler, resources,
-                                 {lengths, s.samples, s.seed, token_scale, batch});
-    save();
+    log.run("/ruler", [&] {
+      RulerResources resources = load_ruler_resources(s.haystack, s.words, s.seed);
+      resources.notes.insert(resources.notes.begin(), plan.ruler_notes.begin(), plan.ruler_notes.end());
+      RulerRunOptions options{lengths, s.samples, s.seed, token_scale, batch,
+                              [&](const json& so_far) { log.set("/ruler", so_far); }};
+      return run_ruler(*m.model, *m.tokenizer, plan.ruler, resources, options);
+    });
   }
   if (plan.mqar) {
-    MqarEvalOptions options;
-    options.grid = parse_mqar_grid(s.mqar_grid);
-    options.examples = s.mqar_examples;
-    options.vocab_size = s.mqar_vocab;
-    options.batch = batch;
-    results["mqar"] = run_mqar(*m.model, options);
-    save();
+    log.run("/mqar", [&] {
+      MqarEvalOptions options;
+      options.grid = parse_mqar_grid(s.mqar_grid);
+      options.examples = s.mqar_examples;
+      options.vocab_size = s.mqar_vocab;
+      options.batch = batch;
+      use_training_mqar(m.training, !s.mqar_grid_given, options);
+      return run_mqar(*m.model, options);
+    });
   }
   if (plan.ppl) {
-    results["ppl"] = run_perplexity(*m.model, *m.tokenizer, s.ppl_file, {s.ppl_docs, 0, batch});
+    log.run("/ppl", [&] { return run_perplexity(*m.model, *m.tokenizer, s.ppl_file, {s.ppl_docs, 0, batch}); });
   }
-  save();
-  std::cout << render_report_markdown(results);
+  std::cout << render_report_markdown(log.results());
   std::cerr << "wrote " << out << "/results.json and " << out << "/report.md\n";
+  if (log.failures() > 0) {
+    std::cerr << "error: " << log.failures() << " task(s) failed; see \"Failed tasks\" in " << out << "/report.md\n";
+    throw hla::cli::ExitCode{1};
+  }
 }
 
 void setup(CLI::App& cmd) {
@@ -205,8 +243,13 @@ void setup(CLI::App& cmd) {
                  "directory of the LM task files (arc_easy.jsonl, lambada_openai.jsonl, ...)");
   cmd.add_option("--limit", s->limit, "evaluate only the first N documents of each LM task");
   cmd.add_option("--device", s->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd.add_option("--dtype", s->dtype, "compute dtype: f32, or bf16 (cuda)")->check(CLI::IsMember({"f32", "bf16"}));
   cmd.add_option("--out", s->out, "output directory (default: the checkpoint directory)");
   cmd.add_option("--batch-size", s->batch_size, "requests per model call")->check(CLI::PositiveNumber);
+  cmd.add_option("--max-length", s->max_length,
+                 "the model's context in tokens: LM requests are truncated to it, longer RULER/MQAR "
+                 "lengths warn (0: the checkpoint's training seq_len, else 2048)")
+      ->check(CLI::NonNegativeNumber);
   cmd.add_flag("--no-progress", s->no_progress, "no progress bars");
   cmd.add_option("--length", s->lengths,
                  "RULER lengths in model tokens, comma-separated (default min(4096, context))")
@@ -214,19 +257,23 @@ void setup(CLI::App& cmd) {
   cmd.add_option("--samples", s->samples, "RULER samples per task and length")->check(CLI::PositiveNumber);
   cmd.add_option("--seed", s->seed, "RULER seed");
   cmd.add_option("--haystack", s->haystack, "RULER essay haystack text (e.g. ruler/essays.txt); "
-                                            "without it essay tasks use the noise haystack");
+                                            "without it the 5 essay-haystack tasks are skipped");
   cmd.add_option("--words", s->words, "RULER word list file, or a directory with adjectives.txt, "
                                       "nouns.txt, verbs.txt (default /usr/share/dict/words)");
   cmd.add_option("--token-scale", s->token_scale,
                  "multiplies RULER's token counts (generation budgets...); default 4 for the byte "
                  "tokenizer, else 1");
-  cmd.add_option("--mqar-grid", s->mqar_grid, "MQAR cells LENGTHxPAIRS, comma-separated");
+  CLI::Option* mqar_grid = cmd.add_option(
+      "--mqar-grid", s->mqar_grid,
+      "MQAR cells LENGTHxPAIRS, comma-separated (by default an MQAR-trained checkpoint's own cell "
+      "is added)");
   cmd.add_option("--mqar-examples", s->mqar_examples, "MQAR examples per cell");
   cmd.add_option("--mqar-vocab", s->mqar_vocab, "MQAR vocabulary (0: the model's, at most 8192)");
   cmd.add_option("--ppl-file", s->ppl_file, "held-out text (.txt, .jsonl[.zst]) or shard (.bin[.zst])");
   cmd.add_option("--ppl-docs", s->ppl_docs, "score only the first N documents (-1: all)");
-  cmd.callback([s, tasks] {
+  cmd.callback([s, tasks, mqar_grid] {
     s->tasks_given = tasks->count() > 0;
+    s->mqar_grid_given = mqar_grid->count() > 0;
     run_eval(*s);
   });
 }

@@ -51,6 +51,18 @@ Utf8Char utf8_next(const char* s, size_t n, size_t i) {
   return {cp, length};
 }
 
+std::string valid_utf8(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    Utf8Char c = utf8_next(s.data(), s.size(), i);
+    if (c.code_point == kInvalidCodePoint) out += "\xEF\xBF\xBD";
+    else out.append(s.data() + i, c.length);
+    i += c.length;
+  }
+  return out;
+}
+
 std::string utf8_encode(uint32_t cp) {
   std::string out;
   if (cp < 0x80) {

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace hla::data {
 
@@ -23,6 +24,10 @@ struct Utf8Char {
 // The character that starts at s[i] (i < n).
 Utf8Char utf8_next(const char* s, size_t n, size_t i);
 std::string utf8_encode(uint32_t code_point);
+// s with every byte that starts no valid UTF-8 sequence replaced by U+FFFD ("\xEF\xBF\xBD"); valid
+// text comes back unchanged. For anything shown or stored as text (JSON must be valid UTF-8):
+// model output, data-file excerpts.
+std::string valid_utf8(std::string_view s);
 
 enum class CharClass : uint8_t { Letter, Number, Space, Other };
 

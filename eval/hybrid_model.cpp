@@ -5,6 +5,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "nn/decode.h"
 #include "nn/model.h"
 #include "nn/weights.h"
 
@@ -13,9 +14,9 @@ namespace {
 
 class HybridLanguageModel : public LanguageModel {
  public:
-  HybridLanguageModel(const std::string& dir, Device device, int max_length)
+  HybridLanguageModel(const std::string& dir, Device device, int max_length, DType compute_dtype)
       : config_(ModelConfig::load(dir + "/" + kModelConfigFile)), max_length_(max_length), device_(device) {
-    model_ = make_model(config_, 0, device, DType::F32);
+    model_ = make_model(config_, 0, device, compute_dtype);
     load_model_weights(dir, model_->parameters());
     std::ostringstream os;
     os << "hybrid-lm " << config_.model_type << " " << config_.pattern() << ", "
@@ -24,6 +25,7 @@ class HybridLanguageModel : public LanguageModel {
   }
 
   int max_length() const override { return max_length_; }
+  int position_limit() const override { return 0; }  // linear mixers and RoPE attention only
   int vocab_size() const override { return config_.vocab_size; }
   std::string describe() const override { return describe_; }
 
@@ -44,19 +46,44 @@ class HybridLanguageModel : public LanguageModel {
     return out;
   }
 
+  // Greedy decoding on the decoding state (nn/decode.h): one prefill of every prompt, then one
+  // batched step per new token for all sequences still running. A sequence that has stopped
+  // keeps being fed (its token 0 is never read) so that the batch stays whole.
   std::vector<std::vector<int32_t>> generate(const std::vector<GenerateRequest>& batch) override {
-    std::vector<std::vector<int32_t>> out(batch.size());
-    for (size_t b = 0; b < batch.size(); b++) {
-      std::vector<int32_t> seq = batch[b].context;
-      for (int n = 0; n < batch[b].max_new_tokens && static_cast<int>(seq.size()) < max_length_; n++) {
-        std::vector<float> logp = log_softmax_rows({seq})[0];
-        const float* row = logp.data() + (seq.size() - 1) * config_.vocab_size;
-        int32_t next = static_cast<int32_t>(std::max_element(row, row + config_.vocab_size) - row);
+    std::vector<std::vector<int32_t>> prompts, out(batch.size());
+    int64_t longest_prompt = 0;
+    int max_new_tokens = 0;
+    for (const GenerateRequest& r : batch) {
+      prompts.push_back(r.context);
+      longest_prompt = std::max<int64_t>(longest_prompt, static_cast<int64_t>(r.context.size()));
+      max_new_tokens = std::max(max_new_tokens, r.max_new_tokens);
+    }
+    const int64_t max_context = longest_prompt + max_new_tokens;  // every sequence steps as long as the longest
+    NoGradGuard no_grad;
+    std::unique_ptr<Decoder> decoder = make_decoder(*model_, max_context);
+    Tensor logits = decoder->prefill(prompts);  // (B, V)
+    std::vector<bool> running(batch.size(), true);
+    for (int n = 0; n < max_new_tokens; n++) {
+      const Tensor z = logits.to(Device::CPU);  // (B, V) fp32
+      std::vector<int32_t> next(batch.size(), 0);
+      bool any_running = false;
+      for (size_t b = 0; b < batch.size(); b++) {
+        if (!running[b] || n >= batch[b].max_new_tokens) {
+          running[b] = false;
+          continue;
+        }
+        const float* row = z.data<float>() + b * config_.vocab_size;
+        next[b] = static_cast<int32_t>(std::max_element(row, row + config_.vocab_size) - row);  // ties: lowest id
         const auto& stops = batch[b].stop_tokens;
-        if (std::find(stops.begin(), stops.end(), next) != stops.end()) break;
-        out[b].push_back(next);
-        seq.push_back(next);
+        if (std::find(stops.begin(), stops.end(), next[b]) != stops.end()) {
+          running[b] = false;
+          continue;
+        }
+        out[b].push_back(next[b]);
+        any_running = true;
       }
+      if (!any_running || n + 1 == max_new_tokens) break;
+      logits = decoder->step(next);
     }
     return out;
   }
@@ -97,8 +124,9 @@ class HybridLanguageModel : public LanguageModel {
 
 }  // namespace
 
-std::unique_ptr<LanguageModel> load_hybrid_model(const std::string& checkpoint_dir, Device device, int max_length) {
-  return std::make_unique<HybridLanguageModel>(checkpoint_dir, device, max_length);
+std::unique_ptr<LanguageModel> load_hybrid_model(const std::string& checkpoint_dir, Device device, int max_length,
+                                                 DType compute_dtype) {
+  return std::make_unique<HybridLanguageModel>(checkpoint_dir, device, max_length, compute_dtype);
 }
 
 }  // namespace hla::eval

@@ -1,7 +1,8 @@
 // The evaluator's LanguageModel over a trained HybridLM checkpoint (config.json +
 // model.safetensors). Scoring right-pads a batch to its longest request and reads the chosen
 // positions from one forward pass (causal models: padding after a position never changes it).
-// Greedy generation re-runs the forward over the growing sequence (no decoding cache yet).
+// Greedy generation runs on the decoding state (nn/decode.h): prefill, then one batched step
+// per token, with a fixed-size state per linear layer and a KV cache per attention layer.
 #pragma once
 #include <memory>
 #include <string>
@@ -11,7 +12,8 @@
 
 namespace hla::eval {
 
+// compute_dtype BF16 (CUDA) runs the forward and the decoder in bf16 (make_model, nn/model.h).
 std::unique_ptr<LanguageModel> load_hybrid_model(const std::string& checkpoint_dir, Device device,
-                                                 int max_length = 2048);
+                                                 int max_length = 2048, DType compute_dtype = DType::F32);
 
 }  // namespace hla::eval

@@ -31,7 +31,7 @@ struct TargetScore {
 // Greedy decoding: append argmax tokens to `context` until max_new_tokens are produced or a
 // stop token is produced (the stop token is not returned).
 struct GenerateRequest {
-  std::vector<int32_t> context;  // (T) prompt, T + max_new_tokens <= max_length()
+  std::vector<int32_t> context;  // (T) prompt; T + max_new_tokens <= position_limit() if set
   int max_new_tokens = 0;
   std::vector<int32_t> stop_tokens;
 };
@@ -39,7 +39,13 @@ struct GenerateRequest {
 class LanguageModel {
  public:
   virtual ~LanguageModel() = default;
-  virtual int max_length() const = 0;  // longest input sequence the model accepts
+  // The context the evaluator uses by default (the training seq_len, or --max-length): LM
+  // requests are left-truncated to it; RULER and MQAR lengths beyond it run with a warning
+  // when the model has no position limit.
+  virtual int max_length() const = 0;
+  // The longest sequence the model can read at all; 0: none (linear layers carry no positions,
+  // attention uses RoPE, an n-gram reads any length).
+  virtual int position_limit() const = 0;
   virtual int vocab_size() const = 0;
   virtual std::string describe() const = 0;  // one line for reports ("hybrid-lm 12M, ...")
 

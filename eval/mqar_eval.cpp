@@ -2,6 +2,7 @@
 #include "eval/mqar_eval.h"
 
 #include <algorithm>
+#include <iostream>
 
 #include "data/mqar.h"
 #include "eval/text_util.h"
@@ -40,6 +41,7 @@ nlohmann::json evaluate_cell(LanguageModel& model, const MqarCell& cell, int64_t
   config.vocab_size = vocab_size;
   config.seq_len = cell.seq_len;
   config.num_kv_pairs = cell.num_kv_pairs;
+  config.power_a = options.power_a;
   config.random_non_queries = options.random_non_queries;
   data::MqarData examples = data::generate_mqar(config, options.seed, options.examples);
 
@@ -86,19 +88,26 @@ nlohmann::json run_mqar(LanguageModel& model, const MqarEvalOptions& options) {
       options.vocab_size > 0 ? options.vocab_size : std::min<int64_t>(model.vocab_size(), 8192);
   if (vocab_size > model.vocab_size())
     fail("MQAR vocabulary ", vocab_size, " is larger than the model's ", model.vocab_size());
-  nlohmann::json cells = nlohmann::json::array();
+  nlohmann::json cells = nlohmann::json::array(), notes = nlohmann::json::array();
   double accuracy_sum = 0;
   for (const MqarCell& cell : options.grid) {
-    if (cell.seq_len > model.max_length())
-      fail("MQAR length ", cell.seq_len, " is longer than the model's context of ",
-           model.max_length(), " tokens");
+    if (model.position_limit() > 0 && cell.seq_len > model.position_limit())
+      fail("MQAR length ", cell.seq_len, " is longer than the model's position limit of ",
+           model.position_limit(), " tokens");
+    if (cell.seq_len > model.max_length()) {
+      notes.push_back("length " + std::to_string(cell.seq_len) + " is beyond the model's context of " +
+                      std::to_string(model.max_length()) + " tokens: it measures length extrapolation");
+      std::cerr << "warning: MQAR " << notes.back().get<std::string>() << "\n";
+    }
     cells.push_back(evaluate_cell(model, cell, vocab_size, options));
     accuracy_sum += cells.back()["accuracy"].get<double>();
   }
   return {{"vocab_size", vocab_size},
           {"examples", options.examples},
           {"seed", options.seed},
+          {"power_a", options.power_a},
           {"random_non_queries", options.random_non_queries},
+          {"notes", notes},
           {"cells", cells},
           {"mean_accuracy", accuracy_sum / static_cast<double>(options.grid.size())}};
 }

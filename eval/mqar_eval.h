@@ -26,12 +26,15 @@ struct MqarEvalOptions {
   int64_t examples = 256;  // per cell
   int64_t vocab_size = 0;  // 0: the model's vocabulary, at most 8192 (Zoology's V)
   uint64_t seed = 1;       // the validation stream
+  double power_a = 0.01;   // gap power law (data/mqar.h)
   bool random_non_queries = true;
   BatchOptions batch;
 };
 
-// {"vocab_size", "examples", "seed", "cells": [{"seq_len", "num_kv_pairs", "accuracy", "loss"}],
-//  "mean_accuracy"}
+// A cell longer than the model's position limit is an hla::Error; one beyond its max_length()
+// (the training context) runs, with a warning and a note. Returns
+// {"vocab_size", "examples", "seed", "power_a", "random_non_queries", "notes": [...],
+//  "cells": [{"seq_len", "num_kv_pairs", "accuracy", "loss"}], "mean_accuracy"}
 nlohmann::json run_mqar(LanguageModel& model, const MqarEvalOptions& options);
 
 }  // namespace hla::eval

@@ -36,6 +36,7 @@ class NgramModel : public LanguageModel {
                                std::vector<double>& probs) const;
 
   int max_length() const override { return max_length_; }
+  int position_limit() const override { return 0; }
   int vocab_size() const override { return vocab_size_; }
   std::string describe() const override;
   std::vector<std::vector<TargetScore>> score(const std::vector<ScoreRequest>& batch) override;

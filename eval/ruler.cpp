@@ -4,7 +4,9 @@
 
 #include <chrono>
 #include <cmath>
+#include <iostream>
 
+#include "eval/results_log.h"
 #include "eval/ruler_detail.h"
 #include "eval/text_util.h"
 #include "tensor/error.h"
@@ -128,11 +130,11 @@ double string_match_part(const std::vector<std::string>& predictions,
   return string_match(predictions, references, true);
 }
 
-namespace {
-
-bool uses_match_part(const RulerTask& task) {
+bool is_qa_task(const RulerTask& task) {
   return task.kind == RulerTask::Kind::QaSingleHop || task.kind == RulerTask::Kind::QaTwoHop;
 }
+
+namespace {
 
 nlohmann::json run_task_at_length(LanguageModel& model, const data::Tokenizer& tokenizer,
                                   const RulerTask& task, const RulerResources& resources,
@@ -159,7 +161,7 @@ nlohmann::json run_task_at_length(LanguageModel& model, const data::Tokenizer& t
     predictions.push_back(ruler_postprocess(tokenizer.decode(outputs[i])));
     references.push_back(samples[i].outputs);
   }
-  const bool part = uses_match_part(task);
+  const bool part = is_qa_task(task);  // RULER scores QA by string_match_part
   double score = part ? string_match_part(predictions, references)
                       : string_match_all(predictions, references);
   const std::string& prompt = samples[0].input;
@@ -168,11 +170,49 @@ nlohmann::json run_task_at_length(LanguageModel& model, const data::Tokenizer& t
           {"n", samples.size()},
           {"mean_length", static_cast<double>(total_length) / samples.size()},
           {"seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()},
-          {"example",
-           {{"prompt_tail", prompt.substr(prompt.size() > 300 ? prompt.size() - 300 : 0) +
-                                samples[0].answer_prefix},
-            {"prediction", predictions[0]},
-            {"references", references[0]}}}};
+          {"example",  // model output and haystack text: any bytes, made valid UTF-8
+           valid_utf8_json({{"prompt_tail", prompt.substr(prompt.size() > 300 ? prompt.size() - 300 : 0) +
+                                                samples[0].answer_prefix},
+                            {"prediction", predictions[0]},
+                            {"references", references[0]}})}};
+}
+
+// The notes for lengths beyond the model's training context (an error beyond a position limit).
+std::vector<std::string> length_notes(const LanguageModel& model, const std::vector<int64_t>& lengths) {
+  std::vector<std::string> notes;
+  for (int64_t length : lengths) {
+    if (model.position_limit() > 0 && length > model.position_limit())
+      fail("RULER length ", length, " is longer than the model's position limit of ",
+           model.position_limit(), " tokens");
+    if (length > model.max_length()) {
+      notes.push_back("length " + std::to_string(length) + " is beyond the model's context of " +
+                      std::to_string(model.max_length()) +
+                      " tokens (training seq_len or --max-length): it runs because the model has no "
+                      "position limit, and measures length extrapolation");
+      std::cerr << "warning: RULER " << notes.back() << "\n";
+    }
+  }
+  return notes;
+}
+
+// "average", "average_without_qa" and "averaged_tasks" at `key` over the tasks scored so far.
+void update_averages(nlohmann::json& result, const std::vector<const RulerTask*>& tasks, const std::string& key) {
+  double sum = 0, sum_without_qa = 0;
+  int scored = 0, scored_without_qa = 0;
+  const nlohmann::json& scores = result["tasks"];
+  for (const RulerTask* task : tasks) {
+    if (!scores.contains(task->name)) continue;
+    const nlohmann::json& by_length = scores[task->name];
+    if (!by_length.contains(key) || is_task_error(by_length[key])) continue;
+    const double score = by_length[key]["score"].get<double>();
+    sum += score;
+    scored++;
+    if (!is_qa_task(*task)) sum_without_qa += score, scored_without_qa++;
+  }
+  auto mean = [](double total, int n) { return n > 0 ? nlohmann::json(round2(total / n)) : nlohmann::json(); };
+  result["average"][key] = mean(sum, scored);
+  result["average_without_qa"][key] = mean(sum_without_qa, scored_without_qa);
+  result["averaged_tasks"][key] = {{"all", scored}, {"without_qa", scored_without_qa}};
 }
 
 }  // namespace
@@ -186,22 +226,20 @@ nlohmann::json run_ruler(LanguageModel& model, const data::Tokenizer& tokenizer,
     if (!task) fail("unknown RULER task \"", name, "\"");
     tasks.push_back(task);
   }
-  for (int64_t length : options.lengths)
-    HLA_CHECK(length <= model.max_length(), "RULER length ", length,
-              " is longer than the model's context of ", model.max_length(), " tokens");
-  nlohmann::json result = {{"lengths", options.lengths},  {"samples", options.samples},
-                           {"seed", options.seed},        {"token_scale", options.token_scale},
-                           {"notes", resources.notes},    {"tasks", nlohmann::json::object()},
-                           {"average", nlohmann::json::object()}};
+  std::vector<std::string> notes = resources.notes;
+  for (const std::string& note : length_notes(model, options.lengths)) notes.push_back(note);
+  nlohmann::json result = {{"lengths", options.lengths}, {"samples", options.samples},
+                           {"seed", options.seed},       {"token_scale", options.token_scale},
+                           {"notes", notes},             {"tasks", nlohmann::json::object()}};
   for (int64_t length : options.lengths) {
     const std::string key = std::to_string(length);
-    double sum = 0;
     for (const RulerTask* task : tasks) {
-      nlohmann::json r = run_task_at_length(model, tokenizer, *task, resources, options, length);
-      sum += r["score"].get<double>();
-      result["tasks"][task->name][key] = std::move(r);
+      result["tasks"][task->name][key] = result_or_error("RULER " + task->name + "@" + key, [&] {
+        return run_task_at_length(model, tokenizer, *task, resources, options, length);
+      });
+      update_averages(result, tasks, key);
+      if (options.on_task_done) options.on_task_done(result);
     }
-    result["average"][key] = round2(sum / static_cast<double>(tasks.size()));
   }
   return result;
 }

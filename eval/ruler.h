@@ -27,17 +27,18 @@
 
 namespace hla::eval {
 
-// What the generators draw from. Missing pieces are replaced (with a note) by
-// load_ruler_resources: essay tasks fall back to the noise haystack, words to a generated list.
+// What the generators draw from. Missing words are replaced (with a note) by
+// load_ruler_resources with a generated list; a missing haystack is not replaced: the essay
+// tasks (haystack "essay") need it and are an hla::Error without it (hla eval skips them).
 struct RulerResources {
-  std::vector<std::string> essay_words;     // whitespace-split essay text; empty: use noise
+  std::vector<std::string> essay_words;     // whitespace-split essay text; empty: none
   std::vector<std::string> key_adjectives;  // NIAH word keys are "{adjective}-{noun}"
   std::vector<std::string> key_nouns;
   std::vector<std::string> common_words;    // CWE pool: sorted, de-duplicated, then shuffled
   std::vector<std::string> notes;           // fallbacks taken, for the report
 };
 
-// haystack_file: text file of essays ("" = none: noise haystack, with a note).
+// haystack_file: text file of essays ("" = none: the essay tasks cannot run).
 // words: a directory holding wonderwords-style adjectives.txt, nouns.txt (and verbs.txt), or a
 // plain word list file (one word a line; only [a-z]+ entries are used); "" tries
 // /usr/share/dict/words, then falls back to generated pseudo-words (with a note).
@@ -101,18 +102,29 @@ double string_match_all(const std::vector<std::string>& predictions,
 double string_match_part(const std::vector<std::string>& predictions,
                          const std::vector<std::vector<std::string>>& references);
 
+// The synthetic stand-ins for SQuAD and HotpotQA; RULER's 13-task average is also reported
+// without them (the 11 tasks whose generators follow RULER's own).
+bool is_qa_task(const RulerTask& task);
+
 struct RulerRunOptions {
   std::vector<int64_t> lengths = {4096};
   int samples = 10;
   uint64_t seed = 42;
   double token_scale = 1.0;
   BatchOptions batch;
+  // Called with the result so far after every task at every length (hla eval saves it).
+  std::function<void(const nlohmann::json&)> on_task_done;
 };
 
-// Generates, decodes and scores every task at every length. Returns
+// Generates, decodes and scores every task at every length. A length beyond the model's
+// position limit is an hla::Error; one beyond its max_length() (the training context) runs,
+// with a warning and a note. A task that throws is recorded as {"error": message} and the
+// others run. Returns
 //   {"lengths": [...], "samples", "seed", "token_scale", "notes": [...],
-//    "tasks": {name: {"<length>": {"score", "metric", "n", "example": {...}}}},
-//    "average": {"<length>": mean over tasks}}
+//    "tasks": {name: {"<length>": {"score", "metric", "n", "example": {...}} or {"error"}}},
+//    "average": {"<length>": mean over the tasks scored},
+//    "average_without_qa": {"<length>": the same without qa_1 and qa_2},
+//    "averaged_tasks": {"<length>": {"all": n, "without_qa": m}}}
 nlohmann::json run_ruler(LanguageModel& model, const data::Tokenizer& tokenizer,
                          const std::vector<std::string>& task_names,
                          const RulerResources& resources, const RulerRunOptions& options);

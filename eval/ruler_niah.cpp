@@ -100,8 +100,10 @@ Prompt niah_prompt(const RulerTask& task, const std::string& haystack, int64_t s
 std::vector<RulerSample> generate_niah(const RulerTask& task, const RulerGenOptions& options,
                                        const RulerResources& resources,
                                        const TokenCounter& count_tokens, Rng& rng) {
-  std::string haystack = task.haystack;
-  if (haystack == "essay" && resources.essay_words.empty()) haystack = "noise";
+  const std::string& haystack = task.haystack;
+  if (haystack == "essay" && resources.essay_words.empty())
+    fail("RULER task ", task.name, " needs the essay haystack (--haystack FILE); without one it ",
+         "is skipped, never run on the noise haystack under its name");
   // RULER's search steps: 500 essay words, 25 lines; for short contexts 5 lines, and (our
   // addition: a 500-word step is most of a short context) 50 essay words.
   int64_t incremental = haystack == "essay" ? 500 : 25;

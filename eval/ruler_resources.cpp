@@ -101,9 +101,7 @@ void load_words(RulerResources& resources, std::string path, uint64_t seed) {
 RulerResources load_ruler_resources(const std::string& haystack_file, const std::string& words,
                                     uint64_t seed) {
   RulerResources resources;
-  if (haystack_file.empty()) {
-    note(resources, "no --haystack file: the essay haystack tasks use the noise haystack");
-  } else {
+  if (!haystack_file.empty()) {
     resources.essay_words = split_whitespace(read_whole_file(haystack_file));
     if (resources.essay_words.empty()) fail(haystack_file, ": the haystack file has no words");
   }

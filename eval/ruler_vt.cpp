@@ -1,7 +1,8 @@
 // RULER variable tracking (scripts/data/synthetic/variable_tracking.py), noise haystack:
 // chains "VAR AAAAA = 54321", "VAR BBBBB = VAR AAAAA ", ... hidden among noise lines; the
 // question asks for every variable that holds the chain's value. A one-shot example (3-letter
-// names, value 12345, generated within 500 tokens, then re-randomised per sample) is prepended.
+// names, value 12345, generated within 500 tokens - less in a short context, see below - then
+// re-randomised per sample) is prepended.
 #include <algorithm>
 #include <cmath>
 #include <set>
@@ -84,8 +85,13 @@ std::string randomize_example(std::string example, int num_hops, Rng& rng) {
 std::vector<RulerSample> generate_variable_tracking(const RulerTask& task,
                                                     const RulerGenOptions& options,
                                                     const TokenCounter& count_tokens, Rng& rng) {
-  // 1. the one-shot example: full prompt with its answer, generated within 500 tokens
-  const int64_t example_length = std::lround(kExampleLength * options.token_scale);
+  // 1. the one-shot example: full prompt with its answer, generated within 500 tokens, or
+  //    within half of what the generation budget leaves when that is less, so that the sample
+  //    itself still fits (500 tokens times a byte tokenizer's scale of 4 are all of a
+  //    2048-token context)
+  const int64_t budget = generation_budget(task, options.token_scale);
+  const int64_t example_length =
+      std::min(std::lround(kExampleLength * options.token_scale), (options.length - budget) / 2);
   PromptAt example_at = [&](int64_t n) { return vt_prompt(task, n, true, rng); };
   const SizeSearch example_search{5, 5, 3.0, 0};
   int64_t example_size = search_size(example_at, count_tokens, example_length, example_search);
@@ -95,7 +101,6 @@ std::vector<RulerSample> generate_variable_tracking(const RulerTask& task,
 
   // 2. the samples, each with a re-randomised copy of the example in front
   const int64_t incremental = is_short_context(options) ? 5 : 10;
-  const int64_t budget = generation_budget(task, options.token_scale);
   PromptAt prompt_at = [&](int64_t n) { return vt_prompt(task, n, false, rng); };
   const int64_t size = search_size(
       prompt_at, count_tokens, options.length,

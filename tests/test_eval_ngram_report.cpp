@@ -71,8 +71,12 @@ nlohmann::json sample_results() {
     },
     "ruler": {"lengths": [1024, 2048], "samples": 5, "token_scale": 4.0, "notes": ["no essays"],
               "tasks": {"vt": {"1024": {"score": 80.0, "metric": "string_match_all"},
-                               "2048": {"score": 60.0, "metric": "string_match_all"}}},
-              "average": {"1024": 80.0, "2048": 60.0}},
+                               "2048": {"score": 60.0, "metric": "string_match_all"}},
+                        "qa_1": {"1024": {"score": 20.0, "metric": "string_match_part"},
+                                 "2048": {"error": "out of memory"}}},
+              "average": {"1024": 50.0, "2048": 60.0},
+              "average_without_qa": {"1024": 80.0, "2048": 60.0},
+              "averaged_tasks": {"1024": {"all": 2, "without_qa": 1}, "2048": {"all": 1, "without_qa": 1}}},
     "mqar": {"vocab_size": 258, "examples": 8,
              "cells": [{"seq_len": 64, "num_kv_pairs": 4, "accuracy": 0.75, "loss": 1.5}]}
   })");
@@ -87,7 +91,10 @@ TEST_CASE("eval: the report has the papers' table and every section") {
   CHECK(md.find("| tiny | 12.35 | 50.00 | 40.00 | 45.00 |\n") != std::string::npos);
   CHECK(md.find("| hellaswag | 4 | 25.00 ± 25.00 | 40.00 ± 20.00 | – | acc_norm |") != std::string::npos);
   CHECK(md.find("| vt | string_match_all | 80.00 | 60.00 |") != std::string::npos);
-  CHECK(md.find("| **average** |  | **80.00** | **60.00** |") != std::string::npos);
+  CHECK(md.find("| qa_1 | string_match_part | 20.00 | error |") != std::string::npos);
+  CHECK(md.find("| **average** (2 tasks) |  | **50.00** | **60.00** |") != std::string::npos);
+  CHECK(md.find("| **average without QA** (1 task) |  | **80.00** | **60.00** |") != std::string::npos);
+  CHECK(md.find("## Failed tasks\n\n- `ruler/tasks/qa_1/2048`: out of memory\n") != std::string::npos);
   CHECK(md.find("- note: no essays") != std::string::npos);
   CHECK(md.find("| 64 | 4 | 75.00 | 1.500 |") != std::string::npos);
 

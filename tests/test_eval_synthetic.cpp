@@ -3,10 +3,12 @@
 // byte of a uniform model are exact; text and shard inputs agree.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 
+#include "data/mqar.h"
 #include "data/shard.h"
 #include "eval/mqar_eval.h"
 #include "eval/perplexity.h"
@@ -66,8 +68,15 @@ TEST_CASE("eval: MQAR accuracy counts query positions only") {
   CHECK(failed["mean_accuracy"] == 0.0);
   CHECK(failed["cells"][0]["loss"] == 5.0);
 
+  // beyond the training context (max_length 100): runs, with a note; beyond a position limit: an error
   FunctionModel short_context(recall_logprob, 100);
-  CHECK_THROWS_AS(run_mqar(short_context, small_grid()), hla::Error);
+  nlohmann::json extrapolated = run_mqar(short_context, small_grid());
+  CHECK(extrapolated["mean_accuracy"] == 1.0);
+  CHECK(extrapolated["notes"] == nlohmann::json::array(
+      {"length 128 is beyond the model's context of 100 tokens: it measures length extrapolation"}));
+  FunctionModel position_limited(recall_logprob, 100, 258, 100);
+  CHECK_THROWS_WITH_AS(run_mqar(position_limited, small_grid()),
+                       "MQAR length 128 is longer than the model's position limit of 100 tokens", hla::Error);
 }
 
 TEST_CASE("eval: rolling windows predict every token once") {
@@ -122,4 +131,33 @@ TEST_CASE("eval: perplexity of a uniform model is exact, for text and for shards
   CHECK(from_shard["documents"] == 3);
   CHECK(from_shard["tokens"] == text["tokens"]);
   CHECK(from_shard["bits_per_byte"].get<double>() == doctest::Approx(text["bits_per_byte"].get<double>()));
+}
+
+TEST_CASE("eval: MQAR examples are the generator's for the given power_a, filler and seed") {
+  MqarEvalOptions options;
+  options.grid = parse_mqar_grid("64x4");
+  options.examples = 5;
+  options.vocab_size = 128;
+  options.power_a = 0.5;
+  options.random_non_queries = false;
+  options.seed = 7;
+  options.batch.show_progress = false;
+  FunctionModel recorder(recall_logprob);
+  run_mqar(recorder, options);
+  std::vector<std::vector<int32_t>> seen;
+  for (const auto& batch : recorder.batches)
+    for (const ScoreRequest& r : batch) seen.push_back(r.tokens);
+  hla::data::MqarConfig config;
+  config.vocab_size = 128, config.seq_len = 64, config.num_kv_pairs = 4;
+  config.power_a = 0.5, config.random_non_queries = false;
+  hla::data::MqarData expected = hla::data::generate_mqar(config, 7, 5);
+  std::vector<std::vector<int32_t>> want;
+  for (int64_t e = 0; e < 5; e++)
+    want.emplace_back(expected.inputs.begin() + e * 64, expected.inputs.begin() + (e + 1) * 64);
+  std::sort(seen.begin(), seen.end());
+  std::sort(want.begin(), want.end());
+  CHECK(seen == want);
+  config.power_a = 0.01;  // the default draws other gaps: the setting reached the generator
+  hla::data::MqarData other = hla::data::generate_mqar(config, 7, 5);
+  CHECK(other.inputs != expected.inputs);
 }

@@ -9,6 +9,9 @@
 
 #include "data/tokenizer.h"
 #include "eval/lm.h"
+#include "nn/config.h"
+#include "nn/model.h"
+#include "nn/weights.h"
 
 namespace hla::eval::testing {
 
@@ -36,10 +39,11 @@ class TestByteTokenizer : public data::Tokenizer {
 class FunctionModel : public LanguageModel {
  public:
   using LogprobFn = std::function<double(const std::vector<int32_t>& prefix, int32_t next)>;
-  FunctionModel(LogprobFn fn, int max_length = 1 << 16, int vocab = 258)
-      : fn_(std::move(fn)), max_length_(max_length), vocab_(vocab) {}
+  FunctionModel(LogprobFn fn, int max_length = 1 << 16, int vocab = 258, int position_limit = 0)
+      : fn_(std::move(fn)), max_length_(max_length), vocab_(vocab), position_limit_(position_limit) {}
 
   int max_length() const override { return max_length_; }
+  int position_limit() const override { return position_limit_; }
   int vocab_size() const override { return vocab_; }
   std::string describe() const override { return "function model"; }
 
@@ -82,8 +86,26 @@ class FunctionModel : public LanguageModel {
     return best;
   }
   LogprobFn fn_;
-  int max_length_, vocab_;
+  int max_length_, vocab_, position_limit_;
 };
+
+// A small HybridLM config: 2 heads, an MLP of 1.5 x hidden, the hybrid pattern given.
+inline ModelConfig small_model_config(const std::string& model_type, int hidden, int layers, int vocab,
+                                      const std::string& hybrid) {
+  ModelConfig c;
+  c.model_type = model_type;
+  c.hidden_size = hidden, c.intermediate_size = hidden * 3 / 2;
+  c.num_hidden_layers = layers, c.num_heads = 2;
+  c.vocab_size = vocab;
+  c.set_hybrid(hybrid);
+  return c;
+}
+
+// config.json + model.safetensors of `config` with seeded random weights: a checkpoint `hla eval` loads.
+inline void write_checkpoint(const std::string& dir, const ModelConfig& config, uint64_t seed = 1) {
+  config.save(dir + "/" + kModelConfigFile);
+  save_model_weights(dir, make_model(config, seed)->parameters());
+}
 
 inline std::vector<int32_t> bytes(const std::string& s) {
   std::vector<int32_t> ids;
