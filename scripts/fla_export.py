@@ -80,7 +80,7 @@ def models():
         "mamba2": ("Mamba2Config", "Mamba2ForCausalLM",
                    dict(common, num_hidden_layers=2, head_dim=16, state_size=16, expand=2, chunk_size=64)),
         "rwkv6": ("RWKV6Config", "RWKV6ForCausalLM",
-                  dict(common, num_hidden_layers=2, num_heads=2, proj_low_rank_dim=8, gate_low_rank_dim=16)),
+                  dict(common, num_hidden_layers=2, num_heads=2)),
         "delta_net": ("DeltaNetConfig", "DeltaNetForCausalLM", dict(common, num_hidden_layers=2, num_heads=4)),
         "delta_net_sharded": ("DeltaNetConfig", "DeltaNetForCausalLM", dict(common, num_hidden_layers=2, num_heads=4)),
         "gated_deltanet": ("GatedDeltaNetConfig", "GatedDeltaNetForCausalLM",
