@@ -148,7 +148,7 @@ json write_rwkv6_hidden_ratio(const ModelConfig& c) { return c.intermediate_size
 void read_hgrn2_heads(const FlaRead& r) {
   if (!r.value.is_null()) read_setting(r.value, r.c.num_heads, r.source, r.field);
 }
-json write_hgrn2_heads(const ModelConfig& c) { return c.num_heads; }
+json write_hgrn2_heads(const ModelConfig&) { return nullptr; }  // fla's default: expand_ratio gives the heads
 void read_hgrn2_expand_ratio(const FlaRead& r) {
   const bool heads_given = r.file.contains("num_heads") && !r.file["num_heads"].is_null();
   if (r.value.is_null()) {

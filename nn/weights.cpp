@@ -180,21 +180,21 @@ void load_model_weights(const std::string& dir, const ParameterList& params) {
   for (const NamedParameter& p : params) {
     names.insert(p.name);
     auto it = stored.find(p.name);
-    HLA_CHECK(it != stored.end(), where, ": no tensor named '", p.name,
+    HLA_CHECK_INPUT(it != stored.end(), where, ": no tensor named '", p.name,
               "'", config_reason(dir, p.name, true));
     const Tensor& saved = it->second.value;
     const std::string& path = it->second.path;
     const Tensor& value = p.var.value();
-    HLA_CHECK(saved.shape() == value.shape(), path, ": tensor '", p.name, "' has shape ", shape_str(saved.shape()),
+    HLA_CHECK_INPUT(saved.shape() == value.shape(), path, ": tensor '", p.name, "' has shape ", shape_str(saved.shape()),
               " but the model expects ", shape_str(value.shape()),
               config_reason(dir, p.name, false, first_difference(saved.shape(), value.shape())));
-    HLA_CHECK(widens(saved.dtype(), value.dtype()), path, ": tensor '", p.name, "' is ", dtype_name(saved.dtype()),
+    HLA_CHECK_INPUT(widens(saved.dtype(), value.dtype()), path, ": tensor '", p.name, "' is ", dtype_name(saved.dtype()),
               " but the model expects ", dtype_name(value.dtype()));
     widened = widened || saved.dtype() != value.dtype();
     check_finite(path, p.name, saved);
   }
   for (const std::string& name : order)
-    HLA_CHECK(names.count(name), stored.at(name).path, ": tensor '", name, "' is not a parameter of this model",
+    HLA_CHECK_INPUT(names.count(name), stored.at(name).path, ": tensor '", name, "' is not a parameter of this model",
               config_reason(dir, name, false));
   if (widened)
     std::cerr << "note: " << dir << ": weights stored in lower precision (" << dtype_name(DType::BF16)
