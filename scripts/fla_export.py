@@ -17,6 +17,13 @@ For every model NAME it writes OUTDIR/NAME/:
                                    attention implementation, fla and transformers versions)
 One model (delta_net_sharded) is saved in shards (model.safetensors.index.json).
 
+  PYTHONPATH=.fla python3 scripts/fla_export.py --check-hla HLA_DIR
+
+checks the other direction: every HLA_DIR/NAME/ is a checkpoint `hla train` wrote (config.json,
+model.safetensors) with tokens.safetensors and hla's own `hla forward` output hla_out.safetensors;
+fla's AutoModelForCausalLM loads it (missing, unexpected or misshaped tensors are reported) and
+its logits are compared with hla's (max |fla - hla| / max |hla|).
+
 Every run is fp32 on CUDA (fla's Triton kernels need it; Mamba-2 without mamba_ssm runs its
 torch path). T = 100 > 64, so the layers that switch to fused_recurrent for short inputs run
 their chunked kernels; where a model fails in training mode with its chunked kernel, it is run
@@ -159,15 +166,52 @@ def export(name, spec, outdir, device, attention):
     print(f"{name}: loss {ref['loss'].item():.6f}, {sum(1 for k in ref if k.startswith('grad.'))} grads, {run['mode']}")
 
 
+def check_hla(hla_dir, device):
+    """Loads hla-written checkpoints with fla's classes; one line each."""
+    import fla  # noqa: F401  (registers fla's configs and models with transformers' Auto classes)
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+    failed = []
+    for name in sorted(os.listdir(hla_dir)):
+        d = os.path.join(hla_dir, name)
+        if not os.path.isfile(os.path.join(d, "hla_out.safetensors")):
+            continue
+        try:
+            model, info = AutoModelForCausalLM.from_pretrained(d, output_loading_info=True)
+            problems = {k: v for k, v in info.items() if v and k != "error_msgs"} | (
+                {"error_msgs": info["error_msgs"]} if info.get("error_msgs") else {})
+            model = model.float().to(device).eval()
+            ids = load_file(os.path.join(d, "tokens.safetensors"))["input_ids"].to(device)
+            with torch.no_grad():
+                logits = model(input_ids=ids.long()).logits.float().cpu()
+            ref = load_file(os.path.join(d, "hla_out.safetensors"))["logits"]
+            err = ((logits - ref).abs().max() / ref.abs().max()).item()
+            print(f"{name}: fla loads it ({type(model).__name__}); logits rel err vs hla {err:.2e}"
+                  + (f"; loading problems {problems}" if problems else "; every tensor matched"))
+            if problems or err > 1e-4:
+                failed.append(name)
+        except Exception as e:
+            print(f"{name}: fla cannot load it: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+            failed.append(name)
+    if failed:
+        print("NOT LOADED OR DIFFERENT:", " ".join(failed))
+        sys.exit(1)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("outdir")
+    ap.add_argument("outdir", nargs="?")
+    ap.add_argument("--check-hla", metavar="HLA_DIR", help="load hla-written checkpoints with fla instead")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--only", nargs="*", help="model names (default: all)")
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32: no TF32 matmuls
     torch.backends.cudnn.allow_tf32 = False
     attention = attention_implementation()
+    if args.check_hla:
+        return check_hla(args.check_hla, args.device)
+    if not args.outdir:
+        ap.error("give OUTDIR (or --check-hla HLA_DIR)")
     failed = []
     for name, spec in models().items():
         if args.only and name not in args.only:
