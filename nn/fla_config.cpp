@@ -330,6 +330,12 @@ const std::vector<FlaField>& fla_fields() {
     kept("dtype", kAll, "weights' dtype, transformers 5.x (hla writes float32)", write_dtype),
     kept("transformers_version", kAll, "transformers' bookkeeping"),
     kept("_name_or_path", kAll, "transformers' bookkeeping"),
+    kept("output_attentions", kAll, "transformers' output flags"),
+    kept("output_hidden_states", kAll, "transformers' output flags"),
+    kept("return_dict", kAll, "transformers' output flags"),
+    kept("tokenizer_class", kAll, "the tokenizer's business"),
+    kept("sep_token_id", kAll, "token ids: the tokenizer's business"),
+    kept("auto_map", kAll, "transformers' remote-code bookkeeping"),
   };
   return table;
 }

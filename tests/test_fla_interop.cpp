@@ -426,35 +426,27 @@ TEST_CASE("a checkpoint whose tensors do not match its config.json names the ten
   const std::string file = dir.path + "/model.safetensors";
   nlohmann::json j = read_config_text(kGdnHybrid);
   j["use_short_conv"] = false;
-  write_text(dir.path + "/config.json", j.dump());
   write_random_weights(ModelConfig::from_json(j, "c.json"), dir.path);  // weights without convolutions
-  j["use_short_conv"] = true;
-  write_text(dir.path + "/config.json", j.dump());
-  std::unique_ptr<TrainableModel> with_conv = make_model(ModelConfig::from_json(j, "c.json"), 1);
-  CHECK(error_of([&] { load_model_weights(dir.path, with_conv->parameters()); }) ==
+  // The error of loading those weights into the model of config.json `changed`.
+  auto load_error = [&](const nlohmann::json& changed) {
+    write_text(dir.path + "/config.json", changed.dump());
+    std::unique_ptr<TrainableModel> model = make_model(ModelConfig::from_json(changed, "c.json"), 1);
+    return error_of([&] { load_model_weights(dir.path, model->parameters()); });
+  };
+  nlohmann::json with_conv = j, tied = j, smaller = j, fewer = j;
+  with_conv["use_short_conv"] = true;
+  CHECK(load_error(with_conv) ==
         file + ": no tensor named 'model.layers.0.attn.q_conv1d.weight' (config.json: use_short_conv is true)");
-
-  j["use_short_conv"] = false;
-  j["tie_word_embeddings"] = true;
-  write_text(dir.path + "/config.json", j.dump());
-  std::unique_ptr<TrainableModel> tied = make_model(ModelConfig::from_json(j, "c.json"), 1);
-  CHECK(error_of([&] { load_model_weights(dir.path, tied->parameters()); }) ==
+  tied["tie_word_embeddings"] = true;
+  CHECK(load_error(tied) ==
         file + ": tensor 'lm_head.weight' is not a parameter of this model (config.json: tie_word_embeddings is true)");
-
-  j["tie_word_embeddings"] = false;
-  j["vocab_size"] = 100;
-  write_text(dir.path + "/config.json", j.dump());
-  std::unique_ptr<TrainableModel> smaller = make_model(ModelConfig::from_json(j, "c.json"), 1);
-  CHECK(error_of([&] { load_model_weights(dir.path, smaller->parameters()); }) ==
+  smaller["vocab_size"] = 100;
+  CHECK(load_error(smaller) ==
         file + ": tensor 'model.embeddings.weight' has shape (128, 64) but the model expects (100, 64) (config.json: "
                "vocab_size gives 100)");
-
-  j["vocab_size"] = 128;
-  j["num_hidden_layers"] = 3;
-  j["attn"]["layers"] = {1};
-  write_text(dir.path + "/config.json", j.dump());
-  std::unique_ptr<TrainableModel> fewer = make_model(ModelConfig::from_json(j, "c.json"), 1);
-  CHECK(error_of([&] { load_model_weights(dir.path, fewer->parameters()); }) ==
+  fewer["num_hidden_layers"] = 3;
+  fewer["attn"]["layers"] = {1};
+  CHECK(load_error(fewer) ==
         file + ": tensor 'model.layers.3.attn_norm.weight' is not a parameter of this model (config.json: "
                "num_hidden_layers is 3)");
 }
