@@ -25,8 +25,8 @@ enum : unsigned {
   kStandard = kAll & ~kMamba2,                       // embeddings, blocks with an MLP, model.*
   kGatedMlp = kStandard & ~kRwkv6,                   // GatedMLP (swish) blocks
   kHybrid = kAll & ~(kTransformer | kMamba2),        // configs with an `attn` block
-  kNoShortConv = kHgrn | kRetnet | kGla | kHgrn2,    // fla has use_short_conv; hla's layers have none
-  kAffineFlag = kTransformer | kHgrn | kRetnet | kGla | kHgrn2,  // elementwise_affine
+  kNoShortConv = kHgrn | kGla | kHgrn2,              // fla's layer has short convolutions, hla's has none
+  kAffineFlag = kHgrn | kRetnet | kGla | kHgrn2,     // elementwise_affine reaches the mixer's norm
   kDeltaRule = kDeltaNet | kGdn | kKda | kGdn2,
   kExpandKv = kRetnet | kGla | kRwkv6,               // dk = D expand_k / H, dv = D expand_v / H
 };
@@ -242,6 +242,7 @@ const std::vector<FlaField>& fla_fields() {
     fixed("hidden_act", kRwkv6, "sqrelu", "the channel-mix activation"),
     fixed("hidden_act", kMamba2, "silu", "the convolution activation"),
     fixed("elementwise_affine", kAffineFlag, true, "the mixers' output norms have a weight"),
+    ignored("elementwise_affine", kTransformer, true, "fla's Transformer block does not read it"),
     fixed("use_l2warp", kAll, false, "l2warp adds a logit penalty to the loss; hla's loss is plain cross-entropy"),
     fixed("attnres_block_size", kGatedMlp, nullptr, "attention residuals (extra res_proj / res_norm per block)"),
     converted("attn", kHybrid, read_attn, write_attn, "the softmax-attention layers of a hybrid (attn.*)"),
@@ -271,6 +272,8 @@ const std::vector<FlaField>& fla_fields() {
     fixed("use_gv", kGla, false, "a per-value decay gate"),
     fixed("use_short_conv", kNoShortConv, false, "short convolutions (this layer has none in hla)"),
     ignored("conv_size", kNoShortConv, 4, "short-convolution width: unused without short convolutions"),
+    ignored("use_short_conv", kRetnet, false, "fla's RetNet block does not pass it to its layer"),
+    ignored("conv_size", kRetnet, 4, "fla's RetNet block does not pass it to its layer"),
     honoured("use_short_conv", kDeltaRule, "use_short_conv", "short convolutions on q, k, v"),
     honoured("conv_size", kDeltaRule, "conv_size", "short-convolution width"),
     fixed("expand_ratio", kHgrn, 1, "state width = hidden_size * expand_ratio (the lower bounds need 1)"),
