@@ -379,17 +379,24 @@ const std::set<std::string> kIgnoredFields = {
     "architectures", "torch_dtype", "transformers_version", "fuse_norm", "fuse_swiglu", "fuse_cross_entropy",
     "bos_token_id", "eos_token_id", "pad_token_id", "hidden_act", "max_position_embeddings", "use_cache"};
 
-// "c.json: unknown field 'x'", or, where the field is fla's and another is hla's own, which
-// field makes the file neither format.
+bool is_hla_field(const std::string& key) {
+  static const std::set<std::string> top_fields = field_names(false);
+  return top_fields.count(key) || kIgnoredFields.count(key) || key == "attn" || key == "hybrid";
+}
+
+// `key` is neither hla's nor (with the file's other fields) fla's: "c.json: unknown field 'x'";
+// when key is fla's, the field that makes the file not fla's is named instead, and where that
+// one is hla's own, the error says the file mixes the two formats.
 void fail_unknown_field(const nlohmann::json& j, const std::string& key, const std::string& source) {
   const std::string not_fla = first_non_fla_field(j);
   nlohmann::json fla_only = nlohmann::json::object();
   fla_only[key] = j[key];
   fla_only["model_type"] = j.value("model_type", ModelConfig().model_type);
-  if (not_fla != key && first_non_fla_field(fla_only).empty())
+  const bool key_is_fla = not_fla != key && first_non_fla_field(fla_only).empty();
+  if (key_is_fla && is_hla_field(not_fla))
     fail(source, ": field '", key, "' is fla's (nn/fla_config.cpp) but field '", not_fla,
          "' is hla's own format; an fla config.json keeps hla's settings in its 'hla' block");
-  fail(source, ": unknown field '", key, "'");
+  fail(source, ": unknown field '", key_is_fla ? not_fla : key, "'");
 }
 
 }  // namespace
@@ -416,10 +423,8 @@ ModelConfig ModelConfig::parse_json(const nlohmann::json& j, const std::string& 
   HLA_CHECK_INPUT(j.is_object(), source, ": a model config must be a JSON object");
   if (j.contains("model_type") && j["model_type"].is_string()) find_mixer(j["model_type"].get<std::string>(), source);
   if (is_fla_config(j)) return parse_fla_config(j, source, defaults);
-  static const std::set<std::string> top_fields = field_names(false);
   for (auto it = j.begin(); it != j.end(); ++it)
-    if (!(top_fields.count(it.key()) || kIgnoredFields.count(it.key()) || it.key() == "attn" || it.key() == "hybrid"))
-      fail_unknown_field(j, it.key(), source);
+    if (!is_hla_field(it.key())) fail_unknown_field(j, it.key(), source);
   ModelConfig c = defaults;
   visit_fields(
       [&](const ModelField& f, auto& member) {

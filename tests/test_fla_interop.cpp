@@ -416,6 +416,7 @@ TEST_CASE("bad config.json: unknown model_type, unsupported values, contradictio
   CHECK(parse_error(R"({"model_type": "gla", "hla": {"state_size": 3}})") ==
         "c.json: unknown field 'hla.state_size' (the hla block holds chunk_size, routing)");
   CHECK(parse_error(R"({"model_type": "gla", "colour": 3})") == "c.json: unknown field 'colour'");
+  CHECK(parse_error(R"({"model_type": "gla", "use_gk": true, "colour": 3})") == "c.json: unknown field 'colour'");
   CHECK(parse_error(R"({"model_type": "gla", "use_short_conv": true})") ==
         "c.json: use_short_conv is true; hla implements gla only with use_short_conv = false (short convolutions (this "
         "layer has none in hla))");
