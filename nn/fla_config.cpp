@@ -148,7 +148,7 @@ json write_rwkv6_hidden_ratio(const ModelConfig& c) { return c.intermediate_size
 void read_hgrn2_heads(const FlaRead& r) {
   if (!r.value.is_null()) read_setting(r.value, r.c.num_heads, r.source, r.field);
 }
-json write_hgrn2_heads(const ModelConfig&) { return nullptr; }  // fla's default: expand_ratio gives the heads
+json write_hgrn2_heads(const ModelConfig& c) { return c.num_heads; }
 void read_hgrn2_expand_ratio(const FlaRead& r) {
   const bool heads_given = r.file.contains("num_heads") && !r.file["num_heads"].is_null();
   if (r.value.is_null()) {
@@ -422,7 +422,7 @@ void read_attn(const FlaRead& r) {
 }
 
 json write_attn(const ModelConfig& c) {
-  if (!c.has_attn) return omitted();
+  if (!c.has_attn) return nullptr;  // fla writes attn: null for a model without attention layers
   json a = json::object();
   a["layers"] = c.attn.layers;
   a["num_heads"] = c.attn_heads();

@@ -33,6 +33,11 @@ If flash_attn is not installed, fla's Attention layer (transformer and the hybri
 layers) would refuse to build; the script then gives fla.layers.attn a plain-PyTorch causal
 attention with flash_attn_func's arguments (GQA, sliding window), written here, and
 fla_run.json records "attention": "torch stand-in for flash_attn_func".
+
+fp32 means fp32: TF32 is off for torch's matmuls, and TRITON_F32_DEFAULT=ieee (set before
+Triton is imported, unless the caller set it) makes fla's tl.dot calls on fp32 blocks exact
+fp32 as well; Triton's default for them is TF32 (about 1e-3 relative), which is what the first
+export ran with (hla vs fla: 1e-6 where fla's path has no tl.dot, 3e-5 to 1.4e-3 where it has).
 """
 import argparse
 import json
@@ -41,8 +46,23 @@ import os
 import sys
 import traceback
 
-import torch
-import torch.nn.functional as F
+os.environ.setdefault("TRITON_F32_DEFAULT", "ieee")
+
+import torch  # noqa: E402  (after TRITON_F32_DEFAULT)
+import torch.nn.functional as F  # noqa: E402
+from triton.runtime import autotuner  # noqa: E402
+
+# Every fla kernel is compiled with its first autotune config only: autotuning compiles and
+# times every config, which took minutes per model on the GPU machine, and a config changes
+# only speed, not the math.
+_autotuner_init = autotuner.Autotuner.__init__
+
+
+def _first_config_only(self, fn, arg_names, configs, *args, **kwargs):
+    _autotuner_init(self, fn, arg_names, configs[:1], *args, **kwargs)
+
+
+autotuner.Autotuner.__init__ = _first_config_only
 
 B, T = 2, 100
 VOCAB = 128
@@ -72,6 +92,31 @@ def attention_implementation():
         return "flash_attn"
     attn.flash_attn_func = causal_attention
     return "torch stand-in for flash_attn_func"
+
+
+def gated_delta_rule_stand_in(q, k, v, g, beta, A_log, dt_bias, initial_state=None, output_final_state=False,
+                              use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True,
+                              use_beta_sigmoid_in_kernel=True, allow_neg_eigval=False, cu_seqlens=None,
+                              **layout):
+    """chunk_gated_delta_rule's math in PyTorch (autograd gives the gradients): fla's chunk kernel
+    refuses Triton 3.4-3.7.0 on Hopper (wrong gradients, fla issue #640) and its fused_recurrent
+    kernel has no backward. q k (B, T, H, K), v (B, T, HV, V), g beta (B, T, HV)."""
+    assert initial_state is None and not output_final_state and cu_seqlens is None
+    assert use_qk_l2norm_in_kernel and use_gate_in_kernel and use_beta_sigmoid_in_kernel
+    from fla.ops.gated_delta_rule.naive import naive_recurrent_gated_delta_rule
+    from fla.ops.gated_delta_rule.gate import naive_gdn_gate
+    l2norm = lambda x: x.float() * torch.rsqrt((x.float() ** 2).sum(-1, keepdim=True) + 1e-6)
+    group = v.shape[2] // q.shape[2]
+    q, k = (l2norm(x).repeat_interleave(group, dim=2) for x in (q, k))
+    beta = beta.float().sigmoid() * (2.0 if allow_neg_eigval else 1.0)
+    o, _ = naive_recurrent_gated_delta_rule(q, k, v.float(), beta, naive_gdn_gate(g, A_log, dt_bias))
+    return o.to(v.dtype), None
+
+
+def use_gated_delta_rule_stand_in():
+    import fla.layers.gated_deltanet as layer
+    layer.chunk_gated_delta_rule = gated_delta_rule_stand_in
+    return "torch stand-in for chunk_gated_delta_rule (fla's naive recurrence and gate)"
 
 
 def models():
@@ -134,7 +179,10 @@ def export(name, spec, outdir, device, attention):
     perturb_constants(model, gen)
     model = model.to(device)
     ids = torch.randint(0, VOCAB, (B, T), generator=gen, dtype=torch.int32)
-    run = {"device": device, "attention": attention, "dtype": "float32", "B": B, "T": T}
+    run = {"device": device, "attention": attention, "dtype": "float32", "B": B, "T": T,
+           "triton_f32_default": os.environ.get("TRITON_F32_DEFAULT", "tf32")}
+    if config_cls == "GatedDeltaNetConfig":
+        run["gated_delta_rule"] = use_gated_delta_rule_stand_in()
     try:
         model.train()
         ref = reference(model, ids.to(device))
@@ -153,6 +201,10 @@ def export(name, spec, outdir, device, attention):
     d = os.path.join(outdir, name)
     os.makedirs(d, exist_ok=True)
     shard = {"max_shard_size": "40KB"} if name.endswith("_sharded") else {}
+    if isinstance(getattr(model, "_tied_weights_keys", None), list):
+        # fla declares tied weights as a list; transformers 5.x expects {target: source} and
+        # fails in save_pretrained. These models are untied (tie_word_embeddings=False).
+        model._tied_weights_keys = {}
     model.save_pretrained(d, **shard)  # safetensors: the default in 4.x, the only format in 5.x
     save_file({"input_ids": ids.contiguous()}, os.path.join(d, "tokens.safetensors"))
     save_file(ref, os.path.join(d, "fla_ref.safetensors"))

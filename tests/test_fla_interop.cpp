@@ -162,7 +162,7 @@ const char* const kTransformer = R"({
 // DeltaNet's widths come from expand_k / expand_v of hidden_size; HGRN-2's heads from expand_ratio.
 const char* const kDeltaNet = R"({"model_type": "delta_net", "hidden_size": 64, "num_heads": 4, "expand_k": 0.5,
   "expand_v": 1.0, "num_hidden_layers": 2, "vocab_size": 128, "use_gate": false, "qk_norm": "l2"})";
-const char* const kHgrn2 = R"({"model_type": "hgrn2", "hidden_size": 64, "num_heads": null, "expand_ratio": 16,
+const char* const kHgrn2 = R"({"model_type": "hgrn2", "hidden_size": 64, "num_heads": 4, "expand_ratio": 16,
   "num_hidden_layers": 2, "vocab_size": 128, "attn_mode": "chunk", "use_lower_bound": true})";
 
 // The JSON of a config.json file with this text, as hla reads it (Python's Infinity too).
