@@ -254,14 +254,11 @@ TEST_CASE("fla's config.json is written back field for field (fla -> hla -> fla)
 }
 
 TEST_CASE("hla's configs are written with fla's model_type, class and defaults") {
-  ModelConfig c;
-  c.model_type = "gla";
-  c.hidden_size = 64;
-  c.num_heads = 2;
-  c.expand_k = 0.5;
-  c.chunk_size = 32;
-  c.routing = Routing::Clvr;
-  c.set_hybrid("2:1");
+  // A config in hla's own format (its field names, the hybrid shorthand) is written as fla's.
+  const ModelConfig c = ModelConfig::from_json(
+      nlohmann::json::parse(R"({"model_type": "gla", "hidden_size": 64, "num_heads": 2, "expand_k": 0.5,
+        "chunk_size": 32, "routing": "clvr", "hybrid": "2:1"})"),
+      "own.json");
   const nlohmann::json j = c.to_json();
   CHECK(j.dump() ==
         R"({"architectures":["GLAForCausalLM"],"attn":{"layers":[1,3],"num_heads":2,"num_kv_heads":2,"qkv_bias":false,)"
