@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "nn/fla_config.h"
 #include "nn/layers/mixers.h"
 #include "nn/weights.h"
 #include "tensor/error.h"
@@ -364,16 +365,6 @@ void read_setting(const nlohmann::json& v, std::vector<int>& out, const std::str
 
 namespace {
 
-// A member as config.json stores it: a 0 that means "derived" written resolved, or null.
-template <class T>
-nlohmann::json written_value(const ModelField& f, const T& value, const ModelConfig& c) {
-  if constexpr (std::is_same_v<T, int>) {
-    if (value == 0 && f.zero_means) return (c.*f.zero_means)();
-    if (value == 0 && f.zero_is_null) return nullptr;
-  }
-  return value;
-}
-
 std::set<std::string> field_names(bool in_attn) {
   std::set<std::string> names;
   ModelConfig::visit_fields([&](const ModelField& f) {
@@ -382,39 +373,66 @@ std::set<std::string> field_names(bool in_attn) {
   return names;
 }
 
-// fla fields that change nothing in hla's math (kernels, dtypes, token ids), accepted and
-// dropped, and the two blocks read beside the field list.
+// hla's own format accepts these fla fields (they change nothing in hla's math) and drops them;
+// fla's format has its own table (nn/fla_config.cpp).
 const std::set<std::string> kIgnoredFields = {
     "architectures", "torch_dtype", "transformers_version", "fuse_norm", "fuse_swiglu", "fuse_cross_entropy",
     "bos_token_id", "eos_token_id", "pad_token_id", "hidden_act", "max_position_embeddings", "use_cache"};
-const std::set<std::string> kIgnoredAttnFields = {"qkv_bias"};
+
+bool is_hla_field(const std::string& key) {
+  static const std::set<std::string> top_fields = field_names(false);
+  return top_fields.count(key) || kIgnoredFields.count(key) || key == "attn" || key == "hybrid";
+}
+
+// `key` is neither hla's nor (with the file's other fields) fla's: "c.json: unknown field 'x'";
+// when key is fla's, the field that makes the file not fla's is named instead, and where that
+// one is hla's own, the error says the file mixes the two formats.
+void fail_unknown_field(const nlohmann::json& j, const std::string& key, const std::string& source) {
+  const std::string not_fla = first_non_fla_field(j);
+  nlohmann::json fla_only = nlohmann::json::object();
+  fla_only[key] = j[key];
+  fla_only["model_type"] = j.value("model_type", ModelConfig().model_type);
+  const bool key_is_fla = not_fla != key && first_non_fla_field(fla_only).empty();
+  if (key_is_fla && is_hla_field(not_fla))
+    fail(source, ": field '", key, "' is fla's (nn/fla_config.cpp) but field '", not_fla,
+         "' is hla's own format; an fla config.json keeps hla's settings in its 'hla' block");
+  fail(source, ": unknown field '", key_is_fla ? not_fla : key, "'");
+}
 
 }  // namespace
 
+void read_attn_block(const nlohmann::json& block, ModelConfig& c, const std::string& source) {
+  static const std::set<std::string> attn_fields = field_names(true);
+  HLA_CHECK_INPUT(block.is_object(), source, ": field 'attn' must be an object {layers, num_heads, ...}");
+  for (auto it = block.begin(); it != block.end(); ++it)
+    HLA_CHECK_INPUT(attn_fields.count(it.key()) || it.key() == "qkv_bias", source, ": unknown field 'attn.", it.key(),
+                    "'");
+  HLA_CHECK_INPUT(block.contains("layers"), source, ": 'attn' needs a 'layers' list");
+  HLA_CHECK_INPUT(!block.contains("qkv_bias") || block["qkv_bias"] == false, source, ": attn.qkv_bias is ",
+                  json_excerpt(block["qkv_bias"]), "; hla's attention layers have no q/k/v biases (supports false)");
+  ModelConfig::visit_fields(
+      [&](const ModelField& f, auto& member) {
+        if (f.in_attn && block.contains(f.name) && !block[f.name].is_null())
+          read_setting(block[f.name], member, source, f.path());
+      },
+      c);
+  c.has_attn = true;
+}
+
 ModelConfig ModelConfig::parse_json(const nlohmann::json& j, const std::string& source, const ModelConfig& defaults) {
   HLA_CHECK_INPUT(j.is_object(), source, ": a model config must be a JSON object");
-  static const std::set<std::string> top_fields = field_names(false), attn_fields = field_names(true);
+  if (j.contains("model_type") && j["model_type"].is_string()) find_mixer(j["model_type"].get<std::string>(), source);
+  if (is_fla_config(j)) return parse_fla_config(j, source, defaults);
   for (auto it = j.begin(); it != j.end(); ++it)
-    HLA_CHECK_INPUT(top_fields.count(it.key()) || kIgnoredFields.count(it.key()) || it.key() == "attn" || it.key() == "hybrid",
-              source, ": unknown field '", it.key(), "'");
-  const nlohmann::json* attn_block = nullptr;
-  if (j.contains("attn") && !j["attn"].is_null()) {
-    attn_block = &j["attn"];
-    HLA_CHECK_INPUT(attn_block->is_object(), source, ": field 'attn' must be an object {layers, num_heads, ...}");
-    for (auto it = attn_block->begin(); it != attn_block->end(); ++it)
-      HLA_CHECK_INPUT(attn_fields.count(it.key()) || kIgnoredAttnFields.count(it.key()), source, ": unknown field 'attn.",
-                it.key(), "'");
-    HLA_CHECK_INPUT(attn_block->contains("layers"), source, ": 'attn' needs a 'layers' list");
-  }
+    if (!is_hla_field(it.key())) fail_unknown_field(j, it.key(), source);
   ModelConfig c = defaults;
   visit_fields(
       [&](const ModelField& f, auto& member) {
-        const nlohmann::json* block = f.in_attn ? attn_block : &j;
-        if (block && block->contains(f.name) && !(*block)[f.name].is_null())
-          read_setting((*block)[f.name], member, source, f.path());
+        if (!f.in_attn && j.contains(f.name) && !j[f.name].is_null()) read_setting(j[f.name], member, source, f.path());
       },
       c);
-  c.has_attn = attn_block != nullptr;
+  c.has_attn = false;
+  if (j.contains("attn") && !j["attn"].is_null()) read_attn_block(j["attn"], c, source);
   if (j.contains("hybrid")) {
     HLA_CHECK_INPUT(!j.contains("attn"), source, ": give either 'hybrid' or 'attn.layers', not both");
     std::string hybrid;
@@ -434,19 +452,10 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& s
   return c;
 }
 
-nlohmann::json ModelConfig::to_json() const {
-  nlohmann::json j = nlohmann::json::object();
-  visit_fields(
-      [&](const ModelField& f, const auto& member) {
-        if (!f.in_attn) j[f.name] = written_value(f, member, *this);
-        else if (has_attn) j["attn"][f.name] = written_value(f, member, *this);
-      },
-      *this);
-  return j;
-}
+nlohmann::json ModelConfig::to_json() const { return fla_config_json(*this); }
 
 ModelConfig ModelConfig::load(const std::string& path) { return from_json(read_json_file(path), path); }
 
-void ModelConfig::save(const std::string& path) const { write_json_file(path, to_json()); }
+void ModelConfig::save(const std::string& path) const { write_model_config_file(path, to_json()); }
 
 }  // namespace hla

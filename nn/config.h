@@ -98,11 +98,15 @@ struct ModelConfig {
   int state_size = 64;  // Mamba-2 N (the SSM state width, dk of its decay attention)
   int chunk_size = 64;  // chunk length of the chunked recurrence kernels (0: token recurrence)
   bool use_short_conv = true;
+  bool norm_before_gate = false;  // Mamba-2: RMSNorm before the z gate (fla's norm_before_gate)
   bool tie_word_embeddings = false;
   double initializer_range = 0.02;
   Routing routing = Routing::None;
   AttnConfig attn;
   bool has_attn = false;  // whether an attn block is present (hybrid or transformer)
+  // The fla fields of config.json that do not change hla's math (nn/fla_config.cpp), as read;
+  // written back unchanged, so fla -> hla -> fla keeps them.
+  nlohmann::json fla_kept = nlohmann::json::object();
 
   // The field list. Calls f(field, member...) for every field in table order, with that
   // member of each config given: one config to read or write it, two to copy between them.
@@ -131,6 +135,7 @@ struct ModelConfig {
       c.state_size...);
     f(Field("chunk_size", "chunk length of the chunked kernels (0 = token recurrence)").at_least(0), c.chunk_size...);
     f(Field("use_short_conv", "short convolutions on q, k, v"), c.use_short_conv...);
+    f(Field("norm_before_gate", "Mamba-2: RMSNorm before the z gate"), c.norm_before_gate...);
     f(Field("tie_word_embeddings", "lm_head shares the embedding"), c.tie_word_embeddings...);
     f(Field("initializer_range", "init std").above(0), c.initializer_range...);
     f(Field("routing", "cross-layer routing: none | clvr | cler | cler_h"), c.routing...);
@@ -143,13 +148,14 @@ struct ModelConfig {
     f(Field("window_size", "sliding window (0 = full causal)").attn().at_least(0).null_for_zero(), c.attn.window_size...);
   }
 
-  // Parses config.json content and validates it; `source` (a file name) goes into every error.
+  // Parses config.json content, fla's (nn/fla_config.h) or hla's own (the field list above), and
+  // validates it; `source` (a file name) goes into every error.
   static ModelConfig from_json(const nlohmann::json& j, const std::string& source);
   // The same without validate(), for a file that run settings override before the result is
   // checked; the fields the file leaves out keep their values in `defaults`.
   static ModelConfig parse_json(const nlohmann::json& j, const std::string& source,
                                 const ModelConfig& defaults);
-  nlohmann::json to_json() const;
+  nlohmann::json to_json() const;  // fla's config.json (fla_config_json)
   static ModelConfig load(const std::string& path);
   void save(const std::string& path) const;
 
@@ -194,6 +200,10 @@ void read_setting(const nlohmann::json& v, double& out, const std::string& sourc
 void read_setting(const nlohmann::json& v, std::string& out, const std::string& source, const std::string& field);
 void read_setting(const nlohmann::json& v, Routing& out, const std::string& source, const std::string& field);
 void read_setting(const nlohmann::json& v, std::vector<int>& out, const std::string& source, const std::string& field);
+
+// Reads an attn block {layers, num_heads, num_kv_heads, qkv_bias, window_size, rope_theta}
+// into c (has_attn = true); errors name source and the field ("attn.num_heads").
+void read_attn_block(const nlohmann::json& block, ModelConfig& c, const std::string& source);
 
 // Layer indices for "r:1" with L layers under the project default rule.
 std::vector<int> hybrid_attention_layers(int num_layers, const std::string& hybrid);

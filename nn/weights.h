@@ -19,17 +19,26 @@ namespace hla {
 
 inline constexpr char kModelConfigFile[] = "config.json";
 inline constexpr char kModelWeightsFile[] = "model.safetensors";
+inline constexpr char kModelWeightsIndexFile[] = "model.safetensors.index.json";  // sharded checkpoints
 
 // Writes dir/model.safetensors: every parameter, copied to the CPU, in list order.
 void save_model_weights(const std::string& dir, const ParameterList& params);
 
-// Copies dir/model.safetensors into the parameters: the names must match one to one, and each
-// shape and dtype must equal the parameter's, and every value must be finite (the error names
-// the tensor and the first NaN or Inf). All are checked before any is copied, so a failed load
-// leaves the parameters as they were.
+// Copies dir/model.safetensors (or the shards of dir/model.safetensors.index.json, as
+// save_pretrained writes a large model) into the parameters: the names must match one to one,
+// each shape must equal the parameter's, each dtype equal it or widen to it (bf16 weights into
+// fp32 master weights, with a note on stderr), and every value must be finite (the error names
+// the tensor and the first NaN or Inf). A missing, extra or misshaped tensor's error names, where
+// dir/config.json says, the setting that decided it ("config.json: use_short_conv is true").
+// All are checked before any is copied, so a failed load leaves the parameters as they were.
 void load_model_weights(const std::string& dir, const ParameterList& params);
 
+// Reads a JSON file; Python's Infinity / -Infinity / NaN (transformers 4.x) and transformers
+// 5.x's {"__float__": "Infinity"} read as the numbers.
 nlohmann::json read_json_file(const std::string& path);
 void write_json_file(const std::string& path, const nlohmann::json& j);  // 2-space indent
+// config.json: as write_json_file, with infinities as Python writes them (Infinity, which
+// transformers 4.x and 5.x both read), not as JSON's null.
+void write_model_config_file(const std::string& path, const nlohmann::json& j);
 
 }  // namespace hla

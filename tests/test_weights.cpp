@@ -85,11 +85,16 @@ TEST_CASE("weights: a missing, extra, reshaped or retyped tensor fails naming th
       has(file + ": tensor 'model.embeddings.weight' has shape (6, 4) but the model expects (4, 6)"), Error);
 
   ParameterList retyped = target;
-  retyped[1].var = Var(Tensor::zeros({4, 4}, DType::F32), true);
+  retyped[0].var = Var(Tensor::zeros({6, 4}, DType::BF16), true);  // fp32 weights never narrow
   CHECK_THROWS_WITH_AS(
       load_model_weights(dir.path, retyped),
-      has(file + ": tensor 'model.layers.0.attn.q_proj.weight' is BF16 but the model expects F32"), Error);
+      has(file + ": tensor 'model.embeddings.weight' is F32 but the model expects BF16"), Error);
   CHECK(bit_equal(target[0].var.value(), before));  // a failed load copied nothing
+
+  ParameterList widened = small_model(50);  // bf16 weights load into fp32 master weights, exactly
+  widened[1].var = Var(Tensor::zeros({4, 4}, DType::F32), true);
+  load_model_weights(dir.path, widened);
+  CHECK(bit_equal(widened[1].var.value(), small_model(1)[1].var.value().to(DType::F32)));
 
   CHECK_THROWS_WITH_AS(load_model_weights(dir.path + "/nowhere", target),
                        has(dir.path + "/nowhere: no model.safetensors"), Error);

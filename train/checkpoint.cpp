@@ -90,7 +90,7 @@ bool restore_from(const std::string& dir, long pid, bool has_tmp, bool has_old, 
 
 void write_files(const std::string& tmp, const CheckpointData& data, const NamedTensors& optimizer_state) {
   save_model_weights(tmp, *data.params);
-  write_json_file(tmp + "/" + kModelConfigFile, data.model_config);
+  write_model_config_file(tmp + "/" + kModelConfigFile, data.model_config);
   if (data.optimizer)
     save_safetensors(tmp + "/optimizer.safetensors", optimizer_state, data.optimizer->state_metadata());
   write_json_file(tmp + "/trainer_state.json", data.trainer_state);

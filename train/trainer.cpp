@@ -349,7 +349,7 @@ void truncate_metrics(const std::string& path, int64_t step) {
 }
 
 void check_same_model(const std::string& dir, const ModelConfig& config) {
-  nlohmann::json saved = read_json_file(dir + "/config.json");
+  nlohmann::json saved = ModelConfig::load(dir + "/config.json").to_json();  // older formats read as today's
   nlohmann::json now = config.to_json();
   if (saved == now) return;
   std::ostringstream diff;

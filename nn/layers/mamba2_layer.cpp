@@ -2,7 +2,9 @@
 //   [z | xBC | dt] = W_in x ;  xBC = silu(conv(xBC) + b) ;  [x | B | C] = xBC
 //   Delta = softplus(dt + dt_bias) ;  g = Delta * A, A = -exp(A_log)   (scalar per head)
 //   S_t = exp(g_t) S_{t-1} + B_t (Delta_t x_t)^T ;  y_t = S_t^T C_t + D x_t
-//   out = W_out( RMSNorm_grouped( y * silu(z) ) )      (gate before the norm)
+//   out = W_out( RMSNorm( y * silu(z) ) )   or, with norm_before_gate, W_out( RMSNorm(y) * silu(z) )
+// Names and layout are fla's Mamba2ForCausalLM: in_proj rows [z | xBC | dt], conv1d with bias,
+// one group (n_groups = 1), the norm over all of d_inner.
 // As a decay-attention call: q = C, k = B (one shared head), v = Delta * x, scale 1.
 #include "nn/layers/common.h"
 #include "nn/layers/mixers.h"
@@ -17,7 +19,9 @@ namespace {
 
 class Mamba2Layer : public Mixer {
  public:
-  Mamba2Layer(const ModelConfig& c, ParamStore& store) : store_(store), eps_(c.norm_eps), chunk_(c.chunk_size) {
+  Mamba2Layer(const ModelConfig& c, ParamStore& store)
+      : store_(store), eps_(c.norm_eps), chunk_(c.chunk_size),
+        gate_order_(c.norm_before_gate ? GateOrder::NormThenGate : GateOrder::GateThenNorm) {
     int64_t D = c.hidden_size;
     inner_ = static_cast<int64_t>(D * c.expand_v);
     P_ = c.key_head_dim();
@@ -58,7 +62,7 @@ class Mamba2Layer : public Mixer {
     keep_state(S, rec.final_state);
     Var y = rec.o;                                                             // (B, T, H, P)
     y = add(y, mul_broadcast(reshape(xs, {B, T, H_, P_}), store_.use(d_), P_));  // + D x
-    Var normed = gated_rmsnorm(merge_heads(y), z, store_.use(norm_), eps_, GateAct::Swish, GateOrder::GateThenNorm,
+    Var normed = gated_rmsnorm(merge_heads(y), z, store_.use(norm_), eps_, GateAct::Swish, gate_order_,
                                inner_);
     return project(store_, normed, out_);
   }
@@ -69,6 +73,7 @@ class Mamba2Layer : public Mixer {
   ParamStore& store_;
   double eps_;
   int64_t chunk_, inner_, P_, H_, N_, conv_dim_;
+  GateOrder gate_order_;
   Var in_, conv_, conv_bias_, dt_bias_, a_log_, d_, norm_, out_;
 };
 
