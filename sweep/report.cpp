@@ -187,19 +187,21 @@ std::string group_table(const Groups& groups, const std::vector<MetricColumn>& m
 
 std::string main_table(const ResultTable& table, const Groups& groups) {
   std::vector<MetricColumn> metrics;
+  if (groups.any("params")) metrics.push_back({"params", "params", 0});
   for (const std::string& c : columns_with(table, "lm.")) metrics.push_back({c.substr(3) + " (%)", c, 1});
-  const MetricColumn candidates[] = {{"params", "params", 0},
-                                     {"LM avg (%)", "lm_avg", 1},
+  const MetricColumn candidates[] = {{"LM avg (%)", "lm_avg", 1},
                                      {"RULER avg (%)", "ruler_avg", 1},
                                      {"MQAR avg (%)", "mqar_avg", 1},
                                      {"val loss", "final_val_loss", 3},
                                      {"val acc (%)", "final_val_accuracy", 1},
+                                     {"held-out loss", "ppl.loss", 3},
                                      {"tokens/s", "tokens_per_s", 0},
                                      {"step (ms)", "step_ms", 1},
                                      {"peak GPU (GiB)", "peak_gpu_gib", 2},
                                      {"peak RSS (MiB)", "peak_rss_mib", 0},
                                      {"decode state (bytes)", "decode_state_bytes", 0},
-                                     {"KV (bytes/token)", "decode_kv_bytes_per_token", 0}};
+                                     {"KV (bytes/token)", "decode_kv_bytes_per_token", 0},
+                                     {"decode at 4K (MiB)", "decode_mib_at_4096", 2}};
   for (const MetricColumn& m : candidates)
     if (groups.any(m.column)) metrics.push_back(m);
   return group_table(groups, metrics);
@@ -525,6 +527,9 @@ std::vector<std::pair<std::string, std::string>> sweep_plots(const ResultTable& 
   if (groups.any("tokens_per_s"))
     add("tokens_per_s_vs_ratio.svg", mixer_series(table, "attn_fraction", "tokens_per_s"),
         {"Training throughput vs attention ratio", ratio_label, "training tokens per second"});
+  if (groups.any("decode_mib_at_4096"))
+    add("decode_memory_vs_ratio.svg", mixer_series(table, "attn_fraction", "decode_mib_at_4096"),
+        {"Decoding memory per sequence at 4096 tokens", ratio_label, "states + KV cache (MiB)"});
   std::vector<std::string> mixers;
   for (size_t r = 0; r < table.rows.size(); r++)
     if (std::find(mixers.begin(), mixers.end(), table.cell(r, "mixer")) == mixers.end())

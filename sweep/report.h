@@ -6,7 +6,7 @@
 //   run, status ("done" | "failed: ..."), mixer, hybrid, pattern, attn_fraction, routing,
 //   optimizer, lr, seed                        the run's axes (runner.h)
 //   final_val_loss, final_val_accuracy (%), tokens_per_s, step_ms, peak_gpu_gib, peak_rss_mib,
-//   decode_state_bytes, decode_kv_bytes_per_token
+//   decode_state_bytes, decode_kv_bytes_per_token, decode_mib_at_4096 (nn/decode.h decode_memory)
 //   lm.<task> (%), lm_avg (%), ruler.<task> (%), ruler_avg (%), mqar.<len>x<pairs> (%), mqar_avg (%)
 //   val_loss_curve                             "step:loss step:loss ..."
 // Runs that differ only in seed are one group: every table cell is the mean over the group's

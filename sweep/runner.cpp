@@ -19,6 +19,8 @@
 #include <sstream>
 
 #include "eval/lm_tasks.h"
+#include "eval/ruler.h"
+#include "nn/decode.h"
 #include "sweep/report.h"
 #include "tensor/atomic_file.h"
 #include "tensor/error.h"
@@ -138,8 +140,8 @@ void add_ruler_columns(const json& ruler, ordered_json& row) {
     }
     return n > 0 ? sum / n : 0.0;
   };
-  for (auto task = ruler["tasks"].begin(); task != ruler["tasks"].end(); ++task)
-    row["ruler." + task.key()] = mean_of(*task, true);
+  for (const eval::RulerTask& task : eval::ruler_tasks())  // RULER's order, not the JSON's
+    if (ruler["tasks"].contains(task.name)) row["ruler." + task.name] = mean_of(ruler["tasks"][task.name], true);
   row["ruler_avg"] = mean_of(ruler["average"], false);
 }
 
@@ -200,6 +202,17 @@ json parameter_count(const std::string& run_dir) {
     if (std::sscanf(line.c_str(), "params: %lld in", &n) == 1) count = static_cast<int64_t>(n);
   }
   return count;
+}
+
+// What decoding holds per sequence (nn/decode.h): the recurrent states and tails, the KV cache
+// per token of context, and all of it at 4096 tokens (MiB), in the dtype the run computed in.
+void add_decode_columns(const std::string& run_dir, const std::string& dtype, ordered_json& row) {
+  const ModelConfig config = ModelConfig::load(run_dir + "/checkpoint/config.json");
+  const DType activation = dtype == "bf16" ? DType::BF16 : DType::F32;
+  const DecodeMemory one = decode_memory(config, 1, activation);
+  row["decode_state_bytes"] = one.state_bytes;
+  row["decode_kv_bytes_per_token"] = one.kv_bytes;
+  row["decode_mib_at_4096"] = double(decode_memory(config, 4096, activation).total()) / (1 << 20);
 }
 
 void append_segment(const std::string& run_dir, const json& segment) {
@@ -405,6 +418,7 @@ ordered_json collect_row(const SweepRun& run, const std::string& run_dir, double
     train_seconds += segment["seconds"].get<double>();
     rss = std::max(rss, segment["max_rss_mib"].get<double>());
   }
+  add_decode_columns(run_dir, run.run_file["train"].value("dtype", "f32"), row);
   row["peak_rss_mib"] = rss;
   row["train_seconds"] = train_seconds;
   row["eval_seconds"] = eval_seconds;

@@ -354,6 +354,8 @@ TEST_CASE("sweep end to end: a sweep killed mid-run resumes to the same results 
   CHECK(whole.cell(1, "val_loss_curve").rfind("100:", 0) == 0);
   CHECK(!whole.cell(1, "mqar.32x2").empty());
   CHECK(!whole.cell(1, "tokens_per_s").empty());
+  // Decoding one attention layer's KV cache costs 2 (K, V) x 2 heads x 8 dims x 4 bytes per token.
+  CHECK(whole.cell(1, "decode_kv_bytes_per_token") == "128");
   // Bit-exact: every loss, curve and accuracy cell is the same text (shortest exact form).
   const ResultTable a = without_timing(whole), b = without_timing(resumed);
   CHECK(a.columns == b.columns);
