@@ -25,22 +25,17 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const char* const kShared = R"(
-[model]
-hidden_size = 16
-num_hidden_layers = 4
-num_heads = 2
-
+// MQAR with 2 pairs in 32 tokens, vocabulary 32: the data of every sweep here.
+const std::string kMqarData = R"(
 [data]
 source = "mqar"
 batch_size = 4
 seq_len = 32
 mqar_vocab = 32
 mqar_kv_pairs = 2
-
-[train]
-steps = 10
 )";
+const std::string kShared = "\n[model]\nhidden_size = 16\nnum_hidden_layers = 4\nnum_heads = 2\n" + kMqarData +
+                            "\n[train]\nsteps = 10\n";
 
 std::vector<std::string> names_of(const std::vector<SweepRun>& runs) {
   std::vector<std::string> names;
@@ -70,7 +65,7 @@ optimizer = ["adamw", "muon"]
 lr_adamw = [0.001]
 lr_muon = [0.0003, 0.001]
 seed = [1, 2]
-)" + std::string(kShared),
+)" + kShared,
                                   "g.toml");
   // per linear mixer 3 hybrids x 2 routings x (1 + 2 lr) x 2 seeds = 36; the Transformer 3 x 2 = 6.
   REQUIRE(sweep.runs.size() == 36 + 6 + 36);
@@ -120,7 +115,7 @@ tasks = "mqar,ruler"
 length = [256, 512]
 mqar_grid = "64x4"
 token_scale = 2.0
-)" + std::string(kShared) + "\n[optim]\nname = \"muon\"\nlr = 0.02\n",
+)" + kShared + "\n[optim]\nname = \"muon\"\nlr = 0.02\n",
                                   "g.toml");
   REQUIRE(sweep.runs.size() == 1);
   CHECK(sweep.runs[0].name == "delta_net-pure-none-muon-lr0.02-s42");
@@ -231,7 +226,7 @@ TEST_CASE("sweep report from a hand-written results.csv: tables with mean ± std
 
 namespace {
 
-const char* const kTinySweep = R"([grid]
+const std::string kTinySweep = R"([grid]
 model_type = ["gated_deltanet", "gla"]
 hybrid = "2:1"
 [eval]
@@ -245,12 +240,7 @@ num_hidden_layers = 2
 num_heads = 2
 intermediate_size = 32
 vocab_size = 258
-[data]
-source = "mqar"
-batch_size = 4
-seq_len = 32
-mqar_vocab = 32
-mqar_kv_pairs = 2
+)" + kMqarData + R"(
 [optim]
 name = "adamw"
 lr = 0.003
