@@ -235,7 +235,10 @@ struct Job {
 class SweepRunner {
  public:
   SweepRunner(const Sweep& sweep, const std::vector<SweepRun>& selected, const SweepOptions& options, std::ostream& log)
-      : sweep_(sweep), selected_(selected), options_(options), log_(log) {}
+      : sweep_(sweep), selected_(selected), options_(options), log_(log) {
+    // The binary's own path (not /proc/self/exe), so `ps` and the logs name what runs.
+    options_.hla_binary = fs::canonical(options.hla_binary).string();
+  }
 
   int run() {
     prepare_directories();
