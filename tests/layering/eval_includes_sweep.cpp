@@ -1,0 +1,2 @@
+// Layering probe: eval/ must not see sweep/. Must NOT compile.
+#include "sweep/report.h"
