@@ -6,6 +6,7 @@
 // RoPE at the sequence's position, against the cache (nn/ops/attention_decode.h).
 #include <algorithm>
 
+#include "nn/layers/common.h"
 #include "nn/layers/mixers.h"
 #include "nn/ops/attention.h"
 #include "nn/ops/attention_decode.h"
@@ -28,7 +29,11 @@ class AttentionLayer : public Mixer {
     q_ = store.normal("q_proj.weight", {H_ * d_, D_});
     k_ = store.normal("k_proj.weight", {Hkv_ * d_, D_});
     v_ = store.normal("v_proj.weight", {Hkv_ * d_, D_});
-    o_ = store.normal("o_proj.weight", {D_, H_ * d_});
+    // fla's RWKV-6 model rescales its attention layers' residual projection (common.h's table).
+    if (c.mixer().block == BlockStyle::Rwkv6)
+      o_ = init_residual_out_proj(store, "o_proj.weight", {D_, H_ * d_}, 2, c.num_hidden_layers);
+    else
+      o_ = store.normal("o_proj.weight", {D_, H_ * d_});
   }
 
   Var forward(const Var& x, MixerIO& io) override {

@@ -1,10 +1,8 @@
-// The shared GLA/RetNet projections, and fla's A_log / dt_bias initialisation (mixers.md 2.12),
-// seeded by parameter name.
+// The shared GLA/RetNet projections, and fla's initialisation of A_log, dt_bias and rescaled
+// residual projections (the table in common.h), seeded by parameter name.
 #include "nn/layers/common.h"
 
 #include <cmath>
-
-#include "tensor/random.h"
 
 namespace hla {
 
@@ -22,21 +20,25 @@ GatedAttentionProjections gated_attention_projections(const ModelConfig& c, Para
 }
 
 Var init_a_log(ParamStore& store, const std::string& name, int64_t n, double lo, double hi) {
-  std::vector<double> v(n);
-  uint64_t seed = store.seed_for(name);
-  for (int64_t i = 0; i < n; i++) v[i] = std::log(lo + (hi - lo) * counter_uniform(seed, i));
+  std::vector<double> a = Tensor::uniform({n}, store.seed_for(name), lo, hi, DType::F64).to_f64_vector();
+  for (double& v : a) v = std::log(v);
+  return store.from_tensor(name, Tensor::from_f64(a, {n}, DType::F64));
+}
+
+Var init_dt_bias(ParamStore& store, const std::string& name, int64_t n, double dt_min, double dt_max, double dt_floor) {
+  std::vector<double> v =
+      Tensor::uniform({n}, store.seed_for(name), std::log(dt_min), std::log(dt_max), DType::F64).to_f64_vector();
+  for (double& x : v) {
+    double dt = std::max(std::exp(x), dt_floor);
+    x = dt + std::log(-std::expm1(-dt));  // softplus(dt_bias) = dt
+  }
   return store.from_tensor(name, Tensor::from_f64(v, {n}, DType::F64));
 }
 
-Var init_dt_bias(ParamStore& store, const std::string& name, int64_t n) {
-  std::vector<double> v(n);
-  uint64_t seed = store.seed_for(name);
-  const double lo = std::log(0.001), hi = std::log(0.1);
-  for (int64_t i = 0; i < n; i++) {
-    double dt = std::max(std::exp(lo + (hi - lo) * counter_uniform(seed, i)), 1e-4);
-    v[i] = dt + std::log(-std::expm1(-dt));  // softplus(dt_bias) = dt
-  }
-  return store.from_tensor(name, Tensor::from_f64(v, {n}, DType::F64));
+Var init_residual_out_proj(ParamStore& store, const std::string& name, const Shape& shape, int residuals_per_layer,
+                           int num_layers) {
+  double bound = 1.0 / std::sqrt(double(shape.at(1))) / std::sqrt(double(residuals_per_layer) * num_layers);
+  return store.uniform(name, shape, -bound, bound);
 }
 
 }  // namespace hla

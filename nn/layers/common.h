@@ -1,5 +1,38 @@
 // Small helpers the mixer layers share: projections through the compute dtype, head
-// reshapes, and fla's initialisation of A_log and dt_bias (mixers.md 2.12).
+// reshapes, and fla's initialisation rules (the table below, mixers.md 2.12).
+//
+// fla's initialisation, as a fresh fla model gets it under transformers 4.x: each layer runs
+// its own init in its constructor (and may mark its modules initialised), then post_init
+// applies the model's _init_weights to every module not marked. One row per parameter kind;
+// the layer constructors (nn/layers/*_layer.cpp) and HybridLM (nn/model.cpp) apply the rows.
+//   parameter kind                          rule                                       call
+//   Linear / Conv1d weight, Embedding       N(0, initializer_range)                    store.normal
+//   Linear / Conv1d bias                    0                                          store.constant
+//   norm weight (RMSNorm, LayerNorm,        1                                          store.constant
+//     GroupNorm, gated RMSNorm); norm bias  0
+//   A_log, Gated DeltaNet                   ln U(0, 16), one per value head            init_a_log
+//   A_log, KDA, GDN-2, Mamba-2              ln U(1, 16) (Mamba-2: A_init_range)        init_a_log
+//   dt_bias (GDN, KDA, GDN-2, Mamba-2)      softplus^-1(dt), dt = exp U(ln 0.001,      init_dt_bias
+//                                           ln 0.1) clamped >= 1e-4
+//   Mamba-2 D                               1
+//   Mamba-2 out_proj                        U(-b, b) / sqrt(L), b = 1 / sqrt(fan_in)   init_residual_out_proj
+//                                           (rescale_prenorm_residual, on by default,
+//                                           one residual per layer)
+//   attention o_proj in an RWKV-6 model     U(-b, b) / sqrt(2 L)  (RWKV-6's model      init_residual_out_proj
+//                                           rescales by default, two residuals a layer)
+//   RWKV-6 time-mix Linear weights          xavier_uniform, gain 2^-2.5 (the layer's   store.xavier_uniform
+//     (x_proj, r/k/v/g_proj, o_proj)        own init; it marks the layer, so the
+//                                           model's rules, rescaling included, skip it)
+//   RWKV-6 decay LoRA w_proj                lora.0 = 0; lora.2 = orthogonal, gain      store.orthogonal
+//                                           0.1 * sqrt(in / out) if in > out else 0.1;
+//                                           lora.2 bias 0
+//   RWKV-6 mu (time and channel mix),       0
+//     x_bias, bonus
+//   HGRN / HGRN-2 lower_bounds              0
+//   routing (route_proj, cler_gamma; hla's, 0: the routed term starts switched off
+//     not fla's)
+// Every other fla model leaves the residual projections at N(0, initializer_range): the
+// Transformer's rescale_prenorm_residual and the others' prenorm_residual_strategy default off.
 #pragma once
 #include "nn/config.h"
 #include "nn/layers/params.h"
@@ -37,8 +70,14 @@ inline Var gated_output(const ParamStore& store, const Var& o, const Var& x, con
 }
 
 // A_log = ln(A), A ~ U(lo, hi), one per head.
-Var init_a_log(ParamStore& store, const std::string& name, int64_t n, double lo = 1.0, double hi = 16.0);
-// dt_bias = inverse softplus of dt, dt = exp(U(ln 0.001, ln 0.1)) clamped >= 1e-4.
-Var init_dt_bias(ParamStore& store, const std::string& name, int64_t n);
+Var init_a_log(ParamStore& store, const std::string& name, int64_t n, double lo, double hi);
+// dt_bias = inverse softplus of dt, dt = exp(U(ln dt_min, ln dt_max)) clamped >= dt_floor.
+Var init_dt_bias(ParamStore& store, const std::string& name, int64_t n, double dt_min = 0.001, double dt_max = 0.1,
+                 double dt_floor = 1e-4);
+// A residual output projection (fan_out, fan_in) under GPT-2's rescaling as fla does it:
+// kaiming_uniform_(a = sqrt 5), i.e. U(-1/sqrt(fan_in), 1/sqrt(fan_in)), divided by
+// sqrt(residuals_per_layer * num_layers).
+Var init_residual_out_proj(ParamStore& store, const std::string& name, const Shape& shape, int residuals_per_layer,
+                           int num_layers);
 
 }  // namespace hla

@@ -89,7 +89,7 @@ class DeltaLayer : public Mixer {
       case DeltaKind::GatedDeltaNet:
         a_ = store.normal("a_proj.weight", {HV_, D});
         b_ = store.normal("b_proj.weight", {HV_, D});
-        a_log_ = init_a_log(store, "A_log", HV_);
+        a_log_ = init_a_log(store, "A_log", HV_, 0.0, 16.0);  // fla's GDN: A ~ U(0, 16)
         dt_bias_ = init_dt_bias(store, "dt_bias", HV_);
         g_ = store.normal("g_proj.weight", {HV_ * dv_, D});
         norm_ = store.constant("o_norm.weight", {dv_}, 1.0);
@@ -105,7 +105,7 @@ class DeltaLayer : public Mixer {
           b_ = store.normal("b_proj.weight", {H_ * dk_, D});
           w_ = store.normal("w_proj.weight", {HV_ * dv_, D});
         }
-        a_log_ = init_a_log(store, "A_log", gate_heads);
+        a_log_ = init_a_log(store, "A_log", gate_heads, 1.0, 16.0);
         dt_bias_ = init_dt_bias(store, "dt_bias", gate_heads * dk_);
         g0_ = store.normal("g_proj.0.weight", {low, D});
         g1_ = store.normal("g_proj.1.weight", {HV_ * dv_, low});

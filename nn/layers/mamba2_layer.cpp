@@ -33,10 +33,10 @@ class Mamba2Layer : public Mixer {
     conv_ = store.normal("conv1d.weight", {conv_dim_, 1, c.conv_size});
     conv_bias_ = store.constant("conv1d.bias", {conv_dim_}, 0.0);
     dt_bias_ = init_dt_bias(store, "dt_bias", H_);
-    a_log_ = init_a_log(store, "A_log", H_);
+    a_log_ = init_a_log(store, "A_log", H_, 1.0, 16.0);
     d_ = store.constant("D", {H_}, 1.0);
     norm_ = store.constant("norm.weight", {inner_}, 1.0);
-    out_ = store.normal("out_proj.weight", {D, inner_});
+    out_ = init_residual_out_proj(store, "out_proj.weight", {D, inner_}, 1, c.num_hidden_layers);
   }
 
   Var forward(const Var& x, MixerIO& io) override {

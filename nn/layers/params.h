@@ -1,6 +1,8 @@
 // ParamStore: creates a model's parameters under fla names, with seeded initial values.
 // Each parameter's values depend only on (seed, name), so adding a layer never changes the
 // initial weights of another. A Scope pushes a name prefix ("model.layers.3.attn.").
+// The distributions are PyTorch's (nn.init.normal_, uniform_, xavier_uniform_, orthogonal_);
+// which parameter gets which, as fla initialises it, is the table in nn/layers/common.h.
 #pragma once
 #include <string>
 
@@ -16,6 +18,11 @@ class ParamStore {
   Var normal(const std::string& name, const Shape& shape, double std = -1);  // std < 0: init_std
   Var constant(const std::string& name, const Shape& shape, double value);
   Var uniform(const std::string& name, const Shape& shape, double lo, double hi);
+  // U(-b, b), b = gain * sqrt(6 / (fan_in + fan_out)), shape (fan_out, fan_in).
+  Var xavier_uniform(const std::string& name, const Shape& shape, double gain);
+  // gain * Q, Q Haar-random with orthonormal columns (rows >= cols) or rows (rows < cols):
+  // the Q of the QR decomposition of a standard normal matrix, columns signed by diag(R).
+  Var orthogonal(const std::string& name, const Shape& shape, double gain);
   Var from_tensor(const std::string& name, const Tensor& values);  // a CPU F64/F32 tensor
 
   // The parameter as the forward pass uses it: cast to the compute dtype when that differs

@@ -7,6 +7,8 @@
 //            o_t = S_{t-1}^T r_t + (r_t . (u * k_t)) v_t ;  S_t = Diag(e^w_t) S_{t-1} + k_t v_t^T
 //            y = W_o( GroupNorm_H(o) * silu(gg) )
 // Channel mix: kappa = relu(W_key lerp_k)^2 ;  y = sigmoid(W_rec lerp_r) * (W_value kappa)
+#include <cmath>
+
 #include "nn/layers/common.h"
 #include "nn/layers/feedforward.h"
 #include "nn/layers/mixers.h"
@@ -33,21 +35,26 @@ class Rwkv6TimeMix : public Mixer {
     H_ = c.num_heads;
     dk_ = static_cast<int64_t>(D * c.expand_k) / H_;
     dv_ = static_cast<int64_t>(D * c.expand_v) / H_;
-    mu_x_ = store.constant("x_proj.0.mu", {D}, 0.5);
-    x0_ = store.normal("x_proj.0.linear.weight", {5 * R, D});
-    x2_ = store.normal("x_proj.2.weight", {D, 5 * R});
+    // The layer's own init (common.h's table): Linear weights xavier_uniform with gain 2^-2.5,
+    // the decay LoRA zero-then-orthogonal, every mu, x_bias and bonus zero.
+    const double gain = std::pow(2.0, -2.5);
+    mu_x_ = store.constant("x_proj.0.mu", {D}, 0.0);
+    x0_ = store.xavier_uniform("x_proj.0.linear.weight", {5 * R, D}, gain);
+    x2_ = store.xavier_uniform("x_proj.2.weight", {D, 5 * R}, gain);
     x_bias_ = store.constant("x_bias", {5, D}, 0.0);
-    r_ = store.normal("r_proj.linear.weight", {H_ * dk_, D});
-    w1_ = store.normal("w_proj.linear.lora.0.weight", {lora, D});
-    w2_ = store.normal("w_proj.linear.lora.2.weight", {H_ * dk_, lora});
-    w2_bias_ = store.constant("w_proj.linear.lora.2.bias", {H_ * dk_}, 0.0);
-    k_ = store.normal("k_proj.linear.weight", {H_ * dk_, D});
-    v_ = store.normal("v_proj.linear.weight", {H_ * dv_, D});
-    g_ = store.normal("g_proj.linear.weight", {H_ * dv_, D});
-    bonus_ = store.normal("bonus", {H_, dk_});
+    r_ = store.xavier_uniform("r_proj.linear.weight", {H_ * dk_, D}, gain);
+    w1_ = store.constant("w_proj.linear.lora.0.weight", {lora, D}, 0.0);
+    const int64_t key_width = H_ * dk_;  // lora.2 is (key_width, lora)
+    const double lora_gain = 0.1 * (lora > key_width ? std::sqrt(double(lora) / double(key_width)) : 1.0);
+    w2_ = store.orthogonal("w_proj.linear.lora.2.weight", {key_width, lora}, lora_gain);
+    w2_bias_ = store.constant("w_proj.linear.lora.2.bias", {key_width}, 0.0);
+    k_ = store.xavier_uniform("k_proj.linear.weight", {H_ * dk_, D}, gain);
+    v_ = store.xavier_uniform("v_proj.linear.weight", {H_ * dv_, D}, gain);
+    g_ = store.xavier_uniform("g_proj.linear.weight", {H_ * dv_, D}, gain);
+    bonus_ = store.constant("bonus", {H_, dk_}, 0.0);
     norm_w_ = store.constant("g_norm.weight", {H_ * dv_}, 1.0);
     norm_b_ = store.constant("g_norm.bias", {H_ * dv_}, 0.0);
-    o_ = store.normal("o_proj.weight", {D, H_ * dv_});
+    o_ = store.xavier_uniform("o_proj.weight", {D, H_ * dv_}, gain);
   }
 
   Var forward(const Var& x, MixerIO& io) override {
@@ -83,10 +90,10 @@ class Rwkv6ChannelMix : public FeedForward {
   Rwkv6ChannelMix(const ModelConfig& c, ParamStore& store) : store_(store) {
     int64_t D = c.hidden_size;
     int64_t I = c.intermediate_size > 0 ? c.intermediate_size : 32 * ((static_cast<int64_t>(3.5 * D) + 31) / 32);
-    key_mu_ = store.constant("key.mu", {D}, 0.5);
+    key_mu_ = store.constant("key.mu", {D}, 0.0);  // the model's rules: mu 0, Linear weights N(0, std)
     key_ = store.normal("key.linear.weight", {I, D});
     value_ = store.normal("value.weight", {D, I});
-    rec_mu_ = store.constant("receptance.mu", {D}, 0.5);
+    rec_mu_ = store.constant("receptance.mu", {D}, 0.0);
     rec_ = store.normal("receptance.linear.weight", {D, D});
   }
 
