@@ -27,8 +27,10 @@ Args<S> decay_args(const void* q, const void* k, const void* v, const void* g, c
 
 void decay_attention_forward(void* o, float* ht, const void* q, const void* k, const void* v, const void* g,
                              const float* h0, const DecayAttentionDims& d, DType dtype) {
-  // The chunk kernel's tile loads need 16-byte aligned q, k, v (allocator buffers always are).
-  if (decay_chunk::supported(d.dk, d.dv, d.vector_gate, dtype) && aligned16(q) && aligned16(k) && aligned16(v)) {
+  // The chunk kernel's tile loads need 16-byte aligned q, k, v (allocator buffers always are). A
+  // single token (a decoding step) is one recurrent update, cheaper than a one-token chunk.
+  if (d.T > 1 && decay_chunk::supported(d.dk, d.dv, d.vector_gate, dtype) && aligned16(q) && aligned16(k) &&
+      aligned16(v)) {
     decay_chunk::forward(o, ht, q, k, v, g, h0, d);
     return;
   }

@@ -42,9 +42,10 @@ void dispatch_gate(DeltaGate gate, Fn&& fn) {
   }
 }
 
-// Whether the chunked tensor-core kernels run (their 16-byte loads need aligned q, k, v).
+// Whether the chunked tensor-core kernels run (their 16-byte loads need aligned q, k, v). A
+// single token (a decoding step) is one recurrent update, cheaper than a one-token chunk.
 bool chunked(const DeltaRuleDims& d, DType dtype, const void* q, const void* k, const void* v) {
-  return delta_chunk::supported(d, dtype) && aligned16(q) && aligned16(k) && aligned16(v);
+  return d.T > 1 && delta_chunk::supported(d, dtype) && aligned16(q) && aligned16(k) && aligned16(v);
 }
 
 }  // namespace
