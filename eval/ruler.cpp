@@ -75,7 +75,7 @@ std::vector<RulerSample> generate_ruler_samples(const RulerTask& task,
                                                 const RulerGenOptions& options,
                                                 const RulerResources& resources,
                                                 const TokenCounter& count_tokens) {
-  HLA_CHECK(options.samples >= 1, "RULER needs at least one sample, got ", options.samples);
+  HLA_CHECK_INPUT(options.samples >= 1, "RULER needs at least one sample, got ", options.samples);
   Rng rng(options.seed ^ name_hash(task.name) ^ (static_cast<uint64_t>(options.length) << 32));
   using K = RulerTask::Kind;
   switch (task.kind) {

@@ -61,7 +61,7 @@ std::vector<std::string> split_sentences(const std::string& text) {
 }
 
 std::string essay_text(const std::vector<std::string>& words, int64_t count) {
-  HLA_CHECK(!words.empty(), "the essay haystack has no words");
+  HLA_CHECK_INPUT(!words.empty(), "the essay haystack has no words");
   std::string text;
   for (int64_t i = 0; i < count; i++) {
     if (i) text.push_back(' ');

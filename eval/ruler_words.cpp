@@ -137,7 +137,7 @@ std::vector<RulerSample> generate_frequent_words(const RulerTask& task,
   const int64_t max_prompt = options.length - budget;
   const int64_t vocab_size = max_prompt / 50;
   const int64_t incremental = std::max<int64_t>(1, max_prompt / 32);
-  HLA_CHECK(vocab_size >= 4, "RULER task ", task.name, ": length ", options.length,
+  HLA_CHECK_INPUT(vocab_size >= 4, "RULER task ", task.name, ": length ", options.length,
             " leaves a vocabulary of ", vocab_size, " coded words; at least 4 are needed");
   // The word count: from max_prompt / 6 upwards until the prompt reaches max_prompt, then
   // one step back.
@@ -154,7 +154,7 @@ std::vector<RulerSample> generate_frequent_words(const RulerTask& task,
     Prompt prompt = frequent_words_prompt(vocab, n, task.alpha, rng);
     while ((prompt.length = count_tokens(prompt.text)) > max_prompt) {
       n -= incremental;
-      HLA_CHECK(n > 0, "RULER task ", task.name, ": no word count fits length ", options.length);
+      HLA_CHECK_INPUT(n > 0, "RULER task ", task.name, ": no word count fits length ", options.length);
       prompt = frequent_words_prompt(vocab, n, task.alpha, rng);
     }
     prompt.length += budget;
