@@ -31,6 +31,8 @@ for bin in "$dir"/fuzz_*; do
   log=$dir/logs/$name.log
   mkdir -p "$dir/corpus/$name"
   saved_before=$(saved_inputs "$name")
+  export TMPDIR=$dir/tmp/$name  # the targets' scratch files; a crash leaves its own behind
+  rm -rf "$TMPDIR" && mkdir -p "$TMPDIR"
   "$bin" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 ${FUZZ_FLAGS:-} \
          -artifact_prefix="$dir/findings/$name-" "$dir/corpus/$name" "$dir/seeds/$name" >"$log" 2>&1
   rc=$?
@@ -40,7 +42,7 @@ for bin in "$dir"/fuzz_*; do
   else
     findings=$((findings + 1))
     what=$(grep -m1 -E 'hla fuzz finding|ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error' "$log")
-    printf '%-22s %12s  FINDING (exit %d, %d input(s) saved): %s\n' "$name" "$(execs "$log")" $rc \
+    printf '%-22s %12s  FINDING (exit %d, %d new input(s) saved): %s\n' "$name" "$(execs "$log")" $rc \
            $new_inputs "${what:-see $log}"
     grep -E 'Test unit written to|SUMMARY' "$log" | sed 's/^/    /'
     echo "    log: $log"
