@@ -3,6 +3,7 @@
 // write_shard, prepare_shards) into OUT_DIR/<target>/, valid examples and near-valid ones (one
 // field off, one byte short) and hostile ones (deep nesting, a huge value). Generated at build
 // time, so no binary seed is committed.
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -170,6 +171,10 @@ void shard_seeds() {
     write_seed("shard", tag + "_zst", '\1' + zst);
     write_seed("shard", tag + "_bin_compressed_here", '\2' + bin);
     write_seed("shard", tag + "_bin_one_byte_short", '\0' + bin.substr(0, bin.size() - 1));
+    std::string huge_count = bin;  // the header claims 2^31 - 1 tokens over 40
+    const int32_t claimed = INT32_MAX;
+    std::memcpy(&huge_count[2 * sizeof(int32_t)], &claimed, sizeof claimed);
+    write_seed("shard", tag + "_huge_count_compressed_here", '\2' + huge_count);
   }
 }
 
