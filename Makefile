@@ -26,7 +26,7 @@ test: all
 SAN_BUILD := build-san
 CI_FUZZ_SECONDS ?= 20
 # The layering probes are left out here: they only compile one #include each (nothing of hla
-# runs under the sanitizers), and make test runs them already.
+# runs under the sanitizers), and make test runs them already (they pass with clang too).
 SAN_CTEST := UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS) -E '^layering\.'
 
 san-configure:

@@ -47,7 +47,10 @@ class NameMaker {
     while (true) {
       std::string name;
       int syllables = 2 + static_cast<int>(rng_.below(2));
-      for (int s = 0; s < syllables; s++) name += pick(onsets, rng_) + pick(vowels, rng_);
+      for (int s = 0; s < syllables; s++) {
+        const std::string& vowel = pick(vowels, rng_);  // drawn first, as in the pinned samples
+        name += pick(onsets, rng_) + vowel;
+      }
       name += pick(codas, rng_);
       name[0] = static_cast<char>(name[0] - 'a' + 'A');
       if (used_.insert(name).second) return name;

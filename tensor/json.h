@@ -18,9 +18,7 @@ constexpr int kMaxJsonDepth = 64;
 
 // At most max_chars of v.dump(), with "..." when cut.
 inline std::string json_excerpt(const nlohmann::json& v, size_t max_chars = 100) {
-  std::string s = v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  if (s.size() > max_chars) s = s.substr(0, max_chars) + "...";
-  return s;
+  return excerpt(v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), max_chars);
 }
 
 // Parses `text` (the whole file, or one JSONL line); every error names `source` (the file, and
@@ -35,7 +33,7 @@ inline nlohmann::json parse_json(const std::string& text, const std::string& sou
   try {
     return nlohmann::json::parse(text, bounded);
   } catch (const nlohmann::json::exception& e) {
-    fail(source, ": not valid JSON (", e.what(), ")");
+    fail(source, ": not valid JSON (", excerpt(e.what(), 300), ")");  // it quotes the last token whole
   }
 }
 

@@ -137,7 +137,7 @@ Entry parse_entry(const std::string& name, const json& info, const std::string& 
   Entry e{name, DType::F32, {}, 0, 0};
   const json& dtype = info["dtype"];
   if (!dtype.is_string() || !dtype_from_name(dtype.get<std::string>(), &e.dtype))
-    fail(where, "unknown dtype ", dtype.is_string() ? dtype.get<std::string>() : json_excerpt(dtype));
+    fail(where, "unknown dtype ", dtype.is_string() ? excerpt(dtype.get<std::string>()) : json_excerpt(dtype));
   e.shape = parse_shape(info["shape"], e.dtype, where);
   const json& offs = info["data_offsets"];
   if (!offs.is_array() || offs.size() != 2 || !offs[0].is_number_unsigned() || !offs[1].is_number_unsigned())

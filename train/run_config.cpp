@@ -275,9 +275,9 @@ void RunConfig::validate() const {
                       !__builtin_mul_overflow(tokens, train.grad_accum, &tokens),
                   "[data] batch_size ", data.batch_size, " * seq_len ", data.seq_len, " * [train] grad_accum ",
                   train.grad_accum, " tokens per update overflows int64");
-  HLA_CHECK_INPUT(train.device == "cpu" || train.device == "cuda", "[train] device: '", train.device,
+  HLA_CHECK_INPUT(train.device == "cpu" || train.device == "cuda", "[train] device: '", excerpt(train.device),
                   "' is not a device (cpu | cuda)");
-  HLA_CHECK_INPUT(train.dtype == "f32" || train.dtype == "bf16", "[train] dtype: '", train.dtype,
+  HLA_CHECK_INPUT(train.dtype == "f32" || train.dtype == "bf16", "[train] dtype: '", excerpt(train.dtype),
                   "' is not a compute dtype (f32 | bf16)");
   HLA_CHECK_INPUT(train.dtype == "f32" || train.device == "cuda",
                   "[train] dtype bf16 needs device cuda (the CPU computes in f32)");
