@@ -21,12 +21,6 @@ void append(std::ostringstream& os, const A& a, const Rest&... rest) {
 }
 }  // namespace detail
 
-// At most max_chars of `text` (a value from a user's file, quoted in an error), with "..." when
-// cut, so that a 3,000-character value never makes a 3,000-character message.
-inline std::string excerpt(const std::string& text, size_t max_chars = 100) {
-  return text.size() > max_chars ? text.substr(0, max_chars) + "..." : text;
-}
-
 // Builds a message from any streamable pieces: fail("bad dim ", d, " in ", name).
 template <class... Args>
 [[noreturn]] void fail(const Args&... args) {

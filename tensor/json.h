@@ -4,7 +4,7 @@
 // nlohmann's parser itself does not recurse, but copying, dumping or comparing a value does, so a
 // file nested 100,000 levels deep would overflow the stack wherever it is used. parse_json stops
 // at kMaxJsonDepth levels instead, naming the file. json_excerpt quotes at most ~100 characters
-// of a value, so an error message never dumps a whole (possibly huge) value.
+// of a value (excerpt, of a string), so an error message never dumps a whole (possibly huge) value.
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>
@@ -15,6 +15,12 @@ namespace hla {
 
 // Deeper than any file hla reads legitimately (tokenizer.json reaches about 6 levels).
 constexpr int kMaxJsonDepth = 64;
+
+// At most max_chars of `text` (a value from a user's file, quoted in an error), with "..." when
+// cut, so that a 3,000-character value never makes a 3,000-character message.
+inline std::string excerpt(const std::string& text, size_t max_chars = 100) {
+  return text.size() > max_chars ? text.substr(0, max_chars) + "..." : text;
+}
 
 // At most max_chars of v.dump(), with "..." when cut.
 inline std::string json_excerpt(const nlohmann::json& v, size_t max_chars = 100) {

@@ -9,6 +9,7 @@
 #include <iomanip>
 #include <sstream>
 
+#include "tensor/json.h"
 #include "train/checkpoint.h"
 
 namespace hla {

@@ -3,6 +3,8 @@
 
 #include <sstream>
 
+#include "tensor/json.h"
+
 namespace hla {
 
 bool MixerSpec::serves(Routing r) const {
