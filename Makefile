@@ -5,7 +5,7 @@ CMAKE_FLAGS ?=
 FUZZ_SECONDS ?= 60
 LAUNCHER := $(if $(shell command -v ccache),-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 
-.PHONY: all deps configure test test-asan fuzz demo gpu-check bench clean
+.PHONY: all deps configure test san-configure test-asan fuzz ci-sanitize demo gpu-check bench clean
 
 all: configure
 	cmake --build $(BUILD) -j $(JOBS)
@@ -19,19 +19,38 @@ configure: deps
 test: all
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-# The unit tests under AddressSanitizer + UBSan, CPU only, in build-asan.
-test-asan: deps
-	@test -f build-asan/CMakeCache.txt || cmake -S . -B build-asan -DHLA_CUDA=OFF -DHLA_SANITIZE=address,undefined $(LAUNCHER)
-	cmake --build build-asan -j $(JOBS) --target hla_tests
-	cd build-asan && UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS)
+# One clang build, build-san, serves the sanitizer tests and the fuzzer: every layer compiled
+# once with -fsanitize=address,undefined plus libFuzzer's coverage (fuzzer-no-link); hla_tests
+# (the ASan + UBSan unit tests) and the fuzz_* targets (linked with -fsanitize=fuzzer) link the
+# same objects. Coverage costs the unit tests little; a second build would double the compile.
+SAN_BUILD := build-san
+CI_FUZZ_SECONDS ?= 20
+# The layering probes are left out here: they only compile one #include each (nothing of hla
+# runs under the sanitizers), and make test runs them already (they pass with clang too).
+SAN_CTEST := UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS) -E '^layering\.'
 
-# The libFuzzer targets (tests/fuzz), built with clang in build-fuzz, each run FUZZ_SECONDS.
-fuzz:
+san-configure:
 	@bash scripts/install-deps.sh fuzz
-	@test -f build-fuzz/CMakeCache.txt || cmake -S . -B build-fuzz -DHLA_CUDA=OFF -DHLA_FUZZ=ON \
+	@test -f $(SAN_BUILD)/CMakeCache.txt || cmake -S . -B $(SAN_BUILD) -DHLA_CUDA=OFF -DHLA_FUZZ=ON \
 	  -DHLA_SANITIZE=address,undefined -DCMAKE_CXX_COMPILER=clang++ $(LAUNCHER)
-	cmake --build build-fuzz -j $(JOBS) --target hla_fuzz_targets
-	bash tests/fuzz/run.sh build-fuzz $(FUZZ_SECONDS)
+
+# The unit tests under AddressSanitizer + UBSan, CPU only.
+test-asan: san-configure
+	cmake --build $(SAN_BUILD) -j $(JOBS) --target hla_tests
+	cd $(SAN_BUILD) && $(SAN_CTEST)
+
+# The libFuzzer targets (tests/fuzz), each run FUZZ_SECONDS; a table of execs and findings.
+fuzz: san-configure
+	cmake --build $(SAN_BUILD) -j $(JOBS) --target hla_fuzz_targets
+	bash tests/fuzz/run.sh $(SAN_BUILD) $(FUZZ_SECONDS)
+
+# CI's sanitizer pass (.ci/run, after make test): one build of both, a short fuzz pass of
+# CI_FUZZ_SECONDS per target, then the sanitizer unit tests, so ctest's summary is printed last
+# even when the fuzz pass found something (the exit status says so).
+ci-sanitize: san-configure
+	cmake --build $(SAN_BUILD) -j $(JOBS) --target hla_tests hla_fuzz_targets
+	@status=0; bash tests/fuzz/run.sh $(SAN_BUILD) $(CI_FUZZ_SECONDS) || status=1; \
+	  cd $(SAN_BUILD) && $(SAN_CTEST) || status=1; exit $$status
 
 demo: all
 	bash scripts/demo.sh

@@ -97,9 +97,19 @@ ShardData read_shard(const std::string& path) {
   int32_t h[kShardHeaderInts];
   ShardData data;
   data.header = parse_header(path, h, read_fully(in, reinterpret_cast<char*>(h), kShardHeaderBytes));
-  uint64_t expected = uint64_t(data.header.num_tokens) * data.header.token_bytes;
-  data.body.resize(expected);
-  uint64_t got = read_fully(in, reinterpret_cast<char*>(data.body.data()), expected);
+  // The body grows with what was actually read, one chunk at a time, so a header that claims
+  // 2^31 tokens over a few bytes (a .bin.zst has no size to check first) fails as truncated
+  // without allocating the claimed gigabytes.
+  const uint64_t expected = uint64_t(data.header.num_tokens) * data.header.token_bytes;
+  const uint64_t kChunkBytes = uint64_t(16) << 20;
+  uint64_t got = 0;
+  while (got < expected) {
+    data.body.resize(got + std::min(kChunkBytes, expected - got));
+    uint64_t n = read_fully(in, reinterpret_cast<char*>(data.body.data() + got), data.body.size() - got);
+    got += n;
+    if (got < data.body.size()) break;
+  }
+  data.body.resize(got);
   char extra;
   if (got == expected) got += read_fully(in, &extra, 1);
   check_body_size(path, data.header, got);

@@ -93,7 +93,7 @@ struct Reader {
 
   void read_model(const json& m) {
     std::string type = m.value("type", m.contains("merges") ? "BPE" : "");
-    if (type != "BPE") unsupported("model type '" + type + "'");
+    if (type != "BPE") unsupported("model type '" + excerpt(type) + "'");
     for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
       if (m.contains(key) && !m[key].is_null() && m[key] != "") unsupported(std::string("model.") + key);
     }

@@ -86,7 +86,7 @@ int gold_from_answer_key(const json& record) {
   key = first == std::string::npos ? "" : key.substr(first);
   for (size_t i = 0; i < labels.size(); i++)
     if (labels[i] == key) return static_cast<int>(i);
-  fail("answerKey \"", key, "\" is not one of choices.label ", json_excerpt(field(choices, "label")));
+  fail("answerKey \"", excerpt(key), "\" is not one of choices.label ", json_excerpt(field(choices, "label")));
 }
 
 std::vector<std::string> choice_texts(const json& record) {

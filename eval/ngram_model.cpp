@@ -61,7 +61,7 @@ void NgramModel::next_token_distribution(const std::vector<int32_t>& tokens, int
   probs.assign(vocab_size_, 1.0 / vocab_size_);
   for (int k = 0; k < order_ && k <= position + 1; k++) {
     const OrderTable& table = tables_[k];
-    auto it = table.histories.find(pack(tokens.data() + position + 1 - k, k));
+    auto it = table.histories.find(pack(tokens.data() + (position + 1 - k), k));
     if (it == table.histories.end()) break;  // longer histories are unseen too
     const History& h = it->second;
     const double types = h.end - h.begin;

@@ -26,7 +26,11 @@ std::string random_item(const std::string& type, Rng& rng, const RulerResources&
   const auto& adjectives = resources.key_adjectives;
   const auto& nouns = resources.key_nouns;
   HLA_CHECK(!adjectives.empty() && !nouns.empty(), "NIAH word keys need a word list");
-  return adjectives[rng.below(adjectives.size())] + "-" + nouns[rng.below(nouns.size())];
+  // Two draws in one expression would be unsequenced (gcc and clang order them differently);
+  // the noun is drawn first, the order the pinned samples were made with.
+  const std::string& noun = nouns[rng.below(nouns.size())];
+  const std::string& adjective = adjectives[rng.below(adjectives.size())];
+  return adjective + "-" + noun;
 }
 
 std::string needle_sentence(const std::string& type_v, const std::string& key,

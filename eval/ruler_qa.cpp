@@ -47,7 +47,10 @@ class NameMaker {
     while (true) {
       std::string name;
       int syllables = 2 + static_cast<int>(rng_.below(2));
-      for (int s = 0; s < syllables; s++) name += pick(onsets, rng_) + pick(vowels, rng_);
+      for (int s = 0; s < syllables; s++) {
+        const std::string& vowel = pick(vowels, rng_);  // drawn first, as in the pinned samples
+        name += pick(onsets, rng_) + vowel;
+      }
       name += pick(codas, rng_);
       name[0] = static_cast<char>(name[0] - 'a' + 'A');
       if (used_.insert(name).second) return name;
@@ -99,14 +102,30 @@ std::string city_doc(const std::string& city, const std::string& kingdom, const 
          river + ".";
 }
 
+// Draws are sequenced in named variables: two in one expression (a + b, f(x(), y())) are
+// unsequenced, and gcc and clang order them differently. The order below, last name before
+// first, is the one the pinned samples were made with.
+std::string random_person(NameMaker& name) {
+  const std::string last = name(), first = name();
+  return first + " " + last;
+}
+
 std::string random_person_doc(NameMaker& name, Rng& rng) {
-  std::string person = name() + " " + name();
-  return person_doc(person, pick(kProfessions, rng), name(), name());
+  const std::string person = random_person(name);
+  const std::string work_city = name(), birth_city = name();
+  const std::string& profession = pick(kProfessions, rng);
+  return person_doc(person, profession, birth_city, work_city);
+}
+
+// A city document of `city` with a new kingdom and river (drawn river first).
+std::string new_city_doc(NameMaker& name, const std::string& city) {
+  const std::string river = name(), kingdom = name();
+  return city_doc(city, kingdom, river);
 }
 
 std::string random_city_doc(NameMaker& name) {
-  std::string city = name();
-  return city_doc(city, name(), name());
+  const std::string city = name();
+  return new_city_doc(name, city);
 }
 
 // Gold documents and question, then distractors up to num_docs.
@@ -119,7 +138,7 @@ std::vector<std::string> qa_documents(bool two_hop, int64_t num_docs, Rng& rng, 
       docs.push_back(random_kingdom_doc(name, rng, nullptr));
     return docs;
   }
-  std::string person = name() + " " + name();
+  std::string person = random_person(name);
   std::string profession = pick(kProfessions, rng);
   std::string birth_city = name(), work_city = name(), kingdom = name(), river = name();
   docs.push_back(person_doc(person, profession, birth_city, work_city));
@@ -129,7 +148,7 @@ std::vector<std::string> qa_documents(bool two_hop, int64_t num_docs, Rng& rng, 
   else
     question = {"On which river lies the city where " + person + " was born?", river, {}};
   // the city where the person worked is the first distractor: a wrong second hop
-  if (static_cast<int64_t>(docs.size()) < num_docs) docs.push_back(city_doc(work_city, name(), name()));
+  if (static_cast<int64_t>(docs.size()) < num_docs) docs.push_back(new_city_doc(name, work_city));
   while (static_cast<int64_t>(docs.size()) < num_docs)
     docs.push_back(docs.size() % 2 ? random_person_doc(name, rng) : random_city_doc(name));
   return docs;

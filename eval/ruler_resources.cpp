@@ -50,7 +50,10 @@ std::vector<std::string> generated_words(uint64_t seed) {
   while (words.size() < 10000) {
     std::string word;
     int syllables = 2 + static_cast<int>(rng.below(2));
-    for (int s = 0; s < syllables; s++) word += std::string(onsets[rng.below(20)]) + vowels[rng.below(8)];
+    for (int s = 0; s < syllables; s++) {
+      const char* vowel = vowels[rng.below(8)];  // drawn first, as in the pinned word list
+      word += std::string(onsets[rng.below(20)]) + vowel;
+    }
     words.insert(word);
   }
   return {words.begin(), words.end()};

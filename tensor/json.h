@@ -4,7 +4,7 @@
 // nlohmann's parser itself does not recurse, but copying, dumping or comparing a value does, so a
 // file nested 100,000 levels deep would overflow the stack wherever it is used. parse_json stops
 // at kMaxJsonDepth levels instead, naming the file. json_excerpt quotes at most ~100 characters
-// of a value, so an error message never dumps a whole (possibly huge) value.
+// of a value (excerpt, of a string), so an error message never dumps a whole (possibly huge) value.
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>
@@ -16,11 +16,15 @@ namespace hla {
 // Deeper than any file hla reads legitimately (tokenizer.json reaches about 6 levels).
 constexpr int kMaxJsonDepth = 64;
 
+// At most max_chars of `text` (a value from a user's file, quoted in an error), with "..." when
+// cut, so that a 3,000-character value never makes a 3,000-character message.
+inline std::string excerpt(const std::string& text, size_t max_chars = 100) {
+  return text.size() > max_chars ? text.substr(0, max_chars) + "..." : text;
+}
+
 // At most max_chars of v.dump(), with "..." when cut.
 inline std::string json_excerpt(const nlohmann::json& v, size_t max_chars = 100) {
-  std::string s = v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  if (s.size() > max_chars) s = s.substr(0, max_chars) + "...";
-  return s;
+  return excerpt(v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), max_chars);
 }
 
 // Parses `text` (the whole file, or one JSONL line); every error names `source` (the file, and
@@ -35,7 +39,7 @@ inline nlohmann::json parse_json(const std::string& text, const std::string& sou
   try {
     return nlohmann::json::parse(text, bounded);
   } catch (const nlohmann::json::exception& e) {
-    fail(source, ": not valid JSON (", e.what(), ")");
+    fail(source, ": not valid JSON (", excerpt(e.what(), 300), ")");  // it quotes the last token whole
   }
 }
 

@@ -57,15 +57,52 @@ struct Entry {
   uint64_t begin, end;
 };
 
-// nlohmann keeps one value per key, so a name used twice would silently drop a tensor.
-void check_unique_names(const std::string& header, const std::string& path) {
-  std::set<std::string> seen;
-  json::parser_callback_t callback = [&](int depth, json::parse_event_t event, json& value) {
-    if (event == json::parse_event_t::key && depth == 1 && !seen.insert(value.get<std::string>()).second)
-      fail(path, ": tensor name '", value.get<std::string>(), "' appears twice in the header");
-    return event == json::parse_event_t::key;  // nothing else is kept
-  };
-  const json keys_only = json::parse(header, callback);
+// nlohmann keeps the last value of a key given twice, so a tensor name used twice would silently
+// drop a tensor, and a field given twice in one entry ("shape" twice) would silently pick one.
+// This SAX pass over the header text (after parse_json bounded its depth) keeps the keys of
+// every open object and fails on the first repeat, naming the tensor it sits in.
+class UniqueKeys : public json::json_sax_t {
+ public:
+  explicit UniqueKeys(const std::string& path) : path_(path) {}
+  bool start_object(size_t) override {
+    open_.emplace_back();
+    return true;
+  }
+  bool key(std::string& k) override {
+    if (open_.size() == 1) tensor_ = k;
+    if (!open_.back().insert(k).second) {
+      if (open_.size() == 1) fail(path_, ": tensor name '", k, "' appears twice in the header");
+      if (tensor_ == "__metadata__") fail(path_, ": __metadata__ key '", k, "' appears twice");
+      fail(path_, ": tensor '", tensor_, "': field '", k, "' appears twice in its entry");
+    }
+    return true;
+  }
+  bool end_object() override {
+    open_.pop_back();
+    return true;
+  }
+  bool start_array(size_t) override { return true; }
+  bool end_array() override { return true; }
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(json::number_integer_t) override { return true; }
+  bool number_unsigned(json::number_unsigned_t) override { return true; }
+  bool number_float(json::number_float_t, const std::string&) override { return true; }
+  bool string(std::string&) override { return true; }
+  bool binary(json::binary_t&) override { return true; }
+  bool parse_error(size_t, const std::string&, const nlohmann::detail::exception& e) override {
+    fail(path_, ": not valid JSON (", e.what(), ")");
+  }
+
+ private:
+  const std::string& path_;
+  std::vector<std::set<std::string>> open_;  // the keys of each object open here, outermost first
+  std::string tensor_;        // the top-level key whose value is being read
+};
+
+void check_unique_keys(const std::string& header, const std::string& path) {
+  UniqueKeys check(path);
+  json::sax_parse(header, &check);
 }
 
 std::map<std::string, std::string> parse_metadata(const json& m, const std::string& path) {
@@ -100,7 +137,7 @@ Entry parse_entry(const std::string& name, const json& info, const std::string& 
   Entry e{name, DType::F32, {}, 0, 0};
   const json& dtype = info["dtype"];
   if (!dtype.is_string() || !dtype_from_name(dtype.get<std::string>(), &e.dtype))
-    fail(where, "unknown dtype ", dtype.is_string() ? dtype.get<std::string>() : json_excerpt(dtype));
+    fail(where, "unknown dtype ", dtype.is_string() ? excerpt(dtype.get<std::string>()) : json_excerpt(dtype));
   e.shape = parse_shape(info["shape"], e.dtype, where);
   const json& offs = info["data_offsets"];
   if (!offs.is_array() || offs.size() != 2 || !offs[0].is_number_unsigned() || !offs[1].is_number_unsigned())
@@ -155,7 +192,7 @@ SafetensorsFile load_safetensors(const std::string& path) {
   f.read(text.data(), static_cast<std::streamsize>(n));
   const json header = parse_json(text, path);
   if (!header.is_object()) fail(path, ": header is not a JSON object: ", json_excerpt(header));
-  check_unique_names(text, path);
+  check_unique_keys(text, path);
 
   SafetensorsFile out;
   out.path = path;

@@ -303,9 +303,15 @@ TEST_CASE("a damaged checkpoint is reported as damaged, naming the file and tens
   err = error_of([&] { resumed_step(dir, log); });
   CHECK(err == dir + "/trainer_state.json: field 'data.train' is missing");
 
-  // Finite but impossible: a negative second moment makes the first update's parameters NaN.
+  // Finite but impossible: a negative second moment is refused at load, before any update.
   tiny.trainer.save(dir);
   damage_file(dir + "/optimizer.safetensors", "lm_head.weight.exp_avg_sq", -1.0);
+  err = error_of([&] { resumed_step(dir, log); });
+  CHECK(err == dir + "/optimizer.safetensors: tensor 'lm_head.weight.exp_avg_sq' holds -1 at index 0 of 128: a "
+                     "second moment (a mean of squares) is never negative, the file is damaged");
+  // Finite and loadable but absurd: a first moment of 3e38 overflows the first update.
+  tiny.trainer.save(dir);
+  damage_file(dir + "/optimizer.safetensors", "lm_head.weight.exp_avg", 3e38);
   TinyLM model(16, 8, 99);
   CycleSource source(16, 4, 8);
   Trainer resumed(small_options("adamw"), model, source, nullptr, log);

@@ -146,6 +146,18 @@ TEST_CASE("corrupt safetensors files are rejected with the file and tensor named
               16);
     CHECK_THROWS_WITH_AS(load_safetensors(path), has(path + ": tensor name 'w' appears twice"), Error);
   }
+  SUBCASE("a field given twice in one entry or in __metadata__ (nlohmann would keep the last)") {
+    write_raw(path, R"({"w":{"dtype":"F32","shape":[4],"shape":[2],"data_offsets":[0,8]}})", 8);
+    CHECK_THROWS_WITH_AS(load_safetensors(path),
+                         (path + ": tensor 'w': field 'shape' appears twice in its entry").c_str(), Error);
+    write_raw(path, R"({"__metadata__":{"format":"pt","format":"np"},"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 8);
+    CHECK_THROWS_WITH_AS(load_safetensors(path), (path + ": __metadata__ key 'format' appears twice").c_str(), Error);
+    // the same key in two different entries is no repeat
+    write_raw(path,
+              R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+              8);
+    CHECK(load_safetensors(path).tensors.size() == 2);
+  }
   SUBCASE("element or byte counts that overflow 64 bits") {
     // 2^32 x 2^32 elements wraps to 0, so offsets [0, 0) used to match
     write_raw(path, R"({"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}})", 0);

@@ -281,6 +281,21 @@ std::map<std::string, std::string> Optimizer::state_metadata() const {
   return {{"optimizer", config_.name}, {"step", std::to_string(step_)}};
 }
 
+namespace {
+
+// exp_avg_sq is a running mean of squared gradients: a negative entry can only come from a
+// damaged file, and would turn the first update after resuming into NaN. Refused at load,
+// naming the tensor and the first bad element (flat index).
+void check_second_moment(const std::string& path, const std::string& name, const Tensor& saved) {
+  const std::vector<double> values = saved.to_f64_vector();
+  for (size_t i = 0; i < values.size(); i++)
+    if (values[i] < 0)
+      fail(path, ": tensor '", name, "' holds ", values[i], " at index ", i, " of ", values.size(),
+           ": a second moment (a mean of squares) is never negative, the file is damaged");
+}
+
+}  // namespace
+
 void Optimizer::load_state(const SafetensorsFile& file) {
   auto meta = [&](const std::string& key) {
     auto it = file.metadata.find(key);
@@ -297,6 +312,7 @@ void Optimizer::load_state(const SafetensorsFile& file) {
       const Tensor& saved = file.get(name);
       HLA_CHECK(saved.shape() == t.shape() && saved.dtype() == t.dtype(), file.path, ": tensor '",
                 name, "' is ", saved.str(), " but the optimizer expects ", t.str());
+      if (suffix == "exp_avg_sq") check_second_moment(file.path, name, saved);
       t.copy_(saved);
     }
   }

@@ -9,6 +9,7 @@
 #include <iomanip>
 #include <sstream>
 
+#include "tensor/json.h"
 #include "train/checkpoint.h"
 
 namespace hla {
@@ -48,7 +49,7 @@ class RunFileLine {
   nlohmann::json assignment(std::string& key) {
     key = bare_name("keys");
     skip_space();
-    HLA_CHECK_INPUT(take('='), where_, ": expected '=' after the key '", key, "'");
+    HLA_CHECK_INPUT(take('='), where_, ": expected '=' after the key '", excerpt(key), "'");
     skip_space();
     nlohmann::json v = value(key, true);
     end_of_line(key);
@@ -66,7 +67,7 @@ class RunFileLine {
   }
   void end_of_line(const std::string& key) {
     skip_space();
-    HLA_CHECK_INPUT(blank(), where_, ": ", key, ": unexpected '", text_.substr(pos_, 20), "' after the value");
+    HLA_CHECK_INPUT(blank(), where_, ": ", excerpt(key), ": unexpected '", text_.substr(pos_, 20), "' after the value");
   }
 
   std::string bare_name(const char* what) {
@@ -79,11 +80,11 @@ class RunFileLine {
   }
 
   nlohmann::json value(const std::string& key, bool list_allowed) {
-    HLA_CHECK_INPUT(pos_ < text_.size(), where_, ": ", key, ": the value is missing");
+    HLA_CHECK_INPUT(pos_ < text_.size(), where_, ": ", excerpt(key), ": the value is missing");
     char c = text_[pos_];
     if (c == '"' || c == '\'') return quoted(key);
     if (c == '[') {
-      HLA_CHECK_INPUT(list_allowed, where_, ": ", key, ": a list holds single values, not lists");
+      HLA_CHECK_INPUT(list_allowed, where_, ": ", excerpt(key), ": a list holds single values, not lists");
       return list(key);
     }
     size_t start = pos_;
@@ -98,15 +99,15 @@ class RunFileLine {
     while (pos_ < text_.size() && text_[pos_] != quote) {
       char c = text_[pos_++];
       if (c == '\\' && quote == '"') {
-        HLA_CHECK_INPUT(pos_ < text_.size(), where_, ": ", key, ": the string has no closing quote");
+        HLA_CHECK_INPUT(pos_ < text_.size(), where_, ": ", excerpt(key), ": the string has no closing quote");
         char e = text_[pos_++];
-        HLA_CHECK_INPUT(std::strchr("\"\\nt", e), where_, ": ", key, ": unknown escape '\\", e,
+        HLA_CHECK_INPUT(std::strchr("\"\\nt", e), where_, ": ", excerpt(key), ": unknown escape '\\", e,
                         "' (run files know \\\" \\\\ \\n \\t)");
         c = e == 'n' ? '\n' : e == 't' ? '\t' : e;
       }
       s += c;
     }
-    HLA_CHECK_INPUT(take(quote), where_, ": ", key, ": the string has no closing quote");
+    HLA_CHECK_INPUT(take(quote), where_, ": ", excerpt(key), ": the string has no closing quote");
     return s;
   }
 
@@ -115,12 +116,12 @@ class RunFileLine {
     nlohmann::json items = nlohmann::json::array();
     for (;;) {
       skip_space();
-      HLA_CHECK_INPUT(pos_ < text_.size(), where_, ": ", key, ": the list has no closing ']'");
+      HLA_CHECK_INPUT(pos_ < text_.size(), where_, ": ", excerpt(key), ": the list has no closing ']'");
       if (take(']')) return items;
       items.push_back(value(key, false));
       skip_space();
       if (!take(',')) {
-        HLA_CHECK_INPUT(take(']'), where_, ": ", key, ": the list has no closing ']'");
+        HLA_CHECK_INPUT(take(']'), where_, ": ", excerpt(key), ": the list has no closing ']'");
         return items;
       }
     }
@@ -134,8 +135,8 @@ class RunFileLine {
       const bool between_digits = i > 0 && i + 1 < token.size() && std::isdigit(static_cast<unsigned char>(token[i - 1])) &&
                                   std::isdigit(static_cast<unsigned char>(token[i + 1]));
       if (token[i] == '_' && between_digits) continue;
-      HLA_CHECK_INPUT(token[i] != '\0' && std::strchr("0123456789+-.eE", token[i]), where_, ": ", key, " = ", token,
-                      ": ", kValueForms);
+      HLA_CHECK_INPUT(token[i] != '\0' && std::strchr("0123456789+-.eE", token[i]), where_, ": ", excerpt(key),
+                      " = ", excerpt(token), ": ", kValueForms);
       digits += token[i];
     }
     const bool integer = digits.find_first_of(".eE") == std::string::npos;
@@ -144,9 +145,9 @@ class RunFileLine {
     nlohmann::json v;
     if (integer) v = static_cast<int64_t>(std::strtoll(digits.c_str(), &end, 10));
     else v = std::strtod(digits.c_str(), &end);
-    HLA_CHECK_INPUT(!digits.empty() && end == digits.c_str() + digits.size(), where_, ": ", key, " = ", token, ": ",
-                    kValueForms);
-    HLA_CHECK_INPUT(errno != ERANGE, where_, ": ", key, " = ", token, ": the number is out of range");
+    HLA_CHECK_INPUT(!digits.empty() && end == digits.c_str() + digits.size(), where_, ": ", excerpt(key), " = ",
+                    excerpt(token), ": ", kValueForms);
+    HLA_CHECK_INPUT(errno != ERANGE, where_, ": ", excerpt(key), " = ", excerpt(token), ": the number is out of range");
     return v;
   }
 
@@ -170,13 +171,13 @@ nlohmann::json parse_run_file(const std::string& text, const std::string& source
     if (reader.blank()) continue;
     if (reader.opens_section()) {
       section = reader.section();
-      HLA_CHECK_INPUT(!file.contains(section), where, ": section [", section, "] is given twice");
+      HLA_CHECK_INPUT(!file.contains(section), where, ": section [", excerpt(section), "] is given twice");
       table = &(file[section] = nlohmann::json::object());
       continue;
     }
     std::string key;
     nlohmann::json value = reader.assignment(key);
-    HLA_CHECK_INPUT(!table->contains(key), where, ": key '", key, "' is given twice",
+    HLA_CHECK_INPUT(!table->contains(key), where, ": key '", excerpt(key), "' is given twice",
                     section.empty() ? std::string() : " in [" + section + "]");
     (*table)[key] = std::move(value);
   }
@@ -198,7 +199,7 @@ nlohmann::json parse_run_value(const std::string& text, const std::string& sourc
 void RunConfig::apply_run_file(const nlohmann::json& file, const std::string& source) {
   const std::set<std::string> from_command_line = explicitly_set;
   for (auto section = file.begin(); section != file.end(); ++section) {
-    HLA_CHECK_INPUT(section->is_object(), source, ": '", section.key(),
+    HLA_CHECK_INPUT(section->is_object(), source, ": '", excerpt(section.key()),
                     "' is outside a section ([model], [data], [optim], [train])");
     for (auto item = section->begin(); item != section->end(); ++item) {
       const std::string name = section.key() + "." + item.key();
@@ -208,7 +209,7 @@ void RunConfig::apply_run_file(const nlohmann::json& file, const std::string& so
         known = true;
         if (!from_command_line.count(name)) read_setting(*item, value, source, "[" + s + "] " + k);
       });
-      HLA_CHECK_INPUT(known, source, ": unknown setting '[", section.key(), "] ", item.key(),
+      HLA_CHECK_INPUT(known, source, ": unknown setting '[", excerpt(section.key()), "] ", excerpt(item.key()),
                       "' (settings are [model], [data], [optim], [train] keys; `hla train --help` lists them)");
       explicitly_set.insert(name);
     }
@@ -275,9 +276,9 @@ void RunConfig::validate() const {
                       !__builtin_mul_overflow(tokens, train.grad_accum, &tokens),
                   "[data] batch_size ", data.batch_size, " * seq_len ", data.seq_len, " * [train] grad_accum ",
                   train.grad_accum, " tokens per update overflows int64");
-  HLA_CHECK_INPUT(train.device == "cpu" || train.device == "cuda", "[train] device: '", train.device,
+  HLA_CHECK_INPUT(train.device == "cpu" || train.device == "cuda", "[train] device: '", excerpt(train.device),
                   "' is not a device (cpu | cuda)");
-  HLA_CHECK_INPUT(train.dtype == "f32" || train.dtype == "bf16", "[train] dtype: '", train.dtype,
+  HLA_CHECK_INPUT(train.dtype == "f32" || train.dtype == "bf16", "[train] dtype: '", excerpt(train.dtype),
                   "' is not a compute dtype (f32 | bf16)");
   HLA_CHECK_INPUT(train.dtype == "f32" || train.device == "cuda",
                   "[train] dtype bf16 needs device cuda (the CPU computes in f32)");

@@ -3,6 +3,8 @@
 
 #include <sstream>
 
+#include "tensor/json.h"
+
 namespace hla {
 
 bool MixerSpec::serves(Routing r) const {
@@ -45,7 +47,7 @@ const MixerSpec& find_mixer(const std::string& model_type, const std::string& so
     if (model_type == m.model_type) return m;
   std::ostringstream names;
   for (const MixerSpec& m : mixer_table()) names << " " << m.model_type;
-  fail(source, ": model_type '", model_type, "' is not a mixer hla knows; one of:", names.str());
+  fail(source, ": model_type '", excerpt(model_type), "' is not a mixer hla knows; one of:", names.str());
 }
 
 }  // namespace hla

@@ -1,7 +1,9 @@
 // hla_fuzz_seeds OUT_DIR: the seed corpus of every fuzz target, written by the project's own
 // writers (save_safetensors, ModelConfig::to_json, RunConfig's setting list, save_tokenizer_json,
 // write_shard, prepare_shards) into OUT_DIR/<target>/, valid examples and near-valid ones (one
-// field off, one byte short). Generated at build time, so no binary seed is committed.
+// field off, one byte short) and hostile ones (deep nesting, a huge value). Generated at build
+// time, so no binary seed is committed.
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -32,6 +34,19 @@ std::string read_bytes(const std::string& path) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
+// Hostile variants of a valid JSON example (the issue's item 1): the value at `where` becomes
+// 100,000 levels of nesting or a 3,000-character string; either must end in a short hla::Error,
+// not a stack overflow or an error that quotes it whole. write(name, json_text) stores one.
+template <class Write>
+void hostile_json(json example, const std::string& where, Write&& write) {
+  example[json::json_pointer(where)] = "@@";
+  std::string text = example.dump();
+  size_t at = text.find("\"@@\"");
+  auto with = [&](const std::string& value) { return text.substr(0, at) + value + text.substr(at + 4); };
+  write("deep_nesting", with(std::string(100000, '[') + std::string(100000, ']')));
+  write("long_value", with('"' + std::string(3000, 'x') + '"'));
+}
+
 // A file written by one of the project's writers, as bytes (the file itself is removed).
 template <class Writer>
 std::string written_by(const std::string& file_name, Writer&& write) {
@@ -59,6 +74,13 @@ void safetensors_seeds() {
   std::string longer_header = file;
   longer_header[0] = static_cast<char>(longer_header[0] + 1);
   write_seed("safetensors", "header_length_plus_one", longer_header);
+  uint64_t header_bytes = 0;
+  for (int i = 7; i >= 0; i--) header_bytes = header_bytes << 8 | uint8_t(file[i]);
+  hostile_json(json::parse(file.substr(8, header_bytes)), "/embed.weight/dtype", [&](const std::string& name, const std::string& header) {
+    std::string length(8, '\0');
+    for (int i = 0; i < 8; i++) length[i] = static_cast<char>(uint64_t(header.size()) >> (8 * i));
+    write_seed("safetensors", name, length + header + file.substr(8 + header_bytes));
+  });
 }
 
 hla::ModelConfig small_config(const std::string& model_type) {
@@ -81,6 +103,8 @@ void model_config_seeds() {
   json j = small_config("mamba2").to_json();
   j["state_size"] = 0;
   write_seed("model_config", "mamba2_state_size_0", j.dump());
+  hostile_json(small_config("gla").to_json(), "/model_type",
+               [](const std::string& name, const std::string& text) { write_seed("model_config", name, text); });
   j = small_config("gla").to_json();
   j["hidden_size"] = 4294967328.0;  // 2^32 + 32
   write_seed("model_config", "hidden_size_over_int", j.dump());
@@ -113,6 +137,8 @@ void run_config_seeds() {
   write_seed("run_config", "wrong_type", "[train]\nsteps = \"many\"\n[optim]\nlr = true\n");
   write_seed("run_config", "no_section", "steps = 10\n");
   write_seed("run_config", "array_table", "[[model]]\nhidden_size = 64\n[model.attn]\nlayers = [1, [2]]\n");
+  write_seed("run_config", "deep_nesting", "[train]\nsteps = " + std::string(100000, '[') + std::string(100000, ']') + "\n");
+  write_seed("run_config", "long_value", "[train]\ndevice = \"" + std::string(3000, 'x') + "\"\n");
 }
 
 void tokenizer_seeds() {
@@ -128,6 +154,8 @@ void tokenizer_seeds() {
   j = json::parse(file);
   j["model"]["merges"].push_back(j["model"]["merges"][0]);
   write_seed("tokenizer_json", "merge_twice", j.dump());
+  hostile_json(json::parse(file), "/model/type",
+               [](const std::string& name, const std::string& text) { write_seed("tokenizer_json", name, text); });
 }
 
 // Shard target inputs: the mode byte of fuzz_shard.cpp, then the file.
@@ -143,6 +171,10 @@ void shard_seeds() {
     write_seed("shard", tag + "_zst", '\1' + zst);
     write_seed("shard", tag + "_bin_compressed_here", '\2' + bin);
     write_seed("shard", tag + "_bin_one_byte_short", '\0' + bin.substr(0, bin.size() - 1));
+    std::string huge_count = bin;  // the header claims 2^31 - 1 tokens over 40
+    const int32_t claimed = INT32_MAX;
+    std::memcpy(&huge_count[2 * sizeof(int32_t)], &claimed, sizeof claimed);
+    write_seed("shard", tag + "_huge_count_compressed_here", '\2' + huge_count);
   }
 }
 
@@ -153,6 +185,8 @@ void manifest_seeds() {
   fs::remove_all(dir);
   fs::remove(g_out + "/tmp-corpus.txt");
   write_seed("manifest", "prepared", manifest.dump(2));
+  hostile_json(json::parse(manifest.dump()), "/tokenizer/vocab_size",
+               [](const std::string& name, const std::string& text) { write_seed("manifest", name, text); });
   manifest["shards"][0]["name"] = "missing.bin";
   manifest["tokenizer"]["vocab_size"] = "258";
   write_seed("manifest", "near_valid", manifest.dump());
@@ -176,11 +210,16 @@ void task_seeds() {
       {"openbookqa", {mc_uniform, {{"question_stem", "The sun is a"}, {"choices", choices}, {"answerKey", "A"}}}},
       {"lambada", {{{"text", "The cat sat on the mat and looked at the dog"}}, {{"text", "word"}}}},
   };
-  for (auto& [task, recs] : records) {
+  for (auto& entry : records) {
+    const std::string& task = entry.first;  // named, not bound: a lambda below captures them
+    const std::vector<json>& recs = entry.second;
     write_seed("task_" + task, "valid", jsonl(recs));
     json off = recs.back();
     off[off.begin().key()] = 3;
     write_seed("task_" + task, "field_off", jsonl({recs.front(), off}) + "\n\n{\"gold\": 9}\n");
+    hostile_json(recs.back(), "/" + recs.back().begin().key(), [&](const std::string& name, const std::string& text) {
+      write_seed("task_" + task, name, jsonl({recs.front()}) + text + "\n");
+    });
   }
 }
 

@@ -20,6 +20,9 @@ execs() {
   echo "${n:-0}"
 }
 
+# saved_inputs TARGET: how many finding inputs of TARGET are in findings/.
+saved_inputs() { find "$dir/findings" -name "$1-*" | wc -l; }
+
 findings=0
 printf '%-22s %12s  %s\n' target execs result
 for bin in "$dir"/fuzz_*; do
@@ -27,18 +30,23 @@ for bin in "$dir"/fuzz_*; do
   if [ -n "${FUZZ_TARGETS:-}" ] && [[ " $FUZZ_TARGETS " != *" $name "* ]]; then continue; fi
   log=$dir/logs/$name.log
   mkdir -p "$dir/corpus/$name"
+  saved_before=$(saved_inputs "$name")
+  export TMPDIR=$dir/tmp/$name  # the targets' scratch files; a crash leaves its own behind
+  rm -rf "$TMPDIR" && mkdir -p "$TMPDIR"
   "$bin" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 ${FUZZ_FLAGS:-} \
          -artifact_prefix="$dir/findings/$name-" "$dir/corpus/$name" "$dir/seeds/$name" >"$log" 2>&1
   rc=$?
-  if [ $rc -eq 0 ]; then
+  new_inputs=$(( $(saved_inputs "$name") - saved_before ))  # FUZZ_FLAGS=-ignore_crashes=1 exits 0
+  if [ $rc -eq 0 ] && [ $new_inputs -eq 0 ]; then
     printf '%-22s %12s  %s\n' "$name" "$(execs "$log")" "no finding"
   else
     findings=$((findings + 1))
     what=$(grep -m1 -E 'hla fuzz finding|ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error' "$log")
-    printf '%-22s %12s  FINDING (exit %d): %s\n' "$name" "$(execs "$log")" $rc "${what:-see $log}"
+    printf '%-22s %12s  FINDING (exit %d, %d new input(s) saved): %s\n' "$name" "$(execs "$log")" $rc \
+           $new_inputs "${what:-see $log}"
     grep -E 'Test unit written to|SUMMARY' "$log" | sed 's/^/    /'
     echo "    log: $log"
   fi
 done
-echo "fuzz: $findings target(s) with a finding, $seconds s each"
+echo "fuzz: $findings target(s) with a finding, $seconds s each (group them: tests/fuzz/triage.sh $build)"
 [ $findings -eq 0 ]
