@@ -195,6 +195,12 @@ TEST_CASE("run file values of the wrong type or range are errors naming the file
   CHECK(c.train.seed == 7);
   CHECK(c.optim.optim.lr == 2.0);
   CHECK(c.explicitly_set == std::set<std::string>{"train.seed", "train.steps", "optim.lr"});
+  // A model the run file's [model] section describes is checked under the file's name.
+  RunConfig bad;
+  bad.apply_run_file(parse_run_file("[model]\nhidden_size = 64\nnum_heads = 3\n", "r.toml"), "r.toml");
+  std::string model_error = error_of([&] { bad.model_config(256); });
+  CHECK_MESSAGE(model_error.rfind("r.toml [model]: ", 0) == 0, model_error);
+  CHECK(error_of([&] { RunConfig().model_config(0); }).rfind("--model flags: ", 0) == 0);
 }
 
 TEST_CASE("run settings out of range are errors naming the setting and the value, with no source location") {

@@ -198,6 +198,7 @@ nlohmann::json parse_run_value(const std::string& text, const std::string& sourc
 
 void RunConfig::apply_run_file(const nlohmann::json& file, const std::string& source) {
   const std::set<std::string> from_command_line = explicitly_set;
+  run_file = source;
   for (auto section = file.begin(); section != file.end(); ++section) {
     HLA_CHECK_INPUT(section->is_object(), source, ": '", excerpt(section.key()),
                     "' is outside a section ([model], [data], [optim], [train])");
@@ -218,7 +219,7 @@ void RunConfig::apply_run_file(const nlohmann::json& file, const std::string& so
 
 ModelConfig RunConfig::model_config(int data_vocab) const {
   const bool from_file = !model.config.empty();
-  const std::string source = from_file ? model.config : "run config [model]";
+  const std::string source = from_file ? model.config : (run_file.empty() ? "--model flags" : run_file + " [model]");
   auto given = [&](const std::string& key) { return !from_file || explicitly_set.count("model." + key) > 0; };
   // A file's fields, else the [model] section's; a file without vocab_size takes the data's.
   ModelConfig config = from_file ? ModelConfig::parse_json(read_json_file(model.config), source, ModelSettings().fields)

@@ -70,6 +70,8 @@ struct RunConfig {
   TrainSettings train;
   // "section.key" of every setting given explicitly (command line or run file).
   std::set<std::string> explicitly_set;
+  // The run file the settings came from ("" when only flags were given), for error messages.
+  std::string run_file;
 
   // Sets every setting the run file gives, except those already in explicitly_set (the command
   // line's flags win); `file` is parse_run_file's result. An unknown key, a value of another
