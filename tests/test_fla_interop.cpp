@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 
 #include "nn/config.h"
@@ -17,6 +18,7 @@
 #include "nn/model.h"
 #include "nn/weights.h"
 #include "tensor/safetensors.h"
+#include "tests/test_half.h"
 #include "tests/test_util.h"
 
 using namespace hla;
@@ -370,6 +372,42 @@ TEST_CASE("sharded and bf16 checkpoints load, converted to the fp32 master weigh
     CHECK(b->parameters()[i].var.value().dtype() == DType::F32);
     CHECK(same_bytes(b->parameters()[i].var.value(), stored.tensors[i].second.to(DType::F32)));
   }
+}
+
+TEST_CASE("fp16 checkpoints load, widened exactly to the fp32 master weights, with a note") {
+  const ModelConfig config = parse(kGdnHybrid);
+  ScratchDir fp32("fp32"), fp16("fp16");
+  write_random_weights(config, fp32.path);
+  const SafetensorsFile original = load_safetensors(fp32.path + "/model.safetensors");
+  hla::testing::save_half_safetensors(fp16.path + "/model.safetensors", original.tensors);
+  std::unique_ptr<TrainableModel> model = make_model(config, 1);
+  std::ostringstream note;
+  std::streambuf* saved = std::cerr.rdbuf(note.rdbuf());
+  load_model_weights(fp16.path, model->parameters());
+  std::cerr.rdbuf(saved);
+  CHECK(note.str() == "note: " + fp16.path +
+                          ": weights stored in lower precision (F16) are converted to the model's master dtype (F32)\n");
+  int64_t values = 0, changed = 0;
+  for (size_t i = 0; i < original.tensors.size(); i++) {
+    CAPTURE(original.tensors[i].first);
+    const Tensor& loaded = model->parameters()[i].var.value();
+    REQUIRE(loaded.dtype() == DType::F32);
+    const std::vector<double> x = original.tensors[i].second.to_f64_vector(), y = loaded.to_f64_vector();
+    int64_t wrong = 0;
+    for (size_t j = 0; j < x.size(); j++) {
+      wrong += y[j] != hla::testing::to_half(static_cast<float>(x[j])).value;
+      changed += y[j] != x[j];
+    }
+    CHECK(wrong == 0);
+    values += static_cast<int64_t>(x.size());
+  }
+  CHECK(changed > values / 2);  // fp32 values mostly do not survive half precision: rounding happened
+  // A half tensor into a bf16 model would lose bits: refused, naming the file's dtype.
+  std::unique_ptr<TrainableModel> bf16_model = make_model(config, 1);
+  ParameterList params = bf16_model->parameters();
+  for (NamedParameter& p : params) p.var.mutable_value() = p.var.value().to(DType::BF16);
+  CHECK(error_of([&] { load_model_weights(fp16.path, params); }) ==
+        fp16.path + "/model.safetensors: tensor 'model.embeddings.weight' is F16 but the model expects BF16");
 }
 
 TEST_CASE("bad config.json: unknown model_type, unsupported values, contradictions, mixed formats") {
