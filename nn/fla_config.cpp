@@ -495,6 +495,16 @@ json write_hla_block(const ModelConfig& c) {
   return block;
 }
 
+// A value for an error message, its infinities as Python writes them (dt_limit's [0.0, Infinity]).
+std::string shown(const json& v) {
+  if (v.is_number_float() && !std::isfinite(v.get<double>()))
+    return std::isnan(v.get<double>()) ? "NaN" : v.get<double>() > 0 ? "Infinity" : "-Infinity";
+  if (!v.is_array()) return json_excerpt(v);
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); i++) out += (i ? "," : "") + shown(v[i]);
+  return out + "]";
+}
+
 void read_row(const FlaField& row, const FlaRead& r) {
   switch (row.use) {
     case Use::Honoured:
@@ -503,8 +513,8 @@ void read_row(const FlaField& row, const FlaRead& r) {
       break;
     case Use::Ignored: r.c.fla_kept[row.name] = r.value; break;
     case Use::Fixed:
-      HLA_CHECK_INPUT(r.value == row.value, r.source, ": ", row.name, " is ", json_excerpt(r.value), "; hla implements ",
-                      r.c.model_type, " only with ", row.name, " = ", json_excerpt(row.value), " (", row.meaning, ")");
+      HLA_CHECK_INPUT(r.value == row.value, r.source, ": ", row.name, " is ", shown(r.value), "; hla implements ",
+                      r.c.model_type, " only with ", row.name, " = ", shown(row.value), " (", row.meaning, ")");
       break;
   }
 }
