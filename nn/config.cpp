@@ -99,6 +99,8 @@ bool ModelConfig::uses_short_conv() const {
 
 bool ModelConfig::uses_state_size() const { return mixer().state_size; }
 
+bool ModelConfig::uses_mamba2_init() const { return mixer().block == BlockStyle::Mamba2; }
+
 namespace {
 
 // A field's value against its range: "c.json: conv_size must be >= 1 with short convolutions
@@ -181,6 +183,27 @@ void check_heads(const ModelConfig& c, const MixerSpec& m, const std::string& so
                 " is not a multiple of num_heads ", c.num_heads);
       break;
   }
+}
+
+// Mamba-2's init fields: fla's rules between them (a positive pair lo <= hi, dt_min <= dt_max);
+// for any other mixer they must keep their defaults, as nothing reads them there.
+void check_mamba2_init(const ModelConfig& c, const std::string& source) {
+  if (!c.uses_mamba2_init()) {
+    const ModelConfig defaults;
+    ModelConfig::visit_fields(
+        [&](const ModelField& f, const auto& value, const auto& fallback) {
+          if (f.applies != &ModelConfig::uses_mamba2_init || value == fallback) return;
+          fail(source, ": ", f.path(), " is ", nlohmann::json(value).dump(), " but only mamba2 reads it; model_type ",
+               c.model_type, " initialises its gates as fla's layer does (leave ", f.path(), " at its default ",
+               nlohmann::json(fallback).dump(), ")");
+        },
+        c, defaults);
+    return;
+  }
+  const std::vector<double>& a = c.a_init_range;
+  HLA_CHECK_INPUT(a.size() == 2 && a[0] > 0 && a[0] <= a[1], source, ": A_init_range must be a pair [lo, hi] with 0 < lo <= hi, got ",
+                  nlohmann::json(a).dump());
+  HLA_CHECK_INPUT(c.dt_min <= c.dt_max, source, ": dt_min ", c.dt_min, " is above dt_max ", c.dt_max);
 }
 
 }  // namespace
@@ -284,6 +307,7 @@ void ModelConfig::validate(const std::string& source) const {
     HLA_CHECK_INPUT(attn_heads() % attn_kv_heads() == 0, source, ": attn.num_heads ", attn_heads(),
                     " is not a multiple of attn.num_kv_heads ", attn_kv_heads());
   }
+  check_mamba2_init(*this, source);
   if (!m.serves(routing)) {
     bool wants_error = routing == Routing::Cler || routing == Routing::ClerH;
     std::string servers = wants_error ? mixers_where([](const MixerSpec& s) { return s.routes_error; })
@@ -361,6 +385,14 @@ void read_setting(const nlohmann::json& v, std::vector<int>& out, const std::str
                   " must be a list of integers in ", integer_range<int>(), ", got ", json_excerpt(v));
   out.clear();
   for (const nlohmann::json& e : v) out.push_back(static_cast<int>(e.get<int64_t>()));
+}
+
+void read_setting(const nlohmann::json& v, std::vector<double>& out, const std::string& source, const std::string& field) {
+  const auto finite = [](const nlohmann::json& e) { return e.is_number() && std::isfinite(e.get<double>()); };
+  HLA_CHECK_INPUT(v.is_array() && std::all_of(v.begin(), v.end(), finite), source, ": ", field,
+                  " must be a list of finite numbers, got ", json_excerpt(v));
+  out.clear();
+  for (const nlohmann::json& e : v) out.push_back(e.get<double>());
 }
 
 namespace {

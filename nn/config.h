@@ -33,6 +33,10 @@ std::ostream& operator<<(std::ostream& os, Routing r);
 
 struct ModelConfig;
 
+// The condition of the Mamba-2 init fields: validate() rejects a value other than the default
+// for any other mixer, whose gates start as fla's layers fix them.
+inline constexpr char kMamba2Only[] = "for mamba2";
+
 // One entry of the field list: the config.json name, a help line, and the range validate()
 // checks. Built in place: ModelField("conv_size", "...").at_least(1).when(...).
 struct ModelField {
@@ -101,6 +105,13 @@ struct ModelConfig {
   bool norm_before_gate = false;  // Mamba-2: RMSNorm before the z gate (fla's norm_before_gate)
   bool tie_word_embeddings = false;
   double initializer_range = 0.02;
+  // Mamba-2's initialisation, fla's Mamba2Config fields (nn/layers/common.h has the rules). The
+  // other mixers' gates start as fla's layers fix them, so these must keep their defaults there.
+  std::vector<double> a_init_range = {1.0, 16.0};  // A_log = ln A, A ~ U(lo, hi)
+  double dt_min = 0.001, dt_max = 0.1;             // dt_bias: dt ~ exp U(ln dt_min, ln dt_max) ...
+  double dt_init_floor = 1e-4;                     // ... clamped >= dt_init_floor
+  double conv_init = 0;                            // > 0: conv1d.weight ~ U(-conv_init, conv_init); 0: normal
+  bool rescale_residual = true;                    // out_proj: kaiming_uniform / sqrt(L); false: normal
   Routing routing = Routing::None;
   AttnConfig attn;
   bool has_attn = false;  // whether an attn block is present (hybrid or transformer)
@@ -138,6 +149,21 @@ struct ModelConfig {
     f(Field("norm_before_gate", "Mamba-2: RMSNorm before the z gate"), c.norm_before_gate...);
     f(Field("tie_word_embeddings", "lm_head shares the embedding"), c.tie_word_embeddings...);
     f(Field("initializer_range", "init std").above(0), c.initializer_range...);
+    f(Field("A_init_range", "Mamba-2 init: A ~ U(lo, hi), [lo, hi]").when(&ModelConfig::uses_mamba2_init, kMamba2Only),
+      c.a_init_range...);
+    f(Field("dt_min", "Mamba-2 init: dt ~ exp U(ln dt_min, ln dt_max)").above(0).when(&ModelConfig::uses_mamba2_init, kMamba2Only),
+      c.dt_min...);
+    f(Field("dt_max", "Mamba-2 init: dt's upper end").above(0).when(&ModelConfig::uses_mamba2_init, kMamba2Only),
+      c.dt_max...);
+    f(Field("dt_init_floor", "Mamba-2 init: dt >= dt_init_floor").above(0).when(&ModelConfig::uses_mamba2_init, kMamba2Only),
+      c.dt_init_floor...);
+    f(Field("conv_init", "Mamba-2 init: conv1d ~ U(-conv_init, conv_init) (0 = N(0, initializer_range))").at_least(0)
+          .when(&ModelConfig::uses_mamba2_init, kMamba2Only),
+      c.conv_init...);
+    f(Field("rescale_residual", "Mamba-2 init: out_proj kaiming_uniform / sqrt(layers) (fla's rescale_prenorm_residual; "
+                                "false = N(0, initializer_range))")
+          .when(&ModelConfig::uses_mamba2_init, kMamba2Only),
+      c.rescale_residual...);
     f(Field("routing", "cross-layer routing: none | clvr | cler | cler_h"), c.routing...);
     f(Field("layers", "explicit attention layer indices (overrides hybrid)").attn(), c.attn.layers...);
     f(Field("num_heads", "attention heads (0 = num_heads)").attn().at_least(0).written_as(&ModelConfig::attn_heads),
@@ -175,6 +201,7 @@ struct ModelConfig {
   // Where the mixer reads a field (the `when` of a range).
   bool uses_short_conv() const;
   bool uses_state_size() const;
+  bool uses_mamba2_init() const;  // the Mamba-2 init fields (A_init_range ... rescale_residual)
 
   // A lower bound on the parameter count, from the widths alone (nothing is built): the
   // embedding and lm_head; per linear layer the projections to its keys and values and back
@@ -190,7 +217,7 @@ struct ModelConfig {
 
 // One setting read from JSON (config.json, or a run file read into JSON). The value must have
 // the setting's type exactly: an integer within the C++ type's range (no fractions, no
-// booleans), a finite number, true or false, a string, a list of integers. Errors read
+// booleans), a finite number, true or false, a string, a list of integers or of finite numbers. Errors read
 // "<source>: <field> must be ..., got <excerpt of the value>".
 void read_setting(const nlohmann::json& v, bool& out, const std::string& source, const std::string& field);
 void read_setting(const nlohmann::json& v, int& out, const std::string& source, const std::string& field);
@@ -200,6 +227,7 @@ void read_setting(const nlohmann::json& v, double& out, const std::string& sourc
 void read_setting(const nlohmann::json& v, std::string& out, const std::string& source, const std::string& field);
 void read_setting(const nlohmann::json& v, Routing& out, const std::string& source, const std::string& field);
 void read_setting(const nlohmann::json& v, std::vector<int>& out, const std::string& source, const std::string& field);
+void read_setting(const nlohmann::json& v, std::vector<double>& out, const std::string& source, const std::string& field);
 
 // Reads an attn block {layers, num_heads, num_kv_heads, qkv_bias, window_size, rope_theta}
 // into c (has_attn = true); errors name source and the field ("attn.num_heads").

@@ -203,6 +203,27 @@ void read_mamba2_heads(const FlaRead& r) {
 }
 json write_mamba2_heads(const ModelConfig& c) { return mamba2_heads(c); }
 
+// Mamba-2's A_init_range: a pair of numbers, fla writes its default (1, 16) as integers.
+void read_a_init_range(const FlaRead& r) { read_setting(r.value, r.c.a_init_range, r.source, r.field); }
+json write_a_init_range(const ModelConfig& c) {
+  json pair = json::array();
+  for (double v : c.a_init_range) pair.push_back(whole_if_integral(v));
+  return pair;
+}
+
+// Mamba-2's conv_init: fla's null (no own init: N(0, initializer_range)) is hla's 0; fla's 0
+// would zero the weights (U(0, 0)), which hla does not implement.
+void read_conv_init(const FlaRead& r) {
+  if (r.value.is_null()) {
+    r.c.conv_init = 0;
+    return;
+  }
+  read_setting(r.value, r.c.conv_init, r.source, r.field);
+  HLA_CHECK_INPUT(r.c.conv_init != 0, r.source, ": conv_init is 0, which gives fla's conv1d.weight U(0, 0) = 0; hla "
+                  "supports null (N(0, initializer_range)) or a bound > 0 (U(-conv_init, conv_init))");
+}
+json write_conv_init(const ModelConfig& c) { return c.conv_init == 0 ? json(nullptr) : json(c.conv_init); }
+
 // "architectures": fla's class for the model_type.
 json write_architectures(const ModelConfig& c) {
   const char* cls = fla_class(type_bit(c.model_type));
@@ -308,22 +329,28 @@ const std::vector<FlaField>& fla_fields() {
     fixed("rmsnorm", kMamba2, true, "the gated RMSNorm before out_proj"),
     fixed("D_has_hdim", kMamba2, false, "D per head (false) or per channel"),
     fixed("dt_limit", kMamba2, json::array({0.0, std::numeric_limits<double>::infinity()}), "a clamp on Delta"),
-    ignored("residual_in_fp32", kMamba2, true, "the residual's dtype: hla keeps it in the master dtype (fp32)"),
-    ignored("conv_init", kMamba2, nullptr, "initialisation only"),
-    ignored("A_init_range", kMamba2, json::array({1, 16}), "initialisation only"),
-    ignored("dt_min", kMamba2, 0.001, "initialisation only"),
-    ignored("dt_max", kMamba2, 0.1, "initialisation only"),
-    ignored("dt_init_floor", kMamba2, 0.0001, "initialisation only"),
-    ignored("rescale_prenorm_residual", kMamba2, true, "initialisation only"),
+    ignored("residual_in_fp32", kMamba2, true,
+            "the residual stream's dtype under mixed precision: hla keeps it in the master dtype (fp32) either way"),
+    // Mamba-2's initialisation (the rules in nn/layers/common.h)
+    converted("A_init_range", kMamba2, read_a_init_range, write_a_init_range, "A_log init: ln U(lo, hi)"),
+    honoured("dt_min", kMamba2, "dt_min", "dt_bias init: dt ~ exp U(ln dt_min, ln dt_max)"),
+    honoured("dt_max", kMamba2, "dt_max", "dt_bias init: dt's upper end"),
+    honoured("dt_init_floor", kMamba2, "dt_init_floor", "dt_bias init: dt clamped >= dt_init_floor"),
+    converted("conv_init", kMamba2, read_conv_init, write_conv_init,
+              "conv1d.weight init: U(-conv_init, conv_init), null = N(0, initializer_range)"),
+    honoured("rescale_prenorm_residual", kMamba2, "rescale_residual",
+             "out_proj init: kaiming_uniform / sqrt(num_hidden_layers), false = N(0, initializer_range)"),
     // kernels, fusion, caching, token ids, transformers' bookkeeping
-    ignored("attn_mode", kHybrid & ~kHgrn, "chunk", "kernel choice"),
-    ignored("attn_mode", kHgrn, "fused_recurrent", "kernel choice"),
-    ignored("max_position_embeddings", kStandard, 2048, "RoPE cache length; hla computes RoPE for any position"),
-    ignored("fuse_norm", kAll, true, "kernel fusion"),
-    ignored("fuse_swiglu", kGatedMlp, true, "kernel fusion"),
-    ignored("fuse_cross_entropy", kAll, true, "kernel fusion"),
-    ignored("fuse_linear_cross_entropy", kAll & ~kKda, false, "kernel fusion"),
-    ignored("use_cache", kAll, true, "generation cache"),
+    ignored("attn_mode", kHybrid & ~kHgrn, "chunk", "kernel choice: chunked and recurrent kernels compute the same outputs"),
+    ignored("attn_mode", kHgrn, "fused_recurrent", "kernel choice: chunked and recurrent kernels compute the same outputs"),
+    ignored("max_position_embeddings", kStandard, 2048,
+            "fla's RoPE cache length (it grows past it); hla computes RoPE for any position"),
+    ignored("fuse_norm", kAll, true, "fused or plain RMSNorm kernels: the same normalisation"),
+    ignored("fuse_swiglu", kGatedMlp, true, "fused or plain SwiGLU kernels: the same MLP"),
+    ignored("fuse_cross_entropy", kAll, true, "fused or plain cross-entropy kernels: the same loss"),
+    ignored("fuse_linear_cross_entropy", kAll & ~kKda, false,
+            "lm_head and cross-entropy fused in chunks: the same loss (fla then returns no logits)"),
+    ignored("use_cache", kAll, true, "generation cache: what fla keeps between calls, not what it computes"),
     ignored("bos_token_id", kAll, 1, "token ids: the tokenizer's business"),
     ignored("eos_token_id", kAll, 2, "token ids: the tokenizer's business"),
     ignored("pad_token_id", kStandard, nullptr, "token ids: the tokenizer's business"),
@@ -468,6 +495,16 @@ json write_hla_block(const ModelConfig& c) {
   return block;
 }
 
+// A value for an error message, its infinities as Python writes them (dt_limit's [0.0, Infinity]).
+std::string shown(const json& v) {
+  if (v.is_number_float() && !std::isfinite(v.get<double>()))
+    return std::isnan(v.get<double>()) ? "NaN" : v.get<double>() > 0 ? "Infinity" : "-Infinity";
+  if (!v.is_array()) return json_excerpt(v);
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); i++) out += (i ? "," : "") + shown(v[i]);
+  return out + "]";
+}
+
 void read_row(const FlaField& row, const FlaRead& r) {
   switch (row.use) {
     case Use::Honoured:
@@ -476,8 +513,8 @@ void read_row(const FlaField& row, const FlaRead& r) {
       break;
     case Use::Ignored: r.c.fla_kept[row.name] = r.value; break;
     case Use::Fixed:
-      HLA_CHECK_INPUT(r.value == row.value, r.source, ": ", row.name, " is ", json_excerpt(r.value), "; hla implements ",
-                      r.c.model_type, " only with ", row.name, " = ", json_excerpt(row.value), " (", row.meaning, ")");
+      HLA_CHECK_INPUT(r.value == row.value, r.source, ": ", row.name, " is ", shown(r.value), "; hla implements ",
+                      r.c.model_type, " only with ", row.name, " = ", shown(row.value), " (", row.meaning, ")");
       break;
   }
 }
@@ -504,7 +541,8 @@ std::string first_non_fla_field(const json& j) {
 }
 
 bool is_fla_config(const json& j) {
-  return j.is_object() && type_bit(model_type_of(j)) && first_non_fla_field(j).empty();
+  if (!j.is_object() || (j.contains("model_type") && !j["model_type"].is_string())) return false;  // hla's reader says why
+  return type_bit(model_type_of(j)) && first_non_fla_field(j).empty();
 }
 
 ModelConfig parse_fla_config(const json& j, const std::string& source, const ModelConfig& defaults) {

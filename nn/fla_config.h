@@ -2,8 +2,8 @@
 // <-> ModelConfig. The table in fla_config.cpp lists, per fla model_type, every field fla's
 // config class writes and what it means in hla:
 //   honoured  read into a ModelConfig field (and written back from it)
-//   ignored   does not change the math (kernel choice, fusion, dtype, caching, token ids,
-//             transformers' bookkeeping, initialisation-only settings); kept as read in
+//   ignored   changes neither the outputs nor the initialisation (kernel choice, fusion, dtype,
+//             caching, token ids, transformers' bookkeeping; each row says why); kept as read in
 //             ModelConfig::fla_kept and written back unchanged, fla's default when absent
 //   fixed     hla implements one value (fla's default); any other is an error naming the
 //             file, the field, the value and the value hla supports

@@ -60,6 +60,7 @@ namespace {
 struct StoredTensor {
   Tensor value;
   std::string path;
+  std::string file_dtype;  // as the file stores it: F16 is read widened to F32 (tensor/safetensors.h)
 };
 
 // The checkpoint's tensors: model.safetensors, or the shards model.safetensors.index.json lists
@@ -72,7 +73,8 @@ std::map<std::string, StoredTensor> read_checkpoint_tensors(const std::string& d
   auto add = [&](const SafetensorsFile& file) {
     for (const auto& [name, t] : file.tensors) {
       HLA_CHECK_INPUT(!out.count(name), file.path, ": tensor '", name, "' is also in ", out[name].path);
-      out[name] = {t, file.path};
+      const auto widened = file.widened.find(name);
+      out[name] = {t, file.path, widened != file.widened.end() ? widened->second : dtype_name(t.dtype())};
       order.push_back(name);
     }
   };
@@ -110,7 +112,8 @@ std::map<std::string, StoredTensor> read_checkpoint_tensors(const std::string& d
 }
 
 // Whether a stored tensor of dtype `from` loads into a parameter of dtype `to`: the same, or a
-// lower-precision float widened (bf16 weights into fp32 master weights).
+// lower-precision float widened (bf16 weights into fp32 master weights; fp16 weights arrive
+// already widened to F32 by the reader).
 bool widens(DType from, DType to) {
   return from == to || (from == DType::BF16 && (to == DType::F32 || to == DType::F64)) ||
          (from == DType::F32 && to == DType::F64);
@@ -175,8 +178,7 @@ void load_model_weights(const std::string& dir, const ParameterList& params) {
   std::vector<std::string> order;
   std::string where;
   const std::map<std::string, StoredTensor> stored = read_checkpoint_tensors(dir, order, where);
-  std::set<std::string> names;
-  bool widened = false;
+  std::set<std::string> names, lower_precision;  // the file dtypes converted up to the master dtype
   for (const NamedParameter& p : params) {
     names.insert(p.name);
     auto it = stored.find(p.name);
@@ -188,18 +190,21 @@ void load_model_weights(const std::string& dir, const ParameterList& params) {
     HLA_CHECK_INPUT(saved.shape() == value.shape(), path, ": tensor '", p.name, "' has shape ", shape_str(saved.shape()),
               " but the model expects ", shape_str(value.shape()),
               config_reason(dir, p.name, false, first_difference(saved.shape(), value.shape())));
-    HLA_CHECK_INPUT(widens(saved.dtype(), value.dtype()), path, ": tensor '", p.name, "' is ", dtype_name(saved.dtype()),
+    HLA_CHECK_INPUT(widens(saved.dtype(), value.dtype()), path, ": tensor '", p.name, "' is ", it->second.file_dtype,
               " but the model expects ", dtype_name(value.dtype()));
-    widened = widened || saved.dtype() != value.dtype();
+    if (it->second.file_dtype != dtype_name(value.dtype())) lower_precision.insert(it->second.file_dtype);
     check_finite(path, p.name, saved);
   }
   for (const std::string& name : order)
     HLA_CHECK_INPUT(names.count(name), stored.at(name).path, ": tensor '", name, "' is not a parameter of this model",
               config_reason(dir, name, false));
-  if (widened)
-    std::cerr << "note: " << dir << ": weights stored in lower precision (" << dtype_name(DType::BF16)
+  if (!lower_precision.empty()) {
+    std::string stored;
+    for (const std::string& d : lower_precision) stored += (stored.empty() ? "" : ", ") + d;
+    std::cerr << "note: " << dir << ": weights stored in lower precision (" << stored
               << ") are converted to the model's master dtype (" << dtype_name(params.front().var.value().dtype())
               << ")\n";
+  }
   for (const NamedParameter& p : params) {
     Var v = p.var;
     v.mutable_value().copy_(stored.at(p.name).value.to(p.var.value().dtype()));

@@ -26,8 +26,8 @@ void save_model_weights(const std::string& dir, const ParameterList& params);
 
 // Copies dir/model.safetensors (or the shards of dir/model.safetensors.index.json, as
 // save_pretrained writes a large model) into the parameters: the names must match one to one,
-// each shape must equal the parameter's, each dtype equal it or widen to it (bf16 weights into
-// fp32 master weights, with a note on stderr), and every value must be finite (the error names
+// each shape must equal the parameter's, each dtype equal it or widen to it (bf16 or fp16 weights
+// into fp32 master weights, with a note on stderr naming the stored dtypes), and every value must be finite (the error names
 // the tensor and the first NaN or Inf). A missing, extra or misshaped tensor's error names, where
 // dir/config.json says, the setting that decided it ("config.json: use_short_conv is true").
 // All are checked before any is copied, so a failed load leaves the parameters as they were.

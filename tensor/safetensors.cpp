@@ -2,6 +2,7 @@
 #include "tensor/safetensors.h"
 
 #include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -49,13 +50,38 @@ namespace {
 
 using nlohmann::json;
 
-// One header entry, validated: its bytes are [begin, end) of the data section.
+// One header entry, validated: its bytes are [begin, end) of the data section. An F16 entry
+// (half) is read into an F32 tensor: hla has no half dtype, and every half value is exactly an
+// fp32 value.
 struct Entry {
   std::string name;
-  DType dtype;
+  DType dtype;  // of the tensor read; F32 for a half entry
+  bool half;
   Shape shape;
   uint64_t begin, end;
 };
+
+constexpr char kHalfName[] = "F16";
+
+// IEEE binary16 -> binary32, exact: sign, 5-bit exponent (bias 15), 10-bit fraction. Normal
+// values rebias the exponent to 127; subnormals are fraction * 2^-24 (exact in fp32); the all-ones
+// exponent is inf (fraction 0) or NaN (its payload kept).
+float half_bits_to_f32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1fu, fraction = h & 0x3ffu;
+  uint32_t u = sign;
+  if (exponent == 0x1f) u |= 0x7f800000u | (fraction << 13);
+  else if (exponent != 0) u |= ((exponent + (127 - 15)) << 23) | (fraction << 13);
+  else if (fraction != 0) {
+    float magnitude = static_cast<float>(fraction) * 0x1p-24f;
+    uint32_t m;
+    std::memcpy(&m, &magnitude, 4);
+    u |= m;
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
 
 // nlohmann keeps the last value of a key given twice, so a tensor name used twice would silently
 // drop a tensor, and a field given twice in one entry ("shape" twice) would silently pick one.
@@ -134,19 +160,20 @@ Entry parse_entry(const std::string& name, const json& info, const std::string& 
   const std::string where = path + ": tensor '" + name + "': ";
   if (!info.is_object() || !info.contains("dtype") || !info.contains("shape") || !info.contains("data_offsets"))
     fail(where, "entry needs dtype, shape and data_offsets: ", json_excerpt(info));
-  Entry e{name, DType::F32, {}, 0, 0};
+  Entry e{name, DType::F32, false, {}, 0, 0};
   const json& dtype = info["dtype"];
-  if (!dtype.is_string() || !dtype_from_name(dtype.get<std::string>(), &e.dtype))
+  e.half = dtype == kHalfName;
+  if (!e.half && (!dtype.is_string() || !dtype_from_name(dtype.get<std::string>(), &e.dtype)))
     fail(where, "unknown dtype ", dtype.is_string() ? excerpt(dtype.get<std::string>()) : json_excerpt(dtype));
   e.shape = parse_shape(info["shape"], e.dtype, where);
   const json& offs = info["data_offsets"];
   if (!offs.is_array() || offs.size() != 2 || !offs[0].is_number_unsigned() || !offs[1].is_number_unsigned())
     fail(where, "data_offsets must be two non-negative integers: ", json_excerpt(offs));
   e.begin = offs[0].get<uint64_t>(), e.end = offs[1].get<uint64_t>();
-  const uint64_t expected = static_cast<uint64_t>(shape_nbytes(e.shape, e.dtype));
+  const uint64_t expected = static_cast<uint64_t>(e.half ? shape_numel(e.shape) * 2 : shape_nbytes(e.shape, e.dtype));
   if (e.begin > e.end || e.end - e.begin != expected)
     fail(where, "data_offsets [", e.begin, ", ", e.end, ") span ", e.end - e.begin, " bytes but ",
-         dtype_name(e.dtype), " ", shape_str(e.shape), " needs ", expected);
+         e.half ? kHalfName : dtype_name(e.dtype), " ", shape_str(e.shape), " needs ", expected);
   return e;
 }
 
@@ -206,9 +233,15 @@ SafetensorsFile load_safetensors(const std::string& path) {
   check_coverage(entries, file_size - 8 - n, path);
   for (const Entry& e : entries) {
     Tensor t = Tensor::empty(e.shape, e.dtype);
+    std::vector<uint16_t> half(e.half ? static_cast<size_t>(t.numel()) : 0);
     f.seekg(static_cast<std::streamoff>(8 + n + e.begin));
-    f.read(static_cast<char*>(t.raw()), static_cast<std::streamsize>(e.end - e.begin));
+    f.read(e.half ? reinterpret_cast<char*>(half.data()) : static_cast<char*>(t.raw()),
+           static_cast<std::streamsize>(e.end - e.begin));
     if (!f) fail(path, ": tensor '", e.name, "': read failed");
+    if (e.half) {
+      std::transform(half.begin(), half.end(), t.data<float>(), half_bits_to_f32);
+      out.widened[e.name] = kHalfName;
+    }
     out.tensors.emplace_back(e.name, t);
   }
   return out;

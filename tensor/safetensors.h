@@ -11,6 +11,11 @@
 // kMaxRank non-negative integers or whose byte count overflows int64, offsets that disagree
 // with dtype x shape, and - as the format requires - tensors that do not tile the data section
 // exactly (a gap, an overlap or trailing bytes: a header length one byte off shows up here).
+//
+// F16 (IEEE half, as torch's float16 is saved) is read widened to F32, exactly, and the tensor's
+// name is listed in SafetensorsFile::widened: hla computes and stores nothing in half precision,
+// so a half tensor is only ever an input to widen (fp16 checkpoints, nn/weights.h), and a Tensor
+// dtype for it would be one more case in every kernel's dispatch for no use.
 #pragma once
 #include <map>
 #include <string>
@@ -29,6 +34,7 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
 struct SafetensorsFile {
   NamedTensors tensors;  // CPU tensors, in file order
   std::map<std::string, std::string> metadata;
+  std::map<std::string, std::string> widened;  // tensor -> the file's dtype where it was read wider ("F16")
   const Tensor& get(const std::string& name) const;  // error naming the file if absent
   std::string path;
 };

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 
 #include "nn/config.h"
@@ -17,6 +18,7 @@
 #include "nn/model.h"
 #include "nn/weights.h"
 #include "tensor/safetensors.h"
+#include "tests/test_half.h"
 #include "tests/test_util.h"
 
 using namespace hla;
@@ -187,6 +189,13 @@ std::string gdn_with(const std::string& field, const nlohmann::json& value) {
   return j.dump();
 }
 
+// The error of kMamba2 with one field replaced (as JSON: its dt_limit holds an infinity).
+std::string mamba2_error(const std::string& field, const nlohmann::json& value) {
+  nlohmann::json j = read_config_text(kMamba2);
+  j[field] = value;
+  return error_of([&] { ModelConfig::from_json(j, "c.json"); });
+}
+
 // Random values for every parameter of `config`'s model, saved under fla's names.
 void write_random_weights(const ModelConfig& config, const std::string& dir, DType dtype = DType::F32) {
   std::unique_ptr<TrainableModel> model = make_model(config, 7);
@@ -251,6 +260,41 @@ TEST_CASE("fla's config.json is written back field for field (fla -> hla -> fla)
   ScratchDir dir("inf");
   parse(kMamba2).save(dir.path + "/config.json");
   CHECK(read_text(dir.path + "/config.json").find("\"dt_limit\": [\n    0.0,\n    Infinity\n  ],") != std::string::npos);
+}
+
+TEST_CASE("Mamba-2's init fields are read, initialise the model and are written back") {
+  nlohmann::json j = read_config_text(kMamba2);
+  j["A_init_range"] = {2, 8.5};
+  j["dt_min"] = 0.01;
+  j["dt_max"] = 0.05;
+  j["dt_init_floor"] = 0.02;
+  j["conv_init"] = 0.25;
+  j["rescale_prenorm_residual"] = false;
+  j["initializer_range"] = 0.04;
+  const ModelConfig c = ModelConfig::from_json(j, "c.json");
+  CHECK((c.a_init_range == std::vector<double>{2.0, 8.5} && c.dt_min == 0.01 && c.dt_max == 0.05));
+  CHECK((c.dt_init_floor == 0.02 && c.conv_init == 0.25 && !c.rescale_residual && c.initializer_range == 0.04));
+  const nlohmann::json written = c.to_json();
+  for (const char* field : {"A_init_range", "dt_min", "dt_max", "dt_init_floor", "conv_init", "rescale_prenorm_residual",
+                            "initializer_range"}) {
+    CAPTURE(field);
+    CHECK(written.at(field) == j.at(field));
+    CHECK(!c.fla_kept.contains(field));  // read into hla's fields, not kept aside
+  }
+  CHECK(written.at("A_init_range").dump() == "[2,8.5]");
+  // The model follows them (tests/test_init.cpp checks the distributions): conv1d within
+  // conv_init, out_proj not rescaled, every dt at or above the floor.
+  std::unique_ptr<TrainableModel> model = make_model(c, 3);
+  for (const NamedParameter& p : model->parameters()) {
+    CAPTURE(p.name);
+    const std::vector<double> v = p.var.value().to_f64_vector();
+    const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+    if (p.name.find("conv1d.weight") != std::string::npos) CHECK((*lo >= -0.25 && *hi <= 0.25 && *hi > 0.2));
+    if (p.name.find("dt_bias") != std::string::npos) CHECK(std::log1p(std::exp(*lo)) >= 0.02 * (1 - 1e-5));
+    if (p.name.find("A_log") != std::string::npos)
+      CHECK((std::exp(*lo) >= 2.0 * (1 - 1e-6) && std::exp(*hi) <= 8.5 * (1 + 1e-6)));
+    if (p.name.find("out_proj.weight") != std::string::npos) CHECK(*hi > 0.1);  // normal(0.04): past kaiming's 1/16
+  }
 }
 
 TEST_CASE("hla's configs are written with fla's model_type, class and defaults") {
@@ -372,6 +416,42 @@ TEST_CASE("sharded and bf16 checkpoints load, converted to the fp32 master weigh
   }
 }
 
+TEST_CASE("fp16 checkpoints load, widened exactly to the fp32 master weights, with a note") {
+  const ModelConfig config = parse(kGdnHybrid);
+  ScratchDir fp32("fp32"), fp16("fp16");
+  write_random_weights(config, fp32.path);
+  const SafetensorsFile original = load_safetensors(fp32.path + "/model.safetensors");
+  hla::testing::save_half_safetensors(fp16.path + "/model.safetensors", original.tensors);
+  std::unique_ptr<TrainableModel> model = make_model(config, 1);
+  std::ostringstream note;
+  std::streambuf* saved = std::cerr.rdbuf(note.rdbuf());
+  load_model_weights(fp16.path, model->parameters());
+  std::cerr.rdbuf(saved);
+  CHECK(note.str() == "note: " + fp16.path +
+                          ": weights stored in lower precision (F16) are converted to the model's master dtype (F32)\n");
+  int64_t values = 0, changed = 0;
+  for (size_t i = 0; i < original.tensors.size(); i++) {
+    CAPTURE(original.tensors[i].first);
+    const Tensor& loaded = model->parameters()[i].var.value();
+    REQUIRE(loaded.dtype() == DType::F32);
+    const std::vector<double> x = original.tensors[i].second.to_f64_vector(), y = loaded.to_f64_vector();
+    int64_t wrong = 0;
+    for (size_t j = 0; j < x.size(); j++) {
+      wrong += y[j] != hla::testing::to_half(static_cast<float>(x[j])).value;
+      changed += y[j] != x[j];
+    }
+    CHECK(wrong == 0);
+    values += static_cast<int64_t>(x.size());
+  }
+  CHECK(changed > values / 2);  // fp32 values mostly do not survive half precision: rounding happened
+  // A half tensor into a bf16 model would lose bits: refused, naming the file's dtype.
+  std::unique_ptr<TrainableModel> bf16_model = make_model(config, 1);
+  ParameterList params = bf16_model->parameters();
+  for (NamedParameter& p : params) p.var.mutable_value() = p.var.value().to(DType::BF16);
+  CHECK(error_of([&] { load_model_weights(fp16.path, params); }) ==
+        fp16.path + "/model.safetensors: tensor 'model.embeddings.weight' is F16 but the model expects BF16");
+}
+
 TEST_CASE("bad config.json: unknown model_type, unsupported values, contradictions, mixed formats") {
   CHECK(parse_error(R"({"model_type": "mamba", "hidden_size": 64})") ==
         "c.json: model_type 'mamba' is not a mixer hla knows; one of: transformer hgrn retnet gla hgrn2 mamba2 rwkv6 "
@@ -414,6 +494,52 @@ TEST_CASE("bad config.json: unknown model_type, unsupported values, contradictio
         "c.json: unknown field 'hla.state_size' (the hla block holds chunk_size, routing)");
   CHECK(parse_error(R"({"model_type": "gla", "colour": 3})") == "c.json: unknown field 'colour'");
   CHECK(parse_error(R"({"model_type": "gla", "use_gk": true, "colour": 3})") == "c.json: unknown field 'colour'");
+  // Mamba-2's init fields: fla's rules between them, and the value hla does not implement.
+  CHECK(mamba2_error("conv_init", 0) ==
+        "c.json: conv_init is 0, which gives fla's conv1d.weight U(0, 0) = 0; hla supports null (N(0, "
+        "initializer_range)) or a bound > 0 (U(-conv_init, conv_init))");
+  CHECK(mamba2_error("conv_init", -0.5) == "c.json: conv_init must be >= 0 for mamba2 (model_type mamba2), got -0.5");
+  CHECK(mamba2_error("A_init_range", {0, 16}) ==
+        "c.json: A_init_range must be a pair [lo, hi] with 0 < lo <= hi, got [0.0,16.0]");
+  CHECK(mamba2_error("A_init_range", {16, 1}) ==
+        "c.json: A_init_range must be a pair [lo, hi] with 0 < lo <= hi, got [16.0,1.0]");
+  CHECK(mamba2_error("A_init_range", {1, 2, 3}) ==
+        "c.json: A_init_range must be a pair [lo, hi] with 0 < lo <= hi, got [1.0,2.0,3.0]");
+  CHECK(mamba2_error("A_init_range", {1, "16"}) ==
+        "c.json: A_init_range must be a list of finite numbers, got [1,\"16\"]");
+  CHECK(mamba2_error("dt_min", 0.5) == "c.json: dt_min 0.5 is above dt_max 0.1");
+  CHECK(mamba2_error("dt_init_floor", 0) ==
+        "c.json: dt_init_floor must be > 0 for mamba2 (model_type mamba2), got 0");
+  CHECK(mamba2_error("initializer_range", 0) == "c.json: initializer_range must be > 0, got 0");
+  // Only Mamba-2 reads them: another mixer's config (hla's format) may not set them.
+  CHECK(parse_error(R"({"model_type": "gated_deltanet", "dt_max": 0.2})") ==
+        "c.json: dt_max is 0.2 but only mamba2 reads it; model_type gated_deltanet initialises its gates as fla's "
+        "layer does (leave dt_max at its default 0.1)");
+  CHECK(parse_error(R"({"model_type": "kda", "A_init_range": [0.5, 4]})") ==
+        "c.json: A_init_range is [0.5,4.0] but only mamba2 reads it; model_type kda initialises its gates as fla's "
+        "layer does (leave A_init_range at its default [1.0,16.0])");
+  // fla fields that change the math, at values hla does not implement.
+  nlohmann::json kda = read_config_text(kGdnHybrid);
+  kda["model_type"] = "kda";
+  kda.erase("use_gate");
+  kda.erase("fuse_linear_cross_entropy");  // not a field of fla's KDAConfig
+  kda["safe_gate"] = true;
+  CHECK(error_of([&] { ModelConfig::from_json(kda, "c.json"); }) ==
+        "c.json: safe_gate is true; hla implements kda only with safe_gate = false (KDA's bounded gate)");
+  kda["safe_gate"] = false;
+  kda["lower_bound"] = -5.0;
+  CHECK(error_of([&] { ModelConfig::from_json(kda, "c.json"); }) ==
+        "c.json: lower_bound is -5.0; hla implements kda only with lower_bound = null (KDA's gate lower bound)");
+  kda["lower_bound"] = nullptr;
+  kda["allow_neg_eigval"] = true;
+  CHECK(error_of([&] { ModelConfig::from_json(kda, "c.json"); }) ==
+        "c.json: allow_neg_eigval is true; hla implements kda only with allow_neg_eigval = false (beta in (0, 2) "
+        "(negative eigenvalues))");
+  CHECK(mamba2_error("use_l2warp", true) ==
+        "c.json: use_l2warp is true; hla implements mamba2 only with use_l2warp = false (l2warp adds a logit penalty "
+        "to the loss; hla's loss is plain cross-entropy)");
+  CHECK(mamba2_error("dt_limit", {0.0, 10.0}) ==
+        "c.json: dt_limit is [0.0,10.0]; hla implements mamba2 only with dt_limit = [0.0,Infinity] (a clamp on Delta)");
   CHECK(parse_error(R"({"model_type": "gla", "use_short_conv": true})") ==
         "c.json: use_short_conv is true; hla implements gla only with use_short_conv = false (short convolutions (this "
         "layer has none in hla))");

@@ -39,6 +39,7 @@ struct Rule {
   } kind;
   double a = 0, b = 0;
   std::string fla;  // the rule as fla states it, for the failure message
+  double floor = 0;  // InvSoftplus: dt clamped >= floor (matters when floor > a)
 };
 
 bool has(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
@@ -46,7 +47,9 @@ bool ends(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
-Rule normal_rule(const char* what) { return {Rule::Normal, kRange, 0, std::string(what) + ": N(0, initializer_range)"}; }
+Rule normal_rule(const ModelConfig& c, const char* what) {
+  return {Rule::Normal, c.initializer_range, 0, std::string(what) + ": N(0, initializer_range)"};
+}
 
 // The rule for parameter `name` of shape `shape` in a model of config c.
 Rule fla_rule(const ModelConfig& c, const std::string& name, const Shape& shape) {
@@ -57,21 +60,32 @@ Rule fla_rule(const ModelConfig& c, const std::string& name, const Shape& shape)
     return c.is_attention_layer(std::stoi(name.substr(at)));
   }();
   // Model-level parameters (the model's _init_weights, or hla's own routing).
-  if (ends(name, "embeddings.weight")) return normal_rule("_init_weights, nn.Embedding");
-  if (name == "lm_head.weight") return normal_rule("_init_weights, nn.Linear lm_head");
+  if (ends(name, "embeddings.weight")) return normal_rule(c, "_init_weights, nn.Embedding");
+  if (name == "lm_head.weight") return normal_rule(c, "_init_weights, nn.Linear lm_head");
   if (ends(name, "lower_bounds")) return {Rule::Constant, 0, 0, "HGRN model: lower_bounds = zeros"};
   if (has(name, "route_proj") || has(name, "cler_gamma")) return {Rule::Constant, 0, 0, "hla routing: zero (not fla)"};
   if (has(name, "norm") && ends(name, ".weight")) return {Rule::Constant, 1, 0, "norm reset_parameters: weight = 1"};
   if (has(name, "norm") && ends(name, ".bias")) return {Rule::Constant, 0, 0, "norm reset_parameters: bias = 0"};
   // Gate parameters (each layer's own init, repeated by GDN's, KDA's, Mamba-2's _init_weights).
+  // Mamba-2's come from its config (A_init_range, dt_min, dt_max, dt_init_floor); the others'
+  // are fixed in fla's layers.
+  const bool mamba2 = type == "mamba2";
   if (ends(name, "A_log")) {
     if (type == "gated_deltanet") return {Rule::LogOfUniform, 0, 16, "GatedDeltaNet: A_log = log U(0, 16)"};
+    if (mamba2)
+      return {Rule::LogOfUniform, c.a_init_range[0], c.a_init_range[1], "Mamba2: A_log = log U(*A_init_range)"};
     return {Rule::LogOfUniform, 1, 16, type + ": A_log = log U(1, 16)"};
   }
-  if (ends(name, "dt_bias"))
-    return {Rule::InvSoftplus, 0.001, 0.1, "dt_bias = inverse softplus of exp U(ln 0.001, ln 0.1), floor 1e-4"};
+  if (ends(name, "dt_bias")) {
+    if (mamba2)
+      return {Rule::InvSoftplus, c.dt_min, c.dt_max, "Mamba2: dt_bias = inverse softplus of exp U(ln dt_min, ln dt_max)",
+              c.dt_init_floor};
+    return {Rule::InvSoftplus, 0.001, 0.1, "dt_bias = inverse softplus of exp U(ln 0.001, ln 0.1), floor 1e-4", 1e-4};
+  }
   if (ends(name, "mixer.D")) return {Rule::Constant, 1, 0, "Mamba2: D = ones"};
-  if (type == "mamba2" && ends(name, "out_proj.weight")) {
+  if (mamba2 && ends(name, "conv1d.weight") && c.conv_init > 0)
+    return {Rule::Uniform, -c.conv_init, c.conv_init, "Mamba2 conv_init: conv1d.weight = U(-conv_init, conv_init)"};
+  if (mamba2 && ends(name, "out_proj.weight") && c.rescale_residual) {
     double b = 1 / std::sqrt(double(shape[1]) * 1 * c.num_hidden_layers);
     return {Rule::Uniform, -b, b, "Mamba2 rescale_prenorm_residual: kaiming_uniform(a=sqrt 5) / sqrt(1 * L)"};
   }
@@ -97,7 +111,7 @@ Rule fla_rule(const ModelConfig& c, const std::string& name, const Shape& shape)
   }
   // Everything else is a Linear / Conv1d of the model's _init_weights.
   if (ends(name, ".bias")) return {Rule::Constant, 0, 0, "_init_weights: Linear / Conv1d bias = zeros"};
-  if (ends(name, ".weight") && shape.size() >= 2) return normal_rule("_init_weights, nn.Linear / nn.Conv1d");
+  if (ends(name, ".weight") && shape.size() >= 2) return normal_rule(c, "_init_weights, nn.Linear / nn.Conv1d");
   return {Rule::Constant, NAN, 0, "no fla rule known for this parameter"};
 }
 
@@ -189,9 +203,21 @@ std::string check_pool(const Rule& r, std::vector<double> x) {
     case Rule::LogOfUniform:
       for (double& v : x) v = std::exp(v);
       return check_uniform(x, r.a, r.b);
-    case Rule::InvSoftplus:
-      for (double& v : x) v = std::log(std::log1p(std::exp(v)));
-      return check_uniform(x, std::log(r.a), std::log(r.b));
+    case Rule::InvSoftplus: {
+      for (double& v : x) v = std::log(std::log1p(std::exp(v)));  // ln dt
+      if (r.floor <= r.a) return check_uniform(x, std::log(r.a), std::log(r.b));
+      // dt below the floor is clamped to it: a share ln(floor / a) / ln(b / a) sits at ln floor
+      // (fp32 rounding allowed), the rest is uniform above it.
+      std::vector<double> above;
+      for (double v : x)
+        if (v > std::log(r.floor) + 1e-5) above.push_back(v);
+      const double n = double(x.size()), p = std::log(r.floor / r.a) / std::log(r.b / r.a);
+      const double at_floor = 1 - double(above.size()) / n, tol = 5 * std::sqrt(p * (1 - p) / n);
+      if (std::abs(at_floor - p) > tol) return fmt("share at the floor", at_floor, p, tol);
+      for (double v : x)
+        if (v < std::log(r.floor) - 1e-5) return fmt("ln dt below the floor", v, std::log(r.floor), 1e-5);
+      return check_uniform(above, std::log(r.floor), std::log(r.b));
+    }
     default: return "not a pooled rule";
   }
 }
@@ -275,6 +301,35 @@ TEST_CASE("hybrid attention layers and routing follow fla's rules (RWKV-6 rescal
   cler.set_hybrid("2:1");
   cler.routing = Routing::Cler;
   check_model(cler);
+}
+
+TEST_CASE("a config's initializer_range and Mamba-2's init fields give those statistics") {
+  for (const char* type : {"gated_deltanet", "rwkv6", "mamba2", "transformer"}) {
+    ModelConfig c = stats_config(type);
+    c.initializer_range = 0.05;
+    check_model(c);
+  }
+  // Mamba-2 as fla's Mamba2Config sets it: A_init_range, dt range, conv_init, no rescaling.
+  ModelConfig m = stats_config("mamba2");
+  m.a_init_range = {2.0, 8.0};
+  m.dt_min = 0.01;
+  m.dt_max = 0.05;
+  m.conv_init = 0.3;
+  m.rescale_residual = false;
+  check_model(m);
+  // A floor above dt_min clamps ln(0.01 / 0.001) / ln(0.1 / 0.001) = half of the dt values.
+  ModelConfig floored = stats_config("mamba2");
+  floored.dt_init_floor = 0.01;
+  check_model(floored);
+  // The checks tell the settings apart: the model built with the defaults fails m's rules.
+  auto model = make_model(stats_config("mamba2"), 1);
+  int mismatched = 0;
+  for (const NamedParameter& p : model->parameters()) {
+    if (!ends(p.name, "A_log") && !ends(p.name, "dt_bias") && !ends(p.name, "conv1d.weight") && !ends(p.name, "out_proj.weight"))
+      continue;
+    mismatched += check_pool(fla_rule(m, p.name, p.var.shape()), p.var.value().to_f64_vector()) != "";
+  }
+  CHECK(mismatched == 4 * kLayers);
 }
 
 TEST_CASE("RWKV-6's decay LoRA gain grows as sqrt(in / out) when the key width is under 64") {

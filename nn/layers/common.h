@@ -7,17 +7,22 @@
 // the layer constructors (nn/layers/*_layer.cpp) and HybridLM (nn/model.cpp) apply the rows.
 //   parameter kind                          rule                                       call
 //   Linear / Conv1d weight, Embedding       N(0, initializer_range)                    store.normal
+//   Mamba-2 conv1d weight, conv_init > 0    U(-conv_init, conv_init)                   store.uniform
 //   Linear / Conv1d bias                    0                                          store.constant
 //   norm weight (RMSNorm, LayerNorm,        1                                          store.constant
 //     GroupNorm, gated RMSNorm); norm bias  0
 //   A_log, Gated DeltaNet                   ln U(0, 16), one per value head            init_a_log
-//   A_log, KDA, GDN-2, Mamba-2              ln U(1, 16) (Mamba-2: A_init_range)        init_a_log
+//   A_log, KDA, GDN-2                       ln U(1, 16)                                init_a_log
+//   A_log, Mamba-2                          ln U(A_init_range), default [1, 16]        init_a_log
 //   dt_bias (GDN, KDA, GDN-2, Mamba-2)      softplus^-1(dt), dt = exp U(ln 0.001,      init_dt_bias
-//                                           ln 0.1) clamped >= 1e-4
+//                                           ln 0.1) clamped >= 1e-4 (Mamba-2: dt_min,
+//                                           dt_max, dt_init_floor)
 //   Mamba-2 D                               1
 //   Mamba-2 out_proj                        U(-b, b) / sqrt(L), b = 1 / sqrt(fan_in)   init_residual_out_proj
 //                                           (rescale_prenorm_residual, on by default,
-//                                           one residual per layer)
+//                                           one residual per layer; off: N(0, range))
+// The Mamba-2 settings are ModelConfig fields (fla's Mamba2Config); the other mixers' values are
+// fixed in fla's layers, and validate() keeps those fields at their defaults there.
 //   attention o_proj in an RWKV-6 model     U(-b, b) / sqrt(2 L)  (RWKV-6's model      init_residual_out_proj
 //                                           rescales by default, two residuals a layer)
 //   RWKV-6 time-mix Linear weights          xavier_uniform, gain 2^-2.5 (the layer's   store.xavier_uniform

@@ -30,13 +30,18 @@ class Mamba2Layer : public Mixer {
     N_ = c.state_size;
     conv_dim_ = inner_ + 2 * N_;
     in_ = store.normal("in_proj.weight", {inner_ + conv_dim_ + H_, D});
-    conv_ = store.normal("conv1d.weight", {conv_dim_, 1, c.conv_size});
+    // Initialisation as fla's Mamba2Config says (common.h's table): conv_init, dt range,
+    // A_init_range, rescale_prenorm_residual.
+    const Shape conv_shape = {conv_dim_, 1, c.conv_size}, out_shape = {D, inner_};
+    conv_ = c.conv_init > 0 ? store.uniform("conv1d.weight", conv_shape, -c.conv_init, c.conv_init)
+                            : store.normal("conv1d.weight", conv_shape);
     conv_bias_ = store.constant("conv1d.bias", {conv_dim_}, 0.0);
-    dt_bias_ = init_dt_bias(store, "dt_bias", H_);
-    a_log_ = init_a_log(store, "A_log", H_, 1.0, 16.0);
+    dt_bias_ = init_dt_bias(store, "dt_bias", H_, c.dt_min, c.dt_max, c.dt_init_floor);
+    a_log_ = init_a_log(store, "A_log", H_, c.a_init_range.at(0), c.a_init_range.at(1));
     d_ = store.constant("D", {H_}, 1.0);
     norm_ = store.constant("norm.weight", {inner_}, 1.0);
-    out_ = init_residual_out_proj(store, "out_proj.weight", {D, inner_}, 1, c.num_hidden_layers);
+    out_ = c.rescale_residual ? init_residual_out_proj(store, "out_proj.weight", out_shape, 1, c.num_hidden_layers)
+                                      : store.normal("out_proj.weight", out_shape);
   }
 
   Var forward(const Var& x, MixerIO& io) override {
