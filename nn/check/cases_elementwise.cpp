@@ -181,6 +181,25 @@ void add_linear_cross_entropy_cases() {
         },
         [c](const Vars& v) { return Vars{linear_cross_entropy(v[0], v[1], v[2].value(), c.chunk)}; }));
   }
+  // perf: the 374M models' loss (B 8, T 2048, D 1024, V 32000), fused in the model's chunks and,
+  // beside it, unfused (full logits); the fused backward recomputes the logits: 4 GEMMs, not 3.
+  const int64_t N = 8 * 2048, D = 1024, V = 32000;
+  const double gemm_flops = 2.0 * N * D * V;
+  for (bool fused : {true, false}) {
+    add_case(perf_case(
+        "linear_cross_entropy", fused ? "linear_cross_entropy 374M chunk4096" : "cross_entropy(linear) 374M unfused",
+        named_kernel(fused ? "cublas + online lse" : "cublas + fused"),
+        [](uint64_t) {
+          return Inputs{{"h", perf_input(PerfPool::Normal, 0, {N, D})},
+                        {"weight", perf_input(PerfPool::Normal, 1, {V, D}, 0.03)},
+                        {"targets", random_targets(N, V, 1), false}};
+        },
+        [fused](const Vars& v) {
+          return Vars{fused ? linear_cross_entropy(v[0], v[1], v[2].value(), 4096)
+                            : cross_entropy(linear(v[0], v[1]), v[2].value())};
+        },
+        {gemm_flops, (fused ? 4 : 3) * gemm_flops, 0, 0, 0, 0, ""}));
+  }
 }
 
 void add_swiglu_cases() {

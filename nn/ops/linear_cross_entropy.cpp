@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "nn/ops/check.h"
+#include "nn/ops/cross_entropy.h"
 #include "tensor/dispatch.h"
 #ifdef HLA_CUDA
 #include "cuda/linear_cross_entropy.h"
@@ -143,11 +144,7 @@ Var linear_cross_entropy(const Var& h, const Var& weight, const Tensor& targets,
   check_operand(w, h.value(), "linear_cross_entropy", "weight");
   Tensor h2 = h.value().reshape({-1, D});  // h2: (N, D)
   const int64_t N = h2.size(0);
-  HLA_CHECK(targets.numel() == N, "linear_cross_entropy: ", N, " rows of hidden states ", h.value().str(),
-            " but targets ", targets.str());
-  check_dtype(targets, DType::I32, "linear_cross_entropy", "targets");
-  HLA_CHECK(targets.device() == h2.device(), "linear_cross_entropy: targets ", targets.str(),
-            " are not on the device of the hidden states ", h2.str());
+  check_loss_targets(targets, N, h.value(), "linear_cross_entropy", "hidden states");
   Tensor lse = Tensor::empty({N}, accum_dtype(h2), h2.device());  // lse: (N)
   int64_t valid = 0;
   double total = linear_cross_entropy_forward(lse, h2, w, targets, chunk, ignore_index, &valid);
