@@ -8,7 +8,8 @@
 // one reduction (as cuda/cross_entropy.cu).
 // Backward recomputes each chunk's z and overwrites it with dz = (exp(z - lse) - onehot(c)) * k,
 // then dw[v0 : v0 + C] = dz^T h (each chunk writes its own rows) and dh += dz w[v0 : v0 + C],
-// accumulated in fp32 (in dh itself for F32; in a scratch rounded once at the end for BF16).
+// accumulated in fp32: in dh itself for F32; for BF16 each chunk's product (which cuda::gemm
+// writes in its inputs' dtype) is added into an fp32 scratch, rounded to dh once at the end.
 #include "cuda/common.cuh"
 #include "cuda/convert.h"
 #include "cuda/linear_cross_entropy.h"
