@@ -1,55 +1,31 @@
 // Cross-entropy fused with the softmax, one block per row of logits.
 //
-// Forward reads each row once: every thread keeps an online logsumexp (running max m and
-// sum s of exp(z - m), rescaled when the max grows), then the block merges the pairs:
-//   (m1, s1) + (m2, s2) = (m, s1 exp(m1 - m) + s2 exp(m2 - m)),  m = max(m1, m2).
-// It writes lse and the row's loss lse - z_c; the rows' losses are summed by one reduction.
+// Forward reads each row once: every thread keeps an online logsumexp (cuda/online_lse.cuh), the
+// block merges the pairs and writes lse and the row's loss lse - z_c; the rows' losses are
+// summed by one reduction.
 // Backward writes dz = (exp(z - lse) - onehot(c)) * k in one more pass. No probability tensor
 // exists beyond the logits themselves.
 #include "cuda/common.cuh"
 #include "cuda/cross_entropy.h"
 #include "cuda/math.h"
+#include "cuda/online_lse.cuh"
 
 namespace hla::cuda {
 namespace {
 
 constexpr int kThreads = 256;
 
-struct OnlineLse {
-  float m = -INFINITY, s = 0;
-  __device__ void add(float z) {
-    if (z > m) {
-      s = s * __expf(m - z) + 1.0f;  // exp(-inf) = 0 on the first element
-      m = z;
-    } else {
-      s += __expf(z - m);
-    }
-  }
-  __device__ void merge(float m2, float s2) {
-    float mm = fmaxf(m, m2);
-    if (mm == -INFINITY) return;
-    s = s * __expf(m - mm) + s2 * __expf(m2 - mm);
-    m = mm;
-  }
-};
-
 // row_loss, row_valid: (N) fp32; NaN flags a target outside [0, V); row_valid is 1 where the
 // row carries loss, else 0
 template <class T>
 __global__ void cross_entropy_forward_kernel(float* lse, float* row_loss, float* row_valid, const T* z,
                                              const int32_t* c, int64_t V, int32_t ignore) {
-  __shared__ float ms[32], ss[32];
   const int64_t n = blockIdx.x;
   const T* zr = z + n * V;  // zr: (V)
   OnlineLse acc;
   for (int64_t v = threadIdx.x; v < V; v += blockDim.x) acc.add(to_float(zr[v]));
-  for (int o = 16; o > 0; o >>= 1) acc.merge(__shfl_xor_sync(0xffffffffu, acc.m, o), __shfl_xor_sync(0xffffffffu, acc.s, o));
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  if (lane == 0) { ms[warp] = acc.m; ss[warp] = acc.s; }
-  __syncthreads();
+  const OnlineLse row = block_lse(acc);
   if (threadIdx.x != 0) return;
-  OnlineLse row;
-  for (int w = 0; w < blockDim.x / 32; w++) row.merge(ms[w], ss[w]);
   const float l = row.m + logf(row.s);  // lse = logsumexp(z)
   lse[n] = l;
   const int32_t target = c[n];

@@ -1,5 +1,13 @@
-// AdamW and Muon updates on the GPU: two elementwise kernels and Newton-Schulz as a handful of
-// cuBLAS GEMMs (cuda/math.h), line for line the cpu:: references in train/optim.cpp.
+// AdamW and Muon updates on the GPU, line for line the cpu:: references in train/optim.cpp.
+//
+// Multi-tensor kernels: one launch updates every tensor of a table passed by value (a kernel
+// parameter: no host-to-device copy, so the launch can be captured in a CUDA graph). The
+// tensors are cut into chunks of kChunk elements; block b takes chunk b of the concatenation,
+// finding its tensor by binary search over the table's first_chunk column, so a 1-element
+// norm weight and a 32M-element embedding share one launch without idle blocks.
+// Newton-Schulz runs a batch of same-shape matrices at once: the Frobenius norms in two small
+// kernels (per-matrix partial sums in double, then a scale that adds them in a fixed order:
+// deterministic), the quintic steps as strided-batched cuBLAS GEMMs (cuda/math.h).
 #include <cmath>
 
 #include "cuda/common.cuh"
@@ -9,9 +17,73 @@
 namespace hla::cuda {
 namespace {
 
-__global__ void adamw_kernel(float* param, const float* grad, float* m, float* v, int64_t n, float decay, float b1,
-                             float b2, float step_size, float inv_sqrt_bc2, float eps) {
-  HLA_GRID_STRIDE(i, n) {
+constexpr int kThreads = 256;
+constexpr int64_t kChunk = 8 * kThreads;  // elements per block of a multi-tensor launch
+constexpr int kNormBlocks = 32;           // blocks per matrix in the norm's first pass
+
+// Up to kTensorsPerLaunch tensors of Columns pointer columns each (param, grad, m, v for AdamW):
+// col[c][t] is column c of tensor t, n[t] its length; block b works on chunk
+// b - first_chunk[t] of tensor t when first_chunk[t] <= b < first_chunk[t + 1].
+template <int Columns>
+struct TensorTable {
+  float* col[Columns][kTensorsPerLaunch];
+  int64_t n[kTensorsPerLaunch];
+  int64_t first_chunk[kTensorsPerLaunch + 1];
+  int count;
+};
+static_assert(sizeof(TensorTable<4>) < 32764, "the table must fit the kernel parameter limit (CUDA >= 12.1)");
+
+// The last tensor whose first chunk is <= b (empty tensors own no chunk, so they are skipped).
+template <int Columns>
+__device__ int tensor_of_block(const TensorTable<Columns>& table, int64_t b) {
+  int lo = 0, hi = table.count - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (table.first_chunk[mid] <= b) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+// Calls op(table, t, i) for every element i of this block's chunk of tensor t.
+template <int Columns, class Op>
+__global__ void multi_tensor_kernel(const __grid_constant__ TensorTable<Columns> table, Op op) {
+  const int64_t b = blockIdx.x;
+  const int t = tensor_of_block(table, b);
+  const int64_t start = (b - table.first_chunk[t]) * kChunk;
+  const int64_t end = min(start + kChunk, table.n[t]);
+  for (int64_t i = start + threadIdx.x; i < end; i += blockDim.x) op(table, t, i);
+}
+
+// The tables of `count` tensors, kTensorsPerLaunch at a time, one launch each. Read-only
+// columns (grad, ortho) enter the table through a const_cast; the ops only read them.
+template <int Columns, class Op>
+void launch_multi_tensor(float* const* const (&columns)[Columns], const int64_t* n, int count, Op op) {
+  for (int first = 0; first < count; first += kTensorsPerLaunch) {
+    TensorTable<Columns> table;
+    table.count = std::min(count - first, kTensorsPerLaunch);
+    table.first_chunk[0] = 0;
+    for (int t = 0; t < table.count; t++) {
+      table.n[t] = n[first + t];
+      table.first_chunk[t + 1] = table.first_chunk[t] + (table.n[t] + kChunk - 1) / kChunk;
+      for (int c = 0; c < Columns; c++) table.col[c][t] = columns[c][first + t];
+    }
+    const int64_t blocks = table.first_chunk[table.count];
+    if (blocks == 0) continue;
+    HLA_CHECK(blocks <= INT32_MAX, "optimizer: ", blocks, " blocks exceed one launch");
+    multi_tensor_kernel<<<static_cast<unsigned>(blocks), kThreads>>>(table, op);
+    CUDA_CHECK_LAUNCH();
+  }
+}
+
+// col: param, grad, m, v
+struct AdamwOp {
+  float decay, b1, b2, step_size, inv_sqrt_bc2, eps;
+  __device__ void operator()(const TensorTable<4>& x, int t, int64_t i) const {
+    float* param = x.col[0][t];
+    const float* grad = x.col[1][t];
+    float* m = x.col[2][t];
+    float* v = x.col[3][t];
     const float g = grad[i];
     const float mi = b1 * m[i] + (1.0f - b1) * g;      // first moment
     const float vi = b2 * v[i] + (1.0f - b2) * g * g;  // second moment
@@ -20,60 +92,110 @@ __global__ void adamw_kernel(float* param, const float* grad, float* m, float* v
     const float p = param[i] * decay;  // decoupled weight decay
     param[i] = p - step_size * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);  // lr * (m / bc1) / (sqrt(v / bc2) + eps)
   }
+};
+
+// col: buf, update, grad
+struct MomentumOp {
+  float mu;
+  bool nesterov;
+  __device__ void operator()(const TensorTable<3>& x, int t, int64_t i) const {
+    const float g = x.col[2][t][i];
+    const float b = mu * x.col[0][t][i] + g;
+    x.col[0][t][i] = b;
+    x.col[1][t][i] = nesterov ? g + mu * b : b;
+  }
+};
+
+// col: param, ortho
+struct MuonApplyOp {
+  float decay, step;
+  __device__ void operator()(const TensorTable<2>& x, int t, int64_t i) const {
+    const float p = x.col[0][t][i] * decay;  // decoupled weight decay
+    x.col[0][t][i] = p - step * x.col[1][t][i];
+  }
+};
+
+// partial: (batch, kNormBlocks), g: (batch, n); grid (kNormBlocks, batch). Sums of g^2 in double.
+__global__ void sq_norm_partials_kernel(double* partial, const float* g, int64_t n) {
+  __shared__ double buf[kThreads];
+  const float* gm = g + blockIdx.y * n;  // gm: (n), this block's matrix
+  double acc = 0;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    acc += static_cast<double>(gm[i]) * gm[i];
+  buf[threadIdx.x] = acc;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) buf[threadIdx.x] += buf[threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partial[blockIdx.y * kNormBlocks + blockIdx.x] = buf[0];
 }
 
-__global__ void muon_momentum_kernel(float* buf, float* update, const float* grad, int64_t n, float mu,
-                                     bool nesterov) {
-  HLA_GRID_STRIDE(i, n) {
-    const float b = mu * buf[i] + grad[i];
-    buf[i] = b;
-    update[i] = nesterov ? grad[i] + mu * b : b;
-  }
+// x, g: (batch, n), partial: (batch, kNormBlocks); grid (blocks, batch). x = g / (||g||_F + 1e-7).
+__global__ void normalize_kernel(float* x, const float* g, const double* partial, int64_t n) {
+  double sq = 0;
+  for (int k = 0; k < kNormBlocks; k++) sq += partial[blockIdx.y * kNormBlocks + k];  // fixed order
+  const float scale = static_cast<float>(1.0 / (sqrt(sq) + 1e-7));
+  const int64_t base = blockIdx.y * n;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    x[base + i] = g[base + i] * scale;
 }
 
 }  // namespace
 
-void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1, float beta2,
-                  float eps, float weight_decay, float bias_correction1, float bias_correction2) {
-  if (n == 0) return;
-  adamw_kernel<<<grid_1d(n), 256>>>(param, grad, m, v, n, 1.0f - lr * weight_decay, beta1, beta2,
-                                    lr / bias_correction1, 1.0f / std::sqrt(bias_correction2), eps);
-  CUDA_CHECK_LAUNCH();
+void adamw_update(float* const* param, const float* const* grad, float* const* m, float* const* v, const int64_t* n,
+                  int count, float lr, float beta1, float beta2, float eps, float weight_decay, float bias_correction1,
+                  float bias_correction2) {
+  float* const* const columns[4] = {param, const_cast<float* const*>(grad), m, v};
+  launch_multi_tensor(columns, n, count,
+                      AdamwOp{1.0f - lr * weight_decay, beta1, beta2, lr / bias_correction1,
+                              1.0f / std::sqrt(bias_correction2), eps});
 }
 
-void muon_momentum(float* buf, float* update, const float* grad, int64_t n, float momentum, bool nesterov) {
-  if (n == 0) return;
-  muon_momentum_kernel<<<grid_1d(n), 256>>>(buf, update, grad, n, momentum, nesterov);
-  CUDA_CHECK_LAUNCH();
+void muon_momentum(float* const* buf, float* const* update, const float* const* grad, const int64_t* n, int count,
+                   float momentum, bool nesterov) {
+  float* const* const columns[3] = {buf, update, const_cast<float* const*>(grad)};
+  launch_multi_tensor(columns, n, count, MomentumOp{momentum, nesterov});
 }
 
-void newton_schulz(float* out, const float* g, int64_t rows, int64_t cols, int steps) {
+void muon_apply(float* const* param, const float* const* ortho, const int64_t* n, int count, float decay, float step) {
+  float* const* const columns[2] = {param, const_cast<float* const*>(ortho)};
+  launch_multi_tensor(columns, n, count, MuonApplyOp{decay, step});
+}
+
+void newton_schulz(float* out, const float* g, int64_t batch, int64_t rows, int64_t cols, int steps) {
   constexpr float a = 3.4445f, b = -4.7750f, c = 2.0315f;
-  const int64_t n = rows * cols, small = std::min(rows, cols);
-  if (n == 0) return;
+  const int64_t n = rows * cols, small = std::min(rows, cols), gram = small * small;
+  if (n == 0 || batch == 0) return;
+  HLA_CHECK(batch <= 65535, "newton_schulz: a batch of ", batch, " matrices exceeds the grid's y limit 65535");
   const bool tall = rows > cols;  // then A = X^T X and products multiply X on the right
-  const size_t gram_bytes = small * small * sizeof(float), x_bytes = n * sizeof(float);
-  float* A = static_cast<float*>(device_alloc(gram_bytes));    // A: (small, small)
-  float* Bm = static_cast<float*>(device_alloc(gram_bytes));   // Bm: (small, small)
-  float* Y = static_cast<float*>(device_alloc(x_bytes));       // Y: (rows, cols)
-  float* X = out;                                              // X: (rows, cols)
-  // X = g / (||g||_F + 1e-7)
-  const double norm = std::sqrt(reduce_dot(g, g, DType::F32, n));
-  copy_d2d(X, g, x_bytes);
-  axpby(X, static_cast<float>(1.0 / (norm + 1e-7)), X, 0.0f, DType::F32, n);
+  FloatScratch A(batch * gram), Bm(batch * gram), Y(batch * n);  // A, Bm: (batch, small, small); Y: (batch, rows, cols)
+  FloatScratch partial(batch * kNormBlocks * 2);                  // (batch, kNormBlocks) doubles
+  double* sq = reinterpret_cast<double*>(partial.get());
+  // pass 1: X = g / (||g||_F + 1e-7), per matrix
+  float* X = out;  // X: (batch, rows, cols)
+  sq_norm_partials_kernel<<<dim3(kNormBlocks, static_cast<unsigned>(batch)), kThreads>>>(sq, g, n);
+  CUDA_CHECK_LAUNCH();
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 1024));
+  normalize_kernel<<<dim3(blocks, static_cast<unsigned>(batch)), kThreads>>>(X, g, sq, n);
+  CUDA_CHECK_LAUNCH();
+  // pass 2: the quintic steps, every matrix of the batch in each GEMM
+  float* Ybuf = Y.get();
   for (int s = 0; s < steps; s++) {
-    if (tall) gemm(A, X, X, DType::F32, cols, cols, rows, true, false, 1.0f, 0.0f);   // A = X^T X
-    else gemm(A, X, X, DType::F32, rows, rows, cols, false, true, 1.0f, 0.0f);        // A = X X^T
-    copy_d2d(Bm, A, gram_bytes);
-    gemm(Bm, A, A, DType::F32, small, small, small, false, false, c, b);               // Bm = b A + c A A
-    copy_d2d(Y, X, x_bytes);
-    if (tall) gemm(Y, X, Bm, DType::F32, rows, cols, cols, false, false, 1.0f, a);     // Y = a X + X Bm
-    else gemm(Y, Bm, X, DType::F32, rows, cols, rows, false, false, 1.0f, a);          // Y = a X + Bm X
-    copy_d2d(X, Y, x_bytes);
+    float *a_gram = A.get(), *b_gram = Bm.get();
+    // A = X^T X (tall) or X X^T
+    if (tall) gemm(a_gram, X, X, DType::F32, cols, cols, rows, true, false, 1.0f, 0.0f, batch, n, n, gram);
+    else gemm(a_gram, X, X, DType::F32, rows, rows, cols, false, true, 1.0f, 0.0f, batch, n, n, gram);
+    // Bm = b A + c A A
+    copy_d2d(b_gram, a_gram, batch * gram * sizeof(float));
+    gemm(b_gram, a_gram, a_gram, DType::F32, small, small, small, false, false, c, b, batch, gram, gram, gram);
+    // Y = a X + X Bm (tall) or a X + Bm X
+    copy_d2d(Ybuf, X, batch * n * sizeof(float));
+    if (tall) gemm(Ybuf, X, b_gram, DType::F32, rows, cols, cols, false, false, 1.0f, a, batch, n, gram, n);
+    else gemm(Ybuf, b_gram, X, DType::F32, rows, cols, rows, false, false, 1.0f, a, batch, gram, n, n);
+    std::swap(X, Ybuf);  // X = Y
   }
-  device_free(A, gram_bytes);
-  device_free(Bm, gram_bytes);
-  device_free(Y, x_bytes);
+  if (X != out) copy_d2d(out, X, batch * n * sizeof(float));
 }
 
 }  // namespace hla::cuda

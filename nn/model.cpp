@@ -13,15 +13,19 @@
 #include "nn/layers/feedforward.h"
 #include "nn/layers/mixers.h"
 #include "nn/ops/arith.h"
-#include "nn/ops/cross_entropy.h"
 #include "nn/ops/embedding.h"
 #include "nn/ops/group_norm.h"
 #include "nn/ops/linear.h"
+#include "nn/ops/linear_cross_entropy.h"
 #include "nn/ops/lower_bounds.h"
 #include "nn/ops/rmsnorm.h"
 
 namespace hla {
 namespace {
+
+// Vocabulary rows per block of the training loss (linear_cross_entropy): it holds one
+// (B*T, 4096) block of logits, never the (B*T, V) ones, and 4096 keeps each GEMM large.
+constexpr int64_t kLossVocabChunk = 4096;
 
 // RMSNorm, or LayerNorm with bias (RWKV-6).
 struct Norm {
@@ -60,7 +64,7 @@ class HybridLM : public TrainableModel, public StatefulModel {
     if (!c.tie_word_embeddings) head_ = store_.normal("lm_head.weight", {c.vocab_size, c.hidden_size});
   }
 
-  Var logits(const Tensor& ids) override { return forward(ids, nullptr); }
+  Var logits(const Tensor& ids) override { return linear(forward(ids, nullptr), head_weight()); }  // (B, T, V)
 
   Var logits_with_state(const Tensor& ids, ModelState& state) override {
     if (state.layers.empty()) state.layers.resize(blocks_.size());
@@ -68,20 +72,23 @@ class HybridLM : public TrainableModel, public StatefulModel {
               blocks_.size());
     for (LayerState& layer : state.layers) layer.positions = state.positions;
     if (lower_bounds_.defined() && state.lower_bounds.empty()) state.lower_bounds = lower_bounds(lower_bounds_);
-    return forward(ids, &state);
+    return linear(forward(ids, &state), head_weight());
   }
 
   const ModelConfig& config() const override { return config_; }
 
   Var loss(const Tensor& ids, const Tensor& targets) override {
-    return cross_entropy(logits(ids), targets);
+    return linear_cross_entropy(forward(ids, nullptr), head_weight(), targets, kLossVocabChunk);
   }
 
   ParameterList parameters() override { return store_.parameters(); }
   Device device() const override { return store_.device(); }
 
  private:
-  // The forward of the blocks; with a state (decoding) every layer carries its part of it.
+  Var head_weight() const { return store_.use(config_.tie_word_embeddings ? embed_ : head_); }  // (V, D)
+
+  // The forward of the blocks up to the final norm, (B, T, D); with a state (decoding) every
+  // layer carries its part of it.
   Var forward(const Tensor& ids, ModelState* state) {
     Var x = embedding(ids, store_.use(embed_));  // x: (B, T, D)
     std::vector<Var> lbs;
@@ -107,8 +114,7 @@ class HybridLM : public TrainableModel, public StatefulModel {
       }
       if (io.error.defined()) routed_error = io.error;
     }
-    x = final_norm_.apply(store_, x, config_.norm_eps);
-    return linear(x, store_.use(config_.tie_word_embeddings ? embed_ : head_));  // (B, T, V)
+    return final_norm_.apply(store_, x, config_.norm_eps);
   }
 
   Block make_block(int i) {

@@ -115,7 +115,7 @@ TEST_CASE("Newton-Schulz output is near-orthogonal on random matrices") {
   for (auto [rows, cols] : shapes) {
     Tensor g = Tensor::randn({rows, cols}, 100 + rows, 1.0, DType::F32);
     Tensor out = Tensor::empty({rows, cols}, DType::F32);
-    cpu::newton_schulz<float>(out.data<float>(), g.data<float>(), rows, cols, 5);
+    cpu::newton_schulz<float>(out.data<float>(), g.data<float>(), 1, rows, cols, 5);
     Eigen::Map<const Eigen::Matrix<float, -1, -1, Eigen::RowMajor>> O(out.data<float>(), rows, cols);
     Eigen::VectorXf sv = O.jacobiSvd().singularValues();
     lo = std::min(lo, double(sv.minCoeff()));
@@ -125,6 +125,44 @@ TEST_CASE("Newton-Schulz output is near-orthogonal on random matrices") {
   CAPTURE(hi);
   CHECK(lo >= 0.6);  // measured 0.682
   CHECK(hi <= 1.2);  // measured 1.134
+}
+
+TEST_CASE("a group's update equals updating its parameters one at a time, bit for bit") {
+  // Three matrices of one shape form one Muon group (one batched Newton-Schulz) and the norms
+  // one AdamW group; each must end exactly where an optimizer holding it alone puts it.
+  auto make = [](int k) {
+    if (k == 3) return NamedParameter{"model.layers.0.norm.weight", Var(Tensor::randn({12}, 40, 0.1), true)};
+    return NamedParameter{"model.layers." + std::to_string(k) + ".proj.weight",
+                          Var(Tensor::randn({12, 20}, 30 + k, 0.1), true)};
+  };
+  for (const char* name : {"adamw", "muon"}) {
+    CAPTURE(name);
+    OptimConfig c;
+    c.name = name;
+    c.lr = 0.01;
+    ParameterList together;
+    std::vector<ParameterList> alone(4);
+    for (int k = 0; k < 4; k++) {
+      together.push_back(make(k));
+      alone[k].push_back(make(k));
+    }
+    Optimizer opt(together, c);
+    std::vector<std::unique_ptr<Optimizer>> single;
+    for (int k = 0; k < 4; k++) single.push_back(std::make_unique<Optimizer>(alone[k], c));
+    for (int step = 0; step < 3; step++) {
+      for (int k = 0; k < 4; k++) {
+        Tensor g = Tensor::randn(together[k].var.shape(), 50 + 4 * step + k, 1.0);
+        together[k].var.mutable_grad() = g;
+        alone[k][0].var.mutable_grad() = g.clone();
+        single[k]->step(1.0);
+      }
+      opt.step(1.0);
+    }
+    for (int k = 0; k < 4; k++) {
+      CAPTURE(k);
+      CHECK(max_abs(sub(together[k].var.value(), alone[k][0].var.value())) == 0.0);
+    }
+  }
 }
 
 TEST_CASE("optimizer grouping: Muon for hidden matrices, AdamW for the rest") {
@@ -390,9 +428,11 @@ TEST_CASE("optimizer updates on CUDA match the CPU reference") {
   for (const char* name : {"adamw", "muon"}) {
     CAPTURE(name);
     auto make = [](Device d) {
+      // Two matrices of one shape (a Newton-Schulz batch of 2) around a tall one and a norm.
       return ParameterList{{"model.layers.0.proj.weight", Var(Tensor::randn({48, 80}, 1, 0.1).to(d), true)},
                            {"model.layers.0.tall.weight", Var(Tensor::randn({96, 32}, 2, 0.1).to(d), true)},
-                           {"model.layers.0.norm.weight", Var(Tensor::randn({48}, 3, 0.1).to(d), true)}};
+                           {"model.layers.0.norm.weight", Var(Tensor::randn({48}, 3, 0.1).to(d), true)},
+                           {"model.layers.1.proj.weight", Var(Tensor::randn({48, 80}, 4, 0.1).to(d), true)}};
     };
     ParameterList cpu = make(Device::CPU), gpu = make(Device::CUDA);
     OptimConfig c;

@@ -21,57 +21,80 @@ namespace hla {
 namespace cpu {
 
 template <class T>
-void adamw_update(T* param, const T* grad, T* m, T* v, int64_t n, double lr, double beta1,
-                  double beta2, double eps, double weight_decay, double bias_correction1,
-                  double bias_correction2) {
+void adamw_update(T* const* param, const T* const* grad, T* const* m, T* const* v, const int64_t* n,
+                  int count, double lr, double beta1, double beta2, double eps, double weight_decay,
+                  double bias_correction1, double bias_correction2) {
   const T decay = static_cast<T>(1.0 - lr * weight_decay);
   const T b1 = static_cast<T>(beta1), b2 = static_cast<T>(beta2);
   const T step_size = static_cast<T>(lr / bias_correction1);
   const T inv_sqrt_bc2 = static_cast<T>(1.0 / std::sqrt(bias_correction2));
   const T epsilon = static_cast<T>(eps);
-  for (int64_t i = 0; i < n; i++) {
-    T g = grad[i];
-    param[i] *= decay;                              // decoupled weight decay
-    m[i] = b1 * m[i] + (T(1) - b1) * g;             // first moment
-    v[i] = b2 * v[i] + (T(1) - b2) * g * g;         // second moment
-    T denom = std::sqrt(v[i]) * inv_sqrt_bc2 + epsilon;  // sqrt(v / bc2) + eps
-    param[i] -= step_size * m[i] / denom;           // lr * (m / bc1) / denom
+  for (int t = 0; t < count; t++) {
+    T *p = param[t], *mt = m[t], *vt = v[t];  // p, mt, vt: (n[t])
+    const T* gt = grad[t];                    // gt: (n[t])
+    for (int64_t i = 0; i < n[t]; i++) {
+      T g = gt[i];
+      p[i] *= decay;                                  // decoupled weight decay
+      mt[i] = b1 * mt[i] + (T(1) - b1) * g;           // first moment
+      vt[i] = b2 * vt[i] + (T(1) - b2) * g * g;       // second moment
+      T denom = std::sqrt(vt[i]) * inv_sqrt_bc2 + epsilon;  // sqrt(v / bc2) + eps
+      p[i] -= step_size * mt[i] / denom;              // lr * (m / bc1) / denom
+    }
   }
 }
 
 template <class T>
-void muon_momentum(T* buf, T* update, const T* grad, int64_t n, double momentum, bool nesterov) {
+void muon_momentum(T* const* buf, T* const* update, const T* const* grad, const int64_t* n, int count,
+                   double momentum, bool nesterov) {
   const T mu = static_cast<T>(momentum);
-  for (int64_t i = 0; i < n; i++) {
-    buf[i] = mu * buf[i] + grad[i];
-    update[i] = nesterov ? grad[i] + mu * buf[i] : buf[i];
+  for (int t = 0; t < count; t++) {
+    for (int64_t i = 0; i < n[t]; i++) {
+      buf[t][i] = mu * buf[t][i] + grad[t][i];
+      update[t][i] = nesterov ? grad[t][i] + mu * buf[t][i] : buf[t][i];
+    }
   }
 }
 
 template <class T>
-void newton_schulz(T* out, const T* g, int64_t rows, int64_t cols, int steps) {
+void newton_schulz(T* out, const T* g, int64_t batch, int64_t rows, int64_t cols, int steps) {
   using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   constexpr double a = 3.4445, b = -4.7750, c = 2.0315;
-  Eigen::Map<const Mat> G(g, rows, cols);
-  bool tall = rows > cols;
-  // X: (r, k) with r <= k, so X X^T is the smaller Gram matrix.
-  Mat X = tall ? Mat(G.transpose()) : Mat(G);
-  X /= static_cast<T>(X.norm() + 1e-7);  // Frobenius norm: every singular value <= 1
-  for (int s = 0; s < steps; s++) {
-    Mat A = X * X.transpose();                                   // (r, r)
-    Mat B = static_cast<T>(b) * A + static_cast<T>(c) * (A * A);  // (r, r)
-    X = (static_cast<T>(a) * X + B * X).eval();                  // (r, k)
+  const bool tall = rows > cols;
+  for (int64_t i = 0; i < batch; i++) {
+    Eigen::Map<const Mat> G(g + i * rows * cols, rows, cols);  // G: (rows, cols), matrix i
+    // X: (r, k) with r <= k, so X X^T is the smaller Gram matrix.
+    Mat X = tall ? Mat(G.transpose()) : Mat(G);
+    X /= static_cast<T>(X.norm() + 1e-7);  // Frobenius norm: every singular value <= 1
+    for (int s = 0; s < steps; s++) {
+      Mat A = X * X.transpose();                                   // (r, r)
+      Mat B = static_cast<T>(b) * A + static_cast<T>(c) * (A * A);  // (r, r)
+      X = (static_cast<T>(a) * X + B * X).eval();                  // (r, k)
+    }
+    Eigen::Map<Mat> O(out + i * rows * cols, rows, cols);  // O: (rows, cols)
+    if (tall) O = X.transpose();
+    else O = X;
   }
-  Eigen::Map<Mat> O(out, rows, cols);
-  if (tall) O = X.transpose();
-  else O = X;
 }
 
-#define HLA_INSTANTIATE_OPTIM(T)                                                              \
-  template void adamw_update<T>(T*, const T*, T*, T*, int64_t, double, double, double, double, \
-                                double, double, double);                                      \
-  template void muon_momentum<T>(T*, T*, const T*, int64_t, double, bool);                    \
-  template void newton_schulz<T>(T*, const T*, int64_t, int64_t, int);
+template <class T>
+void muon_apply(T* const* param, const T* const* ortho, const int64_t* n, int count, double decay,
+                double step) {
+  const T d = static_cast<T>(decay), s = static_cast<T>(step);
+  for (int t = 0; t < count; t++) {
+    for (int64_t i = 0; i < n[t]; i++) {
+      param[t][i] *= d;                   // decoupled weight decay
+      param[t][i] -= s * ortho[t][i];     // lr * scale * O
+    }
+  }
+}
+
+#define HLA_INSTANTIATE_OPTIM(T)                                                                  \
+  template void adamw_update<T>(T* const*, const T* const*, T* const*, T* const*, const int64_t*, \
+                                int, double, double, double, double, double, double, double);     \
+  template void muon_momentum<T>(T* const*, T* const*, const T* const*, const int64_t*, int,      \
+                                 double, bool);                                                   \
+  template void newton_schulz<T>(T*, const T*, int64_t, int64_t, int64_t, int);                   \
+  template void muon_apply<T>(T* const*, const T* const*, const int64_t*, int, double, double);
 HLA_INSTANTIATE_OPTIM(float)
 HLA_INSTANTIATE_OPTIM(double)
 #undef HLA_INSTANTIATE_OPTIM
@@ -168,6 +191,23 @@ Optimizer::Optimizer(const ParameterList& params, const OptimConfig& config) : c
     plan_.push_back(plan);
     state_.push_back(std::move(state));
   }
+  for (size_t i = 0; i < plan_.size(); i++) {
+    const ParamPlan& p = plan_[i];
+    UpdateGroup key;
+    key.rule = p.rule;
+    key.lr_scale = p.lr_scale;
+    key.weight_decay = p.weight_decay;
+    key.device = p.var.device();
+    key.dtype = p.var.dtype();
+    if (p.rule == UpdateRule::Muon) key.rows = p.var.size(0), key.cols = p.var.size(1);
+    auto same = [&](const UpdateGroup& g) {
+      return g.rule == key.rule && g.lr_scale == key.lr_scale && g.weight_decay == key.weight_decay &&
+             g.device == key.device && g.dtype == key.dtype && g.rows == key.rows && g.cols == key.cols;
+    };
+    auto it = std::find_if(groups_.begin(), groups_.end(), same);
+    if (it == groups_.end()) it = groups_.insert(groups_.end(), key);
+    it->members.push_back(i);
+  }
 }
 
 std::string Optimizer::describe() const {
@@ -207,65 +247,101 @@ void Optimizer::step(double lr_factor) {
   step_++;
   double lr = config_.lr * lr_factor;
   NoGradGuard no_grad;
-  for (size_t i = 0; i < plan_.size(); i++) {
-    if (!plan_[i].var.grad().defined()) continue;  // unused this step: no update, no decay
-    if (plan_[i].rule == UpdateRule::Muon) muon_step(i, lr);
-    else adamw_step(i, lr * plan_[i].lr_scale);
+  for (const UpdateGroup& group : groups_) {
+    std::vector<size_t> live;  // unused this step: no update, no decay
+    for (size_t i : group.members)
+      if (plan_[i].var.grad().defined()) live.push_back(i);
+    if (live.empty()) continue;
+    if (group.rule == UpdateRule::Muon) muon_step(group, live, lr);
+    else adamw_step(group, live, lr * group.lr_scale);
   }
 }
 
-void Optimizer::adamw_step(size_t i, double lr) {
-  Var& p = plan_[i].var;
-  Tensor& param = p.mutable_value();
-  const Tensor& grad = p.grad();
-  Tensor& m = state_[i][0].second;
-  Tensor& v = state_[i][1].second;
-  double bc1 = 1.0 - std::pow(config_.beta1, double(step_));
-  double bc2 = 1.0 - std::pow(config_.beta2, double(step_));
-  double wd = plan_[i].weight_decay;
-  if (param.is_cuda()) {
+namespace {
+
+// Pointers of T to one tensor per live parameter, as the update functions take them.
+template <class T, class Get>
+std::vector<T*> column(const std::vector<size_t>& live, Get get) {
+  std::vector<T*> out;
+  for (size_t i : live) out.push_back(get(i).template data<std::remove_const_t<T>>());
+  return out;
+}
+
+// Pointers to matrix k of a (count, rows, cols) batch, k < count.
+template <class T>
+std::vector<T*> matrices(Tensor& batch) {
+  std::vector<T*> out;
+  const int64_t stride = batch.numel() / batch.size(0);
+  for (int64_t k = 0; k < batch.size(0); k++) out.push_back(batch.data<std::remove_const_t<T>>() + k * stride);
+  return out;
+}
+
+}  // namespace
+
+void Optimizer::adamw_step(const UpdateGroup& group, const std::vector<size_t>& live, double lr) {
+  auto param = [&](size_t i) -> Tensor& { return plan_[i].var.mutable_value(); };
+  auto grad = [&](size_t i) -> const Tensor& { return plan_[i].var.grad(); };
+  auto m = [&](size_t i) -> Tensor& { return state_[i][0].second; };
+  auto v = [&](size_t i) -> Tensor& { return state_[i][1].second; };
+  std::vector<int64_t> n;
+  for (size_t i : live) n.push_back(plan_[i].var.numel());
+  const int count = static_cast<int>(live.size());
+  const double bc1 = 1.0 - std::pow(config_.beta1, double(step_));
+  const double bc2 = 1.0 - std::pow(config_.beta2, double(step_));
+  const double wd = group.weight_decay;
+  if (group.device == Device::CUDA) {
 #ifdef HLA_CUDA_OPTIM
-    cuda::adamw_update(param.data<float>(), grad.data<float>(), m.data<float>(), v.data<float>(),
-                       param.numel(), float(lr), float(config_.beta1), float(config_.beta2),
-                       float(config_.eps), float(wd), float(bc1), float(bc2));
+    cuda::adamw_update(column<float>(live, param).data(), column<const float>(live, grad).data(),
+                       column<float>(live, m).data(), column<float>(live, v).data(), n.data(), count,
+                       float(lr), float(config_.beta1), float(config_.beta2), float(config_.eps),
+                       float(wd), float(bc1), float(bc2));
     return;
 #else
-    fail("optimizer: parameter '", plan_[i].name, "' is on CUDA but this build has no cuda/optim.h");
+    fail("optimizer: parameter '", plan_[live[0]].name, "' is on CUDA but this build has no cuda/optim.h");
 #endif
   }
-  dispatch_float(param.dtype(), "adamw", [&](auto tag) {
+  dispatch_float(group.dtype, "adamw", [&](auto tag) {
     using T = decltype(tag);
-    cpu::adamw_update<T>(param.data<T>(), grad.data<T>(), m.data<T>(), v.data<T>(), param.numel(),
-                         lr, config_.beta1, config_.beta2, config_.eps, wd, bc1, bc2);
+    cpu::adamw_update<T>(column<T>(live, param).data(), column<const T>(live, grad).data(),
+                         column<T>(live, m).data(), column<T>(live, v).data(), n.data(), count, lr,
+                         config_.beta1, config_.beta2, config_.eps, wd, bc1, bc2);
   });
 }
 
-void Optimizer::muon_step(size_t i, double lr) {
-  Var& p = plan_[i].var;
-  Tensor& param = p.mutable_value();
-  const Tensor& grad = p.grad();
-  Tensor& buf = state_[i][0].second;
-  int64_t rows = param.size(0), cols = param.size(1);
-  Tensor update = Tensor::empty(param.shape(), param.dtype(), param.device());  // (rows, cols)
-  Tensor ortho = Tensor::empty(param.shape(), param.dtype(), param.device());   // (rows, cols)
-  if (param.is_cuda()) {
+// Pass 1: momentum into the matrices of one (count, rows, cols) batch; pass 2: Newton-Schulz of
+// the whole batch; pass 3: decay and the scaled orthogonal step on every parameter.
+void Optimizer::muon_step(const UpdateGroup& group, const std::vector<size_t>& live, double lr) {
+  const int64_t rows = group.rows, cols = group.cols, count = static_cast<int64_t>(live.size());
+  Tensor update = Tensor::empty({count, rows, cols}, group.dtype, group.device);  // (count, rows, cols)
+  Tensor ortho = Tensor::empty({count, rows, cols}, group.dtype, group.device);   // (count, rows, cols)
+  auto param = [&](size_t i) -> Tensor& { return plan_[i].var.mutable_value(); };
+  auto grad = [&](size_t i) -> const Tensor& { return plan_[i].var.grad(); };
+  auto buf = [&](size_t i) -> Tensor& { return state_[i][0].second; };
+  const std::vector<int64_t> n(count, rows * cols);
+  const double decay = 1.0 - lr * group.weight_decay;
+  const double step = lr * muon_update_scale(config_.muon_scale, rows, cols);
+  if (group.device == Device::CUDA) {
 #ifdef HLA_CUDA_OPTIM
-    cuda::muon_momentum(buf.data<float>(), update.data<float>(), grad.data<float>(), param.numel(),
-                        float(config_.momentum), config_.nesterov);
-    cuda::newton_schulz(ortho.data<float>(), update.data<float>(), rows, cols, config_.ns_steps);
+    cuda::muon_momentum(column<float>(live, buf).data(), matrices<float>(update).data(),
+                        column<const float>(live, grad).data(), n.data(), int(count), float(config_.momentum),
+                        config_.nesterov);
+    cuda::newton_schulz(ortho.data<float>(), update.data<float>(), count, rows, cols, config_.ns_steps);
+    cuda::muon_apply(column<float>(live, param).data(), matrices<const float>(ortho).data(), n.data(),
+                     int(count), float(decay), float(step));
+    return;
 #else
-    fail("optimizer: parameter '", plan_[i].name, "' is on CUDA but this build has no cuda/optim.h");
+    fail("optimizer: parameter '", plan_[live[0]].name, "' is on CUDA but this build has no cuda/optim.h");
 #endif
-  } else {
-    dispatch_float(param.dtype(), "muon", [&](auto tag) {
-      using T = decltype(tag);
-      cpu::muon_momentum<T>(buf.data<T>(), update.data<T>(), grad.data<T>(), param.numel(),
-                            config_.momentum, config_.nesterov);
-      cpu::newton_schulz<T>(ortho.data<T>(), update.data<T>(), rows, cols, config_.ns_steps);
-    });
   }
-  if (plan_[i].weight_decay > 0) scale_(param, 1.0 - lr * plan_[i].weight_decay);
-  axpy_(param, -lr * muon_update_scale(config_.muon_scale, rows, cols), ortho);
+  dispatch_float(group.dtype, "muon", [&](auto tag) {
+    using T = decltype(tag);
+    cpu::muon_momentum<T>(column<T>(live, buf).data(), matrices<T>(update).data(),
+                          column<const T>(live, grad).data(), n.data(), int(count), config_.momentum,
+                          config_.nesterov);
+    cpu::newton_schulz<T>(ortho.data<T>(), update.data<T>(), count, rows, cols, config_.ns_steps);
+    cpu::muon_apply<T>(column<T>(live, param).data(), matrices<const T>(ortho).data(), n.data(),
+                       int(count), decay, step);
+  });
 }
 
 // ---------------------------------------------------------------- state I/O

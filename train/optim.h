@@ -29,8 +29,10 @@
 // State (m, v, momentum buffers, step count) saves to and loads from safetensors bit-exactly:
 // tensors "<param>.exp_avg", "<param>.exp_avg_sq", "<param>.momentum_buffer"; metadata
 // "optimizer" and "step".
-// On CUDA parameters (F32 master weights) the updates run in the kernels of cuda/optim.h, which
-// follow the CPU functions below line for line.
+// The updates run per group: the parameters of one rule, lr and decay (Muon's also of one
+// shape) are updated together, on CUDA parameters (F32 master weights) by the multi-tensor
+// kernels of cuda/optim.h (one launch per group, Newton-Schulz batched over the group's
+// matrices), on the CPU by the functions below, which those kernels follow line for line.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -98,11 +100,23 @@ class Optimizer {
   void load_state(const SafetensorsFile& file);
 
  private:
-  void adamw_step(size_t i, double lr);
-  void muon_step(size_t i, double lr);
+  // Parameters updated in one call: same rule, lr scale, decay, device and dtype, and for
+  // Muon the same (rows, cols). Members are indices into plan_, in plan order.
+  struct UpdateGroup {
+    UpdateRule rule = UpdateRule::AdamW;
+    double lr_scale = 1, weight_decay = 0;
+    Device device = Device::CPU;
+    DType dtype = DType::F32;
+    int64_t rows = 0, cols = 0;  // Muon
+    std::vector<size_t> members;
+  };
+  // live: the members that have a gradient this step
+  void adamw_step(const UpdateGroup& group, const std::vector<size_t>& live, double lr);
+  void muon_step(const UpdateGroup& group, const std::vector<size_t>& live, double lr);
 
   OptimConfig config_;
   std::vector<ParamPlan> plan_;
+  std::vector<UpdateGroup> groups_;
   std::vector<std::vector<std::pair<std::string, Tensor>>> state_;  // per parameter, named
   int64_t step_ = 0;
 };
@@ -111,18 +125,24 @@ class Optimizer {
 double muon_update_scale(const std::string& mode, int64_t rows, int64_t cols);
 
 namespace cpu {
-// The CPU references of cuda/optim.h (same arguments, T = float or double).
-// param, grad, m, v: (n)
+// The CPU references of cuda/optim.h (same arguments, T = float or double): `count` tensors,
+// tensor t given by pointers param[t], grad[t], ... of n[t] elements.
+// param[t], grad[t], m[t], v[t]: (n[t])
 template <class T>
-void adamw_update(T* param, const T* grad, T* m, T* v, int64_t n, double lr, double beta1,
-                  double beta2, double eps, double weight_decay, double bias_correction1,
-                  double bias_correction2);
-// buf, update, grad: (n). buf = momentum buf + grad; update = nesterov ? grad + momentum buf : buf
+void adamw_update(T* const* param, const T* const* grad, T* const* m, T* const* v, const int64_t* n,
+                  int count, double lr, double beta1, double beta2, double eps, double weight_decay,
+                  double bias_correction1, double bias_correction2);
+// buf[t], update[t], grad[t]: (n[t]). buf = momentum buf + grad; update = nesterov ? grad + momentum buf : buf
 template <class T>
-void muon_momentum(T* buf, T* update, const T* grad, int64_t n, double momentum, bool nesterov);
-// out, g: (rows, cols): the quintic Newton-Schulz orthogonalisation of g.
+void muon_momentum(T* const* buf, T* const* update, const T* const* grad, const int64_t* n, int count,
+                   double momentum, bool nesterov);
+// out, g: (batch, rows, cols): the quintic Newton-Schulz orthogonalisation of each matrix of g.
 template <class T>
-void newton_schulz(T* out, const T* g, int64_t rows, int64_t cols, int steps);
+void newton_schulz(T* out, const T* g, int64_t batch, int64_t rows, int64_t cols, int steps);
+// param[t], ortho[t]: (n[t]). p *= decay; p -= step * ortho
+template <class T>
+void muon_apply(T* const* param, const T* const* ortho, const int64_t* n, int count, double decay,
+                double step);
 }  // namespace cpu
 
 }  // namespace hla

@@ -1,10 +1,15 @@
 // gpu-check cases (nn/check/registry.h) of the optimizer kernels (cuda/optim.h) against their
-// float64 CPU references in train/optim.cpp: AdamW at step 3, Muon's momentum with and without
-// Nesterov, and Newton-Schulz on a wide and a tall matrix. The optimizers have no Var op, so
-// these cases call the update functions directly, on the inputs' device (cpu:: in the inputs'
-// dtype, cuda:: in F32). F32 only: the master weights and optimizer states are fp32.
+// float64 CPU references in train/optim.cpp: the multi-tensor AdamW update at step 3, Muon's
+// momentum with and without Nesterov and its decayed step, and batched Newton-Schulz on three
+// wide and three tall matrices. The optimizers have no Var op, so these cases call the update
+// functions directly, on the inputs' device (cpu:: in the inputs' dtype, cuda:: in F32). F32
+// only: the master weights and optimizer states are fp32.
+// The multi-tensor cases cut one flat input into kTensors tensors of the sizes below: more than
+// one launch's table (cuda::kTensorsPerLaunch), an empty tensor, tensors of exactly one chunk
+// (2048) and one element past it, and one of many chunks.
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 #include "nn/check/registry.h"
 #include "tensor/dispatch.h"
@@ -20,87 +25,153 @@ using check::Inputs;
 using check::randn64;
 using Vars = std::vector<Var>;
 
-constexpr int64_t kN = 10007;  // not a multiple of any block
+constexpr int kTensors = 300;
+
+// n[t] of tensor t of the multi-tensor cases.
+std::vector<int64_t> tensor_sizes() {
+  const int64_t pattern[] = {1, 2048, 2049, 37, 517};
+  std::vector<int64_t> n(kTensors);
+  for (int t = 0; t < kTensors; t++) n[t] = pattern[t % 5];
+  n[4] = 0;
+  n[kTensors - 1] = 20011;
+  return n;
+}
+
+int64_t total_size() {
+  int64_t total = 0;
+  for (int64_t n : tensor_sizes()) total += n;
+  return total;
+}
+
+// Pointers to the consecutive pieces of flat, piece t of n[t] elements.
+template <class T>
+std::vector<T*> pieces(const Tensor& flat) {
+  std::vector<T*> out;
+  T* at = const_cast<T*>(flat.data<std::remove_const_t<T>>());
+  for (int64_t n : tensor_sizes()) {
+    out.push_back(at);
+    at += n;
+  }
+  return out;
+}
 
 check::Case optim_case(const std::string& name, const std::string& kernel, std::vector<std::string> outputs,
-                check::MakeInputs inputs, check::OpFn op) {
+                       check::MakeInputs inputs, check::OpFn op) {
   check::Case c = check::gpu_case("optim", name, check::named_kernel(kernel), std::move(inputs), std::move(op));
   c.outputs = std::move(outputs);
   c.gpu_dtypes = {DType::F32};
   return c;
 }
 
-// p, m, v after one AdamW update at step 3 from (p, g, m, v).
+// Calls fn(T{}) for the storage dtype of t: float on CUDA, the CPU reference's dtype on the CPU
+// (so fn's cuda:: call sits under `if constexpr (std::is_same_v<T, float>)`).
+template <class Fn>
+void on_device_dtype(const Tensor& t, const char* what, Fn&& fn) {
+  if (t.is_cuda()) fn(float{});
+  else dispatch_float(t.dtype(), what, fn);
+}
+
+// p, m, v after one AdamW update at step 3 from (p, g, m, v), over kTensors tensors.
 Vars adamw(const Vars& x) {
   Tensor p = x[0].value().clone(), m = x[2].value().clone(), v = x[3].value().clone();
   const Tensor& g = x[1].value();
   const double lr = 3e-3, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1;
   const double bc1 = 1 - std::pow(b1, 3), bc2 = 1 - std::pow(b2, 3);
-  if (p.is_cuda()) {
-    HLA_CUDA_ONLY(cuda::adamw_update(p.data<float>(), g.data<float>(), m.data<float>(), v.data<float>(), kN, float(lr),
-                                     float(b1), float(b2), float(eps), float(wd), float(bc1), float(bc2)));
-  } else {
-    dispatch_float(p.dtype(), "adamw_update", [&](auto tag) {
-      using T = decltype(tag);
-      cpu::adamw_update<T>(p.data<T>(), g.data<T>(), m.data<T>(), v.data<T>(), kN, lr, b1, b2, eps, wd, bc1, bc2);
-    });
-  }
+  const std::vector<int64_t> n = tensor_sizes();
+  on_device_dtype(p, "adamw_update", [&](auto tag) {
+    using T = decltype(tag);
+    auto P = pieces<T>(p), M = pieces<T>(m), V = pieces<T>(v);
+    auto G = pieces<const T>(g);
+    if constexpr (std::is_same_v<T, float>)
+      if (p.is_cuda())
+        return HLA_CUDA_ONLY(cuda::adamw_update(P.data(), G.data(), M.data(), V.data(), n.data(), kTensors, float(lr),
+                                                float(b1), float(b2), float(eps), float(wd), float(bc1), float(bc2)));
+    cpu::adamw_update<T>(P.data(), G.data(), M.data(), V.data(), n.data(), kTensors, lr, b1, b2, eps, wd, bc1, bc2);
+  });
   return {Var(p), Var(m), Var(v)};
 }
 
-// buf and the update after one momentum step from (buf, g).
+// buf and the update after one momentum step from (buf, g), over kTensors tensors.
 Vars muon_momentum(const Vars& x, bool nesterov) {
   Tensor buf = x[0].value().clone(), update = Tensor::empty(buf.shape(), buf.dtype(), buf.device());
   const Tensor& g = x[1].value();
-  if (buf.is_cuda()) {
-    HLA_CUDA_ONLY(cuda::muon_momentum(buf.data<float>(), update.data<float>(), g.data<float>(), kN, 0.95f, nesterov));
-  } else {
-    dispatch_float(buf.dtype(), "muon_momentum", [&](auto tag) {
-      using T = decltype(tag);
-      cpu::muon_momentum<T>(buf.data<T>(), update.data<T>(), g.data<T>(), kN, 0.95, nesterov);
-    });
-  }
+  const std::vector<int64_t> n = tensor_sizes();
+  on_device_dtype(buf, "muon_momentum", [&](auto tag) {
+    using T = decltype(tag);
+    auto B = pieces<T>(buf), U = pieces<T>(update);
+    auto G = pieces<const T>(g);
+    if constexpr (std::is_same_v<T, float>)
+      if (buf.is_cuda())
+        return HLA_CUDA_ONLY(cuda::muon_momentum(B.data(), U.data(), G.data(), n.data(), kTensors, 0.95f, nesterov));
+    cpu::muon_momentum<T>(B.data(), U.data(), G.data(), n.data(), kTensors, 0.95, nesterov);
+  });
   return {Var(buf), Var(update)};
 }
 
-// Five quintic Newton-Schulz steps on g: (rows, cols).
+// p after Muon's decayed step p = 0.998 p - 0.013 ortho, over kTensors tensors.
+Vars muon_apply(const Vars& x) {
+  Tensor p = x[0].value().clone();
+  const Tensor& ortho = x[1].value();
+  const std::vector<int64_t> n = tensor_sizes();
+  const double decay = 0.998, step = 0.013;
+  on_device_dtype(p, "muon_apply", [&](auto tag) {
+    using T = decltype(tag);
+    auto P = pieces<T>(p);
+    auto O = pieces<const T>(ortho);
+    if constexpr (std::is_same_v<T, float>)
+      if (p.is_cuda())
+        return HLA_CUDA_ONLY(cuda::muon_apply(P.data(), O.data(), n.data(), kTensors, float(decay), float(step)));
+    cpu::muon_apply<T>(P.data(), O.data(), n.data(), kTensors, decay, step);
+  });
+  return {Var(p)};
+}
+
+// Five quintic Newton-Schulz steps on each matrix of g: (batch, rows, cols).
 Vars newton_schulz(const Vars& x) {
   const Tensor& g = x[0].value();
-  const int64_t rows = g.size(0), cols = g.size(1);
+  const int64_t batch = g.size(0), rows = g.size(1), cols = g.size(2);
   Tensor out = Tensor::empty(g.shape(), g.dtype(), g.device());
-  if (g.is_cuda()) {
-    HLA_CUDA_ONLY(cuda::newton_schulz(out.data<float>(), g.data<float>(), rows, cols, 5));
-  } else {
-    dispatch_float(g.dtype(), "newton_schulz", [&](auto tag) {
-      using T = decltype(tag);
-      cpu::newton_schulz<T>(out.data<T>(), g.data<T>(), rows, cols, 5);
-    });
-  }
+  on_device_dtype(g, "newton_schulz", [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, float>)
+      if (g.is_cuda()) return HLA_CUDA_ONLY(cuda::newton_schulz(out.data<T>(), g.data<T>(), batch, rows, cols, 5));
+    cpu::newton_schulz<T>(out.data<T>(), g.data<T>(), batch, rows, cols, 5);
+  });
   return {Var(out)};
 }
 
 double abs_of(double x) { return std::abs(x); }
 
 const bool registered = [] {
-  check::add_case(optim_case("adamw_update", "elementwise", {"param", "m", "v"},
-                             [](uint64_t s) {
-                               return Inputs{{"p", randn64({kN}, s + 1), false},
-                                             {"g", randn64({kN}, s + 2), false},
-                                             {"m", randn64({kN}, s + 3, 0.1), false},
-                                             {"v", check::map64(randn64({kN}, s + 4, 0.01), abs_of), false}};
+  const int64_t total = total_size();
+  const std::string tensors = " " + std::to_string(kTensors) + " tensors";
+  check::add_case(optim_case("adamw_update" + tensors, "multi-tensor", {"param", "m", "v"},
+                             [total](uint64_t s) {
+                               return Inputs{{"p", randn64({total}, s + 1), false},
+                                             {"g", randn64({total}, s + 2), false},
+                                             {"m", randn64({total}, s + 3, 0.1), false},
+                                             {"v", check::map64(randn64({total}, s + 4, 0.01), abs_of), false}};
                              },
                              adamw));
   for (bool nesterov : {false, true})
-    check::add_case(optim_case(nesterov ? "muon_momentum nesterov" : "muon_momentum", "elementwise", {"buf", "update"},
-                               [](uint64_t s) {
-                                 return Inputs{{"buf", randn64({kN}, s + 5), false},
-                                               {"g", randn64({kN}, s + 6), false}};
+    check::add_case(optim_case((nesterov ? "muon_momentum nesterov" : "muon_momentum") + tensors, "multi-tensor",
+                               {"buf", "update"},
+                               [total](uint64_t s) {
+                                 return Inputs{{"buf", randn64({total}, s + 5), false},
+                                               {"g", randn64({total}, s + 6), false}};
                                },
                                [nesterov](const Vars& x) { return muon_momentum(x, nesterov); }));
+  check::add_case(optim_case("muon_apply" + tensors, "multi-tensor", {"param"},
+                             [total](uint64_t s) {
+                               return Inputs{{"p", randn64({total}, s + 7), false},
+                                             {"ortho", randn64({total}, s + 8), false}};
+                             },
+                             muon_apply));
   for (auto [rows, cols] : {std::pair<int64_t, int64_t>{96, 160}, {160, 96}})
-    check::add_case(optim_case("newton_schulz " + std::to_string(rows) + "x" + std::to_string(cols), "cublas", {"out"},
+    check::add_case(optim_case("newton_schulz 3x" + std::to_string(rows) + "x" + std::to_string(cols),
+                               "cublas batched", {"out"},
                                [rows = rows, cols = cols](uint64_t s) {
-                                 return Inputs{{"g", randn64({rows, cols}, s + 7 + rows), false}};
+                                 return Inputs{{"g", randn64({3, rows, cols}, s + 9 + rows), false}};
                                },
                                newton_schulz));
   return true;

@@ -1,7 +1,8 @@
 // Check cases (nn/check/registry.h) of the elementwise and small dense ops: activation, arith
-// (the broadcasts, split_last), cast, cross_entropy, embedding, linear, swiglu.
+// (the broadcasts, split_last), cast, cross_entropy, embedding, linear, linear_cross_entropy, swiglu.
 // grad: tiny shapes at fixed seeds. gpu: odd widths (333, 999, 1001), a real vocabulary (32000)
 // and the broadcasts the Mamba-2 340M layer builds (B 2, T 37, H 32, P 64).
+#include <cmath>
 #include <string>
 
 #include "nn/check/registry.h"
@@ -11,6 +12,7 @@
 #include "nn/ops/cross_entropy.h"
 #include "nn/ops/embedding.h"
 #include "nn/ops/linear.h"
+#include "nn/ops/linear_cross_entropy.h"
 #include "nn/ops/swiglu.h"
 #include "tensor/random.h"
 
@@ -153,6 +155,53 @@ void add_linear_cases() {
       [](const Vars& v) { return Vars{linear(v[0], v[1], v[2])}; }));
 }
 
+void add_linear_cross_entropy_cases() {
+  // grad: 7 vocabulary rows in chunks of 3 (the last chunk shorter), one row ignored.
+  add_case(grad_case(
+      "linear_cross_entropy", "linear_cross_entropy V7 chunk3", 9,
+      [](uint64_t seed) {
+        return Inputs{{"h", randn64({2, 3, 4}, seed + 1)},
+                      {"weight", randn64({7, 4}, seed + 2)},
+                      {"targets", Tensor::from_i32({2, kIgnoreIndex, 0, 6, 3, 1}, {2, 3}), false}};
+      },
+      [](const Vars& v) { return Vars{linear_cross_entropy(v[0], v[1], v[2].value(), 3)}; }));
+  struct GpuCase {
+    int64_t D, V, chunk;
+  };
+  // an odd vocabulary with a short last chunk, and a real one in the model's chunks
+  for (const GpuCase& c : {GpuCase{64, 1001, 256}, GpuCase{128, 32000, 4096}}) {
+    add_case(gpu_case(
+        "linear_cross_entropy",
+        "linear_cross_entropy " + dims_label({{"N", 74}, {"D", c.D}, {"V", c.V}, {"chunk", c.chunk}}),
+        named_kernel("cublas + online lse"),
+        [c](uint64_t seed) {
+          return Inputs{{"h", randn64({2, 37, c.D}, seed + 1)},
+                        {"weight", randn64({c.V, c.D}, seed + 2, 1.5 / std::sqrt(double(c.D)))},  // z ~ N(0, 1.5^2)
+                        {"targets", random_targets(2 * 37, c.V, seed + c.V), false}};
+        },
+        [c](const Vars& v) { return Vars{linear_cross_entropy(v[0], v[1], v[2].value(), c.chunk)}; }));
+  }
+  // perf: the 374M models' loss (B 8, T 2048, D 1024, V 32000), fused in the model's chunks and,
+  // beside it, unfused (full logits); the fused backward recomputes the logits: 4 GEMMs, not 3.
+  const int64_t N = 8 * 2048, D = 1024, V = 32000;
+  const double gemm_flops = 2.0 * N * D * V;
+  for (bool fused : {true, false}) {
+    add_case(perf_case(
+        "linear_cross_entropy", fused ? "linear_cross_entropy 374M chunk4096" : "cross_entropy(linear) 374M unfused",
+        named_kernel(fused ? "cublas + online lse" : "cublas + fused"),
+        [](uint64_t) {
+          return Inputs{{"h", perf_input(PerfPool::Normal, 0, {N, D})},
+                        {"weight", perf_input(PerfPool::Normal, 1, {V, D}, 0.03)},
+                        {"targets", random_targets(N, V, 1), false}};
+        },
+        [fused](const Vars& v) {
+          return Vars{fused ? linear_cross_entropy(v[0], v[1], v[2].value(), 4096)
+                            : cross_entropy(linear(v[0], v[1]), v[2].value())};
+        },
+        {gemm_flops, (fused ? 4 : 3) * gemm_flops, 0, 0, 0, 0, ""}));
+  }
+}
+
 void add_swiglu_cases() {
   auto inputs = [](Shape shape) {
     return [shape](uint64_t seed) {
@@ -165,7 +214,7 @@ void add_swiglu_cases() {
 }
 
 const Registrar registered{add_activation_cases, add_arith_cases, add_cast_cases, add_cross_entropy_cases,
-                           add_embedding_cases, add_linear_cases, add_swiglu_cases};
+                           add_embedding_cases, add_linear_cases, add_linear_cross_entropy_cases, add_swiglu_cases};
 
 }  // namespace
 }  // namespace hla::check

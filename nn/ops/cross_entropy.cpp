@@ -83,13 +83,17 @@ static void cross_entropy_backward(Tensor& dz, const Tensor& z, const Tensor& ls
   });
 }
 
+void check_loss_targets(const Tensor& targets, int64_t N, const Tensor& x, const char* op, const char* what) {
+  HLA_CHECK(targets.numel() == N, op, ": ", N, " rows of ", what, " ", x.str(), " but targets ", targets.str());
+  check_dtype(targets, DType::I32, op, "targets");
+  HLA_CHECK(targets.device() == x.device(), op, ": targets ", targets.str(), " are not on the device of the ", what,
+            " ", x.str());
+}
+
 Var cross_entropy(const Var& logits, const Tensor& targets, int32_t ignore_index) {
   Tensor z = logits.value();
   int64_t V = z.size(-1), N = z.numel() / V;
-  HLA_CHECK(targets.numel() == N, "cross_entropy: ", N, " rows of logits ", z.str(), " but targets ", targets.str());
-  check_dtype(targets, DType::I32, "cross_entropy", "targets");
-  HLA_CHECK(targets.device() == z.device(), "cross_entropy: targets ", targets.str(),
-            " are not on the device of the logits ", z.str());
+  check_loss_targets(targets, N, z, "cross_entropy", "logits");
   Tensor lse = Tensor::empty({N}, accum_dtype(z), z.device());  // lse: (N)
   int64_t valid = 0;
   double total = cross_entropy_forward(lse, z, targets, N, V, ignore_index, &valid);

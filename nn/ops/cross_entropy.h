@@ -10,6 +10,10 @@ namespace hla {
 // logits: (..., V), targets: (...) I32 -> scalar (shape {}). All rows ignored gives loss 0.
 Var cross_entropy(const Var& logits, const Tensor& targets, int32_t ignore_index = kIgnoreIndex);
 
+// The target checks of both losses (this one and linear_cross_entropy): `targets` holds N I32
+// values on x's device; errors name the op and x (`what`: "logits", "hidden states").
+void check_loss_targets(const Tensor& targets, int64_t N, const Tensor& x, const char* op, const char* what);
+
 namespace cpu {
 // z: (N, V), c: (N), lse: (N) written; returns the loss summed over the rows whose target is not
 // `ignore` and sets *valid_rows to the number of those rows

@@ -1,0 +1,140 @@
+// The lm_head GEMM fused with cross-entropy, a vocabulary chunk at a time: the full (N, V) logits
+// never exist, only one (N, chunk) block of them.
+//
+// Forward, per chunk [v0, v0 + C):  z = h w[v0 : v0 + C]^T  (cuBLAS; (N, C) in the storage dtype,
+// so it rounds as the full logits would), then one block per row merges the chunk row's online
+// logsumexp (cuda/online_lse.cuh) into the row's running (m, s) and keeps z_c when the target
+// falls in the chunk. After the last chunk lse = m + log s and loss_row = lse - z_c, summed by
+// one reduction (as cuda/cross_entropy.cu).
+// Backward recomputes each chunk's z and overwrites it with dz = (exp(z - lse) - onehot(c)) * k,
+// then dw[v0 : v0 + C] = dz^T h (each chunk writes its own rows) and dh += dz w[v0 : v0 + C],
+// accumulated in fp32: in dh itself for F32; for BF16 each chunk's product (which cuda::gemm
+// writes in its inputs' dtype) is added into an fp32 scratch, rounded to dh once at the end.
+#include "cuda/common.cuh"
+#include "cuda/convert.h"
+#include "cuda/linear_cross_entropy.h"
+#include "cuda/math.h"
+#include "cuda/online_lse.cuh"
+
+namespace hla::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+// m, s, zc: (N) fp32, the running max, sum and target logit; z: (N, C) this chunk's logits.
+// One block per row.
+template <class T>
+__global__ void lse_chunk_kernel(float* m, float* s, float* zc, const T* z, const int32_t* c, int64_t C, int64_t v0,
+                                 bool first) {
+  const int64_t n = blockIdx.x;
+  const T* zr = z + n * C;  // zr: (C)
+  OnlineLse acc;
+  for (int64_t j = threadIdx.x; j < C; j += blockDim.x) acc.add(to_float(zr[j]));
+  OnlineLse row = block_lse(acc);
+  if (threadIdx.x != 0) return;
+  if (!first) row.merge(m[n], s[n]);  // the chunks before this one
+  m[n] = row.m;
+  s[n] = row.s;
+  const int32_t target = c[n];
+  if (target >= v0 && target < v0 + C) zc[n] = to_float(zr[target - v0]);
+}
+
+// lse, row_loss, row_valid: (N) written from m, s, zc: (N). NaN flags a target outside [0, V).
+__global__ void finish_kernel(float* lse, float* row_loss, float* row_valid, const float* m, const float* s,
+                              const float* zc, const int32_t* c, int64_t N, int64_t V, int32_t ignore) {
+  HLA_GRID_STRIDE(n, N) {
+    const float l = m[n] + logf(s[n]);  // lse = logsumexp(z)
+    lse[n] = l;
+    const int32_t target = c[n];
+    row_valid[n] = target == ignore ? 0.0f : 1.0f;
+    if (target == ignore) row_loss[n] = 0;
+    else if (target < 0 || target >= V) row_loss[n] = NAN;
+    else row_loss[n] = l - zc[n];  // loss_row = lse - z_c
+  }
+}
+
+// z: (N, C) logits of the chunk in, dz out. One block per row.
+template <class T>
+__global__ void dz_chunk_kernel(T* z, const float* lse, const int32_t* c, int64_t C, int64_t v0, int32_t ignore,
+                                float k) {
+  const int64_t n = blockIdx.x;
+  const int32_t target = c[n];
+  const float l = lse[n], kk = target == ignore ? 0.0f : k;
+  T* zr = z + n * C;  // zr: (C)
+  for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
+    const float p = __expf(to_float(zr[j]) - l);                           // softmax
+    zr[j] = from_float<T>((p - (v0 + j == target ? 1.0f : 0.0f)) * kk);  // - onehot
+  }
+}
+
+// acc: (n) fp32 = (first ? 0 : acc) + x
+template <class T>
+__global__ void accumulate_kernel(float* acc, const T* x, int64_t n, bool first) {
+  HLA_GRID_STRIDE(i, n) acc[i] = (first ? 0.0f : acc[i]) + to_float(x[i]);
+}
+
+}  // namespace
+
+double linear_cross_entropy_forward(float* lse, const void* h, const void* w, const int32_t* c, int64_t N, int64_t D,
+                                    int64_t V, int64_t chunk, int32_t ignore, int64_t* valid_rows, DType dtype) {
+  *valid_rows = 0;
+  if (N == 0) return 0;
+  HLA_CHECK(chunk >= 1 && V >= 1, "linear_cross_entropy: chunk ", chunk, " and V ", V, " must be >= 1");
+  FloatScratch running(3 * N);                      // running: (3, N) m, s, z_c
+  FloatScratch rows(2 * N);                         // rows: (2, N) loss, valid flag
+  FloatScratch z(N * std::min(chunk, V));           // z: (N, C) in the storage dtype (fits: <= 4 bytes each)
+  float *m = running.get(), *s = m + N, *zc = s + N;
+  dispatch_storage(dtype, "linear_cross_entropy_forward", [&](auto tag) {
+    using T = decltype(tag);
+    T* zt = reinterpret_cast<T*>(z.get());
+    for (int64_t v0 = 0; v0 < V; v0 += chunk) {
+      const int64_t C = std::min(chunk, V - v0);
+      gemm(zt, h, static_cast<const T*>(w) + v0 * D, dtype, N, C, D, false, true, 1.0f, 0.0f);  // z = h w_c^T
+      lse_chunk_kernel<T><<<static_cast<unsigned>(N), kThreads>>>(m, s, zc, zt, c, C, v0, v0 == 0);
+      CUDA_CHECK_LAUNCH();
+    }
+  });
+  finish_kernel<<<grid_1d(N), kThreads>>>(lse, rows.get(), rows.get() + N, m, s, zc, c, N, V, ignore);
+  CUDA_CHECK_LAUNCH();
+  double total = reduce_sum(rows.get(), DType::F32, N);
+  *valid_rows = static_cast<int64_t>(reduce_sum(rows.get() + N, DType::F32, N) + 0.5);  // exact: fp64 partial sums
+  return total;
+}
+
+void linear_cross_entropy_backward(void* dh, void* dw, const void* h, const void* w, const float* lse,
+                                   const int32_t* c, int64_t N, int64_t D, int64_t V, int64_t chunk, int32_t ignore,
+                                   double dloss_over_valid, DType dtype) {
+  if (N == 0) {
+    memset_zero(dw, static_cast<size_t>(V * D) * dtype_size(dtype));  // no rows: dw = 0 (dh is empty)
+    return;
+  }
+  HLA_CHECK(chunk >= 1 && V >= 1, "linear_cross_entropy: chunk ", chunk, " and V ", V, " must be >= 1");
+  const bool f32 = dtype == DType::F32;
+  FloatScratch z(N * std::min(chunk, V));  // z: (N, C) logits, then dz, in the storage dtype
+  FloatScratch acc(f32 ? 1 : N * D);       // acc: (N, D) fp32 dh (BF16 only)
+  FloatScratch part(f32 ? 1 : N * D);      // part: (N, D) dz w_c in the storage dtype (BF16 only)
+  dispatch_storage(dtype, "linear_cross_entropy_backward", [&](auto tag) {
+    using T = decltype(tag);
+    T* zt = reinterpret_cast<T*>(z.get());
+    for (int64_t v0 = 0; v0 < V; v0 += chunk) {
+      const int64_t C = std::min(chunk, V - v0);
+      const T* wc = static_cast<const T*>(w) + v0 * D;  // wc: (C, D)
+      gemm(zt, h, wc, dtype, N, C, D, false, true, 1.0f, 0.0f);  // z = h w_c^T (recomputed)
+      dz_chunk_kernel<T><<<static_cast<unsigned>(N), kThreads>>>(zt, lse, c, C, v0, ignore,
+                                                                  static_cast<float>(dloss_over_valid));
+      CUDA_CHECK_LAUNCH();
+      gemm(static_cast<T*>(dw) + v0 * D, zt, h, dtype, C, D, N, true, false, 1.0f, 0.0f);  // dw_c = dz^T h
+      if (f32) {
+        gemm(dh, zt, wc, dtype, N, D, C, false, false, 1.0f, v0 == 0 ? 0.0f : 1.0f);  // dh += dz w_c
+      } else {
+        gemm(part.get(), zt, wc, dtype, N, D, C, false, false, 1.0f, 0.0f);  // part = dz w_c
+        accumulate_kernel<T><<<grid_1d(N * D), kThreads>>>(acc.get(), reinterpret_cast<const T*>(part.get()), N * D,
+                                                           v0 == 0);  // acc += part
+        CUDA_CHECK_LAUNCH();
+      }
+    }
+  });
+  if (!f32) convert(dh, dtype, acc.get(), DType::F32, N * D);
+}
+
+}  // namespace hla::cuda

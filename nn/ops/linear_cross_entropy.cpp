@@ -1,0 +1,162 @@
+// Linear + cross-entropy in vocabulary chunks: the CPU reference (Eigen, literal math), the
+// device dispatch and the one autograd node. Saves h, W and the per-row logsumexp; never logits.
+#include "nn/ops/linear_cross_entropy.h"
+
+#include <Eigen/Dense>
+#include <cmath>
+#include <limits>
+
+#include "nn/ops/check.h"
+#include "nn/ops/cross_entropy.h"
+#include "tensor/dispatch.h"
+#ifdef HLA_CUDA
+#include "cuda/linear_cross_entropy.h"
+#endif
+
+namespace hla {
+namespace cpu {
+
+template <class T>
+using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+// Pass 1, per chunk [v0, v0 + C): z = h w_c^T, merged into each row's running (m, s) and the
+// target logit kept; pass 2: lse = m + log s and the loss of the valid rows.
+template <class T>
+double linear_cross_entropy_forward(T* lse, const T* h, const T* w, const int32_t* c, int64_t N, int64_t D, int64_t V,
+                                    int64_t chunk, int32_t ignore, int64_t* valid_rows) {
+  HLA_CHECK(chunk >= 1, "linear_cross_entropy: chunk must be >= 1, got ", chunk);
+  Eigen::Map<const RowMat<T>> H(h, N, D);  // H: (N, D)
+  Eigen::Map<const RowMat<T>> W(w, V, D);  // W: (V, D)
+  std::vector<T> m(N, -std::numeric_limits<T>::infinity());  // m: (N) running max of z
+  std::vector<T> s(N, T(0));                                // s: (N) running sum of exp(z - m)
+  std::vector<T> zc(N, T(0));                               // zc: (N) the target's logit
+  // pass 1: the chunks
+  for (int64_t v0 = 0; v0 < V; v0 += chunk) {
+    const int64_t C = std::min(chunk, V - v0);
+    RowMat<T> z = H * W.middleRows(v0, C).transpose();  // z: (N, C) = h w_c^T
+    for (int64_t n = 0; n < N; n++) {
+      const T mm = std::max(m[n], z.row(n).maxCoeff());
+      T sum = 0;
+      for (int64_t j = 0; j < C; j++) sum += std::exp(z(n, j) - mm);
+      s[n] = s[n] * std::exp(m[n] - mm) + sum;  // rescale the earlier chunks' sum to the new max
+      m[n] = mm;
+      if (c[n] >= v0 && c[n] < v0 + C) zc[n] = z(n, c[n] - v0);
+    }
+  }
+  // pass 2: lse and the loss
+  double total = 0;
+  *valid_rows = 0;
+  for (int64_t n = 0; n < N; n++) {
+    lse[n] = m[n] + std::log(s[n]);  // logsumexp(z)
+    if (c[n] == ignore) continue;
+    HLA_CHECK(c[n] >= 0 && c[n] < V, "linear_cross_entropy: target ", c[n], " at row ", n, " outside [0, ", V,
+              ") and not the ignore index ", ignore);
+    total += static_cast<double>(lse[n] - zc[n]);  // loss_row = lse - z_c
+    ++*valid_rows;
+  }
+  return total;
+}
+
+// Per chunk: z recomputed, dz = (exp(z - lse) - onehot(c)) * k, dh += dz w_c, dw_c = dz^T h.
+template <class T>
+void linear_cross_entropy_backward(T* dh, T* dw, const T* h, const T* w, const T* lse, const int32_t* c, int64_t N,
+                                   int64_t D, int64_t V, int64_t chunk, int32_t ignore, double dloss_over_valid) {
+  HLA_CHECK(chunk >= 1, "linear_cross_entropy: chunk must be >= 1, got ", chunk);
+  Eigen::Map<const RowMat<T>> H(h, N, D);  // H: (N, D)
+  Eigen::Map<const RowMat<T>> W(w, V, D);  // W: (V, D)
+  Eigen::Map<RowMat<T>> dH(dh, N, D);      // dH: (N, D)
+  Eigen::Map<RowMat<T>> dW(dw, V, D);      // dW: (V, D)
+  dH.setZero();
+  const T k = static_cast<T>(dloss_over_valid);
+  for (int64_t v0 = 0; v0 < V; v0 += chunk) {
+    const int64_t C = std::min(chunk, V - v0);
+    RowMat<T> dz = H * W.middleRows(v0, C).transpose();  // z: (N, C), overwritten by dz
+    for (int64_t n = 0; n < N; n++) {
+      if (c[n] == ignore) {
+        dz.row(n).setZero();
+        continue;
+      }
+      for (int64_t j = 0; j < C; j++) dz(n, j) = std::exp(dz(n, j) - lse[n]) * k;  // softmax
+      if (c[n] >= v0 && c[n] < v0 + C) dz(n, c[n] - v0) -= k;                       // - onehot
+    }
+    dH += dz * W.middleRows(v0, C);                  // dh += dz w_c : (N, D)
+    dW.middleRows(v0, C) = dz.transpose() * H;       // dw_c = dz^T h : (C, D)
+  }
+}
+
+#define HLA_INSTANTIATE_LCE(T)                                                                                    \
+  template double linear_cross_entropy_forward<T>(T*, const T*, const T*, const int32_t*, int64_t, int64_t,       \
+                                                  int64_t, int64_t, int32_t, int64_t*);                           \
+  template void linear_cross_entropy_backward<T>(T*, T*, const T*, const T*, const T*, const int32_t*, int64_t,   \
+                                                 int64_t, int64_t, int64_t, int32_t, double);
+HLA_INSTANTIATE_LCE(float)
+HLA_INSTANTIATE_LCE(double)
+#undef HLA_INSTANTIATE_LCE
+
+}  // namespace cpu
+
+// One forward for both devices; h: (N, D), w: (V, D), targets: (N) I32, lse: (N) in accum_dtype(h).
+static double linear_cross_entropy_forward(Tensor& lse, const Tensor& h, const Tensor& w, const Tensor& targets,
+                                           int64_t chunk, int32_t ignore, int64_t* valid_rows) {
+  const int64_t N = h.size(0), D = h.size(1), V = w.size(0);
+  if (h.is_cuda()) {
+    double total = 0;
+    HLA_CUDA_ONLY(total = cuda::linear_cross_entropy_forward(lse.data<float>(), h.raw(), w.raw(),
+                                                             targets.data<int32_t>(), N, D, V, chunk, ignore,
+                                                             valid_rows, h.dtype()));
+    HLA_CHECK(!std::isnan(total), "linear_cross_entropy: a target lies outside [0, ", V,
+              ") and is not the ignore index ", ignore);
+    return total;
+  }
+  return dispatch_float(h.dtype(), "linear_cross_entropy", [&](auto tag) {
+    using T = decltype(tag);
+    return cpu::linear_cross_entropy_forward(lse.data<T>(), h.data<T>(), w.data<T>(), targets.data<int32_t>(), N, D,
+                                             V, chunk, ignore, valid_rows);
+  });
+}
+
+// One backward for both devices; dh: (N, D), dw: (V, D) written.
+static void linear_cross_entropy_backward(Tensor& dh, Tensor& dw, const Tensor& h, const Tensor& w, const Tensor& lse,
+                                          const Tensor& targets, int64_t chunk, int32_t ignore,
+                                          double dloss_over_valid) {
+  const int64_t N = h.size(0), D = h.size(1), V = w.size(0);
+  if (h.is_cuda()) {
+    HLA_CUDA_ONLY(cuda::linear_cross_entropy_backward(dh.raw(), dw.raw(), h.raw(), w.raw(), lse.data<float>(),
+                                                      targets.data<int32_t>(), N, D, V, chunk, ignore,
+                                                      dloss_over_valid, h.dtype()));
+    return;
+  }
+  dispatch_float(h.dtype(), "linear_cross_entropy", [&](auto tag) {
+    using T = decltype(tag);
+    cpu::linear_cross_entropy_backward(dh.data<T>(), dw.data<T>(), h.data<T>(), w.data<T>(), lse.data<T>(),
+                                       targets.data<int32_t>(), N, D, V, chunk, ignore, dloss_over_valid);
+  });
+}
+
+Var linear_cross_entropy(const Var& h, const Var& weight, const Tensor& targets, int64_t chunk,
+                         int32_t ignore_index) {
+  const Tensor& w = weight.value();  // w: (V, D)
+  HLA_CHECK(w.dim() == 2 && w.size(0) >= 1, "linear_cross_entropy: weight ", w.str(), " is not (V, D) with V >= 1");
+  const int64_t V = w.size(0), D = w.size(1);
+  HLA_CHECK(h.dim() >= 1 && h.size(-1) == D, "linear_cross_entropy: hidden states ", h.value().str(),
+            " do not end in the weight's width ", D, " (weight ", w.str(), ")");
+  HLA_CHECK(chunk >= 1, "linear_cross_entropy: chunk must be >= 1, got ", chunk);
+  check_operand(w, h.value(), "linear_cross_entropy", "weight");
+  Tensor h2 = h.value().reshape({-1, D});  // h2: (N, D)
+  const int64_t N = h2.size(0);
+  check_loss_targets(targets, N, h.value(), "linear_cross_entropy", "hidden states");
+  Tensor lse = Tensor::empty({N}, accum_dtype(h2), h2.device());  // lse: (N)
+  int64_t valid = 0;
+  double total = linear_cross_entropy_forward(lse, h2, w, targets, chunk, ignore_index, &valid);
+  double loss = valid ? total / static_cast<double>(valid) : 0.0;
+  Shape h_shape = h.shape();
+  return record_op1(Tensor::full({}, loss, h2.dtype(), h2.device()), {h, weight}, [=](const std::vector<Tensor>& g) {
+    Tensor dh = Tensor::empty({N, D}, h2.dtype(), h2.device());  // dh: (N, D)
+    Tensor dw = Tensor::empty({V, D}, w.dtype(), w.device());    // dw: (V, D)
+    double k = valid ? g[0].item() / static_cast<double>(valid) : 0.0;
+    linear_cross_entropy_backward(dh, dw, h2, w, lse, targets, chunk, ignore_index, k);
+    return std::vector<Tensor>{dh.reshape(h_shape), dw};
+  }, "linear_cross_entropy");
+}
+
+}  // namespace hla
