@@ -356,7 +356,7 @@ void Trainer::log_step(const StepMetrics& m) const {
   else if (m.tflops > 0) out_ << format(" | %.2f GFLOP/s", m.tflops * 1e3);
   if (m.peak_gib > 0) out_ << format(" | peak %.2f GiB", m.peak_gib);
   if (throughput_.tokens_per_s > 0)
-    out_ << format(" | %.0f tok/s", throughput_.tokens_per_s) << " after step " << throughput_.after_step;
+    out_ << format(" | mean %.0f tok/s", throughput_.tokens_per_s) << " after step " << throughput_.after_step;
   if (throughput_.mfu > 0) out_ << format(" | MFU %.1f%%", 100.0 * throughput_.mfu);
   out_ << std::endl;
 }
