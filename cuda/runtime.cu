@@ -122,6 +122,7 @@ namespace {
 std::atomic<size_t> host_sync_count{0};
 }  // namespace
 size_t host_syncs() { return host_sync_count.load(); }
+void count_host_sync() { host_sync_count++; }
 
 void copy_d2h(void* dst, const void* src, size_t bytes) {
   host_sync_count++;

@@ -19,6 +19,7 @@
 #include "train/checkpoint.h"
 #ifdef HLA_CUDA
 #include "cuda/runtime.h"
+#include "cuda/staging.h"
 #endif
 
 namespace fs = std::filesystem;
@@ -84,6 +85,19 @@ double mqar_correct_fraction_sum(const T* logits, const int32_t* targets, int64_
   return sum;
 }
 
+// A batch tensor on the model's device; on the GPU through the pinned staging ring, so the
+// upload does not wait for the previous step's kernels (cuda/staging.h).
+Tensor batch_on(Device device, const Tensor& t) {
+#ifdef HLA_CUDA
+  if (device == Device::CUDA) {
+    Tensor on_device = Tensor::empty(t.shape(), t.dtype(), device);
+    cuda::copy_h2d_async(on_device.raw(), t.raw(), t.nbytes());
+    return on_device;
+  }
+#endif
+  return t.to(device);
+}
+
 }  // namespace
 
 nlohmann::json StepMetrics::to_json() const {
@@ -109,7 +123,7 @@ void accumulate_gradients(TrainableModel& model, const std::vector<TrainBatch>& 
   Device device = model.device();
   for (const TrainBatch& b : micro_batches) {
     if (b.valid == 0) continue;
-    Var micro_loss = model.loss(b.ids.to(device), b.targets.to(device));
+    Var micro_loss = model.loss(batch_on(device, b.ids), batch_on(device, b.targets));
     double weight = double(b.valid) / double(total_valid);
     micro_loss.backward(Tensor::full({}, weight, micro_loss.dtype(), device));
     accumulate_loss(records, slot, micro_loss.value(), weight);
@@ -520,7 +534,7 @@ ValMetrics run_training(const RunConfig& config, const std::string& resume_dir, 
       << format("%.2f", double(trainer.step() - first_step) / std::max(seconds, 1e-9))
       << " steps/s)";
   const Throughput& tp = trainer.throughput();
-  if (tp.tokens_per_s > 0) out << "; " << format("%.0f", tp.tokens_per_s) << " tok/s after step " << tp.after_step;
+  if (tp.tokens_per_s > 0) out << "; mean " << format("%.0f", tp.tokens_per_s) << " tok/s after step " << tp.after_step;
   if (tp.mfu > 0) out << ", MFU " << format("%.1f%%", 100.0 * tp.mfu);
   out << "; checkpoint " << trainer.checkpoint_dir() << "\n";
   return final_val;

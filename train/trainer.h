@@ -6,8 +6,9 @@
 // targets that carry loss, so the gradient equals that of one batch holding all micro-batches
 // (the loss is a mean over valid targets) even when micro-batches differ in valid targets.
 //
-// No host read inside a step: the loss adds up in a device scalar, the gradient norm and the
-// clip factor stay on the device (train/schedule.h), and the host reads the window of steps
+// No host read inside a step: the batches go up through a pinned staging ring (cuda/staging.h),
+// the loss adds up in a device scalar, the gradient norm and the clip factor stay on the device
+// (train/schedule.h), and the host reads the window of steps
 // since its last read in one copy, at the log lines (and before validation, saves, the end,
 // and once at the end of warm-up). metrics.jsonl still gets one line per step, written then.
 // A step whose loss or gradient norm is not finite is kept on the device (its number and first
