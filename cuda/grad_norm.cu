@@ -5,8 +5,8 @@
 // block to finish (a device counter) adds each tensor's partials in chunk order, and the tensors'
 // sums in table order, in fp64. No atomics on the values, so the same inputs give the same bits.
 // multi_scale runs over the same chunks. The table lives on the device: it is uploaded only when
-// it differs from the last one (after warm-up the gradients keep their blocks, so never), which
-// keeps the step free of host round trips and capturable in a CUDA graph.
+// it differs from the last one (after warm-up the gradients keep their blocks, so never), and
+// then through the pinned staging ring (cuda/staging.h), so the host never waits for it.
 #include <cmath>
 #include <cstring>
 #include <mutex>
@@ -14,6 +14,7 @@
 
 #include "cuda/common.cuh"
 #include "cuda/grad_norm.h"
+#include "cuda/staging.h"
 
 namespace hla::cuda {
 namespace {
@@ -25,7 +26,7 @@ struct DeviceSpan {
   void* data;
   int64_t numel;
   int64_t first_chunk;  // chunks before this tensor's first
-  int bf16;
+  int64_t bf16;         // 64 bits: no padding, so tables compare with memcmp
 };
 
 // The table on the device, re-uploaded when the host table changes; one per process (the step
@@ -71,7 +72,8 @@ UploadedTable upload(const TensorTable& xs) {
       c.capacity = std::max<size_t>(host.size(), 1);
       c.device = static_cast<DeviceSpan*>(device_alloc(c.capacity * sizeof(DeviceSpan)));
     }
-    if (!host.empty()) copy_h2d(c.device, host.data(), host.size() * sizeof(DeviceSpan));
+    // queued on the stream, after the kernels that still read the old table
+    if (!host.empty()) copy_h2d_async(c.device, host.data(), host.size() * sizeof(DeviceSpan));
     c.host = std::move(host);
   }
   return {c.device, static_cast<int>(xs.size()), chunks};
@@ -119,7 +121,7 @@ __global__ void multi_sq_norm_kernel(double* sums, float* partials, unsigned* bl
   for (int i = threadIdx.x; i < n; i += kThreads) {
     const int64_t first = spans[i].first_chunk, count = (spans[i].numel + kChunk - 1) / kChunk;
     double s = 0;
-    for (int64_t c = first; c < first + count; c++) s += static_cast<double>(partials[c]);
+    for (int64_t c = first; c < first + count; c++) s += static_cast<double>(__ldcg(partials + c));  // past L1
     sums[i] = s;
   }
   __syncthreads();
