@@ -1,4 +1,5 @@
 // Caching allocator, copies and device queries (see runtime.h).
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -116,7 +117,15 @@ void release_cached() {
 void copy_h2d(void* dst, const void* src, size_t bytes) {
   CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
 }
+// Counted by host_syncs(); atomic: copies may come from several host threads.
+namespace {
+std::atomic<size_t> host_sync_count{0};
+}  // namespace
+size_t host_syncs() { return host_sync_count.load(); }
+void count_host_sync() { host_sync_count++; }
+
 void copy_d2h(void* dst, const void* src, size_t bytes) {
+  host_sync_count++;
   CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
 }
 // Device-to-device copies and memsets never block the host, so they can be stream-ordered
@@ -125,7 +134,10 @@ void copy_d2d(void* dst, const void* src, size_t bytes) {
   CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, 0));
 }
 void memset_zero(void* ptr, size_t bytes) { CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, 0)); }
-void synchronize() { CUDA_CHECK(cudaDeviceSynchronize()); }
+void synchronize() {
+  host_sync_count++;
+  CUDA_CHECK(cudaDeviceSynchronize());
+}
 
 int device_count() {
   int n = 0;

@@ -41,6 +41,10 @@ void copy_d2h(void* dst, const void* src, size_t bytes);
 void copy_d2d(void* dst, const void* src, size_t bytes);
 void memset_zero(void* ptr, size_t bytes);
 void synchronize();
+// How many times hla's host waited for the device: device-to-host copies and synchronize()
+// calls since the start. The training step's GPU test reads it around steps that log nothing.
+size_t host_syncs();
+void count_host_sync();  // for waits outside this file (cuda/staging.cu)
 
 int device_count();
 std::string device_name(int device = 0);

@@ -4,11 +4,14 @@
 // hybrid with cross-layer error routing. A bf16 run on the GPU must learn as well. After a
 // warm-up every GPU training step does no cudaMalloc and ends with the same bytes in use and
 // the same peak (the caching allocator's counters, cuda/runtime.h). Without a GPU the cases say
-// SKIPPED loudly and pass.
+// SKIPPED loudly and pass. Between two log lines a GPU step makes the host wait for nothing: no
+// device-to-host copy, no synchronize (cuda::host_syncs), and the losses read once for the
+// whole window equal those read after every step, bit for bit.
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <functional>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -59,21 +62,37 @@ RunConfig tiny_run(const TinyRun& r, const std::string& device, const std::strin
   return c;
 }
 
-// The losses of steps 1..kSteps; after_step(s) runs after step s.
+// A tiny run's data, model and trainer, kept together (the trainer refers to the other two).
+struct TinyTrainer {
+  DataSources data;
+  std::unique_ptr<TrainableModel> model;
+  std::ostringstream log;
+  std::unique_ptr<Trainer> trainer;
+};
+
+std::unique_ptr<TinyTrainer> tiny_trainer(const TinyRun& r, const std::string& device, const std::string& dtype,
+                                          int64_t log_every = 1) {
+  RunConfig c = tiny_run(r, device, dtype);
+  c.train.log_every = log_every;
+  c.validate();
+  auto t = std::make_unique<TinyTrainer>();
+  t->data = make_data_sources(c.data);
+  ModelConfig model_config = c.model_config(t->data.vocab_size);
+  t->model = make_model(model_config, c.train.seed, device == "cuda" ? Device::CUDA : Device::CPU,
+                        dtype == "bf16" ? DType::BF16 : DType::F32);
+  t->trainer = std::make_unique<Trainer>(
+      trainer_options(c, model_config, count_parameters(t->model->parameters()), t->data.mqar), *t->model,
+      *t->data.train, nullptr, t->log);
+  return t;
+}
+
+// The losses of steps 1..kSteps, each read back after its step; after_step(s) runs after step s.
 std::vector<double> first_losses(const TinyRun& r, const std::string& device, const std::string& dtype,
                                  const std::function<void(int step)>& after_step = {}) {
-  RunConfig c = tiny_run(r, device, dtype);
-  c.validate();
-  DataSources data = make_data_sources(c.data);
-  ModelConfig model_config = c.model_config(data.vocab_size);
-  auto model = make_model(model_config, c.train.seed, device == "cuda" ? Device::CUDA : Device::CPU,
-                          dtype == "bf16" ? DType::BF16 : DType::F32);
-  std::ostringstream log;
-  Trainer trainer(trainer_options(c, model_config, count_parameters(model->parameters()), data.mqar), *model,
-                  *data.train, nullptr, log);
+  auto t = tiny_trainer(r, device, dtype);
   std::vector<double> losses;
   for (int step = 1; step <= kSteps; step++) {
-    losses.push_back(trainer.train_step().loss);
+    losses.push_back(t->trainer->train_step().loss);
     if (after_step) after_step(step);
   }
   return losses;
@@ -178,5 +197,39 @@ TEST_CASE("GPU training allocates nothing after warm-up: no cudaMalloc, same byt
   }
   MESSAGE(runs_checked, " GPU runs (f32, bf16): no cudaMalloc in steps ", kWarmup + 1, "-", kSteps,
           " after a ", kWarmup, "-step warm-up");
+#endif
+}
+
+TEST_CASE("GPU training reads nothing back between log lines; a window's losses equal per-step reads") {
+  if (skip_without_gpu()) return;
+#ifdef HLA_CUDA
+  constexpr int kWarmup = 3;  // the first steps may upload the gradient table (cuda/grad_norm.cu)
+  int runs_checked = 0;
+  for (const char* dtype : {"f32", "bf16"}) {
+    for (const TinyRun& r : runs()) {
+      INFO(label(r), ", ", dtype);
+      const std::vector<double> per_step = first_losses(r, "cuda", dtype);
+      auto t = tiny_trainer(r, "cuda", dtype, /*log_every=*/kSteps);
+      size_t worst = 0;
+      for (int step = 1; step <= kSteps; step++) {
+        const size_t before = cuda::host_syncs();
+        t->trainer->queue_step();
+        if (step > kWarmup) worst = std::max(worst, cuda::host_syncs() - before);
+      }
+      MESSAGE(label(r), ", ", dtype, ": ", worst, " host waits in the worst step after warm-up");
+      CHECK(worst == 0);
+      const size_t before_read = cuda::host_syncs();
+      std::vector<StepMetrics> steps = t->trainer->read_steps();
+      CHECK(cuda::host_syncs() - before_read == 1);  // the window: one copy
+      REQUIRE(steps.size() == size_t(kSteps));
+      for (int i = 0; i < kSteps; i++) {
+        CAPTURE(i + 1);
+        CHECK(steps[i].loss == per_step[i]);
+      }
+      runs_checked++;
+    }
+  }
+  MESSAGE(runs_checked, " GPU runs (f32, bf16): no host wait in steps ", kWarmup + 1, "-", kSteps,
+          ", one read for the window");
 #endif
 }

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "nn/ops/arith.h"
 #include "nn/ops/cross_entropy.h"
 #include "nn/ops/embedding.h"
 #include "nn/ops/linear.h"
@@ -108,5 +109,24 @@ inline TrainerOptions small_options(const std::string& optimizer) {
   return o;
 }
 
+// TinyLM whose loss, from the `from_call`-th call on, sends a NaN gradient into parameter
+// `index` while the loss itself stays finite.
+class PoisonedGradientLM : public TinyLM {
+ public:
+  PoisonedGradientLM(size_t index, int from_call) : TinyLM(16, 8, 5), index_(index), from_call_(from_call) {}
+  Var loss(const Tensor& ids, const Tensor& targets) override {
+    Var loss = TinyLM::loss(ids, targets);
+    if (++calls_ < from_call_) return loss;
+    Var p = parameters()[index_].var;
+    Var zero = record_op1(Tensor::zeros({}, loss.dtype()), {p}, [shape = p.shape(), dtype = p.dtype()](const auto&) {
+      return std::vector<Tensor>{Tensor::full(shape, std::nan(""), dtype)};
+    }, "poison");
+    return hla::add(loss, zero);
+  }
+
+ private:
+  size_t index_;
+  int from_call_, calls_ = 0;
+};
 
 }  // namespace hla::testing

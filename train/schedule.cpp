@@ -1,9 +1,9 @@
-// Learning-rate schedules and global-norm gradient clipping.
+// Learning-rate schedules and global-norm gradient clipping (on the gradients' device).
 #include "train/schedule.h"
 
 #include <cmath>
 
-#include "tensor/math.h"
+#include "nn/ops/grad_norm.h"
 
 namespace hla {
 
@@ -48,24 +48,35 @@ double lr_factor(const ScheduleConfig& sc, int64_t step) {
   return floor + (1.0 - floor) * shape;
 }
 
-double grad_norm(const ParameterList& params) {
-  double sum = 0;
-  for (const NamedParameter& p : params)
-    if (p.var.grad().defined()) sum += sq_norm(p.var.grad());
-  return std::sqrt(sum);
+std::vector<Tensor> gradients(const ParameterList& params) {
+  std::vector<Tensor> grads;
+  for (const NamedParameter& p : params) grads.push_back(p.var.grad());
+  return grads;
+}
+
+Device params_device(const ParameterList& params) {
+  return params.empty() ? Device::CPU : params.front().var.value().device();
+}
+
+void clip_grad_norm_(const ParameterList& params, double max_norm, Tensor& records, int64_t slot, Tensor& status,
+                     int64_t step) {
+  const std::vector<Tensor> grads = gradients(params);
+  const Tensor sums = multi_sq_norm(grads, params_device(params));  // sums: (n + 1)
+  finish_step(records, slot, status, sums, max_norm, step);
+  multi_scale_(grads, status.slice0(kStepStatusSize - 1, kStepStatusSize));
 }
 
 double clip_grad_norm(const ParameterList& params, double max_norm) {
-  double norm = grad_norm(params);
-  if (max_norm > 0 && norm > max_norm) {
-    double factor = max_norm / (norm + 1e-6);
-    for (const NamedParameter& p : params) {
-      if (!p.var.grad().defined()) continue;
-      Var v = p.var;
-      scale_(v.mutable_grad(), factor);
-    }
-  }
-  return norm;
+  const Device device = params_device(params);
+  Tensor records = Tensor::zeros({1, kStepRecordSize}, DType::F64, device);  // records: (1, 2)
+  Tensor status = Tensor::zeros({kStepStatusSize}, DType::F64, device);     // status: (3)
+  clip_grad_norm_(params, max_norm, records, 0, status, 1);
+  return records.to_f64_vector()[1];
+}
+
+double grad_norm(const ParameterList& params) {
+  const Tensor sums = multi_sq_norm(gradients(params), params_device(params));
+  return std::sqrt(sums.to_f64_vector().back());
 }
 
 }  // namespace hla

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "nn/module.h"
 
@@ -32,10 +33,20 @@ struct ScheduleConfig {
 
 double lr_factor(const ScheduleConfig& schedule, int64_t step);
 
-// sqrt of the sum of squares of every parameter gradient (parameters without one count 0).
-double grad_norm(const ParameterList& params);
-// Scales all gradients by max_norm / norm when norm > max_norm (max_norm <= 0: never).
-// Returns the norm before clipping.
+// Global-norm clipping as the training step runs it, with no host read (nn/ops/grad_norm.h):
+// the squares of every gradient summed in one reduction (parameters without one count 0), the
+// norm written to records[slot][1], the first non-finite step kept in status (with the index in
+// `params` of the first gradient holding a NaN or Inf), then every gradient scaled by
+// max_norm / (norm + 1e-6) when norm > max_norm > 0, or zeroed from the first non-finite step on.
+void clip_grad_norm_(const ParameterList& params, double max_norm, Tensor& records, int64_t slot, Tensor& status,
+                     int64_t step);
+// The same for one update, read back: returns the norm before clipping (one host read).
 double clip_grad_norm(const ParameterList& params, double max_norm);
+// sqrt of the sum of squares of every parameter gradient (one host read).
+double grad_norm(const ParameterList& params);
+// The parameters' gradients in order, undefined where a parameter has none this step.
+std::vector<Tensor> gradients(const ParameterList& params);
+// The device the parameters live on.
+Device params_device(const ParameterList& params);
 
 }  // namespace hla

@@ -12,12 +12,14 @@
 
 #include "nn/model.h"
 #include "nn/ops/cross_entropy.h"
+#include "nn/ops/grad_norm.h"
 #include "tensor/atomic_file.h"
 #include "tensor/dispatch.h"
 #include "tensor/json.h"
 #include "train/checkpoint.h"
 #ifdef HLA_CUDA
 #include "cuda/runtime.h"
+#include "cuda/staging.h"
 #endif
 
 namespace fs = std::filesystem;
@@ -83,6 +85,19 @@ double mqar_correct_fraction_sum(const T* logits, const int32_t* targets, int64_
   return sum;
 }
 
+// A batch tensor on the model's device; on the GPU through the pinned staging ring, so the
+// upload does not wait for the previous step's kernels (cuda/staging.h).
+Tensor batch_on(Device device, const Tensor& t) {
+#ifdef HLA_CUDA
+  if (device == Device::CUDA) {
+    Tensor on_device = Tensor::empty(t.shape(), t.dtype(), device);
+    cuda::copy_h2d_async(on_device.raw(), t.raw(), t.nbytes());
+    return on_device;
+  }
+#endif
+  return t.to(device);
+}
+
 }  // namespace
 
 nlohmann::json StepMetrics::to_json() const {
@@ -99,21 +114,20 @@ nlohmann::json ValMetrics::to_json() const {
 
 // ---------------------------------------------------------------- one update
 
-double accumulate_gradients(TrainableModel& model, const std::vector<TrainBatch>& micro_batches) {
+void accumulate_gradients(TrainableModel& model, const std::vector<TrainBatch>& micro_batches, Tensor& records,
+                          int64_t slot) {
   int64_t total_valid = 0;
   for (const TrainBatch& b : micro_batches) total_valid += b.valid;
   HLA_CHECK(total_valid > 0, "accumulate_gradients: no target carries loss in ",
             micro_batches.size(), " micro-batch(es)");
   Device device = model.device();
-  double loss = 0;
   for (const TrainBatch& b : micro_batches) {
     if (b.valid == 0) continue;
-    Var micro_loss = model.loss(b.ids.to(device), b.targets.to(device));
+    Var micro_loss = model.loss(batch_on(device, b.ids), batch_on(device, b.targets));
     double weight = double(b.valid) / double(total_valid);
     micro_loss.backward(Tensor::full({}, weight, micro_loss.dtype(), device));
-    loss += weight * micro_loss.value().item();
+    accumulate_loss(records, slot, micro_loss.value(), weight);
   }
-  return loss;
 }
 
 ValMetrics evaluate(TrainableModel& model, BatchSource& source, int64_t batches, bool mqar) {
@@ -156,35 +170,93 @@ Trainer::Trainer(TrainerOptions options, TrainableModel& model, BatchSource& tra
       optimizer_(params_, options_.optim) {
   options_.schedule.validate();
   HLA_CHECK(options_.grad_accum >= 1, "[train] grad_accum must be >= 1, got ", options_.grad_accum);
+  HLA_CHECK(options_.log_every >= 1, "[train] log_every must be >= 1, got ", options_.log_every);
   if (val_) val_start_ = val_->position();
+  window_ = std::min(options_.log_every, options_.schedule.total_steps);
+  step_state_ = Tensor::zeros({kStepStatusSize + window_ * kStepRecordSize}, DType::F64, model_.device());
+  status_ = step_state_.slice0(0, kStepStatusSize);
+  records_ = step_state_.slice0(kStepStatusSize, kStepStatusSize + window_ * kStepRecordSize)
+                 .reshape({window_, kStepRecordSize});
 }
 
 StepMetrics Trainer::train_step() {
-  auto start = std::chrono::steady_clock::now();
+  queue_step();
+  return read_steps().back();
+}
+
+void Trainer::queue_step() {
+  HLA_CHECK(int64_t(queued_.size()) < window_, "queue_step: ", queued_.size(),
+            " steps are queued, the window's size ([train] log_every); read_steps() first");
+  if (queued_.empty()) {
+    records_.zero_();
+    window_start_ = std::chrono::steady_clock::now();
+  }
+  const int64_t slot = int64_t(queued_.size());
   std::vector<TrainBatch> micro;
   for (int64_t i = 0; i < options_.grad_accum; i++) micro.push_back(train_.next());
-  StepMetrics m;
-  m.lr = options_.optim.lr * lr_factor(options_.schedule, step_);
-  m.loss = accumulate_gradients(model_, micro);
-  m.grad_norm = clip_grad_norm(params_, options_.clip);
-  if (!std::isfinite(m.loss) || !std::isfinite(m.grad_norm)) fail(divergence_report(m));
+  QueuedStep q;
+  q.lr = options_.optim.lr * lr_factor(options_.schedule, step_);
+  accumulate_gradients(model_, micro, records_, slot);
+  clip_grad_norm_(params_, options_.clip, records_, slot, status_, step_ + 1);
   optimizer_.step(lr_factor(options_.schedule, step_));
   optimizer_.zero_grad();
   step_++;
-  for (const TrainBatch& b : micro) m.tokens += b.ids.numel();
-  tokens_seen_ += m.tokens;
-  m.step = step_;
+  for (const TrainBatch& b : micro) q.tokens += b.ids.numel();
+  tokens_seen_ += q.tokens;
+  q.step = step_;
 #ifdef HLA_CUDA
-  if (model_.device() == Device::CUDA) {  // the step's kernels are queued: wait, so ms is the step's
-    cuda::synchronize();
-    m.peak_gib = static_cast<double>(cuda::peak_bytes()) / double(1 << 30);
-  }
+  if (model_.device() == Device::CUDA) q.peak_gib = static_cast<double>(cuda::peak_bytes()) / double(1 << 30);
 #endif
-  m.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  m.tokens_per_s = m.ms > 0 ? double(m.tokens) / (m.ms / 1000.0) : 0.0;
-  m.tflops = options_.flops_per_token * m.tokens_per_s / 1e12;
-  last_step_ = m;
-  return m;
+  queued_.push_back(q);
+}
+
+std::vector<StepMetrics> Trainer::read_steps(const std::function<void(const StepMetrics&)>& good) {
+  HLA_CHECK(!queued_.empty(), "read_steps: no step is queued");
+  const std::vector<double> state = step_state_.to_f64_vector();  // the one host read of the window
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - window_start_).count();
+  const double* status = state.data();
+  const double* records = state.data() + kStepStatusSize;
+  const int64_t first_bad = static_cast<int64_t>(status[0]), last_queued = queued_.back().step;
+  if (first_bad != 0 && first_bad < queued_.front().step) {  // a caller went on after the failure
+    queued_.clear();
+    fail("training diverged at step ", first_bad, " (reported then): every later update runs with zeroed gradients");
+  }
+  int64_t window_tokens = 0;
+  for (const QueuedStep& q : queued_) window_tokens += q.tokens;
+  // throughput first, so this window's step lines show it (the window that reaches
+  // kWarmupSteps is the last one it skips)
+  if (throughput_.after_step > 0) {
+    timed_seconds_ += seconds;
+    timed_tokens_ += window_tokens;
+    throughput_.tokens_per_s = timed_seconds_ > 0 ? double(timed_tokens_) / timed_seconds_ : 0.0;
+    if (model_.device() == Device::CUDA)
+      throughput_.mfu = options_.flops_per_token * throughput_.tokens_per_s / Throughput::kPeakFlops;
+  } else if (last_queued >= Throughput::kWarmupSteps) {
+    throughput_.after_step = last_queued;
+  }
+  std::vector<StepMetrics> steps;
+  for (size_t i = 0; i < queued_.size(); i++) {
+    const QueuedStep& q = queued_[i];
+    StepMetrics m;
+    m.step = q.step;
+    m.lr = q.lr;
+    m.tokens = q.tokens;
+    m.peak_gib = q.peak_gib;
+    m.loss = records[i * kStepRecordSize];
+    m.grad_norm = records[i * kStepRecordSize + 1];
+    m.ms = seconds * 1000.0 / double(queued_.size());  // the window's wall time, shared evenly
+    m.tokens_per_s = m.ms > 0 ? double(m.tokens) / (m.ms / 1000.0) : 0.0;
+    m.tflops = options_.flops_per_token * m.tokens_per_s / 1e12;
+    if (first_bad != 0 && m.step == first_bad) {
+      queued_.clear();
+      fail(divergence_report(m, static_cast<int64_t>(status[1]), last_queued));
+    }
+    if (good) good(m);
+    steps.push_back(m);
+  }
+  queued_.clear();
+  last_step_ = steps.back();
+  return steps;
 }
 
 ValMetrics Trainer::validate() {
@@ -206,26 +278,32 @@ nlohmann::json Trainer::state_json() const {
   return j;
 }
 
-// Names the first parameter, else the first gradient, holding a NaN or an Inf (parameters
-// first: one of them poisons every gradient).
-std::string Trainer::divergence_report(const StepMetrics& m) const {
+// Names the first parameter holding a NaN or an Inf (one of them poisons every gradient), else
+// the first gradient whose sum of squares was not finite at that step (bad_tensor, an index in
+// params_; -1: none), and says which updates ran with zeroed gradients. The parameters are as
+// they were at that step: the zeroed updates keep finite ones finite.
+std::string Trainer::divergence_report(const StepMetrics& m, int64_t bad_tensor, int64_t last_queued) const {
+  const int64_t before = m.step - 1;  // updates done before the step that diverged
   std::ostringstream os;
-  os << "training diverged at step " << step_ + 1 << " (loss " << m.loss << ", grad norm " << m.grad_norm << ", lr "
+  os << "training diverged at step " << m.step << " (loss " << m.loss << ", grad norm " << m.grad_norm << ", lr "
      << m.lr << "): ";
-  const std::string param = first_non_finite(values_of(params_)), grad = first_non_finite(grads_of(params_));
+  const std::string param = first_non_finite(values_of(params_));
   if (!param.empty())
     os << "parameter '" << param << "' holds NaN or Inf values "
-       << (step_ > 0 ? "since the update of step " + std::to_string(step_) : std::string("from the start"));
-  else if (!grad.empty()) os << "the gradient of '" << grad << "' holds NaN or Inf values";
+       << (before > 0 ? "since the update of step " + std::to_string(before) : std::string("from the start"));
+  else if (bad_tensor >= 0 && bad_tensor < int64_t(params_.size()))
+    os << "the gradient of '" << params_[bad_tensor].name << "' holds NaN or Inf values";
   else os << "the loss is not finite";
   // A resumed checkpoint holds no NaN or Inf (load_checkpoint checks), but damaged finite values
   // show up within the first update: that is the checkpoint's fault, not the lr's.
-  const bool first_after_resume = step_ == resumed_at_ || (!param.empty() && step_ == resumed_at_ + 1);
+  const bool first_after_resume = before == resumed_at_ || (!param.empty() && before == resumed_at_ + 1);
   if (!resumed_from_.empty() && first_after_resume)
     os << "; the first update after resuming from " << resumed_from_
        << " brought them: its model.safetensors or optimizer.safetensors is probably damaged";
   else
     os << "; lower [optim] lr or set [optim] clip";
+  os << " (the optimizer update" << (last_queued > m.step ? "s of steps " + std::to_string(m.step) + "-" : " of step ")
+     << last_queued << " ran with zeroed gradients: no NaN or Inf gradient was applied)";
   return os.str();
 }
 
@@ -291,7 +369,27 @@ void Trainer::log_step(const StepMetrics& m) const {
   if (m.tflops >= 1) out_ << format(" | %.1f TFLOP/s", m.tflops);
   else if (m.tflops > 0) out_ << format(" | %.2f GFLOP/s", m.tflops * 1e3);
   if (m.peak_gib > 0) out_ << format(" | peak %.2f GiB", m.peak_gib);
+  if (throughput_.tokens_per_s > 0)
+    out_ << format(" | mean %.0f tok/s", throughput_.tokens_per_s) << " after step " << throughput_.after_step;
+  if (throughput_.mfu > 0) out_ << format(" | MFU %.1f%%", 100.0 * throughput_.mfu);
   out_ << std::endl;
+}
+
+// The step's line in metrics.jsonl, and on the console at log lines.
+void Trainer::report_step(const StepMetrics& m) const {
+  if (m.step % options_.log_every == 0 || m.step == options_.schedule.total_steps) log_step(m);
+  append_metrics(m.to_json());
+}
+
+// Whether the run is at a step that comes every n steps (the last step always is; n <= 0: only it).
+bool Trainer::due(int64_t n) const { return step_ == options_.schedule.total_steps || (n > 0 && step_ % n == 0); }
+
+// Whether run() reads the window after this step: at log lines, before validation and saves, at
+// the end, and at the end of warm-up (the throughput counts from there).
+bool Trainer::reads_now() const {
+  return due(options_.log_every) || step_ == Throughput::kWarmupSteps ||
+         (val_ && options_.val_batches > 0 && due(options_.val_every)) ||
+         (!options_.out_dir.empty() && due(options_.save_every));
 }
 
 void Trainer::append_metrics(const nlohmann::json& line) const {
@@ -303,13 +401,11 @@ ValMetrics Trainer::run() {
     fs::create_directories(options_.out_dir);
     report_recovery(checkpoint_dir(), out_);
   }
-  const int64_t total = options_.schedule.total_steps;
-  auto every = [&](int64_t n) { return step_ == total || (n > 0 && step_ % n == 0); };
-  while (step_ < total) {
-    StepMetrics m = train_step();
-    if (step_ % options_.log_every == 0 || step_ == total) log_step(m);
-    append_metrics(m.to_json());
-    if (val_ && options_.val_batches > 0 && every(options_.val_every)) {
+  while (step_ < options_.schedule.total_steps) {
+    queue_step();
+    if (!reads_now()) continue;
+    read_steps([&](const StepMetrics& m) { report_step(m); });
+    if (val_ && options_.val_batches > 0 && due(options_.val_every)) {
       ValMetrics v = validate();
       out_ << "val  step " << step_ << " | loss " << format("%.6f", v.loss);
       if (options_.mqar) out_ << " | MQAR accuracy " << format("%.4f", v.accuracy);
@@ -318,7 +414,7 @@ ValMetrics Trainer::run() {
       line["step"] = step_;
       append_metrics(line);
     }
-    if (!options_.out_dir.empty() && every(options_.save_every)) {
+    if (!options_.out_dir.empty() && due(options_.save_every)) {
       save(checkpoint_dir());
       out_ << "saved " << checkpoint_dir() << " (step " << step_ << ")" << std::endl;
     }
@@ -436,7 +532,11 @@ ValMetrics run_training(const RunConfig& config, const std::string& resume_dir, 
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   out << "done: " << trainer.step() - first_step << " steps in " << format("%.1f", seconds) << " s ("
       << format("%.2f", double(trainer.step() - first_step) / std::max(seconds, 1e-9))
-      << " steps/s); checkpoint " << trainer.checkpoint_dir() << "\n";
+      << " steps/s)";
+  const Throughput& tp = trainer.throughput();
+  if (tp.tokens_per_s > 0) out << "; mean " << format("%.0f", tp.tokens_per_s) << " tok/s after step " << tp.after_step;
+  if (tp.mfu > 0) out << ", MFU " << format("%.1f%%", 100.0 * tp.mfu);
+  out << "; checkpoint " << trainer.checkpoint_dir() << "\n";
   return final_val;
 }
 

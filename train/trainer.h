@@ -5,9 +5,20 @@
 // Gradient accumulation weights micro-batch i by valid_i / sum(valid), where valid counts the
 // targets that carry loss, so the gradient equals that of one batch holding all micro-batches
 // (the loss is a mean over valid targets) even when micro-batches differ in valid targets.
+//
+// No host read inside a step: the batches go up through a pinned staging ring (cuda/staging.h),
+// the loss adds up in a device scalar, the gradient norm and the clip factor stay on the device
+// (train/schedule.h), and the host reads the window of steps
+// since its last read in one copy, at the log lines (and before validation, saves, the end,
+// and once at the end of warm-up). metrics.jsonl still gets one line per step, written then.
+// A step whose loss or gradient norm is not finite is kept on the device (its number and first
+// non-finite gradient); its gradients and those of every later step are zeroed, so the
+// optimizer never applies a NaN or Inf, and the next read stops the run naming that step.
 #pragma once
+#include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -16,6 +27,7 @@
 
 #include "nn/config.h"
 #include "nn/module.h"
+#include "nn/ops/grad_norm_dims.h"
 #include "train/data_source.h"
 #include "train/optim.h"
 #include "train/run_config.h"
@@ -55,8 +67,21 @@ struct ValMetrics {
   nlohmann::json to_json() const;
 };
 
-// Forward + backward over micro-batches (weights as above); returns the mean loss.
-double accumulate_gradients(TrainableModel& model, const std::vector<TrainBatch>& micro_batches);
+// Forward + backward over micro-batches (weights as above); adds the mean loss to
+// records[slot][0] on the model's device (records: (W, kStepRecordSize) F64, nn/ops/grad_norm.h).
+void accumulate_gradients(TrainableModel& model, const std::vector<TrainBatch>& micro_batches, Tensor& records,
+                          int64_t slot);
+
+// Tokens per second after warm-up: the window of steps read at or after step kWarmupSteps is
+// the last one skipped; the tokens of the later windows over their wall time (a running mean,
+// so 0 until one such window was read). mfu: model FLOPs per second over the H200's bf16 dense
+// peak, on the GPU only (0 on the CPU).
+struct Throughput {
+  static constexpr int64_t kWarmupSteps = 3;
+  static constexpr double kPeakFlops = 989e12;  // H200 bf16 dense (targets.md)
+  double tokens_per_s = 0, mfu = 0;
+  int64_t after_step = 0;  // the steps it counts come after this one
+};
 
 // Token-weighted mean loss over `batches` batches, and for MQAR the accuracy of the argmax at
 // the labelled positions (mean per example, then over examples: eval.md 2.1).
@@ -67,9 +92,17 @@ class Trainer {
   Trainer(TrainerOptions options, TrainableModel& model, BatchSource& train, BatchSource* val,
           std::ostream& out);
 
-  // Stops at the first update whose loss or gradient norm is NaN or Inf, naming the first
-  // parameter or gradient that holds one.
+  // One update, read back at once (queue_step then read_steps): stops at an update whose loss
+  // or gradient norm is NaN or Inf, naming the first parameter or gradient that holds one.
   StepMetrics train_step();
+  // Queues one update on the model's device and reads nothing back; at most log_every of them
+  // (the window) between two read_steps.
+  void queue_step();
+  // The queued steps' metrics in one host read; stops the run (naming the step, the first
+  // parameter or gradient holding a NaN or Inf, and which updates were zeroed) when one of them
+  // had a non-finite loss or gradient norm, after handing the steps before it to `good`.
+  std::vector<StepMetrics> read_steps(const std::function<void(const StepMetrics&)>& good = {});
+  const Throughput& throughput() const { return throughput_; }
   ValMetrics validate();  // from the start of the validation source every time
   void save(const std::string& dir) const;
   // Warns (on `out`) about every setting that differs from the checkpoint's, with both values.
@@ -85,7 +118,15 @@ class Trainer {
   void log_step(const StepMetrics& m) const;
   void append_metrics(const nlohmann::json& line) const;
   nlohmann::json state_json() const;
-  std::string divergence_report(const StepMetrics& m) const;
+  std::string divergence_report(const StepMetrics& m, int64_t bad_tensor, int64_t last_queued) const;
+  void report_step(const StepMetrics& m) const;
+  bool due(int64_t n) const;
+  bool reads_now() const;
+
+  struct QueuedStep {
+    int64_t step = 0, tokens = 0;
+    double lr = 0, peak_gib = 0;
+  };
   void warn_changed_settings(const nlohmann::json& saved) const;
 
   TrainerOptions options_;
@@ -99,6 +140,16 @@ class Trainer {
   int64_t step_ = 0;
   int64_t tokens_seen_ = 0;
   StepMetrics last_step_;
+  // The window: one record per queued step, and the run's status (kStepStatusSize values), in
+  // one device tensor so a read is one copy.
+  int64_t window_ = 1;
+  Tensor step_state_;  // (kStepStatusSize + window_ * kStepRecordSize) F64 on the model's device
+  Tensor status_, records_;  // views of step_state_: (kStepStatusSize), (window_, kStepRecordSize)
+  std::vector<QueuedStep> queued_;
+  std::chrono::steady_clock::time_point window_start_;
+  Throughput throughput_;
+  double timed_seconds_ = 0;  // after warm-up (throughput_)
+  int64_t timed_tokens_ = 0;
   ValMetrics last_val_;
   std::string resumed_from_;  // the checkpoint resume() loaded, and its step
   int64_t resumed_at_ = -1;
