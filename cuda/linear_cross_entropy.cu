@@ -53,12 +53,32 @@ __global__ void finish_kernel(float* lse, float* row_loss, float* row_valid, con
   }
 }
 
-// z: (N, C) logits of the chunk in, dz out. One block per row.
+// loss: () = sum(row_loss) / sum(row_valid) (0 without valid rows), valid: () = sum(row_valid).
+// One block; fp64 sums in a fixed order, so the result does not depend on timing.
+template <class T>
+__global__ void mean_loss_kernel(T* loss, float* valid, const float* row_loss, const float* row_valid, int64_t N) {
+  __shared__ double total[kThreads], count[kThreads];
+  double t = 0, k = 0;
+  for (int64_t n = threadIdx.x; n < N; n += blockDim.x) t += row_loss[n], k += row_valid[n];
+  total[threadIdx.x] = t, count[threadIdx.x] = k;
+  __syncthreads();
+  for (int half = blockDim.x / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) total[threadIdx.x] += total[threadIdx.x + half], count[threadIdx.x] += count[threadIdx.x + half];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    *loss = from_float<T>(static_cast<float>(count[0] > 0 ? total[0] / count[0] : 0.0));
+    *valid = static_cast<float>(count[0]);
+  }
+}
+
+// z: (N, C) logits of the chunk in, dz out, scaled by dloss / valid (device scalars). One block per row.
 template <class T>
 __global__ void dz_chunk_kernel(T* z, const float* lse, const int32_t* c, int64_t C, int64_t v0, int32_t ignore,
-                                float k) {
+                                const T* dloss, const float* valid) {
   const int64_t n = blockIdx.x;
   const int32_t target = c[n];
+  const float k = *valid > 0 ? to_float(*dloss) / *valid : 0.0f;
   const float l = lse[n], kk = target == ignore ? 0.0f : k;
   T* zr = z + n * C;  // zr: (C)
   for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
@@ -75,35 +95,34 @@ __global__ void accumulate_kernel(float* acc, const T* x, int64_t n, bool first)
 
 }  // namespace
 
-double linear_cross_entropy_forward(float* lse, const void* h, const void* w, const int32_t* c, int64_t N, int64_t D,
-                                    int64_t V, int64_t chunk, int32_t ignore, int64_t* valid_rows, DType dtype) {
-  *valid_rows = 0;
-  if (N == 0) return 0;
+void linear_cross_entropy_forward(float* lse, void* loss, float* valid, const void* h, const void* w, const int32_t* c,
+                                  int64_t N, int64_t D, int64_t V, int64_t chunk, int32_t ignore, DType dtype) {
   HLA_CHECK(chunk >= 1 && V >= 1, "linear_cross_entropy: chunk ", chunk, " and V ", V, " must be >= 1");
-  FloatScratch running(3 * N);                      // running: (3, N) m, s, z_c
-  FloatScratch rows(2 * N);                         // rows: (2, N) loss, valid flag
-  FloatScratch z(N * std::min(chunk, V));           // z: (N, C) in the storage dtype (fits: <= 4 bytes each)
+  FloatScratch running(3 * N + 1);                  // running: (3, N) m, s, z_c
+  FloatScratch rows(2 * N + 1);                     // rows: (2, N) loss, valid flag
+  FloatScratch z(std::max<int64_t>(1, N * std::min(chunk, V)));  // z: (N, C) in the storage dtype (<= 4 bytes each)
   float *m = running.get(), *s = m + N, *zc = s + N;
   dispatch_storage(dtype, "linear_cross_entropy_forward", [&](auto tag) {
     using T = decltype(tag);
     T* zt = reinterpret_cast<T*>(z.get());
-    for (int64_t v0 = 0; v0 < V; v0 += chunk) {
-      const int64_t C = std::min(chunk, V - v0);
-      gemm(zt, h, static_cast<const T*>(w) + v0 * D, dtype, N, C, D, false, true, 1.0f, 0.0f);  // z = h w_c^T
-      lse_chunk_kernel<T><<<static_cast<unsigned>(N), kThreads>>>(m, s, zc, zt, c, C, v0, v0 == 0);
+    if (N > 0) {
+      for (int64_t v0 = 0; v0 < V; v0 += chunk) {
+        const int64_t C = std::min(chunk, V - v0);
+        gemm(zt, h, static_cast<const T*>(w) + v0 * D, dtype, N, C, D, false, true, 1.0f, 0.0f);  // z = h w_c^T
+        lse_chunk_kernel<T><<<static_cast<unsigned>(N), kThreads>>>(m, s, zc, zt, c, C, v0, v0 == 0);
+        CUDA_CHECK_LAUNCH();
+      }
+      finish_kernel<<<grid_1d(N), kThreads>>>(lse, rows.get(), rows.get() + N, m, s, zc, c, N, V, ignore);
       CUDA_CHECK_LAUNCH();
     }
+    mean_loss_kernel<T><<<1, kThreads>>>(static_cast<T*>(loss), valid, rows.get(), rows.get() + N, N);
+    CUDA_CHECK_LAUNCH();
   });
-  finish_kernel<<<grid_1d(N), kThreads>>>(lse, rows.get(), rows.get() + N, m, s, zc, c, N, V, ignore);
-  CUDA_CHECK_LAUNCH();
-  double total = reduce_sum(rows.get(), DType::F32, N);
-  *valid_rows = static_cast<int64_t>(reduce_sum(rows.get() + N, DType::F32, N) + 0.5);  // exact: fp64 partial sums
-  return total;
 }
 
 void linear_cross_entropy_backward(void* dh, void* dw, const void* h, const void* w, const float* lse,
                                    const int32_t* c, int64_t N, int64_t D, int64_t V, int64_t chunk, int32_t ignore,
-                                   double dloss_over_valid, DType dtype) {
+                                   const void* dloss, const float* valid, DType dtype) {
   if (N == 0) {
     memset_zero(dw, static_cast<size_t>(V * D) * dtype_size(dtype));  // no rows: dw = 0 (dh is empty)
     return;
@@ -121,7 +140,7 @@ void linear_cross_entropy_backward(void* dh, void* dw, const void* h, const void
       const T* wc = static_cast<const T*>(w) + v0 * D;  // wc: (C, D)
       gemm(zt, h, wc, dtype, N, C, D, false, true, 1.0f, 0.0f);  // z = h w_c^T (recomputed)
       dz_chunk_kernel<T><<<static_cast<unsigned>(N), kThreads>>>(zt, lse, c, C, v0, ignore,
-                                                                  static_cast<float>(dloss_over_valid));
+                                                                  static_cast<const T*>(dloss), valid);
       CUDA_CHECK_LAUNCH();
       gemm(static_cast<T*>(dw) + v0 * D, zt, h, dtype, C, D, N, true, false, 1.0f, 0.0f);  // dw_c = dz^T h
       if (f32) {

@@ -95,37 +95,49 @@ HLA_INSTANTIATE_LCE(double)
 
 }  // namespace cpu
 
-// One forward for both devices; h: (N, D), w: (V, D), targets: (N) I32, lse: (N) in accum_dtype(h).
-static double linear_cross_entropy_forward(Tensor& lse, const Tensor& h, const Tensor& w, const Tensor& targets,
-                                           int64_t chunk, int32_t ignore, int64_t* valid_rows) {
+// The loss and the count of rows with a target.
+struct LossValue {
+  Tensor loss;   // (): the mean over rows with a target, in h's dtype, on h's device
+  Tensor valid;  // (): the number of those rows, F32, on h's device
+};
+
+// One forward for both devices; h: (N, D), w: (V, D), targets: (N) I32, lse: (N) in accum_dtype(h)
+// written. On the GPU nothing is read back: the loss stays a device scalar, and a target outside
+// [0, V) makes it NaN (the trainer reports the step); the CPU reference names the target.
+static LossValue linear_cross_entropy_forward(Tensor& lse, const Tensor& h, const Tensor& w, const Tensor& targets,
+                                              int64_t chunk, int32_t ignore) {
   const int64_t N = h.size(0), D = h.size(1), V = w.size(0);
   if (h.is_cuda()) {
-    double total = 0;
-    HLA_CUDA_ONLY(total = cuda::linear_cross_entropy_forward(lse.data<float>(), h.raw(), w.raw(),
-                                                             targets.data<int32_t>(), N, D, V, chunk, ignore,
-                                                             valid_rows, h.dtype()));
-    HLA_CHECK(!std::isnan(total), "linear_cross_entropy: a target lies outside [0, ", V,
-              ") and is not the ignore index ", ignore);
-    return total;
+    LossValue out{Tensor::empty({}, h.dtype(), h.device()), Tensor::empty({}, DType::F32, h.device())};
+    HLA_CUDA_ONLY(cuda::linear_cross_entropy_forward(lse.data<float>(), out.loss.raw(), out.valid.data<float>(),
+                                                     h.raw(), w.raw(), targets.data<int32_t>(), N, D, V, chunk,
+                                                     ignore, h.dtype()));
+    return out;
   }
-  return dispatch_float(h.dtype(), "linear_cross_entropy", [&](auto tag) {
+  int64_t valid = 0;
+  double total = dispatch_float(h.dtype(), "linear_cross_entropy", [&](auto tag) {
     using T = decltype(tag);
     return cpu::linear_cross_entropy_forward(lse.data<T>(), h.data<T>(), w.data<T>(), targets.data<int32_t>(), N, D,
-                                             V, chunk, ignore, valid_rows);
+                                             V, chunk, ignore, &valid);
   });
+  return {Tensor::full({}, valid ? total / static_cast<double>(valid) : 0.0, h.dtype(), h.device()),
+          Tensor::full({}, static_cast<double>(valid), DType::F32, h.device())};
 }
 
-// One backward for both devices; dh: (N, D), dw: (V, D) written.
+// One backward for both devices; dh: (N, D), dw: (V, D) written; dloss: () the loss's gradient.
 static void linear_cross_entropy_backward(Tensor& dh, Tensor& dw, const Tensor& h, const Tensor& w, const Tensor& lse,
-                                          const Tensor& targets, int64_t chunk, int32_t ignore,
-                                          double dloss_over_valid) {
+                                          const Tensor& targets, int64_t chunk, int32_t ignore, const Tensor& dloss,
+                                          const LossValue& forward) {
   const int64_t N = h.size(0), D = h.size(1), V = w.size(0);
   if (h.is_cuda()) {
     HLA_CUDA_ONLY(cuda::linear_cross_entropy_backward(dh.raw(), dw.raw(), h.raw(), w.raw(), lse.data<float>(),
                                                       targets.data<int32_t>(), N, D, V, chunk, ignore,
-                                                      dloss_over_valid, h.dtype()));
+                                                      dloss.to(h.dtype()).raw(), forward.valid.data<float>(),
+                                                      h.dtype()));
     return;
   }
+  const double valid = forward.valid.item();
+  const double dloss_over_valid = valid > 0 ? dloss.item() / valid : 0.0;
   dispatch_float(h.dtype(), "linear_cross_entropy", [&](auto tag) {
     using T = decltype(tag);
     cpu::linear_cross_entropy_backward(dh.data<T>(), dw.data<T>(), h.data<T>(), w.data<T>(), lse.data<T>(),
@@ -146,15 +158,12 @@ Var linear_cross_entropy(const Var& h, const Var& weight, const Tensor& targets,
   const int64_t N = h2.size(0);
   check_loss_targets(targets, N, h.value(), "linear_cross_entropy", "hidden states");
   Tensor lse = Tensor::empty({N}, accum_dtype(h2), h2.device());  // lse: (N)
-  int64_t valid = 0;
-  double total = linear_cross_entropy_forward(lse, h2, w, targets, chunk, ignore_index, &valid);
-  double loss = valid ? total / static_cast<double>(valid) : 0.0;
+  LossValue forward = linear_cross_entropy_forward(lse, h2, w, targets, chunk, ignore_index);
   Shape h_shape = h.shape();
-  return record_op1(Tensor::full({}, loss, h2.dtype(), h2.device()), {h, weight}, [=](const std::vector<Tensor>& g) {
+  return record_op1(forward.loss, {h, weight}, [=](const std::vector<Tensor>& g) {
     Tensor dh = Tensor::empty({N, D}, h2.dtype(), h2.device());  // dh: (N, D)
     Tensor dw = Tensor::empty({V, D}, w.dtype(), w.device());    // dw: (V, D)
-    double k = valid ? g[0].item() / static_cast<double>(valid) : 0.0;
-    linear_cross_entropy_backward(dh, dw, h2, w, lse, targets, chunk, ignore_index, k);
+    linear_cross_entropy_backward(dh, dw, h2, w, lse, targets, chunk, ignore_index, g[0], forward);
     return std::vector<Tensor>{dh.reshape(h_shape), dw};
   }, "linear_cross_entropy");
 }
