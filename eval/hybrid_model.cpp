@@ -73,7 +73,8 @@ class HybridLanguageModel : public LanguageModel {
           continue;
         }
         const float* row = z.data<float>() + b * config_.vocab_size;
-        next[b] = static_cast<int32_t>(std::max_element(row, row + config_.vocab_size) - row);  // ties: lowest id
+        const int32_t width = argmax_width(batch[b], config_.vocab_size);
+        next[b] = static_cast<int32_t>(std::max_element(row, row + width) - row);  // ties: lowest id
         const auto& stops = batch[b].stop_tokens;
         if (std::find(stops.begin(), stops.end(), next[b]) != stops.end()) {
           running[b] = false;

@@ -34,7 +34,15 @@ struct GenerateRequest {
   std::vector<int32_t> context;  // (T) prompt; T + max_new_tokens <= position_limit() if set
   int max_new_tokens = 0;
   std::vector<int32_t> stop_tokens;
+  // 0: the argmax runs over every id of the model; else over ids [0, vocab_limit) only, the ids
+  // the tokenizer can decode (a model may have more rows than its tokenizer has tokens).
+  int32_t vocab_limit = 0;
 };
+
+// The number of ids the argmax of `request` runs over in a model of `vocab_size` ids.
+inline int32_t argmax_width(const GenerateRequest& request, int32_t vocab_size) {
+  return request.vocab_limit > 0 && request.vocab_limit < vocab_size ? request.vocab_limit : vocab_size;
+}
 
 class LanguageModel {
  public:

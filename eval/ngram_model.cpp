@@ -106,6 +106,7 @@ std::vector<std::vector<int32_t>> NgramModel::generate(const std::vector<Generat
     std::vector<int32_t> generated;
     for (int step = 0; step < request.max_new_tokens; step++) {
       next_token_distribution(tokens, static_cast<int>(tokens.size()) - 1, probs);
+      probs.resize(argmax_width(request, static_cast<int32_t>(probs.size())));
       const int32_t next = first_argmax(probs);
       if (std::count(request.stop_tokens.begin(), request.stop_tokens.end(), next)) break;
       tokens.push_back(next);

@@ -148,8 +148,8 @@ nlohmann::json run_task_at_length(LanguageModel& model, const data::Tokenizer& t
   std::vector<GenerateRequest> requests;
   int64_t total_length = 0;
   for (const RulerSample& s : samples) {
-    requests.push_back({tokenizer.encode(s.input + s.answer_prefix),
-                        generation_budget(task, options.token_scale), {tokenizer.eos_id()}});
+    requests.push_back({tokenizer.encode(s.input + s.answer_prefix), generation_budget(task, options.token_scale),
+                        {tokenizer.eos_id()}, tokenizer.vocab_size()});
     total_length += s.length;
   }
   BatchOptions batch = options.batch;

@@ -20,9 +20,10 @@ using hla::data::testing::ScratchDir;
 
 namespace {
 
-// The no-cache path: the argmax of the last row of the logits of the whole sequence, per token.
+// The no-cache path: the argmax of the last row of the logits of the whole sequence, per token,
+// over the first `width` ids (0: all).
 std::vector<int32_t> greedy_by_forward(TrainableModel& model, std::vector<int32_t> seq, int max_new_tokens,
-                                       int32_t stop) {
+                                       int32_t stop, int64_t width = 0) {
   NoGradGuard no_grad;
   std::vector<int32_t> out;
   for (int n = 0; n < max_new_tokens; n++) {
@@ -30,7 +31,7 @@ std::vector<int32_t> greedy_by_forward(TrainableModel& model, std::vector<int32_
     Tensor logits = model.logits(Tensor::from_i32(seq, {1, T})).value().to(Device::CPU).to(DType::F32);  // (1, T, V)
     const int64_t V = logits.shape()[2];
     const float* row = logits.data<float>() + (T - 1) * V;
-    const int32_t next = static_cast<int32_t>(std::max_element(row, row + V) - row);
+    const int32_t next = static_cast<int32_t>(std::max_element(row, row + (width > 0 ? width : V)) - row);
     if (next == stop) break;
     out.push_back(next);
     seq.push_back(next);
@@ -65,6 +66,23 @@ TEST_CASE("eval: greedy generation on the decoding state gives the no-cache path
   CHECK(generated[2] == expected[2]);
   CHECK(generated[0].size() == 6);
   CHECK(generated[2].size() == 4);
+}
+
+TEST_CASE("eval: generation with a vocab_limit picks only ids the tokenizer has") {
+  // A model of 40 ids read through a tokenizer of 10 (RULER sets the limit to the tokenizer's
+  // vocabulary): every generated id is below 10, and they are the argmax over ids 0..9.
+  ScratchDir dir("evaldecodelimit");
+  const ModelConfig config = eval::testing::small_model_config("gated_deltanet", 32, 4, 40, "2:1");
+  eval::testing::write_checkpoint(dir.path.string(), config, 5);
+  std::unique_ptr<TrainableModel> reference = make_model(config, 5);
+  std::unique_ptr<eval::LanguageModel> model = eval::load_hybrid_model(dir.path.string(), Device::CPU);
+  const std::vector<int32_t> prompt = {3, 1, 4, 1, 5};
+  const std::vector<int32_t> unlimited = greedy_by_forward(*reference, prompt, 12, -1);
+  REQUIRE(std::any_of(unlimited.begin(), unlimited.end(), [](int32_t id) { return id >= 10; }));  // the limit matters
+  eval::GenerateRequest request{prompt, 12, {}, 10};
+  const std::vector<int32_t> generated = model->generate({request})[0];
+  CHECK(generated == greedy_by_forward(*reference, prompt, 12, -1, 10));
+  CHECK(std::all_of(generated.begin(), generated.end(), [](int32_t id) { return id < 10; }));
 }
 
 TEST_CASE("eval: the decode bench at a small shape: memory from decode_memory and the decoder, KV ratio 3 at 3:1") {

@@ -157,8 +157,9 @@ TEST_CASE("GPU linear_cross_entropy equals the unfused path and stays below the 
   CAPTURE(unfused_peak);
   CHECK(unfused_peak >= logits_bytes);       // the unfused path holds the logits (and their gradient)
   CHECK(fused_peak < 0.5 * logits_bytes);
-  // cuBLAS sums in another order than the CPU; fp32 GEMMs over D = 64 and V = 32000 terms.
-  check_equal(fused, ref, 1e-5);
-  check_equal(fused, run(h.to(Device::CPU), w.to(Device::CPU), targets.to(Device::CPU), 0), 1e-5);
+  // cuBLAS sums in another order than the CPU; fp32 GEMMs over D = 64 and V = 32000 terms, and
+  // the fused dh adds 8 chunk products: 1.35e-5 relative was measured for dh on the H200.
+  check_equal(fused, ref, 3e-5);
+  check_equal(fused, run(h.to(Device::CPU), w.to(Device::CPU), targets.to(Device::CPU), 0), 3e-5);
 #endif
 }
