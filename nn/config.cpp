@@ -426,9 +426,9 @@ void fail_unknown_field(const nlohmann::json& j, const std::string& key, const s
   fla_only["model_type"] = j.value("model_type", ModelConfig().model_type);
   const bool key_is_fla = not_fla != key && first_non_fla_field(fla_only).empty();
   if (key_is_fla && is_hla_field(not_fla))
-    fail(source, ": field '", key, "' is fla's (nn/fla_config.cpp) but field '", not_fla,
+    fail(source, ": field '", excerpt(key), "' is fla's (nn/fla_config.cpp) but field '", excerpt(not_fla),
          "' is hla's own format; an fla config.json keeps hla's settings in its 'hla' block");
-  fail(source, ": unknown field '", key_is_fla ? not_fla : key, "'");
+  fail(source, ": unknown field '", excerpt(key_is_fla ? not_fla : key), "'");
 }
 
 }  // namespace
@@ -437,7 +437,7 @@ void read_attn_block(const nlohmann::json& block, ModelConfig& c, const std::str
   static const std::set<std::string> attn_fields = field_names(true);
   HLA_CHECK_INPUT(block.is_object(), source, ": field 'attn' must be an object {layers, num_heads, ...}");
   for (auto it = block.begin(); it != block.end(); ++it)
-    HLA_CHECK_INPUT(attn_fields.count(it.key()) || it.key() == "qkv_bias", source, ": unknown field 'attn.", it.key(),
+    HLA_CHECK_INPUT(attn_fields.count(it.key()) || it.key() == "qkv_bias", source, ": unknown field 'attn.", excerpt(it.key()),
                     "'");
   HLA_CHECK_INPUT(block.contains("layers"), source, ": 'attn' needs a 'layers' list");
   HLA_CHECK_INPUT(!block.contains("qkv_bias") || block["qkv_bias"] == false, source, ": attn.qkv_bias is ",

@@ -439,7 +439,7 @@ void read_attn(const FlaRead& r) {
                       i, "] must be an object with a 'layers' list, got ", json_excerpt(other));
       for (auto it = other.begin(); it != other.end(); ++it)
         HLA_CHECK_INPUT(it.key() == "layers" || spec.value(it.key(), json()) == it.value(), r.source, ": attn[", i,
-                        "].", it.key(), " is ", json_excerpt(it.value()), " but attn[0].", it.key(), " is ",
+                        "].", excerpt(it.key()), " is ", json_excerpt(it.value()), " but attn[0].", excerpt(it.key()), " is ",
                         json_excerpt(spec.value(it.key(), json())),
                         "; hla gives every attention layer the same settings");
       for (const json& layer : other["layers"]) spec["layers"].push_back(layer);
@@ -476,7 +476,7 @@ void read_hla_block(const FlaRead& r) {
     ModelConfig::visit_fields([&](const ModelField& f) {
       if (!f.in_attn && f.name == it.key() && in_hla_block(f, bit)) known = true;
     });
-    HLA_CHECK_INPUT(known, r.source, ": unknown field '", path, "' (the hla block holds ",
+    HLA_CHECK_INPUT(known, r.source, ": unknown field '", excerpt(path), "' (the hla block holds ",
                     bit == kMamba2 ? "routing" : "chunk_size, routing", ")");
     read_hla_field(it.key().c_str(), false, FlaRead{it.value(), r.file, r.c, r.source, path});
   }

@@ -70,6 +70,10 @@ TEST_CASE("config.json errors start with the file, not with a source location") 
         "c.json: conv_size must be >= 1 with short convolutions (model_type gated_deltanet), got 0");
   CHECK(config_error("num_heads", 3) == "c.json: num_heads 3 does not divide hidden_size 64 (or set head_dim)");
   CHECK(config_error("colour", 1) == "c.json: unknown field 'colour'");
+  // A field name of 3,000 characters is quoted as an excerpt (found by the model_config fuzzer).
+  const std::string long_name(3000, 'x');
+  CHECK(config_error(long_name, 1) == "c.json: unknown field '" + std::string(100, 'x') + "...'");
+  CHECK(config_error(long_name, 1, true) == "c.json: unknown field 'attn." + std::string(100, 'x') + "...'");
   CHECK(config_error("layers", {5}, true) == "c.json: attn.layers has index 5 outside [0, 2)");
   CHECK(config_error("num_heads", 3, true) == "c.json: attn.num_heads 3 does not divide hidden_size 64");
 }

@@ -254,7 +254,9 @@ void check_model(const ModelConfig& c) {
     }
   }
   CHECK(tensors > 0);
-  for (const auto& [key, pool] : pools) {
+  for (const auto& entry : pools) {  // not a structured binding: doctest's message lambda captures them
+    const std::string& key = entry.first;
+    const Pool& pool = entry.second;
     std::string failure = check_pool(pool.rule, pool.values);
     CHECK_MESSAGE(failure == "", c.model_type, " ", key, " (fla: ", pool.rule.fla, "), n = ", pool.values.size(), ": ",
                   failure);
