@@ -55,12 +55,12 @@ class Utf8Printer {
   std::string push(const std::string& bytes) {
     pending_ += bytes;
     const size_t whole = pending_.size() - incomplete_tail(pending_);
-    std::string out = printable(pending_.substr(0, whole));
+    std::string out = data::valid_utf8(pending_.substr(0, whole));
     pending_.erase(0, whole);
     return out;
   }
   std::string finish() {  // what is left can no longer complete
-    std::string out = printable(pending_);
+    std::string out = data::valid_utf8(pending_);
     pending_.clear();
     return out;
   }
@@ -75,15 +75,6 @@ class Utf8Printer {
       return need > back ? back : 0;
     }
     return 0;
-  }
-  static std::string printable(const std::string& s) {
-    std::string out;
-    for (size_t i = 0; i < s.size();) {
-      data::Utf8Char c = data::utf8_next(s.data(), s.size(), i);
-      out += c.code_point == data::kInvalidCodePoint ? "\xEF\xBF\xBD" : s.substr(i, c.length);  // U+FFFD
-      i += c.length;
-    }
-    return out;
   }
   std::string pending_;
 };
