@@ -122,6 +122,37 @@ TEST_CASE("eval: SVG line plot has one polyline per series") {
   CHECK_THROWS_AS(line_plot_svg({{"bad", {1, 2}, {1}}}, {}), hla::Error);
 }
 
+// The tick texts of a plot: the contents of every <text ... text-anchor="end"> (the y axis).
+static std::vector<std::string> y_tick_labels(const std::string& svg) {
+  std::vector<std::string> out;
+  const std::string mark = "text-anchor=\"end\">";
+  for (size_t at = svg.find(mark); at != std::string::npos; at = svg.find(mark, at + 1)) {
+    const size_t begin = at + mark.size();
+    out.push_back(svg.substr(begin, svg.find('<', begin) - begin));
+  }
+  return out;
+}
+
+TEST_CASE("eval: SVG plot ticks are round numbers over the data, and the legend fits its longest name") {
+  const std::string loss = line_plot_svg({{"pure-none-muon-lr0.01-s42", {50, 300}, {4.90807, 0.0389514}}},
+                                         {"loss", "step", "loss", false, 0, 0});
+  CHECK(y_tick_labels(loss) == std::vector<std::string>{"0", "1", "2", "3", "4", "5"});
+  CHECK(loss.find(">300<") != std::string::npos);
+  CHECK(loss.find("4.90807") == std::string::npos);
+  const std::string rate = line_plot_svg({{"m", {0, 0.5}, {8510.38, 13799.5}}}, {"t", "x", "tok/s", false, 0, 0});
+  CHECK(y_tick_labels(rate) == std::vector<std::string>{"8000", "10000", "12000", "14000"});
+  const std::string fraction = line_plot_svg({{"m", {0, 1}, {0.1, 0.35}}}, {"t", "x", "y", false, 0, 0});
+  CHECK(y_tick_labels(fraction) == std::vector<std::string>{"0.10", "0.15", "0.20", "0.25", "0.30", "0.35"});
+  const std::string flat = line_plot_svg({{"m", {1, 2}, {3, 3}}}, {"t", "x", "y", false, 0, 0});
+  CHECK(y_tick_labels(flat).size() >= 3);  // a constant series still gets an axis with a width
+
+  // The document is as wide as the plot frame plus margins that hold the widest tick and name.
+  auto width = [](const std::string& svg) { return std::stod(svg.substr(svg.find("width=\"") + 7)); };
+  const std::string short_name = line_plot_svg({{"a", {0, 1}, {0, 1}}}, {"t", "x", "y", false, 0, 0});
+  const std::string long_name = line_plot_svg({{std::string(60, 'n'), {0, 1}, {0, 1}}}, {"t", "x", "y", false, 0, 0});
+  CHECK(width(long_name) - width(short_name) > 59 * 6);
+}
+
 TEST_CASE("eval: reports on a full disk fail naming the file and keep the previous results") {
   const std::string dir = (std::filesystem::temp_directory_path() / "hla_test_eval_report_full").string();
   std::filesystem::remove_all(dir);
