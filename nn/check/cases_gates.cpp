@@ -97,9 +97,14 @@ const bool registered = [] {
   }, lower_no_a);
 
   // HGRN's per-layer lower bounds: cumulative sums of a softmax over the layer axis of (L, D).
+  auto bounds = [](const Vars& v) { return lower_bounds(v[0]); };
   add_case(grad_case("lower_bounds", "lower_bounds", 10,
-                     [](uint64_t s) { return Inputs{{"lower_bounds", randn64({4, 3}, s + 1)}}; },
-                     [](const Vars& v) { return lower_bounds(v[0]); }));
+                     [](uint64_t s) { return Inputs{{"lower_bounds", randn64({4, 3}, s + 1)}}; }, bounds));
+  // The 340M HGRN's depth and width, and odd ones (one layer: lb_0 = 0 only).
+  for (auto [L, D] : {std::pair<int64_t, int64_t>{24, 1024}, {5, 67}, {1, 33}})
+    add_case(gpu_case("lower_bounds", "lower_bounds " + dims_label({{"L", L}, {"D", D}}), named_kernel("lower_bounds"),
+                      [L = L, D = D](uint64_t s) { return Inputs{{"lower_bounds", randn64({L, D}, s + 20, 0.5)}}; },
+                      bounds));
   return true;
 }();
 
