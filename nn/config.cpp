@@ -167,9 +167,12 @@ void check_heads(const ModelConfig& c, const MixerSpec& m, const std::string& so
     case HeadShape::Split: check_divides(c.num_heads, "num_heads", c.hidden_size, "hidden_size", source); break;
     case HeadShape::InnerByP:
       if (c.head_dim == 0) check_divides(c.num_heads, "num_heads", c.hidden_size, "hidden_size", source, " (or set head_dim)");
-      check_divides(c.key_head_dim(), "head_dim", whole_product(c.hidden_size, "hidden_size", c.expand_v, "expand_v", source),
-                    "d_inner = hidden_size * expand_v", source);
+    {
+      const int64_t inner = whole_product(c.hidden_size, "hidden_size", c.expand_v, "expand_v", source);
+      check_divides(c.key_head_dim(), "head_dim", inner, "d_inner = hidden_size * expand_v", source);
+      check_divides(c.n_groups, "n_groups", inner / c.key_head_dim(), "the heads, d_inner / head_dim =", source);
       break;
+    }
   }
   switch (m.value_heads) {
     case ValueHeads::Unused: break;
@@ -260,7 +263,7 @@ int64_t min_linear_layer_parameters(const ModelConfig& c, const MixerSpec& m) {
   const MixerWidths w = mixer_widths(c, m);
   int64_t n = saturating_mul(D, saturating_add(w.keys, saturating_mul(2, w.values)));
   if (c.uses_short_conv()) n = saturating_add(n, saturating_mul(w.values, c.conv_size));
-  if (c.uses_state_size()) n = saturating_add(n, saturating_mul(2 * D, c.state_size));
+  if (c.uses_state_size()) n = saturating_add(n, saturating_mul(saturating_mul(2 * D, c.state_size), c.n_groups));
   return n;
 }
 

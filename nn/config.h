@@ -100,6 +100,7 @@ struct ModelConfig {
   double norm_eps = 1e-6;
   int conv_size = 4;
   int state_size = 64;  // Mamba-2 N (the SSM state width, dk of its decay attention)
+  int n_groups = 1;     // Mamba-2: groups of B and C, each read by (d_inner / head_dim) / n_groups heads
   int chunk_size = 64;  // chunk length of the chunked recurrence kernels (0: token recurrence)
   bool use_short_conv = true;
   bool norm_before_gate = false;  // Mamba-2: RMSNorm before the z gate (fla's norm_before_gate)
@@ -144,6 +145,8 @@ struct ModelConfig {
       c.conv_size...);
     f(Field("state_size", "Mamba-2 state width N").at_least(1).when(&ModelConfig::uses_state_size, "for mamba2"),
       c.state_size...);
+    f(Field("n_groups", "Mamba-2 groups of B and C").at_least(1).when(&ModelConfig::uses_state_size, "for mamba2"),
+      c.n_groups...);
     f(Field("chunk_size", "chunk length of the chunked kernels (0 = token recurrence)").at_least(0), c.chunk_size...);
     f(Field("use_short_conv", "short convolutions on q, k, v"), c.use_short_conv...);
     f(Field("norm_before_gate", "Mamba-2: RMSNorm before the z gate"), c.norm_before_gate...);

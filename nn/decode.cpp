@@ -42,9 +42,9 @@ StateShape state_shape(const ModelConfig& c) {
     case HeadShape::HeadDim:
       s = {H, c.value_heads(), c.key_head_dim(), static_cast<int64_t>(c.key_head_dim() * c.expand_v)};
       break;
-    case HeadShape::InnerByP: {  // Mamba-2: one shared B/C head of width N, inner / P value heads
+    case HeadShape::InnerByP: {  // Mamba-2: n_groups B/C heads of width N, inner / P value heads
       const int64_t inner = static_cast<int64_t>(D * c.expand_v), P = c.key_head_dim();
-      s = {1, inner / P, c.state_size, P};
+      s = {c.n_groups, inner / P, c.state_size, P};
       break;
     }
   }

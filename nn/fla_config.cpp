@@ -323,7 +323,7 @@ const std::vector<FlaField>& fla_fields() {
     honoured("conv_kernel", kMamba2, "conv_size", "convolution width"),
     honoured("norm_before_gate", kMamba2, "norm_before_gate", "RMSNorm before (true) or after the z gate"),
     honoured("chunk_size", kMamba2, "chunk_size", "chunk length of the chunked kernel"),
-    fixed("n_groups", kMamba2, 1, "groups of B and C (hla has one group shared by all heads)"),
+    honoured("n_groups", kMamba2, "n_groups", "groups of B and C, each shared by num_heads / n_groups heads"),
     fixed("use_bias", kMamba2, false, "biases on in_proj and out_proj"),
     fixed("use_conv_bias", kMamba2, true, "the convolution bias (conv1d.bias)"),
     fixed("rmsnorm", kMamba2, true, "the gated RMSNorm before out_proj"),

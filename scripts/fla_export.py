@@ -131,6 +131,12 @@ def models():
         "hgrn2": ("HGRN2Config", "HGRN2ForCausalLM", dict(common, num_hidden_layers=3, expand_ratio=16)),
         "mamba2": ("Mamba2Config", "Mamba2ForCausalLM",
                    dict(common, num_hidden_layers=2, head_dim=16, state_size=16, expand=2, chunk_size=64)),
+        # Two groups of B and C. fla's pure-torch prefill (no mamba_ssm) tiles the groups over the
+        # heads (head h reads group h % G) where mamba_ssm's kernels and fla's own decoding step
+        # read group h // (heads / G), as hla does: without mamba_ssm this one is expected to differ.
+        "mamba2_groups": ("Mamba2Config", "Mamba2ForCausalLM",
+                          dict(common, num_hidden_layers=2, head_dim=16, state_size=16, expand=2, chunk_size=64,
+                               n_groups=2)),
         "rwkv6": ("RWKV6Config", "RWKV6ForCausalLM",
                   dict(common, num_hidden_layers=2, num_heads=2)),
         "delta_net": ("DeltaNetConfig", "DeltaNetForCausalLM", dict(common, num_hidden_layers=2, num_heads=4)),

@@ -71,6 +71,9 @@ TEST_CASE("decode_memory follows each mixer's head shape") {
   mamba.validate("mamba");
   CHECK(decode_memory(mamba, 1000).state_bytes == 8 * 16 * 16 * 4 + (2 * 16 + 128) * 3 * 4);
   CHECK(decode_memory(mamba, 1000).kv_bytes == 0);
+  mamba.n_groups = 2;  // B and C per group: the state is per value head, the conv tail holds 2 G N + inner
+  mamba.validate("mamba");
+  CHECK(decode_memory(mamba, 1000).state_bytes == 8 * 16 * 16 * 4 + (2 * 2 * 16 + 128) * 3 * 4);
 
   // RWKV-6: S (2, 32, 32) and the time-mix shift (64) per linear layer, the channel-mix shift
   // (64) in every block, attention included.
@@ -108,6 +111,9 @@ std::vector<DecodeRun> decode_runs() {
     runs.push_back({std::string(m) + " pure", tiny(m, 2, "pure")});
     runs.push_back({std::string(m) + " 2:1", tiny(m, 2, "2:1")});
   }
+  ModelConfig groups = tiny("mamba2", 2, "pure");  // 8 heads of 8, 4 a group
+  groups.n_groups = 2;
+  runs.push_back({"mamba2 pure, 2 groups", groups});
   runs.push_back({"transformer", tiny("transformer", 2, "transformer")});
   ModelConfig gqa = tiny("gated_deltanet", 4, "2:1");
   gqa.attn.num_kv_heads = 1;

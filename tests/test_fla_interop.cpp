@@ -473,9 +473,11 @@ TEST_CASE("bad config.json: unknown model_type, unsupported values, contradictio
         std::vector<int>{1, 3});
   nlohmann::json m = read_config_text(kMamba2);
   m["n_groups"] = 2;
+  CHECK(ModelConfig::from_json(m, "c.json").n_groups == 2);
+  CHECK(ModelConfig::from_json(ModelConfig::from_json(m, "c.json").to_json(), "c.json").to_json()["n_groups"] == 2);
+  m["n_groups"] = 3;
   CHECK(error_of([&] { ModelConfig::from_json(m, "c.json"); }) ==
-        "c.json: n_groups is 2; hla implements mamba2 only with n_groups = 1 (groups of B and C (hla has one group "
-        "shared by all heads))");
+        "c.json: n_groups 3 does not divide the heads, d_inner / head_dim = 8");
   m["n_groups"] = 1;
   m["num_heads"] = 4;
   CHECK(error_of([&] { ModelConfig::from_json(m, "c.json"); }) == "c.json: num_heads 4 contradicts expand 2 * hidden_size 64 / head_dim 16 = 8");

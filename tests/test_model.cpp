@@ -229,6 +229,9 @@ TEST_CASE("the rules between fields name the fields and values, per the mixer's 
   c = config("mamba2");
   c.head_dim = 24;
   fails_with(c, "c.json: head_dim 24 does not divide d_inner = hidden_size * expand_v 64");
+  c.head_dim = 16;  // 4 heads
+  c.n_groups = 3;
+  fails_with(c, "c.json: n_groups 3 does not divide the heads, d_inner / head_dim = 4");
   c = config("transformer");
   c.attn.num_heads = 3;
   fails_with(c, "c.json: attn.num_heads 3 does not divide hidden_size 64");

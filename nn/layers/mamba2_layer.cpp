@@ -1,11 +1,13 @@
-// Mamba-2 (mixers.md section 10), one group (n_groups = 1):
-//   [z | xBC | dt] = W_in x ;  xBC = silu(conv(xBC) + b) ;  [x | B | C] = xBC
+// Mamba-2 (mixers.md section 10), with G = n_groups groups of B and C:
+//   [z | xBC | dt] = W_in x ;  xBC = silu(conv(xBC) + b) ;  [x | B | C] = xBC, B and C (G, N)
 //   Delta = softplus(dt + dt_bias) ;  g = Delta * A, A = -exp(A_log)   (scalar per head)
 //   S_t = exp(g_t) S_{t-1} + B_t (Delta_t x_t)^T ;  y_t = S_t^T C_t + D x_t
 //   out = W_out( RMSNorm( y * silu(z) ) )   or, with norm_before_gate, W_out( RMSNorm(y) * silu(z) )
 // Names and layout are fla's Mamba2ForCausalLM: in_proj rows [z | xBC | dt], conv1d with bias,
-// one group (n_groups = 1), the norm over all of d_inner.
-// As a decay-attention call: q = C, k = B (one shared head), v = Delta * x, scale 1.
+// head h reads group h / (H / G) (consecutive heads share a group, as in mamba_ssm's kernels and
+// fla's decoding step; fla's pure-torch prefill tiles the groups instead, h % G, which agrees
+// only for G = 1), the norm over each group's d_inner / G channels.
+// As a decay-attention call: q = C, k = B (G q/k heads), v = Delta * x (H value heads), scale 1.
 #include "nn/layers/common.h"
 #include "nn/layers/mixers.h"
 #include "nn/ops/activation.h"
@@ -28,7 +30,9 @@ class Mamba2Layer : public Mixer {
     HLA_CHECK(inner_ % P_ == 0, "mamba2: d_inner ", inner_, " (hidden_size * expand_v) is not a multiple of head_dim ", P_);
     H_ = inner_ / P_;
     N_ = c.state_size;
-    conv_dim_ = inner_ + 2 * N_;
+    G_ = c.n_groups;
+    HLA_CHECK(H_ % G_ == 0, "mamba2: n_groups ", G_, " does not divide the ", H_, " heads");
+    conv_dim_ = inner_ + 2 * G_ * N_;
     in_ = store.normal("in_proj.weight", {inner_ + conv_dim_ + H_, D});
     // Initialisation as fla's Mamba2Config says (common.h's table): conv_init, dt range,
     // A_init_range, rescale_prenorm_residual.
@@ -53,11 +57,11 @@ class Mamba2Layer : public Mixer {
                                    ConvAct::SiLU);
     keep_state(tail, conv.final_state);
     const Var& xbc = conv.y;
-    std::vector<Var> xbc_parts = split_last(xbc, {inner_, N_, N_});
+    std::vector<Var> xbc_parts = split_last(xbc, {inner_, G_ * N_, G_ * N_});
     const Var& xs = xbc_parts[0];                                              // (B, T, H*P)
     if (io.want_values) io.values = xs;
-    Var Bk = reshape(xbc_parts[1], {B, T, 1, N_});                             // k = B: (B, T, 1, N)
-    Var Cq = reshape(xbc_parts[2], {B, T, 1, N_});                             // q = C: (B, T, 1, N)
+    Var Bk = reshape(xbc_parts[1], {B, T, G_, N_});                            // k = B: (B, T, G, N)
+    Var Cq = reshape(xbc_parts[2], {B, T, G_, N_});                            // q = C: (B, T, G, N)
     Var delta = softplus(add_rows(dt, store_.use(dt_bias_)));                  // (B, T, H)
     Var g = ssm_gate(dt, store_.use(a_log_), store_.use(dt_bias_));            // Delta * A
     Var v = reshape(mul_broadcast(reshape(xs, {B * T * H_, P_}), reshape(delta, {B * T * H_}), P_),
@@ -68,7 +72,7 @@ class Mamba2Layer : public Mixer {
     Var y = rec.o;                                                             // (B, T, H, P)
     y = add(y, mul_broadcast(reshape(xs, {B, T, H_, P_}), store_.use(d_), P_));  // + D x
     Var normed = gated_rmsnorm(merge_heads(y), z, store_.use(norm_), eps_, GateAct::Swish, gate_order_,
-                               inner_);
+                               inner_ / G_);
     return project(store_, normed, out_);
   }
 
@@ -77,7 +81,7 @@ class Mamba2Layer : public Mixer {
  private:
   ParamStore& store_;
   double eps_;
-  int64_t chunk_, inner_, P_, H_, N_, conv_dim_;
+  int64_t chunk_, inner_, P_, H_, N_, G_, conv_dim_;
   GateOrder gate_order_;
   Var in_, conv_, conv_bias_, dt_bias_, a_log_, d_, norm_, out_;
 };
