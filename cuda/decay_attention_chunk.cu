@@ -45,8 +45,9 @@
 // speed.
 // Shared memory per CTA (launch_kernel asserts <= 227 KB, an sm_90 CTA's limit), dk = 128 / 64:
 //   scores_kernel 35,072 / 18,688 B;  scan_kernel and reverse_scan_kernel 76,544 / 50,944 B
-//   (two CTAs an SM);  local_backward_kernel (dk, dv) = (128, 128) 141,952 B, (128, 64)
-//   125,568 B, (64, 128) 108,160 B, (64, 64) 91,776 B (one CTA an SM at dk = 128, two at 64).
+//   (2 / 4 CTAs an SM);  local_backward_kernel (dk, dv) = (128, 128) 141,952 B, (128, 64)
+//   125,568 B, (64, 128) 108,160 B, (64, 64) 91,776 B, with 202, 173, 155, 124 registers a
+//   thread (ptxas): one CTA an SM, two at (64, 64) (at (64, 128) the registers allow only one).
 #include "cuda/decay_attention_chunk.cuh"
 
 #include <cuda_bf16.h>
