@@ -330,12 +330,12 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(Args a) {
   // 3a: Aqk = scale (Q K^T) (.) Gamma and Ps = scale (dO V^T) (.) Gamma, Gamma[t,s] = exp(G_t - G_s)
   //     on s <= t (o = Aqk V  =>  dAqk = dO V^T, and Aqk's gated factor is q_t . k_s).
   {
-    WarpTile<C, C> qk, dov;
+    WarpTile<C, C> qk, da;
     qk.mma<DK, false, false>(q_rows, [&](int d, int s) { return bf(sm.k[s * kLdK + d]); });
-    dov.mma<DV, false, false>([&](int r, int c) { return bf(sm.dov[r * kLdV + c]); },
-                              [&](int c, int s) { return bf(sm.v[s * kLdV + c]); });
+    da.mma<DV, false, false>([&](int r, int c) { return bf(sm.dov[r * kLdV + c]); },
+                             [&](int c, int s) { return bf(sm.v[s * kLdV + c]); });
     store_decayed_scores(qk, sm.aqk, kLdA, sm.G, a.scale);
-    store_decayed_scores(dov, sm.ps, kLdA, sm.G, a.scale);
+    store_decayed_scores(da, sm.ps, kLdA, sm.G, a.scale);
   }
   __syncthreads();
   // 3b: the inter-chunk terms, kPiece state columns c0 .. c0 + kPiece - 1 at a time:
