@@ -1,5 +1,5 @@
-// Decay linear attention on the GPU: the chunked tensor-core forward of
-// cuda/decay_attention_chunk.cu where it applies, else the recurrent kernels of cuda/recurrence.cuh with
+// Decay linear attention on the GPU: the chunked tensor-core forward and backward of
+// cuda/decay_attention_chunk.cu where they apply, else the recurrent kernels of cuda/recurrence.cuh with
 // Op::Decay (S = Diag(exp(g)) S + k v^T, o = scale S^T q), and the casts that turn their fp32
 // per-value-head gradients into the op's: q/k gradients summed over the value heads of a
 // group, a scalar gate's gradient summed over the key channels.
@@ -23,14 +23,19 @@ Args<S> decay_args(const void* q, const void* k, const void* v, const void* g, c
   return a;
 }
 
+// Whether the chunked tensor-core kernels run (their 16-byte loads need aligned q, k, v). A
+// single token (a decoding step) is one recurrent update, cheaper than a one-token chunk; an
+// empty batch launches nothing.
+bool chunked(const DecayAttentionDims& d, DType dtype, const void* q, const void* k, const void* v) {
+  return d.T > 1 && d.B > 0 && decay_chunk::supported(d.dk, d.dv, d.vector_gate, dtype) && aligned16(q) &&
+         aligned16(k) && aligned16(v);
+}
+
 }  // namespace
 
 void decay_attention_forward(void* o, float* ht, const void* q, const void* k, const void* v, const void* g,
                              const float* h0, const DecayAttentionDims& d, DType dtype) {
-  // The chunk kernel's tile loads need 16-byte aligned q, k, v (allocator buffers always are). A
-  // single token (a decoding step) is one recurrent update, cheaper than a one-token chunk.
-  if (d.T > 1 && decay_chunk::supported(d.dk, d.dv, d.vector_gate, dtype) && aligned16(q) && aligned16(k) &&
-      aligned16(v)) {
+  if (chunked(d, dtype, q, k, v)) {
     decay_chunk::forward(o, ht, q, k, v, g, h0, d);
     return;
   }
@@ -47,6 +52,10 @@ void decay_attention_forward(void* o, float* ht, const void* q, const void* k, c
 void decay_attention_backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, float* grad_h0,
                               const void* grad_o, const float* grad_ht, const void* q, const void* k, const void* v,
                               const void* g, const float* h0, const DecayAttentionDims& d, DType dtype) {
+  if (chunked(d, dtype, q, k, v) && aligned16(grad_o)) {
+    decay_chunk::backward(grad_q, grad_k, grad_v, grad_g, grad_h0, grad_o, grad_ht, q, k, v, g, h0, d);
+    return;
+  }
   recurrence::dispatch_storage_kmax(dtype, d.dk, "decay_attention_backward", [&](auto tag, auto kmax) {
     using S = decltype(tag);
     constexpr int KMAX = decltype(kmax)::value;
@@ -67,7 +76,7 @@ void decay_attention_backward(void* grad_q, void* grad_k, void* grad_v, void* gr
 }
 
 const char* decay_attention_kernel(int64_t dk, int64_t dv, bool vector_gate, DType dtype) {
-  return decay_chunk::supported(dk, dv, vector_gate, dtype) ? "chunked fwd (mma), recurrent bwd" : "recurrent";
+  return decay_chunk::supported(dk, dv, vector_gate, dtype) ? "chunked fwd+bwd (mma)" : "recurrent";
 }
 
 }  // namespace hla::cuda

@@ -3,11 +3,12 @@
 // states in fp32). Gradient buffers as on the CPU: every element written; grad_h0 null = not wanted.
 //   q, k: (B, T, H, dk);  v, o: (B, T, HV, dv);  g: (B, T, HV) scalar or (B, T, HV, dk) vector
 //   h0, ht: (B, HV, dk, dv) fp32, h0 null = zeros
-// Kernels: the forward runs the chunked tensor-core kernel of cuda/decay_attention_chunk.cu for
-// BF16 storage, a scalar gate, dk, dv in {64, 128} and 16-byte aligned q, k, v; every other forward and every backward
-// runs the token recurrence of cuda/recurrence.cuh (dk <= 256, any dv). The backward reads only
-// the inputs and h0, so the two kernels mix freely. d.chunk_size is the CPU's algorithm choice;
-// the GPU picks its kernel by the rules above.
+// Kernels: forward and backward run the chunked tensor-core kernels of
+// cuda/decay_attention_chunk.cu for BF16 storage, a scalar gate, dk, dv in {64, 128}, T > 1 and
+// 16-byte aligned q, k, v (and grad_o); every other case runs the token recurrence of
+// cuda/recurrence.cuh (dk <= 256, any dv). Both directions read only the inputs and h0, so the
+// two kernels mix freely. d.chunk_size is the CPU's algorithm choice; the GPU picks its kernel
+// by the rules above.
 #pragma once
 #include <cstdint>
 

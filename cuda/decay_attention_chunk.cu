@@ -1,9 +1,12 @@
-// The chunked decay-attention forward on tensor cores; scope in cuda/decay_attention_chunk.cuh.
+// The chunked decay attention on tensor cores, forward and backward, pass by pass the CPU chunked
+// reference decay_chunk::forward / decay_chunk::backward of nn/ops/chunk_util.h (scalar gate,
+// ReadAt::after_update); scope in cuda/decay_attention_chunk.cuh.
 //
 // Per (batch b, value head j; q/k head j / (HV / H)), chunks of C = 64 tokens, local t = 0..63;
-// rows past the end of the sequence are zero (q = k = v = 0, g = 0), so they change nothing.
+// rows past the end of the sequence are zero (q = k = v = dO = 0, g = 0), so they change nothing.
 // G = inclusive cumsum of the scalar log gate inside the chunk (<= 0, decreasing), G_last =
 // G[C - 1] (= the last valid token's, since g = 0 past it).
+// Forward:
 //   Pass 1 (scores_kernel, grid (NT, HV, B), every chunk in parallel):
 //     Aqk[t, s] = scale (q_t . k_s) exp(G_t - G_s) for s <= t, else 0 (masked BEFORE the exp,
 //     so every exponent is <= 0)                                          [C x C] fp32, mma
@@ -12,13 +15,44 @@
 //   held in shared memory):
 //     o   = scale exp(G) (.) (Q h) + Aqk V                                               (mma)
 //     h  <- exp(G_last) h + K^T diag(exp(G_last - G)) V                                  (mma)
-// Precision: q, k, v are bf16 and enter the mma exactly; the fp32 operands (h, Aqk, the
-// decay-weighted V) are split into hi + lo bf16 halves (cuda/chunk_mma.cuh); the per-row decay
-// exp(G_t) multiplies the fp32 accumulator. Fragments are gathered element by element from
-// padded shared tiles; ldmatrix and cp.async double buffering are the next step for speed.
+// Backward (CPU decay_chunk::backward, its passes 1-3; mixers.md 4.9 without W, U, L, and 4.10):
+//   Pass 1 (scan_kernel replayed with no outputs): every chunk-start state h[n] into h_start.
+//   Pass 2 (reverse_scan_kernel, the scan's grid and layout, chunks in reverse), dS = dL/dS
+//   starting at dht (zeros when null):
+//     dh[n] = dS, the gradient of chunk n's END state, into dh_end
+//     dS   <- exp(G_last) dS + Q^T diag(scale exp(G)) dO                                 (mma)
+//     finally dh0 = dS.
+//   Pass 3 (local_backward_kernel, grid (NT, HV, B), every chunk in parallel; CPU pass 3):
+//     3a  Aqk as in pass 1, and Ps[t, s] = scale (dO_t . v_s) exp(G_t - G_s) for s <= t    (mma)
+//     3b  64 state columns at a time: dQ += dO h^T;  dK += V dh^T;  <h, dh>;
+//         dV = exp(G_last - G) (.) (K dh) + Aqk^T dO                                       (mma)
+//     3c  dQ = scale exp(G) (.) dQ + Ps K;  dK = exp(G_last - G) (.) dK + Ps^T Q           (mma)
+//     3d  dG_t = q_t . dQ_t - k_t . dK_t, and at the chunk's last row + exp(G_last) <h, dh> +
+//         sum_s k_s . dK^state_s (dK^state = the exp(G_last - G) (V dh^T) part); dg = the reverse
+//         cumsum of dG inside the chunk (rows past the end carry only the last-row terms, down
+//         into the last valid token)
+//   then dq, dk are summed over the value heads of a group (recurrence::group_sum).
+//   Ps holds the whole lower triangle with its diagonal, A[t,t] = q_t . k_t (exp(0) = 1): the
+//   diagonal's terms in q_t . dQ_t and k_t . dK_t are equal and cancel in dG_t, as in the CPU
+//   reference, which leaves the diagonal out of dG.
+//   h[n] and dh[n] are kept in fp32 (2 x 4 B x B HV NT dk dv, 268 MB each at B4 T4096 H16 D128):
+//   bf16 snapshots would put 2^-9 relative errors on dQ, dK, dV (products with h, dh).
+// Precision: q, k, v, dO are bf16 and enter the mma exactly; the fp32 operands (h, dh, Aqk, Ps,
+// the decay-weighted V and dO) are split into hi + lo bf16 halves (cuda/chunk_mma.cuh); per-row
+// decays multiply the fp32 accumulators. Per-row sums (dG) are reduced without atomics
+// (WarpTile::add_row_sums), so the backward is deterministic. Fragments are gathered element by
+// element from padded shared tiles; ldmatrix and cp.async double buffering are the next step for
+// speed.
+// Shared memory per CTA (launch_kernel asserts <= 227 KB, an sm_90 CTA's limit), dk = 128 / 64:
+//   scores_kernel 35,072 / 18,688 B;  scan_kernel and reverse_scan_kernel 76,544 / 50,944 B
+//   (2 / 4 CTAs an SM);  local_backward_kernel (dk, dv) = (128, 128) 141,952 B, (128, 64)
+//   125,568 B, (64, 128) 108,160 B, (64, 64) 91,776 B, with 202, 173, 155, 124 registers a
+//   thread (ptxas): one CTA an SM, two at (64, 64) (at (64, 128) the registers allow only one).
 #include "cuda/decay_attention_chunk.cuh"
 
 #include <cuda_bf16.h>
+
+#include <type_traits>
 
 #include "cuda/chunk_mma.cuh"
 #include "cuda/common.cuh"
@@ -34,7 +68,7 @@ constexpr int kThreads = 32 * kWarps;
 template <int M, int N>
 using WarpTile = chunk_mma::WarpTile<M, N, kWarps>;
 using chunk_mma::load_bf16_rows;
-constexpr int kLdA = C + 4;  // fp32 row stride of the (C x C) score tile in shared memory
+constexpr int kLdA = C + 4;  // fp32 row stride of the (C x C) score tiles in shared memory
 constexpr int BV = 32;       // state columns per scan CTA
 
 struct Args {
@@ -44,9 +78,17 @@ struct Args {
   const bf16* v;        // (B, T, HV, dv)
   const bf16* g;        // (B, T, HV)
   const float* h0;      // (B, HV, dk, dv) or null
-  bf16* o;              // (B, T, HV, dv)
-  float* ht;            // (B, HV, dk, dv)
+  bf16* o;              // (B, T, HV, dv); null: the backward's replay (no outputs)
+  float* ht;            // (B, HV, dk, dv) or null
   float* aqk;           // (B, HV, NT, C, C) workspace: pass 1 writes, pass 2 reads
+  // backward only (null in the forward)
+  float* h_start;       // (B, HV, NT, dk, dv)  state at the start of each chunk (replayed pass 1)
+  float* dh_end;        // (B, HV, NT, dk, dv)  gradient of each chunk's END state (pass 2)
+  const bf16* d_o;      // (B, T, HV, dv)
+  const float* dht;     // (B, HV, dk, dv) or null: gradient of the final state
+  float* dh0;           // (B, HV, dk, dv) or null
+  float *dq, *dk;       // (B, T, HV, dk)  per value head (summed over a group afterwards)
+  bf16 *dv, *dg;        // (B, T, HV, dv), (B, T, HV)
 };
 
 __device__ __forceinline__ float bf(bf16 x) { return __bfloat162float(x); }
@@ -66,11 +108,25 @@ __device__ __forceinline__ void chunk_cumsum(float* G, const bf16* g, int64_t st
   G[2 * lane + 1] = s;
 }
 
-// ---- Pass 1: the masked, decayed scores of every chunk ----
+// out[r * ld + c] = scale * s(r, c) * exp(G[r] - G[c]) for c <= r, else 0: a (C x C) product of
+// this chunk's rows with its columns, decayed and causally masked (masked BEFORE the exp, so
+// every exponent is <= 0).
+__device__ __forceinline__ void store_decayed_scores(WarpTile<C, C>& s, float* out, int ld, const float* G,
+                                                     float scale) {
+  s.each([&](int r, int c, float x, int) { out[r * ld + c] = c <= r ? scale * x * expf(G[r] - G[c]) : 0.f; });
+}
+
+// ---- Forward pass 1: the masked, decayed scores of every chunk ----
+
+template <int DK>
+struct ScoresSmem {
+  static constexpr int kLdK = DK + 8;
+  static constexpr size_t bytes() { return sizeof(bf16) * 2 * C * kLdK + sizeof(float) * C; }
+};
 
 template <int DK>
 __global__ void __launch_bounds__(kThreads) scores_kernel(Args a) {
-  constexpr int kLdK = DK + 8;
+  constexpr int kLdK = ScoresSmem<DK>::kLdK;
   extern __shared__ float4 smem_raw[];
   bf16* q = reinterpret_cast<bf16*>(smem_raw);  // (C, kLdK)
   bf16* k = q + C * kLdK;                       // (C, kLdK)
@@ -84,29 +140,58 @@ __global__ void __launch_bounds__(kThreads) scores_kernel(Args a) {
   WarpTile<C, C> s;
   s.mma<DK, false, false>([&](int r, int d) { return bf(q[r * kLdK + d]); },   // Q[r][d]
                           [&](int d, int c) { return bf(k[c * kLdK + d]); });  // K^T[d][c]
-  float* out = a.aqk + ((int64_t(b) * a.HV + j) * a.NT + chunk) * C * C;
-  s.each([&](int r, int c, float& x, int) { out[r * C + c] = c <= r ? a.scale * x * expf(G[r] - G[c]) : 0.f; });
+  store_decayed_scores(s, a.aqk + ((int64_t(b) * a.HV + j) * a.NT + chunk) * C * C, C, G, a.scale);
 }
 
-// ---- Pass 2: the scan over chunks, one BV-column tile of the state per CTA ----
+// ---- The scans over chunks (forward pass 2 and its replay, backward pass 2) ----
 
+// One CTA's shared memory: a BV-column tile of the carried state (h forward, dS reverse) and one
+// chunk's tiles.
 template <int DK>
 struct ScanSmem {
   static constexpr int kLdK = DK + 8, kLdV = BV + 8, kLdH = BV + 4;
-  float* h;             // (DK, kLdH)  state columns v0 .. v0 + BV - 1 at the chunk's start
-  float* aqk;           // (C, kLdA)
-  float *G, *expG, *kdecay;  // (C): G, exp(G), exp(G_last - G)
+  float* h;             // (DK, kLdH)  state columns v0 .. v0 + BV - 1: h (forward) or dS (reverse)
+  float* aqk;           // (C, kLdA)   the forward's scores
+  float *G, *expG, *w;  // (C): G, exp(G), the state update's row weights (see advance)
   bf16 *q, *k;          // (C, kLdK)
-  bf16* v;              // (C, kLdV)  columns v0 .. v0 + BV - 1
+  bf16* v;              // (C, kLdV)   columns v0 .. v0 + BV - 1 of V (forward) or dO (reverse)
   static constexpr size_t bytes() {
     return sizeof(float) * (size_t(DK) * kLdH + C * kLdA + 3 * C) + sizeof(bf16) * (2 * C * kLdK + C * kLdV);
   }
   __device__ explicit ScanSmem(void* p) {
-    h = static_cast<float*>(p), aqk = h + DK * kLdH, G = aqk + C * kLdA, expG = G + C, kdecay = expG + C;
-    q = reinterpret_cast<bf16*>(kdecay + C), k = q + C * kLdK, v = k + C * kLdK;
+    h = static_cast<float*>(p), aqk = h + DK * kLdH, G = aqk + C * kLdA, expG = G + C, w = expG + C;
+    q = reinterpret_cast<bf16*>(w + C), k = q + C * kLdK, v = k + C * kLdK;
+  }
+  // h <- columns v0 .. v0 + BV - 1 of a (DK, DV) fp32 state in global memory (zeros when null).
+  __device__ void load_state(const float* src, int v0, int DV) const {
+    for (int i = threadIdx.x; i < DK * BV; i += kThreads) {
+      const int d = i / BV, c = i % BV;
+      h[d * kLdH + c] = src ? src[d * DV + v0 + c] : 0.f;
+    }
+  }
+  // The same columns of a (DK, DV) fp32 state in global memory <- h.
+  __device__ void store_state(float* dst, int v0, int DV) const {
+    for (int i = threadIdx.x; i < DK * BV; i += kThreads) {
+      const int d = i / BV, c = i % BV;
+      dst[d * DV + v0 + c] = h[d * kLdH + c];
+    }
+  }
+  // h <- exp(G_last) h + X^T diag(w) Y for this chunk: X (C, DK) = K forward, Q reverse; Y = the
+  // v tile (V forward, dO reverse); w = exp(G_last - G) forward, scale exp(G) reverse. The
+  // __syncthreads inside orders every read of h and of the chunk's tiles before h is written.
+  __device__ void advance(const bf16* x) const {
+    WarpTile<DK, BV> next;
+    const float decay = expG[C - 1];
+    next.each([&](int d, int c, float& acc, int) { acc = decay * h[d * kLdH + c]; });
+    next.mma<C, false, true>([&](int d, int s) { return bf(x[s * kLdK + d]); },
+                             [&](int s, int c) { return bf(v[s * kLdV + c]) * w[s]; });
+    __syncthreads();
+    next.each([&](int d, int c, float acc, int) { h[d * kLdH + c] = acc; });
   }
 };
 
+// Forward pass 2. With a.o null (the backward's replay) it reads no scores and writes no
+// outputs, only every chunk-start state h[n] into a.h_start.
 template <int DK>
 __global__ void __launch_bounds__(kThreads) scan_kernel(Args a, int DV) {
   extern __shared__ float4 smem_raw[];
@@ -115,21 +200,19 @@ __global__ void __launch_bounds__(kThreads) scan_kernel(Args a, int DV) {
   constexpr int kLdK = Smem::kLdK, kLdV = Smem::kLdV, kLdH = Smem::kLdH;
   const int v0 = blockIdx.x * BV, j = blockIdx.y, b = blockIdx.z, hq = j / (a.HV / a.H);
   const int64_t head = int64_t(b) * a.HV + j;  // (b, j) of the (B, HV, ..) buffers
-  const float* h0 = a.h0 ? a.h0 + head * DK * DV : nullptr;
-  for (int i = threadIdx.x; i < DK * BV; i += kThreads) {
-    const int d = i / BV, c = i % BV;
-    sm.h[d * kLdH + c] = h0 ? h0[d * DV + v0 + c] : 0.f;
-  }
+  sm.load_state(a.h0 ? a.h0 + head * DK * DV : nullptr, v0, DV);
   for (int chunk = 0; chunk < a.NT; chunk++) {
     const int t0 = chunk * C, n = min(C, a.T - t0);
     const int64_t tok = int64_t(b) * a.T + t0;  // first (b, t) row of the chunk
-    load_bf16_rows<C, DK>(sm.q, a.q + (tok * a.H + hq) * DK, int64_t(a.H) * DK, n);
     load_bf16_rows<C, DK>(sm.k, a.k + (tok * a.H + hq) * DK, int64_t(a.H) * DK, n);
     load_bf16_rows<C, BV>(sm.v, a.v + (tok * a.HV + j) * DV + v0, int64_t(a.HV) * DV, n);
-    const float* aqk = a.aqk + (head * a.NT + chunk) * C * C;
-    for (int i = threadIdx.x; i < C * C / 4; i += kThreads) {
-      const int r = i / (C / 4), c = (i % (C / 4)) * 4;
-      *reinterpret_cast<float4*>(sm.aqk + r * kLdA + c) = *reinterpret_cast<const float4*>(aqk + r * C + c);
+    if (a.o) {
+      load_bf16_rows<C, DK>(sm.q, a.q + (tok * a.H + hq) * DK, int64_t(a.H) * DK, n);
+      const float* aqk = a.aqk + (head * a.NT + chunk) * C * C;
+      for (int i = threadIdx.x; i < C * C / 4; i += kThreads) {
+        const int r = i / (C / 4), c = (i % (C / 4)) * 4;
+        *reinterpret_cast<float4*>(sm.aqk + r * kLdA + c) = *reinterpret_cast<const float4*>(aqk + r * C + c);
+      }
     }
     if (threadIdx.x < 32) {
       chunk_cumsum(sm.G, a.g + tok * a.HV + j, a.HV, n);
@@ -137,15 +220,16 @@ __global__ void __launch_bounds__(kThreads) scan_kernel(Args a, int DV) {
       const float last = sm.G[C - 1];
       for (int t = threadIdx.x; t < C; t += 32) {
         sm.expG[t] = expf(sm.G[t]);
-        sm.kdecay[t] = expf(last - sm.G[t]);
+        sm.w[t] = expf(last - sm.G[t]);  // how much of token t survives to the chunk's end
       }
     }
     __syncthreads();
-    auto h_op = [&](int d, int c) { return sm.h[d * kLdH + c]; };  // h[d][c]
+    if (a.h_start) sm.store_state(a.h_start + (head * a.NT + chunk) * DK * DV, v0, DV);
     // o = scale exp(G) (.) (Q h) + Aqk V   (Aqk holds scale and the decays)
-    {
+    if (a.o) {
       WarpTile<C, BV> o;
-      o.mma<DK, false, true>([&](int r, int d) { return bf(sm.q[r * kLdK + d]); }, h_op);
+      o.mma<DK, false, true>([&](int r, int d) { return bf(sm.q[r * kLdK + d]); },
+                             [&](int d, int c) { return sm.h[d * kLdH + c]; });
       o.each([&](int r, int, float& x, int) { x *= a.scale * sm.expG[r]; });
       o.mma<C, true, false>([&](int r, int s) { return sm.aqk[r * kLdA + s]; },
                             [&](int s, int c) { return bf(sm.v[s * kLdV + c]); });
@@ -154,37 +238,214 @@ __global__ void __launch_bounds__(kThreads) scan_kernel(Args a, int DV) {
         if (r < n) out[int64_t(r) * a.HV * DV + c] = __float2bfloat16_rn(x);
       });
     }
-    // h <- exp(G_last) h + K^T diag(exp(G_last - G)) V
-    {
-      WarpTile<DK, BV> hn;
-      const float decay = sm.expG[C - 1];
-      hn.each([&](int d, int c, float& x, int) { x = decay * sm.h[d * kLdH + c]; });
-      hn.mma<C, false, true>([&](int d, int s) { return bf(sm.k[s * kLdK + d]); },
-                             [&](int s, int c) { return bf(sm.v[s * kLdV + c]) * sm.kdecay[s]; });
-      __syncthreads();  // every read of h and of this chunk's tiles is done
-      hn.each([&](int d, int c, float& x, int) { sm.h[d * kLdH + c] = x; });
-    }
+    sm.advance(sm.k);  // h <- exp(G_last) h + K^T diag(exp(G_last - G)) V
   }
   __syncthreads();
-  float* ht = a.ht + head * DK * DV;
-  for (int i = threadIdx.x; i < DK * BV; i += kThreads) {
-    const int d = i / BV, c = i % BV;
-    ht[d * DV + v0 + c] = sm.h[d * kLdH + c];
+  if (a.ht) sm.store_state(a.ht + head * DK * DV, v0, DV);
+}
+
+// Backward pass 2: dS carried backwards over the chunks (sm.h holds dS, sm.v the dO tile).
+template <int DK>
+__global__ void __launch_bounds__(kThreads) reverse_scan_kernel(Args a, int DV) {
+  extern __shared__ float4 smem_raw[];
+  const ScanSmem<DK> sm(smem_raw);
+  const int v0 = blockIdx.x * BV, j = blockIdx.y, b = blockIdx.z, hq = j / (a.HV / a.H);
+  const int64_t head = int64_t(b) * a.HV + j;
+  sm.load_state(a.dht ? a.dht + head * DK * DV : nullptr, v0, DV);
+  for (int chunk = a.NT - 1; chunk >= 0; chunk--) {
+    const int t0 = chunk * C, n = min(C, a.T - t0);
+    const int64_t tok = int64_t(b) * a.T + t0;
+    load_bf16_rows<C, DK>(sm.q, a.q + (tok * a.H + hq) * DK, int64_t(a.H) * DK, n);
+    load_bf16_rows<C, BV>(sm.v, a.d_o + (tok * a.HV + j) * DV + v0, int64_t(a.HV) * DV, n);
+    if (threadIdx.x < 32) {
+      chunk_cumsum(sm.G, a.g + tok * a.HV + j, a.HV, n);
+      __syncwarp();
+      for (int t = threadIdx.x; t < C; t += 32) {
+        sm.expG[t] = expf(sm.G[t]);
+        sm.w[t] = a.scale * sm.expG[t];  // o_t = scale exp(G_t) h^T q_t + ...
+      }
+    }
+    __syncthreads();
+    sm.store_state(a.dh_end + (head * a.NT + chunk) * DK * DV, v0, DV);  // dh[n] = dS
+    sm.advance(sm.q);  // dS <- exp(G_last) dS + Q^T diag(scale exp(G)) dO
   }
+  __syncthreads();
+  if (a.dh0) sm.store_state(a.dh0 + head * DK * DV, v0, DV);
+}
+
+// ---- Backward pass 3: every chunk's gradients from h[n], dh[n] and its own tokens ----
+
+constexpr int kPiece = 64;  // state columns in shared memory at a time (pass 3b)
+
+template <int DK, int DV>
+struct LocalSmem {
+  static constexpr int kLdK = DK + 8, kLdV = DV + 8;  // bf16 row strides
+  static constexpr int kLdS = kPiece + 4;             // fp32 row stride of the state piece
+  float *aqk, *ps;                 // (C, kLdA): Aqk, and Ps = the decayed, masked scale dO V^T
+  float* state;                    // (DK, kLdS): kPiece columns of h[n], then of dh[n]
+  float *G, *expG, *kdecay, *dG;   // (C): G, exp(G), exp(G_last - G), the gate gradient
+  float *rowQ, *rowK, *rowKs;      // (2, C) per-row partial sums (WarpTile::add_row_sums)
+  float* red;                      // (32) block_sum scratch
+  bf16 *q, *k;                     // (C, kLdK)
+  bf16 *v, *dov;                   // (C, kLdV): V, dO
+  static constexpr size_t floats() { return size_t(2) * C * kLdA + size_t(DK) * kLdS + 4 * C + 6 * C + 32; }
+  static constexpr size_t bytes() { return sizeof(float) * floats() + sizeof(bf16) * C * (2 * kLdK + 2 * kLdV); }
+  __device__ explicit LocalSmem(void* p) {
+    aqk = static_cast<float*>(p), ps = aqk + C * kLdA, state = ps + C * kLdA;
+    G = state + DK * kLdS, expG = G + C, kdecay = expG + C, dG = kdecay + C;
+    rowQ = dG + C, rowK = rowQ + 2 * C, rowKs = rowK + 2 * C, red = rowKs + 2 * C;
+    q = reinterpret_cast<bf16*>(red + 32), k = q + C * kLdK, v = k + C * kLdK, dov = v + C * kLdV;
+  }
+};
+
+template <int DK, int DV>
+__global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(Args a) {
+  extern __shared__ float4 smem_raw[];
+  using Smem = LocalSmem<DK, DV>;
+  const Smem sm(smem_raw);
+  constexpr int kLdK = Smem::kLdK, kLdV = Smem::kLdV, kLdS = Smem::kLdS;
+  const int chunk = blockIdx.x, j = blockIdx.y, b = blockIdx.z, hq = j / (a.HV / a.H);
+  const int t0 = chunk * C, n = min(C, a.T - t0);
+  const int64_t head = int64_t(b) * a.HV + j;
+  const int64_t tok0 = (int64_t(b) * a.T + t0) * a.HV + j;  // (B, T, HV) index of token t0
+  const int64_t qk0 = ((int64_t(b) * a.T + t0) * a.H + hq) * DK;
+  const int64_t state0 = (head * a.NT + chunk) * DK * DV;    // this chunk's h[n] and dh[n]
+  load_bf16_rows<C, DK>(sm.q, a.q + qk0, int64_t(a.H) * DK, n);
+  load_bf16_rows<C, DK>(sm.k, a.k + qk0, int64_t(a.H) * DK, n);
+  load_bf16_rows<C, DV>(sm.v, a.v + tok0 * DV, int64_t(a.HV) * DV, n);
+  load_bf16_rows<C, DV>(sm.dov, a.d_o + tok0 * DV, int64_t(a.HV) * DV, n);
+  if (threadIdx.x < 32) {
+    chunk_cumsum(sm.G, a.g + tok0, a.HV, n);
+    __syncwarp();
+    const float last = sm.G[C - 1];
+    for (int t = threadIdx.x; t < C; t += 32) {
+      sm.expG[t] = expf(sm.G[t]);
+      sm.kdecay[t] = expf(last - sm.G[t]);
+    }
+  }
+  for (int i = threadIdx.x; i < 6 * C; i += kThreads) sm.rowQ[i] = 0.f;  // rowQ, rowK, rowKs
+  __syncthreads();
+  auto q_rows = [&](int r, int d) { return bf(sm.q[r * kLdK + d]); };  // Q[r][d]
+  auto k_rows = [&](int r, int d) { return bf(sm.k[r * kLdK + d]); };  // K[r][d]
+  // 3a: Aqk = scale (Q K^T) (.) Gamma and Ps = scale (dO V^T) (.) Gamma, Gamma[t,s] = exp(G_t - G_s)
+  //     on s <= t (o = Aqk V  =>  dAqk = dO V^T, and Aqk's gated factor is q_t . k_s).
+  {
+    WarpTile<C, C> qk, da;
+    qk.mma<DK, false, false>(q_rows, [&](int d, int s) { return bf(sm.k[s * kLdK + d]); });
+    da.mma<DV, false, false>([&](int r, int c) { return bf(sm.dov[r * kLdV + c]); },
+                             [&](int c, int s) { return bf(sm.v[s * kLdV + c]); });
+    store_decayed_scores(qk, sm.aqk, kLdA, sm.G, a.scale);
+    store_decayed_scores(da, sm.ps, kLdA, sm.G, a.scale);
+  }
+  __syncthreads();
+  // 3b: the inter-chunk terms, kPiece state columns c0 .. c0 + kPiece - 1 at a time:
+  //     o = scale exp(G) (.) (Q h)       =>  dQ  = scale exp(G) (.) (dO h^T)   (scaled in 3c)
+  //     S_end = ... + (K (.) exp(G_last - G))^T V
+  //                                      =>  dK^state = exp(G_last - G) (.) (V dh^T)   (3c)
+  //                                          dV = exp(G_last - G) (.) (K dh) + Aqk^T dO
+  //     S_end = exp(G_last) h + ...      =>  <h, dh> for dG_last (3d)
+  WarpTile<C, DK> dq, dk;
+  float hdh = 0.f;
+  auto state_t = [&](int c, int d) { return sm.state[d * kLdS + c]; };  // (the piece of h or dh)^T
+  for (int c0 = 0; c0 < DV; c0 += kPiece) {
+    for (int i = threadIdx.x; i < DK * kPiece / 4; i += kThreads) {
+      const int d = i / (kPiece / 4), c = (i % (kPiece / 4)) * 4;
+      *reinterpret_cast<float4*>(sm.state + d * kLdS + c) =
+          *reinterpret_cast<const float4*>(a.h_start + state0 + d * DV + c0 + c);
+    }
+    __syncthreads();
+    dq.mma<kPiece, false, true>([&](int r, int c) { return bf(sm.dov[r * kLdV + c0 + c]); }, state_t);
+    __syncthreads();  // every read of h's piece is done
+    for (int i = threadIdx.x; i < DK * kPiece / 4; i += kThreads) {  // dh's piece in h's place
+      const int d = i / (kPiece / 4), c = (i % (kPiece / 4)) * 4;
+      float4* s = reinterpret_cast<float4*>(sm.state + d * kLdS + c);
+      const float4 h = *s, x = *reinterpret_cast<const float4*>(a.dh_end + state0 + d * DV + c0 + c);
+      hdh += h.x * x.x + h.y * x.y + h.z * x.z + h.w * x.w;
+      *s = x;
+    }
+    __syncthreads();
+    dk.mma<kPiece, false, true>([&](int r, int c) { return bf(sm.v[r * kLdV + c0 + c]); }, state_t);
+    {
+      WarpTile<C, kPiece> dv;
+      dv.mma<DK, false, true>(k_rows, [&](int d, int c) { return sm.state[d * kLdS + c]; });
+      dv.each([&](int r, int, float& x, int) { x *= sm.kdecay[r]; });
+      dv.mma<C, true, false>([&](int s, int t) { return sm.aqk[t * kLdA + s]; },  // Aqk^T[s][t]
+                             [&](int t, int c) { return bf(sm.dov[t * kLdV + c0 + c]); });
+      dv.each([&](int r, int c, float x, int) {
+        if (r < n) a.dv[(tok0 + int64_t(r) * a.HV) * DV + c0 + c] = __float2bfloat16_rn(x);
+      });
+    }
+    __syncthreads();  // every read of dh's piece is done before the next piece overwrites it
+  }
+  // 3c: the row decays, sum_s k_s . dK^state_s (dG_last), then the in-chunk pairs:
+  //     A[t,s] = Gamma[t,s] q_t . k_s  =>  dQ += Ps K,  dK += Ps^T Q   (Ps holds scale, Gamma)
+  dq.each([&](int r, int, float& x, int) { x *= a.scale * sm.expG[r]; });
+  dk.each([&](int r, int, float& x, int) { x *= sm.kdecay[r]; });
+  dk.add_row_sums(sm.rowKs, [&](int r, int d, float x) { return x * k_rows(r, d); });
+  dq.mma<C, true, false>([&](int r, int s) { return sm.ps[r * kLdA + s]; }, k_rows);
+  dk.mma<C, true, false>([&](int s, int t) { return sm.ps[t * kLdA + s]; }, q_rows);  // Ps^T[s][t]
+  // 3d: dG_t = q_t . dQ_t - k_t . dK_t (4.10: q enters as q exp(G), k as k exp(-G)).
+  dq.add_row_sums(sm.rowQ, [&](int r, int d, float x) { return x * q_rows(r, d); });
+  dk.add_row_sums(sm.rowK, [&](int r, int d, float x) { return x * k_rows(r, d); });
+  dq.each([&](int r, int d, float x, int) { if (r < n) a.dq[(tok0 + int64_t(r) * a.HV) * DK + d] = x; });
+  dk.each([&](int r, int d, float x, int) { if (r < n) a.dk[(tok0 + int64_t(r) * a.HV) * DK + d] = x; });
+  hdh = block_sum(hdh, sm.red);  // its __syncthreads also publish the row sums
+  if (threadIdx.x < C) {
+    const int r = threadIdx.x;
+    sm.dG[r] = sm.rowQ[r] + sm.rowQ[C + r] - sm.rowK[r] - sm.rowK[C + r];
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float kgp = 0.f;  // sum_s k_s . dK^state_s
+    for (int i = 0; i < 2 * C; i++) kgp += sm.rowKs[i];
+    sm.dG[C - 1] += sm.expG[C - 1] * hdh + kgp;
+    for (int t = C - 2; t >= 0; t--) sm.dG[t] += sm.dG[t + 1];  // g_t enters G_s for s >= t
+  }
+  __syncthreads();
+  if (threadIdx.x < n) a.dg[tok0 + int64_t(threadIdx.x) * a.HV] = __float2bfloat16_rn(sm.dG[threadIdx.x]);
+}
+
+// ---- Host side ----
+
+// Launches `kernel` on `grid` with BYTES of dynamic shared memory.
+template <size_t BYTES, class Kernel, class... Params>
+void launch_kernel(Kernel kernel, dim3 grid, Params... params) {
+  static_assert(BYTES <= 227 * 1024, "at most 227 KB of shared memory per CTA");
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(BYTES)));
+  kernel<<<grid, kThreads, BYTES>>>(params...);
+  CUDA_CHECK_LAUNCH();
+}
+
+// Forward pass 2, or the backward's replay of it (a.o null).
+template <int DK>
+void launch_scan(const Args& a, int DV) {
+  launch_kernel<ScanSmem<DK>::bytes()>(scan_kernel<DK>, dim3(DV / BV, a.HV, a.B), a, DV);
 }
 
 template <int DK>
-void launch(const Args& a, int DV) {
-  auto scores = scores_kernel<DK>;
-  constexpr size_t scores_bytes = sizeof(bf16) * 2 * C * (DK + 8) + sizeof(float) * C;
-  CUDA_CHECK(cudaFuncSetAttribute(scores, cudaFuncAttributeMaxDynamicSharedMemorySize, int(scores_bytes)));
-  scores<<<dim3(a.NT, a.HV, a.B), kThreads, scores_bytes>>>(a);
-  CUDA_CHECK_LAUNCH();
-  auto scan = scan_kernel<DK>;
-  constexpr size_t scan_bytes = ScanSmem<DK>::bytes();
-  CUDA_CHECK(cudaFuncSetAttribute(scan, cudaFuncAttributeMaxDynamicSharedMemorySize, int(scan_bytes)));
-  scan<<<dim3(DV / BV, a.HV, a.B), kThreads, scan_bytes>>>(a, DV);
-  CUDA_CHECK_LAUNCH();
+void launch_forward(const Args& a, int DV) {
+  launch_kernel<ScoresSmem<DK>::bytes()>(scores_kernel<DK>, dim3(a.NT, a.HV, a.B), a);
+  launch_scan<DK>(a, DV);
+}
+
+template <int DK, int DV>
+void launch_backward(const Args& a) {
+  static_assert(LocalSmem<DK, DV>::floats() % 4 == 0, "the bf16 tiles of LocalSmem start 16-byte aligned");
+  launch_scan<DK>(a, DV);  // pass 1: every h[n]
+  launch_kernel<ScanSmem<DK>::bytes()>(reverse_scan_kernel<DK>, dim3(DV / BV, a.HV, a.B), a, DV);
+  launch_kernel<LocalSmem<DK, DV>::bytes()>(local_backward_kernel<DK, DV>, dim3(a.NT, a.HV, a.B), a);
+}
+
+// The inputs both directions read; outputs and workspaces are set by the caller.
+Args input_args(const void* q, const void* k, const void* v, const void* g, const float* h0,
+                const DecayAttentionDims& d) {
+  HLA_CHECK(aligned16(q) && aligned16(k) && aligned16(v), "decay_attention chunk kernel: q, k, v must be 16-byte aligned");
+  Args a{};
+  a.B = int(d.B), a.T = int(d.T), a.H = int(d.H), a.HV = int(d.HV), a.NT = int((d.T + C - 1) / C);
+  a.scale = float(d.scale);
+  a.q = static_cast<const bf16*>(q), a.k = static_cast<const bf16*>(k), a.v = static_cast<const bf16*>(v);
+  a.g = static_cast<const bf16*>(g), a.h0 = h0;
+  return a;
 }
 
 }  // namespace
@@ -195,16 +456,35 @@ bool supported(int64_t dk, int64_t dv, bool vector_gate, DType dtype) {
 
 void forward(void* o, float* ht, const void* q, const void* k, const void* v, const void* g, const float* h0,
              const DecayAttentionDims& d) {
-  HLA_CHECK(aligned16(q) && aligned16(k) && aligned16(v), "decay_attention chunk kernel: q, k, v must be 16-byte aligned");
-  Args a{};
-  a.B = int(d.B), a.T = int(d.T), a.H = int(d.H), a.HV = int(d.HV), a.NT = int((d.T + C - 1) / C);
-  a.scale = float(d.scale);
-  a.q = static_cast<const bf16*>(q), a.k = static_cast<const bf16*>(k), a.v = static_cast<const bf16*>(v);
-  a.g = static_cast<const bf16*>(g), a.h0 = h0, a.o = static_cast<bf16*>(o), a.ht = ht;
+  Args a = input_args(q, k, v, g, h0, d);
+  a.o = static_cast<bf16*>(o), a.ht = ht;
   FloatScratch aqk(d.B * d.HV * a.NT * C * C);  // (B, HV, NT, C, C)
   a.aqk = aqk.get();
-  if (d.dk == 64) launch<64>(a, int(d.dv));
-  else launch<128>(a, int(d.dv));
+  if (d.dk == 64) launch_forward<64>(a, int(d.dv));
+  else launch_forward<128>(a, int(d.dv));
+}
+
+void backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, float* grad_h0, const void* grad_o,
+              const float* grad_ht, const void* q, const void* k, const void* v, const void* g, const float* h0,
+              const DecayAttentionDims& d) {
+  HLA_CHECK(aligned16(grad_o), "decay_attention chunk kernel: grad_o must be 16-byte aligned");
+  Args a = input_args(q, k, v, g, h0, d);
+  const int64_t states = d.B * d.HV * a.NT * d.dk * d.dv;  // (B, HV, NT, dk, dv)
+  const int64_t grads = d.B * d.T * d.HV * d.dk;           // (B, T, HV, dk)
+  FloatScratch h_start(states), dh_end(states), dq(grads), dk(grads);
+  a.h_start = h_start.get(), a.dh_end = dh_end.get();
+  a.d_o = static_cast<const bf16*>(grad_o), a.dht = grad_ht, a.dh0 = grad_h0;
+  a.dq = dq.get(), a.dk = dk.get();
+  a.dv = static_cast<bf16*>(grad_v), a.dg = static_cast<bf16*>(grad_g);
+  using K64 = std::integral_constant<int, 64>;
+  using K128 = std::integral_constant<int, 128>;
+  auto run = [&](auto dk_, auto dv_) { launch_backward<decltype(dk_)::value, decltype(dv_)::value>(a); };
+  if (d.dk == 64 && d.dv == 64) run(K64{}, K64{});
+  else if (d.dk == 64) run(K64{}, K128{});
+  else if (d.dv == 64) run(K128{}, K64{});
+  else run(K128{}, K128{});
+  recurrence::group_sum(static_cast<bf16*>(grad_q), dq.get(), d.B * d.T, d.H, d.HV / d.H, d.dk);
+  recurrence::group_sum(static_cast<bf16*>(grad_k), dk.get(), d.B * d.T, d.H, d.HV / d.H, d.dk);
 }
 
 }  // namespace hla::cuda::decay_chunk

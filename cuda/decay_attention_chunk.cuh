@@ -1,13 +1,14 @@
-// The chunked decay-attention forward on tensor cores (mixers.md 4.3, 7, 10): the GPU form of the
-// CPU chunked reference decay_chunk::forward (nn/ops/chunk_util.h, ReadAt::after_update).
-// cuda/decay_attention.cu dispatches here when supported() holds and keeps the recurrent
-// kernel of cuda/recurrence.cuh for every other case and for the backward (which reads only
-// the inputs and the initial state, so the two kernels mix freely).
+// The chunked decay attention on tensor cores (mixers.md 4.3, 4.9, 4.10, 7, 10), forward and
+// backward: the GPU form of the CPU chunked reference decay_chunk::forward / decay_chunk::backward
+// (nn/ops/chunk_util.h, ReadAt::after_update). cuda/decay_attention.cu dispatches here when
+// supported() holds (and T > 1, 16-byte aligned q, k, v, grad_o) and keeps the recurrent kernel
+// of cuda/recurrence.cuh for every other case. Both directions read only the inputs and the
+// initial state, so a chunked forward and a recurrent backward (or the reverse) mix freely.
 //
 // Scope: BF16 storage (fp32 math and state), a scalar log gate g: (B, T, HV) (RetNet, Mamba-2),
 // grouped value heads, dk and dv in {64, 128}, chunks of kChunk = 64 tokens, any T, optional
-// initial state. Vector gates (GLA, HGRN-2) need the sub-chunk factorisation of 4.4 and stay
-// on the recurrent kernel.
+// initial state and final-state gradient. Vector gates (GLA, HGRN-2) need the sub-chunk
+// factorisation of 4.4 and stay on the recurrent kernel.
 #pragma once
 #include <cstdint>
 
@@ -24,5 +25,13 @@ bool supported(int64_t dk, int64_t dv, bool vector_gate, DType dtype);
 // aligned), fp32 h0 (null = zeros) and ht.
 void forward(void* o, float* ht, const void* q, const void* k, const void* v, const void* g, const float* h0,
              const DecayAttentionDims& d);
+
+// cuda::decay_attention_backward for supported() dims: writes bf16 grad_q, grad_k, grad_v,
+// grad_g and fp32 grad_h0 (null = not wanted); grad_o bf16 (16-byte aligned), grad_ht fp32
+// (null = no gradient on the final state). Workspace: 2 x 4 B x B HV ceil(T / 64) dk dv (every
+// chunk-start state and its gradient) + 2 x 4 B x B T HV dk (per-value-head dq, dk).
+void backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, float* grad_h0, const void* grad_o,
+              const float* grad_ht, const void* q, const void* k, const void* v, const void* g, const float* h0,
+              const DecayAttentionDims& d);
 
 }  // namespace hla::cuda::decay_chunk

@@ -180,12 +180,15 @@ void add_decay_cases() {
                       decay_kernel(r.dk, r.dv, r.vector_gate), decay_inputs(c), decay_op(c.scale, 0)));
   }
 
-  // Cases that take the chunked tensor-core forward (cuda/decay_attention_chunk.cu) in bf16:
-  // the two scalar-gate mixers' gates, grouped value heads (H 2 / HV 4), every (dk, dv)
-  // template class, partial last chunks with an initial state, and a long sequence (64
-  // chunks). The f32 rows run the recurrent kernel (fp32 storage never takes the chunked
-  // path); under RetNet's constant near-1 decays they check that its decay keeps full fp32
-  // precision over a memory of hundreds of tokens (cuda/recurrence.cuh, decay()).
+  // Cases that take the chunked tensor-core kernels (cuda/decay_attention_chunk.cu, forward and
+  // backward) in bf16: the two scalar-gate mixers' gates and a plain scalar log gate
+  // logsigmoid(N(0, 1)) (a decay of ~0.45 a step: exp(G) reaches ~e^-50 inside a chunk), grouped
+  // value heads (H 2 / HV 4, H 1 / HV 4) and ungrouped ones, every (dk, dv) template class,
+  // partial last chunks (T = 100, 130, 150; 193 leaves one token) and one exact chunk (T = 64),
+  // with and without an initial state, and a long sequence (64 chunks). The f32 rows run the
+  // recurrent kernel (fp32 storage never takes the chunked path); under RetNet's constant near-1
+  // decays they check that its decay keeps full fp32 precision over a memory of hundreds of
+  // tokens (cuda/recurrence.cuh, decay()).
   struct ChunkRow {
     int64_t B, T, H, HV, dk, dv;
     DecayGate gate;
@@ -198,34 +201,51 @@ void add_decay_cases() {
            ChunkRow{2, 130, 2, 4, 128, 128, DecayGate::RetNet, true},
            ChunkRow{2, 100, 2, 4, 64, 128, DecayGate::RetNet, true},
            ChunkRow{2, 130, 2, 4, 64, 128, DecayGate::Mamba2, false},
+           ChunkRow{3, 64, 3, 3, 128, 64, DecayGate::Mamba2, true},
+           ChunkRow{2, 193, 2, 2, 128, 64, DecayGate::RetNet, false},
+           ChunkRow{2, 150, 1, 4, 64, 64, DecayGate::Scalar, true},
            ChunkRow{2, 4096, 2, 4, 128, 128, DecayGate::RetNet, true},
            ChunkRow{2, 4096, 2, 4, 128, 128, DecayGate::Mamba2, true},
        }) {
-    const bool retnet = r.gate == DecayGate::RetNet;
-    const DecayCase c{r.B, r.T, r.H, r.HV, r.dk, r.dv, r.gate, 0.0, retnet ? 1.0 : unit_std(r.dk), unit_std(r.dk),
-                      r.initial_state ? 0.5 : 0.0, retnet ? unit_std(r.dk) : 1.0, 0};
-    const std::string name =
-        std::string("decay chunk ") + (retnet ? "retnet" : "mamba2") + dims(r.B, r.T, r.H, r.HV, r.dk, r.dv);
+    // Mamba-2 reads unit-norm queries at scale 1; RetNet (and the plain gate) scale 1 / sqrt(dk).
+    const bool mamba2 = r.gate == DecayGate::Mamba2;
+    const DecayCase c{r.B, r.T, r.H, r.HV, r.dk, r.dv, r.gate, 0.0, mamba2 ? unit_std(r.dk) : 1.0, unit_std(r.dk),
+                      r.initial_state ? 0.5 : 0.0, mamba2 ? 1.0 : unit_std(r.dk), 0};
+    const char* gate = mamba2 ? "mamba2" : r.gate == DecayGate::RetNet ? "retnet" : "scalar";
+    const std::string name = std::string("decay chunk ") + gate + dims(r.B, r.T, r.H, r.HV, r.dk, r.dv);
     add_case(gpu_case("decay_attention", name, decay_kernel(r.dk, r.dv, false), decay_inputs(c), decay_op(c.scale, 0)));
   }
 
-  // fla chunk_simple_gla (scalar gate) and chunk_gla (vector gate).
-  for (bool vector_gate : {false, true}) {
-    const double gate_bytes = vector_gate ? kRowBytes : kRowBytes / kD;
+  // Perf at (B, T, H, D), dk = dv = D, beside fla's chunk kernel of the same gate (targets.md):
+  // chunk_simple_gla (scalar) and chunk_gla (vector) at the anchor shape; at B8 T2048 H16 D64,
+  // chunk_retention (scalar; the 2026-12-01 same-run re-measure, 0.323 / 1.141 ms).
+  struct PerfRow {
+    int64_t B, T, H, D;
+    bool vector_gate;
+    double anchor_fwd_ms, anchor_fwd_bwd_ms;
+    const char* anchor;
+  };
+  for (const PerfRow& r : {PerfRow{kB, kT, kH, kD, false, 0.432, 2.094, "fla chunk_simple_gla"},
+                           PerfRow{kB, kT, kH, kD, true, 0.755, 3.246, "fla chunk_gla"},
+                           PerfRow{8, 2048, 16, 64, false, 0.323, 1.141, "fla chunk_retention"}}) {
+    const double state_pass = 2.0 * r.D * r.D * double(r.B) * r.T * r.H;  // FLOPs of one pass over every state
+    const double row_bytes = 2.0 * double(r.B) * r.T * r.H * r.D;         // one (B, T, H, D) bf16 tensor
+    const double gate_bytes = r.vector_gate ? row_bytes : row_bytes / r.D;
     add_case(perf_case(
-        "decay_attention", std::string("decay_attention ") + (vector_gate ? "vector" : "scalar") + kAnchorDims,
-        decay_kernel(kD, kD, vector_gate),
-        [vector_gate](uint64_t) {
-          const Shape s{kB, kT, kH, kD};
-          return Inputs{{"q", perf_input(PerfPool::Normal, 0, s, unit_std(kD))},
-                        {"k", perf_input(PerfPool::Normal, 1, s, unit_std(kD))},
-                        {"v", perf_input(PerfPool::Normal, 2, s, unit_std(kD))},
-                        {"g", perf_input(PerfPool::LogGate, 0, vector_gate ? s : Shape{kB, kT, kH})}};
+        "decay_attention",
+        std::string("decay_attention ") + (r.vector_gate ? "vector " : "scalar ") +
+            dims_label({{"B", r.B}, {"T", r.T}, {"H", r.H}, {"D", r.D}}),
+        decay_kernel(r.D, r.D, r.vector_gate),
+        [r](uint64_t) {
+          const Shape s{r.B, r.T, r.H, r.D};
+          return Inputs{{"q", perf_input(PerfPool::Normal, 0, s, unit_std(r.D))},
+                        {"k", perf_input(PerfPool::Normal, 1, s, unit_std(r.D))},
+                        {"v", perf_input(PerfPool::Normal, 2, s, unit_std(r.D))},
+                        {"g", perf_input(PerfPool::LogGate, 0, r.vector_gate ? s : Shape{r.B, r.T, r.H})}};
         },
-        decay_op(unit_std(kD), 0),
-        {3 * kStatePass, 9 * kStatePass, 4 * kRowBytes + gate_bytes, 8 * kRowBytes + 2 * gate_bytes,
-         vector_gate ? 0.755 : 0.432, vector_gate ? 3.246 : 2.094,
-         vector_gate ? "fla chunk_gla" : "fla chunk_simple_gla"}));
+        decay_op(unit_std(r.D), 0),
+        {3 * state_pass, 9 * state_pass, 4 * row_bytes + gate_bytes, 8 * row_bytes + 2 * gate_bytes,
+         r.anchor_fwd_ms, r.anchor_fwd_bwd_ms, r.anchor}));
   }
 }
 
