@@ -45,16 +45,16 @@ class ThreadCommunicator : public Communicator {
 
   void all_reduce(void* data, int64_t count, DType dtype, ReduceOp op) override {
     std::vector<char> result = reduce(data, 0, count, dtype, op);
+    group_.arrive();  // every rank has read every buffer before any is written
     std::memcpy(data, result.data(), result.size());
-    group_.arrive();  // every rank has read every buffer before any is written again
   }
 
   void broadcast(void* data, int64_t count, DType dtype, int root) override {
     check_root(root);
     const size_t bytes = size_t(count) * dtype_size(dtype);
     std::vector<char> copy = posted_copy(data, root, bytes);
-    std::memcpy(data, copy.data(), bytes);
     group_.arrive();
+    std::memcpy(data, copy.data(), bytes);
   }
 
   void all_gather(const void* send, void* recv, int64_t count, DType dtype) override {
@@ -67,8 +67,8 @@ class ThreadCommunicator : public Communicator {
 
   void reduce_scatter(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op) override {
     std::vector<char> result = reduce(send, rank_ * count, count, dtype, op);
-    std::memcpy(recv, result.data(), result.size());
     group_.arrive();
+    std::memcpy(recv, result.data(), result.size());
   }
 
   void wait() override {}

@@ -1,0 +1,439 @@
+// Data parallelism on the CPU: the thread-group communicator's collectives, the autograd hook
+// that reports completed leaf gradients, the gradient buckets (each gradient reduced once, each
+// bucket issued when its last gradient completes, nothing updated before every bucket is in),
+// the batch split over ranks, the losses of 2 and 4 thread-ranks against one process with the
+// same global batch, a bit-exact resume with N ranks, and --gpus N in a build without NCCL.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+
+#include "dist/grad_buckets.h"
+#include "dist/launch.h"
+#include "dist/thread_group.h"
+#include "nn/ops/arith.h"
+#include "nn/weights.h"
+#include "tensor/json.h"
+#include "tests/test_train_util.h"
+#include "train/data_parallel.h"
+#include "train/trainer.h"
+
+using namespace hla;
+using namespace hla::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Forwards to another communicator and logs every call ("all_reduce <pointer>", "wait", ...),
+// with whether the parameters still held their values from before the update.
+class LoggingCommunicator : public dist::Communicator {
+ public:
+  LoggingCommunicator(dist::Communicator& inner, std::vector<std::string>& log) : inner_(inner), log_(log) {}
+  int rank() const override { return inner_.rank(); }
+  int world() const override { return inner_.world(); }
+  Device device() const override { return inner_.device(); }
+  std::string describe() const override { return "logging " + inner_.describe(); }
+  void all_reduce(void* data, int64_t count, DType dtype, dist::ReduceOp op) override {
+    log_.push_back("all_reduce " + pointer(data) + (unchanged ? unchanged() ? " before-update" : " after-update" : ""));
+    inner_.all_reduce(data, count, dtype, op);
+  }
+  void broadcast(void* data, int64_t count, DType dtype, int root) override { inner_.broadcast(data, count, dtype, root); }
+  void all_gather(const void* send, void* recv, int64_t count, DType dtype) override {
+    inner_.all_gather(send, recv, count, dtype);
+  }
+  void reduce_scatter(const void* send, void* recv, int64_t count, DType dtype, dist::ReduceOp op) override {
+    inner_.reduce_scatter(send, recv, count, dtype, op);
+  }
+  void wait() override {
+    log_.push_back("wait");
+    inner_.wait();
+  }
+  void barrier() override { inner_.barrier(); }
+  static std::string pointer(const void* p) {
+    std::ostringstream os;
+    os << p;
+    return os.str();
+  }
+  std::function<bool()> unchanged;  // optional: are the parameters as before the update?
+
+ private:
+  dist::Communicator& inner_;
+  std::vector<std::string>& log_;
+};
+
+// The per-step losses of a TinyLM trained with small_options (AdamW, B sequences per micro-batch
+// over grad_accum 2) on `world` thread-ranks (world 0: one process, no communicator).
+std::vector<double> tiny_losses(int world, int64_t B, int steps, double bucket_mb = 25) {
+  std::vector<double> losses;
+  auto train = [&](dist::Communicator* comm) {
+    TinyLM model(16, 8, 5);
+    CycleSource source(16, B, 6);
+    TrainerOptions o = small_options("adamw");
+    o.schedule.total_steps = steps;
+    o.comm = comm;
+    o.bucket_mb = bucket_mb;
+    std::ostringstream out;
+    Trainer trainer(o, model, source, nullptr, out);
+    std::vector<double> mine;
+    for (int s = 0; s < steps; s++) mine.push_back(trainer.train_step().loss);
+    if (!comm || comm->rank() == 0) losses = mine;
+  };
+  if (world == 0) train(nullptr);
+  else dist::ThreadGroup::run(world, [&](dist::Communicator& comm) { train(&comm); });
+  return losses;
+}
+
+double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  REQUIRE(a.size() == b.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); i++) worst = std::max(worst, std::abs(a[i] - b[i]) / std::abs(b[i]));
+  return worst;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- the thread group
+
+TEST_CASE("thread group: all_reduce, broadcast, all_gather and reduce_scatter give exact results on every rank") {
+  const int world = 3;
+  std::vector<std::vector<double>> sums(world), avgs(world), bcast(world), gathered(world), scattered(world);
+  dist::ThreadGroup::run(world, [&](dist::Communicator& comm) {
+    const int r = comm.rank();
+    Tensor x = Tensor::from_f64({1.0 + r, 10.0 * r, -0.5}, {3}, DType::F64);  // x: (3)
+    dist::all_reduce_(comm, x, dist::ReduceOp::Sum);
+    sums[r] = x.to_f64_vector();
+    Tensor y = Tensor::from_f64({3.0 * r, 1.0}, {2}, DType::F32);
+    dist::all_reduce_(comm, y, dist::ReduceOp::Avg);
+    avgs[r] = y.to_f64_vector();
+    Tensor z = Tensor::from_f64({double(r), double(r * r)}, {2}, DType::F64);
+    dist::broadcast_(comm, z, 2);
+    bcast[r] = z.to_f64_vector();
+    Tensor send = Tensor::from_f64({double(r), 100.0 + r}, {2}, DType::F64);
+    Tensor recv = Tensor::zeros({world * 2}, DType::F64);
+    comm.all_gather(send.raw(), recv.raw(), 2, DType::F64);
+    gathered[r] = recv.to_f64_vector();
+    std::vector<double> parts;  // rank r sends r + 10 k to part k
+    for (int k = 0; k < world; k++) parts.push_back(r + 10.0 * k);
+    Tensor rs_send = Tensor::from_f64(parts, {world}, DType::F64), rs_recv = Tensor::zeros({1}, DType::F64);
+    comm.reduce_scatter(rs_send.raw(), rs_recv.raw(), 1, DType::F64, dist::ReduceOp::Sum);
+    scattered[r] = rs_recv.to_f64_vector();
+    comm.barrier();
+  });
+  for (int r = 0; r < world; r++) {
+    CHECK(sums[r] == std::vector<double>{6.0, 30.0, -1.5});
+    CHECK(avgs[r] == std::vector<double>{3.0, 1.0});
+    CHECK(bcast[r] == std::vector<double>{2.0, 4.0});
+    CHECK(gathered[r] == std::vector<double>{0, 100, 1, 101, 2, 102});
+    CHECK(scattered[r] == std::vector<double>{0 + 1 + 2 + 30.0 * r});
+  }
+}
+
+TEST_CASE("thread group: the first rank's error comes back, the others stop instead of waiting forever") {
+  const std::string message = error_of([] {
+    dist::ThreadGroup::run(2, [](dist::Communicator& comm) {
+      if (comm.rank() == 1) fail("rank 1 broke");
+      comm.barrier();
+    });
+  });
+  CHECK(message == "rank 1 broke");
+}
+
+// ---------------------------------------------------------------- the autograd hook
+
+TEST_CASE("backward reports each leaf once, when no node left delivers to it") {
+  Var a(Tensor::from_f64({1.0, 2.0}, {2}), true), b(Tensor::from_f64({3.0, 4.0}, {2}), true);
+  Var d(Tensor::from_f64({2.0, -1.0}, {2}), true);
+  // y = (a * b + a) * d: d's only consumer runs first; a has two consumers, the last one is a * b
+  Var y = mul(add(mul(a, b), a), d);
+  std::vector<std::pair<const VarImpl*, std::vector<double>>> seen;
+  y.backward(Tensor::full({2}, 1.0, DType::F32), [&](const Var& leaf) {
+    seen.push_back({leaf.impl(), leaf.grad().to_f64_vector()});
+  });
+  REQUIRE(seen.size() == 3);
+  CHECK(seen[0].first == d.impl());
+  CHECK(seen[1].first == a.impl());
+  CHECK(seen[2].first == b.impl());
+  // each gradient, when reported, is already the final one
+  CHECK(seen[0].second == std::vector<double>{4.0, 10.0});  // a b + a
+  CHECK(seen[1].second == std::vector<double>{8.0, -5.0});  // d (b + 1)
+  CHECK(seen[2].second == std::vector<double>{2.0, -2.0});  // d a
+  CHECK(a.grad().to_f64_vector() == seen[1].second);
+}
+
+// ---------------------------------------------------------------- buckets
+
+TEST_CASE("gradient buckets: every gradient reduced once, each bucket issued as its last gradient completes, "
+          "no update before the last bucket") {
+  const int world = 2;
+  std::vector<std::vector<std::string>> logs(world);
+  std::vector<std::vector<std::vector<double>>> reduced(world), local(world);
+  std::vector<std::vector<std::vector<size_t>>> members(world);
+  dist::ThreadGroup::run(world, [&](dist::Communicator& thread_comm) {
+    const int r = thread_comm.rank();
+    std::vector<std::string>& log = logs[r];
+    LoggingCommunicator comm(thread_comm, log);
+    TinyLM model(16, 8, 5);
+    ParameterList params = model.parameters();
+    // 0.0005 MB: the two (16, 8) matrices (512 B each) are buckets of their own, proj (8, 8) and
+    // the norm (8) share one
+    dist::GradBuckets buckets(params, comm, 0.0005);
+    for (const dist::Bucket& b : buckets.buckets()) members[r].push_back(b.members);
+    // this rank's data differs from the other's
+    CycleSource source(16, 2, 6);
+    for (int i = 0; i <= r; i++) source.next();
+    TrainBatch batch = source.next();
+    // the local gradients first, without buckets
+    model.loss(batch.ids, batch.targets).backward();
+    for (const NamedParameter& p : params) local[r].push_back(p.var.grad().to_f64_vector());
+    for (NamedParameter& p : params) p.var.zero_grad();
+    // then the same backward with the hook
+    Var loss = model.loss(batch.ids, batch.targets);
+    loss.backward(Tensor::full({}, 1.0, DType::F32), [&](const Var& leaf) {
+      for (size_t k = 0; k < params.size(); k++)
+        if (params[k].var.impl() == leaf.impl()) log.push_back("ready " + params[k].name);
+      buckets.leaf_ready(leaf);
+    });
+    log.push_back("backward done");
+    buckets.finish();
+    for (const NamedParameter& p : params) reduced[r].push_back(p.var.grad().to_f64_vector());
+  });
+  // buckets: reverse registration order, each parameter in exactly one
+  CHECK(members[0] == std::vector<std::vector<size_t>>{{3}, {2, 1}, {0}});
+  const std::vector<std::string> expected = {"ready lm_head.weight", "all_reduce", "ready model.norm.weight",
+                                             "ready model.layers.0.proj.weight", "all_reduce",
+                                             "ready model.embeddings.weight", "all_reduce", "backward done", "wait"};
+  for (int r = 0; r < world; r++) {
+    std::vector<std::string> shape;
+    for (const std::string& line : logs[r]) shape.push_back(line.rfind("all_reduce", 0) == 0 ? "all_reduce" : line);
+    CHECK(shape == expected);
+    // every parameter's gradient is the sum of the ranks' local gradients
+    for (size_t k = 0; k < reduced[r].size(); k++) {
+      std::vector<double> sum(local[0][k].size());
+      for (size_t i = 0; i < sum.size(); i++) sum[i] = double(float(local[0][k][i]) + float(local[1][k][i]));
+      CHECK(reduced[r][k] == sum);
+    }
+  }
+}
+
+TEST_CASE("data parallel trainer: the parameters change only after every bucket and the loss are reduced") {
+  std::vector<std::string> log;
+  std::mutex log_mutex;
+  dist::ThreadGroup::run(2, [&](dist::Communicator& thread_comm) {
+    std::vector<std::string> mine;
+    LoggingCommunicator comm(thread_comm, mine);
+    TinyLM model(16, 8, 5);
+    const std::vector<double> before = model.parameters()[1].var.value().to_f64_vector();
+    comm.unchanged = [&] { return model.parameters()[1].var.value().to_f64_vector() == before; };
+    CycleSource source(16, 4, 6);
+    TrainerOptions o = small_options("adamw");
+    o.comm = &comm;
+    o.bucket_mb = 0.0005;
+    std::ostringstream out;
+    Trainer trainer(o, model, source, nullptr, out);
+    trainer.train_step();
+    CHECK_FALSE(comm.unchanged());
+    if (comm.rank() == 0) {
+      std::lock_guard<std::mutex> lock(log_mutex);
+      log = mine;
+    }
+  });
+  // 3 buckets, the wait, then the loss record: all before the update
+  REQUIRE(log.size() == 5);
+  for (int i : {0, 1, 2, 4}) CHECK(log[i].find("before-update") != std::string::npos);
+  CHECK(log[3] == "wait");
+}
+
+// ---------------------------------------------------------------- the batch split
+
+TEST_CASE("rank_share: the same sequences per update, grad_accum adjusted, a clear error when they do not split") {
+  const RankShare a = rank_share(16, 1, 2);
+  CHECK((a.sequences == 8 && a.micro_batch == 8 && a.grad_accum == 1));
+  const RankShare b = rank_share(3, 2, 2);  // 6 sequences, 3 per rank: one micro-batch of 3
+  CHECK((b.sequences == 3 && b.micro_batch == 3 && b.grad_accum == 1));
+  const RankShare c = rank_share(4, 3, 4);  // 12 sequences, 3 per rank, micro-batches of 3
+  CHECK((c.sequences == 3 && c.micro_batch == 3 && c.grad_accum == 1));
+  const RankShare d = rank_share(6, 2, 3);  // 12 sequences, 4 per rank: micro-batches <= 6 that divide 4
+  CHECK((d.sequences == 4 && d.micro_batch == 4 && d.grad_accum == 1));
+  const RankShare e = rank_share(2, 4, 2);  // 8 sequences, 4 per rank, micro-batches of 2
+  CHECK((e.sequences == 4 && e.micro_batch == 2 && e.grad_accum == 2));
+  CHECK(error_of([] { rank_share(3, 1, 2); }) ==
+        "--gpus 2: an update's 3 sequences ([data] batch_size 3 x [train] grad_accum 1) do not split evenly over 2 "
+        "ranks; make batch_size x grad_accum a multiple of 2");
+}
+
+TEST_CASE("rank_micro_batches: the ranks together hold the update's sequences in order, each once") {
+  CycleSource source(16, 3, 5);
+  std::vector<TrainBatch> update = {source.next(), source.next()};  // 6 sequences
+  std::vector<int32_t> all;
+  for (const TrainBatch& b : update)
+    all.insert(all.end(), b.ids.data<int32_t>(), b.ids.data<int32_t>() + b.ids.numel());
+  for (int world : {1, 2, 3, 6}) {
+    const RankShare share = rank_share(3, 2, world);
+    std::vector<int32_t> joined;
+    for (int r = 0; r < world; r++)
+      for (const TrainBatch& b : rank_micro_batches(update, share, r)) {
+        CHECK(b.ids.size(0) == share.micro_batch);
+        joined.insert(joined.end(), b.ids.data<int32_t>(), b.ids.data<int32_t>() + b.ids.numel());
+      }
+    CHECK(joined == all);
+  }
+}
+
+// ---------------------------------------------------------------- losses and resume
+
+TEST_CASE("data parallel over 2 and 4 thread-ranks: the first 20 losses equal one process's, same global batch") {
+  const std::vector<double> one = tiny_losses(0, 4, 20);
+  for (int world : {2, 4}) {
+    for (double bucket_mb : {25.0, 0.0005}) {
+      const std::vector<double> dp = tiny_losses(world, 4, 20, bucket_mb);
+      INFO("world ", world, ", buckets of ", bucket_mb, " MB");
+      // the summation order of gradients and losses differs (a rank sums its sequences, then the
+      // ranks are summed): fp32 rounding, measured below 3e-7 relative
+      CHECK(max_rel_diff(dp, one) < 1e-6);
+    }
+  }
+  // 8 sequences per update (4 x grad_accum 2) over 8 ranks: one sequence each
+  CHECK(max_rel_diff(tiny_losses(8, 4, 20), one) < 1e-6);
+}
+
+TEST_CASE("data parallel resume with 2 ranks is bit-exact") {
+  const std::string dir = temp_dir("dist_resume");
+  const int world = 2;
+  std::vector<std::vector<double>> straight(world), resumed(world);
+  std::vector<std::vector<std::vector<double>>> params_straight(world), params_resumed(world);
+  auto params_of = [](TinyLM& m) {
+    std::vector<std::vector<double>> out;
+    for (const NamedParameter& p : m.parameters()) out.push_back(p.var.value().to_f64_vector());
+    return out;
+  };
+  dist::ThreadGroup::run(world, [&](dist::Communicator& comm) {
+    const int r = comm.rank();
+    TrainerOptions o = small_options("muon");
+    o.comm = &comm;
+    o.out_dir = dir;
+    std::ostringstream out;
+    {
+      TinyLM model(16, 8, 5);
+      CycleSource source(16, 4, 6);
+      Trainer trainer(o, model, source, nullptr, out);
+      for (int s = 0; s < 10; s++) {
+        straight[r].push_back(trainer.train_step().loss);
+        if (s == 4) {
+          trainer.save(trainer.checkpoint_dir());
+          comm.barrier();  // rank 0 wrote it
+        }
+      }
+      params_straight[r] = params_of(model);
+    }
+    comm.barrier();
+    TinyLM model(16, 8, 99);  // other weights: the checkpoint brings them back
+    CycleSource source(16, 4, 6);
+    Trainer trainer(o, model, source, nullptr, out);
+    trainer.resume(dir + "/checkpoint");
+    CHECK(trainer.step() == 5);
+    for (int s = 5; s < 10; s++) resumed[r].push_back(trainer.train_step().loss);
+    params_resumed[r] = params_of(model);
+  });
+  for (int r = 0; r < world; r++) {
+    CHECK(std::vector<double>(straight[r].begin() + 5, straight[r].end()) == resumed[r]);
+    CHECK(params_straight[r] == params_resumed[r]);
+    CHECK(params_straight[r] == params_straight[0]);  // every rank holds the same weights
+  }
+  const nlohmann::json state = read_json_file(dir + "/checkpoint/trainer_state.json");
+  CHECK(state["data_parallel"]["world"] == 2);
+  CHECK(state["data_parallel"]["ranks"][1]["first_sequence"] == 4);
+  CHECK(state["data_parallel"]["ranks"][1]["data_position"] == state["data"]["train"]);
+  fs::remove_all(dir);
+}
+
+// ---------------------------------------------------------------- the command line
+
+TEST_CASE("hla train --gpus 2 in a build without NCCL fails at once, saying how to build with it") {
+  if (dist::kBuiltWithNccl) {
+    MESSAGE("this build has NCCL: the no-NCCL error is not reachable here");
+    return;
+  }
+  const std::string command = std::string(HLA_BINARY) + " train --gpus 2 --device cuda --train.steps 1 " +
+                              "--train.out_dir " + temp_dir("dist_no_nccl") + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::string output;
+  char buffer[4096];
+  for (size_t n; (n = fread(buffer, 1, sizeof buffer, pipe)) > 0;) output.append(buffer, n);
+  const int status = pclose(pipe);
+  CHECK(WEXITSTATUS(status) == 1);
+  CHECK(output.find("error: " + dist::no_nccl_message(2)) != std::string::npos);
+  CHECK(output.find("hla train") == std::string::npos);  // nothing started: no start-up table
+}
+
+// ---------------------------------------------------------------- ZeRO-1
+
+TEST_CASE("ZeRO-1 equals plain data parallelism bit for bit (AdamW and Muon); its checkpoint holds the whole "
+          "state and resumes bit-exactly") {
+  const int world = 2;
+  for (const std::string optimizer : {"adamw", "muon"}) {
+    INFO(optimizer);
+    const std::string dir_dp = temp_dir("zero_dp"), dir_zero = temp_dir("zero_on");
+    std::vector<std::vector<std::vector<double>>> plain(world), zero(world), resumed(world);
+    std::vector<size_t> owned_state(world);
+    auto params_of = [](TinyLM& m) {
+      std::vector<std::vector<double>> out;
+      for (const NamedParameter& p : m.parameters()) out.push_back(p.var.value().to_f64_vector());
+      return out;
+    };
+    dist::ThreadGroup::run(world, [&](dist::Communicator& comm) {
+      const int r = comm.rank();
+      std::ostringstream out;
+      for (bool sharded : {false, true}) {
+        TrainerOptions o = small_options(optimizer);
+        o.comm = &comm;
+        o.zero = sharded;
+        o.out_dir = sharded ? dir_zero : dir_dp;
+        TinyLM model(16, 8, 5);
+        CycleSource source(16, 4, 6);
+        Trainer trainer(o, model, source, nullptr, out);
+        for (int s = 0; s < 10; s++) {
+          trainer.train_step();
+          if (s == 4) trainer.save(trainer.checkpoint_dir());
+        }
+        (sharded ? zero : plain)[r] = params_of(model);
+        if (sharded) owned_state[r] = trainer.optimizer().state().size();
+      }
+      comm.barrier();  // rank 0 wrote both checkpoints
+      TrainerOptions o = small_options(optimizer);
+      o.comm = &comm;
+      o.zero = true;
+      TinyLM model(16, 8, 77);
+      CycleSource source(16, 4, 6);
+      Trainer trainer(o, model, source, nullptr, out);
+      trainer.resume(dir_zero + "/checkpoint");
+      for (int s = 5; s < 10; s++) trainer.train_step();
+      resumed[r] = params_of(model);
+    });
+    for (int r = 0; r < world; r++) {
+      CHECK(zero[r] == plain[r]);
+      CHECK(resumed[r] == plain[r]);
+    }
+    // each rank keeps only its part of the state; the checkpoint has all of it, as plain DP's
+    const SafetensorsFile a = load_safetensors(dir_dp + "/checkpoint/optimizer.safetensors");
+    const SafetensorsFile b = load_safetensors(dir_zero + "/checkpoint/optimizer.safetensors");
+    CHECK(owned_state[0] > 0);
+    CHECK(owned_state[1] > 0);
+    CHECK(owned_state[0] + owned_state[1] == a.tensors.size());
+    REQUIRE(a.tensors.size() == b.tensors.size());
+    for (size_t k = 0; k < a.tensors.size(); k++) {
+      CHECK(a.tensors[k].first == b.tensors[k].first);
+      CHECK(bit_equal(a.tensors[k].second, b.tensors[k].second));
+    }
+    fs::remove_all(dir_dp);
+    fs::remove_all(dir_zero);
+  }
+}
+
+TEST_CASE("assign_owners: largest tensors first, each to the least-loaded rank") {
+  TinyLM model(16, 8, 5);  // sizes 128, 64, 8, 128
+  CHECK(assign_owners(model.parameters(), 2) == std::vector<int>{0, 0, 1, 1});
+  CHECK(assign_owners(model.parameters(), 3) == std::vector<int>{0, 2, 2, 1});
+}
