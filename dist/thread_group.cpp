@@ -9,7 +9,7 @@
 
 namespace hla::dist {
 
-ThreadGroup::ThreadGroup(int world) : world_(world), posted_(world, nullptr) {
+ThreadGroup::ThreadGroup(int world) : world_(world), posted_(world, nullptr), called_(world) {
   HLA_CHECK(world >= 1, "ThreadGroup: world must be >= 1, got ", world);
 }
 
@@ -44,7 +44,7 @@ class ThreadCommunicator : public Communicator {
   }
 
   void all_reduce(void* data, int64_t count, DType dtype, ReduceOp op) override {
-    std::vector<char> result = reduce(data, 0, count, dtype, op);
+    std::vector<char> result = reduce("all_reduce", data, 0, count, dtype, op);
     group_.arrive();  // every rank has read every buffer before any is written
     std::memcpy(data, result.data(), result.size());
   }
@@ -52,44 +52,51 @@ class ThreadCommunicator : public Communicator {
   void broadcast(void* data, int64_t count, DType dtype, int root) override {
     check_root(root);
     const size_t bytes = size_t(count) * dtype_size(dtype);
-    std::vector<char> copy = posted_copy(data, root, bytes);
+    post("broadcast", data, count, dtype);
+    const char* from = static_cast<const char*>(group_.posted_[root]);
+    std::vector<char> copy(from, from + bytes);
     group_.arrive();
     std::memcpy(data, copy.data(), bytes);
   }
 
   void all_gather(const void* send, void* recv, int64_t count, DType dtype) override {
     const size_t bytes = size_t(count) * dtype_size(dtype);
-    post(send);
+    post("all_gather", send, count, dtype);
     for (int r = 0; r < world(); r++)
       std::memcpy(static_cast<char*>(recv) + r * bytes, group_.posted_[r], bytes);
     group_.arrive();
   }
 
   void reduce_scatter(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op) override {
-    std::vector<char> result = reduce(send, rank_ * count, count, dtype, op);
+    std::vector<char> result = reduce("reduce_scatter", send, rank_ * count, count, dtype, op);
     group_.arrive();
     std::memcpy(recv, result.data(), result.size());
   }
 
   void wait() override {}
-  void barrier() override { group_.arrive(); }
+  void barrier() override {
+    post("barrier", nullptr, 0, DType::F32);
+    group_.arrive();  // every rank has checked the posts before any is posted again
+  }
 
  private:
   void check_root(int root) const {
     HLA_CHECK(root >= 0 && root < world(), "broadcast: root ", root, " is not a rank of ", world());
   }
-  void post(const void* buffer) {
+  // Posts this rank's buffer, waits for every rank's, and checks they all called the same.
+  void post(const char* collective, const void* buffer, int64_t count, DType dtype) {
     group_.posted_[rank_] = buffer;
+    group_.called_[rank_] = std::string(collective) + " of " + std::to_string(count) + " " + dtype_name(dtype);
     group_.arrive();
-  }
-  std::vector<char> posted_copy(const void* own, int root, size_t bytes) {
-    post(own);
-    const char* from = static_cast<const char*>(group_.posted_[root]);
-    return std::vector<char>(from, from + bytes);
+    for (int r = 0; r < world(); r++)
+      if (group_.called_[r] != group_.called_[rank_])
+        fail("thread group: rank ", rank_, " called ", group_.called_[rank_], " while rank ", r, " called ",
+             group_.called_[r], ": the ranks issue their collectives in different orders");
   }
   // Elements [offset, offset + count) of every rank's posted buffer, combined in rank order.
-  std::vector<char> reduce(const void* own, int64_t offset, int64_t count, DType dtype, ReduceOp op) {
-    post(own);
+  std::vector<char> reduce(const char* collective, const void* own, int64_t offset, int64_t count, DType dtype,
+                           ReduceOp op) {
+    post(collective, own, count, dtype);
     std::vector<char> result(size_t(count) * dtype_size(dtype));
     dispatch_float(dtype, "thread group all_reduce", [&](auto tag) {
       using T = decltype(tag);

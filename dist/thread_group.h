@@ -3,7 +3,9 @@
 // wait, each computes the result from every rank's buffer in rank order 0, 1, ..., N-1 (so the
 // bits are the same on every rank and in every run), all wait again, each writes its own
 // output. A rank that throws stops the group: the others' next collective throws too instead
-// of waiting forever. F32 and F64 buffers, CPU memory.
+// of waiting forever. Every rank checks that all called the same collective with the same count
+// and dtype (collectives issued in different orders on different ranks are an error, naming both).
+// F32 and F64 buffers, CPU memory.
 #pragma once
 #include <condition_variable>
 #include <functional>
@@ -37,6 +39,7 @@ class ThreadGroup {
   int64_t generation_ = 0;
   bool aborted_ = false;
   std::vector<const void*> posted_;  // per rank: the buffer of the collective in progress
+  std::vector<std::string> called_;  // per rank: which collective, elements and dtype
 };
 
 }  // namespace hla::dist

@@ -179,6 +179,19 @@ TEST_CASE("thread group: all_reduce, broadcast, all_gather and reduce_scatter gi
   }
 }
 
+TEST_CASE("thread group: collectives issued in different orders on two ranks are an error naming both") {
+  const std::string message = error_of([] {
+    dist::ThreadGroup::run(2, [](dist::Communicator& comm) {
+      Tensor a = Tensor::zeros({3}, DType::F32), b = Tensor::zeros({5}, DType::F32);
+      dist::all_reduce_(comm, comm.rank() == 0 ? a : b, dist::ReduceOp::Sum);
+    });
+  });
+  // whichever rank noticed first: "rank 0 called all_reduce of 3 F32 while rank 1 called ... of 5 F32" or back
+  CHECK(message.find("all_reduce of 3 F32") != std::string::npos);
+  CHECK(message.find("all_reduce of 5 F32") != std::string::npos);
+  CHECK(message.find("the ranks issue their collectives in different orders") != std::string::npos);
+}
+
 TEST_CASE("thread group: the first rank's error comes back, the others stop instead of waiting forever") {
   const std::string message = error_of([] {
     dist::ThreadGroup::run(2, [](dist::Communicator& comm) {
@@ -288,10 +301,51 @@ TEST_CASE("data parallel trainer: the parameters change only after every bucket 
       log = mine;
     }
   });
-  // 3 buckets, the wait, then the loss record: all before the update
-  REQUIRE(log.size() == 5);
+  // 3 buckets, the wait, then the loss record and its wait: all before the update
+  REQUIRE(log.size() == 6);
   for (int i : {0, 1, 2, 4}) CHECK(log[i].find("before-update") != std::string::npos);
   CHECK(log[3] == "wait");
+  CHECK(log[5] == "wait");
+}
+
+// Every second batch of CycleSource with no target that counts: with batch_size 4, grad_accum 2
+// and 2 ranks, rank 1's whole share of every update carries no loss (it runs no backward).
+class HalfIgnoredSource : public CycleSource {
+ public:
+  using CycleSource::CycleSource;
+  TrainBatch next() override {
+    TrainBatch b = CycleSource::next();
+    if (calls_++ % 2 == 1) {
+      b.targets.fill_(kIgnoreIndex);
+      b.valid = 0;
+    }
+    return b;
+  }
+
+ private:
+  int64_t calls_ = 0;
+};
+
+TEST_CASE("data parallel: a rank whose share carries no loss still joins every bucket, in the same order") {
+  auto losses = [](dist::Communicator* comm) {
+    TinyLM model(16, 8, 5);
+    HalfIgnoredSource source(16, 4, 6);
+    TrainerOptions o = small_options("adamw");
+    o.comm = comm;
+    o.bucket_mb = 0.0005;
+    std::ostringstream out;
+    Trainer trainer(o, model, source, nullptr, out);
+    std::vector<double> l;
+    for (int s = 0; s < 6; s++) l.push_back(trainer.train_step().loss);
+    return l;
+  };
+  const std::vector<double> one = losses(nullptr);
+  std::vector<double> two;
+  dist::ThreadGroup::run(2, [&](dist::Communicator& comm) {
+    std::vector<double> l = losses(&comm);
+    if (comm.rank() == 0) two = l;
+  });
+  CHECK(max_rel_diff(two, one) < 1e-6);
 }
 
 // ---------------------------------------------------------------- the batch split

@@ -231,8 +231,11 @@ void Trainer::reduced_gradients(const std::vector<TrainBatch>& update, int64_t s
   const std::vector<TrainBatch> mine = rank_micro_batches(update, share_, options_.comm->rank());
   accumulate_gradients(model_, mine, records_, slot, total_valid, buckets_->hook());
   buckets_->finish();
+  // after the buckets on every rank: a rank whose last micro-batch had no valid target issues
+  // them all in finish(), and the collectives must come in the same order everywhere
   Tensor record = records_.slice0(slot, slot + 1);  // (1, kStepRecordSize): the loss so far, the norm still 0
   dist::all_reduce_(*options_.comm, record, dist::ReduceOp::Sum);
+  options_.comm->wait();  // clipping reads and writes the record on hla's stream
 }
 
 std::vector<StepMetrics> Trainer::read_steps(const std::function<void(const StepMetrics&)>& good) {
