@@ -41,7 +41,8 @@ void train(TrainCommand& cmd) {
   HLA_CHECK_INPUT(config.train.device == "cuda", "--gpus ", gpus, " trains on GPUs: give --device cuda");
   hla::rank_share(config.data.batch_size, config.train.grad_accum, gpus);  // the batch must split
   if (cmd.rank < 0) {
-    const int code = hla::dist::launch_ranks(hla::dist::own_command_line(), gpus, config.train.out_dir);
+    const int code = hla::dist::launch_ranks(hla::dist::own_program(), hla::dist::own_command_line(), gpus,
+                                             config.train.out_dir);
     if (code != 0) throw hla::cli::ExitCode{code};
     return;
   }

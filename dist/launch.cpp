@@ -42,14 +42,13 @@ std::vector<std::string> own_command_line() {
 
 namespace {
 
-pid_t spawn_rank(const std::vector<std::string>& args, int rank) {
+pid_t spawn_rank(const std::string& program, const std::vector<std::string>& args, int rank) {
   std::vector<std::string> argv_text = args;
   argv_text.push_back("--rank");
   argv_text.push_back(std::to_string(rank));
   std::vector<char*> argv;
   for (std::string& a : argv_text) argv.push_back(a.data());
   argv.push_back(nullptr);
-  const std::string program = std::filesystem::read_symlink("/proc/self/exe").string();
   pid_t pid = 0;
   const int err = ::posix_spawn(&pid, program.c_str(), nullptr, nullptr, argv.data(), environ);
   if (err != 0) fail("--gpus: cannot start rank ", rank, " (", program, "): ", std::strerror(err));
@@ -60,14 +59,16 @@ int exit_status(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 1
 
 }  // namespace
 
-int launch_ranks(const std::vector<std::string>& args, int gpus, const std::string& run_dir) {
+std::string own_program() { return std::filesystem::read_symlink("/proc/self/exe").string(); }
+
+int launch_ranks(const std::string& program, const std::vector<std::string>& args, int gpus,
+                 const std::string& run_dir) {
   HLA_CHECK_INPUT(gpus >= 1, "--gpus must be >= 1, got ", gpus);
-  HLA_CHECK_INPUT(kBuiltWithNccl || gpus == 1, no_nccl_message(gpus));
   disable_nvls_in_environment();
   std::filesystem::create_directories(run_dir);
   std::filesystem::remove(unique_id_path(run_dir));  // a previous run's id would pair ranks with dead peers
   std::vector<pid_t> ranks;
-  for (int r = 0; r < gpus; r++) ranks.push_back(spawn_rank(args, r));
+  for (int r = 0; r < gpus; r++) ranks.push_back(spawn_rank(program, args, r));
   int first_failure = 0;
   for (size_t running = ranks.size(); running > 0;) {
     int status = 0;

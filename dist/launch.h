@@ -29,10 +29,14 @@ void disable_nvls_in_environment();
 // Where the ranks of a run exchange the NCCL unique id.
 std::string unique_id_path(const std::string& run_dir);
 
-// Runs `args` (args[0]: the program; this binary when empty) once per rank with " --rank r"
-// appended, on GPUs 0 .. gpus-1; returns 0 when every rank exits 0, else the first failing
-// rank's exit status (the others are stopped).
-int launch_ranks(const std::vector<std::string>& args, int gpus, const std::string& run_dir);
+// Runs `program` with argv `args` (args[0] is argv[0]) once per rank, "--rank r" appended, with
+// NCCL_NVLS_ENABLE=0 in the environment, after removing run_dir's stale unique id; returns 0 when
+// every rank exits 0, else the first failing rank's exit status (the others are stopped).
+int launch_ranks(const std::string& program, const std::vector<std::string>& args, int gpus,
+                 const std::string& run_dir);
+
+// This binary (/proc/self/exe).
+std::string own_program();
 
 // This process's command line (from /proc/self/cmdline).
 std::vector<std::string> own_command_line();

@@ -5,6 +5,7 @@
 // same global batch, a bit-exact resume with N ranks, and --gpus N in a build without NCCL.
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -15,6 +16,7 @@
 #include "dist/thread_group.h"
 #include "nn/ops/arith.h"
 #include "nn/weights.h"
+#include "tensor/atomic_file.h"
 #include "tensor/json.h"
 #include "tests/test_train_util.h"
 #include "train/data_parallel.h"
@@ -467,6 +469,27 @@ TEST_CASE("hla train on 2 and 4 thread-ranks: a Gated DeltaNet hybrid's first 20
 }
 
 // ---------------------------------------------------------------- the command line
+
+TEST_CASE("launch_ranks: one process per rank with --rank r and NCCL_NVLS_ENABLE=0; a failing rank stops the others") {
+  const std::string dir = temp_dir("dist_launch");
+  fs::create_directories(dir);
+  write_file_atomic(dist::unique_id_path(dir), "stale");
+  // sh -c SCRIPT --rank r: $0 is "--rank", $1 the rank
+  const std::string record = "echo \"$0 $1 $NCCL_NVLS_ENABLE\" > " + dir + "/rank-$1";
+  CHECK(dist::launch_ranks("/bin/sh", {"sh", "-c", record}, 3, dir) == 0);
+  for (int r = 0; r < 3; r++) {
+    std::ifstream in(dir + "/rank-" + std::to_string(r));
+    std::string line;
+    std::getline(in, line);
+    CHECK(line == "--rank " + std::to_string(r) + " 0");
+  }
+  CHECK_FALSE(fs::exists(dist::unique_id_path(dir)));  // a previous run's id is gone
+  // rank 1 fails at once; ranks 0 and 2 would sleep for a minute but are stopped
+  const auto start = std::chrono::steady_clock::now();
+  CHECK(dist::launch_ranks("/bin/sh", {"sh", "-c", "if [ $1 = 1 ]; then exit 3; fi; exec sleep 60"}, 3, dir) == 3);
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(30));
+  fs::remove_all(dir);
+}
 
 TEST_CASE("hla train --gpus 2 in a build without NCCL fails at once, saying how to build with it") {
   if (dist::kBuiltWithNccl) {
