@@ -178,9 +178,7 @@ Trainer::Trainer(TrainerOptions options, TrainableModel& model, BatchSource& tra
   HLA_CHECK(options_.grad_accum >= 1, "[train] grad_accum must be >= 1, got ", options_.grad_accum);
   HLA_CHECK(options_.log_every >= 1, "[train] log_every must be >= 1, got ", options_.log_every);
   if (val_) val_start_ = val_->position();
-  if (options_.comm) {
-    buckets_ = std::make_unique<dist::GradBuckets>(params_, *options_.comm, options_.bucket_mb);
-  }
+  if (options_.comm) buckets_ = std::make_unique<dist::GradBuckets>(params_, *options_.comm, options_.bucket_mb);
   window_ = std::min(options_.log_every, options_.schedule.total_steps);
   step_state_ = Tensor::zeros({kStepStatusSize + window_ * kStepRecordSize}, DType::F64, model_.device());
   status_ = step_state_.slice0(0, kStepStatusSize);
@@ -542,12 +540,13 @@ ValMetrics run_training(const RunConfig& config, const std::string& resume_dir, 
   HLA_CHECK_INPUT(world == config.train.gpus, "[train] gpus = ", config.train.gpus, " but ", world,
                   " rank(s) run: --gpus N runs through `hla train`, which starts one process per GPU");
   const RankShare share = rank_share(config.data.batch_size, config.train.grad_accum, world);
-  std::ostream silent(nullptr);  // ranks other than 0 print nothing
-  std::ostream& out = !comm || comm->rank() == 0 ? console : silent;
+  const bool writer = !comm || comm->rank() == 0;  // prints, writes metrics and checkpoints
+  std::ostream silent(nullptr);
+  std::ostream& out = writer ? console : silent;
   DataSources data = make_data_sources(config.data);
   ModelConfig model_config = config.model_config(data.vocab_size);
   if (!resume_dir.empty()) {
-    if (!comm || comm->rank() == 0) report_recovery(resume_dir, out);
+    if (writer) report_recovery(resume_dir, out);
     check_same_model(resume_dir, model_config);
   }
   Device device = config.train.device == "cuda" ? Device::CUDA : Device::CPU;
@@ -556,9 +555,8 @@ ValMetrics run_training(const RunConfig& config, const std::string& resume_dir, 
   DType compute = config.train.dtype == "bf16" ? DType::BF16 : DType::F32;
   auto model = make_model(model_config, config.train.seed, device, compute);
   ParameterList params = model->parameters();
-  HLA_CHECK_INPUT(!comm || comm->device() == device, "data parallel: the ranks' communicator works on ",
-                  comm && comm->device() == Device::CUDA ? "cuda" : "cpu", " buffers; train with --device ",
-                  comm && comm->device() == Device::CUDA ? "cuda" : "cpu");
+  HLA_CHECK_INPUT(!comm || comm->device() == device, "data parallel: the ranks exchange buffers on another device ",
+                  "than [train] device = ", config.train.device, " (", comm ? comm->describe() : "", ")");
 
   out << "hla train\n" << config.table();
   out << "data:    " << data.description << "\n";
@@ -579,7 +577,6 @@ ValMetrics run_training(const RunConfig& config, const std::string& resume_dir, 
         << config.train.bucket_mb << " MB\n";
   if (trainer.zero()) out << trainer.zero()->describe() << "\n";
 
-  const bool writer = !comm || comm->rank() == 0;
   if (writer) fs::create_directories(config.train.out_dir);
   std::string metrics = config.train.out_dir + "/metrics.jsonl";
   if (!resume_dir.empty()) {
