@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Multi-GPU data parallelism on a machine with 2+ NVIDIA GPUs (issue 19): builds hla with NCCL into
 # build-dist, then
+#   0. the data-parallel tests (tests/test_gpu_dist.cpp: NCCL with one rank equals the one-process
+#      path bit for bit on GPU 0; tests/test_dist.cpp: the CPU thread-rank tests);
 #   1. the loss test: the first 20 losses of `hla train --gpus 2` against `--gpus 1` with the same
 #      global batch (16 sequences of 512 tokens per update, grad_accum 1), for the 374M Transformer
 #      and the Gated DeltaNet 3:1 hybrid: fp32 within 1e-5 relative, bf16 within 0.03 absolute;
@@ -27,13 +29,22 @@ NCCL_ROOT=${NCCL_ROOT:-$(python3 -c "import nvidia.nccl, os; print(os.path.dirna
 echo "dist-check: building into $BUILD with NCCL from ${NCCL_ROOT:-the CUDA toolkit or the system} (log: $LOGS/build.log)"
 # shellcheck disable=SC2086  # CMAKE_FLAGS holds several flags
 if ! { cmake -S . -B "$BUILD" -DHLA_CUDA=ON -DHLA_CUDA_ARCH=90 -DHLA_NCCL=ON ${NCCL_ROOT:+-DHLA_NCCL_ROOT=$NCCL_ROOT} \
-         ${CMAKE_FLAGS:-} && cmake --build "$BUILD" --target hla -j "$(nproc)"; } >"$LOGS/build.log" 2>&1; then
+         ${CMAKE_FLAGS:-} && cmake --build "$BUILD" -j "$(nproc)"; } >"$LOGS/build.log" 2>&1; then
   tail -n 40 "$LOGS/build.log"
   echo "dist-check: BUILD FAILED"
   exit 1
 fi
 HLA=$BUILD/hla
 status=0
+
+# 0. the data-parallel tests: NCCL with one rank on GPU 0 must equal the one-process path bit for
+#    bit (tests/test_gpu_dist.cpp), and the CPU thread-rank tests (tests/test_dist.cpp)
+echo "dist-check: tests (log: $LOGS/tests.log)"
+if ! "$BUILD/hla_tests" --source-file='*test_gpu_dist.cpp,*test_dist.cpp' >"$LOGS/tests.log" 2>&1; then
+  tail -n 30 "$LOGS/tests.log"
+  echo "dist-check: TESTS FAILED"
+  status=1
+fi
 
 # run NAME GPUS DTYPE MODEL_CONFIG HYBRID [extra flags]: 20 steps, 16 x 512 tokens per update
 run() {
