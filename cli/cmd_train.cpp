@@ -40,16 +40,22 @@ void train(TrainCommand& cmd) {
   HLA_CHECK_INPUT(hla::dist::kBuiltWithNccl, hla::dist::no_nccl_message(gpus));
   HLA_CHECK_INPUT(config.train.device == "cuda", "--gpus ", gpus, " trains on GPUs: give --device cuda");
   hla::rank_share(config.data.batch_size, config.train.grad_accum, gpus);  // the batch must split
+  HLA_CHECK_INPUT(hla::cuda_device_count() >= gpus, "--gpus ", gpus, ": this machine has ", hla::cuda_device_count(),
+                  " GPU(s)");
   if (cmd.rank < 0) {
     const int code = hla::dist::launch_ranks(hla::dist::own_program(), hla::dist::own_command_line(), gpus,
                                              config.train.out_dir);
     if (code != 0) throw hla::cli::ExitCode{code};
     return;
   }
-  auto comm = hla::dist::make_nccl_communicator(cmd.rank, gpus, hla::dist::unique_id_path(config.train.out_dir),
-                                                kUniqueIdTimeoutS);
-  hla::ValMetrics final_val = hla::run_training(config, cmd.resume, std::cout, comm.get());
-  if (cmd.rank == 0) std::cout << "final: " << final_val.to_json().dump() << std::endl;
+  try {
+    auto comm = hla::dist::make_nccl_communicator(cmd.rank, gpus, hla::dist::unique_id_path(config.train.out_dir),
+                                                  kUniqueIdTimeoutS);
+    hla::ValMetrics final_val = hla::run_training(config, cmd.resume, std::cout, comm.get());
+    if (cmd.rank == 0) std::cout << "final: " << final_val.to_json().dump() << std::endl;
+  } catch (const std::exception& e) {
+    hla::fail("rank ", cmd.rank, " of ", gpus, ": ", e.what());  // which process it was
+  }
 }
 
 // A flag whose text is read as the setting's type (train/run_config.h read_flag), so a flag and

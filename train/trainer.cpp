@@ -256,7 +256,8 @@ std::vector<StepMetrics> Trainer::read_steps(const std::function<void(const Step
     timed_tokens_ += window_tokens;
     throughput_.tokens_per_s = timed_seconds_ > 0 ? double(timed_tokens_) / timed_seconds_ : 0.0;
     if (model_.device() == Device::CUDA)
-      throughput_.mfu = options_.flops_per_token * throughput_.tokens_per_s / Throughput::kPeakFlops;
+      throughput_.mfu = options_.flops_per_token * throughput_.tokens_per_s /
+                        (Throughput::kPeakFlops * (options_.comm ? options_.comm->world() : 1));
   } else if (last_queued >= Throughput::kWarmupSteps) {
     throughput_.after_step = last_queued;
   }

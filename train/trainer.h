@@ -91,7 +91,7 @@ void accumulate_gradients(TrainableModel& model, const std::vector<TrainBatch>& 
 // Tokens per second after warm-up: the window of steps read at or after step kWarmupSteps is
 // the last one skipped; the tokens of the later windows over their wall time (a running mean,
 // so 0 until one such window was read). mfu: model FLOPs per second over the H200's bf16 dense
-// peak, on the GPU only (0 on the CPU).
+// peak (times the ranks, data parallel), on the GPU only (0 on the CPU).
 struct Throughput {
   static constexpr int64_t kWarmupSteps = 3;
   static constexpr double kPeakFlops = 989e12;  // H200 bf16 dense (targets.md)
