@@ -12,6 +12,7 @@
 
 #include "dist/launch.h"
 #include "tensor/json.h"
+#include "tests/test_train_util.h"
 #include "train/trainer.h"
 
 using namespace hla;
@@ -20,42 +21,22 @@ namespace fs = std::filesystem;
 #ifdef HLA_NCCL
 namespace {
 
-// A 2-layer Gated DeltaNet hybrid (LA) on MQAR, 20 steps on the GPU; returns metrics.jsonl's losses.
+// tiny_mqar_run (a 2-layer Gated DeltaNet hybrid, LA) for 20 steps on the GPU; metrics.jsonl's losses.
 std::vector<double> gpu_losses(const std::string& dtype, dist::Communicator* comm, int zero) {
   const std::string dir = (fs::temp_directory_path() / "hla_test_gpu_dist").string();
   fs::remove_all(dir);
-  RunConfig c;
-  ModelConfig& m = c.model.fields;
-  m.model_type = "gated_deltanet";
-  m.hidden_size = 64;
-  m.num_hidden_layers = 2;
-  m.num_heads = 2;
-  m.intermediate_size = 128;
-  c.model.hybrid = "2:1";
+  RunConfig c = hla::testing::tiny_mqar_run(dir);
   c.data.batch_size = 8;
-  c.data.seq_len = 64;
-  c.data.mqar_vocab = 128;
-  c.data.mqar_kv_pairs = 8;
-  c.optim.optim.name = "muon";
-  c.optim.optim.lr = 0.01;
   c.train.steps = 20;
-  c.train.grad_accum = 2;
-  c.train.log_every = 5;
-  c.train.val_every = 0;
   c.train.val_batches = 0;
+  c.train.log_every = 5;
   c.train.device = "cuda";
   c.train.dtype = dtype;
   c.train.zero = zero;
-  c.train.bucket_mb = 0.05;  // several buckets
-  c.train.out_dir = dir;
+  c.train.bucket_mb = 0.005;  // several buckets
   std::ostringstream out;
   run_training(c, "", out, comm);
-  std::ifstream in(dir + "/metrics.jsonl");
-  std::vector<double> losses;
-  for (std::string line; std::getline(in, line);) {
-    const nlohmann::json j = parse_json(line, "metrics.jsonl");
-    if (j.contains("loss")) losses.push_back(j["loss"].get<double>());
-  }
+  const std::vector<double> losses = hla::testing::logged_losses(dir);
   fs::remove_all(dir);
   return losses;
 }
