@@ -7,7 +7,8 @@
 #      global batch (16 sequences of 512 tokens per update, grad_accum 1), for the 374M Transformer
 #      and the Gated DeltaNet 3:1 hybrid: fp32 within 1e-5 relative, bf16 within 0.03 absolute;
 #      and --train.zero 1 (ZeRO-1) against plain --gpus 2 in fp32 (within 1e-5 relative);
-#   2. the scaling bench: `hla bench train --gpus 1,2` (weak scaling, 8 x 2048 tokens per GPU,
+#   2. resume on 2 GPUs: 5 steps, checkpoint, resumed to 10 equals 10 straight bit for bit;
+#   3. the scaling bench: `hla bench train --gpus 1,2` (weak scaling, 8 x 2048 tokens per GPU,
 #      bf16): passes at speedup >= 1.9x for both models.
 # Writes $OUT/dist-check.md (the tables) and every log to $OUT (else build-dist/logs). Exits non-zero
 # when the build or a check fails. NCCL: from the nvidia-nccl Python wheel when it is installed,
@@ -92,6 +93,33 @@ for model in "transformer=configs/models/transformer-340m.json=" "gdn31=configs/
   run "$name-f32-gpus2-zero1" 2 f32 "$config" "$hybrid" --train.zero 1 || { echo "run failed: $LOGS/$name-f32-gpus2-zero1.log"; status=1; }
   compare "$name-f32-gpus2-zero1" "$name-f32-gpus2" rel 1e-5 >>"$REPORT" || status=1
 done
+
+# Resume on 2 GPUs: 5 steps + checkpoint, then resumed to step 10, against 10 steps straight (a
+# constant schedule, so the lr does not depend on [train] steps): steps 6-10 equal bit for bit.
+echo "dist-check: resume with --gpus 2"
+resume_run() {  # NAME STEPS [flags]
+  local name=$1 steps=$2
+  shift 2
+  "$HLA" train --model.config configs/models/gated_deltanet-340m.json --model.hybrid 3:1 --gpus 2 --device cuda \
+    --data.source mqar --data.mqar_vocab 8192 --data.seq_len 512 --data.batch_size 16 --train.steps "$steps" \
+    --train.val_every 0 --train.val_batches 0 --optim.lr 3e-4 --optim.schedule constant \
+    --train.out_dir "$LOGS/$name" "$@" >"$LOGS/$name.log" 2>&1
+}
+{ echo; echo "## Resume on 2 GPUs (steps 6-10 after a checkpoint at 5, against 10 straight)"; echo; } >>"$REPORT"
+if resume_run resume-straight 10 && resume_run resume-first 5 &&
+   resume_run resume-second 10 --resume "$LOGS/resume-first/checkpoint"; then
+  python3 - "$LOGS/resume-straight/metrics.jsonl" "$LOGS/resume-second/metrics.jsonl" >>"$REPORT" <<'PY' || status=1
+import json, sys
+load = lambda p: {j["step"]: j["loss"] for j in map(json.loads, open(p)) if "loss" in j}
+a, b = load(sys.argv[1]), load(sys.argv[2])
+same = all(a.get(s) == b.get(s) and a.get(s) is not None for s in range(6, 11))
+print(f"- steps 6-10: {'bit-exact: pass' if same else 'FAIL'} (straight {[a.get(s) for s in range(6, 11)]}, resumed {[b.get(s) for s in range(6, 11)]})")
+sys.exit(0 if same else 1)
+PY
+else
+  echo "- resume runs FAILED: see $LOGS/resume-*.log" >>"$REPORT"
+  status=1
+fi
 
 echo "dist-check: hla bench train --gpus 1,2 (log: $LOGS/bench-train.log)"
 { echo; echo "## Scaling"; echo; } >>"$REPORT"
