@@ -290,6 +290,8 @@ void RunConfig::validate() const {
   HLA_CHECK_INPUT(!train.out_dir.empty(), "[train] out_dir must not be empty");
   HLA_CHECK_INPUT(train.gpus >= 1, "[train] gpus must be >= 1, got ", train.gpus);
   HLA_CHECK_INPUT(train.zero == 0 || train.zero == 1, "[train] zero must be 0 (off) or 1 (ZeRO-1), got ", train.zero);
+  HLA_CHECK_INPUT(train.zero == 0 || train.gpus > 1, "[train] zero = 1 shards the optimizer state over the ranks of ",
+                  "--gpus N: it needs [train] gpus > 1, got ", train.gpus);
   HLA_CHECK_INPUT(train.bucket_mb > 0, "[train] bucket_mb must be > 0, got ", train.bucket_mb);
 }
 
