@@ -5,7 +5,7 @@ CMAKE_FLAGS ?=
 FUZZ_SECONDS ?= 60
 LAUNCHER := $(if $(shell command -v ccache),-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 
-.PHONY: all deps configure test san-configure test-asan fuzz ci-sanitize demo gpu-check bench clean
+.PHONY: all deps configure test san-configure test-asan fuzz ci-sanitize demo gpu-check dist-check bench clean
 
 all: configure
 	cmake --build $(BUILD) -j $(JOBS)
@@ -57,6 +57,10 @@ demo: all
 
 gpu-check:
 	bash scripts/gpu-check.sh
+
+# On a machine with 2+ GPUs: the --gpus 2 loss test and the scaling bench (issue 19), built with NCCL.
+dist-check:
+	bash scripts/dist-check.sh
 
 bench: all
 	$(BUILD)/hla bench

@@ -29,7 +29,9 @@ void Var::backward() const {
   run_backward({*this}, {Tensor::full(shape(), 1.0, dtype(), device())});
 }
 
-void Var::backward(const Tensor& grad_output) const { run_backward({*this}, {grad_output}); }
+void Var::backward(const Tensor& grad_output, const LeafReadyFn& on_leaf_ready) const {
+  run_backward({*this}, {grad_output}, on_leaf_ready);
+}
 
 std::vector<Var> record_op(const std::vector<Tensor>& outputs, const std::vector<Var>& inputs,
                            BackwardFn backward, const char* name) {
@@ -74,7 +76,8 @@ static void topo_sort(Node* n, std::unordered_set<Node*>& seen, std::vector<Node
   order.push_back(n);
 }
 
-void run_backward(const std::vector<Var>& roots, const std::vector<Tensor>& grad_outputs) {
+void run_backward(const std::vector<Var>& roots, const std::vector<Tensor>& grad_outputs,
+                  const LeafReadyFn& on_leaf_ready) {
   HLA_CHECK(roots.size() == grad_outputs.size(), "run_backward: ", roots.size(), " roots but ",
             grad_outputs.size(), " gradients");
   // Gradients of interior values wait here, per producing node and output index; leaves
@@ -103,6 +106,12 @@ void run_backward(const std::vector<Var>& roots, const std::vector<Tensor>& grad
       if (in.defined() && in.grad_fn()) keep.push_back(in.grad_fn());
   for (const Var& r : roots)
     if (r.grad_fn()) keep.push_back(r.grad_fn());
+  // For on_leaf_ready: how many nodes still to run take each leaf as an input.
+  std::unordered_map<VarImpl*, int> consumers_left;
+  if (on_leaf_ready)
+    for (Node* n : order)
+      for (const Var& in : n->inputs)
+        if (in.defined() && in.is_leaf() && in.requires_grad()) consumers_left[in.impl()]++;
 
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     Node* n = *it;
@@ -118,6 +127,9 @@ void run_backward(const std::vector<Var>& roots, const std::vector<Tensor>& grad
               " gradients for ", n->inputs.size(), " inputs");
     for (size_t i = 0; i < gins.size(); i++)
       if (gins[i].defined() && n->inputs[i].requires_grad()) deliver(n->inputs[i], gins[i]);
+    if (on_leaf_ready)
+      for (const Var& in : n->inputs)
+        if (in.defined() && in.is_leaf() && in.requires_grad() && --consumers_left[in.impl()] == 0) on_leaf_ready(in);
     n->backward = nullptr;  // release saved tensors
     n->inputs.clear();
   }

@@ -6,7 +6,9 @@
 // the nodes in reverse topological order, accumulating into .grad; a Var used twice gets the
 // sum of both uses. Leaf grads persist (gradient accumulation); interior grads live only
 // inside backward, and each node's closure and inputs are freed once it has run, so one
-// backward releases the graph as it goes.
+// backward releases the graph as it goes. A backward can report each leaf the moment its
+// gradient is complete (no node still to run delivers to it): data parallelism (dist/) starts
+// reducing a bucket of gradients while the rest of the backward runs.
 #pragma once
 #include <functional>
 #include <memory>
@@ -26,6 +28,11 @@ struct VarImpl {
   int output_index = 0;  // which output of grad_fn this is
   bool requires_grad = false;
 };
+
+class Var;
+// Called during a backward with each leaf whose gradient for this backward is complete (once per
+// leaf, after the last node that delivers to it has run).
+using LeafReadyFn = std::function<void(const Var& leaf)>;
 
 class Var {
  public:
@@ -51,7 +58,7 @@ class Var {
 
   // Reverse-mode from this Var. With no argument it must hold one element (seeded with 1).
   void backward() const;
-  void backward(const Tensor& grad_output) const;
+  void backward(const Tensor& grad_output, const LeafReadyFn& on_leaf_ready = {}) const;
   Var detach() const;  // same value, no history
   void zero_grad();    // drops the gradient (it is re-created at the next backward)
 
@@ -59,7 +66,7 @@ class Var {
   friend std::vector<Var> record_op(const std::vector<Tensor>&, const std::vector<Var>&,
                                     std::function<std::vector<Tensor>(const std::vector<Tensor>&)>,
                                     const char*);
-  friend void run_backward(const std::vector<Var>&, const std::vector<Tensor>&);
+  friend void run_backward(const std::vector<Var>&, const std::vector<Tensor>&, const LeafReadyFn&);
   std::shared_ptr<VarImpl> impl_;
 };
 
@@ -83,8 +90,10 @@ std::vector<Var> record_op(const std::vector<Tensor>& outputs, const std::vector
 Var record_op1(const Tensor& output, const std::vector<Var>& inputs, BackwardFn backward,
                const char* name);
 
-// Runs backward from several roots at once (each seeded with its own gradient).
-void run_backward(const std::vector<Var>& roots, const std::vector<Tensor>& grad_outputs);
+// Runs backward from several roots at once (each seeded with its own gradient); on_leaf_ready,
+// when given, hears of every leaf that requires grad and is reached, in completion order.
+void run_backward(const std::vector<Var>& roots, const std::vector<Tensor>& grad_outputs,
+                  const LeafReadyFn& on_leaf_ready = {});
 
 bool grad_enabled();
 

@@ -8,11 +8,15 @@
 // [--device cpu|cuda] [--out DIR]`: decoding tokens/s and per-sequence memory of the mixer's
 // pure, 24:1, 12:1, 6:1, 3:1 and Transformer models (eval/decode_bench.h); prints the tables,
 // writes DIR/decode_bench.json and DIR/decode_bench.svg. Runs on the CPU too (a small --config).
+//
+// `hla bench train [--gpus 1,2] ...`: training tokens/s per GPU count and the scaling efficiency
+// (cli/bench_train.cpp).
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 
+#include "cli/bench_train.h"
 #include "cli/command.h"
 #include "eval/decode_bench.h"
 #include "nn/check/modes.h"
@@ -124,8 +128,9 @@ const bool registered = hla::cli::register_command(
       sub.add_option("--repeats", opt->perf.repeats, "Timed runs (the median is reported)")->capture_default_str();
       sub.add_flag("--list", opt->list, "List the perf cases (no GPU needed)");
       setup_decode(sub);
+      hla::cli::setup_bench_train(sub);
       sub.callback([opt, &sub] {
-        if (!sub.got_subcommand("decode")) run(*opt);
+        if (!sub.got_subcommand("decode") && !sub.got_subcommand("train")) run(*opt);
       });
     });
 

@@ -227,6 +227,11 @@ TEST_CASE("run settings out of range are errors naming the setting and the value
           c.data.seq_len = int64_t{1} << 30;
         }) == "[data] batch_size 1099511627776 * seq_len 1073741824 * [train] grad_accum 1 tokens per update overflows int64");
   CHECK(error([](RunConfig& c) { c.data.mqar_train_examples = -1; }) == "[data] mqar_train_examples must be >= 0, got -1");
+  CHECK(error([](RunConfig& c) { c.train.gpus = 0; }) == "[train] gpus must be >= 1, got 0");
+  CHECK(error([](RunConfig& c) { c.train.zero = 2; }) == "[train] zero must be 0 (off) or 1 (ZeRO-1), got 2");
+  CHECK(error([](RunConfig& c) { c.train.zero = 1; }) ==
+        "[train] zero = 1 shards the optimizer state over the ranks of --gpus N: it needs [train] gpus > 1, got 1");
+  CHECK(error([](RunConfig& c) { c.train.bucket_mb = 0; }) == "[train] bucket_mb must be > 0, got 0");
 }
 
 TEST_CASE("a --section.key flag's value has the run file's types and errors, naming the flag") {

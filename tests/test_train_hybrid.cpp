@@ -9,38 +9,15 @@
 #include <sstream>
 
 #include "nn/model.h"
+#include "tests/test_train_util.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 
 using namespace hla;
+using hla::testing::tiny_mqar_run;
 namespace fs = std::filesystem;
 
 namespace {
-
-// A 2-layer Gated DeltaNet hybrid (LA) on a small MQAR task: a few ms per step.
-RunConfig tiny_mqar_run(const std::string& out_dir) {
-  RunConfig c;
-  ModelConfig& m = c.model.fields;
-  m.model_type = "gated_deltanet";
-  m.hidden_size = 32;
-  m.num_hidden_layers = 2;
-  m.num_heads = 2;
-  m.intermediate_size = 64;
-  c.model.hybrid = "2:1";
-  c.data.source = "mqar";
-  c.data.batch_size = 4;
-  c.data.seq_len = 32;
-  c.data.mqar_vocab = 64;
-  c.data.mqar_kv_pairs = 4;
-  c.optim.optim.name = "muon";
-  c.optim.optim.lr = 0.02;
-  c.optim.schedule.warmup_steps = 2;
-  c.train.steps = 10;
-  c.train.grad_accum = 2;
-  c.train.val_batches = 2;
-  c.train.out_dir = out_dir;
-  return c;
-}
 
 std::string temp_dir(const std::string& name) {
   std::string dir = (fs::temp_directory_path() / ("hla_test_train_hybrid_" + name)).string();

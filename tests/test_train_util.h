@@ -1,12 +1,14 @@
 // The training tests' fixtures: a tiny bigram model (embedding -> linear -> RMSNorm -> lm_head)
 // that stands in for a real one, so these tests do not depend on the mixers, a deterministic
-// batch source, small trainer options, and comparisons of tensors bit for bit.
+// batch source, small trainer options, comparisons of tensors bit for bit, and the settings of a
+// tiny real hybrid run (tiny_mqar_run) for the tests that go through run_training.
 #pragma once
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <vector>
@@ -16,6 +18,7 @@
 #include "nn/ops/embedding.h"
 #include "nn/ops/linear.h"
 #include "nn/ops/rmsnorm.h"
+#include "tensor/json.h"
 #include "tests/test_util.h"
 #include "train/trainer.h"
 
@@ -71,6 +74,42 @@ class CycleSource : public BatchSource {
  private:
   int64_t V_, B_, T_, next_ = 0;
 };
+
+// A 2-layer Gated DeltaNet hybrid (LA) on a small MQAR task: a few ms per step.
+inline RunConfig tiny_mqar_run(const std::string& out_dir) {
+  RunConfig c;
+  ModelConfig& m = c.model.fields;
+  m.model_type = "gated_deltanet";
+  m.hidden_size = 32;
+  m.num_hidden_layers = 2;
+  m.num_heads = 2;
+  m.intermediate_size = 64;
+  c.model.hybrid = "2:1";
+  c.data.source = "mqar";
+  c.data.batch_size = 4;
+  c.data.seq_len = 32;
+  c.data.mqar_vocab = 64;
+  c.data.mqar_kv_pairs = 4;
+  c.optim.optim.name = "muon";
+  c.optim.optim.lr = 0.02;
+  c.optim.schedule.warmup_steps = 2;
+  c.train.steps = 10;
+  c.train.grad_accum = 2;
+  c.train.val_batches = 2;
+  c.train.out_dir = out_dir;
+  return c;
+}
+
+// The step losses `hla train` wrote to out_dir/metrics.jsonl.
+inline std::vector<double> logged_losses(const std::string& out_dir) {
+  std::ifstream in(out_dir + "/metrics.jsonl");
+  std::vector<double> losses;
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json j = parse_json(line, "metrics.jsonl");
+    if (j.contains("loss")) losses.push_back(j["loss"].get<double>());
+  }
+  return losses;
+}
 
 inline std::string temp_dir(const std::string& name) {
   std::string dir = (std::filesystem::temp_directory_path() / ("hla_test_train_" + name)).string();

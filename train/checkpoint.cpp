@@ -142,7 +142,9 @@ void save_checkpoint(const std::string& dir_given, const CheckpointData& data, c
     const bool had_old = fs::exists(dir);
     if (had_old && !fs::is_empty(dir) && !fs::exists(dir + "/" + kModelWeightsFile))
       fail("refusing to replace ", dir, ": it exists and is not a checkpoint directory");
-    NamedTensors optimizer_state = data.optimizer ? data.optimizer->state() : NamedTensors{};
+    NamedTensors optimizer_state = data.optimizer_state ? *data.optimizer_state
+                                   : data.optimizer     ? data.optimizer->state()
+                                                        : NamedTensors{};
     refuse_non_finite(values_of(*data.params), "parameter");
     refuse_non_finite(optimizer_state, "optimizer state");
     fs::create_directories(tmp);

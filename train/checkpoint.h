@@ -29,6 +29,7 @@ struct CheckpointData {
   const ParameterList* params = nullptr;
   nlohmann::json model_config;
   const Optimizer* optimizer = nullptr;  // optional: no optimizer.safetensors without it
+  const NamedTensors* optimizer_state = nullptr;  // optional: written instead of optimizer->state() (ZeRO-1's gathered state)
   nlohmann::json trainer_state;
 };
 

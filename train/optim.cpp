@@ -159,8 +159,20 @@ double muon_update_scale(const std::string& mode, int64_t rows, int64_t cols) {
   return 0.2 * std::sqrt(double(std::max(rows, cols)));
 }
 
-Optimizer::Optimizer(const ParameterList& params, const OptimConfig& config) : config_(config) {
+namespace {
+
+std::vector<const char*> state_suffixes(UpdateRule rule) {
+  if (rule == UpdateRule::Muon) return {"momentum_buffer"};
+  return {"exp_avg", "exp_avg_sq"};
+}
+
+}  // namespace
+
+Optimizer::Optimizer(const ParameterList& params, const OptimConfig& config, const std::vector<bool>& updates)
+    : config_(config), updates_(updates.empty() ? std::vector<bool>(params.size(), true) : updates) {
   config_.validate();
+  HLA_CHECK(updates_.size() == params.size(), "optimizer: ", updates_.size(), " update flags for ", params.size(),
+            " parameters");
   bool muon = config_.name == "muon";
   double adam_lr_scale = muon && config_.adam_lr > 0 ? config_.adam_lr / config_.lr : 1.0;
   std::set<std::string> seen;
@@ -182,12 +194,8 @@ Optimizer::Optimizer(const ParameterList& params, const OptimConfig& config) : c
     Device dev = p.var.device();
     DType dt = p.var.dtype();
     std::vector<std::pair<std::string, Tensor>> state;
-    if (plan.rule == UpdateRule::Muon) {
-      state.emplace_back("momentum_buffer", Tensor::zeros(p.var.shape(), dt, dev));
-    } else {
-      state.emplace_back("exp_avg", Tensor::zeros(p.var.shape(), dt, dev));
-      state.emplace_back("exp_avg_sq", Tensor::zeros(p.var.shape(), dt, dev));
-    }
+    if (updates_[plan_.size()])
+      for (const char* suffix : state_suffixes(plan.rule)) state.emplace_back(suffix, Tensor::zeros(p.var.shape(), dt, dev));
     plan_.push_back(plan);
     state_.push_back(std::move(state));
   }
@@ -250,7 +258,7 @@ void Optimizer::step(double lr_factor) {
   for (const UpdateGroup& group : groups_) {
     std::vector<size_t> live;  // unused this step: no update, no decay
     for (size_t i : group.members)
-      if (plan_[i].var.grad().defined()) live.push_back(i);
+      if (updates_[i] && plan_[i].var.grad().defined()) live.push_back(i);
     if (live.empty()) continue;
     if (group.rule == UpdateRule::Muon) muon_step(group, live, lr);
     else adamw_step(group, live, lr * group.lr_scale);
@@ -353,6 +361,12 @@ NamedTensors Optimizer::state() const {
   return out;
 }
 
+std::vector<std::string> Optimizer::state_names(size_t i) const {
+  std::vector<std::string> names;
+  for (const char* suffix : state_suffixes(plan_[i].rule)) names.push_back(plan_[i].name + "." + suffix);
+  return names;
+}
+
 std::map<std::string, std::string> Optimizer::state_metadata() const {
   return {{"optimizer", config_.name}, {"step", std::to_string(step_)}};
 }
@@ -382,9 +396,9 @@ void Optimizer::load_state(const SafetensorsFile& file) {
             meta("optimizer"), "' but this run uses '", config_.name, "'");
   std::set<std::string> expected;
   for (size_t i = 0; i < plan_.size(); i++) {
+    for (const std::string& name : state_names(i)) expected.insert(name);
     for (auto& [suffix, t] : state_[i]) {
       std::string name = plan_[i].name + "." + suffix;
-      expected.insert(name);
       const Tensor& saved = file.get(name);
       HLA_CHECK(saved.shape() == t.shape() && saved.dtype() == t.dtype(), file.path, ": tensor '",
                 name, "' is ", saved.str(), " but the optimizer expects ", t.str());

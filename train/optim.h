@@ -26,6 +26,10 @@
 //         typical AdamW update (Moonlight), so Muon can use AdamW's lr.
 //   shape max(1, rows / cols)^0.5 (Keller Jordan's Muon; wants lr around 0.02).
 //
+// ZeRO-1 (train/zero.h): an optimizer can be given the parameters it updates (`updates`, one flag
+// per parameter); the others hold no state here and are skipped by step() (their owner rank
+// updates them), state() holds only this optimizer's part, and load_state takes that part from a
+// file holding every parameter's state.
 // State (m, v, momentum buffers, step count) saves to and loads from safetensors bit-exactly:
 // tensors "<param>.exp_avg", "<param>.exp_avg_sq", "<param>.momentum_buffer"; metadata
 // "optimizer" and "step".
@@ -81,7 +85,8 @@ bool is_embedding_or_head(const std::string& name);
 
 class Optimizer {
  public:
-  Optimizer(const ParameterList& params, const OptimConfig& config);
+  // updates: per parameter, whether this optimizer updates it (empty: all)
+  Optimizer(const ParameterList& params, const OptimConfig& config, const std::vector<bool>& updates = {});
 
   // One update of every parameter that has a gradient, at lr = peak * lr_factor.
   void step(double lr_factor);
@@ -94,7 +99,12 @@ class Optimizer {
   // parameter names with layer indices folded ("model.layers.*.attn.q_proj.weight").
   std::string describe() const;
 
-  NamedTensors state() const;  // CPU copies
+  NamedTensors state() const;  // CPU copies, of the parameters this optimizer updates
+  // The names ("<param>.exp_avg", ...) of parameter i's state tensors, whoever updates it, and
+  // that state here (empty when another optimizer updates it); each tensor has the parameter's shape.
+  std::vector<std::string> state_names(size_t i) const;
+  const std::vector<std::pair<std::string, Tensor>>& param_state(size_t i) const { return state_[i]; }
+  bool updates(size_t i) const { return updates_[i]; }
   std::map<std::string, std::string> state_metadata() const;
   // Validates optimizer name, names and shapes; errors name the file and the tensor.
   void load_state(const SafetensorsFile& file);
@@ -118,6 +128,7 @@ class Optimizer {
   std::vector<ParamPlan> plan_;
   std::vector<UpdateGroup> groups_;
   std::vector<std::vector<std::pair<std::string, Tensor>>> state_;  // per parameter, named
+  std::vector<bool> updates_;                                        // per parameter
   int64_t step_ = 0;
 };
 

@@ -288,6 +288,11 @@ void RunConfig::validate() const {
   HLA_CHECK_INPUT(train.val_batches >= 0, "[train] val_batches must be >= 0, got ", train.val_batches);
   HLA_CHECK_INPUT(train.save_every >= 0, "[train] save_every must be >= 0, got ", train.save_every);
   HLA_CHECK_INPUT(!train.out_dir.empty(), "[train] out_dir must not be empty");
+  HLA_CHECK_INPUT(train.gpus >= 1, "[train] gpus must be >= 1, got ", train.gpus);
+  HLA_CHECK_INPUT(train.zero == 0 || train.zero == 1, "[train] zero must be 0 (off) or 1 (ZeRO-1), got ", train.zero);
+  HLA_CHECK_INPUT(train.zero == 0 || train.gpus > 1, "[train] zero = 1 shards the optimizer state over the ranks of ",
+                  "--gpus N: it needs [train] gpus > 1, got ", train.gpus);
+  HLA_CHECK_INPUT(train.bucket_mb > 0, "[train] bucket_mb must be > 0, got ", train.bucket_mb);
 }
 
 nlohmann::json RunConfig::to_json() const {

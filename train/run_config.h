@@ -61,6 +61,9 @@ struct TrainSettings {
   int64_t val_every = 100;  // 0: only at the end
   int64_t val_batches = 8;
   int64_t save_every = 0;   // 0: only at the end
+  int64_t gpus = 1;         // data parallel: one process per GPU (NCCL, dist/launch.h)
+  int64_t zero = 0;         // 1: ZeRO-1, optimizer state sharded over the ranks
+  double bucket_mb = 25;    // data parallel: gradient all-reduce bucket size
 };
 
 struct RunConfig {
@@ -156,6 +159,9 @@ void visit_settings(RC& c, F&& f) {
   f("train", "val_every", t.val_every, "validation every N steps (0 = at the end only)");
   f("train", "val_batches", t.val_batches, "batches per validation");
   f("train", "save_every", t.save_every, "checkpoint every N steps (0 = at the end only)");
+  f("train", "gpus", t.gpus, "data parallel over N GPUs, one process each (NCCL); the global batch stays the same");
+  f("train", "zero", t.zero, "1: ZeRO-1, optimizer state sharded over the ranks (0 = off)");
+  f("train", "bucket_mb", t.bucket_mb, "data parallel: gradient all-reduce bucket size in MB");
 }
 
 }  // namespace hla

@@ -115,17 +115,20 @@ nlohmann::json ValMetrics::to_json() const {
 // ---------------------------------------------------------------- one update
 
 void accumulate_gradients(TrainableModel& model, const std::vector<TrainBatch>& micro_batches, Tensor& records,
-                          int64_t slot) {
-  int64_t total_valid = 0;
-  for (const TrainBatch& b : micro_batches) total_valid += b.valid;
+                          int64_t slot, int64_t total_valid, const LeafReadyFn& on_last_leaf_ready) {
+  if (total_valid == 0)
+    for (const TrainBatch& b : micro_batches) total_valid += b.valid;
   HLA_CHECK(total_valid > 0, "accumulate_gradients: no target carries loss in ",
             micro_batches.size(), " micro-batch(es)");
   Device device = model.device();
-  for (const TrainBatch& b : micro_batches) {
+  for (size_t i = 0; i < micro_batches.size(); i++) {
+    const TrainBatch& b = micro_batches[i];
     if (b.valid == 0) continue;
     Var micro_loss = model.loss(batch_on(device, b.ids), batch_on(device, b.targets));
     double weight = double(b.valid) / double(total_valid);
-    micro_loss.backward(Tensor::full({}, weight, micro_loss.dtype(), device));
+    const bool last = i + 1 == micro_batches.size();
+    micro_loss.backward(Tensor::full({}, weight, micro_loss.dtype(), device),
+                        last ? on_last_leaf_ready : LeafReadyFn());
     accumulate_loss(records, slot, micro_loss.value(), weight);
   }
 }
@@ -167,11 +170,15 @@ Trainer::Trainer(TrainerOptions options, TrainableModel& model, BatchSource& tra
       train_(train),
       val_(val),
       out_(out),
-      optimizer_(params_, options_.optim) {
+      zero_(options_.zero && options_.comm ? std::make_unique<ZeroShards>(params_, *options_.comm) : nullptr),
+      optimizer_(params_, options_.optim, zero_ ? zero_->owned() : std::vector<bool>{}) {
+  HLA_CHECK_INPUT(!options_.zero || options_.comm, "[train] zero = 1 shards the optimizer state over data-parallel ",
+                  "ranks: it needs --gpus N > 1");
   options_.schedule.validate();
   HLA_CHECK(options_.grad_accum >= 1, "[train] grad_accum must be >= 1, got ", options_.grad_accum);
   HLA_CHECK(options_.log_every >= 1, "[train] log_every must be >= 1, got ", options_.log_every);
   if (val_) val_start_ = val_->position();
+  if (options_.comm) buckets_ = std::make_unique<dist::GradBuckets>(params_, *options_.comm, options_.bucket_mb);
   window_ = std::min(options_.log_every, options_.schedule.total_steps);
   step_state_ = Tensor::zeros({kStepStatusSize + window_ * kStepRecordSize}, DType::F64, model_.device());
   status_ = step_state_.slice0(0, kStepStatusSize);
@@ -196,9 +203,11 @@ void Trainer::queue_step() {
   for (int64_t i = 0; i < options_.grad_accum; i++) micro.push_back(train_.next());
   QueuedStep q;
   q.lr = options_.optim.lr * lr_factor(options_.schedule, step_);
-  accumulate_gradients(model_, micro, records_, slot);
+  if (options_.comm) reduced_gradients(micro, slot);
+  else accumulate_gradients(model_, micro, records_, slot);
   clip_grad_norm_(params_, options_.clip, records_, slot, status_, step_ + 1);
   optimizer_.step(lr_factor(options_.schedule, step_));
+  if (zero_) zero_->gather_parameters();
   optimizer_.zero_grad();
   step_++;
   for (const TrainBatch& b : micro) q.tokens += b.ids.numel();
@@ -208,6 +217,23 @@ void Trainer::queue_step() {
   if (model_.device() == Device::CUDA) q.peak_gib = static_cast<double>(cuda::peak_bytes()) / double(1 << 30);
 #endif
   queued_.push_back(q);
+}
+
+// This rank's share of the update, its gradients summed over the ranks (bucket by bucket while
+// the last backward runs), and the loss record summed too: every rank then holds the gradients
+// and the loss of the whole update.
+void Trainer::reduced_gradients(const std::vector<TrainBatch>& update, int64_t slot) {
+  int64_t total_valid = 0;
+  for (const TrainBatch& b : update) total_valid += b.valid;
+  share_ = rank_share(update[0].ids.size(0), int64_t(update.size()), options_.comm->world());
+  const std::vector<TrainBatch> mine = rank_micro_batches(update, share_, options_.comm->rank());
+  accumulate_gradients(model_, mine, records_, slot, total_valid, buckets_->hook());
+  buckets_->finish();
+  // after the buckets on every rank: a rank whose last micro-batch had no valid target issues
+  // them all in finish(), and the collectives must come in the same order everywhere
+  Tensor record = records_.slice0(slot, slot + 1);  // (1, kStepRecordSize): the loss so far, the norm still 0
+  dist::all_reduce_(*options_.comm, record, dist::ReduceOp::Sum);
+  options_.comm->wait();  // clipping reads and writes the record on hla's stream
 }
 
 std::vector<StepMetrics> Trainer::read_steps(const std::function<void(const StepMetrics&)>& good) {
@@ -230,7 +256,8 @@ std::vector<StepMetrics> Trainer::read_steps(const std::function<void(const Step
     timed_tokens_ += window_tokens;
     throughput_.tokens_per_s = timed_seconds_ > 0 ? double(timed_tokens_) / timed_seconds_ : 0.0;
     if (model_.device() == Device::CUDA)
-      throughput_.mfu = options_.flops_per_token * throughput_.tokens_per_s / Throughput::kPeakFlops;
+      throughput_.mfu = options_.flops_per_token * throughput_.tokens_per_s /
+                        (Throughput::kPeakFlops * (options_.comm ? options_.comm->world() : 1));
   } else if (last_queued >= Throughput::kWarmupSteps) {
     throughput_.after_step = last_queued;
   }
@@ -275,7 +302,20 @@ nlohmann::json Trainer::state_json() const {
                       {"settings", options_.settings},
                       {"last_step", last_step_.to_json()}};
   if (last_val_.examples > 0) j["last_val"] = last_val_.to_json();
+  if (options_.comm) j["data_parallel"] = data_parallel_json();
   return j;
+}
+
+// Every rank's share of each update and data position: each reads the whole stream, so all stand
+// at the data position; rank r trained on sequences [first, first + sequences) of each update.
+nlohmann::json Trainer::data_parallel_json() const {
+  const int world = options_.comm->world();
+  nlohmann::json ranks = nlohmann::json::array();
+  for (int r = 0; r < world; r++)
+    ranks.push_back({{"rank", r}, {"first_sequence", r * share_.sequences}, {"sequences", share_.sequences},
+                     {"micro_batch", share_.micro_batch}, {"grad_accum", share_.grad_accum},
+                     {"data_position", train_.position()}});
+  return {{"world", world}, {"ranks", ranks}};
 }
 
 // Names the first parameter holding a NaN or an Inf (one of them poisons every gradient), else
@@ -308,16 +348,20 @@ std::string Trainer::divergence_report(const StepMetrics& m, int64_t bad_tensor,
 }
 
 void Trainer::save(const std::string& dir) const {
+  const NamedTensors gathered = zero_ ? zero_->gather_state(optimizer_) : NamedTensors{};  // every rank takes part
+  if (!writes()) return;
   CheckpointData data;
   data.params = &params_;
   data.model_config = options_.model_config;
   data.optimizer = &optimizer_;
+  if (zero_) data.optimizer_state = &gathered;
   data.trainer_state = state_json();
   save_checkpoint(dir, data);
 }
 
 void Trainer::resume(const std::string& dir) {
-  report_recovery(dir, out_);
+  if (writes()) report_recovery(dir, out_);
+  if (options_.comm) options_.comm->barrier();  // the other ranks read what rank 0 recovered
   const std::string state_path = dir + "/trainer_state.json";
   const nlohmann::json state = read_json_file(state_path);
   step_ = count_field(state, state_path, "step");
@@ -377,6 +421,7 @@ void Trainer::log_step(const StepMetrics& m) const {
 
 // The step's line in metrics.jsonl, and on the console at log lines.
 void Trainer::report_step(const StepMetrics& m) const {
+  if (!writes()) return;
   if (m.step % options_.log_every == 0 || m.step == options_.schedule.total_steps) log_step(m);
   append_metrics(m.to_json());
 }
@@ -393,11 +438,11 @@ bool Trainer::reads_now() const {
 }
 
 void Trainer::append_metrics(const nlohmann::json& line) const {
-  if (!options_.out_dir.empty()) append_line(options_.out_dir + "/metrics.jsonl", line.dump() + "\n");
+  if (writes() && !options_.out_dir.empty()) append_line(options_.out_dir + "/metrics.jsonl", line.dump() + "\n");
 }
 
 ValMetrics Trainer::run() {
-  if (!options_.out_dir.empty()) {
+  if (writes() && !options_.out_dir.empty()) {
     fs::create_directories(options_.out_dir);
     report_recovery(checkpoint_dir(), out_);
   }
@@ -405,7 +450,7 @@ ValMetrics Trainer::run() {
     queue_step();
     if (!reads_now()) continue;
     read_steps([&](const StepMetrics& m) { report_step(m); });
-    if (val_ && options_.val_batches > 0 && due(options_.val_every)) {
+    if (writes() && val_ && options_.val_batches > 0 && due(options_.val_every)) {
       ValMetrics v = validate();
       out_ << "val  step " << step_ << " | loss " << format("%.6f", v.loss);
       if (options_.mqar) out_ << " | MQAR accuracy " << format("%.4f", v.accuracy);
@@ -416,7 +461,7 @@ ValMetrics Trainer::run() {
     }
     if (!options_.out_dir.empty() && due(options_.save_every)) {
       save(checkpoint_dir());
-      out_ << "saved " << checkpoint_dir() << " (step " << step_ << ")" << std::endl;
+      if (writes()) out_ << "saved " << checkpoint_dir() << " (step " << step_ << ")" << std::endl;
     }
   }
   return last_val_;
@@ -484,15 +529,25 @@ TrainerOptions trainer_options(const RunConfig& config, const ModelConfig& model
   options.model_config = model_config.to_json();
   options.settings = config.to_json();
   options.flops_per_token = model_flops_per_token(model_config, num_parameters, config.data.seq_len);
+  options.bucket_mb = config.train.bucket_mb;
+  options.zero = config.train.zero == 1;
   return options;
 }
 
-ValMetrics run_training(const RunConfig& config, const std::string& resume_dir, std::ostream& out) {
+ValMetrics run_training(const RunConfig& config, const std::string& resume_dir, std::ostream& console,
+                        dist::Communicator* comm) {
   config.validate();
+  const int world = comm ? comm->world() : 1;
+  HLA_CHECK_INPUT(world == config.train.gpus, "[train] gpus = ", config.train.gpus, " but ", world,
+                  " rank(s) run: --gpus N runs through `hla train`, which starts one process per GPU");
+  const RankShare share = rank_share(config.data.batch_size, config.train.grad_accum, world);
+  const bool writer = !comm || comm->rank() == 0;  // prints, writes metrics and checkpoints
+  std::ostream silent(nullptr);
+  std::ostream& out = writer ? console : silent;
   DataSources data = make_data_sources(config.data);
   ModelConfig model_config = config.model_config(data.vocab_size);
   if (!resume_dir.empty()) {
-    report_recovery(resume_dir, out);
+    if (writer) report_recovery(resume_dir, out);
     check_same_model(resume_dir, model_config);
   }
   Device device = config.train.device == "cuda" ? Device::CUDA : Device::CPU;
@@ -501,6 +556,8 @@ ValMetrics run_training(const RunConfig& config, const std::string& resume_dir, 
   DType compute = config.train.dtype == "bf16" ? DType::BF16 : DType::F32;
   auto model = make_model(model_config, config.train.seed, device, compute);
   ParameterList params = model->parameters();
+  HLA_CHECK_INPUT(!comm || comm->device() == device, "data parallel: the ranks exchange buffers on another device ",
+                  "than [train] device = ", config.train.device, " (", comm ? comm->describe() : "", ")");
 
   out << "hla train\n" << config.table();
   out << "data:    " << data.description << "\n";
@@ -510,19 +567,24 @@ ValMetrics run_training(const RunConfig& config, const std::string& resume_dir, 
   out << "params:  " << count_parameters(params) << " in " << params.size() << " tensors\n";
 
   TrainerOptions options = trainer_options(config, model_config, count_parameters(params), data.mqar);
+  options.comm = comm;
   Trainer trainer(options, *model, *data.train, data.val.get(), out);
   out << "optimizer groups:\n" << trainer.optimizer().describe();
   out << "tokens per update: " << config.data.batch_size * config.data.seq_len * config.train.grad_accum
       << " (" << config.train.grad_accum << " x " << config.data.batch_size << " x "
       << config.data.seq_len << ")\n";
+  if (comm)
+    out << "data parallel: " << comm->describe() << "; " << share.describe() << ", gradients in buckets of "
+        << config.train.bucket_mb << " MB\n";
+  if (trainer.zero()) out << trainer.zero()->describe() << "\n";
 
-  fs::create_directories(config.train.out_dir);
+  if (writer) fs::create_directories(config.train.out_dir);
   std::string metrics = config.train.out_dir + "/metrics.jsonl";
   if (!resume_dir.empty()) {
     trainer.resume(resume_dir);
-    truncate_metrics(metrics, trainer.step());
+    if (writer) truncate_metrics(metrics, trainer.step());
     out << "resumed from " << resume_dir << " at step " << trainer.step() << "\n";
-  } else {
+  } else if (writer) {
     write_file_atomic(metrics, "");
   }
   out << std::flush;

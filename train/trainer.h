@@ -14,6 +14,12 @@
 // A step whose loss or gradient norm is not finite is kept on the device (its number and first
 // non-finite gradient); its gradients and those of every later step are zeroed, so the
 // optimizer never applies a NaN or Inf, and the next read stops the run naming that step.
+//
+// Data parallel (options.comm, one rank per GPU or per test thread): each rank trains on its
+// share of every update's sequences (train/data_parallel.h), its gradients are summed over the
+// ranks in buckets while the last backward runs (dist/grad_buckets.h), the loss record too, and
+// clipping and the optimizer then run on identical reduced gradients on every rank. Rank 0
+// alone prints, writes metrics.jsonl and checkpoints, and validates.
 #pragma once
 #include <chrono>
 #include <cmath>
@@ -21,17 +27,22 @@
 #include <functional>
 #include <iosfwd>
 #include <limits>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "dist/communicator.h"
+#include "dist/grad_buckets.h"
 #include "nn/config.h"
 #include "nn/module.h"
 #include "nn/ops/grad_norm_dims.h"
+#include "train/data_parallel.h"
 #include "train/data_source.h"
 #include "train/optim.h"
 #include "train/run_config.h"
 #include "train/schedule.h"
+#include "train/zero.h"
 
 namespace hla {
 
@@ -49,6 +60,9 @@ struct TrainerOptions {
   nlohmann::json model_config;  // config.json of checkpoints
   nlohmann::json settings;      // kept in trainer_state.json
   double flops_per_token = 0;   // model FLOPs per trained token (model_flops_per_token); 0: not reported
+  dist::Communicator* comm = nullptr;  // data parallel over its ranks; null: this process alone
+  double bucket_mb = 25;               // with comm: gradient bucket size (MB)
+  bool zero = false;                   // with comm: ZeRO-1, the optimizer state sharded (train/zero.h)
 };
 
 struct StepMetrics {
@@ -69,13 +83,15 @@ struct ValMetrics {
 
 // Forward + backward over micro-batches (weights as above); adds the mean loss to
 // records[slot][0] on the model's device (records: (W, kStepRecordSize) F64, nn/ops/grad_norm.h).
+// Data parallel: total_valid counts the valid targets of the whole update over every rank (0: those
+// of micro_batches), and the last backward reports each completed leaf to on_last_leaf_ready.
 void accumulate_gradients(TrainableModel& model, const std::vector<TrainBatch>& micro_batches, Tensor& records,
-                          int64_t slot);
+                          int64_t slot, int64_t total_valid = 0, const LeafReadyFn& on_last_leaf_ready = {});
 
 // Tokens per second after warm-up: the window of steps read at or after step kWarmupSteps is
 // the last one skipped; the tokens of the later windows over their wall time (a running mean,
 // so 0 until one such window was read). mfu: model FLOPs per second over the H200's bf16 dense
-// peak, on the GPU only (0 on the CPU).
+// peak (times the ranks, data parallel), on the GPU only (0 on the CPU).
 struct Throughput {
   static constexpr int64_t kWarmupSteps = 3;
   static constexpr double kPeakFlops = 989e12;  // H200 bf16 dense (targets.md)
@@ -112,6 +128,7 @@ class Trainer {
 
   int64_t step() const { return step_; }
   const Optimizer& optimizer() const { return optimizer_; }
+  const ZeroShards* zero() const { return zero_.get(); }
   std::string checkpoint_dir() const { return options_.out_dir + "/checkpoint"; }
 
  private:
@@ -122,6 +139,9 @@ class Trainer {
   void report_step(const StepMetrics& m) const;
   bool due(int64_t n) const;
   bool reads_now() const;
+  bool writes() const { return !options_.comm || options_.comm->rank() == 0; }  // rank 0 prints and writes
+  void reduced_gradients(const std::vector<TrainBatch>& update, int64_t slot);
+  nlohmann::json data_parallel_json() const;
 
   struct QueuedStep {
     int64_t step = 0, tokens = 0;
@@ -136,7 +156,10 @@ class Trainer {
   BatchSource* val_;
   nlohmann::json val_start_;
   std::ostream& out_;
+  std::unique_ptr<ZeroShards> zero_;  // with options.zero
   Optimizer optimizer_;
+  RankShare share_;                             // with comm: of the latest update
+  std::unique_ptr<dist::GradBuckets> buckets_;  // with comm
   int64_t step_ = 0;
   int64_t tokens_seen_ = 0;
   StepMetrics last_step_;
@@ -168,6 +191,8 @@ TrainerOptions trainer_options(const RunConfig& config, const ModelConfig& model
 
 // `hla train`: builds data, model and trainer from the settings, prints the start-up table,
 // trains (resuming from `resume_dir` when not empty) and returns the final validation.
-ValMetrics run_training(const RunConfig& config, const std::string& resume_dir, std::ostream& out);
+// comm: data parallel over its ranks (hla train --gpus N; cli/cmd_train.cpp makes it); null: one process.
+ValMetrics run_training(const RunConfig& config, const std::string& resume_dir, std::ostream& out,
+                        dist::Communicator* comm = nullptr);
 
 }  // namespace hla

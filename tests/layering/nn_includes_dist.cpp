@@ -1,0 +1,2 @@
+// Layering probe: nn/ must not see dist/ (models know nothing of ranks). Must NOT compile.
+#include "dist/communicator.h"
