@@ -8,6 +8,10 @@
 // [--device cpu|cuda] [--out DIR]`: decoding tokens/s and per-sequence memory of the mixer's
 // pure, 24:1, 12:1, 6:1, 3:1 and Transformer models (eval/decode_bench.h); prints the tables,
 // writes DIR/decode_bench.json and DIR/decode_bench.svg. Runs on the CPU too (a small --config).
+//
+// `hla bench ruler [--mixer M --shape 340m --hybrid 3:1 | --config FILE] [--length 4096]
+// [--samples 100] [--haystack FILE]`: the wall time of RULER's tasks on a random-init model
+// (eval/ruler_bench.h), per task split into samples, prefill, steps and the rest.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -15,6 +19,7 @@
 
 #include "cli/command.h"
 #include "eval/decode_bench.h"
+#include "eval/ruler_bench.h"
 #include "nn/check/modes.h"
 #include "tensor/atomic_file.h"
 #include "tensor/tensor.h"
@@ -75,11 +80,16 @@ struct DecodeSettings {
   bool no_memory_check = false;
 };
 
+// --device auto|cpu|cuda and --dtype auto|f32|bf16 into o.device and o.dtype.
+void resolve_device(hla::eval::DecodeBenchOptions& o, const std::string& device, const std::string& dtype) {
+  const bool cuda = device == "cuda" || (device == "auto" && hla::cuda_available());
+  o.device = cuda ? hla::Device::CUDA : hla::Device::CPU;
+  o.dtype = dtype == "bf16" || (dtype == "auto" && cuda) ? hla::DType::BF16 : hla::DType::F32;
+}
+
 void run_decode(const DecodeSettings& s) {
   hla::eval::DecodeBenchOptions o = s.bench;
-  const bool cuda = s.device == "cuda" || (s.device == "auto" && hla::cuda_available());
-  o.device = cuda ? hla::Device::CUDA : hla::Device::CPU;
-  o.dtype = s.dtype == "bf16" || (s.dtype == "auto" && cuda) ? hla::DType::BF16 : hla::DType::F32;
+  resolve_device(o, s.device, s.dtype);
   o.measure_memory = !s.no_memory_check;
   const hla::eval::DecodeBench bench = hla::eval::run_decode_bench(o, &std::cerr);
   std::cout << hla::eval::decode_bench_table(bench);
@@ -116,6 +126,42 @@ void setup_decode(CLI::App& sub) {
   decode->callback([s] { run_decode(*s); });
 }
 
+struct RulerSettings {
+  hla::eval::RulerBenchOptions bench;
+  std::string device = "auto", dtype = "auto";
+};
+
+void setup_ruler(CLI::App& sub) {
+  auto s = std::make_shared<RulerSettings>();
+  CLI::App* ruler = sub.add_subcommand(
+      "ruler", "Wall time of RULER's tasks on a random-init hybrid: samples, prefill, steps, per task and in total");
+  ruler->option_defaults()->always_capture_default();
+  hla::eval::RulerBenchOptions& b = s->bench;
+  ruler->add_option("--mixer", b.shape.mixer, "linear mixer of the hybrid (configs/models/<mixer>-<shape>.json)");
+  ruler->add_option("--shape", b.shape.shape, "model shape: <mixer>-<shape>.json, attention heads from transformer-<shape>.json");
+  ruler->add_option("--config", b.shape.config, "instead of --mixer/--shape: one config.json (a small shape for the CPU)");
+  ruler->add_option("--configs-dir", b.shape.configs_dir, "where the <mixer>-<shape>.json files are");
+  ruler->add_option("--hybrid", b.hybrid, "the pattern: pure, r:1 or transformer");
+  ruler->add_option("--tasks", b.tasks, "RULER tasks, comma-separated (default: all 13)")->delimiter(',');
+  ruler->add_option("--length", b.length, "RULER length: prompt + generation budget, in tokens");
+  ruler->add_option("--samples", b.samples, "samples per task");
+  ruler->add_option("--batch-size", b.batch_size, "sequences decoded together");
+  ruler->add_option("--tokenizer", b.tokenizer, "byte or a tokenizer.json");
+  ruler->add_option("--token-scale", b.token_scale, "RULER's token budgets times this (0: 4 for byte, else 1)");
+  ruler->add_option("--haystack", b.haystack, "essay haystack text; without it the 5 essay tasks are skipped");
+  ruler->add_option("--words", b.words, "word lists (as hla eval --words)");
+  ruler->add_option("--seed", b.seed, "sample seed");
+  ruler->add_option("--device", s->device, "auto (cuda when there is a GPU), cpu or cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  ruler->add_option("--dtype", s->dtype, "auto (bf16 on cuda, f32 on cpu), f32 or bf16")
+      ->check(CLI::IsMember({"auto", "f32", "bf16"}));
+  ruler->callback([s] {
+    hla::eval::RulerBenchOptions o = s->bench;
+    resolve_device(o.shape, s->device, s->dtype);
+    std::cout << hla::eval::ruler_bench_table(hla::eval::run_ruler_bench(o, &std::cerr));
+  });
+}
+
 const bool registered = hla::cli::register_command(
     "bench", "Time the Var path of the ops against the anchors of targets.md", [](CLI::App& sub) {
       auto opt = std::make_shared<Options>();
@@ -124,8 +170,9 @@ const bool registered = hla::cli::register_command(
       sub.add_option("--repeats", opt->perf.repeats, "Timed runs (the median is reported)")->capture_default_str();
       sub.add_flag("--list", opt->list, "List the perf cases (no GPU needed)");
       setup_decode(sub);
+      setup_ruler(sub);
       sub.callback([opt, &sub] {
-        if (!sub.got_subcommand("decode")) run(*opt);
+        if (!sub.got_subcommand("decode") && !sub.got_subcommand("ruler")) run(*opt);
       });
     });
 

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "eval/lm.h"
+#include "nn/module.h"
 #include "tensor/dtype.h"
 
 namespace hla::eval {
@@ -15,5 +16,9 @@ namespace hla::eval {
 // compute_dtype BF16 (CUDA) runs the forward and the decoder in bf16 (make_model, nn/model.h).
 std::unique_ptr<LanguageModel> load_hybrid_model(const std::string& checkpoint_dir, Device device,
                                                  int max_length = 2048, DType compute_dtype = DType::F32);
+// The same over a model already built by make_model (random weights for a timing run, say);
+// `source` ends the describe() line ("random init, seed 0").
+std::unique_ptr<LanguageModel> wrap_hybrid_model(std::unique_ptr<TrainableModel> model, int max_length,
+                                                 const std::string& source);
 
 }  // namespace hla::eval
