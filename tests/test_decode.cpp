@@ -191,13 +191,17 @@ double max_rel_err_nested(const std::vector<std::vector<std::vector<double>>>& a
 
 // Greedy decoding with the decoder equals the no-cache path, token for token, with logits within
 // `tol` (fp32: the chunked prefill and the one-token step round differently), for every run.
-void check_decoder_matches_full_forward(Device device, bool cuda_graph, double tol) {
+// prefill_tokens: the default puts the five prompts in one right-padded group; 12 makes the
+// groups {12}, {39, 0} (padded), the two of length 5 (unpadded) and the longest alone.
+void check_decoder_matches_full_forward(Device device, bool cuda_graph, double tol,
+                                        int64_t prefill_tokens = kPrefillTokens) {
   for (const DecodeRun& run : decode_runs()) {
     CAPTURE(run.label);
+    CAPTURE(prefill_tokens);
     std::unique_ptr<TrainableModel> model = make_model(run.config, 7, device);
     std::vector<std::vector<std::vector<double>>> ref_logits, got_logits;
     std::vector<std::vector<int32_t>> ref = greedy_full(*model, device, ref_logits);
-    std::unique_ptr<Decoder> decoder = make_decoder(*model, 64, cuda_graph);
+    std::unique_ptr<Decoder> decoder = make_decoder(*model, 64, cuda_graph, prefill_tokens);
     std::vector<std::vector<int32_t>> got = greedy_decoder(*decoder, got_logits);
     CHECK(got == ref);
     CHECK(max_rel_err_nested(got_logits, ref_logits) <= tol);
@@ -226,6 +230,59 @@ std::vector<Tensor> state_tensors(const ModelState& s) {
   return out;
 }
 
+// A fresh state for `run`'s model with `batch` sequences, KV caches of `capacity` slots.
+ModelState fresh_state(const DecodeRun& run, int64_t batch, int64_t capacity, Device device) {
+  ModelState s;
+  s.layers.resize(run.config.num_hidden_layers);
+  for (int i = 0; i < run.config.num_hidden_layers; i++)
+    if (run.config.is_attention_layer(i))
+      s.layers[i].kv.capacity = run.config.attn.window_size > 0 ? run.config.attn.window_size : capacity;
+  s.positions = Tensor::zeros({batch}, DType::I32, device);
+  return s;
+}
+
+// One right-padded forward over the mixed-length prompts (ModelState::lengths) gives, for every
+// prompt, the last-token logits and the state (recurrent S, conv and token-shift tails, KV
+// cache) of that prompt's own unpadded forward, within 1e-5 relative per tensor.
+void check_padded_prefill_matches_single(Device device) {
+  const int64_t B = static_cast<int64_t>(kPrompts.size()), L = 9, capacity = 16;
+  std::vector<int32_t> ids(B * L, 0);  // ids: (B, L), right-padded with token 0
+  std::vector<int64_t> lengths;
+  for (int64_t b = 0; b < B; b++) {
+    std::copy(kPrompts[b].begin(), kPrompts[b].end(), ids.begin() + b * L);
+    lengths.push_back(static_cast<int64_t>(kPrompts[b].size()));
+  }
+  for (const DecodeRun& run : decode_runs()) {
+    CAPTURE(run.label);
+    std::unique_ptr<TrainableModel> model = make_model(run.config, 7, device);
+    auto& stateful = dynamic_cast<StatefulModel&>(*model);
+    NoGradGuard no_grad;
+    ModelState padded = fresh_state(run, B, capacity, device);
+    padded.lengths = lengths;
+    Tensor z = stateful.last_logits_with_state(Tensor::from_i32(ids, {B, L}).to(device), padded).value();  // (B, V)
+    REQUIRE(z.shape() == Shape{B, 40});
+    const std::vector<Tensor> batch_state = state_tensors(padded);
+    for (int64_t b = 0; b < B; b++) {
+      CAPTURE(b);
+      ModelState single = fresh_state(run, 1, capacity, device);
+      const int64_t T = lengths[b];
+      Tensor ref = stateful.last_logits_with_state(Tensor::from_i32(kPrompts[b], {1, T}).to(device), single).value();
+      CHECK(testing::max_rel_err(z.slice0(b, b + 1), ref) <= 1e-5);
+      const std::vector<Tensor> own = state_tensors(single);
+      REQUIRE(own.size() == batch_state.size());
+      int compared = 0;
+      for (size_t i = 0; i < own.size(); i++) {
+        CAPTURE(i);
+        REQUIRE(own[i].defined() == batch_state[i].defined());
+        if (!own[i].defined()) continue;
+        CHECK(testing::max_rel_err(batch_state[i].slice0(b, b + 1), own[i]) <= 1e-5);
+        compared++;
+      }
+      CHECK(compared > 0);
+    }
+  }
+}
+
 // Prefill of the first 5 tokens then one-token steps leaves the state one forward over all 13
 // tokens leaves (recurrent states, tails, KV caches), within 1e-5 relative per tensor.
 void check_prefill_then_step_state(Device device) {
@@ -236,16 +293,7 @@ void check_prefill_then_step_state(Device device) {
     std::unique_ptr<TrainableModel> model = make_model(run.config, 7, device);
     auto& stateful = dynamic_cast<StatefulModel&>(*model);
     NoGradGuard no_grad;
-    auto fresh = [&] {
-      ModelState s;
-      s.layers.resize(run.config.num_hidden_layers);
-      for (int i = 0; i < run.config.num_hidden_layers; i++)
-        if (run.config.is_attention_layer(i))
-          s.layers[i].kv.capacity = run.config.attn.window_size > 0 ? run.config.attn.window_size : N;
-      s.positions = Tensor::zeros({1}, DType::I32, device);
-      return s;
-    };
-    ModelState full = fresh(), stepped = fresh();
+    ModelState full = fresh_state(run, 1, N, device), stepped = fresh_state(run, 1, N, device);
     stateful.logits_with_state(Tensor::from_i32(tokens, {1, N}).to(device), full);
     std::vector<int32_t> head(tokens.begin(), tokens.begin() + prefix);
     stateful.logits_with_state(Tensor::from_i32(head, {1, prefix}).to(device), stepped);
@@ -272,6 +320,11 @@ void check_prefill_then_step_state(Device device) {
 
 TEST_CASE("greedy decoding with the decoder equals re-running the forward, every mixer, CPU fp32") {
   check_decoder_matches_full_forward(Device::CPU, false, 1e-4);
+  check_decoder_matches_full_forward(Device::CPU, false, 1e-4, 12);
+}
+
+TEST_CASE("a right-padded prefill of mixed lengths equals each prompt's own prefill, every mixer, CPU fp32") {
+  check_padded_prefill_matches_single(Device::CPU);
 }
 
 TEST_CASE("prefill then steps leaves the state of one forward over all tokens, CPU fp32") {
@@ -315,6 +368,8 @@ TEST_CASE("GPU: decoding equals the no-cache path, the CUDA graph replays exactl
   }
   check_decoder_matches_full_forward(Device::CUDA, true, 1e-4);
   check_decoder_matches_full_forward(Device::CUDA, false, 1e-4);
+  check_decoder_matches_full_forward(Device::CUDA, true, 1e-4, 12);
+  check_padded_prefill_matches_single(Device::CUDA);
   check_prefill_then_step_state(Device::CUDA);
   // Graph replays give the plain launches' logits bit for bit, and allocate nothing.
   for (const DecodeRun& run : decode_runs()) {
