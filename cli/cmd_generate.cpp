@@ -8,7 +8,8 @@
 // objects with a "prompt" string, decodes them in batches of --batch-size and prints one JSON
 // line per prompt ({"prompt", "completion", "new_tokens", "stop"}) as its batch finishes.
 // A sequence stops at the tokenizer's eos (not printed) or after --max-new-tokens.
-// Sampling: temperature 0 is greedy (lowest id on ties); else softmax(z / T) over the top-k
+// Sampling: temperature 0 is greedy (lowest id on ties), on the model's device; else, on the
+// host, softmax(z / T) over the top-k
 // logits (0: all), cut to the smallest set whose probability reaches top-p, drawn from a
 // counter-based stream per (seed, prompt index, step), so the text does not depend on the
 // batch size. Tokens are bytes until printed: a piece of invalid UTF-8 (a byte-level model can
@@ -28,6 +29,7 @@
 #include "eval/model_adapter.h"
 #include "nn/decode.h"
 #include "nn/model.h"
+#include "nn/ops/argmax.h"
 #include "nn/weights.h"
 #include "tensor/json.h"
 #include "tensor/random.h"
@@ -79,9 +81,9 @@ class Utf8Printer {
   std::string pending_;
 };
 
-// The next token from one row of logits z (V), with u uniform in [0, 1) (see the file comment).
+// The next token from one row of logits z (V) at temperature > 0, with u uniform in [0, 1) (see
+// the file comment).
 int32_t sample_token(const float* z, int64_t V, const GenerateSettings& s, double u) {
-  if (s.temperature == 0) return static_cast<int32_t>(std::max_element(z, z + V) - z);
   // pass 1: the k highest logits, highest first (ties: lowest id first)
   std::vector<int32_t> ids(V);
   std::iota(ids.begin(), ids.end(), 0);
@@ -103,6 +105,26 @@ int32_t sample_token(const float* z, int64_t V, const GenerateSettings& s, doubl
     target -= p[i];
   }
   return ids[keep - 1];
+}
+
+// The next token of every sequence from logits (B, V_model) on the model's device, among ids
+// [0, V): greedy (temperature 0) on the device (nn/ops/argmax.h), so only B ids reach the host;
+// sampled on the host from the logits otherwise. `first`: the index of row 0 in the whole run.
+std::vector<int32_t> pick_tokens(const Tensor& logits, int64_t V, size_t first, int step, const GenerateSettings& s) {
+  const int64_t B = logits.size(0);
+  std::vector<int32_t> ids(B);
+  if (s.temperature == 0) {
+    const Tensor widths = Tensor::from_i32(std::vector<int32_t>(B, static_cast<int32_t>(V)), {B}).to(logits.device());
+    const Tensor best = argmax_rows(logits, widths).to(Device::CPU);  // (B) I32
+    std::copy_n(best.data<int32_t>(), B, ids.begin());
+    return ids;
+  }
+  const Tensor z = logits.to(Device::CPU);  // (B, V_model) fp32
+  for (int64_t b = 0; b < B; b++) {
+    const double u = counter_uniform(splitmix64(s.seed) ^ (first + b), static_cast<uint64_t>(step));
+    ids[b] = sample_token(z.data<float>() + b * z.size(1), V, s, u);
+  }
+  return ids;
 }
 
 std::vector<std::string> read_prompts(const std::string& path) {
@@ -159,13 +181,11 @@ std::vector<Completion> generate_batch(TrainableModel& model, const data::Tokeni
   Tensor logits = decoder->prefill(prompts);
   for (int step = 0; step < s.max_new_tokens; step++) {
     if (step > 0) logits = decoder->step(next);
-    Tensor z = logits.to(Device::CPU);  // (B, V_model) fp32
-    const int64_t row = z.size(1);
+    const std::vector<int32_t> picked = pick_tokens(logits, V, first, step, s);
     bool running = false;
     for (size_t b = 0; b < B; b++) {
       if (out[b].eos) continue;
-      const double u = counter_uniform(splitmix64(s.seed) ^ (first + b), static_cast<uint64_t>(step));
-      next[b] = sample_token(z.data<float>() + b * row, V, s, u);
+      next[b] = picked[b];
       if (next[b] == tok.eos_id()) {
         out[b].eos = true;
         continue;

@@ -2,14 +2,18 @@
 // decoder (batched prefill of mixed-length prompts, then batched steps) gives the tokens of the
 // no-cache path (re-running the forward for every token) for every mixer, hybrids with GQA,
 // sliding-window attention and routing, and holds decode_memory's bytes; prefill-then-step
-// leaves the state of one forward over all tokens. On the GPU (when there is one) the same,
-// with the step replayed from a CUDA graph.
+// leaves the state of one forward over all tokens; a right-padded prefill of mixed lengths
+// leaves each prompt the logits and state of its own prefill; the decoder's argmax and tail ops
+// on hand-made rows. On the GPU (when there is one) the same, with the step replayed from a
+// CUDA graph.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 
 #include "nn/decode.h"
 #include "nn/model.h"
+#include "nn/ops/argmax.h"
+#include "nn/ops/last_tokens.h"
 #include "test_util.h"
 #ifdef HLA_CUDA
 #include "cuda/runtime.h"
@@ -329,6 +333,32 @@ TEST_CASE("a right-padded prefill of mixed lengths equals each prompt's own pref
 
 TEST_CASE("prefill then steps leaves the state of one forward over all tokens, CPU fp32") {
   check_prefill_then_step_state(Device::CPU);
+}
+
+TEST_CASE("argmax_rows picks the first maximum below each row's width, as the host scan") {
+  const std::vector<double> z = {1, 3, 3, 0, 5, 5,  //
+                                 1, 3, 3, 0, 5, 5,  //
+                                 2, 2, 2, 2, 2, 2};
+  const std::vector<int32_t> widths = {4, 6, 1};
+  const Tensor ids = argmax_rows(Tensor::from_f64(z, {3, 6}, DType::F32), Tensor::from_i32(widths, {3}));
+  REQUIRE(ids.dtype() == DType::I32);
+  CHECK(std::vector<int32_t>(ids.data<int32_t>(), ids.data<int32_t>() + 3) == std::vector<int32_t>{1, 4, 0});
+  for (int64_t b = 0; b < 3; b++)  // the host path it replaces: std::max_element over the width
+    CHECK(ids.data<int32_t>()[b] == std::max_element(z.begin() + b * 6, z.begin() + b * 6 + widths[b]) - (z.begin() + b * 6));
+  const std::string bad_width =
+      testing::error_of([&] { argmax_rows(Tensor::zeros({2, 6}, DType::F32), Tensor::from_i32({3, 7}, {2})); });
+  CHECK(bad_width.find("argmax_rows: widths[1] is 7, must be in [1, 6]") != std::string::npos);
+}
+
+TEST_CASE("last_tokens takes each sequence's last n inputs, zeros before its first token") {
+  std::vector<double> x(2 * 4 * 2);  // x: (2, 4, 2), x[b, t, c] = 100 b + 10 t + c
+  for (int64_t i = 0; i < 16; i++) x[i] = 100 * (i / 8) + 10 * ((i / 2) % 4) + i % 2;
+  const Tensor tail = last_tokens(Tensor::from_f64(x, {2, 4, 2}, DType::F32), Tensor::from_i32({1, 4}, {2}), 3);
+  REQUIRE(tail.shape() == Shape{2, 2, 3});  // (B, C, n)
+  CHECK(tail.to_f64_vector() == std::vector<double>{0, 0, 0, 0, 0, 1, 110, 120, 130, 111, 121, 131});
+  const std::string bad_length =
+      testing::error_of([&] { last_tokens(Tensor::zeros({2, 4, 2}, DType::F32), Tensor::from_i32({0, 4}, {2}), 1); });
+  CHECK(bad_length.find("last_tokens: lengths[0] is 0, must be in [1, 4]") != std::string::npos);
 }
 
 TEST_CASE("the decoder's bad inputs are errors that name the value") {
