@@ -99,26 +99,35 @@ void run_decode(const DecodeSettings& s) {
   std::cerr << "wrote " << s.out << "/decode_bench.json and " << s.out << "/decode_bench.svg\n";
 }
 
+// The model shape options of both decode and ruler benches.
+void add_shape_options(CLI::App* app, hla::eval::DecodeBenchOptions& b) {
+  app->add_option("--mixer", b.mixer, "linear mixer (configs/models/<mixer>-<shape>.json)");
+  app->add_option("--shape", b.shape, "model shape: configs/models/<mixer>-<shape>.json and transformer-<shape>.json");
+  app->add_option("--config", b.config, "instead of --mixer/--shape: one config.json (a small shape for the CPU)");
+  app->add_option("--configs-dir", b.configs_dir, "where the <mixer>-<shape>.json files are");
+}
+
+void add_device_options(CLI::App* app, std::string& device, std::string& dtype) {
+  app->add_option("--device", device, "auto (cuda when there is a GPU), cpu or cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  app->add_option("--dtype", dtype, "auto (bf16 on cuda, f32 on cpu), f32 or bf16")
+      ->check(CLI::IsMember({"auto", "f32", "bf16"}));
+}
+
 void setup_decode(CLI::App& sub) {
   auto s = std::make_shared<DecodeSettings>();
   CLI::App* decode = sub.add_subcommand(
       "decode", "Decode tokens/s and per-sequence memory: pure, 24:1 ... 3:1 hybrids, Transformer");
   decode->option_defaults()->always_capture_default();
   hla::eval::DecodeBenchOptions& b = s->bench;
-  decode->add_option("--mixer", b.mixer, "linear mixer of the hybrids (configs/models/<mixer>-<shape>.json)");
-  decode->add_option("--shape", b.shape, "model shape: configs/models/<mixer>-<shape>.json and transformer-<shape>.json");
-  decode->add_option("--config", b.config, "instead of --mixer/--shape: one config.json (a small shape for the CPU)");
-  decode->add_option("--configs-dir", b.configs_dir, "where the <mixer>-<shape>.json files are");
+  add_shape_options(decode, b);
   decode->add_option("--hybrids", b.hybrids, "patterns, comma-separated")->delimiter(',');
   decode->add_option("--contexts", b.contexts, "contexts for the memory table, comma-separated")->delimiter(',');
   decode->add_option("--batches", b.batches, "batch sizes for tokens/s, comma-separated")->delimiter(',');
   decode->add_option("--speed-context", b.speed_context, "prompt tokens prefilled before the timed steps");
   decode->add_option("--warmup", b.warmup, "untimed steps first");
   decode->add_option("--steps", b.steps, "timed steps");
-  decode->add_option("--device", s->device, "auto (cuda when there is a GPU), cpu or cuda")
-      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  decode->add_option("--dtype", s->dtype, "auto (bf16 on cuda, f32 on cpu), f32 or bf16")
-      ->check(CLI::IsMember({"auto", "f32", "bf16"}));
+  add_device_options(decode, s->device, s->dtype);
   decode->add_flag("--no-cuda-graph", [s](int64_t) { s->bench.cuda_graph = false; }, "launch every step's kernels");
   decode->add_flag("--no-memory-check", s->no_memory_check,
                    "only decode_memory's arithmetic (no decoder of each context is allocated)");
@@ -137,10 +146,7 @@ void setup_ruler(CLI::App& sub) {
       "ruler", "Wall time of RULER's tasks on a random-init hybrid: samples, prefill, steps, per task and in total");
   ruler->option_defaults()->always_capture_default();
   hla::eval::RulerBenchOptions& b = s->bench;
-  ruler->add_option("--mixer", b.shape.mixer, "linear mixer of the hybrid (configs/models/<mixer>-<shape>.json)");
-  ruler->add_option("--shape", b.shape.shape, "model shape: <mixer>-<shape>.json, attention heads from transformer-<shape>.json");
-  ruler->add_option("--config", b.shape.config, "instead of --mixer/--shape: one config.json (a small shape for the CPU)");
-  ruler->add_option("--configs-dir", b.shape.configs_dir, "where the <mixer>-<shape>.json files are");
+  add_shape_options(ruler, b.shape);
   ruler->add_option("--hybrid", b.hybrid, "the pattern: pure, r:1 or transformer");
   ruler->add_option("--tasks", b.tasks, "RULER tasks, comma-separated (default: all 13)")->delimiter(',');
   ruler->add_option("--length", b.length, "RULER length: prompt + generation budget, in tokens");
@@ -151,10 +157,7 @@ void setup_ruler(CLI::App& sub) {
   ruler->add_option("--haystack", b.haystack, "essay haystack text; without it the 5 essay tasks are skipped");
   ruler->add_option("--words", b.words, "word lists (as hla eval --words)");
   ruler->add_option("--seed", b.seed, "sample seed");
-  ruler->add_option("--device", s->device, "auto (cuda when there is a GPU), cpu or cuda")
-      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  ruler->add_option("--dtype", s->dtype, "auto (bf16 on cuda, f32 on cpu), f32 or bf16")
-      ->check(CLI::IsMember({"auto", "f32", "bf16"}));
+  add_device_options(ruler, s->device, s->dtype);
   ruler->callback([s] {
     hla::eval::RulerBenchOptions o = s->bench;
     resolve_device(o.shape, s->device, s->dtype);

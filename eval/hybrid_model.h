@@ -1,8 +1,10 @@
 // The evaluator's LanguageModel over a trained HybridLM checkpoint (config.json +
 // model.safetensors). Scoring right-pads a batch to its longest request and reads the chosen
 // positions from one forward pass (causal models: padding after a position never changes it).
-// Greedy generation runs on the decoding state (nn/decode.h): prefill, then one batched step
-// per token, with a fixed-size state per linear layer and a KV cache per attention layer.
+// Greedy generation runs on the decoding state (nn/decode.h): one batched prefill, then one
+// batched step per token, with a fixed-size state per linear layer and a KV cache per attention
+// layer; the argmax runs on the model's device, so a step brings B token ids to the host. The
+// model reports where generation spent its time (generate_times, eval/lm.h).
 #pragma once
 #include <memory>
 #include <string>

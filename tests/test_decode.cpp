@@ -234,6 +234,23 @@ std::vector<Tensor> state_tensors(const ModelState& s) {
   return out;
 }
 
+// Every state tensor of `got` equals ref's within 1e-5 relative (each defined in both or in
+// neither); at least one is compared. got[i] may be a batch, whose row `row` is compared.
+void check_states_match(const std::vector<Tensor>& got, const std::vector<Tensor>& ref, int64_t row = -1) {
+  REQUIRE(got.size() == ref.size());
+  int compared = 0;
+  for (size_t i = 0; i < ref.size(); i++) {
+    CAPTURE(i);
+    REQUIRE(got[i].defined() == ref[i].defined());
+    if (!ref[i].defined()) continue;
+    const Tensor a = row >= 0 ? got[i].slice0(row, row + 1) : got[i];
+    REQUIRE(a.shape() == ref[i].shape());
+    CHECK(testing::max_rel_err(a, ref[i]) <= 1e-5);
+    compared++;
+  }
+  CHECK(compared > 0);
+}
+
 // A fresh state for `run`'s model with `batch` sequences, KV caches of `capacity` slots.
 ModelState fresh_state(const DecodeRun& run, int64_t batch, int64_t capacity, Device device) {
   ModelState s;
@@ -272,17 +289,7 @@ void check_padded_prefill_matches_single(Device device) {
       const int64_t T = lengths[b];
       Tensor ref = stateful.last_logits_with_state(Tensor::from_i32(kPrompts[b], {1, T}).to(device), single).value();
       CHECK(testing::max_rel_err(z.slice0(b, b + 1), ref) <= 1e-5);
-      const std::vector<Tensor> own = state_tensors(single);
-      REQUIRE(own.size() == batch_state.size());
-      int compared = 0;
-      for (size_t i = 0; i < own.size(); i++) {
-        CAPTURE(i);
-        REQUIRE(own[i].defined() == batch_state[i].defined());
-        if (!own[i].defined()) continue;
-        CHECK(testing::max_rel_err(batch_state[i].slice0(b, b + 1), own[i]) <= 1e-5);
-        compared++;
-      }
-      CHECK(compared > 0);
+      check_states_match(batch_state, state_tensors(single), b);
     }
   }
 }
@@ -305,18 +312,7 @@ void check_prefill_then_step_state(Device device) {
       stepped.positions = Tensor::from_i32({static_cast<int32_t>(t)}, {1}).to(device);
       stateful.logits_with_state(Tensor::from_i32({tokens[t]}, {1, 1}).to(device), stepped);
     }
-    std::vector<Tensor> a = state_tensors(stepped), ref = state_tensors(full);
-    REQUIRE(a.size() == ref.size());
-    int compared = 0;
-    for (size_t i = 0; i < a.size(); i++) {
-      CAPTURE(i);
-      REQUIRE(a[i].defined() == ref[i].defined());
-      if (!ref[i].defined()) continue;
-      REQUIRE(a[i].shape() == ref[i].shape());
-      CHECK(testing::max_rel_err(a[i], ref[i]) <= 1e-5);
-      compared++;
-    }
-    CHECK(compared > 0);
+    check_states_match(state_tensors(stepped), state_tensors(full));
   }
 }
 
