@@ -8,11 +8,10 @@
 // objects with a "prompt" string, decodes them in batches of --batch-size and prints one JSON
 // line per prompt ({"prompt", "completion", "new_tokens", "stop"}) as its batch finishes.
 // A sequence stops at the tokenizer's eos (not printed) or after --max-new-tokens.
-// Sampling: temperature 0 is greedy (lowest id on ties), on the model's device; else, on the
-// host, softmax(z / T) over the top-k
-// logits (0: all), cut to the smallest set whose probability reaches top-p, drawn from a
-// counter-based stream per (seed, prompt index, step), so the text does not depend on the
-// batch size. Tokens are bytes until printed: a piece of invalid UTF-8 (a byte-level model can
+// Sampling, on the model's device (nn/ops/argmax.h, nn/ops/sample_tokens.h): temperature 0 is
+// greedy (lowest id on ties); else softmax(z / T) over the top-k logits (0: all), cut to the
+// smallest set whose probability reaches top-p, drawn from a counter-based stream per (seed,
+// prompt index, step), so the text does not depend on the batch size. Tokens are bytes until printed: a piece of invalid UTF-8 (a byte-level model can
 // emit any byte) prints as U+FFFD, and a character split over tokens prints once it is whole.
 #include <algorithm>
 #include <chrono>
@@ -21,7 +20,6 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
-#include <numeric>
 
 #include "cli/command.h"
 #include "data/bpe.h"
@@ -30,6 +28,7 @@
 #include "nn/decode.h"
 #include "nn/model.h"
 #include "nn/ops/argmax.h"
+#include "nn/ops/sample_tokens.h"
 #include "nn/weights.h"
 #include "tensor/json.h"
 #include "tensor/random.h"
@@ -81,50 +80,27 @@ class Utf8Printer {
   std::string pending_;
 };
 
-// The next token from one row of logits z (V) at temperature > 0, with u uniform in [0, 1) (see
-// the file comment).
-int32_t sample_token(const float* z, int64_t V, const GenerateSettings& s, double u) {
-  // pass 1: the k highest logits, highest first (ties: lowest id first)
-  std::vector<int32_t> ids(V);
-  std::iota(ids.begin(), ids.end(), 0);
-  const int64_t k = s.top_k > 0 ? std::min<int64_t>(s.top_k, V) : V;
-  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(),
-                    [&](int32_t a, int32_t b) { return z[a] > z[b] || (z[a] == z[b] && a < b); });
-  // pass 2: softmax(z / T) over them
-  std::vector<double> p(k);
-  double total = 0;
-  for (int64_t i = 0; i < k; i++) total += p[i] = std::exp((z[ids[i]] - z[ids[0]]) / s.temperature);
-  // pass 3: the nucleus, the shortest prefix whose probability reaches top_p
-  int64_t keep = 0;
-  double mass = 0;
-  while (keep < k && (keep == 0 || mass < s.top_p * total)) mass += p[keep++];
-  // pass 4: draw from the kept candidates
-  double target = u * mass;
-  for (int64_t i = 0; i < keep; i++) {
-    if (target < p[i]) return ids[i];
-    target -= p[i];
-  }
-  return ids[keep - 1];
-}
-
 // The next token of every sequence from logits (B, V_model) on the model's device, among ids
-// [0, V): greedy (temperature 0) on the device (nn/ops/argmax.h), so only B ids reach the host;
-// sampled on the host from the logits otherwise. `first`: the index of row 0 in the whole run.
+// [0, V): greedy (temperature 0, nn/ops/argmax.h) or sampled (nn/ops/sample_tokens.h) on the
+// device, so only B ids reach the host; a top-k the GPU does not take (0, or above
+// kMaxDeviceTopK) samples from the logits copied to the CPU. `first`: the index of row 0 in the
+// whole run (its sampling stream).
 std::vector<int32_t> pick_tokens(const Tensor& logits, int64_t V, size_t first, int step, const GenerateSettings& s) {
   const int64_t B = logits.size(0);
-  std::vector<int32_t> ids(B);
+  const Tensor widths = Tensor::from_i32(std::vector<int32_t>(B, static_cast<int32_t>(V)), {B});
+  Tensor ids;  // (B) I32
   if (s.temperature == 0) {
-    const Tensor widths = Tensor::from_i32(std::vector<int32_t>(B, static_cast<int32_t>(V)), {B}).to(logits.device());
-    const Tensor best = argmax_rows(logits, widths).to(Device::CPU);  // (B) I32
-    std::copy_n(best.data<int32_t>(), B, ids.begin());
-    return ids;
+    ids = argmax_rows(logits, widths.to(logits.device()));
+  } else {
+    std::vector<double> u(B);
+    for (int64_t b = 0; b < B; b++) u[b] = counter_uniform(splitmix64(s.seed) ^ (first + b), static_cast<uint64_t>(step));
+    const bool on_device = !logits.is_cuda() || (s.top_k >= 1 && s.top_k <= kMaxDeviceTopK);
+    const Device device = on_device ? logits.device() : Device::CPU;
+    ids = sample_tokens(logits.to(device), widths.to(device), Tensor::from_f64(u, {B}, DType::F64).to(device),
+                        {s.temperature, s.top_k, s.top_p});
   }
-  const Tensor z = logits.to(Device::CPU);  // (B, V_model) fp32
-  for (int64_t b = 0; b < B; b++) {
-    const double u = counter_uniform(splitmix64(s.seed) ^ (first + b), static_cast<uint64_t>(step));
-    ids[b] = sample_token(z.data<float>() + b * z.size(1), V, s, u);
-  }
-  return ids;
+  const Tensor host = ids.to(Device::CPU);
+  return std::vector<int32_t>(host.data<int32_t>(), host.data<int32_t>() + B);
 }
 
 std::vector<std::string> read_prompts(const std::string& path) {

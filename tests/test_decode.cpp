@@ -3,8 +3,8 @@
 // no-cache path (re-running the forward for every token) for every mixer, hybrids with GQA,
 // sliding-window attention and routing, and holds decode_memory's bytes; prefill-then-step
 // leaves the state of one forward over all tokens; a right-padded prefill of mixed lengths
-// leaves each prompt the logits and state of its own prefill; the decoder's argmax and tail ops
-// on hand-made rows. On the GPU (when there is one) the same, with the step replayed from a
+// leaves each prompt the logits and state of its own prefill; the decoder's argmax, sampling and
+// tail ops on hand-made rows. On the GPU (when there is one) the same, with the step replayed from a
 // CUDA graph.
 #include <doctest/doctest.h>
 
@@ -14,6 +14,7 @@
 #include "nn/model.h"
 #include "nn/ops/argmax.h"
 #include "nn/ops/last_tokens.h"
+#include "nn/ops/sample_tokens.h"
 #include "test_util.h"
 #ifdef HLA_CUDA
 #include "cuda/runtime.h"
@@ -344,6 +345,23 @@ TEST_CASE("argmax_rows picks the first maximum below each row's width, as the ho
   const std::string bad_width =
       testing::error_of([&] { argmax_rows(Tensor::zeros({2, 6}, DType::F32), Tensor::from_i32({3, 7}, {2})); });
   CHECK(bad_width.find("argmax_rows: widths[1] is 7, must be in [1, 6]") != std::string::npos);
+}
+
+TEST_CASE("sample_tokens ranks ties lowest id first, cuts the top-k and the nucleus, and draws by u") {
+  // one row, z = (1, 3, 3, 0, 9): width 4 hides the 9; ranked 1, 2, 0, 3; at temperature 1 the
+  // top two weigh 1 and 1
+  const Tensor z = Tensor::from_f64({1, 3, 3, 0, 9}, {1, 5}, DType::F32), width = Tensor::from_i32({4}, {1});
+  auto draw = [&](double u, SampleParams p) {
+    return sample_tokens(z, width, Tensor::from_f64({u}, {1}, DType::F64), p).data<int32_t>()[0];
+  };
+  CHECK(draw(0.4, {1.0, 2, 1.0}) == 1);  // target 0.8 of mass 2 falls in the first
+  CHECK(draw(0.6, {1.0, 2, 1.0}) == 2);  // 1.2: the second
+  CHECK(draw(0.9, {1.0, 2, 0.5}) == 1);  // the nucleus of top_p 0.5 is the first alone
+  CHECK(draw(0.99, {1.0, 1, 1.0}) == 1);  // top_k 1 is greedy
+  CHECK(draw(0.999, {1.0, 0, 1.0}) == 3);  // every id: e^-3 / (2 + e^-2 + e^-3) is the last sliver
+  const std::string bad =
+      testing::error_of([&] { sample_tokens(z, width, Tensor::from_f64({0.5}, {1}, DType::F64), {0.0, 0, 1.0}); });
+  CHECK(bad.find("sample_tokens: temperature must be > 0, got 0") != std::string::npos);
 }
 
 TEST_CASE("last_tokens takes each sequence's last n inputs, zeros before its first token") {

@@ -5,6 +5,8 @@
 // Inputs are rounded to bf16 for both sides, so the bf16 run sees the same ties.
 // last_tokens (nn/ops/last_tokens.h): lengths shorter than n (zero columns), equal to T, and a
 // conv tail (n = 3) and a token shift (n = 1) of a wide row.
+// sample_tokens (nn/ops/sample_tokens.h): the same tied logits, fixed uniforms across [0, 1), a
+// nucleus cut and none (top_p 1), top_k 1 (greedy), 40 and the GPU's largest, 1024.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -12,6 +14,7 @@
 #include "nn/check/registry.h"
 #include "nn/ops/argmax.h"
 #include "nn/ops/last_tokens.h"
+#include "nn/ops/sample_tokens.h"
 
 namespace hla::check {
 namespace {
@@ -60,7 +63,37 @@ void add_last_tokens_cases() {
   }
 }
 
-const Registrar registered{add_argmax_cases, add_last_tokens_cases};
+void add_sample_tokens_cases() {
+  struct SampleCase {
+    int64_t B, V;
+    std::vector<int32_t> widths;  // (B)
+    SampleParams params;
+  };
+  const std::vector<double> uniforms = {0.0, 0.37, 0.73, 0.999};
+  for (const SampleCase& c : {SampleCase{4, 300, {300, 258, 1, 37}, {0.7, 40, 0.9}},
+                              SampleCase{4, 300, {300, 258, 2, 37}, {1.5, 1, 1.0}},
+                              SampleCase{4, 32000, {32000, 31000, 1024, 5000}, {1.0, 1024, 0.95}}}) {
+    auto inputs = [c, uniforms](uint64_t seed) {
+      return Inputs{{"logits", map64(randn64({c.B, c.V}, seed + 1), quarter_steps), false},
+                    {"widths", Tensor::from_i32(c.widths, {c.B}), false},
+                    {"uniforms", Tensor::from_f64(uniforms, {c.B}, DType::F64), false}};
+    };
+    const SampleParams params = c.params;
+    auto op = [params](const Vars& x) {
+      return Vars{Var(sample_tokens(x[0].value(), x[1].value(), x[2].value().to(DType::F64), params))};
+    };
+    const std::string name = "sample_tokens " + dims_label({{"B", c.B}, {"V", c.V}, {"k", c.params.top_k}}) + " T" +
+                             std::to_string(c.params.temperature).substr(0, 3) + " p" +
+                             std::to_string(c.params.top_p).substr(0, 4);
+    Case k = gpu_case("sample_tokens", name, named_kernel("block per row, k argmax rounds"), inputs, op);
+    k.outputs = {"ids"};
+    k.tol.f32 = 0;
+    k.tol.bf16_out = 0;
+    add_case(std::move(k));
+  }
+}
+
+const Registrar registered{add_argmax_cases, add_last_tokens_cases, add_sample_tokens_cases};
 
 }  // namespace
 }  // namespace hla::check
