@@ -8,11 +8,12 @@
 // objects with a "prompt" string, decodes them in batches of --batch-size and prints one JSON
 // line per prompt ({"prompt", "completion", "new_tokens", "stop"}) as its batch finishes.
 // A sequence stops at the tokenizer's eos (not printed) or after --max-new-tokens.
-// Sampling, on the model's device (nn/ops/argmax.h, nn/ops/sample_tokens.h): temperature 0 is
-// greedy (lowest id on ties); else softmax(z / T) over the top-k logits (0: all), cut to the
-// smallest set whose probability reaches top-p, drawn from a counter-based stream per (seed,
-// prompt index, step), so the text does not depend on the batch size. Tokens are bytes until printed: a piece of invalid UTF-8 (a byte-level model can
-// emit any byte) prints as U+FFFD, and a character split over tokens prints once it is whole.
+// Sampling, on the model's device (nn/ops/pick_tokens.h): temperature 0 is greedy (lowest id
+// on ties); else softmax(z / T) over the top-k logits (0: all), cut to the smallest set whose
+// probability reaches top-p, drawn from a counter-based stream per (seed, prompt index, step),
+// so the text does not depend on the batch size. Tokens are bytes until printed: a piece of
+// invalid UTF-8 (a byte-level model can emit any byte) prints as U+FFFD, and a character split
+// over tokens prints once it is whole.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -27,8 +28,7 @@
 #include "eval/model_adapter.h"
 #include "nn/decode.h"
 #include "nn/model.h"
-#include "nn/ops/argmax.h"
-#include "nn/ops/sample_tokens.h"
+#include "nn/ops/pick_tokens.h"
 #include "nn/weights.h"
 #include "tensor/json.h"
 #include "tensor/random.h"
@@ -81,10 +81,10 @@ class Utf8Printer {
 };
 
 // The next token of every sequence from logits (B, V_model) on the model's device, among ids
-// [0, V): greedy (temperature 0, nn/ops/argmax.h) or sampled (nn/ops/sample_tokens.h) on the
-// device, so only B ids reach the host; a top-k the GPU does not take (0, or above
-// kMaxDeviceTopK) samples from the logits copied to the CPU. `first`: the index of row 0 in the
-// whole run (its sampling stream).
+// [0, V): greedy (temperature 0) or sampled, on the device (nn/ops/pick_tokens.h), so only B
+// ids reach the host; a top-k the GPU does not take (0, or above kMaxDeviceTopK) samples from
+// the logits copied to the CPU. `first`: the index of row 0 in the whole run (its sampling
+// stream).
 std::vector<int32_t> pick_tokens(const Tensor& logits, int64_t V, size_t first, int step, const GenerateSettings& s) {
   const int64_t B = logits.size(0);
   const Tensor widths = Tensor::from_i32(std::vector<int32_t>(B, static_cast<int32_t>(V)), {B});

@@ -8,7 +8,7 @@
 
 #include "nn/decode.h"
 #include "nn/model.h"
-#include "nn/ops/argmax.h"
+#include "nn/ops/pick_tokens.h"
 #include "nn/weights.h"
 
 namespace hla::eval {
@@ -49,7 +49,7 @@ class HybridLanguageModel : public LanguageModel {
 
   // Greedy decoding on the decoding state (nn/decode.h): one prefill of every prompt, then one
   // batched step per new token for all sequences still running. The argmax runs on the model's
-  // device (nn/ops/argmax.h), so a step brings B token ids to the host, not B x V logits. A
+  // device (nn/ops/pick_tokens.h), so a step brings B token ids to the host, not B x V logits. A
   // sequence that has stopped keeps being fed (its token 0 is never read) so that the batch
   // stays whole.
   std::vector<std::vector<int32_t>> generate(const std::vector<GenerateRequest>& batch) override {

@@ -12,9 +12,8 @@
 
 #include "nn/decode.h"
 #include "nn/model.h"
-#include "nn/ops/argmax.h"
+#include "nn/ops/pick_tokens.h"
 #include "nn/ops/last_tokens.h"
-#include "nn/ops/sample_tokens.h"
 #include "test_util.h"
 #ifdef HLA_CUDA
 #include "cuda/runtime.h"

@@ -1,20 +1,19 @@
 // Check cases (nn/check/registry.h) of the decoder's two small ops, gpu mode, exact (tolerance 0:
-// both only select). argmax_rows (nn/ops/argmax.h): the logits are multiples of 1/4 in [-2, 2],
+// both only select). argmax_rows (nn/ops/pick_tokens.h): the logits are multiples of 1/4 in [-2, 2],
 // so every row has tied maxima (the lowest id must win); rows read widths below V (a tokenizer
 // smaller than the model), one of width 1, and rows of 50k ids, far wider than the block.
 // Inputs are rounded to bf16 for both sides, so the bf16 run sees the same ties.
 // last_tokens (nn/ops/last_tokens.h): lengths shorter than n (zero columns), equal to T, and a
 // conv tail (n = 3) and a token shift (n = 1) of a wide row.
-// sample_tokens (nn/ops/sample_tokens.h): the same tied logits, fixed uniforms across [0, 1), a
+// sample_tokens (nn/ops/pick_tokens.h): the same tied logits, fixed uniforms across [0, 1), a
 // nucleus cut and none (top_p 1), top_k 1 (greedy), 40 and the GPU's largest, 1024.
 #include <algorithm>
 #include <cmath>
 #include <string>
 
 #include "nn/check/registry.h"
-#include "nn/ops/argmax.h"
+#include "nn/ops/pick_tokens.h"
 #include "nn/ops/last_tokens.h"
-#include "nn/ops/sample_tokens.h"
 
 namespace hla::check {
 namespace {
