@@ -93,7 +93,8 @@ std::vector<int32_t> pick_tokens(const Tensor& logits, int64_t V, size_t first, 
     ids = argmax_rows(logits, widths.to(logits.device()));
   } else {
     std::vector<double> u(B);
-    for (int64_t b = 0; b < B; b++) u[b] = counter_uniform(splitmix64(s.seed) ^ (first + b), static_cast<uint64_t>(step));
+    for (int64_t b = 0; b < B; b++)
+      u[b] = counter_uniform(splitmix64(s.seed) ^ (first + b), static_cast<uint64_t>(step));
     const bool on_device = !logits.is_cuda() || (s.top_k >= 1 && s.top_k <= kMaxDeviceTopK);
     const Device device = on_device ? logits.device() : Device::CPU;
     ids = sample_tokens(logits.to(device), widths.to(device), Tensor::from_f64(u, {B}, DType::F64).to(device),

@@ -125,7 +125,8 @@ __global__ void merge_kernel(T* o, const float* split_stats, const float* split_
   float M = -INFINITY;
   for (int64_t s = 0; s < splits; s++) M = fmaxf(M, stats[2 * s]);
   float L = 0.0f;
-  for (int64_t s = 0; s < splits; s++) L += stats[2 * s] == -INFINITY ? 0.0f : stats[2 * s + 1] * expf(stats[2 * s] - M);
+  for (int64_t s = 0; s < splits; s++)
+    L += stats[2 * s] == -INFINITY ? 0.0f : stats[2 * s + 1] * expf(stats[2 * s] - M);
   for (int e = threadIdx.x; e < d.Dv; e += blockDim.x) {
     float sum = 0.0f;
     for (int64_t s = 0; s < splits; s++)
@@ -169,7 +170,8 @@ void attention_decode_forward(void* o, void* k_cache, void* v_cache, const void*
         static_cast<const S*>(q), positions, d);
     CUDA_CHECK_LAUNCH();
     if (splits > 1) {
-      merge_kernel<S><<<static_cast<unsigned>(d.B * d.H), 128>>>(static_cast<S*>(o), stats.get(), sums.get(), splits, d);
+      merge_kernel<S><<<static_cast<unsigned>(d.B * d.H), 128>>>(static_cast<S*>(o), stats.get(), sums.get(), splits,
+                                                                  d);
       CUDA_CHECK_LAUNCH();
     }
   });

@@ -46,10 +46,10 @@ __device__ void block_best(const T* row, int32_t width, Admit admit, float& best
   for (int half = kThreads / 2; half > 0; half /= 2) {
     if (threadIdx.x < half) {
       const int other = threadIdx.x + half;
-      if (ids[other] < width &&
-          (ids[threadIdx.x] == width || ranks_before(values[other], ids[other], values[threadIdx.x], ids[threadIdx.x]))) {
-        values[threadIdx.x] = values[other];
-        ids[threadIdx.x] = ids[other];
+      const int self = threadIdx.x;
+      if (ids[other] < width && (ids[self] == width || ranks_before(values[other], ids[other], values[self], ids[self]))) {
+        values[self] = values[other];
+        ids[self] = ids[other];
       }
     }
     __syncthreads();
@@ -60,7 +60,8 @@ __device__ void block_best(const T* row, int32_t width, Admit admit, float& best
 }
 
 template <class T>
-__global__ void __launch_bounds__(kThreads) argmax_kernel(int32_t* ids, const T* z, const int32_t* widths, int64_t V) {
+__global__ void __launch_bounds__(kThreads)
+argmax_kernel(int32_t* ids, const T* z, const int32_t* widths, int64_t V) {
   const int32_t width = widths[blockIdx.x];
   float value;
   int32_t id;

@@ -30,7 +30,8 @@ RulerBench run_ruler_bench(const RulerBenchOptions& o, std::ostream* log) {
   std::vector<std::string> tasks = o.tasks;
   for (const RulerTask& t : ruler_tasks()) {
     if (!o.tasks.empty()) break;
-    if (t.haystack == "essay" && o.haystack.empty()) bench.notes.push_back("skipped " + t.name + ": no --haystack FILE");
+    if (t.haystack == "essay" && o.haystack.empty())
+      bench.notes.push_back("skipped " + t.name + ": no --haystack FILE");
     else tasks.push_back(t.name);
   }
   RulerResources resources = load_ruler_resources(o.haystack, o.words, o.seed);
@@ -59,7 +60,8 @@ RulerBench run_ruler_bench(const RulerBenchOptions& o, std::ostream* log) {
         row.prefill_seconds = r["seconds_prefill"].get<double>();
         row.steps_seconds = r["seconds_steps"].get<double>();
       }
-      if (log) *log << "ruler bench: " << row.task << " " << (row.error.empty() ? "" : "failed ") << row.seconds << " s\n";
+      if (log)
+        *log << "ruler bench: " << row.task << " " << (row.error.empty() ? "" : "failed ") << row.seconds << " s\n";
       bench.rows.push_back(row);
     }
   };

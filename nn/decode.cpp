@@ -3,12 +3,12 @@
 // The decoder keeps one ModelState (nn/model.h) for the batch. Prefill runs groups of prompts of
 // similar length (sorted, up to prefill_tokens padded tokens a group) right-padded through the
 // model's forward from a fresh state and stacks the per-sequence states along the batch, in the
-// prompts' order. A step writes the tokens and positions into two fixed device buffers, runs the forward
-// (T = 1) from the state, and keeps the state the layers leave. On the GPU the first step of a
-// batch runs plainly (it warms the allocator and the layers' caches), the second is captured
-// into a CUDA graph whose kernels read those buffers and the state tensors at fixed addresses;
-// it then writes each new state back into the tensor it started from, so every later step is
-// one graph replay. A new prefill drops the graph.
+// prompts' order. A step writes the tokens and positions into two fixed device buffers, runs
+// the forward (T = 1) from the state, and keeps the state the layers leave. On the GPU the
+// first step of a batch runs plainly (it warms the allocator and the layers' caches), the
+// second is captured into a CUDA graph whose kernels read those buffers and the state tensors
+// at fixed addresses; it then writes each new state back into the tensor it started from, so
+// every later step is one graph replay. A new prefill drops the graph.
 #include "nn/decode.h"
 
 #include <algorithm>
@@ -132,14 +132,17 @@ class ModelDecoder : public Decoder {
     const int64_t B = static_cast<int64_t>(prompts.size());
     std::vector<size_t> order(B);
     std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return prompts[a].size() < prompts[b].size(); });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return prompts[a].size() < prompts[b].size(); });
     std::vector<ModelState> singles(B);
     std::vector<Tensor> rows(B);  // per prompt: (1, V) logits after its last token
     std::vector<Var> lower_bounds;
     for (size_t first = 0; first < order.size();) {
       size_t last = first + 1;  // the group is order[first, last); sorted, so its longest prompt is the last
-      while (last < order.size() && static_cast<int64_t>((last + 1 - first) * prompts[order[last]].size()) <= prefill_tokens_)
-        last++;
+      auto padded_tokens = [&](size_t end) {  // of the group order[first, end)
+        return static_cast<int64_t>((end - first) * prompts[order[end - 1]].size());
+      };
+      while (last < order.size() && padded_tokens(last + 1) <= prefill_tokens_) last++;
       const std::vector<size_t> members(order.begin() + first, order.begin() + last);
       ModelState s = fresh_state(static_cast<int64_t>(members.size()));
       s.lower_bounds = lower_bounds;

@@ -75,8 +75,9 @@ class HybridLM : public TrainableModel, public StatefulModel {
     Var h = forward_with_state(ids, state);  // h: (B, T, D)
     const int64_t B = h.size(0), T = h.size(1), D = h.size(2);
     const Padding* padding = state.layers.at(0).padding.get();
-    const Tensor lengths = padding ? padding->lengths_device
-                                   : Tensor::from_i32(std::vector<int32_t>(B, static_cast<int32_t>(T)), {B}).to(ids.device());
+    const Tensor lengths =
+        padding ? padding->lengths_device
+                : Tensor::from_i32(std::vector<int32_t>(B, static_cast<int32_t>(T)), {B}).to(ids.device());
     return linear(Var(last_tokens(h.value(), lengths, 1).reshape({B, D})), head_weight());  // (B, V)
   }
 

@@ -340,7 +340,7 @@ TEST_CASE("argmax_rows picks the first maximum below each row's width, as the ho
   REQUIRE(ids.dtype() == DType::I32);
   CHECK(std::vector<int32_t>(ids.data<int32_t>(), ids.data<int32_t>() + 3) == std::vector<int32_t>{1, 4, 0});
   for (int64_t b = 0; b < 3; b++)  // the host path it replaces: std::max_element over the width
-    CHECK(ids.data<int32_t>()[b] == std::max_element(z.begin() + b * 6, z.begin() + b * 6 + widths[b]) - (z.begin() + b * 6));
+    CHECK(ids.data<int32_t>()[b] == std::max_element(z.begin() + b * 6, z.begin() + b * 6 + widths[b]) - z.begin() - b * 6);
   const std::string bad_width =
       testing::error_of([&] { argmax_rows(Tensor::zeros({2, 6}, DType::F32), Tensor::from_i32({3, 7}, {2})); });
   CHECK(bad_width.find("argmax_rows: widths[1] is 7, must be in [1, 6]") != std::string::npos);
