@@ -11,6 +11,10 @@
 //
 // `hla bench train [--gpus 1,2] ...`: training tokens/s per GPU count and the scaling efficiency
 // (cli/bench_train.cpp).
+//
+// `hla bench ruler [--mixer M --shape 340m --hybrid 3:1 | --config FILE] [--length 4096]
+// [--samples 100] [--haystack FILE]`: the wall time of RULER's tasks on a random-init model
+// (eval/ruler_bench.h), per task split into samples, prefill, steps and the rest.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -19,6 +23,7 @@
 #include "cli/bench_train.h"
 #include "cli/command.h"
 #include "eval/decode_bench.h"
+#include "eval/ruler_bench.h"
 #include "nn/check/modes.h"
 #include "tensor/atomic_file.h"
 #include "tensor/tensor.h"
@@ -79,11 +84,16 @@ struct DecodeSettings {
   bool no_memory_check = false;
 };
 
+// --device auto|cpu|cuda and --dtype auto|f32|bf16 into o.device and o.dtype.
+void resolve_device(hla::eval::DecodeBenchOptions& o, const std::string& device, const std::string& dtype) {
+  const bool cuda = device == "cuda" || (device == "auto" && hla::cuda_available());
+  o.device = cuda ? hla::Device::CUDA : hla::Device::CPU;
+  o.dtype = dtype == "bf16" || (dtype == "auto" && cuda) ? hla::DType::BF16 : hla::DType::F32;
+}
+
 void run_decode(const DecodeSettings& s) {
   hla::eval::DecodeBenchOptions o = s.bench;
-  const bool cuda = s.device == "cuda" || (s.device == "auto" && hla::cuda_available());
-  o.device = cuda ? hla::Device::CUDA : hla::Device::CPU;
-  o.dtype = s.dtype == "bf16" || (s.dtype == "auto" && cuda) ? hla::DType::BF16 : hla::DType::F32;
+  resolve_device(o, s.device, s.dtype);
   o.measure_memory = !s.no_memory_check;
   const hla::eval::DecodeBench bench = hla::eval::run_decode_bench(o, &std::cerr);
   std::cout << hla::eval::decode_bench_table(bench);
@@ -93,31 +103,70 @@ void run_decode(const DecodeSettings& s) {
   std::cerr << "wrote " << s.out << "/decode_bench.json and " << s.out << "/decode_bench.svg\n";
 }
 
+// The model shape options of both decode and ruler benches.
+void add_shape_options(CLI::App* app, hla::eval::DecodeBenchOptions& b) {
+  app->add_option("--mixer", b.mixer, "linear mixer (configs/models/<mixer>-<shape>.json)");
+  app->add_option("--shape", b.shape, "model shape: configs/models/<mixer>-<shape>.json and transformer-<shape>.json");
+  app->add_option("--config", b.config, "instead of --mixer/--shape: one config.json (a small shape for the CPU)");
+  app->add_option("--configs-dir", b.configs_dir, "where the <mixer>-<shape>.json files are");
+}
+
+void add_device_options(CLI::App* app, std::string& device, std::string& dtype) {
+  app->add_option("--device", device, "auto (cuda when there is a GPU), cpu or cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  app->add_option("--dtype", dtype, "auto (bf16 on cuda, f32 on cpu), f32 or bf16")
+      ->check(CLI::IsMember({"auto", "f32", "bf16"}));
+}
+
 void setup_decode(CLI::App& sub) {
   auto s = std::make_shared<DecodeSettings>();
   CLI::App* decode = sub.add_subcommand(
       "decode", "Decode tokens/s and per-sequence memory: pure, 24:1 ... 3:1 hybrids, Transformer");
   decode->option_defaults()->always_capture_default();
   hla::eval::DecodeBenchOptions& b = s->bench;
-  decode->add_option("--mixer", b.mixer, "linear mixer of the hybrids (configs/models/<mixer>-<shape>.json)");
-  decode->add_option("--shape", b.shape, "model shape: configs/models/<mixer>-<shape>.json and transformer-<shape>.json");
-  decode->add_option("--config", b.config, "instead of --mixer/--shape: one config.json (a small shape for the CPU)");
-  decode->add_option("--configs-dir", b.configs_dir, "where the <mixer>-<shape>.json files are");
+  add_shape_options(decode, b);
   decode->add_option("--hybrids", b.hybrids, "patterns, comma-separated")->delimiter(',');
   decode->add_option("--contexts", b.contexts, "contexts for the memory table, comma-separated")->delimiter(',');
   decode->add_option("--batches", b.batches, "batch sizes for tokens/s, comma-separated")->delimiter(',');
   decode->add_option("--speed-context", b.speed_context, "prompt tokens prefilled before the timed steps");
   decode->add_option("--warmup", b.warmup, "untimed steps first");
   decode->add_option("--steps", b.steps, "timed steps");
-  decode->add_option("--device", s->device, "auto (cuda when there is a GPU), cpu or cuda")
-      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  decode->add_option("--dtype", s->dtype, "auto (bf16 on cuda, f32 on cpu), f32 or bf16")
-      ->check(CLI::IsMember({"auto", "f32", "bf16"}));
+  add_device_options(decode, s->device, s->dtype);
   decode->add_flag("--no-cuda-graph", [s](int64_t) { s->bench.cuda_graph = false; }, "launch every step's kernels");
   decode->add_flag("--no-memory-check", s->no_memory_check,
                    "only decode_memory's arithmetic (no decoder of each context is allocated)");
   decode->add_option("--out", s->out, "directory for decode_bench.json and decode_bench.svg");
   decode->callback([s] { run_decode(*s); });
+}
+
+struct RulerSettings {
+  hla::eval::RulerBenchOptions bench;
+  std::string device = "auto", dtype = "auto";
+};
+
+void setup_ruler(CLI::App& sub) {
+  auto s = std::make_shared<RulerSettings>();
+  CLI::App* ruler = sub.add_subcommand(
+      "ruler", "Wall time of RULER's tasks on a random-init hybrid: samples, prefill, steps, per task and in total");
+  ruler->option_defaults()->always_capture_default();
+  hla::eval::RulerBenchOptions& b = s->bench;
+  add_shape_options(ruler, b.shape);
+  ruler->add_option("--hybrid", b.hybrid, "the pattern: pure, r:1 or transformer");
+  ruler->add_option("--tasks", b.tasks, "RULER tasks, comma-separated (default: all 13)")->delimiter(',');
+  ruler->add_option("--length", b.length, "RULER length: prompt + generation budget, in tokens");
+  ruler->add_option("--samples", b.samples, "samples per task");
+  ruler->add_option("--batch-size", b.batch_size, "sequences decoded together");
+  ruler->add_option("--tokenizer", b.tokenizer, "byte or a tokenizer.json");
+  ruler->add_option("--token-scale", b.token_scale, "RULER's token budgets times this (0: 4 for byte, else 1)");
+  ruler->add_option("--haystack", b.haystack, "essay haystack text; without it the 5 essay tasks are skipped");
+  ruler->add_option("--words", b.words, "word lists (as hla eval --words)");
+  ruler->add_option("--seed", b.seed, "sample seed");
+  add_device_options(ruler, s->device, s->dtype);
+  ruler->callback([s] {
+    hla::eval::RulerBenchOptions o = s->bench;
+    resolve_device(o.shape, s->device, s->dtype);
+    std::cout << hla::eval::ruler_bench_table(hla::eval::run_ruler_bench(o, &std::cerr));
+  });
 }
 
 const bool registered = hla::cli::register_command(
@@ -129,8 +178,9 @@ const bool registered = hla::cli::register_command(
       sub.add_flag("--list", opt->list, "List the perf cases (no GPU needed)");
       setup_decode(sub);
       hla::cli::setup_bench_train(sub);
+      setup_ruler(sub);
       sub.callback([opt, &sub] {
-        if (!sub.got_subcommand("decode") && !sub.got_subcommand("train")) run(*opt);
+        if (!sub.got_subcommand("decode") && !sub.got_subcommand("train") && !sub.got_subcommand("ruler")) run(*opt);
       });
     });
 

@@ -8,11 +8,12 @@
 // objects with a "prompt" string, decodes them in batches of --batch-size and prints one JSON
 // line per prompt ({"prompt", "completion", "new_tokens", "stop"}) as its batch finishes.
 // A sequence stops at the tokenizer's eos (not printed) or after --max-new-tokens.
-// Sampling: temperature 0 is greedy (lowest id on ties); else softmax(z / T) over the top-k
-// logits (0: all), cut to the smallest set whose probability reaches top-p, drawn from a
-// counter-based stream per (seed, prompt index, step), so the text does not depend on the
-// batch size. Tokens are bytes until printed: a piece of invalid UTF-8 (a byte-level model can
-// emit any byte) prints as U+FFFD, and a character split over tokens prints once it is whole.
+// Sampling, on the model's device (nn/ops/pick_tokens.h): temperature 0 is greedy (lowest id
+// on ties); else softmax(z / T) over the top-k logits (0: all), cut to the smallest set whose
+// probability reaches top-p, drawn from a counter-based stream per (seed, prompt index, step),
+// so the text does not depend on the batch size. Tokens are bytes until printed: a piece of
+// invalid UTF-8 (a byte-level model can emit any byte) prints as U+FFFD, and a character split
+// over tokens prints once it is whole.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -20,7 +21,6 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
-#include <numeric>
 
 #include "cli/command.h"
 #include "data/bpe.h"
@@ -28,6 +28,7 @@
 #include "eval/model_adapter.h"
 #include "nn/decode.h"
 #include "nn/model.h"
+#include "nn/ops/pick_tokens.h"
 #include "nn/weights.h"
 #include "tensor/json.h"
 #include "tensor/random.h"
@@ -79,30 +80,28 @@ class Utf8Printer {
   std::string pending_;
 };
 
-// The next token from one row of logits z (V), with u uniform in [0, 1) (see the file comment).
-int32_t sample_token(const float* z, int64_t V, const GenerateSettings& s, double u) {
-  if (s.temperature == 0) return static_cast<int32_t>(std::max_element(z, z + V) - z);
-  // pass 1: the k highest logits, highest first (ties: lowest id first)
-  std::vector<int32_t> ids(V);
-  std::iota(ids.begin(), ids.end(), 0);
-  const int64_t k = s.top_k > 0 ? std::min<int64_t>(s.top_k, V) : V;
-  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(),
-                    [&](int32_t a, int32_t b) { return z[a] > z[b] || (z[a] == z[b] && a < b); });
-  // pass 2: softmax(z / T) over them
-  std::vector<double> p(k);
-  double total = 0;
-  for (int64_t i = 0; i < k; i++) total += p[i] = std::exp((z[ids[i]] - z[ids[0]]) / s.temperature);
-  // pass 3: the nucleus, the shortest prefix whose probability reaches top_p
-  int64_t keep = 0;
-  double mass = 0;
-  while (keep < k && (keep == 0 || mass < s.top_p * total)) mass += p[keep++];
-  // pass 4: draw from the kept candidates
-  double target = u * mass;
-  for (int64_t i = 0; i < keep; i++) {
-    if (target < p[i]) return ids[i];
-    target -= p[i];
+// The next token of every sequence from logits (B, V_model) on the model's device, among ids
+// [0, V): greedy (temperature 0) or sampled, on the device (nn/ops/pick_tokens.h), so only B
+// ids reach the host; a top-k the GPU does not take (0, or above kMaxDeviceTopK) samples from
+// the logits copied to the CPU. `first`: the index of row 0 in the whole run (its sampling
+// stream).
+std::vector<int32_t> pick_tokens(const Tensor& logits, int64_t V, size_t first, int step, const GenerateSettings& s) {
+  const int64_t B = logits.size(0);
+  const Tensor widths = Tensor::from_i32(std::vector<int32_t>(B, static_cast<int32_t>(V)), {B});
+  Tensor ids;  // (B) I32
+  if (s.temperature == 0) {
+    ids = argmax_rows(logits, widths.to(logits.device()));
+  } else {
+    std::vector<double> u(B);
+    for (int64_t b = 0; b < B; b++)
+      u[b] = counter_uniform(splitmix64(s.seed) ^ (first + b), static_cast<uint64_t>(step));
+    const bool on_device = !logits.is_cuda() || (s.top_k >= 1 && s.top_k <= kMaxDeviceTopK);
+    const Device device = on_device ? logits.device() : Device::CPU;
+    ids = sample_tokens(logits.to(device), widths.to(device), Tensor::from_f64(u, {B}, DType::F64).to(device),
+                        {s.temperature, s.top_k, s.top_p});
   }
-  return ids[keep - 1];
+  const Tensor host = ids.to(Device::CPU);
+  return std::vector<int32_t>(host.data<int32_t>(), host.data<int32_t>() + B);
 }
 
 std::vector<std::string> read_prompts(const std::string& path) {
@@ -159,13 +158,11 @@ std::vector<Completion> generate_batch(TrainableModel& model, const data::Tokeni
   Tensor logits = decoder->prefill(prompts);
   for (int step = 0; step < s.max_new_tokens; step++) {
     if (step > 0) logits = decoder->step(next);
-    Tensor z = logits.to(Device::CPU);  // (B, V_model) fp32
-    const int64_t row = z.size(1);
+    const std::vector<int32_t> picked = pick_tokens(logits, V, first, step, s);
     bool running = false;
     for (size_t b = 0; b < B; b++) {
       if (out[b].eos) continue;
-      const double u = counter_uniform(splitmix64(s.seed) ^ (first + b), static_cast<uint64_t>(step));
-      next[b] = sample_token(z.data<float>() + b * row, V, s, u);
+      next[b] = picked[b];
       if (next[b] == tok.eos_id()) {
         out[b].eos = true;
         continue;

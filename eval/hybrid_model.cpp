@@ -2,11 +2,13 @@
 #include "eval/hybrid_model.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <sstream>
 
 #include "nn/decode.h"
 #include "nn/model.h"
+#include "nn/ops/pick_tokens.h"
 #include "nn/weights.h"
 
 namespace hla::eval {
@@ -14,13 +16,12 @@ namespace {
 
 class HybridLanguageModel : public LanguageModel {
  public:
-  HybridLanguageModel(const std::string& dir, Device device, int max_length, DType compute_dtype)
-      : config_(ModelConfig::load(dir + "/" + kModelConfigFile)), max_length_(max_length), device_(device) {
-    model_ = make_model(config_, 0, device, compute_dtype);
-    load_model_weights(dir, model_->parameters());
+  HybridLanguageModel(std::unique_ptr<TrainableModel> model, const ModelConfig& config, int max_length,
+                      const std::string& source)
+      : config_(config), max_length_(max_length), device_(model->device()), model_(std::move(model)) {
     std::ostringstream os;
     os << "hybrid-lm " << config_.model_type << " " << config_.pattern() << ", "
-       << count_parameters(model_->parameters()) << " parameters, from " << dir;
+       << count_parameters(model_->parameters()) << " parameters, " << source;
     describe_ = os.str();
   }
 
@@ -47,24 +48,35 @@ class HybridLanguageModel : public LanguageModel {
   }
 
   // Greedy decoding on the decoding state (nn/decode.h): one prefill of every prompt, then one
-  // batched step per new token for all sequences still running. A sequence that has stopped
-  // keeps being fed (its token 0 is never read) so that the batch stays whole.
+  // batched step per new token for all sequences still running. The argmax runs on the model's
+  // device (nn/ops/pick_tokens.h), so a step brings B token ids to the host, not B x V logits. A
+  // sequence that has stopped keeps being fed (its token 0 is never read) so that the batch
+  // stays whole.
   std::vector<std::vector<int32_t>> generate(const std::vector<GenerateRequest>& batch) override {
+    using Clock = std::chrono::steady_clock;
     std::vector<std::vector<int32_t>> prompts, out(batch.size());
+    std::vector<int32_t> widths;  // per request: the ids its argmax runs over
     int64_t longest_prompt = 0;
     int max_new_tokens = 0;
     for (const GenerateRequest& r : batch) {
       prompts.push_back(r.context);
+      widths.push_back(argmax_width(r, config_.vocab_size));
       longest_prompt = std::max<int64_t>(longest_prompt, static_cast<int64_t>(r.context.size()));
       max_new_tokens = std::max(max_new_tokens, r.max_new_tokens);
+      times_.prefill_tokens += static_cast<int64_t>(r.context.size());
     }
     const int64_t max_context = longest_prompt + max_new_tokens;  // every sequence steps as long as the longest
     NoGradGuard no_grad;
+    auto start = Clock::now();
     std::unique_ptr<Decoder> decoder = make_decoder(*model_, max_context);
+    const Tensor argmax_widths = Tensor::from_i32(widths, {static_cast<int64_t>(batch.size())}).to(device_);
     Tensor logits = decoder->prefill(prompts);  // (B, V)
     std::vector<bool> running(batch.size(), true);
     for (int n = 0; n < max_new_tokens; n++) {
-      const Tensor z = logits.to(Device::CPU);  // (B, V) fp32
+      const Tensor best = argmax_rows(logits, argmax_widths).to(Device::CPU);  // (B) I32
+      const auto now = Clock::now();
+      (n == 0 ? times_.prefill_seconds : times_.step_seconds) += std::chrono::duration<double>(now - start).count();
+      start = now;
       std::vector<int32_t> next(batch.size(), 0);
       bool any_running = false;
       for (size_t b = 0; b < batch.size(); b++) {
@@ -72,9 +84,7 @@ class HybridLanguageModel : public LanguageModel {
           running[b] = false;
           continue;
         }
-        const float* row = z.data<float>() + b * config_.vocab_size;
-        const int32_t width = argmax_width(batch[b], config_.vocab_size);
-        next[b] = static_cast<int32_t>(std::max_element(row, row + width) - row);  // ties: lowest id
+        next[b] = best.data<int32_t>()[b];
         const auto& stops = batch[b].stop_tokens;
         if (std::find(stops.begin(), stops.end(), next[b]) != stops.end()) {
           running[b] = false;
@@ -85,9 +95,12 @@ class HybridLanguageModel : public LanguageModel {
       }
       if (!any_running || n + 1 == max_new_tokens) break;
       logits = decoder->step(next);
+      times_.steps++;
     }
     return out;
   }
+
+  GenerateTimes generate_times() const override { return times_; }
 
  private:
   // One forward over the right-padded batch; returns log-softmax rows (T_b, V) per sequence.
@@ -121,13 +134,25 @@ class HybridLanguageModel : public LanguageModel {
   Device device_;
   std::unique_ptr<TrainableModel> model_;
   std::string describe_;
+  GenerateTimes times_;
 };
 
 }  // namespace
 
 std::unique_ptr<LanguageModel> load_hybrid_model(const std::string& checkpoint_dir, Device device, int max_length,
                                                  DType compute_dtype) {
-  return std::make_unique<HybridLanguageModel>(checkpoint_dir, device, max_length, compute_dtype);
+  const ModelConfig config = ModelConfig::load(checkpoint_dir + "/" + kModelConfigFile);
+  std::unique_ptr<TrainableModel> model = make_model(config, 0, device, compute_dtype);
+  load_model_weights(checkpoint_dir, model->parameters());
+  return std::make_unique<HybridLanguageModel>(std::move(model), config, max_length, "from " + checkpoint_dir);
+}
+
+std::unique_ptr<LanguageModel> wrap_hybrid_model(std::unique_ptr<TrainableModel> model, int max_length,
+                                                 const std::string& source) {
+  auto* stateful = dynamic_cast<StatefulModel*>(model.get());
+  HLA_CHECK_INPUT(stateful, "wrap_hybrid_model: the model is not a HybridLM made by make_model");
+  const ModelConfig config = stateful->config();
+  return std::make_unique<HybridLanguageModel>(std::move(model), config, max_length, source);
 }
 
 }  // namespace hla::eval

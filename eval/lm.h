@@ -44,6 +44,14 @@ inline int32_t argmax_width(const GenerateRequest& request, int32_t vocab_size) 
   return request.vocab_limit > 0 && request.vocab_limit < vocab_size ? request.vocab_limit : vocab_size;
 }
 
+// Where generation spends its time, summed over every generate() call of a model: the prefill
+// of the prompts (up to the first tokens on the host) and the steps after it. Models without a
+// decoding state report zeros.
+struct GenerateTimes {
+  double prefill_seconds = 0, step_seconds = 0;
+  int64_t prefill_tokens = 0, steps = 0;  // prompt tokens prefilled; batched steps run
+};
+
 class LanguageModel {
  public:
   virtual ~LanguageModel() = default;
@@ -62,6 +70,7 @@ class LanguageModel {
   // result[b] holds the generated tokens of batch[b].
   virtual std::vector<std::vector<int32_t>> generate(
       const std::vector<GenerateRequest>& batch) = 0;
+  virtual GenerateTimes generate_times() const { return {}; }
 };
 
 }  // namespace hla::eval

@@ -136,6 +136,10 @@ bool is_qa_task(const RulerTask& task) {
 
 namespace {
 
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 nlohmann::json run_task_at_length(LanguageModel& model, const data::Tokenizer& tokenizer,
                                   const RulerTask& task, const RulerResources& resources,
                                   const RulerRunOptions& options, int64_t length) {
@@ -152,9 +156,12 @@ nlohmann::json run_task_at_length(LanguageModel& model, const data::Tokenizer& t
                         {tokenizer.eos_id()}, tokenizer.vocab_size()});
     total_length += s.length;
   }
+  const double samples_seconds = seconds_since(start);
   BatchOptions batch = options.batch;
   batch.label = task.name + "@" + std::to_string(length);
+  const GenerateTimes before = model.generate_times();
   std::vector<std::vector<int32_t>> outputs = generate_in_batches(model, requests, batch);
+  const GenerateTimes after = model.generate_times();
   std::vector<std::string> predictions;
   std::vector<std::vector<std::string>> references;
   for (size_t i = 0; i < samples.size(); i++) {
@@ -169,7 +176,10 @@ nlohmann::json run_task_at_length(LanguageModel& model, const data::Tokenizer& t
           {"metric", part ? "string_match_part" : "string_match_all"},
           {"n", samples.size()},
           {"mean_length", static_cast<double>(total_length) / samples.size()},
-          {"seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()},
+          {"seconds", seconds_since(start)},
+          {"seconds_samples", samples_seconds},  // generating and tokenizing the samples
+          {"seconds_prefill", after.prefill_seconds - before.prefill_seconds},
+          {"seconds_steps", after.step_seconds - before.step_seconds},
           {"example",  // model output and haystack text: any bytes, made valid UTF-8
            valid_utf8_json({{"prompt_tail", prompt.substr(prompt.size() > 300 ? prompt.size() - 300 : 0) +
                                                 samples[0].answer_prefix},

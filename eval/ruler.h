@@ -121,7 +121,8 @@ struct RulerRunOptions {
 // with a warning and a note. A task that throws is recorded as {"error": message} and the
 // others run. Returns
 //   {"lengths": [...], "samples", "seed", "token_scale", "notes": [...],
-//    "tasks": {name: {"<length>": {"score", "metric", "n", "example": {...}} or {"error"}}},
+//    "tasks": {name: {"<length>": {"score", "metric", "n", "mean_length", "seconds",
+//              "seconds_samples", "seconds_prefill", "seconds_steps", "example": {...}} or {"error"}}},
 //    "average": {"<length>": mean over the tasks scored},
 //    "average_without_qa": {"<length>": the same without qa_1 and qa_2},
 //    "averaged_tasks": {"<length>": {"all": n, "without_qa": m}}}

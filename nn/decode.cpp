@@ -1,17 +1,18 @@
 // Decoding state arithmetic and the Decoder (see decode.h).
 //
-// The decoder keeps one ModelState (nn/model.h) for the batch. Prefill runs the prompts of each
-// length together (so no padding) through the model's forward from a fresh state and stacks
-// the per-sequence states along the batch, in the prompts' order. A step writes the tokens and positions into two fixed device buffers, runs the forward
-// (T = 1) from the state, and keeps the state the layers leave. On the GPU the first step of a
-// batch runs plainly (it warms the allocator and the layers' caches), the second is captured
-// into a CUDA graph whose kernels read those buffers and the state tensors at fixed addresses;
-// it then writes each new state back into the tensor it started from, so every later step is
-// one graph replay. A new prefill drops the graph.
+// The decoder keeps one ModelState (nn/model.h) for the batch. Prefill runs groups of prompts of
+// similar length (sorted, up to prefill_tokens padded tokens a group) right-padded through the
+// model's forward from a fresh state and stacks the per-sequence states along the batch, in the
+// prompts' order. A step writes the tokens and positions into two fixed device buffers, runs
+// the forward (T = 1) from the state, and keeps the state the layers leave. On the GPU the
+// first step of a batch runs plainly (it warms the allocator and the layers' caches), the
+// second is captured into a CUDA graph whose kernels read those buffers and the state tensors
+// at fixed addresses; it then writes each new state back into the tensor it started from, so
+// every later step is one graph replay. A new prefill drops the graph.
 #include "nn/decode.h"
 
 #include <algorithm>
-#include <map>
+#include <numeric>
 
 #include "autograd/var.h"
 #include "nn/layers/mixers.h"
@@ -103,10 +104,11 @@ ModelState stack_states(std::vector<ModelState>& singles) {
 
 class ModelDecoder : public Decoder {
  public:
-  ModelDecoder(StatefulModel& model, Device device, int64_t max_context, bool cuda_graph)
+  ModelDecoder(StatefulModel& model, Device device, int64_t max_context, bool cuda_graph, int64_t prefill_tokens)
       : model_(model), config_(model.config()), device_(device), max_context_(max_context),
-        use_graph_(cuda_graph && device == Device::CUDA) {
+        prefill_tokens_(prefill_tokens), use_graph_(cuda_graph && device == Device::CUDA) {
     HLA_CHECK_INPUT(max_context >= 1, "decoder: max_context must be >= 1, got ", max_context);
+    HLA_CHECK_INPUT(prefill_tokens >= 1, "decoder: prefill_tokens must be >= 1, got ", prefill_tokens);
     const int window = config_.attn.window_size;
     capacity_ = window > 0 ? std::min<int64_t>(window, max_context) : max_context;
     for (int i = 0; i < config_.num_hidden_layers; i++)
@@ -125,27 +127,35 @@ class ModelDecoder : public Decoder {
 #ifdef HLA_CUDA
     graph_.reset();
 #endif
-    // Prompts of one length prefill together from a fresh state (no padding needed).
-    std::map<size_t, std::vector<size_t>> by_length;
-    for (size_t b = 0; b < prompts.size(); b++) by_length[prompts[b].size()].push_back(b);
+    // Prompts by length (stable: equal lengths keep their order), cut into groups of at most
+    // prefill_tokens_ padded tokens; each group is one right-padded forward from a fresh state.
     const int64_t B = static_cast<int64_t>(prompts.size());
+    std::vector<size_t> order(B);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return prompts[a].size() < prompts[b].size(); });
     std::vector<ModelState> singles(B);
     std::vector<Tensor> rows(B);  // per prompt: (1, V) logits after its last token
     std::vector<Var> lower_bounds;
-    for (const auto& [length, members] : by_length) {
-      const int64_t G = static_cast<int64_t>(members.size()), L = static_cast<int64_t>(length);
-      std::vector<int32_t> ids;  // ids: (G, L)
-      for (size_t b : members) ids.insert(ids.end(), prompts[b].begin(), prompts[b].end());
-      ModelState s = fresh_state(G);
+    for (size_t first = 0; first < order.size();) {
+      size_t last = first + 1;  // the group is order[first, last); sorted, so its longest prompt is the last
+      auto padded_tokens = [&](size_t end) {  // of the group order[first, end)
+        return static_cast<int64_t>((end - first) * prompts[order[end - 1]].size());
+      };
+      while (last < order.size() && padded_tokens(last + 1) <= prefill_tokens_) last++;
+      const std::vector<size_t> members(order.begin() + first, order.begin() + last);
+      ModelState s = fresh_state(static_cast<int64_t>(members.size()));
       s.lower_bounds = lower_bounds;
-      Tensor z = model_.logits_with_state(Tensor::from_i32(ids, {G, L}).to(device_), s).value();  // (G, L, V)
+      Tensor z = prefill_group(prompts, members, s);  // (G, V)
       lower_bounds = s.lower_bounds;
-      for (int64_t g = 0; g < G; g++) {
-        rows[members[g]] = z.reshape({G * L, z.size(2)}).slice0(g * L + L - 1, g * L + L).to(DType::F32);
+      for (size_t g = 0; g < members.size(); g++) {
+        rows[members[g]] = z.slice0(g, g + 1).to(DType::F32);
         singles[members[g]] = slice_state(s, g);
       }
+      first = last;
     }
     state_ = stack_states(singles);
+    state_.lengths.clear();  // the steps are unpadded
     positions_ = Tensor::zeros({B}, DType::I32, device_);
     ids_ = Tensor::zeros({B, 1}, DType::I32, device_);
     state_.positions = positions_;
@@ -189,6 +199,21 @@ class ModelDecoder : public Decoder {
     for (size_t i = 0; i < tokens.size(); i++)
       HLA_CHECK_INPUT(tokens[i] >= 0 && tokens[i] < config_.vocab_size, "decoder: ", what, ": token ", i, " is ",
                       tokens[i], ", outside the vocabulary [0, ", config_.vocab_size, ")");
+  }
+
+  // One right-padded forward over prompts[members] from the fresh state s (padding only when
+  // their lengths differ): (G, V) logits after each prompt's last token; s is left holding the state.
+  Tensor prefill_group(const std::vector<std::vector<int32_t>>& prompts, const std::vector<size_t>& members,
+                       ModelState& s) {
+    const int64_t G = static_cast<int64_t>(members.size()), L = static_cast<int64_t>(prompts[members.back()].size());
+    std::vector<int32_t> ids(G * L, 0);  // ids: (G, L), token 0 after each prompt
+    for (int64_t g = 0; g < G; g++) {
+      const std::vector<int32_t>& p = prompts[members[g]];
+      std::copy(p.begin(), p.end(), ids.begin() + g * L);
+      s.lengths.push_back(static_cast<int64_t>(p.size()));
+    }
+    if (prompts[members.front()].size() == prompts[members.back()].size()) s.lengths.clear();  // no padding
+    return model_.last_logits_with_state(Tensor::from_i32(ids, {G, L}).to(device_), s).value();
   }
 
   ModelState fresh_state(int64_t B) const {
@@ -245,7 +270,7 @@ class ModelDecoder : public Decoder {
   StatefulModel& model_;
   const ModelConfig& config_;
   Device device_;
-  int64_t max_context_, capacity_ = 0;
+  int64_t max_context_, prefill_tokens_, capacity_ = 0;
   bool use_graph_;
   bool bounded_ = false;  // a full-attention cache limits the context to max_context_
   ModelState state_;
@@ -256,10 +281,11 @@ class ModelDecoder : public Decoder {
 
 }  // namespace
 
-std::unique_ptr<Decoder> make_decoder(TrainableModel& model, int64_t max_context, bool cuda_graph) {
+std::unique_ptr<Decoder> make_decoder(TrainableModel& model, int64_t max_context, bool cuda_graph,
+                                      int64_t prefill_tokens) {
   auto* stateful = dynamic_cast<StatefulModel*>(&model);
   HLA_CHECK_INPUT(stateful, "decoder: the model is not a HybridLM made by make_model, so it has no decoding state");
-  return std::make_unique<ModelDecoder>(*stateful, model.device(), max_context, cuda_graph);
+  return std::make_unique<ModelDecoder>(*stateful, model.device(), max_context, cuda_graph, prefill_tokens);
 }
 
 DecodeMemory decode_memory(const ModelConfig& c, int64_t context, DType activation) {

@@ -5,10 +5,13 @@
 // heads; a sliding window is a ring buffer of window slots; RoPE at each sequence's absolute
 // position). Nothing is recorded for autograd while decoding.
 //
-// Mixed prompt lengths: prefill runs the prompts of each length as one batch (no padding), which
-// is exact for every mixer (a padded token would enter a recurrent state and a conv tail), then
-// the per-sequence states are stacked into one batch in the prompts' order; every step is
-// batched, each sequence at its own position.
+// Mixed prompt lengths: prefill sorts the prompts by length and cuts them into groups of at most
+// prefill_tokens padded tokens; each group is one right-padded forward (ModelState::lengths):
+// causality keeps every prompt token's output exact, and each layer keeps its padding out of the
+// state (a padded token is an identity step of the recurrence, tails and KV caches are taken at
+// each prompt's own end; nn/layers/layer_state.h). The head runs on each prompt's last token
+// only. The per-sequence states are then stacked into one batch in the prompts' order; every
+// step is batched, each sequence at its own position.
 //
 // decode_memory is the arithmetic of what a decoder holds, per sequence, so a memory table for
 // long contexts needs no allocation; Decoder::memory() counts the bytes it actually holds.
@@ -55,7 +58,11 @@ class Decoder {
 // max_context bounds prompt + generated tokens when the model has a full-attention layer (its
 // cache has that many slots); models without one (linear layers, sliding windows) decode past
 // it. cuda_graph: on the GPU, capture the step for the batch in a CUDA graph and replay it
-// (off: launch the kernels of every step, as on the CPU). The model must outlive the decoder.
-std::unique_ptr<Decoder> make_decoder(TrainableModel& model, int64_t max_context, bool cuda_graph = true);
+// (off: launch the kernels of every step, as on the CPU). prefill_tokens bounds the padded tokens
+// (group size x longest prompt) of one prefill forward; a prompt longer than it runs alone. The
+// model must outlive the decoder.
+constexpr int64_t kPrefillTokens = 1 << 17;
+std::unique_ptr<Decoder> make_decoder(TrainableModel& model, int64_t max_context, bool cuda_graph = true,
+                                      int64_t prefill_tokens = kPrefillTokens);
 
 }  // namespace hla

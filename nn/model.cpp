@@ -15,6 +15,7 @@
 #include "nn/ops/arith.h"
 #include "nn/ops/embedding.h"
 #include "nn/ops/group_norm.h"
+#include "nn/ops/last_tokens.h"
 #include "nn/ops/linear.h"
 #include "nn/ops/linear_cross_entropy.h"
 #include "nn/ops/lower_bounds.h"
@@ -67,12 +68,17 @@ class HybridLM : public TrainableModel, public StatefulModel {
   Var logits(const Tensor& ids) override { return linear(forward(ids, nullptr), head_weight()); }  // (B, T, V)
 
   Var logits_with_state(const Tensor& ids, ModelState& state) override {
-    if (state.layers.empty()) state.layers.resize(blocks_.size());
-    HLA_CHECK(state.layers.size() == blocks_.size(), "model state has ", state.layers.size(), " layers, the model ",
-              blocks_.size());
-    for (LayerState& layer : state.layers) layer.positions = state.positions;
-    if (lower_bounds_.defined() && state.lower_bounds.empty()) state.lower_bounds = lower_bounds(lower_bounds_);
-    return linear(forward(ids, &state), head_weight());
+    return linear(forward_with_state(ids, state), head_weight());
+  }
+
+  Var last_logits_with_state(const Tensor& ids, ModelState& state) override {
+    Var h = forward_with_state(ids, state);  // h: (B, T, D)
+    const int64_t B = h.size(0), T = h.size(1), D = h.size(2);
+    const Padding* padding = state.layers.at(0).padding.get();
+    const Tensor lengths =
+        padding ? padding->lengths_device
+                : Tensor::from_i32(std::vector<int32_t>(B, static_cast<int32_t>(T)), {B}).to(ids.device());
+    return linear(Var(last_tokens(h.value(), lengths, 1).reshape({B, D})), head_weight());  // (B, V)
   }
 
   const ModelConfig& config() const override { return config_; }
@@ -86,6 +92,40 @@ class HybridLM : public TrainableModel, public StatefulModel {
 
  private:
   Var head_weight() const { return store_.use(config_.tie_word_embeddings ? embed_ : head_); }  // (V, D)
+
+  // forward() from a ModelState: every layer gets the call's positions and right padding.
+  Var forward_with_state(const Tensor& ids, ModelState& state) {
+    if (state.layers.empty()) state.layers.resize(blocks_.size());
+    HLA_CHECK(state.layers.size() == blocks_.size(), "model state has ", state.layers.size(), " layers, the model ",
+              blocks_.size());
+    std::shared_ptr<const Padding> padding = state.lengths.empty() ? nullptr : make_padding(state.lengths, ids);
+    for (LayerState& layer : state.layers) {
+      layer.positions = state.positions;
+      layer.padding = padding;
+    }
+    if (lower_bounds_.defined() && state.lower_bounds.empty()) state.lower_bounds = lower_bounds(lower_bounds_);
+    return forward(ids, &state);
+  }
+
+  // The Padding of a right-padded call over ids (B, T): lengths[b] in [1, T].
+  static std::shared_ptr<const Padding> make_padding(const std::vector<int64_t>& lengths, const Tensor& ids) {
+    const int64_t B = ids.size(0), T = ids.size(1);
+    HLA_CHECK(static_cast<int64_t>(lengths.size()) == B, "model state: ", lengths.size(), " lengths for a batch of ",
+              B);
+    auto p = std::make_shared<Padding>();
+    p->lengths = lengths;
+    std::vector<int32_t> lengths_i32;
+    std::vector<double> valid(B * T, 0.0);
+    for (int64_t b = 0; b < B; b++) {
+      HLA_CHECK(lengths[b] >= 1 && lengths[b] <= T, "model state: lengths[", b, "] is ", lengths[b],
+                ", must be in [1, ", T, "]");
+      lengths_i32.push_back(static_cast<int32_t>(lengths[b]));
+      std::fill_n(valid.begin() + b * T, lengths[b], 1.0);
+    }
+    p->lengths_device = Tensor::from_i32(lengths_i32, {B}).to(ids.device());
+    p->valid = Tensor::from_f64(valid, {B * T}, DType::F32).to(ids.device());
+    return p;
+  }
 
   // The forward of the blocks up to the final norm, (B, T, D); with a state (decoding) every
   // layer carries its part of it.

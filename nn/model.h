@@ -21,6 +21,9 @@ struct ModelState {
   std::vector<LayerState> layers;  // one per block
   Tensor positions;                // (B) I32 on the model's device: tokens seen before this call
   std::vector<Var> lower_bounds;   // HGRN, HGRN-2: the per-layer forget-gate bounds, computed once
+  // A right-padded call (layer_state.h, Padding): sequence b's tokens are the first lengths[b]
+  // of its row of ids, the rest padding that leaves no trace in the state; empty: rows are whole.
+  std::vector<int64_t> lengths;
 };
 
 // The forward that starts from and updates a ModelState: a model made by make_model is one.
@@ -30,6 +33,9 @@ class StatefulModel {
   // ids: (B, T) I32 on the model's device -> logits (B, T, V); every layer starts from
   // state.layers[i] (fresh: zeros, empty caches) and leaves its state there.
   virtual Var logits_with_state(const Tensor& ids, ModelState& state) = 0;
+  // The same, returning only the logits after each sequence's last token, (B, V): position
+  // lengths[b] - 1 of a right-padded call, else T - 1. The head runs on those B rows only.
+  virtual Var last_logits_with_state(const Tensor& ids, ModelState& state) = 0;
   virtual const ModelConfig& config() const = 0;
 };
 

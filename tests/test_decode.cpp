@@ -2,14 +2,18 @@
 // decoder (batched prefill of mixed-length prompts, then batched steps) gives the tokens of the
 // no-cache path (re-running the forward for every token) for every mixer, hybrids with GQA,
 // sliding-window attention and routing, and holds decode_memory's bytes; prefill-then-step
-// leaves the state of one forward over all tokens. On the GPU (when there is one) the same,
-// with the step replayed from a CUDA graph.
+// leaves the state of one forward over all tokens; a right-padded prefill of mixed lengths
+// leaves each prompt the logits and state of its own prefill; the decoder's argmax, sampling and
+// tail ops on hand-made rows. On the GPU (when there is one) the same, with the step replayed from a
+// CUDA graph.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 
 #include "nn/decode.h"
 #include "nn/model.h"
+#include "nn/ops/pick_tokens.h"
+#include "nn/ops/last_tokens.h"
 #include "test_util.h"
 #ifdef HLA_CUDA
 #include "cuda/runtime.h"
@@ -197,13 +201,17 @@ double max_rel_err_nested(const std::vector<std::vector<std::vector<double>>>& a
 
 // Greedy decoding with the decoder equals the no-cache path, token for token, with logits within
 // `tol` (fp32: the chunked prefill and the one-token step round differently), for every run.
-void check_decoder_matches_full_forward(Device device, bool cuda_graph, double tol) {
+// prefill_tokens: the default puts the five prompts in one right-padded group; 12 makes the
+// groups {12}, {39, 0} (padded), the two of length 5 (unpadded) and the longest alone.
+void check_decoder_matches_full_forward(Device device, bool cuda_graph, double tol,
+                                        int64_t prefill_tokens = kPrefillTokens) {
   for (const DecodeRun& run : decode_runs()) {
     CAPTURE(run.label);
+    CAPTURE(prefill_tokens);
     std::unique_ptr<TrainableModel> model = make_model(run.config, 7, device);
     std::vector<std::vector<std::vector<double>>> ref_logits, got_logits;
     std::vector<std::vector<int32_t>> ref = greedy_full(*model, device, ref_logits);
-    std::unique_ptr<Decoder> decoder = make_decoder(*model, 64, cuda_graph);
+    std::unique_ptr<Decoder> decoder = make_decoder(*model, 64, cuda_graph, prefill_tokens);
     std::vector<std::vector<int32_t>> got = greedy_decoder(*decoder, got_logits);
     CHECK(got == ref);
     CHECK(max_rel_err_nested(got_logits, ref_logits) <= tol);
@@ -232,6 +240,66 @@ std::vector<Tensor> state_tensors(const ModelState& s) {
   return out;
 }
 
+// Every state tensor of `got` equals ref's within 1e-5 relative (each defined in both or in
+// neither); at least one is compared. got[i] may be a batch, whose row `row` is compared.
+void check_states_match(const std::vector<Tensor>& got, const std::vector<Tensor>& ref, int64_t row = -1) {
+  REQUIRE(got.size() == ref.size());
+  int compared = 0;
+  for (size_t i = 0; i < ref.size(); i++) {
+    CAPTURE(i);
+    REQUIRE(got[i].defined() == ref[i].defined());
+    if (!ref[i].defined()) continue;
+    const Tensor a = row >= 0 ? got[i].slice0(row, row + 1) : got[i];
+    REQUIRE(a.shape() == ref[i].shape());
+    CHECK(testing::max_rel_err(a, ref[i]) <= 1e-5);
+    compared++;
+  }
+  CHECK(compared > 0);
+}
+
+// A fresh state for `run`'s model with `batch` sequences, KV caches of `capacity` slots.
+ModelState fresh_state(const DecodeRun& run, int64_t batch, int64_t capacity, Device device) {
+  ModelState s;
+  s.layers.resize(run.config.num_hidden_layers);
+  for (int i = 0; i < run.config.num_hidden_layers; i++)
+    if (run.config.is_attention_layer(i))
+      s.layers[i].kv.capacity = run.config.attn.window_size > 0 ? run.config.attn.window_size : capacity;
+  s.positions = Tensor::zeros({batch}, DType::I32, device);
+  return s;
+}
+
+// One right-padded forward over the mixed-length prompts (ModelState::lengths) gives, for every
+// prompt, the last-token logits and the state (recurrent S, conv and token-shift tails, KV
+// cache) of that prompt's own unpadded forward, within 1e-5 relative per tensor.
+void check_padded_prefill_matches_single(Device device) {
+  const int64_t B = static_cast<int64_t>(kPrompts.size()), L = 9, capacity = 16;
+  std::vector<int32_t> ids(B * L, 0);  // ids: (B, L), right-padded with token 0
+  std::vector<int64_t> lengths;
+  for (int64_t b = 0; b < B; b++) {
+    std::copy(kPrompts[b].begin(), kPrompts[b].end(), ids.begin() + b * L);
+    lengths.push_back(static_cast<int64_t>(kPrompts[b].size()));
+  }
+  for (const DecodeRun& run : decode_runs()) {
+    CAPTURE(run.label);
+    std::unique_ptr<TrainableModel> model = make_model(run.config, 7, device);
+    auto& stateful = dynamic_cast<StatefulModel&>(*model);
+    NoGradGuard no_grad;
+    ModelState padded = fresh_state(run, B, capacity, device);
+    padded.lengths = lengths;
+    Tensor z = stateful.last_logits_with_state(Tensor::from_i32(ids, {B, L}).to(device), padded).value();  // (B, V)
+    REQUIRE(z.shape() == Shape{B, 40});
+    const std::vector<Tensor> batch_state = state_tensors(padded);
+    for (int64_t b = 0; b < B; b++) {
+      CAPTURE(b);
+      ModelState single = fresh_state(run, 1, capacity, device);
+      const int64_t T = lengths[b];
+      Tensor ref = stateful.last_logits_with_state(Tensor::from_i32(kPrompts[b], {1, T}).to(device), single).value();
+      CHECK(testing::max_rel_err(z.slice0(b, b + 1), ref) <= 1e-5);
+      check_states_match(batch_state, state_tensors(single), b);
+    }
+  }
+}
+
 // Prefill of the first 5 tokens then one-token steps leaves the state one forward over all 13
 // tokens leaves (recurrent states, tails, KV caches), within 1e-5 relative per tensor.
 void check_prefill_then_step_state(Device device) {
@@ -242,16 +310,7 @@ void check_prefill_then_step_state(Device device) {
     std::unique_ptr<TrainableModel> model = make_model(run.config, 7, device);
     auto& stateful = dynamic_cast<StatefulModel&>(*model);
     NoGradGuard no_grad;
-    auto fresh = [&] {
-      ModelState s;
-      s.layers.resize(run.config.num_hidden_layers);
-      for (int i = 0; i < run.config.num_hidden_layers; i++)
-        if (run.config.is_attention_layer(i))
-          s.layers[i].kv.capacity = run.config.attn.window_size > 0 ? run.config.attn.window_size : N;
-      s.positions = Tensor::zeros({1}, DType::I32, device);
-      return s;
-    };
-    ModelState full = fresh(), stepped = fresh();
+    ModelState full = fresh_state(run, 1, N, device), stepped = fresh_state(run, 1, N, device);
     stateful.logits_with_state(Tensor::from_i32(tokens, {1, N}).to(device), full);
     std::vector<int32_t> head(tokens.begin(), tokens.begin() + prefix);
     stateful.logits_with_state(Tensor::from_i32(head, {1, prefix}).to(device), stepped);
@@ -259,18 +318,7 @@ void check_prefill_then_step_state(Device device) {
       stepped.positions = Tensor::from_i32({static_cast<int32_t>(t)}, {1}).to(device);
       stateful.logits_with_state(Tensor::from_i32({tokens[t]}, {1, 1}).to(device), stepped);
     }
-    std::vector<Tensor> a = state_tensors(stepped), ref = state_tensors(full);
-    REQUIRE(a.size() == ref.size());
-    int compared = 0;
-    for (size_t i = 0; i < a.size(); i++) {
-      CAPTURE(i);
-      REQUIRE(a[i].defined() == ref[i].defined());
-      if (!ref[i].defined()) continue;
-      REQUIRE(a[i].shape() == ref[i].shape());
-      CHECK(testing::max_rel_err(a[i], ref[i]) <= 1e-5);
-      compared++;
-    }
-    CHECK(compared > 0);
+    check_states_match(state_tensors(stepped), state_tensors(full));
   }
 }
 
@@ -278,10 +326,58 @@ void check_prefill_then_step_state(Device device) {
 
 TEST_CASE("greedy decoding with the decoder equals re-running the forward, every mixer, CPU fp32") {
   check_decoder_matches_full_forward(Device::CPU, false, 1e-4);
+  check_decoder_matches_full_forward(Device::CPU, false, 1e-4, 12);
+}
+
+TEST_CASE("a right-padded prefill of mixed lengths equals each prompt's own prefill, every mixer, CPU fp32") {
+  check_padded_prefill_matches_single(Device::CPU);
 }
 
 TEST_CASE("prefill then steps leaves the state of one forward over all tokens, CPU fp32") {
   check_prefill_then_step_state(Device::CPU);
+}
+
+TEST_CASE("argmax_rows picks the first maximum below each row's width, as the host scan") {
+  const std::vector<double> z = {1, 3, 3, 0, 5, 5,  //
+                                 1, 3, 3, 0, 5, 5,  //
+                                 2, 2, 2, 2, 2, 2};
+  const std::vector<int32_t> widths = {4, 6, 1};
+  const Tensor ids = argmax_rows(Tensor::from_f64(z, {3, 6}, DType::F32), Tensor::from_i32(widths, {3}));
+  REQUIRE(ids.dtype() == DType::I32);
+  CHECK(std::vector<int32_t>(ids.data<int32_t>(), ids.data<int32_t>() + 3) == std::vector<int32_t>{1, 4, 0});
+  for (int64_t b = 0; b < 3; b++)  // the host path it replaces: std::max_element over the width
+    CHECK(ids.data<int32_t>()[b] == std::max_element(z.begin() + b * 6, z.begin() + b * 6 + widths[b]) - z.begin() - b * 6);
+  const std::string bad_width =
+      testing::error_of([&] { argmax_rows(Tensor::zeros({2, 6}, DType::F32), Tensor::from_i32({3, 7}, {2})); });
+  CHECK(bad_width.find("argmax_rows: widths[1] is 7, must be in [1, 6]") != std::string::npos);
+}
+
+TEST_CASE("sample_tokens ranks ties lowest id first, cuts the top-k and the nucleus, and draws by u") {
+  // one row, z = (1, 3, 3, 0, 9): width 4 hides the 9; ranked 1, 2, 0, 3; at temperature 1 the
+  // top two weigh 1 and 1
+  const Tensor z = Tensor::from_f64({1, 3, 3, 0, 9}, {1, 5}, DType::F32), width = Tensor::from_i32({4}, {1});
+  auto draw = [&](double u, SampleParams p) {
+    return sample_tokens(z, width, Tensor::from_f64({u}, {1}, DType::F64), p).data<int32_t>()[0];
+  };
+  CHECK(draw(0.4, {1.0, 2, 1.0}) == 1);  // target 0.8 of mass 2 falls in the first
+  CHECK(draw(0.6, {1.0, 2, 1.0}) == 2);  // 1.2: the second
+  CHECK(draw(0.9, {1.0, 2, 0.5}) == 1);  // the nucleus of top_p 0.5 is the first alone
+  CHECK(draw(0.99, {1.0, 1, 1.0}) == 1);  // top_k 1 is greedy
+  CHECK(draw(0.999, {1.0, 0, 1.0}) == 3);  // every id: e^-3 / (2 + e^-2 + e^-3) is the last sliver
+  const std::string bad =
+      testing::error_of([&] { sample_tokens(z, width, Tensor::from_f64({0.5}, {1}, DType::F64), {0.0, 0, 1.0}); });
+  CHECK(bad.find("sample_tokens: temperature must be > 0, got 0") != std::string::npos);
+}
+
+TEST_CASE("last_tokens takes each sequence's last n inputs, zeros before its first token") {
+  std::vector<double> x(2 * 4 * 2);  // x: (2, 4, 2), x[b, t, c] = 100 b + 10 t + c
+  for (int64_t i = 0; i < 16; i++) x[i] = 100 * (i / 8) + 10 * ((i / 2) % 4) + i % 2;
+  const Tensor tail = last_tokens(Tensor::from_f64(x, {2, 4, 2}, DType::F32), Tensor::from_i32({1, 4}, {2}), 3);
+  REQUIRE(tail.shape() == Shape{2, 2, 3});  // (B, C, n)
+  CHECK(tail.to_f64_vector() == std::vector<double>{0, 0, 0, 0, 0, 1, 110, 120, 130, 111, 121, 131});
+  const std::string bad_length =
+      testing::error_of([&] { last_tokens(Tensor::zeros({2, 4, 2}, DType::F32), Tensor::from_i32({0, 4}, {2}), 1); });
+  CHECK(bad_length.find("last_tokens: lengths[0] is 0, must be in [1, 4]") != std::string::npos);
 }
 
 TEST_CASE("the decoder's bad inputs are errors that name the value") {
@@ -321,6 +417,8 @@ TEST_CASE("GPU: decoding equals the no-cache path, the CUDA graph replays exactl
   }
   check_decoder_matches_full_forward(Device::CUDA, true, 1e-4);
   check_decoder_matches_full_forward(Device::CUDA, false, 1e-4);
+  check_decoder_matches_full_forward(Device::CUDA, true, 1e-4, 12);
+  check_padded_prefill_matches_single(Device::CUDA);
   check_prefill_then_step_state(Device::CUDA);
   // Graph replays give the plain launches' logits bit for bit, and allocate nothing.
   for (const DecodeRun& run : decode_runs()) {

@@ -2,14 +2,17 @@
 // batched steps, mixed prompt lengths, stop tokens) gives exactly the tokens of the no-cache
 // path, the argmax of the model's full-sequence logits; and `hla bench decode` at a small shape:
 // its memory numbers are decode_memory's and the decoder's, the KV ratio of the Transformer to
-// the 3:1 hybrid is 24 attention layers over 8 (r:1 closes every group of r layers with attention).
+// the 3:1 hybrid is 24 attention layers over 8 (r:1 closes every group of r layers with attention);
+// `hla bench ruler` on a small model: every task timed, the parts within each task's time.
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstdio>
 
 #include "autograd/var.h"
 #include "eval/decode_bench.h"
 #include "eval/hybrid_model.h"
+#include "eval/ruler_bench.h"
 #include "nn/model.h"
 #include "nn/weights.h"
 #include "tests/test_data_util.h"
@@ -152,4 +155,37 @@ TEST_CASE("eval: the decode bench's 340M rows: the mixer's config, the Transform
   CHECK(decode_memory(configs[4].second, 1, DType::BF16).kv_bytes == 8 * 2 * 16 * 64 * 2);
   o.mixer = "attention";
   CHECK_THROWS_WITH_AS(eval::decode_bench_configs(o), doctest::Contains("attention-340m.json"), Error);
+}
+
+TEST_CASE("eval: hla bench ruler times the tasks on the evaluator's path, and its total adds the rows up") {
+  ScratchDir dir("rulerbench");
+  const std::string config = (dir.path / "config.json").string();
+  eval::testing::small_model_config("gated_deltanet", 32, 4, 258, "2:1").save(config);
+  eval::RulerBenchOptions o;
+  o.shape.config = config;
+  o.hybrid = "3:1";
+  o.tasks = {"niah_single_1", "fwe"};
+  o.length = 2048;
+  o.samples = 3;
+  o.batch_size = 2;  // two batches per task: a padded prefill of two prompts, then one alone
+  const eval::RulerBench bench = eval::run_ruler_bench(o);
+  CHECK(bench.model.find("LLA L") != std::string::npos);  // the --hybrid pattern, not the file's
+  REQUIRE(bench.rows.size() == 2);
+  double total = 0;
+  for (const eval::RulerBenchRow& r : bench.rows) {
+    CAPTURE(r.task);
+    CHECK(r.error.empty());
+    CHECK(r.samples == 3);
+    CHECK(r.mean_length > 1500);
+    CHECK(r.mean_length <= 2048);
+    CHECK(r.prefill_seconds > 0);
+    CHECK(r.steps_seconds > 0);  // a random model runs past its first token
+    CHECK(r.seconds >= r.samples_seconds + r.prefill_seconds + r.steps_seconds);
+    total += r.seconds;
+  }
+  const std::string table = eval::ruler_bench_table(bench);
+  char expected[32];
+  std::snprintf(expected, sizeof expected, "%9.2f\n", total);
+  CHECK(table.find("total") != std::string::npos);
+  CHECK(table.substr(table.size() - std::string(expected).size()) == expected);
 }

@@ -8,7 +8,8 @@
 // tokens, position offsets, and a long sequence (angles up to ~4200 rad); per-sequence
 // positions (decoding a batch of mixed lengths).
 // attention_decode: a GQA step at mixed positions (0, mid, the last slot), a sliding window whose
-// ring has wrapped, D != Dv, and a 4096-slot cache; inputs and outputs only (no gradient).
+// ring has wrapped, D != Dv, and a 4096-slot cache and a batch-1 wrapped window of 1000, both of
+// which the CUDA kernel splits over the cache (split-K); inputs and outputs only (no gradient).
 #include <string>
 
 #include "nn/check/registry.h"
@@ -126,7 +127,8 @@ void add_attention_decode_cases() {
   for (const DecodeCase& c : {DecodeCase{3, 4, 2, 64, 64, 256, 0, {0, 37, 255}},
                               DecodeCase{3, 4, 1, 128, 128, 16, 16, {5, 16, 100}},  // the ring has wrapped
                               DecodeCase{2, 2, 2, 48, 32, 40, 0, {1, 39}},
-                              DecodeCase{2, 8, 2, 128, 128, 4096, 0, {4095, 1000}}}) {
+                              DecodeCase{2, 8, 2, 128, 128, 4096, 0, {4095, 1000}},  // 16 splits per row
+                              DecodeCase{1, 4, 1, 64, 64, 1000, 1000, {2999}}}) {   // a wrapped window, 4 splits
     const std::string name = "attention_decode " + dims_label({{"B", c.B}, {"H", c.H}, {"Hkv", c.Hkv}, {"D", c.D},
                                                                {"Dv", c.Dv}, {"C", c.capacity}, {"w", c.window}});
     auto inputs = [c](uint64_t seed) {

@@ -45,7 +45,7 @@ class AttentionLayer : public Mixer {
     q = rope(q, theta_);
     k = rope(k, theta_);
     Var o = attention(q, k, v, default_attention_scale(d_), window_);  // o: (B, T, H, d)
-    if (io.state) fill_cache(io.state->kv, k.value(), v.value());
+    if (io.state) fill_cache(io.state->kv, k.value(), v.value(), padding_of(io.state));
     return linear(reshape(o, {B, T, H_ * d_}), store_.use(o_));
   }
 
@@ -61,22 +61,25 @@ class AttentionLayer : public Mixer {
     return linear(Var(o.reshape({B, 1, H_ * d_})), store_.use(o_));
   }
 
-  // The prompt's last min(T, capacity) keys and values into their slots t % capacity (a fresh
-  // cache: the prompt starts at position 0); k, v: (B, T, Hkv, d). Those positions fill at most
-  // two runs of consecutive slots per sequence.
-  void fill_cache(KvCache& kv, const Tensor& k, const Tensor& v) const {
+  // Each prompt's last min(T_b, capacity) keys and values into their slots t % capacity (a fresh
+  // cache: the prompt starts at position 0); T_b = T, or the sequence's own length in a
+  // right-padded call (its padding is never cached); k, v: (B, T, Hkv, d). Those positions fill
+  // at most two runs of consecutive slots per sequence.
+  void fill_cache(KvCache& kv, const Tensor& k, const Tensor& v, const Padding* padding) const {
     const int64_t B = k.size(0), T = k.size(1), C = kv.capacity, row = Hkv_ * d_;
     HLA_CHECK(C > 0, "attention layer: the KV cache has no capacity set");
     kv.k = Tensor::zeros({B, C, Hkv_, d_}, k.dtype(), k.device());
     kv.v = Tensor::zeros({B, C, Hkv_, d_}, v.dtype(), v.device());
-    for (int64_t b = 0; b < B; b++)
-      for (int64_t t = std::max<int64_t>(0, T - C); t < T;) {
-        const int64_t slot = t % C, run = std::min(T - t, C - slot);  // tokens t .. t+run-1 -> slots slot ..
+    for (int64_t b = 0; b < B; b++) {
+      const int64_t end = padding ? padding->lengths[b] : T;  // tokens of sequence b
+      for (int64_t t = std::max<int64_t>(0, end - C); t < end;) {
+        const int64_t slot = t % C, run = std::min(end - t, C - slot);  // tokens t .. t+run-1 -> slots slot ..
         for (auto [cache, src] : {std::pair<Tensor*, const Tensor*>{&kv.k, &k}, {&kv.v, &v}})
           cache->reshape({B * C, row}).slice0(b * C + slot, b * C + slot + run)
               .copy_(src->reshape({B * T, row}).slice0(b * T + t, b * T + t + run));
         t += run;
       }
+    }
   }
 
   ParamStore& store_;

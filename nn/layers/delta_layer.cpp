@@ -52,9 +52,9 @@ class DeltaLayer : public Mixer {
 
   Var forward(const Var& x, MixerIO& io) override {
     Tensor *q_tail = tail_slot(io.state, 0), *k_tail = tail_slot(io.state, 1), *v_tail = tail_slot(io.state, 2);
-    Var q = l2norm(split_heads(conv_silu(project(store_, x, q_), q_conv_, q_tail), H_, dk_));  // (B, T, H, dk)
-    Var k = l2norm(split_heads(conv_silu(project(store_, x, k_), k_conv_, k_tail), H_, dk_));
-    Var v = conv_silu(project(store_, x, v_), v_conv_, v_tail);                                 // (B, T, HV*dv)
+    Var q = l2norm(split_heads(conv_silu(project(store_, x, q_), q_conv_, q_tail, io.state), H_, dk_));  // (B, T, H, dk)
+    Var k = l2norm(split_heads(conv_silu(project(store_, x, k_), k_conv_, k_tail, io.state), H_, dk_));
+    Var v = conv_silu(project(store_, x, v_), v_conv_, v_tail, io.state);                                 // (B, T, HV*dv)
     if (io.routed_error.defined()) v = add(v, io.routed_error);                        // v + gamma * r_prev
     if (io.want_values) io.values = v;
     Var g, b, w;
@@ -62,7 +62,9 @@ class DeltaLayer : public Mixer {
     DeltaRuleOptions opt;
     opt.chunk_size = chunk_;
     Tensor* S = recurrent_slot(io.state);
-    DeltaRuleOutputs out = delta_rule(q, k, split_heads(v, HV_, dv_), g, b, w, initial_state(S, q), opt);
+    // padded tokens (a right-padded prefill) erase and write nothing (k = 0) and decay nothing (g = 0)
+    DeltaRuleOutputs out = delta_rule(q, zero_at_padding(k, io.state), split_heads(v, HV_, dv_),
+                                      zero_at_padding(g, io.state), b, w, initial_state(S, q), opt);
     keep_state(S, out.final_state);
     if (io.want_error) io.error = merge_heads(out.residual);
     return project(store_, merge_heads(output_norm(x, out.o)), o_);
@@ -72,10 +74,10 @@ class DeltaLayer : public Mixer {
 
  private:
   // silu(conv(x)) carrying the conv tail in `tail` (null in training), or silu(x) without convs.
-  Var conv_silu(const Var& x, const Var& weight, Tensor* tail) const {
+  Var conv_silu(const Var& x, const Var& weight, Tensor* tail, const LayerState* state) const {
     if (!weight.defined()) return silu(x);
     ShortConvOut out = short_conv(x, store_.use(weight), Var(), initial_state(tail, x), ConvAct::SiLU);
-    keep_state(tail, out.final_state);
+    keep_last_inputs(tail, out.final_state, x, state);
     return out.y;
   }
 

@@ -30,7 +30,9 @@ class GlaLayer : public Mixer {
     Var gk = project(store_, project(store_, x, gk0_), gk1_, gk1_bias_);  // low-rank gate logits
     Var g = split_heads(gla_gate(gk, 16.0), H, dk);                        // g = logsigmoid(gk) / 16
     Tensor* S = recurrent_slot(io.state);
-    DecayAttentionOutput rec = decay_attention(q, k, split_heads(v, H, dv), g, initial_state(S, q),
+    // padded tokens (a right-padded prefill) write nothing and decay nothing
+    DecayAttentionOutput rec = decay_attention(q, zero_at_padding(k, io.state), split_heads(v, H, dv),
+                                               zero_at_padding(g, io.state), initial_state(S, q),
                                                default_attention_scale(dk), chunk_);
     keep_state(S, rec.final_state);
     const Var& o = rec.o;

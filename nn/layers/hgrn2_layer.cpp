@@ -30,7 +30,8 @@ class Hgrn2Layer : public Mixer {
 
   Var forward(const Var& x, MixerIO& io) override {
     Var q = split_heads(silu(project(store_, x, q_)), H_, dk_);  // q = silu(W_q x)
-    Var g = hgrn_gate(project(store_, x, f_), io.lower_bound);    // log forget gate (B, T, H*dk)
+    // log forget gate (B, T, H*dk); 0 at padded tokens (a right-padded prefill), so k = 0 there too
+    Var g = zero_at_padding(hgrn_gate(project(store_, x, f_), io.lower_bound), io.state);
     Var k = split_heads(one_minus_exp(g), H_, dk_);               // k = 1 - exp(g)
     Var v = project(store_, x, i_);                               // (B, T, D)
     if (io.want_values) io.values = v;

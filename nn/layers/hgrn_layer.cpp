@@ -30,7 +30,8 @@ class HgrnLayer : public Mixer {
     Var input = mul(silu(i), one_minus_exp(g));                      // i' = silu(i) * (1 - exp(g))
     if (io.want_values) io.values = input;
     Tensor* S = recurrent_slot(io.state);
-    HgrnOutput rec = hgrn(input, g, initial_state(S, input));       // h_t = e^g h_{t-1} + i'_t
+    // h_t = e^g h_{t-1} + i'_t; padded tokens (a right-padded prefill) write nothing and decay nothing
+    HgrnOutput rec = hgrn(zero_at_padding(input, io.state), zero_at_padding(g, io.state), initial_state(S, input));
     keep_state(S, rec.final_state);
     const Var& h = rec.o;
     Var y = gated_rmsnorm(h, project(store_, x, g_), store_.use(norm_), eps_, GateAct::Swish);

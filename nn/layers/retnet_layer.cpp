@@ -28,7 +28,9 @@ class RetNetLayer : public Mixer {
     if (io.want_values) io.values = v;
     Var g(constant_gate(B, T, x.dtype(), x.device()), false);
     Tensor* S = recurrent_slot(io.state);
-    DecayAttentionOutput rec = decay_attention(q, k, split_heads(v, H, dv), g, initial_state(S, q),
+    // padded tokens (a right-padded prefill) write nothing and decay nothing
+    DecayAttentionOutput rec = decay_attention(q, zero_at_padding(k, io.state), split_heads(v, H, dv),
+                                               zero_at_padding(g, io.state), initial_state(S, q),
                                                default_attention_scale(dk), chunk_);
     keep_state(S, rec.final_state);
     return gated_output(store_, rec.o, x, proj_.g, norm_, o_, eps_);

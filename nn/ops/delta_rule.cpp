@@ -215,15 +215,19 @@ HeadGrads<T> recurrent_backward(const HeadInputs<T>& in, T scale, const Mat<T>& 
 
 // M[t,s] = sum_d X[t,d] K[s,d] exp(G[t,d] - G[s,d]) for s < t (strict) or s <= t, else 0.
 // The exponent is only formed for s <= t, where G[t] - G[s] <= 0 (4.1: mask before exp).
-// X = E gives L of 4.6, X = Q gives Aqk. With a scalar gate the exp factor is the same on every
-// channel and this is (X K^T) (.) exp(G_t - G_s), one matmul.
+// X = E gives L of 4.6, X = Q gives Aqk. With a scalar gate (or none) the exp factor is the same
+// on every channel and this is (X K^T) (.) exp(G_t - G_s), one matmul: taken when every row of G
+// repeats its first channel exactly (a repeated scalar's cumulative sums are equal bit for bit).
 template <class T>
 Mat<T> decayed_scores(const Mat<T>& X, const Mat<T>& K, const Mat<T>& G, bool strict) {
   const Index n = X.rows();
   Mat<T> M = Mat<T>::Zero(n, n);
+  const bool scalar_gate = (G.colwise() - G.col(0)).isZero(0);
+  const Mat<T> XK = scalar_gate ? Mat<T>(X * K.transpose()) : Mat<T>();  // (n, n)
   for (Index t = 0; t < n; t++)
     for (Index s = 0; s < (strict ? t : t + 1); s++)
-      M(t, s) = (X.row(t).array() * K.row(s).array() * (G.row(t) - G.row(s)).array().exp()).sum();
+      M(t, s) = scalar_gate ? XK(t, s) * std::exp(G(t, 0) - G(s, 0))
+                            : (X.row(t).array() * K.row(s).array() * (G.row(t) - G.row(s)).array().exp()).sum();
   return M;
 }
 
