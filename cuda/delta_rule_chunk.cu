@@ -11,9 +11,11 @@
 //     1d  W = A diag(beta exp(G)) K,  U = A diag(w) V                             (4.6, mma)
 //   Pass 2 (scan_kernel, grid (dv / 32, HV, B), sequential over chunks; CPU: scan_chunks + the
 //   output loop of chunk_forward). The state h (dk x dv, fp32) is split along dv into column
-//   tiles of 32, one per CTA, held in shared memory. A CTA needs < 113 KB of shared memory and
-//   128 registers a thread, so two fit on an SM: at the anchor shape B * HV * 4 = 256 CTAs are
-//   all resident on the 132 SMs, and one CTA's chunk loads overlap the other's math:
+//   tiles of 32, one per CTA, held in shared memory. Up to dk = 128 a CTA needs < 113 KB of
+//   shared memory and 128 registers a thread, so two fit on an SM: at the anchor shape
+//   B * HV * 4 = 256 CTAs are all resident on the 132 SMs, and one CTA's chunk loads overlap the
+//   other's math. At dk = 256 (194 KB: the W rows alone are 66 KB) one fits; its state update
+//   runs in two 128-row blocks (a WarpTile has at most 128 rows):
 //     2a  Vnew = U - W h                            -> residual (bf16) and u_f32    (4.8, mma)
 //     2b  o = scale (Q (.) exp(G)) h + Aqk Vnew                                   (4.6, mma)
 //     2c  h <- exp(G_last) h + (K (.) exp(G_last - G))^T Vnew                     (4.8, mma)
@@ -25,7 +27,9 @@
 //     3a  dh[n] = dS (gradient of chunk n's end state)
 //     3b  dVnew = Aqk^T dO + Kg dS + dU                                                (mma)
 //     3c  dS <- exp(G_last) dS + scale Qg^T dO - W^T dVnew;  finally dh0 = dS          (mma)
-//   Pass 4 (local_backward_kernel, grid (NT, HV, B), every chunk in parallel; steps 2, 4-8):
+//   Pass 4 (local_backward_kernel, grid (NT, HV, B), every chunk in parallel; steps 2, 4-8;
+//   dk-wide work in blocks of 128 key dims, dv-wide operands in slices of 32 columns: the
+//   order below is that of the math, the kernel's phases A-C are listed at the kernel):
 //     4a  dQ = scale exp(G) dO h^T,  dW = -dVnew h^T                                    (mma)
 //     4b  dK = exp(G_last - G) (Vnew dh^T), kg pair terms, h . dh                       (mma)
 //     4c  dAqk = scale dO Vnew^T -> Ps = dAqk exp(G_t - G_s), pair terms dAqk (.) Aqk   (mma)
@@ -52,6 +56,12 @@
 // terms; bf16 W/U would put 2^-9 relative errors on each term before that cancellation (and on
 // every later state), a large part of the 5e-3 output budget. The price is 2x their traffic
 // (about 0.06 ms at B4 T4096 H16 D128 on an H200).
+//
+// Shared memory per CTA (bytes(), each checked against 227 KB at compile time in launch_kernel):
+//   dk \ dv    prepare (64 / 128 / 256)      scan, reverse scan    local backward
+//   64          62.0 / 70.0 / 86.0 KB          70.8 KB               135.1 KB
+//   128         78.0 / 86.0 / 102.0 KB         111.8 KB              153.1 KB
+//   256         110.0 / 118.0 / 134.0 KB       193.8 KB              185.1 KB
 //
 // Fragments are gathered from shared memory element by element through accessors (A(r, k),
 // B(k, n) as floats), one code path for every product, transposed or scaled; ldmatrix tiles and
@@ -89,7 +99,7 @@ struct ChunkArgs {
   float* u_f32;         // (B, T, HV, dv) or null
   float* final_state;   // (B, HV, dk, dv)
   // workspace, written by pass 1 and read by pass 2
-  float* W;             // (B, HV, NT * C, dk)
+  float* W;             // (B, HV, NT * C, dk); pass 4 writes dW over it (pass 3 reads W last)
   float* U;             // (B, HV, NT * C, dv)
   float* Aqk;           // (B, HV, NT, C, C)
   float* G;             // (B, HV, NT * C)  in-chunk cumulative gate
