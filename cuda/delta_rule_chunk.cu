@@ -279,6 +279,22 @@ struct ScanSmem {
       h[d * kLdH + c] = src ? src[d * DV + v0 + c] : 0.f;
     }
   }
+  // h <- decay h + add(tile, d0), in blocks of kRows state rows d0 ..: each block's tile starts
+  // as decay h and `add` accumulates the chunk's products into it (rows d0 + the tile's rows);
+  // h is written once every warp has read it and this chunk's tiles.
+  template <class Add>
+  __device__ void update_state(float decay, Add&& add) const {
+    WarpTile<kRows, BV> next[kRowBlocks];
+#pragma unroll
+    for (int rb = 0; rb < kRowBlocks; rb++) {
+      next[rb].each([&](int d, int c, float& x, int) { x = decay * h[(rb * kRows + d) * kLdH + c]; });
+      add(next[rb], rb * kRows);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int rb = 0; rb < kRowBlocks; rb++)
+      next[rb].each([&](int d, int c, float x, int) { h[(rb * kRows + d) * kLdH + c] = x; });
+  }
   // The same columns of a (DK, DV) fp32 state in global memory <- h.
   __device__ void store_state(float* dst, int v0) const {
     for (int i = threadIdx.x; i < DK * BV; i += kThreads) {
@@ -294,7 +310,6 @@ __global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
   using Smem = ScanSmem<DK, DV>;
   const Smem sm(smem_raw);
   constexpr int BV = Smem::BV, kLdH = Smem::kLdH, kLdW = Smem::kLdW, kLdK = Smem::kLdK;
-  constexpr int kRows = Smem::kRows, kRowBlocks = Smem::kRowBlocks;
   const int v0 = blockIdx.x * BV, j = blockIdx.y, bi = blockIdx.z, hq = j / (a.HV / a.H);
   const int64_t head = int64_t(bi) * a.HV + j;
   sm.load_state(a.h0 ? a.h0 + head * DK * DV : nullptr, v0);
@@ -342,23 +357,11 @@ __global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
               __float2bfloat16_rn(a.scale * sm.expG[r] * x + av.at(slot));
       });
     }
-    // 2c: h <- exp(G_last) h + K^T diag(exp(G_last - G)) Vnew, in blocks of kRows state rows.
-    {
-      const float decay = sm.expG[C - 1];
-      WarpTile<kRows, BV> next[kRowBlocks];
-#pragma unroll
-      for (int rb = 0; rb < kRowBlocks; rb++) {
-        const int d0 = rb * kRows;
-        auto& hn = next[rb];
-        hn.each([&](int d, int c, float& x, int) { x = decay * sm.h[(d0 + d) * kLdH + c]; });
-        hn.mma<C, false, true>([&](int d, int s) { return bf(sm.k[s * kLdK + d0 + d]); },
-                               [&](int s, int c) { return sm.vnew[s * kLdH + c] * sm.kdecay[s]; });
-      }
-      __syncthreads();  // every read of h, vnew and this chunk's tiles is done
-#pragma unroll
-      for (int rb = 0; rb < kRowBlocks; rb++)
-        next[rb].each([&](int d, int c, float x, int) { sm.h[(rb * kRows + d) * kLdH + c] = x; });
-    }
+    // 2c: h <- exp(G_last) h + K^T diag(exp(G_last - G)) Vnew.
+    sm.update_state(sm.expG[C - 1], [&](auto& hn, int d0) {
+      hn.mma<C, false, true>([&](int d, int s) { return bf(sm.k[s * kLdK + d0 + d]); },
+                             [&](int s, int c) { return sm.vnew[s * kLdH + c] * sm.kdecay[s]; });
+    });
   }
   __syncthreads();
   if (!a.final_state) return;
@@ -376,7 +379,6 @@ __global__ void __launch_bounds__(kThreads, 2) reverse_scan_kernel(ChunkArgs a) 
   using Smem = ScanSmem<DK, DV>;
   const Smem sm(smem_raw);
   constexpr int BV = Smem::BV, kLdH = Smem::kLdH, kLdW = Smem::kLdW, kLdK = Smem::kLdK;
-  constexpr int kRows = Smem::kRows, kRowBlocks = Smem::kRowBlocks;
   const int v0 = blockIdx.x * BV, j = blockIdx.y, bi = blockIdx.z, hq = j / (a.HV / a.H);
   const int64_t head = int64_t(bi) * a.HV + j;
   sm.load_state(a.dht ? a.dht + head * DK * DV : nullptr, v0);
@@ -414,24 +416,11 @@ __global__ void __launch_bounds__(kThreads, 2) reverse_scan_kernel(ChunkArgs a) 
     }
     __syncthreads();
     // 3c: dS <- exp(G_last) dS + scale Qg^T dO - W^T dVnew   (h[n] feeds the end state, o and Vnew)
-    //     in blocks of kRows state rows.
-    {
-      const float decay = sm.expG[C - 1];
-      WarpTile<kRows, BV> next[kRowBlocks];
-#pragma unroll
-      for (int rb = 0; rb < kRowBlocks; rb++) {
-        const int d0 = rb * kRows;
-        auto& dsn = next[rb];
-        dsn.each([&](int d, int c, float& x, int) { x = decay * sm.h[(d0 + d) * kLdH + c]; });
-        dsn.mma<C, true, false>([&](int d, int t) { return a.scale * sm.expG[t] * bf(sm.q[t * kLdK + d0 + d]); }, d_o);
-        dsn.mma<C, true, true>([&](int d, int t) { return sm.W[t * kLdW + d0 + d]; },
-                               [&](int t, int c) { return -sm.vnew[t * kLdH + c]; });
-      }
-      __syncthreads();  // every read of dS, dVnew and this chunk's tiles is done
-#pragma unroll
-      for (int rb = 0; rb < kRowBlocks; rb++)
-        next[rb].each([&](int d, int c, float x, int) { sm.h[(rb * kRows + d) * kLdH + c] = x; });
-    }
+    sm.update_state(sm.expG[C - 1], [&](auto& dsn, int d0) {
+      dsn.mma<C, true, false>([&](int d, int t) { return a.scale * sm.expG[t] * bf(sm.q[t * kLdK + d0 + d]); }, d_o);
+      dsn.mma<C, true, true>([&](int d, int t) { return sm.W[t * kLdW + d0 + d]; },
+                             [&](int t, int c) { return -sm.vnew[t * kLdH + c]; });
+    });
   }
   __syncthreads();
   if (!a.dh0) return;
