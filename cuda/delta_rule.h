@@ -5,7 +5,7 @@
 //   q, k: (B, T, H, dk);  v, o, residual, u_f32: (B, T, HV, dv);  h0, final_state: (B, HV, dk, dv) fp32
 //   g: null, (B, T, HV) or (B, T, HV, dk);  b: (B, T, HV) or (B, T, HV, dk);  w: (B, T, HV) or (B, T, HV, dv)
 // Kernels: forward and backward run the chunked tensor-core kernels of cuda/delta_rule_chunk.cu
-// where they apply (BF16, no gate or a scalar gate, scalar b and w, dk and dv in {64, 128},
+// where they apply (BF16, no gate or a scalar gate, scalar b and w, dk and dv in {64, 128, 256},
 // 16-byte aligned q, k, v, and for the backward d_o and u_f32) and the token recurrence of
 // cuda/recurrence.cuh (dk <= 256, any dv) otherwise. Either backward reads only the forward's
 // u_f32, which both forwards write, so a forward and a backward may take different kernels.

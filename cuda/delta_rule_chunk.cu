@@ -11,9 +11,11 @@
 //     1d  W = A diag(beta exp(G)) K,  U = A diag(w) V                             (4.6, mma)
 //   Pass 2 (scan_kernel, grid (dv / 32, HV, B), sequential over chunks; CPU: scan_chunks + the
 //   output loop of chunk_forward). The state h (dk x dv, fp32) is split along dv into column
-//   tiles of 32, one per CTA, held in shared memory. A CTA needs < 113 KB of shared memory and
-//   128 registers a thread, so two fit on an SM: at the anchor shape B * HV * 4 = 256 CTAs are
-//   all resident on the 132 SMs, and one CTA's chunk loads overlap the other's math:
+//   tiles of 32, one per CTA, held in shared memory. Up to dk = 128 a CTA needs < 113 KB of
+//   shared memory and 128 registers a thread, so two fit on an SM: at the anchor shape
+//   B * HV * 4 = 256 CTAs are all resident on the 132 SMs, and one CTA's chunk loads overlap the
+//   other's math. At dk = 256 (194 KB: the W rows alone are 66 KB) one fits; its state update
+//   runs in two 128-row blocks (a WarpTile has at most 128 rows):
 //     2a  Vnew = U - W h                            -> residual (bf16) and u_f32    (4.8, mma)
 //     2b  o = scale (Q (.) exp(G)) h + Aqk Vnew                                   (4.6, mma)
 //     2c  h <- exp(G_last) h + (K (.) exp(G_last - G))^T Vnew                     (4.8, mma)
@@ -25,7 +27,9 @@
 //     3a  dh[n] = dS (gradient of chunk n's end state)
 //     3b  dVnew = Aqk^T dO + Kg dS + dU                                                (mma)
 //     3c  dS <- exp(G_last) dS + scale Qg^T dO - W^T dVnew;  finally dh0 = dS          (mma)
-//   Pass 4 (local_backward_kernel, grid (NT, HV, B), every chunk in parallel; steps 2, 4-8):
+//   Pass 4 (local_backward_kernel, grid (NT, HV, B), every chunk in parallel; steps 2, 4-8;
+//   dk-wide work in blocks of 128 key dims, dv-wide operands in slices of 32 columns: the
+//   order below is that of the math, the kernel's phases A-C are listed at the kernel):
 //     4a  dQ = scale exp(G) dO h^T,  dW = -dVnew h^T                                    (mma)
 //     4b  dK = exp(G_last - G) (Vnew dh^T), kg pair terms, h . dh                       (mma)
 //     4c  dAqk = scale dO Vnew^T -> Ps = dAqk exp(G_t - G_s), pair terms dAqk (.) Aqk   (mma)
@@ -52,6 +56,12 @@
 // terms; bf16 W/U would put 2^-9 relative errors on each term before that cancellation (and on
 // every later state), a large part of the 5e-3 output budget. The price is 2x their traffic
 // (about 0.06 ms at B4 T4096 H16 D128 on an H200).
+//
+// Shared memory per CTA (bytes(), each checked against 227 KB at compile time in launch_kernel):
+//   dk \ dv    prepare (64 / 128 / 256)      scan, reverse scan    local backward
+//   64          62.0 / 70.0 / 86.0 KB          70.8 KB               135.1 KB
+//   128         78.0 / 86.0 / 102.0 KB         111.8 KB              153.1 KB
+//   256         110.0 / 118.0 / 134.0 KB       193.8 KB              185.1 KB
 //
 // Fragments are gathered from shared memory element by element through accessors (A(r, k),
 // B(k, n) as floats), one code path for every product, transposed or scaled; ldmatrix tiles and
@@ -89,7 +99,7 @@ struct ChunkArgs {
   float* u_f32;         // (B, T, HV, dv) or null
   float* final_state;   // (B, HV, dk, dv)
   // workspace, written by pass 1 and read by pass 2
-  float* W;             // (B, HV, NT * C, dk)
+  float* W;             // (B, HV, NT * C, dk); pass 4 writes dW over it (pass 3 reads W last)
   float* U;             // (B, HV, NT * C, dv)
   float* Aqk;           // (B, HV, NT, C, C)
   float* G;             // (B, HV, NT * C)  in-chunk cumulative gate
@@ -243,6 +253,9 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
 template <int DK, int DV>
 struct ScanSmem {
   static constexpr int BV = 32;  // state columns per CTA
+  // The state update's rows per WarpTile (a WarpTile spreads its 16-row tiles over the 8 warps,
+  // so it has at most 128 rows): DK / kRows tiles of (kRows, BV).
+  static constexpr int kRows = DK < 128 ? DK : 128, kRowBlocks = DK / kRows;
   static constexpr int kLdH = BV + 4, kLdW = DK + 4, kLdK = DK + 8;
   float* h;      // (DK, kLdH)  the state's columns v0 .. v0 + BV - 1
   float* W;      // (C, kLdW)
@@ -265,6 +278,22 @@ struct ScanSmem {
       const int d = i / BV, c = i % BV;
       h[d * kLdH + c] = src ? src[d * DV + v0 + c] : 0.f;
     }
+  }
+  // h <- decay h + add(tile, d0), in blocks of kRows state rows d0 ..: each block's tile starts
+  // as decay h and `add` accumulates the chunk's products into it (rows d0 + the tile's rows);
+  // h is written once every warp has read it and this chunk's tiles.
+  template <class Add>
+  __device__ void update_state(float decay, Add&& add) const {
+    WarpTile<kRows, BV> next[kRowBlocks];
+#pragma unroll
+    for (int rb = 0; rb < kRowBlocks; rb++) {
+      next[rb].each([&](int d, int c, float& x, int) { x = decay * h[(rb * kRows + d) * kLdH + c]; });
+      add(next[rb], rb * kRows);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int rb = 0; rb < kRowBlocks; rb++)
+      next[rb].each([&](int d, int c, float x, int) { h[(rb * kRows + d) * kLdH + c] = x; });
   }
   // The same columns of a (DK, DV) fp32 state in global memory <- h.
   __device__ void store_state(float* dst, int v0) const {
@@ -329,15 +358,10 @@ __global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
       });
     }
     // 2c: h <- exp(G_last) h + K^T diag(exp(G_last - G)) Vnew.
-    {
-      const float decay = sm.expG[C - 1];
-      WarpTile<DK, BV> hn;
-      hn.each([&](int d, int c, float& x, int) { x = decay * sm.h[d * kLdH + c]; });
-      hn.mma<C, false, true>([&](int d, int s) { return bf(sm.k[s * kLdK + d]); },
+    sm.update_state(sm.expG[C - 1], [&](auto& hn, int d0) {
+      hn.mma<C, false, true>([&](int d, int s) { return bf(sm.k[s * kLdK + d0 + d]); },
                              [&](int s, int c) { return sm.vnew[s * kLdH + c] * sm.kdecay[s]; });
-      __syncthreads();  // every read of h, vnew and this chunk's tiles is done
-      hn.each([&](int d, int c, float x, int) { sm.h[d * kLdH + c] = x; });
-    }
+    });
   }
   __syncthreads();
   if (!a.final_state) return;
@@ -392,16 +416,11 @@ __global__ void __launch_bounds__(kThreads, 2) reverse_scan_kernel(ChunkArgs a) 
     }
     __syncthreads();
     // 3c: dS <- exp(G_last) dS + scale Qg^T dO - W^T dVnew   (h[n] feeds the end state, o and Vnew)
-    {
-      const float decay = sm.expG[C - 1];
-      WarpTile<DK, BV> dsn;
-      dsn.each([&](int d, int c, float& x, int) { x = decay * sm.h[d * kLdH + c]; });
-      dsn.mma<C, true, false>([&](int d, int t) { return a.scale * sm.expG[t] * bf(sm.q[t * kLdK + d]); }, d_o);
-      dsn.mma<C, true, true>([&](int d, int t) { return sm.W[t * kLdW + d]; },
+    sm.update_state(sm.expG[C - 1], [&](auto& dsn, int d0) {
+      dsn.mma<C, true, false>([&](int d, int t) { return a.scale * sm.expG[t] * bf(sm.q[t * kLdK + d0 + d]); }, d_o);
+      dsn.mma<C, true, true>([&](int d, int t) { return sm.W[t * kLdW + d0 + d]; },
                              [&](int t, int c) { return -sm.vnew[t * kLdH + c]; });
-      __syncthreads();  // every read of dS, dVnew and this chunk's tiles is done
-      dsn.each([&](int d, int c, float x, int) { sm.h[d * kLdH + c] = x; });
-    }
+    });
   }
   __syncthreads();
   if (!a.dh0) return;
@@ -410,36 +429,46 @@ __global__ void __launch_bounds__(kThreads, 2) reverse_scan_kernel(ChunkArgs a) 
 
 // ---------------------------------------------------------------------------------------------
 // Backward pass 4 (4.9 steps 4-8, CPU: chunk_backward_local): every chunk in parallel, from its
-// start state h[n], the gradient dh[n] of its end state and the total gradient dVnew.
+// start state h[n], the gradient dh[n] of its end state and the total gradient dVnew. No wide
+// matrix sits whole in shared memory: dk-wide work runs in blocks of KB = min(DK, 128) key dims
+// and dv-wide operands enter in slices of VS = 32 value columns, so that DK = DV = 256 fits.
+//   Phase A (per key block; 4a, 4b): the state products of dQ, dK and dW, written to a.dq, a.dk
+//     and over W (a.W: pass 3 was its last reader); dW K^T summed for 4d.
+//   Phase B (C x C; 4c-4f): Ps, dA, X, P2 and the gate pair terms; dY per value slice.
+//   Phase C (per key block; 4g, 4h): dEhat, dE and the pair products finish dQ and dK.
+//   Then 4i: dg, db, dw.
 
 template <int DK, int DV>
 struct LocalSmem {
-  static constexpr int kLdK = DK + 8, kLdV = DV + 8;  // bf16 row strides
-  static constexpr int kLdKf = DK + 4, kLdVf = DV + 4;  // fp32 row strides
-  static constexpr int kHalf = 64, kLdHalf = kHalf + 4;  // h and dh enter 64 state columns at a time
-  static constexpr int kRegion = DK * kLdHalf > 2 * C * kLdC ? DK * kLdHalf : 2 * C * kLdC;
-  float *A, *pair;    // (C, kLdC): (I + L)^{-1};  Aqk, then the gate pair terms dAqk (.) Aqk + dL (.) L
-  float *vnew, *X;    // (C, kLdVf) Vnew;  later X = dA A^T (C, kLdC) in the same place
-  float* dvnew;       // (C, kLdVf)
-  float* dW;          // (C, kLdKf)
-  float* state;       // (DK, kLdHalf): 64 columns of h or dh
-  float *Ps, *dA, *P2;  // (C, kLdC) in state's place: Ps, then dA, whose place P2 takes over
+  static constexpr int KB = DK < 128 ? DK : 128;  // key dims per block (phases A and C)
+  static constexpr int VS = 32;                    // value columns per slice
+  static constexpr int kLdK = DK + 8;              // bf16 row stride of q, k
+  static constexpr int kLdS = VS + 8, kLdSf = VS + 4;  // row strides of a slice, bf16 and fp32
+  static constexpr int kLdKB = KB + 4;             // fp32 row stride of a dW block
+  // The region after the slices holds, phase by phase: the h and dh blocks (A), then a dW block
+  // (end of A, and C); pair and M (B).
+  static constexpr int kStates = 2 * KB * kLdSf, kPairs = 2 * C * kLdC, kDW = C * kLdKB;
+  static constexpr int kRegion = kStates > kPairs ? (kStates > kDW ? kStates : kDW) : (kPairs > kDW ? kPairs : kDW);
+  float *A, *Ps, *P2;  // (C, kLdC): (I + L)^{-1};  dAqk exp(G_t - G_s);  dL exp(G_t - G_s)
   float *G, *beta, *wv, *expG, *kdecay, *colw, *dG, *kgp;  // (C)
   float *rowG, *rowKg, *rowB, *rowW;  // (2, C) per-row partial sums (WarpTile::add_row_sums)
-  float* red;         // (32) block_sum scratch
-  bf16 *q, *k, *dov;  // (C, kLdK), (C, kLdK), (C, kLdV): dO, later v
-  static constexpr size_t floats() {
-    return size_t(2) * C * kLdC + 2 * C * kLdVf + C * kLdKf + kRegion + 8 * C + 8 * C + 32;
-  }
-  static constexpr size_t bytes() { return sizeof(float) * floats() + sizeof(bf16) * C * (2 * kLdK + kLdV); }
+  float* red;          // (32) block_sum scratch
+  float *vnew, *dvnew;  // (C, kLdSf): a value slice of Vnew and of dVnew
+  float *h, *dh;       // (KB, kLdSf): a (key block, value slice) of h[n] and of dh[n]  (A)
+  float* dW;           // (C, kLdKB): a key block of dW                                  (A, C)
+  float *pair, *M;     // (C, kLdC): Aqk, then the gate pair terms;  dA, then X           (B)
+  bf16 *q, *k;         // (C, kLdK)
+  bf16 *dov, *vv;      // (C, kLdS): a value slice of dO and of V
+  static constexpr size_t floats() { return size_t(3) * C * kLdC + 16 * C + 32 + 2 * C * kLdSf + kRegion; }
+  static constexpr size_t bytes() { return sizeof(float) * floats() + sizeof(bf16) * 2 * C * (kLdK + kLdS); }
   __device__ explicit LocalSmem(void* p) {
-    A = static_cast<float*>(p), pair = A + C * kLdC;
-    vnew = pair + C * kLdC, X = vnew, dvnew = vnew + C * kLdVf, dW = dvnew + C * kLdVf;
-    state = dW + C * kLdKf, Ps = state, dA = Ps + C * kLdC, P2 = dA;
-    G = state + kRegion, beta = G + C, wv = beta + C, expG = wv + C, kdecay = expG + C, colw = kdecay + C;
+    A = static_cast<float*>(p), Ps = A + C * kLdC, P2 = Ps + C * kLdC;
+    G = P2 + C * kLdC, beta = G + C, wv = beta + C, expG = wv + C, kdecay = expG + C, colw = kdecay + C;
     dG = colw + C, kgp = dG + C;
     rowG = kgp + C, rowKg = rowG + 2 * C, rowB = rowKg + 2 * C, rowW = rowB + 2 * C, red = rowW + 2 * C;
-    q = reinterpret_cast<bf16*>(red + 32), k = q + C * kLdK, dov = k + C * kLdK;
+    vnew = red + 32, dvnew = vnew + C * kLdSf;
+    h = dvnew + C * kLdSf, dh = h + KB * kLdSf, dW = h, pair = h, M = pair + C * kLdC;
+    q = reinterpret_cast<bf16*>(h + kRegion), k = q + C * kLdK, dov = k + C * kLdK, vv = dov + C * kLdS;
   }
 };
 
@@ -448,8 +477,8 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   extern __shared__ float4 smem_raw[];
   using Smem = LocalSmem<DK, DV>;
   const Smem sm(smem_raw);
-  constexpr int kLdK = Smem::kLdK, kLdV = Smem::kLdV, kLdKf = Smem::kLdKf, kLdVf = Smem::kLdVf;
-  constexpr int kHalf = Smem::kHalf, kLdHalf = Smem::kLdHalf;
+  constexpr int KB = Smem::KB, VS = Smem::VS, kLdK = Smem::kLdK, kLdS = Smem::kLdS, kLdSf = Smem::kLdSf;
+  constexpr int kLdKB = Smem::kLdKB;
   const int chunk = blockIdx.x, j = blockIdx.y, bi = blockIdx.z, hq = j / (a.HV / a.H);
   const int t0 = chunk * C, n = min(C, a.T - t0);
   const int64_t head = int64_t(bi) * a.HV + j;
@@ -457,13 +486,11 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   const int64_t tok0 = (int64_t(bi) * a.T + t0) * a.HV + j;  // (B, T, HV) index of token t0
   const int64_t state0 = (head * a.NT + chunk) * DK * DV;    // this chunk's h[n] and dh[n]
   const int64_t qk0 = ((int64_t(bi) * a.T + t0) * a.H + hq) * DK;
+  const int64_t vrow = int64_t(a.HV) * DV;                   // row stride of (B, T, HV, dv)
+  float* dW_global = a.W + row0 * DK;                        // (C, DK) of (B, HV, NT * C, dk)
   load_bf16_rows<C, DK>(sm.q, a.q + qk0, int64_t(a.H) * DK, n);
   load_bf16_rows<C, DK>(sm.k, a.k + qk0, int64_t(a.H) * DK, n);
-  load_bf16_rows<C, DV>(sm.dov, a.d_o + tok0 * DV, int64_t(a.HV) * DV, n);
   load_f32_rows<C, kLdC>(sm.A, a.A + (head * a.NT + chunk) * C * C, C);
-  load_f32_rows<C, kLdC>(sm.pair, a.Aqk + (head * a.NT + chunk) * C * C, C);
-  load_f32_rows<DV, kLdVf>(sm.vnew, a.vnew + tok0 * DV, int64_t(a.HV) * DV, n);
-  load_f32_rows<DV, kLdVf>(sm.dvnew, a.dvnew + row0 * DV, DV);
   if (threadIdx.x < C) {
     const int r = threadIdx.x;
     const bool ok = r < n;
@@ -479,90 +506,102 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     sm.kdecay[r] = expf(sm.G[C - 1] - sm.G[r]);
     sm.colw[r] = sm.beta[r] * sm.expG[r];  // Ehat = diag(beta exp(G)) K
   }
+  __syncthreads();
   auto k_rows = [&](int r, int d) { return bf(sm.k[r * kLdK + d]); };  // K[r][d]
   auto k_cols = [&](int d, int s) { return bf(sm.k[s * kLdK + d]); };  // K^T[d][s]
-  auto state_t = [&](int c, int d) { return sm.state[d * kLdHalf + c]; };  // (64 columns of h or dh)^T
-  // Loads columns c0 .. c0 + 63 of this chunk's h[n] or dh[n] into sm.state; returns the sum of
-  // their products with `other` (the same columns of the other state) when given.
-  auto load_state = [&](const float* src, const float* other, int c0) {
-    float dot = 0.f;
-    for (int i = threadIdx.x; i < DK * kHalf / 4; i += kThreads) {
-      const int d = i / (kHalf / 4), c = (i % (kHalf / 4)) * 4;
-      const float4 x = *reinterpret_cast<const float4*>(src + state0 + d * DV + c0 + c);
-      *reinterpret_cast<float4*>(sm.state + d * kLdHalf + c) = x;
-      if (other) {
-        const float4 y = *reinterpret_cast<const float4*>(other + state0 + d * DV + c0 + c);
-        dot += x.x * y.x + x.y * y.y + x.z * y.z + x.w * y.w;
-      }
-    }
-    return dot;
+  auto a_t = [&](int r, int m) { return sm.A[m * kLdC + r]; };         // A^T[r][m]
+  // Value slice c0 .. c0 + VS - 1 of dO (rows past n zero), Vnew and dVnew into sm.dov, sm.vnew,
+  // sm.dvnew (dVnew is zero past n: pass 3 writes Aqk^T dO + Kg dS + dU with zero rows there).
+  auto load_slices = [&](int c0) {
+    load_bf16_rows<C, VS>(sm.dov, a.d_o + tok0 * DV + c0, vrow, n);
+    load_f32_rows<VS, kLdSf>(sm.vnew, a.vnew + tok0 * DV + c0, vrow, n);
+    load_f32_rows<VS, kLdSf>(sm.dvnew, a.dvnew + row0 * DV + c0, DV);
   };
-  WarpTile<C, DK> dq, dk;  // dQ and dK, accumulated over steps 5-8
-  // 4a (steps 4, 5 query side): with h[n],  dQg = scale dO h^T  ->  dQ = exp(G) dQg,  dG += dQg . Qg;
-  //     dW = -dVnew h^T.
-  {
-    WarpTile<C, DK> w_acc;
-    for (int c0 = 0; c0 < DV; c0 += kHalf) {
-      load_state(a.h_start, nullptr, c0);
+  auto dov_rows = [&](int r, int c) { return bf(sm.dov[r * kLdS + c]); };  // dO[r][c0 + c]
+  auto dvnew_rows = [&](int r, int c) { return sm.dvnew[r * kLdSf + c]; };
+  // Phase A (4a, 4b; steps 4, 5, 7), per key block d0 .. d0 + KB - 1, over the value slices:
+  //   dQg = scale dO h^T  ->  dQ = exp(G) dQg,  dG += dQg . Qg;   dW = -dVnew h^T;
+  //   dKg = Vnew dh^T  ->  dK = exp(G_last - G) dKg,  kg pair terms kgp_s = Kg_s . dKg_s;
+  //   h[n] . dh[n] for the last token's dG;  dW K^T for 4d.
+  float hdh = 0.f;
+  WarpTile<C, C> wk;  // dW K^T
+  for (int d0 = 0; d0 < DK; d0 += KB) {
+    WarpTile<C, KB> dq, dw, dk;
+    for (int c0 = 0; c0 < DV; c0 += VS) {
+      load_slices(c0);
+      for (int i = threadIdx.x; i < KB * VS / 4; i += kThreads) {  // block (d0.., c0..) of h[n], dh[n]
+        const int d = i / (VS / 4), c = (i % (VS / 4)) * 4;
+        const int64_t at = state0 + int64_t(d0 + d) * DV + c0 + c;
+        const float4 x = *reinterpret_cast<const float4*>(a.h_start + at);
+        const float4 y = *reinterpret_cast<const float4*>(a.dh_end + at);
+        *reinterpret_cast<float4*>(sm.h + d * kLdSf + c) = x;
+        *reinterpret_cast<float4*>(sm.dh + d * kLdSf + c) = y;
+        hdh += x.x * y.x + x.y * y.y + x.z * y.z + x.w * y.w;
+      }
       __syncthreads();
-      dq.mma<kHalf, false, true>([&](int r, int c) { return bf(sm.dov[r * kLdV + c0 + c]); }, state_t);
-      w_acc.mma<kHalf, true, true>([&](int r, int c) { return sm.dvnew[r * kLdVf + c0 + c]; }, state_t);
+      auto h_t = [&](int c, int d) { return sm.h[d * kLdSf + c]; };    // h^T[c][d]
+      auto dh_t = [&](int c, int d) { return sm.dh[d * kLdSf + c]; };  // dh^T[c][d]
+      dq.mma<VS, false, true>(dov_rows, h_t);
+      dw.mma<VS, true, true>(dvnew_rows, h_t);
+      dk.mma<VS, true, true>([&](int r, int c) { return sm.vnew[r * kLdSf + c]; }, dh_t);
       __syncthreads();
     }
     dq.each([&](int r, int, float& x, int) { x *= a.scale * sm.expG[r]; });
-    dq.add_row_sums(sm.rowG, [&](int r, int d, float x) { return x * bf(sm.q[r * kLdK + d]); });
-    w_acc.each([&](int r, int d, float x, int) { sm.dW[r * kLdKf + d] = -x; });
-  }
-  // 4b (step 5 state side, step 7): with dh[n],  dKg = Vnew dh^T  ->  dK = exp(G_last - G) dKg;
-  //     kg pair terms kgp_s = Kg_s . dKg_s;  h[n] . dh[n] for the last token's dG.
-  float hdh = 0.f;
-  for (int c0 = 0; c0 < DV; c0 += kHalf) {
-    hdh += load_state(a.dh_end, a.h_start, c0);
-    __syncthreads();
-    dk.mma<kHalf, true, true>([&](int r, int c) { return sm.vnew[r * kLdVf + c0 + c]; }, state_t);
-    __syncthreads();
-  }
-  dk.add_row_sums(sm.rowKg, [&](int r, int d, float x) { return sm.kdecay[r] * x * bf(sm.k[r * kLdK + d]); });
-  dk.each([&](int r, int, float& x, int) { x *= sm.kdecay[r]; });
-  hdh = block_sum(hdh, sm.red);
-  // 4c (step 2): dAqk = scale dO Vnew^T on s <= t  ->  Ps = dAqk exp(G_t - G_s) (for dQ, dK),
-  //     pair = dAqk (.) Aqk (for dG; Aqk as stored holds scale).
-  {
-    WarpTile<C, C> da;
-    da.mma<DV, false, true>([&](int r, int c) { return bf(sm.dov[r * kLdV + c]); },
-                            [&](int c, int s) { return sm.vnew[s * kLdVf + c]; });
-    da.each([&](int r, int s, float x, int) {
-      const bool on = s <= r;
-      sm.Ps[r * kLdC + s] = on ? a.scale * x * expf(sm.G[r] - sm.G[s]) : 0.f;
-      sm.pair[r * kLdC + s] = on ? x * sm.pair[r * kLdC + s] : 0.f;
+    dq.add_row_sums(sm.rowG, [&](int r, int d, float x) { return x * bf(sm.q[r * kLdK + d0 + d]); });
+    dk.add_row_sums(sm.rowKg, [&](int r, int d, float x) { return sm.kdecay[r] * x * bf(sm.k[r * kLdK + d0 + d]); });
+    dk.each([&](int r, int, float& x, int) { x *= sm.kdecay[r]; });
+    dq.each([&](int r, int d, float x, int) { if (r < n) a.dq[(tok0 + int64_t(r) * a.HV) * DK + d0 + d] = x; });
+    dk.each([&](int r, int d, float x, int) { if (r < n) a.dk[(tok0 + int64_t(r) * a.HV) * DK + d0 + d] = x; });
+    dw.each([&](int r, int d, float x, int) {
+      sm.dW[r * kLdKB + d] = -x;
+      dW_global[r * DK + d0 + d] = -x;
     });
+    __syncthreads();
+    wk.mma<KB, true, false>([&](int r, int d) { return sm.dW[r * kLdKB + d]; }, [&](int d, int s) { return k_cols(d0 + d, s); });
+    __syncthreads();  // the dW block is read: the next block's h, dh take its place
   }
-  __syncthreads();
-  load_bf16_rows<C, DV>(sm.dov, a.v + tok0 * DV, int64_t(a.HV) * DV, n);  // dO is done: V in its place
-  __syncthreads();
-  // 4d (step 6): dA = dU Y^T + dW Ehat^T = (dVnew V^T) diag(w) + (dW K^T) diag(beta exp(G)).
-  {
-    WarpTile<C, C> uy, we;
-    uy.mma<DV, true, false>([&](int r, int c) { return sm.dvnew[r * kLdVf + c]; },
-                            [&](int c, int s) { return bf(sm.dov[s * kLdV + c]); });
-    we.mma<DK, true, false>([&](int r, int d) { return sm.dW[r * kLdKf + d]; }, k_cols);
-    uy.each([&](int r, int s, float x, int slot) { sm.dA[r * kLdC + s] = x * sm.wv[s] + we.at(slot) * sm.colw[s]; });
+  hdh = block_sum(hdh, sm.red);
+  // Phase B (4c-4f; steps 2, 6, 8), over the value slices: dAqk = scale dO Vnew^T (scale enters
+  //   below), dU Y^T = dVnew V^T, and dY = A^T dU  ->  dv = w dY,  dw = v . dY.
+  load_f32_rows<C, kLdC>(sm.pair, a.Aqk + (head * a.NT + chunk) * C * C, C);
+  WarpTile<C, C> da, uy;
+  for (int c0 = 0; c0 < DV; c0 += VS) {
+    load_slices(c0);
+    load_bf16_rows<C, VS>(sm.vv, a.v + tok0 * DV + c0, vrow, n);
+    __syncthreads();
+    da.mma<VS, false, true>(dov_rows, [&](int c, int s) { return sm.vnew[s * kLdSf + c]; });
+    uy.mma<VS, true, false>(dvnew_rows, [&](int c, int s) { return bf(sm.vv[s * kLdS + c]); });
+    WarpTile<C, VS> dy;
+    dy.mma<C, true, true>(a_t, dvnew_rows);
+    dy.add_row_sums(sm.rowW, [&](int r, int c, float x) { return x * bf(sm.vv[r * kLdS + c]); });
+    dy.each([&](int r, int c, float x, int) {
+      if (r < n) a.dv[(tok0 + int64_t(r) * a.HV) * DV + c0 + c] = __float2bfloat16_rn(sm.wv[r] * x);
+    });
+    __syncthreads();
   }
+  //   Ps = dAqk exp(G_t - G_s) on s <= t (for dQ, dK);  pair = dAqk (.) Aqk (for dG; Aqk as
+  //   stored holds scale);  dA = (dU Y^T) diag(w) + (dW K^T) diag(beta exp(G))  into M.
+  da.each([&](int r, int s, float x, int slot) {
+    const bool on = s <= r;
+    sm.Ps[r * kLdC + s] = on ? a.scale * x * expf(sm.G[r] - sm.G[s]) : 0.f;
+    sm.pair[r * kLdC + s] = on ? x * sm.pair[r * kLdC + s] : 0.f;
+    sm.M[r * kLdC + s] = uy.at(slot) * sm.wv[s] + wk.at(slot) * sm.colw[s];
+  });
   __syncthreads();
-  // 4e (step 6): dL = -(A^T dA A^T) on s < t, as X = dA A^T then -A^T X.
+  //   dL = -(A^T dA A^T) on s < t, as X = dA A^T (into M) then -A^T X.
   {
     WarpTile<C, C> xa;
-    xa.mma<C, true, true>([&](int r, int m) { return sm.dA[r * kLdC + m]; },
+    xa.mma<C, true, true>([&](int r, int m) { return sm.M[r * kLdC + m]; },
                           [&](int m, int s) { return sm.A[s * kLdC + m]; });
-    xa.each([&](int r, int s, float x, int) { sm.X[r * kLdC + s] = x; });
+    __syncthreads();  // every read of dA is done
+    xa.each([&](int r, int s, float x, int) { sm.M[r * kLdC + s] = x; });
   }
   __syncthreads();
-  //     L[t,s] = beta_t (k_t . k_s) exp(G_t - G_s)  ->  P2 = dL exp(G_t - G_s) (for dE, dK),
-  //     pair += dL (.) L (for dG). P2 takes dA's place (dA's last read was X above).
+  //   L[t,s] = beta_t (k_t . k_s) exp(G_t - G_s)  ->  P2 = dL exp(G_t - G_s) (for dE, dK),
+  //   pair += dL (.) L (for dG).
   {
     WarpTile<C, C> dl, kk;
-    dl.mma<C, true, true>([&](int r, int m) { return sm.A[m * kLdC + r]; },
-                          [&](int m, int s) { return sm.X[m * kLdC + s]; });
+    dl.mma<C, true, true>(a_t, [&](int m, int s) { return sm.M[m * kLdC + s]; });
     kk.mma<DK, false, false>(k_rows, k_cols);
     dl.each([&](int r, int s, float x, int slot) {
       const float p = s < r ? -x * expf(sm.G[r] - sm.G[s]) : 0.f;
@@ -571,44 +610,46 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     });
   }
   __syncthreads();
-  // 4f (steps 6, 8): dY = A^T dU  ->  dv = w dY,  dw = v . dY.
-  {
-    WarpTile<C, DV> dy;
-    dy.mma<C, true, true>([&](int r, int m) { return sm.A[m * kLdC + r]; },
-                          [&](int m, int c) { return sm.dvnew[m * kLdVf + c]; });
-    dy.add_row_sums(sm.rowW, [&](int r, int c, float x) { return x * bf(sm.dov[r * kLdV + c]); });
-    dy.each([&](int r, int c, float x, int) {
-      if (r < n) a.dv[(tok0 + int64_t(r) * a.HV) * DV + c] = __float2bfloat16_rn(sm.wv[r] * x);
-    });
+  if (threadIdx.x < C) {  // the pair terms' share of dG_t: rowsum(pair) - colsum(pair)
+    const int r = threadIdx.x;
+    float rows = 0.f, cols = 0.f;
+    for (int s = 0; s < C; s++) rows += sm.pair[r * kLdC + s], cols += sm.pair[s * kLdC + r];
+    sm.dG[r] = rows - cols;
   }
-  // 4g (steps 6-8): dEhat = A^T dW;  dG += Ehat . dEhat;  dE = exp(G) dEhat + P2 K;
-  //     dK += beta dE,  db = k . dE.
-  {
-    WarpTile<C, DK> de;
-    de.mma<C, true, true>([&](int r, int m) { return sm.A[m * kLdC + r]; },
-                          [&](int m, int d) { return sm.dW[m * kLdKf + d]; });
-    de.add_row_sums(sm.rowG, [&](int r, int d, float x) { return sm.colw[r] * x * bf(sm.k[r * kLdK + d]); });
-    de.each([&](int r, int, float& x, int) { x *= sm.expG[r]; });
-    de.mma<C, true, false>([&](int r, int s) { return sm.P2[r * kLdC + s]; }, k_rows);
-    de.add_row_sums(sm.rowB, [&](int r, int d, float x) { return x * bf(sm.k[r * kLdK + d]); });
-    de.each([&](int r, int, float x, int slot) { dk.ref(slot) += sm.beta[r] * x; });
+  __syncthreads();  // pair is read: the dW blocks take its place
+  // Phase C (4g, 4h; steps 5-8), per key block: dEhat = A^T dW,  dG += Ehat . dEhat;
+  //   dE = exp(G) dEhat + P2 K  ->  dK += beta dE,  db = k . dE;
+  //   dQ += Ps K,  dK += Ps^T Q + (diag(beta) P2)^T K;  dQ and dK written.
+  for (int d0 = 0; d0 < DK; d0 += KB) {
+    load_f32_rows<KB, kLdKB>(sm.dW, dW_global + d0, DK);
+    __syncthreads();
+    auto k_blk = [&](int s, int d) { return k_rows(s, d0 + d); };
+    WarpTile<C, KB> dq, dk;  // phase A's parts, read back by the threads that wrote them
+    dq.each([&](int r, int d, float& x, int) { x = r < n ? a.dq[(tok0 + int64_t(r) * a.HV) * DK + d0 + d] : 0.f; });
+    dk.each([&](int r, int d, float& x, int) { x = r < n ? a.dk[(tok0 + int64_t(r) * a.HV) * DK + d0 + d] : 0.f; });
+    {
+      WarpTile<C, KB> de;
+      de.mma<C, true, true>(a_t, [&](int m, int d) { return sm.dW[m * kLdKB + d]; });
+      de.add_row_sums(sm.rowG, [&](int r, int d, float x) { return sm.colw[r] * x * k_blk(r, d); });
+      de.each([&](int r, int, float& x, int) { x *= sm.expG[r]; });
+      de.mma<C, true, false>([&](int r, int s) { return sm.P2[r * kLdC + s]; }, k_blk);
+      de.add_row_sums(sm.rowB, [&](int r, int d, float x) { return x * k_blk(r, d); });
+      de.each([&](int r, int, float x, int slot) { dk.ref(slot) += sm.beta[r] * x; });
+    }
+    dq.mma<C, true, false>([&](int r, int s) { return sm.Ps[r * kLdC + s]; }, k_blk);
+    dk.mma<C, true, false>([&](int s, int t) { return sm.Ps[t * kLdC + s]; },
+                           [&](int t, int d) { return bf(sm.q[t * kLdK + d0 + d]); });
+    dk.mma<C, true, false>([&](int s, int t) { return sm.P2[t * kLdC + s] * sm.beta[t]; }, k_blk);
+    dq.each([&](int r, int d, float x, int) { if (r < n) a.dq[(tok0 + int64_t(r) * a.HV) * DK + d0 + d] = x; });
+    dk.each([&](int r, int d, float x, int) { if (r < n) a.dk[(tok0 + int64_t(r) * a.HV) * DK + d0 + d] = x; });
+    __syncthreads();  // the dW block is read
   }
-  // 4h (step 5): dQ += Ps K;  dK += Ps^T Q + (diag(beta) P2)^T K.
-  dq.mma<C, true, false>([&](int r, int s) { return sm.Ps[r * kLdC + s]; }, k_rows);
-  dk.mma<C, true, false>([&](int s, int t) { return sm.Ps[t * kLdC + s]; },
-                         [&](int t, int d) { return bf(sm.q[t * kLdK + d]); });
-  dk.mma<C, true, false>([&](int s, int t) { return sm.P2[t * kLdC + s] * sm.beta[t]; }, k_rows);
-  dq.each([&](int r, int d, float x, int) { if (r < n) a.dq[(tok0 + int64_t(r) * a.HV) * DK + d] = x; });
-  dk.each([&](int r, int d, float x, int) { if (r < n) a.dk[(tok0 + int64_t(r) * a.HV) * DK + d] = x; });
-  __syncthreads();
   // 4i (step 7): dG_t = the row sums + rowsum(pair) - colsum(pair) - kgp_t; at the last token
   //     + exp(G_last) (h . dh) + sum_s kgp_s; then dg = reverse cumsum of dG inside the chunk.
   if (threadIdx.x < C) {
     const int r = threadIdx.x;
-    float rows = 0.f, cols = 0.f;
-    for (int s = 0; s < C; s++) rows += sm.pair[r * kLdC + s], cols += sm.pair[s * kLdC + r];
     sm.kgp[r] = sm.rowKg[r] + sm.rowKg[C + r];
-    sm.dG[r] = sm.rowG[r] + sm.rowG[C + r] + rows - cols - sm.kgp[r];
+    sm.dG[r] += sm.rowG[r] + sm.rowG[C + r] - sm.kgp[r];
   }
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -641,7 +682,8 @@ void launch_kernel(Kernel kernel, dim3 grid, const ChunkArgs& a) {
 template <int DK, int DV>
 void launch_forward(const ChunkArgs& a) {
   launch_kernel<PrepareSmem<DK, DV>::bytes()>(prepare_kernel<DK, DV>, dim3(a.NT, a.HV, a.B), a);
-  static_assert(ScanSmem<DK, DV>::bytes() <= 113 * 1024, "two scan CTAs per SM (228 KB, 1 KB reserved per CTA)");
+  static_assert(DK > 128 || ScanSmem<DK, DV>::bytes() <= 113 * 1024,
+                "two scan CTAs per SM up to dk = 128 (228 KB, 1 KB reserved per CTA)");
   launch_kernel<ScanSmem<DK, DV>::bytes()>(scan_kernel<DK, DV>, dim3(DV / ScanSmem<DK, DV>::BV, a.HV, a.B), a);
 }
 
@@ -655,12 +697,14 @@ void launch_backward(const ChunkArgs& a) {
 // Calls fn(integral_constant DK, integral_constant DV) for supported() widths.
 template <class Fn>
 void dispatch_widths(const DeltaRuleDims& d, Fn&& fn) {
-  using K64 = std::integral_constant<int, 64>;
-  using K128 = std::integral_constant<int, 128>;
-  if (d.dk == 64 && d.dv == 64) fn(K64{}, K64{});
-  else if (d.dk == 64) fn(K64{}, K128{});
-  else if (d.dv == 64) fn(K128{}, K64{});
-  else fn(K128{}, K128{});
+  auto with_dv = [&](auto dk) {
+    if (d.dv == 64) fn(dk, std::integral_constant<int, 64>{});
+    else if (d.dv == 128) fn(dk, std::integral_constant<int, 128>{});
+    else fn(dk, std::integral_constant<int, 256>{});
+  };
+  if (d.dk == 64) with_dv(std::integral_constant<int, 64>{});
+  else if (d.dk == 128) with_dv(std::integral_constant<int, 128>{});
+  else with_dv(std::integral_constant<int, 256>{});
 }
 
 // The inputs both directions read; outputs and workspaces are set by the caller.
@@ -686,8 +730,9 @@ struct ForwardWorkspace {
 }  // namespace
 
 bool supported(const DeltaRuleDims& d, DType dtype) {
-  const bool width_ok = (d.dk == 64 || d.dk == 128) && (d.dv == 64 || d.dv == 128);
-  return dtype == DType::BF16 && d.gate != DeltaGate::Vector && !d.erase_vector && !d.write_vector && width_ok;
+  auto width_ok = [](int64_t width) { return width == 64 || width == 128 || width == 256; };
+  return dtype == DType::BF16 && d.gate != DeltaGate::Vector && !d.erase_vector && !d.write_vector &&
+         width_ok(d.dk) && width_ok(d.dv);
 }
 
 void forward(void* o, float* final_state, void* residual, const void* q, const void* k, const void* v, const void* g,

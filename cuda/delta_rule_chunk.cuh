@@ -6,7 +6,7 @@
 //
 // Scope: BF16 storage (fp32 accumulation, fp32 state), no gate or a scalar gate (DeltaNet, GDN),
 // scalar erase gate beta and scalar write gate w (w = b for DeltaNet/GDN), grouped value heads,
-// dk and dv in {64, 128}, chunks of kChunk = 64 tokens, any T, optional initial state.
+// dk and dv in {64, 128, 256} (any pair), chunks of kChunk = 64 tokens, any T, optional initial state.
 #pragma once
 #include "cuda/delta_rule.h"
 

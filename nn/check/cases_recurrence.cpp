@@ -399,42 +399,63 @@ void add_delta_rule_cases() {
            DeltaCase{"chunk gdn b,w", 2, 200, 3, 3, 64, 64, G::Scalar, false, false, false, true, 2.0, 0},
            DeltaCase{"chunk gdn long", 2, 4096, 2, 4, 128, 128, G::Scalar, false, false, true, true, 3.0, 0},
            DeltaCase{"chunk deltanet long", 2, 4096, 2, 4, 64, 64, G::None, false, false, true, true, 0.0, 0},
+           // head width 256 (fla's 340M layout), the scan's state in 128-row blocks, pass 4 in
+           // key blocks and value slices; mixed widths; a partial last chunk (300 = 4 * 64 + 44)
+           DeltaCase{"chunk gdn", 2, 300, 2, 4, 256, 256, G::Scalar, false, false, true, true, 1.0, 0},
+           DeltaCase{"chunk deltanet", 2, 130, 2, 2, 256, 256, G::None, false, false, true, false, 0.0, 0},
+           DeltaCase{"chunk gdn b,w", 2, 100, 2, 2, 256, 256, G::Scalar, false, false, false, true, 2.0, 0},
+           DeltaCase{"chunk gdn", 2, 100, 2, 4, 128, 256, G::Scalar, false, false, true, true, 1.0, 0},
+           DeltaCase{"chunk gdn", 2, 100, 2, 4, 256, 128, G::Scalar, false, false, true, true, 1.0, 0},
+           DeltaCase{"chunk gdn", 2, 70, 1, 2, 256, 64, G::Scalar, false, false, true, true, 1.0, 0},
+           DeltaCase{"chunk gdn long", 1, 4096, 2, 4, 256, 256, G::Scalar, false, false, true, true, 3.0, 0},
        })
     add_case(gpu_case("delta_rule", "delta_rule " + c.what + dims(c.B, c.T, c.H, c.HV, c.dk, c.dv), delta_kernel(c),
                       delta_inputs(c, true), delta_op(c)));
 
-  // perf: beta tied (w = b) but for GDN-2's erase b (B,T,H,dk) and write w (B,T,H,dv).
+  // perf: beta tied (w = b) but for GDN-2's erase b (B,T,H,dk) and write w (B,T,H,dv); at the
+  // anchor shape beside fla's chunk kernels, and DeltaNet and GDN also in fla's 340M layout
+  // (B8 T2048 H4 D256), which has no kernel anchor in targets.md.
+  struct PerfShape {
+    int64_t B, T, H, D;
+    double anchor_fwd_ms, anchor_fwd_bwd_ms;
+    const char* anchor;
+  };
   struct Variant {
     const char* name;
     G gate;
     bool vectors;
-    double anchor_fwd, anchor_fwd_bwd;
-    const char* anchor;
+    std::vector<PerfShape> shapes;
   };
-  for (const Variant& m : {Variant{"deltanet", G::None, false, 1.078, 2.879, "fla chunk_delta_rule"},
-                           Variant{"gdn", G::Scalar, false, 0.799, 3.583, "fla chunk_gated_delta_rule"},
-                           Variant{"kda", G::Vector, false, 1.460, 3.781, "fla chunk_kda"},
-                           Variant{"gdn2", G::Vector, true, 1.645, 4.589, "fla chunk_gdn2"}}) {
-    const DeltaCase c{m.name, kB, kT, kH, kH, kD, kD, m.gate, m.vectors, m.vectors, !m.vectors, false, 0.0, 0};
-    const double gate_bytes = (m.gate == G::Vector ? kRowBytes : m.gate == G::Scalar ? kRowBytes / kD : 0) +
-                              (m.vectors ? 2 * kRowBytes : kRowBytes / kD);
-    add_case(perf_case(
-        "delta_rule", std::string("delta_rule ") + m.name + kAnchorDims, delta_kernel(c),
-        [c](uint64_t) {
-          const Shape s{kB, kT, kH, kD}, scalar{kB, kT, kH};
-          Inputs in = {{"q", perf_input(PerfPool::Normal, 0, s, unit_std(kD))},
-                       {"k", perf_input(PerfPool::Normal, 1, s, unit_std(kD))},
-                       {"v", perf_input(PerfPool::Normal, 2, s, unit_std(kD))}};
-          if (c.gate != G::None)
-            in.push_back({"g", perf_input(PerfPool::LogGate, 0, c.gate == G::Vector ? s : scalar)});
-          in.push_back({"b", perf_input(PerfPool::Gate, 0, c.erase_vector ? s : scalar)});
-          if (!c.tied) in.push_back({"w", perf_input(PerfPool::Gate, 1, s)});
-          return in;
-        },
-        delta_op(c),
-        {4 * kStatePass, 12 * kStatePass, 5 * kRowBytes + gate_bytes, 10 * kRowBytes + 2 * gate_bytes, m.anchor_fwd,
-         m.anchor_fwd_bwd, m.anchor}));
-  }
+  for (const Variant& m :
+       {Variant{"deltanet", G::None, false, {{kB, kT, kH, kD, 1.078, 2.879, "fla chunk_delta_rule"}, {8, 2048, 4, 256, 0, 0, ""}}},
+        Variant{"gdn", G::Scalar, false,
+                {{kB, kT, kH, kD, 0.799, 3.583, "fla chunk_gated_delta_rule"}, {8, 2048, 4, 256, 0, 0, ""}}},
+        Variant{"kda", G::Vector, false, {{kB, kT, kH, kD, 1.460, 3.781, "fla chunk_kda"}}},
+        Variant{"gdn2", G::Vector, true, {{kB, kT, kH, kD, 1.645, 4.589, "fla chunk_gdn2"}}}})
+    for (const PerfShape& r : m.shapes) {
+      const DeltaCase c{m.name, r.B, r.T, r.H, r.H, r.D, r.D, m.gate, m.vectors, m.vectors, !m.vectors, false, 0.0, 0};
+      const double state_pass = 2.0 * r.D * r.D * double(r.B) * r.T * r.H;  // FLOPs of one pass over every state
+      const double row_bytes = 2.0 * double(r.B) * r.T * r.H * r.D;         // one (B, T, H, D) bf16 tensor
+      const double gate_bytes = (m.gate == G::Vector ? row_bytes : m.gate == G::Scalar ? row_bytes / r.D : 0) +
+                                (m.vectors ? 2 * row_bytes : row_bytes / r.D);
+      add_case(perf_case(
+          "delta_rule", std::string("delta_rule ") + m.name + " " + dims_label({{"B", r.B}, {"T", r.T}, {"H", r.H}, {"D", r.D}}),
+          delta_kernel(c),
+          [c](uint64_t) {
+            const Shape s{c.B, c.T, c.H, c.dk}, scalar{c.B, c.T, c.H};
+            Inputs in = {{"q", perf_input(PerfPool::Normal, 0, s, unit_std(c.dk))},
+                         {"k", perf_input(PerfPool::Normal, 1, s, unit_std(c.dk))},
+                         {"v", perf_input(PerfPool::Normal, 2, s, unit_std(c.dk))}};
+            if (c.gate != G::None)
+              in.push_back({"g", perf_input(PerfPool::LogGate, 0, c.gate == G::Vector ? s : scalar)});
+            in.push_back({"b", perf_input(PerfPool::Gate, 0, c.erase_vector ? s : scalar)});
+            if (!c.tied) in.push_back({"w", perf_input(PerfPool::Gate, 1, s)});
+            return in;
+          },
+          delta_op(c),
+          {4 * state_pass, 12 * state_pass, 5 * row_bytes + gate_bytes, 10 * row_bytes + 2 * gate_bytes,
+           r.anchor_fwd_ms, r.anchor_fwd_bwd_ms, r.anchor}));
+    }
 }
 
 const Registrar registered{add_hgrn_cases, add_decay_cases, add_rwkv6_cases, add_delta_rule_cases};
