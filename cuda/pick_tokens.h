@@ -5,7 +5,7 @@
 #pragma once
 #include <cstdint>
 
-#include "nn/ops/pick_tokens.h"
+#include "nn/ops/pick_tokens_dims.h"
 #include "tensor/dtype.h"
 
 namespace hla::cuda {

@@ -19,17 +19,10 @@
 //
 // No autograd: they pick tokens, nothing flows back through them.
 #pragma once
+#include "nn/ops/pick_tokens_dims.h"
 #include "tensor/tensor.h"
 
 namespace hla {
-
-struct SampleParams {
-  double temperature = 1.0;  // > 0
-  int top_k = 0;             // 0: every id below the width
-  double top_p = 1.0;        // in (0, 1]
-};
-
-constexpr int kMaxDeviceTopK = 1024;
 
 // logits: (B, V) float on any device; widths: (B) I32 on that device, each in [1, V].
 // Returns ids: (B) I32 on that device.
