@@ -76,7 +76,7 @@ struct Args {
   float scale;
   const bf16 *q, *k;    // (B, T, H, dk)
   const bf16* v;        // (B, T, HV, dv)
-  const bf16* g;        // (B, T, HV)
+  const bf16* g;        // (B, T, HV) scalar gate, (B, T, HV, dk) vector gate
   const float* h0;      // (B, HV, dk, dv) or null
   bf16* o;              // (B, T, HV, dv); null: the backward's replay (no outputs)
   float* ht;            // (B, HV, dk, dv) or null
@@ -106,6 +106,22 @@ __device__ __forceinline__ void chunk_cumsum(float* G, const bf16* g, int64_t st
   }
   G[2 * lane] = s - x1;
   G[2 * lane + 1] = s;
+}
+
+// Vector gate, threads 0 .. DK - 1 one channel d each: G[t * ld + d] = g_0[d] + ... + g_t[d] for
+// the chunk's tokens (g past n = 0; g points at token 0 channel 0, tokens `stride` apart).
+// Returns the channel's G_last (= the last valid token's); other threads return 0.
+template <int DK>
+__device__ __forceinline__ float vector_cumsum(float* G, int ld, const bf16* g, int64_t stride, int n) {
+  const int d = threadIdx.x;
+  if (d >= DK) return 0.f;
+  float s = 0.f;
+#pragma unroll 8
+  for (int t = 0; t < C; t++) {
+    if (t < n) s += bf(g[t * stride + d]);
+    G[t * ld + d] = s;
+  }
+  return s;
 }
 
 // out[r * ld + c] = scale * s(r, c) * exp(G[r] - G[c]) for c <= r, else 0: a (C x C) product of
@@ -143,24 +159,92 @@ __global__ void __launch_bounds__(kThreads) scores_kernel(Args a) {
   store_decayed_scores(s, a.aqk + ((int64_t(b) * a.HV + j) * a.NT + chunk) * C * C, C, G, a.scale);
 }
 
+// Vector gate (mixers.md 4.4): Aqk[t, s] = scale sum_d q_t[d] k_s[d] exp(G_t[d] - G_s[d]), s <= t,
+// in sub-chunks of kSub = 16 rows. Below the diagonal blocks (s in an earlier sub-chunk than t)
+// it is one mma per row tile, with the tile's first row r as the reference point:
+//   ( q_t (.) exp(G_t - G_r) ) . ( k_s (.) exp(G_r - G_s) ),   s < r <= t,
+// both exponents <= 0 (G decreases), so neither factor overflows whatever the gate; a factor
+// underflows only where exp(G_t - G_s) itself is below fp32's range (~1e-38 against the
+// diagonal's q_t . k_t). The 16 x 16 diagonal blocks are formed pair by pair in fp32 with the
+// exponent G_t - G_s, s <= t, masked before the exp (no reference point can bound both signs
+// there without a floor on the per-step gate).
+constexpr int kSub = 16;
+
+template <int DK>
+struct VectorScoresSmem {
+  static constexpr int kLdK = DK + 8, kLdG = DK + 4;
+  static constexpr size_t bytes() { return sizeof(float) * C * kLdG + sizeof(bf16) * 2 * C * kLdK; }
+};
+
+template <int DK>
+__global__ void __launch_bounds__(kThreads) vector_scores_kernel(Args a) {
+  constexpr int kLdK = VectorScoresSmem<DK>::kLdK, kLdG = VectorScoresSmem<DK>::kLdG;
+  extern __shared__ float4 smem_raw[];
+  float* G = reinterpret_cast<float*>(smem_raw);    // (C, kLdG)
+  bf16* q = reinterpret_cast<bf16*>(G + C * kLdG);  // (C, kLdK)
+  bf16* k = q + C * kLdK;                           // (C, kLdK)
+  const int chunk = blockIdx.x, j = blockIdx.y, b = blockIdx.z, hq = j / (a.HV / a.H);
+  const int t0 = chunk * C, n = min(C, a.T - t0);
+  load_bf16_rows<C, DK>(q, a.q + ((int64_t(b) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
+  load_bf16_rows<C, DK>(k, a.k + ((int64_t(b) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
+  vector_cumsum<DK>(G, kLdG, a.g + ((int64_t(b) * a.T + t0) * a.HV + j) * DK, int64_t(a.HV) * DK, n);
+  __syncthreads();
+  float* out = a.aqk + ((int64_t(b) * a.HV + j) * a.NT + chunk) * C * C;
+  // Below the diagonal blocks: this warp's row tile is one sub-chunk, its first row the reference.
+  WarpTile<C, C> s;
+  const int ref = s.row0;
+  const float* g_ref = G + ref * kLdG;
+  s.template mma<DK, true, true>(
+      [&](int r, int d) { return bf(q[r * kLdK + d]) * expf(G[r * kLdG + d] - g_ref[d]); },
+      [&](int d, int c) { return c < ref ? bf(k[c * kLdK + d]) * expf(g_ref[d] - G[c * kLdG + d]) : 0.f; });
+  s.each([&](int r, int c, float x, int) {
+    if (c < ref) out[r * C + c] = a.scale * x;
+    else if (c >= ref + kSub) out[r * C + c] = 0.f;
+  });
+  // The diagonal blocks, pair by pair (the entries the loop above leaves).
+  for (int i = threadIdx.x; i < C * kSub; i += kThreads) {
+    const int r = i / kSub, c = r / kSub * kSub + i % kSub;
+    float x = 0.f;
+    if (c <= r)
+      for (int d = 0; d < DK; d++) x += bf(q[r * kLdK + d]) * bf(k[c * kLdK + d]) * expf(G[r * kLdG + d] - G[c * kLdG + d]);
+    out[r * C + c] = a.scale * x;
+  }
+}
+
 // ---- The scans over chunks (forward pass 2 and its replay, backward pass 2) ----
 
 // One CTA's shared memory: a BV-column tile of the carried state (h forward, dS reverse) and one
-// chunk's tiles.
-template <int DK>
+// chunk's tiles. The gate's part: a scalar gate keeps G, exp(G), row weights w and the bf16 q, k
+// tiles; a vector gate (VG, forward only) the fp32 gated tiles qg = q (.) exp(G) and
+// kg = k (.) exp(G_last - G) and G_last per channel (every exponent <= 0).
+template <int DK, bool VG>
 struct ScanSmem {
-  static constexpr int kLdK = DK + 8, kLdV = BV + 8, kLdH = BV + 4;
+  static constexpr int kLdK = DK + 8, kLdV = BV + 8, kLdH = BV + 4, kLdG = DK + 4;
   float* h;             // (DK, kLdH)  state columns v0 .. v0 + BV - 1: h (forward) or dS (reverse)
   float* aqk;           // (C, kLdA)   the forward's scores
-  float *G, *expG, *w;  // (C): G, exp(G), the state update's row weights (see advance)
-  bf16 *q, *k;          // (C, kLdK)
+  float *G, *expG, *w;  // scalar gate (C): G, exp(G), the state update's row weights (see advance)
+  bf16 *q, *k;          // scalar gate (C, kLdK)
+  float *qg, *kg;       // vector gate (C, kLdG)
+  float* glast;         // vector gate (DK): G_last
   bf16* v;              // (C, kLdV)   columns v0 .. v0 + BV - 1 of V (forward) or dO (reverse)
+  static constexpr size_t gate_floats() { return VG ? size_t(2) * C * kLdG + DK : 3 * C; }
+  static constexpr size_t gate_bf16s() { return VG ? 0 : 2 * C * kLdK; }
   static constexpr size_t bytes() {
-    return sizeof(float) * (size_t(DK) * kLdH + C * kLdA + 3 * C) + sizeof(bf16) * (2 * C * kLdK + C * kLdV);
+    return sizeof(float) * (size_t(DK) * kLdH + C * kLdA + gate_floats()) + sizeof(bf16) * (gate_bf16s() + C * kLdV);
   }
+  static_assert((DK * kLdH + C * kLdA + gate_floats()) % 4 == 0, "the bf16 tiles start 16-byte aligned");
   __device__ explicit ScanSmem(void* p) {
-    h = static_cast<float*>(p), aqk = h + DK * kLdH, G = aqk + C * kLdA, expG = G + C, w = expG + C;
-    q = reinterpret_cast<bf16*>(w + C), k = q + C * kLdK, v = k + C * kLdK;
+    h = static_cast<float*>(p), aqk = h + DK * kLdH;
+    float* gate = aqk + C * kLdA;
+    G = expG = w = qg = kg = glast = nullptr;
+    q = k = nullptr;
+    if constexpr (VG) {
+      qg = gate, kg = qg + C * kLdG, glast = kg + C * kLdG;
+      v = reinterpret_cast<bf16*>(glast + DK);
+    } else {
+      G = gate, expG = G + C, w = expG + C;
+      q = reinterpret_cast<bf16*>(w + C), k = q + C * kLdK, v = k + C * kLdK;
+    }
   }
   // h <- columns v0 .. v0 + BV - 1 of a (DK, DV) fp32 state in global memory (zeros when null).
   __device__ void load_state(const float* src, int v0, int DV) const {
@@ -176,51 +260,76 @@ struct ScanSmem {
       dst[d * DV + v0 + c] = h[d * kLdH + c];
     }
   }
-  // h <- exp(G_last) h + X^T diag(w) Y for this chunk: X (C, DK) = K forward, Q reverse; Y = the
-  // v tile (V forward, dO reverse); w = exp(G_last - G) forward, scale exp(G) reverse. The
-  // __syncthreads inside orders every read of h and of the chunk's tiles before h is written.
-  __device__ void advance(const bf16* x) const {
+  // Vector gate: qg, kg, glast of the chunk whose first (b, t) row is tok, n valid tokens.
+  // Three steps, each ordered by a __syncthreads: G into kg's place and G_last (vector_cumsum),
+  // then q (.) exp(G) and k (.) exp(G_last - G) element by element (global q, k).
+  __device__ void gate_vector_chunk(const Args& a, int64_t tok, int j, int hq, int n) const {
+    const float last = vector_cumsum<DK>(kg, kLdG, a.g + (tok * a.HV + j) * DK, int64_t(a.HV) * DK, n);
+    if (threadIdx.x < DK) glast[threadIdx.x] = last;
+    __syncthreads();
+    for (int i = threadIdx.x; i < C * DK; i += kThreads) {
+      const int t = i / DK, d = i % DK;
+      const int64_t at = ((tok + t) * a.H + hq) * DK + d;
+      const float G_t = kg[t * kLdG + d];
+      qg[t * kLdG + d] = t < n ? bf(a.q[at]) * expf(G_t) : 0.f;
+      kg[t * kLdG + d] = t < n ? bf(a.k[at]) * expf(glast[d] - G_t) : 0.f;
+    }
+  }
+  // h <- Diag(decay) h + X^T Y over this chunk's rows s, with X(s, d), Y(s, c) and decay(d)
+  // accessors (SPLIT_X / SPLIT_Y: that operand is fp32, see WarpTile::mma). The __syncthreads
+  // inside orders every read of h and of the chunk's tiles before h is written.
+  template <bool SPLIT_X, bool SPLIT_Y, class Decay, class FX, class FY>
+  __device__ void advance(const Decay& decay, const FX& x, const FY& y) const {
     WarpTile<DK, BV> next;
-    const float decay = expG[C - 1];
-    next.each([&](int d, int c, float& acc, int) { acc = decay * h[d * kLdH + c]; });
-    next.mma<C, false, true>([&](int d, int s) { return bf(x[s * kLdK + d]); },
-                             [&](int s, int c) { return bf(v[s * kLdV + c]) * w[s]; });
+    next.each([&](int d, int c, float& acc, int) { acc = decay(d) * h[d * kLdH + c]; });
+    next.template mma<C, SPLIT_X, SPLIT_Y>([&](int d, int s) { return x(s, d); }, y);
     __syncthreads();
     next.each([&](int d, int c, float acc, int) { h[d * kLdH + c] = acc; });
   }
+  // Scalar gate: h <- exp(G_last) h + X^T diag(w) V-tile, X = K forward, Q reverse; w =
+  // exp(G_last - G) forward, scale exp(G) reverse.
+  __device__ void advance_scalar(const bf16* x) const {
+    const float decay = expG[C - 1];
+    advance<false, true>([&](int) { return decay; }, [&](int s, int d) { return bf(x[s * kLdK + d]); },
+                         [&](int s, int c) { return bf(v[s * kLdV + c]) * w[s]; });
+  }
 };
 
-// Forward pass 2. With a.o null (the backward's replay) it reads no scores and writes no
-// outputs, only every chunk-start state h[n] into a.h_start.
-template <int DK>
+// Forward pass 2 (VG: the vector gate). With a.o null (the backward's replay, scalar gate) it
+// reads no scores and writes no outputs, only every chunk-start state h[n] into a.h_start.
+template <int DK, bool VG>
 __global__ void __launch_bounds__(kThreads) scan_kernel(Args a, int DV) {
   extern __shared__ float4 smem_raw[];
-  using Smem = ScanSmem<DK>;
+  using Smem = ScanSmem<DK, VG>;
   const Smem sm(smem_raw);
-  constexpr int kLdK = Smem::kLdK, kLdV = Smem::kLdV, kLdH = Smem::kLdH;
+  constexpr int kLdK = Smem::kLdK, kLdV = Smem::kLdV, kLdH = Smem::kLdH, kLdG = Smem::kLdG;
   const int v0 = blockIdx.x * BV, j = blockIdx.y, b = blockIdx.z, hq = j / (a.HV / a.H);
   const int64_t head = int64_t(b) * a.HV + j;  // (b, j) of the (B, HV, ..) buffers
   sm.load_state(a.h0 ? a.h0 + head * DK * DV : nullptr, v0, DV);
   for (int chunk = 0; chunk < a.NT; chunk++) {
     const int t0 = chunk * C, n = min(C, a.T - t0);
     const int64_t tok = int64_t(b) * a.T + t0;  // first (b, t) row of the chunk
-    load_bf16_rows<C, DK>(sm.k, a.k + (tok * a.H + hq) * DK, int64_t(a.H) * DK, n);
     load_bf16_rows<C, BV>(sm.v, a.v + (tok * a.HV + j) * DV + v0, int64_t(a.HV) * DV, n);
     if (a.o) {
-      load_bf16_rows<C, DK>(sm.q, a.q + (tok * a.H + hq) * DK, int64_t(a.H) * DK, n);
       const float* aqk = a.aqk + (head * a.NT + chunk) * C * C;
       for (int i = threadIdx.x; i < C * C / 4; i += kThreads) {
         const int r = i / (C / 4), c = (i % (C / 4)) * 4;
         *reinterpret_cast<float4*>(sm.aqk + r * kLdA + c) = *reinterpret_cast<const float4*>(aqk + r * C + c);
       }
     }
-    if (threadIdx.x < 32) {
-      chunk_cumsum(sm.G, a.g + tok * a.HV + j, a.HV, n);
-      __syncwarp();
-      const float last = sm.G[C - 1];
-      for (int t = threadIdx.x; t < C; t += 32) {
-        sm.expG[t] = expf(sm.G[t]);
-        sm.w[t] = expf(last - sm.G[t]);  // how much of token t survives to the chunk's end
+    if constexpr (VG) {
+      sm.gate_vector_chunk(a, tok, j, hq, n);
+    } else {
+      load_bf16_rows<C, DK>(sm.k, a.k + (tok * a.H + hq) * DK, int64_t(a.H) * DK, n);
+      if (a.o) load_bf16_rows<C, DK>(sm.q, a.q + (tok * a.H + hq) * DK, int64_t(a.H) * DK, n);
+      if (threadIdx.x < 32) {
+        chunk_cumsum(sm.G, a.g + tok * a.HV + j, a.HV, n);
+        __syncwarp();
+        const float last = sm.G[C - 1];
+        for (int t = threadIdx.x; t < C; t += 32) {
+          sm.expG[t] = expf(sm.G[t]);
+          sm.w[t] = expf(last - sm.G[t]);  // how much of token t survives to the chunk's end
+        }
       }
     }
     __syncthreads();
@@ -228,17 +337,28 @@ __global__ void __launch_bounds__(kThreads) scan_kernel(Args a, int DV) {
     // o = scale exp(G) (.) (Q h) + Aqk V   (Aqk holds scale and the decays)
     if (a.o) {
       WarpTile<C, BV> o;
-      o.mma<DK, false, true>([&](int r, int d) { return bf(sm.q[r * kLdK + d]); },
-                             [&](int d, int c) { return sm.h[d * kLdH + c]; });
-      o.each([&](int r, int, float& x, int) { x *= a.scale * sm.expG[r]; });
-      o.mma<C, true, false>([&](int r, int s) { return sm.aqk[r * kLdA + s]; },
-                            [&](int s, int c) { return bf(sm.v[s * kLdV + c]); });
+      auto h_tile = [&](int d, int c) { return sm.h[d * kLdH + c]; };
+      if constexpr (VG) {
+        o.template mma<DK, true, true>([&](int r, int d) { return sm.qg[r * kLdG + d]; }, h_tile);
+        o.each([&](int, int, float& x, int) { x *= a.scale; });
+      } else {
+        o.template mma<DK, false, true>([&](int r, int d) { return bf(sm.q[r * kLdK + d]); }, h_tile);
+        o.each([&](int r, int, float& x, int) { x *= a.scale * sm.expG[r]; });
+      }
+      o.template mma<C, true, false>([&](int r, int s) { return sm.aqk[r * kLdA + s]; },
+                                     [&](int s, int c) { return bf(sm.v[s * kLdV + c]); });
       bf16* out = a.o + tok * a.HV * DV + int64_t(j) * DV + v0;  // o[b, t0, j, v0]
       o.each([&](int r, int c, float& x, int) {
         if (r < n) out[int64_t(r) * a.HV * DV + c] = __float2bfloat16_rn(x);
       });
     }
-    sm.advance(sm.k);  // h <- exp(G_last) h + K^T diag(exp(G_last - G)) V
+    // h <- Diag(exp(G_last)) h + (K (.) exp(G_last - G))^T V
+    if constexpr (VG)
+      sm.template advance<true, false>([&](int d) { return expf(sm.glast[d]); },
+                                       [&](int s, int d) { return sm.kg[s * kLdG + d]; },
+                                       [&](int s, int c) { return bf(sm.v[s * kLdV + c]); });
+    else
+      sm.advance_scalar(sm.k);
   }
   __syncthreads();
   if (a.ht) sm.store_state(a.ht + head * DK * DV, v0, DV);
@@ -248,7 +368,7 @@ __global__ void __launch_bounds__(kThreads) scan_kernel(Args a, int DV) {
 template <int DK>
 __global__ void __launch_bounds__(kThreads) reverse_scan_kernel(Args a, int DV) {
   extern __shared__ float4 smem_raw[];
-  const ScanSmem<DK> sm(smem_raw);
+  const ScanSmem<DK, false> sm(smem_raw);
   const int v0 = blockIdx.x * BV, j = blockIdx.y, b = blockIdx.z, hq = j / (a.HV / a.H);
   const int64_t head = int64_t(b) * a.HV + j;
   sm.load_state(a.dht ? a.dht + head * DK * DV : nullptr, v0, DV);
@@ -267,7 +387,7 @@ __global__ void __launch_bounds__(kThreads) reverse_scan_kernel(Args a, int DV) 
     }
     __syncthreads();
     sm.store_state(a.dh_end + (head * a.NT + chunk) * DK * DV, v0, DV);  // dh[n] = dS
-    sm.advance(sm.q);  // dS <- exp(G_last) dS + Q^T diag(scale exp(G)) dO
+    sm.advance_scalar(sm.q);  // dS <- exp(G_last) dS + Q^T diag(scale exp(G)) dO
   }
   __syncthreads();
   if (a.dh0) sm.store_state(a.dh0 + head * DK * DV, v0, DV);
@@ -417,22 +537,24 @@ void launch_kernel(Kernel kernel, dim3 grid, Params... params) {
 }
 
 // Forward pass 2, or the backward's replay of it (a.o null).
-template <int DK>
+template <int DK, bool VG>
 void launch_scan(const Args& a, int DV) {
-  launch_kernel<ScanSmem<DK>::bytes()>(scan_kernel<DK>, dim3(DV / BV, a.HV, a.B), a, DV);
+  launch_kernel<ScanSmem<DK, VG>::bytes()>(scan_kernel<DK, VG>, dim3(DV / BV, a.HV, a.B), a, DV);
 }
 
-template <int DK>
+template <int DK, bool VG>
 void launch_forward(const Args& a, int DV) {
-  launch_kernel<ScoresSmem<DK>::bytes()>(scores_kernel<DK>, dim3(a.NT, a.HV, a.B), a);
-  launch_scan<DK>(a, DV);
+  const dim3 chunks(a.NT, a.HV, a.B);
+  if constexpr (VG) launch_kernel<VectorScoresSmem<DK>::bytes()>(vector_scores_kernel<DK>, chunks, a);
+  else launch_kernel<ScoresSmem<DK>::bytes()>(scores_kernel<DK>, chunks, a);
+  launch_scan<DK, VG>(a, DV);
 }
 
 template <int DK, int DV>
 void launch_backward(const Args& a) {
   static_assert(LocalSmem<DK, DV>::floats() % 4 == 0, "the bf16 tiles of LocalSmem start 16-byte aligned");
-  launch_scan<DK>(a, DV);  // pass 1: every h[n]
-  launch_kernel<ScanSmem<DK>::bytes()>(reverse_scan_kernel<DK>, dim3(DV / BV, a.HV, a.B), a, DV);
+  launch_scan<DK, false>(a, DV);  // pass 1: every h[n]
+  launch_kernel<ScanSmem<DK, false>::bytes()>(reverse_scan_kernel<DK>, dim3(DV / BV, a.HV, a.B), a, DV);
   launch_kernel<LocalSmem<DK, DV>::bytes()>(local_backward_kernel<DK, DV>, dim3(a.NT, a.HV, a.B), a);
 }
 
@@ -450,9 +572,11 @@ Args input_args(const void* q, const void* k, const void* v, const void* g, cons
 
 }  // namespace
 
-bool supported(int64_t dk, int64_t dv, bool vector_gate, DType dtype) {
-  return dtype == DType::BF16 && !vector_gate && (dk == 64 || dk == 128) && (dv == 64 || dv == 128);
+bool supported(int64_t dk, int64_t dv, DType dtype) {
+  return dtype == DType::BF16 && (dk == 64 || dk == 128) && (dv == 64 || dv == 128);
 }
+
+bool backward_supported(bool vector_gate) { return !vector_gate; }
 
 void forward(void* o, float* ht, const void* q, const void* k, const void* v, const void* g, const float* h0,
              const DecayAttentionDims& d) {
@@ -460,8 +584,18 @@ void forward(void* o, float* ht, const void* q, const void* k, const void* v, co
   a.o = static_cast<bf16*>(o), a.ht = ht;
   FloatScratch aqk(d.B * d.HV * a.NT * C * C);  // (B, HV, NT, C, C)
   a.aqk = aqk.get();
-  if (d.dk == 64) launch_forward<64>(a, int(d.dv));
-  else launch_forward<128>(a, int(d.dv));
+  auto run = [&](auto dk_, auto vector_gate) {
+    launch_forward<decltype(dk_)::value, decltype(vector_gate)::value>(a, int(d.dv));
+  };
+  using K64 = std::integral_constant<int, 64>;
+  using K128 = std::integral_constant<int, 128>;
+  if (d.vector_gate) {
+    if (d.dk == 64) run(K64{}, std::true_type{});
+    else run(K128{}, std::true_type{});
+  } else {
+    if (d.dk == 64) run(K64{}, std::false_type{});
+    else run(K128{}, std::false_type{});
+  }
 }
 
 void backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, float* grad_h0, const void* grad_o,
