@@ -90,12 +90,12 @@ void add_hgrn_cases() {
 
 // ---- decay_attention ----
 
-enum class DecayGate { Scalar, Vector, RetNet, Mamba2 };
+enum class DecayGate { Scalar, Vector, Gla, RetNet, Mamba2 };
 
 struct DecayCase {
   int64_t B, T, H, HV, dk, dv;
   DecayGate gate;
-  double gate_shift;    // Scalar, Vector: g = logsigmoid(N(shift, 1))
+  double gate_shift;    // Scalar, Vector: g = logsigmoid(N(shift, 1)); Gla: logsigmoid(N(shift, 1)) / 16
   double q_std, k_std;
   double h0_std;        // 0: no initial state
   double scale;
@@ -104,9 +104,12 @@ struct DecayCase {
 
 // g: (B, T, HV) or (B, T, HV, dk) log gates. The scalar-gate mixers draw theirs per value head j
 // (mixers.md 7, 10): RetNet g = ln(1 - 2^(-5 - j)), constant over time; Mamba-2 g = Delta_t A_j,
-// Delta = softplus(N(-3, 1)) (~0.05), A_j = -(1 .. 16) over the heads.
+// Delta = softplus(N(-3, 1)) (~0.05), A_j = -(1 .. 16) over the heads. GLA's vector gate is
+// logsigmoid(x) / 16 (its gate_logit_normalizer, mixers.md 8).
 Tensor decay_gates(const DecayCase& c, uint64_t seed) {
   if (c.gate == DecayGate::Vector) return log_gate({c.B, c.T, c.HV, c.dk}, seed, c.gate_shift);
+  if (c.gate == DecayGate::Gla)
+    return map64(log_gate({c.B, c.T, c.HV, c.dk}, seed, c.gate_shift), [](double x) { return x / 16.0; });
   if (c.gate == DecayGate::Scalar) return log_gate({c.B, c.T, c.HV}, seed, c.gate_shift);
   Tensor g = randn64({c.B, c.T, c.HV}, seed, 1.0, -3.0);
   double* p = g.data<double>();
@@ -180,12 +183,15 @@ void add_decay_cases() {
                       decay_kernel(r.dk, r.dv, r.vector_gate), decay_inputs(c), decay_op(c.scale, 0)));
   }
 
-  // Cases that take the chunked tensor-core kernels (cuda/decay_attention_chunk.cu, forward and
-  // backward) in bf16: the two scalar-gate mixers' gates and a plain scalar log gate
+  // Cases that take the chunked tensor-core kernels (cuda/decay_attention_chunk.cu; forward and
+  // backward for a scalar gate, the forward for a vector gate) in bf16: the two scalar-gate
+  // mixers' gates, a plain scalar log gate
   // logsigmoid(N(0, 1)) (a decay of ~0.45 a step: exp(G) reaches ~e^-50 inside a chunk), grouped
   // value heads (H 2 / HV 4, H 1 / HV 4) and ungrouped ones, every (dk, dv) template class,
   // partial last chunks (T = 100, 130, 150; 193 leaves one token) and one exact chunk (T = 64),
-  // with and without an initial state, and a long sequence (64 chunks). The f32 rows run the
+  // with and without an initial state, and a long sequence (64 chunks). The vector-gate rows draw
+  // the strong gate logsigmoid(N(0, 1)) per channel (in-chunk exponents reach ~-50, where a
+  // factorisation q e^G . k e^-G overflows) and GLA's logsigmoid(N(0, 1)) / 16. The f32 rows run the
   // recurrent kernel (fp32 storage never takes the chunked path); under RetNet's constant near-1
   // decays they check that its decay keeps full fp32 precision over a memory of hundreds of
   // tokens (cuda/recurrence.cuh, decay()).
@@ -206,14 +212,27 @@ void add_decay_cases() {
            ChunkRow{2, 150, 1, 4, 64, 64, DecayGate::Scalar, true},
            ChunkRow{2, 4096, 2, 4, 128, 128, DecayGate::RetNet, true},
            ChunkRow{2, 4096, 2, 4, 128, 128, DecayGate::Mamba2, true},
+           ChunkRow{2, 100, 2, 4, 64, 64, DecayGate::Vector, true},
+           ChunkRow{2, 130, 2, 4, 128, 128, DecayGate::Gla, true},
+           ChunkRow{2, 193, 2, 2, 128, 64, DecayGate::Vector, false},
+           ChunkRow{3, 64, 3, 3, 64, 128, DecayGate::Gla, true},
+           ChunkRow{2, 150, 1, 4, 64, 64, DecayGate::Gla, false},
+           ChunkRow{2, 4096, 2, 4, 128, 128, DecayGate::Gla, true},
+           ChunkRow{2, 4096, 2, 4, 128, 128, DecayGate::Vector, true},
        }) {
     // Mamba-2 reads unit-norm queries at scale 1; RetNet (and the plain gate) scale 1 / sqrt(dk).
     const bool mamba2 = r.gate == DecayGate::Mamba2;
     const DecayCase c{r.B, r.T, r.H, r.HV, r.dk, r.dv, r.gate, 0.0, mamba2 ? unit_std(r.dk) : 1.0, unit_std(r.dk),
                       r.initial_state ? 0.5 : 0.0, mamba2 ? 1.0 : unit_std(r.dk), 0};
-    const char* gate = mamba2 ? "mamba2" : r.gate == DecayGate::RetNet ? "retnet" : "scalar";
+    const bool vector_gate = r.gate == DecayGate::Vector || r.gate == DecayGate::Gla;
+    const char* gate = mamba2                         ? "mamba2"
+                       : r.gate == DecayGate::RetNet  ? "retnet"
+                       : r.gate == DecayGate::Scalar  ? "scalar"
+                       : r.gate == DecayGate::Vector  ? "vector"
+                                                      : "gla";
     const std::string name = std::string("decay chunk ") + gate + dims(r.B, r.T, r.H, r.HV, r.dk, r.dv);
-    add_case(gpu_case("decay_attention", name, decay_kernel(r.dk, r.dv, false), decay_inputs(c), decay_op(c.scale, 0)));
+    add_case(gpu_case("decay_attention", name, decay_kernel(r.dk, r.dv, vector_gate), decay_inputs(c),
+                      decay_op(c.scale, 0)));
   }
 
   // Perf at (B, T, H, D), dk = dv = D, beside fla's chunk kernel of the same gate (targets.md):
