@@ -119,6 +119,30 @@ struct WarpTile {
       out[part * M + row0 + g + 8] += s[1];
     }
   }
+
+  // out[tile * N + col] += sum over this warp's 16 rows of fn(row, col, acc element), where tile =
+  // the warp's row tile; a column's total is the sum over the M / 16 tiles. As add_row_sums: one
+  // owner lane per (tile, col), no atomics.
+  template <class Fn>
+  __device__ __forceinline__ void add_col_sums(float* out, Fn&& fn) {
+    float s[NT][2];  // columns col0 + nt * 8 + 2 t + {0, 1}, summed over rows g and g + 8
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) s[nt][0] = s[nt][1] = 0.f;
+    each([&](int r, int c, float x, int slot) { s[slot / 4][slot % 2] += fn(r, c, x); });
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+      for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int off = 4; off < 32; off <<= 1) s[nt][i] += __shfl_xor_sync(0xffffffffu, s[nt][i], off);
+    if (g == 0) {
+      const int tile = (threadIdx.x / 32) % kRowTiles;
+#pragma unroll
+      for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int i = 0; i < 2; i++) out[tile * N + col0 + nt * 8 + 2 * t + i] += s[nt][i];
+    }
+  }
 };
 
 }  // namespace hla::cuda::chunk_mma

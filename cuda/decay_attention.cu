@@ -23,9 +23,9 @@ Args<S> decay_args(const void* q, const void* k, const void* v, const void* g, c
   return a;
 }
 
-// Whether the chunked tensor-core forward runs (their 16-byte loads need aligned q, k, v). A
+// Whether the chunked tensor-core kernels run (their 16-byte loads need aligned q, k, v). A
 // single token (a decoding step) is one recurrent update, cheaper than a one-token chunk; an
-// empty batch launches nothing. The chunked backward also needs backward_supported().
+// empty batch launches nothing.
 bool chunked(const DecayAttentionDims& d, DType dtype, const void* q, const void* k, const void* v) {
   return d.T > 1 && d.B > 0 && decay_chunk::supported(d.dk, d.dv, dtype) && aligned16(q) && aligned16(k) &&
          aligned16(v);
@@ -52,7 +52,7 @@ void decay_attention_forward(void* o, float* ht, const void* q, const void* k, c
 void decay_attention_backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, float* grad_h0,
                               const void* grad_o, const float* grad_ht, const void* q, const void* k, const void* v,
                               const void* g, const float* h0, const DecayAttentionDims& d, DType dtype) {
-  if (chunked(d, dtype, q, k, v) && decay_chunk::backward_supported(d.vector_gate) && aligned16(grad_o)) {
+  if (chunked(d, dtype, q, k, v) && aligned16(grad_o)) {
     decay_chunk::backward(grad_q, grad_k, grad_v, grad_g, grad_h0, grad_o, grad_ht, q, k, v, g, h0, d);
     return;
   }
@@ -76,8 +76,8 @@ void decay_attention_backward(void* grad_q, void* grad_k, void* grad_v, void* gr
 }
 
 const char* decay_attention_kernel(int64_t dk, int64_t dv, bool vector_gate, DType dtype) {
-  if (!decay_chunk::supported(dk, dv, dtype)) return "recurrent";
-  return decay_chunk::backward_supported(vector_gate) ? "chunked fwd+bwd (mma)" : "chunked fwd (mma), recurrent bwd";
+  (void)vector_gate;  // both gates have the chunked kernels
+  return decay_chunk::supported(dk, dv, dtype) ? "chunked fwd+bwd (mma)" : "recurrent";
 }
 
 }  // namespace hla::cuda

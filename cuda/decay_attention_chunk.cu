@@ -88,7 +88,7 @@ struct Args {
   const float* dht;     // (B, HV, dk, dv) or null: gradient of the final state
   float* dh0;           // (B, HV, dk, dv) or null
   float *dq, *dk;       // (B, T, HV, dk)  per value head (summed over a group afterwards)
-  bf16 *dv, *dg;        // (B, T, HV, dv), (B, T, HV)
+  bf16 *dv, *dg;        // (B, T, HV, dv); (B, T, HV) scalar gate, (B, T, HV, dk) vector gate
 };
 
 __device__ __forceinline__ float bf(bf16 x) { return __bfloat162float(x); }
@@ -176,6 +176,32 @@ struct VectorScoresSmem {
   static constexpr size_t bytes() { return sizeof(float) * C * kLdG + sizeof(bf16) * 2 * C * kLdK; }
 };
 
+// out[t * ld + s] = Aqk[t, s] of one chunk from the shared tiles q, k (C, kLdK) and G (C, kLdG)
+// as described above; the whole (C x C) tile is written, zeros above the diagonal.
+template <int DK, int kLdK, int kLdG>
+__device__ __forceinline__ void vector_scores(float* out, int ld, const bf16* q, const bf16* k, const float* G,
+                                              float scale) {
+  // Below the diagonal blocks: this warp's row tile is one sub-chunk, its first row the reference.
+  WarpTile<C, C> s;
+  const int ref = s.row0;
+  const float* g_ref = G + ref * kLdG;
+  s.template mma<DK, true, true>(
+      [&](int r, int d) { return bf(q[r * kLdK + d]) * expf(G[r * kLdG + d] - g_ref[d]); },
+      [&](int d, int c) { return c < ref ? bf(k[c * kLdK + d]) * expf(g_ref[d] - G[c * kLdG + d]) : 0.f; });
+  s.each([&](int r, int c, float x, int) {
+    if (c < ref) out[r * ld + c] = scale * x;
+    else if (c >= ref + kSub) out[r * ld + c] = 0.f;
+  });
+  // The diagonal blocks, pair by pair (the entries the loop above leaves).
+  for (int i = threadIdx.x; i < C * kSub; i += kThreads) {
+    const int r = i / kSub, c = r / kSub * kSub + i % kSub;
+    float x = 0.f;
+    if (c <= r)
+      for (int d = 0; d < DK; d++) x += bf(q[r * kLdK + d]) * bf(k[c * kLdK + d]) * expf(G[r * kLdG + d] - G[c * kLdG + d]);
+    out[r * ld + c] = scale * x;
+  }
+}
+
 template <int DK>
 __global__ void __launch_bounds__(kThreads) vector_scores_kernel(Args a) {
   constexpr int kLdK = VectorScoresSmem<DK>::kLdK, kLdG = VectorScoresSmem<DK>::kLdG;
@@ -189,26 +215,7 @@ __global__ void __launch_bounds__(kThreads) vector_scores_kernel(Args a) {
   load_bf16_rows<C, DK>(k, a.k + ((int64_t(b) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
   vector_cumsum<DK>(G, kLdG, a.g + ((int64_t(b) * a.T + t0) * a.HV + j) * DK, int64_t(a.HV) * DK, n);
   __syncthreads();
-  float* out = a.aqk + ((int64_t(b) * a.HV + j) * a.NT + chunk) * C * C;
-  // Below the diagonal blocks: this warp's row tile is one sub-chunk, its first row the reference.
-  WarpTile<C, C> s;
-  const int ref = s.row0;
-  const float* g_ref = G + ref * kLdG;
-  s.template mma<DK, true, true>(
-      [&](int r, int d) { return bf(q[r * kLdK + d]) * expf(G[r * kLdG + d] - g_ref[d]); },
-      [&](int d, int c) { return c < ref ? bf(k[c * kLdK + d]) * expf(g_ref[d] - G[c * kLdG + d]) : 0.f; });
-  s.each([&](int r, int c, float x, int) {
-    if (c < ref) out[r * C + c] = a.scale * x;
-    else if (c >= ref + kSub) out[r * C + c] = 0.f;
-  });
-  // The diagonal blocks, pair by pair (the entries the loop above leaves).
-  for (int i = threadIdx.x; i < C * kSub; i += kThreads) {
-    const int r = i / kSub, c = r / kSub * kSub + i % kSub;
-    float x = 0.f;
-    if (c <= r)
-      for (int d = 0; d < DK; d++) x += bf(q[r * kLdK + d]) * bf(k[c * kLdK + d]) * expf(G[r * kLdG + d] - G[c * kLdG + d]);
-    out[r * C + c] = a.scale * x;
-  }
+  vector_scores<DK, kLdK, kLdG>(a.aqk + ((int64_t(b) * a.HV + j) * a.NT + chunk) * C * C, C, q, k, G, a.scale);
 }
 
 // ---- The scans over chunks (forward pass 2 and its replay, backward pass 2) ----
@@ -365,29 +372,41 @@ __global__ void __launch_bounds__(kThreads) scan_kernel(Args a, int DV) {
 }
 
 // Backward pass 2: dS carried backwards over the chunks (sm.h holds dS, sm.v the dO tile).
-template <int DK>
+template <int DK, bool VG>
 __global__ void __launch_bounds__(kThreads) reverse_scan_kernel(Args a, int DV) {
   extern __shared__ float4 smem_raw[];
-  const ScanSmem<DK, false> sm(smem_raw);
+  using Smem = ScanSmem<DK, VG>;
+  const Smem sm(smem_raw);
+  constexpr int kLdV = Smem::kLdV, kLdG = Smem::kLdG;
   const int v0 = blockIdx.x * BV, j = blockIdx.y, b = blockIdx.z, hq = j / (a.HV / a.H);
   const int64_t head = int64_t(b) * a.HV + j;
   sm.load_state(a.dht ? a.dht + head * DK * DV : nullptr, v0, DV);
   for (int chunk = a.NT - 1; chunk >= 0; chunk--) {
     const int t0 = chunk * C, n = min(C, a.T - t0);
     const int64_t tok = int64_t(b) * a.T + t0;
-    load_bf16_rows<C, DK>(sm.q, a.q + (tok * a.H + hq) * DK, int64_t(a.H) * DK, n);
     load_bf16_rows<C, BV>(sm.v, a.d_o + (tok * a.HV + j) * DV + v0, int64_t(a.HV) * DV, n);
-    if (threadIdx.x < 32) {
-      chunk_cumsum(sm.G, a.g + tok * a.HV + j, a.HV, n);
-      __syncwarp();
-      for (int t = threadIdx.x; t < C; t += 32) {
-        sm.expG[t] = expf(sm.G[t]);
-        sm.w[t] = a.scale * sm.expG[t];  // o_t = scale exp(G_t) h^T q_t + ...
+    if constexpr (VG) {
+      sm.gate_vector_chunk(a, tok, j, hq, n);
+    } else {
+      load_bf16_rows<C, DK>(sm.q, a.q + (tok * a.H + hq) * DK, int64_t(a.H) * DK, n);
+      if (threadIdx.x < 32) {
+        chunk_cumsum(sm.G, a.g + tok * a.HV + j, a.HV, n);
+        __syncwarp();
+        for (int t = threadIdx.x; t < C; t += 32) {
+          sm.expG[t] = expf(sm.G[t]);
+          sm.w[t] = a.scale * sm.expG[t];  // o_t = scale exp(G_t) h^T q_t + ...
+        }
       }
     }
     __syncthreads();
     sm.store_state(a.dh_end + (head * a.NT + chunk) * DK * DV, v0, DV);  // dh[n] = dS
-    sm.advance_scalar(sm.q);  // dS <- exp(G_last) dS + Q^T diag(scale exp(G)) dO
+    // dS <- Diag(exp(G_last)) dS + (Q (.) scale exp(G))^T dO
+    if constexpr (VG)
+      sm.template advance<true, false>([&](int d) { return expf(sm.glast[d]); },
+                                       [&](int s, int d) { return a.scale * sm.qg[s * kLdG + d]; },
+                                       [&](int s, int c) { return bf(sm.v[s * kLdV + c]); });
+    else
+      sm.advance_scalar(sm.q);
   }
   __syncthreads();
   if (a.dh0) sm.store_state(a.dh0 + head * DK * DV, v0, DV);
@@ -397,33 +416,40 @@ __global__ void __launch_bounds__(kThreads) reverse_scan_kernel(Args a, int DV) 
 
 constexpr int kPiece = 64;  // state columns in shared memory at a time (pass 3b)
 
-template <int DK, int DV>
+template <int DK, int DV, bool VG>
 struct LocalSmem {
   static constexpr int kLdK = DK + 8, kLdV = DV + 8;  // bf16 row strides
   static constexpr int kLdS = kPiece + 4;             // fp32 row stride of the state piece
-  float *aqk, *ps;                 // (C, kLdA): Aqk, and Ps = the decayed, masked scale dO V^T
+  static constexpr int kLdG = DK + 4;                 // fp32 row stride of the vector gate's G
+  float *aqk, *ps;                 // (C, kLdA): Aqk, and Ps = the masked scale dO V^T (scalar: decayed)
   float* state;                    // (DK, kLdS): kPiece columns of h[n], then of dh[n]
   float *G, *expG, *kdecay, *dG;   // (C): G, exp(G), exp(G_last - G), the gate gradient
   float *rowQ, *rowK, *rowKs;      // (2, C) per-row partial sums (WarpTile::add_row_sums)
   float* red;                      // (32) block_sum scratch
+  float* Gv;                       // vector gate (C, kLdG): G, in 3d the per-channel dG
+  float *glast, *hdh, *colKs;      // vector gate (DK): G_last, rowsum(h (.) dh); (C / 16, DK) column sums
   bf16 *q, *k;                     // (C, kLdK)
   bf16 *v, *dov;                   // (C, kLdV): V, dO
-  static constexpr size_t floats() { return size_t(2) * C * kLdA + size_t(DK) * kLdS + 4 * C + 6 * C + 32; }
+  static constexpr size_t vector_floats() { return VG ? size_t(C) * kLdG + 6 * DK : 0; }
+  static constexpr size_t floats() {
+    return size_t(2) * C * kLdA + size_t(DK) * kLdS + 4 * C + 6 * C + 32 + vector_floats();
+  }
   static constexpr size_t bytes() { return sizeof(float) * floats() + sizeof(bf16) * C * (2 * kLdK + 2 * kLdV); }
   __device__ explicit LocalSmem(void* p) {
     aqk = static_cast<float*>(p), ps = aqk + C * kLdA, state = ps + C * kLdA;
     G = state + DK * kLdS, expG = G + C, kdecay = expG + C, dG = kdecay + C;
     rowQ = dG + C, rowK = rowQ + 2 * C, rowKs = rowK + 2 * C, red = rowKs + 2 * C;
-    q = reinterpret_cast<bf16*>(red + 32), k = q + C * kLdK, v = k + C * kLdK, dov = v + C * kLdV;
+    Gv = red + 32, glast = Gv + C * kLdG, hdh = glast + DK, colKs = hdh + DK;  // (used when VG)
+    q = reinterpret_cast<bf16*>(red + 32 + vector_floats()), k = q + C * kLdK, v = k + C * kLdK, dov = v + C * kLdV;
   }
 };
 
-template <int DK, int DV>
+template <int DK, int DV, bool VG>
 __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(Args a) {
   extern __shared__ float4 smem_raw[];
-  using Smem = LocalSmem<DK, DV>;
+  using Smem = LocalSmem<DK, DV, VG>;
   const Smem sm(smem_raw);
-  constexpr int kLdK = Smem::kLdK, kLdV = Smem::kLdV, kLdS = Smem::kLdS;
+  constexpr int kLdK = Smem::kLdK, kLdV = Smem::kLdV, kLdS = Smem::kLdS, kLdG = Smem::kLdG;
   const int chunk = blockIdx.x, j = blockIdx.y, b = blockIdx.z, hq = j / (a.HV / a.H);
   const int t0 = chunk * C, n = min(C, a.T - t0);
   const int64_t head = int64_t(b) * a.HV + j;
@@ -434,7 +460,19 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(Args a) {
   load_bf16_rows<C, DK>(sm.k, a.k + qk0, int64_t(a.H) * DK, n);
   load_bf16_rows<C, DV>(sm.v, a.v + tok0 * DV, int64_t(a.HV) * DV, n);
   load_bf16_rows<C, DV>(sm.dov, a.d_o + tok0 * DV, int64_t(a.HV) * DV, n);
-  if (threadIdx.x < 32) {
+  if constexpr (VG) {
+    const float last = vector_cumsum<DK>(sm.Gv, kLdG, a.g + tok0 * DK, int64_t(a.HV) * DK, n);
+    if (threadIdx.x < DK) sm.glast[threadIdx.x] = last;
+    for (int i = threadIdx.x; i < C / 16 * DK; i += kThreads) sm.colKs[i] = 0.f;
+    // rowsum(h (.) dh) per channel for dG_last (3d), a warp per state row
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int d = warp; d < DK; d += kWarps) {
+      float x = 0.f;
+      for (int c = lane; c < DV; c += 32) x += a.h_start[state0 + d * DV + c] * a.dh_end[state0 + d * DV + c];
+      x = warp_sum(x);
+      if (lane == 0) sm.hdh[d] = x;
+    }
+  } else if (threadIdx.x < 32) {
     chunk_cumsum(sm.G, a.g + tok0, a.HV, n);
     __syncwarp();
     const float last = sm.G[C - 1];
@@ -447,9 +485,17 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(Args a) {
   __syncthreads();
   auto q_rows = [&](int r, int d) { return bf(sm.q[r * kLdK + d]); };  // Q[r][d]
   auto k_rows = [&](int r, int d) { return bf(sm.k[r * kLdK + d]); };  // K[r][d]
+  auto G_at = [&](int r, int d) { return sm.Gv[r * kLdG + d]; };       // vector gate G_r[d]
   // 3a: Aqk = scale (Q K^T) (.) Gamma and Ps = scale (dO V^T) (.) Gamma, Gamma[t,s] = exp(G_t - G_s)
-  //     on s <= t (o = Aqk V  =>  dAqk = dO V^T, and Aqk's gated factor is q_t . k_s).
-  {
+  //     on s <= t (o = Aqk V  =>  dAqk = dO V^T, and Aqk's gated factor is q_t . k_s). Vector
+  //     gate: Aqk as in vector_scores_kernel, Ps = scale dO V^T masked (the decays are per channel).
+  if constexpr (VG) {
+    vector_scores<DK, kLdK, kLdG>(sm.aqk, kLdA, sm.q, sm.k, sm.Gv, a.scale);
+    WarpTile<C, C> da;
+    da.template mma<DV, false, false>([&](int r, int c) { return bf(sm.dov[r * kLdV + c]); },
+                                      [&](int c, int s) { return bf(sm.v[s * kLdV + c]); });
+    da.each([&](int r, int c, float x, int) { sm.ps[r * kLdA + c] = c <= r ? a.scale * x : 0.f; });
+  } else {
     WarpTile<C, C> qk, da;
     qk.mma<DK, false, false>(q_rows, [&](int d, int s) { return bf(sm.k[s * kLdK + d]); });
     da.mma<DV, false, false>([&](int r, int c) { return bf(sm.dov[r * kLdV + c]); },
@@ -480,15 +526,21 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(Args a) {
       const int d = i / (kPiece / 4), c = (i % (kPiece / 4)) * 4;
       float4* s = reinterpret_cast<float4*>(sm.state + d * kLdS + c);
       const float4 h = *s, x = *reinterpret_cast<const float4*>(a.dh_end + state0 + d * DV + c0 + c);
-      hdh += h.x * x.x + h.y * x.y + h.z * x.z + h.w * x.w;
+      if constexpr (!VG) hdh += h.x * x.x + h.y * x.y + h.z * x.z + h.w * x.w;
       *s = x;
     }
     __syncthreads();
     dk.mma<kPiece, false, true>([&](int r, int c) { return bf(sm.v[r * kLdV + c0 + c]); }, state_t);
     {
       WarpTile<C, kPiece> dv;
-      dv.mma<DK, false, true>(k_rows, [&](int d, int c) { return sm.state[d * kLdS + c]; });
-      dv.each([&](int r, int, float& x, int) { x *= sm.kdecay[r]; });
+      auto dh_piece = [&](int d, int c) { return sm.state[d * kLdS + c]; };
+      if constexpr (VG) {
+        dv.template mma<DK, true, true>([&](int r, int d) { return k_rows(r, d) * expf(sm.glast[d] - G_at(r, d)); },
+                                        dh_piece);
+      } else {
+        dv.template mma<DK, false, true>(k_rows, dh_piece);
+        dv.each([&](int r, int, float& x, int) { x *= sm.kdecay[r]; });
+      }
       dv.mma<C, true, false>([&](int s, int t) { return sm.aqk[t * kLdA + s]; },  // Aqk^T[s][t]
                              [&](int t, int c) { return bf(sm.dov[t * kLdV + c0 + c]); });
       dv.each([&](int r, int c, float x, int) {
@@ -499,16 +551,69 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(Args a) {
   }
   // 3c: the row decays, sum_s k_s . dK^state_s (dG_last), then the in-chunk pairs:
   //     A[t,s] = Gamma[t,s] q_t . k_s  =>  dQ += Ps K,  dK += Ps^T Q   (Ps holds scale, Gamma)
-  dq.each([&](int r, int, float& x, int) { x *= a.scale * sm.expG[r]; });
-  dk.each([&](int r, int, float& x, int) { x *= sm.kdecay[r]; });
-  dk.add_row_sums(sm.rowKs, [&](int r, int d, float x) { return x * k_rows(r, d); });
-  dq.mma<C, true, false>([&](int r, int s) { return sm.ps[r * kLdA + s]; }, k_rows);
-  dk.mma<C, true, false>([&](int s, int t) { return sm.ps[t * kLdA + s]; }, q_rows);  // Ps^T[s][t]
-  // 3d: dG_t = q_t . dQ_t - k_t . dK_t (4.10: q enters as q exp(G), k as k exp(-G)).
-  dq.add_row_sums(sm.rowQ, [&](int r, int d, float x) { return x * q_rows(r, d); });
-  dk.add_row_sums(sm.rowK, [&](int r, int d, float x) { return x * k_rows(r, d); });
+  //     Vector gate, per channel d (every exponent <= 0, as in vector_scores):
+  //       dQ_t += sum_{s <= t} Ps[t,s] k_s exp(G_t - G_s): earlier sub-chunks through the row
+  //               tile's first row r (exp(G_t - G_r) (.) (Ps (K (.) exp(G_r - G)))), its own pair by pair
+  //       dK_s += sum_{t >= s} Ps[t,s] q_t exp(G_t - G_s): later sub-chunks through the row tile's
+  //               last row, its own pair by pair
+  if constexpr (VG) {
+    dq.each([&](int r, int d, float& x, int) { x *= a.scale * expf(G_at(r, d)); });
+    dk.each([&](int r, int d, float& x, int) { x *= expf(sm.glast[d] - G_at(r, d)); });
+    dk.add_col_sums(sm.colKs, [&](int r, int d, float x) { return x * k_rows(r, d); });
+    {
+      WarpTile<C, DK> pairs;
+      const int ref = pairs.row0;
+      pairs.template mma<C, true, true>(
+          [&](int t, int s) { return sm.ps[t * kLdA + s]; },
+          [&](int s, int d) { return s < ref ? k_rows(s, d) * expf(G_at(ref, d) - G_at(s, d)) : 0.f; });
+      dq.each([&](int t, int d, float& x, int slot) {
+        float own = 0.f;
+        for (int s = ref; s <= t; s++) own += sm.ps[t * kLdA + s] * k_rows(s, d) * expf(G_at(t, d) - G_at(s, d));
+        x += pairs.at(slot) * expf(G_at(t, d) - G_at(ref, d)) + own;
+      });
+    }
+    {
+      WarpTile<C, DK> pairs;
+      const int last = pairs.row0 + kSub - 1;
+      pairs.template mma<C, true, true>(
+          [&](int s, int t) { return sm.ps[t * kLdA + s]; },  // Ps^T[s][t]
+          [&](int t, int d) { return t > last ? q_rows(t, d) * expf(G_at(t, d) - G_at(last, d)) : 0.f; });
+      dk.each([&](int s, int d, float& x, int slot) {
+        float own = 0.f;
+        for (int t = s; t <= last; t++) own += sm.ps[t * kLdA + s] * q_rows(t, d) * expf(G_at(t, d) - G_at(s, d));
+        x += pairs.at(slot) * expf(G_at(last, d) - G_at(s, d)) + own;
+      });
+    }
+  } else {
+    dq.each([&](int r, int, float& x, int) { x *= a.scale * sm.expG[r]; });
+    dk.each([&](int r, int, float& x, int) { x *= sm.kdecay[r]; });
+    dk.add_row_sums(sm.rowKs, [&](int r, int d, float x) { return x * k_rows(r, d); });
+    dq.template mma<C, true, false>([&](int r, int s) { return sm.ps[r * kLdA + s]; }, k_rows);
+    dk.template mma<C, true, false>([&](int s, int t) { return sm.ps[t * kLdA + s]; }, q_rows);  // Ps^T[s][t]
+  }
   dq.each([&](int r, int d, float x, int) { if (r < n) a.dq[(tok0 + int64_t(r) * a.HV) * DK + d] = x; });
   dk.each([&](int r, int d, float x, int) { if (r < n) a.dk[(tok0 + int64_t(r) * a.HV) * DK + d] = x; });
+  // 3d: dG_t = q_t . dQ_t - k_t . dK_t (4.10: q enters as q exp(G), k as k exp(-G)); a vector
+  //     gate keeps it per channel: dG_t = q_t (.) dQ_t - k_t (.) dK_t, the last row's terms
+  //     exp(G_last) (.) rowsum(h (.) dh) + sum_s k_s (.) dK^state_s, and a per-channel reverse cumsum.
+  if constexpr (VG) {
+    __syncthreads();  // every read of G is done: Gv takes dG
+    dq.each([&](int r, int d, float x, int) { sm.Gv[r * kLdG + d] = x * q_rows(r, d); });
+    dk.each([&](int r, int d, float x, int) { sm.Gv[r * kLdG + d] -= x * k_rows(r, d); });  // same owner
+    __syncthreads();
+    if (threadIdx.x < DK) {
+      const int d = threadIdx.x;
+      float acc = expf(sm.glast[d]) * sm.hdh[d];
+      for (int i = 0; i < C / 16; i++) acc += sm.colKs[i * DK + d];
+      for (int t = C - 1; t >= 0; t--) {  // g_t enters G_s for s >= t
+        acc += sm.Gv[t * kLdG + d];
+        if (t < n) a.dg[(tok0 + int64_t(t) * a.HV) * DK + d] = __float2bfloat16_rn(acc);
+      }
+    }
+    return;
+  }
+  dq.add_row_sums(sm.rowQ, [&](int r, int d, float x) { return x * q_rows(r, d); });
+  dk.add_row_sums(sm.rowK, [&](int r, int d, float x) { return x * k_rows(r, d); });
   hdh = block_sum(hdh, sm.red);  // its __syncthreads also publish the row sums
   if (threadIdx.x < C) {
     const int r = threadIdx.x;
@@ -550,12 +655,13 @@ void launch_forward(const Args& a, int DV) {
   launch_scan<DK, VG>(a, DV);
 }
 
-template <int DK, int DV>
+template <int DK, int DV, bool VG>
 void launch_backward(const Args& a) {
-  static_assert(LocalSmem<DK, DV>::floats() % 4 == 0, "the bf16 tiles of LocalSmem start 16-byte aligned");
-  launch_scan<DK, false>(a, DV);  // pass 1: every h[n]
-  launch_kernel<ScanSmem<DK, false>::bytes()>(reverse_scan_kernel<DK>, dim3(DV / BV, a.HV, a.B), a, DV);
-  launch_kernel<LocalSmem<DK, DV>::bytes()>(local_backward_kernel<DK, DV>, dim3(a.NT, a.HV, a.B), a);
+  using Local = LocalSmem<DK, DV, VG>;
+  static_assert(Local::floats() % 4 == 0, "the bf16 tiles of LocalSmem start 16-byte aligned");
+  launch_scan<DK, VG>(a, DV);  // pass 1: every h[n]
+  launch_kernel<ScanSmem<DK, VG>::bytes()>(reverse_scan_kernel<DK, VG>, dim3(DV / BV, a.HV, a.B), a, DV);
+  launch_kernel<Local::bytes()>(local_backward_kernel<DK, DV, VG>, dim3(a.NT, a.HV, a.B), a);
 }
 
 // The inputs both directions read; outputs and workspaces are set by the caller.
@@ -575,8 +681,6 @@ Args input_args(const void* q, const void* k, const void* v, const void* g, cons
 bool supported(int64_t dk, int64_t dv, DType dtype) {
   return dtype == DType::BF16 && (dk == 64 || dk == 128) && (dv == 64 || dv == 128);
 }
-
-bool backward_supported(bool vector_gate) { return !vector_gate; }
 
 void forward(void* o, float* ht, const void* q, const void* k, const void* v, const void* g, const float* h0,
              const DecayAttentionDims& d) {
@@ -612,7 +716,10 @@ void backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, float* gra
   a.dv = static_cast<bf16*>(grad_v), a.dg = static_cast<bf16*>(grad_g);
   using K64 = std::integral_constant<int, 64>;
   using K128 = std::integral_constant<int, 128>;
-  auto run = [&](auto dk_, auto dv_) { launch_backward<decltype(dk_)::value, decltype(dv_)::value>(a); };
+  auto run = [&](auto dk_, auto dv_) {
+    if (d.vector_gate) launch_backward<decltype(dk_)::value, decltype(dv_)::value, true>(a);
+    else launch_backward<decltype(dk_)::value, decltype(dv_)::value, false>(a);
+  };
   if (d.dk == 64 && d.dv == 64) run(K64{}, K64{});
   else if (d.dk == 64) run(K64{}, K128{});
   else if (d.dv == 64) run(K128{}, K64{});

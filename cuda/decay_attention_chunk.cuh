@@ -1,15 +1,14 @@
 // The chunked decay attention on tensor cores (mixers.md 4.3, 4.9, 4.10, 7, 10), forward and
 // backward: the GPU form of the CPU chunked reference decay_chunk::forward / decay_chunk::backward
 // (nn/ops/chunk_util.h, ReadAt::after_update). cuda/decay_attention.cu dispatches here when
-// supported() holds (the backward also backward_supported(); and T > 1, 16-byte aligned q, k, v,
-// grad_o) and keeps the recurrent kernel of cuda/recurrence.cuh for every other case. Both directions read only the inputs and the
+// supported() holds (and T > 1, 16-byte aligned q, k, v, grad_o) and keeps the recurrent kernel
+// of cuda/recurrence.cuh for every other case. Both directions read only the inputs and the
 // initial state, so a chunked forward and a recurrent backward (or the reverse) mix freely.
 //
 // Scope: BF16 storage (fp32 math and state), grouped value heads, dk and dv in {64, 128}, chunks
 // of kChunk = 64 tokens, any T, optional initial state and final-state gradient. A scalar log
-// gate g: (B, T, HV) (RetNet, Mamba-2) forward and backward; a vector log gate g: (B, T, HV, dk)
-// (GLA, HGRN-2) forward only (the scores in 16-token sub-chunks, mixers.md 4.4); its backward
-// stays on the recurrent kernel.
+// gate g: (B, T, HV) (RetNet, Mamba-2) or a vector log gate g: (B, T, HV, dk) (GLA, HGRN-2; its
+// in-chunk pair terms in 16-token sub-chunks, mixers.md 4.4), forward and backward.
 #pragma once
 #include <cstdint>
 
@@ -20,10 +19,8 @@ namespace hla::cuda::decay_chunk {
 
 constexpr int kChunk = 64;
 
-// The forward, for either gate.
+// Both directions, for either gate.
 bool supported(int64_t dk, int64_t dv, DType dtype);
-// The backward, on top of supported(): the scalar gate only.
-bool backward_supported(bool vector_gate);
 
 // cuda::decay_attention_forward for supported() dims: bf16 o, q, k, v, g (q, k, v 16-byte
 // aligned), fp32 h0 (null = zeros) and ht. Workspace: 4 B x B HV ceil(T / 64) 64 x 64 (the scores).
