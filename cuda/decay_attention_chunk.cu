@@ -1,6 +1,7 @@
 // The chunked decay attention on tensor cores, forward and backward, pass by pass the CPU chunked
-// reference decay_chunk::forward / decay_chunk::backward of nn/ops/chunk_util.h (scalar gate,
-// ReadAt::after_update); scope in cuda/decay_attention_chunk.cuh.
+// reference decay_chunk::forward / decay_chunk::backward of nn/ops/chunk_util.h (scalar and
+// vector gate, ReadAt::after_update); scope in cuda/decay_attention_chunk.cuh. The passes below
+// are written for the scalar gate; the vector gate's differences follow them.
 //
 // Per (batch b, value head j; q/k head j / (HV / H)), chunks of C = 64 tokens, local t = 0..63;
 // rows past the end of the sequence are zero (q = k = v = dO = 0, g = 0), so they change nothing.
@@ -37,6 +38,23 @@
 //   reference, which leaves the diagonal out of dG.
 //   h[n] and dh[n] are kept in fp32 (2 x 4 B x B HV NT dk dv, 268 MB each at B4 T4096 H16 D128):
 //   bf16 snapshots would put 2^-9 relative errors on dQ, dK, dV (products with h, dh).
+// Vector gate (GLA, HGRN-2; template flag VG; g and dg (B, T, HV, dk), G per channel, fp32 (C, dk)
+// tiles in shared memory). Every diagonal factor becomes per channel, exp(G_t) -> exp(G_t[d]):
+//   Pass 1 (vector_scores_kernel): Aqk in 16-row sub-chunks (mixers.md 4.4): below the diagonal
+//     blocks one mma per row tile through its first row r, (q_t e^{G_t - G_r}) . (k_s e^{G_r - G_s}),
+//     s < r <= t; the 16 x 16 diagonal blocks pair by pair in fp32.
+//   Pass 2 and backward passes 1-2: the scans read the fp32 tiles q (.) exp(G) and
+//     k (.) exp(G_last - G) and decay the state rows by exp(G_last[d]).
+//   Pass 3: Ps = scale dO V^T masked (no decay: it is per channel); dQ_t += sum_{s<=t} Ps[t,s]
+//     k_s (.) e^{G_t - G_s} through the row tile's first row (earlier sub-chunks) and pair by
+//     pair (its own), dK_s += sum_{t>=s} Ps[t,s] q_t (.) e^{G_t - G_s} through the row tile's
+//     last row; dG per channel: q (.) dQ - k (.) dK, at the last row exp(G_last) (.) rowsum(h (.)
+//     dh) + sum_s k_s (.) dK^state_s (WarpTile::add_col_sums), reverse cumsum per channel.
+//   Bound relied on: every exponent formed is <= 0 (G decreases inside a chunk, the reference
+//   rows sit between the pair's rows, the pairs s > t are masked before the exp), so no factor
+//   overflows whatever the gate; a factor underflows only where the exact pair weight
+//   exp(G_t - G_s) is itself below ~1e-38. Factoring q e^{G} . k e^{-G} over the chunk instead
+//   overflows once G reaches ~-88 (logsigmoid(N(-3, 1)), ~-3 a step, does within ~30 tokens).
 // Precision: q, k, v, dO are bf16 and enter the mma exactly; the fp32 operands (h, dh, Aqk, Ps,
 // the decay-weighted V and dO) are split into hi + lo bf16 halves (cuda/chunk_mma.cuh); per-row
 // decays multiply the fp32 accumulators. Per-row sums (dG) are reduced without atomics
@@ -48,6 +66,9 @@
 //   (2 / 4 CTAs an SM);  local_backward_kernel (dk, dv) = (128, 128) 141,952 B, (128, 64)
 //   125,568 B, (64, 128) 108,160 B, (64, 64) 91,776 B, with 202, 173, 155, 124 registers a
 //   thread (ptxas): one CTA an SM, two at (64, 64) (at (64, 128) the registers allow only one).
+//   Vector gate: vector_scores_kernel 68,608 / 35,840 B; scan_kernel and reverse_scan_kernel
+//   109,056 / 66,816 B; local_backward_kernel (128, 128) 178,816 B, (128, 64) 162,432 B,
+//   (64, 128) 127,104 B, (64, 64) 110,720 B, with 217, 188, 186, 160 registers (one CTA an SM).
 #include "cuda/decay_attention_chunk.cuh"
 
 #include <cuda_bf16.h>

@@ -183,15 +183,15 @@ void add_decay_cases() {
                       decay_kernel(r.dk, r.dv, r.vector_gate), decay_inputs(c), decay_op(c.scale, 0)));
   }
 
-  // Cases that take the chunked tensor-core kernels (cuda/decay_attention_chunk.cu; forward and
-  // backward for a scalar gate, the forward for a vector gate) in bf16: the two scalar-gate
-  // mixers' gates, a plain scalar log gate
+  // Cases that take the chunked tensor-core kernels (cuda/decay_attention_chunk.cu, forward and
+  // backward) in bf16: the two scalar-gate mixers' gates, a plain scalar log gate
   // logsigmoid(N(0, 1)) (a decay of ~0.45 a step: exp(G) reaches ~e^-50 inside a chunk), grouped
   // value heads (H 2 / HV 4, H 1 / HV 4) and ungrouped ones, every (dk, dv) template class,
   // partial last chunks (T = 100, 130, 150; 193 leaves one token) and one exact chunk (T = 64),
   // with and without an initial state, and a long sequence (64 chunks). The vector-gate rows draw
-  // the strong gate logsigmoid(N(0, 1)) per channel (in-chunk exponents reach ~-50, where a
-  // factorisation q e^G . k e^-G overflows) and GLA's logsigmoid(N(0, 1)) / 16. The f32 rows run the
+  // the strong gate logsigmoid(N(0, 1)) per channel (in-chunk cumulative gates reach ~-50), GLA's
+  // logsigmoid(N(0, 1)) / 16, and logsigmoid(N(-3, 1)) (~-3 a step: G passes -88 within ~30
+  // tokens, where a factorisation q e^G . k e^-G overflows fp32). The f32 rows run the
   // recurrent kernel (fp32 storage never takes the chunked path); under RetNet's constant near-1
   // decays they check that its decay keeps full fp32 precision over a memory of hundreds of
   // tokens (cuda/recurrence.cuh, decay()).
@@ -199,6 +199,7 @@ void add_decay_cases() {
     int64_t B, T, H, HV, dk, dv;
     DecayGate gate;
     bool initial_state;
+    double gate_shift = 0.0;
   };
   for (const ChunkRow& r : {
            ChunkRow{2, 100, 2, 4, 64, 64, DecayGate::RetNet, true},
@@ -219,10 +220,11 @@ void add_decay_cases() {
            ChunkRow{2, 150, 1, 4, 64, 64, DecayGate::Gla, false},
            ChunkRow{2, 4096, 2, 4, 128, 128, DecayGate::Gla, true},
            ChunkRow{2, 4096, 2, 4, 128, 128, DecayGate::Vector, true},
+           ChunkRow{2, 130, 2, 4, 128, 64, DecayGate::Vector, true, -3.0},
        }) {
     // Mamba-2 reads unit-norm queries at scale 1; RetNet (and the plain gate) scale 1 / sqrt(dk).
     const bool mamba2 = r.gate == DecayGate::Mamba2;
-    const DecayCase c{r.B, r.T, r.H, r.HV, r.dk, r.dv, r.gate, 0.0, mamba2 ? unit_std(r.dk) : 1.0, unit_std(r.dk),
+    const DecayCase c{r.B, r.T, r.H, r.HV, r.dk, r.dv, r.gate, r.gate_shift, mamba2 ? unit_std(r.dk) : 1.0, unit_std(r.dk),
                       r.initial_state ? 0.5 : 0.0, mamba2 ? 1.0 : unit_std(r.dk), 0};
     const bool vector_gate = r.gate == DecayGate::Vector || r.gate == DecayGate::Gla;
     const char* gate = mamba2                         ? "mamba2"
