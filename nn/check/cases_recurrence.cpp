@@ -239,7 +239,8 @@ void add_decay_cases() {
 
   // Perf at (B, T, H, D), dk = dv = D, beside fla's chunk kernel of the same gate (targets.md):
   // chunk_simple_gla (scalar) and chunk_gla (vector) at the anchor shape; at B8 T2048 H16 D64,
-  // chunk_retention (scalar; the 2026-12-01 same-run re-measure, 0.323 / 1.141 ms).
+  // chunk_retention (scalar; the 2026-12-01 same-run re-measure, 0.323 / 1.141 ms) and chunk_gla
+  // (vector; targets.md's smaller shape, 0.552 / 2.706 ms).
   struct PerfRow {
     int64_t B, T, H, D;
     bool vector_gate;
@@ -248,7 +249,8 @@ void add_decay_cases() {
   };
   for (const PerfRow& r : {PerfRow{kB, kT, kH, kD, false, 0.432, 2.094, "fla chunk_simple_gla"},
                            PerfRow{kB, kT, kH, kD, true, 0.755, 3.246, "fla chunk_gla"},
-                           PerfRow{8, 2048, 16, 64, false, 0.323, 1.141, "fla chunk_retention"}}) {
+                           PerfRow{8, 2048, 16, 64, false, 0.323, 1.141, "fla chunk_retention"},
+                           PerfRow{8, 2048, 16, 64, true, 0.552, 2.706, "fla chunk_gla"}}) {
     const double state_pass = 2.0 * r.D * r.D * double(r.B) * r.T * r.H;  // FLOPs of one pass over every state
     const double row_bytes = 2.0 * double(r.B) * r.T * r.H * r.D;         // one (B, T, H, D) bf16 tensor
     const double gate_bytes = r.vector_gate ? row_bytes : row_bytes / r.D;
