@@ -323,7 +323,7 @@ struct ScanSmem {
   }
 };
 
-// Forward pass 2 (VG: the vector gate). With a.o null (the backward's replay, scalar gate) it
+// Forward pass 2 (VG: the vector gate). With a.o null (the backward's replay) it
 // reads no scores and writes no outputs, only every chunk-start state h[n] into a.h_start.
 template <int DK, bool VG>
 __global__ void __launch_bounds__(kThreads) scan_kernel(Args a, int DV) {
