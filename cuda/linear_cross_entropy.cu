@@ -55,8 +55,7 @@ __global__ void finish_kernel(float* lse, float* row_loss, float* row_valid, con
 
 // loss: () = sum(row_loss) / sum(row_valid) (0 without valid rows), valid: () = sum(row_valid).
 // One block; fp64 sums in a fixed order, so the result does not depend on timing.
-template <class T>
-__global__ void mean_loss_kernel(T* loss, float* valid, const float* row_loss, const float* row_valid, int64_t N) {
+__global__ void mean_loss_kernel(float* loss, float* valid, const float* row_loss, const float* row_valid, int64_t N) {
   __shared__ double total[kThreads], count[kThreads];
   double t = 0, k = 0;
   for (int64_t n = threadIdx.x; n < N; n += blockDim.x) t += row_loss[n], k += row_valid[n];
@@ -67,7 +66,7 @@ __global__ void mean_loss_kernel(T* loss, float* valid, const float* row_loss, c
     __syncthreads();
   }
   if (threadIdx.x == 0) {
-    *loss = from_float<T>(static_cast<float>(count[0] > 0 ? total[0] / count[0] : 0.0));
+    *loss = static_cast<float>(count[0] > 0 ? total[0] / count[0] : 0.0);
     *valid = static_cast<float>(count[0]);
   }
 }
@@ -75,10 +74,10 @@ __global__ void mean_loss_kernel(T* loss, float* valid, const float* row_loss, c
 // z: (N, C) logits of the chunk in, dz out, scaled by dloss / valid (device scalars). One block per row.
 template <class T>
 __global__ void dz_chunk_kernel(T* z, const float* lse, const int32_t* c, int64_t C, int64_t v0, int32_t ignore,
-                                const T* dloss, const float* valid) {
+                                const float* dloss, const float* valid) {
   const int64_t n = blockIdx.x;
   const int32_t target = c[n];
-  const float k = *valid > 0 ? to_float(*dloss) / *valid : 0.0f;
+  const float k = *valid > 0 ? *dloss / *valid : 0.0f;
   const float l = lse[n], kk = target == ignore ? 0.0f : k;
   T* zr = z + n * C;  // zr: (C)
   for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
@@ -95,7 +94,7 @@ __global__ void accumulate_kernel(float* acc, const T* x, int64_t n, bool first)
 
 }  // namespace
 
-void linear_cross_entropy_forward(float* lse, void* loss, float* valid, const void* h, const void* w, const int32_t* c,
+void linear_cross_entropy_forward(float* lse, float* loss, float* valid, const void* h, const void* w, const int32_t* c,
                                   int64_t N, int64_t D, int64_t V, int64_t chunk, int32_t ignore, DType dtype) {
   HLA_CHECK(chunk >= 1 && V >= 1, "linear_cross_entropy: chunk ", chunk, " and V ", V, " must be >= 1");
   FloatScratch running(3 * N + 1);                  // running: (3, N) m, s, z_c
@@ -115,14 +114,14 @@ void linear_cross_entropy_forward(float* lse, void* loss, float* valid, const vo
       finish_kernel<<<grid_1d(N), kThreads>>>(lse, rows.get(), rows.get() + N, m, s, zc, c, N, V, ignore);
       CUDA_CHECK_LAUNCH();
     }
-    mean_loss_kernel<T><<<1, kThreads>>>(static_cast<T*>(loss), valid, rows.get(), rows.get() + N, N);
+    mean_loss_kernel<<<1, kThreads>>>(loss, valid, rows.get(), rows.get() + N, N);
     CUDA_CHECK_LAUNCH();
   });
 }
 
 void linear_cross_entropy_backward(void* dh, void* dw, const void* h, const void* w, const float* lse,
                                    const int32_t* c, int64_t N, int64_t D, int64_t V, int64_t chunk, int32_t ignore,
-                                   const void* dloss, const float* valid, DType dtype) {
+                                   const float* dloss, const float* valid, DType dtype) {
   if (N == 0) {
     memset_zero(dw, static_cast<size_t>(V * D) * dtype_size(dtype));  // no rows: dw = 0 (dh is empty)
     return;
@@ -140,7 +139,7 @@ void linear_cross_entropy_backward(void* dh, void* dw, const void* h, const void
       const T* wc = static_cast<const T*>(w) + v0 * D;  // wc: (C, D)
       gemm(zt, h, wc, dtype, N, C, D, false, true, 1.0f, 0.0f);  // z = h w_c^T (recomputed)
       dz_chunk_kernel<T><<<static_cast<unsigned>(N), kThreads>>>(zt, lse, c, C, v0, ignore,
-                                                                  static_cast<const T*>(dloss), valid);
+                                                                  dloss, valid);
       CUDA_CHECK_LAUNCH();
       gemm(static_cast<T*>(dw) + v0 * D, zt, h, dtype, C, D, N, true, false, 1.0f, 0.0f);  // dw_c = dz^T h
       if (f32) {

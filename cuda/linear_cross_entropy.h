@@ -7,16 +7,16 @@
 #include "tensor/dtype.h"
 
 namespace hla::cuda {
-// h: (N, D), w: (V, D), c: (N) device I32; lse: (N), loss: () in h's dtype and valid: () fp32
+// h: (N, D), w: (V, D), c: (N) device I32; lse: (N), loss: () and valid: () fp32
 // written on the device, nothing read back (a training step does not wait on its loss). Logits
 // z = h w^T, chunk vocabulary columns at a time; loss is the mean over rows whose target is not
 // `ignore` (0 when there are none; NaN when a target lies outside [0, V)); valid counts them.
-void linear_cross_entropy_forward(float* lse, void* loss, float* valid, const void* h, const void* w, const int32_t* c,
+void linear_cross_entropy_forward(float* lse, float* loss, float* valid, const void* h, const void* w, const int32_t* c,
                                   int64_t N, int64_t D, int64_t V, int64_t chunk, int32_t ignore, DType dtype);
 // dh: (N, D) and dw: (V, D) written: with dz = (softmax(z) - onehot(c)) * dloss / valid (zero rows
-// where c == ignore; dloss: () in h's dtype and valid: () fp32, both read on the device),
+// where c == ignore; dloss: () and valid: () fp32, both read on the device),
 // recomputed chunk by chunk, dh = dz w and dw = dz^T h.
 void linear_cross_entropy_backward(void* dh, void* dw, const void* h, const void* w, const float* lse,
                                    const int32_t* c, int64_t N, int64_t D, int64_t V, int64_t chunk, int32_t ignore,
-                                   const void* dloss, const float* valid, DType dtype);
+                                   const float* dloss, const float* valid, DType dtype);
 }  // namespace hla::cuda

@@ -174,7 +174,7 @@ TEST_CASE("GPU training allocates nothing after warm-up: no cudaMalloc, same byt
   int runs_checked = 0;
   for (const char* dtype : {"f32", "bf16"}) {
     for (const TinyRun& r : runs()) {
-      INFO(label(r), ", ", dtype);
+      INFO(label(r), ", ", std::string(dtype));
       size_t mallocs = 0, in_use = 0, reserved = 0, step_peak = 0;
       first_losses(r, "cuda", dtype, [&](int step) {
         if (step == kWarmup) {
@@ -207,7 +207,7 @@ TEST_CASE("GPU training reads nothing back between log lines; a window's losses 
   int runs_checked = 0;
   for (const char* dtype : {"f32", "bf16"}) {
     for (const TinyRun& r : runs()) {
-      INFO(label(r), ", ", dtype);
+      INFO(label(r), ", ", std::string(dtype));
       const std::vector<double> per_step = first_losses(r, "cuda", dtype);
       auto t = tiny_trainer(r, "cuda", dtype, /*log_every=*/kSteps);
       size_t worst = 0;
@@ -216,7 +216,7 @@ TEST_CASE("GPU training reads nothing back between log lines; a window's losses 
         t->trainer->queue_step();
         if (step > kWarmup) worst = std::max(worst, cuda::host_syncs() - before);
       }
-      MESSAGE(label(r), ", ", dtype, ": ", worst, " host waits in the worst step after warm-up");
+      MESSAGE(label(r), ", ", std::string(dtype), ": ", worst, " host waits in the worst step after warm-up");
       CHECK(worst == 0u);  // every model, HGRN's depth-softmax lower bounds included (on the device)
       const size_t before_read = cuda::host_syncs();
       std::vector<StepMetrics> steps = t->trainer->read_steps();

@@ -97,7 +97,7 @@ HLA_INSTANTIATE_LCE(double)
 
 // The loss and the count of rows with a target.
 struct LossValue {
-  Tensor loss;   // (): the mean over rows with a target, in h's dtype, on h's device
+  Tensor loss;   // (): the mean over rows with a target, in accum_dtype(h) (fp32 for bf16), on h's device
   Tensor valid;  // (): the number of those rows, F32, on h's device
 };
 
@@ -108,8 +108,8 @@ static LossValue linear_cross_entropy_forward(Tensor& lse, const Tensor& h, cons
                                               int64_t chunk, int32_t ignore) {
   const int64_t N = h.size(0), D = h.size(1), V = w.size(0);
   if (h.is_cuda()) {
-    LossValue out{Tensor::empty({}, h.dtype(), h.device()), Tensor::empty({}, DType::F32, h.device())};
-    HLA_CUDA_ONLY(cuda::linear_cross_entropy_forward(lse.data<float>(), out.loss.raw(), out.valid.data<float>(),
+    LossValue out{Tensor::empty({}, DType::F32, h.device()), Tensor::empty({}, DType::F32, h.device())};
+    HLA_CUDA_ONLY(cuda::linear_cross_entropy_forward(lse.data<float>(), out.loss.data<float>(), out.valid.data<float>(),
                                                      h.raw(), w.raw(), targets.data<int32_t>(), N, D, V, chunk,
                                                      ignore, h.dtype()));
     return out;
@@ -120,7 +120,7 @@ static LossValue linear_cross_entropy_forward(Tensor& lse, const Tensor& h, cons
     return cpu::linear_cross_entropy_forward(lse.data<T>(), h.data<T>(), w.data<T>(), targets.data<int32_t>(), N, D,
                                              V, chunk, ignore, &valid);
   });
-  return {Tensor::full({}, valid ? total / static_cast<double>(valid) : 0.0, h.dtype(), h.device()),
+  return {Tensor::full({}, valid ? total / static_cast<double>(valid) : 0.0, accum_dtype(h), h.device()),
           Tensor::full({}, static_cast<double>(valid), DType::F32, h.device())};
 }
 
@@ -132,7 +132,7 @@ static void linear_cross_entropy_backward(Tensor& dh, Tensor& dw, const Tensor& 
   if (h.is_cuda()) {
     HLA_CUDA_ONLY(cuda::linear_cross_entropy_backward(dh.raw(), dw.raw(), h.raw(), w.raw(), lse.data<float>(),
                                                       targets.data<int32_t>(), N, D, V, chunk, ignore,
-                                                      dloss.to(h.dtype()).raw(), forward.valid.data<float>(),
+                                                      dloss.to(DType::F32).data<float>(), forward.valid.data<float>(),
                                                       h.dtype()));
     return;
   }
