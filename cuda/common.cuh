@@ -51,21 +51,23 @@ void launch_1d(void (*kernel)(Params...), int64_t n, int block, Args... args) {
   CUDA_CHECK_LAUNCH();
 }
 
-// fp32 device scratch that frees itself (through the caching allocator, so it is cheap).
-class FloatScratch {
+// Device scratch of n elements of T that frees itself (through the caching allocator, so it is
+// cheap).
+template <class T>
+class Scratch {
  public:
-  explicit FloatScratch(int64_t n)
-      : bytes_(static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(float)),
-        ptr_(static_cast<float*>(device_alloc(bytes_))) {}
-  ~FloatScratch() { device_free(ptr_, bytes_); }
-  FloatScratch(const FloatScratch&) = delete;
-  FloatScratch& operator=(const FloatScratch&) = delete;
-  float* get() const { return ptr_; }
+  explicit Scratch(int64_t n)
+      : bytes_(static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(T)), ptr_(static_cast<T*>(device_alloc(bytes_))) {}
+  ~Scratch() { device_free(ptr_, bytes_); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  T* get() const { return ptr_; }
 
  private:
   size_t bytes_;
-  float* ptr_;
+  T* ptr_;
 };
+using FloatScratch = Scratch<float>;
 
 #define HLA_GRID_STRIDE(i, n) \
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)

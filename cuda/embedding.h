@@ -6,6 +6,7 @@
 namespace hla::cuda {
 // ids: (N) device I32, w: (V, D), y: (N, D)
 void embedding_forward(void* y, const int32_t* ids, const void* w, int64_t N, int64_t V, int64_t D, DType dtype);
-// dw: (V, D) written: zeroed, then the rows of dy: (N, D) added with atomics
+// dw: (V, D) written: each row the fp32 sum, in position order, of the rows of dy: (N, D) at its
+// token's positions (deterministic; ids outside [0, V) add nowhere)
 void embedding_backward(void* dw, const void* dy, const int32_t* ids, int64_t N, int64_t V, int64_t D, DType dtype);
 }  // namespace hla::cuda

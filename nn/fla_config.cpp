@@ -240,6 +240,7 @@ json write_dtype(const ModelConfig& c) { return c.fla_kept.contains("dtype") ? j
 
 void read_attn(const FlaRead& r);
 json write_attn(const ModelConfig& c);
+json write_mamba2_attn(const ModelConfig& c);
 void read_hla_block(const FlaRead& r);
 json write_hla_block(const ModelConfig& c);
 
@@ -267,6 +268,8 @@ const std::vector<FlaField>& fla_fields() {
     fixed("use_l2warp", kAll, false, "l2warp adds a logit penalty to the loss; hla's loss is plain cross-entropy"),
     fixed("attnres_block_size", kGatedMlp, nullptr, "attention residuals (extra res_proj / res_norm per block)"),
     converted("attn", kHybrid, read_attn, write_attn, "the softmax-attention layers of a hybrid (attn.*)"),
+    converted("attn", kMamba2, read_attn, write_mamba2_attn,
+              "the softmax-attention layers of a hybrid (fla has no Mamba-2 hybrid: its Mamba2Config has no attn)"),
     converted("hla", kAll, read_hla_block, write_hla_block, "hla's own settings: chunk_size, routing"),
     // Transformer: its attention settings are top-level fields
     converted("num_heads", kTransformer, read_transformer_heads, write_transformer_heads, "attention heads"),
@@ -459,6 +462,10 @@ json write_attn(const ModelConfig& c) {
   a["rope_theta"] = c.attn.rope_theta;
   return a;
 }
+
+// A pure Mamba-2 model's config.json stays fla's (no attn key); a hybrid's carries its attention
+// layers, or hla could not read back the checkpoint it wrote.
+json write_mamba2_attn(const ModelConfig& c) { return c.has_attn ? write_attn(c) : omitted(); }
 
 // The "hla" block: hla's settings that fla's config for this model_type has no field for.
 bool in_hla_block(const ModelField& f, unsigned bit) {

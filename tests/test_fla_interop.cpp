@@ -330,6 +330,16 @@ TEST_CASE("hla's configs are written with fla's model_type, class and defaults")
       "old.json");
   CHECK((old.expand_v == 2.0 && old.head_dim == 16 && old.state_size == 16));
   CHECK(ModelConfig::from_json(old.to_json(), "new.json").to_json() == old.to_json());
+  CHECK_FALSE(old.to_json().contains("attn"));  // a pure Mamba-2 config is fla's, key for key
+  // A Mamba-2 hybrid (no fla counterpart) keeps its attention layers through config.json: without
+  // them hla could not read back its own checkpoint (every layer read as Mamba-2).
+  const ModelConfig m2 = ModelConfig::from_json(
+      nlohmann::json::parse(R"({"model_type": "mamba2", "hidden_size": 64, "num_hidden_layers": 6, "num_heads": 2,
+        "head_dim": 32, "hybrid": "6:1"})"),
+      "m2.json");
+  const ModelConfig m2_back = ModelConfig::from_json(m2.to_json(), "m2-written.json");
+  CHECK((m2_back.has_attn && m2_back.attn.layers == std::vector<int>{5} && m2_back.attn.layers == m2.attn.layers));
+  CHECK(m2_back.to_json() == m2.to_json());
 }
 
 TEST_CASE("fla -> hla -> fla keeps every tensor byte for byte, and the config's fields") {
