@@ -224,9 +224,10 @@ TEST_CASE("GPU training reads nothing back between log lines; a window's losses 
       REQUIRE(steps.size() == size_t(kSteps));
       for (int i = 0; i < kSteps; i++) {
         CAPTURE(i + 1);
-        // Two GPU runs agree to rounding, not bit for bit (atomic accumulation in some backward
-        // kernels orders its sums at run time): 3.98551 vs 3.9855 was seen in bf16 on the H200.
-        CHECK(std::abs(steps[i].loss - per_step[i]) <= 1e-4 * std::abs(per_step[i]));
+        // Two GPU runs agree bit for bit: every kernel of a step sums in a fixed order (the
+        // embedding's backward once used bf16 atomics, and HGRN's bf16 losses then drifted ~2e-3
+        // apart within 20 steps).
+        CHECK(steps[i].loss == per_step[i]);
       }
       runs_checked++;
     }
