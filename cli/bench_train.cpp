@@ -11,11 +11,12 @@
 // step lines report them). speedup = tokens/s(N) / tokens/s(1); efficiency = speedup / N.
 // Default models: the 374M Transformer and the Gated DeltaNet 3:1 hybrid (shared/design/targets.md).
 // Writes DIR/train_bench.json and DIR/train_bench.md; each run's log is DIR/<model>-gpus<N>.log.
-// Each row also gives MFU (the runs' model TFLOP/s over the H200's bf16 dense peak per GPU), the
-// allocator's peak GiB and an anchor (tokens/s; ratio = ours / anchor, above 1 is faster):
-// targets.md's figure for the default models, or with --anchors FILE the PyTorch eager run
-// scripts/bench_train_torch.py measured on this GPU (its "anchor", "torch eager", names the rows
-// it serves). --json FILE writes the table with --commit (bench/train-h200.json is one).
+// Each row also gives MFU (--device cuda: the runs' model TFLOP/s over the H200's bf16 dense
+// peak per GPU), the allocator's peak GiB and, at 1 GPU, an anchor (tokens/s; ratio = ours /
+// anchor, above 1 is faster): targets.md's figure for the default models, or with --anchors FILE
+// the PyTorch eager run scripts/bench_train_torch.py measured on this GPU (its "anchor", "torch
+// eager", names the rows it serves). --json FILE writes the table with --commit
+// (bench/train-h200.json is one).
 #include "cli/bench_train.h"
 
 #include <algorithm>
@@ -214,7 +215,7 @@ void run_bench(const TrainBenchOptions& o) {
       r.global_batch = o.batch * gpus;
       const RunStats stats = run_one(o, m, gpus);
       r.tokens_per_s = stats.tokens_per_s;
-      r.mfu = stats.model_tflops * 1e12 / (Throughput::kPeakFlops * gpus);
+      r.mfu = o.device == "cuda" ? stats.model_tflops * 1e12 / (Throughput::kPeakFlops * gpus) : 0;  // an H200 figure
       r.peak_gib = stats.peak_gib;
       if (gpus == 1) single = r.tokens_per_s;
       r.speedup = single > 0 ? r.tokens_per_s / single : 0;

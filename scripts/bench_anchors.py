@@ -86,7 +86,7 @@ def qkv(s, std=None):
 
 def sdpa(s):
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    q, k, v = (x.transpose(1, 2) for x in qkv(s, 1.0))  # SDPA takes (B, H, T, D)
+    q, k, v = (x.transpose(1, 2).contiguous() for x in qkv(s, 1.0))  # SDPA takes (B, H, T, D)
 
     def call(q, k, v):
         with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
