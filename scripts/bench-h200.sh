@@ -7,15 +7,17 @@
 #   kernels  hla bench --anchors (those times) --json results-h200.json
 #   train    scripts/bench_train_torch.py (PyTorch eager, the 374M Transformer), then
 #            hla bench train --gpus 1 --anchors (that) --json train-h200.json
-# Every file goes to $OUT (else build-gpu/bench-h200): bench-cases.json, bench-anchors.json,
-# results-h200.json, train-torch.json, train-h200.json and a log per stage. The commit recorded in
+# Every file goes to build-gpu/bench-h200 (kept between calls, so the stages can run in separate
+# calls of at most 10 minutes: `build anchors`, then `kernels train`) and is copied to $OUT when
+# set: bench-cases.json, bench-anchors.json, results-h200.json, train-torch.json,
+# train-h200.json and a log per stage. The commit recorded in
 # the JSON: HLA_COMMIT, else `git rev-parse HEAD`, else "unknown" (the GPU box's copy of the tree
 # has no .git: pass HLA_COMMIT=$(git rev-parse HEAD) from the machine that sent it).
 # A stage that fails says so and the later ones still run; the exit status is 1 if any failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=build-gpu
-OUTDIR=${OUT:-$BUILD/bench-h200}
+OUTDIR=$BUILD/bench-h200
 FLA_DIR=${FLA_DIR:-.fla}
 COMMIT=${HLA_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
 mkdir -p "$OUTDIR"
@@ -57,5 +59,10 @@ for stage in "${stages[@]}"; do
     *) echo "bench-h200.sh: unknown stage '$stage' (build, anchors, kernels, train)"; exit 2 ;;
   esac
 done
-say "done; files in $OUTDIR"
+if [ -n "${OUT:-}" ]; then
+  find "$OUTDIR" -maxdepth 1 -type f -exec cp {} "$OUT"/ \;
+  say "done; files in $OUTDIR, copied to $OUT"
+else
+  say "done; files in $OUTDIR"
+fi
 exit $status

@@ -49,6 +49,7 @@ class RMSNorm(nn.Module):
 def rope(x, cos, sin):
     """Rotate-half RoPE on x: (B, H, T, D) with cos, sin: (T, D)."""
     half = x.shape[-1] // 2
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
     return x * cos + rotated * sin
 
