@@ -7,7 +7,8 @@
 // in the same GPU run (the row says which). --json writes the table as JSON
 // (nn/check/perf_report.h) with --commit, the commit measured (scripts/bench-h200.sh passes it).
 // Times are medians of CUDA-event timings (cuda/timer.h). Needs a GPU; --list (with --json: the
-// rows unmeasured, scripts/bench_anchors.py's input) and --table FILE (a bench JSON's table) do not.//
+// rows unmeasured, scripts/bench_anchors.py's input) and --table FILE (a bench JSON's table) do not.
+//
 // `hla bench decode [--mixer M --shape 340m | --config FILE] [--contexts ...] [--batches 1,64]
 // [--device cpu|cuda] [--out DIR]`: decoding tokens/s and per-sequence memory of the mixer's
 // pure, 24:1, 12:1, 6:1, 3:1 and Transformer models (eval/decode_bench.h); prints the tables,

@@ -71,7 +71,6 @@ TEST_CASE("hla bench lists every mixer at every bench shape, attention also at T
   // hgrn runs on x: (B, T, H * D): the last two shapes are both B8 T2048 D1024, one row.
   for (const std::string name : {"hgrn B4 T4096 D2048", "hgrn B8 T2048 D1024"}) CHECK(names.count(name) == 1);
   CHECK(names.count("attention B1 T16384 H16 D128") == 1);
-  CHECK(names.size() == mixers.size() * kBenchShapes.size() + 2 + 1 + 2);  // + hgrn, T16384, the two losses
 }
 
 TEST_CASE("every bench case has its shape, a mixer's its anchor too and a name ending in the shape's label") {
