@@ -48,7 +48,8 @@ parser.add_argument("--keep-hopper-guard", action="store_true", help="do not byp
 
 
 def configure_fla(args):
-    """Imports fla with the first-config autotune and the guard choice; returns fla's ops."""
+    """Patches Triton to compile first autotune configs only (unless --autotune), imports fla and bypasses
+    its #640 guard (unless --keep-hopper-guard); returns whether the guard was bypassed."""
     if not args.autotune:
         from triton.runtime import autotuner
         init = autotuner.Autotuner.__init__
