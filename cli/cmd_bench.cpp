@@ -93,14 +93,25 @@ void run(const Options& opt) {
             << " warm-up runs; ratio = ours / anchor (below 1 is faster); work MiB = temporary device memory of one"
                " call (fwd+bwd: the larger of the two calls')\n";
 #endif
+  // A case that throws is reported and left out; the others still run, and the exit status is 1.
   std::vector<hla::check::PerfRow> rows;
+  std::vector<std::string> failures;
   for (const hla::check::Case* c : cases) {
-    auto r = hla::check::run_perf(*c, opt.perf);
-    rows.insert(rows.end(), r.begin(), r.end());
+    try {
+      auto r = hla::check::run_perf(*c, opt.perf);
+      rows.insert(rows.end(), r.begin(), r.end());
+    } catch (const std::exception& e) {
+      failures.push_back(c->name + ": " + e.what());
+      std::cerr << "bench: " << failures.back() << "\n";
+    }
   }
   rows = finish(rows);
   std::cout << hla::check::perf_table(rows);
   if (!opt.json.empty()) write_json(opt.json, rows, info);
+  if (failures.empty()) return;
+  std::cout << "bench: " << failures.size() << " case(s) FAILED and are not in the table:\n";
+  for (const std::string& f : failures) std::cout << "  " << f << "\n";
+  throw hla::cli::ExitCode{1};
 }
 
 struct DecodeSettings {
