@@ -225,11 +225,26 @@ def read_rows(path, only):
     return list(rows.values())
 
 
+def write_json(path, value):
+    """Writes through a temporary file and a rename, so a killed run leaves the last whole file."""
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(value, f, indent=2)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
 def main():
     args = parser.parse_args()
     start = time.time()
     rows = read_rows(args.cases, args.only)
     bypassed = configure_fla(args)
+    import fla
+    import triton
+    out = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "triton": triton.__version__,
+           "fla": getattr(fla, "__version__", "unknown"),
+           "autotune": "fla's own" if args.autotune else "first config only",
+           "hopper_guard_bypassed": bypassed, "warmup": args.warmup, "repeats": args.repeats, "rows": {}}
     fla_rows = [r for r in rows if r["anchor"].startswith("fla ")]
     if args.jobs > 0 and fla_rows:
         shares = [(fla_rows[i::args.jobs], args) for i in range(min(args.jobs, len(fla_rows)))]
@@ -237,31 +252,18 @@ def main():
             pool.map(compile_rows, shares)
         print(f"bench_anchors: compiled {len(fla_rows)} fla rows in {len(shares)} processes, "
               f"{time.time() - start:.0f} s", file=sys.stderr)
-    results = {}
-    for row in rows:
+    write_json(args.out, out)
+    for row in rows:  # the file is rewritten after each row: a run cut short keeps what it timed
         t0 = time.time()
-        results[row["name"]] = r = time_row(row, args.warmup, args.repeats)
+        out["rows"][row["name"]] = r = time_row(row, args.warmup, args.repeats)
+        out["seconds"] = round(time.time() - start, 1)
+        write_json(args.out, out)
         times = " / ".join(f"{r[k + '_ms']:.3f}" if k + "_ms" in r else "failed" for k in ("fwd", "fwd_bwd"))
         errors = "; ".join(sorted({r[k] for k in ("fwd_error", "fwd_bwd_error") if k in r}))
         print(f"{row['name']:<45} {row['anchor']:<28} {times} ms ({time.time() - t0:.1f} s) {errors}",
               file=sys.stderr)
-    try:
-        import fla
-        fla_version = getattr(fla, "__version__", "unknown")
-    except Exception as e:  # noqa: BLE001
-        fla_version = f"not importable ({error_text(e)})"
-    out = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
-           "triton": __import__("triton").__version__, "fla": fla_version,
-           "autotune": "fla's own" if args.autotune else "first config only",
-           "hopper_guard_bypassed": bypassed, "warmup": args.warmup, "repeats": args.repeats,
-           "seconds": round(time.time() - start, 1), "rows": results}
-    tmp = args.out + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(out, f, indent=2)
-        f.write("\n")
-    os.replace(tmp, args.out)
-    failed = sum(1 for r in results.values() if "fwd_error" in r or "fwd_bwd_error" in r)
-    print(f"bench_anchors: {len(results)} rows ({failed} with an error) in {time.time() - start:.0f} s: wrote "
+    failed = sum(1 for r in out["rows"].values() if "fwd_error" in r or "fwd_bwd_error" in r)
+    print(f"bench_anchors: {len(out['rows'])} rows ({failed} with an error) in {time.time() - start:.0f} s: wrote "
           f"{args.out}", file=sys.stderr)
 
 
