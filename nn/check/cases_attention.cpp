@@ -3,7 +3,7 @@
 // mode; perf at the bench shapes (registry.h) and T = 16384, causal, bf16, against torch SDPA (flash).
 // Perf FLOPs count the visible half of the causal square: forward 4 B H T^2 D / 2 (two
 // products), forward+backward 3.5x that (the backward's five products), as flash-attention
-// reports them.
+// reports them; GB/s counts q, k, v and o once (fwd+bwd: also do, dq, dk and dv).
 // rope: the attention and RetNet widths, a head width whose half (24) makes a warp span two
 // tokens, position offsets, and a long sequence (angles up to ~4200 rad); per-sequence
 // positions (decoding a batch of mixed lengths).
@@ -76,6 +76,7 @@ void add_attention_cases() {
     const std::string name = "attention " + dims_label(bench_dims(a));
     const AttentionCase c{name, a.B, a.T, a.H, a.H, a.D, a.D, 0, 0};
     const double fwd_flops = 4.0 * a.B * a.H * double(a.T) * a.T * a.D / 2;
+    const double row_bytes = 2.0 * a.B * a.T * a.H * a.D;  // one (B, T, H, D) bf16 tensor
     add_case(perf_case("attention", c.name, attention_kernel(c),
                        [c](uint64_t) {
                          const Shape s{c.B, c.T, c.H, c.D};
@@ -84,7 +85,8 @@ void add_attention_cases() {
                                        {"v", perf_input(PerfPool::Normal, 2, s)}};
                        },
                        attention_op(c),
-                       {fwd_flops, 3.5 * fwd_flops, 0, 0, sdpa.fwd, sdpa.fwd_bwd, "torch SDPA flash", bench_dims(a)}));
+                       {fwd_flops, 3.5 * fwd_flops, 4 * row_bytes, 8 * row_bytes, sdpa.fwd, sdpa.fwd_bwd,
+                        "torch SDPA flash", bench_dims(a)}));
   }
 }
 
