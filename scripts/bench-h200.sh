@@ -45,7 +45,7 @@ for stage in "${stages[@]}"; do
     kernels)
       anchors=()
       [ -f "$OUTDIR/bench-anchors.json" ] && anchors=(--anchors "$OUTDIR/bench-anchors.json")
-      timeout 400 "$BUILD/hla" bench "${anchors[@]}" --json "$OUTDIR/results-h200.json" --commit "$COMMIT" \
+      timeout 400 "$BUILD/hla" bench ${anchors[@]+"${anchors[@]}"} --json "$OUTDIR/results-h200.json" --commit "$COMMIT" \
         >"$log" 2>&1 || failed kernels "$log"
       cat "$log" ;;
     train)
@@ -53,7 +53,7 @@ for stage in "${stages[@]}"; do
         failed "train (torch eager)" "$log"
       anchors=()
       [ -f "$OUTDIR/train-torch.json" ] && anchors=(--anchors "$OUTDIR/train-torch.json")
-      timeout 300 "$BUILD/hla" bench train --gpus 1 --out "$OUTDIR/train" "${anchors[@]}" \
+      timeout 300 "$BUILD/hla" bench train --gpus 1 --out "$OUTDIR/train" ${anchors[@]+"${anchors[@]}"} \
         --json "$OUTDIR/train-h200.json" --commit "$COMMIT" >>"$log" 2>&1 || failed "train (hla)" "$log"
       tail -n 12 "$log" ;;
     *) echo "bench-h200.sh: unknown stage '$stage' (build, anchors, kernels, train)"; exit 2 ;;
