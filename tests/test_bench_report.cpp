@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "nn/check/perf_report.h"
 #include "nn/check/registry.h"
@@ -113,20 +114,14 @@ TEST_CASE("the bench JSON reads back every field it wrote") {
   CHECK(j["rows"][2]["ms"].is_null());
   const std::vector<PerfRow> back = perf_rows_from_json(j, "results.json");
   REQUIRE(back.size() == rows.size());
+  // Every field, exactly (the doubles are written in full precision).
+  auto fields = [](const PerfRow& r) {
+    return std::tie(r.name, r.group, r.kernel, r.pass, r.dims, r.ms, r.tflops, r.gbps, r.workspace_bytes, r.anchor,
+                    r.anchor_ms, r.anchor_source);
+  };
   for (size_t i = 0; i < rows.size(); i++) {
     CAPTURE(i);
-    CHECK(back[i].name == rows[i].name);
-    CHECK(back[i].group == rows[i].group);
-    CHECK(back[i].kernel == rows[i].kernel);
-    CHECK(back[i].pass == rows[i].pass);
-    CHECK(back[i].dims == rows[i].dims);
-    CHECK(back[i].ms == rows[i].ms);
-    CHECK(back[i].tflops == rows[i].tflops);
-    CHECK(back[i].gbps == rows[i].gbps);
-    CHECK(back[i].workspace_bytes == rows[i].workspace_bytes);
-    CHECK(back[i].anchor == rows[i].anchor);
-    CHECK(back[i].anchor_ms == rows[i].anchor_ms);
-    CHECK(back[i].anchor_source == rows[i].anchor_source);
+    CHECK(fields(back[i]) == fields(rows[i]));
   }
   CHECK(perf_table(back) == perf_table(rows));
   // The table prints "-" where a row has no figure, and says where each anchor figure came from.
