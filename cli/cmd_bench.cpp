@@ -62,9 +62,10 @@ void run(const Options& opt) {
     std::cerr << "bench: no perf case matches the given names (see hla bench --list)\n";
     throw hla::cli::ExitCode{1};
   }
-  const hla::check::MeasuredAnchors anchors =
-      opt.anchors.empty() ? hla::check::MeasuredAnchors{} : hla::check::read_measured_anchors(opt.anchors);
   hla::check::PerfRunInfo info;
+  const hla::check::MeasuredAnchors anchors = opt.anchors.empty()
+                                                  ? hla::check::MeasuredAnchors{}
+                                                  : hla::check::read_measured_anchors(opt.anchors, &info.anchor_run);
   info.commit = opt.commit;
   info.anchors = opt.anchors.empty() ? "targets.md" : opt.anchors;
   info.warmup = opt.perf.warmup;

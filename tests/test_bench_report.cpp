@@ -104,10 +104,12 @@ TEST_CASE("the bench JSON reads back every field it wrote") {
   info.device = "NVIDIA H200";
   info.warmup = 5;
   info.repeats = 20;
+  info.anchor_run = {{"autotune", "first config only"}};
   const std::string text = perf_json(rows, info).dump(2);
   const nlohmann::json j = parse_json(text, "results.json");
   CHECK(j["commit"] == "2a94611");
   CHECK(j["anchors"] == "targets.md");
+  CHECK(j["anchor_run"]["autotune"] == "first config only");
   CHECK(j["rows"][0]["ratio"].get<double>() == doctest::Approx(1.845 / 0.799).epsilon(1e-12));
   CHECK(j["rows"][1]["ratio"].is_null());
   CHECK(j["rows"][1]["anchor_ms"].is_null());

@@ -88,6 +88,7 @@ std::string perf_table(const std::vector<PerfRow>& rows) {
 nlohmann::ordered_json perf_json(const std::vector<PerfRow>& rows, const PerfRunInfo& info) {
   nlohmann::ordered_json out = {{"commit", info.commit}, {"device", info.device},  {"dtype", "bf16"},
                                 {"warmup", info.warmup}, {"repeats", info.repeats}, {"anchors", info.anchors}};
+  if (!info.anchor_run.is_null()) out["anchor_run"] = info.anchor_run;
   nlohmann::ordered_json list = nlohmann::ordered_json::array();
   for (const PerfRow& r : rows) {
     nlohmann::ordered_json shape = nlohmann::ordered_json::object();
@@ -167,8 +168,14 @@ MeasuredAnchors measured_anchors_from_json(const nlohmann::json& j, const std::s
   return out;
 }
 
-MeasuredAnchors read_measured_anchors(const std::string& path) {
-  return measured_anchors_from_json(read_json_file(path), path);
+MeasuredAnchors read_measured_anchors(const std::string& path, nlohmann::json* run) {
+  nlohmann::json j = read_json_file(path);
+  MeasuredAnchors anchors = measured_anchors_from_json(j, path);
+  if (run) {
+    j.erase("rows");
+    *run = j;
+  }
+  return anchors;
 }
 
 int apply_measured_anchors(std::vector<PerfRow>& rows, const MeasuredAnchors& anchors, const std::string& source,
