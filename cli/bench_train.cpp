@@ -11,8 +11,15 @@
 // step lines report them). speedup = tokens/s(N) / tokens/s(1); efficiency = speedup / N.
 // Default models: the 374M Transformer and the Gated DeltaNet 3:1 hybrid (shared/design/targets.md).
 // Writes DIR/train_bench.json and DIR/train_bench.md; each run's log is DIR/<model>-gpus<N>.log.
+// Each row also gives MFU (--device cuda: the runs' model TFLOP/s over the H200's bf16 dense
+// peak per GPU), the allocator's peak GiB and, at 1 GPU, an anchor (tokens/s; ratio = ours /
+// anchor, above 1 is faster): targets.md's figure for the default models, or with --anchors FILE
+// the PyTorch eager run scripts/bench_train_torch.py measured on this GPU (its "anchor", "torch
+// eager", names the rows it serves). --json FILE writes the table with --commit
+// (bench/train-h200.json is one).
 #include "cli/bench_train.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -24,6 +31,7 @@
 #include "nn/weights.h"
 #include "tensor/atomic_file.h"
 #include "tensor/json.h"
+#include "train/trainer.h"
 
 namespace hla::cli {
 
@@ -36,12 +44,27 @@ struct BenchModel {
   int64_t data_vocab = 0;            // the MQAR vocabulary
 };
 
+// targets.md's throughput anchors of the default models (one H200, B8 T2048, bf16).
+struct TrainAnchor {
+  const char* model;
+  const char* anchor;
+  double tokens_per_s;
+};
+constexpr TrainAnchor kTrainAnchors[] = {{"transformer-374m", "torch eager", 113400},
+                                         {"gdn-3:1", "fla GDN 3:1", 89400}};
+
 struct TrainBenchOptions {
   std::vector<std::string> models = {"transformer-374m=configs/models/transformer-340m.json",
                                      "gdn-3:1=configs/models/gated_deltanet-340m.json@3:1"};
   std::vector<int> gpus = {1, 2};
   int64_t batch = 8, seq_len = 2048, steps = 30;
   std::string dtype = "bf16", device = "cuda", out = "runs/bench-train";
+  std::string anchors, json, commit = "unknown";
+};
+
+// What a run's metrics.jsonl gives after the warm-up steps.
+struct RunStats {
+  double tokens_per_s = 0, model_tflops = 0, peak_gib = 0;
 };
 
 struct BenchRow {
@@ -49,7 +72,28 @@ struct BenchRow {
   int gpus = 0;
   int64_t global_batch = 0;
   double tokens_per_s = 0, speedup = 0, efficiency = 0;
+  double mfu = 0, peak_gib = 0;
+  std::string anchor, anchor_source;  // anchor_source: "targets.md" or "measured"
+  double anchor_tokens_per_s = 0;     // 0: no anchor
 };
+
+struct MeasuredTrainAnchor {
+  std::string anchor;  // "torch eager": the rows whose targets.md anchor has this name take it
+  double tokens_per_s = 0;
+};
+
+// The measured anchor of --anchors (scripts/bench_train_torch.py's JSON); errors name the file and field.
+MeasuredTrainAnchor read_train_anchor(const std::string& path) {
+  const nlohmann::json j = read_json_file(path);
+  HLA_CHECK_INPUT(j.is_object(), path, ": must be an object (scripts/bench_train_torch.py's output), got ",
+                  json_excerpt(j));
+  const auto name = j.find("anchor"), tps = j.find("tokens_per_s");
+  HLA_CHECK_INPUT(name != j.end() && name->is_string(), path, ": field 'anchor' must be a string (e.g. \"torch eager\")");
+  HLA_CHECK_INPUT(tps != j.end() && tps->is_number() && tps->get<double>() > 0, path,
+                  ": field 'tokens_per_s' must be a positive number, got ",
+                  tps == j.end() ? std::string("nothing") : json_excerpt(*tps));
+  return {name->get<std::string>(), tps->get<double>()};
+}
 
 BenchModel parse_model(const std::string& text) {
   const size_t eq = text.find('=');
@@ -80,23 +124,28 @@ std::string quoted(const std::string& s) {
   return q + "'";
 }
 
-// Mean tokens/s of the steps after kWarmupSteps in a run's metrics.jsonl.
-double mean_tokens_per_s(const std::string& metrics_path) {
+// tokens/s and model TFLOP/s of the steps after kWarmupSteps in a run's metrics.jsonl (tokens
+// and TFLOP-seconds over the windows' wall times), and the largest peak GiB of any step.
+RunStats run_stats(const std::string& metrics_path) {
   std::ifstream in(metrics_path);
   HLA_CHECK_INPUT(in, metrics_path, ": missing: the run wrote no metrics");
-  double tokens = 0, seconds = 0;
+  double tokens = 0, seconds = 0, tflop_seconds = 0, peak_gib = 0;
   for (std::string line; std::getline(in, line);) {
     const nlohmann::json j = parse_json(line, metrics_path);
-    if (!j.contains("tokens") || j.value("step", int64_t(0)) <= kWarmupSteps) continue;
+    if (!j.contains("tokens")) continue;
+    peak_gib = std::max(peak_gib, j.value("peak_gib", 0.0));
+    if (j.value("step", int64_t(0)) <= kWarmupSteps) continue;
+    const double s = j["ms"].get<double>() / 1000.0;
     tokens += j["tokens"].get<double>();
-    seconds += j["ms"].get<double>() / 1000.0;
+    seconds += s;
+    tflop_seconds += j.value("model_tflops", 0.0) * s;
   }
   HLA_CHECK_INPUT(seconds > 0, metrics_path, ": no step after step ", kWarmupSteps, " (give --steps > ", kWarmupSteps,
                   ")");
-  return tokens / seconds;
+  return {tokens / seconds, tflop_seconds / seconds, peak_gib};
 }
 
-double run_one(const TrainBenchOptions& o, const BenchModel& m, int gpus) {
+RunStats run_one(const TrainBenchOptions& o, const BenchModel& m, int gpus) {
   const std::string stem = o.out + "/" + file_stem(m.name) + "-gpus" + std::to_string(gpus);
   std::ostringstream cmd;
   cmd << quoted(std::filesystem::read_symlink("/proc/self/exe").string()) << " train --model.config "
@@ -113,27 +162,47 @@ double run_one(const TrainBenchOptions& o, const BenchModel& m, int gpus) {
     std::system(("tail -n 20 " + quoted(stem + ".log") + " >&2").c_str());
     throw ExitCode{1};
   }
-  return mean_tokens_per_s(stem + "/metrics.jsonl");
+  return run_stats(stem + "/metrics.jsonl");
 }
 
 std::string table(const std::vector<BenchRow>& rows, const TrainBenchOptions& o) {
   std::ostringstream os;
   os << "training throughput, " << o.dtype << ", " << o.batch << " x " << o.seq_len
      << " tokens per GPU and update (weak scaling), mean after step " << kWarmupSteps << "\n\n";
-  os << "| model | GPUs | sequences per update | tokens/s | speedup | efficiency |\n";
-  os << "|---|---:|---:|---:|---:|---:|\n";
-  char line[256];
+  os << "| model | GPUs | sequences per update | tokens/s | speedup | efficiency | MFU | peak GiB | anchor tokens/s "
+        "| ratio | anchor |\n";
+  os << "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
+  char line[512];
   for (const BenchRow& r : rows) {
-    std::snprintf(line, sizeof line, "| %s | %d | %lld | %.0f | %.2fx | %.1f%% |\n", r.model.c_str(), r.gpus,
-                  (long long)r.global_batch, r.tokens_per_s, r.speedup, 100.0 * r.efficiency);
+    std::snprintf(line, sizeof line, "| %s | %d | %lld | %.0f | %.2fx | %.1f%% | %.1f%% | %.1f |", r.model.c_str(),
+                  r.gpus, (long long)r.global_batch, r.tokens_per_s, r.speedup, 100.0 * r.efficiency, 100.0 * r.mfu,
+                  r.peak_gib);
+    os << line;
+    if (r.anchor_tokens_per_s > 0)
+      std::snprintf(line, sizeof line, " %.0f | %.2f | %s (%s) |\n", r.anchor_tokens_per_s,
+                    r.tokens_per_s / r.anchor_tokens_per_s, r.anchor.c_str(), r.anchor_source.c_str());
+    else std::snprintf(line, sizeof line, " - | - | - |\n");
     os << line;
   }
   return os.str();
 }
 
+// A 1-GPU row's anchor (targets.md's are one H200's): the measured one where it has the name of
+// the model's targets.md anchor, else targets.md's figure.
+void set_anchor(BenchRow& r, const MeasuredTrainAnchor* measured) {
+  for (const TrainAnchor& a : kTrainAnchors) {
+    if (r.model != a.model || r.gpus != 1) continue;
+    const bool use_measured = measured && measured->anchor == a.anchor;
+    r.anchor = a.anchor;
+    r.anchor_tokens_per_s = use_measured ? measured->tokens_per_s : a.tokens_per_s;
+    r.anchor_source = use_measured ? "measured" : "targets.md";
+  }
+}
+
 void run_bench(const TrainBenchOptions& o) {
   std::vector<BenchModel> models;
   for (const std::string& text : o.models) models.push_back(parse_model(text));
+  const MeasuredTrainAnchor measured = o.anchors.empty() ? MeasuredTrainAnchor{} : read_train_anchor(o.anchors);
   std::filesystem::create_directories(o.out);
   std::vector<BenchRow> rows;
   nlohmann::json results = nlohmann::json::array();
@@ -144,14 +213,25 @@ void run_bench(const TrainBenchOptions& o) {
       r.model = m.name;
       r.gpus = gpus;
       r.global_batch = o.batch * gpus;
-      r.tokens_per_s = run_one(o, m, gpus);
+      const RunStats stats = run_one(o, m, gpus);
+      r.tokens_per_s = stats.tokens_per_s;
+      r.mfu = o.device == "cuda" ? stats.model_tflops * 1e12 / (Throughput::kPeakFlops * gpus) : 0;  // an H200 figure
+      r.peak_gib = stats.peak_gib;
       if (gpus == 1) single = r.tokens_per_s;
       r.speedup = single > 0 ? r.tokens_per_s / single : 0;
       r.efficiency = r.speedup / gpus;
+      set_anchor(r, o.anchors.empty() ? nullptr : &measured);
       rows.push_back(r);
-      results.push_back({{"model", r.model}, {"config", m.config}, {"hybrid", m.hybrid}, {"gpus", gpus},
-                         {"sequences_per_update", r.global_batch}, {"seq_len", o.seq_len},
-                         {"tokens_per_s", r.tokens_per_s}, {"speedup", r.speedup}, {"efficiency", r.efficiency}});
+      const double ratio = r.anchor_tokens_per_s > 0 ? r.tokens_per_s / r.anchor_tokens_per_s : 0;
+      results.push_back({{"name", r.model}, {"model", r.model}, {"config", m.config}, {"hybrid", m.hybrid},
+                         {"gpus", gpus}, {"sequences_per_update", r.global_batch}, {"seq_len", o.seq_len},
+                         {"tokens_per_s", r.tokens_per_s}, {"speedup", r.speedup}, {"efficiency", r.efficiency},
+                         {"mfu", r.mfu}, {"peak_gib", r.peak_gib}, {"anchor", r.anchor},
+                         {"anchor_tokens_per_s", r.anchor_tokens_per_s > 0 ? nlohmann::json(r.anchor_tokens_per_s)
+                                                                           : nlohmann::json(nullptr)},
+                         {"anchor_source", r.anchor_source},
+                         {"ratio", ratio > 0 ? nlohmann::json(ratio) : nlohmann::json(nullptr)},
+                         {"commit", o.commit}});
     }
   }
   const std::string text = table(rows, o);
@@ -159,6 +239,13 @@ void run_bench(const TrainBenchOptions& o) {
   write_file_atomic(o.out + "/train_bench.json", results.dump(2) + "\n");
   write_file_atomic(o.out + "/train_bench.md", text);
   std::cerr << "wrote " << o.out << "/train_bench.json and " << o.out << "/train_bench.md\n";
+  if (!o.json.empty()) {
+    const nlohmann::json table = {{"commit", o.commit}, {"dtype", o.dtype}, {"batch_per_gpu", o.batch},
+                                  {"seq_len", o.seq_len}, {"steps", o.steps}, {"warmup_steps", kWarmupSteps},
+                                  {"anchors", o.anchors.empty() ? "targets.md" : o.anchors}, {"rows", results}};
+    write_file_atomic(o.json, table.dump(2) + "\n");
+    std::cerr << "wrote " << o.json << "\n";
+  }
 }
 
 }  // namespace
@@ -177,6 +264,9 @@ void setup_bench_train(CLI::App& bench) {
   sub->add_option("--device", o->device, "cuda (or cpu, --gpus 1 only, to try the command)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   sub->add_option("--out", o->out, "directory for the runs, train_bench.json and train_bench.md");
+  sub->add_option("--anchors", o->anchors, "measured anchor (scripts/bench_train_torch.py's JSON)");
+  sub->add_option("--json", o->json, "also write the table as JSON to this file, with --commit");
+  sub->add_option("--commit", o->commit, "the commit measured, for --json");
   sub->callback([o] { run_bench(*o); });
 }
 

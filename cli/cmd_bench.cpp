@@ -1,8 +1,13 @@
-// `hla bench [PATTERN...] [--warmup N] [--repeats N] [--list]`: runs the perf mode of every
-// registered check case (nn/check/modes.h; those whose name or op group contains a pattern, all
-// without one): the Var path the model runs, in bf16, forward and forward+backward, and prints
-// one table, each row with its anchor (shared/design/targets.md) and the ratio ours / anchor.
-// Times are medians of CUDA-event timings (cuda/timer.h). Needs a GPU; --list does not.
+// `hla bench [PATTERN...] [--warmup N] [--repeats N] [--anchors FILE] [--json FILE] [--commit SHA]
+// [--list] [--table FILE]`: runs the perf mode of every registered check case (nn/check/modes.h;
+// those whose name or op group contains a pattern, all without one): the Var path the model
+// runs, in bf16, forward and forward+backward, and prints one table, each row with its time,
+// TFLOP/s, GB/s, workspace, the kernel that ran, its anchor and the ratio ours / anchor. Anchor
+// figures: shared/design/targets.md's, or with --anchors those scripts/bench_anchors.py measured
+// in the same GPU run (the row says which). --json writes the table as JSON
+// (nn/check/perf_report.h) with --commit, the commit measured (scripts/bench-h200.sh passes it).
+// Times are medians of CUDA-event timings (cuda/timer.h). Needs a GPU; --list (with --json: the
+// rows unmeasured, scripts/bench_anchors.py's input) and --table FILE (a bench JSON's table) do not.
 //
 // `hla bench decode [--mixer M --shape 340m | --config FILE] [--contexts ...] [--batches 1,64]
 // [--device cpu|cuda] [--out DIR]`: decoding tokens/s and per-sequence memory of the mixer's
@@ -15,7 +20,6 @@
 // `hla bench ruler [--mixer M --shape 340m --hybrid 3:1 | --config FILE] [--length 4096]
 // [--samples 100] [--haystack FILE]`: the wall time of RULER's tasks on a random-init model
 // (eval/ruler_bench.h), per task split into samples, prefill, steps and the rest.
-#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -25,6 +29,8 @@
 #include "eval/decode_bench.h"
 #include "eval/ruler_bench.h"
 #include "nn/check/modes.h"
+#include "nn/check/perf_report.h"
+#include "nn/weights.h"
 #include "tensor/atomic_file.h"
 #include "tensor/tensor.h"
 #ifdef HLA_CUDA
@@ -37,45 +43,76 @@ struct Options {
   std::vector<std::string> patterns;
   hla::check::PerfOptions perf;
   bool list = false;
+  std::string anchors, json, commit = "unknown", table;
 };
 
-void print_rows(const std::vector<hla::check::PerfRow>& rows) {
-  int name_width = 4, kernel_width = 6;  // wide enough for the longest name and kernel
-  for (const auto& r : rows) {
-    name_width = std::max(name_width, static_cast<int>(r.name.size()));
-    kernel_width = std::max(kernel_width, static_cast<int>(r.kernel.size()));
-  }
-  std::printf("%-*s %-*s %-7s %9s %9s %8s %10s %7s  %s\n", name_width, "bench", kernel_width, "kernel", "pass", "ms",
-              "TFLOP/s", "GB/s", "anchor ms", "ratio", "anchor");
-  for (const auto& r : rows) {
-    std::printf("%-*s %-*s %-7s %9.3f %9.1f %8.0f", name_width, r.name.c_str(), kernel_width, r.kernel.c_str(),
-                r.pass.c_str(), r.ms, r.tflops, r.gbps);
-    if (r.anchor_ms > 0) std::printf(" %10.3f %7.2f  %s\n", r.anchor_ms, r.ms / r.anchor_ms, r.anchor.c_str());
-    else std::printf(" %10s %7s\n", "-", "-");
-  }
+void write_json(const std::string& path, const std::vector<hla::check::PerfRow>& rows,
+                const hla::check::PerfRunInfo& info) {
+  hla::write_file_atomic(path, hla::check::perf_json(rows, info).dump(2) + "\n");
+  std::cerr << "bench: wrote " << path << "\n";
 }
 
 void run(const Options& opt) {
+  if (!opt.table.empty()) {
+    std::cout << hla::check::perf_table(hla::check::perf_rows_from_json(hla::read_json_file(opt.table), opt.table));
+    return;
+  }
   const auto cases = hla::check::cases(hla::check::kPerf, opt.patterns);
   if (cases.empty()) {
     std::cerr << "bench: no perf case matches the given names (see hla bench --list)\n";
     throw hla::cli::ExitCode{1};
   }
-  if (opt.list) return hla::check::print_list(hla::check::kPerf, cases);
+  hla::check::PerfRunInfo info;
+  const hla::check::MeasuredAnchors anchors = opt.anchors.empty()
+                                                  ? hla::check::MeasuredAnchors{}
+                                                  : hla::check::read_measured_anchors(opt.anchors, &info.anchor_run);
+  info.commit = opt.commit;
+  info.anchors = opt.anchors.empty() ? "targets.md" : opt.anchors;
+  info.warmup = opt.perf.warmup;
+  info.repeats = opt.perf.repeats;
+  auto finish = [&](std::vector<hla::check::PerfRow> rows) {
+    if (!opt.anchors.empty()) hla::check::apply_measured_anchors(rows, anchors, opt.anchors, std::cerr);
+    return rows;
+  };
+  if (opt.list) {
+    hla::check::print_list(hla::check::kPerf, cases);
+    if (opt.json.empty()) return;
+    std::vector<hla::check::PerfRow> rows;
+    for (const hla::check::Case* c : cases) {
+      auto r = hla::check::perf_rows_unmeasured(*c);
+      rows.insert(rows.end(), r.begin(), r.end());
+    }
+    return write_json(opt.json, finish(rows), info);
+  }
   if (!hla::cuda_available()) {
     std::cout << "*** bench SKIPPED: no CUDA GPU found; nothing was measured ***\n";
     return;
   }
 #ifdef HLA_CUDA
-  std::cout << "bench on " << hla::cuda::device_name(0) << ", bf16: median of " << opt.perf.repeats << " after "
-            << opt.perf.warmup << " warm-up runs; ratio = ours / anchor (below 1 is faster)\n";
+  info.device = hla::cuda::device_name(0);
+  std::cout << "bench on " << info.device << ", bf16: median of " << opt.perf.repeats << " after " << opt.perf.warmup
+            << " warm-up runs; ratio = ours / anchor (below 1 is faster); work MiB = temporary device memory of one"
+               " call (fwd+bwd: the larger of the two calls')\n";
 #endif
+  // A case that throws is reported and left out; the others still run, and the exit status is 1.
   std::vector<hla::check::PerfRow> rows;
+  std::vector<std::string> failures;
   for (const hla::check::Case* c : cases) {
-    auto r = hla::check::run_perf(*c, opt.perf);
-    rows.insert(rows.end(), r.begin(), r.end());
+    try {
+      auto r = hla::check::run_perf(*c, opt.perf);
+      rows.insert(rows.end(), r.begin(), r.end());
+    } catch (const std::exception& e) {
+      failures.push_back(c->name + ": " + e.what());
+      std::cerr << "bench: " << failures.back() << "\n";
+    }
   }
-  print_rows(rows);
+  rows = finish(rows);
+  std::cout << hla::check::perf_table(rows);
+  if (!opt.json.empty()) write_json(opt.json, rows, info);
+  if (failures.empty()) return;
+  std::cout << "bench: " << failures.size() << " case(s) FAILED and are not in the table:\n";
+  for (const std::string& f : failures) std::cout << "  " << f << "\n";
+  throw hla::cli::ExitCode{1};
 }
 
 struct DecodeSettings {
@@ -170,12 +207,16 @@ void setup_ruler(CLI::App& sub) {
 }
 
 const bool registered = hla::cli::register_command(
-    "bench", "Time the Var path of the ops against the anchors of targets.md", [](CLI::App& sub) {
+    "bench", "Time the Var path of the ops beside their anchors (fla, torch SDPA)", [](CLI::App& sub) {
       auto opt = std::make_shared<Options>();
       sub.add_option("names", opt->patterns, "Only cases whose name or op group contains one of these (default: all)");
       sub.add_option("--warmup", opt->perf.warmup, "Untimed runs first")->capture_default_str();
       sub.add_option("--repeats", opt->perf.repeats, "Timed runs (the median is reported)")->capture_default_str();
-      sub.add_flag("--list", opt->list, "List the perf cases (no GPU needed)");
+      sub.add_flag("--list", opt->list, "List the perf cases (no GPU needed; with --json, write them unmeasured)");
+      sub.add_option("--anchors", opt->anchors, "Measured anchor times (scripts/bench_anchors.py's JSON)");
+      sub.add_option("--json", opt->json, "Also write the table as JSON to this file");
+      sub.add_option("--commit", opt->commit, "The commit measured, for --json")->capture_default_str();
+      sub.add_option("--table", opt->table, "Print the table of a bench JSON (--json's file) and exit");
       setup_decode(sub);
       hla::cli::setup_bench_train(sub);
       setup_ruler(sub);

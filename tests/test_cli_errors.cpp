@@ -115,3 +115,29 @@ TEST_CASE("hla: a missing input file is a non-zero exit naming the file") {
   CHECK(run.exit_code != 0);
   CHECK(run.output.find(missing) != std::string::npos);
 }
+
+TEST_CASE("hla bench: a bad --anchors or --table file is one error line naming the file and field, before any GPU work") {
+  ScratchDir dir;
+  const std::string anchors = dir.write("anchors.json", R"({"rows": {"attention B4 T4096 H16 D128": {"fwd_ms": 0.5}}})");
+  Run run = run_hla("bench attention --anchors " + anchors);
+  CAPTURE(run.output);
+  CHECK(run.exit_code == 1);
+  CHECK(error_line(run.output) == "error: " + anchors + ": rows.'attention B4 T4096 H16 D128': missing field 'anchor'");
+
+  const std::string table = dir.write("results.json", R"({"rows": [{"name": "x"}]})");
+  run = run_hla("bench --table " + table);
+  CAPTURE(run.output);
+  CHECK(run.exit_code == 1);
+  CHECK(error_line(run.output) == "error: " + table + ": rows[0]: missing field 'group'");
+
+  // --list --json writes the rows unmeasured, and --table reads that file back.
+  const std::string cases = (dir.path / "cases.json").string();
+  run = run_hla("bench gdn2 --list --json " + cases);
+  CHECK(run.exit_code == 0);
+  run = run_hla("bench --table " + cases);
+  CAPTURE(run.output);
+  CHECK(run.exit_code == 0);
+  CHECK(run.output.find("delta_rule gdn2 B8 T2048 H4 D256") != std::string::npos);
+  CHECK(run.output.find("fla chunk_gdn2 (targets.md)") != std::string::npos);
+  CHECK(run.output.find("fla chunk_gdn2 (no figure)") != std::string::npos);
+}

@@ -1,9 +1,9 @@
 // Check cases (nn/check/registry.h) of softmax attention and RoPE.
 // attention: grouped kv heads, a sliding window, D != Dv and one long sequence (T = 4096) in gpu
-// mode; perf at the two anchor shapes of targets.md, causal, bf16, against torch SDPA (flash).
+// mode; perf at the bench shapes (registry.h) and T = 16384, causal, bf16, against torch SDPA (flash).
 // Perf FLOPs count the visible half of the causal square: forward 4 B H T^2 D / 2 (two
 // products), forward+backward 3.5x that (the backward's five products), as flash-attention
-// reports them.
+// reports them; GB/s counts q, k, v and o once (fwd+bwd: also do, dq, dk and dv).
 // rope: the attention and RetNet widths, a head width whose half (24) makes a warp span two
 // tokens, position offsets, and a long sequence (angles up to ~4200 rad); per-sequence
 // positions (decoding a batch of mixed lengths).
@@ -66,14 +66,17 @@ void add_attention_cases() {
                                  AttentionCase{"attention long T=4096", 1, 4096, 2, 1, 128, 128, 0, 0}})
     add_case(gpu_case("attention", c.name, attention_kernel(c), inputs(c), attention_op(c)));
 
-  struct Anchor {
-    int64_t B, T, H, D;
-    double sdpa_fwd_ms, sdpa_fwd_bwd_ms;  // targets.md
-  };
-  for (const Anchor& a : {Anchor{4, 4096, 16, 128, 0.499, 2.029}, Anchor{8, 2048, 16, 64, 0.187, 0.733}}) {
-    const std::string name = "attention " + dims_label({{"B", a.B}, {"T", a.T}, {"H", a.H}, {"D", a.D}});
+  // perf: causal, at each bench shape and at B1 T16384 H16 D128, beside torch SDPA's flash
+  // backend (targets.md's figures at the first two shapes).
+  std::vector<std::pair<BenchShape, AnchorMs>> shapes;
+  for (size_t i = 0; i < kBenchShapes.size(); i++)
+    shapes.push_back({kBenchShapes[i], i == 0 ? AnchorMs{0.499, 2.029} : i == 1 ? AnchorMs{0.187, 0.733} : AnchorMs{}});
+  shapes.push_back({{1, kBenchAttentionLongT, 16, 128}, {}});
+  for (const auto& [a, sdpa] : shapes) {
+    const std::string name = "attention " + dims_label(bench_dims(a));
     const AttentionCase c{name, a.B, a.T, a.H, a.H, a.D, a.D, 0, 0};
     const double fwd_flops = 4.0 * a.B * a.H * double(a.T) * a.T * a.D / 2;
+    const double row_bytes = 2.0 * a.B * a.T * a.H * a.D;  // one (B, T, H, D) bf16 tensor
     add_case(perf_case("attention", c.name, attention_kernel(c),
                        [c](uint64_t) {
                          const Shape s{c.B, c.T, c.H, c.D};
@@ -82,7 +85,8 @@ void add_attention_cases() {
                                        {"v", perf_input(PerfPool::Normal, 2, s)}};
                        },
                        attention_op(c),
-                       {fwd_flops, 3.5 * fwd_flops, 0, 0, a.sdpa_fwd_ms, a.sdpa_fwd_bwd_ms, "torch SDPA flash"}));
+                       {fwd_flops, 3.5 * fwd_flops, 4 * row_bytes, 8 * row_bytes, sdpa.fwd, sdpa.fwd_bwd,
+                        "torch SDPA flash", bench_dims(a)}));
   }
 }
 

@@ -198,7 +198,7 @@ void add_linear_cross_entropy_cases() {
           return Vars{fused ? linear_cross_entropy(v[0], v[1], v[2].value(), 4096)
                             : cross_entropy(linear(v[0], v[1]), v[2].value())};
         },
-        {gemm_flops, (fused ? 4 : 3) * gemm_flops, 0, 0, 0, 0, ""}));
+        {gemm_flops, (fused ? 4 : 3) * gemm_flops, 0, 0, 0, 0, "", {{"N", N}, {"D", D}, {"V", V}}}));
   }
 }
 

@@ -7,8 +7,10 @@
 //   16-token tiles or the 64-token checkpoints, widths that do not fill a block of state
 //   columns, every key-width class (dk <= 64, 128, 256), the chunked tensor-core kernels'
 //   (dk, dv) templates, and one long sequence (T = 4096) per op.
-// perf: the anchor shape of targets.md, B=4, T=4096, H=16, D=128 (dk = dv = D), bf16, each
-//   beside its fla anchor (hgrn on x: (4, 4096, 2048)). TFLOP/s counts the state arithmetic,
+// perf: every op at each bench shape (registry.h kBenchShapes: B4 T4096 H16 D128, B8 T2048
+//   H16 D64, B8 T2048 H4 D256; dk = dv = D), bf16, each beside its fla anchor, with targets.md's
+//   figure where it has one (hgrn on x: (B, T, H * D), so the last two shapes are one row).
+//   TFLOP/s counts the state arithmetic,
 //   2 dk dv FLOPs per token and head for each pass over the state (decay, write, read: 3
 //   passes; the delta rule's erase read: a 4th); fwd+bwd counts 3x the forward. GB/s counts
 //   each input read and each output written once (fwd+bwd: inputs, do, and the gradients).
@@ -42,12 +44,18 @@ std::string dims(int64_t B, int64_t T, int64_t H, int64_t HV, int64_t dk, int64_
 
 double unit_std(int64_t width) { return 1.0 / std::sqrt(double(width)); }
 
-// The anchor shape of the perf cases and its work units.
-constexpr int64_t kB = 4, kT = 4096, kH = 16, kD = 128;
-const std::string kAnchorDims = " " + dims_label({{"B", kB}, {"T", kT}, {"H", kH}, {"D", kD}});
-const double kTokenHeads = double(kB) * kT * kH;
-const double kStatePass = 2.0 * kD * kD * kTokenHeads;  // FLOPs of one pass over every state
-const double kRowBytes = 2.0 * kTokenHeads * kD;        // one (B, T, H, D) bf16 tensor
+// The work units of a perf case at a bench shape: FLOPs of one pass over every state, and the
+// bytes of one (B, T, H, D) bf16 tensor.
+struct PerfUnits {
+  double state_pass, row_bytes;
+};
+PerfUnits perf_units(const BenchShape& s) {
+  const double token_heads = double(s.B) * s.T * s.H;
+  return {2.0 * s.D * s.D * token_heads, 2.0 * token_heads * s.D};
+}
+
+// targets.md's figures at kBenchShapes[i] of an anchor that has them at the first shape only.
+AnchorMs first_shape_only(size_t i, AnchorMs first) { return i == 0 ? first : AnchorMs{}; }
 
 // ---- hgrn ----
 
@@ -72,20 +80,28 @@ void add_hgrn_cases() {
                       },
                       hgrn_op));
 
-  const int64_t D = 2048;
-  const double tensor = 2.0 * kB * kT * D;
-  add_case(perf_case("hgrn", "hgrn " + dims_label({{"B", kB}, {"T", kT}, {"D", D}}), named_kernel("recurrent"),
-                     [D](uint64_t) {
-                       const Shape s{kB, kT, D};
-                       return Inputs{{"x", perf_input(PerfPool::Normal, 0, s, unit_std(kD))},
-                                     {"g", perf_input(PerfPool::LogGate, 0, s)}};
-                     },
-                     [](const Vars& x) {
-                       HgrnOutput out = hgrn(x[0], x[1]);
-                       return Vars{out.o, out.final_state};
-                     },
-                     {3.0 * kB * kT * D, 9.0 * kB * kT * D, 3 * tensor, 8 * tensor, 1.773, 3.875,
-                      "fla fused_recurrent_hgrn"}));
+  // perf: x and g (B, T, H * D) at each bench shape; one row per distinct (B, T, H * D).
+  std::vector<Shape> added;
+  for (size_t i = 0; i < kBenchShapes.size(); i++) {
+    const BenchShape& b = kBenchShapes[i];
+    const Shape s{b.B, b.T, b.H * b.D};
+    if (std::find(added.begin(), added.end(), s) != added.end()) continue;
+    added.push_back(s);
+    const double elements = double(shape_numel(s)), tensor = 2.0 * elements;
+    const AnchorMs a = first_shape_only(i, {1.773, 3.875});
+    add_case(perf_case("hgrn", "hgrn " + dims_label({{"B", b.B}, {"T", b.T}, {"D", b.H * b.D}}),
+                       named_kernel("recurrent"),
+                       [s, D = b.D](uint64_t) {
+                         return Inputs{{"x", perf_input(PerfPool::Normal, 0, s, unit_std(D))},
+                                       {"g", perf_input(PerfPool::LogGate, 0, s)}};
+                       },
+                       [](const Vars& x) {
+                         HgrnOutput out = hgrn(x[0], x[1]);
+                         return Vars{out.o, out.final_state};
+                       },
+                       {3 * elements, 9 * elements, 3 * tensor, 8 * tensor, a.fwd, a.fwd_bwd,
+                        "fla fused_recurrent_hgrn", {{"B", b.B}, {"T", b.T}, {"D", b.H * b.D}}}));
+  }
 }
 
 // ---- decay_attention ----
@@ -237,39 +253,39 @@ void add_decay_cases() {
                       decay_op(c.scale, 0)));
   }
 
-  // Perf at (B, T, H, D), dk = dv = D, beside fla's chunk kernel of the same gate (targets.md):
-  // chunk_simple_gla (scalar) and chunk_gla (vector) at the anchor shape; at B8 T2048 H16 D64,
-  // chunk_retention (scalar; the 2026-12-01 same-run re-measure, 0.323 / 1.141 ms) and chunk_gla
-  // (vector; targets.md's smaller shape, 0.552 / 2.706 ms).
-  struct PerfRow {
-    int64_t B, T, H, D;
+  // Perf at each bench shape, dk = dv = D, beside fla's chunk kernel of the same gate:
+  // chunk_simple_gla (scalar) and chunk_gla (vector), but chunk_retention for the scalar gate at
+  // B8 T2048 H16 D64, where targets.md has a same-run figure for it (2026-12-01, 0.323 / 1.141
+  // ms). targets.md: chunk_simple_gla and chunk_gla at the anchor shape, chunk_gla at B8 T2048
+  // H16 D64 (0.552 / 2.706 ms).
+  struct GateAnchors {
     bool vector_gate;
-    double anchor_fwd_ms, anchor_fwd_bwd_ms;
-    const char* anchor;
+    std::vector<std::pair<const char*, AnchorMs>> per_shape;  // aligned with kBenchShapes
   };
-  for (const PerfRow& r : {PerfRow{kB, kT, kH, kD, false, 0.432, 2.094, "fla chunk_simple_gla"},
-                           PerfRow{kB, kT, kH, kD, true, 0.755, 3.246, "fla chunk_gla"},
-                           PerfRow{8, 2048, 16, 64, false, 0.323, 1.141, "fla chunk_retention"},
-                           PerfRow{8, 2048, 16, 64, true, 0.552, 2.706, "fla chunk_gla"}}) {
-    const double state_pass = 2.0 * r.D * r.D * double(r.B) * r.T * r.H;  // FLOPs of one pass over every state
-    const double row_bytes = 2.0 * double(r.B) * r.T * r.H * r.D;         // one (B, T, H, D) bf16 tensor
-    const double gate_bytes = r.vector_gate ? row_bytes : row_bytes / r.D;
-    add_case(perf_case(
-        "decay_attention",
-        std::string("decay_attention ") + (r.vector_gate ? "vector " : "scalar ") +
-            dims_label({{"B", r.B}, {"T", r.T}, {"H", r.H}, {"D", r.D}}),
-        decay_kernel(r.D, r.D, r.vector_gate),
-        [r](uint64_t) {
-          const Shape s{r.B, r.T, r.H, r.D};
-          return Inputs{{"q", perf_input(PerfPool::Normal, 0, s, unit_std(r.D))},
-                        {"k", perf_input(PerfPool::Normal, 1, s, unit_std(r.D))},
-                        {"v", perf_input(PerfPool::Normal, 2, s, unit_std(r.D))},
-                        {"g", perf_input(PerfPool::LogGate, 0, r.vector_gate ? s : Shape{r.B, r.T, r.H})}};
-        },
-        decay_op(unit_std(r.D), 0),
-        {3 * state_pass, 9 * state_pass, 4 * row_bytes + gate_bytes, 8 * row_bytes + 2 * gate_bytes,
-         r.anchor_fwd_ms, r.anchor_fwd_bwd_ms, r.anchor}));
-  }
+  for (const GateAnchors& g :
+       {GateAnchors{false, {{"fla chunk_simple_gla", {0.432, 2.094}}, {"fla chunk_retention", {0.323, 1.141}},
+                            {"fla chunk_simple_gla", {}}}},
+        GateAnchors{true, {{"fla chunk_gla", {0.755, 3.246}}, {"fla chunk_gla", {0.552, 2.706}}, {"fla chunk_gla", {}}}}})
+    for (size_t i = 0; i < kBenchShapes.size(); i++) {
+      const BenchShape r = kBenchShapes[i];
+      const auto& [anchor, ms] = g.per_shape[i];
+      const PerfUnits u = perf_units(r);
+      const double gate_bytes = g.vector_gate ? u.row_bytes : u.row_bytes / r.D;
+      add_case(perf_case(
+          "decay_attention", std::string("decay_attention ") + (g.vector_gate ? "vector " : "scalar ") +
+                                 dims_label(bench_dims(r)),
+          decay_kernel(r.D, r.D, g.vector_gate),
+          [r, vector_gate = g.vector_gate](uint64_t) {
+            const Shape s{r.B, r.T, r.H, r.D};
+            return Inputs{{"q", perf_input(PerfPool::Normal, 0, s, unit_std(r.D))},
+                          {"k", perf_input(PerfPool::Normal, 1, s, unit_std(r.D))},
+                          {"v", perf_input(PerfPool::Normal, 2, s, unit_std(r.D))},
+                          {"g", perf_input(PerfPool::LogGate, 0, vector_gate ? s : Shape{r.B, r.T, r.H})}};
+          },
+          decay_op(unit_std(r.D), 0),
+          {3 * u.state_pass, 9 * u.state_pass, 4 * u.row_bytes + gate_bytes, 8 * u.row_bytes + 2 * gate_bytes, ms.fwd,
+           ms.fwd_bwd, anchor, bench_dims(r)}));
+    }
 }
 
 // ---- rwkv6 ----
@@ -314,17 +330,23 @@ void add_rwkv6_cases() {
                       rwkv6_op(1.0, 0)));
   }
 
-  add_case(perf_case("rwkv6", "rwkv6" + kAnchorDims, named_kernel("recurrent"),
-                     [](uint64_t) {
-                       const Shape s{kB, kT, kH, kD};
-                       return Inputs{{"r", perf_input(PerfPool::Normal, 0, s, unit_std(kD))},
-                                     {"k", perf_input(PerfPool::Normal, 1, s, unit_std(kD))},
-                                     {"v", perf_input(PerfPool::Normal, 2, s, unit_std(kD))},
-                                     {"w", perf_input(PerfPool::LogGate, 0, s)},
-                                     {"u", perf_input(PerfPool::Normal, 4, {kH, kD}, unit_std(kD))}};
-                     },
-                     rwkv6_op(1.0, 0),
-                     {3 * kStatePass, 9 * kStatePass, 5 * kRowBytes, 10 * kRowBytes, 0.908, 3.566, "fla chunk_rwkv6"}));
+  for (size_t i = 0; i < kBenchShapes.size(); i++) {
+    const BenchShape b = kBenchShapes[i];
+    const PerfUnits u = perf_units(b);
+    const AnchorMs a = first_shape_only(i, {0.908, 3.566});
+    add_case(perf_case("rwkv6", "rwkv6 " + dims_label(bench_dims(b)), named_kernel("recurrent"),
+                       [b](uint64_t) {
+                         const Shape s{b.B, b.T, b.H, b.D};
+                         return Inputs{{"r", perf_input(PerfPool::Normal, 0, s, unit_std(b.D))},
+                                       {"k", perf_input(PerfPool::Normal, 1, s, unit_std(b.D))},
+                                       {"v", perf_input(PerfPool::Normal, 2, s, unit_std(b.D))},
+                                       {"w", perf_input(PerfPool::LogGate, 0, s)},
+                                       {"u", perf_input(PerfPool::Normal, 4, {b.H, b.D}, unit_std(b.D))}};
+                       },
+                       rwkv6_op(1.0, 0),
+                       {3 * u.state_pass, 9 * u.state_pass, 5 * u.row_bytes, 10 * u.row_bytes, a.fwd, a.fwd_bwd,
+                        "fla chunk_rwkv6", bench_dims(b)}));
+  }
 }
 
 // ---- delta_rule ----
@@ -435,35 +457,28 @@ void add_delta_rule_cases() {
     add_case(gpu_case("delta_rule", "delta_rule " + c.what + dims(c.B, c.T, c.H, c.HV, c.dk, c.dv), delta_kernel(c),
                       delta_inputs(c, true), delta_op(c)));
 
-  // perf: beta tied (w = b) but for GDN-2's erase b (B,T,H,dk) and write w (B,T,H,dv); at the
-  // anchor shape beside fla's chunk kernels, and DeltaNet and GDN also in fla's 340M layout
-  // (B8 T2048 H4 D256), which has no kernel anchor in targets.md.
-  struct PerfShape {
-    int64_t B, T, H, D;
-    double anchor_fwd_ms, anchor_fwd_bwd_ms;
-    const char* anchor;
-  };
+  // perf: beta tied (w = b) but for GDN-2's erase b (B,T,H,dk) and write w (B,T,H,dv); at each
+  // bench shape beside fla's chunk kernel (targets.md's figure at the anchor shape).
   struct Variant {
     const char* name;
     G gate;
     bool vectors;
-    std::vector<PerfShape> shapes;
+    AnchorMs anchor_shape_ms;
+    const char* anchor;
   };
-  for (const Variant& m :
-       {Variant{"deltanet", G::None, false, {{kB, kT, kH, kD, 1.078, 2.879, "fla chunk_delta_rule"}, {8, 2048, 4, 256, 0, 0, ""}}},
-        Variant{"gdn", G::Scalar, false,
-                {{kB, kT, kH, kD, 0.799, 3.583, "fla chunk_gated_delta_rule"}, {8, 2048, 4, 256, 0, 0, ""}}},
-        Variant{"kda", G::Vector, false, {{kB, kT, kH, kD, 1.460, 3.781, "fla chunk_kda"}}},
-        Variant{"gdn2", G::Vector, true, {{kB, kT, kH, kD, 1.645, 4.589, "fla chunk_gdn2"}}}})
-    for (const PerfShape& r : m.shapes) {
+  for (const Variant& m : {Variant{"deltanet", G::None, false, {1.078, 2.879}, "fla chunk_delta_rule"},
+                           Variant{"gdn", G::Scalar, false, {0.799, 3.583}, "fla chunk_gated_delta_rule"},
+                           Variant{"kda", G::Vector, false, {1.460, 3.781}, "fla chunk_kda"},
+                           Variant{"gdn2", G::Vector, true, {1.645, 4.589}, "fla chunk_gdn2"}})
+    for (size_t i = 0; i < kBenchShapes.size(); i++) {
+      const BenchShape r = kBenchShapes[i];
+      const AnchorMs a = first_shape_only(i, m.anchor_shape_ms);
       const DeltaCase c{m.name, r.B, r.T, r.H, r.H, r.D, r.D, m.gate, m.vectors, m.vectors, !m.vectors, false, 0.0, 0};
-      const double state_pass = 2.0 * r.D * r.D * double(r.B) * r.T * r.H;  // FLOPs of one pass over every state
-      const double row_bytes = 2.0 * double(r.B) * r.T * r.H * r.D;         // one (B, T, H, D) bf16 tensor
-      const double gate_bytes = (m.gate == G::Vector ? row_bytes : m.gate == G::Scalar ? row_bytes / r.D : 0) +
-                                (m.vectors ? 2 * row_bytes : row_bytes / r.D);
+      const PerfUnits u = perf_units(r);
+      const double gate_bytes = (m.gate == G::Vector ? u.row_bytes : m.gate == G::Scalar ? u.row_bytes / r.D : 0) +
+                                (m.vectors ? 2 * u.row_bytes : u.row_bytes / r.D);
       add_case(perf_case(
-          "delta_rule", std::string("delta_rule ") + m.name + " " + dims_label({{"B", r.B}, {"T", r.T}, {"H", r.H}, {"D", r.D}}),
-          delta_kernel(c),
+          "delta_rule", std::string("delta_rule ") + m.name + " " + dims_label(bench_dims(r)), delta_kernel(c),
           [c](uint64_t) {
             const Shape s{c.B, c.T, c.H, c.dk}, scalar{c.B, c.T, c.H};
             Inputs in = {{"q", perf_input(PerfPool::Normal, 0, s, unit_std(c.dk))},
@@ -476,8 +491,8 @@ void add_delta_rule_cases() {
             return in;
           },
           delta_op(c),
-          {4 * state_pass, 12 * state_pass, 5 * row_bytes + gate_bytes, 10 * row_bytes + 2 * gate_bytes,
-           r.anchor_fwd_ms, r.anchor_fwd_bwd_ms, r.anchor}));
+          {4 * u.state_pass, 12 * u.state_pass, 5 * u.row_bytes + gate_bytes, 10 * u.row_bytes + 2 * gate_bytes, a.fwd,
+           a.fwd_bwd, m.anchor, bench_dims(r)}));
     }
 }
 

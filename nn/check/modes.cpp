@@ -4,8 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 
 #ifdef HLA_CUDA
+#include "cuda/runtime.h"
 #include "cuda/timer.h"
 #endif
 
@@ -171,6 +173,39 @@ int gpu_row_count(const Case& c) {
 
 // ---- perf ----
 
+std::vector<PerfRow> perf_rows_unmeasured(const Case& c) {
+  const Perf& p = c.perf;
+  std::vector<PerfRow> rows;
+  for (const auto& [pass, anchor_ms] : {std::pair<const char*, double>{"fwd", p.anchor_fwd_ms},
+                                        {"fwd+bwd", p.anchor_fwd_bwd_ms}}) {
+    PerfRow r;
+    r.name = c.name;
+    r.group = c.group;
+    r.kernel = c.kernel ? c.kernel(DType::BF16) : "-";
+    r.pass = pass;
+    for (const auto& [letter, size] : p.dims) r.dims.emplace_back(letter, size);
+    r.anchor = p.anchor;
+    r.anchor_ms = anchor_ms;
+    r.anchor_source = anchor_ms > 0 ? "targets.md" : "";
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+#ifdef HLA_CUDA
+namespace {
+
+// The allocator's high-water mark during call() above the bytes held both before and after it.
+double workspace_bytes(const std::function<void()>& call) {
+  const size_t before = cuda::allocated_bytes();
+  cuda::reset_peak_bytes();
+  call();
+  return double(cuda::peak_bytes() - std::max(before, cuda::allocated_bytes()));
+}
+
+}  // namespace
+#endif
+
 std::vector<PerfRow> run_perf(const Case& c, const PerfOptions& options) {
 #ifdef HLA_CUDA
   const Inputs in = c.inputs(0);
@@ -178,14 +213,22 @@ std::vector<PerfRow> run_perf(const Case& c, const PerfOptions& options) {
   for (const Input& x : in) vars.push_back(as_var(x, x.value, DType::BF16, Device::CUDA));
   std::vector<size_t> seeded;  // outputs that take a gradient, and their gradients
   std::vector<Tensor> seeds;
+  double fwd_workspace = 0, bwd_workspace = 0;
   {
-    std::vector<Var> outs = c.op(vars);
+    // Pass 1: one untimed forward and backward, which picks the output gradients and measures
+    // each call's workspace.
+    std::vector<Var> outs;
+    fwd_workspace = workspace_bytes([&] { outs = c.op(vars); });
+    std::vector<Var> roots;
     for (size_t k = 0; k < outs.size(); k++) {
       if (!outs[k].requires_grad()) continue;
       seeded.push_back(k);
+      roots.push_back(outs[k]);
       seeds.push_back(perf_input(PerfPool::Normal, 5 + static_cast<int>(seeds.size()), outs[k].shape())
                           .to(outs[k].dtype()));
     }
+    if (!roots.empty()) bwd_workspace = workspace_bytes([&] { run_backward(roots, seeds); });
+    for (Var& v : vars) v.zero_grad();
   }
   auto forward = [&] { c.op(vars); };
   auto forward_backward = [&] {
@@ -194,14 +237,20 @@ std::vector<PerfRow> run_perf(const Case& c, const PerfOptions& options) {
     if (!roots.empty()) run_backward(roots, seeds);
     for (Var& v : vars) v.zero_grad();
   };
+  // Pass 2: the timings.
   const double fwd_ms = cuda::median(cuda::time_ms(forward, options.warmup, options.repeats));
   const double all_ms = cuda::median(cuda::time_ms(forward_backward, options.warmup, options.repeats));
-  const std::string kernel = c.kernel ? c.kernel(DType::BF16) : "-";
   const Perf& p = c.perf;
-  return {{c.name, kernel, "fwd", fwd_ms, p.fwd_flops / fwd_ms * 1e-9, p.fwd_bytes / fwd_ms * 1e-6,
-           p.anchor_fwd_ms, p.anchor},
-          {c.name, kernel, "fwd+bwd", all_ms, p.fwd_bwd_flops / all_ms * 1e-9, p.fwd_bwd_bytes / all_ms * 1e-6,
-           p.anchor_fwd_bwd_ms, p.anchor}};
+  std::vector<PerfRow> rows = perf_rows_unmeasured(c);
+  rows[0].ms = fwd_ms;
+  rows[0].tflops = p.fwd_flops / fwd_ms * 1e-9;
+  rows[0].gbps = p.fwd_bytes / fwd_ms * 1e-6;
+  rows[0].workspace_bytes = fwd_workspace;
+  rows[1].ms = all_ms;
+  rows[1].tflops = p.fwd_bwd_flops / all_ms * 1e-9;
+  rows[1].gbps = p.fwd_bwd_bytes / all_ms * 1e-6;
+  rows[1].workspace_bytes = std::max(fwd_workspace, bwd_workspace);
+  return rows;
 #else
   (void)options;
   fail("bench ", c.name, ": this build of hla has no CUDA backend");

@@ -11,7 +11,11 @@
 //   a kernel forgets to write fails. One row per (dtype, output or gradient):
 //     rel err = ||cuda - cpu||_2 / ||cpu||_2   (||cuda - cpu||_2 when the reference is 0)
 // perf: the Var path in BF16 on the GPU, forward (recording the graph, as training does) and
-//   forward + backward, each a median of CUDA-event timings after warm-up runs.
+//   forward + backward, each a median of CUDA-event timings after warm-up runs. Workspace: the
+//   caching allocator's high-water mark during one untimed call above what is held both before
+//   and after it (inputs, outputs, saved tensors, gradients), i.e. the temporary device memory
+//   the call needed; the fwd+bwd row gives the larger of the forward's and the backward's.
+//   Tables and JSON of the rows, and measured anchors: nn/check/perf_report.h.
 #pragma once
 #include <string>
 #include <vector>
@@ -51,13 +55,18 @@ struct PerfOptions {
   int repeats = 20;
 };
 struct PerfRow {
-  std::string name, kernel, pass;  // pass: "fwd" or "fwd+bwd"
+  std::string name, group, kernel, pass;  // pass: "fwd" or "fwd+bwd"
+  std::vector<std::pair<std::string, int64_t>> dims;  // the case's shape (Perf::dims)
   double ms = 0;                   // median over the repeats
   double tflops = 0, gbps = 0;     // achieved; 0 when the case gives no count
-  double anchor_ms = 0;            // 0: no anchor
-  std::string anchor;
+  double workspace_bytes = 0;      // temporary device memory of one call (see above)
+  double anchor_ms = 0;            // 0: no anchor figure
+  std::string anchor;              // "fla chunk_gla"; empty: the case has no anchor
+  std::string anchor_source;       // "targets.md", "measured" (hla bench --anchors), or empty
 };
 std::vector<PerfRow> run_perf(const Case& c, const PerfOptions& options);  // fwd, fwd+bwd
+// The rows run_perf gives, without their measurements (no GPU needed): `hla bench --list --json`.
+std::vector<PerfRow> perf_rows_unmeasured(const Case& c);
 constexpr int kPerfRowsPerCase = 2;
 
 // `--list` of the three commands: one line per case (group, name, the rows the mode gives it;

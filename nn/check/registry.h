@@ -21,6 +21,7 @@
 #include <functional>
 #include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "autograd/gradcheck.h"
@@ -50,12 +51,29 @@ struct Tolerances {
 };
 
 // What perf mode reports beside the times: the work of one call (0: that column stays empty)
-// and the anchor's times for the same work (shared/design/targets.md).
+// and the anchor's times for the same work (shared/design/targets.md; 0: none on file, then only a
+// measured anchor fills the row: `hla bench --anchors`, scripts/bench_anchors.py). dims is the
+// case's shape, the name's label ({{"B", 4}, {"T", 4096}, ...}): the bench JSON carries it and
+// scripts/bench_anchors.py times the anchor at it.
 struct Perf {
   double fwd_flops = 0, fwd_bwd_flops = 0;
   double fwd_bytes = 0, fwd_bwd_bytes = 0;
   double anchor_fwd_ms = 0, anchor_fwd_bwd_ms = 0;
-  std::string anchor;  // "fla chunk_gla"
+  std::string anchor;  // "fla chunk_gla"; empty: no anchor
+  std::vector<std::pair<const char*, int64_t>> dims;
+};
+
+// The kernel bench's shapes, every mixer at each: (B, T, H, D) with dk = dv = D. The first is
+// targets.md's anchor shape, the second its smaller one, the third fla's 340M layout (4 heads
+// of 256). kBenchAttentionLongT: attention also runs at B1 T16384 H16 D128.
+struct BenchShape {
+  int64_t B, T, H, D;
+};
+inline const std::vector<BenchShape> kBenchShapes = {{4, 4096, 16, 128}, {8, 2048, 16, 64}, {8, 2048, 4, 256}};
+constexpr int64_t kBenchAttentionLongT = 16384;
+// targets.md's anchor times (ms) at one bench shape; 0: none on file.
+struct AnchorMs {
+  double fwd = 0, fwd_bwd = 0;
 };
 
 struct Case {
@@ -107,6 +125,10 @@ Tensor unit_rows(Tensor t);
 KernelLabel named_kernel(const std::string& name);
 // "B2 T37 D64" from {{"B", 2}, {"T", 37}, {"D", 64}}.
 std::string dims_label(const std::vector<std::pair<const char*, int64_t>>& dims);
+// {{"B", s.B}, {"T", s.T}, {"H", s.H}, {"D", s.D}}: a bench case's Perf::dims (its name's label).
+inline std::vector<std::pair<const char*, int64_t>> bench_dims(const BenchShape& s) {
+  return {{"B", s.B}, {"T", s.T}, {"H", s.H}, {"D", s.D}};
+}
 
 // Perf inputs. Drawing one (4, 4096, 16, 128) tensor on the host takes longer than timing the
 // op, so perf cases take views of three bf16 GPU pools drawn once per process (each large
