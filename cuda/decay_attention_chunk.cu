@@ -59,8 +59,13 @@
 // the decay-weighted V and dO) are split into hi + lo bf16 halves (cuda/chunk_mma.cuh); per-row
 // decays multiply the fp32 accumulators. Per-row sums (dG) are reduced without atomics
 // (WarpTile::add_row_sums), so the backward is deterministic. Fragments are gathered element by
-// element from padded shared tiles; ldmatrix and cp.async double buffering are the next step for
-// speed.
+// element from padded shared tiles (ldmatrix is a next step).
+// Memory round trips: every kernel issues all of a chunk's global loads before it waits for any
+// (tiles through cp.async, load_bf16_rows_async / load_f32_rows_async; the gate and the scans' q,
+// k pieces into registers, vector_cumsum, gate_vector_chunk), so a chunk costs one round trip,
+// not one per loop iteration (a load-then-store loop through generic pointers is serialised: the
+// compiler cannot move a load above a store that may alias it). The scans run T / 64 chunks in
+// sequence, so their per-chunk latency is the forward's and backward's floor.
 // Shared memory per CTA (launch_kernel asserts <= 227 KB, an sm_90 CTA's limit), dk = 128 / 64:
 //   scores_kernel 35,072 / 18,688 B;  scan_kernel and reverse_scan_kernel 76,544 / 50,944 B
 //   (2 / 4 CTAs an SM);  local_backward_kernel (dk, dv) = (128, 128) 141,952 B, (128, 64)
@@ -88,7 +93,8 @@ constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
 template <int M, int N>
 using WarpTile = chunk_mma::WarpTile<M, N, kWarps>;
-using chunk_mma::load_bf16_rows;
+using chunk_mma::load_bf16_rows_async;
+using chunk_mma::load_f32_rows_async;
 constexpr int kLdA = C + 4;  // fp32 row stride of the (C x C) score tiles in shared memory
 constexpr int BV = 32;       // state columns per scan CTA
 
@@ -129,20 +135,38 @@ __device__ __forceinline__ void chunk_cumsum(float* G, const bf16* g, int64_t st
   G[2 * lane + 1] = s;
 }
 
-// Vector gate, threads 0 .. DK - 1 one channel d each: G[t * ld + d] = g_0[d] + ... + g_t[d] for
-// the chunk's tokens (g past n = 0; g points at token 0 channel 0, tokens `stride` apart).
-// Returns the channel's G_last (= the last valid token's); other threads return 0.
+// Waits for this thread's cp.async copies, then for the block's: the tiles are ready for all.
+__device__ __forceinline__ void wait_tiles() {
+  cp_async_commit();
+  cp_async_wait_all();
+  __syncthreads();
+}
+
+// Vector gate, all threads: G[t * ld + d] = g_0[d] + ... + g_t[d] for the chunk's tokens (g past
+// n = 0; g points at token 0 channel 0, tokens `stride` apart) and, where glast is not null,
+// glast[d] = G[C - 1][d] (= the last valid token's). kParts = kThreads / DK threads share a
+// channel, kLen = C / kParts consecutive tokens each, loaded at once before any sum (one memory
+// round trip); each part's local sums are then offset by the earlier parts' totals, added in
+// part order (so G is still non-increasing where g <= 0). Ends with __syncthreads.
 template <int DK>
-__device__ __forceinline__ float vector_cumsum(float* G, int ld, const bf16* g, int64_t stride, int n) {
-  const int d = threadIdx.x;
-  if (d >= DK) return 0.f;
-  float s = 0.f;
-#pragma unroll 8
-  for (int t = 0; t < C; t++) {
-    if (t < n) s += bf(g[t * stride + d]);
-    G[t * ld + d] = s;
-  }
-  return s;
+__device__ __forceinline__ void vector_cumsum(float* G, int ld, float* glast, const bf16* g, int64_t stride, int n) {
+  constexpr int kParts = kThreads / DK, kLen = C / kParts;
+  static_assert(kThreads % DK == 0 && C % kParts == 0, "whole parts of a channel's tokens");
+  const int d = threadIdx.x % DK, part = threadIdx.x / DK, t0 = part * kLen;
+  float x[kLen];
+#pragma unroll
+  for (int i = 0; i < kLen; i++) x[i] = t0 + i < n ? bf(g[(t0 + i) * stride + d]) : 0.f;
+#pragma unroll
+  for (int i = 1; i < kLen; i++) x[i] += x[i - 1];
+  G[(t0 + kLen - 1) * ld + d] = x[kLen - 1];  // the part's total, read by the later parts
+  __syncthreads();
+  float before = 0.f;
+  for (int p = 0; p < part; p++) before += G[((p + 1) * kLen - 1) * ld + d];
+  __syncthreads();  // every total is read before it is overwritten
+#pragma unroll
+  for (int i = 0; i < kLen; i++) G[(t0 + i) * ld + d] = before + x[i];
+  if (glast && part == kParts - 1) glast[d] = before + x[kLen - 1];
+  __syncthreads();
 }
 
 // out[r * ld + c] = scale * s(r, c) * exp(G[r] - G[c]) for c <= r, else 0: a (C x C) product of
@@ -170,10 +194,10 @@ __global__ void __launch_bounds__(kThreads) scores_kernel(Args a) {
   float* G = reinterpret_cast<float*>(k + C * kLdK);  // (C)
   const int chunk = blockIdx.x, j = blockIdx.y, b = blockIdx.z, hq = j / (a.HV / a.H);
   const int t0 = chunk * C, n = min(C, a.T - t0);
-  load_bf16_rows<C, DK>(q, a.q + ((int64_t(b) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
-  load_bf16_rows<C, DK>(k, a.k + ((int64_t(b) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
+  load_bf16_rows_async<C, DK>(q, a.q + ((int64_t(b) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
+  load_bf16_rows_async<C, DK>(k, a.k + ((int64_t(b) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
   if (threadIdx.x < 32) chunk_cumsum(G, a.g + (int64_t(b) * a.T + t0) * a.HV + j, a.HV, n);
-  __syncthreads();
+  wait_tiles();
   WarpTile<C, C> s;
   s.mma<DK, false, false>([&](int r, int d) { return bf(q[r * kLdK + d]); },   // Q[r][d]
                           [&](int d, int c) { return bf(k[c * kLdK + d]); });  // K^T[d][c]
@@ -232,10 +256,10 @@ __global__ void __launch_bounds__(kThreads) vector_scores_kernel(Args a) {
   bf16* k = q + C * kLdK;                           // (C, kLdK)
   const int chunk = blockIdx.x, j = blockIdx.y, b = blockIdx.z, hq = j / (a.HV / a.H);
   const int t0 = chunk * C, n = min(C, a.T - t0);
-  load_bf16_rows<C, DK>(q, a.q + ((int64_t(b) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
-  load_bf16_rows<C, DK>(k, a.k + ((int64_t(b) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
-  vector_cumsum<DK>(G, kLdG, a.g + ((int64_t(b) * a.T + t0) * a.HV + j) * DK, int64_t(a.HV) * DK, n);
-  __syncthreads();
+  load_bf16_rows_async<C, DK>(q, a.q + ((int64_t(b) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
+  load_bf16_rows_async<C, DK>(k, a.k + ((int64_t(b) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
+  vector_cumsum<DK>(G, kLdG, nullptr, a.g + ((int64_t(b) * a.T + t0) * a.HV + j) * DK, int64_t(a.HV) * DK, n);
+  wait_tiles();
   vector_scores<DK, kLdK, kLdG>(a.aqk + ((int64_t(b) * a.HV + j) * a.NT + chunk) * C * C, C, q, k, G, a.scale);
 }
 
@@ -274,12 +298,13 @@ struct ScanSmem {
       q = reinterpret_cast<bf16*>(w + C), k = q + C * kLdK, v = k + C * kLdK;
     }
   }
-  // h <- columns v0 .. v0 + BV - 1 of a (DK, DV) fp32 state in global memory (zeros when null).
+  // h <- columns v0 .. v0 + BV - 1 of a (DK, DV) fp32 state in global memory (zeros when null),
+  // ready for every thread.
   __device__ void load_state(const float* src, int v0, int DV) const {
-    for (int i = threadIdx.x; i < DK * BV; i += kThreads) {
-      const int d = i / BV, c = i % BV;
-      h[d * kLdH + c] = src ? src[d * DV + v0 + c] : 0.f;
-    }
+    if (src) load_f32_rows_async<DK, BV>(h, kLdH, src + v0, DV);
+    else
+      for (int i = threadIdx.x; i < DK * BV; i += kThreads) h[i / BV * kLdH + i % BV] = 0.f;
+    wait_tiles();
   }
   // The same columns of a (DK, DV) fp32 state in global memory <- h.
   __device__ void store_state(float* dst, int v0, int DV) const {
@@ -288,19 +313,34 @@ struct ScanSmem {
       dst[d * DV + v0 + c] = h[d * kLdH + c];
     }
   }
-  // Vector gate: qg, kg, glast of the chunk whose first (b, t) row is tok, n valid tokens.
-  // Three steps, each ordered by a __syncthreads: G into kg's place and G_last (vector_cumsum),
-  // then q (.) exp(G) and k (.) exp(G_last - G) element by element (global q, k).
-  __device__ void gate_vector_chunk(const Args& a, int64_t tok, int j, int hq, int n) const {
-    const float last = vector_cumsum<DK>(kg, kLdG, a.g + (tok * a.HV + j) * DK, int64_t(a.HV) * DK, n);
-    if (threadIdx.x < DK) glast[threadIdx.x] = last;
-    __syncthreads();
-    for (int i = threadIdx.x; i < C * DK; i += kThreads) {
-      const int t = i / DK, d = i % DK;
+  // Vector gate: glast and the gated tiles qg = q (.) exp(G) (with_q) and kg = k (.) exp(G_last - G)
+  // (with_k) of the chunk whose first (b, t) row is tok, n valid tokens. This thread's 8-channel
+  // pieces of q and k are loaded into registers first, so their round trip overlaps the gate's
+  // (vector_cumsum, G into kg's place); then each thread gates its own pieces in place. The
+  // caller's __syncthreads (wait_tiles) publishes qg, kg.
+  __device__ void gate_vector_chunk(const Args& a, int64_t tok, int j, int hq, int n, bool with_q, bool with_k) const {
+    constexpr int kPieces = C * DK / 8 / kThreads;  // 8-channel pieces per thread
+    uint4 qp[kPieces], kp[kPieces];
+#pragma unroll
+    for (int p = 0; p < kPieces; p++) {
+      const int i = threadIdx.x + p * kThreads, t = i / (DK / 8), d = i % (DK / 8) * 8;
       const int64_t at = ((tok + t) * a.H + hq) * DK + d;
-      const float G_t = kg[t * kLdG + d];
-      qg[t * kLdG + d] = t < n ? bf(a.q[at]) * expf(G_t) : 0.f;
-      kg[t * kLdG + d] = t < n ? bf(a.k[at]) * expf(glast[d] - G_t) : 0.f;
+      const uint4 zero = make_uint4(0, 0, 0, 0);
+      qp[p] = with_q && t < n ? *reinterpret_cast<const uint4*>(a.q + at) : zero;
+      kp[p] = with_k && t < n ? *reinterpret_cast<const uint4*>(a.k + at) : zero;
+    }
+    vector_cumsum<DK>(kg, kLdG, glast, a.g + (tok * a.HV + j) * DK, int64_t(a.HV) * DK, n);
+#pragma unroll
+    for (int p = 0; p < kPieces; p++) {
+      const int i = threadIdx.x + p * kThreads, t = i / (DK / 8), d = i % (DK / 8) * 8;
+      const bf16* qv = reinterpret_cast<const bf16*>(&qp[p]);
+      const bf16* kv = reinterpret_cast<const bf16*>(&kp[p]);
+#pragma unroll
+      for (int e = 0; e < 8; e++) {
+        const float G_t = kg[t * kLdG + d + e];
+        if (with_q) qg[t * kLdG + d + e] = bf(qv[e]) * expf(G_t);
+        if (with_k) kg[t * kLdG + d + e] = bf(kv[e]) * expf(glast[d + e] - G_t);
+      }
     }
   }
   // h <- Diag(decay) h + X^T Y over this chunk's rows s, with X(s, d), Y(s, c) and decay(d)
@@ -337,19 +377,14 @@ __global__ void __launch_bounds__(kThreads) scan_kernel(Args a, int DV) {
   for (int chunk = 0; chunk < a.NT; chunk++) {
     const int t0 = chunk * C, n = min(C, a.T - t0);
     const int64_t tok = int64_t(b) * a.T + t0;  // first (b, t) row of the chunk
-    load_bf16_rows<C, BV>(sm.v, a.v + (tok * a.HV + j) * DV + v0, int64_t(a.HV) * DV, n);
-    if (a.o) {
-      const float* aqk = a.aqk + (head * a.NT + chunk) * C * C;
-      for (int i = threadIdx.x; i < C * C / 4; i += kThreads) {
-        const int r = i / (C / 4), c = (i % (C / 4)) * 4;
-        *reinterpret_cast<float4*>(sm.aqk + r * kLdA + c) = *reinterpret_cast<const float4*>(aqk + r * C + c);
-      }
-    }
+    // Every load of the chunk is issued before any is waited for (one memory round trip).
+    load_bf16_rows_async<C, BV>(sm.v, a.v + (tok * a.HV + j) * DV + v0, int64_t(a.HV) * DV, n);
+    if (a.o) load_f32_rows_async<C, C>(sm.aqk, kLdA, a.aqk + (head * a.NT + chunk) * C * C, C);
     if constexpr (VG) {
-      sm.gate_vector_chunk(a, tok, j, hq, n);
+      sm.gate_vector_chunk(a, tok, j, hq, n, a.o != nullptr, true);
     } else {
-      load_bf16_rows<C, DK>(sm.k, a.k + (tok * a.H + hq) * DK, int64_t(a.H) * DK, n);
-      if (a.o) load_bf16_rows<C, DK>(sm.q, a.q + (tok * a.H + hq) * DK, int64_t(a.H) * DK, n);
+      load_bf16_rows_async<C, DK>(sm.k, a.k + (tok * a.H + hq) * DK, int64_t(a.H) * DK, n);
+      if (a.o) load_bf16_rows_async<C, DK>(sm.q, a.q + (tok * a.H + hq) * DK, int64_t(a.H) * DK, n);
       if (threadIdx.x < 32) {
         chunk_cumsum(sm.G, a.g + tok * a.HV + j, a.HV, n);
         __syncwarp();
@@ -360,7 +395,7 @@ __global__ void __launch_bounds__(kThreads) scan_kernel(Args a, int DV) {
         }
       }
     }
-    __syncthreads();
+    wait_tiles();
     if (a.h_start) sm.store_state(a.h_start + (head * a.NT + chunk) * DK * DV, v0, DV);
     // o = scale exp(G) (.) (Q h) + Aqk V   (Aqk holds scale and the decays)
     if (a.o) {
@@ -405,11 +440,11 @@ __global__ void __launch_bounds__(kThreads) reverse_scan_kernel(Args a, int DV) 
   for (int chunk = a.NT - 1; chunk >= 0; chunk--) {
     const int t0 = chunk * C, n = min(C, a.T - t0);
     const int64_t tok = int64_t(b) * a.T + t0;
-    load_bf16_rows<C, BV>(sm.v, a.d_o + (tok * a.HV + j) * DV + v0, int64_t(a.HV) * DV, n);
+    load_bf16_rows_async<C, BV>(sm.v, a.d_o + (tok * a.HV + j) * DV + v0, int64_t(a.HV) * DV, n);
     if constexpr (VG) {
-      sm.gate_vector_chunk(a, tok, j, hq, n);
+      sm.gate_vector_chunk(a, tok, j, hq, n, true, false);
     } else {
-      load_bf16_rows<C, DK>(sm.q, a.q + (tok * a.H + hq) * DK, int64_t(a.H) * DK, n);
+      load_bf16_rows_async<C, DK>(sm.q, a.q + (tok * a.H + hq) * DK, int64_t(a.H) * DK, n);
       if (threadIdx.x < 32) {
         chunk_cumsum(sm.G, a.g + tok * a.HV + j, a.HV, n);
         __syncwarp();
@@ -419,7 +454,7 @@ __global__ void __launch_bounds__(kThreads) reverse_scan_kernel(Args a, int DV) 
         }
       }
     }
-    __syncthreads();
+    wait_tiles();
     sm.store_state(a.dh_end + (head * a.NT + chunk) * DK * DV, v0, DV);  // dh[n] = dS
     // dS <- Diag(exp(G_last)) dS + (Q (.) scale exp(G))^T dO
     if constexpr (VG)
@@ -477,22 +512,14 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(Args a) {
   const int64_t tok0 = (int64_t(b) * a.T + t0) * a.HV + j;  // (B, T, HV) index of token t0
   const int64_t qk0 = ((int64_t(b) * a.T + t0) * a.H + hq) * DK;
   const int64_t state0 = (head * a.NT + chunk) * DK * DV;    // this chunk's h[n] and dh[n]
-  load_bf16_rows<C, DK>(sm.q, a.q + qk0, int64_t(a.H) * DK, n);
-  load_bf16_rows<C, DK>(sm.k, a.k + qk0, int64_t(a.H) * DK, n);
-  load_bf16_rows<C, DV>(sm.v, a.v + tok0 * DV, int64_t(a.HV) * DV, n);
-  load_bf16_rows<C, DV>(sm.dov, a.d_o + tok0 * DV, int64_t(a.HV) * DV, n);
+  load_bf16_rows_async<C, DK>(sm.q, a.q + qk0, int64_t(a.H) * DK, n);
+  load_bf16_rows_async<C, DK>(sm.k, a.k + qk0, int64_t(a.H) * DK, n);
+  load_bf16_rows_async<C, DV>(sm.v, a.v + tok0 * DV, int64_t(a.HV) * DV, n);
+  load_bf16_rows_async<C, DV>(sm.dov, a.d_o + tok0 * DV, int64_t(a.HV) * DV, n);
   if constexpr (VG) {
-    const float last = vector_cumsum<DK>(sm.Gv, kLdG, a.g + tok0 * DK, int64_t(a.HV) * DK, n);
-    if (threadIdx.x < DK) sm.glast[threadIdx.x] = last;
+    vector_cumsum<DK>(sm.Gv, kLdG, sm.glast, a.g + tok0 * DK, int64_t(a.HV) * DK, n);
     for (int i = threadIdx.x; i < C / 16 * DK; i += kThreads) sm.colKs[i] = 0.f;
-    // rowsum(h (.) dh) per channel for dG_last (3d), a warp per state row
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    for (int d = warp; d < DK; d += kWarps) {
-      float x = 0.f;
-      for (int c = lane; c < DV; c += 32) x += a.h_start[state0 + d * DV + c] * a.dh_end[state0 + d * DV + c];
-      x = warp_sum(x);
-      if (lane == 0) sm.hdh[d] = x;
-    }
+    for (int i = threadIdx.x; i < DK; i += kThreads) sm.hdh[i] = 0.f;  // summed in 3b
   } else if (threadIdx.x < 32) {
     chunk_cumsum(sm.G, a.g + tok0, a.HV, n);
     __syncwarp();
@@ -503,7 +530,7 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(Args a) {
     }
   }
   for (int i = threadIdx.x; i < 6 * C; i += kThreads) sm.rowQ[i] = 0.f;  // rowQ, rowK, rowKs
-  __syncthreads();
+  wait_tiles();
   auto q_rows = [&](int r, int d) { return bf(sm.q[r * kLdK + d]); };  // Q[r][d]
   auto k_rows = [&](int r, int d) { return bf(sm.k[r * kLdK + d]); };  // K[r][d]
   auto G_at = [&](int r, int d) { return sm.Gv[r * kLdG + d]; };       // vector gate G_r[d]
@@ -530,24 +557,40 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(Args a) {
   //     S_end = ... + (K (.) exp(G_last - G))^T V
   //                                      =>  dK^state = exp(G_last - G) (.) (V dh^T)   (3c)
   //                                          dV = exp(G_last - G) (.) (K dh) + Aqk^T dO
-  //     S_end = exp(G_last) h + ...      =>  <h, dh> for dG_last (3d)
+  //     S_end = exp(G_last) h + ...      =>  <h, dh> for dG_last (3d); a vector gate keeps it per
+  //                                          state row (rowsum(h (.) dh) into hdh, one owner
+  //                                          thread per row: the 16 threads of a row reduce by shuffles)
   WarpTile<C, DK> dq, dk;
   float hdh = 0.f;
   auto state_t = [&](int c, int d) { return sm.state[d * kLdS + c]; };  // (the piece of h or dh)^T
+  constexpr int kQuads = kPiece / 4;                         // float4 pieces of a state row
+  constexpr int kStateLoads = DK * kQuads / kThreads;        // float4 pieces of dh a thread
+  static_assert(DK * kQuads % kThreads == 0 && kThreads % kQuads == 0, "whole state rows per pass");
   for (int c0 = 0; c0 < DV; c0 += kPiece) {
-    for (int i = threadIdx.x; i < DK * kPiece / 4; i += kThreads) {
-      const int d = i / (kPiece / 4), c = (i % (kPiece / 4)) * 4;
-      *reinterpret_cast<float4*>(sm.state + d * kLdS + c) =
-          *reinterpret_cast<const float4*>(a.h_start + state0 + d * DV + c0 + c);
+    load_f32_rows_async<DK, kPiece>(sm.state, kLdS, a.h_start + state0 + c0, DV);
+    wait_tiles();
+    float4 dh_piece[kStateLoads];  // in flight during the product below
+#pragma unroll
+    for (int p = 0; p < kStateLoads; p++) {
+      const int i = threadIdx.x + p * kThreads, d = i / kQuads, c = i % kQuads * 4;
+      dh_piece[p] = *reinterpret_cast<const float4*>(a.dh_end + state0 + d * DV + c0 + c);
     }
-    __syncthreads();
     dq.mma<kPiece, false, true>([&](int r, int c) { return bf(sm.dov[r * kLdV + c0 + c]); }, state_t);
     __syncthreads();  // every read of h's piece is done
-    for (int i = threadIdx.x; i < DK * kPiece / 4; i += kThreads) {  // dh's piece in h's place
-      const int d = i / (kPiece / 4), c = (i % (kPiece / 4)) * 4;
+#pragma unroll
+    for (int p = 0; p < kStateLoads; p++) {  // dh's piece in h's place
+      const int i = threadIdx.x + p * kThreads, d = i / kQuads, c = i % kQuads * 4;
       float4* s = reinterpret_cast<float4*>(sm.state + d * kLdS + c);
-      const float4 h = *s, x = *reinterpret_cast<const float4*>(a.dh_end + state0 + d * DV + c0 + c);
-      if constexpr (!VG) hdh += h.x * x.x + h.y * x.y + h.z * x.z + h.w * x.w;
+      const float4 h = *s, x = dh_piece[p];
+      const float dot = h.x * x.x + h.y * x.y + h.z * x.z + h.w * x.w;
+      if constexpr (VG) {
+        float row = dot;
+#pragma unroll
+        for (int off = 1; off < kQuads; off <<= 1) row += __shfl_xor_sync(0xffffffffu, row, off);
+        if (threadIdx.x % kQuads == 0) sm.hdh[d] += row;
+      } else {
+        hdh += dot;
+      }
       *s = x;
     }
     __syncthreads();
