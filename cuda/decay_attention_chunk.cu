@@ -73,17 +73,18 @@
 // (WarpTile::add_row_sums), so the backward is deterministic. Fragments are gathered element by
 // element from padded shared tiles (ldmatrix is a next step).
 // Memory round trips: every kernel issues all of a chunk's global loads before it waits for any
-// (tiles through cp.async, load_bf16_rows_async / load_f32_rows_async; the gate and the scans' q,
-// k pieces into registers, vector_cumsum, gate_vector_chunk), so a chunk costs one round trip,
-// not one per loop iteration (a load-then-store loop through generic pointers is serialised: the
-// compiler cannot move a load above a store that may alias it). The scans run T / 64 chunks in
-// sequence, so their per-chunk latency is the forward's and backward's floor.
+// (tiles through cp.async, load_bf16_rows_async / load_f32_rows_async; a thread's gate values into
+// registers, vector_cumsum), so a chunk costs one round trip, not one per loop iteration (a
+// load-then-store loop through generic pointers is serialised: the compiler cannot move a load
+// above a store that may alias it). The scans run T / 64 chunks in sequence, so their per-chunk
+// latency is the forward's and backward's floor; the vector gate's scans copy the next chunk's
+// tiles during this chunk's state update (vector_scan), which leaves no round trip in the chain.
 // Shared memory per CTA (launch_kernel asserts <= 227 KB, an sm_90 CTA's limit), dk = 128 / 64:
 //   scores_kernel 35,072 / 18,688 B;  scan_kernel and reverse_scan_kernel 76,544 / 50,944 B
 //   (2 / 4 CTAs an SM);  local_backward_kernel (dk, dv) = (128, 128) 141,952 B, (128, 64)
 //   125,568 B, (64, 128) 108,160 B, (64, 64) 91,776 B, with 202, 173, 155, 124 registers a
 //   thread (ptxas): one CTA an SM, two at (64, 64) (at (64, 128) the registers allow only one).
-//   Vector gate: scan_kernel and reverse_scan_kernel 32,000 B (any dk); vector_output_kernel
+//   Vector gate: scan_kernel and reverse_scan_kernel 55,552 B (any dk); vector_output_kernel
 //   (128, 128) 103,424 B, (128, 64) 95,232 B, (64, 128) 70,656 B, (64, 64) 62,464 B; local_backward_kernel (128, 128) 178,816 B, (128, 64) 162,432 B,
 //   (64, 128) 127,104 B, (64, 64) 110,720 B, with 217, 188, 186, 160 registers (one CTA an SM).
 #include "cuda/decay_attention_chunk.cuh"
@@ -146,6 +147,17 @@ __device__ __forceinline__ void chunk_cumsum(float* G, const bf16* g, int64_t st
   }
   G[2 * lane] = s - x1;
   G[2 * lane + 1] = s;
+}
+
+// The 8 bf16 values of a 16-byte piece as floats, by value (a bf16 pointer into the piece would
+// read it through another type).
+__device__ __forceinline__ void unpack_bf16x8(const uint4& piece, float x[8]) {
+  const uint32_t w[4] = {piece.x, piece.y, piece.z, piece.w};
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    x[2 * i] = __uint_as_float(w[i] << 16);              // the low half is the first element
+    x[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+  }
 }
 
 // Waits for this thread's cp.async copies, then for the block's: the tiles are ready for all.
@@ -350,18 +362,19 @@ __global__ void __launch_bounds__(kThreads) vector_output_kernel(Args a) {
 // CTAs at B4 H16, every one resident). The scalar gate's forward scan also forms o = Q h, which
 // needs every row: its CTAs hold all dk rows.
 constexpr int kVectorScanRows = 64;
-// CTAs an SM the scans are compiled for: 4 vector-gate CTAs (32,000 B each, so at most 64
-// registers a thread) an SM keep all 512 of B4 H16 dk = dv = 128 resident, where the 80
-// registers ptxas picks unbounded allow 3 and leave a second wave; the scalar gate's are left to
-// ptxas (its shared memory allows 2 CTAs an SM at dk = 128).
+// CTAs an SM the scans are compiled for: 4 vector-gate CTAs (55,552 B each, so at most 64
+// registers a thread) an SM keep all 512 of B4 H16 dk = dv = 128 resident, where 80 registers
+// would allow 3 and leave a second wave; the scalar gate's are left to ptxas (its shared memory
+// allows 2 CTAs an SM at dk = 128).
 template <bool VG>
 constexpr int kScanCtasPerSm = VG ? 4 : 1;
 
 // One CTA's shared memory: a (KT x BV) tile of the carried state (h forward, dS reverse), rows
 // d0 .. d0 + KT - 1 and columns v0 .. v0 + BV - 1, and one chunk's tiles. The gate's part: a
 // scalar gate keeps the forward's scores, G, exp(G), row weights w and the bf16 q, k tiles (KT =
-// dk); a vector gate (VG) the fp32 gated tile xg of its KT channels (kg = k (.) exp(G_last - G)
-// forward, qg = q (.) exp(G) reverse; every exponent <= 0) and G_last.
+// dk); a vector gate (VG) the raw bf16 tiles of its KT channels of k (forward) or q (reverse) and
+// of g, the fp32 gated tile xg formed from them (kg = k (.) exp(G_last - G) forward, qg = q (.)
+// exp(G) reverse; every exponent <= 0) and G_last, and two V (or dO) tiles (vector_scan).
 template <int KT, bool VG>
 struct ScanSmem {
   static constexpr int kLdK = KT + 8, kLdV = BV + 8, kLdH = BV + 4, kLdG = KT + 4;
@@ -371,25 +384,32 @@ struct ScanSmem {
   bf16 *q, *k;          // scalar gate (C, kLdK)
   float* xg;            // vector gate (C, kLdG): the gated k (forward) or q (reverse)
   float* glast;         // vector gate (KT): G_last
-  bf16* v;              // (C, kLdV)   columns v0 .. v0 + BV - 1 of V (forward) or dO (reverse)
+  bf16 *raw_x, *raw_g;  // vector gate (C, kLdK): k (forward) or q (reverse), and g
+  bf16* v[2];           // (C, kLdV)   columns v0 .. v0 + BV - 1 of V (forward) or dO (reverse):
+                        //             the scalar gate's in v[0], the vector gate's by chunk parity
+  static constexpr int kVTiles = VG ? 2 : 1;
   static constexpr size_t gate_floats() { return VG ? size_t(C) * kLdG + KT : size_t(C) * kLdA + 3 * C; }
-  static constexpr size_t gate_bf16s() { return VG ? 0 : 2 * C * kLdK; }
+  static constexpr size_t gate_bf16s() { return 2 * C * kLdK; }
   static constexpr size_t bytes() {
-    return sizeof(float) * (size_t(KT) * kLdH + gate_floats()) + sizeof(bf16) * (gate_bf16s() + C * kLdV);
+    return sizeof(float) * (size_t(KT) * kLdH + gate_floats()) + sizeof(bf16) * (gate_bf16s() + kVTiles * C * kLdV);
   }
   static_assert((KT * kLdH + gate_floats()) % 4 == 0, "the bf16 tiles start 16-byte aligned");
   __device__ explicit ScanSmem(void* p) {
     h = static_cast<float*>(p);
     float* gate = h + KT * kLdH;
     aqk = G = expG = w = xg = glast = nullptr;
-    q = k = nullptr;
+    q = k = raw_x = raw_g = v[1] = nullptr;
+    bf16* tiles;  // the bf16 tiles: 2 (C, kLdK), then kVTiles (C, kLdV)
     if constexpr (VG) {
       xg = gate, glast = xg + C * kLdG;
-      v = reinterpret_cast<bf16*>(glast + KT);
+      tiles = reinterpret_cast<bf16*>(glast + KT);
+      raw_x = tiles, raw_g = raw_x + C * kLdK;
     } else {
       aqk = gate, G = aqk + C * kLdA, expG = G + C, w = expG + C;
-      q = reinterpret_cast<bf16*>(w + C), k = q + C * kLdK, v = k + C * kLdK;
+      tiles = reinterpret_cast<bf16*>(w + C);
+      q = tiles, k = q + C * kLdK;
     }
+    for (int i = 0; i < kVTiles; i++) v[i] = tiles + 2 * C * kLdK + i * C * kLdV;
   }
   // h <- the tile of a (dk, DV) fp32 state in global memory whose row d0 starts at src (zeros
   // when null), ready for every thread.
@@ -406,30 +426,18 @@ struct ScanSmem {
       dst[d * DV + v0 + c] = h[d * kLdH + c];
     }
   }
-  // Vector gate: glast and the gated tile xg of channels d0 .. d0 + KT - 1 of the chunk whose
-  // first (b, t) row is tok, n valid tokens: q (.) exp(G) (query) or k (.) exp(G_last - G). This
-  // thread's 8-channel pieces of q or k are loaded into registers first, so their round trip
-  // overlaps the gate's (vector_cumsum, G into xg's place); then each thread gates its own pieces
-  // in place. The caller's __syncthreads (wait_tiles) publishes xg.
-  template <int DK>
-  __device__ void gate_vector_chunk(const Args& a, int64_t tok, int j, int hq, int n, int d0, bool query) const {
-    constexpr int kPieces = C * KT / 8 / kThreads;  // 8-channel pieces per thread
-    static_assert(C * KT % (8 * kThreads) == 0, "whole pieces per thread");
-    const bf16* x = query ? a.q : a.k;
-    uint4 xp[kPieces];
-#pragma unroll
-    for (int p = 0; p < kPieces; p++) {
-      const int i = threadIdx.x + p * kThreads, t = i / (KT / 8), d = i % (KT / 8) * 8;
-      xp[p] = t < n ? *reinterpret_cast<const uint4*>(x + ((tok + t) * a.H + hq) * DK + d0 + d) : make_uint4(0, 0, 0, 0);
-    }
-    vector_cumsum<KT>(xg, kLdG, glast, a.g + (tok * a.HV + j) * DK + d0, int64_t(a.HV) * DK, n);
-#pragma unroll
-    for (int p = 0; p < kPieces; p++) {
-      const int i = threadIdx.x + p * kThreads, t = i / (KT / 8), d = i % (KT / 8) * 8;
-      const bf16* xv = reinterpret_cast<const bf16*>(&xp[p]);
+  // Vector gate: glast and xg from the chunk's raw tiles (rows past its end zero): G into xg's
+  // place (vector_cumsum), then each thread gates its own 8-channel pieces in place, q (.) exp(G)
+  // (query) or k (.) exp(G_last - G). The caller's __syncthreads publishes xg.
+  __device__ void gate_vector_chunk(bool query) const {
+    vector_cumsum<KT>(xg, kLdG, glast, raw_g, kLdK, C);
+    for (int i = threadIdx.x; i < C * KT / 8; i += kThreads) {
+      const int t = i / (KT / 8), d = i % (KT / 8) * 8;
+      float x[8];
+      unpack_bf16x8(*reinterpret_cast<const uint4*>(raw_x + t * kLdK + d), x);
       float* out = xg + t * kLdG + d;
 #pragma unroll
-      for (int e = 0; e < 8; e++) out[e] = bf(xv[e]) * expf(query ? out[e] : glast[d + e] - out[e]);
+      for (int e = 0; e < 8; e++) out[e] = x[e] * expf(query ? out[e] : glast[d + e] - out[e]);
     }
   }
   // h <- Diag(decay) h + X^T Y over this chunk's rows s, with X(s, d), Y(s, c) and decay(d)
@@ -448,12 +456,12 @@ struct ScanSmem {
   __device__ void advance_scalar(const bf16* x) const {
     const float decay = expG[C - 1];
     advance<false, true>([&](int) { return decay; }, [&](int s, int d) { return bf(x[s * kLdK + d]); },
-                         [&](int s, int c) { return bf(v[s * kLdV + c]) * w[s]; });
+                         [&](int s, int c) { return bf(v[0][s * kLdV + c]) * w[s]; });
   }
-  // Vector gate: h <- Diag(exp(G_last)) h + (xg (.) weight)^T V-tile.
-  __device__ void advance_vector(float weight) const {
+  // Vector gate: h <- Diag(exp(G_last)) h + (xg (.) weight)^T vt (vt: one of the V / dO tiles).
+  __device__ void advance_vector(float weight, const bf16* vt) const {
     advance<true, false>([&](int d) { return expf(glast[d]); }, [&](int s, int d) { return weight * xg[s * kLdG + d]; },
-                         [&](int s, int c) { return bf(v[s * kLdV + c]); });
+                         [&](int s, int c) { return bf(vt[s * kLdV + c]); });
   }
 };
 
@@ -464,6 +472,48 @@ struct ScanTile {
   __device__ explicit ScanTile(int DV) : d0(blockIdx.x / (DV / BV) * KT), v0(blockIdx.x % (DV / BV) * BV) {}
 };
 
+// The vector gate's scans, one state tile a CTA: forward pass 1 and its replay (REVERSE false:
+// h from h0, every chunk-start h[n] into a.h_start where not null, the final state into a.ht)
+// and backward pass 2 (REVERSE: dS from dht, dh[n] into a.dh_end, dh0). The next chunk's tiles
+// are copied (cp.async) while this chunk's state update runs: its raw q / k and g tiles are
+// consumed by the gating before the update, and V / dO is double-buffered by chunk parity, so
+// the sequential chain holds no memory round trip.
+template <int DK, int KT, bool REVERSE>
+__device__ void vector_scan(const ScanSmem<KT, true>& sm, const Args& a, int DV) {
+  const ScanTile<KT> tile(DV);
+  const int v0 = tile.v0, j = blockIdx.y, b = blockIdx.z, hq = j / (a.HV / a.H);
+  const int64_t head = int64_t(b) * a.HV + j;  // (b, j) of the (B, HV, ..) buffers
+  const int64_t row0 = int64_t(tile.d0) * DV;  // the tile's first row in a (dk, DV) state
+  const float* init = REVERSE ? a.dht : a.h0;
+  float* states = REVERSE ? a.dh_end : a.h_start;
+  float* last = REVERSE ? a.dh0 : a.ht;
+  const bf16* x = REVERSE ? a.q : a.k;
+  const bf16* y = REVERSE ? a.d_o : a.v;
+  sm.load_state(init ? init + head * DK * DV + row0 : nullptr, v0, DV);
+  auto copy_tiles = [&](int chunk) {
+    const int n = min(C, a.T - chunk * C);
+    const int64_t tok = int64_t(b) * a.T + chunk * C;  // first (b, t) row of the chunk
+    load_bf16_rows_async<C, KT>(sm.raw_x, x + (tok * a.H + hq) * DK + tile.d0, int64_t(a.H) * DK, n);
+    load_bf16_rows_async<C, KT>(sm.raw_g, a.g + (tok * a.HV + j) * DK + tile.d0, int64_t(a.HV) * DK, n);
+    load_bf16_rows_async<C, BV>(sm.v[chunk & 1], y + (tok * a.HV + j) * DV + v0, int64_t(a.HV) * DV, n);
+  };
+  const int step = REVERSE ? -1 : 1;
+  auto in_range = [&](int chunk) { return chunk >= 0 && chunk < a.NT; };
+  copy_tiles(REVERSE ? a.NT - 1 : 0);
+  for (int chunk = REVERSE ? a.NT - 1 : 0; in_range(chunk); chunk += step) {
+    wait_tiles();  // this chunk's tiles, and the previous update's h
+    if (states) sm.store_state(states + (head * a.NT + chunk) * DK * DV + row0, v0, DV);
+    sm.gate_vector_chunk(REVERSE);
+    __syncthreads();  // xg is published and the raw tiles are free
+    if (in_range(chunk + step)) copy_tiles(chunk + step);
+    // forward: h <- Diag(exp(G_last)) h + (K (.) exp(G_last - G))^T V
+    // reverse: dS <- Diag(exp(G_last)) dS + (Q (.) scale exp(G))^T dO
+    sm.advance_vector(REVERSE ? a.scale : 1.f, sm.v[chunk & 1]);
+  }
+  __syncthreads();
+  if (last) sm.store_state(last + head * DK * DV + row0, v0, DV);
+}
+
 // Forward pass 2, or the backward's replay of it: every chunk-start state h[n] into a.h_start
 // (where not null) and the final state into a.ht. The scalar gate's forward (a.o not null) also
 // writes o from the state and the scores; the vector gate's output is vector_output_kernel's.
@@ -472,22 +522,19 @@ __global__ void __launch_bounds__(kThreads, kScanCtasPerSm<VG>) scan_kernel(Args
   extern __shared__ float4 smem_raw[];
   using Smem = ScanSmem<KT, VG>;
   const Smem sm(smem_raw);
-  constexpr int kLdK = Smem::kLdK, kLdV = Smem::kLdV, kLdH = Smem::kLdH;
-  const ScanTile<KT> tile(DV);
-  const int v0 = tile.v0, j = blockIdx.y, b = blockIdx.z, hq = j / (a.HV / a.H);
-  const int64_t head = int64_t(b) * a.HV + j;          // (b, j) of the (B, HV, ..) buffers
-  const int64_t row0 = int64_t(tile.d0) * DV;          // the tile's first row in a (dk, DV) state
-  const bool with_o = !VG && a.o;
-  sm.load_state(a.h0 ? a.h0 + head * DK * DV + row0 : nullptr, v0, DV);
-  for (int chunk = 0; chunk < a.NT; chunk++) {
-    const int t0 = chunk * C, n = min(C, a.T - t0);
-    const int64_t tok = int64_t(b) * a.T + t0;  // first (b, t) row of the chunk
-    // Every load of the chunk is issued before any is waited for (one memory round trip).
-    load_bf16_rows_async<C, BV>(sm.v, a.v + (tok * a.HV + j) * DV + v0, int64_t(a.HV) * DV, n);
-    if constexpr (VG) {
-      sm.template gate_vector_chunk<DK>(a, tok, j, hq, n, tile.d0, false);
-    } else {
-      if (with_o) {
+  if constexpr (VG) {
+    vector_scan<DK, KT, false>(sm, a, DV);
+  } else {
+    constexpr int kLdK = Smem::kLdK, kLdV = Smem::kLdV, kLdH = Smem::kLdH;
+    const int v0 = blockIdx.x * BV, j = blockIdx.y, b = blockIdx.z, hq = j / (a.HV / a.H);
+    const int64_t head = int64_t(b) * a.HV + j;  // (b, j) of the (B, HV, ..) buffers
+    sm.load_state(a.h0 ? a.h0 + head * DK * DV : nullptr, v0, DV);
+    for (int chunk = 0; chunk < a.NT; chunk++) {
+      const int t0 = chunk * C, n = min(C, a.T - t0);
+      const int64_t tok = int64_t(b) * a.T + t0;  // first (b, t) row of the chunk
+      // Every load of the chunk is issued before any is waited for (one memory round trip).
+      load_bf16_rows_async<C, BV>(sm.v[0], a.v + (tok * a.HV + j) * DV + v0, int64_t(a.HV) * DV, n);
+      if (a.o) {
         load_f32_rows_async<C, C>(sm.aqk, kLdA, a.aqk + (head * a.NT + chunk) * C * C, C);
         load_bf16_rows_async<C, DK>(sm.q, a.q + (tok * a.H + hq) * DK, int64_t(a.H) * DK, n);
       }
@@ -501,19 +548,15 @@ __global__ void __launch_bounds__(kThreads, kScanCtasPerSm<VG>) scan_kernel(Args
           sm.w[t] = expf(last - sm.G[t]);  // how much of token t survives to the chunk's end
         }
       }
-    }
-    wait_tiles();
-    if (a.h_start) sm.store_state(a.h_start + (head * a.NT + chunk) * DK * DV + row0, v0, DV);
-    if constexpr (VG) {
-      sm.advance_vector(1.f);  // h <- Diag(exp(G_last)) h + (K (.) exp(G_last - G))^T V
-    } else {
-      if (with_o) {  // o = scale exp(G) (.) (Q h) + Aqk V   (Aqk holds scale and the decays)
+      wait_tiles();
+      if (a.h_start) sm.store_state(a.h_start + (head * a.NT + chunk) * DK * DV, v0, DV);
+      if (a.o) {  // o = scale exp(G) (.) (Q h) + Aqk V   (Aqk holds scale and the decays)
         WarpTile<C, BV> o;
         o.template mma<DK, false, true>([&](int r, int d) { return bf(sm.q[r * kLdK + d]); },
                                         [&](int d, int c) { return sm.h[d * kLdH + c]; });
         o.each([&](int r, int, float& x, int) { x *= a.scale * sm.expG[r]; });
         o.template mma<C, true, false>([&](int r, int s) { return sm.aqk[r * kLdA + s]; },
-                                       [&](int s, int c) { return bf(sm.v[s * kLdV + c]); });
+                                       [&](int s, int c) { return bf(sm.v[0][s * kLdV + c]); });
         bf16* out = a.o + tok * a.HV * DV + int64_t(j) * DV + v0;  // o[b, t0, j, v0]
         o.each([&](int r, int c, float& x, int) {
           if (r < n) out[int64_t(r) * a.HV * DV + c] = __float2bfloat16_rn(x);
@@ -521,29 +564,27 @@ __global__ void __launch_bounds__(kThreads, kScanCtasPerSm<VG>) scan_kernel(Args
       }
       sm.advance_scalar(sm.k);  // h <- exp(G_last) h + (K (.) exp(G_last - G))^T V
     }
+    __syncthreads();
+    if (a.ht) sm.store_state(a.ht + head * DK * DV, v0, DV);
   }
-  __syncthreads();
-  if (a.ht) sm.store_state(a.ht + head * DK * DV + row0, v0, DV);
 }
 
-// Backward pass 2: dS carried backwards over the chunks (sm.h holds dS, sm.v the dO tile).
+// Backward pass 2: dS carried backwards over the chunks (sm.h holds dS, sm.v the dO tiles).
 template <int DK, int KT, bool VG>
 __global__ void __launch_bounds__(kThreads, kScanCtasPerSm<VG>) reverse_scan_kernel(Args a, int DV) {
   extern __shared__ float4 smem_raw[];
   using Smem = ScanSmem<KT, VG>;
   const Smem sm(smem_raw);
-  const ScanTile<KT> tile(DV);
-  const int v0 = tile.v0, j = blockIdx.y, b = blockIdx.z, hq = j / (a.HV / a.H);
-  const int64_t head = int64_t(b) * a.HV + j;
-  const int64_t row0 = int64_t(tile.d0) * DV;
-  sm.load_state(a.dht ? a.dht + head * DK * DV + row0 : nullptr, v0, DV);
-  for (int chunk = a.NT - 1; chunk >= 0; chunk--) {
-    const int t0 = chunk * C, n = min(C, a.T - t0);
-    const int64_t tok = int64_t(b) * a.T + t0;
-    load_bf16_rows_async<C, BV>(sm.v, a.d_o + (tok * a.HV + j) * DV + v0, int64_t(a.HV) * DV, n);
-    if constexpr (VG) {
-      sm.template gate_vector_chunk<DK>(a, tok, j, hq, n, tile.d0, true);
-    } else {
+  if constexpr (VG) {
+    vector_scan<DK, KT, true>(sm, a, DV);
+  } else {
+    const int v0 = blockIdx.x * BV, j = blockIdx.y, b = blockIdx.z, hq = j / (a.HV / a.H);
+    const int64_t head = int64_t(b) * a.HV + j;
+    sm.load_state(a.dht ? a.dht + head * DK * DV : nullptr, v0, DV);
+    for (int chunk = a.NT - 1; chunk >= 0; chunk--) {
+      const int t0 = chunk * C, n = min(C, a.T - t0);
+      const int64_t tok = int64_t(b) * a.T + t0;
+      load_bf16_rows_async<C, BV>(sm.v[0], a.d_o + (tok * a.HV + j) * DV + v0, int64_t(a.HV) * DV, n);
       load_bf16_rows_async<C, DK>(sm.q, a.q + (tok * a.H + hq) * DK, int64_t(a.H) * DK, n);
       if (threadIdx.x < 32) {
         chunk_cumsum(sm.G, a.g + tok * a.HV + j, a.HV, n);
@@ -553,17 +594,13 @@ __global__ void __launch_bounds__(kThreads, kScanCtasPerSm<VG>) reverse_scan_ker
           sm.w[t] = a.scale * sm.expG[t];  // o_t = scale exp(G_t) h^T q_t + ...
         }
       }
+      wait_tiles();
+      sm.store_state(a.dh_end + (head * a.NT + chunk) * DK * DV, v0, DV);  // dh[n] = dS
+      sm.advance_scalar(sm.q);  // dS <- exp(G_last) dS + (Q (.) scale exp(G))^T dO
     }
-    wait_tiles();
-    sm.store_state(a.dh_end + (head * a.NT + chunk) * DK * DV + row0, v0, DV);  // dh[n] = dS
-    // dS <- Diag(exp(G_last)) dS + (Q (.) scale exp(G))^T dO
-    if constexpr (VG)
-      sm.advance_vector(a.scale);
-    else
-      sm.advance_scalar(sm.q);
+    __syncthreads();
+    if (a.dh0) sm.store_state(a.dh0 + head * DK * DV, v0, DV);
   }
-  __syncthreads();
-  if (a.dh0) sm.store_state(a.dh0 + head * DK * DV + row0, v0, DV);
 }
 
 // ---- Backward pass 3: every chunk's gradients from h[n], dh[n] and its own tokens ----
