@@ -42,6 +42,33 @@ __device__ __forceinline__ void load_bf16_rows(__nv_bfloat16* dst, const __nv_bf
   }
 }
 
+// As load_bf16_rows, through cp.async: the 16-byte pieces land in shared memory without passing
+// through registers and are all in flight at once (one memory round trip for the whole tile,
+// where a load-then-store loop pays one per iteration). The caller commits and waits
+// (cp_async_commit, cp_async_wait_all) and then __syncthreads before reading the tile.
+template <int ROWS, int W>
+__device__ __forceinline__ void load_bf16_rows_async(__nv_bfloat16* dst, const __nv_bfloat16* src, int64_t stride,
+                                                     int n) {
+  constexpr int kPieces = W / 8;
+  for (int i = threadIdx.x; i < ROWS * kPieces; i += blockDim.x) {
+    const int r = i / kPieces, c = (i % kPieces) * 8;
+    cp_async_16(dst + r * (W + 8) + c, src + (r < n ? r * stride + c : 0), r < n);
+  }
+}
+
+// The fp32 counterpart for whole tiles: rows 0 .. ROWS - 1, columns 0 .. W - 1 of a float matrix
+// (rows `stride` floats apart, W % 4 == 0, src 16-byte aligned) into a shared tile whose rows are
+// `ld` floats apart (ld % 4 == 0), through cp.async; the caller waits as above.
+template <int ROWS, int W>
+__device__ __forceinline__ void load_f32_rows_async(float* dst, int ld, const float* src, int64_t stride) {
+  static_assert(W % 4 == 0, "16-byte pieces of 4 floats");
+  constexpr int kPieces = W / 4;
+  for (int i = threadIdx.x; i < ROWS * kPieces; i += blockDim.x) {
+    const int r = i / kPieces, c = (i % kPieces) * 4;
+    cp_async_16(dst + r * ld + c, src + r * stride + c, true);
+  }
+}
+
 template <int M, int N, int WARPS>
 struct WarpTile {
   static constexpr int kRowTiles = M / 16;

@@ -23,12 +23,9 @@ Args<S> decay_args(const void* q, const void* k, const void* v, const void* g, c
   return a;
 }
 
-// Whether the chunked tensor-core kernels run (their 16-byte loads need aligned q, k, v). A
-// single token (a decoding step) is one recurrent update, cheaper than a one-token chunk; an
-// empty batch launches nothing.
+// Whether the chunked tensor-core kernels run (decay_chunk::takes).
 bool chunked(const DecayAttentionDims& d, DType dtype, const void* q, const void* k, const void* v) {
-  return d.T > 1 && d.B > 0 && decay_chunk::supported(d.dk, d.dv, dtype) && aligned16(q) && aligned16(k) &&
-         aligned16(v);
+  return decay_chunk::takes(d.B, d.T, d.dk, d.dv, dtype, q, k, v);
 }
 
 }  // namespace

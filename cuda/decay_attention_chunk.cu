@@ -40,11 +40,23 @@
 //   bf16 snapshots would put 2^-9 relative errors on dQ, dK, dV (products with h, dh).
 // Vector gate (GLA, HGRN-2; template flag VG; g and dg (B, T, HV, dk), G per channel, fp32 (C, dk)
 // tiles in shared memory). Every diagonal factor becomes per channel, exp(G_t) -> exp(G_t[d]):
-//   Pass 1 (vector_scores_kernel): Aqk in 16-row sub-chunks (mixers.md 4.4): below the diagonal
-//     blocks one mma per row tile through its first row r, (q_t e^{G_t - G_r}) . (k_s e^{G_r - G_s}),
-//     s < r <= t; the 16 x 16 diagonal blocks pair by pair in fp32.
-//   Pass 2 and backward passes 1-2: the scans read the fp32 tiles q (.) exp(G) and
-//     k (.) exp(G_last - G) and decay the state rows by exp(G_last[d]).
+//   The forward splits as fla's chunk_gla does (its source read, not copied): only the state runs
+//   in sequence, everything else in parallel over chunks.
+//   Pass 1 (scan_kernel, grid ((dk / 64) (dv / BV), HV, B)): each row of the state decays by its
+//     own exp(G_last[d]), so the state tiles split along dk as well (64 x BV, 8 CTAs a head at
+//     dk = dv = 128): h <- Diag(exp(G_last)) h + (K (.) exp(G_last - G))^T V, every chunk-start
+//     state into h_start (workspace 4 B x B HV NT dk dv, 268 MB at B4 T4096 H16 D128, where the
+//     scalar gate's is the 67 MB of scores).
+//   Pass 2 (vector_output_kernel, grid (NT, HV, B)): Aqk in 16-row sub-chunks (mixers.md 4.4),
+//     kept in shared memory: below the diagonal blocks one mma per row tile through its first
+//     row r, (q_t e^{G_t - G_r}) . (k_s e^{G_r - G_s}), s < r <= t; the 16 x 16 diagonal blocks
+//     pair by pair in fp32; then o = scale (Q (.) exp(G)) h[n] + Aqk V.
+//   Backward passes 1-2: the same scan tiles (the replay is forward pass 1); the reverse scan
+//     reads the fp32 tile q (.) exp(G).
+//   RWKV-6's forward (rwkv6_forward, template flag RW of vector_output_kernel; mixers.md 11,
+//     ReadAt::before_update): its state update is this one, so pass 1 is shared; pass 2 reads
+//     the state before each token's update (the exclusive query gate Gq_t = G_{t-1}) and puts the
+//     bonus q_t . (u (.) k_t) on Aqk's diagonal. Its backward stays the recurrent kernel's.
 //   Pass 3: Ps = scale dO V^T masked (no decay: it is per channel); dQ_t += sum_{s<=t} Ps[t,s]
 //     k_s (.) e^{G_t - G_s} through the row tile's first row (earlier sub-chunks) and pair by
 //     pair (its own), dK_s += sum_{t>=s} Ps[t,s] q_t (.) e^{G_t - G_s} through the row tile's
@@ -59,15 +71,21 @@
 // the decay-weighted V and dO) are split into hi + lo bf16 halves (cuda/chunk_mma.cuh); per-row
 // decays multiply the fp32 accumulators. Per-row sums (dG) are reduced without atomics
 // (WarpTile::add_row_sums), so the backward is deterministic. Fragments are gathered element by
-// element from padded shared tiles; ldmatrix and cp.async double buffering are the next step for
-// speed.
+// element from padded shared tiles (ldmatrix is a next step).
+// Memory round trips: every kernel issues all of a chunk's global loads before it waits for any
+// (tiles through cp.async, load_bf16_rows_async / load_f32_rows_async; a thread's gate values into
+// registers, vector_cumsum), so a chunk costs one round trip, not one per loop iteration (a
+// load-then-store loop through generic pointers is serialised: the compiler cannot move a load
+// above a store that may alias it). The scans run T / 64 chunks in sequence, so their per-chunk
+// latency is the forward's and backward's floor; the vector gate's scans copy the next chunk's
+// tiles during this chunk's state update (vector_scan), which leaves no round trip in the chain.
 // Shared memory per CTA (launch_kernel asserts <= 227 KB, an sm_90 CTA's limit), dk = 128 / 64:
 //   scores_kernel 35,072 / 18,688 B;  scan_kernel and reverse_scan_kernel 76,544 / 50,944 B
 //   (2 / 4 CTAs an SM);  local_backward_kernel (dk, dv) = (128, 128) 141,952 B, (128, 64)
 //   125,568 B, (64, 128) 108,160 B, (64, 64) 91,776 B, with 202, 173, 155, 124 registers a
 //   thread (ptxas): one CTA an SM, two at (64, 64) (at (64, 128) the registers allow only one).
-//   Vector gate: vector_scores_kernel 68,608 / 35,840 B; scan_kernel and reverse_scan_kernel
-//   109,056 / 66,816 B; local_backward_kernel (128, 128) 178,816 B, (128, 64) 162,432 B,
+//   Vector gate: scan_kernel and reverse_scan_kernel 55,552 B (any dk); vector_output_kernel
+//   (128, 128) 103,424 B, (128, 64) 95,232 B, (64, 128) 70,656 B, (64, 64) 62,464 B; local_backward_kernel (128, 128) 178,816 B, (128, 64) 162,432 B,
 //   (64, 128) 127,104 B, (64, 64) 110,720 B, with 217, 188, 186, 160 registers (one CTA an SM).
 #include "cuda/decay_attention_chunk.cuh"
 
@@ -88,7 +106,8 @@ constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
 template <int M, int N>
 using WarpTile = chunk_mma::WarpTile<M, N, kWarps>;
-using chunk_mma::load_bf16_rows;
+using chunk_mma::load_bf16_rows_async;
+using chunk_mma::load_f32_rows_async;
 constexpr int kLdA = C + 4;  // fp32 row stride of the (C x C) score tiles in shared memory
 constexpr int BV = 32;       // state columns per scan CTA
 
@@ -98,6 +117,7 @@ struct Args {
   const bf16 *q, *k;    // (B, T, H, dk)
   const bf16* v;        // (B, T, HV, dv)
   const bf16* g;        // (B, T, HV) scalar gate, (B, T, HV, dk) vector gate
+  const bf16* bonus;    // RWKV-6's u: (H, dk)
   const float* h0;      // (B, HV, dk, dv) or null
   bf16* o;              // (B, T, HV, dv); null: the backward's replay (no outputs)
   float* ht;            // (B, HV, dk, dv) or null
@@ -129,20 +149,49 @@ __device__ __forceinline__ void chunk_cumsum(float* G, const bf16* g, int64_t st
   G[2 * lane + 1] = s;
 }
 
-// Vector gate, threads 0 .. DK - 1 one channel d each: G[t * ld + d] = g_0[d] + ... + g_t[d] for
-// the chunk's tokens (g past n = 0; g points at token 0 channel 0, tokens `stride` apart).
-// Returns the channel's G_last (= the last valid token's); other threads return 0.
-template <int DK>
-__device__ __forceinline__ float vector_cumsum(float* G, int ld, const bf16* g, int64_t stride, int n) {
-  const int d = threadIdx.x;
-  if (d >= DK) return 0.f;
-  float s = 0.f;
-#pragma unroll 8
-  for (int t = 0; t < C; t++) {
-    if (t < n) s += bf(g[t * stride + d]);
-    G[t * ld + d] = s;
+// The 8 bf16 values of a 16-byte piece as floats, by value (a bf16 pointer into the piece would
+// read it through another type).
+__device__ __forceinline__ void unpack_bf16x8(const uint4& piece, float x[8]) {
+  const uint32_t w[4] = {piece.x, piece.y, piece.z, piece.w};
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    x[2 * i] = __uint_as_float(w[i] << 16);              // the low half is the first element
+    x[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
   }
-  return s;
+}
+
+// Waits for this thread's cp.async copies, then for the block's: the tiles are ready for all.
+__device__ __forceinline__ void wait_tiles() {
+  cp_async_commit();
+  cp_async_wait_all();
+  __syncthreads();
+}
+
+// Vector gate, all threads: G[t * ld + d] = g_0[d] + ... + g_t[d] for the chunk's tokens (g past
+// n = 0; g points at token 0 channel 0, tokens `stride` apart) and, where glast is not null,
+// glast[d] = G[C - 1][d] (= the last valid token's). kParts = kThreads / DK threads share a
+// channel, kLen = C / kParts consecutive tokens each, loaded at once before any sum (one memory
+// round trip); each part's local sums are then offset by the earlier parts' totals, added in
+// part order (so G is still non-increasing where g <= 0). Ends with __syncthreads.
+template <int DK>
+__device__ __forceinline__ void vector_cumsum(float* G, int ld, float* glast, const bf16* g, int64_t stride, int n) {
+  constexpr int kParts = kThreads / DK, kLen = C / kParts;
+  static_assert(kThreads % DK == 0 && C % kParts == 0, "whole parts of a channel's tokens");
+  const int d = threadIdx.x % DK, part = threadIdx.x / DK, t0 = part * kLen;
+  float x[kLen];
+#pragma unroll
+  for (int i = 0; i < kLen; i++) x[i] = t0 + i < n ? bf(g[(t0 + i) * stride + d]) : 0.f;
+#pragma unroll
+  for (int i = 1; i < kLen; i++) x[i] += x[i - 1];
+  G[(t0 + kLen - 1) * ld + d] = x[kLen - 1];  // the part's total, read by the later parts
+  __syncthreads();
+  float before = 0.f;
+  for (int p = 0; p < part; p++) before += G[((p + 1) * kLen - 1) * ld + d];
+  __syncthreads();  // every total is read before it is overwritten
+#pragma unroll
+  for (int i = 0; i < kLen; i++) G[(t0 + i) * ld + d] = before + x[i];
+  if (glast && part == kParts - 1) glast[d] = before + x[kLen - 1];
+  __syncthreads();
 }
 
 // out[r * ld + c] = scale * s(r, c) * exp(G[r] - G[c]) for c <= r, else 0: a (C x C) product of
@@ -170,10 +219,10 @@ __global__ void __launch_bounds__(kThreads) scores_kernel(Args a) {
   float* G = reinterpret_cast<float*>(k + C * kLdK);  // (C)
   const int chunk = blockIdx.x, j = blockIdx.y, b = blockIdx.z, hq = j / (a.HV / a.H);
   const int t0 = chunk * C, n = min(C, a.T - t0);
-  load_bf16_rows<C, DK>(q, a.q + ((int64_t(b) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
-  load_bf16_rows<C, DK>(k, a.k + ((int64_t(b) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
+  load_bf16_rows_async<C, DK>(q, a.q + ((int64_t(b) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
+  load_bf16_rows_async<C, DK>(k, a.k + ((int64_t(b) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
   if (threadIdx.x < 32) chunk_cumsum(G, a.g + (int64_t(b) * a.T + t0) * a.HV + j, a.HV, n);
-  __syncthreads();
+  wait_tiles();
   WarpTile<C, C> s;
   s.mma<DK, false, false>([&](int r, int d) { return bf(q[r * kLdK + d]); },   // Q[r][d]
                           [&](int d, int c) { return bf(k[c * kLdK + d]); });  // K^T[d][c]
@@ -191,24 +240,23 @@ __global__ void __launch_bounds__(kThreads) scores_kernel(Args a) {
 // there without a floor on the per-step gate).
 constexpr int kSub = 16;
 
-template <int DK>
-struct VectorScoresSmem {
-  static constexpr int kLdK = DK + 8, kLdG = DK + 4;
-  static constexpr size_t bytes() { return sizeof(float) * C * kLdG + sizeof(bf16) * 2 * C * kLdK; }
-};
-
 // out[t * ld + s] = Aqk[t, s] of one chunk from the shared tiles q, k (C, kLdK) and G (C, kLdG)
 // as described above; the whole (C x C) tile is written, zeros above the diagonal.
-template <int DK, int kLdK, int kLdG>
+// RW (RWKV-6, mixers.md 11, ReadAt::before_update): o_t reads the state before token t's update,
+// so the query side carries the exclusive gate Gq_t = G_{t-1} (0 at t = 0), the pairs are s < t
+// with exp(Gq_t - G_s), and the diagonal is the bonus: Aqk[t, t] = scale q_t . (u (.) k_t)
+// (u: (DK) fp32). The reference row r then enters through Gq_r: both exponents Gq_t - Gq_r
+// (t >= r) and Gq_r - G_s (s < r) stay <= 0. Without RW, Gq = G and the diagonal is q_t . k_t.
+template <int DK, int kLdK, int kLdG, bool RW = false>
 __device__ __forceinline__ void vector_scores(float* out, int ld, const bf16* q, const bf16* k, const float* G,
-                                              float scale) {
+                                              float scale, const float* u = nullptr) {
+  auto Gq = [&](int t, int d) { return RW ? (t > 0 ? G[(t - 1) * kLdG + d] : 0.f) : G[t * kLdG + d]; };
   // Below the diagonal blocks: this warp's row tile is one sub-chunk, its first row the reference.
   WarpTile<C, C> s;
   const int ref = s.row0;
-  const float* g_ref = G + ref * kLdG;
   s.template mma<DK, true, true>(
-      [&](int r, int d) { return bf(q[r * kLdK + d]) * expf(G[r * kLdG + d] - g_ref[d]); },
-      [&](int d, int c) { return c < ref ? bf(k[c * kLdK + d]) * expf(g_ref[d] - G[c * kLdG + d]) : 0.f; });
+      [&](int r, int d) { return bf(q[r * kLdK + d]) * expf(Gq(r, d) - Gq(ref, d)); },
+      [&](int d, int c) { return c < ref ? bf(k[c * kLdK + d]) * expf(Gq(ref, d) - G[c * kLdG + d]) : 0.f; });
   s.each([&](int r, int c, float x, int) {
     if (c < ref) out[r * ld + c] = scale * x;
     else if (c >= ref + kSub) out[r * ld + c] = 0.f;
@@ -217,90 +265,179 @@ __device__ __forceinline__ void vector_scores(float* out, int ld, const bf16* q,
   for (int i = threadIdx.x; i < C * kSub; i += kThreads) {
     const int r = i / kSub, c = r / kSub * kSub + i % kSub;
     float x = 0.f;
-    if (c <= r)
-      for (int d = 0; d < DK; d++) x += bf(q[r * kLdK + d]) * bf(k[c * kLdK + d]) * expf(G[r * kLdG + d] - G[c * kLdG + d]);
+    if (RW && c == r)
+      for (int d = 0; d < DK; d++) x += bf(q[r * kLdK + d]) * u[d] * bf(k[c * kLdK + d]);
+    else if (c <= r)
+      for (int d = 0; d < DK; d++) x += bf(q[r * kLdK + d]) * bf(k[c * kLdK + d]) * expf(Gq(r, d) - G[c * kLdG + d]);
     out[r * ld + c] = scale * x;
   }
 }
 
-template <int DK>
-__global__ void __launch_bounds__(kThreads) vector_scores_kernel(Args a) {
-  constexpr int kLdK = VectorScoresSmem<DK>::kLdK, kLdG = VectorScoresSmem<DK>::kLdG;
+// Vector gate, forward pass 2 (vector_output_kernel, grid (NT, HV, B), every chunk in parallel,
+// after the scan has stored every chunk-start state h[n]):
+//   Aqk = vector_scores (in shared memory only), qg = q (.) exp(Gq), then kPiece state columns at
+//   a time: o = scale qg h[n] + Aqk V                                                    (mma)
+// (Gq = G; RWKV-6 (RW): the exclusive Gq_t = G_{t-1} and the bonus u on Aqk's diagonal, see
+// vector_scores; its state update is the decay attention's, so the scan is shared.) The state
+// piece takes q's and k's place once Aqk and qg are formed.
+constexpr int kPiece = 64;  // state columns in shared memory at a time (here and backward pass 3b)
+
+template <int DK, int DV, bool RW>
+struct OutputSmem {
+  static constexpr int kLdK = DK + 8, kLdV = DV + 8, kLdG = DK + 4, kLdS = kPiece + 4;
+  static constexpr size_t kQKBytes = sizeof(bf16) * 2 * C * kLdK;
+  static_assert(sizeof(float) * DK * kLdS <= kQKBytes, "the state piece fits in q's and k's place");
+  float* qg;     // (C, kLdG): G, then q (.) exp(Gq)
+  float* aqk;    // (C, kLdA)
+  float* u;      // RW (DK): the bonus
+  bf16 *q, *k;   // (C, kLdK)
+  float* state;  // (DK, kLdS): kPiece columns of h[n], in q's and k's place
+  bf16* v;       // (C, kLdV)
+  static constexpr size_t floats() { return size_t(C) * (kLdG + kLdA) + (RW ? DK : 0); }
+  static constexpr size_t bytes() { return sizeof(float) * floats() + kQKBytes + sizeof(bf16) * C * kLdV; }
+  static_assert(floats() % 4 == 0, "the bf16 tiles start 16-byte aligned");
+  __device__ explicit OutputSmem(void* p) {
+    qg = static_cast<float*>(p), aqk = qg + C * kLdG, u = RW ? aqk + C * kLdA : nullptr;
+    q = reinterpret_cast<bf16*>(static_cast<float*>(p) + floats()), k = q + C * kLdK, v = k + C * kLdK;
+    state = reinterpret_cast<float*>(q);
+  }
+};
+
+template <int DK, int DV, bool RW>
+__global__ void __launch_bounds__(kThreads) vector_output_kernel(Args a) {
   extern __shared__ float4 smem_raw[];
-  float* G = reinterpret_cast<float*>(smem_raw);    // (C, kLdG)
-  bf16* q = reinterpret_cast<bf16*>(G + C * kLdG);  // (C, kLdK)
-  bf16* k = q + C * kLdK;                           // (C, kLdK)
+  using Smem = OutputSmem<DK, DV, RW>;
+  const Smem sm(smem_raw);
+  constexpr int kLdK = Smem::kLdK, kLdV = Smem::kLdV, kLdG = Smem::kLdG, kLdS = Smem::kLdS;
   const int chunk = blockIdx.x, j = blockIdx.y, b = blockIdx.z, hq = j / (a.HV / a.H);
   const int t0 = chunk * C, n = min(C, a.T - t0);
-  load_bf16_rows<C, DK>(q, a.q + ((int64_t(b) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
-  load_bf16_rows<C, DK>(k, a.k + ((int64_t(b) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
-  vector_cumsum<DK>(G, kLdG, a.g + ((int64_t(b) * a.T + t0) * a.HV + j) * DK, int64_t(a.HV) * DK, n);
-  __syncthreads();
-  vector_scores<DK, kLdK, kLdG>(a.aqk + ((int64_t(b) * a.HV + j) * a.NT + chunk) * C * C, C, q, k, G, a.scale);
+  const int64_t tok0 = (int64_t(b) * a.T + t0) * a.HV + j;  // (B, T, HV) index of token t0
+  const int64_t qk0 = ((int64_t(b) * a.T + t0) * a.H + hq) * DK;
+  const int64_t state0 = ((int64_t(b) * a.HV + j) * a.NT + chunk) * DK * DV;  // h[n]
+  load_bf16_rows_async<C, DK>(sm.q, a.q + qk0, int64_t(a.H) * DK, n);
+  load_bf16_rows_async<C, DK>(sm.k, a.k + qk0, int64_t(a.H) * DK, n);
+  load_bf16_rows_async<C, DV>(sm.v, a.v + tok0 * DV, int64_t(a.HV) * DV, n);
+  if constexpr (RW)
+    for (int d = threadIdx.x; d < DK; d += kThreads) sm.u[d] = bf(a.bonus[hq * DK + d]);
+  vector_cumsum<DK>(sm.qg, kLdG, nullptr, a.g + tok0 * DK, int64_t(a.HV) * DK, n);
+  wait_tiles();
+  vector_scores<DK, kLdK, kLdG, RW>(sm.aqk, kLdA, sm.q, sm.k, sm.qg, a.scale, sm.u);
+  // qg = q (.) exp(Gq): every value formed before any is stored (RW reads the row above's G).
+  constexpr int kPer = C * DK / kThreads;
+  float gated[kPer];
+#pragma unroll
+  for (int p = 0; p < kPer; p++) {
+    const int i = threadIdx.x + p * kThreads, t = i / DK, d = i % DK;
+    const float Gq = RW ? (t > 0 ? sm.qg[(t - 1) * kLdG + d] : 0.f) : sm.qg[t * kLdG + d];
+    gated[p] = bf(sm.q[t * kLdK + d]) * expf(Gq);
+  }
+  __syncthreads();  // every read of G (here and in vector_scores) is done
+#pragma unroll
+  for (int p = 0; p < kPer; p++) {
+    const int i = threadIdx.x + p * kThreads;
+    sm.qg[i / DK * kLdG + i % DK] = gated[p];
+  }
+  for (int c0 = 0; c0 < DV; c0 += kPiece) {
+    __syncthreads();  // every read of q (above) or of the previous piece is done
+    load_f32_rows_async<DK, kPiece>(sm.state, kLdS, a.h_start + state0 + c0, DV);
+    wait_tiles();
+    WarpTile<C, kPiece> o;
+    o.template mma<DK, true, true>([&](int r, int d) { return sm.qg[r * kLdG + d]; },
+                                   [&](int d, int c) { return sm.state[d * kLdS + c]; });
+    o.each([&](int, int, float& x, int) { x *= a.scale; });
+    o.template mma<C, true, false>([&](int r, int s) { return sm.aqk[r * kLdA + s]; },
+                                   [&](int s, int c) { return bf(sm.v[s * kLdV + c0 + c]); });
+    o.each([&](int r, int c, float x, int) {
+      if (r < n) a.o[(tok0 + int64_t(r) * a.HV) * DV + c0 + c] = __float2bfloat16_rn(x);
+    });
+  }
 }
 
 // ---- The scans over chunks (forward pass 2 and its replay, backward pass 2) ----
 
-// One CTA's shared memory: a BV-column tile of the carried state (h forward, dS reverse) and one
-// chunk's tiles. The gate's part: a scalar gate keeps G, exp(G), row weights w and the bf16 q, k
-// tiles; a vector gate (VG, forward only) the fp32 gated tiles qg = q (.) exp(G) and
-// kg = k (.) exp(G_last - G) and G_last per channel (every exponent <= 0).
-template <int DK, bool VG>
+// Rows of the state one vector-gate scan CTA carries. The vector gate's scans only carry the
+// state (its forward output is the chunk-parallel vector_output_kernel's), and the update
+// h[d, :] <- exp(G_last[d]) h[d, :] + sum_s kg[s, d] v_s touches row d alone, so its CTAs split
+// the state along dk as well as dv: (dk / 64) (dv / BV) CTAs a head, 8 at dk = dv = 128 (512
+// CTAs at B4 H16, every one resident). The scalar gate's forward scan also forms o = Q h, which
+// needs every row: its CTAs hold all dk rows.
+constexpr int kVectorScanRows = 64;
+// CTAs an SM the scans are compiled for: 4 vector-gate CTAs (55,552 B each, so at most 64
+// registers a thread) an SM keep all 512 of B4 H16 dk = dv = 128 resident, where 80 registers
+// would allow 3 and leave a second wave; the scalar gate's are left to ptxas (its shared memory
+// allows 2 CTAs an SM at dk = 128).
+template <bool VG>
+constexpr int kScanCtasPerSm = VG ? 4 : 1;
+
+// One CTA's shared memory: a (KT x BV) tile of the carried state (h forward, dS reverse), rows
+// d0 .. d0 + KT - 1 and columns v0 .. v0 + BV - 1, and one chunk's tiles. The gate's part: a
+// scalar gate keeps the forward's scores, G, exp(G), row weights w and the bf16 q, k tiles (KT =
+// dk); a vector gate (VG) the raw bf16 tiles of its KT channels of k (forward) or q (reverse) and
+// of g, the fp32 gated tile xg formed from them (kg = k (.) exp(G_last - G) forward, qg = q (.)
+// exp(G) reverse; every exponent <= 0) and G_last, and two V (or dO) tiles (vector_scan).
+template <int KT, bool VG>
 struct ScanSmem {
-  static constexpr int kLdK = DK + 8, kLdV = BV + 8, kLdH = BV + 4, kLdG = DK + 4;
-  float* h;             // (DK, kLdH)  state columns v0 .. v0 + BV - 1: h (forward) or dS (reverse)
-  float* aqk;           // (C, kLdA)   the forward's scores
+  static constexpr int kLdK = KT + 8, kLdV = BV + 8, kLdH = BV + 4, kLdG = KT + 4;
+  float* h;             // (KT, kLdH)  the state tile: h (forward) or dS (reverse)
+  float* aqk;           // scalar gate (C, kLdA): the forward's scores
   float *G, *expG, *w;  // scalar gate (C): G, exp(G), the state update's row weights (see advance)
   bf16 *q, *k;          // scalar gate (C, kLdK)
-  float *qg, *kg;       // vector gate (C, kLdG)
-  float* glast;         // vector gate (DK): G_last
-  bf16* v;              // (C, kLdV)   columns v0 .. v0 + BV - 1 of V (forward) or dO (reverse)
-  static constexpr size_t gate_floats() { return VG ? size_t(2) * C * kLdG + DK : 3 * C; }
-  static constexpr size_t gate_bf16s() { return VG ? 0 : 2 * C * kLdK; }
+  float* xg;            // vector gate (C, kLdG): the gated k (forward) or q (reverse)
+  float* glast;         // vector gate (KT): G_last
+  bf16 *raw_x, *raw_g;  // vector gate (C, kLdK): k (forward) or q (reverse), and g
+  bf16* v[2];           // (C, kLdV)   columns v0 .. v0 + BV - 1 of V (forward) or dO (reverse):
+                        //             the scalar gate's in v[0], the vector gate's by chunk parity
+  static constexpr int kVTiles = VG ? 2 : 1;
+  static constexpr size_t gate_floats() { return VG ? size_t(C) * kLdG + KT : size_t(C) * kLdA + 3 * C; }
+  static constexpr size_t gate_bf16s() { return 2 * C * kLdK; }
   static constexpr size_t bytes() {
-    return sizeof(float) * (size_t(DK) * kLdH + C * kLdA + gate_floats()) + sizeof(bf16) * (gate_bf16s() + C * kLdV);
+    return sizeof(float) * (size_t(KT) * kLdH + gate_floats()) + sizeof(bf16) * (gate_bf16s() + kVTiles * C * kLdV);
   }
-  static_assert((DK * kLdH + C * kLdA + gate_floats()) % 4 == 0, "the bf16 tiles start 16-byte aligned");
+  static_assert((KT * kLdH + gate_floats()) % 4 == 0, "the bf16 tiles start 16-byte aligned");
   __device__ explicit ScanSmem(void* p) {
-    h = static_cast<float*>(p), aqk = h + DK * kLdH;
-    float* gate = aqk + C * kLdA;
-    G = expG = w = qg = kg = glast = nullptr;
-    q = k = nullptr;
+    h = static_cast<float*>(p);
+    float* gate = h + KT * kLdH;
+    aqk = G = expG = w = xg = glast = nullptr;
+    q = k = raw_x = raw_g = v[1] = nullptr;
+    bf16* tiles;  // the bf16 tiles: 2 (C, kLdK), then kVTiles (C, kLdV)
     if constexpr (VG) {
-      qg = gate, kg = qg + C * kLdG, glast = kg + C * kLdG;
-      v = reinterpret_cast<bf16*>(glast + DK);
+      xg = gate, glast = xg + C * kLdG;
+      tiles = reinterpret_cast<bf16*>(glast + KT);
+      raw_x = tiles, raw_g = raw_x + C * kLdK;
     } else {
-      G = gate, expG = G + C, w = expG + C;
-      q = reinterpret_cast<bf16*>(w + C), k = q + C * kLdK, v = k + C * kLdK;
+      aqk = gate, G = aqk + C * kLdA, expG = G + C, w = expG + C;
+      tiles = reinterpret_cast<bf16*>(w + C);
+      q = tiles, k = q + C * kLdK;
     }
+    for (int i = 0; i < kVTiles; i++) v[i] = tiles + 2 * C * kLdK + i * C * kLdV;
   }
-  // h <- columns v0 .. v0 + BV - 1 of a (DK, DV) fp32 state in global memory (zeros when null).
+  // h <- the tile of a (dk, DV) fp32 state in global memory whose row d0 starts at src (zeros
+  // when null), ready for every thread.
   __device__ void load_state(const float* src, int v0, int DV) const {
-    for (int i = threadIdx.x; i < DK * BV; i += kThreads) {
-      const int d = i / BV, c = i % BV;
-      h[d * kLdH + c] = src ? src[d * DV + v0 + c] : 0.f;
-    }
+    if (src) load_f32_rows_async<KT, BV>(h, kLdH, src + v0, DV);
+    else
+      for (int i = threadIdx.x; i < KT * BV; i += kThreads) h[i / BV * kLdH + i % BV] = 0.f;
+    wait_tiles();
   }
-  // The same columns of a (DK, DV) fp32 state in global memory <- h.
+  // The same tile of a (dk, DV) fp32 state in global memory (row d0 at dst) <- h.
   __device__ void store_state(float* dst, int v0, int DV) const {
-    for (int i = threadIdx.x; i < DK * BV; i += kThreads) {
+    for (int i = threadIdx.x; i < KT * BV; i += kThreads) {
       const int d = i / BV, c = i % BV;
       dst[d * DV + v0 + c] = h[d * kLdH + c];
     }
   }
-  // Vector gate: qg, kg, glast of the chunk whose first (b, t) row is tok, n valid tokens.
-  // Three steps, each ordered by a __syncthreads: G into kg's place and G_last (vector_cumsum),
-  // then q (.) exp(G) and k (.) exp(G_last - G) element by element (global q, k).
-  __device__ void gate_vector_chunk(const Args& a, int64_t tok, int j, int hq, int n) const {
-    const float last = vector_cumsum<DK>(kg, kLdG, a.g + (tok * a.HV + j) * DK, int64_t(a.HV) * DK, n);
-    if (threadIdx.x < DK) glast[threadIdx.x] = last;
-    __syncthreads();
-    for (int i = threadIdx.x; i < C * DK; i += kThreads) {
-      const int t = i / DK, d = i % DK;
-      const int64_t at = ((tok + t) * a.H + hq) * DK + d;
-      const float G_t = kg[t * kLdG + d];
-      qg[t * kLdG + d] = t < n ? bf(a.q[at]) * expf(G_t) : 0.f;
-      kg[t * kLdG + d] = t < n ? bf(a.k[at]) * expf(glast[d] - G_t) : 0.f;
+  // Vector gate: glast and xg from the chunk's raw tiles (rows past its end zero): G into xg's
+  // place (vector_cumsum), then each thread gates its own 8-channel pieces in place, q (.) exp(G)
+  // (query) or k (.) exp(G_last - G). The caller's __syncthreads publishes xg.
+  __device__ void gate_vector_chunk(bool query) const {
+    vector_cumsum<KT>(xg, kLdG, glast, raw_g, kLdK, C);
+    for (int i = threadIdx.x; i < C * KT / 8; i += kThreads) {
+      const int t = i / (KT / 8), d = i % (KT / 8) * 8;
+      float x[8];
+      unpack_bf16x8(*reinterpret_cast<const uint4*>(raw_x + t * kLdK + d), x);
+      float* out = xg + t * kLdG + d;
+#pragma unroll
+      for (int e = 0; e < 8; e++) out[e] = x[e] * expf(query ? out[e] : glast[d + e] - out[e]);
     }
   }
   // h <- Diag(decay) h + X^T Y over this chunk's rows s, with X(s, d), Y(s, c) and decay(d)
@@ -308,7 +445,7 @@ struct ScanSmem {
   // inside orders every read of h and of the chunk's tiles before h is written.
   template <bool SPLIT_X, bool SPLIT_Y, class Decay, class FX, class FY>
   __device__ void advance(const Decay& decay, const FX& x, const FY& y) const {
-    WarpTile<DK, BV> next;
+    WarpTile<KT, BV> next;
     next.each([&](int d, int c, float& acc, int) { acc = decay(d) * h[d * kLdH + c]; });
     next.template mma<C, SPLIT_X, SPLIT_Y>([&](int d, int s) { return x(s, d); }, y);
     __syncthreads();
@@ -319,37 +456,89 @@ struct ScanSmem {
   __device__ void advance_scalar(const bf16* x) const {
     const float decay = expG[C - 1];
     advance<false, true>([&](int) { return decay; }, [&](int s, int d) { return bf(x[s * kLdK + d]); },
-                         [&](int s, int c) { return bf(v[s * kLdV + c]) * w[s]; });
+                         [&](int s, int c) { return bf(v[0][s * kLdV + c]) * w[s]; });
+  }
+  // Vector gate: h <- Diag(exp(G_last)) h + (xg (.) weight)^T vt (vt: one of the V / dO tiles).
+  __device__ void advance_vector(float weight, const bf16* vt) const {
+    advance<true, false>([&](int d) { return expf(glast[d]); }, [&](int s, int d) { return weight * xg[s * kLdG + d]; },
+                         [&](int s, int c) { return bf(vt[s * kLdV + c]); });
   }
 };
 
-// Forward pass 2 (VG: the vector gate). With a.o null (the backward's replay) it
-// reads no scores and writes no outputs, only every chunk-start state h[n] into a.h_start.
-template <int DK, bool VG>
-__global__ void __launch_bounds__(kThreads) scan_kernel(Args a, int DV) {
-  extern __shared__ float4 smem_raw[];
-  using Smem = ScanSmem<DK, VG>;
-  const Smem sm(smem_raw);
-  constexpr int kLdK = Smem::kLdK, kLdV = Smem::kLdV, kLdH = Smem::kLdH, kLdG = Smem::kLdG;
-  const int v0 = blockIdx.x * BV, j = blockIdx.y, b = blockIdx.z, hq = j / (a.HV / a.H);
+// The state tile of a scan CTA: blockIdx.x = (row tile) (DV / BV) + column tile.
+template <int KT>
+struct ScanTile {
+  int d0, v0;
+  __device__ explicit ScanTile(int DV) : d0(blockIdx.x / (DV / BV) * KT), v0(blockIdx.x % (DV / BV) * BV) {}
+};
+
+// The vector gate's scans, one state tile a CTA: forward pass 1 and its replay (REVERSE false:
+// h from h0, every chunk-start h[n] into a.h_start where not null, the final state into a.ht)
+// and backward pass 2 (REVERSE: dS from dht, dh[n] into a.dh_end, dh0). The next chunk's tiles
+// are copied (cp.async) while this chunk's state update runs: its raw q / k and g tiles are
+// consumed by the gating before the update, and V / dO is double-buffered by chunk parity, so
+// the sequential chain holds no memory round trip.
+template <int DK, int KT, bool REVERSE>
+__device__ void vector_scan(const ScanSmem<KT, true>& sm, const Args& a, int DV) {
+  const ScanTile<KT> tile(DV);
+  const int v0 = tile.v0, j = blockIdx.y, b = blockIdx.z, hq = j / (a.HV / a.H);
   const int64_t head = int64_t(b) * a.HV + j;  // (b, j) of the (B, HV, ..) buffers
-  sm.load_state(a.h0 ? a.h0 + head * DK * DV : nullptr, v0, DV);
-  for (int chunk = 0; chunk < a.NT; chunk++) {
-    const int t0 = chunk * C, n = min(C, a.T - t0);
-    const int64_t tok = int64_t(b) * a.T + t0;  // first (b, t) row of the chunk
-    load_bf16_rows<C, BV>(sm.v, a.v + (tok * a.HV + j) * DV + v0, int64_t(a.HV) * DV, n);
-    if (a.o) {
-      const float* aqk = a.aqk + (head * a.NT + chunk) * C * C;
-      for (int i = threadIdx.x; i < C * C / 4; i += kThreads) {
-        const int r = i / (C / 4), c = (i % (C / 4)) * 4;
-        *reinterpret_cast<float4*>(sm.aqk + r * kLdA + c) = *reinterpret_cast<const float4*>(aqk + r * C + c);
+  const int64_t row0 = int64_t(tile.d0) * DV;  // the tile's first row in a (dk, DV) state
+  const float* init = REVERSE ? a.dht : a.h0;
+  float* states = REVERSE ? a.dh_end : a.h_start;
+  float* last = REVERSE ? a.dh0 : a.ht;
+  const bf16* x = REVERSE ? a.q : a.k;
+  const bf16* y = REVERSE ? a.d_o : a.v;
+  sm.load_state(init ? init + head * DK * DV + row0 : nullptr, v0, DV);
+  auto copy_tiles = [&](int chunk) {
+    const int n = min(C, a.T - chunk * C);
+    const int64_t tok = int64_t(b) * a.T + chunk * C;  // first (b, t) row of the chunk
+    load_bf16_rows_async<C, KT>(sm.raw_x, x + (tok * a.H + hq) * DK + tile.d0, int64_t(a.H) * DK, n);
+    load_bf16_rows_async<C, KT>(sm.raw_g, a.g + (tok * a.HV + j) * DK + tile.d0, int64_t(a.HV) * DK, n);
+    load_bf16_rows_async<C, BV>(sm.v[chunk & 1], y + (tok * a.HV + j) * DV + v0, int64_t(a.HV) * DV, n);
+  };
+  const int step = REVERSE ? -1 : 1;
+  auto in_range = [&](int chunk) { return chunk >= 0 && chunk < a.NT; };
+  copy_tiles(REVERSE ? a.NT - 1 : 0);
+  for (int chunk = REVERSE ? a.NT - 1 : 0; in_range(chunk); chunk += step) {
+    wait_tiles();  // this chunk's tiles, and the previous update's h
+    if (states) sm.store_state(states + (head * a.NT + chunk) * DK * DV + row0, v0, DV);
+    sm.gate_vector_chunk(REVERSE);
+    __syncthreads();  // xg is published and the raw tiles are free
+    if (in_range(chunk + step)) copy_tiles(chunk + step);
+    // forward: h <- Diag(exp(G_last)) h + (K (.) exp(G_last - G))^T V
+    // reverse: dS <- Diag(exp(G_last)) dS + (Q (.) scale exp(G))^T dO
+    sm.advance_vector(REVERSE ? a.scale : 1.f, sm.v[chunk & 1]);
+  }
+  __syncthreads();
+  if (last) sm.store_state(last + head * DK * DV + row0, v0, DV);
+}
+
+// Forward pass 2, or the backward's replay of it: every chunk-start state h[n] into a.h_start
+// (where not null) and the final state into a.ht. The scalar gate's forward (a.o not null) also
+// writes o from the state and the scores; the vector gate's output is vector_output_kernel's.
+template <int DK, int KT, bool VG>
+__global__ void __launch_bounds__(kThreads, kScanCtasPerSm<VG>) scan_kernel(Args a, int DV) {
+  extern __shared__ float4 smem_raw[];
+  using Smem = ScanSmem<KT, VG>;
+  const Smem sm(smem_raw);
+  if constexpr (VG) {
+    vector_scan<DK, KT, false>(sm, a, DV);
+  } else {
+    constexpr int kLdK = Smem::kLdK, kLdV = Smem::kLdV, kLdH = Smem::kLdH;
+    const int v0 = blockIdx.x * BV, j = blockIdx.y, b = blockIdx.z, hq = j / (a.HV / a.H);
+    const int64_t head = int64_t(b) * a.HV + j;  // (b, j) of the (B, HV, ..) buffers
+    sm.load_state(a.h0 ? a.h0 + head * DK * DV : nullptr, v0, DV);
+    for (int chunk = 0; chunk < a.NT; chunk++) {
+      const int t0 = chunk * C, n = min(C, a.T - t0);
+      const int64_t tok = int64_t(b) * a.T + t0;  // first (b, t) row of the chunk
+      // Every load of the chunk is issued before any is waited for (one memory round trip).
+      load_bf16_rows_async<C, BV>(sm.v[0], a.v + (tok * a.HV + j) * DV + v0, int64_t(a.HV) * DV, n);
+      if (a.o) {
+        load_f32_rows_async<C, C>(sm.aqk, kLdA, a.aqk + (head * a.NT + chunk) * C * C, C);
+        load_bf16_rows_async<C, DK>(sm.q, a.q + (tok * a.H + hq) * DK, int64_t(a.H) * DK, n);
       }
-    }
-    if constexpr (VG) {
-      sm.gate_vector_chunk(a, tok, j, hq, n);
-    } else {
-      load_bf16_rows<C, DK>(sm.k, a.k + (tok * a.H + hq) * DK, int64_t(a.H) * DK, n);
-      if (a.o) load_bf16_rows<C, DK>(sm.q, a.q + (tok * a.H + hq) * DK, int64_t(a.H) * DK, n);
+      load_bf16_rows_async<C, DK>(sm.k, a.k + (tok * a.H + hq) * DK, int64_t(a.H) * DK, n);
       if (threadIdx.x < 32) {
         chunk_cumsum(sm.G, a.g + tok * a.HV + j, a.HV, n);
         __syncwarp();
@@ -359,57 +548,44 @@ __global__ void __launch_bounds__(kThreads) scan_kernel(Args a, int DV) {
           sm.w[t] = expf(last - sm.G[t]);  // how much of token t survives to the chunk's end
         }
       }
+      wait_tiles();
+      if (a.h_start) sm.store_state(a.h_start + (head * a.NT + chunk) * DK * DV, v0, DV);
+      if (a.o) {  // o = scale exp(G) (.) (Q h) + Aqk V   (Aqk holds scale and the decays)
+        WarpTile<C, BV> o;
+        o.template mma<DK, false, true>([&](int r, int d) { return bf(sm.q[r * kLdK + d]); },
+                                        [&](int d, int c) { return sm.h[d * kLdH + c]; });
+        o.each([&](int r, int, float& x, int) { x *= a.scale * sm.expG[r]; });
+        o.template mma<C, true, false>([&](int r, int s) { return sm.aqk[r * kLdA + s]; },
+                                       [&](int s, int c) { return bf(sm.v[0][s * kLdV + c]); });
+        bf16* out = a.o + tok * a.HV * DV + int64_t(j) * DV + v0;  // o[b, t0, j, v0]
+        o.each([&](int r, int c, float& x, int) {
+          if (r < n) out[int64_t(r) * a.HV * DV + c] = __float2bfloat16_rn(x);
+        });
+      }
+      sm.advance_scalar(sm.k);  // h <- exp(G_last) h + (K (.) exp(G_last - G))^T V
     }
     __syncthreads();
-    if (a.h_start) sm.store_state(a.h_start + (head * a.NT + chunk) * DK * DV, v0, DV);
-    // o = scale exp(G) (.) (Q h) + Aqk V   (Aqk holds scale and the decays)
-    if (a.o) {
-      WarpTile<C, BV> o;
-      auto h_tile = [&](int d, int c) { return sm.h[d * kLdH + c]; };
-      if constexpr (VG) {
-        o.template mma<DK, true, true>([&](int r, int d) { return sm.qg[r * kLdG + d]; }, h_tile);
-        o.each([&](int, int, float& x, int) { x *= a.scale; });
-      } else {
-        o.template mma<DK, false, true>([&](int r, int d) { return bf(sm.q[r * kLdK + d]); }, h_tile);
-        o.each([&](int r, int, float& x, int) { x *= a.scale * sm.expG[r]; });
-      }
-      o.template mma<C, true, false>([&](int r, int s) { return sm.aqk[r * kLdA + s]; },
-                                     [&](int s, int c) { return bf(sm.v[s * kLdV + c]); });
-      bf16* out = a.o + tok * a.HV * DV + int64_t(j) * DV + v0;  // o[b, t0, j, v0]
-      o.each([&](int r, int c, float& x, int) {
-        if (r < n) out[int64_t(r) * a.HV * DV + c] = __float2bfloat16_rn(x);
-      });
-    }
-    // h <- Diag(exp(G_last)) h + (K (.) exp(G_last - G))^T V
-    if constexpr (VG)
-      sm.template advance<true, false>([&](int d) { return expf(sm.glast[d]); },
-                                       [&](int s, int d) { return sm.kg[s * kLdG + d]; },
-                                       [&](int s, int c) { return bf(sm.v[s * kLdV + c]); });
-    else
-      sm.advance_scalar(sm.k);
+    if (a.ht) sm.store_state(a.ht + head * DK * DV, v0, DV);
   }
-  __syncthreads();
-  if (a.ht) sm.store_state(a.ht + head * DK * DV, v0, DV);
 }
 
-// Backward pass 2: dS carried backwards over the chunks (sm.h holds dS, sm.v the dO tile).
-template <int DK, bool VG>
-__global__ void __launch_bounds__(kThreads) reverse_scan_kernel(Args a, int DV) {
+// Backward pass 2: dS carried backwards over the chunks (sm.h holds dS, sm.v the dO tiles).
+template <int DK, int KT, bool VG>
+__global__ void __launch_bounds__(kThreads, kScanCtasPerSm<VG>) reverse_scan_kernel(Args a, int DV) {
   extern __shared__ float4 smem_raw[];
-  using Smem = ScanSmem<DK, VG>;
+  using Smem = ScanSmem<KT, VG>;
   const Smem sm(smem_raw);
-  constexpr int kLdV = Smem::kLdV, kLdG = Smem::kLdG;
-  const int v0 = blockIdx.x * BV, j = blockIdx.y, b = blockIdx.z, hq = j / (a.HV / a.H);
-  const int64_t head = int64_t(b) * a.HV + j;
-  sm.load_state(a.dht ? a.dht + head * DK * DV : nullptr, v0, DV);
-  for (int chunk = a.NT - 1; chunk >= 0; chunk--) {
-    const int t0 = chunk * C, n = min(C, a.T - t0);
-    const int64_t tok = int64_t(b) * a.T + t0;
-    load_bf16_rows<C, BV>(sm.v, a.d_o + (tok * a.HV + j) * DV + v0, int64_t(a.HV) * DV, n);
-    if constexpr (VG) {
-      sm.gate_vector_chunk(a, tok, j, hq, n);
-    } else {
-      load_bf16_rows<C, DK>(sm.q, a.q + (tok * a.H + hq) * DK, int64_t(a.H) * DK, n);
+  if constexpr (VG) {
+    vector_scan<DK, KT, true>(sm, a, DV);
+  } else {
+    const int v0 = blockIdx.x * BV, j = blockIdx.y, b = blockIdx.z, hq = j / (a.HV / a.H);
+    const int64_t head = int64_t(b) * a.HV + j;
+    sm.load_state(a.dht ? a.dht + head * DK * DV : nullptr, v0, DV);
+    for (int chunk = a.NT - 1; chunk >= 0; chunk--) {
+      const int t0 = chunk * C, n = min(C, a.T - t0);
+      const int64_t tok = int64_t(b) * a.T + t0;
+      load_bf16_rows_async<C, BV>(sm.v[0], a.d_o + (tok * a.HV + j) * DV + v0, int64_t(a.HV) * DV, n);
+      load_bf16_rows_async<C, DK>(sm.q, a.q + (tok * a.H + hq) * DK, int64_t(a.H) * DK, n);
       if (threadIdx.x < 32) {
         chunk_cumsum(sm.G, a.g + tok * a.HV + j, a.HV, n);
         __syncwarp();
@@ -418,24 +594,16 @@ __global__ void __launch_bounds__(kThreads) reverse_scan_kernel(Args a, int DV) 
           sm.w[t] = a.scale * sm.expG[t];  // o_t = scale exp(G_t) h^T q_t + ...
         }
       }
+      wait_tiles();
+      sm.store_state(a.dh_end + (head * a.NT + chunk) * DK * DV, v0, DV);  // dh[n] = dS
+      sm.advance_scalar(sm.q);  // dS <- exp(G_last) dS + (Q (.) scale exp(G))^T dO
     }
     __syncthreads();
-    sm.store_state(a.dh_end + (head * a.NT + chunk) * DK * DV, v0, DV);  // dh[n] = dS
-    // dS <- Diag(exp(G_last)) dS + (Q (.) scale exp(G))^T dO
-    if constexpr (VG)
-      sm.template advance<true, false>([&](int d) { return expf(sm.glast[d]); },
-                                       [&](int s, int d) { return a.scale * sm.qg[s * kLdG + d]; },
-                                       [&](int s, int c) { return bf(sm.v[s * kLdV + c]); });
-    else
-      sm.advance_scalar(sm.q);
+    if (a.dh0) sm.store_state(a.dh0 + head * DK * DV, v0, DV);
   }
-  __syncthreads();
-  if (a.dh0) sm.store_state(a.dh0 + head * DK * DV, v0, DV);
 }
 
 // ---- Backward pass 3: every chunk's gradients from h[n], dh[n] and its own tokens ----
-
-constexpr int kPiece = 64;  // state columns in shared memory at a time (pass 3b)
 
 template <int DK, int DV, bool VG>
 struct LocalSmem {
@@ -477,22 +645,14 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(Args a) {
   const int64_t tok0 = (int64_t(b) * a.T + t0) * a.HV + j;  // (B, T, HV) index of token t0
   const int64_t qk0 = ((int64_t(b) * a.T + t0) * a.H + hq) * DK;
   const int64_t state0 = (head * a.NT + chunk) * DK * DV;    // this chunk's h[n] and dh[n]
-  load_bf16_rows<C, DK>(sm.q, a.q + qk0, int64_t(a.H) * DK, n);
-  load_bf16_rows<C, DK>(sm.k, a.k + qk0, int64_t(a.H) * DK, n);
-  load_bf16_rows<C, DV>(sm.v, a.v + tok0 * DV, int64_t(a.HV) * DV, n);
-  load_bf16_rows<C, DV>(sm.dov, a.d_o + tok0 * DV, int64_t(a.HV) * DV, n);
+  load_bf16_rows_async<C, DK>(sm.q, a.q + qk0, int64_t(a.H) * DK, n);
+  load_bf16_rows_async<C, DK>(sm.k, a.k + qk0, int64_t(a.H) * DK, n);
+  load_bf16_rows_async<C, DV>(sm.v, a.v + tok0 * DV, int64_t(a.HV) * DV, n);
+  load_bf16_rows_async<C, DV>(sm.dov, a.d_o + tok0 * DV, int64_t(a.HV) * DV, n);
   if constexpr (VG) {
-    const float last = vector_cumsum<DK>(sm.Gv, kLdG, a.g + tok0 * DK, int64_t(a.HV) * DK, n);
-    if (threadIdx.x < DK) sm.glast[threadIdx.x] = last;
+    vector_cumsum<DK>(sm.Gv, kLdG, sm.glast, a.g + tok0 * DK, int64_t(a.HV) * DK, n);
     for (int i = threadIdx.x; i < C / 16 * DK; i += kThreads) sm.colKs[i] = 0.f;
-    // rowsum(h (.) dh) per channel for dG_last (3d), a warp per state row
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    for (int d = warp; d < DK; d += kWarps) {
-      float x = 0.f;
-      for (int c = lane; c < DV; c += 32) x += a.h_start[state0 + d * DV + c] * a.dh_end[state0 + d * DV + c];
-      x = warp_sum(x);
-      if (lane == 0) sm.hdh[d] = x;
-    }
+    for (int i = threadIdx.x; i < DK; i += kThreads) sm.hdh[i] = 0.f;  // summed in 3b
   } else if (threadIdx.x < 32) {
     chunk_cumsum(sm.G, a.g + tok0, a.HV, n);
     __syncwarp();
@@ -503,7 +663,7 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(Args a) {
     }
   }
   for (int i = threadIdx.x; i < 6 * C; i += kThreads) sm.rowQ[i] = 0.f;  // rowQ, rowK, rowKs
-  __syncthreads();
+  wait_tiles();
   auto q_rows = [&](int r, int d) { return bf(sm.q[r * kLdK + d]); };  // Q[r][d]
   auto k_rows = [&](int r, int d) { return bf(sm.k[r * kLdK + d]); };  // K[r][d]
   auto G_at = [&](int r, int d) { return sm.Gv[r * kLdG + d]; };       // vector gate G_r[d]
@@ -530,24 +690,40 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(Args a) {
   //     S_end = ... + (K (.) exp(G_last - G))^T V
   //                                      =>  dK^state = exp(G_last - G) (.) (V dh^T)   (3c)
   //                                          dV = exp(G_last - G) (.) (K dh) + Aqk^T dO
-  //     S_end = exp(G_last) h + ...      =>  <h, dh> for dG_last (3d)
+  //     S_end = exp(G_last) h + ...      =>  <h, dh> for dG_last (3d); a vector gate keeps it per
+  //                                          state row (rowsum(h (.) dh) into hdh, one owner
+  //                                          thread per row: the 16 threads of a row reduce by shuffles)
   WarpTile<C, DK> dq, dk;
   float hdh = 0.f;
   auto state_t = [&](int c, int d) { return sm.state[d * kLdS + c]; };  // (the piece of h or dh)^T
+  constexpr int kQuads = kPiece / 4;                         // float4 pieces of a state row
+  constexpr int kStateLoads = DK * kQuads / kThreads;        // float4 pieces of dh a thread
+  static_assert(DK * kQuads % kThreads == 0 && kThreads % kQuads == 0, "whole state rows per pass");
   for (int c0 = 0; c0 < DV; c0 += kPiece) {
-    for (int i = threadIdx.x; i < DK * kPiece / 4; i += kThreads) {
-      const int d = i / (kPiece / 4), c = (i % (kPiece / 4)) * 4;
-      *reinterpret_cast<float4*>(sm.state + d * kLdS + c) =
-          *reinterpret_cast<const float4*>(a.h_start + state0 + d * DV + c0 + c);
+    load_f32_rows_async<DK, kPiece>(sm.state, kLdS, a.h_start + state0 + c0, DV);
+    wait_tiles();
+    float4 dh_piece[kStateLoads];  // in flight during the product below
+#pragma unroll
+    for (int p = 0; p < kStateLoads; p++) {
+      const int i = threadIdx.x + p * kThreads, d = i / kQuads, c = i % kQuads * 4;
+      dh_piece[p] = *reinterpret_cast<const float4*>(a.dh_end + state0 + d * DV + c0 + c);
     }
-    __syncthreads();
     dq.mma<kPiece, false, true>([&](int r, int c) { return bf(sm.dov[r * kLdV + c0 + c]); }, state_t);
     __syncthreads();  // every read of h's piece is done
-    for (int i = threadIdx.x; i < DK * kPiece / 4; i += kThreads) {  // dh's piece in h's place
-      const int d = i / (kPiece / 4), c = (i % (kPiece / 4)) * 4;
+#pragma unroll
+    for (int p = 0; p < kStateLoads; p++) {  // dh's piece in h's place
+      const int i = threadIdx.x + p * kThreads, d = i / kQuads, c = i % kQuads * 4;
       float4* s = reinterpret_cast<float4*>(sm.state + d * kLdS + c);
-      const float4 h = *s, x = *reinterpret_cast<const float4*>(a.dh_end + state0 + d * DV + c0 + c);
-      if constexpr (!VG) hdh += h.x * x.x + h.y * x.y + h.z * x.z + h.w * x.w;
+      const float4 h = *s, x = dh_piece[p];
+      const float dot = h.x * x.x + h.y * x.y + h.z * x.z + h.w * x.w;
+      if constexpr (VG) {
+        float row = dot;
+#pragma unroll
+        for (int off = 1; off < kQuads; off <<= 1) row += __shfl_xor_sync(0xffffffffu, row, off);
+        if (threadIdx.x % kQuads == 0) sm.hdh[d] += row;
+      } else {
+        hdh += dot;
+      }
       *s = x;
     }
     __syncthreads();
@@ -662,27 +838,63 @@ void launch_kernel(Kernel kernel, dim3 grid, Params... params) {
   CUDA_CHECK_LAUNCH();
 }
 
-// Forward pass 2, or the backward's replay of it (a.o null).
+// The scans' grid: (dk / KT) (dv / BV) state tiles a head (ScanTile).
 template <int DK, bool VG>
-void launch_scan(const Args& a, int DV) {
-  launch_kernel<ScanSmem<DK, VG>::bytes()>(scan_kernel<DK, VG>, dim3(DV / BV, a.HV, a.B), a, DV);
+constexpr int scan_rows() {
+  return VG ? kVectorScanRows : DK;
+}
+template <int DK, bool VG>
+dim3 scan_grid(const Args& a, int DV) {
+  return dim3(DK / scan_rows<DK, VG>() * (DV / BV), a.HV, a.B);
 }
 
+// Forward pass 2, or the backward's replay of it.
 template <int DK, bool VG>
-void launch_forward(const Args& a, int DV) {
-  const dim3 chunks(a.NT, a.HV, a.B);
-  if constexpr (VG) launch_kernel<VectorScoresSmem<DK>::bytes()>(vector_scores_kernel<DK>, chunks, a);
-  else launch_kernel<ScoresSmem<DK>::bytes()>(scores_kernel<DK>, chunks, a);
-  launch_scan<DK, VG>(a, DV);
+void launch_scan(const Args& a, int DV) {
+  constexpr int KT = scan_rows<DK, VG>();
+  launch_kernel<ScanSmem<KT, VG>::bytes()>(scan_kernel<DK, KT, VG>, scan_grid<DK, VG>(a, DV), a, DV);
+}
+
+// The vector gate's forward (RW: RWKV-6's); a.h_start holds every h[n].
+template <int DK, int DV, bool RW>
+void launch_vector_forward(const Args& a) {
+  launch_scan<DK, true>(a, DV);
+  launch_kernel<OutputSmem<DK, DV, RW>::bytes()>(vector_output_kernel<DK, DV, RW>, dim3(a.NT, a.HV, a.B), a);
+}
+
+template <int DK, int DV, bool VG>
+void launch_forward(const Args& a) {
+  if constexpr (VG) {
+    launch_vector_forward<DK, DV, false>(a);
+  } else {
+    launch_kernel<ScoresSmem<DK>::bytes()>(scores_kernel<DK>, dim3(a.NT, a.HV, a.B), a);
+    launch_scan<DK, VG>(a, DV);  // with o
+  }
 }
 
 template <int DK, int DV, bool VG>
 void launch_backward(const Args& a) {
   using Local = LocalSmem<DK, DV, VG>;
   static_assert(Local::floats() % 4 == 0, "the bf16 tiles of LocalSmem start 16-byte aligned");
+  constexpr int KT = scan_rows<DK, VG>();
   launch_scan<DK, VG>(a, DV);  // pass 1: every h[n]
-  launch_kernel<ScanSmem<DK, VG>::bytes()>(reverse_scan_kernel<DK, VG>, dim3(DV / BV, a.HV, a.B), a, DV);
+  launch_kernel<ScanSmem<KT, VG>::bytes()>(reverse_scan_kernel<DK, KT, VG>, scan_grid<DK, VG>(a, DV), a, DV);
   launch_kernel<Local::bytes()>(local_backward_kernel<DK, DV, VG>, dim3(a.NT, a.HV, a.B), a);
+}
+
+// fn(dk, dv, vector gate) with each as a compile-time constant, for supported() dims.
+template <class Fn>
+void dispatch(const DecayAttentionDims& d, Fn&& fn) {
+  using K64 = std::integral_constant<int, 64>;
+  using K128 = std::integral_constant<int, 128>;
+  auto gate = [&](auto dk_, auto dv_) {
+    if (d.vector_gate) fn(dk_, dv_, std::true_type{});
+    else fn(dk_, dv_, std::false_type{});
+  };
+  if (d.dk == 64 && d.dv == 64) gate(K64{}, K64{});
+  else if (d.dk == 64) gate(K64{}, K128{});
+  else if (d.dv == 64) gate(K128{}, K64{});
+  else gate(K128{}, K128{});
 }
 
 // The inputs both directions read; outputs and workspaces are set by the caller.
@@ -703,24 +915,33 @@ bool supported(int64_t dk, int64_t dv, DType dtype) {
   return dtype == DType::BF16 && (dk == 64 || dk == 128) && (dv == 64 || dv == 128);
 }
 
+bool takes(int64_t B, int64_t T, int64_t dk, int64_t dv, DType dtype, const void* q, const void* k, const void* v) {
+  return T > 1 && B > 0 && supported(dk, dv, dtype) && aligned16(q) && aligned16(k) && aligned16(v);
+}
+
 void forward(void* o, float* ht, const void* q, const void* k, const void* v, const void* g, const float* h0,
              const DecayAttentionDims& d) {
   Args a = input_args(q, k, v, g, h0, d);
   a.o = static_cast<bf16*>(o), a.ht = ht;
-  FloatScratch aqk(d.B * d.HV * a.NT * C * C);  // (B, HV, NT, C, C)
-  a.aqk = aqk.get();
-  auto run = [&](auto dk_, auto vector_gate) {
-    launch_forward<decltype(dk_)::value, decltype(vector_gate)::value>(a, int(d.dv));
-  };
-  using K64 = std::integral_constant<int, 64>;
-  using K128 = std::integral_constant<int, 128>;
-  if (d.vector_gate) {
-    if (d.dk == 64) run(K64{}, std::true_type{});
-    else run(K128{}, std::true_type{});
-  } else {
-    if (d.dk == 64) run(K64{}, std::false_type{});
-    else run(K128{}, std::false_type{});
-  }
+  // Vector gate: every chunk-start state (B, HV, NT, dk, dv); scalar gate: the scores (B, HV, NT, C, C).
+  FloatScratch work(d.vector_gate ? d.B * d.HV * a.NT * d.dk * d.dv : d.B * d.HV * a.NT * C * C);
+  if (d.vector_gate) a.h_start = work.get();
+  else a.aqk = work.get();
+  dispatch(d, [&](auto dk_, auto dv_, auto vector_gate) {
+    launch_forward<decltype(dk_)::value, decltype(dv_)::value, decltype(vector_gate)::value>(a);
+  });
+}
+
+void rwkv6_forward(void* o, float* ht, const void* r, const void* k, const void* v, const void* w, const void* u,
+                   const float* h0, const Rwkv6Dims& d) {
+  const DecayAttentionDims dims{d.B, d.T, d.H, d.H, d.dk, d.dv, true, d.scale, 0, DType::F32};
+  Args a = input_args(r, k, v, w, h0, dims);
+  a.o = static_cast<bf16*>(o), a.ht = ht, a.bonus = static_cast<const bf16*>(u);
+  FloatScratch h_start(d.B * d.H * a.NT * d.dk * d.dv);  // (B, H, NT, dk, dv)
+  a.h_start = h_start.get();
+  dispatch(dims, [&](auto dk_, auto dv_, auto) {
+    launch_vector_forward<decltype(dk_)::value, decltype(dv_)::value, true>(a);
+  });
 }
 
 void backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, float* grad_h0, const void* grad_o,
@@ -735,16 +956,9 @@ void backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, float* gra
   a.d_o = static_cast<const bf16*>(grad_o), a.dht = grad_ht, a.dh0 = grad_h0;
   a.dq = dq.get(), a.dk = dk.get();
   a.dv = static_cast<bf16*>(grad_v), a.dg = static_cast<bf16*>(grad_g);
-  using K64 = std::integral_constant<int, 64>;
-  using K128 = std::integral_constant<int, 128>;
-  auto run = [&](auto dk_, auto dv_) {
-    if (d.vector_gate) launch_backward<decltype(dk_)::value, decltype(dv_)::value, true>(a);
-    else launch_backward<decltype(dk_)::value, decltype(dv_)::value, false>(a);
-  };
-  if (d.dk == 64 && d.dv == 64) run(K64{}, K64{});
-  else if (d.dk == 64) run(K64{}, K128{});
-  else if (d.dv == 64) run(K128{}, K64{});
-  else run(K128{}, K128{});
+  dispatch(d, [&](auto dk_, auto dv_, auto vector_gate) {
+    launch_backward<decltype(dk_)::value, decltype(dv_)::value, decltype(vector_gate)::value>(a);
+  });
   recurrence::group_sum(static_cast<bf16*>(grad_q), dq.get(), d.B * d.T, d.H, d.HV / d.H, d.dk);
   recurrence::group_sum(static_cast<bf16*>(grad_k), dk.get(), d.B * d.T, d.H, d.HV / d.H, d.dk);
 }

@@ -8,11 +8,13 @@
 // Scope: BF16 storage (fp32 math and state), grouped value heads, dk and dv in {64, 128}, chunks
 // of kChunk = 64 tokens, any T, optional initial state and final-state gradient. A scalar log
 // gate g: (B, T, HV) (RetNet, Mamba-2) or a vector log gate g: (B, T, HV, dk) (GLA, HGRN-2; its
-// in-chunk pair terms in 16-token sub-chunks, mixers.md 4.4), forward and backward.
+// in-chunk pair terms in 16-token sub-chunks, mixers.md 4.4), forward and backward; RWKV-6's
+// forward (mixers.md 11) on the vector-gate kernels.
 #pragma once
 #include <cstdint>
 
 #include "nn/ops/decay_attention_dims.h"
+#include "nn/ops/rwkv6_dims.h"
 #include "tensor/dtype.h"
 
 namespace hla::cuda::decay_chunk {
@@ -22,10 +24,23 @@ constexpr int kChunk = 64;
 // Both directions, for either gate.
 bool supported(int64_t dk, int64_t dv, DType dtype);
 
+// Whether a call runs here: supported() dims, 16-byte aligned q, k, v (the 16-byte loads), and
+// T > 1 (a single token, a decoding step, is one recurrent update, cheaper than a one-token
+// chunk; an empty batch launches nothing).
+bool takes(int64_t B, int64_t T, int64_t dk, int64_t dv, DType dtype, const void* q, const void* k, const void* v);
+
 // cuda::decay_attention_forward for supported() dims: bf16 o, q, k, v, g (q, k, v 16-byte
-// aligned), fp32 h0 (null = zeros) and ht. Workspace: 4 B x B HV ceil(T / 64) 64 x 64 (the scores).
+// aligned), fp32 h0 (null = zeros) and ht. Workspace: scalar gate 4 B x B HV ceil(T / 64) 64 x 64
+// (the scores), vector gate 4 B x B HV ceil(T / 64) dk dv (every chunk-start state).
 void forward(void* o, float* ht, const void* q, const void* k, const void* v, const void* g, const float* h0,
              const DecayAttentionDims& d);
+
+// cuda::rwkv6_forward for supported() dims (the vector-gate kernels with the exclusive query gate
+// and the bonus u on the diagonal, ReadAt::before_update): bf16 o, r, k, v, w, u (r, k, v 16-byte
+// aligned), fp32 h0 (null = zeros) and ht. Workspace: 4 B x B H ceil(T / 64) dk dv. Its backward
+// is the recurrent kernel's (cuda/rwkv6.cu).
+void rwkv6_forward(void* o, float* ht, const void* r, const void* k, const void* v, const void* w, const void* u,
+                   const float* h0, const Rwkv6Dims& d);
 
 // cuda::decay_attention_backward for supported() dims: writes bf16 grad_q, grad_k, grad_v,
 // grad_g and fp32 grad_h0 (null = not wanted); grad_o bf16 (16-byte aligned), grad_ht fp32

@@ -1,6 +1,10 @@
-// RWKV-6 on the GPU: the recurrent kernels of cuda/recurrence.cuh with Op::Rwkv6 (o reads the
-// state before the token's update, plus the bonus (r . (u * k)) v). The bonus's gradients need
-// v . do per token, computed here first; u's gradient is summed over the batch and segments.
+// RWKV-6 on the GPU: the chunked tensor-core forward of cuda/decay_attention_chunk.cu where it
+// applies (decay_chunk::takes), else, and for the backward, the recurrent kernels of
+// cuda/recurrence.cuh with Op::Rwkv6 (o reads the state before the token's update, plus the
+// bonus (r . (u * k)) v). The bonus's gradients need v . do per token, computed here first; u's
+// gradient is summed over the batch and segments. Both directions read only the inputs, so the
+// chunked forward and the recurrent backward mix freely.
+#include "cuda/decay_attention_chunk.cuh"
 #include "cuda/recurrence.cuh"
 #include "cuda/reduce.cuh"
 #include "cuda/rwkv6.h"
@@ -23,6 +27,10 @@ Args<S> rwkv6_args(const void* r, const void* k, const void* v, const void* w, c
 
 void rwkv6_forward(void* o, float* ht, const void* r, const void* k, const void* v, const void* w, const void* u,
                    const float* h0, const Rwkv6Dims& d, DType dtype) {
+  if (decay_chunk::takes(d.B, d.T, d.dk, d.dv, dtype, r, k, v)) {
+    decay_chunk::rwkv6_forward(o, ht, r, k, v, w, u, h0, d);
+    return;
+  }
   recurrence::dispatch_storage_kmax(dtype, d.dk, "rwkv6_forward", [&](auto tag, auto kmax) {
     using S = decltype(tag);
     constexpr int KMAX = decltype(kmax)::value;
@@ -53,6 +61,8 @@ void rwkv6_backward(void* grad_r, void* grad_k, void* grad_v, void* grad_w, void
   });
 }
 
-const char* rwkv6_kernel(int64_t) { return "recurrent"; }
+const char* rwkv6_kernel(int64_t dk, int64_t dv, DType dtype) {
+  return decay_chunk::supported(dk, dv, dtype) ? "chunked fwd (mma), recurrent bwd" : "recurrent";
+}
 
 }  // namespace hla::cuda

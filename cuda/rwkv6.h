@@ -2,8 +2,10 @@
 // cpu::rwkv6_*, plus the storage dtype (F32 or BF16; math and states in fp32). Gradient buffers
 // as on the CPU: every element written; grad_h0 null = not wanted.
 //   r, k, w: (B, T, H, dk);  v, o: (B, T, H, dv);  u: (H, dk);  h0, ht: (B, H, dk, dv) fp32
-// Kernel: the token recurrence of cuda/recurrence.cuh (dk <= 256, any dv); d.chunk_size is the
-// CPU's algorithm choice, the GPU runs the recurrent kernel for every value.
+// Kernels: the chunked tensor-core forward of cuda/decay_attention_chunk.cu for bf16 with dk, dv
+// in {64, 128} (T > 1, 16-byte aligned r, k, v), else the token recurrence of
+// cuda/recurrence.cuh (dk <= 256, any dv), which is also every backward; d.chunk_size is the
+// CPU's algorithm choice, the GPU picks its own kernel.
 #pragma once
 #include <cstdint>
 
@@ -21,6 +23,7 @@ void rwkv6_backward(void* grad_r, void* grad_k, void* grad_v, void* grad_w, void
                     const void* grad_o, const float* grad_ht, const void* r, const void* k, const void* v,
                     const void* w, const void* u, const float* h0, const Rwkv6Dims& d, DType dtype);
 
-const char* rwkv6_kernel(int64_t chunk_size);
+// The kernel a call with these dims and storage dtype runs (bench and gpu-check labels).
+const char* rwkv6_kernel(int64_t dk, int64_t dv, DType dtype);
 
 }  // namespace hla::cuda

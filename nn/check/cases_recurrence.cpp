@@ -29,6 +29,7 @@
 #ifdef HLA_CUDA
 #include "cuda/decay_attention.h"
 #include "cuda/delta_rule.h"
+#include "cuda/rwkv6.h"
 #endif
 
 namespace hla::check {
@@ -314,6 +315,15 @@ OpFn rwkv6_op(double scale, int64_t chunk_size) {
   };
 }
 
+KernelLabel rwkv6_kernel(int64_t dk, int64_t dv) {
+#ifdef HLA_CUDA
+  return [=](DType dtype) { return std::string(cuda::rwkv6_kernel(dk, dv, dtype)); };
+#else
+  (void)dk, (void)dv;
+  return named_kernel("recurrent");
+#endif
+}
+
 void add_rwkv6_cases() {
   // B = 2, T = 5, H = 2, dk = 3, dv = 2, nonzero initial state; the chunked run uses C = 2, so
   // the last chunk holds one token.
@@ -321,12 +331,20 @@ void add_rwkv6_cases() {
     const Rwkv6Case c{2, 5, 2, 3, 2, 1.0, 0.0, 1.0, 0.6, chunk};
     add_case(grad_case("rwkv6", chunk > 0 ? "rwkv6 chunked" : "rwkv6", 20, rwkv6_inputs(c), rwkv6_op(c.scale, chunk)));
   }
+  // bf16 rows with dk, dv in {64, 128} take the chunked forward (cuda/decay_attention_chunk.cu):
+  // every (dk, dv) class, partial last chunks (T = 130, 100, 193), long sequences (64 chunks),
+  // and the gate logsigmoid(N(-3, 1)) (~-3 a step: the exclusive in-chunk gate passes -88 within
+  // ~30 tokens); (96, 40) and fp32 run the recurrent kernel.
   for (const auto& [B, T, H, dk, dv, gate_shift] : {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, double>{
                                                         2, 130, 3, 64, 64, 0.0},
                                                     {2, 50, 2, 96, 40, 1.0},
-                                                    {1, 4096, 1, 64, 64, 3.0}}) {  // long
+                                                    {1, 4096, 1, 64, 64, 3.0},  // long
+                                                    {2, 100, 2, 128, 128, 0.0},
+                                                    {2, 193, 2, 64, 128, -3.0},
+                                                    {3, 64, 2, 128, 64, 1.0},
+                                                    {2, 4096, 2, 128, 128, 0.0}}) {  // long
     const Rwkv6Case c{B, T, H, dk, dv, unit_std(dk), gate_shift, 0.5, 1.0, 0};
-    add_case(gpu_case("rwkv6", "rwkv6" + dims(B, T, H, H, dk, dv), named_kernel("recurrent"), rwkv6_inputs(c),
+    add_case(gpu_case("rwkv6", "rwkv6" + dims(B, T, H, H, dk, dv), rwkv6_kernel(dk, dv), rwkv6_inputs(c),
                       rwkv6_op(1.0, 0)));
   }
 
@@ -334,7 +352,7 @@ void add_rwkv6_cases() {
     const BenchShape b = kBenchShapes[i];
     const PerfUnits u = perf_units(b);
     const AnchorMs a = first_shape_only(i, {0.908, 3.566});
-    add_case(perf_case("rwkv6", "rwkv6 " + dims_label(bench_dims(b)), named_kernel("recurrent"),
+    add_case(perf_case("rwkv6", "rwkv6 " + dims_label(bench_dims(b)), rwkv6_kernel(b.D, b.D),
                        [b](uint64_t) {
                          const Shape s{b.B, b.T, b.H, b.D};
                          return Inputs{{"r", perf_input(PerfPool::Normal, 0, s, unit_std(b.D))},

@@ -10,7 +10,7 @@ namespace hla {
 struct Rwkv6Dims {
   int64_t B, T, H, dk, dv;  // r, k, w: (B, T, H, dk);  v, o: (B, T, H, dv);  u: (H, dk);  states (B, H, dk, dv)
   double scale;
-  int64_t chunk_size;       // CPU: 0 = token recurrence, C > 0 = chunked; the GPU runs the recurrence
+  int64_t chunk_size;       // CPU: 0 = token recurrence, C > 0 = chunked; the GPU picks its own kernel
   DType state_dtype;        // h0, ht and their gradients: fp32 on the GPU, the storage dtype on the CPU
 };
 
