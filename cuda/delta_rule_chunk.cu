@@ -58,9 +58,9 @@
 // (about 0.06 ms at B4 T4096 H16 D128 on an H200).
 //
 // Shared memory per CTA (bytes(), each checked against 227 KB at compile time in launch_kernel):
-//   dk \ dv    prepare (64 / 128 / 256)      scan, reverse scan    local backward
-//   64          62.0 / 70.0 / 86.0 KB          70.8 KB               135.1 KB
-//   128         78.0 / 86.0 / 102.0 KB         111.8 KB              153.1 KB
+//   dk \ dv    prepare (64 / 128 / 256)      scan, reverse scan    local backward (dv <= 128 / 256)
+//   64          62.0 / 70.0 / 86.0 KB          70.8 KB               159.1 / 135.1 KB
+//   128         78.0 / 86.0 / 102.0 KB         111.8 KB              209.1 / 153.1 KB
 //   256         110.0 / 118.0 / 134.0 KB       193.8 KB              185.1 KB
 //
 // Fragments are gathered from shared memory element by element through accessors (A(r, k),
@@ -431,7 +431,9 @@ __global__ void __launch_bounds__(kThreads, 2) reverse_scan_kernel(ChunkArgs a) 
 // Backward pass 4 (4.9 steps 4-8, CPU: chunk_backward_local): every chunk in parallel, from its
 // start state h[n], the gradient dh[n] of its end state and the total gradient dVnew. No wide
 // matrix sits whole in shared memory: dk-wide work runs in blocks of KB = min(DK, 128) key dims
-// and dv-wide operands enter in slices of VS = 32 value columns, so that DK = DV = 256 fits.
+// and dv-wide operands enter in slices of VS value columns: 64 up to DK = DV = 128 (214 KB at
+// 128 x 128: half the slice loops and barriers of 32-column slices, and the dY product's A^T
+// fragments gathered half as often), 32 when a width is 256, so that DK = DV = 256 fits.
 //   Phase A (per key block; 4a, 4b): the state products of dQ, dK and dW, written to a.dq, a.dk
 //     and over W (a.W: pass 3 was its last reader); dW K^T summed for 4d.
 //   Phase B (C x C; 4c-4f): Ps, dA, X, P2 and the gate pair terms; dY per value slice.
@@ -441,7 +443,7 @@ __global__ void __launch_bounds__(kThreads, 2) reverse_scan_kernel(ChunkArgs a) 
 template <int DK, int DV>
 struct LocalSmem {
   static constexpr int KB = DK < 128 ? DK : 128;  // key dims per block (phases A and C)
-  static constexpr int VS = 32;                    // value columns per slice
+  static constexpr int VS = DK <= 128 && DV <= 128 ? 64 : 32;  // value columns per slice
   static constexpr int kLdK = DK + 8;              // bf16 row stride of q, k
   static constexpr int kLdS = VS + 8, kLdSf = VS + 4;  // row strides of a slice, bf16 and fp32
   static constexpr int kLdKB = KB + 4;             // fp32 row stride of a dW block
@@ -565,8 +567,9 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   //   below), dU Y^T = dVnew V^T, and dY = A^T dU  ->  dv = w dY,  dw = v . dY.
   load_f32_rows<C, kLdC>(sm.pair, a.Aqk + (head * a.NT + chunk) * C * C, C);
   WarpTile<C, C> da, uy;
-  for (int c0 = 0; c0 < DV; c0 += VS) {
-    load_slices(c0);
+  // The slices go in reverse: the last one phase A loaded (c0 = DV - VS) is still in place.
+  for (int c0 = DV - VS; c0 >= 0; c0 -= VS) {
+    if (c0 != DV - VS) load_slices(c0);
     load_bf16_rows<C, VS>(sm.vv, a.v + tok0 * DV + c0, vrow, n);
     __syncthreads();
     da.mma<VS, false, true>(dov_rows, [&](int c, int s) { return sm.vnew[s * kLdSf + c]; });
