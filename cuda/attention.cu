@@ -25,7 +25,8 @@
 //        is computed), read into fragments with ldmatrix (.trans for the right operand of
 //        P V, dS K, P^T dO, dS^T Q); P and dS go from accumulators straight into the next
 //        product's A operand (see cuda/mma.cuh). Steps no row of a warp can see are skipped.
-//        Softmax runs in base 2 with the scale folded in: exp(x) = exp2(x log2 e).
+//        Softmax runs in base 2 with the scale folded in: exp(x) = exp2(x log2 e); the
+//        forward rescales O only on steps where some row's running max moved.
 //   fma: plain fp32 arithmetic, any D, Dv <= 256, F32 or BF16 storage: one warp per row, keys
 //        (or queries) in shared-memory tiles of 32, one per lane. The readable version, and the
 //        fp32 path.
@@ -42,6 +43,20 @@ using bf16 = __nv_bfloat16;
 constexpr float kLog2e = 1.4426950408889634f;
 
 __device__ __forceinline__ bool visible(int t, int s, int window) { return s <= t && (window == 0 || t - s < window); }
+
+// 4-byte global -> shared copy in the current cp.async group (cuda/mma.cuh has the 16-byte one).
+__device__ __forceinline__ void cp_async_4(void* smem, const void* gmem) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(addr), "l"(gmem));
+}
+
+// 2^x on the special-function unit with subnormal results flushed to zero (exp2f wraps the
+// same instruction in a subnormal fix-up); 2^-inf = 0.
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
 
 // Allows a kernel more than 48 KB of dynamic shared memory (once per kernel).
 template <class Kernel>
@@ -197,9 +212,11 @@ __global__ void __launch_bounds__(kFwdThreads) attention_forward_mma(bf16* o, fl
           for (int e = 0; e < 4; e++)
             if (!visible(t_row[i][e / 2], k0 + nt * 8 + (lane % 4) * 2 + e % 2, window)) s[i][nt][e] = -INFINITY;
 
-    // pass 2: online softmax, each row's max and sum spread over the 4 lanes of a quad
+    // pass 2: online softmax, each row's max and sum spread over the 4 lanes of a quad; O is
+    // rescaled only when some row of the slab has a new max (exact: otherwise alpha = 1)
 #pragma unroll
-    for (int i = 0; i < S; i++)
+    for (int i = 0; i < S; i++) {
+      float alpha[2];  // e^(m - m') of this thread's two rows
 #pragma unroll
       for (int r = 0; r < 2; r++) {
         float mx = -INFINITY;
@@ -209,23 +226,24 @@ __global__ void __launch_bounds__(kFwdThreads) attention_forward_mma(bf16* o, fl
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         const float m_new = fmaxf(m[i][r], mx * scale_log2);
         const float base = m_new == -INFINITY ? 0.0f : m_new;  // a row with no visible key yet
-        const float alpha = exp2f(m[i][r] - base);              // e^(m - m')
+        alpha[r] = m_new == m[i][r] ? 1.0f : exp2_ftz(m[i][r] - base);
         m[i][r] = m_new;
         float row_sum = 0;
 #pragma unroll
         for (int nt = 0; nt < NT; nt++)
 #pragma unroll
           for (int e = 2 * r; e < 2 * r + 2; e++) {
-            s[i][nt][e] = exp2f(fmaf(s[i][nt][e], scale_log2, -base));  // P = exp(scale S - m')
+            s[i][nt][e] = exp2_ftz(fmaf(s[i][nt][e], scale_log2, -base));  // P = exp(scale S - m')
             row_sum += s[i][nt][e];
           }
-        l[i][r] = l[i][r] * alpha + row_sum;
-#pragma unroll
-        for (int dt = 0; dt < D / 8; dt++) {
-          acc[i][dt][2 * r] *= alpha;
-          acc[i][dt][2 * r + 1] *= alpha;
-        }
+        l[i][r] = l[i][r] * alpha[r] + row_sum;
       }
+      if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f))
+#pragma unroll
+        for (int dt = 0; dt < D / 8; dt++)
+#pragma unroll
+          for (int e = 0; e < 4; e++) acc[i][dt][e] *= alpha[e / 2];
+    }
     // pass 3: O += P V
     mma_pb<D, S, NT>(acc, s, sV + buf * kStep * D);
   }
@@ -308,7 +326,7 @@ __global__ void __launch_bounds__(kBwdThreads) attention_backward_dq_mma(bf16* d
       for (int e = 0; e < 4; e++) {
         const int t = t_row[e / 2], s = k0 + nt * 8 + (lane % 4) * 2 + e % 2;
         const bool ok = !needs_mask || (t < T && visible(t, s, window));
-        p[0][nt][e] = ok ? exp2f(fmaf(p[0][nt][e], scale_log2, -lse2[e / 2])) : 0.0f;
+        p[0][nt][e] = ok ? exp2_ftz(fmaf(p[0][nt][e], scale_log2, -lse2[e / 2])) : 0.0f;
       }
     // pass 2: dP = dO V^T;  dS = P (dP - Delta)
     Frags<1, NT> ds = {};
@@ -339,7 +357,7 @@ __global__ void __launch_bounds__(kBwdThreads) attention_backward_dkdv_mma(bf16*
   bf16* sV = sK + kBwdRows * D;                                 // sV: (128, D)
   bf16* sQ = sV + kBwdRows * D;                                 // sQ: 2 x (64, D)
   bf16* sdO = sQ + 2 * kStep * D;                               // sdO: 2 x (64, D)
-  float* sLse = reinterpret_cast<float*>(sdO + 2 * kStep * D);  // sLse: 2 x (64), log2 units
+  float* sLse = reinterpret_cast<float*>(sdO + 2 * kStep * D);  // sLse: 2 x (64)
   float* sDelta = sLse + 2 * kStep;                             // sDelta: 2 x (64)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int k0 = blockIdx.x * kBwdRows, hk = blockIdx.y, b = blockIdx.z, group = H / Hkv;
@@ -353,17 +371,17 @@ __global__ void __launch_bounds__(kBwdThreads) attention_backward_dkdv_mma(bf16*
   const float scale_log2 = scale * kLog2e;
   const int s_row[2] = {w0 + lane / 4, w0 + lane / 4 + 8};
 
-  // Step i covers query head hk * group + i / tiles_per_head, queries from (qb_first + i % tiles_per_head) * 64.
+  // Step i covers query head hk * group + i / tiles_per_head, queries from (qb_first + i % tiles_per_head) * 64:
+  // its Q and dO tiles, and the lse and Delta of its queries, all in one cp.async group.
   auto load_step = [&](int i, int buf) {
     const int h = hk * group + i / tiles_per_head, j0 = (qb_first + i % tiles_per_head) * kStep;
     const int64_t head = int64_t(b) * T * q_stride + int64_t(h) * D;
     load_tile_async<kStep, D, kBwdThreads>(sQ + buf * kStep * D, q + head, q_stride, j0, T);
     load_tile_async<kStep, D, kBwdThreads>(sdO + buf * kStep * D, dout + head, q_stride, j0, T);
     if (threadIdx.x < kStep) {
-      const int t = j0 + threadIdx.x;
-      const int64_t idx = (int64_t(b) * H + h) * T + min(t, T - 1);
-      sLse[buf * kStep + threadIdx.x] = lse[idx] * kLog2e;
-      sDelta[buf * kStep + threadIdx.x] = delta[idx];
+      const int64_t idx = (int64_t(b) * H + h) * T + min(j0 + int(threadIdx.x), T - 1);
+      cp_async_4(sLse + buf * kStep + threadIdx.x, lse + idx);
+      cp_async_4(sDelta + buf * kStep + threadIdx.x, delta + idx);
     }
   };
   load_tile_async<kBwdRows, D, kBwdThreads>(sK, kh, kv_stride, k0, T);
@@ -393,7 +411,7 @@ __global__ void __launch_bounds__(kBwdThreads) attention_backward_dkdv_mma(bf16*
       for (int e = 0; e < 4; e++) {
         const int c = nt * 8 + (lane % 4) * 2 + e % 2, t = j0 + c;
         const bool ok = !needs_mask || (t < T && visible(t, s_row[e / 2], window));
-        p[0][nt][e] = ok ? exp2f(fmaf(p[0][nt][e], scale_log2, -l_tile[c])) : 0.0f;
+        p[0][nt][e] = ok ? exp2_ftz(fmaf(p[0][nt][e], scale_log2, -l_tile[c] * kLog2e)) : 0.0f;
       }
     // pass 2: dP^T = V dO^T;  dS^T = P^T (dP^T - Delta)
     Frags<1, NT> ds = {};
