@@ -77,7 +77,10 @@ void allow_smem(Kernel kernel, size_t bytes) {
 
 constexpr int kFwdSlabs = 2, kFwdThreads = 128, kFwdRows = kFwdThreads / 32 * 16 * kFwdSlabs;
 constexpr int kBwdThreads = 256, kBwdRows = kBwdThreads / 32 * 16;
-constexpr int kStep = 64;  // keys per step of the forward and dQ kernels, queries per step of dK / dV
+constexpr int kStep = 64;  // keys per step of the dQ kernel, queries per step of dK / dV
+// Keys per step of the forward: 128 at D = 64, so that each step's fixed costs (barrier, row
+// max, rescale) cover as many products as at D = 128; 64 at D = 128 (registers run out).
+constexpr int fwd_key_step(int D) { return D == 64 ? 128 : 64; }
 
 template <int SLABS, int NT> using Frags = float[SLABS][NT][4];  // SLABS x (16 x 8 NT) accumulators
 
@@ -147,12 +150,12 @@ __device__ __forceinline__ void store_rows(bf16* out, const float (&acc)[W / 8][
   }
 }
 
-// Whether rows [r0, r0 + rows) of queries (r0 = first query) can see none of keys [s0, s0 + keys):
-// all of them come before the keys, or all lie past the keys' window.
+// Whether queries [t0, t0 + queries) can see none of keys [s0, s0 + keys): every query comes
+// before every key, or every query lies past every key's window.
 __device__ __forceinline__ bool tile_invisible(int t0, int queries, int s0, int keys, int window) {
   return s0 > t0 + queries - 1 || (window > 0 && t0 - (s0 + keys - 1) >= window);
 }
-// Whether some pair of the tile is invisible (the tile needs its mask).
+// Whether some (query, key) pair of the same tile is invisible (the tile needs its mask).
 __device__ __forceinline__ bool tile_partial(int t0, int queries, int s0, int keys, int window) {
   return s0 + keys - 1 > t0 || (window > 0 && t0 + queries - 1 - s0 >= window);
 }
@@ -162,11 +165,11 @@ template <int D>
 __global__ void __launch_bounds__(kFwdThreads) attention_forward_mma(bf16* o, float* lse, const bf16* q, const bf16* k,
                                                                      const bf16* v, int T, int H, int Hkv,
                                                                      float scale_log2, int window) {
-  constexpr int S = kFwdSlabs, NT = kStep / 8;
+  constexpr int S = kFwdSlabs, KS = fwd_key_step(D), NT = KS / 8;
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* sQ = reinterpret_cast<bf16*>(smem);  // sQ: (128, D)
-  bf16* sK = sQ + kFwdRows * D;              // sK: 2 x (64, D)
-  bf16* sV = sK + 2 * kStep * D;             // sV: 2 x (64, D)
+  bf16* sK = sQ + kFwdRows * D;              // sK: 2 x (KS, D)
+  bf16* sV = sK + 2 * KS * D;                // sV: 2 x (KS, D)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int q0 = (gridDim.x - 1 - blockIdx.x) * kFwdRows, h = blockIdx.y, b = blockIdx.z, hk = h / (H / Hkv);
   const int warp_row0 = warp * 16 * S, w0 = q0 + warp_row0;  // this warp's first row, in the tile and in T
@@ -174,15 +177,15 @@ __global__ void __launch_bounds__(kFwdThreads) attention_forward_mma(bf16* o, fl
   const bf16* qh = q + int64_t(b) * T * q_stride + int64_t(h) * D;  // row t at qh + t * q_stride
   const bf16* kh = k + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const bf16* vh = v + int64_t(b) * T * kv_stride + int64_t(hk) * D;
-  const int kb_first = window > 0 ? max(0, q0 - window + 1) / kStep : 0;
-  const int kb_last = min(T - 1, q0 + kFwdRows - 1) / kStep;
+  const int kb_first = window > 0 ? max(0, q0 - window + 1) / KS : 0;
+  const int kb_last = min(T - 1, q0 + kFwdRows - 1) / KS;
   int t_row[S][2];
 #pragma unroll
   for (int i = 0; i < S; i++) t_row[i][0] = w0 + 16 * i + lane / 4, t_row[i][1] = t_row[i][0] + 8;
 
   load_tile_async<kFwdRows, D, kFwdThreads>(sQ, qh, q_stride, q0, T);
-  load_tile_async<kStep, D, kFwdThreads>(sK, kh, kv_stride, kb_first * kStep, T);
-  load_tile_async<kStep, D, kFwdThreads>(sV, vh, kv_stride, kb_first * kStep, T);
+  load_tile_async<KS, D, kFwdThreads>(sK, kh, kv_stride, kb_first * KS, T);
+  load_tile_async<KS, D, kFwdThreads>(sV, vh, kv_stride, kb_first * KS, T);
   cp_async_commit();
 
   Frags<S, D / 8> acc = {};  // acc: S x (16, D) unnormalised O
@@ -190,20 +193,20 @@ __global__ void __launch_bounds__(kFwdThreads) attention_forward_mma(bf16* o, fl
 #pragma unroll
   for (int i = 0; i < S; i++) m[i][0] = m[i][1] = -INFINITY, l[i][0] = l[i][1] = 0;
   for (int kb = kb_first; kb <= kb_last; kb++) {
-    const int buf = (kb - kb_first) & 1, k0 = kb * kStep;
+    const int buf = (kb - kb_first) & 1, k0 = kb * KS;
     cp_async_wait_all();
     __syncthreads();  // tile kb landed; every warp is done with tile kb - 1
     if (kb < kb_last) {
-      load_tile_async<kStep, D, kFwdThreads>(sK + (buf ^ 1) * kStep * D, kh, kv_stride, k0 + kStep, T);
-      load_tile_async<kStep, D, kFwdThreads>(sV + (buf ^ 1) * kStep * D, vh, kv_stride, k0 + kStep, T);
+      load_tile_async<KS, D, kFwdThreads>(sK + (buf ^ 1) * KS * D, kh, kv_stride, k0 + KS, T);
+      load_tile_async<KS, D, kFwdThreads>(sV + (buf ^ 1) * KS * D, vh, kv_stride, k0 + KS, T);
     }
     cp_async_commit();
-    if (tile_invisible(w0, 16 * S, k0, kStep, window)) continue;
+    if (tile_invisible(w0, 16 * S, k0, KS, window)) continue;
 
     // pass 1: S = Q K^T (unscaled), invisible keys -> -inf
     Frags<S, NT> s = {};
-    mma_abt<D, S, NT>(s, sQ, warp_row0, sK + buf * kStep * D);
-    if (tile_partial(w0, 16 * S, k0, kStep, window))
+    mma_abt<D, S, NT>(s, sQ, warp_row0, sK + buf * KS * D);
+    if (tile_partial(w0, 16 * S, k0, KS, window))
 #pragma unroll
       for (int i = 0; i < S; i++)
 #pragma unroll
@@ -245,7 +248,7 @@ __global__ void __launch_bounds__(kFwdThreads) attention_forward_mma(bf16* o, fl
           for (int e = 0; e < 4; e++) acc[i][dt][e] *= alpha[e / 2];
     }
     // pass 3: O += P V
-    mma_pb<D, S, NT>(acc, s, sV + buf * kStep * D);
+    mma_pb<D, S, NT>(acc, s, sV + buf * KS * D);
   }
 
   // epilogue: O /= l, lse = (m + log2 l) ln 2
@@ -660,7 +663,7 @@ void attention_forward(void* o, float* lse, const void* q, const void* k, const 
   if (use_mma(dims.D, dims.Dv, dtype)) {
     dispatch_head_dim(s.D, [&](auto d) {
       constexpr int kD = decltype(d)::value;
-      const size_t smem = sizeof(bf16) * (kFwdRows + 4 * kStep) * kD;
+      const size_t smem = sizeof(bf16) * (kFwdRows + 4 * fwd_key_step(kD)) * kD;
       auto kernel = attention_forward_mma<kD>;
       allow_smem(kernel, smem);
       dim3 grid((s.T + kFwdRows - 1) / kFwdRows, s.H, s.B);
