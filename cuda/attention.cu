@@ -68,19 +68,20 @@ void allow_smem(Kernel kernel, size_t bytes) {
 // ------------------------------------------------------------------------------------------
 // mma path. A warp owns SLABS slabs of 16 rows; inside a slab, a thread's rows are lane / 4
 // and lane / 4 + 8 (the accumulator layout of cuda/mma.cuh).
-//   forward: 4 warps x 2 slabs = 128 queries per block, keys in steps of 64. Two slabs per
-//            warp let every K / V fragment read from shared memory feed two products.
+//   forward: 4 warps x 2 slabs = 128 queries per block, keys in steps of step_rows(D). Two
+//            slabs per warp let every K / V fragment read from shared memory feed two products.
 //   backward: 8 warps x 1 slab = 128 rows per block (queries for dQ, keys for dK / dV), the
-//            other side in steps of 64 (two slabs would not fit dK and dV in registers).
+//            other side in steps of step_rows(D) (two slabs would not fit dK and dV in
+//            registers).
 // A warp skips a step whose tile none of its rows can see (causal or window); the block still
 // loads it for the others.
 
 constexpr int kFwdSlabs = 2, kFwdThreads = 128, kFwdRows = kFwdThreads / 32 * 16 * kFwdSlabs;
 constexpr int kBwdThreads = 256, kBwdRows = kBwdThreads / 32 * 16;
-constexpr int kStep = 64;  // keys per step of the dQ kernel, queries per step of dK / dV
-// Keys per step of the forward: 128 at D = 64, so that each step's fixed costs (barrier, row
-// max, rescale) cover as many products as at D = 128; 64 at D = 128 (registers run out).
-constexpr int fwd_key_step(int D) { return D == 64 ? 128 : 64; }
+// Keys per step of the forward and dQ kernels, queries per step of the dK / dV kernel: 128 at
+// D = 64, so that each step's fixed costs (barrier, masks, row max, rescale) cover as many
+// products as at D = 128; 64 at D = 128 (registers run out). FlashAttention-2's tiles.
+constexpr int step_rows(int D) { return D == 64 ? 128 : 64; }
 
 template <int SLABS, int NT> using Frags = float[SLABS][NT][4];  // SLABS x (16 x 8 NT) accumulators
 
@@ -165,7 +166,7 @@ template <int D>
 __global__ void __launch_bounds__(kFwdThreads) attention_forward_mma(bf16* o, float* lse, const bf16* q, const bf16* k,
                                                                      const bf16* v, int T, int H, int Hkv,
                                                                      float scale_log2, int window) {
-  constexpr int S = kFwdSlabs, KS = fwd_key_step(D), NT = KS / 8;
+  constexpr int S = kFwdSlabs, KS = step_rows(D), NT = KS / 8;
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* sQ = reinterpret_cast<bf16*>(smem);  // sQ: (128, D)
   bf16* sK = sQ + kFwdRows * D;              // sK: 2 x (KS, D)
@@ -275,12 +276,12 @@ __global__ void __launch_bounds__(kBwdThreads) attention_backward_dq_mma(bf16* d
                                                                          const bf16* k, const bf16* v,
                                                                          const float* lse, const float* delta, int T,
                                                                          int H, int Hkv, float scale, int window) {
-  constexpr int NT = kStep / 8;
+  constexpr int KS = step_rows(D), NT = KS / 8;
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* sQ = reinterpret_cast<bf16*>(smem);  // sQ: (128, D)
   bf16* sdO = sQ + kBwdRows * D;             // sdO: (128, D)
-  bf16* sK = sdO + kBwdRows * D;             // sK: 2 x (64, D)
-  bf16* sV = sK + 2 * kStep * D;             // sV: 2 x (64, D)
+  bf16* sK = sdO + kBwdRows * D;             // sK: 2 x (KS, D)
+  bf16* sV = sK + 2 * KS * D;             // sV: 2 x (KS, D)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int q0 = (gridDim.x - 1 - blockIdx.x) * kBwdRows, h = blockIdx.y, b = blockIdx.z, hk = h / (H / Hkv);
   const int w0 = q0 + warp * 16;
@@ -289,8 +290,8 @@ __global__ void __launch_bounds__(kBwdThreads) attention_backward_dq_mma(bf16* d
   const bf16* doh = dout + int64_t(b) * T * q_stride + int64_t(h) * D;
   const bf16* kh = k + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const bf16* vh = v + int64_t(b) * T * kv_stride + int64_t(hk) * D;
-  const int kb_first = window > 0 ? max(0, q0 - window + 1) / kStep : 0;
-  const int kb_last = min(T - 1, q0 + kBwdRows - 1) / kStep;
+  const int kb_first = window > 0 ? max(0, q0 - window + 1) / KS : 0;
+  const int kb_last = min(T - 1, q0 + kBwdRows - 1) / KS;
   const float scale_log2 = scale * kLog2e;
   const int t_row[2] = {w0 + lane / 4, w0 + lane / 4 + 8};
   float lse2[2], dlt[2];  // lse in log2 units and Delta of this thread's two rows
@@ -303,26 +304,26 @@ __global__ void __launch_bounds__(kBwdThreads) attention_backward_dq_mma(bf16* d
 
   load_tile_async<kBwdRows, D, kBwdThreads>(sQ, qh, q_stride, q0, T);
   load_tile_async<kBwdRows, D, kBwdThreads>(sdO, doh, q_stride, q0, T);
-  load_tile_async<kStep, D, kBwdThreads>(sK, kh, kv_stride, kb_first * kStep, T);
-  load_tile_async<kStep, D, kBwdThreads>(sV, vh, kv_stride, kb_first * kStep, T);
+  load_tile_async<KS, D, kBwdThreads>(sK, kh, kv_stride, kb_first * KS, T);
+  load_tile_async<KS, D, kBwdThreads>(sV, vh, kv_stride, kb_first * KS, T);
   cp_async_commit();
 
   Frags<1, D / 8> acc = {};  // acc: (16, D) dQ / scale
   for (int kb = kb_first; kb <= kb_last; kb++) {
-    const int buf = (kb - kb_first) & 1, k0 = kb * kStep;
+    const int buf = (kb - kb_first) & 1, k0 = kb * KS;
     cp_async_wait_all();
     __syncthreads();
     if (kb < kb_last) {
-      load_tile_async<kStep, D, kBwdThreads>(sK + (buf ^ 1) * kStep * D, kh, kv_stride, k0 + kStep, T);
-      load_tile_async<kStep, D, kBwdThreads>(sV + (buf ^ 1) * kStep * D, vh, kv_stride, k0 + kStep, T);
+      load_tile_async<KS, D, kBwdThreads>(sK + (buf ^ 1) * KS * D, kh, kv_stride, k0 + KS, T);
+      load_tile_async<KS, D, kBwdThreads>(sV + (buf ^ 1) * KS * D, vh, kv_stride, k0 + KS, T);
     }
     cp_async_commit();
-    if (tile_invisible(w0, 16, k0, kStep, window)) continue;
-    const bf16* k_tile = sK + buf * kStep * D;
+    if (tile_invisible(w0, 16, k0, KS, window)) continue;
+    const bf16* k_tile = sK + buf * KS * D;
     // pass 1: P = exp(scale Q K^T - lse), zero where invisible
     Frags<1, NT> p = {};
     mma_abt<D, 1, NT>(p, sQ, warp * 16, k_tile);
-    const bool needs_mask = tile_partial(w0, 16, k0, kStep, window) || w0 + 16 > T;
+    const bool needs_mask = tile_partial(w0, 16, k0, KS, window) || w0 + 16 > T;
 #pragma unroll
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
@@ -333,7 +334,7 @@ __global__ void __launch_bounds__(kBwdThreads) attention_backward_dq_mma(bf16* d
       }
     // pass 2: dP = dO V^T;  dS = P (dP - Delta)
     Frags<1, NT> ds = {};
-    mma_abt<D, 1, NT>(ds, sdO, warp * 16, sV + buf * kStep * D);
+    mma_abt<D, 1, NT>(ds, sdO, warp * 16, sV + buf * KS * D);
 #pragma unroll
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
@@ -354,37 +355,37 @@ __global__ void __launch_bounds__(kBwdThreads) attention_backward_dkdv_mma(bf16*
                                                                            const bf16* v, const float* lse,
                                                                            const float* delta, int T, int H, int Hkv,
                                                                            float scale, int window) {
-  constexpr int NT = kStep / 8;
+  constexpr int KS = step_rows(D), NT = KS / 8;
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* sK = reinterpret_cast<bf16*>(smem);                     // sK: (128, D)
   bf16* sV = sK + kBwdRows * D;                                 // sV: (128, D)
-  bf16* sQ = sV + kBwdRows * D;                                 // sQ: 2 x (64, D)
-  bf16* sdO = sQ + 2 * kStep * D;                               // sdO: 2 x (64, D)
-  float* sLse = reinterpret_cast<float*>(sdO + 2 * kStep * D);  // sLse: 2 x (64)
-  float* sDelta = sLse + 2 * kStep;                             // sDelta: 2 x (64)
+  bf16* sQ = sV + kBwdRows * D;                                 // sQ: 2 x (KS, D)
+  bf16* sdO = sQ + 2 * KS * D;                               // sdO: 2 x (KS, D)
+  float* sLse = reinterpret_cast<float*>(sdO + 2 * KS * D);  // sLse: 2 x (KS)
+  float* sDelta = sLse + 2 * KS;                             // sDelta: 2 x (KS)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int k0 = blockIdx.x * kBwdRows, hk = blockIdx.y, b = blockIdx.z, group = H / Hkv;
   const int w0 = k0 + warp * 16;  // this warp's first key
   const int64_t q_stride = int64_t(H) * D, kv_stride = int64_t(Hkv) * D;
   const bf16* kh = k + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const bf16* vh = v + int64_t(b) * T * kv_stride + int64_t(hk) * D;
-  const int qb_first = k0 / kStep;
-  const int qb_last = min(T - 1, window > 0 ? k0 + kBwdRows - 1 + window - 1 : T - 1) / kStep;
+  const int qb_first = k0 / KS;
+  const int qb_last = min(T - 1, window > 0 ? k0 + kBwdRows - 1 + window - 1 : T - 1) / KS;
   const int tiles_per_head = qb_last - qb_first + 1, steps = group * tiles_per_head;
   const float scale_log2 = scale * kLog2e;
   const int s_row[2] = {w0 + lane / 4, w0 + lane / 4 + 8};
 
-  // Step i covers query head hk * group + i / tiles_per_head, queries from (qb_first + i % tiles_per_head) * 64:
+  // Step i covers query head hk * group + i / tiles_per_head, queries from (qb_first + i % tiles_per_head) * KS:
   // its Q and dO tiles, and the lse and Delta of its queries, all in one cp.async group.
   auto load_step = [&](int i, int buf) {
-    const int h = hk * group + i / tiles_per_head, j0 = (qb_first + i % tiles_per_head) * kStep;
+    const int h = hk * group + i / tiles_per_head, j0 = (qb_first + i % tiles_per_head) * KS;
     const int64_t head = int64_t(b) * T * q_stride + int64_t(h) * D;
-    load_tile_async<kStep, D, kBwdThreads>(sQ + buf * kStep * D, q + head, q_stride, j0, T);
-    load_tile_async<kStep, D, kBwdThreads>(sdO + buf * kStep * D, dout + head, q_stride, j0, T);
-    if (threadIdx.x < kStep) {
+    load_tile_async<KS, D, kBwdThreads>(sQ + buf * KS * D, q + head, q_stride, j0, T);
+    load_tile_async<KS, D, kBwdThreads>(sdO + buf * KS * D, dout + head, q_stride, j0, T);
+    if (threadIdx.x < KS) {
       const int64_t idx = (int64_t(b) * H + h) * T + min(j0 + int(threadIdx.x), T - 1);
-      cp_async_4(sLse + buf * kStep + threadIdx.x, lse + idx);
-      cp_async_4(sDelta + buf * kStep + threadIdx.x, delta + idx);
+      cp_async_4(sLse + buf * KS + threadIdx.x, lse + idx);
+      cp_async_4(sDelta + buf * KS + threadIdx.x, delta + idx);
     }
   };
   load_tile_async<kBwdRows, D, kBwdThreads>(sK, kh, kv_stride, k0, T);
@@ -394,20 +395,20 @@ __global__ void __launch_bounds__(kBwdThreads) attention_backward_dkdv_mma(bf16*
 
   Frags<1, D / 8> dk_acc = {}, dv_acc = {};  // (16, D) each: dK / scale and dV
   for (int i = 0; i < steps; i++) {
-    const int buf = i & 1, j0 = (qb_first + i % tiles_per_head) * kStep;
+    const int buf = i & 1, j0 = (qb_first + i % tiles_per_head) * KS;
     cp_async_wait_all();
     __syncthreads();
     if (i + 1 < steps) load_step(i + 1, buf ^ 1);
     cp_async_commit();
-    if (tile_invisible(j0, kStep, w0, 16, window)) continue;
-    const bf16* q_tile = sQ + buf * kStep * D;
-    const bf16* do_tile = sdO + buf * kStep * D;
-    const float* l_tile = sLse + buf * kStep;
-    const float* d_tile = sDelta + buf * kStep;
+    if (tile_invisible(j0, KS, w0, 16, window)) continue;
+    const bf16* q_tile = sQ + buf * KS * D;
+    const bf16* do_tile = sdO + buf * KS * D;
+    const float* l_tile = sLse + buf * KS;
+    const float* d_tile = sDelta + buf * KS;
     // pass 1: P^T = exp(scale K Q^T - lse), zero where invisible
     Frags<1, NT> p = {};
     mma_abt<D, 1, NT>(p, sK, warp * 16, q_tile);
-    const bool needs_mask = tile_partial(j0, kStep, w0, 16, window) || j0 + kStep > T;
+    const bool needs_mask = tile_partial(j0, KS, w0, 16, window) || j0 + KS > T;
 #pragma unroll
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
@@ -663,7 +664,7 @@ void attention_forward(void* o, float* lse, const void* q, const void* k, const 
   if (use_mma(dims.D, dims.Dv, dtype)) {
     dispatch_head_dim(s.D, [&](auto d) {
       constexpr int kD = decltype(d)::value;
-      const size_t smem = sizeof(bf16) * (kFwdRows + 4 * fwd_key_step(kD)) * kD;
+      const size_t smem = sizeof(bf16) * (kFwdRows + 4 * step_rows(kD)) * kD;
       auto kernel = attention_forward_mma<kD>;
       allow_smem(kernel, smem);
       dim3 grid((s.T + kFwdRows - 1) / kFwdRows, s.H, s.B);
@@ -704,14 +705,14 @@ void attention_backward(void* dq, void* dk, void* dv, const void* dout, const vo
     dispatch_head_dim(s.D, [&](auto d) {
       constexpr int kD = decltype(d)::value;
       auto dq_kernel = attention_backward_dq_mma<kD>;
-      const size_t dq_smem = sizeof(bf16) * (2 * kBwdRows + 4 * kStep) * kD;
+      const size_t dq_smem = sizeof(bf16) * (2 * kBwdRows + 4 * step_rows(kD)) * kD;
       allow_smem(dq_kernel, dq_smem);
       dq_kernel<<<dim3((s.T + kBwdRows - 1) / kBwdRows, s.H, s.B), kBwdThreads, dq_smem>>>(
           static_cast<bf16*>(dq), static_cast<const bf16*>(dout), static_cast<const bf16*>(q),
           static_cast<const bf16*>(k), static_cast<const bf16*>(v), lse, delta, s.T, s.H, s.Hkv, sc, s.window);
       CUDA_CHECK_LAUNCH();
       auto dkdv_kernel = attention_backward_dkdv_mma<kD>;
-      const size_t dkdv_smem = sizeof(bf16) * (2 * kBwdRows + 4 * kStep) * kD + sizeof(float) * 4 * kStep;
+      const size_t dkdv_smem = sizeof(bf16) * (2 * kBwdRows + 4 * step_rows(kD)) * kD + sizeof(float) * 4 * step_rows(kD);
       allow_smem(dkdv_kernel, dkdv_smem);
       dkdv_kernel<<<dim3((s.T + kBwdRows - 1) / kBwdRows, s.Hkv, s.B), kBwdThreads, dkdv_smem>>>(
           static_cast<bf16*>(dk), static_cast<bf16*>(dv), static_cast<const bf16*>(dout), static_cast<const bf16*>(q),
