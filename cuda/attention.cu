@@ -281,7 +281,7 @@ __global__ void __launch_bounds__(kBwdThreads) attention_backward_dq_mma(bf16* d
   bf16* sQ = reinterpret_cast<bf16*>(smem);  // sQ: (128, D)
   bf16* sdO = sQ + kBwdRows * D;             // sdO: (128, D)
   bf16* sK = sdO + kBwdRows * D;             // sK: 2 x (KS, D)
-  bf16* sV = sK + 2 * KS * D;             // sV: 2 x (KS, D)
+  bf16* sV = sK + 2 * KS * D;                // sV: 2 x (KS, D)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int q0 = (gridDim.x - 1 - blockIdx.x) * kBwdRows, h = blockIdx.y, b = blockIdx.z, hk = h / (H / Hkv);
   const int w0 = q0 + warp * 16;
@@ -712,7 +712,8 @@ void attention_backward(void* dq, void* dk, void* dv, const void* dout, const vo
           static_cast<const bf16*>(k), static_cast<const bf16*>(v), lse, delta, s.T, s.H, s.Hkv, sc, s.window);
       CUDA_CHECK_LAUNCH();
       auto dkdv_kernel = attention_backward_dkdv_mma<kD>;
-      const size_t dkdv_smem = sizeof(bf16) * (2 * kBwdRows + 4 * step_rows(kD)) * kD + sizeof(float) * 4 * step_rows(kD);
+      const size_t dkdv_smem =
+          sizeof(bf16) * (2 * kBwdRows + 4 * step_rows(kD)) * kD + sizeof(float) * 4 * step_rows(kD);
       allow_smem(dkdv_kernel, dkdv_smem);
       dkdv_kernel<<<dim3((s.T + kBwdRows - 1) / kBwdRows, s.Hkv, s.B), kBwdThreads, dkdv_smem>>>(
           static_cast<bf16*>(dk), static_cast<bf16*>(dv), static_cast<const bf16*>(dout), static_cast<const bf16*>(q),
