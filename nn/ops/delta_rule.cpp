@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "nn/ops/parallel.h"
 #include "nn/ops/solve_tril.h"
 #include "nn/ops/check.h"
 #include "tensor/dispatch.h"
@@ -213,6 +214,12 @@ HeadGrads<T> recurrent_backward(const HeadInputs<T>& in, T scale, const Mat<T>& 
 // The chunked WY form (4.6-4.9). Chunks of C tokens (the last may be partial); inside a chunk,
 // local tokens t = 0..n-1 and G = inclusive cumulative log gate restarted at the chunk start.
 
+// Whether every row of G repeats its first channel exactly: a scalar gate (or none), widened.
+template <class T>
+bool repeats_one_channel(const Mat<T>& G) {
+  return (G.colwise() - G.col(0)).isZero(0);
+}
+
 // M[t,s] = sum_d X[t,d] K[s,d] exp(G[t,d] - G[s,d]) for s < t (strict) or s <= t, else 0.
 // The exponent is only formed for s <= t, where G[t] - G[s] <= 0 (4.1: mask before exp).
 // X = E gives L of 4.6, X = Q gives Aqk. With a scalar gate (or none) the exp factor is the same
@@ -222,7 +229,7 @@ template <class T>
 Mat<T> decayed_scores(const Mat<T>& X, const Mat<T>& K, const Mat<T>& G, bool strict) {
   const Index n = X.rows();
   Mat<T> M = Mat<T>::Zero(n, n);
-  const bool scalar_gate = (G.colwise() - G.col(0)).isZero(0);
+  const bool scalar_gate = repeats_one_channel(G);
   const Mat<T> XK = scalar_gate ? Mat<T>(X * K.transpose()) : Mat<T>();  // (n, n)
   for (Index t = 0; t < n; t++)
     for (Index s = 0; s < (strict ? t : t + 1); s++)
@@ -233,19 +240,34 @@ Mat<T> decayed_scores(const Mat<T>& X, const Mat<T>& K, const Mat<T>& G, bool st
 
 // Backward of decayed_scores: given dM, adds to dX, dK and dG (the in-chunk cumulative gate):
 // each pair term p = dM[t,s] X[t,d] K[s,d] exp(G[t,d] - G[s,d]) gives +p to dG[t,d], -p to dG[s,d].
+// With a scalar gate (the forward's test) the pairs are three matmuls with the masked, decayed
+// C[t,s] = dM[t,s] exp(G_t - G_s):  dX += C K,  dK += C^T X,  and the sums of p over s and over t
+// are X (.) (C K) and K (.) (C^T X).
 template <class T>
 void decayed_scores_backward(const Mat<T>& dM, const Mat<T>& X, const Mat<T>& K, const Mat<T>& G,
                              bool strict, Mat<T>& dX, Mat<T>& dK, Mat<T>& dG) {
-  const Index n = X.rows();
+  const Index n = X.rows(), width = X.cols();
+  if (repeats_one_channel(G)) {
+    Mat<T> C = Mat<T>::Zero(n, n);  // (n, n)
+    for (Index t = 0; t < n; t++)
+      for (Index s = 0; s < (strict ? t : t + 1); s++) C(t, s) = dM(t, s) * std::exp(G(t, 0) - G(s, 0));
+    const Mat<T> CK = C * K;               // (n, dk)
+    const Mat<T> CtX = C.transpose() * X;  // (n, dk)
+    dX += CK;
+    dK += CtX;
+    dG += X.cwiseProduct(CK) - K.cwiseProduct(CtX);
+    return;
+  }
   for (Index t = 0; t < n; t++)
-    for (Index s = 0; s < (strict ? t : t + 1); s++) {
-      RowVec<T> c = dM(t, s) * (G.row(t) - G.row(s)).array().exp().matrix();  // (dk)
-      dX.row(t) += c.cwiseProduct(K.row(s));
-      dK.row(s) += c.cwiseProduct(X.row(t));
-      RowVec<T> pair = c.cwiseProduct(X.row(t)).cwiseProduct(K.row(s));
-      dG.row(t) += pair;
-      dG.row(s) -= pair;
-    }
+    for (Index s = 0; s < (strict ? t : t + 1); s++)
+      for (Index c = 0; c < width; c++) {
+        const T decayed = dM(t, s) * std::exp(G(t, c) - G(s, c));
+        dX(t, c) += decayed * K(s, c);
+        dK(s, c) += decayed * X(t, c);
+        const T pair = decayed * X(t, c) * K(s, c);
+        dG(t, c) += pair;
+        dG(s, c) -= pair;
+      }
 }
 
 // Everything 4.6 builds inside one chunk from the chunk's own inputs (no state involved): the
@@ -422,24 +444,24 @@ HeadGrads<T> chunk_backward(const HeadInputs<T>& in, T scale, Index chunk_size, 
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
-// Entry points: loop over (batch, value head).
+// Entry points: loop over (batch, value head), in parallel (nn/ops/parallel.h).
 
 template <class T>
 void delta_rule_forward(T* o, T* final_state, T* residual, const T* q, const T* k, const T* v,
                         const T* g, const T* b, const T* w, const T* h0, const DeltaRuleDims& d) {
   const InputPointers<T> in{q, k, v, g, b, w, h0};
   const T scale = static_cast<T>(d.scale);
-  for (int64_t bi = 0; bi < d.B; bi++)
-    for (int64_t j = 0; j < d.HV; j++) {
-      HeadInputs<T> x = load_head(in, d, bi, j);
-      HeadOutputs<T> out = d.chunk_size > 0 ? chunk_forward(x, scale, d.chunk_size)
-                                            : recurrent_forward(x, scale);
-      Eigen::Map<Mat<T>>(final_state + (bi * d.HV + j) * d.dk * d.dv, d.dk, d.dv) = out.S;
-      using Strided = Eigen::Map<Mat<T>, 0, Eigen::OuterStride<>>;
-      const int64_t row0 = (bi * d.T * d.HV + j) * d.dv;
-      Strided(o + row0, d.T, d.dv, Eigen::OuterStride<>(d.HV * d.dv)) = out.o;
-      Strided(residual + row0, d.T, d.dv, Eigen::OuterStride<>(d.HV * d.dv)) = out.u;
-    }
+  parallel_for(d.B * d.HV, [&](int64_t i) {  // (batch, value head) i = bi * HV + j writes its own rows
+    const int64_t bi = i / d.HV, j = i % d.HV;
+    HeadInputs<T> x = load_head(in, d, bi, j);
+    HeadOutputs<T> out = d.chunk_size > 0 ? chunk_forward(x, scale, d.chunk_size)
+                                          : recurrent_forward(x, scale);
+    Eigen::Map<Mat<T>>(final_state + (bi * d.HV + j) * d.dk * d.dv, d.dk, d.dv) = out.S;
+    using Strided = Eigen::Map<Mat<T>, 0, Eigen::OuterStride<>>;
+    const int64_t row0 = (bi * d.T * d.HV + j) * d.dv;
+    Strided(o + row0, d.T, d.dv, Eigen::OuterStride<>(d.HV * d.dv)) = out.o;
+    Strided(residual + row0, d.T, d.dv, Eigen::OuterStride<>(d.HV * d.dv)) = out.u;
+  });
 }
 
 template <class T>
@@ -458,8 +480,12 @@ void delta_rule_backward(T* grad_q, T* grad_k, T* grad_v, T* grad_g, T* grad_b, 
   if (d.gate != DeltaGate::None) zero_grad(grad_g, coef_numel(d.gate == DeltaGate::Vector, d, d.dk));
   zero_grad(grad_b, coef_numel(d.erase_vector, d, d.dk));
   zero_grad(grad_w, coef_numel(d.write_vector, d, d.dv));
-  for (int64_t bi = 0; bi < d.B; bi++)
-    for (int64_t j = 0; j < d.HV; j++) {
+  // One task per (batch, query/key head): its value heads add into the same q and k rows, so
+  // they run in one task, in order.
+  const int64_t group = d.HV / d.H;
+  parallel_for(d.B * d.H, [&](int64_t i) {
+    const int64_t bi = i / d.H, h = i % d.H;
+    for (int64_t j = h * group; j < (h + 1) * group; j++) {
       HeadInputs<T> x = load_head(in, d, bi, j);
       Mat<T> dO = load_rows(d_o, d, bi, j, d.HV, d.dv);                      // (T, dv)
       Mat<T> dU = load_rows(d_residual, d, bi, j, d.HV, d.dv);               // (T, dv)
@@ -468,7 +494,6 @@ void delta_rule_backward(T* grad_q, T* grad_k, T* grad_v, T* grad_g, T* grad_b, 
                       : Mat<T>(Mat<T>::Zero(d.dk, d.dv));
       HeadGrads<T> gr = d.chunk_size > 0 ? chunk_backward(x, scale, d.chunk_size, dO, dU, dS)
                                          : recurrent_backward(x, scale, dO, dU, dS);
-      const int64_t h = j / (d.HV / d.H);
       add_rows(grad_q, gr.q, d, bi, h, d.H, d.dk);  // summed over the value heads of qk head h
       add_rows(grad_k, gr.k, d, bi, h, d.H, d.dk);
       add_rows(grad_v, gr.v, d, bi, j, d.HV, d.dv);
@@ -477,6 +502,7 @@ void delta_rule_backward(T* grad_q, T* grad_k, T* grad_v, T* grad_g, T* grad_b, 
       add_coef_grad(grad_w, gr.w, d.write_vector, d, bi, j, d.dv);
       if (grad_h0) Eigen::Map<Mat<T>>(grad_h0 + (bi * d.HV + j) * state, d.dk, d.dv) = gr.h0;
     }
+  });
 }
 
 template void delta_rule_forward<float>(float*, float*, float*, const float*, const float*,
