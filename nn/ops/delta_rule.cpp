@@ -133,7 +133,8 @@ HeadInputs<T> load_head(const InputPointers<T>& in, const DeltaRuleDims& d, int6
 // The token recurrence (4.5) and its reverse-time backward (13, "delta-family token-level
 // reference").
 
-// One step from S_{t-1}, with the pieces the backward reuses.
+// One step from S_{t-1}, with the pieces the backward reuses. Sized once per head and
+// overwritten at every token: the token loops allocate nothing.
 template <class T>
 struct DeltaStep {
   RowVec<T> decay;    // (dk) exp(g_t)
@@ -142,29 +143,32 @@ struct DeltaStep {
   RowVec<T> u;        // (dv) new value y_t - S'_t^T e_t
   Mat<T> S_decayed;   // (dk, dv) S'_t
   Mat<T> S;           // (dk, dv) S_t
+  DeltaStep(Index dk, Index dv) : decay(dk), e(dk), y(dv), u(dv), S_decayed(dk, dv), S(dk, dv) {}
 };
 
+// S_prev: (dk, dv), never s.S itself.
 template <class T>
-DeltaStep<T> delta_step(const HeadInputs<T>& in, Index t, const Mat<T>& S_prev) {
-  DeltaStep<T> s;
+void delta_step(const HeadInputs<T>& in, Index t, const Eigen::Ref<const Mat<T>>& S_prev, DeltaStep<T>& s) {
   s.decay = in.g.row(t).array().exp().matrix();
   s.S_decayed = s.decay.asDiagonal() * S_prev;               // S'_t = Diag(exp(g_t)) S_{t-1}
   s.e = in.b.row(t).cwiseProduct(in.k.row(t));               // e_t = b_t * k_t
   s.y = in.w.row(t).cwiseProduct(in.v.row(t));               // y_t = w_t * v_t
-  s.u = s.y - s.e * s.S_decayed;                             // u_t = y_t - S'_t^T e_t
-  s.S = s.S_decayed + in.k.row(t).transpose() * s.u;         // S_t = S'_t + k_t u_t^T
-  return s;
+  s.u = s.y;
+  s.u.noalias() -= s.e * s.S_decayed;                        // u_t = y_t - S'_t^T e_t
+  s.S = s.S_decayed;
+  s.S.noalias() += in.k.row(t).transpose() * s.u;            // S_t = S'_t + k_t u_t^T
 }
 
 template <class T>
 HeadOutputs<T> recurrent_forward(const HeadInputs<T>& in, T scale) {
   const Index n = in.q.rows();
   HeadOutputs<T> out{Mat<T>(n, in.v.cols()), Mat<T>(n, in.v.cols()), in.h0};
+  DeltaStep<T> s(in.k.cols(), in.v.cols());
   for (Index t = 0; t < n; t++) {
-    DeltaStep<T> s = delta_step(in, t, out.S);
+    delta_step<T>(in, t, out.S, s);
     out.S = s.S;
     out.u.row(t) = s.u;
-    out.o.row(t) = scale * in.q.row(t) * s.S;                // o_t = scale S_t^T q_t
+    out.o.row(t).noalias() = scale * in.q.row(t) * s.S;      // o_t = scale S_t^T q_t
   }
   return out;
 }
@@ -173,30 +177,36 @@ HeadOutputs<T> recurrent_forward(const HeadInputs<T>& in, T scale) {
 template <class T>
 HeadGrads<T> recurrent_backward(const HeadInputs<T>& in, T scale, const Mat<T>& dO,
                                 const Mat<T>& dU, const Mat<T>& dS_final) {
-  const Index n = in.q.rows();
-  // Replay the forward keeping every S_{t-1}: (T, dk, dv) for this one head.
-  std::vector<Mat<T>> S_prev(n);
-  Mat<T> S = in.h0;
+  const Index n = in.q.rows(), kdim = in.k.cols(), vdim = in.v.cols();
+  // Replay the forward keeping every S_{t-1}: S_prev rows t*dk .. t*dk + dk-1 hold S_{t-1}.
+  Mat<T> S_prev(n * kdim, vdim);  // (T * dk, dv) for this one head
+  DeltaStep<T> s(kdim, vdim);
+  Mat<T> S = in.h0;               // (dk, dv)
   for (Index t = 0; t < n; t++) {
-    S_prev[t] = S;
-    S = delta_step(in, t, S).S;
+    S_prev.middleRows(t * kdim, kdim) = S;
+    delta_step<T>(in, t, S, s);
+    S = s.S;
   }
   HeadGrads<T> gr{Mat<T>(n, in.q.cols()), Mat<T>(n, in.k.cols()), Mat<T>(n, in.v.cols()),
                   Mat<T>(n, in.g.cols()), Mat<T>(n, in.b.cols()), Mat<T>(n, in.w.cols()), Mat<T>()};
-  Mat<T> dS = dS_final;  // dL/dS_t, walking t down
+  Mat<T> dS = dS_final;             // (dk, dv) dL/dS_t, walking t down
+  Mat<T> dS_decayed(kdim, vdim);    // (dk, dv) dL/dS'_t
+  RowVec<T> du(vdim), dk(kdim), dr(vdim), de(kdim);
   for (Index t = n - 1; t >= 0; t--) {
-    DeltaStep<T> s = delta_step(in, t, S_prev[t]);
+    delta_step<T>(in, t, S_prev.middleRows(t * kdim, kdim), s);
     // o_t = scale S_t^T q_t
-    dS += scale * in.q.row(t).transpose() * dO.row(t);      // dS_t += scale q_t do_t^T
-    gr.q.row(t) = scale * dO.row(t) * s.S.transpose();       // dq_t = scale S_t do_t
+    dS.noalias() += scale * in.q.row(t).transpose() * dO.row(t);  // dS_t += scale q_t do_t^T
+    gr.q.row(t).noalias() = scale * dO.row(t) * s.S.transpose();   // dq_t = scale S_t do_t
     // S_t = S'_t + k_t u_t^T   (u_t is also an output)
-    RowVec<T> du = in.k.row(t) * dS + dU.row(t);            // du_t = dS^T k_t (+ residual grad)
-    RowVec<T> dk = s.u * dS.transpose();                    // dk_t = dS u_t
+    du = dU.row(t);
+    du.noalias() += in.k.row(t) * dS;                       // du_t = dS^T k_t (+ residual grad)
+    dk.noalias() = s.u * dS.transpose();                    // dk_t = dS u_t
     // u_t = y_t - r_t,  r_t = S'_t^T e_t
-    RowVec<T> dy = du;
-    RowVec<T> dr = -du;
-    Mat<T> dS_decayed = dS + s.e.transpose() * dr;          // dS' = dS + e_t dr^T
-    RowVec<T> de = dr * s.S_decayed.transpose();            // de_t = S'_t dr
+    const RowVec<T>& dy = du;
+    dr = -du;
+    dS_decayed = dS;
+    dS_decayed.noalias() += s.e.transpose() * dr;           // dS' = dS + e_t dr^T
+    de.noalias() = dr * s.S_decayed.transpose();            // de_t = S'_t dr
     // S'_t = Diag(exp(g_t)) S_{t-1}
     gr.g.row(t) = s.S_decayed.cwiseProduct(dS_decayed).rowwise().sum().transpose();  // rowsum(S' (.) dS')
     dS = s.decay.asDiagonal() * dS_decayed;                 // dS_{t-1} = Diag(exp(g_t)) dS'
