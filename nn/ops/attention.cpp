@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "nn/ops/check.h"
+#include "nn/ops/parallel.h"
 #include "tensor/dispatch.h"
 #ifdef HLA_CUDA
 #include "cuda/attention.h"
@@ -42,31 +43,31 @@ void attention_forward(Real* o, Real* lse, const Real* q, const Real* k, const R
   const int64_t B = d.B, T = d.T, H = d.H, Hkv = d.Hkv, D = d.D, Dv = d.Dv, window = d.window;
   const int64_t group = H / Hkv;  // query heads per kv head
   const Real sc = static_cast<Real>(d.scale);
-  std::vector<Real> s(T);  // s: (T) scores of one query row
-  for (int64_t b = 0; b < B; b++)
-    for (int64_t h = 0; h < H; h++) {
-      const int64_t m = h / group;  // kv head read by query head h
-      for (int64_t t = 0; t < T; t++) {
-        ConstVecMap<Real> q_t(q + row(b, t, h, T, H, D), D);  // q_t: (D)
-        const int64_t lo = first_key(t, window);
-        // pass 1: s[tau] = scale * q_t . k_tau for allowed tau, and the row max
-        Real s_max = -std::numeric_limits<Real>::infinity();
-        for (int64_t tau = lo; tau <= t; tau++) {
-          s[tau] = sc * q_t.dot(ConstVecMap<Real>(k + row(b, tau, m, T, Hkv, D), D));
-          s_max = std::max(s_max, s[tau]);
-        }
-        // pass 2: lse_t = log sum_tau exp(s[tau])
-        Real sum = 0;
-        for (int64_t tau = lo; tau <= t; tau++) sum += std::exp(s[tau] - s_max);
-        const Real lse_t = s_max + std::log(sum);
-        lse[(b * H + h) * T + t] = lse_t;
-        // pass 3: o_t = sum_tau P[t, tau] v_tau
-        VecMap<Real> o_t(o + row(b, t, h, T, H, Dv), Dv);  // o_t: (Dv)
-        o_t.setZero();
-        for (int64_t tau = lo; tau <= t; tau++)
-          o_t += std::exp(s[tau] - lse_t) * ConstVecMap<Real>(v + row(b, tau, m, T, Hkv, Dv), Dv);
+  parallel_for(B * H, [&](int64_t i) {  // (batch, query head) i = b * H + h writes its own rows
+    const int64_t b = i / H, h = i % H;
+    const int64_t m = h / group;  // kv head read by query head h
+    std::vector<Real> s(T);       // s: (T) scores of one query row
+    for (int64_t t = 0; t < T; t++) {
+      ConstVecMap<Real> q_t(q + row(b, t, h, T, H, D), D);  // q_t: (D)
+      const int64_t lo = first_key(t, window);
+      // pass 1: s[tau] = scale * q_t . k_tau for allowed tau, and the row max
+      Real s_max = -std::numeric_limits<Real>::infinity();
+      for (int64_t tau = lo; tau <= t; tau++) {
+        s[tau] = sc * q_t.dot(ConstVecMap<Real>(k + row(b, tau, m, T, Hkv, D), D));
+        s_max = std::max(s_max, s[tau]);
       }
+      // pass 2: lse_t = log sum_tau exp(s[tau])
+      Real sum = 0;
+      for (int64_t tau = lo; tau <= t; tau++) sum += std::exp(s[tau] - s_max);
+      const Real lse_t = s_max + std::log(sum);
+      lse[(b * H + h) * T + t] = lse_t;
+      // pass 3: o_t = sum_tau P[t, tau] v_tau
+      VecMap<Real> o_t(o + row(b, t, h, T, H, Dv), Dv);  // o_t: (Dv)
+      o_t.setZero();
+      for (int64_t tau = lo; tau <= t; tau++)
+        o_t += std::exp(s[tau] - lse_t) * ConstVecMap<Real>(v + row(b, tau, m, T, Hkv, Dv), Dv);
     }
+  });
 }
 
 template <class Real>
@@ -77,9 +78,11 @@ void attention_backward(Real* dq, Real* dk, Real* dv, const Real* dout, const Re
   const Real sc = static_cast<Real>(d.scale);
   std::fill(dk, dk + B * T * Hkv * D, Real(0));  // dk, dv collect every query row of their group
   std::fill(dv, dv + B * T * Hkv * Dv, Real(0));
-  for (int64_t b = 0; b < B; b++)
-    for (int64_t h = 0; h < H; h++) {
-      const int64_t m = h / group;
+  // One task per (batch, kv head): the query heads of its group add into the same dk, dv rows,
+  // so they run in one task, in order.
+  parallel_for(B * Hkv, [&](int64_t i) {
+    const int64_t b = i / Hkv, m = i % Hkv;
+    for (int64_t h = m * group; h < (m + 1) * group; h++) {
       for (int64_t t = 0; t < T; t++) {
         ConstVecMap<Real> q_t(q + row(b, t, h, T, H, D), D);         // q_t: (D)
         ConstVecMap<Real> do_t(dout + row(b, t, h, T, H, Dv), Dv);   // do_t: (Dv)
@@ -101,6 +104,7 @@ void attention_backward(Real* dq, Real* dk, Real* dv, const Real* dout, const Re
         }
       }
     }
+  });
 }
 
 template void attention_forward<float>(float*, float*, const float*, const float*, const float*,

@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "nn/ops/parallel.h"
 #include "nn/ops/solve_tril.h"
 #include "nn/ops/check.h"
 #include "tensor/dispatch.h"
@@ -132,7 +133,8 @@ HeadInputs<T> load_head(const InputPointers<T>& in, const DeltaRuleDims& d, int6
 // The token recurrence (4.5) and its reverse-time backward (13, "delta-family token-level
 // reference").
 
-// One step from S_{t-1}, with the pieces the backward reuses.
+// One step from S_{t-1}, with the pieces the backward reuses. Sized once per head and
+// overwritten at every token: the token loops allocate nothing.
 template <class T>
 struct DeltaStep {
   RowVec<T> decay;    // (dk) exp(g_t)
@@ -141,29 +143,32 @@ struct DeltaStep {
   RowVec<T> u;        // (dv) new value y_t - S'_t^T e_t
   Mat<T> S_decayed;   // (dk, dv) S'_t
   Mat<T> S;           // (dk, dv) S_t
+  DeltaStep(Index dk, Index dv) : decay(dk), e(dk), y(dv), u(dv), S_decayed(dk, dv), S(dk, dv) {}
 };
 
+// S_prev: (dk, dv), never s.S itself.
 template <class T>
-DeltaStep<T> delta_step(const HeadInputs<T>& in, Index t, const Mat<T>& S_prev) {
-  DeltaStep<T> s;
+void delta_step(const HeadInputs<T>& in, Index t, const Eigen::Ref<const Mat<T>>& S_prev, DeltaStep<T>& s) {
   s.decay = in.g.row(t).array().exp().matrix();
   s.S_decayed = s.decay.asDiagonal() * S_prev;               // S'_t = Diag(exp(g_t)) S_{t-1}
   s.e = in.b.row(t).cwiseProduct(in.k.row(t));               // e_t = b_t * k_t
   s.y = in.w.row(t).cwiseProduct(in.v.row(t));               // y_t = w_t * v_t
-  s.u = s.y - s.e * s.S_decayed;                             // u_t = y_t - S'_t^T e_t
-  s.S = s.S_decayed + in.k.row(t).transpose() * s.u;         // S_t = S'_t + k_t u_t^T
-  return s;
+  s.u = s.y;
+  s.u.noalias() -= s.e * s.S_decayed;                        // u_t = y_t - S'_t^T e_t
+  s.S = s.S_decayed;
+  s.S.noalias() += in.k.row(t).transpose() * s.u;            // S_t = S'_t + k_t u_t^T
 }
 
 template <class T>
 HeadOutputs<T> recurrent_forward(const HeadInputs<T>& in, T scale) {
   const Index n = in.q.rows();
   HeadOutputs<T> out{Mat<T>(n, in.v.cols()), Mat<T>(n, in.v.cols()), in.h0};
+  DeltaStep<T> s(in.k.cols(), in.v.cols());
   for (Index t = 0; t < n; t++) {
-    DeltaStep<T> s = delta_step(in, t, out.S);
+    delta_step<T>(in, t, out.S, s);
     out.S = s.S;
     out.u.row(t) = s.u;
-    out.o.row(t) = scale * in.q.row(t) * s.S;                // o_t = scale S_t^T q_t
+    out.o.row(t).noalias() = scale * in.q.row(t) * s.S;      // o_t = scale S_t^T q_t
   }
   return out;
 }
@@ -172,30 +177,36 @@ HeadOutputs<T> recurrent_forward(const HeadInputs<T>& in, T scale) {
 template <class T>
 HeadGrads<T> recurrent_backward(const HeadInputs<T>& in, T scale, const Mat<T>& dO,
                                 const Mat<T>& dU, const Mat<T>& dS_final) {
-  const Index n = in.q.rows();
-  // Replay the forward keeping every S_{t-1}: (T, dk, dv) for this one head.
-  std::vector<Mat<T>> S_prev(n);
-  Mat<T> S = in.h0;
+  const Index n = in.q.rows(), kdim = in.k.cols(), vdim = in.v.cols();
+  // Replay the forward keeping every S_{t-1}: S_prev rows t*dk .. t*dk + dk-1 hold S_{t-1}.
+  Mat<T> S_prev(n * kdim, vdim);  // (T * dk, dv) for this one head
+  DeltaStep<T> s(kdim, vdim);
+  Mat<T> S = in.h0;               // (dk, dv)
   for (Index t = 0; t < n; t++) {
-    S_prev[t] = S;
-    S = delta_step(in, t, S).S;
+    S_prev.middleRows(t * kdim, kdim) = S;
+    delta_step<T>(in, t, S, s);
+    S = s.S;
   }
   HeadGrads<T> gr{Mat<T>(n, in.q.cols()), Mat<T>(n, in.k.cols()), Mat<T>(n, in.v.cols()),
                   Mat<T>(n, in.g.cols()), Mat<T>(n, in.b.cols()), Mat<T>(n, in.w.cols()), Mat<T>()};
-  Mat<T> dS = dS_final;  // dL/dS_t, walking t down
+  Mat<T> dS = dS_final;             // (dk, dv) dL/dS_t, walking t down
+  Mat<T> dS_decayed(kdim, vdim);    // (dk, dv) dL/dS'_t
+  RowVec<T> du(vdim), dk(kdim), dr(vdim), de(kdim);
   for (Index t = n - 1; t >= 0; t--) {
-    DeltaStep<T> s = delta_step(in, t, S_prev[t]);
+    delta_step<T>(in, t, S_prev.middleRows(t * kdim, kdim), s);
     // o_t = scale S_t^T q_t
-    dS += scale * in.q.row(t).transpose() * dO.row(t);      // dS_t += scale q_t do_t^T
-    gr.q.row(t) = scale * dO.row(t) * s.S.transpose();       // dq_t = scale S_t do_t
+    dS.noalias() += scale * in.q.row(t).transpose() * dO.row(t);  // dS_t += scale q_t do_t^T
+    gr.q.row(t).noalias() = scale * dO.row(t) * s.S.transpose();   // dq_t = scale S_t do_t
     // S_t = S'_t + k_t u_t^T   (u_t is also an output)
-    RowVec<T> du = in.k.row(t) * dS + dU.row(t);            // du_t = dS^T k_t (+ residual grad)
-    RowVec<T> dk = s.u * dS.transpose();                    // dk_t = dS u_t
+    du = dU.row(t);
+    du.noalias() += in.k.row(t) * dS;                       // du_t = dS^T k_t (+ residual grad)
+    dk.noalias() = s.u * dS.transpose();                    // dk_t = dS u_t
     // u_t = y_t - r_t,  r_t = S'_t^T e_t
-    RowVec<T> dy = du;
-    RowVec<T> dr = -du;
-    Mat<T> dS_decayed = dS + s.e.transpose() * dr;          // dS' = dS + e_t dr^T
-    RowVec<T> de = dr * s.S_decayed.transpose();            // de_t = S'_t dr
+    const RowVec<T>& dy = du;
+    dr = -du;
+    dS_decayed = dS;
+    dS_decayed.noalias() += s.e.transpose() * dr;           // dS' = dS + e_t dr^T
+    de.noalias() = dr * s.S_decayed.transpose();            // de_t = S'_t dr
     // S'_t = Diag(exp(g_t)) S_{t-1}
     gr.g.row(t) = s.S_decayed.cwiseProduct(dS_decayed).rowwise().sum().transpose();  // rowsum(S' (.) dS')
     dS = s.decay.asDiagonal() * dS_decayed;                 // dS_{t-1} = Diag(exp(g_t)) dS'
@@ -213,6 +224,12 @@ HeadGrads<T> recurrent_backward(const HeadInputs<T>& in, T scale, const Mat<T>& 
 // The chunked WY form (4.6-4.9). Chunks of C tokens (the last may be partial); inside a chunk,
 // local tokens t = 0..n-1 and G = inclusive cumulative log gate restarted at the chunk start.
 
+// Whether every row of G repeats its first channel exactly: a scalar gate (or none), widened.
+template <class T>
+bool repeats_one_channel(const Mat<T>& G) {
+  return (G.colwise() - G.col(0)).isZero(0);
+}
+
 // M[t,s] = sum_d X[t,d] K[s,d] exp(G[t,d] - G[s,d]) for s < t (strict) or s <= t, else 0.
 // The exponent is only formed for s <= t, where G[t] - G[s] <= 0 (4.1: mask before exp).
 // X = E gives L of 4.6, X = Q gives Aqk. With a scalar gate (or none) the exp factor is the same
@@ -222,7 +239,7 @@ template <class T>
 Mat<T> decayed_scores(const Mat<T>& X, const Mat<T>& K, const Mat<T>& G, bool strict) {
   const Index n = X.rows();
   Mat<T> M = Mat<T>::Zero(n, n);
-  const bool scalar_gate = (G.colwise() - G.col(0)).isZero(0);
+  const bool scalar_gate = repeats_one_channel(G);
   const Mat<T> XK = scalar_gate ? Mat<T>(X * K.transpose()) : Mat<T>();  // (n, n)
   for (Index t = 0; t < n; t++)
     for (Index s = 0; s < (strict ? t : t + 1); s++)
@@ -233,19 +250,34 @@ Mat<T> decayed_scores(const Mat<T>& X, const Mat<T>& K, const Mat<T>& G, bool st
 
 // Backward of decayed_scores: given dM, adds to dX, dK and dG (the in-chunk cumulative gate):
 // each pair term p = dM[t,s] X[t,d] K[s,d] exp(G[t,d] - G[s,d]) gives +p to dG[t,d], -p to dG[s,d].
+// With a scalar gate (the forward's test) the pairs are three matmuls with the masked, decayed
+// C[t,s] = dM[t,s] exp(G_t - G_s):  dX += C K,  dK += C^T X,  and the sums of p over s and over t
+// are X (.) (C K) and K (.) (C^T X).
 template <class T>
 void decayed_scores_backward(const Mat<T>& dM, const Mat<T>& X, const Mat<T>& K, const Mat<T>& G,
                              bool strict, Mat<T>& dX, Mat<T>& dK, Mat<T>& dG) {
-  const Index n = X.rows();
+  const Index n = X.rows(), width = X.cols();
+  if (repeats_one_channel(G)) {
+    Mat<T> C = Mat<T>::Zero(n, n);  // (n, n)
+    for (Index t = 0; t < n; t++)
+      for (Index s = 0; s < (strict ? t : t + 1); s++) C(t, s) = dM(t, s) * std::exp(G(t, 0) - G(s, 0));
+    const Mat<T> CK = C * K;               // (n, dk)
+    const Mat<T> CtX = C.transpose() * X;  // (n, dk)
+    dX += CK;
+    dK += CtX;
+    dG += X.cwiseProduct(CK) - K.cwiseProduct(CtX);
+    return;
+  }
   for (Index t = 0; t < n; t++)
-    for (Index s = 0; s < (strict ? t : t + 1); s++) {
-      RowVec<T> c = dM(t, s) * (G.row(t) - G.row(s)).array().exp().matrix();  // (dk)
-      dX.row(t) += c.cwiseProduct(K.row(s));
-      dK.row(s) += c.cwiseProduct(X.row(t));
-      RowVec<T> pair = c.cwiseProduct(X.row(t)).cwiseProduct(K.row(s));
-      dG.row(t) += pair;
-      dG.row(s) -= pair;
-    }
+    for (Index s = 0; s < (strict ? t : t + 1); s++)
+      for (Index c = 0; c < width; c++) {
+        const T decayed = dM(t, s) * std::exp(G(t, c) - G(s, c));
+        dX(t, c) += decayed * K(s, c);
+        dK(s, c) += decayed * X(t, c);
+        const T pair = decayed * X(t, c) * K(s, c);
+        dG(t, c) += pair;
+        dG(s, c) -= pair;
+      }
 }
 
 // Everything 4.6 builds inside one chunk from the chunk's own inputs (no state involved): the
@@ -422,24 +454,24 @@ HeadGrads<T> chunk_backward(const HeadInputs<T>& in, T scale, Index chunk_size, 
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
-// Entry points: loop over (batch, value head).
+// Entry points: loop over (batch, value head), in parallel (nn/ops/parallel.h).
 
 template <class T>
 void delta_rule_forward(T* o, T* final_state, T* residual, const T* q, const T* k, const T* v,
                         const T* g, const T* b, const T* w, const T* h0, const DeltaRuleDims& d) {
   const InputPointers<T> in{q, k, v, g, b, w, h0};
   const T scale = static_cast<T>(d.scale);
-  for (int64_t bi = 0; bi < d.B; bi++)
-    for (int64_t j = 0; j < d.HV; j++) {
-      HeadInputs<T> x = load_head(in, d, bi, j);
-      HeadOutputs<T> out = d.chunk_size > 0 ? chunk_forward(x, scale, d.chunk_size)
-                                            : recurrent_forward(x, scale);
-      Eigen::Map<Mat<T>>(final_state + (bi * d.HV + j) * d.dk * d.dv, d.dk, d.dv) = out.S;
-      using Strided = Eigen::Map<Mat<T>, 0, Eigen::OuterStride<>>;
-      const int64_t row0 = (bi * d.T * d.HV + j) * d.dv;
-      Strided(o + row0, d.T, d.dv, Eigen::OuterStride<>(d.HV * d.dv)) = out.o;
-      Strided(residual + row0, d.T, d.dv, Eigen::OuterStride<>(d.HV * d.dv)) = out.u;
-    }
+  parallel_for(d.B * d.HV, [&](int64_t i) {  // (batch, value head) i = bi * HV + j writes its own rows
+    const int64_t bi = i / d.HV, j = i % d.HV;
+    HeadInputs<T> x = load_head(in, d, bi, j);
+    HeadOutputs<T> out = d.chunk_size > 0 ? chunk_forward(x, scale, d.chunk_size)
+                                          : recurrent_forward(x, scale);
+    Eigen::Map<Mat<T>>(final_state + (bi * d.HV + j) * d.dk * d.dv, d.dk, d.dv) = out.S;
+    using Strided = Eigen::Map<Mat<T>, 0, Eigen::OuterStride<>>;
+    const int64_t row0 = (bi * d.T * d.HV + j) * d.dv;
+    Strided(o + row0, d.T, d.dv, Eigen::OuterStride<>(d.HV * d.dv)) = out.o;
+    Strided(residual + row0, d.T, d.dv, Eigen::OuterStride<>(d.HV * d.dv)) = out.u;
+  });
 }
 
 template <class T>
@@ -458,8 +490,12 @@ void delta_rule_backward(T* grad_q, T* grad_k, T* grad_v, T* grad_g, T* grad_b, 
   if (d.gate != DeltaGate::None) zero_grad(grad_g, coef_numel(d.gate == DeltaGate::Vector, d, d.dk));
   zero_grad(grad_b, coef_numel(d.erase_vector, d, d.dk));
   zero_grad(grad_w, coef_numel(d.write_vector, d, d.dv));
-  for (int64_t bi = 0; bi < d.B; bi++)
-    for (int64_t j = 0; j < d.HV; j++) {
+  // One task per (batch, query/key head): its value heads add into the same q and k rows, so
+  // they run in one task, in order.
+  const int64_t group = d.HV / d.H;
+  parallel_for(d.B * d.H, [&](int64_t i) {
+    const int64_t bi = i / d.H, h = i % d.H;
+    for (int64_t j = h * group; j < (h + 1) * group; j++) {
       HeadInputs<T> x = load_head(in, d, bi, j);
       Mat<T> dO = load_rows(d_o, d, bi, j, d.HV, d.dv);                      // (T, dv)
       Mat<T> dU = load_rows(d_residual, d, bi, j, d.HV, d.dv);               // (T, dv)
@@ -468,7 +504,6 @@ void delta_rule_backward(T* grad_q, T* grad_k, T* grad_v, T* grad_g, T* grad_b, 
                       : Mat<T>(Mat<T>::Zero(d.dk, d.dv));
       HeadGrads<T> gr = d.chunk_size > 0 ? chunk_backward(x, scale, d.chunk_size, dO, dU, dS)
                                          : recurrent_backward(x, scale, dO, dU, dS);
-      const int64_t h = j / (d.HV / d.H);
       add_rows(grad_q, gr.q, d, bi, h, d.H, d.dk);  // summed over the value heads of qk head h
       add_rows(grad_k, gr.k, d, bi, h, d.H, d.dk);
       add_rows(grad_v, gr.v, d, bi, j, d.HV, d.dv);
@@ -477,6 +512,7 @@ void delta_rule_backward(T* grad_q, T* grad_k, T* grad_v, T* grad_g, T* grad_b, 
       add_coef_grad(grad_w, gr.w, d.write_vector, d, bi, j, d.dv);
       if (grad_h0) Eigen::Map<Mat<T>>(grad_h0 + (bi * d.HV + j) * state, d.dk, d.dv) = gr.h0;
     }
+  });
 }
 
 template void delta_rule_forward<float>(float*, float*, float*, const float*, const float*,

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "nn/ops/check.h"
+#include "nn/ops/parallel.h"
 #include "nn/ops/pointwise.h"
 #include "tensor/dispatch.h"
 #ifdef HLA_CUDA
@@ -23,39 +24,42 @@ namespace cpu {
 
 namespace {
 
-// xe_e for channel c of sequence b (see the file comment). state may be null (zeros).
+// xe: (L + K - 1), the extended sequence of channel c of sequence b (see the file comment).
+// state may be null (zeros).
 template <class T>
-T extended_input(const T* x, const T* state, int64_t b, int64_t e, int64_t c, int64_t L, int64_t C, int64_t K) {
-  if (e >= K - 1) return x[(b * L + e - (K - 1)) * C + c];
-  return state ? state[(b * C + c) * (K - 1) + e] : T(0);
+void load_extended(T* xe, const T* x, const T* state, int64_t b, int64_t c, int64_t L, int64_t C, int64_t K) {
+  for (int64_t e = 0; e < K - 1; e++) xe[e] = state ? state[(b * C + c) * (K - 1) + e] : T(0);
+  for (int64_t t = 0; t < L; t++) xe[K - 1 + t] = x[(b * L + t) * C + c];
 }
 
 // pre_t[c] = bias[c] + sum_i w[c, i] * xe_{t+i}[c]
 template <class T>
-T conv_pre(const T* x, const T* w, const T* bias, const T* state, int64_t b, int64_t t, int64_t c,
-           int64_t L, int64_t C, int64_t K) {
+T conv_pre(const T* xe, const T* w, const T* bias, int64_t t, int64_t c, int64_t K) {
   T pre = bias ? bias[c] : T(0);
-  for (int64_t i = 0; i < K; i++) pre += w[c * K + i] * extended_input(x, state, b, t + i, c, L, C, K);
+  for (int64_t i = 0; i < K; i++) pre += w[c * K + i] * xe[t + i];
   return pre;
 }
 
 }  // namespace
 
+// One task per channel (parallel.h): a channel's outputs and its dw, dbias are its own.
 template <class T>
 void short_conv_forward(T* y, T* final_state, const T* x, const T* w, const T* bias, const T* state,
                         const ShortConvDims& d) {
   const int64_t B = d.B, L = d.L, C = d.C, K = d.K;
   const ConvAct act = d.act;
-  for (int64_t b = 0; b < B; b++)
-    for (int64_t t = 0; t < L; t++)
-      for (int64_t c = 0; c < C; c++) {
-        T pre = conv_pre(x, w, bias, state, b, t, c, L, C, K);
+  parallel_for(C, [&](int64_t c) {
+    std::vector<T> xe(L + K - 1);  // xe: (L + K - 1)
+    for (int64_t b = 0; b < B; b++) {
+      load_extended(xe.data(), x, state, b, c, L, C, K);
+      for (int64_t t = 0; t < L; t++) {
+        T pre = conv_pre(xe.data(), w, bias, t, c, K);
         y[(b * L + t) * C + c] = act == ConvAct::SiLU ? pre * sigmoid_of(pre) : pre;  // y = act(pre)
       }
-  for (int64_t b = 0; b < B; b++)  // final_state[b, c, j] = xe_{L+j}: the last K-1 inputs
-    for (int64_t c = 0; c < C; c++)
-      for (int64_t j = 0; j < K - 1; j++)
-        final_state[(b * C + c) * (K - 1) + j] = extended_input(x, state, b, L + j, c, L, C, K);
+      // final_state[b, c, j] = xe_{L+j}: the last K-1 inputs
+      for (int64_t j = 0; j < K - 1; j++) final_state[(b * C + c) * (K - 1) + j] = xe[L + j];
+    }
+  });
 }
 
 template <class T>
@@ -63,22 +67,23 @@ void short_conv_backward(T* dx, T* dw, T* dbias, T* dstate, const T* dy, const T
                          const T* w, const T* bias, const T* state, const ShortConvDims& d) {
   const int64_t B = d.B, L = d.L, C = d.C, K = d.K;
   const ConvAct act = d.act;
-  std::fill(dw, dw + C * K, T(0));
-  if (dbias) std::fill(dbias, dbias + C, T(0));
-  std::vector<T> dxe(L + K - 1);  // dxe: (L + K - 1), d(xe) for one (b, c)
-  for (int64_t b = 0; b < B; b++)
-    for (int64_t c = 0; c < C; c++) {
+  parallel_for(C, [&](int64_t c) {
+    std::vector<T> xe(L + K - 1), dxe(L + K - 1);  // xe, dxe: (L + K - 1), xe and d(xe) of one (b, c)
+    std::fill(dw + c * K, dw + (c + 1) * K, T(0));
+    if (dbias) dbias[c] = T(0);
+    for (int64_t b = 0; b < B; b++) {
+      load_extended(xe.data(), x, state, b, c, L, C, K);
       // final_state_j = xe_{L+j}  =>  dxe_{L+j} = dfinal_j
       for (int64_t e = 0; e < L + K - 1; e++) dxe[e] = e >= L ? dfinal[(b * C + c) * (K - 1) + e - L] : T(0);
       for (int64_t t = 0; t < L; t++) {
         T dpre = dy[(b * L + t) * C + c];
         if (act == ConvAct::SiLU) {  // y = pre * s(pre)  =>  dpre = dy * s * (1 + pre * (1 - s))
-          T pre = conv_pre(x, w, bias, state, b, t, c, L, C, K), s = sigmoid_of(pre);
+          T pre = conv_pre(xe.data(), w, bias, t, c, K), s = sigmoid_of(pre);
           dpre *= s * (T(1) + pre * (T(1) - s));
         }
         if (dbias) dbias[c] += dpre;  // pre = bias + ...  =>  dbias = sum_t dpre_t
         for (int64_t i = 0; i < K; i++) {  // pre_t = ... + w_i xe_{t+i}
-          dw[c * K + i] += dpre * extended_input(x, state, b, t + i, c, L, C, K);
+          dw[c * K + i] += dpre * xe[t + i];
           dxe[t + i] += w[c * K + i] * dpre;
         }
       }
@@ -86,6 +91,7 @@ void short_conv_backward(T* dx, T* dw, T* dbias, T* dstate, const T* dy, const T
       if (dstate)
         for (int64_t j = 0; j < K - 1; j++) dstate[(b * C + c) * (K - 1) + j] = dxe[j];  // xe_j = state_j
     }
+  });
 }
 
 template void short_conv_forward<float>(float*, float*, const float*, const float*, const float*, const float*,
