@@ -73,21 +73,26 @@ struct TinyTrainer {
   std::unique_ptr<Trainer> trainer;
 };
 
+// The data, model and trainer of run settings c.
+std::unique_ptr<TinyTrainer> trainer_for(RunConfig c) {
+  c.validate();
+  auto t = std::make_unique<TinyTrainer>();
+  t->data = make_data_sources(c.data);
+  ModelConfig model_config = c.model_config(t->data.vocab_size);
+  t->model = make_model(model_config, c.train.seed, c.train.device == "cuda" ? Device::CUDA : Device::CPU,
+                        c.train.dtype == "bf16" ? DType::BF16 : DType::F32);
+  t->trainer = std::make_unique<Trainer>(
+      trainer_options(c, model_config, count_parameters(t->model->parameters()), t->data.mqar), *t->model,
+      *t->data.train, nullptr, t->log);
+  return t;
+}
+
 std::unique_ptr<TinyTrainer> tiny_trainer(const TinyRun& r, const std::string& device, const std::string& dtype,
                                           int64_t log_every = 1, bool cuda_graph = false) {
   RunConfig c = tiny_run(r, device, dtype);
   c.train.log_every = log_every;
   c.train.cuda_graph = cuda_graph;
-  c.validate();
-  auto t = std::make_unique<TinyTrainer>();
-  t->data = make_data_sources(c.data);
-  ModelConfig model_config = c.model_config(t->data.vocab_size);
-  t->model = make_model(model_config, c.train.seed, device == "cuda" ? Device::CUDA : Device::CPU,
-                        dtype == "bf16" ? DType::BF16 : DType::F32);
-  t->trainer = std::make_unique<Trainer>(
-      trainer_options(c, model_config, count_parameters(t->model->parameters()), t->data.mqar), *t->model,
-      *t->data.train, nullptr, t->log);
-  return t;
+  return trainer_for(c);
 }
 
 // The losses of steps 1..kSteps, each read back after its step; after_step(s) runs after step s.
@@ -298,18 +303,12 @@ TEST_CASE("GPU training in a CUDA graph: gradient accumulation, AdamW and a wind
       c.train.grad_accum = 2;
       c.train.log_every = 5;
       c.train.cuda_graph = cuda_graph;
-      c.validate();
-      DataSources data = make_data_sources(c.data);
-      ModelConfig model_config = c.model_config(data.vocab_size);
-      auto model = make_model(model_config, c.train.seed, Device::CUDA, std::string(dtype) == "bf16" ? DType::BF16 : DType::F32);
-      std::ostringstream log;
-      Trainer trainer(trainer_options(c, model_config, count_parameters(model->parameters()), data.mqar), *model,
-                      *data.train, nullptr, log);
+      auto t = trainer_for(c);
       std::vector<StepMetrics> steps;
       for (int step = 1; step <= kSteps; step++) {
-        trainer.queue_step();
+        t->trainer->queue_step();
         if (step % 5 == 0)
-          for (const StepMetrics& m : trainer.read_steps()) steps.push_back(m);
+          for (const StepMetrics& m : t->trainer->read_steps()) steps.push_back(m);
       }
       return steps;
     };
@@ -338,40 +337,22 @@ TEST_CASE("GPU training in a CUDA graph: steps per second of the MQAR demo model
   // configs/mqar-demo.toml: Gated DeltaNet + attention (LA), 2 layers, d 64, B 32, T 64, Muon.
   // Issue 14's target for this model: >= 1,000 steps/s.
   auto steps_per_second = [](bool cuda_graph) {
+    const std::string path = std::string(HLA_SOURCE_DIR) + "/configs/mqar-demo.toml";
     RunConfig c;
-    ModelConfig& m = c.model.fields;
-    m.model_type = "gated_deltanet";
-    m.hidden_size = 64;
-    m.num_hidden_layers = 2;
-    m.num_heads = 2;
-    m.intermediate_size = 128;
-    c.model.hybrid = "2:1";
-    c.data.source = "mqar";
-    c.data.batch_size = 32;
-    c.data.seq_len = 64;
-    c.data.mqar_vocab = 256;
-    c.data.mqar_kv_pairs = 8;
-    c.optim.optim.name = "muon";
-    c.optim.optim.lr = 0.01;
+    c.apply_run_file(read_run_file(path), path);
     constexpr int kWarmup = 10, kTimed = 300, kWindow = 50;
     c.train.steps = kWarmup + kTimed;
     c.train.device = "cuda";
     c.train.dtype = "bf16";
     c.train.log_every = kWindow;
     c.train.cuda_graph = cuda_graph;
-    c.validate();
-    DataSources data = make_data_sources(c.data);
-    ModelConfig model_config = c.model_config(data.vocab_size);
-    auto model = make_model(model_config, c.train.seed, Device::CUDA, DType::BF16);
-    std::ostringstream log;
-    Trainer trainer(trainer_options(c, model_config, count_parameters(model->parameters()), data.mqar), *model,
-                    *data.train, nullptr, log);
-    for (int i = 0; i < kWarmup; i++) trainer.train_step();
+    auto t = trainer_for(c);
+    for (int i = 0; i < kWarmup; i++) t->trainer->train_step();
     const auto start = std::chrono::steady_clock::now();
     double last_loss = 0;
     for (int i = 1; i <= kTimed; i++) {
-      trainer.queue_step();
-      if (i % kWindow == 0) last_loss = trainer.read_steps().back().loss;  // waits for the window's steps
+      t->trainer->queue_step();
+      if (i % kWindow == 0) last_loss = t->trainer->read_steps().back().loss;  // waits for the window's steps
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     REQUIRE(std::isfinite(last_loss));
