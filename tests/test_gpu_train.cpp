@@ -250,16 +250,17 @@ TEST_CASE("GPU training reads nothing back between log lines; a window's losses 
 TEST_CASE("GPU training replayed from a CUDA graph: the losses equal the launched run's within 1e-5 relative") {
   if (skip_without_gpu()) return;
 #ifdef HLA_CUDA
-  // From step kEagerStepsBeforeGraph + 1 on the graph runs; the relative bound covers the
-  // run-to-run rounding of the backward kernels that add with atomics (1e-4 above was set for
-  // two launched runs; a replay launches the same kernels in the same order, so it should meet
-  // the launched run far closer than that).
+  // From step kEagerStepsBeforeGraph + 1 on the graph runs. A replay launches the same kernels in
+  // the same order on the same inputs, so it differs from a launched run only as much as two
+  // launched runs differ (the backward kernels that add with atomics order their sums at run
+  // time): the bound is 1e-5 relative, or 4x the difference of two launched runs measured here
+  // where that noise is larger (it is printed beside the graph's).
   constexpr int kCaptured = Trainer::kEagerStepsBeforeGraph + 1;
   int runs_checked = 0;
   for (const char* dtype : {"f32", "bf16"}) {
     for (const TinyRun& r : runs()) {
       INFO(label(r), ", ", std::string(dtype));
-      const std::vector<double> launched = first_losses(r, "cuda", dtype);
+      const std::vector<double> launched = first_losses(r, "cuda", dtype), again = first_losses(r, "cuda", dtype);
       size_t mallocs = 0, in_use = 0;
       const std::vector<double> replayed = first_losses(
           r, "cuda", dtype,
@@ -274,12 +275,15 @@ TEST_CASE("GPU training replayed from a CUDA graph: the losses equal the launche
             }
           },
           /*cuda_graph=*/true);
-      double worst = 0;
-      for (int i = 0; i < kSteps; i++)
+      double worst = 0, noise = 0;
+      for (int i = 0; i < kSteps; i++) {
         worst = std::max(worst, std::abs(replayed[i] - launched[i]) / std::abs(launched[i]));
+        noise = std::max(noise, std::abs(again[i] - launched[i]) / std::abs(launched[i]));
+      }
       MESSAGE(label(r), ", ", std::string(dtype), ": loss ", launched.front(), " -> ", launched.back(),
-              ", worst relative graph-launched difference over ", kSteps, " steps ", worst);
-      CHECK(worst <= 1e-5);
+              ", worst relative difference over ", kSteps, " steps: graph-launched ", worst, ", launched-launched ",
+              noise);
+      CHECK(worst <= std::max(1e-5, 4 * noise));
       runs_checked++;
     }
   }
