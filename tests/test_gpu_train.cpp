@@ -21,9 +21,12 @@
 
 #include "nn/model.h"
 #include "tensor/tensor.h"
+#include "tests/test_util.h"
 #include "train/trainer.h"
 #ifdef HLA_CUDA
+#include "cuda/graph.h"
 #include "cuda/runtime.h"
+#include "cuda/staging.h"
 #endif
 
 using namespace hla;
@@ -366,5 +369,28 @@ TEST_CASE("GPU training in a CUDA graph: steps per second of the MQAR demo model
   MESSAGE("MQAR demo model (GDN + attention, 2 layers, d 64, B 32, T 64, bf16, Muon): ", replayed,
           " steps/s replayed from a CUDA graph, ", launched, " steps/s launched (target >= 1000)");
   CHECK(replayed > launched);
+#endif
+}
+
+TEST_CASE("GPU CUDA graph capture: a host read, a blocking copy or a staged upload inside it fails naming the call") {
+  if (skip_without_gpu()) return;
+#ifdef HLA_CUDA
+  Tensor x = Tensor::full({4}, 2.0, DType::F32, Device::CUDA);  // x: (4)
+  const std::vector<float> host(4, 1.0f);
+  const std::vector<std::pair<std::string, std::function<void()>>> uncapturable = {
+      {"copy_d2h", [&] { (void)x.to_f64_vector(); }},
+      {"copy_h2d", [&] { x.copy_(Tensor::full({4}, 1.0, DType::F32)); }},
+      {"synchronize", [] { cuda::synchronize(); }},
+      {"copy_h2d_async", [&] { cuda::copy_h2d_async(x.raw(), host.data(), x.nbytes()); }}};
+  for (const auto& [call, fn] : uncapturable) {
+    INFO(call);
+    cuda::Graph graph;
+    graph.begin_capture();
+    const std::string error = hla::testing::error_of(fn);
+    graph.abandon_capture();
+    CHECK(error.find(call) != std::string::npos);
+    CHECK(error.find("cannot be captured") != std::string::npos);
+  }
+  CHECK(x.to_f64_vector() == std::vector<double>{2, 2, 2, 2});  // nothing of the abandoned captures ran
 #endif
 }

@@ -100,6 +100,9 @@ std::vector<double> micro_batch_weights(const std::vector<TrainBatch>& micro_bat
   return weights;
 }
 
+// The part of the training step this thread is queuing, named by a failed graph capture.
+thread_local std::string step_phase;
+
 // Forward and backward of every micro-batch i that has valid targets: ids(i), targets(i) on the
 // model's device, the backward seeded with weights[i] and weights[i] * loss_i added to
 // records[slot][0]; weights: (count) F64 on the model's device, so nothing here depends on host
@@ -111,9 +114,12 @@ void backward_micro_batches(TrainableModel& model, const std::vector<int64_t>& v
                             const LeafReadyFn& on_last_leaf_ready) {
   for (size_t i = 0; i < valid.size(); i++) {
     if (valid[i] == 0) continue;
+    const std::string micro = "micro-batch " + std::to_string(i + 1) + " of " + std::to_string(valid.size());
+    step_phase = "the forward and loss of " + micro;
     Var micro_loss = model.loss(ids(i), targets(i));
     const Tensor weight = weights.slice0(int64_t(i), int64_t(i) + 1);  // (1) F64
     const bool last = i + 1 == valid.size();
+    step_phase = "the backward of " + micro;
     micro_loss.backward(weight.reshape({}).to(micro_loss.dtype()), last ? on_last_leaf_ready : LeafReadyFn());
     accumulate_loss(records, slot, micro_loss.value(), weight);
   }
@@ -315,8 +321,11 @@ void Trainer::device_step(const std::vector<int64_t>& valid) {
   backward_micro_batches(
       model_, valid, [&](size_t i) { return part(0, i); }, [&](size_t i) { return part(1, i); }, weights,
       step_record_, 0, LeafReadyFn());
+  step_phase = "gradient clipping";
   clip_grad_norm_(params_, options_.clip, step_record_, 0, status_, step_number_);
+  step_phase = "the optimizer update";
   optimizer_.apply();
+  step_phase = "zero_grad";
   optimizer_.zero_grad();
 }
 
@@ -345,7 +354,7 @@ void Trainer::replay_step() {
       device_step(std::vector<int64_t>(size_t(batch_.size(1)), 1));  // graph_ready: every micro-batch has targets
     } catch (const std::exception& e) {
       captured->graph.abandon_capture();
-      fail("training step ", step_ + 1, ": capturing the step in a CUDA graph failed: ", e.what(),
+      fail("training step ", step_ + 1, ": capturing the step in a CUDA graph failed in ", step_phase, ": ", e.what(),
            " (--train.cuda_graph false trains without the graph)");
     }
     captured->graph.end_capture();
