@@ -6,9 +6,12 @@
 // sums in table order, in fp64. No atomics on the values, so the same inputs give the same bits.
 // multi_scale runs over the same chunks. The table lives on the device: it is uploaded only when
 // it differs from the last one (after warm-up the gradients keep their blocks, so never), and
-// then through the pinned staging ring (cuda/staging.h), so the host never waits for it.
+// then through the pinned staging ring (cuda/staging.h), so the host never waits for it. During a
+// CUDA graph capture the table goes into a buffer of the graph's own (cuda/runtime.h:
+// copy_h2d_captured), which every replay fills again before its kernels read it.
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -47,6 +50,7 @@ struct UploadedTable {
   const DeviceSpan* spans;
   int n;
   int64_t chunks;
+  std::unique_ptr<FloatScratch> captured;  // during a graph capture: the graph's own copy of the table
 };
 
 UploadedTable upload(const TensorTable& xs) {
@@ -57,6 +61,13 @@ UploadedTable upload(const TensorTable& xs) {
               "multi-tensor step ops: CUDA kernels take F32 or BF16, got ", dtype_name(x.dtype));
     host.push_back({x.data, x.numel, chunks, x.dtype == DType::BF16});
     chunks += (x.numel + kChunk - 1) / kChunk;
+  }
+  if (capturing()) {  // the graph keeps the table it was captured with; the cache stays the eager steps'
+    UploadedTable t{nullptr, static_cast<int>(xs.size()), chunks,
+                    std::make_unique<FloatScratch>(host.size() * sizeof(DeviceSpan) / sizeof(float))};
+    if (!host.empty()) copy_h2d_captured(t.captured->get(), host.data(), host.size() * sizeof(DeviceSpan));
+    t.spans = reinterpret_cast<const DeviceSpan*>(t.captured->get());
+    return t;
   }
   TableCache& c = cache();
   std::lock_guard<std::mutex> lock(c.mu);
@@ -76,7 +87,7 @@ UploadedTable upload(const TensorTable& xs) {
     if (!host.empty()) copy_h2d_async(c.device, host.data(), host.size() * sizeof(DeviceSpan));
     c.host = std::move(host);
   }
-  return {c.device, static_cast<int>(xs.size()), chunks};
+  return {c.device, static_cast<int>(xs.size()), chunks, nullptr};
 }
 
 // The table entry holding chunk `chunk`: the last one whose first_chunk <= chunk (an empty tensor
@@ -146,17 +157,17 @@ __global__ void multi_scale_kernel(const DeviceSpan* spans, int n, const double*
   }
 }
 
-__global__ void accumulate_loss_kernel(double* record, const void* loss, int bf16, double weight) {
+__global__ void accumulate_loss_kernel(double* record, const void* loss, int bf16, const double* weight) {
   const double l = bf16 ? __bfloat162float(*static_cast<const __nv_bfloat16*>(loss)) : *static_cast<const float*>(loss);
-  record[0] += weight * l;
+  record[0] += *weight * l;
 }
 
 __global__ void finish_step_kernel(double* record, double* status, const double* sums, int64_t n, double max_norm,
-                                   int64_t step) {
+                                   const double* step) {
   const double norm = sqrt(sums[n]);
   record[1] = norm;
   if (status[0] == 0 && !(isfinite(record[0]) && isfinite(norm))) {
-    status[0] = static_cast<double>(step);
+    status[0] = *step;
     status[1] = -1;
     for (int64_t i = 0; i < n; i++)
       if (!isfinite(sums[i])) { status[1] = static_cast<double>(i); break; }
@@ -183,13 +194,13 @@ void multi_scale(const TensorTable& xs, const double* factor) {
   CUDA_CHECK_LAUNCH();
 }
 
-void accumulate_loss(double* record, const void* loss, DType dtype, double weight) {
+void accumulate_loss(double* record, const void* loss, DType dtype, const double* weight) {
   dispatch_storage(dtype, "accumulate_loss", [](auto) {});
   accumulate_loss_kernel<<<1, 1>>>(record, loss, dtype == DType::BF16, weight);
   CUDA_CHECK_LAUNCH();
 }
 
-void finish_step(double* record, double* status, const double* sums, int64_t n, double max_norm, int64_t step) {
+void finish_step(double* record, double* status, const double* sums, int64_t n, double max_norm, const double* step) {
   finish_step_kernel<<<1, 1>>>(record, status, sums, n, max_norm, step);
   CUDA_CHECK_LAUNCH();
 }

@@ -6,8 +6,14 @@ namespace hla::cuda {
 
 void Graph::begin_capture() {
   HLA_CHECK(!capturing_ && !exec_, "cuda graph: begin_capture on a graph already captured");
-  begin_hold();
-  CUDA_CHECK(cudaStreamBeginCapture(cudaStreamPerThread, cudaStreamCaptureModeRelaxed));
+  HLA_CHECK(!capturing(), "cuda graph: begin_capture while hla's stream is already being captured");
+  if (memory_ == 0) memory_ = begin_graph_memory();
+  const cudaError_t err = cudaStreamBeginCapture(cudaStreamPerThread, cudaStreamCaptureModeRelaxed);
+  if (err != cudaSuccess) {
+    release_graph_memory(memory_);
+    memory_ = 0;
+    CUDA_CHECK(err);
+  }
   capturing_ = true;
 }
 
@@ -16,7 +22,7 @@ void Graph::end_capture() {
   cudaGraph_t graph = nullptr;
   capturing_ = false;
   cudaError_t err = cudaStreamEndCapture(cudaStreamPerThread, &graph);
-  held_ = end_hold();
+  end_graph_capture(memory_);
   CUDA_CHECK(err);
   graph_ = graph;
   cudaGraphExec_t exec = nullptr;
@@ -29,18 +35,25 @@ void Graph::replay() {
   CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), cudaStreamPerThread));
 }
 
+// Errors here are dropped: it runs while an exception from the captured region unwinds. The
+// memory it captured goes back to the allocator: nothing of the abandoned graph ever runs.
+void Graph::abandon_capture() {
+  if (!capturing_) return;
+  capturing_ = false;
+  cudaGraph_t abandoned = nullptr;
+  (void)cudaStreamEndCapture(cudaStreamPerThread, &abandoned);
+  if (abandoned) (void)cudaGraphDestroy(abandoned);
+  (void)cudaGetLastError();
+  release_graph_memory(memory_);
+  memory_ = 0;
+}
+
 // Destructors do not throw: an error here (a failed capture being abandoned) is dropped.
 Graph::~Graph() {
-  if (capturing_) {
-    cudaGraph_t abandoned = nullptr;
-    (void)cudaStreamEndCapture(cudaStreamPerThread, &abandoned);
-    if (abandoned) (void)cudaGraphDestroy(abandoned);
-    (void)cudaGetLastError();
-    held_ = end_hold();
-  }
+  abandon_capture();
   if (exec_) (void)cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
   if (graph_) (void)cudaGraphDestroy(static_cast<cudaGraph_t>(graph_));
-  release_held(held_);  // stream order keeps a replay still running ahead of the blocks' next use
+  if (memory_) release_graph_memory(memory_);  // stream order keeps a replay still running ahead of the blocks' next use
 }
 
 }  // namespace hla::cuda

@@ -20,11 +20,18 @@
 namespace hla::cuda {
 namespace {
 
+// cuBLAS's workspace: 32 MiB, its recommendation for Hopper. hla's own, allocated once and never
+// freed, so a GEMM captured in a CUDA graph (cuda/graph.h) uses the same fixed buffer at every
+// replay instead of workspace cuBLAS would allocate during the capture.
+constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;
+
 cublasHandle_t handle() {
   static cublasHandle_t h = [] {
     cublasHandle_t x;
     CUBLAS_CHECK(cublasCreate(&x));
     CUBLAS_CHECK(cublasSetStream(x, cudaStreamPerThread));  // hla's stream (cuda/graph.h), not the legacy one
+    // after SetStream, which resets the workspace to cuBLAS's default pool
+    CUBLAS_CHECK(cublasSetWorkspace(x, device_alloc(kCublasWorkspaceBytes), kCublasWorkspaceBytes));
     return x;
   }();
   return h;

@@ -1,7 +1,9 @@
 // AdamW and Muon updates on the GPU, line for line the cpu:: references in train/optim.cpp.
 //
 // Multi-tensor kernels: one launch updates every tensor of a table passed by value (a kernel
-// parameter: no host-to-device copy, so the launch can be captured in a CUDA graph). The
+// parameter: no host-to-device copy, so the launch can be captured in a CUDA graph); the values
+// that change every update (lr, bias corrections, Muon's decay and step) are read from device
+// memory, so a captured training step replays with each update's own. The
 // tensors are cut into chunks of kChunk elements; block b takes chunk b of the concatenation,
 // finding its tensor by binary search over the table's first_chunk column, so a 1-element
 // norm weight and a 32M-element embedding share one launch without idle blocks.
@@ -45,14 +47,16 @@ __device__ int tensor_of_block(const TensorTable<Columns>& table, int64_t b) {
   return lo;
 }
 
-// Calls op(table, t, i) for every element i of this block's chunk of tensor t.
+// Calls op(table, t, i) for every element i of this block's chunk of tensor t, with the op's
+// values of this update read from device memory once per thread (op.at_step()).
 template <int Columns, class Op>
 __global__ void multi_tensor_kernel(const __grid_constant__ TensorTable<Columns> table, Op op) {
   const int64_t b = blockIdx.x;
   const int t = tensor_of_block(table, b);
   const int64_t start = (b - table.first_chunk[t]) * kChunk;
   const int64_t end = min(start + kChunk, table.n[t]);
-  for (int64_t i = start + threadIdx.x; i < end; i += blockDim.x) op(table, t, i);
+  const Op now = op.at_step();
+  for (int64_t i = start + threadIdx.x; i < end; i += blockDim.x) now(table, t, i);
 }
 
 // The tables of `count` tensors, kTensorsPerLaunch at a time, one launch each. Read-only
@@ -76,9 +80,22 @@ void launch_multi_tensor(float* const* const (&columns)[Columns], const int64_t*
   }
 }
 
-// col: param, grad, m, v
+// col: param, grad, m, v. schedule: (3) on the device, this update's lr, bias_correction1 and
+// bias_correction2; at_step() derives the factors in float as the host did before they moved to
+// the device (the _rn intrinsics keep the multiply and subtract unfused, as on the host).
 struct AdamwOp {
-  float decay, b1, b2, step_size, inv_sqrt_bc2, eps;
+  const double* schedule;
+  float b1, b2, eps, weight_decay;
+  float decay = 0, step_size = 0, inv_sqrt_bc2 = 0;  // from at_step()
+  __device__ AdamwOp at_step() const {
+    AdamwOp now = *this;
+    const float lr = static_cast<float>(schedule[0]), bc1 = static_cast<float>(schedule[1]),
+                bc2 = static_cast<float>(schedule[2]);
+    now.decay = __fsub_rn(1.0f, __fmul_rn(lr, weight_decay));
+    now.step_size = __fdiv_rn(lr, bc1);
+    now.inv_sqrt_bc2 = __fdiv_rn(1.0f, __fsqrt_rn(bc2));
+    return now;
+  }
   __device__ void operator()(const TensorTable<4>& x, int t, int64_t i) const {
     float* param = x.col[0][t];
     const float* grad = x.col[1][t];
@@ -98,6 +115,7 @@ struct AdamwOp {
 struct MomentumOp {
   float mu;
   bool nesterov;
+  __device__ MomentumOp at_step() const { return *this; }  // nothing in it changes from step to step
   __device__ void operator()(const TensorTable<3>& x, int t, int64_t i) const {
     const float g = x.col[2][t][i];
     const float b = mu * x.col[0][t][i] + g;
@@ -106,9 +124,16 @@ struct MomentumOp {
   }
 };
 
-// col: param, ortho
+// col: param, ortho. schedule: (2) on the device, this update's decay and step.
 struct MuonApplyOp {
-  float decay, step;
+  const double* schedule;
+  float decay = 0, step = 0;  // from at_step()
+  __device__ MuonApplyOp at_step() const {
+    MuonApplyOp now = *this;
+    now.decay = static_cast<float>(schedule[0]);
+    now.step = static_cast<float>(schedule[1]);
+    return now;
+  }
   __device__ void operator()(const TensorTable<2>& x, int t, int64_t i) const {
     const float p = x.col[0][t][i] * decay;  // decoupled weight decay
     x.col[0][t][i] = p - step * x.col[1][t][i];
@@ -144,12 +169,9 @@ __global__ void normalize_kernel(float* x, const float* g, const double* partial
 }  // namespace
 
 void adamw_update(float* const* param, const float* const* grad, float* const* m, float* const* v, const int64_t* n,
-                  int count, float lr, float beta1, float beta2, float eps, float weight_decay, float bias_correction1,
-                  float bias_correction2) {
+                  int count, const double* schedule, float beta1, float beta2, float eps, float weight_decay) {
   float* const* const columns[4] = {param, const_cast<float* const*>(grad), m, v};
-  launch_multi_tensor(columns, n, count,
-                      AdamwOp{1.0f - lr * weight_decay, beta1, beta2, lr / bias_correction1,
-                              1.0f / std::sqrt(bias_correction2), eps});
+  launch_multi_tensor(columns, n, count, AdamwOp{schedule, beta1, beta2, eps, weight_decay});
 }
 
 void muon_momentum(float* const* buf, float* const* update, const float* const* grad, const int64_t* n, int count,
@@ -158,9 +180,9 @@ void muon_momentum(float* const* buf, float* const* update, const float* const* 
   launch_multi_tensor(columns, n, count, MomentumOp{momentum, nesterov});
 }
 
-void muon_apply(float* const* param, const float* const* ortho, const int64_t* n, int count, float decay, float step) {
+void muon_apply(float* const* param, const float* const* ortho, const int64_t* n, int count, const double* schedule) {
   float* const* const columns[2] = {param, const_cast<float* const*>(ortho)};
-  launch_multi_tensor(columns, n, count, MuonApplyOp{decay, step});
+  launch_multi_tensor(columns, n, count, MuonApplyOp{schedule});
 }
 
 void newton_schulz(float* out, const float* g, int64_t batch, int64_t rows, int64_t cols, int steps) {

@@ -13,12 +13,13 @@ namespace hla::cuda {
 // Tensors per launch of the multi-tensor kernels (a bigger group takes more launches).
 constexpr int kTensorsPerLaunch = 256;
 
-// param[t], grad[t], m[t], v[t]: (n[t]). Decoupled decay, then Adam:
+// param[t], grad[t], m[t], v[t]: (n[t]); schedule: (3) F64 on the device, {lr, bc1, bc2} of this
+// update (written before the update is queued, so a captured CUDA graph replays each update's).
+// Decoupled decay, then Adam:
 //   p *= 1 - lr wd;  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
 //   p -= (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps)
 void adamw_update(float* const* param, const float* const* grad, float* const* m, float* const* v, const int64_t* n,
-                  int count, float lr, float beta1, float beta2, float eps, float weight_decay, float bias_correction1,
-                  float bias_correction2);
+                  int count, const double* schedule, float beta1, float beta2, float eps, float weight_decay);
 
 // buf[t], update[t], grad[t]: (n[t]). buf = momentum buf + grad; update = nesterov ? grad + momentum buf : buf
 void muon_momentum(float* const* buf, float* const* update, const float* const* grad, const int64_t* n, int count,
@@ -30,8 +31,8 @@ void muon_momentum(float* const* buf, float* const* update, const float* const* 
 // (a, b, c) = (3.4445, -4.7750, 2.0315). out may not alias g.
 void newton_schulz(float* out, const float* g, int64_t batch, int64_t rows, int64_t cols, int steps);
 
-// param[t], ortho[t]: (n[t]). The Muon step: p *= decay; p -= step * ortho
-// (decay = 1 - lr wd, step = lr * scale(rows, cols)).
-void muon_apply(float* const* param, const float* const* ortho, const int64_t* n, int count, float decay, float step);
+// param[t], ortho[t]: (n[t]); schedule: (2) F64 on the device, {decay, step} of this update.
+// The Muon step: p *= decay; p -= step * ortho (decay = 1 - lr wd, step = lr * scale(rows, cols)).
+void muon_apply(float* const* param, const float* const* ortho, const int64_t* n, int count, const double* schedule);
 
 }  // namespace hla::cuda

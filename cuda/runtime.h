@@ -27,13 +27,30 @@ void release_cached();
 // it on through hla::set_poison_allocations(Device::CUDA, on) (tensor/tensor.h).
 void set_poison_allocations(bool on);
 
-// CUDA graph capture (cuda/graph.h): between begin_hold and end_hold every freed block is held
-// aside (still counted as allocated) instead of returning to the free lists, since a captured
-// graph writes it again at each replay; end_hold returns them (rounded sizes) and
-// release_held puts them back in the free lists once the graph is gone.
-void begin_hold();
-std::vector<std::pair<void*, size_t>> end_hold();
-void release_held(const std::vector<std::pair<void*, size_t>>& blocks);
+// CUDA graph memory (cuda/graph.h). A captured graph writes the same addresses at every replay,
+// so the blocks it touches must not go back to anyone else while it lives. Between
+// begin_graph_memory and end_graph_capture, this thread's allocations and frees (the capture's)
+// go through the graph's own pool: a block freed during the capture (whoever allocated it) goes
+// to that pool's free lists and may serve a later allocation of the same capture (safe: the
+// captured work is one stream-ordered chain, as an eager step on one stream), and every block
+// handed out during the capture belongs to the graph. A block the graph owns that the host frees
+// later (a tensor that outlived the capture) goes to the graph's pool too. All of them stay
+// counted as allocated and return to the free lists at release_graph_memory, once the graph is
+// gone; blocks still alive then simply stop belonging to it.
+// Allocations during a capture may still reach cudaMalloc (relaxed capture mode allows it: the
+// memory exists before the first replay and the graph keeps its address).
+int begin_graph_memory();              // returns the graph's pool id
+void end_graph_capture(int memory);    // the capture is over; the pool keeps its blocks
+void release_graph_memory(int memory);  // the graph is destroyed
+// Whether hla's stream (this thread's per-thread default stream) is being captured.
+bool capturing();
+// Fails, naming `what` and the way out, when called during a capture: for the calls that cannot be
+// captured (host reads, blocking copies, synchronize, per-step uploads).
+void check_not_capturing(const char* what, size_t bytes);
+// During a capture: a host-to-device copy of bytes that are the same at every replay (a table of
+// device pointers into the graph's own blocks). The source is copied into a pinned buffer the
+// graph's pool keeps until release_graph_memory; the copy node reads it at each replay.
+void copy_h2d_captured(void* dst, const void* src, size_t bytes);
 
 // All copies and memsets run in order on hla's stream (the per-thread default stream).
 void copy_h2d(void* dst, const void* src, size_t bytes);

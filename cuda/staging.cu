@@ -42,6 +42,8 @@ void wait_for(Slot& s) {
 
 void copy_h2d_async(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
+  // a replay would copy whatever the ring slot holds by then, not this step's bytes
+  check_not_capturing("copy_h2d_async, a per-step upload through the pinned staging ring", bytes);
   Ring& r = ring();
   std::lock_guard<std::mutex> lock(r.mu);
   Slot& s = r.slots[r.next];

@@ -5,11 +5,14 @@
 // The buffers form a ring of kStagingSlots; reusing one waits for its previous copy, which has
 // long finished unless the host is that many copies ahead (then the wait is counted in
 // host_syncs(), cuda/runtime.h). A slot grows when a larger copy comes (cudaFreeHost then
-// synchronizes: warm-up only, batches keep their size).
+// synchronizes: warm-up only, batches keep their size). Not during a CUDA graph capture (it fails
+// there, cuda/graph.h): upload before the replay, into the buffers the graph reads.
 #pragma once
 #include <cstddef>
 
 namespace hla::cuda {
-constexpr int kStagingSlots = 8;
+// A training step queues 3 copies (one process: batches, step inputs, the optimizer's values) or
+// 2 grad_accum + 1 (data parallel): 16 slots keep several steps in flight.
+constexpr int kStagingSlots = 16;
 void copy_h2d_async(void* dst, const void* src, size_t bytes);
 }  // namespace hla::cuda

@@ -121,14 +121,14 @@ TEST_CASE("multi_sq_norm gives each tensor's sum of squares and the total; a NaN
   params[3].var.mutable_grad() = Tensor::from_f64(v, g3.shape(), g3.dtype());
   Tensor records = Tensor::zeros({2, kStepRecordSize}, DType::F64);
   Tensor status = Tensor::zeros({kStepStatusSize}, DType::F64);
-  clip_grad_norm_(params, 1.0, records, 1, status, 7);
+  clip_grad_norm_(params, 1.0, records, 1, status, Tensor::full({1}, 7.0, DType::F64));
   CHECK(std::isnan(records.to_f64_vector()[3]));
   CHECK(status.to_f64_vector() == std::vector<double>{7, 3, 0});
   for (const NamedParameter& p : params)
     if (p.var.grad().defined()) CHECK(max_abs(p.var.grad()) == 0.0);
   // a later finite step keeps the first step and goes on zeroing
   params[3].var.mutable_grad() = Tensor::full(g3.shape(), 1.0, g3.dtype());
-  clip_grad_norm_(params, 1.0, records, 0, status, 8);
+  clip_grad_norm_(params, 1.0, records, 0, status, Tensor::full({1}, 8.0, DType::F64));
   CHECK(status.to_f64_vector() == std::vector<double>{7, 3, 0});
   CHECK(max_abs(params[3].var.grad()) == 0.0);
 }

@@ -9,6 +9,7 @@
 
 #include "tensor/dispatch.h"
 #include "tensor/math.h"
+#include "train/upload.h"
 #if defined(HLA_CUDA) && __has_include("cuda/optim.h")
 #include "cuda/optim.h"
 #define HLA_CUDA_OPTIM 1
@@ -22,8 +23,8 @@ namespace cpu {
 
 template <class T>
 void adamw_update(T* const* param, const T* const* grad, T* const* m, T* const* v, const int64_t* n,
-                  int count, double lr, double beta1, double beta2, double eps, double weight_decay,
-                  double bias_correction1, double bias_correction2) {
+                  int count, const double* schedule, double beta1, double beta2, double eps, double weight_decay) {
+  const double lr = schedule[0], bias_correction1 = schedule[1], bias_correction2 = schedule[2];
   const T decay = static_cast<T>(1.0 - lr * weight_decay);
   const T b1 = static_cast<T>(beta1), b2 = static_cast<T>(beta2);
   const T step_size = static_cast<T>(lr / bias_correction1);
@@ -77,9 +78,8 @@ void newton_schulz(T* out, const T* g, int64_t batch, int64_t rows, int64_t cols
 }
 
 template <class T>
-void muon_apply(T* const* param, const T* const* ortho, const int64_t* n, int count, double decay,
-                double step) {
-  const T d = static_cast<T>(decay), s = static_cast<T>(step);
+void muon_apply(T* const* param, const T* const* ortho, const int64_t* n, int count, const double* schedule) {
+  const T d = static_cast<T>(schedule[0]), s = static_cast<T>(schedule[1]);  // decay, step
   for (int t = 0; t < count; t++) {
     for (int64_t i = 0; i < n[t]; i++) {
       param[t][i] *= d;                   // decoupled weight decay
@@ -90,11 +90,11 @@ void muon_apply(T* const* param, const T* const* ortho, const int64_t* n, int co
 
 #define HLA_INSTANTIATE_OPTIM(T)                                                                  \
   template void adamw_update<T>(T* const*, const T* const*, T* const*, T* const*, const int64_t*, \
-                                int, double, double, double, double, double, double, double);     \
+                                int, const double*, double, double, double, double);              \
   template void muon_momentum<T>(T* const*, T* const*, const T* const*, const int64_t*, int,      \
                                  double, bool);                                                   \
   template void newton_schulz<T>(T*, const T*, int64_t, int64_t, int64_t, int);                   \
-  template void muon_apply<T>(T* const*, const T* const*, const int64_t*, int, double, double);
+  template void muon_apply<T>(T* const*, const T* const*, const int64_t*, int, const double*);
 HLA_INSTANTIATE_OPTIM(float)
 HLA_INSTANTIATE_OPTIM(double)
 #undef HLA_INSTANTIATE_OPTIM
@@ -216,6 +216,12 @@ Optimizer::Optimizer(const ParameterList& params, const OptimConfig& config, con
     if (it == groups_.end()) it = groups_.insert(groups_.end(), key);
     it->members.push_back(i);
   }
+  if (!groups_.empty()) {
+    for (const UpdateGroup& g : groups_)
+      HLA_CHECK(g.device == groups_[0].device, "optimizer: parameters on two devices ('", plan_[g.members[0]].name,
+                "' and '", plan_[groups_[0].members[0]].name, "')");
+    schedule_ = Tensor::zeros({static_cast<int64_t>(groups_.size()), kScheduleValues}, DType::F64, groups_[0].device);
+  }
 }
 
 std::string Optimizer::describe() const {
@@ -252,16 +258,40 @@ void Optimizer::zero_grad() {
 }
 
 void Optimizer::step(double lr_factor) {
+  stage(lr_factor);
+  apply();
+}
+
+void Optimizer::stage(double lr_factor) {
   step_++;
-  double lr = config_.lr * lr_factor;
-  NoGradGuard no_grad;
+  if (groups_.empty()) return;
+  const double lr = config_.lr * lr_factor;
+  const double bc1 = 1.0 - std::pow(config_.beta1, double(step_));
+  const double bc2 = 1.0 - std::pow(config_.beta2, double(step_));
+  std::vector<double> values;  // (groups, kScheduleValues)
   for (const UpdateGroup& group : groups_) {
+    if (group.rule == UpdateRule::Muon) {
+      const double decay = 1.0 - lr * group.weight_decay;
+      const double step = lr * muon_update_scale(config_.muon_scale, group.rows, group.cols);
+      values.insert(values.end(), {decay, step, 0.0});
+    } else {
+      values.insert(values.end(), {lr * group.lr_scale, bc1, bc2});
+    }
+  }
+  upload_f64_async(schedule_, values);
+}
+
+void Optimizer::apply() {
+  NoGradGuard no_grad;
+  for (size_t g = 0; g < groups_.size(); g++) {
+    const UpdateGroup& group = groups_[g];
     std::vector<size_t> live;  // unused this step: no update, no decay
     for (size_t i : group.members)
       if (updates_[i] && plan_[i].var.grad().defined()) live.push_back(i);
     if (live.empty()) continue;
-    if (group.rule == UpdateRule::Muon) muon_step(group, live, lr);
-    else adamw_step(group, live, lr * group.lr_scale);
+    const Tensor schedule = schedule_.slice0(int64_t(g), int64_t(g) + 1);  // (1, kScheduleValues)
+    if (group.rule == UpdateRule::Muon) muon_step(group, live, schedule);
+    else adamw_step(group, live, schedule);
   }
 }
 
@@ -286,7 +316,7 @@ std::vector<T*> matrices(Tensor& batch) {
 
 }  // namespace
 
-void Optimizer::adamw_step(const UpdateGroup& group, const std::vector<size_t>& live, double lr) {
+void Optimizer::adamw_step(const UpdateGroup& group, const std::vector<size_t>& live, const Tensor& schedule) {
   auto param = [&](size_t i) -> Tensor& { return plan_[i].var.mutable_value(); };
   auto grad = [&](size_t i) -> const Tensor& { return plan_[i].var.grad(); };
   auto m = [&](size_t i) -> Tensor& { return state_[i][0].second; };
@@ -294,15 +324,13 @@ void Optimizer::adamw_step(const UpdateGroup& group, const std::vector<size_t>& 
   std::vector<int64_t> n;
   for (size_t i : live) n.push_back(plan_[i].var.numel());
   const int count = static_cast<int>(live.size());
-  const double bc1 = 1.0 - std::pow(config_.beta1, double(step_));
-  const double bc2 = 1.0 - std::pow(config_.beta2, double(step_));
   const double wd = group.weight_decay;
   if (group.device == Device::CUDA) {
 #ifdef HLA_CUDA_OPTIM
     cuda::adamw_update(column<float>(live, param).data(), column<const float>(live, grad).data(),
                        column<float>(live, m).data(), column<float>(live, v).data(), n.data(), count,
-                       float(lr), float(config_.beta1), float(config_.beta2), float(config_.eps),
-                       float(wd), float(bc1), float(bc2));
+                       schedule.data<double>(), float(config_.beta1), float(config_.beta2), float(config_.eps),
+                       float(wd));
     return;
 #else
     fail("optimizer: parameter '", plan_[live[0]].name, "' is on CUDA but this build has no cuda/optim.h");
@@ -311,14 +339,14 @@ void Optimizer::adamw_step(const UpdateGroup& group, const std::vector<size_t>& 
   dispatch_float(group.dtype, "adamw", [&](auto tag) {
     using T = decltype(tag);
     cpu::adamw_update<T>(column<T>(live, param).data(), column<const T>(live, grad).data(),
-                         column<T>(live, m).data(), column<T>(live, v).data(), n.data(), count, lr,
-                         config_.beta1, config_.beta2, config_.eps, wd, bc1, bc2);
+                         column<T>(live, m).data(), column<T>(live, v).data(), n.data(), count,
+                         schedule.data<double>(), config_.beta1, config_.beta2, config_.eps, wd);
   });
 }
 
 // Pass 1: momentum into the matrices of one (count, rows, cols) batch; pass 2: Newton-Schulz of
 // the whole batch; pass 3: decay and the scaled orthogonal step on every parameter.
-void Optimizer::muon_step(const UpdateGroup& group, const std::vector<size_t>& live, double lr) {
+void Optimizer::muon_step(const UpdateGroup& group, const std::vector<size_t>& live, const Tensor& schedule) {
   const int64_t rows = group.rows, cols = group.cols, count = static_cast<int64_t>(live.size());
   Tensor update = Tensor::empty({count, rows, cols}, group.dtype, group.device);  // (count, rows, cols)
   Tensor ortho = Tensor::empty({count, rows, cols}, group.dtype, group.device);   // (count, rows, cols)
@@ -326,8 +354,6 @@ void Optimizer::muon_step(const UpdateGroup& group, const std::vector<size_t>& l
   auto grad = [&](size_t i) -> const Tensor& { return plan_[i].var.grad(); };
   auto buf = [&](size_t i) -> Tensor& { return state_[i][0].second; };
   const std::vector<int64_t> n(count, rows * cols);
-  const double decay = 1.0 - lr * group.weight_decay;
-  const double step = lr * muon_update_scale(config_.muon_scale, rows, cols);
   if (group.device == Device::CUDA) {
 #ifdef HLA_CUDA_OPTIM
     cuda::muon_momentum(column<float>(live, buf).data(), matrices<float>(update).data(),
@@ -335,7 +361,7 @@ void Optimizer::muon_step(const UpdateGroup& group, const std::vector<size_t>& l
                         config_.nesterov);
     cuda::newton_schulz(ortho.data<float>(), update.data<float>(), count, rows, cols, config_.ns_steps);
     cuda::muon_apply(column<float>(live, param).data(), matrices<const float>(ortho).data(), n.data(),
-                     int(count), float(decay), float(step));
+                     int(count), schedule.data<double>());
     return;
 #else
     fail("optimizer: parameter '", plan_[live[0]].name, "' is on CUDA but this build has no cuda/optim.h");
@@ -348,7 +374,7 @@ void Optimizer::muon_step(const UpdateGroup& group, const std::vector<size_t>& l
                           config_.nesterov);
     cpu::newton_schulz<T>(ortho.data<T>(), update.data<T>(), count, rows, cols, config_.ns_steps);
     cpu::muon_apply<T>(column<T>(live, param).data(), matrices<const T>(ortho).data(), n.data(),
-                       int(count), decay, step);
+                       int(count), schedule.data<double>());
   });
 }
 

@@ -88,8 +88,15 @@ class Optimizer {
   // updates: per parameter, whether this optimizer updates it (empty: all)
   Optimizer(const ParameterList& params, const OptimConfig& config, const std::vector<bool>& updates = {});
 
-  // One update of every parameter that has a gradient, at lr = peak * lr_factor.
+  // One update of every parameter that has a gradient, at lr = peak * lr_factor: stage, then apply.
   void step(double lr_factor);
+  // The update in two halves, so a captured CUDA graph of the training step (train/trainer.h) can
+  // hold apply() while stage() runs before each replay: stage counts the update and writes its
+  // scheduled values (per group: AdamW's lr and bias corrections, Muon's decay and step) into
+  // schedule(), a tensor on the parameters' device (on the GPU an upload that does not wait);
+  // apply queues the updates, whose kernels read the values there.
+  void stage(double lr_factor);
+  void apply();
   void zero_grad();
   int64_t steps_taken() const { return step_; }
   const OptimConfig& config() const { return config_; }
@@ -121,28 +128,33 @@ class Optimizer {
     std::vector<size_t> members;
   };
   // live: the members that have a gradient this step
-  void adamw_step(const UpdateGroup& group, const std::vector<size_t>& live, double lr);
-  void muon_step(const UpdateGroup& group, const std::vector<size_t>& live, double lr);
+  // schedule: (3) F64 on the group's device, the group's row of schedule_
+  void adamw_step(const UpdateGroup& group, const std::vector<size_t>& live, const Tensor& schedule);
+  void muon_step(const UpdateGroup& group, const std::vector<size_t>& live, const Tensor& schedule);
 
   OptimConfig config_;
   std::vector<ParamPlan> plan_;
   std::vector<UpdateGroup> groups_;
   std::vector<std::vector<std::pair<std::string, Tensor>>> state_;  // per parameter, named
   std::vector<bool> updates_;                                        // per parameter
+  Tensor schedule_;  // (groups, kScheduleValues) F64 on the parameters' device: this update's values
   int64_t step_ = 0;
 };
 
 // Update scale of a Muon matrix (see the header comment).
 double muon_update_scale(const std::string& mode, int64_t rows, int64_t cols);
 
+// Values per group in Optimizer's schedule tensor: AdamW {lr, bias_correction1, bias_correction2},
+// Muon {decay, step, unused}.
+constexpr int64_t kScheduleValues = 3;
+
 namespace cpu {
 // The CPU references of cuda/optim.h (same arguments, T = float or double): `count` tensors,
 // tensor t given by pointers param[t], grad[t], ... of n[t] elements.
-// param[t], grad[t], m[t], v[t]: (n[t])
+// param[t], grad[t], m[t], v[t]: (n[t]); schedule: (3) {lr, bias_correction1, bias_correction2}
 template <class T>
 void adamw_update(T* const* param, const T* const* grad, T* const* m, T* const* v, const int64_t* n,
-                  int count, double lr, double beta1, double beta2, double eps, double weight_decay,
-                  double bias_correction1, double bias_correction2);
+                  int count, const double* schedule, double beta1, double beta2, double eps, double weight_decay);
 // buf[t], update[t], grad[t]: (n[t]). buf = momentum buf + grad; update = nesterov ? grad + momentum buf : buf
 template <class T>
 void muon_momentum(T* const* buf, T* const* update, const T* const* grad, const int64_t* n, int count,
@@ -150,10 +162,9 @@ void muon_momentum(T* const* buf, T* const* update, const T* const* grad, const 
 // out, g: (batch, rows, cols): the quintic Newton-Schulz orthogonalisation of each matrix of g.
 template <class T>
 void newton_schulz(T* out, const T* g, int64_t batch, int64_t rows, int64_t cols, int steps);
-// param[t], ortho[t]: (n[t]). p *= decay; p -= step * ortho
+// param[t], ortho[t]: (n[t]); schedule: (2) {decay, step}. p *= decay; p -= step * ortho
 template <class T>
-void muon_apply(T* const* param, const T* const* ortho, const int64_t* n, int count, double decay,
-                double step);
+void muon_apply(T* const* param, const T* const* ortho, const int64_t* n, int count, const double* schedule);
 }  // namespace cpu
 
 }  // namespace hla

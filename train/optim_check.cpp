@@ -77,6 +77,8 @@ Vars adamw(const Vars& x) {
   const Tensor& g = x[1].value();
   const double lr = 3e-3, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1;
   const double bc1 = 1 - std::pow(b1, 3), bc2 = 1 - std::pow(b2, 3);
+  const Tensor schedule = Tensor::from_f64({lr, bc1, bc2}, {3}, DType::F64).to(p.device());  // on the update's device
+  const double* sched = schedule.data<double>();
   const std::vector<int64_t> n = tensor_sizes();
   on_device_dtype(p, "adamw_update", [&](auto tag) {
     using T = decltype(tag);
@@ -84,9 +86,9 @@ Vars adamw(const Vars& x) {
     auto G = pieces<const T>(g);
     if constexpr (std::is_same_v<T, float>)
       if (p.is_cuda())
-        return HLA_CUDA_ONLY(cuda::adamw_update(P.data(), G.data(), M.data(), V.data(), n.data(), kTensors, float(lr),
-                                                float(b1), float(b2), float(eps), float(wd), float(bc1), float(bc2)));
-    cpu::adamw_update<T>(P.data(), G.data(), M.data(), V.data(), n.data(), kTensors, lr, b1, b2, eps, wd, bc1, bc2);
+        return HLA_CUDA_ONLY(cuda::adamw_update(P.data(), G.data(), M.data(), V.data(), n.data(), kTensors, sched,
+                                                float(b1), float(b2), float(eps), float(wd)));
+    cpu::adamw_update<T>(P.data(), G.data(), M.data(), V.data(), n.data(), kTensors, sched, b1, b2, eps, wd);
   });
   return {Var(p), Var(m), Var(v)};
 }
@@ -113,15 +115,16 @@ Vars muon_apply(const Vars& x) {
   Tensor p = x[0].value().clone();
   const Tensor& ortho = x[1].value();
   const std::vector<int64_t> n = tensor_sizes();
-  const double decay = 0.998, step = 0.013;
+  const Tensor schedule = Tensor::from_f64({0.998, 0.013}, {2}, DType::F64).to(p.device());  // decay, step
+  const double* sched = schedule.data<double>();
   on_device_dtype(p, "muon_apply", [&](auto tag) {
     using T = decltype(tag);
     auto P = pieces<T>(p);
     auto O = pieces<const T>(ortho);
     if constexpr (std::is_same_v<T, float>)
       if (p.is_cuda())
-        return HLA_CUDA_ONLY(cuda::muon_apply(P.data(), O.data(), n.data(), kTensors, float(decay), float(step)));
-    cpu::muon_apply<T>(P.data(), O.data(), n.data(), kTensors, decay, step);
+        return HLA_CUDA_ONLY(cuda::muon_apply(P.data(), O.data(), n.data(), kTensors, sched));
+    cpu::muon_apply<T>(P.data(), O.data(), n.data(), kTensors, sched);
   });
   return {Var(p)};
 }

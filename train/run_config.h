@@ -64,6 +64,7 @@ struct TrainSettings {
   int64_t gpus = 1;         // data parallel: one process per GPU (NCCL, dist/launch.h)
   int64_t zero = 0;         // 1: ZeRO-1, optimizer state sharded over the ranks
   double bucket_mb = 25;    // data parallel: gradient all-reduce bucket size
+  bool cuda_graph = true;   // cuda, one process: capture the training step in a CUDA graph, replay it
 };
 
 struct RunConfig {
@@ -162,6 +163,7 @@ void visit_settings(RC& c, F&& f) {
   f("train", "gpus", t.gpus, "data parallel over N GPUs, one process each (NCCL); the global batch stays the same");
   f("train", "zero", t.zero, "1: ZeRO-1, optimizer state sharded over the ranks (0 = off)");
   f("train", "bucket_mb", t.bucket_mb, "data parallel: gradient all-reduce bucket size in MB");
+  f("train", "cuda_graph", t.cuda_graph, "cuda, one process: replay the training step as a CUDA graph (false = launch every kernel)");
 }
 
 }  // namespace hla

@@ -59,7 +59,7 @@ Device params_device(const ParameterList& params) {
 }
 
 void clip_grad_norm_(const ParameterList& params, double max_norm, Tensor& records, int64_t slot, Tensor& status,
-                     int64_t step) {
+                     const Tensor& step) {
   const std::vector<Tensor> grads = gradients(params);
   const Tensor sums = multi_sq_norm(grads, params_device(params));  // sums: (n + 1)
   finish_step(records, slot, status, sums, max_norm, step);
@@ -70,7 +70,7 @@ double clip_grad_norm(const ParameterList& params, double max_norm) {
   const Device device = params_device(params);
   Tensor records = Tensor::zeros({1, kStepRecordSize}, DType::F64, device);  // records: (1, 2)
   Tensor status = Tensor::zeros({kStepStatusSize}, DType::F64, device);     // status: (3)
-  clip_grad_norm_(params, max_norm, records, 0, status, 1);
+  clip_grad_norm_(params, max_norm, records, 0, status, Tensor::full({1}, 1.0, DType::F64, device));
   return records.to_f64_vector()[1];
 }
 

@@ -38,8 +38,10 @@ double lr_factor(const ScheduleConfig& schedule, int64_t step);
 // norm written to records[slot][1], the first non-finite step kept in status (with the index in
 // `params` of the first gradient holding a NaN or Inf), then every gradient scaled by
 // max_norm / (norm + 1e-6) when norm > max_norm > 0, or zeroed from the first non-finite step on.
+// step: the update's number, one F64 value on the parameters' device (a captured CUDA graph of the
+// training step reads each update's number there).
 void clip_grad_norm_(const ParameterList& params, double max_norm, Tensor& records, int64_t slot, Tensor& status,
-                     int64_t step);
+                     const Tensor& step);
 // The same for one update, read back: returns the norm before clipping (one host read).
 double clip_grad_norm(const ParameterList& params, double max_norm);
 // sqrt of the sum of squares of every parameter gradient (one host read).

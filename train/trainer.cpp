@@ -17,9 +17,10 @@
 #include "tensor/dispatch.h"
 #include "tensor/json.h"
 #include "train/checkpoint.h"
+#include "train/upload.h"
 #ifdef HLA_CUDA
+#include "cuda/graph.h"
 #include "cuda/runtime.h"
-#include "cuda/staging.h"
 #endif
 
 namespace fs = std::filesystem;
@@ -85,17 +86,55 @@ double mqar_correct_fraction_sum(const T* logits, const int32_t* targets, int64_
   return sum;
 }
 
-// A batch tensor on the model's device; on the GPU through the pinned staging ring, so the
-// upload does not wait for the previous step's kernels (cuda/staging.h).
+// A batch tensor on the model's device, uploaded without a host wait (train/upload.h).
 Tensor batch_on(Device device, const Tensor& t) {
-#ifdef HLA_CUDA
-  if (device == Device::CUDA) {
-    Tensor on_device = Tensor::empty(t.shape(), t.dtype(), device);
-    cuda::copy_h2d_async(on_device.raw(), t.raw(), t.nbytes());
-    return on_device;
+  Tensor on_device = Tensor::empty(t.shape(), t.dtype(), device);
+  upload_async(on_device, t.raw());
+  return on_device;
+}
+
+// The weights of accumulate_gradients' header comment, one per micro-batch.
+std::vector<double> micro_batch_weights(const std::vector<TrainBatch>& micro_batches, int64_t total_valid) {
+  std::vector<double> weights;
+  for (const TrainBatch& b : micro_batches) weights.push_back(double(b.valid) / double(total_valid));
+  return weights;
+}
+
+// The part of the training step this thread is queuing, named by a failed graph capture.
+thread_local std::string step_phase;
+
+// Forward and backward of every micro-batch i that has valid targets: ids(i), targets(i) on the
+// model's device, the backward seeded with weights[i] and weights[i] * loss_i added to
+// records[slot][0]; weights: (count) F64 on the model's device, so nothing here depends on host
+// values that change from step to step (a captured CUDA graph replays it). The last backward
+// reports each completed leaf to on_last_leaf_ready.
+void backward_micro_batches(TrainableModel& model, const std::vector<int64_t>& valid,
+                            const std::function<Tensor(size_t)>& ids, const std::function<Tensor(size_t)>& targets,
+                            const Tensor& weights, Tensor& records, int64_t slot,
+                            const LeafReadyFn& on_last_leaf_ready) {
+  for (size_t i = 0; i < valid.size(); i++) {
+    if (valid[i] == 0) continue;
+    const std::string micro = "micro-batch " + std::to_string(i + 1) + " of " + std::to_string(valid.size());
+    step_phase = "the forward and loss of " + micro;
+    Var micro_loss = model.loss(ids(i), targets(i));
+    const Tensor weight = weights.slice0(int64_t(i), int64_t(i) + 1);  // (1) F64
+    const bool last = i + 1 == valid.size();
+    step_phase = "the backward of " + micro;
+    micro_loss.backward(weight.reshape({}).to(micro_loss.dtype()), last ? on_last_leaf_ready : LeafReadyFn());
+    accumulate_loss(records, slot, micro_loss.value(), weight);
   }
-#endif
-  return t.to(device);
+}
+
+std::vector<int64_t> valid_counts(const std::vector<TrainBatch>& micro_batches) {
+  std::vector<int64_t> valid;
+  for (const TrainBatch& b : micro_batches) valid.push_back(b.valid);
+  return valid;
+}
+
+int64_t sum_of(const std::vector<int64_t>& xs) {
+  int64_t s = 0;
+  for (int64_t x : xs) s += x;
+  return s;
 }
 
 }  // namespace
@@ -116,21 +155,18 @@ nlohmann::json ValMetrics::to_json() const {
 
 void accumulate_gradients(TrainableModel& model, const std::vector<TrainBatch>& micro_batches, Tensor& records,
                           int64_t slot, int64_t total_valid, const LeafReadyFn& on_last_leaf_ready) {
-  if (total_valid == 0)
-    for (const TrainBatch& b : micro_batches) total_valid += b.valid;
+  const std::vector<int64_t> valid = valid_counts(micro_batches);
+  if (total_valid == 0) total_valid = sum_of(valid);
   HLA_CHECK(total_valid > 0, "accumulate_gradients: no target carries loss in ",
             micro_batches.size(), " micro-batch(es)");
-  Device device = model.device();
-  for (size_t i = 0; i < micro_batches.size(); i++) {
-    const TrainBatch& b = micro_batches[i];
-    if (b.valid == 0) continue;
-    Var micro_loss = model.loss(batch_on(device, b.ids), batch_on(device, b.targets));
-    double weight = double(b.valid) / double(total_valid);
-    const bool last = i + 1 == micro_batches.size();
-    micro_loss.backward(Tensor::full({}, weight, micro_loss.dtype(), device),
-                        last ? on_last_leaf_ready : LeafReadyFn());
-    accumulate_loss(records, slot, micro_loss.value(), weight);
-  }
+  const Device device = model.device();
+  const std::vector<double> w = micro_batch_weights(micro_batches, total_valid);
+  Tensor weights = Tensor::empty({int64_t(w.size())}, DType::F64, device);  // (micro-batches)
+  for (size_t i = 0; i < w.size(); i++) weights.slice0(int64_t(i), int64_t(i) + 1).fill_(w[i]);  // no upload
+  backward_micro_batches(
+      model, valid, [&](size_t i) { return batch_on(device, micro_batches[i].ids); },
+      [&](size_t i) { return batch_on(device, micro_batches[i].targets); }, weights, records, slot,
+      on_last_leaf_ready);
 }
 
 ValMetrics evaluate(TrainableModel& model, BatchSource& source, int64_t batches, bool mqar) {
@@ -162,6 +198,14 @@ ValMetrics evaluate(TrainableModel& model, BatchSource& source, int64_t batches,
 
 // ---------------------------------------------------------------- Trainer
 
+// The captured training step (for the batch shape of batch_: a new shape drops it).
+struct Trainer::CapturedStep {
+#ifdef HLA_CUDA
+  cuda::Graph graph;
+#endif
+};
+
+
 Trainer::Trainer(TrainerOptions options, TrainableModel& model, BatchSource& train,
                  BatchSource* val, std::ostream& out)
     : options_(std::move(options)),
@@ -184,7 +228,12 @@ Trainer::Trainer(TrainerOptions options, TrainableModel& model, BatchSource& tra
   status_ = step_state_.slice0(0, kStepStatusSize);
   records_ = step_state_.slice0(kStepStatusSize, kStepStatusSize + window_ * kStepRecordSize)
                  .reshape({window_, kStepRecordSize});
+  step_inputs_ = Tensor::zeros({1 + options_.grad_accum}, DType::F64, model_.device());
+  step_number_ = step_inputs_.slice0(0, 1);
+  step_record_ = Tensor::zeros({1, kStepRecordSize}, DType::F64, model_.device());
 }
+
+Trainer::~Trainer() = default;
 
 StepMetrics Trainer::train_step() {
   queue_step();
@@ -203,12 +252,21 @@ void Trainer::queue_step() {
   for (int64_t i = 0; i < options_.grad_accum; i++) micro.push_back(train_.next());
   QueuedStep q;
   q.lr = options_.optim.lr * lr_factor(options_.schedule, step_);
-  if (options_.comm) reduced_gradients(micro, slot);
-  else accumulate_gradients(model_, micro, records_, slot);
-  clip_grad_norm_(params_, options_.clip, records_, slot, status_, step_ + 1);
-  optimizer_.step(lr_factor(options_.schedule, step_));
-  if (zero_) zero_->gather_parameters();
-  optimizer_.zero_grad();
+  optimizer_.stage(lr_factor(options_.schedule, step_));
+  if (options_.comm) {
+    step_number_.fill_(double(step_ + 1));
+    reduced_gradients(micro, slot);
+    clip_grad_norm_(params_, options_.clip, records_, slot, status_, step_number_);
+    optimizer_.apply();
+    if (zero_) zero_->gather_parameters();
+    optimizer_.zero_grad();
+  } else {
+    stage_inputs(micro);
+    if (graph_ready(micro)) replay_step();
+    else device_step(valid_counts(micro));
+    records_.slice0(slot, slot + 1).copy_(step_record_);  // d2d, queued after the step
+    steps_run_++;
+  }
   step_++;
   for (const TrainBatch& b : micro) q.tokens += b.ids.numel();
   tokens_seen_ += q.tokens;
@@ -217,6 +275,95 @@ void Trainer::queue_step() {
   if (model_.device() == Device::CUDA) q.peak_gib = static_cast<double>(cuda::peak_bytes()) / double(1 << 30);
 #endif
   queued_.push_back(q);
+}
+
+// One upload each for the update's batches, (2, grad_accum, B, T) I32 (ids, then targets), and
+// for step_inputs_ (the update's number, then each micro-batch's loss weight), into tensors that
+// stay where they are from step to step, so a captured graph reads every update's inputs.
+void Trainer::stage_inputs(const std::vector<TrainBatch>& micro) {
+  const int64_t count = int64_t(micro.size());
+  const Shape shape = micro[0].ids.shape();
+  for (const TrainBatch& b : micro)
+    HLA_CHECK(b.ids.shape() == shape && b.targets.shape() == shape, "training step: micro-batches of one update ",
+              "must share a shape, got ", b.ids.str(), " and ", micro[0].ids.str());
+  const Shape staged = {2, count, shape[0], shape[1]};
+  if (!batch_.defined() || batch_.shape() != staged) {
+    captured_.reset();  // captured for the old shape, reading the old batch_
+    batch_ = Tensor::empty(staged, DType::I32, model_.device());
+  }
+  std::vector<int32_t> host;  // (2, count, B, T)
+  host.reserve(size_t(batch_.numel()));
+  for (int which = 0; which < 2; which++)
+    for (const TrainBatch& b : micro) {
+      const Tensor& t = which == 0 ? b.ids : b.targets;
+      host.insert(host.end(), t.data<int32_t>(), t.data<int32_t>() + t.numel());
+    }
+  upload_async(batch_, host.data());
+  const int64_t total_valid = sum_of(valid_counts(micro));
+  HLA_CHECK(total_valid > 0, "training step ", step_ + 1, ": no target carries loss in ", count, " micro-batch(es)");
+  std::vector<double> inputs = {double(step_ + 1)};
+  for (double w : micro_batch_weights(micro, total_valid)) inputs.push_back(w);
+  upload_f64_async(step_inputs_, inputs);
+}
+
+// The update's device work from the staged inputs: forward and backward of the micro-batches,
+// clipping, the optimizer (its values staged already), zero_grad. This is what the graph captures.
+void Trainer::device_step(const std::vector<int64_t>& valid) {
+  step_record_.zero_();
+  const Tensor weights = step_inputs_.slice0(1, step_inputs_.numel());  // (grad_accum)
+  const int64_t count = int64_t(valid.size());
+  const int64_t B = batch_.size(2), T = batch_.size(3);
+  const Tensor rows = batch_.reshape({2 * count, B, T});  // ids of every micro-batch, then targets
+  auto part = [&](int64_t which, size_t i) {              // (B, T)
+    const int64_t row = which * count + int64_t(i);
+    return rows.slice0(row, row + 1).reshape({B, T});
+  };
+  backward_micro_batches(
+      model_, valid, [&](size_t i) { return part(0, i); }, [&](size_t i) { return part(1, i); }, weights,
+      step_record_, 0, LeafReadyFn());
+  step_phase = "gradient clipping";
+  clip_grad_norm_(params_, options_.clip, step_record_, 0, status_, step_number_);
+  step_phase = "the optimizer update";
+  optimizer_.apply();
+  step_phase = "zero_grad";
+  optimizer_.zero_grad();
+}
+
+// Whether this update replays the captured graph: on the GPU with options.cuda_graph, one
+// process, after kEagerStepsBeforeGraph eager steps (every lazily built buffer exists then), and
+// only for updates whose every micro-batch has a valid target (the eager step skips the others'
+// work, a graph cannot; such an update runs eagerly). A new batch shape drops the graph
+// (stage_inputs), and the next update captures one for it.
+bool Trainer::graph_ready(const std::vector<TrainBatch>& micro) const {
+  if (!options_.cuda_graph || model_.device() != Device::CUDA || options_.comm) return false;
+  if (steps_run_ < kEagerStepsBeforeGraph) return false;
+  for (const TrainBatch& b : micro)
+    if (b.valid == 0) return false;
+  return true;
+}
+
+// Captures the step on the first call (nothing runs during a capture), then replays it. A capture
+// that fails (an op reads the device from the host, blocks, or uploads inside the step) stops the
+// run naming the call; it never trains on a partly captured step.
+void Trainer::replay_step() {
+#ifdef HLA_CUDA
+  if (!captured_) {
+    auto captured = std::make_unique<CapturedStep>();
+    captured->graph.begin_capture();
+    try {
+      device_step(std::vector<int64_t>(size_t(batch_.size(1)), 1));  // graph_ready: every micro-batch has targets
+    } catch (const std::exception& e) {
+      captured->graph.abandon_capture();
+      fail("training step ", step_ + 1, ": capturing the step in a CUDA graph failed in ", step_phase, ": ", e.what(),
+           " (--train.cuda_graph false trains without the graph)");
+    }
+    captured->graph.end_capture();
+    captured_ = std::move(captured);
+  }
+  captured_->graph.replay();
+#else
+  fail("training step ", step_ + 1, ": --train.cuda_graph needs a CUDA build of hla");
+#endif
 }
 
 // This rank's share of the update, its gradients summed over the ranks (bucket by bucket while
@@ -385,6 +532,7 @@ void Trainer::resume(const std::string& dir) {
   warn_changed_settings(state.value("settings", nlohmann::json()));
   resumed_from_ = dir;
   resumed_at_ = step_;
+  captured_.reset();  // a graph captured before would replay into the tensors the checkpoint replaced
 }
 
 // One line per setting that differs from the checkpoint's (settings are {section: {key: value}}).
@@ -531,6 +679,7 @@ TrainerOptions trainer_options(const RunConfig& config, const ModelConfig& model
   options.flops_per_token = model_flops_per_token(model_config, num_parameters, config.data.seq_len);
   options.bucket_mb = config.train.bucket_mb;
   options.zero = config.train.zero == 1;
+  options.cuda_graph = config.train.cuda_graph;
   return options;
 }
 

@@ -15,6 +15,16 @@
 // non-finite gradient); its gradients and those of every later step are zeroed, so the
 // optimizer never applies a NaN or Inf, and the next read stops the run naming that step.
 //
+// CUDA graph (options.cuda_graph, on the GPU in one process): after kEagerStepsBeforeGraph eager
+// steps the whole update (forward and backward of every micro-batch, clipping, the optimizer,
+// zero_grad) is captured once and replayed at every later update. What changes between updates
+// comes from device memory, uploaded before each replay: the batches (one (2, grad_accum, B, T)
+// tensor), the update's number and micro-batch weights (step_inputs_), and the optimizer's lr and
+// bias corrections (Optimizer::stage); the step's loss and norm land in a fixed record, copied to
+// the window's slot after the replay. An update with a micro-batch without targets runs eagerly; a
+// new batch shape drops the graph and captures another. A capture that meets a host read or a
+// blocking copy fails naming it (cuda/graph.h).
+//
 // Data parallel (options.comm, one rank per GPU or per test thread): each rank trains on its
 // share of every update's sequences (train/data_parallel.h), its gradients are summed over the
 // ranks in buckets while the last backward runs (dist/grad_buckets.h), the loss record too, and
@@ -63,6 +73,7 @@ struct TrainerOptions {
   dist::Communicator* comm = nullptr;  // data parallel over its ranks; null: this process alone
   double bucket_mb = 25;               // with comm: gradient bucket size (MB)
   bool zero = false;                   // with comm: ZeRO-1, the optimizer state sharded (train/zero.h)
+  bool cuda_graph = true;              // on the GPU without comm: capture the step, replay it (above)
 };
 
 struct StepMetrics {
@@ -107,6 +118,10 @@ class Trainer {
  public:
   Trainer(TrainerOptions options, TrainableModel& model, BatchSource& train, BatchSource* val,
           std::ostream& out);
+  ~Trainer();
+  // Eager steps before the step is captured in a CUDA graph (the first builds the gradients, the
+  // grad-norm table and every lazily made buffer; the second runs on them as every later one does).
+  static constexpr int64_t kEagerStepsBeforeGraph = 2;
 
   // One update, read back at once (queue_step then read_steps): stops at an update whose loss
   // or gradient norm is NaN or Inf, naming the first parameter or gradient that holds one.
@@ -141,6 +156,10 @@ class Trainer {
   bool reads_now() const;
   bool writes() const { return !options_.comm || options_.comm->rank() == 0; }  // rank 0 prints and writes
   void reduced_gradients(const std::vector<TrainBatch>& update, int64_t slot);
+  void stage_inputs(const std::vector<TrainBatch>& micro);
+  void device_step(const std::vector<int64_t>& valid);
+  bool graph_ready(const std::vector<TrainBatch>& micro) const;
+  void replay_step();
   nlohmann::json data_parallel_json() const;
 
   struct QueuedStep {
@@ -168,6 +187,14 @@ class Trainer {
   int64_t window_ = 1;
   Tensor step_state_;  // (kStepStatusSize + window_ * kStepRecordSize) F64 on the model's device
   Tensor status_, records_;  // views of step_state_: (kStepStatusSize), (window_, kStepRecordSize)
+  // The update's inputs and record at fixed addresses (a captured graph reads and writes them):
+  Tensor batch_;        // (2, grad_accum, B, T) I32: ids of every micro-batch, then targets
+  Tensor step_inputs_;  // (1 + grad_accum) F64: the update's number, then each micro-batch's loss weight
+  Tensor step_number_;  // (1) view of step_inputs_
+  Tensor step_record_;  // (1, kStepRecordSize) F64: the update's loss and grad norm
+  struct CapturedStep;
+  std::unique_ptr<CapturedStep> captured_;
+  int64_t steps_run_ = 0;  // updates this trainer ran in one process (the graph's warm-up counts them)
   std::vector<QueuedStep> queued_;
   std::chrono::steady_clock::time_point window_start_;
   Throughput throughput_;

@@ -41,19 +41,19 @@ void multi_scale(const TensorTable& xs, const double* factor) {
   }
 }
 
-void accumulate_loss(double* record, const void* loss, DType dtype, double weight) {
+void accumulate_loss(double* record, const void* loss, DType dtype, const double* weight) {
   double l = dispatch_float(dtype, "accumulate_loss", [&](auto tag) {
     using T = decltype(tag);
     return static_cast<double>(*static_cast<const T*>(loss));
   });
-  record[0] += weight * l;
+  record[0] += *weight * l;
 }
 
-void finish_step(double* record, double* status, const double* sums, int64_t n, double max_norm, int64_t step) {
+void finish_step(double* record, double* status, const double* sums, int64_t n, double max_norm, const double* step) {
   const double norm = std::sqrt(sums[n]);
   record[1] = norm;
   if (status[0] == 0 && !(std::isfinite(record[0]) && std::isfinite(norm))) {
-    status[0] = static_cast<double>(step);
+    status[0] = *step;
     status[1] = -1;
     for (int64_t i = 0; i < n; i++)
       if (!std::isfinite(sums[i])) {
@@ -104,27 +104,29 @@ void multi_scale_(const std::vector<Tensor>& xs, const Tensor& factor) {
   else cpu::multi_scale(table, factor.data<double>());
 }
 
-void accumulate_loss(Tensor& records, int64_t slot, const Tensor& loss, double weight) {
+void accumulate_loss(Tensor& records, int64_t slot, const Tensor& loss, const Tensor& weight) {
   HLA_CHECK(slot >= 0 && records.dim() == 2 && slot < records.size(0) && records.size(1) == kStepRecordSize,
             "accumulate_loss: slot ", slot, " is not a row of records ", records.str());
   check_f64(records, kStepRecordSize, loss.device(), "accumulate_loss", "records");
   HLA_CHECK(loss.numel() == 1, "accumulate_loss: the loss must be one value, got ", loss.str());
+  check_f64(weight, 1, loss.device(), "accumulate_loss", "weight");
   double* record = records.data<double>() + slot * kStepRecordSize;
-  if (loss.is_cuda()) HLA_CUDA_ONLY(cuda::accumulate_loss(record, loss.raw(), loss.dtype(), weight));
-  else cpu::accumulate_loss(record, loss.raw(), loss.dtype(), weight);
+  if (loss.is_cuda()) HLA_CUDA_ONLY(cuda::accumulate_loss(record, loss.raw(), loss.dtype(), weight.data<double>()));
+  else cpu::accumulate_loss(record, loss.raw(), loss.dtype(), weight.data<double>());
 }
 
-void finish_step(Tensor& records, int64_t slot, Tensor& status, const Tensor& sums, double max_norm, int64_t step) {
+void finish_step(Tensor& records, int64_t slot, Tensor& status, const Tensor& sums, double max_norm, const Tensor& step) {
   HLA_CHECK(slot >= 0 && records.dim() == 2 && slot < records.size(0) && records.size(1) == kStepRecordSize,
             "finish_step: slot ", slot, " is not a row of records ", records.str());
   const Device device = records.device();
   check_f64(status, kStepStatusSize, device, "finish_step", "status");
   check_f64(sums, 1, device, "finish_step", "sums");
+  check_f64(step, 1, device, "finish_step", "step");
   double* record = records.data<double>() + slot * kStepRecordSize;
   const int64_t n = sums.numel() - 1;
   if (device == Device::CUDA)
-    HLA_CUDA_ONLY(cuda::finish_step(record, status.data<double>(), sums.data<double>(), n, max_norm, step));
-  else cpu::finish_step(record, status.data<double>(), sums.data<double>(), n, max_norm, step);
+    HLA_CUDA_ONLY(cuda::finish_step(record, status.data<double>(), sums.data<double>(), n, max_norm, step.data<double>()));
+  else cpu::finish_step(record, status.data<double>(), sums.data<double>(), n, max_norm, step.data<double>());
 }
 
 }  // namespace hla

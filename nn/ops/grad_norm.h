@@ -20,15 +20,17 @@ namespace hla {
 Tensor multi_sq_norm(const std::vector<Tensor>& xs, Device device);
 // factor: (1) F64 on the device of xs (the status's clip factor, see step_status_factor).
 void multi_scale_(const std::vector<Tensor>& xs, const Tensor& factor);
-// records: (W, kStepRecordSize) F64; records[slot][0] += weight * loss (loss: one float value).
-void accumulate_loss(Tensor& records, int64_t slot, const Tensor& loss, double weight);
-// records: (W, kStepRecordSize), status: (kStepStatusSize) F64; sums from multi_sq_norm.
-void finish_step(Tensor& records, int64_t slot, Tensor& status, const Tensor& sums, double max_norm, int64_t step);
+// records: (W, kStepRecordSize) F64; records[slot][0] += weight * loss (loss: one float value;
+// weight: one F64 value on the loss's device, so a captured CUDA graph reads each step's weight).
+void accumulate_loss(Tensor& records, int64_t slot, const Tensor& loss, const Tensor& weight);
+// records: (W, kStepRecordSize), status: (kStepStatusSize) F64; sums from multi_sq_norm; step: the
+// update's number, one F64 value on the records' device.
+void finish_step(Tensor& records, int64_t slot, Tensor& status, const Tensor& sums, double max_norm, const Tensor& step);
 
 namespace cpu {
 void multi_sq_norm(double* sums, const TensorTable& xs);
 void multi_scale(const TensorTable& xs, const double* factor);
-void accumulate_loss(double* record, const void* loss, DType dtype, double weight);
-void finish_step(double* record, double* status, const double* sums, int64_t n, double max_norm, int64_t step);
+void accumulate_loss(double* record, const void* loss, DType dtype, const double* weight);
+void finish_step(double* record, double* status, const double* sums, int64_t n, double max_norm, const double* step);
 }  // namespace cpu
 }  // namespace hla
