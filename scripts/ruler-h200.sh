@@ -5,8 +5,12 @@
 # samples of a task decoded as one batch (`hla bench ruler`, eval/ruler_bench.h). The weights are
 # random: the time does not depend on them, and a random model never stops early, so every
 # sequence runs its whole generation budget (the worst case). The essay haystack is the
-# repository's own Markdown (any English text times the same). Tokenizer: byte (token budgets
-# x 4, as hla eval does for byte-level models) unless TOKENIZER=path/tokenizer.json.
+# repository's own Markdown (any English text times the same). Tokenizer: byte unless
+# TOKENIZER=path/tokenizer.json. Length 4096 is in model tokens (TOKEN_SCALE=1): a byte-level
+# prompt of 4096 tokens costs what a BPE prompt of 4096 tokens costs (the 340M shape keeps its
+# 32000-row head). hla eval scales RULER's budgets x 4 for byte models, so that the prompt holds
+# as much text as a BPE prompt; TOKEN_SCALE=4 times that (16k-token prompts: about 16x the
+# attention work of the prefill).
 # Prints the per-task table (seconds in samples, prefill, steps, other) and the total against the
 # 2-minute target; logs go to $OUT when set (else build-gpu/logs). Extra arguments go to
 # `hla bench ruler` (e.g. --samples 10 for a quick look). Extra cmake flags: CMAKE_FLAGS="...".
@@ -37,7 +41,7 @@ tokenizer=(--tokenizer "${TOKENIZER:-byte}")
 
 echo "ruler-h200: hla bench ruler (log: $LOGS/ruler-bench.log)"
 if ! "$BUILD/hla" bench ruler --mixer "${MIXER:-gated_deltanet}" --shape 340m --hybrid 3:1 --length 4096 \
-     --samples 100 --batch-size 100 --device cuda --dtype bf16 --haystack "$haystack" "${tokenizer[@]}" "$@" \
+     --samples 100 --batch-size 100 --device cuda --dtype bf16 --haystack "$haystack" "${tokenizer[@]}" --token-scale "${TOKEN_SCALE:-1}" "$@" \
      >"$LOGS/ruler-bench.txt" 2>"$LOGS/ruler-bench.log"; then
   tail -n 20 "$LOGS/ruler-bench.log"
   echo "ruler-h200: BENCH FAILED"
