@@ -305,7 +305,7 @@ TEST_CASE("delta_rule: a sequence split in two, with the final state carried, eq
   }
 }
 
-TEST_CASE("delta_rule: the CPU result is bit for bit the same for 1, 2 and 3 threads") {
+TEST_CASE("delta_rule: the CPU result is bit for bit the same for 1 to 3 threads") {
   // parallel_for splits (batch, head) tasks; B * H = 4 does not divide by 3 (ranges of 1 and 2).
   Dims d;
   d.T = 40;
