@@ -14,6 +14,7 @@
 #include "autograd/var.h"
 #include "nn/check/registry.h"
 #include "nn/ops/delta_rule.h"
+#include "nn/ops/parallel.h"
 #include "nn/ops/solve_tril.h"
 #include "tensor/math.h"
 
@@ -302,6 +303,34 @@ TEST_CASE("delta_rule: a sequence split in two, with the final state carried, eq
       CHECK(rel_err(second.outs[2], slice_time(whole.outs[2], split, d.T)) <= 1e-12);
     }
   }
+}
+
+TEST_CASE("delta_rule: the CPU result is bit for bit the same for 1 to 3 threads") {
+  // parallel_for splits (batch, head) tasks; B * H = 4 does not divide by 3 (ranges of 1 and 2).
+  Dims d;
+  d.T = 40;
+  const int threads_before = cpu_threads();
+  for (const Variant& var : kAllVariants)
+    for (int64_t chunk : {0, 16}) {
+      Inputs x = make_inputs(var, d, 750);
+      std::vector<Result> runs;
+      for (int threads : {1, 2, 3}) {
+        set_cpu_threads(threads);
+        runs.push_back(run(x, chunk, DType::F32));
+      }
+      for (size_t r = 1; r < runs.size(); r++) {
+        for (size_t i = 0; i < runs[0].outs.size(); i++) {
+          INFO(var.name, " chunk ", chunk, " run ", r, " ", kOutNames[i]);
+          CHECK(max_abs(sub(runs[r].outs[i], runs[0].outs[i])) == 0.0);
+        }
+        for (size_t i = 0; i < runs[0].grads.size(); i++) {
+          if (!runs[0].grads[i].defined()) continue;
+          INFO(var.name, " chunk ", chunk, " run ", r, " ", kGradNames[i]);
+          CHECK(max_abs(sub(runs[r].grads[i], runs[0].grads[i])) == 0.0);
+        }
+      }
+    }
+  set_cpu_threads(threads_before);
 }
 
 TEST_CASE("delta_rule: bad inputs name the field and the shape") {
