@@ -10,23 +10,17 @@
 //   O = O e^(m - m') + P V;  at the end O /= l and lse = m + log l.
 // Backward (P rebuilt from lse, Delta = rowsum(dO * O) = rowsum(P * dP)):
 //   dV = P^T dO;  dP = dO V^T;  dS = P (dP - Delta);  dQ = scale dS K;  dK = scale dS^T Q.
-// Delta comes from its own small kernel. The rest runs as two kernels so that nothing is
-// accumulated with atomics (results are deterministic, bit for bit): one per block of keys
-// computes dK and dV in registers (loops over the query tiles of every query head of its kv
-// head, FlashAttention-2's structure), one per block of queries computes dQ (loops over keys;
-// it recomputes P and dP, two extra products of the seven, the price of determinism). Both work
-// in the transposed frame where needed so that each product is "registers x shared memory",
-// the same shape as the forward's.
+// It runs as two kernels so that nothing is accumulated with atomics (results are
+// deterministic): one per block of keys computes dK and dV (loops over queries of every query
+// head of its kv head), one per block of queries computes dQ (loops over keys). Both work in
+// the transposed frame where needed so that each product is "registers x shared memory", the
+// same shape as the forward's.
 //
 // Two implementations:
-//   mma: bf16 tensor cores (mma.sync m16n8k16, fp32 accumulation), D = Dv in {64, 128}. Blocks
-//        of 128 rows: the forward runs 4 warps of 32 rows, the backward 8 warps of 16 (sizes
-//        below). Tiles are double-buffered with cp.async (the next tile loads while this one
-//        is computed), read into fragments with ldmatrix (.trans for the right operand of
-//        P V, dS K, P^T dO, dS^T Q); P and dS go from accumulators straight into the next
-//        product's A operand (see cuda/mma.cuh). Steps no row of a warp can see are skipped.
-//        Softmax runs in base 2 with the scale folded in: exp(x) = exp2(x log2 e); the
-//        forward rescales O only on steps where some row's running max moved.
+//   mma: bf16 tensor cores (mma.sync m16n8k16, fp32 accumulation), D = Dv in {64, 128}. Each
+//        warp owns 16 rows; K/V (or Q/dO) tiles are double-buffered with cp.async; P and dS go
+//        from accumulators straight into the next product's A operand (see cuda/mma.cuh).
+//        Softmax runs in base 2 with the scale folded in: exp(x) = exp2(x log2 e).
 //   fma: plain fp32 arithmetic, any D, Dv <= 256, F32 or BF16 storage: one warp per row, keys
 //        (or queries) in shared-memory tiles of 32, one per lane. The readable version, and the
 //        fp32 path.
@@ -44,20 +38,6 @@ constexpr float kLog2e = 1.4426950408889634f;
 
 __device__ __forceinline__ bool visible(int t, int s, int window) { return s <= t && (window == 0 || t - s < window); }
 
-// 4-byte global -> shared copy in the current cp.async group (cuda/mma.cuh has the 16-byte one).
-__device__ __forceinline__ void cp_async_4(void* smem, const void* gmem) {
-  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(addr), "l"(gmem));
-}
-
-// 2^x on the special-function unit with subnormal results flushed to zero (exp2f wraps the
-// same instruction in a subnormal fix-up); 2^-inf = 0.
-__device__ __forceinline__ float exp2_ftz(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
 // Allows a kernel more than 48 KB of dynamic shared memory (once per kernel).
 template <class Kernel>
 void allow_smem(Kernel kernel, size_t bytes) {
@@ -66,79 +46,66 @@ void allow_smem(Kernel kernel, size_t bytes) {
 }
 
 // ------------------------------------------------------------------------------------------
-// mma path. A warp owns SLABS slabs of 16 rows; inside a slab, a thread's rows are lane / 4
-// and lane / 4 + 8 (the accumulator layout of cuda/mma.cuh).
-//   forward: 4 warps x 2 slabs = 128 queries per block, keys in steps of step_rows(D). Two
-//            slabs per warp let every K / V fragment read from shared memory feed two products.
-//   backward: 8 warps x 1 slab = 128 rows per block (queries for dQ, keys for dK / dV), the
-//            other side in steps of step_rows(D) (two slabs would not fit dK and dV in
-//            registers).
-// A warp skips a step whose tile none of its rows can see (causal or window); the block still
-// loads it for the others.
+// mma path. Tiles: 4 warps x 16 rows. Per-thread rows inside a warp's 16: lane / 4 and +8.
 
-constexpr int kFwdSlabs = 2, kFwdThreads = 128, kFwdRows = kFwdThreads / 32 * 16 * kFwdSlabs;
-constexpr int kBwdThreads = 256, kBwdRows = kBwdThreads / 32 * 16;
-// Keys per step of the forward and dQ kernels, queries per step of the dK / dV kernel: 128 at
-// D = 64, so that each step's fixed costs (barrier, masks, row max, rescale) cover as many
-// products as at D = 128; 64 at D = 128 (registers run out). FlashAttention-2's tiles.
-constexpr int step_rows(int D) { return D == 64 ? 128 : 64; }
+constexpr int kMmaThreads = 128;
+constexpr int kMmaRows = 64;      // rows (queries, or keys for dK/dV) per block
+constexpr int kMmaCols = 64;      // keys per step of the forward and dQ kernels
+constexpr int kMmaQueries = 32;   // queries per step of the dK/dV kernel
 
-template <int SLABS, int NT> using Frags = float[SLABS][NT][4];  // SLABS x (16 x 8 NT) accumulators
-
-// S (per warp SLABS x 16 x 8 NT) += A . B^T: A is rows a_row0 + 16 i .. of the (rows x W) tile sA,
-// B the (8 NT x W) tile sB. Each B fragment feeds SLABS products.
-template <int W, int SLABS, int NT>
-__device__ __forceinline__ void mma_abt(Frags<SLABS, NT>& s, const bf16* sA, int a_row0, const bf16* sB) {
-  const int lane = threadIdx.x % 32;
+// S (16 x 8*NT per warp) += A (16 x W, rows warp*16.. of sA) . B^T where B is the (8*NT x W) tile sB.
+template <int W, int NT>
+__device__ __forceinline__ void mma_abt(float (&s)[NT][4], const bf16* sA, const bf16* sB) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 #pragma unroll
   for (int kk = 0; kk < W / 16; kk++) {
-    uint32_t a[SLABS][4];
-#pragma unroll
-    for (int i = 0; i < SLABS; i++)
-      ldmatrix_x4(a[i], sA + swizzle<W>(a_row0 + 16 * i + lane % 16, kk * 16 + (lane / 16) * 8));
+    uint32_t a[4];
+    ldmatrix_x4(a, sA + swizzle<W>(warp * 16 + lane % 16, kk * 16 + (lane / 16) * 8));
 #pragma unroll
     for (int np = 0; np < NT / 2; np++) {
       uint32_t b[4];
       ldmatrix_x4(b, sB + swizzle<W>(np * 16 + lane % 8 + (lane / 16) * 8, kk * 16 + ((lane / 8) % 2) * 8));
-#pragma unroll
-      for (int i = 0; i < SLABS; i++) {
-        mma_bf16_16816(s[i][2 * np], a[i], b[0], b[1]);
-        mma_bf16_16816(s[i][2 * np + 1], a[i], b[2], b[3]);
-      }
+      mma_bf16_16816(s[2 * np], a, b[0], b[1]);
+      mma_bf16_16816(s[2 * np + 1], a, b[2], b[3]);
     }
   }
 }
 
-// acc (per warp SLABS x 16 x W) += P (SLABS x 16 x 8 NT, accumulator layout, rounded to bf16) . B
-// where B is the (8 NT x W) tile sB, read transposed by ldmatrix.trans.
-template <int W, int SLABS, int NT>
-__device__ __forceinline__ void mma_pb(Frags<SLABS, W / 8>& acc, const Frags<SLABS, NT>& p, const bf16* sB) {
+// Same with A already in registers (the Q fragments of the forward).
+template <int W, int NT>
+__device__ __forceinline__ void mma_abt_reg(float (&s)[NT][4], const uint32_t (&a)[W / 16][4], const bf16* sB) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int kk = 0; kk < W / 16; kk++)
+#pragma unroll
+    for (int np = 0; np < NT / 2; np++) {
+      uint32_t b[4];
+      ldmatrix_x4(b, sB + swizzle<W>(np * 16 + lane % 8 + (lane / 16) * 8, kk * 16 + ((lane / 8) % 2) * 8));
+      mma_bf16_16816(s[2 * np], a[kk], b[0], b[1]);
+      mma_bf16_16816(s[2 * np + 1], a[kk], b[2], b[3]);
+    }
+}
+
+// acc (16 x W) += P (16 x 8*NT, accumulator layout, rounded to bf16) . B where B is the
+// (8*NT x W) tile sB.
+template <int W, int NT>
+__device__ __forceinline__ void mma_pb(float (&acc)[W / 8][4], const float (&p)[NT][4], const bf16* sB) {
   const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int j = 0; j < NT / 2; j++) {
-    uint32_t a[SLABS][4];
-#pragma unroll
-    for (int i = 0; i < SLABS; i++) {
-      a[i][0] = pack_bf16(p[i][2 * j][0], p[i][2 * j][1]);
-      a[i][1] = pack_bf16(p[i][2 * j][2], p[i][2 * j][3]);
-      a[i][2] = pack_bf16(p[i][2 * j + 1][0], p[i][2 * j + 1][1]);
-      a[i][3] = pack_bf16(p[i][2 * j + 1][2], p[i][2 * j + 1][3]);
-    }
+    const uint32_t a[4] = {pack_bf16(p[2 * j][0], p[2 * j][1]), pack_bf16(p[2 * j][2], p[2 * j][3]),
+                           pack_bf16(p[2 * j + 1][0], p[2 * j + 1][1]), pack_bf16(p[2 * j + 1][2], p[2 * j + 1][3])};
 #pragma unroll
     for (int dp = 0; dp < W / 16; dp++) {
       uint32_t b[4];
       ldmatrix_x4_trans(b, sB + swizzle<W>(j * 16 + lane % 8 + ((lane / 8) % 2) * 8, dp * 16 + (lane / 16) * 8));
-#pragma unroll
-      for (int i = 0; i < SLABS; i++) {
-        mma_bf16_16816(acc[i][2 * dp], a[i], b[0], b[1]);
-        mma_bf16_16816(acc[i][2 * dp + 1], a[i], b[2], b[3]);
-      }
+      mma_bf16_16816(acc[2 * dp], a, b[0], b[1]);
+      mma_bf16_16816(acc[2 * dp + 1], a, b[2], b[3]);
     }
   }
 }
 
-// Writes one slab (16 rows x W) of acc * mul as bf16: this thread's two rows go to out + offset0
-// and out + offset1.
+// Writes 16 rows x W of acc * mul as bf16; row r of this thread goes to out + row_offset(r).
 template <int W>
 __device__ __forceinline__ void store_rows(bf16* out, const float (&acc)[W / 8][4], int64_t offset0, int64_t offset1,
                                            bool valid0, bool valid1, float mul0, float mul1) {
@@ -151,149 +118,126 @@ __device__ __forceinline__ void store_rows(bf16* out, const float (&acc)[W / 8][
   }
 }
 
-// Whether queries [t0, t0 + queries) can see none of keys [s0, s0 + keys): every query comes
-// before every key, or every query lies past every key's window.
-__device__ __forceinline__ bool tile_invisible(int t0, int queries, int s0, int keys, int window) {
-  return s0 > t0 + queries - 1 || (window > 0 && t0 - (s0 + keys - 1) >= window);
-}
-// Whether some (query, key) pair of the same tile is invisible (the tile needs its mask).
-__device__ __forceinline__ bool tile_partial(int t0, int queries, int s0, int keys, int window) {
-  return s0 + keys - 1 > t0 || (window > 0 && t0 + queries - 1 - s0 >= window);
-}
-
 // o: (B, T, H, D), lse: (B, H, T). Grid (query blocks, H, B), the longest (last) blocks first.
 template <int D>
-__global__ void __launch_bounds__(kFwdThreads) attention_forward_mma(bf16* o, float* lse, const bf16* q, const bf16* k,
+__global__ void __launch_bounds__(kMmaThreads) attention_forward_mma(bf16* o, float* lse, const bf16* q, const bf16* k,
                                                                      const bf16* v, int T, int H, int Hkv,
                                                                      float scale_log2, int window) {
-  constexpr int S = kFwdSlabs, KS = step_rows(D), NT = KS / 8;
   extern __shared__ __align__(16) unsigned char smem[];
-  bf16* sQ = reinterpret_cast<bf16*>(smem);  // sQ: (128, D)
-  bf16* sK = sQ + kFwdRows * D;              // sK: 2 x (KS, D)
-  bf16* sV = sK + 2 * KS * D;                // sV: 2 x (KS, D)
+  bf16* sQ = reinterpret_cast<bf16*>(smem);  // sQ: (64, D)
+  bf16* sK = sQ + kMmaRows * D;              // sK: 2 x (64, D)
+  bf16* sV = sK + 2 * kMmaCols * D;          // sV: 2 x (64, D)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int q0 = (gridDim.x - 1 - blockIdx.x) * kFwdRows, h = blockIdx.y, b = blockIdx.z, hk = h / (H / Hkv);
-  const int warp_row0 = warp * 16 * S, w0 = q0 + warp_row0;  // this warp's first row, in the tile and in T
+  const int q0 = (gridDim.x - 1 - blockIdx.x) * kMmaRows, h = blockIdx.y, b = blockIdx.z, hk = h / (H / Hkv);
   const int64_t q_stride = int64_t(H) * D, kv_stride = int64_t(Hkv) * D;
   const bf16* qh = q + int64_t(b) * T * q_stride + int64_t(h) * D;  // row t at qh + t * q_stride
   const bf16* kh = k + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const bf16* vh = v + int64_t(b) * T * kv_stride + int64_t(hk) * D;
-  const int kb_first = window > 0 ? max(0, q0 - window + 1) / KS : 0;
-  const int kb_last = min(T - 1, q0 + kFwdRows - 1) / KS;
-  int t_row[S][2];
-#pragma unroll
-  for (int i = 0; i < S; i++) t_row[i][0] = w0 + 16 * i + lane / 4, t_row[i][1] = t_row[i][0] + 8;
+  const int kb_first = window > 0 ? max(0, q0 - window + 1) / kMmaCols : 0;
+  const int kb_last = min(T - 1, q0 + kMmaRows - 1) / kMmaCols;
+  const int t_row[2] = {q0 + warp * 16 + lane / 4, q0 + warp * 16 + lane / 4 + 8};
 
-  load_tile_async<kFwdRows, D, kFwdThreads>(sQ, qh, q_stride, q0, T);
-  load_tile_async<KS, D, kFwdThreads>(sK, kh, kv_stride, kb_first * KS, T);
-  load_tile_async<KS, D, kFwdThreads>(sV, vh, kv_stride, kb_first * KS, T);
+  load_tile_async<kMmaRows, D, kMmaThreads>(sQ, qh, q_stride, q0, T);
+  load_tile_async<kMmaCols, D, kMmaThreads>(sK, kh, kv_stride, kb_first * kMmaCols, T);
+  load_tile_async<kMmaCols, D, kMmaThreads>(sV, vh, kv_stride, kb_first * kMmaCols, T);
   cp_async_commit();
 
-  Frags<S, D / 8> acc = {};  // acc: S x (16, D) unnormalised O
-  float m[S][2], l[S][2];    // running max (log2 units) and sum of each row
-#pragma unroll
-  for (int i = 0; i < S; i++) m[i][0] = m[i][1] = -INFINITY, l[i][0] = l[i][1] = 0;
+  uint32_t qf[D / 16][4];   // this warp's 16 query rows as A fragments
+  float acc[D / 8][4] = {};  // acc: (16, D) unnormalised O
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};  // running max (log2 units) and sum
   for (int kb = kb_first; kb <= kb_last; kb++) {
-    const int buf = (kb - kb_first) & 1, k0 = kb * KS;
+    const int buf = (kb - kb_first) & 1, k0 = kb * kMmaCols;
     cp_async_wait_all();
     __syncthreads();  // tile kb landed; every warp is done with tile kb - 1
+    if (kb == kb_first)
+#pragma unroll
+      for (int kk = 0; kk < D / 16; kk++)
+        ldmatrix_x4(qf[kk], sQ + swizzle<D>(warp * 16 + lane % 16, kk * 16 + (lane / 16) * 8));
     if (kb < kb_last) {
-      load_tile_async<KS, D, kFwdThreads>(sK + (buf ^ 1) * KS * D, kh, kv_stride, k0 + KS, T);
-      load_tile_async<KS, D, kFwdThreads>(sV + (buf ^ 1) * KS * D, vh, kv_stride, k0 + KS, T);
+      load_tile_async<kMmaCols, D, kMmaThreads>(sK + (buf ^ 1) * kMmaCols * D, kh, kv_stride, k0 + kMmaCols, T);
+      load_tile_async<kMmaCols, D, kMmaThreads>(sV + (buf ^ 1) * kMmaCols * D, vh, kv_stride, k0 + kMmaCols, T);
     }
     cp_async_commit();
-    if (tile_invisible(w0, 16 * S, k0, KS, window)) continue;
 
     // pass 1: S = Q K^T (unscaled), invisible keys -> -inf
-    Frags<S, NT> s = {};
-    mma_abt<D, S, NT>(s, sQ, warp_row0, sK + buf * KS * D);
-    if (tile_partial(w0, 16 * S, k0, KS, window))
+    float s[kMmaCols / 8][4] = {};
+    mma_abt_reg<D, kMmaCols / 8>(s, qf, sK + buf * kMmaCols * D);
+    const bool needs_mask = k0 + kMmaCols - 1 > q0 || (window > 0 && q0 + kMmaRows - 1 - k0 >= window);
+    if (needs_mask)
 #pragma unroll
-      for (int i = 0; i < S; i++)
+      for (int nt = 0; nt < kMmaCols / 8; nt++)
 #pragma unroll
-        for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-          for (int e = 0; e < 4; e++)
-            if (!visible(t_row[i][e / 2], k0 + nt * 8 + (lane % 4) * 2 + e % 2, window)) s[i][nt][e] = -INFINITY;
+        for (int e = 0; e < 4; e++)
+          if (!visible(t_row[e / 2], k0 + nt * 8 + (lane % 4) * 2 + e % 2, window)) s[nt][e] = -INFINITY;
 
-    // pass 2: online softmax, each row's max and sum spread over the 4 lanes of a quad; O is
-    // rescaled only when some row of the slab has a new max (exact: otherwise alpha = 1)
+    // pass 2: online softmax, each row's max and sum spread over the 4 lanes of a quad
 #pragma unroll
-    for (int i = 0; i < S; i++) {
-      float alpha[2];  // e^(m - m') of this thread's two rows
+    for (int r = 0; r < 2; r++) {
+      float mx = -INFINITY;
 #pragma unroll
-      for (int r = 0; r < 2; r++) {
-        float mx = -INFINITY;
+      for (int nt = 0; nt < kMmaCols / 8; nt++) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m[r], mx * scale_log2);
+      const float base = m_new == -INFINITY ? 0.0f : m_new;  // a row with no visible key yet
+      const float alpha = exp2f(m[r] - base);                 // e^(m - m')
+      m[r] = m_new;
+      float row_sum = 0;
 #pragma unroll
-        for (int nt = 0; nt < NT; nt++) mx = fmaxf(mx, fmaxf(s[i][nt][2 * r], s[i][nt][2 * r + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(m[i][r], mx * scale_log2);
-        const float base = m_new == -INFINITY ? 0.0f : m_new;  // a row with no visible key yet
-        alpha[r] = m_new == m[i][r] ? 1.0f : exp2_ftz(m[i][r] - base);
-        m[i][r] = m_new;
-        float row_sum = 0;
+      for (int nt = 0; nt < kMmaCols / 8; nt++)
 #pragma unroll
-        for (int nt = 0; nt < NT; nt++)
+        for (int e = 2 * r; e < 2 * r + 2; e++) {
+          s[nt][e] = exp2f(fmaf(s[nt][e], scale_log2, -base));  // P = exp(scale S - m')
+          row_sum += s[nt][e];
+        }
+      l[r] = l[r] * alpha + row_sum;
 #pragma unroll
-          for (int e = 2 * r; e < 2 * r + 2; e++) {
-            s[i][nt][e] = exp2_ftz(fmaf(s[i][nt][e], scale_log2, -base));  // P = exp(scale S - m')
-            row_sum += s[i][nt][e];
-          }
-        l[i][r] = l[i][r] * alpha[r] + row_sum;
+      for (int dt = 0; dt < D / 8; dt++) {
+        acc[dt][2 * r] *= alpha;
+        acc[dt][2 * r + 1] *= alpha;
       }
-      if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f))
-#pragma unroll
-        for (int dt = 0; dt < D / 8; dt++)
-#pragma unroll
-          for (int e = 0; e < 4; e++) acc[i][dt][e] *= alpha[e / 2];
     }
     // pass 3: O += P V
-    mma_pb<D, S, NT>(acc, s, sV + buf * KS * D);
+    mma_pb<D, kMmaCols / 8>(acc, s, sV + buf * kMmaCols * D);
   }
 
   // epilogue: O /= l, lse = (m + log2 l) ln 2
 #pragma unroll
-  for (int i = 0; i < S; i++) {
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-      l[i][r] += __shfl_xor_sync(0xffffffffu, l[i][r], 1);
-      l[i][r] += __shfl_xor_sync(0xffffffffu, l[i][r], 2);
-    }
-    const int64_t o_row0 = (int64_t(b) * T + t_row[i][0]) * q_stride + int64_t(h) * D;
-    const int64_t o_row1 = (int64_t(b) * T + t_row[i][1]) * q_stride + int64_t(h) * D;
-    store_rows<D>(o, acc[i], o_row0, o_row1, t_row[i][0] < T, t_row[i][1] < T, 1.0f / l[i][0], 1.0f / l[i][1]);
-    if (lane % 4 == 0)
-#pragma unroll
-      for (int r = 0; r < 2; r++)
-        if (t_row[i][r] < T) lse[(int64_t(b) * H + h) * T + t_row[i][r]] = (m[i][r] + log2f(l[i][r])) / kLog2e;
+  for (int r = 0; r < 2; r++) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
   }
+  const int64_t o_row0 = (int64_t(b) * T + t_row[0]) * H * D + int64_t(h) * D;
+  const int64_t o_row1 = (int64_t(b) * T + t_row[1]) * H * D + int64_t(h) * D;
+  store_rows<D>(o, acc, o_row0, o_row1, t_row[0] < T, t_row[1] < T, 1.0f / l[0], 1.0f / l[1]);
+  if (lane % 4 == 0)
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+      if (t_row[r] < T) lse[(int64_t(b) * H + h) * T + t_row[r]] = (m[r] + log2f(l[r])) / kLog2e;
 }
 
 // dq: (B, T, H, D). Grid (query blocks, H, B), longest first. Rows of a warp: 16 queries.
 template <int D>
-__global__ void __launch_bounds__(kBwdThreads) attention_backward_dq_mma(bf16* dq, const bf16* dout, const bf16* q,
+__global__ void __launch_bounds__(kMmaThreads) attention_backward_dq_mma(bf16* dq, const bf16* dout, const bf16* q,
                                                                          const bf16* k, const bf16* v,
                                                                          const float* lse, const float* delta, int T,
                                                                          int H, int Hkv, float scale, int window) {
-  constexpr int KS = step_rows(D), NT = KS / 8;
   extern __shared__ __align__(16) unsigned char smem[];
-  bf16* sQ = reinterpret_cast<bf16*>(smem);  // sQ: (128, D)
-  bf16* sdO = sQ + kBwdRows * D;             // sdO: (128, D)
-  bf16* sK = sdO + kBwdRows * D;             // sK: 2 x (KS, D)
-  bf16* sV = sK + 2 * KS * D;                // sV: 2 x (KS, D)
+  bf16* sQ = reinterpret_cast<bf16*>(smem);  // sQ: (64, D)
+  bf16* sdO = sQ + kMmaRows * D;             // sdO: (64, D)
+  bf16* sK = sdO + kMmaRows * D;             // sK: 2 x (64, D)
+  bf16* sV = sK + 2 * kMmaCols * D;          // sV: 2 x (64, D)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int q0 = (gridDim.x - 1 - blockIdx.x) * kBwdRows, h = blockIdx.y, b = blockIdx.z, hk = h / (H / Hkv);
-  const int w0 = q0 + warp * 16;
+  const int q0 = (gridDim.x - 1 - blockIdx.x) * kMmaRows, h = blockIdx.y, b = blockIdx.z, hk = h / (H / Hkv);
   const int64_t q_stride = int64_t(H) * D, kv_stride = int64_t(Hkv) * D;
   const bf16* qh = q + int64_t(b) * T * q_stride + int64_t(h) * D;
   const bf16* doh = dout + int64_t(b) * T * q_stride + int64_t(h) * D;
   const bf16* kh = k + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const bf16* vh = v + int64_t(b) * T * kv_stride + int64_t(hk) * D;
-  const int kb_first = window > 0 ? max(0, q0 - window + 1) / KS : 0;
-  const int kb_last = min(T - 1, q0 + kBwdRows - 1) / KS;
+  const int kb_first = window > 0 ? max(0, q0 - window + 1) / kMmaCols : 0;
+  const int kb_last = min(T - 1, q0 + kMmaRows - 1) / kMmaCols;
   const float scale_log2 = scale * kLog2e;
-  const int t_row[2] = {w0 + lane / 4, w0 + lane / 4 + 8};
+  const int t_row[2] = {q0 + warp * 16 + lane / 4, q0 + warp * 16 + lane / 4 + 8};
   float lse2[2], dlt[2];  // lse in log2 units and Delta of this thread's two rows
 #pragma unroll
   for (int r = 0; r < 2; r++) {
@@ -302,138 +246,136 @@ __global__ void __launch_bounds__(kBwdThreads) attention_backward_dq_mma(bf16* d
     dlt[r] = delta[i];
   }
 
-  load_tile_async<kBwdRows, D, kBwdThreads>(sQ, qh, q_stride, q0, T);
-  load_tile_async<kBwdRows, D, kBwdThreads>(sdO, doh, q_stride, q0, T);
-  load_tile_async<KS, D, kBwdThreads>(sK, kh, kv_stride, kb_first * KS, T);
-  load_tile_async<KS, D, kBwdThreads>(sV, vh, kv_stride, kb_first * KS, T);
+  load_tile_async<kMmaRows, D, kMmaThreads>(sQ, qh, q_stride, q0, T);
+  load_tile_async<kMmaRows, D, kMmaThreads>(sdO, doh, q_stride, q0, T);
+  load_tile_async<kMmaCols, D, kMmaThreads>(sK, kh, kv_stride, kb_first * kMmaCols, T);
+  load_tile_async<kMmaCols, D, kMmaThreads>(sV, vh, kv_stride, kb_first * kMmaCols, T);
   cp_async_commit();
 
-  Frags<1, D / 8> acc = {};  // acc: (16, D) dQ / scale
+  float acc[D / 8][4] = {};  // acc: (16, D) dQ / scale
   for (int kb = kb_first; kb <= kb_last; kb++) {
-    const int buf = (kb - kb_first) & 1, k0 = kb * KS;
+    const int buf = (kb - kb_first) & 1, k0 = kb * kMmaCols;
     cp_async_wait_all();
     __syncthreads();
     if (kb < kb_last) {
-      load_tile_async<KS, D, kBwdThreads>(sK + (buf ^ 1) * KS * D, kh, kv_stride, k0 + KS, T);
-      load_tile_async<KS, D, kBwdThreads>(sV + (buf ^ 1) * KS * D, vh, kv_stride, k0 + KS, T);
+      load_tile_async<kMmaCols, D, kMmaThreads>(sK + (buf ^ 1) * kMmaCols * D, kh, kv_stride, k0 + kMmaCols, T);
+      load_tile_async<kMmaCols, D, kMmaThreads>(sV + (buf ^ 1) * kMmaCols * D, vh, kv_stride, k0 + kMmaCols, T);
     }
     cp_async_commit();
-    if (tile_invisible(w0, 16, k0, KS, window)) continue;
-    const bf16* k_tile = sK + buf * KS * D;
+    const bf16* k_tile = sK + buf * kMmaCols * D;
     // pass 1: P = exp(scale Q K^T - lse), zero where invisible
-    Frags<1, NT> p = {};
-    mma_abt<D, 1, NT>(p, sQ, warp * 16, k_tile);
-    const bool needs_mask = tile_partial(w0, 16, k0, KS, window) || w0 + 16 > T;
+    float p[kMmaCols / 8][4] = {};
+    mma_abt<D, kMmaCols / 8>(p, sQ, k_tile);
+    const bool needs_mask = k0 + kMmaCols - 1 > q0 || (window > 0 && q0 + kMmaRows - 1 - k0 >= window) ||
+                            q0 + kMmaRows > T;
 #pragma unroll
-    for (int nt = 0; nt < NT; nt++)
+    for (int nt = 0; nt < kMmaCols / 8; nt++)
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         const int t = t_row[e / 2], s = k0 + nt * 8 + (lane % 4) * 2 + e % 2;
         const bool ok = !needs_mask || (t < T && visible(t, s, window));
-        p[0][nt][e] = ok ? exp2_ftz(fmaf(p[0][nt][e], scale_log2, -lse2[e / 2])) : 0.0f;
+        p[nt][e] = ok ? exp2f(fmaf(p[nt][e], scale_log2, -lse2[e / 2])) : 0.0f;
       }
     // pass 2: dP = dO V^T;  dS = P (dP - Delta)
-    Frags<1, NT> ds = {};
-    mma_abt<D, 1, NT>(ds, sdO, warp * 16, sV + buf * KS * D);
+    float ds[kMmaCols / 8][4] = {};
+    mma_abt<D, kMmaCols / 8>(ds, sdO, sV + buf * kMmaCols * D);
 #pragma unroll
-    for (int nt = 0; nt < NT; nt++)
+    for (int nt = 0; nt < kMmaCols / 8; nt++)
 #pragma unroll
-      for (int e = 0; e < 4; e++) ds[0][nt][e] = p[0][nt][e] * (ds[0][nt][e] - dlt[e / 2]);
+      for (int e = 0; e < 4; e++) ds[nt][e] = p[nt][e] * (ds[nt][e] - dlt[e / 2]);
     // pass 3: dQ += dS K
-    mma_pb<D, 1, NT>(acc, ds, k_tile);
+    mma_pb<D, kMmaCols / 8>(acc, ds, k_tile);
   }
   const int64_t row0 = (int64_t(b) * T + t_row[0]) * q_stride + int64_t(h) * D;
   const int64_t row1 = (int64_t(b) * T + t_row[1]) * q_stride + int64_t(h) * D;
-  store_rows<D>(dq, acc[0], row0, row1, t_row[0] < T, t_row[1] < T, scale, scale);
+  store_rows<D>(dq, acc, row0, row1, t_row[0] < T, t_row[1] < T, scale, scale);
 }
 
 // dk, dv: (B, T, Hkv, D). Grid (key blocks, Hkv, B); a block loops over the query tiles of every
 // query head of its kv head, in the transposed frame: rows of a warp are 16 keys.
 template <int D>
-__global__ void __launch_bounds__(kBwdThreads) attention_backward_dkdv_mma(bf16* dk, bf16* dv, const bf16* dout,
+__global__ void __launch_bounds__(kMmaThreads) attention_backward_dkdv_mma(bf16* dk, bf16* dv, const bf16* dout,
                                                                            const bf16* q, const bf16* k,
                                                                            const bf16* v, const float* lse,
                                                                            const float* delta, int T, int H, int Hkv,
                                                                            float scale, int window) {
-  constexpr int KS = step_rows(D), NT = KS / 8;
   extern __shared__ __align__(16) unsigned char smem[];
-  bf16* sK = reinterpret_cast<bf16*>(smem);                     // sK: (128, D)
-  bf16* sV = sK + kBwdRows * D;                                 // sV: (128, D)
-  bf16* sQ = sV + kBwdRows * D;                                 // sQ: 2 x (KS, D)
-  bf16* sdO = sQ + 2 * KS * D;                               // sdO: 2 x (KS, D)
-  float* sLse = reinterpret_cast<float*>(sdO + 2 * KS * D);  // sLse: 2 x (KS)
-  float* sDelta = sLse + 2 * KS;                             // sDelta: 2 x (KS)
+  bf16* sK = reinterpret_cast<bf16*>(smem);   // sK: (64, D)
+  bf16* sV = sK + kMmaRows * D;               // sV: (64, D)
+  bf16* sQ = sV + kMmaRows * D;               // sQ: 2 x (32, D)
+  bf16* sdO = sQ + 2 * kMmaQueries * D;       // sdO: 2 x (32, D)
+  float* sLse = reinterpret_cast<float*>(sdO + 2 * kMmaQueries * D);  // sLse: 2 x (32), log2 units
+  float* sDelta = sLse + 2 * kMmaQueries;                             // sDelta: 2 x (32)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int k0 = blockIdx.x * kBwdRows, hk = blockIdx.y, b = blockIdx.z, group = H / Hkv;
-  const int w0 = k0 + warp * 16;  // this warp's first key
+  const int k0 = blockIdx.x * kMmaRows, hk = blockIdx.y, b = blockIdx.z, group = H / Hkv;
   const int64_t q_stride = int64_t(H) * D, kv_stride = int64_t(Hkv) * D;
   const bf16* kh = k + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const bf16* vh = v + int64_t(b) * T * kv_stride + int64_t(hk) * D;
-  const int qb_first = k0 / KS;
-  const int qb_last = min(T - 1, window > 0 ? k0 + kBwdRows - 1 + window - 1 : T - 1) / KS;
+  const int qb_first = k0 / kMmaQueries;
+  const int qb_last = min(T - 1, window > 0 ? k0 + kMmaRows - 1 + window - 1 : T - 1) / kMmaQueries;
   const int tiles_per_head = qb_last - qb_first + 1, steps = group * tiles_per_head;
   const float scale_log2 = scale * kLog2e;
-  const int s_row[2] = {w0 + lane / 4, w0 + lane / 4 + 8};
+  const int s_row[2] = {k0 + warp * 16 + lane / 4, k0 + warp * 16 + lane / 4 + 8};
 
-  // Step i covers query head hk * group + i / tiles_per_head, queries from (qb_first + i % tiles_per_head) * KS:
-  // its Q and dO tiles, and the lse and Delta of its queries, all in one cp.async group.
+  // Step i covers query head hk * group + i / tiles_per_head, queries from (qb_first + i % tiles_per_head) * 32.
   auto load_step = [&](int i, int buf) {
-    const int h = hk * group + i / tiles_per_head, j0 = (qb_first + i % tiles_per_head) * KS;
+    const int h = hk * group + i / tiles_per_head, j0 = (qb_first + i % tiles_per_head) * kMmaQueries;
     const int64_t head = int64_t(b) * T * q_stride + int64_t(h) * D;
-    load_tile_async<KS, D, kBwdThreads>(sQ + buf * KS * D, q + head, q_stride, j0, T);
-    load_tile_async<KS, D, kBwdThreads>(sdO + buf * KS * D, dout + head, q_stride, j0, T);
-    if (threadIdx.x < KS) {
-      const int64_t idx = (int64_t(b) * H + h) * T + min(j0 + int(threadIdx.x), T - 1);
-      cp_async_4(sLse + buf * KS + threadIdx.x, lse + idx);
-      cp_async_4(sDelta + buf * KS + threadIdx.x, delta + idx);
+    load_tile_async<kMmaQueries, D, kMmaThreads>(sQ + buf * kMmaQueries * D, q + head, q_stride, j0, T);
+    load_tile_async<kMmaQueries, D, kMmaThreads>(sdO + buf * kMmaQueries * D, dout + head, q_stride, j0, T);
+    if (threadIdx.x < kMmaQueries) {
+      const int t = j0 + threadIdx.x;
+      const int64_t idx = (int64_t(b) * H + h) * T + min(t, T - 1);
+      sLse[buf * kMmaQueries + threadIdx.x] = lse[idx] * kLog2e;
+      sDelta[buf * kMmaQueries + threadIdx.x] = delta[idx];
     }
   };
-  load_tile_async<kBwdRows, D, kBwdThreads>(sK, kh, kv_stride, k0, T);
-  load_tile_async<kBwdRows, D, kBwdThreads>(sV, vh, kv_stride, k0, T);
+  load_tile_async<kMmaRows, D, kMmaThreads>(sK, kh, kv_stride, k0, T);
+  load_tile_async<kMmaRows, D, kMmaThreads>(sV, vh, kv_stride, k0, T);
   load_step(0, 0);
   cp_async_commit();
 
-  Frags<1, D / 8> dk_acc = {}, dv_acc = {};  // (16, D) each: dK / scale and dV
+  float dk_acc[D / 8][4] = {}, dv_acc[D / 8][4] = {};  // (16, D) each: dK / scale and dV
   for (int i = 0; i < steps; i++) {
-    const int buf = i & 1, j0 = (qb_first + i % tiles_per_head) * KS;
+    const int buf = i & 1, j0 = (qb_first + i % tiles_per_head) * kMmaQueries;
     cp_async_wait_all();
     __syncthreads();
     if (i + 1 < steps) load_step(i + 1, buf ^ 1);
     cp_async_commit();
-    if (tile_invisible(j0, KS, w0, 16, window)) continue;
-    const bf16* q_tile = sQ + buf * KS * D;
-    const bf16* do_tile = sdO + buf * KS * D;
-    const float* l_tile = sLse + buf * KS;
-    const float* d_tile = sDelta + buf * KS;
+    const bf16* q_tile = sQ + buf * kMmaQueries * D;
+    const bf16* do_tile = sdO + buf * kMmaQueries * D;
+    const float* l_tile = sLse + buf * kMmaQueries;
+    const float* d_tile = sDelta + buf * kMmaQueries;
     // pass 1: P^T = exp(scale K Q^T - lse), zero where invisible
-    Frags<1, NT> p = {};
-    mma_abt<D, 1, NT>(p, sK, warp * 16, q_tile);
-    const bool needs_mask = tile_partial(j0, KS, w0, 16, window) || j0 + KS > T;
+    float p[kMmaQueries / 8][4] = {};
+    mma_abt<D, kMmaQueries / 8>(p, sK, q_tile);
+    const bool needs_mask = j0 < k0 + kMmaRows - 1 || (window > 0 && j0 + kMmaQueries - 1 - k0 >= window) ||
+                            j0 + kMmaQueries > T;
 #pragma unroll
-    for (int nt = 0; nt < NT; nt++)
+    for (int nt = 0; nt < kMmaQueries / 8; nt++)
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         const int c = nt * 8 + (lane % 4) * 2 + e % 2, t = j0 + c;
         const bool ok = !needs_mask || (t < T && visible(t, s_row[e / 2], window));
-        p[0][nt][e] = ok ? exp2_ftz(fmaf(p[0][nt][e], scale_log2, -l_tile[c] * kLog2e)) : 0.0f;
+        p[nt][e] = ok ? exp2f(fmaf(p[nt][e], scale_log2, -l_tile[c])) : 0.0f;
       }
     // pass 2: dP^T = V dO^T;  dS^T = P^T (dP^T - Delta)
-    Frags<1, NT> ds = {};
-    mma_abt<D, 1, NT>(ds, sV, warp * 16, do_tile);
+    float ds[kMmaQueries / 8][4] = {};
+    mma_abt<D, kMmaQueries / 8>(ds, sV, do_tile);
 #pragma unroll
-    for (int nt = 0; nt < NT; nt++)
+    for (int nt = 0; nt < kMmaQueries / 8; nt++)
 #pragma unroll
-      for (int e = 0; e < 4; e++)
-        ds[0][nt][e] = p[0][nt][e] * (ds[0][nt][e] - d_tile[nt * 8 + (lane % 4) * 2 + e % 2]);
+      for (int e = 0; e < 4; e++) ds[nt][e] = p[nt][e] * (ds[nt][e] - d_tile[nt * 8 + (lane % 4) * 2 + e % 2]);
     // pass 3: dV += P^T dO;  dK += dS^T Q
-    mma_pb<D, 1, NT>(dv_acc, p, do_tile);
-    mma_pb<D, 1, NT>(dk_acc, ds, q_tile);
+    mma_pb<D, kMmaQueries / 8>(dv_acc, p, do_tile);
+    mma_pb<D, kMmaQueries / 8>(dk_acc, ds, q_tile);
   }
   const int64_t row0 = (int64_t(b) * T + s_row[0]) * kv_stride + int64_t(hk) * D;
   const int64_t row1 = (int64_t(b) * T + s_row[1]) * kv_stride + int64_t(hk) * D;
-  store_rows<D>(dk, dk_acc[0], row0, row1, s_row[0] < T, s_row[1] < T, scale, scale);
-  store_rows<D>(dv, dv_acc[0], row0, row1, s_row[0] < T, s_row[1] < T, 1.0f, 1.0f);
+  store_rows<D>(dk, dk_acc, row0, row1, s_row[0] < T, s_row[1] < T, scale, scale);
+  store_rows<D>(dv, dv_acc, row0, row1, s_row[0] < T, s_row[1] < T, 1.0f, 1.0f);
 }
+
 // ------------------------------------------------------------------------------------------
 // fma path: one warp per row, 8 rows per block, tiles of 32 keys (or queries), one per lane;
 // a lane owns output columns lane, lane + 32, ... (up to 8 of them: widths <= 256).
@@ -664,11 +606,11 @@ void attention_forward(void* o, float* lse, const void* q, const void* k, const 
   if (use_mma(dims.D, dims.Dv, dtype)) {
     dispatch_head_dim(s.D, [&](auto d) {
       constexpr int kD = decltype(d)::value;
-      const size_t smem = sizeof(bf16) * (kFwdRows + 4 * step_rows(kD)) * kD;
+      const size_t smem = sizeof(bf16) * (kMmaRows + 4 * kMmaCols) * kD;
       auto kernel = attention_forward_mma<kD>;
       allow_smem(kernel, smem);
-      dim3 grid((s.T + kFwdRows - 1) / kFwdRows, s.H, s.B);
-      kernel<<<grid, kFwdThreads, smem>>>(static_cast<bf16*>(o), lse, static_cast<const bf16*>(q),
+      dim3 grid((s.T + kMmaRows - 1) / kMmaRows, s.H, s.B);
+      kernel<<<grid, kMmaThreads, smem>>>(static_cast<bf16*>(o), lse, static_cast<const bf16*>(q),
                                           static_cast<const bf16*>(k), static_cast<const bf16*>(v), s.T, s.H, s.Hkv,
                                           static_cast<float>(scale) * kLog2e, s.window);
     });
@@ -705,17 +647,16 @@ void attention_backward(void* dq, void* dk, void* dv, const void* dout, const vo
     dispatch_head_dim(s.D, [&](auto d) {
       constexpr int kD = decltype(d)::value;
       auto dq_kernel = attention_backward_dq_mma<kD>;
-      const size_t dq_smem = sizeof(bf16) * (2 * kBwdRows + 4 * step_rows(kD)) * kD;
+      const size_t dq_smem = sizeof(bf16) * (2 * kMmaRows + 4 * kMmaCols) * kD;
       allow_smem(dq_kernel, dq_smem);
-      dq_kernel<<<dim3((s.T + kBwdRows - 1) / kBwdRows, s.H, s.B), kBwdThreads, dq_smem>>>(
+      dq_kernel<<<dim3((s.T + kMmaRows - 1) / kMmaRows, s.H, s.B), kMmaThreads, dq_smem>>>(
           static_cast<bf16*>(dq), static_cast<const bf16*>(dout), static_cast<const bf16*>(q),
           static_cast<const bf16*>(k), static_cast<const bf16*>(v), lse, delta, s.T, s.H, s.Hkv, sc, s.window);
       CUDA_CHECK_LAUNCH();
       auto dkdv_kernel = attention_backward_dkdv_mma<kD>;
-      const size_t dkdv_smem =
-          sizeof(bf16) * (2 * kBwdRows + 4 * step_rows(kD)) * kD + sizeof(float) * 4 * step_rows(kD);
+      const size_t dkdv_smem = sizeof(bf16) * (2 * kMmaRows + 4 * kMmaQueries) * kD + sizeof(float) * 4 * kMmaQueries;
       allow_smem(dkdv_kernel, dkdv_smem);
-      dkdv_kernel<<<dim3((s.T + kBwdRows - 1) / kBwdRows, s.Hkv, s.B), kBwdThreads, dkdv_smem>>>(
+      dkdv_kernel<<<dim3((s.T + kMmaRows - 1) / kMmaRows, s.Hkv, s.B), kMmaThreads, dkdv_smem>>>(
           static_cast<bf16*>(dk), static_cast<bf16*>(dv), static_cast<const bf16*>(dout), static_cast<const bf16*>(q),
           static_cast<const bf16*>(k), static_cast<const bf16*>(v), lse, delta, s.T, s.H, s.Hkv, sc, s.window);
     });

@@ -1,6 +1,6 @@
 // Check cases (nn/check/registry.h) of softmax attention and RoPE.
 // attention: grouped kv heads, a sliding window, D != Dv and one long sequence (T = 4096) in gpu
-// mode, with T = 77, 200, 333 not multiples of the kernels' 128-row blocks; perf at the bench
+// mode, with T = 77, 200, 333 not multiples of the kernels' row blocks; perf at the bench
 // shapes (registry.h) and T = 16384, causal, bf16, against torch SDPA (flash).
 // Perf FLOPs count the visible half of the causal square: forward 4 B H T^2 D / 2 (two
 // products), forward+backward 3.5x that (the backward's five products), as flash-attention
