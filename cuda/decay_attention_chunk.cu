@@ -490,12 +490,14 @@ __device__ void vector_scan(const ScanSmem<KT, true>& sm, const Args& a, int DV)
   const bf16* x = REVERSE ? a.q : a.k;
   const bf16* y = REVERSE ? a.d_o : a.v;
   sm.load_state(init ? init + head * DK * DV + row0 : nullptr, v0, DV);
+  // (a select, not sm.v[chunk & 1]: an indexed member array would put sm in local memory)
+  auto v_tile = [&](int chunk) { return chunk & 1 ? sm.v[1] : sm.v[0]; };
   auto copy_tiles = [&](int chunk) {
     const int n = min(C, a.T - chunk * C);
     const int64_t tok = int64_t(b) * a.T + chunk * C;  // first (b, t) row of the chunk
     load_bf16_rows_async<C, KT>(sm.raw_x, x + (tok * a.H + hq) * DK + tile.d0, int64_t(a.H) * DK, n);
     load_bf16_rows_async<C, KT>(sm.raw_g, a.g + (tok * a.HV + j) * DK + tile.d0, int64_t(a.HV) * DK, n);
-    load_bf16_rows_async<C, BV>(sm.v[chunk & 1], y + (tok * a.HV + j) * DV + v0, int64_t(a.HV) * DV, n);
+    load_bf16_rows_async<C, BV>(v_tile(chunk), y + (tok * a.HV + j) * DV + v0, int64_t(a.HV) * DV, n);
   };
   const int step = REVERSE ? -1 : 1;
   auto in_range = [&](int chunk) { return chunk >= 0 && chunk < a.NT; };
@@ -508,7 +510,7 @@ __device__ void vector_scan(const ScanSmem<KT, true>& sm, const Args& a, int DV)
     if (in_range(chunk + step)) copy_tiles(chunk + step);
     // forward: h <- Diag(exp(G_last)) h + (K (.) exp(G_last - G))^T V
     // reverse: dS <- Diag(exp(G_last)) dS + (Q (.) scale exp(G))^T dO
-    sm.advance_vector(REVERSE ? a.scale : 1.f, sm.v[chunk & 1]);
+    sm.advance_vector(REVERSE ? a.scale : 1.f, v_tile(chunk));
   }
   __syncthreads();
   if (last) sm.store_state(last + head * DK * DV + row0, v0, DV);
