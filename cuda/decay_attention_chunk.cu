@@ -81,12 +81,14 @@
 // tiles during this chunk's state update (vector_scan), which leaves no round trip in the chain.
 // Shared memory per CTA (launch_kernel asserts <= 227 KB, an sm_90 CTA's limit), dk = 128 / 64:
 //   scores_kernel 35,072 / 18,688 B;  scan_kernel and reverse_scan_kernel 76,544 / 50,944 B
-//   (2 / 4 CTAs an SM);  local_backward_kernel (dk, dv) = (128, 128) 141,952 B, (128, 64)
-//   125,568 B, (64, 128) 108,160 B, (64, 64) 91,776 B, with 202, 173, 155, 124 registers a
-//   thread (ptxas): one CTA an SM, two at (64, 64) (at (64, 128) the registers allow only one).
-//   Vector gate: scan_kernel and reverse_scan_kernel 55,552 B (any dk); vector_output_kernel
-//   (128, 128) 103,424 B, (128, 64) 95,232 B, (64, 128) 70,656 B, (64, 64) 62,464 B; local_backward_kernel (128, 128) 178,816 B, (128, 64) 162,432 B,
-//   (64, 128) 127,104 B, (64, 64) 110,720 B, with 217, 188, 186, 160 registers (one CTA an SM).
+//   with ~105 / ~95 registers (2 CTAs an SM);  local_backward_kernel (dk, dv) = (128, 128)
+//   141,952 B, (128, 64) 125,568 B, (64, 128) 108,160 B, (64, 64) 91,776 B, with 247, 197, 163,
+//   125 registers a thread (ptxas): one CTA an SM, two at (64, 64) (kLocalCtasPerSm).
+//   Vector gate: scan_kernel and reverse_scan_kernel 55,552 B (any dk), 64 registers (4 CTAs an
+//   SM); vector_output_kernel (128, 128) 103,424 B, (128, 64) 95,232 B, (64, 128) 70,656 B,
+//   (64, 64) 62,464 B (RWKV-6: + 4 dk B), 60-102 registers; local_backward_kernel (128, 128)
+//   178,816 B, (128, 64) 162,432 B, (64, 128) 127,104 B, (64, 64) 110,720 B, with 234, 193,
+//   185, 161 registers (one CTA an SM).
 #include "cuda/decay_attention_chunk.cuh"
 
 #include <cuda_bf16.h>
@@ -635,8 +637,13 @@ struct LocalSmem {
   }
 };
 
+// CTAs an SM local_backward_kernel is compiled for: 2 for the scalar gate at (64, 64), whose
+// 91,776 B of shared memory allow two once the registers are held to 128 a thread; one elsewhere.
 template <int DK, int DV, bool VG>
-__global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(Args a) {
+constexpr int kLocalCtasPerSm = !VG && DK == 64 && DV == 64 ? 2 : 1;
+
+template <int DK, int DV, bool VG>
+__global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_backward_kernel(Args a) {
   extern __shared__ float4 smem_raw[];
   using Smem = LocalSmem<DK, DV, VG>;
   const Smem sm(smem_raw);
