@@ -910,6 +910,8 @@ void dispatch(const DecayAttentionDims& d, Fn&& fn) {
 Args input_args(const void* q, const void* k, const void* v, const void* g, const float* h0,
                 const DecayAttentionDims& d) {
   HLA_CHECK(aligned16(q) && aligned16(k) && aligned16(v), "decay_attention chunk kernel: q, k, v must be 16-byte aligned");
+  HLA_CHECK(!d.vector_gate || aligned16(g), "decay_attention chunk kernel: a vector gate g must be 16-byte aligned");
+  HLA_CHECK(!h0 || aligned16(h0), "decay_attention chunk kernel: the initial state h0 must be 16-byte aligned");
   Args a{};
   a.B = int(d.B), a.T = int(d.T), a.H = int(d.H), a.HV = int(d.HV), a.NT = int((d.T + C - 1) / C);
   a.scale = float(d.scale);
@@ -924,8 +926,10 @@ bool supported(int64_t dk, int64_t dv, DType dtype) {
   return dtype == DType::BF16 && (dk == 64 || dk == 128) && (dv == 64 || dv == 128);
 }
 
-bool takes(int64_t B, int64_t T, int64_t dk, int64_t dv, DType dtype, const void* q, const void* k, const void* v) {
-  return T > 1 && B > 0 && supported(dk, dv, dtype) && aligned16(q) && aligned16(k) && aligned16(v);
+bool takes(int64_t B, int64_t T, int64_t dk, int64_t dv, DType dtype, const void* q, const void* k, const void* v,
+           const void* vector_gate) {
+  return T > 1 && B > 0 && supported(dk, dv, dtype) && aligned16(q) && aligned16(k) && aligned16(v) &&
+         (!vector_gate || aligned16(vector_gate));
 }
 
 void forward(void* o, float* ht, const void* q, const void* k, const void* v, const void* g, const float* h0,
@@ -957,6 +961,7 @@ void backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, float* gra
               const float* grad_ht, const void* q, const void* k, const void* v, const void* g, const float* h0,
               const DecayAttentionDims& d) {
   HLA_CHECK(aligned16(grad_o), "decay_attention chunk kernel: grad_o must be 16-byte aligned");
+  HLA_CHECK(!grad_ht || aligned16(grad_ht), "decay_attention chunk kernel: grad_ht must be 16-byte aligned");
   Args a = input_args(q, k, v, g, h0, d);
   const int64_t states = d.B * d.HV * a.NT * d.dk * d.dv;  // (B, HV, NT, dk, dv)
   const int64_t grads = d.B * d.T * d.HV * d.dk;           // (B, T, HV, dk)
