@@ -81,12 +81,14 @@
 // tiles during this chunk's state update (vector_scan), which leaves no round trip in the chain.
 // Shared memory per CTA (launch_kernel asserts <= 227 KB, an sm_90 CTA's limit), dk = 128 / 64:
 //   scores_kernel 35,072 / 18,688 B;  scan_kernel and reverse_scan_kernel 76,544 / 50,944 B
-//   (2 / 4 CTAs an SM);  local_backward_kernel (dk, dv) = (128, 128) 141,952 B, (128, 64)
-//   125,568 B, (64, 128) 108,160 B, (64, 64) 91,776 B, with 202, 173, 155, 124 registers a
-//   thread (ptxas): one CTA an SM, two at (64, 64) (at (64, 128) the registers allow only one).
-//   Vector gate: scan_kernel and reverse_scan_kernel 55,552 B (any dk); vector_output_kernel
-//   (128, 128) 103,424 B, (128, 64) 95,232 B, (64, 128) 70,656 B, (64, 64) 62,464 B; local_backward_kernel (128, 128) 178,816 B, (128, 64) 162,432 B,
-//   (64, 128) 127,104 B, (64, 64) 110,720 B, with 217, 188, 186, 160 registers (one CTA an SM).
+//   with ~105 / ~95 registers (2 CTAs an SM);  local_backward_kernel (dk, dv) = (128, 128)
+//   141,952 B, (128, 64) 125,568 B, (64, 128) 108,160 B, (64, 64) 91,776 B, with 247, 197, 163,
+//   125 registers a thread (ptxas): one CTA an SM, two at (64, 64) (kLocalCtasPerSm).
+//   Vector gate: scan_kernel and reverse_scan_kernel 55,552 B (any dk), 64 registers (4 CTAs an
+//   SM); vector_output_kernel (128, 128) 103,424 B, (128, 64) 95,232 B, (64, 128) 70,656 B,
+//   (64, 64) 62,464 B (RWKV-6: + 4 dk B), 60-102 registers; local_backward_kernel (128, 128)
+//   178,816 B, (128, 64) 162,432 B, (64, 128) 127,104 B, (64, 64) 110,720 B, with 234, 193,
+//   185, 161 registers (one CTA an SM).
 #include "cuda/decay_attention_chunk.cuh"
 
 #include <cuda_bf16.h>
@@ -490,12 +492,14 @@ __device__ void vector_scan(const ScanSmem<KT, true>& sm, const Args& a, int DV)
   const bf16* x = REVERSE ? a.q : a.k;
   const bf16* y = REVERSE ? a.d_o : a.v;
   sm.load_state(init ? init + head * DK * DV + row0 : nullptr, v0, DV);
+  // (a select, not sm.v[chunk & 1]: an indexed member array would put sm in local memory)
+  auto v_tile = [&](int chunk) { return chunk & 1 ? sm.v[1] : sm.v[0]; };
   auto copy_tiles = [&](int chunk) {
     const int n = min(C, a.T - chunk * C);
     const int64_t tok = int64_t(b) * a.T + chunk * C;  // first (b, t) row of the chunk
     load_bf16_rows_async<C, KT>(sm.raw_x, x + (tok * a.H + hq) * DK + tile.d0, int64_t(a.H) * DK, n);
     load_bf16_rows_async<C, KT>(sm.raw_g, a.g + (tok * a.HV + j) * DK + tile.d0, int64_t(a.HV) * DK, n);
-    load_bf16_rows_async<C, BV>(sm.v[chunk & 1], y + (tok * a.HV + j) * DV + v0, int64_t(a.HV) * DV, n);
+    load_bf16_rows_async<C, BV>(v_tile(chunk), y + (tok * a.HV + j) * DV + v0, int64_t(a.HV) * DV, n);
   };
   const int step = REVERSE ? -1 : 1;
   auto in_range = [&](int chunk) { return chunk >= 0 && chunk < a.NT; };
@@ -508,7 +512,7 @@ __device__ void vector_scan(const ScanSmem<KT, true>& sm, const Args& a, int DV)
     if (in_range(chunk + step)) copy_tiles(chunk + step);
     // forward: h <- Diag(exp(G_last)) h + (K (.) exp(G_last - G))^T V
     // reverse: dS <- Diag(exp(G_last)) dS + (Q (.) scale exp(G))^T dO
-    sm.advance_vector(REVERSE ? a.scale : 1.f, sm.v[chunk & 1]);
+    sm.advance_vector(REVERSE ? a.scale : 1.f, v_tile(chunk));
   }
   __syncthreads();
   if (last) sm.store_state(last + head * DK * DV + row0, v0, DV);
@@ -633,8 +637,13 @@ struct LocalSmem {
   }
 };
 
+// CTAs an SM local_backward_kernel is compiled for: 2 for the scalar gate at (64, 64), whose
+// 91,776 B of shared memory allow two once the registers are held to 128 a thread; one elsewhere.
 template <int DK, int DV, bool VG>
-__global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(Args a) {
+constexpr int kLocalCtasPerSm = !VG && DK == 64 && DV == 64 ? 2 : 1;
+
+template <int DK, int DV, bool VG>
+__global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_backward_kernel(Args a) {
   extern __shared__ float4 smem_raw[];
   using Smem = LocalSmem<DK, DV, VG>;
   const Smem sm(smem_raw);
@@ -901,6 +910,8 @@ void dispatch(const DecayAttentionDims& d, Fn&& fn) {
 Args input_args(const void* q, const void* k, const void* v, const void* g, const float* h0,
                 const DecayAttentionDims& d) {
   HLA_CHECK(aligned16(q) && aligned16(k) && aligned16(v), "decay_attention chunk kernel: q, k, v must be 16-byte aligned");
+  HLA_CHECK(!d.vector_gate || aligned16(g), "decay_attention chunk kernel: a vector gate g must be 16-byte aligned");
+  HLA_CHECK(!h0 || aligned16(h0), "decay_attention chunk kernel: the initial state h0 must be 16-byte aligned");
   Args a{};
   a.B = int(d.B), a.T = int(d.T), a.H = int(d.H), a.HV = int(d.HV), a.NT = int((d.T + C - 1) / C);
   a.scale = float(d.scale);
@@ -915,8 +926,10 @@ bool supported(int64_t dk, int64_t dv, DType dtype) {
   return dtype == DType::BF16 && (dk == 64 || dk == 128) && (dv == 64 || dv == 128);
 }
 
-bool takes(int64_t B, int64_t T, int64_t dk, int64_t dv, DType dtype, const void* q, const void* k, const void* v) {
-  return T > 1 && B > 0 && supported(dk, dv, dtype) && aligned16(q) && aligned16(k) && aligned16(v);
+bool takes(int64_t B, int64_t T, int64_t dk, int64_t dv, DType dtype, const void* q, const void* k, const void* v,
+           const void* vector_gate) {
+  return T > 1 && B > 0 && supported(dk, dv, dtype) && aligned16(q) && aligned16(k) && aligned16(v) &&
+         (!vector_gate || aligned16(vector_gate));
 }
 
 void forward(void* o, float* ht, const void* q, const void* k, const void* v, const void* g, const float* h0,
@@ -948,6 +961,7 @@ void backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, float* gra
               const float* grad_ht, const void* q, const void* k, const void* v, const void* g, const float* h0,
               const DecayAttentionDims& d) {
   HLA_CHECK(aligned16(grad_o), "decay_attention chunk kernel: grad_o must be 16-byte aligned");
+  HLA_CHECK(!grad_ht || aligned16(grad_ht), "decay_attention chunk kernel: grad_ht must be 16-byte aligned");
   Args a = input_args(q, k, v, g, h0, d);
   const int64_t states = d.B * d.HV * a.NT * d.dk * d.dv;  // (B, HV, NT, dk, dv)
   const int64_t grads = d.B * d.T * d.HV * d.dk;           // (B, T, HV, dk)

@@ -27,7 +27,7 @@ Args<S> rwkv6_args(const void* r, const void* k, const void* v, const void* w, c
 
 void rwkv6_forward(void* o, float* ht, const void* r, const void* k, const void* v, const void* w, const void* u,
                    const float* h0, const Rwkv6Dims& d, DType dtype) {
-  if (decay_chunk::takes(d.B, d.T, d.dk, d.dv, dtype, r, k, v)) {
+  if (decay_chunk::takes(d.B, d.T, d.dk, d.dv, dtype, r, k, v, w)) {
     decay_chunk::rwkv6_forward(o, ht, r, k, v, w, u, h0, d);
     return;
   }
