@@ -9,7 +9,7 @@
 //         Aqk[t,s] = scale (q_t . k_s) exp(G_t - G_s), s <= t                     (4.6, mma)
 //     1c  A = (I + L)^{-1} by forward substitution, fp32 in shared memory         (4.7)
 //     1d  W = A diag(beta exp(G)) K,  U = A diag(w) V                             (4.6, mma)
-//   Pass 2 (scan_kernel, grid (dv / 32, HV, B) (VEC: dv / 64), sequential over chunks; CPU: scan_chunks + the
+//   Pass 2 (scan_kernel, grid (dv / 32, HV, B), sequential over chunks; CPU: scan_chunks + the
 //   output loop of chunk_forward). The state h (dk x dv, fp32) is split along dv into column
 //   tiles of 32, one per CTA, held in shared memory. Up to dk = 128 a CTA needs < 113 KB of
 //   shared memory and 128 registers a thread, so two fit on an SM: at the anchor shape
@@ -346,15 +346,11 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
 // Pass 2: per (b, j, 32 columns of dv), sequential over chunks: Vnew, o, and the state update.
 // VEC (the per-channel form) also holds the chunk's G (C, DK) and folds exp(G) into the fp32
 // operand of each product, per entry: Q (.) exp(G) for o, K (.) exp(G_last - G) and
-// exp(G_last) per state row for the update. Only one such CTA fits on an SM at dk = 128, so it
-// takes 64 state columns (168.8 KB): at B4 H16 dv128, 128 CTAs run in one wave on the 132 SMs
-// instead of 256 CTAs of 32 columns in two, each chunk's loads serving twice the columns.
+// exp(G_last) per state row for the update. One CTA per SM fits at dk = 128 (145.6 KB).
 
 template <int DK, int DV, bool VEC = false>
 struct ScanSmem {
-  static constexpr int BV = VEC ? 64 : 32;  // state columns per CTA
-  // CTAs an SM holds (the register budget of __launch_bounds__); dk = 256 holds one by its size.
-  static constexpr int kCtasPerSm = VEC && DK > 64 ? 1 : 2;
+  static constexpr int BV = 32;  // state columns per CTA
   // The state update's rows per WarpTile (a WarpTile spreads its 16-row tiles over the 8 warps,
   // so it has at most 128 rows): DK / kRows tiles of (kRows, BV).
   static constexpr int kRows = DK < 128 ? DK : 128, kRowBlocks = DK / kRows;
@@ -408,7 +404,7 @@ struct ScanSmem {
 };
 
 template <int DK, int DV, bool VEC>
-__global__ void __launch_bounds__(kThreads, ScanSmem<DK, DV, VEC>::kCtasPerSm) scan_kernel(ChunkArgs a) {
+__global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
   extern __shared__ float4 smem_raw[];
   using Smem = ScanSmem<DK, DV, VEC>;
   const Smem sm(smem_raw);
