@@ -42,11 +42,10 @@ void dispatch_gate(DeltaGate gate, Fn&& fn) {
   }
 }
 
-// Whether the chunked tensor-core kernels run (their 16-byte loads need aligned q, k, v), the
-// forward where delta_chunk::forward_supported holds, the backward where supported does. A
+// Whether the chunked tensor-core kernels run (their 16-byte loads need aligned q, k, v). A
 // single token (a decoding step) is one recurrent update, cheaper than a one-token chunk.
-bool chunked(bool covered, const DeltaRuleDims& d, const void* q, const void* k, const void* v) {
-  return d.T > 1 && covered && aligned16(q) && aligned16(k) && aligned16(v);
+bool chunked(const DeltaRuleDims& d, DType dtype, const void* q, const void* k, const void* v) {
+  return d.T > 1 && delta_chunk::supported(d, dtype) && aligned16(q) && aligned16(k) && aligned16(v);
 }
 
 }  // namespace
@@ -54,7 +53,7 @@ bool chunked(bool covered, const DeltaRuleDims& d, const void* q, const void* k,
 void delta_rule_forward(void* o, float* final_state, void* residual, const void* q, const void* k, const void* v,
                         const void* g, const void* b, const void* w, const float* h0, const DeltaRuleDims& d,
                         float* u_f32, DType dtype) {
-  if (chunked(delta_chunk::forward_supported(d, dtype), d, q, k, v)) {
+  if (chunked(d, dtype, q, k, v)) {
     delta_chunk::forward(o, final_state, residual, q, k, v, g, b, w, h0, d, u_f32);
     return;
   }
@@ -71,7 +70,7 @@ void delta_rule_backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g,
                          float* grad_h0, const void* d_o, const float* d_final_state, const void* d_residual,
                          const void* q, const void* k, const void* v, const void* g, const void* b, const void* w,
                          const float* h0, const DeltaRuleDims& d, const float* u_f32, DType dtype) {
-  if (chunked(delta_chunk::supported(d, dtype), d, q, k, v) && aligned16(d_o) && aligned16(u_f32)) {
+  if (chunked(d, dtype, q, k, v) && aligned16(d_o) && aligned16(u_f32)) {
     delta_chunk::backward(grad_q, grad_k, grad_v, grad_g, grad_b, grad_w, grad_h0, d_o, d_final_state, d_residual, q,
                           k, v, g, b, w, h0, d, u_f32);
     return;
@@ -108,8 +107,7 @@ void delta_rule_backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g,
 }
 
 const char* delta_rule_kernel(const DeltaRuleDims& d, DType dtype) {
-  if (delta_chunk::supported(d, dtype)) return "chunked fwd+bwd (mma)";
-  return delta_chunk::forward_supported(d, dtype) ? "chunked fwd (mma), recurrent bwd" : "recurrent";
+  return delta_chunk::supported(d, dtype) ? "chunked fwd+bwd (mma)" : "recurrent";
 }
 
 }  // namespace hla::cuda

@@ -19,11 +19,6 @@
 //     2a  Vnew = U - W h                            -> residual (bf16) and u_f32    (4.8, mma)
 //     2b  o = scale (Q (.) exp(G)) h + Aqk Vnew                                   (4.6, mma)
 //     2c  h <- exp(G_last) h + (K (.) exp(G_last - G))^T Vnew                     (4.8, mma)
-//   The per-channel form of passes 1-2 (template flag VEC; KDA, GDN-2, any vector gate, erase or
-//   write gate; dk <= 128) widens every coefficient to channels as the CPU reference does; its
-//   scores split exp(G_t - G_s) at 16-row block boundaries (see pass 1), its scan folds the
-//   per-channel decays into the fp32 operands. Its backward is the recurrent kernel's, which
-//   reads only u_f32.
 //
 // Backward (CPU: chunk_backward, chunk_backward_local), 4.9 step by step:
 //   Passes 1-2 replayed (4.9 step 1): the same kernels, also keeping A and every chunk-start
@@ -98,8 +93,7 @@ struct ChunkArgs {
   const bf16 *q, *k;    // (B, T, H, dk)
   const bf16* v;        // (B, T, HV, dv)
   const bf16* g;        // (B, T, HV) or null (no gate)
-  const bf16 *b, *w;    // (B, T, HV) erase and write gates; the per-channel form: or (B, T, HV, dk / dv)
-  bool g_vector, b_vector, w_vector;  // the per-channel form: which of g, b, w are vectors
+  const bf16 *b, *w;    // (B, T, HV) erase and write gates
   const float* h0;      // (B, HV, dk, dv) or null
   bf16 *o, *residual;   // (B, T, HV, dv)
   float* u_f32;         // (B, T, HV, dv) or null
@@ -108,7 +102,7 @@ struct ChunkArgs {
   float* W;             // (B, HV, NT * C, dk); pass 4 writes dW over it (pass 3 reads W last)
   float* U;             // (B, HV, NT * C, dv)
   float* Aqk;           // (B, HV, NT, C, C)
-  float* G;             // (B, HV, NT * C)  in-chunk cumulative gate; the per-channel form: (B, HV, NT * C, dk)
+  float* G;             // (B, HV, NT * C)  in-chunk cumulative gate
   // backward only (null in the forward)
   float* A;             // (B, HV, NT, C, C)  (I + L)^{-1}, kept by pass 1
   float* h_start;       // (B, HV, NT, dk, dv)  state at the start of each chunk, kept by pass 2
@@ -143,96 +137,46 @@ __device__ __forceinline__ void load_f32_rows(float* dst, const float* src, int6
 
 // ---------------------------------------------------------------------------------------------
 // Pass 1: per chunk, G, L, Aqk, A = (I + L)^{-1}, W, U.
-//
-// VEC (the per-channel form: KDA, GDN-2, and any mix of vector and scalar coefficients) holds
-// every coefficient widened to channels, as the CPU reference does: the gate as G (C, DK) fp32,
-// the erase gate b as (C, DK) and the write gate w as (C, DV), bf16 (a scalar one repeated, an
-// absent gate 0). Its scores are sums over channels of terms with exp(G_t,d - G_s,d), so they
-// are no longer one product with a per-entry factor. For s in an earlier 16-row block than t,
-// each term is split at the first row `ref` of t's block, exp(G_t - G_s) = exp(G_t - G_ref)
-// exp(G_ref - G_s), both exponents <= 0, and the block is one product of fp32 operands
-// (4.6, the sub-chunk form). The 16 x 16 diagonal blocks, where no such split point exists
-// without a positive exponent, are summed term by term in fp32.
 
-template <int DK, int DV, bool VEC>
+template <int DK, int DV>
 struct PrepareSmem {
-  static constexpr int kLdK = DK + 8, kLdV = DV + 8, kLdG = DK + 4;
+  static constexpr int kLdK = DK + 8, kLdV = DV + 8;
   bf16 *q, *k, *v;                 // (C, DK + 8), (C, DK + 8), (C, DV + 8)
   float *L, *A;                    // (C, kLdC) strictly lower L, then A = (I + L)^{-1}
   float *G, *beta, *colw, *colu;   // (C): G, beta, beta exp(G) (W's column scale), w (U's)
-  bf16 *bv, *wv;                   // VEC: (C, DK + 8) erase gate, (C, DV + 8) write gate
-  float* Gv;                       // VEC: (C, kLdG) cumulative gate per channel
   static constexpr size_t bytes() {
-    return sizeof(bf16) * C * (2 * kLdK + kLdV) + sizeof(float) * (2 * C * kLdC + 4 * C) +
-           (VEC ? sizeof(bf16) * C * (kLdK + kLdV) + sizeof(float) * C * kLdG : 0);
+    return sizeof(bf16) * C * (2 * kLdK + kLdV) + sizeof(float) * (2 * C * kLdC + 4 * C);
   }
   __device__ explicit PrepareSmem(void* p) {
     q = static_cast<bf16*>(p), k = q + C * kLdK, v = k + C * kLdK;
     L = reinterpret_cast<float*>(v + C * kLdV), A = L + C * kLdC;
     G = A + C * kLdC, beta = G + C, colw = beta + C, colu = colw + C;
-    Gv = colu + C, bv = reinterpret_cast<bf16*>(Gv + C * kLdG), wv = bv + C * kLdK;
   }
 };
 
-// Rows 0 .. C - 1 of a per-(token, value head) coefficient, widened into a (C, WIDTH + 8) bf16
-// tile: a vector one (B, T, HV, WIDTH) as it is, a scalar one (B, T, HV) repeated on every
-// channel. tok: the (B, T, HV) index of row 0; rows n .. C - 1 become zeros.
-template <int WIDTH>
-__device__ __forceinline__ void load_coef_rows(bf16* dst, const bf16* src, bool is_vector, int64_t tok, int HV,
-                                               int n) {
-  if (is_vector) {
-    load_bf16_rows<C, WIDTH>(dst, src + tok * WIDTH, int64_t(HV) * WIDTH, n);
-    return;
-  }
-  for (int i = threadIdx.x; i < C * WIDTH; i += kThreads) {
-    const int r = i / WIDTH, c = i % WIDTH;
-    dst[r * (WIDTH + 8) + c] = r < n ? src[tok + int64_t(r) * HV] : __float2bfloat16_rn(0.f);
-  }
-}
-
-template <int DK, int DV, bool VEC>
+template <int DK, int DV>
 __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
   extern __shared__ float4 smem_raw[];
-  using Smem = PrepareSmem<DK, DV, VEC>;
+  using Smem = PrepareSmem<DK, DV>;
   const Smem sm(smem_raw);
-  constexpr int kLdK = Smem::kLdK, kLdV = Smem::kLdV, kLdG = Smem::kLdG;
+  constexpr int kLdK = Smem::kLdK, kLdV = Smem::kLdV;
   const int chunk = blockIdx.x, j = blockIdx.y, bi = blockIdx.z, hq = j / (a.HV / a.H);
   const int t0 = chunk * C, n = min(C, a.T - t0);
   const int64_t head = int64_t(bi) * a.HV + j;  // (b, j) of (B, HV, ..) workspaces
-  const int64_t tok0 = (int64_t(bi) * a.T + t0) * a.HV + j;  // (B, T, HV) index of token t0
   load_bf16_rows<C, DK>(sm.q, a.q + ((int64_t(bi) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
   load_bf16_rows<C, DK>(sm.k, a.k + ((int64_t(bi) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
   load_bf16_rows<C, DV>(sm.v, a.v + ((int64_t(bi) * a.T + t0) * a.HV + j) * DV, int64_t(a.HV) * DV, n);
-  if constexpr (VEC) {
-    load_coef_rows<DK>(sm.bv, a.b, a.b_vector, tok0, a.HV, n);
-    load_coef_rows<DV>(sm.wv, a.w, a.w_vector, tok0, a.HV, n);
-    for (int i = threadIdx.x; i < C * DK; i += kThreads) {  // g widened; absent and past n: 0
-      const int r = i / DK, d = i % DK;
-      const int64_t idx = tok0 + int64_t(r) * a.HV;
-      sm.Gv[r * kLdG + d] = r < n && a.g ? bf(a.g_vector ? a.g[idx * DK + d] : a.g[idx]) : 0.f;
-    }
-  } else if (threadIdx.x < C) {
+  if (threadIdx.x < C) {
     const int tt = threadIdx.x;
     const bool ok = tt < n;
-    const int64_t idx = tok0 + int64_t(tt) * a.HV;  // (B, T, HV)
+    const int64_t idx = (int64_t(bi) * a.T + t0 + tt) * a.HV + j;  // (B, T, HV)
     sm.beta[tt] = ok ? bf(a.b[idx]) : 0.f;
     sm.colu[tt] = ok ? bf(a.w[idx]) : 0.f;
     sm.G[tt] = ok && a.g ? bf(a.g[idx]) : 0.f;
   }
   __syncthreads();
-  // 1a: G = inclusive cumsum of g (VEC: one thread per channel down the chunk; else warp 0, two
-  //     tokens per lane).
-  if constexpr (VEC) {
-    if (threadIdx.x < DK) {
-      const int d = threadIdx.x;
-      float s = 0.f;
-      for (int r = 0; r < C; r++) {
-        s += sm.Gv[r * kLdG + d];
-        sm.Gv[r * kLdG + d] = s;
-        a.G[(head * a.NT * C + t0 + r) * DK + d] = s;
-      }
-    }
-  } else if (threadIdx.x < 32) {
+  // 1a: G = inclusive cumsum of g (warp 0, two tokens per lane).
+  if (threadIdx.x < 32) {
     const int lane = threadIdx.x;
     const float x0 = sm.G[2 * lane], x1 = sm.G[2 * lane + 1];
     float s = x0 + x1;
@@ -246,45 +190,15 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
     sm.G[2 * lane + 1] = before + x0 + x1;
   }
   __syncthreads();
-  if (!VEC && threadIdx.x < C) {
+  if (threadIdx.x < C) {
     const int tt = threadIdx.x;
     sm.colw[tt] = sm.beta[tt] * expf(sm.G[tt]);          // ehat_t = beta_t k_t exp(G_t)
     a.G[head * a.NT * C + t0 + tt] = sm.G[tt];
   }
   // 1b: K K^T and Q K^T on tensor cores, then the masks and decays (exponents <= 0 only).
-  float* aqk = a.Aqk + (head * a.NT + chunk) * C * C;
-  auto k_rows = [&](int r, int d) { return bf(sm.k[r * kLdK + d]); };  // K[r][d]
-  auto q_rows = [&](int r, int d) { return bf(sm.q[r * kLdK + d]); };  // Q[r][d]
-  if constexpr (VEC) {
-    auto gv = [&](int r, int d) { return sm.Gv[r * kLdG + d]; };
-    auto erase = [&](int r, int d) { return bf(sm.bv[r * kLdK + d]) * k_rows(r, d); };  // E[r][d] = b k
-    // Rows r of block ref = r & ~15 against columns s < ref: the split products.
-    WarpTile<C, C> kk, qk;
-    auto k_split = [&](int ref) {  // K^T[d][s] exp(G_ref - G_s) for s < ref, ref = the warp's first row
-      return [&, ref](int d, int s) { return s < ref ? k_rows(s, d) * expf(gv(ref, d) - gv(s, d)) : 0.f; };
-    };
-    kk.mma<DK, true, true>([&](int r, int d) { return erase(r, d) * expf(gv(r, d) - gv(r & ~15, d)); }, k_split(kk.row0));
-    qk.mma<DK, true, true>([&](int r, int d) { return q_rows(r, d) * expf(gv(r, d) - gv(r & ~15, d)); }, k_split(qk.row0));
-    auto off_diagonal = [](int r, int s, float x, auto store) {  // the diagonal block is left to the loop below
-      const int ref = r & ~15;
-      if (s < ref || s >= ref + 16) store(s < ref ? x : 0.f);
-    };
-    kk.each([&](int r, int s, float x, int) { off_diagonal(r, s, x, [&](float y) { sm.L[r * kLdC + s] = y; }); });
-    qk.each([&](int r, int s, float x, int) { off_diagonal(r, s, x, [&](float y) { aqk[r * C + s] = a.scale * y; }); });
-    // The four diagonal blocks, term by term (exponents G_t - G_s <= 0 for s <= t).
-    for (int i = threadIdx.x; i < 4 * 256; i += kThreads) {
-      const int r = (i / 256) * 16 + (i % 256) / 16, s = (i / 256) * 16 + i % 16;
-      float l = 0.f, qs = 0.f;
-      if (s <= r)
-        for (int d = 0; d < DK; d++) {
-          const float ks = k_rows(s, d) * expf(gv(r, d) - gv(s, d));
-          l += erase(r, d) * ks;
-          qs += q_rows(r, d) * ks;
-        }
-      sm.L[r * kLdC + s] = s < r ? l : 0.f;
-      aqk[r * C + s] = a.scale * qs;
-    }
-  } else {
+  {
+    auto k_rows = [&](int r, int d) { return bf(sm.k[r * kLdK + d]); };  // K[r][d]
+    auto q_rows = [&](int r, int d) { return bf(sm.q[r * kLdK + d]); };  // Q[r][d]
     auto k_cols = [&](int d, int s) { return bf(sm.k[s * kLdK + d]); };  // K^T[d][s]
     WarpTile<C, C> kk, qk;
     kk.mma<DK, false, false>(k_rows, k_cols);
@@ -292,6 +206,7 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
     kk.each([&](int r, int s, float x, int) {
       sm.L[r * kLdC + s] = s < r ? sm.beta[r] * x * expf(sm.G[r] - sm.G[s]) : 0.f;
     });
+    float* aqk = a.Aqk + (head * a.NT + chunk) * C * C;
     qk.each([&](int r, int s, float x, int) { aqk[r * C + s] = s <= r ? a.scale * x * expf(sm.G[r] - sm.G[s]) : 0.f; });
   }
   __syncthreads();
@@ -315,61 +230,47 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
     float* A = a.A + (head * a.NT + chunk) * C * C;
     for (int i = threadIdx.x; i < C * C; i += kThreads) A[i] = sm.A[(i / C) * kLdC + i % C];
   }
-  // 1d: W = A Ehat and U = A Y, Ehat = diag(beta exp(G)) K, Y = diag(w) V: the scalar form folds
-  //     the row scales into A's columns (fp32 A split, K and V exact); VEC multiplies A by the
-  //     fp32 Ehat = b (.) K (.) exp(G) and Y = w (.) V, both split.
+  // 1d: W = A diag(beta exp(G)) K and U = A diag(w) V (fp32 A with its column scale split).
   {
     WarpTile<C, DK> wt;
-    if constexpr (VEC)
-      wt.mma<C, true, true>([&](int r, int s) { return sm.A[r * kLdC + s]; },
-                            [&](int s, int d) { return bf(sm.bv[s * kLdK + d]) * k_rows(s, d) * expf(sm.Gv[s * kLdG + d]); });
-    else
-      wt.mma<C, true, false>([&](int r, int s) { return sm.A[r * kLdC + s] * sm.colw[s]; },
-                             [&](int s, int d) { return k_rows(s, d); });
+    wt.mma<C, true, false>([&](int r, int s) { return sm.A[r * kLdC + s] * sm.colw[s]; },
+                           [&](int s, int d) { return bf(sm.k[s * kLdK + d]); });
     float* W = a.W + (head * a.NT * C + t0) * DK;
     wt.each([&](int r, int d, float x, int) { W[r * DK + d] = x; });
   }
   {
     WarpTile<C, DV> ut;
-    auto v_rows = [&](int s, int c) { return bf(sm.v[s * kLdV + c]); };
-    if constexpr (VEC)
-      ut.mma<C, true, true>([&](int r, int s) { return sm.A[r * kLdC + s]; },
-                            [&](int s, int c) { return bf(sm.wv[s * kLdV + c]) * v_rows(s, c); });
-    else
-      ut.mma<C, true, false>([&](int r, int s) { return sm.A[r * kLdC + s] * sm.colu[s]; }, v_rows);
+    ut.mma<C, true, false>([&](int r, int s) { return sm.A[r * kLdC + s] * sm.colu[s]; },
+                           [&](int s, int c) { return bf(sm.v[s * kLdV + c]); });
     float* U = a.U + (head * a.NT * C + t0) * DV;
     ut.each([&](int r, int c, float x, int) { U[r * DV + c] = x; });
   }
 }
 
 // ---------------------------------------------------------------------------------------------
-// Pass 2: per (b, j, 32 columns of dv), sequential over chunks: Vnew, o, and the state update.
-// VEC (the per-channel form) also holds the chunk's G (C, DK) and folds exp(G) into the fp32
-// operand of each product, per entry: Q (.) exp(G) for o, K (.) exp(G_last - G) and
-// exp(G_last) per state row for the update. One CTA per SM fits at dk = 128 (145.6 KB).
+// Pass 2: per (b, j, half of dv), sequential over chunks: Vnew, o, and the state update.
 
-template <int DK, int DV, bool VEC = false>
+template <int DK, int DV>
 struct ScanSmem {
   static constexpr int BV = 32;  // state columns per CTA
   // The state update's rows per WarpTile (a WarpTile spreads its 16-row tiles over the 8 warps,
   // so it has at most 128 rows): DK / kRows tiles of (kRows, BV).
   static constexpr int kRows = DK < 128 ? DK : 128, kRowBlocks = DK / kRows;
-  static constexpr int kLdH = BV + 4, kLdW = DK + 4, kLdK = DK + 8, kLdG = DK + 4;
+  static constexpr int kLdH = BV + 4, kLdW = DK + 4, kLdK = DK + 8;
   float* h;      // (DK, kLdH)  the state's columns v0 .. v0 + BV - 1
   float* W;      // (C, kLdW)
   float* vnew;   // (C, kLdH)
   float* aqk;    // (C, kLdC)
   float *G, *expG, *kdecay;  // (C): G, exp(G), exp(G_last - G)
-  float* Gv;     // VEC: (C, kLdG) the chunk's cumulative gate per channel
   bf16 *q, *k;   // (C, kLdK)
   static constexpr size_t bytes() {
-    return sizeof(float) * (size_t(DK) * kLdH + C * kLdW + C * kLdH + C * kLdC + 3 * C + (VEC ? C * kLdG : 0)) +
+    return sizeof(float) * (size_t(DK) * kLdH + C * kLdW + C * kLdH + C * kLdC + 3 * C) +
            sizeof(bf16) * 2 * C * kLdK;
   }
   __device__ explicit ScanSmem(void* p) {
     h = static_cast<float*>(p), W = h + DK * kLdH, vnew = W + C * kLdW, aqk = vnew + C * kLdH;
-    G = aqk + C * kLdC, expG = G + C, kdecay = expG + C, Gv = kdecay + C;
-    q = reinterpret_cast<bf16*>(Gv + (VEC ? C * kLdG : 0)), k = q + C * kLdK;
+    G = aqk + C * kLdC, expG = G + C, kdecay = expG + C;
+    q = reinterpret_cast<bf16*>(kdecay + C), k = q + C * kLdK;
   }
   // h <- columns v0 .. v0 + BV - 1 of a (DK, DV) fp32 state in global memory (zeros when null).
   __device__ void load_state(const float* src, int v0) const {
@@ -378,15 +279,15 @@ struct ScanSmem {
       h[d * kLdH + c] = src ? src[d * DV + v0 + c] : 0.f;
     }
   }
-  // h <- diag(decay(d)) h + add(tile, d0), in blocks of kRows state rows d0 ..: each block's tile
-  // starts as the decayed h and `add` accumulates the chunk's products into it (rows d0 + the
-  // tile's rows); h is written once every warp has read it and this chunk's tiles.
-  template <class Decay, class Add>
-  __device__ void update_state(Decay&& decay, Add&& add) const {
+  // h <- decay h + add(tile, d0), in blocks of kRows state rows d0 ..: each block's tile starts
+  // as decay h and `add` accumulates the chunk's products into it (rows d0 + the tile's rows);
+  // h is written once every warp has read it and this chunk's tiles.
+  template <class Add>
+  __device__ void update_state(float decay, Add&& add) const {
     WarpTile<kRows, BV> next[kRowBlocks];
 #pragma unroll
     for (int rb = 0; rb < kRowBlocks; rb++) {
-      next[rb].each([&](int d, int c, float& x, int) { x = decay(rb * kRows + d) * h[(rb * kRows + d) * kLdH + c]; });
+      next[rb].each([&](int d, int c, float& x, int) { x = decay * h[(rb * kRows + d) * kLdH + c]; });
       add(next[rb], rb * kRows);
     }
     __syncthreads();
@@ -403,12 +304,12 @@ struct ScanSmem {
   }
 };
 
-template <int DK, int DV, bool VEC>
+template <int DK, int DV>
 __global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
   extern __shared__ float4 smem_raw[];
-  using Smem = ScanSmem<DK, DV, VEC>;
+  using Smem = ScanSmem<DK, DV>;
   const Smem sm(smem_raw);
-  constexpr int BV = Smem::BV, kLdH = Smem::kLdH, kLdW = Smem::kLdW, kLdK = Smem::kLdK, kLdG = Smem::kLdG;
+  constexpr int BV = Smem::BV, kLdH = Smem::kLdH, kLdW = Smem::kLdW, kLdK = Smem::kLdK;
   const int v0 = blockIdx.x * BV, j = blockIdx.y, bi = blockIdx.z, hq = j / (a.HV / a.H);
   const int64_t head = int64_t(bi) * a.HV + j;
   sm.load_state(a.h0 ? a.h0 + head * DK * DV : nullptr, v0);
@@ -420,15 +321,14 @@ __global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
     load_bf16_rows<C, DK>(sm.k, a.k + ((int64_t(bi) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
     load_f32_rows<DK, kLdW>(sm.W, a.W + row0 * DK, DK);
     load_f32_rows<C, kLdC>(sm.aqk, a.Aqk + (head * a.NT + chunk) * C * C, C);
-    if constexpr (VEC) load_f32_rows<DK, kLdG>(sm.Gv, a.G + row0 * DK, DK);
-    else if (threadIdx.x < C) sm.G[threadIdx.x] = a.G[row0 + threadIdx.x];
+    if (threadIdx.x < C) sm.G[threadIdx.x] = a.G[row0 + threadIdx.x];
     __syncthreads();
     if (a.h_start) {  // the backward keeps every chunk-start state h[n] (4.9 step 1)
       sm.store_state(a.h_start + (head * a.NT + chunk) * DK * DV, v0);
     }
     // 2a: Vnew = U - W h (rows past n are 0 - 0 h = 0); U straight from global memory.
     {
-      if (!VEC && threadIdx.x < C) {
+      if (threadIdx.x < C) {
         sm.expG[threadIdx.x] = expf(sm.G[threadIdx.x]);
         sm.kdecay[threadIdx.x] = expf(sm.G[C - 1] - sm.G[threadIdx.x]);  // G_last = G[C - 1]: g = 0 past n
       }
@@ -446,32 +346,22 @@ __global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
     }
     __syncthreads();
     // 2b: o = scale exp(G) (.) (Q h) + Aqk Vnew (Aqk already holds scale and the decays).
-    auto gv = [&](int r, int d) { return sm.Gv[r * kLdG + d]; };  // VEC: G[r][d]
     if (a.o) {
       WarpTile<C, BV> qh, av;
-      if constexpr (VEC)
-        qh.mma<DK, true, true>([&](int r, int d) { return bf(sm.q[r * kLdK + d]) * expf(gv(r, d)); }, h_op);
-      else
-        qh.mma<DK, false, true>([&](int r, int d) { return bf(sm.q[r * kLdK + d]); }, h_op);
+      qh.mma<DK, false, true>([&](int r, int d) { return bf(sm.q[r * kLdK + d]); }, h_op);
       av.mma<C, true, true>([&](int r, int s) { return sm.aqk[r * kLdC + s]; },
                             [&](int s, int c) { return sm.vnew[s * kLdH + c]; });
       qh.each([&](int r, int c, float x, int slot) {
         if (r < n)
           a.o[((int64_t(bi) * a.T + t0 + r) * a.HV + j) * DV + v0 + c] =
-              __float2bfloat16_rn(a.scale * (VEC ? 1.f : sm.expG[r]) * x + av.at(slot));
+              __float2bfloat16_rn(a.scale * sm.expG[r] * x + av.at(slot));
       });
     }
-    // 2c: h <- exp(G_last) h + (K (.) exp(G_last - G))^T Vnew.
-    if constexpr (VEC)
-      sm.update_state([&](int d) { return expf(gv(C - 1, d)); }, [&](auto& hn, int d0) {
-        hn.mma<C, true, true>([&](int d, int s) { return bf(sm.k[s * kLdK + d0 + d]) * expf(gv(C - 1, d0 + d) - gv(s, d0 + d)); },
-                              [&](int s, int c) { return sm.vnew[s * kLdH + c]; });
-      });
-    else
-      sm.update_state([&](int) { return sm.expG[C - 1]; }, [&](auto& hn, int d0) {
-        hn.mma<C, false, true>([&](int d, int s) { return bf(sm.k[s * kLdK + d0 + d]); },
-                               [&](int s, int c) { return sm.vnew[s * kLdH + c] * sm.kdecay[s]; });
-      });
+    // 2c: h <- exp(G_last) h + K^T diag(exp(G_last - G)) Vnew.
+    sm.update_state(sm.expG[C - 1], [&](auto& hn, int d0) {
+      hn.mma<C, false, true>([&](int d, int s) { return bf(sm.k[s * kLdK + d0 + d]); },
+                             [&](int s, int c) { return sm.vnew[s * kLdH + c] * sm.kdecay[s]; });
+    });
   }
   __syncthreads();
   if (!a.final_state) return;
@@ -526,7 +416,7 @@ __global__ void __launch_bounds__(kThreads, 2) reverse_scan_kernel(ChunkArgs a) 
     }
     __syncthreads();
     // 3c: dS <- exp(G_last) dS + scale Qg^T dO - W^T dVnew   (h[n] feeds the end state, o and Vnew)
-    sm.update_state([&](int) { return sm.expG[C - 1]; }, [&](auto& dsn, int d0) {
+    sm.update_state(sm.expG[C - 1], [&](auto& dsn, int d0) {
       dsn.mma<C, true, false>([&](int d, int t) { return a.scale * sm.expG[t] * bf(sm.q[t * kLdK + d0 + d]); }, d_o);
       dsn.mma<C, true, true>([&](int d, int t) { return sm.W[t * kLdW + d0 + d]; },
                              [&](int t, int c) { return -sm.vnew[t * kLdH + c]; });
@@ -791,15 +681,13 @@ void launch_kernel(Kernel kernel, dim3 grid, const ChunkArgs& a) {
   CUDA_CHECK_LAUNCH();
 }
 
-// Passes 1 and 2 (the forward; the backward's replay when a.A and a.h_start are set). VEC: the
-// per-channel form.
-template <int DK, int DV, bool VEC = false>
+// Passes 1 and 2 (the forward; the backward's replay when a.A and a.h_start are set).
+template <int DK, int DV>
 void launch_forward(const ChunkArgs& a) {
-  launch_kernel<PrepareSmem<DK, DV, VEC>::bytes()>(prepare_kernel<DK, DV, VEC>, dim3(a.NT, a.HV, a.B), a);
-  using Scan = ScanSmem<DK, DV, VEC>;
-  static_assert(VEC || DK > 128 || Scan::bytes() <= 113 * 1024,
+  launch_kernel<PrepareSmem<DK, DV>::bytes()>(prepare_kernel<DK, DV>, dim3(a.NT, a.HV, a.B), a);
+  static_assert(DK > 128 || ScanSmem<DK, DV>::bytes() <= 113 * 1024,
                 "two scan CTAs per SM up to dk = 128 (228 KB, 1 KB reserved per CTA)");
-  launch_kernel<Scan::bytes()>(scan_kernel<DK, DV, VEC>, dim3(DV / Scan::BV, a.HV, a.B), a);
+  launch_kernel<ScanSmem<DK, DV>::bytes()>(scan_kernel<DK, DV>, dim3(DV / ScanSmem<DK, DV>::BV, a.HV, a.B), a);
 }
 
 // Backward passes 3 and 4 (after launch_forward's replay).
@@ -809,7 +697,7 @@ void launch_backward(const ChunkArgs& a) {
   launch_kernel<LocalSmem<DK, DV>::bytes()>(local_backward_kernel<DK, DV>, dim3(a.NT, a.HV, a.B), a);
 }
 
-// Calls fn(integral_constant DK, integral_constant DV) for supported() and forward_supported() widths.
+// Calls fn(integral_constant DK, integral_constant DV) for supported() widths.
 template <class Fn>
 void dispatch_widths(const DeltaRuleDims& d, Fn&& fn) {
   auto with_dv = [&](auto dk) {
@@ -831,33 +719,23 @@ ChunkArgs input_args(const void* q, const void* k, const void* v, const void* g,
   a.scale = float(d.scale);
   a.q = static_cast<const bf16*>(q), a.k = static_cast<const bf16*>(k), a.v = static_cast<const bf16*>(v);
   a.g = static_cast<const bf16*>(g), a.b = static_cast<const bf16*>(b), a.w = static_cast<const bf16*>(w);
-  a.g_vector = d.gate == DeltaGate::Vector, a.b_vector = d.erase_vector, a.w_vector = d.write_vector;
   a.h0 = h0;
   return a;
 }
 
-// Whether the dims need the per-channel form (a vector gate, erase or write gate).
-bool per_channel(const DeltaRuleDims& d) { return d.gate == DeltaGate::Vector || d.erase_vector || d.write_vector; }
-
-// Pass 1 and 2 workspaces: W, U, Aqk, G (rows = B * HV * NT * C; G per channel in the
-// per-channel form).
+// Pass 1 and 2 workspaces: W, U, Aqk, G (rows = B * HV * NT * C).
 struct ForwardWorkspace {
   FloatScratch W, U, Aqk, G;
-  ForwardWorkspace(const DeltaRuleDims& d, int64_t rows)
-      : W(rows * d.dk), U(rows * d.dv), Aqk(rows * C), G(rows * (per_channel(d) ? d.dk : 1)) {}
+  ForwardWorkspace(const DeltaRuleDims& d, int64_t rows) : W(rows * d.dk), U(rows * d.dv), Aqk(rows * C), G(rows) {}
   void set(ChunkArgs& a) const { a.W = W.get(), a.U = U.get(), a.Aqk = Aqk.get(), a.G = G.get(); }
 };
-
-bool width_ok(int64_t width) { return width == 64 || width == 128 || width == 256; }
 
 }  // namespace
 
 bool supported(const DeltaRuleDims& d, DType dtype) {
-  return dtype == DType::BF16 && !per_channel(d) && width_ok(d.dk) && width_ok(d.dv);
-}
-
-bool forward_supported(const DeltaRuleDims& d, DType dtype) {
-  return supported(d, dtype) || (dtype == DType::BF16 && per_channel(d) && d.dk <= 128 && width_ok(d.dk) && width_ok(d.dv));
+  auto width_ok = [](int64_t width) { return width == 64 || width == 128 || width == 256; };
+  return dtype == DType::BF16 && d.gate != DeltaGate::Vector && !d.erase_vector && !d.write_vector &&
+         width_ok(d.dk) && width_ok(d.dv);
 }
 
 void forward(void* o, float* final_state, void* residual, const void* q, const void* k, const void* v, const void* g,
@@ -867,16 +745,7 @@ void forward(void* o, float* final_state, void* residual, const void* q, const v
   a.final_state = final_state;
   const ForwardWorkspace ws(d, d.B * d.HV * a.NT * C);
   ws.set(a);
-  dispatch_widths(d, [&](auto dk, auto dv) {
-    constexpr int DK = decltype(dk)::value, DV = decltype(dv)::value;
-    if constexpr (DK <= 128) {
-      if (per_channel(d)) {
-        launch_forward<DK, DV, true>(a);
-        return;
-      }
-    }
-    launch_forward<DK, DV>(a);
-  });
+  dispatch_widths(d, [&](auto dk, auto dv) { launch_forward<decltype(dk)::value, decltype(dv)::value>(a); });
 }
 
 void backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, void* grad_b, void* grad_w, float* grad_h0,

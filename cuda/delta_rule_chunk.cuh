@@ -7,8 +7,6 @@
 // Scope: BF16 storage (fp32 accumulation, fp32 state), no gate or a scalar gate (DeltaNet, GDN),
 // scalar erase gate beta and scalar write gate w (w = b for DeltaNet/GDN), grouped value heads,
 // dk and dv in {64, 128, 256} (any pair), chunks of kChunk = 64 tokens, any T, optional initial state.
-// The forward also has a per-channel form for a vector gate, erase gate or write gate (KDA,
-// GDN-2) with dk in {64, 128} and dv in {64, 128, 256}; their backward is the recurrent kernel's.
 #pragma once
 #include "cuda/delta_rule.h"
 
@@ -16,13 +14,10 @@ namespace hla::cuda::delta_chunk {
 
 constexpr int kChunk = 64;
 
-// Whether the chunked kernels, forward and backward, cover these dims and storage dtype.
+// Whether the chunked kernel covers these dims and storage dtype.
 bool supported(const DeltaRuleDims& d, DType dtype);
 
-// Whether the chunked forward covers them: supported(), or the per-channel form (KDA, GDN-2).
-bool forward_supported(const DeltaRuleDims& d, DType dtype);
-
-// The forward of cuda::delta_rule_forward for forward_supported() dims, with bf16 buffers (q, k, v, g,
+// The forward of cuda::delta_rule_forward for supported() dims, with bf16 buffers (q, k, v, g,
 // b, w, o, residual; 16-byte aligned q, k, v) and fp32 states; u_f32 may be null.
 void forward(void* o, float* final_state, void* residual, const void* q, const void* k, const void* v, const void* g,
              const void* b, const void* w, const float* h0, const DeltaRuleDims& d, float* u_f32);

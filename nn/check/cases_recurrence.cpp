@@ -471,19 +471,6 @@ void add_delta_rule_cases() {
            DeltaCase{"chunk gdn", 2, 100, 2, 4, 256, 128, G::Scalar, false, false, true, true, 1.0, 0},
            DeltaCase{"chunk gdn", 2, 70, 1, 2, 256, 64, G::Scalar, false, false, true, true, 1.0, 0},
            DeltaCase{"chunk gdn long", 1, 4096, 2, 4, 256, 256, G::Scalar, false, false, true, true, 3.0, 0},
-           // the chunked forward's per-channel form (KDA, GDN-2; recurrent backward): dk 64 and
-           // 128, dv up to 256, grouped value heads, partial last chunks, a strong gate
-           // (logsigmoid(N(-3, 1)), ~-3 a token), mixed scalar and vector coefficients, and T = 4096
-           DeltaCase{"chunk kda", 2, 100, 2, 4, 64, 64, G::Vector, false, false, true, true, 1.0, 0},
-           DeltaCase{"chunk kda", 2, 130, 2, 2, 128, 128, G::Vector, false, false, true, false, 0.0, 0},
-           DeltaCase{"chunk kda strong gate", 2, 150, 2, 2, 64, 128, G::Vector, false, false, true, true, -3.0, 0},
-           DeltaCase{"chunk kda", 1, 90, 1, 2, 128, 256, G::Vector, false, false, true, true, 1.0, 0},
-           DeltaCase{"chunk gdn2", 2, 100, 2, 4, 64, 64, G::Vector, true, true, false, true, 1.0, 0},
-           DeltaCase{"chunk gdn2", 2, 130, 2, 2, 128, 128, G::Vector, true, true, false, true, 0.0, 0},
-           DeltaCase{"chunk gdn2", 2, 70, 1, 2, 128, 64, G::Vector, true, true, false, false, 2.0, 0},
-           DeltaCase{"chunk gdn vector w", 2, 100, 2, 2, 64, 64, G::Scalar, false, true, false, true, 1.0, 0},
-           DeltaCase{"chunk kda long", 1, 4096, 2, 4, 128, 128, G::Vector, false, false, true, true, 3.0, 0},
-           DeltaCase{"chunk gdn2 long", 1, 4096, 2, 2, 64, 64, G::Vector, true, true, false, true, 3.0, 0},
        })
     add_case(gpu_case("delta_rule", "delta_rule " + c.what + dims(c.B, c.T, c.H, c.HV, c.dk, c.dv), delta_kernel(c),
                       delta_inputs(c, true), delta_op(c)));
