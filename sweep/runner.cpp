@@ -417,13 +417,18 @@ ordered_json collect_row(const SweepRun& run, const std::string& run_dir, double
   row["steps"] = run.steps;
   add_training_columns(run_dir, row);
   double train_seconds = 0, rss = 0;
-  for (const json& segment : read_jsonl(run_dir + "/segments.jsonl")) {
+  const std::vector<json> segments = read_jsonl(run_dir + "/segments.jsonl");
+  for (const json& segment : segments) {
     train_seconds += segment["seconds"].get<double>();
     rss = std::max(rss, segment["max_rss_mib"].get<double>());
   }
   add_decode_columns(run_dir, run.run_file["train"].value("dtype", "f32"), row);
-  row["peak_rss_mib"] = rss;
-  row["train_seconds"] = train_seconds;
+  // A sweep killed after a training finished but before it was recorded resumes straight into
+  // the evaluation: no segment knows that training's time or memory, so the cells stay empty
+  // rather than claiming 0.
+  row["peak_rss_mib"] = nullptr;
+  row["train_seconds"] = nullptr;
+  if (!segments.empty()) row["peak_rss_mib"] = rss, row["train_seconds"] = train_seconds;
   row["eval_seconds"] = eval_seconds;
   const std::string results_path = run_dir + "/eval/results.json";
   if (fs::exists(results_path)) {
