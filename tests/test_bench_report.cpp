@@ -167,7 +167,8 @@ TEST_CASE("a measured-anchors file with a bad field is an error naming the file 
       {R"({"rows": {"a B1": {"anchor": "fla x", "fwd_bwd_ms": 0}}})", "anchors.json: rows.'a B1'.fwd_bwd_ms"},
       {R"({"rows": {"a B1": {"anchor": "fla x", "fwd_error": 7}}})", "anchors.json: rows.'a B1'.fwd_error must be a string"},
   };
-  for (const auto& [text, message] : bad) {
+  for (const auto& entry : bad) {
+    const std::string text = entry.first, message = entry.second;  // a lambda cannot capture a structured binding (C++17)
     CAPTURE(text);
     const std::string e = error_of([&] { anchors_from(text); });
     CHECK_MESSAGE(e.find(message) != std::string::npos, e);

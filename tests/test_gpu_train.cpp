@@ -383,7 +383,9 @@ TEST_CASE("GPU CUDA graph capture: a host read, a blocking copy or a staged uplo
       {"copy_h2d", [&] { x.copy_(Tensor::full({4}, 1.0, DType::F32)); }},
       {"synchronize", [] { cuda::synchronize(); }},
       {"copy_h2d_async", [&] { cuda::copy_h2d_async(x.raw(), host.data(), x.nbytes()); }}};
-  for (const auto& [call, fn] : uncapturable) {
+  for (const auto& entry : uncapturable) {
+    const std::string& call = entry.first;  // not a structured binding: INFO's lambda captures it
+    const std::function<void()>& fn = entry.second;
     INFO(call);
     cuda::Graph graph;
     graph.begin_capture();
