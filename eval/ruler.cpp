@@ -144,7 +144,8 @@ nlohmann::json run_task_at_length(LanguageModel& model, const data::Tokenizer& t
                                   const RulerTask& task, const RulerResources& resources,
                                   const RulerRunOptions& options, int64_t length) {
   auto start = std::chrono::steady_clock::now();
-  RulerGenOptions gen{length, options.samples, options.seed, options.token_scale};
+  std::vector<std::string> notes;
+  RulerGenOptions gen{length, options.samples, options.seed, options.token_scale, &notes};
   TokenCounter count_tokens = [&](const std::string& text) {
     return static_cast<int64_t>(tokenizer.encode(text).size());
   };
@@ -172,7 +173,7 @@ nlohmann::json run_task_at_length(LanguageModel& model, const data::Tokenizer& t
   double score = part ? string_match_part(predictions, references)
                       : string_match_all(predictions, references);
   const std::string& prompt = samples[0].input;
-  return {{"score", score},
+  nlohmann::json result = {{"score", score},
           {"metric", part ? "string_match_part" : "string_match_all"},
           {"n", samples.size()},
           {"mean_length", static_cast<double>(total_length) / samples.size()},
@@ -185,6 +186,8 @@ nlohmann::json run_task_at_length(LanguageModel& model, const data::Tokenizer& t
                                                 samples[0].answer_prefix},
                             {"prediction", predictions[0]},
                             {"references", references[0]}})}};
+  if (!notes.empty()) result["notes"] = notes;  // where the generator departed from RULER's setting
+  return result;
 }
 
 // The notes for lengths beyond the model's training context (an error beyond a position limit).

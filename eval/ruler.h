@@ -79,6 +79,10 @@ struct RulerGenOptions {
   // 4096-token threshold for short-context settings) are counts of BPE tokens; they are
   // multiplied by this for other tokenizers (eval.md 1.9 suggests 3-4 for a byte-level model).
   double token_scale = 1.0;
+  // Where a generator departs from RULER's setting so that the task fits the tokenizer (vt's
+  // one-shot example over its 500 x token_scale budget, cwe's short-context word list at a
+  // nominally long length), it appends a sentence here, when set.
+  std::vector<std::string>* notes = nullptr;
 };
 
 using TokenCounter = std::function<int64_t(const std::string&)>;
@@ -122,7 +126,8 @@ struct RulerRunOptions {
 // others run. Returns
 //   {"lengths": [...], "samples", "seed", "token_scale", "notes": [...],
 //    "tasks": {name: {"<length>": {"score", "metric", "n", "mean_length", "seconds",
-//              "seconds_samples", "seconds_prefill", "seconds_steps", "example": {...}} or {"error"}}},
+//              "seconds_samples", "seconds_prefill", "seconds_steps", "example": {...},
+//              "notes": [...] where the generator departed from RULER's setting} or {"error"}}},
 //    "average": {"<length>": mean over the tasks scored},
 //    "average_without_qa": {"<length>": the same without qa_1 and qa_2},
 //    "averaged_tasks": {"<length>": {"all": n, "without_qa": m}}}

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <iostream>
 
 #include "eval/ruler_detail.h"
 #include "tensor/error.h"
@@ -95,8 +96,8 @@ std::string insert_at_depths(const std::vector<std::string>& sentences,
   return context;
 }
 
-int64_t search_size(const PromptAt& prompt_at, const TokenCounter& count_tokens, int64_t length,
-                    const SizeSearch& search) {
+std::optional<int64_t> search_fitting_size(const PromptAt& prompt_at, const TokenCounter& count_tokens,
+                                           int64_t length, const SizeSearch& search) {
   const double per_unit =
       static_cast<double>(count_tokens(prompt_at(search.estimate_size).text)) /
       static_cast<double>(search.estimate_size);
@@ -114,7 +115,18 @@ int64_t search_size(const PromptAt& prompt_at, const TokenCounter& count_tokens,
       upper = mid - 1;
     }
   }
-  return best >= 0 ? best : search.incremental;
+  if (best < 0) return std::nullopt;
+  return best;
+}
+
+int64_t search_size(const PromptAt& prompt_at, const TokenCounter& count_tokens, int64_t length,
+                    const SizeSearch& search) {
+  return search_fitting_size(prompt_at, count_tokens, length, search).value_or(search.incremental);
+}
+
+void add_note(const RulerGenOptions& options, const std::string& note) {
+  std::cerr << "warning: RULER " << note << "\n";
+  if (options.notes) options.notes->push_back(note);
 }
 
 Prompt fit_prompt(const PromptAt& prompt_at, const TokenCounter& count_tokens, int64_t length,

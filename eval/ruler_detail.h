@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,9 +58,17 @@ struct SizeSearch {
   int64_t max_size = INT64_MAX;  // the search never goes above this (e.g. distinct words held)
 };
 
-// RULER's binary search for the largest size whose prompt fits `length`.
+// RULER's binary search for the largest size whose prompt fits `length`; nullopt when not even
+// search.incremental fits.
+std::optional<int64_t> search_fitting_size(const PromptAt& prompt_at, const TokenCounter& count_tokens,
+                                           int64_t length, const SizeSearch& search);
+// The same, search.incremental when nothing fits (RULER's own fallback: fit_prompt then fails
+// with the sizes in its message).
 int64_t search_size(const PromptAt& prompt_at, const TokenCounter& count_tokens, int64_t length,
                     const SizeSearch& search);
+// A generator that departs from RULER's setting to fit the tokenizer says so: a warning on
+// stderr and a note in options.notes (the task's "notes" in the results).
+void add_note(const RulerGenOptions& options, const std::string& note);
 // Generates at `size`, shrinking by `incremental` until it fits (RULER's per-sample loop);
 // an hla::Error when even the smallest size does not fit.
 Prompt fit_prompt(const PromptAt& prompt_at, const TokenCounter& count_tokens, int64_t length,

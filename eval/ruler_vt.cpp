@@ -5,6 +5,7 @@
 // re-randomised per sample) is prepended.
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <set>
 
 #include "eval/ruler_detail.h"
@@ -86,16 +87,31 @@ std::vector<RulerSample> generate_variable_tracking(const RulerTask& task,
                                                     const RulerGenOptions& options,
                                                     const TokenCounter& count_tokens, Rng& rng) {
   // 1. the one-shot example: full prompt with its answer, generated within 500 tokens, or
-  //    within half of what the generation budget leaves when that is less, so that the sample
-  //    itself still fits (500 tokens times a byte tokenizer's scale of 4 are all of a
-  //    2048-token context)
+  //    within half of what the generation budget leaves (`room`) when that is less, so that
+  //    the sample itself still fits (500 tokens times a byte tokenizer's scale of 4 are all of
+  //    a 2048-token context). When even the smallest example (5 noise lines) is over 500 x
+  //    token_scale tokens - a byte tokenizer at token scale 1 counts about 840 - it takes what
+  //    it needs, up to `room`, with a note.
   const int64_t budget = generation_budget(task, options.token_scale);
-  const int64_t example_length =
-      std::min(std::lround(kExampleLength * options.token_scale), (options.length - budget) / 2);
+  const int64_t room = (options.length - budget) / 2;
+  const int64_t ruler_example_length = std::lround(kExampleLength * options.token_scale);
+  int64_t example_length = std::min(ruler_example_length, room);
   PromptAt example_at = [&](int64_t n) { return vt_prompt(task, n, true, rng); };
   const SizeSearch example_search{5, 5, 3.0, 0};
-  int64_t example_size = search_size(example_at, count_tokens, example_length, example_search);
-  Prompt example = fit_prompt(example_at, count_tokens, example_length, example_size,
+  std::optional<int64_t> example_size =
+      search_fitting_size(example_at, count_tokens, example_length, example_search);
+  if (!example_size) {
+    const int64_t smallest = count_tokens(example_at(example_search.incremental).text);
+    if (smallest <= room) {
+      example_length = std::min(room, smallest + smallest / 10);  // a BPE count varies with the names
+      add_note(options, task.name + ": the one-shot example needs " + std::to_string(smallest) +
+                            " tokens with this tokenizer, over RULER's 500 x token_scale = " +
+                            std::to_string(ruler_example_length) + "; it takes up to " +
+                            std::to_string(example_length) + " of the " + std::to_string(options.length));
+    }
+    example_size = example_search.incremental;
+  }
+  Prompt example = fit_prompt(example_at, count_tokens, example_length, *example_size,
                               example_search, task.name + " (one-shot example)");
   const std::string example_text = example.text + " " + join(example.answers, " ") + "\n";
 

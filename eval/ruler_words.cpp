@@ -6,6 +6,7 @@
 //    name ranks 2-4.
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <set>
 
 #include "eval/ruler_detail.h"
@@ -119,15 +120,29 @@ std::vector<RulerSample> generate_common_words(const RulerTask& task,
                                                const RulerResources& resources,
                                                const TokenCounter& count_tokens, Rng& rng) {
   const std::vector<std::string>& pool = resources.common_words;
+  bool short_context = is_short_context(options);
   PromptAt prompt_at = [&](int64_t n) {
-    return common_words_prompt(task, n, is_short_context(options), pool, rng);
+    return common_words_prompt(task, n, short_context, pool, rng);
   };
   const int64_t pool_size = static_cast<int64_t>(pool.size());
   const SizeSearch search{10, std::min<int64_t>(4096, pool_size), 2.0,
                           generation_budget(task, options.token_scale), pool_size};
-  const int64_t size = search_size(prompt_at, count_tokens, options.length, search);
-  return fit_samples(prompt_at, count_tokens, options, size, search, task.name,
-                     kCommonAnswerPrefix);
+  std::optional<int64_t> size = search_fitting_size(prompt_at, count_tokens, options.length, search);
+  if (!size && !short_context) {
+    // RULER's long-context lists (4096 of its tokens or more) hold 190 words in the example and
+    // freq_common repeats of each common word: with a fine tokenizer at a small token scale
+    // that is more than the whole length, so take the lists RULER uses below 4096 tokens.
+    const int64_t smallest = count_tokens(prompt_at(search.incremental).text) + search.extra_tokens;
+    short_context = true;
+    add_note(options, task.name + ": RULER's long-context word lists need at least " +
+                          std::to_string(smallest) + " tokens with this tokenizer, more than the length " +
+                          std::to_string(options.length) +
+                          "; it takes RULER's short-context lists (repeats 3 and 1 in the example, 6 and 1 "
+                          "in the question)");
+    size = search_fitting_size(prompt_at, count_tokens, options.length, search);
+  }
+  return fit_samples(prompt_at, count_tokens, options, size.value_or(search.incremental), search,
+                     task.name, kCommonAnswerPrefix);
 }
 
 std::vector<RulerSample> generate_frequent_words(const RulerTask& task,

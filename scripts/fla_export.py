@@ -17,6 +17,12 @@ For every model NAME it writes OUTDIR/NAME/:
                                    attention implementation, fla and transformers versions)
 One model (delta_net_sharded) is saved in shards (model.safetensors.index.json).
 
+  PYTHONPATH=.fla python3 scripts/fla_export.py OUTDIR --only kda kda_hybrid --kda-reference
+
+exports the KDA models with chunk_kda replaced by a PyTorch fp32 stand-in (torch's softplus for
+the gate, fla's naive_recurrent_kda for the recurrence): the same weights and tokens, so fla's
+kernel and fla's reference math can each be compared with hla.
+
   PYTHONPATH=.fla python3 scripts/fla_export.py --check-hla HLA_DIR
 
 checks the other direction: every HLA_DIR/NAME/ is a checkpoint `hla train` wrote (config.json,
@@ -119,6 +125,31 @@ def use_gated_delta_rule_stand_in():
     return "torch stand-in for chunk_gated_delta_rule (fla's naive recurrence and gate)"
 
 
+def kda_stand_in(q, k, v, g, beta, A_log, dt_bias, initial_state=None, output_final_state=False,
+                  use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True,
+                  allow_neg_eigval=False, safe_gate=False, lower_bound=None, state_v_first=True, cu_seqlens=None):
+    """chunk_kda's math in PyTorch fp32 (autograd gives the gradients), for --kda-reference: the
+    gate -exp(A_log) * softplus(g + dt_bias) with torch's softplus, where chunk_kda's kernel uses
+    fla/ops/utils/softplus.py (log2(1 + 2^x) in approximate PTX, no log1p), then fla's own
+    naive_recurrent_kda. q k (B, T, H, K), v (B, T, HV, V), g (B, T, HV, K), beta (B, T, HV)."""
+    assert initial_state is None and not output_final_state and cu_seqlens is None
+    assert use_qk_l2norm_in_kernel and use_gate_in_kernel and use_beta_sigmoid_in_kernel
+    assert lower_bound is None and not safe_gate, "the stand-in has no lower-bound or safe gate"
+    from fla.ops.kda.naive import naive_recurrent_kda
+    l2norm = lambda x: x.float() * torch.rsqrt((x.float() ** 2).sum(-1, keepdim=True) + 1e-6)
+    hv, dk = g.shape[-2:]
+    gate = -A_log.float().exp().view(hv, 1) * F.softplus(g.float() + dt_bias.float().view(hv, dk))
+    beta = beta.float().sigmoid() * (2.0 if allow_neg_eigval else 1.0)
+    o, _ = naive_recurrent_kda(l2norm(q), l2norm(k), v.float(), gate, beta)
+    return o.to(v.dtype), None
+
+
+def use_kda_stand_in():
+    import fla.layers.kda as layer
+    layer.chunk_kda = kda_stand_in
+    return "torch stand-in for chunk_kda (exact softplus gate, fla's naive_recurrent_kda)"
+
+
 def models():
     """name -> (config class name, model class name, config kwargs)."""
     common = dict(hidden_size=64, vocab_size=VOCAB, tie_word_embeddings=False)
@@ -174,7 +205,7 @@ def reference(model, ids):
     return out
 
 
-def export(name, spec, outdir, device, attention):
+def export(name, spec, outdir, device, attention, kda_reference=False):
     import fla.models as fm
     from safetensors.torch import save_file
     config_cls, model_cls, kwargs = spec
@@ -189,6 +220,8 @@ def export(name, spec, outdir, device, attention):
            "triton_f32_default": os.environ.get("TRITON_F32_DEFAULT", "tf32")}
     if config_cls == "GatedDeltaNetConfig":
         run["gated_delta_rule"] = use_gated_delta_rule_stand_in()
+    if config_cls == "KDAConfig" and kda_reference:
+        run["kda"] = use_kda_stand_in()
     try:
         model.train()
         ref = reference(model, ids.to(device))
@@ -272,6 +305,9 @@ def main():
     ap.add_argument("--check-hla", metavar="HLA_DIR", help="load hla-written checkpoints with fla instead")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--only", nargs="*", help="model names (default: all)")
+    ap.add_argument("--kda-reference", action="store_true",
+                    help="KDA models run a PyTorch fp32 stand-in of chunk_kda (exact softplus, fla's naive "
+                         "recurrence) instead of fla's Triton kernel: tells fla's kernel rounding from hla's")
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32: no TF32 matmuls
     torch.backends.cudnn.allow_tf32 = False
@@ -285,7 +321,7 @@ def main():
         if args.only and name not in args.only:
             continue
         try:
-            export(name, spec, args.outdir, args.device, attention)
+            export(name, spec, args.outdir, args.device, attention, args.kda_reference)
         except Exception:
             traceback.print_exc()
             failed.append(name)

@@ -197,3 +197,33 @@ TEST_CASE("eval: vt fits the byte tokenizer's default lengths (token scale 4) wi
     }
   }
 }
+
+TEST_CASE("eval: vt and cwe fit 4096 byte tokens at token scale 1, with a note saying how") {
+  // RULER's settings are in BPE tokens: vt's one-shot example gets 500 of them and cwe's
+  // long-context lists start at 4096. In bytes the smallest example is about 840 and the long
+  // lists over 5000, so both adapt (and say so) instead of failing.
+  auto bytes = [](const std::string& t) { return static_cast<int64_t>(t.size()); };
+  for (const char* name : {"vt", "cwe"}) {
+    CAPTURE(name);
+    const RulerTask& task = *find_ruler_task(name);
+    std::vector<std::string> notes;
+    RulerGenOptions options{4096, 3, 42, 1.0, &notes};
+    std::vector<RulerSample> samples = generate_ruler_samples(task, options, word_resources(), bytes);
+    REQUIRE(samples.size() == 3);
+    for (const RulerSample& s : samples) {
+      CHECK(s.length == bytes(s.input + s.answer_prefix) + generation_budget(task, 1.0));
+      CHECK(s.length <= 4096);
+      CHECK(s.length >= 4096 * 8 / 10);
+      for (const std::string& answer : s.outputs) CHECK(s.input.find(answer) != std::string::npos);
+    }
+    REQUIRE(notes.size() == 1);
+    CHECK(notes[0].rfind(std::string(name) + ": ", 0) == 0);
+  }
+  // At the lengths RULER's settings fit (token scale 2, length 9000) neither adapts.
+  for (const char* name : {"vt", "cwe"}) {
+    std::vector<std::string> notes;
+    RulerGenOptions options{9000, 1, 42, 2.0, &notes};
+    generate_ruler_samples(*find_ruler_task(name), options, word_resources(), bytes);
+    CHECK(notes.empty());
+  }
+}
