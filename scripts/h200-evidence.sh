@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# The H200 runs behind the closing evidence of the open issues, stage by stage, for a GPU box
+# reached through time-limited calls (about 15 minutes of GPU time in all):
+#   build      hla and hla_tests for sm_90 into build-gpu
+#   ruler      scripts/ruler-h200.sh: RULER's 13 tasks x 100 at 4096 tokens (issue W2.5's
+#              2-minute target); run it before the sweeps start, alone on the GPU
+#   sweeps     the recipes of configs/sweeps (paper1-mqar, paper1-text, paper2-routing, issue
+#              W2.6) all at once, each with --parallel 4, started with setsid so that they
+#              outlive the call that started them; each one's wall time goes to
+#              $EVIDENCE/sweeps/<recipe>.done (sharing the GPU, so an upper bound on its time alone)
+#   gpu-check  `hla gpu-check`, every case
+#   dist       the NCCL tests of tests/test_gpu_dist.cpp (one rank: bit-exact to one process)
+#   fla        fla's exports of every model type and the KDA models again with --kda-reference
+#              (chunk_kda replaced by fla's own naive recurrence and torch's softplus), each
+#              compared with `hla forward` (issue W2.4)
+#   wait       waits for the sweeps up to WAIT_SECONDS (default 540), a progress line a minute
+#   pack       logs and the sweeps' tables, reports and plots into $OUT (evidence.tgz)
+# Stages run in the order given, e.g.
+#   scripts/h200-evidence.sh build ruler sweeps gpu-check dist fla wait pack
+# and a later call continues with `scripts/h200-evidence.sh wait pack`.
+# Environment: DATA, the data folder of ../shared/data/README.md (a copy that travels with the
+# tree; default ../shared/data); FLA, fla's source (the folder holding fla/; default .fla);
+# OUT, where `pack` writes (default build-gpu/evidence). NVLink multicast stays off.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+[ -d .gpu-prefix ] && export CMAKE_PREFIX_PATH=${CMAKE_PREFIX_PATH:-$PWD/.gpu-prefix}
+BUILD=build-gpu
+EVIDENCE=$BUILD/evidence-logs
+DATA=${DATA:-../shared/data}
+FLA=${FLA:-.fla}
+RECIPES=(paper1-mqar paper1-text paper2-routing)
+mkdir -p "$EVIDENCE/sweeps"
+start=$(date +%s)
+stamp() { echo "[h200-evidence $(( $(date +%s) - start )) s] $*"; }
+
+sweep_progress() {
+  for r in "${RECIPES[@]}"; do
+    [ -f "$EVIDENCE/sweeps/$r.log" ] || continue
+    echo "  $r: $(grep -c . "runs/$r/results.jsonl" 2>/dev/null || echo 0) runs recorded;" \
+         "$(cat "$EVIDENCE/sweeps/$r.done" 2>/dev/null || tail -n 1 "$EVIDENCE/sweeps/$r.log" | cut -c1-160)"
+  done
+}
+
+stage_build() {
+  cmake -S . -B $BUILD -DHLA_CUDA=ON -DHLA_CUDA_ARCH=90 ${CMAKE_FLAGS:-} >"$EVIDENCE/build.log" 2>&1 &&
+    cmake --build $BUILD -j "$(nproc)" --target hla hla_tests >>"$EVIDENCE/build.log" 2>&1 ||
+    { tail -n 40 "$EVIDENCE/build.log"; echo "BUILD FAILED"; return 1; }
+}
+
+stage_ruler() { OUT=$EVIDENCE bash scripts/ruler-h200.sh; }
+
+stage_sweeps() {
+  for r in "${RECIPES[@]}"; do
+    sed "s#\.\./shared/data#$DATA#g" "configs/sweeps/$r.toml" >"$EVIDENCE/sweeps/$r.toml"
+    HLA_CPU_THREADS=1 setsid nohup bash -c \
+      "t0=\$(date +%s); $BUILD/hla sweep --config $EVIDENCE/sweeps/$r.toml --out runs/$r --parallel 4;
+       echo \"exit \$?, wall \$(( \$(date +%s) - t0 )) s\" >$EVIDENCE/sweeps/$r.done" \
+      >"$EVIDENCE/sweeps/$r.log" 2>&1 </dev/null &
+  done
+  sleep 5
+  sweep_progress
+}
+
+stage_gpu_check() {
+  $BUILD/hla gpu-check >"$EVIDENCE/gpu-check.log" 2>&1
+  local rc=$?
+  tail -n 8 "$EVIDENCE/gpu-check.log"
+  return $rc
+}
+
+stage_dist() {
+  $BUILD/hla_tests --source-file='*test_gpu_dist.cpp' >"$EVIDENCE/gpu-dist.log" 2>&1
+  local rc=$?
+  tail -n 4 "$EVIDENCE/gpu-dist.log"
+  return $rc
+}
+
+stage_fla() {
+  local dir=$BUILD/fla-export status=0
+  rm -rf $dir $dir-kda-reference
+  PYTHONPATH=$FLA python3 scripts/fla_export.py $dir >"$EVIDENCE/fla-export.log" 2>&1 || status=1
+  PYTHONPATH=$FLA python3 scripts/fla_export.py $dir-kda-reference --only kda kda_hybrid --kda-reference \
+    >"$EVIDENCE/fla-export-kda-reference.log" 2>&1 || status=1
+  for d in $dir $dir-kda-reference; do
+    echo "fla_compare $d (hla on CUDA):"
+    python3 scripts/fla_compare.py $d --hla $BUILD/hla --device cuda || status=1
+  done
+  return $status
+}
+
+stage_wait() {
+  local limit=${WAIT_SECONDS:-540} t0 done
+  t0=$(date +%s)
+  while [ $(( $(date +%s) - t0 )) -lt "$limit" ]; do
+    done=$(ls "$EVIDENCE"/sweeps/*.done 2>/dev/null | wc -l)
+    [ "$done" -ge ${#RECIPES[@]} ] && break
+    sleep 60
+    stamp "sweeps:"; sweep_progress
+  done
+}
+
+stage_pack() {
+  local out=${OUT:-$BUILD/evidence}
+  mkdir -p "$out"
+  tar czf "$out/evidence.tgz" -C $BUILD evidence-logs
+  find runs -maxdepth 2 \( -name 'results.*' -o -name 'report.*' -o -name '*.svg' \) -print0 2>/dev/null |
+    tar czf "$out/sweeps.tgz" --null -T -
+  ls -l "$out"
+}
+
+status=0
+for stage in "$@"; do
+  stamp "$stage"
+  case $stage in
+    build) stage_build || exit 1 ;;
+    ruler | sweeps | dist | fla | wait | pack) "stage_$stage" || status=1 ;;
+    gpu-check) stage_gpu_check || status=1 ;;
+    *) echo "unknown stage '$stage' (build ruler sweeps gpu-check dist fla wait pack)"; exit 2 ;;
+  esac
+done
+stamp "done (status $status)"
+exit $status
