@@ -53,10 +53,13 @@
 //     pair by pair in fp32; then o = scale (Q (.) exp(G)) h[n] + Aqk V.
 //   Backward passes 1-2: the same scan tiles (the replay is forward pass 1); the reverse scan
 //     reads the fp32 tile q (.) exp(G).
-//   RWKV-6's forward (rwkv6_forward, template flag RW of vector_output_kernel; mixers.md 11,
-//     ReadAt::before_update): its state update is this one, so pass 1 is shared; pass 2 reads
-//     the state before each token's update (the exclusive query gate Gq_t = G_{t-1}) and puts the
-//     bonus q_t . (u (.) k_t) on Aqk's diagonal. Its backward stays the recurrent kernel's.
+//   RWKV-6 (rwkv6_forward, rwkv6_backward; template flag RW; mixers.md 11, ReadAt::before_update):
+//     its state update is this one, so the forward scan and the backward's replay are shared;
+//     every query-side read of the state uses the exclusive gate Gq_t = G_{t-1} (the state
+//     before token t's update) and Aqk's diagonal is the bonus q_t . (u (.) k_t): the forward's
+//     pass 2 (vector_output_kernel), the reverse scan (q (.) exp(Gq)) and pass 3
+//     (local_backward_kernel: the bonus terms of dQ, dK, du's per-chunk parts, dG's query
+//     terms one row up; its head lists them). du is then summed over the chunks in a fixed order.
 //   Pass 3: Ps = scale dO V^T masked (no decay: it is per channel); dQ_t += sum_{s<=t} Ps[t,s]
 //     k_s (.) e^{G_t - G_s} through the row tile's first row (earlier sub-chunks) and pair by
 //     pair (its own), dK_s += sum_{t>=s} Ps[t,s] q_t (.) e^{G_t - G_s} through the row tile's
@@ -88,7 +91,8 @@
 //   SM); vector_output_kernel (128, 128) 103,424 B, (128, 64) 95,232 B, (64, 128) 70,656 B,
 //   (64, 64) 62,464 B (RWKV-6: + 4 dk B), 60-102 registers; local_backward_kernel (128, 128)
 //   178,816 B, (128, 64) 162,432 B, (64, 128) 127,104 B, (64, 64) 110,720 B, with 234, 193,
-//   185, 161 registers (one CTA an SM).
+//   185, 161 registers (one CTA an SM); RWKV-6's + 4 dk B (the bonus), with 245, 202, 188, 173
+//   registers; no spills (ptxas, nvcc 13.0, sm_90).
 #include "cuda/decay_attention_chunk.cuh"
 
 #include <cuda_bf16.h>
@@ -98,6 +102,7 @@
 #include "cuda/chunk_mma.cuh"
 #include "cuda/common.cuh"
 #include "cuda/recurrence.cuh"
+#include "cuda/reduce.cuh"
 
 namespace hla::cuda::decay_chunk {
 namespace {
@@ -132,6 +137,7 @@ struct Args {
   float* dh0;           // (B, HV, dk, dv) or null
   float *dq, *dk;       // (B, T, HV, dk)  per value head (summed over a group afterwards)
   bf16 *dv, *dg;        // (B, T, HV, dv); (B, T, HV) scalar gate, (B, T, HV, dk) vector gate
+  float* dbonus;        // RWKV-6 (B, NT, H, dk): each chunk's part of du (summed in chunk order after)
 };
 
 __device__ __forceinline__ float bf(bf16 x) { return __bfloat162float(x); }
@@ -174,8 +180,10 @@ __device__ __forceinline__ void wait_tiles() {
 // glast[d] = G[C - 1][d] (= the last valid token's). kParts = kThreads / DK threads share a
 // channel, kLen = C / kParts consecutive tokens each, loaded at once before any sum (one memory
 // round trip); each part's local sums are then offset by the earlier parts' totals, added in
-// part order (so G is still non-increasing where g <= 0). Ends with __syncthreads.
-template <int DK>
+// part order (so G is still non-increasing where g <= 0). EXCLUSIVE (RWKV-6's query gate): G[t]
+// holds the sum up to token t - 1 instead (0 at t = 0); glast stays the inclusive G[C - 1]. Ends
+// with __syncthreads.
+template <int DK, bool EXCLUSIVE = false>
 __device__ __forceinline__ void vector_cumsum(float* G, int ld, float* glast, const bf16* g, int64_t stride, int n) {
   constexpr int kParts = kThreads / DK, kLen = C / kParts;
   static_assert(kThreads % DK == 0 && C % kParts == 0, "whole parts of a channel's tokens");
@@ -191,7 +199,8 @@ __device__ __forceinline__ void vector_cumsum(float* G, int ld, float* glast, co
   for (int p = 0; p < part; p++) before += G[((p + 1) * kLen - 1) * ld + d];
   __syncthreads();  // every total is read before it is overwritten
 #pragma unroll
-  for (int i = 0; i < kLen; i++) G[(t0 + i) * ld + d] = before + x[i];
+  for (int i = 0; i < kLen; i++)
+    G[(t0 + i) * ld + d] = EXCLUSIVE ? (i > 0 ? before + x[i - 1] : before) : before + x[i];
   if (glast && part == kParts - 1) glast[d] = before + x[kLen - 1];
   __syncthreads();
 }
@@ -430,9 +439,11 @@ struct ScanSmem {
   }
   // Vector gate: glast and xg from the chunk's raw tiles (rows past its end zero): G into xg's
   // place (vector_cumsum), then each thread gates its own 8-channel pieces in place, q (.) exp(G)
-  // (query) or k (.) exp(G_last - G). The caller's __syncthreads publishes xg.
+  // (query) or k (.) exp(G_last - G). EXCLUSIVE (RWKV-6's query side): q_t (.) exp(G_{t-1}).
+  // The caller's __syncthreads publishes xg.
+  template <bool EXCLUSIVE>
   __device__ void gate_vector_chunk(bool query) const {
-    vector_cumsum<KT>(xg, kLdG, glast, raw_g, kLdK, C);
+    vector_cumsum<KT, EXCLUSIVE>(xg, kLdG, glast, raw_g, kLdK, C);
     for (int i = threadIdx.x; i < C * KT / 8; i += kThreads) {
       const int t = i / (KT / 8), d = i % (KT / 8) * 8;
       float x[8];
@@ -479,8 +490,9 @@ struct ScanTile {
 // and backward pass 2 (REVERSE: dS from dht, dh[n] into a.dh_end, dh0). The next chunk's tiles
 // are copied (cp.async) while this chunk's state update runs: its raw q / k and g tiles are
 // consumed by the gating before the update, and V / dO is double-buffered by chunk parity, so
-// the sequential chain holds no memory round trip.
-template <int DK, int KT, bool REVERSE>
+// the sequential chain holds no memory round trip. RW (RWKV-6, REVERSE only): dO meets the
+// state through q (.) exp(Gq), the exclusive query gate.
+template <int DK, int KT, bool REVERSE, bool RW>
 __device__ void vector_scan(const ScanSmem<KT, true>& sm, const Args& a, int DV) {
   const ScanTile<KT> tile(DV);
   const int v0 = tile.v0, j = blockIdx.y, b = blockIdx.z, hq = j / (a.HV / a.H);
@@ -507,11 +519,11 @@ __device__ void vector_scan(const ScanSmem<KT, true>& sm, const Args& a, int DV)
   for (int chunk = REVERSE ? a.NT - 1 : 0; in_range(chunk); chunk += step) {
     wait_tiles();  // this chunk's tiles, and the previous update's h
     if (states) sm.store_state(states + (head * a.NT + chunk) * DK * DV + row0, v0, DV);
-    sm.gate_vector_chunk(REVERSE);
+    sm.template gate_vector_chunk<RW>(REVERSE);
     __syncthreads();  // xg is published and the raw tiles are free
     if (in_range(chunk + step)) copy_tiles(chunk + step);
     // forward: h <- Diag(exp(G_last)) h + (K (.) exp(G_last - G))^T V
-    // reverse: dS <- Diag(exp(G_last)) dS + (Q (.) scale exp(G))^T dO
+    // reverse: dS <- Diag(exp(G_last)) dS + (Q (.) scale exp(Gq))^T dO
     sm.advance_vector(REVERSE ? a.scale : 1.f, v_tile(chunk));
   }
   __syncthreads();
@@ -527,7 +539,7 @@ __global__ void __launch_bounds__(kThreads, kScanCtasPerSm<VG>) scan_kernel(Args
   using Smem = ScanSmem<KT, VG>;
   const Smem sm(smem_raw);
   if constexpr (VG) {
-    vector_scan<DK, KT, false>(sm, a, DV);
+    vector_scan<DK, KT, false, false>(sm, a, DV);
   } else {
     constexpr int kLdK = Smem::kLdK, kLdV = Smem::kLdV, kLdH = Smem::kLdH;
     const int v0 = blockIdx.x * BV, j = blockIdx.y, b = blockIdx.z, hq = j / (a.HV / a.H);
@@ -574,13 +586,15 @@ __global__ void __launch_bounds__(kThreads, kScanCtasPerSm<VG>) scan_kernel(Args
 }
 
 // Backward pass 2: dS carried backwards over the chunks (sm.h holds dS, sm.v the dO tiles).
-template <int DK, int KT, bool VG>
+// RW: RWKV-6's (vector gate only), see vector_scan.
+template <int DK, int KT, bool VG, bool RW>
 __global__ void __launch_bounds__(kThreads, kScanCtasPerSm<VG>) reverse_scan_kernel(Args a, int DV) {
+  static_assert(VG || !RW, "RWKV-6 has a vector gate");
   extern __shared__ float4 smem_raw[];
   using Smem = ScanSmem<KT, VG>;
   const Smem sm(smem_raw);
   if constexpr (VG) {
-    vector_scan<DK, KT, true>(sm, a, DV);
+    vector_scan<DK, KT, true, RW>(sm, a, DV);
   } else {
     const int v0 = blockIdx.x * BV, j = blockIdx.y, b = blockIdx.z, hq = j / (a.HV / a.H);
     const int64_t head = int64_t(b) * a.HV + j;
@@ -609,7 +623,7 @@ __global__ void __launch_bounds__(kThreads, kScanCtasPerSm<VG>) reverse_scan_ker
 
 // ---- Backward pass 3: every chunk's gradients from h[n], dh[n] and its own tokens ----
 
-template <int DK, int DV, bool VG>
+template <int DK, int DV, bool VG, bool RW>
 struct LocalSmem {
   static constexpr int kLdK = DK + 8, kLdV = DV + 8;  // bf16 row strides
   static constexpr int kLdS = kPiece + 4;             // fp32 row stride of the state piece
@@ -621,9 +635,10 @@ struct LocalSmem {
   float* red;                      // (32) block_sum scratch
   float* Gv;                       // vector gate (C, kLdG): G, in 3d the per-channel dG
   float *glast, *hdh, *colKs;      // vector gate (DK): G_last, rowsum(h (.) dh); (C / 16, DK) column sums
+  float* u;                        // RW (DK): RWKV-6's bonus
   bf16 *q, *k;                     // (C, kLdK)
   bf16 *v, *dov;                   // (C, kLdV): V, dO
-  static constexpr size_t vector_floats() { return VG ? size_t(C) * kLdG + 6 * DK : 0; }
+  static constexpr size_t vector_floats() { return VG ? size_t(C) * kLdG + (RW ? 7 : 6) * DK : 0; }
   static constexpr size_t floats() {
     return size_t(2) * C * kLdA + size_t(DK) * kLdS + 4 * C + 6 * C + 32 + vector_floats();
   }
@@ -633,6 +648,7 @@ struct LocalSmem {
     G = state + DK * kLdS, expG = G + C, kdecay = expG + C, dG = kdecay + C;
     rowQ = dG + C, rowK = rowQ + 2 * C, rowKs = rowK + 2 * C, red = rowKs + 2 * C;
     Gv = red + 32, glast = Gv + C * kLdG, hdh = glast + DK, colKs = hdh + DK;  // (used when VG)
+    u = RW ? colKs + C / 16 * DK : nullptr;
     q = reinterpret_cast<bf16*>(red + 32 + vector_floats()), k = q + C * kLdK, v = k + C * kLdK, dov = v + C * kLdV;
   }
 };
@@ -642,10 +658,20 @@ struct LocalSmem {
 template <int DK, int DV, bool VG>
 constexpr int kLocalCtasPerSm = !VG && DK == 64 && DV == 64 ? 2 : 1;
 
-template <int DK, int DV, bool VG>
+// RW: RWKV-6's (vector gate only; mixers.md 11, CPU decay_chunk::backward with
+// ReadAt::before_update). Its differences from the vector gate's passes below:
+//   the query side reads the exclusive gate Gq_t = G_{t-1} (0 at t = 0): Aqk as vector_scores<RW>,
+//     dQ = scale exp(Gq) (.) (dO h^T), and the pairs s < t with exp(Gq_t - G_s) (the reference
+//     rows enter through Gq_r for dQ, through G_last of the row tile for dK, as in vector_scores);
+//   the diagonal is the bonus, Aqk[t,t] = scale q_t . (u (.) k_t), so dQ_t += Ps[t,t] u (.) k_t,
+//     dK_t += Ps[t,t] u (.) q_t (added after dG: the bonus is not gated) and du = sum_t Ps[t,t]
+//     q_t (.) k_t, this chunk's part into a.dbonus;
+//   g_j enters Gq_t only for t > j: dG's row j takes q_{j+1} (.) dQ_{j+1} (the rows shifted by one).
+template <int DK, int DV, bool VG, bool RW>
 __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_backward_kernel(Args a) {
+  static_assert(VG || !RW, "RWKV-6 has a vector gate");
   extern __shared__ float4 smem_raw[];
-  using Smem = LocalSmem<DK, DV, VG>;
+  using Smem = LocalSmem<DK, DV, VG, RW>;
   const Smem sm(smem_raw);
   constexpr int kLdK = Smem::kLdK, kLdV = Smem::kLdV, kLdS = Smem::kLdS, kLdG = Smem::kLdG;
   const int chunk = blockIdx.x, j = blockIdx.y, b = blockIdx.z, hq = j / (a.HV / a.H);
@@ -662,6 +688,8 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
     vector_cumsum<DK>(sm.Gv, kLdG, sm.glast, a.g + tok0 * DK, int64_t(a.HV) * DK, n);
     for (int i = threadIdx.x; i < C / 16 * DK; i += kThreads) sm.colKs[i] = 0.f;
     for (int i = threadIdx.x; i < DK; i += kThreads) sm.hdh[i] = 0.f;  // summed in 3b
+    if constexpr (RW)
+      for (int d = threadIdx.x; d < DK; d += kThreads) sm.u[d] = bf(a.bonus[hq * DK + d]);
   } else if (threadIdx.x < 32) {
     chunk_cumsum(sm.G, a.g + tok0, a.HV, n);
     __syncwarp();
@@ -676,11 +704,12 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
   auto q_rows = [&](int r, int d) { return bf(sm.q[r * kLdK + d]); };  // Q[r][d]
   auto k_rows = [&](int r, int d) { return bf(sm.k[r * kLdK + d]); };  // K[r][d]
   auto G_at = [&](int r, int d) { return sm.Gv[r * kLdG + d]; };       // vector gate G_r[d]
+  auto Gq_at = [&](int r, int d) { return RW ? (r > 0 ? G_at(r - 1, d) : 0.f) : G_at(r, d); };  // query side
   // 3a: Aqk = scale (Q K^T) (.) Gamma and Ps = scale (dO V^T) (.) Gamma, Gamma[t,s] = exp(G_t - G_s)
   //     on s <= t (o = Aqk V  =>  dAqk = dO V^T, and Aqk's gated factor is q_t . k_s). Vector
   //     gate: Aqk as in vector_scores_kernel, Ps = scale dO V^T masked (the decays are per channel).
   if constexpr (VG) {
-    vector_scores<DK, kLdK, kLdG>(sm.aqk, kLdA, sm.q, sm.k, sm.Gv, a.scale);
+    vector_scores<DK, kLdK, kLdG, RW>(sm.aqk, kLdA, sm.q, sm.k, sm.Gv, a.scale, sm.u);
     WarpTile<C, C> da;
     da.template mma<DV, false, false>([&](int r, int c) { return bf(sm.dov[r * kLdV + c]); },
                                       [&](int c, int s) { return bf(sm.v[s * kLdV + c]); });
@@ -763,7 +792,7 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
   //       dK_s += sum_{t >= s} Ps[t,s] q_t exp(G_t - G_s): later sub-chunks through the row tile's
   //               last row, its own pair by pair
   if constexpr (VG) {
-    dq.each([&](int r, int d, float& x, int) { x *= a.scale * expf(G_at(r, d)); });
+    dq.each([&](int r, int d, float& x, int) { x *= a.scale * expf(Gq_at(r, d)); });
     dk.each([&](int r, int d, float& x, int) { x *= expf(sm.glast[d] - G_at(r, d)); });
     dk.add_col_sums(sm.colKs, [&](int r, int d, float x) { return x * k_rows(r, d); });
     {
@@ -771,11 +800,11 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
       const int ref = pairs.row0;
       pairs.template mma<C, true, true>(
           [&](int t, int s) { return sm.ps[t * kLdA + s]; },
-          [&](int s, int d) { return s < ref ? k_rows(s, d) * expf(G_at(ref, d) - G_at(s, d)) : 0.f; });
+          [&](int s, int d) { return s < ref ? k_rows(s, d) * expf(Gq_at(ref, d) - G_at(s, d)) : 0.f; });
       dq.each([&](int t, int d, float& x, int slot) {
-        float own = 0.f;
-        for (int s = ref; s <= t; s++) own += sm.ps[t * kLdA + s] * k_rows(s, d) * expf(G_at(t, d) - G_at(s, d));
-        x += pairs.at(slot) * expf(G_at(t, d) - G_at(ref, d)) + own;
+        float own = 0.f;  // RW: s < t (the diagonal is the bonus's)
+        for (int s = ref; s <= t - RW; s++) own += sm.ps[t * kLdA + s] * k_rows(s, d) * expf(Gq_at(t, d) - G_at(s, d));
+        x += pairs.at(slot) * expf(Gq_at(t, d) - Gq_at(ref, d)) + own;
       });
     }
     {
@@ -783,10 +812,10 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
       const int last = pairs.row0 + kSub - 1;
       pairs.template mma<C, true, true>(
           [&](int s, int t) { return sm.ps[t * kLdA + s]; },  // Ps^T[s][t]
-          [&](int t, int d) { return t > last ? q_rows(t, d) * expf(G_at(t, d) - G_at(last, d)) : 0.f; });
+          [&](int t, int d) { return t > last ? q_rows(t, d) * expf(Gq_at(t, d) - G_at(last, d)) : 0.f; });
       dk.each([&](int s, int d, float& x, int slot) {
-        float own = 0.f;
-        for (int t = s; t <= last; t++) own += sm.ps[t * kLdA + s] * q_rows(t, d) * expf(G_at(t, d) - G_at(s, d));
+        float own = 0.f;  // RW: t > s
+        for (int t = s + RW; t <= last; t++) own += sm.ps[t * kLdA + s] * q_rows(t, d) * expf(Gq_at(t, d) - G_at(s, d));
         x += pairs.at(slot) * expf(G_at(last, d) - G_at(s, d)) + own;
       });
     }
@@ -797,15 +826,27 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
     dq.template mma<C, true, false>([&](int r, int s) { return sm.ps[r * kLdA + s]; }, k_rows);
     dk.template mma<C, true, false>([&](int s, int t) { return sm.ps[t * kLdA + s]; }, q_rows);  // Ps^T[s][t]
   }
-  dq.each([&](int r, int d, float x, int) { if (r < n) a.dq[(tok0 + int64_t(r) * a.HV) * DK + d] = x; });
-  dk.each([&](int r, int d, float x, int) { if (r < n) a.dk[(tok0 + int64_t(r) * a.HV) * DK + d] = x; });
+  auto store_dq_dk = [&] {
+    dq.each([&](int r, int d, float x, int) { if (r < n) a.dq[(tok0 + int64_t(r) * a.HV) * DK + d] = x; });
+    dk.each([&](int r, int d, float x, int) { if (r < n) a.dk[(tok0 + int64_t(r) * a.HV) * DK + d] = x; });
+  };
   // 3d: dG_t = q_t . dQ_t - k_t . dK_t (4.10: q enters as q exp(G), k as k exp(-G)); a vector
   //     gate keeps it per channel: dG_t = q_t (.) dQ_t - k_t (.) dK_t, the last row's terms
-  //     exp(G_last) (.) rowsum(h (.) dh) + sum_s k_s (.) dK^state_s, and a per-channel reverse cumsum.
+  //     exp(G_last) (.) rowsum(h (.) dh) + sum_s k_s (.) dK^state_s, and a per-channel reverse
+  //     cumsum (RW: q's terms one row up, then the bonus, see the kernel's head).
   if constexpr (VG) {
     __syncthreads();  // every read of G is done: Gv takes dG
-    dq.each([&](int r, int d, float x, int) { sm.Gv[r * kLdG + d] = x * q_rows(r, d); });
-    dk.each([&](int r, int d, float x, int) { sm.Gv[r * kLdG + d] -= x * k_rows(r, d); });  // same owner
+    dk.each([&](int r, int d, float x, int) { sm.Gv[r * kLdG + d] = -x * k_rows(r, d); });
+    __syncthreads();  // (RW: another thread's row)
+    dq.each([&](int r, int d, float x, int) {
+      if (!RW) sm.Gv[r * kLdG + d] += x * q_rows(r, d);
+      else if (r > 0) sm.Gv[(r - 1) * kLdG + d] += x * q_rows(r, d);
+    });
+    if constexpr (RW) {
+      dq.each([&](int t, int d, float& x, int) { x += sm.ps[t * kLdA + t] * sm.u[d] * k_rows(t, d); });
+      dk.each([&](int t, int d, float& x, int) { x += sm.ps[t * kLdA + t] * sm.u[d] * q_rows(t, d); });
+    }
+    store_dq_dk();
     __syncthreads();
     if (threadIdx.x < DK) {
       const int d = threadIdx.x;
@@ -815,9 +856,15 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
         acc += sm.Gv[t * kLdG + d];
         if (t < n) a.dg[(tok0 + int64_t(t) * a.HV) * DK + d] = __float2bfloat16_rn(acc);
       }
+      if constexpr (RW) {  // du's part: sum_t Ps[t,t] q_t[d] k_t[d] (rows past the end are zero)
+        float du = 0.f;
+        for (int t = 0; t < C; t++) du += sm.ps[t * kLdA + t] * q_rows(t, d) * k_rows(t, d);
+        a.dbonus[((int64_t(b) * a.NT + chunk) * a.H + hq) * DK + d] = du;
+      }
     }
     return;
   }
+  store_dq_dk();
   dq.add_row_sums(sm.rowQ, [&](int r, int d, float x) { return x * q_rows(r, d); });
   dk.add_row_sums(sm.rowK, [&](int r, int d, float x) { return x * k_rows(r, d); });
   hdh = block_sum(hdh, sm.red);  // its __syncthreads also publish the row sums
@@ -881,14 +928,15 @@ void launch_forward(const Args& a) {
   }
 }
 
-template <int DK, int DV, bool VG>
+// RW: RWKV-6's (VG), a.dbonus takes every chunk's part of du.
+template <int DK, int DV, bool VG, bool RW>
 void launch_backward(const Args& a) {
-  using Local = LocalSmem<DK, DV, VG>;
+  using Local = LocalSmem<DK, DV, VG, RW>;
   static_assert(Local::floats() % 4 == 0, "the bf16 tiles of LocalSmem start 16-byte aligned");
   constexpr int KT = scan_rows<DK, VG>();
   launch_scan<DK, VG>(a, DV);  // pass 1: every h[n]
-  launch_kernel<ScanSmem<KT, VG>::bytes()>(reverse_scan_kernel<DK, KT, VG>, scan_grid<DK, VG>(a, DV), a, DV);
-  launch_kernel<Local::bytes()>(local_backward_kernel<DK, DV, VG>, dim3(a.NT, a.HV, a.B), a);
+  launch_kernel<ScanSmem<KT, VG>::bytes()>(reverse_scan_kernel<DK, KT, VG, RW>, scan_grid<DK, VG>(a, DV), a, DV);
+  launch_kernel<Local::bytes()>(local_backward_kernel<DK, DV, VG, RW>, dim3(a.NT, a.HV, a.B), a);
 }
 
 // fn(dk, dv, vector gate) with each as a compile-time constant, for supported() dims.
@@ -971,10 +1019,33 @@ void backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, float* gra
   a.dq = dq.get(), a.dk = dk.get();
   a.dv = static_cast<bf16*>(grad_v), a.dg = static_cast<bf16*>(grad_g);
   dispatch(d, [&](auto dk_, auto dv_, auto vector_gate) {
-    launch_backward<decltype(dk_)::value, decltype(dv_)::value, decltype(vector_gate)::value>(a);
+    launch_backward<decltype(dk_)::value, decltype(dv_)::value, decltype(vector_gate)::value, false>(a);
   });
   recurrence::group_sum(static_cast<bf16*>(grad_q), dq.get(), d.B * d.T, d.H, d.HV / d.H, d.dk);
   recurrence::group_sum(static_cast<bf16*>(grad_k), dk.get(), d.B * d.T, d.H, d.HV / d.H, d.dk);
+}
+
+void rwkv6_backward(void* grad_r, void* grad_k, void* grad_v, void* grad_w, void* grad_u, float* grad_h0,
+                    const void* grad_o, const float* grad_ht, const void* r, const void* k, const void* v,
+                    const void* w, const void* u, const float* h0, const Rwkv6Dims& d) {
+  HLA_CHECK(aligned16(grad_o), "rwkv6 chunk kernel: grad_o must be 16-byte aligned");
+  HLA_CHECK(!grad_ht || aligned16(grad_ht), "rwkv6 chunk kernel: grad_ht must be 16-byte aligned");
+  const DecayAttentionDims dims{d.B, d.T, d.H, d.H, d.dk, d.dv, true, d.scale, 0, DType::F32};
+  Args a = input_args(r, k, v, w, h0, dims);
+  a.bonus = static_cast<const bf16*>(u);
+  const int64_t states = d.B * d.H * a.NT * d.dk * d.dv;  // (B, H, NT, dk, dv)
+  const int64_t grads = d.B * d.T * d.H * d.dk;           // (B, T, H, dk)
+  FloatScratch h_start(states), dh_end(states), dr(grads), dk(grads), du_parts(d.B * a.NT * d.H * d.dk);
+  a.h_start = h_start.get(), a.dh_end = dh_end.get();
+  a.d_o = static_cast<const bf16*>(grad_o), a.dht = grad_ht, a.dh0 = grad_h0;
+  a.dq = dr.get(), a.dk = dk.get(), a.dbonus = du_parts.get();  // du_parts: (B, NT, H, dk)
+  a.dv = static_cast<bf16*>(grad_v), a.dg = static_cast<bf16*>(grad_w);
+  dispatch(dims, [&](auto dk_, auto dv_, auto) {
+    launch_backward<decltype(dk_)::value, decltype(dv_)::value, true, true>(a);
+  });
+  recurrence::group_sum(static_cast<bf16*>(grad_r), dr.get(), d.B * d.T, d.H, 1, d.dk);
+  recurrence::group_sum(static_cast<bf16*>(grad_k), dk.get(), d.B * d.T, d.H, 1, d.dk);
+  write_column_sums(static_cast<bf16*>(grad_u), du_parts.get(), int(d.B * a.NT), d.H * d.dk);  // fixed order
 }
 
 }  // namespace hla::cuda::decay_chunk

@@ -8,8 +8,8 @@
 // Scope: BF16 storage (fp32 math and state), grouped value heads, dk and dv in {64, 128}, chunks
 // of kChunk = 64 tokens, any T, optional initial state and final-state gradient. A scalar log
 // gate g: (B, T, HV) (RetNet, Mamba-2) or a vector log gate g: (B, T, HV, dk) (GLA, HGRN-2; its
-// in-chunk pair terms in 16-token sub-chunks, mixers.md 4.4), forward and backward; RWKV-6's
-// forward (mixers.md 11) on the vector-gate kernels.
+// in-chunk pair terms in 16-token sub-chunks, mixers.md 4.4), forward and backward; RWKV-6
+// (mixers.md 11, ReadAt::before_update), forward and backward, on the vector-gate kernels.
 #pragma once
 #include <cstdint>
 
@@ -40,10 +40,18 @@ void forward(void* o, float* ht, const void* q, const void* k, const void* v, co
 
 // cuda::rwkv6_forward for supported() dims (the vector-gate kernels with the exclusive query gate
 // and the bonus u on the diagonal, ReadAt::before_update): bf16 o, r, k, v, w, u (r, k, v 16-byte
-// aligned), fp32 h0 (null = zeros) and ht. Workspace: 4 B x B H ceil(T / 64) dk dv. Its backward
-// is the recurrent kernel's (cuda/rwkv6.cu).
+// aligned), fp32 h0 (null = zeros) and ht. Workspace: 4 B x B H ceil(T / 64) dk dv.
 void rwkv6_forward(void* o, float* ht, const void* r, const void* k, const void* v, const void* w, const void* u,
                    const float* h0, const Rwkv6Dims& d);
+
+// cuda::rwkv6_backward for supported() dims (the vector-gate backward kernels with RWKV-6's
+// exclusive query gate and bonus): writes bf16 grad_r, grad_k, grad_v, grad_w, grad_u and fp32
+// grad_h0 (null = not wanted); grad_o bf16 (16-byte aligned), grad_ht fp32 (null = no gradient on
+// the final state). grad_u is summed over the batch and the chunks in a fixed order (no atomics).
+// Workspace: 2 x 4 B x B H ceil(T / 64) dk dv + 2 x 4 B x B T H dk + 4 B x B ceil(T / 64) H dk.
+void rwkv6_backward(void* grad_r, void* grad_k, void* grad_v, void* grad_w, void* grad_u, float* grad_h0,
+                    const void* grad_o, const float* grad_ht, const void* r, const void* k, const void* v,
+                    const void* w, const void* u, const float* h0, const Rwkv6Dims& d);
 
 // cuda::decay_attention_backward for supported() dims: writes bf16 grad_q, grad_k, grad_v,
 // grad_g and fp32 grad_h0 (null = not wanted); grad_o bf16 (16-byte aligned), grad_ht fp32

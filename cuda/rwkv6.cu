@@ -1,9 +1,10 @@
-// RWKV-6 on the GPU: the chunked tensor-core forward of cuda/decay_attention_chunk.cu where it
-// applies (decay_chunk::takes), else, and for the backward, the recurrent kernels of
-// cuda/recurrence.cuh with Op::Rwkv6 (o reads the state before the token's update, plus the
-// bonus (r . (u * k)) v). The bonus's gradients need v . do per token, computed here first; u's
-// gradient is summed over the batch and segments. Both directions read only the inputs, so the
-// chunked forward and the recurrent backward mix freely.
+// RWKV-6 on the GPU: the chunked tensor-core forward and backward of
+// cuda/decay_attention_chunk.cu where they apply (decay_chunk::takes), else the recurrent kernels
+// of cuda/recurrence.cuh with Op::Rwkv6 (o reads the state before the token's update, plus the
+// bonus (r . (u * k)) v). The recurrent backward's bonus gradients need v . do per token,
+// computed here first; u's gradient is summed over the batch and segments (chunks for the
+// chunked backward) in a fixed order. Both directions read only the inputs, so a chunked and a
+// recurrent direction mix freely.
 #include "cuda/decay_attention_chunk.cuh"
 #include "cuda/recurrence.cuh"
 #include "cuda/reduce.cuh"
@@ -43,6 +44,11 @@ void rwkv6_forward(void* o, float* ht, const void* r, const void* k, const void*
 void rwkv6_backward(void* grad_r, void* grad_k, void* grad_v, void* grad_w, void* grad_u, float* grad_h0,
                     const void* grad_o, const float* grad_ht, const void* r, const void* k, const void* v,
                     const void* w, const void* u, const float* h0, const Rwkv6Dims& d, DType dtype) {
+  if (decay_chunk::takes(d.B, d.T, d.dk, d.dv, dtype, r, k, v, w) && aligned16(grad_o)) {
+    decay_chunk::rwkv6_backward(grad_r, grad_k, grad_v, grad_w, grad_u, grad_h0, grad_o, grad_ht, r, k, v, w, u, h0,
+                                d);
+    return;
+  }
   const int64_t B = d.B, T = d.T, H = d.H, dk = d.dk, dv = d.dv;
   recurrence::dispatch_storage_kmax(dtype, d.dk, "rwkv6_backward", [&](auto tag, auto kmax) {
     using S = decltype(tag);
@@ -62,7 +68,7 @@ void rwkv6_backward(void* grad_r, void* grad_k, void* grad_v, void* grad_w, void
 }
 
 const char* rwkv6_kernel(int64_t dk, int64_t dv, DType dtype) {
-  return decay_chunk::supported(dk, dv, dtype) ? "chunked fwd (mma), recurrent bwd" : "recurrent";
+  return decay_chunk::supported(dk, dv, dtype) ? "chunked fwd+bwd (mma)" : "recurrent";
 }
 
 }  // namespace hla::cuda

@@ -2,10 +2,10 @@
 // cpu::rwkv6_*, plus the storage dtype (F32 or BF16; math and states in fp32). Gradient buffers
 // as on the CPU: every element written; grad_h0 null = not wanted.
 //   r, k, w: (B, T, H, dk);  v, o: (B, T, H, dv);  u: (H, dk);  h0, ht: (B, H, dk, dv) fp32
-// Kernels: the chunked tensor-core forward of cuda/decay_attention_chunk.cu for bf16 with dk, dv
-// in {64, 128} (T > 1, 16-byte aligned r, k, v), else the token recurrence of
-// cuda/recurrence.cuh (dk <= 256, any dv), which is also every backward; d.chunk_size is the
-// CPU's algorithm choice, the GPU picks its own kernel.
+// Kernels: the chunked tensor-core forward and backward of cuda/decay_attention_chunk.cu for bf16
+// with dk, dv in {64, 128} (T > 1, 16-byte aligned r, k, v, w, and grad_o for the backward), else
+// the token recurrence of cuda/recurrence.cuh (dk <= 256, any dv); d.chunk_size is the CPU's
+// algorithm choice, the GPU picks its own kernel.
 #pragma once
 #include <cstdint>
 

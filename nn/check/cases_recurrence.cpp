@@ -293,25 +293,27 @@ void add_decay_cases() {
 
 struct Rwkv6Case {
   int64_t B, T, H, dk, dv;
-  double rk_std, gate_shift, h0_std, scale;
+  double rk_std, gate_shift, h0_std, scale;  // h0_std 0: no initial state
   int64_t chunk_size;
 };
 
 MakeInputs rwkv6_inputs(const Rwkv6Case& c) {
   return [c](uint64_t seed) {
-    return Inputs{{"r", randn64({c.B, c.T, c.H, c.dk}, seed + 1, c.rk_std)},
-                  {"k", randn64({c.B, c.T, c.H, c.dk}, seed + 2, c.rk_std)},
-                  {"v", randn64({c.B, c.T, c.H, c.dv}, seed + 3)},
-                  {"w", log_gate({c.B, c.T, c.H, c.dk}, seed + 4, c.gate_shift)},
-                  {"u", randn64({c.H, c.dk}, seed + 5)},
-                  {"initial_state", randn64({c.B, c.H, c.dk, c.dv}, seed + 6, c.h0_std)}};
+    Inputs in{{"r", randn64({c.B, c.T, c.H, c.dk}, seed + 1, c.rk_std)},
+              {"k", randn64({c.B, c.T, c.H, c.dk}, seed + 2, c.rk_std)},
+              {"v", randn64({c.B, c.T, c.H, c.dv}, seed + 3)},
+              {"w", log_gate({c.B, c.T, c.H, c.dk}, seed + 4, c.gate_shift)},
+              {"u", randn64({c.H, c.dk}, seed + 5)}};
+    if (c.h0_std > 0) in.push_back({"initial_state", randn64({c.B, c.H, c.dk, c.dv}, seed + 6, c.h0_std)});
+    return in;
   };
 }
 
-OpFn rwkv6_op(double scale, int64_t chunk_size) {
-  return [scale, chunk_size](const Vars& x) {
+// final_state false: o is the only output, so the final state's gradient is zero.
+OpFn rwkv6_op(double scale, int64_t chunk_size, bool final_state = true) {
+  return [scale, chunk_size, final_state](const Vars& x) {
     Rwkv6Output out = rwkv6(x[0], x[1], x[2], x[3], x[4], x.size() > 5 ? x[5] : Var(), scale, chunk_size);
-    return Vars{out.o, out.final_state};
+    return final_state ? Vars{out.o, out.final_state} : Vars{out.o};
   };
 }
 
@@ -331,7 +333,7 @@ void add_rwkv6_cases() {
     const Rwkv6Case c{2, 5, 2, 3, 2, 1.0, 0.0, 1.0, 0.6, chunk};
     add_case(grad_case("rwkv6", chunk > 0 ? "rwkv6 chunked" : "rwkv6", 20, rwkv6_inputs(c), rwkv6_op(c.scale, chunk)));
   }
-  // bf16 rows with dk, dv in {64, 128} take the chunked forward (cuda/decay_attention_chunk.cu):
+  // bf16 rows with dk, dv in {64, 128} take the chunked forward and backward (cuda/decay_attention_chunk.cu):
   // every (dk, dv) class, partial last chunks (T = 130, 100, 193), long sequences (64 chunks),
   // and the gate logsigmoid(N(-3, 1)) (~-3 a step: the exclusive in-chunk gate passes -88 within
   // ~30 tokens); (96, 40) and fp32 run the recurrent kernel.
@@ -346,6 +348,21 @@ void add_rwkv6_cases() {
     const Rwkv6Case c{B, T, H, dk, dv, unit_std(dk), gate_shift, 0.5, 1.0, 0};
     add_case(gpu_case("rwkv6", "rwkv6" + dims(B, T, H, H, dk, dv), rwkv6_kernel(dk, dv), rwkv6_inputs(c),
                       rwkv6_op(1.0, 0)));
+  }
+  // The rows above run the chunked backward too, all with an initial state and a final-state
+  // gradient; these take either away: no h0 (T = 70, 333: partial last chunks; 128 a multiple
+  // of 64), o the only output (the final state's gradient zero), or both, at dk = dv = 64 and 128.
+  struct StateRow {
+    int64_t B, T, H, D;
+    bool initial_state, final_state;
+  };
+  for (const StateRow& r : {StateRow{2, 70, 2, 64, false, true}, StateRow{2, 128, 2, 128, false, true},
+                            StateRow{2, 333, 2, 128, true, false}, StateRow{1, 333, 2, 64, false, false},
+                            StateRow{2, 70, 2, 128, false, false}}) {
+    const Rwkv6Case c{r.B, r.T, r.H, r.D, r.D, unit_std(r.D), 0.0, r.initial_state ? 0.5 : 0.0, 1.0, 0};
+    const std::string name = "rwkv6" + dims(r.B, r.T, r.H, r.H, r.D, r.D) + (r.initial_state ? "" : " no h0") +
+                             (r.final_state ? "" : " no grad_ht");
+    add_case(gpu_case("rwkv6", name, rwkv6_kernel(r.D, r.D), rwkv6_inputs(c), rwkv6_op(1.0, 0, r.final_state)));
   }
 
   for (size_t i = 0; i < kBenchShapes.size(); i++) {
