@@ -1,0 +1,18 @@
+# Writes OUT: the CUDA file IN as g++ compiles it against the emulator (tests/emu/include), with
+# the only three spellings that differ: the <<<grid, threads, bytes>>> launch becomes
+# emu::launch, `extern __shared__` storage becomes the emulator's shared buffer, and a member
+# template call `x.mma<...>` gets the `template` keyword that g++ wants and nvcc does not.
+file(READ "${IN}" source)
+string(REPLACE "kernel<<<grid, kThreads, BYTES>>>(params...);"
+               "emu::launch(kernel, grid, kThreads, BYTES, params...);" source "${source}")
+string(REPLACE "extern __shared__ float4 smem_raw[];" "float4* smem_raw = emu::shared_memory();" source "${source}")
+string(REGEX REPLACE "([a-z]+)\\.mma<" "\\1.template mma<" source "${source}")
+foreach(needle "emu::launch" "emu::shared_memory")
+  string(FIND "${source}" "${needle}" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "tests/emu/host_source.cmake: ${IN} no longer has the spelling that becomes ${needle}; "
+                        "update the substitutions")
+  endif()
+endforeach()
+file(WRITE "${OUT}.tmp" "// Generated from ${IN} by tests/emu/host_source.cmake: do not edit.\n#line 1 \"${IN}\"\n${source}")
+file(RENAME "${OUT}.tmp" "${OUT}")

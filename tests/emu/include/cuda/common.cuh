@@ -1,0 +1,54 @@
+// Emulated cuda/common.cuh: the helpers the chunk kernels use, on the host.
+#pragma once
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "tensor/dtype.h"
+#include "tensor/error.h"
+
+#define CUDA_CHECK(x) (void)(x)
+#define CUDA_CHECK_LAUNCH() (void)0
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize };
+template <class K> inline int cudaFuncSetAttribute(K, cudaFuncAttribute, int) { return 0; }
+
+namespace hla::cuda {
+
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Scratch filled with 0xff (NaN) so that a read of an unwritten element shows.
+template <class T>
+class Scratch {
+ public:
+  explicit Scratch(int64_t n) : n_(std::max<int64_t>(n, 1)), ptr_(static_cast<T*>(aligned_alloc(64, ((n_ * sizeof(T) + 63) / 64) * 64))) {
+    std::memset(ptr_, 0xff, n_ * sizeof(T));
+  }
+  ~Scratch() { free(ptr_); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  T* get() const { return ptr_; }
+
+ private:
+  int64_t n_;
+  T* ptr_;
+};
+using FloatScratch = Scratch<float>;
+
+inline float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+inline float block_sum(float v, float* scratch) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  v = warp_sum(v);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < warps ? scratch[lane] : 0.0f;
+  v = warp_sum(v);
+  __syncthreads();
+  return v;
+}
+
+}  // namespace hla::cuda

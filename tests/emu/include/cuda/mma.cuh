@@ -1,0 +1,58 @@
+// Emulated mma.m16n8k16 bf16 (PTX ISA fragment layouts, fp32 accumulate) and cp.async (copies
+// deferred until cp_async_wait_all).
+#pragma once
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+namespace hla::cuda {
+
+inline float emu_lo(uint32_t w) { return __bfloat162float({uint16_t(w & 0xffffu)}); }
+inline float emu_hi(uint32_t w) { return __bfloat162float({uint16_t(w >> 16)}); }
+
+inline void mma_bf16_16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+  emu::Block& blk = emu::blk();
+  const unsigned tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  uint32_t* mine = &blk.frag[size_t(tid) * 6];
+  for (int i = 0; i < 4; i++) mine[i] = a[i];
+  mine[4] = b0, mine[5] = b1;
+  __syncwarp();
+  float A[16][16], B[16][8];
+  for (int l = 0; l < 32; l++) {
+    const uint32_t* f = &blk.frag[size_t(warp * 32 + l) * 6];
+    const int g = l / 4, t = l % 4;
+    for (int e = 0; e < 2; e++) {
+      auto half = [&](uint32_t w) { return e ? emu_hi(w) : emu_lo(w); };
+      A[g][2 * t + e] = half(f[0]);
+      A[g + 8][2 * t + e] = half(f[1]);
+      A[g][2 * t + 8 + e] = half(f[2]);
+      A[g + 8][2 * t + 8 + e] = half(f[3]);
+      B[2 * t + e][g] = half(f[4]);
+      B[2 * t + 8 + e][g] = half(f[5]);
+    }
+  }
+  __syncwarp();
+  const int g = lane / 4, t = lane % 4;
+  for (int i = 0; i < 4; i++) {
+    const int row = g + 8 * (i / 2), col = 2 * t + i % 2;
+    float s = 0.f;
+    for (int k = 0; k < 16; k++) s += A[row][k] * B[k][col];
+    c[i] += s;
+  }
+}
+
+inline void cp_async_16(void* smem, const void* gmem, bool valid) { emu::me().pending.push_back({smem, gmem, valid}); }
+inline void cp_async_commit() {}
+inline void cp_async_wait_all() {
+  for (const emu::Copy& c : emu::me().pending) {
+    if (c.valid) std::memcpy(c.dst, c.src, 16);
+    else std::memset(c.dst, 0, 16);
+  }
+  emu::me().pending.clear();
+}
+
+inline uint32_t pack_bf16(float lo, float hi) {
+  return uint32_t(__float2bfloat16_rn(lo).bits) | (uint32_t(__float2bfloat16_rn(hi).bits) << 16);
+}
+
+}  // namespace hla::cuda

@@ -1,0 +1,173 @@
+// Host emulator of the CUDA execution model for running the chunk kernels on the CPU (g++).
+// Threads of a block are fibers (ucontext for the first entry, _setjmp/_longjmp after), run by a
+// round-robin scheduler; __syncthreads and the warp collectives (shuffles, __syncwarp, mma) are
+// barriers over the block / the warp. Blocks run one after another; shared memory is one buffer
+// filled with 0xff (NaN) before every block; cp.async copies are deferred to the wait.
+#pragma once
+#include <setjmp.h>
+#include <ucontext.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+struct uint3 { unsigned x, y, z; };
+struct dim3 {
+  unsigned x, y, z;
+  dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+struct alignas(16) float4 { float x, y, z, w; };
+struct alignas(16) uint4 { unsigned x, y, z, w; };
+inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return {a, b, c, d}; }
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+
+namespace emu {
+
+constexpr size_t kSmemBytes = 232448;
+struct Copy { void* dst; const void* src; bool valid; };
+struct Fiber {
+  ucontext_t uctx;
+  jmp_buf jb;
+  bool started = false, done = false;
+  uint3 tid;
+  std::vector<Copy> pending;
+};
+struct Barrier { int expected = 0, arrived = 0; unsigned gen = 0; };
+
+struct Block {
+  std::vector<Fiber> fibers;
+  std::vector<std::vector<char>> stacks;
+  std::vector<Barrier> warp_bars;
+  Barrier block_bar;
+  int cur = -1;
+  ucontext_t sched_uctx;
+  jmp_buf sched_jb;
+  long progress = 0;
+  std::function<void()> body;
+  std::vector<float> shfl;          // per thread
+  std::vector<uint32_t> frag;       // per thread: a0..a3, b0, b1
+};
+
+inline Block& blk() { static Block b; return b; }
+alignas(16) inline char smem_buf[kSmemBytes];
+inline float4* shared_memory() { return reinterpret_cast<float4*>(smem_buf); }
+
+inline Fiber& me() { return blk().fibers[blk().cur]; }
+inline void yield() {
+  Block& b = blk();
+  if (!_setjmp(b.fibers[b.cur].jb)) _longjmp(b.sched_jb, 1);
+}
+inline void arrive_wait(Barrier& bar) {
+  const unsigned g = bar.gen;
+  if (++bar.arrived == bar.expected) {
+    bar.arrived = 0, bar.gen++, blk().progress++;
+  } else {
+    while (bar.gen == g) yield();
+  }
+}
+inline void fiber_entry() {
+  Block& b = blk();
+  b.body();
+  b.fibers[b.cur].done = true;
+  b.progress++;
+  _longjmp(b.sched_jb, 1);
+}
+
+}  // namespace emu
+
+inline uint3 blockIdx, blockDim, gridDim;
+#define threadIdx (::emu::me().tid)
+
+inline void __syncthreads() { emu::arrive_wait(emu::blk().block_bar); }
+inline void __syncwarp(unsigned = 0xffffffffu) { emu::arrive_wait(emu::blk().warp_bars[threadIdx.x / 32]); }
+inline float emu_shfl(float v, int src_lane) {
+  emu::Block& b = emu::blk();
+  const unsigned tid = threadIdx.x, warp = tid / 32;
+  b.shfl[tid] = v;
+  __syncwarp();
+  const float r = b.shfl[warp * 32 + src_lane];
+  __syncwarp();
+  return r;
+}
+inline float __shfl_xor_sync(unsigned mask, float v, int off) {
+  if (mask != 0xffffffffu) { std::fprintf(stderr, "emu: partial shuffle mask\n"); std::abort(); }
+  return emu_shfl(v, (threadIdx.x % 32) ^ off);
+}
+inline float __shfl_up_sync(unsigned mask, float v, int off) {
+  if (mask != 0xffffffffu) { std::fprintf(stderr, "emu: partial shuffle mask\n"); std::abort(); }
+  const int lane = threadIdx.x % 32;
+  return emu_shfl(v, lane >= off ? lane - off : lane);
+}
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
+
+namespace emu {
+
+// Runs kernel(params...) over the grid, block by block.
+template <class Kernel, class... Params>
+void launch(Kernel kernel, dim3 grid, int threads, size_t bytes, Params... params) {
+  if (bytes > kSmemBytes) { std::fprintf(stderr, "emu: %zu B of shared memory\n", bytes); std::abort(); }
+  Block& b = blk();
+  constexpr size_t kStack = 256 * 1024;
+  b.fibers.assign(threads, Fiber{});
+  b.stacks.resize(threads);
+  for (auto& s : b.stacks) s.resize(kStack);
+  b.shfl.assign(threads, 0.f);
+  b.frag.assign(size_t(threads) * 6, 0u);
+  gridDim = {grid.x, grid.y, grid.z};
+  blockDim = {unsigned(threads), 1, 1};
+  b.body = [=] { kernel(params...); };
+  for (unsigned z = 0; z < grid.z; z++)
+    for (unsigned y = 0; y < grid.y; y++)
+      for (unsigned x = 0; x < grid.x; x++) {
+        blockIdx = {x, y, z};
+        std::memset(smem_buf, 0xff, kSmemBytes);
+        b.warp_bars.assign((threads + 31) / 32, Barrier{});
+        for (auto& w : b.warp_bars) w.expected = 32;
+        b.block_bar = Barrier{};
+        b.block_bar.expected = threads;
+        for (int i = 0; i < threads; i++) {
+          Fiber& f = b.fibers[i];
+          f.started = f.done = false;
+          f.tid = {unsigned(i), 0, 0};
+          f.pending.clear();
+          getcontext(&f.uctx);
+          f.uctx.uc_stack.ss_sp = b.stacks[i].data();
+          f.uctx.uc_stack.ss_size = kStack;
+          f.uctx.uc_link = nullptr;
+          makecontext(&f.uctx, fiber_entry, 0);
+        }
+        for (;;) {
+          bool all_done = true;
+          const long before = b.progress;
+          for (int i = 0; i < threads; i++) {
+            Fiber& f = b.fibers[i];
+            if (f.done) continue;
+            b.cur = i;
+            if (!_setjmp(b.sched_jb)) {
+              if (!f.started) { f.started = true; swapcontext(&b.sched_uctx, &f.uctx); }
+              else _longjmp(f.jb, 1);
+            }
+            if (!f.done) all_done = false;
+          }
+          if (all_done) break;
+          if (b.progress == before) {
+            std::fprintf(stderr, "emu: deadlock in block (%u, %u, %u): a barrier is not reached by all\n", x, y, z);
+            std::abort();
+          }
+        }
+        b.cur = -1;
+      }
+}
+
+}  // namespace emu
+inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }

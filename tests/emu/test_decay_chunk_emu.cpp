@@ -1,0 +1,224 @@
+// Runs the chunked decay-attention kernels of cuda/decay_attention_chunk.cu on the host emulator
+// (tests/emu/include/emu.h) and compares them with fp64 CPU references: RWKV-6's token
+// recurrence (the formulas of nn/ops/rwkv6.cpp) for decay_chunk::rwkv6_forward / rwkv6_backward,
+// and the CPU chunked reference decay_chunk::backward (nn/ops/chunk_util.h) for the GLA backward.
+// Tolerances are gpu-check's bf16 ones (relative RMS); the exit status is 1 when a row fails.
+#include "decay_attention_chunk_host.cpp"
+
+#include <random>
+#include <string>
+
+#include "nn/ops/chunk_util.h"
+
+using namespace hla;
+using decay_chunk::Head;
+using decay_chunk::HeadGrads;
+using decay_chunk::Mat;
+using decay_chunk::Row;
+using Bf16 = __nv_bfloat16;
+
+static double round_bf(double x) { return __bfloat162float(__float2bfloat16_rn(float(x))); }
+
+struct Buf {
+  std::vector<double> ref;  // exact values (bf16-rounded for bf16 inputs)
+  std::vector<Bf16> b;      // bf16 copy
+  std::vector<float> f;     // fp32 copy
+  void fill(size_t n, std::mt19937_64& rng, double std, double shift, bool logsig, bool bf) {
+    std::normal_distribution<double> N(0, 1);
+    ref.resize(n), b.resize(n), f.resize(n);
+    for (size_t i = 0; i < n; i++) {
+      double x = N(rng) * std + shift;
+      if (logsig) x = -std::log1p(std::exp(-x));
+      if (bf) x = round_bf(x);
+      ref[i] = x, b[i] = __float2bfloat16_rn(float(x)), f[i] = float(x);
+    }
+  }
+};
+
+// RWKV-6's token recurrence backward in fp64 (nn/ops/rwkv6.cpp's formulas).
+static HeadGrads<double> recurrent_backward(const Head<double>& x, const Mat<double>& d_o, const Mat<double>& ds_final,
+                                            double scale) {
+  const int64_t T = x.q.rows();
+  const std::vector<Mat<double>> S = decay_chunk::replay_states(x);
+  HeadGrads<double> g;
+  g.dq.resize(T, x.q.cols()), g.dk.resize(T, x.k.cols()), g.dv.resize(T, x.v.cols()), g.dg.resize(T, x.g.cols());
+  g.dbonus = Row<double>::Zero(x.bonus.cols());
+  Mat<double> dS = ds_final;
+  for (int64_t t = T - 1; t >= 0; t--) {
+    auto r = x.q.row(t), k = x.k.row(t), v = x.v.row(t), dot = d_o.row(t);
+    const double v_do = v.dot(dot), bonus = r.cwiseProduct(x.bonus).dot(k);
+    Row<double> decay = x.g.row(t).array().exp();
+    g.dk.row(t) = v * dS.transpose() + scale * v_do * x.bonus.cwiseProduct(r);
+    g.dv.row(t) = k * dS + scale * bonus * dot;
+    g.dq.row(t) = scale * (dot * S[t].transpose() + v_do * x.bonus.cwiseProduct(k));
+    g.dbonus += scale * v_do * r.cwiseProduct(k);
+    g.dg.row(t) = (decay.asDiagonal() * S[t]).cwiseProduct(dS).rowwise().sum().transpose();
+    dS = decay.asDiagonal() * dS + scale * r.transpose() * dot;
+  }
+  g.ds0 = dS;
+  return g;
+}
+
+struct Err {
+  double max_abs = 0, ref_max = 0, sq = 0, ref_sq = 0;
+  void add(double got, double ref) {
+    max_abs = std::max(max_abs, std::abs(got - ref)), ref_max = std::max(ref_max, std::abs(ref));
+    sq += (got - ref) * (got - ref), ref_sq += ref * ref;
+  }
+  double rms_rel() const { return std::sqrt(sq / std::max(ref_sq, 1e-300)); }
+};
+static bool g_fail = false;
+static void report(const std::string& what, const char* name, const Err& e, double tol) {
+  const bool ok = e.rms_rel() <= tol && std::isfinite(e.sq);
+  if (!ok) g_fail = true;
+  std::printf("%-44s %-4s max_abs %.3e  max_abs/max|ref| %.3e  rms_rel %.3e %s\n", what.c_str(), name, e.max_abs,
+              e.max_abs / std::max(e.ref_max, 1e-300), e.rms_rel(), ok ? "ok" : "FAIL");
+}
+
+// x[b, t, h, :] of a (B, T, H, W) buffer as float.
+template <class V>
+static double at(const V& x, int64_t i) {
+  if constexpr (std::is_same_v<typename V::value_type, Bf16>) return __bfloat162float(x[i]);
+  else return double(x[i]);
+}
+
+static void rwkv6_case(int64_t B, int64_t T, int64_t H, int64_t D, bool with_h0, bool with_dht, double shift,
+                       uint64_t seed) {
+  const int64_t dk = D, dv = D;
+  std::mt19937_64 rng(seed);
+  Buf r, k, v, w, u, h0, dO, dht;
+  const double rk = 1.0 / std::sqrt(double(dk));
+  r.fill(B * T * H * dk, rng, rk, 0, false, true);
+  k.fill(B * T * H * dk, rng, rk, 0, false, true);
+  v.fill(B * T * H * dv, rng, 1, 0, false, true);
+  w.fill(B * T * H * dk, rng, 1, shift, true, true);
+  u.fill(H * dk, rng, 1, 0, false, true);
+  h0.fill(B * H * dk * dv, rng, 0.5, 0, false, false);
+  dO.fill(B * T * H * dv, rng, 1, 0, false, true);
+  dht.fill(B * H * dk * dv, rng, 1, 0, false, false);
+  const double scale = 1.0;
+  const Rwkv6Dims d{B, T, H, dk, dv, scale, 0, DType::F32};
+  std::vector<Bf16> gr(r.b.size()), gk(k.b.size()), gv(v.b.size()), gw(w.b.size()), gu(u.b.size());
+  std::vector<float> gh0(h0.f.size()), o_dummy;
+  cuda::decay_chunk::rwkv6_backward(gr.data(), gk.data(), gv.data(), gw.data(), gu.data(), gh0.data(), dO.b.data(),
+                                    with_dht ? dht.f.data() : nullptr, r.b.data(), k.b.data(), v.b.data(), w.b.data(),
+                                    u.b.data(), with_h0 ? h0.f.data() : nullptr, d);
+  // forward too
+  std::vector<Bf16> o(B * T * H * dv);
+  std::vector<float> ht(B * H * dk * dv);
+  cuda::decay_chunk::rwkv6_forward(o.data(), ht.data(), r.b.data(), k.b.data(), v.b.data(), w.b.data(), u.b.data(),
+                                   with_h0 ? h0.f.data() : nullptr, d);
+  Err er, ek, ev, ew, eu, eh0, eo, eht, cr, cw;  // c*: CPU chunked vs recurrent (fp64)
+  Mat<double> du_ref = Mat<double>::Zero(H, dk);  // (H, dk): summed over the batch
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < H; h++) {
+      Head<double> x;
+      x.q = decay_chunk::gather_head(r.ref.data(), b, h, T, H, dk);
+      x.k = decay_chunk::gather_head(k.ref.data(), b, h, T, H, dk);
+      x.v = decay_chunk::gather_head(v.ref.data(), b, h, T, H, dv);
+      x.g = decay_chunk::gather_head(w.ref.data(), b, h, T, H, dk);
+      x.bonus = Eigen::Map<const Row<double>>(u.ref.data() + h * dk, dk);
+      x.s0 = decay_chunk::gather_state(with_h0 ? h0.ref.data() : nullptr, b, h, H, dk, dv);
+      const Mat<double> d_o = decay_chunk::gather_head(dO.ref.data(), b, h, T, H, dv);
+      const Mat<double> ds = decay_chunk::gather_state(with_dht ? dht.ref.data() : nullptr, b, h, H, dk, dv);
+      const HeadGrads<double> g = recurrent_backward(x, d_o, ds, scale);
+      const HeadGrads<double> c =
+          decay_chunk::backward<double, true>(x, d_o, ds, scale, 64, decay_chunk::ReadAt::before_update);
+      Mat<double> o_ref, ht_ref;
+      decay_chunk::forward<double, true>(o_ref, ht_ref, x, scale, 16, decay_chunk::ReadAt::before_update);
+      du_ref.row(h) += g.dbonus;
+      for (int64_t t = 0; t < T; t++) {
+        for (int64_t i = 0; i < dk; i++) {
+          const int64_t idx = ((b * T + t) * H + h) * dk + i;
+          er.add(at(gr, idx), g.dq(t, i)), ek.add(at(gk, idx), g.dk(t, i)), ew.add(at(gw, idx), g.dg(t, i));
+          cr.add(c.dq(t, i), g.dq(t, i)), cw.add(c.dg(t, i), g.dg(t, i));
+        }
+        for (int64_t i = 0; i < dv; i++) {
+          const int64_t idx = ((b * T + t) * H + h) * dv + i;
+          ev.add(at(gv, idx), g.dv(t, i)), eo.add(at(o, idx), o_ref(t, i));
+        }
+      }
+      for (int64_t i = 0; i < dk; i++)
+        for (int64_t j = 0; j < dv; j++) {
+          const int64_t idx = ((b * H + h) * dk + i) * dv + j;
+          eh0.add(gh0[idx], g.ds0(i, j)), eht.add(ht[idx], ht_ref(i, j));
+        }
+    }
+  for (int64_t h = 0; h < H; h++)
+    for (int64_t i = 0; i < dk; i++) eu.add(at(gu, h * dk + i), du_ref(h, i));
+  char label[160];
+  std::snprintf(label, sizeof label, "rwkv6 B%ld T%ld H%ld D%ld h0 %d dht %d shift %g", long(B), long(T), long(H),
+                long(D), int(with_h0), int(with_dht), shift);
+  const double tol = 1e-2;  // gpu-check's bf16_grad (relative RMS)
+  report(label, "dr", er, tol), report(label, "dk", ek, tol), report(label, "dv", ev, tol);
+  report(label, "dw", ew, tol), report(label, "du", eu, tol), report(label, "dh0", eh0, tol);
+  report(label, "o", eo, 5e-3), report(label, "ht", eht, 5e-3);
+  report(label, "cpu-chunk vs recurrent dr", cr, 1e-12), report(label, "cpu-chunk vs recurrent dw", cw, 1e-12);
+}
+
+// GLA (after_update) through the existing vector-gate backward: validates the emulator on a
+// kernel the H200 has passed.
+static void gla_case(int64_t B, int64_t T, int64_t H, int64_t D, uint64_t seed) {
+  const int64_t dk = D, dv = D;
+  std::mt19937_64 rng(seed);
+  Buf q, k, v, g, h0, dO, dht;
+  const double rk = 1.0 / std::sqrt(double(dk));
+  q.fill(B * T * H * dk, rng, rk, 0, false, true);
+  k.fill(B * T * H * dk, rng, rk, 0, false, true);
+  v.fill(B * T * H * dv, rng, 1, 0, false, true);
+  g.fill(B * T * H * dk, rng, 1, 0, true, true);
+  h0.fill(B * H * dk * dv, rng, 0.5, 0, false, false);
+  dO.fill(B * T * H * dv, rng, 1, 0, false, true);
+  dht.fill(B * H * dk * dv, rng, 1, 0, false, false);
+  const DecayAttentionDims d{B, T, H, H, dk, dv, true, 1.0, 0, DType::F32};
+  std::vector<Bf16> gq(q.b.size()), gk(k.b.size()), gv(v.b.size()), gg(g.b.size());
+  std::vector<float> gh0(h0.f.size());
+  cuda::decay_chunk::backward(gq.data(), gk.data(), gv.data(), gg.data(), gh0.data(), dO.b.data(), dht.f.data(),
+                              q.b.data(), k.b.data(), v.b.data(), g.b.data(), h0.f.data(), d);
+  Err eq, ek, ev, eg, eh0;
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < H; h++) {
+      Head<double> x;
+      x.q = decay_chunk::gather_head(q.ref.data(), b, h, T, H, dk);
+      x.k = decay_chunk::gather_head(k.ref.data(), b, h, T, H, dk);
+      x.v = decay_chunk::gather_head(v.ref.data(), b, h, T, H, dv);
+      x.g = decay_chunk::gather_head(g.ref.data(), b, h, T, H, dk);
+      x.bonus = Row<double>::Ones(dk);
+      x.s0 = decay_chunk::gather_state(h0.ref.data(), b, h, H, dk, dv);
+      const Mat<double> d_o = decay_chunk::gather_head(dO.ref.data(), b, h, T, H, dv);
+      const Mat<double> ds = decay_chunk::gather_state(dht.ref.data(), b, h, H, dk, dv);
+      const HeadGrads<double> c =
+          decay_chunk::backward<double, true>(x, d_o, ds, 1.0, 16, decay_chunk::ReadAt::after_update);
+      for (int64_t t = 0; t < T; t++) {
+        for (int64_t i = 0; i < dk; i++) {
+          const int64_t idx = ((b * T + t) * H + h) * dk + i;
+          eq.add(at(gq, idx), c.dq(t, i)), ek.add(at(gk, idx), c.dk(t, i)), eg.add(at(gg, idx), c.dg(t, i));
+        }
+        for (int64_t i = 0; i < dv; i++) ev.add(at(gv, ((b * T + t) * H + h) * dv + i), c.dv(t, i));
+      }
+      for (int64_t i = 0; i < dk * dv; i++) eh0.add(gh0[(b * H + h) * dk * dv + i], c.ds0(i / dv, i % dv));
+    }
+  char label[160];
+  std::snprintf(label, sizeof label, "gla B%ld T%ld H%ld D%ld", long(B), long(T), long(H), long(D));
+  report(label, "dq", eq, 1e-2), report(label, "dk", ek, 1e-2), report(label, "dv", ev, 1e-2);
+  report(label, "dg", eg, 1e-2), report(label, "dh0", eh0, 1e-2);
+}
+
+int main(int argc, char** argv) {
+  const std::string which = argc > 1 ? argv[1] : "all";
+  if (which == "gla" || which == "all") {
+    gla_case(1, 70, 2, 64, 1);
+  }
+  if (which == "small" || which == "all") rwkv6_case(1, 70, 2, 64, true, true, 0.0, 2);
+  if (which == "all") {
+    for (int64_t D : {64, 128})
+      for (int64_t T : {64, 70, 130}) {
+        rwkv6_case(2, T, 2, D, true, true, 0.0, 10 + T + D);
+        rwkv6_case(1, T, 2, D, false, false, 0.0, 20 + T + D);
+      }
+    rwkv6_case(1, 130, 2, 64, true, false, -3.0, 7);   // strong gate: G passes -88 within a chunk
+    rwkv6_case(1, 70, 2, 128, false, true, 1.0, 8);
+  }
+  std::printf(g_fail ? "SOME FAILED\n" : "ALL OK\n");
+  return g_fail;
+}
