@@ -116,11 +116,17 @@ std::vector<TrainBatch> without_boundaries(std::vector<TrainBatch> batches) {
   return batches;
 }
 
-// The packed step with resets against the documents alone, within 1e-6 (fp32); the same batches
-// as plain windows must differ by far more, or the test could not see a leak.
-void check_reset_equals_documents_alone(const ModelConfig& config) {
+// The packed step with resets against the documents alone, the loss within 1e-6 and each gradient
+// within grad_bound (max abs error over the gradient's max abs); the same batches as plain
+// windows must differ by far more, or the test could not see a leak. In f64 compute the two agree
+// to ~1e-14 (exactness); in f32 the padded rows change the kernels' summation order (chunk and GEMM
+// shapes), which moves the sum-over-tokens gradients of gate parameters (A_log, dt_bias) by up to
+// ~6e-6 of their largest entry, so f32 gets 2e-5 there.
+void check_reset_equals_documents_alone(const ModelConfig& config, DType compute, double grad_bound) {
+  CAPTURE(dtype_name(compute));
   const std::vector<TrainBatch> update = {two_windows(), three_windows()};
-  auto packed = make_model(config, 11), alone = make_model(config, 11), windows = make_model(config, 11);
+  auto packed = make_model(config, 11, Device::CPU, compute), alone = make_model(config, 11, Device::CPU, compute),
+       windows = make_model(config, 11, Device::CPU, compute);
   const double packed_loss = accumulated_loss(*packed, update);
   const double alone_loss = loss_of_documents_alone(*alone, update);
   const double windows_loss = accumulated_loss(*windows, without_boundaries(update));
@@ -130,7 +136,8 @@ void check_reset_equals_documents_alone(const ModelConfig& config) {
   REQUIRE(p.size() == a.size());
   for (size_t i = 0; i < p.size(); i++) {
     CAPTURE(p[i].name);
-    CHECK(max_rel_err(p[i].var.grad(), a[i].var.grad()) <= 1e-6);
+    const double err = max_rel_err(p[i].var.grad(), a[i].var.grad());
+    CHECK(err <= grad_bound);
   }
 }
 
@@ -188,31 +195,37 @@ TEST_CASE("document boundaries: row starts and every EOS (first token, twice in 
 
 TEST_CASE("document rows: one fragment per row, right-padded with ignored targets, one shape per update") {
   const TrainBatch a = two_windows(), b = three_windows();
-  REQUIRE(a.cu_seqlens == std::vector<int64_t>{0, 5, 12, 15, 16, 24});
+  REQUIRE(a.cu_seqlens == std::vector<int64_t>{0, 5, 12, 15, 16, 23, 24});
   REQUIRE(b.cu_seqlens == std::vector<int64_t>{0, 3, 8, 16, 19, 24});
   const std::vector<TrainBatch> rows = document_rows({a, b});
   REQUIRE(rows.size() == 2);
-  for (const TrainBatch& r : rows) CHECK(r.ids.shape() == Shape{5, 8});  // 5 fragments, the longest 8
+  for (const TrainBatch& r : rows) CHECK(r.ids.shape() == Shape{6, 8});  // a's 6 fragments, the longest 8
   const int32_t E = kEos, I = kIgnoreIndex;
-  CHECK(rows[0].ids.to_f64_vector() == Tensor::from_i32({E, 3, 5, 7, 1, 0, 0, 0,   //
+  CHECK(rows[0].ids.to_f64_vector() == Tensor::from_i32({E, 3, 5, 7, 1, 0, 0, 0,    //
                                                          E, 2, 4, 6, 8, 10, 12, 0,  //
                                                          9, 11, 13, 0, 0, 0, 0, 0,  //
-                                                         E, 0, 0, 0, 0, 0, 0, 0,   //
-                                                         E, 14, 15, 16, 17, 18, 1, E},
-                                                        {5, 8})
+                                                         E, 0, 0, 0, 0, 0, 0, 0,    //
+                                                         E, 14, 15, 16, 17, 18, 1, 0,  //
+                                                         E, 0, 0, 0, 0, 0, 0, 0},
+                                                        {6, 8})
                                            .to_f64_vector());
   CHECK(rows[0].targets.to_f64_vector() == Tensor::from_i32({3, 5, 7, 1, I, I, I, I,     //
                                                              2, 4, 6, 8, 10, 12, 9, I,  //
                                                              11, 13, E, I, I, I, I, I,  //
                                                              E, I, I, I, I, I, I, I,    //
-                                                             14, 15, 16, 17, I, 1, E, 2},
-                                                            {5, 8})
+                                                             14, 15, 16, 17, I, 1, E, I,  //
+                                                             2, I, I, I, I, I, I, I},
+                                                            {6, 8})
                                                .to_f64_vector());
+  // b's 5 fragments, then a row of padding only
+  const std::vector<double> b_targets = rows[1].targets.to_f64_vector();
+  CHECK(std::vector<double>(b_targets.end() - 8, b_targets.end()) == std::vector<double>(8, double(I)));
+  CHECK(count_valid_targets(rows[1].targets) == b.valid);
   CHECK(count_valid_targets(rows[0].targets) == a.valid);
   CHECK(rows[0].valid == a.valid);
   CHECK(rows[1].cu_seqlens == b.cu_seqlens);
-  // (2 * 5 * 8 padded - 24 - 24 real) / 48 real tokens
-  CHECK(padding_overhead(rows, {a, b}) == doctest::Approx(32.0 / 48.0));
+  // (2 * 6 * 8 padded - 24 - 24 real) / 48 real tokens
+  CHECK(padding_overhead(rows, {a, b}) == 1.0);
   // plain windows pass through untouched
   const std::vector<TrainBatch> plain = document_rows(without_boundaries({a}));
   CHECK(hla::testing::bit_equal(plain[0].ids, a.ids));
@@ -221,20 +234,25 @@ TEST_CASE("document rows: one fragment per row, right-padded with ignored target
 }
 
 TEST_CASE("a reset step equals every document alone: pure Gated DeltaNet (short convs)") {
-  check_reset_equals_documents_alone(tiny_model("gated_deltanet", "pure"));
+  check_reset_equals_documents_alone(tiny_model("gated_deltanet", "pure"), DType::F64, 1e-12);
+  check_reset_equals_documents_alone(tiny_model("gated_deltanet", "pure"), DType::F32, 2e-5);
 }
 
 TEST_CASE("a reset step equals every document alone: Gated DeltaNet 3:1 with softmax attention (RoPE)") {
-  check_reset_equals_documents_alone(tiny_model("gated_deltanet", "3:1"));
+  check_reset_equals_documents_alone(tiny_model("gated_deltanet", "3:1"), DType::F64, 1e-12);
+  check_reset_equals_documents_alone(tiny_model("gated_deltanet", "3:1"), DType::F32, 2e-5);
 }
 
 TEST_CASE("a reset step equals every document alone: Mamba-2 (conv tails) and a 3:1 hybrid") {
-  check_reset_equals_documents_alone(tiny_model("mamba2", "pure"));
-  check_reset_equals_documents_alone(tiny_model("mamba2", "3:1"));
+  check_reset_equals_documents_alone(tiny_model("mamba2", "pure"), DType::F64, 1e-12);
+  check_reset_equals_documents_alone(tiny_model("mamba2", "pure"), DType::F32, 2e-5);
+  check_reset_equals_documents_alone(tiny_model("mamba2", "3:1"), DType::F64, 1e-12);
+  check_reset_equals_documents_alone(tiny_model("mamba2", "3:1"), DType::F32, 2e-5);
 }
 
 TEST_CASE("a reset step equals every document alone: RWKV-6 (token shifts)") {
-  check_reset_equals_documents_alone(tiny_model("rwkv6", "pure"));
+  check_reset_equals_documents_alone(tiny_model("rwkv6", "pure"), DType::F64, 1e-12);
+  check_reset_equals_documents_alone(tiny_model("rwkv6", "pure"), DType::F32, 2e-5);
 }
 
 TEST_CASE("the trainer's staged step with resets (2 micro-batches, one padded shape) equals the documents alone") {
@@ -248,7 +266,7 @@ TEST_CASE("the trainer's staged step with resets (2 micro-batches, one padded sh
   const double alone_loss = loss_of_documents_alone(*alone, {two_windows(), three_windows()});
   CHECK(std::abs(step.loss - alone_loss) <= 1e-6 * std::abs(alone_loss));
   CHECK(step.tokens == 48);                                    // real tokens only
-  CHECK(step.padding == doctest::Approx(32.0 / 48.0));          // two (5, 8) row batches
+  CHECK(step.padding == 1.0);                                  // two (6, 8) row batches
   CHECK(step.to_json().at("padding").get<double>() == step.padding);
   CHECK(std::isnan(StepMetrics().padding));
   CHECK(!StepMetrics().to_json().contains("padding"));
@@ -277,7 +295,7 @@ TEST_CASE("[data] documents: a text source serves EOS boundaries with reset and 
   DataSources reset = make_data_sources(text_run(path, "reset").data);
   DataSources windows = make_data_sources(text_run(path, "windows").data);
   CHECK(reset.description.find("documents reset at each EOS (id 256)") != std::string::npos);
-  CHECK(windows.description.find("documents") == std::string::npos);
+  CHECK(windows.description.find("documents reset") == std::string::npos);
   int64_t boundaries = 0;
   for (int i = 0; i < 4; i++) {
     const TrainBatch r = reset.train->next(), w = windows.train->next();
