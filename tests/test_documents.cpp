@@ -123,7 +123,8 @@ std::vector<TrainBatch> without_boundaries(std::vector<TrainBatch> batches) {
 // shapes), which moves the sum-over-tokens gradients of gate parameters (A_log, dt_bias) by up to
 // ~6e-6 of their largest entry, so f32 gets 2e-5 there.
 void check_reset_equals_documents_alone(const ModelConfig& config, DType compute, double grad_bound) {
-  CAPTURE(dtype_name(compute));
+  const std::string dtype = dtype_name(compute);
+  CAPTURE(dtype);
   const std::vector<TrainBatch> update = {two_windows(), three_windows()};
   auto packed = make_model(config, 11, Device::CPU, compute), alone = make_model(config, 11, Device::CPU, compute),
        windows = make_model(config, 11, Device::CPU, compute);
@@ -131,7 +132,7 @@ void check_reset_equals_documents_alone(const ModelConfig& config, DType compute
   const double alone_loss = loss_of_documents_alone(*alone, update);
   const double windows_loss = accumulated_loss(*windows, without_boundaries(update));
   CHECK(std::abs(packed_loss - alone_loss) <= 1e-6 * std::abs(alone_loss));
-  CHECK(std::abs(windows_loss - alone_loss) >= 1e-3 * std::abs(alone_loss));
+  CHECK(std::abs(windows_loss - alone_loss) >= 1e-4 * std::abs(alone_loss));  // 1.2e-3 (RWKV-6) to 7e-2
   ParameterList p = packed->parameters(), a = alone->parameters();
   REQUIRE(p.size() == a.size());
   for (size_t i = 0; i < p.size(); i++) {
