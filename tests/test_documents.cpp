@@ -122,7 +122,7 @@ std::vector<TrainBatch> without_boundaries(std::vector<TrainBatch> batches) {
 // to ~1e-14 (exactness); in f32 the padded rows change the kernels' summation order (chunk and GEMM
 // shapes), which moves the sum-over-tokens gradients of gate parameters (A_log, dt_bias) by up to
 // ~6e-6 of their largest entry, so f32 gets 2e-5 there.
-void check_reset_equals_documents_alone(const ModelConfig& config, DType compute, double grad_bound) {
+void check_reset_in(const ModelConfig& config, DType compute, double grad_bound) {
   const std::string dtype = dtype_name(compute);
   CAPTURE(dtype);
   const std::vector<TrainBatch> update = {two_windows(), three_windows()};
@@ -140,6 +140,11 @@ void check_reset_equals_documents_alone(const ModelConfig& config, DType compute
     const double err = max_rel_err(p[i].var.grad(), a[i].var.grad());
     CHECK(err <= grad_bound);
   }
+}
+
+void check_reset_equals_documents_alone(const std::string& type, const std::string& hybrid) {
+  check_reset_in(tiny_model(type, hybrid), DType::F64, 1e-12);
+  check_reset_in(tiny_model(type, hybrid), DType::F32, 2e-5);
 }
 
 // Serves the same batches in turn; its position is the count served.
@@ -235,25 +240,20 @@ TEST_CASE("document rows: one fragment per row, right-padded with ignored target
 }
 
 TEST_CASE("a reset step equals every document alone: pure Gated DeltaNet (short convs)") {
-  check_reset_equals_documents_alone(tiny_model("gated_deltanet", "pure"), DType::F64, 1e-12);
-  check_reset_equals_documents_alone(tiny_model("gated_deltanet", "pure"), DType::F32, 2e-5);
+  check_reset_equals_documents_alone("gated_deltanet", "pure");
 }
 
 TEST_CASE("a reset step equals every document alone: Gated DeltaNet 3:1 with softmax attention (RoPE)") {
-  check_reset_equals_documents_alone(tiny_model("gated_deltanet", "3:1"), DType::F64, 1e-12);
-  check_reset_equals_documents_alone(tiny_model("gated_deltanet", "3:1"), DType::F32, 2e-5);
+  check_reset_equals_documents_alone("gated_deltanet", "3:1");
 }
 
 TEST_CASE("a reset step equals every document alone: Mamba-2 (conv tails) and a 3:1 hybrid") {
-  check_reset_equals_documents_alone(tiny_model("mamba2", "pure"), DType::F64, 1e-12);
-  check_reset_equals_documents_alone(tiny_model("mamba2", "pure"), DType::F32, 2e-5);
-  check_reset_equals_documents_alone(tiny_model("mamba2", "3:1"), DType::F64, 1e-12);
-  check_reset_equals_documents_alone(tiny_model("mamba2", "3:1"), DType::F32, 2e-5);
+  check_reset_equals_documents_alone("mamba2", "pure");
+  check_reset_equals_documents_alone("mamba2", "3:1");
 }
 
 TEST_CASE("a reset step equals every document alone: RWKV-6 (token shifts)") {
-  check_reset_equals_documents_alone(tiny_model("rwkv6", "pure"), DType::F64, 1e-12);
-  check_reset_equals_documents_alone(tiny_model("rwkv6", "pure"), DType::F32, 2e-5);
+  check_reset_equals_documents_alone("rwkv6", "pure");
 }
 
 TEST_CASE("the trainer's staged step with resets (2 micro-batches, one padded shape) equals the documents alone") {
