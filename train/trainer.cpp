@@ -142,8 +142,8 @@ int64_t sum_of(const std::vector<int64_t>& xs) {
 
 nlohmann::json StepMetrics::to_json() const {
   nlohmann::json j = {{"step", step},          {"loss", finite_or_null(loss)}, {"lr", lr},
-          {"grad_norm", finite_or_null(grad_norm)}, {"ms", ms}, {"tokens_per_s", tokens_per_s},
-          {"tokens", tokens}, {"peak_gib", peak_gib}, {"model_tflops", tflops}};
+                      {"grad_norm", finite_or_null(grad_norm)}, {"ms", ms}, {"tokens_per_s", tokens_per_s},
+                      {"tokens", tokens}, {"peak_gib", peak_gib}, {"model_tflops", tflops}};
   if (std::isfinite(padding)) j["padding"] = padding;
   return j;
 }
