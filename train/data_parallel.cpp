@@ -4,6 +4,8 @@
 #include <cstring>
 #include <sstream>
 
+#include "train/documents.h"
+
 namespace hla {
 
 std::string RankShare::describe() const {
@@ -29,8 +31,11 @@ RankShare rank_share(int64_t batch_size, int64_t grad_accum, int world) {
 std::vector<TrainBatch> rank_micro_batches(const std::vector<TrainBatch>& update, const RankShare& share, int rank) {
   HLA_CHECK(!update.empty(), "rank_micro_batches: no micro-batch");
   const int64_t T = update[0].ids.size(1);
-  // pass 1: this rank's rows, in the order of the update's sequences
+  // pass 1: this rank's rows, in the order of the update's sequences (and their document
+  // boundaries, cu_seqlens without the final total)
+  const bool documents = !update[0].cu_seqlens.empty();
   std::vector<int32_t> ids, targets;
+  std::vector<int64_t> cu_seqlens;
   const int64_t first = rank * share.sequences, last = first + share.sequences;
   int64_t row = 0;  // index of the update's sequence at the start of batch b
   for (const TrainBatch& b : update) {
@@ -40,6 +45,10 @@ std::vector<TrainBatch> rank_micro_batches(const std::vector<TrainBatch>& update
     if (lo < hi) {
       const int32_t* bi = b.ids.data<int32_t>() + (lo - row) * T;      // bi: (hi - lo, T)
       const int32_t* bt = b.targets.data<int32_t>() + (lo - row) * T;  // bt: (hi - lo, T)
+      if (documents) {
+        const std::vector<int64_t> part = slice_cu_seqlens(b.cu_seqlens, (lo - row) * T, (hi - row) * T);
+        for (size_t k = 0; k + 1 < part.size(); k++) cu_seqlens.push_back(int64_t(ids.size()) + part[k]);
+      }
       ids.insert(ids.end(), bi, bi + (hi - lo) * T);
       targets.insert(targets.end(), bt, bt + (hi - lo) * T);
     }
@@ -47,6 +56,7 @@ std::vector<TrainBatch> rank_micro_batches(const std::vector<TrainBatch>& update
   }
   HLA_CHECK(int64_t(ids.size()) == share.sequences * T, "rank_micro_batches: the update holds ", row,
             " sequences, rank ", rank, " needs [", first, ", ", last, ")");
+  cu_seqlens.push_back(int64_t(ids.size()));
   // pass 2: micro-batches of share.micro_batch rows
   std::vector<TrainBatch> mine;
   const int64_t rows = share.micro_batch;
@@ -57,6 +67,7 @@ std::vector<TrainBatch> rank_micro_batches(const std::vector<TrainBatch>& update
     b.ids = Tensor::from_i32(std::vector<int32_t>(from, to), {rows, T});
     b.targets = Tensor::from_i32(std::vector<int32_t>(t_from, t_to), {rows, T});
     b.valid = count_valid_targets(b.targets);
+    if (documents) b.cu_seqlens = slice_cu_seqlens(cu_seqlens, m * rows * T, (m + 1) * rows * T);
     mine.push_back(std::move(b));
   }
   return mine;

@@ -28,7 +28,8 @@ struct RankShare {
 // An error naming [data] batch_size, [train] grad_accum and --gpus when S is not a multiple of N.
 RankShare rank_share(int64_t batch_size, int64_t grad_accum, int world);
 
-// The micro-batches of `rank`: its rows of the update's micro-batches `update` (each (B, T)).
+// The micro-batches of `rank`: its rows of the update's micro-batches `update` (each (B, T)),
+// with their document boundaries (cu_seqlens) when the update has them.
 std::vector<TrainBatch> rank_micro_batches(const std::vector<TrainBatch>& update, const RankShare& share, int rank);
 
 }  // namespace hla

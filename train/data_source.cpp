@@ -12,6 +12,7 @@
 #include "tensor/ignore_index.h"
 #include "tensor/json.h"
 #include "train/checkpoint.h"
+#include "train/documents.h"
 
 namespace fs = std::filesystem;
 
@@ -86,12 +87,19 @@ class MqarSource : public BatchSource {
   int64_t next_example_ = 0;
 };
 
+// document_eos: the token that starts each document with [data] documents = "reset" (the batches
+// then carry cu_seqlens), kNoDocuments with "windows".
+constexpr int32_t kNoDocuments = -1;
+
 class LoaderSource : public BatchSource {
  public:
-  explicit LoaderSource(data::TokenLoader loader) : loader_(std::move(loader)) {}
+  LoaderSource(data::TokenLoader loader, int32_t document_eos)
+      : loader_(std::move(loader)), document_eos_(document_eos) {}
   TrainBatch next() override {
     data::Batch b = loader_.next_batch();
-    return make_batch(b.inputs, b.targets, b.batch_size, b.seq_len);
+    TrainBatch batch = make_batch(b.inputs, b.targets, b.batch_size, b.seq_len);
+    if (document_eos_ != kNoDocuments) batch.cu_seqlens = document_cu_seqlens(batch.ids, document_eos_);
+    return batch;
   }
   nlohmann::json position() const override { return loader_.position().to_json(); }
   void set_position(const nlohmann::json& p) override {
@@ -100,7 +108,15 @@ class LoaderSource : public BatchSource {
 
  private:
   data::TokenLoader loader_;
+  int32_t document_eos_;
 };
+
+int32_t document_eos(const DataSettings& s, int32_t eos) { return s.documents == "reset" ? eos : kNoDocuments; }
+
+// The start-up table's note on [data] documents.
+std::string documents_note(int32_t eos) {
+  return eos == kNoDocuments ? "" : "; documents reset at each EOS (id " + std::to_string(eos) + ")";
+}
 
 // vocab_size: the loader checks every token against it before the first batch.
 data::LoaderOptions loader_options(const DataSettings& s, bool shuffle, int vocab_size) {
@@ -144,6 +160,7 @@ DataSources mqar_sources(const DataSettings& s) {
 // of validation shards. Missing or mistyped fields are errors naming the file and the field.
 struct ManifestFacts {
   int vocab_size = 0;
+  int32_t eos_id = 0;
   int64_t val_shards = 0;
 };
 
@@ -153,7 +170,8 @@ const nlohmann::json& manifest_member(const nlohmann::json& j, const char* key, 
   return j.at(key);
 }
 
-ManifestFacts read_manifest_facts(const std::string& path) {
+// need_eos: [data] documents = "reset" reads tokenizer.eos_id too.
+ManifestFacts read_manifest_facts(const std::string& path, bool need_eos) {
   const nlohmann::json manifest = read_json_file(path);
   ManifestFacts facts;
   if (!manifest.is_object()) fail(path, ": a manifest must be a JSON object, got ", json_excerpt(manifest));
@@ -161,6 +179,9 @@ ManifestFacts read_manifest_facts(const std::string& path) {
   read_setting(manifest_member(tokenizer, "vocab_size", path, "tokenizer.vocab_size"), facts.vocab_size, path,
                "tokenizer.vocab_size");
   if (facts.vocab_size < 1) fail(path, ": tokenizer.vocab_size must be >= 1, got ", facts.vocab_size);
+  if (need_eos)
+    read_setting(manifest_member(tokenizer, "eos_id", path, "tokenizer.eos_id"), facts.eos_id, path,
+                 "tokenizer.eos_id");
   const nlohmann::json splits = manifest.value("splits", nlohmann::json::object());
   if (!splits.is_object()) fail(path, ": field 'splits' must be an object, got ", json_excerpt(splits));
   if (splits.contains("val")) {
@@ -176,18 +197,22 @@ DataSources shard_sources(const DataSettings& s) {
   std::string manifest = (fs::path(s.source) / "manifest.json").string();
   bool directory = fs::is_directory(s.source);
   ManifestFacts facts;
-  if (directory) facts = read_manifest_facts(manifest);
-  const int vocab = directory ? facts.vocab_size : data::load_tokenizer(s.tokenizer)->vocab_size();
+  if (directory) facts = read_manifest_facts(manifest, s.documents == "reset");
+  std::unique_ptr<data::Tokenizer> tokenizer;
+  if (!directory) tokenizer = data::load_tokenizer(s.tokenizer);
+  const int vocab = directory ? facts.vocab_size : tokenizer->vocab_size();
+  const int32_t eos = document_eos(s, directory ? facts.eos_id : tokenizer->eos_id());
   d.train = std::make_unique<LoaderSource>(
-      data::TokenLoader(data::find_shards(s.source, "train"), loader_options(s, true, vocab)));
+      data::TokenLoader(data::find_shards(s.source, "train"), loader_options(s, true, vocab)), eos);
   std::string val_note = "no validation split";
   if (facts.val_shards > 0) {
     data::TokenLoader val(data::find_shards(s.source, "val"), loader_options(s, false, vocab));
     val_note = std::to_string(val.total_tokens()) + " val tokens";
-    d.val = std::make_unique<LoaderSource>(std::move(val));
+    d.val = std::make_unique<LoaderSource>(std::move(val), eos);
   }
   d.vocab_size = vocab;
-  d.description = "token shards " + s.source + " (vocab " + std::to_string(vocab) + ", " + val_note + ")";
+  d.description =
+      "token shards " + s.source + " (vocab " + std::to_string(vocab) + ", " + val_note + ")" + documents_note(eos);
   return d;
 }
 
@@ -202,14 +227,16 @@ DataSources text_sources(const DataSettings& s) {
   std::vector<int32_t> val(tokens.end() - val_tokens, tokens.end());
   tokens.resize(tokens.size() - val_tokens);
   const int vocab = tokenizer->vocab_size();
-  d.train = std::make_unique<LoaderSource>(data::TokenLoader(tokens, loader_options(s, true, vocab), s.source));
+  const int32_t eos = document_eos(s, tokenizer->eos_id());
+  d.train =
+      std::make_unique<LoaderSource>(data::TokenLoader(tokens, loader_options(s, true, vocab), s.source), eos);
   if (val_tokens > 0)
     d.val = std::make_unique<LoaderSource>(
-        data::TokenLoader(val, loader_options(s, false, vocab), s.source + " (val)"));
+        data::TokenLoader(val, loader_options(s, false, vocab), s.source + " (val)"), eos);
   d.vocab_size = vocab;
   d.description = "text " + s.source + ": " + std::to_string(tokens.size()) + " train + " +
                   std::to_string(val_tokens) + " val tokens, tokenizer " + tokenizer->name() +
-                  " (vocab " + std::to_string(d.vocab_size) + ")";
+                  " (vocab " + std::to_string(d.vocab_size) + ")" + documents_note(eos);
   return d;
 }
 

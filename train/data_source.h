@@ -1,11 +1,14 @@
 // Batch sources for the trainer: MQAR (data/mqar.h), text files tokenised in memory, or token
 // shards (data/loader.h). Each serves (B, T) I32 input and target tensors and can report and
-// restore its position as JSON, which is all a bit-exact resume needs from the data side.
+// restore its position as JSON, which is all a bit-exact resume needs from the data side. With
+// [data] documents = "reset" a text or shard source also serves each batch's document
+// boundaries (train/documents.h).
 #pragma once
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "tensor/tensor.h"
 #include "train/run_config.h"
@@ -16,6 +19,9 @@ struct TrainBatch {
   Tensor ids;      // (B, T) I32, CPU
   Tensor targets;  // (B, T) I32, CPU; kIgnoreIndex where no loss
   int64_t valid = 0;  // targets that count in the loss
+  // [data] documents = "reset": offsets of the document fragments' first tokens in the
+  // row-major B * T tokens, then B * T (train/documents.h); empty: the rows are whole sequences.
+  std::vector<int64_t> cu_seqlens;
 };
 
 class BatchSource {

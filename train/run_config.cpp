@@ -266,6 +266,10 @@ void RunConfig::validate() const {
                   data.seq_len);
   HLA_CHECK_INPUT(data.val_fraction >= 0 && data.val_fraction < 1, "[data] val_fraction must be in [0, 1), got ",
                   data.val_fraction);
+  HLA_CHECK_INPUT(data.documents == "windows" || data.documents == "reset", "[data] documents: '",
+                  excerpt(data.documents), "' is not a document mode (windows | reset)");
+  HLA_CHECK_INPUT(data.documents == "windows" || data.source != "mqar", "[data] documents = reset needs documents ",
+                  "separated by the tokenizer's EOS (text files or token shards); [data] source mqar has none");
   HLA_CHECK_INPUT(data.mqar_vocab >= 1 && data.mqar_vocab <= std::numeric_limits<int>::max(),
                   "[data] mqar_vocab must be in [1, ", std::numeric_limits<int>::max(), "], got ", data.mqar_vocab);
   HLA_CHECK_INPUT(data.mqar_kv_pairs >= 1, "[data] mqar_kv_pairs must be >= 1, got ", data.mqar_kv_pairs);

@@ -37,6 +37,7 @@ struct DataSettings {
   uint64_t val_seed = 1;     // MQAR validation stream
   double val_fraction = 0.1; // text files: the last part of the token stream held out
   std::string jsonl_field = "text";
+  std::string documents = "windows";  // windows | reset (each document from a zero state)
   int64_t mqar_vocab = 8192;
   int64_t mqar_kv_pairs = 16;
   double mqar_power_a = 0.01;
@@ -125,6 +126,8 @@ void visit_settings(RC& c, F&& f) {
   f("data", "val_seed", d.val_seed, "MQAR validation seed");
   f("data", "val_fraction", d.val_fraction, "text files: held-out fraction of the tokens");
   f("data", "jsonl_field", d.jsonl_field, ".jsonl: the text field");
+  f("data", "documents", d.documents,
+    "windows (documents run into each other) | reset (each document from a zero state, as fla's varlen)");
   f("data", "mqar_vocab", d.mqar_vocab, "MQAR vocabulary V");
   f("data", "mqar_kv_pairs", d.mqar_kv_pairs, "MQAR key-value pairs N (4N <= seq_len)");
   f("data", "mqar_power_a", d.mqar_power_a, "MQAR gap power law a");

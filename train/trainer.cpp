@@ -17,6 +17,7 @@
 #include "tensor/dispatch.h"
 #include "tensor/json.h"
 #include "train/checkpoint.h"
+#include "train/documents.h"
 #include "train/upload.h"
 #ifdef HLA_CUDA
 #include "cuda/graph.h"
@@ -140,9 +141,11 @@ int64_t sum_of(const std::vector<int64_t>& xs) {
 }  // namespace
 
 nlohmann::json StepMetrics::to_json() const {
-  return {{"step", step},          {"loss", finite_or_null(loss)}, {"lr", lr},
-          {"grad_norm", finite_or_null(grad_norm)}, {"ms", ms}, {"tokens_per_s", tokens_per_s},
-          {"tokens", tokens}, {"peak_gib", peak_gib}, {"model_tflops", tflops}};
+  nlohmann::json j = {{"step", step},          {"loss", finite_or_null(loss)}, {"lr", lr},
+                      {"grad_norm", finite_or_null(grad_norm)}, {"ms", ms}, {"tokens_per_s", tokens_per_s},
+                      {"tokens", tokens}, {"peak_gib", peak_gib}, {"model_tflops", tflops}};
+  if (std::isfinite(padding)) j["padding"] = padding;
+  return j;
 }
 
 nlohmann::json ValMetrics::to_json() const {
@@ -153,8 +156,9 @@ nlohmann::json ValMetrics::to_json() const {
 
 // ---------------------------------------------------------------- one update
 
-void accumulate_gradients(TrainableModel& model, const std::vector<TrainBatch>& micro_batches, Tensor& records,
-                          int64_t slot, int64_t total_valid, const LeafReadyFn& on_last_leaf_ready) {
+double accumulate_gradients(TrainableModel& model, const std::vector<TrainBatch>& packed, Tensor& records,
+                            int64_t slot, int64_t total_valid, const LeafReadyFn& on_last_leaf_ready) {
+  const std::vector<TrainBatch> micro_batches = document_rows(packed);
   const std::vector<int64_t> valid = valid_counts(micro_batches);
   if (total_valid == 0) total_valid = sum_of(valid);
   HLA_CHECK(total_valid > 0, "accumulate_gradients: no target carries loss in ",
@@ -167,6 +171,7 @@ void accumulate_gradients(TrainableModel& model, const std::vector<TrainBatch>& 
       model, valid, [&](size_t i) { return batch_on(device, micro_batches[i].ids); },
       [&](size_t i) { return batch_on(device, micro_batches[i].targets); }, weights, records, slot,
       on_last_leaf_ready);
+  return padding_overhead(micro_batches, packed);
 }
 
 ValMetrics evaluate(TrainableModel& model, BatchSource& source, int64_t batches, bool mqar) {
@@ -175,13 +180,14 @@ ValMetrics evaluate(TrainableModel& model, BatchSource& source, int64_t batches,
   double loss_sum = 0, accuracy_sum = 0;
   int64_t valid = 0;
   for (int64_t i = 0; i < batches; i++) {
-    TrainBatch b = source.next();
+    const TrainBatch packed = source.next();
+    const TrainBatch b = document_rows({packed})[0];  // [data] documents = "reset": a fragment per row
     Tensor targets = b.targets.to(model.device());
     Var logits = model.logits(b.ids.to(model.device()));  // (B, T, V)
     loss_sum += cross_entropy(logits, targets).value().item() * double(b.valid);
     valid += b.valid;
     int64_t B = b.ids.size(0), T = b.ids.size(1);
-    m.examples += B;
+    m.examples += packed.ids.size(0);
     if (!mqar) continue;
     Tensor cpu_logits = logits.value().to(Device::CPU);
     if (cpu_logits.dtype() == DType::BF16) cpu_logits = cpu_logits.to(DType::F32);
@@ -255,20 +261,24 @@ void Trainer::queue_step() {
   optimizer_.stage(lr_factor(options_.schedule, step_));
   if (options_.comm) {
     step_number_.fill_(double(step_ + 1));
-    reduced_gradients(micro, slot);
+    const double padding = reduced_gradients(micro, slot);
+    if (!micro[0].cu_seqlens.empty()) q.padding = padding;
     clip_grad_norm_(params_, options_.clip, records_, slot, status_, step_number_);
     optimizer_.apply();
     if (zero_) zero_->gather_parameters();
     optimizer_.zero_grad();
   } else {
-    stage_inputs(micro);
-    if (graph_ready(micro)) replay_step();
-    else device_step(valid_counts(micro));
+    // A native varlen model (train/documents.h) would take `micro` and its cu_seqlens here.
+    const std::vector<TrainBatch> rows = document_rows(micro);
+    if (!micro[0].cu_seqlens.empty()) q.padding = padding_overhead(rows, micro);
+    stage_inputs(rows);
+    if (graph_ready(rows)) replay_step();
+    else device_step(valid_counts(rows));
     records_.slice0(slot, slot + 1).copy_(step_record_);  // d2d, queued after the step
     steps_run_++;
   }
   step_++;
-  for (const TrainBatch& b : micro) q.tokens += b.ids.numel();
+  for (const TrainBatch& b : micro) q.tokens += b.ids.numel();  // real tokens: the packed windows'
   tokens_seen_ += q.tokens;
   q.step = step_;
 #ifdef HLA_CUDA
@@ -333,10 +343,11 @@ void Trainer::device_step(const std::vector<int64_t>& valid) {
 // process, after kEagerStepsBeforeGraph eager steps (every lazily built buffer exists then), and
 // only for updates whose every micro-batch has a valid target (the eager step skips the others'
 // work, a graph cannot; such an update runs eagerly). A new batch shape drops the graph
-// (stage_inputs), and the next update captures one for it.
+// (stage_inputs), and the next update captures one for it. Document rows never replay: their
+// shape changes from update to update, so a graph would be captured for one update only.
 bool Trainer::graph_ready(const std::vector<TrainBatch>& micro) const {
   if (!options_.cuda_graph || model_.device() != Device::CUDA || options_.comm) return false;
-  if (steps_run_ < kEagerStepsBeforeGraph) return false;
+  if (steps_run_ < kEagerStepsBeforeGraph || !micro[0].cu_seqlens.empty()) return false;
   for (const TrainBatch& b : micro)
     if (b.valid == 0) return false;
   return true;
@@ -369,18 +380,19 @@ void Trainer::replay_step() {
 // This rank's share of the update, its gradients summed over the ranks (bucket by bucket while
 // the last backward runs), and the loss record summed too: every rank then holds the gradients
 // and the loss of the whole update.
-void Trainer::reduced_gradients(const std::vector<TrainBatch>& update, int64_t slot) {
+double Trainer::reduced_gradients(const std::vector<TrainBatch>& update, int64_t slot) {
   int64_t total_valid = 0;
   for (const TrainBatch& b : update) total_valid += b.valid;
   share_ = rank_share(update[0].ids.size(0), int64_t(update.size()), options_.comm->world());
   const std::vector<TrainBatch> mine = rank_micro_batches(update, share_, options_.comm->rank());
-  accumulate_gradients(model_, mine, records_, slot, total_valid, buckets_->hook());
+  const double padding = accumulate_gradients(model_, mine, records_, slot, total_valid, buckets_->hook());
   buckets_->finish();
   // after the buckets on every rank: a rank whose last micro-batch had no valid target issues
   // them all in finish(), and the collectives must come in the same order everywhere
   Tensor record = records_.slice0(slot, slot + 1);  // (1, kStepRecordSize): the loss so far, the norm still 0
   dist::all_reduce_(*options_.comm, record, dist::ReduceOp::Sum);
   options_.comm->wait();  // clipping reads and writes the record on hla's stream
+  return padding;
 }
 
 std::vector<StepMetrics> Trainer::read_steps(const std::function<void(const StepMetrics&)>& good) {
@@ -416,6 +428,11 @@ std::vector<StepMetrics> Trainer::read_steps(const std::function<void(const Step
     m.lr = q.lr;
     m.tokens = q.tokens;
     m.peak_gib = q.peak_gib;
+    m.padding = q.padding;
+    if (std::isfinite(m.padding)) {
+      padding_sum_ += m.padding;
+      padding_steps_++;
+    }
     m.loss = records[i * kStepRecordSize];
     m.grad_norm = records[i * kStepRecordSize + 1];
     m.ms = seconds * 1000.0 / double(queued_.size());  // the window's wall time, shared evenly
@@ -561,6 +578,7 @@ void Trainer::log_step(const StepMetrics& m) const {
   if (m.tflops >= 1) out_ << format(" | %.1f TFLOP/s", m.tflops);
   else if (m.tflops > 0) out_ << format(" | %.2f GFLOP/s", m.tflops * 1e3);
   if (m.peak_gib > 0) out_ << format(" | peak %.2f GiB", m.peak_gib);
+  if (std::isfinite(m.padding)) out_ << format(" | padding %.1f%%", 100.0 * m.padding);
   if (throughput_.tokens_per_s > 0)
     out_ << format(" | mean %.0f tok/s", throughput_.tokens_per_s) << " after step " << throughput_.after_step;
   if (throughput_.mfu > 0) out_ << format(" | MFU %.1f%%", 100.0 * throughput_.mfu);
@@ -747,6 +765,9 @@ ValMetrics run_training(const RunConfig& config, const std::string& resume_dir, 
   const Throughput& tp = trainer.throughput();
   if (tp.tokens_per_s > 0) out << "; mean " << format("%.0f", tp.tokens_per_s) << " tok/s after step " << tp.after_step;
   if (tp.mfu > 0) out << ", MFU " << format("%.1f%%", 100.0 * tp.mfu);
+  if (std::isfinite(trainer.mean_padding()))
+    out << "; document rows padded by " << format("%.1f%%", 100.0 * trainer.mean_padding())
+        << " of the real tokens";
   out << "; checkpoint " << trainer.checkpoint_dir() << "\n";
   return final_val;
 }

@@ -23,7 +23,13 @@
 // bias corrections (Optimizer::stage); the step's loss and norm land in a fixed record, copied to
 // the window's slot after the replay. An update with a micro-batch without targets runs eagerly; a
 // new batch shape drops the graph and captures another. A capture that meets a host read or a
-// blocking copy fails naming it (cuda/graph.h).
+// blocking copy fails naming it (cuda/graph.h). With [data] documents = "reset" every update runs
+// eagerly: its padded document rows (train/documents.h) change shape from update to update.
+//
+// [data] documents = "reset": each micro-batch's document fragments run as the rows of a
+// right-padded batch (train/documents.h), so a step equals running every document alone; the
+// step lines and the final summary show the padded tokens per real token (tokens and tok/s count
+// the real tokens only).
 //
 // Data parallel (options.comm, one rank per GPU or per test thread): each rank trains on its
 // share of every update's sequences (train/data_parallel.h), its gradients are summed over the
@@ -82,6 +88,9 @@ struct StepMetrics {
   int64_t tokens = 0;  // input tokens of this update
   double peak_gib = 0;  // on the GPU: the allocator's high-water mark so far (GiB), else 0
   double tflops = 0;    // model TFLOP/s = flops_per_token * tokens_per_s (0 when not reported)
+  // [data] documents = "reset": padded tokens per real token of the rows the update ran (data
+  // parallel: of rank 0's rows; train/documents.h); NaN without document boundaries.
+  double padding = std::numeric_limits<double>::quiet_NaN();
   nlohmann::json to_json() const;
 };
 
@@ -96,8 +105,10 @@ struct ValMetrics {
 // records[slot][0] on the model's device (records: (W, kStepRecordSize) F64, nn/ops/grad_norm.h).
 // Data parallel: total_valid counts the valid targets of the whole update over every rank (0: those
 // of micro_batches), and the last backward reports each completed leaf to on_last_leaf_ready.
-void accumulate_gradients(TrainableModel& model, const std::vector<TrainBatch>& micro_batches, Tensor& records,
-                          int64_t slot, int64_t total_valid = 0, const LeafReadyFn& on_last_leaf_ready = {});
+// Micro-batches with document boundaries run as their padded rows (train/documents.h); returns the
+// padded tokens per real token of those rows (0 without boundaries).
+double accumulate_gradients(TrainableModel& model, const std::vector<TrainBatch>& micro_batches, Tensor& records,
+                            int64_t slot, int64_t total_valid = 0, const LeafReadyFn& on_last_leaf_ready = {});
 
 // Tokens per second after warm-up: the window of steps read at or after step kWarmupSteps is
 // the last one skipped; the tokens of the later windows over their wall time (a running mean,
@@ -134,6 +145,10 @@ class Trainer {
   // had a non-finite loss or gradient norm, after handing the steps before it to `good`.
   std::vector<StepMetrics> read_steps(const std::function<void(const StepMetrics&)>& good = {});
   const Throughput& throughput() const { return throughput_; }
+  // The mean of StepMetrics::padding over the steps read so far (NaN: none had document rows).
+  double mean_padding() const {
+    return padding_steps_ > 0 ? padding_sum_ / double(padding_steps_) : std::numeric_limits<double>::quiet_NaN();
+  }
   ValMetrics validate();  // from the start of the validation source every time
   void save(const std::string& dir) const;
   // Warns (on `out`) about every setting that differs from the checkpoint's, with both values.
@@ -155,7 +170,7 @@ class Trainer {
   bool due(int64_t n) const;
   bool reads_now() const;
   bool writes() const { return !options_.comm || options_.comm->rank() == 0; }  // rank 0 prints and writes
-  void reduced_gradients(const std::vector<TrainBatch>& update, int64_t slot);
+  double reduced_gradients(const std::vector<TrainBatch>& update, int64_t slot);
   void stage_inputs(const std::vector<TrainBatch>& micro);
   void device_step(const std::vector<int64_t>& valid);
   bool graph_ready(const std::vector<TrainBatch>& micro) const;
@@ -165,6 +180,7 @@ class Trainer {
   struct QueuedStep {
     int64_t step = 0, tokens = 0;
     double lr = 0, peak_gib = 0;
+    double padding = std::numeric_limits<double>::quiet_NaN();  // StepMetrics::padding
   };
   void warn_changed_settings(const nlohmann::json& saved) const;
 
@@ -198,6 +214,8 @@ class Trainer {
   std::vector<QueuedStep> queued_;
   std::chrono::steady_clock::time_point window_start_;
   Throughput throughput_;
+  double padding_sum_ = 0;    // mean_padding(): the sum of the read steps' padding, and their count
+  int64_t padding_steps_ = 0;
   double timed_seconds_ = 0;  // after warm-up (throughput_)
   int64_t timed_tokens_ = 0;
   ValMetrics last_val_;

@@ -1,0 +1,353 @@
+// [data] documents = "reset" (train/documents.h): the boundaries of packed windows, their padded
+// rows, and the training step on them, which must equal running every document alone (loss and
+// every gradient) for linear mixers with conv / token-shift tails and for attention hybrids; a
+// state leaking across a boundary would break it, as the same batch as plain windows shows.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "nn/model.h"
+#include "tensor/ignore_index.h"
+#include "tests/test_train_util.h"
+#include "tests/test_util.h"
+#include "train/data_parallel.h"
+#include "train/documents.h"
+#include "train/trainer.h"
+
+using namespace hla;
+using hla::testing::error_of;
+using hla::testing::max_rel_err;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int32_t kVocab = 20, kEos = 19;
+
+// Windows of a token stream as the loader cuts them: row r holds stream[r T, r T + T), its
+// targets stream[r T + 1, r T + T + 1); `ignored` targets are kIgnoreIndex. With cu_seqlens.
+TrainBatch packed_batch(const std::vector<int32_t>& stream, int64_t B, int64_t T,
+                        const std::vector<int64_t>& ignored = {}) {
+  REQUIRE(int64_t(stream.size()) == B * T + 1);
+  std::vector<int32_t> ids(stream.begin(), stream.end() - 1);  // ids: (B, T)
+  std::vector<int32_t> targets(stream.begin() + 1, stream.end());  // targets: (B, T)
+  for (int64_t i : ignored) targets[size_t(i)] = kIgnoreIndex;
+  TrainBatch b{Tensor::from_i32(ids, {B, T}), Tensor::from_i32(targets, {B, T}), 0};
+  b.valid = count_valid_targets(b.targets);
+  b.cu_seqlens = document_cu_seqlens(b.ids, kEos);
+  return b;
+}
+
+// Two windows of 12 tokens: an EOS as the first token, two EOS in a row, an EOS at the end.
+TrainBatch two_windows() {
+  const int32_t E = kEos;
+  return packed_batch({E, 3, 5, 7, 1, E, 2, 4, 6, 8, 10, 12,  //
+                       9, 11, 13, E, E, 14, 15, 16, 17, 18, 1, E, 2},
+                      2, 12, {4, 20});
+}
+
+// Three windows of 8 tokens with other cuts, and a window without EOS.
+TrainBatch three_windows() {
+  const int32_t E = kEos;
+  return packed_batch({4, 6, 8, E, 3, 3, 5, 5,  //
+                       1, 2, 3, 4, 5, 6, 7, 8,  //
+                       E, 9, 10, E, 11, 12, 13, 14, 15},
+                      3, 8);
+}
+
+// Three windows of 8 tokens again, cut elsewhere.
+TrainBatch three_more_windows() {
+  const int32_t E = kEos;
+  return packed_batch({E, E, 1, 2, 3, 4, 5, 6,  //
+                       7, 8, E, 9, 10, 11, 12, E,  //
+                       13, 14, 15, 16, E, 1, 2, 3, 4},
+                      3, 8);
+}
+
+ModelConfig tiny_model(const std::string& type, const std::string& hybrid) {
+  ModelConfig c;
+  c.model_type = type;
+  c.hidden_size = 16;
+  c.num_hidden_layers = 3;
+  c.num_heads = 2;
+  c.vocab_size = kVocab;
+  c.intermediate_size = 24;
+  c.conv_size = 3;
+  c.initializer_range = 0.3;  // large enough that every token changes the later ones' outputs
+  c.set_hybrid(hybrid);
+  return c;
+}
+
+// Loss (the mean over valid targets) and gradients of running every document fragment of the
+// batches alone, each as a (1, L) sequence weighted by its valid targets over all of theirs.
+double loss_of_documents_alone(TrainableModel& model, const std::vector<TrainBatch>& batches) {
+  int64_t total_valid = 0;
+  for (const TrainBatch& b : batches) total_valid += b.valid;
+  double loss = 0;
+  for (const TrainBatch& b : batches) {
+    const std::vector<int64_t>& cu = b.cu_seqlens;
+    const int32_t* ids = b.ids.data<int32_t>();
+    const int32_t* targets = b.targets.data<int32_t>();
+    for (size_t f = 0; f + 1 < cu.size(); f++) {
+      const int64_t L = cu[f + 1] - cu[f];
+      const Tensor doc_targets = Tensor::from_i32(std::vector<int32_t>(targets + cu[f], targets + cu[f + 1]), {1, L});
+      const int64_t valid = count_valid_targets(doc_targets);
+      if (valid == 0) continue;
+      const Tensor doc_ids = Tensor::from_i32(std::vector<int32_t>(ids + cu[f], ids + cu[f + 1]), {1, L});
+      const Var doc_loss = model.loss(doc_ids, doc_targets);
+      const double weight = double(valid) / double(total_valid);
+      doc_loss.backward(Tensor::full({}, weight, doc_loss.dtype()));
+      loss += weight * doc_loss.value().item();
+    }
+  }
+  return loss;
+}
+
+double accumulated_loss(TrainableModel& model, const std::vector<TrainBatch>& batches) {
+  Tensor records = Tensor::zeros({1, kStepRecordSize}, DType::F64);  // records: (1, kStepRecordSize)
+  accumulate_gradients(model, batches, records, 0);
+  return records.to_f64_vector()[0];
+}
+
+std::vector<TrainBatch> without_boundaries(std::vector<TrainBatch> batches) {
+  for (TrainBatch& b : batches) b.cu_seqlens.clear();
+  return batches;
+}
+
+// The packed step with resets against the documents alone, the loss within 1e-6 and each gradient
+// within grad_bound (max abs error over the gradient's max abs); the same batches as plain
+// windows must differ by far more, or the test could not see a leak. In f64 compute the two agree
+// to ~1e-14 (exactness); in f32 the padded rows change the kernels' summation order (chunk and GEMM
+// shapes), which moves the sum-over-tokens gradients of gate parameters (A_log, dt_bias) by up to
+// ~6e-6 of their largest entry, so f32 gets 2e-5 there.
+void check_reset_in(const ModelConfig& config, DType compute, double grad_bound) {
+  const std::string dtype = dtype_name(compute);
+  CAPTURE(dtype);
+  const std::vector<TrainBatch> update = {two_windows(), three_windows()};
+  auto packed = make_model(config, 11, Device::CPU, compute), alone = make_model(config, 11, Device::CPU, compute),
+       windows = make_model(config, 11, Device::CPU, compute);
+  const double packed_loss = accumulated_loss(*packed, update);
+  const double alone_loss = loss_of_documents_alone(*alone, update);
+  const double windows_loss = accumulated_loss(*windows, without_boundaries(update));
+  CHECK(std::abs(packed_loss - alone_loss) <= 1e-6 * std::abs(alone_loss));
+  CHECK(std::abs(windows_loss - alone_loss) >= 1e-4 * std::abs(alone_loss));  // 1.2e-3 (RWKV-6) to 7e-2
+  ParameterList p = packed->parameters(), a = alone->parameters();
+  REQUIRE(p.size() == a.size());
+  for (size_t i = 0; i < p.size(); i++) {
+    CAPTURE(p[i].name);
+    const double err = max_rel_err(p[i].var.grad(), a[i].var.grad());
+    CHECK(err <= grad_bound);
+  }
+}
+
+void check_reset_equals_documents_alone(const std::string& type, const std::string& hybrid) {
+  check_reset_in(tiny_model(type, hybrid), DType::F64, 1e-12);
+  check_reset_in(tiny_model(type, hybrid), DType::F32, 2e-5);
+}
+
+// Serves the same batches in turn; its position is the count served.
+class FixedSource : public BatchSource {
+ public:
+  explicit FixedSource(std::vector<TrainBatch> batches) : batches_(std::move(batches)) {}
+  TrainBatch next() override { return batches_[size_t(served_++) % batches_.size()]; }
+  nlohmann::json position() const override { return {{"served", served_}}; }
+  void set_position(const nlohmann::json& p) override { served_ = p.at("served").get<int64_t>(); }
+
+ private:
+  std::vector<TrainBatch> batches_;
+  int64_t served_ = 0;
+};
+
+std::string write_documents_jsonl(const std::string& name) {
+  const std::string dir = (fs::temp_directory_path() / "hla_test_documents").string();
+  fs::create_directories(dir);
+  const std::string path = dir + "/" + name;
+  std::ofstream out(path);
+  for (int d = 0; d < 60; d++) {
+    std::string text;
+    for (int i = 0; i < 3 + (d * 7) % 23; i++) text += char('a' + (d * 3 + i * i) % 26);
+    out << "{\"text\": \"" << text << "\"}\n";
+  }
+  return path;
+}
+
+RunConfig text_run(const std::string& source, const std::string& documents) {
+  RunConfig run = hla::testing::tiny_mqar_run("");
+  run.data.source = source;
+  run.data.documents = documents;
+  run.data.seq_len = 24;
+  run.data.val_fraction = 0.2;
+  run.train.steps = 6;
+  return run;
+}
+
+}  // namespace
+
+TEST_CASE("document boundaries: row starts and every EOS (first token, twice in a row, at the end, none)") {
+  const int32_t E = kEos;
+  const Tensor ids = Tensor::from_i32({E, 1, 2, 3,  //
+                                       1, 2, E, E,  //
+                                       1, 2, 3, 4},
+                                      {3, 4});
+  const std::vector<int64_t> cu = document_cu_seqlens(ids, kEos);
+  CHECK(cu == std::vector<int64_t>{0, 4, 6, 7, 8, 12});
+  CHECK(slice_cu_seqlens(cu, 4, 12) == std::vector<int64_t>{0, 2, 3, 4, 8});
+  CHECK(slice_cu_seqlens(cu, 0, 4) == std::vector<int64_t>{0, 4});
+  CHECK(error_of([&] { slice_cu_seqlens(cu, 5, 12); }).find("document boundaries") != std::string::npos);
+  CHECK(document_cu_seqlens(Tensor::from_i32({1, 2, 3}, {1, 3}), kEos) == std::vector<int64_t>{0, 3});
+}
+
+TEST_CASE("document rows: one fragment per row, right-padded with ignored targets, one shape per update") {
+  const TrainBatch a = two_windows(), b = three_windows();
+  REQUIRE(a.cu_seqlens == std::vector<int64_t>{0, 5, 12, 15, 16, 23, 24});
+  REQUIRE(b.cu_seqlens == std::vector<int64_t>{0, 3, 8, 16, 19, 24});
+  const std::vector<TrainBatch> rows = document_rows({a, b});
+  REQUIRE(rows.size() == 2);
+  for (const TrainBatch& r : rows) CHECK(r.ids.shape() == Shape{6, 8});  // a's 6 fragments, the longest 8
+  const int32_t E = kEos, I = kIgnoreIndex;
+  CHECK(rows[0].ids.to_f64_vector() == Tensor::from_i32({E, 3, 5, 7, 1, 0, 0, 0,    //
+                                                         E, 2, 4, 6, 8, 10, 12, 0,  //
+                                                         9, 11, 13, 0, 0, 0, 0, 0,  //
+                                                         E, 0, 0, 0, 0, 0, 0, 0,    //
+                                                         E, 14, 15, 16, 17, 18, 1, 0,  //
+                                                         E, 0, 0, 0, 0, 0, 0, 0},
+                                                        {6, 8})
+                                           .to_f64_vector());
+  CHECK(rows[0].targets.to_f64_vector() == Tensor::from_i32({3, 5, 7, 1, I, I, I, I,     //
+                                                             2, 4, 6, 8, 10, 12, 9, I,  //
+                                                             11, 13, E, I, I, I, I, I,  //
+                                                             E, I, I, I, I, I, I, I,    //
+                                                             14, 15, 16, 17, I, 1, E, I,  //
+                                                             2, I, I, I, I, I, I, I},
+                                                            {6, 8})
+                                               .to_f64_vector());
+  // b's 5 fragments, then a row of padding only
+  const std::vector<double> b_targets = rows[1].targets.to_f64_vector();
+  CHECK(std::vector<double>(b_targets.end() - 8, b_targets.end()) == std::vector<double>(8, double(I)));
+  CHECK(count_valid_targets(rows[1].targets) == b.valid);
+  CHECK(count_valid_targets(rows[0].targets) == a.valid);
+  CHECK(rows[0].valid == a.valid);
+  CHECK(rows[1].cu_seqlens == b.cu_seqlens);
+  // (2 * 6 * 8 padded - 24 - 24 real) / 48 real tokens
+  CHECK(padding_overhead(rows, {a, b}) == 1.0);
+  // plain windows pass through untouched
+  const std::vector<TrainBatch> plain = document_rows(without_boundaries({a}));
+  CHECK(hla::testing::bit_equal(plain[0].ids, a.ids));
+  CHECK(hla::testing::bit_equal(plain[0].targets, a.targets));
+  CHECK(error_of([&] { document_rows({a, without_boundaries({b})[0]}); }).find("mixes") != std::string::npos);
+}
+
+TEST_CASE("a reset step equals every document alone: pure Gated DeltaNet (short convs)") {
+  check_reset_equals_documents_alone("gated_deltanet", "pure");
+}
+
+TEST_CASE("a reset step equals every document alone: Gated DeltaNet 3:1 with softmax attention (RoPE)") {
+  check_reset_equals_documents_alone("gated_deltanet", "3:1");
+}
+
+TEST_CASE("a reset step equals every document alone: Mamba-2 (conv tails) and a 3:1 hybrid") {
+  check_reset_equals_documents_alone("mamba2", "pure");
+  check_reset_equals_documents_alone("mamba2", "3:1");
+}
+
+TEST_CASE("a reset step equals every document alone: RWKV-6 (token shifts)") {
+  check_reset_equals_documents_alone("rwkv6", "pure");
+}
+
+TEST_CASE("the trainer's staged step with resets (2 micro-batches, one padded shape) equals the documents alone") {
+  const ModelConfig config = tiny_model("gated_deltanet", "3:1");
+  auto model = make_model(config, 5), alone = make_model(config, 5);
+  FixedSource source({two_windows(), three_windows()});
+  TrainerOptions options = hla::testing::small_options("adamw");
+  std::ostringstream log;
+  Trainer trainer(options, *model, source, nullptr, log);
+  const StepMetrics step = trainer.train_step();
+  const double alone_loss = loss_of_documents_alone(*alone, {two_windows(), three_windows()});
+  CHECK(std::abs(step.loss - alone_loss) <= 1e-6 * std::abs(alone_loss));
+  CHECK(step.tokens == 48);                                    // real tokens only
+  CHECK(step.padding == 1.0);                                  // two (6, 8) row batches
+  CHECK(step.to_json().at("padding").get<double>() == step.padding);
+  CHECK(std::isnan(StepMetrics().padding));
+  CHECK(!StepMetrics().to_json().contains("padding"));
+}
+
+TEST_CASE("data parallel: each rank's micro-batches keep their rows' document boundaries") {
+  const int32_t E = kEos;
+  const TrainBatch four_rows = packed_batch({1, E, 2, 3, 4, E, E, 5, 6, 7, 8, 9, 10}, 4, 3);
+  for (int world : {1, 2, 4}) {
+    const RankShare share = rank_share(4, 1, world);
+    for (int rank = 0; rank < world; rank++)
+      for (const TrainBatch& b : rank_micro_batches({four_rows}, share, rank))
+        CHECK(b.cu_seqlens == document_cu_seqlens(b.ids, kEos));
+  }
+  // 3 ranks of 2 rows over 2 micro-batches of 3: rank 1 takes a row of each
+  const RankShare share = rank_share(3, 2, 3);
+  for (int rank = 0; rank < 3; rank++)
+    for (const TrainBatch& b : rank_micro_batches({three_windows(), three_more_windows()}, share, rank)) {
+      CHECK(b.ids.shape() == Shape{2, 8});
+      CHECK(b.cu_seqlens == document_cu_seqlens(b.ids, kEos));
+    }
+}
+
+TEST_CASE("[data] documents: a text source serves EOS boundaries with reset and none with windows") {
+  const std::string path = write_documents_jsonl("docs.jsonl");
+  DataSources reset = make_data_sources(text_run(path, "reset").data);
+  DataSources windows = make_data_sources(text_run(path, "windows").data);
+  CHECK(reset.description.find("documents reset at each EOS (id 256)") != std::string::npos);
+  CHECK(windows.description.find("documents reset") == std::string::npos);
+  int64_t boundaries = 0;
+  for (int i = 0; i < 4; i++) {
+    const TrainBatch r = reset.train->next(), w = windows.train->next();
+    CHECK(w.cu_seqlens.empty());
+    CHECK(hla::testing::bit_equal(r.ids, w.ids));  // the same windows, in the same order
+    CHECK(r.cu_seqlens == document_cu_seqlens(r.ids, 256));
+    boundaries += int64_t(r.cu_seqlens.size()) - 1 - r.ids.size(0);
+  }
+  CHECK(boundaries > 4);  // the documents are shorter than the windows
+  CHECK(!reset.val->next().cu_seqlens.empty());
+}
+
+TEST_CASE("[data] documents: reset training resumes bit-exactly (6 steps = 3 + save + resume + 3)") {
+  const std::string dir = hla::testing::temp_dir("documents_resume");
+  const RunConfig run = text_run(write_documents_jsonl("resume.jsonl"), "reset");
+  DataSources probe = make_data_sources(run.data);
+  const ModelConfig mc = run.model_config(probe.vocab_size);
+  std::ostringstream log;
+  auto straight_model = make_model(mc, 42);
+  const TrainerOptions options = trainer_options(run, mc, count_parameters(straight_model->parameters()), false);
+  DataSources straight_data = make_data_sources(run.data);
+  Trainer straight(options, *straight_model, *straight_data.train, straight_data.val.get(), log);
+  std::vector<double> straight_losses, split_losses;
+  for (int i = 0; i < 6; i++) straight_losses.push_back(straight.train_step().loss);
+  {
+    auto model = make_model(mc, 42);
+    DataSources data = make_data_sources(run.data);
+    Trainer first(options, *model, *data.train, data.val.get(), log);
+    for (int i = 0; i < 3; i++) split_losses.push_back(first.train_step().loss);
+    first.save(dir);
+  }
+  auto model = make_model(mc, 7);
+  DataSources data = make_data_sources(run.data);
+  Trainer second(options, *model, *data.train, data.val.get(), log);
+  second.resume(dir);
+  for (int i = 0; i < 3; i++) split_losses.push_back(second.train_step().loss);
+  CHECK(std::memcmp(split_losses.data(), straight_losses.data(), 6 * sizeof(double)) == 0);
+  CHECK(hla::testing::params_bit_equal(*straight_model, *model));
+  CHECK(std::isfinite(straight.mean_padding()));
+  CHECK(straight.mean_padding() > 0);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("[data] documents: a bad value or reset on MQAR fails naming the field") {
+  RunConfig run = hla::testing::tiny_mqar_run("out");
+  run.data.documents = "Reset";
+  CHECK(error_of([&] { run.validate(); }) == "[data] documents: 'Reset' is not a document mode (windows | reset)");
+  run.data.documents = "reset";
+  CHECK(error_of([&] { run.validate(); }).find("[data] documents = reset needs documents") == 0);
+  CHECK(error_of([&] { run.validate(); }).find("[data] source mqar has none") != std::string::npos);
+  RunConfig from_file;
+  CHECK(error_of([&] { from_file.apply_run_file(parse_run_file("[data]\ndocuments = 3\n", "run.toml"), "run.toml"); })
+            .find("run.toml: [data] documents") == 0);
+}

@@ -1,0 +1,47 @@
+// Document-aware training ([data] documents = "reset"): every document of a packed (B, T)
+// window trains as if it were its own sequence, from a zero state, with its own RoPE positions
+// and no attention across documents, as fla's varlen (cu_seqlens) training does.
+//
+// hla's token streams put the tokenizer's EOS before every document (data/prepare.h), so a
+// document is "EOS text": a document starts at each EOS of a row and at the row's first token.
+// (Splitting after the EOS instead would make each EOS, with the previous document in its state,
+// predict the next document's first token: a prediction across the boundary.)
+//
+// The boundaries travel with the batch as cu_seqlens (fla's name): the offsets, in the row-major
+// order of the B * T tokens, of every document fragment's first token, then B * T. Every row
+// start is one, so a fragment never spans two rows.
+//
+// Today's exact construction uses only existing ops: the fragments become the rows of a
+// right-padded (N, Tmax) batch whose padded targets are kIgnoreIndex. Every mixer, convolution,
+// token shift, RoPE and attention is causal and starts each row from zero, so a fragment's
+// outputs are those of the fragment alone, and the padding carries no loss and no gradient; the
+// loss stays the mean over the same valid targets. A native varlen kernel (W2.2: the state reset
+// inside the chunked kernels) would take the packed batch and its cu_seqlens instead, with no
+// padding: document_rows is the one place that would hand them to the model.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "train/data_source.h"
+
+namespace hla {
+
+// cu_seqlens of ids (B, T) I32: the row starts and every position holding `eos`, then B * T.
+std::vector<int64_t> document_cu_seqlens(const Tensor& ids, int32_t eos);
+
+// The part of cu_seqlens inside tokens [from, to), shifted to start at 0, then to - from; from
+// and to must be offsets in cu_seqlens (row starts are).
+std::vector<int64_t> slice_cu_seqlens(const std::vector<int64_t>& cu_seqlens, int64_t from, int64_t to);
+
+// The micro-batches of one update, each with its fragments as rows, right-padded to one shape for
+// the whole update (the largest fragment count and length of its micro-batches; the CUDA step
+// stages one tensor for all of them): rows past a micro-batch's fragments are all padding. ids
+// pad with token 0, targets with kIgnoreIndex; valid and cu_seqlens stay the packed batch's. A
+// micro-batch without cu_seqlens comes back as it is; an update mixes no such micro-batches.
+std::vector<TrainBatch> document_rows(const std::vector<TrainBatch>& update);
+
+// Padded tokens per real token of `rows` (document_rows' result) over the packed batches
+// `packed`: (sum of the rows' numel - sum of the packed numel) / sum of the packed numel.
+double padding_overhead(const std::vector<TrainBatch>& rows, const std::vector<TrainBatch>& packed);
+
+}  // namespace hla
