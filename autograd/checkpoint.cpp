@@ -12,15 +12,18 @@ namespace {
 std::vector<Tensor> recompute_backward(const CheckpointFn& fn, const std::vector<Var>& node_inputs,
                                        size_t input_count, const char* name,
                                        const std::vector<Tensor>& grad_outputs) {
-  // pass 1: detached stand-ins for the inputs and the outside interior Vars; outside leaves stay
+  // pass 1: detached stand-ins for the interior Vars among them; leaves stay themselves
   std::vector<Var> stand_ins(node_inputs.size());
   std::unordered_map<VarImpl*, Var> stand_in_of;
   for (size_t i = 0; i < node_inputs.size(); i++) {
     const Var& v = node_inputs[i];
-    if (!v.defined() || (i >= input_count && v.is_leaf())) continue;
+    if (!v.defined() || v.is_leaf()) continue;
     stand_ins[i] = Var(v.value(), v.requires_grad());
     stand_in_of[v.impl()] = stand_ins[i];
   }
+  std::vector<Var> fn_inputs(node_inputs.begin(), node_inputs.begin() + input_count);
+  for (size_t i = 0; i < input_count; i++)
+    if (stand_ins[i].defined()) fn_inputs[i] = stand_ins[i];
   // pass 2: the recompute, with recording on; an op reading an outside Var reads its stand-in
   std::vector<Var> outputs;
   {
@@ -31,7 +34,7 @@ std::vector<Tensor> recompute_backward(const CheckpointFn& fn, const std::vector
           return it == stand_in_of.end() ? v : it->second;
         },
         name);
-    outputs = fn(std::vector<Var>(stand_ins.begin(), stand_ins.begin() + input_count));
+    outputs = fn(fn_inputs);
   }
   HLA_CHECK(outputs.size() == grad_outputs.size(), "checkpoint '", name, "': the recompute gave ", outputs.size(),
             " outputs, the first run ", grad_outputs.size());
@@ -45,7 +48,7 @@ std::vector<Tensor> recompute_backward(const CheckpointFn& fn, const std::vector
     }
   outputs.clear();
   if (!roots.empty()) run_backward(roots, root_grads);
-  // pass 4: the stand-ins' gradients leave through the Node (the outside leaves have theirs)
+  // pass 4: the stand-ins' gradients leave through the Node (the leaves have theirs)
   std::vector<Tensor> grads(node_inputs.size());
   for (size_t i = 0; i < node_inputs.size(); i++)
     if (stand_ins[i].defined()) grads[i] = stand_ins[i].grad();

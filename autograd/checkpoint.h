@@ -5,12 +5,13 @@
 //
 // fn may read Vars it was not given (parameters, a routed tensor): the first run notes every
 // such Var that requires grad (InputHookGuard in var.h sees each op's inputs) and they become
-// inputs of the Node too. In the recompute, the inputs and the noted interior Vars are replaced
-// by detached copies, so the inner backward stops at them and their gradients leave through
-// the Node; the noted leaves (parameters) stay themselves and accumulate their gradients in the
-// order they would without recompute, so they are bit-identical, also under gradient
-// accumulation. Being the Node's inputs, they count as its consumers for run_backward's
-// on_leaf_ready: a parameter is reported after the Node has run, with its complete gradient.
+// inputs of the Node too. In the recompute, the interior Vars among the Node's inputs are
+// replaced by detached copies, so the inner backward stops at them and their gradients leave
+// through the Node; leaves (parameters, a leaf input) stay themselves and accumulate their
+// gradients one contribution at a time, as without recompute, so they are bit-identical, also
+// under gradient accumulation (e + a + b, never e + (a + b)). Being the Node's inputs, they
+// count as its consumers for run_backward's on_leaf_ready: a parameter is reported after the
+// Node has run, with its complete gradient.
 //
 // fn must be a function of its inputs and what it reads (no state it changes, no randomness):
 // it runs twice. Nested checkpoints are refused.
