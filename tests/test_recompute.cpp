@@ -14,6 +14,7 @@
 #include "nn/ops/linear.h"
 #include "tensor/math.h"
 #include "tensor/random.h"
+#include "tests/test_eval_util.h"
 #include "tests/test_train_util.h"
 
 using namespace hla;
@@ -29,15 +30,7 @@ Tensor random_tokens(int64_t B, int64_t T, int64_t V, uint64_t seed) {
 }
 
 ModelConfig small_config(const std::string& type, int layers, const std::string& hybrid, Routing routing) {
-  ModelConfig c;
-  c.model_type = type;
-  c.hidden_size = 16;
-  c.num_hidden_layers = layers;
-  c.num_heads = 2;
-  c.vocab_size = 11;
-  c.intermediate_size = 24;
-  c.conv_size = 3;
-  c.set_hybrid(hybrid);
+  ModelConfig c = eval::testing::small_model_config(type, 16, layers, 11, hybrid);
   c.routing = routing;
   return c;
 }
