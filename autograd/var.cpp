@@ -52,10 +52,13 @@ void Var::backward(const Tensor& grad_output, const LeafReadyFn& on_leaf_ready) 
 
 std::vector<Var> record_op(const std::vector<Tensor>& outputs, const std::vector<Var>& given_inputs,
                            BackwardFn backward, const char* name) {
-  std::vector<Var> inputs = given_inputs;
-  if (g_input_hook)
-    for (Var& v : inputs)
+  std::vector<Var> hooked;
+  if (g_input_hook) {
+    hooked = given_inputs;
+    for (Var& v : hooked)
       if (v.defined()) v = g_input_hook(v);
+  }
+  const std::vector<Var>& inputs = g_input_hook ? hooked : given_inputs;
   bool needs_grad = false;
   if (g_grad_enabled)
     for (const Var& v : inputs) needs_grad = needs_grad || v.requires_grad();

@@ -6,9 +6,10 @@
 //   CLVR:   y += P_l v_l       CLER-H: y += P_l r_l       (P_l zero-initialised, no bias)
 //   CLER:   the next linear layer's values become v + gamma * r_prev (gamma zero-initialised,
 //           created here under the mixer's name, added inside the mixer)
-// The model owns routing: a layer only sees MixerIO. Recompute (model.h) wraps a block's mixer,
-// MLP or whole block in a checkpoint; the routed values and error leave it as extra outputs. The block style, the lower bounds and
+// The model owns routing: a layer only sees MixerIO. The block style, the lower bounds and
 // which routings a mixer serves are columns of the mixer table (nn/layers/mixers.h).
+// Recompute (model.h) wraps each block's mixer, MLP or whole block in a checkpoint
+// (autograd/checkpoint.h); routed values and errors leave a checkpoint as extra outputs.
 #include "nn/model.h"
 
 #include "autograd/checkpoint.h"

@@ -132,6 +132,7 @@ TEST_CASE("recompute: losses and every gradient bit-identical to none, linear, h
       small_config("gated_deltanet", 3, "3:1", Routing::ClerH),
       small_config("hgrn", 2, "pure", Routing::None),   // lower bounds: Vars from outside every block
       small_config("rwkv6", 2, "pure", Routing::None),  // pre_norm on layer 0, the channel-mix FFN
+      small_config("mamba2", 2, "pure", Routing::None),  // no MLP: "mlp" recomputes nothing
   };
   for (const ModelConfig& c : configs) {
     auto reference = routed_model(c, Recompute::None);
