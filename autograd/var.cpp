@@ -9,11 +9,28 @@
 namespace hla {
 namespace {
 thread_local bool g_grad_enabled = true;
+thread_local InputHook g_input_hook;  // empty: none
+thread_local const char* g_input_hook_owner = nullptr;
 }
 
 bool grad_enabled() { return g_grad_enabled; }
-NoGradGuard::NoGradGuard() : previous_(g_grad_enabled) { g_grad_enabled = false; }
-NoGradGuard::~NoGradGuard() { g_grad_enabled = previous_; }
+GradModeGuard::GradModeGuard(bool enabled) : previous_(g_grad_enabled) { g_grad_enabled = enabled; }
+GradModeGuard::~GradModeGuard() { g_grad_enabled = previous_; }
+
+void InputHookGuard::check_none(const char* owner) {
+  HLA_CHECK(!g_input_hook, "'", owner, "' inside '", g_input_hook_owner,
+            "': nested checkpoints are not supported (recompute one level only)");
+}
+
+InputHookGuard::InputHookGuard(InputHook hook, const char* owner) {
+  check_none(owner);
+  g_input_hook = std::move(hook);
+  g_input_hook_owner = owner;
+}
+InputHookGuard::~InputHookGuard() {
+  g_input_hook = nullptr;
+  g_input_hook_owner = nullptr;
+}
 
 Var::Var(Tensor value, bool requires_grad) : impl_(std::make_shared<VarImpl>()) {
   impl_->value = std::move(value);
@@ -33,8 +50,15 @@ void Var::backward(const Tensor& grad_output, const LeafReadyFn& on_leaf_ready) 
   run_backward({*this}, {grad_output}, on_leaf_ready);
 }
 
-std::vector<Var> record_op(const std::vector<Tensor>& outputs, const std::vector<Var>& inputs,
+std::vector<Var> record_op(const std::vector<Tensor>& outputs, const std::vector<Var>& given_inputs,
                            BackwardFn backward, const char* name) {
+  std::vector<Var> hooked;
+  if (g_input_hook) {
+    hooked = given_inputs;
+    for (Var& v : hooked)
+      if (v.defined()) v = g_input_hook(v);
+  }
+  const std::vector<Var>& inputs = g_input_hook ? hooked : given_inputs;
   bool needs_grad = false;
   if (g_grad_enabled)
     for (const Var& v : inputs) needs_grad = needs_grad || v.requires_grad();

@@ -97,16 +97,35 @@ void run_backward(const std::vector<Var>& roots, const std::vector<Tensor>& grad
 
 bool grad_enabled();
 
-// Disables recording for its lifetime (evaluation, optimizer updates).
-class NoGradGuard {
+// What checkpoint() (autograd/checkpoint.h) sees of record_op: while an InputHookGuard lives,
+// every op's inputs pass through its hook before the op is recorded (or not, without grad).
+// One at a time: a second guard while one lives is an error naming both.
+using InputHook = std::function<Var(const Var& input)>;
+class InputHookGuard {
  public:
-  NoGradGuard();
-  ~NoGradGuard();
-  NoGradGuard(const NoGradGuard&) = delete;
-  NoGradGuard& operator=(const NoGradGuard&) = delete;
+  InputHookGuard(InputHook hook, const char* owner);
+  static void check_none(const char* owner);  // the error above, before a guard is made
+  ~InputHookGuard();
+  InputHookGuard(const InputHookGuard&) = delete;
+  InputHookGuard& operator=(const InputHookGuard&) = delete;
+};
+
+// Sets grad mode for its lifetime and restores it after (checkpoint's recompute turns it on).
+class GradModeGuard {
+ public:
+  explicit GradModeGuard(bool enabled);
+  ~GradModeGuard();
+  GradModeGuard(const GradModeGuard&) = delete;
+  GradModeGuard& operator=(const GradModeGuard&) = delete;
 
  private:
   bool previous_;
+};
+
+// Disables recording for its lifetime (evaluation, optimizer updates).
+class NoGradGuard : public GradModeGuard {
+ public:
+  NoGradGuard() : GradModeGuard(false) {}
 };
 
 }  // namespace hla

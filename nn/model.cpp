@@ -8,8 +8,11 @@
 //           created here under the mixer's name, added inside the mixer)
 // The model owns routing: a layer only sees MixerIO. The block style, the lower bounds and
 // which routings a mixer serves are columns of the mixer table (nn/layers/mixers.h).
+// Recompute (model.h) wraps each block's mixer, MLP or whole block in a checkpoint
+// (autograd/checkpoint.h); routed values and errors leave a checkpoint as extra outputs.
 #include "nn/model.h"
 
+#include "autograd/checkpoint.h"
 #include "nn/layers/feedforward.h"
 #include "nn/layers/mixers.h"
 #include "nn/ops/arith.h"
@@ -48,8 +51,8 @@ struct Block {
 
 class HybridLM : public TrainableModel, public StatefulModel {
  public:
-  HybridLM(const ModelConfig& c, uint64_t seed, Device device, DType compute)
-      : config_(c), store_(seed, c.initializer_range, device, compute) {
+  HybridLM(const ModelConfig& c, uint64_t seed, Device device, DType compute, Recompute recompute)
+      : config_(c), store_(seed, c.initializer_range, device, compute), recompute_(recompute) {
     c.validate("model config");
     const MixerSpec& spec = c.mixer();
     mamba_ = spec.block == BlockStyle::Mamba2;
@@ -135,6 +138,7 @@ class HybridLM : public TrainableModel, public StatefulModel {
     if (state) lbs = state->lower_bounds;
     else if (lower_bounds_.defined()) lbs = lower_bounds(lower_bounds_);
     Var routed_error;  // CLER: carried across attention layers to the next linear layer
+    const Recompute recompute = state ? Recompute::None : recompute_;  // a state must not advance twice
     for (size_t i = 0; i < blocks_.size(); i++) {
       Block& b = blocks_[i];
       MixerIO io;
@@ -144,17 +148,51 @@ class HybridLM : public TrainableModel, public StatefulModel {
       io.want_error = (config_.routing == Routing::Cler || config_.routing == Routing::ClerH) && b.linear;
       if (b.cler_gamma.defined() && routed_error.defined())
         io.routed_error = scale_by(routed_error, store_.use(b.cler_gamma));  // gamma * r_prev
-      if (b.pre_norm.weight.defined()) x = b.pre_norm.apply(store_, x, config_.norm_eps);
-      Var h = b.mixer->forward(b.attn_norm.apply(store_, x, config_.norm_eps), io);
-      x = add(x, h);
-      if (b.mlp) x = add(x, b.mlp->forward_with_state(b.mlp_norm.apply(store_, x, config_.norm_eps), io.state));
-      if (b.route_proj.defined()) {
-        const Var& routed = config_.routing == Routing::Clvr ? io.values : io.error;
-        x = add(x, linear(routed, store_.use(b.route_proj)));
-      }
+      x = run_part(recompute == Recompute::Layer, "recompute layer", x, io, true,
+                   [this, &b, recompute](const Var& r, MixerIO& part_io) { return block_forward(b, r, part_io, recompute); });
       if (io.error.defined()) routed_error = io.error;
     }
     return final_norm_.apply(store_, x, config_.norm_eps);
+  }
+
+  // One block, x: (B, T, D) -> (B, T, D); `recompute` Mixer or Mlp checkpoints that part.
+  Var block_forward(Block& b, Var x, MixerIO& io, Recompute recompute) {
+    const double eps = config_.norm_eps;
+    if (b.pre_norm.weight.defined()) x = b.pre_norm.apply(store_, x, eps);
+    x = add(x, run_part(recompute == Recompute::Mixer, "recompute mixer", x, io, true,
+                        [this, &b, eps](const Var& r, MixerIO& part_io) {
+                          return b.mixer->forward(b.attn_norm.apply(store_, r, eps), part_io);
+                        }));
+    if (b.mlp)
+      x = add(x, run_part(recompute == Recompute::Mlp, "recompute mlp", x, io, false,
+                          [this, &b, eps](const Var& r, MixerIO& part_io) {
+                            return b.mlp->forward_with_state(b.mlp_norm.apply(store_, r, eps), part_io.state);
+                          }));
+    if (b.route_proj.defined()) {
+      const Var& routed = config_.routing == Routing::Clvr ? io.values : io.error;
+      x = add(x, linear(routed, store_.use(b.route_proj)));
+    }
+    return x;
+  }
+
+  using Part = std::function<Var(const Var& x, MixerIO& io)>;
+  // part(x, io), checkpointed when `recompute`. A part that `routes` fills io.values / io.error
+  // where io wants them: under the checkpoint they are its extra outputs, set into io after.
+  static Var run_part(bool recompute, const char* name, const Var& x, MixerIO& io, bool routes, Part part) {
+    if (!recompute) return part(x, io);
+    const MixerIO given = io;
+    const bool values = routes && io.want_values, error = routes && io.want_error;
+    auto fn = [part = std::move(part), given, values, error](const std::vector<Var>& in) {
+      MixerIO part_io = given;
+      std::vector<Var> out{part(in[0], part_io)};
+      if (values) out.push_back(part_io.values);
+      if (error) out.push_back(part_io.error);
+      return out;
+    };
+    std::vector<Var> out = checkpoint(fn, {x}, name);
+    if (values) io.values = out[1];
+    if (error) io.error = out.back();
+    return out[0];
   }
 
   Block make_block(int i) {
@@ -187,6 +225,7 @@ class HybridLM : public TrainableModel, public StatefulModel {
 
   ModelConfig config_;
   ParamStore store_;
+  Recompute recompute_;
   bool mamba_ = false, rwkv_ = false;  // the mixer's block style
   Var embed_, head_, lower_bounds_;
   Norm final_norm_;
@@ -195,9 +234,17 @@ class HybridLM : public TrainableModel, public StatefulModel {
 
 }  // namespace
 
+Recompute parse_recompute(const std::string& text, const std::string& field) {
+  if (text == "none") return Recompute::None;
+  if (text == "mixer") return Recompute::Mixer;
+  if (text == "mlp") return Recompute::Mlp;
+  HLA_CHECK_INPUT(text == "layer", field, ": '", text, "' is not a recompute choice (none | mixer | mlp | layer)");
+  return Recompute::Layer;
+}
+
 std::unique_ptr<TrainableModel> make_model(const ModelConfig& config, uint64_t seed, Device device,
-                                           DType compute_dtype) {
-  return std::make_unique<HybridLM>(config, seed, device, compute_dtype);
+                                           DType compute_dtype, Recompute recompute) {
+  return std::make_unique<HybridLM>(config, seed, device, compute_dtype, recompute);
 }
 
 }  // namespace hla

@@ -3,6 +3,7 @@
 // Parameter names are fla's, so a state dict reads like fla's.
 #pragma once
 #include <memory>
+#include <string>
 
 #include "nn/config.h"
 #include "nn/layers/layer_state.h"
@@ -10,11 +11,19 @@
 
 namespace hla {
 
+// Which part of every block the training backward recomputes instead of keeping its
+// activations (autograd/checkpoint.h; [train] recompute): none, the sequence mixer with its
+// norm, the MLP with its norm, or the whole block. A forward with a ModelState never recomputes.
+enum class Recompute { None, Mixer, Mlp, Layer };
+// "none" | "mixer" | "mlp" | "layer"; anything else is an error naming `field` and those values.
+Recompute parse_recompute(const std::string& text, const std::string& field);
+
 // Builds a model with seeded initial weights (fp32 master weights on `device`). compute_dtype
 // BF16 runs the forward/backward in bf16 on the GPU (weights cast per step, fp32 grads).
 std::unique_ptr<TrainableModel> make_model(const ModelConfig& config, uint64_t seed,
                                            Device device = Device::CPU,
-                                           DType compute_dtype = DType::F32);
+                                           DType compute_dtype = DType::F32,
+                                           Recompute recompute = Recompute::None);
 
 // Everything a decoder carries for a batch between forward calls (nn/decode.h).
 struct ModelState {

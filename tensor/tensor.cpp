@@ -56,11 +56,15 @@ void check_shape_valid(const Shape& s, DType dtype) {
   shape_nbytes(s, dtype);
 }
 
+static std::atomic<int64_t> host_bytes{0};
+int64_t host_bytes_live() { return host_bytes.load(std::memory_order_relaxed); }
+
 Storage::Storage(size_t nbytes, Device dev) : bytes(nbytes), device(dev) {
   if (device == Device::CPU) {
     size_t rounded = (nbytes + 63) / 64 * 64;
     ptr = std::aligned_alloc(64, rounded ? rounded : 64);
     HLA_CHECK(ptr, "out of host memory allocating ", nbytes, " bytes");
+    host_bytes.fetch_add(static_cast<int64_t>(bytes), std::memory_order_relaxed);
   } else {
 #ifdef HLA_CUDA
     ptr = cuda::device_alloc(nbytes);
@@ -73,6 +77,7 @@ Storage::Storage(size_t nbytes, Device dev) : bytes(nbytes), device(dev) {
 Storage::~Storage() {
   if (device == Device::CPU) {
     std::free(ptr);
+    host_bytes.fetch_sub(static_cast<int64_t>(bytes), std::memory_order_relaxed);
   } else {
 #ifdef HLA_CUDA
     cuda::device_free(ptr, bytes);

@@ -24,6 +24,9 @@ int64_t shape_nbytes(const Shape& s, DType dtype);
 // An Error unless the shape has rank <= kMaxRank, no negative dimension and a byte count that fits int64.
 void check_shape_valid(const Shape& s, DType dtype);
 
+// Bytes of CPU tensor storage alive now: what a CPU test measures activation memory by.
+int64_t host_bytes_live();
+
 struct Storage {
   void* ptr = nullptr;
   size_t bytes = 0;

@@ -9,6 +9,7 @@
 #include <iomanip>
 #include <sstream>
 
+#include "nn/model.h"
 #include "tensor/json.h"
 #include "train/checkpoint.h"
 
@@ -285,6 +286,7 @@ void RunConfig::validate() const {
                   "' is not a device (cpu | cuda)");
   HLA_CHECK_INPUT(train.dtype == "f32" || train.dtype == "bf16", "[train] dtype: '", excerpt(train.dtype),
                   "' is not a compute dtype (f32 | bf16)");
+  parse_recompute(train.recompute, "[train] recompute");
   HLA_CHECK_INPUT(train.dtype == "f32" || train.device == "cuda",
                   "[train] dtype bf16 needs device cuda (the CPU computes in f32)");
   HLA_CHECK_INPUT(train.log_every >= 1, "[train] log_every must be >= 1, got ", train.log_every);

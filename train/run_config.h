@@ -66,6 +66,7 @@ struct TrainSettings {
   int64_t zero = 0;         // 1: ZeRO-1, optimizer state sharded over the ranks
   double bucket_mb = 25;    // data parallel: gradient all-reduce bucket size
   bool cuda_graph = true;   // cuda, one process: capture the training step in a CUDA graph, replay it
+  std::string recompute = "none";  // none | mixer | mlp | layer: what the backward recomputes (nn/model.h)
 };
 
 struct RunConfig {
@@ -167,6 +168,7 @@ void visit_settings(RC& c, F&& f) {
   f("train", "zero", t.zero, "1: ZeRO-1, optimizer state sharded over the ranks (0 = off)");
   f("train", "bucket_mb", t.bucket_mb, "data parallel: gradient all-reduce bucket size in MB");
   f("train", "cuda_graph", t.cuda_graph, "cuda, one process: replay the training step as a CUDA graph (false = launch every kernel)");
+  f("train", "recompute", t.recompute, "none | mixer | mlp | layer: the part of every block the backward recomputes instead of keeping its activations");
 }
 
 }  // namespace hla

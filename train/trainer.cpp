@@ -721,7 +721,8 @@ ValMetrics run_training(const RunConfig& config, const std::string& resume_dir, 
   HLA_CHECK(device == Device::CPU || cuda_available(),
             "--device cuda: no GPU found, or hla was built without CUDA");
   DType compute = config.train.dtype == "bf16" ? DType::BF16 : DType::F32;
-  auto model = make_model(model_config, config.train.seed, device, compute);
+  auto model = make_model(model_config, config.train.seed, device, compute,
+                          parse_recompute(config.train.recompute, "[train] recompute"));
   ParameterList params = model->parameters();
   HLA_CHECK_INPUT(!comm || comm->device() == device, "data parallel: the ranks exchange buffers on another device ",
                   "than [train] device = ", config.train.device, " (", comm ? comm->describe() : "", ")");
