@@ -93,6 +93,12 @@
 //   178,816 B, (128, 64) 162,432 B, (64, 128) 127,104 B, (64, 64) 110,720 B, with 234, 193,
 //   185, 161 registers (one CTA an SM); RWKV-6's + 4 dk B (the bonus), with 245, 202, 188, 173
 //   registers; no spills (ptxas, nvcc 13.0, sm_90).
+//   dk = dv = 256 (forward only): scores_kernel 67,840 B, 40 registers; scan_kernel 127,744 B,
+//   106 registers (its state update in two 128-row passes, ScanSmem::advance); vector scan_kernel
+//   55,552 B, 64 registers; vector_output_kernel 185,344 B (RWKV-6 186,368 B), 163 (RWKV-6 128)
+//   registers, its state piece 32 columns wide (kOutputPiece); no spills. The backward's
+//   local_backward_kernel would take 242 KB (scalar) or more at 256, over the limit, with dQ and
+//   dK (64 x 256 each) in registers: dk = 256 backward runs the recurrent kernel.
 #include "cuda/decay_attention_chunk.cuh"
 
 #include <cuda_bf16.h>

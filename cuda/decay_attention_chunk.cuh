@@ -5,7 +5,9 @@
 // of cuda/recurrence.cuh for every other case. Both directions read only the inputs and the
 // initial state, so a chunked forward and a recurrent backward (or the reverse) mix freely.
 //
-// Scope: BF16 storage (fp32 math and state), grouped value heads, dk and dv in {64, 128}, chunks
+// Scope: BF16 storage (fp32 math and state), grouped value heads, dk and dv in {64, 128} (and
+// dk = dv = 256 for the forward, forward_supported; the backward's local kernel would need
+// ~240 KB of shared memory and ~128 accumulator registers a thread more there), chunks
 // of kChunk = 64 tokens, any T, optional initial state and final-state gradient. A scalar log
 // gate g: (B, T, HV) (RetNet, Mamba-2) or a vector log gate g: (B, T, HV, dk) (GLA, HGRN-2; its
 // in-chunk pair terms in 16-token sub-chunks, mixers.md 4.4), forward and backward; RWKV-6
