@@ -93,12 +93,14 @@
 //   178,816 B, (128, 64) 162,432 B, (64, 128) 127,104 B, (64, 64) 110,720 B, with 234, 193,
 //   185, 161 registers (one CTA an SM); RWKV-6's + 4 dk B (the bonus), with 245, 202, 188, 173
 //   registers; no spills (ptxas, nvcc 13.0, sm_90).
-//   dk = dv = 256 (forward only): scores_kernel 67,840 B, 40 registers; scan_kernel 127,744 B,
-//   106 registers (its state update in two 128-row passes, ScanSmem::advance); vector scan_kernel
-//   55,552 B, 64 registers; vector_output_kernel 185,344 B (RWKV-6 186,368 B), 163 (RWKV-6 128)
-//   registers, its state piece 32 columns wide (kOutputPiece); no spills. The backward's
-//   local_backward_kernel would take 242 KB (scalar) or more at 256, over the limit, with dQ and
-//   dK (64 x 256 each) in registers: dk = 256 backward runs the recurrent kernel.
+//   A width of 256 (forward only; (dk, dv) = (256, 256), (128, 256), (256, 128)): scores_kernel
+//   at dk = 256 67,840 B, 40 registers; scan_kernel at dk = 256 127,744 B, 106 registers (its
+//   state update in two 128-row passes, ScanSmem::advance; dk = 128 as above); vector scan_kernel
+//   55,552 B, 64 registers; vector_output_kernel (256, 256) 185,344 B, (256, 128) 168,960 B,
+//   (128, 256) 119,808 B (RWKV-6: + 4 dk B) with 163, 163, 102 registers (RWKV-6 128, 128, 64),
+//   its state piece 32 columns wide at dk = 256 (kOutputPiece); no spills. The backward's
+//   local_backward_kernel would take 242 KB (scalar gate, (256, 256)) or more, over the limit,
+//   with dQ and dK (64 x 256 each) in registers: with a width of 256 the backward is recurrent.
 #include "cuda/decay_attention_chunk.cuh"
 
 #include <cuda_bf16.h>
@@ -957,7 +959,7 @@ void launch_backward(const Args& a) {
 }
 
 // fn(dk, dv, vector gate) with each as a compile-time constant: supported() dims, and for the
-// forward (BACKWARD false) also dk = dv = 256 (forward_supported()).
+// forward (BACKWARD false) also (dk, dv) = (256, 256), (128, 256), (256, 128) (forward_supported()).
 template <bool BACKWARD, class Fn>
 void dispatch(const DecayAttentionDims& d, Fn&& fn) {
   HLA_CHECK(BACKWARD ? supported(d.dk, d.dv, DType::BF16) : forward_supported(d.dk, d.dv, DType::BF16),
@@ -970,8 +972,10 @@ void dispatch(const DecayAttentionDims& d, Fn&& fn) {
     else fn(dk_, dv_, std::false_type{});
   };
   if constexpr (!BACKWARD) {
-    if (d.dk == 256) {
-      gate(K256{}, K256{});
+    if (d.dk == 256 || d.dv == 256) {
+      if (d.dk == 128) gate(K128{}, K256{});
+      else if (d.dv == 128) gate(K256{}, K128{});
+      else gate(K256{}, K256{});
       return;
     }
   }
@@ -1002,7 +1006,8 @@ bool supported(int64_t dk, int64_t dv, DType dtype) {
 }
 
 bool forward_supported(int64_t dk, int64_t dv, DType dtype) {
-  return supported(dk, dv, dtype) || (dtype == DType::BF16 && dk == 256 && dv == 256);
+  const bool wide = (dk == 128 || dk == 256) && (dv == 128 || dv == 256);  // with a 256 (or supported)
+  return supported(dk, dv, dtype) || (dtype == DType::BF16 && wide);
 }
 
 const char* kernel_label(int64_t dk, int64_t dv, DType dtype) {

@@ -6,8 +6,8 @@
 // initial state, so a chunked forward and a recurrent backward (or the reverse) mix freely.
 //
 // Scope: BF16 storage (fp32 math and state), grouped value heads, dk and dv in {64, 128} (and
-// dk = dv = 256 for the forward, forward_supported; the backward's local kernel would need
-// ~240 KB of shared memory and ~128 accumulator registers a thread more there), chunks
+// dk, dv in {128, 256} for the forward, forward_supported; the backward's local kernel would need
+// over 227 KB of shared memory and twice the accumulator registers there), chunks
 // of kChunk = 64 tokens, any T, optional initial state and final-state gradient. A scalar log
 // gate g: (B, T, HV) (RetNet, Mamba-2) or a vector log gate g: (B, T, HV, dk) (GLA, HGRN-2; its
 // in-chunk pair terms in 16-token sub-chunks, mixers.md 4.4), forward and backward; RWKV-6
@@ -25,8 +25,9 @@ constexpr int kChunk = 64;
 
 // Both directions, for either gate: dk, dv in {64, 128}.
 bool supported(int64_t dk, int64_t dv, DType dtype);
-// The forward, for either gate and RWKV-6: supported() dims and dk = dv = 256 (the backward's
-// local kernel does not fit 227 KB of shared memory at 256, so the backward stays recurrent there).
+// The forward, for either gate and RWKV-6: supported() dims and (dk, dv) = (256, 256), (128, 256),
+// (256, 128) (the backward's local kernel does not fit 227 KB of shared memory with a width of
+// 256, so the backward stays recurrent there).
 bool forward_supported(int64_t dk, int64_t dv, DType dtype);
 // What runs at these dims (gpu-check's kernel label): "chunked fwd+bwd (mma)", "chunked fwd
 // (mma), recurrent bwd" or "recurrent".

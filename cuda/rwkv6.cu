@@ -1,6 +1,6 @@
 // RWKV-6 on the GPU: the chunked tensor-core forward and backward of
 // cuda/decay_attention_chunk.cu where they apply (decay_chunk::takes: dk, dv in {64, 128} both
-// directions, dk = dv = 256 the forward only), else the recurrent kernels
+// directions, dk, dv in {128, 256} with a 256 the forward only), else the recurrent kernels
 // of cuda/recurrence.cuh with Op::Rwkv6 (o reads the state before the token's update, plus the
 // bonus (r . (u * k)) v). The recurrent backward's bonus gradients need v . do per token,
 // computed here first; u's gradient is summed over the batch and segments (chunks for the

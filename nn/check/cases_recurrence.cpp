@@ -214,7 +214,7 @@ void add_decay_cases() {
   // decays they check that its decay keeps full fp32 precision over a memory of hundreds of
   // tokens (cuda/recurrence.cuh, decay()). The dk = dv = 256 rows (fla's 340M layout) take the
   // chunked forward and the recurrent backward: both gates, T = 70, 193 (partial last chunks) and
-  // 64, with and without h0 and the final state's gradient.
+  // 64, with and without h0 and the final state's gradient; so do (128, 256) and (256, 128).
   struct ChunkRow {
     int64_t B, T, H, HV, dk, dv;
     DecayGate gate;
@@ -248,6 +248,8 @@ void add_decay_cases() {
            ChunkRow{1, 70, 2, 2, 256, 256, DecayGate::Gla, false, 0.0, false},
            ChunkRow{1, 193, 2, 2, 256, 256, DecayGate::Vector, true},
            ChunkRow{1, 64, 1, 2, 256, 256, DecayGate::Vector, true, -3.0, false},
+           ChunkRow{1, 70, 2, 2, 128, 256, DecayGate::Gla, true},
+           ChunkRow{1, 193, 1, 2, 256, 128, DecayGate::RetNet, true},
        }) {
     // Mamba-2 reads unit-norm queries at scale 1; RetNet (and the plain gate) scale 1 / sqrt(dk).
     const bool mamba2 = r.gate == DecayGate::Mamba2;
@@ -347,7 +349,8 @@ void add_rwkv6_cases() {
   // bf16 rows with dk, dv in {64, 128} take the chunked forward and backward (cuda/decay_attention_chunk.cu):
   // every (dk, dv) class, partial last chunks (T = 130, 100, 193), long sequences (64 chunks),
   // and the gate logsigmoid(N(-3, 1)) (~-3 a step: the exclusive in-chunk gate passes -88 within
-  // ~30 tokens); (96, 40) and fp32 run the recurrent kernel.
+  // ~30 tokens); (96, 40) and fp32 run the recurrent kernel, (128, 256) and (256, 128) the chunked
+  // forward and the recurrent backward.
   for (const auto& [B, T, H, dk, dv, gate_shift] : {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, double>{
                                                         2, 130, 3, 64, 64, 0.0},
                                                     {2, 50, 2, 96, 40, 1.0},
@@ -355,7 +358,9 @@ void add_rwkv6_cases() {
                                                     {2, 100, 2, 128, 128, 0.0},
                                                     {2, 193, 2, 64, 128, -3.0},
                                                     {3, 64, 2, 128, 64, 1.0},
-                                                    {2, 4096, 2, 128, 128, 0.0}}) {  // long
+                                                    {2, 4096, 2, 128, 128, 0.0},  // long
+                                                    {1, 70, 2, 128, 256, 0.0},
+                                                    {1, 193, 2, 256, 128, 1.0}}) {
     const Rwkv6Case c{B, T, H, dk, dv, unit_std(dk), gate_shift, 0.5, 1.0, 0};
     add_case(gpu_case("rwkv6", "rwkv6" + dims(B, T, H, H, dk, dv), rwkv6_kernel(dk, dv), rwkv6_inputs(c),
                       rwkv6_op(1.0, 0)));
