@@ -24,15 +24,16 @@ Args<S> decay_args(const void* q, const void* k, const void* v, const void* g, c
 }
 
 // Whether the chunked tensor-core kernels run (decay_chunk::takes).
-bool chunked(const DecayAttentionDims& d, DType dtype, const void* q, const void* k, const void* v, const void* g) {
-  return decay_chunk::takes(d.B, d.T, d.dk, d.dv, dtype, q, k, v, d.vector_gate ? g : nullptr);
+bool chunked(const DecayAttentionDims& d, DType dtype, const void* q, const void* k, const void* v, const void* g,
+             bool backward) {
+  return decay_chunk::takes(d.B, d.T, d.dk, d.dv, dtype, q, k, v, d.vector_gate ? g : nullptr, backward);
 }
 
 }  // namespace
 
 void decay_attention_forward(void* o, float* ht, const void* q, const void* k, const void* v, const void* g,
                              const float* h0, const DecayAttentionDims& d, DType dtype) {
-  if (chunked(d, dtype, q, k, v, g)) {
+  if (chunked(d, dtype, q, k, v, g, false)) {
     decay_chunk::forward(o, ht, q, k, v, g, h0, d);
     return;
   }
@@ -49,7 +50,7 @@ void decay_attention_forward(void* o, float* ht, const void* q, const void* k, c
 void decay_attention_backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, float* grad_h0,
                               const void* grad_o, const float* grad_ht, const void* q, const void* k, const void* v,
                               const void* g, const float* h0, const DecayAttentionDims& d, DType dtype) {
-  if (chunked(d, dtype, q, k, v, g) && aligned16(grad_o)) {
+  if (chunked(d, dtype, q, k, v, g, true) && aligned16(grad_o)) {
     decay_chunk::backward(grad_q, grad_k, grad_v, grad_g, grad_h0, grad_o, grad_ht, q, k, v, g, h0, d);
     return;
   }
@@ -74,7 +75,7 @@ void decay_attention_backward(void* grad_q, void* grad_k, void* grad_v, void* gr
 
 const char* decay_attention_kernel(int64_t dk, int64_t dv, bool vector_gate, DType dtype) {
   (void)vector_gate;  // both gates have the chunked kernels
-  return decay_chunk::supported(dk, dv, dtype) ? "chunked fwd+bwd (mma)" : "recurrent";
+  return decay_chunk::kernel_label(dk, dv, dtype);
 }
 
 }  // namespace hla::cuda

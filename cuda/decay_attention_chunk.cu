@@ -93,6 +93,14 @@
 //   178,816 B, (128, 64) 162,432 B, (64, 128) 127,104 B, (64, 64) 110,720 B, with 234, 193,
 //   185, 161 registers (one CTA an SM); RWKV-6's + 4 dk B (the bonus), with 245, 202, 188, 173
 //   registers; no spills (ptxas, nvcc 13.0, sm_90).
+//   A width of 256 (forward only; (dk, dv) = (256, 256), (128, 256), (256, 128)): scores_kernel
+//   at dk = 256 67,840 B, 40 registers; scan_kernel at dk = 256 127,744 B, 106 registers (its
+//   state update in two 128-row passes, ScanSmem::advance; dk = 128 as above); vector scan_kernel
+//   55,552 B, 64 registers; vector_output_kernel (256, 256) 185,344 B, (256, 128) 168,960 B,
+//   (128, 256) 119,808 B (RWKV-6: + 4 dk B) with 163, 163, 102 registers (RWKV-6 128, 128, 64),
+//   its state piece 32 columns wide at dk = 256 (kOutputPiece); no spills. The backward's
+//   local_backward_kernel would take 242 KB (scalar gate, (256, 256)) or more, over the limit,
+//   with dQ and dK (64 x 256 each) in registers: with a width of 256 the backward is recurrent.
 #include "cuda/decay_attention_chunk.cuh"
 
 #include <cuda_bf16.h>
@@ -286,23 +294,27 @@ __device__ __forceinline__ void vector_scores(float* out, int ld, const bf16* q,
 
 // Vector gate, forward pass 2 (vector_output_kernel, grid (NT, HV, B), every chunk in parallel,
 // after the scan has stored every chunk-start state h[n]):
-//   Aqk = vector_scores (in shared memory only), qg = q (.) exp(Gq), then kPiece state columns at
+//   Aqk = vector_scores (in shared memory only), qg = q (.) exp(Gq), then kCols state columns at
 //   a time: o = scale qg h[n] + Aqk V                                                    (mma)
 // (Gq = G; RWKV-6 (RW): the exclusive Gq_t = G_{t-1} and the bonus u on Aqk's diagonal, see
 // vector_scores; its state update is the decay attention's, so the scan is shared.) The state
 // piece takes q's and k's place once Aqk and qg are formed.
 constexpr int kPiece = 64;  // state columns in shared memory at a time (here and backward pass 3b)
+// The forward's piece: 32 columns at dk = 256, where 64 would not fit in q's and k's place.
+template <int DK>
+constexpr int kOutputPiece = DK > 128 ? 32 : kPiece;
 
 template <int DK, int DV, bool RW>
 struct OutputSmem {
-  static constexpr int kLdK = DK + 8, kLdV = DV + 8, kLdG = DK + 4, kLdS = kPiece + 4;
+  static constexpr int kCols = kOutputPiece<DK>;  // state columns a piece
+  static constexpr int kLdK = DK + 8, kLdV = DV + 8, kLdG = DK + 4, kLdS = kCols + 4;
   static constexpr size_t kQKBytes = sizeof(bf16) * 2 * C * kLdK;
   static_assert(sizeof(float) * DK * kLdS <= kQKBytes, "the state piece fits in q's and k's place");
   float* qg;     // (C, kLdG): G, then q (.) exp(Gq)
   float* aqk;    // (C, kLdA)
   float* u;      // RW (DK): the bonus
   bf16 *q, *k;   // (C, kLdK)
-  float* state;  // (DK, kLdS): kPiece columns of h[n], in q's and k's place
+  float* state;  // (DK, kLdS): kCols columns of h[n], in q's and k's place
   bf16* v;       // (C, kLdV)
   static constexpr size_t floats() { return size_t(C) * (kLdG + kLdA) + (RW ? DK : 0); }
   static constexpr size_t bytes() { return sizeof(float) * floats() + kQKBytes + sizeof(bf16) * C * kLdV; }
@@ -348,11 +360,12 @@ __global__ void __launch_bounds__(kThreads) vector_output_kernel(Args a) {
     const int i = threadIdx.x + p * kThreads;
     sm.qg[i / DK * kLdG + i % DK] = gated[p];
   }
-  for (int c0 = 0; c0 < DV; c0 += kPiece) {
+  constexpr int kCols = Smem::kCols;
+  for (int c0 = 0; c0 < DV; c0 += kCols) {
     __syncthreads();  // every read of q (above) or of the previous piece is done
-    load_f32_rows_async<DK, kPiece>(sm.state, kLdS, a.h_start + state0 + c0, DV);
+    load_f32_rows_async<DK, kCols>(sm.state, kLdS, a.h_start + state0 + c0, DV);
     wait_tiles();
-    WarpTile<C, kPiece> o;
+    WarpTile<C, kCols> o;
     o.template mma<DK, true, true>([&](int r, int d) { return sm.qg[r * kLdG + d]; },
                                    [&](int d, int c) { return sm.state[d * kLdS + c]; });
     o.each([&](int, int, float& x, int) { x *= a.scale; });
@@ -456,13 +469,19 @@ struct ScanSmem {
   // h <- Diag(decay) h + X^T Y over this chunk's rows s, with X(s, d), Y(s, c) and decay(d)
   // accessors (SPLIT_X / SPLIT_Y: that operand is fp32, see WarpTile::mma). The __syncthreads
   // inside orders every read of h and of the chunk's tiles before h is written.
+  // The rows go kAdvanceRows at a time (a WarpTile holds at most 16 rows a warp, 128 in all):
+  // each pass reads and writes only its own rows, and the last pass's __syncthreads comes after
+  // every pass's reads of the tiles.
+  static constexpr int kAdvanceRows = KT < 128 ? KT : 128;
   template <bool SPLIT_X, bool SPLIT_Y, class Decay, class FX, class FY>
   __device__ void advance(const Decay& decay, const FX& x, const FY& y) const {
-    WarpTile<KT, BV> next;
-    next.each([&](int d, int c, float& acc, int) { acc = decay(d) * h[d * kLdH + c]; });
-    next.template mma<C, SPLIT_X, SPLIT_Y>([&](int d, int s) { return x(s, d); }, y);
-    __syncthreads();
-    next.each([&](int d, int c, float acc, int) { h[d * kLdH + c] = acc; });
+    for (int r0 = 0; r0 < KT; r0 += kAdvanceRows) {
+      WarpTile<kAdvanceRows, BV> next;
+      next.each([&](int d, int c, float& acc, int) { acc = decay(r0 + d) * h[(r0 + d) * kLdH + c]; });
+      next.template mma<C, SPLIT_X, SPLIT_Y>([&](int d, int s) { return x(s, r0 + d); }, y);
+      __syncthreads();
+      next.each([&](int d, int c, float acc, int) { h[(r0 + d) * kLdH + c] = acc; });
+    }
   }
   // Scalar gate: h <- exp(G_last) h + X^T diag(w) V-tile, X = K forward, Q reverse; w =
   // exp(G_last - G) forward, scale exp(G) reverse.
@@ -939,15 +958,27 @@ void launch_backward(const Args& a) {
   launch_kernel<Local::bytes()>(local_backward_kernel<DK, DV, VG, RW>, dim3(a.NT, a.HV, a.B), a);
 }
 
-// fn(dk, dv, vector gate) with each as a compile-time constant, for supported() dims.
-template <class Fn>
+// fn(dk, dv, vector gate) with each as a compile-time constant: supported() dims, and for the
+// forward (BACKWARD false) also (dk, dv) = (256, 256), (128, 256), (256, 128) (forward_supported()).
+template <bool BACKWARD, class Fn>
 void dispatch(const DecayAttentionDims& d, Fn&& fn) {
+  HLA_CHECK(BACKWARD ? supported(d.dk, d.dv, DType::BF16) : forward_supported(d.dk, d.dv, DType::BF16),
+            "decay_attention chunk kernel: no ", BACKWARD ? "backward" : "forward", " at dk = ", d.dk, ", dv = ", d.dv);
   using K64 = std::integral_constant<int, 64>;
   using K128 = std::integral_constant<int, 128>;
+  using K256 = std::integral_constant<int, 256>;
   auto gate = [&](auto dk_, auto dv_) {
     if (d.vector_gate) fn(dk_, dv_, std::true_type{});
     else fn(dk_, dv_, std::false_type{});
   };
+  if constexpr (!BACKWARD) {
+    if (d.dk == 256 || d.dv == 256) {
+      if (d.dk == 128) gate(K128{}, K256{});
+      else if (d.dv == 128) gate(K256{}, K128{});
+      else gate(K256{}, K256{});
+      return;
+    }
+  }
   if (d.dk == 64 && d.dv == 64) gate(K64{}, K64{});
   else if (d.dk == 64) gate(K64{}, K128{});
   else if (d.dv == 64) gate(K128{}, K64{});
@@ -974,9 +1005,20 @@ bool supported(int64_t dk, int64_t dv, DType dtype) {
   return dtype == DType::BF16 && (dk == 64 || dk == 128) && (dv == 64 || dv == 128);
 }
 
+bool forward_supported(int64_t dk, int64_t dv, DType dtype) {
+  const bool wide = (dk == 128 || dk == 256) && (dv == 128 || dv == 256);  // with a 256 (or supported)
+  return supported(dk, dv, dtype) || (dtype == DType::BF16 && wide);
+}
+
+const char* kernel_label(int64_t dk, int64_t dv, DType dtype) {
+  if (supported(dk, dv, dtype)) return "chunked fwd+bwd (mma)";
+  return forward_supported(dk, dv, dtype) ? "chunked fwd (mma), recurrent bwd" : "recurrent";
+}
+
 bool takes(int64_t B, int64_t T, int64_t dk, int64_t dv, DType dtype, const void* q, const void* k, const void* v,
-           const void* vector_gate) {
-  return T > 1 && B > 0 && supported(dk, dv, dtype) && aligned16(q) && aligned16(k) && aligned16(v) &&
+           const void* vector_gate, bool backward) {
+  const bool dims = backward ? supported(dk, dv, dtype) : forward_supported(dk, dv, dtype);
+  return T > 1 && B > 0 && dims && aligned16(q) && aligned16(k) && aligned16(v) &&
          (!vector_gate || aligned16(vector_gate));
 }
 
@@ -988,7 +1030,7 @@ void forward(void* o, float* ht, const void* q, const void* k, const void* v, co
   FloatScratch work(d.vector_gate ? d.B * d.HV * a.NT * d.dk * d.dv : d.B * d.HV * a.NT * C * C);
   if (d.vector_gate) a.h_start = work.get();
   else a.aqk = work.get();
-  dispatch(d, [&](auto dk_, auto dv_, auto vector_gate) {
+  dispatch<false>(d, [&](auto dk_, auto dv_, auto vector_gate) {
     launch_forward<decltype(dk_)::value, decltype(dv_)::value, decltype(vector_gate)::value>(a);
   });
 }
@@ -1000,7 +1042,7 @@ void rwkv6_forward(void* o, float* ht, const void* r, const void* k, const void*
   a.o = static_cast<bf16*>(o), a.ht = ht, a.bonus = static_cast<const bf16*>(u);
   FloatScratch h_start(d.B * d.H * a.NT * d.dk * d.dv);  // (B, H, NT, dk, dv)
   a.h_start = h_start.get();
-  dispatch(dims, [&](auto dk_, auto dv_, auto) {
+  dispatch<false>(dims, [&](auto dk_, auto dv_, auto) {
     launch_vector_forward<decltype(dk_)::value, decltype(dv_)::value, true>(a);
   });
 }
@@ -1018,7 +1060,7 @@ void backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, float* gra
   a.d_o = static_cast<const bf16*>(grad_o), a.dht = grad_ht, a.dh0 = grad_h0;
   a.dq = dq.get(), a.dk = dk.get();
   a.dv = static_cast<bf16*>(grad_v), a.dg = static_cast<bf16*>(grad_g);
-  dispatch(d, [&](auto dk_, auto dv_, auto vector_gate) {
+  dispatch<true>(d, [&](auto dk_, auto dv_, auto vector_gate) {
     launch_backward<decltype(dk_)::value, decltype(dv_)::value, decltype(vector_gate)::value, false>(a);
   });
   recurrence::group_sum(static_cast<bf16*>(grad_q), dq.get(), d.B * d.T, d.H, d.HV / d.H, d.dk);
@@ -1040,7 +1082,7 @@ void rwkv6_backward(void* grad_r, void* grad_k, void* grad_v, void* grad_w, void
   a.d_o = static_cast<const bf16*>(grad_o), a.dht = grad_ht, a.dh0 = grad_h0;
   a.dq = dr.get(), a.dk = dk.get(), a.dbonus = du_parts.get();  // du_parts: (B, NT, H, dk)
   a.dv = static_cast<bf16*>(grad_v), a.dg = static_cast<bf16*>(grad_w);
-  dispatch(dims, [&](auto dk_, auto dv_, auto) {
+  dispatch<true>(dims, [&](auto dk_, auto dv_, auto) {
     launch_backward<decltype(dk_)::value, decltype(dv_)::value, true, true>(a);
   });
   recurrence::group_sum(static_cast<bf16*>(grad_r), dr.get(), d.B * d.T, d.H, 1, d.dk);

@@ -5,7 +5,9 @@
 // of cuda/recurrence.cuh for every other case. Both directions read only the inputs and the
 // initial state, so a chunked forward and a recurrent backward (or the reverse) mix freely.
 //
-// Scope: BF16 storage (fp32 math and state), grouped value heads, dk and dv in {64, 128}, chunks
+// Scope: BF16 storage (fp32 math and state), grouped value heads, dk and dv in {64, 128} (and
+// dk, dv in {128, 256} for the forward, forward_supported; the backward's local kernel would need
+// over 227 KB of shared memory and twice the accumulator registers there), chunks
 // of kChunk = 64 tokens, any T, optional initial state and final-state gradient. A scalar log
 // gate g: (B, T, HV) (RetNet, Mamba-2) or a vector log gate g: (B, T, HV, dk) (GLA, HGRN-2; its
 // in-chunk pair terms in 16-token sub-chunks, mixers.md 4.4), forward and backward; RWKV-6
@@ -21,16 +23,23 @@ namespace hla::cuda::decay_chunk {
 
 constexpr int kChunk = 64;
 
-// Both directions, for either gate.
+// Both directions, for either gate: dk, dv in {64, 128}.
 bool supported(int64_t dk, int64_t dv, DType dtype);
+// The forward, for either gate and RWKV-6: supported() dims and (dk, dv) = (256, 256), (128, 256),
+// (256, 128) (the backward's local kernel does not fit 227 KB of shared memory with a width of
+// 256, so the backward stays recurrent there).
+bool forward_supported(int64_t dk, int64_t dv, DType dtype);
+// What runs at these dims (gpu-check's kernel label): "chunked fwd+bwd (mma)", "chunked fwd
+// (mma), recurrent bwd" or "recurrent".
+const char* kernel_label(int64_t dk, int64_t dv, DType dtype);
 
-// Whether a call runs here: supported() dims, 16-byte aligned q, k, v and vector gate (its tiles
+// Whether a call runs here: supported() dims (forward_supported() where BACKWARD is false), 16-byte aligned q, k, v and vector gate (its tiles
 // are copied 16 bytes at a time too; null for a scalar gate), and T > 1 (a single token, a
 // decoding step, is one recurrent update, cheaper than a one-token chunk; an empty batch
 // launches nothing). The fp32 states h0 and grad_ht, when given, must be 16-byte aligned as well
 // (forward and backward check it).
 bool takes(int64_t B, int64_t T, int64_t dk, int64_t dv, DType dtype, const void* q, const void* k, const void* v,
-           const void* vector_gate);
+           const void* vector_gate, bool backward);
 
 // cuda::decay_attention_forward for supported() dims: bf16 o, q, k, v, g (q, k, v 16-byte
 // aligned), fp32 h0 (null = zeros) and ht. Workspace: scalar gate 4 B x B HV ceil(T / 64) 64 x 64

@@ -154,10 +154,11 @@ MakeInputs decay_inputs(const DecayCase& c) {
   };
 }
 
-OpFn decay_op(double scale, int64_t chunk_size) {
-  return [scale, chunk_size](const Vars& x) {
+// final_state false: o is the only output (the final state's gradient is zero).
+OpFn decay_op(double scale, int64_t chunk_size, bool final_state = true) {
+  return [scale, chunk_size, final_state](const Vars& x) {
     DecayAttentionOutput out = decay_attention(x[0], x[1], x[2], x[3], x.size() > 4 ? x[4] : Var(), scale, chunk_size);
-    return Vars{out.o, out.final_state};
+    return final_state ? Vars{out.o, out.final_state} : Vars{out.o};
   };
 }
 
@@ -211,12 +212,15 @@ void add_decay_cases() {
   // tokens, where a factorisation q e^G . k e^-G overflows fp32). The f32 rows run the
   // recurrent kernel (fp32 storage never takes the chunked path); under RetNet's constant near-1
   // decays they check that its decay keeps full fp32 precision over a memory of hundreds of
-  // tokens (cuda/recurrence.cuh, decay()).
+  // tokens (cuda/recurrence.cuh, decay()). The dk = dv = 256 rows (fla's 340M layout) take the
+  // chunked forward and the recurrent backward: both gates, T = 70, 193 (partial last chunks) and
+  // 64, with and without h0 and the final state's gradient; so do (128, 256) and (256, 128).
   struct ChunkRow {
     int64_t B, T, H, HV, dk, dv;
     DecayGate gate;
     bool initial_state;
     double gate_shift = 0.0;
+    bool final_state = true;
   };
   for (const ChunkRow& r : {
            ChunkRow{2, 100, 2, 4, 64, 64, DecayGate::RetNet, true},
@@ -238,6 +242,14 @@ void add_decay_cases() {
            ChunkRow{2, 4096, 2, 4, 128, 128, DecayGate::Gla, true},
            ChunkRow{2, 4096, 2, 4, 128, 128, DecayGate::Vector, true},
            ChunkRow{2, 130, 2, 4, 128, 64, DecayGate::Vector, true, -3.0},
+           ChunkRow{1, 70, 2, 2, 256, 256, DecayGate::RetNet, true},
+           ChunkRow{1, 193, 1, 2, 256, 256, DecayGate::Mamba2, false, 0.0, false},
+           ChunkRow{1, 64, 2, 2, 256, 256, DecayGate::Scalar, false},
+           ChunkRow{1, 70, 2, 2, 256, 256, DecayGate::Gla, false, 0.0, false},
+           ChunkRow{1, 193, 2, 2, 256, 256, DecayGate::Vector, true},
+           ChunkRow{1, 64, 1, 2, 256, 256, DecayGate::Vector, true, -3.0, false},
+           ChunkRow{1, 70, 2, 2, 128, 256, DecayGate::Gla, true},
+           ChunkRow{1, 193, 1, 2, 256, 128, DecayGate::RetNet, true},
        }) {
     // Mamba-2 reads unit-norm queries at scale 1; RetNet (and the plain gate) scale 1 / sqrt(dk).
     const bool mamba2 = r.gate == DecayGate::Mamba2;
@@ -249,9 +261,10 @@ void add_decay_cases() {
                        : r.gate == DecayGate::Scalar  ? "scalar"
                        : r.gate == DecayGate::Vector  ? "vector"
                                                       : "gla";
-    const std::string name = std::string("decay chunk ") + gate + dims(r.B, r.T, r.H, r.HV, r.dk, r.dv);
+    const std::string name = std::string("decay chunk ") + gate + dims(r.B, r.T, r.H, r.HV, r.dk, r.dv) +
+                             (r.final_state ? "" : " no grad_ht");
     add_case(gpu_case("decay_attention", name, decay_kernel(r.dk, r.dv, vector_gate), decay_inputs(c),
-                      decay_op(c.scale, 0)));
+                      decay_op(c.scale, 0, r.final_state)));
   }
 
   // Perf at each bench shape, dk = dv = D, beside fla's chunk kernel of the same gate:
@@ -336,7 +349,8 @@ void add_rwkv6_cases() {
   // bf16 rows with dk, dv in {64, 128} take the chunked forward and backward (cuda/decay_attention_chunk.cu):
   // every (dk, dv) class, partial last chunks (T = 130, 100, 193), long sequences (64 chunks),
   // and the gate logsigmoid(N(-3, 1)) (~-3 a step: the exclusive in-chunk gate passes -88 within
-  // ~30 tokens); (96, 40) and fp32 run the recurrent kernel.
+  // ~30 tokens); (96, 40) and fp32 run the recurrent kernel, (128, 256) and (256, 128) the chunked
+  // forward and the recurrent backward.
   for (const auto& [B, T, H, dk, dv, gate_shift] : {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, double>{
                                                         2, 130, 3, 64, 64, 0.0},
                                                     {2, 50, 2, 96, 40, 1.0},
@@ -344,21 +358,25 @@ void add_rwkv6_cases() {
                                                     {2, 100, 2, 128, 128, 0.0},
                                                     {2, 193, 2, 64, 128, -3.0},
                                                     {3, 64, 2, 128, 64, 1.0},
-                                                    {2, 4096, 2, 128, 128, 0.0}}) {  // long
+                                                    {2, 4096, 2, 128, 128, 0.0},  // long
+                                                    {1, 70, 2, 128, 256, 0.0},
+                                                    {1, 193, 2, 256, 128, 1.0}}) {
     const Rwkv6Case c{B, T, H, dk, dv, unit_std(dk), gate_shift, 0.5, 1.0, 0};
     add_case(gpu_case("rwkv6", "rwkv6" + dims(B, T, H, H, dk, dv), rwkv6_kernel(dk, dv), rwkv6_inputs(c),
                       rwkv6_op(1.0, 0)));
   }
   // The rows above run the chunked backward too, all with an initial state and a final-state
   // gradient; these take either away: no h0 (T = 70, 333: partial last chunks; 128 a multiple
-  // of 64), o the only output (the final state's gradient zero), or both, at dk = dv = 64 and 128.
+  // of 64), o the only output (the final state's gradient zero), or both, at dk = dv = 64 and 128;
+  // at dk = dv = 256 (T = 70, 193, 64) the chunked forward and the recurrent backward.
   struct StateRow {
     int64_t B, T, H, D;
     bool initial_state, final_state;
   };
   for (const StateRow& r : {StateRow{2, 70, 2, 64, false, true}, StateRow{2, 128, 2, 128, false, true},
                             StateRow{2, 333, 2, 128, true, false}, StateRow{1, 333, 2, 64, false, false},
-                            StateRow{2, 70, 2, 128, false, false}}) {
+                            StateRow{2, 70, 2, 128, false, false}, StateRow{1, 70, 2, 256, true, true},
+                            StateRow{1, 193, 2, 256, false, false}, StateRow{1, 64, 2, 256, false, true}}) {
     const Rwkv6Case c{r.B, r.T, r.H, r.D, r.D, unit_std(r.D), 0.0, r.initial_state ? 0.5 : 0.0, 1.0, 0};
     const std::string name = "rwkv6" + dims(r.B, r.T, r.H, r.H, r.D, r.D) + (r.initial_state ? "" : " no h0") +
                              (r.final_state ? "" : " no grad_ht");
