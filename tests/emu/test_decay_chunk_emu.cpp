@@ -1,7 +1,9 @@
 // Runs the chunked decay-attention kernels of cuda/decay_attention_chunk.cu on the host emulator
 // (tests/emu/include/emu.h) and compares them with fp64 CPU references: RWKV-6's token
 // recurrence (the formulas of nn/ops/rwkv6.cpp) for decay_chunk::rwkv6_forward / rwkv6_backward,
-// and the CPU chunked reference decay_chunk::backward (nn/ops/chunk_util.h) for the GLA backward.
+// and the CPU chunked references decay_chunk::forward / backward (nn/ops/chunk_util.h) for the
+// scalar- and vector-gate forward and backward, at head widths 64, 128 and 256 (forward only at
+// 256, where the backward stays recurrent) and the mixed (128, 256) / (256, 128).
 // Tolerances are gpu-check's bf16 ones (relative RMS); the exit status is 1 when a row fails.
 #include "decay_attention_chunk_host.cpp"
 
@@ -158,7 +160,7 @@ static void rwkv6_case(int64_t B, int64_t T, int64_t H, int64_t D, bool with_h0,
 
 // GLA (after_update) through the existing vector-gate backward: validates the emulator on a
 // kernel the H200 has passed.
-static void gla_case(int64_t B, int64_t T, int64_t H, int64_t D, uint64_t seed) {
+static void gla_case(int64_t B, int64_t T, int64_t H, int64_t D, uint64_t seed, bool vg = true) {
   const int64_t dk = D, dv = D;
   std::mt19937_64 rng(seed);
   Buf q, k, v, g, h0, dO, dht;
@@ -166,11 +168,11 @@ static void gla_case(int64_t B, int64_t T, int64_t H, int64_t D, uint64_t seed) 
   q.fill(B * T * H * dk, rng, rk, 0, false, true);
   k.fill(B * T * H * dk, rng, rk, 0, false, true);
   v.fill(B * T * H * dv, rng, 1, 0, false, true);
-  g.fill(B * T * H * dk, rng, 1, 0, true, true);
+  g.fill(B * T * H * (vg ? dk : 1), rng, 1, 0, true, true);
   h0.fill(B * H * dk * dv, rng, 0.5, 0, false, false);
   dO.fill(B * T * H * dv, rng, 1, 0, false, true);
   dht.fill(B * H * dk * dv, rng, 1, 0, false, false);
-  const DecayAttentionDims d{B, T, H, H, dk, dv, true, 1.0, 0, DType::F32};
+  const DecayAttentionDims d{B, T, H, H, dk, dv, vg, 1.0, 0, DType::F32};
   std::vector<Bf16> gq(q.b.size()), gk(k.b.size()), gv(v.b.size()), gg(g.b.size());
   std::vector<float> gh0(h0.f.size());
   cuda::decay_chunk::backward(gq.data(), gk.data(), gv.data(), gg.data(), gh0.data(), dO.b.data(), dht.f.data(),
@@ -182,7 +184,8 @@ static void gla_case(int64_t B, int64_t T, int64_t H, int64_t D, uint64_t seed) 
       x.q = decay_chunk::gather_head(q.ref.data(), b, h, T, H, dk);
       x.k = decay_chunk::gather_head(k.ref.data(), b, h, T, H, dk);
       x.v = decay_chunk::gather_head(v.ref.data(), b, h, T, H, dv);
-      x.g = decay_chunk::gather_head(g.ref.data(), b, h, T, H, dk);
+      x.g = vg ? decay_chunk::gather_gate<double, true>(g.ref.data(), b, h, T, H, dk)
+               : decay_chunk::gather_gate<double, false>(g.ref.data(), b, h, T, H, dk);
       x.bonus = Row<double>::Ones(dk);
       x.s0 = decay_chunk::gather_state(h0.ref.data(), b, h, H, dk, dv);
       const Mat<double> d_o = decay_chunk::gather_head(dO.ref.data(), b, h, T, H, dv);
@@ -192,33 +195,96 @@ static void gla_case(int64_t B, int64_t T, int64_t H, int64_t D, uint64_t seed) 
       for (int64_t t = 0; t < T; t++) {
         for (int64_t i = 0; i < dk; i++) {
           const int64_t idx = ((b * T + t) * H + h) * dk + i;
-          eq.add(at(gq, idx), c.dq(t, i)), ek.add(at(gk, idx), c.dk(t, i)), eg.add(at(gg, idx), c.dg(t, i));
+          eq.add(at(gq, idx), c.dq(t, i)), ek.add(at(gk, idx), c.dk(t, i));
+          if (vg) eg.add(at(gg, idx), c.dg(t, i));
         }
+        if (!vg) eg.add(at(gg, (b * T + t) * H + h), c.dg.row(t).sum());
         for (int64_t i = 0; i < dv; i++) ev.add(at(gv, ((b * T + t) * H + h) * dv + i), c.dv(t, i));
       }
       for (int64_t i = 0; i < dk * dv; i++) eh0.add(gh0[(b * H + h) * dk * dv + i], c.ds0(i / dv, i % dv));
     }
   char label[160];
-  std::snprintf(label, sizeof label, "gla B%ld T%ld H%ld D%ld", long(B), long(T), long(H), long(D));
+  std::snprintf(label, sizeof label, "%s B%ld T%ld H%ld D%ld", vg ? "gla" : "scalar bwd", long(B), long(T), long(H), long(D));
   report(label, "dq", eq, 1e-2), report(label, "dk", ek, 1e-2), report(label, "dv", ev, 1e-2);
   report(label, "dg", eg, 1e-2), report(label, "dh0", eh0, 1e-2);
 }
 
+// The forward of one gate kind (0 scalar, 1 vector, 2 RWKV-6) against the CPU chunked reference.
+static void forward_case(int kind, int64_t B, int64_t T, int64_t H, int64_t D, bool with_h0, uint64_t seed,
+                         int64_t DV = 0) {
+  const int64_t dk = D, dv = DV ? DV : D;
+  const bool vg = kind > 0;
+  std::mt19937_64 rng(seed);
+  Buf q, k, v, g, u, h0;
+  const double rk = 1.0 / std::sqrt(double(dk));
+  q.fill(B * T * H * dk, rng, rk, 0, false, true);
+  k.fill(B * T * H * dk, rng, rk, 0, false, true);
+  v.fill(B * T * H * dv, rng, 1, 0, false, true);
+  g.fill(B * T * H * (vg ? dk : 1), rng, 1, 0, true, true);
+  u.fill(H * dk, rng, 1, 0, false, true);
+  h0.fill(B * H * dk * dv, rng, 0.5, 0, false, false);
+  std::vector<Bf16> o(B * T * H * dv);
+  std::vector<float> ht(B * H * dk * dv);
+  const float* h0p = with_h0 ? h0.f.data() : nullptr;
+  if (kind == 2)
+    cuda::decay_chunk::rwkv6_forward(o.data(), ht.data(), q.b.data(), k.b.data(), v.b.data(), g.b.data(), u.b.data(),
+                                     h0p, Rwkv6Dims{B, T, H, dk, dv, 1.0, 0, DType::F32});
+  else
+    cuda::decay_chunk::forward(o.data(), ht.data(), q.b.data(), k.b.data(), v.b.data(), g.b.data(), h0p,
+                               DecayAttentionDims{B, T, H, H, dk, dv, vg, 1.0, 0, DType::F32});
+  Err eo, eht;
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < H; h++) {
+      Head<double> x;
+      x.q = decay_chunk::gather_head(q.ref.data(), b, h, T, H, dk);
+      x.k = decay_chunk::gather_head(k.ref.data(), b, h, T, H, dk);
+      x.v = decay_chunk::gather_head(v.ref.data(), b, h, T, H, dv);
+      x.g = vg ? decay_chunk::gather_gate<double, true>(g.ref.data(), b, h, T, H, dk)
+               : decay_chunk::gather_gate<double, false>(g.ref.data(), b, h, T, H, dk);
+      x.bonus = kind == 2 ? Row<double>(Eigen::Map<const Row<double>>(u.ref.data() + h * dk, dk)) : Row<double>::Ones(dk);
+      x.s0 = decay_chunk::gather_state(with_h0 ? h0.ref.data() : nullptr, b, h, H, dk, dv);
+      Mat<double> o_ref, ht_ref;
+      decay_chunk::forward<double, true>(o_ref, ht_ref, x, 1.0, 16,
+                                         kind == 2 ? decay_chunk::ReadAt::before_update : decay_chunk::ReadAt::after_update);
+      for (int64_t t = 0; t < T; t++)
+        for (int64_t i = 0; i < dv; i++) eo.add(at(o, ((b * T + t) * H + h) * dv + i), o_ref(t, i));
+      for (int64_t i = 0; i < dk * dv; i++) eht.add(ht[(b * H + h) * dk * dv + i], ht_ref(i / dv, i % dv));
+    }
+  static const char* names[] = {"scalar fwd", "vector fwd", "rwkv6 fwd"};
+  char label[160];
+  std::snprintf(label, sizeof label, "%s B%ld T%ld H%ld dk%ld dv%ld h0 %d", names[kind], long(B), long(T), long(H),
+                long(dk), long(dv), int(with_h0));
+  report(label, "o", eo, 5e-3), report(label, "ht", eht, 5e-3);
+}
+
+// Every case by default (ctest); a group by name: rwkv6, gla, scalar, fwd (D64, D128), fwd256, mixed.
 int main(int argc, char** argv) {
   const std::string which = argc > 1 ? argv[1] : "all";
-  if (which == "gla" || which == "all") {
-    gla_case(1, 70, 2, 64, 1);
-  }
-  if (which == "small" || which == "all") rwkv6_case(1, 70, 2, 64, true, true, 0.0, 2);
-  if (which == "all") {
+  auto wants = [&](const char* group) { return which == "all" || which == group; };
+  if (wants("gla")) gla_case(1, 70, 2, 64, 1);
+  if (wants("rwkv6")) {
     for (int64_t D : {64, 128})
       for (int64_t T : {64, 70, 130}) {
         rwkv6_case(2, T, 2, D, true, true, 0.0, 10 + T + D);
         rwkv6_case(1, T, 2, D, false, false, 0.0, 20 + T + D);
       }
-    rwkv6_case(1, 130, 2, 64, true, false, -3.0, 7);   // strong gate: G passes -88 within a chunk
+    rwkv6_case(1, 130, 2, 64, true, false, -3.0, 7);  // strong gate: G passes -88 within a chunk
     rwkv6_case(1, 70, 2, 128, false, true, 1.0, 8);
   }
+  if (wants("scalar"))
+    for (int64_t D : {64, 128})
+      for (int64_t T : {64, 70, 130}) gla_case(1, T, 2, D, 30 + T + D, false);
+  for (const char* group : {"fwd", "fwd256"}) {
+    if (!wants(group)) continue;
+    const std::vector<int64_t> widths = std::string(group) == "fwd" ? std::vector<int64_t>{64, 128} : std::vector<int64_t>{256};
+    for (int64_t D : widths)
+      for (int kind = 0; kind < 3; kind++)  // scalar gate, vector gate, RWKV-6
+        for (int64_t T : {64, 70, 130}) forward_case(kind, 1, T, D == 256 ? 1 : 2, D, T != 64, 100 * kind + T + D);
+  }
+  if (wants("mixed"))
+    for (auto [dk, dv] : {std::pair<int64_t, int64_t>{128, 256}, {256, 128}})
+      for (int kind = 0; kind < 3; kind++)
+        for (int64_t T : {64, 70}) forward_case(kind, 1, T, 1, dk, T != 64, 200 * kind + T + dk, dv);
   std::printf(g_fail ? "SOME FAILED\n" : "ALL OK\n");
   return g_fail;
 }
