@@ -84,6 +84,22 @@ static double at(const V& x, int64_t i) {
   else return double(x[i]);
 }
 
+// Head (b, h) of the fp64 reference inputs: q (r), k, v, the gate (per channel or scalar), the
+// diagonal weight (RWKV-6's u, else ones) and the initial state (zeros when null).
+static Head<double> reference_head(const Buf& q, const Buf& k, const Buf& v, const Buf& g, bool vector_gate,
+                                   const double* u, const double* h0, int64_t b, int64_t h, int64_t T, int64_t H,
+                                   int64_t dk, int64_t dv) {
+  Head<double> x;
+  x.q = decay_chunk::gather_head(q.ref.data(), b, h, T, H, dk);
+  x.k = decay_chunk::gather_head(k.ref.data(), b, h, T, H, dk);
+  x.v = decay_chunk::gather_head(v.ref.data(), b, h, T, H, dv);
+  x.g = vector_gate ? decay_chunk::gather_gate<double, true>(g.ref.data(), b, h, T, H, dk)
+                    : decay_chunk::gather_gate<double, false>(g.ref.data(), b, h, T, H, dk);
+  x.bonus = u ? Row<double>(Eigen::Map<const Row<double>>(u + h * dk, dk)) : Row<double>(Row<double>::Ones(dk));
+  x.s0 = decay_chunk::gather_state(h0, b, h, H, dk, dv);
+  return x;
+}
+
 static void rwkv6_case(int64_t B, int64_t T, int64_t H, int64_t D, bool with_h0, bool with_dht, double shift,
                        uint64_t seed) {
   const int64_t dk = D, dv = D;
@@ -114,13 +130,8 @@ static void rwkv6_case(int64_t B, int64_t T, int64_t H, int64_t D, bool with_h0,
   Mat<double> du_ref = Mat<double>::Zero(H, dk);  // (H, dk): summed over the batch
   for (int64_t b = 0; b < B; b++)
     for (int64_t h = 0; h < H; h++) {
-      Head<double> x;
-      x.q = decay_chunk::gather_head(r.ref.data(), b, h, T, H, dk);
-      x.k = decay_chunk::gather_head(k.ref.data(), b, h, T, H, dk);
-      x.v = decay_chunk::gather_head(v.ref.data(), b, h, T, H, dv);
-      x.g = decay_chunk::gather_head(w.ref.data(), b, h, T, H, dk);
-      x.bonus = Eigen::Map<const Row<double>>(u.ref.data() + h * dk, dk);
-      x.s0 = decay_chunk::gather_state(with_h0 ? h0.ref.data() : nullptr, b, h, H, dk, dv);
+      const Head<double> x = reference_head(r, k, v, w, true, u.ref.data(), with_h0 ? h0.ref.data() : nullptr, b, h, T,
+                                            H, dk, dv);
       const Mat<double> d_o = decay_chunk::gather_head(dO.ref.data(), b, h, T, H, dv);
       const Mat<double> ds = decay_chunk::gather_state(with_dht ? dht.ref.data() : nullptr, b, h, H, dk, dv);
       const HeadGrads<double> g = recurrent_backward(x, d_o, ds, scale);
@@ -180,14 +191,7 @@ static void gla_case(int64_t B, int64_t T, int64_t H, int64_t D, uint64_t seed, 
   Err eq, ek, ev, eg, eh0;
   for (int64_t b = 0; b < B; b++)
     for (int64_t h = 0; h < H; h++) {
-      Head<double> x;
-      x.q = decay_chunk::gather_head(q.ref.data(), b, h, T, H, dk);
-      x.k = decay_chunk::gather_head(k.ref.data(), b, h, T, H, dk);
-      x.v = decay_chunk::gather_head(v.ref.data(), b, h, T, H, dv);
-      x.g = vg ? decay_chunk::gather_gate<double, true>(g.ref.data(), b, h, T, H, dk)
-               : decay_chunk::gather_gate<double, false>(g.ref.data(), b, h, T, H, dk);
-      x.bonus = Row<double>::Ones(dk);
-      x.s0 = decay_chunk::gather_state(h0.ref.data(), b, h, H, dk, dv);
+      const Head<double> x = reference_head(q, k, v, g, vg, nullptr, h0.ref.data(), b, h, T, H, dk, dv);
       const Mat<double> d_o = decay_chunk::gather_head(dO.ref.data(), b, h, T, H, dv);
       const Mat<double> ds = decay_chunk::gather_state(dht.ref.data(), b, h, H, dk, dv);
       const HeadGrads<double> c =
@@ -235,14 +239,8 @@ static void forward_case(int kind, int64_t B, int64_t T, int64_t H, int64_t D, b
   Err eo, eht;
   for (int64_t b = 0; b < B; b++)
     for (int64_t h = 0; h < H; h++) {
-      Head<double> x;
-      x.q = decay_chunk::gather_head(q.ref.data(), b, h, T, H, dk);
-      x.k = decay_chunk::gather_head(k.ref.data(), b, h, T, H, dk);
-      x.v = decay_chunk::gather_head(v.ref.data(), b, h, T, H, dv);
-      x.g = vg ? decay_chunk::gather_gate<double, true>(g.ref.data(), b, h, T, H, dk)
-               : decay_chunk::gather_gate<double, false>(g.ref.data(), b, h, T, H, dk);
-      x.bonus = kind == 2 ? Row<double>(Eigen::Map<const Row<double>>(u.ref.data() + h * dk, dk)) : Row<double>::Ones(dk);
-      x.s0 = decay_chunk::gather_state(with_h0 ? h0.ref.data() : nullptr, b, h, H, dk, dv);
+      const Head<double> x = reference_head(q, k, v, g, vg, kind == 2 ? u.ref.data() : nullptr,
+                                            with_h0 ? h0.ref.data() : nullptr, b, h, T, H, dk, dv);
       Mat<double> o_ref, ht_ref;
       decay_chunk::forward<double, true>(o_ref, ht_ref, x, 1.0, 16,
                                          kind == 2 ? decay_chunk::ReadAt::before_update : decay_chunk::ReadAt::after_update);
