@@ -21,6 +21,12 @@
 # Environment: DATA, the data folder of ../shared/data/README.md (a copy that travels with the
 # tree; default ../shared/data); FLA, fla's source (the folder holding fla/; default .fla);
 # OUT, where `pack` writes (default build-gpu/evidence). NVLink multicast stays off.
+# Every call of a chain must carry the same ignored folders (DATA's copy, .fla, .gpu-prefix): a
+# call that does not carry one removes it on the box, under sweeps still running (session 24 lost
+# 72 of the paper1-text and paper2-routing runs that way, "corpus input ... does not exist").
+# Times seen on the H200 (2026-12-02): build 230 s, ruler 70 s, gpu-check 120 s, dist 12 s, the
+# fla stage over 6 minutes (Triton compiles every exported model's kernels; the KDA pair alone,
+# plain and --kda-reference, took 340 s), so `fla` goes in a call of its own.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1

@@ -46,7 +46,13 @@ const EvalKey kEvalKeys[] = {{"tasks", EvalType::String},        {"data_dir", Ev
                              {"words", EvalType::String},        {"token_scale", EvalType::Number},
                              {"mqar_grid", EvalType::String},    {"mqar_examples", EvalType::Integer},
                              {"mqar_vocab", EvalType::Integer},  {"ppl_file", EvalType::String},
-                             {"ppl_docs", EvalType::Integer}};
+                             {"ppl_docs", EvalType::Integer},    {"max_length", EvalType::Integer}};
+
+std::string eval_key_list() {
+  std::string list;
+  for (const EvalKey& k : kEvalKeys) list += (list.empty() ? "" : ", ") + std::string(k.key);
+  return list;
+}
 
 // The [grid] values of one key as a list (a single value is a list of one), each read as T.
 template <class T>
@@ -93,9 +99,8 @@ std::vector<std::string> eval_flags(const json& section, const std::string& sour
     const EvalKey* known = nullptr;
     for (const EvalKey& k : kEvalKeys)
       if (item.key() == k.key) known = &k;
-    HLA_CHECK_INPUT(known, source, ": unknown setting '[eval] ", item.key(),
-                    "' (the [eval] keys are the flags of `hla eval`: tasks, data_dir, limit, batch_size, samples, "
-                    "length, seed, haystack, words, token_scale, mqar_grid, mqar_examples, mqar_vocab, ppl_file, ppl_docs)");
+    HLA_CHECK_INPUT(known, source, ": unknown setting '[eval] ", item.key(), "' (the [eval] keys are the flags of `hla eval`: ",
+                    eval_key_list(), ")");
     const std::string field = "[eval] " + item.key();
     std::string text;
     switch (known->type) {

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -115,12 +116,13 @@ tasks = "mqar,ruler"
 length = [256, 512]
 mqar_grid = "64x4"
 token_scale = 2.0
+max_length = 1024
 )" + kShared + "\n[optim]\nname = \"muon\"\nlr = 0.02\n",
                                   "g.toml");
   REQUIRE(sweep.runs.size() == 1);
   CHECK(sweep.runs[0].name == "delta_net-pure-none-muon-lr0.02-s42");
-  CHECK(sweep.eval_args == std::vector<std::string>{"--length", "256,512", "--mqar-grid", "64x4", "--tasks",
-                                                    "mqar,ruler", "--token-scale", "2.0"});
+  CHECK(sweep.eval_args == std::vector<std::string>{"--length", "256,512", "--max-length", "1024", "--mqar-grid", "64x4",
+                                                    "--tasks", "mqar,ruler", "--token-scale", "2.0"});
 }
 
 TEST_CASE("sweep grid: strict errors name the file, the section and the key") {
@@ -145,6 +147,26 @@ TEST_CASE("sweep grid: strict errors name the file, the section and the key") {
   CHECK(error_of([] { parse_sweep("[train]\nstepz = 3\n", "g.toml"); }).rfind("g.toml: unknown setting '[train] stepz'", 0) == 0);
   CHECK(grid_error("[grid]\nmodel_type = [\"gla\", \"nope\"]\n").rfind("g.toml: a run of the grid (", 0) == 0);
   CHECK(grid_error("[grid]\nmodel_type = [\"gla\", \"nope\"]\n").find("nope") != std::string::npos);
+}
+
+TEST_CASE("sweep recipes: every configs/sweeps file parses, and text tasks score in a context their items fit") {
+  // paper1-text once failed every run's eval on the H200: PIQA solutions of 342 bytes in a context
+  // of 256 (the training seq_len) before [eval] max_length existed.
+  size_t recipes = 0;
+  for (const auto& entry : fs::directory_iterator(std::string(HLA_SOURCE_DIR) + "/configs/sweeps")) {
+    if (entry.path().extension() != ".toml") continue;
+    CAPTURE(entry.path().string());
+    const Sweep sweep = read_sweep_file(entry.path().string());
+    CHECK(!sweep.runs.empty());
+    const auto& args = sweep.eval_args;
+    const auto flag = [&](const std::string& name) { return std::find(args.begin(), args.end(), name); };
+    if (flag("--tasks") != args.end() && flag("--tasks")[1].find("piqa") != std::string::npos) {
+      REQUIRE(flag("--max-length") != args.end());
+      CHECK(std::stoi(flag("--max-length")[1]) >= 1024);
+    }
+    recipes++;
+  }
+  CHECK(recipes == 4);
 }
 
 TEST_CASE("sweep run files round-trip through the strict reader") {
