@@ -26,8 +26,9 @@ TokenPair encode_pair(const data::Tokenizer& tokenizer, const std::string& conte
 ScoreRequest continuation_request(const TokenPair& pair, int max_length) {
   const int n = static_cast<int>(pair.continuation.size());
   HLA_CHECK(n >= 1, "a continuation must have at least one token");
-  HLA_CHECK(n <= max_length, "a continuation of ", n, " tokens does not fit the model's ",
-            "context of ", max_length, " tokens");
+  HLA_CHECK(n <= max_length, "a continuation of ", n, " tokens does not fit the model's ", "context of ", max_length,
+            " tokens (hla eval --max-length, or [eval] max_length in a sweep, sets the context; its default is ",
+            "the training seq_len)");
   // whole = ctx + cont; input = whole[-(max_length + 1):][:-1]
   std::vector<int32_t> whole = pair.context;
   whole.insert(whole.end(), pair.continuation.begin(), pair.continuation.end());
