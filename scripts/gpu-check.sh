@@ -2,7 +2,8 @@
 # `make gpu-check`: on a machine with an NVIDIA GPU, builds hla for sm_90 into build-gpu, runs
 # the CUDA tests (tests/test_cuda.cpp, tests/test_gpu_train.cpp: GPU training == CPU training,
 # and no cudaMalloc in a training step after warm-up; the every-case test is left to the
-# `hla gpu-check` run at the end, which prints the table),
+# `hla gpu-check` run at the end, which prints the table; and the "GPU ..." cases of other suites:
+# cached decoding == the no-cache path, the fused linear cross-entropy),
 # the MQAR demo config on the GPU (fp32 and bf16), `hla bench` and `hla gpu-check` (every
 # case), writes each log to $OUT when set (else build-gpu/logs), and prints the gpu-check
 # table last.
@@ -45,6 +46,15 @@ if ! "$BUILD/hla_tests" --source-file='*test_cuda.cpp,*test_gpu_train.cpp' \
 fi
 grep -E "worst relative|bf16 loss|no cudaMalloc" "$LOGS/tests.log"
 tail -n 3 "$LOGS/tests.log"
+# The GPU cases that live beside their CPU tests (decoding with the cache against the no-cache
+# path, the fused linear cross-entropy); the NCCL case is scripts/dist-check.sh's.
+echo "gpu-check: GPU cases of the other suites (log: $LOGS/tests-gpu-cases.log)"
+if ! "$BUILD/hla_tests" --test-case='GPU: decoding*,GPU linear_cross_entropy*' >"$LOGS/tests-gpu-cases.log" 2>&1; then
+  tail -n 40 "$LOGS/tests-gpu-cases.log"
+  echo "gpu-check: GPU CASES FAILED"
+  status=1
+fi
+tail -n 3 "$LOGS/tests-gpu-cases.log"
 
 for dtype in f32 bf16; do
   echo "gpu-check: MQAR demo on the GPU, $dtype (log: $LOGS/mqar-$dtype.log)"
