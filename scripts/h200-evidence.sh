@@ -10,6 +10,9 @@
 #              $EVIDENCE/sweeps/<recipe>.done (sharing the GPU, so an upper bound on its time alone)
 #   gpu-check  `hla gpu-check`, every case
 #   dist       the NCCL tests of tests/test_gpu_dist.cpp (one rank: bit-exact to one process)
+#   decode     issue W2.5's GPU checks: cached decoding == the no-cache path on CUDA (tests/
+#              test_decode.cpp's GPU case), then the Shakespeare demo trained on the GPU (300
+#              steps) and `hla generate` from its checkpoint on CUDA and on the CPU
 #   fla        fla's exports of every model type and the KDA models again with --kda-reference
 #              (chunk_kda replaced by fla's own naive recurrence and torch's softplus), each
 #              compared with `hla forward` (issue W2.4)
@@ -82,6 +85,23 @@ stage_dist() {
   return $rc
 }
 
+stage_decode() {
+  local run=$BUILD/runs/shakespeare-gpu status=0
+  $BUILD/hla_tests --test-case='GPU: decoding*' >"$EVIDENCE/gpu-decode.log" 2>&1 || status=1
+  tail -n 4 "$EVIDENCE/gpu-decode.log"
+  rm -rf $run
+  $BUILD/hla train --config configs/shakespeare-demo.toml --device cuda --data.source "$DATA/tinyshakespeare/input.txt" \
+    --train.steps 300 --train.out_dir $run >"$EVIDENCE/generate-train.log" 2>&1 || { tail -n 5 "$EVIDENCE/generate-train.log"; return 1; }
+  grep -E "^val|^done" "$EVIDENCE/generate-train.log" | tail -n 2
+  for device in cuda cpu; do
+    echo "hla generate --device $device:"
+    $BUILD/hla generate --checkpoint $run/checkpoint --prompt "ROMEO:" --max-new-tokens 160 --top-k 20 --seed 1 \
+      --device $device >"$EVIDENCE/generate-$device.txt" 2>&1 || status=1
+    cat "$EVIDENCE/generate-$device.txt"
+  done
+  return $status
+}
+
 stage_fla() {
   local dir=$BUILD/fla-export status=0
   rm -rf $dir $dir-kda-reference
@@ -120,9 +140,9 @@ for stage in "$@"; do
   stamp "$stage"
   case $stage in
     build) stage_build || exit 1 ;;
-    ruler | sweeps | dist | fla | wait | pack) "stage_$stage" || status=1 ;;
+    ruler | sweeps | dist | decode | fla | wait | pack) "stage_$stage" || status=1 ;;
     gpu-check) stage_gpu_check || status=1 ;;
-    *) echo "unknown stage '$stage' (build ruler sweeps gpu-check dist fla wait pack)"; exit 2 ;;
+    *) echo "unknown stage '$stage' (build ruler sweeps gpu-check dist decode fla wait pack)"; exit 2 ;;
   esac
 done
 stamp "done (status $status)"
