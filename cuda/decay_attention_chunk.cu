@@ -23,7 +23,11 @@
 //     dh[n] = dS, the gradient of chunk n's END state, into dh_end
 //     dS   <- exp(G_last) dS + Q^T diag(scale exp(G)) dO                                 (mma)
 //     finally dh0 = dS.
-//   Pass 3 (local_backward_kernel, grid (NT, HV, B), every chunk in parallel; CPU pass 3):
+//   Pass 3 (local_backward_kernel, grid (NT x key blocks, HV, B), every chunk in parallel; CPU
+//   pass 3; at dk = 256 two CTAs a chunk take 128 key channels each (kKeyBlock): every product
+//   below contracts over dv or the chunk's tokens, or is per key channel, except dV (K dh, Aqk)
+//   and the scalar dG, which each CTA forms over its own channels and writes as an fp32 part,
+//   added in block order after the kernel (write_column_sums):
 //     3a  Aqk as in pass 1, and Ps[t, s] = scale (dO_t . v_s) exp(G_t - G_s) for s <= t    (mma)
 //     3b  64 state columns at a time: dQ += dO h^T;  dK += V dh^T;  <h, dh>;
 //         dV = exp(G_last - G) (.) (K dh) + Aqk^T dO                                       (mma)
@@ -93,14 +97,17 @@
 //   178,816 B, (128, 64) 162,432 B, (64, 128) 127,104 B, (64, 64) 110,720 B, with 234, 193,
 //   185, 161 registers (one CTA an SM); RWKV-6's + 4 dk B (the bonus), with 245, 202, 188, 173
 //   registers; no spills (ptxas, nvcc 13.0, sm_90).
-//   A width of 256 (forward only; (dk, dv) = (256, 256), (128, 256), (256, 128)): scores_kernel
-//   at dk = 256 67,840 B, 40 registers; scan_kernel at dk = 256 127,744 B, 106 registers (its
-//   state update in two 128-row passes, ScanSmem::advance; dk = 128 as above); vector scan_kernel
-//   55,552 B, 64 registers; vector_output_kernel (256, 256) 185,344 B, (256, 128) 168,960 B,
-//   (128, 256) 119,808 B (RWKV-6: + 4 dk B) with 163, 163, 102 registers (RWKV-6 128, 128, 64),
-//   its state piece 32 columns wide at dk = 256 (kOutputPiece); no spills. The backward's
-//   local_backward_kernel would take 242 KB (scalar gate, (256, 256)) or more, over the limit,
-//   with dQ and dK (64 x 256 each) in registers: with a width of 256 the backward is recurrent.
+//   A width of 256 ((dk, dv) = (256, 256), (128, 256), (256, 128)): scores_kernel at dk = 256
+//   67,840 B, 40 registers; scan_kernel and reverse_scan_kernel at dk = 256 127,744 B, 106 / 105
+//   registers (the state update in two 128-row passes, ScanSmem::advance; dk = 128 as above);
+//   vector scans 55,552 B, 64 / 62 registers; vector_output_kernel (256, 256) 185,344 B,
+//   (256, 128) 168,960 B, (128, 256) 119,808 B (RWKV-6: + 4 dk B) with 163, 163, 102 registers
+//   (RWKV-6 128, 128, 64), its state piece 32 columns wide at dk = 256 (kOutputPiece);
+//   local_backward_kernel, 128 key channels a CTA (kKeyBlock; one CTA at dk = 128, two at 256),
+//   so (256, 256) and (128, 256) take 174,720 B (vector 211,584 B, RWKV-6 212,096 B) with 247
+//   registers (vector 236; RWKV-6 245 at (256, 256), 248 at (128, 256)) and (256, 128) the (128,
+//   128) kernel's 141,952 B (vector 178,816 B, RWKV-6 179,328 B) with 247 registers (vector 236,
+//   RWKV-6 246). No spills anywhere (ptxas, nvcc 13.0, sm_90).
 #include "cuda/decay_attention_chunk.cuh"
 
 #include <cuda_bf16.h>
