@@ -710,7 +710,7 @@ template <int DK, int DV, bool VG, bool RW>
 __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_backward_kernel(Args a) {
   static_assert(VG || !RW, "RWKV-6 has a vector gate");
   extern __shared__ float4 smem_raw[];
-  constexpr int KB = kKeyBlock<DK>, kBlocks = DK / KB;  // this CTA's key channels d0 .. d0 + KB - 1
+  constexpr int KB = kKeyBlock<DK>, kBlocks = key_blocks(DK);  // this CTA's key channels d0 .. d0 + KB - 1
   using Smem = LocalSmem<KB, DV, VG, RW>;
   const Smem sm(smem_raw);
   constexpr int kLdK = Smem::kLdK, kLdV = Smem::kLdV, kLdS = Smem::kLdS, kLdG = Smem::kLdG;
