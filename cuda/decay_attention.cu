@@ -24,16 +24,15 @@ Args<S> decay_args(const void* q, const void* k, const void* v, const void* g, c
 }
 
 // Whether the chunked tensor-core kernels run (decay_chunk::takes).
-bool chunked(const DecayAttentionDims& d, DType dtype, const void* q, const void* k, const void* v, const void* g,
-             bool backward) {
-  return decay_chunk::takes(d.B, d.T, d.dk, d.dv, dtype, q, k, v, d.vector_gate ? g : nullptr, backward);
+bool chunked(const DecayAttentionDims& d, DType dtype, const void* q, const void* k, const void* v, const void* g) {
+  return decay_chunk::takes(d.B, d.T, d.dk, d.dv, dtype, q, k, v, d.vector_gate ? g : nullptr);
 }
 
 }  // namespace
 
 void decay_attention_forward(void* o, float* ht, const void* q, const void* k, const void* v, const void* g,
                              const float* h0, const DecayAttentionDims& d, DType dtype) {
-  if (chunked(d, dtype, q, k, v, g, false)) {
+  if (chunked(d, dtype, q, k, v, g)) {
     decay_chunk::forward(o, ht, q, k, v, g, h0, d);
     return;
   }
@@ -50,7 +49,7 @@ void decay_attention_forward(void* o, float* ht, const void* q, const void* k, c
 void decay_attention_backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, float* grad_h0,
                               const void* grad_o, const float* grad_ht, const void* q, const void* k, const void* v,
                               const void* g, const float* h0, const DecayAttentionDims& d, DType dtype) {
-  if (chunked(d, dtype, q, k, v, g, true) && aligned16(grad_o)) {
+  if (chunked(d, dtype, q, k, v, g) && aligned16(grad_o)) {
     decay_chunk::backward(grad_q, grad_k, grad_v, grad_g, grad_h0, grad_o, grad_ht, q, k, v, g, h0, d);
     return;
   }

@@ -23,7 +23,11 @@
 //     dh[n] = dS, the gradient of chunk n's END state, into dh_end
 //     dS   <- exp(G_last) dS + Q^T diag(scale exp(G)) dO                                 (mma)
 //     finally dh0 = dS.
-//   Pass 3 (local_backward_kernel, grid (NT, HV, B), every chunk in parallel; CPU pass 3):
+//   Pass 3 (local_backward_kernel, grid (NT x key blocks, HV, B), every chunk in parallel; CPU
+//   pass 3; at dk = 256 two CTAs a chunk take 128 key channels each (kKeyBlock): every product
+//   below contracts over dv or the chunk's tokens, or is per key channel, except dV (K dh, Aqk)
+//   and the scalar dG, which each CTA forms over its own channels and writes as an fp32 part,
+//   added in block order after the kernel (write_column_sums):
 //     3a  Aqk as in pass 1, and Ps[t, s] = scale (dO_t . v_s) exp(G_t - G_s) for s <= t    (mma)
 //     3b  64 state columns at a time: dQ += dO h^T;  dK += V dh^T;  <h, dh>;
 //         dV = exp(G_last - G) (.) (K dh) + Aqk^T dO                                       (mma)
@@ -93,14 +97,17 @@
 //   178,816 B, (128, 64) 162,432 B, (64, 128) 127,104 B, (64, 64) 110,720 B, with 234, 193,
 //   185, 161 registers (one CTA an SM); RWKV-6's + 4 dk B (the bonus), with 245, 202, 188, 173
 //   registers; no spills (ptxas, nvcc 13.0, sm_90).
-//   A width of 256 (forward only; (dk, dv) = (256, 256), (128, 256), (256, 128)): scores_kernel
-//   at dk = 256 67,840 B, 40 registers; scan_kernel at dk = 256 127,744 B, 106 registers (its
-//   state update in two 128-row passes, ScanSmem::advance; dk = 128 as above); vector scan_kernel
-//   55,552 B, 64 registers; vector_output_kernel (256, 256) 185,344 B, (256, 128) 168,960 B,
-//   (128, 256) 119,808 B (RWKV-6: + 4 dk B) with 163, 163, 102 registers (RWKV-6 128, 128, 64),
-//   its state piece 32 columns wide at dk = 256 (kOutputPiece); no spills. The backward's
-//   local_backward_kernel would take 242 KB (scalar gate, (256, 256)) or more, over the limit,
-//   with dQ and dK (64 x 256 each) in registers: with a width of 256 the backward is recurrent.
+//   A width of 256 ((dk, dv) = (256, 256), (128, 256), (256, 128)): scores_kernel at dk = 256
+//   67,840 B, 40 registers; scan_kernel and reverse_scan_kernel at dk = 256 127,744 B, 106 / 105
+//   registers (the state update in two 128-row passes, ScanSmem::advance; dk = 128 as above);
+//   vector scans 55,552 B, 64 / 62 registers; vector_output_kernel (256, 256) 185,344 B,
+//   (256, 128) 168,960 B, (128, 256) 119,808 B (RWKV-6: + 4 dk B) with 163, 163, 102 registers
+//   (RWKV-6 128, 128, 64), its state piece 32 columns wide at dk = 256 (kOutputPiece);
+//   local_backward_kernel, 128 key channels a CTA (kKeyBlock; one CTA at dk = 128, two at 256),
+//   so (256, 256) and (128, 256) take 174,720 B (vector 211,584 B, RWKV-6 212,096 B) with 247
+//   registers (vector 236; RWKV-6 245 at (256, 256), 248 at (128, 256)) and (256, 128) the (128,
+//   128) kernel's 141,952 B (vector 178,816 B, RWKV-6 179,328 B) with 247 registers (vector 236,
+//   RWKV-6 246). No spills anywhere (ptxas, nvcc 13.0, sm_90).
 #include "cuda/decay_attention_chunk.cuh"
 
 #include <cuda_bf16.h>
@@ -146,6 +153,8 @@ struct Args {
   float *dq, *dk;       // (B, T, HV, dk)  per value head (summed over a group afterwards)
   bf16 *dv, *dg;        // (B, T, HV, dv); (B, T, HV) scalar gate, (B, T, HV, dk) vector gate
   float* dbonus;        // RWKV-6 (B, NT, H, dk): each chunk's part of du (summed in chunk order after)
+  float* dv_part;       // dk = 256 (kKeyBlock): (dk / 128, B, T, HV, dv), each key block's part of dV
+  float* dg_part;       // dk = 256, scalar gate: (dk / 128, B, T, HV), each key block's part of dG
 };
 
 __device__ __forceinline__ float bf(bf16 x) { return __bfloat162float(x); }
@@ -642,6 +651,7 @@ __global__ void __launch_bounds__(kThreads, kScanCtasPerSm<VG>) reverse_scan_ker
 
 // ---- Backward pass 3: every chunk's gradients from h[n], dh[n] and its own tokens ----
 
+// DK here: the key channels of one CTA (kKeyBlock of the head's dk).
 template <int DK, int DV, bool VG, bool RW>
 struct LocalSmem {
   static constexpr int kLdK = DK + 8, kLdV = DV + 8;  // bf16 row strides
@@ -677,6 +687,16 @@ struct LocalSmem {
 template <int DK, int DV, bool VG>
 constexpr int kLocalCtasPerSm = !VG && DK == 64 && DV == 64 ? 2 : 1;
 
+// Key channels one local_backward_kernel CTA takes: all of them up to dk = 128; at dk = 256 two
+// CTAs a chunk take 128 each (64 x 256 dQ and dK accumulators, and the q, k, G and state tiles of
+// 256 channels, would not fit a CTA's registers and 227 KB). dQ, dK, a vector gate's dG and du are
+// per channel, so each CTA writes its own; dV and a scalar gate's dG sum over the channels, so
+// each CTA writes its part in fp32 (Args::dv_part, dg_part) and launch_backward adds the parts in
+// block order (write_column_sums: no atomics).
+constexpr int key_blocks(int64_t dk) { return dk > 128 ? int(dk / 128) : 1; }
+template <int DK>
+constexpr int kKeyBlock = DK / key_blocks(DK);
+
 // RW: RWKV-6's (vector gate only; mixers.md 11, CPU decay_chunk::backward with
 // ReadAt::before_update). Its differences from the vector gate's passes below:
 //   the query side reads the exclusive gate Gq_t = G_{t-1} (0 at t = 0): Aqk as vector_scores<RW>,
@@ -690,25 +710,28 @@ template <int DK, int DV, bool VG, bool RW>
 __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_backward_kernel(Args a) {
   static_assert(VG || !RW, "RWKV-6 has a vector gate");
   extern __shared__ float4 smem_raw[];
-  using Smem = LocalSmem<DK, DV, VG, RW>;
+  constexpr int KB = kKeyBlock<DK>, kBlocks = key_blocks(DK);  // this CTA's key channels d0 .. d0 + KB - 1
+  using Smem = LocalSmem<KB, DV, VG, RW>;
   const Smem sm(smem_raw);
   constexpr int kLdK = Smem::kLdK, kLdV = Smem::kLdV, kLdS = Smem::kLdS, kLdG = Smem::kLdG;
-  const int chunk = blockIdx.x, j = blockIdx.y, b = blockIdx.z, hq = j / (a.HV / a.H);
+  const int chunk = blockIdx.x / kBlocks, kb = blockIdx.x % kBlocks, d0 = kb * KB;
+  const int j = blockIdx.y, b = blockIdx.z, hq = j / (a.HV / a.H);
   const int t0 = chunk * C, n = min(C, a.T - t0);
   const int64_t head = int64_t(b) * a.HV + j;
   const int64_t tok0 = (int64_t(b) * a.T + t0) * a.HV + j;  // (B, T, HV) index of token t0
-  const int64_t qk0 = ((int64_t(b) * a.T + t0) * a.H + hq) * DK;
-  const int64_t state0 = (head * a.NT + chunk) * DK * DV;    // this chunk's h[n] and dh[n]
-  load_bf16_rows_async<C, DK>(sm.q, a.q + qk0, int64_t(a.H) * DK, n);
-  load_bf16_rows_async<C, DK>(sm.k, a.k + qk0, int64_t(a.H) * DK, n);
+  const int64_t qk0 = ((int64_t(b) * a.T + t0) * a.H + hq) * DK + d0;
+  const int64_t state0 = (head * a.NT + chunk) * DK * DV + int64_t(d0) * DV;  // rows d0.. of h[n], dh[n]
+  const int64_t part0 = kb * (int64_t(a.B) * a.T * a.HV);  // kBlocks > 1: this block's part of dV, dG
+  load_bf16_rows_async<C, KB>(sm.q, a.q + qk0, int64_t(a.H) * DK, n);
+  load_bf16_rows_async<C, KB>(sm.k, a.k + qk0, int64_t(a.H) * DK, n);
   load_bf16_rows_async<C, DV>(sm.v, a.v + tok0 * DV, int64_t(a.HV) * DV, n);
   load_bf16_rows_async<C, DV>(sm.dov, a.d_o + tok0 * DV, int64_t(a.HV) * DV, n);
   if constexpr (VG) {
-    vector_cumsum<DK>(sm.Gv, kLdG, sm.glast, a.g + tok0 * DK, int64_t(a.HV) * DK, n);
-    for (int i = threadIdx.x; i < C / 16 * DK; i += kThreads) sm.colKs[i] = 0.f;
-    for (int i = threadIdx.x; i < DK; i += kThreads) sm.hdh[i] = 0.f;  // summed in 3b
+    vector_cumsum<KB>(sm.Gv, kLdG, sm.glast, a.g + tok0 * DK + d0, int64_t(a.HV) * DK, n);
+    for (int i = threadIdx.x; i < C / 16 * KB; i += kThreads) sm.colKs[i] = 0.f;
+    for (int i = threadIdx.x; i < KB; i += kThreads) sm.hdh[i] = 0.f;  // summed in 3b
     if constexpr (RW)
-      for (int d = threadIdx.x; d < DK; d += kThreads) sm.u[d] = bf(a.bonus[hq * DK + d]);
+      for (int d = threadIdx.x; d < KB; d += kThreads) sm.u[d] = bf(a.bonus[hq * DK + d0 + d]);
   } else if (threadIdx.x < 32) {
     chunk_cumsum(sm.G, a.g + tok0, a.HV, n);
     __syncwarp();
@@ -728,14 +751,14 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
   //     on s <= t (o = Aqk V  =>  dAqk = dO V^T, and Aqk's gated factor is q_t . k_s). Vector
   //     gate: Aqk as in vector_scores_kernel, Ps = scale dO V^T masked (the decays are per channel).
   if constexpr (VG) {
-    vector_scores<DK, kLdK, kLdG, RW>(sm.aqk, kLdA, sm.q, sm.k, sm.Gv, a.scale, sm.u);
+    vector_scores<KB, kLdK, kLdG, RW>(sm.aqk, kLdA, sm.q, sm.k, sm.Gv, a.scale, sm.u);
     WarpTile<C, C> da;
     da.template mma<DV, false, false>([&](int r, int c) { return bf(sm.dov[r * kLdV + c]); },
                                       [&](int c, int s) { return bf(sm.v[s * kLdV + c]); });
     da.each([&](int r, int c, float x, int) { sm.ps[r * kLdA + c] = c <= r ? a.scale * x : 0.f; });
   } else {
     WarpTile<C, C> qk, da;
-    qk.mma<DK, false, false>(q_rows, [&](int d, int s) { return bf(sm.k[s * kLdK + d]); });
+    qk.mma<KB, false, false>(q_rows, [&](int d, int s) { return bf(sm.k[s * kLdK + d]); });
     da.mma<DV, false, false>([&](int r, int c) { return bf(sm.dov[r * kLdV + c]); },
                              [&](int c, int s) { return bf(sm.v[s * kLdV + c]); });
     store_decayed_scores(qk, sm.aqk, kLdA, sm.G, a.scale);
@@ -750,14 +773,14 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
   //     S_end = exp(G_last) h + ...      =>  <h, dh> for dG_last (3d); a vector gate keeps it per
   //                                          state row (rowsum(h (.) dh) into hdh, one owner
   //                                          thread per row: the 16 threads of a row reduce by shuffles)
-  WarpTile<C, DK> dq, dk;
+  WarpTile<C, KB> dq, dk;
   float hdh = 0.f;
   auto state_t = [&](int c, int d) { return sm.state[d * kLdS + c]; };  // (the piece of h or dh)^T
   constexpr int kQuads = kPiece / 4;                         // float4 pieces of a state row
-  constexpr int kStateLoads = DK * kQuads / kThreads;        // float4 pieces of dh a thread
-  static_assert(DK * kQuads % kThreads == 0 && kThreads % kQuads == 0, "whole state rows per pass");
+  constexpr int kStateLoads = KB * kQuads / kThreads;        // float4 pieces of dh a thread
+  static_assert(KB * kQuads % kThreads == 0 && kThreads % kQuads == 0, "whole state rows per pass");
   for (int c0 = 0; c0 < DV; c0 += kPiece) {
-    load_f32_rows_async<DK, kPiece>(sm.state, kLdS, a.h_start + state0 + c0, DV);
+    load_f32_rows_async<KB, kPiece>(sm.state, kLdS, a.h_start + state0 + c0, DV);
     wait_tiles();
     float4 dh_piece[kStateLoads];  // in flight during the product below
 #pragma unroll
@@ -789,16 +812,19 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
       WarpTile<C, kPiece> dv;
       auto dh_piece = [&](int d, int c) { return sm.state[d * kLdS + c]; };
       if constexpr (VG) {
-        dv.template mma<DK, true, true>([&](int r, int d) { return k_rows(r, d) * expf(sm.glast[d] - G_at(r, d)); },
+        dv.template mma<KB, true, true>([&](int r, int d) { return k_rows(r, d) * expf(sm.glast[d] - G_at(r, d)); },
                                         dh_piece);
       } else {
-        dv.template mma<DK, false, true>(k_rows, dh_piece);
+        dv.template mma<KB, false, true>(k_rows, dh_piece);
         dv.each([&](int r, int, float& x, int) { x *= sm.kdecay[r]; });
       }
       dv.mma<C, true, false>([&](int s, int t) { return sm.aqk[t * kLdA + s]; },  // Aqk^T[s][t]
                              [&](int t, int c) { return bf(sm.dov[t * kLdV + c0 + c]); });
       dv.each([&](int r, int c, float x, int) {
-        if (r < n) a.dv[(tok0 + int64_t(r) * a.HV) * DV + c0 + c] = __float2bfloat16_rn(x);
+        if (r >= n) return;
+        const int64_t i = (tok0 + int64_t(r) * a.HV) * DV + c0 + c;
+        if constexpr (kBlocks > 1) a.dv_part[part0 * DV + i] = x;  // this block's channels' part
+        else a.dv[i] = __float2bfloat16_rn(x);
       });
     }
     __syncthreads();  // every read of dh's piece is done before the next piece overwrites it
@@ -815,7 +841,7 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
     dk.each([&](int r, int d, float& x, int) { x *= expf(sm.glast[d] - G_at(r, d)); });
     dk.add_col_sums(sm.colKs, [&](int r, int d, float x) { return x * k_rows(r, d); });
     {
-      WarpTile<C, DK> pairs;
+      WarpTile<C, KB> pairs;
       const int ref = pairs.row0;
       pairs.template mma<C, true, true>(
           [&](int t, int s) { return sm.ps[t * kLdA + s]; },
@@ -827,7 +853,7 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
       });
     }
     {
-      WarpTile<C, DK> pairs;
+      WarpTile<C, KB> pairs;
       const int last = pairs.row0 + kSub - 1;
       pairs.template mma<C, true, true>(
           [&](int s, int t) { return sm.ps[t * kLdA + s]; },  // Ps^T[s][t]
@@ -846,8 +872,8 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
     dk.template mma<C, true, false>([&](int s, int t) { return sm.ps[t * kLdA + s]; }, q_rows);  // Ps^T[s][t]
   }
   auto store_dq_dk = [&] {
-    dq.each([&](int r, int d, float x, int) { if (r < n) a.dq[(tok0 + int64_t(r) * a.HV) * DK + d] = x; });
-    dk.each([&](int r, int d, float x, int) { if (r < n) a.dk[(tok0 + int64_t(r) * a.HV) * DK + d] = x; });
+    dq.each([&](int r, int d, float x, int) { if (r < n) a.dq[(tok0 + int64_t(r) * a.HV) * DK + d0 + d] = x; });
+    dk.each([&](int r, int d, float x, int) { if (r < n) a.dk[(tok0 + int64_t(r) * a.HV) * DK + d0 + d] = x; });
   };
   // 3d: dG_t = q_t . dQ_t - k_t . dK_t (4.10: q enters as q exp(G), k as k exp(-G)); a vector
   //     gate keeps it per channel: dG_t = q_t (.) dQ_t - k_t (.) dK_t, the last row's terms
@@ -867,18 +893,18 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
     }
     store_dq_dk();
     __syncthreads();
-    if (threadIdx.x < DK) {
+    if (threadIdx.x < KB) {
       const int d = threadIdx.x;
       float acc = expf(sm.glast[d]) * sm.hdh[d];
-      for (int i = 0; i < C / 16; i++) acc += sm.colKs[i * DK + d];
+      for (int i = 0; i < C / 16; i++) acc += sm.colKs[i * KB + d];
       for (int t = C - 1; t >= 0; t--) {  // g_t enters G_s for s >= t
         acc += sm.Gv[t * kLdG + d];
-        if (t < n) a.dg[(tok0 + int64_t(t) * a.HV) * DK + d] = __float2bfloat16_rn(acc);
+        if (t < n) a.dg[(tok0 + int64_t(t) * a.HV) * DK + d0 + d] = __float2bfloat16_rn(acc);
       }
       if constexpr (RW) {  // du's part: sum_t Ps[t,t] q_t[d] k_t[d] (rows past the end are zero)
         float du = 0.f;
         for (int t = 0; t < C; t++) du += sm.ps[t * kLdA + t] * q_rows(t, d) * k_rows(t, d);
-        a.dbonus[((int64_t(b) * a.NT + chunk) * a.H + hq) * DK + d] = du;
+        a.dbonus[((int64_t(b) * a.NT + chunk) * a.H + hq) * DK + d0 + d] = du;
       }
     }
     return;
@@ -899,7 +925,11 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
     for (int t = C - 2; t >= 0; t--) sm.dG[t] += sm.dG[t + 1];  // g_t enters G_s for s >= t
   }
   __syncthreads();
-  if (threadIdx.x < n) a.dg[tok0 + int64_t(threadIdx.x) * a.HV] = __float2bfloat16_rn(sm.dG[threadIdx.x]);
+  if (threadIdx.x < n) {
+    const int64_t i = tok0 + int64_t(threadIdx.x) * a.HV;
+    if constexpr (kBlocks > 1) a.dg_part[part0 + i] = sm.dG[threadIdx.x];  // this block's channels' part
+    else a.dg[i] = __float2bfloat16_rn(sm.dG[threadIdx.x]);
+  }
 }
 
 // ---- Host side ----
@@ -948,22 +978,37 @@ void launch_forward(const Args& a) {
 }
 
 // RW: RWKV-6's (VG), a.dbonus takes every chunk's part of du.
+// dk = 256: a.dv_part (and a scalar gate's a.dg_part) take the key blocks' parts (kKeyBlock).
 template <int DK, int DV, bool VG, bool RW>
 void launch_backward(const Args& a) {
-  using Local = LocalSmem<DK, DV, VG, RW>;
+  constexpr int kBlocks = key_blocks(DK);
+  using Local = LocalSmem<kKeyBlock<DK>, DV, VG, RW>;
   static_assert(Local::floats() % 4 == 0, "the bf16 tiles of LocalSmem start 16-byte aligned");
   constexpr int KT = scan_rows<DK, VG>();
   launch_scan<DK, VG>(a, DV);  // pass 1: every h[n]
   launch_kernel<ScanSmem<KT, VG>::bytes()>(reverse_scan_kernel<DK, KT, VG, RW>, scan_grid<DK, VG>(a, DV), a, DV);
-  launch_kernel<Local::bytes()>(local_backward_kernel<DK, DV, VG, RW>, dim3(a.NT, a.HV, a.B), a);
+  launch_kernel<Local::bytes()>(local_backward_kernel<DK, DV, VG, RW>, dim3(a.NT * kBlocks, a.HV, a.B), a);
+  if constexpr (kBlocks > 1) {  // dV and a scalar gate's dG: the key blocks' parts added in block order
+    const int64_t rows = int64_t(a.B) * a.T * a.HV;
+    write_column_sums(a.dv, a.dv_part, kBlocks, rows * DV);
+    if constexpr (!VG) write_column_sums(a.dg, a.dg_part, kBlocks, rows);
+  }
 }
 
-// fn(dk, dv, vector gate) with each as a compile-time constant: supported() dims, and for the
-// forward (BACKWARD false) also (dk, dv) = (256, 256), (128, 256), (256, 128) (forward_supported()).
-template <bool BACKWARD, class Fn>
+// The workspaces of launch_backward's key-block parts (one float each where dk <= 128).
+struct KeyBlockParts {
+  FloatScratch dv, dg;
+  static int64_t rows(const DecayAttentionDims& d) {
+    return key_blocks(d.dk) > 1 ? key_blocks(d.dk) * d.B * d.T * d.HV : 0;  // (blocks, B, T, HV)
+  }
+  explicit KeyBlockParts(const DecayAttentionDims& d) : dv(rows(d) * d.dv), dg(d.vector_gate ? 0 : rows(d)) {}
+  void set(Args& a) const { a.dv_part = dv.get(), a.dg_part = dg.get(); }
+};
+
+// fn(dk, dv, vector gate) with each as a compile-time constant, for supported() dims.
+template <class Fn>
 void dispatch(const DecayAttentionDims& d, Fn&& fn) {
-  HLA_CHECK(BACKWARD ? supported(d.dk, d.dv, DType::BF16) : forward_supported(d.dk, d.dv, DType::BF16),
-            "decay_attention chunk kernel: no ", BACKWARD ? "backward" : "forward", " at dk = ", d.dk, ", dv = ", d.dv);
+  HLA_CHECK(supported(d.dk, d.dv, DType::BF16), "decay_attention chunk kernel: no kernel at dk = ", d.dk, ", dv = ", d.dv);
   using K64 = std::integral_constant<int, 64>;
   using K128 = std::integral_constant<int, 128>;
   using K256 = std::integral_constant<int, 256>;
@@ -971,15 +1016,11 @@ void dispatch(const DecayAttentionDims& d, Fn&& fn) {
     if (d.vector_gate) fn(dk_, dv_, std::true_type{});
     else fn(dk_, dv_, std::false_type{});
   };
-  if constexpr (!BACKWARD) {
-    if (d.dk == 256 || d.dv == 256) {
-      if (d.dk == 128) gate(K128{}, K256{});
-      else if (d.dv == 128) gate(K256{}, K128{});
-      else gate(K256{}, K256{});
-      return;
-    }
-  }
-  if (d.dk == 64 && d.dv == 64) gate(K64{}, K64{});
+  if (d.dk == 256 || d.dv == 256) {
+    if (d.dk == 128) gate(K128{}, K256{});
+    else if (d.dv == 128) gate(K256{}, K128{});
+    else gate(K256{}, K256{});
+  } else if (d.dk == 64 && d.dv == 64) gate(K64{}, K64{});
   else if (d.dk == 64) gate(K64{}, K128{});
   else if (d.dv == 64) gate(K128{}, K64{});
   else gate(K128{}, K128{});
@@ -1002,23 +1043,18 @@ Args input_args(const void* q, const void* k, const void* v, const void* g, cons
 }  // namespace
 
 bool supported(int64_t dk, int64_t dv, DType dtype) {
-  return dtype == DType::BF16 && (dk == 64 || dk == 128) && (dv == 64 || dv == 128);
-}
-
-bool forward_supported(int64_t dk, int64_t dv, DType dtype) {
-  const bool wide = (dk == 128 || dk == 256) && (dv == 128 || dv == 256);  // with a 256 (or supported)
-  return supported(dk, dv, dtype) || (dtype == DType::BF16 && wide);
+  const bool narrow = (dk == 64 || dk == 128) && (dv == 64 || dv == 128);
+  const bool wide = (dk == 128 || dk == 256) && (dv == 128 || dv == 256);  // (256, 256), (128, 256), (256, 128)
+  return dtype == DType::BF16 && (narrow || wide);
 }
 
 const char* kernel_label(int64_t dk, int64_t dv, DType dtype) {
-  if (supported(dk, dv, dtype)) return "chunked fwd+bwd (mma)";
-  return forward_supported(dk, dv, dtype) ? "chunked fwd (mma), recurrent bwd" : "recurrent";
+  return supported(dk, dv, dtype) ? "chunked fwd+bwd (mma)" : "recurrent";
 }
 
 bool takes(int64_t B, int64_t T, int64_t dk, int64_t dv, DType dtype, const void* q, const void* k, const void* v,
-           const void* vector_gate, bool backward) {
-  const bool dims = backward ? supported(dk, dv, dtype) : forward_supported(dk, dv, dtype);
-  return T > 1 && B > 0 && dims && aligned16(q) && aligned16(k) && aligned16(v) &&
+           const void* vector_gate) {
+  return T > 1 && B > 0 && supported(dk, dv, dtype) && aligned16(q) && aligned16(k) && aligned16(v) &&
          (!vector_gate || aligned16(vector_gate));
 }
 
@@ -1030,7 +1066,7 @@ void forward(void* o, float* ht, const void* q, const void* k, const void* v, co
   FloatScratch work(d.vector_gate ? d.B * d.HV * a.NT * d.dk * d.dv : d.B * d.HV * a.NT * C * C);
   if (d.vector_gate) a.h_start = work.get();
   else a.aqk = work.get();
-  dispatch<false>(d, [&](auto dk_, auto dv_, auto vector_gate) {
+  dispatch(d, [&](auto dk_, auto dv_, auto vector_gate) {
     launch_forward<decltype(dk_)::value, decltype(dv_)::value, decltype(vector_gate)::value>(a);
   });
 }
@@ -1042,7 +1078,7 @@ void rwkv6_forward(void* o, float* ht, const void* r, const void* k, const void*
   a.o = static_cast<bf16*>(o), a.ht = ht, a.bonus = static_cast<const bf16*>(u);
   FloatScratch h_start(d.B * d.H * a.NT * d.dk * d.dv);  // (B, H, NT, dk, dv)
   a.h_start = h_start.get();
-  dispatch<false>(dims, [&](auto dk_, auto dv_, auto) {
+  dispatch(dims, [&](auto dk_, auto dv_, auto) {
     launch_vector_forward<decltype(dk_)::value, decltype(dv_)::value, true>(a);
   });
 }
@@ -1060,7 +1096,9 @@ void backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, float* gra
   a.d_o = static_cast<const bf16*>(grad_o), a.dht = grad_ht, a.dh0 = grad_h0;
   a.dq = dq.get(), a.dk = dk.get();
   a.dv = static_cast<bf16*>(grad_v), a.dg = static_cast<bf16*>(grad_g);
-  dispatch<true>(d, [&](auto dk_, auto dv_, auto vector_gate) {
+  const KeyBlockParts parts(d);
+  parts.set(a);
+  dispatch(d, [&](auto dk_, auto dv_, auto vector_gate) {
     launch_backward<decltype(dk_)::value, decltype(dv_)::value, decltype(vector_gate)::value, false>(a);
   });
   recurrence::group_sum(static_cast<bf16*>(grad_q), dq.get(), d.B * d.T, d.H, d.HV / d.H, d.dk);
@@ -1082,7 +1120,9 @@ void rwkv6_backward(void* grad_r, void* grad_k, void* grad_v, void* grad_w, void
   a.d_o = static_cast<const bf16*>(grad_o), a.dht = grad_ht, a.dh0 = grad_h0;
   a.dq = dr.get(), a.dk = dk.get(), a.dbonus = du_parts.get();  // du_parts: (B, NT, H, dk)
   a.dv = static_cast<bf16*>(grad_v), a.dg = static_cast<bf16*>(grad_w);
-  dispatch<true>(dims, [&](auto dk_, auto dv_, auto) {
+  const KeyBlockParts parts(dims);
+  parts.set(a);
+  dispatch(dims, [&](auto dk_, auto dv_, auto) {
     launch_backward<decltype(dk_)::value, decltype(dv_)::value, true, true>(a);
   });
   recurrence::group_sum(static_cast<bf16*>(grad_r), dr.get(), d.B * d.T, d.H, 1, d.dk);

@@ -5,10 +5,9 @@
 // of cuda/recurrence.cuh for every other case. Both directions read only the inputs and the
 // initial state, so a chunked forward and a recurrent backward (or the reverse) mix freely.
 //
-// Scope: BF16 storage (fp32 math and state), grouped value heads, dk and dv in {64, 128} (and
-// dk, dv in {128, 256} for the forward, forward_supported; the backward's local kernel would need
-// over 227 KB of shared memory and twice the accumulator registers there), chunks
-// of kChunk = 64 tokens, any T, optional initial state and final-state gradient. A scalar log
+// Scope: BF16 storage (fp32 math and state), grouped value heads, dk and dv in {64, 128} or in
+// {128, 256} (at dk = 256 the backward's chunk-local pass splits the key channels over two CTAs
+// a chunk), chunks of kChunk = 64 tokens, any T, optional initial state and final-state gradient. A scalar log
 // gate g: (B, T, HV) (RetNet, Mamba-2) or a vector log gate g: (B, T, HV, dk) (GLA, HGRN-2; its
 // in-chunk pair terms in 16-token sub-chunks, mixers.md 4.4), forward and backward; RWKV-6
 // (mixers.md 11, ReadAt::before_update), forward and backward, on the vector-gate kernels.
@@ -23,23 +22,19 @@ namespace hla::cuda::decay_chunk {
 
 constexpr int kChunk = 64;
 
-// Both directions, for either gate: dk, dv in {64, 128}.
+// Both directions, for either gate and RWKV-6: dk, dv in {64, 128}, and (dk, dv) = (256, 256),
+// (128, 256), (256, 128).
 bool supported(int64_t dk, int64_t dv, DType dtype);
-// The forward, for either gate and RWKV-6: supported() dims and (dk, dv) = (256, 256), (128, 256),
-// (256, 128) (the backward's local kernel does not fit 227 KB of shared memory with a width of
-// 256, so the backward stays recurrent there).
-bool forward_supported(int64_t dk, int64_t dv, DType dtype);
-// What runs at these dims (gpu-check's kernel label): "chunked fwd+bwd (mma)", "chunked fwd
-// (mma), recurrent bwd" or "recurrent".
+// What runs at these dims (gpu-check's kernel label): "chunked fwd+bwd (mma)" or "recurrent".
 const char* kernel_label(int64_t dk, int64_t dv, DType dtype);
 
-// Whether a call runs here: supported() dims (forward_supported() where BACKWARD is false), 16-byte aligned q, k, v and vector gate (its tiles
+// Whether a call runs here: supported() dims, 16-byte aligned q, k, v and vector gate (its tiles
 // are copied 16 bytes at a time too; null for a scalar gate), and T > 1 (a single token, a
 // decoding step, is one recurrent update, cheaper than a one-token chunk; an empty batch
 // launches nothing). The fp32 states h0 and grad_ht, when given, must be 16-byte aligned as well
 // (forward and backward check it).
 bool takes(int64_t B, int64_t T, int64_t dk, int64_t dv, DType dtype, const void* q, const void* k, const void* v,
-           const void* vector_gate, bool backward);
+           const void* vector_gate);
 
 // cuda::decay_attention_forward for supported() dims: bf16 o, q, k, v, g (q, k, v 16-byte
 // aligned), fp32 h0 (null = zeros) and ht. Workspace: scalar gate 4 B x B HV ceil(T / 64) 64 x 64
@@ -57,7 +52,8 @@ void rwkv6_forward(void* o, float* ht, const void* r, const void* k, const void*
 // exclusive query gate and bonus): writes bf16 grad_r, grad_k, grad_v, grad_w, grad_u and fp32
 // grad_h0 (null = not wanted); grad_o bf16 (16-byte aligned), grad_ht fp32 (null = no gradient on
 // the final state). grad_u is summed over the batch and the chunks in a fixed order (no atomics).
-// Workspace: 2 x 4 B x B H ceil(T / 64) dk dv + 2 x 4 B x B T H dk + 4 B x B ceil(T / 64) H dk.
+// Workspace: 2 x 4 B x B H ceil(T / 64) dk dv + 2 x 4 B x B T H dk + 4 B x B ceil(T / 64) H dk,
+// and at dk = 256 the two key blocks' parts of dV, 2 x 4 B x B T H dv.
 void rwkv6_backward(void* grad_r, void* grad_k, void* grad_v, void* grad_w, void* grad_u, float* grad_h0,
                     const void* grad_o, const float* grad_ht, const void* r, const void* k, const void* v,
                     const void* w, const void* u, const float* h0, const Rwkv6Dims& d);
@@ -65,7 +61,8 @@ void rwkv6_backward(void* grad_r, void* grad_k, void* grad_v, void* grad_w, void
 // cuda::decay_attention_backward for supported() dims: writes bf16 grad_q, grad_k, grad_v,
 // grad_g and fp32 grad_h0 (null = not wanted); grad_o bf16 (16-byte aligned), grad_ht fp32
 // (null = no gradient on the final state). Workspace: 2 x 4 B x B HV ceil(T / 64) dk dv (every
-// chunk-start state and its gradient) + 2 x 4 B x B T HV dk (per-value-head dq, dk).
+// chunk-start state and its gradient) + 2 x 4 B x B T HV dk (per-value-head dq, dk), and at
+// dk = 256 the two key blocks' parts of dV, 2 x 4 B x B T HV dv (and of a scalar gate's dg).
 void backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, float* grad_h0, const void* grad_o,
               const float* grad_ht, const void* q, const void* k, const void* v, const void* g, const float* h0,
               const DecayAttentionDims& d);

@@ -1,7 +1,6 @@
 // RWKV-6 on the GPU: the chunked tensor-core forward and backward of
-// cuda/decay_attention_chunk.cu where they apply (decay_chunk::takes: dk, dv in {64, 128} both
-// directions, dk, dv in {128, 256} with a 256 the forward only), else the recurrent kernels
-// of cuda/recurrence.cuh with Op::Rwkv6 (o reads the state before the token's update, plus the
+// cuda/decay_attention_chunk.cu where they apply (decay_chunk::takes: dk, dv in {64, 128} or in
+// {128, 256}), else the recurrent kernels of cuda/recurrence.cuh with Op::Rwkv6 (o reads the state before the token's update, plus the
 // bonus (r . (u * k)) v). The recurrent backward's bonus gradients need v . do per token,
 // computed here first; u's gradient is summed over the batch and segments (chunks for the
 // chunked backward) in a fixed order. Both directions read only the inputs, so a chunked and a
@@ -29,7 +28,7 @@ Args<S> rwkv6_args(const void* r, const void* k, const void* v, const void* w, c
 
 void rwkv6_forward(void* o, float* ht, const void* r, const void* k, const void* v, const void* w, const void* u,
                    const float* h0, const Rwkv6Dims& d, DType dtype) {
-  if (decay_chunk::takes(d.B, d.T, d.dk, d.dv, dtype, r, k, v, w, false)) {
+  if (decay_chunk::takes(d.B, d.T, d.dk, d.dv, dtype, r, k, v, w)) {
     decay_chunk::rwkv6_forward(o, ht, r, k, v, w, u, h0, d);
     return;
   }
@@ -45,7 +44,7 @@ void rwkv6_forward(void* o, float* ht, const void* r, const void* k, const void*
 void rwkv6_backward(void* grad_r, void* grad_k, void* grad_v, void* grad_w, void* grad_u, float* grad_h0,
                     const void* grad_o, const float* grad_ht, const void* r, const void* k, const void* v,
                     const void* w, const void* u, const float* h0, const Rwkv6Dims& d, DType dtype) {
-  if (decay_chunk::takes(d.B, d.T, d.dk, d.dv, dtype, r, k, v, w, true) && aligned16(grad_o)) {
+  if (decay_chunk::takes(d.B, d.T, d.dk, d.dv, dtype, r, k, v, w) && aligned16(grad_o)) {
     decay_chunk::rwkv6_backward(grad_r, grad_k, grad_v, grad_w, grad_u, grad_h0, grad_o, grad_ht, r, k, v, w, u, h0,
                                 d);
     return;

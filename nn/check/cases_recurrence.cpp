@@ -213,8 +213,10 @@ void add_decay_cases() {
   // recurrent kernel (fp32 storage never takes the chunked path); under RetNet's constant near-1
   // decays they check that its decay keeps full fp32 precision over a memory of hundreds of
   // tokens (cuda/recurrence.cuh, decay()). The dk = dv = 256 rows (fla's 340M layout) take the
-  // chunked forward and the recurrent backward: both gates, T = 70, 193 (partial last chunks) and
-  // 64, with and without h0 and the final state's gradient; so do (128, 256) and (256, 128).
+  // chunked forward and backward too (the backward's chunk-local pass in two 128-channel key
+  // blocks): both gates, T = 70, 130, 193 (partial last chunks), 64 and 1000 (16 chunks), grouped
+  // value heads (H 2 / HV 4), with and without h0 and the final state's gradient; so do
+  // (128, 256) and (256, 128) for both gates.
   struct ChunkRow {
     int64_t B, T, H, HV, dk, dv;
     DecayGate gate;
@@ -250,6 +252,10 @@ void add_decay_cases() {
            ChunkRow{1, 64, 1, 2, 256, 256, DecayGate::Vector, true, -3.0, false},
            ChunkRow{1, 70, 2, 2, 128, 256, DecayGate::Gla, true},
            ChunkRow{1, 193, 1, 2, 256, 128, DecayGate::RetNet, true},
+           ChunkRow{2, 130, 2, 4, 256, 256, DecayGate::Mamba2, true},
+           ChunkRow{1, 1000, 1, 1, 256, 256, DecayGate::Gla, true},
+           ChunkRow{1, 100, 1, 2, 128, 256, DecayGate::RetNet, false, 0.0, false},
+           ChunkRow{1, 130, 2, 2, 256, 128, DecayGate::Vector, false},
        }) {
     // Mamba-2 reads unit-norm queries at scale 1; RetNet (and the plain gate) scale 1 / sqrt(dk).
     const bool mamba2 = r.gate == DecayGate::Mamba2;
@@ -346,11 +352,11 @@ void add_rwkv6_cases() {
     const Rwkv6Case c{2, 5, 2, 3, 2, 1.0, 0.0, 1.0, 0.6, chunk};
     add_case(grad_case("rwkv6", chunk > 0 ? "rwkv6 chunked" : "rwkv6", 20, rwkv6_inputs(c), rwkv6_op(c.scale, chunk)));
   }
-  // bf16 rows with dk, dv in {64, 128} take the chunked forward and backward (cuda/decay_attention_chunk.cu):
-  // every (dk, dv) class, partial last chunks (T = 130, 100, 193), long sequences (64 chunks),
-  // and the gate logsigmoid(N(-3, 1)) (~-3 a step: the exclusive in-chunk gate passes -88 within
-  // ~30 tokens); (96, 40) and fp32 run the recurrent kernel, (128, 256) and (256, 128) the chunked
-  // forward and the recurrent backward.
+  // bf16 rows with dk, dv in {64, 128} or {128, 256} take the chunked forward and backward
+  // (cuda/decay_attention_chunk.cu): every (dk, dv) class, partial last chunks (T = 130, 100, 193),
+  // long sequences (64 chunks; 16 at dk = dv = 256), and the gate logsigmoid(N(-3, 1)) (~-3 a
+  // step: the exclusive in-chunk gate passes -88 within ~30 tokens); (96, 40) and fp32 run the
+  // recurrent kernel.
   for (const auto& [B, T, H, dk, dv, gate_shift] : {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, double>{
                                                         2, 130, 3, 64, 64, 0.0},
                                                     {2, 50, 2, 96, 40, 1.0},
@@ -360,15 +366,17 @@ void add_rwkv6_cases() {
                                                     {3, 64, 2, 128, 64, 1.0},
                                                     {2, 4096, 2, 128, 128, 0.0},  // long
                                                     {1, 70, 2, 128, 256, 0.0},
-                                                    {1, 193, 2, 256, 128, 1.0}}) {
+                                                    {1, 193, 2, 256, 128, 1.0},
+                                                    {2, 130, 2, 256, 256, -3.0},
+                                                    {1, 1000, 1, 256, 256, 0.0}}) {  // 16 chunks
     const Rwkv6Case c{B, T, H, dk, dv, unit_std(dk), gate_shift, 0.5, 1.0, 0};
     add_case(gpu_case("rwkv6", "rwkv6" + dims(B, T, H, H, dk, dv), rwkv6_kernel(dk, dv), rwkv6_inputs(c),
                       rwkv6_op(1.0, 0)));
   }
   // The rows above run the chunked backward too, all with an initial state and a final-state
   // gradient; these take either away: no h0 (T = 70, 333: partial last chunks; 128 a multiple
-  // of 64), o the only output (the final state's gradient zero), or both, at dk = dv = 64 and 128;
-  // at dk = dv = 256 (T = 70, 193, 64) the chunked forward and the recurrent backward.
+  // of 64), o the only output (the final state's gradient zero), or both, at dk = dv = 64, 128 and
+  // 256 (T = 70, 193, 64).
   struct StateRow {
     int64_t B, T, H, D;
     bool initial_state, final_state;

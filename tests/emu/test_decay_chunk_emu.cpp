@@ -2,8 +2,8 @@
 // (tests/emu/include/emu.h) and compares them with fp64 CPU references: RWKV-6's token
 // recurrence (the formulas of nn/ops/rwkv6.cpp) for decay_chunk::rwkv6_forward / rwkv6_backward,
 // and the CPU chunked references decay_chunk::forward / backward (nn/ops/chunk_util.h) for the
-// scalar- and vector-gate forward and backward, at head widths 64, 128 and 256 (forward only at
-// 256, where the backward stays recurrent) and the mixed (128, 256) / (256, 128).
+// scalar- and vector-gate forward and backward, at head widths 64, 128 and 256 and the mixed
+// (128, 256) / (256, 128) (at dk = 256 the backward's chunk-local pass runs as two key blocks).
 // Tolerances are gpu-check's bf16 ones (relative RMS); the exit status is 1 when a row fails.
 #include "decay_attention_chunk_host.cpp"
 
@@ -101,8 +101,8 @@ static Head<double> reference_head(const Buf& q, const Buf& k, const Buf& v, con
 }
 
 static void rwkv6_case(int64_t B, int64_t T, int64_t H, int64_t D, bool with_h0, bool with_dht, double shift,
-                       uint64_t seed) {
-  const int64_t dk = D, dv = D;
+                       uint64_t seed, int64_t DV = 0) {
+  const int64_t dk = D, dv = DV ? DV : D;
   std::mt19937_64 rng(seed);
   Buf r, k, v, w, u, h0, dO, dht;
   const double rk = 1.0 / std::sqrt(double(dk));
@@ -160,8 +160,12 @@ static void rwkv6_case(int64_t B, int64_t T, int64_t H, int64_t D, bool with_h0,
   for (int64_t h = 0; h < H; h++)
     for (int64_t i = 0; i < dk; i++) eu.add(at(gu, h * dk + i), du_ref(h, i));
   char label[160];
-  std::snprintf(label, sizeof label, "rwkv6 B%ld T%ld H%ld D%ld h0 %d dht %d shift %g", long(B), long(T), long(H),
-                long(D), int(with_h0), int(with_dht), shift);
+  if (dv == dk)
+    std::snprintf(label, sizeof label, "rwkv6 B%ld T%ld H%ld D%ld h0 %d dht %d shift %g", long(B), long(T), long(H),
+                  long(D), int(with_h0), int(with_dht), shift);
+  else
+    std::snprintf(label, sizeof label, "rwkv6 B%ld T%ld H%ld dk%ld dv%ld h0 %d dht %d", long(B), long(T), long(H),
+                  long(dk), long(dv), int(with_h0), int(with_dht));
   const double tol = 1e-2;  // gpu-check's bf16_grad (relative RMS)
   report(label, "dr", er, tol), report(label, "dk", ek, tol), report(label, "dv", ev, tol);
   report(label, "dw", ew, tol), report(label, "du", eu, tol), report(label, "dh0", eh0, tol);
@@ -169,10 +173,11 @@ static void rwkv6_case(int64_t B, int64_t T, int64_t H, int64_t D, bool with_h0,
   report(label, "cpu-chunk vs recurrent dr", cr, 1e-12), report(label, "cpu-chunk vs recurrent dw", cw, 1e-12);
 }
 
-// GLA (after_update) through the existing vector-gate backward: validates the emulator on a
-// kernel the H200 has passed.
-static void gla_case(int64_t B, int64_t T, int64_t H, int64_t D, uint64_t seed, bool vg = true) {
-  const int64_t dk = D, dv = D;
+// The scalar- or vector-gate (GLA, after_update) backward against the CPU chunked reference; the
+// D64 GLA row validates the emulator on a kernel the H200 has passed. DV = 0: dv = dk = D.
+static void gla_case(int64_t B, int64_t T, int64_t H, int64_t D, uint64_t seed, bool vg = true, int64_t DV = 0,
+                     bool with_h0 = true, bool with_dht = true) {
+  const int64_t dk = D, dv = DV ? DV : D;
   std::mt19937_64 rng(seed);
   Buf q, k, v, g, h0, dO, dht;
   const double rk = 1.0 / std::sqrt(double(dk));
@@ -186,14 +191,16 @@ static void gla_case(int64_t B, int64_t T, int64_t H, int64_t D, uint64_t seed, 
   const DecayAttentionDims d{B, T, H, H, dk, dv, vg, 1.0, 0, DType::F32};
   std::vector<Bf16> gq(q.b.size()), gk(k.b.size()), gv(v.b.size()), gg(g.b.size());
   std::vector<float> gh0(h0.f.size());
-  cuda::decay_chunk::backward(gq.data(), gk.data(), gv.data(), gg.data(), gh0.data(), dO.b.data(), dht.f.data(),
-                              q.b.data(), k.b.data(), v.b.data(), g.b.data(), h0.f.data(), d);
+  cuda::decay_chunk::backward(gq.data(), gk.data(), gv.data(), gg.data(), gh0.data(), dO.b.data(),
+                              with_dht ? dht.f.data() : nullptr, q.b.data(), k.b.data(), v.b.data(), g.b.data(),
+                              with_h0 ? h0.f.data() : nullptr, d);
   Err eq, ek, ev, eg, eh0;
   for (int64_t b = 0; b < B; b++)
     for (int64_t h = 0; h < H; h++) {
-      const Head<double> x = reference_head(q, k, v, g, vg, nullptr, h0.ref.data(), b, h, T, H, dk, dv);
+      const Head<double> x =
+          reference_head(q, k, v, g, vg, nullptr, with_h0 ? h0.ref.data() : nullptr, b, h, T, H, dk, dv);
       const Mat<double> d_o = decay_chunk::gather_head(dO.ref.data(), b, h, T, H, dv);
-      const Mat<double> ds = decay_chunk::gather_state(dht.ref.data(), b, h, H, dk, dv);
+      const Mat<double> ds = decay_chunk::gather_state(with_dht ? dht.ref.data() : nullptr, b, h, H, dk, dv);
       const HeadGrads<double> c =
           decay_chunk::backward<double, true>(x, d_o, ds, 1.0, 16, decay_chunk::ReadAt::after_update);
       for (int64_t t = 0; t < T; t++) {
@@ -208,7 +215,12 @@ static void gla_case(int64_t B, int64_t T, int64_t H, int64_t D, uint64_t seed, 
       for (int64_t i = 0; i < dk * dv; i++) eh0.add(gh0[(b * H + h) * dk * dv + i], c.ds0(i / dv, i % dv));
     }
   char label[160];
-  std::snprintf(label, sizeof label, "%s B%ld T%ld H%ld D%ld", vg ? "gla" : "scalar bwd", long(B), long(T), long(H), long(D));
+  if (dv == dk && with_h0 && with_dht)
+    std::snprintf(label, sizeof label, "%s B%ld T%ld H%ld D%ld", vg ? "gla" : "scalar bwd", long(B), long(T), long(H),
+                  long(D));
+  else
+    std::snprintf(label, sizeof label, "%s B%ld T%ld H%ld dk%ld dv%ld h0 %d dht %d", vg ? "vector bwd" : "scalar bwd",
+                  long(B), long(T), long(H), long(dk), long(dv), int(with_h0), int(with_dht));
   report(label, "dq", eq, 1e-2), report(label, "dk", ek, 1e-2), report(label, "dv", ev, 1e-2);
   report(label, "dg", eg, 1e-2), report(label, "dh0", eh0, 1e-2);
 }
@@ -255,7 +267,8 @@ static void forward_case(int kind, int64_t B, int64_t T, int64_t H, int64_t D, b
   report(label, "o", eo, 5e-3), report(label, "ht", eht, 5e-3);
 }
 
-// Every case by default (ctest); a group by name: rwkv6, gla, scalar, fwd (D64, D128), fwd256, mixed.
+// Every case by default (ctest); a group by name: rwkv6, gla, scalar, fwd (D64, D128), fwd256, mixed,
+// bwd256 (every gate's backward at (256, 256), (128, 256), (256, 128)).
 int main(int argc, char** argv) {
   const std::string which = argc > 1 ? argv[1] : "all";
   auto wants = [&](const char* group) { return which == "all" || which == group; };
@@ -283,6 +296,15 @@ int main(int argc, char** argv) {
     for (auto [dk, dv] : {std::pair<int64_t, int64_t>{128, 256}, {256, 128}})
       for (int kind = 0; kind < 3; kind++)
         for (int64_t T : {64, 70}) forward_case(kind, 1, T, 1, dk, T != 64, 200 * kind + T + dk, dv);
+  if (wants("bwd256"))
+    for (auto [dk, dv] : {std::pair<int64_t, int64_t>{256, 256}, {128, 256}, {256, 128}})
+      for (int kind = 0; kind < 3; kind++)  // scalar gate, vector gate, RWKV-6
+        for (int64_t T : {64, 70, 130}) {
+          const bool with_h0 = T != 64, with_dht = T != 130;  // neither, both, h0 alone
+          const uint64_t seed = 300 * kind + T + dk + 2 * dv;
+          if (kind == 2) rwkv6_case(1, T, 1, dk, with_h0, with_dht, 0.0, seed, dv);
+          else gla_case(1, T, 1, dk, seed, kind == 1, dv, with_h0, with_dht);
+        }
   std::printf(g_fail ? "SOME FAILED\n" : "ALL OK\n");
   return g_fail;
 }
