@@ -1,7 +1,7 @@
 // RWKV-6 on the GPU: the chunked tensor-core forward and backward of
 // cuda/decay_attention_chunk.cu where they apply (decay_chunk::takes: dk, dv in {64, 128} or in
-// {128, 256}), else the recurrent kernels of cuda/recurrence.cuh with Op::Rwkv6 (o reads the state before the token's update, plus the
-// bonus (r . (u * k)) v). The recurrent backward's bonus gradients need v . do per token,
+// {128, 256}), else the recurrent kernels of cuda/recurrence.cuh with Op::Rwkv6 (o reads the
+// state before the token's update, plus the bonus (r . (u * k)) v). The recurrent backward's bonus gradients need v . do per token,
 // computed here first; u's gradient is summed over the batch and segments (chunks for the
 // chunked backward) in a fixed order. Both directions read only the inputs, so a chunked and a
 // recurrent direction mix freely.
