@@ -69,6 +69,13 @@ __device__ __forceinline__ void load_f32_rows_async(float* dst, int ld, const fl
   }
 }
 
+// Waits for this thread's cp.async copies, then for the block's: the tiles are ready for all.
+__device__ __forceinline__ void wait_tiles() {
+  cp_async_commit();
+  cp_async_wait_all();
+  __syncthreads();
+}
+
 template <int M, int N, int WARPS>
 struct WarpTile {
   static constexpr int kRowTiles = M / 16;

@@ -122,6 +122,9 @@ __device__ __forceinline__ float bf(bf16 x) { return __bfloat162float(x); }
 template <int M, int N>
 using WarpTile = chunk_mma::WarpTile<M, N, kWarps>;
 using chunk_mma::load_bf16_rows;
+using chunk_mma::load_bf16_rows_async;
+using chunk_mma::load_f32_rows_async;
+using chunk_mma::wait_tiles;
 
 // ROWS rows of W floats (rows `stride` apart, 16-byte aligned) into a (ROWS, LD) shared tile;
 // rows n .. ROWS - 1 become zeros.
@@ -304,29 +307,58 @@ struct ScanSmem {
   }
 };
 
+// Where a scan CTA's chunk tiles start: per (b, value head j) and key width DK.
+template <int DK>
+struct ScanTiles {
+  int T, NT, bi;
+  int64_t head, qk0, qk_stride;  // (b, j) of the (B, HV, ..) workspaces; q / k head hq's token 0; row stride
+  __device__ ScanTiles(const ChunkArgs& a, int bi_, int j)
+      : T(a.T), NT(a.NT), bi(bi_), head(int64_t(bi_) * a.HV + j),
+        qk0((int64_t(bi_) * a.T * a.H + j / (a.HV / a.H)) * DK), qk_stride(int64_t(a.H) * DK) {}
+  __device__ int rows(int chunk) const { return min(C, T - chunk * C); }            // valid tokens
+  __device__ int64_t row0(int chunk) const { return head * NT * C + chunk * C; }    // first workspace row
+  __device__ const bf16* qk(const bf16* x, int chunk) const { return x + qk0 + chunk * C * qk_stride; }
+};
+
+
+// Forward pass 2 (and the backward's replay of it). Every load is a cp.async tile, and each tile
+// is copied as soon as its last reader is done: W and G (read by 2a only) for the next chunk
+// during 2b and 2c, q and Aqk (2b only; the forward alone reads them) during 2c; at the top of
+// a chunk only k and U remain (U lands in sm.vnew, which 2a turns into Vnew in place), so a
+// chunk waits for one memory round trip, with those copies already in flight (at dk = 128 the
+// 227 KB budget of two CTAs leaves no room for second k / U buffers).
 template <int DK, int DV>
 __global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
   extern __shared__ float4 smem_raw[];
   using Smem = ScanSmem<DK, DV>;
   const Smem sm(smem_raw);
   constexpr int BV = Smem::BV, kLdH = Smem::kLdH, kLdW = Smem::kLdW, kLdK = Smem::kLdK;
-  const int v0 = blockIdx.x * BV, j = blockIdx.y, bi = blockIdx.z, hq = j / (a.HV / a.H);
+  const int v0 = blockIdx.x * BV, j = blockIdx.y, bi = blockIdx.z;
   const int64_t head = int64_t(bi) * a.HV + j;
+  const ScanTiles<DK> tiles(a, bi, j);
+  auto copy_w_g = [&](int chunk) {
+    load_f32_rows_async<C, DK>(sm.W, kLdW, a.W + tiles.row0(chunk) * DK, DK);
+    load_f32_rows_async<1, C>(sm.G, C, a.G + tiles.row0(chunk), 0);
+  };
+  auto copy_q_aqk = [&](int chunk) {
+    load_bf16_rows_async<C, DK>(sm.q, tiles.qk(a.q, chunk), tiles.qk_stride, tiles.rows(chunk));
+    load_f32_rows_async<C, C>(sm.aqk, kLdC, a.Aqk + (head * a.NT + chunk) * C * C, C);
+  };
+  copy_w_g(0);
+  if (a.o) copy_q_aqk(0);
   sm.load_state(a.h0 ? a.h0 + head * DK * DV : nullptr, v0);
   auto h_op = [&](int d, int c) { return sm.h[d * kLdH + c]; };  // h[d][c] as an mma B operand
   for (int chunk = 0; chunk < a.NT; chunk++) {
-    const int t0 = chunk * C, n = min(C, a.T - t0);
-    const int64_t row0 = head * a.NT * C + t0;  // first workspace row of the chunk
-    load_bf16_rows<C, DK>(sm.q, a.q + ((int64_t(bi) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
-    load_bf16_rows<C, DK>(sm.k, a.k + ((int64_t(bi) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
-    load_f32_rows<DK, kLdW>(sm.W, a.W + row0 * DK, DK);
-    load_f32_rows<C, kLdC>(sm.aqk, a.Aqk + (head * a.NT + chunk) * C * C, C);
-    if (threadIdx.x < C) sm.G[threadIdx.x] = a.G[row0 + threadIdx.x];
-    __syncthreads();
+    const int t0 = chunk * C, n = tiles.rows(chunk);
+    const int64_t row0 = tiles.row0(chunk);  // first workspace row of the chunk
+    const bool more = chunk + 1 < a.NT;
+    load_bf16_rows_async<C, DK>(sm.k, tiles.qk(a.k, chunk), tiles.qk_stride, n);
+    load_f32_rows_async<C, BV>(sm.vnew, kLdH, a.U + row0 * DV + v0, DV);
+    wait_tiles();  // this chunk's tiles, and the previous update's h
     if (a.h_start) {  // the backward keeps every chunk-start state h[n] (4.9 step 1)
       sm.store_state(a.h_start + (head * a.NT + chunk) * DK * DV, v0);
     }
-    // 2a: Vnew = U - W h (rows past n are 0 - 0 h = 0); U straight from global memory.
+    // 2a: Vnew = U - W h (rows past n are 0 - 0 h = 0), in place of U in sm.vnew.
     {
       if (threadIdx.x < C) {
         sm.expG[threadIdx.x] = expf(sm.G[threadIdx.x]);
@@ -335,7 +367,7 @@ __global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
       WarpTile<C, BV> wh;
       wh.mma<DK, true, true>([&](int r, int d) { return sm.W[r * kLdW + d]; }, h_op);
       wh.each([&](int r, int c, float x, int) {
-        const float u = a.U[(row0 + r) * DV + v0 + c] - x;
+        const float u = sm.vnew[r * kLdH + c] - x;
         sm.vnew[r * kLdH + c] = u;
         if (r < n && a.residual) {  // the backward's replay (4.9 step 1) writes no outputs
           const int64_t idx = ((int64_t(bi) * a.T + t0 + r) * a.HV + j) * DV + v0 + c;  // (B, T, HV, dv)
@@ -344,7 +376,8 @@ __global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
         }
       });
     }
-    __syncthreads();
+    __syncthreads();  // Vnew is complete; W and G are read
+    if (more) copy_w_g(chunk + 1);
     // 2b: o = scale exp(G) (.) (Q h) + Aqk Vnew (Aqk already holds scale and the decays).
     if (a.o) {
       WarpTile<C, BV> qh, av;
@@ -356,6 +389,8 @@ __global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
           a.o[((int64_t(bi) * a.T + t0 + r) * a.HV + j) * DV + v0 + c] =
               __float2bfloat16_rn(a.scale * sm.expG[r] * x + av.at(slot));
       });
+      __syncthreads();  // q and Aqk are read
+      if (more) copy_q_aqk(chunk + 1);
     }
     // 2c: h <- exp(G_last) h + K^T diag(exp(G_last - G)) Vnew.
     sm.update_state(sm.expG[C - 1], [&](auto& hn, int d0) {
@@ -371,28 +406,40 @@ __global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
 // ---------------------------------------------------------------------------------------------
 // Backward pass 3 (4.9 step 3): per (b, j, 32 columns of dv), a reverse scan over chunks
 // carrying dS = dL/d(state), in the scan's shared-memory layout (sm.h holds dS, sm.vnew dVnew).
-// dO and dU are read straight from global memory (as the scan reads U).
+// Tiles as in the scan: k, Aqk and G (read by 3b and its exp step only) for the next chunk are
+// copied during 3c; q, W and the dU tile (bf16, in sm.vnew's place until 3b turns it into
+// dVnew) at the top of a chunk, one round trip. dO is still read from global memory inside the
+// 3b and 3c products (a 5 KB tile has no room beside the others at dk = 128 with two CTAs).
 
 template <int DK, int DV>
 __global__ void __launch_bounds__(kThreads, 2) reverse_scan_kernel(ChunkArgs a) {
   extern __shared__ float4 smem_raw[];
   using Smem = ScanSmem<DK, DV>;
   const Smem sm(smem_raw);
-  constexpr int BV = Smem::BV, kLdH = Smem::kLdH, kLdW = Smem::kLdW, kLdK = Smem::kLdK;
-  const int v0 = blockIdx.x * BV, j = blockIdx.y, bi = blockIdx.z, hq = j / (a.HV / a.H);
+  constexpr int BV = Smem::BV, kLdH = Smem::kLdH, kLdW = Smem::kLdW, kLdK = Smem::kLdK, kLdR = BV + 8;
+  const int v0 = blockIdx.x * BV, j = blockIdx.y, bi = blockIdx.z;
   const int64_t head = int64_t(bi) * a.HV + j;
+  const ScanTiles<DK> tiles(a, bi, j);
+  bf16* dres = reinterpret_cast<bf16*>(sm.vnew);  // (C, kLdR) dU, until 3b writes dVnew there
+  static_assert(sizeof(bf16) * kLdR <= sizeof(float) * kLdH, "the dU tile fits in sm.vnew");
+  auto copy_k_aqk_g = [&](int chunk) {
+    load_bf16_rows_async<C, DK>(sm.k, tiles.qk(a.k, chunk), tiles.qk_stride, tiles.rows(chunk));
+    load_f32_rows_async<C, C>(sm.aqk, kLdC, a.Aqk + (head * a.NT + chunk) * C * C, C);
+    load_f32_rows_async<1, C>(sm.G, C, a.G + tiles.row0(chunk), 0);
+  };
+  copy_k_aqk_g(a.NT - 1);
   sm.load_state(a.dht ? a.dht + head * DK * DV : nullptr, v0);
   auto ds_op = [&](int d, int c) { return sm.h[d * kLdH + c]; };  // dS[d][c] as an mma B operand
   for (int chunk = a.NT - 1; chunk >= 0; chunk--) {
-    const int t0 = chunk * C, n = min(C, a.T - t0);
-    const int64_t row0 = head * a.NT * C + t0;                 // first workspace row of the chunk
-    const int64_t tok0 = (int64_t(bi) * a.T + t0) * a.HV + j;  // (B, T, HV) index of token t0
-    load_bf16_rows<C, DK>(sm.q, a.q + ((int64_t(bi) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
-    load_bf16_rows<C, DK>(sm.k, a.k + ((int64_t(bi) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
-    load_f32_rows<DK, kLdW>(sm.W, a.W + row0 * DK, DK);
-    load_f32_rows<C, kLdC>(sm.aqk, a.Aqk + (head * a.NT + chunk) * C * C, C);
-    if (threadIdx.x < C) sm.G[threadIdx.x] = a.G[row0 + threadIdx.x];
-    __syncthreads();
+    const int n = tiles.rows(chunk);
+    const int64_t row0 = tiles.row0(chunk);                              // first workspace row
+    const int64_t tok0 = (int64_t(bi) * a.T + chunk * C) * a.HV + j;    // (B, T, HV) index of token t0
+    load_bf16_rows_async<C, DK>(sm.q, tiles.qk(a.q, chunk), tiles.qk_stride, n);
+    load_f32_rows_async<C, DK>(sm.W, kLdW, a.W + row0 * DK, DK);
+    // dU rows past n (and all of them without a residual gradient) are zeros
+    load_bf16_rows_async<C, BV>(dres, (a.d_res ? a.d_res : a.d_o) + tok0 * DV + v0, int64_t(a.HV) * DV,
+                                a.d_res ? n : 0);
+    wait_tiles();  // this chunk's tiles, and the previous update's dS
     // 3a: dh[n] = dS, the gradient of chunk n's END state.
     sm.store_state(a.dh_end + (head * a.NT + chunk) * DK * DV, v0);
     if (threadIdx.x < C) {
@@ -408,12 +455,14 @@ __global__ void __launch_bounds__(kThreads, 2) reverse_scan_kernel(ChunkArgs a) 
       WarpTile<C, BV> dvn;
       dvn.mma<C, true, false>([&](int s, int t) { return sm.aqk[t * kLdC + s]; }, d_o);
       dvn.mma<DK, true, true>([&](int s, int d) { return bf(sm.k[s * kLdK + d]) * sm.kdecay[s]; }, ds_op);
+      dvn.each([&](int s, int c, float& x, int) { x += bf(dres[s * kLdR + c]); });
+      __syncthreads();  // every dU is read (and k, Aqk, G): dVnew takes the dU tile's place
       dvn.each([&](int s, int c, float x, int) {
-        const float du = s < n && a.d_res ? bf(a.d_res[(tok0 + int64_t(s) * a.HV) * DV + v0 + c]) : 0.f;
-        sm.vnew[s * kLdH + c] = x + du;
-        a.dvnew[(row0 + s) * DV + v0 + c] = x + du;
+        sm.vnew[s * kLdH + c] = x;
+        a.dvnew[(row0 + s) * DV + v0 + c] = x;
       });
     }
+    if (chunk > 0) copy_k_aqk_g(chunk - 1);
     __syncthreads();
     // 3c: dS <- exp(G_last) dS + scale Qg^T dO - W^T dVnew   (h[n] feeds the end state, o and Vnew)
     sm.update_state(sm.expG[C - 1], [&](auto& dsn, int d0) {

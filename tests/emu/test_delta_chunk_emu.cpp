@@ -117,6 +117,16 @@ static void report(const std::string& what, const char* name, const Err& e, doub
   std::printf("%-50s %-4s max_abs %.3e  max_abs/max|ref| %.3e  rms_rel %.3e %s\n", what.c_str(), name, e.max_abs,
               e.max_abs / std::max(e.ref_max, 1e-300), e.rms_rel(), ok ? "ok" : "FAIL");
 }
+// FNV-1a over the bytes of every buffer a case's kernels write: equal hashes = bit-identical
+// results (printed per case, to compare two versions of the kernels).
+struct Hash {
+  uint64_t h = 1469598103934665603ull;
+  template <class V>
+  void add(const V& x) {
+    const auto* p = reinterpret_cast<const unsigned char*>(x.data());
+    for (size_t i = 0; i < x.size() * sizeof(x[0]); i++) h = (h ^ p[i]) * 1099511628211ull;
+  }
+};
 static double at(const std::vector<Bf16>& x, int64_t i) { return __bfloat162float(x[i]); }
 static double at(const std::vector<float>& x, int64_t i) { return x[i]; }
 
@@ -205,6 +215,10 @@ static void run(const Case& c, uint64_t seed) {
   std::snprintf(label, sizeof label, "%s%s B%ld T%ld H%ld HV%ld dk%ld dv%ld h0 %d dht %d", c.gated ? "gdn" : "deltanet",
                 c.tied ? "" : " b,w", long(B), long(T), long(H), long(HV), long(dk), long(dv), int(c.with_h0),
                 int(c.with_dht));
+  Hash hash;
+  for (const auto* x : {&o, &res, &gq, &gk, &gv, &gg, &gb, &gw}) hash.add(*x);
+  for (const auto* x : {&ht, &u_f32, &gh0}) hash.add(*x);
+  std::printf("%-50s hash %016llx\n", label, (unsigned long long)hash.h);
   const double out = 5e-3, grad = 1e-2;  // gpu-check's bf16_out, bf16_grad
   report(label, "o", eo, out), report(label, "u", eu, out), report(label, "ht", eht, out);
   report(label, "dq", eq, grad), report(label, "dk", ek, grad), report(label, "dv", ev, grad);
