@@ -121,22 +121,9 @@ __device__ __forceinline__ float bf(bf16 x) { return __bfloat162float(x); }
 
 template <int M, int N>
 using WarpTile = chunk_mma::WarpTile<M, N, kWarps>;
-using chunk_mma::load_bf16_rows;
 using chunk_mma::load_bf16_rows_async;
 using chunk_mma::load_f32_rows_async;
 using chunk_mma::wait_tiles;
-
-// ROWS rows of W floats (rows `stride` apart, 16-byte aligned) into a (ROWS, LD) shared tile;
-// rows n .. ROWS - 1 become zeros.
-template <int W, int LD, int ROWS = C>
-__device__ __forceinline__ void load_f32_rows(float* dst, const float* src, int64_t stride, int n = ROWS) {
-  constexpr int kPieces = W / 4;
-  for (int i = threadIdx.x; i < ROWS * kPieces; i += kThreads) {
-    const int r = i / kPieces, c = (i % kPieces) * 4;
-    *reinterpret_cast<float4*>(dst + r * LD + c) =
-        r < n ? *reinterpret_cast<const float4*>(src + r * stride + c) : make_float4(0.f, 0.f, 0.f, 0.f);
-  }
-}
 
 // ---------------------------------------------------------------------------------------------
 // Pass 1: per chunk, G, L, Aqk, A = (I + L)^{-1}, W, U.
@@ -166,9 +153,9 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
   const int chunk = blockIdx.x, j = blockIdx.y, bi = blockIdx.z, hq = j / (a.HV / a.H);
   const int t0 = chunk * C, n = min(C, a.T - t0);
   const int64_t head = int64_t(bi) * a.HV + j;  // (b, j) of (B, HV, ..) workspaces
-  load_bf16_rows<C, DK>(sm.q, a.q + ((int64_t(bi) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
-  load_bf16_rows<C, DK>(sm.k, a.k + ((int64_t(bi) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
-  load_bf16_rows<C, DV>(sm.v, a.v + ((int64_t(bi) * a.T + t0) * a.HV + j) * DV, int64_t(a.HV) * DV, n);
+  load_bf16_rows_async<C, DK>(sm.q, a.q + ((int64_t(bi) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
+  load_bf16_rows_async<C, DK>(sm.k, a.k + ((int64_t(bi) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
+  load_bf16_rows_async<C, DV>(sm.v, a.v + ((int64_t(bi) * a.T + t0) * a.HV + j) * DV, int64_t(a.HV) * DV, n);
   if (threadIdx.x < C) {
     const int tt = threadIdx.x;
     const bool ok = tt < n;
@@ -177,7 +164,7 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
     sm.colu[tt] = ok ? bf(a.w[idx]) : 0.f;
     sm.G[tt] = ok && a.g ? bf(a.g[idx]) : 0.f;
   }
-  __syncthreads();
+  wait_tiles();
   // 1a: G = inclusive cumsum of g (warp 0, two tokens per lane).
   if (threadIdx.x < 32) {
     const int lane = threadIdx.x;
@@ -319,7 +306,6 @@ struct ScanTiles {
   __device__ int64_t row0(int chunk) const { return head * NT * C + chunk * C; }    // first workspace row
   __device__ const bf16* qk(const bf16* x, int chunk) const { return x + qk0 + chunk * C * qk_stride; }
 };
-
 
 // Forward pass 2 (and the backward's replay of it). Every load is a cp.async tile, and each tile
 // is copied as soon as its last reader is done: W and G (read by 2a only) for the next chunk
@@ -539,9 +525,9 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   const int64_t qk0 = ((int64_t(bi) * a.T + t0) * a.H + hq) * DK;
   const int64_t vrow = int64_t(a.HV) * DV;                   // row stride of (B, T, HV, dv)
   float* dW_global = a.W + row0 * DK;                        // (C, DK) of (B, HV, NT * C, dk)
-  load_bf16_rows<C, DK>(sm.q, a.q + qk0, int64_t(a.H) * DK, n);
-  load_bf16_rows<C, DK>(sm.k, a.k + qk0, int64_t(a.H) * DK, n);
-  load_f32_rows<C, kLdC>(sm.A, a.A + (head * a.NT + chunk) * C * C, C);
+  load_bf16_rows_async<C, DK>(sm.q, a.q + qk0, int64_t(a.H) * DK, n);
+  load_bf16_rows_async<C, DK>(sm.k, a.k + qk0, int64_t(a.H) * DK, n);
+  load_f32_rows_async<C, C>(sm.A, kLdC, a.A + (head * a.NT + chunk) * C * C, C);
   if (threadIdx.x < C) {
     const int r = threadIdx.x;
     const bool ok = r < n;
@@ -550,7 +536,7 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     sm.G[r] = a.G[row0 + r];
   }
   for (int i = threadIdx.x; i < 8 * C; i += kThreads) sm.rowG[i] = 0.f;  // rowG, rowKg, rowB, rowW
-  __syncthreads();
+  wait_tiles();
   if (threadIdx.x < C) {
     const int r = threadIdx.x;
     sm.expG[r] = expf(sm.G[r]);
@@ -564,9 +550,9 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   // Value slice c0 .. c0 + VS - 1 of dO (rows past n zero), Vnew and dVnew into sm.dov, sm.vnew,
   // sm.dvnew (dVnew is zero past n: pass 3 writes Aqk^T dO + Kg dS + dU with zero rows there).
   auto load_slices = [&](int c0) {
-    load_bf16_rows<C, VS>(sm.dov, a.d_o + tok0 * DV + c0, vrow, n);
-    load_f32_rows<VS, kLdSf>(sm.vnew, a.vnew + tok0 * DV + c0, vrow, n);
-    load_f32_rows<VS, kLdSf>(sm.dvnew, a.dvnew + row0 * DV + c0, DV);
+    load_bf16_rows_async<C, VS>(sm.dov, a.d_o + tok0 * DV + c0, vrow, n);
+    load_f32_rows_async<C, VS>(sm.vnew, kLdSf, a.vnew + tok0 * DV + c0, vrow, n);
+    load_f32_rows_async<C, VS>(sm.dvnew, kLdSf, a.dvnew + row0 * DV + c0, DV);
   };
   auto dov_rows = [&](int r, int c) { return bf(sm.dov[r * kLdS + c]); };  // dO[r][c0 + c]
   auto dvnew_rows = [&](int r, int c) { return sm.dvnew[r * kLdSf + c]; };
@@ -580,16 +566,17 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     WarpTile<C, KB> dq, dw, dk;
     for (int c0 = 0; c0 < DV; c0 += VS) {
       load_slices(c0);
-      for (int i = threadIdx.x; i < KB * VS / 4; i += kThreads) {  // block (d0.., c0..) of h[n], dh[n]
+      const int64_t block = state0 + int64_t(d0) * DV + c0;  // block (d0.., c0..) of h[n], dh[n]
+      load_f32_rows_async<KB, VS>(sm.h, kLdSf, a.h_start + block, DV);
+      load_f32_rows_async<KB, VS>(sm.dh, kLdSf, a.dh_end + block, DV);
+      wait_tiles();
+#pragma unroll 1
+      for (int i = threadIdx.x; i < KB * VS / 4; i += kThreads) {  // h . dh over the pieces this thread copied
         const int d = i / (VS / 4), c = (i % (VS / 4)) * 4;
-        const int64_t at = state0 + int64_t(d0 + d) * DV + c0 + c;
-        const float4 x = *reinterpret_cast<const float4*>(a.h_start + at);
-        const float4 y = *reinterpret_cast<const float4*>(a.dh_end + at);
-        *reinterpret_cast<float4*>(sm.h + d * kLdSf + c) = x;
-        *reinterpret_cast<float4*>(sm.dh + d * kLdSf + c) = y;
+        const float4 x = *reinterpret_cast<const float4*>(sm.h + d * kLdSf + c);
+        const float4 y = *reinterpret_cast<const float4*>(sm.dh + d * kLdSf + c);
         hdh += x.x * y.x + x.y * y.y + x.z * y.z + x.w * y.w;
       }
-      __syncthreads();
       auto h_t = [&](int c, int d) { return sm.h[d * kLdSf + c]; };    // h^T[c][d]
       auto dh_t = [&](int c, int d) { return sm.dh[d * kLdSf + c]; };  // dh^T[c][d]
       dq.mma<VS, false, true>(dov_rows, h_t);
@@ -614,13 +601,13 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   hdh = block_sum(hdh, sm.red);
   // Phase B (4c-4f; steps 2, 6, 8), over the value slices: dAqk = scale dO Vnew^T (scale enters
   //   below), dU Y^T = dVnew V^T, and dY = A^T dU  ->  dv = w dY,  dw = v . dY.
-  load_f32_rows<C, kLdC>(sm.pair, a.Aqk + (head * a.NT + chunk) * C * C, C);
+  load_f32_rows_async<C, C>(sm.pair, kLdC, a.Aqk + (head * a.NT + chunk) * C * C, C);
   WarpTile<C, C> da, uy;
   // The slices go in reverse: the last one phase A loaded (c0 = DV - VS) is still in place.
   for (int c0 = DV - VS; c0 >= 0; c0 -= VS) {
     if (c0 != DV - VS) load_slices(c0);
-    load_bf16_rows<C, VS>(sm.vv, a.v + tok0 * DV + c0, vrow, n);
-    __syncthreads();
+    load_bf16_rows_async<C, VS>(sm.vv, a.v + tok0 * DV + c0, vrow, n);
+    wait_tiles();
     da.mma<VS, false, true>(dov_rows, [&](int c, int s) { return sm.vnew[s * kLdSf + c]; });
     uy.mma<VS, true, false>(dvnew_rows, [&](int c, int s) { return bf(sm.vv[s * kLdS + c]); });
     WarpTile<C, VS> dy;
@@ -673,8 +660,8 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   //   dE = exp(G) dEhat + P2 K  ->  dK += beta dE,  db = k . dE;
   //   dQ += Ps K,  dK += Ps^T Q + (diag(beta) P2)^T K;  dQ and dK written.
   for (int d0 = 0; d0 < DK; d0 += KB) {
-    load_f32_rows<KB, kLdKB>(sm.dW, dW_global + d0, DK);
-    __syncthreads();
+    load_f32_rows_async<C, KB>(sm.dW, kLdKB, dW_global + d0, DK);  // this CTA's phase A writes, before barriers
+    wait_tiles();
     auto k_blk = [&](int s, int d) { return k_rows(s, d0 + d); };
     WarpTile<C, KB> dq, dk;  // phase A's parts, read back by the threads that wrote them
     dq.each([&](int r, int d, float& x, int) { x = r < n ? a.dq[(tok0 + int64_t(r) * a.HV) * DK + d0 + d] : 0.f; });
