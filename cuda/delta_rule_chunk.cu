@@ -247,20 +247,38 @@ struct ScanSmem {
   // so it has at most 128 rows): DK / kRows tiles of (kRows, BV).
   static constexpr int kRows = DK < 128 ? DK : 128, kRowBlocks = DK / kRows;
   static constexpr int kLdH = BV + 4, kLdW = DK + 4, kLdK = DK + 8;
+  static constexpr int kLdO = BV + 8;  // bf16 row stride of a (C, BV) tile
+  // Aqk is lower triangular (s <= t): its rows are stored packed, row t at aqk_row(t), in the
+  // t / 4 + 1 pieces of 4 floats that hold s = 0 .. t (kAqk floats in all, half a full tile).
+  static constexpr int kAqk = 4 * (C + 2 * (C / 4) * (C / 4 - 1));
   float* h;      // (DK, kLdH)  the state's columns v0 .. v0 + BV - 1
   float* W;      // (C, kLdW)
   float* vnew;   // (C, kLdH)
-  float* aqk;    // (C, kLdC)
+  float* aqk;    // (kAqk) packed rows
   float *G, *expG, *kdecay;  // (C): G, exp(G), exp(G_last - G)
   bf16 *q, *k;   // (C, kLdK)
+  bf16* dov;     // (C, kLdO) the reverse scan's dO columns
   static constexpr size_t bytes() {
-    return sizeof(float) * (size_t(DK) * kLdH + C * kLdW + C * kLdH + C * kLdC + 3 * C) +
-           sizeof(bf16) * 2 * C * kLdK;
+    return sizeof(float) * (size_t(DK) * kLdH + C * kLdW + C * kLdH + kAqk + 3 * C) +
+           sizeof(bf16) * (2 * C * kLdK + C * kLdO);
   }
   __device__ explicit ScanSmem(void* p) {
     h = static_cast<float*>(p), W = h + DK * kLdH, vnew = W + C * kLdW, aqk = vnew + C * kLdH;
-    G = aqk + C * kLdC, expG = G + C, kdecay = expG + C;
-    q = reinterpret_cast<bf16*>(kdecay + C), k = q + C * kLdK;
+    G = aqk + kAqk, expG = G + C, kdecay = expG + C;
+    q = reinterpret_cast<bf16*>(kdecay + C), k = q + C * kLdK, dov = k + C * kLdK;
+  }
+  __device__ static int aqk_row(int t) {
+    const int a = t / 4, b = t % 4;  // pieces before row t: sum over i < t of (i / 4 + 1)
+    return 4 * (t + 2 * a * (a - 1) + a * b);
+  }
+  // Aqk[t][s] (0 above the diagonal).
+  __device__ float aqk_at(int t, int s) const { return s <= t ? aqk[aqk_row(t) + s] : 0.f; }
+  // The packed lower triangle of chunk `chunk`'s (C, C) Aqk in the workspace, through cp.async.
+  __device__ void copy_aqk(const float* src) const {
+    for (int i = threadIdx.x; i < C * C / 4; i += kThreads) {
+      const int t = i / (C / 4), c = (i % (C / 4)) * 4;
+      if (c <= t) cp_async_16(aqk + aqk_row(t) + c, src + t * C + c, true);
+    }
   }
   // h <- columns v0 .. v0 + BV - 1 of a (DK, DV) fp32 state in global memory (zeros when null).
   __device__ void load_state(const float* src, int v0) const {
@@ -328,7 +346,7 @@ __global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
   };
   auto copy_q_aqk = [&](int chunk) {
     load_bf16_rows_async<C, DK>(sm.q, tiles.qk(a.q, chunk), tiles.qk_stride, tiles.rows(chunk));
-    load_f32_rows_async<C, C>(sm.aqk, kLdC, a.Aqk + (head * a.NT + chunk) * C * C, C);
+    sm.copy_aqk(a.Aqk + (head * a.NT + chunk) * C * C);
   };
   copy_w_g(0);
   if (a.o) copy_q_aqk(0);
@@ -368,7 +386,7 @@ __global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
     if (a.o) {
       WarpTile<C, BV> qh, av;
       qh.mma<DK, false, true>([&](int r, int d) { return bf(sm.q[r * kLdK + d]); }, h_op);
-      av.mma<C, true, true>([&](int r, int s) { return sm.aqk[r * kLdC + s]; },
+      av.mma<C, true, true>([&](int r, int s) { return sm.aqk_at(r, s); },
                             [&](int s, int c) { return sm.vnew[s * kLdH + c]; });
       qh.each([&](int r, int c, float x, int slot) {
         if (r < n)
@@ -393,24 +411,23 @@ __global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
 // Backward pass 3 (4.9 step 3): per (b, j, 32 columns of dv), a reverse scan over chunks
 // carrying dS = dL/d(state), in the scan's shared-memory layout (sm.h holds dS, sm.vnew dVnew).
 // Tiles as in the scan: k, Aqk and G (read by 3b and its exp step only) for the next chunk are
-// copied during 3c; q, W and the dU tile (bf16, in sm.vnew's place until 3b turns it into
-// dVnew) at the top of a chunk, one round trip. dO is still read from global memory inside the
-// 3b and 3c products (a 5 KB tile has no room beside the others at dk = 128 with two CTAs).
+// copied during 3c; q, W, dO and the dU tile (bf16, in sm.vnew's place until 3b turns it into
+// dVnew) at the top of a chunk, one round trip.
 
 template <int DK, int DV>
 __global__ void __launch_bounds__(kThreads, 2) reverse_scan_kernel(ChunkArgs a) {
   extern __shared__ float4 smem_raw[];
   using Smem = ScanSmem<DK, DV>;
   const Smem sm(smem_raw);
-  constexpr int BV = Smem::BV, kLdH = Smem::kLdH, kLdW = Smem::kLdW, kLdK = Smem::kLdK, kLdR = BV + 8;
+  constexpr int BV = Smem::BV, kLdH = Smem::kLdH, kLdW = Smem::kLdW, kLdK = Smem::kLdK, kLdO = Smem::kLdO;
   const int v0 = blockIdx.x * BV, j = blockIdx.y, bi = blockIdx.z;
   const int64_t head = int64_t(bi) * a.HV + j;
   const ScanTiles<DK> tiles(a, bi, j);
-  bf16* dres = reinterpret_cast<bf16*>(sm.vnew);  // (C, kLdR) dU, until 3b writes dVnew there
-  static_assert(sizeof(bf16) * kLdR <= sizeof(float) * kLdH, "the dU tile fits in sm.vnew");
+  bf16* dres = reinterpret_cast<bf16*>(sm.vnew);  // (C, kLdO) dU, until 3b writes dVnew there
+  static_assert(sizeof(bf16) * kLdO <= sizeof(float) * kLdH, "the dU tile fits in sm.vnew");
   auto copy_k_aqk_g = [&](int chunk) {
     load_bf16_rows_async<C, DK>(sm.k, tiles.qk(a.k, chunk), tiles.qk_stride, tiles.rows(chunk));
-    load_f32_rows_async<C, C>(sm.aqk, kLdC, a.Aqk + (head * a.NT + chunk) * C * C, C);
+    sm.copy_aqk(a.Aqk + (head * a.NT + chunk) * C * C);
     load_f32_rows_async<1, C>(sm.G, C, a.G + tiles.row0(chunk), 0);
   };
   copy_k_aqk_g(a.NT - 1);
@@ -422,6 +439,7 @@ __global__ void __launch_bounds__(kThreads, 2) reverse_scan_kernel(ChunkArgs a) 
     const int64_t tok0 = (int64_t(bi) * a.T + chunk * C) * a.HV + j;    // (B, T, HV) index of token t0
     load_bf16_rows_async<C, DK>(sm.q, tiles.qk(a.q, chunk), tiles.qk_stride, n);
     load_f32_rows_async<C, DK>(sm.W, kLdW, a.W + row0 * DK, DK);
+    load_bf16_rows_async<C, BV>(sm.dov, a.d_o + tok0 * DV + v0, int64_t(a.HV) * DV, n);
     // dU rows past n (and all of them without a residual gradient) are zeros
     load_bf16_rows_async<C, BV>(dres, (a.d_res ? a.d_res : a.d_o) + tok0 * DV + v0, int64_t(a.HV) * DV,
                                 a.d_res ? n : 0);
@@ -433,15 +451,13 @@ __global__ void __launch_bounds__(kThreads, 2) reverse_scan_kernel(ChunkArgs a) 
       sm.kdecay[threadIdx.x] = expf(sm.G[C - 1] - sm.G[threadIdx.x]);
     }
     __syncthreads();
-    auto d_o = [&](int t, int c) {  // dO[t][c] of this column tile, rows past n zero
-      return t < n ? bf(a.d_o[(tok0 + int64_t(t) * a.HV) * DV + v0 + c]) : 0.f;
-    };
+    auto d_o = [&](int t, int c) { return bf(sm.dov[t * kLdO + c]); };  // dO[t][c], rows past n zero
     // 3b: dVnew = Aqk^T dO + Kg dS + dU   (Vnew feeds o, the end state and the residual output u)
     {
       WarpTile<C, BV> dvn;
-      dvn.mma<C, true, false>([&](int s, int t) { return sm.aqk[t * kLdC + s]; }, d_o);
+      dvn.mma<C, true, false>([&](int s, int t) { return sm.aqk_at(t, s); }, d_o);
       dvn.mma<DK, true, true>([&](int s, int d) { return bf(sm.k[s * kLdK + d]) * sm.kdecay[s]; }, ds_op);
-      dvn.each([&](int s, int c, float& x, int) { x += bf(dres[s * kLdR + c]); });
+      dvn.each([&](int s, int c, float& x, int) { x += bf(dres[s * kLdO + c]); });
       __syncthreads();  // every dU is read (and k, Aqk, G): dVnew takes the dU tile's place
       dvn.each([&](int s, int c, float x, int) {
         sm.vnew[s * kLdH + c] = x;
