@@ -14,8 +14,9 @@
 //   tiles of 32, one per CTA, held in shared memory. Up to dk = 128 a CTA needs < 113 KB of
 //   shared memory and 128 registers a thread, so two fit on an SM: at the anchor shape
 //   B * HV * 4 = 256 CTAs are all resident on the 132 SMs, and one CTA's chunk loads overlap the
-//   other's math. At dk = 256 (194 KB: the W rows alone are 66 KB) one fits; its state update
-//   runs in two 128-row blocks (a WarpTile has at most 128 rows):
+//   other's math. At dk = 256 (190 KB: the W rows alone are 66 KB) one fits; its state update
+//   runs in two 128-row blocks (a WarpTile has at most 128 rows). The chunks run in sequence,
+//   so a chunk's memory round trips are the scans' floor (see "Memory" below):
 //     2a  Vnew = U - W h                            -> residual (bf16) and u_f32    (4.8, mma)
 //     2b  o = scale (Q (.) exp(G)) h + Aqk Vnew                                   (4.6, mma)
 //     2c  h <- exp(G_last) h + (K (.) exp(G_last - G))^T Vnew                     (4.8, mma)
@@ -27,6 +28,7 @@
 //     3a  dh[n] = dS (gradient of chunk n's end state)
 //     3b  dVnew = Aqk^T dO + Kg dS + dU                                                (mma)
 //     3c  dS <- exp(G_last) dS + scale Qg^T dO - W^T dVnew;  finally dh0 = dS          (mma)
+//   (3b's dU enters through a bf16 tile in sm.vnew's place, which 3b then overwrites with dVnew.)
 //   Pass 4 (local_backward_kernel, grid (NT, HV, B), every chunk in parallel; steps 2, 4-8;
 //   dk-wide work in blocks of 128 key dims, dv-wide operands in slices of 32 columns: the
 //   order below is that of the math, the kernel's phases A-C are listed at the kernel):
@@ -57,15 +59,31 @@
 // every later state), a large part of the 5e-3 output budget. The price is 2x their traffic
 // (about 0.06 ms at B4 T4096 H16 D128 on an H200).
 //
+// Memory. Every kernel loads its tiles with cp.async (chunk_mma::load_bf16_rows_async,
+// load_f32_rows_async), all of a group in flight at once and waited for once (wait_tiles): one
+// memory round trip where a load-then-store loop pays one per iteration (the compiler cannot
+// move a load above a store that may alias it). The scans copy each tile for the next chunk as
+// soon as its last reader in this chunk is done: forward W and G after 2a, q and Aqk after 2b
+// (the forward's only: the replay skips 2b and never loads them); reverse k, Aqk and G after 3b.
+// What is left for the top of a chunk (forward: k and U, the latter straight into sm.vnew where
+// 2a turns it into Vnew in place; reverse: q, W, dO and dU) is one round trip, in flight together
+// with the prefetched tiles. Second buffers for those would need 27 KB more at dk = 128, which
+// two CTAs an SM do not have. Aqk is lower triangular and the scans keep it packed (row t in
+// t / 4 + 1 pieces of 4 floats, 8.5 KB instead of 17 KB), which makes room for the reverse
+// scan's dO tile at dk = 128.
+//
 // Shared memory per CTA (bytes(), each checked against 227 KB at compile time in launch_kernel):
 //   dk \ dv    prepare (64 / 128 / 256)      scan, reverse scan    local backward (dv <= 128 / 256)
-//   64          62.0 / 70.0 / 86.0 KB          70.8 KB               159.1 / 135.1 KB
-//   128         78.0 / 86.0 / 102.0 KB         111.8 KB              209.1 / 153.1 KB
-//   256         110.0 / 118.0 / 134.0 KB       193.8 KB              185.1 KB
+//   64          62.0 / 70.0 / 86.0 KB          67.3 KB               159.1 / 135.1 KB
+//   128         78.0 / 86.0 / 102.0 KB         108.3 KB              209.1 / 153.1 KB
+//   256         110.0 / 118.0 / 134.0 KB       190.3 KB              185.1 KB
+// Registers a thread (ptxas, nvcc 13.0, sm_90; every dv): prepare 59-128, scan 125 / 125 / 127
+// and reverse scan 122 / 128 / 128 at dk = 64 / 128 / 256 (launch bounds of two CTAs: at most
+// 128), local backward 191-255; no spills.
 //
 // Fragments are gathered from shared memory element by element through accessors (A(r, k),
-// B(k, n) as floats), one code path for every product, transposed or scaled; ldmatrix tiles and
-// cp.async double buffering of the next chunk are the next step for speed.
+// B(k, n) as floats), one code path for every product, transposed or scaled; ldmatrix tiles are
+// the next step for speed.
 #include "cuda/delta_rule_chunk.cuh"
 
 #include <cuda_bf16.h>
