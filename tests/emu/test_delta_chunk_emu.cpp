@@ -4,8 +4,10 @@
 // recurrent_forward / recurrent_backward (mixers.md 4.5), restated here per (batch, value head).
 // Cases: with and without h0 and the final state's gradient, tied (w = b) and untied gates,
 // grouped value heads (HV = 2H: dq, dk summed over the group), (dk, dv) in {64, 128}^2 and 256,
-// T a multiple of the 64-token chunk and not. Tolerances are gpu-check's bf16 ones (relative
-// RMS: 5e-3 outputs and final state, 1e-2 gradients); the exit status is 1 when a row fails.
+// T a multiple of the 64-token chunk and not; and a few cases with cp.async copies landing at
+// issue and the warps run one after another (tests/emu/include/emu.h), which shows a tile copied
+// before its last reader is done. Tolerances are gpu-check's bf16 ones (relative RMS: 5e-3
+// outputs and final state, 1e-2 gradients); the exit status is 1 when a row fails.
 #include "delta_rule_chunk_host.cpp"
 
 #include <Eigen/Dense>
@@ -212,9 +214,9 @@ static void run(const Case& c, uint64_t seed) {
     }
   for (size_t i = 0; i < dq_ref.size(); i++) eq.add(at(gq, i), dq_ref[i]), ek.add(at(gk, i), dk_ref[i]);
   char label[160];
-  std::snprintf(label, sizeof label, "%s%s B%ld T%ld H%ld HV%ld dk%ld dv%ld h0 %d dht %d", c.gated ? "gdn" : "deltanet",
-                c.tied ? "" : " b,w", long(B), long(T), long(H), long(HV), long(dk), long(dv), int(c.with_h0),
-                int(c.with_dht));
+  std::snprintf(label, sizeof label, "%s%s%s B%ld T%ld H%ld HV%ld dk%ld dv%ld h0 %d dht %d",
+                emu::cp_async_lands_at_issue ? "early " : "", c.gated ? "gdn" : "deltanet", c.tied ? "" : " b,w",
+                long(B), long(T), long(H), long(HV), long(dk), long(dv), int(c.with_h0), int(c.with_dht));
   Hash hash;
   for (const auto* x : {&o, &res, &gq, &gk, &gv, &gg, &gb, &gw}) hash.add(*x);
   for (const auto* x : {&ht, &u_f32, &gh0}) hash.add(*x);
@@ -227,7 +229,8 @@ static void run(const Case& c, uint64_t seed) {
   if (c.with_h0) report(label, "dh0", eh0, grad);
 }
 
-// Every case by default (ctest); a group by name: small (dk, dv <= 128), wide (a width of 256).
+// Every case by default (ctest); a group by name: small (dk, dv <= 128), wide (a width of 256),
+// early (copies landing at issue too, tests/emu/include/emu.h).
 int main(int argc, char** argv) {
   const std::string which = argc > 1 ? argv[1] : "all";
   auto wants = [&](const char* group) { return which == "all" || which == group; };
@@ -246,6 +249,13 @@ int main(int argc, char** argv) {
   if (wants("wide")) {
     run({true, true, true, true, 1, 70, 1, 1, 256, 256, 1.0}, seed++);
     run({false, true, false, true, 1, 64, 1, 1, 256, 128, 0.0}, seed++);
+  }
+  if (wants("early")) {  // cp.async copies landing at issue: a tile copied before its readers are done shows
+    emu::cp_async_lands_at_issue = true;
+    run({true, true, true, true, 1, 200, 1, 2, 64, 64, 1.0}, seed++);
+    run({false, false, true, true, 1, 130, 1, 1, 128, 128, 0.0}, seed++);
+    run({true, true, true, true, 1, 130, 1, 1, 256, 64, 1.0}, seed++);
+    emu::cp_async_lands_at_issue = false;
   }
   std::printf("%d rows: %s\n", g_rows, g_fail ? "SOME FAILED" : "ALL OK");
   return g_fail;
