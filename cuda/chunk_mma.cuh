@@ -25,27 +25,11 @@ __device__ __forceinline__ void split_pair(float x0, float x1, uint32_t& hi, uin
   lo = pack_bf16(x0 - r0, x1 - r1);
 }
 
-// One warp's part of an (M x N) product computed by the block's WARPS warps: M / 16 row tiles
-// of 16 rows, each shared by WARPS / (M / 16) warps that split its N columns; each warp holds NT
-// accumulator tiles of 16 x 8 (mma's C layout: element i of tile nt is at row g + 8 (i / 2),
-// column nt * 8 + 2 t + i % 2 of the warp's block, g = lane / 4, t = lane % 4).
 // Rows 0 .. ROWS - 1 of a bf16 matrix (rows `stride` elements apart, W % 8 == 0, src 16-byte
-// aligned) into a (ROWS, W + 8) shared tile with 16-byte loads by the whole block; rows
-// n .. ROWS - 1 become zeros.
-template <int ROWS, int W>
-__device__ __forceinline__ void load_bf16_rows(__nv_bfloat16* dst, const __nv_bfloat16* src, int64_t stride, int n) {
-  constexpr int kPieces = W / 8;
-  for (int i = threadIdx.x; i < ROWS * kPieces; i += blockDim.x) {
-    const int r = i / kPieces, c = (i % kPieces) * 8;
-    const uint4 x = r < n ? *reinterpret_cast<const uint4*>(src + r * stride + c) : make_uint4(0, 0, 0, 0);
-    *reinterpret_cast<uint4*>(dst + r * (W + 8) + c) = x;
-  }
-}
-
-// As load_bf16_rows, through cp.async: the 16-byte pieces land in shared memory without passing
-// through registers and are all in flight at once (one memory round trip for the whole tile,
-// where a load-then-store loop pays one per iteration). The caller commits and waits
-// (cp_async_commit, cp_async_wait_all) and then __syncthreads before reading the tile.
+// aligned) into a (ROWS, W + 8) shared tile through cp.async, by the whole block; rows n .. ROWS - 1
+// become zeros. The 16-byte pieces land in shared memory without passing through registers and
+// are all in flight at once (one memory round trip for the whole tile, where a load-then-store
+// loop pays one per iteration). The caller waits (wait_tiles) before reading the tile.
 template <int ROWS, int W>
 __device__ __forceinline__ void load_bf16_rows_async(__nv_bfloat16* dst, const __nv_bfloat16* src, int64_t stride,
                                                      int n) {
@@ -56,19 +40,31 @@ __device__ __forceinline__ void load_bf16_rows_async(__nv_bfloat16* dst, const _
   }
 }
 
-// The fp32 counterpart for whole tiles: rows 0 .. ROWS - 1, columns 0 .. W - 1 of a float matrix
-// (rows `stride` floats apart, W % 4 == 0, src 16-byte aligned) into a shared tile whose rows are
-// `ld` floats apart (ld % 4 == 0), through cp.async; the caller waits as above.
+// The fp32 counterpart: rows 0 .. ROWS - 1, columns 0 .. W - 1 of a float matrix (rows `stride`
+// floats apart, W % 4 == 0, src 16-byte aligned) into a shared tile whose rows are `ld` floats
+// apart (ld % 4 == 0), through cp.async; rows n .. ROWS - 1 become zeros. The caller waits as above.
 template <int ROWS, int W>
-__device__ __forceinline__ void load_f32_rows_async(float* dst, int ld, const float* src, int64_t stride) {
+__device__ __forceinline__ void load_f32_rows_async(float* dst, int ld, const float* src, int64_t stride,
+                                                    int n = ROWS) {
   static_assert(W % 4 == 0, "16-byte pieces of 4 floats");
   constexpr int kPieces = W / 4;
   for (int i = threadIdx.x; i < ROWS * kPieces; i += blockDim.x) {
     const int r = i / kPieces, c = (i % kPieces) * 4;
-    cp_async_16(dst + r * ld + c, src + r * stride + c, true);
+    cp_async_16(dst + r * ld + c, src + (r < n ? r * stride + c : 0), r < n);
   }
 }
 
+// Waits for this thread's cp.async copies, then for the block's: the tiles are ready for all.
+__device__ __forceinline__ void wait_tiles() {
+  cp_async_commit();
+  cp_async_wait_all();
+  __syncthreads();
+}
+
+// One warp's part of an (M x N) product computed by the block's WARPS warps: M / 16 row tiles
+// of 16 rows, each shared by WARPS / (M / 16) warps that split its N columns; each warp holds NT
+// accumulator tiles of 16 x 8 (mma's C layout: element i of tile nt is at row g + 8 (i / 2),
+// column nt * 8 + 2 t + i % 2 of the warp's block, g = lane / 4, t = lane % 4).
 template <int M, int N, int WARPS>
 struct WarpTile {
   static constexpr int kRowTiles = M / 16;

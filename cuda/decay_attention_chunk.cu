@@ -130,6 +130,7 @@ template <int M, int N>
 using WarpTile = chunk_mma::WarpTile<M, N, kWarps>;
 using chunk_mma::load_bf16_rows_async;
 using chunk_mma::load_f32_rows_async;
+using chunk_mma::wait_tiles;
 constexpr int kLdA = C + 4;  // fp32 row stride of the (C x C) score tiles in shared memory
 constexpr int BV = 32;       // state columns per scan CTA
 
@@ -183,13 +184,6 @@ __device__ __forceinline__ void unpack_bf16x8(const uint4& piece, float x[8]) {
     x[2 * i] = __uint_as_float(w[i] << 16);              // the low half is the first element
     x[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
   }
-}
-
-// Waits for this thread's cp.async copies, then for the block's: the tiles are ready for all.
-__device__ __forceinline__ void wait_tiles() {
-  cp_async_commit();
-  cp_async_wait_all();
-  __syncthreads();
 }
 
 // Vector gate, all threads: G[t * ld + d] = g_0[d] + ... + g_t[d] for the chunk's tokens (g past

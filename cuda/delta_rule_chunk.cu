@@ -14,8 +14,9 @@
 //   tiles of 32, one per CTA, held in shared memory. Up to dk = 128 a CTA needs < 113 KB of
 //   shared memory and 128 registers a thread, so two fit on an SM: at the anchor shape
 //   B * HV * 4 = 256 CTAs are all resident on the 132 SMs, and one CTA's chunk loads overlap the
-//   other's math. At dk = 256 (194 KB: the W rows alone are 66 KB) one fits; its state update
-//   runs in two 128-row blocks (a WarpTile has at most 128 rows):
+//   other's math. At dk = 256 (190 KB: the W rows alone are 66 KB) one fits; its state update
+//   runs in two 128-row blocks (a WarpTile has at most 128 rows). The chunks run in sequence,
+//   so a chunk's memory round trips are the scans' floor (see "Memory" below):
 //     2a  Vnew = U - W h                            -> residual (bf16) and u_f32    (4.8, mma)
 //     2b  o = scale (Q (.) exp(G)) h + Aqk Vnew                                   (4.6, mma)
 //     2c  h <- exp(G_last) h + (K (.) exp(G_last - G))^T Vnew                     (4.8, mma)
@@ -27,6 +28,7 @@
 //     3a  dh[n] = dS (gradient of chunk n's end state)
 //     3b  dVnew = Aqk^T dO + Kg dS + dU                                                (mma)
 //     3c  dS <- exp(G_last) dS + scale Qg^T dO - W^T dVnew;  finally dh0 = dS          (mma)
+//   (3b's dU enters through a bf16 tile in sm.vnew's place, which 3b then overwrites with dVnew.)
 //   Pass 4 (local_backward_kernel, grid (NT, HV, B), every chunk in parallel; steps 2, 4-8;
 //   dk-wide work in blocks of 128 key dims, dv-wide operands in slices of 32 columns: the
 //   order below is that of the math, the kernel's phases A-C are listed at the kernel):
@@ -57,15 +59,31 @@
 // every later state), a large part of the 5e-3 output budget. The price is 2x their traffic
 // (about 0.06 ms at B4 T4096 H16 D128 on an H200).
 //
+// Memory. Every kernel loads its tiles with cp.async (chunk_mma::load_bf16_rows_async,
+// load_f32_rows_async), all of a group in flight at once and waited for once (wait_tiles): one
+// memory round trip where a load-then-store loop pays one per iteration (the compiler cannot
+// move a load above a store that may alias it). The scans copy each tile for the next chunk as
+// soon as its last reader in this chunk is done: forward W and G after 2a, q and Aqk after 2b
+// (the forward's only: the replay skips 2b and never loads them); reverse k, Aqk and G after 3b.
+// What is left for the top of a chunk (forward: k and U, the latter straight into sm.vnew where
+// 2a turns it into Vnew in place; reverse: q, W, dO and dU) is one round trip, in flight together
+// with the prefetched tiles. Second buffers for those would need 27 KB more at dk = 128, which
+// two CTAs an SM do not have. Aqk is lower triangular and the scans keep it packed (row t in
+// t / 4 + 1 pieces of 4 floats, 8.5 KB instead of 17 KB), which makes room for the reverse
+// scan's dO tile at dk = 128.
+//
 // Shared memory per CTA (bytes(), each checked against 227 KB at compile time in launch_kernel):
 //   dk \ dv    prepare (64 / 128 / 256)      scan, reverse scan    local backward (dv <= 128 / 256)
-//   64          62.0 / 70.0 / 86.0 KB          70.8 KB               159.1 / 135.1 KB
-//   128         78.0 / 86.0 / 102.0 KB         111.8 KB              209.1 / 153.1 KB
-//   256         110.0 / 118.0 / 134.0 KB       193.8 KB              185.1 KB
+//   64          62.0 / 70.0 / 86.0 KB          67.3 KB               159.1 / 135.1 KB
+//   128         78.0 / 86.0 / 102.0 KB         108.3 KB              209.1 / 153.1 KB
+//   256         110.0 / 118.0 / 134.0 KB       190.3 KB              185.1 KB
+// Registers a thread (ptxas, nvcc 13.0, sm_90; every dv): prepare 59-128, scan 125 / 125 / 127
+// and reverse scan 122 / 128 / 128 at dk = 64 / 128 / 256 (launch bounds of two CTAs: at most
+// 128), local backward 191-255; no spills.
 //
 // Fragments are gathered from shared memory element by element through accessors (A(r, k),
-// B(k, n) as floats), one code path for every product, transposed or scaled; ldmatrix tiles and
-// cp.async double buffering of the next chunk are the next step for speed.
+// B(k, n) as floats), one code path for every product, transposed or scaled; ldmatrix tiles are
+// the next step for speed.
 #include "cuda/delta_rule_chunk.cuh"
 
 #include <cuda_bf16.h>
@@ -121,19 +139,9 @@ __device__ __forceinline__ float bf(bf16 x) { return __bfloat162float(x); }
 
 template <int M, int N>
 using WarpTile = chunk_mma::WarpTile<M, N, kWarps>;
-using chunk_mma::load_bf16_rows;
-
-// ROWS rows of W floats (rows `stride` apart, 16-byte aligned) into a (ROWS, LD) shared tile;
-// rows n .. ROWS - 1 become zeros.
-template <int W, int LD, int ROWS = C>
-__device__ __forceinline__ void load_f32_rows(float* dst, const float* src, int64_t stride, int n = ROWS) {
-  constexpr int kPieces = W / 4;
-  for (int i = threadIdx.x; i < ROWS * kPieces; i += kThreads) {
-    const int r = i / kPieces, c = (i % kPieces) * 4;
-    *reinterpret_cast<float4*>(dst + r * LD + c) =
-        r < n ? *reinterpret_cast<const float4*>(src + r * stride + c) : make_float4(0.f, 0.f, 0.f, 0.f);
-  }
-}
+using chunk_mma::load_bf16_rows_async;
+using chunk_mma::load_f32_rows_async;
+using chunk_mma::wait_tiles;
 
 // ---------------------------------------------------------------------------------------------
 // Pass 1: per chunk, G, L, Aqk, A = (I + L)^{-1}, W, U.
@@ -163,9 +171,9 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
   const int chunk = blockIdx.x, j = blockIdx.y, bi = blockIdx.z, hq = j / (a.HV / a.H);
   const int t0 = chunk * C, n = min(C, a.T - t0);
   const int64_t head = int64_t(bi) * a.HV + j;  // (b, j) of (B, HV, ..) workspaces
-  load_bf16_rows<C, DK>(sm.q, a.q + ((int64_t(bi) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
-  load_bf16_rows<C, DK>(sm.k, a.k + ((int64_t(bi) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
-  load_bf16_rows<C, DV>(sm.v, a.v + ((int64_t(bi) * a.T + t0) * a.HV + j) * DV, int64_t(a.HV) * DV, n);
+  load_bf16_rows_async<C, DK>(sm.q, a.q + ((int64_t(bi) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
+  load_bf16_rows_async<C, DK>(sm.k, a.k + ((int64_t(bi) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
+  load_bf16_rows_async<C, DV>(sm.v, a.v + ((int64_t(bi) * a.T + t0) * a.HV + j) * DV, int64_t(a.HV) * DV, n);
   if (threadIdx.x < C) {
     const int tt = threadIdx.x;
     const bool ok = tt < n;
@@ -174,7 +182,7 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
     sm.colu[tt] = ok ? bf(a.w[idx]) : 0.f;
     sm.G[tt] = ok && a.g ? bf(a.g[idx]) : 0.f;
   }
-  __syncthreads();
+  wait_tiles();
   // 1a: G = inclusive cumsum of g (warp 0, two tokens per lane).
   if (threadIdx.x < 32) {
     const int lane = threadIdx.x;
@@ -257,20 +265,38 @@ struct ScanSmem {
   // so it has at most 128 rows): DK / kRows tiles of (kRows, BV).
   static constexpr int kRows = DK < 128 ? DK : 128, kRowBlocks = DK / kRows;
   static constexpr int kLdH = BV + 4, kLdW = DK + 4, kLdK = DK + 8;
+  static constexpr int kLdO = BV + 8;  // bf16 row stride of a (C, BV) tile
+  // Aqk is lower triangular (s <= t): its rows are stored packed, row t at aqk_row(t), in the
+  // t / 4 + 1 pieces of 4 floats that hold s = 0 .. t (kAqk floats in all, half a full tile).
+  static constexpr int kAqk = 4 * (C + 2 * (C / 4) * (C / 4 - 1));
   float* h;      // (DK, kLdH)  the state's columns v0 .. v0 + BV - 1
   float* W;      // (C, kLdW)
   float* vnew;   // (C, kLdH)
-  float* aqk;    // (C, kLdC)
+  float* aqk;    // (kAqk) packed rows
   float *G, *expG, *kdecay;  // (C): G, exp(G), exp(G_last - G)
   bf16 *q, *k;   // (C, kLdK)
+  bf16* dov;     // (C, kLdO) the reverse scan's dO columns
   static constexpr size_t bytes() {
-    return sizeof(float) * (size_t(DK) * kLdH + C * kLdW + C * kLdH + C * kLdC + 3 * C) +
-           sizeof(bf16) * 2 * C * kLdK;
+    return sizeof(float) * (size_t(DK) * kLdH + C * kLdW + C * kLdH + kAqk + 3 * C) +
+           sizeof(bf16) * (2 * C * kLdK + C * kLdO);
   }
   __device__ explicit ScanSmem(void* p) {
     h = static_cast<float*>(p), W = h + DK * kLdH, vnew = W + C * kLdW, aqk = vnew + C * kLdH;
-    G = aqk + C * kLdC, expG = G + C, kdecay = expG + C;
-    q = reinterpret_cast<bf16*>(kdecay + C), k = q + C * kLdK;
+    G = aqk + kAqk, expG = G + C, kdecay = expG + C;
+    q = reinterpret_cast<bf16*>(kdecay + C), k = q + C * kLdK, dov = k + C * kLdK;
+  }
+  __device__ static int aqk_row(int t) {
+    const int a = t / 4, b = t % 4;  // pieces before row t: sum over i < t of (i / 4 + 1)
+    return 4 * (t + 2 * a * (a - 1) + a * b);
+  }
+  // Aqk[t][s] (0 above the diagonal).
+  __device__ float aqk_at(int t, int s) const { return s <= t ? aqk[aqk_row(t) + s] : 0.f; }
+  // The packed lower triangle of chunk `chunk`'s (C, C) Aqk in the workspace, through cp.async.
+  __device__ void copy_aqk(const float* src) const {
+    for (int i = threadIdx.x; i < C * C / 4; i += kThreads) {
+      const int t = i / (C / 4), c = (i % (C / 4)) * 4;
+      if (c <= t) cp_async_16(aqk + aqk_row(t) + c, src + t * C + c, true);
+    }
   }
   // h <- columns v0 .. v0 + BV - 1 of a (DK, DV) fp32 state in global memory (zeros when null).
   __device__ void load_state(const float* src, int v0) const {
@@ -304,29 +330,57 @@ struct ScanSmem {
   }
 };
 
+// Where a scan CTA's chunk tiles start: per (b, value head j) and key width DK.
+template <int DK>
+struct ScanTiles {
+  int T, NT, bi;
+  int64_t head, qk0, qk_stride;  // (b, j) of the (B, HV, ..) workspaces; q / k head hq's token 0; row stride
+  __device__ ScanTiles(const ChunkArgs& a, int bi_, int j)
+      : T(a.T), NT(a.NT), bi(bi_), head(int64_t(bi_) * a.HV + j),
+        qk0((int64_t(bi_) * a.T * a.H + j / (a.HV / a.H)) * DK), qk_stride(int64_t(a.H) * DK) {}
+  __device__ int rows(int chunk) const { return min(C, T - chunk * C); }            // valid tokens
+  __device__ int64_t row0(int chunk) const { return head * NT * C + chunk * C; }    // first workspace row
+  __device__ const bf16* qk(const bf16* x, int chunk) const { return x + qk0 + chunk * C * qk_stride; }
+};
+
+// Forward pass 2 (and the backward's replay of it). Every load is a cp.async tile, and each tile
+// is copied as soon as its last reader is done: W and G (read by 2a only) for the next chunk
+// during 2b and 2c, q and Aqk (2b only; the forward alone reads them) during 2c; at the top of
+// a chunk only k and U remain (U lands in sm.vnew, which 2a turns into Vnew in place), so a
+// chunk waits for one memory round trip, with those copies already in flight (at dk = 128 the
+// 227 KB budget of two CTAs leaves no room for second k / U buffers).
 template <int DK, int DV>
 __global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
   extern __shared__ float4 smem_raw[];
   using Smem = ScanSmem<DK, DV>;
   const Smem sm(smem_raw);
   constexpr int BV = Smem::BV, kLdH = Smem::kLdH, kLdW = Smem::kLdW, kLdK = Smem::kLdK;
-  const int v0 = blockIdx.x * BV, j = blockIdx.y, bi = blockIdx.z, hq = j / (a.HV / a.H);
+  const int v0 = blockIdx.x * BV, j = blockIdx.y, bi = blockIdx.z;
   const int64_t head = int64_t(bi) * a.HV + j;
+  const ScanTiles<DK> tiles(a, bi, j);
+  auto copy_w_g = [&](int chunk) {
+    load_f32_rows_async<C, DK>(sm.W, kLdW, a.W + tiles.row0(chunk) * DK, DK);
+    load_f32_rows_async<1, C>(sm.G, C, a.G + tiles.row0(chunk), 0);
+  };
+  auto copy_q_aqk = [&](int chunk) {
+    load_bf16_rows_async<C, DK>(sm.q, tiles.qk(a.q, chunk), tiles.qk_stride, tiles.rows(chunk));
+    sm.copy_aqk(a.Aqk + (head * a.NT + chunk) * C * C);
+  };
+  copy_w_g(0);
+  if (a.o) copy_q_aqk(0);
   sm.load_state(a.h0 ? a.h0 + head * DK * DV : nullptr, v0);
   auto h_op = [&](int d, int c) { return sm.h[d * kLdH + c]; };  // h[d][c] as an mma B operand
   for (int chunk = 0; chunk < a.NT; chunk++) {
-    const int t0 = chunk * C, n = min(C, a.T - t0);
-    const int64_t row0 = head * a.NT * C + t0;  // first workspace row of the chunk
-    load_bf16_rows<C, DK>(sm.q, a.q + ((int64_t(bi) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
-    load_bf16_rows<C, DK>(sm.k, a.k + ((int64_t(bi) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
-    load_f32_rows<DK, kLdW>(sm.W, a.W + row0 * DK, DK);
-    load_f32_rows<C, kLdC>(sm.aqk, a.Aqk + (head * a.NT + chunk) * C * C, C);
-    if (threadIdx.x < C) sm.G[threadIdx.x] = a.G[row0 + threadIdx.x];
-    __syncthreads();
+    const int t0 = chunk * C, n = tiles.rows(chunk);
+    const int64_t row0 = tiles.row0(chunk);  // first workspace row of the chunk
+    const bool more = chunk + 1 < a.NT;
+    load_bf16_rows_async<C, DK>(sm.k, tiles.qk(a.k, chunk), tiles.qk_stride, n);
+    load_f32_rows_async<C, BV>(sm.vnew, kLdH, a.U + row0 * DV + v0, DV);
+    wait_tiles();  // this chunk's tiles, and the previous update's h
     if (a.h_start) {  // the backward keeps every chunk-start state h[n] (4.9 step 1)
       sm.store_state(a.h_start + (head * a.NT + chunk) * DK * DV, v0);
     }
-    // 2a: Vnew = U - W h (rows past n are 0 - 0 h = 0); U straight from global memory.
+    // 2a: Vnew = U - W h (rows past n are 0 - 0 h = 0), in place of U in sm.vnew.
     {
       if (threadIdx.x < C) {
         sm.expG[threadIdx.x] = expf(sm.G[threadIdx.x]);
@@ -335,7 +389,7 @@ __global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
       WarpTile<C, BV> wh;
       wh.mma<DK, true, true>([&](int r, int d) { return sm.W[r * kLdW + d]; }, h_op);
       wh.each([&](int r, int c, float x, int) {
-        const float u = a.U[(row0 + r) * DV + v0 + c] - x;
+        const float u = sm.vnew[r * kLdH + c] - x;
         sm.vnew[r * kLdH + c] = u;
         if (r < n && a.residual) {  // the backward's replay (4.9 step 1) writes no outputs
           const int64_t idx = ((int64_t(bi) * a.T + t0 + r) * a.HV + j) * DV + v0 + c;  // (B, T, HV, dv)
@@ -344,18 +398,21 @@ __global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
         }
       });
     }
-    __syncthreads();
+    __syncthreads();  // Vnew is complete; W and G are read
+    if (more) copy_w_g(chunk + 1);
     // 2b: o = scale exp(G) (.) (Q h) + Aqk Vnew (Aqk already holds scale and the decays).
     if (a.o) {
       WarpTile<C, BV> qh, av;
       qh.mma<DK, false, true>([&](int r, int d) { return bf(sm.q[r * kLdK + d]); }, h_op);
-      av.mma<C, true, true>([&](int r, int s) { return sm.aqk[r * kLdC + s]; },
+      av.mma<C, true, true>([&](int r, int s) { return sm.aqk_at(r, s); },
                             [&](int s, int c) { return sm.vnew[s * kLdH + c]; });
       qh.each([&](int r, int c, float x, int slot) {
         if (r < n)
           a.o[((int64_t(bi) * a.T + t0 + r) * a.HV + j) * DV + v0 + c] =
               __float2bfloat16_rn(a.scale * sm.expG[r] * x + av.at(slot));
       });
+      __syncthreads();  // q and Aqk are read
+      if (more) copy_q_aqk(chunk + 1);
     }
     // 2c: h <- exp(G_last) h + K^T diag(exp(G_last - G)) Vnew.
     sm.update_state(sm.expG[C - 1], [&](auto& hn, int d0) {
@@ -371,28 +428,40 @@ __global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
 // ---------------------------------------------------------------------------------------------
 // Backward pass 3 (4.9 step 3): per (b, j, 32 columns of dv), a reverse scan over chunks
 // carrying dS = dL/d(state), in the scan's shared-memory layout (sm.h holds dS, sm.vnew dVnew).
-// dO and dU are read straight from global memory (as the scan reads U).
+// Tiles as in the scan: k, Aqk and G (read by 3b and its exp step only) for the next chunk are
+// copied during 3c; q, W, dO and the dU tile (bf16, in sm.vnew's place until 3b turns it into
+// dVnew) at the top of a chunk, one round trip.
 
 template <int DK, int DV>
 __global__ void __launch_bounds__(kThreads, 2) reverse_scan_kernel(ChunkArgs a) {
   extern __shared__ float4 smem_raw[];
   using Smem = ScanSmem<DK, DV>;
   const Smem sm(smem_raw);
-  constexpr int BV = Smem::BV, kLdH = Smem::kLdH, kLdW = Smem::kLdW, kLdK = Smem::kLdK;
-  const int v0 = blockIdx.x * BV, j = blockIdx.y, bi = blockIdx.z, hq = j / (a.HV / a.H);
+  constexpr int BV = Smem::BV, kLdH = Smem::kLdH, kLdW = Smem::kLdW, kLdK = Smem::kLdK, kLdO = Smem::kLdO;
+  const int v0 = blockIdx.x * BV, j = blockIdx.y, bi = blockIdx.z;
   const int64_t head = int64_t(bi) * a.HV + j;
+  const ScanTiles<DK> tiles(a, bi, j);
+  bf16* dres = reinterpret_cast<bf16*>(sm.vnew);  // (C, kLdO) dU, until 3b writes dVnew there
+  static_assert(sizeof(bf16) * kLdO <= sizeof(float) * kLdH, "the dU tile fits in sm.vnew");
+  auto copy_k_aqk_g = [&](int chunk) {
+    load_bf16_rows_async<C, DK>(sm.k, tiles.qk(a.k, chunk), tiles.qk_stride, tiles.rows(chunk));
+    sm.copy_aqk(a.Aqk + (head * a.NT + chunk) * C * C);
+    load_f32_rows_async<1, C>(sm.G, C, a.G + tiles.row0(chunk), 0);
+  };
+  copy_k_aqk_g(a.NT - 1);
   sm.load_state(a.dht ? a.dht + head * DK * DV : nullptr, v0);
   auto ds_op = [&](int d, int c) { return sm.h[d * kLdH + c]; };  // dS[d][c] as an mma B operand
   for (int chunk = a.NT - 1; chunk >= 0; chunk--) {
-    const int t0 = chunk * C, n = min(C, a.T - t0);
-    const int64_t row0 = head * a.NT * C + t0;                 // first workspace row of the chunk
-    const int64_t tok0 = (int64_t(bi) * a.T + t0) * a.HV + j;  // (B, T, HV) index of token t0
-    load_bf16_rows<C, DK>(sm.q, a.q + ((int64_t(bi) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
-    load_bf16_rows<C, DK>(sm.k, a.k + ((int64_t(bi) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
-    load_f32_rows<DK, kLdW>(sm.W, a.W + row0 * DK, DK);
-    load_f32_rows<C, kLdC>(sm.aqk, a.Aqk + (head * a.NT + chunk) * C * C, C);
-    if (threadIdx.x < C) sm.G[threadIdx.x] = a.G[row0 + threadIdx.x];
-    __syncthreads();
+    const int n = tiles.rows(chunk);
+    const int64_t row0 = tiles.row0(chunk);                              // first workspace row
+    const int64_t tok0 = (int64_t(bi) * a.T + chunk * C) * a.HV + j;    // (B, T, HV) index of token t0
+    load_bf16_rows_async<C, DK>(sm.q, tiles.qk(a.q, chunk), tiles.qk_stride, n);
+    load_f32_rows_async<C, DK>(sm.W, kLdW, a.W + row0 * DK, DK);
+    load_bf16_rows_async<C, BV>(sm.dov, a.d_o + tok0 * DV + v0, int64_t(a.HV) * DV, n);
+    // dU rows past n (and all of them without a residual gradient) are zeros
+    load_bf16_rows_async<C, BV>(dres, (a.d_res ? a.d_res : a.d_o) + tok0 * DV + v0, int64_t(a.HV) * DV,
+                                a.d_res ? n : 0);
+    wait_tiles();  // this chunk's tiles, and the previous update's dS
     // 3a: dh[n] = dS, the gradient of chunk n's END state.
     sm.store_state(a.dh_end + (head * a.NT + chunk) * DK * DV, v0);
     if (threadIdx.x < C) {
@@ -400,20 +469,20 @@ __global__ void __launch_bounds__(kThreads, 2) reverse_scan_kernel(ChunkArgs a) 
       sm.kdecay[threadIdx.x] = expf(sm.G[C - 1] - sm.G[threadIdx.x]);
     }
     __syncthreads();
-    auto d_o = [&](int t, int c) {  // dO[t][c] of this column tile, rows past n zero
-      return t < n ? bf(a.d_o[(tok0 + int64_t(t) * a.HV) * DV + v0 + c]) : 0.f;
-    };
+    auto d_o = [&](int t, int c) { return bf(sm.dov[t * kLdO + c]); };  // dO[t][c], rows past n zero
     // 3b: dVnew = Aqk^T dO + Kg dS + dU   (Vnew feeds o, the end state and the residual output u)
     {
       WarpTile<C, BV> dvn;
-      dvn.mma<C, true, false>([&](int s, int t) { return sm.aqk[t * kLdC + s]; }, d_o);
+      dvn.mma<C, true, false>([&](int s, int t) { return sm.aqk_at(t, s); }, d_o);
       dvn.mma<DK, true, true>([&](int s, int d) { return bf(sm.k[s * kLdK + d]) * sm.kdecay[s]; }, ds_op);
+      dvn.each([&](int s, int c, float& x, int) { x += bf(dres[s * kLdO + c]); });
+      __syncthreads();  // every dU is read (and k, Aqk, G): dVnew takes the dU tile's place
       dvn.each([&](int s, int c, float x, int) {
-        const float du = s < n && a.d_res ? bf(a.d_res[(tok0 + int64_t(s) * a.HV) * DV + v0 + c]) : 0.f;
-        sm.vnew[s * kLdH + c] = x + du;
-        a.dvnew[(row0 + s) * DV + v0 + c] = x + du;
+        sm.vnew[s * kLdH + c] = x;
+        a.dvnew[(row0 + s) * DV + v0 + c] = x;
       });
     }
+    if (chunk > 0) copy_k_aqk_g(chunk - 1);
     __syncthreads();
     // 3c: dS <- exp(G_last) dS + scale Qg^T dO - W^T dVnew   (h[n] feeds the end state, o and Vnew)
     sm.update_state(sm.expG[C - 1], [&](auto& dsn, int d0) {
@@ -490,9 +559,9 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   const int64_t qk0 = ((int64_t(bi) * a.T + t0) * a.H + hq) * DK;
   const int64_t vrow = int64_t(a.HV) * DV;                   // row stride of (B, T, HV, dv)
   float* dW_global = a.W + row0 * DK;                        // (C, DK) of (B, HV, NT * C, dk)
-  load_bf16_rows<C, DK>(sm.q, a.q + qk0, int64_t(a.H) * DK, n);
-  load_bf16_rows<C, DK>(sm.k, a.k + qk0, int64_t(a.H) * DK, n);
-  load_f32_rows<C, kLdC>(sm.A, a.A + (head * a.NT + chunk) * C * C, C);
+  load_bf16_rows_async<C, DK>(sm.q, a.q + qk0, int64_t(a.H) * DK, n);
+  load_bf16_rows_async<C, DK>(sm.k, a.k + qk0, int64_t(a.H) * DK, n);
+  load_f32_rows_async<C, C>(sm.A, kLdC, a.A + (head * a.NT + chunk) * C * C, C);
   if (threadIdx.x < C) {
     const int r = threadIdx.x;
     const bool ok = r < n;
@@ -501,7 +570,7 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     sm.G[r] = a.G[row0 + r];
   }
   for (int i = threadIdx.x; i < 8 * C; i += kThreads) sm.rowG[i] = 0.f;  // rowG, rowKg, rowB, rowW
-  __syncthreads();
+  wait_tiles();
   if (threadIdx.x < C) {
     const int r = threadIdx.x;
     sm.expG[r] = expf(sm.G[r]);
@@ -515,9 +584,9 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   // Value slice c0 .. c0 + VS - 1 of dO (rows past n zero), Vnew and dVnew into sm.dov, sm.vnew,
   // sm.dvnew (dVnew is zero past n: pass 3 writes Aqk^T dO + Kg dS + dU with zero rows there).
   auto load_slices = [&](int c0) {
-    load_bf16_rows<C, VS>(sm.dov, a.d_o + tok0 * DV + c0, vrow, n);
-    load_f32_rows<VS, kLdSf>(sm.vnew, a.vnew + tok0 * DV + c0, vrow, n);
-    load_f32_rows<VS, kLdSf>(sm.dvnew, a.dvnew + row0 * DV + c0, DV);
+    load_bf16_rows_async<C, VS>(sm.dov, a.d_o + tok0 * DV + c0, vrow, n);
+    load_f32_rows_async<C, VS>(sm.vnew, kLdSf, a.vnew + tok0 * DV + c0, vrow, n);
+    load_f32_rows_async<C, VS>(sm.dvnew, kLdSf, a.dvnew + row0 * DV + c0, DV);
   };
   auto dov_rows = [&](int r, int c) { return bf(sm.dov[r * kLdS + c]); };  // dO[r][c0 + c]
   auto dvnew_rows = [&](int r, int c) { return sm.dvnew[r * kLdSf + c]; };
@@ -531,16 +600,17 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     WarpTile<C, KB> dq, dw, dk;
     for (int c0 = 0; c0 < DV; c0 += VS) {
       load_slices(c0);
-      for (int i = threadIdx.x; i < KB * VS / 4; i += kThreads) {  // block (d0.., c0..) of h[n], dh[n]
+      const int64_t block = state0 + int64_t(d0) * DV + c0;  // block (d0.., c0..) of h[n], dh[n]
+      load_f32_rows_async<KB, VS>(sm.h, kLdSf, a.h_start + block, DV);
+      load_f32_rows_async<KB, VS>(sm.dh, kLdSf, a.dh_end + block, DV);
+      wait_tiles();
+#pragma unroll 1
+      for (int i = threadIdx.x; i < KB * VS / 4; i += kThreads) {  // h . dh over the pieces this thread copied
         const int d = i / (VS / 4), c = (i % (VS / 4)) * 4;
-        const int64_t at = state0 + int64_t(d0 + d) * DV + c0 + c;
-        const float4 x = *reinterpret_cast<const float4*>(a.h_start + at);
-        const float4 y = *reinterpret_cast<const float4*>(a.dh_end + at);
-        *reinterpret_cast<float4*>(sm.h + d * kLdSf + c) = x;
-        *reinterpret_cast<float4*>(sm.dh + d * kLdSf + c) = y;
+        const float4 x = *reinterpret_cast<const float4*>(sm.h + d * kLdSf + c);
+        const float4 y = *reinterpret_cast<const float4*>(sm.dh + d * kLdSf + c);
         hdh += x.x * y.x + x.y * y.y + x.z * y.z + x.w * y.w;
       }
-      __syncthreads();
       auto h_t = [&](int c, int d) { return sm.h[d * kLdSf + c]; };    // h^T[c][d]
       auto dh_t = [&](int c, int d) { return sm.dh[d * kLdSf + c]; };  // dh^T[c][d]
       dq.mma<VS, false, true>(dov_rows, h_t);
@@ -565,13 +635,13 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   hdh = block_sum(hdh, sm.red);
   // Phase B (4c-4f; steps 2, 6, 8), over the value slices: dAqk = scale dO Vnew^T (scale enters
   //   below), dU Y^T = dVnew V^T, and dY = A^T dU  ->  dv = w dY,  dw = v . dY.
-  load_f32_rows<C, kLdC>(sm.pair, a.Aqk + (head * a.NT + chunk) * C * C, C);
+  load_f32_rows_async<C, C>(sm.pair, kLdC, a.Aqk + (head * a.NT + chunk) * C * C, C);
   WarpTile<C, C> da, uy;
   // The slices go in reverse: the last one phase A loaded (c0 = DV - VS) is still in place.
   for (int c0 = DV - VS; c0 >= 0; c0 -= VS) {
     if (c0 != DV - VS) load_slices(c0);
-    load_bf16_rows<C, VS>(sm.vv, a.v + tok0 * DV + c0, vrow, n);
-    __syncthreads();
+    load_bf16_rows_async<C, VS>(sm.vv, a.v + tok0 * DV + c0, vrow, n);
+    wait_tiles();
     da.mma<VS, false, true>(dov_rows, [&](int c, int s) { return sm.vnew[s * kLdSf + c]; });
     uy.mma<VS, true, false>(dvnew_rows, [&](int c, int s) { return bf(sm.vv[s * kLdS + c]); });
     WarpTile<C, VS> dy;
@@ -624,8 +694,8 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   //   dE = exp(G) dEhat + P2 K  ->  dK += beta dE,  db = k . dE;
   //   dQ += Ps K,  dK += Ps^T Q + (diag(beta) P2)^T K;  dQ and dK written.
   for (int d0 = 0; d0 < DK; d0 += KB) {
-    load_f32_rows<KB, kLdKB>(sm.dW, dW_global + d0, DK);
-    __syncthreads();
+    load_f32_rows_async<C, KB>(sm.dW, kLdKB, dW_global + d0, DK);  // this CTA's phase A writes, before barriers
+    wait_tiles();
     auto k_blk = [&](int s, int d) { return k_rows(s, d0 + d); };
     WarpTile<C, KB> dq, dk;  // phase A's parts, read back by the threads that wrote them
     dq.each([&](int r, int d, float& x, int) { x = r < n ? a.dq[(tok0 + int64_t(r) * a.HV) * DK + d0 + d] : 0.f; });

@@ -23,6 +23,7 @@ struct dim3 {
 struct alignas(16) float4 { float x, y, z, w; };
 struct alignas(16) uint4 { unsigned x, y, z, w; };
 inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return {a, b, c, d}; }
+inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
 
 #define __global__
 #define __device__
@@ -33,11 +34,17 @@ inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return
 namespace emu {
 
 constexpr size_t kSmemBytes = 232448;
+// cp.async copies land at the wait (a read before the wait sees stale data). When set, they also
+// land at the issue, and between two __syncthreads the warps run one after another instead of
+// side by side (warp w starts once warps 0 .. w - 1 wait at the barrier): a copy issued before
+// every other warp has read its destination then corrupts their reads. Real copies land anywhere
+// in between, real warps run in any order: a test runs both ways to bound the two hazards.
+inline bool cp_async_lands_at_issue = false;
 struct Copy { void* dst; const void* src; bool valid; };
 struct Fiber {
   ucontext_t uctx;
   jmp_buf jb;
-  bool started = false, done = false;
+  bool started = false, done = false, at_block_barrier = false;
   uint3 tid;
   std::vector<Copy> pending;
 };
@@ -68,8 +75,9 @@ inline void yield() {
 }
 inline void arrive_wait(Barrier& bar) {
   const unsigned g = bar.gen;
+  blk().progress++;  // an arrival is progress (the deadlock check counts them)
   if (++bar.arrived == bar.expected) {
-    bar.arrived = 0, bar.gen++, blk().progress++;
+    bar.arrived = 0, bar.gen++;
   } else {
     while (bar.gen == g) yield();
   }
@@ -87,7 +95,11 @@ inline void fiber_entry() {
 inline uint3 blockIdx, blockDim, gridDim;
 #define threadIdx (::emu::me().tid)
 
-inline void __syncthreads() { emu::arrive_wait(emu::blk().block_bar); }
+inline void __syncthreads() {
+  emu::me().at_block_barrier = true;
+  emu::arrive_wait(emu::blk().block_bar);
+  emu::me().at_block_barrier = false;
+}
 inline void __syncwarp(unsigned = 0xffffffffu) { emu::arrive_wait(emu::blk().warp_bars[threadIdx.x / 32]); }
 inline float emu_shfl(float v, int src_lane) {
   emu::Block& b = emu::blk();
@@ -137,7 +149,7 @@ void launch(Kernel kernel, dim3 grid, int threads, size_t bytes, Params... param
         b.block_bar.expected = threads;
         for (int i = 0; i < threads; i++) {
           Fiber& f = b.fibers[i];
-          f.started = f.done = false;
+          f.started = f.done = f.at_block_barrier = false;
           f.tid = {unsigned(i), 0, 0};
           f.pending.clear();
           getcontext(&f.uctx);
@@ -149,9 +161,15 @@ void launch(Kernel kernel, dim3 grid, int threads, size_t bytes, Params... param
         for (;;) {
           bool all_done = true;
           const long before = b.progress;
+          int parked = 0;  // leading threads done or at a __syncthreads (warps one after another)
+          while (parked < threads && (b.fibers[parked].done || b.fibers[parked].at_block_barrier)) parked++;
           for (int i = 0; i < threads; i++) {
             Fiber& f = b.fibers[i];
             if (f.done) continue;
+            if (cp_async_lands_at_issue && i / 32 > parked / 32) {
+              all_done = false;
+              continue;
+            }
             b.cur = i;
             if (!_setjmp(b.sched_jb)) {
               if (!f.started) { f.started = true; swapcontext(&b.sched_uctx, &f.uctx); }

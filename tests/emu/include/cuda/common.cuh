@@ -11,7 +11,8 @@
 
 #define CUDA_CHECK(x) (void)(x)
 #define CUDA_CHECK_LAUNCH() (void)0
-enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize };
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize, cudaFuncAttributePreferredSharedMemoryCarveout };
+constexpr int cudaSharedmemCarveoutMaxShared = 100;
 template <class K> inline int cudaFuncSetAttribute(K, cudaFuncAttribute, int) { return 0; }
 
 namespace hla::cuda {

@@ -1,5 +1,5 @@
 // Emulated mma.m16n8k16 bf16 (PTX ISA fragment layouts, fp32 accumulate) and cp.async (copies
-// deferred until cp_async_wait_all).
+// deferred until cp_async_wait_all, and optionally landed at issue as well).
 #pragma once
 #include <cuda_bf16.h>
 
@@ -41,13 +41,20 @@ inline void mma_bf16_16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_
   }
 }
 
-inline void cp_async_16(void* smem, const void* gmem, bool valid) { emu::me().pending.push_back({smem, gmem, valid}); }
+inline void emu_land(const emu::Copy& c) {
+  if (c.valid) std::memcpy(c.dst, c.src, 16);
+  else std::memset(c.dst, 0, 16);
+}
+// A copy lands at the wait; with emu::cp_async_lands_at_issue also at once (so that a copy
+// issued while another thread still reads its destination shows as a wrong result).
+inline void cp_async_16(void* smem, const void* gmem, bool valid) {
+  const emu::Copy c{smem, gmem, valid};
+  if (emu::cp_async_lands_at_issue) emu_land(c);
+  emu::me().pending.push_back(c);
+}
 inline void cp_async_commit() {}
 inline void cp_async_wait_all() {
-  for (const emu::Copy& c : emu::me().pending) {
-    if (c.valid) std::memcpy(c.dst, c.src, 16);
-    else std::memset(c.dst, 0, 16);
-  }
+  for (const emu::Copy& c : emu::me().pending) emu_land(c);
   emu::me().pending.clear();
 }
 

@@ -1,0 +1,262 @@
+// Runs the chunked delta-rule kernels of cuda/delta_rule_chunk.cu (DeltaNet: no gate; Gated
+// DeltaNet: a scalar gate) on the host emulator (tests/emu/include/emu.h), forward and backward,
+// and compares them with the token recurrence in fp64: the formulas of nn/ops/delta_rule.cpp's
+// recurrent_forward / recurrent_backward (mixers.md 4.5), restated here per (batch, value head).
+// Cases: with and without h0 and the final state's gradient, tied (w = b) and untied gates,
+// grouped value heads (HV = 2H: dq, dk summed over the group), (dk, dv) in {64, 128}^2 and 256,
+// T a multiple of the 64-token chunk and not; and a few cases with cp.async copies landing at
+// issue and the warps run one after another (tests/emu/include/emu.h), which shows a tile copied
+// before its last reader is done. Tolerances are gpu-check's bf16 ones (relative RMS: 5e-3
+// outputs and final state, 1e-2 gradients); the exit status is 1 when a row fails.
+#include "delta_rule_chunk_host.cpp"
+
+#include <Eigen/Dense>
+#include <random>
+#include <string>
+
+using namespace hla;
+using Bf16 = __nv_bfloat16;
+using Mat = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using Row = Eigen::Matrix<double, 1, Eigen::Dynamic>;
+
+static double round_bf(double x) { return __bfloat162float(__float2bfloat16_rn(float(x))); }
+
+// A buffer's exact values (bf16-rounded when stored as bf16) and its bf16 / fp32 copies.
+struct Buf {
+  std::vector<double> ref;
+  std::vector<Bf16> b;
+  std::vector<float> f;
+  template <class Gen>
+  void fill(size_t n, bool bf, Gen&& gen) {
+    ref.resize(n), b.resize(n), f.resize(n);
+    for (size_t i = 0; i < n; i++) {
+      const double x = bf ? round_bf(gen()) : gen();
+      ref[i] = x, b[i] = __float2bfloat16_rn(float(x)), f[i] = float(x);
+    }
+  }
+};
+
+// One (batch, value head) sequence in fp64; the gate and beta / w are per token.
+struct Head {
+  Mat q, k, v, h0;  // (T, dk), (T, dk), (T, dv), (dk, dv)
+  Row g, b, w;      // (T)
+};
+struct Grads {
+  Mat q, k, v, h0;
+  Row g, b, w;
+};
+
+// Rows of head h of a (B, T, heads, width) buffer.
+static Mat rows(const std::vector<double>& x, int64_t bi, int64_t h, int64_t T, int64_t heads, int64_t width) {
+  Mat m(T, width);
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t i = 0; i < width; i++) m(t, i) = x[((bi * T + t) * heads + h) * width + i];
+  return m;
+}
+
+// The token recurrence (nn/ops/delta_rule.cpp recurrent_forward, scalar gates):
+//   S'_t = exp(g_t) S_{t-1};  u_t = w_t v_t - S'_t^T (b_t k_t);  S_t = S'_t + k_t u_t^T;
+//   o_t = scale S_t^T q_t.
+static void forward(const Head& x, double scale, Mat& o, Mat& u, Mat& S) {
+  const int64_t T = x.q.rows();
+  o.resize(T, x.v.cols()), u.resize(T, x.v.cols());
+  S = x.h0;
+  for (int64_t t = 0; t < T; t++) {
+    S *= std::exp(x.g(t));
+    u.row(t) = x.w(t) * x.v.row(t) - x.b(t) * x.k.row(t) * S;
+    S += x.k.row(t).transpose() * u.row(t);
+    o.row(t) = scale * x.q.row(t) * S;
+  }
+}
+
+// Its reverse-time backward (recurrent_backward): dO, dU (T, dv); dS the final state's gradient.
+static Grads backward(const Head& x, double scale, const Mat& dO, const Mat& dU, Mat dS) {
+  const int64_t T = x.q.rows(), dk = x.k.cols();
+  std::vector<Mat> S_prev(T);  // S_{t-1}
+  Mat S = x.h0;
+  for (int64_t t = 0; t < T; t++) {
+    S_prev[t] = S;
+    S *= std::exp(x.g(t));
+    S += x.k.row(t).transpose() * (x.w(t) * x.v.row(t) - x.b(t) * x.k.row(t) * S);
+  }
+  Grads gr{Mat(T, dk), Mat(T, dk), Mat(T, x.v.cols()), Mat(), Row(T), Row(T), Row(T)};
+  for (int64_t t = T - 1; t >= 0; t--) {
+    const Mat Sd = std::exp(x.g(t)) * S_prev[t];          // S'_t
+    const Row e = x.b(t) * x.k.row(t);                    // e_t = b_t k_t
+    const Row u = x.w(t) * x.v.row(t) - e * Sd;           // u_t
+    const Mat St = Sd + x.k.row(t).transpose() * u;       // S_t
+    dS += scale * x.q.row(t).transpose() * dO.row(t);     // o_t = scale S_t^T q_t
+    gr.q.row(t) = scale * dO.row(t) * St.transpose();
+    const Row du = dU.row(t) + x.k.row(t) * dS;           // S_t = S'_t + k_t u_t^T; u_t an output
+    const Row dk_t = u * dS.transpose();
+    const Mat dSd = dS - e.transpose() * du;              // u_t = y_t - S'_t^T e_t
+    const Row de = -du * Sd.transpose();
+    gr.g(t) = Sd.cwiseProduct(dSd).sum();                 // S'_t = exp(g_t) S_{t-1}
+    dS = std::exp(x.g(t)) * dSd;
+    gr.k.row(t) = dk_t + x.b(t) * de;
+    gr.b(t) = x.k.row(t).dot(de);
+    gr.v.row(t) = x.w(t) * du;
+    gr.w(t) = x.v.row(t).dot(du);
+  }
+  gr.h0 = dS;
+  return gr;
+}
+
+struct Err {
+  double max_abs = 0, ref_max = 0, sq = 0, ref_sq = 0;
+  void add(double got, double ref) {
+    max_abs = std::max(max_abs, std::abs(got - ref)), ref_max = std::max(ref_max, std::abs(ref));
+    sq += (got - ref) * (got - ref), ref_sq += ref * ref;
+  }
+  double rms_rel() const { return std::sqrt(sq / std::max(ref_sq, 1e-300)); }
+};
+static bool g_fail = false;
+static int g_rows = 0;
+static void report(const std::string& what, const char* name, const Err& e, double tol) {
+  const bool ok = e.rms_rel() <= tol && std::isfinite(e.sq);
+  if (!ok) g_fail = true;
+  g_rows++;
+  std::printf("%-50s %-4s max_abs %.3e  max_abs/max|ref| %.3e  rms_rel %.3e %s\n", what.c_str(), name, e.max_abs,
+              e.max_abs / std::max(e.ref_max, 1e-300), e.rms_rel(), ok ? "ok" : "FAIL");
+}
+// FNV-1a over the bytes of every buffer a case's kernels write: equal hashes = bit-identical
+// results (printed per case, to compare two versions of the kernels).
+struct Hash {
+  uint64_t h = 1469598103934665603ull;
+  template <class V>
+  void add(const V& x) {
+    const auto* p = reinterpret_cast<const unsigned char*>(x.data());
+    for (size_t i = 0; i < x.size() * sizeof(x[0]); i++) h = (h ^ p[i]) * 1099511628211ull;
+  }
+};
+static double at(const std::vector<Bf16>& x, int64_t i) { return __bfloat162float(x[i]); }
+static double at(const std::vector<float>& x, int64_t i) { return x[i]; }
+
+struct Case {
+  bool gated, tied, with_h0, with_dht;
+  int64_t B, T, H, HV, dk, dv;
+  double shift;  // gate = logsigmoid(N(shift, 1))
+};
+
+static void run(const Case& c, uint64_t seed) {
+  const int64_t B = c.B, T = c.T, H = c.H, HV = c.HV, dk = c.dk, dv = c.dv;
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> N(0, 1);
+  auto normal = [&] { return N(rng); };
+  Buf q, k, v, g, b, w, h0, dO, dres, dht;
+  // q, k: rows of norm 1 (as gpu-check's delta-rule cases), rounded to bf16 after normalising.
+  for (Buf* x : {&q, &k}) {
+    std::vector<double> raw(B * T * H * dk);
+    for (double& r : raw) r = N(rng);
+    for (size_t r = 0; r < raw.size(); r += dk) {
+      double ss = 0;
+      for (int64_t i = 0; i < dk; i++) ss += raw[r + i] * raw[r + i];
+      for (int64_t i = 0; i < dk; i++) raw[r + i] /= std::sqrt(ss);
+    }
+    size_t i = 0;
+    x->fill(raw.size(), true, [&] { return raw[i++]; });
+  }
+  v.fill(B * T * HV * dv, true, normal);
+  g.fill(B * T * HV, true, [&] { return c.gated ? -std::log1p(std::exp(-(N(rng) + c.shift))) : 0.0; });
+  b.fill(B * T * HV, true, [&] { return 1 / (1 + std::exp(-N(rng))); });
+  if (c.tied) w = b;
+  else w.fill(B * T * HV, true, [&] { return 1 / (1 + std::exp(-N(rng))); });
+  h0.fill(B * HV * dk * dv, false, [&] { return c.with_h0 ? 0.5 * N(rng) : 0.0; });
+  dO.fill(B * T * HV * dv, true, normal);
+  dres.fill(B * T * HV * dv, true, normal);
+  dht.fill(B * HV * dk * dv, false, [&] { return c.with_dht ? N(rng) : 0.0; });
+  const double scale = 1 / std::sqrt(double(dk));
+  const DeltaRuleDims d{B, T, H, HV, dk, dv, c.gated ? DeltaGate::Scalar : DeltaGate::None, false, false, scale, 0};
+  HLA_CHECK(cuda::delta_chunk::supported(d, DType::BF16), "not a chunked case");
+  const Bf16* gp = c.gated ? g.b.data() : nullptr;
+  const float* h0p = c.with_h0 ? h0.f.data() : nullptr;
+  std::vector<Bf16> o(B * T * HV * dv), res(o.size());
+  std::vector<float> ht(B * HV * dk * dv), u_f32(o.size());
+  cuda::delta_chunk::forward(o.data(), ht.data(), res.data(), q.b.data(), k.b.data(), v.b.data(), gp, b.b.data(),
+                             w.b.data(), h0p, d, u_f32.data());
+  std::vector<Bf16> gq(q.b.size()), gk(k.b.size()), gv(v.b.size()), gg(g.b.size()), gb(b.b.size()), gw(w.b.size());
+  std::vector<float> gh0(h0.f.size());
+  cuda::delta_chunk::backward(gq.data(), gk.data(), gv.data(), c.gated ? gg.data() : nullptr, gb.data(), gw.data(),
+                              c.with_h0 ? gh0.data() : nullptr, dO.b.data(), c.with_dht ? dht.f.data() : nullptr,
+                              dres.b.data(), q.b.data(), k.b.data(), v.b.data(), gp, b.b.data(), w.b.data(), h0p, d,
+                              u_f32.data());
+  Err eo, eu, eht, eq, ek, ev, eg, eb, ew, eh0;
+  std::vector<double> dq_ref(q.b.size(), 0.0), dk_ref(k.b.size(), 0.0);  // summed over a group
+  for (int64_t bi = 0; bi < B; bi++)
+    for (int64_t j = 0; j < HV; j++) {
+      const int64_t hq = j / (HV / H);
+      Head x;
+      x.q = rows(q.ref, bi, hq, T, H, dk), x.k = rows(k.ref, bi, hq, T, H, dk), x.v = rows(v.ref, bi, j, T, HV, dv);
+      x.g = rows(g.ref, bi, j, T, HV, 1).transpose(), x.b = rows(b.ref, bi, j, T, HV, 1).transpose();
+      x.w = rows(w.ref, bi, j, T, HV, 1).transpose();
+      x.h0 = Eigen::Map<const Mat>(h0.ref.data() + (bi * HV + j) * dk * dv, dk, dv);
+      Mat o_ref, u_ref, S_ref;
+      forward(x, scale, o_ref, u_ref, S_ref);
+      const Mat dS = Eigen::Map<const Mat>(dht.ref.data() + (bi * HV + j) * dk * dv, dk, dv);
+      const Grads gr = backward(x, scale, rows(dO.ref, bi, j, T, HV, dv), rows(dres.ref, bi, j, T, HV, dv), dS);
+      for (int64_t t = 0; t < T; t++) {
+        const int64_t tok = (bi * T + t) * HV + j;
+        for (int64_t i = 0; i < dv; i++) {
+          eo.add(at(o, tok * dv + i), o_ref(t, i)), eu.add(at(res, tok * dv + i), u_ref(t, i));
+          ev.add(at(gv, tok * dv + i), gr.v(t, i));
+        }
+        for (int64_t i = 0; i < dk; i++) {
+          dq_ref[((bi * T + t) * H + hq) * dk + i] += gr.q(t, i);
+          dk_ref[((bi * T + t) * H + hq) * dk + i] += gr.k(t, i);
+        }
+        if (c.gated) eg.add(at(gg, tok), gr.g(t));
+        eb.add(at(gb, tok), gr.b(t)), ew.add(at(gw, tok), gr.w(t));
+      }
+      for (int64_t i = 0; i < dk * dv; i++) {
+        eht.add(at(ht, (bi * HV + j) * dk * dv + i), S_ref(i / dv, i % dv));
+        if (c.with_h0) eh0.add(at(gh0, (bi * HV + j) * dk * dv + i), gr.h0(i / dv, i % dv));
+      }
+    }
+  for (size_t i = 0; i < dq_ref.size(); i++) eq.add(at(gq, i), dq_ref[i]), ek.add(at(gk, i), dk_ref[i]);
+  char label[160];
+  std::snprintf(label, sizeof label, "%s%s%s B%ld T%ld H%ld HV%ld dk%ld dv%ld h0 %d dht %d",
+                emu::cp_async_lands_at_issue ? "early " : "", c.gated ? "gdn" : "deltanet", c.tied ? "" : " b,w",
+                long(B), long(T), long(H), long(HV), long(dk), long(dv), int(c.with_h0), int(c.with_dht));
+  Hash hash;
+  for (const auto* x : {&o, &res, &gq, &gk, &gv, &gg, &gb, &gw}) hash.add(*x);
+  for (const auto* x : {&ht, &u_f32, &gh0}) hash.add(*x);
+  std::printf("%-50s hash %016llx\n", label, (unsigned long long)hash.h);
+  const double out = 5e-3, grad = 1e-2;  // gpu-check's bf16_out, bf16_grad
+  report(label, "o", eo, out), report(label, "u", eu, out), report(label, "ht", eht, out);
+  report(label, "dq", eq, grad), report(label, "dk", ek, grad), report(label, "dv", ev, grad);
+  if (c.gated) report(label, "dg", eg, grad);
+  report(label, "db", eb, grad), report(label, "dw", ew, grad);
+  if (c.with_h0) report(label, "dh0", eh0, grad);
+}
+
+// Every case by default (ctest); a group by name: small (dk, dv <= 128), wide (a width of 256),
+// early (copies landing at issue too, tests/emu/include/emu.h).
+int main(int argc, char** argv) {
+  const std::string which = argc > 1 ? argv[1] : "all";
+  auto wants = [&](const char* group) { return which == "all" || which == group; };
+  uint64_t seed = 1;
+  if (wants("small")) {
+    // GDN and DeltaNet, T = 64 / 70 / 130 (one chunk, a partial second, a partial third),
+    // grouped value heads, h0 / dht on and off, tied and untied gates.
+    for (int64_t D : {64, 128})
+      for (int64_t T : {64, 70, 130}) {
+        run({true, true, T != 64, T != 70, 1, T, 1, 2, D, D, 1.0}, seed++);
+        run({false, T == 130, T == 64, T != 64, 1, T, 1, 1, D, D, 0.0}, seed++);
+      }
+    run({true, false, true, true, 2, 70, 1, 2, 64, 128, 0.0}, seed++);  // mixed widths, B = 2
+    run({true, true, true, false, 1, 130, 1, 1, 128, 64, -2.0}, seed++);  // strong decay
+  }
+  if (wants("wide")) {
+    run({true, true, true, true, 1, 70, 1, 1, 256, 256, 1.0}, seed++);
+    run({false, true, false, true, 1, 64, 1, 1, 256, 128, 0.0}, seed++);
+  }
+  if (wants("early")) {  // cp.async copies landing at issue: a tile copied before its readers are done shows
+    emu::cp_async_lands_at_issue = true;
+    run({true, true, true, true, 1, 200, 1, 2, 64, 64, 1.0}, seed++);
+    run({false, false, true, true, 1, 130, 1, 1, 128, 128, 0.0}, seed++);
+    run({true, true, true, true, 1, 130, 1, 1, 256, 64, 1.0}, seed++);
+    emu::cp_async_lands_at_issue = false;
+  }
+  std::printf("%d rows: %s\n", g_rows, g_fail ? "SOME FAILED" : "ALL OK");
+  return g_fail;
+}
