@@ -1,10 +1,12 @@
-# Writes OUT: the CUDA file IN as g++ compiles it against the emulator (tests/emu/include), with
-# the only three spellings that differ: the <<<grid, threads, bytes>>> launch becomes
-# emu::launch, `extern __shared__` storage becomes the emulator's shared buffer, and a member
-# template call `x.mma<...>` gets the `template` keyword that g++ wants and nvcc does not.
+# Writes OUT: the CUDA file IN (cuda/decay_attention_chunk.cu, cuda/attention.cu) as g++ compiles
+# it against the emulator (tests/emu/include), with the only three spellings that differ: the
+# file's one launch, `kernel<<<grid, THREADS, BYTES>>>(params...);` in a helper (any names for
+# THREADS and BYTES), becomes emu::launch, `extern __shared__ float4 smem_raw[];` becomes the
+# emulator's shared buffer, and a member template call `x.mma<...>` gets the `template` keyword
+# that g++ wants and nvcc does not.
 file(READ "${IN}" source)
-string(REPLACE "kernel<<<grid, kThreads, BYTES>>>(params...);"
-               "emu::launch(kernel, grid, kThreads, BYTES, params...);" source "${source}")
+string(REGEX REPLACE "kernel<<<grid, ([A-Za-z]+), ([A-Za-z]+)>>>\\(params\\.\\.\\.\\);"
+                     "emu::launch(kernel, grid, \\1, \\2, params...);" source "${source}")
 string(REPLACE "extern __shared__ float4 smem_raw[];" "float4* smem_raw = emu::shared_memory();" source "${source}")
 string(REGEX REPLACE "([a-z]+)\\.mma<" "\\1.template mma<" source "${source}")
 foreach(needle "emu::launch" "emu::shared_memory")
