@@ -18,9 +18,14 @@
 //
 // Two implementations:
 //   mma: bf16 tensor cores (mma.sync m16n8k16, fp32 accumulation), D = Dv in {64, 128}. Each
-//        warp owns 16 rows; K/V (or Q/dO) tiles are double-buffered with cp.async; P and dS go
-//        from accumulators straight into the next product's A operand (see cuda/mma.cuh).
-//        Softmax runs in base 2 with the scale folded in: exp(x) = exp2(x log2 e).
+//        warp owns 16 rows; K/V (or Q/dO) tiles of 64 keys (32 queries) are double-buffered
+//        with cp.async (swizzled: cuda/tile.cuh); P and dS go from accumulators straight into
+//        the next product's A operand (see cuda/mma.cuh). Softmax runs in base 2 with the
+//        scale folded in: exp(x) = exp2(x log2 e). The forward's blocks hold 128 queries
+//        (8 warps; a warp skips the key tiles none of its rows sees), the backward's 64 rows
+//        (4 warps): the forward writes o and lse in the layouts above whatever its blocking,
+//        so the two are independent. Every kernel of this file runs in CI on the host
+//        emulator against the CPU reference (tests/emu/test_attention_emu.cpp).
 //   fma: plain fp32 arithmetic, any D, Dv <= 256, F32 or BF16 storage: one warp per row, keys
 //        (or queries) in shared-memory tiles of 32, one per lane. The readable version, and the
 //        fp32 path.
