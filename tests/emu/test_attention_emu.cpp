@@ -2,8 +2,9 @@
 // (tests/emu/include/emu.h) and compares them with the CPU reference in fp64,
 // cpu::attention_forward / attention_backward (nn/ops/attention_reference.cpp): the bf16
 // tensor-core path (the 128-query forward, the 64-row dQ and dK/dV backward) at head widths 64
-// and 128, T a multiple of the blocks or not (64, 100, 257), grouped kv heads and sliding
-// windows (shorter than a key tile, and longer); then the fp32 path (fma kernels) at one shape.
+// and 128, T a multiple of the blocks or not (5, 64, 100, 129, 257), grouped kv heads and
+// sliding windows (2, 20: shorter than a key tile, 70: longer); then the fp32 path (fma
+// kernels) at one shape.
 // The backward runs on the kernel's own o and lse, as in training. Tolerances are gpu-check's
 // (relative RMS: bf16 5e-3 outputs, 1e-2 gradients; fp32 1e-5); the exit status is 1 when a row
 // fails.
@@ -92,6 +93,8 @@ int main(int argc, char** argv) {
     for (int64_t T : {64, 100, 257}) attention_case(DType::BF16, T == 64 ? 2 : 1, T, 2, 1, D, 0, T + D);  // GQA 2 -> 1
     attention_case(DType::BF16, 1, 257, 2, 2, D, 70, 1 + D);   // a window longer than a key tile
     attention_case(DType::BF16, 1, 100, 4, 2, D, 20, 2 + D);   // shorter than a key tile, GQA 4 -> 2
+    attention_case(DType::BF16, 1, 129, 2, 2, D, 2, 3 + D);    // two keys a query; a block of 1 query
+    attention_case(DType::BF16, 3, 5, 2, 1, D, 0, 4 + D);      // 5 tokens: 7 of the 8 forward warps idle
   }
   if (which == "all" || which == "fma") attention_case(DType::F32, 1, 70, 2, 1, 64, 30, 3);
   std::printf(g_fail ? "SOME FAILED\n" : "ALL OK\n");
