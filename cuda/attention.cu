@@ -246,9 +246,9 @@ __global__ void __launch_bounds__(kMmaThreads) attention_backward_dq_mma(bf16* d
                                                                          int H, int Hkv, float scale, int window) {
   extern __shared__ float4 smem_raw[];
   bf16* sQ = reinterpret_cast<bf16*>(smem_raw);  // sQ: (64, D)
-  bf16* sdO = sQ + kMmaRows * D;             // sdO: (64, D)
-  bf16* sK = sdO + kMmaRows * D;             // sK: 2 x (64, D)
-  bf16* sV = sK + 2 * kMmaCols * D;          // sV: 2 x (64, D)
+  bf16* sdO = sQ + kMmaRows * D;                 // sdO: (64, D)
+  bf16* sK = sdO + kMmaRows * D;                 // sK: 2 x (64, D)
+  bf16* sV = sK + 2 * kMmaCols * D;              // sV: 2 x (64, D)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int q0 = (gridDim.x - 1 - blockIdx.x) * kMmaRows, h = blockIdx.y, b = blockIdx.z, hk = h / (H / Hkv);
   const int64_t q_stride = int64_t(H) * D, kv_stride = int64_t(Hkv) * D;
@@ -323,9 +323,9 @@ __global__ void __launch_bounds__(kMmaThreads) attention_backward_dkdv_mma(bf16*
                                                                            float scale, int window) {
   extern __shared__ float4 smem_raw[];
   bf16* sK = reinterpret_cast<bf16*>(smem_raw);  // sK: (64, D)
-  bf16* sV = sK + kMmaRows * D;               // sV: (64, D)
-  bf16* sQ = sV + kMmaRows * D;               // sQ: 2 x (32, D)
-  bf16* sdO = sQ + 2 * kMmaQueries * D;       // sdO: 2 x (32, D)
+  bf16* sV = sK + kMmaRows * D;                  // sV: (64, D)
+  bf16* sQ = sV + kMmaRows * D;                  // sQ: 2 x (32, D)
+  bf16* sdO = sQ + 2 * kMmaQueries * D;          // sdO: 2 x (32, D)
   float* sLse = reinterpret_cast<float*>(sdO + 2 * kMmaQueries * D);  // sLse: 2 x (32), log2 units
   float* sDelta = sLse + 2 * kMmaQueries;                             // sDelta: 2 x (32)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -448,9 +448,9 @@ __global__ void __launch_bounds__(kFmaThreads) attention_forward_fma(T* o, float
                                                                      const T* v, int Tn, int H, int Hkv, int D,
                                                                      int Dv, float scale, int window) {
   extern __shared__ float4 smem_raw[];
-  float* sQ = reinterpret_cast<float*>(smem_raw);                      // sQ: (8, D)
-  float* sK = sQ + kFmaRows * D;           // sK: (32, D + 1), padded so lane j reads row j conflict-free
-  float* sV = sK + kFmaTile * (D + 1);     // sV: (32, Dv)
+  float* sQ = reinterpret_cast<float*>(smem_raw);  // sQ: (8, D)
+  float* sK = sQ + kFmaRows * D;                   // sK: (32, D + 1), padded so lane j reads row j conflict-free
+  float* sV = sK + kFmaTile * (D + 1);             // sV: (32, Dv)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int t0 = blockIdx.x * kFmaRows, t = t0 + warp, h = blockIdx.y, b = blockIdx.z, hk = h / (H / Hkv);
   const int64_t q_stride = int64_t(H) * D, k_stride = int64_t(Hkv) * D, v_stride = int64_t(Hkv) * Dv;
@@ -488,10 +488,10 @@ __global__ void __launch_bounds__(kFmaThreads) attention_backward_dq_fma(T* dq, 
                                                                          const float* delta, int Tn, int H, int Hkv,
                                                                          int D, int Dv, float scale, int window) {
   extern __shared__ float4 smem_raw[];
-  float* sQ = reinterpret_cast<float*>(smem_raw);                       // sQ: (8, D)
-  float* sdO = sQ + kFmaRows * D;           // sdO: (8, Dv)
-  float* sK = sdO + kFmaRows * Dv;          // sK: (32, D + 1)
-  float* sV = sK + kFmaTile * (D + 1);      // sV: (32, Dv + 1)
+  float* sQ = reinterpret_cast<float*>(smem_raw);  // sQ: (8, D)
+  float* sdO = sQ + kFmaRows * D;                  // sdO: (8, Dv)
+  float* sK = sdO + kFmaRows * Dv;                 // sK: (32, D + 1)
+  float* sV = sK + kFmaTile * (D + 1);             // sV: (32, Dv + 1)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int t0 = blockIdx.x * kFmaRows, t = t0 + warp, h = blockIdx.y, b = blockIdx.z, hk = h / (H / Hkv);
   const int64_t q_stride = int64_t(H) * D, o_stride = int64_t(H) * Dv, k_stride = int64_t(Hkv) * D,
@@ -530,12 +530,12 @@ __global__ void __launch_bounds__(kFmaThreads) attention_backward_dkdv_fma(T* dk
                                                                            int Hkv, int D, int Dv, float scale,
                                                                            int window) {
   extern __shared__ float4 smem_raw[];
-  float* sK = reinterpret_cast<float*>(smem_raw);                       // sK: (8, D)
-  float* sV = sK + kFmaRows * D;            // sV: (8, Dv)
-  float* sQ = sV + kFmaRows * Dv;           // sQ: (32, D + 1)
-  float* sdO = sQ + kFmaTile * (D + 1);     // sdO: (32, Dv + 1)
-  float* sLse = sdO + kFmaTile * (Dv + 1);  // sLse: (32)
-  float* sDelta = sLse + kFmaTile;          // sDelta: (32)
+  float* sK = reinterpret_cast<float*>(smem_raw);  // sK: (8, D)
+  float* sV = sK + kFmaRows * D;                   // sV: (8, Dv)
+  float* sQ = sV + kFmaRows * Dv;                  // sQ: (32, D + 1)
+  float* sdO = sQ + kFmaTile * (D + 1);            // sdO: (32, Dv + 1)
+  float* sLse = sdO + kFmaTile * (Dv + 1);         // sLse: (32)
+  float* sDelta = sLse + kFmaTile;                 // sDelta: (32)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int s0 = blockIdx.x * kFmaRows, s = s0 + warp, hk = blockIdx.y, b = blockIdx.z, group = H / Hkv;
   const int64_t q_stride = int64_t(H) * D, o_stride = int64_t(H) * Dv, k_stride = int64_t(Hkv) * D,
