@@ -18,9 +18,14 @@
 //
 // Two implementations:
 //   mma: bf16 tensor cores (mma.sync m16n8k16, fp32 accumulation), D = Dv in {64, 128}. Each
-//        warp owns 16 rows; K/V (or Q/dO) tiles are double-buffered with cp.async; P and dS go
-//        from accumulators straight into the next product's A operand (see cuda/mma.cuh).
-//        Softmax runs in base 2 with the scale folded in: exp(x) = exp2(x log2 e).
+//        warp owns 16 rows; K/V (or Q/dO) tiles of 64 keys (32 queries) are double-buffered
+//        with cp.async (swizzled: cuda/tile.cuh); P and dS go from accumulators straight into
+//        the next product's A operand (see cuda/mma.cuh). Softmax runs in base 2 with the
+//        scale folded in: exp(x) = exp2(x log2 e). The forward's blocks hold 128 queries
+//        (8 warps; a warp skips the key tiles none of its rows sees), the backward's 64 rows
+//        (4 warps): the forward writes o and lse in the layouts above whatever its blocking,
+//        so the two are independent. Every kernel of this file runs in CI on the host
+//        emulator against the CPU reference (tests/emu/test_attention_emu.cpp).
 //   fma: plain fp32 arithmetic, any D, Dv <= 256, F32 or BF16 storage: one warp per row, keys
 //        (or queries) in shared-memory tiles of 32, one per lane. The readable version, and the
 //        fp32 path.
@@ -29,6 +34,7 @@
 #include "cuda/attention.h"
 #include "cuda/common.cuh"
 #include "cuda/mma.cuh"
+#include "cuda/tile.cuh"
 
 namespace hla::cuda {
 namespace {
@@ -38,20 +44,29 @@ constexpr float kLog2e = 1.4426950408889634f;
 
 __device__ __forceinline__ bool visible(int t, int s, int window) { return s <= t && (window == 0 || t - s < window); }
 
-// Allows a kernel more than 48 KB of dynamic shared memory (once per kernel).
-template <class Kernel>
-void allow_smem(Kernel kernel, size_t bytes) {
+// Launches kernel(params...) on grid x threads with `bytes` of dynamic shared memory (more than
+// 48 KB allowed where needed) and checks the launch.
+template <class Kernel, class... Params>
+void launch(Kernel kernel, dim3 grid, int threads, size_t bytes, Params... params) {
   if (bytes > 48 * 1024)
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  kernel<<<grid, threads, bytes>>>(params...);
+  CUDA_CHECK_LAUNCH();
 }
 
 // ------------------------------------------------------------------------------------------
-// mma path. Tiles: 4 warps x 16 rows. Per-thread rows inside a warp's 16: lane / 4 and +8.
+// mma path. Every warp owns 16 rows; per-thread rows inside a warp's 16: lane / 4 and +8.
+// The forward runs 8 warps (128 queries) per block: each K/V tile it loads serves twice the
+// queries of the backward's 4-warp blocks (64 rows), which keep their shape (their
+// accumulators for dK and dV, or the extra dO tile, leave no room for 128 rows).
 
-constexpr int kMmaThreads = 128;
-constexpr int kMmaRows = 64;      // rows (queries, or keys for dK/dV) per block
-constexpr int kMmaCols = 64;      // keys per step of the forward and dQ kernels
-constexpr int kMmaQueries = 32;   // queries per step of the dK/dV kernel
+constexpr int kFwdWarps = 8;
+constexpr int kFwdThreads = 32 * kFwdWarps;
+constexpr int kFwdRows = 16 * kFwdWarps;  // queries per block of the forward
+constexpr int kMmaThreads = 128;          // the backward kernels: 4 warps
+constexpr int kMmaRows = 64;              // rows (queries, or keys for dK/dV) per backward block
+constexpr int kMmaCols = 64;              // keys per step of the forward and dQ kernels
+constexpr int kMmaQueries = 32;           // queries per step of the dK/dV kernel
 
 // S (16 x 8*NT per warp) += A (16 x W, rows warp*16.. of sA) . B^T where B is the (8*NT x W) tile sB.
 template <int W, int NT>
@@ -118,28 +133,33 @@ __device__ __forceinline__ void store_rows(bf16* out, const float (&acc)[W / 8][
   }
 }
 
-// o: (B, T, H, D), lse: (B, H, T). Grid (query blocks, H, B), the longest (last) blocks first.
+// o: (B, T, H, D), lse: (B, H, T). Grid (blocks of 128 queries, H, B), the longest (last)
+// blocks first. A warp skips the key tiles none of its 16 rows sees (above the diagonal, before
+// the window, past T): the block loads keys for its last row, its first warps need fewer.
+// Occupancy (ptxas, sm_90, no spills): D = 64 fits 128 registers, two blocks (16 warps) an SM;
+// D = 128 needs ~205 (Q fragments 32, O 64, S 32), one block an SM: capped at 128 it spills.
 template <int D>
-__global__ void __launch_bounds__(kMmaThreads) attention_forward_mma(bf16* o, float* lse, const bf16* q, const bf16* k,
-                                                                     const bf16* v, int T, int H, int Hkv,
-                                                                     float scale_log2, int window) {
-  extern __shared__ __align__(16) unsigned char smem[];
-  bf16* sQ = reinterpret_cast<bf16*>(smem);  // sQ: (64, D)
-  bf16* sK = sQ + kMmaRows * D;              // sK: 2 x (64, D)
-  bf16* sV = sK + 2 * kMmaCols * D;          // sV: 2 x (64, D)
+__global__ void __launch_bounds__(kFwdThreads, D == 64 ? 2 : 1)
+    attention_forward_mma(bf16* o, float* lse, const bf16* q, const bf16* k, const bf16* v, int T, int H, int Hkv,
+                          float scale_log2, int window) {
+  extern __shared__ float4 smem_raw[];
+  bf16* sQ = reinterpret_cast<bf16*>(smem_raw);  // sQ: (128, D)
+  bf16* sK = sQ + kFwdRows * D;                  // sK: 2 x (64, D)
+  bf16* sV = sK + 2 * kMmaCols * D;              // sV: 2 x (64, D)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int q0 = (gridDim.x - 1 - blockIdx.x) * kMmaRows, h = blockIdx.y, b = blockIdx.z, hk = h / (H / Hkv);
+  const int q0 = (gridDim.x - 1 - blockIdx.x) * kFwdRows, h = blockIdx.y, b = blockIdx.z, hk = h / (H / Hkv);
   const int64_t q_stride = int64_t(H) * D, kv_stride = int64_t(Hkv) * D;
   const bf16* qh = q + int64_t(b) * T * q_stride + int64_t(h) * D;  // row t at qh + t * q_stride
   const bf16* kh = k + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const bf16* vh = v + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const int kb_first = window > 0 ? max(0, q0 - window + 1) / kMmaCols : 0;
-  const int kb_last = min(T - 1, q0 + kMmaRows - 1) / kMmaCols;
-  const int t_row[2] = {q0 + warp * 16 + lane / 4, q0 + warp * 16 + lane / 4 + 8};
+  const int kb_last = min(T - 1, q0 + kFwdRows - 1) / kMmaCols;
+  const int w_first = q0 + warp * 16, w_last = w_first + 15;  // this warp's rows
+  const int t_row[2] = {w_first + lane / 4, w_first + lane / 4 + 8};
 
-  load_tile_async<kMmaRows, D, kMmaThreads>(sQ, qh, q_stride, q0, T);
-  load_tile_async<kMmaCols, D, kMmaThreads>(sK, kh, kv_stride, kb_first * kMmaCols, T);
-  load_tile_async<kMmaCols, D, kMmaThreads>(sV, vh, kv_stride, kb_first * kMmaCols, T);
+  load_tile_async<kFwdRows, D, kFwdThreads>(sQ, qh, q_stride, q0, T);
+  load_tile_async<kMmaCols, D, kFwdThreads>(sK, kh, kv_stride, kb_first * kMmaCols, T);
+  load_tile_async<kMmaCols, D, kFwdThreads>(sV, vh, kv_stride, kb_first * kMmaCols, T);
   cp_async_commit();
 
   uint32_t qf[D / 16][4];   // this warp's 16 query rows as A fragments
@@ -154,15 +174,17 @@ __global__ void __launch_bounds__(kMmaThreads) attention_forward_mma(bf16* o, fl
       for (int kk = 0; kk < D / 16; kk++)
         ldmatrix_x4(qf[kk], sQ + swizzle<D>(warp * 16 + lane % 16, kk * 16 + (lane / 16) * 8));
     if (kb < kb_last) {
-      load_tile_async<kMmaCols, D, kMmaThreads>(sK + (buf ^ 1) * kMmaCols * D, kh, kv_stride, k0 + kMmaCols, T);
-      load_tile_async<kMmaCols, D, kMmaThreads>(sV + (buf ^ 1) * kMmaCols * D, vh, kv_stride, k0 + kMmaCols, T);
+      load_tile_async<kMmaCols, D, kFwdThreads>(sK + (buf ^ 1) * kMmaCols * D, kh, kv_stride, k0 + kMmaCols, T);
+      load_tile_async<kMmaCols, D, kFwdThreads>(sV + (buf ^ 1) * kMmaCols * D, vh, kv_stride, k0 + kMmaCols, T);
     }
     cp_async_commit();
+    // A tile with no key visible to any row of the warp changes nothing (P = 0, alpha = 1).
+    if (w_first >= T || k0 > w_last || (window > 0 && w_first - (k0 + kMmaCols - 1) >= window)) continue;
 
     // pass 1: S = Q K^T (unscaled), invisible keys -> -inf
     float s[kMmaCols / 8][4] = {};
     mma_abt_reg<D, kMmaCols / 8>(s, qf, sK + buf * kMmaCols * D);
-    const bool needs_mask = k0 + kMmaCols - 1 > q0 || (window > 0 && q0 + kMmaRows - 1 - k0 >= window);
+    const bool needs_mask = k0 + kMmaCols - 1 > w_first || (window > 0 && w_last - k0 >= window);
     if (needs_mask)
 #pragma unroll
       for (int nt = 0; nt < kMmaCols / 8; nt++)
@@ -222,11 +244,11 @@ __global__ void __launch_bounds__(kMmaThreads) attention_backward_dq_mma(bf16* d
                                                                          const bf16* k, const bf16* v,
                                                                          const float* lse, const float* delta, int T,
                                                                          int H, int Hkv, float scale, int window) {
-  extern __shared__ __align__(16) unsigned char smem[];
-  bf16* sQ = reinterpret_cast<bf16*>(smem);  // sQ: (64, D)
-  bf16* sdO = sQ + kMmaRows * D;             // sdO: (64, D)
-  bf16* sK = sdO + kMmaRows * D;             // sK: 2 x (64, D)
-  bf16* sV = sK + 2 * kMmaCols * D;          // sV: 2 x (64, D)
+  extern __shared__ float4 smem_raw[];
+  bf16* sQ = reinterpret_cast<bf16*>(smem_raw);  // sQ: (64, D)
+  bf16* sdO = sQ + kMmaRows * D;                 // sdO: (64, D)
+  bf16* sK = sdO + kMmaRows * D;                 // sK: 2 x (64, D)
+  bf16* sV = sK + 2 * kMmaCols * D;              // sV: 2 x (64, D)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int q0 = (gridDim.x - 1 - blockIdx.x) * kMmaRows, h = blockIdx.y, b = blockIdx.z, hk = h / (H / Hkv);
   const int64_t q_stride = int64_t(H) * D, kv_stride = int64_t(Hkv) * D;
@@ -299,11 +321,11 @@ __global__ void __launch_bounds__(kMmaThreads) attention_backward_dkdv_mma(bf16*
                                                                            const bf16* v, const float* lse,
                                                                            const float* delta, int T, int H, int Hkv,
                                                                            float scale, int window) {
-  extern __shared__ __align__(16) unsigned char smem[];
-  bf16* sK = reinterpret_cast<bf16*>(smem);   // sK: (64, D)
-  bf16* sV = sK + kMmaRows * D;               // sV: (64, D)
-  bf16* sQ = sV + kMmaRows * D;               // sQ: 2 x (32, D)
-  bf16* sdO = sQ + 2 * kMmaQueries * D;       // sdO: 2 x (32, D)
+  extern __shared__ float4 smem_raw[];
+  bf16* sK = reinterpret_cast<bf16*>(smem_raw);  // sK: (64, D)
+  bf16* sV = sK + kMmaRows * D;                  // sV: (64, D)
+  bf16* sQ = sV + kMmaRows * D;                  // sQ: 2 x (32, D)
+  bf16* sdO = sQ + 2 * kMmaQueries * D;          // sdO: 2 x (32, D)
   float* sLse = reinterpret_cast<float*>(sdO + 2 * kMmaQueries * D);  // sLse: 2 x (32), log2 units
   float* sDelta = sLse + 2 * kMmaQueries;                             // sDelta: 2 x (32)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -425,10 +447,10 @@ template <class T>
 __global__ void __launch_bounds__(kFmaThreads) attention_forward_fma(T* o, float* lse, const T* q, const T* k,
                                                                      const T* v, int Tn, int H, int Hkv, int D,
                                                                      int Dv, float scale, int window) {
-  extern __shared__ float fsmem[];
-  float* sQ = fsmem;                       // sQ: (8, D)
-  float* sK = sQ + kFmaRows * D;           // sK: (32, D + 1), padded so lane j reads row j conflict-free
-  float* sV = sK + kFmaTile * (D + 1);     // sV: (32, Dv)
+  extern __shared__ float4 smem_raw[];
+  float* sQ = reinterpret_cast<float*>(smem_raw);  // sQ: (8, D)
+  float* sK = sQ + kFmaRows * D;                   // sK: (32, D + 1), padded so lane j reads row j conflict-free
+  float* sV = sK + kFmaTile * (D + 1);             // sV: (32, Dv)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int t0 = blockIdx.x * kFmaRows, t = t0 + warp, h = blockIdx.y, b = blockIdx.z, hk = h / (H / Hkv);
   const int64_t q_stride = int64_t(H) * D, k_stride = int64_t(Hkv) * D, v_stride = int64_t(Hkv) * Dv;
@@ -465,11 +487,11 @@ __global__ void __launch_bounds__(kFmaThreads) attention_backward_dq_fma(T* dq, 
                                                                          const T* v, const float* lse,
                                                                          const float* delta, int Tn, int H, int Hkv,
                                                                          int D, int Dv, float scale, int window) {
-  extern __shared__ float fsmem[];
-  float* sQ = fsmem;                        // sQ: (8, D)
-  float* sdO = sQ + kFmaRows * D;           // sdO: (8, Dv)
-  float* sK = sdO + kFmaRows * Dv;          // sK: (32, D + 1)
-  float* sV = sK + kFmaTile * (D + 1);      // sV: (32, Dv + 1)
+  extern __shared__ float4 smem_raw[];
+  float* sQ = reinterpret_cast<float*>(smem_raw);  // sQ: (8, D)
+  float* sdO = sQ + kFmaRows * D;                  // sdO: (8, Dv)
+  float* sK = sdO + kFmaRows * Dv;                 // sK: (32, D + 1)
+  float* sV = sK + kFmaTile * (D + 1);             // sV: (32, Dv + 1)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int t0 = blockIdx.x * kFmaRows, t = t0 + warp, h = blockIdx.y, b = blockIdx.z, hk = h / (H / Hkv);
   const int64_t q_stride = int64_t(H) * D, o_stride = int64_t(H) * Dv, k_stride = int64_t(Hkv) * D,
@@ -507,13 +529,13 @@ __global__ void __launch_bounds__(kFmaThreads) attention_backward_dkdv_fma(T* dk
                                                                            const float* delta, int Tn, int H,
                                                                            int Hkv, int D, int Dv, float scale,
                                                                            int window) {
-  extern __shared__ float fsmem[];
-  float* sK = fsmem;                        // sK: (8, D)
-  float* sV = sK + kFmaRows * D;            // sV: (8, Dv)
-  float* sQ = sV + kFmaRows * Dv;           // sQ: (32, D + 1)
-  float* sdO = sQ + kFmaTile * (D + 1);     // sdO: (32, Dv + 1)
-  float* sLse = sdO + kFmaTile * (Dv + 1);  // sLse: (32)
-  float* sDelta = sLse + kFmaTile;          // sDelta: (32)
+  extern __shared__ float4 smem_raw[];
+  float* sK = reinterpret_cast<float*>(smem_raw);  // sK: (8, D)
+  float* sV = sK + kFmaRows * D;                   // sV: (8, Dv)
+  float* sQ = sV + kFmaRows * Dv;                  // sQ: (32, D + 1)
+  float* sdO = sQ + kFmaTile * (D + 1);            // sdO: (32, Dv + 1)
+  float* sLse = sdO + kFmaTile * (Dv + 1);         // sLse: (32)
+  float* sDelta = sLse + kFmaTile;                 // sDelta: (32)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int s0 = blockIdx.x * kFmaRows, s = s0 + warp, hk = blockIdx.y, b = blockIdx.z, group = H / Hkv;
   const int64_t q_stride = int64_t(H) * D, o_stride = int64_t(H) * Dv, k_stride = int64_t(Hkv) * D,
@@ -606,27 +628,19 @@ void attention_forward(void* o, float* lse, const void* q, const void* k, const 
   if (use_mma(dims.D, dims.Dv, dtype)) {
     dispatch_head_dim(s.D, [&](auto d) {
       constexpr int kD = decltype(d)::value;
-      const size_t smem = sizeof(bf16) * (kMmaRows + 4 * kMmaCols) * kD;
-      auto kernel = attention_forward_mma<kD>;
-      allow_smem(kernel, smem);
-      dim3 grid((s.T + kMmaRows - 1) / kMmaRows, s.H, s.B);
-      kernel<<<grid, kMmaThreads, smem>>>(static_cast<bf16*>(o), lse, static_cast<const bf16*>(q),
-                                          static_cast<const bf16*>(k), static_cast<const bf16*>(v), s.T, s.H, s.Hkv,
-                                          static_cast<float>(scale) * kLog2e, s.window);
+      launch(attention_forward_mma<kD>, dim3((s.T + kFwdRows - 1) / kFwdRows, s.H, s.B), kFwdThreads,
+             sizeof(bf16) * (kFwdRows + 4 * kMmaCols) * kD, static_cast<bf16*>(o), lse, static_cast<const bf16*>(q),
+             static_cast<const bf16*>(k), static_cast<const bf16*>(v), s.T, s.H, s.Hkv,
+             static_cast<float>(scale) * kLog2e, s.window);
     });
   } else {
     dispatch_storage(dtype, "attention_forward", [&](auto tag) {
       using T = decltype(tag);
-      auto kernel = attention_forward_fma<T>;
-      const size_t smem = fma_forward_smem(s.D, s.Dv);
-      allow_smem(kernel, smem);
-      dim3 grid((s.T + kFmaRows - 1) / kFmaRows, s.H, s.B);
-      kernel<<<grid, kFmaThreads, smem>>>(static_cast<T*>(o), lse, static_cast<const T*>(q),
-                                          static_cast<const T*>(k), static_cast<const T*>(v), s.T, s.H, s.Hkv, s.D,
-                                          s.Dv, static_cast<float>(scale), s.window);
+      launch(attention_forward_fma<T>, dim3((s.T + kFmaRows - 1) / kFmaRows, s.H, s.B), kFmaThreads,
+             fma_forward_smem(s.D, s.Dv), static_cast<T*>(o), lse, static_cast<const T*>(q), static_cast<const T*>(k),
+             static_cast<const T*>(v), s.T, s.H, s.Hkv, s.D, s.Dv, static_cast<float>(scale), s.window);
     });
   }
-  CUDA_CHECK_LAUNCH();
 }
 
 void attention_backward(void* dq, void* dk, void* dv, const void* dout, const void* q, const void* k, const void* v,
@@ -634,50 +648,42 @@ void attention_backward(void* dq, void* dk, void* dv, const void* dout, const vo
   const Shape4 s = checked_shape(dims, "attention_backward");
   if (dims.B * dims.T * dims.H == 0) return;
   const int64_t rows = dims.B * dims.T * dims.H;
-  const size_t delta_bytes = rows * sizeof(float);
-  float* delta = static_cast<float*>(device_alloc(delta_bytes));  // delta: (B, H, T)
+  const FloatScratch delta_buf(rows);
+  float* delta = delta_buf.get();  // delta: (B, H, T)
   dispatch_storage(dtype, "attention_backward", [&](auto tag) {
     using T = decltype(tag);
-    attention_delta_kernel<T><<<static_cast<unsigned>((rows + 7) / 8), 256>>>(
-        delta, static_cast<const T*>(dout), static_cast<const T*>(o), rows, s.T, s.H, s.Dv);
+    launch(attention_delta_kernel<T>, dim3(static_cast<unsigned>((rows + 7) / 8)), 256, 0, delta,
+           static_cast<const T*>(dout), static_cast<const T*>(o), rows, s.T, s.H, s.Dv);
   });
-  CUDA_CHECK_LAUNCH();
   const float sc = static_cast<float>(dims.scale);
   if (use_mma(dims.D, dims.Dv, dtype)) {
     dispatch_head_dim(s.D, [&](auto d) {
       constexpr int kD = decltype(d)::value;
-      auto dq_kernel = attention_backward_dq_mma<kD>;
-      const size_t dq_smem = sizeof(bf16) * (2 * kMmaRows + 4 * kMmaCols) * kD;
-      allow_smem(dq_kernel, dq_smem);
-      dq_kernel<<<dim3((s.T + kMmaRows - 1) / kMmaRows, s.H, s.B), kMmaThreads, dq_smem>>>(
-          static_cast<bf16*>(dq), static_cast<const bf16*>(dout), static_cast<const bf16*>(q),
-          static_cast<const bf16*>(k), static_cast<const bf16*>(v), lse, delta, s.T, s.H, s.Hkv, sc, s.window);
-      CUDA_CHECK_LAUNCH();
-      auto dkdv_kernel = attention_backward_dkdv_mma<kD>;
-      const size_t dkdv_smem = sizeof(bf16) * (2 * kMmaRows + 4 * kMmaQueries) * kD + sizeof(float) * 4 * kMmaQueries;
-      allow_smem(dkdv_kernel, dkdv_smem);
-      dkdv_kernel<<<dim3((s.T + kMmaRows - 1) / kMmaRows, s.Hkv, s.B), kMmaThreads, dkdv_smem>>>(
-          static_cast<bf16*>(dk), static_cast<bf16*>(dv), static_cast<const bf16*>(dout), static_cast<const bf16*>(q),
-          static_cast<const bf16*>(k), static_cast<const bf16*>(v), lse, delta, s.T, s.H, s.Hkv, sc, s.window);
+      const unsigned blocks = (s.T + kMmaRows - 1) / kMmaRows;
+      launch(attention_backward_dq_mma<kD>, dim3(blocks, s.H, s.B), kMmaThreads,
+             sizeof(bf16) * (2 * kMmaRows + 4 * kMmaCols) * kD, static_cast<bf16*>(dq),
+             static_cast<const bf16*>(dout), static_cast<const bf16*>(q), static_cast<const bf16*>(k),
+             static_cast<const bf16*>(v), lse, delta, s.T, s.H, s.Hkv, sc, s.window);
+      launch(attention_backward_dkdv_mma<kD>, dim3(blocks, s.Hkv, s.B), kMmaThreads,
+             sizeof(bf16) * (2 * kMmaRows + 4 * kMmaQueries) * kD + sizeof(float) * 4 * kMmaQueries,
+             static_cast<bf16*>(dk), static_cast<bf16*>(dv), static_cast<const bf16*>(dout),
+             static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v), lse,
+             delta, s.T, s.H, s.Hkv, sc, s.window);
     });
   } else {
     dispatch_storage(dtype, "attention_backward", [&](auto tag) {
       using T = decltype(tag);
-      auto dq_kernel = attention_backward_dq_fma<T>;
-      allow_smem(dq_kernel, fma_dq_smem(s.D, s.Dv));
-      dq_kernel<<<dim3((s.T + kFmaRows - 1) / kFmaRows, s.H, s.B), kFmaThreads, fma_dq_smem(s.D, s.Dv)>>>(
-          static_cast<T*>(dq), static_cast<const T*>(dout), static_cast<const T*>(q), static_cast<const T*>(k),
-          static_cast<const T*>(v), lse, delta, s.T, s.H, s.Hkv, s.D, s.Dv, sc, s.window);
-      CUDA_CHECK_LAUNCH();
-      auto dkdv_kernel = attention_backward_dkdv_fma<T>;
-      allow_smem(dkdv_kernel, fma_dkdv_smem(s.D, s.Dv));
-      dkdv_kernel<<<dim3((s.T + kFmaRows - 1) / kFmaRows, s.Hkv, s.B), kFmaThreads, fma_dkdv_smem(s.D, s.Dv)>>>(
-          static_cast<T*>(dk), static_cast<T*>(dv), static_cast<const T*>(dout), static_cast<const T*>(q),
-          static_cast<const T*>(k), static_cast<const T*>(v), lse, delta, s.T, s.H, s.Hkv, s.D, s.Dv, sc, s.window);
+      const unsigned blocks = (s.T + kFmaRows - 1) / kFmaRows;
+      launch(attention_backward_dq_fma<T>, dim3(blocks, s.H, s.B), kFmaThreads, fma_dq_smem(s.D, s.Dv),
+             static_cast<T*>(dq), static_cast<const T*>(dout), static_cast<const T*>(q), static_cast<const T*>(k),
+             static_cast<const T*>(v), lse, delta, s.T, s.H, s.Hkv, s.D, s.Dv, sc,
+             s.window);
+      launch(attention_backward_dkdv_fma<T>, dim3(blocks, s.Hkv, s.B), kFmaThreads, fma_dkdv_smem(s.D, s.Dv),
+             static_cast<T*>(dk), static_cast<T*>(dv), static_cast<const T*>(dout), static_cast<const T*>(q),
+             static_cast<const T*>(k), static_cast<const T*>(v), lse, delta, s.T, s.H,
+             s.Hkv, s.D, s.Dv, sc, s.window);
     });
   }
-  CUDA_CHECK_LAUNCH();
-  device_free(delta, delta_bytes);
 }
 
 }  // namespace hla::cuda

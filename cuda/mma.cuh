@@ -1,6 +1,6 @@
 // Warp-level tensor-core and async-copy primitives (sm_80+ PTX, used on sm_90):
-//   mma m16n8k16 bf16 x bf16 -> fp32, ldmatrix (plain and transposed), cp.async 16 bytes,
-// plus the swizzled shared-memory tile layout they read.
+//   mma m16n8k16 bf16 x bf16 -> fp32, ldmatrix (plain and transposed), cp.async 16 bytes
+// (the swizzled shared-memory tiles they read: cuda/tile.cuh).
 //
 // Fragment layouts of mma.m16n8k16 (g = lane / 4, t = lane % 4), the facts every kernel here
 // relies on:
@@ -52,27 +52,6 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (low half) = lo
   return *reinterpret_cast<uint32_t*>(&v);
-}
-
-// A (rows x W) bf16 tile in shared memory, W a multiple of 64, stored in 16-byte chunks whose
-// index is XORed with (row % 8): the 8 rows an ldmatrix reads then hit 8 different bank groups.
-template <int W>
-__device__ __forceinline__ int swizzle(int row, int col) {
-  static_assert(W % 64 == 0, "swizzled tiles are a multiple of 64 bf16 wide");
-  return row * W + (((col >> 3) ^ (row & 7)) << 3) + (col & 7);
-}
-
-// Copies rows [row0, row0 + ROWS) of a (T, ...) global matrix whose rows are `stride` elements
-// apart into a swizzled (ROWS x W) tile; rows at or past T become zeros. All THREADS threads.
-template <int ROWS, int W, int THREADS>
-__device__ __forceinline__ void load_tile_async(__nv_bfloat16* tile, const __nv_bfloat16* g, int64_t stride,
-                                                int row0, int T) {
-  constexpr int kChunksPerRow = W / 8;
-  for (int i = threadIdx.x; i < ROWS * kChunksPerRow; i += THREADS) {
-    int r = i / kChunksPerRow, c = (i % kChunksPerRow) * 8;
-    bool valid = row0 + r < T;
-    cp_async_16(tile + swizzle<W>(r, c), g + (valid ? (row0 + r) * stride + c : 0), valid);
-  }
 }
 
 }  // namespace hla::cuda

@@ -1,6 +1,8 @@
 // Check cases (nn/check/registry.h) of softmax attention and RoPE.
-// attention: grouped kv heads, a sliding window, D != Dv and one long sequence (T = 4096) in gpu
-// mode, with T = 77, 200, 333 not multiples of the kernels' row blocks; perf at the bench
+// attention: grouped kv heads, sliding windows (one of 20 keys, shorter than a key tile, so whole
+// warps of the forward's 128-query blocks skip tiles), D != Dv and one long sequence (T = 4096)
+// in gpu mode, with T = 77, 130, 200, 333 not multiples of the kernels' row blocks (64 in the
+// backward, 128 in the forward: 130 leaves a block of 2 queries); perf at the bench
 // shapes (registry.h) and T = 16384, causal, bf16, against torch SDPA (flash).
 // Perf FLOPs count the visible half of the causal square: forward 4 B H T^2 D / 2 (two
 // products), forward+backward 3.5x that (the backward's five products), as flash-attention
@@ -64,6 +66,7 @@ void add_attention_cases() {
   for (const AttentionCase& c : {AttentionCase{"attention gqa D=64", 2, 77, 4, 2, 64, 64, 0, 0},
                                  AttentionCase{"attention window D=128", 2, 200, 4, 1, 128, 128, 0, 70},
                                  AttentionCase{"attention gqa window D=64", 2, 333, 8, 2, 64, 64, 0, 100},
+                                 AttentionCase{"attention gqa window=20 D=128", 2, 130, 4, 2, 128, 128, 0, 20},
                                  AttentionCase{"attention D=48 Dv=32", 2, 50, 2, 2, 48, 32, 0, 0},
                                  AttentionCase{"attention long T=4096", 1, 4096, 2, 1, 128, 128, 0, 0}})
     add_case(gpu_case("attention", c.name, attention_kernel(c), inputs(c), attention_op(c)));

@@ -16,6 +16,7 @@
 
 #include "autograd/var.h"
 #include "nn/ops/attention_dims.h"
+#include "nn/ops/attention_reference.h"
 
 namespace hla {
 
@@ -26,15 +27,6 @@ inline double default_attention_scale(int64_t head_dim) { return 1.0 / std::sqrt
 // window 0 = full causal; window w > 0: query t sees keys t-w+1 .. t.
 Var attention(const Var& q, const Var& k, const Var& v, double scale, int64_t window = 0);
 
-namespace cpu {
-// q: (B, T, H, D), k: (B, T, Hkv, D), v: (B, T, Hkv, Dv); o: (B, T, H, Dv) and lse: (B, H, T) written.
-template <class Real>
-void attention_forward(Real* o, Real* lse, const Real* q, const Real* k, const Real* v, const AttentionDims& d);
-// dout, o: (B, T, H, Dv), lse: (B, H, T) from the forward; dq: (B, T, H, D), dk: (B, T, Hkv, D),
-// dv: (B, T, Hkv, Dv) written (dk, dv summed over the H / Hkv query heads of each kv head).
-template <class Real>
-void attention_backward(Real* dq, Real* dk, Real* dv, const Real* dout, const Real* q, const Real* k, const Real* v,
-                        const Real* o, const Real* lse, const AttentionDims& d);
-}  // namespace cpu
+// The CPU reference, cpu::attention_forward / attention_backward: nn/ops/attention_reference.h.
 
 }  // namespace hla

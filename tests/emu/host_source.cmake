@@ -1,11 +1,12 @@
-# Writes OUT: the CUDA file IN as g++ compiles it against the emulator (tests/emu/include), with
-# the only three spellings that differ: the launch `kernel<<<grid, kThreads, BYTES>>>(args);` (one
-# in each chunk file's launch_kernel) becomes emu::launch, `extern __shared__` storage becomes the
-# emulator's shared buffer, and a member template call `x.mma<...>` gets the `template` keyword
-# that g++ wants and nvcc does not.
+# Writes OUT: the CUDA file IN (cuda/decay_attention_chunk.cu, cuda/delta_rule_chunk.cu,
+# cuda/attention.cu) as g++ compiles it against the emulator (tests/emu/include), with the only
+# three spellings that differ: the file's one launch, `kernel<<<grid, THREADS, BYTES>>>(ARGS);` in
+# a helper (any names for THREADS and BYTES, any arguments), becomes emu::launch,
+# `extern __shared__ float4 smem_raw[];` becomes the emulator's shared buffer, and a member
+# template call `x.mma<...>` gets the `template` keyword that g++ wants and nvcc does not.
 file(READ "${IN}" source)
-string(REGEX REPLACE "kernel<<<grid, kThreads, BYTES>>>\\(([^)]*)\\);"
-                     "emu::launch(kernel, grid, kThreads, BYTES, \\1);" source "${source}")
+string(REGEX REPLACE "kernel<<<grid, ([A-Za-z]+), ([A-Za-z]+)>>>\\(([^)]*)\\);"
+                     "emu::launch(kernel, grid, \\1, \\2, \\3);" source "${source}")
 string(REPLACE "extern __shared__ float4 smem_raw[];" "float4* smem_raw = emu::shared_memory();" source "${source}")
 string(REGEX REPLACE "([a-z]+)\\.mma<" "\\1.template mma<" source "${source}")
 foreach(needle "emu::launch" "emu::shared_memory")

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "nn/ops/chunk_util.h"
+#include "report.h"
 
 using namespace hla;
 using decay_chunk::Head;
@@ -59,22 +60,6 @@ static HeadGrads<double> recurrent_backward(const Head<double>& x, const Mat<dou
   }
   g.ds0 = dS;
   return g;
-}
-
-struct Err {
-  double max_abs = 0, ref_max = 0, sq = 0, ref_sq = 0;
-  void add(double got, double ref) {
-    max_abs = std::max(max_abs, std::abs(got - ref)), ref_max = std::max(ref_max, std::abs(ref));
-    sq += (got - ref) * (got - ref), ref_sq += ref * ref;
-  }
-  double rms_rel() const { return std::sqrt(sq / std::max(ref_sq, 1e-300)); }
-};
-static bool g_fail = false;
-static void report(const std::string& what, const char* name, const Err& e, double tol) {
-  const bool ok = e.rms_rel() <= tol && std::isfinite(e.sq);
-  if (!ok) g_fail = true;
-  std::printf("%-44s %-4s max_abs %.3e  max_abs/max|ref| %.3e  rms_rel %.3e %s\n", what.c_str(), name, e.max_abs,
-              e.max_abs / std::max(e.ref_max, 1e-300), e.rms_rel(), ok ? "ok" : "FAIL");
 }
 
 // x[b, t, h, :] of a (B, T, H, W) buffer as float.

@@ -1,4 +1,4 @@
-// Host emulator of the CUDA execution model for running the chunk kernels on the CPU (g++).
+// Host emulator of the CUDA execution model for running the mma kernels on the CPU (g++).
 // Threads of a block are fibers (ucontext for the first entry, _setjmp/_longjmp after), run by a
 // round-robin scheduler; __syncthreads and the warp collectives (shuffles, __syncwarp, mma) are
 // barriers over the block / the warp. Blocks run one after another; shared memory is one buffer
@@ -62,6 +62,7 @@ struct Block {
   std::function<void()> body;
   std::vector<float> shfl;          // per thread
   std::vector<uint32_t> frag;       // per thread: a0..a3, b0, b1
+  std::vector<const void*> addr;    // per thread: the row address an ldmatrix reads
 };
 
 inline Block& blk() { static Block b; return b; }
@@ -114,6 +115,10 @@ inline float __shfl_xor_sync(unsigned mask, float v, int off) {
   if (mask != 0xffffffffu) { std::fprintf(stderr, "emu: partial shuffle mask\n"); std::abort(); }
   return emu_shfl(v, (threadIdx.x % 32) ^ off);
 }
+inline float __shfl_sync(unsigned mask, float v, int src_lane) {
+  if (mask != 0xffffffffu) { std::fprintf(stderr, "emu: partial shuffle mask\n"); std::abort(); }
+  return emu_shfl(v, src_lane % 32);
+}
 inline float __shfl_up_sync(unsigned mask, float v, int off) {
   if (mask != 0xffffffffu) { std::fprintf(stderr, "emu: partial shuffle mask\n"); std::abort(); }
   const int lane = threadIdx.x % 32;
@@ -135,6 +140,7 @@ void launch(Kernel kernel, dim3 grid, int threads, size_t bytes, Params... param
   for (auto& s : b.stacks) s.resize(kStack);
   b.shfl.assign(threads, 0.f);
   b.frag.assign(size_t(threads) * 6, 0u);
+  b.addr.assign(threads, nullptr);
   gridDim = {grid.x, grid.y, grid.z};
   blockDim = {unsigned(threads), 1, 1};
   b.body = [=] { kernel(params...); };

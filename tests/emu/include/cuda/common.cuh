@@ -1,4 +1,4 @@
-// Emulated cuda/common.cuh: the helpers the chunk kernels use, on the host.
+// Emulated cuda/common.cuh: the helpers the chunk and attention kernels use, on the host.
 #pragma once
 #include <cuda_bf16.h>
 
@@ -16,6 +16,19 @@ constexpr int cudaSharedmemCarveoutMaxShared = 100;
 template <class K> inline int cudaFuncSetAttribute(K, cudaFuncAttribute, int) { return 0; }
 
 namespace hla::cuda {
+
+inline float to_float(float v) { return v; }
+inline float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <class T> T from_float(float v);
+template <> inline float from_float<float>(float v) { return v; }
+template <> inline __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+template <class Fn>
+void dispatch_storage(DType dtype, const char* op, Fn&& fn) {
+  if (dtype == DType::F32) fn(float{});
+  else if (dtype == DType::BF16) fn(__nv_bfloat16{});
+  else fail(op, ": CUDA kernels take F32 or BF16, got ", dtype_name(dtype));
+}
 
 inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
@@ -39,6 +52,10 @@ using FloatScratch = Scratch<float>;
 
 inline float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+inline float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = std::fmax(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
 inline float block_sum(float v, float* scratch) {

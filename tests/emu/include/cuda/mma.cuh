@@ -1,5 +1,6 @@
-// Emulated mma.m16n8k16 bf16 (PTX ISA fragment layouts, fp32 accumulate) and cp.async (copies
-// deferred until cp_async_wait_all, and optionally landed at issue as well).
+// Emulated mma.m16n8k16 bf16 (PTX ISA fragment layouts, fp32 accumulate), ldmatrix (x4, plain
+// and transposed) and cp.async (copies deferred until cp_async_wait_all, and optionally landed at
+// issue as well).
 #pragma once
 #include <cuda_bf16.h>
 
@@ -40,6 +41,27 @@ inline void mma_bf16_16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_
     c[i] += s;
   }
 }
+
+// ldmatrix.m8n8.x4: lanes 8i..8i+7 give the row addresses of 8x8 b16 matrix i (exchanged through
+// the warp); register i of lane l receives matrix i's (row l/4, columns 2(l%4), +1), or with
+// trans the transposed matrix's, i.e. (rows 2(l%4), +1, column l/4).
+inline void emu_ldmatrix(uint32_t r[4], const void* smem, bool trans) {
+  emu::Block& blk = emu::blk();
+  const unsigned tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  blk.addr[tid] = smem;
+  __syncwarp();
+  auto at = [&](int i, int row, int col) {
+    uint16_t v;
+    std::memcpy(&v, static_cast<const char*>(blk.addr[warp * 32 + 8 * i + row]) + 2 * col, 2);
+    return uint32_t(v);
+  };
+  const int g = lane / 4, t = lane % 4;
+  for (int i = 0; i < 4; i++)
+    r[i] = trans ? at(i, 2 * t, g) | at(i, 2 * t + 1, g) << 16 : at(i, g, 2 * t) | at(i, g, 2 * t + 1) << 16;
+  __syncwarp();
+}
+inline void ldmatrix_x4(uint32_t r[4], const void* smem) { emu_ldmatrix(r, smem, false); }
+inline void ldmatrix_x4_trans(uint32_t r[4], const void* smem) { emu_ldmatrix(r, smem, true); }
 
 inline void emu_land(const emu::Copy& c) {
   if (c.valid) std::memcpy(c.dst, c.src, 16);

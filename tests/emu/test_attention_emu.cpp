@@ -1,0 +1,102 @@
+// Runs the softmax attention kernels of cuda/attention.cu on the host emulator
+// (tests/emu/include/emu.h) and compares them with the CPU reference in fp64,
+// cpu::attention_forward / attention_backward (nn/ops/attention_reference.cpp): the bf16
+// tensor-core path (the 128-query forward, the 64-row dQ and dK/dV backward) at head widths 64
+// and 128, T a multiple of the blocks or not (5, 64, 100, 129, 257), grouped kv heads and
+// sliding windows (2, 20: shorter than a key tile, 70: longer); then the fp32 path (fma
+// kernels) at one shape.
+// The backward runs on the kernel's own o and lse, as in training. Tolerances are gpu-check's
+// (relative RMS: bf16 5e-3 outputs, 1e-2 gradients; fp32 1e-5); the exit status is 1 when a row
+// fails.
+#include "attention_host.cpp"
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "nn/ops/attention_reference.h"
+#include "report.h"
+
+using namespace hla;
+using Bf16 = __nv_bfloat16;
+
+// n normal values of standard deviation std: exact (rounded to the storage dtype) in fp64, and
+// as stored.
+struct Input {
+  std::vector<double> ref;
+  std::vector<Bf16> b;
+  std::vector<float> f;
+  Input(size_t n, std::mt19937_64& rng, double std) : ref(n), b(n), f(n) {
+    std::normal_distribution<double> N(0, std);
+    for (size_t i = 0; i < n; i++) {
+      b[i] = __float2bfloat16_rn(float(N(rng)));
+      f[i] = __bfloat162float(b[i]);
+      ref[i] = f[i];
+    }
+  }
+  const void* data(DType t) const { return t == DType::BF16 ? static_cast<const void*>(b.data()) : f.data(); }
+};
+
+// A kernel output buffer of n elements in the storage dtype.
+struct Output {
+  DType dtype;
+  std::vector<Bf16> b;
+  std::vector<float> f;
+  Output(size_t n, DType t) : dtype(t), b(t == DType::BF16 ? n : 0), f(t == DType::F32 ? n : 0) {}
+  void* data() { return dtype == DType::BF16 ? static_cast<void*>(b.data()) : f.data(); }
+  double operator[](size_t i) const { return dtype == DType::BF16 ? __bfloat162float(b[i]) : f[i]; }
+  size_t size() const { return std::max(b.size(), f.size()); }
+};
+
+template <class Got>
+static Err compare(const Got& got, const std::vector<double>& ref) {
+  Err e;
+  for (size_t i = 0; i < ref.size(); i++) e.add(got[i], ref[i]);
+  return e;
+}
+
+static void attention_case(DType dtype, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D, int64_t window,
+                           uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  // q of std 2 gives scores of std ~2 at scale 1 / sqrt(D): peaked rows, so the online max moves.
+  const Input q(B * T * H * D, rng, 2.0), k(B * T * Hkv * D, rng, 1.0), v(B * T * Hkv * D, rng, 1.0),
+      dout(B * T * H * D, rng, 1.0);
+  const AttentionDims d{B, T, H, Hkv, D, D, 1.0 / std::sqrt(double(D)), window, DType::F32};
+  Output o(B * T * H * D, dtype), dq(B * T * H * D, dtype), dk(B * T * Hkv * D, dtype), dv(B * T * Hkv * D, dtype);
+  std::vector<float> lse(B * H * T);
+  cuda::attention_forward(o.data(), lse.data(), q.data(dtype), k.data(dtype), v.data(dtype), d, dtype);
+  cuda::attention_backward(dq.data(), dk.data(), dv.data(), dout.data(dtype), q.data(dtype), k.data(dtype),
+                           v.data(dtype), o.data(), lse.data(), d, dtype);
+
+  std::vector<double> o_ref(o.size()), lse_ref(lse.size()), dq_ref(dq.size()), dk_ref(dk.size()), dv_ref(dv.size());
+  cpu::attention_forward(o_ref.data(), lse_ref.data(), q.ref.data(), k.ref.data(), v.ref.data(), d);
+  cpu::attention_backward(dq_ref.data(), dk_ref.data(), dv_ref.data(), dout.ref.data(), q.ref.data(), k.ref.data(),
+                          v.ref.data(), o_ref.data(), lse_ref.data(), d);
+
+  char label[160];
+  std::snprintf(label, sizeof label, "%s %s B%ld T%ld H%ld Hkv%ld D%ld window %ld", cuda::attention_kernel(D, D, dtype),
+                dtype_name(dtype), long(B), long(T), long(H), long(Hkv), long(D), long(window));
+  const bool bf = dtype == DType::BF16;
+  const double out_tol = bf ? 5e-3 : 1e-5, grad_tol = bf ? 1e-2 : 1e-5;
+  report(label, "o", compare(o, o_ref), out_tol);
+  report(label, "lse", compare(lse, lse_ref), out_tol);
+  report(label, "dq", compare(dq, dq_ref), grad_tol);
+  report(label, "dk", compare(dk, dk_ref), grad_tol);
+  report(label, "dv", compare(dv, dv_ref), grad_tol);
+}
+
+// Every case by default (ctest); a group by name: d64, d128, fma.
+int main(int argc, char** argv) {
+  const std::string which = argc > 1 ? argv[1] : "all";
+  for (int64_t D : {64, 128}) {
+    if (which != "all" && which != "d" + std::to_string(D)) continue;
+    for (int64_t T : {64, 100, 257}) attention_case(DType::BF16, T == 64 ? 2 : 1, T, 2, 1, D, 0, T + D);  // GQA 2 -> 1
+    attention_case(DType::BF16, 1, 257, 2, 2, D, 70, 1 + D);   // a window longer than a key tile
+    attention_case(DType::BF16, 1, 100, 4, 2, D, 20, 2 + D);   // shorter than a key tile, GQA 4 -> 2
+    attention_case(DType::BF16, 1, 129, 2, 2, D, 2, 3 + D);    // two keys a query; a block of 1 query
+    attention_case(DType::BF16, 3, 5, 2, 1, D, 0, 4 + D);      // 5 tokens: 7 of the 8 forward warps idle
+  }
+  if (which == "all" || which == "fma") attention_case(DType::F32, 1, 70, 2, 1, 64, 30, 3);
+  std::printf(g_fail ? "SOME FAILED\n" : "ALL OK\n");
+  return g_fail;
+}
