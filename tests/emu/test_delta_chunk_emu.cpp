@@ -14,6 +14,8 @@
 #include <random>
 #include <string>
 
+#include "report.h"
+
 using namespace hla;
 using Bf16 = __nv_bfloat16;
 using Mat = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -102,23 +104,6 @@ static Grads backward(const Head& x, double scale, const Mat& dO, const Mat& dU,
   return gr;
 }
 
-struct Err {
-  double max_abs = 0, ref_max = 0, sq = 0, ref_sq = 0;
-  void add(double got, double ref) {
-    max_abs = std::max(max_abs, std::abs(got - ref)), ref_max = std::max(ref_max, std::abs(ref));
-    sq += (got - ref) * (got - ref), ref_sq += ref * ref;
-  }
-  double rms_rel() const { return std::sqrt(sq / std::max(ref_sq, 1e-300)); }
-};
-static bool g_fail = false;
-static int g_rows = 0;
-static void report(const std::string& what, const char* name, const Err& e, double tol) {
-  const bool ok = e.rms_rel() <= tol && std::isfinite(e.sq);
-  if (!ok) g_fail = true;
-  g_rows++;
-  std::printf("%-50s %-4s max_abs %.3e  max_abs/max|ref| %.3e  rms_rel %.3e %s\n", what.c_str(), name, e.max_abs,
-              e.max_abs / std::max(e.ref_max, 1e-300), e.rms_rel(), ok ? "ok" : "FAIL");
-}
 // FNV-1a over the bytes of every buffer a case's kernels write: equal hashes = bit-identical
 // results (printed per case, to compare two versions of the kernels).
 struct Hash {
