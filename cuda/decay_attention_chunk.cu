@@ -86,16 +86,21 @@
 // above a store that may alias it). The scans run T / 64 chunks in sequence, so their per-chunk
 // latency is the forward's and backward's floor; the vector gate's scans copy the next chunk's
 // tiles during this chunk's state update (vector_scan), which leaves no round trip in the chain.
+// local_backward_kernel fetches its state pieces (3b) a piece ahead: h's first piece with the
+// chunk's tiles, the next one by cp.async into a second buffer while this piece's dK and dV
+// products run (LocalSmem::kStateBufs, wherever two fit), dh's next piece into registers at the
+// same point; only the first piece's dh is waited for, behind the dQ product.
 // Shared memory per CTA (launch_kernel asserts <= 227 KB, an sm_90 CTA's limit), dk = 128 / 64:
 //   scores_kernel 35,072 / 18,688 B;  scan_kernel and reverse_scan_kernel 76,544 / 50,944 B
 //   with ~105 / ~95 registers (2 CTAs an SM);  local_backward_kernel (dk, dv) = (128, 128)
-//   141,952 B, (128, 64) 125,568 B, (64, 128) 108,160 B, (64, 64) 91,776 B, with 247, 197, 163,
-//   125 registers a thread (ptxas): one CTA an SM, two at (64, 64) (kLocalCtasPerSm).
+//   176,768 B, (128, 64) 125,568 B, (64, 128) 125,568 B, (64, 64) 91,776 B (two state buffers
+//   where dv = 128), with 240, 196, 167, 125 registers a thread (ptxas): one CTA an SM, two at
+//   (64, 64) (kLocalCtasPerSm).
 //   Vector gate: scan_kernel and reverse_scan_kernel 55,552 B (any dk), 64 registers (4 CTAs an
 //   SM); vector_output_kernel (128, 128) 103,424 B, (128, 64) 95,232 B, (64, 128) 70,656 B,
 //   (64, 64) 62,464 B (RWKV-6: + 4 dk B), 60-102 registers; local_backward_kernel (128, 128)
-//   178,816 B, (128, 64) 162,432 B, (64, 128) 127,104 B, (64, 64) 110,720 B, with 234, 193,
-//   185, 161 registers (one CTA an SM); RWKV-6's + 4 dk B (the bonus), with 245, 202, 188, 173
+//   213,632 B, (128, 64) 162,432 B, (64, 128) 144,512 B, (64, 64) 110,720 B, with 242, 193,
+//   212, 161 registers (one CTA an SM); RWKV-6's + 4 dk B (the bonus), with 244, 202, 209, 173
 //   registers; no spills (ptxas, nvcc 13.0, sm_90).
 //   A width of 256 ((dk, dv) = (256, 256), (128, 256), (256, 128)): scores_kernel at dk = 256
 //   67,840 B, 40 registers; scan_kernel and reverse_scan_kernel at dk = 256 127,744 B, 106 / 105
@@ -104,10 +109,10 @@
 //   (256, 128) 168,960 B, (128, 256) 119,808 B (RWKV-6: + 4 dk B) with 163, 163, 102 registers
 //   (RWKV-6 128, 128, 64), its state piece 32 columns wide at dk = 256 (kOutputPiece);
 //   local_backward_kernel, 128 key channels a CTA (kKeyBlock; one CTA at dk = 128, two at 256),
-//   so (256, 256) and (128, 256) take 174,720 B (vector 211,584 B, RWKV-6 212,096 B) with 247
-//   registers (vector 236; RWKV-6 245 at (256, 256), 248 at (128, 256)) and (256, 128) the (128,
-//   128) kernel's 141,952 B (vector 178,816 B, RWKV-6 179,328 B) with 247 registers (vector 236,
-//   RWKV-6 246). No spills anywhere (ptxas, nvcc 13.0, sm_90).
+//   so (256, 256) and (128, 256) take 209,536 B (vector 211,584 B, RWKV-6 212,096 B: one state
+//   buffer, two would pass 227 KB) with 246 and 247 registers (vector 245, 247; RWKV-6 247, 248)
+//   and (256, 128) the (128, 128) kernel's 176,768 B (vector 213,632 B, RWKV-6 214,144 B) with
+//   246 registers (vector 246, RWKV-6 245). No spills anywhere (ptxas, nvcc 13.0, sm_90).
 #include "cuda/decay_attention_chunk.cuh"
 
 #include <cuda_bf16.h>
@@ -151,7 +156,8 @@ struct Args {
   const bf16* d_o;      // (B, T, HV, dv)
   const float* dht;     // (B, HV, dk, dv) or null: gradient of the final state
   float* dh0;           // (B, HV, dk, dv) or null
-  float *dq, *dk;       // (B, T, HV, dk)  per value head (summed over a group afterwards)
+  float *dq, *dk;       // HV > H: (B, T, HV, dk) per value head (summed over a group afterwards), else null
+  bf16 *dq_direct, *dk_direct;  // HV == H: (B, T, H, dk), pass 3 writes them itself (no group sum), else null
   bf16 *dv, *dg;        // (B, T, HV, dv); (B, T, HV) scalar gate, (B, T, HV, dk) vector gate
   float* dbonus;        // RWKV-6 (B, NT, H, dk): each chunk's part of du (summed in chunk order after)
   float* dv_part;       // dk = 256 (kKeyBlock): (dk / 128, B, T, HV, dv), each key block's part of dV
@@ -652,7 +658,7 @@ struct LocalSmem {
   static constexpr int kLdS = kPiece + 4;             // fp32 row stride of the state piece
   static constexpr int kLdG = DK + 4;                 // fp32 row stride of the vector gate's G
   float *aqk, *ps;                 // (C, kLdA): Aqk, and Ps = the masked scale dO V^T (scalar: decayed)
-  float* state;                    // (DK, kLdS): kPiece columns of h[n], then of dh[n]
+  float* state;                    // (kStateBufs, DK, kLdS): kPiece columns of h[n], then of dh[n]
   float *G, *expG, *kdecay, *dG;   // (C): G, exp(G), exp(G_last - G), the gate gradient
   float *rowQ, *rowK, *rowKs;      // (2, C) per-row partial sums (WarpTile::add_row_sums)
   float* red;                      // (32) block_sum scratch
@@ -662,13 +668,20 @@ struct LocalSmem {
   bf16 *q, *k;                     // (C, kLdK)
   bf16 *v, *dov;                   // (C, kLdV): V, dO
   static constexpr size_t vector_floats() { return VG ? size_t(C) * kLdG + (RW ? 7 : 6) * DK : 0; }
-  static constexpr size_t floats() {
-    return size_t(2) * C * kLdA + size_t(DK) * kLdS + 4 * C + 6 * C + 32 + vector_floats();
+  static constexpr size_t floats_with(int bufs) {
+    return size_t(2) * C * kLdA + size_t(bufs) * DK * kLdS + 4 * C + 6 * C + 32 + vector_floats();
   }
-  static constexpr size_t bytes() { return sizeof(float) * floats() + sizeof(bf16) * C * (2 * kLdK + 2 * kLdV); }
+  static constexpr size_t bytes_with(int bufs) {
+    return sizeof(float) * floats_with(bufs) + sizeof(bf16) * C * (2 * kLdK + 2 * kLdV);
+  }
+  // Two state buffers where dv has more than one piece and they fit in 227 KB (all but the vector
+  // gate's (128, 256) key block): piece p + 1 of h lands in one while piece p's products read the other.
+  static constexpr int kStateBufs = DV > kPiece && bytes_with(2) <= 227 * 1024 ? 2 : 1;
+  static constexpr size_t floats() { return floats_with(kStateBufs); }
+  static constexpr size_t bytes() { return bytes_with(kStateBufs); }
   __device__ explicit LocalSmem(void* p) {
     aqk = static_cast<float*>(p), ps = aqk + C * kLdA, state = ps + C * kLdA;
-    G = state + DK * kLdS, expG = G + C, kdecay = expG + C, dG = kdecay + C;
+    G = state + kStateBufs * DK * kLdS, expG = G + C, kdecay = expG + C, dG = kdecay + C;
     rowQ = dG + C, rowK = rowQ + 2 * C, rowKs = rowK + 2 * C, red = rowKs + 2 * C;
     Gv = red + 32, glast = Gv + C * kLdG, hdh = glast + DK, colKs = hdh + DK;  // (used when VG)
     u = RW ? colKs + C / 16 * DK : nullptr;
@@ -720,6 +733,11 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
   load_bf16_rows_async<C, KB>(sm.k, a.k + qk0, int64_t(a.H) * DK, n);
   load_bf16_rows_async<C, DV>(sm.v, a.v + tok0 * DV, int64_t(a.HV) * DV, n);
   load_bf16_rows_async<C, DV>(sm.dov, a.d_o + tok0 * DV, int64_t(a.HV) * DV, n);
+  auto load_h = [&](int piece) {  // piece `piece` of h[n] (rows d0.., kPiece columns) into its buffer
+    load_f32_rows_async<KB, kPiece>(sm.state + piece % Smem::kStateBufs * KB * kLdS, kLdS,
+                                    a.h_start + state0 + piece * kPiece, DV);
+  };
+  load_h(0);  // with the chunk's tiles: 3b starts on it without a round trip
   if constexpr (VG) {
     vector_cumsum<KB>(sm.Gv, kLdG, sm.glast, a.g + tok0 * DK + d0, int64_t(a.HV) * DK, n);
     for (int i = threadIdx.x; i < C / 16 * KB; i += kThreads) sm.colKs[i] = 0.f;
@@ -767,28 +785,39 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
   //     S_end = exp(G_last) h + ...      =>  <h, dh> for dG_last (3d); a vector gate keeps it per
   //                                          state row (rowsum(h (.) dh) into hdh, one owner
   //                                          thread per row: the 16 threads of a row reduce by shuffles)
+  //     Loads: h's pieces by cp.async (piece 0 with the chunk's tiles; piece p + 1, where there are
+  //     two buffers, while piece p's dK and dV products run), dh's pieces into registers a piece
+  //     ahead (piece p + 1 once piece p's sits in shared memory), so only the first piece's dh
+  //     waits on memory, behind the dQ product.
   WarpTile<C, KB> dq, dk;
   float hdh = 0.f;
-  auto state_t = [&](int c, int d) { return sm.state[d * kLdS + c]; };  // (the piece of h or dh)^T
   constexpr int kQuads = kPiece / 4;                         // float4 pieces of a state row
   constexpr int kStateLoads = KB * kQuads / kThreads;        // float4 pieces of dh a thread
   static_assert(KB * kQuads % kThreads == 0 && kThreads % kQuads == 0, "whole state rows per pass");
-  for (int c0 = 0; c0 < DV; c0 += kPiece) {
-    load_f32_rows_async<KB, kPiece>(sm.state, kLdS, a.h_start + state0 + c0, DV);
-    wait_tiles();
-    float4 dh_piece[kStateLoads];  // in flight during the product below
+  float4 dh_regs[kStateLoads];  // this thread's float4s of dh's next piece
+  auto load_dh = [&](int piece) {
 #pragma unroll
     for (int p = 0; p < kStateLoads; p++) {
       const int i = threadIdx.x + p * kThreads, d = i / kQuads, c = i % kQuads * 4;
-      dh_piece[p] = *reinterpret_cast<const float4*>(a.dh_end + state0 + d * DV + c0 + c);
+      dh_regs[p] = *reinterpret_cast<const float4*>(a.dh_end + state0 + d * DV + piece * kPiece + c);
+    }
+  };
+  load_dh(0);
+  for (int piece = 0; piece < DV / kPiece; piece++) {
+    const int c0 = piece * kPiece;
+    float* const state = sm.state + piece % Smem::kStateBufs * KB * kLdS;
+    auto state_t = [&](int c, int d) { return state[d * kLdS + c]; };  // (the piece of h or dh)^T
+    if (piece > 0) {  // piece 0 came with the chunk's tiles
+      if constexpr (Smem::kStateBufs == 1) load_h(piece);
+      wait_tiles();
     }
     dq.mma<kPiece, false, true>([&](int r, int c) { return bf(sm.dov[r * kLdV + c0 + c]); }, state_t);
     __syncthreads();  // every read of h's piece is done
 #pragma unroll
     for (int p = 0; p < kStateLoads; p++) {  // dh's piece in h's place
       const int i = threadIdx.x + p * kThreads, d = i / kQuads, c = i % kQuads * 4;
-      float4* s = reinterpret_cast<float4*>(sm.state + d * kLdS + c);
-      const float4 h = *s, x = dh_piece[p];
+      float4* s = reinterpret_cast<float4*>(state + d * kLdS + c);
+      const float4 h = *s, x = dh_regs[p];
       const float dot = h.x * x.x + h.y * x.y + h.z * x.z + h.w * x.w;
       if constexpr (VG) {
         float row = dot;
@@ -801,10 +830,15 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
       *s = x;
     }
     __syncthreads();
+    if (c0 + kPiece < DV) {  // the next piece's loads, in flight during the products below
+      // h's into the other buffer (its last reads, piece - 1's dh, ended before the barrier above)
+      if constexpr (Smem::kStateBufs > 1) load_h(piece + 1);
+      load_dh(piece + 1);
+    }
     dk.mma<kPiece, false, true>([&](int r, int c) { return bf(sm.v[r * kLdV + c0 + c]); }, state_t);
     {
       WarpTile<C, kPiece> dv;
-      auto dh_piece = [&](int d, int c) { return sm.state[d * kLdS + c]; };
+      auto dh_piece = [&](int d, int c) { return state[d * kLdS + c]; };
       if constexpr (VG) {
         dv.template mma<KB, true, true>([&](int r, int d) { return k_rows(r, d) * expf(sm.glast[d] - G_at(r, d)); },
                                         dh_piece);
@@ -821,7 +855,9 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
         else a.dv[i] = __float2bfloat16_rn(x);
       });
     }
-    __syncthreads();  // every read of dh's piece is done before the next piece overwrites it
+    // One buffer: every read of dh's piece is done before the next piece's h lands in it (two: the
+    // next piece's barriers come before this buffer's next load).
+    if constexpr (Smem::kStateBufs == 1) __syncthreads();
   }
   // 3c: the row decays, sum_s k_s . dK^state_s (dG_last), then the in-chunk pairs:
   //     A[t,s] = Gamma[t,s] q_t . k_s  =>  dQ += Ps K,  dK += Ps^T Q   (Ps holds scale, Gamma)
@@ -865,10 +901,16 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
     dq.template mma<C, true, false>([&](int r, int s) { return sm.ps[r * kLdA + s]; }, k_rows);
     dk.template mma<C, true, false>([&](int s, int t) { return sm.ps[t * kLdA + s]; }, q_rows);  // Ps^T[s][t]
   }
-  auto store_dq_dk = [&] {
-    dq.each([&](int r, int d, float x, int) { if (r < n) a.dq[(tok0 + int64_t(r) * a.HV) * DK + d0 + d] = x; });
-    dk.each([&](int r, int d, float x, int) { if (r < n) a.dk[(tok0 + int64_t(r) * a.HV) * DK + d0 + d] = x; });
+  // dQ, dK in bf16 where each key head has one value head (a.dq_direct), else per value head in fp32.
+  auto store_grad = [&](WarpTile<C, KB>& t, float* per_head, bf16* direct) {
+    t.each([&](int r, int d, float x, int) {
+      if (r >= n) return;
+      const int64_t i = (tok0 + int64_t(r) * a.HV) * DK + d0 + d;
+      if (direct) direct[i] = __float2bfloat16_rn(x);
+      else per_head[i] = x;
+    });
   };
+  auto store_dq_dk = [&] { store_grad(dq, a.dq, a.dq_direct), store_grad(dk, a.dk, a.dk_direct); };
   // 3d: dG_t = q_t . dQ_t - k_t . dK_t (4.10: q enters as q exp(G), k as k exp(-G)); a vector
   //     gate keeps it per channel: dG_t = q_t (.) dQ_t - k_t (.) dK_t, the last row's terms
   //     exp(G_last) (.) rowsum(h (.) dh) + sum_s k_s (.) dK^state_s, and a per-channel reverse
@@ -1084,17 +1126,21 @@ void backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, float* gra
   HLA_CHECK(!grad_ht || aligned16(grad_ht), "decay_attention chunk kernel: grad_ht must be 16-byte aligned");
   Args a = input_args(q, k, v, g, h0, d);
   const int64_t states = d.B * d.HV * a.NT * d.dk * d.dv;  // (B, HV, NT, dk, dv)
-  const int64_t grads = d.B * d.T * d.HV * d.dk;           // (B, T, HV, dk)
+  // One value head a key head: pass 3 writes dq, dk itself; else per value head in fp32, then summed.
+  const bool grouped = d.HV != d.H;
+  const int64_t grads = grouped ? d.B * d.T * d.HV * d.dk : 0;  // (B, T, HV, dk)
   FloatScratch h_start(states), dh_end(states), dq(grads), dk(grads);
   a.h_start = h_start.get(), a.dh_end = dh_end.get();
   a.d_o = static_cast<const bf16*>(grad_o), a.dht = grad_ht, a.dh0 = grad_h0;
-  a.dq = dq.get(), a.dk = dk.get();
+  if (grouped) a.dq = dq.get(), a.dk = dk.get();
+  else a.dq_direct = static_cast<bf16*>(grad_q), a.dk_direct = static_cast<bf16*>(grad_k);
   a.dv = static_cast<bf16*>(grad_v), a.dg = static_cast<bf16*>(grad_g);
   const KeyBlockParts parts(d);
   parts.set(a);
   dispatch(d, [&](auto dk_, auto dv_, auto vector_gate) {
     launch_backward<decltype(dk_)::value, decltype(dv_)::value, decltype(vector_gate)::value, false>(a);
   });
+  if (!grouped) return;
   recurrence::group_sum(static_cast<bf16*>(grad_q), dq.get(), d.B * d.T, d.H, d.HV / d.H, d.dk);
   recurrence::group_sum(static_cast<bf16*>(grad_k), dk.get(), d.B * d.T, d.H, d.HV / d.H, d.dk);
 }
@@ -1108,19 +1154,17 @@ void rwkv6_backward(void* grad_r, void* grad_k, void* grad_v, void* grad_w, void
   Args a = input_args(r, k, v, w, h0, dims);
   a.bonus = static_cast<const bf16*>(u);
   const int64_t states = d.B * d.H * a.NT * d.dk * d.dv;  // (B, H, NT, dk, dv)
-  const int64_t grads = d.B * d.T * d.H * d.dk;           // (B, T, H, dk)
-  FloatScratch h_start(states), dh_end(states), dr(grads), dk(grads), du_parts(d.B * a.NT * d.H * d.dk);
+  FloatScratch h_start(states), dh_end(states), du_parts(d.B * a.NT * d.H * d.dk);
   a.h_start = h_start.get(), a.dh_end = dh_end.get();
   a.d_o = static_cast<const bf16*>(grad_o), a.dht = grad_ht, a.dh0 = grad_h0;
-  a.dq = dr.get(), a.dk = dk.get(), a.dbonus = du_parts.get();  // du_parts: (B, NT, H, dk)
+  a.dbonus = du_parts.get();  // (B, NT, H, dk)
+  a.dq_direct = static_cast<bf16*>(grad_r), a.dk_direct = static_cast<bf16*>(grad_k);  // one value head a head
   a.dv = static_cast<bf16*>(grad_v), a.dg = static_cast<bf16*>(grad_w);
   const KeyBlockParts parts(dims);
   parts.set(a);
   dispatch(dims, [&](auto dk_, auto dv_, auto) {
     launch_backward<decltype(dk_)::value, decltype(dv_)::value, true, true>(a);
   });
-  recurrence::group_sum(static_cast<bf16*>(grad_r), dr.get(), d.B * d.T, d.H, 1, d.dk);
-  recurrence::group_sum(static_cast<bf16*>(grad_k), dk.get(), d.B * d.T, d.H, 1, d.dk);
   write_column_sums(static_cast<bf16*>(grad_u), du_parts.get(), int(d.B * a.NT), d.H * d.dk);  // fixed order
 }
 

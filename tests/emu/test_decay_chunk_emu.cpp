@@ -69,14 +69,15 @@ static double at(const V& x, int64_t i) {
   else return double(x[i]);
 }
 
-// Head (b, h) of the fp64 reference inputs: q (r), k, v, the gate (per channel or scalar), the
-// diagonal weight (RWKV-6's u, else ones) and the initial state (zeros when null).
+// Value head (b, h) of the fp64 reference inputs (H value heads, `group` a key head): q (r), k
+// (of key head h / group), v, the gate (per channel or scalar), the diagonal weight (RWKV-6's u,
+// else ones) and the initial state (zeros when null).
 static Head<double> reference_head(const Buf& q, const Buf& k, const Buf& v, const Buf& g, bool vector_gate,
                                    const double* u, const double* h0, int64_t b, int64_t h, int64_t T, int64_t H,
-                                   int64_t dk, int64_t dv) {
+                                   int64_t dk, int64_t dv, int64_t group = 1) {
   Head<double> x;
-  x.q = decay_chunk::gather_head(q.ref.data(), b, h, T, H, dk);
-  x.k = decay_chunk::gather_head(k.ref.data(), b, h, T, H, dk);
+  x.q = decay_chunk::gather_head(q.ref.data(), b, h / group, T, H / group, dk);
+  x.k = decay_chunk::gather_head(k.ref.data(), b, h / group, T, H / group, dk);
   x.v = decay_chunk::gather_head(v.ref.data(), b, h, T, H, dv);
   x.g = vector_gate ? decay_chunk::gather_gate<double, true>(g.ref.data(), b, h, T, H, dk)
                     : decay_chunk::gather_gate<double, false>(g.ref.data(), b, h, T, H, dk);
@@ -159,21 +160,22 @@ static void rwkv6_case(int64_t B, int64_t T, int64_t H, int64_t D, bool with_h0,
 }
 
 // The scalar- or vector-gate (GLA, after_update) backward against the CPU chunked reference; the
-// D64 GLA row validates the emulator on a kernel the H200 has passed. DV = 0: dv = dk = D.
+// D64 GLA row validates the emulator on a kernel the H200 has passed. DV = 0: dv = dk = D. G value
+// heads a key head (HV = G H): dq, dk are the sums over a group's value heads.
 static void gla_case(int64_t B, int64_t T, int64_t H, int64_t D, uint64_t seed, bool vg = true, int64_t DV = 0,
-                     bool with_h0 = true, bool with_dht = true) {
-  const int64_t dk = D, dv = DV ? DV : D;
+                     bool with_h0 = true, bool with_dht = true, int64_t G = 1) {
+  const int64_t dk = D, dv = DV ? DV : D, HV = G * H;
   std::mt19937_64 rng(seed);
   Buf q, k, v, g, h0, dO, dht;
   const double rk = 1.0 / std::sqrt(double(dk));
   q.fill(B * T * H * dk, rng, rk, 0, false, true);
   k.fill(B * T * H * dk, rng, rk, 0, false, true);
-  v.fill(B * T * H * dv, rng, 1, 0, false, true);
-  g.fill(B * T * H * (vg ? dk : 1), rng, 1, 0, true, true);
-  h0.fill(B * H * dk * dv, rng, 0.5, 0, false, false);
-  dO.fill(B * T * H * dv, rng, 1, 0, false, true);
-  dht.fill(B * H * dk * dv, rng, 1, 0, false, false);
-  const DecayAttentionDims d{B, T, H, H, dk, dv, vg, 1.0, 0, DType::F32};
+  v.fill(B * T * HV * dv, rng, 1, 0, false, true);
+  g.fill(B * T * HV * (vg ? dk : 1), rng, 1, 0, true, true);
+  h0.fill(B * HV * dk * dv, rng, 0.5, 0, false, false);
+  dO.fill(B * T * HV * dv, rng, 1, 0, false, true);
+  dht.fill(B * HV * dk * dv, rng, 1, 0, false, false);
+  const DecayAttentionDims d{B, T, H, HV, dk, dv, vg, 1.0, 0, DType::F32};
   std::vector<Bf16> gq(q.b.size()), gk(k.b.size()), gv(v.b.size()), gg(g.b.size());
   std::vector<float> gh0(h0.f.size());
   cuda::decay_chunk::backward(gq.data(), gk.data(), gv.data(), gg.data(), gh0.data(), dO.b.data(),
@@ -181,26 +183,35 @@ static void gla_case(int64_t B, int64_t T, int64_t H, int64_t D, uint64_t seed, 
                               with_h0 ? h0.f.data() : nullptr, d);
   Err eq, ek, ev, eg, eh0;
   for (int64_t b = 0; b < B; b++)
-    for (int64_t h = 0; h < H; h++) {
-      const Head<double> x =
-          reference_head(q, k, v, g, vg, nullptr, with_h0 ? h0.ref.data() : nullptr, b, h, T, H, dk, dv);
-      const Mat<double> d_o = decay_chunk::gather_head(dO.ref.data(), b, h, T, H, dv);
-      const Mat<double> ds = decay_chunk::gather_state(with_dht ? dht.ref.data() : nullptr, b, h, H, dk, dv);
-      const HeadGrads<double> c =
-          decay_chunk::backward<double, true>(x, d_o, ds, 1.0, 16, decay_chunk::ReadAt::after_update);
-      for (int64_t t = 0; t < T; t++) {
-        for (int64_t i = 0; i < dk; i++) {
-          const int64_t idx = ((b * T + t) * H + h) * dk + i;
-          eq.add(at(gq, idx), c.dq(t, i)), ek.add(at(gk, idx), c.dk(t, i));
-          if (vg) eg.add(at(gg, idx), c.dg(t, i));
+    for (int64_t hk = 0; hk < H; hk++) {
+      Mat<double> dq = Mat<double>::Zero(T, dk), dks = Mat<double>::Zero(T, dk);  // summed over the group
+      for (int64_t h = hk * G; h < (hk + 1) * G; h++) {
+        const Head<double> x =
+            reference_head(q, k, v, g, vg, nullptr, with_h0 ? h0.ref.data() : nullptr, b, h, T, HV, dk, dv, G);
+        const Mat<double> d_o = decay_chunk::gather_head(dO.ref.data(), b, h, T, HV, dv);
+        const Mat<double> ds = decay_chunk::gather_state(with_dht ? dht.ref.data() : nullptr, b, h, HV, dk, dv);
+        const HeadGrads<double> c =
+            decay_chunk::backward<double, true>(x, d_o, ds, 1.0, 16, decay_chunk::ReadAt::after_update);
+        dq += c.dq, dks += c.dk;
+        for (int64_t t = 0; t < T; t++) {
+          if (vg)
+            for (int64_t i = 0; i < dk; i++) eg.add(at(gg, ((b * T + t) * HV + h) * dk + i), c.dg(t, i));
+          else eg.add(at(gg, (b * T + t) * HV + h), c.dg.row(t).sum());
+          for (int64_t i = 0; i < dv; i++) ev.add(at(gv, ((b * T + t) * HV + h) * dv + i), c.dv(t, i));
         }
-        if (!vg) eg.add(at(gg, (b * T + t) * H + h), c.dg.row(t).sum());
-        for (int64_t i = 0; i < dv; i++) ev.add(at(gv, ((b * T + t) * H + h) * dv + i), c.dv(t, i));
+        for (int64_t i = 0; i < dk * dv; i++) eh0.add(gh0[(b * HV + h) * dk * dv + i], c.ds0(i / dv, i % dv));
       }
-      for (int64_t i = 0; i < dk * dv; i++) eh0.add(gh0[(b * H + h) * dk * dv + i], c.ds0(i / dv, i % dv));
+      for (int64_t t = 0; t < T; t++)
+        for (int64_t i = 0; i < dk; i++) {
+          const int64_t idx = ((b * T + t) * H + hk) * dk + i;
+          eq.add(at(gq, idx), dq(t, i)), ek.add(at(gk, idx), dks(t, i));
+        }
     }
   char label[160];
-  if (dv == dk && with_h0 && with_dht)
+  if (G > 1)
+    std::snprintf(label, sizeof label, "%s B%ld T%ld H%ld HV%ld dk%ld dv%ld", vg ? "vector bwd" : "scalar bwd",
+                  long(B), long(T), long(H), long(HV), long(dk), long(dv));
+  else if (dv == dk && with_h0 && with_dht)
     std::snprintf(label, sizeof label, "%s B%ld T%ld H%ld D%ld", vg ? "gla" : "scalar bwd", long(B), long(T), long(H),
                   long(D));
   else
@@ -252,7 +263,7 @@ static void forward_case(int kind, int64_t B, int64_t T, int64_t H, int64_t D, b
   report(label, "o", eo, 5e-3), report(label, "ht", eht, 5e-3);
 }
 
-// Every case by default (ctest); a group by name: rwkv6, gla, scalar, fwd (D64, D128), fwd256, mixed,
+// Every case by default (ctest); a group by name: rwkv6, gla, scalar, grouped, fwd (D64, D128), fwd256, mixed,
 // bwd256 (every gate's backward at (256, 256), (128, 256), (256, 128)).
 int main(int argc, char** argv) {
   const std::string which = argc > 1 ? argv[1] : "all";
@@ -270,6 +281,8 @@ int main(int argc, char** argv) {
   if (wants("scalar"))
     for (int64_t D : {64, 128})
       for (int64_t T : {64, 70, 130}) gla_case(1, T, 2, D, 30 + T + D, false);
+  if (wants("grouped"))  // two value heads a key head: dq, dk per value head in fp32, then group sums
+    for (bool vg : {false, true}) gla_case(2, 70, 2, 64, 40 + vg, vg, 128, true, true, 2);
   for (const char* group : {"fwd", "fwd256"}) {
     if (!wants(group)) continue;
     const std::vector<int64_t> widths = std::string(group) == "fwd" ? std::vector<int64_t>{64, 128} : std::vector<int64_t>{256};
