@@ -5,10 +5,15 @@
 #   ruler      scripts/ruler-h200.sh: RULER's 13 tasks x 100 at 4096 tokens (issue W2.5's
 #              2-minute target); run it before the sweeps start, alone on the GPU
 #   sweeps     the recipes of configs/sweeps (paper1-mqar, paper1-text, paper2-routing, issue
-#              W2.6) all at once, each with --parallel 4, started with setsid so that they
+#              W2.6; RECIPES="paper1-text paper2-routing" picks some) all at once, each with
+#              --parallel 4, started with setsid so that they
 #              outlive the call that started them; each one's wall time goes to
 #              $EVIDENCE/sweeps/<recipe>.done (sharing the GPU, so an upper bound on its time alone)
 #   gpu-check  `hla gpu-check`, every case
+#   bench      `hla bench --json` (every kernel row beside targets.md's anchors: the file
+#              bench/results-h200.json holds; HLA_COMMIT names the commit, the box's copy has no
+#              .git), then ncu's per-kernel times of one fwd+bwd call of the GDN, GLA and
+#              attention rows at B4 T4096 H16 D128 (bench/README.md's table); alone on the GPU
 #   dist       the NCCL tests of tests/test_gpu_dist.cpp (one rank: bit-exact to one process)
 #   decode     issue W2.5's GPU checks: cached decoding == the no-cache path on CUDA (tests/
 #              test_decode.cpp's GPU case), then the Shakespeare demo trained on the GPU (300
@@ -38,7 +43,7 @@ BUILD=build-gpu
 EVIDENCE=$BUILD/evidence-logs
 DATA=${DATA:-../shared/data}
 FLA=${FLA:-.fla}
-RECIPES=(paper1-mqar paper1-text paper2-routing)
+read -r -a RECIPES <<<"${RECIPES:-paper1-mqar paper1-text paper2-routing}"
 mkdir -p "$EVIDENCE/sweeps"
 start=$(date +%s)
 stamp() { echo "[h200-evidence $(( $(date +%s) - start )) s] $*"; }
@@ -76,6 +81,17 @@ stage_gpu_check() {
   local rc=$?
   tail -n 8 "$EVIDENCE/gpu-check.log"
   return $rc
+}
+
+stage_bench() {
+  local status=0
+  $BUILD/hla bench --json "$EVIDENCE/results-h200.json" --commit "${HLA_COMMIT:-unknown}" \
+    >"$EVIDENCE/bench.txt" 2>&1 || status=1
+  grep -E "B4 T4096 H16 D128|B8 T2048 H4 D256" "$EVIDENCE/bench.txt" | cut -c1-160
+  ncu --clock-control none --metrics gpu__time_duration.sum --csv $BUILD/hla bench "delta_rule gdn B4 T4096" \
+    "decay_attention vector B4 T4096" "attention B4 T4096 H16 D128" --warmup 1 --repeats 1 \
+    >"$EVIDENCE/ncu-kernels.csv" 2>"$EVIDENCE/ncu-kernels.err" || status=1
+  return $status
 }
 
 stage_dist() {
@@ -130,7 +146,8 @@ stage_pack() {
   local out=${OUT:-$BUILD/evidence}
   mkdir -p "$out"
   tar czf "$out/evidence.tgz" -C $BUILD evidence-logs
-  find runs -maxdepth 2 \( -name 'results.*' -o -name 'report.*' -o -name '*.svg' \) -print0 2>/dev/null |
+  # the sweeps' tables and plots, and every run's own eval report (a failed task says why there)
+  find runs -maxdepth 5 \( -name 'results.*' -o -name 'report.*' -o -name '*.svg' \) -print0 2>/dev/null |
     tar czf "$out/sweeps.tgz" --null -T -
   ls -l "$out"
 }
@@ -140,9 +157,9 @@ for stage in "$@"; do
   stamp "$stage"
   case $stage in
     build) stage_build || exit 1 ;;
-    ruler | sweeps | dist | decode | fla | wait | pack) "stage_$stage" || status=1 ;;
+    ruler | sweeps | bench | dist | decode | fla | wait | pack) "stage_$stage" || status=1 ;;
     gpu-check) stage_gpu_check || status=1 ;;
-    *) echo "unknown stage '$stage' (build ruler sweeps gpu-check dist decode fla wait pack)"; exit 2 ;;
+    *) echo "unknown stage '$stage' (build ruler sweeps gpu-check bench dist decode fla wait pack)"; exit 2 ;;
   esac
 done
 stamp "done (status $status)"
