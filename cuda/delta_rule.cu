@@ -54,7 +54,7 @@ void delta_rule_forward(void* o, float* final_state, void* residual, const void*
                         const void* g, const void* b, const void* w, const float* h0, const DeltaRuleDims& d,
                         float* u_f32, DType dtype) {
   if (chunked(d, dtype, q, k, v)) {
-    delta_chunk::forward(o, final_state, residual, q, k, v, g, b, w, h0, d, u_f32);
+    delta_chunk::forward(o, final_state, residual, q, k, v, g, b, w, h0, d, u_f32, nullptr);
     return;
   }
   recurrence::dispatch_storage_kmax(dtype, d.dk, "delta_rule_forward", [&](auto tag, auto kmax) {
@@ -72,7 +72,7 @@ void delta_rule_backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g,
                          const float* h0, const DeltaRuleDims& d, const float* u_f32, DType dtype) {
   if (chunked(d, dtype, q, k, v) && aligned16(d_o) && aligned16(u_f32)) {
     delta_chunk::backward(grad_q, grad_k, grad_v, grad_g, grad_b, grad_w, grad_h0, d_o, d_final_state, d_residual, q,
-                          k, v, g, b, w, h0, d, u_f32);
+                          k, v, g, b, w, h0, d, u_f32, nullptr);
     return;
   }
   recurrence::dispatch_storage_kmax(dtype, d.dk, "delta_rule_backward", [&](auto tag, auto kmax) {
