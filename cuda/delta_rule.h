@@ -19,17 +19,24 @@
 
 namespace hla::cuda {
 
-// u_f32 may be null (no backward will follow).
+// The fp32 floats a forward keeps for its backward when given `kept` (the chunked kernels'
+// chunk-start states and workspaces, delta_chunk::kept_floats; the backward then skips the
+// replay of passes 1-2, with bit-identical results); 0 where the recurrent kernels run.
+int64_t delta_rule_kept_floats(const DeltaRuleDims& d, DType dtype);
+
+// u_f32 may be null (no backward will follow). kept: null, or delta_rule_kept_floats(d, dtype)
+// floats (16-byte aligned) that the forward fills for its backward.
 void delta_rule_forward(void* o, float* final_state, void* residual, const void* q, const void* k, const void* v,
                         const void* g, const void* b, const void* w, const float* h0, const DeltaRuleDims& d,
-                        float* u_f32, DType dtype);
+                        float* u_f32, float* kept, DType dtype);
 
 // Gradients are WRITTEN with the shapes of their inputs; grad_g and grad_h0 may be null (not
-// wanted); d_final_state null = no gradient on the final state. u_f32: the forward's.
+// wanted); d_final_state null = no gradient on the final state. u_f32 and kept: the forward's
+// (kept null: passes 1-2 replayed; else consumed, so one backward per keeping forward).
 void delta_rule_backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, void* grad_b, void* grad_w,
                          float* grad_h0, const void* d_o, const float* d_final_state, const void* d_residual,
                          const void* q, const void* k, const void* v, const void* g, const void* b, const void* w,
-                         const float* h0, const DeltaRuleDims& d, const float* u_f32, DType dtype);
+                         const float* h0, const DeltaRuleDims& d, const float* u_f32, float* kept, DType dtype);
 
 // Which kernels run for these dims and storage dtype, given aligned inputs (allocator buffers
 // always are): the gpu-check table and the bench print them.

@@ -23,7 +23,9 @@
 //
 // Backward (CPU: chunk_backward, chunk_backward_local), 4.9 step by step:
 //   Passes 1-2 replayed (4.9 step 1): the same kernels, also keeping A and every chunk-start
-//   state h[n] (fp32, see below), writing no outputs.
+//   state h[n] (fp32, see below), writing no outputs. Or skipped: a forward given `kept` wrote
+//   A, h[n], W, Aqk and G there with the same kernels (bit-identical, at kept_floats(d) x 4 bytes
+//   held from forward to backward; see README "Training", delta_keep).
 //   Pass 3 (reverse_scan_kernel, the scan's grid and layout, chunks in reverse; step 3):
 //     3a  dh[n] = dS (gradient of chunk n's end state)
 //     3b  dVnew = Aqk^T dO + Kg dS + dU                                                (mma)
@@ -121,7 +123,7 @@ struct ChunkArgs {
   float* U;             // (B, HV, NT * C, dv)
   float* Aqk;           // (B, HV, NT, C, C)
   float* G;             // (B, HV, NT * C)  in-chunk cumulative gate
-  // backward only (null in the forward)
+  // the backward's (A, h_start also a keeping forward's; null in a forward that keeps nothing)
   float* A;             // (B, HV, NT, C, C)  (I + L)^{-1}, kept by pass 1
   float* h_start;       // (B, HV, NT, dk, dv)  state at the start of each chunk, kept by pass 2
   float* dh_end;        // (B, HV, NT, dk, dv)  gradient of each chunk's END state (pass 3)
@@ -751,7 +753,8 @@ void launch_kernel(Kernel kernel, dim3 grid, const ChunkArgs& a) {
   CUDA_CHECK_LAUNCH();
 }
 
-// Passes 1 and 2 (the forward; the backward's replay when a.A and a.h_start are set).
+// Passes 1 and 2 (the forward; also keeping A and every h[n] when a.A and a.h_start are set: the
+// backward's replay, or a forward that keeps them for its backward).
 template <int DK, int DV>
 void launch_forward(const ChunkArgs& a) {
   launch_kernel<PrepareSmem<DK, DV>::bytes()>(prepare_kernel<DK, DV>, dim3(a.NT, a.HV, a.B), a);
@@ -760,7 +763,7 @@ void launch_forward(const ChunkArgs& a) {
   launch_kernel<ScanSmem<DK, DV>::bytes()>(scan_kernel<DK, DV>, dim3(DV / ScanSmem<DK, DV>::BV, a.HV, a.B), a);
 }
 
-// Backward passes 3 and 4 (after launch_forward's replay).
+// Backward passes 3 and 4 (after launch_forward's replay, or reading what the forward kept).
 template <int DK, int DV>
 void launch_backward(const ChunkArgs& a) {
   launch_kernel<ScanSmem<DK, DV>::bytes()>(reverse_scan_kernel<DK, DV>, dim3(DV / ScanSmem<DK, DV>::BV, a.HV, a.B), a);
@@ -793,11 +796,24 @@ ChunkArgs input_args(const void* q, const void* k, const void* v, const void* g,
   return a;
 }
 
-// Pass 1 and 2 workspaces: W, U, Aqk, G (rows = B * HV * NT * C).
-struct ForwardWorkspace {
-  FloatScratch W, U, Aqk, G;
-  ForwardWorkspace(const DeltaRuleDims& d, int64_t rows) : W(rows * d.dk), U(rows * d.dv), Aqk(rows * C), G(rows) {}
-  void set(ChunkArgs& a) const { a.W = W.get(), a.U = U.get(), a.Aqk = Aqk.get(), a.G = G.get(); }
+// Where passes 1-2 write: U in scratch (when they run); W, Aqk, G and, with `with_kept`, A and
+// every h[n] (what passes 3-4 read) carved in that order from `kept` (kept_floats(d) floats) or,
+// when null, from scratch (only W, Aqk, G without `with_kept`: a forward no backward follows).
+struct Workspace {
+  FloatScratch U, own;
+  Workspace(const DeltaRuleDims& d, ChunkArgs& a, float* kept, bool with_kept, bool run_passes_1_2)
+      : U(run_passes_1_2 ? rows(d) * d.dv : 0),
+        own(kept ? 0 : with_kept ? kept_floats(d) : rows(d) * (d.dk + C + 1)) {
+    float* p = kept ? kept : own.get();
+    a.U = run_passes_1_2 ? U.get() : nullptr;
+    a.W = p, p += rows(d) * d.dk;
+    a.Aqk = p, p += rows(d) * C;
+    a.G = p, p += rows(d);
+    if (!with_kept) return;
+    a.A = p, p += rows(d) * C;
+    a.h_start = p;
+  }
+  static int64_t rows(const DeltaRuleDims& d) { return d.B * d.HV * ((d.T + C - 1) / C) * C; }  // (B, HV, NT * C)
 };
 
 }  // namespace
@@ -808,29 +824,32 @@ bool supported(const DeltaRuleDims& d, DType dtype) {
          width_ok(d.dk) && width_ok(d.dv);
 }
 
+int64_t kept_floats(const DeltaRuleDims& d) {
+  const int64_t NT = (d.T + C - 1) / C;
+  return Workspace::rows(d) * (d.dk + 2 * C + 1) + d.B * d.HV * NT * d.dk * d.dv;  // W, Aqk, G, A; h[n]
+}
+
 void forward(void* o, float* final_state, void* residual, const void* q, const void* k, const void* v, const void* g,
-             const void* b, const void* w, const float* h0, const DeltaRuleDims& d, float* u_f32) {
+             const void* b, const void* w, const float* h0, const DeltaRuleDims& d, float* u_f32, float* kept) {
   ChunkArgs a = input_args(q, k, v, g, b, w, h0, d);
   a.o = static_cast<bf16*>(o), a.residual = static_cast<bf16*>(residual), a.u_f32 = u_f32;
   a.final_state = final_state;
-  const ForwardWorkspace ws(d, d.B * d.HV * a.NT * C);
-  ws.set(a);
+  const Workspace ws(d, a, kept, kept != nullptr, true);
   dispatch_widths(d, [&](auto dk, auto dv) { launch_forward<decltype(dk)::value, decltype(dv)::value>(a); });
 }
 
 void backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, void* grad_b, void* grad_w, float* grad_h0,
               const void* d_o, const float* d_final_state, const void* d_residual, const void* q, const void* k,
               const void* v, const void* g, const void* b, const void* w, const float* h0, const DeltaRuleDims& d,
-              const float* u_f32) {
+              const float* u_f32, float* kept) {
   HLA_CHECK(aligned16(d_o) && aligned16(u_f32), "delta_rule chunk kernel: d_o and u_f32 must be 16-byte aligned");
   ChunkArgs a = input_args(q, k, v, g, b, w, h0, d);
-  const int64_t rows = d.B * d.HV * a.NT * C;       // workspace rows: (B, HV, NT * C)
+  const int64_t rows = Workspace::rows(d);               // workspace rows: (B, HV, NT * C)
   const int64_t states = d.B * d.HV * a.NT * d.dk * d.dv;  // (B, HV, NT, dk, dv)
   const int64_t grads = d.B * d.T * d.HV * d.dk;    // (B, T, HV, dk)
-  const ForwardWorkspace ws(d, rows);
-  ws.set(a);
-  FloatScratch A(rows * C), h_start(states), dh_end(states), dvnew(rows * d.dv), dq(grads), dk(grads);
-  a.A = A.get(), a.h_start = h_start.get(), a.dh_end = dh_end.get(), a.dvnew = dvnew.get();
+  const Workspace ws(d, a, kept, true, !kept);
+  FloatScratch dh_end(states), dvnew(rows * d.dv), dq(grads), dk(grads);
+  a.dh_end = dh_end.get(), a.dvnew = dvnew.get();
   a.d_o = static_cast<const bf16*>(d_o), a.d_res = static_cast<const bf16*>(d_residual);
   a.dht = d_final_state, a.vnew = u_f32, a.dh0 = grad_h0;
   a.dq = dq.get(), a.dk = dk.get();
@@ -838,8 +857,8 @@ void backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, void* grad
   a.dg = d.gate == DeltaGate::Scalar ? static_cast<bf16*>(grad_g) : nullptr;
   dispatch_widths(d, [&](auto dk_, auto dv_) {
     constexpr int DK = decltype(dk_)::value, DV = decltype(dv_)::value;
-    launch_forward<DK, DV>(a);   // passes 1-2 replayed: W, U, Aqk, G, A and every h[n]; no outputs
-    launch_backward<DK, DV>(a);  // passes 3-4
+    if (!kept) launch_forward<DK, DV>(a);  // passes 1-2 replayed: W, U, Aqk, G, A and every h[n]; no outputs
+    launch_backward<DK, DV>(a);            // passes 3-4
   });
   recurrence::group_sum(static_cast<bf16*>(grad_q), dq.get(), d.B * d.T, d.H, d.HV / d.H, d.dk);
   recurrence::group_sum(static_cast<bf16*>(grad_k), dk.get(), d.B * d.T, d.H, d.HV / d.H, d.dk);

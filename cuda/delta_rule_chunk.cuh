@@ -17,17 +17,25 @@ constexpr int kChunk = 64;
 // Whether the chunked kernel covers these dims and storage dtype.
 bool supported(const DeltaRuleDims& d, DType dtype);
 
+// The fp32 buffers passes 3-4 read from passes 1-2 (W, Aqk, G, A = (I + L)^{-1}, every chunk-start
+// state h[n]), as one allocation of this many floats:
+//   B HV NT (64 (dk + 2 64 + 1) + dk dv),  NT = ceil(T / 64).
+int64_t kept_floats(const DeltaRuleDims& d);
+
 // The forward of cuda::delta_rule_forward for supported() dims, with bf16 buffers (q, k, v, g,
-// b, w, o, residual; 16-byte aligned q, k, v) and fp32 states; u_f32 may be null.
+// b, w, o, residual; 16-byte aligned q, k, v) and fp32 states; u_f32 may be null. kept: null, or
+// kept_floats(d) floats (16-byte aligned) where the forward keeps what its backward reads.
 void forward(void* o, float* final_state, void* residual, const void* q, const void* k, const void* v, const void* g,
-             const void* b, const void* w, const float* h0, const DeltaRuleDims& d, float* u_f32);
+             const void* b, const void* w, const float* h0, const DeltaRuleDims& d, float* u_f32, float* kept);
 
 // The backward of cuda::delta_rule_backward for supported() dims, with the same contract (bf16
 // gradients written, not added; grad_g, grad_h0 and d_final_state may be null; 16-byte aligned
-// d_o and u_f32, the forward's fp32 u).
+// d_o and u_f32, the forward's fp32 u). kept: null (passes 1-2 are replayed), or the forward's
+// `kept`, which replaces the replay (bit-identical results) and is consumed: pass 4 writes dW
+// over its W, so one backward per keeping forward.
 void backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, void* grad_b, void* grad_w, float* grad_h0,
               const void* d_o, const float* d_final_state, const void* d_residual, const void* q, const void* k,
               const void* v, const void* g, const void* b, const void* w, const float* h0, const DeltaRuleDims& d,
-              const float* u_f32);
+              const float* u_f32, float* kept);
 
 }  // namespace hla::cuda::delta_chunk

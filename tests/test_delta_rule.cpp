@@ -70,14 +70,15 @@ struct Result {
 const char* const kOutNames[] = {"o", "final_state", "residual"};
 const char* const kGradNames[] = {"dq", "dk", "dv", "dg", "db", "dw", "dh0"};
 
-Result run(const Inputs& x, int64_t chunk_size, DType dtype = DType::F64) {
-  auto leaf = [dtype](const Tensor& t) { return t.defined() ? Var(t.to(dtype), true) : Var(); };
+Result run(const Inputs& x, int64_t chunk_size, DType dtype = DType::F64, Device device = Device::CPU,
+           bool keep_states = true) {
+  auto leaf = [&](const Tensor& t) { return t.defined() ? Var(t.to(device).to(dtype), true) : Var(); };
   std::vector<Var> in = {leaf(x.q), leaf(x.k), leaf(x.v), leaf(x.g), leaf(x.b), leaf(x.w), leaf(x.h0)};
-  DeltaRuleOutputs r = delta_rule(in[0], in[1], in[2], in[3], in[4], in[5], in[6], {0, chunk_size});
+  DeltaRuleOutputs r = delta_rule(in[0], in[1], in[2], in[3], in[4], in[5], in[6], {0, chunk_size, keep_states});
   std::vector<Var> outs = {r.o, r.final_state, r.residual};
   std::vector<Tensor> seeds;
   for (size_t i = 0; i < outs.size(); i++)
-    seeds.push_back(Tensor::randn(outs[i].shape(), 900 + i, 1.0, DType::F64).to(dtype));
+    seeds.push_back(Tensor::randn(outs[i].shape(), 900 + i, 1.0, DType::F64).to(device).to(outs[i].dtype()));
   run_backward(outs, seeds);
   Result res;
   for (const Var& o : outs) res.outs.push_back(o.value().to(DType::F64));
@@ -203,6 +204,23 @@ TEST_CASE("delta_rule: chunked equals recurrent in float64, forward and every gr
     Result recurrent = run(x, 0);
     for (int64_t C : {16, 64})
       worst_rel_err(run(x, C), recurrent, 1e-10, std::string(var.name) + " C=" + std::to_string(C));
+  }
+}
+
+TEST_CASE("delta_rule: keep_states changes no bit (CPU: ignored; GPU: the backward reads the kept chunk states)") {
+  // On the GPU in bf16 (dk 128, dv 64: the chunked kernels), T = 150: a partial last chunk.
+  auto same = [](const Result& a, const Result& b) {
+    for (size_t i = 0; i < a.outs.size(); i++) CHECK(a.outs[i].to_f64_vector() == b.outs[i].to_f64_vector());
+    for (size_t i = 0; i < a.grads.size(); i++)
+      if (a.grads[i].defined()) CHECK(a.grads[i].to_f64_vector() == b.grads[i].to_f64_vector());
+  };
+  for (const Variant& var : {kGDN, kDeltaNet}) {
+    INFO(var.name);
+    Inputs x = make_inputs(var, Dims{}, 150);
+    same(run(x, 16, DType::F64, Device::CPU, true), run(x, 16, DType::F64, Device::CPU, false));
+    if (!cuda_available()) continue;
+    Inputs wide = make_inputs(var, Dims{2, 150, 2, 4, 128, 64}, 160);
+    same(run(wide, 0, DType::BF16, Device::CUDA, true), run(wide, 0, DType::BF16, Device::CUDA, false));
   }
 }
 

@@ -87,7 +87,7 @@ std::unique_ptr<TinyTrainer> trainer_for(RunConfig c) {
   ModelConfig model_config = c.model_config(t->data.vocab_size);
   t->model = make_model(model_config, c.train.seed, c.train.device == "cuda" ? Device::CUDA : Device::CPU,
                         c.train.dtype == "bf16" ? DType::BF16 : DType::F32,
-                        parse_recompute(c.train.recompute, "[train] recompute"));
+                        parse_recompute(c.train.recompute, "[train] recompute"), c.train.delta_rule_keep);
   t->trainer = std::make_unique<Trainer>(
       trainer_options(c, model_config, count_parameters(t->model->parameters()), t->data.mqar), *t->model,
       *t->data.train, nullptr, t->log);

@@ -722,7 +722,7 @@ ValMetrics run_training(const RunConfig& config, const std::string& resume_dir, 
             "--device cuda: no GPU found, or hla was built without CUDA");
   DType compute = config.train.dtype == "bf16" ? DType::BF16 : DType::F32;
   auto model = make_model(model_config, config.train.seed, device, compute,
-                          parse_recompute(config.train.recompute, "[train] recompute"));
+                          parse_recompute(config.train.recompute, "[train] recompute"), config.train.delta_rule_keep);
   ParameterList params = model->parameters();
   HLA_CHECK_INPUT(!comm || comm->device() == device, "data parallel: the ranks exchange buffers on another device ",
                   "than [train] device = ", config.train.device, " (", comm ? comm->describe() : "", ")");

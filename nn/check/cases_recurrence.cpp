@@ -419,6 +419,7 @@ struct DeltaCase {
   bool erase_vector, write_vector, tied, initial_state;
   double gate_shift;
   int64_t chunk_size;
+  bool keep = true;  // DeltaRuleOptions::keep_states (false: the GPU backward replays passes 1-2)
 };
 
 // q, k: rows of norm 1 (unit_qk), or N(0, 1/dk) entries (rows of norm about 1).
@@ -445,13 +446,14 @@ MakeInputs delta_inputs(const DeltaCase& c, bool unit_qk) {
 OpFn delta_op(const DeltaCase& c) {
   const bool gated = c.gate != DeltaGate::None, tied = c.tied, has_h0 = c.initial_state;
   const int64_t chunk = c.chunk_size;
+  const bool keep = c.keep;
   return [=](const Vars& x) {
     size_t next = 3;
     Var g = gated ? x[next++] : Var();
     Var b = x[next++];
     Var w = tied ? Var() : x[next++];
     Var h0 = has_h0 ? x[next++] : Var();
-    DeltaRuleOutputs r = delta_rule(x[0], x[1], x[2], g, b, w, h0, {0, chunk});
+    DeltaRuleOutputs r = delta_rule(x[0], x[1], x[2], g, b, w, h0, {0, chunk, keep});
     return Vars{r.o, r.final_state, r.residual};
   };
 }
@@ -487,7 +489,8 @@ void add_delta_rule_cases() {
   // gpu: the recurrent kernel's cases, then those that take the chunked tensor-core forward and
   // backward (cuda/delta_rule_chunk.cu) in bf16: DeltaNet and GDN, grouped and ungrouped value
   // heads, every (dk, dv) template, partial last chunks with and without an initial state,
-  // untied beta and w, and two long sequences (64 chunks).
+  // untied beta and w, and two long sequences (64 chunks); every chunked case with the forward
+  // keeping its chunk states for the backward (the default), three with the backward replaying them.
   for (const DeltaCase& c : {
            DeltaCase{"deltanet", 2, 100, 2, 2, 64, 64, G::None, false, false, true, false, 0.0, 0},
            DeltaCase{"gdn", 2, 150, 2, 4, 128, 96, G::Scalar, false, false, true, true, 0.0, 0},  // grouped value heads
@@ -514,12 +517,18 @@ void add_delta_rule_cases() {
            DeltaCase{"chunk gdn", 2, 100, 2, 4, 256, 128, G::Scalar, false, false, true, true, 1.0, 0},
            DeltaCase{"chunk gdn", 2, 70, 1, 2, 256, 64, G::Scalar, false, false, true, true, 1.0, 0},
            DeltaCase{"chunk gdn long", 1, 4096, 2, 4, 256, 256, G::Scalar, false, false, true, true, 3.0, 0},
+           DeltaCase{"chunk gdn replay", 2, 100, 2, 4, 128, 128, G::Scalar, false, false, true, true, 1.0, 0, false},
+           DeltaCase{"chunk deltanet replay", 2, 130, 2, 2, 256, 256, G::None, false, false, true, false, 0.0, 0,
+                     false},
+           DeltaCase{"chunk gdn long replay", 2, 4096, 2, 4, 64, 64, G::Scalar, false, false, true, true, 3.0, 0,
+                     false},
        })
     add_case(gpu_case("delta_rule", "delta_rule " + c.what + dims(c.B, c.T, c.H, c.HV, c.dk, c.dv), delta_kernel(c),
                       delta_inputs(c, true), delta_op(c)));
 
   // perf: beta tied (w = b) but for GDN-2's erase b (B,T,H,dk) and write w (B,T,H,dv); at each
-  // bench shape beside fla's chunk kernel (targets.md's figure at the anchor shape).
+  // bench shape beside fla's chunk kernel (targets.md's figure at the anchor shape); GDN also with
+  // the backward replaying the chunk states ("gdn replay", [train] delta_rule_keep = false).
   struct Variant {
     const char* name;
     G gate;
@@ -531,30 +540,33 @@ void add_delta_rule_cases() {
                            Variant{"gdn", G::Scalar, false, {0.799, 3.583}, "fla chunk_gated_delta_rule"},
                            Variant{"kda", G::Vector, false, {1.460, 3.781}, "fla chunk_kda"},
                            Variant{"gdn2", G::Vector, true, {1.645, 4.589}, "fla chunk_gdn2"}})
-    for (size_t i = 0; i < kBenchShapes.size(); i++) {
-      const BenchShape r = kBenchShapes[i];
-      const AnchorMs a = first_shape_only(i, m.anchor_shape_ms);
-      const DeltaCase c{m.name, r.B, r.T, r.H, r.H, r.D, r.D, m.gate, m.vectors, m.vectors, !m.vectors, false, 0.0, 0};
-      const PerfUnits u = perf_units(r);
-      const double gate_bytes = (m.gate == G::Vector ? u.row_bytes : m.gate == G::Scalar ? u.row_bytes / r.D : 0) +
-                                (m.vectors ? 2 * u.row_bytes : u.row_bytes / r.D);
-      add_case(perf_case(
-          "delta_rule", std::string("delta_rule ") + m.name + " " + dims_label(bench_dims(r)), delta_kernel(c),
-          [c](uint64_t) {
-            const Shape s{c.B, c.T, c.H, c.dk}, scalar{c.B, c.T, c.H};
-            Inputs in = {{"q", perf_input(PerfPool::Normal, 0, s, unit_std(c.dk))},
-                         {"k", perf_input(PerfPool::Normal, 1, s, unit_std(c.dk))},
-                         {"v", perf_input(PerfPool::Normal, 2, s, unit_std(c.dk))}};
-            if (c.gate != G::None)
-              in.push_back({"g", perf_input(PerfPool::LogGate, 0, c.gate == G::Vector ? s : scalar)});
-            in.push_back({"b", perf_input(PerfPool::Gate, 0, c.erase_vector ? s : scalar)});
-            if (!c.tied) in.push_back({"w", perf_input(PerfPool::Gate, 1, s)});
-            return in;
-          },
-          delta_op(c),
-          {4 * u.state_pass, 12 * u.state_pass, 5 * u.row_bytes + gate_bytes, 10 * u.row_bytes + 2 * gate_bytes, a.fwd,
-           a.fwd_bwd, m.anchor, bench_dims(r)}));
-    }
+    for (size_t i = 0; i < kBenchShapes.size(); i++)
+      for (bool keep : {true, false}) {
+        if (!keep && m.gate != G::Scalar) continue;
+        const BenchShape r = kBenchShapes[i];
+        const AnchorMs a = first_shape_only(i, m.anchor_shape_ms);
+        const DeltaCase c{std::string(m.name) + (keep ? "" : " replay"), r.B, r.T, r.H, r.H, r.D, r.D, m.gate,
+                          m.vectors, m.vectors, !m.vectors, false, 0.0, 0, keep};
+        const PerfUnits u = perf_units(r);
+        const double gate_bytes = (m.gate == G::Vector ? u.row_bytes : m.gate == G::Scalar ? u.row_bytes / r.D : 0) +
+                                  (m.vectors ? 2 * u.row_bytes : u.row_bytes / r.D);
+        add_case(perf_case(
+            "delta_rule", "delta_rule " + c.what + " " + dims_label(bench_dims(r)), delta_kernel(c),
+            [c](uint64_t) {
+              const Shape s{c.B, c.T, c.H, c.dk}, scalar{c.B, c.T, c.H};
+              Inputs in = {{"q", perf_input(PerfPool::Normal, 0, s, unit_std(c.dk))},
+                           {"k", perf_input(PerfPool::Normal, 1, s, unit_std(c.dk))},
+                           {"v", perf_input(PerfPool::Normal, 2, s, unit_std(c.dk))}};
+              if (c.gate != G::None)
+                in.push_back({"g", perf_input(PerfPool::LogGate, 0, c.gate == G::Vector ? s : scalar)});
+              in.push_back({"b", perf_input(PerfPool::Gate, 0, c.erase_vector ? s : scalar)});
+              if (!c.tied) in.push_back({"w", perf_input(PerfPool::Gate, 1, s)});
+              return in;
+            },
+            delta_op(c),
+            {4 * u.state_pass, 12 * u.state_pass, 5 * u.row_bytes + gate_bytes, 10 * u.row_bytes + 2 * gate_bytes,
+             a.fwd, a.fwd_bwd, m.anchor, bench_dims(r)}));
+      }
 }
 
 const Registrar registered{add_hgrn_cases, add_decay_cases, add_rwkv6_cases, add_delta_rule_cases};

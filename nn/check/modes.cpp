@@ -195,12 +195,11 @@ std::vector<PerfRow> perf_rows_unmeasured(const Case& c) {
 #ifdef HLA_CUDA
 namespace {
 
-// The allocator's high-water mark during call() above the bytes held both before and after it.
-double workspace_bytes(const std::function<void()>& call) {
-  const size_t before = cuda::allocated_bytes();
+// The allocator's high-water mark during call().
+size_t peak_bytes_of(const std::function<void()>& call) {
   cuda::reset_peak_bytes();
   call();
-  return double(cuda::peak_bytes() - std::max(before, cuda::allocated_bytes()));
+  return cuda::peak_bytes();
 }
 
 }  // namespace
@@ -213,12 +212,14 @@ std::vector<PerfRow> run_perf(const Case& c, const PerfOptions& options) {
   for (const Input& x : in) vars.push_back(as_var(x, x.value, DType::BF16, Device::CUDA));
   std::vector<size_t> seeded;  // outputs that take a gradient, and their gradients
   std::vector<Tensor> seeds;
-  double fwd_workspace = 0, bwd_workspace = 0;
+  double fwd_workspace = 0, all_workspace = 0;
   {
     // Pass 1: one untimed forward and backward, which picks the output gradients and measures
-    // each call's workspace.
+    // the workspaces: peaks above what is held before the forward and after the call.
     std::vector<Var> outs;
-    fwd_workspace = workspace_bytes([&] { outs = c.op(vars); });
+    const size_t before = cuda::allocated_bytes();
+    const size_t fwd_peak = peak_bytes_of([&] { outs = c.op(vars); });
+    fwd_workspace = double(fwd_peak - std::max(before, cuda::allocated_bytes()));
     std::vector<Var> roots;
     for (size_t k = 0; k < outs.size(); k++) {
       if (!outs[k].requires_grad()) continue;
@@ -227,7 +228,8 @@ std::vector<PerfRow> run_perf(const Case& c, const PerfOptions& options) {
       seeds.push_back(perf_input(PerfPool::Normal, 5 + static_cast<int>(seeds.size()), outs[k].shape())
                           .to(outs[k].dtype()));
     }
-    if (!roots.empty()) bwd_workspace = workspace_bytes([&] { run_backward(roots, seeds); });
+    const size_t bwd_peak = roots.empty() ? 0 : peak_bytes_of([&] { run_backward(roots, seeds); });
+    all_workspace = double(std::max(fwd_peak, bwd_peak) - std::max(before, cuda::allocated_bytes()));
     for (Var& v : vars) v.zero_grad();
   }
   auto forward = [&] { c.op(vars); };
@@ -249,7 +251,7 @@ std::vector<PerfRow> run_perf(const Case& c, const PerfOptions& options) {
   rows[1].ms = all_ms;
   rows[1].tflops = p.fwd_bwd_flops / all_ms * 1e-9;
   rows[1].gbps = p.fwd_bwd_bytes / all_ms * 1e-6;
-  rows[1].workspace_bytes = std::max(fwd_workspace, bwd_workspace);
+  rows[1].workspace_bytes = all_workspace;
   return rows;
 #else
   (void)options;

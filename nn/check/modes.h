@@ -14,7 +14,9 @@
 //   forward + backward, each a median of CUDA-event timings after warm-up runs. Workspace: the
 //   caching allocator's high-water mark during one untimed call above what is held both before
 //   and after it (inputs, outputs, saved tensors, gradients), i.e. the temporary device memory
-//   the call needed; the fwd+bwd row gives the larger of the forward's and the backward's.
+//   the call needed; the fwd+bwd row: the high-water mark of the forward and the backward
+//   together above what is held before the forward and after the backward, so it also counts what
+//   the forward keeps for the backward and the backward frees (the delta rule's kept chunk states).
 //   Tables and JSON of the rows, and measured anchors: nn/check/perf_report.h.
 #pragma once
 #include <string>

@@ -20,6 +20,7 @@ struct MixerIO {
   bool want_values = false;
   bool want_error = false;
   LayerState* state = nullptr;  // in/out (decoding): the state the layer starts from and leaves; null in training
+  bool keep_delta_states = true;  // in: DeltaRuleOptions::keep_states for a delta-rule layer ([train] delta_rule_keep)
 };
 
 class Mixer {

@@ -593,14 +593,15 @@ bool graph_needs_grad(std::initializer_list<const Var*> inputs) {
 
 // The device's kernels: cuda::delta_rule_* for GPU tensors, cpu::delta_rule_* otherwise. States
 // in d.state_dtype. u_f32: the GPU forward's fp32 copy of u, which the GPU backward reads
-// (undefined on the CPU, whose backward replays the forward, and when no backward follows).
+// (undefined on the CPU, whose backward replays the forward, and when no backward follows);
+// kept: what the GPU forward keeps for its backward (DeltaRuleOptions::keep_states), or undefined.
 void delta_rule_forward(Tensor& o, Tensor& final_state, Tensor& residual, const Tensor& q, const Tensor& k,
                         const Tensor& v, const Tensor& g, const Tensor& b, const Tensor& w, const Tensor& h0,
-                        const DeltaRuleDims& d, Tensor& u_f32) {
+                        const DeltaRuleDims& d, Tensor& u_f32, Tensor& kept) {
   if (q.is_cuda()) {
     HLA_CUDA_ONLY(cuda::delta_rule_forward(o.raw(), final_state.data<float>(), residual.raw(), q.raw(), k.raw(),
                                            v.raw(), raw_or_null(g), b.raw(), w.raw(), data_or_null<float>(h0), d,
-                                           data_or_null<float>(u_f32), q.dtype()));
+                                           data_or_null<float>(u_f32), data_or_null<float>(kept), q.dtype()));
     return;
   }
   dispatch_float(q.dtype(), "delta_rule", [&](auto tag) {
@@ -614,13 +615,13 @@ void delta_rule_backward(Tensor& grad_q, Tensor& grad_k, Tensor& grad_v, Tensor&
                          Tensor& grad_w, Tensor& grad_h0, const Tensor& d_o, const Tensor& d_final_state,
                          const Tensor& d_residual, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                          const Tensor& b, const Tensor& w, const Tensor& h0, const DeltaRuleDims& d,
-                         const Tensor& u_f32) {
+                         const Tensor& u_f32, Tensor& kept) {
   if (q.is_cuda()) {
     HLA_CUDA_ONLY(cuda::delta_rule_backward(grad_q.raw(), grad_k.raw(), grad_v.raw(), raw_or_null(grad_g), grad_b.raw(),
                                             grad_w.raw(), data_or_null<float>(grad_h0), d_o.raw(),
                                             d_final_state.data<float>(), d_residual.raw(), q.raw(), k.raw(), v.raw(),
                                             raw_or_null(g), b.raw(), w.raw(), data_or_null<float>(h0), d,
-                                            u_f32.data<float>(), q.dtype()));
+                                            u_f32.data<float>(), data_or_null<float>(kept), q.dtype()));
     return;
   }
   dispatch_float(q.dtype(), "delta_rule", [&](auto tag) {
@@ -647,18 +648,21 @@ DeltaRuleOutputs delta_rule(const Var& q, const Var& k, const Var& v, const Var&
   Tensor o = Tensor::empty({d.B, d.T, d.HV, d.dv}, dt, dev);                     // o: (B, T, HV, dv)
   Tensor final_state = Tensor::empty({d.B, d.HV, d.dk, d.dv}, d.state_dtype, dev);  // S_T: (B, HV, dk, dv)
   Tensor residual = Tensor::empty({d.B, d.T, d.HV, d.dv}, dt, dev);              // u: (B, T, HV, dv)
-  Tensor u_f32 = qv.is_cuda() && graph_needs_grad({&q, &k, &v, &g, &b, &w, &initial_state})
-                     ? Tensor::empty(o.shape(), DType::F32, dev)
-                     : Tensor();
-  delta_rule_forward(o, final_state, residual, qv, kv, vv, gv, bv, wv, h0, d, u_f32);
-  auto backward = [=](const std::vector<Tensor>& grads) {
+  const bool gpu_backward = qv.is_cuda() && graph_needs_grad({&q, &k, &v, &g, &b, &w, &initial_state});
+  Tensor u_f32 = gpu_backward ? Tensor::empty(o.shape(), DType::F32, dev) : Tensor();
+  int64_t kept_floats = 0;
+  if (gpu_backward && options.keep_states) HLA_CUDA_ONLY(kept_floats = cuda::delta_rule_kept_floats(d, dt));
+  Tensor kept = kept_floats > 0 ? Tensor::empty({kept_floats}, DType::F32, dev) : Tensor();
+  delta_rule_forward(o, final_state, residual, qv, kv, vv, gv, bv, wv, h0, d, u_f32, kept);
+  auto backward = [=](const std::vector<Tensor>& grads) mutable {
     Tensor dq = Tensor::empty(qv.shape(), dt, dev), dk = Tensor::empty(kv.shape(), dt, dev);
     Tensor dv = Tensor::empty(vv.shape(), dt, dev);
     Tensor dg = gv.defined() ? Tensor::empty(gv.shape(), dt, dev) : Tensor();
     Tensor db = Tensor::empty(bv.shape(), dt, dev), dw = Tensor::empty(wv.shape(), dt, dev);
     Tensor dh0 = h0.defined() ? Tensor::empty(h0.shape(), d.state_dtype, dev) : Tensor();
     delta_rule_backward(dq, dk, dv, dg, db, dw, dh0, grads[0], grads[1].to(d.state_dtype), grads[2], qv, kv, vv, gv,
-                        bv, wv, h0, d, u_f32);
+                        bv, wv, h0, d, u_f32, kept);
+    kept = Tensor();  // consumed (the backward wrote over it): freed now; a second backward replays
     if (tied) {
       add_(db, dw);  // beta is both the erase and the write gate
       dw = Tensor();

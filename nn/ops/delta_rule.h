@@ -33,6 +33,10 @@ namespace hla {
 struct DeltaRuleOptions {
   double scale = 0;        // query scale; 0 means 1 / sqrt(dk)
   int64_t chunk_size = 0;  // 0: token recurrence; C > 0: chunked WY form with chunks of C tokens
+  // GPU chunked kernels, when a backward follows: the forward keeps its chunk-start states and
+  // workspaces for the backward (cuda::delta_rule_kept_floats x 4 bytes) instead of the backward
+  // replaying passes 1-2; same results bit for bit ([train] delta_rule_keep). The CPU ignores it.
+  bool keep_states = true;
 };
 
 struct DeltaRuleOutputs {

@@ -6,7 +6,9 @@
 // grouped value heads (HV = 2H: dq, dk summed over the group), (dk, dv) in {64, 128}^2 and 256,
 // T a multiple of the 64-token chunk and not; and a few cases with cp.async copies landing at
 // issue and the warps run one after another (tests/emu/include/emu.h), which shows a tile copied
-// before its last reader is done. Tolerances are gpu-check's bf16 ones (relative RMS: 5e-3
+// before its last reader is done. Every case runs twice: the backward replaying passes 1-2, and a
+// forward keeping their buffers (delta_chunk::kept_floats) with the backward reading them; the
+// two hashes must be equal (bit-identical). Tolerances are gpu-check's bf16 ones (relative RMS: 5e-3
 // outputs and final state, 1e-2 gradients); the exit status is 1 when a row fails.
 #include "delta_rule_chunk_host.cpp"
 
@@ -117,6 +119,18 @@ struct Hash {
 static double at(const std::vector<Bf16>& x, int64_t i) { return __bfloat162float(x[i]); }
 static double at(const std::vector<float>& x, int64_t i) { return x[i]; }
 
+// What a case's kernels write.
+struct Outputs {
+  std::vector<Bf16> o, res, gq, gk, gv, gg, gb, gw;
+  std::vector<float> ht, u_f32, gh0;
+  uint64_t hash() const {
+    Hash h;
+    for (const auto* x : {&o, &res, &gq, &gk, &gv, &gg, &gb, &gw}) h.add(*x);
+    for (const auto* x : {&ht, &u_f32, &gh0}) h.add(*x);
+    return h.h;
+  }
+};
+
 struct Case {
   bool gated, tied, with_h0, with_dht;
   int64_t B, T, H, HV, dk, dv;
@@ -155,16 +169,25 @@ static void run(const Case& c, uint64_t seed) {
   HLA_CHECK(cuda::delta_chunk::supported(d, DType::BF16), "not a chunked case");
   const Bf16* gp = c.gated ? g.b.data() : nullptr;
   const float* h0p = c.with_h0 ? h0.f.data() : nullptr;
-  std::vector<Bf16> o(B * T * HV * dv), res(o.size());
-  std::vector<float> ht(B * HV * dk * dv), u_f32(o.size());
-  cuda::delta_chunk::forward(o.data(), ht.data(), res.data(), q.b.data(), k.b.data(), v.b.data(), gp, b.b.data(),
-                             w.b.data(), h0p, d, u_f32.data());
-  std::vector<Bf16> gq(q.b.size()), gk(k.b.size()), gv(v.b.size()), gg(g.b.size()), gb(b.b.size()), gw(w.b.size());
-  std::vector<float> gh0(h0.f.size());
-  cuda::delta_chunk::backward(gq.data(), gk.data(), gv.data(), c.gated ? gg.data() : nullptr, gb.data(), gw.data(),
-                              c.with_h0 ? gh0.data() : nullptr, dO.b.data(), c.with_dht ? dht.f.data() : nullptr,
-                              dres.b.data(), q.b.data(), k.b.data(), v.b.data(), gp, b.b.data(), w.b.data(), h0p, d,
-                              u_f32.data());
+  // The kernels' outputs, from the backward that replays passes 1-2 (keep false) or from the one
+  // that reads what a keeping forward wrote (keep true; delta_chunk::kept_floats).
+  auto kernels = [&](bool keep) {
+    Outputs r{std::vector<Bf16>(B * T * HV * dv), {}, std::vector<Bf16>(q.b.size()), std::vector<Bf16>(k.b.size()),
+              std::vector<Bf16>(v.b.size()), std::vector<Bf16>(g.b.size()), std::vector<Bf16>(b.b.size()),
+              std::vector<Bf16>(w.b.size()), std::vector<float>(B * HV * dk * dv), {}, std::vector<float>(h0.f.size())};
+    r.res.resize(r.o.size()), r.u_f32.resize(r.o.size());
+    std::vector<float> kept(keep ? cuda::delta_chunk::kept_floats(d) : 0);
+    float* keptp = keep ? kept.data() : nullptr;
+    cuda::delta_chunk::forward(r.o.data(), r.ht.data(), r.res.data(), q.b.data(), k.b.data(), v.b.data(), gp,
+                               b.b.data(), w.b.data(), h0p, d, r.u_f32.data(), keptp);
+    cuda::delta_chunk::backward(r.gq.data(), r.gk.data(), r.gv.data(), c.gated ? r.gg.data() : nullptr, r.gb.data(),
+                                r.gw.data(), c.with_h0 ? r.gh0.data() : nullptr, dO.b.data(),
+                                c.with_dht ? dht.f.data() : nullptr, dres.b.data(), q.b.data(), k.b.data(),
+                                v.b.data(), gp, b.b.data(), w.b.data(), h0p, d, r.u_f32.data(), keptp);
+    return r;
+  };
+  const Outputs replayed = kernels(false);
+  const auto& [o, res, gq, gk, gv, gg, gb, gw, ht, u_f32, gh0] = replayed;
   Err eo, eu, eht, eq, ek, ev, eg, eb, ew, eh0;
   std::vector<double> dq_ref(q.b.size(), 0.0), dk_ref(k.b.size(), 0.0);  // summed over a group
   for (int64_t bi = 0; bi < B; bi++)
@@ -202,10 +225,10 @@ static void run(const Case& c, uint64_t seed) {
   std::snprintf(label, sizeof label, "%s%s%s B%ld T%ld H%ld HV%ld dk%ld dv%ld h0 %d dht %d",
                 emu::cp_async_lands_at_issue ? "early " : "", c.gated ? "gdn" : "deltanet", c.tied ? "" : " b,w",
                 long(B), long(T), long(H), long(HV), long(dk), long(dv), int(c.with_h0), int(c.with_dht));
-  Hash hash;
-  for (const auto* x : {&o, &res, &gq, &gk, &gv, &gg, &gb, &gw}) hash.add(*x);
-  for (const auto* x : {&ht, &u_f32, &gh0}) hash.add(*x);
-  std::printf("%-50s hash %016llx\n", label, (unsigned long long)hash.h);
+  const uint64_t replay = replayed.hash(), keep = kernels(true).hash();
+  std::printf("%-50s hash %016llx, keeping forward %016llx %s\n", label, (unsigned long long)replay,
+              (unsigned long long)keep, keep == replay ? "ok" : "FAIL");
+  g_rows++, g_fail |= keep != replay;
   const double out = 5e-3, grad = 1e-2;  // gpu-check's bf16_out, bf16_grad
   report(label, "o", eo, out), report(label, "u", eu, out), report(label, "ht", eht, out);
   report(label, "dq", eq, grad), report(label, "dk", ek, grad), report(label, "dv", ev, grad);
