@@ -36,9 +36,10 @@ struct Axis {
   double step = 0;  // linear axes: the tick spacing, 1, 2, 2.5 or 5 times a power of ten
 
   // A linear axis over [lo, hi] widened to whole ticks (about five), unless `fixed`; a log2
-  // axis keeps the data's range. An empty range is padded so that it still has a width.
+  // axis keeps the data's range. An empty range, or one only rounding wide (the mean of three
+  // equal numbers can differ from them in the last bit), is padded so that it has a width.
   static Axis make(double lo, double hi, bool log, bool fixed) {
-    if (!(hi > lo)) {
+    if (!(hi - lo > 1e-9 * std::max(std::abs(lo), std::abs(hi)))) {
       const double pad = lo == 0 ? 1 : std::abs(lo) * 0.1;
       if (log) return {lo / 2, hi * 2, true};
       lo -= pad, hi += pad;
@@ -64,7 +65,8 @@ struct Axis {
       for (double v = std::exp2(std::floor(std::log2(lo))); v <= hi * 1.0001; v *= 2)
         if (v >= lo * 0.9999) t.push_back(v);
     } else {
-      for (double v = std::ceil(lo / step - 1e-9) * step; v <= hi + step * 1e-9; v += step) t.push_back(v);
+      const double first = std::ceil(lo / step - 1e-9), last = std::floor(hi / step + 1e-9);
+      for (double i = first; i <= last; i++) t.push_back(i * step);
     }
     return t;
   }
@@ -99,6 +101,7 @@ std::string line_plot_svg(const std::vector<PlotSeries>& series, const PlotOptio
     }
   }
   HLA_CHECK(std::isfinite(x_lo), "a plot needs at least one point");
+  HLA_CHECK(!options.log_x || x_lo > 0, "plot '", options.title, "': a log x axis needs positive x, got ", x_lo);
   const bool fixed_y = options.y_min != 0 || options.y_max != 0;
   if (fixed_y) {
     y_lo = options.y_min;

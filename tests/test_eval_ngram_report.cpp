@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <numeric>
 
 #include "eval/ngram_model.h"
@@ -145,6 +146,12 @@ TEST_CASE("eval: SVG plot ticks are round numbers over the data, and the legend 
   CHECK(y_tick_labels(fraction) == std::vector<std::string>{"0.10", "0.15", "0.20", "0.25", "0.30", "0.35"});
   const std::string flat = line_plot_svg({{"m", {1, 2}, {3, 3}}}, {"t", "x", "y", false, 0, 0});
   CHECK(y_tick_labels(flat).size() >= 3);  // a constant series still gets an axis with a width
+  // The mean of three equal numbers can differ from them in the last bit: still a flat series.
+  const double mib = 4.1337890625, mean = (mib + mib + mib) / 3 + 4 * std::numeric_limits<double>::epsilon();
+  const std::string rounding = line_plot_svg({{"a", {1, 2}, {mib, mean}}}, {"t", "x", "y", false, 0, 0});
+  CHECK(y_tick_labels(rounding).size() >= 3);
+  CHECK(y_tick_labels(rounding).size() <= 12);
+  CHECK_THROWS_AS(line_plot_svg({{"a", {0, 1024}, {1, 2}}}, {"t", "x", "y", true, 0, 0}), hla::Error);
 
   // The document is as wide as the plot frame plus margins that hold the widest tick and name.
   auto width = [](const std::string& svg) { return std::stod(svg.substr(svg.find("width=\"") + 7)); };
