@@ -6,7 +6,7 @@
 #              2-minute target); run it before the sweeps start, alone on the GPU
 #   sweeps     the recipes of configs/sweeps (paper1-mqar, paper1-text, paper2-routing, issue
 #              W2.6; RECIPES="paper1-text paper2-routing" picks some) all at once, each with
-#              --parallel 4, started with setsid so that they
+#              --parallel $PARALLEL (4), started with setsid so that they
 #              outlive the call that started them; each one's wall time goes to
 #              $EVIDENCE/sweeps/<recipe>.done (sharing the GPU, so an upper bound on its time alone)
 #   gpu-check  `hla gpu-check`, every case
@@ -26,6 +26,8 @@
 # Stages run in the order given, e.g.
 #   scripts/h200-evidence.sh build ruler sweeps gpu-check dist fla wait pack
 # and a later call continues with `scripts/h200-evidence.sh wait pack`.
+# PARALLEL: runs at a time per recipe (default 4); SWEEP_ARGS: more `hla sweep` arguments for every
+# recipe (e.g. --only 'kda-*,gdn2-*').
 # Environment: DATA, the data folder of ../shared/data/README.md (a copy that travels with the
 # tree; default ../shared/data); FLA, fla's source (the folder holding fla/; default .fla);
 # OUT, where `pack` writes (default build-gpu/evidence). NVLink multicast stays off.
@@ -68,7 +70,7 @@ stage_sweeps() {
   for r in "${RECIPES[@]}"; do
     sed "s#\.\./shared/data#$DATA#g" "configs/sweeps/$r.toml" >"$EVIDENCE/sweeps/$r.toml"
     HLA_CPU_THREADS=1 setsid nohup bash -c \
-      "t0=\$(date +%s); $BUILD/hla sweep --config $EVIDENCE/sweeps/$r.toml --out runs/$r --parallel 4;
+      "t0=\$(date +%s); $BUILD/hla sweep --config $EVIDENCE/sweeps/$r.toml --out runs/$r --parallel ${PARALLEL:-4} ${SWEEP_ARGS:-};
        echo \"exit \$?, wall \$(( \$(date +%s) - t0 )) s\" >$EVIDENCE/sweeps/$r.done" \
       >"$EVIDENCE/sweeps/$r.log" 2>&1 </dev/null &
   done
