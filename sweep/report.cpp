@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
@@ -258,15 +259,20 @@ std::string routing_table(const Groups& groups) {
   return out;
 }
 
-// Kendall's tau between two orders of the same items (1: the same order, -1: reversed).
-double kendall_tau(const std::vector<std::string>& a, const std::vector<std::string>& b) {
-  std::map<std::string, size_t> pos;
-  for (size_t i = 0; i < b.size(); i++) pos[b[i]] = i;
-  int concordant = 0, discordant = 0;
-  for (size_t i = 0; i < a.size(); i++)
-    for (size_t j = i + 1; j < a.size(); j++) (pos[a[i]] < pos[a[j]] ? concordant : discordant)++;
-  const int pairs = concordant + discordant;
-  return pairs > 0 ? double(concordant - discordant) / pairs : 1.0;
+// Kendall's tau-b between two scorings of the same items (x[i], y[i] of item i): 1 the same
+// order, -1 reversed, ties counted as neither; NaN when either side ties every pair (all
+// mixers at 0 % RULER, say), where an order says nothing.
+double kendall_tau_b(const std::vector<double>& x, const std::vector<double>& y) {
+  double concordant_minus_discordant = 0, untied_x = 0, untied_y = 0;
+  for (size_t i = 0; i < x.size(); i++)
+    for (size_t j = i + 1; j < x.size(); j++) {
+      const int sx = (x[i] > x[j]) - (x[i] < x[j]), sy = (y[i] > y[j]) - (y[i] < y[j]);
+      concordant_minus_discordant += sx * sy;
+      untied_x += sx != 0;
+      untied_y += sy != 0;
+    }
+  if (untied_x == 0 || untied_y == 0) return std::numeric_limits<double>::quiet_NaN();
+  return concordant_minus_discordant / std::sqrt(untied_x * untied_y);
 }
 
 // Per mixer (the Transformer aside) and hybrid value: the metric's mean over every other axis.
@@ -284,19 +290,16 @@ std::map<std::string, std::map<std::string, double>> by_mixer_and_hybrid(const R
   return means;
 }
 
-// The mixers of `scores` best first (higher is better unless `lower_better`), ties by name.
-std::vector<std::string> ranking(const std::map<std::string, double>& scores, const std::vector<std::string>& mixers,
-                                 bool lower_better) {
-  std::vector<std::string> order = mixers;
-  std::stable_sort(order.begin(), order.end(), [&](const std::string& a, const std::string& b) {
+// The mixers of `scores` best first (higher is better unless `lower_better`), ties by name and
+// written "a = b".
+std::string ranking_text(const std::map<std::string, double>& scores, std::vector<std::string> mixers,
+                         bool lower_better) {
+  std::stable_sort(mixers.begin(), mixers.end(), [&](const std::string& a, const std::string& b) {
     return lower_better ? scores.at(a) < scores.at(b) : scores.at(a) > scores.at(b);
   });
-  return order;
-}
-
-std::string join(const std::vector<std::string>& items, const std::string& sep) {
   std::string out;
-  for (size_t i = 0; i < items.size(); i++) out += (i ? sep : "") + items[i];
+  for (size_t i = 0; i < mixers.size(); i++)
+    out += (i == 0 ? "" : scores.at(mixers[i]) == scores.at(mixers[i - 1]) ? " = " : " > ") + mixers[i];
   return out;
 }
 
@@ -319,12 +322,17 @@ std::string rankings_table(const ResultTable& table, const Groups& groups) {
       for (const auto& [mixer, score] : scores)
         if (means.at("pure").count(mixer)) mixers.push_back(mixer);
       if (mixers.size() < 2) continue;
-      const auto standalone = ranking(means.at("pure"), mixers, lower_better);
-      const auto hybrid_order = ranking(scores, mixers, lower_better);
+      std::vector<double> pure_scores, hybrid_scores;
+      for (const std::string& mixer : mixers) {
+        pure_scores.push_back(means.at("pure").at(mixer));
+        hybrid_scores.push_back(scores.at(mixer));
+      }
+      const double tau = kendall_tau_b(pure_scores, hybrid_scores);
       if (out.empty())
-        out = md_header({"metric", "hybrid", "standalone order (pure)", "hybrid order", "Kendall τ", "same order"}, 4);
-      out += md_row({m.title, hybrid, join(standalone, " > "), join(hybrid_order, " > "),
-                     fixed(kendall_tau(standalone, hybrid_order), 2), standalone == hybrid_order ? "yes" : "no"});
+        out = md_header({"metric", "hybrid", "standalone order (pure)", "hybrid order", "Kendall τ-b", "same order"}, 4);
+      out += md_row({m.title, hybrid, ranking_text(means.at("pure"), mixers, lower_better),
+                     ranking_text(scores, mixers, lower_better), std::isnan(tau) ? "n/a (all tied)" : fixed(tau, 2),
+                     std::isnan(tau) ? "n/a" : tau > 1 - 1e-12 ? "yes" : "no"});
     }
   }
   return out;

@@ -192,6 +192,28 @@ TEST_CASE("sweep results.csv: quoting round-trips; bad files fail by line") {
   CHECK(error_of([] { parse_csv("a,b\n1,\"2\n", "r.csv"); }) == "r.csv:2: the quoted cell opened here has no closing quote");
 }
 
+TEST_CASE("sweep rankings: ties print as '=', Kendall's tau-b counts them, an all-tied order is no order") {
+  const std::string csv =
+      "run,status,mixer,hybrid,pattern,attn_fraction,routing,optimizer,lr,seed,final_val_loss,lm_avg\n"
+      "a-pure,done,a,pure,LL,0,none,adamw,0.001,1,2.0,30\n"
+      "b-pure,done,b,pure,LL,0,none,adamw,0.001,1,2.1,30\n"
+      "c-pure,done,c,pure,LL,0,none,adamw,0.001,1,2.2,30\n"
+      "a-2to1,done,a,2:1,LA,0.5,none,adamw,0.001,1,1.9,40\n"
+      "b-2to1,done,b,2:1,LA,0.5,none,adamw,0.001,1,1.9,35\n"
+      "c-2to1,done,c,2:1,LA,0.5,none,adamw,0.001,1,2.0,35\n";
+  const std::string dir = (fs::temp_directory_path() / ("hla-test-sweep-ties-" + std::to_string(getpid()))).string();
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(dir + "/results.csv") << csv;
+  write_report_from_csv(dir);
+  const std::string md = read_text(dir + "/report.md");
+  // Every pure LM average ties (as every mixer's 0 % RULER did in paper1-text): no order to compare.
+  CHECK(md.find("| LM avg (%) | 2:1 | a = b = c | a > b = c | n/a (all tied) | n/a |\n") != std::string::npos);
+  // tau-b: pairs (a,c) and (b,c) agree, (a,b) ties in the hybrid: 2 / sqrt(3 * 2) = 0.82.
+  CHECK(md.find("| val loss | 2:1 | a > b > c | a = b > c | 0.82 | no |\n") != std::string::npos);
+  fs::remove_all(dir);
+}
+
 TEST_CASE("sweep report from a hand-written results.csv: tables with mean ± std, routing deltas, rankings") {
   const std::string csv =
       "run,status,mixer,hybrid,pattern,attn_fraction,routing,optimizer,lr,seed,final_val_loss,mqar_avg,tokens_per_s,"
