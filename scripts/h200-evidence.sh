@@ -14,6 +14,8 @@
 #              bench/results-h200.json holds; HLA_COMMIT names the commit, the box's copy has no
 #              .git), then ncu's per-kernel times of one fwd+bwd call of the GDN, GLA and
 #              attention rows at B4 T4096 H16 D128 (bench/README.md's table); alone on the GPU
+#   profile    ncu's per-kernel times of the MQAR demo's training step, and its steps/s with and
+#              without the CUDA graph (issue W2.3's small-model step); alone on the GPU
 #   dist       the NCCL tests of tests/test_gpu_dist.cpp (one rank: bit-exact to one process)
 #   decode     issue W2.5's GPU checks: cached decoding == the no-cache path on CUDA (tests/
 #              test_decode.cpp's GPU case), then the Shakespeare demo trained on the GPU (300
@@ -96,6 +98,25 @@ stage_bench() {
   return $status
 }
 
+# Where a small model's training step goes (issue W2.3: the MQAR demo ran 55 steps/s with or
+# without the CUDA graph): ncu's per-kernel times of 4 eager steps, summed per kernel, then the
+# demo's wall-clock steps/s with and without the graph.
+stage_profile() {
+  local run=$BUILD/runs/profile-mqar status=0
+  rm -rf $run $run-graph $run-eager
+  ncu --clock-control none --metrics gpu__time_duration.sum --csv $BUILD/hla train --config configs/mqar-demo.toml \
+    --device cuda --train.steps 4 --train.cuda_graph false --train.out_dir $run \
+    >"$EVIDENCE/ncu-mqar-step.csv" 2>"$EVIDENCE/ncu-mqar-step.err" || status=1
+  python3 scripts/kernel_table.py "$EVIDENCE/ncu-mqar-step.csv" --steps 4 | tee "$EVIDENCE/mqar-step-kernels.txt" || status=1
+  for graph in true false; do
+    echo "mqar demo, 400 steps, cuda_graph $graph:"
+    $BUILD/hla train --config configs/mqar-demo.toml --device cuda --train.cuda_graph $graph \
+      --train.out_dir $run-$graph >"$EVIDENCE/mqar-demo-graph-$graph.log" 2>&1 || status=1
+    grep "^done" "$EVIDENCE/mqar-demo-graph-$graph.log"
+  done
+  return $status
+}
+
 stage_dist() {
   $BUILD/hla_tests --source-file='*test_gpu_dist.cpp' >"$EVIDENCE/gpu-dist.log" 2>&1
   local rc=$?
@@ -159,9 +180,9 @@ for stage in "$@"; do
   stamp "$stage"
   case $stage in
     build) stage_build || exit 1 ;;
-    ruler | sweeps | bench | dist | decode | fla | wait | pack) "stage_$stage" || status=1 ;;
+    ruler | sweeps | bench | profile | dist | decode | fla | wait | pack) "stage_$stage" || status=1 ;;
     gpu-check) stage_gpu_check || status=1 ;;
-    *) echo "unknown stage '$stage' (build ruler sweeps gpu-check bench dist decode fla wait pack)"; exit 2 ;;
+    *) echo "unknown stage '$stage' (build ruler sweeps gpu-check bench profile dist decode fla wait pack)"; exit 2 ;;
   esac
 done
 stamp "done (status $status)"
