@@ -105,7 +105,7 @@ stage_profile() {
   local run=$BUILD/runs/profile-mqar status=0
   rm -rf $run $run-graph $run-eager
   ncu --clock-control none --metrics gpu__time_duration.sum --csv $BUILD/hla train --config configs/mqar-demo.toml \
-    --device cuda --train.steps 4 --train.cuda_graph false --train.out_dir $run \
+    --device cuda --train.steps 4 --optim.warmup_steps 1 --train.cuda_graph false --train.out_dir $run \
     >"$EVIDENCE/ncu-mqar-step.csv" 2>"$EVIDENCE/ncu-mqar-step.err" || status=1
   python3 scripts/kernel_table.py "$EVIDENCE/ncu-mqar-step.csv" --steps 4 | tee "$EVIDENCE/mqar-step-kernels.txt" || status=1
   for graph in true false; do
