@@ -192,6 +192,17 @@ TEST_CASE("sweep results.csv: quoting round-trips; bad files fail by line") {
   CHECK(error_of([] { parse_csv("a,b\n1,\"2\n", "r.csv"); }) == "r.csv:2: the quoted cell opened here has no closing quote");
 }
 
+// A fresh sweep directory holding only `csv` as results.csv, its report rendered (--report).
+static std::string report_from_csv(const std::string& name, const std::string& csv) {
+  const std::string dir =
+      (fs::temp_directory_path() / ("hla-test-sweep-" + name + "-" + std::to_string(getpid()))).string();
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(dir + "/results.csv") << csv;
+  write_report_from_csv(dir);
+  return dir;
+}
+
 TEST_CASE("sweep rankings: ties print as '=', Kendall's tau-b counts them, an all-tied order is no order") {
   const std::string csv =
       "run,status,mixer,hybrid,pattern,attn_fraction,routing,optimizer,lr,seed,final_val_loss,lm_avg\n"
@@ -201,11 +212,7 @@ TEST_CASE("sweep rankings: ties print as '=', Kendall's tau-b counts them, an al
       "a-2to1,done,a,2:1,LA,0.5,none,adamw,0.001,1,1.9,40\n"
       "b-2to1,done,b,2:1,LA,0.5,none,adamw,0.001,1,1.9,35\n"
       "c-2to1,done,c,2:1,LA,0.5,none,adamw,0.001,1,2.0,35\n";
-  const std::string dir = (fs::temp_directory_path() / ("hla-test-sweep-ties-" + std::to_string(getpid()))).string();
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  std::ofstream(dir + "/results.csv") << csv;
-  write_report_from_csv(dir);
+  const std::string dir = report_from_csv("ties", csv);
   const std::string md = read_text(dir + "/report.md");
   // Every pure LM average ties (as every mixer's 0 % RULER did in paper1-text): no order to compare.
   CHECK(md.find("| LM avg (%) | 2:1 | a = b = c | a > b = c | n/a (all tied) | n/a |\n") != std::string::npos);
@@ -229,11 +236,7 @@ TEST_CASE("sweep report from a hand-written results.csv: tables with mean ± std
       "kda-2to1-none-s1,done,kda,2:1,LA,0.5,none,adamw,0.001,1,1.7,96,700,\n"
       "kda-2to1-none-s2,\"failed: train exited with status 1 (x/train.log: diverged)\",kda,2:1,LA,0.5,none,adamw,"
       "0.001,2,,,,\n";
-  const std::string dir = (fs::temp_directory_path() / ("hla-test-sweep-report-" + std::to_string(getpid()))).string();
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  std::ofstream(dir + "/results.csv") << csv;
-  write_report_from_csv(dir);
+  const std::string dir = report_from_csv("report", csv);
   const std::string md = read_text(dir + "/report.md");
   auto has = [&](const std::string& line) {
     INFO(line);
