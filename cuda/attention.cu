@@ -56,17 +56,23 @@ void launch(Kernel kernel, dim3 grid, int threads, size_t bytes, Params... param
 
 // ------------------------------------------------------------------------------------------
 // mma path. Every warp owns 16 rows; per-thread rows inside a warp's 16: lane / 4 and +8.
-// The forward runs 8 warps (128 queries) per block: each K/V tile it loads serves twice the
-// queries of the backward's 4-warp blocks (64 rows), which keep their shape (their
-// accumulators for dK and dV, or the extra dO tile, leave no room for 128 rows).
+// Every mma kernel runs 8 warps (128 rows: queries, or keys for dK/dV) per block: each K/V (or
+// Q/dO) tile it loads from L2 serves 128 rows, and a warp skips the tiles none of its rows sees.
 
-constexpr int kFwdWarps = 8;
-constexpr int kFwdThreads = 32 * kFwdWarps;
-constexpr int kFwdRows = 16 * kFwdWarps;  // queries per block of the forward
-constexpr int kMmaThreads = 128;          // the backward kernels: 4 warps
-constexpr int kMmaRows = 64;              // rows (queries, or keys for dK/dV) per backward block
+constexpr int kMmaWarps = 8;
+constexpr int kMmaThreads = 32 * kMmaWarps;
+constexpr int kMmaRows = 16 * kMmaWarps;  // rows per block
 constexpr int kMmaCols = 64;              // keys per step of the forward and dQ kernels
 constexpr int kMmaQueries = 32;           // queries per step of the dK/dV kernel
+
+// Whether some key of [s_first, s_last] is visible from some query of [t_first, t_last], and
+// whether every key is visible from every query (then no mask is needed).
+__device__ __forceinline__ bool any_visible(int t_first, int t_last, int s_first, int s_last, int window) {
+  return s_first <= t_last && (window == 0 || t_first - s_last < window);
+}
+__device__ __forceinline__ bool all_visible(int t_first, int t_last, int s_first, int s_last, int window) {
+  return s_last <= t_first && (window == 0 || t_last - s_first < window);
+}
 
 // S (16 x 8*NT per warp) += A (16 x W, rows warp*16.. of sA) . B^T where B is the (8*NT x W) tile sB.
 template <int W, int NT>
@@ -139,27 +145,27 @@ __device__ __forceinline__ void store_rows(bf16* out, const float (&acc)[W / 8][
 // Occupancy (ptxas, sm_90, no spills): D = 64 fits 128 registers, two blocks (16 warps) an SM;
 // D = 128 needs ~205 (Q fragments 32, O 64, S 32), one block an SM: capped at 128 it spills.
 template <int D>
-__global__ void __launch_bounds__(kFwdThreads, D == 64 ? 2 : 1)
+__global__ void __launch_bounds__(kMmaThreads, D == 64 ? 2 : 1)
     attention_forward_mma(bf16* o, float* lse, const bf16* q, const bf16* k, const bf16* v, int T, int H, int Hkv,
                           float scale_log2, int window) {
   extern __shared__ float4 smem_raw[];
   bf16* sQ = reinterpret_cast<bf16*>(smem_raw);  // sQ: (128, D)
-  bf16* sK = sQ + kFwdRows * D;                  // sK: 2 x (64, D)
+  bf16* sK = sQ + kMmaRows * D;                  // sK: 2 x (64, D)
   bf16* sV = sK + 2 * kMmaCols * D;              // sV: 2 x (64, D)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int q0 = (gridDim.x - 1 - blockIdx.x) * kFwdRows, h = blockIdx.y, b = blockIdx.z, hk = h / (H / Hkv);
+  const int q0 = (gridDim.x - 1 - blockIdx.x) * kMmaRows, h = blockIdx.y, b = blockIdx.z, hk = h / (H / Hkv);
   const int64_t q_stride = int64_t(H) * D, kv_stride = int64_t(Hkv) * D;
   const bf16* qh = q + int64_t(b) * T * q_stride + int64_t(h) * D;  // row t at qh + t * q_stride
   const bf16* kh = k + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const bf16* vh = v + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const int kb_first = window > 0 ? max(0, q0 - window + 1) / kMmaCols : 0;
-  const int kb_last = min(T - 1, q0 + kFwdRows - 1) / kMmaCols;
+  const int kb_last = min(T - 1, q0 + kMmaRows - 1) / kMmaCols;
   const int w_first = q0 + warp * 16, w_last = w_first + 15;  // this warp's rows
   const int t_row[2] = {w_first + lane / 4, w_first + lane / 4 + 8};
 
-  load_tile_async<kFwdRows, D, kFwdThreads>(sQ, qh, q_stride, q0, T);
-  load_tile_async<kMmaCols, D, kFwdThreads>(sK, kh, kv_stride, kb_first * kMmaCols, T);
-  load_tile_async<kMmaCols, D, kFwdThreads>(sV, vh, kv_stride, kb_first * kMmaCols, T);
+  load_tile_async<kMmaRows, D, kMmaThreads>(sQ, qh, q_stride, q0, T);
+  load_tile_async<kMmaCols, D, kMmaThreads>(sK, kh, kv_stride, kb_first * kMmaCols, T);
+  load_tile_async<kMmaCols, D, kMmaThreads>(sV, vh, kv_stride, kb_first * kMmaCols, T);
   cp_async_commit();
 
   uint32_t qf[D / 16][4];   // this warp's 16 query rows as A fragments
@@ -174,17 +180,17 @@ __global__ void __launch_bounds__(kFwdThreads, D == 64 ? 2 : 1)
       for (int kk = 0; kk < D / 16; kk++)
         ldmatrix_x4(qf[kk], sQ + swizzle<D>(warp * 16 + lane % 16, kk * 16 + (lane / 16) * 8));
     if (kb < kb_last) {
-      load_tile_async<kMmaCols, D, kFwdThreads>(sK + (buf ^ 1) * kMmaCols * D, kh, kv_stride, k0 + kMmaCols, T);
-      load_tile_async<kMmaCols, D, kFwdThreads>(sV + (buf ^ 1) * kMmaCols * D, vh, kv_stride, k0 + kMmaCols, T);
+      load_tile_async<kMmaCols, D, kMmaThreads>(sK + (buf ^ 1) * kMmaCols * D, kh, kv_stride, k0 + kMmaCols, T);
+      load_tile_async<kMmaCols, D, kMmaThreads>(sV + (buf ^ 1) * kMmaCols * D, vh, kv_stride, k0 + kMmaCols, T);
     }
     cp_async_commit();
     // A tile with no key visible to any row of the warp changes nothing (P = 0, alpha = 1).
-    if (w_first >= T || k0 > w_last || (window > 0 && w_first - (k0 + kMmaCols - 1) >= window)) continue;
+    if (w_first >= T || !any_visible(w_first, w_last, k0, k0 + kMmaCols - 1, window)) continue;
 
     // pass 1: S = Q K^T (unscaled), invisible keys -> -inf
     float s[kMmaCols / 8][4] = {};
     mma_abt_reg<D, kMmaCols / 8>(s, qf, sK + buf * kMmaCols * D);
-    const bool needs_mask = k0 + kMmaCols - 1 > w_first || (window > 0 && w_last - k0 >= window);
+    const bool needs_mask = !all_visible(w_first, w_last, k0, k0 + kMmaCols - 1, window);
     if (needs_mask)
 #pragma unroll
       for (int nt = 0; nt < kMmaCols / 8; nt++)
@@ -238,15 +244,15 @@ __global__ void __launch_bounds__(kFwdThreads, D == 64 ? 2 : 1)
       if (t_row[r] < T) lse[(int64_t(b) * H + h) * T + t_row[r]] = (m[r] + log2f(l[r])) / kLog2e;
 }
 
-// dq: (B, T, H, D). Grid (query blocks, H, B), longest first. Rows of a warp: 16 queries.
+// dq: (B, T, H, D). Grid (blocks of 128 queries, H, B), longest first. Rows of a warp: 16
+// queries; as in the forward, a warp skips the key tiles none of its rows sees.
 template <int D>
-__global__ void __launch_bounds__(kMmaThreads) attention_backward_dq_mma(bf16* dq, const bf16* dout, const bf16* q,
-                                                                         const bf16* k, const bf16* v,
-                                                                         const float* lse, const float* delta, int T,
-                                                                         int H, int Hkv, float scale, int window) {
+__global__ void __launch_bounds__(kMmaThreads, D == 64 ? 2 : 1)
+    attention_backward_dq_mma(bf16* dq, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
+                              const float* lse, const float* delta, int T, int H, int Hkv, float scale, int window) {
   extern __shared__ float4 smem_raw[];
-  bf16* sQ = reinterpret_cast<bf16*>(smem_raw);  // sQ: (64, D)
-  bf16* sdO = sQ + kMmaRows * D;                 // sdO: (64, D)
+  bf16* sQ = reinterpret_cast<bf16*>(smem_raw);  // sQ: (128, D)
+  bf16* sdO = sQ + kMmaRows * D;                 // sdO: (128, D)
   bf16* sK = sdO + kMmaRows * D;                 // sK: 2 x (64, D)
   bf16* sV = sK + 2 * kMmaCols * D;              // sV: 2 x (64, D)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -259,7 +265,8 @@ __global__ void __launch_bounds__(kMmaThreads) attention_backward_dq_mma(bf16* d
   const int kb_first = window > 0 ? max(0, q0 - window + 1) / kMmaCols : 0;
   const int kb_last = min(T - 1, q0 + kMmaRows - 1) / kMmaCols;
   const float scale_log2 = scale * kLog2e;
-  const int t_row[2] = {q0 + warp * 16 + lane / 4, q0 + warp * 16 + lane / 4 + 8};
+  const int w_first = q0 + warp * 16, w_last = w_first + 15;  // this warp's rows
+  const int t_row[2] = {w_first + lane / 4, w_first + lane / 4 + 8};
   float lse2[2], dlt[2];  // lse in log2 units and Delta of this thread's two rows
 #pragma unroll
   for (int r = 0; r < 2; r++) {
@@ -278,18 +285,18 @@ __global__ void __launch_bounds__(kMmaThreads) attention_backward_dq_mma(bf16* d
   for (int kb = kb_first; kb <= kb_last; kb++) {
     const int buf = (kb - kb_first) & 1, k0 = kb * kMmaCols;
     cp_async_wait_all();
-    __syncthreads();
+    __syncthreads();  // tile kb landed; every warp is done with tile kb - 1
     if (kb < kb_last) {
       load_tile_async<kMmaCols, D, kMmaThreads>(sK + (buf ^ 1) * kMmaCols * D, kh, kv_stride, k0 + kMmaCols, T);
       load_tile_async<kMmaCols, D, kMmaThreads>(sV + (buf ^ 1) * kMmaCols * D, vh, kv_stride, k0 + kMmaCols, T);
     }
     cp_async_commit();
+    if (w_first >= T || !any_visible(w_first, w_last, k0, k0 + kMmaCols - 1, window)) continue;
     const bf16* k_tile = sK + buf * kMmaCols * D;
     // pass 1: P = exp(scale Q K^T - lse), zero where invisible
     float p[kMmaCols / 8][4] = {};
     mma_abt<D, kMmaCols / 8>(p, sQ, k_tile);
-    const bool needs_mask = k0 + kMmaCols - 1 > q0 || (window > 0 && q0 + kMmaRows - 1 - k0 >= window) ||
-                            q0 + kMmaRows > T;
+    const bool needs_mask = !all_visible(w_first, w_last, k0, k0 + kMmaCols - 1, window) || w_last >= T;
 #pragma unroll
     for (int nt = 0; nt < kMmaCols / 8; nt++)
 #pragma unroll
@@ -313,17 +320,19 @@ __global__ void __launch_bounds__(kMmaThreads) attention_backward_dq_mma(bf16* d
   store_rows<D>(dq, acc, row0, row1, t_row[0] < T, t_row[1] < T, scale, scale);
 }
 
-// dk, dv: (B, T, Hkv, D). Grid (key blocks, Hkv, B); a block loops over the query tiles of every
-// query head of its kv head, in the transposed frame: rows of a warp are 16 keys.
+// dk, dv: (B, T, Hkv, D). Grid (blocks of 128 keys, Hkv, B), longest (first) blocks first; a block
+// loops over the query tiles of every query head of its kv head, in the transposed frame: rows of
+// a warp are 16 keys, and a warp skips the query tiles that see none of them. A tile's lse and
+// Delta are read into registers one step ahead (their global latency hides behind a step's
+// products) and stored to shared memory at the end of the step.
 template <int D>
-__global__ void __launch_bounds__(kMmaThreads) attention_backward_dkdv_mma(bf16* dk, bf16* dv, const bf16* dout,
-                                                                           const bf16* q, const bf16* k,
-                                                                           const bf16* v, const float* lse,
-                                                                           const float* delta, int T, int H, int Hkv,
-                                                                           float scale, int window) {
+__global__ void __launch_bounds__(kMmaThreads, D == 64 ? 2 : 1)
+    attention_backward_dkdv_mma(bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
+                                const float* lse, const float* delta, int T, int H, int Hkv, float scale,
+                                int window) {
   extern __shared__ float4 smem_raw[];
-  bf16* sK = reinterpret_cast<bf16*>(smem_raw);  // sK: (64, D)
-  bf16* sV = sK + kMmaRows * D;                  // sV: (64, D)
+  bf16* sK = reinterpret_cast<bf16*>(smem_raw);  // sK: (128, D)
+  bf16* sV = sK + kMmaRows * D;                  // sV: (128, D)
   bf16* sQ = sV + kMmaRows * D;                  // sQ: 2 x (32, D)
   bf16* sdO = sQ + 2 * kMmaQueries * D;          // sdO: 2 x (32, D)
   float* sLse = reinterpret_cast<float*>(sdO + 2 * kMmaQueries * D);  // sLse: 2 x (32), log2 units
@@ -337,60 +346,70 @@ __global__ void __launch_bounds__(kMmaThreads) attention_backward_dkdv_mma(bf16*
   const int qb_last = min(T - 1, window > 0 ? k0 + kMmaRows - 1 + window - 1 : T - 1) / kMmaQueries;
   const int tiles_per_head = qb_last - qb_first + 1, steps = group * tiles_per_head;
   const float scale_log2 = scale * kLog2e;
-  const int s_row[2] = {k0 + warp * 16 + lane / 4, k0 + warp * 16 + lane / 4 + 8};
+  const int w_first = k0 + warp * 16, w_last = w_first + 15;  // this warp's keys
+  const int s_row[2] = {w_first + lane / 4, w_first + lane / 4 + 8};
 
   // Step i covers query head hk * group + i / tiles_per_head, queries from (qb_first + i % tiles_per_head) * 32.
+  float next_lse = 0, next_delta = 0;  // threads < 32: lse and Delta of query threadIdx.x of the step loading
   auto load_step = [&](int i, int buf) {
     const int h = hk * group + i / tiles_per_head, j0 = (qb_first + i % tiles_per_head) * kMmaQueries;
     const int64_t head = int64_t(b) * T * q_stride + int64_t(h) * D;
     load_tile_async<kMmaQueries, D, kMmaThreads>(sQ + buf * kMmaQueries * D, q + head, q_stride, j0, T);
     load_tile_async<kMmaQueries, D, kMmaThreads>(sdO + buf * kMmaQueries * D, dout + head, q_stride, j0, T);
     if (threadIdx.x < kMmaQueries) {
-      const int t = j0 + threadIdx.x;
-      const int64_t idx = (int64_t(b) * H + h) * T + min(t, T - 1);
-      sLse[buf * kMmaQueries + threadIdx.x] = lse[idx] * kLog2e;
-      sDelta[buf * kMmaQueries + threadIdx.x] = delta[idx];
+      const int64_t idx = (int64_t(b) * H + h) * T + min(j0 + int(threadIdx.x), T - 1);
+      next_lse = lse[idx];
+      next_delta = delta[idx];
+    }
+  };
+  auto store_stats = [&](int buf) {
+    if (threadIdx.x < kMmaQueries) {
+      sLse[buf * kMmaQueries + threadIdx.x] = next_lse * kLog2e;
+      sDelta[buf * kMmaQueries + threadIdx.x] = next_delta;
     }
   };
   load_tile_async<kMmaRows, D, kMmaThreads>(sK, kh, kv_stride, k0, T);
   load_tile_async<kMmaRows, D, kMmaThreads>(sV, vh, kv_stride, k0, T);
   load_step(0, 0);
   cp_async_commit();
+  store_stats(0);
 
   float dk_acc[D / 8][4] = {}, dv_acc[D / 8][4] = {};  // (16, D) each: dK / scale and dV
   for (int i = 0; i < steps; i++) {
-    const int buf = i & 1, j0 = (qb_first + i % tiles_per_head) * kMmaQueries;
+    const int buf = i & 1, j0 = (qb_first + i % tiles_per_head) * kMmaQueries, j_last = j0 + kMmaQueries - 1;
     cp_async_wait_all();
-    __syncthreads();
+    __syncthreads();  // step i's tiles and stats landed; every warp is done with step i - 1's
     if (i + 1 < steps) load_step(i + 1, buf ^ 1);
     cp_async_commit();
-    const bf16* q_tile = sQ + buf * kMmaQueries * D;
-    const bf16* do_tile = sdO + buf * kMmaQueries * D;
-    const float* l_tile = sLse + buf * kMmaQueries;
-    const float* d_tile = sDelta + buf * kMmaQueries;
-    // pass 1: P^T = exp(scale K Q^T - lse), zero where invisible
-    float p[kMmaQueries / 8][4] = {};
-    mma_abt<D, kMmaQueries / 8>(p, sK, q_tile);
-    const bool needs_mask = j0 < k0 + kMmaRows - 1 || (window > 0 && j0 + kMmaQueries - 1 - k0 >= window) ||
-                            j0 + kMmaQueries > T;
+    if (w_first < T && any_visible(j0, j_last, w_first, w_last, window)) {
+      const bf16* q_tile = sQ + buf * kMmaQueries * D;
+      const bf16* do_tile = sdO + buf * kMmaQueries * D;
+      const float* l_tile = sLse + buf * kMmaQueries;
+      const float* d_tile = sDelta + buf * kMmaQueries;
+      // pass 1: P^T = exp(scale K Q^T - lse), zero where invisible
+      float p[kMmaQueries / 8][4] = {};
+      mma_abt<D, kMmaQueries / 8>(p, sK, q_tile);
+      const bool needs_mask = !all_visible(j0, j_last, w_first, w_last, window) || j_last >= T;
 #pragma unroll
-    for (int nt = 0; nt < kMmaQueries / 8; nt++)
+      for (int nt = 0; nt < kMmaQueries / 8; nt++)
 #pragma unroll
-      for (int e = 0; e < 4; e++) {
-        const int c = nt * 8 + (lane % 4) * 2 + e % 2, t = j0 + c;
-        const bool ok = !needs_mask || (t < T && visible(t, s_row[e / 2], window));
-        p[nt][e] = ok ? exp2f(fmaf(p[nt][e], scale_log2, -l_tile[c])) : 0.0f;
-      }
-    // pass 2: dP^T = V dO^T;  dS^T = P^T (dP^T - Delta)
-    float ds[kMmaQueries / 8][4] = {};
-    mma_abt<D, kMmaQueries / 8>(ds, sV, do_tile);
+        for (int e = 0; e < 4; e++) {
+          const int c = nt * 8 + (lane % 4) * 2 + e % 2, t = j0 + c;
+          const bool ok = !needs_mask || (t < T && visible(t, s_row[e / 2], window));
+          p[nt][e] = ok ? exp2f(fmaf(p[nt][e], scale_log2, -l_tile[c])) : 0.0f;
+        }
+      // pass 2: dP^T = V dO^T;  dS^T = P^T (dP^T - Delta)
+      float ds[kMmaQueries / 8][4] = {};
+      mma_abt<D, kMmaQueries / 8>(ds, sV, do_tile);
 #pragma unroll
-    for (int nt = 0; nt < kMmaQueries / 8; nt++)
+      for (int nt = 0; nt < kMmaQueries / 8; nt++)
 #pragma unroll
-      for (int e = 0; e < 4; e++) ds[nt][e] = p[nt][e] * (ds[nt][e] - d_tile[nt * 8 + (lane % 4) * 2 + e % 2]);
-    // pass 3: dV += P^T dO;  dK += dS^T Q
-    mma_pb<D, kMmaQueries / 8>(dv_acc, p, do_tile);
-    mma_pb<D, kMmaQueries / 8>(dk_acc, ds, q_tile);
+        for (int e = 0; e < 4; e++) ds[nt][e] = p[nt][e] * (ds[nt][e] - d_tile[nt * 8 + (lane % 4) * 2 + e % 2]);
+      // pass 3: dV += P^T dO;  dK += dS^T Q
+      mma_pb<D, kMmaQueries / 8>(dv_acc, p, do_tile);
+      mma_pb<D, kMmaQueries / 8>(dk_acc, ds, q_tile);
+    }
+    if (i + 1 < steps) store_stats(buf ^ 1);  // read by the barrier of step i + 1
   }
   const int64_t row0 = (int64_t(b) * T + s_row[0]) * kv_stride + int64_t(hk) * D;
   const int64_t row1 = (int64_t(b) * T + s_row[1]) * kv_stride + int64_t(hk) * D;
@@ -628,8 +647,8 @@ void attention_forward(void* o, float* lse, const void* q, const void* k, const 
   if (use_mma(dims.D, dims.Dv, dtype)) {
     dispatch_head_dim(s.D, [&](auto d) {
       constexpr int kD = decltype(d)::value;
-      launch(attention_forward_mma<kD>, dim3((s.T + kFwdRows - 1) / kFwdRows, s.H, s.B), kFwdThreads,
-             sizeof(bf16) * (kFwdRows + 4 * kMmaCols) * kD, static_cast<bf16*>(o), lse, static_cast<const bf16*>(q),
+      launch(attention_forward_mma<kD>, dim3((s.T + kMmaRows - 1) / kMmaRows, s.H, s.B), kMmaThreads,
+             sizeof(bf16) * (kMmaRows + 4 * kMmaCols) * kD, static_cast<bf16*>(o), lse, static_cast<const bf16*>(q),
              static_cast<const bf16*>(k), static_cast<const bf16*>(v), s.T, s.H, s.Hkv,
              static_cast<float>(scale) * kLog2e, s.window);
     });
