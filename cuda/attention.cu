@@ -11,20 +11,22 @@
 // Backward (P rebuilt from lse, Delta = rowsum(dO * O) = rowsum(P * dP)):
 //   dV = P^T dO;  dP = dO V^T;  dS = P (dP - Delta);  dQ = scale dS K;  dK = scale dS^T Q.
 // It runs as two kernels so that nothing is accumulated with atomics (results are
-// deterministic): one per block of keys computes dK and dV (loops over queries of every query
-// head of its kv head), one per block of queries computes dQ (loops over keys). Both work in
-// the transposed frame where needed so that each product is "registers x shared memory", the
-// same shape as the forward's.
+// deterministic, bit for bit from run to run): one per block of keys computes dK and dV (loops
+// over queries of every query head of its kv head), one per block of queries computes dQ (loops
+// over keys; it recomputes S and dP, the price of no atomics). Both work in the transposed frame
+// where needed so that each product is "registers x shared memory", the same shape as the
+// forward's.
 //
 // Two implementations:
-//   mma: bf16 tensor cores (mma.sync m16n8k16, fp32 accumulation), D = Dv in {64, 128}. Each
-//        warp owns 16 rows; K/V (or Q/dO) tiles of 64 keys (32 queries) are double-buffered
-//        with cp.async (swizzled: cuda/tile.cuh); P and dS go from accumulators straight into
-//        the next product's A operand (see cuda/mma.cuh). Softmax runs in base 2 with the
-//        scale folded in: exp(x) = exp2(x log2 e). The forward's blocks hold 128 queries
-//        (8 warps; a warp skips the key tiles none of its rows sees), the backward's 64 rows
-//        (4 warps): the forward writes o and lse in the layouts above whatever its blocking,
-//        so the two are independent. Every kernel of this file runs in CI on the host
+//   mma: bf16 tensor cores (mma.sync m16n8k16, fp32 accumulation), D = Dv in {64, 128}. Every
+//        kernel runs blocks of 128 rows (8 warps, 16 rows each; a warp skips the tiles none of
+//        its rows sees: above the diagonal, before the window, past T), so that each K/V (or
+//        Q/dO) tile read from L2 serves 128 rows. K/V tiles of 64 keys (Q/dO tiles of 32
+//        queries in the dK/dV kernel) are double-buffered with cp.async (swizzled:
+//        cuda/tile.cuh); P and dS go from accumulators straight into the next product's A
+//        operand (see cuda/mma.cuh). Softmax runs in base 2 with the scale folded in:
+//        exp(x) = exp2(x log2 e). Shared memory: forward 96 KB (D 128), 48 KB (D 64); dQ 128 KB,
+//        64 KB; dK/dV 96.5 KB, 48.5 KB. Every kernel of this file runs in CI on the host
 //        emulator against the CPU reference (tests/emu/test_attention_emu.cpp).
 //   fma: plain fp32 arithmetic, any D, Dv <= 256, F32 or BF16 storage: one warp per row, keys
 //        (or queries) in shared-memory tiles of 32, one per lane. The readable version, and the
@@ -245,9 +247,11 @@ __global__ void __launch_bounds__(kMmaThreads, D == 64 ? 2 : 1)
 }
 
 // dq: (B, T, H, D). Grid (blocks of 128 queries, H, B), longest first. Rows of a warp: 16
-// queries; as in the forward, a warp skips the key tiles none of its rows sees.
+// queries; as in the forward, a warp skips the key tiles none of its rows sees. Occupancy
+// (ptxas, sm_90, no spills): one block an SM at both widths, D = 128 in ~236 registers (dQ 64,
+// P 32, dS 32), D = 64 in ~192 (capped at 128 for two blocks it spills).
 template <int D>
-__global__ void __launch_bounds__(kMmaThreads, D == 64 ? 2 : 1)
+__global__ void __launch_bounds__(kMmaThreads, 1)
     attention_backward_dq_mma(bf16* dq, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
                               const float* lse, const float* delta, int T, int H, int Hkv, float scale, int window) {
   extern __shared__ float4 smem_raw[];
@@ -324,9 +328,11 @@ __global__ void __launch_bounds__(kMmaThreads, D == 64 ? 2 : 1)
 // loops over the query tiles of every query head of its kv head, in the transposed frame: rows of
 // a warp are 16 keys, and a warp skips the query tiles that see none of them. A tile's lse and
 // Delta are read into registers one step ahead (their global latency hides behind a step's
-// products) and stored to shared memory at the end of the step.
+// products) and stored to shared memory at the end of the step. Occupancy (ptxas, sm_90, no
+// spills): one block an SM, D = 128 in ~253 registers (dK and dV 128, P^T and dS^T 32), D = 64
+// in ~183 (capped at 128 for two blocks it spills).
 template <int D>
-__global__ void __launch_bounds__(kMmaThreads, D == 64 ? 2 : 1)
+__global__ void __launch_bounds__(kMmaThreads, 1)
     attention_backward_dkdv_mma(bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
                                 const float* lse, const float* delta, int T, int H, int Hkv, float scale,
                                 int window) {
