@@ -22,12 +22,12 @@
 //        kernel runs blocks of 128 rows (8 warps, 16 rows each; a warp skips the tiles none of
 //        its rows sees: above the diagonal, before the window, past T), so that each K/V (or
 //        Q/dO) tile read from L2 serves 128 rows. K/V tiles of 64 keys (Q/dO tiles of 32
-//        queries in the dK/dV kernel) are double-buffered with cp.async (swizzled:
-//        cuda/tile.cuh); P and dS go from accumulators straight into the next product's A
-//        operand (see cuda/mma.cuh). Softmax runs in base 2 with the scale folded in:
-//        exp(x) = exp2(x log2 e). Shared memory: forward 96 KB (D 128), 48 KB (D 64); dQ 128 KB,
-//        64 KB; dK/dV 96.5 KB, 48.5 KB. Every kernel of this file runs in CI on the host
-//        emulator against the CPU reference (tests/emu/test_attention_emu.cpp).
+//        queries in the dK/dV kernel, 64 at D = 64) are double-buffered with cp.async
+//        (swizzled: cuda/tile.cuh); P and dS go from accumulators straight into the next
+//        product's A operand (see cuda/mma.cuh). Softmax runs in base 2 with the scale folded
+//        in: exp(x) = exp2(x log2 e). Shared memory at D = 128 / 64: forward 96 / 48 KB, dQ 128 /
+//        64 KB, dK/dV 96.5 / 64.5 KB. Every kernel of this file runs in CI on the host emulator
+//        against the CPU reference (tests/emu/test_attention_emu.cpp).
 //   fma: plain fp32 arithmetic, any D, Dv <= 256, F32 or BF16 storage: one warp per row, keys
 //        (or queries) in shared-memory tiles of 32, one per lane. The readable version, and the
 //        fp32 path.
@@ -65,7 +65,9 @@ constexpr int kMmaWarps = 8;
 constexpr int kMmaThreads = 32 * kMmaWarps;
 constexpr int kMmaRows = 16 * kMmaWarps;  // rows per block
 constexpr int kMmaCols = 64;              // keys per step of the forward and dQ kernels
-constexpr int kMmaQueries = 32;           // queries per step of the dK/dV kernel
+// Queries per step of the dK/dV kernel: 64 at D = 64 (half the barriers, and each K/V fragment
+// it loads serves twice the queries), 32 at D = 128 (its registers hold no more).
+constexpr int dkdv_queries(int D) { return D == 64 ? 64 : 32; }
 
 // Whether some key of [s_first, s_last] is visible from some query of [t_first, t_last], and
 // whether every key is visible from every query (then no mask is needed).
@@ -330,48 +332,49 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
 // Delta are read into registers one step ahead (their global latency hides behind a step's
 // products) and stored to shared memory at the end of the step. Occupancy (ptxas, sm_90, no
 // spills): one block an SM, D = 128 in ~253 registers (dK and dV 128, P^T and dS^T 32), D = 64
-// in ~183 (capped at 128 for two blocks it spills).
+// in ~219 (dK and dV 64, P^T and dS^T 64).
 template <int D>
 __global__ void __launch_bounds__(kMmaThreads, 1)
     attention_backward_dkdv_mma(bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
                                 const float* lse, const float* delta, int T, int H, int Hkv, float scale,
                                 int window) {
+  constexpr int kQueries = dkdv_queries(D);
   extern __shared__ float4 smem_raw[];
   bf16* sK = reinterpret_cast<bf16*>(smem_raw);  // sK: (128, D)
   bf16* sV = sK + kMmaRows * D;                  // sV: (128, D)
-  bf16* sQ = sV + kMmaRows * D;                  // sQ: 2 x (32, D)
-  bf16* sdO = sQ + 2 * kMmaQueries * D;          // sdO: 2 x (32, D)
-  float* sLse = reinterpret_cast<float*>(sdO + 2 * kMmaQueries * D);  // sLse: 2 x (32), log2 units
-  float* sDelta = sLse + 2 * kMmaQueries;                             // sDelta: 2 x (32)
+  bf16* sQ = sV + kMmaRows * D;                  // sQ: 2 x (kQueries, D)
+  bf16* sdO = sQ + 2 * kQueries * D;          // sdO: 2 x (kQueries, D)
+  float* sLse = reinterpret_cast<float*>(sdO + 2 * kQueries * D);  // sLse: 2 x (kQueries), log2 units
+  float* sDelta = sLse + 2 * kQueries;                             // sDelta: 2 x (kQueries)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int k0 = blockIdx.x * kMmaRows, hk = blockIdx.y, b = blockIdx.z, group = H / Hkv;
   const int64_t q_stride = int64_t(H) * D, kv_stride = int64_t(Hkv) * D;
   const bf16* kh = k + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const bf16* vh = v + int64_t(b) * T * kv_stride + int64_t(hk) * D;
-  const int qb_first = k0 / kMmaQueries;
-  const int qb_last = min(T - 1, window > 0 ? k0 + kMmaRows - 1 + window - 1 : T - 1) / kMmaQueries;
+  const int qb_first = k0 / kQueries;
+  const int qb_last = min(T - 1, window > 0 ? k0 + kMmaRows - 1 + window - 1 : T - 1) / kQueries;
   const int tiles_per_head = qb_last - qb_first + 1, steps = group * tiles_per_head;
   const float scale_log2 = scale * kLog2e;
   const int w_first = k0 + warp * 16, w_last = w_first + 15;  // this warp's keys
   const int s_row[2] = {w_first + lane / 4, w_first + lane / 4 + 8};
 
-  // Step i covers query head hk * group + i / tiles_per_head, queries from (qb_first + i % tiles_per_head) * 32.
-  float next_lse = 0, next_delta = 0;  // threads < 32: lse and Delta of query threadIdx.x of the step loading
+  // Step i covers query head hk * group + i / tiles_per_head, queries from (qb_first + i % tiles_per_head) * kQueries.
+  float next_lse = 0, next_delta = 0;  // threads < kQueries: lse and Delta of query threadIdx.x of the step loading
   auto load_step = [&](int i, int buf) {
-    const int h = hk * group + i / tiles_per_head, j0 = (qb_first + i % tiles_per_head) * kMmaQueries;
+    const int h = hk * group + i / tiles_per_head, j0 = (qb_first + i % tiles_per_head) * kQueries;
     const int64_t head = int64_t(b) * T * q_stride + int64_t(h) * D;
-    load_tile_async<kMmaQueries, D, kMmaThreads>(sQ + buf * kMmaQueries * D, q + head, q_stride, j0, T);
-    load_tile_async<kMmaQueries, D, kMmaThreads>(sdO + buf * kMmaQueries * D, dout + head, q_stride, j0, T);
-    if (threadIdx.x < kMmaQueries) {
+    load_tile_async<kQueries, D, kMmaThreads>(sQ + buf * kQueries * D, q + head, q_stride, j0, T);
+    load_tile_async<kQueries, D, kMmaThreads>(sdO + buf * kQueries * D, dout + head, q_stride, j0, T);
+    if (threadIdx.x < kQueries) {
       const int64_t idx = (int64_t(b) * H + h) * T + min(j0 + int(threadIdx.x), T - 1);
       next_lse = lse[idx];
       next_delta = delta[idx];
     }
   };
   auto store_stats = [&](int buf) {
-    if (threadIdx.x < kMmaQueries) {
-      sLse[buf * kMmaQueries + threadIdx.x] = next_lse * kLog2e;
-      sDelta[buf * kMmaQueries + threadIdx.x] = next_delta;
+    if (threadIdx.x < kQueries) {
+      sLse[buf * kQueries + threadIdx.x] = next_lse * kLog2e;
+      sDelta[buf * kQueries + threadIdx.x] = next_delta;
     }
   };
   load_tile_async<kMmaRows, D, kMmaThreads>(sK, kh, kv_stride, k0, T);
@@ -382,22 +385,22 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
 
   float dk_acc[D / 8][4] = {}, dv_acc[D / 8][4] = {};  // (16, D) each: dK / scale and dV
   for (int i = 0; i < steps; i++) {
-    const int buf = i & 1, j0 = (qb_first + i % tiles_per_head) * kMmaQueries, j_last = j0 + kMmaQueries - 1;
+    const int buf = i & 1, j0 = (qb_first + i % tiles_per_head) * kQueries, j_last = j0 + kQueries - 1;
     cp_async_wait_all();
     __syncthreads();  // step i's tiles and stats landed; every warp is done with step i - 1's
     if (i + 1 < steps) load_step(i + 1, buf ^ 1);
     cp_async_commit();
     if (w_first < T && any_visible(j0, j_last, w_first, w_last, window)) {
-      const bf16* q_tile = sQ + buf * kMmaQueries * D;
-      const bf16* do_tile = sdO + buf * kMmaQueries * D;
-      const float* l_tile = sLse + buf * kMmaQueries;
-      const float* d_tile = sDelta + buf * kMmaQueries;
+      const bf16* q_tile = sQ + buf * kQueries * D;
+      const bf16* do_tile = sdO + buf * kQueries * D;
+      const float* l_tile = sLse + buf * kQueries;
+      const float* d_tile = sDelta + buf * kQueries;
       // pass 1: P^T = exp(scale K Q^T - lse), zero where invisible
-      float p[kMmaQueries / 8][4] = {};
-      mma_abt<D, kMmaQueries / 8>(p, sK, q_tile);
+      float p[kQueries / 8][4] = {};
+      mma_abt<D, kQueries / 8>(p, sK, q_tile);
       const bool needs_mask = !all_visible(j0, j_last, w_first, w_last, window) || j_last >= T;
 #pragma unroll
-      for (int nt = 0; nt < kMmaQueries / 8; nt++)
+      for (int nt = 0; nt < kQueries / 8; nt++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
           const int c = nt * 8 + (lane % 4) * 2 + e % 2, t = j0 + c;
@@ -405,15 +408,15 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
           p[nt][e] = ok ? exp2f(fmaf(p[nt][e], scale_log2, -l_tile[c])) : 0.0f;
         }
       // pass 2: dP^T = V dO^T;  dS^T = P^T (dP^T - Delta)
-      float ds[kMmaQueries / 8][4] = {};
-      mma_abt<D, kMmaQueries / 8>(ds, sV, do_tile);
+      float ds[kQueries / 8][4] = {};
+      mma_abt<D, kQueries / 8>(ds, sV, do_tile);
 #pragma unroll
-      for (int nt = 0; nt < kMmaQueries / 8; nt++)
+      for (int nt = 0; nt < kQueries / 8; nt++)
 #pragma unroll
         for (int e = 0; e < 4; e++) ds[nt][e] = p[nt][e] * (ds[nt][e] - d_tile[nt * 8 + (lane % 4) * 2 + e % 2]);
       // pass 3: dV += P^T dO;  dK += dS^T Q
-      mma_pb<D, kMmaQueries / 8>(dv_acc, p, do_tile);
-      mma_pb<D, kMmaQueries / 8>(dk_acc, ds, q_tile);
+      mma_pb<D, kQueries / 8>(dv_acc, p, do_tile);
+      mma_pb<D, kQueries / 8>(dk_acc, ds, q_tile);
     }
     if (i + 1 < steps) store_stats(buf ^ 1);  // read by the barrier of step i + 1
   }
@@ -690,7 +693,7 @@ void attention_backward(void* dq, void* dk, void* dv, const void* dout, const vo
              static_cast<const bf16*>(dout), static_cast<const bf16*>(q), static_cast<const bf16*>(k),
              static_cast<const bf16*>(v), lse, delta, s.T, s.H, s.Hkv, sc, s.window);
       launch(attention_backward_dkdv_mma<kD>, dim3(blocks, s.Hkv, s.B), kMmaThreads,
-             sizeof(bf16) * (2 * kMmaRows + 4 * kMmaQueries) * kD + sizeof(float) * 4 * kMmaQueries,
+             sizeof(bf16) * (2 * kMmaRows + 4 * dkdv_queries(kD)) * kD + sizeof(float) * 4 * dkdv_queries(kD),
              static_cast<bf16*>(dk), static_cast<bf16*>(dv), static_cast<const bf16*>(dout),
              static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v), lse,
              delta, s.T, s.H, s.Hkv, sc, s.window);
