@@ -69,6 +69,12 @@ constexpr int kMmaCols = 64;              // keys per step of the forward and dQ
 // it loads serves twice the queries), 32 at D = 128 (its registers hold no more).
 constexpr int dkdv_queries(int D) { return D == 64 ? 64 : 32; }
 
+// The mma kernels' grids are (heads, B, row blocks), row blocks slowest, blockIdx.z = 0 the
+// longest (the last queries, or the first keys). The scheduler starts blocks in index order, so
+// every (head, batch)'s longest block starts before any shorter one and the last blocks to start
+// are the shortest: the SMs finish together instead of one running a long block late (~7% of a
+// causal backward at B 4, T 4096, H 16, one block an SM, by a list-scheduling count).
+
 // Whether some key of [s_first, s_last] is visible from some query of [t_first, t_last], and
 // whether every key is visible from every query (then no mask is needed).
 __device__ __forceinline__ bool any_visible(int t_first, int t_last, int s_first, int s_last, int window) {
@@ -143,7 +149,7 @@ __device__ __forceinline__ void store_rows(bf16* out, const float (&acc)[W / 8][
   }
 }
 
-// o: (B, T, H, D), lse: (B, H, T). Grid (blocks of 128 queries, H, B), the longest (last)
+// o: (B, T, H, D), lse: (B, H, T). Grid (H, B, blocks of 128 queries), the longest (last)
 // blocks first. A warp skips the key tiles none of its 16 rows sees (above the diagonal, before
 // the window, past T): the block loads keys for its last row, its first warps need fewer.
 // Occupancy (ptxas, sm_90, no spills): D = 64 fits 128 registers, two blocks (16 warps) an SM;
@@ -157,7 +163,7 @@ __global__ void __launch_bounds__(kMmaThreads, D == 64 ? 2 : 1)
   bf16* sK = sQ + kMmaRows * D;                  // sK: 2 x (64, D)
   bf16* sV = sK + 2 * kMmaCols * D;              // sV: 2 x (64, D)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int q0 = (gridDim.x - 1 - blockIdx.x) * kMmaRows, h = blockIdx.y, b = blockIdx.z, hk = h / (H / Hkv);
+  const int q0 = (gridDim.z - 1 - blockIdx.z) * kMmaRows, h = blockIdx.x, b = blockIdx.y, hk = h / (H / Hkv);
   const int64_t q_stride = int64_t(H) * D, kv_stride = int64_t(Hkv) * D;
   const bf16* qh = q + int64_t(b) * T * q_stride + int64_t(h) * D;  // row t at qh + t * q_stride
   const bf16* kh = k + int64_t(b) * T * kv_stride + int64_t(hk) * D;
@@ -248,7 +254,7 @@ __global__ void __launch_bounds__(kMmaThreads, D == 64 ? 2 : 1)
       if (t_row[r] < T) lse[(int64_t(b) * H + h) * T + t_row[r]] = (m[r] + log2f(l[r])) / kLog2e;
 }
 
-// dq: (B, T, H, D). Grid (blocks of 128 queries, H, B), longest first. Rows of a warp: 16
+// dq: (B, T, H, D). Grid (H, B, blocks of 128 queries), longest first. Rows of a warp: 16
 // queries; as in the forward, a warp skips the key tiles none of its rows sees. Occupancy
 // (ptxas, sm_90, no spills): one block an SM at both widths, D = 128 in ~236 registers (dQ 64,
 // P 32, dS 32), D = 64 in ~192 (capped at 128 for two blocks it spills).
@@ -262,7 +268,7 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
   bf16* sK = sdO + kMmaRows * D;                 // sK: 2 x (64, D)
   bf16* sV = sK + 2 * kMmaCols * D;              // sV: 2 x (64, D)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int q0 = (gridDim.x - 1 - blockIdx.x) * kMmaRows, h = blockIdx.y, b = blockIdx.z, hk = h / (H / Hkv);
+  const int q0 = (gridDim.z - 1 - blockIdx.z) * kMmaRows, h = blockIdx.x, b = blockIdx.y, hk = h / (H / Hkv);
   const int64_t q_stride = int64_t(H) * D, kv_stride = int64_t(Hkv) * D;
   const bf16* qh = q + int64_t(b) * T * q_stride + int64_t(h) * D;
   const bf16* doh = dout + int64_t(b) * T * q_stride + int64_t(h) * D;
@@ -326,7 +332,7 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
   store_rows<D>(dq, acc, row0, row1, t_row[0] < T, t_row[1] < T, scale, scale);
 }
 
-// dk, dv: (B, T, Hkv, D). Grid (blocks of 128 keys, Hkv, B), longest (first) blocks first; a block
+// dk, dv: (B, T, Hkv, D). Grid (Hkv, B, blocks of 128 keys), longest first; a block
 // loops over the query tiles of every query head of its kv head, in the transposed frame: rows of
 // a warp are 16 keys, and a warp skips the query tiles that see none of them. A tile's lse and
 // Delta are read into registers one step ahead (their global latency hides behind a step's
@@ -347,7 +353,7 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
   float* sLse = reinterpret_cast<float*>(sdO + 2 * kQueries * D);  // sLse: 2 x (kQueries), log2 units
   float* sDelta = sLse + 2 * kQueries;                             // sDelta: 2 x (kQueries)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int k0 = blockIdx.x * kMmaRows, hk = blockIdx.y, b = blockIdx.z, group = H / Hkv;
+  const int k0 = blockIdx.z * kMmaRows, hk = blockIdx.x, b = blockIdx.y, group = H / Hkv;
   const int64_t q_stride = int64_t(H) * D, kv_stride = int64_t(Hkv) * D;
   const bf16* kh = k + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const bf16* vh = v + int64_t(b) * T * kv_stride + int64_t(hk) * D;
@@ -627,6 +633,14 @@ Shape4 checked_shape(const AttentionDims& dims, const char* op) {
   return {int(B), int(T), int(H), int(Hkv), int(D), int(Dv), int(window)};
 }
 
+// The grid of an mma kernel over `heads`: (heads, B, row blocks).
+dim3 mma_grid(const Shape4& s, int heads) {
+  const int row_blocks = (s.T + kMmaRows - 1) / kMmaRows;
+  HLA_CHECK(row_blocks <= 65535, "attention: T = ", s.T, " needs ", row_blocks, " blocks of ", kMmaRows,
+            " rows, more than a CUDA grid's z (65535)");
+  return dim3(heads, s.B, row_blocks);
+}
+
 bool use_mma(int64_t D, int64_t Dv, DType dtype) { return dtype == DType::BF16 && D == Dv && (D == 64 || D == 128); }
 
 // Calls fn(std::integral_constant<int, D>) for the tensor-core head widths.
@@ -656,7 +670,7 @@ void attention_forward(void* o, float* lse, const void* q, const void* k, const 
   if (use_mma(dims.D, dims.Dv, dtype)) {
     dispatch_head_dim(s.D, [&](auto d) {
       constexpr int kD = decltype(d)::value;
-      launch(attention_forward_mma<kD>, dim3((s.T + kMmaRows - 1) / kMmaRows, s.H, s.B), kMmaThreads,
+      launch(attention_forward_mma<kD>, mma_grid(s, s.H), kMmaThreads,
              sizeof(bf16) * (kMmaRows + 4 * kMmaCols) * kD, static_cast<bf16*>(o), lse, static_cast<const bf16*>(q),
              static_cast<const bf16*>(k), static_cast<const bf16*>(v), s.T, s.H, s.Hkv,
              static_cast<float>(scale) * kLog2e, s.window);
@@ -687,12 +701,11 @@ void attention_backward(void* dq, void* dk, void* dv, const void* dout, const vo
   if (use_mma(dims.D, dims.Dv, dtype)) {
     dispatch_head_dim(s.D, [&](auto d) {
       constexpr int kD = decltype(d)::value;
-      const unsigned blocks = (s.T + kMmaRows - 1) / kMmaRows;
-      launch(attention_backward_dq_mma<kD>, dim3(blocks, s.H, s.B), kMmaThreads,
+      launch(attention_backward_dq_mma<kD>, mma_grid(s, s.H), kMmaThreads,
              sizeof(bf16) * (2 * kMmaRows + 4 * kMmaCols) * kD, static_cast<bf16*>(dq),
              static_cast<const bf16*>(dout), static_cast<const bf16*>(q), static_cast<const bf16*>(k),
              static_cast<const bf16*>(v), lse, delta, s.T, s.H, s.Hkv, sc, s.window);
-      launch(attention_backward_dkdv_mma<kD>, dim3(blocks, s.Hkv, s.B), kMmaThreads,
+      launch(attention_backward_dkdv_mma<kD>, mma_grid(s, s.Hkv), kMmaThreads,
              sizeof(bf16) * (2 * kMmaRows + 4 * dkdv_queries(kD)) * kD + sizeof(float) * 4 * dkdv_queries(kD),
              static_cast<bf16*>(dk), static_cast<bf16*>(dv), static_cast<const bf16*>(dout),
              static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v), lse,
