@@ -255,9 +255,10 @@ __global__ void __launch_bounds__(kMmaThreads, D == 64 ? 2 : 1)
 }
 
 // dq: (B, T, H, D). Grid (H, B, blocks of 128 queries), longest first. Rows of a warp: 16
-// queries; as in the forward, a warp skips the key tiles none of its rows sees. Occupancy
-// (ptxas, sm_90, no spills): one block an SM at both widths, D = 128 in ~236 registers (dQ 64,
-// P 32, dS 32), D = 64 in ~192 (capped at 128 for two blocks it spills).
+// queries, whose Q and dO stay in registers as A fragments (only the K and V tiles are read
+// from shared memory in the loop); as in the forward, a warp skips the key tiles none of its
+// rows sees. Occupancy (ptxas, sm_90, no spills): one block an SM, D = 128 in 255 registers
+// (Q and dO fragments 64, dQ 64, P 32, dS 32), D = 64 in ~180.
 template <int D>
 __global__ void __launch_bounds__(kMmaThreads, 1)
     attention_backward_dq_mma(bf16* dq, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
@@ -293,11 +294,18 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
   load_tile_async<kMmaCols, D, kMmaThreads>(sV, vh, kv_stride, kb_first * kMmaCols, T);
   cp_async_commit();
 
-  float acc[D / 8][4] = {};  // acc: (16, D) dQ / scale
+  uint32_t qf[D / 16][4], dof[D / 16][4];  // this warp's 16 rows of Q and dO as A fragments
+  float acc[D / 8][4] = {};                 // acc: (16, D) dQ / scale
   for (int kb = kb_first; kb <= kb_last; kb++) {
     const int buf = (kb - kb_first) & 1, k0 = kb * kMmaCols;
     cp_async_wait_all();
     __syncthreads();  // tile kb landed; every warp is done with tile kb - 1
+    if (kb == kb_first)
+#pragma unroll
+      for (int kk = 0; kk < D / 16; kk++) {
+        ldmatrix_x4(qf[kk], sQ + swizzle<D>(warp * 16 + lane % 16, kk * 16 + (lane / 16) * 8));
+        ldmatrix_x4(dof[kk], sdO + swizzle<D>(warp * 16 + lane % 16, kk * 16 + (lane / 16) * 8));
+      }
     if (kb < kb_last) {
       load_tile_async<kMmaCols, D, kMmaThreads>(sK + (buf ^ 1) * kMmaCols * D, kh, kv_stride, k0 + kMmaCols, T);
       load_tile_async<kMmaCols, D, kMmaThreads>(sV + (buf ^ 1) * kMmaCols * D, vh, kv_stride, k0 + kMmaCols, T);
@@ -307,7 +315,7 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
     const bf16* k_tile = sK + buf * kMmaCols * D;
     // pass 1: P = exp(scale Q K^T - lse), zero where invisible
     float p[kMmaCols / 8][4] = {};
-    mma_abt<D, kMmaCols / 8>(p, sQ, k_tile);
+    mma_abt_reg<D, kMmaCols / 8>(p, qf, k_tile);
     const bool needs_mask = !all_visible(w_first, w_last, k0, k0 + kMmaCols - 1, window) || w_last >= T;
 #pragma unroll
     for (int nt = 0; nt < kMmaCols / 8; nt++)
@@ -319,7 +327,7 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
       }
     // pass 2: dP = dO V^T;  dS = P (dP - Delta)
     float ds[kMmaCols / 8][4] = {};
-    mma_abt<D, kMmaCols / 8>(ds, sdO, sV + buf * kMmaCols * D);
+    mma_abt_reg<D, kMmaCols / 8>(ds, dof, sV + buf * kMmaCols * D);
 #pragma unroll
     for (int nt = 0; nt < kMmaCols / 8; nt++)
 #pragma unroll
