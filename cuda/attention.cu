@@ -346,7 +346,7 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
 // Delta are read into registers one step ahead (their global latency hides behind a step's
 // products) and stored to shared memory at the end of the step. Occupancy (ptxas, sm_90, no
 // spills): one block an SM, D = 128 in ~253 registers (dK and dV 128, P^T and dS^T 32), D = 64
-// in ~219 (dK and dV 64, P^T and dS^T 64).
+// in ~236 (dK and dV 64, P^T and dS^T 64, the K and V fragments 32).
 template <int D>
 __global__ void __launch_bounds__(kMmaThreads, 1)
     attention_backward_dkdv_mma(bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
@@ -397,11 +397,21 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
   cp_async_commit();
   store_stats(0);
 
+  // At D = 64 this warp's 16 rows of K and V stay in registers as A fragments (D = 128 has no room).
+  constexpr bool kKvInRegisters = D == 64;
+  uint32_t kf[kKvInRegisters ? D / 16 : 1][4], vf[kKvInRegisters ? D / 16 : 1][4];
   float dk_acc[D / 8][4] = {}, dv_acc[D / 8][4] = {};  // (16, D) each: dK / scale and dV
   for (int i = 0; i < steps; i++) {
     const int buf = i & 1, j0 = (qb_first + i % tiles_per_head) * kQueries, j_last = j0 + kQueries - 1;
     cp_async_wait_all();
     __syncthreads();  // step i's tiles and stats landed; every warp is done with step i - 1's
+    if constexpr (kKvInRegisters)
+      if (i == 0)
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+          ldmatrix_x4(kf[kk], sK + swizzle<D>(warp * 16 + lane % 16, kk * 16 + (lane / 16) * 8));
+          ldmatrix_x4(vf[kk], sV + swizzle<D>(warp * 16 + lane % 16, kk * 16 + (lane / 16) * 8));
+        }
     if (i + 1 < steps) load_step(i + 1, buf ^ 1);
     cp_async_commit();
     if (w_first < T && any_visible(j0, j_last, w_first, w_last, window)) {
@@ -411,7 +421,8 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
       const float* d_tile = sDelta + buf * kQueries;
       // pass 1: P^T = exp(scale K Q^T - lse), zero where invisible
       float p[kQueries / 8][4] = {};
-      mma_abt<D, kQueries / 8>(p, sK, q_tile);
+      if constexpr (kKvInRegisters) mma_abt_reg<D, kQueries / 8>(p, kf, q_tile);
+      else mma_abt<D, kQueries / 8>(p, sK, q_tile);
       const bool needs_mask = !all_visible(j0, j_last, w_first, w_last, window) || j_last >= T;
 #pragma unroll
       for (int nt = 0; nt < kQueries / 8; nt++)
@@ -423,7 +434,8 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
         }
       // pass 2: dP^T = V dO^T;  dS^T = P^T (dP^T - Delta)
       float ds[kQueries / 8][4] = {};
-      mma_abt<D, kQueries / 8>(ds, sV, do_tile);
+      if constexpr (kKvInRegisters) mma_abt_reg<D, kQueries / 8>(ds, vf, do_tile);
+      else mma_abt<D, kQueries / 8>(ds, sV, do_tile);
 #pragma unroll
       for (int nt = 0; nt < kQueries / 8; nt++)
 #pragma unroll
