@@ -23,11 +23,13 @@
 //        its rows sees: above the diagonal, before the window, past T), so that each K/V (or
 //        Q/dO) tile read from L2 serves 128 rows. K/V tiles of 64 keys (Q/dO tiles of 32
 //        queries in the dK/dV kernel, 64 at D = 64) are double-buffered with cp.async
-//        (swizzled: cuda/tile.cuh); P and dS go from accumulators straight into the next
-//        product's A operand (see cuda/mma.cuh). Softmax runs in base 2 with the scale folded
-//        in: exp(x) = exp2(x log2 e). Shared memory at D = 128 / 64: forward 96 / 48 KB, dQ 128 /
-//        64 KB, dK/dV 96.5 / 64.5 KB. Every kernel of this file runs in CI on the host emulator
-//        against the CPU reference (tests/emu/test_attention_emu.cpp).
+//        (swizzled: cuda/tile.cuh); the rows a warp multiplies at every step stay in registers
+//        as A fragments (Q in the forward, Q and dO in dQ, K and V in dK/dV at D = 64), and P and
+//        dS go from accumulators straight into the next product's A operand (see
+//        cuda/mma.cuh). Softmax runs in base 2 with the scale folded in: exp(x) = exp2(x log2 e).
+//        Shared memory at D = 128 / 64: forward 96 / 48 KB, dQ 128 / 64 KB, dK/dV 96.5 / 64.5 KB.
+//        Every kernel of this file runs in CI on the host emulator against the CPU reference
+//        (tests/emu/test_attention_emu.cpp).
 //   fma: plain fp32 arithmetic, any D, Dv <= 256, F32 or BF16 storage: one warp per row, keys
 //        (or queries) in shared-memory tiles of 32, one per lane. The readable version, and the
 //        fp32 path.
