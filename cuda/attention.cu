@@ -21,15 +21,16 @@
 //   mma: bf16 tensor cores (mma.sync m16n8k16, fp32 accumulation), D = Dv in {64, 128}. Every
 //        kernel runs blocks of 128 rows (8 warps, 16 rows each; a warp skips the tiles none of
 //        its rows sees: above the diagonal, before the window, past T), so that each K/V (or
-//        Q/dO) tile read from L2 serves 128 rows. K/V tiles of 64 keys (Q/dO tiles of 32
-//        queries in the dK/dV kernel, 64 at D = 64) are double-buffered with cp.async
-//        (swizzled: cuda/tile.cuh); the rows a warp multiplies at every step stay in registers
-//        as A fragments (Q in the forward, Q and dO in dQ, K and V in dK/dV at D = 64), and P and
-//        dS go from accumulators straight into the next product's A operand (see
-//        cuda/mma.cuh). Softmax runs in base 2 with the scale folded in: exp(x) = exp2(x log2 e).
-//        Shared memory at D = 128 / 64: forward 96 / 48 KB, dQ 128 / 64 KB, dK/dV 96.5 / 64.5 KB.
-//        Every kernel of this file runs in CI on the host emulator against the CPU reference
-//        (tests/emu/test_attention_emu.cpp).
+//        Q/dO) tile read from L2 serves 128 rows (the backward's blocking is one constant,
+//        kBwdWarps, to compare with 64-row blocks on the GPU). K/V tiles of 64 keys (Q/dO
+//        tiles of 32 queries in the dK/dV kernel, 64 at D = 64) are double-buffered with
+//        cp.async (swizzled: cuda/tile.cuh); the rows a warp multiplies at every step stay in
+//        registers as A fragments (Q in the forward, Q and dO in dQ, K and V in dK/dV at
+//        D = 64), and P and dS go from accumulators straight into the next product's A operand
+//        (see cuda/mma.cuh). Softmax runs in base 2 with the scale folded in:
+//        exp(x) = exp2(x log2 e). Shared memory at D = 128 / 64 (128-row blocks): forward
+//        96 / 48 KB, dQ 128 / 64 KB, dK/dV 96.5 / 64.5 KB. Every kernel of this file runs in CI
+//        on the host emulator against the CPU reference (tests/emu/test_attention_emu.cpp).
 //   fma: plain fp32 arithmetic, any D, Dv <= 256, F32 or BF16 storage: one warp per row, keys
 //        (or queries) in shared-memory tiles of 32, one per lane. The readable version, and the
 //        fp32 path.
@@ -59,13 +60,20 @@ void launch(Kernel kernel, dim3 grid, int threads, size_t bytes, Params... param
 }
 
 // ------------------------------------------------------------------------------------------
-// mma path. Every warp owns 16 rows; per-thread rows inside a warp's 16: lane / 4 and +8.
-// Every mma kernel runs 8 warps (128 rows: queries, or keys for dK/dV) per block: each K/V (or
-// Q/dO) tile it loads from L2 serves 128 rows, and a warp skips the tiles none of its rows sees.
+// mma path. Every warp owns 16 rows; per-thread rows inside a warp's 16: lane / 4 and +8
+// (queries, or keys for dK/dV); a warp skips the tiles none of its rows sees.
+// Warps per block: the forward 8 (128 queries). The backward kernels take theirs as a template
+// parameter WARPS, kBwdWarps here, and their registers allow 8 warps an SM at D = 128: 8 warps
+// (128-row blocks, one an SM) read each K/V or Q/dO tile from L2 once per 128 rows; 4 (64-row
+// blocks, two an SM, the shape of the kernels before) keep each barrier to 4 warps and let one
+// block compute while the other loads. A 128-row backward of another design (64-query steps,
+// spilling) measured slower on the H200 (commit e9d37a7); the two blockings are one constant
+// apart for that comparison, both emulator-checked.
 
 constexpr int kMmaWarps = 8;
 constexpr int kMmaThreads = 32 * kMmaWarps;
-constexpr int kMmaRows = 16 * kMmaWarps;  // rows per block
+constexpr int kMmaRows = 16 * kMmaWarps;  // queries per block of the forward
+constexpr int kBwdWarps = 8, kBwdWarpsPerSm = 8;
 constexpr int kMmaCols = 64;              // keys per step of the forward and dQ kernels
 // Queries per step of the dK/dV kernel: 64 at D = 64 (half the barriers, and each K/V fragment
 // it loads serves twice the queries), 32 at D = 128 (its registers hold no more).
@@ -256,29 +264,30 @@ __global__ void __launch_bounds__(kMmaThreads, D == 64 ? 2 : 1)
       if (t_row[r] < T) lse[(int64_t(b) * H + h) * T + t_row[r]] = (m[r] + log2f(l[r])) / kLog2e;
 }
 
-// dq: (B, T, H, D). Grid (H, B, blocks of 128 queries), longest first. Rows of a warp: 16
+// dq: (B, T, H, D). Grid (H, B, blocks of 16 WARPS queries), longest first. Rows of a warp: 16
 // queries, whose Q and dO stay in registers as A fragments (only the K and V tiles are read
 // from shared memory in the loop); as in the forward, a warp skips the key tiles none of its
-// rows sees. Occupancy (ptxas, sm_90, no spills): one block an SM, D = 128 in 255 registers
+// rows sees. Occupancy (ptxas, sm_90, no spills): 8 warps an SM, D = 128 in 255 registers
 // (Q and dO fragments 64, dQ 64, P 32, dS 32), D = 64 in ~180.
-template <int D>
-__global__ void __launch_bounds__(kMmaThreads, 1)
+template <int D, int WARPS>
+__global__ void __launch_bounds__(32 * WARPS, kBwdWarpsPerSm / WARPS)
     attention_backward_dq_mma(bf16* dq, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
                               const float* lse, const float* delta, int T, int H, int Hkv, float scale, int window) {
+  constexpr int kThreads = 32 * WARPS, kRows = 16 * WARPS;
   extern __shared__ float4 smem_raw[];
-  bf16* sQ = reinterpret_cast<bf16*>(smem_raw);  // sQ: (128, D)
-  bf16* sdO = sQ + kMmaRows * D;                 // sdO: (128, D)
-  bf16* sK = sdO + kMmaRows * D;                 // sK: 2 x (64, D)
+  bf16* sQ = reinterpret_cast<bf16*>(smem_raw);  // sQ: (kRows, D)
+  bf16* sdO = sQ + kRows * D;                    // sdO: (kRows, D)
+  bf16* sK = sdO + kRows * D;                    // sK: 2 x (64, D)
   bf16* sV = sK + 2 * kMmaCols * D;              // sV: 2 x (64, D)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int q0 = (gridDim.z - 1 - blockIdx.z) * kMmaRows, h = blockIdx.x, b = blockIdx.y, hk = h / (H / Hkv);
+  const int q0 = (gridDim.z - 1 - blockIdx.z) * kRows, h = blockIdx.x, b = blockIdx.y, hk = h / (H / Hkv);
   const int64_t q_stride = int64_t(H) * D, kv_stride = int64_t(Hkv) * D;
   const bf16* qh = q + int64_t(b) * T * q_stride + int64_t(h) * D;
   const bf16* doh = dout + int64_t(b) * T * q_stride + int64_t(h) * D;
   const bf16* kh = k + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const bf16* vh = v + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const int kb_first = window > 0 ? max(0, q0 - window + 1) / kMmaCols : 0;
-  const int kb_last = min(T - 1, q0 + kMmaRows - 1) / kMmaCols;
+  const int kb_last = min(T - 1, q0 + kRows - 1) / kMmaCols;
   const float scale_log2 = scale * kLog2e;
   const int w_first = q0 + warp * 16, w_last = w_first + 15;  // this warp's rows
   const int t_row[2] = {w_first + lane / 4, w_first + lane / 4 + 8};
@@ -290,10 +299,10 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
     dlt[r] = delta[i];
   }
 
-  load_tile_async<kMmaRows, D, kMmaThreads>(sQ, qh, q_stride, q0, T);
-  load_tile_async<kMmaRows, D, kMmaThreads>(sdO, doh, q_stride, q0, T);
-  load_tile_async<kMmaCols, D, kMmaThreads>(sK, kh, kv_stride, kb_first * kMmaCols, T);
-  load_tile_async<kMmaCols, D, kMmaThreads>(sV, vh, kv_stride, kb_first * kMmaCols, T);
+  load_tile_async<kRows, D, kThreads>(sQ, qh, q_stride, q0, T);
+  load_tile_async<kRows, D, kThreads>(sdO, doh, q_stride, q0, T);
+  load_tile_async<kMmaCols, D, kThreads>(sK, kh, kv_stride, kb_first * kMmaCols, T);
+  load_tile_async<kMmaCols, D, kThreads>(sV, vh, kv_stride, kb_first * kMmaCols, T);
   cp_async_commit();
 
   uint32_t qf[D / 16][4], dof[D / 16][4];  // this warp's 16 rows of Q and dO as A fragments
@@ -309,8 +318,8 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
         ldmatrix_x4(dof[kk], sdO + swizzle<D>(warp * 16 + lane % 16, kk * 16 + (lane / 16) * 8));
       }
     if (kb < kb_last) {
-      load_tile_async<kMmaCols, D, kMmaThreads>(sK + (buf ^ 1) * kMmaCols * D, kh, kv_stride, k0 + kMmaCols, T);
-      load_tile_async<kMmaCols, D, kMmaThreads>(sV + (buf ^ 1) * kMmaCols * D, vh, kv_stride, k0 + kMmaCols, T);
+      load_tile_async<kMmaCols, D, kThreads>(sK + (buf ^ 1) * kMmaCols * D, kh, kv_stride, k0 + kMmaCols, T);
+      load_tile_async<kMmaCols, D, kThreads>(sV + (buf ^ 1) * kMmaCols * D, vh, kv_stride, k0 + kMmaCols, T);
     }
     cp_async_commit();
     if (w_first >= T || !any_visible(w_first, w_last, k0, k0 + kMmaCols - 1, window)) continue;
@@ -342,33 +351,33 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
   store_rows<D>(dq, acc, row0, row1, t_row[0] < T, t_row[1] < T, scale, scale);
 }
 
-// dk, dv: (B, T, Hkv, D). Grid (Hkv, B, blocks of 128 keys), longest first; a block
+// dk, dv: (B, T, Hkv, D). Grid (Hkv, B, blocks of 16 WARPS keys), longest first; a block
 // loops over the query tiles of every query head of its kv head, in the transposed frame: rows of
 // a warp are 16 keys, and a warp skips the query tiles that see none of them. A tile's lse and
 // Delta are read into registers one step ahead (their global latency hides behind a step's
 // products) and stored to shared memory at the end of the step. Occupancy (ptxas, sm_90, no
-// spills): one block an SM, D = 128 in ~253 registers (dK and dV 128, P^T and dS^T 32), D = 64
+// spills): 8 warps an SM, D = 128 in ~253 registers (dK and dV 128, P^T and dS^T 32), D = 64
 // in ~236 (dK and dV 64, P^T and dS^T 64, the K and V fragments 32).
-template <int D>
-__global__ void __launch_bounds__(kMmaThreads, 1)
+template <int D, int WARPS>
+__global__ void __launch_bounds__(32 * WARPS, kBwdWarpsPerSm / WARPS)
     attention_backward_dkdv_mma(bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
                                 const float* lse, const float* delta, int T, int H, int Hkv, float scale,
                                 int window) {
-  constexpr int kQueries = dkdv_queries(D);
+  constexpr int kThreads = 32 * WARPS, kRows = 16 * WARPS, kQueries = dkdv_queries(D);
   extern __shared__ float4 smem_raw[];
-  bf16* sK = reinterpret_cast<bf16*>(smem_raw);  // sK: (128, D)
-  bf16* sV = sK + kMmaRows * D;                  // sV: (128, D)
-  bf16* sQ = sV + kMmaRows * D;                  // sQ: 2 x (kQueries, D)
-  bf16* sdO = sQ + 2 * kQueries * D;          // sdO: 2 x (kQueries, D)
+  bf16* sK = reinterpret_cast<bf16*>(smem_raw);  // sK: (kRows, D)
+  bf16* sV = sK + kRows * D;                     // sV: (kRows, D)
+  bf16* sQ = sV + kRows * D;                     // sQ: 2 x (kQueries, D)
+  bf16* sdO = sQ + 2 * kQueries * D;             // sdO: 2 x (kQueries, D)
   float* sLse = reinterpret_cast<float*>(sdO + 2 * kQueries * D);  // sLse: 2 x (kQueries), log2 units
   float* sDelta = sLse + 2 * kQueries;                             // sDelta: 2 x (kQueries)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int k0 = blockIdx.z * kMmaRows, hk = blockIdx.x, b = blockIdx.y, group = H / Hkv;
+  const int k0 = blockIdx.z * kRows, hk = blockIdx.x, b = blockIdx.y, group = H / Hkv;
   const int64_t q_stride = int64_t(H) * D, kv_stride = int64_t(Hkv) * D;
   const bf16* kh = k + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const bf16* vh = v + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const int qb_first = k0 / kQueries;
-  const int qb_last = min(T - 1, window > 0 ? k0 + kMmaRows - 1 + window - 1 : T - 1) / kQueries;
+  const int qb_last = min(T - 1, window > 0 ? k0 + kRows - 1 + window - 1 : T - 1) / kQueries;
   const int tiles_per_head = qb_last - qb_first + 1, steps = group * tiles_per_head;
   const float scale_log2 = scale * kLog2e;
   const int w_first = k0 + warp * 16, w_last = w_first + 15;  // this warp's keys
@@ -379,8 +388,8 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
   auto load_step = [&](int i, int buf) {
     const int h = hk * group + i / tiles_per_head, j0 = (qb_first + i % tiles_per_head) * kQueries;
     const int64_t head = int64_t(b) * T * q_stride + int64_t(h) * D;
-    load_tile_async<kQueries, D, kMmaThreads>(sQ + buf * kQueries * D, q + head, q_stride, j0, T);
-    load_tile_async<kQueries, D, kMmaThreads>(sdO + buf * kQueries * D, dout + head, q_stride, j0, T);
+    load_tile_async<kQueries, D, kThreads>(sQ + buf * kQueries * D, q + head, q_stride, j0, T);
+    load_tile_async<kQueries, D, kThreads>(sdO + buf * kQueries * D, dout + head, q_stride, j0, T);
     if (threadIdx.x < kQueries) {
       const int64_t idx = (int64_t(b) * H + h) * T + min(j0 + int(threadIdx.x), T - 1);
       next_lse = lse[idx];
@@ -393,8 +402,8 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
       sDelta[buf * kQueries + threadIdx.x] = next_delta;
     }
   };
-  load_tile_async<kMmaRows, D, kMmaThreads>(sK, kh, kv_stride, k0, T);
-  load_tile_async<kMmaRows, D, kMmaThreads>(sV, vh, kv_stride, k0, T);
+  load_tile_async<kRows, D, kThreads>(sK, kh, kv_stride, k0, T);
+  load_tile_async<kRows, D, kThreads>(sV, vh, kv_stride, k0, T);
   load_step(0, 0);
   cp_async_commit();
   store_stats(0);
@@ -655,10 +664,10 @@ Shape4 checked_shape(const AttentionDims& dims, const char* op) {
   return {int(B), int(T), int(H), int(Hkv), int(D), int(Dv), int(window)};
 }
 
-// The grid of an mma kernel over `heads`: (heads, B, row blocks).
-dim3 mma_grid(const Shape4& s, int heads) {
-  const int row_blocks = (s.T + kMmaRows - 1) / kMmaRows;
-  HLA_CHECK(row_blocks <= 65535, "attention: T = ", s.T, " needs ", row_blocks, " blocks of ", kMmaRows,
+// The grid of an mma kernel over `heads` and blocks of `rows`: (heads, B, row blocks).
+dim3 mma_grid(const Shape4& s, int heads, int rows) {
+  const int row_blocks = (s.T + rows - 1) / rows;
+  HLA_CHECK(row_blocks <= 65535, "attention: T = ", s.T, " needs ", row_blocks, " blocks of ", rows,
             " rows, more than a CUDA grid's z (65535)");
   return dim3(heads, s.B, row_blocks);
 }
@@ -692,7 +701,7 @@ void attention_forward(void* o, float* lse, const void* q, const void* k, const 
   if (use_mma(dims.D, dims.Dv, dtype)) {
     dispatch_head_dim(s.D, [&](auto d) {
       constexpr int kD = decltype(d)::value;
-      launch(attention_forward_mma<kD>, mma_grid(s, s.H), kMmaThreads,
+      launch(attention_forward_mma<kD>, mma_grid(s, s.H, kMmaRows), kMmaThreads,
              sizeof(bf16) * (kMmaRows + 4 * kMmaCols) * kD, static_cast<bf16*>(o), lse, static_cast<const bf16*>(q),
              static_cast<const bf16*>(k), static_cast<const bf16*>(v), s.T, s.H, s.Hkv,
              static_cast<float>(scale) * kLog2e, s.window);
@@ -723,12 +732,13 @@ void attention_backward(void* dq, void* dk, void* dv, const void* dout, const vo
   if (use_mma(dims.D, dims.Dv, dtype)) {
     dispatch_head_dim(s.D, [&](auto d) {
       constexpr int kD = decltype(d)::value;
-      launch(attention_backward_dq_mma<kD>, mma_grid(s, s.H), kMmaThreads,
-             sizeof(bf16) * (2 * kMmaRows + 4 * kMmaCols) * kD, static_cast<bf16*>(dq),
-             static_cast<const bf16*>(dout), static_cast<const bf16*>(q), static_cast<const bf16*>(k),
-             static_cast<const bf16*>(v), lse, delta, s.T, s.H, s.Hkv, sc, s.window);
-      launch(attention_backward_dkdv_mma<kD>, mma_grid(s, s.Hkv), kMmaThreads,
-             sizeof(bf16) * (2 * kMmaRows + 4 * dkdv_queries(kD)) * kD + sizeof(float) * 4 * dkdv_queries(kD),
+      constexpr int kRows = 16 * kBwdWarps;
+      launch(attention_backward_dq_mma<kD, kBwdWarps>, mma_grid(s, s.H, kRows), 32 * kBwdWarps,
+             sizeof(bf16) * (2 * kRows + 4 * kMmaCols) * kD, static_cast<bf16*>(dq), static_cast<const bf16*>(dout),
+             static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v), lse, delta, s.T,
+             s.H, s.Hkv, sc, s.window);
+      launch(attention_backward_dkdv_mma<kD, kBwdWarps>, mma_grid(s, s.Hkv, kRows), 32 * kBwdWarps,
+             sizeof(bf16) * (2 * kRows + 4 * dkdv_queries(kD)) * kD + sizeof(float) * 4 * dkdv_queries(kD),
              static_cast<bf16*>(dk), static_cast<bf16*>(dv), static_cast<const bf16*>(dout),
              static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v), lse,
              delta, s.T, s.H, s.Hkv, sc, s.window);
