@@ -334,7 +334,7 @@ __global__ void __launch_bounds__(32 * WARPS, kBwdWarpsPerSm / WARPS)
       for (int e = 0; e < 4; e++) {
         const int t = t_row[e / 2], s = k0 + nt * 8 + (lane % 4) * 2 + e % 2;
         const bool ok = !needs_mask || (t < T && visible(t, s, window));
-        p[nt][e] = ok ? exp2f(fmaf(p[nt][e], scale_log2, -lse2[e / 2])) : 0.0f;
+        p[nt][e] = exp2f(ok ? fmaf(p[nt][e], scale_log2, -lse2[e / 2]) : -INFINITY);  // 2^-inf = 0, no branch
       }
     // pass 2: dP = dO V^T;  dS = P (dP - Delta)
     float ds[kMmaCols / 8][4] = {};
@@ -441,7 +441,7 @@ __global__ void __launch_bounds__(32 * WARPS, kBwdWarpsPerSm / WARPS)
         for (int e = 0; e < 4; e++) {
           const int c = nt * 8 + (lane % 4) * 2 + e % 2, t = j0 + c;
           const bool ok = !needs_mask || (t < T && visible(t, s_row[e / 2], window));
-          p[nt][e] = ok ? exp2f(fmaf(p[nt][e], scale_log2, -l_tile[c])) : 0.0f;
+          p[nt][e] = exp2f(ok ? fmaf(p[nt][e], scale_log2, -l_tile[c]) : -INFINITY);
         }
       // pass 2: dP^T = V dO^T;  dS^T = P^T (dP^T - Delta)
       float ds[kQueries / 8][4] = {};
