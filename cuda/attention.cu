@@ -369,8 +369,9 @@ __global__ void __launch_bounds__(32 * WARPS, kBwdWarpsPerSm / WARPS)
   bf16* sV = sK + kRows * D;                     // sV: (kRows, D)
   bf16* sQ = sV + kRows * D;                     // sQ: 2 x (kQueries, D)
   bf16* sdO = sQ + 2 * kQueries * D;             // sdO: 2 x (kQueries, D)
-  float* sLse = reinterpret_cast<float*>(sdO + 2 * kQueries * D);  // sLse: 2 x (kQueries), log2 units
-  float* sDelta = sLse + 2 * kQueries;                             // sDelta: 2 x (kQueries)
+  // sStats: 2 x (kQueries, 2): a query's lse (log2 units) and Delta side by side, so that one
+  // 16-byte read gives a thread both for its two neighbouring query columns.
+  float* sStats = reinterpret_cast<float*>(sdO + 2 * kQueries * D);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int k0 = blockIdx.z * kRows, hk = blockIdx.x, b = blockIdx.y, group = H / Hkv;
   const int64_t q_stride = int64_t(H) * D, kv_stride = int64_t(Hkv) * D;
@@ -398,8 +399,8 @@ __global__ void __launch_bounds__(32 * WARPS, kBwdWarpsPerSm / WARPS)
   };
   auto store_stats = [&](int buf) {
     if (threadIdx.x < kQueries) {
-      sLse[buf * kQueries + threadIdx.x] = next_lse * kLog2e;
-      sDelta[buf * kQueries + threadIdx.x] = next_delta;
+      sStats[(buf * kQueries + threadIdx.x) * 2] = next_lse * kLog2e;
+      sStats[(buf * kQueries + threadIdx.x) * 2 + 1] = next_delta;
     }
   };
   load_tile_async<kRows, D, kThreads>(sK, kh, kv_stride, k0, T);
@@ -428,29 +429,35 @@ __global__ void __launch_bounds__(32 * WARPS, kBwdWarpsPerSm / WARPS)
     if (w_first < T && any_visible(j0, j_last, w_first, w_last, window)) {
       const bf16* q_tile = sQ + buf * kQueries * D;
       const bf16* do_tile = sdO + buf * kQueries * D;
-      const float* l_tile = sLse + buf * kQueries;
-      const float* d_tile = sDelta + buf * kQueries;
+      // (lse, Delta, lse, Delta) of query columns nt * 8 + (lane % 4) * 2 and + 1
+      auto stats = [&](int nt) {
+        return *reinterpret_cast<const float4*>(sStats + (buf * kQueries + nt * 8 + (lane % 4) * 2) * 2);
+      };
       // pass 1: P^T = exp(scale K Q^T - lse), zero where invisible
       float p[kQueries / 8][4] = {};
       if constexpr (kKvInRegisters) mma_abt_reg<D, kQueries / 8>(p, kf, q_tile);
       else mma_abt<D, kQueries / 8>(p, sK, q_tile);
       const bool needs_mask = !all_visible(j0, j_last, w_first, w_last, window) || j_last >= T;
 #pragma unroll
-      for (int nt = 0; nt < kQueries / 8; nt++)
+      for (int nt = 0; nt < kQueries / 8; nt++) {
+        const float4 st = stats(nt);
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-          const int c = nt * 8 + (lane % 4) * 2 + e % 2, t = j0 + c;
+          const int t = j0 + nt * 8 + (lane % 4) * 2 + e % 2;
           const bool ok = !needs_mask || (t < T && visible(t, s_row[e / 2], window));
-          p[nt][e] = exp2f(ok ? fmaf(p[nt][e], scale_log2, -l_tile[c]) : -INFINITY);
+          p[nt][e] = exp2f(ok ? fmaf(p[nt][e], scale_log2, e % 2 ? -st.z : -st.x) : -INFINITY);
         }
+      }
       // pass 2: dP^T = V dO^T;  dS^T = P^T (dP^T - Delta)
       float ds[kQueries / 8][4] = {};
       if constexpr (kKvInRegisters) mma_abt_reg<D, kQueries / 8>(ds, vf, do_tile);
       else mma_abt<D, kQueries / 8>(ds, sV, do_tile);
 #pragma unroll
-      for (int nt = 0; nt < kQueries / 8; nt++)
+      for (int nt = 0; nt < kQueries / 8; nt++) {
+        const float4 st = stats(nt);
 #pragma unroll
-        for (int e = 0; e < 4; e++) ds[nt][e] = p[nt][e] * (ds[nt][e] - d_tile[nt * 8 + (lane % 4) * 2 + e % 2]);
+        for (int e = 0; e < 4; e++) ds[nt][e] = p[nt][e] * (ds[nt][e] - (e % 2 ? st.w : st.y));
+      }
       // pass 3: dV += P^T dO;  dK += dS^T Q
       mma_pb<D, kQueries / 8>(dv_acc, p, do_tile);
       mma_pb<D, kQueries / 8>(dk_acc, ds, q_tile);
