@@ -267,8 +267,8 @@ __global__ void __launch_bounds__(kMmaThreads, D == 64 ? 2 : 1)
 // dq: (B, T, H, D). Grid (H, B, blocks of 16 WARPS queries), longest first. Rows of a warp: 16
 // queries, whose Q and dO stay in registers as A fragments (only the K and V tiles are read
 // from shared memory in the loop); as in the forward, a warp skips the key tiles none of its
-// rows sees. Occupancy (ptxas, sm_90, no spills): 8 warps an SM, D = 128 in 255 registers
-// (Q and dO fragments 64, dQ 64, P 32, dS 32), D = 64 in ~180.
+// rows sees. Occupancy (ptxas, sm_90, no spills): 8 warps an SM, D = 128 in ~252 registers
+// (Q and dO fragments 64, dQ 64, P 32, dS 32), D = 64 in ~184.
 template <int D, int WARPS>
 __global__ void __launch_bounds__(32 * WARPS, kBwdWarpsPerSm / WARPS)
     attention_backward_dq_mma(bf16* dq, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
@@ -356,8 +356,8 @@ __global__ void __launch_bounds__(32 * WARPS, kBwdWarpsPerSm / WARPS)
 // a warp are 16 keys, and a warp skips the query tiles that see none of them. A tile's lse and
 // Delta are read into registers one step ahead (their global latency hides behind a step's
 // products) and stored to shared memory at the end of the step. Occupancy (ptxas, sm_90, no
-// spills): 8 warps an SM, D = 128 in ~253 registers (dK and dV 128, P^T and dS^T 32), D = 64
-// in ~236 (dK and dV 64, P^T and dS^T 64, the K and V fragments 32).
+// spills): 8 warps an SM, D = 128 in ~255 registers (dK and dV 128, P^T and dS^T 32), D = 64
+// in ~248 (dK and dV 64, P^T and dS^T 64, the K and V fragments 32).
 template <int D, int WARPS>
 __global__ void __launch_bounds__(32 * WARPS, kBwdWarpsPerSm / WARPS)
     attention_backward_dkdv_mma(bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
