@@ -29,7 +29,7 @@
 //        D = 64), and P and dS go from accumulators straight into the next product's A operand
 //        (see cuda/mma.cuh). Softmax runs in base 2 with the scale folded in:
 //        exp(x) = exp2(x log2 e). Shared memory at D = 128 / 64 (128-row blocks): forward
-//        96 / 48 KB, dQ 128 / 64 KB, dK/dV 96.5 / 64.5 KB. Every kernel of this file runs in CI
+//        96 / 48 KB, dQ 128 / 64 KB, dK/dV 96.5 / 65 KB. Every kernel of this file runs in CI
 //        on the host emulator against the CPU reference (tests/emu/test_attention_emu.cpp).
 //   fma: plain fp32 arithmetic, any D, Dv <= 256, F32 or BF16 storage: one warp per row, keys
 //        (or queries) in shared-memory tiles of 32, one per lane. The readable version, and the
