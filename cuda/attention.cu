@@ -19,18 +19,18 @@
 //
 // Two implementations:
 //   mma: bf16 tensor cores (mma.sync m16n8k16, fp32 accumulation), D = Dv in {64, 128}. Every
-//        kernel runs blocks of 128 rows (8 warps, 16 rows each; a warp skips the tiles none of
-//        its rows sees: above the diagonal, before the window, past T), so that each K/V (or
-//        Q/dO) tile read from L2 serves 128 rows (the backward's blocking is one constant,
-//        kBwdWarps, to compare with 64-row blocks on the GPU). K/V tiles of 64 keys (Q/dO
-//        tiles of 32 queries in the dK/dV kernel, 64 at D = 64) are double-buffered with
-//        cp.async (swizzled: cuda/tile.cuh); the rows a warp multiplies at every step stay in
-//        registers as A fragments (Q in the forward, Q and dO in dQ, K and V in dK/dV at
-//        D = 64), and P and dS go from accumulators straight into the next product's A operand
-//        (see cuda/mma.cuh). Softmax runs in base 2 with the scale folded in:
-//        exp(x) = exp2(x log2 e). Shared memory at D = 128 / 64 (128-row blocks): forward
-//        96 / 48 KB, dQ 128 / 64 KB, dK/dV 96.5 / 65 KB. Every kernel of this file runs in CI
-//        on the host emulator against the CPU reference (tests/emu/test_attention_emu.cpp).
+//        warp owns 16 rows and skips the tiles none of them sees (above the diagonal, before
+//        the window, past T). Blocks: the forward 128 queries (8 warps); the backward 128 rows
+//        at D = 128 (8 warps, one block an SM, so that each K/V or Q/dO tile read from L2
+//        serves 128 rows) and 64 rows at D = 64 (4 warps, three blocks an SM): bwd_blocking.
+//        K/V tiles of 64 keys (Q/dO tiles of 32 queries in the dK/dV kernel) are
+//        double-buffered with cp.async (swizzled: cuda/tile.cuh); the rows a warp multiplies at
+//        every step stay in registers as A fragments (Q in the forward, Q and dO in dQ), and P
+//        and dS go from accumulators straight into the next product's A operand (see
+//        cuda/mma.cuh). Softmax runs in base 2 with the scale folded in:
+//        exp(x) = exp2(x log2 e). Shared memory at D = 128 / 64: forward 96 / 48 KB, dQ 128 /
+//        48 KB, dK/dV 96.5 / 32.5 KB. Every kernel of this file runs in CI on the host emulator
+//        against the CPU reference (tests/emu/test_attention_emu.cpp).
 //   fma: plain fp32 arithmetic, any D, Dv <= 256, F32 or BF16 storage: one warp per row, keys
 //        (or queries) in shared-memory tiles of 32, one per lane. The readable version, and the
 //        fp32 path.
@@ -62,22 +62,23 @@ void launch(Kernel kernel, dim3 grid, int threads, size_t bytes, Params... param
 // ------------------------------------------------------------------------------------------
 // mma path. Every warp owns 16 rows; per-thread rows inside a warp's 16: lane / 4 and +8
 // (queries, or keys for dK/dV); a warp skips the tiles none of its rows sees.
-// Warps per block: the forward 8 (128 queries). The backward kernels take theirs as a template
-// parameter WARPS, kBwdWarps here, and their registers allow 8 warps an SM at D = 128: 8 warps
-// (128-row blocks, one an SM) read each K/V or Q/dO tile from L2 once per 128 rows; 4 (64-row
-// blocks, two an SM, the shape of the kernels before) keep each barrier to 4 warps and let one
-// block compute while the other loads. A 128-row backward of another design (64-query steps,
-// spilling) measured slower on the H200 (commit e9d37a7); the two blockings are one constant
-// apart for that comparison, both emulator-checked.
 
 constexpr int kMmaWarps = 8;
 constexpr int kMmaThreads = 32 * kMmaWarps;
 constexpr int kMmaRows = 16 * kMmaWarps;  // queries per block of the forward
-constexpr int kBwdWarps = 8, kBwdWarpsPerSm = 8;
 constexpr int kMmaCols = 64;              // keys per step of the forward and dQ kernels
-// Queries per step of the dK/dV kernel: 64 at D = 64 (half the barriers, and each K/V fragment
-// it loads serves twice the queries), 32 at D = 128 (its registers hold no more).
-constexpr int dkdv_queries(int D) { return D == 64 ? 64 : 32; }
+constexpr int kMmaQueries = 32;           // queries per step of the dK/dV kernel
+
+// The backward kernels' warps per block and the blocks an SM their registers are capped for.
+// D = 128: 8 warps (128-row blocks, one an SM: each K/V or Q/dO tile read from L2 serves 128
+// rows); {4, 2} (64-row blocks, two an SM, the shape before) is the one-line comparison, both
+// emulator-checked and spill-free. D = 64: 4 warps, three blocks an SM (12 warps, as before):
+// a backward of 8 warps an SM at D = 64 (128-row blocks and steps, spilling) took 1.90 ms
+// against these 12 warps' 1.35 on the H200 at B8 T2048 H16 (commit e9d37a7).
+struct BwdBlocking {
+  int warps, blocks_per_sm;
+};
+constexpr BwdBlocking bwd_blocking(int D) { return D == 64 ? BwdBlocking{4, 3} : BwdBlocking{8, 1}; }
 
 // The mma kernels' grids are (heads, B, row blocks), row blocks slowest, blockIdx.z = 0 the
 // longest (the last queries, or the first keys). The scheduler starts blocks in index order, so
@@ -264,16 +265,17 @@ __global__ void __launch_bounds__(kMmaThreads, D == 64 ? 2 : 1)
       if (t_row[r] < T) lse[(int64_t(b) * H + h) * T + t_row[r]] = (m[r] + log2f(l[r])) / kLog2e;
 }
 
-// dq: (B, T, H, D). Grid (H, B, blocks of 16 WARPS queries), longest first. Rows of a warp: 16
+// dq: (B, T, H, D). Grid (H, B, blocks of 16 x bwd_blocking(D).warps queries), longest first. Rows of a warp: 16
 // queries, whose Q and dO stay in registers as A fragments (only the K and V tiles are read
 // from shared memory in the loop); as in the forward, a warp skips the key tiles none of its
-// rows sees. Occupancy (ptxas, sm_90, no spills): 8 warps an SM, D = 128 in ~252 registers
-// (Q and dO fragments 64, dQ 64, P 32, dS 32), D = 64 in ~184.
-template <int D, int WARPS>
-__global__ void __launch_bounds__(32 * WARPS, kBwdWarpsPerSm / WARPS)
+// rows sees. Occupancy (ptxas, sm_90, no spills): D = 128 in ~252 registers (Q and dO
+// fragments 64, dQ 64, P 32, dS 32), one 8-warp block an SM; D = 64 in 168 (the cap for three
+// 4-warp blocks).
+template <int D>
+__global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).blocks_per_sm)
     attention_backward_dq_mma(bf16* dq, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
                               const float* lse, const float* delta, int T, int H, int Hkv, float scale, int window) {
-  constexpr int kThreads = 32 * WARPS, kRows = 16 * WARPS;
+  constexpr int kWarps = bwd_blocking(D).warps, kThreads = 32 * kWarps, kRows = 16 * kWarps;
   extern __shared__ float4 smem_raw[];
   bf16* sQ = reinterpret_cast<bf16*>(smem_raw);  // sQ: (kRows, D)
   bf16* sdO = sQ + kRows * D;                    // sdO: (kRows, D)
@@ -351,56 +353,57 @@ __global__ void __launch_bounds__(32 * WARPS, kBwdWarpsPerSm / WARPS)
   store_rows<D>(dq, acc, row0, row1, t_row[0] < T, t_row[1] < T, scale, scale);
 }
 
-// dk, dv: (B, T, Hkv, D). Grid (Hkv, B, blocks of 16 WARPS keys), longest first; a block
+// dk, dv: (B, T, Hkv, D). Grid (Hkv, B, blocks of 16 x bwd_blocking(D).warps keys), longest first; a block
 // loops over the query tiles of every query head of its kv head, in the transposed frame: rows of
 // a warp are 16 keys, and a warp skips the query tiles that see none of them. A tile's lse and
 // Delta are read into registers one step ahead (their global latency hides behind a step's
 // products) and stored to shared memory at the end of the step. Occupancy (ptxas, sm_90, no
-// spills): 8 warps an SM, D = 128 in ~255 registers (dK and dV 128, P^T and dS^T 32), D = 64
-// in ~248 (dK and dV 64, P^T and dS^T 64, the K and V fragments 32).
-template <int D, int WARPS>
-__global__ void __launch_bounds__(32 * WARPS, kBwdWarpsPerSm / WARPS)
+// spills): D = 128 in ~255 registers (dK and dV 128, P^T and dS^T 32), one 8-warp block an SM;
+// D = 64 in 168 (the cap for three 4-warp blocks).
+template <int D>
+__global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).blocks_per_sm)
     attention_backward_dkdv_mma(bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
                                 const float* lse, const float* delta, int T, int H, int Hkv, float scale,
                                 int window) {
-  constexpr int kThreads = 32 * WARPS, kRows = 16 * WARPS, kQueries = dkdv_queries(D);
+  constexpr int kWarps = bwd_blocking(D).warps, kThreads = 32 * kWarps, kRows = 16 * kWarps;
   extern __shared__ float4 smem_raw[];
   bf16* sK = reinterpret_cast<bf16*>(smem_raw);  // sK: (kRows, D)
   bf16* sV = sK + kRows * D;                     // sV: (kRows, D)
-  bf16* sQ = sV + kRows * D;                     // sQ: 2 x (kQueries, D)
-  bf16* sdO = sQ + 2 * kQueries * D;             // sdO: 2 x (kQueries, D)
-  // sStats: 2 x (kQueries, 2): a query's lse (log2 units) and Delta side by side, so that one
+  bf16* sQ = sV + kRows * D;                     // sQ: 2 x (kMmaQueries, D)
+  bf16* sdO = sQ + 2 * kMmaQueries * D;             // sdO: 2 x (kMmaQueries, D)
+  // sStats: 2 x (kMmaQueries, 2): a query's lse (log2 units) and Delta side by side, so that one
   // 16-byte read gives a thread both for its two neighbouring query columns.
-  float* sStats = reinterpret_cast<float*>(sdO + 2 * kQueries * D);
+  float* sStats = reinterpret_cast<float*>(sdO + 2 * kMmaQueries * D);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int k0 = blockIdx.z * kRows, hk = blockIdx.x, b = blockIdx.y, group = H / Hkv;
   const int64_t q_stride = int64_t(H) * D, kv_stride = int64_t(Hkv) * D;
   const bf16* kh = k + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const bf16* vh = v + int64_t(b) * T * kv_stride + int64_t(hk) * D;
-  const int qb_first = k0 / kQueries;
-  const int qb_last = min(T - 1, window > 0 ? k0 + kRows - 1 + window - 1 : T - 1) / kQueries;
+  const int qb_first = k0 / kMmaQueries;
+  const int qb_last = min(T - 1, window > 0 ? k0 + kRows - 1 + window - 1 : T - 1) / kMmaQueries;
   const int tiles_per_head = qb_last - qb_first + 1, steps = group * tiles_per_head;
   const float scale_log2 = scale * kLog2e;
   const int w_first = k0 + warp * 16, w_last = w_first + 15;  // this warp's keys
   const int s_row[2] = {w_first + lane / 4, w_first + lane / 4 + 8};
 
-  // Step i covers query head hk * group + i / tiles_per_head, queries from (qb_first + i % tiles_per_head) * kQueries.
-  float next_lse = 0, next_delta = 0;  // threads < kQueries: lse and Delta of query threadIdx.x of the step loading
+  // Step i covers query head hk * group + i / tiles_per_head, queries from
+  // (qb_first + i % tiles_per_head) * 32.
+  float next_lse = 0, next_delta = 0;  // threads < kMmaQueries: lse and Delta of query threadIdx.x of the step loading
   auto load_step = [&](int i, int buf) {
-    const int h = hk * group + i / tiles_per_head, j0 = (qb_first + i % tiles_per_head) * kQueries;
+    const int h = hk * group + i / tiles_per_head, j0 = (qb_first + i % tiles_per_head) * kMmaQueries;
     const int64_t head = int64_t(b) * T * q_stride + int64_t(h) * D;
-    load_tile_async<kQueries, D, kThreads>(sQ + buf * kQueries * D, q + head, q_stride, j0, T);
-    load_tile_async<kQueries, D, kThreads>(sdO + buf * kQueries * D, dout + head, q_stride, j0, T);
-    if (threadIdx.x < kQueries) {
+    load_tile_async<kMmaQueries, D, kThreads>(sQ + buf * kMmaQueries * D, q + head, q_stride, j0, T);
+    load_tile_async<kMmaQueries, D, kThreads>(sdO + buf * kMmaQueries * D, dout + head, q_stride, j0, T);
+    if (threadIdx.x < kMmaQueries) {
       const int64_t idx = (int64_t(b) * H + h) * T + min(j0 + int(threadIdx.x), T - 1);
       next_lse = lse[idx];
       next_delta = delta[idx];
     }
   };
   auto store_stats = [&](int buf) {
-    if (threadIdx.x < kQueries) {
-      sStats[(buf * kQueries + threadIdx.x) * 2] = next_lse * kLog2e;
-      sStats[(buf * kQueries + threadIdx.x) * 2 + 1] = next_delta;
+    if (threadIdx.x < kMmaQueries) {
+      sStats[(buf * kMmaQueries + threadIdx.x) * 2] = next_lse * kLog2e;
+      sStats[(buf * kMmaQueries + threadIdx.x) * 2 + 1] = next_delta;
     }
   };
   load_tile_async<kRows, D, kThreads>(sK, kh, kv_stride, k0, T);
@@ -409,37 +412,26 @@ __global__ void __launch_bounds__(32 * WARPS, kBwdWarpsPerSm / WARPS)
   cp_async_commit();
   store_stats(0);
 
-  // At D = 64 this warp's 16 rows of K and V stay in registers as A fragments (D = 128 has no room).
-  constexpr bool kKvInRegisters = D == 64;
-  uint32_t kf[kKvInRegisters ? D / 16 : 1][4], vf[kKvInRegisters ? D / 16 : 1][4];
   float dk_acc[D / 8][4] = {}, dv_acc[D / 8][4] = {};  // (16, D) each: dK / scale and dV
   for (int i = 0; i < steps; i++) {
-    const int buf = i & 1, j0 = (qb_first + i % tiles_per_head) * kQueries, j_last = j0 + kQueries - 1;
+    const int buf = i & 1, j0 = (qb_first + i % tiles_per_head) * kMmaQueries, j_last = j0 + kMmaQueries - 1;
     cp_async_wait_all();
     __syncthreads();  // step i's tiles and stats landed; every warp is done with step i - 1's
-    if constexpr (kKvInRegisters)
-      if (i == 0)
-#pragma unroll
-        for (int kk = 0; kk < D / 16; kk++) {
-          ldmatrix_x4(kf[kk], sK + swizzle<D>(warp * 16 + lane % 16, kk * 16 + (lane / 16) * 8));
-          ldmatrix_x4(vf[kk], sV + swizzle<D>(warp * 16 + lane % 16, kk * 16 + (lane / 16) * 8));
-        }
     if (i + 1 < steps) load_step(i + 1, buf ^ 1);
     cp_async_commit();
     if (w_first < T && any_visible(j0, j_last, w_first, w_last, window)) {
-      const bf16* q_tile = sQ + buf * kQueries * D;
-      const bf16* do_tile = sdO + buf * kQueries * D;
+      const bf16* q_tile = sQ + buf * kMmaQueries * D;
+      const bf16* do_tile = sdO + buf * kMmaQueries * D;
       // (lse, Delta, lse, Delta) of query columns nt * 8 + (lane % 4) * 2 and + 1
       auto stats = [&](int nt) {
-        return *reinterpret_cast<const float4*>(sStats + (buf * kQueries + nt * 8 + (lane % 4) * 2) * 2);
+        return *reinterpret_cast<const float4*>(sStats + (buf * kMmaQueries + nt * 8 + (lane % 4) * 2) * 2);
       };
       // pass 1: P^T = exp(scale K Q^T - lse), zero where invisible
-      float p[kQueries / 8][4] = {};
-      if constexpr (kKvInRegisters) mma_abt_reg<D, kQueries / 8>(p, kf, q_tile);
-      else mma_abt<D, kQueries / 8>(p, sK, q_tile);
+      float p[kMmaQueries / 8][4] = {};
+      mma_abt<D, kMmaQueries / 8>(p, sK, q_tile);
       const bool needs_mask = !all_visible(j0, j_last, w_first, w_last, window) || j_last >= T;
 #pragma unroll
-      for (int nt = 0; nt < kQueries / 8; nt++) {
+      for (int nt = 0; nt < kMmaQueries / 8; nt++) {
         const float4 st = stats(nt);
 #pragma unroll
         for (int e = 0; e < 4; e++) {
@@ -449,18 +441,17 @@ __global__ void __launch_bounds__(32 * WARPS, kBwdWarpsPerSm / WARPS)
         }
       }
       // pass 2: dP^T = V dO^T;  dS^T = P^T (dP^T - Delta)
-      float ds[kQueries / 8][4] = {};
-      if constexpr (kKvInRegisters) mma_abt_reg<D, kQueries / 8>(ds, vf, do_tile);
-      else mma_abt<D, kQueries / 8>(ds, sV, do_tile);
+      float ds[kMmaQueries / 8][4] = {};
+      mma_abt<D, kMmaQueries / 8>(ds, sV, do_tile);
 #pragma unroll
-      for (int nt = 0; nt < kQueries / 8; nt++) {
+      for (int nt = 0; nt < kMmaQueries / 8; nt++) {
         const float4 st = stats(nt);
 #pragma unroll
         for (int e = 0; e < 4; e++) ds[nt][e] = p[nt][e] * (ds[nt][e] - (e % 2 ? st.w : st.y));
       }
       // pass 3: dV += P^T dO;  dK += dS^T Q
-      mma_pb<D, kQueries / 8>(dv_acc, p, do_tile);
-      mma_pb<D, kQueries / 8>(dk_acc, ds, q_tile);
+      mma_pb<D, kMmaQueries / 8>(dv_acc, p, do_tile);
+      mma_pb<D, kMmaQueries / 8>(dk_acc, ds, q_tile);
     }
     if (i + 1 < steps) store_stats(buf ^ 1);  // read by the barrier of step i + 1
   }
@@ -739,13 +730,13 @@ void attention_backward(void* dq, void* dk, void* dv, const void* dout, const vo
   if (use_mma(dims.D, dims.Dv, dtype)) {
     dispatch_head_dim(s.D, [&](auto d) {
       constexpr int kD = decltype(d)::value;
-      constexpr int kRows = 16 * kBwdWarps;
-      launch(attention_backward_dq_mma<kD, kBwdWarps>, mma_grid(s, s.H, kRows), 32 * kBwdWarps,
+      constexpr int kWarps = bwd_blocking(kD).warps, kRows = 16 * kWarps;
+      launch(attention_backward_dq_mma<kD>, mma_grid(s, s.H, kRows), 32 * kWarps,
              sizeof(bf16) * (2 * kRows + 4 * kMmaCols) * kD, static_cast<bf16*>(dq), static_cast<const bf16*>(dout),
              static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v), lse, delta, s.T,
              s.H, s.Hkv, sc, s.window);
-      launch(attention_backward_dkdv_mma<kD, kBwdWarps>, mma_grid(s, s.Hkv, kRows), 32 * kBwdWarps,
-             sizeof(bf16) * (2 * kRows + 4 * dkdv_queries(kD)) * kD + sizeof(float) * 4 * dkdv_queries(kD),
+      launch(attention_backward_dkdv_mma<kD>, mma_grid(s, s.Hkv, kRows), 32 * kWarps,
+             sizeof(bf16) * (2 * kRows + 4 * kMmaQueries) * kD + sizeof(float) * 4 * kMmaQueries,
              static_cast<bf16*>(dk), static_cast<bf16*>(dv), static_cast<const bf16*>(dout),
              static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v), lse,
              delta, s.T, s.H, s.Hkv, sc, s.window);

@@ -1,13 +1,13 @@
 // Runs the softmax attention kernels of cuda/attention.cu on the host emulator
 // (tests/emu/include/emu.h) and compares them with the CPU reference in fp64,
 // cpu::attention_forward / attention_backward (nn/ops/attention_reference.cpp): the bf16
-// tensor-core path (forward, dQ and dK/dV kernels, all in 128-row blocks) at head widths 64 and
-// 128, T a multiple of the blocks or not (5, 64, 100, 129, 200, 257, 300), grouped kv heads and
-// sliding windows (2, 20: shorter than a key tile, 70: longer, 47: the distance between corners
-// of some warps' tiles, so a wrong "no mask needed" shows); some cases again with cp.async
-// copies landing at issue and warps run one after another (the emulator's other extreme of
-// copy and warp timing: a buffer overwritten before its readers are done shows there); then
-// the fp32 path (fma kernels) at one shape.
+// tensor-core path (forward, dQ and dK/dV kernels; 128-row blocks, 64 for the backward at
+// D 64) at head widths 64 and 128, T a multiple of the blocks or not (5, 64, 100, 129, 200,
+// 257, 300), grouped kv heads and sliding windows (2, 20: shorter than a key tile, 70: longer,
+// 47: the distance between corners of some warps' tiles, so a wrong "no mask needed" shows);
+// some cases again with cp.async copies landing at issue and warps run one after another (the
+// emulator's other extreme of copy and warp timing: a buffer overwritten before its readers are
+// done shows there); then the fp32 path (fma kernels) at one shape.
 // The backward runs on the kernel's own o and lse, as in training. Tolerances are gpu-check's
 // (relative RMS: bf16 5e-3 outputs, 1e-2 gradients; fp32 1e-5); the exit status is 1 when a row
 // fails.
