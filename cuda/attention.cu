@@ -265,12 +265,12 @@ __global__ void __launch_bounds__(kMmaThreads, D == 64 ? 2 : 1)
       if (t_row[r] < T) lse[(int64_t(b) * H + h) * T + t_row[r]] = (m[r] + log2f(l[r])) / kLog2e;
 }
 
-// dq: (B, T, H, D). Grid (H, B, blocks of 16 x bwd_blocking(D).warps queries), longest first. Rows of a warp: 16
-// queries, whose Q and dO stay in registers as A fragments (only the K and V tiles are read
-// from shared memory in the loop); as in the forward, a warp skips the key tiles none of its
-// rows sees. Occupancy (ptxas, sm_90, no spills): D = 128 in ~252 registers (Q and dO
-// fragments 64, dQ 64, P 32, dS 32), one 8-warp block an SM; D = 64 in 168 (the cap for three
-// 4-warp blocks).
+// dq: (B, T, H, D). Grid (H, B, blocks of 16 bwd_blocking(D).warps queries), longest first.
+// Rows of a warp: 16 queries, whose Q and dO stay in registers as A fragments (only the K and V
+// tiles are read from shared memory in the loop); as in the forward, a warp skips the key tiles
+// none of its rows sees. Occupancy (ptxas, sm_90, no spills): D = 128 in ~252 registers (Q and
+// dO fragments 64, dQ 64, P 32, dS 32), one 8-warp block an SM; D = 64 in 168 (the cap for
+// three 4-warp blocks).
 template <int D>
 __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).blocks_per_sm)
     attention_backward_dq_mma(bf16* dq, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
@@ -353,9 +353,10 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
   store_rows<D>(dq, acc, row0, row1, t_row[0] < T, t_row[1] < T, scale, scale);
 }
 
-// dk, dv: (B, T, Hkv, D). Grid (Hkv, B, blocks of 16 x bwd_blocking(D).warps keys), longest first; a block
-// loops over the query tiles of every query head of its kv head, in the transposed frame: rows of
-// a warp are 16 keys, and a warp skips the query tiles that see none of them. A tile's lse and
+// dk, dv: (B, T, Hkv, D). Grid (Hkv, B, blocks of 16 bwd_blocking(D).warps keys), longest
+// first; a block loops over the query tiles of every query head of its kv head, in the
+// transposed frame: rows of a warp are 16 keys, and a warp skips the query tiles that see none
+// of them. A tile's lse and
 // Delta are read into registers one step ahead (their global latency hides behind a step's
 // products) and stored to shared memory at the end of the step. Occupancy (ptxas, sm_90, no
 // spills): D = 128 in ~255 registers (dK and dV 128, P^T and dS^T 32), one 8-warp block an SM;
@@ -370,7 +371,7 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
   bf16* sK = reinterpret_cast<bf16*>(smem_raw);  // sK: (kRows, D)
   bf16* sV = sK + kRows * D;                     // sV: (kRows, D)
   bf16* sQ = sV + kRows * D;                     // sQ: 2 x (kMmaQueries, D)
-  bf16* sdO = sQ + 2 * kMmaQueries * D;             // sdO: 2 x (kMmaQueries, D)
+  bf16* sdO = sQ + 2 * kMmaQueries * D;          // sdO: 2 x (kMmaQueries, D)
   // sStats: 2 x (kMmaQueries, 2): a query's lse (log2 units) and Delta side by side, so that one
   // 16-byte read gives a thread both for its two neighbouring query columns.
   float* sStats = reinterpret_cast<float*>(sdO + 2 * kMmaQueries * D);
@@ -388,7 +389,7 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
 
   // Step i covers query head hk * group + i / tiles_per_head, queries from
   // (qb_first + i % tiles_per_head) * 32.
-  float next_lse = 0, next_delta = 0;  // threads < kMmaQueries: lse and Delta of query threadIdx.x of the step loading
+  float next_lse = 0, next_delta = 0;  // threads < 32: lse and Delta of query j0 + threadIdx.x
   auto load_step = [&](int i, int buf) {
     const int h = hk * group + i / tiles_per_head, j0 = (qb_first + i % tiles_per_head) * kMmaQueries;
     const int64_t head = int64_t(b) * T * q_stride + int64_t(h) * D;
