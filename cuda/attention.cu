@@ -11,21 +11,26 @@
 // Backward (P rebuilt from lse, Delta = rowsum(dO * O) = rowsum(P * dP)):
 //   dV = P^T dO;  dP = dO V^T;  dS = P (dP - Delta);  dQ = scale dS K;  dK = scale dS^T Q.
 // It runs as two kernels so that nothing is accumulated with atomics (results are
-// deterministic): one per block of keys computes dK and dV (loops over queries of every query
-// head of its kv head), one per block of queries computes dQ (loops over keys). Both work in
-// the transposed frame where needed so that each product is "registers x shared memory", the
-// same shape as the forward's.
+// deterministic, bit for bit from run to run): one per block of keys computes dK and dV (loops
+// over queries of every query head of its kv head), one per block of queries computes dQ (loops
+// over keys; it recomputes S and dP, the price of no atomics). Both work in the transposed frame
+// where needed so that each product is "registers x shared memory", the same shape as the
+// forward's.
 //
 // Two implementations:
-//   mma: bf16 tensor cores (mma.sync m16n8k16, fp32 accumulation), D = Dv in {64, 128}. Each
-//        warp owns 16 rows; K/V (or Q/dO) tiles of 64 keys (32 queries) are double-buffered
-//        with cp.async (swizzled: cuda/tile.cuh); P and dS go from accumulators straight into
-//        the next product's A operand (see cuda/mma.cuh). Softmax runs in base 2 with the
-//        scale folded in: exp(x) = exp2(x log2 e). The forward's blocks hold 128 queries
-//        (8 warps; a warp skips the key tiles none of its rows sees), the backward's 64 rows
-//        (4 warps): the forward writes o and lse in the layouts above whatever its blocking,
-//        so the two are independent. Every kernel of this file runs in CI on the host
-//        emulator against the CPU reference (tests/emu/test_attention_emu.cpp).
+//   mma: bf16 tensor cores (mma.sync m16n8k16, fp32 accumulation), D = Dv in {64, 128}. Every
+//        warp owns 16 rows and skips the tiles none of them sees (above the diagonal, before
+//        the window, past T). Blocks: the forward 128 queries (8 warps); the backward 128 rows
+//        at D = 128 (8 warps, one block an SM, so that each K/V or Q/dO tile read from L2
+//        serves 128 rows) and 64 rows at D = 64 (4 warps, three blocks an SM): bwd_blocking.
+//        K/V tiles of 64 keys (Q/dO tiles of 32 queries in the dK/dV kernel) are
+//        double-buffered with cp.async (swizzled: cuda/tile.cuh); the rows a warp multiplies at
+//        every step stay in registers as A fragments (Q in the forward, Q and dO in dQ), and P
+//        and dS go from accumulators straight into the next product's A operand (see
+//        cuda/mma.cuh). Softmax runs in base 2 with the scale folded in:
+//        exp(x) = exp2(x log2 e). Shared memory at D = 128 / 64: forward 96 / 48 KB, dQ 128 /
+//        48 KB, dK/dV 96.5 / 32.5 KB. Every kernel of this file runs in CI on the host emulator
+//        against the CPU reference (tests/emu/test_attention_emu.cpp).
 //   fma: plain fp32 arithmetic, any D, Dv <= 256, F32 or BF16 storage: one warp per row, keys
 //        (or queries) in shared-memory tiles of 32, one per lane. The readable version, and the
 //        fp32 path.
@@ -55,18 +60,40 @@ void launch(Kernel kernel, dim3 grid, int threads, size_t bytes, Params... param
 }
 
 // ------------------------------------------------------------------------------------------
-// mma path. Every warp owns 16 rows; per-thread rows inside a warp's 16: lane / 4 and +8.
-// The forward runs 8 warps (128 queries) per block: each K/V tile it loads serves twice the
-// queries of the backward's 4-warp blocks (64 rows), which keep their shape (their
-// accumulators for dK and dV, or the extra dO tile, leave no room for 128 rows).
+// mma path. Every warp owns 16 rows; per-thread rows inside a warp's 16: lane / 4 and +8
+// (queries, or keys for dK/dV); a warp skips the tiles none of its rows sees.
 
-constexpr int kFwdWarps = 8;
-constexpr int kFwdThreads = 32 * kFwdWarps;
-constexpr int kFwdRows = 16 * kFwdWarps;  // queries per block of the forward
-constexpr int kMmaThreads = 128;          // the backward kernels: 4 warps
-constexpr int kMmaRows = 64;              // rows (queries, or keys for dK/dV) per backward block
+constexpr int kMmaWarps = 8;
+constexpr int kMmaThreads = 32 * kMmaWarps;
+constexpr int kMmaRows = 16 * kMmaWarps;  // queries per block of the forward
 constexpr int kMmaCols = 64;              // keys per step of the forward and dQ kernels
 constexpr int kMmaQueries = 32;           // queries per step of the dK/dV kernel
+
+// The backward kernels' warps per block and the blocks an SM their registers are capped for.
+// D = 128: 8 warps (128-row blocks, one an SM: each K/V or Q/dO tile read from L2 serves 128
+// rows); {4, 2} (64-row blocks, two an SM, the shape before) is the one-line comparison, both
+// emulator-checked and spill-free. D = 64: 4 warps, three blocks an SM (12 warps, as before):
+// a backward of 8 warps an SM at D = 64 (128-row blocks and steps, spilling) took 1.90 ms
+// against these 12 warps' 1.35 on the H200 at B8 T2048 H16 (commit e9d37a7).
+struct BwdBlocking {
+  int warps, blocks_per_sm;
+};
+constexpr BwdBlocking bwd_blocking(int D) { return D == 64 ? BwdBlocking{4, 3} : BwdBlocking{8, 1}; }
+
+// The mma kernels' grids are (heads, B, row blocks), row blocks slowest, blockIdx.z = 0 the
+// longest (the last queries, or the first keys). The scheduler starts blocks in index order, so
+// every (head, batch)'s longest block starts before any shorter one and the last blocks to start
+// are the shortest: the SMs finish together instead of one running a long block late (~7% of a
+// causal backward at B 4, T 4096, H 16, one block an SM, by a list-scheduling count).
+
+// Whether some key of [s_first, s_last] is visible from some query of [t_first, t_last], and
+// whether every key is visible from every query (then no mask is needed).
+__device__ __forceinline__ bool any_visible(int t_first, int t_last, int s_first, int s_last, int window) {
+  return s_first <= t_last && (window == 0 || t_first - s_last < window);
+}
+__device__ __forceinline__ bool all_visible(int t_first, int t_last, int s_first, int s_last, int window) {
+  return s_last <= t_first && (window == 0 || t_last - s_first < window);
+}
 
 // S (16 x 8*NT per warp) += A (16 x W, rows warp*16.. of sA) . B^T where B is the (8*NT x W) tile sB.
 template <int W, int NT>
@@ -133,33 +160,33 @@ __device__ __forceinline__ void store_rows(bf16* out, const float (&acc)[W / 8][
   }
 }
 
-// o: (B, T, H, D), lse: (B, H, T). Grid (blocks of 128 queries, H, B), the longest (last)
+// o: (B, T, H, D), lse: (B, H, T). Grid (H, B, blocks of 128 queries), the longest (last)
 // blocks first. A warp skips the key tiles none of its 16 rows sees (above the diagonal, before
 // the window, past T): the block loads keys for its last row, its first warps need fewer.
 // Occupancy (ptxas, sm_90, no spills): D = 64 fits 128 registers, two blocks (16 warps) an SM;
 // D = 128 needs ~205 (Q fragments 32, O 64, S 32), one block an SM: capped at 128 it spills.
 template <int D>
-__global__ void __launch_bounds__(kFwdThreads, D == 64 ? 2 : 1)
+__global__ void __launch_bounds__(kMmaThreads, D == 64 ? 2 : 1)
     attention_forward_mma(bf16* o, float* lse, const bf16* q, const bf16* k, const bf16* v, int T, int H, int Hkv,
                           float scale_log2, int window) {
   extern __shared__ float4 smem_raw[];
   bf16* sQ = reinterpret_cast<bf16*>(smem_raw);  // sQ: (128, D)
-  bf16* sK = sQ + kFwdRows * D;                  // sK: 2 x (64, D)
+  bf16* sK = sQ + kMmaRows * D;                  // sK: 2 x (64, D)
   bf16* sV = sK + 2 * kMmaCols * D;              // sV: 2 x (64, D)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int q0 = (gridDim.x - 1 - blockIdx.x) * kFwdRows, h = blockIdx.y, b = blockIdx.z, hk = h / (H / Hkv);
+  const int q0 = (gridDim.z - 1 - blockIdx.z) * kMmaRows, h = blockIdx.x, b = blockIdx.y, hk = h / (H / Hkv);
   const int64_t q_stride = int64_t(H) * D, kv_stride = int64_t(Hkv) * D;
   const bf16* qh = q + int64_t(b) * T * q_stride + int64_t(h) * D;  // row t at qh + t * q_stride
   const bf16* kh = k + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const bf16* vh = v + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const int kb_first = window > 0 ? max(0, q0 - window + 1) / kMmaCols : 0;
-  const int kb_last = min(T - 1, q0 + kFwdRows - 1) / kMmaCols;
+  const int kb_last = min(T - 1, q0 + kMmaRows - 1) / kMmaCols;
   const int w_first = q0 + warp * 16, w_last = w_first + 15;  // this warp's rows
   const int t_row[2] = {w_first + lane / 4, w_first + lane / 4 + 8};
 
-  load_tile_async<kFwdRows, D, kFwdThreads>(sQ, qh, q_stride, q0, T);
-  load_tile_async<kMmaCols, D, kFwdThreads>(sK, kh, kv_stride, kb_first * kMmaCols, T);
-  load_tile_async<kMmaCols, D, kFwdThreads>(sV, vh, kv_stride, kb_first * kMmaCols, T);
+  load_tile_async<kMmaRows, D, kMmaThreads>(sQ, qh, q_stride, q0, T);
+  load_tile_async<kMmaCols, D, kMmaThreads>(sK, kh, kv_stride, kb_first * kMmaCols, T);
+  load_tile_async<kMmaCols, D, kMmaThreads>(sV, vh, kv_stride, kb_first * kMmaCols, T);
   cp_async_commit();
 
   uint32_t qf[D / 16][4];   // this warp's 16 query rows as A fragments
@@ -174,17 +201,17 @@ __global__ void __launch_bounds__(kFwdThreads, D == 64 ? 2 : 1)
       for (int kk = 0; kk < D / 16; kk++)
         ldmatrix_x4(qf[kk], sQ + swizzle<D>(warp * 16 + lane % 16, kk * 16 + (lane / 16) * 8));
     if (kb < kb_last) {
-      load_tile_async<kMmaCols, D, kFwdThreads>(sK + (buf ^ 1) * kMmaCols * D, kh, kv_stride, k0 + kMmaCols, T);
-      load_tile_async<kMmaCols, D, kFwdThreads>(sV + (buf ^ 1) * kMmaCols * D, vh, kv_stride, k0 + kMmaCols, T);
+      load_tile_async<kMmaCols, D, kMmaThreads>(sK + (buf ^ 1) * kMmaCols * D, kh, kv_stride, k0 + kMmaCols, T);
+      load_tile_async<kMmaCols, D, kMmaThreads>(sV + (buf ^ 1) * kMmaCols * D, vh, kv_stride, k0 + kMmaCols, T);
     }
     cp_async_commit();
     // A tile with no key visible to any row of the warp changes nothing (P = 0, alpha = 1).
-    if (w_first >= T || k0 > w_last || (window > 0 && w_first - (k0 + kMmaCols - 1) >= window)) continue;
+    if (w_first >= T || !any_visible(w_first, w_last, k0, k0 + kMmaCols - 1, window)) continue;
 
     // pass 1: S = Q K^T (unscaled), invisible keys -> -inf
     float s[kMmaCols / 8][4] = {};
     mma_abt_reg<D, kMmaCols / 8>(s, qf, sK + buf * kMmaCols * D);
-    const bool needs_mask = k0 + kMmaCols - 1 > w_first || (window > 0 && w_last - k0 >= window);
+    const bool needs_mask = !all_visible(w_first, w_last, k0, k0 + kMmaCols - 1, window);
     if (needs_mask)
 #pragma unroll
       for (int nt = 0; nt < kMmaCols / 8; nt++)
@@ -238,28 +265,34 @@ __global__ void __launch_bounds__(kFwdThreads, D == 64 ? 2 : 1)
       if (t_row[r] < T) lse[(int64_t(b) * H + h) * T + t_row[r]] = (m[r] + log2f(l[r])) / kLog2e;
 }
 
-// dq: (B, T, H, D). Grid (query blocks, H, B), longest first. Rows of a warp: 16 queries.
+// dq: (B, T, H, D). Grid (H, B, blocks of 16 bwd_blocking(D).warps queries), longest first.
+// Rows of a warp: 16 queries, whose Q and dO stay in registers as A fragments (only the K and V
+// tiles are read from shared memory in the loop); as in the forward, a warp skips the key tiles
+// none of its rows sees. Occupancy (ptxas, sm_90, no spills): D = 128 in ~252 registers (Q and
+// dO fragments 64, dQ 64, P 32, dS 32), one 8-warp block an SM; D = 64 in 168 (the cap for
+// three 4-warp blocks).
 template <int D>
-__global__ void __launch_bounds__(kMmaThreads) attention_backward_dq_mma(bf16* dq, const bf16* dout, const bf16* q,
-                                                                         const bf16* k, const bf16* v,
-                                                                         const float* lse, const float* delta, int T,
-                                                                         int H, int Hkv, float scale, int window) {
+__global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).blocks_per_sm)
+    attention_backward_dq_mma(bf16* dq, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
+                              const float* lse, const float* delta, int T, int H, int Hkv, float scale, int window) {
+  constexpr int kWarps = bwd_blocking(D).warps, kThreads = 32 * kWarps, kRows = 16 * kWarps;
   extern __shared__ float4 smem_raw[];
-  bf16* sQ = reinterpret_cast<bf16*>(smem_raw);  // sQ: (64, D)
-  bf16* sdO = sQ + kMmaRows * D;                 // sdO: (64, D)
-  bf16* sK = sdO + kMmaRows * D;                 // sK: 2 x (64, D)
+  bf16* sQ = reinterpret_cast<bf16*>(smem_raw);  // sQ: (kRows, D)
+  bf16* sdO = sQ + kRows * D;                    // sdO: (kRows, D)
+  bf16* sK = sdO + kRows * D;                    // sK: 2 x (64, D)
   bf16* sV = sK + 2 * kMmaCols * D;              // sV: 2 x (64, D)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int q0 = (gridDim.x - 1 - blockIdx.x) * kMmaRows, h = blockIdx.y, b = blockIdx.z, hk = h / (H / Hkv);
+  const int q0 = (gridDim.z - 1 - blockIdx.z) * kRows, h = blockIdx.x, b = blockIdx.y, hk = h / (H / Hkv);
   const int64_t q_stride = int64_t(H) * D, kv_stride = int64_t(Hkv) * D;
   const bf16* qh = q + int64_t(b) * T * q_stride + int64_t(h) * D;
   const bf16* doh = dout + int64_t(b) * T * q_stride + int64_t(h) * D;
   const bf16* kh = k + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const bf16* vh = v + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const int kb_first = window > 0 ? max(0, q0 - window + 1) / kMmaCols : 0;
-  const int kb_last = min(T - 1, q0 + kMmaRows - 1) / kMmaCols;
+  const int kb_last = min(T - 1, q0 + kRows - 1) / kMmaCols;
   const float scale_log2 = scale * kLog2e;
-  const int t_row[2] = {q0 + warp * 16 + lane / 4, q0 + warp * 16 + lane / 4 + 8};
+  const int w_first = q0 + warp * 16, w_last = w_first + 15;  // this warp's rows
+  const int t_row[2] = {w_first + lane / 4, w_first + lane / 4 + 8};
   float lse2[2], dlt[2];  // lse in log2 units and Delta of this thread's two rows
 #pragma unroll
   for (int r = 0; r < 2; r++) {
@@ -268,39 +301,46 @@ __global__ void __launch_bounds__(kMmaThreads) attention_backward_dq_mma(bf16* d
     dlt[r] = delta[i];
   }
 
-  load_tile_async<kMmaRows, D, kMmaThreads>(sQ, qh, q_stride, q0, T);
-  load_tile_async<kMmaRows, D, kMmaThreads>(sdO, doh, q_stride, q0, T);
-  load_tile_async<kMmaCols, D, kMmaThreads>(sK, kh, kv_stride, kb_first * kMmaCols, T);
-  load_tile_async<kMmaCols, D, kMmaThreads>(sV, vh, kv_stride, kb_first * kMmaCols, T);
+  load_tile_async<kRows, D, kThreads>(sQ, qh, q_stride, q0, T);
+  load_tile_async<kRows, D, kThreads>(sdO, doh, q_stride, q0, T);
+  load_tile_async<kMmaCols, D, kThreads>(sK, kh, kv_stride, kb_first * kMmaCols, T);
+  load_tile_async<kMmaCols, D, kThreads>(sV, vh, kv_stride, kb_first * kMmaCols, T);
   cp_async_commit();
 
-  float acc[D / 8][4] = {};  // acc: (16, D) dQ / scale
+  uint32_t qf[D / 16][4], dof[D / 16][4];  // this warp's 16 rows of Q and dO as A fragments
+  float acc[D / 8][4] = {};                 // acc: (16, D) dQ / scale
   for (int kb = kb_first; kb <= kb_last; kb++) {
     const int buf = (kb - kb_first) & 1, k0 = kb * kMmaCols;
     cp_async_wait_all();
-    __syncthreads();
+    __syncthreads();  // tile kb landed; every warp is done with tile kb - 1
+    if (kb == kb_first)
+#pragma unroll
+      for (int kk = 0; kk < D / 16; kk++) {
+        ldmatrix_x4(qf[kk], sQ + swizzle<D>(warp * 16 + lane % 16, kk * 16 + (lane / 16) * 8));
+        ldmatrix_x4(dof[kk], sdO + swizzle<D>(warp * 16 + lane % 16, kk * 16 + (lane / 16) * 8));
+      }
     if (kb < kb_last) {
-      load_tile_async<kMmaCols, D, kMmaThreads>(sK + (buf ^ 1) * kMmaCols * D, kh, kv_stride, k0 + kMmaCols, T);
-      load_tile_async<kMmaCols, D, kMmaThreads>(sV + (buf ^ 1) * kMmaCols * D, vh, kv_stride, k0 + kMmaCols, T);
+      load_tile_async<kMmaCols, D, kThreads>(sK + (buf ^ 1) * kMmaCols * D, kh, kv_stride, k0 + kMmaCols, T);
+      load_tile_async<kMmaCols, D, kThreads>(sV + (buf ^ 1) * kMmaCols * D, vh, kv_stride, k0 + kMmaCols, T);
     }
     cp_async_commit();
+    if (w_first >= T || !any_visible(w_first, w_last, k0, k0 + kMmaCols - 1, window)) continue;
     const bf16* k_tile = sK + buf * kMmaCols * D;
     // pass 1: P = exp(scale Q K^T - lse), zero where invisible
     float p[kMmaCols / 8][4] = {};
-    mma_abt<D, kMmaCols / 8>(p, sQ, k_tile);
-    const bool needs_mask = k0 + kMmaCols - 1 > q0 || (window > 0 && q0 + kMmaRows - 1 - k0 >= window) ||
-                            q0 + kMmaRows > T;
+    mma_abt_reg<D, kMmaCols / 8>(p, qf, k_tile);
+    const bool needs_mask = !all_visible(w_first, w_last, k0, k0 + kMmaCols - 1, window) || w_last >= T;
 #pragma unroll
     for (int nt = 0; nt < kMmaCols / 8; nt++)
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         const int t = t_row[e / 2], s = k0 + nt * 8 + (lane % 4) * 2 + e % 2;
         const bool ok = !needs_mask || (t < T && visible(t, s, window));
-        p[nt][e] = ok ? exp2f(fmaf(p[nt][e], scale_log2, -lse2[e / 2])) : 0.0f;
+        p[nt][e] = exp2f(ok ? fmaf(p[nt][e], scale_log2, -lse2[e / 2]) : -INFINITY);  // 2^-inf = 0, no branch
       }
     // pass 2: dP = dO V^T;  dS = P (dP - Delta)
     float ds[kMmaCols / 8][4] = {};
-    mma_abt<D, kMmaCols / 8>(ds, sdO, sV + buf * kMmaCols * D);
+    mma_abt_reg<D, kMmaCols / 8>(ds, dof, sV + buf * kMmaCols * D);
 #pragma unroll
     for (int nt = 0; nt < kMmaCols / 8; nt++)
 #pragma unroll
@@ -313,84 +353,108 @@ __global__ void __launch_bounds__(kMmaThreads) attention_backward_dq_mma(bf16* d
   store_rows<D>(dq, acc, row0, row1, t_row[0] < T, t_row[1] < T, scale, scale);
 }
 
-// dk, dv: (B, T, Hkv, D). Grid (key blocks, Hkv, B); a block loops over the query tiles of every
-// query head of its kv head, in the transposed frame: rows of a warp are 16 keys.
+// dk, dv: (B, T, Hkv, D). Grid (Hkv, B, blocks of 16 bwd_blocking(D).warps keys), longest
+// first; a block loops over the query tiles of every query head of its kv head, in the
+// transposed frame: rows of a warp are 16 keys, and a warp skips the query tiles that see none
+// of them. A tile's lse and
+// Delta are read into registers one step ahead (their global latency hides behind a step's
+// products) and stored to shared memory at the end of the step. Occupancy (ptxas, sm_90, no
+// spills): D = 128 in ~255 registers (dK and dV 128, P^T and dS^T 32), one 8-warp block an SM;
+// D = 64 in 168 (the cap for three 4-warp blocks).
 template <int D>
-__global__ void __launch_bounds__(kMmaThreads) attention_backward_dkdv_mma(bf16* dk, bf16* dv, const bf16* dout,
-                                                                           const bf16* q, const bf16* k,
-                                                                           const bf16* v, const float* lse,
-                                                                           const float* delta, int T, int H, int Hkv,
-                                                                           float scale, int window) {
+__global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).blocks_per_sm)
+    attention_backward_dkdv_mma(bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
+                                const float* lse, const float* delta, int T, int H, int Hkv, float scale,
+                                int window) {
+  constexpr int kWarps = bwd_blocking(D).warps, kThreads = 32 * kWarps, kRows = 16 * kWarps;
   extern __shared__ float4 smem_raw[];
-  bf16* sK = reinterpret_cast<bf16*>(smem_raw);  // sK: (64, D)
-  bf16* sV = sK + kMmaRows * D;                  // sV: (64, D)
-  bf16* sQ = sV + kMmaRows * D;                  // sQ: 2 x (32, D)
-  bf16* sdO = sQ + 2 * kMmaQueries * D;          // sdO: 2 x (32, D)
-  float* sLse = reinterpret_cast<float*>(sdO + 2 * kMmaQueries * D);  // sLse: 2 x (32), log2 units
-  float* sDelta = sLse + 2 * kMmaQueries;                             // sDelta: 2 x (32)
+  bf16* sK = reinterpret_cast<bf16*>(smem_raw);  // sK: (kRows, D)
+  bf16* sV = sK + kRows * D;                     // sV: (kRows, D)
+  bf16* sQ = sV + kRows * D;                     // sQ: 2 x (kMmaQueries, D)
+  bf16* sdO = sQ + 2 * kMmaQueries * D;          // sdO: 2 x (kMmaQueries, D)
+  // sStats: 2 x (kMmaQueries, 2): a query's lse (log2 units) and Delta side by side, so that one
+  // 16-byte read gives a thread both for its two neighbouring query columns.
+  float* sStats = reinterpret_cast<float*>(sdO + 2 * kMmaQueries * D);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int k0 = blockIdx.x * kMmaRows, hk = blockIdx.y, b = blockIdx.z, group = H / Hkv;
+  const int k0 = blockIdx.z * kRows, hk = blockIdx.x, b = blockIdx.y, group = H / Hkv;
   const int64_t q_stride = int64_t(H) * D, kv_stride = int64_t(Hkv) * D;
   const bf16* kh = k + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const bf16* vh = v + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const int qb_first = k0 / kMmaQueries;
-  const int qb_last = min(T - 1, window > 0 ? k0 + kMmaRows - 1 + window - 1 : T - 1) / kMmaQueries;
+  const int qb_last = min(T - 1, window > 0 ? k0 + kRows - 1 + window - 1 : T - 1) / kMmaQueries;
   const int tiles_per_head = qb_last - qb_first + 1, steps = group * tiles_per_head;
   const float scale_log2 = scale * kLog2e;
-  const int s_row[2] = {k0 + warp * 16 + lane / 4, k0 + warp * 16 + lane / 4 + 8};
+  const int w_first = k0 + warp * 16, w_last = w_first + 15;  // this warp's keys
+  const int s_row[2] = {w_first + lane / 4, w_first + lane / 4 + 8};
 
-  // Step i covers query head hk * group + i / tiles_per_head, queries from (qb_first + i % tiles_per_head) * 32.
+  // Step i covers query head hk * group + i / tiles_per_head, queries from
+  // (qb_first + i % tiles_per_head) * 32.
+  float next_lse = 0, next_delta = 0;  // threads < 32: lse and Delta of query j0 + threadIdx.x
   auto load_step = [&](int i, int buf) {
     const int h = hk * group + i / tiles_per_head, j0 = (qb_first + i % tiles_per_head) * kMmaQueries;
     const int64_t head = int64_t(b) * T * q_stride + int64_t(h) * D;
-    load_tile_async<kMmaQueries, D, kMmaThreads>(sQ + buf * kMmaQueries * D, q + head, q_stride, j0, T);
-    load_tile_async<kMmaQueries, D, kMmaThreads>(sdO + buf * kMmaQueries * D, dout + head, q_stride, j0, T);
+    load_tile_async<kMmaQueries, D, kThreads>(sQ + buf * kMmaQueries * D, q + head, q_stride, j0, T);
+    load_tile_async<kMmaQueries, D, kThreads>(sdO + buf * kMmaQueries * D, dout + head, q_stride, j0, T);
     if (threadIdx.x < kMmaQueries) {
-      const int t = j0 + threadIdx.x;
-      const int64_t idx = (int64_t(b) * H + h) * T + min(t, T - 1);
-      sLse[buf * kMmaQueries + threadIdx.x] = lse[idx] * kLog2e;
-      sDelta[buf * kMmaQueries + threadIdx.x] = delta[idx];
+      const int64_t idx = (int64_t(b) * H + h) * T + min(j0 + int(threadIdx.x), T - 1);
+      next_lse = lse[idx];
+      next_delta = delta[idx];
     }
   };
-  load_tile_async<kMmaRows, D, kMmaThreads>(sK, kh, kv_stride, k0, T);
-  load_tile_async<kMmaRows, D, kMmaThreads>(sV, vh, kv_stride, k0, T);
+  auto store_stats = [&](int buf) {
+    if (threadIdx.x < kMmaQueries) {
+      sStats[(buf * kMmaQueries + threadIdx.x) * 2] = next_lse * kLog2e;
+      sStats[(buf * kMmaQueries + threadIdx.x) * 2 + 1] = next_delta;
+    }
+  };
+  load_tile_async<kRows, D, kThreads>(sK, kh, kv_stride, k0, T);
+  load_tile_async<kRows, D, kThreads>(sV, vh, kv_stride, k0, T);
   load_step(0, 0);
   cp_async_commit();
+  store_stats(0);
 
   float dk_acc[D / 8][4] = {}, dv_acc[D / 8][4] = {};  // (16, D) each: dK / scale and dV
   for (int i = 0; i < steps; i++) {
-    const int buf = i & 1, j0 = (qb_first + i % tiles_per_head) * kMmaQueries;
+    const int buf = i & 1, j0 = (qb_first + i % tiles_per_head) * kMmaQueries, j_last = j0 + kMmaQueries - 1;
     cp_async_wait_all();
-    __syncthreads();
+    __syncthreads();  // step i's tiles and stats landed; every warp is done with step i - 1's
     if (i + 1 < steps) load_step(i + 1, buf ^ 1);
     cp_async_commit();
-    const bf16* q_tile = sQ + buf * kMmaQueries * D;
-    const bf16* do_tile = sdO + buf * kMmaQueries * D;
-    const float* l_tile = sLse + buf * kMmaQueries;
-    const float* d_tile = sDelta + buf * kMmaQueries;
-    // pass 1: P^T = exp(scale K Q^T - lse), zero where invisible
-    float p[kMmaQueries / 8][4] = {};
-    mma_abt<D, kMmaQueries / 8>(p, sK, q_tile);
-    const bool needs_mask = j0 < k0 + kMmaRows - 1 || (window > 0 && j0 + kMmaQueries - 1 - k0 >= window) ||
-                            j0 + kMmaQueries > T;
+    if (w_first < T && any_visible(j0, j_last, w_first, w_last, window)) {
+      const bf16* q_tile = sQ + buf * kMmaQueries * D;
+      const bf16* do_tile = sdO + buf * kMmaQueries * D;
+      // (lse, Delta, lse, Delta) of query columns nt * 8 + (lane % 4) * 2 and + 1
+      auto stats = [&](int nt) {
+        return *reinterpret_cast<const float4*>(sStats + (buf * kMmaQueries + nt * 8 + (lane % 4) * 2) * 2);
+      };
+      // pass 1: P^T = exp(scale K Q^T - lse), zero where invisible
+      float p[kMmaQueries / 8][4] = {};
+      mma_abt<D, kMmaQueries / 8>(p, sK, q_tile);
+      const bool needs_mask = !all_visible(j0, j_last, w_first, w_last, window) || j_last >= T;
 #pragma unroll
-    for (int nt = 0; nt < kMmaQueries / 8; nt++)
+      for (int nt = 0; nt < kMmaQueries / 8; nt++) {
+        const float4 st = stats(nt);
 #pragma unroll
-      for (int e = 0; e < 4; e++) {
-        const int c = nt * 8 + (lane % 4) * 2 + e % 2, t = j0 + c;
-        const bool ok = !needs_mask || (t < T && visible(t, s_row[e / 2], window));
-        p[nt][e] = ok ? exp2f(fmaf(p[nt][e], scale_log2, -l_tile[c])) : 0.0f;
+        for (int e = 0; e < 4; e++) {
+          const int t = j0 + nt * 8 + (lane % 4) * 2 + e % 2;
+          const bool ok = !needs_mask || (t < T && visible(t, s_row[e / 2], window));
+          p[nt][e] = exp2f(ok ? fmaf(p[nt][e], scale_log2, e % 2 ? -st.z : -st.x) : -INFINITY);
+        }
       }
-    // pass 2: dP^T = V dO^T;  dS^T = P^T (dP^T - Delta)
-    float ds[kMmaQueries / 8][4] = {};
-    mma_abt<D, kMmaQueries / 8>(ds, sV, do_tile);
+      // pass 2: dP^T = V dO^T;  dS^T = P^T (dP^T - Delta)
+      float ds[kMmaQueries / 8][4] = {};
+      mma_abt<D, kMmaQueries / 8>(ds, sV, do_tile);
 #pragma unroll
-    for (int nt = 0; nt < kMmaQueries / 8; nt++)
+      for (int nt = 0; nt < kMmaQueries / 8; nt++) {
+        const float4 st = stats(nt);
 #pragma unroll
-      for (int e = 0; e < 4; e++) ds[nt][e] = p[nt][e] * (ds[nt][e] - d_tile[nt * 8 + (lane % 4) * 2 + e % 2]);
-    // pass 3: dV += P^T dO;  dK += dS^T Q
-    mma_pb<D, kMmaQueries / 8>(dv_acc, p, do_tile);
-    mma_pb<D, kMmaQueries / 8>(dk_acc, ds, q_tile);
+        for (int e = 0; e < 4; e++) ds[nt][e] = p[nt][e] * (ds[nt][e] - (e % 2 ? st.w : st.y));
+      }
+      // pass 3: dV += P^T dO;  dK += dS^T Q
+      mma_pb<D, kMmaQueries / 8>(dv_acc, p, do_tile);
+      mma_pb<D, kMmaQueries / 8>(dk_acc, ds, q_tile);
+    }
+    if (i + 1 < steps) store_stats(buf ^ 1);  // read by the barrier of step i + 1
   }
   const int64_t row0 = (int64_t(b) * T + s_row[0]) * kv_stride + int64_t(hk) * D;
   const int64_t row1 = (int64_t(b) * T + s_row[1]) * kv_stride + int64_t(hk) * D;
@@ -599,6 +663,14 @@ Shape4 checked_shape(const AttentionDims& dims, const char* op) {
   return {int(B), int(T), int(H), int(Hkv), int(D), int(Dv), int(window)};
 }
 
+// The grid of an mma kernel over `heads` and blocks of `rows`: (heads, B, row blocks).
+dim3 mma_grid(const Shape4& s, int heads, int rows) {
+  const int row_blocks = (s.T + rows - 1) / rows;
+  HLA_CHECK(row_blocks <= 65535, "attention: T = ", s.T, " needs ", row_blocks, " blocks of ", rows,
+            " rows, more than a CUDA grid's z (65535)");
+  return dim3(heads, s.B, row_blocks);
+}
+
 bool use_mma(int64_t D, int64_t Dv, DType dtype) { return dtype == DType::BF16 && D == Dv && (D == 64 || D == 128); }
 
 // Calls fn(std::integral_constant<int, D>) for the tensor-core head widths.
@@ -628,8 +700,8 @@ void attention_forward(void* o, float* lse, const void* q, const void* k, const 
   if (use_mma(dims.D, dims.Dv, dtype)) {
     dispatch_head_dim(s.D, [&](auto d) {
       constexpr int kD = decltype(d)::value;
-      launch(attention_forward_mma<kD>, dim3((s.T + kFwdRows - 1) / kFwdRows, s.H, s.B), kFwdThreads,
-             sizeof(bf16) * (kFwdRows + 4 * kMmaCols) * kD, static_cast<bf16*>(o), lse, static_cast<const bf16*>(q),
+      launch(attention_forward_mma<kD>, mma_grid(s, s.H, kMmaRows), kMmaThreads,
+             sizeof(bf16) * (kMmaRows + 4 * kMmaCols) * kD, static_cast<bf16*>(o), lse, static_cast<const bf16*>(q),
              static_cast<const bf16*>(k), static_cast<const bf16*>(v), s.T, s.H, s.Hkv,
              static_cast<float>(scale) * kLog2e, s.window);
     });
@@ -659,13 +731,13 @@ void attention_backward(void* dq, void* dk, void* dv, const void* dout, const vo
   if (use_mma(dims.D, dims.Dv, dtype)) {
     dispatch_head_dim(s.D, [&](auto d) {
       constexpr int kD = decltype(d)::value;
-      const unsigned blocks = (s.T + kMmaRows - 1) / kMmaRows;
-      launch(attention_backward_dq_mma<kD>, dim3(blocks, s.H, s.B), kMmaThreads,
-             sizeof(bf16) * (2 * kMmaRows + 4 * kMmaCols) * kD, static_cast<bf16*>(dq),
-             static_cast<const bf16*>(dout), static_cast<const bf16*>(q), static_cast<const bf16*>(k),
-             static_cast<const bf16*>(v), lse, delta, s.T, s.H, s.Hkv, sc, s.window);
-      launch(attention_backward_dkdv_mma<kD>, dim3(blocks, s.Hkv, s.B), kMmaThreads,
-             sizeof(bf16) * (2 * kMmaRows + 4 * kMmaQueries) * kD + sizeof(float) * 4 * kMmaQueries,
+      constexpr int kWarps = bwd_blocking(kD).warps, kRows = 16 * kWarps;
+      launch(attention_backward_dq_mma<kD>, mma_grid(s, s.H, kRows), 32 * kWarps,
+             sizeof(bf16) * (2 * kRows + 4 * kMmaCols) * kD, static_cast<bf16*>(dq), static_cast<const bf16*>(dout),
+             static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v), lse, delta, s.T,
+             s.H, s.Hkv, sc, s.window);
+      launch(attention_backward_dkdv_mma<kD>, mma_grid(s, s.Hkv, kRows), 32 * kWarps,
+             sizeof(bf16) * (2 * kRows + 4 * kMmaQueries) * kD + sizeof(float) * 4 * kMmaQueries,
              static_cast<bf16*>(dk), static_cast<bf16*>(dv), static_cast<const bf16*>(dout),
              static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v), lse,
              delta, s.T, s.H, s.Hkv, sc, s.window);

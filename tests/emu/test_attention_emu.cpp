@@ -1,10 +1,13 @@
 // Runs the softmax attention kernels of cuda/attention.cu on the host emulator
 // (tests/emu/include/emu.h) and compares them with the CPU reference in fp64,
 // cpu::attention_forward / attention_backward (nn/ops/attention_reference.cpp): the bf16
-// tensor-core path (the 128-query forward, the 64-row dQ and dK/dV backward) at head widths 64
-// and 128, T a multiple of the blocks or not (5, 64, 100, 129, 257), grouped kv heads and
-// sliding windows (2, 20: shorter than a key tile, 70: longer); then the fp32 path (fma
-// kernels) at one shape.
+// tensor-core path (forward, dQ and dK/dV kernels; 128-row blocks, 64 for the backward at
+// D 64) at head widths 64 and 128, T a multiple of the blocks or not (5, 64, 100, 129, 200,
+// 257, 300), grouped kv heads and sliding windows (2, 20: shorter than a key tile, 70: longer,
+// 47: the distance between corners of some warps' tiles, so a wrong "no mask needed" shows);
+// some cases again with cp.async copies landing at issue and warps run one after another (the
+// emulator's other extreme of copy and warp timing: a buffer overwritten before its readers are
+// done shows there); then the fp32 path (fma kernels) at one shape.
 // The backward runs on the kernel's own o and lse, as in training. Tolerances are gpu-check's
 // (relative RMS: bf16 5e-3 outputs, 1e-2 gradients; fp32 1e-5); the exit status is 1 when a row
 // fails.
@@ -74,8 +77,9 @@ static void attention_case(DType dtype, int64_t B, int64_t T, int64_t H, int64_t
                           v.ref.data(), o_ref.data(), lse_ref.data(), d);
 
   char label[160];
-  std::snprintf(label, sizeof label, "%s %s B%ld T%ld H%ld Hkv%ld D%ld window %ld", cuda::attention_kernel(D, D, dtype),
-                dtype_name(dtype), long(B), long(T), long(H), long(Hkv), long(D), long(window));
+  std::snprintf(label, sizeof label, "%s%s %s B%ld T%ld H%ld Hkv%ld D%ld window %ld",
+                emu::cp_async_lands_at_issue ? "early " : "", cuda::attention_kernel(D, D, dtype), dtype_name(dtype),
+                long(B), long(T), long(H), long(Hkv), long(D), long(window));
   const bool bf = dtype == DType::BF16;
   const double out_tol = bf ? 5e-3 : 1e-5, grad_tol = bf ? 1e-2 : 1e-5;
   report(label, "o", compare(o, o_ref), out_tol);
@@ -85,7 +89,7 @@ static void attention_case(DType dtype, int64_t B, int64_t T, int64_t H, int64_t
   report(label, "dv", compare(dv, dv_ref), grad_tol);
 }
 
-// Every case by default (ctest); a group by name: d64, d128, fma.
+// Every case by default (ctest); a group by name: d64, d128, early, fma.
 int main(int argc, char** argv) {
   const std::string which = argc > 1 ? argv[1] : "all";
   for (int64_t D : {64, 128}) {
@@ -93,8 +97,17 @@ int main(int argc, char** argv) {
     for (int64_t T : {64, 100, 257}) attention_case(DType::BF16, T == 64 ? 2 : 1, T, 2, 1, D, 0, T + D);  // GQA 2 -> 1
     attention_case(DType::BF16, 1, 257, 2, 2, D, 70, 1 + D);   // a window longer than a key tile
     attention_case(DType::BF16, 1, 100, 4, 2, D, 20, 2 + D);   // shorter than a key tile, GQA 4 -> 2
+    attention_case(DType::BF16, 1, 200, 2, 1, D, 47, 7 + D);   // a warp's tile whose corner is 47 apart
     attention_case(DType::BF16, 1, 129, 2, 2, D, 2, 3 + D);    // two keys a query; a block of 1 query
     attention_case(DType::BF16, 3, 5, 2, 1, D, 0, 4 + D);      // 5 tokens: 7 of the 8 forward warps idle
+  }
+  if (which == "all" || which == "early") {  // cp.async copies landing at issue, warps one after another
+    emu::cp_async_lands_at_issue = true;
+    for (int64_t D : {64, 128}) {
+      attention_case(DType::BF16, 1, 300, 4, 1, D, 0, 5 + D);   // GQA 4 -> 1: the dK/dV steps cross heads
+      attention_case(DType::BF16, 1, 257, 2, 2, D, 70, 6 + D);
+    }
+    emu::cp_async_lands_at_issue = false;
   }
   if (which == "all" || which == "fma") attention_case(DType::F32, 1, 70, 2, 1, 64, 30, 3);
   std::printf(g_fail ? "SOME FAILED\n" : "ALL OK\n");
