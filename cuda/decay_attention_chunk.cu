@@ -123,6 +123,7 @@
 #include "cuda/common.cuh"
 #include "cuda/recurrence.cuh"
 #include "cuda/reduce.cuh"
+#include "cuda/staged_mma.cuh"
 
 namespace hla::cuda::decay_chunk {
 namespace {
@@ -222,12 +223,12 @@ __device__ __forceinline__ void vector_cumsum(float* G, int ld, float* glast, co
   __syncthreads();
 }
 
-// out[r * ld + c] = scale * s(r, c) * exp(G[r] - G[c]) for c <= r, else 0: a (C x C) product of
+// put(r, c, scale * s(r, c) * exp(G[r] - G[c])) for c <= r, else put(r, c, 0): a (C x C) product of
 // this chunk's rows with its columns, decayed and causally masked (masked BEFORE the exp, so
 // every exponent is <= 0).
-__device__ __forceinline__ void store_decayed_scores(WarpTile<C, C>& s, float* out, int ld, const float* G,
-                                                     float scale) {
-  s.each([&](int r, int c, float x, int) { out[r * ld + c] = c <= r ? scale * x * expf(G[r] - G[c]) : 0.f; });
+template <class Put>
+__device__ __forceinline__ void store_decayed_scores(WarpTile<C, C>& s, const float* G, float scale, Put&& put) {
+  s.each([&](int r, int c, float x, int) { put(r, c, c <= r ? scale * x * expf(G[r] - G[c]) : 0.f); });
 }
 
 // ---- Forward pass 1: the masked, decayed scores of every chunk ----
@@ -254,7 +255,8 @@ __global__ void __launch_bounds__(kThreads) scores_kernel(Args a) {
   WarpTile<C, C> s;
   s.mma<DK, false, false>([&](int r, int d) { return bf(q[r * kLdK + d]); },   // Q[r][d]
                           [&](int d, int c) { return bf(k[c * kLdK + d]); });  // K^T[d][c]
-  store_decayed_scores(s, a.aqk + ((int64_t(b) * a.HV + j) * a.NT + chunk) * C * C, C, G, a.scale);
+  float* const out = a.aqk + ((int64_t(b) * a.HV + j) * a.NT + chunk) * C * C;
+  store_decayed_scores(s, G, a.scale, [&](int r, int c, float x) { out[r * C + c] = x; });
 }
 
 // Vector gate (mixers.md 4.4): Aqk[t, s] = scale sum_d q_t[d] k_s[d] exp(G_t[d] - G_s[d]), s <= t,
@@ -267,6 +269,24 @@ __global__ void __launch_bounds__(kThreads) scores_kernel(Args a) {
 // exponent G_t - G_s, s <= t, masked before the exp (no reference point can bound both signs
 // there without a floor on the per-step gate).
 constexpr int kSub = 16;
+
+// The 16 x 16 diagonal blocks of the vector gate's Aqk (the entries vector_scores' mma leaves),
+// pair by pair: put(t, s, Aqk[t, s]) for t, s in one sub-chunk, zero above the diagonal. q(t, d),
+// k(s, d) read the tiles, G(s, d) the gate, Gq(t, d) the query side's (RW: the bonus u on the
+// diagonal, the pairs s < t).
+template <int DK, bool RW, class Put, class FQ, class FK, class FG, class FGq>
+__device__ __forceinline__ void vector_diagonal_scores(Put&& put, const FQ& q, const FK& k, const FG& G, const FGq& Gq,
+                                                       float scale, const float* u) {
+  for (int i = threadIdx.x; i < C * kSub; i += kThreads) {
+    const int r = i / kSub, c = r / kSub * kSub + i % kSub;
+    float x = 0.f;
+    if (RW && c == r)
+      for (int d = 0; d < DK; d++) x += q(r, d) * u[d] * k(c, d);
+    else if (c <= r)
+      for (int d = 0; d < DK; d++) x += q(r, d) * k(c, d) * expf(Gq(r, d) - G(c, d));
+    put(r, c, scale * x);
+  }
+}
 
 // out[t * ld + s] = Aqk[t, s] of one chunk from the shared tiles q, k (C, kLdK) and G (C, kLdG)
 // as described above; the whole (C x C) tile is written, zeros above the diagonal.
@@ -289,16 +309,10 @@ __device__ __forceinline__ void vector_scores(float* out, int ld, const bf16* q,
     if (c < ref) out[r * ld + c] = scale * x;
     else if (c >= ref + kSub) out[r * ld + c] = 0.f;
   });
-  // The diagonal blocks, pair by pair (the entries the loop above leaves).
-  for (int i = threadIdx.x; i < C * kSub; i += kThreads) {
-    const int r = i / kSub, c = r / kSub * kSub + i % kSub;
-    float x = 0.f;
-    if (RW && c == r)
-      for (int d = 0; d < DK; d++) x += bf(q[r * kLdK + d]) * u[d] * bf(k[c * kLdK + d]);
-    else if (c <= r)
-      for (int d = 0; d < DK; d++) x += bf(q[r * kLdK + d]) * bf(k[c * kLdK + d]) * expf(Gq(r, d) - G[c * kLdG + d]);
-    out[r * ld + c] = scale * x;
-  }
+  vector_diagonal_scores<DK, RW>([&](int r, int c, float x) { out[r * ld + c] = x; },
+                                 [&](int r, int d) { return bf(q[r * kLdK + d]); },
+                                 [&](int c, int d) { return bf(k[c * kLdK + d]); },
+                                 [&](int c, int d) { return G[c * kLdG + d]; }, Gq, scale, u);
 }
 
 // Vector gate, forward pass 2 (vector_output_kernel, grid (NT, HV, B), every chunk in parallel,
@@ -651,41 +665,53 @@ __global__ void __launch_bounds__(kThreads, kScanCtasPerSm<VG>) reverse_scan_ker
 
 // ---- Backward pass 3: every chunk's gradients from h[n], dh[n] and its own tokens ----
 
-// DK here: the key channels of one CTA (kKeyBlock of the head's dk).
+// DK here: the key channels of one CTA (kKeyBlock of the head's dk). Every mma operand is a bf16
+// tile, swizzled (cuda/tile.cuh) and read by ldmatrix (mma_staged): q, k, v, dO as loaded; the
+// scores Aqk, Ps and the state pieces rounded to bf16 once when they are formed; the vector gate's
+// decayed operands (q, k times a per-channel exp) rounded once when they are staged.
+constexpr int kStatePiece = 32;  // state columns a 3b step (fp32 staging, then bf16 transposed)
+// The vector gate's reference-decayed rows (3a, 3c): row tile i (16 rows, first row 16 i, last
+// 16 i + 15) takes k's rows s < 16 i decayed to 16 i (kref, 3a and dQ in 3c) or q's rows t > 16 i
+// + 15 decayed to 16 i + 15 (qlast, dK in 3c), the tiles of the four row tiles one after another.
+constexpr int kDecayedRows = 96;  // 16 + 32 + 48 rows of kref; 48 + 32 + 16 of qlast
+__device__ __forceinline__ int kref_offset(int tile) { return 8 * tile * (tile - 1); }   // rows before kref_tile
+__device__ __forceinline__ int qlast_offset(int tile) { return 48 * tile - 8 * tile * (tile - 1); }
+
 template <int DK, int DV, bool VG, bool RW>
 struct LocalSmem {
-  static constexpr int kLdK = DK + 8, kLdV = DV + 8;  // bf16 row strides
-  static constexpr int kLdS = kPiece + 4;             // fp32 row stride of the state piece
-  static constexpr int kLdG = DK + 4;                 // fp32 row stride of the vector gate's G
-  float *aqk, *ps;                 // (C, kLdA): Aqk, and Ps = the masked scale dO V^T (scalar: decayed)
-  float* state;                    // (kStateBufs, DK, kLdS): kPiece columns of h[n], then of dh[n]
-  float *G, *expG, *kdecay, *dG;   // (C): G, exp(G), exp(G_last - G), the gate gradient
-  float *rowQ, *rowK, *rowKs;      // (2, C) per-row partial sums (WarpTile::add_row_sums)
-  float* red;                      // (32) block_sum scratch
+  static constexpr int kLdG = DK + 4;  // fp32 row stride of the vector gate's G
+  float *staged_h, *staged_dh;     // (DK, kStatePiece) fp32: a piece of h[n], dh[n] as cp.async lands it
+  float *G, *expG, *kdecay, *dG;   // scalar gate (C): G, exp(G), exp(G_last - G), the gate gradient
+  float *rowQ, *rowK, *rowKs;      // scalar gate (2, C) per-row partial sums (WarpTile::add_row_sums)
+  float* red;                      // scalar gate (32) block_sum scratch
   float* Gv;                       // vector gate (C, kLdG): G, in 3d the per-channel dG
   float *glast, *hdh, *colKs;      // vector gate (DK): G_last, rowsum(h (.) dh); (C / 16, DK) column sums
   float* u;                        // RW (DK): RWKV-6's bonus
-  bf16 *q, *k;                     // (C, kLdK)
-  bf16 *v, *dov;                   // (C, kLdV): V, dO
-  static constexpr size_t vector_floats() { return VG ? size_t(C) * kLdG + (RW ? 7 : 6) * DK : 0; }
-  static constexpr size_t floats_with(int bufs) {
-    return size_t(2) * C * kLdA + size_t(bufs) * DK * kLdS + 4 * C + 6 * C + 32 + vector_floats();
+  bf16 *q, *k;                     // (C, DK) swizzled
+  bf16 *v, *dov;                   // (C, DV): V, dO
+  bf16 *aqk, *ps;                  // (C, C): Aqk, and Ps = the masked scale dO V^T (scalar: decayed)
+  bf16 *hT, *dhT;                  // (kStatePiece, DK): the piece of h[n], dh[n] transposed; VG 3a: (C, DK) qr
+  bf16* decayed;                   // VG (kDecayedRows, DK): kref or qlast (3a, 3c), kd = k (.) exp(G_last - G) (3b)
+  static constexpr size_t gate_floats() {
+    return VG ? size_t(C) * kLdG + (RW ? 3 : 2) * DK + C / 16 * DK : 10 * C + 32;
   }
-  static constexpr size_t bytes_with(int bufs) {
-    return sizeof(float) * floats_with(bufs) + sizeof(bf16) * C * (2 * kLdK + 2 * kLdV);
+  static constexpr size_t floats() { return size_t(2) * DK * kStatePiece + gate_floats(); }
+  static constexpr size_t halves() {
+    return size_t(2) * C * DK + 2 * C * DV + 2 * C * C + 2 * kStatePiece * DK + (VG ? kDecayedRows * DK : 0);
   }
-  // Two state buffers where dv has more than one piece and they fit in 227 KB (all but the vector
-  // gate's (128, 256) key block): piece p + 1 of h lands in one while piece p's products read the other.
-  static constexpr int kStateBufs = DV > kPiece && bytes_with(2) <= 227 * 1024 ? 2 : 1;
-  static constexpr size_t floats() { return floats_with(kStateBufs); }
-  static constexpr size_t bytes() { return bytes_with(kStateBufs); }
+  static constexpr size_t bytes() { return sizeof(float) * floats() + sizeof(bf16) * halves(); }
+  static_assert(floats() % 4 == 0, "the bf16 tiles start 16-byte aligned");
+  static_assert(C * DK <= 2 * kStatePiece * DK, "3a's qr fits in the state pieces' place");
   __device__ explicit LocalSmem(void* p) {
-    aqk = static_cast<float*>(p), ps = aqk + C * kLdA, state = ps + C * kLdA;
-    G = state + kStateBufs * DK * kLdS, expG = G + C, kdecay = expG + C, dG = kdecay + C;
+    staged_h = static_cast<float*>(p), staged_dh = staged_h + DK * kStatePiece;
+    float* gate = staged_dh + DK * kStatePiece;
+    G = gate, expG = G + C, kdecay = expG + C, dG = kdecay + C;  // (scalar gate)
     rowQ = dG + C, rowK = rowQ + 2 * C, rowKs = rowK + 2 * C, red = rowKs + 2 * C;
-    Gv = red + 32, glast = Gv + C * kLdG, hdh = glast + DK, colKs = hdh + DK;  // (used when VG)
+    Gv = gate, glast = Gv + C * kLdG, hdh = glast + DK, colKs = hdh + DK;  // (vector gate)
     u = RW ? colKs + C / 16 * DK : nullptr;
-    q = reinterpret_cast<bf16*>(red + 32 + vector_floats()), k = q + C * kLdK, v = k + C * kLdK, dov = v + C * kLdV;
+    q = reinterpret_cast<bf16*>(static_cast<float*>(p) + floats()), k = q + C * DK;
+    v = k + C * DK, dov = v + C * DV, aqk = dov + C * DV, ps = aqk + C * C;
+    hT = ps + C * C, dhT = hT + kStatePiece * DK, decayed = dhT + kStatePiece * DK;
   }
 };
 
@@ -719,8 +745,10 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
   extern __shared__ float4 smem_raw[];
   constexpr int KB = kKeyBlock<DK>, kBlocks = key_blocks(DK);  // this CTA's key channels d0 .. d0 + KB - 1
   using Smem = LocalSmem<KB, DV, VG, RW>;
+  using chunk_mma::mma_staged;
+  using chunk_mma::stage;
   const Smem sm(smem_raw);
-  constexpr int kLdK = Smem::kLdK, kLdV = Smem::kLdV, kLdS = Smem::kLdS, kLdG = Smem::kLdG;
+  constexpr int kLdG = Smem::kLdG;
   const int chunk = blockIdx.x / kBlocks, kb = blockIdx.x % kBlocks, d0 = kb * KB;
   const int j = blockIdx.y, b = blockIdx.z, hq = j / (a.HV / a.H);
   const int t0 = chunk * C, n = min(C, a.T - t0);
@@ -729,95 +757,108 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
   const int64_t qk0 = ((int64_t(b) * a.T + t0) * a.H + hq) * DK + d0;
   const int64_t state0 = (head * a.NT + chunk) * DK * DV + int64_t(d0) * DV;  // rows d0.. of h[n], dh[n]
   const int64_t part0 = kb * (int64_t(a.B) * a.T * a.HV);  // kBlocks > 1: this block's part of dV, dG
-  load_bf16_rows_async<C, KB>(sm.q, a.q + qk0, int64_t(a.H) * DK, n);
-  load_bf16_rows_async<C, KB>(sm.k, a.k + qk0, int64_t(a.H) * DK, n);
-  load_bf16_rows_async<C, DV>(sm.v, a.v + tok0 * DV, int64_t(a.HV) * DV, n);
-  load_bf16_rows_async<C, DV>(sm.dov, a.d_o + tok0 * DV, int64_t(a.HV) * DV, n);
-  auto load_h = [&](int piece) {  // piece `piece` of h[n] (rows d0.., kPiece columns) into its buffer
-    load_f32_rows_async<KB, kPiece>(sm.state + piece % Smem::kStateBufs * KB * kLdS, kLdS,
-                                    a.h_start + state0 + piece * kPiece, DV);
+  load_tile_async<C, KB, kThreads>(sm.q, a.q + qk0, int64_t(a.H) * DK, 0, n);
+  load_tile_async<C, KB, kThreads>(sm.k, a.k + qk0, int64_t(a.H) * DK, 0, n);
+  load_tile_async<C, DV, kThreads>(sm.v, a.v + tok0 * DV, int64_t(a.HV) * DV, 0, n);
+  load_tile_async<C, DV, kThreads>(sm.dov, a.d_o + tok0 * DV, int64_t(a.HV) * DV, 0, n);
+  auto load_state = [&](int piece) {  // piece `piece` of h[n] and dh[n] (rows d0.., kStatePiece columns)
+    const int64_t at = state0 + piece * kStatePiece;
+    load_f32_rows_async<KB, kStatePiece>(sm.staged_h, kStatePiece, a.h_start + at, DV);
+    load_f32_rows_async<KB, kStatePiece>(sm.staged_dh, kStatePiece, a.dh_end + at, DV);
   };
-  load_h(0);  // with the chunk's tiles: 3b starts on it without a round trip
+  load_state(0);  // with the chunk's tiles: 3b starts on it without a round trip
   if constexpr (VG) {
     vector_cumsum<KB>(sm.Gv, kLdG, sm.glast, a.g + tok0 * DK + d0, int64_t(a.HV) * DK, n);
     for (int i = threadIdx.x; i < C / 16 * KB; i += kThreads) sm.colKs[i] = 0.f;
     for (int i = threadIdx.x; i < KB; i += kThreads) sm.hdh[i] = 0.f;  // summed in 3b
     if constexpr (RW)
       for (int d = threadIdx.x; d < KB; d += kThreads) sm.u[d] = bf(a.bonus[hq * DK + d0 + d]);
-  } else if (threadIdx.x < 32) {
-    chunk_cumsum(sm.G, a.g + tok0, a.HV, n);
-    __syncwarp();
-    const float last = sm.G[C - 1];
-    for (int t = threadIdx.x; t < C; t += 32) {
-      sm.expG[t] = expf(sm.G[t]);
-      sm.kdecay[t] = expf(last - sm.G[t]);
+  } else {
+    if (threadIdx.x < 32) {
+      chunk_cumsum(sm.G, a.g + tok0, a.HV, n);
+      __syncwarp();
+      const float last = sm.G[C - 1];
+      for (int t = threadIdx.x; t < C; t += 32) {
+        sm.expG[t] = expf(sm.G[t]);
+        sm.kdecay[t] = expf(last - sm.G[t]);
+      }
     }
+    for (int i = threadIdx.x; i < 6 * C; i += kThreads) sm.rowQ[i] = 0.f;  // rowQ, rowK, rowKs
   }
-  for (int i = threadIdx.x; i < 6 * C; i += kThreads) sm.rowQ[i] = 0.f;  // rowQ, rowK, rowKs
   wait_tiles();
-  auto q_rows = [&](int r, int d) { return bf(sm.q[r * kLdK + d]); };  // Q[r][d]
-  auto k_rows = [&](int r, int d) { return bf(sm.k[r * kLdK + d]); };  // K[r][d]
-  auto G_at = [&](int r, int d) { return sm.Gv[r * kLdG + d]; };       // vector gate G_r[d]
+  auto q_rows = [&](int r, int d) { return bf(sm.q[swizzle<KB>(r, d)]); };  // Q[r][d]
+  auto k_rows = [&](int r, int d) { return bf(sm.k[swizzle<KB>(r, d)]); };  // K[r][d]
+  auto ps_at = [&](int t, int s) { return bf(sm.ps[swizzle<C>(t, s)]); };   // Ps[t][s]
+  auto G_at = [&](int r, int d) { return sm.Gv[r * kLdG + d]; };            // vector gate G_r[d]
   auto Gq_at = [&](int r, int d) { return RW ? (r > 0 ? G_at(r - 1, d) : 0.f) : G_at(r, d); };  // query side
+  const chunk_mma::Staged<KB, false> Q{sm.q}, K{sm.k}, QR{sm.hT}, KD{sm.decayed};
+  const chunk_mma::Staged<KB, true> Kt{sm.k};
+  const chunk_mma::Staged<C, false> Ps{sm.ps};
+  const chunk_mma::Staged<C, true> Pst{sm.ps}, Aqkt{sm.aqk};
+  const chunk_mma::Staged<DV, true> Vt{sm.v};
+  const chunk_mma::Staged<DV, false> dO{sm.dov};
+  // The vector gate's kref tiles (see kDecayedRows): rows s < 16 i of k (.) exp(Gq_{16 i} - G_s) for
+  // row tiles i = 1, 2, 3 (every exponent <= 0: G decreases, Gq_r <= G_s for s < r).
+  auto stage_kref = [&] {
+    for (int i = threadIdx.x; i < kDecayedRows * KB; i += kThreads) {
+      const int row = i / KB, d = i % KB, tile = row < 16 ? 1 : row < 48 ? 2 : 3, s = row - kref_offset(tile);
+      stage<KB>(sm.decayed, row, d, k_rows(s, d) * expf(Gq_at(16 * tile, d) - G_at(s, d)));
+    }
+  };
   // 3a: Aqk = scale (Q K^T) (.) Gamma and Ps = scale (dO V^T) (.) Gamma, Gamma[t,s] = exp(G_t - G_s)
   //     on s <= t (o = Aqk V  =>  dAqk = dO V^T, and Aqk's gated factor is q_t . k_s). Vector
-  //     gate: Aqk as in vector_scores_kernel, Ps = scale dO V^T masked (the decays are per channel).
-  if constexpr (VG) {
-    vector_scores<KB, kLdK, kLdG, RW>(sm.aqk, kLdA, sm.q, sm.k, sm.Gv, a.scale, sm.u);
-    WarpTile<C, C> da;
-    da.template mma<DV, false, false>([&](int r, int c) { return bf(sm.dov[r * kLdV + c]); },
-                                      [&](int c, int s) { return bf(sm.v[s * kLdV + c]); });
-    da.each([&](int r, int c, float x, int) { sm.ps[r * kLdA + c] = c <= r ? a.scale * x : 0.f; });
-  } else {
+  //     gate: Aqk as vector_scores forms it, Ps = scale dO V^T masked (the decays are per channel);
+  //     below the diagonal blocks qr = q_t (.) exp(Gq_t - Gq_r) (r = the row tile's first row,
+  //     staged in the state pieces' place) against the row tile's kref, the diagonal blocks pair
+  //     by pair (vector_diagonal_scores).
+  {
     WarpTile<C, C> qk, da;
-    qk.mma<KB, false, false>(q_rows, [&](int d, int s) { return bf(sm.k[s * kLdK + d]); });
-    da.mma<DV, false, false>([&](int r, int c) { return bf(sm.dov[r * kLdV + c]); },
-                             [&](int c, int s) { return bf(sm.v[s * kLdV + c]); });
-    store_decayed_scores(qk, sm.aqk, kLdA, sm.G, a.scale);
-    store_decayed_scores(da, sm.ps, kLdA, sm.G, a.scale);
+    mma_staged(da, dO, Vt, 0, DV);
+    if constexpr (VG) {
+      for (int i = threadIdx.x; i < C * KB; i += kThreads) {
+        const int t = i / KB, d = i % KB;
+        stage<KB>(sm.hT, t, d, q_rows(t, d) * expf(Gq_at(t, d) - Gq_at(t / kSub * kSub, d)));
+      }
+      stage_kref();
+      __syncthreads();
+      const int ref = qk.row0;  // this warp's row tile's first row
+      if (ref > 0) mma_staged(qk, QR, chunk_mma::Staged<KB, true>{sm.decayed, kref_offset(ref / kSub)}, 0, KB, ref);
+      qk.each([&](int r, int c, float x, int) {
+        if (c < ref) stage<C>(sm.aqk, r, c, a.scale * x);
+        else if (c >= ref + kSub) stage<C>(sm.aqk, r, c, 0.f);
+      });
+      vector_diagonal_scores<KB, RW>([&](int r, int c, float x) { stage<C>(sm.aqk, r, c, x); }, q_rows, k_rows,
+                                     G_at, Gq_at, a.scale, sm.u);
+      da.each([&](int r, int c, float x, int) { stage<C>(sm.ps, r, c, c <= r ? a.scale * x : 0.f); });
+    } else {
+      mma_staged(qk, Q, Kt, 0, KB);
+      store_decayed_scores(qk, sm.G, a.scale, [&](int r, int c, float x) { stage<C>(sm.aqk, r, c, x); });
+      store_decayed_scores(da, sm.G, a.scale, [&](int r, int c, float x) { stage<C>(sm.ps, r, c, x); });
+    }
   }
-  __syncthreads();
-  // 3b: the inter-chunk terms, kPiece state columns c0 .. c0 + kPiece - 1 at a time:
+  // 3b: the inter-chunk terms, kStatePiece state columns c0 .. c0 + kStatePiece - 1 at a time:
   //     o = scale exp(G) (.) (Q h)       =>  dQ  = scale exp(G) (.) (dO h^T)   (scaled in 3c)
   //     S_end = ... + (K (.) exp(G_last - G))^T V
   //                                      =>  dK^state = exp(G_last - G) (.) (V dh^T)   (3c)
   //                                          dV = exp(G_last - G) (.) (K dh) + Aqk^T dO
+  //                                          (vector gate: kd dh, kd = K (.) exp(G_last - G)
+  //                                          staged once)
   //     S_end = exp(G_last) h + ...      =>  <h, dh> for dG_last (3d); a vector gate keeps it per
   //                                          state row (rowsum(h (.) dh) into hdh, one owner
-  //                                          thread per row: the 16 threads of a row reduce by shuffles)
-  //     Loads: h's pieces by cp.async (piece 0 with the chunk's tiles; piece p + 1, where there are
-  //     two buffers, while piece p's dK and dV products run), dh's pieces into registers a piece
-  //     ahead (piece p + 1 once piece p's sits in shared memory), so only the first piece's dh
-  //     waits on memory, behind the dQ product.
+  //                                          thread per row: the threads of a row reduce by shuffles)
+  //     Each piece of h and dh lands in fp32 staging by cp.async (piece 0 with the chunk's tiles,
+  //     piece p + 1 while piece p's products run), is summed into <h, dh> and rounded to bf16 into
+  //     the transposed tiles hT, dhT the products read.
   WarpTile<C, KB> dq, dk;
   float hdh = 0.f;
-  constexpr int kQuads = kPiece / 4;                         // float4 pieces of a state row
-  constexpr int kStateLoads = KB * kQuads / kThreads;        // float4 pieces of dh a thread
+  constexpr int kQuads = kStatePiece / 4;                  // float4 pieces of a state row
   static_assert(KB * kQuads % kThreads == 0 && kThreads % kQuads == 0, "whole state rows per pass");
-  float4 dh_regs[kStateLoads];  // this thread's float4s of dh's next piece
-  auto load_dh = [&](int piece) {
-#pragma unroll
-    for (int p = 0; p < kStateLoads; p++) {
-      const int i = threadIdx.x + p * kThreads, d = i / kQuads, c = i % kQuads * 4;
-      dh_regs[p] = *reinterpret_cast<const float4*>(a.dh_end + state0 + d * DV + piece * kPiece + c);
-    }
-  };
-  load_dh(0);
-  for (int piece = 0; piece < DV / kPiece; piece++) {
-    const int c0 = piece * kPiece;
-    float* const state = sm.state + piece % Smem::kStateBufs * KB * kLdS;
-    auto state_t = [&](int c, int d) { return state[d * kLdS + c]; };  // (the piece of h or dh)^T
-    if (piece > 0) {  // piece 0 came with the chunk's tiles
-      if constexpr (Smem::kStateBufs == 1) load_h(piece);
-      wait_tiles();
-    }
-    dq.mma<kPiece, false, true>([&](int r, int c) { return bf(sm.dov[r * kLdV + c0 + c]); }, state_t);
-    __syncthreads();  // every read of h's piece is done
-#pragma unroll
-    for (int p = 0; p < kStateLoads; p++) {  // dh's piece in h's place
-      const int i = threadIdx.x + p * kThreads, d = i / kQuads, c = i % kQuads * 4;
-      float4* s = reinterpret_cast<float4*>(state + d * kLdS + c);
-      const float4 h = *s, x = dh_regs[p];
+  for (int c0 = 0; c0 < DV; c0 += kStatePiece) {
+    wait_tiles();  // this piece has landed; every read of the previous piece's tiles (or 3a's) is done
+    for (int i = threadIdx.x; i < KB * kQuads; i += kThreads) {
+      const int d = i / kQuads, c = i % kQuads * 4;
+      const float4 h = *reinterpret_cast<const float4*>(sm.staged_h + d * kStatePiece + c);
+      const float4 x = *reinterpret_cast<const float4*>(sm.staged_dh + d * kStatePiece + c);
       const float dot = h.x * x.x + h.y * x.y + h.z * x.z + h.w * x.w;
       if constexpr (VG) {
         float row = dot;
@@ -827,70 +868,78 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
       } else {
         hdh += dot;
       }
-      *s = x;
+      stage<KB>(sm.hT, c, d, h.x), stage<KB>(sm.hT, c + 1, d, h.y), stage<KB>(sm.hT, c + 2, d, h.z);
+      stage<KB>(sm.hT, c + 3, d, h.w);
+      stage<KB>(sm.dhT, c, d, x.x), stage<KB>(sm.dhT, c + 1, d, x.y), stage<KB>(sm.dhT, c + 2, d, x.z);
+      stage<KB>(sm.dhT, c + 3, d, x.w);
     }
-    __syncthreads();
-    if (c0 + kPiece < DV) {  // the next piece's loads, in flight during the products below
-      // h's into the other buffer (its last reads, piece - 1's dh, ended before the barrier above)
-      if constexpr (Smem::kStateBufs > 1) load_h(piece + 1);
-      load_dh(piece + 1);
+    if constexpr (VG) {
+      if (c0 == 0)  // kd in the kref tiles' place (their last reads, 3a's, ended before the barrier above)
+        for (int i = threadIdx.x; i < C * KB; i += kThreads) {
+          const int t = i / KB, d = i % KB;
+          stage<KB>(sm.decayed, t, d, k_rows(t, d) * expf(sm.glast[d] - G_at(t, d)));
+        }
     }
-    dk.mma<kPiece, false, true>([&](int r, int c) { return bf(sm.v[r * kLdV + c0 + c]); }, state_t);
-    {
-      WarpTile<C, kPiece> dv;
-      auto dh_piece = [&](int d, int c) { return state[d * kLdS + c]; };
-      if constexpr (VG) {
-        dv.template mma<KB, true, true>([&](int r, int d) { return k_rows(r, d) * expf(sm.glast[d] - G_at(r, d)); },
-                                        dh_piece);
-      } else {
-        dv.template mma<KB, false, true>(k_rows, dh_piece);
-        dv.each([&](int r, int, float& x, int) { x *= sm.kdecay[r]; });
-      }
-      dv.mma<C, true, false>([&](int s, int t) { return sm.aqk[t * kLdA + s]; },  // Aqk^T[s][t]
-                             [&](int t, int c) { return bf(sm.dov[t * kLdV + c0 + c]); });
-      dv.each([&](int r, int c, float x, int) {
-        if (r >= n) return;
-        const int64_t i = (tok0 + int64_t(r) * a.HV) * DV + c0 + c;
-        if constexpr (kBlocks > 1) a.dv_part[part0 * DV + i] = x;  // this block's channels' part
-        else a.dv[i] = __float2bfloat16_rn(x);
-      });
+    __syncthreads();  // the piece's tiles are ready, the staging is free
+    if (c0 + kStatePiece < DV) load_state(c0 / kStatePiece + 1);  // in flight during the products below
+    const chunk_mma::Staged<DV, false> dO_piece{sm.dov, 0, c0};
+    mma_staged(dq, dO_piece, chunk_mma::Staged<KB, false>{sm.hT}, 0, kStatePiece);
+    mma_staged(dk, chunk_mma::Staged<DV, false>{sm.v, 0, c0}, chunk_mma::Staged<KB, false>{sm.dhT}, 0, kStatePiece);
+    WarpTile<C, kStatePiece> dv;
+    const chunk_mma::Staged<KB, true> dh{sm.dhT};
+    if constexpr (VG) {
+      mma_staged(dv, KD, dh, 0, KB);
+    } else {
+      mma_staged(dv, K, dh, 0, KB);
+      dv.each([&](int r, int, float& x, int) { x *= sm.kdecay[r]; });
     }
-    // One buffer: every read of dh's piece is done before the next piece's h lands in it (two: the
-    // next piece's barriers come before this buffer's next load).
-    if constexpr (Smem::kStateBufs == 1) __syncthreads();
+    mma_staged(dv, Aqkt, dO_piece, 0, C);
+    dv.each([&](int r, int c, float x, int) {
+      if (r >= n) return;
+      const int64_t i = (tok0 + int64_t(r) * a.HV) * DV + c0 + c;
+      if constexpr (kBlocks > 1) a.dv_part[part0 * DV + i] = x;  // this block's channels' part
+      else a.dv[i] = __float2bfloat16_rn(x);
+    });
   }
   // 3c: the row decays, sum_s k_s . dK^state_s (dG_last), then the in-chunk pairs:
   //     A[t,s] = Gamma[t,s] q_t . k_s  =>  dQ += Ps K,  dK += Ps^T Q   (Ps holds scale, Gamma)
   //     Vector gate, per channel d (every exponent <= 0, as in vector_scores):
   //       dQ_t += sum_{s <= t} Ps[t,s] k_s exp(G_t - G_s): earlier sub-chunks through the row
-  //               tile's first row r (exp(G_t - G_r) (.) (Ps (K (.) exp(G_r - G)))), its own pair by pair
+  //               tile's first row r (exp(G_t - G_r) (.) (Ps kref)), its own pair by pair
   //       dK_s += sum_{t >= s} Ps[t,s] q_t exp(G_t - G_s): later sub-chunks through the row tile's
-  //               last row, its own pair by pair
+  //               last row l (exp(G_l - G_s) (.) (Ps^T qlast), qlast = q_t (.) exp(Gq_t - G_l),
+  //               t > l), its own pair by pair
   if constexpr (VG) {
     dq.each([&](int r, int d, float& x, int) { x *= a.scale * expf(Gq_at(r, d)); });
     dk.each([&](int r, int d, float& x, int) { x *= expf(sm.glast[d] - G_at(r, d)); });
     dk.add_col_sums(sm.colKs, [&](int r, int d, float x) { return x * k_rows(r, d); });
+    __syncthreads();  // every read of kd is done
+    stage_kref();
+    __syncthreads();
     {
       WarpTile<C, KB> pairs;
       const int ref = pairs.row0;
-      pairs.template mma<C, true, true>(
-          [&](int t, int s) { return sm.ps[t * kLdA + s]; },
-          [&](int s, int d) { return s < ref ? k_rows(s, d) * expf(Gq_at(ref, d) - G_at(s, d)) : 0.f; });
+      mma_staged(pairs, Ps, chunk_mma::Staged<KB, false>{sm.decayed, kref_offset(ref / kSub)}, 0, ref);
       dq.each([&](int t, int d, float& x, int slot) {
         float own = 0.f;  // RW: s < t (the diagonal is the bonus's)
-        for (int s = ref; s <= t - RW; s++) own += sm.ps[t * kLdA + s] * k_rows(s, d) * expf(Gq_at(t, d) - G_at(s, d));
+        for (int s = ref; s <= t - RW; s++) own += ps_at(t, s) * k_rows(s, d) * expf(Gq_at(t, d) - G_at(s, d));
         x += pairs.at(slot) * expf(Gq_at(t, d) - Gq_at(ref, d)) + own;
       });
     }
+    __syncthreads();  // every read of kref is done
+    for (int i = threadIdx.x; i < kDecayedRows * KB; i += kThreads) {  // qlast for row tiles 0, 1, 2
+      const int row = i / KB, d = i % KB, tile = row < 48 ? 0 : row < 80 ? 1 : 2;
+      const int t = row - qlast_offset(tile) + kSub * (tile + 1);
+      stage<KB>(sm.decayed, row, d, q_rows(t, d) * expf(Gq_at(t, d) - G_at(kSub * tile + kSub - 1, d)));
+    }
+    __syncthreads();
     {
       WarpTile<C, KB> pairs;
-      const int last = pairs.row0 + kSub - 1;
-      pairs.template mma<C, true, true>(
-          [&](int s, int t) { return sm.ps[t * kLdA + s]; },  // Ps^T[s][t]
-          [&](int t, int d) { return t > last ? q_rows(t, d) * expf(Gq_at(t, d) - G_at(last, d)) : 0.f; });
+      const int tile = pairs.row0 / kSub, last = pairs.row0 + kSub - 1;
+      mma_staged(pairs, Pst, chunk_mma::Staged<KB, false>{sm.decayed, qlast_offset(tile) - (last + 1)}, last + 1, C);
       dk.each([&](int s, int d, float& x, int slot) {
         float own = 0.f;  // RW: t > s
-        for (int t = s + RW; t <= last; t++) own += sm.ps[t * kLdA + s] * q_rows(t, d) * expf(Gq_at(t, d) - G_at(s, d));
+        for (int t = s + RW; t <= last; t++) own += ps_at(t, s) * q_rows(t, d) * expf(Gq_at(t, d) - G_at(s, d));
         x += pairs.at(slot) * expf(G_at(last, d) - G_at(s, d)) + own;
       });
     }
@@ -898,8 +947,8 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
     dq.each([&](int r, int, float& x, int) { x *= a.scale * sm.expG[r]; });
     dk.each([&](int r, int, float& x, int) { x *= sm.kdecay[r]; });
     dk.add_row_sums(sm.rowKs, [&](int r, int d, float x) { return x * k_rows(r, d); });
-    dq.template mma<C, true, false>([&](int r, int s) { return sm.ps[r * kLdA + s]; }, k_rows);
-    dk.template mma<C, true, false>([&](int s, int t) { return sm.ps[t * kLdA + s]; }, q_rows);  // Ps^T[s][t]
+    mma_staged(dq, Ps, K, 0, C);
+    mma_staged(dk, Pst, Q, 0, C);
   }
   // dQ, dK in bf16 where each key head has one value head (a.dq_direct), else per value head in fp32.
   auto store_grad = [&](WarpTile<C, KB>& t, float* per_head, bf16* direct) {
@@ -924,8 +973,8 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
       else if (r > 0) sm.Gv[(r - 1) * kLdG + d] += x * q_rows(r, d);
     });
     if constexpr (RW) {
-      dq.each([&](int t, int d, float& x, int) { x += sm.ps[t * kLdA + t] * sm.u[d] * k_rows(t, d); });
-      dk.each([&](int t, int d, float& x, int) { x += sm.ps[t * kLdA + t] * sm.u[d] * q_rows(t, d); });
+      dq.each([&](int t, int d, float& x, int) { x += ps_at(t, t) * sm.u[d] * k_rows(t, d); });
+      dk.each([&](int t, int d, float& x, int) { x += ps_at(t, t) * sm.u[d] * q_rows(t, d); });
     }
     store_dq_dk();
     __syncthreads();
@@ -939,7 +988,7 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
       }
       if constexpr (RW) {  // du's part: sum_t Ps[t,t] q_t[d] k_t[d] (rows past the end are zero)
         float du = 0.f;
-        for (int t = 0; t < C; t++) du += sm.ps[t * kLdA + t] * q_rows(t, d) * k_rows(t, d);
+        for (int t = 0; t < C; t++) du += ps_at(t, t) * q_rows(t, d) * k_rows(t, d);
         a.dbonus[((int64_t(b) * a.NT + chunk) * a.H + hq) * DK + d0 + d] = du;
       }
     }
