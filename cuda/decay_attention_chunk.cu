@@ -29,7 +29,7 @@
 //   and the scalar dG, which each CTA forms over its own channels and writes as an fp32 part,
 //   added in block order after the kernel (write_column_sums):
 //     3a  Aqk as in pass 1, and Ps[t, s] = scale (dO_t . v_s) exp(G_t - G_s) for s <= t    (mma)
-//     3b  64 state columns at a time: dQ += dO h^T;  dK += V dh^T;  <h, dh>;
+//     3b  32 state columns at a time: dQ += dO h^T;  dK += V dh^T;  <h, dh>;
 //         dV = exp(G_last - G) (.) (K dh) + Aqk^T dO                                       (mma)
 //     3c  dQ = scale exp(G) (.) dQ + Ps K;  dK = exp(G_last - G) (.) dK + Ps^T Q           (mma)
 //     3d  dG_t = q_t . dQ_t - k_t . dK_t, and at the chunk's last row + exp(G_last) <h, dh> +
@@ -40,8 +40,8 @@
 //   Ps holds the whole lower triangle with its diagonal, A[t,t] = q_t . k_t (exp(0) = 1): the
 //   diagonal's terms in q_t . dQ_t and k_t . dK_t are equal and cancel in dG_t, as in the CPU
 //   reference, which leaves the diagonal out of dG.
-//   h[n] and dh[n] are kept in fp32 (2 x 4 B x B HV NT dk dv, 268 MB each at B4 T4096 H16 D128):
-//   bf16 snapshots would put 2^-9 relative errors on dQ, dK, dV (products with h, dh).
+//   h[n] and dh[n] are kept in fp32 (2 x 4 B x B HV NT dk dv, 268 MB each at B4 T4096 H16 D128);
+//   pass 3 reads each piece once and rounds it to bf16 once, as its mma operand (see Precision).
 // Vector gate (GLA, HGRN-2; template flag VG; g and dg (B, T, HV, dk), G per channel, fp32 (C, dk)
 // tiles in shared memory). Every diagonal factor becomes per channel, exp(G_t) -> exp(G_t[d]):
 //   The forward splits as fla's chunk_gla does (its source read, not copied): only the state runs
@@ -67,40 +67,46 @@
 //   Pass 3: Ps = scale dO V^T masked (no decay: it is per channel); dQ_t += sum_{s<=t} Ps[t,s]
 //     k_s (.) e^{G_t - G_s} through the row tile's first row (earlier sub-chunks) and pair by
 //     pair (its own), dK_s += sum_{t>=s} Ps[t,s] q_t (.) e^{G_t - G_s} through the row tile's
-//     last row; dG per channel: q (.) dQ - k (.) dK, at the last row exp(G_last) (.) rowsum(h (.)
+//     last row; the decayed operands of these products and of 3a's Aqk (qr, kref, qlast: see
+//     kDecayedRows) and of dV (kd = K (.) exp(G_last - G)) are staged once as bf16 tiles, the
+//     pairs inside a sub-chunk summed 8 channels a thread (vector_diagonal_scores, the own
+//     loops of 3c) with e^x on the ex2 unit (exp_ex2); dG per channel: q (.) dQ - k (.) dK, at the last row exp(G_last) (.) rowsum(h (.)
 //     dh) + sum_s k_s (.) dK^state_s (WarpTile::add_col_sums), reverse cumsum per channel.
 //   Bound relied on: every exponent formed is <= 0 (G decreases inside a chunk, the reference
 //   rows sit between the pair's rows, the pairs s > t are masked before the exp), so no factor
 //   overflows whatever the gate; a factor underflows only where the exact pair weight
 //   exp(G_t - G_s) is itself below ~1e-38. Factoring q e^{G} . k e^{-G} over the chunk instead
 //   overflows once G reaches ~-88 (logsigmoid(N(-3, 1)), ~-3 a step, does within ~30 tokens).
-// Precision: q, k, v, dO are bf16 and enter the mma exactly; the fp32 operands (h, dh, Aqk, Ps,
-// the decay-weighted V and dO) are split into hi + lo bf16 halves (cuda/chunk_mma.cuh); per-row
-// decays multiply the fp32 accumulators. Per-row sums (dG) are reduced without atomics
-// (WarpTile::add_row_sums), so the backward is deterministic. Fragments are gathered element by
-// element from padded shared tiles (ldmatrix is a next step).
+// Precision: q, k, v, dO are bf16 and enter the mma exactly. In the forward and the scans the fp32
+// operands (h, dh, Aqk, the decay-weighted V and dO) are split into hi + lo bf16 halves
+// (cuda/chunk_mma.cuh), their fragments gathered element by element from padded shared tiles.
+// local_backward_kernel instead rounds each fp32 or decayed operand to bf16 ONCE, where it is
+// formed (Aqk, Ps in 3a; the pieces of h, dh in 3b; qr, kref, qlast, kd), as fla's chunk_gla does,
+// and reads every fragment by ldmatrix from swizzled tiles (cuda/staged_mma.cuh): its gradients
+// carry ~2x the rounding error of the split form (emulator: relative RMS 2-4.4e-3 against the
+// fp64 reference, 1.6-1.7e-3 before; gpu-check's bound 1e-2). Per-row decays multiply the fp32
+// accumulators; the in-sub-chunk pairs are summed in fp32. Per-row sums (dG) are reduced without
+// atomics (WarpTile::add_row_sums), so the backward is deterministic.
 // Memory round trips: every kernel issues all of a chunk's global loads before it waits for any
-// (tiles through cp.async, load_bf16_rows_async / load_f32_rows_async; a thread's gate values into
-// registers, vector_cumsum), so a chunk costs one round trip, not one per loop iteration (a
+// (tiles through cp.async, load_bf16_rows_async / load_tile_async / load_f32_rows_async; a
+// thread's gate values into registers, vector_cumsum), so a chunk costs one round trip, not one per loop iteration (a
 // load-then-store loop through generic pointers is serialised: the compiler cannot move a load
 // above a store that may alias it). The scans run T / 64 chunks in sequence, so their per-chunk
 // latency is the forward's and backward's floor; the vector gate's scans copy the next chunk's
 // tiles during this chunk's state update (vector_scan), which leaves no round trip in the chain.
-// local_backward_kernel fetches its state pieces (3b) a piece ahead: h's first piece with the
-// chunk's tiles, the next one by cp.async into a second buffer while this piece's dK and dV
-// products run (LocalSmem::kStateBufs, wherever two fit), dh's next piece into registers at the
-// same point; only the first piece's dh is waited for, behind the dQ product.
+// local_backward_kernel fetches its state pieces (3b) a piece ahead: h's and dh's first piece
+// with the chunk's tiles, each next one by cp.async into the fp32 staging while this piece's
+// products read its bf16 copy.
 // Shared memory per CTA (launch_kernel asserts <= 227 KB, an sm_90 CTA's limit), dk = 128 / 64:
 //   scores_kernel 35,072 / 18,688 B;  scan_kernel and reverse_scan_kernel 76,544 / 50,944 B
 //   with ~105 / ~95 registers (2 CTAs an SM);  local_backward_kernel (dk, dv) = (128, 128)
-//   176,768 B, (128, 64) 125,568 B, (64, 128) 125,568 B, (64, 64) 91,776 B (two state buffers
-//   where dv = 128), with 240, 196, 167, 125 registers a thread (ptxas): one CTA an SM, two at
-//   (64, 64) (kLocalCtasPerSm).
+//   133,760 B, (128, 64) 117,376 B, (64, 128) 92,800 B, (64, 64) 76,416 B, with 155, 155, 157,
+//   128 registers a thread (ptxas): one CTA an SM, two at (64, 64) (kLocalCtasPerSm).
 //   Vector gate: scan_kernel and reverse_scan_kernel 55,552 B (any dk), 64 registers (4 CTAs an
 //   SM); vector_output_kernel (128, 128) 103,424 B, (128, 64) 95,232 B, (64, 128) 70,656 B,
 //   (64, 64) 62,464 B (RWKV-6: + 4 dk B), 60-102 registers; local_backward_kernel (128, 128)
-//   213,632 B, (128, 64) 162,432 B, (64, 128) 144,512 B, (64, 64) 110,720 B, with 242, 193,
-//   212, 161 registers (one CTA an SM); RWKV-6's + 4 dk B (the bonus), with 244, 202, 209, 173
+//   192,512 B, (128, 64) 176,128 B, (64, 128) 121,344 B, (64, 64) 104,960 B, with 171, 166,
+//   151, 149 registers (one CTA an SM); RWKV-6's + 4 dk B (the bonus), with 226, 226, 154, 153
 //   registers; no spills (ptxas, nvcc 13.0, sm_90).
 //   A width of 256 ((dk, dv) = (256, 256), (128, 256), (256, 128)): scores_kernel at dk = 256
 //   67,840 B, 40 registers; scan_kernel and reverse_scan_kernel at dk = 256 127,744 B, 106 / 105
@@ -109,10 +115,9 @@
 //   (256, 128) 168,960 B, (128, 256) 119,808 B (RWKV-6: + 4 dk B) with 163, 163, 102 registers
 //   (RWKV-6 128, 128, 64), its state piece 32 columns wide at dk = 256 (kOutputPiece);
 //   local_backward_kernel, 128 key channels a CTA (kKeyBlock; one CTA at dk = 128, two at 256),
-//   so (256, 256) and (128, 256) take 209,536 B (vector 211,584 B, RWKV-6 212,096 B: one state
-//   buffer, two would pass 227 KB) with 246 and 247 registers (vector 245, 247; RWKV-6 247, 248)
-//   and (256, 128) the (128, 128) kernel's 176,768 B (vector 213,632 B, RWKV-6 214,144 B) with
-//   246 registers (vector 246, RWKV-6 245). No spills anywhere (ptxas, nvcc 13.0, sm_90).
+//   so (256, 256) and (128, 256) take 166,528 B (vector 225,280 B, RWKV-6 225,792 B) with
+//   153, 155 registers (vector 178, 171; RWKV-6 224, 226) and (256, 128) the (128, 128) kernel's 133,760 B (vector 192,512 B,
+//   RWKV-6 193,024 B) with 155 registers (vector 175, RWKV-6 226). No spills anywhere (ptxas, nvcc 13.0, sm_90).
 #include "cuda/decay_attention_chunk.cuh"
 
 #include <cuda_bf16.h>
@@ -193,6 +198,23 @@ __device__ __forceinline__ void unpack_bf16x8(const uint4& piece, float x[8]) {
   }
 }
 
+// The 8 consecutive values at p (16-byte aligned) as floats: bf16 (a row of a tile) or fp32 (of G);
+// store8 the other way (fp32).
+__device__ __forceinline__ void load8(const bf16* p, float x[8]) { unpack_bf16x8(*reinterpret_cast<const uint4*>(p), x); }
+__device__ __forceinline__ void load8(const float* p, float x[8]) {
+  const float4 lo = *reinterpret_cast<const float4*>(p), hi = *reinterpret_cast<const float4*>(p + 4);
+  x[0] = lo.x, x[1] = lo.y, x[2] = lo.z, x[3] = lo.w, x[4] = hi.x, x[5] = hi.y, x[6] = hi.z, x[7] = hi.w;
+}
+
+__device__ __forceinline__ void store8(float* p, const float x[8]) {
+  *reinterpret_cast<float4*>(p) = make_float4(x[0], x[1], x[2], x[3]);
+  *reinterpret_cast<float4*>(p + 4) = make_float4(x[4], x[5], x[6], x[7]);
+}
+
+// e^x on the ex2 unit, for the elementwise decays of the vector gate's loops (every x <= 0 there;
+// relative error ~2 ulp plus |x| 2^-24 from the scaling, flushed to zero below ~1e-38).
+__device__ __forceinline__ float exp_ex2(float x) { return exp2f(x * 1.4426950408889634f); }
+
 // Vector gate, all threads: G[t * ld + d] = g_0[d] + ... + g_t[d] for the chunk's tokens (g past
 // n = 0; g points at token 0 channel 0, tokens `stride` apart) and, where glast is not null,
 // glast[d] = G[C - 1][d] (= the last valid token's). kParts = kThreads / DK threads share a
@@ -271,19 +293,28 @@ __global__ void __launch_bounds__(kThreads) scores_kernel(Args a) {
 constexpr int kSub = 16;
 
 // The 16 x 16 diagonal blocks of the vector gate's Aqk (the entries vector_scores' mma leaves),
-// pair by pair: put(t, s, Aqk[t, s]) for t, s in one sub-chunk, zero above the diagonal. q(t, d),
-// k(s, d) read the tiles, G(s, d) the gate, Gq(t, d) the query side's (RW: the bonus u on the
-// diagonal, the pairs s < t).
+// pair by pair: put(t, s, Aqk[t, s]) for t, s in one sub-chunk, zero above the diagonal. q8(t, d,
+// x), k8(s, d, x) read channels d .. d + 7 of a row of the tiles, G8(s, d, x) of the gate, Gq8(t, d,
+// x) of the query side's (RW: the bonus u on the diagonal, the pairs s < t).
 template <int DK, bool RW, class Put, class FQ, class FK, class FG, class FGq>
-__device__ __forceinline__ void vector_diagonal_scores(Put&& put, const FQ& q, const FK& k, const FG& G, const FGq& Gq,
+__device__ __forceinline__ void vector_diagonal_scores(Put&& put, const FQ& q8, const FK& k8, const FG& G8, const FGq& Gq8,
                                                        float scale, const float* u) {
   for (int i = threadIdx.x; i < C * kSub; i += kThreads) {
     const int r = i / kSub, c = r / kSub * kSub + i % kSub;
     float x = 0.f;
-    if (RW && c == r)
-      for (int d = 0; d < DK; d++) x += q(r, d) * u[d] * k(c, d);
-    else if (c <= r)
-      for (int d = 0; d < DK; d++) x += q(r, d) * k(c, d) * expf(Gq(r, d) - G(c, d));
+    if (c <= r)
+      for (int d = 0; d < DK; d += 8) {
+        float qv[8], kv[8], gq[8], gk[8];
+        q8(r, d, qv), k8(c, d, kv);
+        if (RW && c == r) {
+#pragma unroll
+          for (int e = 0; e < 8; e++) x += qv[e] * u[d + e] * kv[e];
+        } else {
+          Gq8(r, d, gq), G8(c, d, gk);
+#pragma unroll
+          for (int e = 0; e < 8; e++) x += qv[e] * kv[e] * exp_ex2(gq[e] - gk[e]);
+        }
+      }
     put(r, c, scale * x);
   }
 }
@@ -309,10 +340,15 @@ __device__ __forceinline__ void vector_scores(float* out, int ld, const bf16* q,
     if (c < ref) out[r * ld + c] = scale * x;
     else if (c >= ref + kSub) out[r * ld + c] = 0.f;
   });
-  vector_diagonal_scores<DK, RW>([&](int r, int c, float x) { out[r * ld + c] = x; },
-                                 [&](int r, int d) { return bf(q[r * kLdK + d]); },
-                                 [&](int c, int d) { return bf(k[c * kLdK + d]); },
-                                 [&](int c, int d) { return G[c * kLdG + d]; }, Gq, scale, u);
+  vector_diagonal_scores<DK, RW>(
+      [&](int r, int c, float x) { out[r * ld + c] = x; }, [&](int r, int d, float* x) { load8(q + r * kLdK + d, x); },
+      [&](int c, int d, float* x) { load8(k + c * kLdK + d, x); },
+      [&](int c, int d, float* x) { load8(G + c * kLdG + d, x); },
+      [&](int r, int d, float* x) {
+        if (!RW || r > 0) load8(G + (r - RW) * kLdG + d, x);
+        else for (int e = 0; e < 8; e++) x[e] = 0.f;
+      },
+      scale, u);
 }
 
 // Vector gate, forward pass 2 (vector_output_kernel, grid (NT, HV, B), every chunk in parallel,
@@ -322,7 +358,7 @@ __device__ __forceinline__ void vector_scores(float* out, int ld, const bf16* q,
 // (Gq = G; RWKV-6 (RW): the exclusive Gq_t = G_{t-1} and the bonus u on Aqk's diagonal, see
 // vector_scores; its state update is the decay attention's, so the scan is shared.) The state
 // piece takes q's and k's place once Aqk and qg are formed.
-constexpr int kPiece = 64;  // state columns in shared memory at a time (here and backward pass 3b)
+constexpr int kPiece = 64;  // state columns in shared memory at a time (backward pass 3b: kStatePiece)
 // The forward's piece: 32 columns at dk = 256, where 64 would not fit in q's and k's place.
 template <int DK>
 constexpr int kOutputPiece = DK > 128 ? 32 : kPiece;
@@ -701,7 +737,7 @@ struct LocalSmem {
   }
   static constexpr size_t bytes() { return sizeof(float) * floats() + sizeof(bf16) * halves(); }
   static_assert(floats() % 4 == 0, "the bf16 tiles start 16-byte aligned");
-  static_assert(C * DK <= 2 * kStatePiece * DK, "3a's qr fits in the state pieces' place");
+  static_assert(C * DK <= 2 * kStatePiece * DK, "3a's qr fits in the state pieces' place, 3c's own pairs in the staging's");
   __device__ explicit LocalSmem(void* p) {
     staged_h = static_cast<float*>(p), staged_dh = staged_h + DK * kStatePiece;
     float* gate = staged_dh + DK * kStatePiece;
@@ -791,6 +827,21 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
   auto ps_at = [&](int t, int s) { return bf(sm.ps[swizzle<C>(t, s)]); };   // Ps[t][s]
   auto G_at = [&](int r, int d) { return sm.Gv[r * kLdG + d]; };            // vector gate G_r[d]
   auto Gq_at = [&](int r, int d) { return RW ? (r > 0 ? G_at(r - 1, d) : 0.f) : G_at(r, d); };  // query side
+  // Channels d .. d + 7 of a row (d % 8 == 0), as floats: of q, k, G, Gq.
+  auto q8 = [&](int r, int d, float* x) { load8(sm.q + swizzle<KB>(r, d), x); };
+  auto k8 = [&](int r, int d, float* x) { load8(sm.k + swizzle<KB>(r, d), x); };
+  auto G8 = [&](int r, int d, float* x) { load8(sm.Gv + r * kLdG + d, x); };
+  auto Gq8 = [&](int r, int d, float* x) {
+    if (!RW || r > 0) G8(r - RW, d, x);
+    else for (int e = 0; e < 8; e++) x[e] = 0.f;
+  };
+  // stage8(tile, row, d, x (.) exp(ga - gb)) for 8 channels of a row: a decayed operand.
+  auto stage_decayed = [&](bf16* tile, int row, int d, const float* x, const float* ga, const float* gb) {
+    float y[8];
+#pragma unroll
+    for (int e = 0; e < 8; e++) y[e] = x[e] * exp_ex2(ga[e] - gb[e]);
+    chunk_mma::stage8<KB>(tile, row, d, y);
+  };
   const chunk_mma::Staged<KB, false> Q{sm.q}, K{sm.k}, QR{sm.hT}, KD{sm.decayed};
   const chunk_mma::Staged<KB, true> Kt{sm.k};
   const chunk_mma::Staged<C, false> Ps{sm.ps};
@@ -800,9 +851,12 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
   // The vector gate's kref tiles (see kDecayedRows): rows s < 16 i of k (.) exp(Gq_{16 i} - G_s) for
   // row tiles i = 1, 2, 3 (every exponent <= 0: G decreases, Gq_r <= G_s for s < r).
   auto stage_kref = [&] {
-    for (int i = threadIdx.x; i < kDecayedRows * KB; i += kThreads) {
-      const int row = i / KB, d = i % KB, tile = row < 16 ? 1 : row < 48 ? 2 : 3, s = row - kref_offset(tile);
-      stage<KB>(sm.decayed, row, d, k_rows(s, d) * expf(Gq_at(16 * tile, d) - G_at(s, d)));
+    for (int i = threadIdx.x; i < kDecayedRows * KB / 8; i += kThreads) {
+      const int row = i / (KB / 8), d = i % (KB / 8) * 8, tile = row < 16 ? 1 : row < 48 ? 2 : 3;
+      const int s = row - kref_offset(tile);
+      float x[8], gr[8], gs[8];
+      k8(s, d, x), Gq8(kSub * tile, d, gr), G8(s, d, gs);
+      stage_decayed(sm.decayed, row, d, x, gr, gs);
     }
   };
   // 3a: Aqk = scale (Q K^T) (.) Gamma and Ps = scale (dO V^T) (.) Gamma, Gamma[t,s] = exp(G_t - G_s)
@@ -815,9 +869,11 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
     WarpTile<C, C> qk, da;
     mma_staged(da, dO, Vt, 0, DV);
     if constexpr (VG) {
-      for (int i = threadIdx.x; i < C * KB; i += kThreads) {
-        const int t = i / KB, d = i % KB;
-        stage<KB>(sm.hT, t, d, q_rows(t, d) * expf(Gq_at(t, d) - Gq_at(t / kSub * kSub, d)));
+      for (int i = threadIdx.x; i < C * KB / 8; i += kThreads) {  // qr
+        const int t = i / (KB / 8), d = i % (KB / 8) * 8;
+        float x[8], gt[8], gr[8];
+        q8(t, d, x), Gq8(t, d, gt), Gq8(t / kSub * kSub, d, gr);
+        stage_decayed(sm.hT, t, d, x, gt, gr);
       }
       stage_kref();
       __syncthreads();
@@ -827,8 +883,8 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
         if (c < ref) stage<C>(sm.aqk, r, c, a.scale * x);
         else if (c >= ref + kSub) stage<C>(sm.aqk, r, c, 0.f);
       });
-      vector_diagonal_scores<KB, RW>([&](int r, int c, float x) { stage<C>(sm.aqk, r, c, x); }, q_rows, k_rows,
-                                     G_at, Gq_at, a.scale, sm.u);
+      vector_diagonal_scores<KB, RW>([&](int r, int c, float x) { stage<C>(sm.aqk, r, c, x); }, q8, k8, G8, Gq8,
+                                     a.scale, sm.u);
       da.each([&](int r, int c, float x, int) { stage<C>(sm.ps, r, c, c <= r ? a.scale * x : 0.f); });
     } else {
       mma_staged(qk, Q, Kt, 0, KB);
@@ -875,9 +931,11 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
     }
     if constexpr (VG) {
       if (c0 == 0)  // kd in the kref tiles' place (their last reads, 3a's, ended before the barrier above)
-        for (int i = threadIdx.x; i < C * KB; i += kThreads) {
-          const int t = i / KB, d = i % KB;
-          stage<KB>(sm.decayed, t, d, k_rows(t, d) * expf(sm.glast[d] - G_at(t, d)));
+        for (int i = threadIdx.x; i < C * KB / 8; i += kThreads) {
+          const int t = i / (KB / 8), d = i % (KB / 8) * 8;
+          float x[8], gl[8], gt[8];
+          k8(t, d, x), load8(sm.glast + d, gl), G8(t, d, gt);
+          stage_decayed(sm.decayed, t, d, x, gl, gt);
         }
     }
     __syncthreads();  // the piece's tiles are ready, the staging is free
@@ -910,27 +968,54 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
   //               last row l (exp(G_l - G_s) (.) (Ps^T qlast), qlast = q_t (.) exp(Gq_t - G_l),
   //               t > l), its own pair by pair
   if constexpr (VG) {
-    dq.each([&](int r, int d, float& x, int) { x *= a.scale * expf(Gq_at(r, d)); });
-    dk.each([&](int r, int d, float& x, int) { x *= expf(sm.glast[d] - G_at(r, d)); });
+    dq.each([&](int r, int d, float& x, int) { x *= a.scale * exp_ex2(Gq_at(r, d)); });
+    dk.each([&](int r, int d, float& x, int) { x *= exp_ex2(sm.glast[d] - G_at(r, d)); });
     dk.add_col_sums(sm.colKs, [&](int r, int d, float x) { return x * k_rows(r, d); });
+    float* const own = sm.staged_h;  // (C, KB) fp32: the own sub-chunk's pairs, in the staging's place
     __syncthreads();  // every read of kd is done
     stage_kref();
+    for (int i = threadIdx.x; i < C * KB / 8; i += kThreads) {  // own[t] = sum_{s <= t} (RW: s < t)
+      const int t = i / (KB / 8), d = i % (KB / 8) * 8;
+      float gt[8], sum[8] = {};
+      Gq8(t, d, gt);
+      for (int s = t / kSub * kSub; s <= t - RW; s++) {
+        float kv[8], gs[8];
+        k8(s, d, kv), G8(s, d, gs);
+        const float p = ps_at(t, s);
+#pragma unroll
+        for (int e = 0; e < 8; e++) sum[e] += p * kv[e] * exp_ex2(gt[e] - gs[e]);
+      }
+      store8(own + t * KB + d, sum);
+    }
     __syncthreads();
     {
       WarpTile<C, KB> pairs;
       const int ref = pairs.row0;
       mma_staged(pairs, Ps, chunk_mma::Staged<KB, false>{sm.decayed, kref_offset(ref / kSub)}, 0, ref);
       dq.each([&](int t, int d, float& x, int slot) {
-        float own = 0.f;  // RW: s < t (the diagonal is the bonus's)
-        for (int s = ref; s <= t - RW; s++) own += ps_at(t, s) * k_rows(s, d) * expf(Gq_at(t, d) - G_at(s, d));
-        x += pairs.at(slot) * expf(Gq_at(t, d) - Gq_at(ref, d)) + own;
+        x += pairs.at(slot) * exp_ex2(Gq_at(t, d) - Gq_at(ref, d)) + own[t * KB + d];
       });
     }
-    __syncthreads();  // every read of kref is done
-    for (int i = threadIdx.x; i < kDecayedRows * KB; i += kThreads) {  // qlast for row tiles 0, 1, 2
-      const int row = i / KB, d = i % KB, tile = row < 48 ? 0 : row < 80 ? 1 : 2;
+    __syncthreads();  // every read of kref and own is done
+    for (int i = threadIdx.x; i < kDecayedRows * KB / 8; i += kThreads) {  // qlast for row tiles 0, 1, 2
+      const int row = i / (KB / 8), d = i % (KB / 8) * 8, tile = row < 48 ? 0 : row < 80 ? 1 : 2;
       const int t = row - qlast_offset(tile) + kSub * (tile + 1);
-      stage<KB>(sm.decayed, row, d, q_rows(t, d) * expf(Gq_at(t, d) - G_at(kSub * tile + kSub - 1, d)));
+      float x[8], gt[8], gl[8];
+      q8(t, d, x), Gq8(t, d, gt), G8(kSub * tile + kSub - 1, d, gl);
+      stage_decayed(sm.decayed, row, d, x, gt, gl);
+    }
+    for (int i = threadIdx.x; i < C * KB / 8; i += kThreads) {  // own[s] = sum_{t >= s} (RW: t > s)
+      const int s = i / (KB / 8), d = i % (KB / 8) * 8;
+      float gs[8], sum[8] = {};
+      G8(s, d, gs);
+      for (int t = s + RW; t < s / kSub * kSub + kSub; t++) {
+        float qv[8], gt[8];
+        q8(t, d, qv), Gq8(t, d, gt);
+        const float p = ps_at(t, s);
+#pragma unroll
+        for (int e = 0; e < 8; e++) sum[e] += p * qv[e] * exp_ex2(gt[e] - gs[e]);
+      }
+      store8(own + s * KB + d, sum);
     }
     __syncthreads();
     {
@@ -938,9 +1023,7 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
       const int tile = pairs.row0 / kSub, last = pairs.row0 + kSub - 1;
       mma_staged(pairs, Pst, chunk_mma::Staged<KB, false>{sm.decayed, qlast_offset(tile) - (last + 1)}, last + 1, C);
       dk.each([&](int s, int d, float& x, int slot) {
-        float own = 0.f;  // RW: t > s
-        for (int t = s + RW; t <= last; t++) own += ps_at(t, s) * q_rows(t, d) * expf(Gq_at(t, d) - G_at(s, d));
-        x += pairs.at(slot) * expf(G_at(last, d) - G_at(s, d)) + own;
+        x += pairs.at(slot) * exp_ex2(G_at(last, d) - G_at(s, d)) + own[s * KB + d];
       });
     }
   } else {

@@ -58,4 +58,13 @@ __device__ __forceinline__ void stage(__nv_bfloat16* tile, int r, int c, float x
   tile[swizzle<W>(r, c)] = __float2bfloat16_rn(x);
 }
 
+// tile[swizzle(r, c .. c + 7)] = x[0 .. 7] rounded to bf16, one 16-byte store (c % 8 == 0).
+template <int W>
+__device__ __forceinline__ void stage8(__nv_bfloat16* tile, int r, int c, const float x[8]) {
+  uint4 piece;
+  piece.x = pack_bf16(x[0], x[1]), piece.y = pack_bf16(x[2], x[3]);
+  piece.z = pack_bf16(x[4], x[5]), piece.w = pack_bf16(x[6], x[7]);
+  *reinterpret_cast<uint4*>(tile + swizzle<W>(r, c)) = piece;
+}
+
 }  // namespace hla::cuda::chunk_mma
