@@ -69,8 +69,8 @@
 //     pair (its own), dK_s += sum_{t>=s} Ps[t,s] q_t (.) e^{G_t - G_s} through the row tile's
 //     last row; the decayed operands of these products and of 3a's Aqk (qr, kref, qlast: see
 //     kDecayedRows) and of dV (kd = K (.) exp(G_last - G)) are staged once as bf16 tiles, the
-//     pairs inside a sub-chunk summed 8 channels a thread (vector_diagonal_scores, the own
-//     loops of 3c) with e^x on the ex2 unit (exp_ex2); dG per channel: q (.) dQ - k (.) dK, at the last row exp(G_last) (.) rowsum(h (.)
+//     pairs inside a sub-chunk summed 8 channels a thread with e^x on the ex2 unit (exp_ex2;
+//     Aqk's diagonal blocks and dQ's own pairs share one pass and its decays); dG per channel: q (.) dQ - k (.) dK, at the last row exp(G_last) (.) rowsum(h (.)
 //     dh) + sum_s k_s (.) dK^state_s (WarpTile::add_col_sums), reverse cumsum per channel.
 //   Bound relied on: every exponent formed is <= 0 (G decreases inside a chunk, the reference
 //   rows sit between the pair's rows, the pairs s > t are masked before the exp), so no factor
@@ -105,8 +105,8 @@
 //   Vector gate: scan_kernel and reverse_scan_kernel 55,552 B (any dk), 64 registers (4 CTAs an
 //   SM); vector_output_kernel (128, 128) 103,424 B, (128, 64) 95,232 B, (64, 128) 70,656 B,
 //   (64, 64) 62,464 B (RWKV-6: + 4 dk B), 60-102 registers; local_backward_kernel (128, 128)
-//   192,512 B, (128, 64) 176,128 B, (64, 128) 121,344 B, (64, 64) 104,960 B, with 171, 166,
-//   151, 149 registers (one CTA an SM); RWKV-6's + 4 dk B (the bonus), with 226, 226, 154, 153
+//   192,512 B, (128, 64) 176,128 B, (64, 128) 121,344 B, (64, 64) 104,960 B, with 195, 203,
+//   158, 156 registers (one CTA an SM); RWKV-6's + 4 dk B (the bonus), with 228, 230, 184, 168
 //   registers; no spills (ptxas, nvcc 13.0, sm_90).
 //   A width of 256 ((dk, dv) = (256, 256), (128, 256), (256, 128)): scores_kernel at dk = 256
 //   67,840 B, 40 registers; scan_kernel and reverse_scan_kernel at dk = 256 127,744 B, 106 / 105
@@ -116,8 +116,8 @@
 //   (RWKV-6 128, 128, 64), its state piece 32 columns wide at dk = 256 (kOutputPiece);
 //   local_backward_kernel, 128 key channels a CTA (kKeyBlock; one CTA at dk = 128, two at 256),
 //   so (256, 256) and (128, 256) take 166,528 B (vector 225,280 B, RWKV-6 225,792 B) with
-//   153, 155 registers (vector 178, 171; RWKV-6 224, 226) and (256, 128) the (128, 128) kernel's 133,760 B (vector 192,512 B,
-//   RWKV-6 193,024 B) with 155 registers (vector 175, RWKV-6 226). No spills anywhere (ptxas, nvcc 13.0, sm_90).
+//   153, 155 registers (vector 210, 204; RWKV-6 226, 228) and (256, 128) the (128, 128) kernel's 133,760 B (vector 192,512 B,
+//   RWKV-6 193,024 B) with 155 registers (vector 197, RWKV-6 230). No spills anywhere (ptxas, nvcc 13.0, sm_90).
 #include "cuda/decay_attention_chunk.cuh"
 
 #include <cuda_bf16.h>
@@ -863,12 +863,20 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
   //     on s <= t (o = Aqk V  =>  dAqk = dO V^T, and Aqk's gated factor is q_t . k_s). Vector
   //     gate: Aqk as vector_scores forms it, Ps = scale dO V^T masked (the decays are per channel);
   //     below the diagonal blocks qr = q_t (.) exp(Gq_t - Gq_r) (r = the row tile's first row,
-  //     staged in the state pieces' place) against the row tile's kref, the diagonal blocks pair
-  //     by pair (vector_diagonal_scores).
+  //     staged in the state pieces' place) against the row tile's kref; the diagonal blocks pair
+  //     by pair, fused with 3c's own-sub-chunk part of dQ, which takes the same decays
+  //     E = e^{Gq_t - G_s}, s <= t in one sub-chunk (RW: s < t, and the bonus on the diagonal):
+  //       Aqk[t,s] = scale sum_d q_t k_s E,   own_dq[t] = sum_s Ps[t,s] k_s (.) E,
+  //     a thread taking row t and 8 channels (own_dq in its registers until 3c), the row's
+  //     kRowThreads threads summing Aqk[t,s] by shuffles.
+  constexpr int kRowThreads = KB / 8, kOwnRows = C * kRowThreads / kThreads;  // own_dq: rows a thread
+  static_assert(C * kRowThreads % kThreads == 0 && 32 % kRowThreads == 0, "a row's threads in one warp");
+  float own_dq[kOwnRows][8];  // vector gate: row threadIdx.x / kRowThreads + p * (kThreads / kRowThreads)
   {
     WarpTile<C, C> qk, da;
     mma_staged(da, dO, Vt, 0, DV);
     if constexpr (VG) {
+      da.each([&](int r, int c, float x, int) { stage<C>(sm.ps, r, c, c <= r ? a.scale * x : 0.f); });
       for (int i = threadIdx.x; i < C * KB / 8; i += kThreads) {  // qr
         const int t = i / (KB / 8), d = i % (KB / 8) * 8;
         float x[8], gt[8], gr[8];
@@ -883,9 +891,35 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
         if (c < ref) stage<C>(sm.aqk, r, c, a.scale * x);
         else if (c >= ref + kSub) stage<C>(sm.aqk, r, c, 0.f);
       });
-      vector_diagonal_scores<KB, RW>([&](int r, int c, float x) { stage<C>(sm.aqk, r, c, x); }, q8, k8, G8, Gq8,
-                                     a.scale, sm.u);
-      da.each([&](int r, int c, float x, int) { stage<C>(sm.ps, r, c, c <= r ? a.scale * x : 0.f); });
+#pragma unroll
+      for (int p = 0; p < kOwnRows; p++) {
+        const int i = threadIdx.x + p * kThreads, t = i / kRowThreads, d = i % kRowThreads * 8;
+        const int t_warp = __shfl_sync(0xffffffffu, t, 31);  // the warp's last row: one loop for its rows
+        float qv[8], gt[8];
+        q8(t, d, qv), Gq8(t, d, gt);
+#pragma unroll
+        for (int e = 0; e < 8; e++) own_dq[p][e] = 0.f;
+        for (int s = t / kSub * kSub; s <= t_warp; s++) {
+          float kv[8], gs[8];
+          k8(s, d, kv), G8(s, d, gs);
+          const bool pair = RW ? s < t : s <= t;
+          const float ps = ps_at(t, s);
+          float dot = 0.f;
+#pragma unroll
+          for (int e = 0; e < 8; e++) {
+            const float decay = pair ? exp_ex2(gt[e] - gs[e]) : 0.f;
+            own_dq[p][e] += ps * kv[e] * decay;
+            dot += qv[e] * (RW && s == t ? sm.u[d + e] : decay) * kv[e];
+          }
+#pragma unroll
+          for (int off = 1; off < kRowThreads; off <<= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+          if (d == 0 && s <= t) stage<C>(sm.aqk, t, s, a.scale * dot);
+        }
+      }
+      for (int i = threadIdx.x; i < C * kSub; i += kThreads) {  // above the diagonal in the diagonal blocks
+        const int r = i / kSub, c = r / kSub * kSub + i % kSub;
+        if (c > r) stage<C>(sm.aqk, r, c, 0.f);
+      }
     } else {
       mma_staged(qk, Q, Kt, 0, KB);
       store_decayed_scores(qk, sm.G, a.scale, [&](int r, int c, float x) { stage<C>(sm.aqk, r, c, x); });
@@ -974,18 +1008,10 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
     float* const own = sm.staged_h;  // (C, KB) fp32: the own sub-chunk's pairs, in the staging's place
     __syncthreads();  // every read of kd is done
     stage_kref();
-    for (int i = threadIdx.x; i < C * KB / 8; i += kThreads) {  // own[t] = sum_{s <= t} (RW: s < t)
-      const int t = i / (KB / 8), d = i % (KB / 8) * 8;
-      float gt[8], sum[8] = {};
-      Gq8(t, d, gt);
-      for (int s = t / kSub * kSub; s <= t - RW; s++) {
-        float kv[8], gs[8];
-        k8(s, d, kv), G8(s, d, gs);
-        const float p = ps_at(t, s);
 #pragma unroll
-        for (int e = 0; e < 8; e++) sum[e] += p * kv[e] * exp_ex2(gt[e] - gs[e]);
-      }
-      store8(own + t * KB + d, sum);
+    for (int p = 0; p < kOwnRows; p++) {  // 3a's own_dq
+      const int i = threadIdx.x + p * kThreads;
+      store8(own + i / kRowThreads * KB + i % kRowThreads * 8, own_dq[p]);
     }
     __syncthreads();
     {
