@@ -100,13 +100,13 @@
 // Shared memory per CTA (launch_kernel asserts <= 227 KB, an sm_90 CTA's limit), dk = 128 / 64:
 //   scores_kernel 35,072 / 18,688 B;  scan_kernel and reverse_scan_kernel 76,544 / 50,944 B
 //   with ~105 / ~95 registers (2 CTAs an SM);  local_backward_kernel (dk, dv) = (128, 128)
-//   133,760 B, (128, 64) 117,376 B, (64, 128) 92,800 B, (64, 64) 76,416 B, with 155, 155, 157,
+//   133,760 B, (128, 64) 117,376 B, (64, 128) 92,800 B, (64, 64) 76,416 B, with 159, 159, 160,
 //   128 registers a thread (ptxas): one CTA an SM, two at (64, 64) (kLocalCtasPerSm).
 //   Vector gate: scan_kernel and reverse_scan_kernel 55,552 B (any dk), 64 registers (4 CTAs an
 //   SM); vector_output_kernel (128, 128) 103,424 B, (128, 64) 95,232 B, (64, 128) 70,656 B,
 //   (64, 64) 62,464 B (RWKV-6: + 4 dk B), 60-102 registers; local_backward_kernel (128, 128)
-//   192,512 B, (128, 64) 176,128 B, (64, 128) 121,344 B, (64, 64) 104,960 B, with 195, 203,
-//   158, 156 registers (one CTA an SM); RWKV-6's + 4 dk B (the bonus), with 228, 230, 184, 168
+//   192,512 B, (128, 64) 176,128 B, (64, 128) 121,344 B, (64, 64) 104,960 B, with 192, 206,
+//   162, 160 registers (one CTA an SM); RWKV-6's + 4 dk B (the bonus), with 228, 230, 173, 172
 //   registers; no spills (ptxas, nvcc 13.0, sm_90).
 //   A width of 256 ((dk, dv) = (256, 256), (128, 256), (256, 128)): scores_kernel at dk = 256
 //   67,840 B, 40 registers; scan_kernel and reverse_scan_kernel at dk = 256 127,744 B, 106 / 105
@@ -116,8 +116,8 @@
 //   (RWKV-6 128, 128, 64), its state piece 32 columns wide at dk = 256 (kOutputPiece);
 //   local_backward_kernel, 128 key channels a CTA (kKeyBlock; one CTA at dk = 128, two at 256),
 //   so (256, 256) and (128, 256) take 166,528 B (vector 225,280 B, RWKV-6 225,792 B) with
-//   153, 155 registers (vector 210, 204; RWKV-6 226, 228) and (256, 128) the (128, 128) kernel's 133,760 B (vector 192,512 B,
-//   RWKV-6 193,024 B) with 155 registers (vector 197, RWKV-6 230). No spills anywhere (ptxas, nvcc 13.0, sm_90).
+//   159, 159 registers (vector 208, 206; RWKV-6 228, 228) and (256, 128) the (128, 128) kernel's 133,760 B (vector 192,512 B,
+//   RWKV-6 193,024 B) with 161 registers (vector 195, RWKV-6 230). No spills anywhere (ptxas, nvcc 13.0, sm_90).
 #include "cuda/decay_attention_chunk.cuh"
 
 #include <cuda_bf16.h>
@@ -806,7 +806,6 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
   if constexpr (VG) {
     vector_cumsum<KB>(sm.Gv, kLdG, sm.glast, a.g + tok0 * DK + d0, int64_t(a.HV) * DK, n);
     for (int i = threadIdx.x; i < C / 16 * KB; i += kThreads) sm.colKs[i] = 0.f;
-    for (int i = threadIdx.x; i < KB; i += kThreads) sm.hdh[i] = 0.f;  // summed in 3b
     if constexpr (RW)
       for (int d = threadIdx.x; d < KB; d += kThreads) sm.u[d] = bf(a.bonus[hq * DK + d0 + d]);
   } else {
@@ -934,34 +933,32 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
   //                                          (vector gate: kd dh, kd = K (.) exp(G_last - G)
   //                                          staged once)
   //     S_end = exp(G_last) h + ...      =>  <h, dh> for dG_last (3d); a vector gate keeps it per
-  //                                          state row (rowsum(h (.) dh) into hdh, one owner
-  //                                          thread per row: the threads of a row reduce by shuffles)
+  //                                          state row (rowsum(h (.) dh) into hdh, summed by
+  //                                          the warp that converts the row)
   //     Each piece of h and dh lands in fp32 staging by cp.async (piece 0 with the chunk's tiles,
   //     piece p + 1 while piece p's products run), is summed into <h, dh> and rounded to bf16 into
   //     the transposed tiles hT, dhT the products read.
   WarpTile<C, KB> dq, dk;
-  float hdh = 0.f;
-  constexpr int kQuads = kStatePiece / 4;                  // float4 pieces of a state row
-  static_assert(KB * kQuads % kThreads == 0 && kThreads % kQuads == 0, "whole state rows per pass");
+  // The conversion: a thread takes column c = its lane of the piece and state rows d .. d + 7
+  // (one 16-byte store into each of hT's and dhT's rows c; the warp's 32 columns read
+  // conflict-free), the same rows in every piece, so its parts of rowsum(h (.) dh) stay in
+  // registers until the warp sums them after the last piece.
+  static_assert(kStatePiece == 32, "a warp's lanes are a piece's columns");
+  constexpr int kRowGroups = KB / 8 * kStatePiece / kThreads;  // 8-row groups a thread
+  static_assert(KB / 8 * kStatePiece % kThreads == 0, "whole row groups per thread");
+  float hdh[kRowGroups][8] = {};
   for (int c0 = 0; c0 < DV; c0 += kStatePiece) {
     wait_tiles();  // this piece has landed; every read of the previous piece's tiles (or 3a's) is done
-    for (int i = threadIdx.x; i < KB * kQuads; i += kThreads) {
-      const int d = i / kQuads, c = i % kQuads * 4;
-      const float4 h = *reinterpret_cast<const float4*>(sm.staged_h + d * kStatePiece + c);
-      const float4 x = *reinterpret_cast<const float4*>(sm.staged_dh + d * kStatePiece + c);
-      const float dot = h.x * x.x + h.y * x.y + h.z * x.z + h.w * x.w;
-      if constexpr (VG) {
-        float row = dot;
 #pragma unroll
-        for (int off = 1; off < kQuads; off <<= 1) row += __shfl_xor_sync(0xffffffffu, row, off);
-        if (threadIdx.x % kQuads == 0) sm.hdh[d] += row;
-      } else {
-        hdh += dot;
+    for (int p = 0; p < kRowGroups; p++) {
+      const int i = threadIdx.x + p * kThreads, c = i % kStatePiece, d = i / kStatePiece * 8;
+      float h[8], x[8];
+#pragma unroll
+      for (int e = 0; e < 8; e++) {
+        h[e] = sm.staged_h[(d + e) * kStatePiece + c], x[e] = sm.staged_dh[(d + e) * kStatePiece + c];
+        hdh[p][e] += h[e] * x[e];
       }
-      stage<KB>(sm.hT, c, d, h.x), stage<KB>(sm.hT, c + 1, d, h.y), stage<KB>(sm.hT, c + 2, d, h.z);
-      stage<KB>(sm.hT, c + 3, d, h.w);
-      stage<KB>(sm.dhT, c, d, x.x), stage<KB>(sm.dhT, c + 1, d, x.y), stage<KB>(sm.dhT, c + 2, d, x.z);
-      stage<KB>(sm.dhT, c + 3, d, x.w);
+      chunk_mma::stage8<KB>(sm.hT, c, d, h), chunk_mma::stage8<KB>(sm.dhT, c, d, x);
     }
     if constexpr (VG) {
       if (c0 == 0)  // kd in the kref tiles' place (their last reads, 3a's, ended before the barrier above)
@@ -993,6 +990,22 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
       else a.dv[i] = __float2bfloat16_rn(x);
     });
   }
+  // <h, dh>: a vector gate's per row (the warp's 32 columns summed, lane 0 owns rows d .. d + 7),
+  // a scalar gate's in total (this thread's part, summed over the block in 3d).
+  float hdh_sum = 0.f;
+#pragma unroll
+  for (int p = 0; p < kRowGroups; p++)
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+      if constexpr (VG) {
+        float row = hdh[p][e];
+#pragma unroll
+        for (int off = 1; off < 32; off <<= 1) row += __shfl_xor_sync(0xffffffffu, row, off);
+        if (threadIdx.x % 32 == 0) sm.hdh[(threadIdx.x + p * kThreads) / kStatePiece * 8 + e] = row;
+      } else {
+        hdh_sum += hdh[p][e];
+      }
+    }
   // 3c: the row decays, sum_s k_s . dK^state_s (dG_last), then the in-chunk pairs:
   //     A[t,s] = Gamma[t,s] q_t . k_s  =>  dQ += Ps K,  dK += Ps^T Q   (Ps holds scale, Gamma)
   //     Vector gate, per channel d (every exponent <= 0, as in vector_scores):
@@ -1106,7 +1119,7 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
   store_dq_dk();
   dq.add_row_sums(sm.rowQ, [&](int r, int d, float x) { return x * q_rows(r, d); });
   dk.add_row_sums(sm.rowK, [&](int r, int d, float x) { return x * k_rows(r, d); });
-  hdh = block_sum(hdh, sm.red);  // its __syncthreads also publish the row sums
+  const float hdh_total = block_sum(hdh_sum, sm.red);  // its __syncthreads also publish the row sums
   if (threadIdx.x < C) {
     const int r = threadIdx.x;
     sm.dG[r] = sm.rowQ[r] + sm.rowQ[C + r] - sm.rowK[r] - sm.rowK[C + r];
@@ -1115,7 +1128,7 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
   if (threadIdx.x == 0) {
     float kgp = 0.f;  // sum_s k_s . dK^state_s
     for (int i = 0; i < 2 * C; i++) kgp += sm.rowKs[i];
-    sm.dG[C - 1] += sm.expG[C - 1] * hdh + kgp;
+    sm.dG[C - 1] += sm.expG[C - 1] * hdh_total + kgp;
     for (int t = C - 2; t >= 0; t--) sm.dG[t] += sm.dG[t + 1];  // g_t enters G_s for s >= t
   }
   __syncthreads();
