@@ -97,6 +97,14 @@
 // local_backward_kernel fetches its state pieces (3b) a piece ahead: h's and dh's first piece
 // with the chunk's tiles, each next one by cp.async into the fp32 staging while this piece's
 // products read its bf16 copy.
+// local_backward_kernel's budget at B4 T4096 H16 D128, vector gate (4096 CTAs, ~31 an SM in turn):
+// memory 1.14 GB (a chunk reads h, dh 128 KB in fp32, q, k, v, dO 64 KB, g 16 KB, writes dq, dk,
+// dv, dg 64 KB), ~0.25 ms at 4.5 TB/s; ~2.3K mma.m16n8k16 a CTA (39 GFLOP), < 0.1 ms; ~230K
+// elementwise exps a CTA (staging 61K, Aqk's diagonal blocks with dQ's own pairs 74K, dK's own
+// pairs 70K, accumulator decays 25K), ~0.25 ms on the ex2 units (16 a clock an SM), overlapping
+// the memory: a floor near 0.3 ms, where the element-by-element fragment gathers (expf inside
+// the mma loops, hi + lo splits) took 5.1 ms (ncu, H200). The scalar gate has no elementwise
+// decays: memory-bound, the same ~0.25 ms.
 // Shared memory per CTA (launch_kernel asserts <= 227 KB, an sm_90 CTA's limit), dk = 128 / 64:
 //   scores_kernel 35,072 / 18,688 B;  scan_kernel and reverse_scan_kernel 76,544 / 50,944 B
 //   with ~105 / ~95 registers (2 CTAs an SM);  local_backward_kernel (dk, dv) = (128, 128)
