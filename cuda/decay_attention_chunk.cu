@@ -718,7 +718,8 @@ constexpr int kStatePiece = 32;  // state columns a 3b step (fp32 staging, then 
 // 16 i + 15) takes k's rows s < 16 i decayed to 16 i (kref, 3a and dQ in 3c) or q's rows t > 16 i
 // + 15 decayed to 16 i + 15 (qlast, dK in 3c), the tiles of the four row tiles one after another.
 constexpr int kDecayedRows = 96;  // 16 + 32 + 48 rows of kref; 48 + 32 + 16 of qlast
-__device__ __forceinline__ int kref_offset(int tile) { return 8 * tile * (tile - 1); }   // rows before kref_tile
+// The first row of row tile `tile`'s kref (tiles 1-3) or qlast (tiles 0-2) in the staged rows.
+__device__ __forceinline__ int kref_offset(int tile) { return 8 * tile * (tile - 1); }
 __device__ __forceinline__ int qlast_offset(int tile) { return 48 * tile - 8 * tile * (tile - 1); }
 
 template <int DK, int DV, bool VG, bool RW>
@@ -760,7 +761,7 @@ struct LocalSmem {
 };
 
 // CTAs an SM local_backward_kernel is compiled for: 2 for the scalar gate at (64, 64), whose
-// 91,776 B of shared memory allow two once the registers are held to 128 a thread; one elsewhere.
+// 76,416 B of shared memory allow two once the registers are held to 128 a thread; one elsewhere.
 template <int DK, int DV, bool VG>
 constexpr int kLocalCtasPerSm = !VG && DK == 64 && DV == 64 ? 2 : 1;
 
