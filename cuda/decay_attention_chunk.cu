@@ -112,7 +112,7 @@
 //   128 registers a thread (ptxas): one CTA an SM, two at (64, 64) (kLocalCtasPerSm).
 //   Vector gate: scan_kernel and reverse_scan_kernel 55,552 B (any dk), 64 registers (4 CTAs an
 //   SM); vector_output_kernel (128, 128) 103,424 B, (128, 64) 95,232 B, (64, 128) 70,656 B,
-//   (64, 64) 62,464 B (RWKV-6: + 4 dk B), 60-102 registers; local_backward_kernel (128, 128)
+//   (64, 64) 62,464 B (RWKV-6: + 4 dk B), 59-99 registers; local_backward_kernel (128, 128)
 //   192,512 B, (128, 64) 176,128 B, (64, 128) 121,344 B, (64, 64) 104,960 B, with 192, 206,
 //   162, 160 registers (one CTA an SM); RWKV-6's + 4 dk B (the bonus), with 228, 230, 173, 172
 //   registers; no spills (ptxas, nvcc 13.0, sm_90).
@@ -120,7 +120,7 @@
 //   67,840 B, 40 registers; scan_kernel and reverse_scan_kernel at dk = 256 127,744 B, 106 / 105
 //   registers (the state update in two 128-row passes, ScanSmem::advance; dk = 128 as above);
 //   vector scans 55,552 B, 64 / 62 registers; vector_output_kernel (256, 256) 185,344 B,
-//   (256, 128) 168,960 B, (128, 256) 119,808 B (RWKV-6: + 4 dk B) with 163, 163, 102 registers
+//   (256, 128) 168,960 B, (128, 256) 119,808 B (RWKV-6: + 4 dk B) with 159, 159, 99 registers
 //   (RWKV-6 128, 128, 64), its state piece 32 columns wide at dk = 256 (kOutputPiece);
 //   local_backward_kernel, 128 key channels a CTA (kKeyBlock; one CTA at dk = 128, two at 256),
 //   so (256, 256) and (128, 256) take 166,528 B (vector 225,280 B, RWKV-6 225,792 B) with
@@ -307,23 +307,30 @@ constexpr int kSub = 16;
 template <int DK, bool RW, class Put, class FQ, class FK, class FG, class FGq>
 __device__ __forceinline__ void vector_diagonal_scores(Put&& put, const FQ& q8, const FK& k8, const FG& G8, const FGq& Gq8,
                                                        float scale, const float* u) {
-  for (int i = threadIdx.x; i < C * kSub; i += kThreads) {
-    const int r = i / kSub, c = r / kSub * kSub + i % kSub;
+  // The lower triangles (with the diagonal) only, so no thread idles: pair p of a block is row
+  // rl, column p - rl (rl + 1) / 2 with rl (rl + 1) / 2 <= p.
+  constexpr int kPairs = kSub * (kSub + 1) / 2;
+  for (int i = threadIdx.x; i < C / kSub * kPairs; i += kThreads) {
+    const int p = i % kPairs, rl = int((sqrtf(8.f * p + 1.f) - 1.f) / 2.f);
+    const int r = i / kPairs * kSub + rl, c = r - rl + p - rl * (rl + 1) / 2;
     float x = 0.f;
-    if (c <= r)
-      for (int d = 0; d < DK; d += 8) {
-        float qv[8], kv[8], gq[8], gk[8];
-        q8(r, d, qv), k8(c, d, kv);
-        if (RW && c == r) {
+    for (int d = 0; d < DK; d += 8) {
+      float qv[8], kv[8], gq[8], gk[8];
+      q8(r, d, qv), k8(c, d, kv);
+      if (RW && c == r) {
 #pragma unroll
-          for (int e = 0; e < 8; e++) x += qv[e] * u[d + e] * kv[e];
-        } else {
-          Gq8(r, d, gq), G8(c, d, gk);
+        for (int e = 0; e < 8; e++) x += qv[e] * u[d + e] * kv[e];
+      } else {
+        Gq8(r, d, gq), G8(c, d, gk);
 #pragma unroll
-          for (int e = 0; e < 8; e++) x += qv[e] * kv[e] * exp_ex2(gq[e] - gk[e]);
-        }
+        for (int e = 0; e < 8; e++) x += qv[e] * kv[e] * exp_ex2(gq[e] - gk[e]);
       }
+    }
     put(r, c, scale * x);
+  }
+  for (int i = threadIdx.x; i < C * kSub; i += kThreads) {  // above the diagonal
+    const int r = i / kSub, c = r / kSub * kSub + i % kSub;
+    if (c > r) put(r, c, 0.f);
   }
 }
 
