@@ -29,7 +29,7 @@
 //   and the scalar dG, which each CTA forms over its own channels and writes as an fp32 part,
 //   added in block order after the kernel (write_column_sums):
 //     3a  Aqk as in pass 1, and Ps[t, s] = scale (dO_t . v_s) exp(G_t - G_s) for s <= t    (mma)
-//     3b  64 state columns at a time: dQ += dO h^T;  dK += V dh^T;  <h, dh>;
+//     3b  32 state columns at a time: dQ += dO h^T;  dK += V dh^T;  <h, dh>;
 //         dV = exp(G_last - G) (.) (K dh) + Aqk^T dO                                       (mma)
 //     3c  dQ = scale exp(G) (.) dQ + Ps K;  dK = exp(G_last - G) (.) dK + Ps^T Q           (mma)
 //     3d  dG_t = q_t . dQ_t - k_t . dK_t, and at the chunk's last row + exp(G_last) <h, dh> +
@@ -40,8 +40,8 @@
 //   Ps holds the whole lower triangle with its diagonal, A[t,t] = q_t . k_t (exp(0) = 1): the
 //   diagonal's terms in q_t . dQ_t and k_t . dK_t are equal and cancel in dG_t, as in the CPU
 //   reference, which leaves the diagonal out of dG.
-//   h[n] and dh[n] are kept in fp32 (2 x 4 B x B HV NT dk dv, 268 MB each at B4 T4096 H16 D128):
-//   bf16 snapshots would put 2^-9 relative errors on dQ, dK, dV (products with h, dh).
+//   h[n] and dh[n] are kept in fp32 (2 x 4 B x B HV NT dk dv, 268 MB each at B4 T4096 H16 D128);
+//   pass 3 reads each piece once and rounds it to bf16 once, as its mma operand (see Precision).
 // Vector gate (GLA, HGRN-2; template flag VG; g and dg (B, T, HV, dk), G per channel, fp32 (C, dk)
 // tiles in shared memory). Every diagonal factor becomes per channel, exp(G_t) -> exp(G_t[d]):
 //   The forward splits as fla's chunk_gla does (its source read, not copied): only the state runs
@@ -67,52 +67,65 @@
 //   Pass 3: Ps = scale dO V^T masked (no decay: it is per channel); dQ_t += sum_{s<=t} Ps[t,s]
 //     k_s (.) e^{G_t - G_s} through the row tile's first row (earlier sub-chunks) and pair by
 //     pair (its own), dK_s += sum_{t>=s} Ps[t,s] q_t (.) e^{G_t - G_s} through the row tile's
-//     last row; dG per channel: q (.) dQ - k (.) dK, at the last row exp(G_last) (.) rowsum(h (.)
+//     last row; the decayed operands of these products and of 3a's Aqk (qr, kref, qlast: see
+//     kDecayedRows) and of dV (kd = K (.) exp(G_last - G)) are staged once as bf16 tiles, the
+//     pairs inside a sub-chunk summed 8 channels a thread with e^x on the ex2 unit (exp_ex2;
+//     Aqk's diagonal blocks and dQ's own pairs share one pass and its decays); dG per channel: q (.) dQ - k (.) dK, at the last row exp(G_last) (.) rowsum(h (.)
 //     dh) + sum_s k_s (.) dK^state_s (WarpTile::add_col_sums), reverse cumsum per channel.
 //   Bound relied on: every exponent formed is <= 0 (G decreases inside a chunk, the reference
 //   rows sit between the pair's rows, the pairs s > t are masked before the exp), so no factor
 //   overflows whatever the gate; a factor underflows only where the exact pair weight
 //   exp(G_t - G_s) is itself below ~1e-38. Factoring q e^{G} . k e^{-G} over the chunk instead
 //   overflows once G reaches ~-88 (logsigmoid(N(-3, 1)), ~-3 a step, does within ~30 tokens).
-// Precision: q, k, v, dO are bf16 and enter the mma exactly; the fp32 operands (h, dh, Aqk, Ps,
-// the decay-weighted V and dO) are split into hi + lo bf16 halves (cuda/chunk_mma.cuh); per-row
-// decays multiply the fp32 accumulators. Per-row sums (dG) are reduced without atomics
-// (WarpTile::add_row_sums), so the backward is deterministic. Fragments are gathered element by
-// element from padded shared tiles (ldmatrix is a next step).
+// Precision: q, k, v, dO are bf16 and enter the mma exactly. In the forward and the scans the fp32
+// operands (h, dh, Aqk, the decay-weighted V and dO) are split into hi + lo bf16 halves
+// (cuda/chunk_mma.cuh), their fragments gathered element by element from padded shared tiles.
+// local_backward_kernel instead rounds each fp32 or decayed operand to bf16 ONCE, where it is
+// formed (Aqk, Ps in 3a; the pieces of h, dh in 3b; qr, kref, qlast, kd), as fla's chunk_gla does,
+// and reads every fragment by ldmatrix from swizzled tiles (cuda/staged_mma.cuh): its gradients
+// carry ~2x the rounding error of the split form (emulator: relative RMS 2-4.4e-3 against the
+// fp64 reference, 1.6-1.7e-3 before; gpu-check's bound 1e-2). Per-row decays multiply the fp32
+// accumulators; the in-sub-chunk pairs are summed in fp32. Per-row sums (dG) are reduced without
+// atomics (WarpTile::add_row_sums), so the backward is deterministic.
 // Memory round trips: every kernel issues all of a chunk's global loads before it waits for any
-// (tiles through cp.async, load_bf16_rows_async / load_f32_rows_async; a thread's gate values into
-// registers, vector_cumsum), so a chunk costs one round trip, not one per loop iteration (a
+// (tiles through cp.async, load_bf16_rows_async / load_tile_async / load_f32_rows_async; a
+// thread's gate values into registers, vector_cumsum), so a chunk costs one round trip, not one per loop iteration (a
 // load-then-store loop through generic pointers is serialised: the compiler cannot move a load
 // above a store that may alias it). The scans run T / 64 chunks in sequence, so their per-chunk
 // latency is the forward's and backward's floor; the vector gate's scans copy the next chunk's
 // tiles during this chunk's state update (vector_scan), which leaves no round trip in the chain.
-// local_backward_kernel fetches its state pieces (3b) a piece ahead: h's first piece with the
-// chunk's tiles, the next one by cp.async into a second buffer while this piece's dK and dV
-// products run (LocalSmem::kStateBufs, wherever two fit), dh's next piece into registers at the
-// same point; only the first piece's dh is waited for, behind the dQ product.
+// local_backward_kernel fetches its state pieces (3b) a piece ahead: h's and dh's first piece
+// with the chunk's tiles, each next one by cp.async into the fp32 staging while this piece's
+// products read its bf16 copy.
+// local_backward_kernel's budget at B4 T4096 H16 D128, vector gate (4096 CTAs, ~31 an SM in turn):
+// memory 1.14 GB (a chunk reads h, dh 128 KB in fp32, q, k, v, dO 64 KB, g 16 KB, writes dq, dk,
+// dv, dg 64 KB), ~0.25 ms at 4.5 TB/s; ~2.3K mma.m16n8k16 a CTA (39 GFLOP), < 0.1 ms; ~230K
+// elementwise exps a CTA (staging 61K, Aqk's diagonal blocks with dQ's own pairs 74K, dK's own
+// pairs 70K, accumulator decays 25K), ~0.25 ms on the ex2 units (16 a clock an SM), overlapping
+// the memory: a floor near 0.3 ms, where the element-by-element fragment gathers (expf inside
+// the mma loops, hi + lo splits) took 5.1 ms (ncu, H200). The scalar gate has no elementwise
+// decays: memory-bound, the same ~0.25 ms.
 // Shared memory per CTA (launch_kernel asserts <= 227 KB, an sm_90 CTA's limit), dk = 128 / 64:
 //   scores_kernel 35,072 / 18,688 B;  scan_kernel and reverse_scan_kernel 76,544 / 50,944 B
 //   with ~105 / ~95 registers (2 CTAs an SM);  local_backward_kernel (dk, dv) = (128, 128)
-//   176,768 B, (128, 64) 125,568 B, (64, 128) 125,568 B, (64, 64) 91,776 B (two state buffers
-//   where dv = 128), with 240, 196, 167, 125 registers a thread (ptxas): one CTA an SM, two at
-//   (64, 64) (kLocalCtasPerSm).
+//   133,760 B, (128, 64) 117,376 B, (64, 128) 92,800 B, (64, 64) 76,416 B, with 159, 159, 160,
+//   128 registers a thread (ptxas): one CTA an SM, two at (64, 64) (kLocalCtasPerSm).
 //   Vector gate: scan_kernel and reverse_scan_kernel 55,552 B (any dk), 64 registers (4 CTAs an
 //   SM); vector_output_kernel (128, 128) 103,424 B, (128, 64) 95,232 B, (64, 128) 70,656 B,
-//   (64, 64) 62,464 B (RWKV-6: + 4 dk B), 60-102 registers; local_backward_kernel (128, 128)
-//   213,632 B, (128, 64) 162,432 B, (64, 128) 144,512 B, (64, 64) 110,720 B, with 242, 193,
-//   212, 161 registers (one CTA an SM); RWKV-6's + 4 dk B (the bonus), with 244, 202, 209, 173
+//   (64, 64) 62,464 B (RWKV-6: + 4 dk B), 59-99 registers; local_backward_kernel (128, 128)
+//   192,512 B, (128, 64) 176,128 B, (64, 128) 121,344 B, (64, 64) 104,960 B, with 192, 206,
+//   162, 160 registers (one CTA an SM); RWKV-6's + 4 dk B (the bonus), with 228, 230, 173, 172
 //   registers; no spills (ptxas, nvcc 13.0, sm_90).
 //   A width of 256 ((dk, dv) = (256, 256), (128, 256), (256, 128)): scores_kernel at dk = 256
 //   67,840 B, 40 registers; scan_kernel and reverse_scan_kernel at dk = 256 127,744 B, 106 / 105
 //   registers (the state update in two 128-row passes, ScanSmem::advance; dk = 128 as above);
 //   vector scans 55,552 B, 64 / 62 registers; vector_output_kernel (256, 256) 185,344 B,
-//   (256, 128) 168,960 B, (128, 256) 119,808 B (RWKV-6: + 4 dk B) with 163, 163, 102 registers
+//   (256, 128) 168,960 B, (128, 256) 119,808 B (RWKV-6: + 4 dk B) with 159, 159, 99 registers
 //   (RWKV-6 128, 128, 64), its state piece 32 columns wide at dk = 256 (kOutputPiece);
 //   local_backward_kernel, 128 key channels a CTA (kKeyBlock; one CTA at dk = 128, two at 256),
-//   so (256, 256) and (128, 256) take 209,536 B (vector 211,584 B, RWKV-6 212,096 B: one state
-//   buffer, two would pass 227 KB) with 246 and 247 registers (vector 245, 247; RWKV-6 247, 248)
-//   and (256, 128) the (128, 128) kernel's 176,768 B (vector 213,632 B, RWKV-6 214,144 B) with
-//   246 registers (vector 246, RWKV-6 245). No spills anywhere (ptxas, nvcc 13.0, sm_90).
+//   so (256, 256) and (128, 256) take 166,528 B (vector 225,280 B, RWKV-6 225,792 B) with
+//   159, 159 registers (vector 208, 206; RWKV-6 228, 228) and (256, 128) the (128, 128) kernel's 133,760 B (vector 192,512 B,
+//   RWKV-6 193,024 B) with 161 registers (vector 195, RWKV-6 230). No spills anywhere (ptxas, nvcc 13.0, sm_90).
 #include "cuda/decay_attention_chunk.cuh"
 
 #include <cuda_bf16.h>
@@ -123,6 +136,7 @@
 #include "cuda/common.cuh"
 #include "cuda/recurrence.cuh"
 #include "cuda/reduce.cuh"
+#include "cuda/staged_mma.cuh"
 
 namespace hla::cuda::decay_chunk {
 namespace {
@@ -192,6 +206,23 @@ __device__ __forceinline__ void unpack_bf16x8(const uint4& piece, float x[8]) {
   }
 }
 
+// The 8 consecutive values at p (16-byte aligned) as floats: bf16 (a row of a tile) or fp32 (of G);
+// store8 the other way (fp32).
+__device__ __forceinline__ void load8(const bf16* p, float x[8]) { unpack_bf16x8(*reinterpret_cast<const uint4*>(p), x); }
+__device__ __forceinline__ void load8(const float* p, float x[8]) {
+  const float4 lo = *reinterpret_cast<const float4*>(p), hi = *reinterpret_cast<const float4*>(p + 4);
+  x[0] = lo.x, x[1] = lo.y, x[2] = lo.z, x[3] = lo.w, x[4] = hi.x, x[5] = hi.y, x[6] = hi.z, x[7] = hi.w;
+}
+
+__device__ __forceinline__ void store8(float* p, const float x[8]) {
+  *reinterpret_cast<float4*>(p) = make_float4(x[0], x[1], x[2], x[3]);
+  *reinterpret_cast<float4*>(p + 4) = make_float4(x[4], x[5], x[6], x[7]);
+}
+
+// e^x on the ex2 unit, for the elementwise decays of the vector gate's loops (every x <= 0 there;
+// relative error ~2 ulp plus |x| 2^-24 from the scaling, flushed to zero below ~1e-38).
+__device__ __forceinline__ float exp_ex2(float x) { return exp2f(x * 1.4426950408889634f); }
+
 // Vector gate, all threads: G[t * ld + d] = g_0[d] + ... + g_t[d] for the chunk's tokens (g past
 // n = 0; g points at token 0 channel 0, tokens `stride` apart) and, where glast is not null,
 // glast[d] = G[C - 1][d] (= the last valid token's). kParts = kThreads / DK threads share a
@@ -222,12 +253,12 @@ __device__ __forceinline__ void vector_cumsum(float* G, int ld, float* glast, co
   __syncthreads();
 }
 
-// out[r * ld + c] = scale * s(r, c) * exp(G[r] - G[c]) for c <= r, else 0: a (C x C) product of
+// put(r, c, scale * s(r, c) * exp(G[r] - G[c])) for c <= r, else put(r, c, 0): a (C x C) product of
 // this chunk's rows with its columns, decayed and causally masked (masked BEFORE the exp, so
 // every exponent is <= 0).
-__device__ __forceinline__ void store_decayed_scores(WarpTile<C, C>& s, float* out, int ld, const float* G,
-                                                     float scale) {
-  s.each([&](int r, int c, float x, int) { out[r * ld + c] = c <= r ? scale * x * expf(G[r] - G[c]) : 0.f; });
+template <class Put>
+__device__ __forceinline__ void store_decayed_scores(WarpTile<C, C>& s, const float* G, float scale, Put&& put) {
+  s.each([&](int r, int c, float x, int) { put(r, c, c <= r ? scale * x * expf(G[r] - G[c]) : 0.f); });
 }
 
 // ---- Forward pass 1: the masked, decayed scores of every chunk ----
@@ -254,7 +285,8 @@ __global__ void __launch_bounds__(kThreads) scores_kernel(Args a) {
   WarpTile<C, C> s;
   s.mma<DK, false, false>([&](int r, int d) { return bf(q[r * kLdK + d]); },   // Q[r][d]
                           [&](int d, int c) { return bf(k[c * kLdK + d]); });  // K^T[d][c]
-  store_decayed_scores(s, a.aqk + ((int64_t(b) * a.HV + j) * a.NT + chunk) * C * C, C, G, a.scale);
+  float* const out = a.aqk + ((int64_t(b) * a.HV + j) * a.NT + chunk) * C * C;
+  store_decayed_scores(s, G, a.scale, [&](int r, int c, float x) { out[r * C + c] = x; });
 }
 
 // Vector gate (mixers.md 4.4): Aqk[t, s] = scale sum_d q_t[d] k_s[d] exp(G_t[d] - G_s[d]), s <= t,
@@ -267,6 +299,40 @@ __global__ void __launch_bounds__(kThreads) scores_kernel(Args a) {
 // exponent G_t - G_s, s <= t, masked before the exp (no reference point can bound both signs
 // there without a floor on the per-step gate).
 constexpr int kSub = 16;
+
+// The 16 x 16 diagonal blocks of the vector gate's Aqk (the entries vector_scores' mma leaves),
+// pair by pair: put(t, s, Aqk[t, s]) for t, s in one sub-chunk, zero above the diagonal. q8(t, d,
+// x), k8(s, d, x) read channels d .. d + 7 of a row of the tiles, G8(s, d, x) of the gate, Gq8(t, d,
+// x) of the query side's (RW: the bonus u on the diagonal, the pairs s < t).
+template <int DK, bool RW, class Put, class FQ, class FK, class FG, class FGq>
+__device__ __forceinline__ void vector_diagonal_scores(Put&& put, const FQ& q8, const FK& k8, const FG& G8, const FGq& Gq8,
+                                                       float scale, const float* u) {
+  // The lower triangles (with the diagonal) only, so no thread idles: pair p of a block is row
+  // rl, column p - rl (rl + 1) / 2 with rl (rl + 1) / 2 <= p.
+  constexpr int kPairs = kSub * (kSub + 1) / 2;
+  for (int i = threadIdx.x; i < C / kSub * kPairs; i += kThreads) {
+    const int p = i % kPairs, rl = int((sqrtf(8.f * p + 1.f) - 1.f) / 2.f);
+    const int r = i / kPairs * kSub + rl, c = r - rl + p - rl * (rl + 1) / 2;
+    float x = 0.f;
+    for (int d = 0; d < DK; d += 8) {
+      float qv[8], kv[8], gq[8], gk[8];
+      q8(r, d, qv), k8(c, d, kv);
+      if (RW && c == r) {
+#pragma unroll
+        for (int e = 0; e < 8; e++) x += qv[e] * u[d + e] * kv[e];
+      } else {
+        Gq8(r, d, gq), G8(c, d, gk);
+#pragma unroll
+        for (int e = 0; e < 8; e++) x += qv[e] * kv[e] * exp_ex2(gq[e] - gk[e]);
+      }
+    }
+    put(r, c, scale * x);
+  }
+  for (int i = threadIdx.x; i < C * kSub; i += kThreads) {  // above the diagonal
+    const int r = i / kSub, c = r / kSub * kSub + i % kSub;
+    if (c > r) put(r, c, 0.f);
+  }
+}
 
 // out[t * ld + s] = Aqk[t, s] of one chunk from the shared tiles q, k (C, kLdK) and G (C, kLdG)
 // as described above; the whole (C x C) tile is written, zeros above the diagonal.
@@ -289,16 +355,15 @@ __device__ __forceinline__ void vector_scores(float* out, int ld, const bf16* q,
     if (c < ref) out[r * ld + c] = scale * x;
     else if (c >= ref + kSub) out[r * ld + c] = 0.f;
   });
-  // The diagonal blocks, pair by pair (the entries the loop above leaves).
-  for (int i = threadIdx.x; i < C * kSub; i += kThreads) {
-    const int r = i / kSub, c = r / kSub * kSub + i % kSub;
-    float x = 0.f;
-    if (RW && c == r)
-      for (int d = 0; d < DK; d++) x += bf(q[r * kLdK + d]) * u[d] * bf(k[c * kLdK + d]);
-    else if (c <= r)
-      for (int d = 0; d < DK; d++) x += bf(q[r * kLdK + d]) * bf(k[c * kLdK + d]) * expf(Gq(r, d) - G[c * kLdG + d]);
-    out[r * ld + c] = scale * x;
-  }
+  vector_diagonal_scores<DK, RW>(
+      [&](int r, int c, float x) { out[r * ld + c] = x; }, [&](int r, int d, float* x) { load8(q + r * kLdK + d, x); },
+      [&](int c, int d, float* x) { load8(k + c * kLdK + d, x); },
+      [&](int c, int d, float* x) { load8(G + c * kLdG + d, x); },
+      [&](int r, int d, float* x) {
+        if (!RW || r > 0) load8(G + (r - RW) * kLdG + d, x);
+        else for (int e = 0; e < 8; e++) x[e] = 0.f;
+      },
+      scale, u);
 }
 
 // Vector gate, forward pass 2 (vector_output_kernel, grid (NT, HV, B), every chunk in parallel,
@@ -308,7 +373,7 @@ __device__ __forceinline__ void vector_scores(float* out, int ld, const bf16* q,
 // (Gq = G; RWKV-6 (RW): the exclusive Gq_t = G_{t-1} and the bonus u on Aqk's diagonal, see
 // vector_scores; its state update is the decay attention's, so the scan is shared.) The state
 // piece takes q's and k's place once Aqk and qg are formed.
-constexpr int kPiece = 64;  // state columns in shared memory at a time (here and backward pass 3b)
+constexpr int kPiece = 64;  // state columns in shared memory at a time (backward pass 3b: kStatePiece)
 // The forward's piece: 32 columns at dk = 256, where 64 would not fit in q's and k's place.
 template <int DK>
 constexpr int kOutputPiece = DK > 128 ? 32 : kPiece;
@@ -651,46 +716,59 @@ __global__ void __launch_bounds__(kThreads, kScanCtasPerSm<VG>) reverse_scan_ker
 
 // ---- Backward pass 3: every chunk's gradients from h[n], dh[n] and its own tokens ----
 
-// DK here: the key channels of one CTA (kKeyBlock of the head's dk).
+// DK here: the key channels of one CTA (kKeyBlock of the head's dk). Every mma operand is a bf16
+// tile, swizzled (cuda/tile.cuh) and read by ldmatrix (mma_staged): q, k, v, dO as loaded; the
+// scores Aqk, Ps and the state pieces rounded to bf16 once when they are formed; the vector gate's
+// decayed operands (q, k times a per-channel exp) rounded once when they are staged.
+constexpr int kStatePiece = 32;  // state columns a 3b step (fp32 staging, then bf16 transposed)
+// The vector gate's reference-decayed rows (3a, 3c): row tile i (16 rows, first row 16 i, last
+// 16 i + 15) takes k's rows s < 16 i decayed to 16 i (kref, 3a and dQ in 3c) or q's rows t > 16 i
+// + 15 decayed to 16 i + 15 (qlast, dK in 3c), the tiles of the four row tiles one after another.
+constexpr int kDecayedRows = 96;  // 16 + 32 + 48 rows of kref; 48 + 32 + 16 of qlast
+// The first row of row tile `tile`'s kref (tiles 1-3) or qlast (tiles 0-2) in the staged rows.
+__device__ __forceinline__ int kref_offset(int tile) { return 8 * tile * (tile - 1); }
+__device__ __forceinline__ int qlast_offset(int tile) { return 48 * tile - 8 * tile * (tile - 1); }
+
 template <int DK, int DV, bool VG, bool RW>
 struct LocalSmem {
-  static constexpr int kLdK = DK + 8, kLdV = DV + 8;  // bf16 row strides
-  static constexpr int kLdS = kPiece + 4;             // fp32 row stride of the state piece
-  static constexpr int kLdG = DK + 4;                 // fp32 row stride of the vector gate's G
-  float *aqk, *ps;                 // (C, kLdA): Aqk, and Ps = the masked scale dO V^T (scalar: decayed)
-  float* state;                    // (kStateBufs, DK, kLdS): kPiece columns of h[n], then of dh[n]
-  float *G, *expG, *kdecay, *dG;   // (C): G, exp(G), exp(G_last - G), the gate gradient
-  float *rowQ, *rowK, *rowKs;      // (2, C) per-row partial sums (WarpTile::add_row_sums)
-  float* red;                      // (32) block_sum scratch
+  static constexpr int kLdG = DK + 4;  // fp32 row stride of the vector gate's G
+  float *staged_h, *staged_dh;     // (DK, kStatePiece) fp32: a piece of h[n], dh[n] as cp.async lands it
+  float *G, *expG, *kdecay, *dG;   // scalar gate (C): G, exp(G), exp(G_last - G), the gate gradient
+  float *rowQ, *rowK, *rowKs;      // scalar gate (2, C) per-row partial sums (WarpTile::add_row_sums)
+  float* red;                      // scalar gate (32) block_sum scratch
   float* Gv;                       // vector gate (C, kLdG): G, in 3d the per-channel dG
   float *glast, *hdh, *colKs;      // vector gate (DK): G_last, rowsum(h (.) dh); (C / 16, DK) column sums
   float* u;                        // RW (DK): RWKV-6's bonus
-  bf16 *q, *k;                     // (C, kLdK)
-  bf16 *v, *dov;                   // (C, kLdV): V, dO
-  static constexpr size_t vector_floats() { return VG ? size_t(C) * kLdG + (RW ? 7 : 6) * DK : 0; }
-  static constexpr size_t floats_with(int bufs) {
-    return size_t(2) * C * kLdA + size_t(bufs) * DK * kLdS + 4 * C + 6 * C + 32 + vector_floats();
+  bf16 *q, *k;                     // (C, DK) swizzled
+  bf16 *v, *dov;                   // (C, DV): V, dO
+  bf16 *aqk, *ps;                  // (C, C): Aqk, and Ps = the masked scale dO V^T (scalar: decayed)
+  bf16 *hT, *dhT;                  // (kStatePiece, DK): the piece of h[n], dh[n] transposed; VG 3a: (C, DK) qr
+  bf16* decayed;                   // VG (kDecayedRows, DK): kref or qlast (3a, 3c), kd = k (.) exp(G_last - G) (3b)
+  static constexpr size_t gate_floats() {
+    return VG ? size_t(C) * kLdG + (RW ? 3 : 2) * DK + C / 16 * DK : 10 * C + 32;
   }
-  static constexpr size_t bytes_with(int bufs) {
-    return sizeof(float) * floats_with(bufs) + sizeof(bf16) * C * (2 * kLdK + 2 * kLdV);
+  static constexpr size_t floats() { return size_t(2) * DK * kStatePiece + gate_floats(); }
+  static constexpr size_t halves() {
+    return size_t(2) * C * DK + 2 * C * DV + 2 * C * C + 2 * kStatePiece * DK + (VG ? kDecayedRows * DK : 0);
   }
-  // Two state buffers where dv has more than one piece and they fit in 227 KB (all but the vector
-  // gate's (128, 256) key block): piece p + 1 of h lands in one while piece p's products read the other.
-  static constexpr int kStateBufs = DV > kPiece && bytes_with(2) <= 227 * 1024 ? 2 : 1;
-  static constexpr size_t floats() { return floats_with(kStateBufs); }
-  static constexpr size_t bytes() { return bytes_with(kStateBufs); }
+  static constexpr size_t bytes() { return sizeof(float) * floats() + sizeof(bf16) * halves(); }
+  static_assert(floats() % 4 == 0, "the bf16 tiles start 16-byte aligned");
+  static_assert(C * DK <= 2 * kStatePiece * DK, "3a's qr fits in the state pieces' place, 3c's own pairs in the staging's");
   __device__ explicit LocalSmem(void* p) {
-    aqk = static_cast<float*>(p), ps = aqk + C * kLdA, state = ps + C * kLdA;
-    G = state + kStateBufs * DK * kLdS, expG = G + C, kdecay = expG + C, dG = kdecay + C;
+    staged_h = static_cast<float*>(p), staged_dh = staged_h + DK * kStatePiece;
+    float* gate = staged_dh + DK * kStatePiece;
+    G = gate, expG = G + C, kdecay = expG + C, dG = kdecay + C;  // (scalar gate)
     rowQ = dG + C, rowK = rowQ + 2 * C, rowKs = rowK + 2 * C, red = rowKs + 2 * C;
-    Gv = red + 32, glast = Gv + C * kLdG, hdh = glast + DK, colKs = hdh + DK;  // (used when VG)
+    Gv = gate, glast = Gv + C * kLdG, hdh = glast + DK, colKs = hdh + DK;  // (vector gate)
     u = RW ? colKs + C / 16 * DK : nullptr;
-    q = reinterpret_cast<bf16*>(red + 32 + vector_floats()), k = q + C * kLdK, v = k + C * kLdK, dov = v + C * kLdV;
+    q = reinterpret_cast<bf16*>(static_cast<float*>(p) + floats()), k = q + C * DK;
+    v = k + C * DK, dov = v + C * DV, aqk = dov + C * DV, ps = aqk + C * C;
+    hT = ps + C * C, dhT = hT + kStatePiece * DK, decayed = dhT + kStatePiece * DK;
   }
 };
 
 // CTAs an SM local_backward_kernel is compiled for: 2 for the scalar gate at (64, 64), whose
-// 91,776 B of shared memory allow two once the registers are held to 128 a thread; one elsewhere.
+// 76,416 B of shared memory allow two once the registers are held to 128 a thread; one elsewhere.
 template <int DK, int DV, bool VG>
 constexpr int kLocalCtasPerSm = !VG && DK == 64 && DV == 64 ? 2 : 1;
 
@@ -719,8 +797,10 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
   extern __shared__ float4 smem_raw[];
   constexpr int KB = kKeyBlock<DK>, kBlocks = key_blocks(DK);  // this CTA's key channels d0 .. d0 + KB - 1
   using Smem = LocalSmem<KB, DV, VG, RW>;
+  using chunk_mma::mma_staged;
+  using chunk_mma::stage;
   const Smem sm(smem_raw);
-  constexpr int kLdK = Smem::kLdK, kLdV = Smem::kLdV, kLdS = Smem::kLdS, kLdG = Smem::kLdG;
+  constexpr int kLdG = Smem::kLdG;
   const int chunk = blockIdx.x / kBlocks, kb = blockIdx.x % kBlocks, d0 = kb * KB;
   const int j = blockIdx.y, b = blockIdx.z, hq = j / (a.HV / a.H);
   const int t0 = chunk * C, n = min(C, a.T - t0);
@@ -729,177 +809,284 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
   const int64_t qk0 = ((int64_t(b) * a.T + t0) * a.H + hq) * DK + d0;
   const int64_t state0 = (head * a.NT + chunk) * DK * DV + int64_t(d0) * DV;  // rows d0.. of h[n], dh[n]
   const int64_t part0 = kb * (int64_t(a.B) * a.T * a.HV);  // kBlocks > 1: this block's part of dV, dG
-  load_bf16_rows_async<C, KB>(sm.q, a.q + qk0, int64_t(a.H) * DK, n);
-  load_bf16_rows_async<C, KB>(sm.k, a.k + qk0, int64_t(a.H) * DK, n);
-  load_bf16_rows_async<C, DV>(sm.v, a.v + tok0 * DV, int64_t(a.HV) * DV, n);
-  load_bf16_rows_async<C, DV>(sm.dov, a.d_o + tok0 * DV, int64_t(a.HV) * DV, n);
-  auto load_h = [&](int piece) {  // piece `piece` of h[n] (rows d0.., kPiece columns) into its buffer
-    load_f32_rows_async<KB, kPiece>(sm.state + piece % Smem::kStateBufs * KB * kLdS, kLdS,
-                                    a.h_start + state0 + piece * kPiece, DV);
+  load_tile_async<C, KB, kThreads>(sm.q, a.q + qk0, int64_t(a.H) * DK, 0, n);
+  load_tile_async<C, KB, kThreads>(sm.k, a.k + qk0, int64_t(a.H) * DK, 0, n);
+  load_tile_async<C, DV, kThreads>(sm.v, a.v + tok0 * DV, int64_t(a.HV) * DV, 0, n);
+  load_tile_async<C, DV, kThreads>(sm.dov, a.d_o + tok0 * DV, int64_t(a.HV) * DV, 0, n);
+  auto load_state = [&](int piece) {  // piece `piece` of h[n] and dh[n] (rows d0.., kStatePiece columns)
+    const int64_t at = state0 + piece * kStatePiece;
+    load_f32_rows_async<KB, kStatePiece>(sm.staged_h, kStatePiece, a.h_start + at, DV);
+    load_f32_rows_async<KB, kStatePiece>(sm.staged_dh, kStatePiece, a.dh_end + at, DV);
   };
-  load_h(0);  // with the chunk's tiles: 3b starts on it without a round trip
+  load_state(0);  // with the chunk's tiles: 3b starts on it without a round trip
   if constexpr (VG) {
     vector_cumsum<KB>(sm.Gv, kLdG, sm.glast, a.g + tok0 * DK + d0, int64_t(a.HV) * DK, n);
     for (int i = threadIdx.x; i < C / 16 * KB; i += kThreads) sm.colKs[i] = 0.f;
-    for (int i = threadIdx.x; i < KB; i += kThreads) sm.hdh[i] = 0.f;  // summed in 3b
     if constexpr (RW)
       for (int d = threadIdx.x; d < KB; d += kThreads) sm.u[d] = bf(a.bonus[hq * DK + d0 + d]);
-  } else if (threadIdx.x < 32) {
-    chunk_cumsum(sm.G, a.g + tok0, a.HV, n);
-    __syncwarp();
-    const float last = sm.G[C - 1];
-    for (int t = threadIdx.x; t < C; t += 32) {
-      sm.expG[t] = expf(sm.G[t]);
-      sm.kdecay[t] = expf(last - sm.G[t]);
+  } else {
+    if (threadIdx.x < 32) {
+      chunk_cumsum(sm.G, a.g + tok0, a.HV, n);
+      __syncwarp();
+      const float last = sm.G[C - 1];
+      for (int t = threadIdx.x; t < C; t += 32) {
+        sm.expG[t] = expf(sm.G[t]);
+        sm.kdecay[t] = expf(last - sm.G[t]);
+      }
     }
+    for (int i = threadIdx.x; i < 6 * C; i += kThreads) sm.rowQ[i] = 0.f;  // rowQ, rowK, rowKs
   }
-  for (int i = threadIdx.x; i < 6 * C; i += kThreads) sm.rowQ[i] = 0.f;  // rowQ, rowK, rowKs
   wait_tiles();
-  auto q_rows = [&](int r, int d) { return bf(sm.q[r * kLdK + d]); };  // Q[r][d]
-  auto k_rows = [&](int r, int d) { return bf(sm.k[r * kLdK + d]); };  // K[r][d]
-  auto G_at = [&](int r, int d) { return sm.Gv[r * kLdG + d]; };       // vector gate G_r[d]
+  auto q_rows = [&](int r, int d) { return bf(sm.q[swizzle<KB>(r, d)]); };  // Q[r][d]
+  auto k_rows = [&](int r, int d) { return bf(sm.k[swizzle<KB>(r, d)]); };  // K[r][d]
+  auto ps_at = [&](int t, int s) { return bf(sm.ps[swizzle<C>(t, s)]); };   // Ps[t][s]
+  auto G_at = [&](int r, int d) { return sm.Gv[r * kLdG + d]; };            // vector gate G_r[d]
   auto Gq_at = [&](int r, int d) { return RW ? (r > 0 ? G_at(r - 1, d) : 0.f) : G_at(r, d); };  // query side
+  // Channels d .. d + 7 of a row (d % 8 == 0), as floats: of q, k, G, Gq.
+  auto q8 = [&](int r, int d, float* x) { load8(sm.q + swizzle<KB>(r, d), x); };
+  auto k8 = [&](int r, int d, float* x) { load8(sm.k + swizzle<KB>(r, d), x); };
+  auto G8 = [&](int r, int d, float* x) { load8(sm.Gv + r * kLdG + d, x); };
+  auto Gq8 = [&](int r, int d, float* x) {
+    if (!RW || r > 0) G8(r - RW, d, x);
+    else for (int e = 0; e < 8; e++) x[e] = 0.f;
+  };
+  // stage8(tile, row, d, x (.) exp(ga - gb)) for 8 channels of a row: a decayed operand.
+  auto stage_decayed = [&](bf16* tile, int row, int d, const float* x, const float* ga, const float* gb) {
+    float y[8];
+#pragma unroll
+    for (int e = 0; e < 8; e++) y[e] = x[e] * exp_ex2(ga[e] - gb[e]);
+    chunk_mma::stage8<KB>(tile, row, d, y);
+  };
+  const chunk_mma::Staged<KB, false> Q{sm.q}, K{sm.k}, QR{sm.hT}, KD{sm.decayed};
+  const chunk_mma::Staged<KB, true> Kt{sm.k};
+  const chunk_mma::Staged<C, false> Ps{sm.ps};
+  const chunk_mma::Staged<C, true> Pst{sm.ps}, Aqkt{sm.aqk};
+  const chunk_mma::Staged<DV, true> Vt{sm.v};
+  const chunk_mma::Staged<DV, false> dO{sm.dov};
+  // The vector gate's kref tiles (see kDecayedRows): rows s < 16 i of k (.) exp(Gq_{16 i} - G_s) for
+  // row tiles i = 1, 2, 3 (every exponent <= 0: G decreases, Gq_r <= G_s for s < r).
+  auto stage_kref = [&] {
+    for (int i = threadIdx.x; i < kDecayedRows * KB / 8; i += kThreads) {
+      const int row = i / (KB / 8), d = i % (KB / 8) * 8, tile = row < 16 ? 1 : row < 48 ? 2 : 3;
+      const int s = row - kref_offset(tile);
+      float x[8], gr[8], gs[8];
+      k8(s, d, x), Gq8(kSub * tile, d, gr), G8(s, d, gs);
+      stage_decayed(sm.decayed, row, d, x, gr, gs);
+    }
+  };
   // 3a: Aqk = scale (Q K^T) (.) Gamma and Ps = scale (dO V^T) (.) Gamma, Gamma[t,s] = exp(G_t - G_s)
   //     on s <= t (o = Aqk V  =>  dAqk = dO V^T, and Aqk's gated factor is q_t . k_s). Vector
-  //     gate: Aqk as in vector_scores_kernel, Ps = scale dO V^T masked (the decays are per channel).
-  if constexpr (VG) {
-    vector_scores<KB, kLdK, kLdG, RW>(sm.aqk, kLdA, sm.q, sm.k, sm.Gv, a.scale, sm.u);
-    WarpTile<C, C> da;
-    da.template mma<DV, false, false>([&](int r, int c) { return bf(sm.dov[r * kLdV + c]); },
-                                      [&](int c, int s) { return bf(sm.v[s * kLdV + c]); });
-    da.each([&](int r, int c, float x, int) { sm.ps[r * kLdA + c] = c <= r ? a.scale * x : 0.f; });
-  } else {
+  //     gate: Aqk as vector_scores forms it, Ps = scale dO V^T masked (the decays are per channel);
+  //     below the diagonal blocks qr = q_t (.) exp(Gq_t - Gq_r) (r = the row tile's first row,
+  //     staged in the state pieces' place) against the row tile's kref; the diagonal blocks pair
+  //     by pair, fused with 3c's own-sub-chunk part of dQ, which takes the same decays
+  //     E = e^{Gq_t - G_s}, s <= t in one sub-chunk (RW: s < t, and the bonus on the diagonal):
+  //       Aqk[t,s] = scale sum_d q_t k_s E,   own_dq[t] = sum_s Ps[t,s] k_s (.) E,
+  //     a thread taking row t and 8 channels (own_dq in its registers until 3c), the row's
+  //     kRowThreads threads summing Aqk[t,s] by shuffles.
+  constexpr int kRowThreads = KB / 8, kOwnRows = C * kRowThreads / kThreads;  // own_dq: rows a thread
+  static_assert(C * kRowThreads % kThreads == 0 && 32 % kRowThreads == 0, "a row's threads in one warp");
+  float own_dq[kOwnRows][8];  // vector gate: row threadIdx.x / kRowThreads + p * (kThreads / kRowThreads)
+  {
     WarpTile<C, C> qk, da;
-    qk.mma<KB, false, false>(q_rows, [&](int d, int s) { return bf(sm.k[s * kLdK + d]); });
-    da.mma<DV, false, false>([&](int r, int c) { return bf(sm.dov[r * kLdV + c]); },
-                             [&](int c, int s) { return bf(sm.v[s * kLdV + c]); });
-    store_decayed_scores(qk, sm.aqk, kLdA, sm.G, a.scale);
-    store_decayed_scores(da, sm.ps, kLdA, sm.G, a.scale);
+    mma_staged(da, dO, Vt, 0, DV);
+    if constexpr (VG) {
+      da.each([&](int r, int c, float x, int) { stage<C>(sm.ps, r, c, c <= r ? a.scale * x : 0.f); });
+      for (int i = threadIdx.x; i < C * KB / 8; i += kThreads) {  // qr
+        const int t = i / (KB / 8), d = i % (KB / 8) * 8;
+        float x[8], gt[8], gr[8];
+        q8(t, d, x), Gq8(t, d, gt), Gq8(t / kSub * kSub, d, gr);
+        stage_decayed(sm.hT, t, d, x, gt, gr);
+      }
+      stage_kref();
+      __syncthreads();
+      const int ref = qk.row0;  // this warp's row tile's first row
+      if (ref > 0) mma_staged(qk, QR, chunk_mma::Staged<KB, true>{sm.decayed, kref_offset(ref / kSub)}, 0, KB, ref);
+      qk.each([&](int r, int c, float x, int) {
+        if (c < ref) stage<C>(sm.aqk, r, c, a.scale * x);
+        else if (c >= ref + kSub) stage<C>(sm.aqk, r, c, 0.f);
+      });
+#pragma unroll
+      for (int p = 0; p < kOwnRows; p++) {
+        const int i = threadIdx.x + p * kThreads, t = i / kRowThreads, d = i % kRowThreads * 8;
+        const int t_warp = __shfl_sync(0xffffffffu, t, 31);  // the warp's last row: one loop for its rows
+        float qv[8], gt[8];
+        q8(t, d, qv), Gq8(t, d, gt);
+#pragma unroll
+        for (int e = 0; e < 8; e++) own_dq[p][e] = 0.f;
+        for (int s = t / kSub * kSub; s <= t_warp; s++) {
+          float kv[8], gs[8];
+          k8(s, d, kv), G8(s, d, gs);
+          const bool pair = RW ? s < t : s <= t;
+          const float ps = ps_at(t, s);
+          float dot = 0.f;
+#pragma unroll
+          for (int e = 0; e < 8; e++) {
+            const float decay = pair ? exp_ex2(gt[e] - gs[e]) : 0.f;
+            own_dq[p][e] += ps * kv[e] * decay;
+            dot += qv[e] * (RW && s == t ? sm.u[d + e] : decay) * kv[e];
+          }
+#pragma unroll
+          for (int off = 1; off < kRowThreads; off <<= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+          if (d == 0 && s <= t) stage<C>(sm.aqk, t, s, a.scale * dot);
+        }
+      }
+      for (int i = threadIdx.x; i < C * kSub; i += kThreads) {  // above the diagonal in the diagonal blocks
+        const int r = i / kSub, c = r / kSub * kSub + i % kSub;
+        if (c > r) stage<C>(sm.aqk, r, c, 0.f);
+      }
+    } else {
+      mma_staged(qk, Q, Kt, 0, KB);
+      store_decayed_scores(qk, sm.G, a.scale, [&](int r, int c, float x) { stage<C>(sm.aqk, r, c, x); });
+      store_decayed_scores(da, sm.G, a.scale, [&](int r, int c, float x) { stage<C>(sm.ps, r, c, x); });
+    }
   }
-  __syncthreads();
-  // 3b: the inter-chunk terms, kPiece state columns c0 .. c0 + kPiece - 1 at a time:
+  // 3b: the inter-chunk terms, kStatePiece state columns c0 .. c0 + kStatePiece - 1 at a time:
   //     o = scale exp(G) (.) (Q h)       =>  dQ  = scale exp(G) (.) (dO h^T)   (scaled in 3c)
   //     S_end = ... + (K (.) exp(G_last - G))^T V
   //                                      =>  dK^state = exp(G_last - G) (.) (V dh^T)   (3c)
   //                                          dV = exp(G_last - G) (.) (K dh) + Aqk^T dO
+  //                                          (vector gate: kd dh, kd = K (.) exp(G_last - G)
+  //                                          staged once)
   //     S_end = exp(G_last) h + ...      =>  <h, dh> for dG_last (3d); a vector gate keeps it per
-  //                                          state row (rowsum(h (.) dh) into hdh, one owner
-  //                                          thread per row: the 16 threads of a row reduce by shuffles)
-  //     Loads: h's pieces by cp.async (piece 0 with the chunk's tiles; piece p + 1, where there are
-  //     two buffers, while piece p's dK and dV products run), dh's pieces into registers a piece
-  //     ahead (piece p + 1 once piece p's sits in shared memory), so only the first piece's dh
-  //     waits on memory, behind the dQ product.
+  //                                          state row (rowsum(h (.) dh) into hdh, summed by
+  //                                          the warp that converts the row)
+  //     Each piece of h and dh lands in fp32 staging by cp.async (piece 0 with the chunk's tiles,
+  //     piece p + 1 while piece p's products run), is summed into <h, dh> and rounded to bf16 into
+  //     the transposed tiles hT, dhT the products read.
   WarpTile<C, KB> dq, dk;
-  float hdh = 0.f;
-  constexpr int kQuads = kPiece / 4;                         // float4 pieces of a state row
-  constexpr int kStateLoads = KB * kQuads / kThreads;        // float4 pieces of dh a thread
-  static_assert(KB * kQuads % kThreads == 0 && kThreads % kQuads == 0, "whole state rows per pass");
-  float4 dh_regs[kStateLoads];  // this thread's float4s of dh's next piece
-  auto load_dh = [&](int piece) {
+  // The conversion: a thread takes column c = its lane of the piece and state rows d .. d + 7
+  // (one 16-byte store into each of hT's and dhT's rows c; the warp's 32 columns read
+  // conflict-free), the same rows in every piece, so its parts of rowsum(h (.) dh) stay in
+  // registers until the warp sums them after the last piece.
+  static_assert(kStatePiece == 32, "a warp's lanes are a piece's columns");
+  constexpr int kRowGroups = KB / 8 * kStatePiece / kThreads;  // 8-row groups a thread
+  static_assert(KB / 8 * kStatePiece % kThreads == 0, "whole row groups per thread");
+  float hdh[kRowGroups][8] = {};
+  for (int c0 = 0; c0 < DV; c0 += kStatePiece) {
+    wait_tiles();  // this piece has landed; every read of the previous piece's tiles (or 3a's) is done
 #pragma unroll
-    for (int p = 0; p < kStateLoads; p++) {
-      const int i = threadIdx.x + p * kThreads, d = i / kQuads, c = i % kQuads * 4;
-      dh_regs[p] = *reinterpret_cast<const float4*>(a.dh_end + state0 + d * DV + piece * kPiece + c);
-    }
-  };
-  load_dh(0);
-  for (int piece = 0; piece < DV / kPiece; piece++) {
-    const int c0 = piece * kPiece;
-    float* const state = sm.state + piece % Smem::kStateBufs * KB * kLdS;
-    auto state_t = [&](int c, int d) { return state[d * kLdS + c]; };  // (the piece of h or dh)^T
-    if (piece > 0) {  // piece 0 came with the chunk's tiles
-      if constexpr (Smem::kStateBufs == 1) load_h(piece);
-      wait_tiles();
-    }
-    dq.mma<kPiece, false, true>([&](int r, int c) { return bf(sm.dov[r * kLdV + c0 + c]); }, state_t);
-    __syncthreads();  // every read of h's piece is done
+    for (int p = 0; p < kRowGroups; p++) {
+      const int i = threadIdx.x + p * kThreads, c = i % kStatePiece, d = i / kStatePiece * 8;
+      float h[8], x[8];
 #pragma unroll
-    for (int p = 0; p < kStateLoads; p++) {  // dh's piece in h's place
-      const int i = threadIdx.x + p * kThreads, d = i / kQuads, c = i % kQuads * 4;
-      float4* s = reinterpret_cast<float4*>(state + d * kLdS + c);
-      const float4 h = *s, x = dh_regs[p];
-      const float dot = h.x * x.x + h.y * x.y + h.z * x.z + h.w * x.w;
-      if constexpr (VG) {
-        float row = dot;
-#pragma unroll
-        for (int off = 1; off < kQuads; off <<= 1) row += __shfl_xor_sync(0xffffffffu, row, off);
-        if (threadIdx.x % kQuads == 0) sm.hdh[d] += row;
-      } else {
-        hdh += dot;
+      for (int e = 0; e < 8; e++) {
+        h[e] = sm.staged_h[(d + e) * kStatePiece + c], x[e] = sm.staged_dh[(d + e) * kStatePiece + c];
+        hdh[p][e] += h[e] * x[e];
       }
-      *s = x;
+      chunk_mma::stage8<KB>(sm.hT, c, d, h), chunk_mma::stage8<KB>(sm.dhT, c, d, x);
     }
-    __syncthreads();
-    if (c0 + kPiece < DV) {  // the next piece's loads, in flight during the products below
-      // h's into the other buffer (its last reads, piece - 1's dh, ended before the barrier above)
-      if constexpr (Smem::kStateBufs > 1) load_h(piece + 1);
-      load_dh(piece + 1);
+    if constexpr (VG) {
+      if (c0 == 0)  // kd in the kref tiles' place (their last reads, 3a's, ended before the barrier above)
+        for (int i = threadIdx.x; i < C * KB / 8; i += kThreads) {
+          const int t = i / (KB / 8), d = i % (KB / 8) * 8;
+          float x[8], gl[8], gt[8];
+          k8(t, d, x), load8(sm.glast + d, gl), G8(t, d, gt);
+          stage_decayed(sm.decayed, t, d, x, gl, gt);
+        }
     }
-    dk.mma<kPiece, false, true>([&](int r, int c) { return bf(sm.v[r * kLdV + c0 + c]); }, state_t);
-    {
-      WarpTile<C, kPiece> dv;
-      auto dh_piece = [&](int d, int c) { return state[d * kLdS + c]; };
-      if constexpr (VG) {
-        dv.template mma<KB, true, true>([&](int r, int d) { return k_rows(r, d) * expf(sm.glast[d] - G_at(r, d)); },
-                                        dh_piece);
-      } else {
-        dv.template mma<KB, false, true>(k_rows, dh_piece);
-        dv.each([&](int r, int, float& x, int) { x *= sm.kdecay[r]; });
-      }
-      dv.mma<C, true, false>([&](int s, int t) { return sm.aqk[t * kLdA + s]; },  // Aqk^T[s][t]
-                             [&](int t, int c) { return bf(sm.dov[t * kLdV + c0 + c]); });
-      dv.each([&](int r, int c, float x, int) {
-        if (r >= n) return;
-        const int64_t i = (tok0 + int64_t(r) * a.HV) * DV + c0 + c;
-        if constexpr (kBlocks > 1) a.dv_part[part0 * DV + i] = x;  // this block's channels' part
-        else a.dv[i] = __float2bfloat16_rn(x);
-      });
+    __syncthreads();  // the piece's tiles are ready, the staging is free
+    if (c0 + kStatePiece < DV) load_state(c0 / kStatePiece + 1);  // in flight during the products below
+    const chunk_mma::Staged<DV, false> dO_piece{sm.dov, 0, c0};
+    mma_staged(dq, dO_piece, chunk_mma::Staged<KB, false>{sm.hT}, 0, kStatePiece);
+    mma_staged(dk, chunk_mma::Staged<DV, false>{sm.v, 0, c0}, chunk_mma::Staged<KB, false>{sm.dhT}, 0, kStatePiece);
+    WarpTile<C, kStatePiece> dv;
+    const chunk_mma::Staged<KB, true> dh{sm.dhT};
+    if constexpr (VG) {
+      mma_staged(dv, KD, dh, 0, KB);
+    } else {
+      mma_staged(dv, K, dh, 0, KB);
+      dv.each([&](int r, int, float& x, int) { x *= sm.kdecay[r]; });
     }
-    // One buffer: every read of dh's piece is done before the next piece's h lands in it (two: the
-    // next piece's barriers come before this buffer's next load).
-    if constexpr (Smem::kStateBufs == 1) __syncthreads();
+    mma_staged(dv, Aqkt, dO_piece, 0, C);
+    dv.each([&](int r, int c, float x, int) {
+      if (r >= n) return;
+      const int64_t i = (tok0 + int64_t(r) * a.HV) * DV + c0 + c;
+      if constexpr (kBlocks > 1) a.dv_part[part0 * DV + i] = x;  // this block's channels' part
+      else a.dv[i] = __float2bfloat16_rn(x);
+    });
   }
+  // <h, dh>: a vector gate's per row (the warp's 32 columns summed, lane 0 owns rows d .. d + 7),
+  // a scalar gate's in total (this thread's part, summed over the block in 3d).
+  float hdh_sum = 0.f;
+#pragma unroll
+  for (int p = 0; p < kRowGroups; p++)
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+      if constexpr (VG) {
+        float row = hdh[p][e];
+#pragma unroll
+        for (int off = 1; off < 32; off <<= 1) row += __shfl_xor_sync(0xffffffffu, row, off);
+        if (threadIdx.x % 32 == 0) sm.hdh[(threadIdx.x + p * kThreads) / kStatePiece * 8 + e] = row;
+      } else {
+        hdh_sum += hdh[p][e];
+      }
+    }
   // 3c: the row decays, sum_s k_s . dK^state_s (dG_last), then the in-chunk pairs:
   //     A[t,s] = Gamma[t,s] q_t . k_s  =>  dQ += Ps K,  dK += Ps^T Q   (Ps holds scale, Gamma)
   //     Vector gate, per channel d (every exponent <= 0, as in vector_scores):
   //       dQ_t += sum_{s <= t} Ps[t,s] k_s exp(G_t - G_s): earlier sub-chunks through the row
-  //               tile's first row r (exp(G_t - G_r) (.) (Ps (K (.) exp(G_r - G)))), its own pair by pair
+  //               tile's first row r (exp(G_t - G_r) (.) (Ps kref)), its own pair by pair
   //       dK_s += sum_{t >= s} Ps[t,s] q_t exp(G_t - G_s): later sub-chunks through the row tile's
-  //               last row, its own pair by pair
+  //               last row l (exp(G_l - G_s) (.) (Ps^T qlast), qlast = q_t (.) exp(Gq_t - G_l),
+  //               t > l), its own pair by pair
   if constexpr (VG) {
-    dq.each([&](int r, int d, float& x, int) { x *= a.scale * expf(Gq_at(r, d)); });
-    dk.each([&](int r, int d, float& x, int) { x *= expf(sm.glast[d] - G_at(r, d)); });
+    dq.each([&](int r, int d, float& x, int) { x *= a.scale * exp_ex2(Gq_at(r, d)); });
+    dk.each([&](int r, int d, float& x, int) { x *= exp_ex2(sm.glast[d] - G_at(r, d)); });
     dk.add_col_sums(sm.colKs, [&](int r, int d, float x) { return x * k_rows(r, d); });
+    float* const own = sm.staged_h;  // (C, KB) fp32: the own sub-chunk's pairs, in the staging's place
+    __syncthreads();  // every read of kd is done
+    stage_kref();
+#pragma unroll
+    for (int p = 0; p < kOwnRows; p++) {  // 3a's own_dq
+      const int i = threadIdx.x + p * kThreads;
+      store8(own + i / kRowThreads * KB + i % kRowThreads * 8, own_dq[p]);
+    }
+    __syncthreads();
     {
       WarpTile<C, KB> pairs;
       const int ref = pairs.row0;
-      pairs.template mma<C, true, true>(
-          [&](int t, int s) { return sm.ps[t * kLdA + s]; },
-          [&](int s, int d) { return s < ref ? k_rows(s, d) * expf(Gq_at(ref, d) - G_at(s, d)) : 0.f; });
+      mma_staged(pairs, Ps, chunk_mma::Staged<KB, false>{sm.decayed, kref_offset(ref / kSub)}, 0, ref);
       dq.each([&](int t, int d, float& x, int slot) {
-        float own = 0.f;  // RW: s < t (the diagonal is the bonus's)
-        for (int s = ref; s <= t - RW; s++) own += sm.ps[t * kLdA + s] * k_rows(s, d) * expf(Gq_at(t, d) - G_at(s, d));
-        x += pairs.at(slot) * expf(Gq_at(t, d) - Gq_at(ref, d)) + own;
+        x += pairs.at(slot) * exp_ex2(Gq_at(t, d) - Gq_at(ref, d)) + own[t * KB + d];
       });
     }
+    __syncthreads();  // every read of kref and own is done
+    for (int i = threadIdx.x; i < kDecayedRows * KB / 8; i += kThreads) {  // qlast for row tiles 0, 1, 2
+      const int row = i / (KB / 8), d = i % (KB / 8) * 8, tile = row < 48 ? 0 : row < 80 ? 1 : 2;
+      const int t = row - qlast_offset(tile) + kSub * (tile + 1);
+      float x[8], gt[8], gl[8];
+      q8(t, d, x), Gq8(t, d, gt), G8(kSub * tile + kSub - 1, d, gl);
+      stage_decayed(sm.decayed, row, d, x, gt, gl);
+    }
+    for (int i = threadIdx.x; i < C * KB / 8; i += kThreads) {  // own[s] = sum_{t >= s} (RW: t > s)
+      const int s = i / (KB / 8), d = i % (KB / 8) * 8;
+      float gs[8], sum[8] = {};
+      G8(s, d, gs);
+      for (int t = s + RW; t < s / kSub * kSub + kSub; t++) {
+        float qv[8], gt[8];
+        q8(t, d, qv), Gq8(t, d, gt);
+        const float p = ps_at(t, s);
+#pragma unroll
+        for (int e = 0; e < 8; e++) sum[e] += p * qv[e] * exp_ex2(gt[e] - gs[e]);
+      }
+      store8(own + s * KB + d, sum);
+    }
+    __syncthreads();
     {
       WarpTile<C, KB> pairs;
-      const int last = pairs.row0 + kSub - 1;
-      pairs.template mma<C, true, true>(
-          [&](int s, int t) { return sm.ps[t * kLdA + s]; },  // Ps^T[s][t]
-          [&](int t, int d) { return t > last ? q_rows(t, d) * expf(Gq_at(t, d) - G_at(last, d)) : 0.f; });
+      const int tile = pairs.row0 / kSub, last = pairs.row0 + kSub - 1;
+      mma_staged(pairs, Pst, chunk_mma::Staged<KB, false>{sm.decayed, qlast_offset(tile) - (last + 1)}, last + 1, C);
       dk.each([&](int s, int d, float& x, int slot) {
-        float own = 0.f;  // RW: t > s
-        for (int t = s + RW; t <= last; t++) own += sm.ps[t * kLdA + s] * q_rows(t, d) * expf(Gq_at(t, d) - G_at(s, d));
-        x += pairs.at(slot) * expf(G_at(last, d) - G_at(s, d)) + own;
+        x += pairs.at(slot) * exp_ex2(G_at(last, d) - G_at(s, d)) + own[s * KB + d];
       });
     }
   } else {
     dq.each([&](int r, int, float& x, int) { x *= a.scale * sm.expG[r]; });
     dk.each([&](int r, int, float& x, int) { x *= sm.kdecay[r]; });
     dk.add_row_sums(sm.rowKs, [&](int r, int d, float x) { return x * k_rows(r, d); });
-    dq.template mma<C, true, false>([&](int r, int s) { return sm.ps[r * kLdA + s]; }, k_rows);
-    dk.template mma<C, true, false>([&](int s, int t) { return sm.ps[t * kLdA + s]; }, q_rows);  // Ps^T[s][t]
+    mma_staged(dq, Ps, K, 0, C);
+    mma_staged(dk, Pst, Q, 0, C);
   }
   // dQ, dK in bf16 where each key head has one value head (a.dq_direct), else per value head in fp32.
   auto store_grad = [&](WarpTile<C, KB>& t, float* per_head, bf16* direct) {
@@ -924,8 +1111,8 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
       else if (r > 0) sm.Gv[(r - 1) * kLdG + d] += x * q_rows(r, d);
     });
     if constexpr (RW) {
-      dq.each([&](int t, int d, float& x, int) { x += sm.ps[t * kLdA + t] * sm.u[d] * k_rows(t, d); });
-      dk.each([&](int t, int d, float& x, int) { x += sm.ps[t * kLdA + t] * sm.u[d] * q_rows(t, d); });
+      dq.each([&](int t, int d, float& x, int) { x += ps_at(t, t) * sm.u[d] * k_rows(t, d); });
+      dk.each([&](int t, int d, float& x, int) { x += ps_at(t, t) * sm.u[d] * q_rows(t, d); });
     }
     store_dq_dk();
     __syncthreads();
@@ -939,7 +1126,7 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
       }
       if constexpr (RW) {  // du's part: sum_t Ps[t,t] q_t[d] k_t[d] (rows past the end are zero)
         float du = 0.f;
-        for (int t = 0; t < C; t++) du += sm.ps[t * kLdA + t] * q_rows(t, d) * k_rows(t, d);
+        for (int t = 0; t < C; t++) du += ps_at(t, t) * q_rows(t, d) * k_rows(t, d);
         a.dbonus[((int64_t(b) * a.NT + chunk) * a.H + hq) * DK + d0 + d] = du;
       }
     }
@@ -948,7 +1135,7 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
   store_dq_dk();
   dq.add_row_sums(sm.rowQ, [&](int r, int d, float x) { return x * q_rows(r, d); });
   dk.add_row_sums(sm.rowK, [&](int r, int d, float x) { return x * k_rows(r, d); });
-  hdh = block_sum(hdh, sm.red);  // its __syncthreads also publish the row sums
+  const float hdh_total = block_sum(hdh_sum, sm.red);  // its __syncthreads also publish the row sums
   if (threadIdx.x < C) {
     const int r = threadIdx.x;
     sm.dG[r] = sm.rowQ[r] + sm.rowQ[C + r] - sm.rowK[r] - sm.rowK[C + r];
@@ -957,7 +1144,7 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
   if (threadIdx.x == 0) {
     float kgp = 0.f;  // sum_s k_s . dK^state_s
     for (int i = 0; i < 2 * C; i++) kgp += sm.rowKs[i];
-    sm.dG[C - 1] += sm.expG[C - 1] * hdh + kgp;
+    sm.dG[C - 1] += sm.expG[C - 1] * hdh_total + kgp;
     for (int t = C - 2; t >= 0; t--) sm.dG[t] += sm.dG[t + 1];  // g_t enters G_s for s >= t
   }
   __syncthreads();

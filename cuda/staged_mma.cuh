@@ -1,0 +1,70 @@
+// Tensor-core products whose operands are staged once as bf16 in swizzled shared tiles
+// (cuda/tile.cuh) and read by ldmatrix (cuda/mma.cuh), into the accumulators of a
+// chunk_mma::WarpTile: where WarpTile::mma gathers every fragment element by element through an
+// accessor (and splits fp32 operands into hi + lo), an operand here is formed once (decayed,
+// rounded to bf16) and each 16 x 16 fragment is one ldmatrix.
+#pragma once
+#include <cuda_bf16.h>
+
+#include "cuda/chunk_mma.cuh"
+#include "cuda/tile.cuh"
+
+namespace hla::cuda::chunk_mma {
+
+// A logical (rows x cols) bf16 operand in a swizzled shared tile of width W: element (i, j) is
+// tile[r0 + i][c0 + j], or with TRANS tile[r0 + j][c0 + i] (the operand is the tile's transpose).
+// c0 is a multiple of 8 (whole 16-byte pieces), r0 a multiple of 8 (the swizzle's row period).
+template <int W, bool TRANS>
+struct Staged {
+  const __nv_bfloat16* tile;
+  int r0 = 0, c0 = 0;
+  __device__ __forceinline__ const __nv_bfloat16* at(int i, int j) const {
+    return TRANS ? tile + swizzle<W>(r0 + j, c0 + i) : tile + swizzle<W>(r0 + i, c0 + j);
+  }
+};
+
+// acc += sum over k in [k_begin, k_end) of A(row, k) B(k, col), A (M x K) and B (K x N) staged
+// operands (k_begin, k_end multiples of 16); the warp's pairs of 8-column tiles at or past n_end
+// (a multiple of 16) are left as they are. A row-major A tile is read by ldmatrix, a transposed one
+// by ldmatrix.trans; B the other way round (mma wants B's k pairs adjacent).
+template <class Tile, int WA, bool TA, int WB, bool TB>
+__device__ __forceinline__ void mma_staged(Tile& acc, const Staged<WA, TA>& A, const Staged<WB, TB>& B, int k_begin,
+                                           int k_end, int n_end = 1 << 30) {
+  static_assert(Tile::NT % 2 == 0, "8-column tiles in pairs (one ldmatrix.x4 of B each)");
+  const int lane = threadIdx.x % 32;
+  // The element (of the logical operand) whose 8-wide row this lane hands to ldmatrix.
+  const int a_row = TA ? ((lane / 8) % 2) * 8 : lane % 16, a_k = TA ? lane % 8 + (lane / 16) * 8 : (lane / 16) * 8;
+  const int b_n = TB ? lane % 8 + (lane / 16) * 8 : (lane / 16) * 8, b_k = TB ? ((lane / 8) % 2) * 8 : lane % 8 + ((lane / 8) % 2) * 8;
+  for (int k0 = k_begin; k0 < k_end; k0 += 16) {
+    uint32_t a[4];
+    if constexpr (TA) ldmatrix_x4_trans(a, A.at(acc.row0 + a_row, k0 + a_k));
+    else ldmatrix_x4(a, A.at(acc.row0 + a_row, k0 + a_k));
+#pragma unroll
+    for (int nt = 0; nt < Tile::NT; nt += 2) {
+      const int n0 = acc.col0 + nt * 8;
+      if (n0 >= n_end) break;
+      uint32_t b[4];  // b[0], b[1]: tile nt; b[2], b[3]: tile nt + 1
+      if constexpr (TB) ldmatrix_x4(b, B.at(k0 + b_k, n0 + b_n));
+      else ldmatrix_x4_trans(b, B.at(k0 + b_k, n0 + b_n));
+      mma_bf16_16816(acc.acc[nt], a, b[0], b[1]);
+      mma_bf16_16816(acc.acc[nt + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// tile[swizzle(r, c)] = x rounded to bf16: one element of a staged operand.
+template <int W>
+__device__ __forceinline__ void stage(__nv_bfloat16* tile, int r, int c, float x) {
+  tile[swizzle<W>(r, c)] = __float2bfloat16_rn(x);
+}
+
+// tile[swizzle(r, c .. c + 7)] = x[0 .. 7] rounded to bf16, one 16-byte store (c % 8 == 0).
+template <int W>
+__device__ __forceinline__ void stage8(__nv_bfloat16* tile, int r, int c, const float x[8]) {
+  uint4 piece;
+  piece.x = pack_bf16(x[0], x[1]), piece.y = pack_bf16(x[2], x[3]);
+  piece.z = pack_bf16(x[4], x[5]), piece.w = pack_bf16(x[6], x[7]);
+  *reinterpret_cast<uint4*>(tile + swizzle<W>(r, c)) = piece;
+}
+
+}  // namespace hla::cuda::chunk_mma
