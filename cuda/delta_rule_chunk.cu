@@ -3,10 +3,17 @@
 //
 // Per (batch b, value head j), chunks of C = 64 tokens, local tokens t = 0..63 (rows past the
 // end of the sequence are zero: k = q = v = 0, beta = w = g = 0, so they change nothing):
+// The gate is none, a scalar per token (G a number a token) or, with the template flag VG (KDA,
+// forward only), a vector over the dk key channels (G[t][d]; every exp(G ..) below is then per
+// channel, and the in-chunk decays are formed the safe way of 4.4, see 1b).
 //   Pass 1 (prepare_kernel, grid (NT, HV, B), every chunk in parallel; CPU: prepare_chunk):
 //     1a  G = inclusive cumsum of g inside the chunk                                   (4.1)
 //     1b  L[t,s] = beta_t (k_t . k_s) exp(G_t - G_s), s < t;
 //         Aqk[t,s] = scale (q_t . k_s) exp(G_t - G_s), s <= t                     (4.6, mma)
+//         Vector gate: sum_d k_t[d] k_s[d] exp(G_t[d] - G_s[d]) by sub-blocks of 16 tokens
+//         (4.4): for s in an earlier sub-block than t, the mma of k_t exp(G_t - G_ref) and
+//         k_s exp(G_ref - G_s), ref = the first token of t's sub-block (exponents <= 0: no
+//         overflow whatever the gates); inside a 16 x 16 diagonal block, element by element.
 //     1c  A = (I + L)^{-1} by forward substitution, fp32 in shared memory         (4.7)
 //     1d  W = A diag(beta exp(G)) K,  U = A diag(w) V                             (4.6, mma)
 //   Pass 2 (scan_kernel, grid (dv / 32, HV, B), sequential over chunks; CPU: scan_chunks + the
@@ -21,7 +28,12 @@
 //     2b  o = scale (Q (.) exp(G)) h + Aqk Vnew                                   (4.6, mma)
 //     2c  h <- exp(G_last) h + (K (.) exp(G_last - G))^T Vnew                     (4.8, mma)
 //
-// Backward (CPU: chunk_backward, chunk_backward_local), 4.9 step by step:
+//   With a vector gate the scan holds G[t][d] (C x dk fp32, copied with k at the top of a chunk),
+//   2b scales the channels of Q by exp(G), 2c those of K by exp(G_last - G) and the state's rows
+//   by exp(G_last); at dk = 128 its 141 KB allow one CTA an SM (at dk = 256 it would not fit).
+//
+// Backward (CPU: chunk_backward, chunk_backward_local), 4.9 step by step; no gate or a scalar
+// gate only (a vector gate's backward is the recurrent one of cuda/delta_rule.cu):
 //   Passes 1-2 replayed (4.9 step 1): the same kernels, also keeping A and every chunk-start
 //   state h[n] (fp32, see below), writing no outputs. Or skipped: a forward given `kept` wrote
 //   A, h[n], W, Aqk and G there with the same kernels (bit-identical, at kept_floats(d) x 4 bytes
@@ -79,9 +91,13 @@
 //   64          62.0 / 70.0 / 86.0 KB          67.3 KB               159.1 / 135.1 KB
 //   128         78.0 / 86.0 / 102.0 KB         108.3 KB              209.1 / 153.1 KB
 //   256         110.0 / 118.0 / 134.0 KB       190.3 KB              185.1 KB
+//   vector gate (the C x dk G tile, +16.8 KB at dk = 64, +32.8 KB at dk = 128):
+//   64          78.8 / 86.8 / 102.8 KB         84.0 KB
+//   128         110.8 / 118.8 / 134.8 KB       141.0 KB (one CTA an SM)
 // Registers a thread (ptxas, nvcc 13.0, sm_90; every dv): prepare 59-128, scan 125 / 125 / 127
 // and reverse scan 122 / 128 / 128 at dk = 64 / 128 / 256 (launch bounds of two CTAs: at most
-// 128), local backward 191-255; no spills.
+// 128), local backward 191-255; vector gate: prepare 79-102, scan 124 / 128 at dk = 64 / 128;
+// no spills.
 //
 // Fragments are gathered from shared memory element by element through accessors (A(r, k),
 // B(k, n) as floats), one code path for every product, transposed or scaled; ldmatrix tiles are
@@ -148,28 +164,30 @@ using chunk_mma::wait_tiles;
 // ---------------------------------------------------------------------------------------------
 // Pass 1: per chunk, G, L, Aqk, A = (I + L)^{-1}, W, U.
 
-template <int DK, int DV>
+template <int DK, int DV, bool VG>
 struct PrepareSmem {
   static constexpr int kLdK = DK + 8, kLdV = DV + 8;
+  static constexpr int kLdG = VG ? DK + 4 : 1;  // G's row stride: a row of DK channels, or one scalar
   bf16 *q, *k, *v;                 // (C, DK + 8), (C, DK + 8), (C, DV + 8)
   float *L, *A;                    // (C, kLdC) strictly lower L, then A = (I + L)^{-1}
-  float *G, *beta, *colw, *colu;   // (C): G, beta, beta exp(G) (W's column scale), w (U's)
+  float* G;                        // (C, kLdG): G[t][d] (vector gate) or G[t]
+  float *beta, *colw, *colu;       // (C): beta, W's column scale (beta exp(G); vector gate: beta), w (U's)
   static constexpr size_t bytes() {
-    return sizeof(bf16) * C * (2 * kLdK + kLdV) + sizeof(float) * (2 * C * kLdC + 4 * C);
+    return sizeof(bf16) * C * (2 * kLdK + kLdV) + sizeof(float) * (2 * C * kLdC + C * kLdG + 3 * C);
   }
   __device__ explicit PrepareSmem(void* p) {
     q = static_cast<bf16*>(p), k = q + C * kLdK, v = k + C * kLdK;
     L = reinterpret_cast<float*>(v + C * kLdV), A = L + C * kLdC;
-    G = A + C * kLdC, beta = G + C, colw = beta + C, colu = colw + C;
+    G = A + C * kLdC, beta = G + C * kLdG, colw = beta + C, colu = colw + C;
   }
 };
 
-template <int DK, int DV>
+template <int DK, int DV, bool VG>
 __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
   extern __shared__ float4 smem_raw[];
-  using Smem = PrepareSmem<DK, DV>;
+  using Smem = PrepareSmem<DK, DV, VG>;
   const Smem sm(smem_raw);
-  constexpr int kLdK = Smem::kLdK, kLdV = Smem::kLdV;
+  constexpr int kLdK = Smem::kLdK, kLdV = Smem::kLdV, kLdG = Smem::kLdG;
   const int chunk = blockIdx.x, j = blockIdx.y, bi = blockIdx.z, hq = j / (a.HV / a.H);
   const int t0 = chunk * C, n = min(C, a.T - t0);
   const int64_t head = int64_t(bi) * a.HV + j;  // (b, j) of (B, HV, ..) workspaces
@@ -182,11 +200,23 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
     const int64_t idx = (int64_t(bi) * a.T + t0 + tt) * a.HV + j;  // (B, T, HV)
     sm.beta[tt] = ok ? bf(a.b[idx]) : 0.f;
     sm.colu[tt] = ok ? bf(a.w[idx]) : 0.f;
-    sm.G[tt] = ok && a.g ? bf(a.g[idx]) : 0.f;
+    if (!VG) sm.G[tt] = ok && a.g ? bf(a.g[idx]) : 0.f;
+  }
+  if (VG) {  // g[t][d] of (B, T, HV, DK)
+    const bf16* g = a.g + ((int64_t(bi) * a.T + t0) * a.HV + j) * DK;
+    for (int i = threadIdx.x; i < C * DK; i += kThreads) {
+      const int tt = i / DK, d = i % DK;
+      sm.G[tt * kLdG + d] = tt < n ? bf(g[int64_t(tt) * a.HV * DK + d]) : 0.f;
+    }
   }
   wait_tiles();
-  // 1a: G = inclusive cumsum of g (warp 0, two tokens per lane).
-  if (threadIdx.x < 32) {
+  // 1a: G = inclusive cumsum of g (vector gate: a thread per channel; scalar: warp 0, two tokens a lane).
+  if (VG) {
+    for (int d = threadIdx.x; d < DK; d += kThreads) {
+      float s = 0.f;
+      for (int tt = 0; tt < C; tt++) s += sm.G[tt * kLdG + d], sm.G[tt * kLdG + d] = s;
+    }
+  } else if (threadIdx.x < 32) {
     const int lane = threadIdx.x;
     const float x0 = sm.G[2 * lane], x1 = sm.G[2 * lane + 1];
     float s = x0 + x1;
@@ -202,11 +232,41 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
   __syncthreads();
   if (threadIdx.x < C) {
     const int tt = threadIdx.x;
-    sm.colw[tt] = sm.beta[tt] * expf(sm.G[tt]);          // ehat_t = beta_t k_t exp(G_t)
-    a.G[head * a.NT * C + t0 + tt] = sm.G[tt];
+    sm.colw[tt] = VG ? sm.beta[tt] : sm.beta[tt] * expf(sm.G[tt]);  // ehat_t = beta_t k_t exp(G_t)
   }
+  for (int i = threadIdx.x; i < C * (VG ? DK : 1); i += kThreads)  // G to (B, HV, NT * C, DK or 1)
+    a.G[(head * a.NT * C + t0) * (VG ? DK : 1) + i] = VG ? sm.G[(i / DK) * kLdG + i % DK] : sm.G[i];
   // 1b: K K^T and Q K^T on tensor cores, then the masks and decays (exponents <= 0 only).
-  {
+  if constexpr (VG) {
+    // Per-channel decays (4.4): a warp's 16-row tile of the (C, C) products is one sub-block of
+    // 16 tokens starting at ref = row0; its rows enter as q_t exp(G_t - G_ref), the columns of
+    // the earlier sub-blocks (s < ref) as k_s exp(G_ref - G_s), both exponents <= 0. The diagonal
+    // 16 x 16 blocks (ref <= s <= t) are summed element by element in fp32 below.
+    WarpTile<C, C> kk, qk;
+    const int ref = kk.row0;  // = qk.row0
+    auto g = [&](int t, int d) { return sm.G[t * kLdG + d]; };
+    auto k_cols = [&](int d, int s) { return s < ref ? bf(sm.k[s * kLdK + d]) * expf(g(ref, d) - g(s, d)) : 0.f; };
+    kk.mma<DK, true, true>([&](int r, int d) { return bf(sm.k[r * kLdK + d]) * expf(g(r, d) - g(ref, d)); }, k_cols);
+    qk.mma<DK, true, true>([&](int r, int d) { return bf(sm.q[r * kLdK + d]) * expf(g(r, d) - g(ref, d)); }, k_cols);
+    float* aqk = a.Aqk + (head * a.NT + chunk) * C * C;
+    kk.each([&](int r, int s, float x, int slot) {
+      if (s / 16 == r / 16) return;  // the diagonal block, below
+      sm.L[r * kLdC + s] = s < r ? sm.beta[r] * x : 0.f;
+      aqk[r * C + s] = s < r ? a.scale * qk.at(slot) : 0.f;
+    });
+    for (int i = threadIdx.x; i < C * 16; i += kThreads) {  // (t, s) in the diagonal blocks
+      const int t = i / 16, s = (t / 16) * 16 + i % 16;
+      float kk_ts = 0.f, qk_ts = 0.f;
+      if (s <= t) {
+        for (int d = 0; d < DK; d++) {
+          const float ks = bf(sm.k[s * kLdK + d]) * expf(g(t, d) - g(s, d));
+          kk_ts += bf(sm.k[t * kLdK + d]) * ks, qk_ts += bf(sm.q[t * kLdK + d]) * ks;
+        }
+      }
+      sm.L[t * kLdC + s] = s < t ? sm.beta[t] * kk_ts : 0.f;
+      aqk[t * C + s] = a.scale * qk_ts;
+    }
+  } else {
     auto k_rows = [&](int r, int d) { return bf(sm.k[r * kLdK + d]); };  // K[r][d]
     auto q_rows = [&](int r, int d) { return bf(sm.q[r * kLdK + d]); };  // Q[r][d]
     auto k_cols = [&](int d, int s) { return bf(sm.k[s * kLdK + d]); };  // K^T[d][s]
@@ -240,11 +300,13 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
     float* A = a.A + (head * a.NT + chunk) * C * C;
     for (int i = threadIdx.x; i < C * C; i += kThreads) A[i] = sm.A[(i / C) * kLdC + i % C];
   }
-  // 1d: W = A diag(beta exp(G)) K and U = A diag(w) V (fp32 A with its column scale split).
+  // 1d: W = A diag(beta exp(G)) K and U = A diag(w) V (fp32 A with its column scale split; a
+  //     vector gate's exp(G) scales K per channel, an fp32 operand then).
   {
     WarpTile<C, DK> wt;
-    wt.mma<C, true, false>([&](int r, int s) { return sm.A[r * kLdC + s] * sm.colw[s]; },
-                           [&](int s, int d) { return bf(sm.k[s * kLdK + d]); });
+    wt.mma<C, true, VG>([&](int r, int s) { return sm.A[r * kLdC + s] * sm.colw[s]; }, [&](int s, int d) {
+      return VG ? bf(sm.k[s * kLdK + d]) * expf(sm.G[s * kLdG + d]) : bf(sm.k[s * kLdK + d]);
+    });
     float* W = a.W + (head * a.NT * C + t0) * DK;
     wt.each([&](int r, int d, float x, int) { W[r * DK + d] = x; });
   }
@@ -260,7 +322,7 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
 // ---------------------------------------------------------------------------------------------
 // Pass 2: per (b, j, half of dv), sequential over chunks: Vnew, o, and the state update.
 
-template <int DK, int DV>
+template <int DK, int DV, bool VG = false>
 struct ScanSmem {
   static constexpr int BV = 32;  // state columns per CTA
   // The state update's rows per WarpTile (a WarpTile spreads its 16-row tiles over the 8 warps,
@@ -268,6 +330,7 @@ struct ScanSmem {
   static constexpr int kRows = DK < 128 ? DK : 128, kRowBlocks = DK / kRows;
   static constexpr int kLdH = BV + 4, kLdW = DK + 4, kLdK = DK + 8;
   static constexpr int kLdO = BV + 8;  // bf16 row stride of a (C, BV) tile
+  static constexpr int kLdG = VG ? DK + 4 : 1;  // G's row stride: DK channels (vector gate) or one
   // Aqk is lower triangular (s <= t): its rows are stored packed, row t at aqk_row(t), in the
   // t / 4 + 1 pieces of 4 floats that hold s = 0 .. t (kAqk floats in all, half a full tile).
   static constexpr int kAqk = 4 * (C + 2 * (C / 4) * (C / 4 - 1));
@@ -275,16 +338,17 @@ struct ScanSmem {
   float* W;      // (C, kLdW)
   float* vnew;   // (C, kLdH)
   float* aqk;    // (kAqk) packed rows
-  float *G, *expG, *kdecay;  // (C): G, exp(G), exp(G_last - G)
+  float* G;      // (C, kLdG): G[t][d] (vector gate) or G[t]
+  float *expG, *kdecay;  // (C): exp(G), exp(G_last - G) (scalar gate)
   bf16 *q, *k;   // (C, kLdK)
   bf16* dov;     // (C, kLdO) the reverse scan's dO columns
   static constexpr size_t bytes() {
-    return sizeof(float) * (size_t(DK) * kLdH + C * kLdW + C * kLdH + kAqk + 3 * C) +
+    return sizeof(float) * (size_t(DK) * kLdH + C * kLdW + C * kLdH + kAqk + C * kLdG + 2 * C) +
            sizeof(bf16) * (2 * C * kLdK + C * kLdO);
   }
   __device__ explicit ScanSmem(void* p) {
     h = static_cast<float*>(p), W = h + DK * kLdH, vnew = W + C * kLdW, aqk = vnew + C * kLdH;
-    G = aqk + kAqk, expG = G + C, kdecay = expG + C;
+    G = aqk + kAqk, expG = G + C * kLdG, kdecay = expG + C;
     q = reinterpret_cast<bf16*>(kdecay + C), k = q + C * kLdK, dov = k + C * kLdK;
   }
   __device__ static int aqk_row(int t) {
@@ -307,15 +371,15 @@ struct ScanSmem {
       h[d * kLdH + c] = src ? src[d * DV + v0 + c] : 0.f;
     }
   }
-  // h <- decay h + add(tile, d0), in blocks of kRows state rows d0 ..: each block's tile starts
-  // as decay h and `add` accumulates the chunk's products into it (rows d0 + the tile's rows);
-  // h is written once every warp has read it and this chunk's tiles.
-  template <class Add>
-  __device__ void update_state(float decay, Add&& add) const {
+  // h <- Diag(decay) h + add(tile, d0), in blocks of kRows state rows d0 ..: each block's tile
+  // starts as decay(row) h and `add` accumulates the chunk's products into it (rows d0 + the
+  // tile's rows); h is written once every warp has read it and this chunk's tiles.
+  template <class Decay, class Add>
+  __device__ void update_state(Decay&& decay, Add&& add) const {
     WarpTile<kRows, BV> next[kRowBlocks];
 #pragma unroll
     for (int rb = 0; rb < kRowBlocks; rb++) {
-      next[rb].each([&](int d, int c, float& x, int) { x = decay * h[(rb * kRows + d) * kLdH + c]; });
+      next[rb].each([&](int d, int c, float& x, int) { x = decay(rb * kRows + d) * h[(rb * kRows + d) * kLdH + c]; });
       add(next[rb], rb * kRows);
     }
     __syncthreads();
@@ -351,19 +415,20 @@ struct ScanTiles {
 // a chunk only k and U remain (U lands in sm.vnew, which 2a turns into Vnew in place), so a
 // chunk waits for one memory round trip, with those copies already in flight (at dk = 128 the
 // 227 KB budget of two CTAs leaves no room for second k / U buffers).
-template <int DK, int DV>
+template <int DK, int DV, bool VG>
 __global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
   extern __shared__ float4 smem_raw[];
-  using Smem = ScanSmem<DK, DV>;
+  using Smem = ScanSmem<DK, DV, VG>;
   const Smem sm(smem_raw);
-  constexpr int BV = Smem::BV, kLdH = Smem::kLdH, kLdW = Smem::kLdW, kLdK = Smem::kLdK;
+  constexpr int BV = Smem::BV, kLdH = Smem::kLdH, kLdW = Smem::kLdW, kLdK = Smem::kLdK, kLdG = Smem::kLdG;
   const int v0 = blockIdx.x * BV, j = blockIdx.y, bi = blockIdx.z;
   const int64_t head = int64_t(bi) * a.HV + j;
   const ScanTiles<DK> tiles(a, bi, j);
-  auto copy_w_g = [&](int chunk) {
+  auto copy_w_g = [&](int chunk) {  // a vector gate's G is read by 2b and 2c too: copied with k
     load_f32_rows_async<C, DK>(sm.W, kLdW, a.W + tiles.row0(chunk) * DK, DK);
-    load_f32_rows_async<1, C>(sm.G, C, a.G + tiles.row0(chunk), 0);
+    if (!VG) load_f32_rows_async<1, C>(sm.G, C, a.G + tiles.row0(chunk), 0);
   };
+  auto g = [&](int t, int d) { return sm.G[t * kLdG + d]; };  // G[t][d] (vector gate)
   auto copy_q_aqk = [&](int chunk) {
     load_bf16_rows_async<C, DK>(sm.q, tiles.qk(a.q, chunk), tiles.qk_stride, tiles.rows(chunk));
     sm.copy_aqk(a.Aqk + (head * a.NT + chunk) * C * C);
@@ -378,13 +443,14 @@ __global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
     const bool more = chunk + 1 < a.NT;
     load_bf16_rows_async<C, DK>(sm.k, tiles.qk(a.k, chunk), tiles.qk_stride, n);
     load_f32_rows_async<C, BV>(sm.vnew, kLdH, a.U + row0 * DV + v0, DV);
+    if (VG) load_f32_rows_async<C, DK>(sm.G, kLdG, a.G + row0 * DK, DK);
     wait_tiles();  // this chunk's tiles, and the previous update's h
     if (a.h_start) {  // the backward keeps every chunk-start state h[n] (4.9 step 1)
       sm.store_state(a.h_start + (head * a.NT + chunk) * DK * DV, v0);
     }
     // 2a: Vnew = U - W h (rows past n are 0 - 0 h = 0), in place of U in sm.vnew.
     {
-      if (threadIdx.x < C) {
+      if (!VG && threadIdx.x < C) {
         sm.expG[threadIdx.x] = expf(sm.G[threadIdx.x]);
         sm.kdecay[threadIdx.x] = expf(sm.G[C - 1] - sm.G[threadIdx.x]);  // G_last = G[C - 1]: g = 0 past n
       }
@@ -402,25 +468,36 @@ __global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
     }
     __syncthreads();  // Vnew is complete; W and G are read
     if (more) copy_w_g(chunk + 1);
-    // 2b: o = scale exp(G) (.) (Q h) + Aqk Vnew (Aqk already holds scale and the decays).
+    // 2b: o = scale (Q (.) exp(G)) h + Aqk Vnew (Aqk already holds scale and the decays; a
+    //     scalar gate's exp(G) scales the rows of Q h, a vector gate's the channels of Q).
     if (a.o) {
       WarpTile<C, BV> qh, av;
-      qh.mma<DK, false, true>([&](int r, int d) { return bf(sm.q[r * kLdK + d]); }, h_op);
+      qh.mma<DK, VG, true>([&](int r, int d) { return VG ? bf(sm.q[r * kLdK + d]) * expf(g(r, d)) : bf(sm.q[r * kLdK + d]); },
+                           h_op);
       av.mma<C, true, true>([&](int r, int s) { return sm.aqk_at(r, s); },
                             [&](int s, int c) { return sm.vnew[s * kLdH + c]; });
       qh.each([&](int r, int c, float x, int slot) {
         if (r < n)
           a.o[((int64_t(bi) * a.T + t0 + r) * a.HV + j) * DV + v0 + c] =
-              __float2bfloat16_rn(a.scale * sm.expG[r] * x + av.at(slot));
+              __float2bfloat16_rn(a.scale * (VG ? 1.f : sm.expG[r]) * x + av.at(slot));
       });
       __syncthreads();  // q and Aqk are read
       if (more) copy_q_aqk(chunk + 1);
     }
-    // 2c: h <- exp(G_last) h + K^T diag(exp(G_last - G)) Vnew.
-    sm.update_state(sm.expG[C - 1], [&](auto& hn, int d0) {
-      hn.mma<C, false, true>([&](int d, int s) { return bf(sm.k[s * kLdK + d0 + d]); },
-                             [&](int s, int c) { return sm.vnew[s * kLdH + c] * sm.kdecay[s]; });
-    });
+    // 2c: h <- Diag(exp(G_last)) h + (K (.) exp(G_last - G))^T Vnew (a scalar gate's decays
+    //     scale the rows of Vnew, a vector gate's the channels of K; exponents <= 0).
+    if constexpr (VG) {
+      sm.update_state([&](int d) { return expf(g(C - 1, d)); }, [&](auto& hn, int d0) {
+        hn.mma<C, true, true>([&](int d, int s) { return bf(sm.k[s * kLdK + d0 + d]) * expf(g(C - 1, d0 + d) - g(s, d0 + d)); },
+                              [&](int s, int c) { return sm.vnew[s * kLdH + c]; });
+      });
+    } else {
+      const float decay = sm.expG[C - 1];
+      sm.update_state([decay](int) { return decay; }, [&](auto& hn, int d0) {
+        hn.mma<C, false, true>([&](int d, int s) { return bf(sm.k[s * kLdK + d0 + d]); },
+                               [&](int s, int c) { return sm.vnew[s * kLdH + c] * sm.kdecay[s]; });
+      });
+    }
   }
   __syncthreads();
   if (!a.final_state) return;
@@ -487,7 +564,8 @@ __global__ void __launch_bounds__(kThreads, 2) reverse_scan_kernel(ChunkArgs a) 
     if (chunk > 0) copy_k_aqk_g(chunk - 1);
     __syncthreads();
     // 3c: dS <- exp(G_last) dS + scale Qg^T dO - W^T dVnew   (h[n] feeds the end state, o and Vnew)
-    sm.update_state(sm.expG[C - 1], [&](auto& dsn, int d0) {
+    const float decay = sm.expG[C - 1];
+    sm.update_state([decay](int) { return decay; }, [&](auto& dsn, int d0) {
       dsn.mma<C, true, false>([&](int d, int t) { return a.scale * sm.expG[t] * bf(sm.q[t * kLdK + d0 + d]); }, d_o);
       dsn.mma<C, true, true>([&](int d, int t) { return sm.W[t * kLdW + d0 + d]; },
                              [&](int t, int c) { return -sm.vnew[t * kLdH + c]; });
@@ -754,13 +832,14 @@ void launch_kernel(Kernel kernel, dim3 grid, const ChunkArgs& a) {
 }
 
 // Passes 1 and 2 (the forward; also keeping A and every h[n] when a.A and a.h_start are set: the
-// backward's replay, or a forward that keeps them for its backward).
-template <int DK, int DV>
+// backward's replay, or a forward that keeps them for its backward). VG: a vector gate (KDA).
+template <int DK, int DV, bool VG = false>
 void launch_forward(const ChunkArgs& a) {
-  launch_kernel<PrepareSmem<DK, DV>::bytes()>(prepare_kernel<DK, DV>, dim3(a.NT, a.HV, a.B), a);
-  static_assert(DK > 128 || ScanSmem<DK, DV>::bytes() <= 113 * 1024,
-                "two scan CTAs per SM up to dk = 128 (228 KB, 1 KB reserved per CTA)");
-  launch_kernel<ScanSmem<DK, DV>::bytes()>(scan_kernel<DK, DV>, dim3(DV / ScanSmem<DK, DV>::BV, a.HV, a.B), a);
+  using Scan = ScanSmem<DK, DV, VG>;
+  launch_kernel<PrepareSmem<DK, DV, VG>::bytes()>(prepare_kernel<DK, DV, VG>, dim3(a.NT, a.HV, a.B), a);
+  static_assert(DK > (VG ? 64 : 128) || Scan::bytes() <= 113 * 1024,
+                "two scan CTAs per SM up to dk = 128 (vector gate: 64; 228 KB, 1 KB reserved per CTA)");
+  launch_kernel<Scan::bytes()>(scan_kernel<DK, DV, VG>, dim3(DV / Scan::BV, a.HV, a.B), a);
 }
 
 // Backward passes 3 and 4 (after launch_forward's replay, or reading what the forward kept).
@@ -803,30 +882,36 @@ struct Workspace {
   FloatScratch U, own;
   Workspace(const DeltaRuleDims& d, ChunkArgs& a, float* kept, bool with_kept, bool run_passes_1_2)
       : U(run_passes_1_2 ? rows(d) * d.dv : 0),
-        own(kept ? 0 : with_kept ? kept_floats(d) : rows(d) * (d.dk + C + 1)) {
+        own(kept ? 0 : with_kept ? kept_floats(d) : rows(d) * (d.dk + C + gate_width(d))) {
     float* p = kept ? kept : own.get();
     a.U = run_passes_1_2 ? U.get() : nullptr;
     a.W = p, p += rows(d) * d.dk;
     a.Aqk = p, p += rows(d) * C;
-    a.G = p, p += rows(d);
+    a.G = p, p += rows(d) * gate_width(d);
     if (!with_kept) return;
     a.A = p, p += rows(d) * C;
     a.h_start = p;
   }
   static int64_t rows(const DeltaRuleDims& d) { return d.B * d.HV * ((d.T + C - 1) / C) * C; }  // (B, HV, NT * C)
+  static int64_t gate_width(const DeltaRuleDims& d) { return d.gate == DeltaGate::Vector ? d.dk : 1; }  // G's
 };
 
 }  // namespace
 
 bool supported(const DeltaRuleDims& d, DType dtype) {
   auto width_ok = [](int64_t width) { return width == 64 || width == 128 || width == 256; };
-  return dtype == DType::BF16 && d.gate != DeltaGate::Vector && !d.erase_vector && !d.write_vector &&
-         width_ok(d.dk) && width_ok(d.dv);
+  return dtype == DType::BF16 && !d.erase_vector && !d.write_vector && width_ok(d.dk) && width_ok(d.dv) &&
+         (d.gate != DeltaGate::Vector || d.dk <= 128);
+}
+
+bool backward_supported(const DeltaRuleDims& d, DType dtype) {
+  return supported(d, dtype) && d.gate != DeltaGate::Vector;
 }
 
 int64_t kept_floats(const DeltaRuleDims& d) {
   const int64_t NT = (d.T + C - 1) / C;
-  return Workspace::rows(d) * (d.dk + 2 * C + 1) + d.B * d.HV * NT * d.dk * d.dv;  // W, Aqk, G, A; h[n]
+  return Workspace::rows(d) * (d.dk + 2 * C + Workspace::gate_width(d)) +
+         d.B * d.HV * NT * d.dk * d.dv;  // W, Aqk, G, A; h[n]
 }
 
 void forward(void* o, float* final_state, void* residual, const void* q, const void* k, const void* v, const void* g,
@@ -835,7 +920,11 @@ void forward(void* o, float* final_state, void* residual, const void* q, const v
   a.o = static_cast<bf16*>(o), a.residual = static_cast<bf16*>(residual), a.u_f32 = u_f32;
   a.final_state = final_state;
   const Workspace ws(d, a, kept, kept != nullptr, true);
-  dispatch_widths(d, [&](auto dk, auto dv) { launch_forward<decltype(dk)::value, decltype(dv)::value>(a); });
+  dispatch_widths(d, [&](auto dk, auto dv) {
+    constexpr int DK = decltype(dk)::value, DV = decltype(dv)::value;
+    if (d.gate != DeltaGate::Vector) launch_forward<DK, DV>(a);
+    else if constexpr (DK <= 128) launch_forward<DK, DV, true>(a);
+  });
 }
 
 void backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, void* grad_b, void* grad_w, float* grad_h0,
@@ -843,6 +932,7 @@ void backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, void* grad
               const void* v, const void* g, const void* b, const void* w, const float* h0, const DeltaRuleDims& d,
               const float* u_f32, float* kept) {
   HLA_CHECK(aligned16(d_o) && aligned16(u_f32), "delta_rule chunk kernel: d_o and u_f32 must be 16-byte aligned");
+  HLA_CHECK(d.gate != DeltaGate::Vector, "delta_rule chunk kernel: no chunked backward for a vector gate yet");
   ChunkArgs a = input_args(q, k, v, g, b, w, h0, d);
   const int64_t rows = Workspace::rows(d);               // workspace rows: (B, HV, NT * C)
   const int64_t states = d.B * d.HV * a.NT * d.dk * d.dv;  // (B, HV, NT, dk, dv)

@@ -1,10 +1,13 @@
 // Runs the chunked delta-rule kernels of cuda/delta_rule_chunk.cu (DeltaNet: no gate; Gated
-// DeltaNet: a scalar gate) on the host emulator (tests/emu/include/emu.h), forward and backward,
-// and compares them with the token recurrence in fp64: the formulas of nn/ops/delta_rule.cpp's
-// recurrent_forward / recurrent_backward (mixers.md 4.5), restated here per (batch, value head).
+// DeltaNet: a scalar gate; KDA: a vector gate over dk, forward only) on the host emulator
+// (tests/emu/include/emu.h), forward and backward, and compares them with the token recurrence
+// in fp64: the formulas of nn/ops/delta_rule.cpp's recurrent_forward / recurrent_backward
+// (mixers.md 4.5), restated here per (batch, value head).
 // Cases: with and without h0 and the final state's gradient, tied (w = b) and untied gates,
 // grouped value heads (HV = 2H: dq, dk summed over the group), (dk, dv) in {64, 128}^2 and 256,
-// T a multiple of the 64-token chunk and not; and a few cases with cp.async copies landing at
+// T a multiple of the 64-token chunk and not; KDA forwards (dk 64 / 128, dv 64 / 128 / 256, gates
+// -softplus(N(shift, 2)) per channel, down to about -8 a token: 16 tokens of such decay overflow
+// fp32 if exp(G_t - G_s) were factored as exp(G_t) exp(-G_s) over a chunk); and a few cases with cp.async copies landing at
 // issue and the warps run one after another (tests/emu/include/emu.h), which shows a tile copied
 // before its last reader is done. Every case runs twice: the backward replaying passes 1-2, and a
 // forward keeping their buffers (delta_chunk::kept_floats) with the backward reading them; the
@@ -40,14 +43,15 @@ struct Buf {
   }
 };
 
-// One (batch, value head) sequence in fp64; the gate and beta / w are per token.
+// One (batch, value head) sequence in fp64; beta / w are per token, the gate per token and key
+// channel (a scalar gate repeated over the channels).
 struct Head {
-  Mat q, k, v, h0;  // (T, dk), (T, dk), (T, dv), (dk, dv)
-  Row g, b, w;      // (T)
+  Mat q, k, v, h0, g;  // (T, dk), (T, dk), (T, dv), (dk, dv), (T, dk)
+  Row b, w;            // (T)
 };
 struct Grads {
-  Mat q, k, v, h0;
-  Row g, b, w;
+  Mat q, k, v, h0, g;
+  Row b, w;
 };
 
 // Rows of head h of a (B, T, heads, width) buffer.
@@ -58,15 +62,15 @@ static Mat rows(const std::vector<double>& x, int64_t bi, int64_t h, int64_t T, 
   return m;
 }
 
-// The token recurrence (nn/ops/delta_rule.cpp recurrent_forward, scalar gates):
-//   S'_t = exp(g_t) S_{t-1};  u_t = w_t v_t - S'_t^T (b_t k_t);  S_t = S'_t + k_t u_t^T;
+// The token recurrence (nn/ops/delta_rule.cpp recurrent_forward, scalar beta and w):
+//   S'_t = Diag(exp(g_t)) S_{t-1};  u_t = w_t v_t - S'_t^T (b_t k_t);  S_t = S'_t + k_t u_t^T;
 //   o_t = scale S_t^T q_t.
 static void forward(const Head& x, double scale, Mat& o, Mat& u, Mat& S) {
   const int64_t T = x.q.rows();
   o.resize(T, x.v.cols()), u.resize(T, x.v.cols());
   S = x.h0;
   for (int64_t t = 0; t < T; t++) {
-    S *= std::exp(x.g(t));
+    S = x.g.row(t).array().exp().matrix().asDiagonal() * S;
     u.row(t) = x.w(t) * x.v.row(t) - x.b(t) * x.k.row(t) * S;
     S += x.k.row(t).transpose() * u.row(t);
     o.row(t) = scale * x.q.row(t) * S;
@@ -80,12 +84,13 @@ static Grads backward(const Head& x, double scale, const Mat& dO, const Mat& dU,
   Mat S = x.h0;
   for (int64_t t = 0; t < T; t++) {
     S_prev[t] = S;
-    S *= std::exp(x.g(t));
+    S = x.g.row(t).array().exp().matrix().asDiagonal() * S;
     S += x.k.row(t).transpose() * (x.w(t) * x.v.row(t) - x.b(t) * x.k.row(t) * S);
   }
-  Grads gr{Mat(T, dk), Mat(T, dk), Mat(T, x.v.cols()), Mat(), Row(T), Row(T), Row(T)};
+  Grads gr{Mat(T, dk), Mat(T, dk), Mat(T, x.v.cols()), Mat(), Mat(T, dk), Row(T), Row(T)};
   for (int64_t t = T - 1; t >= 0; t--) {
-    const Mat Sd = std::exp(x.g(t)) * S_prev[t];          // S'_t
+    const auto decay = x.g.row(t).array().exp().matrix().asDiagonal();
+    const Mat Sd = decay * S_prev[t];                     // S'_t
     const Row e = x.b(t) * x.k.row(t);                    // e_t = b_t k_t
     const Row u = x.w(t) * x.v.row(t) - e * Sd;           // u_t
     const Mat St = Sd + x.k.row(t).transpose() * u;       // S_t
@@ -95,8 +100,8 @@ static Grads backward(const Head& x, double scale, const Mat& dO, const Mat& dU,
     const Row dk_t = u * dS.transpose();
     const Mat dSd = dS - e.transpose() * du;              // u_t = y_t - S'_t^T e_t
     const Row de = -du * Sd.transpose();
-    gr.g(t) = Sd.cwiseProduct(dSd).sum();                 // S'_t = exp(g_t) S_{t-1}
-    dS = std::exp(x.g(t)) * dSd;
+    gr.g.row(t) = Sd.cwiseProduct(dSd).rowwise().sum().transpose();  // S'_t = Diag(exp(g_t)) S_{t-1}
+    dS = decay * dSd;
     gr.k.row(t) = dk_t + x.b(t) * de;
     gr.b(t) = x.k.row(t).dot(de);
     gr.v.row(t) = x.w(t) * du;
@@ -134,7 +139,8 @@ struct Outputs {
 struct Case {
   bool gated, tied, with_h0, with_dht;
   int64_t B, T, H, HV, dk, dv;
-  double shift;  // gate = logsigmoid(N(shift, 1))
+  double shift;         // gate = logsigmoid(N(shift, 1)); KDA: -softplus(N(shift, 2)) per channel
+  bool kda = false;     // a vector gate (B, T, HV, dk), forward only (gated must be true)
 };
 
 static void run(const Case& c, uint64_t seed) {
@@ -156,7 +162,8 @@ static void run(const Case& c, uint64_t seed) {
     x->fill(raw.size(), true, [&] { return raw[i++]; });
   }
   v.fill(B * T * HV * dv, true, normal);
-  g.fill(B * T * HV, true, [&] { return c.gated ? -std::log1p(std::exp(-(N(rng) + c.shift))) : 0.0; });
+  if (c.kda) g.fill(B * T * HV * dk, true, [&] { return -std::log1p(std::exp(2 * N(rng) + c.shift)); });
+  else g.fill(B * T * HV, true, [&] { return c.gated ? -std::log1p(std::exp(-(N(rng) + c.shift))) : 0.0; });
   b.fill(B * T * HV, true, [&] { return 1 / (1 + std::exp(-N(rng))); });
   if (c.tied) w = b;
   else w.fill(B * T * HV, true, [&] { return 1 / (1 + std::exp(-N(rng))); });
@@ -165,7 +172,8 @@ static void run(const Case& c, uint64_t seed) {
   dres.fill(B * T * HV * dv, true, normal);
   dht.fill(B * HV * dk * dv, false, [&] { return c.with_dht ? N(rng) : 0.0; });
   const double scale = 1 / std::sqrt(double(dk));
-  const DeltaRuleDims d{B, T, H, HV, dk, dv, c.gated ? DeltaGate::Scalar : DeltaGate::None, false, false, scale, 0};
+  const DeltaGate gate = c.kda ? DeltaGate::Vector : c.gated ? DeltaGate::Scalar : DeltaGate::None;
+  const DeltaRuleDims d{B, T, H, HV, dk, dv, gate, false, false, scale, 0};
   HLA_CHECK(cuda::delta_chunk::supported(d, DType::BF16), "not a chunked case");
   const Bf16* gp = c.gated ? g.b.data() : nullptr;
   const float* h0p = c.with_h0 ? h0.f.data() : nullptr;
@@ -180,6 +188,7 @@ static void run(const Case& c, uint64_t seed) {
     float* keptp = keep ? kept.data() : nullptr;
     cuda::delta_chunk::forward(r.o.data(), r.ht.data(), r.res.data(), q.b.data(), k.b.data(), v.b.data(), gp,
                                b.b.data(), w.b.data(), h0p, d, r.u_f32.data(), keptp);
+    if (c.kda) return r;  // the backward stays recurrent (delta_chunk::backward_supported)
     cuda::delta_chunk::backward(r.gq.data(), r.gk.data(), r.gv.data(), c.gated ? r.gg.data() : nullptr, r.gb.data(),
                                 r.gw.data(), c.with_h0 ? r.gh0.data() : nullptr, dO.b.data(),
                                 c.with_dht ? dht.f.data() : nullptr, dres.b.data(), q.b.data(), k.b.data(),
@@ -195,7 +204,8 @@ static void run(const Case& c, uint64_t seed) {
       const int64_t hq = j / (HV / H);
       Head x;
       x.q = rows(q.ref, bi, hq, T, H, dk), x.k = rows(k.ref, bi, hq, T, H, dk), x.v = rows(v.ref, bi, j, T, HV, dv);
-      x.g = rows(g.ref, bi, j, T, HV, 1).transpose(), x.b = rows(b.ref, bi, j, T, HV, 1).transpose();
+      x.g = c.kda ? rows(g.ref, bi, j, T, HV, dk) : rows(g.ref, bi, j, T, HV, 1).replicate(1, dk);
+      x.b = rows(b.ref, bi, j, T, HV, 1).transpose();
       x.w = rows(w.ref, bi, j, T, HV, 1).transpose();
       x.h0 = Eigen::Map<const Mat>(h0.ref.data() + (bi * HV + j) * dk * dv, dk, dv);
       Mat o_ref, u_ref, S_ref;
@@ -212,7 +222,7 @@ static void run(const Case& c, uint64_t seed) {
           dq_ref[((bi * T + t) * H + hq) * dk + i] += gr.q(t, i);
           dk_ref[((bi * T + t) * H + hq) * dk + i] += gr.k(t, i);
         }
-        if (c.gated) eg.add(at(gg, tok), gr.g(t));
+        if (c.gated) eg.add(at(gg, tok), gr.g.row(t).sum());
         eb.add(at(gb, tok), gr.b(t)), ew.add(at(gw, tok), gr.w(t));
       }
       for (int64_t i = 0; i < dk * dv; i++) {
@@ -223,13 +233,18 @@ static void run(const Case& c, uint64_t seed) {
   for (size_t i = 0; i < dq_ref.size(); i++) eq.add(at(gq, i), dq_ref[i]), ek.add(at(gk, i), dk_ref[i]);
   char label[160];
   std::snprintf(label, sizeof label, "%s%s%s B%ld T%ld H%ld HV%ld dk%ld dv%ld h0 %d dht %d",
-                emu::cp_async_lands_at_issue ? "early " : "", c.gated ? "gdn" : "deltanet", c.tied ? "" : " b,w",
+                emu::cp_async_lands_at_issue ? "early " : "", c.kda ? "kda" : c.gated ? "gdn" : "deltanet",
+                c.tied ? "" : " b,w",
                 long(B), long(T), long(H), long(HV), long(dk), long(dv), int(c.with_h0), int(c.with_dht));
+  const double out = 5e-3, grad = 1e-2;  // gpu-check's bf16_out, bf16_grad
+  if (c.kda) {  // forward only
+    report(label, "o", eo, out), report(label, "u", eu, out), report(label, "ht", eht, out);
+    return;
+  }
   const uint64_t replay = replayed.hash(), keep = kernels(true).hash();
   std::printf("%-50s hash %016llx, keeping forward %016llx %s\n", label, (unsigned long long)replay,
               (unsigned long long)keep, keep == replay ? "ok" : "FAIL");
   g_rows++, g_fail |= keep != replay;
-  const double out = 5e-3, grad = 1e-2;  // gpu-check's bf16_out, bf16_grad
   report(label, "o", eo, out), report(label, "u", eu, out), report(label, "ht", eht, out);
   report(label, "dq", eq, grad), report(label, "dk", ek, grad), report(label, "dv", ev, grad);
   if (c.gated) report(label, "dg", eg, grad);
@@ -237,7 +252,7 @@ static void run(const Case& c, uint64_t seed) {
   if (c.with_h0) report(label, "dh0", eh0, grad);
 }
 
-// Every case by default (ctest); a group by name: small (dk, dv <= 128), wide (a width of 256),
+// Every case by default (ctest); a group by name: small (dk, dv <= 128), wide (a width of 256), kda,
 // early (copies landing at issue too, tests/emu/include/emu.h).
 int main(int argc, char** argv) {
   const std::string which = argc > 1 ? argv[1] : "all";
@@ -263,7 +278,19 @@ int main(int argc, char** argv) {
     run({true, true, true, true, 1, 200, 1, 2, 64, 64, 1.0}, seed++);
     run({false, false, true, true, 1, 130, 1, 1, 128, 128, 0.0}, seed++);
     run({true, true, true, true, 1, 130, 1, 1, 256, 64, 1.0}, seed++);
+    run({true, true, true, true, 1, 130, 1, 2, 128, 64, 0.0, true}, seed++);
     emu::cp_async_lands_at_issue = false;
+  }
+  if (wants("kda")) {
+    // KDA forwards: T = 64 / 70 / 130 / 200, grouped value heads, h0 on and off, untied w, mixed
+    // widths, dv = 256; weak decay (shift -5: most gates near 0, so the pairs 16 and more tokens
+    // apart, the sub-block products, weigh in) and strong decay (shift 2: down to about -8 a token).
+    run({true, true, true, true, 1, 70, 1, 2, 64, 64, 0.0, true}, seed++);
+    run({true, true, false, true, 1, 64, 1, 1, 128, 128, -5.0, true}, seed++);
+    run({true, false, true, true, 2, 130, 1, 2, 128, 64, 2.0, true}, seed++);
+    run({true, true, true, true, 1, 200, 1, 1, 64, 256, -5.0, true}, seed++);
+    run({true, true, true, true, 1, 130, 1, 1, 128, 128, 2.0, true}, seed++);
+    run({true, false, true, true, 1, 130, 1, 1, 128, 128, -5.0, true}, seed++);
   }
   std::printf("%d rows: %s\n", g_rows, g_fail ? "SOME FAILED" : "ALL OK");
   return g_fail;
