@@ -1,8 +1,6 @@
 // The delta rule on the GPU: the chunked tensor-core forward and backward of
-// cuda/delta_rule_chunk.cu where they apply (delta_chunk::supported for the forward: DeltaNet,
-// GDN, and KDA at dk <= 128; delta_chunk::backward_supported for the backward: DeltaNet and GDN,
-// so KDA's backward is the recurrent one, from the u_f32 the chunked forward wrote, with
-// nothing kept), otherwise the recurrent
+// cuda/delta_rule_chunk.cu where both apply (delta_chunk::backward_supported: DeltaNet, GDN),
+// otherwise the recurrent
 // kernels of cuda/recurrence.cuh with Op::Delta (S' = Diag(exp(g)) S, u = w*v - S'^T (b*k),
 // S = S' + k u^T, o = scale S^T q), and the small kernels that turn the fp32 per-value-head results into the op's gradients:
 //   dq, dk summed over the value heads of a group;  a scalar gate's or beta's gradient summed
@@ -45,15 +43,13 @@ void dispatch_gate(DeltaGate gate, Fn&& fn) {
   }
 }
 
-// Whether the chunked tensor-core forward runs (their 16-byte loads need aligned q, k, v). A
-// single token (a decoding step) is one recurrent update, cheaper than a one-token chunk.
+// Whether the chunked tensor-core kernels run (their 16-byte loads need aligned q, k, v). A
+// single token (a decoding step) is one recurrent update, cheaper than a one-token chunk. KDA's
+// chunked forward alone (delta_chunk::supported) does not run: a chunked per-channel forward
+// measured slower than the recurrent one on the H200 (4.2 vs 3.3 ms, bf16 B4 T4096 H16 D128,
+// reverted 04b2382), and the forward pays off only with a chunked backward after it.
 bool chunked(const DeltaRuleDims& d, DType dtype, const void* q, const void* k, const void* v) {
-  return d.T > 1 && delta_chunk::supported(d, dtype) && aligned16(q) && aligned16(k) && aligned16(v);
-}
-
-// Whether the chunked backward runs too.
-bool chunked_backward(const DeltaRuleDims& d, DType dtype, const void* q, const void* k, const void* v) {
-  return chunked(d, dtype, q, k, v) && delta_chunk::backward_supported(d, dtype);
+  return d.T > 1 && delta_chunk::backward_supported(d, dtype) && aligned16(q) && aligned16(k) && aligned16(v);
 }
 
 }  // namespace
@@ -82,7 +78,7 @@ void delta_rule_backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g,
                          float* grad_h0, const void* d_o, const float* d_final_state, const void* d_residual,
                          const void* q, const void* k, const void* v, const void* g, const void* b, const void* w,
                          const float* h0, const DeltaRuleDims& d, const float* u_f32, float* kept, DType dtype) {
-  if (chunked_backward(d, dtype, q, k, v) && aligned16(d_o) && aligned16(u_f32)) {
+  if (chunked(d, dtype, q, k, v) && aligned16(d_o) && aligned16(u_f32)) {
     delta_chunk::backward(grad_q, grad_k, grad_v, grad_g, grad_b, grad_w, grad_h0, d_o, d_final_state, d_residual, q,
                           k, v, g, b, w, h0, d, u_f32, kept);
     return;
@@ -119,8 +115,7 @@ void delta_rule_backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g,
 }
 
 const char* delta_rule_kernel(const DeltaRuleDims& d, DType dtype) {
-  if (delta_chunk::backward_supported(d, dtype)) return "chunked fwd+bwd (mma)";
-  return delta_chunk::supported(d, dtype) ? "chunked fwd (mma), recurrent bwd" : "recurrent";
+  return delta_chunk::backward_supported(d, dtype) ? "chunked fwd+bwd (mma)" : "recurrent";
 }
 
 }  // namespace hla::cuda

@@ -8,7 +8,8 @@
 // scalar erase gate beta and scalar write gate w (w = b for DeltaNet/GDN), grouped value heads,
 // dk and dv in {64, 128, 256} (any pair), chunks of kChunk = 64 tokens, any T, optional initial state.
 // KDA (a vector gate over dk, scalar beta): the forward only, at dk in {64, 128} (dv any of the
-// three); its backward stays recurrent (backward_supported), reading the forward's u_f32.
+// three), verified on the emulator; cuda/delta_rule.cu does not dispatch it (see chunked() there)
+// until a chunked KDA backward exists (backward_supported excludes the vector gate).
 #pragma once
 #include "cuda/delta_rule.h"
 
