@@ -1,6 +1,6 @@
 // The delta rule on the GPU: the chunked tensor-core forward and backward of
-// cuda/delta_rule_chunk.cu where both apply (delta_chunk::backward_supported: DeltaNet, GDN),
-// otherwise the recurrent
+// cuda/delta_rule_chunk.cu where they apply (delta_chunk::supported: DeltaNet, GDN, KDA at
+// dk <= 128), otherwise the recurrent
 // kernels of cuda/recurrence.cuh with Op::Delta (S' = Diag(exp(g)) S, u = w*v - S'^T (b*k),
 // S = S' + k u^T, o = scale S^T q), and the small kernels that turn the fp32 per-value-head results into the op's gradients:
 //   dq, dk summed over the value heads of a group;  a scalar gate's or beta's gradient summed
@@ -44,18 +44,15 @@ void dispatch_gate(DeltaGate gate, Fn&& fn) {
 }
 
 // Whether the chunked tensor-core kernels run (their 16-byte loads need aligned q, k, v). A
-// single token (a decoding step) is one recurrent update, cheaper than a one-token chunk. KDA's
-// chunked forward alone (delta_chunk::supported) does not run: a chunked per-channel forward
-// measured slower than the recurrent one on the H200 (4.2 vs 3.3 ms, bf16 B4 T4096 H16 D128,
-// reverted 04b2382), and the forward pays off only with a chunked backward after it.
+// single token (a decoding step) is one recurrent update, cheaper than a one-token chunk.
 bool chunked(const DeltaRuleDims& d, DType dtype, const void* q, const void* k, const void* v) {
-  return d.T > 1 && delta_chunk::backward_supported(d, dtype) && aligned16(q) && aligned16(k) && aligned16(v);
+  return d.T > 1 && delta_chunk::supported(d, dtype) && aligned16(q) && aligned16(k) && aligned16(v);
 }
 
 }  // namespace
 
 int64_t delta_rule_kept_floats(const DeltaRuleDims& d, DType dtype) {
-  return d.T > 1 && delta_chunk::backward_supported(d, dtype) ? delta_chunk::kept_floats(d) : 0;
+  return d.T > 1 && delta_chunk::supported(d, dtype) ? delta_chunk::kept_floats(d) : 0;
 }
 
 void delta_rule_forward(void* o, float* final_state, void* residual, const void* q, const void* k, const void* v,
@@ -115,7 +112,7 @@ void delta_rule_backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g,
 }
 
 const char* delta_rule_kernel(const DeltaRuleDims& d, DType dtype) {
-  return delta_chunk::backward_supported(d, dtype) ? "chunked fwd+bwd (mma)" : "recurrent";
+  return delta_chunk::supported(d, dtype) ? "chunked fwd+bwd (mma)" : "recurrent";
 }
 
 }  // namespace hla::cuda

@@ -3,9 +3,9 @@
 //
 // Per (batch b, value head j), chunks of C = 64 tokens, local tokens t = 0..63 (rows past the
 // end of the sequence are zero: k = q = v = 0, beta = w = g = 0, so they change nothing):
-// The gate is none, a scalar per token (G a number a token) or, with the template flag VG (KDA,
-// forward only), a vector over the dk key channels (G[t][d]; every exp(G ..) below is then per
-// channel, and the in-chunk decays are formed the safe way of 4.4, see 1b).
+// The gate is none, a scalar per token (G a number a token) or, with the template flag VG (KDA),
+// a vector over the dk key channels (G[t][d]; every exp(G ..) below is then per channel, and the
+// in-chunk decays are formed the safe way of 4.4: see 1b and add_decayed_pairs).
 //   Pass 1 (prepare_kernel, grid (NT, HV, B), every chunk in parallel; CPU: prepare_chunk):
 //     1a  G = inclusive cumsum of g inside the chunk                                   (4.1)
 //     1b  L[t,s] = beta_t (k_t . k_s) exp(G_t - G_s), s < t;
@@ -28,12 +28,13 @@
 //     2b  o = scale (Q (.) exp(G)) h + Aqk Vnew                                   (4.6, mma)
 //     2c  h <- exp(G_last) h + (K (.) exp(G_last - G))^T Vnew                     (4.8, mma)
 //
-//   With a vector gate the scan holds G[t][d] (C x dk fp32, copied with k at the top of a chunk),
-//   2b scales the channels of Q by exp(G), 2c those of K by exp(G_last - G) and the state's rows
-//   by exp(G_last); at dk = 128 its 141 KB allow one CTA an SM (at dk = 256 it would not fit).
+//   With a vector gate the scans hold G[t][d] (C x dk fp32, copied at the top of a chunk), 2b
+//   scales the channels of Q by exp(G), 2c those of K by exp(G_last - G) and the state's rows by
+//   exp(G_last) (3b and 3c likewise); at dk = 128 their 141 KB allow one CTA an SM (at dk = 256
+//   they would not fit: a vector gate is chunked up to dk = 128).
 //
-// Backward (CPU: chunk_backward, chunk_backward_local), 4.9 step by step; no gate or a scalar
-// gate only (a vector gate's backward is the recurrent one of cuda/delta_rule.cu):
+// Backward (CPU: chunk_backward, chunk_backward_local), 4.9 step by step (a vector gate: per
+// channel as in the forward; pass 4's pair products by sub-blocks, its dG from 4.10's identity):
 //   Passes 1-2 replayed (4.9 step 1): the same kernels, also keeping A and every chunk-start
 //   state h[n] (fp32, see below), writing no outputs. Or skipped: a forward given `kept` wrote
 //   A, h[n], W, Aqk and G there with the same kernels (bit-identical, at kept_floats(d) x 4 bytes
@@ -91,13 +92,14 @@
 //   64          62.0 / 70.0 / 86.0 KB          67.3 KB               159.1 / 135.1 KB
 //   128         78.0 / 86.0 / 102.0 KB         108.3 KB              209.1 / 153.1 KB
 //   256         110.0 / 118.0 / 134.0 KB       190.3 KB              185.1 KB
-//   vector gate (the C x dk G tile, +16.8 KB at dk = 64, +32.8 KB at dk = 128):
-//   64          78.8 / 86.8 / 102.8 KB         84.0 KB
-//   128         110.8 / 118.8 / 134.8 KB       141.0 KB (one CTA an SM)
+//   vector gate (the C x dk G tile, +16.8 KB at dk = 64, +32.8 KB at dk = 128; local backward
+//   in 32-column value slices at every dv):
+//   64          78.8 / 86.8 / 102.8 KB         84.0 KB               153.4 KB
+//   128         110.8 / 118.8 / 134.8 KB       141.0 KB (one CTA/SM) 188.6 KB
 // Registers a thread (ptxas, nvcc 13.0, sm_90; every dv): prepare 59-128, scan 125 / 125 / 127
 // and reverse scan 122 / 128 / 128 at dk = 64 / 128 / 256 (launch bounds of two CTAs: at most
-// 128), local backward 191-255; vector gate: prepare 79-102, scan 124 / 128 at dk = 64 / 128;
-// no spills.
+// 128), local backward 191-255; vector gate: prepare 79-102, scan and reverse scan 124 / 128
+// at dk = 64 / 128, local backward 219-223 / 255; no spills.
 //
 // Fragments are gathered from shared memory element by element through accessors (A(r, k),
 // B(k, n) as floats), one code path for every product, transposed or scaled; ldmatrix tiles are
@@ -511,22 +513,24 @@ __global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
 // copied during 3c; q, W, dO and the dU tile (bf16, in sm.vnew's place until 3b turns it into
 // dVnew) at the top of a chunk, one round trip.
 
-template <int DK, int DV>
+template <int DK, int DV, bool VG>
 __global__ void __launch_bounds__(kThreads, 2) reverse_scan_kernel(ChunkArgs a) {
   extern __shared__ float4 smem_raw[];
-  using Smem = ScanSmem<DK, DV>;
+  using Smem = ScanSmem<DK, DV, VG>;
   const Smem sm(smem_raw);
   constexpr int BV = Smem::BV, kLdH = Smem::kLdH, kLdW = Smem::kLdW, kLdK = Smem::kLdK, kLdO = Smem::kLdO;
+  constexpr int kLdG = Smem::kLdG;
   const int v0 = blockIdx.x * BV, j = blockIdx.y, bi = blockIdx.z;
   const int64_t head = int64_t(bi) * a.HV + j;
   const ScanTiles<DK> tiles(a, bi, j);
   bf16* dres = reinterpret_cast<bf16*>(sm.vnew);  // (C, kLdO) dU, until 3b writes dVnew there
   static_assert(sizeof(bf16) * kLdO <= sizeof(float) * kLdH, "the dU tile fits in sm.vnew");
-  auto copy_k_aqk_g = [&](int chunk) {
+  auto copy_k_aqk_g = [&](int chunk) {  // a vector gate's G is read by 3c too: copied at the top
     load_bf16_rows_async<C, DK>(sm.k, tiles.qk(a.k, chunk), tiles.qk_stride, tiles.rows(chunk));
     sm.copy_aqk(a.Aqk + (head * a.NT + chunk) * C * C);
-    load_f32_rows_async<1, C>(sm.G, C, a.G + tiles.row0(chunk), 0);
+    if (!VG) load_f32_rows_async<1, C>(sm.G, C, a.G + tiles.row0(chunk), 0);
   };
+  auto g = [&](int t, int d) { return sm.G[t * kLdG + d]; };  // G[t][d] (vector gate)
   copy_k_aqk_g(a.NT - 1);
   sm.load_state(a.dht ? a.dht + head * DK * DV : nullptr, v0);
   auto ds_op = [&](int d, int c) { return sm.h[d * kLdH + c]; };  // dS[d][c] as an mma B operand
@@ -540,10 +544,11 @@ __global__ void __launch_bounds__(kThreads, 2) reverse_scan_kernel(ChunkArgs a) 
     // dU rows past n (and all of them without a residual gradient) are zeros
     load_bf16_rows_async<C, BV>(dres, (a.d_res ? a.d_res : a.d_o) + tok0 * DV + v0, int64_t(a.HV) * DV,
                                 a.d_res ? n : 0);
+    if (VG) load_f32_rows_async<C, DK>(sm.G, kLdG, a.G + row0 * DK, DK);
     wait_tiles();  // this chunk's tiles, and the previous update's dS
     // 3a: dh[n] = dS, the gradient of chunk n's END state.
     sm.store_state(a.dh_end + (head * a.NT + chunk) * DK * DV, v0);
-    if (threadIdx.x < C) {
+    if (!VG && threadIdx.x < C) {
       sm.expG[threadIdx.x] = expf(sm.G[threadIdx.x]);
       sm.kdecay[threadIdx.x] = expf(sm.G[C - 1] - sm.G[threadIdx.x]);
     }
@@ -553,7 +558,9 @@ __global__ void __launch_bounds__(kThreads, 2) reverse_scan_kernel(ChunkArgs a) 
     {
       WarpTile<C, BV> dvn;
       dvn.mma<C, true, false>([&](int s, int t) { return sm.aqk_at(t, s); }, d_o);
-      dvn.mma<DK, true, true>([&](int s, int d) { return bf(sm.k[s * kLdK + d]) * sm.kdecay[s]; }, ds_op);
+      dvn.mma<DK, true, true>([&](int s, int d) {
+        return bf(sm.k[s * kLdK + d]) * (VG ? expf(g(C - 1, d) - g(s, d)) : sm.kdecay[s]);
+      }, ds_op);
       dvn.each([&](int s, int c, float& x, int) { x += bf(dres[s * kLdO + c]); });
       __syncthreads();  // every dU is read (and k, Aqk, G): dVnew takes the dU tile's place
       dvn.each([&](int s, int c, float x, int) {
@@ -564,9 +571,11 @@ __global__ void __launch_bounds__(kThreads, 2) reverse_scan_kernel(ChunkArgs a) 
     if (chunk > 0) copy_k_aqk_g(chunk - 1);
     __syncthreads();
     // 3c: dS <- exp(G_last) dS + scale Qg^T dO - W^T dVnew   (h[n] feeds the end state, o and Vnew)
-    const float decay = sm.expG[C - 1];
-    sm.update_state([decay](int) { return decay; }, [&](auto& dsn, int d0) {
-      dsn.mma<C, true, false>([&](int d, int t) { return a.scale * sm.expG[t] * bf(sm.q[t * kLdK + d0 + d]); }, d_o);
+    const float decay = VG ? 0.f : sm.expG[C - 1];
+    sm.update_state([&](int d) { return VG ? expf(g(C - 1, d)) : decay; }, [&](auto& dsn, int d0) {
+      dsn.mma<C, true, false>([&](int d, int t) {
+        return a.scale * (VG ? expf(g(t, d0 + d)) : sm.expG[t]) * bf(sm.q[t * kLdK + d0 + d]);
+      }, d_o);
       dsn.mma<C, true, true>([&](int d, int t) { return sm.W[t * kLdW + d0 + d]; },
                              [&](int t, int c) { return -sm.vnew[t * kLdH + c]; });
     });
@@ -586,13 +595,16 @@ __global__ void __launch_bounds__(kThreads, 2) reverse_scan_kernel(ChunkArgs a) 
 //   Phase A (per key block; 4a, 4b): the state products of dQ, dK and dW, written to a.dq, a.dk
 //     and over W (a.W: pass 3 was its last reader); dW K^T summed for 4d.
 //   Phase B (C x C; 4c-4f): Ps, dA, X, P2 and the gate pair terms; dY per value slice.
-//   Phase C (per key block; 4g, 4h): dEhat, dE and the pair products finish dQ and dK.
-//   Then 4i: dg, db, dw.
+//   Phase C (per key block; 4g, 4h): dEhat, dE and the pair products finish dQ and dK (a vector
+//     gate: and dg, per key channel).
+//   Then 4i: dg (scalar gate), db, dw.
 
-template <int DK, int DV>
+template <int DK, int DV, bool VG = false>
 struct LocalSmem {
   static constexpr int KB = DK < 128 ? DK : 128;  // key dims per block (phases A and C)
-  static constexpr int VS = DK <= 128 && DV <= 128 ? 64 : 32;  // value columns per slice
+  // value columns per slice (a vector gate's G tile leaves no room for 64 at DK = 128)
+  static constexpr int VS = DK <= 128 && DV <= 128 && !VG ? 64 : 32;
+  static constexpr int kLdG = DK + 4;              // row stride of a vector gate's G tile
   static constexpr int kLdK = DK + 8;              // bf16 row stride of q, k
   static constexpr int kLdS = VS + 8, kLdSf = VS + 4;  // row strides of a slice, bf16 and fp32
   static constexpr int kLdKB = KB + 4;             // fp32 row stride of a dW block
@@ -610,8 +622,15 @@ struct LocalSmem {
   float *pair, *M;     // (C, kLdC): Aqk, then the gate pair terms;  dA, then X           (B)
   bf16 *q, *k;         // (C, kLdK)
   bf16 *dov, *vv;      // (C, kLdS): a value slice of dO and of V
+  // vector gate only (no room taken otherwise):
+  float* Gv;           // (C, kLdG) G[t][d]
+  float* colKg;        // (DK / KB, 4, KB) per-column partial sums k_s . dKg_s (WarpTile::add_col_sums)
+  float* hdhv;         // (DK) rowsum(h[n] (.) dh[n]) per key channel
+  static constexpr size_t vector_floats() { return VG ? size_t(C) * kLdG + 5 * DK : 0; }
   static constexpr size_t floats() { return size_t(3) * C * kLdC + 16 * C + 32 + 2 * C * kLdSf + kRegion; }
-  static constexpr size_t bytes() { return sizeof(float) * floats() + sizeof(bf16) * 2 * C * (kLdK + kLdS); }
+  static constexpr size_t bytes() {
+    return sizeof(float) * (floats() + vector_floats()) + sizeof(bf16) * 2 * C * (kLdK + kLdS);
+  }
   __device__ explicit LocalSmem(void* p) {
     A = static_cast<float*>(p), Ps = A + C * kLdC, P2 = Ps + C * kLdC;
     G = P2 + C * kLdC, beta = G + C, wv = beta + C, expG = wv + C, kdecay = expG + C, colw = kdecay + C;
@@ -620,16 +639,49 @@ struct LocalSmem {
     vnew = red + 32, dvnew = vnew + C * kLdSf;
     h = dvnew + C * kLdSf, dh = h + KB * kLdSf, dW = h, pair = h, M = pair + C * kLdC;
     q = reinterpret_cast<bf16*>(h + kRegion), k = q + C * kLdK, dov = k + C * kLdK, vv = dov + C * kLdS;
+    Gv = reinterpret_cast<float*>(vv + C * kLdS), colKg = Gv + C * kLdG, hdhv = colKg + 4 * DK;
   }
 };
 
-template <int DK, int DV>
+// A vector gate's decayed pair products for key channels d0 .. d0 + KB - 1 (4.4; G a (C, ldg)
+// tile of G[t][d]): out(t, d) += sum_{s <= t} P(t, s) exp(G_t[d] - G_s[d]) X(s, d), or, with
+// TRANSPOSED, out(s, d) += sum_{t >= s} P(t, s) exp(G_t[d] - G_s[d]) X(t, d) (P is zero on the
+// pairs it excludes). A warp's 16 rows of out are one sub-block of 16 tokens: the other
+// sub-blocks' pairs come from one mma against a reference row ref of the sub-block (its first
+// row, or its last with TRANSPOSED), X entering as X exp(G_s - G_ref) or X exp(G_t - G_ref) and
+// the rows scaled after it by the complement (every exponent <= 0); the pairs inside the 16 x 16
+// diagonal block are summed element by element.
+template <bool TRANSPOSED, int KB, class FP, class FX>
+__device__ __forceinline__ void add_decayed_pairs(WarpTile<C, KB>& out, const float* G, int ldg, int d0, const FP& P,
+                                                  const FX& X) {
+  WarpTile<C, KB> part;
+  const int ref = TRANSPOSED ? part.row0 + 15 : part.row0;
+  auto g = [&](int t, int d) { return G[t * ldg + d0 + d]; };
+  if constexpr (TRANSPOSED) {
+    part.template mma<C, true, true>([&](int s, int t) { return P(t, s); },
+                                     [&](int t, int d) { return t > ref ? X(t, d) * expf(g(t, d) - g(ref, d)) : 0.f; });
+  } else {
+    part.template mma<C, true, true>([&](int t, int s) { return P(t, s); },
+                                     [&](int s, int d) { return s < ref ? X(s, d) * expf(g(ref, d) - g(s, d)) : 0.f; });
+  }
+  out.each([&](int r, int d, float& x, int slot) {
+    float sum = part.at(slot) * expf(TRANSPOSED ? g(ref, d) - g(r, d) : g(r, d) - g(ref, d));
+    if constexpr (TRANSPOSED) {
+      for (int t = r; t <= ref; t++) sum += P(t, r) * expf(g(t, d) - g(r, d)) * X(t, d);
+    } else {
+      for (int s = ref; s <= r; s++) sum += P(r, s) * expf(g(r, d) - g(s, d)) * X(s, d);
+    }
+    x += sum;
+  });
+}
+
+template <int DK, int DV, bool VG>
 __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a) {
   extern __shared__ float4 smem_raw[];
-  using Smem = LocalSmem<DK, DV>;
+  using Smem = LocalSmem<DK, DV, VG>;
   const Smem sm(smem_raw);
   constexpr int KB = Smem::KB, VS = Smem::VS, kLdK = Smem::kLdK, kLdS = Smem::kLdS, kLdSf = Smem::kLdSf;
-  constexpr int kLdKB = Smem::kLdKB;
+  constexpr int kLdKB = Smem::kLdKB, kLdG = Smem::kLdG;
   const int chunk = blockIdx.x, j = blockIdx.y, bi = blockIdx.z, hq = j / (a.HV / a.H);
   const int t0 = chunk * C, n = min(C, a.T - t0);
   const int64_t head = int64_t(bi) * a.HV + j;
@@ -647,17 +699,22 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     const bool ok = r < n;
     sm.beta[r] = ok ? bf(a.b[tok0 + int64_t(r) * a.HV]) : 0.f;
     sm.wv[r] = ok ? bf(a.w[tok0 + int64_t(r) * a.HV]) : 0.f;
-    sm.G[r] = a.G[row0 + r];
+    if (!VG) sm.G[r] = a.G[row0 + r];
   }
   for (int i = threadIdx.x; i < 8 * C; i += kThreads) sm.rowG[i] = 0.f;  // rowG, rowKg, rowB, rowW
+  if (VG) {
+    load_f32_rows_async<C, DK>(sm.Gv, kLdG, a.G + row0 * DK, DK);
+    for (int i = threadIdx.x; i < 5 * DK; i += kThreads) sm.colKg[i] = 0.f;  // colKg, hdhv
+  }
   wait_tiles();
   if (threadIdx.x < C) {
     const int r = threadIdx.x;
-    sm.expG[r] = expf(sm.G[r]);
-    sm.kdecay[r] = expf(sm.G[C - 1] - sm.G[r]);
-    sm.colw[r] = sm.beta[r] * sm.expG[r];  // Ehat = diag(beta exp(G)) K
+    sm.expG[r] = VG ? 0.f : expf(sm.G[r]);
+    sm.kdecay[r] = VG ? 0.f : expf(sm.G[C - 1] - sm.G[r]);
+    sm.colw[r] = VG ? sm.beta[r] : sm.beta[r] * sm.expG[r];  // Ehat = diag(beta exp(G)) K (vector gate: exp(G) per channel)
   }
   __syncthreads();
+  auto g = [&](int t, int d) { return sm.Gv[t * kLdG + d]; };  // G[t][d] (vector gate)
   auto k_rows = [&](int r, int d) { return bf(sm.k[r * kLdK + d]); };  // K[r][d]
   auto k_cols = [&](int d, int s) { return bf(sm.k[s * kLdK + d]); };  // K^T[d][s]
   auto a_t = [&](int r, int m) { return sm.A[m * kLdC + r]; };         // A^T[r][m]
@@ -674,6 +731,9 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   //   dQg = scale dO h^T  ->  dQ = exp(G) dQg,  dG += dQg . Qg;   dW = -dVnew h^T;
   //   dKg = Vnew dh^T  ->  dK = exp(G_last - G) dKg,  kg pair terms kgp_s = Kg_s . dKg_s;
   //   h[n] . dh[n] for the last token's dG;  dW K^T for 4d.
+  //   (Vector gate: exp(G) per channel; dG is formed in phase C from the identity of 4.10, so
+  //   phase A keeps only the last token's terms per channel: k . dKg summed over the chunk's
+  //   tokens (colKg) and rowsum(h (.) dh) (hdhv).)
   float hdh = 0.f;
   WarpTile<C, C> wk;  // dW K^T
   for (int d0 = 0; d0 < DK; d0 += KB) {
@@ -689,7 +749,16 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
         const int d = i / (VS / 4), c = (i % (VS / 4)) * 4;
         const float4 x = *reinterpret_cast<const float4*>(sm.h + d * kLdSf + c);
         const float4 y = *reinterpret_cast<const float4*>(sm.dh + d * kLdSf + c);
-        hdh += x.x * y.x + x.y * y.y + x.z * y.z + x.w * y.w;
+        if constexpr (VG) {  // a row's VS / 4 = 8 pieces are 8 neighbouring lanes: one owner a row
+          static_assert(VS / 4 == 8, "eight pieces a row");
+          float p = x.x * y.x + x.y * y.y + x.z * y.z + x.w * y.w;
+          p += __shfl_xor_sync(0xffffffffu, p, 1);
+          p += __shfl_xor_sync(0xffffffffu, p, 2);
+          p += __shfl_xor_sync(0xffffffffu, p, 4);
+          if (i % 8 == 0) sm.hdhv[d0 + d] += p;
+        } else {
+          hdh += x.x * y.x + x.y * y.y + x.z * y.z + x.w * y.w;
+        }
       }
       auto h_t = [&](int c, int d) { return sm.h[d * kLdSf + c]; };    // h^T[c][d]
       auto dh_t = [&](int c, int d) { return sm.dh[d * kLdSf + c]; };  // dh^T[c][d]
@@ -698,10 +767,16 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
       dk.mma<VS, true, true>([&](int r, int c) { return sm.vnew[r * kLdSf + c]; }, dh_t);
       __syncthreads();
     }
-    dq.each([&](int r, int, float& x, int) { x *= a.scale * sm.expG[r]; });
-    dq.add_row_sums(sm.rowG, [&](int r, int d, float x) { return x * bf(sm.q[r * kLdK + d0 + d]); });
-    dk.add_row_sums(sm.rowKg, [&](int r, int d, float x) { return sm.kdecay[r] * x * bf(sm.k[r * kLdK + d0 + d]); });
-    dk.each([&](int r, int, float& x, int) { x *= sm.kdecay[r]; });
+    if constexpr (VG) {
+      dq.each([&](int r, int d, float& x, int) { x *= a.scale * expf(g(r, d0 + d)); });
+      dk.each([&](int r, int d, float& x, int) { x *= expf(g(C - 1, d0 + d) - g(r, d0 + d)); });
+      dk.add_col_sums(sm.colKg + 4 * d0, [&](int r, int d, float x) { return x * bf(sm.k[r * kLdK + d0 + d]); });
+    } else {
+      dq.each([&](int r, int, float& x, int) { x *= a.scale * sm.expG[r]; });
+      dq.add_row_sums(sm.rowG, [&](int r, int d, float x) { return x * bf(sm.q[r * kLdK + d0 + d]); });
+      dk.add_row_sums(sm.rowKg, [&](int r, int d, float x) { return sm.kdecay[r] * x * bf(sm.k[r * kLdK + d0 + d]); });
+      dk.each([&](int r, int, float& x, int) { x *= sm.kdecay[r]; });
+    }
     dq.each([&](int r, int d, float x, int) { if (r < n) a.dq[(tok0 + int64_t(r) * a.HV) * DK + d0 + d] = x; });
     dk.each([&](int r, int d, float x, int) { if (r < n) a.dk[(tok0 + int64_t(r) * a.HV) * DK + d0 + d] = x; });
     dw.each([&](int r, int d, float x, int) {
@@ -709,7 +784,9 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
       dW_global[r * DK + d0 + d] = -x;
     });
     __syncthreads();
-    wk.mma<KB, true, false>([&](int r, int d) { return sm.dW[r * kLdKB + d]; }, [&](int d, int s) { return k_cols(d0 + d, s); });
+    wk.mma<KB, true, VG>([&](int r, int d) { return sm.dW[r * kLdKB + d]; }, [&](int d, int s) {  // vector gate: dW Ehat^T
+      return VG ? k_cols(d0 + d, s) * expf(g(s, d0 + d)) : k_cols(d0 + d, s);
+    });
     __syncthreads();  // the dW block is read: the next block's h, dh take its place
   }
   hdh = block_sum(hdh, sm.red);
@@ -736,7 +813,7 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   //   stored holds scale);  dA = (dU Y^T) diag(w) + (dW K^T) diag(beta exp(G))  into M.
   da.each([&](int r, int s, float x, int slot) {
     const bool on = s <= r;
-    sm.Ps[r * kLdC + s] = on ? a.scale * x * expf(sm.G[r] - sm.G[s]) : 0.f;
+    sm.Ps[r * kLdC + s] = on ? a.scale * x * (VG ? 1.f : expf(sm.G[r] - sm.G[s])) : 0.f;  // vector gate: decays later
     sm.pair[r * kLdC + s] = on ? x * sm.pair[r * kLdC + s] : 0.f;
     sm.M[r * kLdC + s] = uy.at(slot) * sm.wv[s] + wk.at(slot) * sm.colw[s];
   });
@@ -752,7 +829,11 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   __syncthreads();
   //   L[t,s] = beta_t (k_t . k_s) exp(G_t - G_s)  ->  P2 = dL exp(G_t - G_s) (for dE, dK),
   //   pair += dL (.) L (for dG).
-  {
+  if constexpr (VG) {  // P2 = dL (decays later), dG from 4.10's identity in phase C
+    WarpTile<C, C> dl;
+    dl.mma<C, true, true>(a_t, [&](int m, int s) { return sm.M[m * kLdC + s]; });
+    dl.each([&](int r, int s, float x, int) { sm.P2[r * kLdC + s] = s < r ? -x : 0.f; });
+  } else {
     WarpTile<C, C> dl, kk;
     dl.mma<C, true, true>(a_t, [&](int m, int s) { return sm.M[m * kLdC + s]; });
     kk.mma<DK, false, false>(k_rows, k_cols);
@@ -763,7 +844,7 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     });
   }
   __syncthreads();
-  if (threadIdx.x < C) {  // the pair terms' share of dG_t: rowsum(pair) - colsum(pair)
+  if (!VG && threadIdx.x < C) {  // the pair terms' share of dG_t: rowsum(pair) - colsum(pair)
     const int r = threadIdx.x;
     float rows = 0.f, cols = 0.f;
     for (int s = 0; s < C; s++) rows += sm.pair[r * kLdC + s], cols += sm.pair[s * kLdC + r];
@@ -773,6 +854,9 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   // Phase C (4g, 4h; steps 5-8), per key block: dEhat = A^T dW,  dG += Ehat . dEhat;
   //   dE = exp(G) dEhat + P2 K  ->  dK += beta dE,  db = k . dE;
   //   dQ += Ps K,  dK += Ps^T Q + (diag(beta) P2)^T K;  dQ and dK written.
+  //   Vector gate: the pair products with per-channel decays (add_decayed_pairs), and 4.10's
+  //   identity per channel: dG = q dQ - k dK + 2 beta k dE (+ the last token's terms, see phase A),
+  //   reverse-summed over the chunk's tokens into dg (the block's dG in sm.dW, read by then).
   for (int d0 = 0; d0 < DK; d0 += KB) {
     load_f32_rows_async<C, KB>(sm.dW, kLdKB, dW_global + d0, DK);  // this CTA's phase A writes, before barriers
     wait_tiles();
@@ -780,32 +864,63 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     WarpTile<C, KB> dq, dk;  // phase A's parts, read back by the threads that wrote them
     dq.each([&](int r, int d, float& x, int) { x = r < n ? a.dq[(tok0 + int64_t(r) * a.HV) * DK + d0 + d] : 0.f; });
     dk.each([&](int r, int d, float& x, int) { x = r < n ? a.dk[(tok0 + int64_t(r) * a.HV) * DK + d0 + d] : 0.f; });
+    auto q_blk = [&](int t, int d) { return bf(sm.q[t * kLdK + d0 + d]); };
+    auto p2 = [&](int t, int s) { return sm.P2[t * kLdC + s]; };
+    auto ps = [&](int t, int s) { return sm.Ps[t * kLdC + s]; };
+    auto beta_p2 = [&](int t, int s) { return sm.P2[t * kLdC + s] * sm.beta[t]; };
     {
       WarpTile<C, KB> de;
       de.mma<C, true, true>(a_t, [&](int m, int d) { return sm.dW[m * kLdKB + d]; });
-      de.add_row_sums(sm.rowG, [&](int r, int d, float x) { return sm.colw[r] * x * k_blk(r, d); });
-      de.each([&](int r, int, float& x, int) { x *= sm.expG[r]; });
-      de.mma<C, true, false>([&](int r, int s) { return sm.P2[r * kLdC + s]; }, k_blk);
+      if constexpr (VG) {
+        de.each([&](int r, int d, float& x, int) { x *= expf(g(r, d0 + d)); });
+        add_decayed_pairs<false>(de, sm.Gv, kLdG, d0, p2, k_blk);
+        __syncthreads();  // the dW block is read: the block's dG takes its place
+        de.each([&](int r, int d, float x, int) { sm.dW[r * kLdKB + d] = 2.f * sm.beta[r] * k_blk(r, d) * x; });
+      } else {
+        de.add_row_sums(sm.rowG, [&](int r, int d, float x) { return sm.colw[r] * x * k_blk(r, d); });
+        de.each([&](int r, int, float& x, int) { x *= sm.expG[r]; });
+        de.mma<C, true, false>(p2, k_blk);
+      }
       de.add_row_sums(sm.rowB, [&](int r, int d, float x) { return x * k_blk(r, d); });
       de.each([&](int r, int, float x, int slot) { dk.ref(slot) += sm.beta[r] * x; });
     }
-    dq.mma<C, true, false>([&](int r, int s) { return sm.Ps[r * kLdC + s]; }, k_blk);
-    dk.mma<C, true, false>([&](int s, int t) { return sm.Ps[t * kLdC + s]; },
-                           [&](int t, int d) { return bf(sm.q[t * kLdK + d0 + d]); });
-    dk.mma<C, true, false>([&](int s, int t) { return sm.P2[t * kLdC + s] * sm.beta[t]; }, k_blk);
+    if constexpr (VG) {
+      add_decayed_pairs<false>(dq, sm.Gv, kLdG, d0, ps, k_blk);
+      add_decayed_pairs<true>(dk, sm.Gv, kLdG, d0, ps, q_blk);
+      add_decayed_pairs<true>(dk, sm.Gv, kLdG, d0, beta_p2, k_blk);
+    } else {
+      dq.mma<C, true, false>(ps, k_blk);
+      dk.mma<C, true, false>([&](int s, int t) { return ps(t, s); }, q_blk);
+      dk.mma<C, true, false>([&](int s, int t) { return beta_p2(t, s); }, k_blk);
+    }
     dq.each([&](int r, int d, float x, int) { if (r < n) a.dq[(tok0 + int64_t(r) * a.HV) * DK + d0 + d] = x; });
     dk.each([&](int r, int d, float x, int) { if (r < n) a.dk[(tok0 + int64_t(r) * a.HV) * DK + d0 + d] = x; });
+    if constexpr (VG) {
+      dq.each([&](int r, int d, float x, int slot) {
+        sm.dW[r * kLdKB + d] += q_blk(r, d) * x - k_blk(r, d) * dk.at(slot);
+      });
+      __syncthreads();
+      for (int d = threadIdx.x; d < KB; d += kThreads) {  // + the last token's terms, then the reverse cumsum
+        float kgp_total = 0.f;
+        for (int tile = 0; tile < 4; tile++) kgp_total += sm.colKg[4 * d0 + tile * KB + d];
+        float dG = kgp_total + expf(g(C - 1, d0 + d)) * sm.hdhv[d0 + d];  // rows past n carry only these
+        for (int t = C - 1; t >= 0; t--) {
+          dG += sm.dW[t * kLdKB + d];
+          if (t < n && a.dg) a.dg[(tok0 + int64_t(t) * a.HV) * DK + d0 + d] = __float2bfloat16_rn(dG);
+        }
+      }
+    }
     __syncthreads();  // the dW block is read
   }
   // 4i (step 7): dG_t = the row sums + rowsum(pair) - colsum(pair) - kgp_t; at the last token
   //     + exp(G_last) (h . dh) + sum_s kgp_s; then dg = reverse cumsum of dG inside the chunk.
-  if (threadIdx.x < C) {
+  if (!VG && threadIdx.x < C) {
     const int r = threadIdx.x;
     sm.kgp[r] = sm.rowKg[r] + sm.rowKg[C + r];
     sm.dG[r] += sm.rowG[r] + sm.rowG[C + r] - sm.kgp[r];
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
+  if (!VG && threadIdx.x == 0) {
     float kgp_total = 0.f;
     for (int s = 0; s < C; s++) kgp_total += sm.kgp[s];
     sm.dG[C - 1] += sm.expG[C - 1] * hdh + kgp_total;  // rows past n carry only these, into row n - 1
@@ -815,7 +930,7 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   if (threadIdx.x < n) {
     const int r = threadIdx.x;
     const int64_t idx = tok0 + int64_t(r) * a.HV;  // (B, T, HV)
-    if (a.dg) a.dg[idx] = __float2bfloat16_rn(sm.dG[r]);
+    if (!VG && a.dg) a.dg[idx] = __float2bfloat16_rn(sm.dG[r]);
     a.db[idx] = __float2bfloat16_rn(sm.rowB[r] + sm.rowB[C + r]);  // e = beta k   =>  dbeta = k . dE
     a.dw[idx] = __float2bfloat16_rn(sm.rowW[r] + sm.rowW[C + r]);  // y = w v     =>  dw = v . dY
   }
@@ -843,10 +958,11 @@ void launch_forward(const ChunkArgs& a) {
 }
 
 // Backward passes 3 and 4 (after launch_forward's replay, or reading what the forward kept).
-template <int DK, int DV>
+template <int DK, int DV, bool VG = false>
 void launch_backward(const ChunkArgs& a) {
-  launch_kernel<ScanSmem<DK, DV>::bytes()>(reverse_scan_kernel<DK, DV>, dim3(DV / ScanSmem<DK, DV>::BV, a.HV, a.B), a);
-  launch_kernel<LocalSmem<DK, DV>::bytes()>(local_backward_kernel<DK, DV>, dim3(a.NT, a.HV, a.B), a);
+  using Scan = ScanSmem<DK, DV, VG>;
+  launch_kernel<Scan::bytes()>(reverse_scan_kernel<DK, DV, VG>, dim3(DV / Scan::BV, a.HV, a.B), a);
+  launch_kernel<LocalSmem<DK, DV, VG>::bytes()>(local_backward_kernel<DK, DV, VG>, dim3(a.NT, a.HV, a.B), a);
 }
 
 // Calls fn(integral_constant DK, integral_constant DV) for supported() widths.
@@ -904,9 +1020,6 @@ bool supported(const DeltaRuleDims& d, DType dtype) {
          (d.gate != DeltaGate::Vector || d.dk <= 128);
 }
 
-bool backward_supported(const DeltaRuleDims& d, DType dtype) {
-  return supported(d, dtype) && d.gate != DeltaGate::Vector;
-}
 
 int64_t kept_floats(const DeltaRuleDims& d) {
   const int64_t NT = (d.T + C - 1) / C;
@@ -932,7 +1045,6 @@ void backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, void* grad
               const void* v, const void* g, const void* b, const void* w, const float* h0, const DeltaRuleDims& d,
               const float* u_f32, float* kept) {
   HLA_CHECK(aligned16(d_o) && aligned16(u_f32), "delta_rule chunk kernel: d_o and u_f32 must be 16-byte aligned");
-  HLA_CHECK(d.gate != DeltaGate::Vector, "delta_rule chunk kernel: no chunked backward for a vector gate yet");
   ChunkArgs a = input_args(q, k, v, g, b, w, h0, d);
   const int64_t rows = Workspace::rows(d);               // workspace rows: (B, HV, NT * C)
   const int64_t states = d.B * d.HV * a.NT * d.dk * d.dv;  // (B, HV, NT, dk, dv)
@@ -944,11 +1056,16 @@ void backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, void* grad
   a.dht = d_final_state, a.vnew = u_f32, a.dh0 = grad_h0;
   a.dq = dq.get(), a.dk = dk.get();
   a.dv = static_cast<bf16*>(grad_v), a.db = static_cast<bf16*>(grad_b), a.dw = static_cast<bf16*>(grad_w);
-  a.dg = d.gate == DeltaGate::Scalar ? static_cast<bf16*>(grad_g) : nullptr;
-  dispatch_widths(d, [&](auto dk_, auto dv_) {
+  a.dg = d.gate != DeltaGate::None ? static_cast<bf16*>(grad_g) : nullptr;
+  auto run = [&](auto dk_, auto dv_, auto vg) {
     constexpr int DK = decltype(dk_)::value, DV = decltype(dv_)::value;
-    if (!kept) launch_forward<DK, DV>(a);  // passes 1-2 replayed: W, U, Aqk, G, A and every h[n]; no outputs
-    launch_backward<DK, DV>(a);            // passes 3-4
+    constexpr bool VG = decltype(vg)::value;
+    if (!kept) launch_forward<DK, DV, VG>(a);  // passes 1-2 replayed: W, U, Aqk, G, A and every h[n]; no outputs
+    launch_backward<DK, DV, VG>(a);            // passes 3-4
+  };
+  dispatch_widths(d, [&](auto dk_, auto dv_) {
+    if (d.gate != DeltaGate::Vector) run(dk_, dv_, std::false_type{});
+    else if constexpr (decltype(dk_)::value <= 128) run(dk_, dv_, std::true_type{});
   });
   recurrence::group_sum(static_cast<bf16*>(grad_q), dq.get(), d.B * d.T, d.H, d.HV / d.H, d.dk);
   recurrence::group_sum(static_cast<bf16*>(grad_k), dk.get(), d.B * d.T, d.H, d.HV / d.H, d.dk);

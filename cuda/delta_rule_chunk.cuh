@@ -7,9 +7,7 @@
 // Scope: BF16 storage (fp32 accumulation, fp32 state), no gate or a scalar gate (DeltaNet, GDN),
 // scalar erase gate beta and scalar write gate w (w = b for DeltaNet/GDN), grouped value heads,
 // dk and dv in {64, 128, 256} (any pair), chunks of kChunk = 64 tokens, any T, optional initial state.
-// KDA (a vector gate over dk, scalar beta): the forward only, at dk in {64, 128} (dv any of the
-// three), verified on the emulator; cuda/delta_rule.cu does not dispatch it (see chunked() there)
-// until a chunked KDA backward exists (backward_supported excludes the vector gate).
+// KDA (a vector gate over dk, scalar beta) at dk in {64, 128} (dv any of the three).
 #pragma once
 #include "cuda/delta_rule.h"
 
@@ -17,11 +15,8 @@ namespace hla::cuda::delta_chunk {
 
 constexpr int kChunk = 64;
 
-// Whether the chunked forward covers these dims and storage dtype.
+// Whether the chunked kernel covers these dims and storage dtype.
 bool supported(const DeltaRuleDims& d, DType dtype);
-
-// Whether the chunked backward covers them too (supported() less the vector gate).
-bool backward_supported(const DeltaRuleDims& d, DType dtype);
 
 // The fp32 buffers passes 3-4 read from passes 1-2 (W, Aqk, G, A = (I + L)^{-1}, every chunk-start
 // state h[n]), as one allocation of this many floats:
@@ -34,7 +29,7 @@ int64_t kept_floats(const DeltaRuleDims& d);
 void forward(void* o, float* final_state, void* residual, const void* q, const void* k, const void* v, const void* g,
              const void* b, const void* w, const float* h0, const DeltaRuleDims& d, float* u_f32, float* kept);
 
-// The backward of cuda::delta_rule_backward for backward_supported() dims, with the same contract (bf16
+// The backward of cuda::delta_rule_backward for supported() dims, with the same contract (bf16
 // gradients written, not added; grad_g, grad_h0 and d_final_state may be null; 16-byte aligned
 // d_o and u_f32, the forward's fp32 u). kept: null (passes 1-2 are replayed), or the forward's
 // `kept`, which replaces the replay (bit-identical results) and is consumed: pass 4 writes dW

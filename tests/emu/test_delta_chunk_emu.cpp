@@ -1,11 +1,11 @@
 // Runs the chunked delta-rule kernels of cuda/delta_rule_chunk.cu (DeltaNet: no gate; Gated
-// DeltaNet: a scalar gate; KDA: a vector gate over dk, forward only) on the host emulator
+// DeltaNet: a scalar gate; KDA: a vector gate over dk) on the host emulator
 // (tests/emu/include/emu.h), forward and backward, and compares them with the token recurrence
 // in fp64: the formulas of nn/ops/delta_rule.cpp's recurrent_forward / recurrent_backward
 // (mixers.md 4.5), restated here per (batch, value head).
 // Cases: with and without h0 and the final state's gradient, tied (w = b) and untied gates,
 // grouped value heads (HV = 2H: dq, dk summed over the group), (dk, dv) in {64, 128}^2 and 256,
-// T a multiple of the 64-token chunk and not; KDA forwards (dk 64 / 128, dv 64 / 128 / 256, gates
+// T a multiple of the 64-token chunk and not; KDA (dk 64 / 128, dv 64 / 128 / 256, gates
 // -softplus(N(shift, 2)) per channel, down to about -8 a token: 16 tokens of such decay overflow
 // fp32 if exp(G_t - G_s) were factored as exp(G_t) exp(-G_s) over a chunk); and a few cases with cp.async copies landing at
 // issue and the warps run one after another (tests/emu/include/emu.h), which shows a tile copied
@@ -140,7 +140,7 @@ struct Case {
   bool gated, tied, with_h0, with_dht;
   int64_t B, T, H, HV, dk, dv;
   double shift;         // gate = logsigmoid(N(shift, 1)); KDA: -softplus(N(shift, 2)) per channel
-  bool kda = false;     // a vector gate (B, T, HV, dk), forward only (gated must be true)
+  bool kda = false;     // a vector gate (B, T, HV, dk) (gated must be true)
 };
 
 static void run(const Case& c, uint64_t seed) {
@@ -188,7 +188,6 @@ static void run(const Case& c, uint64_t seed) {
     float* keptp = keep ? kept.data() : nullptr;
     cuda::delta_chunk::forward(r.o.data(), r.ht.data(), r.res.data(), q.b.data(), k.b.data(), v.b.data(), gp,
                                b.b.data(), w.b.data(), h0p, d, r.u_f32.data(), keptp);
-    if (c.kda) return r;  // the backward stays recurrent (delta_chunk::backward_supported)
     cuda::delta_chunk::backward(r.gq.data(), r.gk.data(), r.gv.data(), c.gated ? r.gg.data() : nullptr, r.gb.data(),
                                 r.gw.data(), c.with_h0 ? r.gh0.data() : nullptr, dO.b.data(),
                                 c.with_dht ? dht.f.data() : nullptr, dres.b.data(), q.b.data(), k.b.data(),
@@ -222,7 +221,10 @@ static void run(const Case& c, uint64_t seed) {
           dq_ref[((bi * T + t) * H + hq) * dk + i] += gr.q(t, i);
           dk_ref[((bi * T + t) * H + hq) * dk + i] += gr.k(t, i);
         }
-        if (c.gated) eg.add(at(gg, tok), gr.g.row(t).sum());
+        if (c.kda)
+          for (int64_t i = 0; i < dk; i++) eg.add(at(gg, tok * dk + i), gr.g(t, i));
+        else if (c.gated)
+          eg.add(at(gg, tok), gr.g.row(t).sum());
         eb.add(at(gb, tok), gr.b(t)), ew.add(at(gw, tok), gr.w(t));
       }
       for (int64_t i = 0; i < dk * dv; i++) {
@@ -237,10 +239,6 @@ static void run(const Case& c, uint64_t seed) {
                 c.tied ? "" : " b,w",
                 long(B), long(T), long(H), long(HV), long(dk), long(dv), int(c.with_h0), int(c.with_dht));
   const double out = 5e-3, grad = 1e-2;  // gpu-check's bf16_out, bf16_grad
-  if (c.kda) {  // forward only
-    report(label, "o", eo, out), report(label, "u", eu, out), report(label, "ht", eht, out);
-    return;
-  }
   const uint64_t replay = replayed.hash(), keep = kernels(true).hash();
   std::printf("%-50s hash %016llx, keeping forward %016llx %s\n", label, (unsigned long long)replay,
               (unsigned long long)keep, keep == replay ? "ok" : "FAIL");
@@ -282,7 +280,7 @@ int main(int argc, char** argv) {
     emu::cp_async_lands_at_issue = false;
   }
   if (wants("kda")) {
-    // KDA forwards: T = 64 / 70 / 130 / 200, grouped value heads, h0 on and off, untied w, mixed
+    // KDA: T = 64 / 70 / 130 / 200, grouped value heads, h0 on and off, untied w, mixed
     // widths, dv = 256; weak decay (shift -5: most gates near 0, so the pairs 16 and more tokens
     // apart, the sub-block products, weigh in) and strong decay (shift 2: down to about -8 a token).
     run({true, true, true, true, 1, 70, 1, 2, 64, 64, 0.0, true}, seed++);
