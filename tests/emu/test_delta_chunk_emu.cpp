@@ -7,9 +7,10 @@
 // grouped value heads (HV = 2H: dq, dk summed over the group), (dk, dv) in {64, 128}^2 and 256,
 // T a multiple of the 64-token chunk and not; KDA (dk 64 / 128, dv 64 / 128 / 256, gates
 // -softplus(N(shift, 2)) per channel, down to about -8 a token: 16 tokens of such decay overflow
-// fp32 if exp(G_t - G_s) were factored as exp(G_t) exp(-G_s) over a chunk); and a few cases with cp.async copies landing at
-// issue and the warps run one after another (tests/emu/include/emu.h), which shows a tile copied
-// before its last reader is done. Every case runs twice: the backward replaying passes 1-2, and a
+// fp32 if exp(G_t - G_s) were factored as exp(G_t) exp(-G_s) over a chunk; weak decay too, where
+// the pairs of different 16-token sub-blocks weigh in); and a few cases with cp.async copies
+// landing at issue and the warps run one after another (tests/emu/include/emu.h), which shows a
+// tile copied before its last reader is done. Every case runs twice: the backward replaying passes 1-2, and a
 // forward keeping their buffers (delta_chunk::kept_floats) with the backward reading them; the
 // two hashes must be equal (bit-identical). Tolerances are gpu-check's bf16 ones (relative RMS: 5e-3
 // outputs and final state, 1e-2 gradients); the exit status is 1 when a row fails.
