@@ -3,10 +3,20 @@
 //
 // Per (batch b, value head j), chunks of C = 64 tokens, local tokens t = 0..63 (rows past the
 // end of the sequence are zero: k = q = v = 0, beta = w = g = 0, so they change nothing):
+// The gate is none, a scalar per token (G a number a token) or, with the template flag VG (KDA),
+// a vector over the dk key channels (G[t][d]; every exp(G ..) below is then per channel, and the
+// in-chunk decays are formed the safe way of 4.4: see 1b and add_decayed_pairs). With VG and EV
+// (GDN-2) the erase gate b is a vector over dk and the write gate w one over dv: e = b (.) k and
+// y = w (.) v take the places of beta k and w v (PrepareSmem / LocalSmem::erase, write; the
+// scalar beta and w are then 1), and db, dw are written per channel.
 //   Pass 1 (prepare_kernel, grid (NT, HV, B), every chunk in parallel; CPU: prepare_chunk):
 //     1a  G = inclusive cumsum of g inside the chunk                                   (4.1)
 //     1b  L[t,s] = beta_t (k_t . k_s) exp(G_t - G_s), s < t;
 //         Aqk[t,s] = scale (q_t . k_s) exp(G_t - G_s), s <= t                     (4.6, mma)
+//         Vector gate: sum_d k_t[d] k_s[d] exp(G_t[d] - G_s[d]) by sub-blocks of 16 tokens
+//         (4.4): for s in an earlier sub-block than t, the mma of k_t exp(G_t - G_ref) and
+//         k_s exp(G_ref - G_s), ref = the first token of t's sub-block (exponents <= 0: no
+//         overflow whatever the gates); inside a 16 x 16 diagonal block, element by element.
 //     1c  A = (I + L)^{-1} by forward substitution, fp32 in shared memory         (4.7)
 //     1d  W = A diag(beta exp(G)) K,  U = A diag(w) V                             (4.6, mma)
 //   Pass 2 (scan_kernel, grid (dv / 32, HV, B), sequential over chunks; CPU: scan_chunks + the
@@ -21,7 +31,13 @@
 //     2b  o = scale (Q (.) exp(G)) h + Aqk Vnew                                   (4.6, mma)
 //     2c  h <- exp(G_last) h + (K (.) exp(G_last - G))^T Vnew                     (4.8, mma)
 //
-// Backward (CPU: chunk_backward, chunk_backward_local), 4.9 step by step:
+//   With a vector gate the scans hold G[t][d] (C x dk fp32, copied at the top of a chunk), 2b
+//   scales the channels of Q by exp(G), 2c those of K by exp(G_last - G) and the state's rows by
+//   exp(G_last) (3b and 3c likewise); at dk = 128 their 141 KB allow one CTA an SM (at dk = 256
+//   they would not fit: a vector gate is chunked up to dk = 128).
+//
+// Backward (CPU: chunk_backward, chunk_backward_local), 4.9 step by step (a vector gate: per
+// channel as in the forward; pass 4's pair products by sub-blocks, its dG from 4.10's identity):
 //   Passes 1-2 replayed (4.9 step 1): the same kernels, also keeping A and every chunk-start
 //   state h[n] (fp32, see below), writing no outputs. Or skipped: a forward given `kept` wrote
 //   A, h[n], W, Aqk and G there with the same kernels (bit-identical, at kept_floats(d) x 4 bytes
@@ -79,9 +95,17 @@
 //   64          62.0 / 70.0 / 86.0 KB          67.3 KB               159.1 / 135.1 KB
 //   128         78.0 / 86.0 / 102.0 KB         108.3 KB              209.1 / 153.1 KB
 //   256         110.0 / 118.0 / 134.0 KB       190.3 KB              185.1 KB
+//   vector gate (the C x dk G tile, +16.8 KB at dk = 64, +32.8 KB at dk = 128; local backward
+//   in 32-column value slices at every dv):
+//   64          78.8 / 86.8 / 102.8 KB         84.0 KB               153.4 KB
+//   128         110.8 / 118.8 / 134.8 KB       141.0 KB (one CTA/SM) 188.6 KB
+//   EV (GDN-2; bf16 tiles of b and w, the scans as for the vector gate):
+//   64          96.8 / 112.8 / 144.8 KB        84.0 KB               167.4 KB
+//   128         136.8 / 152.8 / 184.8 KB       141.0 KB (one CTA/SM) 210.6 KB
 // Registers a thread (ptxas, nvcc 13.0, sm_90; every dv): prepare 59-128, scan 125 / 125 / 127
 // and reverse scan 122 / 128 / 128 at dk = 64 / 128 / 256 (launch bounds of two CTAs: at most
-// 128), local backward 191-255; no spills.
+// 128), local backward 191-255; vector gate (and EV): prepare 79-102, scan and reverse scan
+// 124 / 128 at dk = 64 / 128, local backward 219-226 / 254-255; no spills.
 //
 // Fragments are gathered from shared memory element by element through accessors (A(r, k),
 // B(k, n) as floats), one code path for every product, transposed or scaled; ldmatrix tiles are
@@ -148,28 +172,47 @@ using chunk_mma::wait_tiles;
 // ---------------------------------------------------------------------------------------------
 // Pass 1: per chunk, G, L, Aqk, A = (I + L)^{-1}, W, U.
 
-template <int DK, int DV>
+template <int DK, int DV, bool VG, bool EV>
 struct PrepareSmem {
   static constexpr int kLdK = DK + 8, kLdV = DV + 8;
+  static constexpr int kLdG = VG ? DK + 4 : 1;  // G's row stride: a row of DK channels, or one scalar
   bf16 *q, *k, *v;                 // (C, DK + 8), (C, DK + 8), (C, DV + 8)
   float *L, *A;                    // (C, kLdC) strictly lower L, then A = (I + L)^{-1}
-  float *G, *beta, *colw, *colu;   // (C): G, beta, beta exp(G) (W's column scale), w (U's)
+  float* G;                        // (C, kLdG): G[t][d] (vector gate) or G[t]
+  float *beta, *colw, *colu;       // (C): beta, W's column scale (beta exp(G); vector gate: beta), w (U's)
+  bf16 *eb, *ew;                   // EV only: (C, DK + 8) erase b[t][d], (C, DV + 8) write w[t][c]
   static constexpr size_t bytes() {
-    return sizeof(bf16) * C * (2 * kLdK + kLdV) + sizeof(float) * (2 * C * kLdC + 4 * C);
+    return sizeof(bf16) * C * (2 * kLdK + kLdV + (EV ? kLdK + kLdV : 0)) +
+           sizeof(float) * (2 * C * kLdC + C * kLdG + 3 * C);
   }
   __device__ explicit PrepareSmem(void* p) {
     q = static_cast<bf16*>(p), k = q + C * kLdK, v = k + C * kLdK;
     L = reinterpret_cast<float*>(v + C * kLdV), A = L + C * kLdC;
-    G = A + C * kLdC, beta = G + C, colw = beta + C, colu = colw + C;
+    G = A + C * kLdC, beta = G + C * kLdG, colw = beta + C, colu = colw + C;
+    eb = reinterpret_cast<bf16*>(colu + C), ew = eb + C * kLdK;
   }
+  // The erase gate's channel d and the write gate's column c of token t: 1 unless EV (then the
+  // scalar parts beta and colu are 1).
+  __device__ float erase(int t, int d) const { return EV ? __bfloat162float(eb[t * kLdK + d]) : 1.f; }
+  __device__ float write(int t, int c) const { return EV ? __bfloat162float(ew[t * kLdV + c]) : 1.f; }
 };
 
-template <int DK, int DV>
+// Rows 0 .. C - 1, columns 0 .. W - 1 of a bf16 matrix (rows `stride` apart) into a (C, W + 8)
+// shared tile, zeros past row n; plain loads (EV's gates, which need no 16-byte alignment).
+template <int W>
+__device__ void load_bf16_rows_plain(bf16* dst, const bf16* src, int64_t stride, int n) {
+  for (int i = threadIdx.x; i < C * W; i += kThreads) {
+    const int t = i / W, c = i % W;
+    dst[t * (W + 8) + c] = t < n ? src[t * stride + c] : __float2bfloat16_rn(0.f);
+  }
+}
+
+template <int DK, int DV, bool VG, bool EV>
 __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
   extern __shared__ float4 smem_raw[];
-  using Smem = PrepareSmem<DK, DV>;
+  using Smem = PrepareSmem<DK, DV, VG, EV>;
   const Smem sm(smem_raw);
-  constexpr int kLdK = Smem::kLdK, kLdV = Smem::kLdV;
+  constexpr int kLdK = Smem::kLdK, kLdV = Smem::kLdV, kLdG = Smem::kLdG;
   const int chunk = blockIdx.x, j = blockIdx.y, bi = blockIdx.z, hq = j / (a.HV / a.H);
   const int t0 = chunk * C, n = min(C, a.T - t0);
   const int64_t head = int64_t(bi) * a.HV + j;  // (b, j) of (B, HV, ..) workspaces
@@ -180,13 +223,29 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
     const int tt = threadIdx.x;
     const bool ok = tt < n;
     const int64_t idx = (int64_t(bi) * a.T + t0 + tt) * a.HV + j;  // (B, T, HV)
-    sm.beta[tt] = ok ? bf(a.b[idx]) : 0.f;
-    sm.colu[tt] = ok ? bf(a.w[idx]) : 0.f;
-    sm.G[tt] = ok && a.g ? bf(a.g[idx]) : 0.f;
+    sm.beta[tt] = ok ? (EV ? 1.f : bf(a.b[idx])) : 0.f;
+    sm.colu[tt] = ok ? (EV ? 1.f : bf(a.w[idx])) : 0.f;
+    if (!VG) sm.G[tt] = ok && a.g ? bf(a.g[idx]) : 0.f;
+  }
+  if (EV) {  // b (B, T, HV, DK), w (B, T, HV, DV)
+    load_bf16_rows_plain<DK>(sm.eb, a.b + ((int64_t(bi) * a.T + t0) * a.HV + j) * DK, int64_t(a.HV) * DK, n);
+    load_bf16_rows_plain<DV>(sm.ew, a.w + ((int64_t(bi) * a.T + t0) * a.HV + j) * DV, int64_t(a.HV) * DV, n);
+  }
+  if (VG) {  // g[t][d] of (B, T, HV, DK)
+    const bf16* g = a.g + ((int64_t(bi) * a.T + t0) * a.HV + j) * DK;
+    for (int i = threadIdx.x; i < C * DK; i += kThreads) {
+      const int tt = i / DK, d = i % DK;
+      sm.G[tt * kLdG + d] = tt < n ? bf(g[int64_t(tt) * a.HV * DK + d]) : 0.f;
+    }
   }
   wait_tiles();
-  // 1a: G = inclusive cumsum of g (warp 0, two tokens per lane).
-  if (threadIdx.x < 32) {
+  // 1a: G = inclusive cumsum of g (vector gate: a thread per channel; scalar: warp 0, two tokens a lane).
+  if (VG) {
+    for (int d = threadIdx.x; d < DK; d += kThreads) {
+      float s = 0.f;
+      for (int tt = 0; tt < C; tt++) s += sm.G[tt * kLdG + d], sm.G[tt * kLdG + d] = s;
+    }
+  } else if (threadIdx.x < 32) {
     const int lane = threadIdx.x;
     const float x0 = sm.G[2 * lane], x1 = sm.G[2 * lane + 1];
     float s = x0 + x1;
@@ -202,11 +261,43 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
   __syncthreads();
   if (threadIdx.x < C) {
     const int tt = threadIdx.x;
-    sm.colw[tt] = sm.beta[tt] * expf(sm.G[tt]);          // ehat_t = beta_t k_t exp(G_t)
-    a.G[head * a.NT * C + t0 + tt] = sm.G[tt];
+    sm.colw[tt] = VG ? sm.beta[tt] : sm.beta[tt] * expf(sm.G[tt]);  // ehat_t = beta_t k_t exp(G_t)
   }
+  for (int i = threadIdx.x; i < C * (VG ? DK : 1); i += kThreads)  // G to (B, HV, NT * C, DK or 1)
+    a.G[(head * a.NT * C + t0) * (VG ? DK : 1) + i] = VG ? sm.G[(i / DK) * kLdG + i % DK] : sm.G[i];
   // 1b: K K^T and Q K^T on tensor cores, then the masks and decays (exponents <= 0 only).
-  {
+  if constexpr (VG) {
+    // Per-channel decays (4.4): a warp's 16-row tile of the (C, C) products is one sub-block of
+    // 16 tokens starting at ref = row0; its rows enter as q_t exp(G_t - G_ref), the columns of
+    // the earlier sub-blocks (s < ref) as k_s exp(G_ref - G_s), both exponents <= 0. The diagonal
+    // 16 x 16 blocks (ref <= s <= t) are summed element by element in fp32 below.
+    WarpTile<C, C> kk, qk;
+    const int ref = kk.row0;  // = qk.row0
+    auto g = [&](int t, int d) { return sm.G[t * kLdG + d]; };
+    auto k_cols = [&](int d, int s) { return s < ref ? bf(sm.k[s * kLdK + d]) * expf(g(ref, d) - g(s, d)) : 0.f; };
+    kk.mma<DK, true, true>([&](int r, int d) {  // e_r = b_r k_r (EV), the scalar beta_r enters below
+      return sm.erase(r, d) * bf(sm.k[r * kLdK + d]) * expf(g(r, d) - g(ref, d));
+    }, k_cols);
+    qk.mma<DK, true, true>([&](int r, int d) { return bf(sm.q[r * kLdK + d]) * expf(g(r, d) - g(ref, d)); }, k_cols);
+    float* aqk = a.Aqk + (head * a.NT + chunk) * C * C;
+    kk.each([&](int r, int s, float x, int slot) {
+      if (s / 16 == r / 16) return;  // the diagonal block, below
+      sm.L[r * kLdC + s] = s < r ? sm.beta[r] * x : 0.f;
+      aqk[r * C + s] = s < r ? a.scale * qk.at(slot) : 0.f;
+    });
+    for (int i = threadIdx.x; i < C * 16; i += kThreads) {  // (t, s) in the diagonal blocks
+      const int t = i / 16, s = (t / 16) * 16 + i % 16;
+      float kk_ts = 0.f, qk_ts = 0.f;
+      if (s <= t) {
+        for (int d = 0; d < DK; d++) {
+          const float ks = bf(sm.k[s * kLdK + d]) * expf(g(t, d) - g(s, d));
+          kk_ts += sm.erase(t, d) * bf(sm.k[t * kLdK + d]) * ks, qk_ts += bf(sm.q[t * kLdK + d]) * ks;
+        }
+      }
+      sm.L[t * kLdC + s] = s < t ? sm.beta[t] * kk_ts : 0.f;
+      aqk[t * C + s] = a.scale * qk_ts;
+    }
+  } else {
     auto k_rows = [&](int r, int d) { return bf(sm.k[r * kLdK + d]); };  // K[r][d]
     auto q_rows = [&](int r, int d) { return bf(sm.q[r * kLdK + d]); };  // Q[r][d]
     auto k_cols = [&](int d, int s) { return bf(sm.k[s * kLdK + d]); };  // K^T[d][s]
@@ -240,18 +331,21 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
     float* A = a.A + (head * a.NT + chunk) * C * C;
     for (int i = threadIdx.x; i < C * C; i += kThreads) A[i] = sm.A[(i / C) * kLdC + i % C];
   }
-  // 1d: W = A diag(beta exp(G)) K and U = A diag(w) V (fp32 A with its column scale split).
+  // 1d: W = A diag(beta exp(G)) K and U = A diag(w) V (fp32 A with its column scale split; a
+  //     vector gate's exp(G) scales K per channel, an fp32 operand then; EV: W = A (b (.) K (.)
+  //     exp(G)), U = A (w (.) V)).
   {
     WarpTile<C, DK> wt;
-    wt.mma<C, true, false>([&](int r, int s) { return sm.A[r * kLdC + s] * sm.colw[s]; },
-                           [&](int s, int d) { return bf(sm.k[s * kLdK + d]); });
+    wt.mma<C, true, VG>([&](int r, int s) { return sm.A[r * kLdC + s] * sm.colw[s]; }, [&](int s, int d) {
+      return VG ? sm.erase(s, d) * bf(sm.k[s * kLdK + d]) * expf(sm.G[s * kLdG + d]) : bf(sm.k[s * kLdK + d]);
+    });
     float* W = a.W + (head * a.NT * C + t0) * DK;
     wt.each([&](int r, int d, float x, int) { W[r * DK + d] = x; });
   }
   {
     WarpTile<C, DV> ut;
-    ut.mma<C, true, false>([&](int r, int s) { return sm.A[r * kLdC + s] * sm.colu[s]; },
-                           [&](int s, int c) { return bf(sm.v[s * kLdV + c]); });
+    ut.mma<C, true, EV>([&](int r, int s) { return sm.A[r * kLdC + s] * sm.colu[s]; },
+                        [&](int s, int c) { return sm.write(s, c) * bf(sm.v[s * kLdV + c]); });
     float* U = a.U + (head * a.NT * C + t0) * DV;
     ut.each([&](int r, int c, float x, int) { U[r * DV + c] = x; });
   }
@@ -260,7 +354,7 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
 // ---------------------------------------------------------------------------------------------
 // Pass 2: per (b, j, half of dv), sequential over chunks: Vnew, o, and the state update.
 
-template <int DK, int DV>
+template <int DK, int DV, bool VG = false>
 struct ScanSmem {
   static constexpr int BV = 32;  // state columns per CTA
   // The state update's rows per WarpTile (a WarpTile spreads its 16-row tiles over the 8 warps,
@@ -268,6 +362,7 @@ struct ScanSmem {
   static constexpr int kRows = DK < 128 ? DK : 128, kRowBlocks = DK / kRows;
   static constexpr int kLdH = BV + 4, kLdW = DK + 4, kLdK = DK + 8;
   static constexpr int kLdO = BV + 8;  // bf16 row stride of a (C, BV) tile
+  static constexpr int kLdG = VG ? DK + 4 : 1;  // G's row stride: DK channels (vector gate) or one
   // Aqk is lower triangular (s <= t): its rows are stored packed, row t at aqk_row(t), in the
   // t / 4 + 1 pieces of 4 floats that hold s = 0 .. t (kAqk floats in all, half a full tile).
   static constexpr int kAqk = 4 * (C + 2 * (C / 4) * (C / 4 - 1));
@@ -275,16 +370,17 @@ struct ScanSmem {
   float* W;      // (C, kLdW)
   float* vnew;   // (C, kLdH)
   float* aqk;    // (kAqk) packed rows
-  float *G, *expG, *kdecay;  // (C): G, exp(G), exp(G_last - G)
+  float* G;      // (C, kLdG): G[t][d] (vector gate) or G[t]
+  float *expG, *kdecay;  // (C): exp(G), exp(G_last - G) (scalar gate)
   bf16 *q, *k;   // (C, kLdK)
   bf16* dov;     // (C, kLdO) the reverse scan's dO columns
   static constexpr size_t bytes() {
-    return sizeof(float) * (size_t(DK) * kLdH + C * kLdW + C * kLdH + kAqk + 3 * C) +
+    return sizeof(float) * (size_t(DK) * kLdH + C * kLdW + C * kLdH + kAqk + C * kLdG + 2 * C) +
            sizeof(bf16) * (2 * C * kLdK + C * kLdO);
   }
   __device__ explicit ScanSmem(void* p) {
     h = static_cast<float*>(p), W = h + DK * kLdH, vnew = W + C * kLdW, aqk = vnew + C * kLdH;
-    G = aqk + kAqk, expG = G + C, kdecay = expG + C;
+    G = aqk + kAqk, expG = G + C * kLdG, kdecay = expG + C;
     q = reinterpret_cast<bf16*>(kdecay + C), k = q + C * kLdK, dov = k + C * kLdK;
   }
   __device__ static int aqk_row(int t) {
@@ -307,15 +403,15 @@ struct ScanSmem {
       h[d * kLdH + c] = src ? src[d * DV + v0 + c] : 0.f;
     }
   }
-  // h <- decay h + add(tile, d0), in blocks of kRows state rows d0 ..: each block's tile starts
-  // as decay h and `add` accumulates the chunk's products into it (rows d0 + the tile's rows);
-  // h is written once every warp has read it and this chunk's tiles.
-  template <class Add>
-  __device__ void update_state(float decay, Add&& add) const {
+  // h <- Diag(decay) h + add(tile, d0), in blocks of kRows state rows d0 ..: each block's tile
+  // starts as decay(row) h and `add` accumulates the chunk's products into it (rows d0 + the
+  // tile's rows); h is written once every warp has read it and this chunk's tiles.
+  template <class Decay, class Add>
+  __device__ void update_state(Decay&& decay, Add&& add) const {
     WarpTile<kRows, BV> next[kRowBlocks];
 #pragma unroll
     for (int rb = 0; rb < kRowBlocks; rb++) {
-      next[rb].each([&](int d, int c, float& x, int) { x = decay * h[(rb * kRows + d) * kLdH + c]; });
+      next[rb].each([&](int d, int c, float& x, int) { x = decay(rb * kRows + d) * h[(rb * kRows + d) * kLdH + c]; });
       add(next[rb], rb * kRows);
     }
     __syncthreads();
@@ -351,19 +447,20 @@ struct ScanTiles {
 // a chunk only k and U remain (U lands in sm.vnew, which 2a turns into Vnew in place), so a
 // chunk waits for one memory round trip, with those copies already in flight (at dk = 128 the
 // 227 KB budget of two CTAs leaves no room for second k / U buffers).
-template <int DK, int DV>
+template <int DK, int DV, bool VG>
 __global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
   extern __shared__ float4 smem_raw[];
-  using Smem = ScanSmem<DK, DV>;
+  using Smem = ScanSmem<DK, DV, VG>;
   const Smem sm(smem_raw);
-  constexpr int BV = Smem::BV, kLdH = Smem::kLdH, kLdW = Smem::kLdW, kLdK = Smem::kLdK;
+  constexpr int BV = Smem::BV, kLdH = Smem::kLdH, kLdW = Smem::kLdW, kLdK = Smem::kLdK, kLdG = Smem::kLdG;
   const int v0 = blockIdx.x * BV, j = blockIdx.y, bi = blockIdx.z;
   const int64_t head = int64_t(bi) * a.HV + j;
   const ScanTiles<DK> tiles(a, bi, j);
-  auto copy_w_g = [&](int chunk) {
+  auto copy_w_g = [&](int chunk) {  // a vector gate's G is read by 2b and 2c too: copied with k
     load_f32_rows_async<C, DK>(sm.W, kLdW, a.W + tiles.row0(chunk) * DK, DK);
-    load_f32_rows_async<1, C>(sm.G, C, a.G + tiles.row0(chunk), 0);
+    if (!VG) load_f32_rows_async<1, C>(sm.G, C, a.G + tiles.row0(chunk), 0);
   };
+  auto g = [&](int t, int d) { return sm.G[t * kLdG + d]; };  // G[t][d] (vector gate)
   auto copy_q_aqk = [&](int chunk) {
     load_bf16_rows_async<C, DK>(sm.q, tiles.qk(a.q, chunk), tiles.qk_stride, tiles.rows(chunk));
     sm.copy_aqk(a.Aqk + (head * a.NT + chunk) * C * C);
@@ -378,13 +475,14 @@ __global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
     const bool more = chunk + 1 < a.NT;
     load_bf16_rows_async<C, DK>(sm.k, tiles.qk(a.k, chunk), tiles.qk_stride, n);
     load_f32_rows_async<C, BV>(sm.vnew, kLdH, a.U + row0 * DV + v0, DV);
+    if (VG) load_f32_rows_async<C, DK>(sm.G, kLdG, a.G + row0 * DK, DK);
     wait_tiles();  // this chunk's tiles, and the previous update's h
     if (a.h_start) {  // the backward keeps every chunk-start state h[n] (4.9 step 1)
       sm.store_state(a.h_start + (head * a.NT + chunk) * DK * DV, v0);
     }
     // 2a: Vnew = U - W h (rows past n are 0 - 0 h = 0), in place of U in sm.vnew.
     {
-      if (threadIdx.x < C) {
+      if (!VG && threadIdx.x < C) {
         sm.expG[threadIdx.x] = expf(sm.G[threadIdx.x]);
         sm.kdecay[threadIdx.x] = expf(sm.G[C - 1] - sm.G[threadIdx.x]);  // G_last = G[C - 1]: g = 0 past n
       }
@@ -402,25 +500,36 @@ __global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
     }
     __syncthreads();  // Vnew is complete; W and G are read
     if (more) copy_w_g(chunk + 1);
-    // 2b: o = scale exp(G) (.) (Q h) + Aqk Vnew (Aqk already holds scale and the decays).
+    // 2b: o = scale (Q (.) exp(G)) h + Aqk Vnew (Aqk already holds scale and the decays; a
+    //     scalar gate's exp(G) scales the rows of Q h, a vector gate's the channels of Q).
     if (a.o) {
       WarpTile<C, BV> qh, av;
-      qh.mma<DK, false, true>([&](int r, int d) { return bf(sm.q[r * kLdK + d]); }, h_op);
+      qh.mma<DK, VG, true>([&](int r, int d) { return VG ? bf(sm.q[r * kLdK + d]) * expf(g(r, d)) : bf(sm.q[r * kLdK + d]); },
+                           h_op);
       av.mma<C, true, true>([&](int r, int s) { return sm.aqk_at(r, s); },
                             [&](int s, int c) { return sm.vnew[s * kLdH + c]; });
       qh.each([&](int r, int c, float x, int slot) {
         if (r < n)
           a.o[((int64_t(bi) * a.T + t0 + r) * a.HV + j) * DV + v0 + c] =
-              __float2bfloat16_rn(a.scale * sm.expG[r] * x + av.at(slot));
+              __float2bfloat16_rn(a.scale * (VG ? 1.f : sm.expG[r]) * x + av.at(slot));
       });
       __syncthreads();  // q and Aqk are read
       if (more) copy_q_aqk(chunk + 1);
     }
-    // 2c: h <- exp(G_last) h + K^T diag(exp(G_last - G)) Vnew.
-    sm.update_state(sm.expG[C - 1], [&](auto& hn, int d0) {
-      hn.mma<C, false, true>([&](int d, int s) { return bf(sm.k[s * kLdK + d0 + d]); },
-                             [&](int s, int c) { return sm.vnew[s * kLdH + c] * sm.kdecay[s]; });
-    });
+    // 2c: h <- Diag(exp(G_last)) h + (K (.) exp(G_last - G))^T Vnew (a scalar gate's decays
+    //     scale the rows of Vnew, a vector gate's the channels of K; exponents <= 0).
+    if constexpr (VG) {
+      sm.update_state([&](int d) { return expf(g(C - 1, d)); }, [&](auto& hn, int d0) {
+        hn.mma<C, true, true>([&](int d, int s) { return bf(sm.k[s * kLdK + d0 + d]) * expf(g(C - 1, d0 + d) - g(s, d0 + d)); },
+                              [&](int s, int c) { return sm.vnew[s * kLdH + c]; });
+      });
+    } else {
+      const float decay = sm.expG[C - 1];
+      sm.update_state([decay](int) { return decay; }, [&](auto& hn, int d0) {
+        hn.mma<C, false, true>([&](int d, int s) { return bf(sm.k[s * kLdK + d0 + d]); },
+                               [&](int s, int c) { return sm.vnew[s * kLdH + c] * sm.kdecay[s]; });
+      });
+    }
   }
   __syncthreads();
   if (!a.final_state) return;
@@ -434,22 +543,24 @@ __global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
 // copied during 3c; q, W, dO and the dU tile (bf16, in sm.vnew's place until 3b turns it into
 // dVnew) at the top of a chunk, one round trip.
 
-template <int DK, int DV>
+template <int DK, int DV, bool VG>
 __global__ void __launch_bounds__(kThreads, 2) reverse_scan_kernel(ChunkArgs a) {
   extern __shared__ float4 smem_raw[];
-  using Smem = ScanSmem<DK, DV>;
+  using Smem = ScanSmem<DK, DV, VG>;
   const Smem sm(smem_raw);
   constexpr int BV = Smem::BV, kLdH = Smem::kLdH, kLdW = Smem::kLdW, kLdK = Smem::kLdK, kLdO = Smem::kLdO;
+  constexpr int kLdG = Smem::kLdG;
   const int v0 = blockIdx.x * BV, j = blockIdx.y, bi = blockIdx.z;
   const int64_t head = int64_t(bi) * a.HV + j;
   const ScanTiles<DK> tiles(a, bi, j);
   bf16* dres = reinterpret_cast<bf16*>(sm.vnew);  // (C, kLdO) dU, until 3b writes dVnew there
   static_assert(sizeof(bf16) * kLdO <= sizeof(float) * kLdH, "the dU tile fits in sm.vnew");
-  auto copy_k_aqk_g = [&](int chunk) {
+  auto copy_k_aqk_g = [&](int chunk) {  // a vector gate's G is read by 3c too: copied at the top
     load_bf16_rows_async<C, DK>(sm.k, tiles.qk(a.k, chunk), tiles.qk_stride, tiles.rows(chunk));
     sm.copy_aqk(a.Aqk + (head * a.NT + chunk) * C * C);
-    load_f32_rows_async<1, C>(sm.G, C, a.G + tiles.row0(chunk), 0);
+    if (!VG) load_f32_rows_async<1, C>(sm.G, C, a.G + tiles.row0(chunk), 0);
   };
+  auto g = [&](int t, int d) { return sm.G[t * kLdG + d]; };  // G[t][d] (vector gate)
   copy_k_aqk_g(a.NT - 1);
   sm.load_state(a.dht ? a.dht + head * DK * DV : nullptr, v0);
   auto ds_op = [&](int d, int c) { return sm.h[d * kLdH + c]; };  // dS[d][c] as an mma B operand
@@ -463,10 +574,11 @@ __global__ void __launch_bounds__(kThreads, 2) reverse_scan_kernel(ChunkArgs a) 
     // dU rows past n (and all of them without a residual gradient) are zeros
     load_bf16_rows_async<C, BV>(dres, (a.d_res ? a.d_res : a.d_o) + tok0 * DV + v0, int64_t(a.HV) * DV,
                                 a.d_res ? n : 0);
+    if (VG) load_f32_rows_async<C, DK>(sm.G, kLdG, a.G + row0 * DK, DK);
     wait_tiles();  // this chunk's tiles, and the previous update's dS
     // 3a: dh[n] = dS, the gradient of chunk n's END state.
     sm.store_state(a.dh_end + (head * a.NT + chunk) * DK * DV, v0);
-    if (threadIdx.x < C) {
+    if (!VG && threadIdx.x < C) {
       sm.expG[threadIdx.x] = expf(sm.G[threadIdx.x]);
       sm.kdecay[threadIdx.x] = expf(sm.G[C - 1] - sm.G[threadIdx.x]);
     }
@@ -476,7 +588,9 @@ __global__ void __launch_bounds__(kThreads, 2) reverse_scan_kernel(ChunkArgs a) 
     {
       WarpTile<C, BV> dvn;
       dvn.mma<C, true, false>([&](int s, int t) { return sm.aqk_at(t, s); }, d_o);
-      dvn.mma<DK, true, true>([&](int s, int d) { return bf(sm.k[s * kLdK + d]) * sm.kdecay[s]; }, ds_op);
+      dvn.mma<DK, true, true>([&](int s, int d) {
+        return bf(sm.k[s * kLdK + d]) * (VG ? expf(g(C - 1, d) - g(s, d)) : sm.kdecay[s]);
+      }, ds_op);
       dvn.each([&](int s, int c, float& x, int) { x += bf(dres[s * kLdO + c]); });
       __syncthreads();  // every dU is read (and k, Aqk, G): dVnew takes the dU tile's place
       dvn.each([&](int s, int c, float x, int) {
@@ -487,8 +601,11 @@ __global__ void __launch_bounds__(kThreads, 2) reverse_scan_kernel(ChunkArgs a) 
     if (chunk > 0) copy_k_aqk_g(chunk - 1);
     __syncthreads();
     // 3c: dS <- exp(G_last) dS + scale Qg^T dO - W^T dVnew   (h[n] feeds the end state, o and Vnew)
-    sm.update_state(sm.expG[C - 1], [&](auto& dsn, int d0) {
-      dsn.mma<C, true, false>([&](int d, int t) { return a.scale * sm.expG[t] * bf(sm.q[t * kLdK + d0 + d]); }, d_o);
+    const float decay = VG ? 0.f : sm.expG[C - 1];
+    sm.update_state([&](int d) { return VG ? expf(g(C - 1, d)) : decay; }, [&](auto& dsn, int d0) {
+      dsn.mma<C, true, false>([&](int d, int t) {
+        return a.scale * (VG ? expf(g(t, d0 + d)) : sm.expG[t]) * bf(sm.q[t * kLdK + d0 + d]);
+      }, d_o);
       dsn.mma<C, true, true>([&](int d, int t) { return sm.W[t * kLdW + d0 + d]; },
                              [&](int t, int c) { return -sm.vnew[t * kLdH + c]; });
     });
@@ -508,13 +625,16 @@ __global__ void __launch_bounds__(kThreads, 2) reverse_scan_kernel(ChunkArgs a) 
 //   Phase A (per key block; 4a, 4b): the state products of dQ, dK and dW, written to a.dq, a.dk
 //     and over W (a.W: pass 3 was its last reader); dW K^T summed for 4d.
 //   Phase B (C x C; 4c-4f): Ps, dA, X, P2 and the gate pair terms; dY per value slice.
-//   Phase C (per key block; 4g, 4h): dEhat, dE and the pair products finish dQ and dK.
-//   Then 4i: dg, db, dw.
+//   Phase C (per key block; 4g, 4h): dEhat, dE and the pair products finish dQ and dK (a vector
+//     gate: and dg, per key channel).
+//   Then 4i: dg (scalar gate), db, dw.
 
-template <int DK, int DV>
+template <int DK, int DV, bool VG = false, bool EV = false>
 struct LocalSmem {
   static constexpr int KB = DK < 128 ? DK : 128;  // key dims per block (phases A and C)
-  static constexpr int VS = DK <= 128 && DV <= 128 ? 64 : 32;  // value columns per slice
+  // value columns per slice (a vector gate's G tile leaves no room for 64 at DK = 128)
+  static constexpr int VS = DK <= 128 && DV <= 128 && !VG ? 64 : 32;
+  static constexpr int kLdG = DK + 4;              // row stride of a vector gate's G tile
   static constexpr int kLdK = DK + 8;              // bf16 row stride of q, k
   static constexpr int kLdS = VS + 8, kLdSf = VS + 4;  // row strides of a slice, bf16 and fp32
   static constexpr int kLdKB = KB + 4;             // fp32 row stride of a dW block
@@ -532,8 +652,22 @@ struct LocalSmem {
   float *pair, *M;     // (C, kLdC): Aqk, then the gate pair terms;  dA, then X           (B)
   bf16 *q, *k;         // (C, kLdK)
   bf16 *dov, *vv;      // (C, kLdS): a value slice of dO and of V
+  // vector gate only (no room taken otherwise):
+  float* Gv;           // (C, kLdG) G[t][d]
+  float* colKg;        // (DK / KB, 4, KB) per-column partial sums k_s . dKg_s (WarpTile::add_col_sums)
+  float* hdhv;         // (DK) rowsum(h[n] (.) dh[n]) per key channel
+  bf16* eb;            // EV only: (C, kLdK) the erase gate b[t][d]
+  bf16* ew;            // EV only: (C, kLdS) a value slice of the write gate w[t][c]
+  static constexpr size_t vector_floats() { return VG ? size_t(C) * kLdG + 5 * DK : 0; }
   static constexpr size_t floats() { return size_t(3) * C * kLdC + 16 * C + 32 + 2 * C * kLdSf + kRegion; }
-  static constexpr size_t bytes() { return sizeof(float) * floats() + sizeof(bf16) * 2 * C * (kLdK + kLdS); }
+  static constexpr size_t bytes() {
+    return sizeof(float) * (floats() + vector_floats()) + sizeof(bf16) * 2 * C * (kLdK + kLdS) +
+           (EV ? sizeof(bf16) * C * (kLdK + kLdS) : 0);
+  }
+  // The erase gate's channel d and the write gate's slice column c of token t: 1 unless EV
+  // (then the scalar parts beta and wv are 1).
+  __device__ float erase(int t, int d) const { return EV ? __bfloat162float(eb[t * kLdK + d]) : 1.f; }
+  __device__ float write(int t, int c) const { return EV ? __bfloat162float(ew[t * kLdS + c]) : 1.f; }
   __device__ explicit LocalSmem(void* p) {
     A = static_cast<float*>(p), Ps = A + C * kLdC, P2 = Ps + C * kLdC;
     G = P2 + C * kLdC, beta = G + C, wv = beta + C, expG = wv + C, kdecay = expG + C, colw = kdecay + C;
@@ -542,16 +676,50 @@ struct LocalSmem {
     vnew = red + 32, dvnew = vnew + C * kLdSf;
     h = dvnew + C * kLdSf, dh = h + KB * kLdSf, dW = h, pair = h, M = pair + C * kLdC;
     q = reinterpret_cast<bf16*>(h + kRegion), k = q + C * kLdK, dov = k + C * kLdK, vv = dov + C * kLdS;
+    Gv = reinterpret_cast<float*>(vv + C * kLdS), colKg = Gv + C * kLdG, hdhv = colKg + 4 * DK;
+    eb = reinterpret_cast<bf16*>(hdhv + DK), ew = eb + C * kLdK;
   }
 };
 
-template <int DK, int DV>
+// A vector gate's decayed pair products for key channels d0 .. d0 + KB - 1 (4.4; G a (C, ldg)
+// tile of G[t][d]): out(t, d) += sum_{s <= t} P(t, s) exp(G_t[d] - G_s[d]) X(s, d), or, with
+// TRANSPOSED, out(s, d) += sum_{t >= s} P(t, s) exp(G_t[d] - G_s[d]) X(t, d) (P is zero on the
+// pairs it excludes). A warp's 16 rows of out are one sub-block of 16 tokens: the other
+// sub-blocks' pairs come from one mma against a reference row ref of the sub-block (its first
+// row, or its last with TRANSPOSED), X entering as X exp(G_s - G_ref) or X exp(G_t - G_ref) and
+// the rows scaled after it by the complement (every exponent <= 0); the pairs inside the 16 x 16
+// diagonal block are summed element by element.
+template <bool TRANSPOSED, int KB, class FP, class FX>
+__device__ __forceinline__ void add_decayed_pairs(WarpTile<C, KB>& out, const float* G, int ldg, int d0, const FP& P,
+                                                  const FX& X) {
+  WarpTile<C, KB> part;
+  const int ref = TRANSPOSED ? part.row0 + 15 : part.row0;
+  auto g = [&](int t, int d) { return G[t * ldg + d0 + d]; };
+  if constexpr (TRANSPOSED) {
+    part.template mma<C, true, true>([&](int s, int t) { return P(t, s); },
+                                     [&](int t, int d) { return t > ref ? X(t, d) * expf(g(t, d) - g(ref, d)) : 0.f; });
+  } else {
+    part.template mma<C, true, true>([&](int t, int s) { return P(t, s); },
+                                     [&](int s, int d) { return s < ref ? X(s, d) * expf(g(ref, d) - g(s, d)) : 0.f; });
+  }
+  out.each([&](int r, int d, float& x, int slot) {
+    float sum = part.at(slot) * expf(TRANSPOSED ? g(ref, d) - g(r, d) : g(r, d) - g(ref, d));
+    if constexpr (TRANSPOSED) {
+      for (int t = r; t <= ref; t++) sum += P(t, r) * expf(g(t, d) - g(r, d)) * X(t, d);
+    } else {
+      for (int s = ref; s <= r; s++) sum += P(r, s) * expf(g(r, d) - g(s, d)) * X(s, d);
+    }
+    x += sum;
+  });
+}
+
+template <int DK, int DV, bool VG, bool EV>
 __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a) {
   extern __shared__ float4 smem_raw[];
-  using Smem = LocalSmem<DK, DV>;
+  using Smem = LocalSmem<DK, DV, VG, EV>;
   const Smem sm(smem_raw);
   constexpr int KB = Smem::KB, VS = Smem::VS, kLdK = Smem::kLdK, kLdS = Smem::kLdS, kLdSf = Smem::kLdSf;
-  constexpr int kLdKB = Smem::kLdKB;
+  constexpr int kLdKB = Smem::kLdKB, kLdG = Smem::kLdG;
   const int chunk = blockIdx.x, j = blockIdx.y, bi = blockIdx.z, hq = j / (a.HV / a.H);
   const int t0 = chunk * C, n = min(C, a.T - t0);
   const int64_t head = int64_t(bi) * a.HV + j;
@@ -567,19 +735,25 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   if (threadIdx.x < C) {
     const int r = threadIdx.x;
     const bool ok = r < n;
-    sm.beta[r] = ok ? bf(a.b[tok0 + int64_t(r) * a.HV]) : 0.f;
-    sm.wv[r] = ok ? bf(a.w[tok0 + int64_t(r) * a.HV]) : 0.f;
-    sm.G[r] = a.G[row0 + r];
+    sm.beta[r] = ok ? (EV ? 1.f : bf(a.b[tok0 + int64_t(r) * a.HV])) : 0.f;
+    sm.wv[r] = ok ? (EV ? 1.f : bf(a.w[tok0 + int64_t(r) * a.HV])) : 0.f;
+    if (!VG) sm.G[r] = a.G[row0 + r];
   }
   for (int i = threadIdx.x; i < 8 * C; i += kThreads) sm.rowG[i] = 0.f;  // rowG, rowKg, rowB, rowW
+  if (EV) load_bf16_rows_plain<DK>(sm.eb, a.b + tok0 * DK, int64_t(a.HV) * DK, n);  // b (B, T, HV, DK)
+  if (VG) {
+    load_f32_rows_async<C, DK>(sm.Gv, kLdG, a.G + row0 * DK, DK);
+    for (int i = threadIdx.x; i < 5 * DK; i += kThreads) sm.colKg[i] = 0.f;  // colKg, hdhv
+  }
   wait_tiles();
   if (threadIdx.x < C) {
     const int r = threadIdx.x;
-    sm.expG[r] = expf(sm.G[r]);
-    sm.kdecay[r] = expf(sm.G[C - 1] - sm.G[r]);
-    sm.colw[r] = sm.beta[r] * sm.expG[r];  // Ehat = diag(beta exp(G)) K
+    sm.expG[r] = VG ? 0.f : expf(sm.G[r]);
+    sm.kdecay[r] = VG ? 0.f : expf(sm.G[C - 1] - sm.G[r]);
+    sm.colw[r] = VG ? sm.beta[r] : sm.beta[r] * sm.expG[r];  // Ehat = diag(beta exp(G)) K (vector gate: exp(G) per channel)
   }
   __syncthreads();
+  auto g = [&](int t, int d) { return sm.Gv[t * kLdG + d]; };  // G[t][d] (vector gate)
   auto k_rows = [&](int r, int d) { return bf(sm.k[r * kLdK + d]); };  // K[r][d]
   auto k_cols = [&](int d, int s) { return bf(sm.k[s * kLdK + d]); };  // K^T[d][s]
   auto a_t = [&](int r, int m) { return sm.A[m * kLdC + r]; };         // A^T[r][m]
@@ -596,6 +770,9 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   //   dQg = scale dO h^T  ->  dQ = exp(G) dQg,  dG += dQg . Qg;   dW = -dVnew h^T;
   //   dKg = Vnew dh^T  ->  dK = exp(G_last - G) dKg,  kg pair terms kgp_s = Kg_s . dKg_s;
   //   h[n] . dh[n] for the last token's dG;  dW K^T for 4d.
+  //   (Vector gate: exp(G) per channel; dG is formed in phase C from the identity of 4.10, so
+  //   phase A keeps only the last token's terms per channel: k . dKg summed over the chunk's
+  //   tokens (colKg) and rowsum(h (.) dh) (hdhv).)
   float hdh = 0.f;
   WarpTile<C, C> wk;  // dW K^T
   for (int d0 = 0; d0 < DK; d0 += KB) {
@@ -611,7 +788,16 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
         const int d = i / (VS / 4), c = (i % (VS / 4)) * 4;
         const float4 x = *reinterpret_cast<const float4*>(sm.h + d * kLdSf + c);
         const float4 y = *reinterpret_cast<const float4*>(sm.dh + d * kLdSf + c);
-        hdh += x.x * y.x + x.y * y.y + x.z * y.z + x.w * y.w;
+        if constexpr (VG) {  // a row's VS / 4 = 8 pieces are 8 neighbouring lanes: one owner a row
+          static_assert(VS / 4 == 8, "eight pieces a row");
+          float p = x.x * y.x + x.y * y.y + x.z * y.z + x.w * y.w;
+          p += __shfl_xor_sync(0xffffffffu, p, 1);
+          p += __shfl_xor_sync(0xffffffffu, p, 2);
+          p += __shfl_xor_sync(0xffffffffu, p, 4);
+          if (i % 8 == 0) sm.hdhv[d0 + d] += p;
+        } else {
+          hdh += x.x * y.x + x.y * y.y + x.z * y.z + x.w * y.w;
+        }
       }
       auto h_t = [&](int c, int d) { return sm.h[d * kLdSf + c]; };    // h^T[c][d]
       auto dh_t = [&](int c, int d) { return sm.dh[d * kLdSf + c]; };  // dh^T[c][d]
@@ -620,10 +806,16 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
       dk.mma<VS, true, true>([&](int r, int c) { return sm.vnew[r * kLdSf + c]; }, dh_t);
       __syncthreads();
     }
-    dq.each([&](int r, int, float& x, int) { x *= a.scale * sm.expG[r]; });
-    dq.add_row_sums(sm.rowG, [&](int r, int d, float x) { return x * bf(sm.q[r * kLdK + d0 + d]); });
-    dk.add_row_sums(sm.rowKg, [&](int r, int d, float x) { return sm.kdecay[r] * x * bf(sm.k[r * kLdK + d0 + d]); });
-    dk.each([&](int r, int, float& x, int) { x *= sm.kdecay[r]; });
+    if constexpr (VG) {
+      dq.each([&](int r, int d, float& x, int) { x *= a.scale * expf(g(r, d0 + d)); });
+      dk.each([&](int r, int d, float& x, int) { x *= expf(g(C - 1, d0 + d) - g(r, d0 + d)); });
+      dk.add_col_sums(sm.colKg + 4 * d0, [&](int r, int d, float x) { return x * bf(sm.k[r * kLdK + d0 + d]); });
+    } else {
+      dq.each([&](int r, int, float& x, int) { x *= a.scale * sm.expG[r]; });
+      dq.add_row_sums(sm.rowG, [&](int r, int d, float x) { return x * bf(sm.q[r * kLdK + d0 + d]); });
+      dk.add_row_sums(sm.rowKg, [&](int r, int d, float x) { return sm.kdecay[r] * x * bf(sm.k[r * kLdK + d0 + d]); });
+      dk.each([&](int r, int, float& x, int) { x *= sm.kdecay[r]; });
+    }
     dq.each([&](int r, int d, float x, int) { if (r < n) a.dq[(tok0 + int64_t(r) * a.HV) * DK + d0 + d] = x; });
     dk.each([&](int r, int d, float x, int) { if (r < n) a.dk[(tok0 + int64_t(r) * a.HV) * DK + d0 + d] = x; });
     dw.each([&](int r, int d, float x, int) {
@@ -631,7 +823,9 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
       dW_global[r * DK + d0 + d] = -x;
     });
     __syncthreads();
-    wk.mma<KB, true, false>([&](int r, int d) { return sm.dW[r * kLdKB + d]; }, [&](int d, int s) { return k_cols(d0 + d, s); });
+    wk.mma<KB, true, VG>([&](int r, int d) { return sm.dW[r * kLdKB + d]; }, [&](int d, int s) {  // vector gate: dW Ehat^T
+      return VG ? sm.erase(s, d0 + d) * k_cols(d0 + d, s) * expf(g(s, d0 + d)) : k_cols(d0 + d, s);
+    });
     __syncthreads();  // the dW block is read: the next block's h, dh take its place
   }
   hdh = block_sum(hdh, sm.red);
@@ -643,14 +837,18 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   for (int c0 = DV - VS; c0 >= 0; c0 -= VS) {
     if (c0 != DV - VS) load_slices(c0);
     load_bf16_rows_async<C, VS>(sm.vv, a.v + tok0 * DV + c0, vrow, n);
+    if (EV) load_bf16_rows_plain<VS>(sm.ew, a.w + tok0 * DV + c0, vrow, n);  // w (B, T, HV, DV)
     wait_tiles();
     da.mma<VS, false, true>(dov_rows, [&](int c, int s) { return sm.vnew[s * kLdSf + c]; });
-    uy.mma<VS, true, false>(dvnew_rows, [&](int c, int s) { return bf(sm.vv[s * kLdS + c]); });
+    uy.mma<VS, true, EV>(dvnew_rows, [&](int c, int s) { return sm.write(s, c) * bf(sm.vv[s * kLdS + c]); });  // dU Y^T
     WarpTile<C, VS> dy;
     dy.mma<C, true, true>(a_t, dvnew_rows);
-    dy.add_row_sums(sm.rowW, [&](int r, int c, float x) { return x * bf(sm.vv[r * kLdS + c]); });
+    if (!EV) dy.add_row_sums(sm.rowW, [&](int r, int c, float x) { return x * bf(sm.vv[r * kLdS + c]); });
     dy.each([&](int r, int c, float x, int) {
-      if (r < n) a.dv[(tok0 + int64_t(r) * a.HV) * DV + c0 + c] = __float2bfloat16_rn(sm.wv[r] * x);
+      if (r >= n) return;
+      const int64_t idx = (tok0 + int64_t(r) * a.HV) * DV + c0 + c;
+      a.dv[idx] = __float2bfloat16_rn(sm.wv[r] * sm.write(r, c) * x);
+      if (EV) a.dw[idx] = __float2bfloat16_rn(bf(sm.vv[r * kLdS + c]) * x);  // y = w (.) v  =>  dw = v (.) dY
     });
     __syncthreads();
   }
@@ -658,7 +856,7 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   //   stored holds scale);  dA = (dU Y^T) diag(w) + (dW K^T) diag(beta exp(G))  into M.
   da.each([&](int r, int s, float x, int slot) {
     const bool on = s <= r;
-    sm.Ps[r * kLdC + s] = on ? a.scale * x * expf(sm.G[r] - sm.G[s]) : 0.f;
+    sm.Ps[r * kLdC + s] = on ? a.scale * x * (VG ? 1.f : expf(sm.G[r] - sm.G[s])) : 0.f;  // vector gate: decays later
     sm.pair[r * kLdC + s] = on ? x * sm.pair[r * kLdC + s] : 0.f;
     sm.M[r * kLdC + s] = uy.at(slot) * sm.wv[s] + wk.at(slot) * sm.colw[s];
   });
@@ -674,7 +872,11 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   __syncthreads();
   //   L[t,s] = beta_t (k_t . k_s) exp(G_t - G_s)  ->  P2 = dL exp(G_t - G_s) (for dE, dK),
   //   pair += dL (.) L (for dG).
-  {
+  if constexpr (VG) {  // P2 = dL (decays later), dG from 4.10's identity in phase C
+    WarpTile<C, C> dl;
+    dl.mma<C, true, true>(a_t, [&](int m, int s) { return sm.M[m * kLdC + s]; });
+    dl.each([&](int r, int s, float x, int) { sm.P2[r * kLdC + s] = s < r ? -x : 0.f; });
+  } else {
     WarpTile<C, C> dl, kk;
     dl.mma<C, true, true>(a_t, [&](int m, int s) { return sm.M[m * kLdC + s]; });
     kk.mma<DK, false, false>(k_rows, k_cols);
@@ -685,7 +887,7 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     });
   }
   __syncthreads();
-  if (threadIdx.x < C) {  // the pair terms' share of dG_t: rowsum(pair) - colsum(pair)
+  if (!VG && threadIdx.x < C) {  // the pair terms' share of dG_t: rowsum(pair) - colsum(pair)
     const int r = threadIdx.x;
     float rows = 0.f, cols = 0.f;
     for (int s = 0; s < C; s++) rows += sm.pair[r * kLdC + s], cols += sm.pair[s * kLdC + r];
@@ -695,6 +897,9 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   // Phase C (4g, 4h; steps 5-8), per key block: dEhat = A^T dW,  dG += Ehat . dEhat;
   //   dE = exp(G) dEhat + P2 K  ->  dK += beta dE,  db = k . dE;
   //   dQ += Ps K,  dK += Ps^T Q + (diag(beta) P2)^T K;  dQ and dK written.
+  //   Vector gate: the pair products with per-channel decays (add_decayed_pairs), and 4.10's
+  //   identity per channel: dG = q dQ - k dK + 2 beta k dE (+ the last token's terms, see phase A),
+  //   reverse-summed over the chunk's tokens into dg (the block's dG in sm.dW, read by then).
   for (int d0 = 0; d0 < DK; d0 += KB) {
     load_f32_rows_async<C, KB>(sm.dW, kLdKB, dW_global + d0, DK);  // this CTA's phase A writes, before barriers
     wait_tiles();
@@ -702,32 +907,71 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     WarpTile<C, KB> dq, dk;  // phase A's parts, read back by the threads that wrote them
     dq.each([&](int r, int d, float& x, int) { x = r < n ? a.dq[(tok0 + int64_t(r) * a.HV) * DK + d0 + d] : 0.f; });
     dk.each([&](int r, int d, float& x, int) { x = r < n ? a.dk[(tok0 + int64_t(r) * a.HV) * DK + d0 + d] : 0.f; });
+    auto q_blk = [&](int t, int d) { return bf(sm.q[t * kLdK + d0 + d]); };
+    auto p2 = [&](int t, int s) { return sm.P2[t * kLdC + s]; };
+    auto ps = [&](int t, int s) { return sm.Ps[t * kLdC + s]; };
+    auto beta_p2 = [&](int t, int s) { return sm.P2[t * kLdC + s] * sm.beta[t]; };
+    auto e_blk = [&](int t, int d) { return sm.erase(t, d0 + d) * k_rows(t, d0 + d); };  // e / beta
     {
       WarpTile<C, KB> de;
       de.mma<C, true, true>(a_t, [&](int m, int d) { return sm.dW[m * kLdKB + d]; });
-      de.add_row_sums(sm.rowG, [&](int r, int d, float x) { return sm.colw[r] * x * k_blk(r, d); });
-      de.each([&](int r, int, float& x, int) { x *= sm.expG[r]; });
-      de.mma<C, true, false>([&](int r, int s) { return sm.P2[r * kLdC + s]; }, k_blk);
-      de.add_row_sums(sm.rowB, [&](int r, int d, float x) { return x * k_blk(r, d); });
-      de.each([&](int r, int, float x, int slot) { dk.ref(slot) += sm.beta[r] * x; });
+      if constexpr (VG) {
+        de.each([&](int r, int d, float& x, int) { x *= expf(g(r, d0 + d)); });
+        add_decayed_pairs<false>(de, sm.Gv, kLdG, d0, p2, k_blk);
+        __syncthreads();  // the dW block is read: the block's dG takes its place
+        de.each([&](int r, int d, float x, int) { sm.dW[r * kLdKB + d] = 2.f * sm.beta[r] * e_blk(r, d) * x; });
+      } else {
+        de.add_row_sums(sm.rowG, [&](int r, int d, float x) { return sm.colw[r] * x * k_blk(r, d); });
+        de.each([&](int r, int, float& x, int) { x *= sm.expG[r]; });
+        de.mma<C, true, false>(p2, k_blk);
+      }
+      if (EV) {  // e = b (.) k  =>  db = k (.) dE,  dk += b (.) dE
+        de.each([&](int r, int d, float x, int slot) {
+          dk.ref(slot) += sm.erase(r, d0 + d) * x;
+          if (r < n) a.db[(tok0 + int64_t(r) * a.HV) * DK + d0 + d] = __float2bfloat16_rn(k_blk(r, d) * x);
+        });
+      } else {
+        de.add_row_sums(sm.rowB, [&](int r, int d, float x) { return x * k_blk(r, d); });
+        de.each([&](int r, int, float x, int slot) { dk.ref(slot) += sm.beta[r] * x; });
+      }
     }
-    dq.mma<C, true, false>([&](int r, int s) { return sm.Ps[r * kLdC + s]; }, k_blk);
-    dk.mma<C, true, false>([&](int s, int t) { return sm.Ps[t * kLdC + s]; },
-                           [&](int t, int d) { return bf(sm.q[t * kLdK + d0 + d]); });
-    dk.mma<C, true, false>([&](int s, int t) { return sm.P2[t * kLdC + s] * sm.beta[t]; }, k_blk);
+    if constexpr (VG) {
+      add_decayed_pairs<false>(dq, sm.Gv, kLdG, d0, ps, k_blk);
+      add_decayed_pairs<true>(dk, sm.Gv, kLdG, d0, ps, q_blk);
+      add_decayed_pairs<true>(dk, sm.Gv, kLdG, d0, beta_p2, e_blk);
+    } else {
+      dq.mma<C, true, false>(ps, k_blk);
+      dk.mma<C, true, false>([&](int s, int t) { return ps(t, s); }, q_blk);
+      dk.mma<C, true, false>([&](int s, int t) { return beta_p2(t, s); }, k_blk);
+    }
     dq.each([&](int r, int d, float x, int) { if (r < n) a.dq[(tok0 + int64_t(r) * a.HV) * DK + d0 + d] = x; });
     dk.each([&](int r, int d, float x, int) { if (r < n) a.dk[(tok0 + int64_t(r) * a.HV) * DK + d0 + d] = x; });
+    if constexpr (VG) {
+      dq.each([&](int r, int d, float x, int slot) {
+        sm.dW[r * kLdKB + d] += q_blk(r, d) * x - k_blk(r, d) * dk.at(slot);
+      });
+      __syncthreads();
+      for (int d = threadIdx.x; d < KB; d += kThreads) {  // + the last token's terms, then the reverse cumsum
+        float kgp_total = 0.f;
+        for (int tile = 0; tile < 4; tile++) kgp_total += sm.colKg[4 * d0 + tile * KB + d];
+        float dG = kgp_total + expf(g(C - 1, d0 + d)) * sm.hdhv[d0 + d];  // rows past n carry only these
+        for (int t = C - 1; t >= 0; t--) {
+          dG += sm.dW[t * kLdKB + d];
+          if (t < n && a.dg) a.dg[(tok0 + int64_t(t) * a.HV) * DK + d0 + d] = __float2bfloat16_rn(dG);
+        }
+      }
+    }
     __syncthreads();  // the dW block is read
   }
   // 4i (step 7): dG_t = the row sums + rowsum(pair) - colsum(pair) - kgp_t; at the last token
   //     + exp(G_last) (h . dh) + sum_s kgp_s; then dg = reverse cumsum of dG inside the chunk.
-  if (threadIdx.x < C) {
+  if (!VG && threadIdx.x < C) {
     const int r = threadIdx.x;
     sm.kgp[r] = sm.rowKg[r] + sm.rowKg[C + r];
     sm.dG[r] += sm.rowG[r] + sm.rowG[C + r] - sm.kgp[r];
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
+  if (!VG && threadIdx.x == 0) {
     float kgp_total = 0.f;
     for (int s = 0; s < C; s++) kgp_total += sm.kgp[s];
     sm.dG[C - 1] += sm.expG[C - 1] * hdh + kgp_total;  // rows past n carry only these, into row n - 1
@@ -737,9 +981,11 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   if (threadIdx.x < n) {
     const int r = threadIdx.x;
     const int64_t idx = tok0 + int64_t(r) * a.HV;  // (B, T, HV)
-    if (a.dg) a.dg[idx] = __float2bfloat16_rn(sm.dG[r]);
-    a.db[idx] = __float2bfloat16_rn(sm.rowB[r] + sm.rowB[C + r]);  // e = beta k   =>  dbeta = k . dE
-    a.dw[idx] = __float2bfloat16_rn(sm.rowW[r] + sm.rowW[C + r]);  // y = w v     =>  dw = v . dY
+    if (!VG && a.dg) a.dg[idx] = __float2bfloat16_rn(sm.dG[r]);
+    if (!EV) {
+      a.db[idx] = __float2bfloat16_rn(sm.rowB[r] + sm.rowB[C + r]);  // e = beta k   =>  dbeta = k . dE
+      a.dw[idx] = __float2bfloat16_rn(sm.rowW[r] + sm.rowW[C + r]);  // y = w v     =>  dw = v . dY
+    }
   }
 }
 
@@ -754,20 +1000,23 @@ void launch_kernel(Kernel kernel, dim3 grid, const ChunkArgs& a) {
 }
 
 // Passes 1 and 2 (the forward; also keeping A and every h[n] when a.A and a.h_start are set: the
-// backward's replay, or a forward that keeps them for its backward).
-template <int DK, int DV>
+// backward's replay, or a forward that keeps them for its backward). VG: a vector gate (KDA).
+template <int DK, int DV, bool VG = false, bool EV = false>
 void launch_forward(const ChunkArgs& a) {
-  launch_kernel<PrepareSmem<DK, DV>::bytes()>(prepare_kernel<DK, DV>, dim3(a.NT, a.HV, a.B), a);
-  static_assert(DK > 128 || ScanSmem<DK, DV>::bytes() <= 113 * 1024,
-                "two scan CTAs per SM up to dk = 128 (228 KB, 1 KB reserved per CTA)");
-  launch_kernel<ScanSmem<DK, DV>::bytes()>(scan_kernel<DK, DV>, dim3(DV / ScanSmem<DK, DV>::BV, a.HV, a.B), a);
+  using Scan = ScanSmem<DK, DV, VG>;
+  launch_kernel<PrepareSmem<DK, DV, VG, EV>::bytes()>(prepare_kernel<DK, DV, VG, EV>, dim3(a.NT, a.HV, a.B), a);
+  static_assert(DK > (VG ? 64 : 128) || Scan::bytes() <= 113 * 1024,
+                "two scan CTAs per SM up to dk = 128 (vector gate: 64; 228 KB, 1 KB reserved per CTA)");
+  launch_kernel<Scan::bytes()>(scan_kernel<DK, DV, VG>, dim3(DV / Scan::BV, a.HV, a.B), a);
 }
 
 // Backward passes 3 and 4 (after launch_forward's replay, or reading what the forward kept).
-template <int DK, int DV>
+template <int DK, int DV, bool VG = false, bool EV = false>
 void launch_backward(const ChunkArgs& a) {
-  launch_kernel<ScanSmem<DK, DV>::bytes()>(reverse_scan_kernel<DK, DV>, dim3(DV / ScanSmem<DK, DV>::BV, a.HV, a.B), a);
-  launch_kernel<LocalSmem<DK, DV>::bytes()>(local_backward_kernel<DK, DV>, dim3(a.NT, a.HV, a.B), a);
+  using Scan = ScanSmem<DK, DV, VG>;
+  launch_kernel<Scan::bytes()>(reverse_scan_kernel<DK, DV, VG>, dim3(DV / Scan::BV, a.HV, a.B), a);
+  launch_kernel<LocalSmem<DK, DV, VG, EV>::bytes()>(local_backward_kernel<DK, DV, VG, EV>, dim3(a.NT, a.HV, a.B),
+                                                    a);
 }
 
 // Calls fn(integral_constant DK, integral_constant DV) for supported() widths.
@@ -803,30 +1052,34 @@ struct Workspace {
   FloatScratch U, own;
   Workspace(const DeltaRuleDims& d, ChunkArgs& a, float* kept, bool with_kept, bool run_passes_1_2)
       : U(run_passes_1_2 ? rows(d) * d.dv : 0),
-        own(kept ? 0 : with_kept ? kept_floats(d) : rows(d) * (d.dk + C + 1)) {
+        own(kept ? 0 : with_kept ? kept_floats(d) : rows(d) * (d.dk + C + gate_width(d))) {
     float* p = kept ? kept : own.get();
     a.U = run_passes_1_2 ? U.get() : nullptr;
     a.W = p, p += rows(d) * d.dk;
     a.Aqk = p, p += rows(d) * C;
-    a.G = p, p += rows(d);
+    a.G = p, p += rows(d) * gate_width(d);
     if (!with_kept) return;
     a.A = p, p += rows(d) * C;
     a.h_start = p;
   }
   static int64_t rows(const DeltaRuleDims& d) { return d.B * d.HV * ((d.T + C - 1) / C) * C; }  // (B, HV, NT * C)
+  static int64_t gate_width(const DeltaRuleDims& d) { return d.gate == DeltaGate::Vector ? d.dk : 1; }  // G's
 };
 
 }  // namespace
 
 bool supported(const DeltaRuleDims& d, DType dtype) {
   auto width_ok = [](int64_t width) { return width == 64 || width == 128 || width == 256; };
-  return dtype == DType::BF16 && d.gate != DeltaGate::Vector && !d.erase_vector && !d.write_vector &&
-         width_ok(d.dk) && width_ok(d.dv);
+  const bool vectors = d.erase_vector && d.write_vector;  // GDN-2: both, with a vector gate
+  return dtype == DType::BF16 && (vectors ? d.gate == DeltaGate::Vector : !d.erase_vector && !d.write_vector) &&
+         width_ok(d.dk) && width_ok(d.dv) && (d.gate != DeltaGate::Vector || d.dk <= 128);
 }
+
 
 int64_t kept_floats(const DeltaRuleDims& d) {
   const int64_t NT = (d.T + C - 1) / C;
-  return Workspace::rows(d) * (d.dk + 2 * C + 1) + d.B * d.HV * NT * d.dk * d.dv;  // W, Aqk, G, A; h[n]
+  return Workspace::rows(d) * (d.dk + 2 * C + Workspace::gate_width(d)) +
+         d.B * d.HV * NT * d.dk * d.dv;  // W, Aqk, G, A; h[n]
 }
 
 void forward(void* o, float* final_state, void* residual, const void* q, const void* k, const void* v, const void* g,
@@ -835,7 +1088,14 @@ void forward(void* o, float* final_state, void* residual, const void* q, const v
   a.o = static_cast<bf16*>(o), a.residual = static_cast<bf16*>(residual), a.u_f32 = u_f32;
   a.final_state = final_state;
   const Workspace ws(d, a, kept, kept != nullptr, true);
-  dispatch_widths(d, [&](auto dk, auto dv) { launch_forward<decltype(dk)::value, decltype(dv)::value>(a); });
+  dispatch_widths(d, [&](auto dk, auto dv) {
+    constexpr int DK = decltype(dk)::value, DV = decltype(dv)::value;
+    if (d.gate != DeltaGate::Vector) launch_forward<DK, DV>(a);
+    else if constexpr (DK <= 128) {
+      if (d.erase_vector) launch_forward<DK, DV, true, true>(a);
+      else launch_forward<DK, DV, true>(a);
+    }
+  });
 }
 
 void backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, void* grad_b, void* grad_w, float* grad_h0,
@@ -854,11 +1114,19 @@ void backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, void* grad
   a.dht = d_final_state, a.vnew = u_f32, a.dh0 = grad_h0;
   a.dq = dq.get(), a.dk = dk.get();
   a.dv = static_cast<bf16*>(grad_v), a.db = static_cast<bf16*>(grad_b), a.dw = static_cast<bf16*>(grad_w);
-  a.dg = d.gate == DeltaGate::Scalar ? static_cast<bf16*>(grad_g) : nullptr;
-  dispatch_widths(d, [&](auto dk_, auto dv_) {
+  a.dg = d.gate != DeltaGate::None ? static_cast<bf16*>(grad_g) : nullptr;
+  auto run = [&](auto dk_, auto dv_, auto vg, auto ev) {
     constexpr int DK = decltype(dk_)::value, DV = decltype(dv_)::value;
-    if (!kept) launch_forward<DK, DV>(a);  // passes 1-2 replayed: W, U, Aqk, G, A and every h[n]; no outputs
-    launch_backward<DK, DV>(a);            // passes 3-4
+    constexpr bool VG = decltype(vg)::value, EV = decltype(ev)::value;
+    if (!kept) launch_forward<DK, DV, VG, EV>(a);  // passes 1-2 replayed: W, U, Aqk, G, A and every h[n]; no outputs
+    launch_backward<DK, DV, VG, EV>(a);            // passes 3-4
+  };
+  dispatch_widths(d, [&](auto dk_, auto dv_) {
+    if (d.gate != DeltaGate::Vector) run(dk_, dv_, std::false_type{}, std::false_type{});
+    else if constexpr (decltype(dk_)::value <= 128) {
+      if (d.erase_vector) run(dk_, dv_, std::true_type{}, std::true_type{});
+      else run(dk_, dv_, std::true_type{}, std::false_type{});
+    }
   });
   recurrence::group_sum(static_cast<bf16*>(grad_q), dq.get(), d.B * d.T, d.H, d.HV / d.H, d.dk);
   recurrence::group_sum(static_cast<bf16*>(grad_k), dk.get(), d.B * d.T, d.H, d.HV / d.H, d.dk);

@@ -1,15 +1,20 @@
 // Runs the chunked delta-rule kernels of cuda/delta_rule_chunk.cu (DeltaNet: no gate; Gated
-// DeltaNet: a scalar gate) on the host emulator (tests/emu/include/emu.h), forward and backward,
-// and compares them with the token recurrence in fp64: the formulas of nn/ops/delta_rule.cpp's
+// DeltaNet: a scalar gate; KDA: a vector gate over dk; GDN-2: and vector erase b over dk, write
+// w over dv) on the host emulator (tests/emu/include/emu.h), forward and backward, and compares
+// them with the token recurrence in fp64: the formulas of nn/ops/delta_rule.cpp's
 // recurrent_forward / recurrent_backward (mixers.md 4.5), restated here per (batch, value head).
 // Cases: with and without h0 and the final state's gradient, tied (w = b) and untied gates,
 // grouped value heads (HV = 2H: dq, dk summed over the group), (dk, dv) in {64, 128}^2 and 256,
-// T a multiple of the 64-token chunk and not; and a few cases with cp.async copies landing at
-// issue and the warps run one after another (tests/emu/include/emu.h), which shows a tile copied
-// before its last reader is done. Every case runs twice: the backward replaying passes 1-2, and a
-// forward keeping their buffers (delta_chunk::kept_floats) with the backward reading them; the
-// two hashes must be equal (bit-identical). Tolerances are gpu-check's bf16 ones (relative RMS: 5e-3
-// outputs and final state, 1e-2 gradients); the exit status is 1 when a row fails.
+// T a multiple of the 64-token chunk and not; KDA (dk 64 / 128, dv 64 / 128 / 256, gates
+// -softplus(N(shift, 2)) per channel, down to about -8 a token: 16 tokens of such decay overflow
+// fp32 if exp(G_t - G_s) were factored as exp(G_t) exp(-G_s) over a chunk; weak decay too, where
+// the pairs of different 16-token sub-blocks weigh in); GDN-2 at the KDA shapes; and a few cases
+// with cp.async copies landing at issue and the warps run one after another
+// (tests/emu/include/emu.h), which shows a tile copied before its last reader is done. Every
+// case runs twice: the backward replaying passes 1-2, and a forward keeping their buffers
+// (delta_chunk::kept_floats) with the backward reading them; the two hashes must be equal
+// (bit-identical). Tolerances are gpu-check's bf16 ones (relative RMS: 5e-3 outputs and final
+// state, 1e-2 gradients); the exit status is 1 when a row fails.
 #include "delta_rule_chunk_host.cpp"
 
 #include <Eigen/Dense>
@@ -40,14 +45,13 @@ struct Buf {
   }
 };
 
-// One (batch, value head) sequence in fp64; the gate and beta / w are per token.
+// One (batch, value head) sequence in fp64; the gate and the erase gate b per token and key
+// channel, the write gate w per token and value column (scalars repeated over the channels).
 struct Head {
-  Mat q, k, v, h0;  // (T, dk), (T, dk), (T, dv), (dk, dv)
-  Row g, b, w;      // (T)
+  Mat q, k, v, h0, g, b, w;  // (T, dk), (T, dk), (T, dv), (dk, dv), (T, dk), (T, dk), (T, dv)
 };
 struct Grads {
-  Mat q, k, v, h0;
-  Row g, b, w;
+  Mat q, k, v, h0, g, b, w;
 };
 
 // Rows of head h of a (B, T, heads, width) buffer.
@@ -58,16 +62,16 @@ static Mat rows(const std::vector<double>& x, int64_t bi, int64_t h, int64_t T, 
   return m;
 }
 
-// The token recurrence (nn/ops/delta_rule.cpp recurrent_forward, scalar gates):
-//   S'_t = exp(g_t) S_{t-1};  u_t = w_t v_t - S'_t^T (b_t k_t);  S_t = S'_t + k_t u_t^T;
+// The token recurrence (nn/ops/delta_rule.cpp recurrent_forward):
+//   S'_t = Diag(exp(g_t)) S_{t-1};  u_t = w_t (.) v_t - S'_t^T (b_t (.) k_t);  S_t = S'_t + k_t u_t^T;
 //   o_t = scale S_t^T q_t.
 static void forward(const Head& x, double scale, Mat& o, Mat& u, Mat& S) {
   const int64_t T = x.q.rows();
   o.resize(T, x.v.cols()), u.resize(T, x.v.cols());
   S = x.h0;
   for (int64_t t = 0; t < T; t++) {
-    S *= std::exp(x.g(t));
-    u.row(t) = x.w(t) * x.v.row(t) - x.b(t) * x.k.row(t) * S;
+    S = x.g.row(t).array().exp().matrix().asDiagonal() * S;
+    u.row(t) = x.w.row(t).cwiseProduct(x.v.row(t)) - x.b.row(t).cwiseProduct(x.k.row(t)) * S;
     S += x.k.row(t).transpose() * u.row(t);
     o.row(t) = scale * x.q.row(t) * S;
   }
@@ -80,14 +84,16 @@ static Grads backward(const Head& x, double scale, const Mat& dO, const Mat& dU,
   Mat S = x.h0;
   for (int64_t t = 0; t < T; t++) {
     S_prev[t] = S;
-    S *= std::exp(x.g(t));
-    S += x.k.row(t).transpose() * (x.w(t) * x.v.row(t) - x.b(t) * x.k.row(t) * S);
+    S = x.g.row(t).array().exp().matrix().asDiagonal() * S;
+    S += x.k.row(t).transpose() *
+         (x.w.row(t).cwiseProduct(x.v.row(t)) - x.b.row(t).cwiseProduct(x.k.row(t)) * S);
   }
-  Grads gr{Mat(T, dk), Mat(T, dk), Mat(T, x.v.cols()), Mat(), Row(T), Row(T), Row(T)};
+  Grads gr{Mat(T, dk), Mat(T, dk), Mat(T, x.v.cols()), Mat(), Mat(T, dk), Mat(T, dk), Mat(T, x.v.cols())};
   for (int64_t t = T - 1; t >= 0; t--) {
-    const Mat Sd = std::exp(x.g(t)) * S_prev[t];          // S'_t
-    const Row e = x.b(t) * x.k.row(t);                    // e_t = b_t k_t
-    const Row u = x.w(t) * x.v.row(t) - e * Sd;           // u_t
+    const auto decay = x.g.row(t).array().exp().matrix().asDiagonal();
+    const Mat Sd = decay * S_prev[t];                     // S'_t
+    const Row e = x.b.row(t).cwiseProduct(x.k.row(t));                // e_t = b_t (.) k_t
+    const Row u = x.w.row(t).cwiseProduct(x.v.row(t)) - e * Sd;       // u_t
     const Mat St = Sd + x.k.row(t).transpose() * u;       // S_t
     dS += scale * x.q.row(t).transpose() * dO.row(t);     // o_t = scale S_t^T q_t
     gr.q.row(t) = scale * dO.row(t) * St.transpose();
@@ -95,12 +101,12 @@ static Grads backward(const Head& x, double scale, const Mat& dO, const Mat& dU,
     const Row dk_t = u * dS.transpose();
     const Mat dSd = dS - e.transpose() * du;              // u_t = y_t - S'_t^T e_t
     const Row de = -du * Sd.transpose();
-    gr.g(t) = Sd.cwiseProduct(dSd).sum();                 // S'_t = exp(g_t) S_{t-1}
-    dS = std::exp(x.g(t)) * dSd;
-    gr.k.row(t) = dk_t + x.b(t) * de;
-    gr.b(t) = x.k.row(t).dot(de);
-    gr.v.row(t) = x.w(t) * du;
-    gr.w(t) = x.v.row(t).dot(du);
+    gr.g.row(t) = Sd.cwiseProduct(dSd).rowwise().sum().transpose();  // S'_t = Diag(exp(g_t)) S_{t-1}
+    dS = decay * dSd;
+    gr.k.row(t) = dk_t + x.b.row(t).cwiseProduct(de);
+    gr.b.row(t) = x.k.row(t).cwiseProduct(de);
+    gr.v.row(t) = x.w.row(t).cwiseProduct(du);
+    gr.w.row(t) = x.v.row(t).cwiseProduct(du);
   }
   gr.h0 = dS;
   return gr;
@@ -134,7 +140,9 @@ struct Outputs {
 struct Case {
   bool gated, tied, with_h0, with_dht;
   int64_t B, T, H, HV, dk, dv;
-  double shift;  // gate = logsigmoid(N(shift, 1))
+  double shift;         // gate = logsigmoid(N(shift, 1)); KDA: -softplus(N(shift, 2)) per channel
+  bool kda = false;     // a vector gate (B, T, HV, dk) (gated must be true)
+  bool gdn2 = false;    // and erase b (B, T, HV, dk), write w (B, T, HV, dv) (kda and !tied must be true)
 };
 
 static void run(const Case& c, uint64_t seed) {
@@ -156,16 +164,18 @@ static void run(const Case& c, uint64_t seed) {
     x->fill(raw.size(), true, [&] { return raw[i++]; });
   }
   v.fill(B * T * HV * dv, true, normal);
-  g.fill(B * T * HV, true, [&] { return c.gated ? -std::log1p(std::exp(-(N(rng) + c.shift))) : 0.0; });
-  b.fill(B * T * HV, true, [&] { return 1 / (1 + std::exp(-N(rng))); });
+  if (c.kda) g.fill(B * T * HV * dk, true, [&] { return -std::log1p(std::exp(2 * N(rng) + c.shift)); });
+  else g.fill(B * T * HV, true, [&] { return c.gated ? -std::log1p(std::exp(-(N(rng) + c.shift))) : 0.0; });
+  b.fill(B * T * HV * (c.gdn2 ? dk : 1), true, [&] { return 1 / (1 + std::exp(-N(rng))); });
   if (c.tied) w = b;
-  else w.fill(B * T * HV, true, [&] { return 1 / (1 + std::exp(-N(rng))); });
+  else w.fill(B * T * HV * (c.gdn2 ? dv : 1), true, [&] { return 1 / (1 + std::exp(-N(rng))); });
   h0.fill(B * HV * dk * dv, false, [&] { return c.with_h0 ? 0.5 * N(rng) : 0.0; });
   dO.fill(B * T * HV * dv, true, normal);
   dres.fill(B * T * HV * dv, true, normal);
   dht.fill(B * HV * dk * dv, false, [&] { return c.with_dht ? N(rng) : 0.0; });
   const double scale = 1 / std::sqrt(double(dk));
-  const DeltaRuleDims d{B, T, H, HV, dk, dv, c.gated ? DeltaGate::Scalar : DeltaGate::None, false, false, scale, 0};
+  const DeltaGate gate = c.kda ? DeltaGate::Vector : c.gated ? DeltaGate::Scalar : DeltaGate::None;
+  const DeltaRuleDims d{B, T, H, HV, dk, dv, gate, c.gdn2, c.gdn2, scale, 0};
   HLA_CHECK(cuda::delta_chunk::supported(d, DType::BF16), "not a chunked case");
   const Bf16* gp = c.gated ? g.b.data() : nullptr;
   const float* h0p = c.with_h0 ? h0.f.data() : nullptr;
@@ -195,8 +205,9 @@ static void run(const Case& c, uint64_t seed) {
       const int64_t hq = j / (HV / H);
       Head x;
       x.q = rows(q.ref, bi, hq, T, H, dk), x.k = rows(k.ref, bi, hq, T, H, dk), x.v = rows(v.ref, bi, j, T, HV, dv);
-      x.g = rows(g.ref, bi, j, T, HV, 1).transpose(), x.b = rows(b.ref, bi, j, T, HV, 1).transpose();
-      x.w = rows(w.ref, bi, j, T, HV, 1).transpose();
+      x.g = c.kda ? rows(g.ref, bi, j, T, HV, dk) : rows(g.ref, bi, j, T, HV, 1).replicate(1, dk);
+      x.b = c.gdn2 ? rows(b.ref, bi, j, T, HV, dk) : rows(b.ref, bi, j, T, HV, 1).replicate(1, dk);
+      x.w = c.gdn2 ? rows(w.ref, bi, j, T, HV, dv) : rows(w.ref, bi, j, T, HV, 1).replicate(1, dv);
       x.h0 = Eigen::Map<const Mat>(h0.ref.data() + (bi * HV + j) * dk * dv, dk, dv);
       Mat o_ref, u_ref, S_ref;
       forward(x, scale, o_ref, u_ref, S_ref);
@@ -212,8 +223,16 @@ static void run(const Case& c, uint64_t seed) {
           dq_ref[((bi * T + t) * H + hq) * dk + i] += gr.q(t, i);
           dk_ref[((bi * T + t) * H + hq) * dk + i] += gr.k(t, i);
         }
-        if (c.gated) eg.add(at(gg, tok), gr.g(t));
-        eb.add(at(gb, tok), gr.b(t)), ew.add(at(gw, tok), gr.w(t));
+        if (c.kda)
+          for (int64_t i = 0; i < dk; i++) eg.add(at(gg, tok * dk + i), gr.g(t, i));
+        else if (c.gated)
+          eg.add(at(gg, tok), gr.g.row(t).sum());
+        if (c.gdn2) {
+          for (int64_t i = 0; i < dk; i++) eb.add(at(gb, tok * dk + i), gr.b(t, i));
+          for (int64_t i = 0; i < dv; i++) ew.add(at(gw, tok * dv + i), gr.w(t, i));
+        } else {
+          eb.add(at(gb, tok), gr.b.row(t).sum()), ew.add(at(gw, tok), gr.w.row(t).sum());
+        }
       }
       for (int64_t i = 0; i < dk * dv; i++) {
         eht.add(at(ht, (bi * HV + j) * dk * dv + i), S_ref(i / dv, i % dv));
@@ -223,13 +242,14 @@ static void run(const Case& c, uint64_t seed) {
   for (size_t i = 0; i < dq_ref.size(); i++) eq.add(at(gq, i), dq_ref[i]), ek.add(at(gk, i), dk_ref[i]);
   char label[160];
   std::snprintf(label, sizeof label, "%s%s%s B%ld T%ld H%ld HV%ld dk%ld dv%ld h0 %d dht %d",
-                emu::cp_async_lands_at_issue ? "early " : "", c.gated ? "gdn" : "deltanet", c.tied ? "" : " b,w",
+                emu::cp_async_lands_at_issue ? "early " : "", c.gdn2 ? "gdn2" : c.kda ? "kda" : c.gated ? "gdn" : "deltanet",
+                c.tied ? "" : " b,w",
                 long(B), long(T), long(H), long(HV), long(dk), long(dv), int(c.with_h0), int(c.with_dht));
+  const double out = 5e-3, grad = 1e-2;  // gpu-check's bf16_out, bf16_grad
   const uint64_t replay = replayed.hash(), keep = kernels(true).hash();
   std::printf("%-50s hash %016llx, keeping forward %016llx %s\n", label, (unsigned long long)replay,
               (unsigned long long)keep, keep == replay ? "ok" : "FAIL");
   g_rows++, g_fail |= keep != replay;
-  const double out = 5e-3, grad = 1e-2;  // gpu-check's bf16_out, bf16_grad
   report(label, "o", eo, out), report(label, "u", eu, out), report(label, "ht", eht, out);
   report(label, "dq", eq, grad), report(label, "dk", ek, grad), report(label, "dv", ev, grad);
   if (c.gated) report(label, "dg", eg, grad);
@@ -237,7 +257,7 @@ static void run(const Case& c, uint64_t seed) {
   if (c.with_h0) report(label, "dh0", eh0, grad);
 }
 
-// Every case by default (ctest); a group by name: small (dk, dv <= 128), wide (a width of 256),
+// Every case by default (ctest); a group by name: small (dk, dv <= 128), wide (a width of 256), kda, gdn2,
 // early (copies landing at issue too, tests/emu/include/emu.h).
 int main(int argc, char** argv) {
   const std::string which = argc > 1 ? argv[1] : "all";
@@ -263,7 +283,27 @@ int main(int argc, char** argv) {
     run({true, true, true, true, 1, 200, 1, 2, 64, 64, 1.0}, seed++);
     run({false, false, true, true, 1, 130, 1, 1, 128, 128, 0.0}, seed++);
     run({true, true, true, true, 1, 130, 1, 1, 256, 64, 1.0}, seed++);
+    run({true, true, true, true, 1, 130, 1, 2, 128, 64, 0.0, true}, seed++);
     emu::cp_async_lands_at_issue = false;
+  }
+  if (wants("kda")) {
+    // KDA: T = 64 / 70 / 130 / 200, grouped value heads, h0 on and off, untied w, mixed
+    // widths, dv = 256; weak decay (shift -5: most gates near 0, so the pairs 16 and more tokens
+    // apart, the sub-block products, weigh in) and strong decay (shift 2: down to about -8 a token).
+    run({true, true, true, true, 1, 70, 1, 2, 64, 64, 0.0, true}, seed++);
+    run({true, true, false, true, 1, 64, 1, 1, 128, 128, -5.0, true}, seed++);
+    run({true, false, true, true, 2, 130, 1, 2, 128, 64, 2.0, true}, seed++);
+    run({true, true, true, true, 1, 200, 1, 1, 64, 256, -5.0, true}, seed++);
+    run({true, true, true, true, 1, 130, 1, 1, 128, 128, 2.0, true}, seed++);
+    run({true, false, true, true, 1, 130, 1, 1, 128, 128, -5.0, true}, seed++);
+  }
+  if (wants("gdn2")) {
+    // GDN-2 (vector gate, erase b over dk, write w over dv): the shapes of the KDA group.
+    run({true, false, true, true, 1, 70, 1, 2, 64, 64, 0.0, true, true}, seed++);
+    run({true, false, false, true, 1, 64, 1, 1, 128, 128, -5.0, true, true}, seed++);
+    run({true, false, true, true, 2, 130, 1, 2, 128, 64, 2.0, true, true}, seed++);
+    run({true, false, true, true, 1, 200, 1, 1, 64, 256, -5.0, true, true}, seed++);
+    run({true, false, true, false, 1, 130, 1, 1, 128, 128, 0.0, true, true}, seed++);
   }
   std::printf("%d rows: %s\n", g_rows, g_fail ? "SOME FAILED" : "ALL OK");
   return g_fail;
