@@ -5,10 +5,7 @@
 // end of the sequence are zero: k = q = v = 0, beta = w = g = 0, so they change nothing):
 // The gate is none, a scalar per token (G a number a token) or, with the template flag VG (KDA),
 // a vector over the dk key channels (G[t][d]; every exp(G ..) below is then per channel, and the
-// in-chunk decays are formed the safe way of 4.4: see 1b and add_decayed_pairs). With VG and EV
-// (GDN-2) the erase gate b is a vector over dk and the write gate w one over dv: e = b (.) k and
-// y = w (.) v take the places of beta k and w v (PrepareSmem / LocalSmem::erase, write; the
-// scalar beta and w are then 1), and db, dw are written per channel.
+// in-chunk decays are formed the safe way of 4.4: see 1b and add_decayed_pairs).
 //   Pass 1 (prepare_kernel, grid (NT, HV, B), every chunk in parallel; CPU: prepare_chunk):
 //     1a  G = inclusive cumsum of g inside the chunk                                   (4.1)
 //     1b  L[t,s] = beta_t (k_t . k_s) exp(G_t - G_s), s < t;
@@ -99,13 +96,10 @@
 //   in 32-column value slices at every dv):
 //   64          78.8 / 86.8 / 102.8 KB         84.0 KB               153.4 KB
 //   128         110.8 / 118.8 / 134.8 KB       141.0 KB (one CTA/SM) 188.6 KB
-//   EV (GDN-2; bf16 tiles of b and w, the scans as for the vector gate):
-//   64          96.8 / 112.8 / 144.8 KB        84.0 KB               167.4 KB
-//   128         136.8 / 152.8 / 184.8 KB       141.0 KB (one CTA/SM) 210.6 KB
 // Registers a thread (ptxas, nvcc 13.0, sm_90; every dv): prepare 59-128, scan 125 / 125 / 127
 // and reverse scan 122 / 128 / 128 at dk = 64 / 128 / 256 (launch bounds of two CTAs: at most
-// 128), local backward 191-255; vector gate (and EV): prepare 79-102, scan and reverse scan
-// 124 / 128 at dk = 64 / 128, local backward 219-226 / 254-255; no spills.
+// 128), local backward 191-255; vector gate: prepare 79-102, scan and reverse scan 124 / 128
+// at dk = 64 / 128, local backward 219-223 / 255; no spills.
 //
 // Fragments are gathered from shared memory element by element through accessors (A(r, k),
 // B(k, n) as floats), one code path for every product, transposed or scaled; ldmatrix tiles are
@@ -172,7 +166,7 @@ using chunk_mma::wait_tiles;
 // ---------------------------------------------------------------------------------------------
 // Pass 1: per chunk, G, L, Aqk, A = (I + L)^{-1}, W, U.
 
-template <int DK, int DV, bool VG, bool EV>
+template <int DK, int DV, bool VG>
 struct PrepareSmem {
   static constexpr int kLdK = DK + 8, kLdV = DV + 8;
   static constexpr int kLdG = VG ? DK + 4 : 1;  // G's row stride: a row of DK channels, or one scalar
@@ -180,37 +174,20 @@ struct PrepareSmem {
   float *L, *A;                    // (C, kLdC) strictly lower L, then A = (I + L)^{-1}
   float* G;                        // (C, kLdG): G[t][d] (vector gate) or G[t]
   float *beta, *colw, *colu;       // (C): beta, W's column scale (beta exp(G); vector gate: beta), w (U's)
-  bf16 *eb, *ew;                   // EV only: (C, DK + 8) erase b[t][d], (C, DV + 8) write w[t][c]
   static constexpr size_t bytes() {
-    return sizeof(bf16) * C * (2 * kLdK + kLdV + (EV ? kLdK + kLdV : 0)) +
-           sizeof(float) * (2 * C * kLdC + C * kLdG + 3 * C);
+    return sizeof(bf16) * C * (2 * kLdK + kLdV) + sizeof(float) * (2 * C * kLdC + C * kLdG + 3 * C);
   }
   __device__ explicit PrepareSmem(void* p) {
     q = static_cast<bf16*>(p), k = q + C * kLdK, v = k + C * kLdK;
     L = reinterpret_cast<float*>(v + C * kLdV), A = L + C * kLdC;
     G = A + C * kLdC, beta = G + C * kLdG, colw = beta + C, colu = colw + C;
-    eb = reinterpret_cast<bf16*>(colu + C), ew = eb + C * kLdK;
   }
-  // The erase gate's channel d and the write gate's column c of token t: 1 unless EV (then the
-  // scalar parts beta and colu are 1).
-  __device__ float erase(int t, int d) const { return EV ? __bfloat162float(eb[t * kLdK + d]) : 1.f; }
-  __device__ float write(int t, int c) const { return EV ? __bfloat162float(ew[t * kLdV + c]) : 1.f; }
 };
 
-// Rows 0 .. C - 1, columns 0 .. W - 1 of a bf16 matrix (rows `stride` apart) into a (C, W + 8)
-// shared tile, zeros past row n; plain loads (EV's gates, which need no 16-byte alignment).
-template <int W>
-__device__ void load_bf16_rows_plain(bf16* dst, const bf16* src, int64_t stride, int n) {
-  for (int i = threadIdx.x; i < C * W; i += kThreads) {
-    const int t = i / W, c = i % W;
-    dst[t * (W + 8) + c] = t < n ? src[t * stride + c] : __float2bfloat16_rn(0.f);
-  }
-}
-
-template <int DK, int DV, bool VG, bool EV>
+template <int DK, int DV, bool VG>
 __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
   extern __shared__ float4 smem_raw[];
-  using Smem = PrepareSmem<DK, DV, VG, EV>;
+  using Smem = PrepareSmem<DK, DV, VG>;
   const Smem sm(smem_raw);
   constexpr int kLdK = Smem::kLdK, kLdV = Smem::kLdV, kLdG = Smem::kLdG;
   const int chunk = blockIdx.x, j = blockIdx.y, bi = blockIdx.z, hq = j / (a.HV / a.H);
@@ -223,13 +200,9 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
     const int tt = threadIdx.x;
     const bool ok = tt < n;
     const int64_t idx = (int64_t(bi) * a.T + t0 + tt) * a.HV + j;  // (B, T, HV)
-    sm.beta[tt] = ok ? (EV ? 1.f : bf(a.b[idx])) : 0.f;
-    sm.colu[tt] = ok ? (EV ? 1.f : bf(a.w[idx])) : 0.f;
+    sm.beta[tt] = ok ? bf(a.b[idx]) : 0.f;
+    sm.colu[tt] = ok ? bf(a.w[idx]) : 0.f;
     if (!VG) sm.G[tt] = ok && a.g ? bf(a.g[idx]) : 0.f;
-  }
-  if (EV) {  // b (B, T, HV, DK), w (B, T, HV, DV)
-    load_bf16_rows_plain<DK>(sm.eb, a.b + ((int64_t(bi) * a.T + t0) * a.HV + j) * DK, int64_t(a.HV) * DK, n);
-    load_bf16_rows_plain<DV>(sm.ew, a.w + ((int64_t(bi) * a.T + t0) * a.HV + j) * DV, int64_t(a.HV) * DV, n);
   }
   if (VG) {  // g[t][d] of (B, T, HV, DK)
     const bf16* g = a.g + ((int64_t(bi) * a.T + t0) * a.HV + j) * DK;
@@ -275,9 +248,7 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
     const int ref = kk.row0;  // = qk.row0
     auto g = [&](int t, int d) { return sm.G[t * kLdG + d]; };
     auto k_cols = [&](int d, int s) { return s < ref ? bf(sm.k[s * kLdK + d]) * expf(g(ref, d) - g(s, d)) : 0.f; };
-    kk.mma<DK, true, true>([&](int r, int d) {  // e_r = b_r k_r (EV), the scalar beta_r enters below
-      return sm.erase(r, d) * bf(sm.k[r * kLdK + d]) * expf(g(r, d) - g(ref, d));
-    }, k_cols);
+    kk.mma<DK, true, true>([&](int r, int d) { return bf(sm.k[r * kLdK + d]) * expf(g(r, d) - g(ref, d)); }, k_cols);
     qk.mma<DK, true, true>([&](int r, int d) { return bf(sm.q[r * kLdK + d]) * expf(g(r, d) - g(ref, d)); }, k_cols);
     float* aqk = a.Aqk + (head * a.NT + chunk) * C * C;
     kk.each([&](int r, int s, float x, int slot) {
@@ -291,7 +262,7 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
       if (s <= t) {
         for (int d = 0; d < DK; d++) {
           const float ks = bf(sm.k[s * kLdK + d]) * expf(g(t, d) - g(s, d));
-          kk_ts += sm.erase(t, d) * bf(sm.k[t * kLdK + d]) * ks, qk_ts += bf(sm.q[t * kLdK + d]) * ks;
+          kk_ts += bf(sm.k[t * kLdK + d]) * ks, qk_ts += bf(sm.q[t * kLdK + d]) * ks;
         }
       }
       sm.L[t * kLdC + s] = s < t ? sm.beta[t] * kk_ts : 0.f;
@@ -332,20 +303,19 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
     for (int i = threadIdx.x; i < C * C; i += kThreads) A[i] = sm.A[(i / C) * kLdC + i % C];
   }
   // 1d: W = A diag(beta exp(G)) K and U = A diag(w) V (fp32 A with its column scale split; a
-  //     vector gate's exp(G) scales K per channel, an fp32 operand then; EV: W = A (b (.) K (.)
-  //     exp(G)), U = A (w (.) V)).
+  //     vector gate's exp(G) scales K per channel, an fp32 operand then).
   {
     WarpTile<C, DK> wt;
     wt.mma<C, true, VG>([&](int r, int s) { return sm.A[r * kLdC + s] * sm.colw[s]; }, [&](int s, int d) {
-      return VG ? sm.erase(s, d) * bf(sm.k[s * kLdK + d]) * expf(sm.G[s * kLdG + d]) : bf(sm.k[s * kLdK + d]);
+      return VG ? bf(sm.k[s * kLdK + d]) * expf(sm.G[s * kLdG + d]) : bf(sm.k[s * kLdK + d]);
     });
     float* W = a.W + (head * a.NT * C + t0) * DK;
     wt.each([&](int r, int d, float x, int) { W[r * DK + d] = x; });
   }
   {
     WarpTile<C, DV> ut;
-    ut.mma<C, true, EV>([&](int r, int s) { return sm.A[r * kLdC + s] * sm.colu[s]; },
-                        [&](int s, int c) { return sm.write(s, c) * bf(sm.v[s * kLdV + c]); });
+    ut.mma<C, true, false>([&](int r, int s) { return sm.A[r * kLdC + s] * sm.colu[s]; },
+                           [&](int s, int c) { return bf(sm.v[s * kLdV + c]); });
     float* U = a.U + (head * a.NT * C + t0) * DV;
     ut.each([&](int r, int c, float x, int) { U[r * DV + c] = x; });
   }
@@ -629,7 +599,7 @@ __global__ void __launch_bounds__(kThreads, 2) reverse_scan_kernel(ChunkArgs a) 
 //     gate: and dg, per key channel).
 //   Then 4i: dg (scalar gate), db, dw.
 
-template <int DK, int DV, bool VG = false, bool EV = false>
+template <int DK, int DV, bool VG = false>
 struct LocalSmem {
   static constexpr int KB = DK < 128 ? DK : 128;  // key dims per block (phases A and C)
   // value columns per slice (a vector gate's G tile leaves no room for 64 at DK = 128)
@@ -656,18 +626,11 @@ struct LocalSmem {
   float* Gv;           // (C, kLdG) G[t][d]
   float* colKg;        // (DK / KB, 4, KB) per-column partial sums k_s . dKg_s (WarpTile::add_col_sums)
   float* hdhv;         // (DK) rowsum(h[n] (.) dh[n]) per key channel
-  bf16* eb;            // EV only: (C, kLdK) the erase gate b[t][d]
-  bf16* ew;            // EV only: (C, kLdS) a value slice of the write gate w[t][c]
   static constexpr size_t vector_floats() { return VG ? size_t(C) * kLdG + 5 * DK : 0; }
   static constexpr size_t floats() { return size_t(3) * C * kLdC + 16 * C + 32 + 2 * C * kLdSf + kRegion; }
   static constexpr size_t bytes() {
-    return sizeof(float) * (floats() + vector_floats()) + sizeof(bf16) * 2 * C * (kLdK + kLdS) +
-           (EV ? sizeof(bf16) * C * (kLdK + kLdS) : 0);
+    return sizeof(float) * (floats() + vector_floats()) + sizeof(bf16) * 2 * C * (kLdK + kLdS);
   }
-  // The erase gate's channel d and the write gate's slice column c of token t: 1 unless EV
-  // (then the scalar parts beta and wv are 1).
-  __device__ float erase(int t, int d) const { return EV ? __bfloat162float(eb[t * kLdK + d]) : 1.f; }
-  __device__ float write(int t, int c) const { return EV ? __bfloat162float(ew[t * kLdS + c]) : 1.f; }
   __device__ explicit LocalSmem(void* p) {
     A = static_cast<float*>(p), Ps = A + C * kLdC, P2 = Ps + C * kLdC;
     G = P2 + C * kLdC, beta = G + C, wv = beta + C, expG = wv + C, kdecay = expG + C, colw = kdecay + C;
@@ -677,7 +640,6 @@ struct LocalSmem {
     h = dvnew + C * kLdSf, dh = h + KB * kLdSf, dW = h, pair = h, M = pair + C * kLdC;
     q = reinterpret_cast<bf16*>(h + kRegion), k = q + C * kLdK, dov = k + C * kLdK, vv = dov + C * kLdS;
     Gv = reinterpret_cast<float*>(vv + C * kLdS), colKg = Gv + C * kLdG, hdhv = colKg + 4 * DK;
-    eb = reinterpret_cast<bf16*>(hdhv + DK), ew = eb + C * kLdK;
   }
 };
 
@@ -713,10 +675,10 @@ __device__ __forceinline__ void add_decayed_pairs(WarpTile<C, KB>& out, const fl
   });
 }
 
-template <int DK, int DV, bool VG, bool EV>
+template <int DK, int DV, bool VG>
 __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a) {
   extern __shared__ float4 smem_raw[];
-  using Smem = LocalSmem<DK, DV, VG, EV>;
+  using Smem = LocalSmem<DK, DV, VG>;
   const Smem sm(smem_raw);
   constexpr int KB = Smem::KB, VS = Smem::VS, kLdK = Smem::kLdK, kLdS = Smem::kLdS, kLdSf = Smem::kLdSf;
   constexpr int kLdKB = Smem::kLdKB, kLdG = Smem::kLdG;
@@ -735,12 +697,11 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   if (threadIdx.x < C) {
     const int r = threadIdx.x;
     const bool ok = r < n;
-    sm.beta[r] = ok ? (EV ? 1.f : bf(a.b[tok0 + int64_t(r) * a.HV])) : 0.f;
-    sm.wv[r] = ok ? (EV ? 1.f : bf(a.w[tok0 + int64_t(r) * a.HV])) : 0.f;
+    sm.beta[r] = ok ? bf(a.b[tok0 + int64_t(r) * a.HV]) : 0.f;
+    sm.wv[r] = ok ? bf(a.w[tok0 + int64_t(r) * a.HV]) : 0.f;
     if (!VG) sm.G[r] = a.G[row0 + r];
   }
   for (int i = threadIdx.x; i < 8 * C; i += kThreads) sm.rowG[i] = 0.f;  // rowG, rowKg, rowB, rowW
-  if (EV) load_bf16_rows_plain<DK>(sm.eb, a.b + tok0 * DK, int64_t(a.HV) * DK, n);  // b (B, T, HV, DK)
   if (VG) {
     load_f32_rows_async<C, DK>(sm.Gv, kLdG, a.G + row0 * DK, DK);
     for (int i = threadIdx.x; i < 5 * DK; i += kThreads) sm.colKg[i] = 0.f;  // colKg, hdhv
@@ -824,7 +785,7 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     });
     __syncthreads();
     wk.mma<KB, true, VG>([&](int r, int d) { return sm.dW[r * kLdKB + d]; }, [&](int d, int s) {  // vector gate: dW Ehat^T
-      return VG ? sm.erase(s, d0 + d) * k_cols(d0 + d, s) * expf(g(s, d0 + d)) : k_cols(d0 + d, s);
+      return VG ? k_cols(d0 + d, s) * expf(g(s, d0 + d)) : k_cols(d0 + d, s);
     });
     __syncthreads();  // the dW block is read: the next block's h, dh take its place
   }
@@ -837,18 +798,14 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   for (int c0 = DV - VS; c0 >= 0; c0 -= VS) {
     if (c0 != DV - VS) load_slices(c0);
     load_bf16_rows_async<C, VS>(sm.vv, a.v + tok0 * DV + c0, vrow, n);
-    if (EV) load_bf16_rows_plain<VS>(sm.ew, a.w + tok0 * DV + c0, vrow, n);  // w (B, T, HV, DV)
     wait_tiles();
     da.mma<VS, false, true>(dov_rows, [&](int c, int s) { return sm.vnew[s * kLdSf + c]; });
-    uy.mma<VS, true, EV>(dvnew_rows, [&](int c, int s) { return sm.write(s, c) * bf(sm.vv[s * kLdS + c]); });  // dU Y^T
+    uy.mma<VS, true, false>(dvnew_rows, [&](int c, int s) { return bf(sm.vv[s * kLdS + c]); });
     WarpTile<C, VS> dy;
     dy.mma<C, true, true>(a_t, dvnew_rows);
-    if (!EV) dy.add_row_sums(sm.rowW, [&](int r, int c, float x) { return x * bf(sm.vv[r * kLdS + c]); });
+    dy.add_row_sums(sm.rowW, [&](int r, int c, float x) { return x * bf(sm.vv[r * kLdS + c]); });
     dy.each([&](int r, int c, float x, int) {
-      if (r >= n) return;
-      const int64_t idx = (tok0 + int64_t(r) * a.HV) * DV + c0 + c;
-      a.dv[idx] = __float2bfloat16_rn(sm.wv[r] * sm.write(r, c) * x);
-      if (EV) a.dw[idx] = __float2bfloat16_rn(bf(sm.vv[r * kLdS + c]) * x);  // y = w (.) v  =>  dw = v (.) dY
+      if (r < n) a.dv[(tok0 + int64_t(r) * a.HV) * DV + c0 + c] = __float2bfloat16_rn(sm.wv[r] * x);
     });
     __syncthreads();
   }
@@ -911,7 +868,6 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     auto p2 = [&](int t, int s) { return sm.P2[t * kLdC + s]; };
     auto ps = [&](int t, int s) { return sm.Ps[t * kLdC + s]; };
     auto beta_p2 = [&](int t, int s) { return sm.P2[t * kLdC + s] * sm.beta[t]; };
-    auto e_blk = [&](int t, int d) { return sm.erase(t, d0 + d) * k_rows(t, d0 + d); };  // e / beta
     {
       WarpTile<C, KB> de;
       de.mma<C, true, true>(a_t, [&](int m, int d) { return sm.dW[m * kLdKB + d]; });
@@ -919,26 +875,19 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
         de.each([&](int r, int d, float& x, int) { x *= expf(g(r, d0 + d)); });
         add_decayed_pairs<false>(de, sm.Gv, kLdG, d0, p2, k_blk);
         __syncthreads();  // the dW block is read: the block's dG takes its place
-        de.each([&](int r, int d, float x, int) { sm.dW[r * kLdKB + d] = 2.f * sm.beta[r] * e_blk(r, d) * x; });
+        de.each([&](int r, int d, float x, int) { sm.dW[r * kLdKB + d] = 2.f * sm.beta[r] * k_blk(r, d) * x; });
       } else {
         de.add_row_sums(sm.rowG, [&](int r, int d, float x) { return sm.colw[r] * x * k_blk(r, d); });
         de.each([&](int r, int, float& x, int) { x *= sm.expG[r]; });
         de.mma<C, true, false>(p2, k_blk);
       }
-      if (EV) {  // e = b (.) k  =>  db = k (.) dE,  dk += b (.) dE
-        de.each([&](int r, int d, float x, int slot) {
-          dk.ref(slot) += sm.erase(r, d0 + d) * x;
-          if (r < n) a.db[(tok0 + int64_t(r) * a.HV) * DK + d0 + d] = __float2bfloat16_rn(k_blk(r, d) * x);
-        });
-      } else {
-        de.add_row_sums(sm.rowB, [&](int r, int d, float x) { return x * k_blk(r, d); });
-        de.each([&](int r, int, float x, int slot) { dk.ref(slot) += sm.beta[r] * x; });
-      }
+      de.add_row_sums(sm.rowB, [&](int r, int d, float x) { return x * k_blk(r, d); });
+      de.each([&](int r, int, float x, int slot) { dk.ref(slot) += sm.beta[r] * x; });
     }
     if constexpr (VG) {
       add_decayed_pairs<false>(dq, sm.Gv, kLdG, d0, ps, k_blk);
       add_decayed_pairs<true>(dk, sm.Gv, kLdG, d0, ps, q_blk);
-      add_decayed_pairs<true>(dk, sm.Gv, kLdG, d0, beta_p2, e_blk);
+      add_decayed_pairs<true>(dk, sm.Gv, kLdG, d0, beta_p2, k_blk);
     } else {
       dq.mma<C, true, false>(ps, k_blk);
       dk.mma<C, true, false>([&](int s, int t) { return ps(t, s); }, q_blk);
@@ -982,10 +931,8 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     const int r = threadIdx.x;
     const int64_t idx = tok0 + int64_t(r) * a.HV;  // (B, T, HV)
     if (!VG && a.dg) a.dg[idx] = __float2bfloat16_rn(sm.dG[r]);
-    if (!EV) {
-      a.db[idx] = __float2bfloat16_rn(sm.rowB[r] + sm.rowB[C + r]);  // e = beta k   =>  dbeta = k . dE
-      a.dw[idx] = __float2bfloat16_rn(sm.rowW[r] + sm.rowW[C + r]);  // y = w v     =>  dw = v . dY
-    }
+    a.db[idx] = __float2bfloat16_rn(sm.rowB[r] + sm.rowB[C + r]);  // e = beta k   =>  dbeta = k . dE
+    a.dw[idx] = __float2bfloat16_rn(sm.rowW[r] + sm.rowW[C + r]);  // y = w v     =>  dw = v . dY
   }
 }
 
@@ -1001,22 +948,21 @@ void launch_kernel(Kernel kernel, dim3 grid, const ChunkArgs& a) {
 
 // Passes 1 and 2 (the forward; also keeping A and every h[n] when a.A and a.h_start are set: the
 // backward's replay, or a forward that keeps them for its backward). VG: a vector gate (KDA).
-template <int DK, int DV, bool VG = false, bool EV = false>
+template <int DK, int DV, bool VG = false>
 void launch_forward(const ChunkArgs& a) {
   using Scan = ScanSmem<DK, DV, VG>;
-  launch_kernel<PrepareSmem<DK, DV, VG, EV>::bytes()>(prepare_kernel<DK, DV, VG, EV>, dim3(a.NT, a.HV, a.B), a);
+  launch_kernel<PrepareSmem<DK, DV, VG>::bytes()>(prepare_kernel<DK, DV, VG>, dim3(a.NT, a.HV, a.B), a);
   static_assert(DK > (VG ? 64 : 128) || Scan::bytes() <= 113 * 1024,
                 "two scan CTAs per SM up to dk = 128 (vector gate: 64; 228 KB, 1 KB reserved per CTA)");
   launch_kernel<Scan::bytes()>(scan_kernel<DK, DV, VG>, dim3(DV / Scan::BV, a.HV, a.B), a);
 }
 
 // Backward passes 3 and 4 (after launch_forward's replay, or reading what the forward kept).
-template <int DK, int DV, bool VG = false, bool EV = false>
+template <int DK, int DV, bool VG = false>
 void launch_backward(const ChunkArgs& a) {
   using Scan = ScanSmem<DK, DV, VG>;
   launch_kernel<Scan::bytes()>(reverse_scan_kernel<DK, DV, VG>, dim3(DV / Scan::BV, a.HV, a.B), a);
-  launch_kernel<LocalSmem<DK, DV, VG, EV>::bytes()>(local_backward_kernel<DK, DV, VG, EV>, dim3(a.NT, a.HV, a.B),
-                                                    a);
+  launch_kernel<LocalSmem<DK, DV, VG>::bytes()>(local_backward_kernel<DK, DV, VG>, dim3(a.NT, a.HV, a.B), a);
 }
 
 // Calls fn(integral_constant DK, integral_constant DV) for supported() widths.
@@ -1070,9 +1016,8 @@ struct Workspace {
 
 bool supported(const DeltaRuleDims& d, DType dtype) {
   auto width_ok = [](int64_t width) { return width == 64 || width == 128 || width == 256; };
-  const bool vectors = d.erase_vector && d.write_vector;  // GDN-2: both, with a vector gate
-  return dtype == DType::BF16 && (vectors ? d.gate == DeltaGate::Vector : !d.erase_vector && !d.write_vector) &&
-         width_ok(d.dk) && width_ok(d.dv) && (d.gate != DeltaGate::Vector || d.dk <= 128);
+  return dtype == DType::BF16 && !d.erase_vector && !d.write_vector && width_ok(d.dk) && width_ok(d.dv) &&
+         (d.gate != DeltaGate::Vector || d.dk <= 128);
 }
 
 
@@ -1091,10 +1036,7 @@ void forward(void* o, float* final_state, void* residual, const void* q, const v
   dispatch_widths(d, [&](auto dk, auto dv) {
     constexpr int DK = decltype(dk)::value, DV = decltype(dv)::value;
     if (d.gate != DeltaGate::Vector) launch_forward<DK, DV>(a);
-    else if constexpr (DK <= 128) {
-      if (d.erase_vector) launch_forward<DK, DV, true, true>(a);
-      else launch_forward<DK, DV, true>(a);
-    }
+    else if constexpr (DK <= 128) launch_forward<DK, DV, true>(a);
   });
 }
 
@@ -1115,18 +1057,15 @@ void backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, void* grad
   a.dq = dq.get(), a.dk = dk.get();
   a.dv = static_cast<bf16*>(grad_v), a.db = static_cast<bf16*>(grad_b), a.dw = static_cast<bf16*>(grad_w);
   a.dg = d.gate != DeltaGate::None ? static_cast<bf16*>(grad_g) : nullptr;
-  auto run = [&](auto dk_, auto dv_, auto vg, auto ev) {
+  auto run = [&](auto dk_, auto dv_, auto vg) {
     constexpr int DK = decltype(dk_)::value, DV = decltype(dv_)::value;
-    constexpr bool VG = decltype(vg)::value, EV = decltype(ev)::value;
-    if (!kept) launch_forward<DK, DV, VG, EV>(a);  // passes 1-2 replayed: W, U, Aqk, G, A and every h[n]; no outputs
-    launch_backward<DK, DV, VG, EV>(a);            // passes 3-4
+    constexpr bool VG = decltype(vg)::value;
+    if (!kept) launch_forward<DK, DV, VG>(a);  // passes 1-2 replayed: W, U, Aqk, G, A and every h[n]; no outputs
+    launch_backward<DK, DV, VG>(a);            // passes 3-4
   };
   dispatch_widths(d, [&](auto dk_, auto dv_) {
-    if (d.gate != DeltaGate::Vector) run(dk_, dv_, std::false_type{}, std::false_type{});
-    else if constexpr (decltype(dk_)::value <= 128) {
-      if (d.erase_vector) run(dk_, dv_, std::true_type{}, std::true_type{});
-      else run(dk_, dv_, std::true_type{}, std::false_type{});
-    }
+    if (d.gate != DeltaGate::Vector) run(dk_, dv_, std::false_type{});
+    else if constexpr (decltype(dk_)::value <= 128) run(dk_, dv_, std::true_type{});
   });
   recurrence::group_sum(static_cast<bf16*>(grad_q), dq.get(), d.B * d.T, d.H, d.HV / d.H, d.dk);
   recurrence::group_sum(static_cast<bf16*>(grad_k), dk.get(), d.B * d.T, d.H, d.HV / d.H, d.dk);

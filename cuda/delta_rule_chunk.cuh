@@ -7,8 +7,7 @@
 // Scope: BF16 storage (fp32 accumulation, fp32 state), no gate or a scalar gate (DeltaNet, GDN),
 // scalar erase gate beta and scalar write gate w (w = b for DeltaNet/GDN), grouped value heads,
 // dk and dv in {64, 128, 256} (any pair), chunks of kChunk = 64 tokens, any T, optional initial state.
-// KDA (a vector gate over dk, scalar beta) and GDN-2 (a vector gate, erase gate b over dk and
-// write gate w over dv, both vectors) at dk in {64, 128} (dv any of the three).
+// KDA (a vector gate over dk, scalar beta) at dk in {64, 128} (dv any of the three).
 #pragma once
 #include "cuda/delta_rule.h"
 
