@@ -20,9 +20,8 @@
 // Two implementations:
 //   mma: bf16 tensor cores (mma.sync m16n8k16, fp32 accumulation), D = Dv in {64, 128}. Every
 //        warp owns 16 rows and skips the tiles none of them sees (above the diagonal, before
-//        the window, past T). Blocks: the forward 128 queries (8 warps); the backward 128 rows
-//        at D = 128 (8 warps, one block an SM, so that each K/V or Q/dO tile read from L2
-//        serves 128 rows) and 64 rows at D = 64 (4 warps, three blocks an SM): bwd_blocking.
+//        the window, past T). Blocks: the forward 128 queries (8 warps); the backward 64 rows
+//        (4 warps; two blocks an SM at D = 128, three at D = 64): bwd_blocking.
 //        K/V tiles of 64 keys (Q/dO tiles of 32 queries in the dK/dV kernel) are
 //        double-buffered with cp.async (swizzled: cuda/tile.cuh); the rows a warp multiplies at
 //        every step stay in registers as A fragments (Q in the forward, Q and dO in dQ), and P
@@ -70,15 +69,15 @@ constexpr int kMmaCols = 64;              // keys per step of the forward and dQ
 constexpr int kMmaQueries = 32;           // queries per step of the dK/dV kernel
 
 // The backward kernels' warps per block and the blocks an SM their registers are capped for.
-// D = 128: 8 warps (128-row blocks, one an SM: each K/V or Q/dO tile read from L2 serves 128
-// rows); {4, 2} (64-row blocks, two an SM, the shape before) is the one-line comparison, both
-// emulator-checked and spill-free. D = 64: 4 warps, three blocks an SM (12 warps, as before):
-// a backward of 8 warps an SM at D = 64 (128-row blocks and steps, spilling) took 1.90 ms
-// against these 12 warps' 1.35 on the H200 at B8 T2048 H16 (commit e9d37a7).
+// D = 128: 4 warps (64-row blocks), two blocks an SM. 128-row blocks of 8 warps, one an SM, were
+// measured slower on the H200 twice: at B4 T4096 H16 bf16, dQ 1.755 ms and dK/dV 2.673 against
+// the 64-row kernels' 1.628 and 2.485 (ncu, 8e0b4a4 vs 4150e97), as in e9d37a7 before. D = 64:
+// 4 warps, three blocks an SM (12 warps): 8 warps an SM at D = 64 (128-row blocks and steps,
+// spilling) took 1.90 ms against these 12 warps' 1.35 at B8 T2048 H16 (commit e9d37a7).
 struct BwdBlocking {
   int warps, blocks_per_sm;
 };
-constexpr BwdBlocking bwd_blocking(int D) { return D == 64 ? BwdBlocking{4, 3} : BwdBlocking{8, 1}; }
+constexpr BwdBlocking bwd_blocking(int D) { return D == 64 ? BwdBlocking{4, 3} : BwdBlocking{4, 2}; }
 
 // The mma kernels' grids are (heads, B, row blocks), row blocks slowest, blockIdx.z = 0 the
 // longest (the last queries, or the first keys). The scheduler starts blocks in index order, so
@@ -268,9 +267,9 @@ __global__ void __launch_bounds__(kMmaThreads, D == 64 ? 2 : 1)
 // dq: (B, T, H, D). Grid (H, B, blocks of 16 bwd_blocking(D).warps queries), longest first.
 // Rows of a warp: 16 queries, whose Q and dO stay in registers as A fragments (only the K and V
 // tiles are read from shared memory in the loop); as in the forward, a warp skips the key tiles
-// none of its rows sees. Occupancy (ptxas, sm_90, no spills): D = 128 in ~252 registers (Q and
-// dO fragments 64, dQ 64, P 32, dS 32), one 8-warp block an SM; D = 64 in 168 (the cap for
-// three 4-warp blocks).
+// none of its rows sees. Occupancy (ptxas, sm_90, no spills): D = 128 in at most 255 registers
+// (Q and dO fragments 64, dQ 64, P 32, dS 32; the cap for two 4-warp blocks); D = 64 in 168 (the
+// cap for three).
 template <int D>
 __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).blocks_per_sm)
     attention_backward_dq_mma(bf16* dq, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
@@ -359,8 +358,8 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
 // of them. A tile's lse and
 // Delta are read into registers one step ahead (their global latency hides behind a step's
 // products) and stored to shared memory at the end of the step. Occupancy (ptxas, sm_90, no
-// spills): D = 128 in ~255 registers (dK and dV 128, P^T and dS^T 32), one 8-warp block an SM;
-// D = 64 in 168 (the cap for three 4-warp blocks).
+// spills): D = 128 in at most 255 registers (dK and dV 128, P^T and dS^T 32; the cap for two
+// 4-warp blocks); D = 64 in 168 (the cap for three).
 template <int D>
 __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).blocks_per_sm)
     attention_backward_dkdv_mma(bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
