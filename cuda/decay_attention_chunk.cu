@@ -54,7 +54,9 @@
 //   Pass 2 (vector_output_kernel, grid (NT, HV, B)): Aqk in 16-row sub-chunks (mixers.md 4.4),
 //     kept in shared memory: below the diagonal blocks one mma per row tile through its first
 //     row r, (q_t e^{G_t - G_r}) . (k_s e^{G_r - G_s}), s < r <= t; the 16 x 16 diagonal blocks
-//     pair by pair in fp32; then o = scale (Q (.) exp(G)) h[n] + Aqk V.
+//     pair by pair in fp32; then o = scale (Q (.) exp(G)) h[n] + Aqk V, every mma operand staged
+//     once as a bf16 swizzled tile (the decayed rows of Aqk's product 64 key channels a slice,
+//     the state 32 columns a piece: its passes above the kernel).
 //   Backward passes 1-2: the same scan tiles (the replay is forward pass 1); the reverse scan
 //     reads the fp32 tile q (.) exp(G).
 //   RWKV-6 (rwkv6_forward, rwkv6_backward; template flag RW; mixers.md 11, ReadAt::before_update):
@@ -77,14 +79,17 @@
 //   overflows whatever the gate; a factor underflows only where the exact pair weight
 //   exp(G_t - G_s) is itself below ~1e-38. Factoring q e^{G} . k e^{-G} over the chunk instead
 //   overflows once G reaches ~-88 (logsigmoid(N(-3, 1)), ~-3 a step, does within ~30 tokens).
-// Precision: q, k, v, dO are bf16 and enter the mma exactly. In the forward and the scans the fp32
-// operands (h, dh, Aqk, the decay-weighted V and dO) are split into hi + lo bf16 halves
-// (cuda/chunk_mma.cuh), their fragments gathered element by element from padded shared tiles.
-// local_backward_kernel instead rounds each fp32 or decayed operand to bf16 ONCE, where it is
-// formed (Aqk, Ps in 3a; the pieces of h, dh in 3b; qr, kref, qlast, kd), as fla's chunk_gla does,
-// and reads every fragment by ldmatrix from swizzled tiles (cuda/staged_mma.cuh): its gradients
-// carry ~2x the rounding error of the split form (emulator: relative RMS 2-4.4e-3 against the
-// fp64 reference, 1.6-1.7e-3 before; gpu-check's bound 1e-2). Per-row decays multiply the fp32
+// Precision: q, k, v, dO are bf16 and enter the mma exactly. In the scalar gate's forward and in
+// the scans the fp32 operands (h, dh, Aqk, the decay-weighted V and dO, the gated k and q) are
+// split into hi + lo bf16 halves (cuda/chunk_mma.cuh), their fragments gathered element by element
+// from padded shared tiles, so the states stay fp32-exact (ht, dh0 ~1e-6 relative).
+// vector_output_kernel and local_backward_kernel instead round each fp32 or decayed operand to
+// bf16 ONCE, where it is formed (Aqk, qg, the pieces of h[n] and qr, kref in the forward; Aqk, Ps
+// in 3a, the pieces of h, dh in 3b, qr, kref, qlast, kd in the backward), as fla's chunk_gla does,
+// and read every fragment by ldmatrix from swizzled tiles (cuda/staged_mma.cuh): the vector
+// gate's o carries relative RMS 2.3-2.5e-3 against the fp64 reference (1.6-1.7e-3 in the split
+// form, most of it o's own bf16 rounding; bound 5e-3), its gradients 2-4.4e-3 (1.6-1.7e-3
+// before; gpu-check's bound 1e-2). Per-row decays multiply the fp32
 // accumulators; the in-sub-chunk pairs are summed in fp32. Per-row sums (dG) are reduced without
 // atomics (WarpTile::add_row_sums), so the backward is deterministic.
 // Memory round trips: every kernel issues all of a chunk's global loads before it waits for any
@@ -94,9 +99,19 @@
 // above a store that may alias it). The scans run T / 64 chunks in sequence, so their per-chunk
 // latency is the forward's and backward's floor; the vector gate's scans copy the next chunk's
 // tiles during this chunk's state update (vector_scan), which leaves no round trip in the chain.
-// local_backward_kernel fetches its state pieces (3b) a piece ahead: h's and dh's first piece
+// vector_output_kernel fetches its state pieces a piece ahead (cp.async into fp32 staging while
+// the previous piece's products run); local_backward_kernel its state pieces (3b) too: h's and dh's first piece
 // with the chunk's tiles, each next one by cp.async into the fp32 staging while this piece's
 // products read its bf16 copy.
+// The vector gate's forward budget at B4 T4096 H16 D128: scan_kernel (512 CTAs, all resident, 64
+// chunks in sequence) reads k, g 4 times (once for each of the dv / BV column tiles) and v, and
+// writes h_start: ~0.94 GB, ~0.2 ms at 4.5 TB/s, but its floor is the chain of 64 chunk steps
+// (0.53 ms measured, ~8 us a step: latency, not bandwidth). vector_output_kernel (4096 CTAs):
+// memory 0.59 GB (a chunk reads h[n] 64 KB fp32, q, k, v 48 KB, g 16 KB, writes o 16 KB), ~0.13
+// ms; 864 mma.m16n8k16 a CTA (Aqk below the diagonal blocks 96, qg h 512, Aqk V 256; 14.5 GFLOP),
+// ~0.02 ms; ~98K elementwise exps a CTA (qr, kref, qg 28K, the diagonal blocks' pairs 70K), ~0.1
+// ms on the ex2 units overlapping the memory: a floor near 0.15 ms, where the element-by-element
+// gathers with expf and hi + lo splits took 0.72 ms (ncu, H200, 8e0b4a4).
 // local_backward_kernel's budget at B4 T4096 H16 D128, vector gate (4096 CTAs, ~31 an SM in turn):
 // memory 1.14 GB (a chunk reads h, dh 128 KB in fp32, q, k, v, dO 64 KB, g 16 KB, writes dq, dk,
 // dv, dg 64 KB), ~0.25 ms at 4.5 TB/s; ~2.3K mma.m16n8k16 a CTA (39 GFLOP), < 0.1 ms; ~230K
@@ -111,17 +126,18 @@
 //   133,760 B, (128, 64) 117,376 B, (64, 128) 92,800 B, (64, 64) 76,416 B, with 159, 159, 160,
 //   128 registers a thread (ptxas): one CTA an SM, two at (64, 64) (kLocalCtasPerSm).
 //   Vector gate: scan_kernel and reverse_scan_kernel 55,552 B (any dk), 64 registers (4 CTAs an
-//   SM); vector_output_kernel (128, 128) 103,424 B, (128, 64) 95,232 B, (64, 128) 70,656 B,
-//   (64, 64) 62,464 B (RWKV-6: + 4 dk B), 59-99 registers; local_backward_kernel (128, 128)
+//   SM); vector_output_kernel (128, 128) 111,616 B, (128, 64) 103,424 B, (64, 128) 78,848 B,
+//   (64, 64) 70,656 B (RWKV-6: + 4 dk B), 72, 72, 56, 54 registers (two CTAs an SM; 103,424,
+//   95,232, 70,656, 62,464 B and 59-99 registers before the staged tiles); local_backward_kernel (128, 128)
 //   192,512 B, (128, 64) 176,128 B, (64, 128) 121,344 B, (64, 64) 104,960 B, with 192, 206,
 //   162, 160 registers (one CTA an SM); RWKV-6's + 4 dk B (the bonus), with 228, 230, 173, 172
 //   registers; no spills (ptxas, nvcc 13.0, sm_90).
 //   A width of 256 ((dk, dv) = (256, 256), (128, 256), (256, 128)): scores_kernel at dk = 256
 //   67,840 B, 40 registers; scan_kernel and reverse_scan_kernel at dk = 256 127,744 B, 106 / 105
 //   registers (the state update in two 128-row passes, ScanSmem::advance; dk = 128 as above);
-//   vector scans 55,552 B, 64 / 62 registers; vector_output_kernel (256, 256) 185,344 B,
-//   (256, 128) 168,960 B, (128, 256) 119,808 B (RWKV-6: + 4 dk B) with 159, 159, 99 registers
-//   (RWKV-6 128, 128, 64), its state piece 32 columns wide at dk = 256 (kOutputPiece);
+//   vector scans 55,552 B, 64 / 62 registers; vector_output_kernel (256, 256) 205,824 B,
+//   (256, 128) 189,440 B, (128, 256) 128,000 B (RWKV-6: + 4 dk B) with 96, 96, 72 registers
+//   (RWKV-6 too; before the staged tiles 185,344, 168,960, 119,808 B with 159, 159, 99);
 //   local_backward_kernel, 128 key channels a CTA (kKeyBlock; one CTA at dk = 128, two at 256),
 //   so (256, 256) and (128, 256) take 166,528 B (vector 225,280 B, RWKV-6 225,792 B) with
 //   159, 159 registers (vector 208, 206; RWKV-6 228, 228) and (256, 128) the (128, 128) kernel's 133,760 B (vector 192,512 B,
@@ -314,12 +330,7 @@ __device__ __forceinline__ int qlast_offset(int tile) { return 48 * tile - 8 * t
 //   4  kOutputPiece state columns c0.. at a time (the next piece's fp32 in flight by cp.async while
 //      this one's products run; its staging and bf16 transposed tile in q's and k's place):
 //      o = qg h[n] + Aqk V                                                               (mma)
-// Budget at B4 T4096 H16 D128 (4096 CTAs, ~15 an SM in turn at two resident): memory 1.34 GB
-// (a chunk reads h[n] 64 KB fp32, q, k, v 48 KB bf16, g 16 KB, writes o 16 KB), ~0.3 ms at 4.5
-// TB/s; 1.5K mma.m16n8k16 a CTA (Aqk 512 at full tiles, qg h 512, Aqk V 512; 13 GFLOP), well
-// under 0.1 ms; ~94K elementwise exps a CTA (qr, kref, qg 26K, the diagonal pairs 68K), ~0.1 ms
-// on the ex2 units: memory-bound, a floor near 0.3 ms, where the element-by-element gathers with
-// expf and hi + lo splits took 0.72 ms (ncu, H200, 8e0b4a4).
+// (Its budget: the file's header.)
 constexpr int kOutputSlice = 64;  // key channels of Aqk's below-diagonal product a step
 constexpr int kOutputPiece = 32;  // state columns a step of o
 
