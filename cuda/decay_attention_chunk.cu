@@ -135,7 +135,7 @@
 //   A width of 256 ((dk, dv) = (256, 256), (128, 256), (256, 128)): scores_kernel at dk = 256
 //   67,840 B, 40 registers; scan_kernel and reverse_scan_kernel at dk = 256 127,744 B, 106 / 105
 //   registers (the state update in two 128-row passes, ScanSmem::advance; dk = 128 as above);
-//   vector scans 55,552 B, 64 / 62 registers; vector_output_kernel (256, 256) 205,824 B,
+//   vector scans 55,552 B, 64 / 64 registers; vector_output_kernel (256, 256) 205,824 B,
 //   (256, 128) 189,440 B, (128, 256) 128,000 B (RWKV-6: + 4 dk B) with 96, 96, 72 registers
 //   (RWKV-6 too; before the staged tiles 185,344, 168,960, 119,808 B with 159, 159, 99);
 //   local_backward_kernel, 128 key channels a CTA (kKeyBlock; one CTA at dk = 128, two at 256),
@@ -515,8 +515,10 @@ __global__ void __launch_bounds__(kThreads, kOutputCtasPerSm<DK, DV>) vector_out
     WarpTile<C, kPiece> o;
     mma_staged(o, Staged<DK, false>{sm.qg}, Staged<DK, true>{sm.hT}, 0, DK);
     mma_staged(o, Staged<C, false>{sm.aqk}, Staged<DV, false>{sm.v, 0, c0}, 0, C);
-    o.each([&](int r, int c, float x, int) {
-      if (r < n) a.o[(tok0 + int64_t(r) * a.HV) * DV + c0 + c] = __float2bfloat16_rn(x);
+    o.each([&](int r, int c, float x, int slot) {  // columns c, c + 1 in one 4-byte store
+      if (slot % 2 == 0 && r < n)
+        *reinterpret_cast<__nv_bfloat162*>(a.o + (tok0 + int64_t(r) * a.HV) * DV + c0 + c) =
+            __floats2bfloat162_rn(x, o.at(slot + 1));
     });
   }
 }
@@ -607,7 +609,7 @@ struct ScanSmem {
       unpack_bf16x8(*reinterpret_cast<const uint4*>(raw_x + t * kLdK + d), x);
       float* out = xg + t * kLdG + d;
 #pragma unroll
-      for (int e = 0; e < 8; e++) out[e] = x[e] * expf(query ? out[e] : glast[d + e] - out[e]);
+      for (int e = 0; e < 8; e++) out[e] = x[e] * exp_ex2(query ? out[e] : glast[d + e] - out[e]);
     }
   }
   // h <- Diag(decay) h + X^T Y over this chunk's rows s, with X(s, d), Y(s, c) and decay(d)
@@ -636,7 +638,7 @@ struct ScanSmem {
   }
   // Vector gate: h <- Diag(exp(G_last)) h + (xg (.) weight)^T vt (vt: one of the V / dO tiles).
   __device__ void advance_vector(float weight, const bf16* vt) const {
-    advance<true, false>([&](int d) { return expf(glast[d]); }, [&](int s, int d) { return weight * xg[s * kLdG + d]; },
+    advance<true, false>([&](int d) { return exp_ex2(glast[d]); }, [&](int s, int d) { return weight * xg[s * kLdG + d]; },
                          [&](int s, int c) { return bf(vt[s * kLdV + c]); });
   }
 };
