@@ -122,10 +122,10 @@
 // decays: memory-bound, the same ~0.25 ms.
 // Shared memory per CTA (launch_kernel asserts <= 227 KB, an sm_90 CTA's limit), dk = 128 / 64:
 //   scores_kernel 35,072 / 18,688 B;  scan_kernel and reverse_scan_kernel 76,544 / 50,944 B
-//   with ~105 / ~95 registers (2 CTAs an SM);  local_backward_kernel (dk, dv) = (128, 128)
+//   with ~116 / ~104 registers (2 CTAs an SM);  local_backward_kernel (dk, dv) = (128, 128)
 //   133,760 B, (128, 64) 117,376 B, (64, 128) 92,800 B, (64, 64) 76,416 B, with 159, 159, 160,
 //   128 registers a thread (ptxas): one CTA an SM, two at (64, 64) (kLocalCtasPerSm).
-//   Vector gate: scan_kernel and reverse_scan_kernel 55,552 B (any dk), 64 registers (4 CTAs an
+//   Vector gate: scan_kernel and reverse_scan_kernel 55,552 B (any dk), 62 registers (4 CTAs an
 //   SM); vector_output_kernel (128, 128) 111,616 B, (128, 64) 103,424 B, (64, 128) 78,848 B,
 //   (64, 64) 70,656 B (RWKV-6: + 4 dk B), 72, 72, 56, 54 registers (two CTAs an SM; 103,424,
 //   95,232, 70,656, 62,464 B and 59-99 registers before the staged tiles); local_backward_kernel (128, 128)
@@ -133,9 +133,9 @@
 //   162, 160 registers (one CTA an SM); RWKV-6's + 4 dk B (the bonus), with 228, 230, 173, 172
 //   registers; no spills (ptxas, nvcc 13.0, sm_90).
 //   A width of 256 ((dk, dv) = (256, 256), (128, 256), (256, 128)): scores_kernel at dk = 256
-//   67,840 B, 40 registers; scan_kernel and reverse_scan_kernel at dk = 256 127,744 B, 106 / 105
+//   67,840 B, 40 registers; scan_kernel and reverse_scan_kernel at dk = 256 127,744 B, 115 / 110
 //   registers (the state update in two 128-row passes, ScanSmem::advance; dk = 128 as above);
-//   vector scans 55,552 B, 64 / 64 registers; vector_output_kernel (256, 256) 205,824 B,
+//   vector scans 55,552 B, 62 / 62 registers; vector_output_kernel (256, 256) 205,824 B,
 //   (256, 128) 189,440 B, (128, 256) 128,000 B (RWKV-6: + 4 dk B) with 96, 96, 72 registers
 //   (RWKV-6 too; before the staged tiles 185,344, 168,960, 119,808 B with 159, 159, 99);
 //   local_backward_kernel, 128 key channels a CTA (kKeyBlock; one CTA at dk = 128, two at 256),
@@ -589,11 +589,12 @@ struct ScanSmem {
       for (int i = threadIdx.x; i < KT * BV; i += kThreads) h[i / BV * kLdH + i % BV] = 0.f;
     wait_tiles();
   }
-  // The same tile of a (dk, DV) fp32 state in global memory (row d0 at dst) <- h.
+  // The same tile of a (dk, DV) fp32 state in global memory (row d0 at dst, 16-byte aligned as
+  // load_state's source) <- h, four columns a store.
   __device__ void store_state(float* dst, int v0, int DV) const {
-    for (int i = threadIdx.x; i < KT * BV; i += kThreads) {
-      const int d = i / BV, c = i % BV;
-      dst[d * DV + v0 + c] = h[d * kLdH + c];
+    for (int i = threadIdx.x; i < KT * BV / 4; i += kThreads) {
+      const int d = i / (BV / 4), c = i % (BV / 4) * 4;
+      *reinterpret_cast<float4*>(dst + d * DV + v0 + c) = *reinterpret_cast<const float4*>(h + d * kLdH + c);
     }
   }
   // Vector gate: glast and xg from the chunk's raw tiles (rows past its end zero): G into xg's
