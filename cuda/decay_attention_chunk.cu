@@ -54,7 +54,9 @@
 //   Pass 2 (vector_output_kernel, grid (NT, HV, B)): Aqk in 16-row sub-chunks (mixers.md 4.4),
 //     kept in shared memory: below the diagonal blocks one mma per row tile through its first
 //     row r, (q_t e^{G_t - G_r}) . (k_s e^{G_r - G_s}), s < r <= t; the 16 x 16 diagonal blocks
-//     pair by pair in fp32; then o = scale (Q (.) exp(G)) h[n] + Aqk V.
+//     pair by pair in fp32; then o = scale (Q (.) exp(G)) h[n] + Aqk V, every mma operand staged
+//     once as a bf16 swizzled tile (the decayed rows of Aqk's product 64 key channels a slice,
+//     the state 32 columns a piece: its passes above the kernel).
 //   Backward passes 1-2: the same scan tiles (the replay is forward pass 1); the reverse scan
 //     reads the fp32 tile q (.) exp(G).
 //   RWKV-6 (rwkv6_forward, rwkv6_backward; template flag RW; mixers.md 11, ReadAt::before_update):
@@ -77,14 +79,17 @@
 //   overflows whatever the gate; a factor underflows only where the exact pair weight
 //   exp(G_t - G_s) is itself below ~1e-38. Factoring q e^{G} . k e^{-G} over the chunk instead
 //   overflows once G reaches ~-88 (logsigmoid(N(-3, 1)), ~-3 a step, does within ~30 tokens).
-// Precision: q, k, v, dO are bf16 and enter the mma exactly. In the forward and the scans the fp32
-// operands (h, dh, Aqk, the decay-weighted V and dO) are split into hi + lo bf16 halves
-// (cuda/chunk_mma.cuh), their fragments gathered element by element from padded shared tiles.
-// local_backward_kernel instead rounds each fp32 or decayed operand to bf16 ONCE, where it is
-// formed (Aqk, Ps in 3a; the pieces of h, dh in 3b; qr, kref, qlast, kd), as fla's chunk_gla does,
-// and reads every fragment by ldmatrix from swizzled tiles (cuda/staged_mma.cuh): its gradients
-// carry ~2x the rounding error of the split form (emulator: relative RMS 2-4.4e-3 against the
-// fp64 reference, 1.6-1.7e-3 before; gpu-check's bound 1e-2). Per-row decays multiply the fp32
+// Precision: q, k, v, dO are bf16 and enter the mma exactly. In the scalar gate's forward and in
+// the scans the fp32 operands (h, dh, Aqk, the decay-weighted V and dO, the gated k and q) are
+// split into hi + lo bf16 halves (cuda/chunk_mma.cuh), their fragments gathered element by element
+// from padded shared tiles, so the states stay fp32-exact (ht, dh0 ~1e-6 relative).
+// vector_output_kernel and local_backward_kernel instead round each fp32 or decayed operand to
+// bf16 ONCE, where it is formed (Aqk, qg, the pieces of h[n] and qr, kref in the forward; Aqk, Ps
+// in 3a, the pieces of h, dh in 3b, qr, kref, qlast, kd in the backward), as fla's chunk_gla does,
+// and read every fragment by ldmatrix from swizzled tiles (cuda/staged_mma.cuh): the vector
+// gate's o carries relative RMS 2.3-2.5e-3 against the fp64 reference (1.6-1.7e-3 in the split
+// form, most of it o's own bf16 rounding; bound 5e-3), its gradients 2-4.4e-3 (1.6-1.7e-3
+// before; gpu-check's bound 1e-2). Per-row decays multiply the fp32
 // accumulators; the in-sub-chunk pairs are summed in fp32. Per-row sums (dG) are reduced without
 // atomics (WarpTile::add_row_sums), so the backward is deterministic.
 // Memory round trips: every kernel issues all of a chunk's global loads before it waits for any
@@ -94,9 +99,19 @@
 // above a store that may alias it). The scans run T / 64 chunks in sequence, so their per-chunk
 // latency is the forward's and backward's floor; the vector gate's scans copy the next chunk's
 // tiles during this chunk's state update (vector_scan), which leaves no round trip in the chain.
-// local_backward_kernel fetches its state pieces (3b) a piece ahead: h's and dh's first piece
+// vector_output_kernel fetches its state pieces a piece ahead (cp.async into fp32 staging while
+// the previous piece's products run); local_backward_kernel its state pieces (3b) too: h's and dh's first piece
 // with the chunk's tiles, each next one by cp.async into the fp32 staging while this piece's
 // products read its bf16 copy.
+// The vector gate's forward budget at B4 T4096 H16 D128: scan_kernel (512 CTAs, all resident, 64
+// chunks in sequence) reads k, g 4 times (once for each of the dv / BV column tiles) and v, and
+// writes h_start: ~0.94 GB, ~0.2 ms at 4.5 TB/s, but its floor is the chain of 64 chunk steps
+// (0.53 ms measured, ~8 us a step: latency, not bandwidth). vector_output_kernel (4096 CTAs):
+// memory 0.59 GB (a chunk reads h[n] 64 KB fp32, q, k, v 48 KB, g 16 KB, writes o 16 KB), ~0.13
+// ms; 864 mma.m16n8k16 a CTA (Aqk below the diagonal blocks 96, qg h 512, Aqk V 256; 14.5 GFLOP),
+// ~0.02 ms; ~98K elementwise exps a CTA (qr, kref, qg 28K, the diagonal blocks' pairs 70K), ~0.1
+// ms on the ex2 units overlapping the memory: a floor near 0.15 ms, where the element-by-element
+// gathers with expf and hi + lo splits took 0.72 ms (ncu, H200, 8e0b4a4).
 // local_backward_kernel's budget at B4 T4096 H16 D128, vector gate (4096 CTAs, ~31 an SM in turn):
 // memory 1.14 GB (a chunk reads h, dh 128 KB in fp32, q, k, v, dO 64 KB, g 16 KB, writes dq, dk,
 // dv, dg 64 KB), ~0.25 ms at 4.5 TB/s; ~2.3K mma.m16n8k16 a CTA (39 GFLOP), < 0.1 ms; ~230K
@@ -107,21 +122,22 @@
 // decays: memory-bound, the same ~0.25 ms.
 // Shared memory per CTA (launch_kernel asserts <= 227 KB, an sm_90 CTA's limit), dk = 128 / 64:
 //   scores_kernel 35,072 / 18,688 B;  scan_kernel and reverse_scan_kernel 76,544 / 50,944 B
-//   with ~105 / ~95 registers (2 CTAs an SM);  local_backward_kernel (dk, dv) = (128, 128)
+//   with ~116 / ~104 registers (2 CTAs an SM);  local_backward_kernel (dk, dv) = (128, 128)
 //   133,760 B, (128, 64) 117,376 B, (64, 128) 92,800 B, (64, 64) 76,416 B, with 159, 159, 160,
 //   128 registers a thread (ptxas): one CTA an SM, two at (64, 64) (kLocalCtasPerSm).
-//   Vector gate: scan_kernel and reverse_scan_kernel 55,552 B (any dk), 64 registers (4 CTAs an
-//   SM); vector_output_kernel (128, 128) 103,424 B, (128, 64) 95,232 B, (64, 128) 70,656 B,
-//   (64, 64) 62,464 B (RWKV-6: + 4 dk B), 59-99 registers; local_backward_kernel (128, 128)
+//   Vector gate: scan_kernel and reverse_scan_kernel 55,552 B (any dk), 62 registers (4 CTAs an
+//   SM); vector_output_kernel (128, 128) 111,616 B, (128, 64) 103,424 B, (64, 128) 78,848 B,
+//   (64, 64) 70,656 B (RWKV-6: + 4 dk B), 72, 72, 56, 54 registers (two CTAs an SM; 103,424,
+//   95,232, 70,656, 62,464 B and 59-99 registers before the staged tiles); local_backward_kernel (128, 128)
 //   192,512 B, (128, 64) 176,128 B, (64, 128) 121,344 B, (64, 64) 104,960 B, with 192, 206,
 //   162, 160 registers (one CTA an SM); RWKV-6's + 4 dk B (the bonus), with 228, 230, 173, 172
 //   registers; no spills (ptxas, nvcc 13.0, sm_90).
 //   A width of 256 ((dk, dv) = (256, 256), (128, 256), (256, 128)): scores_kernel at dk = 256
-//   67,840 B, 40 registers; scan_kernel and reverse_scan_kernel at dk = 256 127,744 B, 106 / 105
+//   67,840 B, 40 registers; scan_kernel and reverse_scan_kernel at dk = 256 127,744 B, 115 / 110
 //   registers (the state update in two 128-row passes, ScanSmem::advance; dk = 128 as above);
-//   vector scans 55,552 B, 64 / 62 registers; vector_output_kernel (256, 256) 185,344 B,
-//   (256, 128) 168,960 B, (128, 256) 119,808 B (RWKV-6: + 4 dk B) with 159, 159, 99 registers
-//   (RWKV-6 128, 128, 64), its state piece 32 columns wide at dk = 256 (kOutputPiece);
+//   vector scans 55,552 B, 62 / 62 registers; vector_output_kernel (256, 256) 205,824 B,
+//   (256, 128) 189,440 B, (128, 256) 128,000 B (RWKV-6: + 4 dk B) with 96, 96, 72 registers
+//   (RWKV-6 too; before the staged tiles 185,344, 168,960, 119,808 B with 159, 159, 99);
 //   local_backward_kernel, 128 key channels a CTA (kKeyBlock; one CTA at dk = 128, two at 256),
 //   so (256, 256) and (128, 256) take 166,528 B (vector 225,280 B, RWKV-6 225,792 B) with
 //   159, 159 registers (vector 208, 206; RWKV-6 228, 228) and (256, 128) the (128, 128) kernel's 133,760 B (vector 192,512 B,
@@ -130,6 +146,7 @@
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <type_traits>
 
 #include "cuda/chunk_mma.cuh"
@@ -289,6 +306,34 @@ __global__ void __launch_bounds__(kThreads) scores_kernel(Args a) {
   store_decayed_scores(s, G, a.scale, [&](int r, int c, float x) { out[r * C + c] = x; });
 }
 
+// The reference-decayed rows of Aqk's below-diagonal product (forward pass 2, backward 3a, 3c):
+// row tile i (16 rows, first row 16 i, last 16 i + 15) takes k's rows s < 16 i decayed to 16 i
+// (kref: Aqk, and dQ in 3c) or q's rows t > 16 i + 15 decayed to 16 i + 15 (qlast, dK in 3c), the
+// tiles of the four row tiles one after another.
+constexpr int kDecayedRows = 96;  // 16 + 32 + 48 rows of kref; 48 + 32 + 16 of qlast
+// The first row of row tile `tile`'s kref (tiles 1-3) or qlast (tiles 0-2) in the staged rows.
+__device__ __forceinline__ int kref_offset(int tile) { return 8 * tile * (tile - 1); }
+__device__ __forceinline__ int qlast_offset(int tile) { return 48 * tile - 8 * tile * (tile - 1); }
+
+// Vector gate, forward pass 2 (vector_output_kernel, grid (NT, HV, B), every chunk in parallel,
+// after the scan has stored every chunk-start state h[n]); every mma operand a bf16 swizzled tile
+// read by ldmatrix (cuda/staged_mma.cuh), each decayed operand rounded to bf16 once, as the local
+// backward's 3a (Gq = G; RWKV-6 (RW): the exclusive Gq_t = G_{t-1} and the bonus u on Aqk's
+// diagonal, see vector_diagonal_scores; its state update is the decay attention's, so the scan
+// is shared):
+//   1  q, k, v (bf16, swizzled) by cp.async; G (fp32) by vector_cumsum
+//   2  Aqk below the diagonal blocks, kOutputSlice key channels at a time (the slice's qr =
+//      q_t (.) exp(Gq_t - Gq_r) and kref = k_s (.) exp(Gq_r - G_s), r = the row tile's first row,
+//      staged; one mma per row tile, accumulated over the slices), so the staging is 20 KB at any
+//      dk; the diagonal blocks pair by pair in fp32 (vector_diagonal_scores); Aqk staged as bf16
+//   3  qg = scale q (.) exp(Gq) staged as bf16 in qr's and kref's place
+//   4  kOutputPiece state columns c0.. at a time (the next piece's fp32 in flight by cp.async while
+//      this one's products run; its staging and bf16 transposed tile in q's and k's place):
+//      o = qg h[n] + Aqk V                                                               (mma)
+// (Its budget: the file's header.)
+constexpr int kOutputSlice = 64;  // key channels of Aqk's below-diagonal product a step
+constexpr int kOutputPiece = 32;  // state columns a step of o
+
 // Vector gate (mixers.md 4.4): Aqk[t, s] = scale sum_d q_t[d] k_s[d] exp(G_t[d] - G_s[d]), s <= t,
 // in sub-chunks of kSub = 16 rows. Below the diagonal blocks (s in an earlier sub-chunk than t)
 // it is one mma per row tile, with the tile's first row r as the reference point:
@@ -300,7 +345,7 @@ __global__ void __launch_bounds__(kThreads) scores_kernel(Args a) {
 // there without a floor on the per-step gate).
 constexpr int kSub = 16;
 
-// The 16 x 16 diagonal blocks of the vector gate's Aqk (the entries vector_scores' mma leaves),
+// The 16 x 16 diagonal blocks of the vector gate's Aqk (the entries the row tiles' mma leaves),
 // pair by pair: put(t, s, Aqk[t, s]) for t, s in one sub-chunk, zero above the diagonal. q8(t, d,
 // x), k8(s, d, x) read channels d .. d + 7 of a row of the tiles, G8(s, d, x) of the gate, Gq8(t, d,
 // x) of the query side's (RW: the bonus u on the diagonal, the pairs s < t).
@@ -334,119 +379,146 @@ __device__ __forceinline__ void vector_diagonal_scores(Put&& put, const FQ& q8, 
   }
 }
 
-// out[t * ld + s] = Aqk[t, s] of one chunk from the shared tiles q, k (C, kLdK) and G (C, kLdG)
-// as described above; the whole (C x C) tile is written, zeros above the diagonal.
-// RW (RWKV-6, mixers.md 11, ReadAt::before_update): o_t reads the state before token t's update,
-// so the query side carries the exclusive gate Gq_t = G_{t-1} (0 at t = 0), the pairs are s < t
-// with exp(Gq_t - G_s), and the diagonal is the bonus: Aqk[t, t] = scale q_t . (u (.) k_t)
-// (u: (DK) fp32). The reference row r then enters through Gq_r: both exponents Gq_t - Gq_r
-// (t >= r) and Gq_r - G_s (s < r) stay <= 0. Without RW, Gq = G and the diagonal is q_t . k_t.
-template <int DK, int kLdK, int kLdG, bool RW = false>
-__device__ __forceinline__ void vector_scores(float* out, int ld, const bf16* q, const bf16* k, const float* G,
-                                              float scale, const float* u = nullptr) {
-  auto Gq = [&](int t, int d) { return RW ? (t > 0 ? G[(t - 1) * kLdG + d] : 0.f) : G[t * kLdG + d]; };
-  // Below the diagonal blocks: this warp's row tile is one sub-chunk, its first row the reference.
-  WarpTile<C, C> s;
-  const int ref = s.row0;
-  s.template mma<DK, true, true>(
-      [&](int r, int d) { return bf(q[r * kLdK + d]) * expf(Gq(r, d) - Gq(ref, d)); },
-      [&](int d, int c) { return c < ref ? bf(k[c * kLdK + d]) * expf(Gq(ref, d) - G[c * kLdG + d]) : 0.f; });
-  s.each([&](int r, int c, float x, int) {
-    if (c < ref) out[r * ld + c] = scale * x;
-    else if (c >= ref + kSub) out[r * ld + c] = 0.f;
-  });
-  vector_diagonal_scores<DK, RW>(
-      [&](int r, int c, float x) { out[r * ld + c] = x; }, [&](int r, int d, float* x) { load8(q + r * kLdK + d, x); },
-      [&](int c, int d, float* x) { load8(k + c * kLdK + d, x); },
-      [&](int c, int d, float* x) { load8(G + c * kLdG + d, x); },
-      [&](int r, int d, float* x) {
-        if (!RW || r > 0) load8(G + (r - RW) * kLdG + d, x);
-        else for (int e = 0; e < 8; e++) x[e] = 0.f;
-      },
-      scale, u);
-}
-
-// Vector gate, forward pass 2 (vector_output_kernel, grid (NT, HV, B), every chunk in parallel,
-// after the scan has stored every chunk-start state h[n]):
-//   Aqk = vector_scores (in shared memory only), qg = q (.) exp(Gq), then kCols state columns at
-//   a time: o = scale qg h[n] + Aqk V                                                    (mma)
-// (Gq = G; RWKV-6 (RW): the exclusive Gq_t = G_{t-1} and the bonus u on Aqk's diagonal, see
-// vector_scores; its state update is the decay attention's, so the scan is shared.) The state
-// piece takes q's and k's place once Aqk and qg are formed.
-constexpr int kPiece = 64;  // state columns in shared memory at a time (backward pass 3b: kStatePiece)
-// The forward's piece: 32 columns at dk = 256, where 64 would not fit in q's and k's place.
-template <int DK>
-constexpr int kOutputPiece = DK > 128 ? 32 : kPiece;
-
 template <int DK, int DV, bool RW>
 struct OutputSmem {
-  static constexpr int kCols = kOutputPiece<DK>;  // state columns a piece
-  static constexpr int kLdK = DK + 8, kLdV = DV + 8, kLdG = DK + 4, kLdS = kCols + 4;
-  static constexpr size_t kQKBytes = sizeof(bf16) * 2 * C * kLdK;
-  static_assert(sizeof(float) * DK * kLdS <= kQKBytes, "the state piece fits in q's and k's place");
-  float* qg;     // (C, kLdG): G, then q (.) exp(Gq)
-  float* aqk;    // (C, kLdA)
-  float* u;      // RW (DK): the bonus
-  bf16 *q, *k;   // (C, kLdK)
-  float* state;  // (DK, kLdS): kCols columns of h[n], in q's and k's place
-  bf16* v;       // (C, kLdV)
-  static constexpr size_t floats() { return size_t(C) * (kLdG + kLdA) + (RW ? DK : 0); }
-  static constexpr size_t bytes() { return sizeof(float) * floats() + kQKBytes + sizeof(bf16) * C * kLdV; }
-  static_assert(floats() % 4 == 0, "the bf16 tiles start 16-byte aligned");
+  static constexpr int kLdG = DK + 4;  // fp32 row stride of G
+  // qr and kref of one slice (pass 2), then qg (pass 3), in one place
+  static constexpr size_t kDecayedHalves = std::max(size_t(C) * DK, size_t(C + kDecayedRows) * kOutputSlice);
+  static_assert((sizeof(float) + sizeof(bf16)) * DK * kOutputPiece <= sizeof(bf16) * 2 * C * DK,
+                "a state piece's staging and bf16 tile fit in q's and k's place");
+  float* G;         // (C, kLdG)
+  float* u;         // RW (DK): the bonus
+  bf16 *q, *k;      // (C, DK) swizzled
+  bf16* v;          // (C, DV) swizzled
+  bf16* aqk;        // (C, C) swizzled
+  bf16 *qr, *kref;  // (C, kOutputSlice), (kDecayedRows, kOutputSlice) swizzled: one slice's decayed rows
+  bf16* qg;         // (C, DK) swizzled, in qr's and kref's place
+  float* staged_h;  // (DK, kOutputPiece) fp32: a piece of h[n] as cp.async lands it, in q's place
+  bf16* hT;         // (kOutputPiece, DK) swizzled: the piece transposed, after the staging
+  static constexpr size_t floats() { return size_t(C) * kLdG + (RW ? DK : 0); }
+  static constexpr size_t halves() { return size_t(2) * C * DK + size_t(C) * DV + C * C + kDecayedHalves; }
+  static constexpr size_t bytes() { return sizeof(float) * floats() + sizeof(bf16) * halves(); }
+  static_assert(floats() % 4 == 0 && kDecayedHalves % 8 == 0, "the bf16 tiles start 16-byte aligned");
   __device__ explicit OutputSmem(void* p) {
-    qg = static_cast<float*>(p), aqk = qg + C * kLdG, u = RW ? aqk + C * kLdA : nullptr;
-    q = reinterpret_cast<bf16*>(static_cast<float*>(p) + floats()), k = q + C * kLdK, v = k + C * kLdK;
-    state = reinterpret_cast<float*>(q);
+    G = static_cast<float*>(p), u = RW ? G + C * kLdG : nullptr;
+    q = reinterpret_cast<bf16*>(static_cast<float*>(p) + floats()), k = q + C * DK, v = k + C * DK;
+    aqk = v + C * DV, qr = aqk + C * C, kref = qr + C * kOutputSlice, qg = qr;
+    staged_h = reinterpret_cast<float*>(q), hT = reinterpret_cast<bf16*>(staged_h + DK * kOutputPiece);
   }
 };
 
+// CTAs an SM vector_output_kernel is compiled for: two where two fit in shared memory (dk <= 128,
+// dv <= 128: at most 109 KB each), one elsewhere.
+template <int DK, int DV>
+constexpr int kOutputCtasPerSm = DK <= 128 && DV <= 128 ? 2 : 1;
+
 template <int DK, int DV, bool RW>
-__global__ void __launch_bounds__(kThreads) vector_output_kernel(Args a) {
+__global__ void __launch_bounds__(kThreads, kOutputCtasPerSm<DK, DV>) vector_output_kernel(Args a) {
   extern __shared__ float4 smem_raw[];
   using Smem = OutputSmem<DK, DV, RW>;
+  using chunk_mma::mma_staged;
+  using chunk_mma::Staged;
+  using chunk_mma::stage;
   const Smem sm(smem_raw);
-  constexpr int kLdK = Smem::kLdK, kLdV = Smem::kLdV, kLdG = Smem::kLdG, kLdS = Smem::kLdS;
+  constexpr int kLdG = Smem::kLdG, kSlice = kOutputSlice, kPiece = kOutputPiece;
   const int chunk = blockIdx.x, j = blockIdx.y, b = blockIdx.z, hq = j / (a.HV / a.H);
   const int t0 = chunk * C, n = min(C, a.T - t0);
   const int64_t tok0 = (int64_t(b) * a.T + t0) * a.HV + j;  // (B, T, HV) index of token t0
   const int64_t qk0 = ((int64_t(b) * a.T + t0) * a.H + hq) * DK;
   const int64_t state0 = ((int64_t(b) * a.HV + j) * a.NT + chunk) * DK * DV;  // h[n]
-  load_bf16_rows_async<C, DK>(sm.q, a.q + qk0, int64_t(a.H) * DK, n);
-  load_bf16_rows_async<C, DK>(sm.k, a.k + qk0, int64_t(a.H) * DK, n);
-  load_bf16_rows_async<C, DV>(sm.v, a.v + tok0 * DV, int64_t(a.HV) * DV, n);
+  // 1: the chunk's tiles (one round trip) and G.
+  load_tile_async<C, DK, kThreads>(sm.q, a.q + qk0, int64_t(a.H) * DK, 0, n);
+  load_tile_async<C, DK, kThreads>(sm.k, a.k + qk0, int64_t(a.H) * DK, 0, n);
+  load_tile_async<C, DV, kThreads>(sm.v, a.v + tok0 * DV, int64_t(a.HV) * DV, 0, n);
   if constexpr (RW)
     for (int d = threadIdx.x; d < DK; d += kThreads) sm.u[d] = bf(a.bonus[hq * DK + d]);
-  vector_cumsum<DK>(sm.qg, kLdG, nullptr, a.g + tok0 * DK, int64_t(a.HV) * DK, n);
+  vector_cumsum<DK>(sm.G, kLdG, nullptr, a.g + tok0 * DK, int64_t(a.HV) * DK, n);
   wait_tiles();
-  vector_scores<DK, kLdK, kLdG, RW>(sm.aqk, kLdA, sm.q, sm.k, sm.qg, a.scale, sm.u);
-  // qg = q (.) exp(Gq): every value formed before any is stored (RW reads the row above's G).
-  constexpr int kPer = C * DK / kThreads;
-  float gated[kPer];
+  // Channels d .. d + 7 of a row (d % 8 == 0), as floats: of q, k, G, Gq (the query side's gate).
+  auto q8 = [&](int r, int d, float* x) { load8(sm.q + swizzle<DK>(r, d), x); };
+  auto k8 = [&](int r, int d, float* x) { load8(sm.k + swizzle<DK>(r, d), x); };
+  auto G8 = [&](int r, int d, float* x) { load8(sm.G + r * kLdG + d, x); };
+  auto Gq8 = [&](int r, int d, float* x) {
+    if (!RW || r > 0) G8(r - RW, d, x);
+    else for (int e = 0; e < 8; e++) x[e] = 0.f;
+  };
+  // stage8(tile, row, d, f (x (.) exp(ga - gb))) for 8 channels of a row: a decayed operand.
+  auto stage_decayed = [&](bf16* tile, auto width, int row, int d, float f, const float* x, const float* ga,
+                           const float* gb) {
+    float y[8];
 #pragma unroll
-  for (int p = 0; p < kPer; p++) {
-    const int i = threadIdx.x + p * kThreads, t = i / DK, d = i % DK;
-    const float Gq = RW ? (t > 0 ? sm.qg[(t - 1) * kLdG + d] : 0.f) : sm.qg[t * kLdG + d];
-    gated[p] = bf(sm.q[t * kLdK + d]) * expf(Gq);
+    for (int e = 0; e < 8; e++) y[e] = f * x[e] * exp_ex2(ga[e] - gb[e]);
+    chunk_mma::stage8<decltype(width)::value>(tile, row, d, y);
+  };
+  using SliceWidth = std::integral_constant<int, kSlice>;
+  // 2: Aqk below the diagonal blocks, a slice of channels ds.. at a time, then the diagonal blocks.
+  WarpTile<C, C> qk;
+  const int ref = qk.row0;  // this warp's row tile's first row
+  for (int ds = 0; ds < DK; ds += kSlice) {
+    if (ds > 0) __syncthreads();  // the previous slice's products are done with qr, kref
+    for (int i = threadIdx.x; i < C * kSlice / 8; i += kThreads) {  // qr
+      const int t = i / (kSlice / 8), d = i % (kSlice / 8) * 8;
+      float x[8], gt[8], gr[8];
+      q8(t, ds + d, x), Gq8(t, ds + d, gt), Gq8(t / kSub * kSub, ds + d, gr);
+      stage_decayed(sm.qr, SliceWidth{}, t, d, 1.f, x, gt, gr);
+    }
+    for (int i = threadIdx.x; i < kDecayedRows * kSlice / 8; i += kThreads) {  // kref of row tiles 1, 2, 3
+      const int row = i / (kSlice / 8), d = i % (kSlice / 8) * 8, tile = row < 16 ? 1 : row < 48 ? 2 : 3;
+      const int s = row - kref_offset(tile);
+      float x[8], gr[8], gs[8];
+      k8(s, ds + d, x), Gq8(kSub * tile, ds + d, gr), G8(s, ds + d, gs);
+      stage_decayed(sm.kref, SliceWidth{}, row, d, 1.f, x, gr, gs);
+    }
+    __syncthreads();
+    if (ref > 0)
+      mma_staged(qk, Staged<kSlice, false>{sm.qr}, Staged<kSlice, true>{sm.kref, kref_offset(ref / kSub)}, 0, kSlice,
+                 ref);
   }
-  __syncthreads();  // every read of G (here and in vector_scores) is done
+  qk.each([&](int r, int c, float x, int) {
+    if (c < ref) stage<C>(sm.aqk, r, c, a.scale * x);
+    else if (c >= ref + kSub) stage<C>(sm.aqk, r, c, 0.f);
+  });
+  vector_diagonal_scores<DK, RW>([&](int r, int c, float x) { stage<C>(sm.aqk, r, c, x); }, q8, k8, G8, Gq8, a.scale,
+                                 sm.u);
+  __syncthreads();  // the last slice's products are done with qr, kref
+  // 3: qg = scale q (.) exp(Gq) in their place.
+  for (int i = threadIdx.x; i < C * DK / 8; i += kThreads) {
+    const int t = i / (DK / 8), d = i % (DK / 8) * 8;
+    float x[8], gt[8];
+    const float zero[8] = {};
+    q8(t, d, x), Gq8(t, d, gt);
+    stage_decayed(sm.qg, std::integral_constant<int, DK>{}, t, d, a.scale, x, gt, zero);
+  }
+  __syncthreads();  // Aqk and qg are staged; q, k and G are free
+  // 4: o, kPiece state columns c0.. at a time. The conversion: a thread takes column c = its lane of
+  // the piece and state rows d .. d + 7 (one 16-byte store into hT's row c; the warp's 32 columns
+  // read conflict-free).
+  static_assert(kPiece == 32, "a warp's lanes are a piece's columns");
+  constexpr int kRowGroups = DK / 8 * kPiece / kThreads;  // 8-row groups a thread
+  static_assert(DK / 8 * kPiece % kThreads == 0, "whole row groups per thread");
+  auto load_piece = [&](int c0) {
+    load_f32_rows_async<DK, kPiece>(sm.staged_h, kPiece, a.h_start + state0 + c0, DV);
+  };
+  load_piece(0);
+  for (int c0 = 0; c0 < DV; c0 += kPiece) {
+    wait_tiles();  // this piece has landed; the previous piece's products are done with hT
 #pragma unroll
-  for (int p = 0; p < kPer; p++) {
-    const int i = threadIdx.x + p * kThreads;
-    sm.qg[i / DK * kLdG + i % DK] = gated[p];
-  }
-  constexpr int kCols = Smem::kCols;
-  for (int c0 = 0; c0 < DV; c0 += kCols) {
-    __syncthreads();  // every read of q (above) or of the previous piece is done
-    load_f32_rows_async<DK, kCols>(sm.state, kLdS, a.h_start + state0 + c0, DV);
-    wait_tiles();
-    WarpTile<C, kCols> o;
-    o.template mma<DK, true, true>([&](int r, int d) { return sm.qg[r * kLdG + d]; },
-                                   [&](int d, int c) { return sm.state[d * kLdS + c]; });
-    o.each([&](int, int, float& x, int) { x *= a.scale; });
-    o.template mma<C, true, false>([&](int r, int s) { return sm.aqk[r * kLdA + s]; },
-                                   [&](int s, int c) { return bf(sm.v[s * kLdV + c0 + c]); });
-    o.each([&](int r, int c, float x, int) {
-      if (r < n) a.o[(tok0 + int64_t(r) * a.HV) * DV + c0 + c] = __float2bfloat16_rn(x);
+    for (int p = 0; p < kRowGroups; p++) {
+      const int i = threadIdx.x + p * kThreads, c = i % kPiece, d = i / kPiece * 8;
+      float h[8];
+#pragma unroll
+      for (int e = 0; e < 8; e++) h[e] = sm.staged_h[(d + e) * kPiece + c];
+      chunk_mma::stage8<DK>(sm.hT, c, d, h);
+    }
+    __syncthreads();  // the piece's tile is ready, the staging is free
+    if (c0 + kPiece < DV) load_piece(c0 + kPiece);  // in flight during the products below
+    WarpTile<C, kPiece> o;
+    mma_staged(o, Staged<DK, false>{sm.qg}, Staged<DK, true>{sm.hT}, 0, DK);
+    mma_staged(o, Staged<C, false>{sm.aqk}, Staged<DV, false>{sm.v, 0, c0}, 0, C);
+    o.each([&](int r, int c, float x, int slot) {  // columns c, c + 1 in one 4-byte store
+      if (slot % 2 == 0 && r < n)
+        *reinterpret_cast<__nv_bfloat162*>(a.o + (tok0 + int64_t(r) * a.HV) * DV + c0 + c) =
+            __floats2bfloat162_rn(x, o.at(slot + 1));
     });
   }
 }
@@ -517,11 +589,12 @@ struct ScanSmem {
       for (int i = threadIdx.x; i < KT * BV; i += kThreads) h[i / BV * kLdH + i % BV] = 0.f;
     wait_tiles();
   }
-  // The same tile of a (dk, DV) fp32 state in global memory (row d0 at dst) <- h.
+  // The same tile of a (dk, DV) fp32 state in global memory (row d0 at dst, 16-byte aligned as
+  // load_state's source) <- h, four columns a store.
   __device__ void store_state(float* dst, int v0, int DV) const {
-    for (int i = threadIdx.x; i < KT * BV; i += kThreads) {
-      const int d = i / BV, c = i % BV;
-      dst[d * DV + v0 + c] = h[d * kLdH + c];
+    for (int i = threadIdx.x; i < KT * BV / 4; i += kThreads) {
+      const int d = i / (BV / 4), c = i % (BV / 4) * 4;
+      *reinterpret_cast<float4*>(dst + d * DV + v0 + c) = *reinterpret_cast<const float4*>(h + d * kLdH + c);
     }
   }
   // Vector gate: glast and xg from the chunk's raw tiles (rows past its end zero): G into xg's
@@ -537,7 +610,7 @@ struct ScanSmem {
       unpack_bf16x8(*reinterpret_cast<const uint4*>(raw_x + t * kLdK + d), x);
       float* out = xg + t * kLdG + d;
 #pragma unroll
-      for (int e = 0; e < 8; e++) out[e] = x[e] * expf(query ? out[e] : glast[d + e] - out[e]);
+      for (int e = 0; e < 8; e++) out[e] = x[e] * exp_ex2(query ? out[e] : glast[d + e] - out[e]);
     }
   }
   // h <- Diag(decay) h + X^T Y over this chunk's rows s, with X(s, d), Y(s, c) and decay(d)
@@ -566,7 +639,7 @@ struct ScanSmem {
   }
   // Vector gate: h <- Diag(exp(G_last)) h + (xg (.) weight)^T vt (vt: one of the V / dO tiles).
   __device__ void advance_vector(float weight, const bf16* vt) const {
-    advance<true, false>([&](int d) { return expf(glast[d]); }, [&](int s, int d) { return weight * xg[s * kLdG + d]; },
+    advance<true, false>([&](int d) { return exp_ex2(glast[d]); }, [&](int s, int d) { return weight * xg[s * kLdG + d]; },
                          [&](int s, int c) { return bf(vt[s * kLdV + c]); });
   }
 };
@@ -721,13 +794,6 @@ __global__ void __launch_bounds__(kThreads, kScanCtasPerSm<VG>) reverse_scan_ker
 // scores Aqk, Ps and the state pieces rounded to bf16 once when they are formed; the vector gate's
 // decayed operands (q, k times a per-channel exp) rounded once when they are staged.
 constexpr int kStatePiece = 32;  // state columns a 3b step (fp32 staging, then bf16 transposed)
-// The vector gate's reference-decayed rows (3a, 3c): row tile i (16 rows, first row 16 i, last
-// 16 i + 15) takes k's rows s < 16 i decayed to 16 i (kref, 3a and dQ in 3c) or q's rows t > 16 i
-// + 15 decayed to 16 i + 15 (qlast, dK in 3c), the tiles of the four row tiles one after another.
-constexpr int kDecayedRows = 96;  // 16 + 32 + 48 rows of kref; 48 + 32 + 16 of qlast
-// The first row of row tile `tile`'s kref (tiles 1-3) or qlast (tiles 0-2) in the staged rows.
-__device__ __forceinline__ int kref_offset(int tile) { return 8 * tile * (tile - 1); }
-__device__ __forceinline__ int qlast_offset(int tile) { return 48 * tile - 8 * tile * (tile - 1); }
 
 template <int DK, int DV, bool VG, bool RW>
 struct LocalSmem {
@@ -784,9 +850,9 @@ constexpr int kKeyBlock = DK / key_blocks(DK);
 
 // RW: RWKV-6's (vector gate only; mixers.md 11, CPU decay_chunk::backward with
 // ReadAt::before_update). Its differences from the vector gate's passes below:
-//   the query side reads the exclusive gate Gq_t = G_{t-1} (0 at t = 0): Aqk as vector_scores<RW>,
+//   the query side reads the exclusive gate Gq_t = G_{t-1} (0 at t = 0): Aqk as vector_output_kernel<RW>,
 //     dQ = scale exp(Gq) (.) (dO h^T), and the pairs s < t with exp(Gq_t - G_s) (the reference
-//     rows enter through Gq_r for dQ, through G_last of the row tile for dK, as in vector_scores);
+//     rows enter through Gq_r for dQ, through G_last of the row tile for dK, as in vector_output_kernel);
 //   the diagonal is the bonus, Aqk[t,t] = scale q_t . (u (.) k_t), so dQ_t += Ps[t,t] u (.) k_t,
 //     dK_t += Ps[t,t] u (.) q_t (added after dG: the bonus is not gated) and du = sum_t Ps[t,t]
 //     q_t (.) k_t, this chunk's part into a.dbonus;
@@ -876,7 +942,7 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
   };
   // 3a: Aqk = scale (Q K^T) (.) Gamma and Ps = scale (dO V^T) (.) Gamma, Gamma[t,s] = exp(G_t - G_s)
   //     on s <= t (o = Aqk V  =>  dAqk = dO V^T, and Aqk's gated factor is q_t . k_s). Vector
-  //     gate: Aqk as vector_scores forms it, Ps = scale dO V^T masked (the decays are per channel);
+  //     gate: Aqk as vector_output_kernel forms it, Ps = scale dO V^T masked (the decays are per channel);
   //     below the diagonal blocks qr = q_t (.) exp(Gq_t - Gq_r) (r = the row tile's first row,
   //     staged in the state pieces' place) against the row tile's kref; the diagonal blocks pair
   //     by pair, fused with 3c's own-sub-chunk part of dQ, which takes the same decays
@@ -1024,7 +1090,7 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
     }
   // 3c: the row decays, sum_s k_s . dK^state_s (dG_last), then the in-chunk pairs:
   //     A[t,s] = Gamma[t,s] q_t . k_s  =>  dQ += Ps K,  dK += Ps^T Q   (Ps holds scale, Gamma)
-  //     Vector gate, per channel d (every exponent <= 0, as in vector_scores):
+  //     Vector gate, per channel d (every exponent <= 0, as in vector_output_kernel):
   //       dQ_t += sum_{s <= t} Ps[t,s] k_s exp(G_t - G_s): earlier sub-chunks through the row
   //               tile's first row r (exp(G_t - G_r) (.) (Ps kref)), its own pair by pair
   //       dK_s += sum_{t >= s} Ps[t,s] q_t exp(G_t - G_s): later sub-chunks through the row tile's

@@ -222,44 +222,45 @@ static void gla_case(int64_t B, int64_t T, int64_t H, int64_t D, uint64_t seed, 
 }
 
 // The forward of one gate kind (0 scalar, 1 vector, 2 RWKV-6) against the CPU chunked reference.
+// G value heads a key head (HV = G H; scalar and vector gate only).
 static void forward_case(int kind, int64_t B, int64_t T, int64_t H, int64_t D, bool with_h0, uint64_t seed,
-                         int64_t DV = 0) {
-  const int64_t dk = D, dv = DV ? DV : D;
+                         int64_t DV = 0, int64_t G = 1) {
+  const int64_t dk = D, dv = DV ? DV : D, HV = G * H;
   const bool vg = kind > 0;
   std::mt19937_64 rng(seed);
   Buf q, k, v, g, u, h0;
   const double rk = 1.0 / std::sqrt(double(dk));
   q.fill(B * T * H * dk, rng, rk, 0, false, true);
   k.fill(B * T * H * dk, rng, rk, 0, false, true);
-  v.fill(B * T * H * dv, rng, 1, 0, false, true);
-  g.fill(B * T * H * (vg ? dk : 1), rng, 1, 0, true, true);
+  v.fill(B * T * HV * dv, rng, 1, 0, false, true);
+  g.fill(B * T * HV * (vg ? dk : 1), rng, 1, 0, true, true);
   u.fill(H * dk, rng, 1, 0, false, true);
-  h0.fill(B * H * dk * dv, rng, 0.5, 0, false, false);
-  std::vector<Bf16> o(B * T * H * dv);
-  std::vector<float> ht(B * H * dk * dv);
+  h0.fill(B * HV * dk * dv, rng, 0.5, 0, false, false);
+  std::vector<Bf16> o(B * T * HV * dv);
+  std::vector<float> ht(B * HV * dk * dv);
   const float* h0p = with_h0 ? h0.f.data() : nullptr;
   if (kind == 2)
     cuda::decay_chunk::rwkv6_forward(o.data(), ht.data(), q.b.data(), k.b.data(), v.b.data(), g.b.data(), u.b.data(),
                                      h0p, Rwkv6Dims{B, T, H, dk, dv, 1.0, 0, DType::F32});
   else
     cuda::decay_chunk::forward(o.data(), ht.data(), q.b.data(), k.b.data(), v.b.data(), g.b.data(), h0p,
-                               DecayAttentionDims{B, T, H, H, dk, dv, vg, 1.0, 0, DType::F32});
+                               DecayAttentionDims{B, T, H, HV, dk, dv, vg, 1.0, 0, DType::F32});
   Err eo, eht;
   for (int64_t b = 0; b < B; b++)
-    for (int64_t h = 0; h < H; h++) {
+    for (int64_t h = 0; h < HV; h++) {
       const Head<double> x = reference_head(q, k, v, g, vg, kind == 2 ? u.ref.data() : nullptr,
-                                            with_h0 ? h0.ref.data() : nullptr, b, h, T, H, dk, dv);
+                                            with_h0 ? h0.ref.data() : nullptr, b, h, T, HV, dk, dv, G);
       Mat<double> o_ref, ht_ref;
       decay_chunk::forward<double, true>(o_ref, ht_ref, x, 1.0, 16,
                                          kind == 2 ? decay_chunk::ReadAt::before_update : decay_chunk::ReadAt::after_update);
       for (int64_t t = 0; t < T; t++)
-        for (int64_t i = 0; i < dv; i++) eo.add(at(o, ((b * T + t) * H + h) * dv + i), o_ref(t, i));
-      for (int64_t i = 0; i < dk * dv; i++) eht.add(ht[(b * H + h) * dk * dv + i], ht_ref(i / dv, i % dv));
+        for (int64_t i = 0; i < dv; i++) eo.add(at(o, ((b * T + t) * HV + h) * dv + i), o_ref(t, i));
+      for (int64_t i = 0; i < dk * dv; i++) eht.add(ht[(b * HV + h) * dk * dv + i], ht_ref(i / dv, i % dv));
     }
   static const char* names[] = {"scalar fwd", "vector fwd", "rwkv6 fwd"};
   char label[160];
-  std::snprintf(label, sizeof label, "%s B%ld T%ld H%ld dk%ld dv%ld h0 %d", names[kind], long(B), long(T), long(H),
-                long(dk), long(dv), int(with_h0));
+  std::snprintf(label, sizeof label, "%s B%ld T%ld H%ld HV%ld dk%ld dv%ld h0 %d", names[kind], long(B), long(T),
+                long(H), long(HV), long(dk), long(dv), int(with_h0));
   report(label, "o", eo, 5e-3), report(label, "ht", eht, 5e-3);
 }
 
@@ -281,8 +282,10 @@ int main(int argc, char** argv) {
   if (wants("scalar"))
     for (int64_t D : {64, 128})
       for (int64_t T : {64, 70, 130}) gla_case(1, T, 2, D, 30 + T + D, false);
-  if (wants("grouped"))  // two value heads a key head: dq, dk per value head in fp32, then group sums
+  if (wants("grouped")) {  // two value heads a key head: dq, dk per value head in fp32, then group sums
     for (bool vg : {false, true}) gla_case(2, 70, 2, 64, 40 + vg, vg, 128, true, true, 2);
+    for (int kind = 0; kind < 2; kind++) forward_case(kind, 2, 70, 2, 128, true, 50 + kind, 64, 2);
+  }
   for (const char* group : {"fwd", "fwd256"}) {
     if (!wants(group)) continue;
     const std::vector<int64_t> widths = std::string(group) == "fwd" ? std::vector<int64_t>{64, 128} : std::vector<int64_t>{256};
