@@ -56,7 +56,8 @@
 //     4g  dEhat = A^T dW, dE = exp(G) dEhat + P2 K -> dk += beta dE, dbeta = k . dE    (mma)
 //     4h  dQ += Ps K,  dK += Ps^T Q + (diag(beta) P2)^T K                              (mma)
 //     4i  dG per token (row sums, pair rowsum - colsum, last-token terms), reverse cumsum -> dg
-//   then dq, dk are summed over the value heads of a group (recurrence::group_sum).
+//   dq, dk go out in bf16 from 4h when every key head has one value head (HV == H); else per
+//   value head in fp32, then summed over the value heads of a group (recurrence::group_sum).
 //   h[n], dh[n] are kept in fp32: bf16 snapshots would put 2^-9 relative errors on dW, dQ and
 //   dK (products with h) and, through dS, on every earlier chunk's gradients; at 4 x 268 MB of
 //   traffic (B4 T4096 H16 D128) fp32 costs ~0.2 ms more than bf16, well worth the margin under
@@ -98,8 +99,8 @@
 //   128         110.8 / 118.8 / 134.8 KB       141.0 KB (one CTA/SM) 188.6 KB
 // Registers a thread (ptxas, nvcc 13.0, sm_90; every dv): prepare 59-128, scan 125 / 125 / 127
 // and reverse scan 122 / 128 / 128 at dk = 64 / 128 / 256 (launch bounds of two CTAs: at most
-// 128), local backward 191-255; vector gate: prepare 79-102, scan and reverse scan 124 / 128
-// at dk = 64 / 128, local backward 219-223 / 255; no spills.
+// 128), local backward 203-255; vector gate: prepare 79-102, scan and reverse scan 124 / 128
+// at dk = 64 / 128, local backward 219 / 255; no spills.
 //
 // Fragments are gathered from shared memory element by element through accessors (A(r, k),
 // B(k, n) as floats), one code path for every product, transposed or scaled; ldmatrix tiles are
@@ -150,7 +151,8 @@ struct ChunkArgs {
   const float* dht;     // (B, HV, dk, dv) or null  gradient of the final state
   const float* vnew;    // (B, T, HV, dv)  the forward's u_f32 (= Vnew)
   float* dh0;           // (B, HV, dk, dv) or null
-  float *dq, *dk;       // (B, T, HV, dk)  per value head (summed over a group afterwards)
+  float *dq, *dk;       // (B, T, HV, dk)  per value head: phase A's parts, then (grouped) dQ, dK to sum
+  bf16 *dq_direct, *dk_direct;  // HV == H: (B, T, H, dk), phase C writes dQ, dK there in bf16, else null
   bf16 *dv, *db, *dw;   // (B, T, HV, dv), (B, T, HV), (B, T, HV)
   bf16* dg;             // (B, T, HV) or null (no gate)
 };
@@ -857,6 +859,16 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   //   Vector gate: the pair products with per-channel decays (add_decayed_pairs), and 4.10's
   //   identity per channel: dG = q dQ - k dK + 2 beta k dE (+ the last token's terms, see phase A),
   //   reverse-summed over the chunk's tokens into dg (the block's dG in sm.dW, read by then).
+  //   dQ, dK go out in bf16 where each key head has one value head (a.dq_direct), else per
+  //   value head in fp32 over phase A's parts (summed over the group afterwards).
+  auto store_grad = [&](WarpTile<C, KB>& t, int d0, float* per_head, bf16* direct) {
+    t.each([&](int r, int d, float x, int) {
+      if (r >= n) return;
+      const int64_t i = (tok0 + int64_t(r) * a.HV) * DK + d0 + d;
+      if (direct) direct[i] = __float2bfloat16_rn(x);
+      else per_head[i] = x;
+    });
+  };
   for (int d0 = 0; d0 < DK; d0 += KB) {
     load_f32_rows_async<C, KB>(sm.dW, kLdKB, dW_global + d0, DK);  // this CTA's phase A writes, before barriers
     wait_tiles();
@@ -893,8 +905,7 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
       dk.mma<C, true, false>([&](int s, int t) { return ps(t, s); }, q_blk);
       dk.mma<C, true, false>([&](int s, int t) { return beta_p2(t, s); }, k_blk);
     }
-    dq.each([&](int r, int d, float x, int) { if (r < n) a.dq[(tok0 + int64_t(r) * a.HV) * DK + d0 + d] = x; });
-    dk.each([&](int r, int d, float x, int) { if (r < n) a.dk[(tok0 + int64_t(r) * a.HV) * DK + d0 + d] = x; });
+    store_grad(dq, d0, a.dq, a.dq_direct), store_grad(dk, d0, a.dk, a.dk_direct);
     if constexpr (VG) {
       dq.each([&](int r, int d, float x, int slot) {
         sm.dW[r * kLdKB + d] += q_blk(r, d) * x - k_blk(r, d) * dk.at(slot);
@@ -1055,6 +1066,8 @@ void backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, void* grad
   a.d_o = static_cast<const bf16*>(d_o), a.d_res = static_cast<const bf16*>(d_residual);
   a.dht = d_final_state, a.vnew = u_f32, a.dh0 = grad_h0;
   a.dq = dq.get(), a.dk = dk.get();
+  const bool grouped = d.HV != d.H;  // else phase C writes dq, dk itself (no group sum)
+  if (!grouped) a.dq_direct = static_cast<bf16*>(grad_q), a.dk_direct = static_cast<bf16*>(grad_k);
   a.dv = static_cast<bf16*>(grad_v), a.db = static_cast<bf16*>(grad_b), a.dw = static_cast<bf16*>(grad_w);
   a.dg = d.gate != DeltaGate::None ? static_cast<bf16*>(grad_g) : nullptr;
   auto run = [&](auto dk_, auto dv_, auto vg) {
@@ -1067,6 +1080,7 @@ void backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, void* grad
     if (d.gate != DeltaGate::Vector) run(dk_, dv_, std::false_type{});
     else if constexpr (decltype(dk_)::value <= 128) run(dk_, dv_, std::true_type{});
   });
+  if (!grouped) return;
   recurrence::group_sum(static_cast<bf16*>(grad_q), dq.get(), d.B * d.T, d.H, d.HV / d.H, d.dk);
   recurrence::group_sum(static_cast<bf16*>(grad_k), dk.get(), d.B * d.T, d.H, d.HV / d.H, d.dk);
 }
