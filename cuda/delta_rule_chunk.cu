@@ -99,12 +99,29 @@
 //   128         110.8 / 118.8 / 134.8 KB       141.0 KB (one CTA/SM) 188.6 KB
 // Registers a thread (ptxas, nvcc 13.0, sm_90; every dv): prepare 59-128, scan 125 / 125 / 127
 // and reverse scan 122 / 128 / 128 at dk = 64 / 128 / 256 (launch bounds of two CTAs: at most
-// 128), local backward 203-255; vector gate: prepare 79-102, scan and reverse scan 124 / 128
-// at dk = 64 / 128, local backward 219 / 255; no spills.
+// 128), local backward 158-255; vector gate: prepare 79-102, scan and reverse scan 124 / 128
+// at dk = 64 / 128, local backward 195 / 254; no spills.
 //
-// Fragments are gathered from shared memory element by element through accessors (A(r, k),
-// B(k, n) as floats), one code path for every product, transposed or scaled; ldmatrix tiles are
-// the next step for speed.
+// The local backward (pass 4) splits only the states h[n], dh[n] (kept in fp32 for precision,
+// see above: phase A's partners) and the A chain (X = dA A^T, dL = -A^T X, dEhat = A^T dW;
+// A = (I + L)^{-1} may have large entries); every other fp32 operand of its products (Vnew,
+// dVnew, dW, dA's parts, Ps, P2, the decayed K) is rounded to bf16 as it is gathered, one mma
+// where a split took two or three. Its errors stay local to a chunk (dh[n] comes from the
+// reverse scan, fp32 throughout), so they do not grow with T; on the emulator the gradients'
+// worst relative RMS moved from 2.7e-3 (db) to 4.5e-3 (dg; db 3.6e-3, dq 3.1e-3, dk 2.9e-3)
+// under the 1e-2 bound. Rounding the states and the A chain too took db to 5.1e-3 for 17 units
+// of mma (below) instead of 27.
+//
+// Budget of pass 4 at dk = dv = 128 (a chunk; unit u = C x C x 128 multiply-adds = 0.52 M):
+// products 17 u (phase A 7: dQ, dW, dK 2 each, dW K^T 1; B 3; A chain, L 2; C 5), issued as
+// 27 u of mma with the splits (40 u before the rounding above): at B4 T4096 H16 (4096 chunks)
+// 116 GFLOP, ~0.2 ms of tensor-core time. Bytes ~530 KB a chunk (h[n], dh[n] 128 KB; dQ, dK
+// parts written and read back in fp32 128 KB; dW written and read 64 KB; Vnew, dVnew 64 KB;
+// q, k, v, dO, A, Aqk 96 KB; outputs ~50 KB): 2.2 GB, ~0.55 ms at 4 TB/s. The kernel is bound
+// by neither: fragments are gathered from shared memory element by element through accessors
+// (A(r, k), B(k, n) as floats; split or rounded per element), one code path for every product,
+// transposed or scaled; ldmatrix from bf16 tiles staged once (cuda/staged_mma.cuh, as the
+// decay-attention local backward does) is the next step for speed.
 #include "cuda/delta_rule_chunk.cuh"
 
 #include <cuda_bf16.h>
@@ -660,10 +677,10 @@ __device__ __forceinline__ void add_decayed_pairs(WarpTile<C, KB>& out, const fl
   const int ref = TRANSPOSED ? part.row0 + 15 : part.row0;
   auto g = [&](int t, int d) { return G[t * ldg + d0 + d]; };
   if constexpr (TRANSPOSED) {
-    part.template mma<C, true, true>([&](int s, int t) { return P(t, s); },
+    part.template mma<C, false, false>([&](int s, int t) { return P(t, s); },
                                      [&](int t, int d) { return t > ref ? X(t, d) * expf(g(t, d) - g(ref, d)) : 0.f; });
   } else {
-    part.template mma<C, true, true>([&](int t, int s) { return P(t, s); },
+    part.template mma<C, false, false>([&](int t, int s) { return P(t, s); },
                                      [&](int s, int d) { return s < ref ? X(s, d) * expf(g(ref, d) - g(s, d)) : 0.f; });
   }
   out.each([&](int r, int d, float& x, int slot) {
@@ -765,8 +782,8 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
       auto h_t = [&](int c, int d) { return sm.h[d * kLdSf + c]; };    // h^T[c][d]
       auto dh_t = [&](int c, int d) { return sm.dh[d * kLdSf + c]; };  // dh^T[c][d]
       dq.mma<VS, false, true>(dov_rows, h_t);
-      dw.mma<VS, true, true>(dvnew_rows, h_t);
-      dk.mma<VS, true, true>([&](int r, int c) { return sm.vnew[r * kLdSf + c]; }, dh_t);
+      dw.mma<VS, false, true>(dvnew_rows, h_t);
+      dk.mma<VS, false, true>([&](int r, int c) { return sm.vnew[r * kLdSf + c]; }, dh_t);
       __syncthreads();
     }
     if constexpr (VG) {
@@ -786,7 +803,7 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
       dW_global[r * DK + d0 + d] = -x;
     });
     __syncthreads();
-    wk.mma<KB, true, VG>([&](int r, int d) { return sm.dW[r * kLdKB + d]; }, [&](int d, int s) {  // vector gate: dW Ehat^T
+    wk.mma<KB, false, false>([&](int r, int d) { return sm.dW[r * kLdKB + d]; }, [&](int d, int s) {  // vector gate: dW Ehat^T
       return VG ? k_cols(d0 + d, s) * expf(g(s, d0 + d)) : k_cols(d0 + d, s);
     });
     __syncthreads();  // the dW block is read: the next block's h, dh take its place
@@ -801,10 +818,10 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     if (c0 != DV - VS) load_slices(c0);
     load_bf16_rows_async<C, VS>(sm.vv, a.v + tok0 * DV + c0, vrow, n);
     wait_tiles();
-    da.mma<VS, false, true>(dov_rows, [&](int c, int s) { return sm.vnew[s * kLdSf + c]; });
-    uy.mma<VS, true, false>(dvnew_rows, [&](int c, int s) { return bf(sm.vv[s * kLdS + c]); });
+    da.mma<VS, false, false>(dov_rows, [&](int c, int s) { return sm.vnew[s * kLdSf + c]; });
+    uy.mma<VS, false, false>(dvnew_rows, [&](int c, int s) { return bf(sm.vv[s * kLdS + c]); });
     WarpTile<C, VS> dy;
-    dy.mma<C, true, true>(a_t, dvnew_rows);
+    dy.mma<C, false, false>(a_t, dvnew_rows);
     dy.add_row_sums(sm.rowW, [&](int r, int c, float x) { return x * bf(sm.vv[r * kLdS + c]); });
     dy.each([&](int r, int c, float x, int) {
       if (r < n) a.dv[(tok0 + int64_t(r) * a.HV) * DV + c0 + c] = __float2bfloat16_rn(sm.wv[r] * x);
@@ -891,7 +908,7 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
       } else {
         de.add_row_sums(sm.rowG, [&](int r, int d, float x) { return sm.colw[r] * x * k_blk(r, d); });
         de.each([&](int r, int, float& x, int) { x *= sm.expG[r]; });
-        de.mma<C, true, false>(p2, k_blk);
+        de.mma<C, false, false>(p2, k_blk);
       }
       de.add_row_sums(sm.rowB, [&](int r, int d, float x) { return x * k_blk(r, d); });
       de.each([&](int r, int, float x, int slot) { dk.ref(slot) += sm.beta[r] * x; });
@@ -901,9 +918,9 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
       add_decayed_pairs<true>(dk, sm.Gv, kLdG, d0, ps, q_blk);
       add_decayed_pairs<true>(dk, sm.Gv, kLdG, d0, beta_p2, k_blk);
     } else {
-      dq.mma<C, true, false>(ps, k_blk);
-      dk.mma<C, true, false>([&](int s, int t) { return ps(t, s); }, q_blk);
-      dk.mma<C, true, false>([&](int s, int t) { return beta_p2(t, s); }, k_blk);
+      dq.mma<C, false, false>(ps, k_blk);
+      dk.mma<C, false, false>([&](int s, int t) { return ps(t, s); }, q_blk);
+      dk.mma<C, false, false>([&](int s, int t) { return beta_p2(t, s); }, k_blk);
     }
     store_grad(dq, d0, a.dq, a.dq_direct), store_grad(dk, d0, a.dk, a.dk_direct);
     if constexpr (VG) {
