@@ -56,7 +56,8 @@
 //     4g  dEhat = A^T dW, dE = exp(G) dEhat + P2 K -> dk += beta dE, dbeta = k . dE    (mma)
 //     4h  dQ += Ps K,  dK += Ps^T Q + (diag(beta) P2)^T K                              (mma)
 //     4i  dG per token (row sums, pair rowsum - colsum, last-token terms), reverse cumsum -> dg
-//   then dq, dk are summed over the value heads of a group (recurrence::group_sum).
+//   dq, dk go out in bf16 from 4h when every key head has one value head (HV == H); else per
+//   value head in fp32, then summed over the value heads of a group (recurrence::group_sum).
 //   h[n], dh[n] are kept in fp32: bf16 snapshots would put 2^-9 relative errors on dW, dQ and
 //   dK (products with h) and, through dS, on every earlier chunk's gradients; at 4 x 268 MB of
 //   traffic (B4 T4096 H16 D128) fp32 costs ~0.2 ms more than bf16, well worth the margin under
@@ -98,12 +99,29 @@
 //   128         110.8 / 118.8 / 134.8 KB       141.0 KB (one CTA/SM) 188.6 KB
 // Registers a thread (ptxas, nvcc 13.0, sm_90; every dv): prepare 59-128, scan 125 / 125 / 127
 // and reverse scan 122 / 128 / 128 at dk = 64 / 128 / 256 (launch bounds of two CTAs: at most
-// 128), local backward 191-255; vector gate: prepare 79-102, scan and reverse scan 124 / 128
-// at dk = 64 / 128, local backward 219-223 / 255; no spills.
+// 128), local backward 158-255; vector gate: prepare 79-102, scan and reverse scan 124 / 128
+// at dk = 64 / 128, local backward 195 / 254; no spills.
 //
-// Fragments are gathered from shared memory element by element through accessors (A(r, k),
-// B(k, n) as floats), one code path for every product, transposed or scaled; ldmatrix tiles are
-// the next step for speed.
+// The local backward (pass 4) splits only the states h[n], dh[n] (kept in fp32 for precision,
+// see above: phase A's partners) and the A chain (X = dA A^T, dL = -A^T X, dEhat = A^T dW;
+// A = (I + L)^{-1} may have large entries); every other fp32 operand of its products (Vnew,
+// dVnew, dW, dA's parts, Ps, P2, the decayed K) is rounded to bf16 as it is gathered, one mma
+// where a split took two or three. Its errors stay local to a chunk (dh[n] comes from the
+// reverse scan, fp32 throughout), so they do not grow with T; on the emulator the gradients'
+// worst relative RMS moved from 2.7e-3 (db) to 4.5e-3 (dg; db 3.6e-3, dq 3.1e-3, dk 2.9e-3)
+// under the 1e-2 bound. Rounding the states and the A chain too took db to 5.1e-3 for 17 units
+// of mma (below) instead of 27.
+//
+// Budget of pass 4 at dk = dv = 128 (a chunk; unit u = C x C x 128 multiply-adds = 0.52 M):
+// products 17 u (phase A 7: dQ, dW, dK 2 each, dW K^T 1; B 3; A chain, L 2; C 5), issued as
+// 27 u of mma with the splits (40 u before the rounding above): at B4 T4096 H16 (4096 chunks)
+// 116 GFLOP, ~0.2 ms of tensor-core time. Bytes ~530 KB a chunk (h[n], dh[n] 128 KB; dQ, dK
+// parts written and read back in fp32 128 KB; dW written and read 64 KB; Vnew, dVnew 64 KB;
+// q, k, v, dO, A, Aqk 96 KB; outputs ~50 KB): 2.2 GB, ~0.55 ms at 4 TB/s. The kernel is bound
+// by neither: fragments are gathered from shared memory element by element through accessors
+// (A(r, k), B(k, n) as floats; split or rounded per element), one code path for every product,
+// transposed or scaled; ldmatrix from bf16 tiles staged once (cuda/staged_mma.cuh, as the
+// decay-attention local backward does) is the next step for speed.
 #include "cuda/delta_rule_chunk.cuh"
 
 #include <cuda_bf16.h>
@@ -150,7 +168,8 @@ struct ChunkArgs {
   const float* dht;     // (B, HV, dk, dv) or null  gradient of the final state
   const float* vnew;    // (B, T, HV, dv)  the forward's u_f32 (= Vnew)
   float* dh0;           // (B, HV, dk, dv) or null
-  float *dq, *dk;       // (B, T, HV, dk)  per value head (summed over a group afterwards)
+  float *dq, *dk;       // (B, T, HV, dk)  per value head: phase A's parts, then (grouped) dQ, dK to sum
+  bf16 *dq_direct, *dk_direct;  // HV == H: (B, T, H, dk), phase C writes dQ, dK there in bf16, else null
   bf16 *dv, *db, *dw;   // (B, T, HV, dv), (B, T, HV), (B, T, HV)
   bf16* dg;             // (B, T, HV) or null (no gate)
 };
@@ -658,10 +677,10 @@ __device__ __forceinline__ void add_decayed_pairs(WarpTile<C, KB>& out, const fl
   const int ref = TRANSPOSED ? part.row0 + 15 : part.row0;
   auto g = [&](int t, int d) { return G[t * ldg + d0 + d]; };
   if constexpr (TRANSPOSED) {
-    part.template mma<C, true, true>([&](int s, int t) { return P(t, s); },
+    part.template mma<C, false, false>([&](int s, int t) { return P(t, s); },
                                      [&](int t, int d) { return t > ref ? X(t, d) * expf(g(t, d) - g(ref, d)) : 0.f; });
   } else {
-    part.template mma<C, true, true>([&](int t, int s) { return P(t, s); },
+    part.template mma<C, false, false>([&](int t, int s) { return P(t, s); },
                                      [&](int s, int d) { return s < ref ? X(s, d) * expf(g(ref, d) - g(s, d)) : 0.f; });
   }
   out.each([&](int r, int d, float& x, int slot) {
@@ -763,8 +782,8 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
       auto h_t = [&](int c, int d) { return sm.h[d * kLdSf + c]; };    // h^T[c][d]
       auto dh_t = [&](int c, int d) { return sm.dh[d * kLdSf + c]; };  // dh^T[c][d]
       dq.mma<VS, false, true>(dov_rows, h_t);
-      dw.mma<VS, true, true>(dvnew_rows, h_t);
-      dk.mma<VS, true, true>([&](int r, int c) { return sm.vnew[r * kLdSf + c]; }, dh_t);
+      dw.mma<VS, false, true>(dvnew_rows, h_t);
+      dk.mma<VS, false, true>([&](int r, int c) { return sm.vnew[r * kLdSf + c]; }, dh_t);
       __syncthreads();
     }
     if constexpr (VG) {
@@ -784,7 +803,7 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
       dW_global[r * DK + d0 + d] = -x;
     });
     __syncthreads();
-    wk.mma<KB, true, VG>([&](int r, int d) { return sm.dW[r * kLdKB + d]; }, [&](int d, int s) {  // vector gate: dW Ehat^T
+    wk.mma<KB, false, false>([&](int r, int d) { return sm.dW[r * kLdKB + d]; }, [&](int d, int s) {  // vector gate: dW Ehat^T
       return VG ? k_cols(d0 + d, s) * expf(g(s, d0 + d)) : k_cols(d0 + d, s);
     });
     __syncthreads();  // the dW block is read: the next block's h, dh take its place
@@ -799,10 +818,10 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     if (c0 != DV - VS) load_slices(c0);
     load_bf16_rows_async<C, VS>(sm.vv, a.v + tok0 * DV + c0, vrow, n);
     wait_tiles();
-    da.mma<VS, false, true>(dov_rows, [&](int c, int s) { return sm.vnew[s * kLdSf + c]; });
-    uy.mma<VS, true, false>(dvnew_rows, [&](int c, int s) { return bf(sm.vv[s * kLdS + c]); });
+    da.mma<VS, false, false>(dov_rows, [&](int c, int s) { return sm.vnew[s * kLdSf + c]; });
+    uy.mma<VS, false, false>(dvnew_rows, [&](int c, int s) { return bf(sm.vv[s * kLdS + c]); });
     WarpTile<C, VS> dy;
-    dy.mma<C, true, true>(a_t, dvnew_rows);
+    dy.mma<C, false, false>(a_t, dvnew_rows);
     dy.add_row_sums(sm.rowW, [&](int r, int c, float x) { return x * bf(sm.vv[r * kLdS + c]); });
     dy.each([&](int r, int c, float x, int) {
       if (r < n) a.dv[(tok0 + int64_t(r) * a.HV) * DV + c0 + c] = __float2bfloat16_rn(sm.wv[r] * x);
@@ -857,6 +876,16 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   //   Vector gate: the pair products with per-channel decays (add_decayed_pairs), and 4.10's
   //   identity per channel: dG = q dQ - k dK + 2 beta k dE (+ the last token's terms, see phase A),
   //   reverse-summed over the chunk's tokens into dg (the block's dG in sm.dW, read by then).
+  //   dQ, dK go out in bf16 where each key head has one value head (a.dq_direct), else per
+  //   value head in fp32 over phase A's parts (summed over the group afterwards).
+  auto store_grad = [&](WarpTile<C, KB>& t, int d0, float* per_head, bf16* direct) {
+    t.each([&](int r, int d, float x, int) {
+      if (r >= n) return;
+      const int64_t i = (tok0 + int64_t(r) * a.HV) * DK + d0 + d;
+      if (direct) direct[i] = __float2bfloat16_rn(x);
+      else per_head[i] = x;
+    });
+  };
   for (int d0 = 0; d0 < DK; d0 += KB) {
     load_f32_rows_async<C, KB>(sm.dW, kLdKB, dW_global + d0, DK);  // this CTA's phase A writes, before barriers
     wait_tiles();
@@ -879,7 +908,7 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
       } else {
         de.add_row_sums(sm.rowG, [&](int r, int d, float x) { return sm.colw[r] * x * k_blk(r, d); });
         de.each([&](int r, int, float& x, int) { x *= sm.expG[r]; });
-        de.mma<C, true, false>(p2, k_blk);
+        de.mma<C, false, false>(p2, k_blk);
       }
       de.add_row_sums(sm.rowB, [&](int r, int d, float x) { return x * k_blk(r, d); });
       de.each([&](int r, int, float x, int slot) { dk.ref(slot) += sm.beta[r] * x; });
@@ -889,12 +918,11 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
       add_decayed_pairs<true>(dk, sm.Gv, kLdG, d0, ps, q_blk);
       add_decayed_pairs<true>(dk, sm.Gv, kLdG, d0, beta_p2, k_blk);
     } else {
-      dq.mma<C, true, false>(ps, k_blk);
-      dk.mma<C, true, false>([&](int s, int t) { return ps(t, s); }, q_blk);
-      dk.mma<C, true, false>([&](int s, int t) { return beta_p2(t, s); }, k_blk);
+      dq.mma<C, false, false>(ps, k_blk);
+      dk.mma<C, false, false>([&](int s, int t) { return ps(t, s); }, q_blk);
+      dk.mma<C, false, false>([&](int s, int t) { return beta_p2(t, s); }, k_blk);
     }
-    dq.each([&](int r, int d, float x, int) { if (r < n) a.dq[(tok0 + int64_t(r) * a.HV) * DK + d0 + d] = x; });
-    dk.each([&](int r, int d, float x, int) { if (r < n) a.dk[(tok0 + int64_t(r) * a.HV) * DK + d0 + d] = x; });
+    store_grad(dq, d0, a.dq, a.dq_direct), store_grad(dk, d0, a.dk, a.dk_direct);
     if constexpr (VG) {
       dq.each([&](int r, int d, float x, int slot) {
         sm.dW[r * kLdKB + d] += q_blk(r, d) * x - k_blk(r, d) * dk.at(slot);
@@ -1055,6 +1083,8 @@ void backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, void* grad
   a.d_o = static_cast<const bf16*>(d_o), a.d_res = static_cast<const bf16*>(d_residual);
   a.dht = d_final_state, a.vnew = u_f32, a.dh0 = grad_h0;
   a.dq = dq.get(), a.dk = dk.get();
+  const bool grouped = d.HV != d.H;  // else phase C writes dq, dk itself (no group sum)
+  if (!grouped) a.dq_direct = static_cast<bf16*>(grad_q), a.dk_direct = static_cast<bf16*>(grad_k);
   a.dv = static_cast<bf16*>(grad_v), a.db = static_cast<bf16*>(grad_b), a.dw = static_cast<bf16*>(grad_w);
   a.dg = d.gate != DeltaGate::None ? static_cast<bf16*>(grad_g) : nullptr;
   auto run = [&](auto dk_, auto dv_, auto vg) {
@@ -1067,6 +1097,7 @@ void backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, void* grad
     if (d.gate != DeltaGate::Vector) run(dk_, dv_, std::false_type{});
     else if constexpr (decltype(dk_)::value <= 128) run(dk_, dv_, std::true_type{});
   });
+  if (!grouped) return;
   recurrence::group_sum(static_cast<bf16*>(grad_q), dq.get(), d.B * d.T, d.H, d.HV / d.H, d.dk);
   recurrence::group_sum(static_cast<bf16*>(grad_k), dk.get(), d.B * d.T, d.H, d.HV / d.H, d.dk);
 }
