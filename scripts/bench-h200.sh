@@ -6,7 +6,7 @@
 #            kernels and torch SDPA at each row's shape (fla's source in .fla, or FLA_DIR)
 #   kernels  hla bench --anchors (those times) --json results-h200.json
 #   train    scripts/bench_train_torch.py (PyTorch eager, the 374M Transformer), then
-#            hla bench train --gpus 1 --anchors (that) --json train-h200.json
+#            hla bench train --gpus 1 --anchors (that) --json train-h200.json (every preset, ~5 min)
 # Every file goes to build-gpu/bench-h200 (kept between calls, so the stages can run in separate
 # calls of at most 10 minutes: `build anchors`, then `kernels train`) and is copied to $OUT when
 # set: bench-cases.json, bench-anchors.json, results-h200.json, train-torch.json,
@@ -53,7 +53,7 @@ for stage in "${stages[@]}"; do
         failed "train (torch eager)" "$log"
       anchors=()
       [ -f "$OUTDIR/train-torch.json" ] && anchors=(--anchors "$OUTDIR/train-torch.json")
-      timeout 300 "$BUILD/hla" bench train --gpus 1 --out "$OUTDIR/train" ${anchors[@]+"${anchors[@]}"} \
+      timeout 500 "$BUILD/hla" bench train --gpus 1 --out "$OUTDIR/train" ${anchors[@]+"${anchors[@]}"} \
         --json "$OUTDIR/train-h200.json" --commit "$COMMIT" >>"$log" 2>&1 || failed "train (hla)" "$log"
       tail -n 12 "$log" ;;
     *) echo "bench-h200.sh: unknown stage '$stage' (build, anchors, kernels, train)"; exit 2 ;;

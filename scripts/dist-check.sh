@@ -8,7 +8,8 @@
 #      and the Gated DeltaNet 3:1 hybrid: fp32 within 1e-5 relative, bf16 within 0.03 absolute;
 #      and --train.zero 1 (ZeRO-1) against plain --gpus 2 in fp32 (within 1e-5 relative);
 #   2. resume on 2 GPUs: 5 steps, checkpoint, resumed to 10 equals 10 straight bit for bit;
-#   3. the scaling bench: `hla bench train --gpus 1,2` (weak scaling, 8 x 2048 tokens per GPU,
+#   3. the scaling bench: `hla bench train --models transformer-374m,gdn-3:1-4x256 --gpus 1,2`
+#      (weak scaling, 8 x 2048 tokens per GPU,
 #      bf16): passes at speedup >= 1.9x for both models.
 # Writes $OUT/dist-check.md (the tables) and every log to $OUT (else build-dist/logs). Exits non-zero
 # when the build or a check fails. NCCL: from the nvidia-nccl Python wheel when it is installed,
@@ -121,9 +122,9 @@ else
   status=1
 fi
 
-echo "dist-check: hla bench train --gpus 1,2 (log: $LOGS/bench-train.log)"
+echo "dist-check: hla bench train --models transformer-374m,gdn-3:1-4x256 --gpus 1,2 (log: $LOGS/bench-train.log)"
 { echo; echo "## Scaling"; echo; } >>"$REPORT"
-if "$HLA" bench train --gpus 1,2 --out "$LOGS/bench-train" >"$LOGS/bench-train.log" 2>&1; then
+if "$HLA" bench train --models transformer-374m,gdn-3:1-4x256 --gpus 1,2 --out "$LOGS/bench-train" >"$LOGS/bench-train.log" 2>&1; then
   cat "$LOGS/bench-train/train_bench.md" >>"$REPORT"
   python3 - "$LOGS/bench-train/train_bench.json" >>"$REPORT" <<'PY' || status=1
 import json, sys

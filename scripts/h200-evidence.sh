@@ -23,7 +23,9 @@
 #   fla        fla's exports of every model type and the KDA models again with --kda-reference
 #              (chunk_kda replaced by fla's own naive recurrence and torch's softplus), each
 #              compared with `hla forward` (issue W2.4)
-#   wait       waits for the sweeps up to WAIT_SECONDS (default 540), a progress line a minute
+#   wait       waits for the sweeps up to WAIT_SECONDS (default 540), a progress line a minute; keep
+#              it under the call's limit: a call that times out hands the machine back within 30 s,
+#              and with it the sweeps still running (session 26 lost a whole paper2 run that way)
 #   pack       logs and the sweeps' tables, reports and plots into $OUT (evidence.tgz)
 # Stages run in the order given, e.g.
 #   scripts/h200-evidence.sh build ruler sweeps gpu-check dist fla wait pack
@@ -160,7 +162,7 @@ stage_wait() {
   while [ $(( $(date +%s) - t0 )) -lt "$limit" ]; do
     done=$(ls "$EVIDENCE"/sweeps/*.done 2>/dev/null | wc -l)
     [ "$done" -ge ${#RECIPES[@]} ] && break
-    sleep 60
+    sleep $(( limit - ($(date +%s) - t0) < 60 ? limit - ($(date +%s) - t0) : 60 ))  # never past the limit
     stamp "sweeps:"; sweep_progress
   done
 }

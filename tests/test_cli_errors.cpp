@@ -1,6 +1,6 @@
 // The hla binary's top-level error handler (cli/main.cpp), run as a user runs it: a bad input
 // file ends in one "error: <file>: ..." line and a non-zero exit, never in a message that starts
-// with an hla source location or in a crash.
+// with an hla source location or in a crash. Also the files the bench commands write, read back.
 #include <doctest/doctest.h>
 
 #include <sys/wait.h>
@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -140,4 +142,41 @@ TEST_CASE("hla bench: a bad --anchors or --table file is one error line naming t
   CHECK(run.output.find("delta_rule gdn2 B8 T2048 H4 D256") != std::string::npos);
   CHECK(run.output.find("fla chunk_gdn2 (targets.md)") != std::string::npos);
   CHECK(run.output.find("fla chunk_gdn2 (no figure)") != std::string::npos);
+}
+
+TEST_CASE("hla bench train: the presets, an unknown name, and a CPU run's table and JSON") {
+  Run run = run_hla("bench train --list");
+  CAPTURE(run.output);
+  CHECK(run.exit_code == 0);
+  for (const char* preset : {"transformer-374m", "gdn-3:1-4x256", "gdn-3:1-8x128", "gdn-pure", "kda-3:1", "mqar-small"})
+    CHECK(run.output.find(std::string("| ") + preset + " |") != std::string::npos);
+
+  run = run_hla("bench train --models nope");
+  CAPTURE(run.output);
+  CHECK(run.exit_code == 1);
+  CHECK(error_line(run.output).rfind("error: --models: 'nope' is neither a preset (transformer-374m, ", 0) == 0);
+
+  // The MQAR preset at 4 sequences instead of its 32: its shape changed, so it has no target.
+  ScratchDir dir;
+  const std::string json = (dir.path / "train.json").string();
+  run = run_hla("bench train --device cpu --dtype f32 --models mqar-small --steps 12 --batch 4 --out " +
+                (dir.path / "runs").string() + " --json " + json + " --commit c1");
+  CAPTURE(run.output);
+  REQUIRE(run.exit_code == 0);
+  std::ifstream in(json);
+  const nlohmann::json table = nlohmann::json::parse(in);
+  CHECK(table["commit"] == "c1");
+  REQUIRE(table["rows"].size() == 1);
+  const nlohmann::json& row = table["rows"][0];
+  CHECK(row["name"] == "mqar-small");
+  CHECK(row["gpus"] == 1);
+  CHECK(row["sequences_per_update"] == 4);
+  CHECK(row["seq_len"] == 64);
+  const double tokens_per_s = row["tokens_per_s"].get<double>();
+  CHECK(tokens_per_s > 0);
+  CHECK(row["ms_per_update"].get<double>() == doctest::Approx(1000.0 * 4 * 64 / tokens_per_s).epsilon(1e-12));
+  CHECK(row["speedup"].get<double>() == 1.0);
+  CHECK(row["target_tokens_per_s"].is_null());
+  CHECK(row["commit"] == "c1");
+  CHECK(run.output.find("| mqar-small | 1 | 4 x 64 |") != std::string::npos);
 }

@@ -45,9 +45,9 @@ data::MqarConfig mqar_config(const DataSettings& s) {
   c.random_non_queries = s.mqar_random_non_queries;
   c.train_seed = s.seed;
   c.val_seed = s.val_seed;
-  HLA_CHECK(c.seq_len % 2 == 0 && 4 * c.num_kv_pairs <= c.seq_len, "[data] MQAR needs an even seq_len >= 4 * mqar_kv_pairs; got seq_len ",
+  HLA_CHECK_INPUT(c.seq_len % 2 == 0 && 4 * c.num_kv_pairs <= c.seq_len, "[data] MQAR needs an even seq_len >= 4 * mqar_kv_pairs; got seq_len ",
             c.seq_len, ", mqar_kv_pairs ", c.num_kv_pairs);
-  HLA_CHECK(c.num_kv_pairs >= 1 && c.vocab_size >= 2 * c.num_kv_pairs + 2,
+  HLA_CHECK_INPUT(c.num_kv_pairs >= 1 && c.vocab_size >= 2 * c.num_kv_pairs + 2,
             "[data] mqar_vocab ", c.vocab_size, " is too small for ", c.num_kv_pairs, " key-value pairs");
   return c;
 }
