@@ -6,7 +6,9 @@
 #            kernels and torch SDPA at each row's shape (fla's source in .fla, or FLA_DIR)
 #   kernels  hla bench --anchors (those times) --json results-h200.json
 #   train    scripts/bench_train_torch.py (PyTorch eager, the 374M Transformer), then
-#            hla bench train --gpus 1 --anchors (that) --json train-h200.json (every preset, ~5 min)
+#            hla bench train --gpus 1 --anchors (that) --json train-h200.json (every preset, ~5 min;
+#            TRAIN_ARGS: more arguments, e.g. "--models transformer-374m,mqar-small"; TORCH_TRAIN=0
+#            skips the PyTorch run, ~1 min, and the Transformer row takes targets.md's figure)
 # Every file goes to build-gpu/bench-h200 (kept between calls, so the stages can run in separate
 # calls of at most 10 minutes: `build anchors`, then `kernels train`) and is copied to $OUT when
 # set: bench-cases.json, bench-anchors.json, results-h200.json, train-torch.json,
@@ -49,11 +51,12 @@ for stage in "${stages[@]}"; do
         >"$log" 2>&1 || failed kernels "$log"
       cat "$log" ;;
     train)
-      timeout 200 python3 scripts/bench_train_torch.py --out "$OUTDIR/train-torch.json" >"$log" 2>&1 ||
-        failed "train (torch eager)" "$log"
+      : >"$log"
+      [ "${TORCH_TRAIN:-1}" = 0 ] || timeout 200 python3 scripts/bench_train_torch.py --out "$OUTDIR/train-torch.json" \
+        >"$log" 2>&1 || failed "train (torch eager)" "$log"
       anchors=()
       [ -f "$OUTDIR/train-torch.json" ] && anchors=(--anchors "$OUTDIR/train-torch.json")
-      timeout 500 "$BUILD/hla" bench train --gpus 1 --out "$OUTDIR/train" ${anchors[@]+"${anchors[@]}"} \
+      timeout 500 "$BUILD/hla" bench train --gpus 1 ${TRAIN_ARGS:-} --out "$OUTDIR/train" ${anchors[@]+"${anchors[@]}"} \
         --json "$OUTDIR/train-h200.json" --commit "$COMMIT" >>"$log" 2>&1 || failed "train (hla)" "$log"
       tail -n 12 "$log" ;;
     *) echo "bench-h200.sh: unknown stage '$stage' (build, anchors, kernels, train)"; exit 2 ;;

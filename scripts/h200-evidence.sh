@@ -12,7 +12,7 @@
 #   gpu-check  `hla gpu-check`, every case
 #   bench      `hla bench --json` (every kernel row beside targets.md's anchors: the file
 #              bench/results-h200.json holds; HLA_COMMIT names the commit, the box's copy has no
-#              .git), then ncu's per-kernel times of one fwd+bwd call of the GDN, GLA and
+#              .git), then ncu's per-kernel times of one fwd+bwd call of the GDN, KDA, GLA and
 #              attention rows at B4 T4096 H16 D128 (bench/README.md's table); alone on the GPU
 #   profile    ncu's per-kernel times of the MQAR demo's training step, and its steps/s with and
 #              without the CUDA graph (issue W2.3's small-model step); alone on the GPU
@@ -95,7 +95,7 @@ stage_bench() {
     >"$EVIDENCE/bench.txt" 2>&1 || status=1
   grep -E "B4 T4096 H16 D128|B8 T2048 H4 D256" "$EVIDENCE/bench.txt" | cut -c1-160
   ncu --clock-control none --metrics gpu__time_duration.sum --csv $BUILD/hla bench "delta_rule gdn B4 T4096" \
-    "decay_attention vector B4 T4096" "attention B4 T4096 H16 D128" --warmup 1 --repeats 1 \
+    "delta_rule kda B4 T4096" "decay_attention vector B4 T4096" "attention B4 T4096 H16 D128" --warmup 1 --repeats 1 \
     >"$EVIDENCE/ncu-kernels.csv" 2>"$EVIDENCE/ncu-kernels.err" || status=1
   return $status
 }
