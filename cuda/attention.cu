@@ -62,11 +62,17 @@ void launch(Kernel kernel, dim3 grid, int threads, size_t bytes, Params... param
 // mma path. Every warp owns 16 rows; per-thread rows inside a warp's 16: lane / 4 and +8
 // (queries, or keys for dK/dV); a warp skips the tiles none of its rows sees.
 
-constexpr int kMmaWarps = 8;
-constexpr int kMmaThreads = 32 * kMmaWarps;
-constexpr int kMmaRows = 16 * kMmaWarps;  // queries per block of the forward
-constexpr int kMmaCols = 64;              // keys per step of the forward and dQ kernels
-constexpr int kMmaQueries = 32;           // queries per step of the dK/dV kernel
+constexpr int kMmaCols = 64;     // keys per step of the forward and dQ kernels
+constexpr int kMmaQueries = 32;  // queries per step of the dK/dV kernel
+
+// The forward's block: 4 warps of 32 rows (two m16 row tiles each, so every K and V fragment read
+// from shared memory feeds two mma), 128 queries, two blocks an SM at D = 128 (<= 255 registers,
+// 2 x 96 KB), three at D = 64 (<= 168, 3 x 48 KB).
+constexpr int kFwdWarps = 4;
+constexpr int kFwdRowTiles = 2;  // m16 row tiles a warp
+constexpr int kFwdThreads = 32 * kFwdWarps;
+constexpr int kFwdRows = 16 * kFwdRowTiles * kFwdWarps;  // queries per block of the forward
+constexpr int fwd_blocks_per_sm(int D) { return D == 64 ? 3 : 2; }
 
 // The backward kernels' warps per block and the blocks an SM their registers are capped for.
 // D = 128: 4 warps (64-row blocks), two blocks an SM. 128-row blocks of 8 warps, one an SM, were
@@ -94,20 +100,27 @@ __device__ __forceinline__ bool all_visible(int t_first, int t_last, int s_first
   return s_last <= t_first && (window == 0 || t_last - s_first < window);
 }
 
-// S (16 x 8*NT per warp) += A (16 x W, rows warp*16.. of sA) . B^T where B is the (8*NT x W) tile sB.
-template <int W, int NT>
-__device__ __forceinline__ void mma_abt(float (&s)[NT][4], const bf16* sA, const bf16* sB) {
+// S (16 MT x 8 NT per warp) += A (16 MT x W, rows warp * 16 MT.. of sA) . B^T where B is the
+// (8 NT x W) tile sB. Row tile mt's n-tile nt is s[mt * NT + nt]; every B fragment read from
+// shared memory feeds MT mma.
+template <int W, int NT, int MT = 1>
+__device__ __forceinline__ void mma_abt(float (&s)[MT * NT][4], const bf16* sA, const bf16* sB) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 #pragma unroll
   for (int kk = 0; kk < W / 16; kk++) {
-    uint32_t a[4];
-    ldmatrix_x4(a, sA + swizzle<W>(warp * 16 + lane % 16, kk * 16 + (lane / 16) * 8));
+    uint32_t a[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+      ldmatrix_x4(a[mt], sA + swizzle<W>((warp * MT + mt) * 16 + lane % 16, kk * 16 + (lane / 16) * 8));
 #pragma unroll
     for (int np = 0; np < NT / 2; np++) {
       uint32_t b[4];
       ldmatrix_x4(b, sB + swizzle<W>(np * 16 + lane % 8 + (lane / 16) * 8, kk * 16 + ((lane / 8) % 2) * 8));
-      mma_bf16_16816(s[2 * np], a, b[0], b[1]);
-      mma_bf16_16816(s[2 * np + 1], a, b[2], b[3]);
+#pragma unroll
+      for (int mt = 0; mt < MT; mt++) {
+        mma_bf16_16816(s[mt * NT + 2 * np], a[mt], b[0], b[1]);
+        mma_bf16_16816(s[mt * NT + 2 * np + 1], a[mt], b[2], b[3]);
+      }
     }
   }
 }
@@ -127,28 +140,41 @@ __device__ __forceinline__ void mma_abt_reg(float (&s)[NT][4], const uint32_t (&
     }
 }
 
-// acc (16 x W) += P (16 x 8*NT, accumulator layout, rounded to bf16) . B where B is the
-// (8*NT x W) tile sB.
-template <int W, int NT>
-__device__ __forceinline__ void mma_pb(float (&acc)[W / 8][4], const float (&p)[NT][4], const bf16* sB) {
+// acc (16 MT x W) += P (16 MT x 8 NT, accumulator layout, rounded to bf16) . B where B is the
+// (8 NT x W) tile sB. Row tile mt's parts: acc[mt * W / 8 + dt], p[mt * NT + nt]; every B
+// fragment read from shared memory feeds MT mma.
+template <int W, int NT, int MT = 1>
+__device__ __forceinline__ void mma_pb(float (&acc)[MT * W / 8][4], const float (&p)[MT * NT][4], const bf16* sB) {
   const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int j = 0; j < NT / 2; j++) {
-    const uint32_t a[4] = {pack_bf16(p[2 * j][0], p[2 * j][1]), pack_bf16(p[2 * j][2], p[2 * j][3]),
-                           pack_bf16(p[2 * j + 1][0], p[2 * j + 1][1]), pack_bf16(p[2 * j + 1][2], p[2 * j + 1][3])};
+    uint32_t a[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+      const float(&p0)[4] = p[mt * NT + 2 * j];
+      const float(&p1)[4] = p[mt * NT + 2 * j + 1];
+      a[mt][0] = pack_bf16(p0[0], p0[1]);
+      a[mt][1] = pack_bf16(p0[2], p0[3]);
+      a[mt][2] = pack_bf16(p1[0], p1[1]);
+      a[mt][3] = pack_bf16(p1[2], p1[3]);
+    }
 #pragma unroll
     for (int dp = 0; dp < W / 16; dp++) {
       uint32_t b[4];
       ldmatrix_x4_trans(b, sB + swizzle<W>(j * 16 + lane % 8 + ((lane / 8) % 2) * 8, dp * 16 + (lane / 16) * 8));
-      mma_bf16_16816(acc[2 * dp], a, b[0], b[1]);
-      mma_bf16_16816(acc[2 * dp + 1], a, b[2], b[3]);
+#pragma unroll
+      for (int mt = 0; mt < MT; mt++) {
+        mma_bf16_16816(acc[mt * W / 8 + 2 * dp], a[mt], b[0], b[1]);
+        mma_bf16_16816(acc[mt * W / 8 + 2 * dp + 1], a[mt], b[2], b[3]);
+      }
     }
   }
 }
 
-// Writes 16 rows x W of acc * mul as bf16; row r of this thread goes to out + row_offset(r).
+// Writes 16 rows x W of acc (W / 8 n-tiles of an accumulator) times mul as bf16: this thread's
+// first row to out + offset0, its second (8 below) to out + offset1.
 template <int W>
-__device__ __forceinline__ void store_rows(bf16* out, const float (&acc)[W / 8][4], int64_t offset0, int64_t offset1,
+__device__ __forceinline__ void store_rows(bf16* out, const float (*acc)[4], int64_t offset0, int64_t offset1,
                                            bool valid0, bool valid1, float mul0, float mul1) {
   const int lane = threadIdx.x % 32;
 #pragma unroll
@@ -160,70 +186,76 @@ __device__ __forceinline__ void store_rows(bf16* out, const float (&acc)[W / 8][
 }
 
 // o: (B, T, H, D), lse: (B, H, T). Grid (H, B, blocks of 128 queries), the longest (last)
-// blocks first. A warp skips the key tiles none of its 16 rows sees (above the diagonal, before
-// the window, past T): the block loads keys for its last row, its first warps need fewer.
-// Occupancy (ptxas, sm_90, no spills): D = 64 fits 128 registers, two blocks (16 warps) an SM;
-// D = 128 needs ~205 (Q fragments 32, O 64, S 32), one block an SM: capped at 128 it spills.
+// blocks first. Warp w owns rows 32 w .. 32 w + 31 of the block as two m16 row tiles; a warp
+// skips the key tiles none of its rows sees (above the diagonal, before the window, past T) and
+// masks only the tiles some of its rows see in part. Per 64-key tile a warp issues 256 mma
+// (QK^T 128, PV 128) over 80 ldmatrix.x4 (Q 16, K 32, V^T 32; 0.31 a mma, where 16-row warps
+// with Q in registers need 0.5), 64 exp2 and 128 rescaling multiplies a thread. Q stays in
+// shared memory (in registers it would not fit beside O and S). Registers (ptxas, sm_90, no
+// spills): O 128 + S 64 at D = 128, under the 255 of two blocks an SM.
 template <int D>
-__global__ void __launch_bounds__(kMmaThreads, D == 64 ? 2 : 1)
+__global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
     attention_forward_mma(bf16* o, float* lse, const bf16* q, const bf16* k, const bf16* v, int T, int H, int Hkv,
                           float scale_log2, int window) {
+  constexpr int NT = kMmaCols / 8, MT = kFwdRowTiles, kRowsPerThread = 2 * MT;
   extern __shared__ float4 smem_raw[];
   bf16* sQ = reinterpret_cast<bf16*>(smem_raw);  // sQ: (128, D)
-  bf16* sK = sQ + kMmaRows * D;                  // sK: 2 x (64, D)
+  bf16* sK = sQ + kFwdRows * D;                  // sK: 2 x (64, D)
   bf16* sV = sK + 2 * kMmaCols * D;              // sV: 2 x (64, D)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int q0 = (gridDim.z - 1 - blockIdx.z) * kMmaRows, h = blockIdx.x, b = blockIdx.y, hk = h / (H / Hkv);
+  const int q0 = (gridDim.z - 1 - blockIdx.z) * kFwdRows, h = blockIdx.x, b = blockIdx.y, hk = h / (H / Hkv);
   const int64_t q_stride = int64_t(H) * D, kv_stride = int64_t(Hkv) * D;
   const bf16* qh = q + int64_t(b) * T * q_stride + int64_t(h) * D;  // row t at qh + t * q_stride
   const bf16* kh = k + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const bf16* vh = v + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const int kb_first = window > 0 ? max(0, q0 - window + 1) / kMmaCols : 0;
-  const int kb_last = min(T - 1, q0 + kMmaRows - 1) / kMmaCols;
-  const int w_first = q0 + warp * 16, w_last = w_first + 15;  // this warp's rows
-  const int t_row[2] = {w_first + lane / 4, w_first + lane / 4 + 8};
+  const int kb_last = min(T - 1, q0 + kFwdRows - 1) / kMmaCols;
+  const int w_first = q0 + warp * 16 * MT, w_last = w_first + 16 * MT - 1;  // this warp's rows
+  int t_row[kRowsPerThread];  // this thread's rows: r = 2 mt + half is row tile mt's lane / 4 + 8 half
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; r++) t_row[r] = w_first + (r / 2) * 16 + (r % 2) * 8 + lane / 4;
 
-  load_tile_async<kMmaRows, D, kMmaThreads>(sQ, qh, q_stride, q0, T);
-  load_tile_async<kMmaCols, D, kMmaThreads>(sK, kh, kv_stride, kb_first * kMmaCols, T);
-  load_tile_async<kMmaCols, D, kMmaThreads>(sV, vh, kv_stride, kb_first * kMmaCols, T);
+  load_tile_async<kFwdRows, D, kFwdThreads>(sQ, qh, q_stride, q0, T);
+  load_tile_async<kMmaCols, D, kFwdThreads>(sK, kh, kv_stride, kb_first * kMmaCols, T);
+  load_tile_async<kMmaCols, D, kFwdThreads>(sV, vh, kv_stride, kb_first * kMmaCols, T);
   cp_async_commit();
 
-  uint32_t qf[D / 16][4];   // this warp's 16 query rows as A fragments
-  float acc[D / 8][4] = {};  // acc: (16, D) unnormalised O
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};  // running max (log2 units) and sum
+  float acc[MT * D / 8][4] = {};  // acc: (32, D) unnormalised O, row tile mt at acc[mt * D / 8..]
+  float m[kRowsPerThread], l[kRowsPerThread];  // running max (log2 units) and sum of each row
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; r++) m[r] = -INFINITY, l[r] = 0;
   for (int kb = kb_first; kb <= kb_last; kb++) {
     const int buf = (kb - kb_first) & 1, k0 = kb * kMmaCols;
     cp_async_wait_all();
-    __syncthreads();  // tile kb landed; every warp is done with tile kb - 1
-    if (kb == kb_first)
-#pragma unroll
-      for (int kk = 0; kk < D / 16; kk++)
-        ldmatrix_x4(qf[kk], sQ + swizzle<D>(warp * 16 + lane % 16, kk * 16 + (lane / 16) * 8));
+    __syncthreads();  // tile kb (and Q) landed; every warp is done with tile kb - 1
     if (kb < kb_last) {
-      load_tile_async<kMmaCols, D, kMmaThreads>(sK + (buf ^ 1) * kMmaCols * D, kh, kv_stride, k0 + kMmaCols, T);
-      load_tile_async<kMmaCols, D, kMmaThreads>(sV + (buf ^ 1) * kMmaCols * D, vh, kv_stride, k0 + kMmaCols, T);
+      load_tile_async<kMmaCols, D, kFwdThreads>(sK + (buf ^ 1) * kMmaCols * D, kh, kv_stride, k0 + kMmaCols, T);
+      load_tile_async<kMmaCols, D, kFwdThreads>(sV + (buf ^ 1) * kMmaCols * D, vh, kv_stride, k0 + kMmaCols, T);
     }
     cp_async_commit();
     // A tile with no key visible to any row of the warp changes nothing (P = 0, alpha = 1).
     if (w_first >= T || !any_visible(w_first, w_last, k0, k0 + kMmaCols - 1, window)) continue;
 
-    // pass 1: S = Q K^T (unscaled), invisible keys -> -inf
-    float s[kMmaCols / 8][4] = {};
-    mma_abt_reg<D, kMmaCols / 8>(s, qf, sK + buf * kMmaCols * D);
-    const bool needs_mask = !all_visible(w_first, w_last, k0, k0 + kMmaCols - 1, window);
-    if (needs_mask)
+    // pass 1: S = Q K^T (unscaled), invisible keys -> -inf (only on tiles some row sees in part)
+    float s[MT * NT][4] = {};
+    mma_abt<D, NT, MT>(s, sQ, sK + buf * kMmaCols * D);
+    if (!all_visible(w_first, w_last, k0, k0 + kMmaCols - 1, window))
 #pragma unroll
-      for (int nt = 0; nt < kMmaCols / 8; nt++)
+      for (int i = 0; i < MT * NT; i++)
 #pragma unroll
         for (int e = 0; e < 4; e++)
-          if (!visible(t_row[e / 2], k0 + nt * 8 + (lane % 4) * 2 + e % 2, window)) s[nt][e] = -INFINITY;
+          if (!visible(t_row[2 * (i / NT) + e / 2], k0 + (i % NT) * 8 + (lane % 4) * 2 + e % 2, window))
+            s[i][e] = -INFINITY;
 
-    // pass 2: online softmax, each row's max and sum spread over the 4 lanes of a quad
+    // pass 2: online softmax, each row's max and sum spread over the 4 lanes of a quad; row r's
+    // elements are s[(r / 2) NT + nt][2 (r % 2) + 0, 1]
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
+    for (int r = 0; r < kRowsPerThread; r++) {
+      float(*sr)[4] = s + (r / 2) * NT;
+      const int e0 = 2 * (r % 2);
       float mx = -INFINITY;
 #pragma unroll
-      for (int nt = 0; nt < kMmaCols / 8; nt++) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+      for (int nt = 0; nt < NT; nt++) mx = fmaxf(mx, fmaxf(sr[nt][e0], sr[nt][e0 + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       const float m_new = fmaxf(m[r], mx * scale_log2);
@@ -232,35 +264,40 @@ __global__ void __launch_bounds__(kMmaThreads, D == 64 ? 2 : 1)
       m[r] = m_new;
       float row_sum = 0;
 #pragma unroll
-      for (int nt = 0; nt < kMmaCols / 8; nt++)
+      for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-        for (int e = 2 * r; e < 2 * r + 2; e++) {
-          s[nt][e] = exp2f(fmaf(s[nt][e], scale_log2, -base));  // P = exp(scale S - m')
-          row_sum += s[nt][e];
+        for (int e = e0; e < e0 + 2; e++) {
+          sr[nt][e] = exp2f(fmaf(sr[nt][e], scale_log2, -base));  // P = exp(scale S - m')
+          row_sum += sr[nt][e];
         }
       l[r] = l[r] * alpha + row_sum;
+      float(*acc_r)[4] = acc + (r / 2) * (D / 8);
 #pragma unroll
       for (int dt = 0; dt < D / 8; dt++) {
-        acc[dt][2 * r] *= alpha;
-        acc[dt][2 * r + 1] *= alpha;
+        acc_r[dt][e0] *= alpha;
+        acc_r[dt][e0 + 1] *= alpha;
       }
     }
     // pass 3: O += P V
-    mma_pb<D, kMmaCols / 8>(acc, s, sV + buf * kMmaCols * D);
+    mma_pb<D, NT, MT>(acc, s, sV + buf * kMmaCols * D);
   }
 
   // epilogue: O /= l, lse = (m + log2 l) ln 2
 #pragma unroll
-  for (int r = 0; r < 2; r++) {
+  for (int r = 0; r < kRowsPerThread; r++) {
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
   }
-  const int64_t o_row0 = (int64_t(b) * T + t_row[0]) * H * D + int64_t(h) * D;
-  const int64_t o_row1 = (int64_t(b) * T + t_row[1]) * H * D + int64_t(h) * D;
-  store_rows<D>(o, acc, o_row0, o_row1, t_row[0] < T, t_row[1] < T, 1.0f / l[0], 1.0f / l[1]);
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++) {
+    const int t0 = t_row[2 * mt], t1 = t_row[2 * mt + 1];
+    store_rows<D>(o, acc + mt * (D / 8), (int64_t(b) * T + t0) * H * D + int64_t(h) * D,
+                  (int64_t(b) * T + t1) * H * D + int64_t(h) * D, t0 < T, t1 < T, 1.0f / l[2 * mt],
+                  1.0f / l[2 * mt + 1]);
+  }
   if (lane % 4 == 0)
 #pragma unroll
-    for (int r = 0; r < 2; r++)
+    for (int r = 0; r < kRowsPerThread; r++)
       if (t_row[r] < T) lse[(int64_t(b) * H + h) * T + t_row[r]] = (m[r] + log2f(l[r])) / kLog2e;
 }
 
@@ -699,8 +736,8 @@ void attention_forward(void* o, float* lse, const void* q, const void* k, const 
   if (use_mma(dims.D, dims.Dv, dtype)) {
     dispatch_head_dim(s.D, [&](auto d) {
       constexpr int kD = decltype(d)::value;
-      launch(attention_forward_mma<kD>, mma_grid(s, s.H, kMmaRows), kMmaThreads,
-             sizeof(bf16) * (kMmaRows + 4 * kMmaCols) * kD, static_cast<bf16*>(o), lse, static_cast<const bf16*>(q),
+      launch(attention_forward_mma<kD>, mma_grid(s, s.H, kFwdRows), kFwdThreads,
+             sizeof(bf16) * (kFwdRows + 4 * kMmaCols) * kD, static_cast<bf16*>(o), lse, static_cast<const bf16*>(q),
              static_cast<const bf16*>(k), static_cast<const bf16*>(v), s.T, s.H, s.Hkv,
              static_cast<float>(scale) * kLog2e, s.window);
     });
