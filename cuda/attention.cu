@@ -72,7 +72,8 @@ constexpr int kFwdWarps = 4;
 constexpr int kFwdRowTiles = 2;  // m16 row tiles a warp
 constexpr int kFwdThreads = 32 * kFwdWarps;
 constexpr int kFwdRows = 16 * kFwdRowTiles * kFwdWarps;  // queries per block of the forward
-constexpr int fwd_blocks_per_sm(int D) { return D == 64 ? 3 : 2; }
+constexpr int fwd_blocks_per_sm(int D) { return 2; }
+constexpr int fwd_sub_tile(int D) { return D == 64 ? 64 : 32; }
 
 // The backward kernels' warps per block and the blocks an SM their registers are capped for.
 // D = 128: 4 warps (64-row blocks), two blocks an SM. 128-row blocks of 8 warps, one an SM, were
@@ -197,7 +198,7 @@ template <int D>
 __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
     attention_forward_mma(bf16* o, float* lse, const bf16* q, const bf16* k, const bf16* v, int T, int H, int Hkv,
                           float scale_log2, int window) {
-  constexpr int NT = kMmaCols / 8, MT = kFwdRowTiles, kRowsPerThread = 2 * MT;
+  constexpr int kSub = fwd_sub_tile(D), NT = kSub / 8, MT = kFwdRowTiles, kRowsPerThread = 2 * MT;
   extern __shared__ float4 smem_raw[];
   bf16* sQ = reinterpret_cast<bf16*>(smem_raw);  // sQ: (128, D)
   bf16* sK = sQ + kFwdRows * D;                  // sK: 2 x (64, D)
@@ -211,9 +212,8 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
   const int kb_first = window > 0 ? max(0, q0 - window + 1) / kMmaCols : 0;
   const int kb_last = min(T - 1, q0 + kFwdRows - 1) / kMmaCols;
   const int w_first = q0 + warp * 16 * MT, w_last = w_first + 16 * MT - 1;  // this warp's rows
-  int t_row[kRowsPerThread];  // this thread's rows: r = 2 mt + half is row tile mt's lane / 4 + 8 half
-#pragma unroll
-  for (int r = 0; r < kRowsPerThread; r++) t_row[r] = w_first + (r / 2) * 16 + (r % 2) * 8 + lane / 4;
+  // this thread's rows: r = 2 mt + half is row tile mt's lane / 4 + 8 half
+  const auto t_row = [&](int r) { return w_first + (r / 2) * 16 + (r % 2) * 8 + lane / 4; };
 
   load_tile_async<kFwdRows, D, kFwdThreads>(sQ, qh, q_stride, q0, T);
   load_tile_async<kMmaCols, D, kFwdThreads>(sK, kh, kv_stride, kb_first * kMmaCols, T);
@@ -233,53 +233,55 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
       load_tile_async<kMmaCols, D, kFwdThreads>(sV + (buf ^ 1) * kMmaCols * D, vh, kv_stride, k0 + kMmaCols, T);
     }
     cp_async_commit();
-    // A tile with no key visible to any row of the warp changes nothing (P = 0, alpha = 1).
-    if (w_first >= T || !any_visible(w_first, w_last, k0, k0 + kMmaCols - 1, window)) continue;
+    for (int s0 = k0; s0 < k0 + kMmaCols; s0 += kSub) {  // keys s0 .. s0 + kSub - 1
+      // A sub-tile with no key visible to any row of the warp changes nothing (P = 0, alpha = 1).
+      if (w_first >= T || !any_visible(w_first, w_last, s0, s0 + kSub - 1, window)) continue;
 
-    // pass 1: S = Q K^T (unscaled), invisible keys -> -inf (only on tiles some row sees in part)
-    float s[MT * NT][4] = {};
-    mma_abt<D, NT, MT>(s, sQ, sK + buf * kMmaCols * D);
-    if (!all_visible(w_first, w_last, k0, k0 + kMmaCols - 1, window))
+      // pass 1: S = Q K^T (unscaled), invisible keys -> -inf (only on tiles some row sees in part)
+      float s[MT * NT][4] = {};
+      mma_abt<D, NT, MT>(s, sQ, sK + (buf * kMmaCols + s0 - k0) * D);
+      if (!all_visible(w_first, w_last, s0, s0 + kSub - 1, window))
 #pragma unroll
-      for (int i = 0; i < MT * NT; i++)
+        for (int i = 0; i < MT * NT; i++)
 #pragma unroll
-        for (int e = 0; e < 4; e++)
-          if (!visible(t_row[2 * (i / NT) + e / 2], k0 + (i % NT) * 8 + (lane % 4) * 2 + e % 2, window))
-            s[i][e] = -INFINITY;
+          for (int e = 0; e < 4; e++)
+            if (!visible(t_row(2 * (i / NT) + e / 2), s0 + (i % NT) * 8 + (lane % 4) * 2 + e % 2, window))
+              s[i][e] = -INFINITY;
 
-    // pass 2: online softmax, each row's max and sum spread over the 4 lanes of a quad; row r's
-    // elements are s[(r / 2) NT + nt][2 (r % 2) + 0, 1]
+      // pass 2: online softmax, each row's max and sum spread over the 4 lanes of a quad; row r's
+      // elements are s[(r / 2) NT + nt][2 (r % 2) + 0, 1]
 #pragma unroll
-    for (int r = 0; r < kRowsPerThread; r++) {
-      float(*sr)[4] = s + (r / 2) * NT;
-      const int e0 = 2 * (r % 2);
-      float mx = -INFINITY;
+      for (int r = 0; r < kRowsPerThread; r++) {
+        float(*sr)[4] = s + (r / 2) * NT;
+        const int e0 = 2 * (r % 2);
+        float mx = -INFINITY;
 #pragma unroll
-      for (int nt = 0; nt < NT; nt++) mx = fmaxf(mx, fmaxf(sr[nt][e0], sr[nt][e0 + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m[r], mx * scale_log2);
-      const float base = m_new == -INFINITY ? 0.0f : m_new;  // a row with no visible key yet
-      const float alpha = exp2f(m[r] - base);                 // e^(m - m')
-      m[r] = m_new;
-      float row_sum = 0;
+        for (int nt = 0; nt < NT; nt++) mx = fmaxf(mx, fmaxf(sr[nt][e0], sr[nt][e0 + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(m[r], mx * scale_log2);
+        const float base = m_new == -INFINITY ? 0.0f : m_new;  // a row with no visible key yet
+        const float alpha = exp2f(m[r] - base);                 // e^(m - m')
+        m[r] = m_new;
+        float row_sum = 0;
 #pragma unroll
-      for (int nt = 0; nt < NT; nt++)
+        for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-        for (int e = e0; e < e0 + 2; e++) {
-          sr[nt][e] = exp2f(fmaf(sr[nt][e], scale_log2, -base));  // P = exp(scale S - m')
-          row_sum += sr[nt][e];
+          for (int e = e0; e < e0 + 2; e++) {
+            sr[nt][e] = exp2f(fmaf(sr[nt][e], scale_log2, -base));  // P = exp(scale S - m')
+            row_sum += sr[nt][e];
+          }
+        l[r] = l[r] * alpha + row_sum;
+        float(*acc_r)[4] = acc + (r / 2) * (D / 8);
+#pragma unroll
+        for (int dt = 0; dt < D / 8; dt++) {
+          acc_r[dt][e0] *= alpha;
+          acc_r[dt][e0 + 1] *= alpha;
         }
-      l[r] = l[r] * alpha + row_sum;
-      float(*acc_r)[4] = acc + (r / 2) * (D / 8);
-#pragma unroll
-      for (int dt = 0; dt < D / 8; dt++) {
-        acc_r[dt][e0] *= alpha;
-        acc_r[dt][e0 + 1] *= alpha;
       }
+      // pass 3: O += P V
+      mma_pb<D, NT, MT>(acc, s, sV + (buf * kMmaCols + s0 - k0) * D);
     }
-    // pass 3: O += P V
-    mma_pb<D, NT, MT>(acc, s, sV + buf * kMmaCols * D);
   }
 
   // epilogue: O /= l, lse = (m + log2 l) ln 2
@@ -290,7 +292,7 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
   }
 #pragma unroll
   for (int mt = 0; mt < MT; mt++) {
-    const int t0 = t_row[2 * mt], t1 = t_row[2 * mt + 1];
+    const int t0 = t_row(2 * mt), t1 = t_row(2 * mt + 1);
     store_rows<D>(o, acc + mt * (D / 8), (int64_t(b) * T + t0) * H * D + int64_t(h) * D,
                   (int64_t(b) * T + t1) * H * D + int64_t(h) * D, t0 < T, t1 < T, 1.0f / l[2 * mt],
                   1.0f / l[2 * mt + 1]);
@@ -298,7 +300,7 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
   if (lane % 4 == 0)
 #pragma unroll
     for (int r = 0; r < kRowsPerThread; r++)
-      if (t_row[r] < T) lse[(int64_t(b) * H + h) * T + t_row[r]] = (m[r] + log2f(l[r])) / kLog2e;
+      if (t_row(r) < T) lse[(int64_t(b) * H + h) * T + t_row(r)] = (m[r] + log2f(l[r])) / kLog2e;
 }
 
 // dq: (B, T, H, D). Grid (H, B, blocks of 16 bwd_blocking(D).warps queries), longest first.
