@@ -37,6 +37,7 @@
 
 #include "cuda/attention.h"
 #include "cuda/common.cuh"
+#include "cuda/fast_exp2.cuh"
 #include "cuda/mma.cuh"
 #include "cuda/tile.cuh"
 
@@ -261,14 +262,14 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         const float m_new = fmaxf(m[r], mx * scale_log2);
         const float base = m_new == -INFINITY ? 0.0f : m_new;  // a row with no visible key yet
-        const float alpha = exp2f(m[r] - base);                 // e^(m - m')
+        const float alpha = exp2_ftz(m[r] - base);              // e^(m - m')
         m[r] = m_new;
         float row_sum = 0;
 #pragma unroll
         for (int nt = 0; nt < NT; nt++)
 #pragma unroll
           for (int e = e0; e < e0 + 2; e++) {
-            sr[nt][e] = exp2f(fmaf(sr[nt][e], scale_log2, -base));  // P = exp(scale S - m')
+            sr[nt][e] = exp2_ftz(fmaf(sr[nt][e], scale_log2, -base));  // P = exp(scale S - m')
             row_sum += sr[nt][e];
           }
         l[r] = l[r] * alpha + row_sum;
