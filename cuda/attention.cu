@@ -75,6 +75,7 @@ constexpr int kFwdThreads = 32 * kFwdWarps;
 constexpr int kFwdRows = 16 * kFwdRowTiles * kFwdWarps;  // queries per block of the forward
 constexpr int fwd_blocks_per_sm(int D) { return 2; }
 constexpr int fwd_sub_tile(int D) { return D == 64 ? 64 : 32; }
+constexpr float kMaxSlack = 8.0f;  // log2 units: the forward's running max may lag the true one by this
 
 // The backward kernels' warps per block and the blocks an SM their registers are capped for.
 // D = 128: 4 warps (64-row blocks), two blocks an SM. 128-row blocks of 8 warps, one an SM, were
@@ -250,35 +251,56 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
               s[i][e] = -INFINITY;
 
       // pass 2: online softmax, each row's max and sum spread over the 4 lanes of a quad; row r's
-      // elements are s[(r / 2) NT + nt][2 (r % 2) + 0, 1]
+      // elements are s[(r / 2) NT + nt][2 (r % 2) + 0, 1]. The running max m only moves (and O
+      // and l are rescaled) when some row of the warp sees a score above m + kMaxSlack: until
+      // then P = exp(scale S - m) <= 2^kMaxSlack, exact in fp32 and as precise in bf16, and the
+      // result O / l, lse = m + log l is the same. Past the first keys of a row that is rare, so
+      // the 16 x D multiplies of the rescale are skipped by the whole warp at once.
+      float tile_max[kRowsPerThread];  // log2 units
+      bool grow = false;
 #pragma unroll
       for (int r = 0; r < kRowsPerThread; r++) {
-        float(*sr)[4] = s + (r / 2) * NT;
+        const float(*sr)[4] = s + (r / 2) * NT;
         const int e0 = 2 * (r % 2);
         float mx = -INFINITY;
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) mx = fmaxf(mx, fmaxf(sr[nt][e0], sr[nt][e0 + 1]));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(m[r], mx * scale_log2);
-        const float base = m_new == -INFINITY ? 0.0f : m_new;  // a row with no visible key yet
-        const float alpha = exp2_ftz(m[r] - base);              // e^(m - m')
-        m[r] = m_new;
-        float row_sum = 0;
+        tile_max[r] = mx * scale_log2;
+        grow = grow || tile_max[r] > m[r] + kMaxSlack;  // true for a row's first visible key (m = -inf)
+      }
+      float any_grow = grow ? 1.0f : 0.0f;  // the same in the 4 lanes of a quad: reduce over quads
+      any_grow = fmaxf(any_grow, __shfl_xor_sync(0xffffffffu, any_grow, 4));
+      any_grow = fmaxf(any_grow, __shfl_xor_sync(0xffffffffu, any_grow, 8));
+      any_grow = fmaxf(any_grow, __shfl_xor_sync(0xffffffffu, any_grow, 16));
+      if (any_grow != 0.0f)
+#pragma unroll
+        for (int r = 0; r < kRowsPerThread; r++) {
+          const float m_new = fmaxf(m[r], tile_max[r]);
+          const float alpha = exp2_ftz(m[r] - (m_new == -INFINITY ? 0.0f : m_new));  // e^(m - m')
+          m[r] = m_new;
+          l[r] *= alpha;
+          float(*acc_r)[4] = acc + (r / 2) * (D / 8);
+          const int e0 = 2 * (r % 2);
+#pragma unroll
+          for (int dt = 0; dt < D / 8; dt++) {
+            acc_r[dt][e0] *= alpha;
+            acc_r[dt][e0 + 1] *= alpha;
+          }
+        }
+#pragma unroll
+      for (int r = 0; r < kRowsPerThread; r++) {
+        float(*sr)[4] = s + (r / 2) * NT;
+        const int e0 = 2 * (r % 2);
+        const float base = m[r] == -INFINITY ? 0.0f : m[r];  // a row with no visible key yet
 #pragma unroll
         for (int nt = 0; nt < NT; nt++)
 #pragma unroll
           for (int e = e0; e < e0 + 2; e++) {
-            sr[nt][e] = exp2_ftz(fmaf(sr[nt][e], scale_log2, -base));  // P = exp(scale S - m')
-            row_sum += sr[nt][e];
+            sr[nt][e] = exp2_ftz(fmaf(sr[nt][e], scale_log2, -base));  // P = exp(scale S - m)
+            l[r] += sr[nt][e];
           }
-        l[r] = l[r] * alpha + row_sum;
-        float(*acc_r)[4] = acc + (r / 2) * (D / 8);
-#pragma unroll
-        for (int dt = 0; dt < D / 8; dt++) {
-          acc_r[dt][e0] *= alpha;
-          acc_r[dt][e0 + 1] *= alpha;
-        }
       }
       // pass 3: O += P V
       mma_pb<D, NT, MT>(acc, s, sV + (buf * kMmaCols + s0 - k0) * D);
