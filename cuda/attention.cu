@@ -18,18 +18,21 @@
 // forward's.
 //
 // Two implementations:
-//   mma: bf16 tensor cores (mma.sync m16n8k16, fp32 accumulation), D = Dv in {64, 128}. Every
-//        warp owns 16 rows and skips the tiles none of them sees (above the diagonal, before
-//        the window, past T). Blocks: the forward 128 queries (8 warps); the backward 64 rows
-//        (4 warps; two blocks an SM at D = 128, three at D = 64): bwd_blocking.
-//        K/V tiles of 64 keys (Q/dO tiles of 32 queries in the dK/dV kernel) are
-//        double-buffered with cp.async (swizzled: cuda/tile.cuh); the rows a warp multiplies at
-//        every step stay in registers as A fragments (Q in the forward, Q and dO in dQ), and P
-//        and dS go from accumulators straight into the next product's A operand (see
-//        cuda/mma.cuh). Softmax runs in base 2 with the scale folded in:
-//        exp(x) = exp2(x log2 e). Shared memory at D = 128 / 64: forward 96 / 48 KB, dQ 128 /
-//        48 KB, dK/dV 96.5 / 32.5 KB. Every kernel of this file runs in CI on the host emulator
-//        against the CPU reference (tests/emu/test_attention_emu.cpp).
+//   mma: bf16 tensor cores (mma.sync m16n8k16, fp32 accumulation), D = Dv in {64, 128}. A warp
+//        skips the tiles none of its rows sees (above the diagonal, before the window, past T).
+//        Blocks: the forward 128 queries, 4 warps of 32 rows (two m16 row tiles, so every K/V
+//        fragment read feeds two mma; two blocks an SM at D = 128, three at D = 64); the
+//        backward 64 rows, 4 warps of 16 (two blocks an SM at D = 128, three at D = 64):
+//        bwd_blocking. K/V tiles of 64 keys (Q/dO tiles of 32 queries in the dK/dV kernel) are
+//        double-buffered with cp.async (swizzled: cuda/tile.cuh); the backward's rows stay in
+//        registers as A fragments (Q and dO in dQ), the forward's Q is read from shared memory
+//        (no room beside O); P and dS go from accumulators straight into the next product's A
+//        operand (see cuda/mma.cuh). Softmax runs in base 2 with the scale folded in:
+//        exp(x) = exp2(x log2 e), in the forward one FFMA and one EX2 (cuda/fast_exp2.cuh), its
+//        running max moved only when a score passes it by 2^8 (then O is rescaled). Shared
+//        memory at D = 128 / 64: forward 96 / 48 KB, dQ 128 / 48 KB, dK/dV 96.5 / 32.5 KB. Every
+//        kernel of this file runs in CI on the host emulator against the CPU reference
+//        (tests/emu/test_attention_emu.cpp).
 //   fma: plain fp32 arithmetic, any D, Dv <= 256, F32 or BF16 storage: one warp per row, keys
 //        (or queries) in shared-memory tiles of 32, one per lane. The readable version, and the
 //        fp32 path.
@@ -60,21 +63,24 @@ void launch(Kernel kernel, dim3 grid, int threads, size_t bytes, Params... param
 }
 
 // ------------------------------------------------------------------------------------------
-// mma path. Every warp owns 16 rows; per-thread rows inside a warp's 16: lane / 4 and +8
-// (queries, or keys for dK/dV); a warp skips the tiles none of its rows sees.
+// mma path. Every warp owns row tiles of 16 rows (one in the backward, two in the forward);
+// per-thread rows inside a row tile: lane / 4 and +8 (queries, or keys for dK/dV); a warp skips
+// the tiles none of its rows sees.
 
 constexpr int kMmaCols = 64;     // keys per step of the forward and dQ kernels
 constexpr int kMmaQueries = 32;  // queries per step of the dK/dV kernel
 
 // The forward's block: 4 warps of 32 rows (two m16 row tiles each, so every K and V fragment read
-// from shared memory feeds two mma), 128 queries, two blocks an SM at D = 128 (<= 255 registers,
-// 2 x 96 KB), three at D = 64 (<= 168, 3 x 48 KB).
+// from shared memory feeds two mma), 128 queries, K/V tiles of 64 keys (kMmaCols) taken in two
+// steps of 32 (S of 32 rows x 64 keys, 64 registers beside O's 128 at D = 128, spilled at the
+// 255 cap). Two blocks an SM at D = 128 (<= 255 registers, 2 x 96 KB), three at D = 64 (<= 168,
+// 3 x 48 KB).
 constexpr int kFwdWarps = 4;
 constexpr int kFwdRowTiles = 2;  // m16 row tiles a warp
 constexpr int kFwdThreads = 32 * kFwdWarps;
 constexpr int kFwdRows = 16 * kFwdRowTiles * kFwdWarps;  // queries per block of the forward
-constexpr int fwd_blocks_per_sm(int D) { return 2; }
-constexpr int fwd_sub_tile(int D) { return D == 64 ? 64 : 32; }
+constexpr int kFwdStep = 32;                              // keys per softmax step of the forward
+constexpr int fwd_blocks_per_sm(int D) { return D == 64 ? 3 : 2; }
 constexpr float kMaxSlack = 8.0f;  // log2 units: the forward's running max may lag the true one by this
 
 // The backward kernels' warps per block and the blocks an SM their registers are capped for.
@@ -143,32 +149,38 @@ __device__ __forceinline__ void mma_abt_reg(float (&s)[NT][4], const uint32_t (&
     }
 }
 
+// The A fragment (16 x 16) of P from the accumulators of two neighbouring n-tiles, rounded to
+// bf16 (the layouts in cuda/mma.cuh).
+__device__ __forceinline__ void pack_fragment(uint32_t (&a)[4], const float (&p0)[4], const float (&p1)[4]) {
+  a[0] = pack_bf16(p0[0], p0[1]);
+  a[1] = pack_bf16(p0[2], p0[3]);
+  a[2] = pack_bf16(p1[0], p1[1]);
+  a[3] = pack_bf16(p1[2], p1[3]);
+}
+
 // acc (16 MT x W) += P (16 MT x 8 NT, accumulator layout, rounded to bf16) . B where B is the
 // (8 NT x W) tile sB. Row tile mt's parts: acc[mt * W / 8 + dt], p[mt * NT + nt]; every B
 // fragment read from shared memory feeds MT mma.
 template <int W, int NT, int MT = 1>
 __device__ __forceinline__ void mma_pb(float (&acc)[MT * W / 8][4], const float (&p)[MT * NT][4], const bf16* sB) {
+  // Row tile 1 written out under `if constexpr` rather than as a loop over mt: a loop, even of
+  // one trip, made ptxas spill the dQ kernel (12 bytes at D = 128, 44 at D = 64).
+  static_assert(MT == 1 || MT == 2, "one or two row tiles");
   const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int j = 0; j < NT / 2; j++) {
     uint32_t a[MT][4];
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++) {
-      const float(&p0)[4] = p[mt * NT + 2 * j];
-      const float(&p1)[4] = p[mt * NT + 2 * j + 1];
-      a[mt][0] = pack_bf16(p0[0], p0[1]);
-      a[mt][1] = pack_bf16(p0[2], p0[3]);
-      a[mt][2] = pack_bf16(p1[0], p1[1]);
-      a[mt][3] = pack_bf16(p1[2], p1[3]);
-    }
+    pack_fragment(a[0], p[2 * j], p[2 * j + 1]);
+    if constexpr (MT == 2) pack_fragment(a[1], p[NT + 2 * j], p[NT + 2 * j + 1]);
 #pragma unroll
     for (int dp = 0; dp < W / 16; dp++) {
       uint32_t b[4];
       ldmatrix_x4_trans(b, sB + swizzle<W>(j * 16 + lane % 8 + ((lane / 8) % 2) * 8, dp * 16 + (lane / 16) * 8));
-#pragma unroll
-      for (int mt = 0; mt < MT; mt++) {
-        mma_bf16_16816(acc[mt * W / 8 + 2 * dp], a[mt], b[0], b[1]);
-        mma_bf16_16816(acc[mt * W / 8 + 2 * dp + 1], a[mt], b[2], b[3]);
+      mma_bf16_16816(acc[2 * dp], a[0], b[0], b[1]);
+      mma_bf16_16816(acc[2 * dp + 1], a[0], b[2], b[3]);
+      if constexpr (MT == 2) {
+        mma_bf16_16816(acc[W / 8 + 2 * dp], a[1], b[0], b[1]);
+        mma_bf16_16816(acc[W / 8 + 2 * dp + 1], a[1], b[2], b[3]);
       }
     }
   }
@@ -190,17 +202,19 @@ __device__ __forceinline__ void store_rows(bf16* out, const float (*acc)[4], int
 
 // o: (B, T, H, D), lse: (B, H, T). Grid (H, B, blocks of 128 queries), the longest (last)
 // blocks first. Warp w owns rows 32 w .. 32 w + 31 of the block as two m16 row tiles; a warp
-// skips the key tiles none of its rows sees (above the diagonal, before the window, past T) and
-// masks only the tiles some of its rows see in part. Per 64-key tile a warp issues 256 mma
-// (QK^T 128, PV 128) over 80 ldmatrix.x4 (Q 16, K 32, V^T 32; 0.31 a mma, where 16-row warps
-// with Q in registers need 0.5), 64 exp2 and 128 rescaling multiplies a thread. Q stays in
-// shared memory (in registers it would not fit beside O and S). Registers (ptxas, sm_90, no
-// spills): O 128 + S 64 at D = 128, under the 255 of two blocks an SM.
+// skips the 32-key steps none of its rows sees (above the diagonal, before the window, past T)
+// and masks only the steps some of its rows see in part. Per 64 keys at D = 128 a warp issues
+// 256 mma (QK^T 128, PV 128) over 96 ldmatrix.x4 (Q 32: re-read every 32-key step; K 32, V^T
+// 32): 0.375 a mma, where the 16-row warps with Q in registers before needed 0.5; and a thread
+// 64 FFMA + 64 EX2 for P, 64 max, 64 add, 32 packs, 14 shuffles; the 128 multiplies of the O
+// rescale only on the rare steps where the max moves (pass 2). Q stays in shared memory (in
+// registers it would not fit beside O and S). Registers (ptxas, sm_90, no spills): D = 128
+// 247 (O 128, S 32), D = 64 168.
 template <int D>
 __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
     attention_forward_mma(bf16* o, float* lse, const bf16* q, const bf16* k, const bf16* v, int T, int H, int Hkv,
                           float scale_log2, int window) {
-  constexpr int kSub = fwd_sub_tile(D), NT = kSub / 8, MT = kFwdRowTiles, kRowsPerThread = 2 * MT;
+  constexpr int NT = kFwdStep / 8, MT = kFwdRowTiles, kRowsPerThread = 2 * MT;
   extern __shared__ float4 smem_raw[];
   bf16* sQ = reinterpret_cast<bf16*>(smem_raw);  // sQ: (128, D)
   bf16* sK = sQ + kFwdRows * D;                  // sK: 2 x (64, D)
@@ -235,14 +249,14 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
       load_tile_async<kMmaCols, D, kFwdThreads>(sV + (buf ^ 1) * kMmaCols * D, vh, kv_stride, k0 + kMmaCols, T);
     }
     cp_async_commit();
-    for (int s0 = k0; s0 < k0 + kMmaCols; s0 += kSub) {  // keys s0 .. s0 + kSub - 1
+    for (int s0 = k0; s0 < k0 + kMmaCols; s0 += kFwdStep) {  // keys s0 .. s0 + kFwdStep - 1
       // A sub-tile with no key visible to any row of the warp changes nothing (P = 0, alpha = 1).
-      if (w_first >= T || !any_visible(w_first, w_last, s0, s0 + kSub - 1, window)) continue;
+      if (w_first >= T || !any_visible(w_first, w_last, s0, s0 + kFwdStep - 1, window)) continue;
 
       // pass 1: S = Q K^T (unscaled), invisible keys -> -inf (only on tiles some row sees in part)
       float s[MT * NT][4] = {};
       mma_abt<D, NT, MT>(s, sQ, sK + (buf * kMmaCols + s0 - k0) * D);
-      if (!all_visible(w_first, w_last, s0, s0 + kSub - 1, window))
+      if (!all_visible(w_first, w_last, s0, s0 + kFwdStep - 1, window))
 #pragma unroll
         for (int i = 0; i < MT * NT; i++)
 #pragma unroll
