@@ -111,24 +111,26 @@ __device__ __forceinline__ bool all_visible(int t_first, int t_last, int s_first
 
 // S (16 MT x 8 NT per warp) += A (16 MT x W, rows warp * 16 MT.. of sA) . B^T where B is the
 // (8 NT x W) tile sB. Row tile mt's n-tile nt is s[mt * NT + nt]; every B fragment read from
-// shared memory feeds MT mma.
+// shared memory feeds MT mma. Row tile 1 is written out under `if constexpr` (as in mma_pb) so
+// that the backward's MT = 1 code is what it was.
 template <int W, int NT, int MT = 1>
 __device__ __forceinline__ void mma_abt(float (&s)[MT * NT][4], const bf16* sA, const bf16* sB) {
+  static_assert(MT == 1 || MT == 2, "one or two row tiles");
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 #pragma unroll
   for (int kk = 0; kk < W / 16; kk++) {
     uint32_t a[MT][4];
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-      ldmatrix_x4(a[mt], sA + swizzle<W>((warp * MT + mt) * 16 + lane % 16, kk * 16 + (lane / 16) * 8));
+    ldmatrix_x4(a[0], sA + swizzle<W>(warp * 16 * MT + lane % 16, kk * 16 + (lane / 16) * 8));
+    if constexpr (MT == 2) ldmatrix_x4(a[1], sA + swizzle<W>(warp * 32 + 16 + lane % 16, kk * 16 + (lane / 16) * 8));
 #pragma unroll
     for (int np = 0; np < NT / 2; np++) {
       uint32_t b[4];
       ldmatrix_x4(b, sB + swizzle<W>(np * 16 + lane % 8 + (lane / 16) * 8, kk * 16 + ((lane / 8) % 2) * 8));
-#pragma unroll
-      for (int mt = 0; mt < MT; mt++) {
-        mma_bf16_16816(s[mt * NT + 2 * np], a[mt], b[0], b[1]);
-        mma_bf16_16816(s[mt * NT + 2 * np + 1], a[mt], b[2], b[3]);
+      mma_bf16_16816(s[2 * np], a[0], b[0], b[1]);
+      mma_bf16_16816(s[2 * np + 1], a[0], b[2], b[3]);
+      if constexpr (MT == 2) {
+        mma_bf16_16816(s[NT + 2 * np], a[1], b[0], b[1]);
+        mma_bf16_16816(s[NT + 2 * np + 1], a[1], b[2], b[3]);
       }
     }
   }
@@ -164,7 +166,8 @@ __device__ __forceinline__ void pack_fragment(uint32_t (&a)[4], const float (&p0
 template <int W, int NT, int MT = 1>
 __device__ __forceinline__ void mma_pb(float (&acc)[MT * W / 8][4], const float (&p)[MT * NT][4], const bf16* sB) {
   // Row tile 1 written out under `if constexpr` rather than as a loop over mt: a loop, even of
-  // one trip, made ptxas spill the dQ kernel (12 bytes at D = 128, 44 at D = 64).
+  // one trip, made ptxas spill the dQ kernel (12 bytes at D = 128, 44 at D = 64), and a loop in
+  // mma_abt changed the dK/dV kernel's code.
   static_assert(MT == 1 || MT == 2, "one or two row tiles");
   const int lane = threadIdx.x % 32;
 #pragma unroll
