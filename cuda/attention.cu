@@ -209,7 +209,7 @@ __device__ __forceinline__ void store_rows(bf16* out, const float (*acc)[4], int
 // and masks only the steps some of its rows see in part. Per 64 keys at D = 128 a warp issues
 // 256 mma (QK^T 128, PV 128) over 96 ldmatrix.x4 (Q 32: re-read every 32-key step; K 32, V^T
 // 32): 0.375 a mma, where the 16-row warps with Q in registers before needed 0.5; and a thread
-// 64 FFMA + 64 EX2 for P, 64 max, 64 add, 32 packs, 14 shuffles; the 128 multiplies of the O
+// 64 FFMA + 64 EX2 for P, 64 max, 64 add, 32 packs, 22 shuffles; the 128 multiplies of the O
 // rescale only on the rare steps where the max moves (pass 2). Q stays in shared memory (in
 // registers it would not fit beside O and S). Registers (ptxas, sm_90, no spills): D = 128
 // 247 (O 128, S 32), D = 64 168.
@@ -240,7 +240,7 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
   cp_async_commit();
 
   float acc[MT * D / 8][4] = {};  // acc: (32, D) unnormalised O, row tile mt at acc[mt * D / 8..]
-  float m[kRowsPerThread], l[kRowsPerThread];  // running max (log2 units) and sum of each row
+  float m[kRowsPerThread], l[kRowsPerThread];  // each row's running max (log2 units; pass 2) and sum
 #pragma unroll
   for (int r = 0; r < kRowsPerThread; r++) m[r] = -INFINITY, l[r] = 0;
   for (int kb = kb_first; kb <= kb_last; kb++) {
@@ -253,10 +253,10 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
     }
     cp_async_commit();
     for (int s0 = k0; s0 < k0 + kMmaCols; s0 += kFwdStep) {  // keys s0 .. s0 + kFwdStep - 1
-      // A sub-tile with no key visible to any row of the warp changes nothing (P = 0, alpha = 1).
+      // A step with no key visible to any row of the warp changes nothing (P = 0).
       if (w_first >= T || !any_visible(w_first, w_last, s0, s0 + kFwdStep - 1, window)) continue;
 
-      // pass 1: S = Q K^T (unscaled), invisible keys -> -inf (only on tiles some row sees in part)
+      // pass 1: S = Q K^T (unscaled), invisible keys -> -inf (only on steps some row sees in part)
       float s[MT * NT][4] = {};
       mma_abt<D, NT, MT>(s, sQ, sK + (buf * kMmaCols + s0 - k0) * D);
       if (!all_visible(w_first, w_last, s0, s0 + kFwdStep - 1, window))
@@ -778,6 +778,9 @@ void attention_forward(void* o, float* lse, const void* q, const void* k, const 
   if (use_mma(dims.D, dims.Dv, dtype)) {
     dispatch_head_dim(s.D, [&](auto d) {
       constexpr int kD = decltype(d)::value;
+      // fwd_blocks_per_sm(kD) blocks of 96 / 48 KB an SM: the largest shared-memory carveout
+      CUDA_CHECK(cudaFuncSetAttribute(attention_forward_mma<kD>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                      cudaSharedmemCarveoutMaxShared));
       launch(attention_forward_mma<kD>, mma_grid(s, s.H, kFwdRows), kFwdThreads,
              sizeof(bf16) * (kFwdRows + 4 * kMmaCols) * kD, static_cast<bf16*>(o), lse, static_cast<const bf16*>(q),
              static_cast<const bf16*>(k), static_cast<const bf16*>(v), s.T, s.H, s.Hkv,
