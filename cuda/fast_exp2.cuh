@@ -1,7 +1,8 @@
 // exp2 as the one MUFU.EX2 instruction (ex2.approx.ftz.f32): exp2f without --use_fast_math is
-// ex2.approx.f32, which sm_90 runs as four instructions (a range test, a pre-scale, EX2 and a
-// post-scale) so that results below FLT_MIN come out as denormals. Softmax probabilities that
-// small are zeros for every use here, so the flushed form is exact enough (2 ulp, as exp2f).
+// ex2.approx.f32 (checked in nvcc -ptx), which ptxas wraps in a range test and two scalings so
+// that results below FLT_MIN come out as denormals (the usual sm_90 expansion; not disassembled
+// here). Softmax probabilities that small are zeros for every use here, so the flushed form is
+// exact enough (2 ulp, as exp2f).
 // The host emulator has its own copy (tests/emu/include/cuda/fast_exp2.cuh).
 #pragma once
 
