@@ -18,18 +18,21 @@
 // forward's.
 //
 // Two implementations:
-//   mma: bf16 tensor cores (mma.sync m16n8k16, fp32 accumulation), D = Dv in {64, 128}. Every
-//        warp owns 16 rows and skips the tiles none of them sees (above the diagonal, before
-//        the window, past T). Blocks: the forward 128 queries (8 warps); the backward 64 rows
-//        (4 warps; two blocks an SM at D = 128, three at D = 64): bwd_blocking.
-//        K/V tiles of 64 keys (Q/dO tiles of 32 queries in the dK/dV kernel) are
-//        double-buffered with cp.async (swizzled: cuda/tile.cuh); the rows a warp multiplies at
-//        every step stay in registers as A fragments (Q in the forward, Q and dO in dQ), and P
-//        and dS go from accumulators straight into the next product's A operand (see
-//        cuda/mma.cuh). Softmax runs in base 2 with the scale folded in:
-//        exp(x) = exp2(x log2 e). Shared memory at D = 128 / 64: forward 96 / 48 KB, dQ 128 /
-//        48 KB, dK/dV 96.5 / 32.5 KB. Every kernel of this file runs in CI on the host emulator
-//        against the CPU reference (tests/emu/test_attention_emu.cpp).
+//   mma: bf16 tensor cores (mma.sync m16n8k16, fp32 accumulation), D = Dv in {64, 128}. A warp
+//        skips the tiles none of its rows sees (above the diagonal, before the window, past T).
+//        Blocks: the forward 128 queries, 4 warps of 32 rows (two m16 row tiles, so every K/V
+//        fragment read feeds two mma; two blocks an SM at D = 128, three at D = 64); the
+//        backward 64 rows, 4 warps of 16 (two blocks an SM at D = 128, three at D = 64):
+//        bwd_blocking. K/V tiles of 64 keys (Q/dO tiles of 32 queries in the dK/dV kernel) are
+//        double-buffered with cp.async (swizzled: cuda/tile.cuh); the backward's rows stay in
+//        registers as A fragments (Q and dO in dQ), the forward's Q is read from shared memory
+//        (no room beside O); P and dS go from accumulators straight into the next product's A
+//        operand (see cuda/mma.cuh). Softmax runs in base 2 with the scale folded in:
+//        exp(x) = exp2(x log2 e), in the forward one FFMA and one EX2 (cuda/fast_exp2.cuh), its
+//        running max moved only when a score passes it by 2^8 (then O is rescaled). Shared
+//        memory at D = 128 / 64: forward 96 / 48 KB, dQ 128 / 48 KB, dK/dV 96.5 / 32.5 KB. Every
+//        kernel of this file runs in CI on the host emulator against the CPU reference
+//        (tests/emu/test_attention_emu.cpp).
 //   fma: plain fp32 arithmetic, any D, Dv <= 256, F32 or BF16 storage: one warp per row, keys
 //        (or queries) in shared-memory tiles of 32, one per lane. The readable version, and the
 //        fp32 path.
@@ -37,6 +40,7 @@
 
 #include "cuda/attention.h"
 #include "cuda/common.cuh"
+#include "cuda/fast_exp2.cuh"
 #include "cuda/mma.cuh"
 #include "cuda/tile.cuh"
 
@@ -59,14 +63,25 @@ void launch(Kernel kernel, dim3 grid, int threads, size_t bytes, Params... param
 }
 
 // ------------------------------------------------------------------------------------------
-// mma path. Every warp owns 16 rows; per-thread rows inside a warp's 16: lane / 4 and +8
-// (queries, or keys for dK/dV); a warp skips the tiles none of its rows sees.
+// mma path. Every warp owns row tiles of 16 rows (one in the backward, two in the forward);
+// per-thread rows inside a row tile: lane / 4 and +8 (queries, or keys for dK/dV); a warp skips
+// the tiles none of its rows sees.
 
-constexpr int kMmaWarps = 8;
-constexpr int kMmaThreads = 32 * kMmaWarps;
-constexpr int kMmaRows = 16 * kMmaWarps;  // queries per block of the forward
-constexpr int kMmaCols = 64;              // keys per step of the forward and dQ kernels
-constexpr int kMmaQueries = 32;           // queries per step of the dK/dV kernel
+constexpr int kMmaCols = 64;     // keys per step of the forward and dQ kernels
+constexpr int kMmaQueries = 32;  // queries per step of the dK/dV kernel
+
+// The forward's block: 4 warps of 32 rows (two m16 row tiles each, so every K and V fragment read
+// from shared memory feeds two mma), 128 queries, K/V tiles of 64 keys (kMmaCols) taken in two
+// steps of 32 (S of 32 rows x 64 keys, 64 registers beside O's 128 at D = 128, spilled at the
+// 255 cap). Two blocks an SM at D = 128 (<= 255 registers, 2 x 96 KB), three at D = 64 (<= 168,
+// 3 x 48 KB).
+constexpr int kFwdWarps = 4;
+constexpr int kFwdRowTiles = 2;  // m16 row tiles a warp
+constexpr int kFwdThreads = 32 * kFwdWarps;
+constexpr int kFwdRows = 16 * kFwdRowTiles * kFwdWarps;  // queries per block of the forward
+constexpr int kFwdStep = 32;                              // keys per softmax step of the forward
+constexpr int fwd_blocks_per_sm(int D) { return D == 64 ? 3 : 2; }
+constexpr float kMaxSlack = 8.0f;  // log2 units: the forward's running max may lag the true one by this
 
 // The backward kernels' warps per block and the blocks an SM their registers are capped for.
 // D = 128: 4 warps (64-row blocks), two blocks an SM. 128-row blocks of 8 warps, one an SM, were
@@ -94,20 +109,29 @@ __device__ __forceinline__ bool all_visible(int t_first, int t_last, int s_first
   return s_last <= t_first && (window == 0 || t_last - s_first < window);
 }
 
-// S (16 x 8*NT per warp) += A (16 x W, rows warp*16.. of sA) . B^T where B is the (8*NT x W) tile sB.
-template <int W, int NT>
-__device__ __forceinline__ void mma_abt(float (&s)[NT][4], const bf16* sA, const bf16* sB) {
+// S (16 MT x 8 NT per warp) += A (16 MT x W, rows warp * 16 MT.. of sA) . B^T where B is the
+// (8 NT x W) tile sB. Row tile mt's n-tile nt is s[mt * NT + nt]; every B fragment read from
+// shared memory feeds MT mma. Row tile 1 is written out under `if constexpr` (as in mma_pb) so
+// that the backward's MT = 1 code is what it was.
+template <int W, int NT, int MT = 1>
+__device__ __forceinline__ void mma_abt(float (&s)[MT * NT][4], const bf16* sA, const bf16* sB) {
+  static_assert(MT == 1 || MT == 2, "one or two row tiles");
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 #pragma unroll
   for (int kk = 0; kk < W / 16; kk++) {
-    uint32_t a[4];
-    ldmatrix_x4(a, sA + swizzle<W>(warp * 16 + lane % 16, kk * 16 + (lane / 16) * 8));
+    uint32_t a[MT][4];
+    ldmatrix_x4(a[0], sA + swizzle<W>(warp * 16 * MT + lane % 16, kk * 16 + (lane / 16) * 8));
+    if constexpr (MT == 2) ldmatrix_x4(a[1], sA + swizzle<W>(warp * 32 + 16 + lane % 16, kk * 16 + (lane / 16) * 8));
 #pragma unroll
     for (int np = 0; np < NT / 2; np++) {
       uint32_t b[4];
       ldmatrix_x4(b, sB + swizzle<W>(np * 16 + lane % 8 + (lane / 16) * 8, kk * 16 + ((lane / 8) % 2) * 8));
-      mma_bf16_16816(s[2 * np], a, b[0], b[1]);
-      mma_bf16_16816(s[2 * np + 1], a, b[2], b[3]);
+      mma_bf16_16816(s[2 * np], a[0], b[0], b[1]);
+      mma_bf16_16816(s[2 * np + 1], a[0], b[2], b[3]);
+      if constexpr (MT == 2) {
+        mma_bf16_16816(s[NT + 2 * np], a[1], b[0], b[1]);
+        mma_bf16_16816(s[NT + 2 * np + 1], a[1], b[2], b[3]);
+      }
     }
   }
 }
@@ -127,28 +151,48 @@ __device__ __forceinline__ void mma_abt_reg(float (&s)[NT][4], const uint32_t (&
     }
 }
 
-// acc (16 x W) += P (16 x 8*NT, accumulator layout, rounded to bf16) . B where B is the
-// (8*NT x W) tile sB.
-template <int W, int NT>
-__device__ __forceinline__ void mma_pb(float (&acc)[W / 8][4], const float (&p)[NT][4], const bf16* sB) {
+// The A fragment (16 x 16) of P from the accumulators of two neighbouring n-tiles, rounded to
+// bf16 (the layouts in cuda/mma.cuh).
+__device__ __forceinline__ void pack_fragment(uint32_t (&a)[4], const float (&p0)[4], const float (&p1)[4]) {
+  a[0] = pack_bf16(p0[0], p0[1]);
+  a[1] = pack_bf16(p0[2], p0[3]);
+  a[2] = pack_bf16(p1[0], p1[1]);
+  a[3] = pack_bf16(p1[2], p1[3]);
+}
+
+// acc (16 MT x W) += P (16 MT x 8 NT, accumulator layout, rounded to bf16) . B where B is the
+// (8 NT x W) tile sB. Row tile mt's parts: acc[mt * W / 8 + dt], p[mt * NT + nt]; every B
+// fragment read from shared memory feeds MT mma.
+template <int W, int NT, int MT = 1>
+__device__ __forceinline__ void mma_pb(float (&acc)[MT * W / 8][4], const float (&p)[MT * NT][4], const bf16* sB) {
+  // Row tile 1 written out under `if constexpr` rather than as a loop over mt: a loop, even of
+  // one trip, made ptxas spill the dQ kernel (12 bytes at D = 128, 44 at D = 64), and a loop in
+  // mma_abt changed the dK/dV kernel's code.
+  static_assert(MT == 1 || MT == 2, "one or two row tiles");
   const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int j = 0; j < NT / 2; j++) {
-    const uint32_t a[4] = {pack_bf16(p[2 * j][0], p[2 * j][1]), pack_bf16(p[2 * j][2], p[2 * j][3]),
-                           pack_bf16(p[2 * j + 1][0], p[2 * j + 1][1]), pack_bf16(p[2 * j + 1][2], p[2 * j + 1][3])};
+    uint32_t a[MT][4];
+    pack_fragment(a[0], p[2 * j], p[2 * j + 1]);
+    if constexpr (MT == 2) pack_fragment(a[1], p[NT + 2 * j], p[NT + 2 * j + 1]);
 #pragma unroll
     for (int dp = 0; dp < W / 16; dp++) {
       uint32_t b[4];
       ldmatrix_x4_trans(b, sB + swizzle<W>(j * 16 + lane % 8 + ((lane / 8) % 2) * 8, dp * 16 + (lane / 16) * 8));
-      mma_bf16_16816(acc[2 * dp], a, b[0], b[1]);
-      mma_bf16_16816(acc[2 * dp + 1], a, b[2], b[3]);
+      mma_bf16_16816(acc[2 * dp], a[0], b[0], b[1]);
+      mma_bf16_16816(acc[2 * dp + 1], a[0], b[2], b[3]);
+      if constexpr (MT == 2) {
+        mma_bf16_16816(acc[W / 8 + 2 * dp], a[1], b[0], b[1]);
+        mma_bf16_16816(acc[W / 8 + 2 * dp + 1], a[1], b[2], b[3]);
+      }
     }
   }
 }
 
-// Writes 16 rows x W of acc * mul as bf16; row r of this thread goes to out + row_offset(r).
+// Writes 16 rows x W of acc (W / 8 n-tiles of an accumulator) times mul as bf16: this thread's
+// first row to out + offset0, its second (8 below) to out + offset1.
 template <int W>
-__device__ __forceinline__ void store_rows(bf16* out, const float (&acc)[W / 8][4], int64_t offset0, int64_t offset1,
+__device__ __forceinline__ void store_rows(bf16* out, const float (*acc)[4], int64_t offset0, int64_t offset1,
                                            bool valid0, bool valid1, float mul0, float mul1) {
   const int lane = threadIdx.x % 32;
 #pragma unroll
@@ -160,108 +204,143 @@ __device__ __forceinline__ void store_rows(bf16* out, const float (&acc)[W / 8][
 }
 
 // o: (B, T, H, D), lse: (B, H, T). Grid (H, B, blocks of 128 queries), the longest (last)
-// blocks first. A warp skips the key tiles none of its 16 rows sees (above the diagonal, before
-// the window, past T): the block loads keys for its last row, its first warps need fewer.
-// Occupancy (ptxas, sm_90, no spills): D = 64 fits 128 registers, two blocks (16 warps) an SM;
-// D = 128 needs ~205 (Q fragments 32, O 64, S 32), one block an SM: capped at 128 it spills.
+// blocks first. Warp w owns rows 32 w .. 32 w + 31 of the block as two m16 row tiles; a warp
+// skips the 32-key steps none of its rows sees (above the diagonal, before the window, past T)
+// and masks only the steps some of its rows see in part. Per 64 keys at D = 128 a warp issues
+// 256 mma (QK^T 128, PV 128) over 96 ldmatrix.x4 (Q 32: re-read every 32-key step; K 32, V^T
+// 32): 0.375 a mma, where the 16-row warps with Q in registers before needed 0.5; and a thread
+// 64 FFMA + 64 EX2 for P, 64 max, 64 add, 32 packs, 22 shuffles; the 128 multiplies of the O
+// rescale only on the rare steps where the max moves (pass 2). Q stays in shared memory (in
+// registers it would not fit beside O and S). Registers (ptxas, sm_90, no spills): D = 128
+// 247 (O 128, S 32), D = 64 168.
 template <int D>
-__global__ void __launch_bounds__(kMmaThreads, D == 64 ? 2 : 1)
+__global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
     attention_forward_mma(bf16* o, float* lse, const bf16* q, const bf16* k, const bf16* v, int T, int H, int Hkv,
                           float scale_log2, int window) {
+  constexpr int NT = kFwdStep / 8, MT = kFwdRowTiles, kRowsPerThread = 2 * MT;
   extern __shared__ float4 smem_raw[];
   bf16* sQ = reinterpret_cast<bf16*>(smem_raw);  // sQ: (128, D)
-  bf16* sK = sQ + kMmaRows * D;                  // sK: 2 x (64, D)
+  bf16* sK = sQ + kFwdRows * D;                  // sK: 2 x (64, D)
   bf16* sV = sK + 2 * kMmaCols * D;              // sV: 2 x (64, D)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int q0 = (gridDim.z - 1 - blockIdx.z) * kMmaRows, h = blockIdx.x, b = blockIdx.y, hk = h / (H / Hkv);
+  const int q0 = (gridDim.z - 1 - blockIdx.z) * kFwdRows, h = blockIdx.x, b = blockIdx.y, hk = h / (H / Hkv);
   const int64_t q_stride = int64_t(H) * D, kv_stride = int64_t(Hkv) * D;
   const bf16* qh = q + int64_t(b) * T * q_stride + int64_t(h) * D;  // row t at qh + t * q_stride
   const bf16* kh = k + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const bf16* vh = v + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const int kb_first = window > 0 ? max(0, q0 - window + 1) / kMmaCols : 0;
-  const int kb_last = min(T - 1, q0 + kMmaRows - 1) / kMmaCols;
-  const int w_first = q0 + warp * 16, w_last = w_first + 15;  // this warp's rows
-  const int t_row[2] = {w_first + lane / 4, w_first + lane / 4 + 8};
+  const int kb_last = min(T - 1, q0 + kFwdRows - 1) / kMmaCols;
+  const int w_first = q0 + warp * 16 * MT, w_last = w_first + 16 * MT - 1;  // this warp's rows
+  // this thread's rows: r = 2 mt + half is row tile mt's lane / 4 + 8 half
+  const auto t_row = [&](int r) { return w_first + (r / 2) * 16 + (r % 2) * 8 + lane / 4; };
 
-  load_tile_async<kMmaRows, D, kMmaThreads>(sQ, qh, q_stride, q0, T);
-  load_tile_async<kMmaCols, D, kMmaThreads>(sK, kh, kv_stride, kb_first * kMmaCols, T);
-  load_tile_async<kMmaCols, D, kMmaThreads>(sV, vh, kv_stride, kb_first * kMmaCols, T);
+  load_tile_async<kFwdRows, D, kFwdThreads>(sQ, qh, q_stride, q0, T);
+  load_tile_async<kMmaCols, D, kFwdThreads>(sK, kh, kv_stride, kb_first * kMmaCols, T);
+  load_tile_async<kMmaCols, D, kFwdThreads>(sV, vh, kv_stride, kb_first * kMmaCols, T);
   cp_async_commit();
 
-  uint32_t qf[D / 16][4];   // this warp's 16 query rows as A fragments
-  float acc[D / 8][4] = {};  // acc: (16, D) unnormalised O
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};  // running max (log2 units) and sum
+  float acc[MT * D / 8][4] = {};  // acc: (32, D) unnormalised O, row tile mt at acc[mt * D / 8..]
+  float m[kRowsPerThread], l[kRowsPerThread];  // each row's running max (log2 units; pass 2) and sum
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; r++) m[r] = -INFINITY, l[r] = 0;
   for (int kb = kb_first; kb <= kb_last; kb++) {
     const int buf = (kb - kb_first) & 1, k0 = kb * kMmaCols;
     cp_async_wait_all();
-    __syncthreads();  // tile kb landed; every warp is done with tile kb - 1
-    if (kb == kb_first)
-#pragma unroll
-      for (int kk = 0; kk < D / 16; kk++)
-        ldmatrix_x4(qf[kk], sQ + swizzle<D>(warp * 16 + lane % 16, kk * 16 + (lane / 16) * 8));
+    __syncthreads();  // tile kb (and Q) landed; every warp is done with tile kb - 1
     if (kb < kb_last) {
-      load_tile_async<kMmaCols, D, kMmaThreads>(sK + (buf ^ 1) * kMmaCols * D, kh, kv_stride, k0 + kMmaCols, T);
-      load_tile_async<kMmaCols, D, kMmaThreads>(sV + (buf ^ 1) * kMmaCols * D, vh, kv_stride, k0 + kMmaCols, T);
+      load_tile_async<kMmaCols, D, kFwdThreads>(sK + (buf ^ 1) * kMmaCols * D, kh, kv_stride, k0 + kMmaCols, T);
+      load_tile_async<kMmaCols, D, kFwdThreads>(sV + (buf ^ 1) * kMmaCols * D, vh, kv_stride, k0 + kMmaCols, T);
     }
     cp_async_commit();
-    // A tile with no key visible to any row of the warp changes nothing (P = 0, alpha = 1).
-    if (w_first >= T || !any_visible(w_first, w_last, k0, k0 + kMmaCols - 1, window)) continue;
+    for (int s0 = k0; s0 < k0 + kMmaCols; s0 += kFwdStep) {  // keys s0 .. s0 + kFwdStep - 1
+      // A step with no key visible to any row of the warp changes nothing (P = 0).
+      if (w_first >= T || !any_visible(w_first, w_last, s0, s0 + kFwdStep - 1, window)) continue;
 
-    // pass 1: S = Q K^T (unscaled), invisible keys -> -inf
-    float s[kMmaCols / 8][4] = {};
-    mma_abt_reg<D, kMmaCols / 8>(s, qf, sK + buf * kMmaCols * D);
-    const bool needs_mask = !all_visible(w_first, w_last, k0, k0 + kMmaCols - 1, window);
-    if (needs_mask)
+      // pass 1: S = Q K^T (unscaled), invisible keys -> -inf (only on steps some row sees in part)
+      float s[MT * NT][4] = {};
+      mma_abt<D, NT, MT>(s, sQ, sK + (buf * kMmaCols + s0 - k0) * D);
+      if (!all_visible(w_first, w_last, s0, s0 + kFwdStep - 1, window))
 #pragma unroll
-      for (int nt = 0; nt < kMmaCols / 8; nt++)
+        for (int i = 0; i < MT * NT; i++)
 #pragma unroll
-        for (int e = 0; e < 4; e++)
-          if (!visible(t_row[e / 2], k0 + nt * 8 + (lane % 4) * 2 + e % 2, window)) s[nt][e] = -INFINITY;
+          for (int e = 0; e < 4; e++)
+            if (!visible(t_row(2 * (i / NT) + e / 2), s0 + (i % NT) * 8 + (lane % 4) * 2 + e % 2, window))
+              s[i][e] = -INFINITY;
 
-    // pass 2: online softmax, each row's max and sum spread over the 4 lanes of a quad
+      // pass 2: online softmax, each row's max and sum spread over the 4 lanes of a quad; row r's
+      // elements are s[(r / 2) NT + nt][2 (r % 2) + 0, 1]. The running max m only moves (and O
+      // and l are rescaled) when some row of the warp sees a score above m + kMaxSlack: until
+      // then P = exp(scale S - m) <= 2^kMaxSlack, exact in fp32 and as precise in bf16, and the
+      // result O / l, lse = m + log l is the same. Past the first keys of a row that is rare, so
+      // the 16 x D multiplies of the rescale are skipped by the whole warp at once.
+      float tile_max[kRowsPerThread];  // log2 units
+      bool grow = false;
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-      float mx = -INFINITY;
+      for (int r = 0; r < kRowsPerThread; r++) {
+        const float(*sr)[4] = s + (r / 2) * NT;
+        const int e0 = 2 * (r % 2);
+        float mx = -INFINITY;
 #pragma unroll
-      for (int nt = 0; nt < kMmaCols / 8; nt++) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m[r], mx * scale_log2);
-      const float base = m_new == -INFINITY ? 0.0f : m_new;  // a row with no visible key yet
-      const float alpha = exp2f(m[r] - base);                 // e^(m - m')
-      m[r] = m_new;
-      float row_sum = 0;
-#pragma unroll
-      for (int nt = 0; nt < kMmaCols / 8; nt++)
-#pragma unroll
-        for (int e = 2 * r; e < 2 * r + 2; e++) {
-          s[nt][e] = exp2f(fmaf(s[nt][e], scale_log2, -base));  // P = exp(scale S - m')
-          row_sum += s[nt][e];
-        }
-      l[r] = l[r] * alpha + row_sum;
-#pragma unroll
-      for (int dt = 0; dt < D / 8; dt++) {
-        acc[dt][2 * r] *= alpha;
-        acc[dt][2 * r + 1] *= alpha;
+        for (int nt = 0; nt < NT; nt++) mx = fmaxf(mx, fmaxf(sr[nt][e0], sr[nt][e0 + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        tile_max[r] = mx * scale_log2;
+        grow = grow || tile_max[r] > m[r] + kMaxSlack;  // true for a row's first visible key (m = -inf)
       }
+      float any_grow = grow ? 1.0f : 0.0f;  // the same in the 4 lanes of a quad: reduce over quads
+      any_grow = fmaxf(any_grow, __shfl_xor_sync(0xffffffffu, any_grow, 4));
+      any_grow = fmaxf(any_grow, __shfl_xor_sync(0xffffffffu, any_grow, 8));
+      any_grow = fmaxf(any_grow, __shfl_xor_sync(0xffffffffu, any_grow, 16));
+      if (any_grow != 0.0f)
+#pragma unroll
+        for (int r = 0; r < kRowsPerThread; r++) {
+          const float m_new = fmaxf(m[r], tile_max[r]);
+          const float alpha = exp2_ftz(m[r] - (m_new == -INFINITY ? 0.0f : m_new));  // e^(m - m')
+          m[r] = m_new;
+          l[r] *= alpha;
+          float(*acc_r)[4] = acc + (r / 2) * (D / 8);
+          const int e0 = 2 * (r % 2);
+#pragma unroll
+          for (int dt = 0; dt < D / 8; dt++) {
+            acc_r[dt][e0] *= alpha;
+            acc_r[dt][e0 + 1] *= alpha;
+          }
+        }
+#pragma unroll
+      for (int r = 0; r < kRowsPerThread; r++) {
+        float(*sr)[4] = s + (r / 2) * NT;
+        const int e0 = 2 * (r % 2);
+        const float base = m[r] == -INFINITY ? 0.0f : m[r];  // a row with no visible key yet
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+          for (int e = e0; e < e0 + 2; e++) {
+            sr[nt][e] = exp2_ftz(fmaf(sr[nt][e], scale_log2, -base));  // P = exp(scale S - m)
+            l[r] += sr[nt][e];
+          }
+      }
+      // pass 3: O += P V
+      mma_pb<D, NT, MT>(acc, s, sV + (buf * kMmaCols + s0 - k0) * D);
     }
-    // pass 3: O += P V
-    mma_pb<D, kMmaCols / 8>(acc, s, sV + buf * kMmaCols * D);
   }
 
   // epilogue: O /= l, lse = (m + log2 l) ln 2
 #pragma unroll
-  for (int r = 0; r < 2; r++) {
+  for (int r = 0; r < kRowsPerThread; r++) {
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
   }
-  const int64_t o_row0 = (int64_t(b) * T + t_row[0]) * H * D + int64_t(h) * D;
-  const int64_t o_row1 = (int64_t(b) * T + t_row[1]) * H * D + int64_t(h) * D;
-  store_rows<D>(o, acc, o_row0, o_row1, t_row[0] < T, t_row[1] < T, 1.0f / l[0], 1.0f / l[1]);
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++) {
+    const int t0 = t_row(2 * mt), t1 = t_row(2 * mt + 1);
+    store_rows<D>(o, acc + mt * (D / 8), (int64_t(b) * T + t0) * H * D + int64_t(h) * D,
+                  (int64_t(b) * T + t1) * H * D + int64_t(h) * D, t0 < T, t1 < T, 1.0f / l[2 * mt],
+                  1.0f / l[2 * mt + 1]);
+  }
   if (lane % 4 == 0)
 #pragma unroll
-    for (int r = 0; r < 2; r++)
-      if (t_row[r] < T) lse[(int64_t(b) * H + h) * T + t_row[r]] = (m[r] + log2f(l[r])) / kLog2e;
+    for (int r = 0; r < kRowsPerThread; r++)
+      if (t_row(r) < T) lse[(int64_t(b) * H + h) * T + t_row(r)] = (m[r] + log2f(l[r])) / kLog2e;
 }
 
 // dq: (B, T, H, D). Grid (H, B, blocks of 16 bwd_blocking(D).warps queries), longest first.
@@ -699,8 +778,11 @@ void attention_forward(void* o, float* lse, const void* q, const void* k, const 
   if (use_mma(dims.D, dims.Dv, dtype)) {
     dispatch_head_dim(s.D, [&](auto d) {
       constexpr int kD = decltype(d)::value;
-      launch(attention_forward_mma<kD>, mma_grid(s, s.H, kMmaRows), kMmaThreads,
-             sizeof(bf16) * (kMmaRows + 4 * kMmaCols) * kD, static_cast<bf16*>(o), lse, static_cast<const bf16*>(q),
+      // fwd_blocks_per_sm(kD) blocks of 96 / 48 KB an SM: the largest shared-memory carveout
+      CUDA_CHECK(cudaFuncSetAttribute(attention_forward_mma<kD>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                      cudaSharedmemCarveoutMaxShared));
+      launch(attention_forward_mma<kD>, mma_grid(s, s.H, kFwdRows), kFwdThreads,
+             sizeof(bf16) * (kFwdRows + 4 * kMmaCols) * kD, static_cast<bf16*>(o), lse, static_cast<const bf16*>(q),
              static_cast<const bf16*>(k), static_cast<const bf16*>(v), s.T, s.H, s.Hkv,
              static_cast<float>(scale) * kLog2e, s.window);
     });

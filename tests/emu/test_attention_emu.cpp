@@ -1,10 +1,12 @@
 // Runs the softmax attention kernels of cuda/attention.cu on the host emulator
 // (tests/emu/include/emu.h) and compares them with the CPU reference in fp64,
 // cpu::attention_forward / attention_backward (nn/ops/attention_reference.cpp): the bf16
-// tensor-core path (forward, dQ and dK/dV kernels; 128-row blocks, 64 for the backward at
-// D 64) at head widths 64 and 128, T a multiple of the blocks or not (5, 64, 100, 129, 200,
-// 257, 300), grouped kv heads and sliding windows (2, 20: shorter than a key tile, 70: longer,
-// 47: the distance between corners of some warps' tiles, so a wrong "no mask needed" shows);
+// tensor-core path (forward, dQ and dK/dV kernels; 128-query forward blocks of 4 warps of 32
+// rows, 64-row backward blocks) at head widths 64 and 128, T a multiple of the blocks or not
+// (5, 64, 100, 129, 200, 257, 300), grouped kv heads and sliding windows (2, 20: shorter than a
+// key tile, 70: longer, 47: the distance between corners of some warps' tiles, so a wrong "no
+// mask needed" shows), scores of std 2 and 8 (the forward's running max lags the true one by
+// up to 2^8 and moves many times along a row at 8);
 // some cases again with cp.async copies landing at issue and warps run one after another (the
 // emulator's other extreme of copy and warp timing: a buffer overwritten before its readers are
 // done shows there); then the fp32 path (fma kernels) at one shape.
@@ -59,10 +61,12 @@ static Err compare(const Got& got, const std::vector<double>& ref) {
 }
 
 static void attention_case(DType dtype, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D, int64_t window,
-                           uint64_t seed) {
+                           uint64_t seed, double q_std = 2.0) {
   std::mt19937_64 rng(seed);
-  // q of std 2 gives scores of std ~2 at scale 1 / sqrt(D): peaked rows, so the online max moves.
-  const Input q(B * T * H * D, rng, 2.0), k(B * T * Hkv * D, rng, 1.0), v(B * T * Hkv * D, rng, 1.0),
+  // q of std 2 gives scores of std ~2 at scale 1 / sqrt(D): peaked rows, so the online max moves;
+  // std 8 gives scores of std ~8 (~11.5 in log2 units), so the forward's max, which moves only
+  // when passed by 2^8, moves many times along a row and lags in between.
+  const Input q(B * T * H * D, rng, q_std), k(B * T * Hkv * D, rng, 1.0), v(B * T * Hkv * D, rng, 1.0),
       dout(B * T * H * D, rng, 1.0);
   const AttentionDims d{B, T, H, Hkv, D, D, 1.0 / std::sqrt(double(D)), window, DType::F32};
   Output o(B * T * H * D, dtype), dq(B * T * H * D, dtype), dk(B * T * Hkv * D, dtype), dv(B * T * Hkv * D, dtype);
@@ -77,9 +81,9 @@ static void attention_case(DType dtype, int64_t B, int64_t T, int64_t H, int64_t
                           v.ref.data(), o_ref.data(), lse_ref.data(), d);
 
   char label[160];
-  std::snprintf(label, sizeof label, "%s%s %s B%ld T%ld H%ld Hkv%ld D%ld window %ld",
+  std::snprintf(label, sizeof label, "%s%s %s B%ld T%ld H%ld Hkv%ld D%ld window %ld q_std %g",
                 emu::cp_async_lands_at_issue ? "early " : "", cuda::attention_kernel(D, D, dtype), dtype_name(dtype),
-                long(B), long(T), long(H), long(Hkv), long(D), long(window));
+                long(B), long(T), long(H), long(Hkv), long(D), long(window), q_std);
   const bool bf = dtype == DType::BF16;
   const double out_tol = bf ? 5e-3 : 1e-5, grad_tol = bf ? 1e-2 : 1e-5;
   report(label, "o", compare(o, o_ref), out_tol);
@@ -99,7 +103,8 @@ int main(int argc, char** argv) {
     attention_case(DType::BF16, 1, 100, 4, 2, D, 20, 2 + D);   // shorter than a key tile, GQA 4 -> 2
     attention_case(DType::BF16, 1, 200, 2, 1, D, 47, 7 + D);   // a warp's tile whose corner is 47 apart
     attention_case(DType::BF16, 1, 129, 2, 2, D, 2, 3 + D);    // two keys a query; a block of 1 query
-    attention_case(DType::BF16, 3, 5, 2, 1, D, 0, 4 + D);      // 5 tokens: 7 of the 8 forward warps idle
+    attention_case(DType::BF16, 3, 5, 2, 1, D, 0, 4 + D);      // 5 tokens: 3 of the 4 forward warps idle
+    attention_case(DType::BF16, 1, 300, 2, 1, D, 0, 8 + D, 8.0);  // peaked rows: the lagging max
   }
   if (which == "all" || which == "early") {  // cp.async copies landing at issue, warps one after another
     emu::cp_async_lands_at_issue = true;
