@@ -2,7 +2,10 @@
 // cuda/decay_attention_chunk.cu where they apply, else the recurrent kernels of cuda/recurrence.cuh with
 // Op::Decay (S = Diag(exp(g)) S + k v^T, o = scale S^T q), and the casts that turn their fp32
 // per-value-head gradients into the op's: q/k gradients summed over the value heads of a
-// group, a scalar gate's gradient summed over the key channels.
+// group, a scalar gate's gradient summed over the key channels. A forward given `kept` and a
+// backward given the same buffer take the chunked kernels on the same rule (chunked(): the same
+// dims, dtype and inputs), so the backward reads the states only where that forward wrote them
+// (a recurrent backward, at an unaligned grad_o, ignores them).
 #include "cuda/decay_attention.h"
 #include "cuda/decay_attention_chunk.cuh"
 #include "cuda/recurrence.cuh"
@@ -30,10 +33,14 @@ bool chunked(const DecayAttentionDims& d, DType dtype, const void* q, const void
 
 }  // namespace
 
+int64_t decay_attention_kept_floats(const DecayAttentionDims& d, DType dtype) {
+  return d.T > 1 && decay_chunk::supported(d.dk, d.dv, dtype) ? decay_chunk::kept_floats(d) : 0;
+}
+
 void decay_attention_forward(void* o, float* ht, const void* q, const void* k, const void* v, const void* g,
-                             const float* h0, const DecayAttentionDims& d, DType dtype) {
+                             const float* h0, const DecayAttentionDims& d, float* kept, DType dtype) {
   if (chunked(d, dtype, q, k, v, g)) {
-    decay_chunk::forward(o, ht, q, k, v, g, h0, d);
+    decay_chunk::forward(o, ht, q, k, v, g, h0, d, kept);
     return;
   }
   recurrence::dispatch_storage_kmax(dtype, d.dk, "decay_attention_forward", [&](auto tag, auto kmax) {
@@ -48,9 +55,10 @@ void decay_attention_forward(void* o, float* ht, const void* q, const void* k, c
 
 void decay_attention_backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, float* grad_h0,
                               const void* grad_o, const float* grad_ht, const void* q, const void* k, const void* v,
-                              const void* g, const float* h0, const DecayAttentionDims& d, DType dtype) {
+                              const void* g, const float* h0, const DecayAttentionDims& d, const float* kept,
+                              DType dtype) {
   if (chunked(d, dtype, q, k, v, g) && aligned16(grad_o)) {
-    decay_chunk::backward(grad_q, grad_k, grad_v, grad_g, grad_h0, grad_o, grad_ht, q, k, v, g, h0, d);
+    decay_chunk::backward(grad_q, grad_k, grad_v, grad_g, grad_h0, grad_o, grad_ht, q, k, v, g, h0, d, kept);
     return;
   }
   recurrence::dispatch_storage_kmax(dtype, d.dk, "decay_attention_backward", [&](auto tag, auto kmax) {

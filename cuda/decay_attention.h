@@ -4,8 +4,8 @@
 //   q, k: (B, T, H, dk);  v, o: (B, T, HV, dv);  g: (B, T, HV) scalar or (B, T, HV, dk) vector
 //   h0, ht: (B, HV, dk, dv) fp32, h0 null = zeros
 // Kernels: forward and backward run the chunked tensor-core kernels of
-// cuda/decay_attention_chunk.cu for BF16 storage, a scalar gate, dk, dv in {64, 128}, T > 1 and
-// 16-byte aligned q, k, v (and grad_o); every other case runs the token recurrence of
+// cuda/decay_attention_chunk.cu for BF16 storage, either gate, dk, dv in {64, 128} or {128, 256},
+// T > 1 and 16-byte aligned q, k, v, a vector g (and grad_o); every other case runs the token recurrence of
 // cuda/recurrence.cuh (dk <= 256, any dv). Both directions read only the inputs and h0, so the
 // two kernels mix freely. d.chunk_size is the CPU's algorithm choice; the GPU picks its kernel
 // by the rules above.
@@ -17,14 +17,23 @@
 
 namespace hla::cuda {
 
+// The fp32 floats a forward keeps for its backward when given `kept` (every chunk-start state of
+// the chunked kernels, decay_chunk::kept_floats; the backward then skips replaying the forward's
+// scan, with bit-identical results); 0 where the recurrent kernels run.
+int64_t decay_attention_kept_floats(const DecayAttentionDims& d, DType dtype);
+
+// kept: null, or decay_attention_kept_floats(d, dtype) floats (16-byte aligned) that the forward
+// fills for its backward.
 void decay_attention_forward(void* o, float* ht, const void* q, const void* k, const void* v, const void* g,
-                             const float* h0, const DecayAttentionDims& d, DType dtype);
+                             const float* h0, const DecayAttentionDims& d, float* kept, DType dtype);
 
 // Writes grad_q, grad_k (like q), grad_v (like v), grad_g (like g) and grad_h0 (fp32; null = not
-// wanted); grad_ht null = no gradient on the final state.
+// wanted); grad_ht null = no gradient on the final state. kept: null (the chunk-start states are
+// replayed) or the forward's `kept`, only read.
 void decay_attention_backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, float* grad_h0,
                               const void* grad_o, const float* grad_ht, const void* q, const void* k, const void* v,
-                              const void* g, const float* h0, const DecayAttentionDims& d, DType dtype);
+                              const void* g, const float* h0, const DecayAttentionDims& d, const float* kept,
+                              DType dtype);
 
 // The names of the kernels that run for these dims and storage dtype, given aligned inputs
 // (allocator buffers always are): the gpu-check table and the bench print them.

@@ -16,8 +16,12 @@
 //   held in shared memory):
 //     o   = scale exp(G) (.) (Q h) + Aqk V                                               (mma)
 //     h  <- exp(G_last) h + K^T diag(exp(G_last - G)) V                                  (mma)
+//     and, given `kept` (a backward follows), every chunk-start h[n] into it (h_start)
 // Backward (CPU decay_chunk::backward, its passes 1-3; mixers.md 4.9 without W, U, L, and 4.10):
-//   Pass 1 (scan_kernel replayed with no outputs): every chunk-start state h[n] into h_start.
+//   Pass 1 (scan_kernel replayed with no outputs): every chunk-start state h[n] into h_start;
+//     skipped when the forward kept them (forward's `kept`, which its scan filled: the same
+//     kernel on the same inputs, so the same bits; kept_floats() x 4 B, 268 MB at B4 T4096 H16
+//     D128; both gates and RWKV-6; nn/ops/decay_attention.h's keep_states).
 //   Pass 2 (reverse_scan_kernel, the scan's grid and layout, chunks in reverse), dS = dL/dS
 //   starting at dht (zeros when null):
 //     dh[n] = dS, the gradient of chunk n's END state, into dh_end
@@ -49,16 +53,16 @@
 //   Pass 1 (scan_kernel, grid ((dk / 64) (dv / BV), HV, B)): each row of the state decays by its
 //     own exp(G_last[d]), so the state tiles split along dk as well (64 x BV, 8 CTAs a head at
 //     dk = dv = 128): h <- Diag(exp(G_last)) h + (K (.) exp(G_last - G))^T V, every chunk-start
-//     state into h_start (workspace 4 B x B HV NT dk dv, 268 MB at B4 T4096 H16 D128, where the
-//     scalar gate's is the 67 MB of scores).
+//     state into h_start (4 B x B HV NT dk dv, 268 MB at B4 T4096 H16 D128: the forward's
+//     `kept` when given, else a workspace, where the scalar gate's is the 67 MB of scores).
 //   Pass 2 (vector_output_kernel, grid (NT, HV, B)): Aqk in 16-row sub-chunks (mixers.md 4.4),
 //     kept in shared memory: below the diagonal blocks one mma per row tile through its first
 //     row r, (q_t e^{G_t - G_r}) . (k_s e^{G_r - G_s}), s < r <= t; the 16 x 16 diagonal blocks
 //     pair by pair in fp32; then o = scale (Q (.) exp(G)) h[n] + Aqk V, every mma operand staged
 //     once as a bf16 swizzled tile (the decayed rows of Aqk's product 64 key channels a slice,
 //     the state 32 columns a piece: its passes above the kernel).
-//   Backward passes 1-2: the same scan tiles (the replay is forward pass 1); the reverse scan
-//     reads the fp32 tile q (.) exp(G).
+//   Backward passes 1-2: the same scan tiles (the replay, where nothing was kept, is forward
+//     pass 1); the reverse scan reads the fp32 tile q (.) exp(G).
 //   RWKV-6 (rwkv6_forward, rwkv6_backward; template flag RW; mixers.md 11, ReadAt::before_update):
 //     its state update is this one, so the forward scan and the backward's replay are shared;
 //     every query-side read of the state uses the exclusive gate Gq_t = G_{t-1} (the state
@@ -181,8 +185,10 @@ struct Args {
   bf16* o;              // (B, T, HV, dv); null: the backward's replay (no outputs)
   float* ht;            // (B, HV, dk, dv) or null
   float* aqk;           // (B, HV, NT, C, C) workspace: pass 1 writes, pass 2 reads
+  float* h_start;       // (B, HV, NT, dk, dv)  state at the start of each chunk: written by the forward's
+                        // scan (the vector gate's always, the scalar gate's when kept) and by the
+                        // backward's replay of it, read by vector_output_kernel and pass 3
   // backward only (null in the forward)
-  float* h_start;       // (B, HV, NT, dk, dv)  state at the start of each chunk (replayed pass 1)
   float* dh_end;        // (B, HV, NT, dk, dv)  gradient of each chunk's END state (pass 2)
   const bf16* d_o;      // (B, T, HV, dv)
   const float* dht;     // (B, HV, dk, dv) or null: gradient of the final state
@@ -1268,13 +1274,14 @@ void launch_forward(const Args& a) {
 
 // RW: RWKV-6's (VG), a.dbonus takes every chunk's part of du.
 // dk = 256: a.dv_part (and a scalar gate's a.dg_part) take the key blocks' parts (kKeyBlock).
+// replay: pass 1 rebuilds every h[n] into a.h_start; else a.h_start holds what the forward kept.
 template <int DK, int DV, bool VG, bool RW>
-void launch_backward(const Args& a) {
+void launch_backward(const Args& a, bool replay) {
   constexpr int kBlocks = key_blocks(DK);
   using Local = LocalSmem<kKeyBlock<DK>, DV, VG, RW>;
   static_assert(Local::floats() % 4 == 0, "the bf16 tiles of LocalSmem start 16-byte aligned");
   constexpr int KT = scan_rows<DK, VG>();
-  launch_scan<DK, VG>(a, DV);  // pass 1: every h[n]
+  if (replay) launch_scan<DK, VG>(a, DV);  // pass 1: every h[n]
   launch_kernel<ScanSmem<KT, VG>::bytes()>(reverse_scan_kernel<DK, KT, VG, RW>, scan_grid<DK, VG>(a, DV), a, DV);
   launch_kernel<Local::bytes()>(local_backward_kernel<DK, DV, VG, RW>, dim3(a.NT * kBlocks, a.HV, a.B), a);
   if constexpr (kBlocks > 1) {  // dV and a scalar gate's dG: the key blocks' parts added in block order
@@ -1315,6 +1322,14 @@ void dispatch(const DecayAttentionDims& d, Fn&& fn) {
   else gate(K128{}, K128{});
 }
 
+// RWKV-6's dims as the decay attention's (one value head a key head, vector gate).
+DecayAttentionDims decay_dims(const Rwkv6Dims& d) {
+  return {d.B, d.T, d.H, d.H, d.dk, d.dv, true, d.scale, 0, DType::F32};
+}
+
+// Every chunk-start state, (B, HV, NT, dk, dv) fp32: what the forward keeps for the backward.
+int64_t state_floats(const DecayAttentionDims& d) { return d.B * d.HV * ((d.T + C - 1) / C) * d.dk * d.dv; }
+
 // The inputs both directions read; outputs and workspaces are set by the caller.
 Args input_args(const void* q, const void* k, const void* v, const void* g, const float* h0,
                 const DecayAttentionDims& d) {
@@ -1347,26 +1362,32 @@ bool takes(int64_t B, int64_t T, int64_t dk, int64_t dv, DType dtype, const void
          (!vector_gate || aligned16(vector_gate));
 }
 
+int64_t kept_floats(const DecayAttentionDims& d) { return state_floats(d); }
+int64_t kept_floats(const Rwkv6Dims& d) { return state_floats(decay_dims(d)); }
+
 void forward(void* o, float* ht, const void* q, const void* k, const void* v, const void* g, const float* h0,
-             const DecayAttentionDims& d) {
+             const DecayAttentionDims& d, float* kept) {
+  HLA_CHECK(!kept || aligned16(kept), "decay_attention chunk kernel: kept must be 16-byte aligned");
   Args a = input_args(q, k, v, g, h0, d);
   a.o = static_cast<bf16*>(o), a.ht = ht;
-  // Vector gate: every chunk-start state (B, HV, NT, dk, dv); scalar gate: the scores (B, HV, NT, C, C).
-  FloatScratch work(d.vector_gate ? d.B * d.HV * a.NT * d.dk * d.dv : d.B * d.HV * a.NT * C * C);
-  if (d.vector_gate) a.h_start = work.get();
-  else a.aqk = work.get();
+  // The vector gate's chunk-start states go to `kept` or, without it, to a workspace; the scalar
+  // gate's scan writes them only into `kept`, its workspace holds the scores (B, HV, NT, C, C).
+  FloatScratch work(d.vector_gate ? (kept ? 0 : state_floats(d)) : d.B * d.HV * a.NT * C * C);
+  if (d.vector_gate) a.h_start = kept ? kept : work.get();
+  else a.aqk = work.get(), a.h_start = kept;
   dispatch(d, [&](auto dk_, auto dv_, auto vector_gate) {
     launch_forward<decltype(dk_)::value, decltype(dv_)::value, decltype(vector_gate)::value>(a);
   });
 }
 
 void rwkv6_forward(void* o, float* ht, const void* r, const void* k, const void* v, const void* w, const void* u,
-                   const float* h0, const Rwkv6Dims& d) {
-  const DecayAttentionDims dims{d.B, d.T, d.H, d.H, d.dk, d.dv, true, d.scale, 0, DType::F32};
+                   const float* h0, const Rwkv6Dims& d, float* kept) {
+  HLA_CHECK(!kept || aligned16(kept), "rwkv6 chunk kernel: kept must be 16-byte aligned");
+  const DecayAttentionDims dims = decay_dims(d);
   Args a = input_args(r, k, v, w, h0, dims);
   a.o = static_cast<bf16*>(o), a.ht = ht, a.bonus = static_cast<const bf16*>(u);
-  FloatScratch h_start(d.B * d.H * a.NT * d.dk * d.dv);  // (B, H, NT, dk, dv)
-  a.h_start = h_start.get();
+  FloatScratch h_start(kept ? 0 : state_floats(dims));  // (B, H, NT, dk, dv), where not kept
+  a.h_start = kept ? kept : h_start.get();
   dispatch(dims, [&](auto dk_, auto dv_, auto) {
     launch_vector_forward<decltype(dk_)::value, decltype(dv_)::value, true>(a);
   });
@@ -1374,16 +1395,18 @@ void rwkv6_forward(void* o, float* ht, const void* r, const void* k, const void*
 
 void backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, float* grad_h0, const void* grad_o,
               const float* grad_ht, const void* q, const void* k, const void* v, const void* g, const float* h0,
-              const DecayAttentionDims& d) {
+              const DecayAttentionDims& d, const float* kept) {
   HLA_CHECK(aligned16(grad_o), "decay_attention chunk kernel: grad_o must be 16-byte aligned");
   HLA_CHECK(!grad_ht || aligned16(grad_ht), "decay_attention chunk kernel: grad_ht must be 16-byte aligned");
+  HLA_CHECK(!kept || aligned16(kept), "decay_attention chunk kernel: kept must be 16-byte aligned");
   Args a = input_args(q, k, v, g, h0, d);
-  const int64_t states = d.B * d.HV * a.NT * d.dk * d.dv;  // (B, HV, NT, dk, dv)
+  const int64_t states = state_floats(d);  // (B, HV, NT, dk, dv)
   // One value head a key head: pass 3 writes dq, dk itself; else per value head in fp32, then summed.
   const bool grouped = d.HV != d.H;
   const int64_t grads = grouped ? d.B * d.T * d.HV * d.dk : 0;  // (B, T, HV, dk)
-  FloatScratch h_start(states), dh_end(states), dq(grads), dk(grads);
-  a.h_start = h_start.get(), a.dh_end = dh_end.get();
+  FloatScratch h_start(kept ? 0 : states), dh_end(states), dq(grads), dk(grads);
+  // kept is only read here: pass 1, the one writer of a.h_start, does not run then
+  a.h_start = kept ? const_cast<float*>(kept) : h_start.get(), a.dh_end = dh_end.get();
   a.d_o = static_cast<const bf16*>(grad_o), a.dht = grad_ht, a.dh0 = grad_h0;
   if (grouped) a.dq = dq.get(), a.dk = dk.get();
   else a.dq_direct = static_cast<bf16*>(grad_q), a.dk_direct = static_cast<bf16*>(grad_k);
@@ -1391,7 +1414,7 @@ void backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, float* gra
   const KeyBlockParts parts(d);
   parts.set(a);
   dispatch(d, [&](auto dk_, auto dv_, auto vector_gate) {
-    launch_backward<decltype(dk_)::value, decltype(dv_)::value, decltype(vector_gate)::value, false>(a);
+    launch_backward<decltype(dk_)::value, decltype(dv_)::value, decltype(vector_gate)::value, false>(a, !kept);
   });
   if (!grouped) return;
   recurrence::group_sum(static_cast<bf16*>(grad_q), dq.get(), d.B * d.T, d.H, d.HV / d.H, d.dk);
@@ -1400,15 +1423,17 @@ void backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, float* gra
 
 void rwkv6_backward(void* grad_r, void* grad_k, void* grad_v, void* grad_w, void* grad_u, float* grad_h0,
                     const void* grad_o, const float* grad_ht, const void* r, const void* k, const void* v,
-                    const void* w, const void* u, const float* h0, const Rwkv6Dims& d) {
+                    const void* w, const void* u, const float* h0, const Rwkv6Dims& d, const float* kept) {
   HLA_CHECK(aligned16(grad_o), "rwkv6 chunk kernel: grad_o must be 16-byte aligned");
   HLA_CHECK(!grad_ht || aligned16(grad_ht), "rwkv6 chunk kernel: grad_ht must be 16-byte aligned");
-  const DecayAttentionDims dims{d.B, d.T, d.H, d.H, d.dk, d.dv, true, d.scale, 0, DType::F32};
+  HLA_CHECK(!kept || aligned16(kept), "rwkv6 chunk kernel: kept must be 16-byte aligned");
+  const DecayAttentionDims dims = decay_dims(d);
   Args a = input_args(r, k, v, w, h0, dims);
   a.bonus = static_cast<const bf16*>(u);
-  const int64_t states = d.B * d.H * a.NT * d.dk * d.dv;  // (B, H, NT, dk, dv)
-  FloatScratch h_start(states), dh_end(states), du_parts(d.B * a.NT * d.H * d.dk);
-  a.h_start = h_start.get(), a.dh_end = dh_end.get();
+  const int64_t states = state_floats(dims);  // (B, H, NT, dk, dv)
+  FloatScratch h_start(kept ? 0 : states), dh_end(states), du_parts(d.B * a.NT * d.H * d.dk);
+  // kept is only read here: pass 1, the one writer of a.h_start, does not run then
+  a.h_start = kept ? const_cast<float*>(kept) : h_start.get(), a.dh_end = dh_end.get();
   a.d_o = static_cast<const bf16*>(grad_o), a.dht = grad_ht, a.dh0 = grad_h0;
   a.dbonus = du_parts.get();  // (B, NT, H, dk)
   a.dq_direct = static_cast<bf16*>(grad_r), a.dk_direct = static_cast<bf16*>(grad_k);  // one value head a head
@@ -1416,7 +1441,7 @@ void rwkv6_backward(void* grad_r, void* grad_k, void* grad_v, void* grad_w, void
   const KeyBlockParts parts(dims);
   parts.set(a);
   dispatch(dims, [&](auto dk_, auto dv_, auto) {
-    launch_backward<decltype(dk_)::value, decltype(dv_)::value, true, true>(a);
+    launch_backward<decltype(dk_)::value, decltype(dv_)::value, true, true>(a, !kept);
   });
   write_column_sums(static_cast<bf16*>(grad_u), du_parts.get(), int(d.B * a.NT), d.H * d.dk);  // fixed order
 }

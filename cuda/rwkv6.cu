@@ -4,7 +4,8 @@
 // state before the token's update, plus the bonus (r . (u * k)) v). The recurrent backward's bonus gradients need v . do per token,
 // computed here first; u's gradient is summed over the batch and segments (chunks for the
 // chunked backward) in a fixed order. Both directions read only the inputs, so a chunked and a
-// recurrent direction mix freely.
+// recurrent direction mix freely; the chunk-start states a forward kept (`kept`) are read only by
+// a chunked backward, which takes the kernels on the forward's rule (decay_chunk::takes).
 #include "cuda/decay_attention_chunk.cuh"
 #include "cuda/recurrence.cuh"
 #include "cuda/reduce.cuh"
@@ -26,10 +27,14 @@ Args<S> rwkv6_args(const void* r, const void* k, const void* v, const void* w, c
 
 }  // namespace
 
+int64_t rwkv6_kept_floats(const Rwkv6Dims& d, DType dtype) {
+  return d.T > 1 && decay_chunk::supported(d.dk, d.dv, dtype) ? decay_chunk::kept_floats(d) : 0;
+}
+
 void rwkv6_forward(void* o, float* ht, const void* r, const void* k, const void* v, const void* w, const void* u,
-                   const float* h0, const Rwkv6Dims& d, DType dtype) {
+                   const float* h0, const Rwkv6Dims& d, float* kept, DType dtype) {
   if (decay_chunk::takes(d.B, d.T, d.dk, d.dv, dtype, r, k, v, w)) {
-    decay_chunk::rwkv6_forward(o, ht, r, k, v, w, u, h0, d);
+    decay_chunk::rwkv6_forward(o, ht, r, k, v, w, u, h0, d, kept);
     return;
   }
   recurrence::dispatch_storage_kmax(dtype, d.dk, "rwkv6_forward", [&](auto tag, auto kmax) {
@@ -43,10 +48,11 @@ void rwkv6_forward(void* o, float* ht, const void* r, const void* k, const void*
 
 void rwkv6_backward(void* grad_r, void* grad_k, void* grad_v, void* grad_w, void* grad_u, float* grad_h0,
                     const void* grad_o, const float* grad_ht, const void* r, const void* k, const void* v,
-                    const void* w, const void* u, const float* h0, const Rwkv6Dims& d, DType dtype) {
+                    const void* w, const void* u, const float* h0, const Rwkv6Dims& d, const float* kept,
+                    DType dtype) {
   if (decay_chunk::takes(d.B, d.T, d.dk, d.dv, dtype, r, k, v, w) && aligned16(grad_o)) {
     decay_chunk::rwkv6_backward(grad_r, grad_k, grad_v, grad_w, grad_u, grad_h0, grad_o, grad_ht, r, k, v, w, u, h0,
-                                d);
+                                d, kept);
     return;
   }
   const int64_t B = d.B, T = d.T, H = d.H, dk = d.dk, dv = d.dv;

@@ -3,7 +3,7 @@
 // as on the CPU: every element written; grad_h0 null = not wanted.
 //   r, k, w: (B, T, H, dk);  v, o: (B, T, H, dv);  u: (H, dk);  h0, ht: (B, H, dk, dv) fp32
 // Kernels: the chunked tensor-core forward and backward of cuda/decay_attention_chunk.cu for bf16
-// with dk, dv in {64, 128} (T > 1, 16-byte aligned r, k, v, w, and grad_o for the backward), else
+// with dk, dv in {64, 128} or {128, 256} (T > 1, 16-byte aligned r, k, v, w, and grad_o for the backward), else
 // the token recurrence of cuda/recurrence.cuh (dk <= 256, any dv); d.chunk_size is the CPU's
 // algorithm choice, the GPU picks its own kernel.
 #pragma once
@@ -14,14 +14,23 @@
 
 namespace hla::cuda {
 
+// The fp32 floats a forward keeps for its backward when given `kept` (every chunk-start state of
+// the chunked kernels, decay_chunk::kept_floats; the backward then skips replaying the forward's
+// scan, with bit-identical results); 0 where the recurrent kernels run.
+int64_t rwkv6_kept_floats(const Rwkv6Dims& d, DType dtype);
+
+// kept: null, or rwkv6_kept_floats(d, dtype) floats (16-byte aligned) that the forward fills for
+// its backward.
 void rwkv6_forward(void* o, float* ht, const void* r, const void* k, const void* v, const void* w, const void* u,
-                   const float* h0, const Rwkv6Dims& d, DType dtype);
+                   const float* h0, const Rwkv6Dims& d, float* kept, DType dtype);
 
 // Writes grad_r, grad_k, grad_w (like r), grad_v (like v), grad_u (H, dk) and grad_h0 (fp32;
-// null = not wanted); grad_ht null = no gradient on the final state.
+// null = not wanted); grad_ht null = no gradient on the final state. kept: null (the chunk-start
+// states are replayed) or the forward's `kept`, only read.
 void rwkv6_backward(void* grad_r, void* grad_k, void* grad_v, void* grad_w, void* grad_u, float* grad_h0,
                     const void* grad_o, const float* grad_ht, const void* r, const void* k, const void* v,
-                    const void* w, const void* u, const float* h0, const Rwkv6Dims& d, DType dtype);
+                    const void* w, const void* u, const float* h0, const Rwkv6Dims& d, const float* kept,
+                    DType dtype);
 
 // The kernel a call with these dims and storage dtype runs (bench and gpu-check labels).
 const char* rwkv6_kernel(int64_t dk, int64_t dv, DType dtype);

@@ -52,9 +52,9 @@ struct Block {
 class HybridLM : public TrainableModel, public StatefulModel {
  public:
   HybridLM(const ModelConfig& c, uint64_t seed, Device device, DType compute, Recompute recompute,
-           bool keep_delta_states)
+           bool keep_chunk_states)
       : config_(c), store_(seed, c.initializer_range, device, compute), recompute_(recompute),
-        keep_delta_states_(keep_delta_states) {
+        keep_chunk_states_(keep_chunk_states) {
     c.validate("model config");
     const MixerSpec& spec = c.mixer();
     mamba_ = spec.block == BlockStyle::Mamba2;
@@ -145,7 +145,7 @@ class HybridLM : public TrainableModel, public StatefulModel {
       Block& b = blocks_[i];
       MixerIO io;
       if (state) io.state = &state->layers[i];
-      io.keep_delta_states = keep_delta_states_;
+      io.keep_chunk_states = keep_chunk_states_;
       if (!lbs.empty()) io.lower_bound = store_.use(lbs[i]);
       io.want_values = config_.routing == Routing::Clvr && b.linear;
       io.want_error = (config_.routing == Routing::Cler || config_.routing == Routing::ClerH) && b.linear;
@@ -229,7 +229,7 @@ class HybridLM : public TrainableModel, public StatefulModel {
   ModelConfig config_;
   ParamStore store_;
   Recompute recompute_;
-  bool keep_delta_states_;
+  bool keep_chunk_states_;
   bool mamba_ = false, rwkv_ = false;  // the mixer's block style
   Var embed_, head_, lower_bounds_;
   Norm final_norm_;
@@ -247,8 +247,8 @@ Recompute parse_recompute(const std::string& text, const std::string& field) {
 }
 
 std::unique_ptr<TrainableModel> make_model(const ModelConfig& config, uint64_t seed, Device device,
-                                           DType compute_dtype, Recompute recompute, bool keep_delta_states) {
-  return std::make_unique<HybridLM>(config, seed, device, compute_dtype, recompute, keep_delta_states);
+                                           DType compute_dtype, Recompute recompute, bool keep_chunk_states) {
+  return std::make_unique<HybridLM>(config, seed, device, compute_dtype, recompute, keep_chunk_states);
 }
 
 }  // namespace hla

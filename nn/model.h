@@ -20,12 +20,13 @@ Recompute parse_recompute(const std::string& text, const std::string& field);
 
 // Builds a model with seeded initial weights (fp32 master weights on `device`). compute_dtype
 // BF16 runs the forward/backward in bf16 on the GPU (weights cast per step, fp32 grads).
-// keep_delta_states: the delta-rule layers' DeltaRuleOptions::keep_states ([train] delta_rule_keep).
+// keep_chunk_states: the delta-rule, decay-attention and RWKV-6 layers' keep_states (the GPU chunked
+// forward keeps its chunk-start states for the backward; [train] delta_rule_keep).
 std::unique_ptr<TrainableModel> make_model(const ModelConfig& config, uint64_t seed,
                                            Device device = Device::CPU,
                                            DType compute_dtype = DType::F32,
                                            Recompute recompute = Recompute::None,
-                                           bool keep_delta_states = true);
+                                           bool keep_chunk_states = true);
 
 // Everything a decoder carries for a batch between forward calls (nn/decode.h).
 struct ModelState {

@@ -2,8 +2,9 @@
 // every gradient, float64), the mixers that reduce to the decay op do (HGRN-2 with k = 1 - e^g
 // against a direct HGRN-2 loop; RetNet's constant gate against the parallel retention form),
 // float32 agrees with float64, and running T tokens then T more from the final state equals
-// one run over 2T. Gradients of the recurrences are finite-difference checked by the gradcheck
-// registry (nn/ops/decay_attention.cpp, nn/ops/rwkv6.cpp).
+// one run over 2T, and keep_states changes no bit (on the GPU: the backward reading the chunk
+// states its forward kept equals the one replaying them). Gradients of the recurrences are
+// finite-difference checked by the gradcheck registry (nn/ops/decay_attention.cpp, nn/ops/rwkv6.cpp).
 #include <doctest/doctest.h>
 
 #include <Eigen/Dense>
@@ -49,26 +50,26 @@ std::vector<Tensor> rwkv6_inputs(const Dims& d, double normalizer, uint64_t seed
 }
 
 // An op run on Vars: returns {o, final_state}.
-using OpFn = std::vector<Var> (*)(const std::vector<Var>&, double scale, int64_t chunk_size);
+using OpFn = std::vector<Var> (*)(const std::vector<Var>&, double scale, int64_t chunk_size, bool keep_states);
 
-std::vector<Var> run_decay(const std::vector<Var>& x, double scale, int64_t chunk_size) {
-  DecayAttentionOutput out = decay_attention(x[0], x[1], x[2], x[3], x[4], scale, chunk_size);
+std::vector<Var> run_decay(const std::vector<Var>& x, double scale, int64_t chunk_size, bool keep_states = true) {
+  DecayAttentionOutput out = decay_attention(x[0], x[1], x[2], x[3], x[4], scale, chunk_size, keep_states);
   return {out.o, out.final_state};
 }
-std::vector<Var> run_rwkv6(const std::vector<Var>& x, double scale, int64_t chunk_size) {
-  Rwkv6Output out = rwkv6(x[0], x[1], x[2], x[3], x[4], x[5], scale, chunk_size);
+std::vector<Var> run_rwkv6(const std::vector<Var>& x, double scale, int64_t chunk_size, bool keep_states = true) {
+  Rwkv6Output out = rwkv6(x[0], x[1], x[2], x[3], x[4], x[5], scale, chunk_size, keep_states);
   return {out.o, out.final_state};
 }
 
-// Runs the op in `dtype`, backpropagates fixed random gradients of o and of the final state, and
-// returns {o, final_state, gradient of every input} as F64.
+// Runs the op in `dtype` on `device`, backpropagates fixed random gradients of o and of the final
+// state, and returns {o, final_state, gradient of every input} as F64.
 std::vector<Tensor> outputs_and_grads(OpFn op, const std::vector<Tensor>& inputs, DType dtype, double scale,
-                                      int64_t chunk_size) {
+                                      int64_t chunk_size, Device device = Device::CPU, bool keep_states = true) {
   std::vector<Var> x;
-  for (const Tensor& t : inputs) x.emplace_back(t.to(dtype), true);
-  std::vector<Var> out = op(x, scale, chunk_size);
-  Tensor d_o = Tensor::randn(out[0].shape(), 901, 1.0, DType::F64).to(dtype);
-  Tensor d_ht = Tensor::randn(out[1].shape(), 902, 1.0, DType::F64).to(dtype);
+  for (const Tensor& t : inputs) x.emplace_back(t.to(device).to(dtype), true);
+  std::vector<Var> out = op(x, scale, chunk_size, keep_states);
+  Tensor d_o = Tensor::randn(out[0].shape(), 901, 1.0, DType::F64).to(device).to(dtype);
+  Tensor d_ht = Tensor::randn(out[1].shape(), 902, 1.0, DType::F64).to(device).to(out[1].dtype());
   run_backward(out, {d_o, d_ht});
   std::vector<Tensor> result{out[0].value().to(DType::F64), out[1].value().to(DType::F64)};
   for (const Var& v : x) result.push_back(v.grad().to(DType::F64));
@@ -115,6 +116,35 @@ TEST_CASE("rwkv6: chunked equals recurrent, forward and all gradients (float64)"
       check_all_close(outputs_and_grads(run_rwkv6, in, DType::F64, 0.35, chunk_size), ref, kRwkv6Names, 1e-10);
     }
   }
+}
+
+TEST_CASE("keep_states changes no bit (CPU: ignored; GPU: the backward reads the kept chunk states)") {
+  // On the GPU in bf16 at dk 128, dv 64 (the chunked kernels), T = 150: a partial last chunk;
+  // with an initial state, grouped value heads for the decay op.
+  auto same = [](const std::vector<Tensor>& a, const std::vector<Tensor>& b, const std::vector<std::string>& names) {
+    for (size_t i = 0; i < names.size(); i++) {
+      INFO(names[i]);
+      CHECK(a[i].to_f64_vector() == b[i].to_f64_vector());
+    }
+  };
+  for (bool vector_gate : {false, true}) {
+    INFO("decay_attention, vector gate ", vector_gate);
+    const std::vector<Tensor> in = decay_inputs(kChunkDims, vector_gate, 1.0, 500);
+    same(outputs_and_grads(run_decay, in, DType::F64, 0.35, 16, Device::CPU, true),
+         outputs_and_grads(run_decay, in, DType::F64, 0.35, 16, Device::CPU, false), kDecayNames);
+    if (!cuda_available()) continue;
+    const std::vector<Tensor> wide = decay_inputs({2, 150, 2, 4, 128, 64}, vector_gate, 1.0, 600);
+    same(outputs_and_grads(run_decay, wide, DType::BF16, 0.1, 0, Device::CUDA, true),
+         outputs_and_grads(run_decay, wide, DType::BF16, 0.1, 0, Device::CUDA, false), kDecayNames);
+  }
+  INFO("rwkv6");
+  const std::vector<Tensor> in = rwkv6_inputs({2, 100, 3, 3, 8, 6}, 1.0, 700);
+  same(outputs_and_grads(run_rwkv6, in, DType::F64, 0.35, 16, Device::CPU, true),
+       outputs_and_grads(run_rwkv6, in, DType::F64, 0.35, 16, Device::CPU, false), kRwkv6Names);
+  if (!cuda_available()) return;
+  const std::vector<Tensor> wide = rwkv6_inputs({2, 150, 2, 2, 128, 64}, 1.0, 800);
+  same(outputs_and_grads(run_rwkv6, wide, DType::BF16, 0.1, 0, Device::CUDA, true),
+       outputs_and_grads(run_rwkv6, wide, DType::BF16, 0.1, 0, Device::CUDA, false), kRwkv6Names);
 }
 
 TEST_CASE("float32 agrees with float64 to 1e-5 (decay_attention both gates, rwkv6; recurrent and chunked)") {
@@ -245,7 +275,7 @@ TEST_CASE("running T tokens, then T more from the final state, equals one run ov
       INFO(c.name, ", chunk ", chunk_size);
       auto run = [&](const std::vector<Tensor>& inputs) {
         std::vector<Var> x(inputs.begin(), inputs.end());
-        return c.op(x, 0.5, chunk_size);
+        return c.op(x, 0.5, chunk_size, true);
       };
       // Inputs of one half: its slice of the sequence inputs, the rest unchanged, and `state`.
       auto half_inputs = [&](int half, const Tensor& state) {

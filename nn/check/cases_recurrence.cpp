@@ -154,10 +154,12 @@ MakeInputs decay_inputs(const DecayCase& c) {
   };
 }
 
-// final_state false: o is the only output (the final state's gradient is zero).
-OpFn decay_op(double scale, int64_t chunk_size, bool final_state = true) {
-  return [scale, chunk_size, final_state](const Vars& x) {
-    DecayAttentionOutput out = decay_attention(x[0], x[1], x[2], x[3], x.size() > 4 ? x[4] : Var(), scale, chunk_size);
+// final_state false: o is the only output (the final state's gradient is zero). keep false: the
+// GPU backward replays the chunk-start states instead of reading the forward's ([train] delta_rule_keep).
+OpFn decay_op(double scale, int64_t chunk_size, bool final_state = true, bool keep = true) {
+  return [scale, chunk_size, final_state, keep](const Vars& x) {
+    DecayAttentionOutput out =
+        decay_attention(x[0], x[1], x[2], x[3], x.size() > 4 ? x[4] : Var(), scale, chunk_size, keep);
     return final_state ? Vars{out.o, out.final_state} : Vars{out.o};
   };
 }
@@ -216,13 +218,15 @@ void add_decay_cases() {
   // chunked forward and backward too (the backward's chunk-local pass in two 128-channel key
   // blocks): both gates, T = 70, 130, 193 (partial last chunks), 64 and 1000 (16 chunks), grouped
   // value heads (H 2 / HV 4), with and without h0 and the final state's gradient; so do
-  // (128, 256) and (256, 128) for both gates.
+  // (128, 256) and (256, 128) for both gates. Every row with the forward keeping its chunk-start
+  // states for the backward (the default), the last four with the backward replaying them.
   struct ChunkRow {
     int64_t B, T, H, HV, dk, dv;
     DecayGate gate;
     bool initial_state;
     double gate_shift = 0.0;
     bool final_state = true;
+    bool keep = true;
   };
   for (const ChunkRow& r : {
            ChunkRow{2, 100, 2, 4, 64, 64, DecayGate::RetNet, true},
@@ -256,6 +260,10 @@ void add_decay_cases() {
            ChunkRow{1, 1000, 1, 1, 256, 256, DecayGate::Gla, true},
            ChunkRow{1, 100, 1, 2, 128, 256, DecayGate::RetNet, false, 0.0, false},
            ChunkRow{1, 130, 2, 2, 256, 128, DecayGate::Vector, false},
+           ChunkRow{2, 130, 2, 4, 128, 128, DecayGate::Mamba2, true, 0.0, true, false},
+           ChunkRow{2, 193, 2, 2, 128, 64, DecayGate::Gla, false, 0.0, true, false},
+           ChunkRow{1, 70, 2, 2, 256, 256, DecayGate::Vector, true, -3.0, false, false},
+           ChunkRow{2, 4096, 2, 4, 64, 64, DecayGate::RetNet, true, 0.0, true, false},
        }) {
     // Mamba-2 reads unit-norm queries at scale 1; RetNet (and the plain gate) scale 1 / sqrt(dk).
     const bool mamba2 = r.gate == DecayGate::Mamba2;
@@ -267,17 +275,18 @@ void add_decay_cases() {
                        : r.gate == DecayGate::Scalar  ? "scalar"
                        : r.gate == DecayGate::Vector  ? "vector"
                                                       : "gla";
-    const std::string name = std::string("decay chunk ") + gate + dims(r.B, r.T, r.H, r.HV, r.dk, r.dv) +
-                             (r.final_state ? "" : " no grad_ht");
+    const std::string name = std::string("decay chunk ") + gate + (r.keep ? "" : " replay") +
+                             dims(r.B, r.T, r.H, r.HV, r.dk, r.dv) + (r.final_state ? "" : " no grad_ht");
     add_case(gpu_case("decay_attention", name, decay_kernel(r.dk, r.dv, vector_gate), decay_inputs(c),
-                      decay_op(c.scale, 0, r.final_state)));
+                      decay_op(c.scale, 0, r.final_state, r.keep)));
   }
 
   // Perf at each bench shape, dk = dv = D, beside fla's chunk kernel of the same gate:
   // chunk_simple_gla (scalar) and chunk_gla (vector), but chunk_retention for the scalar gate at
   // B8 T2048 H16 D64, where targets.md has a same-run figure for it (2026-12-01, 0.323 / 1.141
   // ms). targets.md: chunk_simple_gla and chunk_gla at the anchor shape, chunk_gla at B8 T2048
-  // H16 D64 (0.552 / 2.706 ms).
+  // H16 D64 (0.552 / 2.706 ms). Each also with the backward replaying the chunk-start states
+  // ("vector replay", [train] delta_rule_keep = false).
   struct GateAnchors {
     bool vector_gate;
     std::vector<std::pair<const char*, AnchorMs>> per_shape;  // aligned with kBenchShapes
@@ -286,26 +295,27 @@ void add_decay_cases() {
        {GateAnchors{false, {{"fla chunk_simple_gla", {0.432, 2.094}}, {"fla chunk_retention", {0.323, 1.141}},
                             {"fla chunk_simple_gla", {}}}},
         GateAnchors{true, {{"fla chunk_gla", {0.755, 3.246}}, {"fla chunk_gla", {0.552, 2.706}}, {"fla chunk_gla", {}}}}})
-    for (size_t i = 0; i < kBenchShapes.size(); i++) {
-      const BenchShape r = kBenchShapes[i];
-      const auto& [anchor, ms] = g.per_shape[i];
-      const PerfUnits u = perf_units(r);
-      const double gate_bytes = g.vector_gate ? u.row_bytes : u.row_bytes / r.D;
-      add_case(perf_case(
-          "decay_attention", std::string("decay_attention ") + (g.vector_gate ? "vector " : "scalar ") +
-                                 dims_label(bench_dims(r)),
-          decay_kernel(r.D, r.D, g.vector_gate),
-          [r, vector_gate = g.vector_gate](uint64_t) {
-            const Shape s{r.B, r.T, r.H, r.D};
-            return Inputs{{"q", perf_input(PerfPool::Normal, 0, s, unit_std(r.D))},
-                          {"k", perf_input(PerfPool::Normal, 1, s, unit_std(r.D))},
-                          {"v", perf_input(PerfPool::Normal, 2, s, unit_std(r.D))},
-                          {"g", perf_input(PerfPool::LogGate, 0, vector_gate ? s : Shape{r.B, r.T, r.H})}};
-          },
-          decay_op(unit_std(r.D), 0),
-          {3 * u.state_pass, 9 * u.state_pass, 4 * u.row_bytes + gate_bytes, 8 * u.row_bytes + 2 * gate_bytes, ms.fwd,
-           ms.fwd_bwd, anchor, bench_dims(r)}));
-    }
+    for (size_t i = 0; i < kBenchShapes.size(); i++)
+      for (bool keep : {true, false}) {
+        const BenchShape r = kBenchShapes[i];
+        const auto& [anchor, ms] = g.per_shape[i];
+        const PerfUnits u = perf_units(r);
+        const double gate_bytes = g.vector_gate ? u.row_bytes : u.row_bytes / r.D;
+        add_case(perf_case(
+            "decay_attention", std::string("decay_attention ") + (g.vector_gate ? "vector " : "scalar ") +
+                                   (keep ? "" : "replay ") + dims_label(bench_dims(r)),
+            decay_kernel(r.D, r.D, g.vector_gate),
+            [r, vector_gate = g.vector_gate](uint64_t) {
+              const Shape s{r.B, r.T, r.H, r.D};
+              return Inputs{{"q", perf_input(PerfPool::Normal, 0, s, unit_std(r.D))},
+                            {"k", perf_input(PerfPool::Normal, 1, s, unit_std(r.D))},
+                            {"v", perf_input(PerfPool::Normal, 2, s, unit_std(r.D))},
+                            {"g", perf_input(PerfPool::LogGate, 0, vector_gate ? s : Shape{r.B, r.T, r.H})}};
+            },
+            decay_op(unit_std(r.D), 0, true, keep),
+            {3 * u.state_pass, 9 * u.state_pass, 4 * u.row_bytes + gate_bytes, 8 * u.row_bytes + 2 * gate_bytes, ms.fwd,
+             ms.fwd_bwd, anchor, bench_dims(r)}));
+      }
 }
 
 // ---- rwkv6 ----
@@ -328,10 +338,10 @@ MakeInputs rwkv6_inputs(const Rwkv6Case& c) {
   };
 }
 
-// final_state false: o is the only output, so the final state's gradient is zero.
-OpFn rwkv6_op(double scale, int64_t chunk_size, bool final_state = true) {
-  return [scale, chunk_size, final_state](const Vars& x) {
-    Rwkv6Output out = rwkv6(x[0], x[1], x[2], x[3], x[4], x.size() > 5 ? x[5] : Var(), scale, chunk_size);
+// final_state false: o is the only output, so the final state's gradient is zero. keep: as decay_op's.
+OpFn rwkv6_op(double scale, int64_t chunk_size, bool final_state = true, bool keep = true) {
+  return [scale, chunk_size, final_state, keep](const Vars& x) {
+    Rwkv6Output out = rwkv6(x[0], x[1], x[2], x[3], x[4], x.size() > 5 ? x[5] : Var(), scale, chunk_size, keep);
     return final_state ? Vars{out.o, out.final_state} : Vars{out.o};
   };
 }
@@ -376,38 +386,46 @@ void add_rwkv6_cases() {
   // The rows above run the chunked backward too, all with an initial state and a final-state
   // gradient; these take either away: no h0 (T = 70, 333: partial last chunks; 128 a multiple
   // of 64), o the only output (the final state's gradient zero), or both, at dk = dv = 64, 128 and
-  // 256 (T = 70, 193, 64).
+  // 256 (T = 70, 193, 64); the last two with the backward replaying the chunk-start states (every
+  // other row reads the forward's).
   struct StateRow {
     int64_t B, T, H, D;
     bool initial_state, final_state;
+    bool keep = true;
   };
   for (const StateRow& r : {StateRow{2, 70, 2, 64, false, true}, StateRow{2, 128, 2, 128, false, true},
                             StateRow{2, 333, 2, 128, true, false}, StateRow{1, 333, 2, 64, false, false},
                             StateRow{2, 70, 2, 128, false, false}, StateRow{1, 70, 2, 256, true, true},
-                            StateRow{1, 193, 2, 256, false, false}, StateRow{1, 64, 2, 256, false, true}}) {
+                            StateRow{1, 193, 2, 256, false, false}, StateRow{1, 64, 2, 256, false, true},
+                            StateRow{2, 333, 2, 128, true, true, false}, StateRow{1, 70, 2, 64, false, false, false}}) {
     const Rwkv6Case c{r.B, r.T, r.H, r.D, r.D, unit_std(r.D), 0.0, r.initial_state ? 0.5 : 0.0, 1.0, 0};
-    const std::string name = "rwkv6" + dims(r.B, r.T, r.H, r.H, r.D, r.D) + (r.initial_state ? "" : " no h0") +
-                             (r.final_state ? "" : " no grad_ht");
-    add_case(gpu_case("rwkv6", name, rwkv6_kernel(r.D, r.D), rwkv6_inputs(c), rwkv6_op(1.0, 0, r.final_state)));
+    const std::string name = std::string("rwkv6") + (r.keep ? "" : " replay") + dims(r.B, r.T, r.H, r.H, r.D, r.D) +
+                             (r.initial_state ? "" : " no h0") + (r.final_state ? "" : " no grad_ht");
+    add_case(gpu_case("rwkv6", name, rwkv6_kernel(r.D, r.D), rwkv6_inputs(c),
+                      rwkv6_op(1.0, 0, r.final_state, r.keep)));
   }
 
-  for (size_t i = 0; i < kBenchShapes.size(); i++) {
-    const BenchShape b = kBenchShapes[i];
-    const PerfUnits u = perf_units(b);
-    const AnchorMs a = first_shape_only(i, {0.908, 3.566});
-    add_case(perf_case("rwkv6", "rwkv6 " + dims_label(bench_dims(b)), rwkv6_kernel(b.D, b.D),
-                       [b](uint64_t) {
-                         const Shape s{b.B, b.T, b.H, b.D};
-                         return Inputs{{"r", perf_input(PerfPool::Normal, 0, s, unit_std(b.D))},
-                                       {"k", perf_input(PerfPool::Normal, 1, s, unit_std(b.D))},
-                                       {"v", perf_input(PerfPool::Normal, 2, s, unit_std(b.D))},
-                                       {"w", perf_input(PerfPool::LogGate, 0, s)},
-                                       {"u", perf_input(PerfPool::Normal, 4, {b.H, b.D}, unit_std(b.D))}};
-                       },
-                       rwkv6_op(1.0, 0),
-                       {3 * u.state_pass, 9 * u.state_pass, 5 * u.row_bytes, 10 * u.row_bytes, a.fwd, a.fwd_bwd,
-                        "fla chunk_rwkv6", bench_dims(b)}));
-  }
+  // perf at each bench shape beside fla's chunk_rwkv6, also with the backward replaying the
+  // chunk-start states ("rwkv6 replay", [train] delta_rule_keep = false).
+  for (size_t i = 0; i < kBenchShapes.size(); i++)
+    for (bool keep : {true, false}) {
+      const BenchShape b = kBenchShapes[i];
+      const PerfUnits u = perf_units(b);
+      const AnchorMs a = first_shape_only(i, {0.908, 3.566});
+      add_case(perf_case("rwkv6", std::string("rwkv6 ") + (keep ? "" : "replay ") + dims_label(bench_dims(b)),
+                         rwkv6_kernel(b.D, b.D),
+                         [b](uint64_t) {
+                           const Shape s{b.B, b.T, b.H, b.D};
+                           return Inputs{{"r", perf_input(PerfPool::Normal, 0, s, unit_std(b.D))},
+                                         {"k", perf_input(PerfPool::Normal, 1, s, unit_std(b.D))},
+                                         {"v", perf_input(PerfPool::Normal, 2, s, unit_std(b.D))},
+                                         {"w", perf_input(PerfPool::LogGate, 0, s)},
+                                         {"u", perf_input(PerfPool::Normal, 4, {b.H, b.D}, unit_std(b.D))}};
+                         },
+                         rwkv6_op(1.0, 0, true, keep),
+                         {3 * u.state_pass, 9 * u.state_pass, 5 * u.row_bytes, 10 * u.row_bytes, a.fwd, a.fwd_bwd,
+                          "fla chunk_rwkv6", bench_dims(b)}));
+    }
 }
 
 // ---- delta_rule ----

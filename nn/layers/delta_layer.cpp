@@ -61,7 +61,7 @@ class DeltaLayer : public Mixer {
     gates(x, g, b, w);
     DeltaRuleOptions opt;
     opt.chunk_size = chunk_;
-    opt.keep_states = io.keep_delta_states;
+    opt.keep_states = io.keep_chunk_states;
     Tensor* S = recurrent_slot(io.state);
     // padded tokens (a right-padded prefill) erase and write nothing (k = 0) and decay nothing (g = 0)
     DeltaRuleOutputs out = delta_rule(q, zero_at_padding(k, io.state), split_heads(v, HV_, dv_),

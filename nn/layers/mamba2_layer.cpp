@@ -69,7 +69,7 @@ class Mamba2Layer : public Mixer {
     Tensor* S = recurrent_slot(io.state);
     // padded tokens (a right-padded prefill) write nothing and decay nothing
     DecayAttentionOutput rec = decay_attention(Cq, zero_at_padding(Bk, io.state), v, zero_at_padding(g, io.state),
-                                               initial_state(S, Cq), 1.0, chunk_);
+                                               initial_state(S, Cq), 1.0, chunk_, io.keep_chunk_states);
     keep_state(S, rec.final_state);
     Var y = rec.o;                                                             // (B, T, H, P)
     y = add(y, mul_broadcast(reshape(xs, {B, T, H_, P_}), store_.use(d_), P_));  // + D x

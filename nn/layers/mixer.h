@@ -20,7 +20,9 @@ struct MixerIO {
   bool want_values = false;
   bool want_error = false;
   LayerState* state = nullptr;  // in/out (decoding): the state the layer starts from and leaves; null in training
-  bool keep_delta_states = true;  // in: DeltaRuleOptions::keep_states for a delta-rule layer ([train] delta_rule_keep)
+  // in ([train] delta_rule_keep): the GPU chunked kernels' forward keeps its chunk-start states for the
+  // backward (DeltaRuleOptions::keep_states; decay_attention's and rwkv6's keep_states)
+  bool keep_chunk_states = true;
 };
 
 class Mixer {

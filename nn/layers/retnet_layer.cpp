@@ -31,7 +31,7 @@ class RetNetLayer : public Mixer {
     // padded tokens (a right-padded prefill) write nothing and decay nothing
     DecayAttentionOutput rec = decay_attention(q, zero_at_padding(k, io.state), split_heads(v, H, dv),
                                                zero_at_padding(g, io.state), initial_state(S, q),
-                                               default_attention_scale(dk), chunk_);
+                                               default_attention_scale(dk), chunk_, io.keep_chunk_states);
     keep_state(S, rec.final_state);
     return gated_output(store_, rec.o, x, proj_.g, norm_, o_, eps_);
   }

@@ -72,7 +72,7 @@ class Rwkv6TimeMix : public Mixer {
     // padded tokens (a right-padded prefill) write nothing and decay nothing
     Rwkv6Output rec = rwkv6(r, zero_at_padding(k, io.state), split_heads(v, H_, dv_),
                             zero_at_padding(split_heads(w, H_, dk_), io.state), store_.use(bonus_), initial_state(S, r),
-                            1.0, chunk_);
+                            1.0, chunk_, io.keep_chunk_states);
     keep_state(S, rec.final_state);
     const Var& o = rec.o;
     Var normed = group_norm(merge_heads(o), store_.use(norm_w_), store_.use(norm_b_), H_, eps_);

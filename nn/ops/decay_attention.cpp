@@ -10,6 +10,8 @@
 //   dS   = Diag(exp(g_t)) dS                         (gradient passed on to S_{t-1})
 // The states S_t are replayed per head inside the backward; what is left in dS at the start is
 // the initial state's gradient. A scalar gate's dg is the sum of the per-channel dg over dk.
+// On the GPU the chunked backward reads the chunk-start states its forward kept (keep_states)
+// instead of replaying them.
 #include "nn/ops/decay_attention.h"
 
 #include <algorithm>
@@ -19,6 +21,7 @@
 
 #include "nn/ops/chunk_util.h"
 #include "nn/ops/check.h"
+#include "nn/ops/kept_states.h"
 #include "tensor/dispatch.h"
 #ifdef HLA_CUDA
 #include "cuda/decay_attention.h"
@@ -157,12 +160,13 @@ HLA_DECAY_ATTENTION_INSTANTIATE(double)
 namespace {
 
 // The device's kernels: cuda::decay_attention_* for GPU tensors, cpu::decay_attention_*
-// otherwise. States in d.state_dtype.
+// otherwise. States in d.state_dtype. kept: the chunk-start states the GPU forward keeps for its
+// backward (keep_states), or undefined (the CPU's backward always replays them).
 void decay_attention_forward(Tensor& o, Tensor& ht, const Tensor& q, const Tensor& k, const Tensor& v,
-                             const Tensor& g, const Tensor& h0, const DecayAttentionDims& d) {
+                             const Tensor& g, const Tensor& h0, const DecayAttentionDims& d, Tensor& kept) {
   if (q.is_cuda()) {
     HLA_CUDA_ONLY(cuda::decay_attention_forward(o.raw(), ht.data<float>(), q.raw(), k.raw(), v.raw(), g.raw(),
-                                                data_or_null<float>(h0), d, q.dtype()));
+                                                data_or_null<float>(h0), d, data_or_null<float>(kept), q.dtype()));
     return;
   }
   dispatch_float(q.dtype(), "decay_attention", [&](auto tag) {
@@ -174,12 +178,13 @@ void decay_attention_forward(Tensor& o, Tensor& ht, const Tensor& q, const Tenso
 
 void decay_attention_backward(Tensor& grad_q, Tensor& grad_k, Tensor& grad_v, Tensor& grad_g, Tensor& grad_h0,
                               const Tensor& grad_o, const Tensor& grad_ht, const Tensor& q, const Tensor& k,
-                              const Tensor& v, const Tensor& g, const Tensor& h0, const DecayAttentionDims& d) {
+                              const Tensor& v, const Tensor& g, const Tensor& h0, const DecayAttentionDims& d,
+                              const Tensor& kept) {
   if (q.is_cuda()) {
     HLA_CUDA_ONLY(cuda::decay_attention_backward(grad_q.raw(), grad_k.raw(), grad_v.raw(), grad_g.raw(),
                                                  data_or_null<float>(grad_h0), grad_o.raw(), grad_ht.data<float>(),
                                                  q.raw(), k.raw(), v.raw(), g.raw(), data_or_null<float>(h0), d,
-                                                 q.dtype()));
+                                                 data_or_null<float>(kept), q.dtype()));
     return;
   }
   dispatch_float(q.dtype(), "decay_attention backward", [&](auto tag) {
@@ -194,7 +199,8 @@ void decay_attention_backward(Tensor& grad_q, Tensor& grad_k, Tensor& grad_v, Te
 }  // namespace
 
 DecayAttentionOutput decay_attention(const Var& q, const Var& k, const Var& v, const Var& g,
-                                     const Var& initial_state, double scale, int64_t chunk_size) {
+                                     const Var& initial_state, double scale, int64_t chunk_size,
+                                     bool keep_states) {
   const char* op = "decay_attention";
   HLA_CHECK(q.dim() == 4, "decay_attention: q must be (B, T, H, dk), got ", q.value().str());
   const int64_t B = q.size(0), T = q.size(1), H = q.size(2), dk = q.size(3);
@@ -223,13 +229,19 @@ DecayAttentionOutput decay_attention(const Var& q, const Var& k, const Var& v, c
   Tensor h0 = has_h0 ? initial_state.value().to(d.state_dtype) : Tensor();
   Tensor o = Tensor::empty({B, T, HV, dv}, dt, dev);                  // o: (B, T, HV, dv)
   Tensor ht = Tensor::empty({B, HV, dk, dv}, d.state_dtype, dev);     // ht: (B, HV, dk, dv)
-  decay_attention_forward(o, ht, qv, kv, vv, gv, h0, d);
+  int64_t kept_floats = 0;
+  if (qv.is_cuda() && keep_states && backward_follows({&q, &k, &v, &g, &initial_state}))
+    HLA_CUDA_ONLY(kept_floats = cuda::decay_attention_kept_floats(d, dt));
+  Tensor kept = kept_buffer(kept_floats, dev);  // (B, HV, NT, dk, dv) fp32, or undefined
+  decay_attention_forward(o, ht, qv, kv, vv, gv, h0, d, kept);
 
-  auto backward = [=](const std::vector<Tensor>& grad_out) {
+  auto backward = [=](const std::vector<Tensor>& grad_out) mutable {
     Tensor dq = Tensor::empty(qv.shape(), dt, dev), dk_ = Tensor::empty(kv.shape(), dt, dev);
     Tensor dv_ = Tensor::empty(vv.shape(), dt, dev), dg = Tensor::empty(gv.shape(), dt, dev);
     Tensor dh0 = has_h0 ? Tensor::empty({B, HV, dk, dv}, d.state_dtype, dev) : Tensor();
-    decay_attention_backward(dq, dk_, dv_, dg, dh0, grad_out[0], grad_out[1].to(d.state_dtype), qv, kv, vv, gv, h0, d);
+    decay_attention_backward(dq, dk_, dv_, dg, dh0, grad_out[0], grad_out[1].to(d.state_dtype), qv, kv, vv, gv, h0, d,
+                             kept);
+    kept = Tensor();  // read: freed now, before the layers below run their backward (a second backward replays)
     // dh0 back in the initial state's dtype
     return std::vector<Tensor>{dq, dk_, dv_, dg, has_h0 ? dh0.to(dt) : Tensor()};
   };

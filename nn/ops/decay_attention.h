@@ -28,8 +28,13 @@ struct DecayAttentionOutput {
 
 // q, k: (B, T, H, dk); v: (B, T, HV, dv); g: (B, T, HV) scalar gate or (B, T, HV, dk) vector
 // gate, in natural-log space; initial_state: (B, HV, dk, dv) of q's dtype, or undefined (zeros).
+// keep_states (GPU chunked kernels, when a backward follows): the forward keeps every chunk-start
+// state for the backward (cuda::decay_attention_kept_floats x 4 bytes, B HV ceil(T / 64) dk dv
+// fp32: 268 MB at B4 T4096 H16 D128) instead of the backward replaying the forward's scan; same
+// results bit for bit ([train] delta_rule_keep covers both families). The CPU ignores it.
 DecayAttentionOutput decay_attention(const Var& q, const Var& k, const Var& v, const Var& g,
-                                     const Var& initial_state, double scale, int64_t chunk_size = 0);
+                                     const Var& initial_state, double scale, int64_t chunk_size = 0,
+                                     bool keep_states = true);
 
 namespace cpu {
 // Shapes as above; o: (B, T, HV, dv); h0, ht: (B, HV, dk, dv), h0 null = zeros.

@@ -21,6 +21,7 @@
 #include "nn/ops/parallel.h"
 #include "nn/ops/solve_tril.h"
 #include "nn/ops/check.h"
+#include "nn/ops/kept_states.h"
 #include "tensor/dispatch.h"
 #include "tensor/math.h"
 #ifdef HLA_CUDA
@@ -584,13 +585,6 @@ DeltaRuleDims check_inputs(const Var& q, const Var& k, const Var& v, const Var& 
   return d;
 }
 
-// Whether a backward can follow (what record_op will decide).
-bool graph_needs_grad(std::initializer_list<const Var*> inputs) {
-  bool any = false;
-  for (const Var* x : inputs) any = any || x->requires_grad();
-  return any && grad_enabled();
-}
-
 // The device's kernels: cuda::delta_rule_* for GPU tensors, cpu::delta_rule_* otherwise. States
 // in d.state_dtype. u_f32: the GPU forward's fp32 copy of u, which the GPU backward reads
 // (undefined on the CPU, whose backward replays the forward, and when no backward follows);
@@ -648,11 +642,11 @@ DeltaRuleOutputs delta_rule(const Var& q, const Var& k, const Var& v, const Var&
   Tensor o = Tensor::empty({d.B, d.T, d.HV, d.dv}, dt, dev);                     // o: (B, T, HV, dv)
   Tensor final_state = Tensor::empty({d.B, d.HV, d.dk, d.dv}, d.state_dtype, dev);  // S_T: (B, HV, dk, dv)
   Tensor residual = Tensor::empty({d.B, d.T, d.HV, d.dv}, dt, dev);              // u: (B, T, HV, dv)
-  const bool gpu_backward = qv.is_cuda() && graph_needs_grad({&q, &k, &v, &g, &b, &w, &initial_state});
+  const bool gpu_backward = qv.is_cuda() && backward_follows({&q, &k, &v, &g, &b, &w, &initial_state});
   Tensor u_f32 = gpu_backward ? Tensor::empty(o.shape(), DType::F32, dev) : Tensor();
   int64_t kept_floats = 0;
   if (gpu_backward && options.keep_states) HLA_CUDA_ONLY(kept_floats = cuda::delta_rule_kept_floats(d, dt));
-  Tensor kept = kept_floats > 0 ? Tensor::empty({kept_floats}, DType::F32, dev) : Tensor();
+  Tensor kept = kept_buffer(kept_floats, dev);
   delta_rule_forward(o, final_state, residual, qv, kv, vv, gv, bv, wv, h0, d, u_f32, kept);
   auto backward = [=](const std::vector<Tensor>& grads) mutable {
     Tensor dq = Tensor::empty(qv.shape(), dt, dev), dk = Tensor::empty(kv.shape(), dt, dev);

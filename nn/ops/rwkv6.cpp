@@ -9,7 +9,8 @@
 //   du  += scale * (r_t * k_t) (v_t . do_t)
 //   dw_t = rowsum( (Diag(exp(w_t)) S_{t-1}) (.) dS )
 //   dS   = Diag(exp(w_t)) dS + scale * r_t do_t^T          (gradient of S_{t-1}: two uses)
-// The states are replayed per head inside the backward; what is left in dS is dh0.
+// The states are replayed per head inside the backward; what is left in dS is dh0. On the GPU
+// the chunked backward reads the chunk-start states its forward kept (keep_states) instead.
 #include "nn/ops/rwkv6.h"
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 
 #include "nn/ops/chunk_util.h"
 #include "nn/ops/check.h"
+#include "nn/ops/kept_states.h"
 #include "tensor/dispatch.h"
 #ifdef HLA_CUDA
 #include "cuda/rwkv6.h"
@@ -145,11 +147,12 @@ HLA_RWKV6_INSTANTIATE(double)
 namespace {
 
 // The device's kernels: cuda::rwkv6_* for GPU tensors, cpu::rwkv6_* otherwise. States in d.state_dtype.
+// kept: the chunk-start states the GPU forward keeps for its backward (keep_states), or undefined.
 void rwkv6_forward(Tensor& o, Tensor& ht, const Tensor& r, const Tensor& k, const Tensor& v, const Tensor& w,
-                   const Tensor& u, const Tensor& h0, const Rwkv6Dims& d) {
+                   const Tensor& u, const Tensor& h0, const Rwkv6Dims& d, Tensor& kept) {
   if (r.is_cuda()) {
     HLA_CUDA_ONLY(cuda::rwkv6_forward(o.raw(), ht.data<float>(), r.raw(), k.raw(), v.raw(), w.raw(), u.raw(),
-                                      data_or_null<float>(h0), d, r.dtype()));
+                                      data_or_null<float>(h0), d, data_or_null<float>(kept), r.dtype()));
     return;
   }
   dispatch_float(r.dtype(), "rwkv6", [&](auto tag) {
@@ -161,11 +164,12 @@ void rwkv6_forward(Tensor& o, Tensor& ht, const Tensor& r, const Tensor& k, cons
 
 void rwkv6_backward(Tensor& grad_r, Tensor& grad_k, Tensor& grad_v, Tensor& grad_w, Tensor& grad_u, Tensor& grad_h0,
                     const Tensor& grad_o, const Tensor& grad_ht, const Tensor& r, const Tensor& k, const Tensor& v,
-                    const Tensor& w, const Tensor& u, const Tensor& h0, const Rwkv6Dims& d) {
+                    const Tensor& w, const Tensor& u, const Tensor& h0, const Rwkv6Dims& d, const Tensor& kept) {
   if (r.is_cuda()) {
     HLA_CUDA_ONLY(cuda::rwkv6_backward(grad_r.raw(), grad_k.raw(), grad_v.raw(), grad_w.raw(), grad_u.raw(),
                                        data_or_null<float>(grad_h0), grad_o.raw(), grad_ht.data<float>(), r.raw(),
-                                       k.raw(), v.raw(), w.raw(), u.raw(), data_or_null<float>(h0), d, r.dtype()));
+                                       k.raw(), v.raw(), w.raw(), u.raw(), data_or_null<float>(h0), d,
+                                       data_or_null<float>(kept), r.dtype()));
     return;
   }
   dispatch_float(r.dtype(), "rwkv6 backward", [&](auto tag) {
@@ -180,7 +184,7 @@ void rwkv6_backward(Tensor& grad_r, Tensor& grad_k, Tensor& grad_v, Tensor& grad
 }  // namespace
 
 Rwkv6Output rwkv6(const Var& r, const Var& k, const Var& v, const Var& w, const Var& u, const Var& initial_state,
-                  double scale, int64_t chunk_size) {
+                  double scale, int64_t chunk_size, bool keep_states) {
   const char* op = "rwkv6";
   HLA_CHECK(r.dim() == 4, "rwkv6: r must be (B, T, H, dk), got ", r.value().str());
   const int64_t B = r.size(0), T = r.size(1), H = r.size(2), dk = r.size(3);
@@ -205,13 +209,19 @@ Rwkv6Output rwkv6(const Var& r, const Var& k, const Var& v, const Var& w, const 
   Tensor h0 = has_h0 ? initial_state.value().to(d.state_dtype) : Tensor();
   Tensor o = Tensor::empty({B, T, H, dv}, dt, dev);                 // o: (B, T, H, dv)
   Tensor ht = Tensor::empty({B, H, dk, dv}, d.state_dtype, dev);    // ht: (B, H, dk, dv)
-  rwkv6_forward(o, ht, rv, kv, vv, wv, uv, h0, d);
-  auto backward = [=](const std::vector<Tensor>& grad_out) {
+  int64_t kept_floats = 0;
+  if (rv.is_cuda() && keep_states && backward_follows({&r, &k, &v, &w, &u, &initial_state}))
+    HLA_CUDA_ONLY(kept_floats = cuda::rwkv6_kept_floats(d, dt));
+  Tensor kept = kept_buffer(kept_floats, dev);  // (B, H, NT, dk, dv) fp32, or undefined
+  rwkv6_forward(o, ht, rv, kv, vv, wv, uv, h0, d, kept);
+  auto backward = [=](const std::vector<Tensor>& grad_out) mutable {
     Tensor dr = Tensor::empty(rv.shape(), dt, dev), dk_ = Tensor::empty(kv.shape(), dt, dev);
     Tensor dv_ = Tensor::empty(vv.shape(), dt, dev), dw = Tensor::empty(wv.shape(), dt, dev);
     Tensor du = Tensor::empty(uv.shape(), dt, dev);
     Tensor dh0 = has_h0 ? Tensor::empty({B, H, dk, dv}, d.state_dtype, dev) : Tensor();
-    rwkv6_backward(dr, dk_, dv_, dw, du, dh0, grad_out[0], grad_out[1].to(d.state_dtype), rv, kv, vv, wv, uv, h0, d);
+    rwkv6_backward(dr, dk_, dv_, dw, du, dh0, grad_out[0], grad_out[1].to(d.state_dtype), rv, kv, vv, wv, uv, h0, d,
+                   kept);
+    kept = Tensor();  // read: freed now, before the layers below run their backward (a second backward replays)
     // dh0 back in the initial state's dtype
     return std::vector<Tensor>{dr, dk_, dv_, dw, du, has_h0 ? dh0.to(dt) : Tensor()};
   };

@@ -4,9 +4,16 @@
 // and the CPU chunked references decay_chunk::forward / backward (nn/ops/chunk_util.h) for the
 // scalar- and vector-gate forward and backward, at head widths 64, 128 and 256 and the mixed
 // (128, 256) / (256, 128) (at dk = 256 the backward's chunk-local pass runs as two key blocks).
+// Kept states (decay_chunk::kept_floats): every forward case runs twice, plain and keeping its
+// chunk-start states (into a NaN-filled buffer), and checks the two write the same bits and that
+// the kept states are the reference's h[n] (every float written); every backward case runs
+// twice, replaying the states and reading a keeping forward's, which must write the same bits,
+// and once more reading NaN states, which must reach the gradients (the states are read).
 // Tolerances are gpu-check's bf16 ones (relative RMS); the exit status is 1 when a row fails.
 #include "decay_attention_chunk_host.cpp"
 
+#include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 
@@ -37,6 +44,59 @@ struct Buf {
     }
   }
 };
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// Whether two runs wrote the same bits.
+template <class V>
+static bool same_bits(const V& a, const V& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(a[0])) == 0;
+}
+template <class V>
+static bool all_finite(const V& x) {
+  for (const auto& e : x) {
+    float f;
+    if constexpr (std::is_same_v<typename V::value_type, Bf16>) f = __bfloat162float(e);
+    else f = e;
+    if (!std::isfinite(f)) return false;
+  }
+  return true;
+}
+// A row that holds or fails without an error figure (kept vs replay, and the like).
+static void report_check(const std::string& what, const char* name, bool ok, const char* claim) {
+  if (!ok) g_fail = true;
+  g_rows++;
+  std::printf("%-50s %-4s %s %s\n", what.c_str(), name, claim, ok ? "ok" : "FAIL");
+}
+
+// The gradients a backward writes (grad_u: RWKV-6's only).
+struct Grads {
+  std::vector<Bf16> dq, dk, dv, dg, du;
+  std::vector<float> dh0;
+  bool same_bits_as(const Grads& o) const {
+    return same_bits(dq, o.dq) && same_bits(dk, o.dk) && same_bits(dv, o.dv) && same_bits(dg, o.dg) &&
+           same_bits(du, o.du) && same_bits(dh0, o.dh0);
+  }
+  bool finite() const {
+    return all_finite(dq) && all_finite(dk) && all_finite(dv) && all_finite(dg) && all_finite(du) && all_finite(dh0);
+  }
+};
+
+// The backward with kept states: replaying them (`kernels(nullptr)`, the result the error rows
+// read), reading a keeping forward's (`forward_into(kept)` then `kernels(kept)`), and reading
+// NaN ones; the rows say the first two wrote the same bits and the third none finite (the
+// backward reads the kept states: a backward that replays anyway would pass the first row alone).
+template <class Backward, class Forward>
+static Grads kept_vs_replay(const std::string& label, int64_t kept_floats, const Backward& kernels,
+                            const Forward& forward_into) {
+  Grads replayed = kernels(nullptr);
+  std::vector<float> kept(kept_floats, kNaN);
+  forward_into(kept.data());
+  report_check(label, "kept", kernels(kept.data()).same_bits_as(replayed), "backward from kept == replay bit for bit");
+  std::fill(kept.begin(), kept.end(), kNaN);
+  report_check(label, "read", !kernels(kept.data()).finite(), "backward from NaN kept not finite");
+  return replayed;
+}
 
 // RWKV-6's token recurrence backward in fp64 (nn/ops/rwkv6.cpp's formulas).
 static HeadGrads<double> recurrent_backward(const Head<double>& x, const Mat<double>& d_o, const Mat<double>& ds_final,
@@ -102,16 +162,31 @@ static void rwkv6_case(int64_t B, int64_t T, int64_t H, int64_t D, bool with_h0,
   dht.fill(B * H * dk * dv, rng, 1, 0, false, false);
   const double scale = 1.0;
   const Rwkv6Dims d{B, T, H, dk, dv, scale, 0, DType::F32};
-  std::vector<Bf16> gr(r.b.size()), gk(k.b.size()), gv(v.b.size()), gw(w.b.size()), gu(u.b.size());
-  std::vector<float> gh0(h0.f.size()), o_dummy;
-  cuda::decay_chunk::rwkv6_backward(gr.data(), gk.data(), gv.data(), gw.data(), gu.data(), gh0.data(), dO.b.data(),
-                                    with_dht ? dht.f.data() : nullptr, r.b.data(), k.b.data(), v.b.data(), w.b.data(),
-                                    u.b.data(), with_h0 ? h0.f.data() : nullptr, d);
-  // forward too
+  char label[160];
+  if (dv == dk)
+    std::snprintf(label, sizeof label, "rwkv6 B%ld T%ld H%ld D%ld h0 %d dht %d shift %g", long(B), long(T), long(H),
+                  long(D), int(with_h0), int(with_dht), shift);
+  else
+    std::snprintf(label, sizeof label, "rwkv6 B%ld T%ld H%ld dk%ld dv%ld h0 %d dht %d", long(B), long(T), long(H),
+                  long(dk), long(dv), int(with_h0), int(with_dht));
+  const float* h0p = with_h0 ? h0.f.data() : nullptr;
   std::vector<Bf16> o(B * T * H * dv);
   std::vector<float> ht(B * H * dk * dv);
-  cuda::decay_chunk::rwkv6_forward(o.data(), ht.data(), r.b.data(), k.b.data(), v.b.data(), w.b.data(), u.b.data(),
-                                   with_h0 ? h0.f.data() : nullptr, d);
+  auto backward = [&](const float* kept) {
+    Grads x{std::vector<Bf16>(r.b.size()), std::vector<Bf16>(k.b.size()), std::vector<Bf16>(v.b.size()),
+            std::vector<Bf16>(w.b.size()), std::vector<Bf16>(u.b.size()), std::vector<float>(h0.f.size())};
+    cuda::decay_chunk::rwkv6_backward(x.dq.data(), x.dk.data(), x.dv.data(), x.dg.data(), x.du.data(), x.dh0.data(),
+                                      dO.b.data(), with_dht ? dht.f.data() : nullptr, r.b.data(), k.b.data(),
+                                      v.b.data(), w.b.data(), u.b.data(), h0p, d, kept);
+    return x;
+  };
+  auto forward = [&](float* kept) {
+    cuda::decay_chunk::rwkv6_forward(o.data(), ht.data(), r.b.data(), k.b.data(), v.b.data(), w.b.data(), u.b.data(),
+                                     h0p, d, kept);
+  };
+  const Grads grads = kept_vs_replay(label, cuda::decay_chunk::kept_floats(d), backward, forward);
+  const std::vector<Bf16>&gr = grads.dq, &gk = grads.dk, &gv = grads.dv, &gw = grads.dg, &gu = grads.du;
+  const std::vector<float>& gh0 = grads.dh0;
   Err er, ek, ev, ew, eu, eh0, eo, eht, cr, cw;  // c*: CPU chunked vs recurrent (fp64)
   Mat<double> du_ref = Mat<double>::Zero(H, dk);  // (H, dk): summed over the batch
   for (int64_t b = 0; b < B; b++)
@@ -145,13 +220,6 @@ static void rwkv6_case(int64_t B, int64_t T, int64_t H, int64_t D, bool with_h0,
     }
   for (int64_t h = 0; h < H; h++)
     for (int64_t i = 0; i < dk; i++) eu.add(at(gu, h * dk + i), du_ref(h, i));
-  char label[160];
-  if (dv == dk)
-    std::snprintf(label, sizeof label, "rwkv6 B%ld T%ld H%ld D%ld h0 %d dht %d shift %g", long(B), long(T), long(H),
-                  long(D), int(with_h0), int(with_dht), shift);
-  else
-    std::snprintf(label, sizeof label, "rwkv6 B%ld T%ld H%ld dk%ld dv%ld h0 %d dht %d", long(B), long(T), long(H),
-                  long(dk), long(dv), int(with_h0), int(with_dht));
   const double tol = 1e-2;  // gpu-check's bf16_grad (relative RMS)
   report(label, "dr", er, tol), report(label, "dk", ek, tol), report(label, "dv", ev, tol);
   report(label, "dw", ew, tol), report(label, "du", eu, tol), report(label, "dh0", eh0, tol);
@@ -176,11 +244,33 @@ static void gla_case(int64_t B, int64_t T, int64_t H, int64_t D, uint64_t seed, 
   dO.fill(B * T * HV * dv, rng, 1, 0, false, true);
   dht.fill(B * HV * dk * dv, rng, 1, 0, false, false);
   const DecayAttentionDims d{B, T, H, HV, dk, dv, vg, 1.0, 0, DType::F32};
-  std::vector<Bf16> gq(q.b.size()), gk(k.b.size()), gv(v.b.size()), gg(g.b.size());
-  std::vector<float> gh0(h0.f.size());
-  cuda::decay_chunk::backward(gq.data(), gk.data(), gv.data(), gg.data(), gh0.data(), dO.b.data(),
-                              with_dht ? dht.f.data() : nullptr, q.b.data(), k.b.data(), v.b.data(), g.b.data(),
-                              with_h0 ? h0.f.data() : nullptr, d);
+  char label[160];
+  if (G > 1)
+    std::snprintf(label, sizeof label, "%s B%ld T%ld H%ld HV%ld dk%ld dv%ld", vg ? "vector bwd" : "scalar bwd",
+                  long(B), long(T), long(H), long(HV), long(dk), long(dv));
+  else if (dv == dk && with_h0 && with_dht)
+    std::snprintf(label, sizeof label, "%s B%ld T%ld H%ld D%ld", vg ? "gla" : "scalar bwd", long(B), long(T), long(H),
+                  long(D));
+  else
+    std::snprintf(label, sizeof label, "%s B%ld T%ld H%ld dk%ld dv%ld h0 %d dht %d", vg ? "vector bwd" : "scalar bwd",
+                  long(B), long(T), long(H), long(dk), long(dv), int(with_h0), int(with_dht));
+  const float* h0p = with_h0 ? h0.f.data() : nullptr;
+  auto backward = [&](const float* kept) {
+    Grads x{std::vector<Bf16>(q.b.size()), std::vector<Bf16>(k.b.size()), std::vector<Bf16>(v.b.size()),
+            std::vector<Bf16>(g.b.size()), {}, std::vector<float>(h0.f.size())};
+    cuda::decay_chunk::backward(x.dq.data(), x.dk.data(), x.dv.data(), x.dg.data(), x.dh0.data(), dO.b.data(),
+                                with_dht ? dht.f.data() : nullptr, q.b.data(), k.b.data(), v.b.data(), g.b.data(), h0p,
+                                d, kept);
+    return x;
+  };
+  std::vector<Bf16> o(B * T * HV * dv);
+  std::vector<float> ht(B * HV * dk * dv);
+  auto forward = [&](float* kept) {
+    cuda::decay_chunk::forward(o.data(), ht.data(), q.b.data(), k.b.data(), v.b.data(), g.b.data(), h0p, d, kept);
+  };
+  const Grads grads = kept_vs_replay(label, cuda::decay_chunk::kept_floats(d), backward, forward);
+  const std::vector<Bf16>&gq = grads.dq, &gk = grads.dk, &gv = grads.dv, &gg = grads.dg;
+  const std::vector<float>& gh0 = grads.dh0;
   Err eq, ek, ev, eg, eh0;
   for (int64_t b = 0; b < B; b++)
     for (int64_t hk = 0; hk < H; hk++) {
@@ -207,16 +297,6 @@ static void gla_case(int64_t B, int64_t T, int64_t H, int64_t D, uint64_t seed, 
           eq.add(at(gq, idx), dq(t, i)), ek.add(at(gk, idx), dks(t, i));
         }
     }
-  char label[160];
-  if (G > 1)
-    std::snprintf(label, sizeof label, "%s B%ld T%ld H%ld HV%ld dk%ld dv%ld", vg ? "vector bwd" : "scalar bwd",
-                  long(B), long(T), long(H), long(HV), long(dk), long(dv));
-  else if (dv == dk && with_h0 && with_dht)
-    std::snprintf(label, sizeof label, "%s B%ld T%ld H%ld D%ld", vg ? "gla" : "scalar bwd", long(B), long(T), long(H),
-                  long(D));
-  else
-    std::snprintf(label, sizeof label, "%s B%ld T%ld H%ld dk%ld dv%ld h0 %d dht %d", vg ? "vector bwd" : "scalar bwd",
-                  long(B), long(T), long(H), long(dk), long(dv), int(with_h0), int(with_dht));
   report(label, "dq", eq, 1e-2), report(label, "dk", ek, 1e-2), report(label, "dv", ev, 1e-2);
   report(label, "dg", eg, 1e-2), report(label, "dh0", eh0, 1e-2);
 }
@@ -236,16 +316,27 @@ static void forward_case(int kind, int64_t B, int64_t T, int64_t H, int64_t D, b
   g.fill(B * T * HV * (vg ? dk : 1), rng, 1, 0, true, true);
   u.fill(H * dk, rng, 1, 0, false, true);
   h0.fill(B * HV * dk * dv, rng, 0.5, 0, false, false);
-  std::vector<Bf16> o(B * T * HV * dv);
-  std::vector<float> ht(B * HV * dk * dv);
   const float* h0p = with_h0 ? h0.f.data() : nullptr;
-  if (kind == 2)
-    cuda::decay_chunk::rwkv6_forward(o.data(), ht.data(), q.b.data(), k.b.data(), v.b.data(), g.b.data(), u.b.data(),
-                                     h0p, Rwkv6Dims{B, T, H, dk, dv, 1.0, 0, DType::F32});
-  else
-    cuda::decay_chunk::forward(o.data(), ht.data(), q.b.data(), k.b.data(), v.b.data(), g.b.data(), h0p,
-                               DecayAttentionDims{B, T, H, HV, dk, dv, vg, 1.0, 0, DType::F32});
-  Err eo, eht;
+  const Rwkv6Dims rwkv6_dims{B, T, H, dk, dv, 1.0, 0, DType::F32};
+  const DecayAttentionDims dims{B, T, H, HV, dk, dv, vg, 1.0, 0, DType::F32};
+  // o and ht of a forward given `kept` (null: a plain forward)
+  auto forward = [&](float* kept) {
+    std::pair<std::vector<Bf16>, std::vector<float>> out{std::vector<Bf16>(B * T * HV * dv),
+                                                         std::vector<float>(B * HV * dk * dv)};
+    auto& [o, ht] = out;
+    if (kind == 2)
+      cuda::decay_chunk::rwkv6_forward(o.data(), ht.data(), q.b.data(), k.b.data(), v.b.data(), g.b.data(),
+                                       u.b.data(), h0p, rwkv6_dims, kept);
+    else
+      cuda::decay_chunk::forward(o.data(), ht.data(), q.b.data(), k.b.data(), v.b.data(), g.b.data(), h0p, dims, kept);
+    return out;
+  };
+  const auto [o, ht] = forward(nullptr);
+  std::vector<float> kept(kind == 2 ? cuda::decay_chunk::kept_floats(rwkv6_dims) : cuda::decay_chunk::kept_floats(dims),
+                          kNaN);
+  const auto [o_keeping, ht_keeping] = forward(kept.data());
+  const int64_t NT = (T + 63) / 64;
+  Err eo, eht, ekept;  // ekept: every kept h[n] against the reference's state after 64 n tokens
   for (int64_t b = 0; b < B; b++)
     for (int64_t h = 0; h < HV; h++) {
       const Head<double> x = reference_head(q, k, v, g, vg, kind == 2 ? u.ref.data() : nullptr,
@@ -256,12 +347,18 @@ static void forward_case(int kind, int64_t B, int64_t T, int64_t H, int64_t D, b
       for (int64_t t = 0; t < T; t++)
         for (int64_t i = 0; i < dv; i++) eo.add(at(o, ((b * T + t) * HV + h) * dv + i), o_ref(t, i));
       for (int64_t i = 0; i < dk * dv; i++) eht.add(ht[(b * HV + h) * dk * dv + i], ht_ref(i / dv, i % dv));
+      const std::vector<Mat<double>> S = decay_chunk::replay_states(x);  // S[t]: after t tokens
+      for (int64_t n = 0; n < NT; n++)
+        for (int64_t i = 0; i < dk * dv; i++)
+          ekept.add(kept[((b * HV + h) * NT + n) * dk * dv + i], S[64 * n](i / dv, i % dv));
     }
   static const char* names[] = {"scalar fwd", "vector fwd", "rwkv6 fwd"};
   char label[160];
   std::snprintf(label, sizeof label, "%s B%ld T%ld H%ld HV%ld dk%ld dv%ld h0 %d", names[kind], long(B), long(T),
                 long(H), long(HV), long(dk), long(dv), int(with_h0));
-  report(label, "o", eo, 5e-3), report(label, "ht", eht, 5e-3);
+  report(label, "o", eo, 5e-3), report(label, "ht", eht, 5e-3), report(label, "h[n]", ekept, 5e-3);
+  report_check(label, "keep", same_bits(o, o_keeping) && same_bits(ht, ht_keeping),
+               "keeping forward's o, ht == plain forward's bit for bit");
 }
 
 // Every case by default (ctest); a group by name: rwkv6, gla, scalar, grouped, fwd (D64, D128), fwd256, mixed,
