@@ -126,6 +126,7 @@
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -133,6 +134,7 @@
 #include "cuda/common.cuh"
 #include "cuda/mma.cuh"
 #include "cuda/recurrence.cuh"
+#include "cuda/staged_mma.cuh"
 
 namespace hla::cuda::delta_chunk {
 namespace {
@@ -625,42 +627,89 @@ struct LocalSmem {
   static constexpr int VS = DK <= 128 && DV <= 128 && !VG ? 64 : 32;
   static constexpr int kLdG = DK + 4;              // row stride of a vector gate's G tile
   static constexpr int kLdK = DK + 8;              // bf16 row stride of q, k
-  static constexpr int kLdS = VS + 8, kLdSf = VS + 4;  // row strides of a slice, bf16 and fp32
-  static constexpr int kLdKB = KB + 4;             // fp32 row stride of a dW block
-  // The region after the slices holds, phase by phase: the h and dh blocks (A), then a dW block
-  // (end of A, and C); pair and M (B).
-  static constexpr int kStates = 2 * KB * kLdSf, kPairs = 2 * C * kLdC, kDW = C * kLdKB;
-  static constexpr int kRegion = kStates > kPairs ? (kStates > kDW ? kStates : kDW) : (kPairs > kDW ? kPairs : kDW);
+  static constexpr int kLdS = VS + 8;              // bf16 row stride of a slice
+  static constexpr int kLdKB = KB + 4, kLdKBb = KB + 8;  // row strides of a dW block, fp32 and bf16
+  static constexpr int kLdA = C + 8;               // bf16 row stride of C-wide tiles (A, Ps, P2)
+  // The region after the slices holds, phase by phase: the hi and lo tiles of the h and dh blocks
+  // (A), then the bf16 dW block (and a vector gate's K exp(G) block) for dW K^T (end of A); pair
+  // and M (B); the hi and lo tiles of a dW block, then a vector gate's fp32 dG block (C).
+  static constexpr int kStates = 4 * KB * kLdS / 2, kPairs = 2 * C * kLdC, kDG = VG ? C * kLdKB : 0;
+  static constexpr int kDW = 2 * C * kLdKBb / 2;  // in floats
+  static constexpr int kRegion = std::max(std::max(kStates, kPairs), std::max(kDW, kDG));
   float *A, *Ps, *P2;  // (C, kLdC): (I + L)^{-1};  dAqk exp(G_t - G_s);  dL exp(G_t - G_s)
+  // Ps, diag(beta) P2 and P2 as bf16 (C, kLdA) tiles, in Ps's and P2's place (scalar gate)
+  bf16 *Ps_b, *betaP2_b, *P2_b;
   float *G, *beta, *wv, *expG, *kdecay, *colw, *dG, *kgp;  // (C)
   float *rowG, *rowKg, *rowB, *rowW;  // (2, C) per-row partial sums (WarpTile::add_row_sums)
   float* red;          // (32) block_sum scratch
-  float *vnew, *dvnew;  // (C, kLdSf): a value slice of Vnew and of dVnew
-  float *h, *dh;       // (KB, kLdSf): a (key block, value slice) of h[n] and of dh[n]  (A)
-  float* dW;           // (C, kLdKB): a key block of dW                                  (A, C)
+  float* region;       // kRegion floats, phase by phase as below
+  bf16 *h_hi, *h_lo, *dh_hi, *dh_lo;  // (KB, kLdS): a (key block, value slice) of h[n], dh[n]  (A)
+  bf16 *dWb, *kexp;    // (C, kLdKBb): a key block of dW; a vector gate's K (.) exp(G)   (end of A)
   float *pair, *M;     // (C, kLdC): Aqk, then the gate pair terms;  dA, then X           (B)
+  bf16 *dW_hi, *dW_lo;  // (C, kLdKBb): a key block of dW, split                         (C)
+  float* dGv;          // (C, kLdKB): a vector gate's dG block                           (C)
   bf16 *q, *k;         // (C, kLdK)
   bf16 *dov, *vv;      // (C, kLdS): a value slice of dO and of V
+  bf16 *vnew, *dvnew;  // (C, kLdS): a value slice of Vnew and of dVnew, rounded to bf16
+  bf16 *A_hi, *A_lo;   // (C, kLdA): A split into bf16 halves (dY = A^T dU takes A_hi alone)
   // vector gate only (no room taken otherwise):
   float* Gv;           // (C, kLdG) G[t][d]
   float* colKg;        // (DK / KB, 4, KB) per-column partial sums k_s . dKg_s (WarpTile::add_col_sums)
   float* hdhv;         // (DK) rowsum(h[n] (.) dh[n]) per key channel
   static constexpr size_t vector_floats() { return VG ? size_t(C) * kLdG + 5 * DK : 0; }
-  static constexpr size_t floats() { return size_t(3) * C * kLdC + 16 * C + 32 + 2 * C * kLdSf + kRegion; }
+  static constexpr size_t floats() { return size_t(3) * C * kLdC + 16 * C + 32 + kRegion; }
   static constexpr size_t bytes() {
-    return sizeof(float) * (floats() + vector_floats()) + sizeof(bf16) * 2 * C * (kLdK + kLdS);
+    return sizeof(float) * (floats() + vector_floats()) + sizeof(bf16) * C * (2 * kLdK + 4 * kLdS + 2 * kLdA);
   }
   __device__ explicit LocalSmem(void* p) {
     A = static_cast<float*>(p), Ps = A + C * kLdC, P2 = Ps + C * kLdC;
+    static_assert(3 * C * kLdA <= 2 * 2 * C * kLdC, "three bf16 tiles in Ps's and P2's place");
+    Ps_b = reinterpret_cast<bf16*>(Ps), betaP2_b = Ps_b + C * kLdA, P2_b = betaP2_b + C * kLdA;
     G = P2 + C * kLdC, beta = G + C, wv = beta + C, expG = wv + C, kdecay = expG + C, colw = kdecay + C;
     dG = colw + C, kgp = dG + C;
     rowG = kgp + C, rowKg = rowG + 2 * C, rowB = rowKg + 2 * C, rowW = rowB + 2 * C, red = rowW + 2 * C;
-    vnew = red + 32, dvnew = vnew + C * kLdSf;
-    h = dvnew + C * kLdSf, dh = h + KB * kLdSf, dW = h, pair = h, M = pair + C * kLdC;
-    q = reinterpret_cast<bf16*>(h + kRegion), k = q + C * kLdK, dov = k + C * kLdK, vv = dov + C * kLdS;
-    Gv = reinterpret_cast<float*>(vv + C * kLdS), colKg = Gv + C * kLdG, hdhv = colKg + 4 * DK;
+    region = red + 32;
+    h_hi = reinterpret_cast<bf16*>(region), h_lo = h_hi + KB * kLdS, dh_hi = h_lo + KB * kLdS, dh_lo = dh_hi + KB * kLdS;
+    dWb = reinterpret_cast<bf16*>(region), kexp = dWb + C * kLdKBb;
+    pair = region, M = pair + C * kLdC, dW_hi = dWb, dW_lo = dW_hi + C * kLdKBb, dGv = region;
+    q = reinterpret_cast<bf16*>(region + kRegion), k = q + C * kLdK, dov = k + C * kLdK, vv = dov + C * kLdS;
+    vnew = vv + C * kLdS, dvnew = vnew + C * kLdS, A_hi = dvnew + C * kLdS, A_lo = A_hi + C * kLdA;
+    Gv = reinterpret_cast<float*>(A_lo + C * kLdA), colKg = Gv + C * kLdG, hdhv = colKg + 4 * DK;
   }
 };
+
+// Rows 0 .. ROWS - 1, columns 0 .. W - 1 of a float matrix (rows `stride` floats apart, 16-byte
+// aligned) into padded bf16 tiles of row stride W + 8: hi = x rounded, and with SPLIT lo = x - hi
+// rounded (hi + lo keeps ~16 mantissa bits); rows n .. ROWS - 1 become zeros. Each thread loads
+// all its 16-byte pieces before it stores any (one memory round trip), and hands each fp32 piece
+// to piece(row, col, x) (piece i of the tile goes to thread i % kThreads: neighbouring pieces of a
+// row to neighbouring lanes).
+template <int ROWS, int W, bool SPLIT, class Fn>
+__device__ __forceinline__ void stage_f32_rows(bf16* hi, bf16* lo, const float* src, int64_t stride, int n,
+                                               Fn&& piece) {
+  constexpr int kPieces = W / 4, kPer = ROWS * kPieces / kThreads;
+  static_assert(ROWS * kPieces % kThreads == 0, "whole pieces a thread");
+  float4 x[kPer];
+#pragma unroll
+  for (int p = 0; p < kPer; p++) {
+    const int i = threadIdx.x + p * kThreads, r = i / kPieces, c = (i % kPieces) * 4;
+    x[p] = r < n ? *reinterpret_cast<const float4*>(src + r * stride + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+#pragma unroll
+  for (int p = 0; p < kPer; p++) {
+    const int i = threadIdx.x + p * kThreads, r = i / kPieces, c = (i % kPieces) * 4;
+    piece(r, c, x[p]);
+    uint32_t rounded[2], rest[2];  // (rest: the lo halves)
+    chunk_mma::split_pair(x[p].x, x[p].y, rounded[0], rest[0]);
+    chunk_mma::split_pair(x[p].z, x[p].w, rounded[1], rest[1]);
+    uint32_t* hi_pair = reinterpret_cast<uint32_t*>(hi + r * (W + 8) + c);
+    hi_pair[0] = rounded[0], hi_pair[1] = rounded[1];
+    if constexpr (SPLIT) {
+      uint32_t* lo_pair = reinterpret_cast<uint32_t*>(lo + r * (W + 8) + c);
+      lo_pair[0] = rest[0], lo_pair[1] = rest[1];
+    }
+  }
+}
 
 // A vector gate's decayed pair products for key channels d0 .. d0 + KB - 1 (4.4; G a (C, ldg)
 // tile of G[t][d]): out(t, d) += sum_{s <= t} P(t, s) exp(G_t[d] - G_s[d]) X(s, d), or, with
@@ -699,8 +748,10 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   extern __shared__ float4 smem_raw[];
   using Smem = LocalSmem<DK, DV, VG>;
   const Smem sm(smem_raw);
-  constexpr int KB = Smem::KB, VS = Smem::VS, kLdK = Smem::kLdK, kLdS = Smem::kLdS, kLdSf = Smem::kLdSf;
-  constexpr int kLdKB = Smem::kLdKB, kLdG = Smem::kLdG;
+  constexpr int KB = Smem::KB, VS = Smem::VS, kLdK = Smem::kLdK, kLdS = Smem::kLdS;
+  constexpr int kLdKB = Smem::kLdKB, kLdKBb = Smem::kLdKBb, kLdA = Smem::kLdA, kLdG = Smem::kLdG;
+  using chunk_mma::mma_staged;
+  using chunk_mma::Padded;
   const int chunk = blockIdx.x, j = blockIdx.y, bi = blockIdx.z, hq = j / (a.HV / a.H);
   const int t0 = chunk * C, n = min(C, a.T - t0);
   const int64_t head = int64_t(bi) * a.HV + j;
@@ -737,15 +788,23 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   auto k_rows = [&](int r, int d) { return bf(sm.k[r * kLdK + d]); };  // K[r][d]
   auto k_cols = [&](int d, int s) { return bf(sm.k[s * kLdK + d]); };  // K^T[d][s]
   auto a_t = [&](int r, int m) { return sm.A[m * kLdC + r]; };         // A^T[r][m]
-  // Value slice c0 .. c0 + VS - 1 of dO (rows past n zero), Vnew and dVnew into sm.dov, sm.vnew,
-  // sm.dvnew (dVnew is zero past n: pass 3 writes Aqk^T dO + Kg dS + dU with zero rows there).
+  for (int i = threadIdx.x; i < C * C / 2; i += kThreads) {  // A split into bf16 halves
+    const int r = i / (C / 2), c = (i % (C / 2)) * 2;
+    chunk_mma::split_pair(sm.A[r * kLdC + c], sm.A[r * kLdC + c + 1], *reinterpret_cast<uint32_t*>(sm.A_hi + r * kLdA + c),
+                          *reinterpret_cast<uint32_t*>(sm.A_lo + r * kLdA + c));
+  }
+  const Padded<kLdA, true> A_hi_t{sm.A_hi}, A_lo_t{sm.A_lo};  // A^T
+  auto no_sum = [](int, int, float4) {};
+  // Value slice c0 .. c0 + VS - 1 of dO (rows past n zero; cp.async), Vnew and dVnew rounded to
+  // bf16 into sm.dov, sm.vnew, sm.dvnew (dVnew is zero past n: pass 3 writes Aqk^T dO + Kg dS +
+  // dU with zero rows there).
   auto load_slices = [&](int c0) {
     load_bf16_rows_async<C, VS>(sm.dov, a.d_o + tok0 * DV + c0, vrow, n);
-    load_f32_rows_async<C, VS>(sm.vnew, kLdSf, a.vnew + tok0 * DV + c0, vrow, n);
-    load_f32_rows_async<C, VS>(sm.dvnew, kLdSf, a.dvnew + row0 * DV + c0, DV);
+    stage_f32_rows<C, VS, false>(sm.vnew, nullptr, a.vnew + tok0 * DV + c0, vrow, n, no_sum);
+    stage_f32_rows<C, VS, false>(sm.dvnew, nullptr, a.dvnew + row0 * DV + c0, DV, C, no_sum);
   };
-  auto dov_rows = [&](int r, int c) { return bf(sm.dov[r * kLdS + c]); };  // dO[r][c0 + c]
-  auto dvnew_rows = [&](int r, int c) { return sm.dvnew[r * kLdSf + c]; };
+  const Padded<kLdS, false> dO{sm.dov}, Vnew{sm.vnew}, dVnew{sm.dvnew};
+  const Padded<kLdS, true> Vnew_t{sm.vnew}, V_t{sm.vv};
   // Phase A (4a, 4b; steps 4, 5, 7), per key block d0 .. d0 + KB - 1, over the value slices:
   //   dQg = scale dO h^T  ->  dQ = exp(G) dQg,  dG += dQg . Qg;   dW = -dVnew h^T;
   //   dKg = Vnew dh^T  ->  dK = exp(G_last - G) dKg,  kg pair terms kgp_s = Kg_s . dKg_s;
@@ -753,6 +812,7 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   //   (Vector gate: exp(G) per channel; dG is formed in phase C from the identity of 4.10, so
   //   phase A keeps only the last token's terms per channel: k . dKg summed over the chunk's
   //   tokens (colKg) and rowsum(h (.) dh) (hdhv).)
+  //   The states enter split (hi and lo tiles, two products each), dO, Vnew and dVnew as bf16.
   float hdh = 0.f;
   WarpTile<C, C> wk;  // dW K^T
   for (int d0 = 0; d0 < DK; d0 += KB) {
@@ -760,30 +820,27 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     for (int c0 = 0; c0 < DV; c0 += VS) {
       load_slices(c0);
       const int64_t block = state0 + int64_t(d0) * DV + c0;  // block (d0.., c0..) of h[n], dh[n]
-      load_f32_rows_async<KB, VS>(sm.h, kLdSf, a.h_start + block, DV);
-      load_f32_rows_async<KB, VS>(sm.dh, kLdSf, a.dh_end + block, DV);
-      wait_tiles();
-#pragma unroll 1
-      for (int i = threadIdx.x; i < KB * VS / 4; i += kThreads) {  // h . dh over the pieces this thread copied
-        const int d = i / (VS / 4), c = (i % (VS / 4)) * 4;
-        const float4 x = *reinterpret_cast<const float4*>(sm.h + d * kLdSf + c);
-        const float4 y = *reinterpret_cast<const float4*>(sm.dh + d * kLdSf + c);
+      stage_f32_rows<KB, VS, true>(sm.h_hi, sm.h_lo, a.h_start + block, DV, KB, no_sum);
+      // h . dh over the pieces this thread staged (h as hi + lo, from its own stores just above)
+      stage_f32_rows<KB, VS, true>(sm.dh_hi, sm.dh_lo, a.dh_end + block, DV, KB, [&](int d, int c, float4 y) {
+        float p = 0.f;
+#pragma unroll
+        for (int e = 0; e < 4; e++) p += (bf(sm.h_hi[d * kLdS + c + e]) + bf(sm.h_lo[d * kLdS + c + e])) * (&y.x)[e];
         if constexpr (VG) {  // a row's VS / 4 = 8 pieces are 8 neighbouring lanes: one owner a row
           static_assert(VS / 4 == 8, "eight pieces a row");
-          float p = x.x * y.x + x.y * y.y + x.z * y.z + x.w * y.w;
           p += __shfl_xor_sync(0xffffffffu, p, 1);
           p += __shfl_xor_sync(0xffffffffu, p, 2);
           p += __shfl_xor_sync(0xffffffffu, p, 4);
-          if (i % 8 == 0) sm.hdhv[d0 + d] += p;
+          if (threadIdx.x % 8 == 0) sm.hdhv[d0 + d] += p;
         } else {
-          hdh += x.x * y.x + x.y * y.y + x.z * y.z + x.w * y.w;
+          hdh += p;
         }
-      }
-      auto h_t = [&](int c, int d) { return sm.h[d * kLdSf + c]; };    // h^T[c][d]
-      auto dh_t = [&](int c, int d) { return sm.dh[d * kLdSf + c]; };  // dh^T[c][d]
-      dq.mma<VS, false, true>(dov_rows, h_t);
-      dw.mma<VS, false, true>(dvnew_rows, h_t);
-      dk.mma<VS, false, true>([&](int r, int c) { return sm.vnew[r * kLdSf + c]; }, dh_t);
+      });
+      wait_tiles();
+      const Padded<kLdS, true> h_hi{sm.h_hi}, h_lo{sm.h_lo}, dh_hi{sm.dh_hi}, dh_lo{sm.dh_lo};  // h^T, dh^T
+      mma_staged(dq, dO, h_hi, 0, VS), mma_staged(dq, dO, h_lo, 0, VS);
+      mma_staged(dw, dVnew, h_hi, 0, VS), mma_staged(dw, dVnew, h_lo, 0, VS);
+      mma_staged(dk, Vnew, dh_hi, 0, VS), mma_staged(dk, Vnew, dh_lo, 0, VS);
       __syncthreads();
     }
     if constexpr (VG) {
@@ -799,13 +856,18 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     dq.each([&](int r, int d, float x, int) { if (r < n) a.dq[(tok0 + int64_t(r) * a.HV) * DK + d0 + d] = x; });
     dk.each([&](int r, int d, float x, int) { if (r < n) a.dk[(tok0 + int64_t(r) * a.HV) * DK + d0 + d] = x; });
     dw.each([&](int r, int d, float x, int) {
-      sm.dW[r * kLdKB + d] = -x;
+      sm.dWb[r * kLdKBb + d] = __float2bfloat16_rn(-x);
       dW_global[r * DK + d0 + d] = -x;
     });
+    if constexpr (VG) {  // dW Ehat^T: K (.) exp(G) rounded once
+      for (int i = threadIdx.x; i < C * KB; i += kThreads) {
+        const int s = i / KB, d = i % KB;
+        sm.kexp[s * kLdKBb + d] = __float2bfloat16_rn(k_rows(s, d0 + d) * expf(g(s, d0 + d)));
+      }
+    }
     __syncthreads();
-    wk.mma<KB, false, false>([&](int r, int d) { return sm.dW[r * kLdKB + d]; }, [&](int d, int s) {  // vector gate: dW Ehat^T
-      return VG ? k_cols(d0 + d, s) * expf(g(s, d0 + d)) : k_cols(d0 + d, s);
-    });
+    if constexpr (VG) mma_staged(wk, Padded<kLdKBb, false>{sm.dWb}, Padded<kLdKBb, true>{sm.kexp}, 0, KB);
+    else mma_staged(wk, Padded<kLdKBb, false>{sm.dWb}, Padded<kLdK, true>{sm.k, 0, d0}, 0, KB);
     __syncthreads();  // the dW block is read: the next block's h, dh take its place
   }
   hdh = block_sum(hdh, sm.red);
@@ -818,10 +880,10 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     if (c0 != DV - VS) load_slices(c0);
     load_bf16_rows_async<C, VS>(sm.vv, a.v + tok0 * DV + c0, vrow, n);
     wait_tiles();
-    da.mma<VS, false, false>(dov_rows, [&](int c, int s) { return sm.vnew[s * kLdSf + c]; });
-    uy.mma<VS, false, false>(dvnew_rows, [&](int c, int s) { return bf(sm.vv[s * kLdS + c]); });
+    mma_staged(da, dO, Vnew_t, 0, VS);
+    mma_staged(uy, dVnew, V_t, 0, VS);
     WarpTile<C, VS> dy;
-    dy.mma<C, false, false>(a_t, dvnew_rows);
+    mma_staged(dy, A_hi_t, dVnew, 0, C);
     dy.add_row_sums(sm.rowW, [&](int r, int c, float x) { return x * bf(sm.vv[r * kLdS + c]); });
     dy.each([&](int r, int c, float x, int) {
       if (r < n) a.dv[(tok0 + int64_t(r) * a.HV) * DV + c0 + c] = __float2bfloat16_rn(sm.wv[r] * x);
@@ -832,7 +894,8 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   //   stored holds scale);  dA = (dU Y^T) diag(w) + (dW K^T) diag(beta exp(G))  into M.
   da.each([&](int r, int s, float x, int slot) {
     const bool on = s <= r;
-    sm.Ps[r * kLdC + s] = on ? a.scale * x * (VG ? 1.f : expf(sm.G[r] - sm.G[s])) : 0.f;  // vector gate: decays later
+    if constexpr (VG) sm.Ps[r * kLdC + s] = on ? a.scale * x : 0.f;  // decays later
+    else sm.Ps_b[r * kLdA + s] = __float2bfloat16_rn(on ? a.scale * x * expf(sm.G[r] - sm.G[s]) : 0.f);
     sm.pair[r * kLdC + s] = on ? x * sm.pair[r * kLdC + s] : 0.f;
     sm.M[r * kLdC + s] = uy.at(slot) * sm.wv[s] + wk.at(slot) * sm.colw[s];
   });
@@ -858,7 +921,8 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     kk.mma<DK, false, false>(k_rows, k_cols);
     dl.each([&](int r, int s, float x, int slot) {
       const float p = s < r ? -x * expf(sm.G[r] - sm.G[s]) : 0.f;
-      sm.P2[r * kLdC + s] = p;
+      sm.P2_b[r * kLdA + s] = __float2bfloat16_rn(p);
+      sm.betaP2_b[r * kLdA + s] = __float2bfloat16_rn(sm.beta[r] * p);
       sm.pair[r * kLdC + s] += p * sm.beta[r] * kk.at(slot);
     });
   }
@@ -887,9 +951,11 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     });
   };
   for (int d0 = 0; d0 < DK; d0 += KB) {
-    load_f32_rows_async<C, KB>(sm.dW, kLdKB, dW_global + d0, DK);  // this CTA's phase A writes, before barriers
-    wait_tiles();
+    // this CTA's phase A writes (before barriers), split into hi and lo tiles
+    stage_f32_rows<C, KB, true>(sm.dW_hi, sm.dW_lo, dW_global + d0, DK, C, no_sum);
+    __syncthreads();
     auto k_blk = [&](int s, int d) { return k_rows(s, d0 + d); };
+    const Padded<kLdK, false> K_blk{sm.k, 0, d0};
     WarpTile<C, KB> dq, dk;  // phase A's parts, read back by the threads that wrote them
     dq.each([&](int r, int d, float& x, int) { x = r < n ? a.dq[(tok0 + int64_t(r) * a.HV) * DK + d0 + d] : 0.f; });
     dk.each([&](int r, int d, float& x, int) { x = r < n ? a.dk[(tok0 + int64_t(r) * a.HV) * DK + d0 + d] : 0.f; });
@@ -899,16 +965,17 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     auto beta_p2 = [&](int t, int s) { return sm.P2[t * kLdC + s] * sm.beta[t]; };
     {
       WarpTile<C, KB> de;
-      de.mma<C, true, true>(a_t, [&](int m, int d) { return sm.dW[m * kLdKB + d]; });
+      const Padded<kLdKBb, false> dW_hi{sm.dW_hi}, dW_lo{sm.dW_lo};
+      mma_staged(de, A_hi_t, dW_hi, 0, C), mma_staged(de, A_hi_t, dW_lo, 0, C), mma_staged(de, A_lo_t, dW_hi, 0, C);
       if constexpr (VG) {
         de.each([&](int r, int d, float& x, int) { x *= expf(g(r, d0 + d)); });
         add_decayed_pairs<false>(de, sm.Gv, kLdG, d0, p2, k_blk);
         __syncthreads();  // the dW block is read: the block's dG takes its place
-        de.each([&](int r, int d, float x, int) { sm.dW[r * kLdKB + d] = 2.f * sm.beta[r] * k_blk(r, d) * x; });
+        de.each([&](int r, int d, float x, int) { sm.dGv[r * kLdKB + d] = 2.f * sm.beta[r] * k_blk(r, d) * x; });
       } else {
         de.add_row_sums(sm.rowG, [&](int r, int d, float x) { return sm.colw[r] * x * k_blk(r, d); });
         de.each([&](int r, int, float& x, int) { x *= sm.expG[r]; });
-        de.mma<C, false, false>(p2, k_blk);
+        mma_staged(de, Padded<kLdA, false>{sm.P2_b}, K_blk, 0, C);
       }
       de.add_row_sums(sm.rowB, [&](int r, int d, float x) { return x * k_blk(r, d); });
       de.each([&](int r, int, float x, int slot) { dk.ref(slot) += sm.beta[r] * x; });
@@ -918,14 +985,14 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
       add_decayed_pairs<true>(dk, sm.Gv, kLdG, d0, ps, q_blk);
       add_decayed_pairs<true>(dk, sm.Gv, kLdG, d0, beta_p2, k_blk);
     } else {
-      dq.mma<C, false, false>(ps, k_blk);
-      dk.mma<C, false, false>([&](int s, int t) { return ps(t, s); }, q_blk);
-      dk.mma<C, false, false>([&](int s, int t) { return beta_p2(t, s); }, k_blk);
+      mma_staged(dq, Padded<kLdA, false>{sm.Ps_b}, K_blk, 0, C);
+      mma_staged(dk, Padded<kLdA, true>{sm.Ps_b}, Padded<kLdK, false>{sm.q, 0, d0}, 0, C);
+      mma_staged(dk, Padded<kLdA, true>{sm.betaP2_b}, K_blk, 0, C);
     }
     store_grad(dq, d0, a.dq, a.dq_direct), store_grad(dk, d0, a.dk, a.dk_direct);
     if constexpr (VG) {
       dq.each([&](int r, int d, float x, int slot) {
-        sm.dW[r * kLdKB + d] += q_blk(r, d) * x - k_blk(r, d) * dk.at(slot);
+        sm.dGv[r * kLdKB + d] += q_blk(r, d) * x - k_blk(r, d) * dk.at(slot);
       });
       __syncthreads();
       for (int d = threadIdx.x; d < KB; d += kThreads) {  // + the last token's terms, then the reverse cumsum
@@ -933,7 +1000,7 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
         for (int tile = 0; tile < 4; tile++) kgp_total += sm.colKg[4 * d0 + tile * KB + d];
         float dG = kgp_total + expf(g(C - 1, d0 + d)) * sm.hdhv[d0 + d];  // rows past n carry only these
         for (int t = C - 1; t >= 0; t--) {
-          dG += sm.dW[t * kLdKB + d];
+          dG += sm.dGv[t * kLdKB + d];
           if (t < n && a.dg) a.dg[(tok0 + int64_t(t) * a.HV) * DK + d0 + d] = __float2bfloat16_rn(dG);
         }
       }
