@@ -632,8 +632,8 @@ struct LocalSmem {
   static constexpr int kLdA = C + 8;               // bf16 row stride of C-wide tiles (A, Ps, P2)
   // The region after the slices holds, phase by phase: the hi and lo tiles of the h and dh blocks
   // (A), then the bf16 dW block (and a vector gate's K exp(G) block) for dW K^T (end of A); pair
-  // and M (B); the hi and lo tiles of a dW block, then a vector gate's fp32 dG block (C).
-  static constexpr int kStates = 4 * KB * kLdS / 2, kPairs = 2 * C * kLdC, kDG = VG ? C * kLdKB : 0;
+  // and the hi and lo tiles of M (B); the hi and lo tiles of a dW block, then a vector gate's fp32 dG block (C).
+  static constexpr int kStates = 4 * KB * kLdS / 2, kPairs = C * kLdC + C * kLdA, kDG = VG ? C * kLdKB : 0;
   static constexpr int kDW = 2 * C * kLdKBb / 2;  // in floats
   static constexpr int kRegion = std::max(std::max(kStates, kPairs), std::max(kDW, kDG));
   float *A, *Ps, *P2;  // (C, kLdC): (I + L)^{-1};  dAqk exp(G_t - G_s);  dL exp(G_t - G_s)
@@ -645,7 +645,8 @@ struct LocalSmem {
   float* region;       // kRegion floats, phase by phase as below
   bf16 *h_hi, *h_lo, *dh_hi, *dh_lo;  // (KB, kLdS): a (key block, value slice) of h[n], dh[n]  (A)
   bf16 *dWb, *kexp;    // (C, kLdKBb): a key block of dW; a vector gate's K (.) exp(G)   (end of A)
-  float *pair, *M;     // (C, kLdC): Aqk, then the gate pair terms;  dA, then X           (B)
+  float* pair;         // (C, kLdC): Aqk, then the gate pair terms                        (B)
+  bf16 *M_hi, *M_lo;   // (C, kLdA): dA, then X, split                                   (B)
   bf16 *dW_hi, *dW_lo;  // (C, kLdKBb): a key block of dW, split                         (C)
   float* dGv;          // (C, kLdKB): a vector gate's dG block                           (C)
   bf16 *q, *k;         // (C, kLdK)
@@ -671,7 +672,7 @@ struct LocalSmem {
     region = red + 32;
     h_hi = reinterpret_cast<bf16*>(region), h_lo = h_hi + KB * kLdS, dh_hi = h_lo + KB * kLdS, dh_lo = dh_hi + KB * kLdS;
     dWb = reinterpret_cast<bf16*>(region), kexp = dWb + C * kLdKBb;
-    pair = region, M = pair + C * kLdC, dW_hi = dWb, dW_lo = dW_hi + C * kLdKBb, dGv = region;
+    pair = region, M_hi = reinterpret_cast<bf16*>(pair + C * kLdC), M_lo = M_hi + C * kLdA, dW_hi = dWb, dW_lo = dW_hi + C * kLdKBb, dGv = region;
     q = reinterpret_cast<bf16*>(region + kRegion), k = q + C * kLdK, dov = k + C * kLdK, vv = dov + C * kLdS;
     vnew = vv + C * kLdS, dvnew = vnew + C * kLdS, A_hi = dvnew + C * kLdS, A_lo = A_hi + C * kLdA;
     Gv = reinterpret_cast<float*>(A_lo + C * kLdA), colKg = Gv + C * kLdG, hdhv = colKg + 4 * DK;
@@ -786,8 +787,6 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   __syncthreads();
   auto g = [&](int t, int d) { return sm.Gv[t * kLdG + d]; };  // G[t][d] (vector gate)
   auto k_rows = [&](int r, int d) { return bf(sm.k[r * kLdK + d]); };  // K[r][d]
-  auto k_cols = [&](int d, int s) { return bf(sm.k[s * kLdK + d]); };  // K^T[d][s]
-  auto a_t = [&](int r, int m) { return sm.A[m * kLdC + r]; };         // A^T[r][m]
   for (int i = threadIdx.x; i < C * C / 2; i += kThreads) {  // A split into bf16 halves
     const int r = i / (C / 2), c = (i % (C / 2)) * 2;
     chunk_mma::split_pair(sm.A[r * kLdC + c], sm.A[r * kLdC + c + 1], *reinterpret_cast<uint32_t*>(sm.A_hi + r * kLdA + c),
@@ -891,34 +890,38 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     __syncthreads();
   }
   //   Ps = dAqk exp(G_t - G_s) on s <= t (for dQ, dK);  pair = dAqk (.) Aqk (for dG; Aqk as
-  //   stored holds scale);  dA = (dU Y^T) diag(w) + (dW K^T) diag(beta exp(G))  into M.
+  //   stored holds scale);  dA = (dU Y^T) diag(w) + (dW K^T) diag(beta exp(G))  into M (split).
+  auto store_m = [&](int r, int s, float x) {
+    const bf16 hi = __float2bfloat16_rn(x);
+    sm.M_hi[r * kLdA + s] = hi, sm.M_lo[r * kLdA + s] = __float2bfloat16_rn(x - bf(hi));
+  };
+  const Padded<kLdA, false> M_hi{sm.M_hi}, M_lo{sm.M_lo};
   da.each([&](int r, int s, float x, int slot) {
     const bool on = s <= r;
     if constexpr (VG) sm.Ps[r * kLdC + s] = on ? a.scale * x : 0.f;  // decays later
     else sm.Ps_b[r * kLdA + s] = __float2bfloat16_rn(on ? a.scale * x * expf(sm.G[r] - sm.G[s]) : 0.f);
     sm.pair[r * kLdC + s] = on ? x * sm.pair[r * kLdC + s] : 0.f;
-    sm.M[r * kLdC + s] = uy.at(slot) * sm.wv[s] + wk.at(slot) * sm.colw[s];
+    store_m(r, s, uy.at(slot) * sm.wv[s] + wk.at(slot) * sm.colw[s]);
   });
   __syncthreads();
   //   dL = -(A^T dA A^T) on s < t, as X = dA A^T (into M) then -A^T X.
   {
     WarpTile<C, C> xa;
-    xa.mma<C, true, true>([&](int r, int m) { return sm.M[r * kLdC + m]; },
-                          [&](int m, int s) { return sm.A[s * kLdC + m]; });
+    mma_staged(xa, M_hi, A_hi_t, 0, C), mma_staged(xa, M_hi, A_lo_t, 0, C), mma_staged(xa, M_lo, A_hi_t, 0, C);
     __syncthreads();  // every read of dA is done
-    xa.each([&](int r, int s, float x, int) { sm.M[r * kLdC + s] = x; });
+    xa.each([&](int r, int s, float x, int) { store_m(r, s, x); });
   }
   __syncthreads();
   //   L[t,s] = beta_t (k_t . k_s) exp(G_t - G_s)  ->  P2 = dL exp(G_t - G_s) (for dE, dK),
   //   pair += dL (.) L (for dG).
   if constexpr (VG) {  // P2 = dL (decays later), dG from 4.10's identity in phase C
     WarpTile<C, C> dl;
-    dl.mma<C, true, true>(a_t, [&](int m, int s) { return sm.M[m * kLdC + s]; });
+    mma_staged(dl, A_hi_t, M_hi, 0, C), mma_staged(dl, A_hi_t, M_lo, 0, C), mma_staged(dl, A_lo_t, M_hi, 0, C);
     dl.each([&](int r, int s, float x, int) { sm.P2[r * kLdC + s] = s < r ? -x : 0.f; });
   } else {
     WarpTile<C, C> dl, kk;
-    dl.mma<C, true, true>(a_t, [&](int m, int s) { return sm.M[m * kLdC + s]; });
-    kk.mma<DK, false, false>(k_rows, k_cols);
+    mma_staged(dl, A_hi_t, M_hi, 0, C), mma_staged(dl, A_hi_t, M_lo, 0, C), mma_staged(dl, A_lo_t, M_hi, 0, C);
+    mma_staged(kk, Padded<kLdK, false>{sm.k}, Padded<kLdK, true>{sm.k}, 0, DK);
     dl.each([&](int r, int s, float x, int slot) {
       const float p = s < r ? -x * expf(sm.G[r] - sm.G[s]) : 0.f;
       sm.P2_b[r * kLdA + s] = __float2bfloat16_rn(p);
