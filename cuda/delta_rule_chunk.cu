@@ -959,9 +959,11 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     __syncthreads();
     auto k_blk = [&](int s, int d) { return k_rows(s, d0 + d); };
     const Padded<kLdK, false> K_blk{sm.k, 0, d0};
-    WarpTile<C, KB> dq, dk;  // phase A's parts, read back by the threads that wrote them
-    dq.each([&](int r, int d, float& x, int) { x = r < n ? a.dq[(tok0 + int64_t(r) * a.HV) * DK + d0 + d] : 0.f; });
-    dk.each([&](int r, int d, float& x, int) { x = r < n ? a.dk[(tok0 + int64_t(r) * a.HV) * DK + d0 + d] : 0.f; });
+    // phase A's parts, read back by the threads that wrote them (once dE is formed: fewer live registers)
+    auto load_part = [&](WarpTile<C, KB>& t, const float* part) {
+      t.each([&](int r, int d, float& x, int) { x = r < n ? part[(tok0 + int64_t(r) * a.HV) * DK + d0 + d] : 0.f; });
+    };
+    WarpTile<C, KB> dq, dk;
     auto q_blk = [&](int t, int d) { return bf(sm.q[t * kLdK + d0 + d]); };
     auto p2 = [&](int t, int s) { return sm.P2[t * kLdC + s]; };
     auto ps = [&](int t, int s) { return sm.Ps[t * kLdC + s]; };
@@ -981,18 +983,21 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
         mma_staged(de, Padded<kLdA, false>{sm.P2_b}, K_blk, 0, C);
       }
       de.add_row_sums(sm.rowB, [&](int r, int d, float x) { return x * k_blk(r, d); });
+      load_part(dk, a.dk);
       de.each([&](int r, int, float x, int slot) { dk.ref(slot) += sm.beta[r] * x; });
     }
+    load_part(dq, a.dq);
+    if constexpr (VG) add_decayed_pairs<false>(dq, sm.Gv, kLdG, d0, ps, k_blk);
+    else mma_staged(dq, Padded<kLdA, false>{sm.Ps_b}, K_blk, 0, C);
+    store_grad(dq, d0, a.dq, a.dq_direct);
     if constexpr (VG) {
-      add_decayed_pairs<false>(dq, sm.Gv, kLdG, d0, ps, k_blk);
       add_decayed_pairs<true>(dk, sm.Gv, kLdG, d0, ps, q_blk);
       add_decayed_pairs<true>(dk, sm.Gv, kLdG, d0, beta_p2, k_blk);
     } else {
-      mma_staged(dq, Padded<kLdA, false>{sm.Ps_b}, K_blk, 0, C);
       mma_staged(dk, Padded<kLdA, true>{sm.Ps_b}, Padded<kLdK, false>{sm.q, 0, d0}, 0, C);
       mma_staged(dk, Padded<kLdA, true>{sm.betaP2_b}, K_blk, 0, C);
     }
-    store_grad(dq, d0, a.dq, a.dq_direct), store_grad(dk, d0, a.dk, a.dk_direct);
+    store_grad(dk, d0, a.dk, a.dk_direct);
     if constexpr (VG) {
       dq.each([&](int r, int d, float x, int slot) {
         sm.dGv[r * kLdKB + d] += q_blk(r, d) * x - k_blk(r, d) * dk.at(slot);
