@@ -90,38 +90,48 @@
 //
 // Shared memory per CTA (bytes(), each checked against 227 KB at compile time in launch_kernel):
 //   dk \ dv    prepare (64 / 128 / 256)      scan, reverse scan    local backward (dv <= 128 / 256)
-//   64          62.0 / 70.0 / 86.0 KB          67.3 KB               159.1 / 135.1 KB
-//   128         78.0 / 86.0 / 102.0 KB         108.3 KB              209.1 / 153.1 KB
-//   256         110.0 / 118.0 / 134.0 KB       190.3 KB              185.1 KB
+//   64          62.0 / 70.0 / 86.0 KB          67.3 KB               163.1 / 146.1 KB
+//   128         78.0 / 86.0 / 102.0 KB         108.3 KB              215.1 / 167.1 KB
+//   256         110.0 / 118.0 / 134.0 KB       190.3 KB              199.1 KB
 //   vector gate (the C x dk G tile, +16.8 KB at dk = 64, +32.8 KB at dk = 128; local backward
 //   in 32-column value slices at every dv):
-//   64          78.8 / 86.8 / 102.8 KB         84.0 KB               153.4 KB
-//   128         110.8 / 118.8 / 134.8 KB       141.0 KB (one CTA/SM) 188.6 KB
+//   64          78.8 / 86.8 / 102.8 KB         84.0 KB               164.4 KB
+//   128         110.8 / 118.8 / 134.8 KB       141.0 KB (one CTA/SM) 202.6 KB
+//   (local backward before its staged tiles: 159.1 / 135.1, 209.1 / 153.1, 185.1; vector gate
+//   153.4, 188.6 KB: one CTA an SM either way)
 // Registers a thread (ptxas, nvcc 13.0, sm_90; every dv): prepare 59-128, scan 125 / 125 / 127
 // and reverse scan 122 / 128 / 128 at dk = 64 / 128 / 256 (launch bounds of two CTAs: at most
-// 128), local backward 158-255; vector gate: prepare 79-102, scan and reverse scan 124 / 128
-// at dk = 64 / 128, local backward 195 / 254; no spills.
+// 128), local backward 162-255 (214-255 at dk >= 128; before the staged tiles 158-255); vector
+// gate: prepare 79-102, scan and reverse scan 124 / 128 at dk = 64 / 128, local backward 149 /
+// 197 (was 195 / 254); no spills.
 //
 // The local backward (pass 4) splits only the states h[n], dh[n] (kept in fp32 for precision,
 // see above: phase A's partners) and the A chain (X = dA A^T, dL = -A^T X, dEhat = A^T dW;
 // A = (I + L)^{-1} may have large entries); every other fp32 operand of its products (Vnew,
-// dVnew, dW, dA's parts, Ps, P2, the decayed K) is rounded to bf16 as it is gathered, one mma
-// where a split took two or three. Its errors stay local to a chunk (dh[n] comes from the
-// reverse scan, fp32 throughout), so they do not grow with T; on the emulator the gradients'
-// worst relative RMS moved from 2.7e-3 (db) to 4.5e-3 (dg; db 3.6e-3, dq 3.1e-3, dk 2.9e-3)
-// under the 1e-2 bound. Rounding the states and the A chain too took db to 5.1e-3 for 17 units
-// of mma (below) instead of 27.
+// dVnew, dW, dA's parts, Ps, P2, the decayed K) is rounded to bf16 once, one mma where a split
+// took two or three. Its errors stay local to a chunk (dh[n] comes from the reverse scan, fp32
+// throughout), so they do not grow with T; on the emulator the gradients' worst relative RMS
+// moved from 2.7e-3 (db) to 4.5e-3 (dg; db 3.6e-3, dq 3.1e-3, dk 2.9e-3) under the 1e-2 bound.
+// Rounding the states and the A chain too took db to 5.1e-3 for 17 units of mma (below)
+// instead of 27.
 //
 // Budget of pass 4 at dk = dv = 128 (a chunk; unit u = C x C x 128 multiply-adds = 0.52 M):
 // products 17 u (phase A 7: dQ, dW, dK 2 each, dW K^T 1; B 3; A chain, L 2; C 5), issued as
 // 27 u of mma with the splits (40 u before the rounding above): at B4 T4096 H16 (4096 chunks)
-// 116 GFLOP, ~0.2 ms of tensor-core time. Bytes ~530 KB a chunk (h[n], dh[n] 128 KB; dQ, dK
-// parts written and read back in fp32 128 KB; dW written and read 64 KB; Vnew, dVnew 64 KB;
-// q, k, v, dO, A, Aqk 96 KB; outputs ~50 KB): 2.2 GB, ~0.55 ms at 4 TB/s. The kernel is bound
-// by neither: fragments are gathered from shared memory element by element through accessors
-// (A(r, k), B(k, n) as floats; split or rounded per element), one code path for every product,
-// transposed or scaled; ldmatrix from bf16 tiles staged once (cuda/staged_mma.cuh, as the
-// decay-attention local backward does) is the next step for speed.
+// 116 GFLOP, ~0.2 ms of tensor-core time. Bytes ~560 KB a chunk (h[n], dh[n] 128 KB; dQ, dK
+// parts written and read back in fp32 128 KB; dW written and read 64 KB; Vnew, dVnew 96 KB
+// (the first value slice twice); q, k, v, dO, A, Aqk 96 KB; outputs ~50 KB; the read-backs are
+// this CTA's own writes, mostly L2 hits): 2.3 GB, ~0.55 ms at 4 TB/s. Until 4bed6a5 the kernel
+// (3.37 ms on an H200) was bound by neither: every fragment was gathered from shared memory
+// element by element through accessors (per mma.m16n8k16 of a B operand 4 scalar loads and 2
+// conversions, more with a split, and a serial load -> convert -> mma chain at 8 warps an SM).
+// Now every operand is staged once per slice or block as a bf16 tile (cuda/staged_mma.cuh,
+// padded rows; as the decay-attention local backward): q, k, dO, V as loaded (cp.async); Vnew,
+// dVnew rounded and h, dh, dW split into hi and lo tiles as they come from global memory
+// (stage_f32_rows); A split once; Ps, P2, diag(beta) P2, dA and X rounded or split as they
+// leave the accumulators; each 16 x 16 fragment is then one ldmatrix. The vector gate's pair
+// products (add_decayed_pairs: per-channel exponentials, a 16 x 16 diagonal block element by
+// element) still gather; they are KDA's part of this kernel left to stage.
 #include "cuda/delta_rule_chunk.cuh"
 
 #include <cuda_bf16.h>
@@ -610,9 +620,9 @@ __global__ void __launch_bounds__(kThreads, 2) reverse_scan_kernel(ChunkArgs a) 
 // Backward pass 4 (4.9 steps 4-8, CPU: chunk_backward_local): every chunk in parallel, from its
 // start state h[n], the gradient dh[n] of its end state and the total gradient dVnew. No wide
 // matrix sits whole in shared memory: dk-wide work runs in blocks of KB = min(DK, 128) key dims
-// and dv-wide operands enter in slices of VS value columns: 64 up to DK = DV = 128 (214 KB at
-// 128 x 128: half the slice loops and barriers of 32-column slices, and the dY product's A^T
-// fragments gathered half as often), 32 when a width is 256, so that DK = DV = 256 fits.
+// and dv-wide operands enter in slices of VS value columns: 64 up to DK = DV = 128 (215 KB at
+// 128 x 128: half the slice loops and barriers of 32-column slices), 32 when a width is 256, so
+// that DK = DV = 256 fits. Every mma operand is a bf16 tile read by ldmatrix (see the header).
 //   Phase A (per key block; 4a, 4b): the state products of dQ, dK and dW, written to a.dq, a.dk
 //     and over W (a.W: pass 3 was its last reader); dW K^T summed for 4d.
 //   Phase B (C x C; 4c-4f): Ps, dA, X, P2 and the gate pair terms; dY per value slice.
