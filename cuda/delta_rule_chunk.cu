@@ -90,20 +90,20 @@
 //
 // Shared memory per CTA (bytes(), each checked against 227 KB at compile time in launch_kernel):
 //   dk \ dv    prepare (64 / 128 / 256)      scan, reverse scan    local backward (dv <= 128 / 256)
-//   64          62.0 / 70.0 / 86.0 KB          67.3 KB               163.1 / 146.1 KB
-//   128         78.0 / 86.0 / 102.0 KB         108.3 KB              215.1 / 167.1 KB
-//   256         110.0 / 118.0 / 134.0 KB       190.3 KB              199.1 KB
+//   64          62.0 / 70.0 / 86.0 KB          67.3 KB               164.6 / 147.6 KB
+//   128         78.0 / 86.0 / 102.0 KB         108.3 KB              216.6 / 168.6 KB
+//   256         110.0 / 118.0 / 134.0 KB       190.3 KB              200.6 KB
 //   vector gate (the C x dk G tile, +16.8 KB at dk = 64, +32.8 KB at dk = 128; local backward
 //   in 32-column value slices at every dv):
-//   64          78.8 / 86.8 / 102.8 KB         84.0 KB               164.4 KB
-//   128         110.8 / 118.8 / 134.8 KB       141.0 KB (one CTA/SM) 202.6 KB
+//   64          78.8 / 86.8 / 102.8 KB         84.0 KB               165.9 KB
+//   128         110.8 / 118.8 / 134.8 KB       141.0 KB (one CTA/SM) 204.1 KB
 //   (local backward before its staged tiles: 159.1 / 135.1, 209.1 / 153.1, 185.1; vector gate
 //   153.4, 188.6 KB: one CTA an SM either way)
 // Registers a thread (ptxas, nvcc 13.0, sm_90; every dv): prepare 59-128, scan 125 / 125 / 127
 // and reverse scan 122 / 128 / 128 at dk = 64 / 128 / 256 (launch bounds of two CTAs: at most
-// 128), local backward 162-255 (214-255 at dk >= 128; before the staged tiles 158-255); vector
-// gate: prepare 79-102, scan and reverse scan 124 / 128 at dk = 64 / 128, local backward 149 /
-// 197 (was 195 / 254); no spills.
+// 128), local backward 162-255 (212-255 at dk >= 128; before the staged tiles 158-255); vector
+// gate: prepare 79-102, scan and reverse scan 124 / 128 at dk = 64 / 128, local backward 144 /
+// 194-196 (was 195 / 254); no spills.
 //
 // The local backward (pass 4) splits only the states h[n], dh[n] (kept in fp32 for precision,
 // see above: phase A's partners) and the A chain (X = dA A^T, dL = -A^T X, dEhat = A^T dW;
@@ -129,7 +129,9 @@
 // padded rows; as the decay-attention local backward): q, k, dO, V as loaded (cp.async); Vnew,
 // dVnew rounded and h, dh, dW split into hi and lo tiles as they come from global memory
 // (stage_f32_rows); A split once; Ps, P2, diag(beta) P2, dA and X rounded or split as they
-// leave the accumulators; each 16 x 16 fragment is then one ldmatrix. The vector gate's pair
+// leave the accumulators; each 16 x 16 fragment is then one ldmatrix. The gate pair terms' row
+// and column sums come from the accumulators (add_row_sums, add_col_sums), not from a 64-step
+// loop of 64 threads over a shared tile. The vector gate's pair
 // products (add_decayed_pairs: per-channel exponentials, a 16 x 16 diagonal block element by
 // element) still gather; they are KDA's part of this kernel left to stage.
 #include "cuda/delta_rule_chunk.cuh"
@@ -620,7 +622,7 @@ __global__ void __launch_bounds__(kThreads, 2) reverse_scan_kernel(ChunkArgs a) 
 // Backward pass 4 (4.9 steps 4-8, CPU: chunk_backward_local): every chunk in parallel, from its
 // start state h[n], the gradient dh[n] of its end state and the total gradient dVnew. No wide
 // matrix sits whole in shared memory: dk-wide work runs in blocks of KB = min(DK, 128) key dims
-// and dv-wide operands enter in slices of VS value columns: 64 up to DK = DV = 128 (215 KB at
+// and dv-wide operands enter in slices of VS value columns: 64 up to DK = DV = 128 (217 KB at
 // 128 x 128: half the slice loops and barriers of 32-column slices), 32 when a width is 256, so
 // that DK = DV = 256 fits. Every mma operand is a bf16 tile read by ldmatrix (see the header).
 //   Phase A (per key block; 4a, 4b): the state products of dQ, dK and dW, written to a.dq, a.dk
@@ -650,12 +652,13 @@ struct LocalSmem {
   // Ps, diag(beta) P2 and P2 as bf16 (C, kLdA) tiles, in Ps's and P2's place (scalar gate)
   bf16 *Ps_b, *betaP2_b, *P2_b;
   float *G, *beta, *wv, *expG, *kdecay, *colw, *dG, *kgp;  // (C)
-  float *rowG, *rowKg, *rowB, *rowW;  // (2, C) per-row partial sums (WarpTile::add_row_sums)
+  float *rowG, *rowKg, *rowB, *rowW, *rowPair;  // (2, C) per-row partial sums (WarpTile::add_row_sums)
+  float* colPair;      // (4, C) per-column partial sums of the gate pair terms (WarpTile::add_col_sums)
   float* red;          // (32) block_sum scratch
   float* region;       // kRegion floats, phase by phase as below
   bf16 *h_hi, *h_lo, *dh_hi, *dh_lo;  // (KB, kLdS): a (key block, value slice) of h[n], dh[n]  (A)
   bf16 *dWb, *kexp;    // (C, kLdKBb): a key block of dW; a vector gate's K (.) exp(G)   (end of A)
-  float* pair;         // (C, kLdC): Aqk, then the gate pair terms                        (B)
+  float* pair;         // (C, kLdC): Aqk, for the gate pair terms dAqk (.) Aqk          (B)
   bf16 *M_hi, *M_lo;   // (C, kLdA): dA, then X, split                                   (B)
   bf16 *dW_hi, *dW_lo;  // (C, kLdKBb): a key block of dW, split                         (C)
   float* dGv;          // (C, kLdKB): a vector gate's dG block                           (C)
@@ -668,7 +671,7 @@ struct LocalSmem {
   float* colKg;        // (DK / KB, 4, KB) per-column partial sums k_s . dKg_s (WarpTile::add_col_sums)
   float* hdhv;         // (DK) rowsum(h[n] (.) dh[n]) per key channel
   static constexpr size_t vector_floats() { return VG ? size_t(C) * kLdG + 5 * DK : 0; }
-  static constexpr size_t floats() { return size_t(3) * C * kLdC + 16 * C + 32 + kRegion; }
+  static constexpr size_t floats() { return size_t(3) * C * kLdC + 22 * C + 32 + kRegion; }
   static constexpr size_t bytes() {
     return sizeof(float) * (floats() + vector_floats()) + sizeof(bf16) * C * (2 * kLdK + 4 * kLdS + 2 * kLdA);
   }
@@ -678,7 +681,8 @@ struct LocalSmem {
     Ps_b = reinterpret_cast<bf16*>(Ps), betaP2_b = Ps_b + C * kLdA, P2_b = betaP2_b + C * kLdA;
     G = P2 + C * kLdC, beta = G + C, wv = beta + C, expG = wv + C, kdecay = expG + C, colw = kdecay + C;
     dG = colw + C, kgp = dG + C;
-    rowG = kgp + C, rowKg = rowG + 2 * C, rowB = rowKg + 2 * C, rowW = rowB + 2 * C, red = rowW + 2 * C;
+    rowG = kgp + C, rowKg = rowG + 2 * C, rowB = rowKg + 2 * C, rowW = rowB + 2 * C;
+    rowPair = rowW + 2 * C, colPair = rowPair + 2 * C, red = colPair + 4 * C;
     region = red + 32;
     h_hi = reinterpret_cast<bf16*>(region), h_lo = h_hi + KB * kLdS, dh_hi = h_lo + KB * kLdS, dh_lo = dh_hi + KB * kLdS;
     dWb = reinterpret_cast<bf16*>(region), kexp = dWb + C * kLdKBb;
@@ -782,7 +786,7 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     sm.wv[r] = ok ? bf(a.w[tok0 + int64_t(r) * a.HV]) : 0.f;
     if (!VG) sm.G[r] = a.G[row0 + r];
   }
-  for (int i = threadIdx.x; i < 8 * C; i += kThreads) sm.rowG[i] = 0.f;  // rowG, rowKg, rowB, rowW
+  for (int i = threadIdx.x; i < 14 * C; i += kThreads) sm.rowG[i] = 0.f;  // rowG .. rowPair, colPair
   if (VG) {
     load_f32_rows_async<C, DK>(sm.Gv, kLdG, a.G + row0 * DK, DK);
     for (int i = threadIdx.x; i < 5 * DK; i += kThreads) sm.colKg[i] = 0.f;  // colKg, hdhv
@@ -906,12 +910,13 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     sm.M_hi[r * kLdA + s] = hi, sm.M_lo[r * kLdA + s] = __float2bfloat16_rn(x - bf(hi));
   };
   const Padded<kLdA, false> M_hi{sm.M_hi}, M_lo{sm.M_lo};
-  da.each([&](int r, int s, float x, int slot) {
+  //   (pair is held in da's registers from here on.)
+  da.each([&](int r, int s, float& x, int slot) {
     const bool on = s <= r;
     if constexpr (VG) sm.Ps[r * kLdC + s] = on ? a.scale * x : 0.f;  // decays later
     else sm.Ps_b[r * kLdA + s] = __float2bfloat16_rn(on ? a.scale * x * expf(sm.G[r] - sm.G[s]) : 0.f);
-    sm.pair[r * kLdC + s] = on ? x * sm.pair[r * kLdC + s] : 0.f;
     store_m(r, s, uy.at(slot) * sm.wv[s] + wk.at(slot) * sm.colw[s]);
+    x = on ? x * sm.pair[r * kLdC + s] : 0.f;
   });
   __syncthreads();
   //   dL = -(A^T dA A^T) on s < t, as X = dA A^T (into M) then -A^T X.
@@ -936,17 +941,13 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
       const float p = s < r ? -x * expf(sm.G[r] - sm.G[s]) : 0.f;
       sm.P2_b[r * kLdA + s] = __float2bfloat16_rn(p);
       sm.betaP2_b[r * kLdA + s] = __float2bfloat16_rn(sm.beta[r] * p);
-      sm.pair[r * kLdC + s] += p * sm.beta[r] * kk.at(slot);
+      da.ref(slot) += p * sm.beta[r] * kk.at(slot);
     });
+    // the pair terms' share of dG_t: rowsum(pair) - colsum(pair), summed in 4i
+    da.add_row_sums(sm.rowPair, [](int, int, float x) { return x; });
+    da.add_col_sums(sm.colPair, [](int, int, float x) { return x; });
   }
-  __syncthreads();
-  if (!VG && threadIdx.x < C) {  // the pair terms' share of dG_t: rowsum(pair) - colsum(pair)
-    const int r = threadIdx.x;
-    float rows = 0.f, cols = 0.f;
-    for (int s = 0; s < C; s++) rows += sm.pair[r * kLdC + s], cols += sm.pair[s * kLdC + r];
-    sm.dG[r] = rows - cols;
-  }
-  __syncthreads();  // pair is read: the dW blocks take its place
+  __syncthreads();  // P2 is written; Aqk is read: the dW blocks take its place
   // Phase C (4g, 4h; steps 5-8), per key block: dEhat = A^T dW,  dG += Ehat . dEhat;
   //   dE = exp(G) dEhat + P2 K  ->  dK += beta dE,  db = k . dE;
   //   dQ += Ps K,  dK += Ps^T Q + (diag(beta) P2)^T K;  dQ and dK written.
@@ -1030,7 +1031,8 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   if (!VG && threadIdx.x < C) {
     const int r = threadIdx.x;
     sm.kgp[r] = sm.rowKg[r] + sm.rowKg[C + r];
-    sm.dG[r] += sm.rowG[r] + sm.rowG[C + r] - sm.kgp[r];
+    const float pair_cols = sm.colPair[r] + sm.colPair[C + r] + sm.colPair[2 * C + r] + sm.colPair[3 * C + r];
+    sm.dG[r] = sm.rowPair[r] + sm.rowPair[C + r] - pair_cols + sm.rowG[r] + sm.rowG[C + r] - sm.kgp[r];
   }
   __syncthreads();
   if (!VG && threadIdx.x == 0) {
