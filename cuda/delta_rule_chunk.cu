@@ -101,7 +101,7 @@
 //   153.4, 188.6 KB: one CTA an SM either way)
 // Registers a thread (ptxas, nvcc 13.0, sm_90; every dv): prepare 59-128, scan 125 / 125 / 127
 // and reverse scan 122 / 128 / 128 at dk = 64 / 128 / 256 (launch bounds of two CTAs: at most
-// 128), local backward 162-255 (212-255 at dk >= 128; before the staged tiles 158-255); vector
+// 128), local backward 154-255 (212-255 at dk >= 128; before the staged tiles 158-255); vector
 // gate: prepare 79-102, scan and reverse scan 124 / 128 at dk = 64 / 128, local backward 144 /
 // 194-196 (was 195 / 254); no spills.
 //
@@ -836,9 +836,13 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
       stage_f32_rows<KB, VS, true>(sm.h_hi, sm.h_lo, a.h_start + block, DV, KB, no_sum);
       // h . dh over the pieces this thread staged (h as hi + lo, from its own stores just above)
       stage_f32_rows<KB, VS, true>(sm.dh_hi, sm.dh_lo, a.dh_end + block, DV, KB, [&](int d, int c, float4 y) {
-        float p = 0.f;
-#pragma unroll
-        for (int e = 0; e < 4; e++) p += (bf(sm.h_hi[d * kLdS + c + e]) + bf(sm.h_lo[d * kLdS + c + e])) * (&y.x)[e];
+        const uint32_t* hi = reinterpret_cast<const uint32_t*>(sm.h_hi + d * kLdS + c);  // bf16 pairs
+        const uint32_t* lo = reinterpret_cast<const uint32_t*>(sm.h_lo + d * kLdS + c);
+        auto h_at = [&](int e) {  // h[d][c + e] = hi + lo; a bf16 is the top half of its float
+          const int shift = e % 2 ? 0 : 16;
+          return __uint_as_float((hi[e / 2] << shift) & 0xffff0000u) + __uint_as_float((lo[e / 2] << shift) & 0xffff0000u);
+        };
+        float p = h_at(0) * y.x + h_at(1) * y.y + h_at(2) * y.z + h_at(3) * y.w;
         if constexpr (VG) {  // a row's VS / 4 = 8 pieces are 8 neighbouring lanes: one owner a row
           static_assert(VS / 4 == 8, "eight pieces a row");
           p += __shfl_xor_sync(0xffffffffu, p, 1);
