@@ -90,42 +90,55 @@
 //
 // Shared memory per CTA (bytes(), each checked against 227 KB at compile time in launch_kernel):
 //   dk \ dv    prepare (64 / 128 / 256)      scan, reverse scan    local backward (dv <= 128 / 256)
-//   64          62.0 / 70.0 / 86.0 KB          67.3 KB               159.1 / 135.1 KB
-//   128         78.0 / 86.0 / 102.0 KB         108.3 KB              209.1 / 153.1 KB
-//   256         110.0 / 118.0 / 134.0 KB       190.3 KB              185.1 KB
+//   64          62.0 / 70.0 / 86.0 KB          67.3 KB               164.6 / 147.6 KB
+//   128         78.0 / 86.0 / 102.0 KB         108.3 KB              216.6 / 168.6 KB
+//   256         110.0 / 118.0 / 134.0 KB       190.3 KB              200.6 KB
 //   vector gate (the C x dk G tile, +16.8 KB at dk = 64, +32.8 KB at dk = 128; local backward
 //   in 32-column value slices at every dv):
-//   64          78.8 / 86.8 / 102.8 KB         84.0 KB               153.4 KB
-//   128         110.8 / 118.8 / 134.8 KB       141.0 KB (one CTA/SM) 188.6 KB
+//   64          78.8 / 86.8 / 102.8 KB         84.0 KB               165.9 KB
+//   128         110.8 / 118.8 / 134.8 KB       141.0 KB (one CTA/SM) 204.1 KB
+//   (local backward before its staged tiles: 159.1 / 135.1, 209.1 / 153.1, 185.1; vector gate
+//   153.4, 188.6 KB: one CTA an SM either way)
 // Registers a thread (ptxas, nvcc 13.0, sm_90; every dv): prepare 59-128, scan 125 / 125 / 127
 // and reverse scan 122 / 128 / 128 at dk = 64 / 128 / 256 (launch bounds of two CTAs: at most
-// 128), local backward 158-255; vector gate: prepare 79-102, scan and reverse scan 124 / 128
-// at dk = 64 / 128, local backward 195 / 254; no spills.
+// 128), local backward 154-255 (212-255 at dk >= 128; before the staged tiles 158-255); vector
+// gate: prepare 79-102, scan and reverse scan 124 / 128 at dk = 64 / 128, local backward 144 /
+// 194-196 (was 195 / 254); no spills.
 //
 // The local backward (pass 4) splits only the states h[n], dh[n] (kept in fp32 for precision,
 // see above: phase A's partners) and the A chain (X = dA A^T, dL = -A^T X, dEhat = A^T dW;
 // A = (I + L)^{-1} may have large entries); every other fp32 operand of its products (Vnew,
-// dVnew, dW, dA's parts, Ps, P2, the decayed K) is rounded to bf16 as it is gathered, one mma
-// where a split took two or three. Its errors stay local to a chunk (dh[n] comes from the
-// reverse scan, fp32 throughout), so they do not grow with T; on the emulator the gradients'
-// worst relative RMS moved from 2.7e-3 (db) to 4.5e-3 (dg; db 3.6e-3, dq 3.1e-3, dk 2.9e-3)
-// under the 1e-2 bound. Rounding the states and the A chain too took db to 5.1e-3 for 17 units
-// of mma (below) instead of 27.
+// dVnew, dW, dA's parts, Ps, P2, the decayed K) is rounded to bf16 once, one mma where a split
+// took two or three. Its errors stay local to a chunk (dh[n] comes from the reverse scan, fp32
+// throughout), so they do not grow with T; on the emulator the gradients' worst relative RMS
+// moved from 2.7e-3 (db) to 4.5e-3 (dg; db 3.6e-3, dq 3.1e-3, dk 2.9e-3) under the 1e-2 bound.
+// Rounding the states and the A chain too took db to 5.1e-3 for 17 units of mma (below)
+// instead of 27.
 //
 // Budget of pass 4 at dk = dv = 128 (a chunk; unit u = C x C x 128 multiply-adds = 0.52 M):
 // products 17 u (phase A 7: dQ, dW, dK 2 each, dW K^T 1; B 3; A chain, L 2; C 5), issued as
 // 27 u of mma with the splits (40 u before the rounding above): at B4 T4096 H16 (4096 chunks)
-// 116 GFLOP, ~0.2 ms of tensor-core time. Bytes ~530 KB a chunk (h[n], dh[n] 128 KB; dQ, dK
-// parts written and read back in fp32 128 KB; dW written and read 64 KB; Vnew, dVnew 64 KB;
-// q, k, v, dO, A, Aqk 96 KB; outputs ~50 KB): 2.2 GB, ~0.55 ms at 4 TB/s. The kernel is bound
-// by neither: fragments are gathered from shared memory element by element through accessors
-// (A(r, k), B(k, n) as floats; split or rounded per element), one code path for every product,
-// transposed or scaled; ldmatrix from bf16 tiles staged once (cuda/staged_mma.cuh, as the
-// decay-attention local backward does) is the next step for speed.
+// 116 GFLOP, ~0.2 ms of tensor-core time. Bytes ~560 KB a chunk (h[n], dh[n] 128 KB; dQ, dK
+// parts written and read back in fp32 128 KB; dW written and read 64 KB; Vnew, dVnew 96 KB
+// (the first value slice twice); q, k, v, dO, A, Aqk 96 KB; outputs ~50 KB; the read-backs are
+// this CTA's own writes, mostly L2 hits): 2.3 GB, ~0.55 ms at 4 TB/s. Until 4bed6a5 the kernel
+// (3.37 ms on an H200) was bound by neither: every fragment was gathered from shared memory
+// element by element through accessors (per mma.m16n8k16 of a B operand 4 scalar loads and 2
+// conversions, more with a split, and a serial load -> convert -> mma chain at 8 warps an SM).
+// Now every operand is staged once per slice or block as a bf16 tile (cuda/staged_mma.cuh,
+// padded rows; as the decay-attention local backward): q, k, dO, V as loaded (cp.async); Vnew,
+// dVnew rounded and h, dh, dW split into hi and lo tiles as they come from global memory
+// (stage_f32_rows); A split once; Ps, P2, diag(beta) P2, dA and X rounded or split as they
+// leave the accumulators; each 16 x 16 fragment is then one ldmatrix. The gate pair terms' row
+// and column sums come from the accumulators (add_row_sums, add_col_sums), not from a 64-step
+// loop of 64 threads over a shared tile. The vector gate's pair
+// products (add_decayed_pairs: per-channel exponentials, a 16 x 16 diagonal block element by
+// element) still gather; they are KDA's part of this kernel left to stage.
 #include "cuda/delta_rule_chunk.cuh"
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -133,6 +146,7 @@
 #include "cuda/common.cuh"
 #include "cuda/mma.cuh"
 #include "cuda/recurrence.cuh"
+#include "cuda/staged_mma.cuh"
 
 namespace hla::cuda::delta_chunk {
 namespace {
@@ -608,9 +622,9 @@ __global__ void __launch_bounds__(kThreads, 2) reverse_scan_kernel(ChunkArgs a) 
 // Backward pass 4 (4.9 steps 4-8, CPU: chunk_backward_local): every chunk in parallel, from its
 // start state h[n], the gradient dh[n] of its end state and the total gradient dVnew. No wide
 // matrix sits whole in shared memory: dk-wide work runs in blocks of KB = min(DK, 128) key dims
-// and dv-wide operands enter in slices of VS value columns: 64 up to DK = DV = 128 (214 KB at
-// 128 x 128: half the slice loops and barriers of 32-column slices, and the dY product's A^T
-// fragments gathered half as often), 32 when a width is 256, so that DK = DV = 256 fits.
+// and dv-wide operands enter in slices of VS value columns: 64 up to DK = DV = 128 (217 KB at
+// 128 x 128: half the slice loops and barriers of 32-column slices), 32 when a width is 256, so
+// that DK = DV = 256 fits. Every mma operand is a bf16 tile read by ldmatrix (see the header).
 //   Phase A (per key block; 4a, 4b): the state products of dQ, dK and dW, written to a.dq, a.dk
 //     and over W (a.W: pass 3 was its last reader); dW K^T summed for 4d.
 //   Phase B (C x C; 4c-4f): Ps, dA, X, P2 and the gate pair terms; dY per value slice.
@@ -625,42 +639,92 @@ struct LocalSmem {
   static constexpr int VS = DK <= 128 && DV <= 128 && !VG ? 64 : 32;
   static constexpr int kLdG = DK + 4;              // row stride of a vector gate's G tile
   static constexpr int kLdK = DK + 8;              // bf16 row stride of q, k
-  static constexpr int kLdS = VS + 8, kLdSf = VS + 4;  // row strides of a slice, bf16 and fp32
-  static constexpr int kLdKB = KB + 4;             // fp32 row stride of a dW block
-  // The region after the slices holds, phase by phase: the h and dh blocks (A), then a dW block
-  // (end of A, and C); pair and M (B).
-  static constexpr int kStates = 2 * KB * kLdSf, kPairs = 2 * C * kLdC, kDW = C * kLdKB;
-  static constexpr int kRegion = kStates > kPairs ? (kStates > kDW ? kStates : kDW) : (kPairs > kDW ? kPairs : kDW);
+  static constexpr int kLdS = VS + 8;              // bf16 row stride of a slice
+  static constexpr int kLdKB = KB + 4, kLdKBb = KB + 8;  // row strides of a dW block, fp32 and bf16
+  static constexpr int kLdA = C + 8;               // bf16 row stride of C-wide tiles (A, Ps, P2)
+  // The region after the slices holds, phase by phase: the hi and lo tiles of the h and dh blocks
+  // (A), then the bf16 dW block (and a vector gate's K exp(G) block) for dW K^T (end of A); pair
+  // and the hi and lo tiles of M (B); the hi and lo tiles of a dW block, then a vector gate's fp32 dG block (C).
+  static constexpr int kStates = 4 * KB * kLdS / 2, kPairs = C * kLdC + C * kLdA, kDG = VG ? C * kLdKB : 0;
+  static constexpr int kDW = 2 * C * kLdKBb / 2;  // in floats
+  static constexpr int kRegion = std::max(std::max(kStates, kPairs), std::max(kDW, kDG));
   float *A, *Ps, *P2;  // (C, kLdC): (I + L)^{-1};  dAqk exp(G_t - G_s);  dL exp(G_t - G_s)
+  // Ps, diag(beta) P2 and P2 as bf16 (C, kLdA) tiles, in Ps's and P2's place (scalar gate)
+  bf16 *Ps_b, *betaP2_b, *P2_b;
   float *G, *beta, *wv, *expG, *kdecay, *colw, *dG, *kgp;  // (C)
-  float *rowG, *rowKg, *rowB, *rowW;  // (2, C) per-row partial sums (WarpTile::add_row_sums)
+  float *rowG, *rowKg, *rowB, *rowW, *rowPair;  // (2, C) per-row partial sums (WarpTile::add_row_sums)
+  float* colPair;      // (4, C) per-column partial sums of the gate pair terms (WarpTile::add_col_sums)
   float* red;          // (32) block_sum scratch
-  float *vnew, *dvnew;  // (C, kLdSf): a value slice of Vnew and of dVnew
-  float *h, *dh;       // (KB, kLdSf): a (key block, value slice) of h[n] and of dh[n]  (A)
-  float* dW;           // (C, kLdKB): a key block of dW                                  (A, C)
-  float *pair, *M;     // (C, kLdC): Aqk, then the gate pair terms;  dA, then X           (B)
+  float* region;       // kRegion floats, phase by phase as below
+  bf16 *h_hi, *h_lo, *dh_hi, *dh_lo;  // (KB, kLdS): a (key block, value slice) of h[n], dh[n]  (A)
+  bf16 *dWb, *kexp;    // (C, kLdKBb): a key block of dW; a vector gate's K (.) exp(G)   (end of A)
+  float* pair;         // (C, kLdC): Aqk, for the gate pair terms dAqk (.) Aqk          (B)
+  bf16 *M_hi, *M_lo;   // (C, kLdA): dA, then X, split                                   (B)
+  bf16 *dW_hi, *dW_lo;  // (C, kLdKBb): a key block of dW, split                         (C)
+  float* dGv;          // (C, kLdKB): a vector gate's dG block                           (C)
   bf16 *q, *k;         // (C, kLdK)
   bf16 *dov, *vv;      // (C, kLdS): a value slice of dO and of V
+  bf16 *vnew, *dvnew;  // (C, kLdS): a value slice of Vnew and of dVnew, rounded to bf16
+  bf16 *A_hi, *A_lo;   // (C, kLdA): A split into bf16 halves (dY = A^T dU takes A_hi alone)
   // vector gate only (no room taken otherwise):
   float* Gv;           // (C, kLdG) G[t][d]
   float* colKg;        // (DK / KB, 4, KB) per-column partial sums k_s . dKg_s (WarpTile::add_col_sums)
   float* hdhv;         // (DK) rowsum(h[n] (.) dh[n]) per key channel
   static constexpr size_t vector_floats() { return VG ? size_t(C) * kLdG + 5 * DK : 0; }
-  static constexpr size_t floats() { return size_t(3) * C * kLdC + 16 * C + 32 + 2 * C * kLdSf + kRegion; }
+  static constexpr size_t floats() { return size_t(3) * C * kLdC + 22 * C + 32 + kRegion; }
   static constexpr size_t bytes() {
-    return sizeof(float) * (floats() + vector_floats()) + sizeof(bf16) * 2 * C * (kLdK + kLdS);
+    return sizeof(float) * (floats() + vector_floats()) + sizeof(bf16) * C * (2 * kLdK + 4 * kLdS + 2 * kLdA);
   }
   __device__ explicit LocalSmem(void* p) {
     A = static_cast<float*>(p), Ps = A + C * kLdC, P2 = Ps + C * kLdC;
+    static_assert(3 * C * kLdA <= 2 * 2 * C * kLdC, "three bf16 tiles in Ps's and P2's place");
+    Ps_b = reinterpret_cast<bf16*>(Ps), betaP2_b = Ps_b + C * kLdA, P2_b = betaP2_b + C * kLdA;
     G = P2 + C * kLdC, beta = G + C, wv = beta + C, expG = wv + C, kdecay = expG + C, colw = kdecay + C;
     dG = colw + C, kgp = dG + C;
-    rowG = kgp + C, rowKg = rowG + 2 * C, rowB = rowKg + 2 * C, rowW = rowB + 2 * C, red = rowW + 2 * C;
-    vnew = red + 32, dvnew = vnew + C * kLdSf;
-    h = dvnew + C * kLdSf, dh = h + KB * kLdSf, dW = h, pair = h, M = pair + C * kLdC;
-    q = reinterpret_cast<bf16*>(h + kRegion), k = q + C * kLdK, dov = k + C * kLdK, vv = dov + C * kLdS;
-    Gv = reinterpret_cast<float*>(vv + C * kLdS), colKg = Gv + C * kLdG, hdhv = colKg + 4 * DK;
+    rowG = kgp + C, rowKg = rowG + 2 * C, rowB = rowKg + 2 * C, rowW = rowB + 2 * C;
+    rowPair = rowW + 2 * C, colPair = rowPair + 2 * C, red = colPair + 4 * C;
+    region = red + 32;
+    h_hi = reinterpret_cast<bf16*>(region), h_lo = h_hi + KB * kLdS, dh_hi = h_lo + KB * kLdS, dh_lo = dh_hi + KB * kLdS;
+    dWb = reinterpret_cast<bf16*>(region), kexp = dWb + C * kLdKBb;
+    pair = region, M_hi = reinterpret_cast<bf16*>(pair + C * kLdC), M_lo = M_hi + C * kLdA, dW_hi = dWb, dW_lo = dW_hi + C * kLdKBb, dGv = region;
+    q = reinterpret_cast<bf16*>(region + kRegion), k = q + C * kLdK, dov = k + C * kLdK, vv = dov + C * kLdS;
+    vnew = vv + C * kLdS, dvnew = vnew + C * kLdS, A_hi = dvnew + C * kLdS, A_lo = A_hi + C * kLdA;
+    Gv = reinterpret_cast<float*>(A_lo + C * kLdA), colKg = Gv + C * kLdG, hdhv = colKg + 4 * DK;
   }
 };
+
+// Rows 0 .. ROWS - 1, columns 0 .. W - 1 of a float matrix (rows `stride` floats apart, 16-byte
+// aligned) into padded bf16 tiles of row stride W + 8: hi = x rounded, and with SPLIT lo = x - hi
+// rounded (hi + lo keeps ~16 mantissa bits); rows n .. ROWS - 1 become zeros. Each thread loads
+// all its 16-byte pieces before it stores any (one memory round trip), and hands each fp32 piece
+// to piece(row, col, x) (piece i of the tile goes to thread i % kThreads: neighbouring pieces of a
+// row to neighbouring lanes).
+template <int ROWS, int W, bool SPLIT, class Fn>
+__device__ __forceinline__ void stage_f32_rows(bf16* hi, bf16* lo, const float* src, int64_t stride, int n,
+                                               Fn&& piece) {
+  constexpr int kPieces = W / 4, kPer = ROWS * kPieces / kThreads;
+  static_assert(ROWS * kPieces % kThreads == 0, "whole pieces a thread");
+  float4 x[kPer];
+#pragma unroll
+  for (int p = 0; p < kPer; p++) {
+    const int i = threadIdx.x + p * kThreads, r = i / kPieces, c = (i % kPieces) * 4;
+    x[p] = r < n ? *reinterpret_cast<const float4*>(src + r * stride + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+#pragma unroll
+  for (int p = 0; p < kPer; p++) {
+    const int i = threadIdx.x + p * kThreads, r = i / kPieces, c = (i % kPieces) * 4;
+    piece(r, c, x[p]);
+    uint32_t rounded[2], rest[2];  // (rest: the lo halves)
+    chunk_mma::split_pair(x[p].x, x[p].y, rounded[0], rest[0]);
+    chunk_mma::split_pair(x[p].z, x[p].w, rounded[1], rest[1]);
+    uint32_t* hi_pair = reinterpret_cast<uint32_t*>(hi + r * (W + 8) + c);
+    hi_pair[0] = rounded[0], hi_pair[1] = rounded[1];
+    if constexpr (SPLIT) {
+      uint32_t* lo_pair = reinterpret_cast<uint32_t*>(lo + r * (W + 8) + c);
+      lo_pair[0] = rest[0], lo_pair[1] = rest[1];
+    }
+  }
+}
 
 // A vector gate's decayed pair products for key channels d0 .. d0 + KB - 1 (4.4; G a (C, ldg)
 // tile of G[t][d]): out(t, d) += sum_{s <= t} P(t, s) exp(G_t[d] - G_s[d]) X(s, d), or, with
@@ -699,8 +763,10 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   extern __shared__ float4 smem_raw[];
   using Smem = LocalSmem<DK, DV, VG>;
   const Smem sm(smem_raw);
-  constexpr int KB = Smem::KB, VS = Smem::VS, kLdK = Smem::kLdK, kLdS = Smem::kLdS, kLdSf = Smem::kLdSf;
-  constexpr int kLdKB = Smem::kLdKB, kLdG = Smem::kLdG;
+  constexpr int KB = Smem::KB, VS = Smem::VS, kLdK = Smem::kLdK, kLdS = Smem::kLdS;
+  constexpr int kLdKB = Smem::kLdKB, kLdKBb = Smem::kLdKBb, kLdA = Smem::kLdA, kLdG = Smem::kLdG;
+  using chunk_mma::mma_staged;
+  using chunk_mma::Padded;
   const int chunk = blockIdx.x, j = blockIdx.y, bi = blockIdx.z, hq = j / (a.HV / a.H);
   const int t0 = chunk * C, n = min(C, a.T - t0);
   const int64_t head = int64_t(bi) * a.HV + j;
@@ -720,7 +786,7 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     sm.wv[r] = ok ? bf(a.w[tok0 + int64_t(r) * a.HV]) : 0.f;
     if (!VG) sm.G[r] = a.G[row0 + r];
   }
-  for (int i = threadIdx.x; i < 8 * C; i += kThreads) sm.rowG[i] = 0.f;  // rowG, rowKg, rowB, rowW
+  for (int i = threadIdx.x; i < 14 * C; i += kThreads) sm.rowG[i] = 0.f;  // rowG .. rowPair, colPair
   if (VG) {
     load_f32_rows_async<C, DK>(sm.Gv, kLdG, a.G + row0 * DK, DK);
     for (int i = threadIdx.x; i < 5 * DK; i += kThreads) sm.colKg[i] = 0.f;  // colKg, hdhv
@@ -735,17 +801,23 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   __syncthreads();
   auto g = [&](int t, int d) { return sm.Gv[t * kLdG + d]; };  // G[t][d] (vector gate)
   auto k_rows = [&](int r, int d) { return bf(sm.k[r * kLdK + d]); };  // K[r][d]
-  auto k_cols = [&](int d, int s) { return bf(sm.k[s * kLdK + d]); };  // K^T[d][s]
-  auto a_t = [&](int r, int m) { return sm.A[m * kLdC + r]; };         // A^T[r][m]
-  // Value slice c0 .. c0 + VS - 1 of dO (rows past n zero), Vnew and dVnew into sm.dov, sm.vnew,
-  // sm.dvnew (dVnew is zero past n: pass 3 writes Aqk^T dO + Kg dS + dU with zero rows there).
+  for (int i = threadIdx.x; i < C * C / 2; i += kThreads) {  // A split into bf16 halves
+    const int r = i / (C / 2), c = (i % (C / 2)) * 2;
+    chunk_mma::split_pair(sm.A[r * kLdC + c], sm.A[r * kLdC + c + 1], *reinterpret_cast<uint32_t*>(sm.A_hi + r * kLdA + c),
+                          *reinterpret_cast<uint32_t*>(sm.A_lo + r * kLdA + c));
+  }
+  const Padded<kLdA, true> A_hi_t{sm.A_hi}, A_lo_t{sm.A_lo};  // A^T
+  auto no_sum = [](int, int, float4) {};
+  // Value slice c0 .. c0 + VS - 1 of dO (rows past n zero; cp.async), Vnew and dVnew rounded to
+  // bf16 into sm.dov, sm.vnew, sm.dvnew (dVnew is zero past n: pass 3 writes Aqk^T dO + Kg dS +
+  // dU with zero rows there).
   auto load_slices = [&](int c0) {
     load_bf16_rows_async<C, VS>(sm.dov, a.d_o + tok0 * DV + c0, vrow, n);
-    load_f32_rows_async<C, VS>(sm.vnew, kLdSf, a.vnew + tok0 * DV + c0, vrow, n);
-    load_f32_rows_async<C, VS>(sm.dvnew, kLdSf, a.dvnew + row0 * DV + c0, DV);
+    stage_f32_rows<C, VS, false>(sm.vnew, nullptr, a.vnew + tok0 * DV + c0, vrow, n, no_sum);
+    stage_f32_rows<C, VS, false>(sm.dvnew, nullptr, a.dvnew + row0 * DV + c0, DV, C, no_sum);
   };
-  auto dov_rows = [&](int r, int c) { return bf(sm.dov[r * kLdS + c]); };  // dO[r][c0 + c]
-  auto dvnew_rows = [&](int r, int c) { return sm.dvnew[r * kLdSf + c]; };
+  const Padded<kLdS, false> dO{sm.dov}, Vnew{sm.vnew}, dVnew{sm.dvnew};
+  const Padded<kLdS, true> Vnew_t{sm.vnew}, V_t{sm.vv};
   // Phase A (4a, 4b; steps 4, 5, 7), per key block d0 .. d0 + KB - 1, over the value slices:
   //   dQg = scale dO h^T  ->  dQ = exp(G) dQg,  dG += dQg . Qg;   dW = -dVnew h^T;
   //   dKg = Vnew dh^T  ->  dK = exp(G_last - G) dKg,  kg pair terms kgp_s = Kg_s . dKg_s;
@@ -753,6 +825,7 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   //   (Vector gate: exp(G) per channel; dG is formed in phase C from the identity of 4.10, so
   //   phase A keeps only the last token's terms per channel: k . dKg summed over the chunk's
   //   tokens (colKg) and rowsum(h (.) dh) (hdhv).)
+  //   The states enter split (hi and lo tiles, two products each), dO, Vnew and dVnew as bf16.
   float hdh = 0.f;
   WarpTile<C, C> wk;  // dW K^T
   for (int d0 = 0; d0 < DK; d0 += KB) {
@@ -760,30 +833,31 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     for (int c0 = 0; c0 < DV; c0 += VS) {
       load_slices(c0);
       const int64_t block = state0 + int64_t(d0) * DV + c0;  // block (d0.., c0..) of h[n], dh[n]
-      load_f32_rows_async<KB, VS>(sm.h, kLdSf, a.h_start + block, DV);
-      load_f32_rows_async<KB, VS>(sm.dh, kLdSf, a.dh_end + block, DV);
-      wait_tiles();
-#pragma unroll 1
-      for (int i = threadIdx.x; i < KB * VS / 4; i += kThreads) {  // h . dh over the pieces this thread copied
-        const int d = i / (VS / 4), c = (i % (VS / 4)) * 4;
-        const float4 x = *reinterpret_cast<const float4*>(sm.h + d * kLdSf + c);
-        const float4 y = *reinterpret_cast<const float4*>(sm.dh + d * kLdSf + c);
+      stage_f32_rows<KB, VS, true>(sm.h_hi, sm.h_lo, a.h_start + block, DV, KB, no_sum);
+      // h . dh over the pieces this thread staged (h as hi + lo, from its own stores just above)
+      stage_f32_rows<KB, VS, true>(sm.dh_hi, sm.dh_lo, a.dh_end + block, DV, KB, [&](int d, int c, float4 y) {
+        const uint32_t* hi = reinterpret_cast<const uint32_t*>(sm.h_hi + d * kLdS + c);  // bf16 pairs
+        const uint32_t* lo = reinterpret_cast<const uint32_t*>(sm.h_lo + d * kLdS + c);
+        auto h_at = [&](int e) {  // h[d][c + e] = hi + lo; a bf16 is the top half of its float
+          const int shift = e % 2 ? 0 : 16;
+          return __uint_as_float((hi[e / 2] << shift) & 0xffff0000u) + __uint_as_float((lo[e / 2] << shift) & 0xffff0000u);
+        };
+        float p = h_at(0) * y.x + h_at(1) * y.y + h_at(2) * y.z + h_at(3) * y.w;
         if constexpr (VG) {  // a row's VS / 4 = 8 pieces are 8 neighbouring lanes: one owner a row
           static_assert(VS / 4 == 8, "eight pieces a row");
-          float p = x.x * y.x + x.y * y.y + x.z * y.z + x.w * y.w;
           p += __shfl_xor_sync(0xffffffffu, p, 1);
           p += __shfl_xor_sync(0xffffffffu, p, 2);
           p += __shfl_xor_sync(0xffffffffu, p, 4);
-          if (i % 8 == 0) sm.hdhv[d0 + d] += p;
+          if (threadIdx.x % 8 == 0) sm.hdhv[d0 + d] += p;
         } else {
-          hdh += x.x * y.x + x.y * y.y + x.z * y.z + x.w * y.w;
+          hdh += p;
         }
-      }
-      auto h_t = [&](int c, int d) { return sm.h[d * kLdSf + c]; };    // h^T[c][d]
-      auto dh_t = [&](int c, int d) { return sm.dh[d * kLdSf + c]; };  // dh^T[c][d]
-      dq.mma<VS, false, true>(dov_rows, h_t);
-      dw.mma<VS, false, true>(dvnew_rows, h_t);
-      dk.mma<VS, false, true>([&](int r, int c) { return sm.vnew[r * kLdSf + c]; }, dh_t);
+      });
+      wait_tiles();
+      const Padded<kLdS, true> h_hi{sm.h_hi}, h_lo{sm.h_lo}, dh_hi{sm.dh_hi}, dh_lo{sm.dh_lo};  // h^T, dh^T
+      mma_staged(dq, dO, h_hi, 0, VS), mma_staged(dq, dO, h_lo, 0, VS);
+      mma_staged(dw, dVnew, h_hi, 0, VS), mma_staged(dw, dVnew, h_lo, 0, VS);
+      mma_staged(dk, Vnew, dh_hi, 0, VS), mma_staged(dk, Vnew, dh_lo, 0, VS);
       __syncthreads();
     }
     if constexpr (VG) {
@@ -799,13 +873,18 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     dq.each([&](int r, int d, float x, int) { if (r < n) a.dq[(tok0 + int64_t(r) * a.HV) * DK + d0 + d] = x; });
     dk.each([&](int r, int d, float x, int) { if (r < n) a.dk[(tok0 + int64_t(r) * a.HV) * DK + d0 + d] = x; });
     dw.each([&](int r, int d, float x, int) {
-      sm.dW[r * kLdKB + d] = -x;
+      sm.dWb[r * kLdKBb + d] = __float2bfloat16_rn(-x);
       dW_global[r * DK + d0 + d] = -x;
     });
+    if constexpr (VG) {  // dW Ehat^T: K (.) exp(G) rounded once
+      for (int i = threadIdx.x; i < C * KB; i += kThreads) {
+        const int s = i / KB, d = i % KB;
+        sm.kexp[s * kLdKBb + d] = __float2bfloat16_rn(k_rows(s, d0 + d) * expf(g(s, d0 + d)));
+      }
+    }
     __syncthreads();
-    wk.mma<KB, false, false>([&](int r, int d) { return sm.dW[r * kLdKB + d]; }, [&](int d, int s) {  // vector gate: dW Ehat^T
-      return VG ? k_cols(d0 + d, s) * expf(g(s, d0 + d)) : k_cols(d0 + d, s);
-    });
+    if constexpr (VG) mma_staged(wk, Padded<kLdKBb, false>{sm.dWb}, Padded<kLdKBb, true>{sm.kexp}, 0, KB);
+    else mma_staged(wk, Padded<kLdKBb, false>{sm.dWb}, Padded<kLdK, true>{sm.k, 0, d0}, 0, KB);
     __syncthreads();  // the dW block is read: the next block's h, dh take its place
   }
   hdh = block_sum(hdh, sm.red);
@@ -818,10 +897,10 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     if (c0 != DV - VS) load_slices(c0);
     load_bf16_rows_async<C, VS>(sm.vv, a.v + tok0 * DV + c0, vrow, n);
     wait_tiles();
-    da.mma<VS, false, false>(dov_rows, [&](int c, int s) { return sm.vnew[s * kLdSf + c]; });
-    uy.mma<VS, false, false>(dvnew_rows, [&](int c, int s) { return bf(sm.vv[s * kLdS + c]); });
+    mma_staged(da, dO, Vnew_t, 0, VS);
+    mma_staged(uy, dVnew, V_t, 0, VS);
     WarpTile<C, VS> dy;
-    dy.mma<C, false, false>(a_t, dvnew_rows);
+    mma_staged(dy, A_hi_t, dVnew, 0, C);
     dy.add_row_sums(sm.rowW, [&](int r, int c, float x) { return x * bf(sm.vv[r * kLdS + c]); });
     dy.each([&](int r, int c, float x, int) {
       if (r < n) a.dv[(tok0 + int64_t(r) * a.HV) * DV + c0 + c] = __float2bfloat16_rn(sm.wv[r] * x);
@@ -829,47 +908,50 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     __syncthreads();
   }
   //   Ps = dAqk exp(G_t - G_s) on s <= t (for dQ, dK);  pair = dAqk (.) Aqk (for dG; Aqk as
-  //   stored holds scale);  dA = (dU Y^T) diag(w) + (dW K^T) diag(beta exp(G))  into M.
-  da.each([&](int r, int s, float x, int slot) {
+  //   stored holds scale);  dA = (dU Y^T) diag(w) + (dW K^T) diag(beta exp(G))  into M (split).
+  auto store_m = [&](int r, int s, float x) {
+    const bf16 hi = __float2bfloat16_rn(x);
+    sm.M_hi[r * kLdA + s] = hi, sm.M_lo[r * kLdA + s] = __float2bfloat16_rn(x - bf(hi));
+  };
+  const Padded<kLdA, false> M_hi{sm.M_hi}, M_lo{sm.M_lo};
+  //   (pair is held in da's registers from here on.)
+  da.each([&](int r, int s, float& x, int slot) {
     const bool on = s <= r;
-    sm.Ps[r * kLdC + s] = on ? a.scale * x * (VG ? 1.f : expf(sm.G[r] - sm.G[s])) : 0.f;  // vector gate: decays later
-    sm.pair[r * kLdC + s] = on ? x * sm.pair[r * kLdC + s] : 0.f;
-    sm.M[r * kLdC + s] = uy.at(slot) * sm.wv[s] + wk.at(slot) * sm.colw[s];
+    if constexpr (VG) sm.Ps[r * kLdC + s] = on ? a.scale * x : 0.f;  // decays later
+    else sm.Ps_b[r * kLdA + s] = __float2bfloat16_rn(on ? a.scale * x * expf(sm.G[r] - sm.G[s]) : 0.f);
+    store_m(r, s, uy.at(slot) * sm.wv[s] + wk.at(slot) * sm.colw[s]);
+    x = on ? x * sm.pair[r * kLdC + s] : 0.f;
   });
   __syncthreads();
   //   dL = -(A^T dA A^T) on s < t, as X = dA A^T (into M) then -A^T X.
   {
     WarpTile<C, C> xa;
-    xa.mma<C, true, true>([&](int r, int m) { return sm.M[r * kLdC + m]; },
-                          [&](int m, int s) { return sm.A[s * kLdC + m]; });
+    mma_staged(xa, M_hi, A_hi_t, 0, C), mma_staged(xa, M_hi, A_lo_t, 0, C), mma_staged(xa, M_lo, A_hi_t, 0, C);
     __syncthreads();  // every read of dA is done
-    xa.each([&](int r, int s, float x, int) { sm.M[r * kLdC + s] = x; });
+    xa.each([&](int r, int s, float x, int) { store_m(r, s, x); });
   }
   __syncthreads();
   //   L[t,s] = beta_t (k_t . k_s) exp(G_t - G_s)  ->  P2 = dL exp(G_t - G_s) (for dE, dK),
   //   pair += dL (.) L (for dG).
   if constexpr (VG) {  // P2 = dL (decays later), dG from 4.10's identity in phase C
     WarpTile<C, C> dl;
-    dl.mma<C, true, true>(a_t, [&](int m, int s) { return sm.M[m * kLdC + s]; });
+    mma_staged(dl, A_hi_t, M_hi, 0, C), mma_staged(dl, A_hi_t, M_lo, 0, C), mma_staged(dl, A_lo_t, M_hi, 0, C);
     dl.each([&](int r, int s, float x, int) { sm.P2[r * kLdC + s] = s < r ? -x : 0.f; });
   } else {
     WarpTile<C, C> dl, kk;
-    dl.mma<C, true, true>(a_t, [&](int m, int s) { return sm.M[m * kLdC + s]; });
-    kk.mma<DK, false, false>(k_rows, k_cols);
+    mma_staged(dl, A_hi_t, M_hi, 0, C), mma_staged(dl, A_hi_t, M_lo, 0, C), mma_staged(dl, A_lo_t, M_hi, 0, C);
+    mma_staged(kk, Padded<kLdK, false>{sm.k}, Padded<kLdK, true>{sm.k}, 0, DK);
     dl.each([&](int r, int s, float x, int slot) {
       const float p = s < r ? -x * expf(sm.G[r] - sm.G[s]) : 0.f;
-      sm.P2[r * kLdC + s] = p;
-      sm.pair[r * kLdC + s] += p * sm.beta[r] * kk.at(slot);
+      sm.P2_b[r * kLdA + s] = __float2bfloat16_rn(p);
+      sm.betaP2_b[r * kLdA + s] = __float2bfloat16_rn(sm.beta[r] * p);
+      da.ref(slot) += p * sm.beta[r] * kk.at(slot);
     });
+    // the pair terms' share of dG_t: rowsum(pair) - colsum(pair), summed in 4i
+    da.add_row_sums(sm.rowPair, [](int, int, float x) { return x; });
+    da.add_col_sums(sm.colPair, [](int, int, float x) { return x; });
   }
-  __syncthreads();
-  if (!VG && threadIdx.x < C) {  // the pair terms' share of dG_t: rowsum(pair) - colsum(pair)
-    const int r = threadIdx.x;
-    float rows = 0.f, cols = 0.f;
-    for (int s = 0; s < C; s++) rows += sm.pair[r * kLdC + s], cols += sm.pair[s * kLdC + r];
-    sm.dG[r] = rows - cols;
-  }
-  __syncthreads();  // pair is read: the dW blocks take its place
+  __syncthreads();  // P2 is written; Aqk is read: the dW blocks take its place
   // Phase C (4g, 4h; steps 5-8), per key block: dEhat = A^T dW,  dG += Ehat . dEhat;
   //   dE = exp(G) dEhat + P2 K  ->  dK += beta dE,  db = k . dE;
   //   dQ += Ps K,  dK += Ps^T Q + (diag(beta) P2)^T K;  dQ and dK written.
@@ -887,45 +969,53 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     });
   };
   for (int d0 = 0; d0 < DK; d0 += KB) {
-    load_f32_rows_async<C, KB>(sm.dW, kLdKB, dW_global + d0, DK);  // this CTA's phase A writes, before barriers
-    wait_tiles();
+    // this CTA's phase A writes (before barriers), split into hi and lo tiles
+    stage_f32_rows<C, KB, true>(sm.dW_hi, sm.dW_lo, dW_global + d0, DK, C, no_sum);
+    __syncthreads();
     auto k_blk = [&](int s, int d) { return k_rows(s, d0 + d); };
-    WarpTile<C, KB> dq, dk;  // phase A's parts, read back by the threads that wrote them
-    dq.each([&](int r, int d, float& x, int) { x = r < n ? a.dq[(tok0 + int64_t(r) * a.HV) * DK + d0 + d] : 0.f; });
-    dk.each([&](int r, int d, float& x, int) { x = r < n ? a.dk[(tok0 + int64_t(r) * a.HV) * DK + d0 + d] : 0.f; });
+    const Padded<kLdK, false> K_blk{sm.k, 0, d0};
+    // phase A's parts, read back by the threads that wrote them (once dE is formed: fewer live registers)
+    auto load_part = [&](WarpTile<C, KB>& t, const float* part) {
+      t.each([&](int r, int d, float& x, int) { x = r < n ? part[(tok0 + int64_t(r) * a.HV) * DK + d0 + d] : 0.f; });
+    };
+    WarpTile<C, KB> dq, dk;
     auto q_blk = [&](int t, int d) { return bf(sm.q[t * kLdK + d0 + d]); };
     auto p2 = [&](int t, int s) { return sm.P2[t * kLdC + s]; };
     auto ps = [&](int t, int s) { return sm.Ps[t * kLdC + s]; };
     auto beta_p2 = [&](int t, int s) { return sm.P2[t * kLdC + s] * sm.beta[t]; };
     {
       WarpTile<C, KB> de;
-      de.mma<C, true, true>(a_t, [&](int m, int d) { return sm.dW[m * kLdKB + d]; });
+      const Padded<kLdKBb, false> dW_hi{sm.dW_hi}, dW_lo{sm.dW_lo};
+      mma_staged(de, A_hi_t, dW_hi, 0, C), mma_staged(de, A_hi_t, dW_lo, 0, C), mma_staged(de, A_lo_t, dW_hi, 0, C);
       if constexpr (VG) {
         de.each([&](int r, int d, float& x, int) { x *= expf(g(r, d0 + d)); });
         add_decayed_pairs<false>(de, sm.Gv, kLdG, d0, p2, k_blk);
         __syncthreads();  // the dW block is read: the block's dG takes its place
-        de.each([&](int r, int d, float x, int) { sm.dW[r * kLdKB + d] = 2.f * sm.beta[r] * k_blk(r, d) * x; });
+        de.each([&](int r, int d, float x, int) { sm.dGv[r * kLdKB + d] = 2.f * sm.beta[r] * k_blk(r, d) * x; });
       } else {
         de.add_row_sums(sm.rowG, [&](int r, int d, float x) { return sm.colw[r] * x * k_blk(r, d); });
         de.each([&](int r, int, float& x, int) { x *= sm.expG[r]; });
-        de.mma<C, false, false>(p2, k_blk);
+        mma_staged(de, Padded<kLdA, false>{sm.P2_b}, K_blk, 0, C);
       }
       de.add_row_sums(sm.rowB, [&](int r, int d, float x) { return x * k_blk(r, d); });
+      load_part(dk, a.dk);
       de.each([&](int r, int, float x, int slot) { dk.ref(slot) += sm.beta[r] * x; });
     }
+    load_part(dq, a.dq);
+    if constexpr (VG) add_decayed_pairs<false>(dq, sm.Gv, kLdG, d0, ps, k_blk);
+    else mma_staged(dq, Padded<kLdA, false>{sm.Ps_b}, K_blk, 0, C);
+    store_grad(dq, d0, a.dq, a.dq_direct);
     if constexpr (VG) {
-      add_decayed_pairs<false>(dq, sm.Gv, kLdG, d0, ps, k_blk);
       add_decayed_pairs<true>(dk, sm.Gv, kLdG, d0, ps, q_blk);
       add_decayed_pairs<true>(dk, sm.Gv, kLdG, d0, beta_p2, k_blk);
     } else {
-      dq.mma<C, false, false>(ps, k_blk);
-      dk.mma<C, false, false>([&](int s, int t) { return ps(t, s); }, q_blk);
-      dk.mma<C, false, false>([&](int s, int t) { return beta_p2(t, s); }, k_blk);
+      mma_staged(dk, Padded<kLdA, true>{sm.Ps_b}, Padded<kLdK, false>{sm.q, 0, d0}, 0, C);
+      mma_staged(dk, Padded<kLdA, true>{sm.betaP2_b}, K_blk, 0, C);
     }
-    store_grad(dq, d0, a.dq, a.dq_direct), store_grad(dk, d0, a.dk, a.dk_direct);
+    store_grad(dk, d0, a.dk, a.dk_direct);
     if constexpr (VG) {
       dq.each([&](int r, int d, float x, int slot) {
-        sm.dW[r * kLdKB + d] += q_blk(r, d) * x - k_blk(r, d) * dk.at(slot);
+        sm.dGv[r * kLdKB + d] += q_blk(r, d) * x - k_blk(r, d) * dk.at(slot);
       });
       __syncthreads();
       for (int d = threadIdx.x; d < KB; d += kThreads) {  // + the last token's terms, then the reverse cumsum
@@ -933,7 +1023,7 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
         for (int tile = 0; tile < 4; tile++) kgp_total += sm.colKg[4 * d0 + tile * KB + d];
         float dG = kgp_total + expf(g(C - 1, d0 + d)) * sm.hdhv[d0 + d];  // rows past n carry only these
         for (int t = C - 1; t >= 0; t--) {
-          dG += sm.dW[t * kLdKB + d];
+          dG += sm.dGv[t * kLdKB + d];
           if (t < n && a.dg) a.dg[(tok0 + int64_t(t) * a.HV) * DK + d0 + d] = __float2bfloat16_rn(dG);
         }
       }
@@ -945,7 +1035,8 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   if (!VG && threadIdx.x < C) {
     const int r = threadIdx.x;
     sm.kgp[r] = sm.rowKg[r] + sm.rowKg[C + r];
-    sm.dG[r] += sm.rowG[r] + sm.rowG[C + r] - sm.kgp[r];
+    const float pair_cols = sm.colPair[r] + sm.colPair[C + r] + sm.colPair[2 * C + r] + sm.colPair[3 * C + r];
+    sm.dG[r] = sm.rowPair[r] + sm.rowPair[C + r] - pair_cols + sm.rowG[r] + sm.rowG[C + r] - sm.kgp[r];
   }
   __syncthreads();
   if (!VG && threadIdx.x == 0) {

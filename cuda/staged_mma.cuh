@@ -1,8 +1,9 @@
-// Tensor-core products whose operands are staged once as bf16 in swizzled shared tiles
-// (cuda/tile.cuh) and read by ldmatrix (cuda/mma.cuh), into the accumulators of a
+// Tensor-core products whose operands are staged once as bf16 in shared tiles, swizzled
+// (cuda/tile.cuh) or padded, and read by ldmatrix (cuda/mma.cuh), into the accumulators of a
 // chunk_mma::WarpTile: where WarpTile::mma gathers every fragment element by element through an
 // accessor (and splits fp32 operands into hi + lo), an operand here is formed once (decayed,
-// rounded to bf16) and each 16 x 16 fragment is one ldmatrix.
+// rounded to bf16, or split into a hi and a lo tile multiplied one after the other) and each
+// 16 x 16 fragment is one ldmatrix.
 #pragma once
 #include <cuda_bf16.h>
 
@@ -16,6 +17,7 @@ namespace hla::cuda::chunk_mma {
 // c0 is a multiple of 8 (whole 16-byte pieces), r0 a multiple of 8 (the swizzle's row period).
 template <int W, bool TRANS>
 struct Staged {
+  static constexpr bool kTrans = TRANS;
   const __nv_bfloat16* tile;
   int r0 = 0, c0 = 0;
   __device__ __forceinline__ const __nv_bfloat16* at(int i, int j) const {
@@ -23,13 +25,28 @@ struct Staged {
   }
 };
 
+// The same in a padded tile whose rows are LD elements apart (LD % 8 == 0 and LD / 8 odd, e.g.
+// width + 8 with width % 16 == 0: the 8 rows an ldmatrix reads start in 8 different bank groups),
+// the layout of chunk_mma::load_bf16_rows_async; c0 a multiple of 8.
+template <int LD, bool TRANS>
+struct Padded {
+  static_assert(LD % 8 == 0 && (LD / 8) % 2 == 1, "16-byte rows, an odd number of 16-byte pieces apart");
+  static constexpr bool kTrans = TRANS;
+  const __nv_bfloat16* tile;
+  int r0 = 0, c0 = 0;
+  __device__ __forceinline__ const __nv_bfloat16* at(int i, int j) const {
+    return TRANS ? tile + (r0 + j) * LD + c0 + i : tile + (r0 + i) * LD + c0 + j;
+  }
+};
+
 // acc += sum over k in [k_begin, k_end) of A(row, k) B(k, col), A (M x K) and B (K x N) staged
-// operands (k_begin, k_end multiples of 16); the warp's pairs of 8-column tiles at or past n_end
-// (a multiple of 16) are left as they are. A row-major A tile is read by ldmatrix, a transposed one
+// operands, Staged or Padded (k_begin, k_end multiples of 16); the warp's pairs of 8-column tiles
+// at or past n_end (a multiple of 16) are left as they are. A row-major A tile is read by ldmatrix, a transposed one
 // by ldmatrix.trans; B the other way round (mma wants B's k pairs adjacent).
-template <class Tile, int WA, bool TA, int WB, bool TB>
-__device__ __forceinline__ void mma_staged(Tile& acc, const Staged<WA, TA>& A, const Staged<WB, TB>& B, int k_begin,
-                                           int k_end, int n_end = 1 << 30) {
+template <class Tile, class OpA, class OpB>
+__device__ __forceinline__ void mma_staged(Tile& acc, const OpA& A, const OpB& B, int k_begin, int k_end,
+                                           int n_end = 1 << 30) {
+  constexpr bool TA = OpA::kTrans, TB = OpB::kTrans;
   static_assert(Tile::NT % 2 == 0, "8-column tiles in pairs (one ldmatrix.x4 of B each)");
   const int lane = threadIdx.x % 32;
   // The element (of the logical operand) whose 8-wide row this lane hands to ldmatrix.
