@@ -32,7 +32,9 @@
 //        running max moved only when a score passes it by 2^8 (then O is rescaled). Shared
 //        memory at D = 128 / 64: forward 96 / 48 KB, dQ 128 / 48 KB, dK/dV 96.5 / 32.5 KB. Every
 //        kernel of this file runs in CI on the host emulator against the CPU reference
-//        (tests/emu/test_attention_emu.cpp).
+//        (tests/emu/test_attention_emu.cpp). On the H200 (ncu, commit a485f34, B4 T4096 H16
+//        D128 bf16 causal): forward 1.009 ms (~274 TFLOP/s; 1.156 with one 8-warp block an SM),
+//        dQ 1.72 ms, dK/dV 2.50 ms; torch SDPA's flash kernels take 0.499 and ~1.5 (targets.md).
 //   fma: plain fp32 arithmetic, any D, Dv <= 256, F32 or BF16 storage: one warp per row, keys
 //        (or queries) in shared-memory tiles of 32, one per lane. The readable version, and the
 //        fp32 path.
