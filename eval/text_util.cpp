@@ -51,19 +51,26 @@ std::string python_capitalize(std::string_view s) {
 }
 
 // re.sub(r"\[.*?\]", "", s): at each '[' the match ends at the first ']' unless a newline
-// ('.' does not match it) comes first, in which case this '[' is kept.
+// ('.' does not match it) comes first, in which case this '[' is kept. One pass: when a '['
+// meets a newline (or the end) first, so does every '[' before that newline, so the whole run up
+// to it is kept at once (a per-'[' search would be quadratic on "[[[[...").
 static std::string remove_bracket_groups(std::string_view s) {
   std::string out;
   out.reserve(s.size());
-  for (size_t i = 0; i < s.size(); i++) {
-    if (s[i] == '[') {
-      size_t j = s.find_first_of("]\n", i + 1);
-      if (j != std::string_view::npos && s[j] == ']') {
-        i = j;
-        continue;
-      }
+  size_t i = 0;
+  while (i < s.size()) {
+    size_t open = s.find('[', i);
+    if (open == std::string_view::npos) open = s.size();
+    out.append(s.substr(i, open - i));
+    if (open == s.size()) break;
+    size_t stop = s.find_first_of("]\n", open + 1);
+    if (stop == std::string_view::npos) stop = s.size();
+    if (stop < s.size() && s[stop] == ']') {
+      i = stop + 1;
+      continue;
     }
-    out.push_back(s[i]);
+    out.append(s.substr(open, stop - open));
+    i = stop;
   }
   return out;
 }

@@ -34,6 +34,13 @@ TEST_CASE("eval: hellaswag preprocess matches the harness regex and replaces") {
   // '.' in "\[.*?\]" does not cross a newline; an unclosed '[' stays
   CHECK(hellaswag_preprocess("  a [b\nc] d [x]y[  ") == "a [b\nc] d y[");
   CHECK(hellaswag_preprocess(" [title] x") == " x");
+  // re.sub(r"\[.*?\]", "", s) in Python gives each of these
+  CHECK(hellaswag_preprocess("[[a]b") == "b");
+  CHECK(hellaswag_preprocess("x[a\n[b]c[[") == "x[a\nc[[");
+  CHECK(hellaswag_preprocess("[[[\n[[]]z") == "[[[\n]z");
+  CHECK(hellaswag_preprocess("]a[b]]") == "]a]");
+  // a long run of unclosed '[' is one linear pass (the fuzzer found the quadratic scan)
+  CHECK(hellaswag_preprocess(std::string(1 << 20, '[')) == std::string(1 << 20, '['));
   CHECK(python_capitalize("THEN scrub") == "Then scrub");
   CHECK(python_capitalize("") == "");
   CHECK(replace_all("a    b", "  ", " ") == "a  b");
