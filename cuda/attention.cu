@@ -3,7 +3,8 @@
 //
 // Dimension letters: B batch, T tokens, H query heads, Hkv kv heads (query head h reads kv head
 // h / (H / Hkv)), D q/k head width, Dv v head width. Key s is visible from query t iff s <= t
-// and (window == 0 or t - s < window).
+// and (window == 0 or t - s < window) and, with packed documents (varlen), s is not before the
+// first token of t's document (Documents).
 //
 // Forward (per tile of queries, keys in blocks, "online softmax"):
 //   S = scale Q K^T;  m' = max(m, rowmax S);  P = exp(S - m');  l = l e^(m - m') + rowsum P;
@@ -19,7 +20,8 @@
 //
 // Two implementations:
 //   mma: bf16 tensor cores (mma.sync m16n8k16, fp32 accumulation), D = Dv in {64, 128}. A warp
-//        skips the tiles none of its rows sees (above the diagonal, before the window, past T).
+//        skips the tiles none of its rows sees (above the diagonal, before the window or its
+//        document, past T): packed documents cost only the tiles inside documents.
 //        Blocks: the forward 128 queries, 4 warps of 32 rows (two m16 row tiles, so every K/V
 //        fragment read feeds two mma; two blocks an SM at D = 128, three at D = 64); the
 //        backward 64 rows, 4 warps of 16 (two blocks an SM at D = 128, three at D = 64):
@@ -52,7 +54,62 @@ namespace {
 using bf16 = __nv_bfloat16;
 constexpr float kLog2e = 1.4426950408889634f;
 
+// Whether key s is visible from query t by causality and the window; whether some key of
+// [s_first, s_last] is visible from some query of [t_first, t_last], and whether every key is
+// visible from every query (then no mask is needed).
 __device__ __forceinline__ bool visible(int t, int s, int window) { return s <= t && (window == 0 || t - s < window); }
+__device__ __forceinline__ bool any_visible(int t_first, int t_last, int s_first, int s_last, int window) {
+  return s_first <= t_last && (window == 0 || t_first - s_last < window);
+}
+__device__ __forceinline__ bool all_visible(int t_first, int t_last, int s_first, int s_last, int window) {
+  return s_last <= t_first && (window == 0 || t_last - s_first < window);
+}
+
+// Packed documents (varlen): query t of a batch row sees no key before doc_start[t], the first
+// token of its document, on top of causality and the window. doc_start never decreases along t,
+// so a tile of queries x keys needs only its corners: its last key must reach doc_start[first
+// query] for some pair to be visible, its first key doc_start[last query] for all. Documents<false>
+// is the window tests alone, so the kernels without documents are the kernels they were (the mma
+// kernels' registers are at the cap). Garbage in doc_start could only empty rows, never make a
+// kernel read out of bounds.
+template <bool DOCS>
+struct Documents {
+  const int32_t* doc_start;  // (B, T), or (T) once row() picked a row; null: one document a row
+  int T;
+  __device__ Documents row(int b) const { return {DOCS && doc_start ? doc_start + int64_t(b) * T : nullptr, T}; }
+  __device__ bool on() const { return DOCS && doc_start; }
+  __device__ int start(int t) const { return doc_start[min(t, T - 1)]; }  // on() only
+  // visible, any_visible and all_visible (above) with the documents; without them, those alone.
+  __device__ bool visible(int t, int s, int window) const {
+    if constexpr (!DOCS) return ::hla::cuda::visible(t, s, window);
+    else return ::hla::cuda::visible(t, s, window) && (!on() || s >= start(t));
+  }
+  __device__ bool any_visible(int t_first, int t_last, int s_first, int s_last, int window) const {
+    if constexpr (!DOCS) return ::hla::cuda::any_visible(t_first, t_last, s_first, s_last, window);
+    else
+      return ::hla::cuda::any_visible(t_first, t_last, s_first, s_last, window) && (!on() || s_last >= start(t_first));
+  }
+  __device__ bool all_visible(int t_first, int t_last, int s_first, int s_last, int window) const {
+    if constexpr (!DOCS) return ::hla::cuda::all_visible(t_first, t_last, s_first, s_last, window);
+    else
+      return ::hla::cuda::all_visible(t_first, t_last, s_first, s_last, window) && (!on() || s_first >= start(t_last));
+  }
+  // The first key query t sees, given `first` from causality and the window.
+  __device__ int first_key(int t, int first) const { return on() ? max(first, start(t)) : first; }
+  // The last query that sees key s, given `last` from causality, the window and T: not past the
+  // end of s's document (a binary search: doc_start[t] <= s holds exactly for t up to there).
+  __device__ int last_query(int s, int last) const {
+    if (on()) {
+      int lo = min(s, last);  // doc_start[lo] <= lo
+      while (lo < last) {
+        const int mid = lo + (last - lo + 1) / 2;
+        if (doc_start[mid] <= s) lo = mid;
+        else last = mid - 1;
+      }
+    }
+    return last;
+  }
+};
 
 // Launches kernel(params...) on grid x threads with `bytes` of dynamic shared memory (more than
 // 48 KB allowed where needed) and checks the launch.
@@ -101,15 +158,6 @@ constexpr BwdBlocking bwd_blocking(int D) { return D == 64 ? BwdBlocking{4, 3} :
 // every (head, batch)'s longest block starts before any shorter one and the last blocks to start
 // are the shortest: the SMs finish together instead of one running a long block late (~7% of a
 // causal backward at B 4, T 4096, H 16, one block an SM, by a list-scheduling count).
-
-// Whether some key of [s_first, s_last] is visible from some query of [t_first, t_last], and
-// whether every key is visible from every query (then no mask is needed).
-__device__ __forceinline__ bool any_visible(int t_first, int t_last, int s_first, int s_last, int window) {
-  return s_first <= t_last && (window == 0 || t_first - s_last < window);
-}
-__device__ __forceinline__ bool all_visible(int t_first, int t_last, int s_first, int s_last, int window) {
-  return s_last <= t_first && (window == 0 || t_last - s_first < window);
-}
 
 // S (16 MT x 8 NT per warp) += A (16 MT x W, rows warp * 16 MT.. of sA) . B^T where B is the
 // (8 NT x W) tile sB. Row tile mt's n-tile nt is s[mt * NT + nt]; every B fragment read from
@@ -207,18 +255,18 @@ __device__ __forceinline__ void store_rows(bf16* out, const float (*acc)[4], int
 
 // o: (B, T, H, D), lse: (B, H, T). Grid (H, B, blocks of 128 queries), the longest (last)
 // blocks first. Warp w owns rows 32 w .. 32 w + 31 of the block as two m16 row tiles; a warp
-// skips the 32-key steps none of its rows sees (above the diagonal, before the window, past T)
-// and masks only the steps some of its rows see in part. Per 64 keys at D = 128 a warp issues
-// 256 mma (QK^T 128, PV 128) over 96 ldmatrix.x4 (Q 32: re-read every 32-key step; K 32, V^T
-// 32): 0.375 a mma, where the 16-row warps with Q in registers before needed 0.5; and a thread
-// 64 FFMA + 64 EX2 for P, 64 max, 64 add, 32 packs, 22 shuffles; the 128 multiplies of the O
-// rescale only on the rare steps where the max moves (pass 2). Q stays in shared memory (in
-// registers it would not fit beside O and S). Registers (ptxas, sm_90, no spills): D = 128
+// skips the 32-key steps none of its rows sees (above the diagonal, before the window or its
+// document, past T) and masks only the steps some of its rows see in part. Per 64 keys at
+// D = 128 a warp issues 256 mma (QK^T 128, PV 128) over 96 ldmatrix.x4 (Q 32: re-read every
+// 32-key step; K 32, V^T 32): 0.375 a mma, where the 16-row warps with Q in registers before
+// needed 0.5; and a thread 64 FFMA + 64 EX2 for P, 64 max, 64 add, 32 packs, 22 shuffles; the
+// 128 multiplies of the O rescale only on the rare steps where the max moves (pass 2). Q stays
+// in shared memory (in registers it would not fit beside O and S). Registers (ptxas, sm_90, no spills): D = 128
 // 247 (O 128, S 32), D = 64 168.
-template <int D>
+template <int D, bool DOCS>
 __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
     attention_forward_mma(bf16* o, float* lse, const bf16* q, const bf16* k, const bf16* v, int T, int H, int Hkv,
-                          float scale_log2, int window) {
+                          float scale_log2, int window, Documents<DOCS> documents) {
   constexpr int NT = kFwdStep / 8, MT = kFwdRowTiles, kRowsPerThread = 2 * MT;
   extern __shared__ float4 smem_raw[];
   bf16* sQ = reinterpret_cast<bf16*>(smem_raw);  // sQ: (128, D)
@@ -230,7 +278,8 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
   const bf16* qh = q + int64_t(b) * T * q_stride + int64_t(h) * D;  // row t at qh + t * q_stride
   const bf16* kh = k + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const bf16* vh = v + int64_t(b) * T * kv_stride + int64_t(hk) * D;
-  const int kb_first = window > 0 ? max(0, q0 - window + 1) / kMmaCols : 0;
+  const Documents<DOCS> docs = documents.row(b);
+  const int kb_first = docs.first_key(q0, window > 0 ? max(0, q0 - window + 1) : 0) / kMmaCols;
   const int kb_last = min(T - 1, q0 + kFwdRows - 1) / kMmaCols;
   const int w_first = q0 + warp * 16 * MT, w_last = w_first + 16 * MT - 1;  // this warp's rows
   // this thread's rows: r = 2 mt + half is row tile mt's lane / 4 + 8 half
@@ -256,17 +305,17 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
     cp_async_commit();
     for (int s0 = k0; s0 < k0 + kMmaCols; s0 += kFwdStep) {  // keys s0 .. s0 + kFwdStep - 1
       // A step with no key visible to any row of the warp changes nothing (P = 0).
-      if (w_first >= T || !any_visible(w_first, w_last, s0, s0 + kFwdStep - 1, window)) continue;
+      if (w_first >= T || !docs.any_visible(w_first, w_last, s0, s0 + kFwdStep - 1, window)) continue;
 
       // pass 1: S = Q K^T (unscaled), invisible keys -> -inf (only on steps some row sees in part)
       float s[MT * NT][4] = {};
       mma_abt<D, NT, MT>(s, sQ, sK + (buf * kMmaCols + s0 - k0) * D);
-      if (!all_visible(w_first, w_last, s0, s0 + kFwdStep - 1, window))
+      if (!docs.all_visible(w_first, w_last, s0, s0 + kFwdStep - 1, window))
 #pragma unroll
         for (int i = 0; i < MT * NT; i++)
 #pragma unroll
           for (int e = 0; e < 4; e++)
-            if (!visible(t_row(2 * (i / NT) + e / 2), s0 + (i % NT) * 8 + (lane % 4) * 2 + e % 2, window))
+            if (!docs.visible(t_row(2 * (i / NT) + e / 2), s0 + (i % NT) * 8 + (lane % 4) * 2 + e % 2, window))
               s[i][e] = -INFINITY;
 
       // pass 2: online softmax, each row's max and sum spread over the 4 lanes of a quad; row r's
@@ -351,10 +400,11 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
 // none of its rows sees. Occupancy (ptxas, sm_90, no spills): D = 128 in at most 255 registers
 // (Q and dO fragments 64, dQ 64, P 32, dS 32; the cap for two 4-warp blocks); D = 64 in 168 (the
 // cap for three).
-template <int D>
+template <int D, bool DOCS>
 __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).blocks_per_sm)
     attention_backward_dq_mma(bf16* dq, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
-                              const float* lse, const float* delta, int T, int H, int Hkv, float scale, int window) {
+                              const float* lse, const float* delta, int T, int H, int Hkv, float scale,
+                              int window, Documents<DOCS> documents) {
   constexpr int kWarps = bwd_blocking(D).warps, kThreads = 32 * kWarps, kRows = 16 * kWarps;
   extern __shared__ float4 smem_raw[];
   bf16* sQ = reinterpret_cast<bf16*>(smem_raw);  // sQ: (kRows, D)
@@ -368,7 +418,8 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
   const bf16* doh = dout + int64_t(b) * T * q_stride + int64_t(h) * D;
   const bf16* kh = k + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const bf16* vh = v + int64_t(b) * T * kv_stride + int64_t(hk) * D;
-  const int kb_first = window > 0 ? max(0, q0 - window + 1) / kMmaCols : 0;
+  const Documents<DOCS> docs = documents.row(b);
+  const int kb_first = docs.first_key(q0, window > 0 ? max(0, q0 - window + 1) : 0) / kMmaCols;
   const int kb_last = min(T - 1, q0 + kRows - 1) / kMmaCols;
   const float scale_log2 = scale * kLog2e;
   const int w_first = q0 + warp * 16, w_last = w_first + 15;  // this warp's rows
@@ -404,18 +455,18 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
       load_tile_async<kMmaCols, D, kThreads>(sV + (buf ^ 1) * kMmaCols * D, vh, kv_stride, k0 + kMmaCols, T);
     }
     cp_async_commit();
-    if (w_first >= T || !any_visible(w_first, w_last, k0, k0 + kMmaCols - 1, window)) continue;
+    if (w_first >= T || !docs.any_visible(w_first, w_last, k0, k0 + kMmaCols - 1, window)) continue;
     const bf16* k_tile = sK + buf * kMmaCols * D;
     // pass 1: P = exp(scale Q K^T - lse), zero where invisible
     float p[kMmaCols / 8][4] = {};
     mma_abt_reg<D, kMmaCols / 8>(p, qf, k_tile);
-    const bool needs_mask = !all_visible(w_first, w_last, k0, k0 + kMmaCols - 1, window) || w_last >= T;
+    const bool needs_mask = !docs.all_visible(w_first, w_last, k0, k0 + kMmaCols - 1, window) || w_last >= T;
 #pragma unroll
     for (int nt = 0; nt < kMmaCols / 8; nt++)
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         const int t = t_row[e / 2], s = k0 + nt * 8 + (lane % 4) * 2 + e % 2;
-        const bool ok = !needs_mask || (t < T && visible(t, s, window));
+        const bool ok = !needs_mask || (t < T && docs.visible(t, s, window));
         p[nt][e] = exp2f(ok ? fmaf(p[nt][e], scale_log2, -lse2[e / 2]) : -INFINITY);  // 2^-inf = 0, no branch
       }
     // pass 2: dP = dO V^T;  dS = P (dP - Delta)
@@ -441,11 +492,11 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
 // products) and stored to shared memory at the end of the step. Occupancy (ptxas, sm_90, no
 // spills): D = 128 in at most 255 registers (dK and dV 128, P^T and dS^T 32; the cap for two
 // 4-warp blocks); D = 64 in 168 (the cap for three).
-template <int D>
+template <int D, bool DOCS>
 __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).blocks_per_sm)
     attention_backward_dkdv_mma(bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
                                 const float* lse, const float* delta, int T, int H, int Hkv, float scale,
-                                int window) {
+                                int window, Documents<DOCS> documents) {
   constexpr int kWarps = bwd_blocking(D).warps, kThreads = 32 * kWarps, kRows = 16 * kWarps;
   extern __shared__ float4 smem_raw[];
   bf16* sK = reinterpret_cast<bf16*>(smem_raw);  // sK: (kRows, D)
@@ -460,8 +511,10 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
   const int64_t q_stride = int64_t(H) * D, kv_stride = int64_t(Hkv) * D;
   const bf16* kh = k + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const bf16* vh = v + int64_t(b) * T * kv_stride + int64_t(hk) * D;
+  const Documents<DOCS> docs = documents.row(b);
   const int qb_first = k0 / kMmaQueries;
-  const int qb_last = min(T - 1, window > 0 ? k0 + kRows - 1 + window - 1 : T - 1) / kMmaQueries;
+  const int qb_last =
+      docs.last_query(k0 + kRows - 1, min(T - 1, window > 0 ? k0 + kRows - 1 + window - 1 : T - 1)) / kMmaQueries;
   const int tiles_per_head = qb_last - qb_first + 1, steps = group * tiles_per_head;
   const float scale_log2 = scale * kLog2e;
   const int w_first = k0 + warp * 16, w_last = w_first + 15;  // this warp's keys
@@ -500,7 +553,7 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
     __syncthreads();  // step i's tiles and stats landed; every warp is done with step i - 1's
     if (i + 1 < steps) load_step(i + 1, buf ^ 1);
     cp_async_commit();
-    if (w_first < T && any_visible(j0, j_last, w_first, w_last, window)) {
+    if (w_first < T && docs.any_visible(j0, j_last, w_first, w_last, window)) {
       const bf16* q_tile = sQ + buf * kMmaQueries * D;
       const bf16* do_tile = sdO + buf * kMmaQueries * D;
       // (lse, Delta, lse, Delta) of query columns nt * 8 + (lane % 4) * 2 and + 1
@@ -510,14 +563,14 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
       // pass 1: P^T = exp(scale K Q^T - lse), zero where invisible
       float p[kMmaQueries / 8][4] = {};
       mma_abt<D, kMmaQueries / 8>(p, sK, q_tile);
-      const bool needs_mask = !all_visible(j0, j_last, w_first, w_last, window) || j_last >= T;
+      const bool needs_mask = !docs.all_visible(j0, j_last, w_first, w_last, window) || j_last >= T;
 #pragma unroll
       for (int nt = 0; nt < kMmaQueries / 8; nt++) {
         const float4 st = stats(nt);
 #pragma unroll
         for (int e = 0; e < 4; e++) {
           const int t = j0 + nt * 8 + (lane % 4) * 2 + e % 2;
-          const bool ok = !needs_mask || (t < T && visible(t, s_row[e / 2], window));
+          const bool ok = !needs_mask || (t < T && docs.visible(t, s_row[e / 2], window));
           p[nt][e] = exp2f(ok ? fmaf(p[nt][e], scale_log2, e % 2 ? -st.z : -st.x) : -INFINITY);
         }
       }
@@ -590,7 +643,8 @@ __device__ void store_row(T* out, const float (&acc)[kFmaMaxPerLane], int width,
 template <class T>
 __global__ void __launch_bounds__(kFmaThreads) attention_forward_fma(T* o, float* lse, const T* q, const T* k,
                                                                      const T* v, int Tn, int H, int Hkv, int D,
-                                                                     int Dv, float scale, int window) {
+                                                                     int Dv, float scale, int window,
+                                                                     Documents<true> documents) {
   extern __shared__ float4 smem_raw[];
   float* sQ = reinterpret_cast<float*>(smem_raw);  // sQ: (8, D)
   float* sK = sQ + kFmaRows * D;                   // sK: (32, D + 1), padded so lane j reads row j conflict-free
@@ -601,7 +655,8 @@ __global__ void __launch_bounds__(kFmaThreads) attention_forward_fma(T* o, float
   const T* kh = k + int64_t(b) * Tn * k_stride + int64_t(hk) * D;
   const T* vh = v + int64_t(b) * Tn * v_stride + int64_t(hk) * Dv;
   load_rows_f32(sQ, D, q + int64_t(b) * Tn * q_stride + int64_t(h) * D, q_stride, t0, kFmaRows, D, Tn);
-  const int s_first = window > 0 ? max(0, t0 - window + 1) : 0, s_end = min(Tn, t0 + kFmaRows);
+  const Documents<true> docs = documents.row(b);
+  const int s_first = docs.first_key(t0, window > 0 ? max(0, t0 - window + 1) : 0), s_end = min(Tn, t0 + kFmaRows);
   float m = -INFINITY, l = 0, acc[kFmaMaxPerLane] = {};
   for (int s0 = s_first; s0 < s_end; s0 += kFmaTile) {
     __syncthreads();  // the previous tile is consumed (and sQ is loaded)
@@ -609,7 +664,7 @@ __global__ void __launch_bounds__(kFmaThreads) attention_forward_fma(T* o, float
     load_rows_f32(sV, Dv, vh, v_stride, s0, kFmaTile, Dv, s_end);
     __syncthreads();
     const int s = s0 + lane;
-    const bool ok = t < Tn && s < s_end && visible(t, s, window);
+    const bool ok = t < Tn && s < s_end && docs.visible(t, s, window);
     const float score = ok ? scale * dot_row(sQ + warp * D, sK + lane * (D + 1), D) : -INFINITY;  // S = scale q k
     const float m_new = fmaxf(m, warp_max(score));
     const float base = m_new == -INFINITY ? 0.0f : m_new;
@@ -630,7 +685,8 @@ template <class T>
 __global__ void __launch_bounds__(kFmaThreads) attention_backward_dq_fma(T* dq, const T* dout, const T* q, const T* k,
                                                                          const T* v, const float* lse,
                                                                          const float* delta, int Tn, int H, int Hkv,
-                                                                         int D, int Dv, float scale, int window) {
+                                                                         int D, int Dv, float scale,
+                                                                         int window, Documents<true> documents) {
   extern __shared__ float4 smem_raw[];
   float* sQ = reinterpret_cast<float*>(smem_raw);  // sQ: (8, D)
   float* sdO = sQ + kFmaRows * D;                  // sdO: (8, Dv)
@@ -646,7 +702,8 @@ __global__ void __launch_bounds__(kFmaThreads) attention_backward_dq_fma(T* dq, 
   load_rows_f32(sdO, Dv, dout + int64_t(b) * Tn * o_stride + int64_t(h) * Dv, o_stride, t0, kFmaRows, Dv, Tn);
   const int64_t row = (int64_t(b) * H + h) * Tn + min(t, Tn - 1);
   const float lse_t = lse[row], delta_t = delta[row];
-  const int s_first = window > 0 ? max(0, t0 - window + 1) : 0, s_end = min(Tn, t0 + kFmaRows);
+  const Documents<true> docs = documents.row(b);
+  const int s_first = docs.first_key(t0, window > 0 ? max(0, t0 - window + 1) : 0), s_end = min(Tn, t0 + kFmaRows);
   float acc[kFmaMaxPerLane] = {};  // dQ / scale
   for (int s0 = s_first; s0 < s_end; s0 += kFmaTile) {
     __syncthreads();
@@ -655,7 +712,7 @@ __global__ void __launch_bounds__(kFmaThreads) attention_backward_dq_fma(T* dq, 
     __syncthreads();
     const int s = s0 + lane;
     float ds = 0;
-    if (t < Tn && s < s_end && visible(t, s, window)) {
+    if (t < Tn && s < s_end && docs.visible(t, s, window)) {
       const float p = expf(scale * dot_row(sQ + warp * D, sK + lane * (D + 1), D) - lse_t);  // P rebuilt from lse
       const float dp = dot_row(sdO + warp * Dv, sV + lane * (Dv + 1), Dv);                   // dP = dO v
       ds = p * (dp - delta_t);                                                               // dS = P (dP - Delta)
@@ -672,7 +729,7 @@ __global__ void __launch_bounds__(kFmaThreads) attention_backward_dkdv_fma(T* dk
                                                                            const T* k, const T* v, const float* lse,
                                                                            const float* delta, int Tn, int H,
                                                                            int Hkv, int D, int Dv, float scale,
-                                                                           int window) {
+                                                                           int window, Documents<true> documents) {
   extern __shared__ float4 smem_raw[];
   float* sK = reinterpret_cast<float*>(smem_raw);  // sK: (8, D)
   float* sV = sK + kFmaRows * D;                   // sV: (8, Dv)
@@ -686,7 +743,9 @@ __global__ void __launch_bounds__(kFmaThreads) attention_backward_dkdv_fma(T* dk
                 v_stride = int64_t(Hkv) * Dv;
   load_rows_f32(sK, D, k + int64_t(b) * Tn * k_stride + int64_t(hk) * D, k_stride, s0, kFmaRows, D, Tn);
   load_rows_f32(sV, Dv, v + int64_t(b) * Tn * v_stride + int64_t(hk) * Dv, v_stride, s0, kFmaRows, Dv, Tn);
-  const int t_end = window > 0 ? min(Tn, s0 + kFmaRows - 1 + window) : Tn;
+  const Documents<true> docs = documents.row(b);
+  const int t_end =
+      docs.last_query(s0 + kFmaRows - 1, window > 0 ? min(Tn - 1, s0 + kFmaRows - 2 + window) : Tn - 1) + 1;
   float dk_acc[kFmaMaxPerLane] = {}, dv_acc[kFmaMaxPerLane] = {};  // dK / scale, dV
   for (int h = hk * group; h < (hk + 1) * group; h++)
     for (int j0 = s0; j0 < t_end; j0 += kFmaTile) {
@@ -702,7 +761,7 @@ __global__ void __launch_bounds__(kFmaThreads) attention_backward_dkdv_fma(T* dk
       __syncthreads();
       const int t = j0 + lane;
       float p = 0, ds = 0;
-      if (s < Tn && t < t_end && visible(t, s, window)) {
+      if (s < Tn && t < t_end && docs.visible(t, s, window)) {
         p = expf(scale * dot_row(sQ + lane * (D + 1), sK + warp * D, D) - sLse[lane]);  // P[t, s]
         const float dp = dot_row(sdO + lane * (Dv + 1), sV + warp * Dv, Dv);          // dP = dO_t v_s
         ds = p * (dp - sDelta[lane]);
@@ -731,6 +790,8 @@ __global__ void attention_delta_kernel(float* delta, const T* dout, const T* o, 
 
 struct Shape4 {
   int B, T, H, Hkv, D, Dv, window;
+  const int32_t* doc_start;
+  template <bool DOCS> Documents<DOCS> documents() const { return {doc_start, T}; }
 };
 
 Shape4 checked_shape(const AttentionDims& dims, const char* op) {
@@ -740,7 +801,7 @@ Shape4 checked_shape(const AttentionDims& dims, const char* op) {
             ", Dv = ", Dv, " must lie in [1, ", 32 * kFmaMaxPerLane, "]");
   HLA_CHECK(B <= 65535 && H <= 65535 && T < (int64_t(1) << 30) && window >= 0 && window < (int64_t(1) << 30), op,
             ": sizes out of range (B = ", B, ", T = ", T, ", H = ", H, ", window = ", window, ")");
-  return {int(B), int(T), int(H), int(Hkv), int(D), int(Dv), int(window)};
+  return {int(B), int(T), int(H), int(Hkv), int(D), int(Dv), int(window), dims.doc_start};
 }
 
 // The grid of an mma kernel over `heads` and blocks of `rows`: (heads, B, row blocks).
@@ -753,11 +814,16 @@ dim3 mma_grid(const Shape4& s, int heads, int rows) {
 
 bool use_mma(int64_t D, int64_t Dv, DType dtype) { return dtype == DType::BF16 && D == Dv && (D == 64 || D == 128); }
 
-// Calls fn(std::integral_constant<int, D>) for the tensor-core head widths.
+// Calls fn(std::integral_constant<int, D>, std::bool_constant<DOCS>) for the tensor-core head
+// widths, with packed documents or without.
 template <class Fn>
-void dispatch_head_dim(int D, Fn&& fn) {
-  if (D == 64) fn(std::integral_constant<int, 64>{});
-  else fn(std::integral_constant<int, 128>{});
+void dispatch_mma(const Shape4& s, Fn&& fn) {
+  auto with_docs = [&](auto d) {
+    if (s.doc_start) fn(d, std::true_type{});
+    else fn(d, std::false_type{});
+  };
+  if (s.D == 64) with_docs(std::integral_constant<int, 64>{});
+  else with_docs(std::integral_constant<int, 128>{});
 }
 
 size_t fma_forward_smem(int D, int Dv) { return sizeof(float) * (kFmaRows * D + kFmaTile * (D + 1) + kFmaTile * Dv); }
@@ -778,22 +844,24 @@ void attention_forward(void* o, float* lse, const void* q, const void* k, const 
   const double scale = dims.scale;
   if (dims.B * dims.T * dims.H == 0) return;
   if (use_mma(dims.D, dims.Dv, dtype)) {
-    dispatch_head_dim(s.D, [&](auto d) {
+    dispatch_mma(s, [&](auto d, auto docs) {
       constexpr int kD = decltype(d)::value;
+      constexpr bool kDocs = decltype(docs)::value;
       // fwd_blocks_per_sm(kD) blocks of 96 / 48 KB an SM: the largest shared-memory carveout
-      CUDA_CHECK(cudaFuncSetAttribute(attention_forward_mma<kD>, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                      cudaSharedmemCarveoutMaxShared));
-      launch(attention_forward_mma<kD>, mma_grid(s, s.H, kFwdRows), kFwdThreads,
+      CUDA_CHECK(cudaFuncSetAttribute(attention_forward_mma<kD, kDocs>,
+                                      cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+      launch(attention_forward_mma<kD, kDocs>, mma_grid(s, s.H, kFwdRows), kFwdThreads,
              sizeof(bf16) * (kFwdRows + 4 * kMmaCols) * kD, static_cast<bf16*>(o), lse, static_cast<const bf16*>(q),
              static_cast<const bf16*>(k), static_cast<const bf16*>(v), s.T, s.H, s.Hkv,
-             static_cast<float>(scale) * kLog2e, s.window);
+             static_cast<float>(scale) * kLog2e, s.window, s.documents<kDocs>());
     });
   } else {
     dispatch_storage(dtype, "attention_forward", [&](auto tag) {
       using T = decltype(tag);
       launch(attention_forward_fma<T>, dim3((s.T + kFmaRows - 1) / kFmaRows, s.H, s.B), kFmaThreads,
              fma_forward_smem(s.D, s.Dv), static_cast<T*>(o), lse, static_cast<const T*>(q), static_cast<const T*>(k),
-             static_cast<const T*>(v), s.T, s.H, s.Hkv, s.D, s.Dv, static_cast<float>(scale), s.window);
+             static_cast<const T*>(v), s.T, s.H, s.Hkv, s.D, s.Dv, static_cast<float>(scale), s.window,
+             s.documents<true>());
     });
   }
 }
@@ -812,18 +880,19 @@ void attention_backward(void* dq, void* dk, void* dv, const void* dout, const vo
   });
   const float sc = static_cast<float>(dims.scale);
   if (use_mma(dims.D, dims.Dv, dtype)) {
-    dispatch_head_dim(s.D, [&](auto d) {
+    dispatch_mma(s, [&](auto d, auto docs) {
       constexpr int kD = decltype(d)::value;
+      constexpr bool kDocs = decltype(docs)::value;
       constexpr int kWarps = bwd_blocking(kD).warps, kRows = 16 * kWarps;
-      launch(attention_backward_dq_mma<kD>, mma_grid(s, s.H, kRows), 32 * kWarps,
+      launch(attention_backward_dq_mma<kD, kDocs>, mma_grid(s, s.H, kRows), 32 * kWarps,
              sizeof(bf16) * (2 * kRows + 4 * kMmaCols) * kD, static_cast<bf16*>(dq), static_cast<const bf16*>(dout),
              static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v), lse, delta, s.T,
-             s.H, s.Hkv, sc, s.window);
-      launch(attention_backward_dkdv_mma<kD>, mma_grid(s, s.Hkv, kRows), 32 * kWarps,
+             s.H, s.Hkv, sc, s.window, s.documents<kDocs>());
+      launch(attention_backward_dkdv_mma<kD, kDocs>, mma_grid(s, s.Hkv, kRows), 32 * kWarps,
              sizeof(bf16) * (2 * kRows + 4 * kMmaQueries) * kD + sizeof(float) * 4 * kMmaQueries,
              static_cast<bf16*>(dk), static_cast<bf16*>(dv), static_cast<const bf16*>(dout),
              static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v), lse,
-             delta, s.T, s.H, s.Hkv, sc, s.window);
+             delta, s.T, s.H, s.Hkv, sc, s.window, s.documents<kDocs>());
     });
   } else {
     dispatch_storage(dtype, "attention_backward", [&](auto tag) {
@@ -831,12 +900,11 @@ void attention_backward(void* dq, void* dk, void* dv, const void* dout, const vo
       const unsigned blocks = (s.T + kFmaRows - 1) / kFmaRows;
       launch(attention_backward_dq_fma<T>, dim3(blocks, s.H, s.B), kFmaThreads, fma_dq_smem(s.D, s.Dv),
              static_cast<T*>(dq), static_cast<const T*>(dout), static_cast<const T*>(q), static_cast<const T*>(k),
-             static_cast<const T*>(v), lse, delta, s.T, s.H, s.Hkv, s.D, s.Dv, sc,
-             s.window);
+             static_cast<const T*>(v), lse, delta, s.T, s.H, s.Hkv, s.D, s.Dv, sc, s.window, s.documents<true>());
       launch(attention_backward_dkdv_fma<T>, dim3(blocks, s.Hkv, s.B), kFmaThreads, fma_dkdv_smem(s.D, s.Dv),
              static_cast<T*>(dk), static_cast<T*>(dv), static_cast<const T*>(dout), static_cast<const T*>(q),
              static_cast<const T*>(k), static_cast<const T*>(v), lse, delta, s.T, s.H,
-             s.Hkv, s.D, s.Dv, sc, s.window);
+             s.Hkv, s.D, s.Dv, sc, s.window, s.documents<true>());
     });
   }
 }

@@ -4,7 +4,8 @@
 // as on the CPU: dq, dk, dv written in full.
 //
 //   q: (B, T, H, D), k: (B, T, Hkv, D), v: (B, T, Hkv, Dv), o: (B, T, H, Dv), lse: (B, H, T)
-//   window 0 = full causal; window w > 0: query t sees keys t-w+1 .. t.
+//   window 0 = full causal; window w > 0: query t sees keys t-w+1 .. t; d.doc_start (packed
+//   documents, on the device) hides every key before the first token of t's document.
 #pragma once
 #include <cstdint>
 

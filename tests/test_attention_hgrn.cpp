@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "nn/ops/attention.h"
@@ -172,6 +173,68 @@ TEST_CASE("attention rejects mismatched heads, shapes and windows") {
   CHECK_THROWS_AS(attention(q4, k_short, v, 1.0), Error);
   CHECK_THROWS_AS(attention(q4, k, v, 1.0, -1), Error);
   CHECK_NOTHROW(attention(q4, k, v, 1.0, 2));
+}
+
+namespace {
+
+// Rows [from, to) of the flattened tokens of x (B, T, heads, width), as a batch of one.
+Tensor token_rows(const Tensor& x, int64_t from, int64_t to) {
+  return x.reshape({x.size(0) * x.size(1), x.size(2), x.size(3)}).slice0(from, to).clone().reshape(
+      {1, to - from, x.size(2), x.size(3)});
+}
+
+}  // namespace
+
+TEST_CASE("attention over packed documents equals each document run alone, values and gradients") {
+  // Row 0 holds documents of 1, 5 and 7 tokens, row 1 an empty document (the repeated 13) and one
+  // of 13 tokens; GQA 4 -> 2; full causal and a window of 3.
+  const std::vector<int64_t> cu_seqlens = {0, 1, 6, 13, 13, 26};
+  for (int64_t window : {0, 3}) {
+    CAPTURE(window);
+    const AttentionCase c{2, 13, 4, 2, 5, 3, 0.4, window};
+    AttentionInputs in = attention_inputs(c, 500 + window);
+    Var q(in.q, true), k(in.k, true), v(in.v, true);
+    Var o = attention(q, k, v, c.scale, c.window, document_starts(cu_seqlens, c.B, c.T));
+    o.backward(in.dout);
+    for (size_t i = 0; i + 1 < cu_seqlens.size(); i++) {
+      const int64_t from = cu_seqlens[i], to = cu_seqlens[i + 1];
+      if (from == to) continue;
+      CAPTURE(from);
+      Var qd(token_rows(in.q, from, to), true), kd(token_rows(in.k, from, to), true);
+      Var vd(token_rows(in.v, from, to), true);
+      Var od = attention(qd, kd, vd, c.scale, c.window);
+      od.backward(token_rows(in.dout, from, to));
+      // the same products in the same order: equal, not merely close
+      CHECK(max_rel_err(token_rows(o.value(), from, to), od.value()) == 0.0);
+      CHECK(max_rel_err(token_rows(q.grad(), from, to), qd.grad()) == 0.0);
+      CHECK(max_rel_err(token_rows(k.grad(), from, to), kd.grad()) == 0.0);
+      CHECK(max_rel_err(token_rows(v.grad(), from, to), vd.grad()) == 0.0);
+    }
+  }
+}
+
+TEST_CASE("document_starts: each token's document start; bad cu_seqlens and doc_start fail naming the entry") {
+  const Tensor starts = document_starts({0, 2, 3, 3, 4, 8}, 2, 4);  // an empty document at 3
+  const std::vector<double> want = {0, 0, 2, 3, 0, 0, 0, 0};
+  CHECK(starts.to_f64_vector() == want);
+  CHECK(document_starts({0, 6}, 1, 6).to_f64_vector() == std::vector<double>(6, 0.0));
+  auto message = [](auto&& fn) {
+    try {
+      fn();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(message([] { document_starts({0, 8}, 2, 4); }).find("row 1 starts at token 4") != std::string::npos);
+  CHECK(message([] { document_starts({0, 3, 2, 4}, 1, 4); }).find("cu_seqlens[2] = 2") != std::string::npos);
+  CHECK(message([] { document_starts({0, 2}, 1, 4); }).find("from 0 to 2") != std::string::npos);
+  CHECK(message([] { document_starts({}, 1, 4); }).find("got 0 entries") != std::string::npos);
+  Var x(Tensor::zeros({1, 4, 2, 2}, DType::F64));
+  const Tensor bad = Tensor::from_i32({0, 0, 1, 2}, {1, 4});  // token 2 starts at 1
+  CHECK(message([&] { attention(x, x, x, 1.0, 0, bad); }).find("doc_start[0, 2] = 1") != std::string::npos);
+  CHECK(message([&] { attention(x, x, x, 1.0, 0, Tensor::from_i32({0, 0}, {1, 2})); }).find("(B, T) = (1, 4)") !=
+        std::string::npos);
 }
 
 TEST_CASE("rope rotates channel pairs by position * theta^(-2i/D)") {

@@ -4,6 +4,10 @@
 // in gpu mode, with T = 77, 130, 200, 333 not multiples of the kernels' row blocks (64 in the
 // backward, 128 in the forward: 130 leaves a block of 2 queries); perf at the bench
 // shapes (registry.h) and T = 16384, causal, bf16, against torch SDPA (flash).
+// Packed documents (varlen, doc_start from cu_seqlens: an input never perturbed): empty and
+// one-token documents, boundaries on and off the kernels' tiles, with a window, on the fma path,
+// and at T = 4096; perf at the first bench shape in documents of 512 tokens (no anchor: SDPA
+// has no varlen path; FLOPs count each document's visible half).
 // Perf FLOPs count the visible half of the causal square: forward 4 B H T^2 D / 2 (two
 // products), forward+backward 3.5x that (the backward's five products), as flash-attention
 // reports them; GB/s counts q, k, v and o once (fwd+bwd: also do, dq, dk and dv).
@@ -13,6 +17,7 @@
 // attention_decode: a GQA step at mixed positions (0, mid, the last slot), a sliding window whose
 // ring has wrapped, D != Dv, and a 4096-slot cache and a batch-1 wrapped window of 1000, both of
 // which the CUDA kernel splits over the cache (split-K); inputs and outputs only (no gradient).
+#include <algorithm>
 #include <string>
 
 #include "nn/check/registry.h"
@@ -33,12 +38,24 @@ struct AttentionCase {
   int64_t B, T, H, Hkv, D, Dv;
   double scale;  // 0: 1 / sqrt(D)
   int64_t window;
+  std::vector<int64_t> cu_seqlens = {};  // packed documents (the fourth input, doc_start); empty: none
 };
 
+// q, k, v and, with documents, doc_start.
 OpFn attention_op(const AttentionCase& c) {
   const double scale = c.scale != 0 ? c.scale : default_attention_scale(c.D);
   const int64_t window = c.window;
-  return [scale, window](const Vars& x) { return Vars{attention(x[0], x[1], x[2], scale, window)}; };
+  return [scale, window](const Vars& x) {
+    return Vars{attention(x[0], x[1], x[2], scale, window, x.size() > 3 ? x[3].value() : Tensor())};
+  };
+}
+
+// cu_seqlens of rows of T tokens, each split into documents of the given lengths (0: empty).
+std::vector<int64_t> cu_seqlens_of(const std::vector<std::vector<int64_t>>& rows) {
+  std::vector<int64_t> cu = {0};
+  for (const auto& row : rows)
+    for (int64_t n : row) cu.push_back(cu.back() + n);
+  return cu;
 }
 
 KernelLabel attention_kernel(const AttentionCase& c) {
@@ -53,15 +70,20 @@ KernelLabel attention_kernel(const AttentionCase& c) {
 void add_attention_cases() {
   auto inputs = [](AttentionCase c) {
     return [c](uint64_t seed) {
-      return Inputs{{"q", randn64({c.B, c.T, c.H, c.D}, seed + 1)},
-                    {"k", randn64({c.B, c.T, c.Hkv, c.D}, seed + 2)},
-                    {"v", randn64({c.B, c.T, c.Hkv, c.Dv}, seed + 3)}};
+      Inputs in{{"q", randn64({c.B, c.T, c.H, c.D}, seed + 1)},
+                {"k", randn64({c.B, c.T, c.Hkv, c.D}, seed + 2)},
+                {"v", randn64({c.B, c.T, c.Hkv, c.Dv}, seed + 3)}};
+      if (!c.cu_seqlens.empty()) in.push_back({"doc_start", document_starts(c.cu_seqlens, c.B, c.T), false});
+      return in;
     };
   };
   // Full causal, 4 query heads on 2 kv heads (GQA), default scale; a sliding window of 3 over 6
   // tokens (so early rows see fewer keys), GQA 2 -> 1, scale 0.7.
+  // Packed documents: row 0 of 1, 3 and 2 tokens, row 1 an empty document then two of 3.
   for (const auto& [c, seed] : {std::pair<AttentionCase, uint64_t>{{"attention gqa", 2, 5, 4, 2, 3, 2, 0, 0}, 10},
-                                {{"attention window", 2, 6, 2, 1, 3, 2, 0.7, 3}, 13}})
+                                {{"attention window", 2, 6, 2, 1, 3, 2, 0.7, 3}, 13},
+                                {{"attention documents", 2, 6, 2, 1, 3, 2, 0, 0,
+                                  cu_seqlens_of({{1, 3, 2}, {0, 3, 3}})}, 16}})
     add_case(grad_case("attention", c.name, seed, inputs(c), attention_op(c)));
   for (const AttentionCase& c : {AttentionCase{"attention gqa D=64", 2, 77, 4, 2, 64, 64, 0, 0},
                                  AttentionCase{"attention window D=128", 2, 200, 4, 1, 128, 128, 0, 70},
@@ -69,6 +91,22 @@ void add_attention_cases() {
                                  AttentionCase{"attention gqa window=20 D=128", 2, 130, 4, 2, 128, 128, 0, 20},
                                  AttentionCase{"attention D=48 Dv=32", 2, 50, 2, 2, 48, 32, 0, 0},
                                  AttentionCase{"attention long T=4096", 1, 4096, 2, 1, 128, 128, 0, 0}})
+    add_case(gpu_case("attention", c.name, attention_kernel(c), inputs(c), attention_op(c)));
+  // Packed documents: one-token and empty documents, boundaries on a key tile's edge (64) and
+  // inside tiles, a document longer than a forward block (128), GQA (the dK/dV steps cross heads).
+  const int64_t lengths[] = {1, 17, 300, 64, 1000, 0, 513, 129};
+  std::vector<int64_t> long_docs;  // 4096 tokens in documents of 0 to 1000 tokens
+  for (int64_t left = 4096, i = 0; left > 0; i++) {
+    long_docs.push_back(std::min(left, lengths[i % 8]));
+    left -= long_docs.back();
+  }
+  for (const AttentionCase& c :
+       {AttentionCase{"attention documents D=128", 2, 300, 4, 2, 128, 128, 0, 0,
+                      cu_seqlens_of({{1, 63, 64, 100, 72}, {150, 1, 0, 1, 148}})},
+        AttentionCase{"attention documents window=20 D=64", 1, 333, 8, 2, 64, 64, 0, 20,
+                      cu_seqlens_of({{100, 1, 232}})},
+        AttentionCase{"attention documents D=48 Dv=32", 2, 50, 2, 2, 48, 32, 0, 0, cu_seqlens_of({{10, 1, 39}, {50}})},
+        AttentionCase{"attention documents long T=4096", 1, 4096, 2, 1, 128, 128, 0, 0, cu_seqlens_of({long_docs})}})
     add_case(gpu_case("attention", c.name, attention_kernel(c), inputs(c), attention_op(c)));
 
   // perf: causal, at each bench shape and at B1 T16384 H16 D128, beside torch SDPA's flash
@@ -93,6 +131,23 @@ void add_attention_cases() {
                        {fwd_flops, 3.5 * fwd_flops, 4 * row_bytes, 8 * row_bytes, sdpa.fwd, sdpa.fwd_bwd,
                         "torch SDPA flash", bench_dims(a)}));
   }
+  const BenchShape a = kBenchShapes[0];
+  const int64_t kDoc = 512;  // tokens a document
+  AttentionCase docs{"attention " + dims_label(bench_dims(a)) + " documents of 512", a.B, a.T, a.H, a.H, a.D, a.D, 0,
+                     0, cu_seqlens_of(std::vector<std::vector<int64_t>>(a.B, std::vector<int64_t>(a.T / kDoc, kDoc)))};
+  const double docs_fwd_flops = 4.0 * a.B * a.H * double(a.T / kDoc) * kDoc * kDoc * a.D / 2;
+  const double docs_row_bytes = 2.0 * a.B * a.T * a.H * a.D;
+  add_case(perf_case("attention", docs.name, attention_kernel(docs),
+                     [docs](uint64_t) {
+                       const Shape s{docs.B, docs.T, docs.H, docs.D};
+                       return Inputs{{"q", perf_input(PerfPool::Normal, 0, s)},
+                                     {"k", perf_input(PerfPool::Normal, 1, s)},
+                                     {"v", perf_input(PerfPool::Normal, 2, s)},
+                                     {"doc_start", document_starts(docs.cu_seqlens, docs.B, docs.T), false}};
+                     },
+                     attention_op(docs),
+                     {docs_fwd_flops, 3.5 * docs_fwd_flops, 4 * docs_row_bytes, 8 * docs_row_bytes, 0, 0, "",
+                      bench_dims(a)}));
 }
 
 void add_rope_cases() {

@@ -3,6 +3,8 @@
 // backward closure.
 #include "nn/ops/attention.h"
 
+#include <climits>
+#include <string>
 #include <vector>
 
 #include "nn/ops/check.h"
@@ -42,9 +44,46 @@ void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, 
   });
 }
 
+// A CPU doc_start's rows: 0 at the row start, then each entry either its predecessor's or t
+// itself (a document starts at t). The GPU's were built from cu_seqlens, checked there.
+void check_doc_start(const Tensor& doc_start) {
+  if (doc_start.is_cuda()) return;
+  const int64_t B = doc_start.size(0), T = doc_start.size(1);
+  const int32_t* s = doc_start.data<int32_t>();
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t t = 0; t < T; t++) {
+      const int32_t x = s[b * T + t];
+      HLA_CHECK(x == t || (t > 0 && x == s[b * T + t - 1]), "attention: doc_start[", b, ", ", t, "] = ", x,
+                " is neither ", t, " (a document starts) nor the previous entry",
+                t > 0 ? " " + std::to_string(s[b * T + t - 1]) : std::string());
+    }
+}
+
 }  // namespace
 
-Var attention(const Var& q, const Var& k, const Var& v, double scale, int64_t window) {
+Tensor document_starts(const std::vector<int64_t>& cu_seqlens, int64_t B, int64_t T) {
+  HLA_CHECK(B >= 0 && T >= 0 && T <= INT32_MAX, "document_starts: bad batch shape (", B, ", ", T, ")");
+  HLA_CHECK(cu_seqlens.size() >= 2 && cu_seqlens.front() == 0 && cu_seqlens.back() == B * T,
+            "document_starts: cu_seqlens must run from 0 to B * T = ", B * T, ", got ", cu_seqlens.size(),
+            " entries", cu_seqlens.empty() ? std::string() : " from " + std::to_string(cu_seqlens.front()) + " to " +
+                                                               std::to_string(cu_seqlens.back()));
+  std::vector<int32_t> starts(B * T);
+  size_t next = 0;  // the first entry of cu_seqlens past the current token
+  int64_t doc = 0;  // the current document's first token (flat index)
+  for (int64_t i = 0; i < B * T; i++) {
+    while (next < cu_seqlens.size() && cu_seqlens[next] <= i) {
+      HLA_CHECK(next == 0 || cu_seqlens[next] >= cu_seqlens[next - 1], "document_starts: cu_seqlens[", next, "] = ",
+                cu_seqlens[next], " is below cu_seqlens[", next - 1, "] = ", cu_seqlens[next - 1]);
+      doc = cu_seqlens[next++];
+    }
+    HLA_CHECK(i % T != 0 || doc == i, "document_starts: row ", i / T, " starts at token ", i,
+              ", which is not in cu_seqlens (a document would span two rows)");
+    starts[i] = static_cast<int32_t>(doc - i / T * T);
+  }
+  return Tensor::from_i32(starts, {B, T});
+}
+
+Var attention(const Var& q, const Var& k, const Var& v, double scale, int64_t window, const Tensor& doc_start) {
   HLA_CHECK(q.dim() == 4, "attention: q must be (B, T, H, D), got ", q.value().str());
   HLA_CHECK(k.dim() == 4, "attention: k must be (B, T, Hkv, D), got ", k.value().str());
   HLA_CHECK(v.dim() == 4, "attention: v must be (B, T, Hkv, Dv), got ", v.value().str());
@@ -55,18 +94,29 @@ Var attention(const Var& q, const Var& k, const Var& v, double scale, int64_t wi
   check_operand(v.value(), q.value(), "attention", "v");
   HLA_CHECK(Hkv > 0 && H % Hkv == 0, "attention: query heads H = ", H, " must be a multiple of kv heads Hkv = ", Hkv);
   HLA_CHECK(window >= 0, "attention: window must be >= 0 (0 = full causal), got ", window);
+  if (doc_start.defined()) {
+    HLA_CHECK(doc_start.dtype() == DType::I32 && doc_start.dim() == 2 && doc_start.size(0) == B &&
+                  doc_start.size(1) == T && doc_start.device() == q.device(),
+              "attention: doc_start must be (B, T) = (", B, ", ", T, ") I32 on q's device, got ", doc_start.str());
+    check_doc_start(doc_start);
+  }
   const AttentionDims d{B, T, H, Hkv, D, Dv, scale, window, accum_dtype(q.value())};
+  // d with doc_start's data (the backward closure holds a copy of doc_start, keeping it alive)
+  auto with_documents = [](AttentionDims dims, const Tensor& starts) {
+    if (starts.defined()) dims.doc_start = starts.data<int32_t>();
+    return dims;
+  };
   const DType dt = q.dtype();
   const Device dev = q.device();
   Tensor qv = q.value(), kv = k.value(), vv = v.value();
   Tensor o = Tensor::empty({B, T, H, Dv}, dt, dev);           // o: (B, T, H, Dv)
   Tensor lse = Tensor::empty({B, H, T}, d.lse_dtype, dev);    // lse: (B, H, T)
-  attention_forward(o, lse, qv, kv, vv, d);
+  attention_forward(o, lse, qv, kv, vv, with_documents(d, doc_start));
   return record_op1(o, {q, k, v}, [=](const std::vector<Tensor>& g) {
     Tensor dq = Tensor::empty(qv.shape(), dt, dev);
     Tensor dk = Tensor::empty(kv.shape(), dt, dev);
     Tensor dv = Tensor::empty(vv.shape(), dt, dev);
-    attention_backward(dq, dk, dv, g[0], qv, kv, vv, o, lse, d);
+    attention_backward(dq, dk, dv, g[0], qv, kv, vv, o, lse, with_documents(d, doc_start));
     return std::vector<Tensor>{dq, dk, dv};
   }, "attention");
 }

@@ -12,6 +12,10 @@ struct AttentionDims {
   double scale;
   int64_t window;               // 0 = full causal; w > 0: query t sees keys t-w+1 .. t
   DType lse_dtype;              // lse: (B, H, T), fp32 on the GPU, the storage dtype on the CPU
+  // Packed documents (varlen): doc_start (B, T) I32 on the kernels' device, the row-relative
+  // index of the first token of t's document; query t sees no key before it. Null: one document
+  // a row. Each row's values must be a valid document split (document_starts, nn/ops/attention.h).
+  const int32_t* doc_start = nullptr;
 };
 
 }  // namespace hla

@@ -29,14 +29,19 @@ int64_t row(int64_t b, int64_t t, int64_t head, int64_t T, int64_t heads, int64_
   return ((b * T + t) * heads + head) * width;
 }
 
-// The first key query t may see: 0 when fully causal, t - window + 1 with a sliding window.
-int64_t first_key(int64_t t, int64_t window) { return window > 0 ? std::max<int64_t>(0, t - window + 1) : 0; }
+// The first key query t of row b may see: 0 when fully causal, t - window + 1 with a sliding
+// window, and never before the first token of t's document (packed documents).
+int64_t first_key(int64_t b, int64_t t, const AttentionDims& d) {
+  int64_t first = d.window > 0 ? std::max<int64_t>(0, t - d.window + 1) : 0;
+  if (d.doc_start) first = std::max<int64_t>(first, d.doc_start[b * d.T + t]);
+  return first;
+}
 
 }  // namespace
 
 template <class Real>
 void attention_forward(Real* o, Real* lse, const Real* q, const Real* k, const Real* v, const AttentionDims& d) {
-  const int64_t B = d.B, T = d.T, H = d.H, Hkv = d.Hkv, D = d.D, Dv = d.Dv, window = d.window;
+  const int64_t B = d.B, T = d.T, H = d.H, Hkv = d.Hkv, D = d.D, Dv = d.Dv;
   const int64_t group = H / Hkv;  // query heads per kv head
   const Real sc = static_cast<Real>(d.scale);
   parallel_for(B * H, [&](int64_t i) {  // (batch, query head) i = b * H + h writes its own rows
@@ -45,7 +50,7 @@ void attention_forward(Real* o, Real* lse, const Real* q, const Real* k, const R
     std::vector<Real> s(T);       // s: (T) scores of one query row
     for (int64_t t = 0; t < T; t++) {
       ConstVecMap<Real> q_t(q + row(b, t, h, T, H, D), D);  // q_t: (D)
-      const int64_t lo = first_key(t, window);
+      const int64_t lo = first_key(b, t, d);
       // pass 1: s[tau] = scale * q_t . k_tau for allowed tau, and the row max
       Real s_max = -std::numeric_limits<Real>::infinity();
       for (int64_t tau = lo; tau <= t; tau++) {
@@ -69,7 +74,7 @@ void attention_forward(Real* o, Real* lse, const Real* q, const Real* k, const R
 template <class Real>
 void attention_backward(Real* dq, Real* dk, Real* dv, const Real* dout, const Real* q, const Real* k, const Real* v,
                         const Real* o, const Real* lse, const AttentionDims& d) {
-  const int64_t B = d.B, T = d.T, H = d.H, Hkv = d.Hkv, D = d.D, Dv = d.Dv, window = d.window;
+  const int64_t B = d.B, T = d.T, H = d.H, Hkv = d.Hkv, D = d.D, Dv = d.Dv;
   const int64_t group = H / Hkv;
   const Real sc = static_cast<Real>(d.scale);
   std::fill(dk, dk + B * T * Hkv * D, Real(0));  // dk, dv collect every query row of their group
@@ -87,7 +92,7 @@ void attention_backward(Real* dq, Real* dk, Real* dv, const Real* dout, const Re
         dq_t.setZero();
         const Real lse_t = lse[(b * H + h) * T + t];
         const Real delta = do_t.dot(o_t);  // Delta_t = do_t . o_t = sum_tau P[t, tau] dP[t, tau]
-        for (int64_t tau = first_key(t, window); tau <= t; tau++) {
+        for (int64_t tau = first_key(b, t, d); tau <= t; tau++) {
           ConstVecMap<Real> k_tau(k + row(b, tau, m, T, Hkv, D), D);
           ConstVecMap<Real> v_tau(v + row(b, tau, m, T, Hkv, Dv), Dv);
           VecMap<Real> dk_tau(dk + row(b, tau, m, T, Hkv, D), D);

@@ -6,7 +6,8 @@
 // (5, 64, 100, 129, 200, 257, 300), grouped kv heads and sliding windows (2, 20: shorter than a
 // key tile, 70: longer, 47: the distance between corners of some warps' tiles, so a wrong "no
 // mask needed" shows), scores of std 2 and 8 (the forward's running max lags the true one by
-// up to 2^8 and moves many times along a row at 8);
+// up to 2^8 and moves many times along a row at 8); packed documents (varlen: one-token
+// documents, boundaries on and off the tile edges, with and without a window);
 // some cases again with cp.async copies landing at issue and warps run one after another (the
 // emulator's other extreme of copy and warp timing: a buffer overwritten before its readers are
 // done shows there); then the fp32 path (fma kernels) at one shape.
@@ -60,15 +61,32 @@ static Err compare(const Got& got, const std::vector<double>& ref) {
   return e;
 }
 
+// doc_start (B, T) of rows split into documents of the given lengths (each row's sum to T).
+static std::vector<int32_t> doc_starts(const std::vector<std::vector<int>>& lengths, int64_t T) {
+  std::vector<int32_t> starts;
+  for (const auto& row : lengths) {
+    int first = 0;
+    for (int n : row) {
+      starts.insert(starts.end(), n, first);
+      first += n;
+    }
+    if (first != T) std::abort();
+  }
+  return starts;
+}
+
+// docs: each row's document lengths (packed documents), or empty: one document a row.
 static void attention_case(DType dtype, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D, int64_t window,
-                           uint64_t seed, double q_std = 2.0) {
+                           uint64_t seed, double q_std = 2.0, const std::vector<std::vector<int>>& docs = {}) {
   std::mt19937_64 rng(seed);
   // q of std 2 gives scores of std ~2 at scale 1 / sqrt(D): peaked rows, so the online max moves;
   // std 8 gives scores of std ~8 (~11.5 in log2 units), so the forward's max, which moves only
   // when passed by 2^8, moves many times along a row and lags in between.
   const Input q(B * T * H * D, rng, q_std), k(B * T * Hkv * D, rng, 1.0), v(B * T * Hkv * D, rng, 1.0),
       dout(B * T * H * D, rng, 1.0);
-  const AttentionDims d{B, T, H, Hkv, D, D, 1.0 / std::sqrt(double(D)), window, DType::F32};
+  AttentionDims d{B, T, H, Hkv, D, D, 1.0 / std::sqrt(double(D)), window, DType::F32};
+  const std::vector<int32_t> starts = docs.empty() ? std::vector<int32_t>() : doc_starts(docs, T);
+  if (!docs.empty()) d.doc_start = starts.data();
   Output o(B * T * H * D, dtype), dq(B * T * H * D, dtype), dk(B * T * Hkv * D, dtype), dv(B * T * Hkv * D, dtype);
   std::vector<float> lse(B * H * T);
   cuda::attention_forward(o.data(), lse.data(), q.data(dtype), k.data(dtype), v.data(dtype), d, dtype);
@@ -80,10 +98,15 @@ static void attention_case(DType dtype, int64_t B, int64_t T, int64_t H, int64_t
   cpu::attention_backward(dq_ref.data(), dk_ref.data(), dv_ref.data(), dout.ref.data(), q.ref.data(), k.ref.data(),
                           v.ref.data(), o_ref.data(), lse_ref.data(), d);
 
-  char label[160];
-  std::snprintf(label, sizeof label, "%s%s %s B%ld T%ld H%ld Hkv%ld D%ld window %ld q_std %g",
+  std::string doc_label;
+  for (const auto& row : docs) {
+    doc_label += doc_label.empty() ? " docs " : " | ";
+    for (size_t i = 0; i < row.size(); i++) doc_label += (i ? "," : "") + std::to_string(row[i]);
+  }
+  char label[240];
+  std::snprintf(label, sizeof label, "%s%s %s B%ld T%ld H%ld Hkv%ld D%ld window %ld q_std %g%s",
                 emu::cp_async_lands_at_issue ? "early " : "", cuda::attention_kernel(D, D, dtype), dtype_name(dtype),
-                long(B), long(T), long(H), long(Hkv), long(D), long(window), q_std);
+                long(B), long(T), long(H), long(Hkv), long(D), long(window), q_std, doc_label.c_str());
   const bool bf = dtype == DType::BF16;
   const double out_tol = bf ? 5e-3 : 1e-5, grad_tol = bf ? 1e-2 : 1e-5;
   report(label, "o", compare(o, o_ref), out_tol);
@@ -105,16 +128,25 @@ int main(int argc, char** argv) {
     attention_case(DType::BF16, 1, 129, 2, 2, D, 2, 3 + D);    // two keys a query; a block of 1 query
     attention_case(DType::BF16, 3, 5, 2, 1, D, 0, 4 + D);      // 5 tokens: 3 of the 4 forward warps idle
     attention_case(DType::BF16, 1, 300, 2, 1, D, 0, 8 + D, 8.0);  // peaked rows: the lagging max
+    // packed documents: one-token documents, boundaries on a tile edge (64) and inside tiles,
+    // a document longer than a forward block; GQA 2 -> 1 so the dK/dV steps cross heads
+    attention_case(DType::BF16, 2, 300, 2, 1, D, 0, 9 + D, 2.0, {{1, 63, 64, 100, 72}, {150, 1, 1, 148}});
+    attention_case(DType::BF16, 1, 200, 2, 2, D, 20, 10 + D, 2.0, {{50, 3, 147}});  // and a window
   }
   if (which == "all" || which == "early") {  // cp.async copies landing at issue, warps one after another
     emu::cp_async_lands_at_issue = true;
     for (int64_t D : {64, 128}) {
       attention_case(DType::BF16, 1, 300, 4, 1, D, 0, 5 + D);   // GQA 4 -> 1: the dK/dV steps cross heads
       attention_case(DType::BF16, 1, 257, 2, 2, D, 70, 6 + D);
+      attention_case(DType::BF16, 1, 257, 4, 1, D, 0, 11 + D, 2.0, {{30, 1, 130, 96}});
     }
     emu::cp_async_lands_at_issue = false;
   }
-  if (which == "all" || which == "fma") attention_case(DType::F32, 1, 70, 2, 1, 64, 30, 3);
+  if (which == "all" || which == "fma") {
+    attention_case(DType::F32, 1, 70, 2, 1, 64, 30, 3);
+    attention_case(DType::F32, 2, 70, 2, 1, 64, 0, 12, 2.0, {{10, 1, 59}, {33, 37}});
+    attention_case(DType::F32, 1, 70, 2, 2, 64, 30, 13, 2.0, {{40, 30}});
+  }
   std::printf(g_fail ? "SOME FAILED\n" : "ALL OK\n");
   return g_fail;
 }
