@@ -56,6 +56,13 @@
 //     4g  dEhat = A^T dW, dE = exp(G) dEhat + P2 K -> dk += beta dE, dbeta = k . dE    (mma)
 //     4h  dQ += Ps K,  dK += Ps^T Q + (diag(beta) P2)^T K                              (mma)
 //     4i  dG per token (row sums, pair rowsum - colsum, last-token terms), reverse cumsum -> dg
+//   Vector gate: 4c and 4e keep Ps and P2 without their decays (bf16 tiles, the 16 x 16 diagonal
+//   blocks also in fp32), and 4g's P2 K and 4h's products run in add_decayed_pairs: the pairs of
+//   different 16-token sub-blocks as ldmatrix + mma on K and Q staged once, each token decayed
+//   inside its own sub-block to a sub-block boundary (exponents <= 0), the running sum carried
+//   across the boundaries in fp32; the pairs inside a 16 x 16 diagonal block in fp32 by Horner's
+//   rule over the per-token decays exp(G_{t+1} - G_t), staged once: no exponential a pair. dG
+//   comes from 4.10's identity per channel instead of 4i's pair terms.
 //   dq, dk go out in bf16 from 4h when every key head has one value head (HV == H); else per
 //   value head in fp32, then summed over the value heads of a group (recurrence::group_sum).
 //   h[n], dh[n] are kept in fp32: bf16 snapshots would put 2^-9 relative errors on dW, dQ and
@@ -70,6 +77,11 @@
 // sides are fp32), which keeps ~16 mantissa bits: the chunked result then differs from fp32
 // math by far less than the bf16 rounding of the outputs. The per-row gate factors are folded
 // into whichever operand is already fp32, so that k, q, v stay bf16-exact.
+// A vector gate's pair products in pass 4 round the decayed K and Q and the pair weights Ps, P2
+// to bf16 once where the two tokens are in different 16-token sub-blocks (as 1b's decayed K),
+// and sum the pairs inside a sub-block in fp32, their decays multiplied token by token (at most
+// 16 factors, ~1e-6 relative). On the emulator KDA's worst gradient relative RMS: dq 3.1e-3,
+// dk 2.8e-3, dg 4.3e-3, db 2.8e-3 (before they were staged: 3.1e-3, 2.8e-3, 4.5e-3, 3.4e-3).
 // Workspace W, U, Aqk in fp32: the scan forms Vnew = U - W h, a difference of two similar
 // terms; bf16 W/U would put 2^-9 relative errors on each term before that cancellation (and on
 // every later state), a large part of the 5e-3 output budget. The price is 2x their traffic
@@ -94,16 +106,18 @@
 //   128         78.0 / 86.0 / 102.0 KB         108.3 KB              216.6 / 168.6 KB
 //   256         110.0 / 118.0 / 134.0 KB       190.3 KB              200.6 KB
 //   vector gate (the C x dk G tile, +16.8 KB at dk = 64, +32.8 KB at dk = 128; local backward
-//   in 32-column value slices at every dv):
-//   64          78.8 / 86.8 / 102.8 KB         84.0 KB               165.9 KB
-//   128         110.8 / 118.8 / 134.8 KB       141.0 KB (one CTA/SM) 204.1 KB
+//   in 32-column value slices at every dv, +12.8 KB for the fp32 diagonal blocks of its pairs:
+//   the decayed K, Q tiles and the decays take places its phase C does not use):
+//   64          78.8 / 86.8 / 102.8 KB         84.0 KB               178.6 KB
+//   128         110.8 / 118.8 / 134.8 KB       141.0 KB (one CTA/SM) 216.9 KB
 //   (local backward before its staged tiles: 159.1 / 135.1, 209.1 / 153.1, 185.1; vector gate
-//   153.4, 188.6 KB: one CTA an SM either way)
+//   153.4, 188.6 KB, and 165.9, 204.1 KB before its staged pair products: one CTA an SM either way)
 // Registers a thread (ptxas, nvcc 13.0, sm_90; every dv): prepare 59-128, scan 125 / 125 / 127
 // and reverse scan 122 / 128 / 128 at dk = 64 / 128 / 256 (launch bounds of two CTAs: at most
 // 128), local backward 154-255 (212-255 at dk >= 128; before the staged tiles 158-255); vector
-// gate: prepare 79-102, scan and reverse scan 124 / 128 at dk = 64 / 128, local backward 144 /
-// 194-196 (was 195 / 254); no spills.
+// gate: prepare 79-102, scan and reverse scan 124 / 128 at dk = 64 / 128, local backward 230 /
+// 200-201 (144 / 194-196 before its staged pair products, 195 / 254 before the staged tiles;
+// one CTA an SM at any of these); no spills.
 //
 // The local backward (pass 4) splits only the states h[n], dh[n] (kept in fp32 for precision,
 // see above: phase A's partners) and the A chain (X = dA A^T, dL = -A^T X, dEhat = A^T dW;
@@ -131,9 +145,11 @@
 // (stage_f32_rows); A split once; Ps, P2, diag(beta) P2, dA and X rounded or split as they
 // leave the accumulators; each 16 x 16 fragment is then one ldmatrix. The gate pair terms' row
 // and column sums come from the accumulators (add_row_sums, add_col_sums), not from a 64-step
-// loop of 64 threads over a shared tile. The vector gate's pair
-// products (add_decayed_pairs: per-channel exponentials, a 16 x 16 diagonal block element by
-// element) still gather; they are KDA's part of this kernel left to stage.
+// loop of 64 threads over a shared tile. The vector gate's pair products (add_decayed_pairs)
+// gathered their operands a little longer, an exponential for each element, and summed the 16 x
+// 16 diagonal blocks with an exponential a pair: 8.18 ms of KDA's 13.45 ms fwd+bwd at B4 T4096
+// H16 D128 on an H200 at a485f34, where the scalar gate's kernel takes 1.52 ms. Now they read
+// staged tiles too (see "Vector gate" under pass 4); not yet measured on a GPU.
 #include "cuda/delta_rule_chunk.cuh"
 
 #include <cuda_bf16.h>
@@ -642,14 +658,18 @@ struct LocalSmem {
   static constexpr int kLdS = VS + 8;              // bf16 row stride of a slice
   static constexpr int kLdKB = KB + 4, kLdKBb = KB + 8;  // row strides of a dW block, fp32 and bf16
   static constexpr int kLdA = C + 8;               // bf16 row stride of C-wide tiles (A, Ps, P2)
+  static constexpr int kLdD = 16 + 1;              // fp32 row stride of a vector gate's 16 x 16 diagonal pair blocks
   // The region after the slices holds, phase by phase: the hi and lo tiles of the h and dh blocks
   // (A), then the bf16 dW block (and a vector gate's K exp(G) block) for dW K^T (end of A); pair
-  // and the hi and lo tiles of M (B); the hi and lo tiles of a dW block, then a vector gate's fp32 dG block (C).
-  static constexpr int kStates = 4 * KB * kLdS / 2, kPairs = C * kLdC + C * kLdA, kDG = VG ? C * kLdKB : 0;
+  // and the hi and lo tiles of M (B); the hi and lo tiles of a dW block, then a vector gate's
+  // step and sub-block decays (C).
+  static constexpr int kStates = 4 * KB * kLdS / 2, kPairs = C * kLdC + C * kLdA;
+  static constexpr int kDecays = VG ? C * kLdKB + (C / 16 - 1) * KB : 0;
   static constexpr int kDW = 2 * C * kLdKBb / 2;  // in floats
-  static constexpr int kRegion = std::max(std::max(kStates, kPairs), std::max(kDW, kDG));
-  float *A, *Ps, *P2;  // (C, kLdC): (I + L)^{-1};  dAqk exp(G_t - G_s);  dL exp(G_t - G_s)
-  // Ps, diag(beta) P2 and P2 as bf16 (C, kLdA) tiles, in Ps's and P2's place (scalar gate)
+  static constexpr int kRegion = std::max(std::max(kStates, kPairs), std::max(kDW, kDecays));
+  float* A;            // (C, kLdC): (I + L)^{-1} as loaded, split into A_hi and A_lo at once
+  // Ps = dAqk exp(G_t - G_s), diag(beta) P2 and P2 = dL exp(G_t - G_s) as bf16 (C, kLdA) tiles
+  // (a vector gate's without their decays), in the room of two (C, kLdC) fp32 tiles after A
   bf16 *Ps_b, *betaP2_b, *P2_b;
   float *G, *beta, *wv, *expG, *kdecay, *colw, *dG, *kgp;  // (C)
   float *rowG, *rowKg, *rowB, *rowW, *rowPair;  // (2, C) per-row partial sums (WarpTile::add_row_sums)
@@ -661,35 +681,47 @@ struct LocalSmem {
   float* pair;         // (C, kLdC): Aqk, for the gate pair terms dAqk (.) Aqk          (B)
   bf16 *M_hi, *M_lo;   // (C, kLdA): dA, then X, split                                   (B)
   bf16 *dW_hi, *dW_lo;  // (C, kLdKBb): a key block of dW, split                         (C)
-  float* dGv;          // (C, kLdKB): a vector gate's dG block                           (C)
+  float* estep;        // (C, kLdKB): a vector gate's exp(G_{t+1} - G_t), 0 at t = C - 1  (C)
+  float* block_decay;  // (C / 16 - 1, KB): exp(G_{16 (i+1)} - G_{16 i}), sub-block i    (C)
   bf16 *q, *k;         // (C, kLdK)
   bf16 *dov, *vv;      // (C, kLdS): a value slice of dO and of V
   bf16 *vnew, *dvnew;  // (C, kLdS): a value slice of Vnew and of dVnew, rounded to bf16
   bf16 *A_hi, *A_lo;   // (C, kLdA): A split into bf16 halves (dY = A^T dU takes A_hi alone)
-  // vector gate only (no room taken otherwise):
+  // vector gate only (no room taken otherwise; it has one key block, KB = DK):
   float* Gv;           // (C, kLdG) G[t][d]
+  float* dGv;          // (C, kLdKB = kLdG): the dG block, in Gv's place once phase C has staged the decays
   float* colKg;        // (DK / KB, 4, KB) per-column partial sums k_s . dKg_s (WarpTile::add_col_sums)
-  float* hdhv;         // (DK) rowsum(h[n] (.) dh[n]) per key channel
-  static constexpr size_t vector_floats() { return VG ? size_t(C) * kLdG + 5 * DK : 0; }
+  float* hdhv;         // (DK) rowsum(h[n] (.) dh[n]) per key channel (phase C: times exp(G_last))
+  float *Ps_d, *P2_d, *betaP2_d;  // (C, kLdD): the 16 x 16 diagonal blocks of Ps, P2, diag(beta) P2 in fp32
+  // (C, kLdKBb) the decayed operands of phase C's pair products (add_decayed_pairs), in places
+  // phase C does not use: K exp(G_{16 (i+1)} - G) in A's fp32 tile (A is used as A_hi, A_lo), Q and
+  // K exp(G - G_{16 i}) in the value slices and in A_hi, A_lo (after dEhat = A^T dW)
+  bf16 *kn, *qt, *kt;
+  static_assert(!VG || (KB == DK && 2 * kLdKBb <= 4 * kLdC && kLdKBb <= 4 * kLdS && kLdKBb <= 2 * kLdA),
+                "a vector gate's decayed operands fit the places they take");
+  static constexpr size_t vector_floats() { return VG ? size_t(C) * kLdG + 5 * DK + 3 * C * kLdD : 0; }
   static constexpr size_t floats() { return size_t(3) * C * kLdC + 22 * C + 32 + kRegion; }
   static constexpr size_t bytes() {
     return sizeof(float) * (floats() + vector_floats()) + sizeof(bf16) * C * (2 * kLdK + 4 * kLdS + 2 * kLdA);
   }
   __device__ explicit LocalSmem(void* p) {
-    A = static_cast<float*>(p), Ps = A + C * kLdC, P2 = Ps + C * kLdC;
-    static_assert(3 * C * kLdA <= 2 * 2 * C * kLdC, "three bf16 tiles in Ps's and P2's place");
-    Ps_b = reinterpret_cast<bf16*>(Ps), betaP2_b = Ps_b + C * kLdA, P2_b = betaP2_b + C * kLdA;
-    G = P2 + C * kLdC, beta = G + C, wv = beta + C, expG = wv + C, kdecay = expG + C, colw = kdecay + C;
+    A = static_cast<float*>(p);
+    static_assert(3 * C * kLdA <= 2 * 2 * C * kLdC, "three bf16 tiles in the room of two fp32 ones");
+    Ps_b = reinterpret_cast<bf16*>(A + C * kLdC), betaP2_b = Ps_b + C * kLdA, P2_b = betaP2_b + C * kLdA;
+    G = A + 3 * C * kLdC, beta = G + C, wv = beta + C, expG = wv + C, kdecay = expG + C, colw = kdecay + C;
     dG = colw + C, kgp = dG + C;
     rowG = kgp + C, rowKg = rowG + 2 * C, rowB = rowKg + 2 * C, rowW = rowB + 2 * C;
     rowPair = rowW + 2 * C, colPair = rowPair + 2 * C, red = colPair + 4 * C;
     region = red + 32;
     h_hi = reinterpret_cast<bf16*>(region), h_lo = h_hi + KB * kLdS, dh_hi = h_lo + KB * kLdS, dh_lo = dh_hi + KB * kLdS;
     dWb = reinterpret_cast<bf16*>(region), kexp = dWb + C * kLdKBb;
-    pair = region, M_hi = reinterpret_cast<bf16*>(pair + C * kLdC), M_lo = M_hi + C * kLdA, dW_hi = dWb, dW_lo = dW_hi + C * kLdKBb, dGv = region;
+    pair = region, M_hi = reinterpret_cast<bf16*>(pair + C * kLdC), M_lo = M_hi + C * kLdA, dW_hi = dWb, dW_lo = dW_hi + C * kLdKBb;
+    estep = region, block_decay = estep + C * kLdKB;
     q = reinterpret_cast<bf16*>(region + kRegion), k = q + C * kLdK, dov = k + C * kLdK, vv = dov + C * kLdS;
     vnew = vv + C * kLdS, dvnew = vnew + C * kLdS, A_hi = dvnew + C * kLdS, A_lo = A_hi + C * kLdA;
-    Gv = reinterpret_cast<float*>(A_lo + C * kLdA), colKg = Gv + C * kLdG, hdhv = colKg + 4 * DK;
+    Gv = reinterpret_cast<float*>(A_lo + C * kLdA), dGv = Gv, colKg = Gv + C * kLdG, hdhv = colKg + 4 * DK;
+    Ps_d = hdhv + DK, P2_d = Ps_d + C * kLdD, betaP2_d = P2_d + C * kLdD;
+    kn = reinterpret_cast<bf16*>(A), qt = dov, kt = A_hi;
   }
 };
 
@@ -726,36 +758,112 @@ __device__ __forceinline__ void stage_f32_rows(bf16* hi, bf16* lo, const float* 
   }
 }
 
-// A vector gate's decayed pair products for key channels d0 .. d0 + KB - 1 (4.4; G a (C, ldg)
-// tile of G[t][d]): out(t, d) += sum_{s <= t} P(t, s) exp(G_t[d] - G_s[d]) X(s, d), or, with
-// TRANSPOSED, out(s, d) += sum_{t >= s} P(t, s) exp(G_t[d] - G_s[d]) X(t, d) (P is zero on the
-// pairs it excludes). A warp's 16 rows of out are one sub-block of 16 tokens: the other
-// sub-blocks' pairs come from one mma against a reference row ref of the sub-block (its first
-// row, or its last with TRANSPOSED), X entering as X exp(G_s - G_ref) or X exp(G_t - G_ref) and
-// the rows scaled after it by the complement (every exponent <= 0); the pairs inside the 16 x 16
-// diagonal block are summed element by element.
-template <bool TRANSPOSED, int KB, class FP, class FX>
-__device__ __forceinline__ void add_decayed_pairs(WarpTile<C, KB>& out, const float* G, int ldg, int d0, const FP& P,
-                                                  const FX& X) {
-  WarpTile<C, KB> part;
-  const int ref = TRANSPOSED ? part.row0 + 15 : part.row0;
-  auto g = [&](int t, int d) { return G[t * ldg + d0 + d]; };
-  if constexpr (TRANSPOSED) {
-    part.template mma<C, false, false>([&](int s, int t) { return P(t, s); },
-                                     [&](int t, int d) { return t > ref ? X(t, d) * expf(g(t, d) - g(ref, d)) : 0.f; });
-  } else {
-    part.template mma<C, false, false>([&](int t, int s) { return P(t, s); },
-                                     [&](int s, int d) { return s < ref ? X(s, d) * expf(g(ref, d) - g(s, d)) : 0.f; });
+// The bf16 pair tile[i], tile[i + 1] (i even) as floats (a bf16 is the top half of its float).
+__device__ __forceinline__ float2 bf16_pair(const bf16* tile, int i) {
+  const uint32_t w = *reinterpret_cast<const uint32_t*>(tile + i);
+  return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
+}
+
+// One term of a vector gate's pair products (add_decayed_pairs): the C x C pair weights P (zero
+// where there is no pair) rounded to bf16 (its sub-blocks off the diagonal are read) and its
+// 16 x 16 diagonal blocks in fp32 (P(t, s) at t * kLdD + s % 16); the C x KB operand X decayed
+// inside its 16-token sub-blocks (see add_decayed_pairs) and X as it is (q or k).
+struct DecayedTerm {
+  const bf16* p;          // (C, kLdA)
+  const float* p_diag;    // (C, kLdD)
+  const bf16* x_decayed;  // (C, kLdKBb)
+  const bf16* x;          // (C, kLdK = kLdKBb)
+};
+
+// A vector gate's pair products (4.4; KB = DK, its one key block), summed over N terms (P, X):
+//   out(t, d) += sum_{s <= t} P(t, s) exp(G_t[d] - G_s[d]) X(s, d), or with TRANSPOSED
+//   out(s, d) += sum_{t >= s} P(t, s) exp(G_t[d] - G_s[d]) X(t, d).
+// A warp's 16 rows of out are one sub-block i of 16 tokens; every exponent is <= 0, so no gate
+// overflows whatever its size. A running sum per (row, channel), by the staged tiles of the
+// kernel's phase C (x_decayed, estep, block_decay):
+//   1. the other sub-blocks j, farthest first, one mma each (ldmatrix): X enters decayed inside
+//      its sub-block to the boundary on i's side (X_s exp(G_{16 (j+1)} - G_s), or TRANSPOSED
+//      X_t exp(G_t - G_{16 j})), rounded to bf16 once; the sum crosses each boundary between
+//      sub-blocks in fp32 by exp(G_{16 (j+1)} - G_{16 j}) (block_decay), arriving at i's boundary
+//      (token 16 i, or TRANSPOSED 16 (i + 1));
+//   2. i's 16 x 16 diagonal block exactly in fp32, token u by token away from that boundary by
+//      Horner's rule: sum = sum exp(G_u - G_{u - 1}) + P X at u (TRANSPOSED: exp(G_{u + 1} - G_u),
+//      estep), which also carries 1's sum to the row's own token: no exponential is taken here.
+template <class Smem, bool TRANSPOSED, int N>
+__device__ __forceinline__ void add_decayed_pairs(WarpTile<C, Smem::KB>& out, const DecayedTerm (&terms)[N],
+                                                  const float* estep, const float* block_decay) {
+  constexpr int KB = Smem::KB, kLdA = Smem::kLdA, kLdX = Smem::kLdKBb, kLdE = Smem::kLdKB, kLdD = Smem::kLdD;
+  using chunk_mma::Padded;
+  WarpTile<C, KB> sum;
+  const int i = sum.row0 / 16, last = C / 16 - 1;
+  for (int step = 0; step < (TRANSPOSED ? last - i : i); step++) {  // 1.
+    const int j = TRANSPOSED ? last - step : step;
+    if (step > 0) sum.each([&](int, int d, float& x, int) { x *= block_decay[j * KB + d]; });
+#pragma unroll
+    for (int n = 0; n < N; n++)
+      chunk_mma::mma_staged(sum, Padded<kLdA, TRANSPOSED>{terms[n].p}, Padded<kLdX, false>{terms[n].x_decayed}, 16 * j,
+                            16 * j + 16);
   }
-  out.each([&](int r, int d, float& x, int slot) {
-    float sum = part.at(slot) * expf(TRANSPOSED ? g(ref, d) - g(r, d) : g(r, d) - g(ref, d));
-    if constexpr (TRANSPOSED) {
-      for (int t = r; t <= ref; t++) sum += P(t, r) * expf(g(t, d) - g(r, d)) * X(t, d);
-    } else {
-      for (int s = ref; s <= r; s++) sum += P(r, s) * expf(g(r, d) - g(s, d)) * X(s, d);
+#pragma unroll
+  for (int step = 0; step < 16; step++) {  // 2.
+    const int u = TRANSPOSED ? 15 - step : step, tok = sum.row0 + u;
+    float p[2][N];  // P at (this thread's rows g, g + 8, token u), or TRANSPOSED (token u, its rows)
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+      for (int n = 0; n < N; n++)
+        p[h][n] = TRANSPOSED ? terms[n].p_diag[tok * kLdD + sum.g + 8 * h]
+                             : terms[n].p_diag[(sum.row0 + sum.g + 8 * h) * kLdD + u];
+#pragma unroll
+    for (int nt = 0; nt < sum.NT; nt++) {
+      const int d = sum.col0 + nt * 8 + 2 * sum.t;  // this thread's channels d, d + 1
+      const float2 decay = !TRANSPOSED && step == 0 ? make_float2(1.f, 1.f)
+                                                     : *reinterpret_cast<const float2*>(estep + (TRANSPOSED ? tok : tok - 1) * kLdE + d);
+      float2 x[N];
+#pragma unroll
+      for (int n = 0; n < N; n++) x[n] = bf16_pair(terms[n].x, tok * kLdX + d);
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        const int row = sum.g + 8 * h;  // in the sub-block; P is zero past the row's pairs, the decays must stop there
+        if (TRANSPOSED ? u < row : u > row) continue;
+        float s0 = sum.acc[nt][2 * h] * decay.x, s1 = sum.acc[nt][2 * h + 1] * decay.y;
+#pragma unroll
+        for (int n = 0; n < N; n++) s0 += p[h][n] * x[n].x, s1 += p[h][n] * x[n].y;
+        sum.acc[nt][2 * h] = s0, sum.acc[nt][2 * h + 1] = s1;
+      }
     }
-    x += sum;
-  });
+  }
+  out.each([&](int, int, float& x, int slot) { x += sum.at(slot); });
+}
+
+// A vector gate's decays for add_decayed_pairs, per channel d from the G tile (every exponent
+// <= 0), for a token t of sub-block i: kn = k_t exp(G_{16 (i+1)} - G_t) (the last sub-block's rows
+// are never read: zeros), qt, kt = (q_t, k_t) exp(G_t - G_{16 i}), rounded to bf16 once;
+// estep[t] = exp(G_{t+1} - G_t) (0 at t = C - 1); block_decay[i] = exp(G_{16 (i+1)} - G_{16 i});
+// and hdhv times exp(G_last), for the last token's dG.
+template <class Smem>
+__device__ __forceinline__ void stage_pair_decays(const Smem& sm) {
+  constexpr int KB = Smem::KB, kLdG = Smem::kLdG, kLdK = Smem::kLdK, kLdX = Smem::kLdKBb, kLdE = Smem::kLdKB;
+  auto g = [&](int t, int d) { return sm.Gv[t * kLdG + d]; };
+  for (int i = threadIdx.x; i < C * KB / 2; i += kThreads) {  // channel pairs d, d + 1
+    const int t = i / (KB / 2), d = (i % (KB / 2)) * 2, first = t / 16 * 16, next = first + 16;
+    auto decay = [&](int from, int to) {  // exp(G_to - G_from) for the pair, from <= to
+      const float2 g_from = *reinterpret_cast<const float2*>(sm.Gv + from * kLdG + d);
+      const float2 g_to = *reinterpret_cast<const float2*>(sm.Gv + to * kLdG + d);
+      return make_float2(expf(g_to.x - g_from.x), expf(g_to.y - g_from.y));
+    };
+    const float2 k = bf16_pair(sm.k, t * kLdK + d), q = bf16_pair(sm.q, t * kLdK + d);
+    const float2 to_next = next < C ? decay(t, next) : make_float2(0.f, 0.f), from_first = decay(first, t);
+    *reinterpret_cast<uint32_t*>(sm.kn + t * kLdX + d) = pack_bf16(k.x * to_next.x, k.y * to_next.y);
+    *reinterpret_cast<uint32_t*>(sm.qt + t * kLdX + d) = pack_bf16(q.x * from_first.x, q.y * from_first.y);
+    *reinterpret_cast<uint32_t*>(sm.kt + t * kLdX + d) = pack_bf16(k.x * from_first.x, k.y * from_first.y);
+    *reinterpret_cast<float2*>(sm.estep + t * kLdE + d) = t + 1 < C ? decay(t, t + 1) : make_float2(0.f, 0.f);
+  }
+  for (int i = threadIdx.x; i < (C / 16 - 1) * KB; i += kThreads) {
+    const int b = i / KB, d = i % KB;
+    sm.block_decay[i] = expf(g(16 * b + 16, d) - g(16 * b, d));
+  }
+  for (int d = threadIdx.x; d < KB; d += kThreads) sm.hdhv[d] *= expf(g(C - 1, d));
 }
 
 template <int DK, int DV, bool VG>
@@ -764,7 +872,7 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   using Smem = LocalSmem<DK, DV, VG>;
   const Smem sm(smem_raw);
   constexpr int KB = Smem::KB, VS = Smem::VS, kLdK = Smem::kLdK, kLdS = Smem::kLdS;
-  constexpr int kLdKB = Smem::kLdKB, kLdKBb = Smem::kLdKBb, kLdA = Smem::kLdA, kLdG = Smem::kLdG;
+  constexpr int kLdKB = Smem::kLdKB, kLdKBb = Smem::kLdKBb, kLdA = Smem::kLdA, kLdG = Smem::kLdG, kLdD = Smem::kLdD;
   using chunk_mma::mma_staged;
   using chunk_mma::Padded;
   const int chunk = blockIdx.x, j = blockIdx.y, bi = blockIdx.z, hq = j / (a.HV / a.H);
@@ -914,10 +1022,16 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     sm.M_hi[r * kLdA + s] = hi, sm.M_lo[r * kLdA + s] = __float2bfloat16_rn(x - bf(hi));
   };
   const Padded<kLdA, false> M_hi{sm.M_hi}, M_lo{sm.M_lo};
+  //   Vector gate: Ps and P2 without their decays (phase C, add_decayed_pairs), the 16 x 16
+  //   diagonal blocks also in fp32.
+  auto store_pairs = [&](bf16* tile, float* diag, int r, int s, float p) {
+    tile[r * kLdA + s] = __float2bfloat16_rn(p);
+    if (r / 16 == s / 16) diag[r * kLdD + s % 16] = p;
+  };
   //   (pair is held in da's registers from here on.)
   da.each([&](int r, int s, float& x, int slot) {
     const bool on = s <= r;
-    if constexpr (VG) sm.Ps[r * kLdC + s] = on ? a.scale * x : 0.f;  // decays later
+    if constexpr (VG) store_pairs(sm.Ps_b, sm.Ps_d, r, s, on ? a.scale * x : 0.f);
     else sm.Ps_b[r * kLdA + s] = __float2bfloat16_rn(on ? a.scale * x * expf(sm.G[r] - sm.G[s]) : 0.f);
     store_m(r, s, uy.at(slot) * sm.wv[s] + wk.at(slot) * sm.colw[s]);
     x = on ? x * sm.pair[r * kLdC + s] : 0.f;
@@ -933,10 +1047,14 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   __syncthreads();
   //   L[t,s] = beta_t (k_t . k_s) exp(G_t - G_s)  ->  P2 = dL exp(G_t - G_s) (for dE, dK),
   //   pair += dL (.) L (for dG).
-  if constexpr (VG) {  // P2 = dL (decays later), dG from 4.10's identity in phase C
+  if constexpr (VG) {  // P2 = dL (decays in phase C), dG from 4.10's identity in phase C
     WarpTile<C, C> dl;
     mma_staged(dl, A_hi_t, M_hi, 0, C), mma_staged(dl, A_hi_t, M_lo, 0, C), mma_staged(dl, A_lo_t, M_hi, 0, C);
-    dl.each([&](int r, int s, float x, int) { sm.P2[r * kLdC + s] = s < r ? -x : 0.f; });
+    dl.each([&](int r, int s, float x, int) {
+      const float p = s < r ? -x : 0.f;
+      store_pairs(sm.P2_b, sm.P2_d, r, s, p);
+      store_pairs(sm.betaP2_b, sm.betaP2_d, r, s, sm.beta[r] * p);
+    });
   } else {
     WarpTile<C, C> dl, kk;
     mma_staged(dl, A_hi_t, M_hi, 0, C), mma_staged(dl, A_hi_t, M_lo, 0, C), mma_staged(dl, A_lo_t, M_hi, 0, C);
@@ -955,9 +1073,10 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   // Phase C (4g, 4h; steps 5-8), per key block: dEhat = A^T dW,  dG += Ehat . dEhat;
   //   dE = exp(G) dEhat + P2 K  ->  dK += beta dE,  db = k . dE;
   //   dQ += Ps K,  dK += Ps^T Q + (diag(beta) P2)^T K;  dQ and dK written.
-  //   Vector gate: the pair products with per-channel decays (add_decayed_pairs), and 4.10's
-  //   identity per channel: dG = q dQ - k dK + 2 beta k dE (+ the last token's terms, see phase A),
-  //   reverse-summed over the chunk's tokens into dg (the block's dG in sm.dW, read by then).
+  //   Vector gate: the pair products with per-channel decays (add_decayed_pairs, on the tiles
+  //   stage_pair_decays forms from G once dEhat is formed), and 4.10's identity per channel:
+  //   dG = q dQ - k dK + 2 beta k dE (+ the last token's terms, see phase A), reverse-summed over
+  //   the chunk's tokens into dg (the block's dG in G's place, read by then).
   //   dQ, dK go out in bf16 where each key head has one value head (a.dq_direct), else per
   //   value head in fp32 over phase A's parts (summed over the group afterwards).
   auto store_grad = [&](WarpTile<C, KB>& t, int d0, float* per_head, bf16* direct) {
@@ -980,17 +1099,17 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     };
     WarpTile<C, KB> dq, dk;
     auto q_blk = [&](int t, int d) { return bf(sm.q[t * kLdK + d0 + d]); };
-    auto p2 = [&](int t, int s) { return sm.P2[t * kLdC + s]; };
-    auto ps = [&](int t, int s) { return sm.Ps[t * kLdC + s]; };
-    auto beta_p2 = [&](int t, int s) { return sm.P2[t * kLdC + s] * sm.beta[t]; };
     {
       WarpTile<C, KB> de;
       const Padded<kLdKBb, false> dW_hi{sm.dW_hi}, dW_lo{sm.dW_lo};
       mma_staged(de, A_hi_t, dW_hi, 0, C), mma_staged(de, A_hi_t, dW_lo, 0, C), mma_staged(de, A_lo_t, dW_hi, 0, C);
       if constexpr (VG) {
         de.each([&](int r, int d, float& x, int) { x *= expf(g(r, d0 + d)); });
-        add_decayed_pairs<false>(de, sm.Gv, kLdG, d0, p2, k_blk);
-        __syncthreads();  // the dW block is read: the block's dG takes its place
+        __syncthreads();  // A's tiles and the dW block are read: the decays take their places
+        stage_pair_decays(sm);
+        __syncthreads();  // G is read: the block's dG takes its place
+        const DecayedTerm p2_k[] = {{sm.P2_b, sm.P2_d, sm.kn, sm.k}};
+        add_decayed_pairs<Smem, false>(de, p2_k, sm.estep, sm.block_decay);
         de.each([&](int r, int d, float x, int) { sm.dGv[r * kLdKB + d] = 2.f * sm.beta[r] * k_blk(r, d) * x; });
       } else {
         de.add_row_sums(sm.rowG, [&](int r, int d, float x) { return sm.colw[r] * x * k_blk(r, d); });
@@ -1002,12 +1121,16 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
       de.each([&](int r, int, float x, int slot) { dk.ref(slot) += sm.beta[r] * x; });
     }
     load_part(dq, a.dq);
-    if constexpr (VG) add_decayed_pairs<false>(dq, sm.Gv, kLdG, d0, ps, k_blk);
-    else mma_staged(dq, Padded<kLdA, false>{sm.Ps_b}, K_blk, 0, C);
+    if constexpr (VG) {
+      const DecayedTerm ps_k[] = {{sm.Ps_b, sm.Ps_d, sm.kn, sm.k}};
+      add_decayed_pairs<Smem, false>(dq, ps_k, sm.estep, sm.block_decay);
+    } else {
+      mma_staged(dq, Padded<kLdA, false>{sm.Ps_b}, K_blk, 0, C);
+    }
     store_grad(dq, d0, a.dq, a.dq_direct);
     if constexpr (VG) {
-      add_decayed_pairs<true>(dk, sm.Gv, kLdG, d0, ps, q_blk);
-      add_decayed_pairs<true>(dk, sm.Gv, kLdG, d0, beta_p2, k_blk);
+      const DecayedTerm ps_q_beta_p2_k[] = {{sm.Ps_b, sm.Ps_d, sm.qt, sm.q}, {sm.betaP2_b, sm.betaP2_d, sm.kt, sm.k}};
+      add_decayed_pairs<Smem, true>(dk, ps_q_beta_p2_k, sm.estep, sm.block_decay);
     } else {
       mma_staged(dk, Padded<kLdA, true>{sm.Ps_b}, Padded<kLdK, false>{sm.q, 0, d0}, 0, C);
       mma_staged(dk, Padded<kLdA, true>{sm.betaP2_b}, K_blk, 0, C);
@@ -1021,7 +1144,7 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
       for (int d = threadIdx.x; d < KB; d += kThreads) {  // + the last token's terms, then the reverse cumsum
         float kgp_total = 0.f;
         for (int tile = 0; tile < 4; tile++) kgp_total += sm.colKg[4 * d0 + tile * KB + d];
-        float dG = kgp_total + expf(g(C - 1, d0 + d)) * sm.hdhv[d0 + d];  // rows past n carry only these
+        float dG = kgp_total + sm.hdhv[d0 + d];  // (times exp(G_last) by now) rows past n carry only these
         for (int t = C - 1; t >= 0; t--) {
           dG += sm.dGv[t * kLdKB + d];
           if (t < n && a.dg) a.dg[(tok0 + int64_t(t) * a.HV) * DK + d0 + d] = __float2bfloat16_rn(dG);
