@@ -11,9 +11,10 @@ void rope_forward(void* y, const void* x, int64_t B, int64_t T, int64_t H, int64
 // dy, dx: (B, T, H, D); dx written
 void rope_backward(void* dx, const void* dy, int64_t B, int64_t T, int64_t H, int64_t D, double theta,
                    int64_t position_offset, DType dtype);
-// As above with token t of sequence b at positions[b] + t; positions: (B) I32 on the device
-void rope_forward_at(void* y, const void* x, const int32_t* positions, int64_t B, int64_t T, int64_t H, int64_t D,
-                     double theta, DType dtype);
-void rope_backward_at(void* dx, const void* dy, const int32_t* positions, int64_t B, int64_t T, int64_t H, int64_t D,
-                      double theta, DType dtype);
+// As above with token t of sequence b at positions[b] + t, positions (B) I32 on the device; or,
+// per_token, at positions[b * T + t], positions (B, T)
+void rope_forward_at(void* y, const void* x, const int32_t* positions, bool per_token, int64_t B, int64_t T, int64_t H,
+                     int64_t D, double theta, DType dtype);
+void rope_backward_at(void* dx, const void* dy, const int32_t* positions, bool per_token, int64_t B, int64_t T,
+                      int64_t H, int64_t D, double theta, DType dtype);
 }  // namespace hla::cuda

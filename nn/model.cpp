@@ -72,6 +72,22 @@ class HybridLM : public TrainableModel, public StatefulModel {
 
   Var logits(const Tensor& ids) override { return linear(forward(ids, nullptr), head_weight()); }  // (B, T, V)
 
+  // Every layer softmax attention: attention and RoPE are the only ops that see across tokens.
+  bool takes_documents() const override {
+    for (const Block& b : blocks_)
+      if (b.linear) return false;
+    return true;
+  }
+
+  Var logits_in_documents(const Tensor& ids, const Documents& documents) override {
+    return linear(forward(ids, nullptr, &checked(documents, ids)), head_weight());
+  }
+
+  Var loss_in_documents(const Tensor& ids, const Tensor& targets, const Documents& documents) override {
+    return linear_cross_entropy(forward(ids, nullptr, &checked(documents, ids)), head_weight(), targets,
+                                kLossVocabChunk);
+  }
+
   Var logits_with_state(const Tensor& ids, ModelState& state) override {
     return linear(forward_with_state(ids, state), head_weight());
   }
@@ -132,9 +148,20 @@ class HybridLM : public TrainableModel, public StatefulModel {
     return p;
   }
 
+  // documents, after checking that this model takes them and that they fit ids (B, T).
+  const Documents& checked(const Documents& documents, const Tensor& ids) const {
+    HLA_CHECK(takes_documents(), "model ", config_.model_type, ": packed documents need every layer to be softmax ",
+              "attention (its linear mixers do not take document boundaries yet)");
+    for (const Tensor* t : {&documents.doc_start, &documents.positions})
+      HLA_CHECK(t->defined() && t->shape() == ids.shape() && t->dtype() == DType::I32 && t->device() == ids.device(),
+                "packed documents: doc_start and positions must be I32 shaped like ids ", ids.str(), ", got ",
+                t->defined() ? t->str() : std::string("undefined"));
+    return documents;
+  }
+
   // The forward of the blocks up to the final norm, (B, T, D); with a state (decoding) every
-  // layer carries its part of it.
-  Var forward(const Tensor& ids, ModelState* state) {
+  // layer carries its part of it; with documents, each document of a row as if alone.
+  Var forward(const Tensor& ids, ModelState* state, const Documents* documents = nullptr) {
     Var x = embedding(ids, store_.use(embed_));  // x: (B, T, D)
     std::vector<Var> lbs;
     if (state) lbs = state->lower_bounds;
@@ -146,6 +173,7 @@ class HybridLM : public TrainableModel, public StatefulModel {
       MixerIO io;
       if (state) io.state = &state->layers[i];
       io.keep_chunk_states = keep_chunk_states_;
+      if (documents) io.documents = *documents;
       if (!lbs.empty()) io.lower_bound = store_.use(lbs[i]);
       io.want_values = config_.routing == Routing::Clvr && b.linear;
       io.want_error = (config_.routing == Routing::Cler || config_.routing == Routing::ClerH) && b.linear;

@@ -14,14 +14,33 @@ struct NamedParameter {
 };
 using ParameterList = std::vector<NamedParameter>;
 
+// Packed documents (varlen) for a model that takes them natively: doc_start, the first token of
+// each token's document, and positions, each token's place in it; (B, T) I32 on the model's
+// device (nn/ops/attention.h: document_starts, document_positions).
+struct Documents {
+  Tensor doc_start, positions;
+};
+
 class TrainableModel {
  public:
   virtual ~TrainableModel() = default;
   // ids, targets: (B, T) I32 on the model's device; targets use kIgnoreIndex (-100) for
   // positions without loss. Returns the mean cross-entropy over non-ignored targets.
   virtual Var loss(const Tensor& ids, const Tensor& targets) = 0;
+  // Whether the model takes packed documents natively: every sequence op of it stops at a
+  // document start (today: models whose every layer is softmax attention). Otherwise the trainer
+  // gives each document fragment a row of its own, padded (train/documents.h).
+  virtual bool takes_documents() const { return false; }
+  // The loss with each document of the rows as if alone; only where takes_documents().
+  virtual Var loss_in_documents(const Tensor& ids, const Tensor& targets, const Documents& documents) {
+    fail("this model does not take packed documents natively (takes_documents() is false)");
+  }
   // ids: (B, T) -> logits (B, T, V)
   virtual Var logits(const Tensor& ids) = 0;
+  // The logits with each document as if alone; only where takes_documents().
+  virtual Var logits_in_documents(const Tensor& ids, const Documents& documents) {
+    fail("this model does not take packed documents natively (takes_documents() is false)");
+  }
   virtual ParameterList parameters() = 0;
   virtual Device device() const = 0;
 };

@@ -250,6 +250,23 @@ TEST_CASE("rope rotates channel pairs by position * theta^(-2i/D)") {
   CHECK_THROWS_AS(rope(Var(Tensor::zeros({1, 2, 1, 3}, DType::F64)), 100.0), Error);  // odd D
 }
 
+TEST_CASE("rope with per-token positions rotates each token as a sequence starting at its position") {
+  const Tensor x = Tensor::randn({2, 3, 2, 4}, 41, 1.0, DType::F64);  // (B, T, H, D)
+  const std::vector<int32_t> positions = {0, 1, 0, 7, 8, 9};         // (B, T)
+  Var xv(x, true);
+  Var y = rope(xv, 50.0, Tensor::from_i32(positions, {2, 3}));
+  y.backward(Tensor::full({2, 3, 2, 4}, 1.0, DType::F64));
+  for (int64_t bt = 0; bt < 6; bt++) {
+    CAPTURE(bt);
+    Var token(token_rows(x, bt, bt + 1), true);
+    Var want = rope(token, 50.0, int64_t(positions[bt]));
+    want.backward(Tensor::full({1, 1, 2, 4}, 1.0, DType::F64));
+    CHECK(max_rel_err(token_rows(y.value(), bt, bt + 1), want.value()) == 0.0);
+    CHECK(max_rel_err(token_rows(xv.grad(), bt, bt + 1), token.grad()) == 0.0);
+  }
+  CHECK_THROWS_AS(rope(xv, 50.0, Tensor::from_i32({0, 1, 2}, {1, 3})), Error);  // not (B, T)
+}
+
 TEST_CASE("rope backward is the inverse rotation and attention scores depend only on distance") {
   const int64_t B = 2, T = 5, H = 3, D = 8;
   Tensor x = Tensor::randn({B, T, H, D}, 41, 1.0, DType::F64);

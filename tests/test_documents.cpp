@@ -256,6 +256,30 @@ TEST_CASE("a reset step equals every document alone: RWKV-6 (token shifts)") {
   check_reset_equals_documents_alone("rwkv6", "pure");
 }
 
+TEST_CASE("a reset step equals every document alone: a Transformer, natively (packed rows, no padding)") {
+  CHECK(make_model(tiny_model("transformer", "pure"), 11)->takes_documents());
+  CHECK(!make_model(tiny_model("gated_deltanet", "3:1"), 11)->takes_documents());  // its linear layers pad
+  CHECK(training_rows(*make_model(tiny_model("transformer", "pure"), 11), {two_windows()})[0].ids.shape() ==
+        Shape{2, 12});
+  check_reset_equals_documents_alone("transformer", "pure");
+}
+
+TEST_CASE("a Transformer trains and validates packed documents natively: the documents' loss, no padding") {
+  const ModelConfig config = tiny_model("transformer", "pure");
+  auto model = make_model(config, 5), alone = make_model(config, 5), evaluated = make_model(config, 5);
+  FixedSource source({three_windows(), three_more_windows()});  // one micro-batch shape, as a loader serves
+  std::ostringstream log;
+  Trainer trainer(hla::testing::small_options("adamw"), *model, source, nullptr, log);
+  const StepMetrics step = trainer.train_step();
+  const double alone_loss = loss_of_documents_alone(*alone, {three_windows(), three_more_windows()});
+  CHECK(std::abs(step.loss - alone_loss) <= 1e-6 * std::abs(alone_loss));
+  CHECK(step.padding == 0.0);  // the packed (3, 8) batches themselves
+  FixedSource val({two_windows()});
+  const double val_loss = evaluate(*evaluated, val, 1, false).loss;
+  const double alone_val = loss_of_documents_alone(*alone, {two_windows()});
+  CHECK(std::abs(val_loss - alone_val) <= 1e-6 * std::abs(alone_val));
+}
+
 TEST_CASE("the trainer's staged step with resets (2 micro-batches, one padded shape) equals the documents alone") {
   const ModelConfig config = tiny_model("gated_deltanet", "3:1");
   auto model = make_model(config, 5), alone = make_model(config, 5);

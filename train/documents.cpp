@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "nn/ops/attention.h"
 #include "tensor/ignore_index.h"
 
 namespace hla {
@@ -68,6 +69,20 @@ std::vector<TrainBatch> document_rows(const std::vector<TrainBatch>& update) {
   std::vector<TrainBatch> rows;
   for (const TrainBatch& b : update) rows.push_back(padded_fragments(b, N, Tmax));
   return rows;
+}
+
+bool native_documents(const TrainableModel& model, const std::vector<TrainBatch>& update) {
+  HLA_CHECK(!update.empty(), "native_documents: no micro-batch");
+  return model.takes_documents() && !update[0].cu_seqlens.empty();
+}
+
+std::vector<TrainBatch> training_rows(const TrainableModel& model, const std::vector<TrainBatch>& update) {
+  return native_documents(model, update) ? update : document_rows(update);
+}
+
+Documents batch_documents(const TrainBatch& packed, Device device) {
+  const Tensor starts = document_starts(packed.cu_seqlens, packed.ids.size(0), packed.ids.size(1));
+  return {starts.to(device), document_positions(starts).to(device)};
 }
 
 double padding_overhead(const std::vector<TrainBatch>& rows, const std::vector<TrainBatch>& packed) {

@@ -15,13 +15,17 @@
 // right-padded (N, Tmax) batch whose padded targets are kIgnoreIndex. Every mixer, convolution,
 // token shift, RoPE and attention is causal and starts each row from zero, so a fragment's
 // outputs are those of the fragment alone, and the padding carries no loss and no gradient; the
-// loss stays the mean over the same valid targets. A native varlen kernel (W2.2: the state reset
-// inside the chunked kernels) would take the packed batch and its cu_seqlens instead, with no
-// padding: document_rows is the one place that would hand them to the model.
+// loss stays the mean over the same valid targets.
+//
+// A model that takes documents natively (TrainableModel::takes_documents: today every layer
+// softmax attention, whose kernels mask at document starts) trains on the packed batch itself,
+// with no padding: training_rows hands it the windows and batch_documents their boundaries. The
+// linear mixers' kernels do not reset their states inside a row yet (W2.2), so hybrids pad.
 #pragma once
 #include <cstdint>
 #include <vector>
 
+#include "nn/module.h"
 #include "train/data_source.h"
 
 namespace hla {
@@ -39,6 +43,15 @@ std::vector<int64_t> slice_cu_seqlens(const std::vector<int64_t>& cu_seqlens, in
 // pad with token 0, targets with kIgnoreIndex; valid and cu_seqlens stay the packed batch's. A
 // micro-batch without cu_seqlens comes back as it is; an update mixes no such micro-batches.
 std::vector<TrainBatch> document_rows(const std::vector<TrainBatch>& update);
+
+// Whether `model` trains the update's batches as they are, its documents natively: the batches
+// carry boundaries and the model takes documents.
+bool native_documents(const TrainableModel& model, const std::vector<TrainBatch>& update);
+// The rows an update trains as: the packed batches themselves without boundaries or with native
+// documents, else document_rows.
+std::vector<TrainBatch> training_rows(const TrainableModel& model, const std::vector<TrainBatch>& update);
+// A packed batch's documents (doc_start and positions from its cu_seqlens) on `device`.
+Documents batch_documents(const TrainBatch& packed, Device device);
 
 // Padded tokens per real token of `rows` (document_rows' result) over the packed batches
 // `packed`: (sum of the rows' numel - sum of the packed numel) / sum of the packed numel.

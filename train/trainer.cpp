@@ -105,19 +105,21 @@ std::vector<double> micro_batch_weights(const std::vector<TrainBatch>& micro_bat
 thread_local std::string step_phase;
 
 // Forward and backward of every micro-batch i that has valid targets: ids(i), targets(i) on the
-// model's device, the backward seeded with weights[i] and weights[i] * loss_i added to
-// records[slot][0]; weights: (count) F64 on the model's device, so nothing here depends on host
-// values that change from step to step (a captured CUDA graph replays it). The last backward
-// reports each completed leaf to on_last_leaf_ready.
+// model's device (with documents[i] when documents is not empty: native packed documents), the
+// backward seeded with weights[i] and weights[i] * loss_i added to records[slot][0]; weights:
+// (count) F64 on the model's device, so nothing here depends on host values that change from
+// step to step (a captured CUDA graph replays it). The last backward reports each completed leaf
+// to on_last_leaf_ready.
 void backward_micro_batches(TrainableModel& model, const std::vector<int64_t>& valid,
                             const std::function<Tensor(size_t)>& ids, const std::function<Tensor(size_t)>& targets,
-                            const Tensor& weights, Tensor& records, int64_t slot,
-                            const LeafReadyFn& on_last_leaf_ready) {
+                            const std::vector<Documents>& documents, const Tensor& weights, Tensor& records,
+                            int64_t slot, const LeafReadyFn& on_last_leaf_ready) {
   for (size_t i = 0; i < valid.size(); i++) {
     if (valid[i] == 0) continue;
     const std::string micro = "micro-batch " + std::to_string(i + 1) + " of " + std::to_string(valid.size());
     step_phase = "the forward and loss of " + micro;
-    Var micro_loss = model.loss(ids(i), targets(i));
+    Var micro_loss = documents.empty() ? model.loss(ids(i), targets(i))
+                                       : model.loss_in_documents(ids(i), targets(i), documents[i]);
     const Tensor weight = weights.slice0(int64_t(i), int64_t(i) + 1);  // (1) F64
     const bool last = i + 1 == valid.size();
     step_phase = "the backward of " + micro;
@@ -158,18 +160,21 @@ nlohmann::json ValMetrics::to_json() const {
 
 double accumulate_gradients(TrainableModel& model, const std::vector<TrainBatch>& packed, Tensor& records,
                             int64_t slot, int64_t total_valid, const LeafReadyFn& on_last_leaf_ready) {
-  const std::vector<TrainBatch> micro_batches = document_rows(packed);
+  const std::vector<TrainBatch> micro_batches = training_rows(model, packed);
   const std::vector<int64_t> valid = valid_counts(micro_batches);
   if (total_valid == 0) total_valid = sum_of(valid);
   HLA_CHECK(total_valid > 0, "accumulate_gradients: no target carries loss in ",
             micro_batches.size(), " micro-batch(es)");
   const Device device = model.device();
+  std::vector<Documents> documents;
+  if (native_documents(model, packed))
+    for (const TrainBatch& b : packed) documents.push_back(batch_documents(b, device));
   const std::vector<double> w = micro_batch_weights(micro_batches, total_valid);
   Tensor weights = Tensor::empty({int64_t(w.size())}, DType::F64, device);  // (micro-batches)
   for (size_t i = 0; i < w.size(); i++) weights.slice0(int64_t(i), int64_t(i) + 1).fill_(w[i]);  // no upload
   backward_micro_batches(
       model, valid, [&](size_t i) { return batch_on(device, micro_batches[i].ids); },
-      [&](size_t i) { return batch_on(device, micro_batches[i].targets); }, weights, records, slot,
+      [&](size_t i) { return batch_on(device, micro_batches[i].targets); }, documents, weights, records, slot,
       on_last_leaf_ready);
   return padding_overhead(micro_batches, packed);
 }
@@ -181,9 +186,12 @@ ValMetrics evaluate(TrainableModel& model, BatchSource& source, int64_t batches,
   int64_t valid = 0;
   for (int64_t i = 0; i < batches; i++) {
     const TrainBatch packed = source.next();
-    const TrainBatch b = document_rows({packed})[0];  // [data] documents = "reset": a fragment per row
+    const bool native = native_documents(model, {packed});
+    const TrainBatch b = training_rows(model, {packed})[0];  // [data] documents = "reset": padded rows, or native
     Tensor targets = b.targets.to(model.device());
-    Var logits = model.logits(b.ids.to(model.device()));  // (B, T, V)
+    const Tensor ids = b.ids.to(model.device());
+    Var logits = native ? model.logits_in_documents(ids, batch_documents(packed, model.device()))
+                        : model.logits(ids);  // (B, T, V)
     loss_sum += cross_entropy(logits, targets).value().item() * double(b.valid);
     valid += b.valid;
     int64_t B = b.ids.size(0), T = b.ids.size(1);
@@ -268,12 +276,14 @@ void Trainer::queue_step() {
     if (zero_) zero_->gather_parameters();
     optimizer_.zero_grad();
   } else {
-    // A native varlen model (train/documents.h) would take `micro` and its cu_seqlens here.
-    const std::vector<TrainBatch> rows = document_rows(micro);
+    const std::vector<TrainBatch> rows = training_rows(model_, micro);
     if (!micro[0].cu_seqlens.empty()) q.padding = padding_overhead(rows, micro);
+    std::vector<Documents> documents;
+    if (native_documents(model_, micro))
+      for (const TrainBatch& b : micro) documents.push_back(batch_documents(b, model_.device()));
     stage_inputs(rows);
     if (graph_ready(rows)) replay_step();
-    else device_step(valid_counts(rows));
+    else device_step(valid_counts(rows), documents);
     records_.slice0(slot, slot + 1).copy_(step_record_);  // d2d, queued after the step
     steps_run_++;
   }
@@ -318,7 +328,7 @@ void Trainer::stage_inputs(const std::vector<TrainBatch>& micro) {
 
 // The update's device work from the staged inputs: forward and backward of the micro-batches,
 // clipping, the optimizer (its values staged already), zero_grad. This is what the graph captures.
-void Trainer::device_step(const std::vector<int64_t>& valid) {
+void Trainer::device_step(const std::vector<int64_t>& valid, const std::vector<Documents>& documents) {
   step_record_.zero_();
   const Tensor weights = step_inputs_.slice0(1, step_inputs_.numel());  // (grad_accum)
   const int64_t count = int64_t(valid.size());
@@ -329,7 +339,7 @@ void Trainer::device_step(const std::vector<int64_t>& valid) {
     return rows.slice0(row, row + 1).reshape({B, T});
   };
   backward_micro_batches(
-      model_, valid, [&](size_t i) { return part(0, i); }, [&](size_t i) { return part(1, i); }, weights,
+      model_, valid, [&](size_t i) { return part(0, i); }, [&](size_t i) { return part(1, i); }, documents, weights,
       step_record_, 0, LeafReadyFn());
   step_phase = "gradient clipping";
   clip_grad_norm_(params_, options_.clip, step_record_, 0, status_, step_number_);
@@ -362,7 +372,7 @@ void Trainer::replay_step() {
     auto captured = std::make_unique<CapturedStep>();
     captured->graph.begin_capture();
     try {
-      device_step(std::vector<int64_t>(size_t(batch_.size(1)), 1));  // graph_ready: every micro-batch has targets
+      device_step(std::vector<int64_t>(size_t(batch_.size(1)), 1), {});  // graph_ready: targets, no documents
     } catch (const std::exception& e) {
       captured->graph.abandon_capture();
       fail("training step ", step_ + 1, ": capturing the step in a CUDA graph failed in ", step_phase, ": ", e.what(),

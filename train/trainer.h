@@ -105,8 +105,9 @@ struct ValMetrics {
 // records[slot][0] on the model's device (records: (W, kStepRecordSize) F64, nn/ops/grad_norm.h).
 // Data parallel: total_valid counts the valid targets of the whole update over every rank (0: those
 // of micro_batches), and the last backward reports each completed leaf to on_last_leaf_ready.
-// Micro-batches with document boundaries run as their padded rows (train/documents.h); returns the
-// padded tokens per real token of those rows (0 without boundaries).
+// Micro-batches with document boundaries run as their padded rows, or as they are where the model
+// takes documents natively (train/documents.h); returns the padded tokens per real token of the
+// rows run (0 without boundaries or padding).
 double accumulate_gradients(TrainableModel& model, const std::vector<TrainBatch>& micro_batches, Tensor& records,
                             int64_t slot, int64_t total_valid = 0, const LeafReadyFn& on_last_leaf_ready = {});
 
@@ -172,7 +173,7 @@ class Trainer {
   bool writes() const { return !options_.comm || options_.comm->rank() == 0; }  // rank 0 prints and writes
   double reduced_gradients(const std::vector<TrainBatch>& update, int64_t slot);
   void stage_inputs(const std::vector<TrainBatch>& micro);
-  void device_step(const std::vector<int64_t>& valid);
+  void device_step(const std::vector<int64_t>& valid, const std::vector<Documents>& documents);
   bool graph_ready(const std::vector<TrainBatch>& micro) const;
   void replay_step();
   nlohmann::json data_parallel_json() const;

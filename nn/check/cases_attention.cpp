@@ -13,7 +13,7 @@
 // reports them; GB/s counts q, k, v and o once (fwd+bwd: also do, dq, dk and dv).
 // rope: the attention and RetNet widths, a head width whose half (24) makes a warp span two
 // tokens, position offsets, and a long sequence (angles up to ~4200 rad); per-sequence
-// positions (decoding a batch of mixed lengths).
+// positions (decoding a batch of mixed lengths); per-token positions (packed documents).
 // attention_decode: a GQA step at mixed positions (0, mid, the last slot), a sliding window whose
 // ring has wrapped, D != Dv, and a 4096-slot cache and a batch-1 wrapped window of 1000, both of
 // which the CUDA kernel splits over the cache (split-K); inputs and outputs only (no gradient).
@@ -181,6 +181,20 @@ void add_rope_cases() {
   add_case(grad_case("rope", "rope positions", 21, at({3, 2, 2, 6}, {0, 4, 9}), op_at(100.0)));
   add_case(gpu_case("rope", "rope (4, 1, 16, 64) positions 0 7 300 4000", named_kernel("rotate_half"),
                     at({4, 1, 16, 64}, {0, 7, 300, 4000}), op_at(10000.0)));
+  // Per-token positions (packed documents: each token's place in its own document), (B, T).
+  auto at_tokens = [](Shape shape, std::vector<int32_t> positions) {
+    return [shape, positions](uint64_t seed) {
+      return Inputs{{"x", randn64(shape, seed + 1)},
+                    {"positions", Tensor::from_i32(positions, {shape[0], shape[1]}), false}};
+    };
+  };
+  add_case(grad_case("rope", "rope token positions", 22, at_tokens({2, 3, 2, 6}, {0, 1, 0, 5, 6, 7}), op_at(100.0)));
+  std::vector<int32_t> in_documents;  // row 0: documents of 1, 99 and 200 tokens; row 1: one of 300
+  for (int start : {0, 1, 100})
+    for (int t = start; t < (start == 0 ? 1 : start == 1 ? 100 : 300); t++) in_documents.push_back(t - start);
+  for (int t = 0; t < 300; t++) in_documents.push_back(t);
+  add_case(gpu_case("rope", "rope (2, 300, 4, 64) token positions", named_kernel("rotate_half"),
+                    at_tokens({2, 300, 4, 64}, in_documents), op_at(10000.0)));
 }
 
 void add_attention_decode_cases() {

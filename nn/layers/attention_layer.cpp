@@ -1,6 +1,7 @@
 // Softmax attention layer (mixers.md section 5): q/k/v projections, RoPE on q and k, causal
 // GQA attention with an optional sliding window, output projection. Used by the Transformer
-// and by every attention layer of a hybrid.
+// and by every attention layer of a hybrid. Packed documents (MixerIO::documents): RoPE at each
+// token's place in its document, no key before the document's start.
 // Decoding (MixerIO::state): the first call runs the same forward over the prompt and leaves
 // its keys and values in the ring cache (KvCache); every later call is one token per sequence,
 // RoPE at the sequence's position, against the cache (nn/ops/attention_decode.h).
@@ -42,9 +43,14 @@ class AttentionLayer : public Mixer {
     Var k = reshape(linear(x, store_.use(k_)), {B, T, Hkv_, d_});  // k: (B, T, Hkv, d)
     Var v = reshape(linear(x, store_.use(v_)), {B, T, Hkv_, d_});  // v: (B, T, Hkv, d)
     if (io.state && io.state->kv.k.defined()) return decode_step(q, k, v, *io.state);
-    q = rope(q, theta_);
-    k = rope(k, theta_);
-    Var o = attention(q, k, v, default_attention_scale(d_), window_);  // o: (B, T, H, d)
+    if (io.documents.doc_start.defined()) {  // each document from position 0, seeing only itself
+      q = rope(q, theta_, io.documents.positions);
+      k = rope(k, theta_, io.documents.positions);
+    } else {
+      q = rope(q, theta_);
+      k = rope(k, theta_);
+    }
+    Var o = attention(q, k, v, default_attention_scale(d_), window_, io.documents.doc_start);  // o: (B, T, H, d)
     if (io.state) fill_cache(io.state->kv, k.value(), v.value(), padding_of(io.state));
     return linear(reshape(o, {B, T, H_ * d_}), store_.use(o_));
   }

@@ -23,6 +23,10 @@ struct MixerIO {
   // in ([train] delta_rule_keep): the GPU chunked kernels' forward keeps its chunk-start states for the
   // backward (DeltaRuleOptions::keep_states; decay_attention's and rwkv6's keep_states)
   bool keep_chunk_states = true;
+  // in (packed documents, TrainableModel::takes_documents): attention masks every key before the
+  // query's document and RoPE rotates by the place in it; doc_start undefined: rows are whole
+  // sequences. Held by value: a recomputed part runs again in the backward.
+  Documents documents;
 };
 
 class Mixer {

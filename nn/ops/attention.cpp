@@ -83,6 +83,16 @@ Tensor document_starts(const std::vector<int64_t>& cu_seqlens, int64_t B, int64_
   return Tensor::from_i32(starts, {B, T});
 }
 
+Tensor document_positions(const Tensor& doc_start) {
+  HLA_CHECK(doc_start.dtype() == DType::I32 && doc_start.dim() == 2 && !doc_start.is_cuda(),
+            "document_positions: doc_start must be (B, T) I32 on the CPU, got ", doc_start.str());
+  const int64_t T = doc_start.size(1);
+  const int32_t* starts = doc_start.data<int32_t>();
+  std::vector<int32_t> positions(doc_start.numel());
+  for (int64_t i = 0; i < doc_start.numel(); i++) positions[i] = static_cast<int32_t>(i % T) - starts[i];
+  return Tensor::from_i32(positions, doc_start.shape());
+}
+
 Var attention(const Var& q, const Var& k, const Var& v, double scale, int64_t window, const Tensor& doc_start) {
   HLA_CHECK(q.dim() == 4, "attention: q must be (B, T, H, D), got ", q.value().str());
   HLA_CHECK(k.dim() == 4, "attention: k must be (B, T, Hkv, D), got ", k.value().str());

@@ -16,7 +16,9 @@ namespace hla {
 Var rope(const Var& x, double theta, int64_t position_offset = 0);
 // The same with an offset per sequence (decoding a batch whose prompts differ in length): token t
 // of sequence b sits at position positions[b] + t. positions: (B) I32 on x's device, read by the
-// kernel (a CUDA graph replays the rotation at the positions the buffer holds then).
+// kernel (a CUDA graph replays the rotation at the positions the buffer holds then). Or, with
+// positions (B, T) I32, token t of sequence b at positions[b, t] (packed documents: each token's
+// place in its own document).
 Var rope(const Var& x, double theta, const Tensor& positions);
 
 namespace cpu {
@@ -28,13 +30,14 @@ void rope_forward(Real* y, const Real* x, int64_t B, int64_t T, int64_t H, int64
 template <class Real>
 void rope_backward(Real* dx, const Real* dy, int64_t B, int64_t T, int64_t H, int64_t D, double theta,
                    int64_t position_offset);
-// As above with token t of sequence b at positions[b] + t; positions: (B)
+// As above with token t of sequence b at positions[b] + t, positions (B); or, per_token, at
+// positions[b * T + t], positions (B, T)
 template <class Real>
-void rope_forward_at(Real* y, const Real* x, const int32_t* positions, int64_t B, int64_t T, int64_t H, int64_t D,
-                     double theta);
+void rope_forward_at(Real* y, const Real* x, const int32_t* positions, bool per_token, int64_t B, int64_t T, int64_t H,
+                     int64_t D, double theta);
 template <class Real>
-void rope_backward_at(Real* dx, const Real* dy, const int32_t* positions, int64_t B, int64_t T, int64_t H, int64_t D,
-                      double theta);
+void rope_backward_at(Real* dx, const Real* dy, const int32_t* positions, bool per_token, int64_t B, int64_t T,
+                      int64_t H, int64_t D, double theta);
 }  // namespace cpu
 
 }  // namespace hla
