@@ -87,6 +87,8 @@ def qkv(s, std=None):
 
 def sdpa(s):
     from torch.nn.attention import SDPBackend, sdpa_kernel
+    if "doc" in s:  # hla's rows packed with documents of s["doc"] tokens: a batch of B T / doc sequences
+        s = dict(s, B=s["B"] * s["T"] // s["doc"], T=s["doc"])
     q, k, v = (x.transpose(1, 2).contiguous() for x in qkv(s, 1.0))  # SDPA takes (B, H, T, D)
 
     def call(q, k, v):

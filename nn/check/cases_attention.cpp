@@ -6,8 +6,9 @@
 // shapes (registry.h) and T = 16384, causal, bf16, against torch SDPA (flash).
 // Packed documents (varlen, doc_start from cu_seqlens: an input never perturbed): empty and
 // one-token documents, boundaries on and off the kernels' tiles, with a window, on the fma path,
-// and at T = 4096; perf at the first bench shape in documents of 512 tokens (no anchor: SDPA
-// has no varlen path; FLOPs count each document's visible half).
+// and at T = 4096; perf at the first bench shape in documents of 512 tokens (torch SDPA
+// runs them as the batch of B T / 512 sequences they equal; FLOPs count each document's visible
+// half).
 // Perf FLOPs count the visible half of the causal square: forward 4 B H T^2 D / 2 (two
 // products), forward+backward 3.5x that (the backward's five products), as flash-attention
 // reports them; GB/s counts q, k, v and o once (fwd+bwd: also do, dq, dk and dv).
@@ -133,8 +134,10 @@ void add_attention_cases() {
   }
   const BenchShape a = kBenchShapes[0];
   const int64_t kDoc = 512;  // tokens a document
-  AttentionCase docs{"attention " + dims_label(bench_dims(a)) + " documents of 512", a.B, a.T, a.H, a.H, a.D, a.D, 0,
-                     0, cu_seqlens_of(std::vector<std::vector<int64_t>>(a.B, std::vector<int64_t>(a.T / kDoc, kDoc)))};
+  std::vector<std::pair<const char*, int64_t>> docs_dims = bench_dims(a);
+  docs_dims.push_back({"doc", kDoc});
+  AttentionCase docs{"attention " + dims_label(docs_dims), a.B, a.T, a.H, a.H, a.D, a.D, 0, 0,
+                     cu_seqlens_of(std::vector<std::vector<int64_t>>(a.B, std::vector<int64_t>(a.T / kDoc, kDoc)))};
   const double docs_fwd_flops = 4.0 * a.B * a.H * double(a.T / kDoc) * kDoc * kDoc * a.D / 2;
   const double docs_row_bytes = 2.0 * a.B * a.T * a.H * a.D;
   add_case(perf_case("attention", docs.name, attention_kernel(docs),
@@ -146,8 +149,8 @@ void add_attention_cases() {
                                      {"doc_start", document_starts(docs.cu_seqlens, docs.B, docs.T), false}};
                      },
                      attention_op(docs),
-                     {docs_fwd_flops, 3.5 * docs_fwd_flops, 4 * docs_row_bytes, 8 * docs_row_bytes, 0, 0, "",
-                      bench_dims(a)}));
+                     {docs_fwd_flops, 3.5 * docs_fwd_flops, 4 * docs_row_bytes, 8 * docs_row_bytes, 0, 0,
+                      "torch SDPA flash", docs_dims}));
 }
 
 void add_rope_cases() {
