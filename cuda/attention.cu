@@ -19,7 +19,7 @@
 // forward's.
 //
 // Two implementations:
-//   mma: bf16 tensor cores (mma.sync m16n8k16, fp32 accumulation), D = Dv in {64, 128}. A warp
+//   mma: bf16 tensor cores (mma.sync m16n8k16, fp32 accumulation), D = Dv in {64, 128, 256}. A warp
 //        skips the tiles none of its rows sees (above the diagonal, before the window or its
 //        document, past T): packed documents cost only the tiles inside documents.
 //        Blocks: the forward 128 queries, 4 warps of 32 rows (two m16 row tiles, so every K/V
@@ -32,11 +32,16 @@
 //        operand (see cuda/mma.cuh). Softmax runs in base 2 with the scale folded in:
 //        exp(x) = exp2(x log2 e), in the forward one FFMA and one EX2 (cuda/fast_exp2.cuh), its
 //        running max moved only when a score passes it by 2^8 (then O is rescaled). Shared
-//        memory at D = 128 / 64: forward 96 / 48 KB, dQ 128 / 48 KB, dK/dV 96.5 / 32.5 KB. Every
-//        kernel of this file runs in CI on the host emulator against the CPU reference
-//        (tests/emu/test_attention_emu.cpp). On the H200 (ncu, commit a485f34, B4 T4096 H16
-//        D128 bf16 causal): forward 1.009 ms (~274 TFLOP/s; 1.156 with one 8-warp block an SM),
-//        dQ 1.72 ms, dK/dV 2.50 ms; torch SDPA's flash kernels take 0.499 and ~1.5 (targets.md).
+//        memory at D = 128 / 64: forward 96 / 48 KB, dQ 128 / 48 KB, dK/dV 96.5 / 32.5 KB.
+//        D = 256 (twice the registers a row): the forward 64 queries, 4 warps of one m16 row
+//        tile, K/V tiles of 32 keys (96 KB, two blocks an SM); the backward 128 rows, 8 warps of
+//        16, one block an SM (dQ 192 KB: K/V tiles of 32 keys, Q and dO fragments read from
+//        shared memory; dK/dV 192.5 KB: two sweeps over the queries, dV then dK, the second
+//        rebuilding P, five products a step instead of four). Every kernel of this file runs in
+//        CI on the host emulator against the CPU reference (tests/emu/test_attention_emu.cpp).
+//        On the H200 (ncu, commit a485f34, B4 T4096 H16 D128 bf16 causal): forward 1.009 ms
+//        (~274 TFLOP/s; 1.156 with one 8-warp block an SM), dQ 1.72 ms, dK/dV 2.50 ms; torch
+//        SDPA's flash kernels take 0.499 and ~1.5 (targets.md).
 //   fma: plain fp32 arithmetic, any D, Dv <= 256, F32 or BF16 storage: one warp per row, keys
 //        (or queries) in shared-memory tiles of 32, one per lane. The readable version, and the
 //        fp32 path.
@@ -122,9 +127,9 @@ void launch(Kernel kernel, dim3 grid, int threads, size_t bytes, Params... param
 }
 
 // ------------------------------------------------------------------------------------------
-// mma path. Every warp owns row tiles of 16 rows (one in the backward, two in the forward);
-// per-thread rows inside a row tile: lane / 4 and +8 (queries, or keys for dK/dV); a warp skips
-// the tiles none of its rows sees.
+// mma path. Every warp owns row tiles of 16 rows (one in the backward, two in the forward, one
+// in the forward at D = 256); per-thread rows inside a row tile: lane / 4 and +8 (queries, or
+// keys for dK/dV); a warp skips the tiles none of its rows sees.
 
 // Keys per K/V tile of the forward and dQ kernels: 64, and 32 at D = 256 (shared memory).
 constexpr int mma_cols(int D) { return D == 256 ? 32 : 64; }
@@ -270,7 +275,8 @@ __device__ __forceinline__ void store_rows(bf16* out, const float (*acc)[4], int
 // needed 0.5; and a thread 64 FFMA + 64 EX2 for P, 64 max, 64 add, 32 packs, 22 shuffles; the
 // 128 multiplies of the O rescale only on the rare steps where the max moves (pass 2). Q stays
 // in shared memory (in registers it would not fit beside O and S). Registers (ptxas, sm_90, no spills): D = 128
-// 247 (O 128, S 32), D = 64 168.
+// 247 (O 128, S 32), D = 64 168. D = 256: 64-query blocks, warp w owns rows 16 w .. 16 w + 15 (one
+// row tile: O is 128 registers), one 32-key step a K/V tile; 248 registers (O 128, S 16).
 template <int D, bool DOCS>
 __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
     attention_forward_mma(bf16* o, float* lse, const bf16* q, const bf16* k, const bf16* v, int T, int H, int Hkv,
@@ -408,7 +414,8 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
 // tiles are read from shared memory in the loop); as in the forward, a warp skips the key tiles
 // none of its rows sees. Occupancy (ptxas, sm_90, no spills): D = 128 in at most 255 registers
 // (Q and dO fragments 64, dQ 64, P 32, dS 32; the cap for two 4-warp blocks); D = 64 in 168 (the
-// cap for three).
+// cap for three). D = 256: dQ alone is 128 registers, so Q and dO are read from shared memory
+// each step, over K/V tiles of 32 keys; 246 registers (one 8-warp block an SM).
 template <int D, bool DOCS>
 __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).blocks_per_sm)
     attention_backward_dq_mma(bf16* dq, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
@@ -503,7 +510,8 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
 // Delta are read into registers one step ahead (their global latency hides behind a step's
 // products) and stored to shared memory at the end of the step. Occupancy (ptxas, sm_90, no
 // spills): D = 128 in at most 255 registers (dK and dV 128, P^T and dS^T 32; the cap for two
-// 4-warp blocks); D = 64 in 168 (the cap for three).
+// 4-warp blocks); D = 64 in 168 (the cap for three). D = 256: dV, then dK, one sweep each (see
+// sweep); 252 registers (one 8-warp block an SM).
 template <int D, bool DOCS>
 __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).blocks_per_sm)
     attention_backward_dkdv_mma(bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
@@ -879,12 +887,13 @@ void attention_forward(void* o, float* lse, const void* q, const void* k, const 
     dispatch_mma(s, [&](auto d, auto docs) {
       constexpr int kD = decltype(d)::value;
       constexpr bool kDocs = decltype(docs)::value;
-      // fwd_blocks_per_sm(kD) blocks of 96 / 48 KB an SM (96 at D = 256): the largest shared-memory carveout
+      // fwd_blocks_per_sm(kD) blocks of 96 / 48 / 96 KB (D = 128 / 64 / 256) an SM: the largest
+      // shared-memory carveout
       CUDA_CHECK(cudaFuncSetAttribute(attention_forward_mma<kD, kDocs>,
                                       cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
       launch(attention_forward_mma<kD, kDocs>, mma_grid(s, s.H, fwd_rows(kD)), kFwdThreads,
-             sizeof(bf16) * (fwd_rows(kD) + 4 * mma_cols(kD)) * kD, static_cast<bf16*>(o), lse, static_cast<const bf16*>(q),
-             static_cast<const bf16*>(k), static_cast<const bf16*>(v), s.T, s.H, s.Hkv,
+             sizeof(bf16) * (fwd_rows(kD) + 4 * mma_cols(kD)) * kD, static_cast<bf16*>(o), lse,
+             static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v), s.T, s.H, s.Hkv,
              static_cast<float>(scale) * kLog2e, s.window, s.documents<kDocs>());
     });
   } else {
