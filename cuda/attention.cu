@@ -19,7 +19,7 @@
 // forward's.
 //
 // Two implementations:
-//   mma: bf16 tensor cores (mma.sync m16n8k16, fp32 accumulation), D = Dv in {64, 128}. A warp
+//   mma: bf16 tensor cores (mma.sync m16n8k16, fp32 accumulation), D = Dv in {64, 128, 256}. A warp
 //        skips the tiles none of its rows sees (above the diagonal, before the window or its
 //        document, past T): packed documents cost only the tiles inside documents.
 //        Blocks: the forward 128 queries, 4 warps of 32 rows (two m16 row tiles, so every K/V
@@ -32,11 +32,16 @@
 //        operand (see cuda/mma.cuh). Softmax runs in base 2 with the scale folded in:
 //        exp(x) = exp2(x log2 e), in the forward one FFMA and one EX2 (cuda/fast_exp2.cuh), its
 //        running max moved only when a score passes it by 2^8 (then O is rescaled). Shared
-//        memory at D = 128 / 64: forward 96 / 48 KB, dQ 128 / 48 KB, dK/dV 96.5 / 32.5 KB. Every
-//        kernel of this file runs in CI on the host emulator against the CPU reference
-//        (tests/emu/test_attention_emu.cpp). On the H200 (ncu, commit a485f34, B4 T4096 H16
-//        D128 bf16 causal): forward 1.009 ms (~274 TFLOP/s; 1.156 with one 8-warp block an SM),
-//        dQ 1.72 ms, dK/dV 2.50 ms; torch SDPA's flash kernels take 0.499 and ~1.5 (targets.md).
+//        memory at D = 128 / 64: forward 96 / 48 KB, dQ 128 / 48 KB, dK/dV 96.5 / 32.5 KB.
+//        D = 256 (twice the registers a row): the forward 64 queries, 4 warps of one m16 row
+//        tile, K/V tiles of 32 keys (96 KB, two blocks an SM); the backward 128 rows, 8 warps of
+//        16, one block an SM (dQ 192 KB: K/V tiles of 32 keys, Q and dO fragments read from
+//        shared memory; dK/dV 192.5 KB: two sweeps over the queries, dV then dK, the second
+//        rebuilding P, five products a step instead of four). Every kernel of this file runs in
+//        CI on the host emulator against the CPU reference (tests/emu/test_attention_emu.cpp).
+//        On the H200 (ncu, commit a485f34, B4 T4096 H16 D128 bf16 causal): forward 1.009 ms
+//        (~274 TFLOP/s; 1.156 with one 8-warp block an SM), dQ 1.72 ms, dK/dV 2.50 ms; torch
+//        SDPA's flash kernels take 0.499 and ~1.5 (targets.md).
 //   fma: plain fp32 arithmetic, any D, Dv <= 256, F32 or BF16 storage: one warp per row, keys
 //        (or queries) in shared-memory tiles of 32, one per lane. The readable version, and the
 //        fp32 path.
@@ -122,23 +127,25 @@ void launch(Kernel kernel, dim3 grid, int threads, size_t bytes, Params... param
 }
 
 // ------------------------------------------------------------------------------------------
-// mma path. Every warp owns row tiles of 16 rows (one in the backward, two in the forward);
-// per-thread rows inside a row tile: lane / 4 and +8 (queries, or keys for dK/dV); a warp skips
-// the tiles none of its rows sees.
+// mma path. Every warp owns row tiles of 16 rows (one in the backward, two in the forward, one
+// in the forward at D = 256); per-thread rows inside a row tile: lane / 4 and +8 (queries, or
+// keys for dK/dV); a warp skips the tiles none of its rows sees.
 
-constexpr int kMmaCols = 64;     // keys per step of the forward and dQ kernels
+// Keys per K/V tile of the forward and dQ kernels: 64, and 32 at D = 256 (shared memory).
+constexpr int mma_cols(int D) { return D == 256 ? 32 : 64; }
 constexpr int kMmaQueries = 32;  // queries per step of the dK/dV kernel
 
 // The forward's block: 4 warps of 32 rows (two m16 row tiles each, so every K and V fragment read
-// from shared memory feeds two mma), 128 queries, K/V tiles of 64 keys (kMmaCols) taken in two
+// from shared memory feeds two mma), 128 queries, K/V tiles of 64 keys (mma_cols) taken in two
 // steps of 32 (S of 32 rows x 64 keys, 64 registers beside O's 128 at D = 128, spilled at the
 // 255 cap). Two blocks an SM at D = 128 (<= 255 registers, 2 x 96 KB), three at D = 64 (<= 168,
-// 3 x 48 KB).
+// 3 x 48 KB). D = 256: one row tile a warp (O is 128 registers already), 64 queries, K/V tiles
+// of 32 keys, one step each: two blocks an SM (<= 255 registers, 2 x 96 KB).
 constexpr int kFwdWarps = 4;
-constexpr int kFwdRowTiles = 2;  // m16 row tiles a warp
+constexpr int fwd_row_tiles(int D) { return D == 256 ? 1 : 2; }  // m16 row tiles a warp
 constexpr int kFwdThreads = 32 * kFwdWarps;
-constexpr int kFwdRows = 16 * kFwdRowTiles * kFwdWarps;  // queries per block of the forward
-constexpr int kFwdStep = 32;                              // keys per softmax step of the forward
+constexpr int fwd_rows(int D) { return 16 * fwd_row_tiles(D) * kFwdWarps; }  // queries per block of the forward
+constexpr int kFwdStep = 32;                                                  // keys per softmax step of the forward
 constexpr int fwd_blocks_per_sm(int D) { return D == 64 ? 3 : 2; }
 constexpr float kMaxSlack = 8.0f;  // log2 units: the forward's running max may lag the true one by this
 
@@ -148,10 +155,14 @@ constexpr float kMaxSlack = 8.0f;  // log2 units: the forward's running max may 
 // the 64-row kernels' 1.628 and 2.485 (ncu, 8e0b4a4 vs 4150e97), as in e9d37a7 before. D = 64:
 // 4 warps, three blocks an SM (12 warps): 8 warps an SM at D = 64 (128-row blocks and steps,
 // spilling) took 1.90 ms against these 12 warps' 1.35 at B8 T2048 H16 (commit e9d37a7).
+// D = 256: 8 warps (128-row blocks), one block an SM (192 KB of shared memory; 4-warp blocks
+// would take 128 KB, also one an SM).
 struct BwdBlocking {
   int warps, blocks_per_sm;
 };
-constexpr BwdBlocking bwd_blocking(int D) { return D == 64 ? BwdBlocking{4, 3} : BwdBlocking{4, 2}; }
+constexpr BwdBlocking bwd_blocking(int D) {
+  return D == 64 ? BwdBlocking{4, 3} : D == 128 ? BwdBlocking{4, 2} : BwdBlocking{8, 1};
+}
 
 // The mma kernels' grids are (heads, B, row blocks), row blocks slowest, blockIdx.z = 0 the
 // longest (the last queries, or the first keys). The scheduler starts blocks in index order, so
@@ -162,12 +173,14 @@ constexpr BwdBlocking bwd_blocking(int D) { return D == 64 ? BwdBlocking{4, 3} :
 // S (16 MT x 8 NT per warp) += A (16 MT x W, rows warp * 16 MT.. of sA) . B^T where B is the
 // (8 NT x W) tile sB. Row tile mt's n-tile nt is s[mt * NT + nt]; every B fragment read from
 // shared memory feeds MT mma. Row tile 1 is written out under `if constexpr` (as in mma_pb) so
-// that the backward's MT = 1 code is what it was.
+// that the backward's MT = 1 code is what it was. At W = 256 the k loop is unrolled 4 deep, not
+// 16: fully unrolled, ptxas hoisted so many fragment loads that the D = 256 backward kernels
+// spilled (40 to 56 bytes; none at 4).
 template <int W, int NT, int MT = 1>
 __device__ __forceinline__ void mma_abt(float (&s)[MT * NT][4], const bf16* sA, const bf16* sB) {
   static_assert(MT == 1 || MT == 2, "one or two row tiles");
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-#pragma unroll
+#pragma unroll(W == 256 ? 4 : W / 16)
   for (int kk = 0; kk < W / 16; kk++) {
     uint32_t a[MT][4];
     ldmatrix_x4(a[0], sA + swizzle<W>(warp * 16 * MT + lane % 16, kk * 16 + (lane / 16) * 8));
@@ -262,54 +275,56 @@ __device__ __forceinline__ void store_rows(bf16* out, const float (*acc)[4], int
 // needed 0.5; and a thread 64 FFMA + 64 EX2 for P, 64 max, 64 add, 32 packs, 22 shuffles; the
 // 128 multiplies of the O rescale only on the rare steps where the max moves (pass 2). Q stays
 // in shared memory (in registers it would not fit beside O and S). Registers (ptxas, sm_90, no spills): D = 128
-// 247 (O 128, S 32), D = 64 168.
+// 247 (O 128, S 32), D = 64 168. D = 256: 64-query blocks, warp w owns rows 16 w .. 16 w + 15 (one
+// row tile: O is 128 registers), one 32-key step a K/V tile; 248 registers (O 128, S 16).
 template <int D, bool DOCS>
 __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
     attention_forward_mma(bf16* o, float* lse, const bf16* q, const bf16* k, const bf16* v, int T, int H, int Hkv,
                           float scale_log2, int window, Documents<DOCS> documents) {
-  constexpr int NT = kFwdStep / 8, MT = kFwdRowTiles, kRowsPerThread = 2 * MT;
+  constexpr int NT = kFwdStep / 8, MT = fwd_row_tiles(D), kRowsPerThread = 2 * MT;
+  constexpr int kRows = fwd_rows(D), kCols = mma_cols(D);
   extern __shared__ float4 smem_raw[];
-  bf16* sQ = reinterpret_cast<bf16*>(smem_raw);  // sQ: (128, D)
-  bf16* sK = sQ + kFwdRows * D;                  // sK: 2 x (64, D)
-  bf16* sV = sK + 2 * kMmaCols * D;              // sV: 2 x (64, D)
+  bf16* sQ = reinterpret_cast<bf16*>(smem_raw);  // sQ: (kRows, D)
+  bf16* sK = sQ + kRows * D;                     // sK: 2 x (kCols, D)
+  bf16* sV = sK + 2 * kCols * D;                 // sV: 2 x (kCols, D)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int q0 = (gridDim.z - 1 - blockIdx.z) * kFwdRows, h = blockIdx.x, b = blockIdx.y, hk = h / (H / Hkv);
+  const int q0 = (gridDim.z - 1 - blockIdx.z) * kRows, h = blockIdx.x, b = blockIdx.y, hk = h / (H / Hkv);
   const int64_t q_stride = int64_t(H) * D, kv_stride = int64_t(Hkv) * D;
   const bf16* qh = q + int64_t(b) * T * q_stride + int64_t(h) * D;  // row t at qh + t * q_stride
   const bf16* kh = k + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const bf16* vh = v + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const Documents<DOCS> docs = documents.row(b);
-  const int kb_first = docs.first_key(q0, window > 0 ? max(0, q0 - window + 1) : 0) / kMmaCols;
-  const int kb_last = min(T - 1, q0 + kFwdRows - 1) / kMmaCols;
+  const int kb_first = docs.first_key(q0, window > 0 ? max(0, q0 - window + 1) : 0) / kCols;
+  const int kb_last = min(T - 1, q0 + kRows - 1) / kCols;
   const int w_first = q0 + warp * 16 * MT, w_last = w_first + 16 * MT - 1;  // this warp's rows
   // this thread's rows: r = 2 mt + half is row tile mt's lane / 4 + 8 half
   const auto t_row = [&](int r) { return w_first + (r / 2) * 16 + (r % 2) * 8 + lane / 4; };
 
-  load_tile_async<kFwdRows, D, kFwdThreads>(sQ, qh, q_stride, q0, T);
-  load_tile_async<kMmaCols, D, kFwdThreads>(sK, kh, kv_stride, kb_first * kMmaCols, T);
-  load_tile_async<kMmaCols, D, kFwdThreads>(sV, vh, kv_stride, kb_first * kMmaCols, T);
+  load_tile_async<kRows, D, kFwdThreads>(sQ, qh, q_stride, q0, T);
+  load_tile_async<kCols, D, kFwdThreads>(sK, kh, kv_stride, kb_first * kCols, T);
+  load_tile_async<kCols, D, kFwdThreads>(sV, vh, kv_stride, kb_first * kCols, T);
   cp_async_commit();
 
-  float acc[MT * D / 8][4] = {};  // acc: (32, D) unnormalised O, row tile mt at acc[mt * D / 8..]
+  float acc[MT * D / 8][4] = {};  // acc: (16 MT, D) unnormalised O, row tile mt at acc[mt * D / 8..]
   float m[kRowsPerThread], l[kRowsPerThread];  // each row's running max (log2 units; pass 2) and sum
 #pragma unroll
   for (int r = 0; r < kRowsPerThread; r++) m[r] = -INFINITY, l[r] = 0;
   for (int kb = kb_first; kb <= kb_last; kb++) {
-    const int buf = (kb - kb_first) & 1, k0 = kb * kMmaCols;
+    const int buf = (kb - kb_first) & 1, k0 = kb * kCols;
     cp_async_wait_all();
     __syncthreads();  // tile kb (and Q) landed; every warp is done with tile kb - 1
     if (kb < kb_last) {
-      load_tile_async<kMmaCols, D, kFwdThreads>(sK + (buf ^ 1) * kMmaCols * D, kh, kv_stride, k0 + kMmaCols, T);
-      load_tile_async<kMmaCols, D, kFwdThreads>(sV + (buf ^ 1) * kMmaCols * D, vh, kv_stride, k0 + kMmaCols, T);
+      load_tile_async<kCols, D, kFwdThreads>(sK + (buf ^ 1) * kCols * D, kh, kv_stride, k0 + kCols, T);
+      load_tile_async<kCols, D, kFwdThreads>(sV + (buf ^ 1) * kCols * D, vh, kv_stride, k0 + kCols, T);
     }
     cp_async_commit();
-    for (int s0 = k0; s0 < k0 + kMmaCols; s0 += kFwdStep) {  // keys s0 .. s0 + kFwdStep - 1
+    for (int s0 = k0; s0 < k0 + kCols; s0 += kFwdStep) {  // keys s0 .. s0 + kFwdStep - 1
       // A step with no key visible to any row of the warp changes nothing (P = 0).
       if (w_first >= T || !docs.any_visible(w_first, w_last, s0, s0 + kFwdStep - 1, window)) continue;
 
       // pass 1: S = Q K^T (unscaled), invisible keys -> -inf (only on steps some row sees in part)
       float s[MT * NT][4] = {};
-      mma_abt<D, NT, MT>(s, sQ, sK + (buf * kMmaCols + s0 - k0) * D);
+      mma_abt<D, NT, MT>(s, sQ, sK + (buf * kCols + s0 - k0) * D);
       if (!docs.all_visible(w_first, w_last, s0, s0 + kFwdStep - 1, window))
 #pragma unroll
         for (int i = 0; i < MT * NT; i++)
@@ -371,7 +386,7 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
           }
       }
       // pass 3: O += P V
-      mma_pb<D, NT, MT>(acc, s, sV + (buf * kMmaCols + s0 - k0) * D);
+      mma_pb<D, NT, MT>(acc, s, sV + (buf * kCols + s0 - k0) * D);
     }
   }
 
@@ -399,18 +414,20 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
 // tiles are read from shared memory in the loop); as in the forward, a warp skips the key tiles
 // none of its rows sees. Occupancy (ptxas, sm_90, no spills): D = 128 in at most 255 registers
 // (Q and dO fragments 64, dQ 64, P 32, dS 32; the cap for two 4-warp blocks); D = 64 in 168 (the
-// cap for three).
+// cap for three). D = 256: dQ alone is 128 registers, so Q and dO are read from shared memory
+// each step, over K/V tiles of 32 keys; 246 registers (one 8-warp block an SM).
 template <int D, bool DOCS>
 __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).blocks_per_sm)
     attention_backward_dq_mma(bf16* dq, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
                               const float* lse, const float* delta, int T, int H, int Hkv, float scale,
                               int window, Documents<DOCS> documents) {
-  constexpr int kWarps = bwd_blocking(D).warps, kThreads = 32 * kWarps, kRows = 16 * kWarps;
+  constexpr int kWarps = bwd_blocking(D).warps, kThreads = 32 * kWarps, kRows = 16 * kWarps, kCols = mma_cols(D);
+  constexpr bool kRowsInRegisters = D <= 128;  // Q and dO fragments; at D = 256 read from shared memory
   extern __shared__ float4 smem_raw[];
   bf16* sQ = reinterpret_cast<bf16*>(smem_raw);  // sQ: (kRows, D)
   bf16* sdO = sQ + kRows * D;                    // sdO: (kRows, D)
-  bf16* sK = sdO + kRows * D;                    // sK: 2 x (64, D)
-  bf16* sV = sK + 2 * kMmaCols * D;              // sV: 2 x (64, D)
+  bf16* sK = sdO + kRows * D;                    // sK: 2 x (kCols, D)
+  bf16* sV = sK + 2 * kCols * D;                 // sV: 2 x (kCols, D)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int q0 = (gridDim.z - 1 - blockIdx.z) * kRows, h = blockIdx.x, b = blockIdx.y, hk = h / (H / Hkv);
   const int64_t q_stride = int64_t(H) * D, kv_stride = int64_t(Hkv) * D;
@@ -419,8 +436,8 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
   const bf16* kh = k + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const bf16* vh = v + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const Documents<DOCS> docs = documents.row(b);
-  const int kb_first = docs.first_key(q0, window > 0 ? max(0, q0 - window + 1) : 0) / kMmaCols;
-  const int kb_last = min(T - 1, q0 + kRows - 1) / kMmaCols;
+  const int kb_first = docs.first_key(q0, window > 0 ? max(0, q0 - window + 1) : 0) / kCols;
+  const int kb_last = min(T - 1, q0 + kRows - 1) / kCols;
   const float scale_log2 = scale * kLog2e;
   const int w_first = q0 + warp * 16, w_last = w_first + 15;  // this warp's rows
   const int t_row[2] = {w_first + lane / 4, w_first + lane / 4 + 8};
@@ -434,35 +451,36 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
 
   load_tile_async<kRows, D, kThreads>(sQ, qh, q_stride, q0, T);
   load_tile_async<kRows, D, kThreads>(sdO, doh, q_stride, q0, T);
-  load_tile_async<kMmaCols, D, kThreads>(sK, kh, kv_stride, kb_first * kMmaCols, T);
-  load_tile_async<kMmaCols, D, kThreads>(sV, vh, kv_stride, kb_first * kMmaCols, T);
+  load_tile_async<kCols, D, kThreads>(sK, kh, kv_stride, kb_first * kCols, T);
+  load_tile_async<kCols, D, kThreads>(sV, vh, kv_stride, kb_first * kCols, T);
   cp_async_commit();
 
-  uint32_t qf[D / 16][4], dof[D / 16][4];  // this warp's 16 rows of Q and dO as A fragments
+  uint32_t qf[D / 16][4], dof[D / 16][4];  // this warp's 16 rows of Q and dO as A fragments (kRowsInRegisters)
   float acc[D / 8][4] = {};                 // acc: (16, D) dQ / scale
   for (int kb = kb_first; kb <= kb_last; kb++) {
-    const int buf = (kb - kb_first) & 1, k0 = kb * kMmaCols;
+    const int buf = (kb - kb_first) & 1, k0 = kb * kCols;
     cp_async_wait_all();
     __syncthreads();  // tile kb landed; every warp is done with tile kb - 1
-    if (kb == kb_first)
+    if (kRowsInRegisters && kb == kb_first)
 #pragma unroll
       for (int kk = 0; kk < D / 16; kk++) {
         ldmatrix_x4(qf[kk], sQ + swizzle<D>(warp * 16 + lane % 16, kk * 16 + (lane / 16) * 8));
         ldmatrix_x4(dof[kk], sdO + swizzle<D>(warp * 16 + lane % 16, kk * 16 + (lane / 16) * 8));
       }
     if (kb < kb_last) {
-      load_tile_async<kMmaCols, D, kThreads>(sK + (buf ^ 1) * kMmaCols * D, kh, kv_stride, k0 + kMmaCols, T);
-      load_tile_async<kMmaCols, D, kThreads>(sV + (buf ^ 1) * kMmaCols * D, vh, kv_stride, k0 + kMmaCols, T);
+      load_tile_async<kCols, D, kThreads>(sK + (buf ^ 1) * kCols * D, kh, kv_stride, k0 + kCols, T);
+      load_tile_async<kCols, D, kThreads>(sV + (buf ^ 1) * kCols * D, vh, kv_stride, k0 + kCols, T);
     }
     cp_async_commit();
-    if (w_first >= T || !docs.any_visible(w_first, w_last, k0, k0 + kMmaCols - 1, window)) continue;
-    const bf16* k_tile = sK + buf * kMmaCols * D;
+    if (w_first >= T || !docs.any_visible(w_first, w_last, k0, k0 + kCols - 1, window)) continue;
+    const bf16* k_tile = sK + buf * kCols * D;
     // pass 1: P = exp(scale Q K^T - lse), zero where invisible
-    float p[kMmaCols / 8][4] = {};
-    mma_abt_reg<D, kMmaCols / 8>(p, qf, k_tile);
-    const bool needs_mask = !docs.all_visible(w_first, w_last, k0, k0 + kMmaCols - 1, window) || w_last >= T;
+    float p[kCols / 8][4] = {};
+    if constexpr (kRowsInRegisters) mma_abt_reg<D, kCols / 8>(p, qf, k_tile);
+    else mma_abt<D, kCols / 8>(p, sQ, k_tile);
+    const bool needs_mask = !docs.all_visible(w_first, w_last, k0, k0 + kCols - 1, window) || w_last >= T;
 #pragma unroll
-    for (int nt = 0; nt < kMmaCols / 8; nt++)
+    for (int nt = 0; nt < kCols / 8; nt++)
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         const int t = t_row[e / 2], s = k0 + nt * 8 + (lane % 4) * 2 + e % 2;
@@ -470,14 +488,15 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
         p[nt][e] = exp2f(ok ? fmaf(p[nt][e], scale_log2, -lse2[e / 2]) : -INFINITY);  // 2^-inf = 0, no branch
       }
     // pass 2: dP = dO V^T;  dS = P (dP - Delta)
-    float ds[kMmaCols / 8][4] = {};
-    mma_abt_reg<D, kMmaCols / 8>(ds, dof, sV + buf * kMmaCols * D);
+    float ds[kCols / 8][4] = {};
+    if constexpr (kRowsInRegisters) mma_abt_reg<D, kCols / 8>(ds, dof, sV + buf * kCols * D);
+    else mma_abt<D, kCols / 8>(ds, sdO, sV + buf * kCols * D);
 #pragma unroll
-    for (int nt = 0; nt < kMmaCols / 8; nt++)
+    for (int nt = 0; nt < kCols / 8; nt++)
 #pragma unroll
       for (int e = 0; e < 4; e++) ds[nt][e] = p[nt][e] * (ds[nt][e] - dlt[e / 2]);
     // pass 3: dQ += dS K
-    mma_pb<D, kMmaCols / 8>(acc, ds, k_tile);
+    mma_pb<D, kCols / 8>(acc, ds, k_tile);
   }
   const int64_t row0 = (int64_t(b) * T + t_row[0]) * q_stride + int64_t(h) * D;
   const int64_t row1 = (int64_t(b) * T + t_row[1]) * q_stride + int64_t(h) * D;
@@ -491,7 +510,8 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
 // Delta are read into registers one step ahead (their global latency hides behind a step's
 // products) and stored to shared memory at the end of the step. Occupancy (ptxas, sm_90, no
 // spills): D = 128 in at most 255 registers (dK and dV 128, P^T and dS^T 32; the cap for two
-// 4-warp blocks); D = 64 in 168 (the cap for three).
+// 4-warp blocks); D = 64 in 168 (the cap for three). D = 256: dV, then dK, one sweep each (see
+// sweep); 252 registers (one 8-warp block an SM).
 template <int D, bool DOCS>
 __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).blocks_per_sm)
     attention_backward_dkdv_mma(bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
@@ -542,57 +562,74 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
   };
   load_tile_async<kRows, D, kThreads>(sK, kh, kv_stride, k0, T);
   load_tile_async<kRows, D, kThreads>(sV, vh, kv_stride, k0, T);
-  load_step(0, 0);
-  cp_async_commit();
-  store_stats(0);
 
-  float dk_acc[D / 8][4] = {}, dv_acc[D / 8][4] = {};  // (16, D) each: dK / scale and dV
-  for (int i = 0; i < steps; i++) {
-    const int buf = i & 1, j0 = (qb_first + i % tiles_per_head) * kMmaQueries, j_last = j0 + kMmaQueries - 1;
-    cp_async_wait_all();
-    __syncthreads();  // step i's tiles and stats landed; every warp is done with step i - 1's
-    if (i + 1 < steps) load_step(i + 1, buf ^ 1);
+  // One sweep over the steps accumulates dV (kDv), dK (kDk) or both and writes them out. Both
+  // accumulators are 2 x 64 registers at D = 128; at D = 256 they would be 256, so there dV and
+  // dK take a sweep each, the second rebuilding P^T (a step's four products of 16 x 32 x D
+  // become five: P^T and dV in the first, P^T, dP^T and dK in the second).
+  auto sweep = [&](auto grads) {
+    constexpr bool kDv = decltype(grads)::value & 1, kDk = decltype(grads)::value & 2;
+    load_step(0, 0);
     cp_async_commit();
-    if (w_first < T && docs.any_visible(j0, j_last, w_first, w_last, window)) {
-      const bf16* q_tile = sQ + buf * kMmaQueries * D;
-      const bf16* do_tile = sdO + buf * kMmaQueries * D;
-      // (lse, Delta, lse, Delta) of query columns nt * 8 + (lane % 4) * 2 and + 1
-      auto stats = [&](int nt) {
-        return *reinterpret_cast<const float4*>(sStats + (buf * kMmaQueries + nt * 8 + (lane % 4) * 2) * 2);
-      };
-      // pass 1: P^T = exp(scale K Q^T - lse), zero where invisible
-      float p[kMmaQueries / 8][4] = {};
-      mma_abt<D, kMmaQueries / 8>(p, sK, q_tile);
-      const bool needs_mask = !docs.all_visible(j0, j_last, w_first, w_last, window) || j_last >= T;
+    store_stats(0);
+
+    float dk_acc[D / 8][4] = {}, dv_acc[D / 8][4] = {};  // (16, D) each: dK / scale and dV
+    for (int i = 0; i < steps; i++) {
+      const int buf = i & 1, j0 = (qb_first + i % tiles_per_head) * kMmaQueries, j_last = j0 + kMmaQueries - 1;
+      cp_async_wait_all();
+      __syncthreads();  // step i's tiles and stats landed; every warp is done with step i - 1's
+      if (i + 1 < steps) load_step(i + 1, buf ^ 1);
+      cp_async_commit();
+      if (w_first < T && docs.any_visible(j0, j_last, w_first, w_last, window)) {
+        const bf16* q_tile = sQ + buf * kMmaQueries * D;
+        const bf16* do_tile = sdO + buf * kMmaQueries * D;
+        // (lse, Delta, lse, Delta) of query columns nt * 8 + (lane % 4) * 2 and + 1
+        auto stats = [&](int nt) {
+          return *reinterpret_cast<const float4*>(sStats + (buf * kMmaQueries + nt * 8 + (lane % 4) * 2) * 2);
+        };
+        // pass 1: P^T = exp(scale K Q^T - lse), zero where invisible
+        float p[kMmaQueries / 8][4] = {};
+        mma_abt<D, kMmaQueries / 8>(p, sK, q_tile);
+        const bool needs_mask = !docs.all_visible(j0, j_last, w_first, w_last, window) || j_last >= T;
 #pragma unroll
-      for (int nt = 0; nt < kMmaQueries / 8; nt++) {
-        const float4 st = stats(nt);
+        for (int nt = 0; nt < kMmaQueries / 8; nt++) {
+          const float4 st = stats(nt);
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-          const int t = j0 + nt * 8 + (lane % 4) * 2 + e % 2;
-          const bool ok = !needs_mask || (t < T && docs.visible(t, s_row[e / 2], window));
-          p[nt][e] = exp2f(ok ? fmaf(p[nt][e], scale_log2, e % 2 ? -st.z : -st.x) : -INFINITY);
+          for (int e = 0; e < 4; e++) {
+            const int t = j0 + nt * 8 + (lane % 4) * 2 + e % 2;
+            const bool ok = !needs_mask || (t < T && docs.visible(t, s_row[e / 2], window));
+            p[nt][e] = exp2f(ok ? fmaf(p[nt][e], scale_log2, e % 2 ? -st.z : -st.x) : -INFINITY);
+          }
         }
-      }
-      // pass 2: dP^T = V dO^T;  dS^T = P^T (dP^T - Delta)
-      float ds[kMmaQueries / 8][4] = {};
-      mma_abt<D, kMmaQueries / 8>(ds, sV, do_tile);
+        // pass 2: dP^T = V dO^T;  dS^T = P^T (dP^T - Delta)
+        float ds[kMmaQueries / 8][4] = {};
+        if constexpr (kDk) {
+          mma_abt<D, kMmaQueries / 8>(ds, sV, do_tile);
 #pragma unroll
-      for (int nt = 0; nt < kMmaQueries / 8; nt++) {
-        const float4 st = stats(nt);
+          for (int nt = 0; nt < kMmaQueries / 8; nt++) {
+            const float4 st = stats(nt);
 #pragma unroll
-        for (int e = 0; e < 4; e++) ds[nt][e] = p[nt][e] * (ds[nt][e] - (e % 2 ? st.w : st.y));
+            for (int e = 0; e < 4; e++) ds[nt][e] = p[nt][e] * (ds[nt][e] - (e % 2 ? st.w : st.y));
+          }
+        }
+        // pass 3: dV += P^T dO;  dK += dS^T Q
+        if constexpr (kDv) mma_pb<D, kMmaQueries / 8>(dv_acc, p, do_tile);
+        if constexpr (kDk) mma_pb<D, kMmaQueries / 8>(dk_acc, ds, q_tile);
       }
-      // pass 3: dV += P^T dO;  dK += dS^T Q
-      mma_pb<D, kMmaQueries / 8>(dv_acc, p, do_tile);
-      mma_pb<D, kMmaQueries / 8>(dk_acc, ds, q_tile);
+      if (i + 1 < steps) store_stats(buf ^ 1);  // read by the barrier of step i + 1
     }
-    if (i + 1 < steps) store_stats(buf ^ 1);  // read by the barrier of step i + 1
+    const int64_t row0 = (int64_t(b) * T + s_row[0]) * kv_stride + int64_t(hk) * D;
+    const int64_t row1 = (int64_t(b) * T + s_row[1]) * kv_stride + int64_t(hk) * D;
+    if constexpr (kDk) store_rows<D>(dk, dk_acc, row0, row1, s_row[0] < T, s_row[1] < T, scale, scale);
+    if constexpr (kDv) store_rows<D>(dv, dv_acc, row0, row1, s_row[0] < T, s_row[1] < T, 1.0f, 1.0f);
+  };
+  if constexpr (D == 256) {
+    sweep(std::integral_constant<int, 1>{});
+    __syncthreads();  // every warp is done with the last step's buffers before the next sweep reloads them
+    sweep(std::integral_constant<int, 2>{});
+  } else {
+    sweep(std::integral_constant<int, 3>{});
   }
-  const int64_t row0 = (int64_t(b) * T + s_row[0]) * kv_stride + int64_t(hk) * D;
-  const int64_t row1 = (int64_t(b) * T + s_row[1]) * kv_stride + int64_t(hk) * D;
-  store_rows<D>(dk, dk_acc, row0, row1, s_row[0] < T, s_row[1] < T, scale, scale);
-  store_rows<D>(dv, dv_acc, row0, row1, s_row[0] < T, s_row[1] < T, 1.0f, 1.0f);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -812,7 +849,9 @@ dim3 mma_grid(const Shape4& s, int heads, int rows) {
   return dim3(heads, s.B, row_blocks);
 }
 
-bool use_mma(int64_t D, int64_t Dv, DType dtype) { return dtype == DType::BF16 && D == Dv && (D == 64 || D == 128); }
+bool use_mma(int64_t D, int64_t Dv, DType dtype) {
+  return dtype == DType::BF16 && D == Dv && (D == 64 || D == 128 || D == 256);
+}
 
 // Calls fn(std::integral_constant<int, D>, std::bool_constant<DOCS>) for the tensor-core head
 // widths, with packed documents or without.
@@ -823,7 +862,8 @@ void dispatch_mma(const Shape4& s, Fn&& fn) {
     else fn(d, std::false_type{});
   };
   if (s.D == 64) with_docs(std::integral_constant<int, 64>{});
-  else with_docs(std::integral_constant<int, 128>{});
+  else if (s.D == 128) with_docs(std::integral_constant<int, 128>{});
+  else with_docs(std::integral_constant<int, 256>{});
 }
 
 size_t fma_forward_smem(int D, int Dv) { return sizeof(float) * (kFmaRows * D + kFmaTile * (D + 1) + kFmaTile * Dv); }
@@ -847,12 +887,13 @@ void attention_forward(void* o, float* lse, const void* q, const void* k, const 
     dispatch_mma(s, [&](auto d, auto docs) {
       constexpr int kD = decltype(d)::value;
       constexpr bool kDocs = decltype(docs)::value;
-      // fwd_blocks_per_sm(kD) blocks of 96 / 48 KB an SM: the largest shared-memory carveout
+      // fwd_blocks_per_sm(kD) blocks of 96 / 48 / 96 KB (D = 128 / 64 / 256) an SM: the largest
+      // shared-memory carveout
       CUDA_CHECK(cudaFuncSetAttribute(attention_forward_mma<kD, kDocs>,
                                       cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
-      launch(attention_forward_mma<kD, kDocs>, mma_grid(s, s.H, kFwdRows), kFwdThreads,
-             sizeof(bf16) * (kFwdRows + 4 * kMmaCols) * kD, static_cast<bf16*>(o), lse, static_cast<const bf16*>(q),
-             static_cast<const bf16*>(k), static_cast<const bf16*>(v), s.T, s.H, s.Hkv,
+      launch(attention_forward_mma<kD, kDocs>, mma_grid(s, s.H, fwd_rows(kD)), kFwdThreads,
+             sizeof(bf16) * (fwd_rows(kD) + 4 * mma_cols(kD)) * kD, static_cast<bf16*>(o), lse,
+             static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v), s.T, s.H, s.Hkv,
              static_cast<float>(scale) * kLog2e, s.window, s.documents<kDocs>());
     });
   } else {
@@ -885,7 +926,7 @@ void attention_backward(void* dq, void* dk, void* dv, const void* dout, const vo
       constexpr bool kDocs = decltype(docs)::value;
       constexpr int kWarps = bwd_blocking(kD).warps, kRows = 16 * kWarps;
       launch(attention_backward_dq_mma<kD, kDocs>, mma_grid(s, s.H, kRows), 32 * kWarps,
-             sizeof(bf16) * (2 * kRows + 4 * kMmaCols) * kD, static_cast<bf16*>(dq), static_cast<const bf16*>(dout),
+             sizeof(bf16) * (2 * kRows + 4 * mma_cols(kD)) * kD, static_cast<bf16*>(dq), static_cast<const bf16*>(dout),
              static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v), lse, delta, s.T,
              s.H, s.Hkv, sc, s.window, s.documents<kDocs>());
       launch(attention_backward_dkdv_mma<kD, kDocs>, mma_grid(s, s.Hkv, kRows), 32 * kWarps,

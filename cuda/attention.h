@@ -21,7 +21,7 @@ void attention_forward(void* o, float* lse, const void* q, const void* k, const 
 void attention_backward(void* dq, void* dk, void* dv, const void* dout, const void* q, const void* k, const void* v,
                         const void* o, const float* lse, const AttentionDims& d, DType dtype);
 
-// The kernel these sizes run on: "mma" (tensor cores: BF16 with D = Dv = 64 or 128) or "fma"
+// The kernel these sizes run on: "mma" (tensor cores: BF16 with D = Dv = 64, 128 or 256) or "fma"
 // (plain fp32 arithmetic: F32, or any D, Dv <= 256).
 const char* attention_kernel(int64_t D, int64_t Dv, DType dtype);
 

@@ -2,7 +2,7 @@
 // attention: grouped kv heads, sliding windows (one of 20 keys, shorter than a key tile, so whole
 // warps of the forward's 128-query blocks skip tiles), D != Dv and one long sequence (T = 4096)
 // in gpu mode, with T = 77, 130, 200, 333 not multiples of the kernels' row blocks (64 in the
-// backward, 128 in the forward: 130 leaves a block of 2 queries); perf at the bench
+// backward, 128 in the forward: 130 leaves a block of 2 queries; at D = 256, 128 and 64); perf at the bench
 // shapes (registry.h) and T = 16384, causal, bf16, against torch SDPA (flash).
 // Packed documents (varlen, doc_start from cu_seqlens: an input never perturbed): empty and
 // one-token documents, boundaries on and off the kernels' tiles, with a window, on the fma path,
@@ -90,6 +90,7 @@ void add_attention_cases() {
                                  AttentionCase{"attention window D=128", 2, 200, 4, 1, 128, 128, 0, 70},
                                  AttentionCase{"attention gqa window D=64", 2, 333, 8, 2, 64, 64, 0, 100},
                                  AttentionCase{"attention gqa window=20 D=128", 2, 130, 4, 2, 128, 128, 0, 20},
+                                 AttentionCase{"attention gqa D=256", 2, 200, 4, 2, 256, 256, 0, 0},
                                  AttentionCase{"attention D=48 Dv=32", 2, 50, 2, 2, 48, 32, 0, 0},
                                  AttentionCase{"attention long T=4096", 1, 4096, 2, 1, 128, 128, 0, 0}})
     add_case(gpu_case("attention", c.name, attention_kernel(c), inputs(c), attention_op(c)));
@@ -103,6 +104,8 @@ void add_attention_cases() {
   }
   for (const AttentionCase& c :
        {AttentionCase{"attention documents D=128", 2, 300, 4, 2, 128, 128, 0, 0,
+                      cu_seqlens_of({{1, 63, 64, 100, 72}, {150, 1, 0, 1, 148}})},
+        AttentionCase{"attention documents D=256", 2, 300, 4, 2, 256, 256, 0, 0,
                       cu_seqlens_of({{1, 63, 64, 100, 72}, {150, 1, 0, 1, 148}})},
         AttentionCase{"attention documents window=20 D=64", 1, 333, 8, 2, 64, 64, 0, 20,
                       cu_seqlens_of({{100, 1, 232}})},

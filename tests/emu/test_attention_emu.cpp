@@ -2,7 +2,8 @@
 // (tests/emu/include/emu.h) and compares them with the CPU reference in fp64,
 // cpu::attention_forward / attention_backward (nn/ops/attention_reference.cpp): the bf16
 // tensor-core path (forward, dQ and dK/dV kernels; 128-query forward blocks of 4 warps of 32
-// rows, 64-row backward blocks) at head widths 64 and 128, T a multiple of the blocks or not
+// rows, 64-row backward blocks) at head widths 64 and 128, and at 256 (64-query forward blocks of
+// 4 warps of 16 rows, 128-row backward blocks, dK/dV in two sweeps), T a multiple of the blocks or not
 // (5, 64, 100, 129, 200, 257, 300), grouped kv heads and sliding windows (2, 20: shorter than a
 // key tile, 70: longer, 47: the distance between corners of some warps' tiles, so a wrong "no
 // mask needed" shows), scores of std 2 and 8 (the forward's running max lags the true one by
@@ -116,10 +117,10 @@ static void attention_case(DType dtype, int64_t B, int64_t T, int64_t H, int64_t
   report(label, "dv", compare(dv, dv_ref), grad_tol);
 }
 
-// Every case by default (ctest); a group by name: d64, d128, early, fma.
+// Every case by default (ctest); a group by name: d64, d128, d256, early, fma.
 int main(int argc, char** argv) {
   const std::string which = argc > 1 ? argv[1] : "all";
-  for (int64_t D : {64, 128}) {
+  for (int64_t D : {64, 128, 256}) {
     if (which != "all" && which != "d" + std::to_string(D)) continue;
     for (int64_t T : {64, 100, 257}) attention_case(DType::BF16, T == 64 ? 2 : 1, T, 2, 1, D, 0, T + D);  // GQA 2 -> 1
     attention_case(DType::BF16, 1, 257, 2, 2, D, 70, 1 + D);   // a window longer than a key tile
@@ -135,7 +136,7 @@ int main(int argc, char** argv) {
   }
   if (which == "all" || which == "early") {  // cp.async copies landing at issue, warps one after another
     emu::cp_async_lands_at_issue = true;
-    for (int64_t D : {64, 128}) {
+    for (int64_t D : {64, 128, 256}) {
       attention_case(DType::BF16, 1, 300, 4, 1, D, 0, 5 + D);   // GQA 4 -> 1: the dK/dV steps cross heads
       attention_case(DType::BF16, 1, 257, 2, 2, D, 70, 6 + D);
       attention_case(DType::BF16, 1, 257, 4, 1, D, 0, 11 + D, 2.0, {{30, 1, 130, 96}});
