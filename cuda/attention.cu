@@ -4,7 +4,7 @@
 // Dimension letters: B batch, T tokens, H query heads, Hkv kv heads (query head h reads kv head
 // h / (H / Hkv)), D q/k head width, Dv v head width. Key s is visible from query t iff s <= t
 // and (window == 0 or t - s < window) and, with packed documents (varlen), s is not before the
-// first token of t's document (Documents).
+// first token of t's document (DocumentMask).
 //
 // Forward (per tile of queries, keys in blocks, "online softmax"):
 //   S = scale Q K^T;  m' = max(m, rowmax S);  P = exp(S - m');  l = l e^(m - m') + rowsum P;
@@ -73,15 +73,15 @@ __device__ __forceinline__ bool all_visible(int t_first, int t_last, int s_first
 // Packed documents (varlen): query t of a batch row sees no key before doc_start[t], the first
 // token of its document, on top of causality and the window. doc_start never decreases along t,
 // so a tile of queries x keys needs only its corners: its last key must reach doc_start[first
-// query] for some pair to be visible, its first key doc_start[last query] for all. Documents<false>
-// is the window tests alone, so the kernels without documents are the kernels they were (the mma
-// kernels' registers are at the cap). Garbage in doc_start could only empty rows, never make a
-// kernel read out of bounds.
+// query] for some pair to be visible, its first key doc_start[last query] for all.
+// DocumentMask<false> is the window tests alone, so the kernels without documents are the kernels
+// they were (the mma kernels' registers are at the cap). Garbage in doc_start could only empty
+// rows, never make a kernel read out of bounds.
 template <bool DOCS>
-struct Documents {
+struct DocumentMask {
   const int32_t* doc_start;  // (B, T), or (T) once row() picked a row; null: one document a row
   int T;
-  __device__ Documents row(int b) const { return {DOCS && doc_start ? doc_start + int64_t(b) * T : nullptr, T}; }
+  __device__ DocumentMask row(int b) const { return {DOCS && doc_start ? doc_start + int64_t(b) * T : nullptr, T}; }
   __device__ bool on() const { return DOCS && doc_start; }
   __device__ int start(int t) const { return doc_start[min(t, T - 1)]; }  // on() only
   // visible, any_visible and all_visible (above) with the documents; without them, those alone.
@@ -280,7 +280,7 @@ __device__ __forceinline__ void store_rows(bf16* out, const float (*acc)[4], int
 template <int D, bool DOCS>
 __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
     attention_forward_mma(bf16* o, float* lse, const bf16* q, const bf16* k, const bf16* v, int T, int H, int Hkv,
-                          float scale_log2, int window, Documents<DOCS> documents) {
+                          float scale_log2, int window, DocumentMask<DOCS> documents) {
   constexpr int NT = kFwdStep / 8, MT = fwd_row_tiles(D), kRowsPerThread = 2 * MT;
   constexpr int kRows = fwd_rows(D), kCols = mma_cols(D);
   extern __shared__ float4 smem_raw[];
@@ -293,7 +293,7 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
   const bf16* qh = q + int64_t(b) * T * q_stride + int64_t(h) * D;  // row t at qh + t * q_stride
   const bf16* kh = k + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const bf16* vh = v + int64_t(b) * T * kv_stride + int64_t(hk) * D;
-  const Documents<DOCS> docs = documents.row(b);
+  const DocumentMask<DOCS> docs = documents.row(b);
   const int kb_first = docs.first_key(q0, window > 0 ? max(0, q0 - window + 1) : 0) / kCols;
   const int kb_last = min(T - 1, q0 + kRows - 1) / kCols;
   const int w_first = q0 + warp * 16 * MT, w_last = w_first + 16 * MT - 1;  // this warp's rows
@@ -420,7 +420,7 @@ template <int D, bool DOCS>
 __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).blocks_per_sm)
     attention_backward_dq_mma(bf16* dq, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
                               const float* lse, const float* delta, int T, int H, int Hkv, float scale,
-                              int window, Documents<DOCS> documents) {
+                              int window, DocumentMask<DOCS> documents) {
   constexpr int kWarps = bwd_blocking(D).warps, kThreads = 32 * kWarps, kRows = 16 * kWarps, kCols = mma_cols(D);
   constexpr bool kRowsInRegisters = D <= 128;  // Q and dO fragments; at D = 256 read from shared memory
   extern __shared__ float4 smem_raw[];
@@ -435,7 +435,7 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
   const bf16* doh = dout + int64_t(b) * T * q_stride + int64_t(h) * D;
   const bf16* kh = k + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const bf16* vh = v + int64_t(b) * T * kv_stride + int64_t(hk) * D;
-  const Documents<DOCS> docs = documents.row(b);
+  const DocumentMask<DOCS> docs = documents.row(b);
   const int kb_first = docs.first_key(q0, window > 0 ? max(0, q0 - window + 1) : 0) / kCols;
   const int kb_last = min(T - 1, q0 + kRows - 1) / kCols;
   const float scale_log2 = scale * kLog2e;
@@ -516,7 +516,7 @@ template <int D, bool DOCS>
 __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).blocks_per_sm)
     attention_backward_dkdv_mma(bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
                                 const float* lse, const float* delta, int T, int H, int Hkv, float scale,
-                                int window, Documents<DOCS> documents) {
+                                int window, DocumentMask<DOCS> documents) {
   constexpr int kWarps = bwd_blocking(D).warps, kThreads = 32 * kWarps, kRows = 16 * kWarps;
   extern __shared__ float4 smem_raw[];
   bf16* sK = reinterpret_cast<bf16*>(smem_raw);  // sK: (kRows, D)
@@ -531,7 +531,7 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
   const int64_t q_stride = int64_t(H) * D, kv_stride = int64_t(Hkv) * D;
   const bf16* kh = k + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const bf16* vh = v + int64_t(b) * T * kv_stride + int64_t(hk) * D;
-  const Documents<DOCS> docs = documents.row(b);
+  const DocumentMask<DOCS> docs = documents.row(b);
   const int qb_first = k0 / kMmaQueries;
   const int qb_last =
       docs.last_query(k0 + kRows - 1, min(T - 1, window > 0 ? k0 + kRows - 1 + window - 1 : T - 1)) / kMmaQueries;
@@ -681,7 +681,7 @@ template <class T>
 __global__ void __launch_bounds__(kFmaThreads) attention_forward_fma(T* o, float* lse, const T* q, const T* k,
                                                                      const T* v, int Tn, int H, int Hkv, int D,
                                                                      int Dv, float scale, int window,
-                                                                     Documents<true> documents) {
+                                                                     DocumentMask<true> documents) {
   extern __shared__ float4 smem_raw[];
   float* sQ = reinterpret_cast<float*>(smem_raw);  // sQ: (8, D)
   float* sK = sQ + kFmaRows * D;                   // sK: (32, D + 1), padded so lane j reads row j conflict-free
@@ -692,7 +692,7 @@ __global__ void __launch_bounds__(kFmaThreads) attention_forward_fma(T* o, float
   const T* kh = k + int64_t(b) * Tn * k_stride + int64_t(hk) * D;
   const T* vh = v + int64_t(b) * Tn * v_stride + int64_t(hk) * Dv;
   load_rows_f32(sQ, D, q + int64_t(b) * Tn * q_stride + int64_t(h) * D, q_stride, t0, kFmaRows, D, Tn);
-  const Documents<true> docs = documents.row(b);
+  const DocumentMask<true> docs = documents.row(b);
   const int s_first = docs.first_key(t0, window > 0 ? max(0, t0 - window + 1) : 0), s_end = min(Tn, t0 + kFmaRows);
   float m = -INFINITY, l = 0, acc[kFmaMaxPerLane] = {};
   for (int s0 = s_first; s0 < s_end; s0 += kFmaTile) {
@@ -723,7 +723,7 @@ __global__ void __launch_bounds__(kFmaThreads) attention_backward_dq_fma(T* dq, 
                                                                          const T* v, const float* lse,
                                                                          const float* delta, int Tn, int H, int Hkv,
                                                                          int D, int Dv, float scale,
-                                                                         int window, Documents<true> documents) {
+                                                                         int window, DocumentMask<true> documents) {
   extern __shared__ float4 smem_raw[];
   float* sQ = reinterpret_cast<float*>(smem_raw);  // sQ: (8, D)
   float* sdO = sQ + kFmaRows * D;                  // sdO: (8, Dv)
@@ -739,7 +739,7 @@ __global__ void __launch_bounds__(kFmaThreads) attention_backward_dq_fma(T* dq, 
   load_rows_f32(sdO, Dv, dout + int64_t(b) * Tn * o_stride + int64_t(h) * Dv, o_stride, t0, kFmaRows, Dv, Tn);
   const int64_t row = (int64_t(b) * H + h) * Tn + min(t, Tn - 1);
   const float lse_t = lse[row], delta_t = delta[row];
-  const Documents<true> docs = documents.row(b);
+  const DocumentMask<true> docs = documents.row(b);
   const int s_first = docs.first_key(t0, window > 0 ? max(0, t0 - window + 1) : 0), s_end = min(Tn, t0 + kFmaRows);
   float acc[kFmaMaxPerLane] = {};  // dQ / scale
   for (int s0 = s_first; s0 < s_end; s0 += kFmaTile) {
@@ -766,7 +766,7 @@ __global__ void __launch_bounds__(kFmaThreads) attention_backward_dkdv_fma(T* dk
                                                                            const T* k, const T* v, const float* lse,
                                                                            const float* delta, int Tn, int H,
                                                                            int Hkv, int D, int Dv, float scale,
-                                                                           int window, Documents<true> documents) {
+                                                                           int window, DocumentMask<true> documents) {
   extern __shared__ float4 smem_raw[];
   float* sK = reinterpret_cast<float*>(smem_raw);  // sK: (8, D)
   float* sV = sK + kFmaRows * D;                   // sV: (8, Dv)
@@ -780,7 +780,7 @@ __global__ void __launch_bounds__(kFmaThreads) attention_backward_dkdv_fma(T* dk
                 v_stride = int64_t(Hkv) * Dv;
   load_rows_f32(sK, D, k + int64_t(b) * Tn * k_stride + int64_t(hk) * D, k_stride, s0, kFmaRows, D, Tn);
   load_rows_f32(sV, Dv, v + int64_t(b) * Tn * v_stride + int64_t(hk) * Dv, v_stride, s0, kFmaRows, Dv, Tn);
-  const Documents<true> docs = documents.row(b);
+  const DocumentMask<true> docs = documents.row(b);
   const int t_end =
       docs.last_query(s0 + kFmaRows - 1, window > 0 ? min(Tn - 1, s0 + kFmaRows - 2 + window) : Tn - 1) + 1;
   float dk_acc[kFmaMaxPerLane] = {}, dv_acc[kFmaMaxPerLane] = {};  // dK / scale, dV
@@ -828,7 +828,7 @@ __global__ void attention_delta_kernel(float* delta, const T* dout, const T* o, 
 struct Shape4 {
   int B, T, H, Hkv, D, Dv, window;
   const int32_t* doc_start;
-  template <bool DOCS> Documents<DOCS> documents() const { return {doc_start, T}; }
+  template <bool DOCS> DocumentMask<DOCS> documents() const { return {doc_start, T}; }
 };
 
 Shape4 checked_shape(const AttentionDims& dims, const char* op) {
