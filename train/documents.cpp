@@ -80,9 +80,14 @@ std::vector<TrainBatch> training_rows(const TrainableModel& model, const std::ve
   return native_documents(model, update) ? update : document_rows(update);
 }
 
-Documents batch_documents(const TrainBatch& packed, Device device) {
-  const Tensor starts = document_starts(packed.cu_seqlens, packed.ids.size(0), packed.ids.size(1));
-  return {starts.to(device), document_positions(starts).to(device)};
+std::vector<Documents> update_documents(const TrainableModel& model, const std::vector<TrainBatch>& update) {
+  std::vector<Documents> documents;
+  if (!native_documents(model, update)) return documents;
+  for (const TrainBatch& b : update) {
+    const Tensor starts = document_starts(b.cu_seqlens, b.ids.size(0), b.ids.size(1));
+    documents.push_back({starts.to(model.device()), document_positions(starts).to(model.device())});
+  }
+  return documents;
 }
 
 double padding_overhead(const std::vector<TrainBatch>& rows, const std::vector<TrainBatch>& packed) {

@@ -19,7 +19,7 @@
 //
 // A model that takes documents natively (TrainableModel::takes_documents: today every layer
 // softmax attention, whose kernels mask at document starts) trains on the packed batch itself,
-// with no padding: training_rows hands it the windows and batch_documents their boundaries. The
+// with no padding: training_rows hands it the windows and update_documents their boundaries. The
 // linear mixers' kernels do not reset their states inside a row yet (W2.2), so hybrids pad.
 #pragma once
 #include <cstdint>
@@ -50,8 +50,9 @@ bool native_documents(const TrainableModel& model, const std::vector<TrainBatch>
 // The rows an update trains as: the packed batches themselves without boundaries or with native
 // documents, else document_rows.
 std::vector<TrainBatch> training_rows(const TrainableModel& model, const std::vector<TrainBatch>& update);
-// A packed batch's documents (doc_start and positions from its cu_seqlens) on `device`.
-Documents batch_documents(const TrainBatch& packed, Device device);
+// The documents of each batch of the update (doc_start and positions from its cu_seqlens) on the
+// model's device where native_documents, else none (an empty list).
+std::vector<Documents> update_documents(const TrainableModel& model, const std::vector<TrainBatch>& update);
 
 // Padded tokens per real token of `rows` (document_rows' result) over the packed batches
 // `packed`: (sum of the rows' numel - sum of the packed numel) / sum of the packed numel.

@@ -166,9 +166,7 @@ double accumulate_gradients(TrainableModel& model, const std::vector<TrainBatch>
   HLA_CHECK(total_valid > 0, "accumulate_gradients: no target carries loss in ",
             micro_batches.size(), " micro-batch(es)");
   const Device device = model.device();
-  std::vector<Documents> documents;
-  if (native_documents(model, packed))
-    for (const TrainBatch& b : packed) documents.push_back(batch_documents(b, device));
+  const std::vector<Documents> documents = update_documents(model, packed);
   const std::vector<double> w = micro_batch_weights(micro_batches, total_valid);
   Tensor weights = Tensor::empty({int64_t(w.size())}, DType::F64, device);  // (micro-batches)
   for (size_t i = 0; i < w.size(); i++) weights.slice0(int64_t(i), int64_t(i) + 1).fill_(w[i]);  // no upload
@@ -186,12 +184,11 @@ ValMetrics evaluate(TrainableModel& model, BatchSource& source, int64_t batches,
   int64_t valid = 0;
   for (int64_t i = 0; i < batches; i++) {
     const TrainBatch packed = source.next();
-    const bool native = native_documents(model, {packed});
     const TrainBatch b = training_rows(model, {packed})[0];  // [data] documents = "reset": padded rows, or native
+    const std::vector<Documents> documents = update_documents(model, {packed});
     Tensor targets = b.targets.to(model.device());
     const Tensor ids = b.ids.to(model.device());
-    Var logits = native ? model.logits_in_documents(ids, batch_documents(packed, model.device()))
-                        : model.logits(ids);  // (B, T, V)
+    Var logits = documents.empty() ? model.logits(ids) : model.logits_in_documents(ids, documents[0]);  // (B, T, V)
     loss_sum += cross_entropy(logits, targets).value().item() * double(b.valid);
     valid += b.valid;
     int64_t B = b.ids.size(0), T = b.ids.size(1);
@@ -278,9 +275,7 @@ void Trainer::queue_step() {
   } else {
     const std::vector<TrainBatch> rows = training_rows(model_, micro);
     if (!micro[0].cu_seqlens.empty()) q.padding = padding_overhead(rows, micro);
-    std::vector<Documents> documents;
-    if (native_documents(model_, micro))
-      for (const TrainBatch& b : micro) documents.push_back(batch_documents(b, model_.device()));
+    const std::vector<Documents> documents = update_documents(model_, micro);
     stage_inputs(rows);
     if (graph_ready(rows)) replay_step();
     else device_step(valid_counts(rows), documents);
