@@ -426,7 +426,8 @@ void fail_unknown_field(const nlohmann::json& j, const std::string& key, const s
   const std::string not_fla = first_non_fla_field(j);
   nlohmann::json fla_only = nlohmann::json::object();
   fla_only[key] = j[key];
-  fla_only["model_type"] = j.value("model_type", ModelConfig().model_type);
+  const bool typed = j.contains("model_type") && j["model_type"].is_string();  // a bad type is named later
+  fla_only["model_type"] = typed ? j["model_type"] : nlohmann::json(ModelConfig().model_type);
   const bool key_is_fla = not_fla != key && first_non_fla_field(fla_only).empty();
   if (key_is_fla && is_hla_field(not_fla))
     fail(source, ": field '", excerpt(key), "' is fla's (nn/fla_config.cpp) but field '", excerpt(not_fla),

@@ -463,6 +463,8 @@ TEST_CASE("fp16 checkpoints load, widened exactly to the fp32 master weights, wi
 }
 
 TEST_CASE("bad config.json: unknown model_type, unsupported values, contradictions, mixed formats") {
+  // an unknown field beside a model_type that is a number (the fuzzer's find): an hla error, not json's
+  CHECK(parse_error(R"({"fuse_line/ar": false, "model_type": 64})").rfind("c.json: ", 0) == 0);
   CHECK(parse_error(R"({"model_type": "mamba", "hidden_size": 64})") ==
         "c.json: model_type 'mamba' is not a mixer hla knows; one of: transformer hgrn retnet gla hgrn2 mamba2 rwkv6 "
         "delta_net gated_deltanet kda gdn2");
