@@ -164,6 +164,13 @@ constexpr BwdBlocking bwd_blocking(int D) {
   return D == 64 ? BwdBlocking{4, 3} : D == 128 ? BwdBlocking{4, 2} : BwdBlocking{8, 1};
 }
 
+// The dQ kernel's m16 row tiles a warp, queries a block and keys a K/V tile. D = 128: two row
+// tiles (32 queries a warp, 128 a block) over K/V tiles of 32 keys: 2 x 96 KB of shared memory.
+// D = 64: one row tile, 64 keys (48 KB); D = 256: one row tile, 32 keys (192 KB).
+constexpr int dq_row_tiles(int D) { return D == 128 ? 2 : 1; }
+constexpr int dq_rows(int D) { return 16 * dq_row_tiles(D) * bwd_blocking(D).warps; }
+constexpr int dq_cols(int D) { return D == 64 ? 64 : 32; }
+
 // The mma kernels' grids are (heads, B, row blocks), row blocks slowest, blockIdx.z = 0 the
 // longest (the last queries, or the first keys). The scheduler starts blocks in index order, so
 // every (head, batch)'s longest block starts before any shorter one and the last blocks to start
@@ -175,12 +182,13 @@ constexpr BwdBlocking bwd_blocking(int D) {
 // shared memory feeds MT mma. Row tile 1 is written out under `if constexpr` (as in mma_pb) so
 // that the backward's MT = 1 code is what it was. At W = 256 the k loop is unrolled 4 deep, not
 // 16: fully unrolled, ptxas hoisted so many fragment loads that the D = 256 backward kernels
-// spilled (40 to 56 bytes; none at 4).
-template <int W, int NT, int MT = 1>
+// spilled (40 to 56 bytes; none at 4); UNROLL sets the depth where a kernel needs another.
+constexpr int abt_unroll(int W) { return W == 256 ? 4 : W / 16; }
+template <int W, int NT, int MT = 1, int UNROLL = abt_unroll(W)>
 __device__ __forceinline__ void mma_abt(float (&s)[MT * NT][4], const bf16* sA, const bf16* sB) {
   static_assert(MT == 1 || MT == 2, "one or two row tiles");
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-#pragma unroll(W == 256 ? 4 : W / 16)
+#pragma unroll(UNROLL)
   for (int kk = 0; kk < W / 16; kk++) {
     uint32_t a[MT][4];
     ldmatrix_x4(a[0], sA + swizzle<W>(warp * 16 * MT + lane % 16, kk * 16 + (lane / 16) * 8));
@@ -409,20 +417,27 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
       if (t_row(r) < T) lse[(int64_t(b) * H + h) * T + t_row(r)] = (m[r] + log2f(l[r])) / kLog2e;
 }
 
-// dq: (B, T, H, D). Grid (H, B, blocks of 16 bwd_blocking(D).warps queries), longest first.
-// Rows of a warp: 16 queries, whose Q and dO stay in registers as A fragments (only the K and V
-// tiles are read from shared memory in the loop); as in the forward, a warp skips the key tiles
-// none of its rows sees. Occupancy (ptxas, sm_90, no spills): D = 128 in at most 255 registers
-// (Q and dO fragments 64, dQ 64, P 32, dS 32; the cap for two 4-warp blocks); D = 64 in 168 (the
-// cap for three). D = 256: dQ alone is 128 registers, so Q and dO are read from shared memory
-// each step, over K/V tiles of 32 keys; 246 registers (one 8-warp block an SM).
+// dq: (B, T, H, D). Grid (H, B, blocks of dq_rows(D) queries), longest first. As in the
+// forward, a warp skips the key tiles none of its rows sees. D = 64: a warp's 16 queries keep Q
+// and dO in registers as A fragments (only the K and V tiles are read from shared memory in the
+// loop), 168 registers (the cap for three blocks an SM). D = 128: two row tiles a warp (32
+// queries: every K and V fragment read from shared memory feeds two mma), Q and dO read from
+// shared memory each 32-key tile (in registers they would not fit beside dQ's 128); per 32 keys
+// a warp issues 192 mma over 80 ldmatrix.x4 (Q 16, K 16, dO 16, V 16, K again for dS K 16):
+// 0.42 a mma, where the 16-row warps with Q and dO in registers needed 0.5 (96 per 192 mma
+// over 64 keys); within 255 registers (dQ 128, P 32, dS 32; the cap for two 4-warp blocks).
+// D = 256: dQ alone is 128 registers, so one row tile, Q and dO read from shared memory, K/V
+// tiles of 32 keys; 246 registers (one 8-warp block an SM). Registers: ptxas, sm_90, no spills.
 template <int D, bool DOCS>
 __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).blocks_per_sm)
     attention_backward_dq_mma(bf16* dq, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
                               const float* lse, const float* delta, int T, int H, int Hkv, float scale,
                               int window, DocumentMask<DOCS> documents) {
-  constexpr int kWarps = bwd_blocking(D).warps, kThreads = 32 * kWarps, kRows = 16 * kWarps, kCols = mma_cols(D);
-  constexpr bool kRowsInRegisters = D <= 128;  // Q and dO fragments; at D = 256 read from shared memory
+  constexpr int kWarps = bwd_blocking(D).warps, kThreads = 32 * kWarps, MT = dq_row_tiles(D);
+  constexpr int kRows = dq_rows(D), kCols = dq_cols(D), NT = kCols / 8, kRowsPerThread = 2 * MT;
+  constexpr bool kRowsInRegisters = D == 64;  // Q and dO fragments; else read from shared memory
+  // mma_abt's k loop 2 deep at two row tiles: fully unrolled, ptxas spilled (64 bytes at D = 128)
+  constexpr int kUnroll = MT == 2 ? 2 : abt_unroll(D);
   extern __shared__ float4 smem_raw[];
   bf16* sQ = reinterpret_cast<bf16*>(smem_raw);  // sQ: (kRows, D)
   bf16* sdO = sQ + kRows * D;                    // sdO: (kRows, D)
@@ -439,15 +454,17 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
   const int kb_first = docs.first_key(q0, window > 0 ? max(0, q0 - window + 1) : 0) / kCols;
   const int kb_last = min(T - 1, q0 + kRows - 1) / kCols;
   const float scale_log2 = scale * kLog2e;
-  const int w_first = q0 + warp * 16, w_last = w_first + 15;  // this warp's rows
-  const int t_row[2] = {w_first + lane / 4, w_first + lane / 4 + 8};
-  float lse2[2], dlt[2];  // lse in log2 units and Delta of this thread's two rows
-#pragma unroll
-  for (int r = 0; r < 2; r++) {
-    const int64_t i = (int64_t(b) * H + h) * T + min(t_row[r], T - 1);
-    lse2[r] = lse[i] * kLog2e;
-    dlt[r] = delta[i];
+  const int w_first = q0 + warp * 16 * MT, w_last = w_first + 16 * MT - 1;  // this warp's rows
+  // this thread's rows: r = 2 mt + half is row tile mt's lane / 4 + 8 half
+  const auto t_row = [&](int r) { return w_first + (r / 2) * 16 + (r % 2) * 8 + lane / 4; };
+  // sStats: (kRows, 2): a query's lse (log2 units) and Delta, read each tile rather than held in
+  // registers; written here, read after the loop's first barrier.
+  float2* sStats = reinterpret_cast<float2*>(sV + 2 * kCols * D);
+  for (int r = threadIdx.x; r < kRows; r += kThreads) {
+    const int64_t i = (int64_t(b) * H + h) * T + min(q0 + r, T - 1);
+    sStats[r] = make_float2(lse[i] * kLog2e, delta[i]);
   }
+  const auto stats = [&](int r) { return sStats[t_row(r) - q0]; };  // (lse in log2 units, Delta) of row r
 
   load_tile_async<kRows, D, kThreads>(sQ, qh, q_stride, q0, T);
   load_tile_async<kRows, D, kThreads>(sdO, doh, q_stride, q0, T);
@@ -456,7 +473,7 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
   cp_async_commit();
 
   uint32_t qf[D / 16][4], dof[D / 16][4];  // this warp's 16 rows of Q and dO as A fragments (kRowsInRegisters)
-  float acc[D / 8][4] = {};                 // acc: (16, D) dQ / scale
+  float acc[MT * D / 8][4] = {};            // acc: (16 MT, D) dQ / scale, row tile mt at acc[mt * D / 8..]
   for (int kb = kb_first; kb <= kb_last; kb++) {
     const int buf = (kb - kb_first) & 1, k0 = kb * kCols;
     cp_async_wait_all();
@@ -474,33 +491,37 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
     cp_async_commit();
     if (w_first >= T || !docs.any_visible(w_first, w_last, k0, k0 + kCols - 1, window)) continue;
     const bf16* k_tile = sK + buf * kCols * D;
-    // pass 1: P = exp(scale Q K^T - lse), zero where invisible
-    float p[kCols / 8][4] = {};
-    if constexpr (kRowsInRegisters) mma_abt_reg<D, kCols / 8>(p, qf, k_tile);
-    else mma_abt<D, kCols / 8>(p, sQ, k_tile);
+    // pass 1: P = exp(scale Q K^T - lse), zero where invisible; row r's elements are
+    // p[(r / 2) NT + nt][2 (r % 2) + 0, 1]
+    float p[MT * NT][4] = {};
+    if constexpr (kRowsInRegisters) mma_abt_reg<D, NT>(p, qf, k_tile);
+    else mma_abt<D, NT, MT, kUnroll>(p, sQ, k_tile);
     const bool needs_mask = !docs.all_visible(w_first, w_last, k0, k0 + kCols - 1, window) || w_last >= T;
 #pragma unroll
-    for (int nt = 0; nt < kCols / 8; nt++)
+    for (int i = 0; i < MT * NT; i++)
 #pragma unroll
       for (int e = 0; e < 4; e++) {
-        const int t = t_row[e / 2], s = k0 + nt * 8 + (lane % 4) * 2 + e % 2;
+        const int r = 2 * (i / NT) + e / 2, t = t_row(r), s = k0 + (i % NT) * 8 + (lane % 4) * 2 + e % 2;
         const bool ok = !needs_mask || (t < T && docs.visible(t, s, window));
-        p[nt][e] = exp2_ftz(ok ? fmaf(p[nt][e], scale_log2, -lse2[e / 2]) : -INFINITY);  // 2^-inf = 0, no branch
+        p[i][e] = exp2_ftz(ok ? fmaf(p[i][e], scale_log2, -stats(r).x) : -INFINITY);  // 2^-inf = 0, no branch
       }
     // pass 2: dP = dO V^T;  dS = P (dP - Delta)
-    float ds[kCols / 8][4] = {};
-    if constexpr (kRowsInRegisters) mma_abt_reg<D, kCols / 8>(ds, dof, sV + buf * kCols * D);
-    else mma_abt<D, kCols / 8>(ds, sdO, sV + buf * kCols * D);
+    float ds[MT * NT][4] = {};
+    if constexpr (kRowsInRegisters) mma_abt_reg<D, NT>(ds, dof, sV + buf * kCols * D);
+    else mma_abt<D, NT, MT, kUnroll>(ds, sdO, sV + buf * kCols * D);
 #pragma unroll
-    for (int nt = 0; nt < kCols / 8; nt++)
+    for (int i = 0; i < MT * NT; i++)
 #pragma unroll
-      for (int e = 0; e < 4; e++) ds[nt][e] = p[nt][e] * (ds[nt][e] - dlt[e / 2]);
+      for (int e = 0; e < 4; e++) ds[i][e] = p[i][e] * (ds[i][e] - stats(2 * (i / NT) + e / 2).y);
     // pass 3: dQ += dS K
-    mma_pb<D, kCols / 8>(acc, ds, k_tile);
+    mma_pb<D, NT, MT>(acc, ds, k_tile);
   }
-  const int64_t row0 = (int64_t(b) * T + t_row[0]) * q_stride + int64_t(h) * D;
-  const int64_t row1 = (int64_t(b) * T + t_row[1]) * q_stride + int64_t(h) * D;
-  store_rows<D>(dq, acc, row0, row1, t_row[0] < T, t_row[1] < T, scale, scale);
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++) {
+    const int t0 = t_row(2 * mt), t1 = t_row(2 * mt + 1);
+    store_rows<D>(dq, acc + mt * (D / 8), (int64_t(b) * T + t0) * q_stride + int64_t(h) * D,
+                  (int64_t(b) * T + t1) * q_stride + int64_t(h) * D, t0 < T, t1 < T, scale, scale);
+  }
 }
 
 // dk, dv: (B, T, Hkv, D). Grid (Hkv, B, blocks of 16 bwd_blocking(D).warps keys), longest
@@ -925,8 +946,8 @@ void attention_backward(void* dq, void* dk, void* dv, const void* dout, const vo
       constexpr int kD = decltype(d)::value;
       constexpr bool kDocs = decltype(docs)::value;
       constexpr int kWarps = bwd_blocking(kD).warps, kRows = 16 * kWarps;
-      launch(attention_backward_dq_mma<kD, kDocs>, mma_grid(s, s.H, kRows), 32 * kWarps,
-             sizeof(bf16) * (2 * kRows + 4 * mma_cols(kD)) * kD, static_cast<bf16*>(dq), static_cast<const bf16*>(dout),
+      launch(attention_backward_dq_mma<kD, kDocs>, mma_grid(s, s.H, dq_rows(kD)), 32 * kWarps,
+             sizeof(bf16) * (2 * dq_rows(kD) + 4 * dq_cols(kD)) * kD + sizeof(float2) * dq_rows(kD), static_cast<bf16*>(dq), static_cast<const bf16*>(dout),
              static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v), lse, delta, s.T,
              s.H, s.Hkv, sc, s.window, s.documents<kDocs>());
       launch(attention_backward_dkdv_mma<kD, kDocs>, mma_grid(s, s.Hkv, kRows), 32 * kWarps,
