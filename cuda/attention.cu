@@ -164,12 +164,13 @@ constexpr BwdBlocking bwd_blocking(int D) {
   return D == 64 ? BwdBlocking{4, 3} : D == 128 ? BwdBlocking{4, 2} : BwdBlocking{8, 1};
 }
 
-// The dQ kernel's m16 row tiles a warp, queries a block and keys a K/V tile. D = 128: two row
-// tiles (32 queries a warp, 128 a block) over K/V tiles of 32 keys: 2 x 96 KB of shared memory.
-// D = 64: one row tile, 64 keys (48 KB); D = 256: one row tile, 32 keys (192 KB).
+// The dQ kernel's m16 row tiles a warp and queries a block, over K/V tiles of kDqCols keys.
+// D = 128: two row tiles (32 queries a warp, 128 a block; 2 x 96.5 KB of shared memory an SM);
+// D = 64 and 256: one row tile (32.5 and 192.5 KB). Tiles of 64 keys at D = 64 spilled (4 to 36
+// bytes; P and dS 64 registers instead of 32).
 constexpr int dq_row_tiles(int D) { return D == 128 ? 2 : 1; }
 constexpr int dq_rows(int D) { return 16 * dq_row_tiles(D) * bwd_blocking(D).warps; }
-constexpr int dq_cols(int D) { return D == 64 ? 64 : 32; }
+constexpr int kDqCols = 32;
 
 // The mma kernels' grids are (heads, B, row blocks), row blocks slowest, blockIdx.z = 0 the
 // longest (the last queries, or the first keys). The scheduler starts blocks in index order, so
@@ -434,7 +435,7 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
                               const float* lse, const float* delta, int T, int H, int Hkv, float scale,
                               int window, DocumentMask<DOCS> documents) {
   constexpr int kWarps = bwd_blocking(D).warps, kThreads = 32 * kWarps, MT = dq_row_tiles(D);
-  constexpr int kRows = dq_rows(D), kCols = dq_cols(D), NT = kCols / 8, kRowsPerThread = 2 * MT;
+  constexpr int kRows = dq_rows(D), kCols = kDqCols, NT = kCols / 8, kRowsPerThread = 2 * MT;
   constexpr bool kRowsInRegisters = D == 64;  // Q and dO fragments; else read from shared memory
   // mma_abt's k loop 2 deep at two row tiles: fully unrolled, ptxas spilled (64 bytes at D = 128)
   constexpr int kUnroll = MT == 2 ? 2 : abt_unroll(D);
@@ -947,7 +948,7 @@ void attention_backward(void* dq, void* dk, void* dv, const void* dout, const vo
       constexpr bool kDocs = decltype(docs)::value;
       constexpr int kWarps = bwd_blocking(kD).warps, kRows = 16 * kWarps;
       launch(attention_backward_dq_mma<kD, kDocs>, mma_grid(s, s.H, dq_rows(kD)), 32 * kWarps,
-             sizeof(bf16) * (2 * dq_rows(kD) + 4 * dq_cols(kD)) * kD + sizeof(float2) * dq_rows(kD), static_cast<bf16*>(dq), static_cast<const bf16*>(dout),
+             sizeof(bf16) * (2 * dq_rows(kD) + 4 * kDqCols) * kD + sizeof(float2) * dq_rows(kD), static_cast<bf16*>(dq), static_cast<const bf16*>(dout),
              static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v), lse, delta, s.T,
              s.H, s.Hkv, sc, s.window, s.documents<kDocs>());
       launch(attention_backward_dkdv_mma<kD, kDocs>, mma_grid(s, s.Hkv, kRows), 32 * kWarps,
