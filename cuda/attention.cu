@@ -620,7 +620,8 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
           for (int e = 0; e < 4; e++) {
             const int t = j0 + nt * 8 + (lane % 4) * 2 + e % 2;
             const bool ok = !needs_mask || (t < T && docs.visible(t, s_row[e / 2], window));
-            p[nt][e] = exp2_ftz(ok ? fmaf(p[nt][e], scale_log2, e % 2 ? -st.z : -st.x) : -INFINITY);
+            // exp2f, not exp2_ftz: with the one-instruction form ptxas spilled D = 64 with documents
+            p[nt][e] = exp2f(ok ? fmaf(p[nt][e], scale_log2, e % 2 ? -st.z : -st.x) : -INFINITY);
           }
         }
         // pass 2: dP^T = V dO^T;  dS^T = P^T (dP^T - Delta)
