@@ -23,25 +23,28 @@
 //        skips the tiles none of its rows sees (above the diagonal, before the window or its
 //        document, past T): packed documents cost only the tiles inside documents.
 //        Blocks: the forward 128 queries, 4 warps of 32 rows (two m16 row tiles, so every K/V
-//        fragment read feeds two mma; two blocks an SM at D = 128, three at D = 64); the
-//        backward 64 rows, 4 warps of 16 (two blocks an SM at D = 128, three at D = 64):
-//        bwd_blocking. K/V tiles of 64 keys (Q/dO tiles of 32 queries in the dK/dV kernel) are
-//        double-buffered with cp.async (swizzled: cuda/tile.cuh); the backward's rows stay in
-//        registers as A fragments (Q and dO in dQ), the forward's Q is read from shared memory
-//        (no room beside O); P and dS go from accumulators straight into the next product's A
-//        operand (see cuda/mma.cuh). Softmax runs in base 2 with the scale folded in:
-//        exp(x) = exp2(x log2 e), in the forward one FFMA and one EX2 (cuda/fast_exp2.cuh), its
-//        running max moved only when a score passes it by 2^8 (then O is rescaled). Shared
-//        memory at D = 128 / 64: forward 96 / 48 KB, dQ 128 / 48 KB, dK/dV 96.5 / 32.5 KB.
+//        fragment read feeds two mma; two blocks an SM at D = 128, three at D = 64); dK/dV 64
+//        keys, 4 warps of 16 (two blocks an SM at D = 128, three at D = 64: bwd_blocking); dQ
+//        the same warps, of 32 queries (two row tiles, as the forward) at D = 128 and of 16 at
+//        D = 64 (dq_row_tiles). K/V tiles of 64 keys in the forward, 32 in dQ (Q/dO tiles of 32
+//        queries in dK/dV) are double-buffered with cp.async (swizzled: cuda/tile.cuh); dQ's Q
+//        and dO stay in registers as A fragments at D = 64, elsewhere the rows' operands are read
+//        from shared memory (no room beside the accumulators); P and dS go from accumulators
+//        straight into the next product's A operand (see cuda/mma.cuh). Softmax runs in base 2
+//        with the scale folded in: exp(x) = exp2(x log2 e), in the forward and dQ one FFMA and
+//        one EX2 (cuda/fast_exp2.cuh; dK/dV exp2f, see there), the forward's running max moved
+//        only when a score passes it by 2^8 (then O is rescaled). Shared memory at D = 128 / 64:
+//        forward 96 / 48 KB, dQ 97 / 32.5 KB, dK/dV 96.5 / 32.5 KB.
 //        D = 256 (twice the registers a row): the forward 64 queries, 4 warps of one m16 row
 //        tile, K/V tiles of 32 keys (96 KB, two blocks an SM); the backward 128 rows, 8 warps of
-//        16, one block an SM (dQ 192 KB: K/V tiles of 32 keys, Q and dO fragments read from
+//        16, one block an SM (dQ 193 KB: K/V tiles of 32 keys, Q and dO fragments read from
 //        shared memory; dK/dV 192.5 KB: two sweeps over the queries, dV then dK, the second
 //        rebuilding P, five products a step instead of four). Every kernel of this file runs in
 //        CI on the host emulator against the CPU reference (tests/emu/test_attention_emu.cpp).
 //        On the H200 (ncu, commit a485f34, B4 T4096 H16 D128 bf16 causal): forward 1.009 ms
 //        (~274 TFLOP/s; 1.156 with one 8-warp block an SM), dQ 1.72 ms, dK/dV 2.50 ms; torch
-//        SDPA's flash kernels take 0.499 and ~1.5 (targets.md).
+//        SDPA's flash kernels take 0.499 and ~1.5 (targets.md). dQ's blocking at D = 128 changed
+//        since (two row tiles a warp, 32-key tiles): not measured yet.
 //   fma: plain fp32 arithmetic, any D, Dv <= 256, F32 or BF16 storage: one warp per row, keys
 //        (or queries) in shared-memory tiles of 32, one per lane. The readable version, and the
 //        fp32 path.
@@ -127,11 +130,11 @@ void launch(Kernel kernel, dim3 grid, int threads, size_t bytes, Params... param
 }
 
 // ------------------------------------------------------------------------------------------
-// mma path. Every warp owns row tiles of 16 rows (one in the backward, two in the forward, one
-// in the forward at D = 256); per-thread rows inside a row tile: lane / 4 and +8 (queries, or
+// mma path. Every warp owns row tiles of 16 rows (two in the forward and in dQ at D = 128, one
+// in dK/dV, in dQ at D = 64 and 256, in the forward at D = 256); per-thread rows inside a row tile: lane / 4 and +8 (queries, or
 // keys for dK/dV); a warp skips the tiles none of its rows sees.
 
-// Keys per K/V tile of the forward and dQ kernels: 64, and 32 at D = 256 (shared memory).
+// Keys per K/V tile of the forward: 64, and 32 at D = 256 (shared memory).
 constexpr int mma_cols(int D) { return D == 256 ? 32 : 64; }
 constexpr int kMmaQueries = 32;  // queries per step of the dK/dV kernel
 
@@ -150,7 +153,8 @@ constexpr int fwd_blocks_per_sm(int D) { return D == 64 ? 3 : 2; }
 constexpr float kMaxSlack = 8.0f;  // log2 units: the forward's running max may lag the true one by this
 
 // The backward kernels' warps per block and the blocks an SM their registers are capped for.
-// D = 128: 4 warps (64-row blocks), two blocks an SM. 128-row blocks of 8 warps, one an SM, were
+// D = 128: 4 warps (64-row blocks; dQ's are 128 rows, dq_row_tiles), two blocks an SM. 128-row
+// blocks of 8 warps of 16 rows, one an SM, were
 // measured slower on the H200 twice: at B4 T4096 H16 bf16, dQ 1.755 ms and dK/dV 2.673 against
 // the 64-row kernels' 1.628 and 2.485 (ncu, 8e0b4a4 vs 4150e97), as in e9d37a7 before. D = 64:
 // 4 warps, three blocks an SM (12 warps): 8 warps an SM at D = 64 (128-row blocks and steps,
@@ -165,9 +169,9 @@ constexpr BwdBlocking bwd_blocking(int D) {
 }
 
 // The dQ kernel's m16 row tiles a warp and queries a block, over K/V tiles of kDqCols keys.
-// D = 128: two row tiles (32 queries a warp, 128 a block; 2 x 96.5 KB of shared memory an SM);
-// D = 64 and 256: one row tile (32.5 and 192.5 KB). Tiles of 64 keys at D = 64 spilled (4 to 36
-// bytes; P and dS 64 registers instead of 32).
+// D = 128: two row tiles (32 queries a warp, 128 a block; 2 x 97 KB of shared memory an SM);
+// D = 64 and 256: one row tile (32.5 and 193 KB). Tiles of 64 keys (as before at D = 64 and 128)
+// spilled at D = 64 once P was one ex2.approx.ftz (4 to 36 bytes: P and dS 64 registers, not 32).
 constexpr int dq_row_tiles(int D) { return D == 128 ? 2 : 1; }
 constexpr int dq_rows(int D) { return 16 * dq_row_tiles(D) * bwd_blocking(D).warps; }
 constexpr int kDqCols = 32;
@@ -421,14 +425,15 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
 // dq: (B, T, H, D). Grid (H, B, blocks of dq_rows(D) queries), longest first. As in the
 // forward, a warp skips the key tiles none of its rows sees. D = 64: a warp's 16 queries keep Q
 // and dO in registers as A fragments (only the K and V tiles are read from shared memory in the
-// loop), 168 registers (the cap for three blocks an SM). D = 128: two row tiles a warp (32
+// loop), 156 registers (152 with documents; the cap for three blocks an SM is 168). D = 128: two row tiles a warp (32
 // queries: every K and V fragment read from shared memory feeds two mma), Q and dO read from
 // shared memory each 32-key tile (in registers they would not fit beside dQ's 128); per 32 keys
 // a warp issues 192 mma over 80 ldmatrix.x4 (Q 16, K 16, dO 16, V 16, K again for dS K 16):
 // 0.42 a mma, where the 16-row warps with Q and dO in registers needed 0.5 (96 per 192 mma
-// over 64 keys); within 255 registers (dQ 128, P 32, dS 32; the cap for two 4-warp blocks).
-// D = 256: dQ alone is 128 registers, so one row tile, Q and dO read from shared memory, K/V
-// tiles of 32 keys; 246 registers (one 8-warp block an SM). Registers: ptxas, sm_90, no spills.
+// over 64 keys); 255 registers (dQ 128, P 32, dS 32; the cap for two 4-warp blocks), with the
+// rows' lse and Delta read from shared memory each tile. D = 256: dQ alone is 128 registers, so
+// one row tile, Q and dO read from shared memory, K/V tiles of 32 keys; 241 registers (243 with
+// documents; one 8-warp block an SM). Registers: ptxas, sm_90, no spills.
 template <int D, bool DOCS>
 __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).blocks_per_sm)
     attention_backward_dq_mma(bf16* dq, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
