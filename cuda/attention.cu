@@ -131,8 +131,9 @@ void launch(Kernel kernel, dim3 grid, int threads, size_t bytes, Params... param
 
 // ------------------------------------------------------------------------------------------
 // mma path. Every warp owns row tiles of 16 rows (two in the forward and in dQ at D = 128, one
-// in dK/dV, in dQ at D = 64 and 256, in the forward at D = 256); per-thread rows inside a row tile: lane / 4 and +8 (queries, or
-// keys for dK/dV); a warp skips the tiles none of its rows sees.
+// in dK/dV, in dQ at D = 64 and 256, in the forward at D = 256); per-thread rows inside a row
+// tile: lane / 4 and +8 (queries, or keys for dK/dV); a warp skips the tiles none of its rows
+// sees.
 
 // Keys per K/V tile of the forward: 64, and 32 at D = 256 (shared memory).
 constexpr int mma_cols(int D) { return D == 256 ? 32 : 64; }
@@ -425,12 +426,12 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
 // dq: (B, T, H, D). Grid (H, B, blocks of dq_rows(D) queries), longest first. As in the
 // forward, a warp skips the key tiles none of its rows sees. D = 64: a warp's 16 queries keep Q
 // and dO in registers as A fragments (only the K and V tiles are read from shared memory in the
-// loop), 156 registers (152 with documents; the cap for three blocks an SM is 168). D = 128: two row tiles a warp (32
-// queries: every K and V fragment read from shared memory feeds two mma), Q and dO read from
-// shared memory each 32-key tile (in registers they would not fit beside dQ's 128); per 32 keys
-// a warp issues 192 mma over 80 ldmatrix.x4 (Q 16, K 16, dO 16, V 16, K again for dS K 16):
-// 0.42 a mma, where the 16-row warps with Q and dO in registers needed 0.5 (96 per 192 mma
-// over 64 keys); 255 registers (dQ 128, P 32, dS 32; the cap for two 4-warp blocks), with the
+// loop), 156 registers (152 with documents; the cap for three blocks an SM is 168). D = 128: two
+// row tiles a warp (32 queries: every K and V fragment read from shared memory feeds two mma),
+// Q and dO read from shared memory each 32-key tile (in registers they would not fit beside dQ's
+// 128); per 32 keys a warp issues 192 mma over 80 ldmatrix.x4 (Q 16, K 16, dO 16, V 16, K again
+// for dS K 16): 0.42 a mma, where the 16-row warps with Q and dO in registers needed 0.5 (96 per
+// 192 mma over 64 keys); 255 registers (dQ 128, P 32, dS 32; the cap for two 4-warp blocks), with the
 // rows' lse and Delta read from shared memory each tile. D = 256: dQ alone is 128 registers, so
 // one row tile, Q and dO read from shared memory, K/V tiles of 32 keys; 241 registers (243 with
 // documents; one 8-warp block an SM). Registers: ptxas, sm_90, no spills.
@@ -954,9 +955,10 @@ void attention_backward(void* dq, void* dk, void* dv, const void* dout, const vo
       constexpr bool kDocs = decltype(docs)::value;
       constexpr int kWarps = bwd_blocking(kD).warps, kRows = 16 * kWarps;
       launch(attention_backward_dq_mma<kD, kDocs>, mma_grid(s, s.H, dq_rows(kD)), 32 * kWarps,
-             sizeof(bf16) * (2 * dq_rows(kD) + 4 * kDqCols) * kD + sizeof(float2) * dq_rows(kD), static_cast<bf16*>(dq), static_cast<const bf16*>(dout),
-             static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v), lse, delta, s.T,
-             s.H, s.Hkv, sc, s.window, s.documents<kDocs>());
+             sizeof(bf16) * (2 * dq_rows(kD) + 4 * kDqCols) * kD + sizeof(float2) * dq_rows(kD),
+             static_cast<bf16*>(dq), static_cast<const bf16*>(dout), static_cast<const bf16*>(q),
+             static_cast<const bf16*>(k), static_cast<const bf16*>(v), lse, delta, s.T, s.H, s.Hkv, sc, s.window,
+             s.documents<kDocs>());
       launch(attention_backward_dkdv_mma<kD, kDocs>, mma_grid(s, s.Hkv, kRows), 32 * kWarps,
              sizeof(bf16) * (2 * kRows + 4 * kMmaQueries) * kD + sizeof(float) * 4 * kMmaQueries,
              static_cast<bf16*>(dk), static_cast<bf16*>(dv), static_cast<const bf16*>(dout),
