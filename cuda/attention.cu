@@ -119,6 +119,53 @@ struct DocumentMask {
   }
 };
 
+// DocumentMask for queries that stay fixed over a kernel's loop (the forward's rows): with
+// documents, the first key each of this thread's N rows sees (its document and the window) is
+// read once before the loop, so that no step reads doc_start (its address arithmetic spilled the
+// forward with documents, 4 bytes at D = 128, 20 at D = 64; now none and 4); whether some key of
+// a step is visible to a row of the warp is then a vote, and whether every key is visible to
+// this thread's rows is this thread's own test (it masks only its own elements). Without DOCS
+// the window tests alone, as DocumentMask<false>.
+template <bool DOCS, int N>
+struct QueryRowsMask {
+  int row_first_key[N] = {};
+  template <class Rows>
+  __device__ QueryRowsMask(const DocumentMask<DOCS>& docs, const Rows& t_row, int window) {
+    if constexpr (DOCS) {
+#pragma unroll
+      for (int r = 0; r < N; r++) row_first_key[r] = docs.first_key(t_row(r), window > 0 ? t_row(r) - window + 1 : 0);
+    }
+  }
+  // Whether key s is visible from row r (query t).
+  __device__ bool visible(int r, int t, int s, int window) const {
+    if constexpr (!DOCS) return ::hla::cuda::visible(t, s, window);
+    else return s <= t && s >= row_first_key[r];
+  }
+  // Whether some key of [s_first, s_last] is visible from some row of the warp (all lanes call
+  // it), and whether every key is visible from every row of this thread; row r is query t_row(r),
+  // within [t_first, t_last].
+  template <class Rows>
+  __device__ bool any_visible(int t_first, int t_last, const Rows& t_row, int s_first, int s_last, int window) const {
+    if constexpr (!DOCS) return ::hla::cuda::any_visible(t_first, t_last, s_first, s_last, window);
+    else {
+      bool any = false;
+#pragma unroll
+      for (int r = 0; r < N; r++) any = any || (s_first <= t_row(r) && row_first_key[r] <= s_last);
+      return __any_sync(0xffffffffu, any);
+    }
+  }
+  template <class Rows>
+  __device__ bool all_visible(int t_first, int t_last, const Rows& t_row, int s_first, int s_last, int window) const {
+    if constexpr (!DOCS) return ::hla::cuda::all_visible(t_first, t_last, s_first, s_last, window);
+    else {
+      bool all = true;
+#pragma unroll
+      for (int r = 0; r < N; r++) all = all && s_last <= t_row(r) && row_first_key[r] <= s_first;
+      return all;
+    }
+  }
+};
+
 // Launches kernel(params...) on grid x threads with `bytes` of dynamic shared memory (more than
 // 48 KB allowed where needed) and checks the launch.
 template <class Kernel, class... Params>
@@ -289,8 +336,9 @@ __device__ __forceinline__ void store_rows(bf16* out, const float (*acc)[4], int
 // needed 0.5; and a thread 64 FFMA + 64 EX2 for P, 64 max, 64 add, 32 packs, 22 shuffles; the
 // 128 multiplies of the O rescale only on the rare steps where the max moves (pass 2). Q stays
 // in shared memory (in registers it would not fit beside O and S). Registers (ptxas, sm_90, no spills): D = 128
-// 247 (O 128, S 32), D = 64 168. D = 256: 64-query blocks, warp w owns rows 16 w .. 16 w + 15 (one
-// row tile: O is 128 registers), one 32-key step a K/V tile; 248 registers (O 128, S 16).
+// 247 (O 128, S 32; 250 with documents), D = 64 168 (with documents 4 bytes spilled). D = 256:
+// 64-query blocks, warp w owns rows 16 w .. 16 w + 15 (one row tile: O is 128 registers), one
+// 32-key step a K/V tile; 248 registers (O 128, S 16; 250 with documents).
 template <int D, bool DOCS>
 __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
     attention_forward_mma(bf16* o, float* lse, const bf16* q, const bf16* k, const bf16* v, int T, int H, int Hkv,
@@ -313,6 +361,7 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
   const int w_first = q0 + warp * 16 * MT, w_last = w_first + 16 * MT - 1;  // this warp's rows
   // this thread's rows: r = 2 mt + half is row tile mt's lane / 4 + 8 half
   const auto t_row = [&](int r) { return w_first + (r / 2) * 16 + (r % 2) * 8 + lane / 4; };
+  const QueryRowsMask<DOCS, kRowsPerThread> mask(docs, t_row, window);
 
   load_tile_async<kRows, D, kFwdThreads>(sQ, qh, q_stride, q0, T);
   load_tile_async<kCols, D, kFwdThreads>(sK, kh, kv_stride, kb_first * kCols, T);
@@ -334,17 +383,18 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
     cp_async_commit();
     for (int s0 = k0; s0 < k0 + kCols; s0 += kFwdStep) {  // keys s0 .. s0 + kFwdStep - 1
       // A step with no key visible to any row of the warp changes nothing (P = 0).
-      if (w_first >= T || !docs.any_visible(w_first, w_last, s0, s0 + kFwdStep - 1, window)) continue;
+      if (w_first >= T || !mask.any_visible(w_first, w_last, t_row, s0, s0 + kFwdStep - 1, window)) continue;
 
       // pass 1: S = Q K^T (unscaled), invisible keys -> -inf (only on steps some row sees in part)
       float s[MT * NT][4] = {};
       mma_abt<D, NT, MT>(s, sQ, sK + (buf * kCols + s0 - k0) * D);
-      if (!docs.all_visible(w_first, w_last, s0, s0 + kFwdStep - 1, window))
+      if (!mask.all_visible(w_first, w_last, t_row, s0, s0 + kFwdStep - 1, window))
 #pragma unroll
         for (int i = 0; i < MT * NT; i++)
 #pragma unroll
           for (int e = 0; e < 4; e++)
-            if (!docs.visible(t_row(2 * (i / NT) + e / 2), s0 + (i % NT) * 8 + (lane % 4) * 2 + e % 2, window))
+            if (!mask.visible(2 * (i / NT) + e / 2, t_row(2 * (i / NT) + e / 2),
+                              s0 + (i % NT) * 8 + (lane % 4) * 2 + e % 2, window))
               s[i][e] = -INFINITY;
 
       // pass 2: online softmax, each row's max and sum spread over the 4 lanes of a quad; row r's
