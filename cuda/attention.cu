@@ -122,7 +122,7 @@ struct DocumentMask {
 // DocumentMask for queries that stay fixed over a kernel's loop (the forward's rows): with
 // documents, the first key each of this thread's N rows sees (its document and the window) is
 // read once before the loop, so that no step reads doc_start (its address arithmetic spilled the
-// forward with documents, 4 bytes at D = 128, 20 at D = 64; now none and 4); whether some key of
+// forward with documents, 4 bytes at D = 128, 20 at D = 64; now none); whether some key of
 // a step is visible to a row of the warp is then a vote, and whether every key is visible to
 // this thread's rows is this thread's own test (it masks only its own elements). Without DOCS
 // the window tests alone, as DocumentMask<false>.
@@ -143,7 +143,8 @@ struct QueryRowsMask {
   }
   // Whether some key of [s_first, s_last] is visible from some row of the warp (all lanes call
   // it), and whether every key is visible from every row of this thread; row r is query t_row(r),
-  // within [t_first, t_last].
+  // within [t_first, t_last] and growing with r (so does a row's first key: doc_start and the
+  // window's first key never decrease along t).
   template <class Rows>
   __device__ bool any_visible(int t_first, int t_last, const Rows& t_row, int s_first, int s_last, int window) const {
     if constexpr (!DOCS) return ::hla::cuda::any_visible(t_first, t_last, s_first, s_last, window);
@@ -157,12 +158,7 @@ struct QueryRowsMask {
   template <class Rows>
   __device__ bool all_visible(int t_first, int t_last, const Rows& t_row, int s_first, int s_last, int window) const {
     if constexpr (!DOCS) return ::hla::cuda::all_visible(t_first, t_last, s_first, s_last, window);
-    else {
-      bool all = true;
-#pragma unroll
-      for (int r = 0; r < N; r++) all = all && s_last <= t_row(r) && row_first_key[r] <= s_first;
-      return all;
-    }
+    else return s_last <= t_row(0) && row_first_key[N - 1] <= s_first;  // rows and first keys grow with r
   }
 };
 
@@ -336,7 +332,7 @@ __device__ __forceinline__ void store_rows(bf16* out, const float (*acc)[4], int
 // needed 0.5; and a thread 64 FFMA + 64 EX2 for P, 64 max, 64 add, 32 packs, 22 shuffles; the
 // 128 multiplies of the O rescale only on the rare steps where the max moves (pass 2). Q stays
 // in shared memory (in registers it would not fit beside O and S). Registers (ptxas, sm_90, no spills): D = 128
-// 247 (O 128, S 32; 250 with documents), D = 64 168 (with documents 4 bytes spilled). D = 256:
+// 247 (O 128, S 32; 251 with documents), D = 64 168. D = 256:
 // 64-query blocks, warp w owns rows 16 w .. 16 w + 15 (one row tile: O is 128 registers), one
 // 32-key step a K/V tile; 248 registers (O 128, S 16; 250 with documents).
 template <int D, bool DOCS>
