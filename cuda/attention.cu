@@ -31,9 +31,9 @@
 //        and dO stay in registers as A fragments at D = 64, elsewhere the rows' operands are read
 //        from shared memory (no room beside the accumulators); P and dS go from accumulators
 //        straight into the next product's A operand (see cuda/mma.cuh). Softmax runs in base 2
-//        with the scale folded in: exp(x) = exp2(x log2 e), in the forward and dQ one FFMA and
-//        one EX2 (cuda/fast_exp2.cuh; dK/dV exp2f, see there), the forward's running max moved
-//        only when a score passes it by 2^8 (then O is rescaled). Shared memory at D = 128 / 64:
+//        with the scale folded in: exp(x) = exp2(x log2 e), one FFMA and one EX2 in every kernel
+//        (cuda/fast_exp2.cuh), the forward's running max moved only when a score passes it by
+//        2^8 (then O is rescaled). Shared memory at D = 128 / 64:
 //        forward 96 / 48 KB, dQ 97 / 32.5 KB, dK/dV 96.5 / 32.5 KB.
 //        D = 256 (twice the registers a row): the forward 64 queries, 4 warps of one m16 row
 //        tile, K/V tiles of 32 keys (96 KB, two blocks an SM); the backward 128 rows, 8 warps of
@@ -159,6 +159,45 @@ struct QueryRowsMask {
   __device__ bool all_visible(int t_first, int t_last, const Rows& t_row, int s_first, int s_last, int window) const {
     if constexpr (!DOCS) return ::hla::cuda::all_visible(t_first, t_last, s_first, s_last, window);
     else return s_last <= t_row(0) && row_first_key[N - 1] <= s_first;  // rows and first keys grow with r
+  }
+};
+
+// The same for keys that stay fixed over a kernel's loop (dK/dV's rows): with documents, the
+// last query each of this thread's N keys is seen from (the end of its document, the window and
+// T) is found once before the loop. Without DOCS the window tests alone, as DocumentMask<false>.
+template <bool DOCS, int N>
+struct KeyRowsMask {
+  int row_last_query[N] = {};
+  template <class Rows>
+  __device__ KeyRowsMask(const DocumentMask<DOCS>& docs, const Rows& s_row, int window, int T) {
+    if constexpr (DOCS) {
+#pragma unroll
+      for (int r = 0; r < N; r++)
+        row_last_query[r] = docs.last_query(s_row(r), min(T - 1, window > 0 ? s_row(r) + window - 1 : T - 1));
+    }
+  }
+  // Whether query t (< T) sees row r (key s).
+  __device__ bool visible(int r, int t, int s, int window) const {
+    if constexpr (!DOCS) return ::hla::cuda::visible(t, s, window);
+    else return s <= t && t <= row_last_query[r];
+  }
+  // Whether some query of [t_first, t_last] sees some row of the warp (all lanes call it), and
+  // whether every query sees every row of this thread (with documents also t_last < T); row r is
+  // key s_row(r), within [s_first, s_last] and growing with r (so does a key's last query).
+  template <class Rows>
+  __device__ bool any_visible(int t_first, int t_last, int s_first, int s_last, const Rows& s_row, int window) const {
+    if constexpr (!DOCS) return ::hla::cuda::any_visible(t_first, t_last, s_first, s_last, window);
+    else {
+      bool any = false;
+#pragma unroll
+      for (int r = 0; r < N; r++) any = any || (s_row(r) <= t_last && t_first <= row_last_query[r]);
+      return __any_sync(0xffffffffu, any);
+    }
+  }
+  template <class Rows>
+  __device__ bool all_visible(int t_first, int t_last, int s_first, int s_last, const Rows& s_row, int window) const {
+    if constexpr (!DOCS) return ::hla::cuda::all_visible(t_first, t_last, s_first, s_last, window);
+    else return s_row(N - 1) <= t_first && t_last <= row_last_query[0];
   }
 };
 
@@ -487,7 +526,7 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
                               const float* lse, const float* delta, int T, int H, int Hkv, float scale,
                               int window, DocumentMask<DOCS> documents) {
   constexpr int kWarps = bwd_blocking(D).warps, kThreads = 32 * kWarps, MT = dq_row_tiles(D);
-  constexpr int kRows = dq_rows(D), kCols = kDqCols, NT = kCols / 8, kRowsPerThread = 2 * MT;
+  constexpr int kRows = dq_rows(D), kCols = kDqCols, NT = kCols / 8;
   constexpr bool kRowsInRegisters = D == 64;  // Q and dO fragments; else read from shared memory
   // mma_abt's k loop 2 deep at two row tiles: fully unrolled, ptxas spilled (64 bytes at D = 128)
   constexpr int kUnroll = MT == 2 ? 2 : abt_unroll(D);
@@ -585,7 +624,8 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
 // products) and stored to shared memory at the end of the step. Occupancy (ptxas, sm_90, no
 // spills): D = 128 in at most 255 registers (dK and dV 128, P^T and dS^T 32; the cap for two
 // 4-warp blocks); D = 64 in 168 (the cap for three). D = 256: dV, then dK, one sweep each (see
-// sweep); 252 registers (one 8-warp block an SM).
+// sweep); 252 registers (one 8-warp block an SM). With documents a thread's keys' last queries
+// are found once (KeyRowsMask): 254 / 166 / 247 registers at D = 128 / 64 / 256.
 template <int D, bool DOCS>
 __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).blocks_per_sm)
     attention_backward_dkdv_mma(bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
@@ -613,6 +653,8 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
   const float scale_log2 = scale * kLog2e;
   const int w_first = k0 + warp * 16, w_last = w_first + 15;  // this warp's keys
   const int s_row[2] = {w_first + lane / 4, w_first + lane / 4 + 8};
+  const auto key_row = [&](int r) { return s_row[r]; };
+  const KeyRowsMask<DOCS, 2> mask(docs, key_row, window, T);
 
   // Step i covers query head hk * group + i / tiles_per_head, queries from
   // (qb_first + i % tiles_per_head) * 32.
@@ -654,7 +696,7 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
       __syncthreads();  // step i's tiles and stats landed; every warp is done with step i - 1's
       if (i + 1 < steps) load_step(i + 1, buf ^ 1);
       cp_async_commit();
-      if (w_first < T && docs.any_visible(j0, j_last, w_first, w_last, window)) {
+      if (w_first < T && mask.any_visible(j0, j_last, w_first, w_last, key_row, window)) {
         const bf16* q_tile = sQ + buf * kMmaQueries * D;
         const bf16* do_tile = sdO + buf * kMmaQueries * D;
         // (lse, Delta, lse, Delta) of query columns nt * 8 + (lane % 4) * 2 and + 1
@@ -664,16 +706,15 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
         // pass 1: P^T = exp(scale K Q^T - lse), zero where invisible
         float p[kMmaQueries / 8][4] = {};
         mma_abt<D, kMmaQueries / 8>(p, sK, q_tile);
-        const bool needs_mask = !docs.all_visible(j0, j_last, w_first, w_last, window) || j_last >= T;
+        const bool needs_mask = !mask.all_visible(j0, j_last, w_first, w_last, key_row, window) || j_last >= T;
 #pragma unroll
         for (int nt = 0; nt < kMmaQueries / 8; nt++) {
           const float4 st = stats(nt);
 #pragma unroll
           for (int e = 0; e < 4; e++) {
             const int t = j0 + nt * 8 + (lane % 4) * 2 + e % 2;
-            const bool ok = !needs_mask || (t < T && docs.visible(t, s_row[e / 2], window));
-            // exp2f, not exp2_ftz: with the one-instruction form ptxas spilled D = 64 with documents
-            p[nt][e] = exp2f(ok ? fmaf(p[nt][e], scale_log2, e % 2 ? -st.z : -st.x) : -INFINITY);
+            const bool ok = !needs_mask || (t < T && mask.visible(e / 2, t, s_row[e / 2], window));
+            p[nt][e] = exp2_ftz(ok ? fmaf(p[nt][e], scale_log2, e % 2 ? -st.z : -st.x) : -INFINITY);
           }
         }
         // pass 2: dP^T = V dO^T;  dS^T = P^T (dP^T - Delta)
