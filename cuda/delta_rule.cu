@@ -58,6 +58,10 @@ bool chunked(const DeltaRuleDims& d, DType dtype, const void* q, const void* k, 
 
 }  // namespace
 
+int64_t delta_rule_document_chunk(const DeltaRuleDims& d, DType dtype) {
+  return delta_chunk::supported(d, dtype) ? delta_chunk::kChunk : 0;
+}
+
 int64_t delta_rule_kept_floats(const DeltaRuleDims& d, DType dtype) {
   return chunk_dims(d, dtype) ? delta_chunk::kept_floats(d) : 0;
 }
@@ -65,6 +69,8 @@ int64_t delta_rule_kept_floats(const DeltaRuleDims& d, DType dtype) {
 void delta_rule_forward(void* o, float* final_state, void* residual, const void* q, const void* k, const void* v,
                         const void* g, const void* b, const void* w, const float* h0, const DeltaRuleDims& d,
                         float* u_f32, float* kept, DType dtype) {
+  HLA_CHECK(!d.chunk_reset || chunked(d, dtype, q, k, v),
+            "delta_rule_forward: chunk_reset (packed documents' chunk layout) needs the chunked kernels");
   if (chunked(d, dtype, q, k, v)) {
     delta_chunk::forward(o, final_state, residual, q, k, v, g, b, w, h0, d, u_f32, kept);
     return;
@@ -82,6 +88,8 @@ void delta_rule_backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g,
                          float* grad_h0, const void* d_o, const float* d_final_state, const void* d_residual,
                          const void* q, const void* k, const void* v, const void* g, const void* b, const void* w,
                          const float* h0, const DeltaRuleDims& d, const float* u_f32, float* kept, DType dtype) {
+  HLA_CHECK(!d.chunk_reset || (chunked(d, dtype, q, k, v) && aligned16(d_o) && aligned16(u_f32)),
+            "delta_rule_backward: chunk_reset (packed documents' chunk layout) needs the chunked kernels");
   if (chunked(d, dtype, q, k, v) && aligned16(d_o) && aligned16(u_f32)) {
     delta_chunk::backward(grad_q, grad_k, grad_v, grad_g, grad_b, grad_w, grad_h0, d_o, d_final_state, d_residual, q,
                           k, v, g, b, w, h0, d, u_f32, kept);

@@ -481,11 +481,15 @@ OpFn delta_op(const DeltaCase& c) {
 }
 
 // The kernels cuda::delta_rule_forward/backward pick for a case (chunked in bf16 where supported).
+// Packed documents: the chunked kernels on the documents' chunk layout, or the recurrent ones.
 KernelLabel delta_kernel(const DeltaCase& c) {
-  if (!c.documents.empty()) return named_kernel("recurrent");  // packed documents take the token recurrence
 #ifdef HLA_CUDA
   const DeltaRuleDims d{c.B, c.T, c.H, c.HV, c.dk, c.dv, c.gate, c.erase_vector, c.write_vector, 1.0, 0};
-  return [d](DType dtype) { return std::string(cuda::delta_rule_kernel(d, dtype)); };
+  const bool documents = !c.documents.empty();
+  return [d, documents](DType dtype) {
+    if (!documents) return std::string(cuda::delta_rule_kernel(d, dtype));
+    return std::string(cuda::delta_rule_document_chunk(d, dtype) > 0 ? "chunked, document layout" : "recurrent");
+  };
 #else
   (void)c;
   return named_kernel("recurrent");
@@ -564,9 +568,11 @@ void add_delta_rule_cases() {
            DeltaCase{"chunk kda long", 2, 4096, 2, 4, 128, 128, G::Vector, false, false, true, true, 3.0, 0},
            DeltaCase{"chunk kda replay", 2, 130, 2, 4, 128, 128, G::Vector, false, false, true, true, 1.0, 0, false},
            DeltaCase{"kda dk256", 1, 80, 1, 2, 256, 128, G::Vector, false, false, true, true, 1.0, 0},
-           // packed documents (the token recurrence; the state is zeroed at each start, the
-           // reverse sweep's dS too, the gate scan restarts): shorter than a 64-token checkpoint
-           // segment, exactly one, crossing two; and a document start on a segment boundary
+           // packed documents (bf16 where the chunked kernels run: on the documents' chunk layout,
+           // the scans resetting at chunk_reset; otherwise the token recurrence, its state zeroed
+           // at each start, the reverse sweep's dS too, the gate scan restarting): documents
+           // shorter than a 64-token chunk / checkpoint segment, exactly one, crossing two; and
+           // document starts on segment boundaries
            DeltaCase{"documents deltanet", 2, 191, 2, 2, 64, 64, G::None, false, false, true, false, 0.0, 0, true,
                      {37, 64, 90}},
            DeltaCase{"documents gdn", 2, 191, 2, 4, 128, 96, G::Scalar, false, false, true, false, 1.0, 0, true,
@@ -575,6 +581,8 @@ void add_delta_rule_cases() {
                      {90, 37, 64}},
            DeltaCase{"documents gdn2", 2, 191, 1, 2, 48, 80, G::Vector, true, true, false, false, 1.0, 0, true,
                      {64, 64, 1, 62}},
+           DeltaCase{"documents gdn", 2, 300, 2, 4, 128, 128, G::Scalar, false, false, true, false, 1.0, 0, true,
+                     {37, 64, 1, 70, 128}},
        })
     add_case(gpu_case("delta_rule", "delta_rule " + c.what + dims(c.B, c.T, c.H, c.HV, c.dk, c.dv), delta_kernel(c),
                       delta_inputs(c, true), delta_op(c)));

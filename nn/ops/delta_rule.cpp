@@ -700,8 +700,9 @@ DeltaRuleOutputs delta_rule_rows(const Var& q, const Var& k, const Var& v, const
 }  // namespace
 
 // Packed documents: the token recurrence resets the state at each document start (doc_start);
-// the CPU chunked form runs on the chunk-aligned layout instead (inputs gathered there, o and u
-// scattered back, chunk_reset at the chunks that start a document).
+// the chunked forms (the CPU's, and the GPU's where its chunked kernels run) take the
+// chunk-aligned layout instead (inputs gathered there, o and u scattered back, chunk_reset at
+// the chunks that start a document).
 DeltaRuleOutputs delta_rule(const Var& q, const Var& k, const Var& v, const Var& g, const Var& b,
                             const Var& w, const Var& initial_state, const DeltaRuleOptions& options,
                             const Tensor& doc_start) {
@@ -711,13 +712,20 @@ DeltaRuleOutputs delta_rule(const Var& q, const Var& k, const Var& v, const Var&
   check_document_starts(doc_start, q.size(0), T, q.device(), "delta_rule");
   HLA_CHECK(!initial_state.defined(), "delta_rule: with packed documents (doc_start) the initial state must be ",
             "undefined, got ", initial_state.value().str());
-  if (q.value().is_cuda() || options.chunk_size == 0)
-    return delta_rule_rows(q, k, v, g, b, w, initial_state, options, doc_start, Tensor());
-  const DocumentChunks layout = document_chunks(doc_start, options.chunk_size);
-  auto gathered = [&](const Var& x) { return x.defined() ? gather_tokens(x, layout.index) : Var(); };
+  // the layout's chunk size: the CPU's chunk_size, the GPU chunked kernels' (0: the token recurrence)
+  int64_t chunk = options.chunk_size;
+  if (q.value().is_cuda())
+    HLA_CUDA_ONLY(chunk = cuda::delta_rule_document_chunk(check_inputs(q, k, v, g, b, w, initial_state, options),
+                                                          q.dtype()));
+  if (chunk == 0) return delta_rule_rows(q, k, v, g, b, w, initial_state, options, doc_start, Tensor());
+  const DocumentChunks layout = document_chunks(doc_start.to(Device::CPU), chunk);
+  const Tensor index = layout.index.to(q.device());
+  auto gathered = [&](const Var& x) { return x.defined() ? gather_tokens(x, index) : Var(); };
+  DeltaRuleOptions on_layout = options;
+  on_layout.chunk_size = chunk;
   DeltaRuleOutputs r = delta_rule_rows(gathered(q), gathered(k), gathered(v), gathered(g), gathered(b), gathered(w),
-                                       Var(), options, Tensor(), layout.chunk_reset);
-  return {scatter_tokens(r.o, layout.index, T), r.final_state, scatter_tokens(r.residual, layout.index, T)};
+                                       Var(), on_layout, Tensor(), layout.chunk_reset.to(q.device()));
+  return {scatter_tokens(r.o, index, T), r.final_state, scatter_tokens(r.residual, index, T)};
 }
 
 }  // namespace hla

@@ -23,10 +23,9 @@
 // Packed documents (doc_start): the state becomes zero before each document's first token, so
 // every document of a row gives the outputs and gradients of the document run alone; the final
 // state is the state at the end of each row's last document, and initial_state must be
-// undefined. The token recurrence resets at each document start; the CPU chunked form runs on
-// the chunk-aligned layout of nn/ops/document_chunks.h (every document starts a chunk, whose
-// incoming state is reset). The GPU runs its recurrent kernels with documents (its chunked
-// kernels do not take them yet).
+// undefined. The token recurrence resets at each document start; the chunked forms (CPU, and
+// the GPU's chunked kernels where they run) run on the chunk-aligned layout of
+// nn/ops/document_chunks.h (every document starts a chunk, whose incoming state is reset).
 //
 // Gradient buffers, on both devices: the backward WRITES every element of every buffer it is
 // given (callers pass uninitialised buffers); a null grad_g (no gate) or grad_h0 means "not
