@@ -7,9 +7,10 @@
 // Kernels: forward and backward run the chunked tensor-core kernels of cuda/delta_rule_chunk.cu
 // where they apply (BF16, no gate or a scalar gate, scalar b and w, dk and dv in {64, 128, 256},
 // 16-byte aligned q, k, v, and for the backward d_o and u_f32) and the token recurrence of
-// cuda/recurrence.cuh (dk <= 256, any dv) otherwise. Packed documents: the chunked kernels
-// on their chunk-aligned layout (d.chunk_reset), or the recurrent ones on the rows (d.doc_start). Either backward reads only the forward's
+// cuda/recurrence.cuh (dk <= 256, any dv) otherwise. Either backward reads only the forward's
 // u_f32, which both forwards write, so a forward and a backward may take different kernels.
+// Packed documents: the chunked kernels on their chunk-aligned layout (d.chunk_reset), or the
+// recurrent ones on the rows (d.doc_start).
 // Gradient buffers as on the CPU (nn/ops/delta_rule.h): every element written; grad_g (no gate)
 // and grad_h0 null = not wanted; grad_b and grad_w distinct even when w = b.
 #pragma once

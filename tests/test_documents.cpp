@@ -152,7 +152,8 @@ void check_documents_alone(const PackedOp& op, const std::string& what) {
       run_backward(doc_outs, doc_seeds);
       for (size_t i = 0; i < outs.size(); i++) {
         if (i >= op.token_outputs && !last) continue;
-        const Tensor packed = i < op.token_outputs ? slice_doc(outs[i].value(), r, t0, t1) : slice_doc(outs[i].value(), r);
+        const Tensor packed =
+            i < op.token_outputs ? slice_doc(outs[i].value(), r, t0, t1) : slice_doc(outs[i].value(), r);
         INFO("output ", i);
         CHECK(doc_err(packed, doc_outs[i].value()) <= 1e-10);
       }
@@ -347,8 +348,8 @@ TEST_CASE("packed documents: the delta rule's token recurrence and chunked form 
   for (const Variant& var : variants) {
     PackedOp op;
     const Shape coef{B, T, HV};
-    op.tokens = {check::unit_rows(check::randn64({B, T, H, dk}, 21)), check::unit_rows(check::randn64({B, T, H, dk}, 22)),
-                 check::randn64({B, T, HV, dv}, 23),
+    op.tokens = {check::unit_rows(check::randn64({B, T, H, dk}, 21)),
+                 check::unit_rows(check::randn64({B, T, H, dk}, 22)), check::randn64({B, T, HV, dv}, 23),
                  var.gate ? check::log_gate(var.vector_gate ? Shape{B, T, HV, dk} : coef, 24, 2.0) : Tensor(),
                  check::map64(check::randn64(var.erase_vector ? Shape{B, T, HV, dk} : coef, 25), check::sigmoid),
                  var.write_vector ? check::map64(check::randn64({B, T, HV, dv}, 26), check::sigmoid) : Tensor()};

@@ -54,10 +54,10 @@ class DeltaLayer : public Mixer {
 
   Var forward(const Var& x, MixerIO& io) override {
     Tensor *q_tail = tail_slot(io.state, 0), *k_tail = tail_slot(io.state, 1), *v_tail = tail_slot(io.state, 2);
-    const Tensor& doc_start = io.documents.doc_start;  // (B, T) or undefined
+    const Tensor& doc_start = io.documents.doc_start;  // (B, T) or undefined; q, k below: (B, T, H, dk)
     Var q = l2norm(split_heads(conv_silu(project(store_, x, q_), q_conv_, q_tail, io.state, doc_start), H_, dk_));
     Var k = l2norm(split_heads(conv_silu(project(store_, x, k_), k_conv_, k_tail, io.state, doc_start), H_, dk_));
-    Var v = conv_silu(project(store_, x, v_), v_conv_, v_tail, io.state, doc_start);  // q, k: (B, T, H, dk); v: (B, T, HV*dv)
+    Var v = conv_silu(project(store_, x, v_), v_conv_, v_tail, io.state, doc_start);  // (B, T, HV*dv)
     if (io.routed_error.defined()) v = add(v, io.routed_error);                        // v + gamma * r_prev
     if (io.want_values) io.values = v;
     Var g, b, w;

@@ -3,8 +3,9 @@
 // (tests/emu/include/emu.h), forward and backward, and compares them with the token recurrence
 // in fp64: the formulas of nn/ops/delta_rule.cpp's recurrent_forward / recurrent_backward
 // (mixers.md 4.5), restated here per (batch, value head).
-// Cases: with and without h0 and the final state's gradient, chunk_reset (packed documents), tied (w = b) and untied gates,
-// grouped value heads (HV = 2H: dq, dk summed over the group), (dk, dv) in {64, 128}^2 and 256,
+// Cases: with and without h0 and the final state's gradient, chunk_reset (packed documents),
+// tied (w = b) and untied gates, grouped value heads (HV = 2H: dq, dk summed over the group),
+// (dk, dv) in {64, 128}^2 and 256,
 // T a multiple of the 64-token chunk and not; KDA (dk 64 / 128, dv 64 / 128 / 256, gates
 // -softplus(N(shift, 2)) per channel, down to about -8 a token: 16 tokens of such decay overflow
 // fp32 if exp(G_t - G_s) were factored as exp(G_t) exp(-G_s) over a chunk; weak decay too, where
