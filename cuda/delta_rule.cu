@@ -30,6 +30,7 @@ Args<S> delta_args(const void* q, const void* k, const void* v, const void* g, c
   Args<S> a = recurrence::make_args<S, KMAX>(d.B, d.T, d.H, d.HV, d.dk, d.dv, d.scale, q, k, v);
   a.erase_vector = d.erase_vector, a.write_vector = d.write_vector;
   a.g = static_cast<const S*>(g), a.b = static_cast<const S*>(b), a.w = static_cast<const S*>(w), a.h0 = h0;
+  a.doc_start = d.doc_start;
   return a;
 }
 
@@ -43,21 +44,33 @@ void dispatch_gate(DeltaGate gate, Fn&& fn) {
   }
 }
 
-// Whether the chunked tensor-core kernels run (their 16-byte loads need aligned q, k, v). A
-// single token (a decoding step) is one recurrent update, cheaper than a one-token chunk.
+// Whether the chunked tensor-core kernels can run for these dims: not for a single token (a
+// decoding step is one recurrent update, cheaper than a one-token chunk), nor packed documents
+// (the token recurrence resets the state at each document start; the chunk scans do not yet).
+bool chunk_dims(const DeltaRuleDims& d, DType dtype) {
+  return d.T > 1 && !d.doc_start && delta_chunk::supported(d, dtype);
+}
+
+// Whether the chunked tensor-core kernels run (their 16-byte loads need aligned q, k, v).
 bool chunked(const DeltaRuleDims& d, DType dtype, const void* q, const void* k, const void* v) {
-  return d.T > 1 && delta_chunk::supported(d, dtype) && aligned16(q) && aligned16(k) && aligned16(v);
+  return chunk_dims(d, dtype) && aligned16(q) && aligned16(k) && aligned16(v);
 }
 
 }  // namespace
 
+int64_t delta_rule_document_chunk(const DeltaRuleDims& d, DType dtype) {
+  return delta_chunk::supported(d, dtype) ? delta_chunk::kChunk : 0;
+}
+
 int64_t delta_rule_kept_floats(const DeltaRuleDims& d, DType dtype) {
-  return d.T > 1 && delta_chunk::supported(d, dtype) ? delta_chunk::kept_floats(d) : 0;
+  return chunk_dims(d, dtype) ? delta_chunk::kept_floats(d) : 0;
 }
 
 void delta_rule_forward(void* o, float* final_state, void* residual, const void* q, const void* k, const void* v,
                         const void* g, const void* b, const void* w, const float* h0, const DeltaRuleDims& d,
                         float* u_f32, float* kept, DType dtype) {
+  HLA_CHECK(!d.chunk_reset || chunked(d, dtype, q, k, v),
+            "delta_rule_forward: chunk_reset (packed documents' chunk layout) needs the chunked kernels");
   if (chunked(d, dtype, q, k, v)) {
     delta_chunk::forward(o, final_state, residual, q, k, v, g, b, w, h0, d, u_f32, kept);
     return;
@@ -75,6 +88,8 @@ void delta_rule_backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g,
                          float* grad_h0, const void* d_o, const float* d_final_state, const void* d_residual,
                          const void* q, const void* k, const void* v, const void* g, const void* b, const void* w,
                          const float* h0, const DeltaRuleDims& d, const float* u_f32, float* kept, DType dtype) {
+  HLA_CHECK(!d.chunk_reset || (chunked(d, dtype, q, k, v) && aligned16(d_o) && aligned16(u_f32)),
+            "delta_rule_backward: chunk_reset (packed documents' chunk layout) needs the chunked kernels");
   if (chunked(d, dtype, q, k, v) && aligned16(d_o) && aligned16(u_f32)) {
     delta_chunk::backward(grad_q, grad_k, grad_v, grad_g, grad_b, grad_w, grad_h0, d_o, d_final_state, d_residual, q,
                           k, v, g, b, w, h0, d, u_f32, kept);
@@ -112,7 +127,7 @@ void delta_rule_backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g,
 }
 
 const char* delta_rule_kernel(const DeltaRuleDims& d, DType dtype) {
-  return delta_chunk::supported(d, dtype) ? "chunked fwd+bwd (mma)" : "recurrent";
+  return !d.doc_start && delta_chunk::supported(d, dtype) ? "chunked fwd+bwd (mma)" : "recurrent";
 }
 
 }  // namespace hla::cuda

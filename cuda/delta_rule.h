@@ -9,6 +9,8 @@
 // 16-byte aligned q, k, v, and for the backward d_o and u_f32) and the token recurrence of
 // cuda/recurrence.cuh (dk <= 256, any dv) otherwise. Either backward reads only the forward's
 // u_f32, which both forwards write, so a forward and a backward may take different kernels.
+// Packed documents: the chunked kernels on their chunk-aligned layout (d.chunk_reset), or the
+// recurrent ones on the rows (d.doc_start).
 // Gradient buffers as on the CPU (nn/ops/delta_rule.h): every element written; grad_g (no gate)
 // and grad_h0 null = not wanted; grad_b and grad_w distinct even when w = b.
 #pragma once
@@ -23,6 +25,11 @@ namespace hla::cuda {
 // chunk-start states and workspaces, delta_chunk::kept_floats; the backward then skips the
 // replay of passes 1-2, with bit-identical results); 0 where the recurrent kernels run.
 int64_t delta_rule_kept_floats(const DeltaRuleDims& d, DType dtype);
+
+// The chunk size C of the layout on which the chunked kernels take packed documents
+// (nn/ops/document_chunks.h, with d.chunk_reset), or 0 where those kernels do not run for these
+// dims (the recurrent kernels then take d.doc_start).
+int64_t delta_rule_document_chunk(const DeltaRuleDims& d, DType dtype);
 
 // u_f32 may be null (no backward will follow). kept: null, or delta_rule_kept_floats(d, dtype)
 // floats (16-byte aligned) that the forward fills for its backward.

@@ -181,6 +181,7 @@ struct ChunkArgs {
   const bf16* g;        // (B, T, HV) or null (no gate)
   const bf16 *b, *w;    // (B, T, HV) erase and write gates
   const float* h0;      // (B, HV, dk, dv) or null
+  const int32_t* chunk_reset;  // (B, NT) 1 where the state entering a chunk is zero (packed documents), or null
   bf16 *o, *residual;   // (B, T, HV, dv)
   float* u_f32;         // (B, T, HV, dv) or null
   float* final_state;   // (B, HV, dk, dv)
@@ -202,6 +203,11 @@ struct ChunkArgs {
   bf16 *dq_direct, *dk_direct;  // HV == H: (B, T, H, dk), phase C writes dQ, dK there in bf16, else null
   bf16 *dv, *db, *dw;   // (B, T, HV, dv), (B, T, HV), (B, T, HV)
   bf16* dg;             // (B, T, HV) or null (no gate)
+
+  // Whether the state entering chunk `chunk` of sequence bi is zeroed (a packed document starts).
+  __device__ bool resets(int bi, int chunk) const {
+    return chunk_reset && chunk < NT && chunk_reset[int64_t(bi) * NT + chunk] != 0;
+  }
 };
 
 __device__ __forceinline__ float bf(bf16 x) { return __bfloat162float(x); }
@@ -496,6 +502,10 @@ __global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
     load_f32_rows_async<C, BV>(sm.vnew, kLdH, a.U + row0 * DV + v0, DV);
     if (VG) load_f32_rows_async<C, DK>(sm.G, kLdG, a.G + row0 * DK, DK);
     wait_tiles();  // this chunk's tiles, and the previous update's h
+    if (a.resets(bi, chunk)) {  // a document starts here: from h = 0 (block-uniform branch)
+      sm.load_state(nullptr, v0);
+      __syncthreads();
+    }
     if (a.h_start) {  // the backward keeps every chunk-start state h[n] (4.9 step 1)
       sm.store_state(a.h_start + (head * a.NT + chunk) * DK * DV, v0);
     }
@@ -595,6 +605,10 @@ __global__ void __launch_bounds__(kThreads, 2) reverse_scan_kernel(ChunkArgs a) 
                                 a.d_res ? n : 0);
     if (VG) load_f32_rows_async<C, DK>(sm.G, kLdG, a.G + row0 * DK, DK);
     wait_tiles();  // this chunk's tiles, and the previous update's dS
+    if (a.resets(bi, chunk + 1)) {  // the next chunk started from h = 0: no gradient reaches this end state
+      sm.load_state(nullptr, v0);
+      __syncthreads();
+    }
     // 3a: dh[n] = dS, the gradient of chunk n's END state.
     sm.store_state(a.dh_end + (head * a.NT + chunk) * DK * DV, v0);
     if (!VG && threadIdx.x < C) {
@@ -631,6 +645,10 @@ __global__ void __launch_bounds__(kThreads, 2) reverse_scan_kernel(ChunkArgs a) 
   }
   __syncthreads();
   if (!a.dh0) return;
+  if (a.resets(bi, 0)) {  // chunk 0 started from h = 0, not from h0
+    sm.load_state(nullptr, v0);
+    __syncthreads();
+  }
   sm.store_state(a.dh0 + head * DK * DV, v0);
 }
 
@@ -1230,6 +1248,7 @@ ChunkArgs input_args(const void* q, const void* k, const void* v, const void* g,
   a.q = static_cast<const bf16*>(q), a.k = static_cast<const bf16*>(k), a.v = static_cast<const bf16*>(v);
   a.g = static_cast<const bf16*>(g), a.b = static_cast<const bf16*>(b), a.w = static_cast<const bf16*>(w);
   a.h0 = h0;
+  a.chunk_reset = d.chunk_reset;
   return a;
 }
 

@@ -8,6 +8,9 @@
 // scalar erase gate beta and scalar write gate w (w = b for DeltaNet/GDN), grouped value heads,
 // dk and dv in {64, 128, 256} (any pair), chunks of kChunk = 64 tokens, any T, optional initial state.
 // KDA (a vector gate over dk, scalar beta) at dk in {64, 128} (dv any of the three).
+// Packed documents: on their chunk-aligned layout (nn/ops/document_chunks.h, chunks of kChunk)
+// with d.chunk_reset, the scans zero the state entering each flagged chunk (and the gradient
+// leaving it); no other pass changes.
 #pragma once
 #include "cuda/delta_rule.h"
 

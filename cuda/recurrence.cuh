@@ -34,6 +34,11 @@
 // kCheckpoint-token segment backwards from that exact value (parallel over segments; rounding
 // never accumulates over more than one segment). RWKV-6 reads S_{t-1}, so its scan adds the
 // query term one token later: dw_t = Y_t - k*dk_w, Y_{t-1} = dw_t + r*dr_S.
+//
+// Packed documents (Args::doc_start, decay and delta; RWKV-6 passes null): before a document's
+// first token t > 0 the forward and the replay set S = 0, and the reverse sweep sets dS = 0
+// after handling that token (S_{t-1} reached nothing); the gate scan then restarts from Z = 0
+// there (S'_t = 0, so dg_t = 0, and the state before t pairs with a zero dS).
 #pragma once
 #include <algorithm>
 
@@ -156,6 +161,7 @@ struct Args {
   const S* w = nullptr;        // delta: (B, T, HV) or (B, T, HV, dv)
   const S* bonus = nullptr;    // rwkv6: u (H, dk)
   const float* h0 = nullptr;   // (B, HV, dk, dv) or null
+  const int32_t* doc_start = nullptr;  // (B, T) first token of each token's document, or null (decay, delta)
   // forward outputs
   S* o = nullptr;              // (B, T, HV, dv)
   float* ht = nullptr;         // (B, HV, dk, dv)
@@ -176,6 +182,18 @@ struct Args {
   float* de_part = nullptr;    // delta: (nvb, B, T, HV, dk)
   float* pair_part = nullptr;  // (nvb, B, HV, nseg, dk) rowsum(S (.) dS) at each segment's end
 };
+
+// Whether the state is zeroed before token t of sequence b: a packed document starts there.
+template <class S>
+__device__ __forceinline__ bool starts_document(const Args<S>& a, int b, int t) {
+  return a.doc_start && t > 0 && a.doc_start[int64_t(b) * a.T + t] == t;
+}
+
+// The thread's rows of a state column set to zero where reset (a packed document starts).
+__device__ __forceinline__ void zero_rows_if(float (&s)[kRows], bool reset) {
+#pragma unroll
+  for (int i = 0; i < kRows; i++) s[i] = reset ? 0.f : s[i];
+}
 
 // Offset of row (b, t, h) of a (B, T, H, dk) tensor.
 __device__ __forceinline__ int64_t qk_index(int T, int H, int dk, int b, int t, int h) {
@@ -200,10 +218,11 @@ struct Shared {
   float* pair;     // (KMAX)         rowsum(S (.) dS) at a checkpoint
   float* bonus_u;  // (KMAX)         rwkv6: u of this head
   float* am1_scalar; // (kTile)      scalar gate: a - 1 = expm1(g)
+  float* resets;   // (kTile)        1 where a packed document starts (the state is zeroed before the token), else 0
   float* bonus;    // (kTile)        rwkv6: r . (u * k)
   float* col[4];   // (kTile, BV)    per-column values (inputs and outputs of a tile)
   static constexpr size_t bytes() {
-    return sizeof(float) * (6 * size_t(kRowFloats) + 5 * kWarps * KMAX + 2 * KMAX + 2 * kTile + 4 * size_t(kColFloats));
+    return sizeof(float) * (6 * size_t(kRowFloats) + 5 * kWarps * KMAX + 2 * KMAX + 3 * kTile + 4 * size_t(kColFloats));
   }
   __device__ explicit Shared(float* p) {
     float** rows[] = {&q, &k, &e, &am1, &red0, &red1};
@@ -214,6 +233,7 @@ struct Shared {
     pair = p, p += KMAX;
     bonus_u = p, p += KMAX;
     am1_scalar = p, p += kTile;
+    resets = p, p += kTile;
     bonus = p, p += kTile;
     for (float*& c : col) c = p, p += kColFloats;
   }
@@ -226,12 +246,15 @@ struct Shared {
 // that they are all in flight at once), put() converts them into shared memory.
 
 // Key-side rows of tokens t0 .. t0 + kTile - 1: q, k, and as the op needs a - 1 = expm1(g) and
-// e = b * k. Rows past dk and tokens past T read as q = k = g = b = 0, so a = 1 and e = 0.
+// e = b * k. Rows past dk and tokens past T read as q = k = g = b = 0, so a = 1 and e = 0. With
+// packed documents, the tile's document starts too (the sweeps read them from shared memory, so
+// no pointer stays live in registers across the token loop).
 template <Op op, Gate gate, int KMAX, class S>
 struct KeyTile {
   static constexpr int N = kTile * KMAX / kThreads;  // elements per thread
   S q[N], k[N], g[N], b[N];
   S g_scalar;  // scalar gate: threads < kTile hold token threadIdx.x's
+  bool starts;  // packed documents: threads < kTile hold whether token threadIdx.x starts one (t > 0)
 
   __device__ void get(const Args<S>& a, int bi, int j, int t0) {
     const int h = j / (a.HV / a.H);
@@ -252,6 +275,7 @@ struct KeyTile {
       const int t = t0 + threadIdx.x;
       g_scalar = threadIdx.x < kTile && t < a.T ? a.g[(int64_t(bi) * a.T + t) * a.HV + j] : zero;
     }
+    starts = threadIdx.x < kTile && t0 + int(threadIdx.x) < a.T && starts_document(a, bi, t0 + threadIdx.x);
   }
 
   __device__ void put(const Shared<KMAX>& sm) const {
@@ -265,6 +289,7 @@ struct KeyTile {
     }
     if constexpr (gate == Gate::Scalar)
       if (threadIdx.x < kTile) sm.am1_scalar[threadIdx.x] = expm1f(to_float(g_scalar));
+    if (threadIdx.x < kTile) sm.resets[threadIdx.x] = starts ? 1.f : 0.f;
   }
 };
 
@@ -417,6 +442,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(Args<S> a) {
     }
     const int n = min(kTile, a.T - t0);
     for (int tt = 0; tt < n; tt++) {
+      zero_rows_if(s, sm.resets[tt] != 0.f);                                 // a document starts from S = 0
       const float x = in_col[tt * BV + L.col];
       const float* q = sm.q + tt * KMAX;
       const float* k = sm.k + tt * KMAX;
@@ -530,6 +556,7 @@ __global__ void __launch_bounds__(kThreads) reverse_kernel(Args<S> a) {
         }
         decay<gate>(ds, sm, tt, L);                                  // S' = Diag(a) S  =>  dS_prev = Diag(a) dS'
       }
+      zero_rows_if(ds, sm.resets[tt] != 0.f);                        // S_{t-1} was replaced by 0
       __syncthreads();
       sum_warps<KMAX>(sm.red0 + tt * KMAX, slot);
     }
@@ -586,6 +613,7 @@ __global__ void __launch_bounds__(kThreads) replay_kernel(Args<S> a) {
       float* slot0 = sm.slot0 + (tt & 1) * kWarps * KMAX;
       float* slot1 = sm.slot1 + (tt & 1) * kWarps * KMAX;
       float x[kRows];
+      zero_rows_if(s, sm.resets[tt] != 0.f);
       if constexpr (op == Op::Rwkv6) {
 #pragma unroll
         for (int i = 0; i < kRows; i++) x[i] = a.scale * s[i] * d_o;  // o = scale S_{t-1}^T r  =>  dr_S = scale S do
@@ -695,6 +723,7 @@ __global__ void finish_kernel(Args<S> a, FinishOut f) {
           f.db_v[vec] = k * de;
         }
         acc += term;                                     // Z_t = Z_{t+1} + q dq - k dk_w + e de
+        if (starts_document(a, b, t)) acc = 0;           // a document's first token: S'_t = 0, Z_{t-1} starts at 0
         f.dg_v[vec] = acc;
         f.dq_v[vec] = dq;
         f.dk_v[vec] = dk;

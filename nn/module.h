@@ -28,7 +28,8 @@ class TrainableModel {
   // positions without loss. Returns the mean cross-entropy over non-ignored targets.
   virtual Var loss(const Tensor& ids, const Tensor& targets) = 0;
   // Whether the model takes packed documents natively: every sequence op of it stops at a
-  // document start (today: models whose every layer is softmax attention). Otherwise the trainer
+  // document start (today: models whose every layer is softmax attention or a delta-rule mixer:
+  // DeltaNet, Gated DeltaNet, KDA, GDN-2, and their attention hybrids). Otherwise the trainer
   // gives each document fragment a row of its own, padded (train/documents.h).
   virtual bool takes_documents() const { return false; }
   // The loss with each document of the rows as if alone; only where takes_documents().

@@ -18,9 +18,10 @@
 // loss stays the mean over the same valid targets.
 //
 // A model that takes documents natively (TrainableModel::takes_documents: today every layer
-// softmax attention, whose kernels mask at document starts) trains on the packed batch itself,
-// with no padding: training_rows hands it the windows and update_documents their boundaries. The
-// linear mixers' kernels do not reset their states inside a row yet (W2.2), so hybrids pad.
+// softmax attention or a delta-rule mixer, whose kernels stop at document starts) trains on the
+// packed batch itself, with no padding: training_rows hands it the windows and update_documents
+// their boundaries. The other linear mixers' kernels do not reset their states inside a row yet
+// (W2.2), so their models pad.
 #pragma once
 #include <cstdint>
 #include <vector>

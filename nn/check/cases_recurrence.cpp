@@ -438,6 +438,7 @@ struct DeltaCase {
   double gate_shift;
   int64_t chunk_size;
   bool keep = true;  // DeltaRuleOptions::keep_states (false: the GPU backward replays passes 1-2)
+  std::vector<int64_t> documents = {};  // packed documents: each row cut into these lengths (sum T), or none
 };
 
 // q, k: rows of norm 1 (unit_qk), or N(0, 1/dk) entries (rows of norm about 1).
@@ -465,22 +466,30 @@ OpFn delta_op(const DeltaCase& c) {
   const bool gated = c.gate != DeltaGate::None, tied = c.tied, has_h0 = c.initial_state;
   const int64_t chunk = c.chunk_size;
   const bool keep = c.keep;
+  const std::vector<int64_t> documents = c.documents;
   return [=](const Vars& x) {
     size_t next = 3;
     Var g = gated ? x[next++] : Var();
     Var b = x[next++];
     Var w = tied ? Var() : x[next++];
     Var h0 = has_h0 ? x[next++] : Var();
-    DeltaRuleOutputs r = delta_rule(x[0], x[1], x[2], g, b, w, h0, {0, chunk, keep});
+    const Tensor doc_start =
+        documents.empty() ? Tensor() : packed_doc_start(x[0].size(0), documents).to(x[0].value().device());
+    DeltaRuleOutputs r = delta_rule(x[0], x[1], x[2], g, b, w, h0, {0, chunk, keep}, doc_start);
     return Vars{r.o, r.final_state, r.residual};
   };
 }
 
 // The kernels cuda::delta_rule_forward/backward pick for a case (chunked in bf16 where supported).
+// Packed documents: the chunked kernels on the documents' chunk layout, or the recurrent ones.
 KernelLabel delta_kernel(const DeltaCase& c) {
 #ifdef HLA_CUDA
   const DeltaRuleDims d{c.B, c.T, c.H, c.HV, c.dk, c.dv, c.gate, c.erase_vector, c.write_vector, 1.0, 0};
-  return [d](DType dtype) { return std::string(cuda::delta_rule_kernel(d, dtype)); };
+  const bool documents = !c.documents.empty();
+  return [d, documents](DType dtype) {
+    if (!documents) return std::string(cuda::delta_rule_kernel(d, dtype));
+    return std::string(cuda::delta_rule_document_chunk(d, dtype) > 0 ? "chunked, document layout" : "recurrent");
+  };
 #else
   (void)c;
   return named_kernel("recurrent");
@@ -501,6 +510,14 @@ void add_delta_rule_cases() {
            DeltaCase{"delta_rule/chunk gdn", 2, 5, 2, 4, 2, 2, G::Scalar, false, false, true, true, 1.5, 2},
            // chunked, C = 3, T = 5: vector gate, erase b, scalar w
            DeltaCase{"delta_rule/chunk b,w", 2, 5, 2, 2, 3, 2, G::Vector, true, false, false, true, 1.5, 3},
+           // packed documents of 2, 1 and 3 tokens: the state restarts at each
+           DeltaCase{"delta_rule/gdn2 documents", 2, 6, 2, 2, 3, 3, G::Vector, true, true, false, false, 1.5, 0, true,
+                     {2, 1, 3}},
+           DeltaCase{"delta_rule/gdn documents", 2, 6, 2, 4, 3, 2, G::Scalar, false, false, true, false, 1.5, 0, true,
+                     {2, 1, 3}},
+           // the chunked form on the chunk-aligned layout (C = 2: documents of 2, 1 + padding, 3 + padding)
+           DeltaCase{"delta_rule/chunk kda documents", 2, 6, 2, 2, 3, 3, G::Vector, false, false, true, false, 1.5, 2,
+                     true, {2, 1, 3}},
        })
     add_case(grad_case("delta_rule", c.what, 10, delta_inputs(c, false), delta_op(c)));
 
@@ -551,6 +568,21 @@ void add_delta_rule_cases() {
            DeltaCase{"chunk kda long", 2, 4096, 2, 4, 128, 128, G::Vector, false, false, true, true, 3.0, 0},
            DeltaCase{"chunk kda replay", 2, 130, 2, 4, 128, 128, G::Vector, false, false, true, true, 1.0, 0, false},
            DeltaCase{"kda dk256", 1, 80, 1, 2, 256, 128, G::Vector, false, false, true, true, 1.0, 0},
+           // packed documents (bf16 where the chunked kernels run: on the documents' chunk layout,
+           // the scans resetting at chunk_reset; otherwise the token recurrence, its state zeroed
+           // at each start, the reverse sweep's dS too, the gate scan restarting): documents
+           // shorter than a 64-token chunk / checkpoint segment, exactly one, crossing two; and
+           // document starts on segment boundaries
+           DeltaCase{"documents deltanet", 2, 191, 2, 2, 64, 64, G::None, false, false, true, false, 0.0, 0, true,
+                     {37, 64, 90}},
+           DeltaCase{"documents gdn", 2, 191, 2, 4, 128, 96, G::Scalar, false, false, true, false, 1.0, 0, true,
+                     {37, 64, 90}},
+           DeltaCase{"documents kda", 2, 191, 2, 2, 64, 64, G::Vector, false, false, true, false, 1.0, 0, true,
+                     {90, 37, 64}},
+           DeltaCase{"documents gdn2", 2, 191, 1, 2, 48, 80, G::Vector, true, true, false, false, 1.0, 0, true,
+                     {64, 64, 1, 62}},
+           DeltaCase{"documents gdn", 2, 300, 2, 4, 128, 128, G::Scalar, false, false, true, false, 1.0, 0, true,
+                     {37, 64, 1, 70, 128}},
        })
     add_case(gpu_case("delta_rule", "delta_rule " + c.what + dims(c.B, c.T, c.H, c.HV, c.dk, c.dv), delta_kernel(c),
                       delta_inputs(c, true), delta_op(c)));

@@ -1,11 +1,15 @@
 // Check cases (nn/check/registry.h) of the small sequence ops around the mixers: short_conv,
-// token_shift, lerp and ddlerp. Every case checks every output and every input's gradient.
+// gather_tokens / scatter_tokens (packed documents' chunk layout), token_shift, lerp and ddlerp.
+// Every case checks every output and every input's gradient.
 // gpu shapes: the ones nn/layers/*.cpp build at 340M and tiny sizes (DeltaNet / GDN q/k/v
 // convs, Mamba-2's xBC conv with bias, RWKV-6's token shift and lerps), plus B > 1, odd widths,
-// lengths that are not a multiple of any tile, conv states, and L < K-1.
+// lengths that are not a multiple of any tile, conv states, L < K-1, and packed documents (each
+// document convolved as if alone: doc_start).
 #include <string>
 
 #include "nn/check/registry.h"
+#include "nn/ops/arith.h"
+#include "nn/ops/document_chunks.h"
 #include "nn/ops/short_conv.h"
 #include "nn/ops/token_shift.h"
 
@@ -21,15 +25,18 @@ struct ConvCase {
   int64_t B, L, C, K;
   bool bias, state;
   ConvAct act;
+  std::vector<int64_t> documents = {};  // packed documents: each row cut into these lengths (sum L), or none
 };
 
-// Inputs x, weight, then the optional bias and initial state.
-OpFn conv_op(bool has_bias, bool has_state, ConvAct act) {
+// Inputs x, weight, then the optional bias and initial state; documents as in ConvCase.
+OpFn conv_op(bool has_bias, bool has_state, ConvAct act, const std::vector<int64_t>& documents = {}) {
   return [=](const Vars& x) {
     size_t next = 2;
     Var bias = has_bias ? x[next++] : Var();
     Var state = has_state ? x[next++] : Var();
-    ShortConvOut o = short_conv(x[0], x[1], bias, state, act);
+    const Tensor doc_start =
+        documents.empty() ? Tensor() : packed_doc_start(x[0].size(0), documents).to(x[0].value().device());
+    ShortConvOut o = short_conv(x[0], x[1], bias, state, act, doc_start);
     return Vars{o.y, o.final_state};
   };
 }
@@ -50,6 +57,14 @@ void add_short_conv_cases() {
                                      {"initial_state", randn64({2, 3, 3}, s + 3)}};
                      },
                      conv_op(false, true, ConvAct::Identity)));
+  // Packed documents of 2, 1 and 4 tokens: no tap crosses a boundary, the final state is the
+  // last document's.
+  add_case(grad_case("short_conv", "short_conv silu+bias, documents 2+1+4", 26,
+                     [](uint64_t s) {
+                       return Inputs{{"x", randn64({2, 7, 3}, s + 1)}, {"weight", randn64({3, 1, 4}, s + 2, 0.5)},
+                                     {"bias", randn64({3}, s + 3, 0.3)}};
+                     },
+                     conv_op(true, false, ConvAct::SiLU, {2, 1, 4})));
 
   for (const ConvCase& c : {
            ConvCase{"gdn-340m q/k conv", 2, 77, 1024, 4, false, false, ConvAct::SiLU},    // H*dk = 4*256
@@ -59,6 +74,8 @@ void add_short_conv_cases() {
            ConvCase{"chunk with state", 2, 45, 67, 4, true, true, ConvAct::SiLU},
            ConvCase{"identity with state K=3", 3, 33, 129, 3, false, true, ConvAct::Identity},
            ConvCase{"decode L < K-1", 2, 2, 33, 4, true, true, ConvAct::SiLU},
+           ConvCase{"documents 37+64+90", 2, 191, 67, 4, true, false, ConvAct::SiLU, {37, 64, 90}},
+           ConvCase{"documents 1+2+30", 3, 33, 129, 3, false, false, ConvAct::Identity, {1, 2, 30}},
        }) {
     add_case(gpu_case(
         "short_conv",
@@ -70,7 +87,32 @@ void add_short_conv_cases() {
           if (c.state) in.push_back({"initial_state", randn64({c.B, c.C, c.K - 1}, seed + 4)});
           return in;
         },
-        conv_op(c.bias, c.state, c.act)));
+        conv_op(c.bias, c.state, c.act, c.documents)));
+  }
+}
+
+// ---- gather_tokens, scatter_tokens (packed documents' chunk-aligned layout) ----
+
+// Rows of documents `lengths` (each row the same) moved to the layout of chunks of C and back:
+// gather_tokens, then scatter_tokens of the gathered rows times 2 (so the round trip is no identity).
+void add_document_chunks_cases() {
+  struct MoveCase {
+    int64_t B, C, inner;
+    std::vector<int64_t> lengths;
+  };
+  for (const MoveCase& c : {MoveCase{2, 4, 3, {3, 1, 5}}, MoveCase{2, 64, 96, {37, 64, 90}}}) {
+    int64_t T = 0;
+    for (int64_t len : c.lengths) T += len;
+    const OpFn op = [c](const Vars& x) {
+      const DocumentChunks layout = document_chunks(packed_doc_start(c.B, c.lengths), c.C);
+      const Tensor index = layout.index.to(x[0].value().device());
+      const Var placed = gather_tokens(x[0], index);
+      return Vars{placed, scatter_tokens(add(placed, placed), index, x[0].size(1))};
+    };
+    const MakeInputs inputs = [c, T](uint64_t seed) { return Inputs{{"x", randn64({c.B, T, c.inner}, seed + 1)}}; };
+    const std::string name = "document_chunks gather+scatter " + dims_label({{"B", c.B}, {"T", T}, {"C", c.C}});
+    if (c.C == 4) add_case(grad_case("document_chunks", name, 30, inputs, op));
+    else add_case(gpu_case("document_chunks", name, named_kernel("gather/scatter"), inputs, op));
   }
 }
 
@@ -140,7 +182,7 @@ void add_token_shift_cases() {
                       named_kernel("ddlerp cublas"), ddlerp_inputs(c), data_dependent));
 }
 
-const Registrar registered{add_short_conv_cases, add_token_shift_cases};
+const Registrar registered{add_short_conv_cases, add_document_chunks_cases, add_token_shift_cases};
 
 }  // namespace
 }  // namespace hla::check

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <set>
 
+#include "nn/ops/attention.h"
 #include "tensor/math.h"
 
 namespace hla::check {
@@ -103,6 +104,13 @@ double logsigmoid(double x) { return -std::log1p(std::exp(-x)); }
 
 Tensor log_gate(const Shape& shape, uint64_t seed, double shift) {
   return map64(randn64(shape, seed, 1.0, shift), logsigmoid);
+}
+
+Tensor packed_doc_start(int64_t B, const std::vector<int64_t>& lengths) {
+  std::vector<int64_t> cu{0};
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t len : lengths) cu.push_back(cu.back() + len);
+  return document_starts(cu, B, B > 0 ? cu.back() / B : 0);
 }
 
 Tensor unit_rows(Tensor t) {

@@ -121,6 +121,9 @@ double logsigmoid(double x);
 Tensor log_gate(const Shape& shape, uint64_t seed, double shift);
 // Rows of the last dimension scaled to norm 1 (l2-normalised keys and queries).
 Tensor unit_rows(Tensor t);
+// Packed documents: doc_start (B, T) I32 on the CPU of B rows each cut into documents of
+// `lengths` tokens (T = their sum; nn/ops/attention.h: document_starts).
+Tensor packed_doc_start(int64_t B, const std::vector<int64_t>& lengths);
 // A kernel label that does not depend on the dtype.
 KernelLabel named_kernel(const std::string& name);
 // "B2 T37 D64" from {{"B", 2}, {"T", 37}, {"D", 64}}.

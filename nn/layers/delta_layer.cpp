@@ -12,6 +12,8 @@
 //
 // Cross-layer routing (papers.md 3.5): CLER adds the model's gamma * r_prev to v (gamma init 0);
 // the layer exposes v (CLVR) and the write residual r_t = beta (v - S'^T k) (CLER, CLER-H).
+// Packed documents (MixerIO::documents): the short convs and the recurrence stop at each
+// document start (their doc_start); l2norm and the gates are per token.
 #include "nn/layers/common.h"
 #include "nn/layers/mixers.h"
 #include "nn/ops/activation.h"
@@ -52,9 +54,10 @@ class DeltaLayer : public Mixer {
 
   Var forward(const Var& x, MixerIO& io) override {
     Tensor *q_tail = tail_slot(io.state, 0), *k_tail = tail_slot(io.state, 1), *v_tail = tail_slot(io.state, 2);
-    Var q = l2norm(split_heads(conv_silu(project(store_, x, q_), q_conv_, q_tail, io.state), H_, dk_));  // (B, T, H, dk)
-    Var k = l2norm(split_heads(conv_silu(project(store_, x, k_), k_conv_, k_tail, io.state), H_, dk_));
-    Var v = conv_silu(project(store_, x, v_), v_conv_, v_tail, io.state);                                 // (B, T, HV*dv)
+    const Tensor& doc_start = io.documents.doc_start;  // (B, T) or undefined; q, k below: (B, T, H, dk)
+    Var q = l2norm(split_heads(conv_silu(project(store_, x, q_), q_conv_, q_tail, io.state, doc_start), H_, dk_));
+    Var k = l2norm(split_heads(conv_silu(project(store_, x, k_), k_conv_, k_tail, io.state, doc_start), H_, dk_));
+    Var v = conv_silu(project(store_, x, v_), v_conv_, v_tail, io.state, doc_start);  // (B, T, HV*dv)
     if (io.routed_error.defined()) v = add(v, io.routed_error);                        // v + gamma * r_prev
     if (io.want_values) io.values = v;
     Var g, b, w;
@@ -65,7 +68,7 @@ class DeltaLayer : public Mixer {
     Tensor* S = recurrent_slot(io.state);
     // padded tokens (a right-padded prefill) erase and write nothing (k = 0) and decay nothing (g = 0)
     DeltaRuleOutputs out = delta_rule(q, zero_at_padding(k, io.state), split_heads(v, HV_, dv_),
-                                      zero_at_padding(g, io.state), b, w, initial_state(S, q), opt);
+                                      zero_at_padding(g, io.state), b, w, initial_state(S, q), opt, doc_start);
     keep_state(S, out.final_state);
     if (io.want_error) io.error = merge_heads(out.residual);
     return project(store_, merge_heads(output_norm(x, out.o)), o_);
@@ -74,10 +77,11 @@ class DeltaLayer : public Mixer {
   int64_t value_width() const override { return HV_ * dv_; }
 
  private:
-  // silu(conv(x)) carrying the conv tail in `tail` (null in training), or silu(x) without convs.
-  Var conv_silu(const Var& x, const Var& weight, Tensor* tail, const LayerState* state) const {
+  // silu(conv(x)) carrying the conv tail in `tail` (null in training), or silu(x) without convs;
+  // doc_start: packed documents, or undefined.
+  Var conv_silu(const Var& x, const Var& weight, Tensor* tail, const LayerState* state, const Tensor& doc_start) const {
     if (!weight.defined()) return silu(x);
-    ShortConvOut out = short_conv(x, store_.use(weight), Var(), initial_state(tail, x), ConvAct::SiLU);
+    ShortConvOut out = short_conv(x, store_.use(weight), Var(), initial_state(tail, x), ConvAct::SiLU, doc_start);
     keep_last_inputs(tail, out.final_state, x, state);
     return out.y;
   }

@@ -44,21 +44,6 @@ void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, 
   });
 }
 
-// A CPU doc_start's rows: 0 at the row start, then each entry either its predecessor's or t
-// itself (a document starts at t). The GPU's were built from cu_seqlens, checked there.
-void check_doc_start(const Tensor& doc_start) {
-  if (doc_start.is_cuda()) return;
-  const int64_t B = doc_start.size(0), T = doc_start.size(1);
-  const int32_t* s = doc_start.data<int32_t>();
-  for (int64_t b = 0; b < B; b++)
-    for (int64_t t = 0; t < T; t++) {
-      const int32_t x = s[b * T + t];
-      HLA_CHECK(x == t || (t > 0 && x == s[b * T + t - 1]), "attention: doc_start[", b, ", ", t, "] = ", x,
-                " is neither ", t, " (a document starts) nor the previous entry",
-                t > 0 ? " " + std::to_string(s[b * T + t - 1]) : std::string());
-    }
-}
-
 }  // namespace
 
 Tensor document_starts(const std::vector<int64_t>& cu_seqlens, int64_t B, int64_t T) {
@@ -93,6 +78,21 @@ Tensor document_positions(const Tensor& doc_start) {
   return Tensor::from_i32(positions, doc_start.shape());
 }
 
+void check_document_starts(const Tensor& doc_start, int64_t B, int64_t T, Device device, const char* op) {
+  HLA_CHECK(doc_start.dtype() == DType::I32 && doc_start.dim() == 2 && doc_start.size(0) == B &&
+                doc_start.size(1) == T && doc_start.device() == device,
+            op, ": doc_start must be (B, T) = (", B, ", ", T, ") I32 on the inputs' device, got ", doc_start.str());
+  if (doc_start.is_cuda()) return;  // the GPU's were built from cu_seqlens, checked there
+  const int32_t* s = doc_start.data<int32_t>();
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t t = 0; t < T; t++) {
+      const int32_t x = s[b * T + t];
+      HLA_CHECK(x == t || (t > 0 && x == s[b * T + t - 1]), op, ": doc_start[", b, ", ", t, "] = ", x,
+                " is neither ", t, " (a document starts) nor the previous entry",
+                t > 0 ? " " + std::to_string(s[b * T + t - 1]) : std::string());
+    }
+}
+
 Var attention(const Var& q, const Var& k, const Var& v, double scale, int64_t window, const Tensor& doc_start) {
   HLA_CHECK(q.dim() == 4, "attention: q must be (B, T, H, D), got ", q.value().str());
   HLA_CHECK(k.dim() == 4, "attention: k must be (B, T, Hkv, D), got ", k.value().str());
@@ -104,12 +104,7 @@ Var attention(const Var& q, const Var& k, const Var& v, double scale, int64_t wi
   check_operand(v.value(), q.value(), "attention", "v");
   HLA_CHECK(Hkv > 0 && H % Hkv == 0, "attention: query heads H = ", H, " must be a multiple of kv heads Hkv = ", Hkv);
   HLA_CHECK(window >= 0, "attention: window must be >= 0 (0 = full causal), got ", window);
-  if (doc_start.defined()) {
-    HLA_CHECK(doc_start.dtype() == DType::I32 && doc_start.dim() == 2 && doc_start.size(0) == B &&
-                  doc_start.size(1) == T && doc_start.device() == q.device(),
-              "attention: doc_start must be (B, T) = (", B, ", ", T, ") I32 on q's device, got ", doc_start.str());
-    check_doc_start(doc_start);
-  }
+  if (doc_start.defined()) check_document_starts(doc_start, B, T, q.device(), "attention");
   const AttentionDims d{B, T, H, Hkv, D, Dv, scale, window, accum_dtype(q.value())};
   // d with doc_start's data (the backward closure holds a copy of doc_start, keeping it alive)
   auto with_documents = [](AttentionDims dims, const Tensor& starts) {

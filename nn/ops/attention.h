@@ -39,6 +39,9 @@ Var attention(const Var& q, const Var& k, const Var& v, double scale, int64_t wi
 // allowed. doc_start[b, t] is the row-relative index of the first token of t's document. A bad
 // list fails naming the offending entry.
 Tensor document_starts(const std::vector<int64_t>& cu_seqlens, int64_t B, int64_t T);
+// Fails naming `op` unless doc_start is (B, T) I32 on `device` and, on the CPU, each row a valid
+// document split: 0 at the row start, then each entry either its predecessor's or t itself.
+void check_document_starts(const Tensor& doc_start, int64_t B, int64_t T, Device device, const char* op);
 // Each token's place in its document, t - doc_start[b, t], from document_starts' result: (B, T)
 // I32 on the CPU (RoPE's per-token positions).
 Tensor document_positions(const Tensor& doc_start);

@@ -18,6 +18,8 @@
 #include <utility>
 #include <vector>
 
+#include "nn/ops/attention.h"
+#include "nn/ops/document_chunks.h"
 #include "nn/ops/parallel.h"
 #include "nn/ops/solve_tril.h"
 #include "nn/ops/check.h"
@@ -47,6 +49,13 @@ struct HeadInputs {
   Mat<T> b;     // (T, dk)  erase gate (scalar beta repeated)
   Mat<T> w;     // (T, dv)  write gate (scalar beta repeated)
   Mat<T> h0;    // (dk, dv) initial state
+  const int32_t* doc_start = nullptr;    // (T) this row's first token of each token's document, or null
+  const int32_t* chunk_reset = nullptr;  // (T / C) this row's chunks that start a document, or null
+
+  // Whether the state is zeroed before token t: a document starts there (t = 0 starts from h0).
+  bool starts_document(Index t) const { return doc_start && t > 0 && doc_start[t] == t; }
+  // Whether the state entering chunk n is zeroed (chunked form on the document layout).
+  bool resets_chunk(size_t n) const { return chunk_reset && chunk_reset[n]; }
 };
 
 template <class T>
@@ -125,6 +134,8 @@ HeadInputs<T> load_head(const InputPointers<T>& in, const DeltaRuleDims& d, int6
   x.b = load_coef(in.b, d.erase_vector, T(0), d, bi, j, d.dk);
   x.w = load_coef(in.w, d.write_vector, T(0), d, bi, j, d.dv);
   const int64_t state = d.dk * d.dv;
+  x.doc_start = d.doc_start ? d.doc_start + bi * d.T : nullptr;
+  x.chunk_reset = d.chunk_reset ? d.chunk_reset + bi * (d.T / d.chunk_size) : nullptr;
   x.h0 = in.h0 ? Mat<T>(Eigen::Map<const Mat<T>>(in.h0 + (bi * d.HV + j) * state, d.dk, d.dv))
                : Mat<T>(Mat<T>::Zero(d.dk, d.dv));
   return x;
@@ -166,6 +177,7 @@ HeadOutputs<T> recurrent_forward(const HeadInputs<T>& in, T scale) {
   HeadOutputs<T> out{Mat<T>(n, in.v.cols()), Mat<T>(n, in.v.cols()), in.h0};
   DeltaStep<T> s(in.k.cols(), in.v.cols());
   for (Index t = 0; t < n; t++) {
+    if (in.starts_document(t)) out.S.setZero();             // a document starts from S = 0
     delta_step<T>(in, t, out.S, s);
     out.S = s.S;
     out.u.row(t) = s.u;
@@ -184,6 +196,7 @@ HeadGrads<T> recurrent_backward(const HeadInputs<T>& in, T scale, const Mat<T>& 
   DeltaStep<T> s(kdim, vdim);
   Mat<T> S = in.h0;               // (dk, dv)
   for (Index t = 0; t < n; t++) {
+    if (in.starts_document(t)) S.setZero();
     S_prev.middleRows(t * kdim, kdim) = S;
     delta_step<T>(in, t, S, s);
     S = s.S;
@@ -211,6 +224,7 @@ HeadGrads<T> recurrent_backward(const HeadInputs<T>& in, T scale, const Mat<T>& 
     // S'_t = Diag(exp(g_t)) S_{t-1}
     gr.g.row(t) = s.S_decayed.cwiseProduct(dS_decayed).rowwise().sum().transpose();  // rowsum(S' (.) dS')
     dS = s.decay.asDiagonal() * dS_decayed;                 // dS_{t-1} = Diag(exp(g_t)) dS'
+    if (in.starts_document(t)) dS.setZero();                // S_{t-1} was replaced by 0: no gradient reaches it
     // e_t = b_t * k_t,  y_t = w_t * v_t
     gr.k.row(t) = dk + in.b.row(t).cwiseProduct(de);
     gr.b.row(t) = in.k.row(t).cwiseProduct(de);
@@ -343,11 +357,13 @@ struct ChunkScan {
   Mat<T> S_final;            // (dk, dv)
 };
 
+// resets: the head's inputs, whose chunks flagged in chunk_reset start from S = 0.
 template <class T>
-ChunkScan<T> scan_chunks(const std::vector<ChunkWY<T>>& chunks, const Mat<T>& h0) {
+ChunkScan<T> scan_chunks(const std::vector<ChunkWY<T>>& chunks, const HeadInputs<T>& resets) {
   ChunkScan<T> scan;
-  Mat<T> S = h0;
+  Mat<T> S = resets.h0;
   for (const ChunkWY<T>& c : chunks) {
+    if (resets.resets_chunk(scan.h.size())) S.setZero();  // a document starts from S = 0
     scan.h.push_back(S);
     scan.Vnew.push_back(c.U - c.W * S);                             // Vnew = U - W S0
     S = c.decay_last.asDiagonal() * S + c.Kg.transpose() * scan.Vnew.back();  // S_end
@@ -362,7 +378,7 @@ HeadOutputs<T> chunk_forward(const HeadInputs<T>& in, T scale, Index chunk_size)
   // Pass 1 (parallel over chunks): G, the UT transform A, W, U, Aqk.
   std::vector<ChunkWY<T>> chunks = prepare_chunks(in, chunk_size);
   // Pass 2 (sequential): chunk start states h[n] and new values Vnew.
-  ChunkScan<T> scan = scan_chunks(chunks, in.h0);
+  ChunkScan<T> scan = scan_chunks(chunks, in);
   // Pass 3 (parallel over chunks): o = scale (Qg h[n] + Aqk Vnew).
   HeadOutputs<T> out{Mat<T>(n, dv), Mat<T>(n, dv), scan.S_final};
   for (size_t i = 0; i < chunks.size(); i++) {
@@ -428,7 +444,7 @@ HeadGrads<T> chunk_backward(const HeadInputs<T>& in, T scale, Index chunk_size, 
   const Index n = in.q.rows();
   // Pass 1 + 2: recompute the chunk pieces, the start states h[n] and Vnew (4.9 step 1).
   std::vector<ChunkWY<T>> chunks = prepare_chunks(in, chunk_size);
-  ChunkScan<T> scan = scan_chunks(chunks, in.h0);
+  ChunkScan<T> scan = scan_chunks(chunks, in);
   // Pass 3 (sequential, reverse): dh[n] = gradient of chunk n's END state, and the total
   // gradient of each chunk's new values (4.9 step 3).
   std::vector<Mat<T>> dh(chunks.size()), dVnew(chunks.size());
@@ -442,6 +458,7 @@ HeadGrads<T> chunk_backward(const HeadInputs<T>& in, T scale, Index chunk_size, 
     // h[n] feeds S_end (decay), o (through Qg) and Vnew (through W).
     dS = c.decay_last.asDiagonal() * dS + scale * c.Qg.transpose() * dO_c
          - c.W.transpose() * dVnew[i];
+    if (in.resets_chunk(i)) dS.setZero();  // h[n] was replaced by 0: the chunk before gets no gradient
   }
   HeadGrads<T> gr{Mat<T>(n, in.q.cols()), Mat<T>(n, in.k.cols()), Mat<T>(n, in.v.cols()),
                   Mat<T>(n, in.g.cols()), Mat<T>(n, in.b.cols()), Mat<T>(n, in.w.cols()), dS};
@@ -585,6 +602,14 @@ DeltaRuleDims check_inputs(const Var& q, const Var& k, const Var& v, const Var& 
   return d;
 }
 
+// d with the data of doc_start (token recurrence) or chunk_reset (chunked form on the document
+// layout), either undefined; the backward closure holds copies of both, keeping them alive.
+DeltaRuleDims with_documents(DeltaRuleDims d, const Tensor& doc_start, const Tensor& chunk_reset) {
+  if (doc_start.defined()) d.doc_start = doc_start.data<int32_t>();
+  if (chunk_reset.defined()) d.chunk_reset = chunk_reset.data<int32_t>();
+  return d;
+}
+
 // The device's kernels: cuda::delta_rule_* for GPU tensors, cpu::delta_rule_* otherwise. States
 // in d.state_dtype. u_f32: the GPU forward's fp32 copy of u, which the GPU backward reads
 // (undefined on the CPU, whose backward replays the forward, and when no backward follows);
@@ -627,11 +652,13 @@ void delta_rule_backward(Tensor& grad_q, Tensor& grad_k, Tensor& grad_v, Tensor&
   });
 }
 
-}  // namespace
-
-DeltaRuleOutputs delta_rule(const Var& q, const Var& k, const Var& v, const Var& g, const Var& b,
-                            const Var& w, const Var& initial_state, const DeltaRuleOptions& options) {
-  const DeltaRuleDims d = check_inputs(q, k, v, g, b, w, initial_state, options);
+// The op on rows as they are: doc_start for the token recurrence, chunk_reset for the chunked
+// form on the document layout, or neither (both undefined).
+DeltaRuleOutputs delta_rule_rows(const Var& q, const Var& k, const Var& v, const Var& g, const Var& b, const Var& w,
+                                 const Var& initial_state, const DeltaRuleOptions& options, const Tensor& doc_start,
+                                 const Tensor& chunk_reset) {
+  const DeltaRuleDims d = with_documents(check_inputs(q, k, v, g, b, w, initial_state, options), doc_start,
+                                         chunk_reset);
   const bool tied = !w.defined();  // w = b: the kernel reads beta twice, its gradient is the sum
   const DType dt = q.dtype();
   const Device dev = q.device();
@@ -648,7 +675,8 @@ DeltaRuleOutputs delta_rule(const Var& q, const Var& k, const Var& v, const Var&
   if (gpu_backward && options.keep_states) HLA_CUDA_ONLY(kept_floats = cuda::delta_rule_kept_floats(d, dt));
   Tensor kept = kept_buffer(kept_floats, dev);
   delta_rule_forward(o, final_state, residual, qv, kv, vv, gv, bv, wv, h0, d, u_f32, kept);
-  auto backward = [=](const std::vector<Tensor>& grads) mutable {
+  // starts, resets: kept alive for d.doc_start, d.chunk_reset
+  auto backward = [=, starts = doc_start, resets = chunk_reset](const std::vector<Tensor>& grads) mutable {
     Tensor dq = Tensor::empty(qv.shape(), dt, dev), dk = Tensor::empty(kv.shape(), dt, dev);
     Tensor dv = Tensor::empty(vv.shape(), dt, dev);
     Tensor dg = gv.defined() ? Tensor::empty(gv.shape(), dt, dev) : Tensor();
@@ -667,6 +695,37 @@ DeltaRuleOutputs delta_rule(const Var& q, const Var& k, const Var& v, const Var&
   std::vector<Var> outs = record_op({o, final_state, residual}, {q, k, v, g, b, w, initial_state},
                                     backward, "delta_rule");
   return {outs[0], outs[1], outs[2]};
+}
+
+}  // namespace
+
+// Packed documents: the token recurrence resets the state at each document start (doc_start);
+// the chunked forms (the CPU's, and the GPU's where its chunked kernels run) take the
+// chunk-aligned layout instead (inputs gathered there, o and u scattered back, chunk_reset at
+// the chunks that start a document).
+DeltaRuleOutputs delta_rule(const Var& q, const Var& k, const Var& v, const Var& g, const Var& b,
+                            const Var& w, const Var& initial_state, const DeltaRuleOptions& options,
+                            const Tensor& doc_start) {
+  if (!doc_start.defined()) return delta_rule_rows(q, k, v, g, b, w, initial_state, options, Tensor(), Tensor());
+  HLA_CHECK(q.dim() == 4, "delta_rule: q must be (B, T, H, dk), got ", q.value().str());
+  const int64_t T = q.size(1);
+  check_document_starts(doc_start, q.size(0), T, q.device(), "delta_rule");
+  HLA_CHECK(!initial_state.defined(), "delta_rule: with packed documents (doc_start) the initial state must be ",
+            "undefined, got ", initial_state.value().str());
+  // the layout's chunk size: the CPU's chunk_size, the GPU chunked kernels' (0: the token recurrence)
+  int64_t chunk = options.chunk_size;
+  if (q.value().is_cuda())
+    HLA_CUDA_ONLY(chunk = cuda::delta_rule_document_chunk(check_inputs(q, k, v, g, b, w, initial_state, options),
+                                                          q.dtype()));
+  if (chunk == 0) return delta_rule_rows(q, k, v, g, b, w, initial_state, options, doc_start, Tensor());
+  const DocumentChunks layout = document_chunks(doc_start.to(Device::CPU), chunk);
+  const Tensor index = layout.index.to(q.device());
+  auto gathered = [&](const Var& x) { return x.defined() ? gather_tokens(x, index) : Var(); };
+  DeltaRuleOptions on_layout = options;
+  on_layout.chunk_size = chunk;
+  DeltaRuleOutputs r = delta_rule_rows(gathered(q), gathered(k), gathered(v), gathered(g), gathered(b), gathered(w),
+                                       Var(), on_layout, Tensor(), layout.chunk_reset.to(q.device()));
+  return {scatter_tokens(r.o, index, T), r.final_state, scatter_tokens(r.residual, index, T)};
 }
 
 }  // namespace hla

@@ -20,6 +20,13 @@
 // cross-layer error routing (CLER / CLER-H, papers.md 3.5) routes: for DeltaNet/GDN it is
 // beta_t (v_t - S'_t^T k_t), fla's v_new.
 //
+// Packed documents (doc_start): the state becomes zero before each document's first token, so
+// every document of a row gives the outputs and gradients of the document run alone; the final
+// state is the state at the end of each row's last document, and initial_state must be
+// undefined. The token recurrence resets at each document start; the chunked forms (CPU, and
+// the GPU's chunked kernels where they run) run on the chunk-aligned layout of
+// nn/ops/document_chunks.h (every document starts a chunk, whose incoming state is reset).
+//
 // Gradient buffers, on both devices: the backward WRITES every element of every buffer it is
 // given (callers pass uninitialised buffers); a null grad_g (no gate) or grad_h0 means "not
 // wanted". Every buffer is its own: with w = b (DeltaNet, GDN, KDA) the caller passes b twice as
@@ -50,11 +57,12 @@ struct DeltaRuleOutputs {
 // b: (B, T, HV) scalar beta or (B, T, HV, dk) erase gate
 // w: undefined (w = b, which must then be a scalar beta), (B, T, HV) or (B, T, HV, dv) write gate
 // initial_state: undefined (zeros) or (B, HV, dk, dv)
+// doc_start: undefined (one document a row) or (B, T) I32 on q's device (document_starts)
 // All inputs of one dtype (CPU: F32 or F64; GPU: F32 or BF16) on one device; gradients flow to
 // every defined input.
 DeltaRuleOutputs delta_rule(const Var& q, const Var& k, const Var& v, const Var& g, const Var& b,
                             const Var& w, const Var& initial_state,
-                            const DeltaRuleOptions& options = {});
+                            const DeltaRuleOptions& options = {}, const Tensor& doc_start = Tensor());
 
 namespace cpu {
 

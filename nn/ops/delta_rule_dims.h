@@ -21,6 +21,14 @@ struct DeltaRuleDims {
   // final_state, h0 and their gradients: fp32 on the GPU, the storage dtype on the CPU. The
   // default serves dims built only to ask cuda::delta_rule_kernel which kernel runs.
   DType state_dtype = DType::F32;
+  // Packed documents (varlen): doc_start (B, T) I32 on the kernels' device, the row-relative
+  // index of the first token of t's document (nn/ops/attention.h: document_starts); the state
+  // is zero before every document's first token t > 0. Null: one document a row.
+  const int32_t* doc_start = nullptr;
+  // The CPU chunked form on packed documents' chunk-aligned layout (nn/ops/document_chunks.h):
+  // chunk_reset (B, T / chunk_size) I32, 1 where a chunk starts a document (the state entering it
+  // is zero). Null: no resets.
+  const int32_t* chunk_reset = nullptr;
 };
 
 }  // namespace hla

@@ -5,12 +5,16 @@
 // with tap i on xe_{t+i}, and the final state is xe_L .. xe_{L+K-2}. The backward accumulates
 // d(xe) and splits it back into dx and dstate; that is what lets a gradient flow through a
 // state from one chunk of a sequence into the previous chunk.
+// Packed documents only narrow the window: output t reads xe_e for e >= first_visible(b, t), the
+// first extended index of t's document, and the final state xe_e for e >= first_visible(b, L-1);
+// the backward skips the same taps (the transposed mask), so one code path serves both cases.
 #include "nn/ops/short_conv.h"
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include "nn/ops/attention.h"
 #include "nn/ops/check.h"
 #include "nn/ops/parallel.h"
 #include "nn/ops/pointwise.h"
@@ -32,11 +36,17 @@ void load_extended(T* xe, const T* x, const T* state, int64_t b, int64_t c, int6
   for (int64_t t = 0; t < L; t++) xe[K - 1 + t] = x[(b * L + t) * C + c];
 }
 
-// pre_t[c] = bias[c] + sum_i w[c, i] * xe_{t+i}[c]
+// The first extended index output t of sequence b may read: xe_{doc_start + K-1} = x_{doc_start}
+// (0 without documents: every tap).
+inline int64_t first_visible(const ShortConvDims& d, int64_t b, int64_t t) {
+  return d.doc_start ? d.doc_start[b * d.L + t] + d.K - 1 : 0;
+}
+
+// pre_t[c] = bias[c] + sum_i w[c, i] * xe_{t+i}[c] over the visible taps t + i >= first
 template <class T>
-T conv_pre(const T* xe, const T* w, const T* bias, int64_t t, int64_t c, int64_t K) {
+T conv_pre(const T* xe, const T* w, const T* bias, int64_t t, int64_t c, int64_t K, int64_t first) {
   T pre = bias ? bias[c] : T(0);
-  for (int64_t i = 0; i < K; i++) pre += w[c * K + i] * xe[t + i];
+  for (int64_t i = std::max<int64_t>(0, first - t); i < K; i++) pre += w[c * K + i] * xe[t + i];
   return pre;
 }
 
@@ -53,11 +63,13 @@ void short_conv_forward(T* y, T* final_state, const T* x, const T* w, const T* b
     for (int64_t b = 0; b < B; b++) {
       load_extended(xe.data(), x, state, b, c, L, C, K);
       for (int64_t t = 0; t < L; t++) {
-        T pre = conv_pre(xe.data(), w, bias, t, c, K);
+        T pre = conv_pre(xe.data(), w, bias, t, c, K, first_visible(d, b, t));
         y[(b * L + t) * C + c] = act == ConvAct::SiLU ? pre * sigmoid_of(pre) : pre;  // y = act(pre)
       }
-      // final_state[b, c, j] = xe_{L+j}: the last K-1 inputs
-      for (int64_t j = 0; j < K - 1; j++) final_state[(b * C + c) * (K - 1) + j] = xe[L + j];
+      // final_state[b, c, j] = xe_{L+j}: the last K-1 inputs (of the last document)
+      const int64_t first_final = L > 0 ? first_visible(d, b, L - 1) : 0;
+      for (int64_t j = 0; j < K - 1; j++)
+        final_state[(b * C + c) * (K - 1) + j] = L + j >= first_final ? xe[L + j] : T(0);
     }
   });
 }
@@ -73,16 +85,19 @@ void short_conv_backward(T* dx, T* dw, T* dbias, T* dstate, const T* dy, const T
     if (dbias) dbias[c] = T(0);
     for (int64_t b = 0; b < B; b++) {
       load_extended(xe.data(), x, state, b, c, L, C, K);
-      // final_state_j = xe_{L+j}  =>  dxe_{L+j} = dfinal_j
-      for (int64_t e = 0; e < L + K - 1; e++) dxe[e] = e >= L ? dfinal[(b * C + c) * (K - 1) + e - L] : T(0);
+      // final_state_j = xe_{L+j}  =>  dxe_{L+j} = dfinal_j (where the final state reads it)
+      const int64_t first_final = L > 0 ? first_visible(d, b, L - 1) : 0;
+      for (int64_t e = 0; e < L + K - 1; e++)
+        dxe[e] = e >= L && e >= first_final ? dfinal[(b * C + c) * (K - 1) + e - L] : T(0);
       for (int64_t t = 0; t < L; t++) {
+        const int64_t first = first_visible(d, b, t);
         T dpre = dy[(b * L + t) * C + c];
         if (act == ConvAct::SiLU) {  // y = pre * s(pre)  =>  dpre = dy * s * (1 + pre * (1 - s))
-          T pre = conv_pre(xe.data(), w, bias, t, c, K), s = sigmoid_of(pre);
+          T pre = conv_pre(xe.data(), w, bias, t, c, K, first), s = sigmoid_of(pre);
           dpre *= s * (T(1) + pre * (T(1) - s));
         }
         if (dbias) dbias[c] += dpre;  // pre = bias + ...  =>  dbias = sum_t dpre_t
-        for (int64_t i = 0; i < K; i++) {  // pre_t = ... + w_i xe_{t+i}
+        for (int64_t i = std::max<int64_t>(0, first - t); i < K; i++) {  // pre_t = ... + w_i xe_{t+i}
           dw[c * K + i] += dpre * xe[t + i];
           dxe[t + i] += w[c * K + i] * dpre;
         }
@@ -141,7 +156,8 @@ static void short_conv_backward(Tensor& dx, Tensor& dw, Tensor& dbias, Tensor& d
   });
 }
 
-ShortConvOut short_conv(const Var& x, const Var& weight, const Var& bias, const Var& initial_state, ConvAct act) {
+ShortConvOut short_conv(const Var& x, const Var& weight, const Var& bias, const Var& initial_state, ConvAct act,
+                        const Tensor& doc_start) {
   HLA_CHECK(x.dim() == 3, "short_conv: x must be (B, L, C), got ", x.value().str());
   int64_t B = x.size(0), L = x.size(1), C = x.size(2);
   HLA_CHECK(weight.dim() == 3 && weight.size(0) == C && weight.size(1) == 1 && weight.size(2) >= 1,
@@ -156,17 +172,27 @@ ShortConvOut short_conv(const Var& x, const Var& weight, const Var& bias, const 
   check_operand(wv, xv, "short_conv", "weight");
   check_operand(bv, xv, "short_conv", "bias");
   check_operand(sv, xv, "short_conv", "initial_state");
+  if (doc_start.defined()) {
+    check_document_starts(doc_start, B, L, xv.device(), "short_conv");
+    HLA_CHECK(!sv.defined(), "short_conv: with packed documents (doc_start) the initial state must be undefined, got ",
+              sv.str());
+  }
   const ShortConvDims d{B, L, C, K, act};
+  // d with doc_start's data (the backward closure holds a copy of doc_start, keeping it alive)
+  auto with_documents = [](ShortConvDims dims, const Tensor& starts) {
+    if (starts.defined()) dims.doc_start = starts.data<int32_t>();
+    return dims;
+  };
   Tensor y = Tensor::empty({B, L, C}, xv.dtype(), xv.device());                 // y: (B, L, C)
   Tensor final_state = Tensor::empty({B, C, K - 1}, xv.dtype(), xv.device());  // final_state: (B, C, K-1)
-  short_conv_forward(y, final_state, xv, wv, bv, sv, d);
+  short_conv_forward(y, final_state, xv, wv, bv, sv, with_documents(d, doc_start));
   std::vector<Var> outs = record_op({y, final_state}, {x, weight, bias, initial_state},
                                     [=](const std::vector<Tensor>& g) {
     Tensor dx = Tensor::empty(xv.shape(), xv.dtype(), xv.device());
     Tensor dw = Tensor::empty(wv.shape(), xv.dtype(), xv.device());
     Tensor db = bv.defined() ? Tensor::empty({C}, xv.dtype(), xv.device()) : Tensor();
     Tensor ds = sv.defined() ? Tensor::empty(sv.shape(), xv.dtype(), xv.device()) : Tensor();
-    short_conv_backward(dx, dw, db, ds, g[0], g[1], xv, wv, bv, sv, d);
+    short_conv_backward(dx, dw, db, ds, g[0], g[1], xv, wv, bv, sv, with_documents(d, doc_start));
     return std::vector<Tensor>{dx, dw, db, ds};
   }, "short_conv");
   return {outs[0], outs[1]};

@@ -10,6 +10,9 @@
 // (zeros when absent). The final state holds the last K-1 inputs in the same layout, so running
 // T tokens and continuing from the final state equals running all tokens at once (decoding,
 // chunked prefill). fla's decoding cache (B, C, K) is this state with one unused column in front.
+// Packed documents (doc_start): every document of a row is convolved as if alone (no tap reads
+// an input of an earlier document), and the final state holds the last K-1 inputs of the row's
+// last document (zeros before its start); the initial state must then be undefined.
 // Gradients: written in full (the caller's buffers may hold anything); null = not wanted.
 #pragma once
 #include "autograd/var.h"
@@ -23,9 +26,11 @@ struct ShortConvOut {
 };
 
 // x: (B, L, C), weight: (C, 1, K), bias: (C) or undefined, initial_state: (B, C, K-1) or
-// undefined (zeros). L is the number of tokens (T in mixers.md).
+// undefined (zeros). L is the number of tokens (T in mixers.md). doc_start: (B, L) I32 on x's
+// device (nn/ops/attention.h: document_starts) or undefined (one document a row).
 ShortConvOut short_conv(const Var& x, const Var& weight, const Var& bias = Var(),
-                        const Var& initial_state = Var(), ConvAct act = ConvAct::SiLU);
+                        const Var& initial_state = Var(), ConvAct act = ConvAct::SiLU,
+                        const Tensor& doc_start = Tensor());
 
 namespace cpu {
 // y, x: (B, L, C), w: (C, K), bias: (C) or null, state, final_state: (B, C, K-1), state may be null

@@ -11,6 +11,11 @@ enum class ConvAct { Identity, SiLU };  // y = pre or silu(pre)
 struct ShortConvDims {
   int64_t B, L, C, K;
   ConvAct act;
+  // Packed documents (varlen): doc_start (B, L) I32 on the kernels' device, the row-relative
+  // index of the first token of t's document (nn/ops/attention.h: document_starts). Tap i of
+  // output t reads x_{t-K+1+i} only when that index is >= doc_start[b, t] (else 0), and the
+  // final state keeps only the last document's inputs. Null: one document a row.
+  const int32_t* doc_start = nullptr;
 };
 
 }  // namespace hla

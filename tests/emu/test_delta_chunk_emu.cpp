@@ -3,8 +3,9 @@
 // (tests/emu/include/emu.h), forward and backward, and compares them with the token recurrence
 // in fp64: the formulas of nn/ops/delta_rule.cpp's recurrent_forward / recurrent_backward
 // (mixers.md 4.5), restated here per (batch, value head).
-// Cases: with and without h0 and the final state's gradient, tied (w = b) and untied gates,
-// grouped value heads (HV = 2H: dq, dk summed over the group), (dk, dv) in {64, 128}^2 and 256,
+// Cases: with and without h0 and the final state's gradient, chunk_reset (packed documents),
+// tied (w = b) and untied gates, grouped value heads (HV = 2H: dq, dk summed over the group),
+// (dk, dv) in {64, 128}^2 and 256,
 // T a multiple of the 64-token chunk and not; KDA (dk 64 / 128, dv 64 / 128 / 256, gates
 // -softplus(N(shift, 2)) per channel, down to about -8 a token: 16 tokens of such decay overflow
 // fp32 if exp(G_t - G_s) were factored as exp(G_t) exp(-G_s) over a chunk; weak decay too, where
@@ -49,6 +50,8 @@ struct Buf {
 struct Head {
   Mat q, k, v, h0, g;  // (T, dk), (T, dk), (T, dv), (dk, dv), (T, dk)
   Row b, w;            // (T)
+  std::vector<bool> starts;  // (T) the state is zeroed before the token (a chunk_reset chunk's first), or empty
+  bool zeroed(int64_t t) const { return !starts.empty() && starts[t]; }
 };
 struct Grads {
   Mat q, k, v, h0, g;
@@ -71,6 +74,7 @@ static void forward(const Head& x, double scale, Mat& o, Mat& u, Mat& S) {
   o.resize(T, x.v.cols()), u.resize(T, x.v.cols());
   S = x.h0;
   for (int64_t t = 0; t < T; t++) {
+    if (x.zeroed(t)) S.setZero();
     S = x.g.row(t).array().exp().matrix().asDiagonal() * S;
     u.row(t) = x.w(t) * x.v.row(t) - x.b(t) * x.k.row(t) * S;
     S += x.k.row(t).transpose() * u.row(t);
@@ -84,6 +88,7 @@ static Grads backward(const Head& x, double scale, const Mat& dO, const Mat& dU,
   std::vector<Mat> S_prev(T);  // S_{t-1}
   Mat S = x.h0;
   for (int64_t t = 0; t < T; t++) {
+    if (x.zeroed(t)) S.setZero();
     S_prev[t] = S;
     S = x.g.row(t).array().exp().matrix().asDiagonal() * S;
     S += x.k.row(t).transpose() * (x.w(t) * x.v.row(t) - x.b(t) * x.k.row(t) * S);
@@ -103,6 +108,7 @@ static Grads backward(const Head& x, double scale, const Mat& dO, const Mat& dU,
     const Row de = -du * Sd.transpose();
     gr.g.row(t) = Sd.cwiseProduct(dSd).rowwise().sum().transpose();  // S'_t = Diag(exp(g_t)) S_{t-1}
     dS = decay * dSd;
+    if (x.zeroed(t)) dS.setZero();                      // S_{t-1} was replaced by 0
     gr.k.row(t) = dk_t + x.b(t) * de;
     gr.b(t) = x.k.row(t).dot(de);
     gr.v.row(t) = x.w(t) * du;
@@ -142,6 +148,7 @@ struct Case {
   int64_t B, T, H, HV, dk, dv;
   double shift;         // gate = logsigmoid(N(shift, 1)); KDA: -softplus(N(shift, 2)) per channel
   bool kda = false;     // a vector gate (B, T, HV, dk) (gated must be true)
+  std::vector<int> resets = {};  // chunks whose incoming state is zeroed (chunk_reset, every row), or none
 };
 
 static void run(const Case& c, uint64_t seed) {
@@ -174,7 +181,12 @@ static void run(const Case& c, uint64_t seed) {
   dht.fill(B * HV * dk * dv, false, [&] { return c.with_dht ? N(rng) : 0.0; });
   const double scale = 1 / std::sqrt(double(dk));
   const DeltaGate gate = c.kda ? DeltaGate::Vector : c.gated ? DeltaGate::Scalar : DeltaGate::None;
-  const DeltaRuleDims d{B, T, H, HV, dk, dv, gate, false, false, scale, 0};
+  DeltaRuleDims d{B, T, H, HV, dk, dv, gate, false, false, scale, 0};
+  const int64_t NT = (T + 63) / 64;
+  std::vector<int32_t> chunk_reset(B * NT, 0);  // (B, NT)
+  for (int64_t bi = 0; bi < B; bi++)
+    for (int n : c.resets) chunk_reset[bi * NT + n] = 1;
+  if (!c.resets.empty()) d.chunk_reset = chunk_reset.data();
   HLA_CHECK(cuda::delta_chunk::supported(d, DType::BF16), "not a chunked case");
   const Bf16* gp = c.gated ? g.b.data() : nullptr;
   const float* h0p = c.with_h0 ? h0.f.data() : nullptr;
@@ -208,6 +220,10 @@ static void run(const Case& c, uint64_t seed) {
       x.b = rows(b.ref, bi, j, T, HV, 1).transpose();
       x.w = rows(w.ref, bi, j, T, HV, 1).transpose();
       x.h0 = Eigen::Map<const Mat>(h0.ref.data() + (bi * HV + j) * dk * dv, dk, dv);
+      if (!c.resets.empty()) {
+        x.starts.assign(T, false);
+        for (int n : c.resets) x.starts[n * 64] = true;
+      }
       Mat o_ref, u_ref, S_ref;
       forward(x, scale, o_ref, u_ref, S_ref);
       const Mat dS = Eigen::Map<const Mat>(dht.ref.data() + (bi * HV + j) * dk * dv, dk, dv);
@@ -234,11 +250,14 @@ static void run(const Case& c, uint64_t seed) {
       }
     }
   for (size_t i = 0; i < dq_ref.size(); i++) eq.add(at(gq, i), dq_ref[i]), ek.add(at(gk, i), dk_ref[i]);
+  std::string resets;
+  for (int n : c.resets) resets += (resets.empty() ? " resets " : ",") + std::to_string(n);
   char label[160];
-  std::snprintf(label, sizeof label, "%s%s%s B%ld T%ld H%ld HV%ld dk%ld dv%ld h0 %d dht %d",
+  std::snprintf(label, sizeof label, "%s%s%s B%ld T%ld H%ld HV%ld dk%ld dv%ld h0 %d dht %d%s",
                 emu::cp_async_lands_at_issue ? "early " : "", c.kda ? "kda" : c.gated ? "gdn" : "deltanet",
                 c.tied ? "" : " b,w",
-                long(B), long(T), long(H), long(HV), long(dk), long(dv), int(c.with_h0), int(c.with_dht));
+                long(B), long(T), long(H), long(HV), long(dk), long(dv), int(c.with_h0), int(c.with_dht),
+                resets.c_str());
   const double out = 5e-3, grad = 1e-2;  // gpu-check's bf16_out, bf16_grad
   const uint64_t replay = replayed.hash(), keep = kernels(true).hash();
   std::printf("%-50s hash %016llx, keeping forward %016llx %s\n", label, (unsigned long long)replay,
@@ -252,7 +271,7 @@ static void run(const Case& c, uint64_t seed) {
 }
 
 // Every case by default (ctest); a group by name: small (dk, dv <= 128), wide (a width of 256), kda,
-// early (copies landing at issue too, tests/emu/include/emu.h).
+// early (copies landing at issue too, tests/emu/include/emu.h), documents (chunk_reset).
 int main(int argc, char** argv) {
   const std::string which = argc > 1 ? argv[1] : "all";
   auto wants = [&](const char* group) { return which == "all" || which == group; };
@@ -290,6 +309,14 @@ int main(int argc, char** argv) {
     run({true, true, true, true, 1, 200, 1, 1, 64, 256, -5.0, true}, seed++);
     run({true, true, true, true, 1, 130, 1, 1, 128, 128, 2.0, true}, seed++);
     run({true, false, true, true, 1, 130, 1, 1, 128, 128, -5.0, true}, seed++);
+  }
+  if (wants("documents")) {
+    // packed documents' chunk layout: the state entering flagged chunks zeroed (chunk_reset), and
+    // the gradient leaving them; with h0 and dht (its gradient flows up to the first reset)
+    run({true, true, true, true, 2, 200, 1, 2, 64, 64, 1.0, false, {1, 3}}, seed++);
+    run({false, true, false, true, 1, 256, 1, 1, 128, 128, 0.0, false, {0, 1, 2}}, seed++);
+    run({true, false, true, true, 1, 192, 1, 2, 128, 64, 0.0, true, {2}}, seed++);
+    run({true, true, true, true, 1, 130, 1, 1, 256, 128, 1.0, false, {1}}, seed++);
   }
   std::printf("%d rows: %s\n", g_rows, g_fail ? "SOME FAILED" : "ALL OK");
   return g_fail;
