@@ -1,5 +1,6 @@
 // Runs the chunked delta-rule kernels of cuda/delta_rule_chunk.cu (DeltaNet: no gate; Gated
-// DeltaNet: a scalar gate; KDA: a vector gate over dk) on the host emulator
+// DeltaNet: a scalar gate; KDA: a vector gate over dk; GDN-2: a vector gate and vector erase and
+// write gates b over dk, w over dv) on the host emulator
 // (tests/emu/include/emu.h), forward and backward, and compares them with the token recurrence
 // in fp64: the formulas of nn/ops/delta_rule.cpp's recurrent_forward / recurrent_backward
 // (mixers.md 4.5), restated here per (batch, value head).
@@ -8,7 +9,8 @@
 // T a multiple of the 64-token chunk and not; KDA (dk 64 / 128, dv 64 / 128 / 256, gates
 // -softplus(N(shift, 2)) per channel, down to about -8 a token: 16 tokens of such decay overflow
 // fp32 if exp(G_t - G_s) were factored as exp(G_t) exp(-G_s) over a chunk; weak decay too, where
-// the pairs of different 16-token sub-blocks weigh in); and a few cases with cp.async copies
+// the pairs of different 16-token sub-blocks weigh in); GDN-2 (dk, dv in {64, 128}, b and w
+// sigmoid(N(0, 1)) per channel, db and dw compared per channel); and a few cases with cp.async copies
 // landing at issue and the warps run one after another (tests/emu/include/emu.h), which shows a
 // tile copied before its last reader is done. Every case runs twice: the backward replaying passes 1-2, and a
 // forward keeping their buffers (delta_chunk::kept_floats) with the backward reading them; the
@@ -44,15 +46,14 @@ struct Buf {
   }
 };
 
-// One (batch, value head) sequence in fp64; beta / w are per token, the gate per token and key
-// channel (a scalar gate repeated over the channels).
+// One (batch, value head) sequence in fp64; the gate and b per token and key channel, w per
+// token and value channel (a scalar repeated over the channels).
 struct Head {
   Mat q, k, v, h0, g;  // (T, dk), (T, dk), (T, dv), (dk, dv), (T, dk)
-  Row b, w;            // (T)
+  Mat b, w;            // (T, dk), (T, dv)
 };
 struct Grads {
-  Mat q, k, v, h0, g;
-  Row b, w;
+  Mat q, k, v, h0, g, b, w;
 };
 
 // Rows of head h of a (B, T, heads, width) buffer.
@@ -63,8 +64,8 @@ static Mat rows(const std::vector<double>& x, int64_t bi, int64_t h, int64_t T, 
   return m;
 }
 
-// The token recurrence (nn/ops/delta_rule.cpp recurrent_forward, scalar beta and w):
-//   S'_t = Diag(exp(g_t)) S_{t-1};  u_t = w_t v_t - S'_t^T (b_t k_t);  S_t = S'_t + k_t u_t^T;
+// The token recurrence (nn/ops/delta_rule.cpp recurrent_forward):
+//   S'_t = Diag(exp(g_t)) S_{t-1};  u_t = w_t (.) v_t - S'_t^T (b_t (.) k_t);  S_t = S'_t + k_t u_t^T;
 //   o_t = scale S_t^T q_t.
 static void forward(const Head& x, double scale, Mat& o, Mat& u, Mat& S) {
   const int64_t T = x.q.rows();
@@ -72,7 +73,7 @@ static void forward(const Head& x, double scale, Mat& o, Mat& u, Mat& S) {
   S = x.h0;
   for (int64_t t = 0; t < T; t++) {
     S = x.g.row(t).array().exp().matrix().asDiagonal() * S;
-    u.row(t) = x.w(t) * x.v.row(t) - x.b(t) * x.k.row(t) * S;
+    u.row(t) = x.w.row(t).cwiseProduct(x.v.row(t)) - x.b.row(t).cwiseProduct(x.k.row(t)) * S;
     S += x.k.row(t).transpose() * u.row(t);
     o.row(t) = scale * x.q.row(t) * S;
   }
@@ -86,14 +87,14 @@ static Grads backward(const Head& x, double scale, const Mat& dO, const Mat& dU,
   for (int64_t t = 0; t < T; t++) {
     S_prev[t] = S;
     S = x.g.row(t).array().exp().matrix().asDiagonal() * S;
-    S += x.k.row(t).transpose() * (x.w(t) * x.v.row(t) - x.b(t) * x.k.row(t) * S);
+    S += x.k.row(t).transpose() * (x.w.row(t).cwiseProduct(x.v.row(t)) - x.b.row(t).cwiseProduct(x.k.row(t)) * S);
   }
-  Grads gr{Mat(T, dk), Mat(T, dk), Mat(T, x.v.cols()), Mat(), Mat(T, dk), Row(T), Row(T)};
+  Grads gr{Mat(T, dk), Mat(T, dk), Mat(T, x.v.cols()), Mat(), Mat(T, dk), Mat(T, dk), Mat(T, x.v.cols())};
   for (int64_t t = T - 1; t >= 0; t--) {
     const auto decay = x.g.row(t).array().exp().matrix().asDiagonal();
     const Mat Sd = decay * S_prev[t];                     // S'_t
-    const Row e = x.b(t) * x.k.row(t);                    // e_t = b_t k_t
-    const Row u = x.w(t) * x.v.row(t) - e * Sd;           // u_t
+    const Row e = x.b.row(t).cwiseProduct(x.k.row(t));    // e_t = b_t (.) k_t
+    const Row u = x.w.row(t).cwiseProduct(x.v.row(t)) - e * Sd;  // u_t
     const Mat St = Sd + x.k.row(t).transpose() * u;       // S_t
     dS += scale * x.q.row(t).transpose() * dO.row(t);     // o_t = scale S_t^T q_t
     gr.q.row(t) = scale * dO.row(t) * St.transpose();
@@ -103,10 +104,10 @@ static Grads backward(const Head& x, double scale, const Mat& dO, const Mat& dU,
     const Row de = -du * Sd.transpose();
     gr.g.row(t) = Sd.cwiseProduct(dSd).rowwise().sum().transpose();  // S'_t = Diag(exp(g_t)) S_{t-1}
     dS = decay * dSd;
-    gr.k.row(t) = dk_t + x.b(t) * de;
-    gr.b(t) = x.k.row(t).dot(de);
-    gr.v.row(t) = x.w(t) * du;
-    gr.w(t) = x.v.row(t).dot(du);
+    gr.k.row(t) = dk_t + x.b.row(t).cwiseProduct(de);
+    gr.b.row(t) = x.k.row(t).cwiseProduct(de);
+    gr.v.row(t) = x.w.row(t).cwiseProduct(du);
+    gr.w.row(t) = x.v.row(t).cwiseProduct(du);
   }
   gr.h0 = dS;
   return gr;
@@ -142,6 +143,7 @@ struct Case {
   int64_t B, T, H, HV, dk, dv;
   double shift;         // gate = logsigmoid(N(shift, 1)); KDA: -softplus(N(shift, 2)) per channel
   bool kda = false;     // a vector gate (B, T, HV, dk) (gated must be true)
+  bool gdn2 = false;    // and vector gates b (B, T, HV, dk), w (B, T, HV, dv) (kda must be true, tied false)
 };
 
 static void run(const Case& c, uint64_t seed) {
@@ -165,16 +167,17 @@ static void run(const Case& c, uint64_t seed) {
   v.fill(B * T * HV * dv, true, normal);
   if (c.kda) g.fill(B * T * HV * dk, true, [&] { return -std::log1p(std::exp(2 * N(rng) + c.shift)); });
   else g.fill(B * T * HV, true, [&] { return c.gated ? -std::log1p(std::exp(-(N(rng) + c.shift))) : 0.0; });
-  b.fill(B * T * HV, true, [&] { return 1 / (1 + std::exp(-N(rng))); });
+  const int64_t b_width = c.gdn2 ? dk : 1, w_width = c.gdn2 ? dv : 1;
+  b.fill(B * T * HV * b_width, true, [&] { return 1 / (1 + std::exp(-N(rng))); });
   if (c.tied) w = b;
-  else w.fill(B * T * HV, true, [&] { return 1 / (1 + std::exp(-N(rng))); });
+  else w.fill(B * T * HV * w_width, true, [&] { return 1 / (1 + std::exp(-N(rng))); });
   h0.fill(B * HV * dk * dv, false, [&] { return c.with_h0 ? 0.5 * N(rng) : 0.0; });
   dO.fill(B * T * HV * dv, true, normal);
   dres.fill(B * T * HV * dv, true, normal);
   dht.fill(B * HV * dk * dv, false, [&] { return c.with_dht ? N(rng) : 0.0; });
   const double scale = 1 / std::sqrt(double(dk));
   const DeltaGate gate = c.kda ? DeltaGate::Vector : c.gated ? DeltaGate::Scalar : DeltaGate::None;
-  const DeltaRuleDims d{B, T, H, HV, dk, dv, gate, false, false, scale, 0};
+  const DeltaRuleDims d{B, T, H, HV, dk, dv, gate, c.gdn2, c.gdn2, scale, 0};
   HLA_CHECK(cuda::delta_chunk::supported(d, DType::BF16), "not a chunked case");
   const Bf16* gp = c.gated ? g.b.data() : nullptr;
   const float* h0p = c.with_h0 ? h0.f.data() : nullptr;
@@ -205,8 +208,8 @@ static void run(const Case& c, uint64_t seed) {
       Head x;
       x.q = rows(q.ref, bi, hq, T, H, dk), x.k = rows(k.ref, bi, hq, T, H, dk), x.v = rows(v.ref, bi, j, T, HV, dv);
       x.g = c.kda ? rows(g.ref, bi, j, T, HV, dk) : rows(g.ref, bi, j, T, HV, 1).replicate(1, dk);
-      x.b = rows(b.ref, bi, j, T, HV, 1).transpose();
-      x.w = rows(w.ref, bi, j, T, HV, 1).transpose();
+      x.b = rows(b.ref, bi, j, T, HV, b_width).replicate(1, dk / b_width);
+      x.w = rows(w.ref, bi, j, T, HV, w_width).replicate(1, dv / w_width);
       x.h0 = Eigen::Map<const Mat>(h0.ref.data() + (bi * HV + j) * dk * dv, dk, dv);
       Mat o_ref, u_ref, S_ref;
       forward(x, scale, o_ref, u_ref, S_ref);
@@ -226,7 +229,12 @@ static void run(const Case& c, uint64_t seed) {
           for (int64_t i = 0; i < dk; i++) eg.add(at(gg, tok * dk + i), gr.g(t, i));
         else if (c.gated)
           eg.add(at(gg, tok), gr.g.row(t).sum());
-        eb.add(at(gb, tok), gr.b(t)), ew.add(at(gw, tok), gr.w(t));
+        if (c.gdn2) {
+          for (int64_t i = 0; i < dk; i++) eb.add(at(gb, tok * dk + i), gr.b(t, i));
+          for (int64_t i = 0; i < dv; i++) ew.add(at(gw, tok * dv + i), gr.w(t, i));
+        } else {
+          eb.add(at(gb, tok), gr.b.row(t).sum()), ew.add(at(gw, tok), gr.w.row(t).sum());
+        }
       }
       for (int64_t i = 0; i < dk * dv; i++) {
         eht.add(at(ht, (bi * HV + j) * dk * dv + i), S_ref(i / dv, i % dv));
@@ -235,8 +243,9 @@ static void run(const Case& c, uint64_t seed) {
     }
   for (size_t i = 0; i < dq_ref.size(); i++) eq.add(at(gq, i), dq_ref[i]), ek.add(at(gk, i), dk_ref[i]);
   char label[160];
+  const char* mixer = c.gdn2 ? "gdn2" : c.kda ? "kda" : c.gated ? "gdn" : "deltanet";
   std::snprintf(label, sizeof label, "%s%s%s B%ld T%ld H%ld HV%ld dk%ld dv%ld h0 %d dht %d",
-                emu::cp_async_lands_at_issue ? "early " : "", c.kda ? "kda" : c.gated ? "gdn" : "deltanet",
+                emu::cp_async_lands_at_issue ? "early " : "", mixer,
                 c.tied ? "" : " b,w",
                 long(B), long(T), long(H), long(HV), long(dk), long(dv), int(c.with_h0), int(c.with_dht));
   const double out = 5e-3, grad = 1e-2;  // gpu-check's bf16_out, bf16_grad
@@ -252,7 +261,7 @@ static void run(const Case& c, uint64_t seed) {
 }
 
 // Every case by default (ctest); a group by name: small (dk, dv <= 128), wide (a width of 256), kda,
-// early (copies landing at issue too, tests/emu/include/emu.h).
+// early (copies landing at issue too, tests/emu/include/emu.h), gdn2.
 int main(int argc, char** argv) {
   const std::string which = argc > 1 ? argv[1] : "all";
   auto wants = [&](const char* group) { return which == "all" || which == group; };
@@ -290,6 +299,19 @@ int main(int argc, char** argv) {
     run({true, true, true, true, 1, 200, 1, 1, 64, 256, -5.0, true}, seed++);
     run({true, true, true, true, 1, 130, 1, 1, 128, 128, 2.0, true}, seed++);
     run({true, false, true, true, 1, 130, 1, 1, 128, 128, -5.0, true}, seed++);
+  }
+  if (wants("gdn2")) {
+    // GDN-2: dk = dv = 64 and 128 and mixed, grouped value heads, T = 64 / 128 (whole chunks) and
+    // 70 / 130 (a partial last chunk), h0 on and off; weak, moderate and strong decay; once with
+    // copies landing at issue.
+    run({true, false, true, true, 1, 70, 1, 2, 64, 64, 0.0, true, true}, seed++);
+    run({true, false, false, true, 1, 128, 1, 2, 128, 128, -5.0, true, true}, seed++);
+    run({true, false, true, false, 2, 130, 1, 2, 128, 64, 2.0, true, true}, seed++);
+    run({true, false, true, true, 1, 130, 1, 1, 128, 128, 2.0, true, true}, seed++);
+    run({true, false, false, true, 1, 64, 1, 1, 64, 128, -5.0, true, true}, seed++);
+    emu::cp_async_lands_at_issue = true;
+    run({true, false, true, true, 1, 130, 1, 2, 128, 128, 0.0, true, true}, seed++);
+    emu::cp_async_lands_at_issue = false;
   }
   std::printf("%d rows: %s\n", g_rows, g_fail ? "SOME FAILED" : "ALL OK");
   return g_fail;
