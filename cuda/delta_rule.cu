@@ -1,6 +1,6 @@
 // The delta rule on the GPU: the chunked tensor-core forward and backward of
 // cuda/delta_rule_chunk.cu where they apply (delta_chunk::supported: DeltaNet, GDN, KDA at
-// dk <= 128), otherwise the recurrent
+// dk <= 128, GDN-2 at dk, dv <= 128), otherwise the recurrent
 // kernels of cuda/recurrence.cuh with Op::Delta (S' = Diag(exp(g)) S, u = w*v - S'^T (b*k),
 // S = S' + k u^T, o = scale S^T q), and the small kernels that turn the fp32 per-value-head results into the op's gradients:
 //   dq, dk summed over the value heads of a group;  a scalar gate's or beta's gradient summed

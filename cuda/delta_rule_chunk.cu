@@ -5,10 +5,15 @@
 // end of the sequence are zero: k = q = v = 0, beta = w = g = 0, so they change nothing):
 // The gate is none, a scalar per token (G a number a token) or, with the template flag VG (KDA),
 // a vector over the dk key channels (G[t][d]; every exp(G ..) below is then per channel, and the
-// in-chunk decays are formed the safe way of 4.4: see 1b and add_decayed_pairs).
+// in-chunk decays are formed the safe way of 4.4: see 1b and add_decayed_pairs). With VG, the
+// flag VBW (GDN-2) makes the erase gate a vector b_t over dk and the write gate a vector w_t over
+// dv: the erase key e_t = b_t (.) k_t takes beta_t k_t's place (on the t side of L's pairs and in
+// Ehat), y_t = w_t (.) v_t takes w_t v_t's, and beta, w as row scales are 1. The scans read W, U,
+// Aqk and G, which carry b and w already: GDN-2 runs KDA's scan and reverse scan unchanged.
+// Pass 4's gradients of b and w are then per channel (db = k (.) dE, dw = v (.) dY, below).
 //   Pass 1 (prepare_kernel, grid (NT, HV, B), every chunk in parallel; CPU: prepare_chunk):
 //     1a  G = inclusive cumsum of g inside the chunk                                   (4.1)
-//     1b  L[t,s] = beta_t (k_t . k_s) exp(G_t - G_s), s < t;
+//     1b  L[t,s] = beta_t (k_t . k_s) exp(G_t - G_s), s < t   (GDN-2: sum_d e_t[d] k_s[d] ..);
 //         Aqk[t,s] = scale (q_t . k_s) exp(G_t - G_s), s <= t                     (4.6, mma)
 //         Vector gate: sum_d k_t[d] k_s[d] exp(G_t[d] - G_s[d]) by sub-blocks of 16 tokens
 //         (4.4): for s in an earlier sub-block than t, the mma of k_t exp(G_t - G_ref) and
@@ -16,6 +21,7 @@
 //         overflow whatever the gates); inside a 16 x 16 diagonal block, element by element.
 //     1c  A = (I + L)^{-1} by forward substitution, fp32 in shared memory         (4.7)
 //     1d  W = A diag(beta exp(G)) K,  U = A diag(w) V                             (4.6, mma)
+//         (GDN-2: W = A (E (.) exp(G)),  U = A (w (.) V); b and w tiles read element by element)
 //   Pass 2 (scan_kernel, grid (dv / 32, HV, B), sequential over chunks; CPU: scan_chunks + the
 //   output loop of chunk_forward). The state h (dk x dv, fp32) is split along dv into column
 //   tiles of 32, one per CTA, held in shared memory. Up to dk = 128 a CTA needs < 113 KB of
@@ -52,9 +58,10 @@
 //     4c  dAqk = scale dO Vnew^T -> Ps = dAqk exp(G_t - G_s), pair terms dAqk (.) Aqk   (mma)
 //     4d  dA = dU Y^T + dW Ehat^T                                                       (mma)
 //     4e  dL = -(A^T dA A^T) strictly lower -> P2 = dL exp(G_t - G_s), pairs dL (.) L   (mma)
-//     4f  dY = A^T dU -> dv = w dY, dw = v . dY                                         (mma)
+//     4f  dY = A^T dU -> dv = w dY, dw = v . dY       (GDN-2: dv = w (.) dY, dw = v (.) dY)
 //     4g  dEhat = A^T dW, dE = exp(G) dEhat + P2 K -> dk += beta dE, dbeta = k . dE    (mma)
-//     4h  dQ += Ps K,  dK += Ps^T Q + (diag(beta) P2)^T K                              (mma)
+//         (GDN-2: dk += b (.) dE, db = k (.) dE per channel)
+//     4h  dQ += Ps K,  dK += Ps^T Q + (diag(beta) P2)^T K      (GDN-2: + P2^T E)       (mma)
 //     4i  dG per token (row sums, pair rowsum - colsum, last-token terms), reverse cumsum -> dg
 //   Vector gate: 4c and 4e keep Ps and P2 without their decays (bf16 tiles, the 16 x 16 diagonal
 //   blocks also in fp32), and 4g's P2 K and 4h's products run in add_decayed_pairs: the pairs of
@@ -62,7 +69,12 @@
 //   inside its own sub-block to a sub-block boundary (exponents <= 0), the running sum carried
 //   across the boundaries in fp32; the pairs inside a 16 x 16 diagonal block in fp32 by Horner's
 //   rule over the per-token decays exp(G_{t+1} - G_t), staged once: no exponential a pair. dG
-//   comes from 4.10's identity per channel instead of 4i's pair terms.
+//   comes from 4.10's identity per channel instead of 4i's pair terms (GDN-2: dG = q dQ - k dK +
+//   2 e (.) dE, e = b (.) k; E's bf16 tile takes k's once dQ's Ps K is done).
+//   GDN-2 keeps KDA's shared-memory layout (no room for a (C, dk) tile of b at dk = 128): b is
+//   read from global memory where it enters (for 4g into dG's tile, which it holds until dE is
+//   formed), w's value slices and Y = w (.) V (rounded to bf16) take Ps's and diag(beta) P2's
+//   places during phase B, and k's tile is loaded again once E's last reader is done.
 //   dq, dk go out in bf16 from 4h when every key head has one value head (HV == H); else per
 //   value head in fp32, then summed over the value heads of a group (recurrence::group_sum).
 //   h[n], dh[n] are kept in fp32: bf16 snapshots would put 2^-9 relative errors on dW, dQ and
@@ -110,6 +122,8 @@
 //   the decayed K, Q tiles and the decays take places its phase C does not use):
 //   64          78.8 / 86.8 / 102.8 KB         84.0 KB               178.6 KB
 //   128         110.8 / 118.8 / 134.8 KB       141.0 KB (one CTA/SM) 216.9 KB
+//   GDN-2 (vector gate; prepare with its b and w tiles, +18 / 26 / 34 KB; scans and local backward
+//   as the vector gate's): dk 64: prepare 96.8 / 112.8 KB (dv 64 / 128); dk 128: 136.8 / 152.8 KB
 //   (local backward before its staged tiles: 159.1 / 135.1, 209.1 / 153.1, 185.1; vector gate
 //   153.4, 188.6 KB, and 165.9, 204.1 KB before its staged pair products: one CTA an SM either way)
 // Registers a thread (ptxas, nvcc 13.0, sm_90; every dv): prepare 59-128, scan 125 / 125 / 127
@@ -117,7 +131,10 @@
 // 128), local backward 154-255 (212-255 at dk >= 128; before the staged tiles 158-255); vector
 // gate: prepare 79-102, scan and reverse scan 124 / 128 at dk = 64 / 128, local backward 230 /
 // 200-201 (144 / 194-196 before its staged pair products, 195 / 254 before the staged tiles;
-// one CTA an SM at any of these); no spills.
+// one CTA an SM at any of these); no spills. GDN-2: prepare 80, local backward 255 at every
+// width; no spills at dk = 64, 16 bytes of spill stores and loads at dk = 128 (ptxas's allocation
+// swings by 50 registers on small changes here: KDA's kernel without its last, per-row db and dw
+// stores also spills).
 //
 // The local backward (pass 4) splits only the states h[n], dh[n] (kept in fp32 for precision,
 // see above: phase A's partners) and the A chain (X = dA A^T, dL = -A^T X, dEhat = A^T dW;
@@ -221,7 +238,7 @@ using chunk_mma::wait_tiles;
 // ---------------------------------------------------------------------------------------------
 // Pass 1: per chunk, G, L, Aqk, A = (I + L)^{-1}, W, U.
 
-template <int DK, int DV, bool VG>
+template <int DK, int DV, bool VG, bool VBW = false>
 struct PrepareSmem {
   static constexpr int kLdK = DK + 8, kLdV = DV + 8;
   static constexpr int kLdG = VG ? DK + 4 : 1;  // G's row stride: a row of DK channels, or one scalar
@@ -229,20 +246,27 @@ struct PrepareSmem {
   float *L, *A;                    // (C, kLdC) strictly lower L, then A = (I + L)^{-1}
   float* G;                        // (C, kLdG): G[t][d] (vector gate) or G[t]
   float *beta, *colw, *colu;       // (C): beta, W's column scale (beta exp(G); vector gate: beta), w (U's)
+  bf16 *b, *w;                     // VBW only: (C, DK + 8) erase gate b[t][d], (C, DV + 8) write gate w[t][c]
   static constexpr size_t bytes() {
-    return sizeof(bf16) * C * (2 * kLdK + kLdV) + sizeof(float) * (2 * C * kLdC + C * kLdG + 3 * C);
+    return sizeof(bf16) * C * (2 * kLdK + kLdV + (VBW ? kLdK + kLdV : 0)) +
+           sizeof(float) * (2 * C * kLdC + C * kLdG + 3 * C);
   }
   __device__ explicit PrepareSmem(void* p) {
     q = static_cast<bf16*>(p), k = q + C * kLdK, v = k + C * kLdK;
     L = reinterpret_cast<float*>(v + C * kLdV), A = L + C * kLdC;
     G = A + C * kLdC, beta = G + C * kLdG, colw = beta + C, colu = colw + C;
+    b = reinterpret_cast<bf16*>(colu + C), w = b + C * kLdK;
   }
 };
 
-template <int DK, int DV, bool VG>
+// VBW (GDN-2, with VG): the erase gate b (B, T, HV, DK) and the write gate w (B, T, HV, DV) are
+// vectors; b enters per channel through the erase keys E = b (.) K (the t side of L's pairs and
+// Ehat), w through Y = w (.) V, and beta, w's column scales are 1.
+template <int DK, int DV, bool VG, bool VBW = false>
 __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
+  static_assert(!VBW || VG, "GDN-2's vector erase and write gates come with its vector gate");
   extern __shared__ float4 smem_raw[];
-  using Smem = PrepareSmem<DK, DV, VG>;
+  using Smem = PrepareSmem<DK, DV, VG, VBW>;
   const Smem sm(smem_raw);
   constexpr int kLdK = Smem::kLdK, kLdV = Smem::kLdV, kLdG = Smem::kLdG;
   const int chunk = blockIdx.x, j = blockIdx.y, bi = blockIdx.z, hq = j / (a.HV / a.H);
@@ -255,8 +279,8 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
     const int tt = threadIdx.x;
     const bool ok = tt < n;
     const int64_t idx = (int64_t(bi) * a.T + t0 + tt) * a.HV + j;  // (B, T, HV)
-    sm.beta[tt] = ok ? bf(a.b[idx]) : 0.f;
-    sm.colu[tt] = ok ? bf(a.w[idx]) : 0.f;
+    sm.beta[tt] = ok ? (VBW ? 1.f : bf(a.b[idx])) : 0.f;
+    sm.colu[tt] = ok ? (VBW ? 1.f : bf(a.w[idx])) : 0.f;
     if (!VG) sm.G[tt] = ok && a.g ? bf(a.g[idx]) : 0.f;
   }
   if (VG) {  // g[t][d] of (B, T, HV, DK)
@@ -264,6 +288,17 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
     for (int i = threadIdx.x; i < C * DK; i += kThreads) {
       const int tt = i / DK, d = i % DK;
       sm.G[tt * kLdG + d] = tt < n ? bf(g[int64_t(tt) * a.HV * DK + d]) : 0.f;
+    }
+  }
+  if constexpr (VBW) {  // b[t][d] of (B, T, HV, DK), w[t][c] of (B, T, HV, DV) (no alignment asked of them)
+    const int64_t tok = (int64_t(bi) * a.T + t0) * a.HV + j;  // (B, T, HV) index of token t0
+    for (int i = threadIdx.x; i < C * DK; i += kThreads) {
+      const int tt = i / DK, d = i % DK;
+      sm.b[tt * kLdK + d] = tt < n ? a.b[(tok + int64_t(tt) * a.HV) * DK + d] : __float2bfloat16_rn(0.f);
+    }
+    for (int i = threadIdx.x; i < C * DV; i += kThreads) {
+      const int tt = i / DV, c = i % DV;
+      sm.w[tt * kLdV + c] = tt < n ? a.w[(tok + int64_t(tt) * a.HV) * DV + c] : __float2bfloat16_rn(0.f);
     }
   }
   wait_tiles();
@@ -293,6 +328,10 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
   }
   for (int i = threadIdx.x; i < C * (VG ? DK : 1); i += kThreads)  // G to (B, HV, NT * C, DK or 1)
     a.G[(head * a.NT * C + t0) * (VG ? DK : 1) + i] = VG ? sm.G[(i / DK) * kLdG + i % DK] : sm.G[i];
+  // The erase key e_t = b_t (.) k_t (GDN-2), else k_t (beta enters as a row scale).
+  auto e_at = [&](int t, int d) {
+    return VBW ? bf(sm.b[t * kLdK + d]) * bf(sm.k[t * kLdK + d]) : bf(sm.k[t * kLdK + d]);
+  };
   // 1b: K K^T and Q K^T on tensor cores, then the masks and decays (exponents <= 0 only).
   if constexpr (VG) {
     // Per-channel decays (4.4): a warp's 16-row tile of the (C, C) products is one sub-block of
@@ -303,7 +342,7 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
     const int ref = kk.row0;  // = qk.row0
     auto g = [&](int t, int d) { return sm.G[t * kLdG + d]; };
     auto k_cols = [&](int d, int s) { return s < ref ? bf(sm.k[s * kLdK + d]) * expf(g(ref, d) - g(s, d)) : 0.f; };
-    kk.mma<DK, true, true>([&](int r, int d) { return bf(sm.k[r * kLdK + d]) * expf(g(r, d) - g(ref, d)); }, k_cols);
+    kk.mma<DK, true, true>([&](int r, int d) { return e_at(r, d) * expf(g(r, d) - g(ref, d)); }, k_cols);
     qk.mma<DK, true, true>([&](int r, int d) { return bf(sm.q[r * kLdK + d]) * expf(g(r, d) - g(ref, d)); }, k_cols);
     float* aqk = a.Aqk + (head * a.NT + chunk) * C * C;
     kk.each([&](int r, int s, float x, int slot) {
@@ -317,7 +356,7 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
       if (s <= t) {
         for (int d = 0; d < DK; d++) {
           const float ks = bf(sm.k[s * kLdK + d]) * expf(g(t, d) - g(s, d));
-          kk_ts += bf(sm.k[t * kLdK + d]) * ks, qk_ts += bf(sm.q[t * kLdK + d]) * ks;
+          kk_ts += e_at(t, d) * ks, qk_ts += bf(sm.q[t * kLdK + d]) * ks;
         }
       }
       sm.L[t * kLdC + s] = s < t ? sm.beta[t] * kk_ts : 0.f;
@@ -358,19 +397,21 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
     for (int i = threadIdx.x; i < C * C; i += kThreads) A[i] = sm.A[(i / C) * kLdC + i % C];
   }
   // 1d: W = A diag(beta exp(G)) K and U = A diag(w) V (fp32 A with its column scale split; a
-  //     vector gate's exp(G) scales K per channel, an fp32 operand then).
+  //     vector gate's exp(G) scales K per channel, an fp32 operand then; GDN-2: W = A (E (.) exp(G)),
+  //     U = A (w (.) V), per channel).
   {
     WarpTile<C, DK> wt;
     wt.mma<C, true, VG>([&](int r, int s) { return sm.A[r * kLdC + s] * sm.colw[s]; }, [&](int s, int d) {
-      return VG ? bf(sm.k[s * kLdK + d]) * expf(sm.G[s * kLdG + d]) : bf(sm.k[s * kLdK + d]);
+      return VG ? e_at(s, d) * expf(sm.G[s * kLdG + d]) : bf(sm.k[s * kLdK + d]);
     });
     float* W = a.W + (head * a.NT * C + t0) * DK;
     wt.each([&](int r, int d, float x, int) { W[r * DK + d] = x; });
   }
   {
     WarpTile<C, DV> ut;
-    ut.mma<C, true, false>([&](int r, int s) { return sm.A[r * kLdC + s] * sm.colu[s]; },
-                           [&](int s, int c) { return bf(sm.v[s * kLdV + c]); });
+    ut.mma<C, true, VBW>([&](int r, int s) { return sm.A[r * kLdC + s] * sm.colu[s]; }, [&](int s, int c) {
+      return VBW ? bf(sm.w[s * kLdV + c]) * bf(sm.v[s * kLdV + c]) : bf(sm.v[s * kLdV + c]);
+    });
     float* U = a.U + (head * a.NT * C + t0) * DV;
     ut.each([&](int r, int c, float x, int) { U[r * DV + c] = x; });
   }
@@ -858,9 +899,12 @@ __device__ __forceinline__ void add_decayed_pairs(WarpTile<C, Smem::KB>& out, co
 // <= 0), for a token t of sub-block i: kn = k_t exp(G_{16 (i+1)} - G_t) (the last sub-block's rows
 // are never read: zeros), qt, kt = (q_t, k_t) exp(G_t - G_{16 i}), rounded to bf16 once;
 // estep[t] = exp(G_{t+1} - G_t) (0 at t = C - 1); block_decay[i] = exp(G_{16 (i+1)} - G_{16 i});
-// and hdhv times exp(G_last), for the last token's dG.
-template <class Smem>
-__device__ __forceinline__ void stage_pair_decays(const Smem& sm) {
+// and hdhv times exp(G_last), for the last token's dG. VBW (GDN-2): kt holds the erase key
+// e_t = b_t (.) k_t instead, b read from global memory (b: token 0's row, rows b_stride apart,
+// tokens n .. C - 1 zero).
+template <class Smem, bool VBW = false>
+__device__ __forceinline__ void stage_pair_decays(const Smem& sm, const bf16* b = nullptr, int b_stride = 0,
+                                                  int n = 0) {
   constexpr int KB = Smem::KB, kLdG = Smem::kLdG, kLdK = Smem::kLdK, kLdX = Smem::kLdKBb, kLdE = Smem::kLdKB;
   auto g = [&](int t, int d) { return sm.Gv[t * kLdG + d]; };
   for (int i = threadIdx.x; i < C * KB / 2; i += kThreads) {  // channel pairs d, d + 1
@@ -874,7 +918,12 @@ __device__ __forceinline__ void stage_pair_decays(const Smem& sm) {
     const float2 to_next = next < C ? decay(t, next) : make_float2(0.f, 0.f), from_first = decay(first, t);
     *reinterpret_cast<uint32_t*>(sm.kn + t * kLdX + d) = pack_bf16(k.x * to_next.x, k.y * to_next.y);
     *reinterpret_cast<uint32_t*>(sm.qt + t * kLdX + d) = pack_bf16(q.x * from_first.x, q.y * from_first.y);
-    *reinterpret_cast<uint32_t*>(sm.kt + t * kLdX + d) = pack_bf16(k.x * from_first.x, k.y * from_first.y);
+    if constexpr (VBW) {
+      const float b0 = t < n ? bf(b[t * b_stride + d]) : 0.f, b1 = t < n ? bf(b[t * b_stride + d + 1]) : 0.f;
+      *reinterpret_cast<uint32_t*>(sm.kt + t * kLdX + d) = pack_bf16(b0 * k.x * from_first.x, b1 * k.y * from_first.y);
+    } else {
+      *reinterpret_cast<uint32_t*>(sm.kt + t * kLdX + d) = pack_bf16(k.x * from_first.x, k.y * from_first.y);
+    }
     *reinterpret_cast<float2*>(sm.estep + t * kLdE + d) = t + 1 < C ? decay(t, t + 1) : make_float2(0.f, 0.f);
   }
   for (int i = threadIdx.x; i < (C / 16 - 1) * KB; i += kThreads) {
@@ -884,10 +933,18 @@ __device__ __forceinline__ void stage_pair_decays(const Smem& sm) {
   for (int d = threadIdx.x; d < KB; d += kThreads) sm.hdhv[d] *= expf(g(C - 1, d));
 }
 
-template <int DK, int DV, bool VG>
+// VBW (GDN-2, with VG): the erase gate b over DK and the write gate w over DV. Their gradients
+// are per channel: db = k (.) dE, dk += b (.) dE (phase C), dw = v (.) dY, dv = w (.) dY (phase
+// B); E = b (.) K replaces diag(beta) K on the t side of L's pairs (phase C, in k's tile once its
+// last reader is done), Y = w (.) V replaces V in dA (phase B, in V's slice), Ehat = E exp(G) in
+// dW Ehat^T (phase A); beta and w are 1 as row scales. b, w, and k once E holds its tile, are read
+// from global memory where they enter: a (C, DK) tile of b does not fit beside the others.
+template <int DK, int DV, bool VG, bool VBW = false>
 __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a) {
+  static_assert(!VBW || VG, "GDN-2's vector erase and write gates come with its vector gate");
   extern __shared__ float4 smem_raw[];
   using Smem = LocalSmem<DK, DV, VG>;
+  static_assert(!VBW || Smem::kLdS <= Smem::kLdA, "w's slice and Y fit in Ps's and diag(beta) P2's places");
   const Smem sm(smem_raw);
   constexpr int KB = Smem::KB, VS = Smem::VS, kLdK = Smem::kLdK, kLdS = Smem::kLdS;
   constexpr int kLdKB = Smem::kLdKB, kLdKBb = Smem::kLdKBb, kLdA = Smem::kLdA, kLdG = Smem::kLdG, kLdD = Smem::kLdD;
@@ -908,8 +965,8 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   if (threadIdx.x < C) {
     const int r = threadIdx.x;
     const bool ok = r < n;
-    sm.beta[r] = ok ? bf(a.b[tok0 + int64_t(r) * a.HV]) : 0.f;
-    sm.wv[r] = ok ? bf(a.w[tok0 + int64_t(r) * a.HV]) : 0.f;
+    sm.beta[r] = ok ? (VBW ? 1.f : bf(a.b[tok0 + int64_t(r) * a.HV])) : 0.f;
+    sm.wv[r] = ok ? (VBW ? 1.f : bf(a.w[tok0 + int64_t(r) * a.HV])) : 0.f;
     if (!VG) sm.G[r] = a.G[row0 + r];
   }
   for (int i = threadIdx.x; i < 14 * C; i += kThreads) sm.rowG[i] = 0.f;  // rowG .. rowPair, colPair
@@ -927,6 +984,9 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   __syncthreads();
   auto g = [&](int t, int d) { return sm.Gv[t * kLdG + d]; };  // G[t][d] (vector gate)
   auto k_rows = [&](int r, int d) { return bf(sm.k[r * kLdK + d]); };  // K[r][d]
+  // GDN-2's b[r][d] of (B, T, HV, DK) (0 past n); db has its layout.
+  auto b_at = [&](int r, int d) { return tok0 * DK + r * (a.HV * DK) + d; };
+  auto erase = [&](int r, int d) { return r < n ? bf(a.b[b_at(r, d)]) : 0.f; };
   for (int i = threadIdx.x; i < C * C / 2; i += kThreads) {  // A split into bf16 halves
     const int r = i / (C / 2), c = (i % (C / 2)) * 2;
     chunk_mma::split_pair(sm.A[r * kLdC + c], sm.A[r * kLdC + c + 1], *reinterpret_cast<uint32_t*>(sm.A_hi + r * kLdA + c),
@@ -943,7 +1003,7 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     stage_f32_rows<C, VS, false>(sm.dvnew, nullptr, a.dvnew + row0 * DV + c0, DV, C, no_sum);
   };
   const Padded<kLdS, false> dO{sm.dov}, Vnew{sm.vnew}, dVnew{sm.dvnew};
-  const Padded<kLdS, true> Vnew_t{sm.vnew}, V_t{sm.vv};
+  const Padded<kLdS, true> Vnew_t{sm.vnew}, Y_t{VBW ? sm.Ps_b : sm.vv};  // Y = V, or GDN-2's w (.) V (phase B)
   // Phase A (4a, 4b; steps 4, 5, 7), per key block d0 .. d0 + KB - 1, over the value slices:
   //   dQg = scale dO h^T  ->  dQ = exp(G) dQg,  dG += dQg . Qg;   dW = -dVnew h^T;
   //   dKg = Vnew dh^T  ->  dK = exp(G_last - G) dKg,  kg pair terms kgp_s = Kg_s . dKg_s;
@@ -1002,10 +1062,11 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
       sm.dWb[r * kLdKBb + d] = __float2bfloat16_rn(-x);
       dW_global[r * DK + d0 + d] = -x;
     });
-    if constexpr (VG) {  // dW Ehat^T: K (.) exp(G) rounded once
+    if constexpr (VG) {  // dW Ehat^T: K (.) exp(G) rounded once (GDN-2: E (.) exp(G))
       for (int i = threadIdx.x; i < C * KB; i += kThreads) {
         const int s = i / KB, d = i % KB;
-        sm.kexp[s * kLdKBb + d] = __float2bfloat16_rn(k_rows(s, d0 + d) * expf(g(s, d0 + d)));
+        const float e = VBW ? erase(s, d0 + d) * k_rows(s, d0 + d) : k_rows(s, d0 + d);
+        sm.kexp[s * kLdKBb + d] = __float2bfloat16_rn(e * expf(g(s, d0 + d)));
       }
     }
     __syncthreads();
@@ -1015,7 +1076,8 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   }
   hdh = block_sum(hdh, sm.red);
   // Phase B (4c-4f; steps 2, 6, 8), over the value slices: dAqk = scale dO Vnew^T (scale enters
-  //   below), dU Y^T = dVnew V^T, and dY = A^T dU  ->  dv = w dY,  dw = v . dY.
+  //   below), dU Y^T = dVnew V^T, and dY = A^T dU  ->  dv = w dY,  dw = v . dY
+  //   (GDN-2: dU Y^T with Y = w (.) V rounded to bf16 in V's slice; dv = w (.) dY, dw = v (.) dY).
   load_f32_rows_async<C, C>(sm.pair, kLdC, a.Aqk + (head * a.NT + chunk) * C * C, C);
   WarpTile<C, C> da, uy;
   // The slices go in reverse: the last one phase A loaded (c0 = DV - VS) is still in place.
@@ -1023,14 +1085,32 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     if (c0 != DV - VS) load_slices(c0);
     load_bf16_rows_async<C, VS>(sm.vv, a.v + tok0 * DV + c0, vrow, n);
     wait_tiles();
+    if constexpr (VBW) {  // w's slice and Y = w (.) V rounded, in Ps's and diag(beta) P2's places (free until 4c)
+      for (int i = threadIdx.x; i < C * VS; i += kThreads) {
+        const int r = i / VS, c = i % VS;
+        const bf16 w = r < n ? a.w[(tok0 + int64_t(r) * a.HV) * DV + c0 + c] : __float2bfloat16_rn(0.f);
+        sm.betaP2_b[r * kLdS + c] = w;
+        sm.Ps_b[r * kLdS + c] = __float2bfloat16_rn(bf(w) * bf(sm.vv[r * kLdS + c]));
+      }
+      __syncthreads();
+    }
     mma_staged(da, dO, Vnew_t, 0, VS);
-    mma_staged(uy, dVnew, V_t, 0, VS);
+    mma_staged(uy, dVnew, Y_t, 0, VS);
     WarpTile<C, VS> dy;
     mma_staged(dy, A_hi_t, dVnew, 0, C);
-    dy.add_row_sums(sm.rowW, [&](int r, int c, float x) { return x * bf(sm.vv[r * kLdS + c]); });
-    dy.each([&](int r, int c, float x, int) {
-      if (r < n) a.dv[(tok0 + int64_t(r) * a.HV) * DV + c0 + c] = __float2bfloat16_rn(sm.wv[r] * x);
-    });
+    if constexpr (VBW) {
+      dy.each([&](int r, int c, float x, int) {
+        if (r >= n) return;
+        const int64_t i = (tok0 + int64_t(r) * a.HV) * DV + c0 + c;  // (B, T, HV, dv)
+        a.dv[i] = __float2bfloat16_rn(bf(sm.betaP2_b[r * kLdS + c]) * x);
+        a.dw[i] = __float2bfloat16_rn(bf(sm.vv[r * kLdS + c]) * x);
+      });
+    } else {
+      dy.add_row_sums(sm.rowW, [&](int r, int c, float x) { return x * bf(sm.vv[r * kLdS + c]); });
+      dy.each([&](int r, int c, float x, int) {
+        if (r < n) a.dv[(tok0 + int64_t(r) * a.HV) * DV + c0 + c] = __float2bfloat16_rn(sm.wv[r] * x);
+      });
+    }
     __syncthreads();
   }
   //   Ps = dAqk exp(G_t - G_s) on s <= t (for dQ, dK);  pair = dAqk (.) Aqk (for dG; Aqk as
@@ -1071,7 +1151,7 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     dl.each([&](int r, int s, float x, int) {
       const float p = s < r ? -x : 0.f;
       store_pairs(sm.P2_b, sm.P2_d, r, s, p);
-      store_pairs(sm.betaP2_b, sm.betaP2_d, r, s, sm.beta[r] * p);
+      if (!VBW) store_pairs(sm.betaP2_b, sm.betaP2_d, r, s, sm.beta[r] * p);  // GDN-2: P2 meets E instead
     });
   } else {
     WarpTile<C, C> dl, kk;
@@ -1124,19 +1204,38 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
       if constexpr (VG) {
         de.each([&](int r, int d, float& x, int) { x *= expf(g(r, d0 + d)); });
         __syncthreads();  // A's tiles and the dW block are read: the decays take their places
-        stage_pair_decays(sm);
-        __syncthreads();  // G is read: the block's dG takes its place
+        stage_pair_decays<Smem, VBW>(sm, a.b + tok0 * DK, a.HV * DK, n);
+        __syncthreads();  // G is read: the block's dG takes its place (GDN-2: b first, read below)
+        if constexpr (VBW) {
+          for (int i = threadIdx.x; i < C * KB; i += kThreads) {
+            const int t = i / KB, d = i % KB;
+            sm.dGv[t * kLdKB + d] = erase(t, d0 + d);
+          }
+          __syncthreads();
+        }
         const DecayedTerm p2_k[] = {{sm.P2_b, sm.P2_d, sm.kn, sm.k}};
         add_decayed_pairs<Smem, false>(de, p2_k, sm.estep, sm.block_decay);
-        de.each([&](int r, int d, float x, int) { sm.dGv[r * kLdKB + d] = 2.f * sm.beta[r] * k_blk(r, d) * x; });
+        if constexpr (!VBW) {
+          de.each([&](int r, int d, float x, int) { sm.dGv[r * kLdKB + d] = 2.f * sm.beta[r] * k_blk(r, d) * x; });
+        }
       } else {
         de.add_row_sums(sm.rowG, [&](int r, int d, float x) { return sm.colw[r] * x * k_blk(r, d); });
         de.each([&](int r, int, float& x, int) { x *= sm.expG[r]; });
         mma_staged(de, Padded<kLdA, false>{sm.P2_b}, K_blk, 0, C);
       }
-      de.add_row_sums(sm.rowB, [&](int r, int d, float x) { return x * k_blk(r, d); });
-      load_part(dk, a.dk);
-      de.each([&](int r, int, float x, int slot) { dk.ref(slot) += sm.beta[r] * x; });
+      if constexpr (VBW) {  // one read of b a channel: dG's 2 e (.) dE, db = k (.) dE, dk += b (.) dE
+        load_part(dk, a.dk);
+        de.each([&](int r, int d, float x, int slot) {
+          const float b = sm.dGv[r * kLdKB + d], k = k_blk(r, d);
+          sm.dGv[r * kLdKB + d] = 2.f * b * k * x;
+          if (r < n) a.db[b_at(r, d0 + d)] = __float2bfloat16_rn(k * x);
+          dk.ref(slot) += b * x;
+        });
+      } else {
+        de.add_row_sums(sm.rowB, [&](int r, int d, float x) { return x * k_blk(r, d); });
+        load_part(dk, a.dk);
+        de.each([&](int r, int, float x, int slot) { dk.ref(slot) += sm.beta[r] * x; });
+      }
     }
     load_part(dq, a.dq);
     if constexpr (VG) {
@@ -1146,8 +1245,18 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
       mma_staged(dq, Padded<kLdA, false>{sm.Ps_b}, K_blk, 0, C);
     }
     store_grad(dq, d0, a.dq, a.dq_direct);
-    if constexpr (VG) {
-      const DecayedTerm ps_q_beta_p2_k[] = {{sm.Ps_b, sm.Ps_d, sm.qt, sm.q}, {sm.betaP2_b, sm.betaP2_d, sm.kt, sm.k}};
+    if constexpr (VBW) {  // dQ's share of dG now (dQ is dead across dK's pairs), then E = b (.) K in k's
+      dq.each([&](int r, int d, float x, int) { sm.dGv[r * kLdKB + d] += q_blk(r, d) * x; });
+      __syncthreads();  // place (its last reader, Ps K, is done; kt holds E decayed)
+      for (int i = threadIdx.x; i < C * DK; i += kThreads) {
+        const int t = i / DK, d = i % DK;
+        sm.k[t * kLdK + d] = __float2bfloat16_rn(erase(t, d) * k_rows(t, d));
+      }
+      __syncthreads();
+    }
+    if constexpr (VG) {  // (GDN-2: P2 with E, where diag(beta) P2 meets K)
+      const DecayedTerm ps_q_beta_p2_k[] = {{sm.Ps_b, sm.Ps_d, sm.qt, sm.q},
+                                            {VBW ? sm.P2_b : sm.betaP2_b, VBW ? sm.P2_d : sm.betaP2_d, sm.kt, sm.k}};
       add_decayed_pairs<Smem, true>(dk, ps_q_beta_p2_k, sm.estep, sm.block_decay);
     } else {
       mma_staged(dk, Padded<kLdA, true>{sm.Ps_b}, Padded<kLdK, false>{sm.q, 0, d0}, 0, C);
@@ -1155,9 +1264,16 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     }
     store_grad(dk, d0, a.dk, a.dk_direct);
     if constexpr (VG) {
-      dq.each([&](int r, int d, float x, int slot) {
-        sm.dGv[r * kLdKB + d] += q_blk(r, d) * x - k_blk(r, d) * dk.at(slot);
-      });
+      if constexpr (VBW) {  // k back in its tile (E's last reader is done), then dK's share of dG
+        __syncthreads();
+        load_bf16_rows_async<C, DK>(sm.k, a.k + qk0, int64_t(a.H) * DK, n);
+        wait_tiles();
+        dk.each([&](int r, int d, float x, int) { sm.dGv[r * kLdKB + d] -= k_blk(r, d) * x; });
+      } else {
+        dq.each([&](int r, int d, float x, int slot) {
+          sm.dGv[r * kLdKB + d] += q_blk(r, d) * x - k_blk(r, d) * dk.at(slot);
+        });
+      }
       __syncthreads();
       for (int d = threadIdx.x; d < KB; d += kThreads) {  // + the last token's terms, then the reverse cumsum
         float kgp_total = 0.f;
@@ -1191,8 +1307,10 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     const int r = threadIdx.x;
     const int64_t idx = tok0 + int64_t(r) * a.HV;  // (B, T, HV)
     if (!VG && a.dg) a.dg[idx] = __float2bfloat16_rn(sm.dG[r]);
-    a.db[idx] = __float2bfloat16_rn(sm.rowB[r] + sm.rowB[C + r]);  // e = beta k   =>  dbeta = k . dE
-    a.dw[idx] = __float2bfloat16_rn(sm.rowW[r] + sm.rowW[C + r]);  // y = w v     =>  dw = v . dY
+    if (!VBW) {  // (GDN-2 wrote its per-channel db and dw in phases B and C)
+      a.db[idx] = __float2bfloat16_rn(sm.rowB[r] + sm.rowB[C + r]);  // e = beta k   =>  dbeta = k . dE
+      a.dw[idx] = __float2bfloat16_rn(sm.rowW[r] + sm.rowW[C + r]);  // y = w v     =>  dw = v . dY
+    }
   }
 }
 
@@ -1207,22 +1325,23 @@ void launch_kernel(Kernel kernel, dim3 grid, const ChunkArgs& a) {
 }
 
 // Passes 1 and 2 (the forward; also keeping A and every h[n] when a.A and a.h_start are set: the
-// backward's replay, or a forward that keeps them for its backward). VG: a vector gate (KDA).
-template <int DK, int DV, bool VG = false>
+// backward's replay, or a forward that keeps them for its backward). VG: a vector gate (KDA);
+// VBW: with vector erase and write gates too (GDN-2; the scan is KDA's, W and U carry b and w).
+template <int DK, int DV, bool VG = false, bool VBW = false>
 void launch_forward(const ChunkArgs& a) {
   using Scan = ScanSmem<DK, DV, VG>;
-  launch_kernel<PrepareSmem<DK, DV, VG>::bytes()>(prepare_kernel<DK, DV, VG>, dim3(a.NT, a.HV, a.B), a);
+  launch_kernel<PrepareSmem<DK, DV, VG, VBW>::bytes()>(prepare_kernel<DK, DV, VG, VBW>, dim3(a.NT, a.HV, a.B), a);
   static_assert(DK > (VG ? 64 : 128) || Scan::bytes() <= 113 * 1024,
                 "two scan CTAs per SM up to dk = 128 (vector gate: 64; 228 KB, 1 KB reserved per CTA)");
   launch_kernel<Scan::bytes()>(scan_kernel<DK, DV, VG>, dim3(DV / Scan::BV, a.HV, a.B), a);
 }
 
 // Backward passes 3 and 4 (after launch_forward's replay, or reading what the forward kept).
-template <int DK, int DV, bool VG = false>
+template <int DK, int DV, bool VG = false, bool VBW = false>
 void launch_backward(const ChunkArgs& a) {
   using Scan = ScanSmem<DK, DV, VG>;
   launch_kernel<Scan::bytes()>(reverse_scan_kernel<DK, DV, VG>, dim3(DV / Scan::BV, a.HV, a.B), a);
-  launch_kernel<LocalSmem<DK, DV, VG>::bytes()>(local_backward_kernel<DK, DV, VG>, dim3(a.NT, a.HV, a.B), a);
+  launch_kernel<LocalSmem<DK, DV, VG>::bytes()>(local_backward_kernel<DK, DV, VG, VBW>, dim3(a.NT, a.HV, a.B), a);
 }
 
 // Calls fn(integral_constant DK, integral_constant DV) for supported() widths.
@@ -1277,8 +1396,9 @@ struct Workspace {
 
 bool supported(const DeltaRuleDims& d, DType dtype) {
   auto width_ok = [](int64_t width) { return width == 64 || width == 128 || width == 256; };
-  return dtype == DType::BF16 && !d.erase_vector && !d.write_vector && width_ok(d.dk) && width_ok(d.dv) &&
-         (d.gate != DeltaGate::Vector || d.dk <= 128);
+  const bool scalar_b_w = !d.erase_vector && !d.write_vector && (d.gate != DeltaGate::Vector || d.dk <= 128);
+  const bool gdn2 = d.gate == DeltaGate::Vector && d.erase_vector && d.write_vector && d.dk <= 128 && d.dv <= 128;
+  return dtype == DType::BF16 && width_ok(d.dk) && width_ok(d.dv) && (scalar_b_w || gdn2);
 }
 
 
@@ -1297,7 +1417,10 @@ void forward(void* o, float* final_state, void* residual, const void* q, const v
   dispatch_widths(d, [&](auto dk, auto dv) {
     constexpr int DK = decltype(dk)::value, DV = decltype(dv)::value;
     if (d.gate != DeltaGate::Vector) launch_forward<DK, DV>(a);
-    else if constexpr (DK <= 128) launch_forward<DK, DV, true>(a);
+    else if constexpr (DK <= 128) {
+      if (!d.erase_vector) launch_forward<DK, DV, true>(a);
+      else if constexpr (DV <= 128) launch_forward<DK, DV, true, true>(a);
+    }
   });
 }
 
@@ -1320,15 +1443,18 @@ void backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, void* grad
   if (!grouped) a.dq_direct = static_cast<bf16*>(grad_q), a.dk_direct = static_cast<bf16*>(grad_k);
   a.dv = static_cast<bf16*>(grad_v), a.db = static_cast<bf16*>(grad_b), a.dw = static_cast<bf16*>(grad_w);
   a.dg = d.gate != DeltaGate::None ? static_cast<bf16*>(grad_g) : nullptr;
-  auto run = [&](auto dk_, auto dv_, auto vg) {
+  auto run = [&](auto dk_, auto dv_, auto vg, auto vbw) {
     constexpr int DK = decltype(dk_)::value, DV = decltype(dv_)::value;
-    constexpr bool VG = decltype(vg)::value;
-    if (!kept) launch_forward<DK, DV, VG>(a);  // passes 1-2 replayed: W, U, Aqk, G, A and every h[n]; no outputs
-    launch_backward<DK, DV, VG>(a);            // passes 3-4
+    constexpr bool VG = decltype(vg)::value, VBW = decltype(vbw)::value;
+    if (!kept) launch_forward<DK, DV, VG, VBW>(a);  // passes 1-2 replayed: W, U, Aqk, G, A and every h[n]; no outputs
+    launch_backward<DK, DV, VG, VBW>(a);            // passes 3-4
   };
   dispatch_widths(d, [&](auto dk_, auto dv_) {
-    if (d.gate != DeltaGate::Vector) run(dk_, dv_, std::false_type{});
-    else if constexpr (decltype(dk_)::value <= 128) run(dk_, dv_, std::true_type{});
+    if (d.gate != DeltaGate::Vector) run(dk_, dv_, std::false_type{}, std::false_type{});
+    else if constexpr (decltype(dk_)::value <= 128) {
+      if (!d.erase_vector) run(dk_, dv_, std::true_type{}, std::false_type{});
+      else if constexpr (decltype(dv_)::value <= 128) run(dk_, dv_, std::true_type{}, std::true_type{});
+    }
   });
   if (!grouped) return;
   recurrence::group_sum(static_cast<bf16*>(grad_q), dq.get(), d.B * d.T, d.H, d.HV / d.H, d.dk);

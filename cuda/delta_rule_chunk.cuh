@@ -7,7 +7,11 @@
 // Scope: BF16 storage (fp32 accumulation, fp32 state), no gate or a scalar gate (DeltaNet, GDN),
 // scalar erase gate beta and scalar write gate w (w = b for DeltaNet/GDN), grouped value heads,
 // dk and dv in {64, 128, 256} (any pair), chunks of kChunk = 64 tokens, any T, optional initial state.
-// KDA (a vector gate over dk, scalar beta) at dk in {64, 128} (dv any of the three).
+// KDA (a vector gate over dk, scalar beta) at dk in {64, 128} (dv any of the three). GDN-2 (a
+// vector gate, a vector erase gate b over dk and a vector write gate w over dv) at dk, dv in
+// {64, 128}: KDA's kernels with E = b (.) K in place of beta K and Y = w (.) V in place of w V,
+// per-channel db = k (.) dE and dw = v (.) dY. Other mixes of vector and scalar b, w (and GDN-2
+// at a width of 256) run on the recurrent kernel.
 // Packed documents: on their chunk-aligned layout (nn/ops/document_chunks.h, chunks of kChunk)
 // with d.chunk_reset, the scans zero the state entering each flagged chunk (and the gradient
 // leaving it); no other pass changes.

@@ -522,11 +522,12 @@ void add_delta_rule_cases() {
     add_case(grad_case("delta_rule", c.what, 10, delta_inputs(c, false), delta_op(c)));
 
   // gpu: the recurrent kernel's cases, then those that take the chunked tensor-core forward and
-  // backward (cuda/delta_rule_chunk.cu) in bf16: DeltaNet, GDN and KDA (dk <= 128), grouped and
-  // ungrouped value heads, every (dk, dv) template, partial last chunks with and without an
-  // initial state, untied beta and w, and long sequences (64 chunks); every chunked case with the
-  // forward keeping its chunk states for the backward (the default), four with the backward
-  // replaying them. KDA at dk = 256 stays recurrent ("kda dk256").
+  // backward (cuda/delta_rule_chunk.cu) in bf16: DeltaNet, GDN, KDA (dk <= 128) and GDN-2 (dk,
+  // dv <= 128), grouped and ungrouped value heads, every (dk, dv) template, partial last chunks
+  // with and without an initial state, untied beta and w, and long sequences (64 chunks); every
+  // chunked case with the forward keeping its chunk states for the backward (the default), five
+  // with the backward replaying them. KDA at dk = 256 and GDN-2 at dv = 256 stay recurrent ("kda
+  // dk256", "gdn2 dv256").
   for (const DeltaCase& c : {
            DeltaCase{"deltanet", 2, 100, 2, 2, 64, 64, G::None, false, false, true, false, 0.0, 0},
            DeltaCase{"gdn", 2, 150, 2, 4, 128, 96, G::Scalar, false, false, true, true, 0.0, 0},  // grouped value heads
@@ -568,6 +569,14 @@ void add_delta_rule_cases() {
            DeltaCase{"chunk kda long", 2, 4096, 2, 4, 128, 128, G::Vector, false, false, true, true, 3.0, 0},
            DeltaCase{"chunk kda replay", 2, 130, 2, 4, 128, 128, G::Vector, false, false, true, true, 1.0, 0, false},
            DeltaCase{"kda dk256", 1, 80, 1, 2, 256, 128, G::Vector, false, false, true, true, 1.0, 0},
+           // GDN-2: KDA's chunks with per-channel erase b (dk) and write w (dv) gates
+           DeltaCase{"chunk gdn2", 2, 100, 2, 4, 64, 64, G::Vector, true, true, false, true, 0.0, 0},
+           DeltaCase{"chunk gdn2", 2, 130, 2, 4, 128, 128, G::Vector, true, true, false, true, 1.0, 0},
+           DeltaCase{"chunk gdn2", 2, 100, 2, 4, 64, 128, G::Vector, true, true, false, true, 3.0, 0},
+           DeltaCase{"chunk gdn2", 2, 150, 2, 2, 128, 64, G::Vector, true, true, false, false, 1.0, 0},
+           DeltaCase{"chunk gdn2 long", 2, 4096, 2, 4, 128, 128, G::Vector, true, true, false, true, 3.0, 0},
+           DeltaCase{"chunk gdn2 replay", 2, 130, 2, 4, 128, 128, G::Vector, true, true, false, true, 1.0, 0, false},
+           DeltaCase{"gdn2 dv256", 1, 80, 1, 2, 128, 256, G::Vector, true, true, false, true, 1.0, 0},
            // packed documents (bf16 where the chunked kernels run: on the documents' chunk layout,
            // the scans resetting at chunk_reset; otherwise the token recurrence, its state zeroed
            // at each start, the reverse sweep's dS too, the gate scan restarting): documents
@@ -588,8 +597,8 @@ void add_delta_rule_cases() {
                       delta_inputs(c, true), delta_op(c)));
 
   // perf: beta tied (w = b) but for GDN-2's erase b (B,T,H,dk) and write w (B,T,H,dv); at each
-  // bench shape beside fla's chunk kernel (targets.md's figure at the anchor shape); GDN and KDA
-  // also with the backward replaying the chunk states ("gdn replay", [train] delta_rule_keep = false).
+  // bench shape beside fla's chunk kernel (targets.md's figure at the anchor shape); GDN, KDA and
+  // GDN-2 also with the backward replaying the chunk states ("gdn replay", [train] delta_rule_keep = false).
   struct Variant {
     const char* name;
     G gate;
@@ -603,7 +612,7 @@ void add_delta_rule_cases() {
                            Variant{"gdn2", G::Vector, true, {1.645, 4.589}, "fla chunk_gdn2"}})
     for (size_t i = 0; i < kBenchShapes.size(); i++)
       for (bool keep : {true, false}) {
-        if (!keep && (m.gate == G::None || m.vectors)) continue;
+        if (!keep && m.gate == G::None) continue;
         const BenchShape r = kBenchShapes[i];
         const AnchorMs a = first_shape_only(i, m.anchor_shape_ms);
         const DeltaCase c{std::string(m.name) + (keep ? "" : " replay"), r.B, r.T, r.H, r.H, r.D, r.D, m.gate,

@@ -1,5 +1,6 @@
 // Runs the chunked delta-rule kernels of cuda/delta_rule_chunk.cu (DeltaNet: no gate; Gated
-// DeltaNet: a scalar gate; KDA: a vector gate over dk) on the host emulator
+// DeltaNet: a scalar gate; KDA: a vector gate over dk; GDN-2: a vector gate and vector erase and
+// write gates b over dk, w over dv) on the host emulator
 // (tests/emu/include/emu.h), forward and backward, and compares them with the token recurrence
 // in fp64: the formulas of nn/ops/delta_rule.cpp's recurrent_forward / recurrent_backward
 // (mixers.md 4.5), restated here per (batch, value head).
@@ -9,7 +10,8 @@
 // T a multiple of the 64-token chunk and not; KDA (dk 64 / 128, dv 64 / 128 / 256, gates
 // -softplus(N(shift, 2)) per channel, down to about -8 a token: 16 tokens of such decay overflow
 // fp32 if exp(G_t - G_s) were factored as exp(G_t) exp(-G_s) over a chunk; weak decay too, where
-// the pairs of different 16-token sub-blocks weigh in); and a few cases with cp.async copies
+// the pairs of different 16-token sub-blocks weigh in); GDN-2 (dk, dv in {64, 128}, b and w
+// sigmoid(N(0, 1)) per channel, db and dw compared per channel); and a few cases with cp.async copies
 // landing at issue and the warps run one after another (tests/emu/include/emu.h), which shows a
 // tile copied before its last reader is done. Every case runs twice: the backward replaying passes 1-2, and a
 // forward keeping their buffers (delta_chunk::kept_floats) with the backward reading them; the
@@ -45,17 +47,16 @@ struct Buf {
   }
 };
 
-// One (batch, value head) sequence in fp64; beta / w are per token, the gate per token and key
-// channel (a scalar gate repeated over the channels).
+// One (batch, value head) sequence in fp64; the gate and b per token and key channel, w per
+// token and value channel (a scalar repeated over the channels).
 struct Head {
   Mat q, k, v, h0, g;  // (T, dk), (T, dk), (T, dv), (dk, dv), (T, dk)
-  Row b, w;            // (T)
+  Mat b, w;            // (T, dk), (T, dv)
   std::vector<bool> starts;  // (T) the state is zeroed before the token (a chunk_reset chunk's first), or empty
   bool zeroed(int64_t t) const { return !starts.empty() && starts[t]; }
 };
 struct Grads {
-  Mat q, k, v, h0, g;
-  Row b, w;
+  Mat q, k, v, h0, g, b, w;
 };
 
 // Rows of head h of a (B, T, heads, width) buffer.
@@ -66,8 +67,8 @@ static Mat rows(const std::vector<double>& x, int64_t bi, int64_t h, int64_t T, 
   return m;
 }
 
-// The token recurrence (nn/ops/delta_rule.cpp recurrent_forward, scalar beta and w):
-//   S'_t = Diag(exp(g_t)) S_{t-1};  u_t = w_t v_t - S'_t^T (b_t k_t);  S_t = S'_t + k_t u_t^T;
+// The token recurrence (nn/ops/delta_rule.cpp recurrent_forward):
+//   S'_t = Diag(exp(g_t)) S_{t-1};  u_t = w_t (.) v_t - S'_t^T (b_t (.) k_t);  S_t = S'_t + k_t u_t^T;
 //   o_t = scale S_t^T q_t.
 static void forward(const Head& x, double scale, Mat& o, Mat& u, Mat& S) {
   const int64_t T = x.q.rows();
@@ -76,7 +77,7 @@ static void forward(const Head& x, double scale, Mat& o, Mat& u, Mat& S) {
   for (int64_t t = 0; t < T; t++) {
     if (x.zeroed(t)) S.setZero();
     S = x.g.row(t).array().exp().matrix().asDiagonal() * S;
-    u.row(t) = x.w(t) * x.v.row(t) - x.b(t) * x.k.row(t) * S;
+    u.row(t) = x.w.row(t).cwiseProduct(x.v.row(t)) - x.b.row(t).cwiseProduct(x.k.row(t)) * S;
     S += x.k.row(t).transpose() * u.row(t);
     o.row(t) = scale * x.q.row(t) * S;
   }
@@ -91,14 +92,14 @@ static Grads backward(const Head& x, double scale, const Mat& dO, const Mat& dU,
     if (x.zeroed(t)) S.setZero();
     S_prev[t] = S;
     S = x.g.row(t).array().exp().matrix().asDiagonal() * S;
-    S += x.k.row(t).transpose() * (x.w(t) * x.v.row(t) - x.b(t) * x.k.row(t) * S);
+    S += x.k.row(t).transpose() * (x.w.row(t).cwiseProduct(x.v.row(t)) - x.b.row(t).cwiseProduct(x.k.row(t)) * S);
   }
-  Grads gr{Mat(T, dk), Mat(T, dk), Mat(T, x.v.cols()), Mat(), Mat(T, dk), Row(T), Row(T)};
+  Grads gr{Mat(T, dk), Mat(T, dk), Mat(T, x.v.cols()), Mat(), Mat(T, dk), Mat(T, dk), Mat(T, x.v.cols())};
   for (int64_t t = T - 1; t >= 0; t--) {
     const auto decay = x.g.row(t).array().exp().matrix().asDiagonal();
     const Mat Sd = decay * S_prev[t];                     // S'_t
-    const Row e = x.b(t) * x.k.row(t);                    // e_t = b_t k_t
-    const Row u = x.w(t) * x.v.row(t) - e * Sd;           // u_t
+    const Row e = x.b.row(t).cwiseProduct(x.k.row(t));    // e_t = b_t (.) k_t
+    const Row u = x.w.row(t).cwiseProduct(x.v.row(t)) - e * Sd;  // u_t
     const Mat St = Sd + x.k.row(t).transpose() * u;       // S_t
     dS += scale * x.q.row(t).transpose() * dO.row(t);     // o_t = scale S_t^T q_t
     gr.q.row(t) = scale * dO.row(t) * St.transpose();
@@ -109,10 +110,10 @@ static Grads backward(const Head& x, double scale, const Mat& dO, const Mat& dU,
     gr.g.row(t) = Sd.cwiseProduct(dSd).rowwise().sum().transpose();  // S'_t = Diag(exp(g_t)) S_{t-1}
     dS = decay * dSd;
     if (x.zeroed(t)) dS.setZero();                      // S_{t-1} was replaced by 0
-    gr.k.row(t) = dk_t + x.b(t) * de;
-    gr.b(t) = x.k.row(t).dot(de);
-    gr.v.row(t) = x.w(t) * du;
-    gr.w(t) = x.v.row(t).dot(du);
+    gr.k.row(t) = dk_t + x.b.row(t).cwiseProduct(de);
+    gr.b.row(t) = x.k.row(t).cwiseProduct(de);
+    gr.v.row(t) = x.w.row(t).cwiseProduct(du);
+    gr.w.row(t) = x.v.row(t).cwiseProduct(du);
   }
   gr.h0 = dS;
   return gr;
@@ -148,6 +149,7 @@ struct Case {
   int64_t B, T, H, HV, dk, dv;
   double shift;         // gate = logsigmoid(N(shift, 1)); KDA: -softplus(N(shift, 2)) per channel
   bool kda = false;     // a vector gate (B, T, HV, dk) (gated must be true)
+  bool gdn2 = false;    // and vector gates b (B, T, HV, dk), w (B, T, HV, dv) (kda must be true, tied false)
   std::vector<int> resets = {};  // chunks whose incoming state is zeroed (chunk_reset, every row), or none
 };
 
@@ -172,16 +174,17 @@ static void run(const Case& c, uint64_t seed) {
   v.fill(B * T * HV * dv, true, normal);
   if (c.kda) g.fill(B * T * HV * dk, true, [&] { return -std::log1p(std::exp(2 * N(rng) + c.shift)); });
   else g.fill(B * T * HV, true, [&] { return c.gated ? -std::log1p(std::exp(-(N(rng) + c.shift))) : 0.0; });
-  b.fill(B * T * HV, true, [&] { return 1 / (1 + std::exp(-N(rng))); });
+  const int64_t b_width = c.gdn2 ? dk : 1, w_width = c.gdn2 ? dv : 1;
+  b.fill(B * T * HV * b_width, true, [&] { return 1 / (1 + std::exp(-N(rng))); });
   if (c.tied) w = b;
-  else w.fill(B * T * HV, true, [&] { return 1 / (1 + std::exp(-N(rng))); });
+  else w.fill(B * T * HV * w_width, true, [&] { return 1 / (1 + std::exp(-N(rng))); });
   h0.fill(B * HV * dk * dv, false, [&] { return c.with_h0 ? 0.5 * N(rng) : 0.0; });
   dO.fill(B * T * HV * dv, true, normal);
   dres.fill(B * T * HV * dv, true, normal);
   dht.fill(B * HV * dk * dv, false, [&] { return c.with_dht ? N(rng) : 0.0; });
   const double scale = 1 / std::sqrt(double(dk));
   const DeltaGate gate = c.kda ? DeltaGate::Vector : c.gated ? DeltaGate::Scalar : DeltaGate::None;
-  DeltaRuleDims d{B, T, H, HV, dk, dv, gate, false, false, scale, 0};
+  DeltaRuleDims d{B, T, H, HV, dk, dv, gate, c.gdn2, c.gdn2, scale, 0};
   const int64_t NT = (T + 63) / 64;
   std::vector<int32_t> chunk_reset(B * NT, 0);  // (B, NT)
   for (int64_t bi = 0; bi < B; bi++)
@@ -217,8 +220,8 @@ static void run(const Case& c, uint64_t seed) {
       Head x;
       x.q = rows(q.ref, bi, hq, T, H, dk), x.k = rows(k.ref, bi, hq, T, H, dk), x.v = rows(v.ref, bi, j, T, HV, dv);
       x.g = c.kda ? rows(g.ref, bi, j, T, HV, dk) : rows(g.ref, bi, j, T, HV, 1).replicate(1, dk);
-      x.b = rows(b.ref, bi, j, T, HV, 1).transpose();
-      x.w = rows(w.ref, bi, j, T, HV, 1).transpose();
+      x.b = rows(b.ref, bi, j, T, HV, b_width).replicate(1, dk / b_width);
+      x.w = rows(w.ref, bi, j, T, HV, w_width).replicate(1, dv / w_width);
       x.h0 = Eigen::Map<const Mat>(h0.ref.data() + (bi * HV + j) * dk * dv, dk, dv);
       if (!c.resets.empty()) {
         x.starts.assign(T, false);
@@ -242,7 +245,12 @@ static void run(const Case& c, uint64_t seed) {
           for (int64_t i = 0; i < dk; i++) eg.add(at(gg, tok * dk + i), gr.g(t, i));
         else if (c.gated)
           eg.add(at(gg, tok), gr.g.row(t).sum());
-        eb.add(at(gb, tok), gr.b(t)), ew.add(at(gw, tok), gr.w(t));
+        if (c.gdn2) {
+          for (int64_t i = 0; i < dk; i++) eb.add(at(gb, tok * dk + i), gr.b(t, i));
+          for (int64_t i = 0; i < dv; i++) ew.add(at(gw, tok * dv + i), gr.w(t, i));
+        } else {
+          eb.add(at(gb, tok), gr.b.row(t).sum()), ew.add(at(gw, tok), gr.w.row(t).sum());
+        }
       }
       for (int64_t i = 0; i < dk * dv; i++) {
         eht.add(at(ht, (bi * HV + j) * dk * dv + i), S_ref(i / dv, i % dv));
@@ -253,8 +261,9 @@ static void run(const Case& c, uint64_t seed) {
   std::string resets;
   for (int n : c.resets) resets += (resets.empty() ? " resets " : ",") + std::to_string(n);
   char label[160];
+  const char* mixer = c.gdn2 ? "gdn2" : c.kda ? "kda" : c.gated ? "gdn" : "deltanet";
   std::snprintf(label, sizeof label, "%s%s%s B%ld T%ld H%ld HV%ld dk%ld dv%ld h0 %d dht %d%s",
-                emu::cp_async_lands_at_issue ? "early " : "", c.kda ? "kda" : c.gated ? "gdn" : "deltanet",
+                emu::cp_async_lands_at_issue ? "early " : "", mixer,
                 c.tied ? "" : " b,w",
                 long(B), long(T), long(H), long(HV), long(dk), long(dv), int(c.with_h0), int(c.with_dht),
                 resets.c_str());
@@ -271,7 +280,7 @@ static void run(const Case& c, uint64_t seed) {
 }
 
 // Every case by default (ctest); a group by name: small (dk, dv <= 128), wide (a width of 256), kda,
-// early (copies landing at issue too, tests/emu/include/emu.h), documents (chunk_reset).
+// early (copies landing at issue too, tests/emu/include/emu.h), gdn2, documents (chunk_reset).
 int main(int argc, char** argv) {
   const std::string which = argc > 1 ? argv[1] : "all";
   auto wants = [&](const char* group) { return which == "all" || which == group; };
@@ -310,13 +319,26 @@ int main(int argc, char** argv) {
     run({true, true, true, true, 1, 130, 1, 1, 128, 128, 2.0, true}, seed++);
     run({true, false, true, true, 1, 130, 1, 1, 128, 128, -5.0, true}, seed++);
   }
+  if (wants("gdn2")) {
+    // GDN-2: dk = dv = 64 and 128 and mixed, grouped value heads, T = 64 / 128 (whole chunks) and
+    // 70 / 130 (a partial last chunk), h0 on and off; weak, moderate and strong decay; once with
+    // copies landing at issue.
+    run({true, false, true, true, 1, 70, 1, 2, 64, 64, 0.0, true, true}, seed++);
+    run({true, false, false, true, 1, 128, 1, 2, 128, 128, -5.0, true, true}, seed++);
+    run({true, false, true, false, 2, 130, 1, 2, 128, 64, 2.0, true, true}, seed++);
+    run({true, false, true, true, 1, 130, 1, 1, 128, 128, 2.0, true, true}, seed++);
+    run({true, false, false, true, 1, 64, 1, 1, 64, 128, -5.0, true, true}, seed++);
+    emu::cp_async_lands_at_issue = true;
+    run({true, false, true, true, 1, 130, 1, 2, 128, 128, 0.0, true, true}, seed++);
+    emu::cp_async_lands_at_issue = false;
+  }
   if (wants("documents")) {
     // packed documents' chunk layout: the state entering flagged chunks zeroed (chunk_reset), and
     // the gradient leaving them; with h0 and dht (its gradient flows up to the first reset)
-    run({true, true, true, true, 2, 200, 1, 2, 64, 64, 1.0, false, {1, 3}}, seed++);
-    run({false, true, false, true, 1, 256, 1, 1, 128, 128, 0.0, false, {0, 1, 2}}, seed++);
-    run({true, false, true, true, 1, 192, 1, 2, 128, 64, 0.0, true, {2}}, seed++);
-    run({true, true, true, true, 1, 130, 1, 1, 256, 128, 1.0, false, {1}}, seed++);
+    run({true, true, true, true, 2, 200, 1, 2, 64, 64, 1.0, false, false, {1, 3}}, seed++);
+    run({false, true, false, true, 1, 256, 1, 1, 128, 128, 0.0, false, false, {0, 1, 2}}, seed++);
+    run({true, false, true, true, 1, 192, 1, 2, 128, 64, 0.0, true, false, {2}}, seed++);
+    run({true, true, true, true, 1, 130, 1, 1, 256, 128, 1.0, false, false, {1}}, seed++);
   }
   std::printf("%d rows: %s\n", g_rows, g_fail ? "SOME FAILED" : "ALL OK");
   return g_fail;
