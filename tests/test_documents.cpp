@@ -456,9 +456,10 @@ TEST_CASE("a reset step equals every document alone: a Transformer, natively (pa
   check_reset_equals_documents_alone("transformer", "pure");
 }
 
-TEST_CASE("a Transformer trains and validates packed documents natively: the documents' loss, no padding") {
-  const ModelConfig config = tiny_model("transformer", "pure");
-  auto model = make_model(config, 5), alone = make_model(config, 5), evaluated = make_model(config, 5);
+// One training step of a model that takes packed documents natively: its loss is the documents'
+// loss alone, and no row was padded.
+static void check_trains_documents_natively(const ModelConfig& config) {
+  auto model = make_model(config, 5), alone = make_model(config, 5);
   FixedSource source({three_windows(), three_more_windows()});  // one micro-batch shape, as a loader serves
   std::ostringstream log;
   Trainer trainer(hla::testing::small_options("adamw"), *model, source, nullptr, log);
@@ -466,6 +467,12 @@ TEST_CASE("a Transformer trains and validates packed documents natively: the doc
   const double alone_loss = loss_of_documents_alone(*alone, {three_windows(), three_more_windows()});
   CHECK(std::abs(step.loss - alone_loss) <= 1e-6 * std::abs(alone_loss));
   CHECK(step.padding == 0.0);  // the packed (3, 8) batches themselves
+}
+
+TEST_CASE("a Transformer trains and validates packed documents natively: the documents' loss, no padding") {
+  const ModelConfig config = tiny_model("transformer", "pure");
+  check_trains_documents_natively(config);
+  auto alone = make_model(config, 5), evaluated = make_model(config, 5);
   FixedSource val({two_windows()});
   const double val_loss = evaluate(*evaluated, val, 1, false).loss;
   const double alone_val = loss_of_documents_alone(*alone, {two_windows()});
@@ -475,15 +482,7 @@ TEST_CASE("a Transformer trains and validates packed documents natively: the doc
 TEST_CASE("Gated DeltaNet and its 3:1 attention hybrid train packed documents natively: the documents' loss") {
   for (const char* hybrid : {"pure", "3:1"}) {
     CAPTURE(hybrid);
-    const ModelConfig config = tiny_model("gated_deltanet", hybrid);
-    auto model = make_model(config, 5), alone = make_model(config, 5);
-    FixedSource source({three_windows(), three_more_windows()});
-    std::ostringstream log;
-    Trainer trainer(hla::testing::small_options("adamw"), *model, source, nullptr, log);
-    const StepMetrics step = trainer.train_step();
-    const double alone_loss = loss_of_documents_alone(*alone, {three_windows(), three_more_windows()});
-    CHECK(std::abs(step.loss - alone_loss) <= 1e-6 * std::abs(alone_loss));
-    CHECK(step.padding == 0.0);  // the packed (3, 8) batches themselves
+    check_trains_documents_natively(tiny_model("gated_deltanet", hybrid));
   }
 }
 
