@@ -14,6 +14,10 @@
 #              bench/results-h200.json holds; HLA_COMMIT names the commit, the box's copy has no
 #              .git), then ncu's per-kernel times of one fwd+bwd call of the GDN, KDA, GLA and
 #              attention rows at B4 T4096 H16 D128 (bench/README.md's table); alone on the GPU
+#   stalls     ncu's speed-of-light, occupancy and warp-state sections for one launch of each of the
+#              slowest kernels (STALL_KERNELS: "KERNEL@BENCH ROW;..."); alone on the GPU
+#   profile-transformer  ncu's per-kernel times of the 374M Transformer's bench training steps (a
+#              call of its own: over 5 minutes)
 #   profile    ncu's per-kernel times of the MQAR demo's training step, and its steps/s with and
 #              without the CUDA graph (issue W2.3's small-model step); alone on the GPU
 #   dist       the NCCL tests of tests/test_gpu_dist.cpp (one rank: bit-exact to one process)
@@ -97,6 +101,40 @@ stage_bench() {
   ncu --clock-control none --metrics gpu__time_duration.sum --csv $BUILD/hla bench "delta_rule gdn B4 T4096" \
     "delta_rule kda B4 T4096" "decay_attention vector B4 T4096" "attention B4 T4096 H16 D128" --warmup 1 --repeats 1 \
     >"$EVIDENCE/ncu-kernels.csv" 2>"$EVIDENCE/ncu-kernels.err" || status=1
+  return $status
+}
+
+# Why the slowest kernels run where they do (issues W2.2, W2.9): ncu's speed-of-light, occupancy
+# and warp-state sections for one launch of each STALL_KERNELS entry, "KERNEL@BENCH ROW" (ncu's -k
+# matches a kernel's name without its namespace, so the bench row picks the op; default: KDA's
+# prepare and local backward, GLA's local backward, attention's two backward kernels). ~25 s each.
+stage_stalls() {
+  local entry status=0
+  local -a entries
+  IFS=';' read -r -a entries <<<"${STALL_KERNELS:-prepare_kernel@delta_rule kda B4 T4096;local_backward_kernel@delta_rule kda B4 T4096;local_backward_kernel@decay_attention vector B4 T4096;attention_backward_dq@attention B4 T4096 H16 D128;attention_backward_dkdv@attention B4 T4096 H16 D128}"
+  for entry in "${entries[@]}"; do
+    local kernel=${entry%%@*} row=${entry#*@}
+    local log="$EVIDENCE/ncu-stalls-${kernel}-${row// /_}.txt"
+    timeout 120 ncu --clock-control none --section SpeedOfLight --section Occupancy --section WarpStateStats \
+      --section LaunchStats -k "regex:$kernel" --launch-count 1 $BUILD/hla bench "$row" --warmup 0 --repeats 1 \
+      >"$log" 2>&1 || status=1
+    echo "$entry:"
+    grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Warp Cycles Per Issued" \
+      "$log" | cut -c1-110
+  done
+  return $status
+}
+
+# Where the 374M Transformer's training step goes (issue W2.3): ncu's per-kernel times of its
+# bench steps, summed per kernel. Slow: ncu replays thousands of launches a step (it ran past
+# 5 minutes on the H200), so it gets a call of its own, cut at PROFILE_SECONDS (default 500).
+stage_profile_transformer() {
+  local status=0
+  timeout "${PROFILE_SECONDS:-500}" ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+    $BUILD/hla bench train --models transformer-374m --steps 6 --out $BUILD/runs/profile-transformer \
+    >"$EVIDENCE/ncu-transformer-step.csv" 2>"$EVIDENCE/ncu-transformer-step.err" || status=1
+  python3 scripts/kernel_table.py "$EVIDENCE/ncu-transformer-step.csv" --steps 6 | head -n 30 |
+    tee "$EVIDENCE/transformer-step-kernels.txt" || status=1
   return $status
 }
 
@@ -184,7 +222,9 @@ for stage in "$@"; do
     build) stage_build || exit 1 ;;
     ruler | sweeps | bench | profile | dist | decode | fla | wait | pack) "stage_$stage" || status=1 ;;
     gpu-check) stage_gpu_check || status=1 ;;
-    *) echo "unknown stage '$stage' (build ruler sweeps gpu-check bench profile dist decode fla wait pack)"; exit 2 ;;
+    stalls) stage_stalls || status=1 ;;
+    profile-transformer) stage_profile_transformer || status=1 ;;
+    *) echo "unknown stage '$stage' (build ruler sweeps gpu-check bench stalls profile profile-transformer dist decode fla wait pack)"; exit 2 ;;
   esac
 done
 stamp "done (status $status)"
