@@ -2,7 +2,7 @@
 // rows, and the training step on them, which must equal running every document alone (loss and
 // every gradient) for linear mixers with conv / token-shift tails and for attention hybrids; a
 // state leaking across a boundary would break it, as the same batch as plain windows shows.
-// The sequence ops that take packed documents natively (short_conv, delta_rule) against each
+// The sequence ops that take packed documents natively (short_conv, token_shift, hgrn, delta_rule) against each
 // document run alone: outputs, final states and every input gradient, in float64.
 #include <doctest/doctest.h>
 
@@ -17,7 +17,9 @@
 #include "nn/ops/attention.h"
 #include "nn/ops/delta_rule.h"
 #include "nn/ops/document_chunks.h"
+#include "nn/ops/hgrn.h"
 #include "nn/ops/short_conv.h"
+#include "nn/ops/token_shift.h"
 #include "tensor/ignore_index.h"
 #include "tensor/math.h"
 #include "tests/test_train_util.h"
@@ -311,6 +313,32 @@ TEST_CASE("packed documents: short_conv equals each document alone (outputs, fin
   CHECK(error_of([&] { short_conv(x, w, Var(), Var(Tensor::zeros({B, C, K - 1}, DType::F64)), ConvAct::SiLU,
                                   packed_doc_start()); })
             .find("initial state must be undefined") != std::string::npos);
+}
+
+TEST_CASE("packed documents: token_shift and hgrn equal each document alone (outputs, final state, every gradient)") {
+  const int64_t B = int64_t(kPackedRows.size()), D = 5;
+  PackedOp shift;
+  shift.tokens = {check::randn64({B, kPackedT, D}, 41)};
+  shift.token_outputs = 1;  // delta; then the last token
+  shift.run = [](const std::vector<Var>& x, const std::vector<Var>&, const Tensor& doc_start) {
+    TokenShiftOut o = token_shift(x[0], Var(), doc_start);
+    return std::vector<Var>{o.delta, o.last_token};
+  };
+  check_documents_alone(shift, "token_shift");
+  PackedOp rec;
+  rec.tokens = {check::randn64({B, kPackedT, D}, 42), check::log_gate({B, kPackedT, D}, 43, 2.0)};
+  rec.token_outputs = 1;  // o; then the final state
+  rec.run = [](const std::vector<Var>& x, const std::vector<Var>&, const Tensor& doc_start) {
+    HgrnOutput o = hgrn(x[0], x[1], Var(), doc_start);
+    return std::vector<Var>{o.o, o.final_state};
+  };
+  check_documents_alone(rec, "hgrn");
+  // with documents the initial state must be undefined
+  const Var x(check::randn64({B, kPackedT, D}, 41)), state(Tensor::zeros({B, D}, DType::F64));
+  CHECK(error_of([&] { token_shift(x, state, packed_doc_start()); }).find("state must be undefined") !=
+        std::string::npos);
+  CHECK(error_of([&] { hgrn(x, x, state, packed_doc_start()); }).find("initial state must be undefined") !=
+        std::string::npos);
 }
 
 TEST_CASE("packed documents: the chunk-aligned layout, and gather / scatter between it and the rows") {
