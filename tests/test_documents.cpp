@@ -466,6 +466,12 @@ TEST_CASE("a reset step equals every document alone: DeltaNet, KDA and GDN-2, na
   }
 }
 
+TEST_CASE("a reset step equals every document alone: HGRN and an HGRN:attention hybrid, natively") {
+  CHECK(make_model(tiny_model("hgrn", "pure"), 11)->takes_documents());
+  check_reset_equals_documents_alone("hgrn", "pure");
+  check_reset_equals_documents_alone("hgrn", "3:1");
+}
+
 TEST_CASE("a reset step equals every document alone: Mamba-2 (conv tails) and a 3:1 hybrid") {
   check_reset_equals_documents_alone("mamba2", "pure");
   check_reset_equals_documents_alone("mamba2", "3:1");
