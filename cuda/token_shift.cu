@@ -1,7 +1,8 @@
 // RWKV-6 token shift, static lerp and data-dependent lerp (ddlerp) on the GPU (mixers.md 2.7
 // and 11), forward and backward, following nn/ops/token_shift.cpp line by line.
 //
-// token_shift and lerp are elementwise, one thread per element along D. lerp's dmu sums over
+// token_shift and lerp are elementwise, one thread per element along D; with packed documents
+// (doc_start) x_{t-1} reads as 0 at each document's first token, and its gradient stops there. lerp's dmu sums over
 // all M rows: each block sums a fixed chunk of rows for 128 channels into an fp32 partial and
 // cuda/reduce.cuh sums the chunks into dmu (deterministic, no atomics).
 //
@@ -22,12 +23,20 @@ constexpr int kColumnThreads = 128;  // channels per block of lerp's backward
 
 // ---- token shift ----
 
-// delta: (B, L, D), delta_t = x_{t-1} - x_t with x_{-1} = state (zeros when null)
+// Whether token t > 0 of row b starts a packed document (x_{t-1} reads as 0); doc_start null: never.
+__device__ __forceinline__ bool starts_document(const int32_t* doc_start, int64_t b, int64_t t, int64_t L) {
+  return doc_start && doc_start[b * L + t] == t;
+}
+
+// delta: (B, L, D), delta_t = x_{t-1} - x_t with x_{-1} = state (zeros when null), x_{t-1} = 0 at a document start
 template <class T>
-__global__ void token_shift_kernel(T* delta, const T* x, const T* state, int64_t L, int64_t D, int64_t n) {
+__global__ void token_shift_kernel(T* delta, const T* x, const T* state, const int32_t* doc_start, int64_t L,
+                                   int64_t D, int64_t n) {
   HLA_GRID_STRIDE(i, n) {
     const int64_t d = i % D, t = (i / D) % L, b = i / (L * D);
-    const float prev = t > 0 ? to_float(x[i - D]) : (state ? to_float(state[b * D + d]) : 0.0f);
+    const float prev = t == 0 ? (state ? to_float(state[b * D + d]) : 0.0f)
+                       : starts_document(doc_start, b, t, L) ? 0.0f
+                                                             : to_float(x[i - D]);
     delta[i] = from_float<T>(prev - to_float(x[i]));
   }
 }
@@ -41,12 +50,16 @@ __global__ void last_token_kernel(T* last, const T* x, const T* state, int64_t L
   }
 }
 
-// dx: (B, L, D); x_t enters delta_t with -1 and delta_{t+1} with +1; the last token also is `last`
+// dx: (B, L, D); x_t enters delta_t with -1 and delta_{t+1} with +1 (unless a document starts
+// at t+1); the last token also is `last`
 template <class T>
-__global__ void token_shift_dx_kernel(T* dx, const T* ddelta, const T* dlast, int64_t L, int64_t D, int64_t n) {
+__global__ void token_shift_dx_kernel(T* dx, const T* ddelta, const T* dlast, const int32_t* doc_start, int64_t L,
+                                      int64_t D, int64_t n) {
   HLA_GRID_STRIDE(i, n) {
     const int64_t d = i % D, t = (i / D) % L, b = i / (L * D);
-    const float next = t + 1 < L ? to_float(ddelta[i + D]) : to_float(dlast[b * D + d]);
+    const float next = t + 1 == L                                ? to_float(dlast[b * D + d])
+                       : starts_document(doc_start, b, t + 1, L) ? 0.0f
+                                                                 : to_float(ddelta[i + D]);
     dx[i] = from_float<T>(next - to_float(ddelta[i]));
   }
 }
@@ -175,24 +188,24 @@ void regroup_lowrank(float* h, float* w2n, const void* zz, const void* w2, int64
 
 }  // namespace
 
-void token_shift_forward(void* delta, void* last, const void* x, const void* state, int64_t B, int64_t L, int64_t D,
-                         DType dtype) {
+void token_shift_forward(void* delta, void* last, const void* x, const void* state, const int32_t* doc_start,
+                         int64_t B, int64_t L, int64_t D, DType dtype) {
   const int64_t n = B * L * D, n_last = B * D;
   dispatch_storage(dtype, "token_shift_forward", [&](auto tag) {
     using T = decltype(tag);
     const T *xs = static_cast<const T*>(x), *ss = static_cast<const T*>(state);
-    launch_1d(token_shift_kernel<T>, n, kThreads, static_cast<T*>(delta), xs, ss, L, D, n);
+    launch_1d(token_shift_kernel<T>, n, kThreads, static_cast<T*>(delta), xs, ss, doc_start, L, D, n);
     launch_1d(last_token_kernel<T>, n_last, kThreads, static_cast<T*>(last), xs, ss, L, D, n_last);
   });
 }
 
-void token_shift_backward(void* dx, void* dstate, const void* ddelta, const void* dlast, int64_t B, int64_t L,
-                          int64_t D, DType dtype) {
+void token_shift_backward(void* dx, void* dstate, const void* ddelta, const void* dlast, const int32_t* doc_start,
+                          int64_t B, int64_t L, int64_t D, DType dtype) {
   const int64_t n = B * L * D, n_state = B * D;
   dispatch_storage(dtype, "token_shift_backward", [&](auto tag) {
     using T = decltype(tag);
     const T *dd = static_cast<const T*>(ddelta), *dl = static_cast<const T*>(dlast);
-    launch_1d(token_shift_dx_kernel<T>, n, kThreads, static_cast<T*>(dx), dd, dl, L, D, n);
+    launch_1d(token_shift_dx_kernel<T>, n, kThreads, static_cast<T*>(dx), dd, dl, doc_start, L, D, n);
     if (dstate)
       launch_1d(token_shift_dstate_kernel<T>, n_state, kThreads, static_cast<T*>(dstate), dd, dl, L, D, n_state);
   });

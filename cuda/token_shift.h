@@ -7,12 +7,12 @@
 #include "tensor/dtype.h"
 
 namespace hla::cuda {
-// x, delta: (B, L, D), state, last: (B, D), state may be null
-void token_shift_forward(void* delta, void* last, const void* x, const void* state, int64_t B, int64_t L, int64_t D,
-                         DType dtype);
+// x, delta: (B, L, D), state, last: (B, D), state may be null; doc_start: (B, L) or null
+void token_shift_forward(void* delta, void* last, const void* x, const void* state, const int32_t* doc_start,
+                         int64_t B, int64_t L, int64_t D, DType dtype);
 // dx: (B, L, D) and dstate: (B, D) written (dstate may be null); ddelta: (B, L, D), dlast: (B, D)
-void token_shift_backward(void* dx, void* dstate, const void* ddelta, const void* dlast, int64_t B, int64_t L,
-                          int64_t D, DType dtype);
+void token_shift_backward(void* dx, void* dstate, const void* ddelta, const void* dlast, const int32_t* doc_start,
+                          int64_t B, int64_t L, int64_t D, DType dtype);
 
 // x, delta, y: (M, D), mu: (D)
 void lerp_forward(void* y, const void* x, const void* delta, const void* mu, int64_t M, int64_t D, DType dtype);

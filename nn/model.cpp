@@ -73,11 +73,12 @@ class HybridLM : public TrainableModel, public StatefulModel {
   Var logits(const Tensor& ids) override { return linear(forward(ids, nullptr), head_weight()); }  // (B, T, V)
 
   // Every layer softmax attention: attention and RoPE are the only ops that see across tokens.
-  // Softmax attention and the delta-rule mixers stop at document starts; the blocks' other parts
-  // (norms, MLP, routing) are per token. The linear layers all have the config's mixer.
+  // Softmax attention, the delta-rule mixers and HGRN stop at document starts; the blocks' other
+  // parts (norms, MLP, routing) are per token. The linear layers all have the config's mixer.
   bool takes_documents() const override {
+    const MixerFamily family = config_.mixer().family;
     for (const Block& b : blocks_)
-      if (b.linear && config_.mixer().family != MixerFamily::DeltaRule) return false;
+      if (b.linear && family != MixerFamily::DeltaRule && family != MixerFamily::Hgrn) return false;
     return true;
   }
 
@@ -153,8 +154,8 @@ class HybridLM : public TrainableModel, public StatefulModel {
   // documents, after checking that this model takes them and that they fit ids (B, T).
   const Documents& checked(const Documents& documents, const Tensor& ids) const {
     HLA_CHECK(takes_documents(), "model ", config_.model_type, ": packed documents need every layer to be softmax ",
-              "attention or a delta-rule mixer (delta_net, gated_deltanet, kda, gdn2); its linear mixers do not take ",
-              "document boundaries yet");
+              "attention, a delta-rule mixer (delta_net, gated_deltanet, kda, gdn2) or hgrn; its linear mixers do ",
+              "not take document boundaries yet");
     for (const Tensor* t : {&documents.doc_start, &documents.positions})
       HLA_CHECK(t->defined() && t->shape() == ids.shape() && t->dtype() == DType::I32 && t->device() == ids.device(),
                 "packed documents: doc_start and positions must be I32 shaped like ids ", ids.str(), ", got ",

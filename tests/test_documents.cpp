@@ -2,7 +2,7 @@
 // rows, and the training step on them, which must equal running every document alone (loss and
 // every gradient) for linear mixers with conv / token-shift tails and for attention hybrids; a
 // state leaking across a boundary would break it, as the same batch as plain windows shows.
-// The sequence ops that take packed documents natively (short_conv, delta_rule) against each
+// The sequence ops that take packed documents natively (short_conv, token_shift, hgrn, delta_rule) against each
 // document run alone: outputs, final states and every input gradient, in float64.
 #include <doctest/doctest.h>
 
@@ -17,7 +17,9 @@
 #include "nn/ops/attention.h"
 #include "nn/ops/delta_rule.h"
 #include "nn/ops/document_chunks.h"
+#include "nn/ops/hgrn.h"
 #include "nn/ops/short_conv.h"
+#include "nn/ops/token_shift.h"
 #include "tensor/ignore_index.h"
 #include "tensor/math.h"
 #include "tests/test_train_util.h"
@@ -314,6 +316,32 @@ TEST_CASE("packed documents: short_conv equals each document alone (outputs, fin
             .find("initial state must be undefined") != std::string::npos);
 }
 
+TEST_CASE("packed documents: token_shift and hgrn equal each document alone (outputs, final state, every gradient)") {
+  const int64_t B = int64_t(kPackedRows.size()), D = 5;
+  PackedOp shift;
+  shift.tokens = {check::randn64({B, kPackedT, D}, 41)};
+  shift.token_outputs = 1;  // delta; then the last token
+  shift.run = [](const std::vector<Var>& x, const std::vector<Var>&, const Tensor& doc_start) {
+    TokenShiftOut o = token_shift(x[0], Var(), doc_start);
+    return std::vector<Var>{o.delta, o.last_token};
+  };
+  check_documents_alone(shift, "token_shift");
+  PackedOp rec;
+  rec.tokens = {check::randn64({B, kPackedT, D}, 42), check::log_gate({B, kPackedT, D}, 43, 2.0)};
+  rec.token_outputs = 1;  // o; then the final state
+  rec.run = [](const std::vector<Var>& x, const std::vector<Var>&, const Tensor& doc_start) {
+    HgrnOutput o = hgrn(x[0], x[1], Var(), doc_start);
+    return std::vector<Var>{o.o, o.final_state};
+  };
+  check_documents_alone(rec, "hgrn");
+  // with documents the initial state must be undefined
+  const Var x(check::randn64({B, kPackedT, D}, 41)), state(Tensor::zeros({B, D}, DType::F64));
+  CHECK(error_of([&] { token_shift(x, state, packed_doc_start()); }).find("state must be undefined") !=
+        std::string::npos);
+  CHECK(error_of([&] { hgrn(x, x, state, packed_doc_start()); }).find("initial state must be undefined") !=
+        std::string::npos);
+}
+
 TEST_CASE("packed documents: the chunk-aligned layout, and gather / scatter between it and the rows") {
   // rows of 8 tokens: documents 3 + 5, and 1 + 2 + 5; chunks of 4
   const Tensor doc_start = document_starts({0, 3, 8, 9, 11, 16}, 2, 8);
@@ -437,6 +465,12 @@ TEST_CASE("a reset step equals every document alone: DeltaNet, KDA and GDN-2, na
     // only its own tokens, so Eigen's products sum in another order (up to 7e-5 seen)
     check_reset_in(tiny_model(type, "2:1"), DType::F32, 2e-4);
   }
+}
+
+TEST_CASE("a reset step equals every document alone: HGRN and an HGRN:attention hybrid, natively") {
+  CHECK(make_model(tiny_model("hgrn", "pure"), 11)->takes_documents());
+  check_reset_equals_documents_alone("hgrn", "pure");
+  check_reset_equals_documents_alone("hgrn", "3:1");
 }
 
 TEST_CASE("a reset step equals every document alone: Mamba-2 (conv tails) and a 3:1 hybrid") {

@@ -73,6 +73,18 @@ void add_hgrn_cases() {
                                      {"initial_state", randn64({2, 5}, s + 2)}};
                      },
                      hgrn_op));
+  // packed documents of 2, 1 and 3 tokens: h restarts from 0 at each
+  auto documents_op = [](std::vector<int64_t> documents) {
+    return [documents](const Vars& x) {
+      HgrnOutput out = hgrn(x[0], x[1], Var(), packed_doc_start(x[0].size(0), documents).to(x[0].value().device()));
+      return Vars{out.o, out.final_state};
+    };
+  };
+  add_case(grad_case("hgrn", "hgrn documents", 30,
+                     [](uint64_t s) {
+                       return Inputs{{"x", randn64({2, 6, 5}, s + 1)}, {"g", log_gate({2, 6, 5}, s + 3, 0.0)}};
+                     },
+                     documents_op({2, 1, 3})));
   for (const auto& [B, T, D] : {std::tuple<int64_t, int64_t, int64_t>{2, 300, 200}, {1, 4096, 256}})
     add_case(gpu_case("hgrn", "hgrn " + dims_label({{"B", B}, {"T", T}, {"D", D}}), named_kernel("recurrent"),
                       [B = B, T = T, D = D](uint64_t s) {
@@ -80,6 +92,13 @@ void add_hgrn_cases() {
                                       {"initial_state", randn64({B, D}, s + 3)}};
                       },
                       hgrn_op));
+  // documents of 37, 64 and 90 tokens: starts inside the kernels' 16-token loads
+  add_case(gpu_case("hgrn", "hgrn documents " + dims_label({{"B", 2}, {"T", 191}, {"D", 200}}),
+                    named_kernel("recurrent"),
+                    [](uint64_t s) {
+                      return Inputs{{"x", randn64({2, 191, 200}, s + 1)}, {"g", log_gate({2, 191, 200}, s + 2, 2.0)}};
+                    },
+                    documents_op({37, 64, 90})));
 
   // perf: x and g (B, T, H * D) at each bench shape; one row per distinct (B, T, H * D).
   std::vector<Shape> added;

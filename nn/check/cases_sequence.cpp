@@ -122,6 +122,7 @@ struct ShiftCase {
   int64_t B, L, D;
   bool state;
   uint64_t first;  // x draws from seed + first, the state from seed + first + 1
+  std::vector<int64_t> documents = {};  // packed documents: each row cut into these lengths (sum L), or none
 };
 
 void add_token_shift_cases() {
@@ -132,18 +133,27 @@ void add_token_shift_cases() {
       return in;
     };
   };
-  auto shift = [](const Vars& x) {
-    TokenShiftOut o = token_shift(x[0], x.size() > 1 ? x[1] : Var());
-    return Vars{o.delta, o.last_token};
+  auto shift = [](const ShiftCase& c) {
+    return [documents = c.documents](const Vars& x) {
+      const Tensor doc_start =
+          documents.empty() ? Tensor() : packed_doc_start(x[0].size(0), documents).to(x[0].value().device());
+      TokenShiftOut o = token_shift(x[0], x.size() > 1 ? x[1] : Var(), doc_start);
+      return Vars{o.delta, o.last_token};
+    };
   };
-  add_case(grad_case("token_shift", "token_shift", 30, shift_inputs({2, 4, 3, true, 1}), shift));
-  // RWKV-6 340M time mix / channel mix (no state), then a continued chunk with an odd width.
+  const ShiftCase small{2, 4, 3, true, 1}, small_documents{2, 6, 3, false, 1, {2, 1, 3}};
+  add_case(grad_case("token_shift", "token_shift", 30, shift_inputs(small), shift(small)));
+  add_case(
+      grad_case("token_shift", "token_shift documents", 30, shift_inputs(small_documents), shift(small_documents)));
+  // RWKV-6 340M time mix / channel mix (no state), then a continued chunk with an odd width, then
+  // packed documents (x_{t-1} = 0 at each start).
   for (const ShiftCase& c :
-       {ShiftCase{2, 77, 1024, false, 1}, ShiftCase{3, 37, 67, true, 2}, ShiftCase{2, 1, 33, true, 4}})
+       {ShiftCase{2, 77, 1024, false, 1}, ShiftCase{3, 37, 67, true, 2}, ShiftCase{2, 1, 33, true, 4},
+        ShiftCase{2, 191, 67, false, 5, {37, 64, 90}}})
     add_case(gpu_case("token_shift",
                       std::string("token_shift ") + (c.state ? "state " : "") +
-                          dims_label({{"B", c.B}, {"L", c.L}, {"D", c.D}}),
-                      named_kernel("token_shift"), shift_inputs(c), shift));
+                          (c.documents.empty() ? "" : "documents ") + dims_label({{"B", c.B}, {"L", c.L}, {"D", c.D}}),
+                      named_kernel("token_shift"), shift_inputs(c), shift(c)));
 
   auto static_lerp = [](const Vars& x) { return Vars{lerp(x[0], x[1], x[2])}; };
   add_case(grad_case("token_shift", "lerp", 32,

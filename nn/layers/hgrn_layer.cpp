@@ -31,7 +31,9 @@ class HgrnLayer : public Mixer {
     if (io.want_values) io.values = input;
     Tensor* S = recurrent_slot(io.state);
     // h_t = e^g h_{t-1} + i'_t; padded tokens (a right-padded prefill) write nothing and decay nothing
-    HgrnOutput rec = hgrn(zero_at_padding(input, io.state), zero_at_padding(g, io.state), initial_state(S, input));
+    // packed documents (io.documents): h restarts from 0 at each document start; the rest is per token
+    HgrnOutput rec = hgrn(zero_at_padding(input, io.state), zero_at_padding(g, io.state), initial_state(S, input),
+                          io.documents.doc_start);
     keep_state(S, rec.final_state);
     const Var& h = rec.o;
     Var y = gated_rmsnorm(h, project(store_, x, g_), store_.use(norm_), eps_, GateAct::Swish);

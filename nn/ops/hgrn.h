@@ -5,6 +5,9 @@
 // g is the forget gate in log space (g <= 0). The gate parameterisation (logsigmoid, lower
 // bound) and the tied input x = silu(i) * (1 - exp(g)) belong to the HGRN layer; this op is
 // only the recurrence, with the initial state in and the final state h_T out.
+// Packed documents (doc_start): h = 0 before each document's first token, so every document of
+// a row gives the outputs and gradients of the document alone; the final state is the row's last
+// document's, and the initial state must be undefined.
 //
 // Gradient buffers, on both devices: the backward WRITES every element of every buffer it is
 // given (callers pass uninitialised buffers); a null dh0 means "not wanted".
@@ -19,8 +22,9 @@ struct HgrnOutput {
   Var final_state;  // (B, D): h_T, in HgrnDims::state_dtype (fp32 on the GPU)
 };
 
-// x, g: (B, T, D); initial_state: (B, D) of x's dtype, or undefined (zeros).
-HgrnOutput hgrn(const Var& x, const Var& g, const Var& initial_state = Var());
+// x, g: (B, T, D); initial_state: (B, D) of x's dtype, or undefined (zeros); doc_start: (B, T)
+// I32 on x's device (nn/ops/attention.h: document_starts) or undefined (one document a row).
+HgrnOutput hgrn(const Var& x, const Var& g, const Var& initial_state = Var(), const Tensor& doc_start = Tensor());
 
 namespace cpu {
 // x, g, o: (B, T, D); h0, ht: (B, D); h0 may be null (zeros).

@@ -6,6 +6,7 @@
 #include <Eigen/Dense>
 #include <algorithm>
 
+#include "nn/ops/attention.h"
 #include "nn/ops/check.h"
 #include "tensor/dispatch.h"
 #ifdef HLA_CUDA
@@ -15,12 +16,19 @@
 namespace hla {
 namespace cpu {
 
+// Whether x_{t-1} is zero for token t > 0 of row b: a packed document starts at t.
+inline bool starts_document(const int32_t* doc_start, int64_t b, int64_t t, int64_t L) {
+  return doc_start && doc_start[b * L + t] == t;
+}
+
 template <class T>
-void token_shift_forward(T* delta, T* last, const T* x, const T* state, int64_t B, int64_t L, int64_t D) {
+void token_shift_forward(T* delta, T* last, const T* x, const T* state, const int32_t* doc_start, int64_t B,
+                         int64_t L, int64_t D) {
   for (int64_t b = 0; b < B; b++) {
     for (int64_t t = 0; t < L; t++)
       for (int64_t d = 0; d < D; d++) {
-        T prev = t > 0 ? x[(b * L + t - 1) * D + d] : (state ? state[b * D + d] : T(0));  // x_{t-1}
+        T prev = t == 0 ? (state ? state[b * D + d] : T(0))  // x_{t-1}: the state, 0 at a document start
+                        : starts_document(doc_start, b, t, L) ? T(0) : x[(b * L + t - 1) * D + d];
         delta[(b * L + t) * D + d] = prev - x[(b * L + t) * D + d];  // delta_t = x_{t-1} - x_t
       }
     for (int64_t d = 0; d < D; d++)  // last = x_L, or the state itself for an empty chunk
@@ -29,12 +37,16 @@ void token_shift_forward(T* delta, T* last, const T* x, const T* state, int64_t 
 }
 
 template <class T>
-void token_shift_backward(T* dx, T* dstate, const T* ddelta, const T* dlast, int64_t B, int64_t L, int64_t D) {
+void token_shift_backward(T* dx, T* dstate, const T* ddelta, const T* dlast, const int32_t* doc_start, int64_t B,
+                          int64_t L, int64_t D) {
   for (int64_t b = 0; b < B; b++)
     for (int64_t d = 0; d < D; d++) {
-      // x_t enters delta_t with -1 and delta_{t+1} with +1 (as x_{(t+1)-1}); x_L also is `last`
+      // x_t enters delta_t with -1 and delta_{t+1} with +1 (as x_{(t+1)-1}, unless a document
+      // starts at t+1); x_L also is `last`
       for (int64_t t = 0; t < L; t++) {
-        T next = t + 1 < L ? ddelta[(b * L + t + 1) * D + d] : dlast[b * D + d];
+        T next = t + 1 == L                                ? dlast[b * D + d]
+                 : starts_document(doc_start, b, t + 1, L) ? T(0)
+                                                           : ddelta[(b * L + t + 1) * D + d];
         dx[(b * L + t) * D + d] = -ddelta[(b * L + t) * D + d] + next;
       }
       if (dstate) dstate[b * D + d] = L > 0 ? ddelta[b * L * D + d] : dlast[b * D + d];  // state = x_0
@@ -108,10 +120,14 @@ void ddlerp_backward(T* dx, T* ddelta, T* dzz, T* dw2, T* dbias, const T* dxi, c
   }
 }
 
-template void token_shift_forward<float>(float*, float*, const float*, const float*, int64_t, int64_t, int64_t);
-template void token_shift_forward<double>(double*, double*, const double*, const double*, int64_t, int64_t, int64_t);
-template void token_shift_backward<float>(float*, float*, const float*, const float*, int64_t, int64_t, int64_t);
-template void token_shift_backward<double>(double*, double*, const double*, const double*, int64_t, int64_t, int64_t);
+template void token_shift_forward<float>(float*, float*, const float*, const float*, const int32_t*, int64_t, int64_t,
+                                         int64_t);
+template void token_shift_forward<double>(double*, double*, const double*, const double*, const int32_t*, int64_t,
+                                          int64_t, int64_t);
+template void token_shift_backward<float>(float*, float*, const float*, const float*, const int32_t*, int64_t,
+                                          int64_t, int64_t);
+template void token_shift_backward<double>(double*, double*, const double*, const double*, const int32_t*, int64_t,
+                                           int64_t, int64_t);
 template void lerp_forward<float>(float*, const float*, const float*, const float*, int64_t, int64_t);
 template void lerp_forward<double>(double*, const double*, const double*, const double*, int64_t, int64_t);
 template void lerp_backward<float>(float*, float*, float*, const float*, const float*, const float*, int64_t, int64_t);
@@ -130,30 +146,34 @@ template void ddlerp_backward<double>(double*, double*, double*, double*, double
 }  // namespace cpu
 
 // token_shift, one forward for both devices: cpu::token_shift_forward<T> or cuda::token_shift_forward.
-// x, delta: (B, L, D), state, last: (B, D), state may be undefined
-static void token_shift_forward(Tensor& delta, Tensor& last, const Tensor& x, const Tensor& state, int64_t B,
-                                int64_t L, int64_t D) {
+// x, delta: (B, L, D), state, last: (B, D), state may be undefined; doc_start: (B, L) I32 or undefined
+static void token_shift_forward(Tensor& delta, Tensor& last, const Tensor& x, const Tensor& state,
+                                const Tensor& doc_start, int64_t B, int64_t L, int64_t D) {
+  const int32_t* starts = data_or_null<int32_t>(doc_start);
   if (x.is_cuda()) {
-    HLA_CUDA_ONLY(cuda::token_shift_forward(delta.raw(), last.raw(), x.raw(), raw_or_null(state), B, L, D, x.dtype()));
+    HLA_CUDA_ONLY(cuda::token_shift_forward(delta.raw(), last.raw(), x.raw(), raw_or_null(state), starts, B, L, D,
+                                            x.dtype()));
     return;
   }
   dispatch_float(x.dtype(), "token_shift", [&](auto tag) {
     using T = decltype(tag);
-    cpu::token_shift_forward(delta.data<T>(), last.data<T>(), x.data<T>(), data_or_null<T>(state), B, L, D);
+    cpu::token_shift_forward(delta.data<T>(), last.data<T>(), x.data<T>(), data_or_null<T>(state), starts, B, L, D);
   });
 }
 
 // One backward for both devices; dx: (B, L, D), dstate: (B, D) written (dstate undefined when not wanted).
-static void token_shift_backward(Tensor& dx, Tensor& dstate, const Tensor& ddelta, const Tensor& dlast, int64_t B,
-                                 int64_t L, int64_t D) {
+static void token_shift_backward(Tensor& dx, Tensor& dstate, const Tensor& ddelta, const Tensor& dlast,
+                                 const Tensor& doc_start, int64_t B, int64_t L, int64_t D) {
+  const int32_t* starts = data_or_null<int32_t>(doc_start);
   if (dx.is_cuda()) {
-    HLA_CUDA_ONLY(cuda::token_shift_backward(dx.raw(), raw_or_null(dstate), ddelta.raw(), dlast.raw(), B, L, D,
-                                             dx.dtype()));
+    HLA_CUDA_ONLY(cuda::token_shift_backward(dx.raw(), raw_or_null(dstate), ddelta.raw(), dlast.raw(), starts, B, L,
+                                             D, dx.dtype()));
     return;
   }
   dispatch_float(dx.dtype(), "token_shift", [&](auto tag) {
     using T = decltype(tag);
-    cpu::token_shift_backward(dx.data<T>(), data_or_null<T>(dstate), ddelta.data<T>(), dlast.data<T>(), B, L, D);
+    cpu::token_shift_backward(dx.data<T>(), data_or_null<T>(dstate), ddelta.data<T>(), dlast.data<T>(), starts, B, L,
+                              D);
   });
 }
 
@@ -217,23 +237,29 @@ static void ddlerp_backward(Tensor& dx, Tensor& ddelta, Tensor& dzz, Tensor& dw2
   });
 }
 
-TokenShiftOut token_shift(const Var& x, const Var& state) {
+TokenShiftOut token_shift(const Var& x, const Var& state, const Tensor& doc_start) {
   HLA_CHECK(x.dim() == 3, "token_shift: x must be (B, L, D), got ", x.value().str());
   int64_t B = x.size(0), L = x.size(1), D = x.size(2);
   Tensor xv = x.value();
   Tensor sv = state.defined() ? state.value() : Tensor();
   if (sv.defined()) check_shape(sv, {B, D}, "token_shift", "state");
   check_operand(sv, xv, "token_shift", "state");
+  if (doc_start.defined()) {
+    check_document_starts(doc_start, B, L, xv.device(), "token_shift");
+    HLA_CHECK(!sv.defined(), "token_shift: with packed documents (doc_start) the state must be undefined, got ",
+              sv.str());
+  }
   Tensor delta = Tensor::empty({B, L, D}, xv.dtype(), xv.device());  // delta: (B, L, D)
   Tensor last = Tensor::empty({B, D}, xv.dtype(), xv.device());      // last: (B, D)
-  token_shift_forward(delta, last, xv, sv, B, L, D);
+  token_shift_forward(delta, last, xv, sv, doc_start, B, L, D);
   const bool has_state = sv.defined();
   const DType dt = xv.dtype();
   const Device dev = xv.device();
+  // the closure's copy of doc_start keeps it alive for the backward
   std::vector<Var> outs = record_op({delta, last}, {x, state}, [=](const std::vector<Tensor>& g) {
     Tensor dx = Tensor::empty({B, L, D}, dt, dev);
     Tensor ds = has_state ? Tensor::empty({B, D}, dt, dev) : Tensor();
-    token_shift_backward(dx, ds, g[0], g[1], B, L, D);
+    token_shift_backward(dx, ds, g[0], g[1], doc_start, B, L, D);
     return std::vector<Tensor>{dx, ds};
   }, "token_shift");
   return {outs[0], outs[1]};
