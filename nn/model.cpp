@@ -72,7 +72,6 @@ class HybridLM : public TrainableModel, public StatefulModel {
 
   Var logits(const Tensor& ids) override { return linear(forward(ids, nullptr), head_weight()); }  // (B, T, V)
 
-  // Every layer softmax attention: attention and RoPE are the only ops that see across tokens.
   // Softmax attention, the delta-rule mixers and HGRN stop at document starts; the blocks' other
   // parts (norms, MLP, routing) are per token. The linear layers all have the config's mixer.
   bool takes_documents() const override {
