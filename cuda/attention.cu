@@ -23,28 +23,25 @@
 //        skips the tiles none of its rows sees (above the diagonal, before the window or its
 //        document, past T): packed documents cost only the tiles inside documents.
 //        Blocks: the forward 128 queries, 4 warps of 32 rows (two m16 row tiles, so every K/V
-//        fragment read feeds two mma; two blocks an SM at D = 128, three at D = 64); dK/dV 64
-//        keys, 4 warps of 16 (two blocks an SM at D = 128, three at D = 64: bwd_blocking); dQ
-//        the same warps, of 32 queries (two row tiles, as the forward) at D = 128 and of 16 at
-//        D = 64 (dq_row_tiles). K/V tiles of 64 keys in the forward, 32 in dQ (Q/dO tiles of 32
-//        queries in dK/dV) are double-buffered with cp.async (swizzled: cuda/tile.cuh); dQ's Q
-//        and dO stay in registers as A fragments at D = 64, elsewhere the rows' operands are read
-//        from shared memory (no room beside the accumulators); P and dS go from accumulators
-//        straight into the next product's A operand (see cuda/mma.cuh). Softmax runs in base 2
-//        with the scale folded in: exp(x) = exp2(x log2 e), one FFMA and one EX2 in every kernel
-//        (cuda/fast_exp2.cuh), the forward's running max moved only when a score passes it by
-//        2^8 (then O is rescaled). Shared memory at D = 128 / 64:
-//        forward 96 / 48 KB, dQ 97 / 32.5 KB, dK/dV 96.5 / 32.5 KB.
+//        fragment read feeds two mma; two blocks an SM at D = 128, three at D = 64); the
+//        backward 64 rows, 4 warps of 16 (two blocks an SM at D = 128, three at D = 64):
+//        bwd_blocking. K/V tiles of 64 keys (Q/dO tiles of 32 queries in the dK/dV kernel) are
+//        double-buffered with cp.async (swizzled: cuda/tile.cuh); the backward's rows stay in
+//        registers as A fragments (Q and dO in dQ), the forward's Q is read from shared memory
+//        (no room beside O); P and dS go from accumulators straight into the next product's A
+//        operand (see cuda/mma.cuh). Softmax runs in base 2 with the scale folded in:
+//        exp(x) = exp2(x log2 e), in the forward one FFMA and one EX2 (cuda/fast_exp2.cuh), its
+//        running max moved only when a score passes it by 2^8 (then O is rescaled). Shared
+//        memory at D = 128 / 64: forward 96 / 48 KB, dQ 128 / 48 KB, dK/dV 96.5 / 32.5 KB.
 //        D = 256 (twice the registers a row): the forward 64 queries, 4 warps of one m16 row
 //        tile, K/V tiles of 32 keys (96 KB, two blocks an SM); the backward 128 rows, 8 warps of
-//        16, one block an SM (dQ 193 KB: K/V tiles of 32 keys, Q and dO fragments read from
+//        16, one block an SM (dQ 192 KB: K/V tiles of 32 keys, Q and dO fragments read from
 //        shared memory; dK/dV 192.5 KB: two sweeps over the queries, dV then dK, the second
 //        rebuilding P, five products a step instead of four). Every kernel of this file runs in
 //        CI on the host emulator against the CPU reference (tests/emu/test_attention_emu.cpp).
 //        On the H200 (ncu, commit a485f34, B4 T4096 H16 D128 bf16 causal): forward 1.009 ms
 //        (~274 TFLOP/s; 1.156 with one 8-warp block an SM), dQ 1.72 ms, dK/dV 2.50 ms; torch
-//        SDPA's flash kernels take 0.499 and ~1.5 (targets.md). dQ's blocking at D = 128 changed
-//        since (two row tiles a warp, 32-key tiles): not measured yet.
+//        SDPA's flash kernels take 0.499 and ~1.5 (targets.md).
 //   fma: plain fp32 arithmetic, any D, Dv <= 256, F32 or BF16 storage: one warp per row, keys
 //        (or queries) in shared-memory tiles of 32, one per lane. The readable version, and the
 //        fp32 path.
@@ -119,88 +116,6 @@ struct DocumentMask {
   }
 };
 
-// DocumentMask for queries that stay fixed over a kernel's loop (the forward's rows): with
-// documents, the first key each of this thread's N rows sees (its document and the window) is
-// read once before the loop, so that no step reads doc_start (its address arithmetic spilled the
-// forward with documents, 4 bytes at D = 128, 20 at D = 64; now none); whether some key of
-// a step is visible to a row of the warp is then a vote, and whether every key is visible to
-// this thread's rows is this thread's own test (it masks only its own elements). Without DOCS
-// the window tests alone, as DocumentMask<false>.
-template <bool DOCS, int N>
-struct QueryRowsMask {
-  int row_first_key[N] = {};
-  template <class Rows>
-  __device__ QueryRowsMask(const DocumentMask<DOCS>& docs, const Rows& t_row, int window) {
-    if constexpr (DOCS) {
-#pragma unroll
-      for (int r = 0; r < N; r++) row_first_key[r] = docs.first_key(t_row(r), window > 0 ? t_row(r) - window + 1 : 0);
-    }
-  }
-  // Whether key s is visible from row r (query t).
-  __device__ bool visible(int r, int t, int s, int window) const {
-    if constexpr (!DOCS) return ::hla::cuda::visible(t, s, window);
-    else return s <= t && s >= row_first_key[r];
-  }
-  // Whether some key of [s_first, s_last] is visible from some row of the warp (all lanes call
-  // it), and whether every key is visible from every row of this thread; row r is query t_row(r),
-  // within [t_first, t_last] and growing with r (so does a row's first key: doc_start and the
-  // window's first key never decrease along t).
-  template <class Rows>
-  __device__ bool any_visible(int t_first, int t_last, const Rows& t_row, int s_first, int s_last, int window) const {
-    if constexpr (!DOCS) return ::hla::cuda::any_visible(t_first, t_last, s_first, s_last, window);
-    else {
-      bool any = false;
-#pragma unroll
-      for (int r = 0; r < N; r++) any = any || (s_first <= t_row(r) && row_first_key[r] <= s_last);
-      return __any_sync(0xffffffffu, any);
-    }
-  }
-  template <class Rows>
-  __device__ bool all_visible(int t_first, int t_last, const Rows& t_row, int s_first, int s_last, int window) const {
-    if constexpr (!DOCS) return ::hla::cuda::all_visible(t_first, t_last, s_first, s_last, window);
-    else return s_last <= t_row(0) && row_first_key[N - 1] <= s_first;  // rows and first keys grow with r
-  }
-};
-
-// The same for keys that stay fixed over a kernel's loop (dK/dV's rows): with documents, the
-// last query each of this thread's N keys is seen from (the end of its document, the window and
-// T) is found once before the loop. Without DOCS the window tests alone, as DocumentMask<false>.
-template <bool DOCS, int N>
-struct KeyRowsMask {
-  int row_last_query[N] = {};
-  template <class Rows>
-  __device__ KeyRowsMask(const DocumentMask<DOCS>& docs, const Rows& s_row, int window, int T) {
-    if constexpr (DOCS) {
-#pragma unroll
-      for (int r = 0; r < N; r++)
-        row_last_query[r] = docs.last_query(s_row(r), min(T - 1, window > 0 ? s_row(r) + window - 1 : T - 1));
-    }
-  }
-  // Whether query t (< T) sees row r (key s).
-  __device__ bool visible(int r, int t, int s, int window) const {
-    if constexpr (!DOCS) return ::hla::cuda::visible(t, s, window);
-    else return s <= t && t <= row_last_query[r];
-  }
-  // Whether some query of [t_first, t_last] sees some row of the warp (all lanes call it), and
-  // whether every query sees every row of this thread (with documents also t_last < T); row r is
-  // key s_row(r), within [s_first, s_last] and growing with r (so does a key's last query).
-  template <class Rows>
-  __device__ bool any_visible(int t_first, int t_last, int s_first, int s_last, const Rows& s_row, int window) const {
-    if constexpr (!DOCS) return ::hla::cuda::any_visible(t_first, t_last, s_first, s_last, window);
-    else {
-      bool any = false;
-#pragma unroll
-      for (int r = 0; r < N; r++) any = any || (s_row(r) <= t_last && t_first <= row_last_query[r]);
-      return __any_sync(0xffffffffu, any);
-    }
-  }
-  template <class Rows>
-  __device__ bool all_visible(int t_first, int t_last, int s_first, int s_last, const Rows& s_row, int window) const {
-    if constexpr (!DOCS) return ::hla::cuda::all_visible(t_first, t_last, s_first, s_last, window);
-    else return s_row(N - 1) <= t_first && t_last <= row_last_query[0];
-  }
-};
-
 // Launches kernel(params...) on grid x threads with `bytes` of dynamic shared memory (more than
 // 48 KB allowed where needed) and checks the launch.
 template <class Kernel, class... Params>
@@ -212,12 +127,11 @@ void launch(Kernel kernel, dim3 grid, int threads, size_t bytes, Params... param
 }
 
 // ------------------------------------------------------------------------------------------
-// mma path. Every warp owns row tiles of 16 rows (two in the forward and in dQ at D = 128, one
-// in dK/dV, in dQ at D = 64 and 256, in the forward at D = 256); per-thread rows inside a row
-// tile: lane / 4 and +8 (queries, or keys for dK/dV); a warp skips the tiles none of its rows
-// sees.
+// mma path. Every warp owns row tiles of 16 rows (one in the backward, two in the forward, one
+// in the forward at D = 256); per-thread rows inside a row tile: lane / 4 and +8 (queries, or
+// keys for dK/dV); a warp skips the tiles none of its rows sees.
 
-// Keys per K/V tile of the forward: 64, and 32 at D = 256 (shared memory).
+// Keys per K/V tile of the forward and dQ kernels: 64, and 32 at D = 256 (shared memory).
 constexpr int mma_cols(int D) { return D == 256 ? 32 : 64; }
 constexpr int kMmaQueries = 32;  // queries per step of the dK/dV kernel
 
@@ -236,8 +150,7 @@ constexpr int fwd_blocks_per_sm(int D) { return D == 64 ? 3 : 2; }
 constexpr float kMaxSlack = 8.0f;  // log2 units: the forward's running max may lag the true one by this
 
 // The backward kernels' warps per block and the blocks an SM their registers are capped for.
-// D = 128: 4 warps (64-row blocks; dQ's are 128 rows, dq_row_tiles), two blocks an SM. 128-row
-// blocks of 8 warps of 16 rows, one an SM, were
+// D = 128: 4 warps (64-row blocks), two blocks an SM. 128-row blocks of 8 warps, one an SM, were
 // measured slower on the H200 twice: at B4 T4096 H16 bf16, dQ 1.755 ms and dK/dV 2.673 against
 // the 64-row kernels' 1.628 and 2.485 (ncu, 8e0b4a4 vs 4150e97), as in e9d37a7 before. D = 64:
 // 4 warps, three blocks an SM (12 warps): 8 warps an SM at D = 64 (128-row blocks and steps,
@@ -251,14 +164,6 @@ constexpr BwdBlocking bwd_blocking(int D) {
   return D == 64 ? BwdBlocking{4, 3} : D == 128 ? BwdBlocking{4, 2} : BwdBlocking{8, 1};
 }
 
-// The dQ kernel's m16 row tiles a warp and queries a block, over K/V tiles of kDqCols keys.
-// D = 128: two row tiles (32 queries a warp, 128 a block; 2 x 97 KB of shared memory an SM);
-// D = 64 and 256: one row tile (32.5 and 193 KB). Tiles of 64 keys (as before at D = 64 and 128)
-// spilled at D = 64 once P was one ex2.approx.ftz (4 to 36 bytes: P and dS 64 registers, not 32).
-constexpr int dq_row_tiles(int D) { return D == 128 ? 2 : 1; }
-constexpr int dq_rows(int D) { return 16 * dq_row_tiles(D) * bwd_blocking(D).warps; }
-constexpr int kDqCols = 32;
-
 // The mma kernels' grids are (heads, B, row blocks), row blocks slowest, blockIdx.z = 0 the
 // longest (the last queries, or the first keys). The scheduler starts blocks in index order, so
 // every (head, batch)'s longest block starts before any shorter one and the last blocks to start
@@ -270,13 +175,12 @@ constexpr int kDqCols = 32;
 // shared memory feeds MT mma. Row tile 1 is written out under `if constexpr` (as in mma_pb) so
 // that the backward's MT = 1 code is what it was. At W = 256 the k loop is unrolled 4 deep, not
 // 16: fully unrolled, ptxas hoisted so many fragment loads that the D = 256 backward kernels
-// spilled (40 to 56 bytes; none at 4); UNROLL sets the depth where a kernel needs another.
-constexpr int abt_unroll(int W) { return W == 256 ? 4 : W / 16; }
-template <int W, int NT, int MT = 1, int UNROLL = abt_unroll(W)>
+// spilled (40 to 56 bytes; none at 4).
+template <int W, int NT, int MT = 1>
 __device__ __forceinline__ void mma_abt(float (&s)[MT * NT][4], const bf16* sA, const bf16* sB) {
   static_assert(MT == 1 || MT == 2, "one or two row tiles");
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-#pragma unroll(UNROLL)
+#pragma unroll(W == 256 ? 4 : W / 16)
   for (int kk = 0; kk < W / 16; kk++) {
     uint32_t a[MT][4];
     ldmatrix_x4(a[0], sA + swizzle<W>(warp * 16 * MT + lane % 16, kk * 16 + (lane / 16) * 8));
@@ -371,9 +275,8 @@ __device__ __forceinline__ void store_rows(bf16* out, const float (*acc)[4], int
 // needed 0.5; and a thread 64 FFMA + 64 EX2 for P, 64 max, 64 add, 32 packs, 22 shuffles; the
 // 128 multiplies of the O rescale only on the rare steps where the max moves (pass 2). Q stays
 // in shared memory (in registers it would not fit beside O and S). Registers (ptxas, sm_90, no spills): D = 128
-// 247 (O 128, S 32; 251 with documents), D = 64 168. D = 256:
-// 64-query blocks, warp w owns rows 16 w .. 16 w + 15 (one row tile: O is 128 registers), one
-// 32-key step a K/V tile; 248 registers (O 128, S 16; 250 with documents).
+// 247 (O 128, S 32), D = 64 168. D = 256: 64-query blocks, warp w owns rows 16 w .. 16 w + 15 (one
+// row tile: O is 128 registers), one 32-key step a K/V tile; 248 registers (O 128, S 16).
 template <int D, bool DOCS>
 __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
     attention_forward_mma(bf16* o, float* lse, const bf16* q, const bf16* k, const bf16* v, int T, int H, int Hkv,
@@ -396,7 +299,6 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
   const int w_first = q0 + warp * 16 * MT, w_last = w_first + 16 * MT - 1;  // this warp's rows
   // this thread's rows: r = 2 mt + half is row tile mt's lane / 4 + 8 half
   const auto t_row = [&](int r) { return w_first + (r / 2) * 16 + (r % 2) * 8 + lane / 4; };
-  const QueryRowsMask<DOCS, kRowsPerThread> mask(docs, t_row, window);
 
   load_tile_async<kRows, D, kFwdThreads>(sQ, qh, q_stride, q0, T);
   load_tile_async<kCols, D, kFwdThreads>(sK, kh, kv_stride, kb_first * kCols, T);
@@ -418,18 +320,17 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
     cp_async_commit();
     for (int s0 = k0; s0 < k0 + kCols; s0 += kFwdStep) {  // keys s0 .. s0 + kFwdStep - 1
       // A step with no key visible to any row of the warp changes nothing (P = 0).
-      if (w_first >= T || !mask.any_visible(w_first, w_last, t_row, s0, s0 + kFwdStep - 1, window)) continue;
+      if (w_first >= T || !docs.any_visible(w_first, w_last, s0, s0 + kFwdStep - 1, window)) continue;
 
       // pass 1: S = Q K^T (unscaled), invisible keys -> -inf (only on steps some row sees in part)
       float s[MT * NT][4] = {};
       mma_abt<D, NT, MT>(s, sQ, sK + (buf * kCols + s0 - k0) * D);
-      if (!mask.all_visible(w_first, w_last, t_row, s0, s0 + kFwdStep - 1, window))
+      if (!docs.all_visible(w_first, w_last, s0, s0 + kFwdStep - 1, window))
 #pragma unroll
         for (int i = 0; i < MT * NT; i++)
 #pragma unroll
           for (int e = 0; e < 4; e++)
-            if (!mask.visible(2 * (i / NT) + e / 2, t_row(2 * (i / NT) + e / 2),
-                              s0 + (i % NT) * 8 + (lane % 4) * 2 + e % 2, window))
+            if (!docs.visible(t_row(2 * (i / NT) + e / 2), s0 + (i % NT) * 8 + (lane % 4) * 2 + e % 2, window))
               s[i][e] = -INFINITY;
 
       // pass 2: online softmax, each row's max and sum spread over the 4 lanes of a quad; row r's
@@ -508,28 +409,20 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
       if (t_row(r) < T) lse[(int64_t(b) * H + h) * T + t_row(r)] = (m[r] + log2f(l[r])) / kLog2e;
 }
 
-// dq: (B, T, H, D). Grid (H, B, blocks of dq_rows(D) queries), longest first. As in the
-// forward, a warp skips the key tiles none of its rows sees. D = 64: a warp's 16 queries keep Q
-// and dO in registers as A fragments (only the K and V tiles are read from shared memory in the
-// loop), 156 registers (152 with documents; the cap for three blocks an SM is 168). D = 128: two
-// row tiles a warp (32 queries: every K and V fragment read from shared memory feeds two mma),
-// Q and dO read from shared memory each 32-key tile (in registers they would not fit beside dQ's
-// 128); per 32 keys a warp issues 192 mma over 80 ldmatrix.x4 (Q 16, K 16, dO 16, V 16, K again
-// for dS K 16): 0.42 a mma, where the 16-row warps with Q and dO in registers needed 0.5 (96 per
-// 192 mma over 64 keys); 255 registers (dQ 128, P 32, dS 32; the cap for two 4-warp blocks), with the
-// rows' lse and Delta read from shared memory each tile. D = 256: dQ alone is 128 registers, so
-// one row tile, Q and dO read from shared memory, K/V tiles of 32 keys; 241 registers (243 with
-// documents; one 8-warp block an SM). Registers: ptxas, sm_90, no spills.
+// dq: (B, T, H, D). Grid (H, B, blocks of 16 bwd_blocking(D).warps queries), longest first.
+// Rows of a warp: 16 queries, whose Q and dO stay in registers as A fragments (only the K and V
+// tiles are read from shared memory in the loop); as in the forward, a warp skips the key tiles
+// none of its rows sees. Occupancy (ptxas, sm_90, no spills): D = 128 in at most 255 registers
+// (Q and dO fragments 64, dQ 64, P 32, dS 32; the cap for two 4-warp blocks); D = 64 in 168 (the
+// cap for three). D = 256: dQ alone is 128 registers, so Q and dO are read from shared memory
+// each step, over K/V tiles of 32 keys; 246 registers (one 8-warp block an SM).
 template <int D, bool DOCS>
 __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).blocks_per_sm)
     attention_backward_dq_mma(bf16* dq, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
                               const float* lse, const float* delta, int T, int H, int Hkv, float scale,
                               int window, DocumentMask<DOCS> documents) {
-  constexpr int kWarps = bwd_blocking(D).warps, kThreads = 32 * kWarps, MT = dq_row_tiles(D);
-  constexpr int kRows = dq_rows(D), kCols = kDqCols, NT = kCols / 8;
-  constexpr bool kRowsInRegisters = D == 64;  // Q and dO fragments; else read from shared memory
-  // mma_abt's k loop 2 deep at two row tiles: fully unrolled, ptxas spilled (64 bytes at D = 128)
-  constexpr int kUnroll = MT == 2 ? 2 : abt_unroll(D);
+  constexpr int kWarps = bwd_blocking(D).warps, kThreads = 32 * kWarps, kRows = 16 * kWarps, kCols = mma_cols(D);
+  constexpr bool kRowsInRegisters = D <= 128;  // Q and dO fragments; at D = 256 read from shared memory
   extern __shared__ float4 smem_raw[];
   bf16* sQ = reinterpret_cast<bf16*>(smem_raw);  // sQ: (kRows, D)
   bf16* sdO = sQ + kRows * D;                    // sdO: (kRows, D)
@@ -546,17 +439,15 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
   const int kb_first = docs.first_key(q0, window > 0 ? max(0, q0 - window + 1) : 0) / kCols;
   const int kb_last = min(T - 1, q0 + kRows - 1) / kCols;
   const float scale_log2 = scale * kLog2e;
-  const int w_first = q0 + warp * 16 * MT, w_last = w_first + 16 * MT - 1;  // this warp's rows
-  // this thread's rows: r = 2 mt + half is row tile mt's lane / 4 + 8 half
-  const auto t_row = [&](int r) { return w_first + (r / 2) * 16 + (r % 2) * 8 + lane / 4; };
-  // sStats: (kRows, 2): a query's lse (log2 units) and Delta, read each tile rather than held in
-  // registers; written here, read after the loop's first barrier.
-  float2* sStats = reinterpret_cast<float2*>(sV + 2 * kCols * D);
-  for (int r = threadIdx.x; r < kRows; r += kThreads) {
-    const int64_t i = (int64_t(b) * H + h) * T + min(q0 + r, T - 1);
-    sStats[r] = make_float2(lse[i] * kLog2e, delta[i]);
+  const int w_first = q0 + warp * 16, w_last = w_first + 15;  // this warp's rows
+  const int t_row[2] = {w_first + lane / 4, w_first + lane / 4 + 8};
+  float lse2[2], dlt[2];  // lse in log2 units and Delta of this thread's two rows
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    const int64_t i = (int64_t(b) * H + h) * T + min(t_row[r], T - 1);
+    lse2[r] = lse[i] * kLog2e;
+    dlt[r] = delta[i];
   }
-  const auto stats = [&](int r) { return sStats[t_row(r) - q0]; };  // (lse in log2 units, Delta) of row r
 
   load_tile_async<kRows, D, kThreads>(sQ, qh, q_stride, q0, T);
   load_tile_async<kRows, D, kThreads>(sdO, doh, q_stride, q0, T);
@@ -565,7 +456,7 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
   cp_async_commit();
 
   uint32_t qf[D / 16][4], dof[D / 16][4];  // this warp's 16 rows of Q and dO as A fragments (kRowsInRegisters)
-  float acc[MT * D / 8][4] = {};            // acc: (16 MT, D) dQ / scale, row tile mt at acc[mt * D / 8..]
+  float acc[D / 8][4] = {};                 // acc: (16, D) dQ / scale
   for (int kb = kb_first; kb <= kb_last; kb++) {
     const int buf = (kb - kb_first) & 1, k0 = kb * kCols;
     cp_async_wait_all();
@@ -583,37 +474,33 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
     cp_async_commit();
     if (w_first >= T || !docs.any_visible(w_first, w_last, k0, k0 + kCols - 1, window)) continue;
     const bf16* k_tile = sK + buf * kCols * D;
-    // pass 1: P = exp(scale Q K^T - lse), zero where invisible; row r's elements are
-    // p[(r / 2) NT + nt][2 (r % 2) + 0, 1]
-    float p[MT * NT][4] = {};
-    if constexpr (kRowsInRegisters) mma_abt_reg<D, NT>(p, qf, k_tile);
-    else mma_abt<D, NT, MT, kUnroll>(p, sQ, k_tile);
+    // pass 1: P = exp(scale Q K^T - lse), zero where invisible
+    float p[kCols / 8][4] = {};
+    if constexpr (kRowsInRegisters) mma_abt_reg<D, kCols / 8>(p, qf, k_tile);
+    else mma_abt<D, kCols / 8>(p, sQ, k_tile);
     const bool needs_mask = !docs.all_visible(w_first, w_last, k0, k0 + kCols - 1, window) || w_last >= T;
 #pragma unroll
-    for (int i = 0; i < MT * NT; i++)
+    for (int nt = 0; nt < kCols / 8; nt++)
 #pragma unroll
       for (int e = 0; e < 4; e++) {
-        const int r = 2 * (i / NT) + e / 2, t = t_row(r), s = k0 + (i % NT) * 8 + (lane % 4) * 2 + e % 2;
+        const int t = t_row[e / 2], s = k0 + nt * 8 + (lane % 4) * 2 + e % 2;
         const bool ok = !needs_mask || (t < T && docs.visible(t, s, window));
-        p[i][e] = exp2_ftz(ok ? fmaf(p[i][e], scale_log2, -stats(r).x) : -INFINITY);  // 2^-inf = 0, no branch
+        p[nt][e] = exp2f(ok ? fmaf(p[nt][e], scale_log2, -lse2[e / 2]) : -INFINITY);  // 2^-inf = 0, no branch
       }
     // pass 2: dP = dO V^T;  dS = P (dP - Delta)
-    float ds[MT * NT][4] = {};
-    if constexpr (kRowsInRegisters) mma_abt_reg<D, NT>(ds, dof, sV + buf * kCols * D);
-    else mma_abt<D, NT, MT, kUnroll>(ds, sdO, sV + buf * kCols * D);
+    float ds[kCols / 8][4] = {};
+    if constexpr (kRowsInRegisters) mma_abt_reg<D, kCols / 8>(ds, dof, sV + buf * kCols * D);
+    else mma_abt<D, kCols / 8>(ds, sdO, sV + buf * kCols * D);
 #pragma unroll
-    for (int i = 0; i < MT * NT; i++)
+    for (int nt = 0; nt < kCols / 8; nt++)
 #pragma unroll
-      for (int e = 0; e < 4; e++) ds[i][e] = p[i][e] * (ds[i][e] - stats(2 * (i / NT) + e / 2).y);
+      for (int e = 0; e < 4; e++) ds[nt][e] = p[nt][e] * (ds[nt][e] - dlt[e / 2]);
     // pass 3: dQ += dS K
-    mma_pb<D, NT, MT>(acc, ds, k_tile);
+    mma_pb<D, kCols / 8>(acc, ds, k_tile);
   }
-#pragma unroll
-  for (int mt = 0; mt < MT; mt++) {
-    const int t0 = t_row(2 * mt), t1 = t_row(2 * mt + 1);
-    store_rows<D>(dq, acc + mt * (D / 8), (int64_t(b) * T + t0) * q_stride + int64_t(h) * D,
-                  (int64_t(b) * T + t1) * q_stride + int64_t(h) * D, t0 < T, t1 < T, scale, scale);
-  }
+  const int64_t row0 = (int64_t(b) * T + t_row[0]) * q_stride + int64_t(h) * D;
+  const int64_t row1 = (int64_t(b) * T + t_row[1]) * q_stride + int64_t(h) * D;
+  store_rows<D>(dq, acc, row0, row1, t_row[0] < T, t_row[1] < T, scale, scale);
 }
 
 // dk, dv: (B, T, Hkv, D). Grid (Hkv, B, blocks of 16 bwd_blocking(D).warps keys), longest
@@ -624,8 +511,7 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
 // products) and stored to shared memory at the end of the step. Occupancy (ptxas, sm_90, no
 // spills): D = 128 in at most 255 registers (dK and dV 128, P^T and dS^T 32; the cap for two
 // 4-warp blocks); D = 64 in 168 (the cap for three). D = 256: dV, then dK, one sweep each (see
-// sweep); 252 registers (one 8-warp block an SM). With documents a thread's keys' last queries
-// are found once (KeyRowsMask): 254 / 166 / 247 registers at D = 128 / 64 / 256.
+// sweep); 252 registers (one 8-warp block an SM).
 template <int D, bool DOCS>
 __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).blocks_per_sm)
     attention_backward_dkdv_mma(bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
@@ -653,8 +539,6 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
   const float scale_log2 = scale * kLog2e;
   const int w_first = k0 + warp * 16, w_last = w_first + 15;  // this warp's keys
   const int s_row[2] = {w_first + lane / 4, w_first + lane / 4 + 8};
-  const auto key_row = [&](int r) { return s_row[r]; };
-  const KeyRowsMask<DOCS, 2> mask(docs, key_row, window, T);
 
   // Step i covers query head hk * group + i / tiles_per_head, queries from
   // (qb_first + i % tiles_per_head) * 32.
@@ -696,7 +580,7 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
       __syncthreads();  // step i's tiles and stats landed; every warp is done with step i - 1's
       if (i + 1 < steps) load_step(i + 1, buf ^ 1);
       cp_async_commit();
-      if (w_first < T && mask.any_visible(j0, j_last, w_first, w_last, key_row, window)) {
+      if (w_first < T && docs.any_visible(j0, j_last, w_first, w_last, window)) {
         const bf16* q_tile = sQ + buf * kMmaQueries * D;
         const bf16* do_tile = sdO + buf * kMmaQueries * D;
         // (lse, Delta, lse, Delta) of query columns nt * 8 + (lane % 4) * 2 and + 1
@@ -706,15 +590,15 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
         // pass 1: P^T = exp(scale K Q^T - lse), zero where invisible
         float p[kMmaQueries / 8][4] = {};
         mma_abt<D, kMmaQueries / 8>(p, sK, q_tile);
-        const bool needs_mask = !mask.all_visible(j0, j_last, w_first, w_last, key_row, window) || j_last >= T;
+        const bool needs_mask = !docs.all_visible(j0, j_last, w_first, w_last, window) || j_last >= T;
 #pragma unroll
         for (int nt = 0; nt < kMmaQueries / 8; nt++) {
           const float4 st = stats(nt);
 #pragma unroll
           for (int e = 0; e < 4; e++) {
             const int t = j0 + nt * 8 + (lane % 4) * 2 + e % 2;
-            const bool ok = !needs_mask || (t < T && mask.visible(e / 2, t, s_row[e / 2], window));
-            p[nt][e] = exp2_ftz(ok ? fmaf(p[nt][e], scale_log2, e % 2 ? -st.z : -st.x) : -INFINITY);
+            const bool ok = !needs_mask || (t < T && docs.visible(t, s_row[e / 2], window));
+            p[nt][e] = exp2f(ok ? fmaf(p[nt][e], scale_log2, e % 2 ? -st.z : -st.x) : -INFINITY);
           }
         }
         // pass 2: dP^T = V dO^T;  dS^T = P^T (dP^T - Delta)
@@ -1041,11 +925,10 @@ void attention_backward(void* dq, void* dk, void* dv, const void* dout, const vo
       constexpr int kD = decltype(d)::value;
       constexpr bool kDocs = decltype(docs)::value;
       constexpr int kWarps = bwd_blocking(kD).warps, kRows = 16 * kWarps;
-      launch(attention_backward_dq_mma<kD, kDocs>, mma_grid(s, s.H, dq_rows(kD)), 32 * kWarps,
-             sizeof(bf16) * (2 * dq_rows(kD) + 4 * kDqCols) * kD + sizeof(float2) * dq_rows(kD),
-             static_cast<bf16*>(dq), static_cast<const bf16*>(dout), static_cast<const bf16*>(q),
-             static_cast<const bf16*>(k), static_cast<const bf16*>(v), lse, delta, s.T, s.H, s.Hkv, sc, s.window,
-             s.documents<kDocs>());
+      launch(attention_backward_dq_mma<kD, kDocs>, mma_grid(s, s.H, kRows), 32 * kWarps,
+             sizeof(bf16) * (2 * kRows + 4 * mma_cols(kD)) * kD, static_cast<bf16*>(dq), static_cast<const bf16*>(dout),
+             static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v), lse, delta, s.T,
+             s.H, s.Hkv, sc, s.window, s.documents<kDocs>());
       launch(attention_backward_dkdv_mma<kD, kDocs>, mma_grid(s, s.Hkv, kRows), 32 * kWarps,
              sizeof(bf16) * (2 * kRows + 4 * kMmaQueries) * kD + sizeof(float) * 4 * kMmaQueries,
              static_cast<bf16*>(dk), static_cast<bf16*>(dv), static_cast<const bf16*>(dout),

@@ -2,8 +2,7 @@
 // (tests/emu/include/emu.h) and compares them with the CPU reference in fp64,
 // cpu::attention_forward / attention_backward (nn/ops/attention_reference.cpp): the bf16
 // tensor-core path (forward, dQ and dK/dV kernels; 128-query forward blocks of 4 warps of 32
-// rows, 64-row backward blocks, 128-query dQ blocks of 4 warps of 32 rows at 128) at head widths
-// 64 and 128, and at 256 (64-query forward blocks of
+// rows, 64-row backward blocks) at head widths 64 and 128, and at 256 (64-query forward blocks of
 // 4 warps of 16 rows, 128-row backward blocks, dK/dV in two sweeps), T a multiple of the blocks or not
 // (5, 64, 100, 129, 200, 257, 300), grouped kv heads and sliding windows (2, 20: shorter than a
 // key tile, 70: longer, 47: the distance between corners of some warps' tiles, so a wrong "no

@@ -1,6 +1,6 @@
 // Host emulator of the CUDA execution model for running the mma kernels on the CPU (g++).
 // Threads of a block are fibers (ucontext for the first entry, _setjmp/_longjmp after), run by a
-// round-robin scheduler; __syncthreads and the warp collectives (shuffles, __any_sync, __syncwarp, mma) are
+// round-robin scheduler; __syncthreads and the warp collectives (shuffles, __syncwarp, mma) are
 // barriers over the block / the warp. Blocks run one after another; shared memory is one buffer
 // filled with 0xff (NaN) before every block; cp.async copies are deferred to the wait.
 #pragma once
@@ -125,17 +125,6 @@ inline float __shfl_up_sync(unsigned mask, float v, int off) {
   if (mask != 0xffffffffu) { std::fprintf(stderr, "emu: partial shuffle mask\n"); std::abort(); }
   const int lane = threadIdx.x % 32;
   return emu_shfl(v, lane >= off ? lane - off : lane);
-}
-inline int __any_sync(unsigned mask, int predicate) {
-  if (mask != 0xffffffffu) { std::fprintf(stderr, "emu: partial vote mask\n"); std::abort(); }
-  emu::Block& b = emu::blk();
-  const unsigned warp = threadIdx.x / 32;
-  b.shfl[threadIdx.x] = predicate ? 1.f : 0.f;
-  __syncwarp();
-  int any = 0;
-  for (int lane = 0; lane < 32; lane++) any |= b.shfl[warp * 32 + lane] != 0.f;
-  __syncwarp();
-  return any;
 }
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }
