@@ -16,8 +16,8 @@
 #              attention rows at B4 T4096 H16 D128 (bench/README.md's table); alone on the GPU
 #   stalls     ncu's speed-of-light, occupancy and warp-state sections for one launch of each of the
 #              slowest kernels (STALL_KERNELS: "KERNEL@BENCH ROW;..."); alone on the GPU
-#   profile-transformer  ncu's per-kernel times of the 374M Transformer's bench training steps (a
-#              call of its own: over 5 minutes)
+#   profile-transformer  ncu's per-kernel times of two training steps of the 374M Transformer (a
+#              call of its own)
 #   profile    ncu's per-kernel times of the MQAR demo's training step, and its steps/s with and
 #              without the CUDA graph (issue W2.3's small-model step); alone on the GPU
 #   dist       the NCCL tests of tests/test_gpu_dist.cpp (one rank: bit-exact to one process)
@@ -125,15 +125,19 @@ stage_stalls() {
   return $status
 }
 
-# Where the 374M Transformer's training step goes (issue W2.3): ncu's per-kernel times of its
-# bench steps, summed per kernel. Slow: ncu replays thousands of launches a step (it ran past
-# 5 minutes on the H200), so it gets a call of its own, cut at PROFILE_SECONDS (default 500).
+# Where the 374M Transformer's training step goes (issue W2.3): ncu's per-kernel times of
+# PROFILE_STEPS (default 2) steps of `hla bench train`'s transformer-374m run, summed per kernel.
+# Slow: ncu serialises thousands of launches a step (6 bench steps ran past 5 minutes on the
+# H200), so it gets a call of its own, cut at PROFILE_SECONDS (default 500).
 stage_profile_transformer() {
-  local status=0
+  local status=0 steps=${PROFILE_STEPS:-2} run=$BUILD/runs/profile-transformer
+  rm -rf $run
   timeout "${PROFILE_SECONDS:-500}" ncu --clock-control none --metrics gpu__time_duration.sum --csv \
-    $BUILD/hla bench train --models transformer-374m --steps 6 --out $BUILD/runs/profile-transformer \
+    $BUILD/hla train --model.config configs/models/transformer-340m.json --device cuda --train.dtype bf16 \
+    --data.source mqar --data.seq_len 2048 --data.batch_size 8 --train.steps $steps --optim.warmup_steps 1 \
+    --train.log_every 1 --train.val_every 0 --train.val_batches 0 --train.out_dir $run \
     >"$EVIDENCE/ncu-transformer-step.csv" 2>"$EVIDENCE/ncu-transformer-step.err" || status=1
-  python3 scripts/kernel_table.py "$EVIDENCE/ncu-transformer-step.csv" --steps 6 | head -n 30 |
+  python3 scripts/kernel_table.py "$EVIDENCE/ncu-transformer-step.csv" --steps $steps | head -n 40 |
     tee "$EVIDENCE/transformer-step-kernels.txt" || status=1
   return $status
 }
