@@ -1,9 +1,11 @@
-// Helpers shared by the CUDA kernels: bf16/f32 load-store, dtype dispatch, grid sizing.
+// Helpers shared by the CUDA kernels: bf16/f32 load-store, 16-byte vector load-store, dtype
+// dispatch, grid sizing.
 #pragma once
 #include <cuda_bf16.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/runtime.h"
 #include "tensor/dtype.h"
@@ -16,6 +18,71 @@ template <class T> __device__ __forceinline__ T from_float(float v);
 template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
 template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
+}
+
+// W consecutive elements of T moved by one load or store (alignas makes W * sizeof(T) = 16
+// bytes a single 128-bit access). kVecWidth<T> elements fill 16 bytes: 8 bf16 or 4 fp32.
+template <class T> constexpr int kVecWidth = 16 / sizeof(T);
+template <class T, int W>
+struct alignas(W * sizeof(T)) Vec {
+  T v[W];
+};
+template <int W> using Width = std::integral_constant<int, W>;
+
+// p[0 .. W) in one load; p aligned to W * sizeof(T).
+template <int W, class T>
+__device__ __forceinline__ Vec<T, W> load_vec(const T* p) {
+  return *reinterpret_cast<const Vec<T, W>*>(p);
+}
+template <int W, class T>
+__device__ __forceinline__ void to_floats(float (&out)[W], const Vec<T, W>& v) {
+#pragma unroll
+  for (int k = 0; k < W; k++) out[k] = to_float(v.v[k]);
+}
+// out[k] = p[k] for k < W as floats; p aligned to W * sizeof(T).
+template <int W, class T>
+__device__ __forceinline__ void load_floats(float (&out)[W], const T* p) {
+  to_floats(out, load_vec<W>(p));
+}
+// p[k] = in[k] for k < W, rounded to T; p aligned to W * sizeof(T).
+template <int W, class T>
+__device__ __forceinline__ void store_floats(T* p, const float (&in)[W]) {
+  Vec<T, W> v;
+#pragma unroll
+  for (int k = 0; k < W; k++) v.v[k] = from_float<T>(in[k]);
+  *reinterpret_cast<Vec<T, W>*>(p) = v;
+}
+
+// Grid-stride over n elements in groups of W: fn(i, Width<W>{}) for each full group [i, i + W),
+// then fn(i, Width<1>{}) for each of the n % W elements left (the tail).
+template <int W, class Fn>
+__device__ __forceinline__ void for_each_group(int64_t n, Fn&& fn) {
+  const int64_t groups = n / W, stride = (int64_t)gridDim.x * blockDim.x;
+  const int64_t first = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  for (int64_t g = first; g < groups; g += stride) fn(g * W, Width<W>{});
+  for (int64_t i = groups * W + first; i < n; i += stride) fn(i, Width<1>{});
+}
+
+// Whether p allows 16-byte vector loads (the chunked kernels' tile loads need it).
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Calls fn(Width<kVecWidth<T>>{}) when every pointer is 16-byte aligned, else fn(Width<1>{})
+// (a view that starts mid-vector runs the scalar loads).
+template <class T, class Fn, class... Ptrs>
+void dispatch_width(Fn&& fn, const Ptrs*... ptrs) {
+  if ((aligned16(ptrs) && ...)) fn(Width<kVecWidth<T>>{});
+  else fn(Width<1>{});
+}
+
+// The number of SMs of the current device (asked once).
+inline int sm_count() {
+  static const int sms = [] {
+    int device = 0, count = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+    return count;
+  }();
+  return sms;
 }
 
 // Calls fn(float{}) or fn(__nv_bfloat16{}) for the storage dtype.
@@ -34,9 +101,6 @@ void launch_elementwise(DType dtype, const char* op, int64_t n, Fn&& fn) {
   dispatch_storage(dtype, op, fn);
   CUDA_CHECK_LAUNCH();
 }
-
-// Whether p allows 16-byte vector loads (the chunked kernels' tile loads need it).
-inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 inline int grid_1d(int64_t n, int block = 256) {
   return static_cast<int>(std::min<int64_t>((n + block - 1) / block, 65535));

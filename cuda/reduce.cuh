@@ -42,13 +42,22 @@ __global__ void column_partial_sums_kernel(float* partial, const T* a, int64_t r
 }
 
 // Pass 2: out[c] = sum over chunks b of partial[b, c]; partial: (chunks, cols).
+// Block (32, kColumnSumRows): lane x takes column c, row y the chunks y, y + kColumnSumRows, ...
+// (coalesced rows of 32 columns); row 0 then adds the kColumnSumRows sums in order.
+constexpr int kColumnSumRows = 32;
 template <class T>
 __global__ void write_column_sums_kernel(T* out, const float* partial, int chunks, int64_t cols) {
-  HLA_GRID_STRIDE(c, cols) {
-    float s = 0;
-    for (int b = 0; b < chunks; b++) s += partial[b * cols + c];
-    out[c] = from_float<T>(s);
-  }
+  __shared__ float sums[kColumnSumRows][33];  // sums: (rows, 32 columns), padded against bank conflicts
+  const int64_t c = blockIdx.x * 32ll + threadIdx.x;
+  float s = 0;
+  if (c < cols)
+#pragma unroll 4
+    for (int b = threadIdx.y; b < chunks; b += kColumnSumRows) s += partial[b * cols + c];
+  sums[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y != 0 || c >= cols) return;
+  for (int y = 1; y < kColumnSumRows; y++) s += sums[y][threadIdx.x];
+  out[c] = from_float<T>(s);
 }
 
 // Pass 2 with groups of columns: out[g] = sum over chunks b and columns c in [g*group, (g+1)*group)
@@ -71,7 +80,8 @@ __global__ void write_group_sums_kernel(T* out, const float* partial, int chunks
 template <class T>
 void write_column_sums(T* out, const float* partial, int chunks, int64_t cols) {
   if (cols == 0) return;
-  write_column_sums_kernel<T><<<grid_1d(cols), 256>>>(out, partial, chunks, cols);
+  const auto blocks = static_cast<unsigned>((cols + 31) / 32);
+  write_column_sums_kernel<T><<<blocks, dim3(32, kColumnSumRows)>>>(out, partial, chunks, cols);
   CUDA_CHECK_LAUNCH();
 }
 

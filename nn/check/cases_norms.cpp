@@ -28,7 +28,12 @@ void add_rmsnorm_cases() {
   };
   auto op = [](const Vars& v) { return Vars{rmsnorm(v[0], v[1], 1e-6)}; };
   add_case(grad_case("rmsnorm", "rmsnorm", 4, inputs({2, 3, 8}), op));
-  add_case(gpu_case("rmsnorm", "rmsnorm", named_kernel("rmsnorm"), inputs({3, 37, 320}), op));
+  // C a multiple of 8 (16-byte vectors) at 320 and 1024 (the Transformer's width), 333 and 1500
+  // (not a multiple of 8 in bf16: single elements, two per lane at 1500), 8000 (one row per
+  // block of 1000 bf16 vectors, two fp32 vectors per lane)
+  for (const Shape& shape : {Shape{3, 37, 320}, Shape{2, 37, 1024}, Shape{2, 37, 333}, Shape{2, 5, 1500},
+                             Shape{1, 3, 8000}})
+    add_case(gpu_case("rmsnorm", "rmsnorm " + shape_str(shape), named_kernel("rmsnorm"), inputs(shape), op));
 }
 
 void add_l2norm_cases() {
