@@ -37,21 +37,32 @@ cublasHandle_t handle() {
   return h;
 }
 
-int grid_for(int64_t n) { return static_cast<int>(std::min<int64_t>((n + 255) / 256, 4096)); }
-
-template <class T>
+// out, a, b: (n); each thread a group of W elements (common.cuh's for_each_group).
+template <class T, int W>
 __global__ void binary_kernel(T* out, const T* a, const T* b, int64_t n, Binary op) {
-  HLA_GRID_STRIDE(i, n) {
-    float x = to_float(a[i]), y = to_float(b[i]);
-    float r = op == Binary::Add ? x + y : op == Binary::Sub ? x - y : x * y;
-    out[i] = from_float<T>(r);
-  }
+  for_each_group<W>(n, [&](int64_t i, auto width) {
+    constexpr int w = decltype(width)::value;
+    float x[w], y[w], r[w];
+    load_floats(x, a + i);
+    load_floats(y, b + i);
+#pragma unroll
+    for (int k = 0; k < w; k++) r[k] = op == Binary::Add ? x[k] + y[k] : op == Binary::Sub ? x[k] - y[k] : x[k] * y[k];
+    store_floats(out + i, r);
+  });
 }
 
-template <class T>
+// y, x: (n); y = beta * y + alpha * x
+template <class T, int W>
 __global__ void axpby_kernel(T* y, float beta, const T* x, float alpha, int64_t n) {
-  HLA_GRID_STRIDE(i, n)
-    y[i] = from_float<T>(beta * to_float(y[i]) + alpha * to_float(x[i]));
+  for_each_group<W>(n, [&](int64_t i, auto width) {
+    constexpr int w = decltype(width)::value;
+    float yv[w], xv[w];
+    load_floats(yv, y + i);
+    load_floats(xv, x + i);
+#pragma unroll
+    for (int k = 0; k < w; k++) yv[k] = beta * yv[k] + alpha * xv[k];
+    store_floats(y + i, yv);
+  });
 }
 
 // One thread per column; rows summed in fp32.
@@ -126,15 +137,22 @@ void gemm(void* c, const void* a, const void* b, DType dtype, int64_t M, int64_t
 void binary(void* out, const void* a, const void* b, DType dtype, int64_t n, Binary op) {
   launch_elementwise(dtype, "binary", n, [&](auto tag) {
     using T = decltype(tag);
-    binary_kernel<T><<<grid_for(n), 256>>>(static_cast<T*>(out), static_cast<const T*>(a),
-                                           static_cast<const T*>(b), n, op);
+    dispatch_width<T>([&](auto width) {
+      constexpr int W = decltype(width)::value;
+      binary_kernel<T, W><<<grid_1d((n + W - 1) / W), 256>>>(static_cast<T*>(out), static_cast<const T*>(a),
+                                                             static_cast<const T*>(b), n, op);
+    }, out, a, b);
   });
 }
 
 void axpby(void* y, float beta, const void* x, float alpha, DType dtype, int64_t n) {
   launch_elementwise(dtype, "axpby", n, [&](auto tag) {
     using T = decltype(tag);
-    axpby_kernel<T><<<grid_for(n), 256>>>(static_cast<T*>(y), beta, static_cast<const T*>(x), alpha, n);
+    dispatch_width<T>([&](auto width) {
+      constexpr int W = decltype(width)::value;
+      axpby_kernel<T, W><<<grid_1d((n + W - 1) / W), 256>>>(static_cast<T*>(y), beta, static_cast<const T*>(x), alpha,
+                                                            n);
+    }, y, x);
   });
 }
 

@@ -86,6 +86,15 @@ void add_arith_cases() {
         }));
   }
 
+  // add / mul (binary) forward and backward, a used twice so its gradient accumulates (axpby):
+  // n a multiple of the 16-byte vector, and n = 999 with a tail of 7 bf16 / 3 fp32.
+  for (const Shape& shape : {Shape{4, 1024}, Shape{3, 333}}) {
+    add_case(gpu_case(
+        "arith", "add mul " + shape_str(shape), named_kernel("binary, axpby"),
+        [shape](uint64_t seed) { return Inputs{{"a", randn64(shape, seed + 1)}, {"b", randn64(shape, seed + 2)}}; },
+        [](const Vars& v) { return Vars{mul(add(v[0], v[1]), v[0])}; }));
+  }
+
   struct SplitCase {
     Shape x_shape;
     std::vector<int64_t> widths;
@@ -210,7 +219,9 @@ void add_swiglu_cases() {
   };
   auto op = [](const Vars& v) { return Vars{swiglu(v[0], v[1])}; };
   add_case(grad_case("swiglu", "swiglu", 6, inputs({3, 6}), op));
-  add_case(gpu_case("swiglu", "swiglu", named_kernel("swiglu"), inputs({5, 999}), op));
+  // n = 4995: a tail of 3 bf16 / 3 fp32 after the 16-byte groups; the 374M Transformer's width 2816
+  for (const Shape& shape : {Shape{5, 999}, Shape{3, 2816}})
+    add_case(gpu_case("swiglu", "swiglu " + shape_str(shape), named_kernel("swiglu"), inputs(shape), op));
 }
 
 const Registrar registered{add_activation_cases, add_arith_cases, add_cast_cases, add_cross_entropy_cases,
