@@ -1,5 +1,6 @@
 // Rotate-half RoPE on the GPU: same names and argument order as cpu::rope_* in nn/ops/rope.h.
-// x, y, dx, dy are F32 or BF16 (dtype); angles in fp64 (see cuda/rope.cu), rotation in fp32.
+// x, y, dx, dy are F32 or BF16 (dtype); angles in fp64 for F32, fp32 for BF16 (see cuda/rope.cu),
+// rotation in fp32.
 #pragma once
 #include <cstdint>
 #include "tensor/dtype.h"

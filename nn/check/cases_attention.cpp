@@ -13,7 +13,8 @@
 // products), forward+backward 3.5x that (the backward's five products), as flash-attention
 // reports them; GB/s counts q, k, v and o once (fwd+bwd: also do, dq, dk and dv).
 // rope: the attention and RetNet widths, a head width whose half (24) makes a warp span two
-// tokens, position offsets, and a long sequence (angles up to ~4200 rad); per-sequence
+// tokens, position offsets, a long sequence (angles up to ~4200 rad), a half width of 10 (no
+// 16-byte groups: the single-element kernel); per-sequence
 // positions (decoding a batch of mixed lengths); per-token positions (packed documents).
 // attention_decode: a GQA step at mixed positions (0, mid, the last slot), a sliding window whose
 // ring has wrapped, D != Dv, and a 4096-slot cache and a batch-1 wrapped window of 1000, both of
@@ -172,6 +173,7 @@ void add_rope_cases() {
            RopeCase{{2, 37, 4, 256}, 10000.0, 0},     // RetNet dk
            RopeCase{{2, 37, 3, 48}, 10000.0, 11},     // D/2 = 24: a warp spans two tokens
            RopeCase{{1, 4096, 2, 64}, 10000.0, 100},  // long: angles up to ~4200 rad
+           RopeCase{{2, 37, 3, 20}, 10000.0, 3},      // D/2 = 10: no 16-byte groups, single elements
        })
     add_case(gpu_case("rope", "rope " + shape_str(c.shape) + " offset " + std::to_string(c.position_offset),
                       named_kernel("rotate_half"), inputs(c.shape), op(c)));
