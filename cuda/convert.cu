@@ -1,4 +1,7 @@
-// dtype conversion and fill on the GPU: one thread per element, grid-stride (common.cuh).
+// dtype conversion and fill on the GPU. The casts between fp32 and bf16 (the weights cast to the
+// compute dtype and their gradients cast back, hundreds a step) take groups of 4 elements (one
+// 16-byte fp32 access, common.cuh's for_each_group); every other pair goes one element per
+// thread through fp64, the dtype switch in the loop.
 #include "cuda/common.cuh"
 #include "cuda/convert.h"
 
@@ -30,6 +33,17 @@ __global__ void convert_kernel(void* dst, DType dt, const void* src, DType st, i
   HLA_GRID_STRIDE(i, n) store_from_f64(dst, dt, i, load_as_f64(src, st, i));
 }
 
+// dst: (n) of D, src: (n) of S, for S, D float or __nv_bfloat16
+template <class S, class D, int W>
+__global__ void cast_kernel(D* dst, const S* src, int64_t n) {
+  for_each_group<W>(n, [&](int64_t i, auto width) {
+    constexpr int w = decltype(width)::value;
+    float v[w];
+    load_floats(v, src + i);
+    store_floats(dst + i, v);
+  });
+}
+
 __global__ void fill_kernel(void* dst, DType t, double v, int64_t n) {
   HLA_GRID_STRIDE(i, n) store_from_f64(dst, t, i, v);
 }
@@ -38,7 +52,19 @@ __global__ void fill_kernel(void* dst, DType t, double v, int64_t n) {
 
 void convert(void* dst, DType dst_type, const void* src, DType src_type, int64_t n) {
   if (n == 0) return;
-  convert_kernel<<<grid_1d(n), 256>>>(dst, dst_type, src, src_type, n);
+  auto is_storage = [](DType t) { return t == DType::F32 || t == DType::BF16; };
+  if (is_storage(dst_type) && is_storage(src_type) && dst_type != src_type) {
+    dispatch_storage(src_type, "convert", [&](auto src_tag) {
+      using S = decltype(src_tag);
+      using D = std::conditional_t<std::is_same_v<S, float>, __nv_bfloat16, float>;
+      dispatch_width<float>([&](auto width) {
+        constexpr int W = decltype(width)::value;
+        cast_kernel<S, D, W><<<grid_1d((n + W - 1) / W), 256>>>(static_cast<D*>(dst), static_cast<const S*>(src), n);
+      }, dst, src);
+    });
+  } else {
+    convert_kernel<<<grid_1d(n), 256>>>(dst, dst_type, src, src_type, n);
+  }
   CUDA_CHECK_LAUNCH();
 }
 

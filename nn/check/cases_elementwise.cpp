@@ -111,9 +111,13 @@ void add_arith_cases() {
 }
 
 void add_cast_cases() {
-  add_case(gpu_case("cast", "cast to bf16", named_kernel("convert"),
-                    [](uint64_t seed) { return Inputs{{"x", randn64({4, 333}, seed + 1)}}; },
-                    [](const Vars& v) { return Vars{cast(v[0], DType::BF16)}; }));
+  // both directions (the gradient casts back); n = 1332 in groups of 4, n = 999 with a tail of 3
+  for (DType to : {DType::BF16, DType::F32})
+    for (const Shape& shape : {Shape{4, 333}, Shape{3, 333}})
+      add_case(gpu_case("cast", std::string("cast to ") + dtype_name(to) + " " + shape_str(shape),
+                        named_kernel("convert"),
+                        [shape](uint64_t seed) { return Inputs{{"x", randn64(shape, seed + 1)}}; },
+                        [to](const Vars& v) { return Vars{cast(v[0], to)}; }));
 }
 
 // Random targets in [0, V) with about one in eight rows ignored.
