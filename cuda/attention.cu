@@ -101,6 +101,11 @@ struct DocumentMask {
   }
   // The first key query t sees, given `first` from causality and the window.
   __device__ int first_key(int t, int first) const { return on() ? max(first, start(t)) : first; }
+  // The first key query t sees: key s is visible from t iff first_visible_key(t) <= s <= t. The
+  // mma kernels compute it once per row of a thread and mask with these two comparisons.
+  __device__ int first_visible_key(int t, int window) const {
+    return first_key(t, window > 0 ? max(0, t - window + 1) : 0);
+  }
   // The last query that sees key s, given `last` from causality, the window and T: not past the
   // end of s's document (a binary search: doc_start[t] <= s holds exactly for t up to there).
   __device__ int last_query(int s, int last) const {
@@ -113,6 +118,10 @@ struct DocumentMask {
       }
     }
     return last;
+  }
+  // The last query that sees key s (T - 1 at most): query t sees s iff s <= t <= last_visible_query(s).
+  __device__ int last_visible_query(int s, int window) const {
+    return last_query(s, window > 0 ? min(T - 1, s + window - 1) : T - 1);
   }
 };
 
@@ -294,7 +303,7 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
   const bf16* kh = k + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const bf16* vh = v + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const DocumentMask<DOCS> docs = documents.row(b);
-  const int kb_first = docs.first_key(q0, window > 0 ? max(0, q0 - window + 1) : 0) / kCols;
+  const int kb_first = docs.first_visible_key(q0, window) / kCols;
   const int kb_last = min(T - 1, q0 + kRows - 1) / kCols;
   const int w_first = q0 + warp * 16 * MT, w_last = w_first + 16 * MT - 1;  // this warp's rows
   // this thread's rows: r = 2 mt + half is row tile mt's lane / 4 + 8 half
@@ -325,13 +334,18 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
       // pass 1: S = Q K^T (unscaled), invisible keys -> -inf (only on steps some row sees in part)
       float s[MT * NT][4] = {};
       mma_abt<D, NT, MT>(s, sQ, sK + (buf * kCols + s0 - k0) * D);
-      if (!docs.all_visible(w_first, w_last, s0, s0 + kFwdStep - 1, window))
+      if (!docs.all_visible(w_first, w_last, s0, s0 + kFwdStep - 1, window)) {
+        int key_first[kRowsPerThread];  // row r sees keys key_first[r] .. t_row(r)
+#pragma unroll
+        for (int r = 0; r < kRowsPerThread; r++) key_first[r] = docs.first_visible_key(t_row(r), window);
 #pragma unroll
         for (int i = 0; i < MT * NT; i++)
 #pragma unroll
-          for (int e = 0; e < 4; e++)
-            if (!docs.visible(t_row(2 * (i / NT) + e / 2), s0 + (i % NT) * 8 + (lane % 4) * 2 + e % 2, window))
-              s[i][e] = -INFINITY;
+          for (int e = 0; e < 4; e++) {
+            const int r = 2 * (i / NT) + e / 2, key = s0 + (i % NT) * 8 + (lane % 4) * 2 + e % 2;
+            if (key < key_first[r] || key > t_row(r)) s[i][e] = -INFINITY;
+          }
+      }
 
       // pass 2: online softmax, each row's max and sum spread over the 4 lanes of a quad; row r's
       // elements are s[(r / 2) NT + nt][2 (r % 2) + 0, 1]. The running max m only moves (and O
@@ -436,11 +450,13 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
   const bf16* kh = k + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const bf16* vh = v + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const DocumentMask<DOCS> docs = documents.row(b);
-  const int kb_first = docs.first_key(q0, window > 0 ? max(0, q0 - window + 1) : 0) / kCols;
+  const int kb_first = docs.first_visible_key(q0, window) / kCols;
   const int kb_last = min(T - 1, q0 + kRows - 1) / kCols;
   const float scale_log2 = scale * kLog2e;
   const int w_first = q0 + warp * 16, w_last = w_first + 15;  // this warp's rows
   const int t_row[2] = {w_first + lane / 4, w_first + lane / 4 + 8};
+  // row r sees keys key_first[r] .. t_row[r] (none past T)
+  const int key_first[2] = {docs.first_visible_key(t_row[0], window), docs.first_visible_key(t_row[1], window)};
   float lse2[2], dlt[2];  // lse in log2 units and Delta of this thread's two rows
 #pragma unroll
   for (int r = 0; r < 2; r++) {
@@ -474,19 +490,23 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
     cp_async_commit();
     if (w_first >= T || !docs.any_visible(w_first, w_last, k0, k0 + kCols - 1, window)) continue;
     const bf16* k_tile = sK + buf * kCols * D;
-    // pass 1: P = exp(scale Q K^T - lse), zero where invisible
+    // pass 1: P = exp(scale Q K^T - lse), zero where invisible (S -> -inf, masked only on the tiles
+    // some row sees in part)
     float p[kCols / 8][4] = {};
     if constexpr (kRowsInRegisters) mma_abt_reg<D, kCols / 8>(p, qf, k_tile);
     else mma_abt<D, kCols / 8>(p, sQ, k_tile);
-    const bool needs_mask = !docs.all_visible(w_first, w_last, k0, k0 + kCols - 1, window) || w_last >= T;
+    if (!docs.all_visible(w_first, w_last, k0, k0 + kCols - 1, window) || w_last >= T)
+#pragma unroll
+      for (int nt = 0; nt < kCols / 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const int t = t_row[e / 2], s = k0 + nt * 8 + (lane % 4) * 2 + e % 2;
+          if (t >= T || s < key_first[e / 2] || s > t) p[nt][e] = -INFINITY;
+        }
 #pragma unroll
     for (int nt = 0; nt < kCols / 8; nt++)
 #pragma unroll
-      for (int e = 0; e < 4; e++) {
-        const int t = t_row[e / 2], s = k0 + nt * 8 + (lane % 4) * 2 + e % 2;
-        const bool ok = !needs_mask || (t < T && docs.visible(t, s, window));
-        p[nt][e] = exp2f(ok ? fmaf(p[nt][e], scale_log2, -lse2[e / 2]) : -INFINITY);  // 2^-inf = 0, no branch
-      }
+      for (int e = 0; e < 4; e++) p[nt][e] = exp2_ftz(fmaf(p[nt][e], scale_log2, -lse2[e / 2]));  // 2^-inf = 0
     // pass 2: dP = dO V^T;  dS = P (dP - Delta)
     float ds[kCols / 8][4] = {};
     if constexpr (kRowsInRegisters) mma_abt_reg<D, kCols / 8>(ds, dof, sV + buf * kCols * D);
@@ -533,12 +553,13 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
   const bf16* vh = v + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const DocumentMask<DOCS> docs = documents.row(b);
   const int qb_first = k0 / kMmaQueries;
-  const int qb_last =
-      docs.last_query(k0 + kRows - 1, min(T - 1, window > 0 ? k0 + kRows - 1 + window - 1 : T - 1)) / kMmaQueries;
+  const int qb_last = docs.last_visible_query(k0 + kRows - 1, window) / kMmaQueries;
   const int tiles_per_head = qb_last - qb_first + 1, steps = group * tiles_per_head;
   const float scale_log2 = scale * kLog2e;
   const int w_first = k0 + warp * 16, w_last = w_first + 15;  // this warp's keys
   const int s_row[2] = {w_first + lane / 4, w_first + lane / 4 + 8};
+  // row r is seen by queries s_row[r] .. query_last[r] (none past T: none at all for a key past T)
+  const int query_last[2] = {docs.last_visible_query(s_row[0], window), docs.last_visible_query(s_row[1], window)};
 
   // Step i covers query head hk * group + i / tiles_per_head, queries from
   // (qb_first + i % tiles_per_head) * 32.
@@ -587,19 +608,23 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
         auto stats = [&](int nt) {
           return *reinterpret_cast<const float4*>(sStats + (buf * kMmaQueries + nt * 8 + (lane % 4) * 2) * 2);
         };
-        // pass 1: P^T = exp(scale K Q^T - lse), zero where invisible
+        // pass 1: P^T = exp(scale K Q^T - lse), zero where invisible (S^T -> -inf, masked only on the
+        // tiles some row sees in part)
         float p[kMmaQueries / 8][4] = {};
         mma_abt<D, kMmaQueries / 8>(p, sK, q_tile);
-        const bool needs_mask = !docs.all_visible(j0, j_last, w_first, w_last, window) || j_last >= T;
+        if (!docs.all_visible(j0, j_last, w_first, w_last, window) || j_last >= T)
+#pragma unroll
+          for (int nt = 0; nt < kMmaQueries / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+              const int t = j0 + nt * 8 + (lane % 4) * 2 + e % 2;
+              if (t < s_row[e / 2] || t > query_last[e / 2]) p[nt][e] = -INFINITY;
+            }
 #pragma unroll
         for (int nt = 0; nt < kMmaQueries / 8; nt++) {
           const float4 st = stats(nt);
 #pragma unroll
-          for (int e = 0; e < 4; e++) {
-            const int t = j0 + nt * 8 + (lane % 4) * 2 + e % 2;
-            const bool ok = !needs_mask || (t < T && docs.visible(t, s_row[e / 2], window));
-            p[nt][e] = exp2f(ok ? fmaf(p[nt][e], scale_log2, e % 2 ? -st.z : -st.x) : -INFINITY);
-          }
+          for (int e = 0; e < 4; e++) p[nt][e] = exp2_ftz(fmaf(p[nt][e], scale_log2, e % 2 ? -st.z : -st.x));
         }
         // pass 2: dP^T = V dO^T;  dS^T = P^T (dP^T - Delta)
         float ds[kMmaQueries / 8][4] = {};
