@@ -119,10 +119,6 @@ struct DocumentMask {
     }
     return last;
   }
-  // The last query that sees key s (T - 1 at most): query t sees s iff s <= t <= last_visible_query(s).
-  __device__ int last_visible_query(int s, int window) const {
-    return last_query(s, window > 0 ? min(T - 1, s + window - 1) : T - 1);
-  }
 };
 
 // Launches kernel(params...) on grid x threads with `bytes` of dynamic shared memory (more than
@@ -538,6 +534,9 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
                                 const float* lse, const float* delta, int T, int H, int Hkv, float scale,
                                 int window, DocumentMask<DOCS> documents) {
   constexpr int kWarps = bwd_blocking(D).warps, kThreads = 32 * kWarps, kRows = 16 * kWarps;
+  // This warp's K rows stay in registers as A fragments at D = 64 (16 registers; V's as well
+  // spilled 16-20 bytes); at D = 128 and 256 they are read from shared memory.
+  constexpr bool kKeysInRegisters = D == 64;
   extern __shared__ float4 smem_raw[];
   bf16* sK = reinterpret_cast<bf16*>(smem_raw);  // sK: (kRows, D)
   bf16* sV = sK + kRows * D;                     // sV: (kRows, D)
@@ -553,13 +552,12 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
   const bf16* vh = v + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const DocumentMask<DOCS> docs = documents.row(b);
   const int qb_first = k0 / kMmaQueries;
-  const int qb_last = docs.last_visible_query(k0 + kRows - 1, window) / kMmaQueries;
+  const int qb_last =
+      docs.last_query(k0 + kRows - 1, min(T - 1, window > 0 ? k0 + kRows - 1 + window - 1 : T - 1)) / kMmaQueries;
   const int tiles_per_head = qb_last - qb_first + 1, steps = group * tiles_per_head;
   const float scale_log2 = scale * kLog2e;
   const int w_first = k0 + warp * 16, w_last = w_first + 15;  // this warp's keys
   const int s_row[2] = {w_first + lane / 4, w_first + lane / 4 + 8};
-  // row r is seen by queries s_row[r] .. query_last[r] (none past T: none at all for a key past T)
-  const int query_last[2] = {docs.last_visible_query(s_row[0], window), docs.last_visible_query(s_row[1], window)};
 
   // Step i covers query head hk * group + i / tiles_per_head, queries from
   // (qb_first + i % tiles_per_head) * 32.
@@ -595,10 +593,15 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
     store_stats(0);
 
     float dk_acc[D / 8][4] = {}, dv_acc[D / 8][4] = {};  // (16, D) each: dK / scale and dV
+    uint32_t kf[D / 16][4];  // this warp's 16 rows of K as A fragments (kKeysInRegisters)
     for (int i = 0; i < steps; i++) {
       const int buf = i & 1, j0 = (qb_first + i % tiles_per_head) * kMmaQueries, j_last = j0 + kMmaQueries - 1;
       cp_async_wait_all();
       __syncthreads();  // step i's tiles and stats landed; every warp is done with step i - 1's
+      if (kKeysInRegisters && i == 0)
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++)
+          ldmatrix_x4(kf[kk], sK + swizzle<D>(warp * 16 + lane % 16, kk * 16 + (lane / 16) * 8));
       if (i + 1 < steps) load_step(i + 1, buf ^ 1);
       cp_async_commit();
       if (w_first < T && docs.any_visible(j0, j_last, w_first, w_last, window)) {
@@ -611,14 +614,15 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
         // pass 1: P^T = exp(scale K Q^T - lse), zero where invisible (S^T -> -inf, masked only on the
         // tiles some row sees in part)
         float p[kMmaQueries / 8][4] = {};
-        mma_abt<D, kMmaQueries / 8>(p, sK, q_tile);
+        if constexpr (kKeysInRegisters) mma_abt_reg<D, kMmaQueries / 8>(p, kf, q_tile);
+        else mma_abt<D, kMmaQueries / 8>(p, sK, q_tile);
         if (!docs.all_visible(j0, j_last, w_first, w_last, window) || j_last >= T)
 #pragma unroll
           for (int nt = 0; nt < kMmaQueries / 8; nt++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
               const int t = j0 + nt * 8 + (lane % 4) * 2 + e % 2;
-              if (t < s_row[e / 2] || t > query_last[e / 2]) p[nt][e] = -INFINITY;
+              if (t >= T || !docs.visible(t, s_row[e / 2], window)) p[nt][e] = -INFINITY;
             }
 #pragma unroll
         for (int nt = 0; nt < kMmaQueries / 8; nt++) {
