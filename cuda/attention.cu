@@ -27,7 +27,8 @@
 //        backward 64 rows, 4 warps of 16 (two blocks an SM at D = 128, three at D = 64):
 //        bwd_blocking. K/V tiles of 64 keys (Q/dO tiles of 32 queries in the dK/dV kernel) are
 //        double-buffered with cp.async (swizzled: cuda/tile.cuh); the backward's rows stay in
-//        registers as A fragments (Q and dO in dQ), the forward's Q is read from shared memory
+//        registers as A fragments (Q and dO in dQ; K in dK/dV at D = 64, where V would not fit
+//        as well), the forward's Q is read from shared memory
 //        (no room beside O); P and dS go from accumulators straight into the next product's A
 //        operand (see cuda/mma.cuh). Softmax runs in base 2 with the scale folded in:
 //        exp(x) = exp2(x log2 e), in the forward one FFMA and one EX2 (cuda/fast_exp2.cuh), its
@@ -279,9 +280,11 @@ __device__ __forceinline__ void store_rows(bf16* out, const float (*acc)[4], int
 // 32-key step; K 32, V^T 32): 0.375 a mma, where the 16-row warps with Q in registers before
 // needed 0.5; and a thread 64 FFMA + 64 EX2 for P, 64 max, 64 add, 32 packs, 22 shuffles; the
 // 128 multiplies of the O rescale only on the rare steps where the max moves (pass 2). Q stays
-// in shared memory (in registers it would not fit beside O and S). Registers (ptxas, sm_90, no spills): D = 128
-// 247 (O 128, S 32), D = 64 168. D = 256: 64-query blocks, warp w owns rows 16 w .. 16 w + 15 (one
-// row tile: O is 128 registers), one 32-key step a K/V tile; 248 registers (O 128, S 16).
+// in shared memory (in registers it would not fit beside O and S). Registers (ptxas, sm_90, no
+// spills): D = 128 248 (O 128, S 32), D = 64 164 (with documents 249 and 167). D = 256: 64-query
+// blocks, warp w owns rows 16 w .. 16 w + 15 (one row tile: O is 128 registers), one 32-key step
+// a K/V tile; 248 registers (O 128, S 16). The mask (on steps some rows see in part) compares
+// keys with each row's first visible key, found once a masked step.
 template <int D, bool DOCS>
 __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
     attention_forward_mma(bf16* o, float* lse, const bf16* q, const bf16* k, const bf16* v, int T, int H, int Hkv,
@@ -425,7 +428,8 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
 // none of its rows sees. Occupancy (ptxas, sm_90, no spills): D = 128 in at most 255 registers
 // (Q and dO fragments 64, dQ 64, P 32, dS 32; the cap for two 4-warp blocks); D = 64 in 168 (the
 // cap for three). D = 256: dQ alone is 128 registers, so Q and dO are read from shared memory
-// each step, over K/V tiles of 32 keys; 246 registers (one 8-warp block an SM).
+// each step, over K/V tiles of 32 keys; 243 registers (245 with documents; one 8-warp block an
+// SM). Per 64 keys at D = 64 a warp issues 96 mma over 48 ldmatrix.x4 (K 16, V 16, K^T 16).
 template <int D, bool DOCS>
 __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).blocks_per_sm)
     attention_backward_dq_mma(bf16* dq, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
@@ -526,8 +530,10 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
 // Delta are read into registers one step ahead (their global latency hides behind a step's
 // products) and stored to shared memory at the end of the step. Occupancy (ptxas, sm_90, no
 // spills): D = 128 in at most 255 registers (dK and dV 128, P^T and dS^T 32; the cap for two
-// 4-warp blocks); D = 64 in 168 (the cap for three). D = 256: dV, then dK, one sweep each (see
-// sweep); 252 registers (one 8-warp block an SM).
+// 4-warp blocks); D = 64 in 168 (the cap for three), the warp's K fragments in registers: per
+// 32-query step 64 mma over 36 ldmatrix.x4 (Q 8, dO 8, dO^T 8, Q^T 8 and V 4; with K from
+// shared memory 40). D = 256: dV, then dK, one sweep each (see sweep); 252 registers (one
+// 8-warp block an SM).
 template <int D, bool DOCS>
 __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).blocks_per_sm)
     attention_backward_dkdv_mma(bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
