@@ -532,8 +532,8 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
 // spills): D = 128 in at most 255 registers (dK and dV 128, P^T and dS^T 32; the cap for two
 // 4-warp blocks); D = 64 in 168 (the cap for three), the warp's K fragments in registers: per
 // 32-query step 64 mma over 36 ldmatrix.x4 (Q 8, dO 8, dO^T 8, Q^T 8 and V 4; with K from
-// shared memory 40). D = 256: dV, then dK, one sweep each (see sweep); 252 registers (one
-// 8-warp block an SM).
+// shared memory 40). D = 256: dV, then dK, one sweep each (see sweep); 254 registers (255
+// with documents; one 8-warp block an SM).
 template <int D, bool DOCS>
 __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).blocks_per_sm)
     attention_backward_dkdv_mma(bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
@@ -557,19 +557,20 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
   const bf16* kh = k + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const bf16* vh = v + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const DocumentMask<DOCS> docs = documents.row(b);
-  const int qb_first = k0 / kMmaQueries;
-  const int qb_last =
-      docs.last_query(k0 + kRows - 1, min(T - 1, window > 0 ? k0 + kRows - 1 + window - 1 : T - 1)) / kMmaQueries;
-  const int tiles_per_head = qb_last - qb_first + 1, steps = group * tiles_per_head;
+  // The query tiles that see some key of the block: from j_first to j_final (32 queries each).
+  const int j_first = k0 / kMmaQueries * kMmaQueries;
+  const int j_final =
+      docs.last_query(k0 + kRows - 1, min(T - 1, window > 0 ? k0 + kRows - 1 + window - 1 : T - 1)) / kMmaQueries *
+      kMmaQueries;
+  const int h_final = (hk + 1) * group - 1;  // the last query head of kv head hk
   const float scale_log2 = scale * kLog2e;
   const int w_first = k0 + warp * 16, w_last = w_first + 15;  // this warp's keys
   const int s_row[2] = {w_first + lane / 4, w_first + lane / 4 + 8};
 
-  // Step i covers query head hk * group + i / tiles_per_head, queries from
-  // (qb_first + i % tiles_per_head) * 32.
+  // A step covers query head h and queries j0 .. j0 + 31: the query tiles of head hk * group, then
+  // those of the next head, and so on.
   float next_lse = 0, next_delta = 0;  // threads < 32: lse and Delta of query j0 + threadIdx.x
-  auto load_step = [&](int i, int buf) {
-    const int h = hk * group + i / tiles_per_head, j0 = (qb_first + i % tiles_per_head) * kMmaQueries;
+  auto load_step = [&](int h, int j0, int buf) {
     const int64_t head = int64_t(b) * T * q_stride + int64_t(h) * D;
     load_tile_async<kMmaQueries, D, kThreads>(sQ + buf * kMmaQueries * D, q + head, q_stride, j0, T);
     load_tile_async<kMmaQueries, D, kThreads>(sdO + buf * kMmaQueries * D, dout + head, q_stride, j0, T);
@@ -594,21 +595,25 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
   // become five: P^T and dV in the first, P^T, dP^T and dK in the second).
   auto sweep = [&](auto grads) {
     constexpr bool kDv = decltype(grads)::value & 1, kDk = decltype(grads)::value & 2;
-    load_step(0, 0);
+    load_step(hk * group, j_first, 0);
     cp_async_commit();
     store_stats(0);
 
     float dk_acc[D / 8][4] = {}, dv_acc[D / 8][4] = {};  // (16, D) each: dK / scale and dV
     uint32_t kf[D / 16][4];  // this warp's 16 rows of K as A fragments (kKeysInRegisters)
-    for (int i = 0; i < steps; i++) {
-      const int buf = i & 1, j0 = (qb_first + i % tiles_per_head) * kMmaQueries, j_last = j0 + kMmaQueries - 1;
+    if constexpr (kKeysInRegisters) {
       cp_async_wait_all();
-      __syncthreads();  // step i's tiles and stats landed; every warp is done with step i - 1's
-      if (kKeysInRegisters && i == 0)
+      __syncthreads();  // K landed
 #pragma unroll
-        for (int kk = 0; kk < D / 16; kk++)
-          ldmatrix_x4(kf[kk], sK + swizzle<D>(warp * 16 + lane % 16, kk * 16 + (lane / 16) * 8));
-      if (i + 1 < steps) load_step(i + 1, buf ^ 1);
+      for (int kk = 0; kk < D / 16; kk++)
+        ldmatrix_x4(kf[kk], sK + swizzle<D>(warp * 16 + lane % 16, kk * 16 + (lane / 16) * 8));
+    }
+    for (int h = hk * group, j0 = j_first, buf = 0;; buf ^= 1) {
+      const int j_last = j0 + kMmaQueries - 1;
+      const bool head_done = j0 == j_final, final_step = head_done && h == h_final;
+      cp_async_wait_all();
+      __syncthreads();  // this step's tiles and stats landed; every warp is done with the last step's
+      if (!final_step) load_step(head_done ? h + 1 : h, head_done ? j_first : j0 + kMmaQueries, buf ^ 1);
       cp_async_commit();
       if (w_first < T && docs.any_visible(j0, j_last, w_first, w_last, window)) {
         const bf16* q_tile = sQ + buf * kMmaQueries * D;
@@ -651,7 +656,10 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
         if constexpr (kDv) mma_pb<D, kMmaQueries / 8>(dv_acc, p, do_tile);
         if constexpr (kDk) mma_pb<D, kMmaQueries / 8>(dk_acc, ds, q_tile);
       }
-      if (i + 1 < steps) store_stats(buf ^ 1);  // read by the barrier of step i + 1
+      if (final_step) break;
+      store_stats(buf ^ 1);  // read by the next step's barrier
+      h += head_done;
+      j0 = head_done ? j_first : j0 + kMmaQueries;
     }
     const int64_t row0 = (int64_t(b) * T + s_row[0]) * kv_stride + int64_t(hk) * D;
     const int64_t row1 = (int64_t(b) * T + s_row[1]) * kv_stride + int64_t(hk) * D;
