@@ -601,7 +601,7 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
 
     float dk_acc[D / 8][4] = {}, dv_acc[D / 8][4] = {};  // (16, D) each: dK / scale and dV
     uint32_t kf[D / 16][4];  // this warp's 16 rows of K as A fragments (kKeysInRegisters)
-    if constexpr (kKeysInRegisters) {
+    if (kKeysInRegisters) {
       cp_async_wait_all();
       __syncthreads();  // K landed
 #pragma unroll
