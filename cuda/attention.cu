@@ -27,7 +27,8 @@
 //        backward 64 rows, 4 warps of 16 (two blocks an SM at D = 128, three at D = 64):
 //        bwd_blocking. K/V tiles of 64 keys (Q/dO tiles of 32 queries in the dK/dV kernel) are
 //        double-buffered with cp.async (swizzled: cuda/tile.cuh); the backward's rows stay in
-//        registers as A fragments (Q and dO in dQ), the forward's Q is read from shared memory
+//        registers as A fragments (Q and dO in dQ; K in dK/dV at D = 64, where V would not fit
+//        as well), the forward's Q is read from shared memory
 //        (no room beside O); P and dS go from accumulators straight into the next product's A
 //        operand (see cuda/mma.cuh). Softmax runs in base 2 with the scale folded in:
 //        exp(x) = exp2(x log2 e), in the forward one FFMA and one EX2 (cuda/fast_exp2.cuh), its
@@ -101,6 +102,11 @@ struct DocumentMask {
   }
   // The first key query t sees, given `first` from causality and the window.
   __device__ int first_key(int t, int first) const { return on() ? max(first, start(t)) : first; }
+  // The first key query t sees: key s is visible from t iff first_visible_key(t) <= s <= t. The
+  // mma kernels compute it once per row of a thread and mask with these two comparisons.
+  __device__ int first_visible_key(int t, int window) const {
+    return first_key(t, window > 0 ? max(0, t - window + 1) : 0);
+  }
   // The last query that sees key s, given `last` from causality, the window and T: not past the
   // end of s's document (a binary search: doc_start[t] <= s holds exactly for t up to there).
   __device__ int last_query(int s, int last) const {
@@ -274,9 +280,11 @@ __device__ __forceinline__ void store_rows(bf16* out, const float (*acc)[4], int
 // 32-key step; K 32, V^T 32): 0.375 a mma, where the 16-row warps with Q in registers before
 // needed 0.5; and a thread 64 FFMA + 64 EX2 for P, 64 max, 64 add, 32 packs, 22 shuffles; the
 // 128 multiplies of the O rescale only on the rare steps where the max moves (pass 2). Q stays
-// in shared memory (in registers it would not fit beside O and S). Registers (ptxas, sm_90, no spills): D = 128
-// 247 (O 128, S 32), D = 64 168. D = 256: 64-query blocks, warp w owns rows 16 w .. 16 w + 15 (one
-// row tile: O is 128 registers), one 32-key step a K/V tile; 248 registers (O 128, S 16).
+// in shared memory (in registers it would not fit beside O and S). Registers (ptxas, sm_90, no
+// spills): D = 128 248 (O 128, S 32), D = 64 164 (with documents 249 and 167). D = 256: 64-query
+// blocks, warp w owns rows 16 w .. 16 w + 15 (one row tile: O is 128 registers), one 32-key step
+// a K/V tile; 248 registers (O 128, S 16). The mask (on steps some rows see in part) compares
+// keys with each row's first visible key, found once a masked step.
 template <int D, bool DOCS>
 __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
     attention_forward_mma(bf16* o, float* lse, const bf16* q, const bf16* k, const bf16* v, int T, int H, int Hkv,
@@ -294,7 +302,7 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
   const bf16* kh = k + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const bf16* vh = v + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const DocumentMask<DOCS> docs = documents.row(b);
-  const int kb_first = docs.first_key(q0, window > 0 ? max(0, q0 - window + 1) : 0) / kCols;
+  const int kb_first = docs.first_visible_key(q0, window) / kCols;
   const int kb_last = min(T - 1, q0 + kRows - 1) / kCols;
   const int w_first = q0 + warp * 16 * MT, w_last = w_first + 16 * MT - 1;  // this warp's rows
   // this thread's rows: r = 2 mt + half is row tile mt's lane / 4 + 8 half
@@ -325,13 +333,18 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
       // pass 1: S = Q K^T (unscaled), invisible keys -> -inf (only on steps some row sees in part)
       float s[MT * NT][4] = {};
       mma_abt<D, NT, MT>(s, sQ, sK + (buf * kCols + s0 - k0) * D);
-      if (!docs.all_visible(w_first, w_last, s0, s0 + kFwdStep - 1, window))
+      if (!docs.all_visible(w_first, w_last, s0, s0 + kFwdStep - 1, window)) {
+        int key_first[kRowsPerThread];  // row r sees keys key_first[r] .. t_row(r)
+#pragma unroll
+        for (int r = 0; r < kRowsPerThread; r++) key_first[r] = docs.first_visible_key(t_row(r), window);
 #pragma unroll
         for (int i = 0; i < MT * NT; i++)
 #pragma unroll
-          for (int e = 0; e < 4; e++)
-            if (!docs.visible(t_row(2 * (i / NT) + e / 2), s0 + (i % NT) * 8 + (lane % 4) * 2 + e % 2, window))
-              s[i][e] = -INFINITY;
+          for (int e = 0; e < 4; e++) {
+            const int r = 2 * (i / NT) + e / 2, key = s0 + (i % NT) * 8 + (lane % 4) * 2 + e % 2;
+            if (key < key_first[r] || key > t_row(r)) s[i][e] = -INFINITY;
+          }
+      }
 
       // pass 2: online softmax, each row's max and sum spread over the 4 lanes of a quad; row r's
       // elements are s[(r / 2) NT + nt][2 (r % 2) + 0, 1]. The running max m only moves (and O
@@ -415,7 +428,8 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
 // none of its rows sees. Occupancy (ptxas, sm_90, no spills): D = 128 in at most 255 registers
 // (Q and dO fragments 64, dQ 64, P 32, dS 32; the cap for two 4-warp blocks); D = 64 in 168 (the
 // cap for three). D = 256: dQ alone is 128 registers, so Q and dO are read from shared memory
-// each step, over K/V tiles of 32 keys; 246 registers (one 8-warp block an SM).
+// each step, over K/V tiles of 32 keys; 243 registers (245 with documents; one 8-warp block an
+// SM). Per 64 keys at D = 64 a warp issues 96 mma over 48 ldmatrix.x4 (K 16, V 16, K^T 16).
 template <int D, bool DOCS>
 __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).blocks_per_sm)
     attention_backward_dq_mma(bf16* dq, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
@@ -436,11 +450,13 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
   const bf16* kh = k + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const bf16* vh = v + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const DocumentMask<DOCS> docs = documents.row(b);
-  const int kb_first = docs.first_key(q0, window > 0 ? max(0, q0 - window + 1) : 0) / kCols;
+  const int kb_first = docs.first_visible_key(q0, window) / kCols;
   const int kb_last = min(T - 1, q0 + kRows - 1) / kCols;
   const float scale_log2 = scale * kLog2e;
   const int w_first = q0 + warp * 16, w_last = w_first + 15;  // this warp's rows
   const int t_row[2] = {w_first + lane / 4, w_first + lane / 4 + 8};
+  // row r sees keys key_first[r] .. t_row[r] (none past T)
+  const int key_first[2] = {docs.first_visible_key(t_row[0], window), docs.first_visible_key(t_row[1], window)};
   float lse2[2], dlt[2];  // lse in log2 units and Delta of this thread's two rows
 #pragma unroll
   for (int r = 0; r < 2; r++) {
@@ -474,19 +490,23 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
     cp_async_commit();
     if (w_first >= T || !docs.any_visible(w_first, w_last, k0, k0 + kCols - 1, window)) continue;
     const bf16* k_tile = sK + buf * kCols * D;
-    // pass 1: P = exp(scale Q K^T - lse), zero where invisible
+    // pass 1: P = exp(scale Q K^T - lse), zero where invisible (S -> -inf, masked only on the tiles
+    // some row sees in part)
     float p[kCols / 8][4] = {};
     if constexpr (kRowsInRegisters) mma_abt_reg<D, kCols / 8>(p, qf, k_tile);
     else mma_abt<D, kCols / 8>(p, sQ, k_tile);
-    const bool needs_mask = !docs.all_visible(w_first, w_last, k0, k0 + kCols - 1, window) || w_last >= T;
+    if (!docs.all_visible(w_first, w_last, k0, k0 + kCols - 1, window) || w_last >= T)
+#pragma unroll
+      for (int nt = 0; nt < kCols / 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const int t = t_row[e / 2], s = k0 + nt * 8 + (lane % 4) * 2 + e % 2;
+          if (t >= T || s < key_first[e / 2] || s > t) p[nt][e] = -INFINITY;
+        }
 #pragma unroll
     for (int nt = 0; nt < kCols / 8; nt++)
 #pragma unroll
-      for (int e = 0; e < 4; e++) {
-        const int t = t_row[e / 2], s = k0 + nt * 8 + (lane % 4) * 2 + e % 2;
-        const bool ok = !needs_mask || (t < T && docs.visible(t, s, window));
-        p[nt][e] = exp2f(ok ? fmaf(p[nt][e], scale_log2, -lse2[e / 2]) : -INFINITY);  // 2^-inf = 0, no branch
-      }
+      for (int e = 0; e < 4; e++) p[nt][e] = exp2_ftz(fmaf(p[nt][e], scale_log2, -lse2[e / 2]));  // 2^-inf = 0
     // pass 2: dP = dO V^T;  dS = P (dP - Delta)
     float ds[kCols / 8][4] = {};
     if constexpr (kRowsInRegisters) mma_abt_reg<D, kCols / 8>(ds, dof, sV + buf * kCols * D);
@@ -510,14 +530,19 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
 // Delta are read into registers one step ahead (their global latency hides behind a step's
 // products) and stored to shared memory at the end of the step. Occupancy (ptxas, sm_90, no
 // spills): D = 128 in at most 255 registers (dK and dV 128, P^T and dS^T 32; the cap for two
-// 4-warp blocks); D = 64 in 168 (the cap for three). D = 256: dV, then dK, one sweep each (see
-// sweep); 252 registers (one 8-warp block an SM).
+// 4-warp blocks); D = 64 in 168 (the cap for three), the warp's K fragments in registers: per
+// 32-query step 64 mma over 36 ldmatrix.x4 (Q 8, dO 8, dO^T 8, Q^T 8 and V 4; with K from
+// shared memory 40). D = 256: dV, then dK, one sweep each (see sweep); 254 registers (255
+// with documents; one 8-warp block an SM).
 template <int D, bool DOCS>
 __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).blocks_per_sm)
     attention_backward_dkdv_mma(bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
                                 const float* lse, const float* delta, int T, int H, int Hkv, float scale,
                                 int window, DocumentMask<DOCS> documents) {
   constexpr int kWarps = bwd_blocking(D).warps, kThreads = 32 * kWarps, kRows = 16 * kWarps;
+  // This warp's K rows stay in registers as A fragments at D = 64 (16 registers; V's as well
+  // spilled 16-20 bytes); at D = 128 and 256 they are read from shared memory.
+  constexpr bool kKeysInRegisters = D == 64;
   extern __shared__ float4 smem_raw[];
   bf16* sK = reinterpret_cast<bf16*>(smem_raw);  // sK: (kRows, D)
   bf16* sV = sK + kRows * D;                     // sV: (kRows, D)
@@ -532,19 +557,20 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
   const bf16* kh = k + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const bf16* vh = v + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const DocumentMask<DOCS> docs = documents.row(b);
-  const int qb_first = k0 / kMmaQueries;
-  const int qb_last =
-      docs.last_query(k0 + kRows - 1, min(T - 1, window > 0 ? k0 + kRows - 1 + window - 1 : T - 1)) / kMmaQueries;
-  const int tiles_per_head = qb_last - qb_first + 1, steps = group * tiles_per_head;
+  // The query tiles that see some key of the block: from j_first to j_final (32 queries each).
+  const int j_first = k0 / kMmaQueries * kMmaQueries;
+  const int j_final =
+      docs.last_query(k0 + kRows - 1, min(T - 1, window > 0 ? k0 + kRows - 1 + window - 1 : T - 1)) / kMmaQueries *
+      kMmaQueries;
+  const int h_final = (hk + 1) * group - 1;  // the last query head of kv head hk
   const float scale_log2 = scale * kLog2e;
   const int w_first = k0 + warp * 16, w_last = w_first + 15;  // this warp's keys
   const int s_row[2] = {w_first + lane / 4, w_first + lane / 4 + 8};
 
-  // Step i covers query head hk * group + i / tiles_per_head, queries from
-  // (qb_first + i % tiles_per_head) * 32.
+  // A step covers query head h and queries j0 .. j0 + 31: the query tiles of head hk * group, then
+  // those of the next head, and so on.
   float next_lse = 0, next_delta = 0;  // threads < 32: lse and Delta of query j0 + threadIdx.x
-  auto load_step = [&](int i, int buf) {
-    const int h = hk * group + i / tiles_per_head, j0 = (qb_first + i % tiles_per_head) * kMmaQueries;
+  auto load_step = [&](int h, int j0, int buf) {
     const int64_t head = int64_t(b) * T * q_stride + int64_t(h) * D;
     load_tile_async<kMmaQueries, D, kThreads>(sQ + buf * kMmaQueries * D, q + head, q_stride, j0, T);
     load_tile_async<kMmaQueries, D, kThreads>(sdO + buf * kMmaQueries * D, dout + head, q_stride, j0, T);
@@ -569,16 +595,25 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
   // become five: P^T and dV in the first, P^T, dP^T and dK in the second).
   auto sweep = [&](auto grads) {
     constexpr bool kDv = decltype(grads)::value & 1, kDk = decltype(grads)::value & 2;
-    load_step(0, 0);
+    load_step(hk * group, j_first, 0);
     cp_async_commit();
     store_stats(0);
 
     float dk_acc[D / 8][4] = {}, dv_acc[D / 8][4] = {};  // (16, D) each: dK / scale and dV
-    for (int i = 0; i < steps; i++) {
-      const int buf = i & 1, j0 = (qb_first + i % tiles_per_head) * kMmaQueries, j_last = j0 + kMmaQueries - 1;
+    uint32_t kf[D / 16][4];  // this warp's 16 rows of K as A fragments (kKeysInRegisters)
+    if (kKeysInRegisters) {
       cp_async_wait_all();
-      __syncthreads();  // step i's tiles and stats landed; every warp is done with step i - 1's
-      if (i + 1 < steps) load_step(i + 1, buf ^ 1);
+      __syncthreads();  // K landed
+#pragma unroll
+      for (int kk = 0; kk < D / 16; kk++)
+        ldmatrix_x4(kf[kk], sK + swizzle<D>(warp * 16 + lane % 16, kk * 16 + (lane / 16) * 8));
+    }
+    for (int h = hk * group, j0 = j_first, buf = 0;; buf ^= 1) {
+      const int j_last = j0 + kMmaQueries - 1;
+      const bool head_done = j0 == j_final, final_step = head_done && h == h_final;
+      cp_async_wait_all();
+      __syncthreads();  // this step's tiles and stats landed; every warp is done with the last step's
+      if (!final_step) load_step(head_done ? h + 1 : h, head_done ? j_first : j0 + kMmaQueries, buf ^ 1);
       cp_async_commit();
       if (w_first < T && docs.any_visible(j0, j_last, w_first, w_last, window)) {
         const bf16* q_tile = sQ + buf * kMmaQueries * D;
@@ -587,19 +622,24 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
         auto stats = [&](int nt) {
           return *reinterpret_cast<const float4*>(sStats + (buf * kMmaQueries + nt * 8 + (lane % 4) * 2) * 2);
         };
-        // pass 1: P^T = exp(scale K Q^T - lse), zero where invisible
+        // pass 1: P^T = exp(scale K Q^T - lse), zero where invisible (S^T -> -inf, masked only on the
+        // tiles some row sees in part)
         float p[kMmaQueries / 8][4] = {};
-        mma_abt<D, kMmaQueries / 8>(p, sK, q_tile);
-        const bool needs_mask = !docs.all_visible(j0, j_last, w_first, w_last, window) || j_last >= T;
+        if constexpr (kKeysInRegisters) mma_abt_reg<D, kMmaQueries / 8>(p, kf, q_tile);
+        else mma_abt<D, kMmaQueries / 8>(p, sK, q_tile);
+        if (!docs.all_visible(j0, j_last, w_first, w_last, window) || j_last >= T)
+#pragma unroll
+          for (int nt = 0; nt < kMmaQueries / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+              const int t = j0 + nt * 8 + (lane % 4) * 2 + e % 2;
+              if (t >= T || !docs.visible(t, s_row[e / 2], window)) p[nt][e] = -INFINITY;
+            }
 #pragma unroll
         for (int nt = 0; nt < kMmaQueries / 8; nt++) {
           const float4 st = stats(nt);
 #pragma unroll
-          for (int e = 0; e < 4; e++) {
-            const int t = j0 + nt * 8 + (lane % 4) * 2 + e % 2;
-            const bool ok = !needs_mask || (t < T && docs.visible(t, s_row[e / 2], window));
-            p[nt][e] = exp2f(ok ? fmaf(p[nt][e], scale_log2, e % 2 ? -st.z : -st.x) : -INFINITY);
-          }
+          for (int e = 0; e < 4; e++) p[nt][e] = exp2_ftz(fmaf(p[nt][e], scale_log2, e % 2 ? -st.z : -st.x));
         }
         // pass 2: dP^T = V dO^T;  dS^T = P^T (dP^T - Delta)
         float ds[kMmaQueries / 8][4] = {};
@@ -616,7 +656,10 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
         if constexpr (kDv) mma_pb<D, kMmaQueries / 8>(dv_acc, p, do_tile);
         if constexpr (kDk) mma_pb<D, kMmaQueries / 8>(dk_acc, ds, q_tile);
       }
-      if (i + 1 < steps) store_stats(buf ^ 1);  // read by the barrier of step i + 1
+      if (final_step) break;
+      store_stats(buf ^ 1);  // read by the next step's barrier
+      h += head_done;
+      j0 = head_done ? j_first : j0 + kMmaQueries;
     }
     const int64_t row0 = (int64_t(b) * T + s_row[0]) * kv_stride + int64_t(hk) * D;
     const int64_t row1 = (int64_t(b) * T + s_row[1]) * kv_stride + int64_t(hk) * D;
