@@ -382,6 +382,8 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
     WarpTile<C, C> kk, qk;
     const int ref = kk.row0, ib = ref / 16;  // (= qk.row0)
     for (int c0 = 0; c0 < DK; c0 += kCh) {  // 1.
+      // (the staging loops not unrolled: with kk and qk live, unrolled ones spilled at dk = 64)
+#pragma unroll 1
       for (int i = threadIdx.x; i < C * kCh / 2; i += kThreads) {  // channel pairs d, d + 1
         const int t = i / (kCh / 2), c = (i % (kCh / 2)) * 2, d = c0 + c, first = t / 16 * 16;
         const float f0 = expf(g(t, d) - g(first, d)), f1 = expf(g(t, d + 1) - g(first, d + 1));
@@ -391,6 +393,7 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
       }
       for (int r = 1; r < C / 16; r++) {  // sub-block r's reference token 16 r
         const int row0 = Smem::kRefRow0(r) * kLdX;
+#pragma unroll 1
         for (int i = threadIdx.x; i < 16 * r * kCh / 2; i += kThreads) {
           const int s = i / (kCh / 2), c = (i % (kCh / 2)) * 2, d = c0 + c;
           const float2 k = bf16_pair(sm.k, s * kLdK + d);
