@@ -134,9 +134,11 @@
 // Registers a thread (ptxas, nvcc 13.0, sm_90; every dv): prepare 59-128, scan 125 / 125 / 127
 // and reverse scan 122 / 128 / 128 at dk = 64 / 128 / 256 (launch bounds of two CTAs: at most
 // 128), local backward 154-255 (212-255 at dk >= 128; before the staged tiles 158-255); vector
-// gate: prepare 79-102, scan and reverse scan 124 / 128 at dk = 64 / 128, local backward 230 /
-// 200-201 (144 / 194-196 before its staged pair products, 195 / 254 before the staged tiles;
-// one CTA an SM at any of these); no spills. GDN-2: prepare 80, local backward 255 at every
+// gate: prepare 64-101 (79-102 before its staged pair products), scan and reverse scan 124 / 128
+// at dk = 64 / 128, local backward 230 / 200-201 (144 / 194-196 before its staged pair products,
+// 195 / 254 before the staged tiles; one CTA an SM at any of these); no spills (the prepare's
+// staging loops are kept rolled: unrolled, ptxas spilled 4 bytes at dk = 64 to fit 64 registers).
+// GDN-2: prepare 64 / 80 at dk = 64 (dv 128 / 64) and 80 at dk = 128, local backward 255 at every
 // width; no spills at dk = 64, 16 bytes of spill stores and loads at dk = 128 (ptxas's allocation
 // swings by 50 registers on small changes here: KDA's kernel without its last, per-row db and dw
 // stores also spills).
@@ -382,7 +384,7 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
     WarpTile<C, C> kk, qk;
     const int ref = kk.row0, ib = ref / 16;  // (= qk.row0)
     for (int c0 = 0; c0 < DK; c0 += kCh) {  // 1.
-      // (the staging loops not unrolled: with kk and qk live, unrolled ones spilled at dk = 64)
+      // (the staging loops kept rolled: see "Registers" above)
 #pragma unroll 1
       for (int i = threadIdx.x; i < C * kCh / 2; i += kThreads) {  // channel pairs d, d + 1
         const int t = i / (kCh / 2), c = (i % (kCh / 2)) * 2, d = c0 + c, first = t / 16 * 16;
