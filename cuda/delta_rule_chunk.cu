@@ -16,12 +16,15 @@
 //     1b  L[t,s] = beta_t (k_t . k_s) exp(G_t - G_s), s < t   (GDN-2: sum_d e_t[d] k_s[d] ..);
 //         Aqk[t,s] = scale (q_t . k_s) exp(G_t - G_s), s <= t                     (4.6, mma)
 //         Vector gate: sum_d k_t[d] k_s[d] exp(G_t[d] - G_s[d]) by sub-blocks of 16 tokens
-//         (4.4): for s in an earlier sub-block than t, the mma of k_t exp(G_t - G_ref) and
-//         k_s exp(G_ref - G_s), ref = the first token of t's sub-block (exponents <= 0: no
-//         overflow whatever the gates); inside a 16 x 16 diagonal block, element by element.
+//         (4.4): for s in an earlier sub-block than t, the mma (ldmatrix on staged tiles) of
+//         k_t exp(G_t - G_ref) and k_s exp(G_ref - G_s), ref = the first token of t's sub-block
+//         (exponents <= 0: no overflow whatever the gates), each decayed once and split into
+//         bf16 hi + lo tiles; inside a 16 x 16 diagonal block in fp32, the decays carried token
+//         by token (exp(G_{s+1} - G_s) staged once: no exponential a pair).
 //     1c  A = (I + L)^{-1} by forward substitution, fp32 in shared memory         (4.7)
 //     1d  W = A diag(beta exp(G)) K,  U = A diag(w) V                             (4.6, mma)
-//         (GDN-2: W = A (E (.) exp(G)),  U = A (w (.) V); b and w tiles read element by element)
+//         (GDN-2: W = A (E (.) exp(G)),  U = A (w (.) V); b and w tiles read element by element;
+//         a vector gate's exp(G) formed once, in G's place)
 //   Pass 2 (scan_kernel, grid (dv / 32, HV, B), sequential over chunks; CPU: scan_chunks + the
 //   output loop of chunk_forward). The state h (dk x dv, fp32) is split along dv into column
 //   tiles of 32, one per CTA, held in shared memory. Up to dk = 128 a CTA needs < 113 KB of
@@ -117,21 +120,25 @@
 //   64          62.0 / 70.0 / 86.0 KB          67.3 KB               164.6 / 147.6 KB
 //   128         78.0 / 86.0 / 102.0 KB         108.3 KB              216.6 / 168.6 KB
 //   256         110.0 / 118.0 / 134.0 KB       190.3 KB              200.6 KB
-//   vector gate (the C x dk G tile, +16.8 KB at dk = 64, +32.8 KB at dk = 128; local backward
-//   in 32-column value slices at every dv, +12.8 KB for the fp32 diagonal blocks of its pairs:
-//   the decayed K, Q tiles and the decays take places its phase C does not use):
-//   64          78.8 / 86.8 / 102.8 KB         84.0 KB               178.6 KB
-//   128         110.8 / 118.8 / 134.8 KB       141.0 KB (one CTA/SM) 216.9 KB
+//   vector gate (the C x dk G tile, +16.8 KB at dk = 64, +32.8 KB at dk = 128; prepare +17.0 /
+//   +33.0 KB more for its step decays, which take the place of its staged k operands (before
+//   78.8 / 86.8 / 102.8 and 110.8 / 118.8 / 134.8 KB); local backward in 32-column value slices
+//   at every dv, +12.8 KB for the fp32 diagonal blocks of its pairs: the decayed K, Q tiles and
+//   the decays take places its phase C does not use):
+//   64          95.8 / 103.8 / 119.8 KB        84.0 KB               178.6 KB
+//   128         143.8 / 151.8 / 167.8 KB       141.0 KB (one CTA/SM) 216.9 KB
 //   GDN-2 (vector gate; prepare with its b and w tiles, +18 / 26 / 34 KB; scans and local backward
-//   as the vector gate's): dk 64: prepare 96.8 / 112.8 KB (dv 64 / 128); dk 128: 136.8 / 152.8 KB
+//   as the vector gate's): dk 64: prepare 113.8 / 129.8 KB (dv 64 / 128); dk 128: 169.8 / 185.8 KB
 //   (local backward before its staged tiles: 159.1 / 135.1, 209.1 / 153.1, 185.1; vector gate
 //   153.4, 188.6 KB, and 165.9, 204.1 KB before its staged pair products: one CTA an SM either way)
 // Registers a thread (ptxas, nvcc 13.0, sm_90; every dv): prepare 59-128, scan 125 / 125 / 127
 // and reverse scan 122 / 128 / 128 at dk = 64 / 128 / 256 (launch bounds of two CTAs: at most
 // 128), local backward 154-255 (212-255 at dk >= 128; before the staged tiles 158-255); vector
-// gate: prepare 79-102, scan and reverse scan 124 / 128 at dk = 64 / 128, local backward 230 /
-// 200-201 (144 / 194-196 before its staged pair products, 195 / 254 before the staged tiles;
-// one CTA an SM at any of these); no spills. GDN-2: prepare 80, local backward 255 at every
+// gate: prepare 64-101 (79-102 before its staged pair products), scan and reverse scan 124 / 128
+// at dk = 64 / 128, local backward 230 / 200-201 (144 / 194-196 before its staged pair products,
+// 195 / 254 before the staged tiles; one CTA an SM at any of these); no spills (the prepare's
+// staging loops are kept rolled: unrolled, ptxas spilled 4 bytes at dk = 64 to fit 64 registers).
+// GDN-2: prepare 64 / 80 at dk = 64 (dv 128 / 64) and 80 at dk = 128, local backward 255 at every
 // width; no spills at dk = 64, 16 bytes of spill stores and loads at dk = 128 (ptxas's allocation
 // swings by 50 registers on small changes here: KDA's kernel without its last, per-row db and dw
 // stores also spills).
@@ -229,6 +236,12 @@ struct ChunkArgs {
 
 __device__ __forceinline__ float bf(bf16 x) { return __bfloat162float(x); }
 
+// The bf16 pair tile[i], tile[i + 1] (i even) as floats (a bf16 is the top half of its float).
+__device__ __forceinline__ float2 bf16_pair(const bf16* tile, int i) {
+  const uint32_t w = *reinterpret_cast<const uint32_t*>(tile + i);
+  return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
+}
+
 template <int M, int N>
 using WarpTile = chunk_mma::WarpTile<M, N, kWarps>;
 using chunk_mma::load_bf16_rows_async;
@@ -246,16 +259,33 @@ struct PrepareSmem {
   float *L, *A;                    // (C, kLdC) strictly lower L, then A = (I + L)^{-1}
   float* G;                        // (C, kLdG): G[t][d] (vector gate) or G[t]
   float *beta, *colw, *colu;       // (C): beta, W's column scale (beta exp(G); vector gate: beta), w (U's)
+  // vector gate only (1b): the decayed operands of the pairs in different 16-token sub-blocks,
+  // kCh key channels at a time, split into bf16 hi and lo tiles: e_t, q_t exp(G_t - G_{16 i}) for
+  // t in sub-block i, in L's and A's places (free until 1b's products are done); k_s exp(G_{16 i} - G_s)
+  // for every s < 16 i, a tile for each i = 1 .. C / 16 - 1 (rows kRefRow0(i) on); then in
+  // their place the step decays exp(G_{t+1} - G_t) inside each sub-block, for its 16 x 16
+  // diagonal block.
+  static constexpr int kCh = 32, kLdX = kCh + 8;
+  bf16 *et_hi, *et_lo, *qt_hi, *qt_lo;  // (C, kLdX) each
+  bf16 *kref_hi, *kref_lo;              // (kRefRows, kLdX) each
+  float* estep;                         // (C, kLdG)
   bf16 *b, *w;                     // VBW only: (C, DK + 8) erase gate b[t][d], (C, DV + 8) write gate w[t][c]
+  static constexpr int kRefRow0(int i) { return 8 * i * (i - 1); }  // = 16 (1 + 2 + .. + (i - 1))
+  static constexpr int kRefRows = kRefRow0(C / 16);
+  static constexpr int kDecays = VG ? C * kLdG : 0;  // floats of kref's and estep's place
+  static_assert(!VG || (4 * C * kLdX <= 2 * 2 * C * kLdC && 2 * kRefRows * kLdX <= 2 * kDecays),
+                "the vector gate's staged operands fit the places they take");
   static constexpr size_t bytes() {
     return sizeof(bf16) * C * (2 * kLdK + kLdV + (VBW ? kLdK + kLdV : 0)) +
-           sizeof(float) * (2 * C * kLdC + C * kLdG + 3 * C);
+           sizeof(float) * (2 * C * kLdC + C * kLdG + 3 * C + kDecays);
   }
   __device__ explicit PrepareSmem(void* p) {
     q = static_cast<bf16*>(p), k = q + C * kLdK, v = k + C * kLdK;
     L = reinterpret_cast<float*>(v + C * kLdV), A = L + C * kLdC;
     G = A + C * kLdC, beta = G + C * kLdG, colw = beta + C, colu = colw + C;
-    b = reinterpret_cast<bf16*>(colu + C), w = b + C * kLdK;
+    et_hi = reinterpret_cast<bf16*>(L), et_lo = et_hi + C * kLdX, qt_hi = et_lo + C * kLdX, qt_lo = qt_hi + C * kLdX;
+    estep = colu + C, kref_hi = reinterpret_cast<bf16*>(estep), kref_lo = kref_hi + kRefRows * kLdX;
+    b = reinterpret_cast<bf16*>(estep + kDecays), w = b + C * kLdK;
   }
 };
 
@@ -334,33 +364,113 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
   };
   // 1b: K K^T and Q K^T on tensor cores, then the masks and decays (exponents <= 0 only).
   if constexpr (VG) {
-    // Per-channel decays (4.4): a warp's 16-row tile of the (C, C) products is one sub-block of
-    // 16 tokens starting at ref = row0; its rows enter as q_t exp(G_t - G_ref), the columns of
-    // the earlier sub-blocks (s < ref) as k_s exp(G_ref - G_s), both exponents <= 0. The diagonal
-    // 16 x 16 blocks (ref <= s <= t) are summed element by element in fp32 below.
-    WarpTile<C, C> kk, qk;
-    const int ref = kk.row0;  // = qk.row0
+    // Per-channel decays (4.4) by sub-blocks of 16 tokens, every exponent <= 0 (no overflow
+    // whatever the gates). A warp's 16-row tile of the (C, C) products is one sub-block i:
+    //   1. its pairs with the earlier sub-blocks (s < 16 i) on tensor cores (ldmatrix + mma),
+    //      kCh channels at a time: rows e_t, q_t exp(G_t - G_{16 i}) (et, qt), columns k_s
+    //      exp(G_{16 i} - G_s) (kref, i's tile), each decayed once and split into hi + lo bf16
+    //      tiles (hi*hi + hi*lo + lo*hi: ~16 mantissa bits, as the accessor products had; L
+    //      reaches the state through A, W and U);
+    //   2. its 16 x 16 diagonal block (s <= t) in fp32, 8 lanes a token t walking s down from t,
+    //      the decays carried token by token, exp(G_t - G_s) = exp(G_t - G_{s+1}) exp(G_{s+1} - G_s)
+    //      (estep): no exponential a pair.
+    using chunk_mma::mma_staged;
+    using chunk_mma::Padded;
+    constexpr int kCh = Smem::kCh, kLdX = Smem::kLdX;
     auto g = [&](int t, int d) { return sm.G[t * kLdG + d]; };
-    auto k_cols = [&](int d, int s) { return s < ref ? bf(sm.k[s * kLdK + d]) * expf(g(ref, d) - g(s, d)) : 0.f; };
-    kk.mma<DK, true, true>([&](int r, int d) { return e_at(r, d) * expf(g(r, d) - g(ref, d)); }, k_cols);
-    qk.mma<DK, true, true>([&](int r, int d) { return bf(sm.q[r * kLdK + d]) * expf(g(r, d) - g(ref, d)); }, k_cols);
+    auto split_store = [](bf16* hi, bf16* lo, int i, float x0, float x1) {  // pair i, i + 1 (i even)
+      chunk_mma::split_pair(x0, x1, *reinterpret_cast<uint32_t*>(hi + i), *reinterpret_cast<uint32_t*>(lo + i));
+    };
+    WarpTile<C, C> kk, qk;
+    const int ref = kk.row0, ib = ref / 16;  // (= qk.row0)
+    for (int c0 = 0; c0 < DK; c0 += kCh) {  // 1.
+      // (the staging loops kept rolled: see "Registers" above)
+#pragma unroll 1
+      for (int i = threadIdx.x; i < C * kCh / 2; i += kThreads) {  // channel pairs d, d + 1
+        const int t = i / (kCh / 2), c = (i % (kCh / 2)) * 2, d = c0 + c, first = t / 16 * 16;
+        const float f0 = expf(g(t, d) - g(first, d)), f1 = expf(g(t, d + 1) - g(first, d + 1));
+        const float2 q = bf16_pair(sm.q, t * kLdK + d);
+        split_store(sm.et_hi, sm.et_lo, t * kLdX + c, e_at(t, d) * f0, e_at(t, d + 1) * f1);
+        split_store(sm.qt_hi, sm.qt_lo, t * kLdX + c, q.x * f0, q.y * f1);
+      }
+      for (int r = 1; r < C / 16; r++) {  // sub-block r's reference token 16 r
+        const int row0 = Smem::kRefRow0(r) * kLdX;
+#pragma unroll 1
+        for (int i = threadIdx.x; i < 16 * r * kCh / 2; i += kThreads) {
+          const int s = i / (kCh / 2), c = (i % (kCh / 2)) * 2, d = c0 + c;
+          const float2 k = bf16_pair(sm.k, s * kLdK + d);
+          split_store(sm.kref_hi, sm.kref_lo, row0 + s * kLdX + c, k.x * expf(g(16 * r, d) - g(s, d)),
+                      k.y * expf(g(16 * r, d + 1) - g(s, d + 1)));
+        }
+      }
+      __syncthreads();
+      if (kk.col0 < ref) {  // columns from ref on (the diagonal block and past it) are left out
+        const int row0 = Smem::kRefRow0(ib);  // (k exp(G_ref - G))^T
+        const Padded<kLdX, true> kref_hi{sm.kref_hi + row0 * kLdX}, kref_lo{sm.kref_lo + row0 * kLdX};
+        const Padded<kLdX, false> et_hi{sm.et_hi}, et_lo{sm.et_lo}, qt_hi{sm.qt_hi}, qt_lo{sm.qt_lo};
+        mma_staged(kk, et_hi, kref_hi, 0, kCh, ref), mma_staged(kk, et_hi, kref_lo, 0, kCh, ref);
+        mma_staged(kk, et_lo, kref_hi, 0, kCh, ref);
+        mma_staged(qk, qt_hi, kref_hi, 0, kCh, ref), mma_staged(qk, qt_hi, kref_lo, 0, kCh, ref);
+        mma_staged(qk, qt_lo, kref_hi, 0, kCh, ref);
+      }
+      __syncthreads();  // the staged tiles are read (after the last: L and the step decays take their places)
+    }
     float* aqk = a.Aqk + (head * a.NT + chunk) * C * C;
     kk.each([&](int r, int s, float x, int slot) {
       if (s / 16 == r / 16) return;  // the diagonal block, below
       sm.L[r * kLdC + s] = s < r ? sm.beta[r] * x : 0.f;
       aqk[r * C + s] = s < r ? a.scale * qk.at(slot) : 0.f;
     });
-    for (int i = threadIdx.x; i < C * 16; i += kThreads) {  // (t, s) in the diagonal blocks
-      const int t = i / 16, s = (t / 16) * 16 + i % 16;
-      float kk_ts = 0.f, qk_ts = 0.f;
-      if (s <= t) {
-        for (int d = 0; d < DK; d++) {
-          const float ks = bf(sm.k[s * kLdK + d]) * expf(g(t, d) - g(s, d));
-          kk_ts += e_at(t, d) * ks, qk_ts += bf(sm.q[t * kLdK + d]) * ks;
+    for (int i = threadIdx.x; i < C * DK; i += kThreads) {
+      const int t = i / DK, d = i % DK;
+      if (t % 16 != 15) sm.estep[t * kLdG + d] = expf(g(t + 1, d) - g(t, d));
+    }
+    __syncthreads();
+    // 2. Lane `part` of a token's 8 holds its channel pairs d = 2 part + 16 m.
+    constexpr int kParts = 8, kPairs = DK / 16;
+    for (int i = threadIdx.x; i < C * kParts; i += kThreads) {
+      const int t = i / kParts, part = i % kParts, first = t / 16 * 16;
+      float2 e[kPairs], q[kPairs], decay[kPairs];
+#pragma unroll
+      for (int m = 0; m < kPairs; m++) {
+        const int d = 2 * part + 16 * m;
+        e[m] = make_float2(e_at(t, d), e_at(t, d + 1)), q[m] = bf16_pair(sm.q, t * kLdK + d);
+        decay[m] = make_float2(1.f, 1.f);
+      }
+      // A warp's 4 tokens (t | 3 the last) walk as far as its last one: the same steps for all lanes.
+      for (int u = 0; u <= (t | 3) - first; u++) {
+        const int s = t - u;
+        float kk_ts = 0.f, qk_ts = 0.f;
+        if (s >= first) {
+#pragma unroll
+          for (int m = 0; m < kPairs; m++) {
+            const int d = 2 * part + 16 * m;
+            if (u > 0) {
+              const float2 step = *reinterpret_cast<const float2*>(sm.estep + s * kLdG + d);
+              decay[m].x *= step.x, decay[m].y *= step.y;
+            }
+            const float2 k = bf16_pair(sm.k, s * kLdK + d);
+            const float k0 = k.x * decay[m].x, k1 = k.y * decay[m].y;
+            kk_ts += e[m].x * k0 + e[m].y * k1, qk_ts += q[m].x * k0 + q[m].y * k1;
+          }
+        }
+#pragma unroll
+        for (int off = 1; off < kParts; off <<= 1) {
+          kk_ts += __shfl_xor_sync(0xffffffffu, kk_ts, off);
+          qk_ts += __shfl_xor_sync(0xffffffffu, qk_ts, off);
+        }
+        if (part == 0 && s >= first) {
+          sm.L[t * kLdC + s] = s < t ? sm.beta[t] * kk_ts : 0.f;
+          aqk[t * C + s] = a.scale * qk_ts;
         }
       }
-      sm.L[t * kLdC + s] = s < t ? sm.beta[t] * kk_ts : 0.f;
-      aqk[t * C + s] = a.scale * qk_ts;
+      if (part == 0)
+        for (int s = t + 1; s < first + 16; s++) sm.L[t * kLdC + s] = 0.f, aqk[t * C + s] = 0.f;
+    }
+    // G is read (the step decays hold what the diagonal blocks need): exp(G) in its place for 1d.
+    for (int i = threadIdx.x; i < C * DK; i += kThreads) {
+      float& x = sm.G[(i / DK) * kLdG + i % DK];
+      x = expf(x);
     }
   } else {
     auto k_rows = [&](int r, int d) { return bf(sm.k[r * kLdK + d]); };  // K[r][d]
@@ -402,7 +512,7 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
   {
     WarpTile<C, DK> wt;
     wt.mma<C, true, VG>([&](int r, int s) { return sm.A[r * kLdC + s] * sm.colw[s]; }, [&](int s, int d) {
-      return VG ? e_at(s, d) * expf(sm.G[s * kLdG + d]) : bf(sm.k[s * kLdK + d]);
+      return VG ? e_at(s, d) * sm.G[s * kLdG + d] : bf(sm.k[s * kLdK + d]);  // (vector gate: sm.G holds exp(G))
     });
     float* W = a.W + (head * a.NT * C + t0) * DK;
     wt.each([&](int r, int d, float x, int) { W[r * DK + d] = x; });
@@ -815,12 +925,6 @@ __device__ __forceinline__ void stage_f32_rows(bf16* hi, bf16* lo, const float* 
       lo_pair[0] = rest[0], lo_pair[1] = rest[1];
     }
   }
-}
-
-// The bf16 pair tile[i], tile[i + 1] (i even) as floats (a bf16 is the top half of its float).
-__device__ __forceinline__ float2 bf16_pair(const bf16* tile, int i) {
-  const uint32_t w = *reinterpret_cast<const uint32_t*>(tile + i);
-  return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
 }
 
 // One term of a vector gate's pair products (add_decayed_pairs): the C x C pair weights P (zero
