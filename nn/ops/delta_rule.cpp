@@ -644,12 +644,12 @@ void delta_rule_backward(Tensor& grad_q, Tensor& grad_k, Tensor& grad_v, Tensor&
   });
 }
 
-// The op on rows as they are, d from check_inputs (on these rows) with the documents' pointers:
-// d.doc_start for the token recurrence (into starts), d.chunk_reset for the chunked form on the
-// document layout (into resets), or neither; the backward keeps both tensors alive.
+// The op on rows as they are, d from check_inputs with the documents' pointers (run_on_documents:
+// d.doc_start for the token recurrence, d.chunk_reset for the chunked form on the document
+// layout) into `keep`, which the backward keeps alive.
 DeltaRuleOutputs delta_rule_rows(const Var& q, const Var& k, const Var& v, const Var& g, const Var& b, const Var& w,
                                  const Var& initial_state, const DeltaRuleDims& d, bool keep_states,
-                                 const Tensor& starts, const Tensor& resets) {
+                                 const Tensor& keep) {
   const bool tied = !w.defined();  // w = b: the kernel reads beta twice, its gradient is the sum
   const DType dt = q.dtype();
   const Device dev = q.device();
@@ -666,8 +666,8 @@ DeltaRuleOutputs delta_rule_rows(const Var& q, const Var& k, const Var& v, const
   if (gpu_backward && keep_states) HLA_CUDA_ONLY(kept_floats = cuda::delta_rule_kept_floats(d, dt));
   Tensor kept = kept_buffer(kept_floats, dev);
   delta_rule_forward(o, final_state, residual, qv, kv, vv, gv, bv, wv, h0, d, u_f32, kept);
-  // kept alive for d.doc_start, d.chunk_reset
-  auto backward = [=, doc_start = starts, chunk_reset = resets](const std::vector<Tensor>& grads) mutable {
+  // documents: kept alive for d.doc_start, d.chunk_reset
+  auto backward = [=, documents = keep](const std::vector<Tensor>& grads) mutable {
     Tensor dq = Tensor::empty(qv.shape(), dt, dev), dk = Tensor::empty(kv.shape(), dt, dev);
     Tensor dv = Tensor::empty(vv.shape(), dt, dev);
     Tensor dg = gv.defined() ? Tensor::empty(gv.shape(), dt, dev) : Tensor();
@@ -697,28 +697,22 @@ DeltaRuleOutputs delta_rule_rows(const Var& q, const Var& k, const Var& v, const
 DeltaRuleOutputs delta_rule(const Var& q, const Var& k, const Var& v, const Var& g, const Var& b,
                             const Var& w, const Var& initial_state, const DeltaRuleOptions& options,
                             const DocumentStarts& documents) {
-  DeltaRuleDims d = check_inputs(q, k, v, g, b, w, initial_state, options);
-  if (!documents.defined()) return delta_rule_rows(q, k, v, g, b, w, initial_state, d, options.keep_states, Tensor(), Tensor());
-  const Tensor& doc_start = documents.tensor();
-  check_document_starts(doc_start, d.B, d.T, q.device(), "delta_rule");
+  const DeltaRuleDims d = check_inputs(q, k, v, g, b, w, initial_state, options);
+  if (!documents.defined()) return delta_rule_rows(q, k, v, g, b, w, initial_state, d, options.keep_states, Tensor());
+  check_document_starts(documents.tensor(), d.B, d.T, q.device(), "delta_rule");
   HLA_CHECK(!initial_state.defined(), "delta_rule: with packed documents (doc_start) the initial state must be ",
             "undefined, got ", initial_state.value().str());
   // the layout's chunk size: the CPU's chunk_size, the GPU chunked kernels' (0: the token recurrence)
   int64_t chunk = options.chunk_size;
   if (q.value().is_cuda()) HLA_CUDA_ONLY(chunk = cuda::delta_rule_document_chunk(d, q.dtype()));
-  if (chunk == 0) {
-    d.doc_start = doc_start.data<int32_t>();
-    return delta_rule_rows(q, k, v, g, b, w, initial_state, d, options.keep_states, doc_start, Tensor());
-  }
-  const DocumentChunks& layout = documents.chunks(chunk);
-  auto gathered = [&](const Var& x) { return x.defined() ? gather_tokens(x, layout.index) : Var(); };
-  DeltaRuleDims on_layout = d;  // the same dims on the layout's rows
-  on_layout.T = layout.index.size(1);
-  on_layout.chunk_size = chunk;
-  on_layout.chunk_reset = layout.chunk_reset.data<int32_t>();
-  DeltaRuleOutputs r = delta_rule_rows(gathered(q), gathered(k), gathered(v), gathered(g), gathered(b), gathered(w),
-                                       Var(), on_layout, options.keep_states, Tensor(), layout.chunk_reset);
-  return {scatter_tokens(r.o, layout.index, d.T), r.final_state, scatter_tokens(r.residual, layout.index, d.T)};
+  // o and u have a token axis, the final state not
+  std::vector<Var> outs = run_on_documents(
+      documents, d, chunk, {q, k, v, g, b, w}, 2,
+      [&](const DeltaRuleDims& dd, const std::vector<Var>& x, const Tensor& keep) {
+        DeltaRuleOutputs r = delta_rule_rows(x[0], x[1], x[2], x[3], x[4], x[5], Var(), dd, options.keep_states, keep);
+        return std::vector<Var>{r.o, r.residual, r.final_state};
+      });
+  return {outs[0], outs[2], outs[1]};
 }
 
 }  // namespace hla
