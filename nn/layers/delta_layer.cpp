@@ -68,7 +68,8 @@ class DeltaLayer : public Mixer {
     Tensor* S = recurrent_slot(io.state);
     // padded tokens (a right-padded prefill) erase and write nothing (k = 0) and decay nothing (g = 0)
     DeltaRuleOutputs out = delta_rule(q, zero_at_padding(k, io.state), split_heads(v, HV_, dv_),
-                                      zero_at_padding(g, io.state), b, w, initial_state(S, q), opt, io.documents.doc_start);
+                                      zero_at_padding(g, io.state), b, w, initial_state(S, q), opt,
+                                      io.documents.doc_start);
     keep_state(S, out.final_state);
     if (io.want_error) io.error = merge_heads(out.residual);
     return project(store_, merge_heads(output_norm(x, out.o)), o_);
