@@ -19,7 +19,6 @@
 #include <string>
 #include <type_traits>
 
-#include "nn/ops/attention.h"
 #include "nn/ops/chunk_util.h"
 #include "nn/ops/check.h"
 #include "nn/ops/kept_states.h"
@@ -271,12 +270,9 @@ DecayAttentionOutput decay_attention(const Var& q, const Var& k, const Var& v, c
     std::vector<Var> outs = decay_attention_rows(q, k, v, g, initial_state, d, keep_states, Tensor());
     return {outs[0], outs[1]};
   }
-  check_document_starts(documents.tensor(), d.B, d.T, q.device(), "decay_attention");
-  HLA_CHECK(!initial_state.defined(), "decay_attention: with packed documents (doc_start) the initial state must be ",
-            "undefined, got ", initial_state.value().str());
   const int64_t chunk = q.value().is_cuda() ? 0 : chunk_size;  // the GPU takes documents on its recurrent kernels
   std::vector<Var> outs = run_on_documents(
-      documents, d, chunk, {q, k, v, g}, 1,
+      "decay_attention", documents, d, chunk, q.device(), initial_state, {q, k, v, g}, 1,
       [&](const DecayAttentionDims& dd, const std::vector<Var>& x, const Tensor& keep) {
         return decay_attention_rows(x[0], x[1], x[2], x[3], Var(), dd, keep_states, keep);
       });

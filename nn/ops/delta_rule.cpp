@@ -699,15 +699,12 @@ DeltaRuleOutputs delta_rule(const Var& q, const Var& k, const Var& v, const Var&
                             const DocumentStarts& documents) {
   const DeltaRuleDims d = check_inputs(q, k, v, g, b, w, initial_state, options);
   if (!documents.defined()) return delta_rule_rows(q, k, v, g, b, w, initial_state, d, options.keep_states, Tensor());
-  check_document_starts(documents.tensor(), d.B, d.T, q.device(), "delta_rule");
-  HLA_CHECK(!initial_state.defined(), "delta_rule: with packed documents (doc_start) the initial state must be ",
-            "undefined, got ", initial_state.value().str());
   // the layout's chunk size: the CPU's chunk_size, the GPU chunked kernels' (0: the token recurrence)
   int64_t chunk = options.chunk_size;
   if (q.value().is_cuda()) HLA_CUDA_ONLY(chunk = cuda::delta_rule_document_chunk(d, q.dtype()));
   // o and u have a token axis, the final state not
   std::vector<Var> outs = run_on_documents(
-      documents, d, chunk, {q, k, v, g, b, w}, 2,
+      "delta_rule", documents, d, chunk, q.device(), initial_state, {q, k, v, g, b, w}, 2,
       [&](const DeltaRuleDims& dd, const std::vector<Var>& x, const Tensor& keep) {
         DeltaRuleOutputs r = delta_rule_rows(x[0], x[1], x[2], x[3], x[4], x[5], Var(), dd, options.keep_states, keep);
         return std::vector<Var>{r.o, r.residual, r.final_state};

@@ -22,6 +22,7 @@
 #include <mutex>
 
 #include "autograd/var.h"
+#include "nn/ops/attention.h"
 
 namespace hla {
 
@@ -63,15 +64,21 @@ Var gather_tokens(const Var& x, const Tensor& index);
 // row. (B, T, ...)
 Var scatter_tokens(const Var& y, const Tensor& index, int64_t T);
 
-// A recurrence with a chunked form on packed documents (decay_attention, rwkv6): with chunk = 0
-// the token recurrence on the rows, d.doc_start set; with chunk = C > 0 the chunked form on the
-// layout of chunks of C, the inputs with a token axis gathered there, d.T, d.chunk_size and
+// A recurrence with a chunked form on packed documents (delta_rule, decay_attention, rwkv6), after
+// checking doc_start against d (B, T, on `device`) and that the op has no initial state: with
+// chunk = 0 the token recurrence on the rows, d.doc_start set; with chunk = C > 0 the chunked form
+// on the layout of chunks of C, the inputs with a token axis gathered there, d.T, d.chunk_size and
 // d.chunk_reset set, the first token_outputs outputs scattered back (the others, final states,
-// are the rows' own). run(d, xs, keep) runs the op on xs with descriptor d (Dims: T, chunk_size,
-// doc_start, chunk_reset) and keeps `keep`, the tensor behind d's pointer, alive for its backward.
+// are the rows' own). run(d, xs, keep) runs the op on xs with descriptor d (Dims: B, T,
+// chunk_size, doc_start, chunk_reset) and keeps `keep`, the tensor behind d's pointer, alive for
+// its backward.
 template <class Dims, class Run>
-std::vector<Var> run_on_documents(const DocumentStarts& documents, Dims d, int64_t chunk, const std::vector<Var>& xs,
+std::vector<Var> run_on_documents(const char* op, const DocumentStarts& documents, Dims d, int64_t chunk,
+                                  Device device, const Var& initial_state, const std::vector<Var>& xs,
                                   size_t token_outputs, Run&& run) {
+  check_document_starts(documents.tensor(), d.B, d.T, device, op);
+  HLA_CHECK(!initial_state.defined(), op, ": with packed documents (doc_start) the initial state must be undefined, ",
+            "got ", initial_state.value().str());
   if (chunk == 0) {
     d.doc_start = documents.tensor().data<int32_t>();
     return run(d, xs, documents.tensor());

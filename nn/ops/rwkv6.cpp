@@ -17,7 +17,6 @@
 #include <cmath>
 #include <string>
 
-#include "nn/ops/attention.h"
 #include "nn/ops/chunk_util.h"
 #include "nn/ops/check.h"
 #include "nn/ops/kept_states.h"
@@ -249,12 +248,10 @@ Rwkv6Output rwkv6(const Var& r, const Var& k, const Var& v, const Var& w, const 
     std::vector<Var> outs = rwkv6_rows(r, k, v, w, u, initial_state, d, keep_states, Tensor());
     return {outs[0], outs[1]};
   }
-  check_document_starts(documents.tensor(), d.B, d.T, r.device(), "rwkv6");
-  HLA_CHECK(!initial_state.defined(), "rwkv6: with packed documents (doc_start) the initial state must be ",
-            "undefined, got ", initial_state.value().str());
   const int64_t chunk = r.value().is_cuda() ? 0 : chunk_size;  // the GPU takes documents on its recurrent kernels
   std::vector<Var> outs = run_on_documents(
-      documents, d, chunk, {r, k, v, w}, 1, [&](const Rwkv6Dims& dd, const std::vector<Var>& x, const Tensor& keep) {
+      "rwkv6", documents, d, chunk, r.device(), initial_state, {r, k, v, w}, 1,
+      [&](const Rwkv6Dims& dd, const std::vector<Var>& x, const Tensor& keep) {
         return rwkv6_rows(x[0], x[1], x[2], x[3], u, Var(), dd, keep_states, keep);
       });
   return {outs[0], outs[1]};
