@@ -1,6 +1,7 @@
 // Decay linear attention on the GPU: the chunked tensor-core forward and backward of
-// cuda/decay_attention_chunk.cu where they apply, else the recurrent kernels of cuda/recurrence.cuh with
-// Op::Decay (S = Diag(exp(g)) S + k v^T, o = scale S^T q), and the casts that turn their fp32
+// cuda/decay_attention_chunk.cu where they apply (not with packed documents), else the recurrent kernels of
+// cuda/recurrence.cuh with Op::Decay (S = Diag(exp(g)) S + k v^T, o = scale S^T q; with d.doc_start the state
+// resets at each document start), and the casts that turn their fp32
 // per-value-head gradients into the op's: q/k gradients summed over the value heads of a
 // group, a scalar gate's gradient summed over the key channels. A forward given `kept` and a
 // backward given the same buffer take the chunked kernels on the same rule (chunked(): the same
@@ -22,19 +23,19 @@ template <class S, int KMAX>
 Args<S> decay_args(const void* q, const void* k, const void* v, const void* g, const float* h0,
                    const DecayAttentionDims& d) {
   Args<S> a = recurrence::make_args<S, KMAX>(d.B, d.T, d.H, d.HV, d.dk, d.dv, d.scale, q, k, v);
-  a.g = static_cast<const S*>(g), a.h0 = h0;
+  a.g = static_cast<const S*>(g), a.h0 = h0, a.doc_start = d.doc_start;
   return a;
 }
 
-// Whether the chunked tensor-core kernels run (decay_chunk::takes).
+// Whether the chunked tensor-core kernels run (decay_chunk::takes; packed documents run recurrent).
 bool chunked(const DecayAttentionDims& d, DType dtype, const void* q, const void* k, const void* v, const void* g) {
-  return decay_chunk::takes(d.B, d.T, d.dk, d.dv, dtype, q, k, v, d.vector_gate ? g : nullptr);
+  return !d.doc_start && decay_chunk::takes(d.B, d.T, d.dk, d.dv, dtype, q, k, v, d.vector_gate ? g : nullptr);
 }
 
 }  // namespace
 
 int64_t decay_attention_kept_floats(const DecayAttentionDims& d, DType dtype) {
-  return d.T > 1 && decay_chunk::supported(d.dk, d.dv, dtype) ? decay_chunk::kept_floats(d) : 0;
+  return d.T > 1 && !d.doc_start && decay_chunk::supported(d.dk, d.dv, dtype) ? decay_chunk::kept_floats(d) : 0;
 }
 
 void decay_attention_forward(void* o, float* ht, const void* q, const void* k, const void* v, const void* g,

@@ -6,7 +6,8 @@
 // Kernels: forward and backward run the chunked tensor-core kernels of
 // cuda/decay_attention_chunk.cu for BF16 storage, either gate, dk, dv in {64, 128} or {128, 256},
 // T > 1 and 16-byte aligned q, k, v, a vector g (and grad_o); every other case runs the token recurrence of
-// cuda/recurrence.cuh (dk <= 256, any dv). Both directions read only the inputs and h0, so the
+// cuda/recurrence.cuh (dk <= 256, any dv), packed documents (d.doc_start: the state reset at each
+// document start) included. Both directions read only the inputs and h0, so the
 // two kernels mix freely. d.chunk_size is the CPU's algorithm choice; the GPU picks its kernel
 // by the rules above.
 #pragma once

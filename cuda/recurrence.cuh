@@ -35,10 +35,11 @@
 // never accumulates over more than one segment). RWKV-6 reads S_{t-1}, so its scan adds the
 // query term one token later: dw_t = Y_t - k*dk_w, Y_{t-1} = dw_t + r*dr_S.
 //
-// Packed documents (Args::doc_start, decay and delta; RWKV-6 passes null): before a document's
-// first token t > 0 the forward and the replay set S = 0, and the reverse sweep sets dS = 0
-// after handling that token (S_{t-1} reached nothing); the gate scan then restarts from Z = 0
-// there (S'_t = 0, so dg_t = 0, and the state before t pairs with a zero dS).
+// Packed documents (Args::doc_start, every op): before a document's first token t > 0 the forward
+// and the replay set S = 0, and the reverse sweep sets dS = 0 after handling that token (S_{t-1}
+// reached nothing); the gate scan then restarts from Z = 0 there (S'_t = 0, so dg_t = 0, and the
+// state before t pairs with a zero dS; RWKV-6: dw_t = 0 and Y_{t-1} = 0, its r dr_S term being 0
+// as dr_S reads the zeroed S_{t-1}).
 #pragma once
 #include <algorithm>
 
@@ -161,7 +162,7 @@ struct Args {
   const S* w = nullptr;        // delta: (B, T, HV) or (B, T, HV, dv)
   const S* bonus = nullptr;    // rwkv6: u (H, dk)
   const float* h0 = nullptr;   // (B, HV, dk, dv) or null
-  const int32_t* doc_start = nullptr;  // (B, T) first token of each token's document, or null (decay, delta)
+  const int32_t* doc_start = nullptr;  // (B, T) first token of each token's document, or null
   // forward outputs
   S* o = nullptr;              // (B, T, HV, dv)
   float* ht = nullptr;         // (B, HV, dk, dv)
@@ -707,6 +708,7 @@ __global__ void finish_kernel(Args<S> a, FinishOut f) {
       const float dq = part_sum(a.dq_part, t), dkw = part_sum(a.dkw_part, t);
       if constexpr (op == Op::Rwkv6) {
         acc -= k * dkw;                                  // dw_t = Y_t - k * dk_w
+        if (starts_document(a, b, t)) acc = 0;           // a document's first token: dw_t = 0, Y_{t-1} = 0
         f.dg_v[vec] = acc;
         acc += q * dq;                                   // Y_{t-1} = dw_t + r * dr_S
         const float vdo = a.scale * f.vdo[(int64_t(b) * a.T + t) * a.H + h];

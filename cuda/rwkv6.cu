@@ -1,7 +1,8 @@
 // RWKV-6 on the GPU: the chunked tensor-core forward and backward of
 // cuda/decay_attention_chunk.cu where they apply (decay_chunk::takes: dk, dv in {64, 128} or in
-// {128, 256}), else the recurrent kernels of cuda/recurrence.cuh with Op::Rwkv6 (o reads the
-// state before the token's update, plus the bonus (r . (u * k)) v). The recurrent backward's bonus gradients need v . do per token,
+// {128, 256}; not with packed documents), else the recurrent kernels of cuda/recurrence.cuh with
+// Op::Rwkv6 (o reads the state before the token's update, plus the bonus (r . (u * k)) v; with
+// d.doc_start the state resets at each document start). The recurrent backward's bonus gradients need v . do per token,
 // computed here first; u's gradient is summed over the batch and segments (chunks for the
 // chunked backward) in a fixed order. Both directions read only the inputs, so a chunked and a
 // recurrent direction mix freely; the chunk-start states a forward kept (`kept`) are read only by
@@ -21,19 +22,24 @@ template <class S, int KMAX>
 Args<S> rwkv6_args(const void* r, const void* k, const void* v, const void* w, const void* u, const float* h0,
                    const Rwkv6Dims& d) {
   Args<S> a = recurrence::make_args<S, KMAX>(d.B, d.T, d.H, d.H, d.dk, d.dv, d.scale, r, k, v);
-  a.g = static_cast<const S*>(w), a.bonus = static_cast<const S*>(u), a.h0 = h0;
+  a.g = static_cast<const S*>(w), a.bonus = static_cast<const S*>(u), a.h0 = h0, a.doc_start = d.doc_start;
   return a;
+}
+
+// Whether the chunked tensor-core kernels run (decay_chunk::takes; packed documents run recurrent).
+bool chunked(const Rwkv6Dims& d, DType dtype, const void* r, const void* k, const void* v, const void* w) {
+  return !d.doc_start && decay_chunk::takes(d.B, d.T, d.dk, d.dv, dtype, r, k, v, w);
 }
 
 }  // namespace
 
 int64_t rwkv6_kept_floats(const Rwkv6Dims& d, DType dtype) {
-  return d.T > 1 && decay_chunk::supported(d.dk, d.dv, dtype) ? decay_chunk::kept_floats(d) : 0;
+  return d.T > 1 && !d.doc_start && decay_chunk::supported(d.dk, d.dv, dtype) ? decay_chunk::kept_floats(d) : 0;
 }
 
 void rwkv6_forward(void* o, float* ht, const void* r, const void* k, const void* v, const void* w, const void* u,
                    const float* h0, const Rwkv6Dims& d, float* kept, DType dtype) {
-  if (decay_chunk::takes(d.B, d.T, d.dk, d.dv, dtype, r, k, v, w)) {
+  if (chunked(d, dtype, r, k, v, w)) {
     decay_chunk::rwkv6_forward(o, ht, r, k, v, w, u, h0, d, kept);
     return;
   }
@@ -50,7 +56,7 @@ void rwkv6_backward(void* grad_r, void* grad_k, void* grad_v, void* grad_w, void
                     const void* grad_o, const float* grad_ht, const void* r, const void* k, const void* v,
                     const void* w, const void* u, const float* h0, const Rwkv6Dims& d, const float* kept,
                     DType dtype) {
-  if (decay_chunk::takes(d.B, d.T, d.dk, d.dv, dtype, r, k, v, w) && aligned16(grad_o)) {
+  if (chunked(d, dtype, r, k, v, w) && aligned16(grad_o)) {
     decay_chunk::rwkv6_backward(grad_r, grad_k, grad_v, grad_w, grad_u, grad_h0, grad_o, grad_ht, r, k, v, w, u, h0,
                                 d, kept);
     return;

@@ -4,7 +4,8 @@
 //   r, k, w: (B, T, H, dk);  v, o: (B, T, H, dv);  u: (H, dk);  h0, ht: (B, H, dk, dv) fp32
 // Kernels: the chunked tensor-core forward and backward of cuda/decay_attention_chunk.cu for bf16
 // with dk, dv in {64, 128} or {128, 256} (T > 1, 16-byte aligned r, k, v, w, and grad_o for the backward), else
-// the token recurrence of cuda/recurrence.cuh (dk <= 256, any dv); d.chunk_size is the CPU's
+// the token recurrence of cuda/recurrence.cuh (dk <= 256, any dv), which also takes every packed
+// documents call (d.doc_start: the state reset at each document start); d.chunk_size is the CPU's
 // algorithm choice, the GPU picks its own kernel.
 #pragma once
 #include <cstdint>

@@ -72,14 +72,10 @@ class HybridLM : public TrainableModel, public StatefulModel {
 
   Var logits(const Tensor& ids) override { return linear(forward(ids, nullptr), head_weight()); }  // (B, T, V)
 
-  // Softmax attention, the delta-rule mixers and HGRN stop at document starts; the blocks' other
-  // parts (norms, MLP, routing) are per token. The linear layers all have the config's mixer.
-  bool takes_documents() const override {
-    const MixerFamily family = config_.mixer().family;
-    for (const Block& b : blocks_)
-      if (b.linear && family != MixerFamily::DeltaRule && family != MixerFamily::Hgrn) return false;
-    return true;
-  }
+  // Every mixer stops at document starts (softmax attention, the delta rule, decay attention,
+  // RWKV-6, HGRN, and their short convs and token shifts); the blocks' other parts (norms, MLP,
+  // routing) are per token but RWKV-6's channel mix, whose token shift stops there too.
+  bool takes_documents() const override { return true; }
 
   Var logits_in_documents(const Tensor& ids, const Documents& documents) override {
     return linear(forward(ids, nullptr, &checked(documents, ids)), head_weight());
@@ -150,12 +146,9 @@ class HybridLM : public TrainableModel, public StatefulModel {
     return p;
   }
 
-  // documents, after checking that this model takes them and that they fit ids (B, T).
+  // documents, after checking that they fit ids (B, T).
   const Documents& checked(const Documents& documents, const Tensor& ids) const {
-    HLA_CHECK(takes_documents(), "model ", config_.model_type, ": packed documents need every layer to be softmax ",
-              "attention, a delta-rule mixer (delta_net, gated_deltanet, kda, gdn2) or hgrn; its linear mixers do ",
-              "not take document boundaries yet");
-    for (const Tensor* t : {&documents.doc_start, &documents.positions})
+    for (const Tensor* t : {&documents.doc_start.tensor(), &documents.positions})
       HLA_CHECK(t->defined() && t->shape() == ids.shape() && t->dtype() == DType::I32 && t->device() == ids.device(),
                 "packed documents: doc_start and positions must be I32 shaped like ids ", ids.str(), ", got ",
                 t->defined() ? t->str() : std::string("undefined"));
@@ -200,7 +193,8 @@ class HybridLM : public TrainableModel, public StatefulModel {
     if (b.mlp)
       x = add(x, run_part(recompute == Recompute::Mlp, "recompute mlp", x, io, false,
                           [this, &b, eps](const Var& r, MixerIO& part_io) {
-                            return b.mlp->forward_with_state(b.mlp_norm.apply(store_, r, eps), part_io.state);
+                            return b.mlp->forward_with_state(b.mlp_norm.apply(store_, r, eps), part_io.state,
+                                                             part_io.documents);
                           }));
     if (b.route_proj.defined()) {
       const Var& routed = config_.routing == Routing::Clvr ? io.values : io.error;

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "autograd/var.h"
+#include "nn/ops/document_chunks.h"
 
 namespace hla {
 
@@ -16,9 +17,11 @@ using ParameterList = std::vector<NamedParameter>;
 
 // Packed documents (varlen) for a model that takes them natively: doc_start, the first token of
 // each token's document, and positions, each token's place in it; (B, T) I32 on the model's
-// device (nn/ops/attention.h: document_starts, document_positions).
+// device (nn/ops/attention.h: document_starts, document_positions). doc_start carries the chunk
+// layouts of the chunked recurrences, built once per batch (nn/ops/document_chunks.h).
 struct Documents {
-  Tensor doc_start, positions;
+  DocumentStarts doc_start;
+  Tensor positions;
 };
 
 class TrainableModel {
@@ -28,9 +31,8 @@ class TrainableModel {
   // positions without loss. Returns the mean cross-entropy over non-ignored targets.
   virtual Var loss(const Tensor& ids, const Tensor& targets) = 0;
   // Whether the model takes packed documents natively: every sequence op of it stops at a
-  // document start (today: models whose every layer is softmax attention or a delta-rule mixer:
-  // DeltaNet, Gated DeltaNet, KDA, GDN-2, and their attention hybrids). Otherwise the trainer
-  // gives each document fragment a row of its own, padded (train/documents.h).
+  // document start (every HybridLM, nn/model.h). Otherwise the trainer gives each document
+  // fragment a row of its own, padded (train/documents.h).
   virtual bool takes_documents() const { return false; }
   // The loss with each document of the rows as if alone; only where takes_documents().
   virtual Var loss_in_documents(const Tensor& ids, const Tensor& targets, const Documents& documents) {

@@ -2,8 +2,9 @@
 // rows, and the training step on them, which must equal running every document alone (loss and
 // every gradient) for linear mixers with conv / token-shift tails and for attention hybrids; a
 // state leaking across a boundary would break it, as the same batch as plain windows shows.
-// The sequence ops that take packed documents natively (short_conv, token_shift, hgrn, delta_rule) against each
-// document run alone: outputs, final states and every input gradient, in float64.
+// The sequence ops that take packed documents natively (short_conv, token_shift, hgrn, delta_rule,
+// decay_attention, rwkv6) against each document run alone: outputs, final states and every input
+// gradient, in float64.
 #include <doctest/doctest.h>
 
 #include <cstring>
@@ -15,9 +16,11 @@
 #include "nn/check/registry.h"
 #include "nn/model.h"
 #include "nn/ops/attention.h"
+#include "nn/ops/decay_attention.h"
 #include "nn/ops/delta_rule.h"
 #include "nn/ops/document_chunks.h"
 #include "nn/ops/hgrn.h"
+#include "nn/ops/rwkv6.h"
 #include "nn/ops/short_conv.h"
 #include "nn/ops/token_shift.h"
 #include "tensor/ignore_index.h"
@@ -227,6 +230,21 @@ std::vector<TrainBatch> without_boundaries(std::vector<TrainBatch> batches) {
   return batches;
 }
 
+// A model that does not take packed documents natively, so that the trainer pads every document
+// fragment into a row of its own: inner's loss and parameters with takes_documents() false (every
+// HybridLM takes them, so the padded path's tests wrap one).
+class PaddedRowsModel : public TrainableModel {
+ public:
+  explicit PaddedRowsModel(std::unique_ptr<TrainableModel> inner) : inner_(std::move(inner)) {}
+  Var loss(const Tensor& ids, const Tensor& targets) override { return inner_->loss(ids, targets); }
+  Var logits(const Tensor& ids) override { return inner_->logits(ids); }
+  ParameterList parameters() override { return inner_->parameters(); }
+  Device device() const override { return inner_->device(); }
+
+ private:
+  std::unique_ptr<TrainableModel> inner_;
+};
+
 // The packed step with resets against the documents alone, the loss within 1e-6 and each gradient
 // within grad_bound (max abs error over the gradient's max abs); the same batches as plain
 // windows must differ by far more, or the test could not see a leak. In f64 compute the two agree
@@ -392,6 +410,57 @@ TEST_CASE("packed documents: the delta rule's token recurrence and chunked form 
   }
 }
 
+TEST_CASE("packed documents: decay attention's token recurrence and chunked form equal each document alone") {
+  const int64_t B = int64_t(kPackedRows.size()), T = kPackedT, H = 2, HV = 4, dk = 8, dv = 6;
+  for (bool vector_gate : {false, true}) {  // RetNet / Mamba-2's scalar gate, GLA / HGRN-2's vector gate
+    PackedOp op;
+    op.tokens = {check::randn64({B, T, H, dk}, 51, 0.5), check::randn64({B, T, H, dk}, 52, 0.5),
+                 check::randn64({B, T, HV, dv}, 53),
+                 check::log_gate(vector_gate ? Shape{B, T, HV, dk} : Shape{B, T, HV}, 54, 2.0)};
+    op.token_outputs = 1;  // o; then the final state
+    for (int64_t chunk : {0, 64, 16}) {  // the token recurrence; chunks of 64 (one document of 64); of 16
+      op.run = [chunk](const std::vector<Var>& x, const std::vector<Var>&, const Tensor& doc_start) {
+        DecayAttentionOutput o = decay_attention(x[0], x[1], x[2], x[3], Var(), 0.4, chunk, true, doc_start);
+        return std::vector<Var>{o.o, o.final_state};
+      };
+      check_documents_alone(op, std::string(vector_gate ? "vector" : "scalar") + " gate, chunk " +
+                                    std::to_string(chunk));
+    }
+  }
+  // with documents the initial state must be undefined
+  const Var q(check::randn64({B, T, H, dk}, 51)), v(check::randn64({B, T, HV, dv}, 53));
+  const Var g(check::log_gate({B, T, HV}, 54, 2.0)), h0(Tensor::zeros({B, HV, dk, dv}, DType::F64));
+  CHECK(error_of([&] { decay_attention(q, q, v, g, h0, 1.0, 0, true, packed_doc_start()); })
+            .find("initial state must be undefined") != std::string::npos);
+}
+
+TEST_CASE("packed documents: RWKV-6's token recurrence and chunked form equal each document alone") {
+  const int64_t B = int64_t(kPackedRows.size()), T = kPackedT, H = 2, dk = 8, dv = 6;
+  PackedOp op;
+  op.tokens = {check::randn64({B, T, H, dk}, 61, 0.5), check::randn64({B, T, H, dk}, 62, 0.5),
+               check::randn64({B, T, H, dv}, 63), check::log_gate({B, T, H, dk}, 64, 2.0)};
+  op.shared = {check::randn64({H, dk}, 65)};  // the bonus u: its gradient sums over the documents
+  op.token_outputs = 1;  // o; then the final state
+  for (int64_t chunk : {0, 64, 16}) {
+    op.run = [chunk](const std::vector<Var>& x, const std::vector<Var>& u, const Tensor& doc_start) {
+      Rwkv6Output o = rwkv6(x[0], x[1], x[2], x[3], u[0], Var(), 0.4, chunk, true, doc_start);
+      return std::vector<Var>{o.o, o.final_state};
+    };
+    check_documents_alone(op, "rwkv6 chunk " + std::to_string(chunk));
+  }
+}
+
+TEST_CASE("packed documents: one DocumentStarts value builds each chunk size's layout once, for every op") {
+  const Tensor doc_start = packed_doc_start();
+  const DocumentStarts documents(doc_start);
+  const DocumentStarts copy = documents;  // a layer's copy (MixerIO holds Documents by value)
+  const DocumentChunks& layout = documents.chunks(16);
+  CHECK(&copy.chunks(16) == &layout);  // shared, not rebuilt
+  CHECK(&copy.chunks(64) != &layout);
+  CHECK(layout.index.to_f64_vector() == document_chunks(doc_start, 16).index.to_f64_vector());
+  CHECK(!DocumentStarts().defined());
+}
+
 TEST_CASE("document boundaries: row starts and every EOS (first token, twice in a row, at the end, none)") {
   const int32_t E = kEos;
   const Tensor ids = Tensor::from_i32({E, 1, 2, 3,  //
@@ -473,18 +542,28 @@ TEST_CASE("a reset step equals every document alone: HGRN and an HGRN:attention 
   check_reset_equals_documents_alone("hgrn", "3:1");
 }
 
-TEST_CASE("a reset step equals every document alone: Mamba-2 (conv tails) and a 3:1 hybrid") {
+TEST_CASE("a reset step equals every document alone: Mamba-2 (conv tails) and a 3:1 hybrid, natively") {
+  CHECK(make_model(tiny_model("mamba2", "3:1"), 11)->takes_documents());
   check_reset_equals_documents_alone("mamba2", "pure");
   check_reset_equals_documents_alone("mamba2", "3:1");
 }
 
-TEST_CASE("a reset step equals every document alone: RWKV-6 (token shifts)") {
+TEST_CASE("a reset step equals every document alone: RWKV-6 (token shifts, channel mix), natively") {
+  CHECK(make_model(tiny_model("rwkv6", "pure"), 11)->takes_documents());
   check_reset_equals_documents_alone("rwkv6", "pure");
+}
+
+TEST_CASE("a reset step equals every document alone: GLA:attention, RetNet (RoPE) and HGRN-2, natively") {
+  for (const auto& [type, hybrid] : {std::pair<std::string, std::string>{"gla", "2:1"}, {"retnet", "pure"},
+                                     {"hgrn2", "pure"}}) {
+    CAPTURE(type);
+    CHECK(make_model(tiny_model(type, hybrid), 11)->takes_documents());
+    check_reset_equals_documents_alone(type, hybrid);
+  }
 }
 
 TEST_CASE("a reset step equals every document alone: a Transformer, natively (packed rows, no padding)") {
   CHECK(make_model(tiny_model("transformer", "pure"), 11)->takes_documents());
-  CHECK(!make_model(tiny_model("mamba2", "3:1"), 11)->takes_documents());  // its linear layers pad
   CHECK(training_rows(*make_model(tiny_model("transformer", "pure"), 11), {two_windows()})[0].ids.shape() ==
         Shape{2, 12});
   check_reset_equals_documents_alone("transformer", "pure");
@@ -522,11 +601,12 @@ TEST_CASE("Gated DeltaNet and its 3:1 attention hybrid train packed documents na
 
 TEST_CASE("the trainer's staged step with resets (2 micro-batches, one padded shape) equals the documents alone") {
   const ModelConfig config = tiny_model("mamba2", "3:1");
-  auto model = make_model(config, 5), alone = make_model(config, 5);
+  PaddedRowsModel model(make_model(config, 5));
+  auto alone = make_model(config, 5);
   FixedSource source({two_windows(), three_windows()});
   TrainerOptions options = hla::testing::small_options("adamw");
   std::ostringstream log;
-  Trainer trainer(options, *model, source, nullptr, log);
+  Trainer trainer(options, model, source, nullptr, log);
   const StepMetrics step = trainer.train_step();
   const double alone_loss = loss_of_documents_alone(*alone, {two_windows(), three_windows()});
   CHECK(std::abs(step.loss - alone_loss) <= 1e-6 * std::abs(alone_loss));
@@ -575,6 +655,7 @@ TEST_CASE("[data] documents: a text source serves EOS boundaries with reset and 
 
 TEST_CASE("[data] documents: reset training resumes bit-exactly (6 steps = 3 + save + resume + 3)") {
   // Gated DeltaNet 2:1 takes the documents natively (no padding); GLA 2:1 pads them into rows
+  // (PaddedRowsModel)
   for (const std::string type : {"gated_deltanet", "gla"}) {
     CAPTURE(type);
     const std::string dir = hla::testing::temp_dir("documents_resume_" + type);
@@ -583,20 +664,24 @@ TEST_CASE("[data] documents: reset training resumes bit-exactly (6 steps = 3 + s
     DataSources probe = make_data_sources(run.data);
     const ModelConfig mc = run.model_config(probe.vocab_size);
     std::ostringstream log;
-    auto straight_model = make_model(mc, 42);
+    auto made = [&](uint64_t seed) -> std::unique_ptr<TrainableModel> {
+      if (type == "gla") return std::make_unique<PaddedRowsModel>(make_model(mc, seed));
+      return make_model(mc, seed);
+    };
+    auto straight_model = made(42);
     const TrainerOptions options = trainer_options(run, mc, count_parameters(straight_model->parameters()), false);
     DataSources straight_data = make_data_sources(run.data);
     Trainer straight(options, *straight_model, *straight_data.train, straight_data.val.get(), log);
     std::vector<double> straight_losses, split_losses;
     for (int i = 0; i < 6; i++) straight_losses.push_back(straight.train_step().loss);
     {
-      auto model = make_model(mc, 42);
+      auto model = made(42);
       DataSources data = make_data_sources(run.data);
       Trainer first(options, *model, *data.train, data.val.get(), log);
       for (int i = 0; i < 3; i++) split_losses.push_back(first.train_step().loss);
       first.save(dir);
     }
-    auto model = make_model(mc, 7);
+    auto model = made(7);
     DataSources data = make_data_sources(run.data);
     Trainer second(options, *model, *data.train, data.val.get(), log);
     second.resume(dir);

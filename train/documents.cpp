@@ -85,7 +85,9 @@ std::vector<Documents> update_documents(const TrainableModel& model, const std::
   if (!native_documents(model, update)) return documents;
   for (const TrainBatch& b : update) {
     const Tensor starts = document_starts(b.cu_seqlens, b.ids.size(0), b.ids.size(1));
-    documents.push_back({starts.to(model.device()), document_positions(starts).to(model.device())});
+    // doc_start with its host copy: the chunk layouts need no copy back
+    documents.push_back({DocumentStarts(starts.to(model.device()), starts),
+                         document_positions(starts).to(model.device())});
   }
   return documents;
 }

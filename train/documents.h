@@ -17,11 +17,11 @@
 // outputs are those of the fragment alone, and the padding carries no loss and no gradient; the
 // loss stays the mean over the same valid targets.
 //
-// A model that takes documents natively (TrainableModel::takes_documents: today every layer
-// softmax attention or a delta-rule mixer, whose kernels stop at document starts) trains on the
-// packed batch itself, with no padding: training_rows hands it the windows and update_documents
-// their boundaries. The other linear mixers' kernels do not reset their states inside a row yet
-// (W2.2), so their models pad.
+// A model that takes documents natively (TrainableModel::takes_documents: every HybridLM, whose
+// kernels stop at document starts) trains on the packed batch itself, with no padding:
+// training_rows hands it the windows and update_documents their boundaries (doc_start with its
+// host copy, so the chunk layouts need no device sync). Models that do not (the tests' tiny ones)
+// pad.
 #pragma once
 #include <cstdint>
 #include <vector>

@@ -2,7 +2,8 @@
 // delta_rule. Every case checks the outputs, the final state and every input's gradient,
 // initial state included.
 // grad: B = 2, several (and grouped) heads, tiny widths, the token recurrence and the chunked
-//   form with a last chunk of one token.
+//   form with a last chunk of one token; packed documents (doc_start) for every op, the chunked
+//   forms on the documents' chunk layout.
 // gpu: B > 1, several heads, grouped value heads, lengths that are not a multiple of the
 //   16-token tiles or the 64-token checkpoints, widths that do not fill a block of state
 //   columns, every key-width class (dk <= 64, 128, 256), the chunked tensor-core kernels'
@@ -136,7 +137,13 @@ struct DecayCase {
   double h0_std;        // 0: no initial state
   double scale;
   int64_t chunk_size;
+  std::vector<int64_t> documents = {};  // packed documents: each row cut into these lengths (sum T), or none
 };
+
+// doc_start of packed documents `documents` (each row cut alike) on x's device, or undefined (none).
+Tensor documents_on(const Var& x, const std::vector<int64_t>& documents) {
+  return documents.empty() ? Tensor() : packed_doc_start(x.size(0), documents).to(x.value().device());
+}
 
 // g: (B, T, HV) or (B, T, HV, dk) log gates. The scalar-gate mixers draw theirs per value head j
 // (mixers.md 7, 10): RetNet g = ln(1 - 2^(-5 - j)), constant over time; Mamba-2 g = Delta_t A_j,
@@ -175,10 +182,12 @@ MakeInputs decay_inputs(const DecayCase& c) {
 
 // final_state false: o is the only output (the final state's gradient is zero). keep false: the
 // GPU backward replays the chunk-start states instead of reading the forward's ([train] delta_rule_keep).
-OpFn decay_op(double scale, int64_t chunk_size, bool final_state = true, bool keep = true) {
-  return [scale, chunk_size, final_state, keep](const Vars& x) {
-    DecayAttentionOutput out =
-        decay_attention(x[0], x[1], x[2], x[3], x.size() > 4 ? x[4] : Var(), scale, chunk_size, keep);
+// documents: as DecayCase's.
+OpFn decay_op(double scale, int64_t chunk_size, bool final_state = true, bool keep = true,
+              std::vector<int64_t> documents = {}) {
+  return [scale, chunk_size, final_state, keep, documents](const Vars& x) {
+    DecayAttentionOutput out = decay_attention(x[0], x[1], x[2], x[3], x.size() > 4 ? x[4] : Var(), scale, chunk_size,
+                                               keep, documents_on(x[0], documents));
     return final_state ? Vars{out.o, out.final_state} : Vars{out.o};
   };
 }
@@ -204,6 +213,16 @@ void add_decay_cases() {
                          10, decay_inputs(c), decay_op(c.scale, c.chunk_size)));
     }
   }
+  // packed documents of 2, 1 and 3 tokens (no initial state): the state restarts at each; the
+  // chunked form on the chunk layout (C = 2: documents of 2, 1 + padding, 3 + padding)
+  for (int64_t chunk : {0, 2})
+    for (DecayGate gate : {DecayGate::Scalar, DecayGate::Vector}) {
+      const DecayCase c{2, 6, 2, 4, 3, 2, gate, 0.0, 1.0, 1.0, 0.0, 0.6, chunk, {2, 1, 3}};
+      add_case(grad_case("decay_attention",
+                         std::string("decay_attention ") + (gate == DecayGate::Vector ? "vector" : "scalar") +
+                             " gate documents" + (chunk > 0 ? " chunked" : ""),
+                         10, decay_inputs(c), decay_op(c.scale, chunk, true, true, c.documents)));
+    }
 
   struct GpuRow {
     int64_t B, T, H, HV, dk, dv;
@@ -220,6 +239,24 @@ void add_decay_cases() {
                       std::string("decay_attention ") + (r.vector_gate ? "vector" : "scalar") +
                           dims(r.B, r.T, r.H, r.HV, r.dk, r.dv),
                       decay_kernel(r.dk, r.dv, r.vector_gate), decay_inputs(c), decay_op(c.scale, 0)));
+  }
+  // packed documents (the recurrent kernels, in bf16 too: the state zeroed at each start, the
+  // reverse sweep's dS too, the gate scan restarting): documents shorter than a 64-token
+  // checkpoint segment, exactly one, crossing two, one of a single token, starts on segment
+  // boundaries; both gates, grouped value heads, dk up to 128 and 256
+  for (const auto& [vector_gate, T, H, HV, dk, dv, documents] :
+       {std::tuple<bool, int64_t, int64_t, int64_t, int64_t, int64_t, std::vector<int64_t>>{
+            false, 191, 2, 4, 64, 48, {37, 64, 90}},
+        {true, 191, 2, 2, 128, 64, {90, 37, 64}},
+        {false, 191, 1, 2, 128, 128, {64, 64, 1, 62}},
+        {true, 300, 2, 4, 64, 64, {37, 64, 1, 70, 128}},
+        {true, 130, 1, 1, 256, 96, {64, 66}}}) {
+    const DecayCase c{2, T, H, HV, dk, dv, vector_gate ? DecayGate::Vector : DecayGate::Scalar, 1.0, 1.0,
+                      unit_std(dk), 0.0, unit_std(dk), 0, documents};
+    add_case(gpu_case("decay_attention",
+                      std::string("decay_attention documents ") + (vector_gate ? "vector" : "scalar") +
+                          dims(2, T, H, HV, dk, dv),
+                      named_kernel("recurrent"), decay_inputs(c), decay_op(c.scale, 0, true, true, documents)));
   }
 
   // Cases that take the chunked tensor-core kernels (cuda/decay_attention_chunk.cu, forward and
@@ -343,6 +380,7 @@ struct Rwkv6Case {
   int64_t B, T, H, dk, dv;
   double rk_std, gate_shift, h0_std, scale;  // h0_std 0: no initial state
   int64_t chunk_size;
+  std::vector<int64_t> documents = {};  // packed documents: each row cut into these lengths (sum T), or none
 };
 
 MakeInputs rwkv6_inputs(const Rwkv6Case& c) {
@@ -357,10 +395,13 @@ MakeInputs rwkv6_inputs(const Rwkv6Case& c) {
   };
 }
 
-// final_state false: o is the only output, so the final state's gradient is zero. keep: as decay_op's.
-OpFn rwkv6_op(double scale, int64_t chunk_size, bool final_state = true, bool keep = true) {
-  return [scale, chunk_size, final_state, keep](const Vars& x) {
-    Rwkv6Output out = rwkv6(x[0], x[1], x[2], x[3], x[4], x.size() > 5 ? x[5] : Var(), scale, chunk_size, keep);
+// final_state false: o is the only output, so the final state's gradient is zero. keep,
+// documents: as decay_op's.
+OpFn rwkv6_op(double scale, int64_t chunk_size, bool final_state = true, bool keep = true,
+              std::vector<int64_t> documents = {}) {
+  return [scale, chunk_size, final_state, keep, documents](const Vars& x) {
+    Rwkv6Output out = rwkv6(x[0], x[1], x[2], x[3], x[4], x.size() > 5 ? x[5] : Var(), scale, chunk_size, keep,
+                            documents_on(x[0], documents));
     return final_state ? Vars{out.o, out.final_state} : Vars{out.o};
   };
 }
@@ -380,6 +421,12 @@ void add_rwkv6_cases() {
   for (int64_t chunk : {0, 2}) {
     const Rwkv6Case c{2, 5, 2, 3, 2, 1.0, 0.0, 1.0, 0.6, chunk};
     add_case(grad_case("rwkv6", chunk > 0 ? "rwkv6 chunked" : "rwkv6", 20, rwkv6_inputs(c), rwkv6_op(c.scale, chunk)));
+  }
+  // packed documents of 2, 1 and 3 tokens (no initial state), the recurrence and the chunk layout
+  for (int64_t chunk : {0, 2}) {
+    const Rwkv6Case c{2, 6, 2, 3, 2, 1.0, 0.0, 0.0, 0.6, chunk, {2, 1, 3}};
+    add_case(grad_case("rwkv6", chunk > 0 ? "rwkv6 documents chunked" : "rwkv6 documents", 20, rwkv6_inputs(c),
+                       rwkv6_op(c.scale, chunk, true, true, c.documents)));
   }
   // bf16 rows with dk, dv in {64, 128} or {128, 256} take the chunked forward and backward
   // (cuda/decay_attention_chunk.cu): every (dk, dv) class, partial last chunks (T = 130, 100, 193),
@@ -401,6 +448,17 @@ void add_rwkv6_cases() {
     const Rwkv6Case c{B, T, H, dk, dv, unit_std(dk), gate_shift, 0.5, 1.0, 0};
     add_case(gpu_case("rwkv6", "rwkv6" + dims(B, T, H, H, dk, dv), rwkv6_kernel(dk, dv), rwkv6_inputs(c),
                       rwkv6_op(1.0, 0)));
+  }
+  // packed documents on the recurrent kernels (bf16 too): as decay attention's document rows,
+  // the gate scan restarting with RWKV-6's one-token lag (dw_t = 0 and Y_{t-1} = 0 at a start)
+  for (const auto& [T, H, dk, dv, documents] :
+       {std::tuple<int64_t, int64_t, int64_t, int64_t, std::vector<int64_t>>{191, 2, 64, 64, {37, 64, 90}},
+        {191, 3, 128, 64, {64, 64, 1, 62}},
+        {300, 2, 64, 128, {37, 64, 1, 70, 128}},
+        {130, 1, 256, 96, {64, 66}}}) {
+    const Rwkv6Case c{2, T, H, dk, dv, unit_std(dk), 1.0, 0.0, 1.0, 0, documents};
+    add_case(gpu_case("rwkv6", "rwkv6 documents" + dims(2, T, H, H, dk, dv), named_kernel("recurrent"),
+                      rwkv6_inputs(c), rwkv6_op(1.0, 0, true, true, documents)));
   }
   // The rows above run the chunked backward too, all with an initial state and a final-state
   // gradient; these take either away: no h0 (T = 70, 333: partial last chunks; 128 a multiple
@@ -492,9 +550,7 @@ OpFn delta_op(const DeltaCase& c) {
     Var b = x[next++];
     Var w = tied ? Var() : x[next++];
     Var h0 = has_h0 ? x[next++] : Var();
-    const Tensor doc_start =
-        documents.empty() ? Tensor() : packed_doc_start(x[0].size(0), documents).to(x[0].value().device());
-    DeltaRuleOutputs r = delta_rule(x[0], x[1], x[2], g, b, w, h0, {0, chunk, keep}, doc_start);
+    DeltaRuleOutputs r = delta_rule(x[0], x[1], x[2], g, b, w, h0, {0, chunk, keep}, documents_on(x[0], documents));
     return Vars{r.o, r.final_state, r.residual};
   };
 }

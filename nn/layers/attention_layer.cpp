@@ -50,7 +50,8 @@ class AttentionLayer : public Mixer {
       q = rope(q, theta_);
       k = rope(k, theta_);
     }
-    Var o = attention(q, k, v, default_attention_scale(d_), window_, io.documents.doc_start);  // o: (B, T, H, d)
+    // o: (B, T, H, d)
+    Var o = attention(q, k, v, default_attention_scale(d_), window_, io.documents.doc_start.tensor());
     if (io.state) fill_cache(io.state->kv, k.value(), v.value(), padding_of(io.state));
     return linear(reshape(o, {B, T, H_ * d_}), store_.use(o_));
   }

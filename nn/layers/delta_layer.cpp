@@ -54,7 +54,7 @@ class DeltaLayer : public Mixer {
 
   Var forward(const Var& x, MixerIO& io) override {
     Tensor *q_tail = tail_slot(io.state, 0), *k_tail = tail_slot(io.state, 1), *v_tail = tail_slot(io.state, 2);
-    const Tensor& doc_start = io.documents.doc_start;  // (B, T) or undefined; q, k below: (B, T, H, dk)
+    const Tensor& doc_start = io.documents.doc_start.tensor();  // (B, T) or undefined; q, k below: (B, T, H, dk)
     Var q = l2norm(split_heads(conv_silu(project(store_, x, q_), q_conv_, q_tail, io.state, doc_start), H_, dk_));
     Var k = l2norm(split_heads(conv_silu(project(store_, x, k_), k_conv_, k_tail, io.state, doc_start), H_, dk_));
     Var v = conv_silu(project(store_, x, v_), v_conv_, v_tail, io.state, doc_start);  // (B, T, HV*dv)
@@ -68,7 +68,8 @@ class DeltaLayer : public Mixer {
     Tensor* S = recurrent_slot(io.state);
     // padded tokens (a right-padded prefill) erase and write nothing (k = 0) and decay nothing (g = 0)
     DeltaRuleOutputs out = delta_rule(q, zero_at_padding(k, io.state), split_heads(v, HV_, dv_),
-                                      zero_at_padding(g, io.state), b, w, initial_state(S, q), opt, doc_start);
+                                      zero_at_padding(g, io.state), b, w, initial_state(S, q), opt,
+                                      io.documents.doc_start);
     keep_state(S, out.final_state);
     if (io.want_error) io.error = merge_heads(out.residual);
     return project(store_, merge_heads(output_norm(x, out.o)), o_);

@@ -6,6 +6,7 @@
 #include "nn/config.h"
 #include "nn/layers/layer_state.h"
 #include "nn/layers/params.h"
+#include "nn/module.h"
 
 namespace hla {
 
@@ -14,8 +15,9 @@ class FeedForward {
   virtual ~FeedForward() = default;
   virtual Var forward(const Var& x) = 0;
   // The same carrying a decoding state (RWKV-6's channel mix keeps its token shift in
-  // state->ffn_tail); a feed-forward without one ignores it.
-  virtual Var forward_with_state(const Var& x, LayerState* state) { return forward(x); }
+  // state->ffn_tail) and packed documents (its token shift reads 0 before each document); a
+  // per-token feed-forward ignores both.
+  virtual Var forward_with_state(const Var& x, LayerState* state, const Documents& documents) { return forward(x); }
 };
 
 // Creates "mlp.*" (GatedMLP) or "ffn.*" (RWKV-6 channel mix) parameters under the block scope.

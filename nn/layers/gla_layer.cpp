@@ -33,7 +33,8 @@ class GlaLayer : public Mixer {
     // padded tokens (a right-padded prefill) write nothing and decay nothing
     DecayAttentionOutput rec = decay_attention(q, zero_at_padding(k, io.state), split_heads(v, H, dv),
                                                zero_at_padding(g, io.state), initial_state(S, q),
-                                               default_attention_scale(dk), chunk_, io.keep_chunk_states);
+                                               default_attention_scale(dk), chunk_, io.keep_chunk_states,
+                                               io.documents.doc_start);
     keep_state(S, rec.final_state);
     const Var& o = rec.o;
     return gated_output(store_, o, x, proj_.g, norm_, o_, eps_);

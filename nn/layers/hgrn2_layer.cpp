@@ -38,7 +38,7 @@ class Hgrn2Layer : public Mixer {
     Tensor* S = recurrent_slot(io.state);
     DecayAttentionOutput rec = decay_attention(q, k, split_heads(v, H_, dv_), split_heads(g, H_, dk_),
                                                initial_state(S, q), default_attention_scale(dk_), chunk_,
-                                               io.keep_chunk_states);
+                                               io.keep_chunk_states, io.documents.doc_start);
     keep_state(S, rec.final_state);
     const Var& o = rec.o;
     return project(store_, rmsnorm(merge_heads(o), store_.use(norm_), eps_), o_);

@@ -33,7 +33,7 @@ class HgrnLayer : public Mixer {
     // h_t = e^g h_{t-1} + i'_t; padded tokens (a right-padded prefill) write nothing and decay nothing
     // packed documents (io.documents): h restarts from 0 at each document start; the rest is per token
     HgrnOutput rec = hgrn(zero_at_padding(input, io.state), zero_at_padding(g, io.state), initial_state(S, input),
-                          io.documents.doc_start);
+                          io.documents.doc_start.tensor());
     keep_state(S, rec.final_state);
     const Var& h = rec.o;
     Var y = gated_rmsnorm(h, project(store_, x, g_), store_.use(norm_), eps_, GateAct::Swish);

@@ -54,7 +54,7 @@ class Mamba2Layer : public Mixer {
     const Var &z = parts[0], &dt = parts[2];
     Tensor* tail = tail_slot(io.state, 0);
     ShortConvOut conv = short_conv(parts[1], store_.use(conv_), store_.use(conv_bias_), initial_state(tail, parts[1]),
-                                   ConvAct::SiLU);
+                                   ConvAct::SiLU, io.documents.doc_start.tensor());
     keep_last_inputs(tail, conv.final_state, parts[1], io.state);
     const Var& xbc = conv.y;
     std::vector<Var> xbc_parts = split_last(xbc, {inner_, G_ * N_, G_ * N_});
@@ -69,7 +69,8 @@ class Mamba2Layer : public Mixer {
     Tensor* S = recurrent_slot(io.state);
     // padded tokens (a right-padded prefill) write nothing and decay nothing
     DecayAttentionOutput rec = decay_attention(Cq, zero_at_padding(Bk, io.state), v, zero_at_padding(g, io.state),
-                                               initial_state(S, Cq), 1.0, chunk_, io.keep_chunk_states);
+                                               initial_state(S, Cq), 1.0, chunk_, io.keep_chunk_states,
+                                               io.documents.doc_start);
     keep_state(S, rec.final_state);
     Var y = rec.o;                                                             // (B, T, H, P)
     y = add(y, mul_broadcast(reshape(xs, {B, T, H_, P_}), store_.use(d_), P_));  // + D x

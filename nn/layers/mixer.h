@@ -24,8 +24,10 @@ struct MixerIO {
   // backward (DeltaRuleOptions::keep_states; decay_attention's and rwkv6's keep_states)
   bool keep_chunk_states = true;
   // in (packed documents, TrainableModel::takes_documents): attention masks every key before the
-  // query's document and RoPE rotates by the place in it; doc_start undefined: rows are whole
-  // sequences. Held by value: a recomputed part runs again in the backward.
+  // query's document and RoPE rotates by the place in it; every recurrence, short conv and token
+  // shift starts each document from zero; doc_start undefined: rows are whole sequences. Held by
+  // value: a recomputed part runs again in the backward (the copies share doc_start's chunk
+  // layouts, built once per batch).
   Documents documents;
 };
 

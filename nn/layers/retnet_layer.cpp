@@ -22,8 +22,8 @@ class RetNetLayer : public Mixer {
   Var forward(const Var& x, MixerIO& io) override {
     const int64_t H = proj_.H, dk = proj_.dk, dv = proj_.dv;
     int64_t B = x.size(0), T = x.size(1);
-    Var q = rotate(split_heads(project(store_, x, proj_.q), H, dk), io.state);  // (B, T, H, dk)
-    Var k = rotate(split_heads(project(store_, x, proj_.k), H, dk), io.state);
+    Var q = rotate(split_heads(project(store_, x, proj_.q), H, dk), io);  // (B, T, H, dk)
+    Var k = rotate(split_heads(project(store_, x, proj_.k), H, dk), io);
     Var v = project(store_, x, proj_.v);                                      // (B, T, H*dv)
     if (io.want_values) io.values = v;
     Var g(constant_gate(B, T, x.dtype(), x.device()), false);
@@ -31,7 +31,8 @@ class RetNetLayer : public Mixer {
     // padded tokens (a right-padded prefill) write nothing and decay nothing
     DecayAttentionOutput rec = decay_attention(q, zero_at_padding(k, io.state), split_heads(v, H, dv),
                                                zero_at_padding(g, io.state), initial_state(S, q),
-                                               default_attention_scale(dk), chunk_, io.keep_chunk_states);
+                                               default_attention_scale(dk), chunk_, io.keep_chunk_states,
+                                               io.documents.doc_start);
     keep_state(S, rec.final_state);
     return gated_output(store_, rec.o, x, proj_.g, norm_, o_, eps_);
   }
@@ -39,9 +40,12 @@ class RetNetLayer : public Mixer {
   int64_t value_width() const override { return proj_.H * proj_.dv; }
 
  private:
-  // RoPE (theta 10000) from position 0, or from each sequence's position when decoding.
-  static Var rotate(const Var& x, const LayerState* state) {
-    return state ? rope(x, 10000.0, state->positions) : rope(x, 10000.0);
+  // RoPE (theta 10000) from position 0, from each sequence's position when decoding, or from
+  // each packed document's start.
+  static Var rotate(const Var& x, const MixerIO& io) {
+    if (io.state) return rope(x, 10000.0, io.state->positions);
+    if (io.documents.doc_start.defined()) return rope(x, 10000.0, io.documents.positions);
+    return rope(x, 10000.0);
   }
 
   // The constant log gate g_h = ln(1 - 2^(-5-h)), the same at every token: (B, T, H). Built on

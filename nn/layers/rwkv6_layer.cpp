@@ -22,9 +22,10 @@ namespace hla {
 namespace {
 
 // delta = x_{t-1} - x_t, from the carried last token (zeros in training) and keeping the new one
-// (each sequence's own last token in a right-padded call).
-Var shifted(const Var& x, Tensor* last, const LayerState* state) {
-  TokenShiftOut shift = token_shift(x, initial_state(last, x));
+// (each sequence's own last token in a right-padded call); x_{t-1} = 0 at each packed document's
+// first token (documents.doc_start).
+Var shifted(const Var& x, Tensor* last, const LayerState* state, const Documents& documents) {
+  TokenShiftOut shift = token_shift(x, initial_state(last, x), documents.doc_start.tensor());
   keep_last_inputs(last, shift.last_token, x, state);
   return shift.delta;
 }
@@ -59,7 +60,7 @@ class Rwkv6TimeMix : public Mixer {
   }
 
   Var forward(const Var& x, MixerIO& io) override {
-    Var delta = shifted(x, tail_slot(io.state, 0), io.state);                        // x_{t-1} - x_t
+    Var delta = shifted(x, tail_slot(io.state, 0), io.state, io.documents);          // x_{t-1} - x_t
     Var zz = project(store_, lerp(x, delta, store_.use(mu_x_)), x0_);                // (B, T, 5R)
     std::vector<Var> xi = ddlerp(x, delta, zz, store_.use(x2_), store_.use(x_bias_));  // r, w, k, v, g
     Var r = split_heads(project(store_, xi[0], r_), H_, dk_);
@@ -72,7 +73,7 @@ class Rwkv6TimeMix : public Mixer {
     // padded tokens (a right-padded prefill) write nothing and decay nothing
     Rwkv6Output rec = rwkv6(r, zero_at_padding(k, io.state), split_heads(v, H_, dv_),
                             zero_at_padding(split_heads(w, H_, dk_), io.state), store_.use(bonus_), initial_state(S, r),
-                            1.0, chunk_, io.keep_chunk_states);
+                            1.0, chunk_, io.keep_chunk_states, io.documents.doc_start);
     keep_state(S, rec.final_state);
     const Var& o = rec.o;
     Var normed = group_norm(merge_heads(o), store_.use(norm_w_), store_.use(norm_b_), H_, eps_);
@@ -100,10 +101,10 @@ class Rwkv6ChannelMix : public FeedForward {
     rec_ = store.normal("receptance.linear.weight", {D, D});
   }
 
-  Var forward(const Var& x) override { return forward_with_state(x, nullptr); }
+  Var forward(const Var& x) override { return forward_with_state(x, nullptr, Documents()); }
 
-  Var forward_with_state(const Var& x, LayerState* state) override {
-    Var delta = shifted(x, state ? &state->ffn_tail : nullptr, state);
+  Var forward_with_state(const Var& x, LayerState* state, const Documents& documents) override {
+    Var delta = shifted(x, state ? &state->ffn_tail : nullptr, state, documents);
     Var kappa = relu_squared(project(store_, lerp(x, delta, store_.use(key_mu_)), key_));  // relu(W_key x_k)^2
     Var rho = project(store_, lerp(x, delta, store_.use(rec_mu_)), rec_);
     return mul(sigmoid(rho), project(store_, kappa, value_));

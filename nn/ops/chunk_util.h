@@ -92,6 +92,13 @@ struct Head {
   Mat<Real> g;        // (T, dk)   per-step log gate (RWKV-6: w)
   Row<Real> bonus;    // (dk)      diagonal weight of A: ones, or RWKV-6's u
   Mat<Real> s0;       // (dk, dv)  initial state
+  const int32_t* doc_start = nullptr;    // (T) this row's first token of each token's document, or null
+  const int32_t* chunk_reset = nullptr;  // (T / C) this row's chunks that start a document, or null
+
+  // Whether the state is zeroed before token t: a packed document starts there (t = 0 starts from s0).
+  bool starts_document(int64_t t) const { return doc_start && t > 0 && doc_start[t] == t; }
+  // Whether the state entering chunk n is zeroed (the chunked form on the documents' chunk layout).
+  bool resets_chunk(size_t n) const { return chunk_reset && chunk_reset[n]; }
 };
 
 template <class Real>
@@ -108,12 +115,19 @@ Mat<Real> next_state(const Mat<Real>& S_prev, const Head<Real>& x, int64_t t) {
   return decay.asDiagonal() * S_prev + x.k.row(t).transpose() * x.v.row(t);
 }
 
+// The state token t starts from, given S[t] = the state after t tokens: zero where a packed
+// document starts at t.
+template <class Real>
+Mat<Real> state_before(const std::vector<Mat<Real>>& S, const Head<Real>& x, int64_t t) {
+  return x.starts_document(t) ? Mat<Real>(Mat<Real>::Zero(S[t].rows(), S[t].cols())) : S[t];
+}
+
 // Every state of the recurrence, for the token-level backward: S[t] = the state after t
 // tokens, t = 0..T (S[0] = the initial state).
 template <class Real>
 std::vector<Mat<Real>> replay_states(const Head<Real>& x) {
   std::vector<Mat<Real>> S{x.s0};
-  for (int64_t t = 0; t < x.q.rows(); t++) S.push_back(next_state(S.back(), x, t));
+  for (int64_t t = 0; t < x.q.rows(); t++) S.push_back(next_state(state_before(S, x, t), x, t));
   return S;
 }
 
@@ -216,12 +230,15 @@ void chunk_scores_backward(Mat<Real>& dQ, Mat<Real>& dK, const Mat<Real>& dA, co
 }
 
 // Pass 2 of both directions (4.8): the inter-chunk recurrence, sequential over chunks.
-// Returns h[n] = the state at the start of chunk n for n = 0..NT-1, and h[NT] = the final state.
+// Returns h[n] = the state at the start of chunk n for n = 0..NT-1 (zero where a document starts
+// the chunk), and h[NT] = the final state.
 template <class Real>
 std::vector<Mat<Real>> chunk_start_states(const Head<Real>& x, const CumGates<Real>& G,
                                           const std::vector<Chunk>& chunks) {
   std::vector<Mat<Real>> h{x.s0};
-  for (const Chunk& c : chunks) {
+  for (size_t n = 0; n < chunks.size(); n++) {
+    const Chunk& c = chunks[n];
+    if (x.resets_chunk(n)) h.back().setZero();
     Row<Real> decay_all = G.gk.row(c.last()).array().exp();                     // exp(G_last): (dk)
     Mat<Real> keys_at_end = x.k.middleRows(c.begin, c.len).cwiseProduct(decay_to_end(G, c));  // (len, dk)
     Mat<Real> next = decay_all.asDiagonal() * h.back()                           // Diag(exp(G_last)) h
@@ -273,6 +290,7 @@ HeadGrads<Real> backward(const Head<Real>& x, const Mat<Real>& d_o, const Mat<Re
     //   dh_start = Diag(exp(G_last)) dS_end + scale * Qg^T dO
     const Mat<Real> Qg = queries_from_start(x, G, c);  // (len, dk)
     dS = decay_all.asDiagonal() * dS + scale * Qg.transpose() * d_o.middleRows(c.begin, c.len);
+    if (x.resets_chunk(n)) dS.setZero();  // the state entering the chunk was replaced by zero
   }
   grads.ds0 = dS;
 

@@ -41,6 +41,7 @@ void recurrent_forward(Mat<Real>& o, Mat<Real>& S, const Head<Real>& x, Real sca
   S = x.s0;  // S_0: (dk, dv)
   o.resize(x.q.rows(), x.v.cols());
   for (int64_t t = 0; t < x.q.rows(); t++) {
+    if (x.starts_document(t)) S.setZero();  // a packed document starts from S = 0
     S = decay_chunk::next_state(S, x, t);  // S_t = Diag(exp(g_t)) S_{t-1} + k_t v_t^T
     o.row(t) = scale * x.q.row(t) * S;     // o_t = scale * S_t^T q_t
   }
@@ -64,8 +65,10 @@ HeadGrads<Real> recurrent_backward(const Head<Real>& x, const Mat<Real>& d_o, co
     grads.dv.row(t) = x.k.row(t) * dS;                               //                       => dv_t = dS^T k_t
     // S_t = Diag(exp(g_t)) S_{t-1} + ...  =>  dg_t = rowsum((Diag(exp(g_t)) S_{t-1}) (.) dS),
     //                                          dS_{t-1} = Diag(exp(g_t)) dS
-    grads.dg.row(t) = (decay.asDiagonal() * S[t]).cwiseProduct(dS).rowwise().sum().transpose();
+    grads.dg.row(t) =
+        (decay.asDiagonal() * decay_chunk::state_before(S, x, t)).cwiseProduct(dS).rowwise().sum().transpose();
     dS = decay.asDiagonal() * dS;
+    if (x.starts_document(t)) dS.setZero();  // S_{t-1} was replaced by 0 (so dg_t = 0 above)
   }
   grads.ds0 = dS;
   return grads;
@@ -83,6 +86,8 @@ Head<Real> gather_value_head(const Real* q, const Real* k, const Real* v, const 
   x.g = decay_chunk::gather_gate<Real, VectorGate>(g, b, j, d.T, d.HV, d.dk);
   x.bonus = Row<Real>::Ones(d.dk);  // A[t,t] = q_t . k_t: o_t reads S_t, which already holds token t
   x.s0 = decay_chunk::gather_state(h0, b, j, d.HV, d.dk, d.dv);
+  x.doc_start = d.doc_start ? d.doc_start + b * d.T : nullptr;
+  x.chunk_reset = d.chunk_reset ? d.chunk_reset + b * (d.T / d.chunk_size) : nullptr;
   return x;
 }
 
@@ -196,11 +201,8 @@ void decay_attention_backward(Tensor& grad_q, Tensor& grad_k, Tensor& grad_v, Te
   });
 }
 
-}  // namespace
-
-DecayAttentionOutput decay_attention(const Var& q, const Var& k, const Var& v, const Var& g,
-                                     const Var& initial_state, double scale, int64_t chunk_size,
-                                     bool keep_states) {
+DecayAttentionDims check_inputs(const Var& q, const Var& k, const Var& v, const Var& g, const Var& initial_state,
+                                double scale, int64_t chunk_size) {
   const char* op = "decay_attention";
   HLA_CHECK(q.dim() == 4, "decay_attention: q must be (B, T, H, dk), got ", q.value().str());
   const int64_t B = q.size(0), T = q.size(1), H = q.size(2), dk = q.size(3);
@@ -216,36 +218,64 @@ DecayAttentionOutput decay_attention(const Var& q, const Var& k, const Var& v, c
   check_operand(k.value(), q.value(), op, "k");
   check_operand(v.value(), q.value(), op, "v");
   check_operand(g.value(), q.value(), op, "g");
-  const bool has_h0 = initial_state.defined();
-  if (has_h0) {
+  if (initial_state.defined()) {
     check_shape(initial_state.value(), {B, HV, dk, dv}, op, "initial_state");
     check_operand(initial_state.value(), q.value(), op, "initial_state");
   }
   HLA_CHECK(chunk_size >= 0, "decay_attention: chunk_size must be >= 0 (0 = recurrent), got ", chunk_size);
-  const DecayAttentionDims d{B, T, H, HV, dk, dv, vector_gate, scale, chunk_size, accum_dtype(q.value())};
+  return {B, T, H, HV, dk, dv, vector_gate, scale, chunk_size, accum_dtype(q.value())};
+}
+
+// The op on rows as they are, d from check_inputs with the documents' pointers (run_on_documents)
+// into `keep`, which the backward keeps alive; {o, final_state}.
+std::vector<Var> decay_attention_rows(const Var& q, const Var& k, const Var& v, const Var& g, const Var& initial_state,
+                                      const DecayAttentionDims& d, bool keep_states, const Tensor& keep) {
+  const bool has_h0 = initial_state.defined();
   const DType dt = q.dtype();
   const Device dev = q.device();
   Tensor qv = q.value(), kv = k.value(), vv = v.value(), gv = g.value();
   Tensor h0 = has_h0 ? initial_state.value().to(d.state_dtype) : Tensor();
-  Tensor o = Tensor::empty({B, T, HV, dv}, dt, dev);                  // o: (B, T, HV, dv)
-  Tensor ht = Tensor::empty({B, HV, dk, dv}, d.state_dtype, dev);     // ht: (B, HV, dk, dv)
+  Tensor o = Tensor::empty({d.B, d.T, d.HV, d.dv}, dt, dev);                 // o: (B, T, HV, dv)
+  Tensor ht = Tensor::empty({d.B, d.HV, d.dk, d.dv}, d.state_dtype, dev);   // ht: (B, HV, dk, dv)
   int64_t kept_floats = 0;
   if (qv.is_cuda() && keep_states && backward_follows({&q, &k, &v, &g, &initial_state}))
     HLA_CUDA_ONLY(kept_floats = cuda::decay_attention_kept_floats(d, dt));
   Tensor kept = kept_buffer(kept_floats, dev);  // (B, HV, NT, dk, dv) fp32, or undefined
   decay_attention_forward(o, ht, qv, kv, vv, gv, h0, d, kept);
 
-  auto backward = [=](const std::vector<Tensor>& grad_out) mutable {
+  // documents: kept alive for d.doc_start, d.chunk_reset
+  auto backward = [=, documents = keep](const std::vector<Tensor>& grad_out) mutable {
     Tensor dq = Tensor::empty(qv.shape(), dt, dev), dk_ = Tensor::empty(kv.shape(), dt, dev);
     Tensor dv_ = Tensor::empty(vv.shape(), dt, dev), dg = Tensor::empty(gv.shape(), dt, dev);
-    Tensor dh0 = has_h0 ? Tensor::empty({B, HV, dk, dv}, d.state_dtype, dev) : Tensor();
+    Tensor dh0 = has_h0 ? Tensor::empty(h0.shape(), d.state_dtype, dev) : Tensor();
     decay_attention_backward(dq, dk_, dv_, dg, dh0, grad_out[0], grad_out[1].to(d.state_dtype), qv, kv, vv, gv, h0, d,
                              kept);
     kept = Tensor();  // read: freed now, before the layers below run their backward (a second backward replays)
     // dh0 back in the initial state's dtype
     return std::vector<Tensor>{dq, dk_, dv_, dg, has_h0 ? dh0.to(dt) : Tensor()};
   };
-  std::vector<Var> outs = record_op({o, ht}, {q, k, v, g, initial_state}, backward, op);
+  return record_op({o, ht}, {q, k, v, g, initial_state}, backward, "decay_attention");
+}
+
+}  // namespace
+
+// Packed documents: the token recurrence (the CPU's chunk_size = 0, and the GPU's recurrent
+// kernels) resets the state at each document start; the CPU chunked form runs on the documents'
+// chunk layout, resetting the chunks that start one.
+DecayAttentionOutput decay_attention(const Var& q, const Var& k, const Var& v, const Var& g,
+                                     const Var& initial_state, double scale, int64_t chunk_size,
+                                     bool keep_states, const DocumentStarts& documents) {
+  const DecayAttentionDims d = check_inputs(q, k, v, g, initial_state, scale, chunk_size);
+  if (!documents.defined()) {
+    std::vector<Var> outs = decay_attention_rows(q, k, v, g, initial_state, d, keep_states, Tensor());
+    return {outs[0], outs[1]};
+  }
+  const int64_t chunk = q.value().is_cuda() ? 0 : chunk_size;  // the GPU takes documents on its recurrent kernels
+  std::vector<Var> outs = run_on_documents(
+      "decay_attention", documents, d, chunk, q.device(), initial_state, {q, k, v, g}, 1,
+      [&](const DecayAttentionDims& dd, const std::vector<Var>& x, const Tensor& keep) {
+        return decay_attention_rows(x[0], x[1], x[2], x[3], Var(), dd, keep_states, keep);
+      });
   return {outs[0], outs[1]};
 }
 

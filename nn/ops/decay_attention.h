@@ -18,6 +18,7 @@
 #pragma once
 #include "autograd/var.h"
 #include "nn/ops/decay_attention_dims.h"
+#include "nn/ops/document_chunks.h"
 
 namespace hla {
 
@@ -32,9 +33,15 @@ struct DecayAttentionOutput {
 // state for the backward (cuda::decay_attention_kept_floats x 4 bytes, B HV ceil(T / 64) dk dv
 // fp32: 268 MB at B4 T4096 H16 D128) instead of the backward replaying the forward's scan; same
 // results bit for bit ([train] delta_rule_keep covers both families). The CPU ignores it.
+// documents: undefined (one document a row) or doc_start (B, T) I32 on q's device with its chunk
+// layouts (nn/ops/document_chunks.h): the state is zero before each document's first token, so
+// each document gets the outputs and gradients of the document run alone; the final state is
+// the state at the end of each row's last document; initial_state must be undefined. The token
+// recurrence resets at each document start (on the GPU: its recurrent kernels, not the chunked
+// ones); the CPU chunked form runs on the chunk layout, resetting the chunks that start one.
 DecayAttentionOutput decay_attention(const Var& q, const Var& k, const Var& v, const Var& g,
                                      const Var& initial_state, double scale, int64_t chunk_size = 0,
-                                     bool keep_states = true);
+                                     bool keep_states = true, const DocumentStarts& documents = {});
 
 namespace cpu {
 // Shapes as above; o: (B, T, HV, dv); h0, ht: (B, HV, dk, dv), h0 null = zeros.

@@ -14,6 +14,13 @@ struct DecayAttentionDims {
   double scale;
   int64_t chunk_size;           // CPU: 0 = token recurrence, C > 0 = chunked; the GPU picks its own kernel
   DType state_dtype;            // h0, ht and their gradients: fp32 on the GPU, the storage dtype on the CPU
+  // Packed documents (varlen), as DeltaRuleDims': doc_start (B, T) I32 on the kernels' device, the
+  // first token of each token's document, the state zero before every document's first token
+  // t > 0 (the token recurrences; null: one document a row); chunk_reset (B, T / chunk_size) I32,
+  // the CPU chunked form on the documents' chunk layout (nn/ops/document_chunks.h): 1 where the
+  // state entering a chunk is zero (null: no resets).
+  const int32_t* doc_start = nullptr;
+  const int32_t* chunk_reset = nullptr;
 };
 
 }  // namespace hla

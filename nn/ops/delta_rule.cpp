@@ -602,14 +602,6 @@ DeltaRuleDims check_inputs(const Var& q, const Var& k, const Var& v, const Var& 
   return d;
 }
 
-// d with the data of doc_start (token recurrence) or chunk_reset (chunked form on the document
-// layout), either undefined; the backward closure holds copies of both, keeping them alive.
-DeltaRuleDims with_documents(DeltaRuleDims d, const Tensor& doc_start, const Tensor& chunk_reset) {
-  if (doc_start.defined()) d.doc_start = doc_start.data<int32_t>();
-  if (chunk_reset.defined()) d.chunk_reset = chunk_reset.data<int32_t>();
-  return d;
-}
-
 // The device's kernels: cuda::delta_rule_* for GPU tensors, cpu::delta_rule_* otherwise. States
 // in d.state_dtype. u_f32: the GPU forward's fp32 copy of u, which the GPU backward reads
 // (undefined on the CPU, whose backward replays the forward, and when no backward follows);
@@ -652,13 +644,12 @@ void delta_rule_backward(Tensor& grad_q, Tensor& grad_k, Tensor& grad_v, Tensor&
   });
 }
 
-// The op on rows as they are: doc_start for the token recurrence, chunk_reset for the chunked
-// form on the document layout, or neither (both undefined).
+// The op on rows as they are, d from check_inputs with the documents' pointers (run_on_documents:
+// d.doc_start for the token recurrence, d.chunk_reset for the chunked form on the document
+// layout) into `keep`, which the backward keeps alive.
 DeltaRuleOutputs delta_rule_rows(const Var& q, const Var& k, const Var& v, const Var& g, const Var& b, const Var& w,
-                                 const Var& initial_state, const DeltaRuleOptions& options, const Tensor& doc_start,
-                                 const Tensor& chunk_reset) {
-  const DeltaRuleDims d = with_documents(check_inputs(q, k, v, g, b, w, initial_state, options), doc_start,
-                                         chunk_reset);
+                                 const Var& initial_state, const DeltaRuleDims& d, bool keep_states,
+                                 const Tensor& keep) {
   const bool tied = !w.defined();  // w = b: the kernel reads beta twice, its gradient is the sum
   const DType dt = q.dtype();
   const Device dev = q.device();
@@ -672,11 +663,11 @@ DeltaRuleOutputs delta_rule_rows(const Var& q, const Var& k, const Var& v, const
   const bool gpu_backward = qv.is_cuda() && backward_follows({&q, &k, &v, &g, &b, &w, &initial_state});
   Tensor u_f32 = gpu_backward ? Tensor::empty(o.shape(), DType::F32, dev) : Tensor();
   int64_t kept_floats = 0;
-  if (gpu_backward && options.keep_states) HLA_CUDA_ONLY(kept_floats = cuda::delta_rule_kept_floats(d, dt));
+  if (gpu_backward && keep_states) HLA_CUDA_ONLY(kept_floats = cuda::delta_rule_kept_floats(d, dt));
   Tensor kept = kept_buffer(kept_floats, dev);
   delta_rule_forward(o, final_state, residual, qv, kv, vv, gv, bv, wv, h0, d, u_f32, kept);
-  // starts, resets: kept alive for d.doc_start, d.chunk_reset
-  auto backward = [=, starts = doc_start, resets = chunk_reset](const std::vector<Tensor>& grads) mutable {
+  // documents: kept alive for d.doc_start, d.chunk_reset
+  auto backward = [=, documents = keep](const std::vector<Tensor>& grads) mutable {
     Tensor dq = Tensor::empty(qv.shape(), dt, dev), dk = Tensor::empty(kv.shape(), dt, dev);
     Tensor dv = Tensor::empty(vv.shape(), dt, dev);
     Tensor dg = gv.defined() ? Tensor::empty(gv.shape(), dt, dev) : Tensor();
@@ -702,30 +693,23 @@ DeltaRuleOutputs delta_rule_rows(const Var& q, const Var& k, const Var& v, const
 // Packed documents: the token recurrence resets the state at each document start (doc_start);
 // the chunked forms (the CPU's, and the GPU's where its chunked kernels run) take the
 // chunk-aligned layout instead (inputs gathered there, o and u scattered back, chunk_reset at
-// the chunks that start a document).
+// the chunks that start a document), built once per chunk size by `documents`.
 DeltaRuleOutputs delta_rule(const Var& q, const Var& k, const Var& v, const Var& g, const Var& b,
                             const Var& w, const Var& initial_state, const DeltaRuleOptions& options,
-                            const Tensor& doc_start) {
-  if (!doc_start.defined()) return delta_rule_rows(q, k, v, g, b, w, initial_state, options, Tensor(), Tensor());
-  HLA_CHECK(q.dim() == 4, "delta_rule: q must be (B, T, H, dk), got ", q.value().str());
-  const int64_t T = q.size(1);
-  check_document_starts(doc_start, q.size(0), T, q.device(), "delta_rule");
-  HLA_CHECK(!initial_state.defined(), "delta_rule: with packed documents (doc_start) the initial state must be ",
-            "undefined, got ", initial_state.value().str());
+                            const DocumentStarts& documents) {
+  const DeltaRuleDims d = check_inputs(q, k, v, g, b, w, initial_state, options);
+  if (!documents.defined()) return delta_rule_rows(q, k, v, g, b, w, initial_state, d, options.keep_states, Tensor());
   // the layout's chunk size: the CPU's chunk_size, the GPU chunked kernels' (0: the token recurrence)
   int64_t chunk = options.chunk_size;
-  if (q.value().is_cuda())
-    HLA_CUDA_ONLY(chunk = cuda::delta_rule_document_chunk(check_inputs(q, k, v, g, b, w, initial_state, options),
-                                                          q.dtype()));
-  if (chunk == 0) return delta_rule_rows(q, k, v, g, b, w, initial_state, options, doc_start, Tensor());
-  const DocumentChunks layout = document_chunks(doc_start.to(Device::CPU), chunk);
-  const Tensor index = layout.index.to(q.device());
-  auto gathered = [&](const Var& x) { return x.defined() ? gather_tokens(x, index) : Var(); };
-  DeltaRuleOptions on_layout = options;
-  on_layout.chunk_size = chunk;
-  DeltaRuleOutputs r = delta_rule_rows(gathered(q), gathered(k), gathered(v), gathered(g), gathered(b), gathered(w),
-                                       Var(), on_layout, Tensor(), layout.chunk_reset.to(q.device()));
-  return {scatter_tokens(r.o, index, T), r.final_state, scatter_tokens(r.residual, index, T)};
+  if (q.value().is_cuda()) HLA_CUDA_ONLY(chunk = cuda::delta_rule_document_chunk(d, q.dtype()));
+  // o and u have a token axis, the final state not
+  std::vector<Var> outs = run_on_documents(
+      "delta_rule", documents, d, chunk, q.device(), initial_state, {q, k, v, g, b, w}, 2,
+      [&](const DeltaRuleDims& dd, const std::vector<Var>& x, const Tensor& keep) {
+        DeltaRuleOutputs r = delta_rule_rows(x[0], x[1], x[2], x[3], x[4], x[5], Var(), dd, options.keep_states, keep);
+        return std::vector<Var>{r.o, r.residual, r.final_state};
+      });
+  return {outs[0], outs[2], outs[1]};
 }
 
 }  // namespace hla

@@ -34,6 +34,7 @@
 #pragma once
 #include "autograd/var.h"
 #include "nn/ops/delta_rule_dims.h"
+#include "nn/ops/document_chunks.h"
 
 namespace hla {
 
@@ -57,12 +58,13 @@ struct DeltaRuleOutputs {
 // b: (B, T, HV) scalar beta or (B, T, HV, dk) erase gate
 // w: undefined (w = b, which must then be a scalar beta), (B, T, HV) or (B, T, HV, dv) write gate
 // initial_state: undefined (zeros) or (B, HV, dk, dv)
-// doc_start: undefined (one document a row) or (B, T) I32 on q's device (document_starts)
+// documents: undefined (one document a row) or doc_start (B, T) I32 on q's device
+// (document_starts) with its chunk layouts (nn/ops/document_chunks.h: DocumentStarts)
 // All inputs of one dtype (CPU: F32 or F64; GPU: F32 or BF16) on one device; gradients flow to
 // every defined input.
 DeltaRuleOutputs delta_rule(const Var& q, const Var& k, const Var& v, const Var& g, const Var& b,
                             const Var& w, const Var& initial_state,
-                            const DeltaRuleOptions& options = {}, const Tensor& doc_start = Tensor());
+                            const DeltaRuleOptions& options = {}, const DocumentStarts& documents = {});
 
 namespace cpu {
 

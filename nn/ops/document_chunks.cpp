@@ -3,6 +3,7 @@
 #include "nn/ops/document_chunks.h"
 
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "nn/ops/attention.h"
@@ -72,6 +73,23 @@ DocumentChunks document_chunks(const Tensor& doc_start, int64_t C) {
       if (starts[b * T + t] == t) reset[b * (Tp / C) + place[b * T + t] / C] = 1;
     }
   return {Tensor::from_i32(index, {B, Tp}), Tensor::from_i32(reset, {B, Tp / C})};
+}
+
+DocumentStarts::DocumentStarts(Tensor doc_start, Tensor host) : doc_start_(std::move(doc_start)) {
+  if (!doc_start_.defined()) return;
+  layouts_ = std::make_shared<Layouts>();
+  layouts_->host = std::move(host);
+}
+
+const DocumentChunks& DocumentStarts::chunks(int64_t C) const {
+  HLA_CHECK(defined(), "DocumentStarts::chunks: no documents (doc_start undefined)");
+  std::lock_guard<std::mutex> lock(layouts_->mutex);
+  auto found = layouts_->by_chunk.find(C);
+  if (found != layouts_->by_chunk.end()) return found->second;
+  if (!layouts_->host.defined()) layouts_->host = doc_start_.to(Device::CPU);
+  const DocumentChunks layout = document_chunks(layouts_->host, C);
+  const Device device = doc_start_.device();
+  return layouts_->by_chunk[C] = {layout.index.to(device), layout.chunk_reset.to(device)};
 }
 
 namespace {

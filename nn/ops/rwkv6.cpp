@@ -40,6 +40,7 @@ void recurrent_forward(Mat<Real>& o, Mat<Real>& S, const Head<Real>& x, Real sca
   S = x.s0;  // S_0: (dk, dv)
   o.resize(x.q.rows(), x.v.cols());
   for (int64_t t = 0; t < x.q.rows(); t++) {
+    if (x.starts_document(t)) S.setZero();  // a packed document starts from S = 0
     const Real bonus = x.q.row(t).cwiseProduct(x.bonus).dot(x.k.row(t));  // r_t . (u * k_t)
     o.row(t) = scale * (x.q.row(t) * S + bonus * x.v.row(t));  // o_t = scale (S_{t-1}^T r_t + bonus v_t)
     S = decay_chunk::next_state(S, x, t);                      // S_t = Diag(exp(w_t)) S_{t-1} + k_t v_t^T
@@ -62,13 +63,15 @@ HeadGrads<Real> recurrent_backward(const Head<Real>& x, const Mat<Real>& d_o, co
     const Real v_do = v.dot(d_ot);                          // v_t . do_t
     const Real bonus = r.cwiseProduct(x.bonus).dot(k);      // r_t . (u * k_t)
     Row<Real> decay = x.g.row(t).array().exp();
+    const Mat<Real> S_prev = decay_chunk::state_before(S, x, t);  // S_{t-1} as token t reads it: (dk, dv)
     // o_t = scale (S_{t-1}^T r_t + (r_t . (u * k_t)) v_t)  and  S_t = Diag(exp(w_t)) S_{t-1} + k_t v_t^T
     grads.dk.row(t) = v * dS.transpose() + scale * v_do * x.bonus.cwiseProduct(r);   // dS v_t + bonus path
     grads.dv.row(t) = k * dS + scale * bonus * d_ot;                                 // dS^T k_t + bonus path
-    grads.dq.row(t) = scale * (d_ot * S[t].transpose() + v_do * x.bonus.cwiseProduct(k));  // S_{t-1} do_t + ..
+    grads.dq.row(t) = scale * (d_ot * S_prev.transpose() + v_do * x.bonus.cwiseProduct(k));  // S_{t-1} do_t + ..
     grads.dbonus += scale * v_do * r.cwiseProduct(k);
-    grads.dg.row(t) = (decay.asDiagonal() * S[t]).cwiseProduct(dS).rowwise().sum().transpose();
+    grads.dg.row(t) = (decay.asDiagonal() * S_prev).cwiseProduct(dS).rowwise().sum().transpose();
     dS = decay.asDiagonal() * dS + scale * r.transpose() * d_ot;  // S_{t-1} feeds S_t and o_t
+    if (x.starts_document(t)) dS.setZero();  // S_{t-1} was replaced by 0
   }
   grads.ds0 = dS;
   return grads;
@@ -84,6 +87,8 @@ Head<Real> gather_rwkv_head(const Real* r, const Real* k, const Real* v, const R
   x.g = decay_chunk::gather_head(w, b, h, d.T, d.H, d.dk);
   x.bonus = Eigen::Map<const Row<Real>>(u + h * d.dk, d.dk);
   x.s0 = decay_chunk::gather_state(h0, b, h, d.H, d.dk, d.dv);
+  x.doc_start = d.doc_start ? d.doc_start + b * d.T : nullptr;
+  x.chunk_reset = d.chunk_reset ? d.chunk_reset + b * (d.T / d.chunk_size) : nullptr;
   return x;
 }
 
@@ -181,10 +186,8 @@ void rwkv6_backward(Tensor& grad_r, Tensor& grad_k, Tensor& grad_v, Tensor& grad
   });
 }
 
-}  // namespace
-
-Rwkv6Output rwkv6(const Var& r, const Var& k, const Var& v, const Var& w, const Var& u, const Var& initial_state,
-                  double scale, int64_t chunk_size, bool keep_states) {
+Rwkv6Dims check_inputs(const Var& r, const Var& k, const Var& v, const Var& w, const Var& u, const Var& initial_state,
+                       double scale, int64_t chunk_size) {
   const char* op = "rwkv6";
   HLA_CHECK(r.dim() == 4, "rwkv6: r must be (B, T, H, dk), got ", r.value().str());
   const int64_t B = r.size(0), T = r.size(1), H = r.size(2), dk = r.size(3);
@@ -196,36 +199,61 @@ Rwkv6Output rwkv6(const Var& r, const Var& k, const Var& v, const Var& w, const 
   check_shape(u.value(), {H, dk}, op, "u");
   for (const auto& [x, name] : {std::pair<const Var*, const char*>{&k, "k"}, {&v, "v"}, {&w, "w"}, {&u, "u"}})
     check_operand(x->value(), r.value(), op, name);
-  const bool has_h0 = initial_state.defined();
-  if (has_h0) {
+  if (initial_state.defined()) {
     check_shape(initial_state.value(), {B, H, dk, dv}, op, "initial_state");
     check_operand(initial_state.value(), r.value(), op, "initial_state");
   }
   HLA_CHECK(chunk_size >= 0, "rwkv6: chunk_size must be >= 0 (0 = recurrent), got ", chunk_size);
-  const Rwkv6Dims d{B, T, H, dk, dv, scale, chunk_size, accum_dtype(r.value())};
+  return {B, T, H, dk, dv, scale, chunk_size, accum_dtype(r.value())};
+}
+
+// The op on rows as they are, d from check_inputs with the documents' pointers (run_on_documents)
+// into `keep`, which the backward keeps alive; {o, final_state}.
+std::vector<Var> rwkv6_rows(const Var& r, const Var& k, const Var& v, const Var& w, const Var& u,
+                            const Var& initial_state, const Rwkv6Dims& d, bool keep_states, const Tensor& keep) {
+  const bool has_h0 = initial_state.defined();
   const DType dt = r.dtype();
   const Device dev = r.device();
   Tensor rv = r.value(), kv = k.value(), vv = v.value(), wv = w.value(), uv = u.value();
   Tensor h0 = has_h0 ? initial_state.value().to(d.state_dtype) : Tensor();
-  Tensor o = Tensor::empty({B, T, H, dv}, dt, dev);                 // o: (B, T, H, dv)
-  Tensor ht = Tensor::empty({B, H, dk, dv}, d.state_dtype, dev);    // ht: (B, H, dk, dv)
+  Tensor o = Tensor::empty({d.B, d.T, d.H, d.dv}, dt, dev);               // o: (B, T, H, dv)
+  Tensor ht = Tensor::empty({d.B, d.H, d.dk, d.dv}, d.state_dtype, dev);  // ht: (B, H, dk, dv)
   int64_t kept_floats = 0;
   if (rv.is_cuda() && keep_states && backward_follows({&r, &k, &v, &w, &u, &initial_state}))
     HLA_CUDA_ONLY(kept_floats = cuda::rwkv6_kept_floats(d, dt));
   Tensor kept = kept_buffer(kept_floats, dev);  // (B, H, NT, dk, dv) fp32, or undefined
   rwkv6_forward(o, ht, rv, kv, vv, wv, uv, h0, d, kept);
-  auto backward = [=](const std::vector<Tensor>& grad_out) mutable {
+  // documents: kept alive for d.doc_start, d.chunk_reset
+  auto backward = [=, documents = keep](const std::vector<Tensor>& grad_out) mutable {
     Tensor dr = Tensor::empty(rv.shape(), dt, dev), dk_ = Tensor::empty(kv.shape(), dt, dev);
     Tensor dv_ = Tensor::empty(vv.shape(), dt, dev), dw = Tensor::empty(wv.shape(), dt, dev);
     Tensor du = Tensor::empty(uv.shape(), dt, dev);
-    Tensor dh0 = has_h0 ? Tensor::empty({B, H, dk, dv}, d.state_dtype, dev) : Tensor();
+    Tensor dh0 = has_h0 ? Tensor::empty(h0.shape(), d.state_dtype, dev) : Tensor();
     rwkv6_backward(dr, dk_, dv_, dw, du, dh0, grad_out[0], grad_out[1].to(d.state_dtype), rv, kv, vv, wv, uv, h0, d,
                    kept);
     kept = Tensor();  // read: freed now, before the layers below run their backward (a second backward replays)
     // dh0 back in the initial state's dtype
     return std::vector<Tensor>{dr, dk_, dv_, dw, du, has_h0 ? dh0.to(dt) : Tensor()};
   };
-  std::vector<Var> outs = record_op({o, ht}, {r, k, v, w, u, initial_state}, backward, op);
+  return record_op({o, ht}, {r, k, v, w, u, initial_state}, backward, "rwkv6");
+}
+
+}  // namespace
+
+// Packed documents: as decay_attention's (the state alone resets: u reads only the current token).
+Rwkv6Output rwkv6(const Var& r, const Var& k, const Var& v, const Var& w, const Var& u, const Var& initial_state,
+                  double scale, int64_t chunk_size, bool keep_states, const DocumentStarts& documents) {
+  const Rwkv6Dims d = check_inputs(r, k, v, w, u, initial_state, scale, chunk_size);
+  if (!documents.defined()) {
+    std::vector<Var> outs = rwkv6_rows(r, k, v, w, u, initial_state, d, keep_states, Tensor());
+    return {outs[0], outs[1]};
+  }
+  const int64_t chunk = r.value().is_cuda() ? 0 : chunk_size;  // the GPU takes documents on its recurrent kernels
+  std::vector<Var> outs = run_on_documents(
+      "rwkv6", documents, d, chunk, r.device(), initial_state, {r, k, v, w}, 1,
+      [&](const Rwkv6Dims& dd, const std::vector<Var>& x, const Tensor& keep) {
+        return rwkv6_rows(x[0], x[1], x[2], x[3], u, Var(), dd, keep_states, keep);
+      });
   return {outs[0], outs[1]};
 }
 

@@ -15,6 +15,7 @@
 #pragma once
 #include "autograd/var.h"
 #include "nn/ops/rwkv6_dims.h"
+#include "nn/ops/document_chunks.h"
 
 namespace hla {
 
@@ -25,9 +26,10 @@ struct Rwkv6Output {
 
 // r, k, w: (B, T, H, dk); v: (B, T, H, dv); u: (H, dk); initial_state: (B, H, dk, dv) of r's
 // dtype, or undefined (zeros). keep_states: as decay_attention's (nn/ops/decay_attention.h; the
-// same kernels, B H ceil(T / 64) dk dv fp32 kept).
+// same kernels, B H ceil(T / 64) dk dv fp32 kept). documents: as decay_attention's (packed
+// documents; the bonus u reads only the current token, so only the state resets).
 Rwkv6Output rwkv6(const Var& r, const Var& k, const Var& v, const Var& w, const Var& u, const Var& initial_state,
-                  double scale, int64_t chunk_size = 0, bool keep_states = true);
+                  double scale, int64_t chunk_size = 0, bool keep_states = true, const DocumentStarts& documents = {});
 
 namespace cpu {
 // Shapes as above; o: (B, T, H, dv); h0, ht: (B, H, dk, dv), h0 null = zeros.
