@@ -3,7 +3,11 @@
 #   scripts/bench-h200.sh [STAGE...]     stages: build anchors kernels train (default: all, in order)
 #   build    cmake + build into build-gpu (CMAKE_PREFIX_PATH defaults to .gpu-prefix when present)
 #   anchors  hla bench --list --json (the rows), then scripts/bench_anchors.py times fla's Triton
-#            kernels and torch SDPA at each row's shape (fla's source in .fla, or FLA_DIR)
+#            kernels and torch SDPA at each row's shape (fla's source in .fla, or FLA_DIR;
+#            ANCHOR_ARGS: more arguments, e.g. "--only gdn --only attention"). With fla's own
+#            autotuning (the script's default) the 46 rows' compile pass alone ran past 500 s on
+#            the H200 (2026-12-03): give this stage a call of its own (ANCHOR_SECONDS, default
+#            540), or pass --first-config (about 75 s, but fla's backward then runs 3-6x slower)
 #   kernels  hla bench --anchors (those times) --json results-h200.json
 #   train    scripts/bench_train_torch.py (PyTorch eager, the 374M Transformer), then
 #            hla bench train --gpus 1 --anchors (that) --json train-h200.json (every preset, ~5 min;
@@ -41,8 +45,8 @@ for stage in "${stages[@]}"; do
         failed build "$log" ;;
     anchors)
       { "$BUILD/hla" bench --list --json "$OUTDIR/bench-cases.json" &&
-        PYTHONPATH=$FLA_DIR${PYTHONPATH:+:$PYTHONPATH} timeout 300 python3 scripts/bench_anchors.py \
-          "$OUTDIR/bench-cases.json" --out "$OUTDIR/bench-anchors.json"; } >"$log" 2>&1 || failed anchors "$log"
+        PYTHONPATH=$FLA_DIR${PYTHONPATH:+:$PYTHONPATH} timeout "${ANCHOR_SECONDS:-540}" python3 scripts/bench_anchors.py \
+          "$OUTDIR/bench-cases.json" --out "$OUTDIR/bench-anchors.json" ${ANCHOR_ARGS:-}; } >"$log" 2>&1 || failed anchors "$log"
       tail -n 1 "$log" ;;
     kernels)
       anchors=()

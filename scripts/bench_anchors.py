@@ -8,18 +8,21 @@
 CASES.json (or any bench JSON, nn/check/perf_report.h) names each bench row, its shape and its
 anchor ("fla chunk_gla", "torch SDPA flash"); the anchor runs here at that shape, bf16, forward
 and forward + backward (a random output gradient into every input), each timed by CUDA events
-one launch at a time after warm-up runs, the median kept, as `hla bench` times its own rows.
+one call at a time after warm-up runs, the median kept, as `hla bench` times its own rows; a sleep
+kernel queued before each timed call lets Python enqueue the whole call first (median_ms).
 Inputs are drawn as hla's perf pools draw them (nn/check/registry.cpp): q, k, v ~ N(0, 1/D)
 (attention: N(0, 1)), log decays U[-1, -0.01), beta / erase / write gates U[0, 1). No initial
 state, no final state returned. ANCHORS.json: {"device", "torch", "triton", "autotune", ...,
-"rows": {NAME: {"anchor", "fwd_ms", "fwd_bwd_ms"}}}; where an anchor raises, its row records
-"fwd_error" / "fwd_bwd_error" and the run goes on.
+"rows": {NAME: {"anchor", "fwd_ms", "fwd_bwd_ms", "fwd_variant", "fwd_bwd_variant"}}}; where an
+anchor raises, its row records "fwd_error" / "fwd_bwd_error" and the run goes on. torch SDPA is
+timed on each of its backends (flash, cuDNN, memory-efficient) and each pass keeps the fastest,
+named in its "_variant".
 
 fla is imported from its source folder on PYTHONPATH (as scripts/fla_export.py does); nothing of
-it goes into hla's repository. Compile time: every fla kernel is compiled with its first
-autotune config only (--autotune keeps fla's own tuning: much slower, and the figure fla's
-users get), and before timing, worker processes (--jobs) run each row once so Triton's disk
-cache holds every kernel; the timed pass then loads them. fla refuses its gated chunk backward
+it goes into hla's repository. fla's kernels run with fla's own autotuning, the figure fla's
+users get (--first-config compiles each kernel's first config only: a quick run, but fla's
+backward then runs 3-6x slower than it can), and before timing, worker processes (--jobs) run
+each row once so Triton's disk cache holds every kernel; the timed pass then loads them. fla refuses its gated chunk backward
 on Hopper with Triton >= 3.4, < 3.7.1 (fla issue #640: that Triton miscompiles it); targets.md's
 figures were taken with that guard bypassed, and so is this run (its time, not its gradients, is
 what an anchor needs); --keep-hopper-guard records the refusal as the row's error instead.
@@ -43,14 +46,15 @@ parser.add_argument("--warmup", type=int, default=5)
 parser.add_argument("--repeats", type=int, default=20)
 parser.add_argument("--jobs", type=int, default=min(12, os.cpu_count() or 1),
                     help="worker processes that compile the kernels first (0: compile while timing)")
-parser.add_argument("--autotune", action="store_true", help="keep fla's autotuning (default: first config only)")
+parser.add_argument("--first-config", action="store_true",
+                    help="compile fla's first autotune config only (a quick run; fla's backward then runs 3-6x slower)")
 parser.add_argument("--keep-hopper-guard", action="store_true", help="do not bypass fla's #640 guard")
 
 
 def configure_fla(args):
-    """Patches Triton to compile first autotune configs only (unless --autotune), imports fla and bypasses
+    """Patches Triton to compile first autotune configs only (with --first-config), imports fla and bypasses
     its #640 guard (unless --keep-hopper-guard); returns whether the guard was bypassed."""
-    if not args.autotune:
+    if args.first_config:
         from triton.runtime import autotuner
         init = autotuner.Autotuner.__init__
 
@@ -85,14 +89,24 @@ def qkv(s, std=None):
     return rand((B, T, H, D), std), rand((B, T, H, D), std), rand((B, T, H, D), std)
 
 
-def sdpa(s):
+SDPA_BACKENDS = ("FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION")
+
+
+def sdpa(backend):
+    """(shape -> (call, inputs)) for torch SDPA, causal, on one backend (SDPBackend's name)."""
+    def make(s):
+        return sdpa_call(backend, s)
+    return make
+
+
+def sdpa_call(backend, s):
     from torch.nn.attention import SDPBackend, sdpa_kernel
     if "doc" in s:  # hla's rows packed with documents of s["doc"] tokens: a batch of B T / doc sequences
         s = dict(s, B=s["B"] * s["T"] // s["doc"], T=s["doc"])
     q, k, v = (x.transpose(1, 2).contiguous() for x in qkv(s, 1.0))  # SDPA takes (B, H, T, D)
 
     def call(q, k, v):
-        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        with sdpa_kernel(getattr(SDPBackend, backend)):
             return F.scaled_dot_product_attention(q, k, v, is_causal=True)
     return call, [q, k, v]
 
@@ -131,11 +145,13 @@ def fla_op(name):
     return make
 
 
-def anchor_maker(anchor):
+def anchor_variants(anchor):
+    """[(variant, shape -> (call, inputs))]: the ways to run an anchor, of which the fastest counts
+    (torch SDPA: each backend, since the fastest on the GPU at hand is the one a user gets)."""
     if anchor == "torch SDPA flash":
-        return sdpa
+        return [(backend.lower(), sdpa(backend)) for backend in SDPA_BACKENDS]
     if anchor.startswith("fla "):
-        return fla_op(anchor[len("fla "):])
+        return [(anchor, fla_op(anchor[len("fla "):]))]
     raise ValueError(f"bench_anchors.py has no timing for the anchor '{anchor}'")
 
 
@@ -158,12 +174,26 @@ def passes(make, shape):
     return forward, forward_backward
 
 
+SM_CYCLES_PER_SECOND = 2.0e9  # at least the H200's top SM clock (1.98 GHz): the sleep never ends early
+
+
 def median_ms(fn, warmup, repeats):
+    """GPU time of fn, median of `repeats`. Before each timed call a sleep kernel holds the GPU for
+    twice as long as Python takes to enqueue fn, so the events time fn's kernels back to back and
+    not the host's launch rate (fla's autograd functions issue many Triton launches from Python: on a
+    busy host the GPU would otherwise wait between them, inflating the anchor)."""
     for _ in range(warmup):
         fn()
+    torch.cuda.synchronize()
+    enqueue_start = time.perf_counter()
+    fn()
+    enqueue_seconds = time.perf_counter() - enqueue_start
+    torch.cuda.synchronize()
+    sleep_cycles = int(2 * enqueue_seconds * SM_CYCLES_PER_SECOND) + 100_000
     times = []
     for _ in range(repeats):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(sleep_cycles)
         start.record()
         fn()
         end.record()
@@ -179,21 +209,34 @@ def error_text(e):
 
 
 def time_row(row, warmup, repeats):
-    """{"anchor", "fwd_ms" | "fwd_error", "fwd_bwd_ms" | "fwd_bwd_error"} of one row."""
+    """{"anchor", "fwd_ms" | "fwd_error", "fwd_bwd_ms" | "fwd_bwd_error", "fwd_variant", "fwd_bwd_variant"}
+    of one row: each pass's fastest variant; an error only where every variant failed."""
     out = {"anchor": row["anchor"]}
     try:
-        forward, forward_backward = passes(anchor_maker(row["anchor"]), row["shape"])
-    except Exception as e:  # noqa: BLE001  (any failure of the anchor is recorded, not fatal)
+        variants = anchor_variants(row["anchor"])
+    except ValueError as e:
         out["fwd_error"] = out["fwd_bwd_error"] = error_text(e)
         return out
-    for key, fn in (("fwd", forward), ("fwd_bwd", forward_backward)):
+    for variant, make in variants:
         try:
-            out[key + "_ms"] = median_ms(fn, warmup, repeats)
-        except Exception as e:  # noqa: BLE001
-            out[key + "_error"] = error_text(e)
-        torch.cuda.synchronize()
-    del forward, forward_backward
-    torch.cuda.empty_cache()
+            forward, forward_backward = passes(make, row["shape"])
+        except Exception as e:  # noqa: BLE001  (any failure of the anchor is recorded, not fatal)
+            for key in ("fwd", "fwd_bwd"):
+                out.setdefault(key + "_error", f"{variant}: {error_text(e)}")
+            continue
+        for key, fn in (("fwd", forward), ("fwd_bwd", forward_backward)):
+            try:
+                ms = median_ms(fn, warmup, repeats)
+                if ms < out.get(key + "_ms", math.inf):
+                    out[key + "_ms"], out[key + "_variant"] = ms, variant
+            except Exception as e:  # noqa: BLE001
+                out.setdefault(key + "_error", f"{variant}: {error_text(e)}")
+            torch.cuda.synchronize()
+        del forward, forward_backward
+        torch.cuda.empty_cache()
+    for key in ("fwd", "fwd_bwd"):
+        if key + "_ms" in out:
+            out.pop(key + "_error", None)
     return out
 
 
@@ -203,7 +246,7 @@ def compile_rows(rows_and_args):
     configure_fla(args)
     for row in rows:
         try:
-            _, forward_backward = passes(anchor_maker(row["anchor"]), row["shape"])
+            _, forward_backward = passes(anchor_variants(row["anchor"])[0][1], row["shape"])
             forward_backward()
             torch.cuda.synchronize()
         except Exception:  # noqa: BLE001  (the timed pass records the error)
@@ -245,7 +288,7 @@ def main():
     import triton
     out = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "triton": triton.__version__,
            "fla": getattr(fla, "__version__", "unknown"),
-           "autotune": "fla's own" if args.autotune else "first config only",
+           "autotune": "first config only" if args.first_config else "fla's own",
            "hopper_guard_bypassed": bypassed, "warmup": args.warmup, "repeats": args.repeats, "rows": {}}
     fla_rows = [r for r in rows if r["anchor"].startswith("fla ")]
     if args.jobs > 0 and fla_rows:
