@@ -77,11 +77,28 @@ __global__ void write_group_sums_kernel(T* out, const float* partial, int chunks
   if (lane == 0) out[warp] = from_float<T>(s);
 }
 
+// Pass 2 for at most kColumnSumRows chunks (e.g. decay attention's two key blocks at dk = 256,
+// over millions of columns): one thread a column adds the chunks in order, the order and so the
+// bits of write_column_sums_kernel, whose rows would each hold one chunk (and 32 threads a column
+// would mostly idle).
+template <class T>
+__global__ void write_few_column_sums_kernel(T* out, const float* partial, int chunks, int64_t cols) {
+  HLA_GRID_STRIDE(c, cols) {
+    float s = 0;
+    for (int b = 0; b < chunks; b++) s += partial[b * cols + c];
+    out[c] = from_float<T>(s);
+  }
+}
+
 template <class T>
 void write_column_sums(T* out, const float* partial, int chunks, int64_t cols) {
   if (cols == 0) return;
-  const auto blocks = static_cast<unsigned>((cols + 31) / 32);
-  write_column_sums_kernel<T><<<blocks, dim3(32, kColumnSumRows)>>>(out, partial, chunks, cols);
+  if (chunks <= kColumnSumRows) {
+    write_few_column_sums_kernel<T><<<grid_1d(cols), 256>>>(out, partial, chunks, cols);
+  } else {
+    const auto blocks = static_cast<unsigned>((cols + 31) / 32);
+    write_column_sums_kernel<T><<<blocks, dim3(32, kColumnSumRows)>>>(out, partial, chunks, cols);
+  }
   CUDA_CHECK_LAUNCH();
 }
 
