@@ -88,7 +88,10 @@ Var record_op1(const Tensor& output, const std::vector<Var>& inputs, BackwardFn 
 static void accumulate(Tensor& slot, const Tensor& g, const Shape& shape) {
   HLA_CHECK(g.shape() == shape, "backward produced a gradient of shape ", shape_str(g.shape()),
             " for a value of shape ", shape_str(shape));
-  if (!slot.defined()) slot = g.clone();
+  // The first gradient is kept as it is unless another Tensor shares its storage (an op that returns
+  // one tensor for two inputs, or its own output gradient): later ones are added into it in place.
+  // g's one other holder, the backward's result vector, is gone once the gradients are delivered.
+  if (!slot.defined()) slot = g.owns_storage_alone() ? g : g.clone();
   else add_(slot, g);
 }
 

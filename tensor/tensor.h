@@ -86,6 +86,9 @@ class Tensor {
   Tensor to(Device device) const;
   Tensor to(DType dtype) const;  // same device; bf16 rounds to nearest even
   Tensor clone() const;
+  // Whether no other Tensor (a copy or a view) shares this one's storage: then writing into it in
+  // place changes no value anyone else can see.
+  bool owns_storage_alone() const { return storage_.use_count() == 1; }
   Tensor reshape(const Shape& shape) const;  // a view; one dimension may be -1
   Tensor slice0(int64_t begin, int64_t end) const;  // a view of rows [begin, end) of dim 0
   void copy_(const Tensor& src);  // same shape and dtype, any devices
