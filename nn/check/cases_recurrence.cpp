@@ -201,6 +201,28 @@ KernelLabel decay_kernel(int64_t dk, int64_t dv, bool vector_gate) {
 #endif
 }
 
+#ifdef HLA_CUDA
+// The chunk size of the layout on which the GPU's chunked kernels take packed documents, or 0.
+int64_t document_chunk(const DecayAttentionDims& d, DType dtype) {
+  return cuda::decay_attention_document_chunk(d, dtype);
+}
+int64_t document_chunk(const Rwkv6Dims& d, DType dtype) { return cuda::rwkv6_document_chunk(d, dtype); }
+#endif
+
+// The kernels packed documents take at dims d (DecayAttentionDims or Rwkv6Dims): the chunked ones
+// on the documents' chunk layout, or the recurrent ones.
+template <class Dims>
+KernelLabel documents_kernel(const Dims& d) {
+#ifdef HLA_CUDA
+  return [d](DType dtype) {
+    return std::string(document_chunk(d, dtype) > 0 ? "chunked, document layout" : "recurrent");
+  };
+#else
+  (void)d;
+  return named_kernel("recurrent");
+#endif
+}
+
 void add_decay_cases() {
   // B = 2, T = 5, H = 2 q/k heads, HV = 4 value heads (groups of 2), dk = 3, dv = 2, nonzero
   // initial state; the chunked runs use C = 2, so the last chunk holds one token.
@@ -240,23 +262,37 @@ void add_decay_cases() {
                           dims(r.B, r.T, r.H, r.HV, r.dk, r.dv),
                       decay_kernel(r.dk, r.dv, r.vector_gate), decay_inputs(c), decay_op(c.scale, 0)));
   }
-  // packed documents (the recurrent kernels, in bf16 too: the state zeroed at each start, the
-  // reverse sweep's dS too, the gate scan restarting): documents shorter than a 64-token
-  // checkpoint segment, exactly one, crossing two, one of a single token, starts on segment
-  // boundaries; both gates, grouped value heads, dk up to 128 and 256
-  for (const auto& [vector_gate, T, H, HV, dk, dv, documents] :
-       {std::tuple<bool, int64_t, int64_t, int64_t, int64_t, int64_t, std::vector<int64_t>>{
-            false, 191, 2, 4, 64, 48, {37, 64, 90}},
-        {true, 191, 2, 2, 128, 64, {90, 37, 64}},
-        {false, 191, 1, 2, 128, 128, {64, 64, 1, 62}},
-        {true, 300, 2, 4, 64, 64, {37, 64, 1, 70, 128}},
-        {true, 130, 1, 1, 256, 96, {64, 66}}}) {
-    const DecayCase c{2, T, H, HV, dk, dv, vector_gate ? DecayGate::Vector : DecayGate::Scalar, 1.0, 1.0,
-                      unit_std(dk), 0.0, unit_std(dk), 0, documents};
+  // packed documents: in bf16 where the chunked kernels run, on the documents' chunk layout (the
+  // scans resetting at chunk_reset; the layout's padding places zero); otherwise, fp32 included,
+  // the recurrent kernels (the state zeroed at each start, the reverse sweep's dS too, the gate
+  // scan restarting): documents shorter than a 64-token chunk / checkpoint segment, exactly one,
+  // crossing two, one of a single token, starts on segment boundaries; both gates, grouped value
+  // heads, every (dk, dv) in {64, 128}, dk 256 and unsupported widths (recurrent), a long row of
+  // 4096 tokens, and one row with the backward replaying the chunk-start states.
+  struct DocumentsRow {
+    bool vector_gate;
+    int64_t T, H, HV, dk, dv;
+    std::vector<int64_t> documents;
+    bool keep = true;
+  };
+  for (const DocumentsRow& r : {DocumentsRow{false, 191, 2, 4, 64, 48, {37, 64, 90}},
+                                DocumentsRow{true, 191, 2, 2, 128, 64, {90, 37, 64}},
+                                DocumentsRow{false, 191, 1, 2, 128, 128, {64, 64, 1, 62}},
+                                DocumentsRow{true, 300, 2, 4, 64, 64, {37, 64, 1, 70, 128}},
+                                DocumentsRow{true, 130, 1, 1, 256, 96, {64, 66}},
+                                DocumentsRow{false, 191, 2, 4, 64, 64, {37, 64, 90}},
+                                DocumentsRow{true, 191, 2, 2, 128, 128, {37, 64, 90}},
+                                DocumentsRow{false, 191, 2, 2, 64, 128, {90, 37, 64}, false},
+                                DocumentsRow{false, 300, 2, 2, 128, 64, {37, 64, 1, 70, 128}},
+                                DocumentsRow{true, 191, 1, 2, 64, 128, {1, 100, 90}},
+                                DocumentsRow{true, 4096, 2, 4, 128, 128, {1000, 37, 64, 1, 2994}}}) {
+    const DecayCase c{2, r.T, r.H, r.HV, r.dk, r.dv, r.vector_gate ? DecayGate::Vector : DecayGate::Scalar, 1.0, 1.0,
+                      unit_std(r.dk), 0.0, unit_std(r.dk), 0, r.documents};
+    const DecayAttentionDims d{2, r.T, r.H, r.HV, r.dk, r.dv, r.vector_gate, 1.0, 0, DType::F32};
     add_case(gpu_case("decay_attention",
-                      std::string("decay_attention documents ") + (vector_gate ? "vector" : "scalar") +
-                          dims(2, T, H, HV, dk, dv),
-                      named_kernel("recurrent"), decay_inputs(c), decay_op(c.scale, 0, true, true, documents)));
+                      std::string("decay_attention documents ") + (r.vector_gate ? "vector" : "scalar") +
+                          (r.keep ? "" : " replay") + dims(2, r.T, r.H, r.HV, r.dk, r.dv),
+                      documents_kernel(d), decay_inputs(c), decay_op(c.scale, 0, true, r.keep, r.documents)));
   }
 
   // Cases that take the chunked tensor-core kernels (cuda/decay_attention_chunk.cu, forward and
@@ -449,16 +485,27 @@ void add_rwkv6_cases() {
     add_case(gpu_case("rwkv6", "rwkv6" + dims(B, T, H, H, dk, dv), rwkv6_kernel(dk, dv), rwkv6_inputs(c),
                       rwkv6_op(1.0, 0)));
   }
-  // packed documents on the recurrent kernels (bf16 too): as decay attention's document rows,
-  // the gate scan restarting with RWKV-6's one-token lag (dw_t = 0 and Y_{t-1} = 0 at a start)
-  for (const auto& [T, H, dk, dv, documents] :
-       {std::tuple<int64_t, int64_t, int64_t, int64_t, std::vector<int64_t>>{191, 2, 64, 64, {37, 64, 90}},
-        {191, 3, 128, 64, {64, 64, 1, 62}},
-        {300, 2, 64, 128, {37, 64, 1, 70, 128}},
-        {130, 1, 256, 96, {64, 66}}}) {
-    const Rwkv6Case c{2, T, H, dk, dv, unit_std(dk), 1.0, 0.0, 1.0, 0, documents};
-    add_case(gpu_case("rwkv6", "rwkv6 documents" + dims(2, T, H, H, dk, dv), named_kernel("recurrent"),
-                      rwkv6_inputs(c), rwkv6_op(1.0, 0, true, true, documents)));
+  // packed documents, as decay attention's document rows: in bf16 where the chunked kernels run,
+  // on the documents' chunk layout; otherwise (fp32, dk 256 with dv 96) the recurrent kernels,
+  // the gate scan restarting with RWKV-6's one-token lag (dw_t = 0 and Y_{t-1} = 0 at a start);
+  // every (dk, dv) in {64, 128}, a long row, one with the backward replaying the states
+  struct DocumentsRow {
+    int64_t T, H, dk, dv;
+    std::vector<int64_t> documents;
+    bool keep = true;
+  };
+  for (const DocumentsRow& r : {DocumentsRow{191, 2, 64, 64, {37, 64, 90}},
+                                DocumentsRow{191, 3, 128, 64, {64, 64, 1, 62}},
+                                DocumentsRow{300, 2, 64, 128, {37, 64, 1, 70, 128}},
+                                DocumentsRow{130, 1, 256, 96, {64, 66}},
+                                DocumentsRow{191, 2, 128, 128, {37, 64, 90}},
+                                DocumentsRow{191, 2, 64, 64, {90, 37, 64}, false},
+                                DocumentsRow{4096, 2, 128, 128, {1000, 37, 64, 1, 2994}}}) {
+    const Rwkv6Case c{2, r.T, r.H, r.dk, r.dv, unit_std(r.dk), 1.0, 0.0, 1.0, 0, r.documents};
+    const Rwkv6Dims d{2, r.T, r.H, r.dk, r.dv, 1.0, 0, DType::F32};
+    add_case(gpu_case("rwkv6",
+                      std::string("rwkv6 documents") + (r.keep ? "" : " replay") + dims(2, r.T, r.H, r.H, r.dk, r.dv),
+                      documents_kernel(d), rwkv6_inputs(c), rwkv6_op(1.0, 0, true, r.keep, r.documents)));
   }
   // The rows above run the chunked backward too, all with an initial state and a final-state
   // gradient; these take either away: no h0 (T = 70, 333: partial last chunks; 128 a multiple
