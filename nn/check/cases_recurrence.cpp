@@ -207,10 +207,11 @@ int64_t document_chunk(const DecayAttentionDims& d, DType dtype) {
   return cuda::decay_attention_document_chunk(d, dtype);
 }
 int64_t document_chunk(const Rwkv6Dims& d, DType dtype) { return cuda::rwkv6_document_chunk(d, dtype); }
+int64_t document_chunk(const DeltaRuleDims& d, DType dtype) { return cuda::delta_rule_document_chunk(d, dtype); }
 #endif
 
-// The kernels packed documents take at dims d (DecayAttentionDims or Rwkv6Dims): the chunked ones
-// on the documents' chunk layout, or the recurrent ones.
+// The kernels packed documents take at dims d (DecayAttentionDims, Rwkv6Dims or DeltaRuleDims):
+// the chunked ones on the documents' chunk layout, or the recurrent ones.
 template <class Dims>
 KernelLabel documents_kernel(const Dims& d) {
 #ifdef HLA_CUDA
@@ -607,11 +608,8 @@ OpFn delta_op(const DeltaCase& c) {
 KernelLabel delta_kernel(const DeltaCase& c) {
 #ifdef HLA_CUDA
   const DeltaRuleDims d{c.B, c.T, c.H, c.HV, c.dk, c.dv, c.gate, c.erase_vector, c.write_vector, 1.0, 0};
-  const bool documents = !c.documents.empty();
-  return [d, documents](DType dtype) {
-    if (!documents) return std::string(cuda::delta_rule_kernel(d, dtype));
-    return std::string(cuda::delta_rule_document_chunk(d, dtype) > 0 ? "chunked, document layout" : "recurrent");
-  };
+  if (!c.documents.empty()) return documents_kernel(d);
+  return [d](DType dtype) { return std::string(cuda::delta_rule_kernel(d, dtype)); };
 #else
   (void)c;
   return named_kernel("recurrent");
