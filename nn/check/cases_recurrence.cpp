@@ -56,6 +56,20 @@ PerfUnits perf_units(const BenchShape& s) {
   return {2.0 * s.D * s.D * token_heads, 2.0 * token_heads * s.D};
 }
 
+// Packed documents for a perf row at shape s: documents of kPerfDocument tokens, each row's last
+// shorter (T 4096: eight and one of 96, a chunk layout of 4224 places a row); and the row's dims.
+constexpr int64_t kPerfDocument = 500;
+std::vector<int64_t> perf_documents(const BenchShape& s) {
+  std::vector<int64_t> lengths(s.T / kPerfDocument, kPerfDocument);
+  if (s.T % kPerfDocument) lengths.push_back(s.T % kPerfDocument);
+  return lengths;
+}
+std::vector<std::pair<const char*, int64_t>> perf_documents_dims(const BenchShape& s) {
+  std::vector<std::pair<const char*, int64_t>> d = bench_dims(s);
+  d.push_back({"doc", kPerfDocument});
+  return d;
+}
+
 // targets.md's figures at kBenchShapes[i] of an anchor that has them at the first shape only.
 AnchorMs first_shape_only(size_t i, AnchorMs first) { return i == 0 ? first : AnchorMs{}; }
 
@@ -140,9 +154,12 @@ struct DecayCase {
   std::vector<int64_t> documents = {};  // packed documents: each row cut into these lengths (sum T), or none
 };
 
-// doc_start of packed documents `documents` (each row cut alike) on x's device, or undefined (none).
-Tensor documents_on(const Var& x, const std::vector<int64_t>& documents) {
-  return documents.empty() ? Tensor() : packed_doc_start(x.size(0), documents).to(x.value().device());
+// Packed documents `documents` (each row cut alike) on x's device, with their host copy (the chunk
+// layouts are built without a copy back from the device), or none.
+DocumentStarts documents_on(const Var& x, const std::vector<int64_t>& documents) {
+  if (documents.empty()) return {};
+  const Tensor host = packed_doc_start(x.size(0), documents);
+  return DocumentStarts(host.to(x.value().device()), host);
 }
 
 // g: (B, T, HV) or (B, T, HV, dk) log gates. The scalar-gate mixers draw theirs per value head j
@@ -379,7 +396,8 @@ void add_decay_cases() {
   // B8 T2048 H16 D64, where targets.md has a same-run figure for it (2026-12-01, 0.323 / 1.141
   // ms). targets.md: chunk_simple_gla and chunk_gla at the anchor shape, chunk_gla at B8 T2048
   // H16 D64 (0.552 / 2.706 ms). Each also with the backward replaying the chunk-start states
-  // ("vector replay", [train] delta_rule_keep = false).
+  // ("vector replay", [train] delta_rule_keep = false), and at the anchor shape with packed
+  // documents (perf_documents, on the chunk layout: gathers and scatters included; no anchor).
   struct GateAnchors {
     bool vector_gate;
     std::vector<std::pair<const char*, AnchorMs>> per_shape;  // aligned with kBenchShapes
@@ -389,15 +407,18 @@ void add_decay_cases() {
                             {"fla chunk_simple_gla", {}}}},
         GateAnchors{true, {{"fla chunk_gla", {0.755, 3.246}}, {"fla chunk_gla", {0.552, 2.706}}, {"fla chunk_gla", {}}}}})
     for (size_t i = 0; i < kBenchShapes.size(); i++)
-      for (bool keep : {true, false}) {
+      for (const auto& [keep, documents] : {std::pair{true, false}, {false, false}, {true, true}}) {
+        if (documents && i > 0) continue;
         const BenchShape r = kBenchShapes[i];
-        const auto& [anchor, ms] = g.per_shape[i];
+        const auto& [anchor, ms] = documents ? std::pair<const char*, AnchorMs>{"", {}} : g.per_shape[i];
         const PerfUnits u = perf_units(r);
         const double gate_bytes = g.vector_gate ? u.row_bytes : u.row_bytes / r.D;
+        const DecayAttentionDims d{r.B, r.T, r.H, r.H, r.D, r.D, g.vector_gate, 1.0, 0, DType::F32};
+        const auto row_dims = documents ? perf_documents_dims(r) : bench_dims(r);
         add_case(perf_case(
             "decay_attention", std::string("decay_attention ") + (g.vector_gate ? "vector " : "scalar ") +
-                                   (keep ? "" : "replay ") + dims_label(bench_dims(r)),
-            decay_kernel(r.D, r.D, g.vector_gate),
+                                   (keep ? "" : "replay ") + dims_label(row_dims),
+            documents ? documents_kernel(d) : decay_kernel(r.D, r.D, g.vector_gate),
             [r, vector_gate = g.vector_gate](uint64_t) {
               const Shape s{r.B, r.T, r.H, r.D};
               return Inputs{{"q", perf_input(PerfPool::Normal, 0, s, unit_std(r.D))},
@@ -405,9 +426,9 @@ void add_decay_cases() {
                             {"v", perf_input(PerfPool::Normal, 2, s, unit_std(r.D))},
                             {"g", perf_input(PerfPool::LogGate, 0, vector_gate ? s : Shape{r.B, r.T, r.H})}};
             },
-            decay_op(unit_std(r.D), 0, true, keep),
+            decay_op(unit_std(r.D), 0, true, keep, documents ? perf_documents(r) : std::vector<int64_t>{}),
             {3 * u.state_pass, 9 * u.state_pass, 4 * u.row_bytes + gate_bytes, 8 * u.row_bytes + 2 * gate_bytes, ms.fwd,
-             ms.fwd_bwd, anchor, bench_dims(r)}));
+             ms.fwd_bwd, anchor, row_dims}));
       }
 }
 
@@ -531,14 +552,18 @@ void add_rwkv6_cases() {
   }
 
   // perf at each bench shape beside fla's chunk_rwkv6, also with the backward replaying the
-  // chunk-start states ("rwkv6 replay", [train] delta_rule_keep = false).
+  // chunk-start states ("rwkv6 replay", [train] delta_rule_keep = false), and at the anchor shape
+  // with packed documents (perf_documents; no anchor).
   for (size_t i = 0; i < kBenchShapes.size(); i++)
-    for (bool keep : {true, false}) {
+    for (const auto& [keep, documents] : {std::pair{true, false}, {false, false}, {true, true}}) {
+      if (documents && i > 0) continue;
       const BenchShape b = kBenchShapes[i];
       const PerfUnits u = perf_units(b);
-      const AnchorMs a = first_shape_only(i, {0.908, 3.566});
-      add_case(perf_case("rwkv6", std::string("rwkv6 ") + (keep ? "" : "replay ") + dims_label(bench_dims(b)),
-                         rwkv6_kernel(b.D, b.D),
+      const AnchorMs a = documents ? AnchorMs{} : first_shape_only(i, {0.908, 3.566});
+      const Rwkv6Dims d{b.B, b.T, b.H, b.D, b.D, 1.0, 0, DType::F32};
+      const auto row_dims = documents ? perf_documents_dims(b) : bench_dims(b);
+      add_case(perf_case("rwkv6", std::string("rwkv6 ") + (keep ? "" : "replay ") + dims_label(row_dims),
+                         documents ? documents_kernel(d) : rwkv6_kernel(b.D, b.D),
                          [b](uint64_t) {
                            const Shape s{b.B, b.T, b.H, b.D};
                            return Inputs{{"r", perf_input(PerfPool::Normal, 0, s, unit_std(b.D))},
@@ -547,9 +572,9 @@ void add_rwkv6_cases() {
                                          {"w", perf_input(PerfPool::LogGate, 0, s)},
                                          {"u", perf_input(PerfPool::Normal, 4, {b.H, b.D}, unit_std(b.D))}};
                          },
-                         rwkv6_op(1.0, 0, true, keep),
+                         rwkv6_op(1.0, 0, true, keep, documents ? perf_documents(b) : std::vector<int64_t>{}),
                          {3 * u.state_pass, 9 * u.state_pass, 5 * u.row_bytes, 10 * u.row_bytes, a.fwd, a.fwd_bwd,
-                          "fla chunk_rwkv6", bench_dims(b)}));
+                          documents ? "" : "fla chunk_rwkv6", row_dims}));
     }
 }
 
