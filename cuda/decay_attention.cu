@@ -46,7 +46,9 @@ int64_t decay_attention_kept_floats(const DecayAttentionDims& d, DType dtype) {
 void decay_attention_forward(void* o, float* ht, const void* q, const void* k, const void* v, const void* g,
                              const float* h0, const DecayAttentionDims& d, float* kept, DType dtype) {
   HLA_CHECK(!d.chunk_reset || chunked(d, dtype, q, k, v, g),
-            "decay_attention_forward: chunk_reset (packed documents' chunk layout) needs the chunked kernels");
+            "decay_attention_forward: chunk_reset (packed documents' chunk layout) needs the chunked kernels, which ",
+            "do not run at B = ", d.B, ", T = ", d.T, ", dk = ", d.dk, ", dv = ", d.dv, ", ", dtype_name(dtype),
+            " (or unaligned inputs)");
   if (chunked(d, dtype, q, k, v, g)) {
     decay_chunk::forward(o, ht, q, k, v, g, h0, d, kept);
     return;
@@ -66,7 +68,9 @@ void decay_attention_backward(void* grad_q, void* grad_k, void* grad_v, void* gr
                               const void* g, const float* h0, const DecayAttentionDims& d, const float* kept,
                               DType dtype) {
   HLA_CHECK(!d.chunk_reset || (chunked(d, dtype, q, k, v, g) && aligned16(grad_o)),
-            "decay_attention_backward: chunk_reset (packed documents' chunk layout) needs the chunked kernels");
+            "decay_attention_backward: chunk_reset (packed documents' chunk layout) needs the chunked kernels, which ",
+            "do not run at B = ", d.B, ", T = ", d.T, ", dk = ", d.dk, ", dv = ", d.dv, ", ", dtype_name(dtype),
+            " (or unaligned inputs or grad_o)");
   if (chunked(d, dtype, q, k, v, g) && aligned16(grad_o)) {
     decay_chunk::backward(grad_q, grad_k, grad_v, grad_g, grad_h0, grad_o, grad_ht, q, k, v, g, h0, d, kept);
     return;

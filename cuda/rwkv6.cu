@@ -46,7 +46,9 @@ int64_t rwkv6_kept_floats(const Rwkv6Dims& d, DType dtype) {
 void rwkv6_forward(void* o, float* ht, const void* r, const void* k, const void* v, const void* w, const void* u,
                    const float* h0, const Rwkv6Dims& d, float* kept, DType dtype) {
   HLA_CHECK(!d.chunk_reset || chunked(d, dtype, r, k, v, w),
-            "rwkv6_forward: chunk_reset (packed documents' chunk layout) needs the chunked kernels");
+            "rwkv6_forward: chunk_reset (packed documents' chunk layout) needs the chunked kernels, which do not run ",
+            "at B = ", d.B, ", T = ", d.T, ", dk = ", d.dk, ", dv = ", d.dv, ", ", dtype_name(dtype),
+            " (or unaligned inputs)");
   if (chunked(d, dtype, r, k, v, w)) {
     decay_chunk::rwkv6_forward(o, ht, r, k, v, w, u, h0, d, kept);
     return;
@@ -65,7 +67,9 @@ void rwkv6_backward(void* grad_r, void* grad_k, void* grad_v, void* grad_w, void
                     const void* w, const void* u, const float* h0, const Rwkv6Dims& d, const float* kept,
                     DType dtype) {
   HLA_CHECK(!d.chunk_reset || (chunked(d, dtype, r, k, v, w) && aligned16(grad_o)),
-            "rwkv6_backward: chunk_reset (packed documents' chunk layout) needs the chunked kernels");
+            "rwkv6_backward: chunk_reset (packed documents' chunk layout) needs the chunked kernels, which do not run ",
+            "at B = ", d.B, ", T = ", d.T, ", dk = ", d.dk, ", dv = ", d.dv, ", ", dtype_name(dtype),
+            " (or unaligned inputs or grad_o)");
   if (chunked(d, dtype, r, k, v, w) && aligned16(grad_o)) {
     decay_chunk::rwkv6_backward(grad_r, grad_k, grad_v, grad_w, grad_u, grad_h0, grad_o, grad_ht, r, k, v, w, u, h0,
                                 d, kept);
