@@ -703,10 +703,12 @@ __device__ void vector_scan(const ScanSmem<KT, true>& sm, const Args& a, int DV)
   auto in_range = [&](int chunk) { return chunk >= 0 && chunk < a.NT; };
   copy_tiles(REVERSE ? a.NT - 1 : 0);
   for (int chunk = REVERSE ? a.NT - 1 : 0; in_range(chunk); chunk += step) {
-    wait_tiles();  // this chunk's tiles, and the previous update's h
     // a packed document starts this chunk (forward: h = 0 entering it) or the next one (reverse:
-    // no gradient reaches this chunk's end state); a block-uniform branch
-    if (a.resets(b, REVERSE ? chunk + 1 : chunk)) sm.load_state(nullptr, v0, DV);
+    // no gradient reaches this chunk's end state); the flag read before the wait, its load
+    // overlapping the tiles', then a block-uniform branch
+    const bool reset = a.resets(b, REVERSE ? chunk + 1 : chunk);
+    wait_tiles();  // this chunk's tiles, and the previous update's h
+    if (reset) sm.load_state(nullptr, v0, DV);
     if (states) sm.store_state(states + (head * a.NT + chunk) * DK * DV + row0, v0, DV);
     sm.template gate_vector_chunk<RW>(REVERSE);
     __syncthreads();  // xg is published and the raw tiles are free
@@ -755,8 +757,9 @@ __global__ void __launch_bounds__(kThreads, kScanCtasPerSm<VG>) scan_kernel(Args
           sm.w[t] = expf(last - sm.G[t]);  // how much of token t survives to the chunk's end
         }
       }
+      const bool reset = a.resets(b, chunk);  // a document starts here (read before the wait, as the tiles)
       wait_tiles();
-      if (a.resets(b, chunk)) sm.load_state(nullptr, v0, DV);  // a document starts here: from h = 0
+      if (reset) sm.load_state(nullptr, v0, DV);  // from h = 0
       if (a.h_start) sm.store_state(a.h_start + (head * a.NT + chunk) * DK * DV, v0, DV);
       if (a.o) {  // o = scale exp(G) (.) (Q h) + Aqk V   (Aqk holds scale and the decays)
         WarpTile<C, BV> o;
@@ -804,9 +807,10 @@ __global__ void __launch_bounds__(kThreads, kScanCtasPerSm<VG>) reverse_scan_ker
           sm.w[t] = a.scale * sm.expG[t];  // o_t = scale exp(G_t) h^T q_t + ...
         }
       }
-      wait_tiles();
       // the next chunk started from h = 0 (a packed document): no gradient reaches this end state
-      if (a.resets(b, chunk + 1)) sm.load_state(nullptr, v0, DV);
+      const bool reset = a.resets(b, chunk + 1);  // read before the wait, as the tiles
+      wait_tiles();
+      if (reset) sm.load_state(nullptr, v0, DV);
       sm.store_state(a.dh_end + (head * a.NT + chunk) * DK * DV, v0, DV);  // dh[n] = dS
       sm.advance_scalar(sm.q);  // dS <- exp(G_last) dS + (Q (.) scale exp(G))^T dO
     }
