@@ -1,12 +1,12 @@
 // Decay linear attention on the GPU: the chunked tensor-core forward and backward of
-// cuda/decay_attention_chunk.cu where they apply (not with packed documents), else the recurrent kernels of
-// cuda/recurrence.cuh with Op::Decay (S = Diag(exp(g)) S + k v^T, o = scale S^T q; with d.doc_start the state
-// resets at each document start), and the casts that turn their fp32
-// per-value-head gradients into the op's: q/k gradients summed over the value heads of a
-// group, a scalar gate's gradient summed over the key channels. A forward given `kept` and a
-// backward given the same buffer take the chunked kernels on the same rule (chunked(): the same
-// dims, dtype and inputs), so the backward reads the states only where that forward wrote them
-// (a recurrent backward, at an unaligned grad_o, ignores them).
+// cuda/decay_attention_chunk.cu where they apply (packed documents on their chunk layout, with
+// d.chunk_reset), else the recurrent kernels of cuda/recurrence.cuh with Op::Decay (S =
+// Diag(exp(g)) S + k v^T, o = scale S^T q; with d.doc_start the state resets at each document
+// start), and the casts that turn their fp32 per-value-head gradients into the op's: q/k
+// gradients summed over the value heads of a group, a scalar gate's gradient summed over the key
+// channels. A forward given `kept` and a backward given the same buffer take the chunked kernels
+// on the same rule (chunked(): the same dims, dtype and inputs), so the backward reads the states
+// only where that forward wrote them (a recurrent backward, at an unaligned grad_o, ignores them).
 #include "cuda/decay_attention.h"
 #include "cuda/decay_attention_chunk.cuh"
 #include "cuda/recurrence.cuh"
@@ -27,12 +27,17 @@ Args<S> decay_args(const void* q, const void* k, const void* v, const void* g, c
   return a;
 }
 
-// Whether the chunked tensor-core kernels run (decay_chunk::takes; packed documents run recurrent).
+// Whether the chunked tensor-core kernels run (decay_chunk::takes; packed documents by doc_start
+// run recurrent, on their chunk layout by chunk_reset chunked).
 bool chunked(const DecayAttentionDims& d, DType dtype, const void* q, const void* k, const void* v, const void* g) {
   return !d.doc_start && decay_chunk::takes(d.B, d.T, d.dk, d.dv, dtype, q, k, v, d.vector_gate ? g : nullptr);
 }
 
 }  // namespace
+
+int64_t decay_attention_document_chunk(const DecayAttentionDims& d, DType dtype) {
+  return d.B > 0 && d.T > 0 && decay_chunk::supported(d.dk, d.dv, dtype) ? decay_chunk::kChunk : 0;
+}
 
 int64_t decay_attention_kept_floats(const DecayAttentionDims& d, DType dtype) {
   return d.T > 1 && !d.doc_start && decay_chunk::supported(d.dk, d.dv, dtype) ? decay_chunk::kept_floats(d) : 0;
@@ -40,6 +45,10 @@ int64_t decay_attention_kept_floats(const DecayAttentionDims& d, DType dtype) {
 
 void decay_attention_forward(void* o, float* ht, const void* q, const void* k, const void* v, const void* g,
                              const float* h0, const DecayAttentionDims& d, float* kept, DType dtype) {
+  HLA_CHECK(!d.chunk_reset || chunked(d, dtype, q, k, v, g),
+            "decay_attention_forward: chunk_reset (packed documents' chunk layout) needs the chunked kernels, which ",
+            "do not run at B = ", d.B, ", T = ", d.T, ", dk = ", d.dk, ", dv = ", d.dv, ", ", dtype_name(dtype),
+            " (or unaligned inputs)");
   if (chunked(d, dtype, q, k, v, g)) {
     decay_chunk::forward(o, ht, q, k, v, g, h0, d, kept);
     return;
@@ -58,6 +67,10 @@ void decay_attention_backward(void* grad_q, void* grad_k, void* grad_v, void* gr
                               const void* grad_o, const float* grad_ht, const void* q, const void* k, const void* v,
                               const void* g, const float* h0, const DecayAttentionDims& d, const float* kept,
                               DType dtype) {
+  HLA_CHECK(!d.chunk_reset || (chunked(d, dtype, q, k, v, g) && aligned16(grad_o)),
+            "decay_attention_backward: chunk_reset (packed documents' chunk layout) needs the chunked kernels, which ",
+            "do not run at B = ", d.B, ", T = ", d.T, ", dk = ", d.dk, ", dv = ", d.dv, ", ", dtype_name(dtype),
+            " (or unaligned inputs or grad_o)");
   if (chunked(d, dtype, q, k, v, g) && aligned16(grad_o)) {
     decay_chunk::backward(grad_q, grad_k, grad_v, grad_g, grad_h0, grad_o, grad_ht, q, k, v, g, h0, d, kept);
     return;

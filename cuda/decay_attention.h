@@ -5,11 +5,12 @@
 //   h0, ht: (B, HV, dk, dv) fp32, h0 null = zeros
 // Kernels: forward and backward run the chunked tensor-core kernels of
 // cuda/decay_attention_chunk.cu for BF16 storage, either gate, dk, dv in {64, 128} or {128, 256},
-// T > 1 and 16-byte aligned q, k, v, a vector g (and grad_o); every other case runs the token recurrence of
-// cuda/recurrence.cuh (dk <= 256, any dv), packed documents (d.doc_start: the state reset at each
-// document start) included. Both directions read only the inputs and h0, so the
-// two kernels mix freely. d.chunk_size is the CPU's algorithm choice; the GPU picks its kernel
-// by the rules above.
+// T > 1 and 16-byte aligned q, k, v, a vector g (and grad_o), packed documents included on their
+// chunk layout (d.chunk_reset: the scans reset the state at the flagged chunks); every other case
+// runs the token recurrence of cuda/recurrence.cuh (dk <= 256, any dv), packed documents by
+// d.doc_start (the state reset at each document start) included. A chunk_reset reaching the
+// recurrent kernels fails. Both directions read only the inputs and h0, so the two kernels mix
+// freely. d.chunk_size is the CPU's algorithm choice; the GPU picks its kernel by the rules above.
 #pragma once
 #include <cstdint>
 
@@ -22,6 +23,11 @@ namespace hla::cuda {
 // the chunked kernels, decay_chunk::kept_floats; the backward then skips replaying the forward's
 // scan, with bit-identical results); 0 where the recurrent kernels run.
 int64_t decay_attention_kept_floats(const DecayAttentionDims& d, DType dtype);
+
+// The chunk size C of the layout on which the chunked kernels take packed documents
+// (nn/ops/document_chunks.h, with d.chunk_reset), or 0 where those kernels do not run for these
+// dims (the recurrent kernels then take d.doc_start).
+int64_t decay_attention_document_chunk(const DecayAttentionDims& d, DType dtype);
 
 // kept: null, or decay_attention_kept_floats(d, dtype) floats (16-byte aligned) that the forward
 // fills for its backward.

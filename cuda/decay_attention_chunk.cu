@@ -46,6 +46,13 @@
 //   reference, which leaves the diagonal out of dG.
 //   h[n] and dh[n] are kept in fp32 (2 x 4 B x B HV NT dk dv, 268 MB each at B4 T4096 H16 D128);
 //   pass 3 reads each piece once and rounds it to bf16 once, as its mma operand (see Precision).
+// Packed documents (Args::chunk_reset, the CPU's Head::resets_chunk): on their chunk layout every
+// document starts a chunk, so the scans alone change: the forward scan (and its replay) zeroes h
+// entering a flagged chunk, so h[n] = 0 there; the reverse scan zeroes dS leaving it backwards,
+// so dh[n - 1] = 0 (and dh0 = 0 when chunk 0 is flagged). The chunk-parallel passes read those
+// h[n], dh[n] (pass 3's exp(G_last) <h, dh> term of dG is then 0, as the reference's). The
+// layout's padding places hold zeros (q = k = v = dO = 0, g = 0: no decay, no write), like the
+// rows past the end of a sequence.
 // Vector gate (GLA, HGRN-2; template flag VG; g and dg (B, T, HV, dk), G per channel, fp32 (C, dk)
 // tiles in shared memory). Every diagonal factor becomes per channel, exp(G_t) -> exp(G_t[d]):
 //   The forward splits as fla's chunk_gla does (its source read, not copied): only the state runs
@@ -182,6 +189,7 @@ struct Args {
   const bf16* g;        // (B, T, HV) scalar gate, (B, T, HV, dk) vector gate
   const bf16* bonus;    // RWKV-6's u: (H, dk)
   const float* h0;      // (B, HV, dk, dv) or null
+  const int32_t* chunk_reset;  // (B, NT) 1 where the state entering a chunk is zero (packed documents), or null
   bf16* o;              // (B, T, HV, dv); null: the backward's replay (no outputs)
   float* ht;            // (B, HV, dk, dv) or null
   float* aqk;           // (B, HV, NT, C, C) workspace: pass 1 writes, pass 2 reads
@@ -199,6 +207,12 @@ struct Args {
   float* dbonus;        // RWKV-6 (B, NT, H, dk): each chunk's part of du (summed in chunk order after)
   float* dv_part;       // dk = 256 (kKeyBlock): (dk / 128, B, T, HV, dv), each key block's part of dV
   float* dg_part;       // dk = 256, scalar gate: (dk / 128, B, T, HV), each key block's part of dG
+
+  // Whether the state entering chunk `chunk` of sequence b is zero (a packed document starts
+  // there): the forward scan restarts h from zero there, the reverse scan zeroes dS leaving it.
+  __device__ bool resets(int b, int chunk) const {
+    return chunk_reset && chunk < NT && chunk_reset[int64_t(b) * NT + chunk] != 0;
+  }
 };
 
 __device__ __forceinline__ float bf(bf16 x) { return __bfloat162float(x); }
@@ -689,7 +703,12 @@ __device__ void vector_scan(const ScanSmem<KT, true>& sm, const Args& a, int DV)
   auto in_range = [&](int chunk) { return chunk >= 0 && chunk < a.NT; };
   copy_tiles(REVERSE ? a.NT - 1 : 0);
   for (int chunk = REVERSE ? a.NT - 1 : 0; in_range(chunk); chunk += step) {
+    // a packed document starts this chunk (forward: h = 0 entering it) or the next one (reverse:
+    // no gradient reaches this chunk's end state); the flag read before the wait, its load
+    // overlapping the tiles', then a block-uniform branch
+    const bool reset = a.resets(b, REVERSE ? chunk + 1 : chunk);
     wait_tiles();  // this chunk's tiles, and the previous update's h
+    if (reset) sm.load_state(nullptr, v0, DV);
     if (states) sm.store_state(states + (head * a.NT + chunk) * DK * DV + row0, v0, DV);
     sm.template gate_vector_chunk<RW>(REVERSE);
     __syncthreads();  // xg is published and the raw tiles are free
@@ -699,7 +718,9 @@ __device__ void vector_scan(const ScanSmem<KT, true>& sm, const Args& a, int DV)
     sm.advance_vector(REVERSE ? a.scale : 1.f, v_tile(chunk));
   }
   __syncthreads();
-  if (last) sm.store_state(last + head * DK * DV + row0, v0, DV);
+  if (!last) return;
+  if (REVERSE && a.resets(b, 0)) sm.load_state(nullptr, v0, DV);  // chunk 0 started from h = 0, not from h0
+  sm.store_state(last + head * DK * DV + row0, v0, DV);
 }
 
 // Forward pass 2, or the backward's replay of it: every chunk-start state h[n] into a.h_start
@@ -736,7 +757,9 @@ __global__ void __launch_bounds__(kThreads, kScanCtasPerSm<VG>) scan_kernel(Args
           sm.w[t] = expf(last - sm.G[t]);  // how much of token t survives to the chunk's end
         }
       }
+      const bool reset = a.resets(b, chunk);  // a document starts here (read before the wait, as the tiles)
       wait_tiles();
+      if (reset) sm.load_state(nullptr, v0, DV);  // from h = 0
       if (a.h_start) sm.store_state(a.h_start + (head * a.NT + chunk) * DK * DV, v0, DV);
       if (a.o) {  // o = scale exp(G) (.) (Q h) + Aqk V   (Aqk holds scale and the decays)
         WarpTile<C, BV> o;
@@ -784,12 +807,17 @@ __global__ void __launch_bounds__(kThreads, kScanCtasPerSm<VG>) reverse_scan_ker
           sm.w[t] = a.scale * sm.expG[t];  // o_t = scale exp(G_t) h^T q_t + ...
         }
       }
+      // the next chunk started from h = 0 (a packed document): no gradient reaches this end state
+      const bool reset = a.resets(b, chunk + 1);  // read before the wait, as the tiles
       wait_tiles();
+      if (reset) sm.load_state(nullptr, v0, DV);
       sm.store_state(a.dh_end + (head * a.NT + chunk) * DK * DV, v0, DV);  // dh[n] = dS
       sm.advance_scalar(sm.q);  // dS <- exp(G_last) dS + (Q (.) scale exp(G))^T dO
     }
     __syncthreads();
-    if (a.dh0) sm.store_state(a.dh0 + head * DK * DV, v0, DV);
+    if (!a.dh0) return;
+    if (a.resets(b, 0)) sm.load_state(nullptr, v0, DV);  // chunk 0 started from h = 0, not from h0
+    sm.store_state(a.dh0 + head * DK * DV, v0, DV);
   }
 }
 
@@ -1322,9 +1350,9 @@ void dispatch(const DecayAttentionDims& d, Fn&& fn) {
   else gate(K128{}, K128{});
 }
 
-// RWKV-6's dims as the decay attention's (one value head a key head, vector gate).
+// RWKV-6's dims as the decay attention's (one value head a key head, vector gate, its chunk resets).
 DecayAttentionDims decay_dims(const Rwkv6Dims& d) {
-  return {d.B, d.T, d.H, d.H, d.dk, d.dv, true, d.scale, 0, DType::F32};
+  return {d.B, d.T, d.H, d.H, d.dk, d.dv, true, d.scale, 0, DType::F32, nullptr, d.chunk_reset};
 }
 
 // Every chunk-start state, (B, HV, NT, dk, dv) fp32: what the forward keeps for the backward.
@@ -1340,7 +1368,7 @@ Args input_args(const void* q, const void* k, const void* v, const void* g, cons
   a.B = int(d.B), a.T = int(d.T), a.H = int(d.H), a.HV = int(d.HV), a.NT = int((d.T + C - 1) / C);
   a.scale = float(d.scale);
   a.q = static_cast<const bf16*>(q), a.k = static_cast<const bf16*>(k), a.v = static_cast<const bf16*>(v);
-  a.g = static_cast<const bf16*>(g), a.h0 = h0;
+  a.g = static_cast<const bf16*>(g), a.h0 = h0, a.chunk_reset = d.chunk_reset;
   return a;
 }
 

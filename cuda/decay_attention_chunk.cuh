@@ -13,6 +13,9 @@
 // gate g: (B, T, HV) (RetNet, Mamba-2) or a vector log gate g: (B, T, HV, dk) (GLA, HGRN-2; its
 // in-chunk pair terms in 16-token sub-chunks, mixers.md 4.4), forward and backward; RWKV-6
 // (mixers.md 11, ReadAt::before_update), forward and backward, on the vector-gate kernels.
+// Packed documents: on their chunk-aligned layout (nn/ops/document_chunks.h, chunks of kChunk)
+// with d.chunk_reset, the scans zero the state entering each flagged chunk (and the gradient
+// leaving it); no other pass changes.
 #pragma once
 #include <cstdint>
 

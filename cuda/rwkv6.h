@@ -3,10 +3,11 @@
 // as on the CPU: every element written; grad_h0 null = not wanted.
 //   r, k, w: (B, T, H, dk);  v, o: (B, T, H, dv);  u: (H, dk);  h0, ht: (B, H, dk, dv) fp32
 // Kernels: the chunked tensor-core forward and backward of cuda/decay_attention_chunk.cu for bf16
-// with dk, dv in {64, 128} or {128, 256} (T > 1, 16-byte aligned r, k, v, w, and grad_o for the backward), else
-// the token recurrence of cuda/recurrence.cuh (dk <= 256, any dv), which also takes every packed
-// documents call (d.doc_start: the state reset at each document start); d.chunk_size is the CPU's
-// algorithm choice, the GPU picks its own kernel.
+// with dk, dv in {64, 128} or {128, 256} (T > 1, 16-byte aligned r, k, v, w, and grad_o for the
+// backward; packed documents on their chunk layout, d.chunk_reset, included), else the token
+// recurrence of cuda/recurrence.cuh (dk <= 256, any dv), which takes packed documents by
+// d.doc_start (the state reset at each document start; a chunk_reset reaching it fails);
+// d.chunk_size is the CPU's algorithm choice, the GPU picks its own kernel.
 #pragma once
 #include <cstdint>
 
@@ -19,6 +20,11 @@ namespace hla::cuda {
 // the chunked kernels, decay_chunk::kept_floats; the backward then skips replaying the forward's
 // scan, with bit-identical results); 0 where the recurrent kernels run.
 int64_t rwkv6_kept_floats(const Rwkv6Dims& d, DType dtype);
+
+// The chunk size C of the layout on which the chunked kernels take packed documents
+// (nn/ops/document_chunks.h, with d.chunk_reset), or 0 where those kernels do not run for these
+// dims (the recurrent kernels then take d.doc_start).
+int64_t rwkv6_document_chunk(const Rwkv6Dims& d, DType dtype);
 
 // kept: null, or rwkv6_kept_floats(d, dtype) floats (16-byte aligned) that the forward fills for
 // its backward.

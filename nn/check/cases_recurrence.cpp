@@ -56,6 +56,20 @@ PerfUnits perf_units(const BenchShape& s) {
   return {2.0 * s.D * s.D * token_heads, 2.0 * token_heads * s.D};
 }
 
+// Packed documents for a perf row at shape s: documents of kPerfDocument tokens, each row's last
+// shorter (T 4096: eight and one of 96, a chunk layout of 4224 places a row); and the row's dims.
+constexpr int64_t kPerfDocument = 500;
+std::vector<int64_t> perf_documents(const BenchShape& s) {
+  std::vector<int64_t> lengths(s.T / kPerfDocument, kPerfDocument);
+  if (s.T % kPerfDocument) lengths.push_back(s.T % kPerfDocument);
+  return lengths;
+}
+std::vector<std::pair<const char*, int64_t>> perf_documents_dims(const BenchShape& s) {
+  std::vector<std::pair<const char*, int64_t>> d = bench_dims(s);
+  d.push_back({"doc", kPerfDocument});
+  return d;
+}
+
 // targets.md's figures at kBenchShapes[i] of an anchor that has them at the first shape only.
 AnchorMs first_shape_only(size_t i, AnchorMs first) { return i == 0 ? first : AnchorMs{}; }
 
@@ -140,9 +154,12 @@ struct DecayCase {
   std::vector<int64_t> documents = {};  // packed documents: each row cut into these lengths (sum T), or none
 };
 
-// doc_start of packed documents `documents` (each row cut alike) on x's device, or undefined (none).
-Tensor documents_on(const Var& x, const std::vector<int64_t>& documents) {
-  return documents.empty() ? Tensor() : packed_doc_start(x.size(0), documents).to(x.value().device());
+// Packed documents `documents` (each row cut alike) on x's device, with their host copy (the chunk
+// layouts are built without a copy back from the device), or none.
+DocumentStarts documents_on(const Var& x, const std::vector<int64_t>& documents) {
+  if (documents.empty()) return {};
+  const Tensor host = packed_doc_start(x.size(0), documents);
+  return DocumentStarts(host.to(x.value().device()), host);
 }
 
 // g: (B, T, HV) or (B, T, HV, dk) log gates. The scalar-gate mixers draw theirs per value head j
@@ -201,6 +218,29 @@ KernelLabel decay_kernel(int64_t dk, int64_t dv, bool vector_gate) {
 #endif
 }
 
+#ifdef HLA_CUDA
+// The chunk size of the layout on which the GPU's chunked kernels take packed documents, or 0.
+int64_t document_chunk(const DecayAttentionDims& d, DType dtype) {
+  return cuda::decay_attention_document_chunk(d, dtype);
+}
+int64_t document_chunk(const Rwkv6Dims& d, DType dtype) { return cuda::rwkv6_document_chunk(d, dtype); }
+int64_t document_chunk(const DeltaRuleDims& d, DType dtype) { return cuda::delta_rule_document_chunk(d, dtype); }
+#endif
+
+// The kernels packed documents take at dims d (DecayAttentionDims, Rwkv6Dims or DeltaRuleDims):
+// the chunked ones on the documents' chunk layout, or the recurrent ones.
+template <class Dims>
+KernelLabel documents_kernel(const Dims& d) {
+#ifdef HLA_CUDA
+  return [d](DType dtype) {
+    return std::string(document_chunk(d, dtype) > 0 ? "chunked, document layout" : "recurrent");
+  };
+#else
+  (void)d;
+  return named_kernel("recurrent");
+#endif
+}
+
 void add_decay_cases() {
   // B = 2, T = 5, H = 2 q/k heads, HV = 4 value heads (groups of 2), dk = 3, dv = 2, nonzero
   // initial state; the chunked runs use C = 2, so the last chunk holds one token.
@@ -240,23 +280,37 @@ void add_decay_cases() {
                           dims(r.B, r.T, r.H, r.HV, r.dk, r.dv),
                       decay_kernel(r.dk, r.dv, r.vector_gate), decay_inputs(c), decay_op(c.scale, 0)));
   }
-  // packed documents (the recurrent kernels, in bf16 too: the state zeroed at each start, the
-  // reverse sweep's dS too, the gate scan restarting): documents shorter than a 64-token
-  // checkpoint segment, exactly one, crossing two, one of a single token, starts on segment
-  // boundaries; both gates, grouped value heads, dk up to 128 and 256
-  for (const auto& [vector_gate, T, H, HV, dk, dv, documents] :
-       {std::tuple<bool, int64_t, int64_t, int64_t, int64_t, int64_t, std::vector<int64_t>>{
-            false, 191, 2, 4, 64, 48, {37, 64, 90}},
-        {true, 191, 2, 2, 128, 64, {90, 37, 64}},
-        {false, 191, 1, 2, 128, 128, {64, 64, 1, 62}},
-        {true, 300, 2, 4, 64, 64, {37, 64, 1, 70, 128}},
-        {true, 130, 1, 1, 256, 96, {64, 66}}}) {
-    const DecayCase c{2, T, H, HV, dk, dv, vector_gate ? DecayGate::Vector : DecayGate::Scalar, 1.0, 1.0,
-                      unit_std(dk), 0.0, unit_std(dk), 0, documents};
+  // packed documents: in bf16 where the chunked kernels run, on the documents' chunk layout (the
+  // scans resetting at chunk_reset; the layout's padding places zero); otherwise, fp32 included,
+  // the recurrent kernels (the state zeroed at each start, the reverse sweep's dS too, the gate
+  // scan restarting): documents shorter than a 64-token chunk / checkpoint segment, exactly one,
+  // crossing two, one of a single token, starts on segment boundaries; both gates, grouped value
+  // heads, every (dk, dv) in {64, 128}, dk 256 and unsupported widths (recurrent), a long row of
+  // 4096 tokens, and one row with the backward replaying the chunk-start states.
+  struct DocumentsRow {
+    bool vector_gate;
+    int64_t T, H, HV, dk, dv;
+    std::vector<int64_t> documents;
+    bool keep = true;
+  };
+  for (const DocumentsRow& r : {DocumentsRow{false, 191, 2, 4, 64, 48, {37, 64, 90}},
+                                DocumentsRow{true, 191, 2, 2, 128, 64, {90, 37, 64}},
+                                DocumentsRow{false, 191, 1, 2, 128, 128, {64, 64, 1, 62}},
+                                DocumentsRow{true, 300, 2, 4, 64, 64, {37, 64, 1, 70, 128}},
+                                DocumentsRow{true, 130, 1, 1, 256, 96, {64, 66}},
+                                DocumentsRow{false, 191, 2, 4, 64, 64, {37, 64, 90}},
+                                DocumentsRow{true, 191, 2, 2, 128, 128, {37, 64, 90}},
+                                DocumentsRow{false, 191, 2, 2, 64, 128, {90, 37, 64}, false},
+                                DocumentsRow{false, 300, 2, 2, 128, 64, {37, 64, 1, 70, 128}},
+                                DocumentsRow{true, 191, 1, 2, 64, 128, {1, 100, 90}},
+                                DocumentsRow{true, 4096, 2, 4, 128, 128, {1000, 37, 64, 1, 2994}}}) {
+    const DecayCase c{2, r.T, r.H, r.HV, r.dk, r.dv, r.vector_gate ? DecayGate::Vector : DecayGate::Scalar, 1.0, 1.0,
+                      unit_std(r.dk), 0.0, unit_std(r.dk), 0, r.documents};
+    const DecayAttentionDims d{2, r.T, r.H, r.HV, r.dk, r.dv, r.vector_gate, 1.0, 0, DType::F32};
     add_case(gpu_case("decay_attention",
-                      std::string("decay_attention documents ") + (vector_gate ? "vector" : "scalar") +
-                          dims(2, T, H, HV, dk, dv),
-                      named_kernel("recurrent"), decay_inputs(c), decay_op(c.scale, 0, true, true, documents)));
+                      std::string("decay_attention documents ") + (r.vector_gate ? "vector" : "scalar") +
+                          (r.keep ? "" : " replay") + dims(2, r.T, r.H, r.HV, r.dk, r.dv),
+                      documents_kernel(d), decay_inputs(c), decay_op(c.scale, 0, true, r.keep, r.documents)));
   }
 
   // Cases that take the chunked tensor-core kernels (cuda/decay_attention_chunk.cu, forward and
@@ -342,7 +396,8 @@ void add_decay_cases() {
   // B8 T2048 H16 D64, where targets.md has a same-run figure for it (2026-12-01, 0.323 / 1.141
   // ms). targets.md: chunk_simple_gla and chunk_gla at the anchor shape, chunk_gla at B8 T2048
   // H16 D64 (0.552 / 2.706 ms). Each also with the backward replaying the chunk-start states
-  // ("vector replay", [train] delta_rule_keep = false).
+  // ("vector replay", [train] delta_rule_keep = false), and at the anchor shape with packed
+  // documents (perf_documents, on the chunk layout: gathers and scatters included; no anchor).
   struct GateAnchors {
     bool vector_gate;
     std::vector<std::pair<const char*, AnchorMs>> per_shape;  // aligned with kBenchShapes
@@ -352,15 +407,18 @@ void add_decay_cases() {
                             {"fla chunk_simple_gla", {}}}},
         GateAnchors{true, {{"fla chunk_gla", {0.755, 3.246}}, {"fla chunk_gla", {0.552, 2.706}}, {"fla chunk_gla", {}}}}})
     for (size_t i = 0; i < kBenchShapes.size(); i++)
-      for (bool keep : {true, false}) {
+      for (const auto& [keep, documents] : {std::pair{true, false}, {false, false}, {true, true}}) {
+        if (documents && i > 0) continue;
         const BenchShape r = kBenchShapes[i];
-        const auto& [anchor, ms] = g.per_shape[i];
+        const auto& [anchor, ms] = documents ? std::pair<const char*, AnchorMs>{"", {}} : g.per_shape[i];
         const PerfUnits u = perf_units(r);
         const double gate_bytes = g.vector_gate ? u.row_bytes : u.row_bytes / r.D;
+        const DecayAttentionDims d{r.B, r.T, r.H, r.H, r.D, r.D, g.vector_gate, 1.0, 0, DType::F32};
+        const auto row_dims = documents ? perf_documents_dims(r) : bench_dims(r);
         add_case(perf_case(
             "decay_attention", std::string("decay_attention ") + (g.vector_gate ? "vector " : "scalar ") +
-                                   (keep ? "" : "replay ") + dims_label(bench_dims(r)),
-            decay_kernel(r.D, r.D, g.vector_gate),
+                                   (keep ? "" : "replay ") + dims_label(row_dims),
+            documents ? documents_kernel(d) : decay_kernel(r.D, r.D, g.vector_gate),
             [r, vector_gate = g.vector_gate](uint64_t) {
               const Shape s{r.B, r.T, r.H, r.D};
               return Inputs{{"q", perf_input(PerfPool::Normal, 0, s, unit_std(r.D))},
@@ -368,9 +426,9 @@ void add_decay_cases() {
                             {"v", perf_input(PerfPool::Normal, 2, s, unit_std(r.D))},
                             {"g", perf_input(PerfPool::LogGate, 0, vector_gate ? s : Shape{r.B, r.T, r.H})}};
             },
-            decay_op(unit_std(r.D), 0, true, keep),
+            decay_op(unit_std(r.D), 0, true, keep, documents ? perf_documents(r) : std::vector<int64_t>{}),
             {3 * u.state_pass, 9 * u.state_pass, 4 * u.row_bytes + gate_bytes, 8 * u.row_bytes + 2 * gate_bytes, ms.fwd,
-             ms.fwd_bwd, anchor, bench_dims(r)}));
+             ms.fwd_bwd, anchor, row_dims}));
       }
 }
 
@@ -449,16 +507,27 @@ void add_rwkv6_cases() {
     add_case(gpu_case("rwkv6", "rwkv6" + dims(B, T, H, H, dk, dv), rwkv6_kernel(dk, dv), rwkv6_inputs(c),
                       rwkv6_op(1.0, 0)));
   }
-  // packed documents on the recurrent kernels (bf16 too): as decay attention's document rows,
-  // the gate scan restarting with RWKV-6's one-token lag (dw_t = 0 and Y_{t-1} = 0 at a start)
-  for (const auto& [T, H, dk, dv, documents] :
-       {std::tuple<int64_t, int64_t, int64_t, int64_t, std::vector<int64_t>>{191, 2, 64, 64, {37, 64, 90}},
-        {191, 3, 128, 64, {64, 64, 1, 62}},
-        {300, 2, 64, 128, {37, 64, 1, 70, 128}},
-        {130, 1, 256, 96, {64, 66}}}) {
-    const Rwkv6Case c{2, T, H, dk, dv, unit_std(dk), 1.0, 0.0, 1.0, 0, documents};
-    add_case(gpu_case("rwkv6", "rwkv6 documents" + dims(2, T, H, H, dk, dv), named_kernel("recurrent"),
-                      rwkv6_inputs(c), rwkv6_op(1.0, 0, true, true, documents)));
+  // packed documents, as decay attention's document rows: in bf16 where the chunked kernels run,
+  // on the documents' chunk layout; otherwise (fp32, dk 256 with dv 96) the recurrent kernels,
+  // the gate scan restarting with RWKV-6's one-token lag (dw_t = 0 and Y_{t-1} = 0 at a start);
+  // every (dk, dv) in {64, 128}, a long row, one with the backward replaying the states
+  struct DocumentsRow {
+    int64_t T, H, dk, dv;
+    std::vector<int64_t> documents;
+    bool keep = true;
+  };
+  for (const DocumentsRow& r : {DocumentsRow{191, 2, 64, 64, {37, 64, 90}},
+                                DocumentsRow{191, 3, 128, 64, {64, 64, 1, 62}},
+                                DocumentsRow{300, 2, 64, 128, {37, 64, 1, 70, 128}},
+                                DocumentsRow{130, 1, 256, 96, {64, 66}},
+                                DocumentsRow{191, 2, 128, 128, {37, 64, 90}},
+                                DocumentsRow{191, 2, 64, 64, {90, 37, 64}, false},
+                                DocumentsRow{4096, 2, 128, 128, {1000, 37, 64, 1, 2994}}}) {
+    const Rwkv6Case c{2, r.T, r.H, r.dk, r.dv, unit_std(r.dk), 1.0, 0.0, 1.0, 0, r.documents};
+    const Rwkv6Dims d{2, r.T, r.H, r.dk, r.dv, 1.0, 0, DType::F32};
+    add_case(gpu_case("rwkv6",
+                      std::string("rwkv6 documents") + (r.keep ? "" : " replay") + dims(2, r.T, r.H, r.H, r.dk, r.dv),
+                      documents_kernel(d), rwkv6_inputs(c), rwkv6_op(1.0, 0, true, r.keep, r.documents)));
   }
   // The rows above run the chunked backward too, all with an initial state and a final-state
   // gradient; these take either away: no h0 (T = 70, 333: partial last chunks; 128 a multiple
@@ -483,14 +552,18 @@ void add_rwkv6_cases() {
   }
 
   // perf at each bench shape beside fla's chunk_rwkv6, also with the backward replaying the
-  // chunk-start states ("rwkv6 replay", [train] delta_rule_keep = false).
+  // chunk-start states ("rwkv6 replay", [train] delta_rule_keep = false), and at the anchor shape
+  // with packed documents (perf_documents; no anchor).
   for (size_t i = 0; i < kBenchShapes.size(); i++)
-    for (bool keep : {true, false}) {
+    for (const auto& [keep, documents] : {std::pair{true, false}, {false, false}, {true, true}}) {
+      if (documents && i > 0) continue;
       const BenchShape b = kBenchShapes[i];
       const PerfUnits u = perf_units(b);
-      const AnchorMs a = first_shape_only(i, {0.908, 3.566});
-      add_case(perf_case("rwkv6", std::string("rwkv6 ") + (keep ? "" : "replay ") + dims_label(bench_dims(b)),
-                         rwkv6_kernel(b.D, b.D),
+      const AnchorMs a = documents ? AnchorMs{} : first_shape_only(i, {0.908, 3.566});
+      const Rwkv6Dims d{b.B, b.T, b.H, b.D, b.D, 1.0, 0, DType::F32};
+      const auto row_dims = documents ? perf_documents_dims(b) : bench_dims(b);
+      add_case(perf_case("rwkv6", std::string("rwkv6 ") + (keep ? "" : "replay ") + dims_label(row_dims),
+                         documents ? documents_kernel(d) : rwkv6_kernel(b.D, b.D),
                          [b](uint64_t) {
                            const Shape s{b.B, b.T, b.H, b.D};
                            return Inputs{{"r", perf_input(PerfPool::Normal, 0, s, unit_std(b.D))},
@@ -499,9 +572,9 @@ void add_rwkv6_cases() {
                                          {"w", perf_input(PerfPool::LogGate, 0, s)},
                                          {"u", perf_input(PerfPool::Normal, 4, {b.H, b.D}, unit_std(b.D))}};
                          },
-                         rwkv6_op(1.0, 0, true, keep),
+                         rwkv6_op(1.0, 0, true, keep, documents ? perf_documents(b) : std::vector<int64_t>{}),
                          {3 * u.state_pass, 9 * u.state_pass, 5 * u.row_bytes, 10 * u.row_bytes, a.fwd, a.fwd_bwd,
-                          "fla chunk_rwkv6", bench_dims(b)}));
+                          documents ? "" : "fla chunk_rwkv6", row_dims}));
     }
 }
 
@@ -560,11 +633,8 @@ OpFn delta_op(const DeltaCase& c) {
 KernelLabel delta_kernel(const DeltaCase& c) {
 #ifdef HLA_CUDA
   const DeltaRuleDims d{c.B, c.T, c.H, c.HV, c.dk, c.dv, c.gate, c.erase_vector, c.write_vector, 1.0, 0};
-  const bool documents = !c.documents.empty();
-  return [d, documents](DType dtype) {
-    if (!documents) return std::string(cuda::delta_rule_kernel(d, dtype));
-    return std::string(cuda::delta_rule_document_chunk(d, dtype) > 0 ? "chunked, document layout" : "recurrent");
-  };
+  if (!c.documents.empty()) return documents_kernel(d);
+  return [d](DType dtype) { return std::string(cuda::delta_rule_kernel(d, dtype)); };
 #else
   (void)c;
   return named_kernel("recurrent");

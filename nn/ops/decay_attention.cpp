@@ -260,8 +260,9 @@ std::vector<Var> decay_attention_rows(const Var& q, const Var& k, const Var& v, 
 }  // namespace
 
 // Packed documents: the token recurrence (the CPU's chunk_size = 0, and the GPU's recurrent
-// kernels) resets the state at each document start; the CPU chunked form runs on the documents'
-// chunk layout, resetting the chunks that start one.
+// kernels) resets the state at each document start; the chunked forms (the CPU's, and the GPU's
+// where its chunked kernels run) take the documents' chunk layout, resetting the chunks that
+// start one.
 DecayAttentionOutput decay_attention(const Var& q, const Var& k, const Var& v, const Var& g,
                                      const Var& initial_state, double scale, int64_t chunk_size,
                                      bool keep_states, const DocumentStarts& documents) {
@@ -270,7 +271,9 @@ DecayAttentionOutput decay_attention(const Var& q, const Var& k, const Var& v, c
     std::vector<Var> outs = decay_attention_rows(q, k, v, g, initial_state, d, keep_states, Tensor());
     return {outs[0], outs[1]};
   }
-  const int64_t chunk = q.value().is_cuda() ? 0 : chunk_size;  // the GPU takes documents on its recurrent kernels
+  // the layout's chunk size: the CPU's chunk_size, the GPU chunked kernels' (0: the token recurrence)
+  int64_t chunk = chunk_size;
+  if (q.value().is_cuda()) HLA_CUDA_ONLY(chunk = cuda::decay_attention_document_chunk(d, q.dtype()));
   std::vector<Var> outs = run_on_documents(
       "decay_attention", documents, d, chunk, q.device(), initial_state, {q, k, v, g}, 1,
       [&](const DecayAttentionDims& dd, const std::vector<Var>& x, const Tensor& keep) {

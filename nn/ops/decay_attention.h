@@ -37,8 +37,9 @@ struct DecayAttentionOutput {
 // layouts (nn/ops/document_chunks.h): the state is zero before each document's first token, so
 // each document gets the outputs and gradients of the document run alone; the final state is
 // the state at the end of each row's last document; initial_state must be undefined. The token
-// recurrence resets at each document start (on the GPU: its recurrent kernels, not the chunked
-// ones); the CPU chunked form runs on the chunk layout, resetting the chunks that start one.
+// recurrence resets at each document start (on the GPU: its recurrent kernels, where the chunked
+// ones do not run); the chunked forms (the CPU's, and the GPU's chunked kernels where they run)
+// take the chunk layout, resetting the chunks that start one.
 DecayAttentionOutput decay_attention(const Var& q, const Var& k, const Var& v, const Var& g,
                                      const Var& initial_state, double scale, int64_t chunk_size = 0,
                                      bool keep_states = true, const DocumentStarts& documents = {});

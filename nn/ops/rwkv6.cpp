@@ -248,7 +248,9 @@ Rwkv6Output rwkv6(const Var& r, const Var& k, const Var& v, const Var& w, const 
     std::vector<Var> outs = rwkv6_rows(r, k, v, w, u, initial_state, d, keep_states, Tensor());
     return {outs[0], outs[1]};
   }
-  const int64_t chunk = r.value().is_cuda() ? 0 : chunk_size;  // the GPU takes documents on its recurrent kernels
+  // the layout's chunk size: the CPU's chunk_size, the GPU chunked kernels' (0: the token recurrence)
+  int64_t chunk = chunk_size;
+  if (r.value().is_cuda()) HLA_CUDA_ONLY(chunk = cuda::rwkv6_document_chunk(d, r.dtype()));
   std::vector<Var> outs = run_on_documents(
       "rwkv6", documents, d, chunk, r.device(), initial_state, {r, k, v, w}, 1,
       [&](const Rwkv6Dims& dd, const std::vector<Var>& x, const Tensor& keep) {

@@ -9,6 +9,8 @@
 // the kept states are the reference's h[n] (every float written); every backward case runs
 // twice, replaying the states and reading a keeping forward's, which must write the same bits,
 // and once more reading NaN states, which must reach the gradients (the states are read).
+// Packed documents (chunk_reset): every gate kind forward and backward on the documents' chunk
+// layout, against the CPU chunked reference with the same resets (documents_case).
 // Tolerances are gpu-check's bf16 ones (relative RMS); the exit status is 1 when a row fails.
 #include "decay_attention_chunk_host.cpp"
 
@@ -361,8 +363,146 @@ static void forward_case(int kind, int64_t B, int64_t T, int64_t H, int64_t D, b
                "keeping forward's o, ht == plain forward's bit for bit");
 }
 
+// Packed documents on their chunk layout (nn/ops/document_chunks.h), every row alike: documents
+// of the given lengths, each starting a 64-token chunk (its chunk flagged in chunk_reset); T = the
+// last one's end (a partial last chunk where it leaves one). zero_padding: the places between a
+// document's end and the next chunk hold zeros (q = k = v = g = dO = 0, as gather_tokens leaves
+// them), else values drawn like the tokens' (the resets alone must separate the documents).
+// kind 0 scalar gate, 1 vector gate, 2 RWKV-6 (G = 1); G value heads a key head. Forward (plain
+// and keeping, the same bits) and backward (kept_vs_replay) against the CPU chunked reference at
+// C = 64 with the same resets (Head::chunk_reset), which tests/test_documents.cpp checks against
+// each document run alone.
+static void documents_case(int kind, int64_t B, int64_t H, int64_t G, int64_t dk, int64_t dv,
+                           const std::vector<int64_t>& lengths, bool zero_padding, bool with_h0, bool with_dht,
+                           uint64_t seed) {
+  const int64_t HV = G * H;
+  const bool vg = kind > 0;
+  // the layout: each document's first place, the flags, and which places are padding
+  std::vector<int64_t> starts;
+  int64_t T = 0;
+  for (int64_t n : lengths) {
+    starts.push_back((T + 63) / 64 * 64);
+    T = starts.back() + n;
+  }
+  const int64_t NT = (T + 63) / 64;
+  std::vector<int32_t> row_reset(NT, 0);  // (NT) one row's chunk_reset
+  std::vector<bool> padding(T, true);     // (T)
+  for (size_t i = 0; i < starts.size(); i++) {
+    row_reset[starts[i] / 64] = 1;
+    for (int64_t t = starts[i]; t < starts[i] + lengths[i]; t++) padding[t] = false;
+  }
+  std::vector<int32_t> chunk_reset;  // (B, NT)
+  for (int64_t b = 0; b < B; b++) chunk_reset.insert(chunk_reset.end(), row_reset.begin(), row_reset.end());
+  std::mt19937_64 rng(seed);
+  Buf q, k, v, g, u, h0, dO, dht;
+  const double rk = 1.0 / std::sqrt(double(dk));
+  q.fill(B * T * H * dk, rng, rk, 0, false, true);
+  k.fill(B * T * H * dk, rng, rk, 0, false, true);
+  v.fill(B * T * HV * dv, rng, 1, 0, false, true);
+  g.fill(B * T * HV * (vg ? dk : 1), rng, 1, 0, true, true);
+  u.fill(H * dk, rng, 1, 0, false, true);
+  h0.fill(B * HV * dk * dv, rng, 0.5, 0, false, false);
+  dO.fill(B * T * HV * dv, rng, 1, 0, false, true);
+  dht.fill(B * HV * dk * dv, rng, 1, 0, false, false);
+  if (zero_padding)  // every (B, T, ...) input: the places' elements zero
+    for (Buf* x : {&q, &k, &v, &g, &dO}) {
+      const size_t inner = x->ref.size() / (B * T);
+      for (size_t i = 0; i < x->ref.size(); i++)
+        if (padding[i / inner % size_t(T)]) x->ref[i] = 0, x->b[i] = __float2bfloat16_rn(0.f), x->f[i] = 0;
+    }
+  const float* h0p = with_h0 ? h0.f.data() : nullptr;
+  const float* dhtp = with_dht ? dht.f.data() : nullptr;
+  Rwkv6Dims rwkv6_dims{B, T, H, dk, dv, 1.0, 0, DType::F32};
+  DecayAttentionDims dims{B, T, H, HV, dk, dv, vg, 1.0, 0, DType::F32};
+  rwkv6_dims.chunk_reset = dims.chunk_reset = chunk_reset.data();
+  std::string docs;
+  for (int64_t n : lengths) docs += (docs.empty() ? "" : "+") + std::to_string(n);
+  static const char* names[] = {"scalar docs", "vector docs", "rwkv6 docs"};
+  char label[160];
+  std::snprintf(label, sizeof label, "%s %s%s B%ld H%ld HV%ld dk%ld dv%ld h0 %d dht %d", names[kind], docs.c_str(),
+                zero_padding ? "" : " unpadded", long(B), long(H), long(HV), long(dk), long(dv), int(with_h0),
+                int(with_dht));
+  // o and ht of a forward given `kept` (null: a plain forward)
+  auto forward = [&](float* kept) {
+    std::pair<std::vector<Bf16>, std::vector<float>> out{std::vector<Bf16>(B * T * HV * dv),
+                                                         std::vector<float>(B * HV * dk * dv)};
+    auto& [o, ht] = out;
+    if (kind == 2)
+      cuda::decay_chunk::rwkv6_forward(o.data(), ht.data(), q.b.data(), k.b.data(), v.b.data(), g.b.data(),
+                                       u.b.data(), h0p, rwkv6_dims, kept);
+    else
+      cuda::decay_chunk::forward(o.data(), ht.data(), q.b.data(), k.b.data(), v.b.data(), g.b.data(), h0p, dims, kept);
+    return out;
+  };
+  const int64_t kept_floats =
+      kind == 2 ? cuda::decay_chunk::kept_floats(rwkv6_dims) : cuda::decay_chunk::kept_floats(dims);
+  const auto [o, ht] = forward(nullptr);
+  std::vector<float> kept(kept_floats, kNaN);
+  const auto [o_keeping, ht_keeping] = forward(kept.data());
+  report_check(label, "keep", same_bits(o, o_keeping) && same_bits(ht, ht_keeping),
+               "keeping forward's o, ht == plain forward's bit for bit");
+  auto backward = [&](const float* kept_states) {
+    Grads x{std::vector<Bf16>(q.b.size()), std::vector<Bf16>(k.b.size()), std::vector<Bf16>(v.b.size()),
+            std::vector<Bf16>(g.b.size()), std::vector<Bf16>(kind == 2 ? u.b.size() : 0),
+            std::vector<float>(h0.f.size())};
+    if (kind == 2)
+      cuda::decay_chunk::rwkv6_backward(x.dq.data(), x.dk.data(), x.dv.data(), x.dg.data(), x.du.data(),
+                                        x.dh0.data(), dO.b.data(), dhtp, q.b.data(), k.b.data(), v.b.data(),
+                                        g.b.data(), u.b.data(), h0p, rwkv6_dims, kept_states);
+    else
+      cuda::decay_chunk::backward(x.dq.data(), x.dk.data(), x.dv.data(), x.dg.data(), x.dh0.data(), dO.b.data(), dhtp,
+                                  q.b.data(), k.b.data(), v.b.data(), g.b.data(), h0p, dims, kept_states);
+    return x;
+  };
+  auto forward_into = [&](float* kept_states) { forward(kept_states); };
+  const Grads grads = kept_vs_replay(label, kept_floats, backward, forward_into);
+  const auto read = kind == 2 ? decay_chunk::ReadAt::before_update : decay_chunk::ReadAt::after_update;
+  Err eo, eht, eq, ek, ev, eg, eu, eh0;
+  Mat<double> du_ref = Mat<double>::Zero(H, dk);  // (H, dk): summed over the batch
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t hk = 0; hk < H; hk++) {
+      Mat<double> dq = Mat<double>::Zero(T, dk), dks = Mat<double>::Zero(T, dk);  // summed over the group
+      for (int64_t h = hk * G; h < (hk + 1) * G; h++) {
+        Head<double> x = reference_head(q, k, v, g, vg, kind == 2 ? u.ref.data() : nullptr,
+                                        with_h0 ? h0.ref.data() : nullptr, b, h, T, HV, dk, dv, G);
+        x.chunk_reset = row_reset.data();
+        Mat<double> o_ref, ht_ref;
+        decay_chunk::forward<double, true>(o_ref, ht_ref, x, 1.0, 64, read);
+        const Mat<double> d_o = decay_chunk::gather_head(dO.ref.data(), b, h, T, HV, dv);
+        const Mat<double> ds = decay_chunk::gather_state(with_dht ? dht.ref.data() : nullptr, b, h, HV, dk, dv);
+        const HeadGrads<double> c = decay_chunk::backward<double, true>(x, d_o, ds, 1.0, 64, read);
+        dq += c.dq, dks += c.dk;
+        if (kind == 2) du_ref.row(h) += c.dbonus;
+        for (int64_t t = 0; t < T; t++) {
+          if (vg)
+            for (int64_t i = 0; i < dk; i++) eg.add(at(grads.dg, ((b * T + t) * HV + h) * dk + i), c.dg(t, i));
+          else eg.add(at(grads.dg, (b * T + t) * HV + h), c.dg.row(t).sum());
+          for (int64_t i = 0; i < dv; i++) {
+            const int64_t idx = ((b * T + t) * HV + h) * dv + i;
+            ev.add(at(grads.dv, idx), c.dv(t, i)), eo.add(at(o, idx), o_ref(t, i));
+          }
+        }
+        for (int64_t i = 0; i < dk * dv; i++) {
+          const int64_t idx = (b * HV + h) * dk * dv + i;
+          eh0.add(grads.dh0[idx], c.ds0(i / dv, i % dv)), eht.add(ht[idx], ht_ref(i / dv, i % dv));
+        }
+      }
+      for (int64_t t = 0; t < T; t++)
+        for (int64_t i = 0; i < dk; i++) {
+          const int64_t idx = ((b * T + t) * H + hk) * dk + i;
+          eq.add(at(grads.dq, idx), dq(t, i)), ek.add(at(grads.dk, idx), dks(t, i));
+        }
+    }
+  for (int64_t h = 0; h < H && kind == 2; h++)
+    for (int64_t i = 0; i < dk; i++) eu.add(at(grads.du, h * dk + i), du_ref(h, i));
+  report(label, "o", eo, 5e-3), report(label, "ht", eht, 5e-3);
+  report(label, "dq", eq, 1e-2), report(label, "dk", ek, 1e-2), report(label, "dv", ev, 1e-2);
+  report(label, "dg", eg, 1e-2), report(label, "dh0", eh0, 1e-2);
+  if (kind == 2) report(label, "du", eu, 1e-2);
+}
+
 // Every case by default (ctest); a group by name: rwkv6, gla, scalar, grouped, fwd (D64, D128), fwd256, mixed,
-// bwd256 (every gate's backward at (256, 256), (128, 256), (256, 128)).
+// bwd256 (every gate's backward at (256, 256), (128, 256), (256, 128)), documents (chunk_reset).
 int main(int argc, char** argv) {
   const std::string which = argc > 1 ? argv[1] : "all";
   auto wants = [&](const char* group) { return which == "all" || which == group; };
@@ -403,6 +543,19 @@ int main(int argc, char** argv) {
           if (kind == 2) rwkv6_case(1, T, 1, dk, with_h0, with_dht, 0.0, seed, dv);
           else gla_case(1, T, 1, dk, seed, kind == 1, dv, with_h0, with_dht);
         }
+  if (wants("documents")) {
+    // documents of 37, 64 and 90 tokens: a partial first chunk, an exact one, one crossing into a
+    // partial last chunk (T = 218); grouped value heads; the padding places zero (the layout's)
+    // or random; with h0 and dht (chunk 0 flagged: h0 unread, dh0 = 0) and without
+    const std::vector<int64_t> docs = {37, 64, 90};
+    for (int kind = 0; kind < 3; kind++) {
+      const int64_t G = kind == 2 ? 1 : 2;
+      documents_case(kind, 2, 1, G, 64, 64, docs, true, false, true, 400 + kind);
+      documents_case(kind, 1, 2, G, 128, 128, docs, true, true, false, 410 + kind);
+      documents_case(kind, 1, 1, 1, 128, 64, {1, 64, 1, 70}, false, true, true, 420 + kind);
+      documents_case(kind, 1, 1, 1, 64, 128, {100, 28}, true, false, false, 430 + kind);
+    }
+  }
   std::printf(g_fail ? "SOME FAILED\n" : "ALL OK\n");
   return g_fail;
 }
