@@ -24,11 +24,12 @@ constexpr int64_t kChunk = 8 * kThreads;  // elements per block of a multi-tenso
 constexpr int kNormBlocks = 32;           // blocks per matrix in the norm's first pass
 
 // Up to kTensorsPerLaunch tensors of Columns pointer columns each (param, grad, m, v for AdamW):
-// col[c][t] is column c of tensor t, n[t] its length; block b works on chunk
-// b - first_chunk[t] of tensor t when first_chunk[t] <= b < first_chunk[t + 1].
+// col[c][t] is column c of tensor t, n[t] its length, copy[t] its bf16 compute copy or null;
+// block b works on chunk b - first_chunk[t] of tensor t when first_chunk[t] <= b < first_chunk[t + 1].
 template <int Columns>
 struct TensorTable {
   float* col[Columns][kTensorsPerLaunch];
+  __nv_bfloat16* copy[kTensorsPerLaunch];
   int64_t n[kTensorsPerLaunch];
   int64_t first_chunk[kTensorsPerLaunch + 1];
   int count;
@@ -61,8 +62,10 @@ __global__ void multi_tensor_kernel(const __grid_constant__ TensorTable<Columns>
 
 // The tables of `count` tensors, kTensorsPerLaunch at a time, one launch each. Read-only
 // columns (grad, ortho) enter the table through a const_cast; the ops only read them.
+// compute_copy: (count) pointers or null, as in cuda/optim.h.
 template <int Columns, class Op>
-void launch_multi_tensor(float* const* const (&columns)[Columns], const int64_t* n, int count, Op op) {
+void launch_multi_tensor(float* const* const (&columns)[Columns], const int64_t* n, int count, Op op,
+                         bf16* const* compute_copy = nullptr) {
   for (int first = 0; first < count; first += kTensorsPerLaunch) {
     TensorTable<Columns> table;
     table.count = std::min(count - first, kTensorsPerLaunch);
@@ -71,6 +74,7 @@ void launch_multi_tensor(float* const* const (&columns)[Columns], const int64_t*
       table.n[t] = n[first + t];
       table.first_chunk[t + 1] = table.first_chunk[t] + (table.n[t] + kChunk - 1) / kChunk;
       for (int c = 0; c < Columns; c++) table.col[c][t] = columns[c][first + t];
+      table.copy[t] = compute_copy ? reinterpret_cast<__nv_bfloat16*>(compute_copy[first + t]) : nullptr;
     }
     const int64_t blocks = table.first_chunk[table.count];
     if (blocks == 0) continue;
@@ -107,7 +111,9 @@ struct AdamwOp {
     m[i] = mi;
     v[i] = vi;
     const float p = param[i] * decay;  // decoupled weight decay
-    param[i] = p - step_size * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);  // lr * (m / bc1) / (sqrt(v / bc2) + eps)
+    const float updated = p - step_size * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);  // lr * (m / bc1) / (sqrt(v / bc2) + eps)
+    param[i] = updated;
+    if (x.copy[t]) x.copy[t][i] = __float2bfloat16_rn(updated);
   }
 };
 
@@ -136,7 +142,9 @@ struct MuonApplyOp {
   }
   __device__ void operator()(const TensorTable<2>& x, int t, int64_t i) const {
     const float p = x.col[0][t][i] * decay;  // decoupled weight decay
-    x.col[0][t][i] = p - step * x.col[1][t][i];
+    const float updated = p - step * x.col[1][t][i];
+    x.col[0][t][i] = updated;
+    if (x.copy[t]) x.copy[t][i] = __float2bfloat16_rn(updated);
   }
 };
 
@@ -169,9 +177,10 @@ __global__ void normalize_kernel(float* x, const float* g, const double* partial
 }  // namespace
 
 void adamw_update(float* const* param, const float* const* grad, float* const* m, float* const* v, const int64_t* n,
-                  int count, const double* schedule, float beta1, float beta2, float eps, float weight_decay) {
+                  int count, const double* schedule, float beta1, float beta2, float eps, float weight_decay,
+                  bf16* const* compute_copy) {
   float* const* const columns[4] = {param, const_cast<float* const*>(grad), m, v};
-  launch_multi_tensor(columns, n, count, AdamwOp{schedule, beta1, beta2, eps, weight_decay});
+  launch_multi_tensor(columns, n, count, AdamwOp{schedule, beta1, beta2, eps, weight_decay}, compute_copy);
 }
 
 void muon_momentum(float* const* buf, float* const* update, const float* const* grad, const int64_t* n, int count,
@@ -180,9 +189,10 @@ void muon_momentum(float* const* buf, float* const* update, const float* const* 
   launch_multi_tensor(columns, n, count, MomentumOp{momentum, nesterov});
 }
 
-void muon_apply(float* const* param, const float* const* ortho, const int64_t* n, int count, const double* schedule) {
+void muon_apply(float* const* param, const float* const* ortho, const int64_t* n, int count, const double* schedule,
+                bf16* const* compute_copy) {
   float* const* const columns[2] = {param, const_cast<float* const*>(ortho)};
-  launch_multi_tensor(columns, n, count, MuonApplyOp{schedule});
+  launch_multi_tensor(columns, n, count, MuonApplyOp{schedule}, compute_copy);
 }
 
 void newton_schulz(float* out, const float* g, int64_t batch, int64_t rows, int64_t cols, int steps) {

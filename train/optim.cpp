@@ -23,7 +23,8 @@ namespace cpu {
 
 template <class T>
 void adamw_update(T* const* param, const T* const* grad, T* const* m, T* const* v, const int64_t* n,
-                  int count, const double* schedule, double beta1, double beta2, double eps, double weight_decay) {
+                  int count, const double* schedule, double beta1, double beta2, double eps, double weight_decay,
+                  bf16* const* compute_copy) {
   const double lr = schedule[0], bias_correction1 = schedule[1], bias_correction2 = schedule[2];
   const T decay = static_cast<T>(1.0 - lr * weight_decay);
   const T b1 = static_cast<T>(beta1), b2 = static_cast<T>(beta2);
@@ -33,6 +34,7 @@ void adamw_update(T* const* param, const T* const* grad, T* const* m, T* const* 
   for (int t = 0; t < count; t++) {
     T *p = param[t], *mt = m[t], *vt = v[t];  // p, mt, vt: (n[t])
     const T* gt = grad[t];                    // gt: (n[t])
+    bf16* copy = compute_copy ? compute_copy[t] : nullptr;  // copy: (n[t]) or null
     for (int64_t i = 0; i < n[t]; i++) {
       T g = gt[i];
       p[i] *= decay;                                  // decoupled weight decay
@@ -40,6 +42,7 @@ void adamw_update(T* const* param, const T* const* grad, T* const* m, T* const* 
       vt[i] = b2 * vt[i] + (T(1) - b2) * g * g;       // second moment
       T denom = std::sqrt(vt[i]) * inv_sqrt_bc2 + epsilon;  // sqrt(v / bc2) + eps
       p[i] -= step_size * mt[i] / denom;              // lr * (m / bc1) / denom
+      if (copy) copy[i].bits = f32_to_bf16_bits(static_cast<float>(p[i]));
     }
   }
 }
@@ -78,23 +81,26 @@ void newton_schulz(T* out, const T* g, int64_t batch, int64_t rows, int64_t cols
 }
 
 template <class T>
-void muon_apply(T* const* param, const T* const* ortho, const int64_t* n, int count, const double* schedule) {
+void muon_apply(T* const* param, const T* const* ortho, const int64_t* n, int count, const double* schedule,
+                bf16* const* compute_copy) {
   const T d = static_cast<T>(schedule[0]), s = static_cast<T>(schedule[1]);  // decay, step
   for (int t = 0; t < count; t++) {
+    bf16* copy = compute_copy ? compute_copy[t] : nullptr;  // copy: (n[t]) or null
     for (int64_t i = 0; i < n[t]; i++) {
       param[t][i] *= d;                   // decoupled weight decay
       param[t][i] -= s * ortho[t][i];     // lr * scale * O
+      if (copy) copy[i].bits = f32_to_bf16_bits(static_cast<float>(param[t][i]));
     }
   }
 }
 
 #define HLA_INSTANTIATE_OPTIM(T)                                                                  \
   template void adamw_update<T>(T* const*, const T* const*, T* const*, T* const*, const int64_t*, \
-                                int, const double*, double, double, double, double);              \
+                                int, const double*, double, double, double, double, bf16* const*); \
   template void muon_momentum<T>(T* const*, T* const*, const T* const*, const int64_t*, int,      \
                                  double, bool);                                                   \
   template void newton_schulz<T>(T*, const T*, int64_t, int64_t, int64_t, int);                   \
-  template void muon_apply<T>(T* const*, const T* const*, const int64_t*, int, const double*);
+  template void muon_apply<T>(T* const*, const T* const*, const int64_t*, int, const double*, bf16* const*);
 HLA_INSTANTIATE_OPTIM(float)
 HLA_INSTANTIATE_OPTIM(double)
 #undef HLA_INSTANTIATE_OPTIM
@@ -184,6 +190,7 @@ Optimizer::Optimizer(const ParameterList& params, const OptimConfig& config, con
     ParamPlan plan;
     plan.name = p.name;
     plan.var = p.var;
+    plan.compute_copy = p.compute_copy;
     plan.decay = !no_weight_decay(p.name, p.var.shape());
     bool matrix = p.var.dim() == 2 && plan.decay && !is_embedding_or_head(p.name);
     plan.rule = muon && matrix ? UpdateRule::Muon : UpdateRule::AdamW;
@@ -305,6 +312,16 @@ std::vector<T*> column(const std::vector<size_t>& live, Get get) {
   return out;
 }
 
+// Each live parameter's compute copy, null where it has none (nn/module.h).
+std::vector<bf16*> compute_copies(const std::vector<ParamPlan>& plan, const std::vector<size_t>& live) {
+  std::vector<bf16*> out;
+  for (size_t i : live) {
+    Tensor copy = plan[i].compute_copy;  // a handle on the copy's storage
+    out.push_back(copy.defined() ? copy.data<bf16>() : nullptr);
+  }
+  return out;
+}
+
 // Pointers to matrix k of a (count, rows, cols) batch, k < count.
 template <class T>
 std::vector<T*> matrices(Tensor& batch) {
@@ -325,12 +342,13 @@ void Optimizer::adamw_step(const UpdateGroup& group, const std::vector<size_t>& 
   for (size_t i : live) n.push_back(plan_[i].var.numel());
   const int count = static_cast<int>(live.size());
   const double wd = group.weight_decay;
+  const std::vector<bf16*> copies = compute_copies(plan_, live);
   if (group.device == Device::CUDA) {
 #ifdef HLA_CUDA_OPTIM
     cuda::adamw_update(column<float>(live, param).data(), column<const float>(live, grad).data(),
                        column<float>(live, m).data(), column<float>(live, v).data(), n.data(), count,
                        schedule.data<double>(), float(config_.beta1), float(config_.beta2), float(config_.eps),
-                       float(wd));
+                       float(wd), copies.data());
     return;
 #else
     fail("optimizer: parameter '", plan_[live[0]].name, "' is on CUDA but this build has no cuda/optim.h");
@@ -340,7 +358,7 @@ void Optimizer::adamw_step(const UpdateGroup& group, const std::vector<size_t>& 
     using T = decltype(tag);
     cpu::adamw_update<T>(column<T>(live, param).data(), column<const T>(live, grad).data(),
                          column<T>(live, m).data(), column<T>(live, v).data(), n.data(), count,
-                         schedule.data<double>(), config_.beta1, config_.beta2, config_.eps, wd);
+                         schedule.data<double>(), config_.beta1, config_.beta2, config_.eps, wd, copies.data());
   });
 }
 
@@ -354,6 +372,7 @@ void Optimizer::muon_step(const UpdateGroup& group, const std::vector<size_t>& l
   auto grad = [&](size_t i) -> const Tensor& { return plan_[i].var.grad(); };
   auto buf = [&](size_t i) -> Tensor& { return state_[i][0].second; };
   const std::vector<int64_t> n(count, rows * cols);
+  const std::vector<bf16*> copies = compute_copies(plan_, live);
   if (group.device == Device::CUDA) {
 #ifdef HLA_CUDA_OPTIM
     cuda::muon_momentum(column<float>(live, buf).data(), matrices<float>(update).data(),
@@ -361,7 +380,7 @@ void Optimizer::muon_step(const UpdateGroup& group, const std::vector<size_t>& l
                         config_.nesterov);
     cuda::newton_schulz(ortho.data<float>(), update.data<float>(), count, rows, cols, config_.ns_steps);
     cuda::muon_apply(column<float>(live, param).data(), matrices<const float>(ortho).data(), n.data(),
-                     int(count), schedule.data<double>());
+                     int(count), schedule.data<double>(), copies.data());
     return;
 #else
     fail("optimizer: parameter '", plan_[live[0]].name, "' is on CUDA but this build has no cuda/optim.h");
@@ -374,7 +393,7 @@ void Optimizer::muon_step(const UpdateGroup& group, const std::vector<size_t>& l
                           config_.nesterov);
     cpu::newton_schulz<T>(ortho.data<T>(), update.data<T>(), count, rows, cols, config_.ns_steps);
     cpu::muon_apply<T>(column<T>(live, param).data(), matrices<const T>(ortho).data(), n.data(),
-                       int(count), schedule.data<double>());
+                       int(count), schedule.data<double>(), copies.data());
   });
 }
 

@@ -37,6 +37,8 @@
 // shape) are updated together, on CUDA parameters (F32 master weights) by the multi-tensor
 // kernels of cuda/optim.h (one launch per group, Newton-Schulz batched over the group's
 // matrices), on the CPU by the functions below, which those kernels follow line for line.
+// A parameter with a compute copy (nn/module.h: its bf16 value for a bf16 forward) gets it
+// written by the same update, so the forward never casts the master weights.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -75,6 +77,7 @@ struct ParamPlan {
   bool decay = false;   // weight decay applies
   double lr_scale = 1;  // peak lr of this parameter / OptimConfig::lr
   double weight_decay = 0;
+  Tensor compute_copy;  // the parameter's compute copy (nn/module.h), written with each update
 };
 
 // Parameters that never get weight decay: all but the rank >= 2 "*.weight" tensors of modules
@@ -150,11 +153,13 @@ constexpr int64_t kScheduleValues = 3;
 
 namespace cpu {
 // The CPU references of cuda/optim.h (same arguments, T = float or double): `count` tensors,
-// tensor t given by pointers param[t], grad[t], ... of n[t] elements.
+// tensor t given by pointers param[t], grad[t], ... of n[t] elements; compute_copy as there
+// (null, or per tensor null or its (n[t]) bf16 copy: the updated parameter rounded from float).
 // param[t], grad[t], m[t], v[t]: (n[t]); schedule: (3) {lr, bias_correction1, bias_correction2}
 template <class T>
 void adamw_update(T* const* param, const T* const* grad, T* const* m, T* const* v, const int64_t* n,
-                  int count, const double* schedule, double beta1, double beta2, double eps, double weight_decay);
+                  int count, const double* schedule, double beta1, double beta2, double eps, double weight_decay,
+                  bf16* const* compute_copy);
 // buf[t], update[t], grad[t]: (n[t]). buf = momentum buf + grad; update = nesterov ? grad + momentum buf : buf
 template <class T>
 void muon_momentum(T* const* buf, T* const* update, const T* const* grad, const int64_t* n, int count,
@@ -164,7 +169,8 @@ template <class T>
 void newton_schulz(T* out, const T* g, int64_t batch, int64_t rows, int64_t cols, int steps);
 // param[t], ortho[t]: (n[t]); schedule: (2) {decay, step}. p *= decay; p -= step * ortho
 template <class T>
-void muon_apply(T* const* param, const T* const* ortho, const int64_t* n, int count, const double* schedule);
+void muon_apply(T* const* param, const T* const* ortho, const int64_t* n, int count, const double* schedule,
+                bf16* const* compute_copy);
 }  // namespace cpu
 
 }  // namespace hla
