@@ -84,15 +84,35 @@ void launch_multi_tensor(float* const* const (&columns)[Columns], const int64_t*
   }
 }
 
+// A gradient as an update reads it, times the clip factor at grad_scale (null: 1), as
+// multi_scale_ would have written it (cuda/optim.h).
+struct GradScale {
+  float factor = 1;
+  bool drop = false, scaled = false;
+  __device__ static GradScale at(const double* grad_scale) {
+    GradScale s;
+    if (!grad_scale) return s;
+    const double f = *grad_scale;
+    s.factor = static_cast<float>(f);
+    s.drop = f == 0.0;
+    s.scaled = f != 1.0;
+    return s;
+  }
+  __device__ float operator()(float g) const { return drop ? 0.0f : scaled ? g * factor : g; }
+};
+
 // col: param, grad, m, v. schedule: (3) on the device, this update's lr, bias_correction1 and
 // bias_correction2; at_step() derives the factors in float as the host did before they moved to
 // the device (the _rn intrinsics keep the multiply and subtract unfused, as on the host).
 struct AdamwOp {
   const double* schedule;
   float b1, b2, eps, weight_decay;
+  const double* grad_scale;
   float decay = 0, step_size = 0, inv_sqrt_bc2 = 0;  // from at_step()
+  GradScale scale;                                  // from at_step()
   __device__ AdamwOp at_step() const {
     AdamwOp now = *this;
+    now.scale = GradScale::at(grad_scale);
     const float lr = static_cast<float>(schedule[0]), bc1 = static_cast<float>(schedule[1]),
                 bc2 = static_cast<float>(schedule[2]);
     now.decay = __fsub_rn(1.0f, __fmul_rn(lr, weight_decay));
@@ -105,13 +125,14 @@ struct AdamwOp {
     const float* grad = x.col[1][t];
     float* m = x.col[2][t];
     float* v = x.col[3][t];
-    const float g = grad[i];
+    const float g = scale(grad[i]);
     const float mi = b1 * m[i] + (1.0f - b1) * g;      // first moment
     const float vi = b2 * v[i] + (1.0f - b2) * g * g;  // second moment
     m[i] = mi;
     v[i] = vi;
     const float p = param[i] * decay;  // decoupled weight decay
-    const float updated = p - step_size * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);  // lr * (m / bc1) / (sqrt(v / bc2) + eps)
+    // lr * (m / bc1) / (sqrt(v / bc2) + eps)
+    const float updated = p - step_size * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);
     param[i] = updated;
     if (x.copy[t]) x.copy[t][i] = __float2bfloat16_rn(updated);
   }
@@ -121,9 +142,15 @@ struct AdamwOp {
 struct MomentumOp {
   float mu;
   bool nesterov;
-  __device__ MomentumOp at_step() const { return *this; }  // nothing in it changes from step to step
+  const double* grad_scale;
+  GradScale scale;  // from at_step()
+  __device__ MomentumOp at_step() const {
+    MomentumOp now = *this;
+    now.scale = GradScale::at(grad_scale);
+    return now;
+  }
   __device__ void operator()(const TensorTable<3>& x, int t, int64_t i) const {
-    const float g = x.col[2][t][i];
+    const float g = scale(x.col[2][t][i]);
     const float b = mu * x.col[0][t][i] + g;
     x.col[0][t][i] = b;
     x.col[1][t][i] = nesterov ? g + mu * b : b;
@@ -178,15 +205,15 @@ __global__ void normalize_kernel(float* x, const float* g, const double* partial
 
 void adamw_update(float* const* param, const float* const* grad, float* const* m, float* const* v, const int64_t* n,
                   int count, const double* schedule, float beta1, float beta2, float eps, float weight_decay,
-                  bf16* const* compute_copy) {
+                  const double* grad_scale, bf16* const* compute_copy) {
   float* const* const columns[4] = {param, const_cast<float* const*>(grad), m, v};
-  launch_multi_tensor(columns, n, count, AdamwOp{schedule, beta1, beta2, eps, weight_decay}, compute_copy);
+  launch_multi_tensor(columns, n, count, AdamwOp{schedule, beta1, beta2, eps, weight_decay, grad_scale}, compute_copy);
 }
 
 void muon_momentum(float* const* buf, float* const* update, const float* const* grad, const int64_t* n, int count,
-                   float momentum, bool nesterov) {
+                   float momentum, bool nesterov, const double* grad_scale) {
   float* const* const columns[3] = {buf, update, const_cast<float* const*>(grad)};
-  launch_multi_tensor(columns, n, count, MomentumOp{momentum, nesterov});
+  launch_multi_tensor(columns, n, count, MomentumOp{momentum, nesterov, grad_scale});
 }
 
 void muon_apply(float* const* param, const float* const* ortho, const int64_t* n, int count, const double* schedule,

@@ -21,10 +21,18 @@ namespace hla {
 
 namespace cpu {
 
+// A gradient as an update reads it: times the clip factor at grad_scale (null: 1), as multi_scale_
+// would have written it.
+template <class T>
+T scaled_gradient(T g, const double* grad_scale) {
+  if (!grad_scale || *grad_scale == 1.0) return g;
+  return *grad_scale == 0.0 ? T(0) : g * static_cast<T>(*grad_scale);
+}
+
 template <class T>
 void adamw_update(T* const* param, const T* const* grad, T* const* m, T* const* v, const int64_t* n,
                   int count, const double* schedule, double beta1, double beta2, double eps, double weight_decay,
-                  bf16* const* compute_copy) {
+                  const double* grad_scale, bf16* const* compute_copy) {
   const double lr = schedule[0], bias_correction1 = schedule[1], bias_correction2 = schedule[2];
   const T decay = static_cast<T>(1.0 - lr * weight_decay);
   const T b1 = static_cast<T>(beta1), b2 = static_cast<T>(beta2);
@@ -36,7 +44,7 @@ void adamw_update(T* const* param, const T* const* grad, T* const* m, T* const* 
     const T* gt = grad[t];                    // gt: (n[t])
     bf16* copy = compute_copy ? compute_copy[t] : nullptr;  // copy: (n[t]) or null
     for (int64_t i = 0; i < n[t]; i++) {
-      T g = gt[i];
+      T g = scaled_gradient(gt[i], grad_scale);
       p[i] *= decay;                                  // decoupled weight decay
       mt[i] = b1 * mt[i] + (T(1) - b1) * g;           // first moment
       vt[i] = b2 * vt[i] + (T(1) - b2) * g * g;       // second moment
@@ -49,12 +57,13 @@ void adamw_update(T* const* param, const T* const* grad, T* const* m, T* const* 
 
 template <class T>
 void muon_momentum(T* const* buf, T* const* update, const T* const* grad, const int64_t* n, int count,
-                   double momentum, bool nesterov) {
+                   double momentum, bool nesterov, const double* grad_scale) {
   const T mu = static_cast<T>(momentum);
   for (int t = 0; t < count; t++) {
     for (int64_t i = 0; i < n[t]; i++) {
-      buf[t][i] = mu * buf[t][i] + grad[t][i];
-      update[t][i] = nesterov ? grad[t][i] + mu * buf[t][i] : buf[t][i];
+      const T g = scaled_gradient(grad[t][i], grad_scale);
+      buf[t][i] = mu * buf[t][i] + g;
+      update[t][i] = nesterov ? g + mu * buf[t][i] : buf[t][i];
     }
   }
 }
@@ -96,9 +105,10 @@ void muon_apply(T* const* param, const T* const* ortho, const int64_t* n, int co
 
 #define HLA_INSTANTIATE_OPTIM(T)                                                                  \
   template void adamw_update<T>(T* const*, const T* const*, T* const*, T* const*, const int64_t*, \
-                                int, const double*, double, double, double, double, bf16* const*); \
+                                int, const double*, double, double, double, double, const double*, \
+                                bf16* const*);                                                    \
   template void muon_momentum<T>(T* const*, T* const*, const T* const*, const int64_t*, int,      \
-                                 double, bool);                                                   \
+                                 double, bool, const double*);                                    \
   template void newton_schulz<T>(T*, const T*, int64_t, int64_t, int64_t, int);                   \
   template void muon_apply<T>(T* const*, const T* const*, const int64_t*, int, const double*, bf16* const*);
 HLA_INSTANTIATE_OPTIM(float)
@@ -288,8 +298,15 @@ void Optimizer::stage(double lr_factor) {
   upload_f64_async(schedule_, values);
 }
 
-void Optimizer::apply() {
+void Optimizer::apply(const Tensor& grad_scale) {
   NoGradGuard no_grad;
+  const double* scale = nullptr;
+  if (grad_scale.defined()) {
+    HLA_CHECK(grad_scale.dtype() == DType::F64 && grad_scale.numel() == 1 &&
+                  (groups_.empty() || grad_scale.device() == groups_[0].device),
+              "optimizer: grad_scale must be one F64 value on the parameters' device, got ", grad_scale.str());
+    scale = grad_scale.data<double>();
+  }
   for (size_t g = 0; g < groups_.size(); g++) {
     const UpdateGroup& group = groups_[g];
     std::vector<size_t> live;  // unused this step: no update, no decay
@@ -297,8 +314,8 @@ void Optimizer::apply() {
       if (updates_[i] && plan_[i].var.grad().defined()) live.push_back(i);
     if (live.empty()) continue;
     const Tensor schedule = schedule_.slice0(int64_t(g), int64_t(g) + 1);  // (1, kScheduleValues)
-    if (group.rule == UpdateRule::Muon) muon_step(group, live, schedule);
-    else adamw_step(group, live, schedule);
+    if (group.rule == UpdateRule::Muon) muon_step(group, live, schedule, scale);
+    else adamw_step(group, live, schedule, scale);
   }
 }
 
@@ -333,7 +350,8 @@ std::vector<T*> matrices(Tensor& batch) {
 
 }  // namespace
 
-void Optimizer::adamw_step(const UpdateGroup& group, const std::vector<size_t>& live, const Tensor& schedule) {
+void Optimizer::adamw_step(const UpdateGroup& group, const std::vector<size_t>& live, const Tensor& schedule,
+                           const double* grad_scale) {
   auto param = [&](size_t i) -> Tensor& { return plan_[i].var.mutable_value(); };
   auto grad = [&](size_t i) -> const Tensor& { return plan_[i].var.grad(); };
   auto m = [&](size_t i) -> Tensor& { return state_[i][0].second; };
@@ -348,7 +366,7 @@ void Optimizer::adamw_step(const UpdateGroup& group, const std::vector<size_t>& 
     cuda::adamw_update(column<float>(live, param).data(), column<const float>(live, grad).data(),
                        column<float>(live, m).data(), column<float>(live, v).data(), n.data(), count,
                        schedule.data<double>(), float(config_.beta1), float(config_.beta2), float(config_.eps),
-                       float(wd), copies.data());
+                       float(wd), grad_scale, copies.data());
     return;
 #else
     fail("optimizer: parameter '", plan_[live[0]].name, "' is on CUDA but this build has no cuda/optim.h");
@@ -358,13 +376,15 @@ void Optimizer::adamw_step(const UpdateGroup& group, const std::vector<size_t>& 
     using T = decltype(tag);
     cpu::adamw_update<T>(column<T>(live, param).data(), column<const T>(live, grad).data(),
                          column<T>(live, m).data(), column<T>(live, v).data(), n.data(), count,
-                         schedule.data<double>(), config_.beta1, config_.beta2, config_.eps, wd, copies.data());
+                         schedule.data<double>(), config_.beta1, config_.beta2, config_.eps, wd, grad_scale,
+                         copies.data());
   });
 }
 
 // Pass 1: momentum into the matrices of one (count, rows, cols) batch; pass 2: Newton-Schulz of
 // the whole batch; pass 3: decay and the scaled orthogonal step on every parameter.
-void Optimizer::muon_step(const UpdateGroup& group, const std::vector<size_t>& live, const Tensor& schedule) {
+void Optimizer::muon_step(const UpdateGroup& group, const std::vector<size_t>& live, const Tensor& schedule,
+                          const double* grad_scale) {
   const int64_t rows = group.rows, cols = group.cols, count = static_cast<int64_t>(live.size());
   Tensor update = Tensor::empty({count, rows, cols}, group.dtype, group.device);  // (count, rows, cols)
   Tensor ortho = Tensor::empty({count, rows, cols}, group.dtype, group.device);   // (count, rows, cols)
@@ -377,7 +397,7 @@ void Optimizer::muon_step(const UpdateGroup& group, const std::vector<size_t>& l
 #ifdef HLA_CUDA_OPTIM
     cuda::muon_momentum(column<float>(live, buf).data(), matrices<float>(update).data(),
                         column<const float>(live, grad).data(), n.data(), int(count), float(config_.momentum),
-                        config_.nesterov);
+                        config_.nesterov, grad_scale);
     cuda::newton_schulz(ortho.data<float>(), update.data<float>(), count, rows, cols, config_.ns_steps);
     cuda::muon_apply(column<float>(live, param).data(), matrices<const float>(ortho).data(), n.data(),
                      int(count), schedule.data<double>(), copies.data());
@@ -390,7 +410,7 @@ void Optimizer::muon_step(const UpdateGroup& group, const std::vector<size_t>& l
     using T = decltype(tag);
     cpu::muon_momentum<T>(column<T>(live, buf).data(), matrices<T>(update).data(),
                           column<const T>(live, grad).data(), n.data(), int(count), config_.momentum,
-                          config_.nesterov);
+                          config_.nesterov, grad_scale);
     cpu::newton_schulz<T>(ortho.data<T>(), update.data<T>(), count, rows, cols, config_.ns_steps);
     cpu::muon_apply<T>(column<T>(live, param).data(), matrices<const T>(ortho).data(), n.data(),
                        int(count), schedule.data<double>(), copies.data());
