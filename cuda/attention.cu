@@ -856,16 +856,46 @@ __global__ void __launch_bounds__(kFmaThreads) attention_backward_dkdv_fma(T* dk
 
 // ------------------------------------------------------------------------------------------
 
-// delta: (B, H, T) = rowsum(dO * O); one warp per (b, t, h) row of dout and o: (B, T, H, Dv).
-template <class T>
-__global__ void attention_delta_kernel(float* delta, const T* dout, const T* o, int64_t rows, int Tn, int H, int Dv) {
-  const int64_t row = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32;  // row = (b T + t) H + h
-  if (row >= rows) return;
+// delta: (B, H, T) = rowsum(dO * O) over each (b, t, h) row of dout and o: (B, T, H, Dv), at
+// bandwidth: 2^lane_bits lanes per row (at most 32, so a row's lanes sit in one warp), each
+// summing vectors of W elements (16-byte loads when W = kVecWidth<T>; Dv % W == 0), then a
+// shuffle sum over the row's lanes. Grid (tokens, H, B): a block's rows are consecutive t of one
+// (b, h), so a warp's stores to delta are consecutive and each row's loads whole 16-byte vectors.
+template <class T, int W>
+__global__ void attention_delta_kernel(float* delta, const T* dout, const T* o, int Tn, int Dv, int lane_bits) {
+  const int lanes = 1 << lane_bits, lane = threadIdx.x & (lanes - 1);
+  const int64_t t = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> lane_bits;
+  const int64_t h = blockIdx.y, H = gridDim.y, b = blockIdx.z;
   float s = 0;
-  for (int d = threadIdx.x % 32; d < Dv; d += 32) s += to_float(dout[row * Dv + d]) * to_float(o[row * Dv + d]);
-  s = warp_sum(s);
-  const int64_t h = row % H, bt = row / H, t = bt % Tn, b = bt / Tn;
-  if (threadIdx.x % 32 == 0) delta[(b * H + h) * Tn + t] = s;
+  if (t < Tn) {
+    const int64_t at = ((b * Tn + t) * H + h) * Dv;  // the row's first element in dout and o
+    for (int d = lane * W; d < Dv; d += lanes * W) {
+      float x[W], y[W];
+      load_floats<W>(x, dout + at + d);
+      load_floats<W>(y, o + at + d);
+#pragma unroll
+      for (int k = 0; k < W; k++) s += x[k] * y[k];
+    }
+  }
+  for (int offset = lanes / 2; offset > 0; offset /= 2) s += __shfl_xor_sync(0xffffffffu, s, offset);
+  if (t < Tn && lane == 0) delta[(b * H + h) * Tn + t] = s;
+}
+
+// Launches attention_delta_kernel with 16-byte loads where Dv and the pointers allow them.
+template <class T>
+void attention_delta(float* delta, const T* dout, const T* o, int B, int Tn, int H, int Dv) {
+  auto run = [&](auto width) {
+    constexpr int W = decltype(width)::value;
+    const int vectors = (Dv + W - 1) / W;  // per row
+    int lane_bits = 0;
+    while ((1 << lane_bits) < vectors && lane_bits < 5) lane_bits++;
+    constexpr int kThreads = 256;
+    const int64_t blocks = ((int64_t(Tn) << lane_bits) + kThreads - 1) / kThreads;
+    launch(attention_delta_kernel<T, W>, dim3(static_cast<unsigned>(blocks), H, B), kThreads, 0, delta, dout, o, Tn,
+           Dv, lane_bits);
+  };
+  if (Dv % kVecWidth<T> == 0) dispatch_width<T>(run, dout, o);
+  else run(Width<1>{});
 }
 
 struct Shape4 {
@@ -959,8 +989,7 @@ void attention_backward(void* dq, void* dk, void* dv, const void* dout, const vo
   float* delta = delta_buf.get();  // delta: (B, H, T)
   dispatch_storage(dtype, "attention_backward", [&](auto tag) {
     using T = decltype(tag);
-    launch(attention_delta_kernel<T>, dim3(static_cast<unsigned>((rows + 7) / 8)), 256, 0, delta,
-           static_cast<const T*>(dout), static_cast<const T*>(o), rows, s.T, s.H, s.Dv);
+    attention_delta(delta, static_cast<const T*>(dout), static_cast<const T*>(o), s.B, s.T, s.H, s.Dv);
   });
   const float sc = static_cast<float>(dims.scale);
   if (use_mma(dims.D, dims.Dv, dtype)) {

@@ -24,11 +24,12 @@ constexpr int64_t kChunk = 8 * kThreads;  // elements per block of a multi-tenso
 constexpr int kNormBlocks = 32;           // blocks per matrix in the norm's first pass
 
 // Up to kTensorsPerLaunch tensors of Columns pointer columns each (param, grad, m, v for AdamW):
-// col[c][t] is column c of tensor t, n[t] its length; block b works on chunk
-// b - first_chunk[t] of tensor t when first_chunk[t] <= b < first_chunk[t + 1].
+// col[c][t] is column c of tensor t, n[t] its length, copy[t] its bf16 compute copy or null;
+// block b works on chunk b - first_chunk[t] of tensor t when first_chunk[t] <= b < first_chunk[t + 1].
 template <int Columns>
 struct TensorTable {
   float* col[Columns][kTensorsPerLaunch];
+  __nv_bfloat16* copy[kTensorsPerLaunch];
   int64_t n[kTensorsPerLaunch];
   int64_t first_chunk[kTensorsPerLaunch + 1];
   int count;
@@ -61,8 +62,10 @@ __global__ void multi_tensor_kernel(const __grid_constant__ TensorTable<Columns>
 
 // The tables of `count` tensors, kTensorsPerLaunch at a time, one launch each. Read-only
 // columns (grad, ortho) enter the table through a const_cast; the ops only read them.
+// compute_copy: (count) pointers or null, as in cuda/optim.h.
 template <int Columns, class Op>
-void launch_multi_tensor(float* const* const (&columns)[Columns], const int64_t* n, int count, Op op) {
+void launch_multi_tensor(float* const* const (&columns)[Columns], const int64_t* n, int count, Op op,
+                         bf16* const* compute_copy = nullptr) {
   for (int first = 0; first < count; first += kTensorsPerLaunch) {
     TensorTable<Columns> table;
     table.count = std::min(count - first, kTensorsPerLaunch);
@@ -71,6 +74,7 @@ void launch_multi_tensor(float* const* const (&columns)[Columns], const int64_t*
       table.n[t] = n[first + t];
       table.first_chunk[t + 1] = table.first_chunk[t] + (table.n[t] + kChunk - 1) / kChunk;
       for (int c = 0; c < Columns; c++) table.col[c][t] = columns[c][first + t];
+      table.copy[t] = compute_copy ? reinterpret_cast<__nv_bfloat16*>(compute_copy[first + t]) : nullptr;
     }
     const int64_t blocks = table.first_chunk[table.count];
     if (blocks == 0) continue;
@@ -80,15 +84,35 @@ void launch_multi_tensor(float* const* const (&columns)[Columns], const int64_t*
   }
 }
 
+// A gradient as an update reads it, times the clip factor at grad_scale (null: 1), as
+// multi_scale_ would have written it (cuda/optim.h).
+struct GradScale {
+  float factor = 1;
+  bool drop = false, scaled = false;
+  __device__ static GradScale at(const double* grad_scale) {
+    GradScale s;
+    if (!grad_scale) return s;
+    const double f = *grad_scale;
+    s.factor = static_cast<float>(f);
+    s.drop = f == 0.0;
+    s.scaled = f != 1.0;
+    return s;
+  }
+  __device__ float operator()(float g) const { return drop ? 0.0f : scaled ? g * factor : g; }
+};
+
 // col: param, grad, m, v. schedule: (3) on the device, this update's lr, bias_correction1 and
 // bias_correction2; at_step() derives the factors in float as the host did before they moved to
 // the device (the _rn intrinsics keep the multiply and subtract unfused, as on the host).
 struct AdamwOp {
   const double* schedule;
   float b1, b2, eps, weight_decay;
+  const double* grad_scale;
   float decay = 0, step_size = 0, inv_sqrt_bc2 = 0;  // from at_step()
+  GradScale scale;                                  // from at_step()
   __device__ AdamwOp at_step() const {
     AdamwOp now = *this;
+    now.scale = GradScale::at(grad_scale);
     const float lr = static_cast<float>(schedule[0]), bc1 = static_cast<float>(schedule[1]),
                 bc2 = static_cast<float>(schedule[2]);
     now.decay = __fsub_rn(1.0f, __fmul_rn(lr, weight_decay));
@@ -101,13 +125,16 @@ struct AdamwOp {
     const float* grad = x.col[1][t];
     float* m = x.col[2][t];
     float* v = x.col[3][t];
-    const float g = grad[i];
+    const float g = scale(grad[i]);
     const float mi = b1 * m[i] + (1.0f - b1) * g;      // first moment
     const float vi = b2 * v[i] + (1.0f - b2) * g * g;  // second moment
     m[i] = mi;
     v[i] = vi;
     const float p = param[i] * decay;  // decoupled weight decay
-    param[i] = p - step_size * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);  // lr * (m / bc1) / (sqrt(v / bc2) + eps)
+    // lr * (m / bc1) / (sqrt(v / bc2) + eps)
+    const float updated = p - step_size * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);
+    param[i] = updated;
+    if (x.copy[t]) x.copy[t][i] = __float2bfloat16_rn(updated);
   }
 };
 
@@ -115,9 +142,15 @@ struct AdamwOp {
 struct MomentumOp {
   float mu;
   bool nesterov;
-  __device__ MomentumOp at_step() const { return *this; }  // nothing in it changes from step to step
+  const double* grad_scale;
+  GradScale scale;  // from at_step()
+  __device__ MomentumOp at_step() const {
+    MomentumOp now = *this;
+    now.scale = GradScale::at(grad_scale);
+    return now;
+  }
   __device__ void operator()(const TensorTable<3>& x, int t, int64_t i) const {
-    const float g = x.col[2][t][i];
+    const float g = scale(x.col[2][t][i]);
     const float b = mu * x.col[0][t][i] + g;
     x.col[0][t][i] = b;
     x.col[1][t][i] = nesterov ? g + mu * b : b;
@@ -136,7 +169,9 @@ struct MuonApplyOp {
   }
   __device__ void operator()(const TensorTable<2>& x, int t, int64_t i) const {
     const float p = x.col[0][t][i] * decay;  // decoupled weight decay
-    x.col[0][t][i] = p - step * x.col[1][t][i];
+    const float updated = p - step * x.col[1][t][i];
+    x.col[0][t][i] = updated;
+    if (x.copy[t]) x.copy[t][i] = __float2bfloat16_rn(updated);
   }
 };
 
@@ -169,20 +204,22 @@ __global__ void normalize_kernel(float* x, const float* g, const double* partial
 }  // namespace
 
 void adamw_update(float* const* param, const float* const* grad, float* const* m, float* const* v, const int64_t* n,
-                  int count, const double* schedule, float beta1, float beta2, float eps, float weight_decay) {
+                  int count, const double* schedule, float beta1, float beta2, float eps, float weight_decay,
+                  const double* grad_scale, bf16* const* compute_copy) {
   float* const* const columns[4] = {param, const_cast<float* const*>(grad), m, v};
-  launch_multi_tensor(columns, n, count, AdamwOp{schedule, beta1, beta2, eps, weight_decay});
+  launch_multi_tensor(columns, n, count, AdamwOp{schedule, beta1, beta2, eps, weight_decay, grad_scale}, compute_copy);
 }
 
 void muon_momentum(float* const* buf, float* const* update, const float* const* grad, const int64_t* n, int count,
-                   float momentum, bool nesterov) {
+                   float momentum, bool nesterov, const double* grad_scale) {
   float* const* const columns[3] = {buf, update, const_cast<float* const*>(grad)};
-  launch_multi_tensor(columns, n, count, MomentumOp{momentum, nesterov});
+  launch_multi_tensor(columns, n, count, MomentumOp{momentum, nesterov, grad_scale});
 }
 
-void muon_apply(float* const* param, const float* const* ortho, const int64_t* n, int count, const double* schedule) {
+void muon_apply(float* const* param, const float* const* ortho, const int64_t* n, int count, const double* schedule,
+                bf16* const* compute_copy) {
   float* const* const columns[2] = {param, const_cast<float* const*>(ortho)};
-  launch_multi_tensor(columns, n, count, MuonApplyOp{schedule});
+  launch_multi_tensor(columns, n, count, MuonApplyOp{schedule}, compute_copy);
 }
 
 void newton_schulz(float* out, const float* g, int64_t batch, int64_t rows, int64_t cols, int steps) {

@@ -19,7 +19,8 @@ enum class Recompute { None, Mixer, Mlp, Layer };
 Recompute parse_recompute(const std::string& text, const std::string& field);
 
 // Builds a model with seeded initial weights (fp32 master weights on `device`). compute_dtype
-// BF16 runs the forward/backward in bf16 on the GPU (weights cast per step, fp32 grads).
+// BF16 runs the forward/backward in bf16 on the GPU (the forward reads bf16 compute copies of the
+// weights, which the optimizer writes with each update: nn/module.h; fp32 grads).
 // keep_chunk_states: the delta-rule, decay-attention and RWKV-6 layers' keep_states (the GPU chunked
 // forward keeps its chunk-start states for the backward; [train] delta_rule_keep).
 std::unique_ptr<TrainableModel> make_model(const ModelConfig& config, uint64_t seed,

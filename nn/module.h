@@ -12,6 +12,17 @@ namespace hla {
 struct NamedParameter {
   std::string name;  // fla name, e.g. "model.layers.3.attn.q_proj.weight"
   Var var;           // a leaf with requires_grad; updated in place by optimizers
+  // var's value in the forward's dtype where that differs from the master's (bf16 from fp32
+  // master weights, nn/layers/params.h), read by every forward instead of a cast per use;
+  // undefined where the forward reads var itself. It holds exactly the cast of var: every write
+  // to var writes it too, the optimizer's update in the same kernel, any other write (a weights
+  // load, ZeRO's gather) through refresh_compute_copy().
+  Tensor compute_copy;
+  void refresh_compute_copy() const {
+    if (!compute_copy.defined()) return;
+    Tensor copy = compute_copy;  // a handle on the same storage
+    copy.copy_(var.value().to(copy.dtype()));
+  }
 };
 using ParameterList = std::vector<NamedParameter>;
 

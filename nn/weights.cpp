@@ -208,6 +208,7 @@ void load_model_weights(const std::string& dir, const ParameterList& params) {
   for (const NamedParameter& p : params) {
     Var v = p.var;
     v.mutable_value().copy_(stored.at(p.name).value.to(p.var.value().dtype()));
+    p.refresh_compute_copy();
   }
 }
 

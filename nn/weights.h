@@ -31,6 +31,7 @@ void save_model_weights(const std::string& dir, const ParameterList& params);
 // the tensor and the first NaN or Inf). A missing, extra or misshaped tensor's error names, where
 // dir/config.json says, the setting that decided it ("config.json: use_short_conv is true").
 // All are checked before any is copied, so a failed load leaves the parameters as they were.
+// Each parameter's compute copy (nn/module.h) is made again from the loaded value.
 void load_model_weights(const std::string& dir, const ParameterList& params);
 
 // Reads a JSON file; Python's Infinity / -Infinity / NaN (transformers 4.x) and transformers

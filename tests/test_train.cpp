@@ -12,6 +12,9 @@
 #include <iostream>
 #include <sstream>
 
+#include "nn/layers/params.h"
+#include "nn/ops/grad_norm.h"
+#include "nn/weights.h"
 #include "tensor/math.h"
 #include "tests/test_train_util.h"
 #include "train/checkpoint.h"
@@ -104,6 +107,92 @@ TEST_CASE("Muon matches a hand-computed step on wide and tall matrices") {
   CHECK(muon_update_scale("shape", 8, 2) == doctest::Approx(2.0));
   CHECK(muon_update_scale("shape", 2, 8) == 1.0);
   CHECK(muon_update_scale("rms", 2, 16) == doctest::Approx(0.8));
+}
+
+TEST_CASE("a bf16 compute copy is its master's cast, bit for bit: made, after AdamW and Muon steps, after a load") {
+  std::vector<Device> devices = {Device::CPU};
+  if (cuda_available()) devices.push_back(Device::CUDA);
+  const std::string dir = temp_dir("compute_copy");
+  fs::create_directories(dir);
+  for (Device device : devices)
+    for (const char* name : {"adamw", "muon"}) {
+      CAPTURE(device_name(device));
+      CAPTURE(name);
+      // A Muon matrix, a norm and an embedding (AdamW in both optimizers).
+      auto make = [device](ParamStore& store) {
+        return std::vector<Var>{store.normal("model.layers.0.proj.weight", {48, 80}),
+                                store.normal("model.layers.0.norm.weight", {48}),
+                                store.normal("model.embeddings.weight", {16, 48})};
+      };
+      ParamStore store(7, 0.5, device, DType::BF16);
+      const std::vector<Var> vars = make(store);
+      auto copies_are_casts = [](const ParamStore& s, const std::vector<Var>& vs) {
+        for (const Var& v : vs) {
+          const Var used = s.use(v);
+          CHECK(used.dtype() == DType::BF16);
+          CHECK(bit_equal(used.value().to(Device::CPU), v.value().to(DType::BF16).to(Device::CPU)));
+        }
+      };
+      copies_are_casts(store, vars);
+      OptimConfig c;
+      c.name = name;
+      c.lr = 0.01;
+      Optimizer opt(store.parameters(), c);
+      for (int step = 0; step < 3; step++) {
+        for (size_t i = 0; i < vars.size(); i++) {
+          Var v = vars[i];
+          v.mutable_grad() = Tensor::randn(v.shape(), 10 + step * 7 + i, 1.0).to(device);
+        }
+        opt.step(1.0);
+        copies_are_casts(store, vars);
+      }
+      save_model_weights(dir, store.parameters());
+      ParamStore loaded(8, 0.5, device, DType::BF16);  // other initial values, then the saved ones
+      const std::vector<Var> loaded_vars = make(loaded);
+      load_model_weights(dir, loaded.parameters());
+      copies_are_casts(loaded, loaded_vars);
+      for (size_t i = 0; i < vars.size(); i++)
+        CHECK(bit_equal(loaded.use(loaded_vars[i]).value().to(Device::CPU),
+                        store.use(vars[i]).value().to(Device::CPU)));
+      // the gradient of the copy reaches the fp32 master as cast's does
+      Var w = vars[1];
+      w.zero_grad();
+      store.use(w).backward(Tensor::full(w.shape(), 0.5, DType::BF16, device));
+      CHECK(w.grad().dtype() == DType::F32);
+      CHECK(w.grad().to(Device::CPU).to_f64_vector() == std::vector<double>(48, 0.5));
+    }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("an update reading each gradient times the clip factor equals scaling the gradients first, bit for bit") {
+  for (const char* name : {"adamw", "muon"})
+    for (double factor : {0.37, 0.0, 1.0}) {
+      CAPTURE(name);
+      CAPTURE(factor);
+      auto make = [] {  // a Muon matrix and an AdamW vector
+        return ParameterList{{"model.layers.0.proj.weight", Var(Tensor::randn({48, 80}, 1, 0.1), true)},
+                             {"model.layers.0.norm.weight", Var(Tensor::randn({48}, 3, 0.1), true)}};
+      };
+      ParameterList fused = make(), scaled = make();
+      OptimConfig c;
+      c.name = name;
+      c.lr = 0.01;
+      Optimizer fused_opt(fused, c), scaled_opt(scaled, c);
+      const Tensor clip = Tensor::full({1}, factor, DType::F64);
+      for (int step = 0; step < 3; step++) {
+        for (size_t i = 0; i < fused.size(); i++) {
+          Tensor g = Tensor::randn(fused[i].var.shape(), 10 + step * 7 + i, 5.0);
+          if (factor == 0.0) g.data<float>()[1] = NAN;  // a non-finite step: dropped
+          fused[i].var.mutable_grad() = g;
+          scaled[i].var.mutable_grad() = g.clone();
+        }
+        fused_opt.stage(1.0);
+        fused_opt.apply(clip);
+        multi_scale_(gradients(scaled), clip);
+        scaled_opt.step(1.0);
+      }
+      for (size_t i = 0; i < fused.size(); i++) CHECK(bit_equal(fused[i].var.value(), scaled[i].var.value()));
+    }
 }
 
 TEST_CASE("Newton-Schulz output is near-orthogonal on random matrices") {

@@ -21,9 +21,18 @@ namespace hla {
 
 namespace cpu {
 
+// A gradient as an update reads it: times the clip factor at grad_scale (null: 1), as multi_scale_
+// would have written it.
+template <class T>
+T scaled_gradient(T g, const double* grad_scale) {
+  if (!grad_scale || *grad_scale == 1.0) return g;
+  return *grad_scale == 0.0 ? T(0) : g * static_cast<T>(*grad_scale);
+}
+
 template <class T>
 void adamw_update(T* const* param, const T* const* grad, T* const* m, T* const* v, const int64_t* n,
-                  int count, const double* schedule, double beta1, double beta2, double eps, double weight_decay) {
+                  int count, const double* schedule, double beta1, double beta2, double eps, double weight_decay,
+                  const double* grad_scale, bf16* const* compute_copy) {
   const double lr = schedule[0], bias_correction1 = schedule[1], bias_correction2 = schedule[2];
   const T decay = static_cast<T>(1.0 - lr * weight_decay);
   const T b1 = static_cast<T>(beta1), b2 = static_cast<T>(beta2);
@@ -33,25 +42,28 @@ void adamw_update(T* const* param, const T* const* grad, T* const* m, T* const* 
   for (int t = 0; t < count; t++) {
     T *p = param[t], *mt = m[t], *vt = v[t];  // p, mt, vt: (n[t])
     const T* gt = grad[t];                    // gt: (n[t])
+    bf16* copy = compute_copy ? compute_copy[t] : nullptr;  // copy: (n[t]) or null
     for (int64_t i = 0; i < n[t]; i++) {
-      T g = gt[i];
+      T g = scaled_gradient(gt[i], grad_scale);
       p[i] *= decay;                                  // decoupled weight decay
       mt[i] = b1 * mt[i] + (T(1) - b1) * g;           // first moment
       vt[i] = b2 * vt[i] + (T(1) - b2) * g * g;       // second moment
       T denom = std::sqrt(vt[i]) * inv_sqrt_bc2 + epsilon;  // sqrt(v / bc2) + eps
       p[i] -= step_size * mt[i] / denom;              // lr * (m / bc1) / denom
+      if (copy) copy[i].bits = f32_to_bf16_bits(static_cast<float>(p[i]));
     }
   }
 }
 
 template <class T>
 void muon_momentum(T* const* buf, T* const* update, const T* const* grad, const int64_t* n, int count,
-                   double momentum, bool nesterov) {
+                   double momentum, bool nesterov, const double* grad_scale) {
   const T mu = static_cast<T>(momentum);
   for (int t = 0; t < count; t++) {
     for (int64_t i = 0; i < n[t]; i++) {
-      buf[t][i] = mu * buf[t][i] + grad[t][i];
-      update[t][i] = nesterov ? grad[t][i] + mu * buf[t][i] : buf[t][i];
+      const T g = scaled_gradient(grad[t][i], grad_scale);
+      buf[t][i] = mu * buf[t][i] + g;
+      update[t][i] = nesterov ? g + mu * buf[t][i] : buf[t][i];
     }
   }
 }
@@ -78,23 +90,27 @@ void newton_schulz(T* out, const T* g, int64_t batch, int64_t rows, int64_t cols
 }
 
 template <class T>
-void muon_apply(T* const* param, const T* const* ortho, const int64_t* n, int count, const double* schedule) {
+void muon_apply(T* const* param, const T* const* ortho, const int64_t* n, int count, const double* schedule,
+                bf16* const* compute_copy) {
   const T d = static_cast<T>(schedule[0]), s = static_cast<T>(schedule[1]);  // decay, step
   for (int t = 0; t < count; t++) {
+    bf16* copy = compute_copy ? compute_copy[t] : nullptr;  // copy: (n[t]) or null
     for (int64_t i = 0; i < n[t]; i++) {
       param[t][i] *= d;                   // decoupled weight decay
       param[t][i] -= s * ortho[t][i];     // lr * scale * O
+      if (copy) copy[i].bits = f32_to_bf16_bits(static_cast<float>(param[t][i]));
     }
   }
 }
 
 #define HLA_INSTANTIATE_OPTIM(T)                                                                  \
   template void adamw_update<T>(T* const*, const T* const*, T* const*, T* const*, const int64_t*, \
-                                int, const double*, double, double, double, double);              \
+                                int, const double*, double, double, double, double, const double*, \
+                                bf16* const*);                                                    \
   template void muon_momentum<T>(T* const*, T* const*, const T* const*, const int64_t*, int,      \
-                                 double, bool);                                                   \
+                                 double, bool, const double*);                                    \
   template void newton_schulz<T>(T*, const T*, int64_t, int64_t, int64_t, int);                   \
-  template void muon_apply<T>(T* const*, const T* const*, const int64_t*, int, const double*);
+  template void muon_apply<T>(T* const*, const T* const*, const int64_t*, int, const double*, bf16* const*);
 HLA_INSTANTIATE_OPTIM(float)
 HLA_INSTANTIATE_OPTIM(double)
 #undef HLA_INSTANTIATE_OPTIM
@@ -184,6 +200,7 @@ Optimizer::Optimizer(const ParameterList& params, const OptimConfig& config, con
     ParamPlan plan;
     plan.name = p.name;
     plan.var = p.var;
+    plan.compute_copy = p.compute_copy;
     plan.decay = !no_weight_decay(p.name, p.var.shape());
     bool matrix = p.var.dim() == 2 && plan.decay && !is_embedding_or_head(p.name);
     plan.rule = muon && matrix ? UpdateRule::Muon : UpdateRule::AdamW;
@@ -281,8 +298,15 @@ void Optimizer::stage(double lr_factor) {
   upload_f64_async(schedule_, values);
 }
 
-void Optimizer::apply() {
+void Optimizer::apply(const Tensor& grad_scale) {
   NoGradGuard no_grad;
+  const double* scale = nullptr;
+  if (grad_scale.defined()) {
+    HLA_CHECK(grad_scale.dtype() == DType::F64 && grad_scale.numel() == 1 &&
+                  (groups_.empty() || grad_scale.device() == groups_[0].device),
+              "optimizer: grad_scale must be one F64 value on the parameters' device, got ", grad_scale.str());
+    scale = grad_scale.data<double>();
+  }
   for (size_t g = 0; g < groups_.size(); g++) {
     const UpdateGroup& group = groups_[g];
     std::vector<size_t> live;  // unused this step: no update, no decay
@@ -290,8 +314,8 @@ void Optimizer::apply() {
       if (updates_[i] && plan_[i].var.grad().defined()) live.push_back(i);
     if (live.empty()) continue;
     const Tensor schedule = schedule_.slice0(int64_t(g), int64_t(g) + 1);  // (1, kScheduleValues)
-    if (group.rule == UpdateRule::Muon) muon_step(group, live, schedule);
-    else adamw_step(group, live, schedule);
+    if (group.rule == UpdateRule::Muon) muon_step(group, live, schedule, scale);
+    else adamw_step(group, live, schedule, scale);
   }
 }
 
@@ -302,6 +326,16 @@ template <class T, class Get>
 std::vector<T*> column(const std::vector<size_t>& live, Get get) {
   std::vector<T*> out;
   for (size_t i : live) out.push_back(get(i).template data<std::remove_const_t<T>>());
+  return out;
+}
+
+// Each live parameter's compute copy, null where it has none (nn/module.h).
+std::vector<bf16*> compute_copies(const std::vector<ParamPlan>& plan, const std::vector<size_t>& live) {
+  std::vector<bf16*> out;
+  for (size_t i : live) {
+    Tensor copy = plan[i].compute_copy;  // a handle on the copy's storage
+    out.push_back(copy.defined() ? copy.data<bf16>() : nullptr);
+  }
   return out;
 }
 
@@ -316,7 +350,8 @@ std::vector<T*> matrices(Tensor& batch) {
 
 }  // namespace
 
-void Optimizer::adamw_step(const UpdateGroup& group, const std::vector<size_t>& live, const Tensor& schedule) {
+void Optimizer::adamw_step(const UpdateGroup& group, const std::vector<size_t>& live, const Tensor& schedule,
+                           const double* grad_scale) {
   auto param = [&](size_t i) -> Tensor& { return plan_[i].var.mutable_value(); };
   auto grad = [&](size_t i) -> const Tensor& { return plan_[i].var.grad(); };
   auto m = [&](size_t i) -> Tensor& { return state_[i][0].second; };
@@ -325,12 +360,13 @@ void Optimizer::adamw_step(const UpdateGroup& group, const std::vector<size_t>& 
   for (size_t i : live) n.push_back(plan_[i].var.numel());
   const int count = static_cast<int>(live.size());
   const double wd = group.weight_decay;
+  const std::vector<bf16*> copies = compute_copies(plan_, live);
   if (group.device == Device::CUDA) {
 #ifdef HLA_CUDA_OPTIM
     cuda::adamw_update(column<float>(live, param).data(), column<const float>(live, grad).data(),
                        column<float>(live, m).data(), column<float>(live, v).data(), n.data(), count,
                        schedule.data<double>(), float(config_.beta1), float(config_.beta2), float(config_.eps),
-                       float(wd));
+                       float(wd), grad_scale, copies.data());
     return;
 #else
     fail("optimizer: parameter '", plan_[live[0]].name, "' is on CUDA but this build has no cuda/optim.h");
@@ -340,13 +376,15 @@ void Optimizer::adamw_step(const UpdateGroup& group, const std::vector<size_t>& 
     using T = decltype(tag);
     cpu::adamw_update<T>(column<T>(live, param).data(), column<const T>(live, grad).data(),
                          column<T>(live, m).data(), column<T>(live, v).data(), n.data(), count,
-                         schedule.data<double>(), config_.beta1, config_.beta2, config_.eps, wd);
+                         schedule.data<double>(), config_.beta1, config_.beta2, config_.eps, wd, grad_scale,
+                         copies.data());
   });
 }
 
 // Pass 1: momentum into the matrices of one (count, rows, cols) batch; pass 2: Newton-Schulz of
 // the whole batch; pass 3: decay and the scaled orthogonal step on every parameter.
-void Optimizer::muon_step(const UpdateGroup& group, const std::vector<size_t>& live, const Tensor& schedule) {
+void Optimizer::muon_step(const UpdateGroup& group, const std::vector<size_t>& live, const Tensor& schedule,
+                          const double* grad_scale) {
   const int64_t rows = group.rows, cols = group.cols, count = static_cast<int64_t>(live.size());
   Tensor update = Tensor::empty({count, rows, cols}, group.dtype, group.device);  // (count, rows, cols)
   Tensor ortho = Tensor::empty({count, rows, cols}, group.dtype, group.device);   // (count, rows, cols)
@@ -354,14 +392,15 @@ void Optimizer::muon_step(const UpdateGroup& group, const std::vector<size_t>& l
   auto grad = [&](size_t i) -> const Tensor& { return plan_[i].var.grad(); };
   auto buf = [&](size_t i) -> Tensor& { return state_[i][0].second; };
   const std::vector<int64_t> n(count, rows * cols);
+  const std::vector<bf16*> copies = compute_copies(plan_, live);
   if (group.device == Device::CUDA) {
 #ifdef HLA_CUDA_OPTIM
     cuda::muon_momentum(column<float>(live, buf).data(), matrices<float>(update).data(),
                         column<const float>(live, grad).data(), n.data(), int(count), float(config_.momentum),
-                        config_.nesterov);
+                        config_.nesterov, grad_scale);
     cuda::newton_schulz(ortho.data<float>(), update.data<float>(), count, rows, cols, config_.ns_steps);
     cuda::muon_apply(column<float>(live, param).data(), matrices<const float>(ortho).data(), n.data(),
-                     int(count), schedule.data<double>());
+                     int(count), schedule.data<double>(), copies.data());
     return;
 #else
     fail("optimizer: parameter '", plan_[live[0]].name, "' is on CUDA but this build has no cuda/optim.h");
@@ -371,10 +410,10 @@ void Optimizer::muon_step(const UpdateGroup& group, const std::vector<size_t>& l
     using T = decltype(tag);
     cpu::muon_momentum<T>(column<T>(live, buf).data(), matrices<T>(update).data(),
                           column<const T>(live, grad).data(), n.data(), int(count), config_.momentum,
-                          config_.nesterov);
+                          config_.nesterov, grad_scale);
     cpu::newton_schulz<T>(ortho.data<T>(), update.data<T>(), count, rows, cols, config_.ns_steps);
     cpu::muon_apply<T>(column<T>(live, param).data(), matrices<const T>(ortho).data(), n.data(),
-                       int(count), schedule.data<double>());
+                       int(count), schedule.data<double>(), copies.data());
   });
 }
 

@@ -37,6 +37,8 @@
 // shape) are updated together, on CUDA parameters (F32 master weights) by the multi-tensor
 // kernels of cuda/optim.h (one launch per group, Newton-Schulz batched over the group's
 // matrices), on the CPU by the functions below, which those kernels follow line for line.
+// A parameter with a compute copy (nn/module.h: its bf16 value for a bf16 forward) gets it
+// written by the same update, so the forward never casts the master weights.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -75,6 +77,7 @@ struct ParamPlan {
   bool decay = false;   // weight decay applies
   double lr_scale = 1;  // peak lr of this parameter / OptimConfig::lr
   double weight_decay = 0;
+  Tensor compute_copy;  // the parameter's compute copy (nn/module.h), written with each update
 };
 
 // Parameters that never get weight decay: all but the rank >= 2 "*.weight" tensors of modules
@@ -95,8 +98,10 @@ class Optimizer {
   // scheduled values (per group: AdamW's lr and bias corrections, Muon's decay and step) into
   // schedule(), a tensor on the parameters' device (on the GPU an upload that does not wait);
   // apply queues the updates, whose kernels read the values there.
+  // grad_scale: undefined, or (1) F64 on the parameters' device, the clip factor every gradient is
+  // multiplied by as the update reads it (train/schedule.h: clip_factor_; cuda/optim.h: 0 drops it).
   void stage(double lr_factor);
-  void apply();
+  void apply(const Tensor& grad_scale = Tensor());
   void zero_grad();
   int64_t steps_taken() const { return step_; }
   const OptimConfig& config() const { return config_; }
@@ -129,8 +134,11 @@ class Optimizer {
   };
   // live: the members that have a gradient this step
   // schedule: (3) F64 on the group's device, the group's row of schedule_
-  void adamw_step(const UpdateGroup& group, const std::vector<size_t>& live, const Tensor& schedule);
-  void muon_step(const UpdateGroup& group, const std::vector<size_t>& live, const Tensor& schedule);
+  // grad_scale: apply()'s, as a pointer (null: none)
+  void adamw_step(const UpdateGroup& group, const std::vector<size_t>& live, const Tensor& schedule,
+                  const double* grad_scale);
+  void muon_step(const UpdateGroup& group, const std::vector<size_t>& live, const Tensor& schedule,
+                 const double* grad_scale);
 
   OptimConfig config_;
   std::vector<ParamPlan> plan_;
@@ -150,21 +158,26 @@ constexpr int64_t kScheduleValues = 3;
 
 namespace cpu {
 // The CPU references of cuda/optim.h (same arguments, T = float or double): `count` tensors,
-// tensor t given by pointers param[t], grad[t], ... of n[t] elements.
+// tensor t given by pointers param[t], grad[t], ... of n[t] elements; grad_scale and compute_copy
+// as there (grad_scale: null or the clip factor, a gradient read as f == 1 ? g : f == 0 ? 0 :
+// g * T(f), multi_scale_'s value; compute_copy: null, or per tensor null or its (n[t]) bf16 copy,
+// the updated parameter rounded from float).
 // param[t], grad[t], m[t], v[t]: (n[t]); schedule: (3) {lr, bias_correction1, bias_correction2}
 template <class T>
 void adamw_update(T* const* param, const T* const* grad, T* const* m, T* const* v, const int64_t* n,
-                  int count, const double* schedule, double beta1, double beta2, double eps, double weight_decay);
+                  int count, const double* schedule, double beta1, double beta2, double eps, double weight_decay,
+                  const double* grad_scale, bf16* const* compute_copy);
 // buf[t], update[t], grad[t]: (n[t]). buf = momentum buf + grad; update = nesterov ? grad + momentum buf : buf
 template <class T>
 void muon_momentum(T* const* buf, T* const* update, const T* const* grad, const int64_t* n, int count,
-                   double momentum, bool nesterov);
+                   double momentum, bool nesterov, const double* grad_scale);
 // out, g: (batch, rows, cols): the quintic Newton-Schulz orthogonalisation of each matrix of g.
 template <class T>
 void newton_schulz(T* out, const T* g, int64_t batch, int64_t rows, int64_t cols, int steps);
 // param[t], ortho[t]: (n[t]); schedule: (2) {decay, step}. p *= decay; p -= step * ortho
 template <class T>
-void muon_apply(T* const* param, const T* const* ortho, const int64_t* n, int count, const double* schedule);
+void muon_apply(T* const* param, const T* const* ortho, const int64_t* n, int count, const double* schedule,
+                bf16* const* compute_copy);
 }  // namespace cpu
 
 }  // namespace hla

@@ -6,7 +6,11 @@
 // only: the master weights and optimizer states are fp32.
 // The multi-tensor cases cut one flat input into kTensors tensors of the sizes below: more than
 // one launch's table (cuda::kTensorsPerLaunch), an empty tensor, tensors of exactly one chunk
-// (2048) and one element past it, and one of many chunks.
+// (2048) and one element past it, and one of many chunks. The AdamW and Muon-step cases run
+// twice: as they are, and clipped (gradients read times 0.37) with a bf16 copy for every odd
+// tensor (output "param_bf16", zero where none); that run's threshold is the bf16 output's, since
+// the reference rounds its float64 parameter through float and an element where the two straddle
+// a bf16 rounding boundary differs by one bf16 ulp. Nesterov momentum reads clipped gradients too.
 #include <cmath>
 #include <string>
 #include <type_traits>
@@ -63,6 +67,17 @@ check::Case optim_case(const std::string& name, const std::string& kernel, std::
   return c;
 }
 
+// The clip factor of the clipped cases, (1) F64 on the device of `like`.
+Tensor clip_factor(const Tensor& like) { return Tensor::from_f64({0.37}, {1}, DType::F64).to(like.device()); }
+
+// (total) bf16 zeros, and pointers into it for the odd tensors (null for the even ones).
+std::pair<Tensor, std::vector<bf16*>> odd_compute_copies(const Tensor& like) {
+  Tensor copy = Tensor::zeros({total_size()}, DType::BF16, like.device());
+  std::vector<bf16*> at = pieces<bf16>(copy);
+  for (int t = 0; t < kTensors; t += 2) at[t] = nullptr;
+  return {copy, at};
+}
+
 // Calls fn(T{}) for the storage dtype of t: float on CUDA, the CPU reference's dtype on the CPU
 // (so fn's cuda:: call sits under `if constexpr (std::is_same_v<T, float>)`).
 template <class Fn>
@@ -71,9 +86,14 @@ void on_device_dtype(const Tensor& t, const char* what, Fn&& fn) {
   else dispatch_float(t.dtype(), what, fn);
 }
 
-// p, m, v after one AdamW update at step 3 from (p, g, m, v), over kTensors tensors.
-Vars adamw(const Vars& x) {
+// p, m, v after one AdamW update at step 3 from (p, g, m, v), over kTensors tensors; clipped: of
+// the clipped gradients, with the bf16 copies as a fourth output.
+Vars adamw(const Vars& x, bool clipped) {
   Tensor p = x[0].value().clone(), m = x[2].value().clone(), v = x[3].value().clone();
+  auto [copy, copies] = odd_compute_copies(p);
+  bf16* const* compute_copy = clipped ? copies.data() : nullptr;
+  const Tensor factor = clip_factor(p);
+  const double* grad_scale = clipped ? factor.data<double>() : nullptr;
   const Tensor& g = x[1].value();
   const double lr = 3e-3, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1;
   const double bc1 = 1 - std::pow(b1, 3), bc2 = 1 - std::pow(b2, 3);
@@ -87,15 +107,21 @@ Vars adamw(const Vars& x) {
     if constexpr (std::is_same_v<T, float>)
       if (p.is_cuda())
         return HLA_CUDA_ONLY(cuda::adamw_update(P.data(), G.data(), M.data(), V.data(), n.data(), kTensors, sched,
-                                                float(b1), float(b2), float(eps), float(wd)));
-    cpu::adamw_update<T>(P.data(), G.data(), M.data(), V.data(), n.data(), kTensors, sched, b1, b2, eps, wd);
+                                                float(b1), float(b2), float(eps), float(wd), grad_scale,
+                                                compute_copy));
+    cpu::adamw_update<T>(P.data(), G.data(), M.data(), V.data(), n.data(), kTensors, sched, b1, b2, eps, wd,
+                         grad_scale, compute_copy);
   });
+  if (clipped) return {Var(p), Var(m), Var(v), Var(copy)};
   return {Var(p), Var(m), Var(v)};
 }
 
-// buf and the update after one momentum step from (buf, g), over kTensors tensors.
+// buf and the update after one momentum step from (buf, g), over kTensors tensors; Nesterov's of
+// the clipped gradients.
 Vars muon_momentum(const Vars& x, bool nesterov) {
   Tensor buf = x[0].value().clone(), update = Tensor::empty(buf.shape(), buf.dtype(), buf.device());
+  const Tensor factor = clip_factor(buf);
+  const double* grad_scale = nesterov ? factor.data<double>() : nullptr;
   const Tensor& g = x[1].value();
   const std::vector<int64_t> n = tensor_sizes();
   on_device_dtype(buf, "muon_momentum", [&](auto tag) {
@@ -104,15 +130,19 @@ Vars muon_momentum(const Vars& x, bool nesterov) {
     auto G = pieces<const T>(g);
     if constexpr (std::is_same_v<T, float>)
       if (buf.is_cuda())
-        return HLA_CUDA_ONLY(cuda::muon_momentum(B.data(), U.data(), G.data(), n.data(), kTensors, 0.95f, nesterov));
-    cpu::muon_momentum<T>(B.data(), U.data(), G.data(), n.data(), kTensors, 0.95, nesterov);
+        return HLA_CUDA_ONLY(
+            cuda::muon_momentum(B.data(), U.data(), G.data(), n.data(), kTensors, 0.95f, nesterov, grad_scale));
+    cpu::muon_momentum<T>(B.data(), U.data(), G.data(), n.data(), kTensors, 0.95, nesterov, grad_scale);
   });
   return {Var(buf), Var(update)};
 }
 
-// p after Muon's decayed step p = 0.998 p - 0.013 ortho, over kTensors tensors.
-Vars muon_apply(const Vars& x) {
+// p (and with_copies the bf16 copies) after Muon's decayed step p = 0.998 p - 0.013 ortho, over
+// kTensors tensors.
+Vars muon_apply(const Vars& x, bool with_copies) {
   Tensor p = x[0].value().clone();
+  auto [copy, copies] = odd_compute_copies(p);
+  bf16* const* compute_copy = with_copies ? copies.data() : nullptr;
   const Tensor& ortho = x[1].value();
   const std::vector<int64_t> n = tensor_sizes();
   const Tensor schedule = Tensor::from_f64({0.998, 0.013}, {2}, DType::F64).to(p.device());  // decay, step
@@ -123,9 +153,10 @@ Vars muon_apply(const Vars& x) {
     auto O = pieces<const T>(ortho);
     if constexpr (std::is_same_v<T, float>)
       if (p.is_cuda())
-        return HLA_CUDA_ONLY(cuda::muon_apply(P.data(), O.data(), n.data(), kTensors, sched));
-    cpu::muon_apply<T>(P.data(), O.data(), n.data(), kTensors, sched);
+        return HLA_CUDA_ONLY(cuda::muon_apply(P.data(), O.data(), n.data(), kTensors, sched, compute_copy));
+    cpu::muon_apply<T>(P.data(), O.data(), n.data(), kTensors, sched, compute_copy);
   });
+  if (with_copies) return {Var(p), Var(copy)};
   return {Var(p)};
 }
 
@@ -148,28 +179,40 @@ double abs_of(double x) { return std::abs(x); }
 const bool registered = [] {
   const int64_t total = total_size();
   const std::string tensors = " " + std::to_string(kTensors) + " tensors";
-  check::add_case(optim_case("adamw_update" + tensors, "multi-tensor", {"param", "m", "v"},
-                             [total](uint64_t s) {
-                               return Inputs{{"p", randn64({total}, s + 1), false},
-                                             {"g", randn64({total}, s + 2), false},
-                                             {"m", randn64({total}, s + 3, 0.1), false},
-                                             {"v", check::map64(randn64({total}, s + 4, 0.01), abs_of), false}};
-                             },
-                             adamw));
+  check::Tolerances bf16_copies;
+  bf16_copies.f32 = bf16_copies.bf16_out;
+  for (bool copies : {false, true}) {
+    const std::string suffix = copies ? ", bf16 copies" : "";
+    std::vector<std::string> adamw_outputs = {"param", "m", "v"}, apply_outputs = {"param"};
+    if (copies) adamw_outputs.push_back("param_bf16"), apply_outputs.push_back("param_bf16");
+    const std::string adamw_name = "adamw_update" + tensors + (copies ? ", clipped" : "") + suffix;
+    check::Case adamw_case = optim_case(adamw_name, "multi-tensor", adamw_outputs,
+                                        [total](uint64_t s) {
+                                          return Inputs{{"p", randn64({total}, s + 1), false},
+                                                        {"g", randn64({total}, s + 2), false},
+                                                        {"m", randn64({total}, s + 3, 0.1), false},
+                                                        {"v", check::map64(randn64({total}, s + 4, 0.01), abs_of),
+                                                         false}};
+                                        },
+                                        [copies](const Vars& x) { return adamw(x, copies); });
+    check::Case apply_case = optim_case("muon_apply" + tensors + suffix, "multi-tensor", apply_outputs,
+                                        [total](uint64_t s) {
+                                          return Inputs{{"p", randn64({total}, s + 7), false},
+                                                        {"ortho", randn64({total}, s + 8), false}};
+                                        },
+                                        [copies](const Vars& x) { return muon_apply(x, copies); });
+    if (copies) adamw_case.tol = bf16_copies, apply_case.tol = bf16_copies;
+    check::add_case(std::move(adamw_case));
+    check::add_case(std::move(apply_case));
+  }
   for (bool nesterov : {false, true})
-    check::add_case(optim_case((nesterov ? "muon_momentum nesterov" : "muon_momentum") + tensors, "multi-tensor",
-                               {"buf", "update"},
+    check::add_case(optim_case((nesterov ? "muon_momentum nesterov clipped" : "muon_momentum") + tensors,
+                               "multi-tensor", {"buf", "update"},
                                [total](uint64_t s) {
                                  return Inputs{{"buf", randn64({total}, s + 5), false},
                                                {"g", randn64({total}, s + 6), false}};
                                },
                                [nesterov](const Vars& x) { return muon_momentum(x, nesterov); }));
-  check::add_case(optim_case("muon_apply" + tensors, "multi-tensor", {"param"},
-                             [total](uint64_t s) {
-                               return Inputs{{"p", randn64({total}, s + 7), false},
-                                             {"ortho", randn64({total}, s + 8), false}};
-                             },
-                             muon_apply));
   for (auto [rows, cols] : {std::pair<int64_t, int64_t>{96, 160}, {160, 96}})
     check::add_case(optim_case("newton_schulz 3x" + std::to_string(rows) + "x" + std::to_string(cols),
                                "cublas batched", {"out"},

@@ -58,12 +58,16 @@ Device params_device(const ParameterList& params) {
   return params.empty() ? Device::CPU : params.front().var.value().device();
 }
 
+Tensor clip_factor_(const ParameterList& params, double max_norm, Tensor& records, int64_t slot, Tensor& status,
+                    const Tensor& step) {
+  const Tensor sums = multi_sq_norm(gradients(params), params_device(params));  // sums: (n + 1)
+  finish_step(records, slot, status, sums, max_norm, step);
+  return status.slice0(kStepStatusSize - 1, kStepStatusSize);
+}
+
 void clip_grad_norm_(const ParameterList& params, double max_norm, Tensor& records, int64_t slot, Tensor& status,
                      const Tensor& step) {
-  const std::vector<Tensor> grads = gradients(params);
-  const Tensor sums = multi_sq_norm(grads, params_device(params));  // sums: (n + 1)
-  finish_step(records, slot, status, sums, max_norm, step);
-  multi_scale_(grads, status.slice0(kStepStatusSize - 1, kStepStatusSize));
+  multi_scale_(gradients(params), clip_factor_(params, max_norm, records, slot, status, step));
 }
 
 double clip_grad_norm(const ParameterList& params, double max_norm) {

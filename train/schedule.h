@@ -42,6 +42,11 @@ double lr_factor(const ScheduleConfig& schedule, int64_t step);
 // training step reads each update's number there).
 void clip_grad_norm_(const ParameterList& params, double max_norm, Tensor& records, int64_t slot, Tensor& status,
                      const Tensor& step);
+// The same but the scaling: returns the factor, (1) F64 in status, for the optimizer to multiply
+// each gradient by as it reads it (Optimizer::apply(grad_scale)): the training step's form, which
+// writes no clipped gradient.
+Tensor clip_factor_(const ParameterList& params, double max_norm, Tensor& records, int64_t slot, Tensor& status,
+                    const Tensor& step);
 // The same for one update, read back: returns the norm before clipping (one host read).
 double clip_grad_norm(const ParameterList& params, double max_norm);
 // sqrt of the sum of squares of every parameter gradient (one host read).

@@ -268,8 +268,7 @@ void Trainer::queue_step() {
     step_number_.fill_(double(step_ + 1));
     const double padding = reduced_gradients(micro, slot);
     if (!micro[0].cu_seqlens.empty()) q.padding = padding;
-    clip_grad_norm_(params_, options_.clip, records_, slot, status_, step_number_);
-    optimizer_.apply();
+    optimizer_.apply(clip_factor_(params_, options_.clip, records_, slot, status_, step_number_));
     if (zero_) zero_->gather_parameters();
     optimizer_.zero_grad();
   } else {
@@ -337,9 +336,9 @@ void Trainer::device_step(const std::vector<int64_t>& valid, const std::vector<D
       model_, valid, [&](size_t i) { return part(0, i); }, [&](size_t i) { return part(1, i); }, documents, weights,
       step_record_, 0, LeafReadyFn());
   step_phase = "gradient clipping";
-  clip_grad_norm_(params_, options_.clip, step_record_, 0, status_, step_number_);
+  const Tensor clip_factor = clip_factor_(params_, options_.clip, step_record_, 0, status_, step_number_);
   step_phase = "the optimizer update";
-  optimizer_.apply();
+  optimizer_.apply(clip_factor);  // the clipped gradients are never written
   step_phase = "zero_grad";
   optimizer_.zero_grad();
 }

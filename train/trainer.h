@@ -8,11 +8,12 @@
 //
 // No host read inside a step: the batches go up through a pinned staging ring (cuda/staging.h),
 // the loss adds up in a device scalar, the gradient norm and the clip factor stay on the device
-// (train/schedule.h), and the host reads the window of steps
-// since its last read in one copy, at the log lines (and before validation, saves, the end,
-// and once at the end of warm-up). metrics.jsonl still gets one line per step, written then.
+// (train/schedule.h; the optimizer multiplies each gradient by the factor as it reads it), and the
+// host reads the window of steps since its last read in one copy, at the log lines (and before
+// validation, saves, the end, and once at the end of warm-up). metrics.jsonl still gets one line
+// per step, written then.
 // A step whose loss or gradient norm is not finite is kept on the device (its number and first
-// non-finite gradient); its gradients and those of every later step are zeroed, so the
+// non-finite gradient); its gradients and those of every later step are read as zeros, so the
 // optimizer never applies a NaN or Inf, and the next read stops the run naming that step.
 //
 // CUDA graph (options.cuda_graph, on the GPU in one process): after kEagerStepsBeforeGraph eager

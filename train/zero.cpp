@@ -59,6 +59,7 @@ void ZeroShards::gather_parameters() {
     for (size_t i : by_rank_[r]) {
       Tensor& v = params_[i].var.mutable_value();
       v.copy_(shard.slice0(at, at + v.numel()).reshape(v.shape()));
+      params_[i].refresh_compute_copy();
       at += v.numel();
     }
   }

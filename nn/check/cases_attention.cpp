@@ -93,6 +93,7 @@ void add_attention_cases() {
                                  AttentionCase{"attention gqa window=20 D=128", 2, 130, 4, 2, 128, 128, 0, 20},
                                  AttentionCase{"attention gqa D=256", 2, 200, 4, 2, 256, 256, 0, 0},
                                  AttentionCase{"attention D=48 Dv=32", 2, 50, 2, 2, 48, 32, 0, 0},
+                                 AttentionCase{"attention D=40 Dv=20", 2, 37, 3, 1, 40, 20, 0, 0},
                                  AttentionCase{"attention long T=4096", 1, 4096, 2, 1, 128, 128, 0, 0}})
     add_case(gpu_case("attention", c.name, attention_kernel(c), inputs(c), attention_op(c)));
   // Packed documents: one-token and empty documents, boundaries on a key tile's edge (64) and

@@ -22,7 +22,9 @@ Var ParamStore::add(const std::string& name, Tensor value) {
     HLA_CHECK(p.name != full, "parameter '", full, "' created twice");
   DType master = compute_dtype_ == DType::F64 ? DType::F64 : DType::F32;  // fp32 master weights
   Var v(value.to(master).to(device_), true);
-  params_.push_back({full, v});
+  Tensor compute_copy = compute_dtype_ == master ? Tensor() : v.value().to(compute_dtype_);
+  index_[v.impl()] = params_.size();
+  params_.push_back({full, v, compute_copy});
   return v;
 }
 
@@ -72,7 +74,9 @@ Var ParamStore::from_tensor(const std::string& name, const Tensor& values) { ret
 
 Var ParamStore::use(const Var& param) const {
   if (param.dtype() == compute_dtype_) return param;
-  return cast(param, compute_dtype_);
+  const auto it = index_.find(param.impl());
+  if (it == index_.end() || !params_[it->second].compute_copy.defined()) return cast(param, compute_dtype_);
+  return cast_made(param, params_[it->second].compute_copy);
 }
 
 }  // namespace hla

@@ -5,6 +5,7 @@
 // which parameter gets which, as fla initialises it, is the table in nn/layers/common.h.
 #pragma once
 #include <string>
+#include <unordered_map>
 
 #include "nn/module.h"
 
@@ -25,8 +26,10 @@ class ParamStore {
   Var orthogonal(const std::string& name, const Shape& shape, double gain);
   Var from_tensor(const std::string& name, const Tensor& values);  // a CPU F64/F32 tensor
 
-  // The parameter as the forward pass uses it: cast to the compute dtype when that differs
-  // from the fp32 master weight (bf16 on the GPU), so the gradient flows back in fp32.
+  // The parameter as the forward pass uses it: in the compute dtype when that differs from the
+  // fp32 master weight (bf16 on the GPU), so the gradient flows back in fp32. A parameter of this
+  // store reads its compute copy (made here, kept current by every writer: nn/module.h), no cast
+  // per forward; any other Var (one computed from parameters) is cast.
   Var use(const Var& param) const;
 
   ParameterList& parameters() { return params_; }
@@ -54,6 +57,7 @@ class ParamStore {
   DType compute_dtype_;
   std::string prefix_;
   ParameterList params_;
+  std::unordered_map<const VarImpl*, size_t> index_;  // a parameter's place in params_
 };
 
 }  // namespace hla

@@ -5,4 +5,7 @@
 
 namespace hla {
 Var cast(const Var& x, DType dtype);
+// The same op where the cast is already made: cast_value must hold exactly x cast to its dtype
+// (a parameter's compute copy, nn/module.h); the node is cast's, with no kernel in the forward.
+Var cast_made(const Var& x, const Tensor& cast_value);
 }  // namespace hla

@@ -11,7 +11,7 @@
 // documents, boundaries on and off the tile edges, with and without a window);
 // some cases again with cp.async copies landing at issue and warps run one after another (the
 // emulator's other extreme of copy and warp timing: a buffer overwritten before its readers are
-// done shows there); then the fp32 path (fma kernels) at one shape.
+// done shows there); then the fma kernels: fp32 at head width 64, fp32 and bf16 at 20.
 // The backward runs on the kernel's own o and lse, as in training. Tolerances are gpu-check's
 // (relative RMS: bf16 5e-3 outputs, 1e-2 gradients; fp32 1e-5); the exit status is 1 when a row
 // fails.
@@ -147,6 +147,10 @@ int main(int argc, char** argv) {
     attention_case(DType::F32, 1, 70, 2, 1, 64, 30, 3);
     attention_case(DType::F32, 2, 70, 2, 1, 64, 0, 12, 2.0, {{10, 1, 59}, {33, 37}});
     attention_case(DType::F32, 1, 70, 2, 2, 64, 30, 13, 2.0, {{40, 30}});
+    // D = 20: the backward's delta rows in 16-byte vectors (F32, 5 a row) and element by element
+    // (BF16: 20 is no multiple of 8), odd T, GQA 3 -> 1
+    attention_case(DType::F32, 1, 37, 3, 1, 20, 0, 14);
+    attention_case(DType::BF16, 2, 37, 3, 1, 20, 0, 15);
   }
   std::printf(g_fail ? "SOME FAILED\n" : "ALL OK\n");
   return g_fail;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "tensor/dtype.h"
 #include "tensor/error.h"
@@ -31,6 +32,23 @@ void dispatch_storage(DType dtype, const char* op, Fn&& fn) {
 }
 
 inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+template <class T> constexpr int kVecWidth = 16 / sizeof(T);
+template <class T, int W>
+struct alignas(W * sizeof(T)) Vec {
+  T v[W];
+};
+template <int W> using Width = std::integral_constant<int, W>;
+template <int W, class T>
+inline void load_floats(float (&out)[W], const T* p) {
+  const Vec<T, W> v = *reinterpret_cast<const Vec<T, W>*>(p);
+  for (int k = 0; k < W; k++) out[k] = to_float(v.v[k]);
+}
+template <class T, class Fn, class... Ptrs>
+void dispatch_width(Fn&& fn, const Ptrs*... ptrs) {
+  if ((aligned16(ptrs) && ...)) fn(Width<kVecWidth<T>>{});
+  else fn(Width<1>{});
+}
 
 // Scratch filled with 0xff (NaN) so that a read of an unwritten element shows.
 template <class T>
