@@ -48,7 +48,7 @@
 //   h, so o's error is unchanged (every emulator row's o error the same to 4 digits); bf16
 //   snapshots would halve 2b's state traffic (~0.07 ms at the anchor shape) for a 2^-9 relative
 //   error on the q h term, the size of o's own bf16 rounding. Vnew comes from u_f32 when the
-//   caller asks for it (training), else the scan writes it over U (inference).
+//   caller asks for it (training; 16-byte aligned), else the scan writes it over U (inference).
 //
 //   With a vector gate the scans hold G[t][d] (C x dk fp32, copied at the top of a chunk), 2c
 //   scales the channels of K by exp(G_last - G) and the state's rows by exp(G_last) (3b and 3c
@@ -145,13 +145,17 @@
 //   as the vector gate's): dk 64: prepare 113.8 / 129.8 KB (dv 64 / 128); dk 128: 169.8 / 185.8 KB
 //   (local backward before its staged tiles: 159.1 / 135.1, 209.1 / 153.1, 185.1; vector gate
 //   153.4, 188.6 KB, and 165.9, 204.1 KB before its staged pair products: one CTA an SM either way)
-// Registers a thread (ptxas, nvcc 13.0, sm_90; every dv): prepare 59-128, scan 125 / 125 / 127
-// and reverse scan 122 / 128 / 128 at dk = 64 / 128 / 256 (launch bounds of two CTAs: at most
-// 128), local backward 154-255 (212-255 at dk >= 128; before the staged tiles 158-255); vector
-// gate: prepare 64-101 (79-102 before its staged pair products), scan and reverse scan 124 / 128
-// at dk = 64 / 128, local backward 230 / 200-201 (144 / 194-196 before its staged pair products,
-// 195 / 254 before the staged tiles; one CTA an SM at any of these); no spills (the prepare's
-// staging loops are kept rolled: unrolled, ptxas spilled 4 bytes at dk = 64 to fit 64 registers).
+//   output_kernel (every dv; two CTAs an SM): 63.2 / 89.2 / 101.2 KB at dk = 64 / 128 / 256 (32
+//   value columns a CTA at 256, 64 below), vector gate 72.2 / 106.2 KB (q (.) exp(G) split)
+// Registers a thread (ptxas, nvcc 13.0, sm_90; every dv): prepare 59-128, scan 106 / 112 / 122
+// (125 / 125 / 127 with 2b inside), output_kernel 87-90 / 109-112 / 115 and reverse scan 122 /
+// 128 / 128 at dk = 64 / 128 / 256 (launch bounds of two CTAs: at most 128), local backward
+// 154-255 (212-255 at dk >= 128; before the staged tiles 158-255); vector gate: prepare 64-101
+// (79-102 before its staged pair products), scan 110-112 / 124 (124 / 128 with 2b), output_kernel
+// 102-106 / 126-127 and reverse scan 124 / 128 at dk = 64 / 128, local backward 230 / 200-201
+// (144 / 194-196 before its staged pair products, 195 / 254 before the staged tiles; one CTA an
+// SM at any of these); no spills (the prepare's staging loops are kept rolled: unrolled, ptxas
+// spilled 4 bytes at dk = 64 to fit 64 registers).
 // GDN-2: prepare 64 / 80 at dk = 64 (dv 128 / 64) and 80 at dk = 128, local backward 255 at every
 // width; no spills at dk = 64, 16 bytes of spill stores and loads at dk = 128 (ptxas's allocation
 // swings by 50 registers on small changes here: KDA's kernel without its last, per-row db and dw
@@ -221,11 +225,11 @@ struct ChunkArgs {
   const float* h0;      // (B, HV, dk, dv) or null
   const int32_t* chunk_reset;  // (B, NT) 1 where the state entering a chunk is zero (packed documents), or null
   bf16 *o, *residual;   // (B, T, HV, dv)
-  float* u_f32;         // (B, T, HV, dv) or null (then 2a writes Vnew over U for 2b)
+  float* u_f32;         // (B, T, HV, dv) or null
   float* final_state;   // (B, HV, dk, dv)
   // workspace, written by pass 1 and read by pass 2
   float* W;             // (B, HV, NT * C, dk); pass 4 writes dW over it (pass 3 reads W last)
-  float* U;             // (B, HV, NT * C, dv); 2a writes Vnew over it when u_f32 is null
+  float* U;             // (B, HV, NT * C, dv); 2a writes Vnew over it for 2b when vnew is null
   float* Aqk;           // (B, HV, NT, C, C)
   float* G;             // (B, HV, NT * C)  in-chunk cumulative gate
   // the backward's (A also a keeping forward's, null in a forward that keeps nothing; h_start
@@ -236,7 +240,7 @@ struct ChunkArgs {
   float* dvnew;         // (B, HV, NT * C, dv)  total gradient of Vnew (pass 3)
   const bf16 *d_o, *d_res;  // (B, T, HV, dv)  gradients of o and of the residual output u
   const float* dht;     // (B, HV, dk, dv) or null  gradient of the final state
-  const float* vnew;    // (B, T, HV, dv)  the forward's u_f32 (= Vnew)
+  const float* vnew;    // (B, T, HV, dv)  the forward's u_f32 (= Vnew), or null (2b: not 16-byte aligned)
   float* dh0;           // (B, HV, dk, dv) or null
   float *dq, *dk;       // (B, T, HV, dk)  per value head: phase A's parts, then (grouped) dQ, dK to sum
   bf16 *dq_direct, *dk_direct;  // HV == H: (B, T, H, dk), phase C writes dQ, dK there in bf16, else null
@@ -704,7 +708,7 @@ __global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
     // every chunk-start state h[n], for 2b (output_kernel) and the backward (4.9 step 1)
     sm.store_state(a.h_start + (head * a.NT + chunk) * DK * DV, v0);
     // 2a: Vnew = U - W h (rows past n are 0 - 0 h = 0), in place of U in sm.vnew; for 2b also
-    //     in a.U's place (the chunk's U is read) unless u_f32 holds it.
+    //     in a.U's place (the chunk's U is read) unless a.vnew (u_f32) holds it.
     {
       if (!VG && threadIdx.x < C) {
         sm.expG[threadIdx.x] = expf(sm.G[threadIdx.x]);
@@ -720,7 +724,7 @@ __global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
           a.residual[idx] = __float2bfloat16_rn(u);
           if (a.u_f32) a.u_f32[idx] = u;
         }
-        if (a.o && !a.u_f32) a.U[(row0 + r) * DV + v0 + c] = u;
+        if (a.o && !a.vnew) a.U[(row0 + r) * DV + v0 + c] = u;
       });
     }
     __syncthreads();  // Vnew is complete; W and G are read
@@ -752,7 +756,7 @@ __global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
 
 template <int DK, int DV, bool VG>
 struct OutputSmem {
-  // value columns per CTA: 64, or 32 at DK = 256 (103 KB: two CTAs an SM)
+  // value columns per CTA: 64, or 32 at DK = 256 (101 KB: two CTAs an SM)
   static constexpr int VS = std::min(DV, DK < 256 ? 64 : 32);
   static constexpr int kLdK = DK + 8, kLdS = VS + 8, kLdA = C + 8;  // bf16 row strides
   bf16 *q_hi, *q_lo;    // (C, kLdK): q (scalar gate or none: q_hi only), or q (.) exp(G) split
@@ -786,23 +790,24 @@ __global__ void __launch_bounds__(kThreads, 2) output_kernel(ChunkArgs a) {
   const ScanTiles<DK> tiles(a, bi, j);
   const int t0 = chunk * C, n = tiles.rows(chunk);
   const int64_t row0 = tiles.row0(chunk), tok0 = (int64_t(bi) * a.T + t0) * a.HV + j;  // (B, T, HV) index of t0
-  // q rows into q_hi; a vector gate's then become q (.) exp(G) split in place (each thread reads
-  // the q of the very pieces it overwrites)
+  // q into q_hi (cp.async, in flight while the fp32 tiles are staged); a vector gate's then
+  // becomes q (.) exp(G) split in place (each thread reads the q of the very pieces it overwrites)
   load_bf16_rows_async<C, DK>(sm.q_hi, tiles.qk(a.q, chunk), tiles.qk_stride, n);
   if (!VG && threadIdx.x < C) sm.expG[threadIdx.x] = expf(a.G[row0 + threadIdx.x]);
+  auto as_is = [](int, int, float4&) {};
+  const int64_t state = tiles.head * a.NT + chunk;  // (b, j, chunk) of the (B, HV, NT, ..) buffers
+  stage_f32_rows<DK, VS, true>(sm.h_hi, sm.h_lo, a.h_start + state * DK * DV + v0, DV, DK, as_is);
+  stage_f32_rows<C, C, true>(sm.aqk_hi, sm.aqk_lo, a.Aqk + state * C * C, C, C, as_is);
+  if (a.vnew) stage_f32_rows<C, VS, true>(sm.vn_hi, sm.vn_lo, a.vnew + tok0 * DV + v0, int64_t(a.HV) * DV, n, as_is);
+  else stage_f32_rows<C, VS, true>(sm.vn_hi, sm.vn_lo, a.U + row0 * DV + v0, DV, C, as_is);
   wait_tiles();
-  auto no_sum = [](int, int, float4&) {};
   if constexpr (VG) {
     stage_f32_rows<C, DK, true>(sm.q_hi, sm.q_lo, a.G + row0 * DK, DK, C, [&](int t, int d, float4& x) {
       const float2 q01 = bf16_pair(sm.q_hi, t * kLdK + d), q23 = bf16_pair(sm.q_hi, t * kLdK + d + 2);
       x = make_float4(q01.x * expf(x.x), q01.y * expf(x.y), q23.x * expf(x.z), q23.y * expf(x.w));
     });
+    __syncthreads();
   }
-  stage_f32_rows<DK, VS, true>(sm.h_hi, sm.h_lo, a.h_start + (tiles.head * a.NT + chunk) * DK * DV + v0, DV, DK, no_sum);
-  stage_f32_rows<C, C, true>(sm.aqk_hi, sm.aqk_lo, a.Aqk + (tiles.head * a.NT + chunk) * C * C, C, C, no_sum);
-  if (a.u_f32) stage_f32_rows<C, VS, true>(sm.vn_hi, sm.vn_lo, a.u_f32 + tok0 * DV + v0, int64_t(a.HV) * DV, n, no_sum);
-  else stage_f32_rows<C, VS, true>(sm.vn_hi, sm.vn_lo, a.U + row0 * DV + v0, DV, C, no_sum);
-  __syncthreads();
   WarpTile<C, VS> qh, av;
   mma_staged(qh, Padded<kLdK, false>{sm.q_hi}, Padded<kLdS, false>{sm.h_hi}, 0, DK);
   mma_staged(qh, Padded<kLdK, false>{sm.q_hi}, Padded<kLdS, false>{sm.h_lo}, 0, DK);
@@ -813,7 +818,8 @@ __global__ void __launch_bounds__(kThreads, 2) output_kernel(ChunkArgs a) {
   mma_staged(av, Padded<kLdA, false>{sm.aqk_lo}, Padded<kLdS, false>{sm.vn_hi}, 0, s_end);
   qh.each([&](int r, int c, float x, int slot) {
     if (r < n)
-      a.o[(tok0 + int64_t(r) * a.HV) * DV + v0 + c] = __float2bfloat16_rn(a.scale * (VG ? 1.f : sm.expG[r]) * x + av.at(slot));
+      a.o[(tok0 + int64_t(r) * a.HV) * DV + v0 + c] =
+          __float2bfloat16_rn(a.scale * (VG ? 1.f : sm.expG[r]) * x + av.at(slot));
   });
 }
 
@@ -1584,9 +1590,9 @@ int64_t kept_floats(const DeltaRuleDims& d) {
 
 void forward(void* o, float* final_state, void* residual, const void* q, const void* k, const void* v, const void* g,
              const void* b, const void* w, const float* h0, const DeltaRuleDims& d, float* u_f32, float* kept) {
-  HLA_CHECK(aligned16(u_f32), "delta_rule chunk kernel: u_f32 must be 16-byte aligned");
   ChunkArgs a = input_args(q, k, v, g, b, w, h0, d);
   a.o = static_cast<bf16*>(o), a.residual = static_cast<bf16*>(residual), a.u_f32 = u_f32;
+  a.vnew = aligned16(u_f32) ? u_f32 : nullptr;  // 2b's 16-byte loads; else Vnew goes over U
   a.final_state = final_state;
   const Workspace ws(d, a, kept, kept != nullptr, true);
   dispatch_widths(d, [&](auto dk, auto dv) {
