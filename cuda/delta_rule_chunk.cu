@@ -42,8 +42,9 @@
 //   moved out (0663ef9), the scan's 256 CTAs (B4 H16 D128, two an SM on 128 of the 132 SMs)
 //   carried its two C x 128 x 32 products and its q and Aqk tiles through every step of the
 //   chain, and the forward took 1.60 ms where fla's chunk_fwd_h + chunk_fwd_o take 0.86 ms.
-//   Now the scan does 2a and 2c only, and output_kernel's NT dv / VS x HV x B CTAs (8192 at the
-//   anchor shape) fill the SMs. h[n] is fp32 as the backward keeps it (a keeping forward writes
+//   Now the scan does 2a and 2c only (a scalar gate's 2c on staged tiles: K^T by ldmatrix.trans
+//   of k's tile, Vnew exp(G_last - G) split into bf16 hi and lo tiles as 2a leaves it), and
+//   output_kernel's NT dv / VS x HV x B CTAs (8192 at the anchor shape) fill the SMs. h[n] is fp32 as the backward keeps it (a keeping forward writes
 //   it once, for both): output_kernel splits it into hi + lo bf16 tiles, as the fused scan split
 //   h, so o's error is unchanged (every emulator row's o error the same to 4 digits); bf16
 //   snapshots would halve 2b's state traffic (~0.07 ms at the anchor shape) for a 2^-9 relative
@@ -147,12 +148,12 @@
 //   153.4, 188.6 KB, and 165.9, 204.1 KB before its staged pair products: one CTA an SM either way)
 //   output_kernel (every dv; two CTAs an SM): 63.2 / 89.2 / 101.2 KB at dk = 64 / 128 / 256 (32
 //   value columns a CTA at 256, 64 below), vector gate 72.2 / 106.2 KB (q (.) exp(G) split)
-// Registers a thread (ptxas, nvcc 13.0, sm_90; every dv): prepare 59-128, scan 106 / 112 / 122
-// (125 / 125 / 127 with 2b inside), output_kernel 87-90 / 109-112 / 115 and reverse scan 122 /
-// 128 / 128 at dk = 64 / 128 / 256 (launch bounds of two CTAs: at most 128), local backward
+// Registers a thread (ptxas, nvcc 13.0, sm_90; every dv): prepare 59-128, scan 116 / 113 / 113
+// (125 / 125 / 127 with 2b inside), output_kernel 87-90 / 118-120 / 126-128 and reverse scan 122
+// / 128 / 128 at dk = 64 / 128 / 256 (launch bounds of two CTAs: at most 128), local backward
 // 154-255 (212-255 at dk >= 128; before the staged tiles 158-255); vector gate: prepare 64-101
 // (79-102 before its staged pair products), scan 110-112 / 124 (124 / 128 with 2b), output_kernel
-// 102-106 / 126-127 and reverse scan 124 / 128 at dk = 64 / 128, local backward 230 / 200-201
+// 102-104 / 126-127 and reverse scan 124 / 128 at dk = 64 / 128, local backward 230 / 200-201
 // (144 / 194-196 before its staged pair products, 195 / 254 before the staged tiles; one CTA an
 // SM at any of these); no spills (the prepare's staging loops are kept rolled: unrolled, ptxas
 // spilled 4 bytes at dk = 64 to fit 64 registers).
@@ -602,6 +603,9 @@ struct ScanSmem {
   float *expG, *kdecay;  // (C): exp(G), exp(G_last - G) (scalar gate)
   bf16 *q, *k;   // (C, kLdK)
   bf16* dov;     // (C, kLdO) the reverse scan's dO columns
+  // (C, kLdO) each: the forward's Vnew (.) exp(G_last - G) (scalar gate) split for 2c's staged
+  // product, in the places of q and dov (the forward scan reads neither)
+  bf16 *vn_hi, *vn_lo;
   static constexpr size_t bytes() {
     return sizeof(float) * (size_t(DK) * kLdH + C * kLdW + C * kLdH + kAqk + C * kLdG + 2 * C) +
            sizeof(bf16) * (2 * C * kLdK + C * kLdO);
@@ -610,6 +614,7 @@ struct ScanSmem {
     h = static_cast<float*>(p), W = h + DK * kLdH, vnew = W + C * kLdW, aqk = vnew + C * kLdH;
     G = aqk + kAqk, expG = G + C * kLdG, kdecay = expG + C;
     q = reinterpret_cast<bf16*>(kdecay + C), k = q + C * kLdK, dov = k + C * kLdK;
+    vn_hi = q, vn_lo = dov;
   }
   __device__ static int aqk_row(int t) {
     const int a = t / 4, b = t % 4;  // pieces before row t: sum over i < t of (i / 4 + 1)
@@ -682,6 +687,7 @@ __global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
   using Smem = ScanSmem<DK, DV, VG>;
   const Smem sm(smem_raw);
   constexpr int BV = Smem::BV, kLdH = Smem::kLdH, kLdW = Smem::kLdW, kLdK = Smem::kLdK, kLdG = Smem::kLdG;
+  constexpr int kLdO = Smem::kLdO;
   const int v0 = blockIdx.x * BV, j = blockIdx.y, bi = blockIdx.z;
   const int64_t head = int64_t(bi) * a.HV + j;
   const ScanTiles<DK> tiles(a, bi, j);
@@ -708,17 +714,20 @@ __global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
     // every chunk-start state h[n], for 2b (output_kernel) and the backward (4.9 step 1)
     sm.store_state(a.h_start + (head * a.NT + chunk) * DK * DV, v0);
     // 2a: Vnew = U - W h (rows past n are 0 - 0 h = 0), in place of U in sm.vnew; for 2b also
-    //     in a.U's place (the chunk's U is read) unless a.vnew (u_f32) holds it.
+    //     in a.U's place (the chunk's U is read) unless a.vnew (u_f32) holds it; a scalar
+    //     gate's 2c operand Vnew exp(G_last - G) split into vn_hi, vn_lo.
     {
-      if (!VG && threadIdx.x < C) {
-        sm.expG[threadIdx.x] = expf(sm.G[threadIdx.x]);
-        sm.kdecay[threadIdx.x] = expf(sm.G[C - 1] - sm.G[threadIdx.x]);  // G_last = G[C - 1]: g = 0 past n
-      }
+      if (!VG && threadIdx.x == 0) sm.expG[C - 1] = expf(sm.G[C - 1]);  // 2c's decay (G is copied over before 2c)
       WarpTile<C, BV> wh;
       wh.mma<DK, true, true>([&](int r, int d) { return sm.W[r * kLdW + d]; }, h_op);
       wh.each([&](int r, int c, float x, int) {
         const float u = sm.vnew[r * kLdH + c] - x;
         sm.vnew[r * kLdH + c] = u;
+        if constexpr (!VG) {  // G_last = G[C - 1]: g = 0 past n
+          const float y = u * expf(sm.G[C - 1] - sm.G[r]);
+          const bf16 hi = __float2bfloat16_rn(y);
+          sm.vn_hi[r * kLdO + c] = hi, sm.vn_lo[r * kLdO + c] = __float2bfloat16_rn(y - bf(hi));
+        }
         if (r < n && a.residual) {  // the backward's replay (4.9 step 1) writes no outputs
           const int64_t idx = ((int64_t(bi) * a.T + t0 + r) * a.HV + j) * DV + v0 + c;  // (B, T, HV, dv)
           a.residual[idx] = __float2bfloat16_rn(u);
@@ -730,17 +739,20 @@ __global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
     __syncthreads();  // Vnew is complete; W and G are read
     if (more) copy_w_g(chunk + 1);
     // 2c: h <- Diag(exp(G_last)) h + (K (.) exp(G_last - G))^T Vnew (a scalar gate's decays
-    //     scale the rows of Vnew, a vector gate's the channels of K; exponents <= 0).
+    //     scale the rows of Vnew, staged: K^T by ldmatrix.trans of k's tile; a vector gate's the
+    //     channels of K, through accessors; exponents <= 0).
     if constexpr (VG) {
       sm.update_state([&](int d) { return expf(g(C - 1, d)); }, [&](auto& hn, int d0) {
         hn.mma<C, true, true>([&](int d, int s) { return bf(sm.k[s * kLdK + d0 + d]) * expf(g(C - 1, d0 + d) - g(s, d0 + d)); },
                               [&](int s, int c) { return sm.vnew[s * kLdH + c]; });
       });
     } else {
+      using chunk_mma::Padded;
       const float decay = sm.expG[C - 1];
       sm.update_state([decay](int) { return decay; }, [&](auto& hn, int d0) {
-        hn.mma<C, false, true>([&](int d, int s) { return bf(sm.k[s * kLdK + d0 + d]); },
-                               [&](int s, int c) { return sm.vnew[s * kLdH + c] * sm.kdecay[s]; });
+        const Padded<kLdK, true> kt{sm.k, 0, d0};  // K^T[d][s] = k[s][d0 + d]
+        chunk_mma::mma_staged(hn, kt, Padded<kLdO, false>{sm.vn_hi}, 0, C);
+        chunk_mma::mma_staged(hn, kt, Padded<kLdO, false>{sm.vn_lo}, 0, C);
       });
     }
   }
