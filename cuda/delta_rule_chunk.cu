@@ -42,9 +42,10 @@
 //   moved out (0663ef9), the scan's 256 CTAs (B4 H16 D128, two an SM on 128 of the 132 SMs)
 //   carried its two C x 128 x 32 products and its q and Aqk tiles through every step of the
 //   chain, and the forward took 1.60 ms where fla's chunk_fwd_h + chunk_fwd_o take 0.86 ms.
-//   Now the scan does 2a and 2c only (a scalar gate's 2c on staged tiles: K^T by ldmatrix.trans
-//   of k's tile, Vnew exp(G_last - G) split into bf16 hi and lo tiles as 2a leaves it), and
-//   output_kernel's NT dv / VS x HV x B CTAs (8192 at the anchor shape) fill the SMs. h[n] is fp32 as the backward keeps it (a keeping forward writes
+//   Now the scan does 2a and 2c only, 2c on staged tiles (ldmatrix.trans of k's tile, or a
+//   vector gate's K (.) exp(G_last - G) split into bf16 hi and lo tiles; Vnew, a scalar gate's
+//   times exp(G_last - G), split as 2a leaves it), and output_kernel's NT dv / VS x HV x B CTAs
+//   (8192 at the anchor shape) fill the SMs. h[n] is fp32 as the backward keeps it (a keeping forward writes
 //   it once, for both): output_kernel splits it into hi + lo bf16 tiles, as the fused scan split
 //   h, so o's error is unchanged (every emulator row's o error the same to 4 digits); bf16
 //   snapshots would halve 2b's state traffic (~0.07 ms at the anchor shape) for a 2^-9 relative
@@ -53,7 +54,7 @@
 //
 //   With a vector gate the scans hold G[t][d] (C x dk fp32, copied at the top of a chunk), 2c
 //   scales the channels of K by exp(G_last - G) and the state's rows by exp(G_last) (3b and 3c
-//   likewise), 2b the channels of Q by exp(G); at dk = 128 the scans' 141 KB allow one CTA an SM
+//   likewise), 2b the channels of Q by exp(G); at dk = 128 the scans' 175 KB allow one CTA an SM
 //   (at dk = 256 they would not fit: a vector gate is chunked up to dk = 128).
 //
 // Backward (CPU: chunk_backward, chunk_backward_local), 4.9 step by step (a vector gate: per
@@ -139,20 +140,21 @@
 //   +33.0 KB more for its step decays, which take the place of its staged k operands (before
 //   78.8 / 86.8 / 102.8 and 110.8 / 118.8 / 134.8 KB); local backward in 32-column value slices
 //   at every dv, +12.8 KB for the fp32 diagonal blocks of its pairs: the decayed K, Q tiles and
-//   the decays take places its phase C does not use):
-//   64          95.8 / 103.8 / 119.8 KB        84.0 KB               178.6 KB
-//   128         143.8 / 151.8 / 167.8 KB       141.0 KB (one CTA/SM) 216.9 KB
+//   the decays take places its phase C does not use; scans +18.0 / +34.0 KB for the forward's
+//   staged K (.) exp(G_last - G) hi and lo tiles, before 84.0 / 141.0 KB):
+//   64          95.8 / 103.8 / 119.8 KB        102.0 KB              178.6 KB
+//   128         143.8 / 151.8 / 167.8 KB       175.0 KB (one CTA/SM) 216.9 KB
 //   GDN-2 (vector gate; prepare with its b and w tiles, +18 / 26 / 34 KB; scans and local backward
 //   as the vector gate's): dk 64: prepare 113.8 / 129.8 KB (dv 64 / 128); dk 128: 169.8 / 185.8 KB
 //   (local backward before its staged tiles: 159.1 / 135.1, 209.1 / 153.1, 185.1; vector gate
 //   153.4, 188.6 KB, and 165.9, 204.1 KB before its staged pair products: one CTA an SM either way)
 //   output_kernel (every dv; two CTAs an SM): 63.2 / 89.2 / 101.2 KB at dk = 64 / 128 / 256 (32
 //   value columns a CTA at 256, 64 below), vector gate 72.2 / 106.2 KB (q (.) exp(G) split)
-// Registers a thread (ptxas, nvcc 13.0, sm_90; every dv): prepare 59-128, scan 116 / 113 / 113
-// (125 / 125 / 127 with 2b inside), output_kernel 87-90 / 118-120 / 126-128 and reverse scan 122
+// Registers a thread (ptxas, nvcc 13.0, sm_90; every dv): prepare 59-128, scan 123 / 125 / 127
+// (the same with 2b inside and 2c through accessors), output_kernel 87-90 / 118-120 / 126-128 and reverse scan 122
 // / 128 / 128 at dk = 64 / 128 / 256 (launch bounds of two CTAs: at most 128), local backward
 // 154-255 (212-255 at dk >= 128; before the staged tiles 158-255); vector gate: prepare 64-101
-// (79-102 before its staged pair products), scan 110-112 / 124 (124 / 128 with 2b), output_kernel
+// (79-102 before its staged pair products), scan 123 / 127-128 (124 / 128 before), output_kernel
 // 102-104 / 126-127 and reverse scan 124 / 128 at dk = 64 / 128, local backward 230 / 200-201
 // (144 / 194-196 before its staged pair products, 195 / 254 before the staged tiles; one CTA an
 // SM at any of these); no spills (the prepare's staging loops are kept rolled: unrolled, ptxas
@@ -603,18 +605,19 @@ struct ScanSmem {
   float *expG, *kdecay;  // (C): exp(G), exp(G_last - G) (scalar gate)
   bf16 *q, *k;   // (C, kLdK)
   bf16* dov;     // (C, kLdO) the reverse scan's dO columns
-  // (C, kLdO) each: the forward's Vnew (.) exp(G_last - G) (scalar gate) split for 2c's staged
-  // product, in the places of q and dov (the forward scan reads neither)
-  bf16 *vn_hi, *vn_lo;
+  // The forward's staged operands of 2c: (C, kLdO) each, Vnew (a scalar gate: Vnew (.)
+  // exp(G_last - G)) split, in the places of q and dov (the forward scan reads neither); a vector
+  // gate's (C, kLdK) each, K (.) exp(G_last - G) split.
+  bf16 *vn_hi, *vn_lo, *kd_hi, *kd_lo;
   static constexpr size_t bytes() {
     return sizeof(float) * (size_t(DK) * kLdH + C * kLdW + C * kLdH + kAqk + C * kLdG + 2 * C) +
-           sizeof(bf16) * (2 * C * kLdK + C * kLdO);
+           sizeof(bf16) * ((VG ? 4 : 2) * C * kLdK + C * kLdO);
   }
   __device__ explicit ScanSmem(void* p) {
     h = static_cast<float*>(p), W = h + DK * kLdH, vnew = W + C * kLdW, aqk = vnew + C * kLdH;
     G = aqk + kAqk, expG = G + C * kLdG, kdecay = expG + C;
     q = reinterpret_cast<bf16*>(kdecay + C), k = q + C * kLdK, dov = k + C * kLdK;
-    vn_hi = q, vn_lo = dov;
+    vn_hi = q, vn_lo = dov, kd_hi = dov + C * kLdO, kd_lo = kd_hi + C * kLdK;
   }
   __device__ static int aqk_row(int t) {
     const int a = t / 4, b = t % 4;  // pieces before row t: sum over i < t of (i / 4 + 1)
@@ -714,20 +717,29 @@ __global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
     // every chunk-start state h[n], for 2b (output_kernel) and the backward (4.9 step 1)
     sm.store_state(a.h_start + (head * a.NT + chunk) * DK * DV, v0);
     // 2a: Vnew = U - W h (rows past n are 0 - 0 h = 0), in place of U in sm.vnew; for 2b also
-    //     in a.U's place (the chunk's U is read) unless a.vnew (u_f32) holds it; a scalar
-    //     gate's 2c operand Vnew exp(G_last - G) split into vn_hi, vn_lo.
+    //     in a.U's place (the chunk's U is read) unless a.vnew (u_f32) holds it; 2c's operands
+    //     staged: Vnew (a scalar gate: Vnew exp(G_last - G)) split into vn_hi, vn_lo, a vector
+    //     gate's K (.) exp(G_last - G) into kd_hi, kd_lo.
     {
       if (!VG && threadIdx.x == 0) sm.expG[C - 1] = expf(sm.G[C - 1]);  // 2c's decay (G is copied over before 2c)
+      if constexpr (VG) {
+#pragma unroll 1
+        for (int i = threadIdx.x; i < C * DK / 2; i += kThreads) {  // channel pairs d, d + 1
+          const int s = i / (DK / 2), d = (i % (DK / 2)) * 2;
+          const float2 k2 = bf16_pair(sm.k, s * kLdK + d);
+          chunk_mma::split_pair(k2.x * expf(g(C - 1, d) - g(s, d)), k2.y * expf(g(C - 1, d + 1) - g(s, d + 1)),
+                                *reinterpret_cast<uint32_t*>(sm.kd_hi + s * kLdK + d),
+                                *reinterpret_cast<uint32_t*>(sm.kd_lo + s * kLdK + d));
+        }
+      }
       WarpTile<C, BV> wh;
       wh.mma<DK, true, true>([&](int r, int d) { return sm.W[r * kLdW + d]; }, h_op);
       wh.each([&](int r, int c, float x, int) {
         const float u = sm.vnew[r * kLdH + c] - x;
         sm.vnew[r * kLdH + c] = u;
-        if constexpr (!VG) {  // G_last = G[C - 1]: g = 0 past n
-          const float y = u * expf(sm.G[C - 1] - sm.G[r]);
-          const bf16 hi = __float2bfloat16_rn(y);
-          sm.vn_hi[r * kLdO + c] = hi, sm.vn_lo[r * kLdO + c] = __float2bfloat16_rn(y - bf(hi));
-        }
+        const float y = VG ? u : u * expf(sm.G[C - 1] - sm.G[r]);  // G_last = G[C - 1]: g = 0 past n
+        const bf16 hi = __float2bfloat16_rn(y);
+        sm.vn_hi[r * kLdO + c] = hi, sm.vn_lo[r * kLdO + c] = __float2bfloat16_rn(y - bf(hi));
         if (r < n && a.residual) {  // the backward's replay (4.9 step 1) writes no outputs
           const int64_t idx = ((int64_t(bi) * a.T + t0 + r) * a.HV + j) * DV + v0 + c;  // (B, T, HV, dv)
           a.residual[idx] = __float2bfloat16_rn(u);
@@ -739,20 +751,17 @@ __global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
     __syncthreads();  // Vnew is complete; W and G are read
     if (more) copy_w_g(chunk + 1);
     // 2c: h <- Diag(exp(G_last)) h + (K (.) exp(G_last - G))^T Vnew (a scalar gate's decays
-    //     scale the rows of Vnew, staged: K^T by ldmatrix.trans of k's tile; a vector gate's the
-    //     channels of K, through accessors; exponents <= 0).
-    if constexpr (VG) {
-      sm.update_state([&](int d) { return expf(g(C - 1, d)); }, [&](auto& hn, int d0) {
-        hn.mma<C, true, true>([&](int d, int s) { return bf(sm.k[s * kLdK + d0 + d]) * expf(g(C - 1, d0 + d) - g(s, d0 + d)); },
-                              [&](int s, int c) { return sm.vnew[s * kLdH + c]; });
-      });
-    } else {
+    //     scale the rows of Vnew, a vector gate's the channels of K; exponents <= 0), on the
+    //     staged tiles: K^T by ldmatrix.trans of k's tile (a vector gate's: kd_hi, kd_lo).
+    {
       using chunk_mma::Padded;
-      const float decay = sm.expG[C - 1];
-      sm.update_state([decay](int) { return decay; }, [&](auto& hn, int d0) {
-        const Padded<kLdK, true> kt{sm.k, 0, d0};  // K^T[d][s] = k[s][d0 + d]
-        chunk_mma::mma_staged(hn, kt, Padded<kLdO, false>{sm.vn_hi}, 0, C);
-        chunk_mma::mma_staged(hn, kt, Padded<kLdO, false>{sm.vn_lo}, 0, C);
+      const float decay = VG ? 0.f : sm.expG[C - 1];
+      sm.update_state([&](int d) { return VG ? expf(g(C - 1, d)) : decay; }, [&](auto& hn, int d0) {
+        const Padded<kLdK, true> kt_hi{VG ? sm.kd_hi : sm.k, 0, d0};  // K^T[d][s] = k[s][d0 + d] (decayed)
+        const Padded<kLdO, false> vn_hi{sm.vn_hi}, vn_lo{sm.vn_lo};
+        chunk_mma::mma_staged(hn, kt_hi, vn_hi, 0, C);
+        chunk_mma::mma_staged(hn, kt_hi, vn_lo, 0, C);
+        if constexpr (VG) chunk_mma::mma_staged(hn, Padded<kLdK, true>{sm.kd_lo, 0, d0}, vn_hi, 0, C);
       });
     }
   }
