@@ -151,7 +151,7 @@
 //   output_kernel (every dv; two CTAs an SM): 63.2 / 89.2 / 101.2 KB at dk = 64 / 128 / 256 (32
 //   value columns a CTA at 256, 64 below), vector gate 72.2 / 106.2 KB (q (.) exp(G) split)
 // Registers a thread (ptxas, nvcc 13.0, sm_90; every dv): prepare 59-128, scan 123 / 125 / 127
-// (the same with 2b inside and 2c through accessors), output_kernel 87-90 / 118-120 / 126-128 and reverse scan 122
+// (125 / 125 / 127 with 2b inside and 2c through accessors), output_kernel 87-90 / 118-120 / 126-128 and reverse scan 122
 // / 128 / 128 at dk = 64 / 128 / 256 (launch bounds of two CTAs: at most 128), local backward
 // 154-255 (212-255 at dk >= 128; before the staged tiles 158-255); vector gate: prepare 64-101
 // (79-102 before its staged pair products), scan 123 / 127-128 (124 / 128 before), output_kernel
