@@ -25,22 +25,37 @@
 //     1d  W = A diag(beta exp(G)) K,  U = A diag(w) V                             (4.6, mma)
 //         (GDN-2: W = A (E (.) exp(G)),  U = A (w (.) V); b and w tiles read element by element;
 //         a vector gate's exp(G) formed once, in G's place)
-//   Pass 2 (scan_kernel, grid (dv / 32, HV, B), sequential over chunks; CPU: scan_chunks + the
-//   output loop of chunk_forward). The state h (dk x dv, fp32) is split along dv into column
+//   Pass 2 (scan_kernel, grid (dv / 32, HV, B), sequential over chunks: 2a and 2c; CPU:
+//   scan_chunks; then output_kernel, grid (NT dv / VS, HV, B), every chunk in parallel: 2b; CPU:
+//   the output loop of chunk_forward). The state h (dk x dv, fp32) is split along dv into column
 //   tiles of 32, one per CTA, held in shared memory. Up to dk = 128 a CTA needs < 113 KB of
 //   shared memory and 128 registers a thread, so two fit on an SM: at the anchor shape
 //   B * HV * 4 = 256 CTAs are all resident on the 132 SMs, and one CTA's chunk loads overlap the
 //   other's math. At dk = 256 (190 KB: the W rows alone are 66 KB) one fits; its state update
 //   runs in two 128-row blocks (a WarpTile has at most 128 rows). The chunks run in sequence,
 //   so a chunk's memory round trips are the scans' floor (see "Memory" below):
-//     2a  Vnew = U - W h                            -> residual (bf16) and u_f32    (4.8, mma)
-//     2b  o = scale (Q (.) exp(G)) h + Aqk Vnew                                   (4.6, mma)
+//     2a  Vnew = U - W h          -> residual (bf16), u_f32 (else over U)          (4.8, mma)
+//         the chunk-start state h    -> h[n] (fp32, B HV NT dk dv)
 //     2c  h <- exp(G_last) h + (K (.) exp(G_last - G))^T Vnew                     (4.8, mma)
+//     2b  o = scale (Q (.) exp(G)) h[n] + Aqk Vnew   (output_kernel, after the scan; 4.6, mma)
+//   2b reads only what the scan wrote for its chunk, so it leaves the sequential path: until it
+//   moved out (0663ef9), the scan's 256 CTAs (B4 H16 D128, two an SM on 128 of the 132 SMs)
+//   carried its two C x 128 x 32 products and its q and Aqk tiles through every step of the
+//   chain, and the forward took 1.60 ms where fla's chunk_fwd_h + chunk_fwd_o take 0.86 ms.
+//   Now the scan does 2a and 2c only, 2c on staged tiles (ldmatrix.trans of k's tile, or a
+//   vector gate's K (.) exp(G_last - G) split into bf16 hi and lo tiles; Vnew, a scalar gate's
+//   times exp(G_last - G), split as 2a leaves it), and output_kernel's NT dv / VS x HV x B CTAs
+//   (8192 at the anchor shape) fill the SMs. h[n] is fp32 as the backward keeps it (a keeping forward writes
+//   it once, for both): output_kernel splits it into hi + lo bf16 tiles, as the fused scan split
+//   h, so o's error is unchanged (every emulator row's o error the same to 4 digits); bf16
+//   snapshots would halve 2b's state traffic (~0.07 ms at the anchor shape) for a 2^-9 relative
+//   error on the q h term, the size of o's own bf16 rounding. Vnew comes from u_f32 when the
+//   caller asks for it (training; 16-byte aligned), else the scan writes it over U (inference).
 //
-//   With a vector gate the scans hold G[t][d] (C x dk fp32, copied at the top of a chunk), 2b
-//   scales the channels of Q by exp(G), 2c those of K by exp(G_last - G) and the state's rows by
-//   exp(G_last) (3b and 3c likewise); at dk = 128 their 141 KB allow one CTA an SM (at dk = 256
-//   they would not fit: a vector gate is chunked up to dk = 128).
+//   With a vector gate the scans hold G[t][d] (C x dk fp32, copied at the top of a chunk), 2c
+//   scales the channels of K by exp(G_last - G) and the state's rows by exp(G_last) (3b and 3c
+//   likewise), 2b the channels of Q by exp(G); at dk = 128 the scans' 175 KB allow one CTA an SM
+//   (at dk = 256 they would not fit: a vector gate is chunked up to dk = 128).
 //
 // Backward (CPU: chunk_backward, chunk_backward_local), 4.9 step by step (a vector gate: per
 // channel as in the forward; pass 4's pair products by sub-blocks, its dG from 4.10's identity):
@@ -106,14 +121,15 @@
 // load_f32_rows_async), all of a group in flight at once and waited for once (wait_tiles): one
 // memory round trip where a load-then-store loop pays one per iteration (the compiler cannot
 // move a load above a store that may alias it). The scans copy each tile for the next chunk as
-// soon as its last reader in this chunk is done: forward W and G after 2a, q and Aqk after 2b
-// (the forward's only: the replay skips 2b and never loads them); reverse k, Aqk and G after 3b.
+// soon as its last reader in this chunk is done: forward W and G after 2a; reverse k, Aqk and G
+// after 3b.
 // What is left for the top of a chunk (forward: k and U, the latter straight into sm.vnew where
 // 2a turns it into Vnew in place; reverse: q, W, dO and dU) is one round trip, in flight together
 // with the prefetched tiles. Second buffers for those would need 27 KB more at dk = 128, which
 // two CTAs an SM do not have. Aqk is lower triangular and the scans keep it packed (row t in
 // t / 4 + 1 pieces of 4 floats, 8.5 KB instead of 17 KB), which makes room for the reverse
-// scan's dO tile at dk = 128.
+// scan's dO tile at dk = 128. output_kernel has no chain to hide its loads behind: each thread
+// loads all its pieces of a tile at once (stage_f32_rows), and two CTAs an SM overlap.
 //
 // Shared memory per CTA (bytes(), each checked against 227 KB at compile time in launch_kernel):
 //   dk \ dv    prepare (64 / 128 / 256)      scan, reverse scan    local backward (dv <= 128 / 256)
@@ -124,20 +140,25 @@
 //   +33.0 KB more for its step decays, which take the place of its staged k operands (before
 //   78.8 / 86.8 / 102.8 and 110.8 / 118.8 / 134.8 KB); local backward in 32-column value slices
 //   at every dv, +12.8 KB for the fp32 diagonal blocks of its pairs: the decayed K, Q tiles and
-//   the decays take places its phase C does not use):
-//   64          95.8 / 103.8 / 119.8 KB        84.0 KB               178.6 KB
-//   128         143.8 / 151.8 / 167.8 KB       141.0 KB (one CTA/SM) 216.9 KB
+//   the decays take places its phase C does not use; scans +18.0 / +34.0 KB for the forward's
+//   staged K (.) exp(G_last - G) hi and lo tiles, before 84.0 / 141.0 KB):
+//   64          95.8 / 103.8 / 119.8 KB        102.0 KB              178.6 KB
+//   128         143.8 / 151.8 / 167.8 KB       175.0 KB (one CTA/SM) 216.9 KB
 //   GDN-2 (vector gate; prepare with its b and w tiles, +18 / 26 / 34 KB; scans and local backward
 //   as the vector gate's): dk 64: prepare 113.8 / 129.8 KB (dv 64 / 128); dk 128: 169.8 / 185.8 KB
 //   (local backward before its staged tiles: 159.1 / 135.1, 209.1 / 153.1, 185.1; vector gate
 //   153.4, 188.6 KB, and 165.9, 204.1 KB before its staged pair products: one CTA an SM either way)
-// Registers a thread (ptxas, nvcc 13.0, sm_90; every dv): prepare 59-128, scan 125 / 125 / 127
-// and reverse scan 122 / 128 / 128 at dk = 64 / 128 / 256 (launch bounds of two CTAs: at most
-// 128), local backward 154-255 (212-255 at dk >= 128; before the staged tiles 158-255); vector
-// gate: prepare 64-101 (79-102 before its staged pair products), scan and reverse scan 124 / 128
-// at dk = 64 / 128, local backward 230 / 200-201 (144 / 194-196 before its staged pair products,
-// 195 / 254 before the staged tiles; one CTA an SM at any of these); no spills (the prepare's
-// staging loops are kept rolled: unrolled, ptxas spilled 4 bytes at dk = 64 to fit 64 registers).
+//   output_kernel (every dv; two CTAs an SM): 63.2 / 89.2 / 101.2 KB at dk = 64 / 128 / 256 (32
+//   value columns a CTA at 256, 64 below), vector gate 72.2 / 106.2 KB (q (.) exp(G) split)
+// Registers a thread (ptxas, nvcc 13.0, sm_90; every dv): prepare 59-128, scan 123 / 125 / 127
+// (125 / 125 / 127 with 2b inside and 2c through accessors), output_kernel 87-90 / 118-120 / 126-128 and reverse scan 122
+// / 128 / 128 at dk = 64 / 128 / 256 (launch bounds of two CTAs: at most 128), local backward
+// 154-255 (212-255 at dk >= 128; before the staged tiles 158-255); vector gate: prepare 64-101
+// (79-102 before its staged pair products), scan 123 / 127-128 (124 / 128 before), output_kernel
+// 102-104 / 126-127 and reverse scan 124 / 128 at dk = 64 / 128, local backward 230 / 200-201
+// (144 / 194-196 before its staged pair products, 195 / 254 before the staged tiles; one CTA an
+// SM at any of these); no spills (the prepare's staging loops are kept rolled: unrolled, ptxas
+// spilled 4 bytes at dk = 64 to fit 64 registers).
 // GDN-2: prepare 64 / 80 at dk = 64 (dv 128 / 64) and 80 at dk = 128, local backward 255 at every
 // width; no spills at dk = 64, 16 bytes of spill stores and loads at dk = 128 (ptxas's allocation
 // swings by 50 registers on small changes here: KDA's kernel without its last, per-row db and dw
@@ -211,17 +232,18 @@ struct ChunkArgs {
   float* final_state;   // (B, HV, dk, dv)
   // workspace, written by pass 1 and read by pass 2
   float* W;             // (B, HV, NT * C, dk); pass 4 writes dW over it (pass 3 reads W last)
-  float* U;             // (B, HV, NT * C, dv)
+  float* U;             // (B, HV, NT * C, dv); 2a writes Vnew over it for 2b when vnew is null
   float* Aqk;           // (B, HV, NT, C, C)
   float* G;             // (B, HV, NT * C)  in-chunk cumulative gate
-  // the backward's (A, h_start also a keeping forward's; null in a forward that keeps nothing)
+  // the backward's (A also a keeping forward's, null in a forward that keeps nothing; h_start
+  // every forward's, read by 2b)
   float* A;             // (B, HV, NT, C, C)  (I + L)^{-1}, kept by pass 1
-  float* h_start;       // (B, HV, NT, dk, dv)  state at the start of each chunk, kept by pass 2
+  float* h_start;       // (B, HV, NT, dk, dv)  state at the start of each chunk, written by pass 2
   float* dh_end;        // (B, HV, NT, dk, dv)  gradient of each chunk's END state (pass 3)
   float* dvnew;         // (B, HV, NT * C, dv)  total gradient of Vnew (pass 3)
   const bf16 *d_o, *d_res;  // (B, T, HV, dv)  gradients of o and of the residual output u
   const float* dht;     // (B, HV, dk, dv) or null  gradient of the final state
-  const float* vnew;    // (B, T, HV, dv)  the forward's u_f32 (= Vnew)
+  const float* vnew;    // (B, T, HV, dv)  the forward's u_f32 (= Vnew), or null (2b: not 16-byte aligned)
   float* dh0;           // (B, HV, dk, dv) or null
   float *dq, *dk;       // (B, T, HV, dk)  per value head: phase A's parts, then (grouped) dQ, dK to sum
   bf16 *dq_direct, *dk_direct;  // HV == H: (B, T, H, dk), phase C writes dQ, dK there in bf16, else null
@@ -247,6 +269,39 @@ using WarpTile = chunk_mma::WarpTile<M, N, kWarps>;
 using chunk_mma::load_bf16_rows_async;
 using chunk_mma::load_f32_rows_async;
 using chunk_mma::wait_tiles;
+
+// Rows 0 .. ROWS - 1, columns 0 .. W - 1 of a float matrix (rows `stride` floats apart, 16-byte
+// aligned) into padded bf16 tiles of row stride W + 8: hi = x rounded, and with SPLIT lo = x - hi
+// rounded (hi + lo keeps ~16 mantissa bits); rows n .. ROWS - 1 become zeros. Each thread loads
+// all its 16-byte pieces before it stores any (one memory round trip), and hands each fp32 piece
+// to piece(row, col, x), which may read it or change it before it is rounded (piece i of the tile
+// goes to thread i % kThreads: neighbouring pieces of a row to neighbouring lanes).
+template <int ROWS, int W, bool SPLIT, class Fn>
+__device__ __forceinline__ void stage_f32_rows(bf16* hi, bf16* lo, const float* src, int64_t stride, int n,
+                                               Fn&& piece) {
+  constexpr int kPieces = W / 4, kPer = ROWS * kPieces / kThreads;
+  static_assert(ROWS * kPieces % kThreads == 0, "whole pieces a thread");
+  float4 x[kPer];
+#pragma unroll
+  for (int p = 0; p < kPer; p++) {
+    const int i = threadIdx.x + p * kThreads, r = i / kPieces, c = (i % kPieces) * 4;
+    x[p] = r < n ? *reinterpret_cast<const float4*>(src + r * stride + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+#pragma unroll
+  for (int p = 0; p < kPer; p++) {
+    const int i = threadIdx.x + p * kThreads, r = i / kPieces, c = (i % kPieces) * 4;
+    piece(r, c, x[p]);
+    uint32_t rounded[2], rest[2];  // (rest: the lo halves)
+    chunk_mma::split_pair(x[p].x, x[p].y, rounded[0], rest[0]);
+    chunk_mma::split_pair(x[p].z, x[p].w, rounded[1], rest[1]);
+    uint32_t* hi_pair = reinterpret_cast<uint32_t*>(hi + r * (W + 8) + c);
+    hi_pair[0] = rounded[0], hi_pair[1] = rounded[1];
+    if constexpr (SPLIT) {
+      uint32_t* lo_pair = reinterpret_cast<uint32_t*>(lo + r * (W + 8) + c);
+      lo_pair[0] = rest[0], lo_pair[1] = rest[1];
+    }
+  }
+}
 
 // ---------------------------------------------------------------------------------------------
 // Pass 1: per chunk, G, L, Aqk, A = (I + L)^{-1}, W, U.
@@ -550,14 +605,19 @@ struct ScanSmem {
   float *expG, *kdecay;  // (C): exp(G), exp(G_last - G) (scalar gate)
   bf16 *q, *k;   // (C, kLdK)
   bf16* dov;     // (C, kLdO) the reverse scan's dO columns
+  // The forward's staged operands of 2c: (C, kLdO) each, Vnew (a scalar gate: Vnew (.)
+  // exp(G_last - G)) split, in the places of q and dov (the forward scan reads neither); a vector
+  // gate's (C, kLdK) each, K (.) exp(G_last - G) split.
+  bf16 *vn_hi, *vn_lo, *kd_hi, *kd_lo;
   static constexpr size_t bytes() {
     return sizeof(float) * (size_t(DK) * kLdH + C * kLdW + C * kLdH + kAqk + C * kLdG + 2 * C) +
-           sizeof(bf16) * (2 * C * kLdK + C * kLdO);
+           sizeof(bf16) * ((VG ? 4 : 2) * C * kLdK + C * kLdO);
   }
   __device__ explicit ScanSmem(void* p) {
     h = static_cast<float*>(p), W = h + DK * kLdH, vnew = W + C * kLdW, aqk = vnew + C * kLdH;
     G = aqk + kAqk, expG = G + C * kLdG, kdecay = expG + C;
     q = reinterpret_cast<bf16*>(kdecay + C), k = q + C * kLdK, dov = k + C * kLdK;
+    vn_hi = q, vn_lo = dov, kd_hi = dov + C * kLdO, kd_lo = kd_hi + C * kLdK;
   }
   __device__ static int aqk_row(int t) {
     const int a = t / 4, b = t % 4;  // pieces before row t: sum over i < t of (i / 4 + 1)
@@ -617,32 +677,29 @@ struct ScanTiles {
   __device__ const bf16* qk(const bf16* x, int chunk) const { return x + qk0 + chunk * C * qk_stride; }
 };
 
-// Forward pass 2 (and the backward's replay of it). Every load is a cp.async tile, and each tile
-// is copied as soon as its last reader is done: W and G (read by 2a only) for the next chunk
-// during 2b and 2c, q and Aqk (2b only; the forward alone reads them) during 2c; at the top of
-// a chunk only k and U remain (U lands in sm.vnew, which 2a turns into Vnew in place), so a
-// chunk waits for one memory round trip, with those copies already in flight (at dk = 128 the
-// 227 KB budget of two CTAs leaves no room for second k / U buffers).
+// Forward pass 2 (and the backward's replay of it): 2a and 2c, chunk after chunk, writing every
+// chunk-start state h[n] and (with an output) Vnew for output_kernel's 2b. Every load is a
+// cp.async tile, and each tile is copied as soon as its last reader is done: W and G (read by 2a
+// only) for the next chunk during 2c; at the top of a chunk only k and U remain (U lands in
+// sm.vnew, which 2a turns into Vnew in place), so a chunk waits for one memory round trip, with
+// those copies already in flight (at dk = 128 the 227 KB budget of two CTAs leaves no room for
+// second k / U buffers).
 template <int DK, int DV, bool VG>
 __global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
   extern __shared__ float4 smem_raw[];
   using Smem = ScanSmem<DK, DV, VG>;
   const Smem sm(smem_raw);
   constexpr int BV = Smem::BV, kLdH = Smem::kLdH, kLdW = Smem::kLdW, kLdK = Smem::kLdK, kLdG = Smem::kLdG;
+  constexpr int kLdO = Smem::kLdO;
   const int v0 = blockIdx.x * BV, j = blockIdx.y, bi = blockIdx.z;
   const int64_t head = int64_t(bi) * a.HV + j;
   const ScanTiles<DK> tiles(a, bi, j);
-  auto copy_w_g = [&](int chunk) {  // a vector gate's G is read by 2b and 2c too: copied with k
+  auto copy_w_g = [&](int chunk) {  // a vector gate's G is read by 2c too: copied with k
     load_f32_rows_async<C, DK>(sm.W, kLdW, a.W + tiles.row0(chunk) * DK, DK);
     if (!VG) load_f32_rows_async<1, C>(sm.G, C, a.G + tiles.row0(chunk), 0);
   };
   auto g = [&](int t, int d) { return sm.G[t * kLdG + d]; };  // G[t][d] (vector gate)
-  auto copy_q_aqk = [&](int chunk) {
-    load_bf16_rows_async<C, DK>(sm.q, tiles.qk(a.q, chunk), tiles.qk_stride, tiles.rows(chunk));
-    sm.copy_aqk(a.Aqk + (head * a.NT + chunk) * C * C);
-  };
   copy_w_g(0);
-  if (a.o) copy_q_aqk(0);
   sm.load_state(a.h0 ? a.h0 + head * DK * DV : nullptr, v0);
   auto h_op = [&](int d, int c) { return sm.h[d * kLdH + c]; };  // h[d][c] as an mma B operand
   for (int chunk = 0; chunk < a.NT; chunk++) {
@@ -657,63 +714,134 @@ __global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
       sm.load_state(nullptr, v0);
       __syncthreads();
     }
-    if (a.h_start) {  // the backward keeps every chunk-start state h[n] (4.9 step 1)
-      sm.store_state(a.h_start + (head * a.NT + chunk) * DK * DV, v0);
-    }
-    // 2a: Vnew = U - W h (rows past n are 0 - 0 h = 0), in place of U in sm.vnew.
+    // every chunk-start state h[n], for 2b (output_kernel) and the backward (4.9 step 1)
+    sm.store_state(a.h_start + (head * a.NT + chunk) * DK * DV, v0);
+    // 2a: Vnew = U - W h (rows past n are 0 - 0 h = 0), in place of U in sm.vnew; for 2b also
+    //     in a.U's place (the chunk's U is read) unless a.vnew (u_f32) holds it; 2c's operands
+    //     staged: Vnew (a scalar gate: Vnew exp(G_last - G)) split into vn_hi, vn_lo, a vector
+    //     gate's K (.) exp(G_last - G) into kd_hi, kd_lo.
     {
-      if (!VG && threadIdx.x < C) {
-        sm.expG[threadIdx.x] = expf(sm.G[threadIdx.x]);
-        sm.kdecay[threadIdx.x] = expf(sm.G[C - 1] - sm.G[threadIdx.x]);  // G_last = G[C - 1]: g = 0 past n
+      if (!VG && threadIdx.x == 0) sm.expG[C - 1] = expf(sm.G[C - 1]);  // 2c's decay (G is copied over before 2c)
+      if constexpr (VG) {
+#pragma unroll 1
+        for (int i = threadIdx.x; i < C * DK / 2; i += kThreads) {  // channel pairs d, d + 1
+          const int s = i / (DK / 2), d = (i % (DK / 2)) * 2;
+          const float2 k2 = bf16_pair(sm.k, s * kLdK + d);
+          chunk_mma::split_pair(k2.x * expf(g(C - 1, d) - g(s, d)), k2.y * expf(g(C - 1, d + 1) - g(s, d + 1)),
+                                *reinterpret_cast<uint32_t*>(sm.kd_hi + s * kLdK + d),
+                                *reinterpret_cast<uint32_t*>(sm.kd_lo + s * kLdK + d));
+        }
       }
       WarpTile<C, BV> wh;
       wh.mma<DK, true, true>([&](int r, int d) { return sm.W[r * kLdW + d]; }, h_op);
       wh.each([&](int r, int c, float x, int) {
         const float u = sm.vnew[r * kLdH + c] - x;
         sm.vnew[r * kLdH + c] = u;
+        const float y = VG ? u : u * expf(sm.G[C - 1] - sm.G[r]);  // G_last = G[C - 1]: g = 0 past n
+        const bf16 hi = __float2bfloat16_rn(y);
+        sm.vn_hi[r * kLdO + c] = hi, sm.vn_lo[r * kLdO + c] = __float2bfloat16_rn(y - bf(hi));
         if (r < n && a.residual) {  // the backward's replay (4.9 step 1) writes no outputs
           const int64_t idx = ((int64_t(bi) * a.T + t0 + r) * a.HV + j) * DV + v0 + c;  // (B, T, HV, dv)
           a.residual[idx] = __float2bfloat16_rn(u);
           if (a.u_f32) a.u_f32[idx] = u;
         }
+        if (a.o && !a.vnew) a.U[(row0 + r) * DV + v0 + c] = u;
       });
     }
     __syncthreads();  // Vnew is complete; W and G are read
     if (more) copy_w_g(chunk + 1);
-    // 2b: o = scale (Q (.) exp(G)) h + Aqk Vnew (Aqk already holds scale and the decays; a
-    //     scalar gate's exp(G) scales the rows of Q h, a vector gate's the channels of Q).
-    if (a.o) {
-      WarpTile<C, BV> qh, av;
-      qh.mma<DK, VG, true>([&](int r, int d) { return VG ? bf(sm.q[r * kLdK + d]) * expf(g(r, d)) : bf(sm.q[r * kLdK + d]); },
-                           h_op);
-      av.mma<C, true, true>([&](int r, int s) { return sm.aqk_at(r, s); },
-                            [&](int s, int c) { return sm.vnew[s * kLdH + c]; });
-      qh.each([&](int r, int c, float x, int slot) {
-        if (r < n)
-          a.o[((int64_t(bi) * a.T + t0 + r) * a.HV + j) * DV + v0 + c] =
-              __float2bfloat16_rn(a.scale * (VG ? 1.f : sm.expG[r]) * x + av.at(slot));
-      });
-      __syncthreads();  // q and Aqk are read
-      if (more) copy_q_aqk(chunk + 1);
-    }
     // 2c: h <- Diag(exp(G_last)) h + (K (.) exp(G_last - G))^T Vnew (a scalar gate's decays
-    //     scale the rows of Vnew, a vector gate's the channels of K; exponents <= 0).
-    if constexpr (VG) {
-      sm.update_state([&](int d) { return expf(g(C - 1, d)); }, [&](auto& hn, int d0) {
-        hn.mma<C, true, true>([&](int d, int s) { return bf(sm.k[s * kLdK + d0 + d]) * expf(g(C - 1, d0 + d) - g(s, d0 + d)); },
-                              [&](int s, int c) { return sm.vnew[s * kLdH + c]; });
-      });
-    } else {
-      const float decay = sm.expG[C - 1];
-      sm.update_state([decay](int) { return decay; }, [&](auto& hn, int d0) {
-        hn.mma<C, false, true>([&](int d, int s) { return bf(sm.k[s * kLdK + d0 + d]); },
-                               [&](int s, int c) { return sm.vnew[s * kLdH + c] * sm.kdecay[s]; });
+    //     scale the rows of Vnew, a vector gate's the channels of K; exponents <= 0), on the
+    //     staged tiles: K^T by ldmatrix.trans of k's tile (a vector gate's: kd_hi, kd_lo).
+    {
+      using chunk_mma::Padded;
+      const float decay = VG ? 0.f : sm.expG[C - 1];
+      sm.update_state([&](int d) { return VG ? expf(g(C - 1, d)) : decay; }, [&](auto& hn, int d0) {
+        const Padded<kLdK, true> kt_hi{VG ? sm.kd_hi : sm.k, 0, d0};  // K^T[d][s] = k[s][d0 + d] (decayed)
+        const Padded<kLdO, false> vn_hi{sm.vn_hi}, vn_lo{sm.vn_lo};
+        chunk_mma::mma_staged(hn, kt_hi, vn_hi, 0, C);
+        chunk_mma::mma_staged(hn, kt_hi, vn_lo, 0, C);
+        if constexpr (VG) chunk_mma::mma_staged(hn, Padded<kLdK, true>{sm.kd_lo, 0, d0}, vn_hi, 0, C);
       });
     }
   }
   __syncthreads();
   if (!a.final_state) return;
   sm.store_state(a.final_state + head * DK * DV, v0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Forward 2b: per (chunk, value slice), every chunk in parallel once the scan has written h[n]
+// and Vnew. Every operand is staged once as bf16 (fp32 ones split into hi and lo tiles, as 2a's
+// accessor products split them) and read by ldmatrix (chunk_mma::mma_staged).
+
+template <int DK, int DV, bool VG>
+struct OutputSmem {
+  // value columns per CTA: 64, or 32 at DK = 256 (101 KB: two CTAs an SM)
+  static constexpr int VS = std::min(DV, DK < 256 ? 64 : 32);
+  static constexpr int kLdK = DK + 8, kLdS = VS + 8, kLdA = C + 8;  // bf16 row strides
+  bf16 *q_hi, *q_lo;    // (C, kLdK): q (scalar gate or none: q_hi only), or q (.) exp(G) split
+  bf16 *h_hi, *h_lo;    // (DK, kLdS): the value slice of h[n], split
+  bf16 *aqk_hi, *aqk_lo;  // (C, kLdA): Aqk, split
+  bf16 *vn_hi, *vn_lo;  // (C, kLdS): the value slice of Vnew, split
+  float* expG;          // (C): exp(G) (scalar gate or none)
+  static constexpr size_t bytes() {
+    return sizeof(bf16) * ((VG ? 2 : 1) * C * kLdK + 2 * DK * kLdS + 2 * C * kLdA + 2 * C * kLdS) +
+           sizeof(float) * C;
+  }
+  __device__ explicit OutputSmem(void* p) {
+    h_hi = static_cast<bf16*>(p), h_lo = h_hi + DK * kLdS, aqk_hi = h_lo + DK * kLdS, aqk_lo = aqk_hi + C * kLdA;
+    vn_hi = aqk_lo + C * kLdA, vn_lo = vn_hi + C * kLdS, q_hi = vn_lo + C * kLdS, q_lo = q_hi + C * kLdK;
+    expG = reinterpret_cast<float*>(q_hi + (VG ? 2 : 1) * C * kLdK);
+  }
+};
+
+// 2b: o = scale (Q (.) exp(G)) h[n] + Aqk Vnew (Aqk holds scale and the decays already; a scalar
+// gate's exp(G) scales the rows of Q h, a vector gate's the channels of Q), for the chunk and
+// value slice of blockIdx.x (slices of a chunk side by side: they share its q and Aqk in L2).
+template <int DK, int DV, bool VG>
+__global__ void __launch_bounds__(kThreads, 2) output_kernel(ChunkArgs a) {
+  extern __shared__ float4 smem_raw[];
+  using Smem = OutputSmem<DK, DV, VG>;
+  using chunk_mma::mma_staged;
+  using chunk_mma::Padded;
+  const Smem sm(smem_raw);
+  constexpr int VS = Smem::VS, kLdK = Smem::kLdK, kLdS = Smem::kLdS, kLdA = Smem::kLdA;
+  const int chunk = blockIdx.x / (DV / VS), v0 = blockIdx.x % (DV / VS) * VS, j = blockIdx.y, bi = blockIdx.z;
+  const ScanTiles<DK> tiles(a, bi, j);
+  const int t0 = chunk * C, n = tiles.rows(chunk);
+  const int64_t row0 = tiles.row0(chunk), tok0 = (int64_t(bi) * a.T + t0) * a.HV + j;  // (B, T, HV) index of t0
+  // q into q_hi (cp.async, in flight while the fp32 tiles are staged); a vector gate's then
+  // becomes q (.) exp(G) split in place (each thread reads the q of the very pieces it overwrites)
+  load_bf16_rows_async<C, DK>(sm.q_hi, tiles.qk(a.q, chunk), tiles.qk_stride, n);
+  if (!VG && threadIdx.x < C) sm.expG[threadIdx.x] = expf(a.G[row0 + threadIdx.x]);
+  auto as_is = [](int, int, float4&) {};
+  const int64_t state = tiles.head * a.NT + chunk;  // (b, j, chunk) of the (B, HV, NT, ..) buffers
+  stage_f32_rows<DK, VS, true>(sm.h_hi, sm.h_lo, a.h_start + state * DK * DV + v0, DV, DK, as_is);
+  stage_f32_rows<C, C, true>(sm.aqk_hi, sm.aqk_lo, a.Aqk + state * C * C, C, C, as_is);
+  if (a.vnew) stage_f32_rows<C, VS, true>(sm.vn_hi, sm.vn_lo, a.vnew + tok0 * DV + v0, int64_t(a.HV) * DV, n, as_is);
+  else stage_f32_rows<C, VS, true>(sm.vn_hi, sm.vn_lo, a.U + row0 * DV + v0, DV, C, as_is);
+  wait_tiles();
+  if constexpr (VG) {
+    stage_f32_rows<C, DK, true>(sm.q_hi, sm.q_lo, a.G + row0 * DK, DK, C, [&](int t, int d, float4& x) {
+      const float2 q01 = bf16_pair(sm.q_hi, t * kLdK + d), q23 = bf16_pair(sm.q_hi, t * kLdK + d + 2);
+      x = make_float4(q01.x * expf(x.x), q01.y * expf(x.y), q23.x * expf(x.z), q23.y * expf(x.w));
+    });
+    __syncthreads();
+  }
+  WarpTile<C, VS> qh, av;
+  mma_staged(qh, Padded<kLdK, false>{sm.q_hi}, Padded<kLdS, false>{sm.h_hi}, 0, DK);
+  mma_staged(qh, Padded<kLdK, false>{sm.q_hi}, Padded<kLdS, false>{sm.h_lo}, 0, DK);
+  if constexpr (VG) mma_staged(qh, Padded<kLdK, false>{sm.q_lo}, Padded<kLdS, false>{sm.h_hi}, 0, DK);
+  const int s_end = av.row0 + 16;  // Aqk[t][s] = 0 for s > t
+  mma_staged(av, Padded<kLdA, false>{sm.aqk_hi}, Padded<kLdS, false>{sm.vn_hi}, 0, s_end);
+  mma_staged(av, Padded<kLdA, false>{sm.aqk_hi}, Padded<kLdS, false>{sm.vn_lo}, 0, s_end);
+  mma_staged(av, Padded<kLdA, false>{sm.aqk_lo}, Padded<kLdS, false>{sm.vn_hi}, 0, s_end);
+  qh.each([&](int r, int c, float x, int slot) {
+    if (r < n)
+      a.o[(tok0 + int64_t(r) * a.HV) * DV + v0 + c] =
+          __float2bfloat16_rn(a.scale * (VG ? 1.f : sm.expG[r]) * x + av.at(slot));
+  });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -893,39 +1021,6 @@ struct LocalSmem {
     kn = reinterpret_cast<bf16*>(A), qt = dov, kt = A_hi;
   }
 };
-
-// Rows 0 .. ROWS - 1, columns 0 .. W - 1 of a float matrix (rows `stride` floats apart, 16-byte
-// aligned) into padded bf16 tiles of row stride W + 8: hi = x rounded, and with SPLIT lo = x - hi
-// rounded (hi + lo keeps ~16 mantissa bits); rows n .. ROWS - 1 become zeros. Each thread loads
-// all its 16-byte pieces before it stores any (one memory round trip), and hands each fp32 piece
-// to piece(row, col, x) (piece i of the tile goes to thread i % kThreads: neighbouring pieces of a
-// row to neighbouring lanes).
-template <int ROWS, int W, bool SPLIT, class Fn>
-__device__ __forceinline__ void stage_f32_rows(bf16* hi, bf16* lo, const float* src, int64_t stride, int n,
-                                               Fn&& piece) {
-  constexpr int kPieces = W / 4, kPer = ROWS * kPieces / kThreads;
-  static_assert(ROWS * kPieces % kThreads == 0, "whole pieces a thread");
-  float4 x[kPer];
-#pragma unroll
-  for (int p = 0; p < kPer; p++) {
-    const int i = threadIdx.x + p * kThreads, r = i / kPieces, c = (i % kPieces) * 4;
-    x[p] = r < n ? *reinterpret_cast<const float4*>(src + r * stride + c) : make_float4(0.f, 0.f, 0.f, 0.f);
-  }
-#pragma unroll
-  for (int p = 0; p < kPer; p++) {
-    const int i = threadIdx.x + p * kThreads, r = i / kPieces, c = (i % kPieces) * 4;
-    piece(r, c, x[p]);
-    uint32_t rounded[2], rest[2];  // (rest: the lo halves)
-    chunk_mma::split_pair(x[p].x, x[p].y, rounded[0], rest[0]);
-    chunk_mma::split_pair(x[p].z, x[p].w, rounded[1], rest[1]);
-    uint32_t* hi_pair = reinterpret_cast<uint32_t*>(hi + r * (W + 8) + c);
-    hi_pair[0] = rounded[0], hi_pair[1] = rounded[1];
-    if constexpr (SPLIT) {
-      uint32_t* lo_pair = reinterpret_cast<uint32_t*>(lo + r * (W + 8) + c);
-      lo_pair[0] = rest[0], lo_pair[1] = rest[1];
-    }
-  }
-}
 
 // One term of a vector gate's pair products (add_decayed_pairs): the C x C pair weights P (zero
 // where there is no pair) rounded to bf16 (its sub-blocks off the diagonal are read) and its
@@ -1434,10 +1529,13 @@ void launch_kernel(Kernel kernel, dim3 grid, const ChunkArgs& a) {
 template <int DK, int DV, bool VG = false, bool VBW = false>
 void launch_forward(const ChunkArgs& a) {
   using Scan = ScanSmem<DK, DV, VG>;
+  using Output = OutputSmem<DK, DV, VG>;
   launch_kernel<PrepareSmem<DK, DV, VG, VBW>::bytes()>(prepare_kernel<DK, DV, VG, VBW>, dim3(a.NT, a.HV, a.B), a);
   static_assert(DK > (VG ? 64 : 128) || Scan::bytes() <= 113 * 1024,
                 "two scan CTAs per SM up to dk = 128 (vector gate: 64; 228 KB, 1 KB reserved per CTA)");
   launch_kernel<Scan::bytes()>(scan_kernel<DK, DV, VG>, dim3(DV / Scan::BV, a.HV, a.B), a);
+  static_assert(Output::bytes() <= 113 * 1024, "two output CTAs per SM");
+  if (a.o) launch_kernel<Output::bytes()>(output_kernel<DK, DV, VG>, dim3(a.NT * (DV / Output::VS), a.HV, a.B), a);
 }
 
 // Backward passes 3 and 4 (after launch_forward's replay, or reading what the forward kept).
@@ -1475,21 +1573,20 @@ ChunkArgs input_args(const void* q, const void* k, const void* v, const void* g,
   return a;
 }
 
-// Where passes 1-2 write: U in scratch (when they run); W, Aqk, G and, with `with_kept`, A and
-// every h[n] (what passes 3-4 read) carved in that order from `kept` (kept_floats(d) floats) or,
-// when null, from scratch (only W, Aqk, G without `with_kept`: a forward no backward follows).
+// Where passes 1-2 write: U in scratch (when they run); W, Aqk, G, A (with `with_kept`) and every
+// h[n] (what 2b and passes 3-4 read) carved in that order from `kept` (kept_floats(d) floats) or,
+// when null, from scratch (without `with_kept`, a forward no backward follows: no A).
 struct Workspace {
   FloatScratch U, own;
   Workspace(const DeltaRuleDims& d, ChunkArgs& a, float* kept, bool with_kept, bool run_passes_1_2)
       : U(run_passes_1_2 ? rows(d) * d.dv : 0),
-        own(kept ? 0 : with_kept ? kept_floats(d) : rows(d) * (d.dk + C + gate_width(d))) {
+        own(kept ? 0 : with_kept ? kept_floats(d) : kept_floats(d) - rows(d) * C) {
     float* p = kept ? kept : own.get();
     a.U = run_passes_1_2 ? U.get() : nullptr;
     a.W = p, p += rows(d) * d.dk;
     a.Aqk = p, p += rows(d) * C;
     a.G = p, p += rows(d) * gate_width(d);
-    if (!with_kept) return;
-    a.A = p, p += rows(d) * C;
+    if (with_kept) a.A = p, p += rows(d) * C;
     a.h_start = p;
   }
   static int64_t rows(const DeltaRuleDims& d) { return d.B * d.HV * ((d.T + C - 1) / C) * C; }  // (B, HV, NT * C)
@@ -1516,6 +1613,7 @@ void forward(void* o, float* final_state, void* residual, const void* q, const v
              const void* b, const void* w, const float* h0, const DeltaRuleDims& d, float* u_f32, float* kept) {
   ChunkArgs a = input_args(q, k, v, g, b, w, h0, d);
   a.o = static_cast<bf16*>(o), a.residual = static_cast<bf16*>(residual), a.u_f32 = u_f32;
+  a.vnew = aligned16(u_f32) ? u_f32 : nullptr;  // 2b's 16-byte loads; else Vnew goes over U
   a.final_state = final_state;
   const Workspace ws(d, a, kept, kept != nullptr, true);
   dispatch_widths(d, [&](auto dk, auto dv) {

@@ -589,6 +589,7 @@ struct DeltaCase {
   int64_t chunk_size;
   bool keep = true;  // DeltaRuleOptions::keep_states (false: the GPU backward replays passes 1-2)
   std::vector<int64_t> documents = {};  // packed documents: each row cut into these lengths (sum T), or none
+  bool inference = false;  // no input differentiable: the GPU forward alone, without u_f32 (outputs only)
 };
 
 // q, k: rows of norm 1 (unit_qk), or N(0, 1/dk) entries (rows of norm about 1).
@@ -607,6 +608,8 @@ MakeInputs delta_inputs(const DeltaCase& c, bool unit_qk) {
     if (!c.tied)
       in.push_back({"w", map64(randn64(c.write_vector ? Shape{c.B, c.T, c.HV, c.dv} : scalar, seed + 6), sigmoid)});
     if (c.initial_state) in.push_back({"initial_state", randn64({c.B, c.HV, c.dk, c.dv}, seed + 7, 0.5)});
+    if (c.inference)
+      for (Input& x : in) x.differentiable = false;
     return in;
   };
 }
@@ -671,7 +674,7 @@ void add_delta_rule_cases() {
   // dv <= 128), grouped and ungrouped value heads, every (dk, dv) template, partial last chunks
   // with and without an initial state, untied beta and w, and long sequences (64 chunks); every
   // chunked case with the forward keeping its chunk states for the backward (the default), five
-  // with the backward replaying them. KDA at dk = 256 and GDN-2 at dv = 256 stay recurrent ("kda
+  // with the backward replaying them, four forwards alone (inference). KDA at dk = 256 and GDN-2 at dv = 256 stay recurrent ("kda
   // dk256", "gdn2 dv256").
   for (const DeltaCase& c : {
            DeltaCase{"deltanet", 2, 100, 2, 2, 64, 64, G::None, false, false, true, false, 0.0, 0},
@@ -721,6 +724,16 @@ void add_delta_rule_cases() {
            DeltaCase{"chunk gdn2", 2, 150, 2, 2, 128, 64, G::Vector, true, true, false, false, 1.0, 0},
            DeltaCase{"chunk gdn2 long", 2, 4096, 2, 4, 128, 128, G::Vector, true, true, false, true, 3.0, 0},
            DeltaCase{"chunk gdn2 replay", 2, 130, 2, 4, 128, 128, G::Vector, true, true, false, true, 1.0, 0, false},
+           // the forward alone (inference: no u_f32, its output pass reads Vnew from the scan's
+           // workspace), at each output-pass width: 64-column slices, 32 at dk = 256, a vector gate
+           DeltaCase{"chunk gdn inference", 2, 130, 2, 4, 128, 128, G::Scalar, false, false, true, true, 1.0, 0, true,
+                     {}, true},
+           DeltaCase{"chunk deltanet inference", 2, 130, 2, 2, 256, 256, G::None, false, false, true, true, 0.0, 0, true,
+                     {}, true},
+           DeltaCase{"chunk kda inference", 2, 100, 2, 2, 64, 256, G::Vector, false, false, true, true, 1.0, 0, true,
+                     {}, true},
+           DeltaCase{"chunk gdn2 inference", 2, 70, 2, 4, 128, 64, G::Vector, true, true, false, true, 1.0, 0, true,
+                     {}, true},
            DeltaCase{"gdn2 dv256", 1, 80, 1, 2, 128, 256, G::Vector, true, true, false, true, 1.0, 0},
            // packed documents (bf16 where the chunked kernels run: on the documents' chunk layout,
            // the scans resetting at chunk_reset; otherwise the token recurrence, its state zeroed

@@ -15,7 +15,8 @@
 // landing at issue and the warps run one after another (tests/emu/include/emu.h), which shows a
 // tile copied before its last reader is done. Every case runs twice: the backward replaying passes 1-2, and a
 // forward keeping their buffers (delta_chunk::kept_floats) with the backward reading them; the
-// two hashes must be equal (bit-identical). Tolerances are gpu-check's bf16 ones (relative RMS: 5e-3
+// two hashes must be equal (bit-identical). A third forward without u_f32 (inference) must write
+// the same o, residual and final state bits. Tolerances are gpu-check's bf16 ones (relative RMS: 5e-3
 // outputs and final state, 1e-2 gradients); the exit status is 1 when a row fails.
 #include "delta_rule_chunk_host.cpp"
 
@@ -211,6 +212,17 @@ static void run(const Case& c, uint64_t seed) {
     return r;
   };
   const Outputs replayed = kernels(false);
+  // A forward without u_f32 (inference: its output pass reads Vnew from U's place) writes the
+  // same o, residual and final state bits.
+  auto inference_hash = [&] {
+    std::vector<Bf16> o2(replayed.o.size()), res2(replayed.res.size());
+    std::vector<float> ht2(replayed.ht.size());
+    cuda::delta_chunk::forward(o2.data(), ht2.data(), res2.data(), q.b.data(), k.b.data(), v.b.data(), gp, b.b.data(),
+                               w.b.data(), h0p, d, nullptr, nullptr);
+    Hash h;
+    h.add(o2), h.add(res2), h.add(ht2);
+    return h.h;
+  };
   const auto& [o, res, gq, gk, gv, gg, gb, gw, ht, u_f32, gh0] = replayed;
   Err eo, eu, eht, eq, ek, ev, eg, eb, ew, eh0;
   std::vector<double> dq_ref(q.b.size(), 0.0), dk_ref(k.b.size(), 0.0);  // summed over a group
@@ -271,7 +283,12 @@ static void run(const Case& c, uint64_t seed) {
   const uint64_t replay = replayed.hash(), keep = kernels(true).hash();
   std::printf("%-50s hash %016llx, keeping forward %016llx %s\n", label, (unsigned long long)replay,
               (unsigned long long)keep, keep == replay ? "ok" : "FAIL");
-  g_rows++, g_fail |= keep != replay;
+  Hash forward_hash;
+  forward_hash.add(o), forward_hash.add(res), forward_hash.add(ht);
+  const uint64_t inference = inference_hash();
+  std::printf("%-50s forward %016llx, without u_f32 %016llx %s\n", label, (unsigned long long)forward_hash.h,
+              (unsigned long long)inference, inference == forward_hash.h ? "ok" : "FAIL");
+  g_rows += 2, g_fail |= keep != replay || inference != forward_hash.h;
   report(label, "o", eo, out), report(label, "u", eu, out), report(label, "ht", eht, out);
   report(label, "dq", eq, grad), report(label, "dk", ek, grad), report(label, "dv", ev, grad);
   if (c.gated) report(label, "dg", eg, grad);
