@@ -111,10 +111,24 @@ def sdpa_call(backend, s):
     return call, [q, k, v]
 
 
+def document_offsets(s):
+    """fla's cu_seqlens for hla's rows packed with documents of s["doc"] tokens (the last of a row
+    shorter: nn/check/cases_recurrence.cpp's perf_documents), the B rows laid end to end."""
+    starts = [row * s["T"] + t for row in range(s["B"]) for t in range(0, s["T"], s["doc"])]
+    return torch.tensor(starts + [s["B"] * s["T"]], dtype=torch.int32, device="cuda")
+
+
 def fla_op(name):
-    """(shape -> (call, inputs)) for fla's op `name`."""
+    """(shape -> (call, inputs)) for fla's op `name`; a shape with "doc" runs the packed documents
+    as fla's varlen form: one row of B T tokens and cu_seqlens."""
     def make(s):
         import fla.ops as ops
+        varlen = {}
+        if "doc" in s:
+            if name not in ("chunk_simple_gla", "chunk_gla", "chunk_rwkv6"):
+                raise ValueError(f"bench_anchors.py times fla {name} without documents only")
+            varlen = {"cu_seqlens": document_offsets(s)}
+            s = dict(s, B=1, T=s["B"] * s["T"])
         B, T, H, D = s.get("B"), s.get("T"), s.get("H"), s.get("D")
         scalar = (B, T, H)
         if name == "fused_recurrent_hgrn":
@@ -124,12 +138,12 @@ def fla_op(name):
         if name == "chunk_retention":
             return (lambda q, k, v: ops.chunk_retention(q, k, v)[0]), [q, k, v]
         if name == "chunk_simple_gla":
-            return (lambda q, k, v, g: ops.chunk_simple_gla(q, k, v, g=g)[0]), [q, k, v, log_gate(scalar)]
+            return (lambda q, k, v, g: ops.chunk_simple_gla(q, k, v, g=g, **varlen)[0]), [q, k, v, log_gate(scalar)]
         if name == "chunk_gla":
-            return (lambda q, k, v, g: ops.chunk_gla(q, k, v, g)[0]), [q, k, v, log_gate(q.shape)]
+            return (lambda q, k, v, g: ops.chunk_gla(q, k, v, g, **varlen)[0]), [q, k, v, log_gate(q.shape)]
         if name == "chunk_rwkv6":
             u = rand((H, D), 1.0 / math.sqrt(D))
-            return (lambda r, k, v, w, u: ops.chunk_rwkv6(r, k, v, w, u)[0]), [q, k, v, log_gate(q.shape), u]
+            return (lambda r, k, v, w, u: ops.chunk_rwkv6(r, k, v, w, u, **varlen)[0]), [q, k, v, log_gate(q.shape), u]
         if name == "chunk_delta_rule":
             return (lambda q, k, v, b: ops.chunk_delta_rule(q, k, v, b)[0]), [q, k, v, gate(scalar)]
         if name == "chunk_gated_delta_rule":
