@@ -554,8 +554,10 @@ TEST_CASE("a reset step equals every document alone: RWKV-6 (token shifts, chann
 }
 
 TEST_CASE("a reset step equals every document alone: GLA:attention, RetNet (RoPE) and HGRN-2, natively") {
-  for (const auto& [type, hybrid] : {std::pair<std::string, std::string>{"gla", "2:1"}, {"retnet", "pure"},
-                                     {"hgrn2", "pure"}}) {
+  for (const auto& model : {std::pair<std::string, std::string>{"gla", "2:1"}, {"retnet", "pure"},
+                            {"hgrn2", "pure"}}) {
+    const std::string& type = model.first;  // a named copy, not a structured binding: CAPTURE's lambda takes it
+    const std::string& hybrid = model.second;
     CAPTURE(type);
     CHECK(make_model(tiny_model(type, hybrid), 11)->takes_documents());
     check_reset_equals_documents_alone(type, hybrid);
