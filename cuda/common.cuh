@@ -63,6 +63,20 @@ __device__ __forceinline__ void for_each_group(int64_t n, Fn&& fn) {
   for (int64_t i = groups * W + first; i < n; i += stride) fn(i, Width<1>{});
 }
 
+// out[i] = f(a[i], b[i]) for i < n in floats, groups of W as for_each_group; out may be a or b.
+template <int W, class T, class F>
+__device__ __forceinline__ void map_pairs(T* out, const T* a, const T* b, int64_t n, F f) {
+  for_each_group<W>(n, [&](int64_t i, auto width) {
+    constexpr int w = decltype(width)::value;
+    float x[w], y[w], r[w];
+    load_floats(x, a + i);
+    load_floats(y, b + i);
+#pragma unroll
+    for (int k = 0; k < w; k++) r[k] = f(x[k], y[k]);
+    store_floats(out + i, r);
+  });
+}
+
 // Whether p allows 16-byte vector loads (the chunked kernels' tile loads need it).
 inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 

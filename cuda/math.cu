@@ -37,32 +37,18 @@ cublasHandle_t handle() {
   return h;
 }
 
-// out, a, b: (n); each thread a group of W elements (common.cuh's for_each_group).
+// out, a, b: (n); each thread a group of W elements (common.cuh's map_pairs).
 template <class T, int W>
 __global__ void binary_kernel(T* out, const T* a, const T* b, int64_t n, Binary op) {
-  for_each_group<W>(n, [&](int64_t i, auto width) {
-    constexpr int w = decltype(width)::value;
-    float x[w], y[w], r[w];
-    load_floats(x, a + i);
-    load_floats(y, b + i);
-#pragma unroll
-    for (int k = 0; k < w; k++) r[k] = op == Binary::Add ? x[k] + y[k] : op == Binary::Sub ? x[k] - y[k] : x[k] * y[k];
-    store_floats(out + i, r);
+  map_pairs<W>(out, a, b, n, [op](float x, float y) {
+    return op == Binary::Add ? x + y : op == Binary::Sub ? x - y : x * y;
   });
 }
 
 // y, x: (n); y = beta * y + alpha * x
 template <class T, int W>
 __global__ void axpby_kernel(T* y, float beta, const T* x, float alpha, int64_t n) {
-  for_each_group<W>(n, [&](int64_t i, auto width) {
-    constexpr int w = decltype(width)::value;
-    float yv[w], xv[w];
-    load_floats(yv, y + i);
-    load_floats(xv, x + i);
-#pragma unroll
-    for (int k = 0; k < w; k++) yv[k] = beta * yv[k] + alpha * xv[k];
-    store_floats(y + i, yv);
-  });
+  map_pairs<W>(y, y, x, n, [beta, alpha](float yv, float xv) { return beta * yv + alpha * xv; });
 }
 
 // One thread per column; rows summed in fp32.

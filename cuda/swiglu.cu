@@ -11,15 +11,7 @@ __device__ __forceinline__ float sigmoid_of(float x) { return 1.0f / (1.0f + exp
 // z, a, b: (n)
 template <class T, int W>
 __global__ void swiglu_forward_kernel(T* z, const T* a, const T* b, int64_t n) {
-  for_each_group<W>(n, [&](int64_t i, auto width) {
-    constexpr int w = decltype(width)::value;
-    float av[w], bv[w], zv[w];
-    load_floats(av, a + i);
-    load_floats(bv, b + i);
-#pragma unroll
-    for (int k = 0; k < w; k++) zv[k] = av[k] * sigmoid_of(av[k]) * bv[k];  // z = silu(a) * b
-    store_floats(z + i, zv);
-  });
+  map_pairs<W>(z, a, b, n, [](float av, float bv) { return av * sigmoid_of(av) * bv; });  // z = silu(a) * b
 }
 
 // da, db, dz, a, b: (n)
