@@ -144,8 +144,9 @@
 //   staged K (.) exp(G_last - G) hi and lo tiles, before 84.0 / 141.0 KB):
 //   64          95.8 / 103.8 / 119.8 KB        102.0 KB              178.6 KB
 //   128         143.8 / 151.8 / 167.8 KB       175.0 KB (one CTA/SM) 216.9 KB
-//   GDN-2 (vector gate; prepare with its b and w tiles, +18 / 26 / 34 KB; scans and local backward
-//   as the vector gate's): dk 64: prepare 113.8 / 129.8 KB (dv 64 / 128); dk 128: 169.8 / 185.8 KB
+//   GDN-2 (vector gate; prepare with its b tile, and its w tile in q's place where dv <= dk, else
+//   a place of its own; scans and local backward as the vector gate's): dk 64: prepare 104.8 / 129.8
+//   KB (dv 64 / 128; 113.8 at dv 64 before w took q's place); dk 128: 160.8 / 168.8 KB
 //   (local backward before its staged tiles: 159.1 / 135.1, 209.1 / 153.1, 185.1; vector gate
 //   153.4, 188.6 KB, and 165.9, 204.1 KB before its staged pair products: one CTA an SM either way)
 //   output_kernel (every dv; two CTAs an SM): 63.2 / 89.2 / 101.2 KB at dk = 64 / 128 / 256 (32
@@ -324,14 +325,18 @@ struct PrepareSmem {
   bf16 *et_hi, *et_lo, *qt_hi, *qt_lo;  // (C, kLdX) each
   bf16 *kref_hi, *kref_lo;              // (kRefRows, kLdX) each
   float* estep;                         // (C, kLdG)
-  bf16 *b, *w;                     // VBW only: (C, DK + 8) erase gate b[t][d], (C, DV + 8) write gate w[t][c]
+  // VBW only: (C, DK + 8) erase gate b[t][d], (C, DV + 8) write gate w[t][c]. w is read by 1d
+  // alone, so it is gathered after 1b into q's place when it fits (dv <= dk): at dk = dv = 64 that
+  // keeps GDN-2's prepare at 104.8 KB, two CTAs an SM (113.8 KB with w a place of its own: one).
+  bf16 *b, *w;
+  static constexpr bool kWriteGateInQ = DV <= DK;
   static constexpr int kRefRow0(int i) { return 8 * i * (i - 1); }  // = 16 (1 + 2 + .. + (i - 1))
   static constexpr int kRefRows = kRefRow0(C / 16);
   static constexpr int kDecays = VG ? C * kLdG : 0;  // floats of kref's and estep's place
   static_assert(!VG || (4 * C * kLdX <= 2 * 2 * C * kLdC && 2 * kRefRows * kLdX <= 2 * kDecays),
                 "the vector gate's staged operands fit the places they take");
   static constexpr size_t bytes() {
-    return sizeof(bf16) * C * (2 * kLdK + kLdV + (VBW ? kLdK + kLdV : 0)) +
+    return sizeof(bf16) * C * (2 * kLdK + kLdV + (VBW ? kLdK + (kWriteGateInQ ? 0 : kLdV) : 0)) +
            sizeof(float) * (2 * C * kLdC + C * kLdG + 3 * C + kDecays);
   }
   __device__ explicit PrepareSmem(void* p) {
@@ -340,7 +345,7 @@ struct PrepareSmem {
     G = A + C * kLdC, beta = G + C * kLdG, colw = beta + C, colu = colw + C;
     et_hi = reinterpret_cast<bf16*>(L), et_lo = et_hi + C * kLdX, qt_hi = et_lo + C * kLdX, qt_lo = qt_hi + C * kLdX;
     estep = colu + C, kref_hi = reinterpret_cast<bf16*>(estep), kref_lo = kref_hi + kRefRows * kLdX;
-    b = reinterpret_cast<bf16*>(estep + kDecays), w = b + C * kLdK;
+    b = reinterpret_cast<bf16*>(estep + kDecays), w = kWriteGateInQ ? q : b + C * kLdK;
   }
 };
 
@@ -375,16 +380,18 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
       sm.G[tt * kLdG + d] = tt < n ? bf(g[int64_t(tt) * a.HV * DK + d]) : 0.f;
     }
   }
-  if constexpr (VBW) {  // b[t][d] of (B, T, HV, DK), w[t][c] of (B, T, HV, DV) (no alignment asked of them)
-    const int64_t tok = (int64_t(bi) * a.T + t0) * a.HV + j;  // (B, T, HV) index of token t0
-    for (int i = threadIdx.x; i < C * DK; i += kThreads) {
-      const int tt = i / DK, d = i % DK;
-      sm.b[tt * kLdK + d] = tt < n ? a.b[(tok + int64_t(tt) * a.HV) * DK + d] : __float2bfloat16_rn(0.f);
+  // GDN-2's gates b[t][d] of (B, T, HV, DK) and w[t][c] of (B, T, HV, DV), no alignment asked of
+  // them: element by element into (C, D + 8) tiles, rows n .. C - 1 zero.
+  const int64_t tok0 = (int64_t(bi) * a.T + t0) * a.HV + j;  // (B, T, HV) index of token t0
+  auto gather_gate = [&](bf16* tile, const bf16* gate, int D) {
+    for (int i = threadIdx.x; i < C * D; i += kThreads) {
+      const int tt = i / D, d = i % D;
+      tile[tt * (D + 8) + d] = tt < n ? gate[(tok0 + int64_t(tt) * a.HV) * D + d] : __float2bfloat16_rn(0.f);
     }
-    for (int i = threadIdx.x; i < C * DV; i += kThreads) {
-      const int tt = i / DV, c = i % DV;
-      sm.w[tt * kLdV + c] = tt < n ? a.w[(tok + int64_t(tt) * a.HV) * DV + c] : __float2bfloat16_rn(0.f);
-    }
+  };
+  if constexpr (VBW) {
+    gather_gate(sm.b, a.b, DK);
+    if (!Smem::kWriteGateInQ) gather_gate(sm.w, a.w, DV);
   }
   wait_tiles();
   // 1a: G = inclusive cumsum of g (vector gate: a thread per channel; scalar: warp 0, two tokens a lane).
@@ -541,6 +548,7 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
     qk.each([&](int r, int s, float x, int) { aqk[r * C + s] = s <= r ? a.scale * x * expf(sm.G[r] - sm.G[s]) : 0.f; });
   }
   __syncthreads();
+  if constexpr (VBW && Smem::kWriteGateInQ) gather_gate(sm.w, a.w, DV);  // q is read (1b done); 1c's sync orders it before 1d
   // 1c: A = (I + L)^{-1}. Column `col` of A solves (I + L) x = e_col by forward substitution:
   //     x_i = [i == col] - sum_{col <= m < i} L[i][m] x_m. Four neighbouring lanes share a column
   //     and split the sum; rows go in order, so a __syncwarp orders each row's write.
