@@ -11,7 +11,36 @@ namespace {
 thread_local bool g_grad_enabled = true;
 thread_local InputHook g_input_hook;  // empty: none
 thread_local const char* g_input_hook_owner = nullptr;
+
+// The backward walk running on this thread, for gradient_sum (a walk nests in a closure:
+// checkpoint's recompute): the gradients of interior values waiting per producing node and output
+// index, the node whose closure runs, and the casts a closure summed past.
+struct Walk {
+  std::unordered_map<Node*, std::vector<Tensor>> pending;
+  Node* running = nullptr;
+  std::unordered_set<Node*> summed_past;
+};
+thread_local Walk* g_walk = nullptr;
+
+class WalkGuard {
+ public:
+  explicit WalkGuard(Walk* walk) : outer_(g_walk) { g_walk = walk; }
+  ~WalkGuard() { g_walk = outer_; }
+  WalkGuard(const WalkGuard&) = delete;
+  WalkGuard& operator=(const WalkGuard&) = delete;
+
+ private:
+  Walk* outer_;
+};
+
+// Where an interior value's gradient waits until its producer runs.
+Tensor& pending_slot(Walk& walk, const Var& v) {
+  Node* producer = v.grad_fn().get();
+  auto& slots = walk.pending[producer];
+  slots.resize(producer->output_shapes.size());
+  return slots[v.impl()->output_index];
 }
+}  // namespace
 
 bool grad_enabled() { return g_grad_enabled; }
 GradModeGuard::GradModeGuard(bool enabled) : previous_(g_grad_enabled) { g_grad_enabled = enabled; }
@@ -103,22 +132,36 @@ static void topo_sort(Node* n, std::unordered_set<Node*>& seen, std::vector<Node
   order.push_back(n);
 }
 
+GradientSum gradient_sum(size_t input) {
+  HLA_CHECK(g_walk && g_walk->running, "gradient_sum(", input, ") outside a backward closure");
+  Node* n = g_walk->running;
+  HLA_CHECK(input < n->inputs.size(), "gradient_sum(", input, ") in '", n->name, "', which has ",
+            n->inputs.size(), " inputs");
+  const Var* v = &n->inputs[input];
+  if (!v->requires_grad()) return {};
+  // Past each cast from a wider dtype, to the value it was made from.
+  auto cast_from_wider = [](const Var& y) {
+    Node* cast = y.grad_fn().get();
+    return cast && cast->is_cast && dtype_size(cast->inputs[0].dtype()) > dtype_size(y.dtype()) ? cast : nullptr;
+  };
+  while (Node* cast = cast_from_wider(*v)) {
+    g_walk->summed_past.insert(cast);
+    v = &cast->inputs[0];
+  }
+  Tensor* sum = v->is_leaf() ? &v->impl()->grad : &pending_slot(*g_walk, *v);
+  return {sum, v->dtype()};
+}
+
 void run_backward(const std::vector<Var>& roots, const std::vector<Tensor>& grad_outputs,
                   const LeafReadyFn& on_leaf_ready) {
   HLA_CHECK(roots.size() == grad_outputs.size(), "run_backward: ", roots.size(), " roots but ",
             grad_outputs.size(), " gradients");
-  // Gradients of interior values wait here, per producing node and output index; leaves
-  // accumulate into their own .grad. So a node's inputs can be dropped as soon as it has run.
-  std::unordered_map<Node*, std::vector<Tensor>> pending;
-  auto deliver = [&pending](const Var& v, const Tensor& g) {
-    Node* producer = v.grad_fn().get();
-    if (!producer) {
-      accumulate(v.impl()->grad, g, v.shape());
-      return;
-    }
-    auto& slots = pending[producer];
-    slots.resize(producer->output_shapes.size());
-    accumulate(slots[v.impl()->output_index], g, v.shape());
+  // Gradients of interior values wait in walk.pending; leaves accumulate into their own .grad. So
+  // a node's inputs can be dropped as soon as it has run.
+  Walk walk;
+  WalkGuard current(&walk);
+  auto deliver = [&walk](const Var& v, const Tensor& g) {
+    accumulate(v.grad_fn() ? pending_slot(walk, v) : v.impl()->grad, g, v.shape());
   };
   std::unordered_set<Node*> seen;
   std::vector<Node*> order;
@@ -144,16 +187,26 @@ void run_backward(const std::vector<Var>& roots, const std::vector<Tensor>& grad
     Node* n = *it;
     HLA_CHECK(n->backward, "backward through '", n->name,
               "' a second time: its saved tensors were already released");
-    std::vector<Tensor> gouts = std::move(pending[n]);
-    pending.erase(n);
-    gouts.resize(n->output_shapes.size());
-    for (size_t i = 0; i < gouts.size(); i++)
-      if (!gouts[i].defined()) gouts[i] = Tensor::zeros(n->output_shapes[i], n->output_dtypes[i], n->device);
-    std::vector<Tensor> gins = n->backward(gouts);
-    HLA_CHECK(gins.size() == n->inputs.size(), "op '", n->name, "' returned ", gins.size(),
-              " gradients for ", n->inputs.size(), " inputs");
-    for (size_t i = 0; i < gins.size(); i++)
-      if (gins[i].defined() && n->inputs[i].requires_grad()) deliver(n->inputs[i], gins[i]);
+    auto waiting = walk.pending.find(n);
+    // A cast that every consumer summed past (gradient_sum) has no gradient left to convert.
+    const bool summed_past = waiting == walk.pending.end() && walk.summed_past.count(n);
+    if (!summed_past) {
+      std::vector<Tensor> gouts;
+      if (waiting != walk.pending.end()) {
+        gouts = std::move(waiting->second);
+        walk.pending.erase(waiting);
+      }
+      gouts.resize(n->output_shapes.size());
+      for (size_t i = 0; i < gouts.size(); i++)
+        if (!gouts[i].defined()) gouts[i] = Tensor::zeros(n->output_shapes[i], n->output_dtypes[i], n->device);
+      walk.running = n;
+      std::vector<Tensor> gins = n->backward(gouts);
+      walk.running = nullptr;
+      HLA_CHECK(gins.size() == n->inputs.size(), "op '", n->name, "' returned ", gins.size(),
+                " gradients for ", n->inputs.size(), " inputs");
+      for (size_t i = 0; i < gins.size(); i++)
+        if (gins[i].defined() && n->inputs[i].requires_grad()) deliver(n->inputs[i], gins[i]);
+    }
     if (on_leaf_ready)
       for (const Var& in : n->inputs)
         if (in.defined() && in.is_leaf() && in.requires_grad() && --consumers_left[in.impl()] == 0) on_leaf_ready(in);

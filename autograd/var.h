@@ -4,11 +4,11 @@
 // Tensors and, when any input requires grad (and grad mode is on), records a Node: the
 // inputs plus a backward closure that captures exactly the tensors it reads. backward() runs
 // the nodes in reverse topological order, accumulating into .grad; a Var used twice gets the
-// sum of both uses. Leaf grads persist (gradient accumulation); interior grads live only
-// inside backward, and each node's closure and inputs are freed once it has run, so one
-// backward releases the graph as it goes. A backward can report each leaf the moment its
-// gradient is complete (no node still to run delivers to it): data parallelism (dist/) starts
-// reducing a bucket of gradients while the rest of the backward runs.
+// sum of both uses (a GEMM's backward may add into that sum itself: gradient_sum). Leaf grads
+// persist (gradient accumulation); interior grads live only inside backward, and each node's
+// closure and inputs are freed once it has run, so one backward releases the graph as it goes.
+// A backward can report each leaf the moment its gradient is complete (no node still to run
+// delivers to it): data parallelism (dist/) starts reducing a bucket while the rest runs.
 #pragma once
 #include <functional>
 #include <memory>
@@ -81,7 +81,25 @@ struct Node {
   std::vector<DType> output_dtypes;
   Device device = Device::CPU;
   BackwardFn backward;
+  // Set by cast (nn/ops/cast.h): the backward only converts its one gradient to inputs[0]'s dtype,
+  // so gradient_sum may hand a consumer the sum past it when that dtype is the wider one.
+  bool is_cast = false;
 };
+
+// Inside a backward closure: the sum that the gradient of the running node's input `input` goes
+// into, for a closure whose kernel can add into its output (a GEMM with beta = 1) instead of
+// returning a gradient the engine adds with a kernel of its own. Asking commits the closure: it
+// then adds its gradient into the returned tensor when that is defined (the sum so far, written in
+// place as the engine's own add would), or sets it to a new tensor of the returned dtype when not,
+// and returns an undefined Tensor for that input. Null where the input needs no gradient. Past a
+// cast from a wider dtype (an fp32 master weight's bf16 compute copy) the sum is the wider one
+// (the master's .grad): no cast kernel, no separate add; the cast's backward then runs only for
+// the gradients other consumers returned.
+struct GradientSum {
+  Tensor* sum = nullptr;
+  DType dtype = DType::F32;  // of *sum, defined or not
+};
+GradientSum gradient_sum(size_t input);
 
 // Wraps forward results into Vars; records a Node when grad mode is on and an input needs it.
 std::vector<Var> record_op(const std::vector<Tensor>& outputs, const std::vector<Var>& inputs,

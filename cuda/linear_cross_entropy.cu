@@ -107,7 +107,7 @@ void linear_cross_entropy_forward(float* lse, float* loss, float* valid, const v
     if (N > 0) {
       for (int64_t v0 = 0; v0 < V; v0 += chunk) {
         const int64_t C = std::min(chunk, V - v0);
-        gemm(zt, h, static_cast<const T*>(w) + v0 * D, dtype, N, C, D, false, true, 1.0f, 0.0f);  // z = h w_c^T
+        gemm(zt, dtype, h, static_cast<const T*>(w) + v0 * D, dtype, N, C, D, false, true, 1.0f, 0.0f);  // z = h w_c^T
         lse_chunk_kernel<T><<<static_cast<unsigned>(N), kThreads>>>(m, s, zc, zt, c, C, v0, v0 == 0);
         CUDA_CHECK_LAUNCH();
       }
@@ -137,15 +137,15 @@ void linear_cross_entropy_backward(void* dh, void* dw, const void* h, const void
     for (int64_t v0 = 0; v0 < V; v0 += chunk) {
       const int64_t C = std::min(chunk, V - v0);
       const T* wc = static_cast<const T*>(w) + v0 * D;  // wc: (C, D)
-      gemm(zt, h, wc, dtype, N, C, D, false, true, 1.0f, 0.0f);  // z = h w_c^T (recomputed)
+      gemm(zt, dtype, h, wc, dtype, N, C, D, false, true, 1.0f, 0.0f);  // z = h w_c^T (recomputed)
       dz_chunk_kernel<T><<<static_cast<unsigned>(N), kThreads>>>(zt, lse, c, C, v0, ignore,
                                                                   dloss, valid);
       CUDA_CHECK_LAUNCH();
-      gemm(static_cast<T*>(dw) + v0 * D, zt, h, dtype, C, D, N, true, false, 1.0f, 0.0f);  // dw_c = dz^T h
+      gemm(static_cast<T*>(dw) + v0 * D, dtype, zt, h, dtype, C, D, N, true, false, 1.0f, 0.0f);  // dw_c = dz^T h
       if (f32) {
-        gemm(dh, zt, wc, dtype, N, D, C, false, false, 1.0f, v0 == 0 ? 0.0f : 1.0f);  // dh += dz w_c
+        gemm(dh, dtype, zt, wc, dtype, N, D, C, false, false, 1.0f, v0 == 0 ? 0.0f : 1.0f);  // dh += dz w_c
       } else {
-        gemm(part.get(), zt, wc, dtype, N, D, C, false, false, 1.0f, 0.0f);  // part = dz w_c
+        gemm(part.get(), dtype, zt, wc, dtype, N, D, C, false, false, 1.0f, 0.0f);  // part = dz w_c
         accumulate_kernel<T><<<grid_1d(N * D), kThreads>>>(acc.get(), reinterpret_cast<const T*>(part.get()), N * D,
                                                            v0 == 0);  // acc += part
         CUDA_CHECK_LAUNCH();

@@ -1,5 +1,6 @@
 // cuBLAS GEMMs and the small elementwise / reduction kernels behind tensor/math.h.
-// GEMMs run bf16 or fp32 inputs with fp32 accumulation (CUBLAS_COMPUTE_32F).
+// GEMMs run bf16 or fp32 inputs with fp32 accumulation (CUBLAS_COMPUTE_32F); bf16 inputs may
+// write an fp32 output (cuBLAS's bf16 x bf16 -> fp32 GemmEx).
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
@@ -104,18 +105,21 @@ double reduce(const void* a, const void* b, DType dtype, int64_t n, Reduce kind)
 
 }  // namespace
 
-void gemm(void* c, const void* a, const void* b, DType dtype, int64_t M, int64_t N, int64_t K,
+void gemm(void* c, DType c_dtype, const void* a, const void* b, DType dtype, int64_t M, int64_t N, int64_t K,
           bool trans_a, bool trans_b, float alpha, float beta, int64_t batch_count,
           int64_t stride_a, int64_t stride_b, int64_t stride_c) {
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands.
   HLA_CHECK(dtype == DType::F32 || dtype == DType::BF16, "gemm: CUDA takes F32 or BF16, got ",
             dtype_name(dtype));
-  cudaDataType_t t = dtype == DType::F32 ? CUDA_R_32F : CUDA_R_16BF;
+  HLA_CHECK(c_dtype == dtype || (dtype == DType::BF16 && c_dtype == DType::F32), "gemm: a ", dtype_name(c_dtype),
+            " output for ", dtype_name(dtype), " inputs (CUDA writes their dtype, or F32 for BF16)");
+  auto cuda_type = [](DType t) { return t == DType::F32 ? CUDA_R_32F : CUDA_R_16BF; };
+  const cudaDataType_t t = cuda_type(dtype), tc = cuda_type(c_dtype);
   int64_t lda = trans_a ? M : K, ldb = trans_b ? K : N;
   CUBLAS_CHECK(cublasGemmStridedBatchedEx(
       handle(), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
       static_cast<int>(N), static_cast<int>(M), static_cast<int>(K), &alpha, b, t,
-      static_cast<int>(ldb), stride_b, a, t, static_cast<int>(lda), stride_a, &beta, c, t,
+      static_cast<int>(ldb), stride_b, a, t, static_cast<int>(lda), stride_a, &beta, c, tc,
       static_cast<int>(N), stride_c, static_cast<int>(batch_count), CUBLAS_COMPUTE_32F,
       CUBLAS_GEMM_DEFAULT));
 }

@@ -7,7 +7,9 @@
 namespace hla::cuda {
 
 // Row-major C (M, N) = alpha * op(A) op(B) + beta * C; batch_count matrices at the given strides.
-void gemm(void* c, const void* a, const void* b, DType dtype, int64_t M, int64_t N, int64_t K,
+// A and B in dtype; C in c_dtype: dtype, or F32 for BF16 A and B (the fp32 accumulator written
+// without rounding to bf16: a weight gradient straight into its fp32 master's gradient).
+void gemm(void* c, DType c_dtype, const void* a, const void* b, DType dtype, int64_t M, int64_t N, int64_t K,
           bool trans_a, bool trans_b, float alpha, float beta, int64_t batch_count = 1,
           int64_t stride_a = 0, int64_t stride_b = 0, int64_t stride_c = 0);
 

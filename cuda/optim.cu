@@ -243,15 +243,16 @@ void newton_schulz(float* out, const float* g, int64_t batch, int64_t rows, int6
   for (int s = 0; s < steps; s++) {
     float *a_gram = A.get(), *b_gram = Bm.get();
     // A = X^T X (tall) or X X^T
-    if (tall) gemm(a_gram, X, X, DType::F32, cols, cols, rows, true, false, 1.0f, 0.0f, batch, n, n, gram);
-    else gemm(a_gram, X, X, DType::F32, rows, rows, cols, false, true, 1.0f, 0.0f, batch, n, n, gram);
+    if (tall) gemm(a_gram, DType::F32, X, X, DType::F32, cols, cols, rows, true, false, 1.0f, 0.0f, batch, n, n, gram);
+    else gemm(a_gram, DType::F32, X, X, DType::F32, rows, rows, cols, false, true, 1.0f, 0.0f, batch, n, n, gram);
     // Bm = b A + c A A
     copy_d2d(b_gram, a_gram, batch * gram * sizeof(float));
-    gemm(b_gram, a_gram, a_gram, DType::F32, small, small, small, false, false, c, b, batch, gram, gram, gram);
+    gemm(b_gram, DType::F32, a_gram, a_gram, DType::F32, small, small, small, false, false, c, b, batch,
+         gram, gram, gram);
     // Y = a X + X Bm (tall) or a X + Bm X
     copy_d2d(Ybuf, X, batch * n * sizeof(float));
-    if (tall) gemm(Ybuf, X, b_gram, DType::F32, rows, cols, cols, false, false, 1.0f, a, batch, n, gram, n);
-    else gemm(Ybuf, b_gram, X, DType::F32, rows, cols, rows, false, false, 1.0f, a, batch, gram, n, n);
+    if (tall) gemm(Ybuf, DType::F32, X, b_gram, DType::F32, rows, cols, cols, false, false, 1.0f, a, batch, n, gram, n);
+    else gemm(Ybuf, DType::F32, b_gram, X, DType::F32, rows, cols, rows, false, false, 1.0f, a, batch, gram, n, n);
     std::swap(X, Ybuf);  // X = Y
   }
   if (X != out) copy_d2d(out, X, batch * n * sizeof(float));

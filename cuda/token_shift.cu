@@ -248,7 +248,8 @@ void ddlerp_forward(void* xi, const void* x, const void* delta, const void* zz, 
     regroup_lowrank<T>(h.get(), w2n.get(), zz, w2, M, D, N, R);
     for (int64_t n = 0; n < N; n++) {
       // m^n - bias_n = h_n W2_n^T : (M, R) x (R, D)
-      gemm(mix.get(), h.get() + n * M * R, w2n.get() + n * D * R, DType::F32, M, D, R, false, true, 1.0f, 0.0f);
+      gemm(mix.get(), DType::F32, h.get() + n * M * R, w2n.get() + n * D * R, DType::F32, M, D, R, false, true, 1.0f,
+           0.0f);
       ddlerp_output_kernel<T><<<grid_1d(M * D), kThreads>>>(
           static_cast<T*>(xi) + n * M * D, static_cast<const T*>(x), static_cast<const T*>(delta), mix.get(),
           static_cast<const T*>(bias) + n * D, D, M * D);
@@ -282,7 +283,8 @@ void ddlerp_backward(void* dx, void* ddelta, void* dzz, void* dw2, void* dbias, 
     for (int64_t n = 0; n < N; n++) {
       const float* h_n = h.get() + n * M * R;
       const float* w2_n = w2n.get() + n * D * R;
-      gemm(mix.get(), h_n, w2_n, DType::F32, M, D, R, false, true, 1.0f, 0.0f);  // m^n - bias_n = h_n W2_n^T
+      // m^n - bias_n = h_n W2_n^T
+      gemm(mix.get(), DType::F32, h_n, w2_n, DType::F32, M, D, R, false, true, 1.0f, 0.0f);
       ddlerp_mix_grad_kernel<T><<<grid_1d(M * D), kThreads>>>(mix.get(), ddelta_acc.get(),
                                                               static_cast<const T*>(dxi) + n * M * D,
                                                               static_cast<const T*>(delta),
@@ -290,10 +292,10 @@ void ddlerp_backward(void* dx, void* ddelta, void* dzz, void* dw2, void* dbias, 
       CUDA_CHECK_LAUNCH();
       // m^n = h W2_n^T + bias_n  =>  dbias_n = colsum(dm^n), dW2_n = dm^n^T h, dh = dm^n W2_n
       write_fp32_column_sums(static_cast<T*>(dbias) + n * D, mix.get(), M, D);
-      gemm(dw2_n.get(), mix.get(), h_n, DType::F32, D, R, M, true, false, 1.0f, 0.0f);
+      gemm(dw2_n.get(), DType::F32, mix.get(), h_n, DType::F32, D, R, M, true, false, 1.0f, 0.0f);
       write_w2_block_kernel<T><<<grid_1d(D * R), kThreads>>>(static_cast<T*>(dw2), dw2_n.get(), D, N, R, n);
       CUDA_CHECK_LAUNCH();
-      gemm(dh.get(), mix.get(), w2_n, DType::F32, M, R, D, false, false, 1.0f, 0.0f);
+      gemm(dh.get(), DType::F32, mix.get(), w2_n, DType::F32, M, R, D, false, false, 1.0f, 0.0f);
       // h = tanh(zz_n)  =>  dzz_n = dh * (1 - h^2)
       tanh_grad_kernel<T><<<grid_1d(M * R), kThreads>>>(static_cast<T*>(dzz), dh.get(), h_n, M, N, R, n);
       CUDA_CHECK_LAUNCH();

@@ -34,38 +34,46 @@ GemmDims gemm_dims(const Tensor& a, const Tensor& b, bool ta, bool tb, const cha
   return {M, N, K};
 }
 
-template <class T>
-void gemm_cpu(T* c, const T* a, const T* b, GemmDims d, bool ta, bool tb, double alpha, double beta) {
+// The product in the inputs' type T, then widened to c's type TC (the same, or double for float).
+template <class T, class TC>
+void gemm_cpu(TC* c, const T* a, const T* b, GemmDims d, bool ta, bool tb, double alpha, double beta) {
   Eigen::Map<const RowMat<T>> A(a, ta ? d.K : d.M, ta ? d.M : d.K);
   Eigen::Map<const RowMat<T>> Bm(b, tb ? d.N : d.K, tb ? d.K : d.N);
-  Eigen::Map<RowMat<T>> C(c, d.M, d.N);
+  Eigen::Map<RowMat<TC>> C(c, d.M, d.N);
   RowMat<T> prod;
   if (!ta && !tb) prod.noalias() = A * Bm;
   else if (ta && !tb) prod.noalias() = A.transpose() * Bm;
   else if (!ta && tb) prod.noalias() = A * Bm.transpose();
   else prod.noalias() = A.transpose() * Bm.transpose();
-  if (beta == 0.0) C = static_cast<T>(alpha) * prod;
-  else C = static_cast<T>(alpha) * prod + static_cast<T>(beta) * C;
+  if (beta == 0.0) C = static_cast<TC>(alpha) * prod.template cast<TC>();
+  else C = static_cast<TC>(alpha) * prod.template cast<TC>() + static_cast<TC>(beta) * C;
 }
 
 void gemm_any(Tensor& c, const Tensor& a, const Tensor& b, bool ta, bool tb, double alpha,
               double beta, int64_t batch) {
   GemmDims d = gemm_dims(a, b, ta, tb, "gemm");
   check_same_device_dtype(a, b, "gemm");
-  check_same_device_dtype(a, c, "gemm");
+  const DType wider = a.is_cuda() ? DType::F32 : DType::F64;  // than BF16 on the GPU, F32 on the CPU
+  const bool widens = c.dtype() == wider && a.dtype() == (a.is_cuda() ? DType::BF16 : DType::F32);
+  HLA_CHECK(c.device() == a.device() && (c.dtype() == a.dtype() || widens), "gemm: output ", c.str(),
+            " for operands ", a.str(), ": it takes their dtype, or F32 for BF16 on the GPU, F64 for F32 on the CPU");
   HLA_CHECK(c.size(-2) == d.M && c.size(-1) == d.N, "gemm: output ", c.str(), " is not (", d.M,
             ", ", d.N, ")");
   if (a.is_cuda()) {
-    HLA_CUDA_ONLY(cuda::gemm(c.raw(), a.raw(), b.raw(), a.dtype(), d.M, d.N, d.K, ta, tb,
+    HLA_CUDA_ONLY(cuda::gemm(c.raw(), c.dtype(), a.raw(), b.raw(), a.dtype(), d.M, d.N, d.K, ta, tb,
                              static_cast<float>(alpha), static_cast<float>(beta), batch,
                              d.M * d.K, d.K * d.N, d.M * d.N));
     return;
   }
   dispatch_float(a.dtype(), "gemm", [&](auto tag) {
     using T = decltype(tag);
-    for (int64_t i = 0; i < batch; i++)
-      gemm_cpu<T>(c.data<T>() + i * d.M * d.N, a.data<T>() + i * d.M * d.K,
-                  b.data<T>() + i * d.K * d.N, d, ta, tb, alpha, beta);
+    dispatch_float(c.dtype(), "gemm", [&](auto c_tag) {
+      using TC = decltype(c_tag);
+      if constexpr (sizeof(TC) >= sizeof(T))  // the check above: TC is T or double for float
+        for (int64_t i = 0; i < batch; i++)
+          gemm_cpu<T, TC>(c.data<TC>() + i * d.M * d.N, a.data<T>() + i * d.M * d.K,
+                          b.data<T>() + i * d.K * d.N, d, ta, tb, alpha, beta);
+    });
   });
 }
 

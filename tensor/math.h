@@ -9,7 +9,10 @@ namespace hla {
 // C = op(A) op(B) for 2-D tensors; op(X) = X^T when the flag is set.
 // A: (M, K) or (K, M) when trans_a;  B: (K, N) or (N, K) when trans_b;  C: (M, N).
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
-// c = alpha * op(a) op(b) + beta * c, into an existing c.
+// c = alpha * op(a) op(b) + beta * c, into an existing c. c's dtype is a's and b's, or wider, so a
+// gradient lands in an fp32 master's gradient without a cast: F32 for BF16 inputs on the GPU (the
+// fp32 accumulator, never rounded to bf16), F64 for F32 inputs on the CPU (the F32 product widened,
+// exactly as cast-then-add).
 void gemm_(Tensor& c, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,
            double alpha = 1.0, double beta = 0.0);
 // Batched over a leading dimension: a (Bt, M, K) etc., c (Bt, M, N).

@@ -1,12 +1,15 @@
 // The backward engine: hand-derived gradients of a composed graph, accumulation when a Var
-// is used twice and across backward calls, no_grad, detach.
+// is used twice and across backward calls, no_grad, detach, and GEMMs summing into the gradient
+// themselves (gradient_sum) as cast-then-add would.
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <map>
 
 #include "autograd/var.h"
 #include "nn/ops/activation.h"
 #include "nn/ops/arith.h"
+#include "nn/ops/cast.h"
 #include "nn/ops/linear.h"
 #include "tensor/math.h"
 
@@ -71,4 +74,59 @@ TEST_CASE("multi-output node: an unused output contributes zero gradient") {
                                     }, "two_outputs");
   sum(outs[0]).backward();
   CHECK(a.grad().to_f64_vector() == std::vector<double>{2.0, 2.0});
+}
+
+// max |a - b| / max |b|, both widened to F64.
+static double max_rel_diff(const Tensor& a, const Tensor& b) {
+  return max_abs(sub(a.to(DType::F64), b.to(DType::F64))) / max_abs(b.to(DType::F64));
+}
+
+TEST_CASE("gemm_ widens its output as cast-then-add does: F64 from F32 operands on the CPU") {
+  Tensor a = Tensor::randn({5, 3}, 1, 1.0), b = Tensor::randn({5, 4}, 2, 1.0);  // F32
+  Tensor c0 = Tensor::randn({3, 4}, 3, 1.0, DType::F64);
+  Tensor c = c0.clone();
+  gemm_(c, a, b, true, false, 1.0, 1.0);  // c += a^T b, the F32 product widened
+  Tensor want = add(c0, matmul(a, b, true, false).to(DType::F64));
+  CHECK(max_abs(sub(c, want)) == 0.0);  // the same F32 product, widened exactly, the same F64 add
+  Tensor narrow = Tensor::zeros({3, 4}, DType::F32);
+  CHECK_THROWS_WITH_AS(gemm_(narrow, a.to(DType::F64), b.to(DType::F64), true, false),
+                       doctest::Contains("F64 for F32 on the CPU"), Error);
+}
+
+TEST_CASE("linear sums its gradients in its GEMMs: past a widening cast, over uses and backward calls") {
+  // The model's path on the CPU in miniature: an F64 master weight, its F32 compute copies (one
+  // cast used by two linears, another used by a plain consumer, so that cast still runs), x1
+  // feeding two linears. The fused path must equal the engine's cast-then-add: the same F32 GEMM
+  // products, widened exactly; only the order of the F64 additions of three terms may differ
+  // (1e-14 relative). x1's gradient is two F32 terms, whose sum does not depend on the order: exact.
+  Var master(Tensor::randn({3, 4}, 10, 1.0, DType::F64), true);
+  Var u(Tensor::randn({2, 4}, 11, 1.0), true);
+  Var x1(Tensor::randn({2, 5, 4}, 12, 1.0), true), x2(Tensor::randn({2, 5, 4}, 13, 1.0), true);
+  std::map<const VarImpl*, int> ready;  // how often on_leaf_ready heard each leaf
+  Tensor want_master = Tensor::zeros({3, 4}, DType::F64);
+  for (uint64_t call = 0; call < 2; call++) {  // two backward calls accumulate
+    Var copy = cast(master, DType::F32), other_copy = cast(master, DType::F32);
+    Var y1 = linear(x1, copy), y2 = linear(x2, copy), y3 = linear(x1, u);
+    Tensor dy1 = Tensor::randn({2, 5, 3}, 20 + call, 1.0), dy2 = Tensor::randn({2, 5, 3}, 30 + call, 1.0);
+    Tensor dy3 = Tensor::randn({2, 5, 2}, 40 + call, 1.0), dcopy = Tensor::randn({3, 4}, 50 + call, 1.0);
+    run_backward({y1, y2, y3, other_copy}, {dy1, dy2, dy3, dcopy},
+                 [&](const Var& leaf) { ready[leaf.impl()]++; });
+    auto dw = [](const Tensor& dy, const Var& x) {  // dW = dy^T x in F32, widened: cast-then-add's term
+      return matmul(dy.reshape({10, -1}), x.value().reshape({10, 4}), true, false).to(DType::F64);
+    };
+    want_master = add(want_master, add(add(dw(dy1, x1), dw(dy2, x2)), dcopy.to(DType::F64)));
+    CAPTURE(call);
+    CHECK(master.grad().dtype() == DType::F64);
+    CHECK(max_rel_diff(master.grad(), want_master) <= 1e-14);
+    if (call == 0) {
+      Tensor want_x1 = add(matmul(dy1.reshape({10, 3}), copy.value()), matmul(dy3.reshape({10, 2}), u.value()));
+      CHECK(max_abs(sub(x1.grad().reshape({10, 4}), want_x1)) == 0.0);
+      CHECK(max_abs(sub(u.grad(), matmul(dy3.reshape({10, 2}), x1.value().reshape({10, 4}), true, false))) == 0.0);
+    }
+  }
+  for (const Var* leaf : {&master, &u, &x1, &x2}) CHECK(ready[leaf->impl()] == 2);  // once per backward
+}
+
+TEST_CASE("gradient_sum outside a backward closure is an error") {
+  CHECK_THROWS_WITH_AS(gradient_sum(0), doctest::Contains("outside a backward closure"), Error);
 }

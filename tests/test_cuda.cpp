@@ -1,12 +1,15 @@
 // The CUDA backend against the CPU references: the check registry's gpu mode
 // (nn/check/modes.h) must pass on every case. Without a GPU (CI) that test says SKIPPED loudly
-// and passes; the row counting and the comparison itself are checked everywhere.
+// and passes; the row counting and the comparison itself are checked everywhere. Beside it, GPU
+// cases of their own (SKIPPED without a GPU): cast, and linear's fp32 dW against cast-then-add.
 #include <doctest/doctest.h>
 
 #include <random>
 
 #include "nn/check/modes.h"
 #include "nn/ops/cast.h"
+#include "nn/ops/linear.h"
+#include "tensor/math.h"
 #include "tensor/tensor.h"
 
 using namespace hla;
@@ -59,4 +62,38 @@ TEST_CASE("cast rounds forward and casts the gradient back to the input dtype") 
   REQUIRE(x.grad().defined());
   CHECK(x.grad().dtype() == DType::F32);
   CHECK(x.grad().to_f64_vector() == std::vector<double>{0.5, 3.0});
+}
+
+TEST_CASE("linear's dW from a bf16 compute copy lands in the fp32 master's gradient: cast-then-add within "
+          "bf16 rounding, and at least as exact") {
+  if (!cuda_available()) {
+    MESSAGE("SKIPPED: no CUDA GPU here; linear's fp32 dW (bf16 x bf16 -> fp32 GEMM, beta 1) was not checked");
+    return;
+  }
+  // One compute copy used by two linears, two backward calls: the GEMMs sum four dW terms in fp32
+  // (beta 0, then 1). Cast-then-add rounds each term to bf16 first (relative RMS about 2^-9 / sqrt(3)
+  // a term): the fused sum stays within 2^-8 of it and within 1e-5 of the float64 truth (fp32
+  // accumulation of bf16 products over K = 300), never further from the truth than cast-then-add.
+  const Device gpu = Device::CUDA;
+  Var master(Tensor::randn({48, 64}, 1, 0.1, DType::F32, gpu), true);
+  Tensor cast_then_add = Tensor::zeros({48, 64}, DType::F32, gpu);
+  Tensor truth = Tensor::zeros({48, 64}, DType::F64);
+  for (uint64_t call = 0; call < 2; call++) {
+    Var copy = cast(master, DType::BF16);
+    Var x1(Tensor::randn({300, 64}, 10 + call, 1.0, DType::BF16, gpu));
+    Var x2(Tensor::randn({300, 64}, 20 + call, 1.0, DType::BF16, gpu));
+    Tensor dy1 = Tensor::randn({300, 48}, 30 + call, 1.0, DType::BF16, gpu);
+    Tensor dy2 = Tensor::randn({300, 48}, 40 + call, 1.0, DType::BF16, gpu);
+    run_backward({linear(x1, copy), linear(x2, copy)}, {dy1, dy2});
+    for (auto [dy, x] : {std::pair{dy1, x1.value()}, std::pair{dy2, x2.value()}}) {
+      cast_then_add = add(cast_then_add, matmul(dy, x, true, false).to(DType::F32));  // a bf16 dW, cast, added
+      auto f64 = [](const Tensor& t) { return t.to(Device::CPU).to(DType::F64); };
+      truth = add(truth, matmul(f64(dy), f64(x), true, false));
+    }
+  }
+  REQUIRE(master.grad().dtype() == DType::F32);
+  const double fused_err = check::rel_rms_error(master.grad(), truth);
+  CHECK(check::rel_rms_error(master.grad(), cast_then_add) <= 1.0 / 256);
+  CHECK(fused_err <= 1e-5);
+  CHECK(fused_err <= check::rel_rms_error(cast_then_add, truth));
 }

@@ -166,6 +166,27 @@ void add_linear_cases() {
                       {"bias", randn64({5}, seed + 3)}};
       },
       [](const Vars& v) { return Vars{linear(v[0], v[1], v[2])}; }));
+  // gpu: with a bias; then the model's path, the weight a compute copy of an fp32 master (the
+  // inner cast), one copy used by two linears, so their GEMMs sum dW in fp32 (beta 0, then 1: no
+  // cast kernel, no add), and x feeding two linears (dx summed by the second GEMM, beta 1).
+  add_case(gpu_case(
+      "linear", "linear " + dims_label({{"N", 74}, {"in", 64}, {"out", 48}}) + " bias", named_kernel("cublas"),
+      [](uint64_t seed) {
+        return Inputs{{"x", randn64({2, 37, 64}, seed + 1)}, {"weight", randn64({48, 64}, seed + 2)},
+                      {"bias", randn64({48}, seed + 3)}};
+      },
+      [](const Vars& v) { return Vars{linear(v[0], v[1], v[2])}; }));
+  add_case(gpu_case(
+      "linear", "linear " + dims_label({{"N", 74}, {"in", 64}, {"out", 48}}) + " fp32 master used twice",
+      named_kernel("cublas"),
+      [](uint64_t seed) {
+        return Inputs{{"x", randn64({2, 37, 64}, seed + 1)}, {"x2", randn64({2, 37, 64}, seed + 2)},
+                      {"weight", randn64({48, 64}, seed + 3)}, {"u", randn64({40, 64}, seed + 4)}};
+      },
+      [](const Vars& v) {
+        Var copy = cast(cast(v[2], DType::F32), v[0].dtype());  // an F32 master, its copy in x's dtype
+        return Vars{linear(v[0], copy), linear(v[1], copy), linear(v[0], v[3])};
+      }));
 }
 
 void add_linear_cross_entropy_cases() {
