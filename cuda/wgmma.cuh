@@ -1,8 +1,8 @@
 // Hopper warpgroup MMA (sm_90a PTX): wgmma.mma_async m64nNk16, fp32 += bf16 x bf16, N = 64 or
-// 128, A from shared memory (a descriptor) or from registers, B from shared memory (K-major
-// tiles: cuda/wgmma_desc.cuh); wgmma.fence, commit_group, wait_group, and the proxy fence that
-// makes ordinary shared-memory writes (st.shared, cp.async) visible to it. The host emulator
-// (tests/emu/include/cuda/wgmma.cuh) runs the same calls.
+// 128, A from shared memory (a K-major descriptor) or from registers, B from shared memory
+// (K-major or N-major: cuda/wgmma_desc.cuh); wgmma.fence, commit_group, wait_group, and the
+// proxy fence that makes ordinary shared-memory writes (st.shared, cp.async) visible to it. The
+// host emulator (tests/emu/include/cuda/wgmma.cuh) runs the same calls.
 //
 // A warpgroup is 4 consecutive warps (threads 128 i .. 128 i + 127); all 128 threads issue each
 // call together, with the same descriptors. The product is asynchronous: it reads shared memory
@@ -11,9 +11,9 @@
 // accumulator arrays are named to wgmma_fence and wgmma_wait, which pin them (an empty asm that
 // reads and writes each register) so that the compiler moves no access across the async region.
 //
-// Register fragments (PTX ISA, "Asynchronous Warpgroup Level Matrix Register Fragments",
-// m64nNk16 with .bf16), w = warp in the warpgroup, g = lane / 4, t = lane % 4: warp w owns rows
-// 16 w .. 16 w + 15, laid out as mma.m16n8k16's (cuda/mma.cuh) in each 8-column block:
+// Register fragments (PTX ISA 9.7.15.5.1.1, "Register Fragments", m64nNk16 with .bf16),
+// w = warp in the warpgroup, g = lane / 4, t = lane % 4: warp w owns rows 16 w .. 16 w + 15,
+// laid out as mma.m16n8k16's (cuda/mma.cuh) in each 8-column block:
 //   A (64 x 16), 4 regs of 2 bf16: a0 = A[16w+g][2t..2t+1],   a1 = A[16w+g+8][2t..2t+1],
 //                                  a2 = A[16w+g][2t+8..2t+9], a3 = A[16w+g+8][2t+8..2t+9]
 //   D (64 x N, fp32), N / 2 floats: d[4j + i] = D[16w + g + 8 (i / 2)][8j + 2t + i % 2]
@@ -77,28 +77,28 @@ __device__ __forceinline__ void fence_proxy_async() {
   HLA_SM90A(asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"));
 }
 
-// d (+)= A B^T over one k16 slice: A (64 x 16) at desc_a, B (N x 16) at desc_b
-// (cuda/wgmma_desc.cuh); accumulate = false ignores d's old values.
-template <int N>
+// d (+)= A B^T over one k16 slice: A (64 x 16) at desc_a, B (N x 16) at desc_b, N-major when
+// B_N_MAJOR (cuda/wgmma_desc.cuh); accumulate = false ignores d's old values.
+template <int N, bool B_N_MAJOR = false>
 __device__ __forceinline__ void wgmma_m64k16(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
   static_assert(N == 64 || N == 128, "wgmma_m64k16: N is 64 or 128");
   if constexpr (N == 64)
     HLA_SM90A(asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-        "{" HLA_WGMMA_D32_REGS "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        "{" HLA_WGMMA_D32_REGS "}, %32, %33, p, 1, 1, 0, %35;\n}\n"
         : HLA_WGMMA_D32(0)
-        : "l"(desc_a), "l"(desc_b), "r"(int(accumulate))));
+        : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)), "n"(int(B_N_MAJOR))));
   else
     HLA_SM90A(asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-        "{" HLA_WGMMA_D64_REGS "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+        "{" HLA_WGMMA_D64_REGS "}, %64, %65, p, 1, 1, 0, %67;\n}\n"
         : HLA_WGMMA_D32(0), HLA_WGMMA_D32(32)
-        : "l"(desc_a), "l"(desc_b), "r"(int(accumulate))));
+        : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)), "n"(int(B_N_MAJOR))));
 }
 // The same with A from registers (the fragment above).
-template <int N>
+template <int N, bool B_N_MAJOR = false>
 __device__ __forceinline__ void wgmma_m64k16(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b,
                                              bool accumulate) {
   static_assert(N == 64 || N == 128, "wgmma_m64k16: N is 64 or 128");
@@ -106,16 +106,16 @@ __device__ __forceinline__ void wgmma_m64k16(float (&d)[N / 2], const uint32_t (
     HLA_SM90A(asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-        "{" HLA_WGMMA_D32_REGS "}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+        "{" HLA_WGMMA_D32_REGS "}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
         : HLA_WGMMA_D32(0)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate))));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)), "n"(int(B_N_MAJOR))));
   else
     HLA_SM90A(asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-        "{" HLA_WGMMA_D64_REGS "}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+        "{" HLA_WGMMA_D64_REGS "}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
         : HLA_WGMMA_D32(0), HLA_WGMMA_D32(32)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate))));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)), "n"(int(B_N_MAJOR))));
 }
 
 }  // namespace hla::cuda
