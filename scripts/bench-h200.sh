@@ -41,7 +41,7 @@ for stage in "${stages[@]}"; do
   say "$stage (commit $COMMIT, log $log)"
   case $stage in
     build)
-      { cmake -S . -B "$BUILD" -DHLA_CUDA=ON -DHLA_CUDA_ARCH=90 && cmake --build "$BUILD" -j "$(nproc)"; } >"$log" 2>&1 ||
+      { cmake -S . -B "$BUILD" -DHLA_CUDA=ON -DHLA_CUDA_ARCH=90a && cmake --build "$BUILD" -j "$(nproc)"; } >"$log" 2>&1 ||
         failed build "$log" ;;
     anchors)
       { "$BUILD/hla" bench --list --json "$OUTDIR/bench-cases.json" &&

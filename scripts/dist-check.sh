@@ -30,7 +30,7 @@ export NCCL_NVLS_ENABLE=0
 NCCL_ROOT=${NCCL_ROOT:-$(python3 -c "import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))" 2>/dev/null)}
 echo "dist-check: building into $BUILD with NCCL from ${NCCL_ROOT:-the CUDA toolkit or the system} (log: $LOGS/build.log)"
 # shellcheck disable=SC2086  # CMAKE_FLAGS holds several flags
-if ! { cmake -S . -B "$BUILD" -DHLA_CUDA=ON -DHLA_CUDA_ARCH=90 -DHLA_NCCL=ON ${NCCL_ROOT:+-DHLA_NCCL_ROOT=$NCCL_ROOT} \
+if ! { cmake -S . -B "$BUILD" -DHLA_CUDA=ON -DHLA_CUDA_ARCH=90a -DHLA_NCCL=ON ${NCCL_ROOT:+-DHLA_NCCL_ROOT=$NCCL_ROOT} \
          ${CMAKE_FLAGS:-} && cmake --build "$BUILD" -j "$(nproc)"; } >"$LOGS/build.log" 2>&1; then
   tail -n 40 "$LOGS/build.log"
   echo "dist-check: BUILD FAILED"

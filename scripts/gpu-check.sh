@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make gpu-check`: on a machine with an NVIDIA GPU, builds hla for sm_90 into build-gpu, runs
+# `make gpu-check`: on a machine with an NVIDIA GPU, builds hla for sm_90a into build-gpu, runs
 # the CUDA tests (tests/test_cuda.cpp, tests/test_gpu_train.cpp: GPU training == CPU training,
 # and no cudaMalloc in a training step after warm-up; the every-case test is left to the
 # `hla gpu-check` run at the end, which prints the table; and the "GPU ..." cases of other suites:
@@ -29,7 +29,7 @@ mkdir -p "$LOGS"
 nvidia-smi -L
 
 echo "gpu-check: building into $BUILD (log: $LOGS/build.log)"
-if ! { cmake -S . -B "$BUILD" -DHLA_CUDA=ON -DHLA_CUDA_ARCH=90 ${CMAKE_FLAGS:-} &&
+if ! { cmake -S . -B "$BUILD" -DHLA_CUDA=ON -DHLA_CUDA_ARCH=90a ${CMAKE_FLAGS:-} &&
        cmake --build "$BUILD" -j "$(nproc)"; } >"$LOGS/build.log" 2>&1; then
   tail -n 40 "$LOGS/build.log"
   echo "gpu-check: BUILD FAILED"

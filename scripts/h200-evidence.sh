@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The H200 runs behind the closing evidence of the open issues, stage by stage, for a GPU box
 # reached through time-limited calls (about 15 minutes of GPU time in all):
-#   build      hla and hla_tests for sm_90 into build-gpu (BUILD_TARGETS="hla": hla alone)
+#   build      hla and hla_tests for sm_90a into build-gpu (BUILD_TARGETS="hla": hla alone)
 #   ruler      scripts/ruler-h200.sh: RULER's 13 tasks x 100 at 4096 tokens (issue W2.5's
 #              2-minute target); run it before the sweeps start, alone on the GPU
 #   sweeps     the recipes of configs/sweeps (paper1-mqar, paper1-text, paper2-routing, issue
@@ -67,7 +67,7 @@ sweep_progress() {
 }
 
 stage_build() {
-  cmake -S . -B $BUILD -DHLA_CUDA=ON -DHLA_CUDA_ARCH=90 ${CMAKE_FLAGS:-} >"$EVIDENCE/build.log" 2>&1 &&
+  cmake -S . -B $BUILD -DHLA_CUDA=ON -DHLA_CUDA_ARCH=90a ${CMAKE_FLAGS:-} >"$EVIDENCE/build.log" 2>&1 &&
     cmake --build $BUILD -j "$(nproc)" --target ${BUILD_TARGETS:-hla hla_tests} >>"$EVIDENCE/build.log" 2>&1 ||
     { tail -n 40 "$EVIDENCE/build.log"; echo "BUILD FAILED"; return 1; }
 }

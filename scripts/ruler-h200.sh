@@ -28,7 +28,7 @@ mkdir -p "$LOGS"
 nvidia-smi -L
 
 echo "ruler-h200: building hla into $BUILD (log: $LOGS/ruler-build.log)"
-if ! { cmake -S . -B "$BUILD" -DHLA_CUDA=ON -DHLA_CUDA_ARCH=90 ${CMAKE_FLAGS:-} &&
+if ! { cmake -S . -B "$BUILD" -DHLA_CUDA=ON -DHLA_CUDA_ARCH=90a ${CMAKE_FLAGS:-} &&
        cmake --build "$BUILD" -j "$(nproc)" --target hla; } >"$LOGS/ruler-build.log" 2>&1; then
   tail -n 40 "$LOGS/ruler-build.log"
   echo "ruler-h200: BUILD FAILED"

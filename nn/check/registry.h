@@ -41,7 +41,7 @@ using OpFn = std::function<std::vector<Var>(const std::vector<Var>&)>;
 // The CUDA kernel an op runs for a storage dtype, shown in the gpu-check and bench tables.
 using KernelLabel = std::function<std::string(DType)>;
 
-// Pass thresholds; no case overrides them today. grad: max |analytic - numeric| / max |numeric|
+// Pass thresholds; only wgmma_gemm's cases override one (nn/check/cases_wgmma.cpp). grad: max |analytic - numeric| / max |numeric|
 // per input. gpu: relative RMS error ||cuda - cpu|| / ||cpu|| per output and gradient.
 struct Tolerances {
   double grad = 1e-6;

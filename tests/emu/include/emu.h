@@ -1,17 +1,21 @@
 // Host emulator of the CUDA execution model for running the mma kernels on the CPU (g++).
 // Threads of a block are fibers (ucontext for the first entry, _setjmp/_longjmp after), run by a
 // round-robin scheduler; __syncthreads and the warp collectives (shuffles, __syncwarp, mma) are
-// barriers over the block / the warp. Blocks run one after another; shared memory is one buffer
-// filled with 0xff (NaN) before every block; cp.async copies are deferred to the wait.
+// barriers over the block / the warp, the warpgroup MMA (wgmma) a barrier over its 4 warps.
+// Blocks run one after another; shared memory is one buffer filled with 0xff (NaN) before every
+// block, whose shared-space addresses (__cvta_generic_to_shared) start at kSharedWindowStart;
+// cp.async copies are deferred to the wait, wgmma products to their wait_group.
 #pragma once
 #include <setjmp.h>
 #include <ucontext.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <vector>
 
@@ -36,26 +40,34 @@ inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c,
 namespace emu {
 
 constexpr size_t kSmemBytes = 232448;
+// The shared-space address of the buffer's first byte: 16-byte but not 1024-byte aligned, so a
+// kernel that needs aligned tiles (cuda/wgmma_desc.cuh) must align them itself, as on the GPU.
+constexpr uint32_t kSharedWindowStart = 16;
 // cp.async copies land at the wait (a read before the wait sees stale data). When set, they also
 // land at the issue, and between two __syncthreads the warps run one after another instead of
-// side by side (warp w starts once warps 0 .. w - 1 wait at the barrier): a copy issued before
-// every other warp has read its destination then corrupts their reads. Real copies land anywhere
-// in between, real warps run in any order: a test runs both ways to bound the two hazards.
+// side by side (warp w starts once warps 0 .. w - 1 wait at the barrier, or at a wgmma's
+// warpgroup barrier): a copy issued before every other warp has read its destination then
+// corrupts their reads. Real copies land anywhere in between, real warps run in any order: a
+// test runs both ways to bound the two hazards.
 inline bool cp_async_lands_at_issue = false;
 struct Copy { void* dst; const void* src; bool valid; };
 struct Fiber {
   ucontext_t uctx;
   jmp_buf jb;
-  bool started = false, done = false, at_block_barrier = false;
+  bool started = false, done = false, at_group_barrier = false;  // group: the block, or a wgmma's warpgroup
   uint3 tid;
   std::vector<Copy> pending;
+  // wgmma products (tests/emu/include/cuda/wgmma.cuh): issued since the last commit_group, and
+  // the committed groups in flight, oldest first.
+  std::vector<std::function<void()>> wgmma_open;
+  std::deque<std::vector<std::function<void()>>> wgmma_groups;
 };
 struct Barrier { int expected = 0, arrived = 0; unsigned gen = 0; };
 
 struct Block {
   std::vector<Fiber> fibers;
   std::vector<std::vector<char>> stacks;
-  std::vector<Barrier> warp_bars;
+  std::vector<Barrier> warp_bars, warpgroup_bars;
   Barrier block_bar;
   int cur = -1;
   ucontext_t sched_uctx;
@@ -64,12 +76,21 @@ struct Block {
   std::function<void()> body;
   std::vector<float> shfl;          // per thread
   std::vector<uint32_t> frag;       // per thread: a0..a3, b0, b1
+  std::vector<uint64_t> descs;      // per thread: a wgmma's two matrix descriptors
   std::vector<const void*> addr;    // per thread: the row address an ldmatrix reads
 };
 
 inline Block& blk() { static Block b; return b; }
 alignas(16) inline char smem_buf[kSmemBytes];
 inline float4* shared_memory() { return reinterpret_cast<float4*>(smem_buf); }
+// The bytes at shared-space address `addr`, `bytes` long (abort outside the buffer).
+inline const char* shared_at(uint64_t addr, size_t bytes) {
+  if (addr < kSharedWindowStart || addr + bytes > kSharedWindowStart + kSmemBytes) {
+    std::fprintf(stderr, "emu: shared address %llu is outside shared memory\n", static_cast<unsigned long long>(addr));
+    std::abort();
+  }
+  return smem_buf + (addr - kSharedWindowStart);
+}
 
 inline Fiber& me() { return blk().fibers[blk().cur]; }
 inline void yield() {
@@ -99,11 +120,24 @@ inline uint3 blockIdx, blockDim, gridDim;
 #define threadIdx (::emu::me().tid)
 
 inline void __syncthreads() {
-  emu::me().at_block_barrier = true;
+  emu::me().at_group_barrier = true;
   emu::arrive_wait(emu::blk().block_bar);
-  emu::me().at_block_barrier = false;
+  emu::me().at_group_barrier = false;
 }
 inline void __syncwarp(unsigned = 0xffffffffu) { emu::arrive_wait(emu::blk().warp_bars[threadIdx.x / 32]); }
+inline void emu_sync_warpgroup() {
+  emu::me().at_group_barrier = true;
+  emu::arrive_wait(emu::blk().warpgroup_bars[threadIdx.x / 128]);
+  emu::me().at_group_barrier = false;
+}
+inline size_t __cvta_generic_to_shared(const void* p) {
+  const char* c = static_cast<const char*>(p);
+  if (c < emu::smem_buf || c >= emu::smem_buf + emu::kSmemBytes) {
+    std::fprintf(stderr, "emu: __cvta_generic_to_shared of a pointer outside shared memory\n");
+    std::abort();
+  }
+  return size_t(c - emu::smem_buf) + emu::kSharedWindowStart;
+}
 inline float emu_shfl(float v, int src_lane) {
   emu::Block& b = emu::blk();
   const unsigned tid = threadIdx.x, warp = tid / 32;
@@ -142,6 +176,7 @@ void launch(Kernel kernel, dim3 grid, int threads, size_t bytes, Params... param
   for (auto& s : b.stacks) s.resize(kStack);
   b.shfl.assign(threads, 0.f);
   b.frag.assign(size_t(threads) * 6, 0u);
+  b.descs.assign(size_t(threads) * 2, 0u);
   b.addr.assign(threads, nullptr);
   gridDim = {grid.x, grid.y, grid.z};
   blockDim = {unsigned(threads), 1, 1};
@@ -153,13 +188,18 @@ void launch(Kernel kernel, dim3 grid, int threads, size_t bytes, Params... param
         std::memset(smem_buf, 0xff, kSmemBytes);
         b.warp_bars.assign((threads + 31) / 32, Barrier{});
         for (auto& w : b.warp_bars) w.expected = 32;
+        b.warpgroup_bars.assign((threads + 127) / 128, Barrier{});
+        for (size_t g = 0; g < b.warpgroup_bars.size(); g++)
+          b.warpgroup_bars[g].expected = std::min(128, threads - 128 * int(g));
         b.block_bar = Barrier{};
         b.block_bar.expected = threads;
         for (int i = 0; i < threads; i++) {
           Fiber& f = b.fibers[i];
-          f.started = f.done = f.at_block_barrier = false;
+          f.started = f.done = f.at_group_barrier = false;
           f.tid = {unsigned(i), 0, 0};
           f.pending.clear();
+          f.wgmma_open.clear();
+          f.wgmma_groups.clear();
           getcontext(&f.uctx);
           f.uctx.uc_stack.ss_sp = b.stacks[i].data();
           f.uctx.uc_stack.ss_size = kStack;
@@ -169,8 +209,8 @@ void launch(Kernel kernel, dim3 grid, int threads, size_t bytes, Params... param
         for (;;) {
           bool all_done = true;
           const long before = b.progress;
-          int parked = 0;  // leading threads done or at a __syncthreads (warps one after another)
-          while (parked < threads && (b.fibers[parked].done || b.fibers[parked].at_block_barrier)) parked++;
+          int parked = 0;  // leading threads done or at a __syncthreads or wgmma barrier (warps one after another)
+          while (parked < threads && (b.fibers[parked].done || b.fibers[parked].at_group_barrier)) parked++;
           for (int i = 0; i < threads; i++) {
             Fiber& f = b.fibers[i];
             if (f.done) continue;
@@ -191,6 +231,11 @@ void launch(Kernel kernel, dim3 grid, int threads, size_t bytes, Params... param
             std::abort();
           }
         }
+        for (const Fiber& f : b.fibers)
+          if (!f.wgmma_open.empty() || !f.wgmma_groups.empty()) {
+            std::fprintf(stderr, "emu: block (%u, %u, %u) ended with wgmma products not waited for\n", x, y, z);
+            std::abort();
+          }
         b.cur = -1;
       }
 }
