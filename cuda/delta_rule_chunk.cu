@@ -168,7 +168,7 @@
 // (79-102 before its staged pair products), scan 123 / 127-128 (124 / 128 before), output_kernel
 // 102-104 / 126-127 and reverse scan 124 / 128 at dk = 64 / 128, local backward 230 / 200-201
 // (144 / 194-196 before its staged pair products, 195 / 254 before the staged tiles; one CTA an
-// SM at any of these); at dk = 256 (kWide, launch bounds of one CTA) prepare 128-158, scan 166,
+// SM at any of these); at dk = 256 (kWide, launch bounds of one CTA) prepare 128-158, scan 146,
 // output_kernel 166; no spills (the prepare's staging loops are kept rolled: unrolled, ptxas
 // spilled 4 bytes at dk = 64 to fit 64 registers).
 // GDN-2: prepare 64 / 80 at dk = 64 (dv 128 / 64) and 80 at dk = 128, local backward 255 at every
@@ -739,19 +739,30 @@ struct ScanTiles {
 // fn(t, d, G[t][d .. d + 3], x[t][d .. d + 3]) for the C x DK pieces of a vector gate's G, a chunk's
 // (C, DK) rows of the workspace, and of a bf16 matrix x (rows x_stride apart, zeros past row n),
 // both read from global memory (4 floats and 2 bf16 pairs a piece; piece i to thread i % kThreads).
+// A thread loads kBatch pieces before it hands any to fn (kBatch round trips in flight at once:
+// fn's shared-memory stores would otherwise order every load after the previous piece's stores).
 template <int DK, class Fn>
 __device__ __forceinline__ void gated_rows(const float* G, const bf16* x, int64_t x_stride, int n, Fn&& fn) {
-  constexpr int kPieces = DK / 4;
-#pragma unroll 4
-  for (int i = threadIdx.x; i < C * kPieces; i += kThreads) {
-    const int t = i / kPieces, d = (i % kPieces) * 4;
-    const float4 g = *reinterpret_cast<const float4*>(G + t * DK + d);
-    float4 xs = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (t < n) {
-      const float2 x01 = bf16_pair(x + t * x_stride, d), x23 = bf16_pair(x + t * x_stride, d + 2);
-      xs = make_float4(x01.x, x01.y, x23.x, x23.y);
+  constexpr int kPieces = DK / 4, kPer = C * kPieces / kThreads, kBatch = 4;
+  static_assert(C * kPieces % kThreads == 0 && kPer % kBatch == 0, "whole batches of pieces a thread");
+#pragma unroll 1
+  for (int p0 = 0; p0 < kPer; p0 += kBatch) {
+    float4 g[kBatch], xs[kBatch];
+#pragma unroll
+    for (int p = 0; p < kBatch; p++) {
+      const int i = threadIdx.x + (p0 + p) * kThreads, t = i / kPieces, d = (i % kPieces) * 4;
+      g[p] = *reinterpret_cast<const float4*>(G + t * DK + d);
+      xs[p] = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (t < n) {
+        const float2 x01 = bf16_pair(x + t * x_stride, d), x23 = bf16_pair(x + t * x_stride, d + 2);
+        xs[p] = make_float4(x01.x, x01.y, x23.x, x23.y);
+      }
     }
-    fn(t, d, g, xs);
+#pragma unroll
+    for (int p = 0; p < kBatch; p++) {
+      const int i = threadIdx.x + (p0 + p) * kThreads;
+      fn(i / kPieces, (i % kPieces) * 4, g[p], xs[p]);
+    }
   }
 }
 
