@@ -1,6 +1,7 @@
 // The delta rule on the GPU: the chunked tensor-core forward and backward of
-// cuda/delta_rule_chunk.cu where they apply (delta_chunk::supported: DeltaNet, GDN, KDA at
-// dk <= 128, GDN-2 at dk, dv <= 128), otherwise the recurrent
+// cuda/delta_rule_chunk.cu where they apply (delta_chunk::supported, backward_supported: DeltaNet,
+// GDN, KDA at dk <= 128, GDN-2 at dk, dv <= 128; KDA and GDN-2 at dk = 256 the forward only,
+// their backward the recurrent one, which reads only the forward's u_f32), otherwise the recurrent
 // kernels of cuda/recurrence.cuh with Op::Delta (S' = Diag(exp(g)) S, u = w*v - S'^T (b*k),
 // S = S' + k u^T, o = scale S^T q), and the small kernels that turn the fp32 per-value-head results into the op's gradients:
 //   dq, dk summed over the value heads of a group;  a scalar gate's or beta's gradient summed
@@ -44,32 +45,38 @@ void dispatch_gate(DeltaGate gate, Fn&& fn) {
   }
 }
 
-// Whether the chunked tensor-core kernels can run for these dims: not for a single token (a
+// Whether the chunked tensor-core forward can run for these dims: not for a single token (a
 // decoding step is one recurrent update, cheaper than a one-token chunk), nor packed documents
-// (the token recurrence resets the state at each document start; the chunk scans do not yet).
+// on their rows (d.doc_start: the token recurrence resets the state at each document start).
 bool chunk_dims(const DeltaRuleDims& d, DType dtype) {
   return d.T > 1 && !d.doc_start && delta_chunk::supported(d, dtype);
 }
 
-// Whether the chunked tensor-core kernels run (their 16-byte loads need aligned q, k, v).
+// Whether the chunked tensor-core forward runs (its 16-byte loads need aligned q, k, v).
 bool chunked(const DeltaRuleDims& d, DType dtype, const void* q, const void* k, const void* v) {
   return chunk_dims(d, dtype) && aligned16(q) && aligned16(k) && aligned16(v);
 }
 
+// Whether the chunked backward runs (it also needs aligned d_o and u_f32).
+bool chunked_backward(const DeltaRuleDims& d, DType dtype, const void* q, const void* k, const void* v,
+                      const void* d_o, const void* u_f32) {
+  return chunked(d, dtype, q, k, v) && delta_chunk::backward_supported(d, dtype) && aligned16(d_o) && aligned16(u_f32);
+}
+
 }  // namespace
 
-int64_t delta_rule_document_chunk(const DeltaRuleDims& d, DType dtype) {
-  return delta_chunk::supported(d, dtype) ? delta_chunk::kChunk : 0;
+int64_t delta_rule_document_chunk(const DeltaRuleDims& d, DType dtype) {  // chunk_reset needs both directions
+  return delta_chunk::backward_supported(d, dtype) ? delta_chunk::kChunk : 0;
 }
 
 int64_t delta_rule_kept_floats(const DeltaRuleDims& d, DType dtype) {
-  return chunk_dims(d, dtype) ? delta_chunk::kept_floats(d) : 0;
+  return chunk_dims(d, dtype) && delta_chunk::backward_supported(d, dtype) ? delta_chunk::kept_floats(d) : 0;
 }
 
 void delta_rule_forward(void* o, float* final_state, void* residual, const void* q, const void* k, const void* v,
                         const void* g, const void* b, const void* w, const float* h0, const DeltaRuleDims& d,
                         float* u_f32, float* kept, DType dtype) {
-  HLA_CHECK(!d.chunk_reset || chunked(d, dtype, q, k, v),
+  HLA_CHECK(!d.chunk_reset || (chunked(d, dtype, q, k, v) && delta_chunk::backward_supported(d, dtype)),
             "delta_rule_forward: chunk_reset (packed documents' chunk layout) needs the chunked kernels");
   if (chunked(d, dtype, q, k, v)) {
     delta_chunk::forward(o, final_state, residual, q, k, v, g, b, w, h0, d, u_f32, kept);
@@ -88,9 +95,10 @@ void delta_rule_backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g,
                          float* grad_h0, const void* d_o, const float* d_final_state, const void* d_residual,
                          const void* q, const void* k, const void* v, const void* g, const void* b, const void* w,
                          const float* h0, const DeltaRuleDims& d, const float* u_f32, float* kept, DType dtype) {
-  HLA_CHECK(!d.chunk_reset || (chunked(d, dtype, q, k, v) && aligned16(d_o) && aligned16(u_f32)),
+  const bool chunk_kernels = chunked_backward(d, dtype, q, k, v, d_o, u_f32);
+  HLA_CHECK(!d.chunk_reset || chunk_kernels,
             "delta_rule_backward: chunk_reset (packed documents' chunk layout) needs the chunked kernels");
-  if (chunked(d, dtype, q, k, v) && aligned16(d_o) && aligned16(u_f32)) {
+  if (chunk_kernels) {
     delta_chunk::backward(grad_q, grad_k, grad_v, grad_g, grad_b, grad_w, grad_h0, d_o, d_final_state, d_residual, q,
                           k, v, g, b, w, h0, d, u_f32, kept);
     return;
@@ -127,7 +135,8 @@ void delta_rule_backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g,
 }
 
 const char* delta_rule_kernel(const DeltaRuleDims& d, DType dtype) {
-  return !d.doc_start && delta_chunk::supported(d, dtype) ? "chunked fwd+bwd (mma)" : "recurrent";
+  if (d.doc_start || !delta_chunk::supported(d, dtype)) return "recurrent";
+  return delta_chunk::backward_supported(d, dtype) ? "chunked fwd+bwd (mma)" : "chunked fwd (mma), recurrent bwd";
 }
 
 }  // namespace hla::cuda

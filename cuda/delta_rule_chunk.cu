@@ -54,11 +54,19 @@
 //
 //   With a vector gate the scans hold G[t][d] (C x dk fp32, copied at the top of a chunk), 2c
 //   scales the channels of K by exp(G_last - G) and the state's rows by exp(G_last) (3b and 3c
-//   likewise), 2b the channels of Q by exp(G); at dk = 128 the scans' 175 KB allow one CTA an SM
-//   (at dk = 256 they would not fit: a vector gate is chunked up to dk = 128).
+//   likewise), 2b the channels of Q by exp(G); at dk = 128 the scans' 175 KB allow one CTA an SM.
+//   At dk = 256 (kWide; KDA and GDN-2, the forward only: their backward runs on the recurrent
+//   kernels, see cuda/delta_rule.cu) the G, k and staged tiles would take 321 KB: the forward
+//   scan holds G's last row alone and stages K (.) exp(G_last - G) (hi and lo) straight from the
+//   workspace's G and global k (gated_rows) into q's and k's places, 196 KB, one CTA an SM; the
+//   prepare puts v in q's tile once 1b has read q (GDN-2: w in G's place once 1d's W is
+//   formed), its step decays in G's place (1d reads G again from the workspace, this CTA's
+//   writes) and 1b's staged operands 16 channels at a time in L's and A's places, 166 KB (GDN-2
+//   199 KB); output_kernel's q (.) exp(G) hi and lo tiles make it 134 KB, one CTA an SM.
 //
 // Backward (CPU: chunk_backward, chunk_backward_local), 4.9 step by step (a vector gate: per
-// channel as in the forward; pass 4's pair products by sub-blocks, its dG from 4.10's identity):
+// channel as in the forward, at dk <= 128 (backward_supported); pass 4's pair products by
+// sub-blocks, its dG from 4.10's identity):
 //   Passes 1-2 replayed (4.9 step 1): the same kernels, also keeping A and every chunk-start
 //   state h[n] (fp32, see below), writing no outputs. Or skipped: a forward given `kept` wrote
 //   A, h[n], W, Aqk and G there with the same kernels (bit-identical, at kept_floats(d) x 4 bytes
@@ -144,13 +152,16 @@
 //   staged K (.) exp(G_last - G) hi and lo tiles, before 84.0 / 141.0 KB):
 //   64          95.8 / 103.8 / 119.8 KB        102.0 KB              178.6 KB
 //   128         143.8 / 151.8 / 167.8 KB       175.0 KB (one CTA/SM) 216.9 KB
-//   GDN-2 (vector gate; prepare with its b tile, and its w tile in q's place where dv <= dk, else
-//   a place of its own; scans and local backward as the vector gate's): dk 64: prepare 104.8 / 129.8
-//   KB (dv 64 / 128; 113.8 at dv 64 before w took q's place); dk 128: 160.8 / 168.8 KB
+//   256         165.8 KB (every dv; kWide)      196.0 KB (forward)    - (recurrent backward)
+//   GDN-2 (vector gate; prepare with its b tile, and its w tile in q's place after 1b where
+//   dv <= dk, else a place of its own; scans and local backward as the vector gate's): dk 64:
+//   prepare 104.8 / 129.8 KB (dv 64 / 128; 113.8 at dv 64 before w took q's place, one CTA an SM);
+//   dk 128: 160.8 / 168.8 KB; dk 256: 198.8 KB (every dv: its b tile beside, w in G's place)
 //   (local backward before its staged tiles: 159.1 / 135.1, 209.1 / 153.1, 185.1; vector gate
 //   153.4, 188.6 KB, and 165.9, 204.1 KB before its staged pair products: one CTA an SM either way)
 //   output_kernel (every dv; two CTAs an SM): 63.2 / 89.2 / 101.2 KB at dk = 64 / 128 / 256 (32
-//   value columns a CTA at 256, 64 below), vector gate 72.2 / 106.2 KB (q (.) exp(G) split)
+//   value columns a CTA at 256, 64 below), vector gate 72.2 / 106.2 / 134.3 KB (q (.) exp(G)
+//   split; one CTA an SM at 256)
 // Registers a thread (ptxas, nvcc 13.0, sm_90; every dv): prepare 59-128, scan 123 / 125 / 127
 // (125 / 125 / 127 with 2b inside and 2c through accessors), output_kernel 87-90 / 118-120 / 126-128 and reverse scan 122
 // / 128 / 128 at dk = 64 / 128 / 256 (launch bounds of two CTAs: at most 128), local backward
@@ -158,7 +169,8 @@
 // (79-102 before its staged pair products), scan 123 / 127-128 (124 / 128 before), output_kernel
 // 102-104 / 126-127 and reverse scan 124 / 128 at dk = 64 / 128, local backward 230 / 200-201
 // (144 / 194-196 before its staged pair products, 195 / 254 before the staged tiles; one CTA an
-// SM at any of these); no spills (the prepare's staging loops are kept rolled: unrolled, ptxas
+// SM at any of these); at dk = 256 (kWide, launch bounds of one CTA) prepare 128-158, scan 146,
+// output_kernel 166; no spills (the prepare's staging loops are kept rolled: unrolled, ptxas
 // spilled 4 bytes at dk = 64 to fit 64 registers).
 // GDN-2: prepare 64 / 80 at dk = 64 (dv 128 / 64) and 80 at dk = 128, local backward 255 at every
 // width; no spills at dk = 64, 16 bytes of spill stores and loads at dk = 128 (ptxas's allocation
@@ -309,6 +321,12 @@ __device__ __forceinline__ void stage_f32_rows(bf16* hi, bf16* lo, const float* 
 
 template <int DK, int DV, bool VG, bool VBW = false>
 struct PrepareSmem {
+  // A vector gate at DK = 256 (kWide): the tiles below at their DK = 128 places take 270 KB
+  // (GDN-2 338 KB), so v waits for q's last reader (1b) and takes q's tile, GDN-2's w takes G's
+  // once 1d's W is formed, the step decays take G's place (G is read again from the workspace
+  // for 1d), and the staged operands of 1b go 16 channels at a time, all in L's and A's places.
+  static constexpr bool kWide = VG && DK > 128;
+  static_assert(!kWide || DV <= DK, "v takes q's tile");
   static constexpr int kLdK = DK + 8, kLdV = DV + 8;
   static constexpr int kLdG = VG ? DK + 4 : 1;  // G's row stride: a row of DK channels, or one scalar
   bf16 *q, *k, *v;                 // (C, DK + 8), (C, DK + 8), (C, DV + 8)
@@ -319,33 +337,38 @@ struct PrepareSmem {
   // kCh key channels at a time, split into bf16 hi and lo tiles: e_t, q_t exp(G_t - G_{16 i}) for
   // t in sub-block i, in L's and A's places (free until 1b's products are done); k_s exp(G_{16 i} - G_s)
   // for every s < 16 i, a tile for each i = 1 .. C / 16 - 1 (rows kRefRow0(i) on); then in
-  // their place the step decays exp(G_{t+1} - G_t) inside each sub-block, for its 16 x 16
-  // diagonal block.
-  static constexpr int kCh = 32, kLdX = kCh + 8;
+  // their place (kWide: after et and qt, and G's place) the step decays exp(G_{t+1} - G_t)
+  // inside each sub-block, for its 16 x 16 diagonal block.
+  static constexpr int kCh = kWide ? 16 : 32, kLdX = kCh + 8;
   bf16 *et_hi, *et_lo, *qt_hi, *qt_lo;  // (C, kLdX) each
   bf16 *kref_hi, *kref_lo;              // (kRefRows, kLdX) each
   float* estep;                         // (C, kLdG)
   // VBW only: (C, DK + 8) erase gate b[t][d], (C, DV + 8) write gate w[t][c]. w is read by 1d
-  // alone, so it is gathered after 1b into q's place when it fits (dv <= dk): at dk = dv = 64 that
-  // keeps GDN-2's prepare at 104.8 KB, two CTAs an SM (113.8 KB with w a place of its own: one).
+  // alone, so it comes late: kWide, into G's place once W is formed; else, when it fits (dv <=
+  // dk), into q's place after 1b: at dk = dv = 64 that keeps GDN-2's prepare at 104.8 KB, two
+  // CTAs an SM (113.8 KB with w a place of its own: one).
   bf16 *b, *w;
-  static constexpr bool kWriteGateInQ = DV <= DK;
+  static constexpr bool kWriteGateInQ = !kWide && DV <= DK;
   static constexpr int kRefRow0(int i) { return 8 * i * (i - 1); }  // = 16 (1 + 2 + .. + (i - 1))
   static constexpr int kRefRows = kRefRow0(C / 16);
-  static constexpr int kDecays = VG ? C * kLdG : 0;  // floats of kref's and estep's place
-  static_assert(!VG || (4 * C * kLdX <= 2 * 2 * C * kLdC && 2 * kRefRows * kLdX <= 2 * kDecays),
+  static constexpr int kDecays = VG && !kWide ? C * kLdG : 0;  // floats of kref's and estep's place
+  static_assert(!VG || (kWide ? (4 * C + 2 * kRefRows) * kLdX <= 2 * 2 * C * kLdC
+                              : 4 * C * kLdX <= 2 * 2 * C * kLdC && 2 * kRefRows * kLdX <= 2 * kDecays),
                 "the vector gate's staged operands fit the places they take");
+  static_assert(!(kWide && VBW) || kLdV <= 2 * kLdG, "w fits in G's place");
   static constexpr size_t bytes() {
-    return sizeof(bf16) * C * (2 * kLdK + kLdV + (VBW ? kLdK + (kWriteGateInQ ? 0 : kLdV) : 0)) +
+    return sizeof(bf16) * C * (2 * kLdK + (kWide ? 0 : kLdV) + (VBW ? kLdK + (kWide || kWriteGateInQ ? 0 : kLdV) : 0)) +
            sizeof(float) * (2 * C * kLdC + C * kLdG + 3 * C + kDecays);
   }
   __device__ explicit PrepareSmem(void* p) {
-    q = static_cast<bf16*>(p), k = q + C * kLdK, v = k + C * kLdK;
-    L = reinterpret_cast<float*>(v + C * kLdV), A = L + C * kLdC;
+    q = static_cast<bf16*>(p), k = q + C * kLdK, v = kWide ? q : k + C * kLdK;
+    L = reinterpret_cast<float*>(k + C * kLdK + (kWide ? 0 : C * kLdV)), A = L + C * kLdC;
     G = A + C * kLdC, beta = G + C * kLdG, colw = beta + C, colu = colw + C;
     et_hi = reinterpret_cast<bf16*>(L), et_lo = et_hi + C * kLdX, qt_hi = et_lo + C * kLdX, qt_lo = qt_hi + C * kLdX;
-    estep = colu + C, kref_hi = reinterpret_cast<bf16*>(estep), kref_lo = kref_hi + kRefRows * kLdX;
-    b = reinterpret_cast<bf16*>(estep + kDecays), w = kWriteGateInQ ? q : b + C * kLdK;
+    estep = kWide ? G : colu + C;
+    kref_hi = kWide ? qt_lo + C * kLdX : reinterpret_cast<bf16*>(estep), kref_lo = kref_hi + kRefRows * kLdX;
+    b = reinterpret_cast<bf16*>(colu + C + kDecays);
+    w = kWide ? reinterpret_cast<bf16*>(G) : kWriteGateInQ ? q : b + C * kLdK;
   }
 };
 
@@ -359,12 +382,24 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
   using Smem = PrepareSmem<DK, DV, VG, VBW>;
   const Smem sm(smem_raw);
   constexpr int kLdK = Smem::kLdK, kLdV = Smem::kLdV, kLdG = Smem::kLdG;
+  constexpr bool kWide = Smem::kWide;
   const int chunk = blockIdx.x, j = blockIdx.y, bi = blockIdx.z, hq = j / (a.HV / a.H);
   const int t0 = chunk * C, n = min(C, a.T - t0);
   const int64_t head = int64_t(bi) * a.HV + j;  // (b, j) of (B, HV, ..) workspaces
+  auto load_v = [&] {
+    load_bf16_rows_async<C, DV>(sm.v, a.v + ((int64_t(bi) * a.T + t0) * a.HV + j) * DV, int64_t(a.HV) * DV, n);
+  };
+  // w[t][c] of (B, T, HV, DV) (GDN-2; no alignment asked of it)
+  auto load_w = [&] {
+    const int64_t tok = (int64_t(bi) * a.T + t0) * a.HV + j;  // (B, T, HV) index of token t0
+    for (int i = threadIdx.x; i < C * DV; i += kThreads) {
+      const int tt = i / DV, c = i % DV;
+      sm.w[tt * kLdV + c] = tt < n ? a.w[(tok + int64_t(tt) * a.HV) * DV + c] : __float2bfloat16_rn(0.f);
+    }
+  };
   load_bf16_rows_async<C, DK>(sm.q, a.q + ((int64_t(bi) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
   load_bf16_rows_async<C, DK>(sm.k, a.k + ((int64_t(bi) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
-  load_bf16_rows_async<C, DV>(sm.v, a.v + ((int64_t(bi) * a.T + t0) * a.HV + j) * DV, int64_t(a.HV) * DV, n);
+  if (!kWide) load_v();  // (kWide: in q's place once 1b has read q)
   if (threadIdx.x < C) {
     const int tt = threadIdx.x;
     const bool ok = tt < n;
@@ -380,18 +415,13 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
       sm.G[tt * kLdG + d] = tt < n ? bf(g[int64_t(tt) * a.HV * DK + d]) : 0.f;
     }
   }
-  // GDN-2's gates b[t][d] of (B, T, HV, DK) and w[t][c] of (B, T, HV, DV), no alignment asked of
-  // them: element by element into (C, D + 8) tiles, rows n .. C - 1 zero.
-  const int64_t tok0 = (int64_t(bi) * a.T + t0) * a.HV + j;  // (B, T, HV) index of token t0
-  auto gather_gate = [&](bf16* tile, const bf16* gate, int D) {
-    for (int i = threadIdx.x; i < C * D; i += kThreads) {
-      const int tt = i / D, d = i % D;
-      tile[tt * (D + 8) + d] = tt < n ? gate[(tok0 + int64_t(tt) * a.HV) * D + d] : __float2bfloat16_rn(0.f);
+  if constexpr (VBW) {  // b[t][d] of (B, T, HV, DK) (no alignment asked of it); w: see PrepareSmem
+    const int64_t tok = (int64_t(bi) * a.T + t0) * a.HV + j;  // (B, T, HV) index of token t0
+    for (int i = threadIdx.x; i < C * DK; i += kThreads) {
+      const int tt = i / DK, d = i % DK;
+      sm.b[tt * kLdK + d] = tt < n ? a.b[(tok + int64_t(tt) * a.HV) * DK + d] : __float2bfloat16_rn(0.f);
     }
-  };
-  if constexpr (VBW) {
-    gather_gate(sm.b, a.b, DK);
-    if (!Smem::kWriteGateInQ) gather_gate(sm.w, a.w, DV);
+    if (!kWide && !Smem::kWriteGateInQ) load_w();
   }
   wait_tiles();
   // 1a: G = inclusive cumsum of g (vector gate: a thread per channel; scalar: warp 0, two tokens a lane).
@@ -418,8 +448,11 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
     const int tt = threadIdx.x;
     sm.colw[tt] = VG ? sm.beta[tt] : sm.beta[tt] * expf(sm.G[tt]);  // ehat_t = beta_t k_t exp(G_t)
   }
-  for (int i = threadIdx.x; i < C * (VG ? DK : 1); i += kThreads)  // G to (B, HV, NT * C, DK or 1)
-    a.G[(head * a.NT * C + t0) * (VG ? DK : 1) + i] = VG ? sm.G[(i / DK) * kLdG + i % DK] : sm.G[i];
+  // G to its (C, DK or 1) rows of the workspace (B, HV, NT * C, DK or 1) (a pointer formed where it
+  // is used: one held from here to 1d made ptxas spill at dk = 64)
+  auto G_out = [&] { return a.G + (head * a.NT * C + t0) * (VG ? DK : 1); };
+  for (int i = threadIdx.x; i < C * (VG ? DK : 1); i += kThreads)
+    G_out()[i] = VG ? sm.G[(i / DK) * kLdG + i % DK] : sm.G[i];
   // The erase key e_t = b_t (.) k_t (GDN-2), else k_t (beta enters as a row scale).
   auto e_at = [&](int t, int d) {
     return VBW ? bf(sm.b[t * kLdK + d]) * bf(sm.k[t * kLdK + d]) : bf(sm.k[t * kLdK + d]);
@@ -483,9 +516,13 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
       sm.L[r * kLdC + s] = s < r ? sm.beta[r] * x : 0.f;
       aqk[r * C + s] = s < r ? a.scale * qk.at(slot) : 0.f;
     });
-    for (int i = threadIdx.x; i < C * DK; i += kThreads) {
-      const int t = i / DK, d = i % DK;
-      if (t % 16 != 15) sm.estep[t * kLdG + d] = expf(g(t + 1, d) - g(t, d));
+    for (int d = threadIdx.x; d < DK; d += kThreads) {  // a thread a channel, tokens in order (kWide: over G)
+      float g_t = g(0, d);
+      for (int t = 0; t + 1 < C; t++) {
+        const float g_next = g(t + 1, d);
+        if (t % 16 != 15) sm.estep[t * kLdG + d] = expf(g_next - g_t);
+        g_t = g_next;
+      }
     }
     __syncthreads();
     // 2. Lane `part` of a token's 8 holds its channel pairs d = 2 part + 16 m.
@@ -529,11 +566,17 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
       if (part == 0)
         for (int s = t + 1; s < first + 16; s++) sm.L[t * kLdC + s] = 0.f, aqk[t * C + s] = 0.f;
     }
-    // G is read (the step decays hold what the diagonal blocks need): exp(G) in its place for 1d.
+    // G is read (the step decays hold what the diagonal blocks need): exp(G) in its place for 1d
+    // (kWide: G from the workspace, this CTA's writes above; q is read: v takes its tile).
+    if (kWide) {
+      __syncthreads();
+      load_v();
+    }
     for (int i = threadIdx.x; i < C * DK; i += kThreads) {
       float& x = sm.G[(i / DK) * kLdG + i % DK];
-      x = expf(x);
+      x = expf(kWide ? G_out()[i] : x);
     }
+    if (kWide) wait_tiles();
   } else {
     auto k_rows = [&](int r, int d) { return bf(sm.k[r * kLdK + d]); };  // K[r][d]
     auto q_rows = [&](int r, int d) { return bf(sm.q[r * kLdK + d]); };  // Q[r][d]
@@ -548,7 +591,7 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
     qk.each([&](int r, int s, float x, int) { aqk[r * C + s] = s <= r ? a.scale * x * expf(sm.G[r] - sm.G[s]) : 0.f; });
   }
   __syncthreads();
-  if constexpr (VBW && Smem::kWriteGateInQ) gather_gate(sm.w, a.w, DV);  // q is read (1b done); 1c's sync orders it before 1d
+  if constexpr (VBW && Smem::kWriteGateInQ) load_w();  // q is read (1b done); 1c's sync orders it before 1d
   // 1c: A = (I + L)^{-1}. Column `col` of A solves (I + L) x = e_col by forward substitution:
   //     x_i = [i == col] - sum_{col <= m < i} L[i][m] x_m. Four neighbouring lanes share a column
   //     and split the sum; rows go in order, so a __syncwarp orders each row's write.
@@ -580,6 +623,11 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
     float* W = a.W + (head * a.NT * C + t0) * DK;
     wt.each([&](int r, int d, float x, int) { W[r * DK + d] = x; });
   }
+  if (kWide && VBW) {  // exp(G) is read: w takes its place
+    __syncthreads();
+    load_w();
+    __syncthreads();
+  }
   {
     WarpTile<C, DV> ut;
     ut.mma<C, true, VBW>([&](int r, int s) { return sm.A[r * kLdC + s] * sm.colu[s]; }, [&](int s, int c) {
@@ -595,6 +643,12 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
 
 template <int DK, int DV, bool VG = false>
 struct ScanSmem {
+  // A vector gate at DK = 256 (kWide): the C x DK tiles of G, k and q would take 321 KB. The
+  // scan holds G's last row alone (2c's row decays); K (.) exp(G_last - G) is staged from the
+  // workspace's G and global k straight into kd_hi, kd_lo (gated_rows), which take q's and k's
+  // places.
+  static constexpr bool kWide = VG && DK > 128;
+  static constexpr int kCtasPerSm = kWide ? 1 : 2;  // launch bounds (kWide: 196 KB, one CTA an SM)
   static constexpr int BV = 32;  // state columns per CTA
   // The state update's rows per WarpTile (a WarpTile spreads its 16-row tiles over the 8 warps,
   // so it has at most 128 rows): DK / kRows tiles of (kRows, BV).
@@ -602,6 +656,7 @@ struct ScanSmem {
   static constexpr int kLdH = BV + 4, kLdW = DK + 4, kLdK = DK + 8;
   static constexpr int kLdO = BV + 8;  // bf16 row stride of a (C, BV) tile
   static constexpr int kLdG = VG ? DK + 4 : 1;  // G's row stride: DK channels (vector gate) or one
+  static constexpr int kG = kWide ? DK : C * kLdG;  // G's floats: (C, kLdG), or kWide G_last's row
   // Aqk is lower triangular (s <= t): its rows are stored packed, row t at aqk_row(t), in the
   // t / 4 + 1 pieces of 4 floats that hold s = 0 .. t (kAqk floats in all, half a full tile).
   static constexpr int kAqk = 4 * (C + 2 * (C / 4) * (C / 4 - 1));
@@ -609,24 +664,28 @@ struct ScanSmem {
   float* W;      // (C, kLdW)
   float* vnew;   // (C, kLdH)
   float* aqk;    // (kAqk) packed rows
-  float* G;      // (C, kLdG): G[t][d] (vector gate) or G[t]
+  float* G;      // (C, kLdG): G[t][d] (vector gate) or G[t]; kWide (DK): G[C - 1][d]
   float *expG, *kdecay;  // (C): exp(G), exp(G_last - G) (scalar gate)
-  bf16 *q, *k;   // (C, kLdK)
+  bf16 *q, *k;   // (C, kLdK) (kWide: none)
   bf16* dov;     // (C, kLdO) the reverse scan's dO columns
   // The forward's staged operands of 2c: (C, kLdO) each, Vnew (a scalar gate: Vnew (.)
-  // exp(G_last - G)) split, in the places of q and dov (the forward scan reads neither); a vector
-  // gate's (C, kLdK) each, K (.) exp(G_last - G) split.
+  // exp(G_last - G)) split, in the places of q and dov (the forward scan reads neither; kWide:
+  // vn_hi in a tile of its own); a vector gate's (C, kLdK) each, K (.) exp(G_last - G) split.
   bf16 *vn_hi, *vn_lo, *kd_hi, *kd_lo;
   static constexpr size_t bytes() {
-    return sizeof(float) * (size_t(DK) * kLdH + C * kLdW + C * kLdH + kAqk + C * kLdG + 2 * C) +
-           sizeof(bf16) * ((VG ? 4 : 2) * C * kLdK + C * kLdO);
+    return sizeof(float) * (size_t(DK) * kLdH + C * kLdW + C * kLdH + kAqk + kG + 2 * C) +
+           sizeof(bf16) * ((kWide ? 2 : VG ? 4 : 2) * C * kLdK + (kWide ? 2 : 1) * C * kLdO);
   }
   __device__ explicit ScanSmem(void* p) {
     h = static_cast<float*>(p), W = h + DK * kLdH, vnew = W + C * kLdW, aqk = vnew + C * kLdH;
-    G = aqk + kAqk, expG = G + C * kLdG, kdecay = expG + C;
-    q = reinterpret_cast<bf16*>(kdecay + C), k = q + C * kLdK, dov = k + C * kLdK;
-    vn_hi = q, vn_lo = dov, kd_hi = dov + C * kLdO, kd_lo = kd_hi + C * kLdK;
+    G = aqk + kAqk, expG = G + kG, kdecay = expG + C;
+    bf16* tiles = reinterpret_cast<bf16*>(kdecay + C);
+    if (kWide) q = k = nullptr, vn_hi = tiles, dov = vn_hi + C * kLdO;
+    else q = tiles, k = q + C * kLdK, dov = k + C * kLdK, vn_hi = q;
+    vn_lo = dov, kd_hi = dov + C * kLdO, kd_lo = kd_hi + C * kLdK;
   }
+  // G_last[d] = G[C - 1][d] (vector gate)
+  __device__ float g_last(int d) const { return G[(kWide ? 0 : (C - 1) * kLdG) + d]; }
   __device__ static int aqk_row(int t) {
     const int a = t / 4, b = t % 4;  // pieces before row t: sum over i < t of (i / 4 + 1)
     return 4 * (t + 2 * a * (a - 1) + a * b);
@@ -685,6 +744,36 @@ struct ScanTiles {
   __device__ const bf16* qk(const bf16* x, int chunk) const { return x + qk0 + chunk * C * qk_stride; }
 };
 
+// fn(t, d, G[t][d .. d + 3], x[t][d .. d + 3]) for the C x DK pieces of a vector gate's G, a chunk's
+// (C, DK) rows of the workspace, and of a bf16 matrix x (rows x_stride apart, zeros past row n),
+// both read from global memory (4 floats and 2 bf16 pairs a piece; piece i to thread i % kThreads).
+// A thread loads kBatch pieces before it hands any to fn (kBatch round trips in flight at once:
+// fn's shared-memory stores would otherwise order every load after the previous piece's stores).
+template <int DK, class Fn>
+__device__ __forceinline__ void gated_rows(const float* G, const bf16* x, int64_t x_stride, int n, Fn&& fn) {
+  constexpr int kPieces = DK / 4, kPer = C * kPieces / kThreads, kBatch = 4;
+  static_assert(C * kPieces % kThreads == 0 && kPer % kBatch == 0, "whole batches of pieces a thread");
+#pragma unroll 1
+  for (int p0 = 0; p0 < kPer; p0 += kBatch) {
+    float4 g[kBatch], xs[kBatch];
+#pragma unroll
+    for (int p = 0; p < kBatch; p++) {
+      const int i = threadIdx.x + (p0 + p) * kThreads, t = i / kPieces, d = (i % kPieces) * 4;
+      g[p] = *reinterpret_cast<const float4*>(G + t * DK + d);
+      xs[p] = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (t < n) {
+        const float2 x01 = bf16_pair(x + t * x_stride, d), x23 = bf16_pair(x + t * x_stride, d + 2);
+        xs[p] = make_float4(x01.x, x01.y, x23.x, x23.y);
+      }
+    }
+#pragma unroll
+    for (int p = 0; p < kBatch; p++) {
+      const int i = threadIdx.x + (p0 + p) * kThreads;
+      fn(i / kPieces, (i % kPieces) * 4, g[p], xs[p]);
+    }
+  }
+}
+
 // Forward pass 2 (and the backward's replay of it): 2a and 2c, chunk after chunk, writing every
 // chunk-start state h[n] and (with an output) Vnew for output_kernel's 2b. Every load is a
 // cp.async tile, and each tile is copied as soon as its last reader is done: W and G (read by 2a
@@ -693,12 +782,13 @@ struct ScanTiles {
 // those copies already in flight (at dk = 128 the 227 KB budget of two CTAs leaves no room for
 // second k / U buffers).
 template <int DK, int DV, bool VG>
-__global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
+__global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG>::kCtasPerSm)) scan_kernel(ChunkArgs a) {
   extern __shared__ float4 smem_raw[];
   using Smem = ScanSmem<DK, DV, VG>;
   const Smem sm(smem_raw);
   constexpr int BV = Smem::BV, kLdH = Smem::kLdH, kLdW = Smem::kLdW, kLdK = Smem::kLdK, kLdG = Smem::kLdG;
   constexpr int kLdO = Smem::kLdO;
+  constexpr bool kWide = Smem::kWide;
   const int v0 = blockIdx.x * BV, j = blockIdx.y, bi = blockIdx.z;
   const int64_t head = int64_t(bi) * a.HV + j;
   const ScanTiles<DK> tiles(a, bi, j);
@@ -714,9 +804,10 @@ __global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
     const int t0 = chunk * C, n = tiles.rows(chunk);
     const int64_t row0 = tiles.row0(chunk);  // first workspace row of the chunk
     const bool more = chunk + 1 < a.NT;
-    load_bf16_rows_async<C, DK>(sm.k, tiles.qk(a.k, chunk), tiles.qk_stride, n);
+    if (!kWide) load_bf16_rows_async<C, DK>(sm.k, tiles.qk(a.k, chunk), tiles.qk_stride, n);
     load_f32_rows_async<C, BV>(sm.vnew, kLdH, a.U + row0 * DV + v0, DV);
-    if (VG) load_f32_rows_async<C, DK>(sm.G, kLdG, a.G + row0 * DK, DK);
+    if (kWide) load_f32_rows_async<1, DK>(sm.G, DK, a.G + (row0 + C - 1) * DK, DK);  // G_last's row
+    else if (VG) load_f32_rows_async<C, DK>(sm.G, kLdG, a.G + row0 * DK, DK);
     wait_tiles();  // this chunk's tiles, and the previous update's h
     if (a.resets(bi, chunk)) {  // a document starts here: from h = 0 (block-uniform branch)
       sm.load_state(nullptr, v0);
@@ -730,14 +821,22 @@ __global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
     //     gate's K (.) exp(G_last - G) into kd_hi, kd_lo.
     {
       if (!VG && threadIdx.x == 0) sm.expG[C - 1] = expf(sm.G[C - 1]);  // 2c's decay (G is copied over before 2c)
-      if constexpr (VG) {
+      auto stage_kd = [&](int s, int d, float x0, float x1) {  // K (.) exp(G_last - G) at (s, d), (s, d + 1)
+        chunk_mma::split_pair(x0, x1, *reinterpret_cast<uint32_t*>(sm.kd_hi + s * kLdK + d),
+                              *reinterpret_cast<uint32_t*>(sm.kd_lo + s * kLdK + d));
+      };
+      if constexpr (kWide) {
+        auto stage_piece = [&](int s, int d, float4 gs, float4 k4) {
+          stage_kd(s, d, k4.x * expf(sm.g_last(d) - gs.x), k4.y * expf(sm.g_last(d + 1) - gs.y));
+          stage_kd(s, d + 2, k4.z * expf(sm.g_last(d + 2) - gs.z), k4.w * expf(sm.g_last(d + 3) - gs.w));
+        };
+        gated_rows<DK>(a.G + row0 * DK, tiles.qk(a.k, chunk), tiles.qk_stride, n, stage_piece);
+      } else if constexpr (VG) {
 #pragma unroll 1
         for (int i = threadIdx.x; i < C * DK / 2; i += kThreads) {  // channel pairs d, d + 1
           const int s = i / (DK / 2), d = (i % (DK / 2)) * 2;
           const float2 k2 = bf16_pair(sm.k, s * kLdK + d);
-          chunk_mma::split_pair(k2.x * expf(g(C - 1, d) - g(s, d)), k2.y * expf(g(C - 1, d + 1) - g(s, d + 1)),
-                                *reinterpret_cast<uint32_t*>(sm.kd_hi + s * kLdK + d),
-                                *reinterpret_cast<uint32_t*>(sm.kd_lo + s * kLdK + d));
+          stage_kd(s, d, k2.x * expf(g(C - 1, d) - g(s, d)), k2.y * expf(g(C - 1, d + 1) - g(s, d + 1)));
         }
       }
       WarpTile<C, BV> wh;
@@ -764,7 +863,7 @@ __global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
     {
       using chunk_mma::Padded;
       const float decay = VG ? 0.f : sm.expG[C - 1];
-      sm.update_state([&](int d) { return VG ? expf(g(C - 1, d)) : decay; }, [&](auto& hn, int d0) {
+      sm.update_state([&](int d) { return VG ? expf(sm.g_last(d)) : decay; }, [&](auto& hn, int d0) {
         const Padded<kLdK, true> kt_hi{VG ? sm.kd_hi : sm.k, 0, d0};  // K^T[d][s] = k[s][d0 + d] (decayed)
         const Padded<kLdO, false> vn_hi{sm.vn_hi}, vn_lo{sm.vn_lo};
         chunk_mma::mma_staged(hn, kt_hi, vn_hi, 0, C);
@@ -785,8 +884,9 @@ __global__ void __launch_bounds__(kThreads, 2) scan_kernel(ChunkArgs a) {
 
 template <int DK, int DV, bool VG>
 struct OutputSmem {
-  // value columns per CTA: 64, or 32 at DK = 256 (101 KB: two CTAs an SM)
+  // value columns per CTA: 64, or 32 at DK = 256 (101 KB: two CTAs an SM; a vector gate's 134 KB, one)
   static constexpr int VS = std::min(DV, DK < 256 ? 64 : 32);
+  static constexpr int kCtasPerSm = VG && DK > 128 ? 1 : 2;  // launch bounds
   static constexpr int kLdK = DK + 8, kLdS = VS + 8, kLdA = C + 8;  // bf16 row strides
   bf16 *q_hi, *q_lo;    // (C, kLdK): q (scalar gate or none: q_hi only), or q (.) exp(G) split
   bf16 *h_hi, *h_lo;    // (DK, kLdS): the value slice of h[n], split
@@ -808,7 +908,7 @@ struct OutputSmem {
 // gate's exp(G) scales the rows of Q h, a vector gate's the channels of Q), for the chunk and
 // value slice of blockIdx.x (slices of a chunk side by side: they share its q and Aqk in L2).
 template <int DK, int DV, bool VG>
-__global__ void __launch_bounds__(kThreads, 2) output_kernel(ChunkArgs a) {
+__global__ void __launch_bounds__(kThreads, (OutputSmem<DK, DV, VG>::kCtasPerSm)) output_kernel(ChunkArgs a) {
   extern __shared__ float4 smem_raw[];
   using Smem = OutputSmem<DK, DV, VG>;
   using chunk_mma::mma_staged;
@@ -860,9 +960,10 @@ __global__ void __launch_bounds__(kThreads, 2) output_kernel(ChunkArgs a) {
 // dVnew) at the top of a chunk, one round trip.
 
 template <int DK, int DV, bool VG>
-__global__ void __launch_bounds__(kThreads, 2) reverse_scan_kernel(ChunkArgs a) {
+__global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG>::kCtasPerSm)) reverse_scan_kernel(ChunkArgs a) {
   extern __shared__ float4 smem_raw[];
   using Smem = ScanSmem<DK, DV, VG>;
+  static_assert(!Smem::kWide, "a vector gate at dk = 256 runs the recurrent backward (backward_supported)");
   const Smem sm(smem_raw);
   constexpr int BV = Smem::BV, kLdH = Smem::kLdH, kLdW = Smem::kLdW, kLdK = Smem::kLdK, kLdO = Smem::kLdO;
   constexpr int kLdG = Smem::kLdG;
@@ -1542,7 +1643,7 @@ void launch_forward(const ChunkArgs& a) {
   static_assert(DK > (VG ? 64 : 128) || Scan::bytes() <= 113 * 1024,
                 "two scan CTAs per SM up to dk = 128 (vector gate: 64; 228 KB, 1 KB reserved per CTA)");
   launch_kernel<Scan::bytes()>(scan_kernel<DK, DV, VG>, dim3(DV / Scan::BV, a.HV, a.B), a);
-  static_assert(Output::bytes() <= 113 * 1024, "two output CTAs per SM");
+  static_assert(Output::bytes() <= (228 / Output::kCtasPerSm - 1) * 1024, "the output CTAs an SM of its launch bounds");
   if (a.o) launch_kernel<Output::bytes()>(output_kernel<DK, DV, VG>, dim3(a.NT * (DV / Output::VS), a.HV, a.B), a);
 }
 
@@ -1605,9 +1706,13 @@ struct Workspace {
 
 bool supported(const DeltaRuleDims& d, DType dtype) {
   auto width_ok = [](int64_t width) { return width == 64 || width == 128 || width == 256; };
-  const bool scalar_b_w = !d.erase_vector && !d.write_vector && (d.gate != DeltaGate::Vector || d.dk <= 128);
-  const bool gdn2 = d.gate == DeltaGate::Vector && d.erase_vector && d.write_vector && d.dk <= 128 && d.dv <= 128;
+  const bool scalar_b_w = !d.erase_vector && !d.write_vector;
+  const bool gdn2 = d.gate == DeltaGate::Vector && d.erase_vector && d.write_vector && (d.dk > 128 || d.dv <= 128);
   return dtype == DType::BF16 && width_ok(d.dk) && width_ok(d.dv) && (scalar_b_w || gdn2);
+}
+
+bool backward_supported(const DeltaRuleDims& d, DType dtype) {
+  return supported(d, dtype) && (d.gate != DeltaGate::Vector || (d.dk <= 128 && (!d.erase_vector || d.dv <= 128)));
 }
 
 
@@ -1619,6 +1724,8 @@ int64_t kept_floats(const DeltaRuleDims& d) {
 
 void forward(void* o, float* final_state, void* residual, const void* q, const void* k, const void* v, const void* g,
              const void* b, const void* w, const float* h0, const DeltaRuleDims& d, float* u_f32, float* kept) {
+  HLA_CHECK(!kept || backward_supported(d, DType::BF16), "delta_rule chunk forward: `kept` given at dk ", d.dk,
+            ", dv ", d.dv, " with a vector gate, whose backward runs on the recurrent kernels (nothing to keep)");
   ChunkArgs a = input_args(q, k, v, g, b, w, h0, d);
   a.o = static_cast<bf16*>(o), a.residual = static_cast<bf16*>(residual), a.u_f32 = u_f32;
   a.vnew = aligned16(u_f32) ? u_f32 : nullptr;  // 2b's 16-byte loads; else Vnew goes over U
@@ -1627,10 +1734,8 @@ void forward(void* o, float* final_state, void* residual, const void* q, const v
   dispatch_widths(d, [&](auto dk, auto dv) {
     constexpr int DK = decltype(dk)::value, DV = decltype(dv)::value;
     if (d.gate != DeltaGate::Vector) launch_forward<DK, DV>(a);
-    else if constexpr (DK <= 128) {
-      if (!d.erase_vector) launch_forward<DK, DV, true>(a);
-      else if constexpr (DV <= 128) launch_forward<DK, DV, true, true>(a);
-    }
+    else if (!d.erase_vector) launch_forward<DK, DV, true>(a);
+    else if constexpr (DK > 128 || DV <= 128) launch_forward<DK, DV, true, true>(a);
   });
 }
 
@@ -1639,6 +1744,8 @@ void backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, void* grad
               const void* v, const void* g, const void* b, const void* w, const float* h0, const DeltaRuleDims& d,
               const float* u_f32, float* kept) {
   HLA_CHECK(aligned16(d_o) && aligned16(u_f32), "delta_rule chunk kernel: d_o and u_f32 must be 16-byte aligned");
+  HLA_CHECK(backward_supported(d, DType::BF16), "delta_rule chunk backward: a vector gate at dk ", d.dk, ", dv ", d.dv,
+            " (vector b and w: ", d.erase_vector, ") runs on the recurrent kernels' backward");
   ChunkArgs a = input_args(q, k, v, g, b, w, h0, d);
   const int64_t rows = Workspace::rows(d);               // workspace rows: (B, HV, NT * C)
   const int64_t states = d.B * d.HV * a.NT * d.dk * d.dv;  // (B, HV, NT, dk, dv)

@@ -676,8 +676,10 @@ void add_delta_rule_cases() {
   // dv <= 128), grouped and ungrouped value heads, every (dk, dv) template, partial last chunks
   // with and without an initial state, untied beta and w, and long sequences (64 chunks); every
   // chunked case with the forward keeping its chunk states for the backward (the default), five
-  // with the backward replaying them, four forwards alone (inference). KDA at dk = 256 and GDN-2 at dv = 256 stay recurrent ("kda
-  // dk256", "gdn2 dv256").
+  // with the backward replaying them, four forwards alone (inference). KDA and GDN-2 at dk = 256
+  // take the chunked forward and the recurrent backward ("chunk kda dk256", "chunk gdn2 dk256"; the
+  // forward keeps nothing, packed documents run recurrent); GDN-2 at dk = 128, dv = 256 stays
+  // recurrent ("gdn2 dv256").
   for (const DeltaCase& c : {
            DeltaCase{"deltanet", 2, 100, 2, 2, 64, 64, G::None, false, false, true, false, 0.0, 0},
            DeltaCase{"gdn", 2, 150, 2, 4, 128, 96, G::Scalar, false, false, true, true, 0.0, 0},  // grouped value heads
@@ -718,7 +720,10 @@ void add_delta_rule_cases() {
            DeltaCase{"chunk kda", 2, 100, 2, 4, 128, 256, G::Vector, false, false, true, true, 3.0, 0},
            DeltaCase{"chunk kda long", 2, 4096, 2, 4, 128, 128, G::Vector, false, false, true, true, 3.0, 0},
            DeltaCase{"chunk kda replay", 2, 130, 2, 4, 128, 128, G::Vector, false, false, true, true, 1.0, 0, false},
-           DeltaCase{"kda dk256", 1, 80, 1, 2, 256, 128, G::Vector, false, false, true, true, 1.0, 0},
+           // dk = 256: the chunked forward (vector gate: its dk = 256 layout), the recurrent backward
+           DeltaCase{"chunk kda dk256", 2, 130, 2, 4, 256, 256, G::Vector, false, false, true, true, 1.0, 0},
+           DeltaCase{"chunk kda dk256 b,w", 2, 100, 2, 2, 256, 64, G::Vector, false, false, false, false, 3.0, 0},
+           DeltaCase{"chunk kda dk256", 1, 80, 1, 2, 256, 128, G::Vector, false, false, true, true, 0.0, 0},
            // GDN-2: KDA's chunks with per-channel erase b (dk) and write w (dv) gates
            DeltaCase{"chunk gdn2", 2, 100, 2, 4, 64, 64, G::Vector, true, true, false, true, 0.0, 0},
            DeltaCase{"chunk gdn2", 2, 130, 2, 4, 128, 128, G::Vector, true, true, false, true, 1.0, 0},
@@ -726,6 +731,8 @@ void add_delta_rule_cases() {
            DeltaCase{"chunk gdn2", 2, 150, 2, 2, 128, 64, G::Vector, true, true, false, false, 1.0, 0},
            DeltaCase{"chunk gdn2 long", 2, 4096, 2, 4, 128, 128, G::Vector, true, true, false, true, 3.0, 0},
            DeltaCase{"chunk gdn2 replay", 2, 130, 2, 4, 128, 128, G::Vector, true, true, false, true, 1.0, 0, false},
+           DeltaCase{"chunk gdn2 dk256", 2, 100, 2, 4, 256, 256, G::Vector, true, true, false, true, 1.0, 0},
+           DeltaCase{"chunk gdn2 dk256", 2, 70, 1, 1, 256, 128, G::Vector, true, true, false, false, 3.0, 0},
            // the forward alone (inference: no u_f32, its output pass reads Vnew from the scan's
            // workspace), at each output-pass width: 64-column slices, 32 at dk = 256, a vector gate
            DeltaCase{"chunk gdn inference", 2, 130, 2, 4, 128, 128, G::Scalar, false, false, true, true, 1.0, 0, true,
@@ -736,6 +743,10 @@ void add_delta_rule_cases() {
                      {}, true},
            DeltaCase{"chunk gdn2 inference", 2, 70, 2, 4, 128, 64, G::Vector, true, true, false, true, 1.0, 0, true,
                      {}, true},
+           DeltaCase{"chunk kda dk256 inference", 2, 130, 2, 2, 256, 128, G::Vector, false, false, true, true, 1.0, 0,
+                     true, {}, true},
+           DeltaCase{"chunk gdn2 dk256 inference", 2, 70, 1, 2, 256, 256, G::Vector, true, true, false, true, 1.0, 0,
+                     true, {}, true},
            DeltaCase{"gdn2 dv256", 1, 80, 1, 2, 128, 256, G::Vector, true, true, false, true, 1.0, 0},
            // packed documents (bf16 where the chunked kernels run: on the documents' chunk layout,
            // the scans resetting at chunk_reset; otherwise the token recurrence, its state zeroed
@@ -752,6 +763,9 @@ void add_delta_rule_cases() {
                      {64, 64, 1, 62}},
            DeltaCase{"documents gdn", 2, 300, 2, 4, 128, 128, G::Scalar, false, false, true, false, 1.0, 0, true,
                      {37, 64, 1, 70, 128}},
+           // dk = 256, a vector gate: no chunk layout (its backward is recurrent), the token recurrence
+           DeltaCase{"documents kda dk256", 2, 191, 2, 2, 256, 128, G::Vector, false, false, true, false, 1.0, 0, true,
+                     {90, 37, 64}},
        })
     add_case(gpu_case("delta_rule", "delta_rule " + c.what + dims(c.B, c.T, c.H, c.HV, c.dk, c.dv), delta_kernel(c),
                       delta_inputs(c, true), delta_op(c)));
