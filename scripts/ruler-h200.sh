@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The RULER timing of issue 16 on a GPU box: builds `hla` for sm_90 into build-gpu, then times
+# The RULER timing of issue 16 on a GPU box: builds `hla` for sm_90a into build-gpu, then times
 # RULER's 13 tasks x 100 samples at length 4096 on a 340M-class 3:1 hybrid (gated_deltanet-340m
 # with the Transformer-340m's attention heads; MIXER=... for another mixer), bf16, all 100
 # samples of a task decoded as one batch (`hla bench ruler`, eval/ruler_bench.h). The weights are
