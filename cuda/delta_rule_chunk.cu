@@ -173,7 +173,9 @@
 // output_kernel 166; no spills (the prepare's staging loops are kept rolled: unrolled, ptxas
 // spilled 4 bytes at dk = 64 to fit 64 registers).
 // GDN-2: prepare 64 / 80 at dk = 64 (dv 128 / 64) and 80 at dk = 128, local backward 255 at every
-// width; no spills at dk = 64, 16 bytes of spill stores and loads at dk = 128 (ptxas's allocation
+// width; at dk = dv = 64 8 bytes of spill stores and loads since w is gathered after 1b (a6d31f4:
+// the forward went 1.967 -> 1.277 ms at B8 T2048 H16 D64 all the same), no spills at dk = 64
+// otherwise, 16 bytes of spill stores and loads at dk = 128 (ptxas's allocation
 // swings by 50 registers on small changes here: KDA's kernel without its last, per-row db and dw
 // stores also spills).
 //
