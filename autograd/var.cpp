@@ -132,7 +132,18 @@ static void topo_sort(Node* n, std::unordered_set<Node*>& seen, std::vector<Node
   order.push_back(n);
 }
 
-GradientSum gradient_sum(size_t input) {
+Tensor GradientSum::target(const Shape& shape, Device device) const {
+  if (!sum) return Tensor();
+  if (!adds()) return Tensor::empty(shape, dtype, device);
+  HLA_CHECK(sum->shape() == shape, "gradient sum ", sum->str(), " for a gradient of shape ", shape_str(shape));
+  return *sum;  // a handle on the sum's storage
+}
+
+void GradientSum::keep(const Tensor& target) const {
+  if (sum && !adds()) *sum = target;
+}
+
+GradientSum gradient_sum(size_t input, bool past_casts) {
   HLA_CHECK(g_walk && g_walk->running, "gradient_sum(", input, ") outside a backward closure");
   Node* n = g_walk->running;
   HLA_CHECK(input < n->inputs.size(), "gradient_sum(", input, ") in '", n->name, "', which has ",
@@ -144,7 +155,7 @@ GradientSum gradient_sum(size_t input) {
     Node* cast = y.grad_fn().get();
     return cast && cast->is_cast && dtype_size(cast->inputs[0].dtype()) > dtype_size(y.dtype()) ? cast : nullptr;
   };
-  while (Node* cast = cast_from_wider(*v)) {
+  while (Node* cast = past_casts ? cast_from_wider(*v) : nullptr) {
     g_walk->summed_past.insert(cast);
     v = &cast->inputs[0];
   }
