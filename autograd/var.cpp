@@ -118,8 +118,8 @@ static void accumulate(Tensor& slot, const Tensor& g, const Shape& shape) {
   HLA_CHECK(g.shape() == shape, "backward produced a gradient of shape ", shape_str(g.shape()),
             " for a value of shape ", shape_str(shape));
   // The first gradient is kept as it is unless another Tensor shares its storage (an op that returns
-  // one tensor for two inputs, or its own output gradient): later ones are added into it in place.
-  // g's one other holder, the backward's result vector, is gone once the gradients are delivered.
+  // one tensor for two inputs, the earlier of them): later ones are added into it in place. g's one
+  // other holder, its place in the backward's result vector, is let go once it is delivered.
   if (!slot.defined()) slot = g.owns_storage_alone() ? g : g.clone();
   else add_(slot, g);
 }
@@ -215,8 +215,14 @@ void run_backward(const std::vector<Var>& roots, const std::vector<Tensor>& grad
       walk.running = nullptr;
       HLA_CHECK(gins.size() == n->inputs.size(), "op '", n->name, "' returned ", gins.size(),
                 " gradients for ", n->inputs.size(), " inputs");
-      for (size_t i = 0; i < gins.size(); i++)
+      // Each gradient let go once delivered, and the output gradients before: the last holder of a
+      // storage (an add's one gradient for both inputs, a view of the output gradient) passes it to
+      // the sum as it is; only the earlier ones are cloned.
+      gouts.clear();
+      for (size_t i = 0; i < gins.size(); i++) {
         if (gins[i].defined() && n->inputs[i].requires_grad()) deliver(n->inputs[i], gins[i]);
+        gins[i] = Tensor();
+      }
     }
     if (on_leaf_ready)
       for (const Var& in : n->inputs)

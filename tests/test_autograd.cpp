@@ -163,6 +163,28 @@ TEST_CASE("rmsnorm sums its gradients in its kernel: dx into the residual stream
   }
 }
 
+TEST_CASE("a gradient's last holder passes its storage to the sum uncloned; an earlier holder's is cloned") {
+  // An add-like node returns its one output gradient (scale's fresh tensor) for both inputs: a's sum
+  // is a clone, b's the gradient itself (no copy). A second backward adds into both sums in place:
+  // neither sees the other's.
+  Var a(Tensor::from_f64({1.0, 2.0}, {2}, DType::F64), true), b(Tensor::from_f64({3.0, 4.0}, {2}, DType::F64), true);
+  for (int call = 1; call <= 2; call++) {
+    const void* output_gradient = nullptr;
+    Var y = record_op1(add(a.value(), b.value()), {a, b}, [&output_gradient](const std::vector<Tensor>& g) {
+      output_gradient = g[0].raw();
+      return std::vector<Tensor>{g[0], g[0]};
+    }, "add");
+    run_backward({scale(y, 2.0)}, {Tensor::from_f64({0.25, -0.5}, {2}, DType::F64)});
+    CAPTURE(call);
+    if (call == 1) {
+      CHECK(b.grad().raw() == output_gradient);
+      CHECK(a.grad().raw() != output_gradient);
+    }
+    CHECK(a.grad().to_f64_vector() == std::vector<double>{0.5 * call, -1.0 * call});
+    CHECK(b.grad().to_f64_vector() == std::vector<double>{0.5 * call, -1.0 * call});
+  }
+}
+
 TEST_CASE("gradient_sum outside a backward closure is an error") {
   CHECK_THROWS_WITH_AS(gradient_sum(0), doctest::Contains("outside a backward closure"), Error);
 }
