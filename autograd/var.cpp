@@ -118,8 +118,8 @@ static void accumulate(Tensor& slot, const Tensor& g, const Shape& shape) {
   HLA_CHECK(g.shape() == shape, "backward produced a gradient of shape ", shape_str(g.shape()),
             " for a value of shape ", shape_str(shape));
   // The first gradient is kept as it is unless another Tensor shares its storage (an op that returns
-  // one tensor for two inputs, or its own output gradient): later ones are added into it in place.
-  // g's one other holder, the backward's result vector, is gone once the gradients are delivered.
+  // one tensor for two inputs, the earlier of them): later ones are added into it in place. g's one
+  // other holder, its place in the backward's result vector, is let go once it is delivered.
   if (!slot.defined()) slot = g.owns_storage_alone() ? g : g.clone();
   else add_(slot, g);
 }
@@ -132,7 +132,18 @@ static void topo_sort(Node* n, std::unordered_set<Node*>& seen, std::vector<Node
   order.push_back(n);
 }
 
-GradientSum gradient_sum(size_t input) {
+Tensor GradientSum::target(const Shape& shape, Device device) const {
+  if (!sum) return Tensor();
+  if (!adds()) return Tensor::empty(shape, dtype, device);
+  HLA_CHECK(sum->shape() == shape, "gradient sum ", sum->str(), " for a gradient of shape ", shape_str(shape));
+  return *sum;  // a handle on the sum's storage
+}
+
+void GradientSum::keep(const Tensor& target) const {
+  if (sum && !adds()) *sum = target;
+}
+
+GradientSum gradient_sum(size_t input, bool past_casts) {
   HLA_CHECK(g_walk && g_walk->running, "gradient_sum(", input, ") outside a backward closure");
   Node* n = g_walk->running;
   HLA_CHECK(input < n->inputs.size(), "gradient_sum(", input, ") in '", n->name, "', which has ",
@@ -144,7 +155,7 @@ GradientSum gradient_sum(size_t input) {
     Node* cast = y.grad_fn().get();
     return cast && cast->is_cast && dtype_size(cast->inputs[0].dtype()) > dtype_size(y.dtype()) ? cast : nullptr;
   };
-  while (Node* cast = cast_from_wider(*v)) {
+  while (Node* cast = past_casts ? cast_from_wider(*v) : nullptr) {
     g_walk->summed_past.insert(cast);
     v = &cast->inputs[0];
   }
@@ -204,8 +215,14 @@ void run_backward(const std::vector<Var>& roots, const std::vector<Tensor>& grad
       walk.running = nullptr;
       HLA_CHECK(gins.size() == n->inputs.size(), "op '", n->name, "' returned ", gins.size(),
                 " gradients for ", n->inputs.size(), " inputs");
-      for (size_t i = 0; i < gins.size(); i++)
+      // Each gradient let go once delivered, and the output gradients before: the last holder of a
+      // storage (an add's one gradient for both inputs, a view of the output gradient) passes it to
+      // the sum as it is; only the earlier ones are cloned.
+      gouts.clear();
+      for (size_t i = 0; i < gins.size(); i++) {
         if (gins[i].defined() && n->inputs[i].requires_grad()) deliver(n->inputs[i], gins[i]);
+        gins[i] = Tensor();
+      }
     }
     if (on_leaf_ready)
       for (const Var& in : n->inputs)

@@ -94,12 +94,22 @@ struct Node {
 // and returns an undefined Tensor for that input. Null where the input needs no gradient. Past a
 // cast from a wider dtype (an fp32 master weight's bf16 compute copy) the sum is the wider one
 // (the master's .grad): no cast kernel, no separate add; the cast's backward then runs only for
-// the gradients other consumers returned.
+// the gradients other consumers returned; a kernel that writes only the input's own dtype asks
+// with past_casts = false.
 struct GradientSum {
   Tensor* sum = nullptr;
   DType dtype = DType::F32;  // of *sum, defined or not
+
+  // Whether the kernel adds into the sum so far (beta = 1) rather than writing a new one (beta = 0).
+  bool adds() const { return sum && sum->defined(); }
+  // The tensor the kernel writes or adds into: the sum so far, or a new one of `shape` in dtype;
+  // undefined where no gradient is wanted.
+  Tensor target(const Shape& shape, Device device) const;
+  // After the kernel: a new target becomes the sum (only once written: a failed kernel leaves no
+  // sum of garbage).
+  void keep(const Tensor& target) const;
 };
-GradientSum gradient_sum(size_t input);
+GradientSum gradient_sum(size_t input, bool past_casts = true);
 
 // Wraps forward results into Vars; records a Node when grad mode is on and an input needs it.
 std::vector<Var> record_op(const std::vector<Tensor>& outputs, const std::vector<Var>& inputs,

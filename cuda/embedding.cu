@@ -1,7 +1,8 @@
 // Embedding on the GPU: the forward is one thread per output element. The backward is
 // deterministic and accumulates in fp32: the token ids are sorted stably (CUB's radix sort, with
 // the positions as values), so each vocabulary row finds its positions as one run in position
-// order, and one block per row sums those rows of dy in that order, as the CPU reference does.
+// order, and one block per row sums those rows of dy in that order, as the CPU reference does,
+// and writes the row (or adds it into a gradient sum: in fp32 into an fp32 master's gradient).
 // (Atomic adds would order the sums by timing and, in bf16, round after every add.)
 #include "cuda/embedding.h"
 
@@ -34,12 +35,12 @@ __device__ int64_t lower_bound(const int32_t* sorted, int64_t n, int64_t v) {
   return lo;
 }
 
-// dw: (V, D) written, a block per row v: dw[v] = the sum, in position order, of dy: (N, D) at
-// the positions of v's run in sorted_ids: (N) (sorted_pos: (N) the position of each sorted id).
-// Ids outside [0, V) form runs no row reads.
-template <class T>
-__global__ void embedding_backward_rows(T* dw, const T* dy, const int32_t* sorted_ids, const int32_t* sorted_pos,
-                                        int64_t N, int64_t V, int64_t D) {
+// dw: (V, D) written or added into (add), a block per row v: dw[v] (+)= the sum, in position order,
+// of dy: (N, D) at the positions of v's run in sorted_ids: (N) (sorted_pos: (N) the position of
+// each sorted id). Ids outside [0, V) form runs no row reads.
+template <class T, class TW>
+__global__ void embedding_backward_rows(TW* dw, bool add, const T* dy, const int32_t* sorted_ids,
+                                        const int32_t* sorted_pos, int64_t N, int64_t V, int64_t D) {
   __shared__ int64_t run[2];
   for (int64_t v = blockIdx.x; v < V; v += gridDim.x) {
     if (threadIdx.x < 2) run[threadIdx.x] = lower_bound(sorted_ids, N, v + threadIdx.x);
@@ -47,7 +48,7 @@ __global__ void embedding_backward_rows(T* dw, const T* dy, const int32_t* sorte
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
       float sum = 0.0f;
       for (int64_t j = run[0]; j < run[1]; j++) sum += to_float(dy[sorted_pos[j] * D + d]);
-      dw[v * D + d] = from_float<T>(sum);
+      write_or_add(dw, v * D + d, sum, add);
     }
     __syncthreads();  // run[] is rewritten for the next row
   }
@@ -64,7 +65,10 @@ void embedding_forward(void* y, const int32_t* ids, const void* w, int64_t N, in
   CUDA_CHECK_LAUNCH();
 }
 
-void embedding_backward(void* dw, const void* dy, const int32_t* ids, int64_t N, int64_t V, int64_t D, DType dtype) {
+void embedding_backward(void* dw, bool add_dw, const void* dy, const int32_t* ids, int64_t N, int64_t V, int64_t D,
+                        DType dtype, DType dw_dtype) {
+  HLA_CHECK(dw_dtype == dtype || dw_dtype == DType::F32, "embedding_backward: dw in ", dtype_name(dw_dtype), " for ",
+            dtype_name(dtype), " dy (it takes dy's dtype or F32)");
   if (V * D == 0) return;
   HLA_CHECK(N <= INT32_MAX, "embedding_backward: ", N, " positions do not fit the sort's int32 positions");
   const int n = static_cast<int>(N);
@@ -81,8 +85,11 @@ void embedding_backward(void* dw, const void* dy, const int32_t* ids, int64_t N,
   // pass 2: every row of dw from its run
   dispatch_storage(dtype, "embedding_backward", [&](auto tag) {
     using T = decltype(tag);
-    embedding_backward_rows<T><<<static_cast<unsigned>(std::min<int64_t>(V, 65535)), 128>>>(
-        static_cast<T*>(dw), static_cast<const T*>(dy), sorted_ids.get(), sorted_pos.get(), N, V, D);
+    dispatch_storage(dw_dtype, "embedding_backward", [&](auto dw_tag) {
+      embedding_backward_rows<T><<<static_cast<unsigned>(std::min<int64_t>(V, 65535)), 128>>>(
+          static_cast<decltype(dw_tag)*>(dw), add_dw, static_cast<const T*>(dy), sorted_ids.get(), sorted_pos.get(),
+          N, V, D);
+    });
   });
   CUDA_CHECK_LAUNCH();
 }

@@ -7,9 +7,10 @@
 // falls in the chunk. After the last chunk lse = m + log s and loss_row = lse - z_c, summed by
 // one reduction (as cuda/cross_entropy.cu).
 // Backward recomputes each chunk's z and overwrites it with dz = (exp(z - lse) - onehot(c)) * k,
-// then dw[v0 : v0 + C] = dz^T h (each chunk writes its own rows) and dh += dz w[v0 : v0 + C],
-// accumulated in fp32: in dh itself for F32; for BF16 each chunk's product (which cuda::gemm
-// writes in its inputs' dtype) is added into an fp32 scratch, rounded to dh once at the end.
+// then dw[v0 : v0 + C] = dz^T h (each chunk writes its own rows; or adds them into a gradient sum,
+// in fp32 for an fp32 master's: no cast kernel, no add) and dh += dz w[v0 : v0 + C],
+// accumulated in fp32 by the GEMMs themselves (beta 1 after the first chunk): in dh itself for F32,
+// for BF16 in an fp32 scratch (cuda::gemm's fp32 output), rounded to dh once at the end.
 #include "cuda/common.cuh"
 #include "cuda/convert.h"
 #include "cuda/linear_cross_entropy.h"
@@ -86,12 +87,6 @@ __global__ void dz_chunk_kernel(T* z, const float* lse, const int32_t* c, int64_
   }
 }
 
-// acc: (n) fp32 = (first ? 0 : acc) + x
-template <class T>
-__global__ void accumulate_kernel(float* acc, const T* x, int64_t n, bool first) {
-  HLA_GRID_STRIDE(i, n) acc[i] = (first ? 0.0f : acc[i]) + to_float(x[i]);
-}
-
 }  // namespace
 
 void linear_cross_entropy_forward(float* lse, float* loss, float* valid, const void* h, const void* w, const int32_t* c,
@@ -119,18 +114,18 @@ void linear_cross_entropy_forward(float* lse, float* loss, float* valid, const v
   });
 }
 
-void linear_cross_entropy_backward(void* dh, void* dw, const void* h, const void* w, const float* lse,
+void linear_cross_entropy_backward(void* dh, void* dw, bool add_dw, const void* h, const void* w, const float* lse,
                                    const int32_t* c, int64_t N, int64_t D, int64_t V, int64_t chunk, int32_t ignore,
-                                   const float* dloss, const float* valid, DType dtype) {
-  if (N == 0) {
-    memset_zero(dw, static_cast<size_t>(V * D) * dtype_size(dtype));  // no rows: dw = 0 (dh is empty)
+                                   const float* dloss, const float* valid, DType dtype, DType dw_dtype) {
+  if (N == 0) {  // no rows: dw = 0, or the sum so far (dh is empty)
+    if (dw && !add_dw) memset_zero(dw, static_cast<size_t>(V * D) * dtype_size(dw_dtype));
     return;
   }
   HLA_CHECK(chunk >= 1 && V >= 1, "linear_cross_entropy: chunk ", chunk, " and V ", V, " must be >= 1");
   const bool f32 = dtype == DType::F32;
   FloatScratch z(N * std::min(chunk, V));  // z: (N, C) logits, then dz, in the storage dtype
   FloatScratch acc(f32 ? 1 : N * D);       // acc: (N, D) fp32 dh (BF16 only)
-  FloatScratch part(f32 ? 1 : N * D);      // part: (N, D) dz w_c in the storage dtype (BF16 only)
+  float* dh_sum = f32 ? static_cast<float*>(dh) : acc.get();  // dh_sum: (N, D) fp32
   dispatch_storage(dtype, "linear_cross_entropy_backward", [&](auto tag) {
     using T = decltype(tag);
     T* zt = reinterpret_cast<T*>(z.get());
@@ -141,15 +136,10 @@ void linear_cross_entropy_backward(void* dh, void* dw, const void* h, const void
       dz_chunk_kernel<T><<<static_cast<unsigned>(N), kThreads>>>(zt, lse, c, C, v0, ignore,
                                                                   dloss, valid);
       CUDA_CHECK_LAUNCH();
-      gemm(static_cast<T*>(dw) + v0 * D, dtype, zt, h, dtype, C, D, N, true, false, 1.0f, 0.0f);  // dw_c = dz^T h
-      if (f32) {
-        gemm(dh, dtype, zt, wc, dtype, N, D, C, false, false, 1.0f, v0 == 0 ? 0.0f : 1.0f);  // dh += dz w_c
-      } else {
-        gemm(part.get(), dtype, zt, wc, dtype, N, D, C, false, false, 1.0f, 0.0f);  // part = dz w_c
-        accumulate_kernel<T><<<grid_1d(N * D), kThreads>>>(acc.get(), reinterpret_cast<const T*>(part.get()), N * D,
-                                                           v0 == 0);  // acc += part
-        CUDA_CHECK_LAUNCH();
-      }
+      if (dw)  // dw_c (+)= dz^T h
+        gemm(static_cast<char*>(dw) + v0 * D * dtype_size(dw_dtype), dw_dtype, zt, h, dtype, C, D, N, true, false, 1.0f,
+             add_dw ? 1.0f : 0.0f);
+      gemm(dh_sum, DType::F32, zt, wc, dtype, N, D, C, false, false, 1.0f, v0 == 0 ? 0.0f : 1.0f);  // dh += dz w_c
     }
   });
   if (!f32) convert(dh, dtype, acc.get(), DType::F32, N * D);

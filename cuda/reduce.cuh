@@ -5,7 +5,9 @@
 // Pass 1 (in the op's own kernel, or column_partial_sums_kernel here) splits the rows into fixed
 // contiguous chunks and writes one fp32 partial sum per (chunk, column). Pass 2 adds the
 // partials in a fixed order and WRITES the sum into the output (the gradient contract of every
-// op: the caller's buffer may hold anything). No atomics: the same inputs give the same bits.
+// op: the caller's buffer may hold anything), or adds it into the output when asked (a gradient
+// sum of autograd/var.h: gradient_sum; the output's dtype may then be the wider F32 of a master
+// weight's gradient). No atomics: the same inputs give the same bits.
 #pragma once
 #include "cuda/common.cuh"
 
@@ -41,12 +43,18 @@ __global__ void column_partial_sums_kernel(float* partial, const T* a, int64_t r
   partial[blockIdx.x * cols + c] = acc;
 }
 
-// Pass 2: out[c] = sum over chunks b of partial[b, c]; partial: (chunks, cols).
+// out[c] = s, or out[c] + s when `add` (in fp32, rounded once).
+template <class T>
+__device__ void write_or_add(T* out, int64_t c, float s, bool add) {
+  out[c] = from_float<T>(add ? to_float(out[c]) + s : s);
+}
+
+// Pass 2: out[c] (+)= sum over chunks b of partial[b, c]; partial: (chunks, cols).
 // Block (32, kColumnSumRows): lane x takes column c, row y the chunks y, y + kColumnSumRows, ...
 // (coalesced rows of 32 columns); row 0 then adds the kColumnSumRows sums in order.
 constexpr int kColumnSumRows = 32;
 template <class T>
-__global__ void write_column_sums_kernel(T* out, const float* partial, int chunks, int64_t cols) {
+__global__ void write_column_sums_kernel(T* out, const float* partial, int chunks, int64_t cols, bool add) {
   __shared__ float sums[kColumnSumRows][33];  // sums: (rows, 32 columns), padded against bank conflicts
   const int64_t c = blockIdx.x * 32ll + threadIdx.x;
   float s = 0;
@@ -57,7 +65,7 @@ __global__ void write_column_sums_kernel(T* out, const float* partial, int chunk
   __syncthreads();
   if (threadIdx.y != 0 || c >= cols) return;
   for (int y = 1; y < kColumnSumRows; y++) s += sums[y][threadIdx.x];
-  out[c] = from_float<T>(s);
+  write_or_add(out, c, s, add);
 }
 
 // Pass 2 with groups of columns: out[g] = sum over chunks b and columns c in [g*group, (g+1)*group)
@@ -82,22 +90,23 @@ __global__ void write_group_sums_kernel(T* out, const float* partial, int chunks
 // bits of write_column_sums_kernel, whose rows would each hold one chunk (and 32 threads a column
 // would mostly idle).
 template <class T>
-__global__ void write_few_column_sums_kernel(T* out, const float* partial, int chunks, int64_t cols) {
+__global__ void write_few_column_sums_kernel(T* out, const float* partial, int chunks, int64_t cols, bool add) {
   HLA_GRID_STRIDE(c, cols) {
     float s = 0;
     for (int b = 0; b < chunks; b++) s += partial[b * cols + c];
-    out[c] = from_float<T>(s);
+    write_or_add(out, c, s, add);
   }
 }
 
+// out[c] = the column sums of partial, or out[c] + them when `add`.
 template <class T>
-void write_column_sums(T* out, const float* partial, int chunks, int64_t cols) {
+void write_column_sums(T* out, const float* partial, int chunks, int64_t cols, bool add = false) {
   if (cols == 0) return;
   if (chunks <= kColumnSumRows) {
-    write_few_column_sums_kernel<T><<<grid_1d(cols), 256>>>(out, partial, chunks, cols);
+    write_few_column_sums_kernel<T><<<grid_1d(cols), 256>>>(out, partial, chunks, cols, add);
   } else {
     const auto blocks = static_cast<unsigned>((cols + 31) / 32);
-    write_column_sums_kernel<T><<<blocks, dim3(32, kColumnSumRows)>>>(out, partial, chunks, cols);
+    write_column_sums_kernel<T><<<blocks, dim3(32, kColumnSumRows)>>>(out, partial, chunks, cols, add);
   }
   CUDA_CHECK_LAUNCH();
 }

@@ -11,7 +11,9 @@
 // is a column sum over all N rows: each block keeps fp32 partial sums in shared memory (one set
 // per block row, each lane its own columns), adds them in row order at the end and writes one
 // (C) row of a (blocks, C) scratch buffer; write_column_sums (cuda/reduce.cuh) writes their
-// column sums into dw. No atomics, so dw is deterministic.
+// column sums into dw. No atomics, so dw is deterministic. Either gradient may be added into its
+// buffer instead (a gradient sum, autograd/var.h): dx into the sum of x's other uses (the residual
+// stream: no separate add kernel), dw in fp32 into an fp32 master's gradient (no cast kernel).
 #include "cuda/reduce.cuh"
 #include "cuda/rmsnorm.h"
 
@@ -90,11 +92,12 @@ __global__ void __launch_bounds__(kMaxRowThreads) rmsnorm_forward_kernel(T* y, f
 }
 
 // dx, dy, x: (N, C), w: (C), rstd: (N), dw_partial: (gridDim.x, C) fp32; block (row_threads, rows)
-// takes the rows blockIdx.x * rows + threadIdx.y + i * gridDim.x * rows.
+// takes the rows blockIdx.x * rows + threadIdx.y + i * gridDim.x * rows. dx written, added into
+// (add_dx) or not wanted (null).
 template <class T, int W, int kSlots>
-__global__ void __launch_bounds__(kMaxRowThreads) rmsnorm_backward_kernel(T* dx, float* dw_partial, const T* dy,
-                                                                          const T* x, const T* w, const float* rstd,
-                                                                          int64_t N, int C) {
+__global__ void __launch_bounds__(kMaxRowThreads) rmsnorm_backward_kernel(T* dx, bool add_dx, float* dw_partial,
+                                                                          const T* dy, const T* x, const T* w,
+                                                                          const float* rstd, int64_t N, int C) {
   extern __shared__ float dw_acc[];  // dw_acc: (blockDim.y, C) each block row's share of dw
   __shared__ float scratch[kMaxRows][32];
   const int V = C / W;
@@ -131,17 +134,23 @@ __global__ void __launch_bounds__(kMaxRowThreads) rmsnorm_backward_kernel(T* dx,
       }
     }
     const float mean_dot = block_sum(dot, scratch[threadIdx.y]) / C;
-    // pass 2: dx = rstd * (dy w - x_hat * mean(x_hat dy w))
+    // pass 2: dx = rstd * (dy w - x_hat * mean(x_hat dy w)), plus the sum so far when add_dx
 #pragma unroll
     for (int k = 0; k < kSlots; k++) {
       const int j = threadIdx.x + k * blockDim.x;
-      if (!valid || j >= V) continue;
+      if (!valid || j >= V || !dx) continue;
       float xf[W], g[W], wf[W];
       to_floats(xf, xv[k]);
       to_floats(g, gv[k]);
       load_floats(wf, w + j * W);
 #pragma unroll
       for (int e = 0; e < W; e++) g[e] = r * (g[e] * wf[e] - xf[e] * r * mean_dot);
+      if (add_dx) {
+        float sum[W];  // the sum so far
+        load_floats(sum, dx + n * C + j * W);
+#pragma unroll
+        for (int e = 0; e < W; e++) g[e] += sum[e];
+      }
       store_floats(dx + n * C + j * W, g);
     }
   }
@@ -178,12 +187,17 @@ void rmsnorm_forward(void* y, float* rstd, const void* x, const void* w, int64_t
   CUDA_CHECK_LAUNCH();
 }
 
-void rmsnorm_backward(void* dx, void* dw, const void* dy, const void* x, const void* w, const float* rstd, int64_t N,
-                      int64_t C, DType dtype) {
-  if (N == 0) return write_zeros(dw, C, dtype);  // no rows: dw = 0
+void rmsnorm_backward(void* dx, bool add_dx, void* dw, bool add_dw, const void* dy, const void* x, const void* w,
+                      const float* rstd, int64_t N, int64_t C, DType dtype, DType dw_dtype) {
+  HLA_CHECK(dw_dtype == dtype || dw_dtype == DType::F32, "rmsnorm_backward: dw in ", dtype_name(dw_dtype), " for ",
+            dtype_name(dtype), " x (it takes x's dtype or F32)");
+  if (N == 0) {  // no rows: dw = 0, or the sum so far
+    if (!add_dw) write_zeros(dw, C, dw_dtype);
+    return;
+  }
   dispatch_storage(dtype, "rmsnorm_backward", [&](auto tag) {
     using T = decltype(tag);
-    const bool aligned = aligned16(dx) && aligned16(dy) && aligned16(x) && aligned16(w);
+    const bool aligned = aligned16(dx) && aligned16(dy) && aligned16(x) && aligned16(w);  // null dx is aligned
     const RowLayout layout = row_layout(C, aligned ? kVecWidth<T> : 1, "rmsnorm_backward");
     const size_t smem = static_cast<size_t>(layout.rows) * C * sizeof(float);
     HLA_CHECK(smem <= 200 * 1024, "rmsnorm_backward: C = ", C, " is too wide for the shared-memory dw partials");
@@ -197,10 +211,13 @@ void rmsnorm_backward(void* dx, void* dw, const void* dy, const void* x, const v
           std::min<int64_t>((N + layout.rows - 1) / layout.rows, std::max(1, per_sm) * (int64_t)sm_count()));
       FloatScratch partial(blocks * C);  // partial: (blocks, C)
       kernel<<<blocks, dim3(layout.row_threads, layout.rows), smem>>>(
-          static_cast<T*>(dx), partial.get(), static_cast<const T*>(dy), static_cast<const T*>(x),
+          static_cast<T*>(dx), add_dx, partial.get(), static_cast<const T*>(dy), static_cast<const T*>(x),
           static_cast<const T*>(w), rstd, N, static_cast<int>(C));
       CUDA_CHECK_LAUNCH();
-      write_column_sums(static_cast<T*>(dw), partial.get(), blocks, C);
+      if (!dw) return;
+      dispatch_storage(dw_dtype, "rmsnorm_backward", [&](auto dw_tag) {
+        write_column_sums(static_cast<decltype(dw_tag)*>(dw), partial.get(), blocks, C, add_dw);
+      });
     });
   });
 }

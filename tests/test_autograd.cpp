@@ -1,6 +1,6 @@
 // The backward engine: hand-derived gradients of a composed graph, accumulation when a Var
-// is used twice and across backward calls, no_grad, detach, and GEMMs summing into the gradient
-// themselves (gradient_sum) as cast-then-add would.
+// is used twice and across backward calls, no_grad, detach, and GEMMs and RMSNorm summing into
+// the gradient themselves (gradient_sum) as cast-then-add would.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -11,6 +11,7 @@
 #include "nn/ops/arith.h"
 #include "nn/ops/cast.h"
 #include "nn/ops/linear.h"
+#include "nn/ops/rmsnorm.h"
 #include "tensor/math.h"
 
 using namespace hla;
@@ -125,6 +126,63 @@ TEST_CASE("linear sums its gradients in its GEMMs: past a widening cast, over us
     }
   }
   for (const Var* leaf : {&master, &u, &x1, &x2}) CHECK(ready[leaf->impl()] == 2);  // once per backward
+}
+
+TEST_CASE("rmsnorm sums its gradients in its kernel: dx into the residual stream's sum, dw past a widening cast") {
+  // The model's block on the CPU in miniature: r = x + rmsnorm(x, copy) with x = 2 x0 an interior
+  // value (the residual add delivers x's first gradient, rmsnorm's kernel adds dx into it), a
+  // second rmsnorm of x2 with the same F32 compute copy of an F64 master (dw summed past the
+  // cast: beta 0, then 1), two backward calls.
+  // The reference is cast-then-add of the terms of lone rmsnorms (each input used once, written):
+  // dx is the same F32 sum of two F32 terms (exact); dw the same F32 terms widened exactly, added
+  // in F64 in another order (1e-14 relative).
+  const int64_t C = 6;
+  Var master(Tensor::randn({C}, 60, 0.3, DType::F64), true);
+  Var x0(Tensor::randn({2, 5, C}, 61, 1.0), true), x2(Tensor::randn({3, C}, 62, 1.0), true);
+  // A lone rmsnorm's gradients {dx, dw} for dy: nothing to add into, so both are written.
+  auto terms = [](const Tensor& xv, const Tensor& w, const Tensor& dy) {
+    Var xa(xv, true), wa(w, true);
+    run_backward({rmsnorm(xa, wa, 1e-6)}, {dy});
+    return std::pair{xa.grad(), wa.grad()};
+  };
+  Tensor want_master = Tensor::zeros({C}, DType::F64);
+  for (uint64_t call = 0; call < 2; call++) {
+    Var copy = cast(master, DType::F32), x = scale(x0, 2.0);
+    Var r = add(x, rmsnorm(x, copy, 1e-6)), y2 = rmsnorm(x2, copy, 1e-6);
+    Tensor dr = Tensor::randn({2, 5, C}, 70 + call, 1.0), dy2 = Tensor::randn({3, C}, 80 + call, 1.0);
+    x0.zero_grad();
+    run_backward({r, y2}, {dr, dy2});
+    auto [dx, dw] = terms(x.value(), copy.value(), dr);
+    auto [dx2, dw2] = terms(x2.value(), copy.value(), dy2);
+    want_master = add(want_master, add(dw.to(DType::F64), dw2.to(DType::F64)));
+    CAPTURE(call);
+    CHECK(max_abs(sub(x0.grad(), scale(add(dr, dx), 2.0))) == 0.0);
+    CHECK(master.grad().dtype() == DType::F64);
+    CHECK(max_rel_diff(master.grad(), want_master) <= 1e-14);
+    if (call == 0) CHECK(max_abs(sub(x2.grad(), dx2)) == 0.0);
+  }
+}
+
+TEST_CASE("a gradient's last holder passes its storage to the sum uncloned; an earlier holder's is cloned") {
+  // An add-like node returns its one output gradient (scale's fresh tensor) for both inputs: a's sum
+  // is a clone, b's the gradient itself (no copy). A second backward adds into both sums in place:
+  // neither sees the other's.
+  Var a(Tensor::from_f64({1.0, 2.0}, {2}, DType::F64), true), b(Tensor::from_f64({3.0, 4.0}, {2}, DType::F64), true);
+  for (int call = 1; call <= 2; call++) {
+    const void* output_gradient = nullptr;
+    Var y = record_op1(add(a.value(), b.value()), {a, b}, [&output_gradient](const std::vector<Tensor>& g) {
+      output_gradient = g[0].raw();
+      return std::vector<Tensor>{g[0], g[0]};
+    }, "add");
+    run_backward({scale(y, 2.0)}, {Tensor::from_f64({0.25, -0.5}, {2}, DType::F64)});
+    CAPTURE(call);
+    if (call == 1) {
+      CHECK(b.grad().raw() == output_gradient);
+      CHECK(a.grad().raw() != output_gradient);
+    }
+    CHECK(a.grad().to_f64_vector() == std::vector<double>{0.5 * call, -1.0 * call});
+    CHECK(b.grad().to_f64_vector() == std::vector<double>{0.5 * call, -1.0 * call});
+  }
 }
 
 TEST_CASE("gradient_sum outside a backward closure is an error") {

@@ -1,14 +1,17 @@
 // The CUDA backend against the CPU references: the check registry's gpu mode
 // (nn/check/modes.h) must pass on every case. Without a GPU (CI) that test says SKIPPED loudly
 // and passes; the row counting and the comparison itself are checked everywhere. Beside it, GPU
-// cases of their own (SKIPPED without a GPU): cast, and linear's fp32 dW against cast-then-add.
+// cases of their own (SKIPPED without a GPU): cast, and linear's fp32 dW and rmsnorm's fused
+// gradient sums against cast-then-add.
 #include <doctest/doctest.h>
 
 #include <random>
 
 #include "nn/check/modes.h"
 #include "nn/ops/cast.h"
+#include "nn/ops/arith.h"
 #include "nn/ops/linear.h"
+#include "nn/ops/rmsnorm.h"
 #include "tensor/math.h"
 #include "tensor/tensor.h"
 
@@ -96,4 +99,52 @@ TEST_CASE("linear's dW from a bf16 compute copy lands in the fp32 master's gradi
   CHECK(check::rel_rms_error(master.grad(), cast_then_add) <= 1.0 / 256);
   CHECK(fused_err <= 1e-5);
   CHECK(fused_err <= check::rel_rms_error(cast_then_add, truth));
+}
+
+TEST_CASE("rmsnorm adds dx into the residual stream's bf16 sum and dw into the fp32 master's gradient: "
+          "cast-then-add within bf16 rounding, and at least as exact") {
+  if (!cuda_available()) {
+    MESSAGE("SKIPPED: no CUDA GPU here; rmsnorm's fused gradient sums (dx + the sum so far, fp32 dw) were not checked");
+    return;
+  }
+  // r = x + rmsnorm(x, copy) and a second rmsnorm of x2 with the same bf16 copy of an fp32 master,
+  // two backward calls. Cast-then-add rounds each dw term to bf16 (and adds dx to the residual's
+  // gradient in a second bf16 rounding): the fused sums stay within 2^-8 relative RMS of it and
+  // never further from the float64 truth; dw within 1e-5 of it (fp32 sums over 300 rows).
+  const Device gpu = Device::CUDA;
+  const int64_t C = 1024;
+  auto f64 = [](const Tensor& t) { return t.to(Device::CPU).to(DType::F64); };
+  // A lone rmsnorm's {dx, dw} for dy in the inputs' dtype (bf16 terms on the GPU, float64 on the CPU).
+  auto terms = [](const Tensor& xv, const Tensor& w, const Tensor& dy) {
+    Var xa(xv, true), wa(w, true);
+    run_backward({rmsnorm(xa, wa, 1e-6)}, {dy});
+    return std::pair{xa.grad(), wa.grad()};
+  };
+  Var master(Tensor::randn({C}, 1, 0.3, DType::F32, gpu), true);
+  Tensor dw_cast_then_add = Tensor::zeros({C}, DType::F32, gpu), dw_truth = Tensor::zeros({C}, DType::F64);
+  for (uint64_t call = 0; call < 2; call++) {
+    Var copy = cast(master, DType::BF16);
+    Var x0(Tensor::randn({300, C}, 10 + call, 1.0, DType::BF16, gpu), true);
+    Var x = scale(x0, 1.0), x2(Tensor::randn({300, C}, 20 + call, 1.0, DType::BF16, gpu));
+    Tensor dr = Tensor::randn({300, C}, 30 + call, 1.0, DType::BF16, gpu);
+    Tensor dy2 = Tensor::randn({300, C}, 40 + call, 1.0, DType::BF16, gpu);
+    run_backward({add(x, rmsnorm(x, copy, 1e-6)), rmsnorm(x2, copy, 1e-6)}, {dr, dy2});
+    auto [dx, dw] = terms(x.value(), copy.value(), dr);
+    auto [dx_truth, dw_f64] = terms(f64(x.value()), f64(copy.value()), f64(dr));
+    const Tensor dx_cast_then_add = add(dr, dx);  // bf16 dx, added in a second rounding
+    const Tensor dx_sum_truth = add(f64(dr), dx_truth);
+    CAPTURE(call);
+    REQUIRE(x0.grad().dtype() == DType::BF16);
+    CHECK(check::rel_rms_error(x0.grad(), dx_cast_then_add) <= 1.0 / 256);
+    CHECK(check::rel_rms_error(x0.grad(), dx_sum_truth) <= check::rel_rms_error(dx_cast_then_add, dx_sum_truth));
+    auto [dx2, dw2] = terms(x2.value(), copy.value(), dy2);
+    auto [dx2_truth, dw2_f64] = terms(f64(x2.value()), f64(copy.value()), f64(dy2));
+    dw_cast_then_add = add(dw_cast_then_add, add(dw.to(DType::F32), dw2.to(DType::F32)));
+    dw_truth = add(dw_truth, add(dw_f64, dw2_f64));
+  }
+  REQUIRE(master.grad().dtype() == DType::F32);
+  const double fused_err = check::rel_rms_error(master.grad(), dw_truth);
+  CHECK(check::rel_rms_error(master.grad(), dw_cast_then_add) <= 1.0 / 256);
+  CHECK(fused_err <= 1e-5);
+  CHECK(fused_err <= check::rel_rms_error(dw_cast_then_add, dw_truth));
 }

@@ -5,12 +5,17 @@
 // (float64: 1e-12; fp32: 1e-6 on the loss, 2e-6 relative RMS on the gradients, see the case).
 // On a GPU: the same agreement, and the fused loss's peak memory stays below the size of the
 // full logits while the unfused path's does not (cuda::peak_bytes); without one those cases
-// say SKIPPED loudly and pass.
+// say SKIPPED loudly and pass. dW summed into the weight's gradient past a widening cast (an
+// F64 master's F32 compute copy used by two losses and an embedding, two backward calls) equals
+// cast-then-add (1e-14).
 #include <doctest/doctest.h>
 
 #include "nn/check/modes.h"
 #include "nn/model.h"
+#include "nn/ops/arith.h"
+#include "nn/ops/cast.h"
 #include "nn/ops/cross_entropy.h"
+#include "nn/ops/embedding.h"
 #include "nn/ops/linear.h"
 #include "nn/ops/linear_cross_entropy.h"
 #include "tensor/math.h"
@@ -62,6 +67,33 @@ TEST_CASE("linear_cross_entropy equals cross_entropy(linear) in fp32 for every c
   for (int64_t chunk : {1, 7, 128, 516, 517, 4096}) {
     CAPTURE(chunk);
     check_equal(run(h, w, targets, chunk), ref, 1e-6);
+  }
+}
+
+TEST_CASE("linear_cross_entropy and embedding sum dW into the weight's gradient past a widening cast, as "
+          "cast-then-add") {
+  // An F64 master, its F32 compute copy used by two losses (the chunks' GEMMs sum dW past the cast:
+  // beta 0, then 1) and, tied, by an embedding (its rows added last), two backward calls. The
+  // reference: the F32 dW of lone uses (each weight used once: written), widened exactly and added
+  // in F64 in another order (1e-14 relative).
+  const int64_t N = 10, D = 8, V = 37, chunk = 16;
+  Var master(Tensor::randn({V, D}, 30, 0.5, DType::F64), true);
+  Tensor want = Tensor::zeros({V, D}, DType::F64);
+  for (uint64_t call = 0; call < 2; call++) {
+    Var copy = cast(master, DType::F32);
+    Tensor h1 = Tensor::randn({N, D}, 31 + call, 1.0), h2 = Tensor::randn({N, D}, 41 + call, 1.0);
+    Tensor t1 = targets_for(N, V, 51 + call), t2 = targets_for(N, V, 61 + call);
+    Tensor ids = Tensor::from_i32({3, 0, 36, 3, 7}, {5}), dy = Tensor::randn({5, D}, 71 + call, 1.0);
+    Var loss = add(linear_cross_entropy(Var(h1), copy, t1, chunk), linear_cross_entropy(Var(h2), copy, t2, chunk));
+    run_backward({loss, embedding(ids, copy)}, {Tensor::full({}, 1.0, DType::F32), dy});
+    Var lone(copy.value().clone(), true);
+    run_backward({embedding(ids, lone)}, {dy});
+    want = add(want, add(add(run(h1, copy.value(), t1, chunk).dw.to(DType::F64),
+                             run(h2, copy.value(), t2, chunk).dw.to(DType::F64)),
+                         lone.grad().to(DType::F64)));
+    CAPTURE(call);
+    REQUIRE(master.grad().dtype() == DType::F64);
+    CHECK(max_rel_err(master.grad(), want) <= 1e-14);
   }
 }
 

@@ -156,6 +156,33 @@ void add_embedding_cases() {
                       {"weight", randn64({5, 4}, seed + 1)}};
       },
       [](const Vars& v) { return Vars{embedding(v[0].value(), v[1])}; }));
+  // gpu: 74 random ids over V = 1001 (some repeated); then a tied model's path, the weight a compute
+  // copy of an fp32 master (the inner cast) shared by the embedding and the loss: the loss's GEMMs
+  // write dW in fp32 into the master's gradient, the embedding's rows add into it.
+  auto ids = [](uint64_t seed) {
+    std::vector<int32_t> id(74);
+    Rng rng(seed);
+    for (auto& x : id) x = static_cast<int32_t>(rng.below(1001));
+    return Tensor::from_i32(id, {2, 37});
+  };
+  add_case(gpu_case(
+      "embedding", "embedding " + dims_label({{"N", 74}, {"V", 1001}, {"D", 64}}), named_kernel("sorted runs"),
+      [ids](uint64_t seed) {
+        return Inputs{{"ids", ids(seed + 1), false}, {"weight", randn64({1001, 64}, seed + 2)}};
+      },
+      [](const Vars& v) { return Vars{embedding(v[0].value(), v[1])}; }));
+  add_case(gpu_case(
+      "embedding", "embedding " + dims_label({{"N", 74}, {"V", 1001}, {"D", 64}}) + " tied to the loss, fp32 master",
+      named_kernel("sorted runs"),
+      [ids](uint64_t seed) {
+        return Inputs{{"ids", ids(seed + 1), false}, {"h", randn64({74, 64}, seed + 2)},
+                      {"weight", randn64({1001, 64}, seed + 3, 1.5 / 8.0)},  // z ~ N(0, 1.5^2)
+                      {"targets", random_targets(74, 1001, seed + 4), false}};
+      },
+      [](const Vars& v) {
+        Var copy = cast(cast(v[2], DType::F32), v[1].dtype());  // an F32 master, its copy in h's dtype
+        return Vars{embedding(v[0].value(), copy), linear_cross_entropy(v[1], copy, v[3].value(), 256)};
+      }));
 }
 
 void add_linear_cases() {
@@ -215,6 +242,24 @@ void add_linear_cross_entropy_cases() {
         },
         [c](const Vars& v) { return Vars{linear_cross_entropy(v[0], v[1], v[2].value(), c.chunk)}; }));
   }
+  // The model's path: the weight a compute copy of an fp32 master (the inner cast) used by two
+  // losses, so their chunks' GEMMs sum dW in fp32 into the master's gradient (beta 0, then 1).
+  add_case(gpu_case(
+      "linear_cross_entropy",
+      "linear_cross_entropy " + dims_label({{"N", 74}, {"D", 64}, {"V", 1001}, {"chunk", 256}}) +
+          " fp32 master used twice",
+      named_kernel("cublas + online lse"),
+      [](uint64_t seed) {
+        return Inputs{{"h", randn64({2, 37, 64}, seed + 1)}, {"h2", randn64({74, 64}, seed + 2)},
+                      {"weight", randn64({1001, 64}, seed + 3, 1.5 / 8.0)},  // z ~ N(0, 1.5^2)
+                      {"targets", random_targets(74, 1001, seed + 4), false},
+                      {"targets2", random_targets(74, 1001, seed + 5), false}};
+      },
+      [](const Vars& v) {
+        Var copy = cast(cast(v[2], DType::F32), v[0].dtype());  // an F32 master, its copy in h's dtype
+        return Vars{linear_cross_entropy(v[0], copy, v[3].value(), 256),
+                    linear_cross_entropy(v[1], copy, v[4].value(), 256)};
+      }));
   // perf: the 374M models' loss (B 8, T 2048, D 1024, V 32000), fused in the model's chunks and,
   // beside it, unfused (full logits); the fused backward recomputes the logits: 4 GEMMs, not 3.
   const int64_t N = 8 * 2048, D = 1024, V = 32000;

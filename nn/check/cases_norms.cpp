@@ -3,10 +3,13 @@
 // without bias). gpu runs the shapes the model layers use (delta-rule q/k of dk 256, per-head
 // output norms of dv 64 and 256, HGRN's whole-row gated norm, Mamba-2's gate-then-norm over
 // d_inner, RWKV-6's per-head GroupNorm over the hidden size) plus odd widths that leave warps
-// partly idle (33, 165, 1000), B > 1, several heads and T = 37 (no tile multiple).
+// partly idle (33, 165, 1000), B > 1, several heads and T = 37 (no tile multiple); rmsnorm also
+// in the model's block, its gradients added into their sums (a residual add, an fp32 master).
 #include <string>
 
 #include "nn/check/registry.h"
+#include "nn/ops/arith.h"
+#include "nn/ops/cast.h"
 #include "nn/ops/gated_norm.h"
 #include "nn/ops/group_norm.h"
 #include "nn/ops/l2norm.h"
@@ -34,6 +37,19 @@ void add_rmsnorm_cases() {
   for (const Shape& shape : {Shape{3, 37, 320}, Shape{2, 37, 1024}, Shape{2, 37, 333}, Shape{2, 5, 1500},
                              Shape{1, 3, 8000}})
     add_case(gpu_case("rmsnorm", "rmsnorm " + shape_str(shape), named_kernel("rmsnorm"), inputs(shape), op));
+  // The model's path: x's residual add (the kernel adds dx into the add's gradient of x) and the
+  // weight a compute copy of an fp32 master (the inner cast) used by two rmsnorms (dw summed in
+  // fp32 into the master's gradient: beta 0, then 1).
+  add_case(gpu_case(
+      "rmsnorm", "rmsnorm " + shape_str({2, 37, 1024}) + " residual, fp32 master used twice", named_kernel("rmsnorm"),
+      [](uint64_t seed) {
+        return Inputs{{"x", randn64({2, 37, 1024}, seed + 1)}, {"x2", randn64({74, 1024}, seed + 2)},
+                      {"weight", norm_weight(1024, seed + 3)}};
+      },
+      [](const Vars& v) {
+        Var copy = cast(cast(v[2], DType::F32), v[0].dtype());  // an F32 master, its copy in x's dtype
+        return Vars{add(v[0], rmsnorm(v[0], copy, 1e-6)), rmsnorm(v[1], copy, 1e-6)};
+      }));
 }
 
 void add_l2norm_cases() {

@@ -1,7 +1,8 @@
-// Embedding lookup; its backward writes dw: zeros, then each row's gradient added into its token's row.
+// Embedding lookup; its backward sums each row's gradient into its token's row (from zeros, in the
+// weights' dtype), then writes dw or adds it into the weight's gradient sum.
 #include "nn/ops/embedding.h"
 
-#include <algorithm>
+#include <vector>
 
 #include "tensor/dispatch.h"
 #ifdef HLA_CUDA
@@ -21,11 +22,12 @@ void embedding_forward(T* y, const int32_t* ids, const T* w, int64_t N, int64_t 
   }
 }
 
-template <class T>
-void embedding_backward(T* dw, const T* dy, const int32_t* ids, int64_t N, int64_t V, int64_t D) {
-  std::fill(dw, dw + V * D, T(0));
+template <class T, class TW>
+void embedding_backward(TW* dw, bool add_dw, const T* dy, const int32_t* ids, int64_t N, int64_t V, int64_t D) {
+  std::vector<T> rows(V * D, T(0));  // rows: (V, D), the sums in T
   for (int64_t n = 0; n < N; n++)
-    for (int64_t d = 0; d < D; d++) dw[ids[n] * D + d] += dy[n * D + d];  // y[n] = w[ids[n]]
+    for (int64_t d = 0; d < D; d++) rows[ids[n] * D + d] += dy[n * D + d];  // y[n] = w[ids[n]]
+  for (int64_t i = 0; i < V * D; i++) dw[i] = add_dw ? dw[i] + static_cast<TW>(rows[i]) : static_cast<TW>(rows[i]);
 }
 
 }  // namespace cpu
@@ -43,15 +45,24 @@ static void embedding_forward(Tensor& y, const Tensor& ids, const Tensor& w, int
   });
 }
 
-// One backward for both devices; dw: (V, D) written.
-static void embedding_backward(Tensor& dw, const Tensor& dy, const Tensor& ids, int64_t N, int64_t V, int64_t D) {
+// One backward for both devices; dw: (V, D) in dy's dtype or wider (a master weight's), written
+// or added into (add_dw).
+static void embedding_backward(Tensor& dw, bool add_dw, const Tensor& dy, const Tensor& ids, int64_t N, int64_t V,
+                               int64_t D) {
   if (dw.is_cuda()) {
-    HLA_CUDA_ONLY(cuda::embedding_backward(dw.raw(), dy.raw(), ids.data<int32_t>(), N, V, D, dw.dtype()));
+    HLA_CUDA_ONLY(
+        cuda::embedding_backward(dw.raw(), add_dw, dy.raw(), ids.data<int32_t>(), N, V, D, dy.dtype(), dw.dtype()));
     return;
   }
-  dispatch_float(dw.dtype(), "embedding", [&](auto tag) {
+  HLA_CHECK(dtype_size(dw.dtype()) >= dtype_size(dy.dtype()), "embedding: dw in ", dtype_name(dw.dtype()), " for ",
+            dtype_name(dy.dtype()), " dy (it takes dy's dtype or a wider one)");
+  dispatch_float(dy.dtype(), "embedding", [&](auto tag) {
     using T = decltype(tag);
-    cpu::embedding_backward(dw.data<T>(), dy.data<T>(), ids.data<int32_t>(), N, V, D);
+    dispatch_float(dw.dtype(), "embedding", [&](auto dw_tag) {
+      using TW = decltype(dw_tag);
+      if constexpr (sizeof(TW) >= sizeof(T))  // the check above
+        cpu::embedding_backward(dw.data<TW>(), add_dw, dy.data<T>(), ids.data<int32_t>(), N, V, D);
+    });
   });
 }
 
@@ -66,12 +77,14 @@ Var embedding(const Tensor& ids, const Var& weight) {
   Tensor y = Tensor::empty(out_shape, w.dtype(), w.device());  // y: (..., D)
   embedding_forward(y, ids, w, N, V, D);
   Shape w_shape = w.shape();
-  DType dt = w.dtype();
   Device dev = w.device();
   return record_op1(y, {weight}, [=](const std::vector<Tensor>& g) {
-    Tensor dw = Tensor::empty(w_shape, dt, dev);
-    embedding_backward(dw, g[0], ids, N, V, D);
-    return std::vector<Tensor>{dw};
+    // dw into the weight's gradient sum, past its compute copy's cast (autograd/var.h: gradient_sum)
+    GradientSum dw_sum = gradient_sum(0);
+    Tensor dw = dw_sum.target(w_shape, dev);
+    if (dw.defined()) embedding_backward(dw, dw_sum.adds(), g[0], ids, N, V, D);
+    dw_sum.keep(dw);
+    return std::vector<Tensor>{Tensor()};
   }, "embedding");
 }
 

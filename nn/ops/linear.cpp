@@ -16,12 +16,10 @@ Tensor gemm_into_gradient(size_t input, const Tensor& a, const Tensor& b, bool t
                           const Shape& shape) {
   GradientSum g = gradient_sum(input);
   if (!g.sum) return Tensor();  // the input needs no gradient
-  const bool first = !g.sum->defined();
-  Tensor sum = first ? Tensor::empty(shape, g.dtype, a.device()) : *g.sum;  // a handle on the sum's storage
-  HLA_CHECK(sum.shape() == shape, "linear: the gradient sum ", sum.str(), " is not of shape ", shape_str(shape));
+  Tensor sum = g.target(shape, a.device());
   Tensor c = sum.reshape({-1, shape.back()});  // c: (rows, cols), a view of the sum
-  gemm_(c, a, b, trans_a, trans_b, 1.0, first ? 0.0 : 1.0);
-  if (first) *g.sum = sum;  // only once written: a failed GEMM leaves no sum of garbage
+  gemm_(c, a, b, trans_a, trans_b, 1.0, g.adds() ? 1.0 : 0.0);
+  g.keep(sum);
   return Tensor();
 }
 

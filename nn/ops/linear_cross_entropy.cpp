@@ -57,15 +57,17 @@ double linear_cross_entropy_forward(T* lse, const T* h, const T* w, const int32_
   return total;
 }
 
-// Per chunk: z recomputed, dz = (exp(z - lse) - onehot(c)) * k, dh += dz w_c, dw_c = dz^T h.
-template <class T>
-void linear_cross_entropy_backward(T* dh, T* dw, const T* h, const T* w, const T* lse, const int32_t* c, int64_t N,
-                                   int64_t D, int64_t V, int64_t chunk, int32_t ignore, double dloss_over_valid) {
+// Per chunk: z recomputed, dz = (exp(z - lse) - onehot(c)) * k, dh += dz w_c, dw_c = dz^T h (in T,
+// then widened to TW and written or added: exactly cast-then-add; dw null: not wanted).
+template <class T, class TW>
+void linear_cross_entropy_backward(T* dh, TW* dw, bool add_dw, const T* h, const T* w, const T* lse, const int32_t* c,
+                                   int64_t N, int64_t D, int64_t V, int64_t chunk, int32_t ignore,
+                                   double dloss_over_valid) {
   HLA_CHECK(chunk >= 1, "linear_cross_entropy: chunk must be >= 1, got ", chunk);
-  Eigen::Map<const RowMat<T>> H(h, N, D);  // H: (N, D)
-  Eigen::Map<const RowMat<T>> W(w, V, D);  // W: (V, D)
-  Eigen::Map<RowMat<T>> dH(dh, N, D);      // dH: (N, D)
-  Eigen::Map<RowMat<T>> dW(dw, V, D);      // dW: (V, D)
+  Eigen::Map<const RowMat<T>> H(h, N, D);      // H: (N, D)
+  Eigen::Map<const RowMat<T>> W(w, V, D);      // W: (V, D)
+  Eigen::Map<RowMat<T>> dH(dh, N, D);          // dH: (N, D)
+  Eigen::Map<RowMat<TW>> dW(dw, dw ? V : 0, D);  // dW: (V, D)
   dH.setZero();
   const T k = static_cast<T>(dloss_over_valid);
   for (int64_t v0 = 0; v0 < V; v0 += chunk) {
@@ -80,17 +82,23 @@ void linear_cross_entropy_backward(T* dh, T* dw, const T* h, const T* w, const T
       if (c[n] >= v0 && c[n] < v0 + C) dz(n, c[n] - v0) -= k;                       // - onehot
     }
     dH += dz * W.middleRows(v0, C);                  // dh += dz w_c : (N, D)
-    dW.middleRows(v0, C) = dz.transpose() * H;       // dw_c = dz^T h : (C, D)
+    if (!dw) continue;
+    const RowMat<T> dw_c = dz.transpose() * H;  // dw_c = dz^T h : (C, D)
+    if (add_dw) dW.middleRows(v0, C) += dw_c.template cast<TW>();
+    else dW.middleRows(v0, C) = dw_c.template cast<TW>();
   }
 }
 
-#define HLA_INSTANTIATE_LCE(T)                                                                                    \
-  template double linear_cross_entropy_forward<T>(T*, const T*, const T*, const int32_t*, int64_t, int64_t,       \
-                                                  int64_t, int64_t, int32_t, int64_t*);                           \
-  template void linear_cross_entropy_backward<T>(T*, T*, const T*, const T*, const T*, const int32_t*, int64_t,   \
-                                                 int64_t, int64_t, int64_t, int32_t, double);
-HLA_INSTANTIATE_LCE(float)
-HLA_INSTANTIATE_LCE(double)
+#define HLA_INSTANTIATE_LCE(T, TW)                                                                                  \
+  template void linear_cross_entropy_backward<T, TW>(T*, TW*, bool, const T*, const T*, const T*, const int32_t*,   \
+                                                     int64_t, int64_t, int64_t, int64_t, int32_t, double);
+template double linear_cross_entropy_forward<float>(float*, const float*, const float*, const int32_t*, int64_t,
+                                                    int64_t, int64_t, int64_t, int32_t, int64_t*);
+template double linear_cross_entropy_forward<double>(double*, const double*, const double*, const int32_t*, int64_t,
+                                                     int64_t, int64_t, int64_t, int32_t, int64_t*);
+HLA_INSTANTIATE_LCE(float, float)
+HLA_INSTANTIATE_LCE(float, double)
+HLA_INSTANTIATE_LCE(double, double)
 #undef HLA_INSTANTIATE_LCE
 
 }  // namespace cpu
@@ -124,24 +132,33 @@ static LossValue linear_cross_entropy_forward(Tensor& lse, const Tensor& h, cons
           Tensor::full({}, static_cast<double>(valid), DType::F32, h.device())};
 }
 
-// One backward for both devices; dh: (N, D), dw: (V, D) written; dloss: () the loss's gradient.
-static void linear_cross_entropy_backward(Tensor& dh, Tensor& dw, const Tensor& h, const Tensor& w, const Tensor& lse,
-                                          const Tensor& targets, int64_t chunk, int32_t ignore, const Tensor& dloss,
-                                          const LossValue& forward) {
+// One backward for both devices; dh: (N, D) written, dw: (V, D) in w's dtype or wider (a master
+// weight's) written or added into (add_dw; undefined: not wanted); dloss: () the loss's gradient.
+static void linear_cross_entropy_backward(Tensor& dh, Tensor& dw, bool add_dw, const Tensor& h, const Tensor& w,
+                                          const Tensor& lse, const Tensor& targets, int64_t chunk, int32_t ignore,
+                                          const Tensor& dloss, const LossValue& forward) {
   const int64_t N = h.size(0), D = h.size(1), V = w.size(0);
+  const DType dw_dtype = dw.defined() ? dw.dtype() : w.dtype();
   if (h.is_cuda()) {
-    HLA_CUDA_ONLY(cuda::linear_cross_entropy_backward(dh.raw(), dw.raw(), h.raw(), w.raw(), lse.data<float>(),
-                                                      targets.data<int32_t>(), N, D, V, chunk, ignore,
-                                                      dloss.to(DType::F32).data<float>(), forward.valid.data<float>(),
-                                                      h.dtype()));
+    HLA_CUDA_ONLY(cuda::linear_cross_entropy_backward(
+        dh.raw(), dw.defined() ? dw.raw() : nullptr, add_dw, h.raw(), w.raw(), lse.data<float>(),
+        targets.data<int32_t>(), N, D, V, chunk, ignore, dloss.to(DType::F32).data<float>(),
+        forward.valid.data<float>(), h.dtype(), dw_dtype));
     return;
   }
+  HLA_CHECK(dtype_size(dw_dtype) >= dtype_size(w.dtype()), "linear_cross_entropy: dw in ", dtype_name(dw_dtype),
+            " for a ", dtype_name(w.dtype()), " weight (it takes the weight's dtype or a wider one)");
   const double valid = forward.valid.item();
   const double dloss_over_valid = valid > 0 ? dloss.item() / valid : 0.0;
   dispatch_float(h.dtype(), "linear_cross_entropy", [&](auto tag) {
     using T = decltype(tag);
-    cpu::linear_cross_entropy_backward(dh.data<T>(), dw.data<T>(), h.data<T>(), w.data<T>(), lse.data<T>(),
-                                       targets.data<int32_t>(), N, D, V, chunk, ignore, dloss_over_valid);
+    dispatch_float(dw_dtype, "linear_cross_entropy", [&](auto dw_tag) {
+      using TW = decltype(dw_tag);
+      if constexpr (sizeof(TW) >= sizeof(T))  // the check above
+        cpu::linear_cross_entropy_backward(dh.data<T>(), dw.defined() ? dw.data<TW>() : nullptr, add_dw, h.data<T>(),
+                                           w.data<T>(), lse.data<T>(), targets.data<int32_t>(), N, D, V, chunk,
+                                           ignore, dloss_over_valid);
+    });
   });
 }
 
@@ -161,10 +178,13 @@ Var linear_cross_entropy(const Var& h, const Var& weight, const Tensor& targets,
   LossValue forward = linear_cross_entropy_forward(lse, h2, w, targets, chunk, ignore_index);
   Shape h_shape = h.shape();
   return record_op1(forward.loss, {h, weight}, [=](const std::vector<Tensor>& g) {
+    // dw into the weight's gradient sum, past its compute copy's cast (autograd/var.h: gradient_sum)
+    GradientSum dw_sum = gradient_sum(1);
     Tensor dh = Tensor::empty({N, D}, h2.dtype(), h2.device());  // dh: (N, D)
-    Tensor dw = Tensor::empty({V, D}, w.dtype(), w.device());    // dw: (V, D)
-    linear_cross_entropy_backward(dh, dw, h2, w, lse, targets, chunk, ignore_index, g[0], forward);
-    return std::vector<Tensor>{dh.reshape(h_shape), dw};
+    Tensor dw = dw_sum.target({V, D}, w.device());               // dw: (V, D)
+    linear_cross_entropy_backward(dh, dw, dw_sum.adds(), h2, w, lse, targets, chunk, ignore_index, g[0], forward);
+    dw_sum.keep(dw);
+    return std::vector<Tensor>{dh.reshape(h_shape), Tensor()};
   }, "linear_cross_entropy");
 }
 

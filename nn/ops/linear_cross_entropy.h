@@ -5,7 +5,9 @@
 // (running max m and sum s of exp(z - m)), and the backward recomputes each chunk's logits to
 // form dz = (softmax(z) - onehot(c)) * dloss / valid, accumulating dh = dz W and writing
 // dW[chunk] = dz^T h. Memory beyond the inputs and gradients: one (N, chunk) block of logits.
-// Gradients: written in full (the caller's buffers may hold anything).
+// Gradients: dh written in full; dW added into the weight's gradient sum by the chunks' GEMMs
+// themselves (autograd/var.h: gradient_sum), past a compute copy's cast: in fp32 into an fp32
+// master's gradient on the GPU (no cast kernel, no add).
 #pragma once
 #include "autograd/var.h"
 #include "tensor/ignore_index.h"
@@ -23,10 +25,12 @@ namespace cpu {
 template <class T>
 double linear_cross_entropy_forward(T* lse, const T* h, const T* w, const int32_t* c, int64_t N, int64_t D, int64_t V,
                                     int64_t chunk, int32_t ignore, int64_t* valid_rows);
-// dh: (N, D), dw: (V, D) written: dh = dz w, dw = dz^T h with dz = (softmax(z) - onehot(c)) * dloss / valid
-// (zero rows where c == ignore), z = h w^T recomputed chunk by chunk
-template <class T>
-void linear_cross_entropy_backward(T* dh, T* dw, const T* h, const T* w, const T* lse, const int32_t* c, int64_t N,
-                                   int64_t D, int64_t V, int64_t chunk, int32_t ignore, double dloss_over_valid);
+// dh: (N, D) written, dw: (V, D) in TW (T or wider) written or added into (add_dw; null: not
+// wanted): dh = dz w, dw (+)= dz^T h with dz = (softmax(z) - onehot(c)) * dloss / valid (zero rows
+// where c == ignore), z = h w^T recomputed chunk by chunk
+template <class T, class TW>
+void linear_cross_entropy_backward(T* dh, TW* dw, bool add_dw, const T* h, const T* w, const T* lse, const int32_t* c,
+                                   int64_t N, int64_t D, int64_t V, int64_t chunk, int32_t ignore,
+                                   double dloss_over_valid);
 }  // namespace cpu
 }  // namespace hla

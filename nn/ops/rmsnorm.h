@@ -1,5 +1,8 @@
 // RMSNorm (mixers.md 2.1): rstd = 1 / sqrt(mean(x^2) + eps), y = x * rstd * w.
-// Gradients: written in full (the caller's buffers may hold anything).
+// Gradients: the backward adds them into their gradient sums itself (autograd/var.h: gradient_sum):
+// dx into the sum of x's other uses (the residual stream's, in x's dtype), dw into the weight's,
+// past a compute copy's cast (in fp32 into an fp32 master's gradient on the GPU). The kernels
+// write each in full (the caller's buffer may hold anything) or add into it, as its flag says.
 #pragma once
 #include "autograd/var.h"
 
@@ -10,7 +13,10 @@ Var rmsnorm(const Var& x, const Var& weight, double eps);
 namespace cpu {
 // x, y: (N, C), w: (C), rstd: (N)
 template <class T> void rmsnorm_forward(T* y, T* rstd, const T* x, const T* w, int64_t N, int64_t C, double eps);
-// dx: (N, C), dw: (C) written
-template <class T> void rmsnorm_backward(T* dx, T* dw, const T* dy, const T* x, const T* w, const T* rstd, int64_t N, int64_t C);
+// dx: (N, C), dw: (C) in TW (T or wider): each written, or added into when its flag says so; null:
+// not wanted. dw is summed over the rows in T, then widened and added (exactly cast-then-add).
+template <class T, class TW>
+void rmsnorm_backward(T* dx, bool add_dx, TW* dw, bool add_dw, const T* dy, const T* x, const T* w, const T* rstd,
+                      int64_t N, int64_t C);
 }  // namespace cpu
 }  // namespace hla
