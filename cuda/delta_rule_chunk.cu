@@ -56,8 +56,9 @@
 //   scales the channels of K by exp(G_last - G) and the state's rows by exp(G_last) (3b and 3c
 //   likewise), 2b the channels of Q by exp(G); at dk = 128 the scans' 175 KB allow one CTA an SM.
 //   At dk = 256 (kWide; KDA and GDN-2, the forward only: their backward runs on the recurrent
-//   kernels, see cuda/delta_rule.cu) the G, k and staged tiles would take 321 KB: the forward
-//   scan holds G's last row alone and stages K (.) exp(G_last - G) (hi and lo) straight from the
+//   kernels, see cuda/delta_rule.cu, until pass 4 is written for it; pass 3 is, below) the G, k
+//   and staged tiles would take 321 KB: the scans hold G's last row alone and stage K (.)
+//   exp(G_last - G) (hi and lo; the reverse scan then scale Q (.) exp(G) for 3c) straight from the
 //   workspace's G and global k (gated_rows) into q's and k's places, 196 KB, one CTA an SM; the
 //   prepare puts v in q's tile once 1b has read q (GDN-2: w in G's place once 1d's W is
 //   formed), its step decays in G's place (1d reads G again from the workspace, this CTA's
@@ -152,7 +153,7 @@
 //   staged K (.) exp(G_last - G) hi and lo tiles, before 84.0 / 141.0 KB):
 //   64          95.8 / 103.8 / 119.8 KB        102.0 KB              178.6 KB
 //   128         143.8 / 151.8 / 167.8 KB       175.0 KB (one CTA/SM) 216.9 KB
-//   256         165.8 KB (every dv; kWide)      196.0 KB (forward)    - (recurrent backward)
+//   256         165.8 KB (every dv; kWide)      196.0 KB              - (recurrent backward)
 //   GDN-2 (vector gate; prepare with its b tile, and its w tile in q's place after 1b where
 //   dv <= dk, else a place of its own; scans and local backward as the vector gate's): dk 64:
 //   prepare 104.8 / 129.8 KB (dv 64 / 128; 113.8 at dv 64 before w took q's place, one CTA an SM);
@@ -170,8 +171,9 @@
 // 102-104 / 126-127 and reverse scan 124 / 128 at dk = 64 / 128, local backward 230 / 200-201
 // (144 / 194-196 before its staged pair products, 195 / 254 before the staged tiles; one CTA an
 // SM at any of these); at dk = 256 (kWide, launch bounds of one CTA) prepare 128-158, scan 146,
-// output_kernel 166; no spills (the prepare's staging loops are kept rolled: unrolled, ptxas
-// spilled 4 bytes at dk = 64 to fit 64 registers).
+// output_kernel 166, reverse scan 156 (instantiated by hand: not launched yet); no spills (the
+// prepare's staging loops are kept rolled: unrolled, ptxas spilled 4 bytes at dk = 64 to fit 64
+// registers).
 // GDN-2: prepare 64 / 80 at dk = 64 (dv 128 / 64) and 80 at dk = 128, local backward 255 at every
 // width; at dk = dv = 64 8 bytes of spill stores and loads since w is gathered after 1b (a6d31f4:
 // the forward went 1.967 -> 1.277 ms at B8 T2048 H16 D64 all the same), no spills at dk = 64
@@ -640,6 +642,36 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
   }
 }
 
+// fn(t, d, G[t][d .. d + 3], x[t][d .. d + 3]) for the C x DK pieces of a vector gate's G, a chunk's
+// (C, DK) rows of the workspace, and of a bf16 matrix x (rows x_stride apart, zeros past row n),
+// both read from global memory (4 floats and 2 bf16 pairs a piece; piece i to thread i % kThreads).
+// A thread loads kBatch pieces before it hands any to fn (kBatch round trips in flight at once:
+// fn's shared-memory stores would otherwise order every load after the previous piece's stores).
+template <int DK, class Fn>
+__device__ __forceinline__ void gated_rows(const float* G, const bf16* x, int64_t x_stride, int n, Fn&& fn) {
+  constexpr int kPieces = DK / 4, kPer = C * kPieces / kThreads, kBatch = 4;
+  static_assert(C * kPieces % kThreads == 0 && kPer % kBatch == 0, "whole batches of pieces a thread");
+#pragma unroll 1
+  for (int p0 = 0; p0 < kPer; p0 += kBatch) {
+    float4 g[kBatch], xs[kBatch];
+#pragma unroll
+    for (int p = 0; p < kBatch; p++) {
+      const int i = threadIdx.x + (p0 + p) * kThreads, t = i / kPieces, d = (i % kPieces) * 4;
+      g[p] = *reinterpret_cast<const float4*>(G + t * DK + d);
+      xs[p] = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (t < n) {
+        const float2 x01 = bf16_pair(x + t * x_stride, d), x23 = bf16_pair(x + t * x_stride, d + 2);
+        xs[p] = make_float4(x01.x, x01.y, x23.x, x23.y);
+      }
+    }
+#pragma unroll
+    for (int p = 0; p < kBatch; p++) {
+      const int i = threadIdx.x + (p0 + p) * kThreads;
+      fn(i / kPieces, (i % kPieces) * 4, g[p], xs[p]);
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Pass 2: per (b, j, half of dv), sequential over chunks: Vnew, o, and the state update.
 
@@ -647,8 +679,9 @@ template <int DK, int DV, bool VG = false>
 struct ScanSmem {
   // A vector gate at DK = 256 (kWide): the C x DK tiles of G, k and q would take 321 KB. The
   // scan holds G's last row alone (2c's row decays); K (.) exp(G_last - G) is staged from the
-  // workspace's G and global k straight into kd_hi, kd_lo (gated_rows), which take q's and k's
-  // places.
+  // workspace's G and global k straight into kd_hi, kd_lo (stage_gated), which take q's and k's
+  // places. The reverse scan stages there K (.) exp(G_last - G) for 3b, then scale Q (.) exp(G)
+  // for 3c (its dO tile in dov's place, the unused vn_hi tile beside it).
   static constexpr bool kWide = VG && DK > 128;
   static constexpr int kCtasPerSm = kWide ? 1 : 2;  // launch bounds (kWide: 196 KB, one CTA an SM)
   static constexpr int BV = 32;  // state columns per CTA
@@ -688,6 +721,21 @@ struct ScanSmem {
   }
   // G_last[d] = G[C - 1][d] (vector gate)
   __device__ float g_last(int d) const { return G[(kWide ? 0 : (C - 1) * kLdG) + d]; }
+  // kd_hi, kd_lo <- x[t][d] factor(d, G[t][d]) split, for a chunk's (C, DK) rows of a vector
+  // gate's G in the workspace and of a bf16 matrix x in global memory (gated_rows; kWide).
+  template <class Factor>
+  __device__ void stage_gated(const float* G_rows, const bf16* x, int64_t x_stride, int n, Factor&& factor) const {
+    auto split_store = [&](int t, int d, float x0, float x1) {  // at (t, d), (t, d + 1)
+      chunk_mma::split_pair(x0, x1, *reinterpret_cast<uint32_t*>(kd_hi + t * kLdK + d),
+                            *reinterpret_cast<uint32_t*>(kd_lo + t * kLdK + d));
+    };
+    gated_rows<DK>(G_rows, x, x_stride, n, [&](int t, int d, float4 g, float4 x4) {
+      split_store(t, d, x4.x * factor(d, g.x), x4.y * factor(d + 1, g.y));
+      split_store(t, d + 2, x4.z * factor(d + 2, g.z), x4.w * factor(d + 3, g.w));
+    });
+  }
+  // The staged kd_hi + kd_lo at (t, d) (~16 mantissa bits; an mma splits it back exactly).
+  __device__ float kd(int t, int d) const { return bf(kd_hi[t * kLdK + d]) + bf(kd_lo[t * kLdK + d]); }
   __device__ static int aqk_row(int t) {
     const int a = t / 4, b = t % 4;  // pieces before row t: sum over i < t of (i / 4 + 1)
     return 4 * (t + 2 * a * (a - 1) + a * b);
@@ -746,36 +794,6 @@ struct ScanTiles {
   __device__ const bf16* qk(const bf16* x, int chunk) const { return x + qk0 + chunk * C * qk_stride; }
 };
 
-// fn(t, d, G[t][d .. d + 3], x[t][d .. d + 3]) for the C x DK pieces of a vector gate's G, a chunk's
-// (C, DK) rows of the workspace, and of a bf16 matrix x (rows x_stride apart, zeros past row n),
-// both read from global memory (4 floats and 2 bf16 pairs a piece; piece i to thread i % kThreads).
-// A thread loads kBatch pieces before it hands any to fn (kBatch round trips in flight at once:
-// fn's shared-memory stores would otherwise order every load after the previous piece's stores).
-template <int DK, class Fn>
-__device__ __forceinline__ void gated_rows(const float* G, const bf16* x, int64_t x_stride, int n, Fn&& fn) {
-  constexpr int kPieces = DK / 4, kPer = C * kPieces / kThreads, kBatch = 4;
-  static_assert(C * kPieces % kThreads == 0 && kPer % kBatch == 0, "whole batches of pieces a thread");
-#pragma unroll 1
-  for (int p0 = 0; p0 < kPer; p0 += kBatch) {
-    float4 g[kBatch], xs[kBatch];
-#pragma unroll
-    for (int p = 0; p < kBatch; p++) {
-      const int i = threadIdx.x + (p0 + p) * kThreads, t = i / kPieces, d = (i % kPieces) * 4;
-      g[p] = *reinterpret_cast<const float4*>(G + t * DK + d);
-      xs[p] = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (t < n) {
-        const float2 x01 = bf16_pair(x + t * x_stride, d), x23 = bf16_pair(x + t * x_stride, d + 2);
-        xs[p] = make_float4(x01.x, x01.y, x23.x, x23.y);
-      }
-    }
-#pragma unroll
-    for (int p = 0; p < kBatch; p++) {
-      const int i = threadIdx.x + (p0 + p) * kThreads;
-      fn(i / kPieces, (i % kPieces) * 4, g[p], xs[p]);
-    }
-  }
-}
-
 // Forward pass 2 (and the backward's replay of it): 2a and 2c, chunk after chunk, writing every
 // chunk-start state h[n] and (with an output) Vnew for output_kernel's 2b. Every load is a
 // cp.async tile, and each tile is copied as soon as its last reader is done: W and G (read by 2a
@@ -828,11 +846,8 @@ __global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG>::kCtasPerSm)) 
                               *reinterpret_cast<uint32_t*>(sm.kd_lo + s * kLdK + d));
       };
       if constexpr (kWide) {
-        auto stage_piece = [&](int s, int d, float4 gs, float4 k4) {
-          stage_kd(s, d, k4.x * expf(sm.g_last(d) - gs.x), k4.y * expf(sm.g_last(d + 1) - gs.y));
-          stage_kd(s, d + 2, k4.z * expf(sm.g_last(d + 2) - gs.z), k4.w * expf(sm.g_last(d + 3) - gs.w));
-        };
-        gated_rows<DK>(a.G + row0 * DK, tiles.qk(a.k, chunk), tiles.qk_stride, n, stage_piece);
+        sm.stage_gated(a.G + row0 * DK, tiles.qk(a.k, chunk), tiles.qk_stride, n,
+                       [&](int d, float g_s) { return expf(sm.g_last(d) - g_s); });
       } else if constexpr (VG) {
 #pragma unroll 1
         for (int i = threadIdx.x; i < C * DK / 2; i += kThreads) {  // channel pairs d, d + 1
@@ -959,23 +974,26 @@ __global__ void __launch_bounds__(kThreads, (OutputSmem<DK, DV, VG>::kCtasPerSm)
 // carrying dS = dL/d(state), in the scan's shared-memory layout (sm.h holds dS, sm.vnew dVnew).
 // Tiles as in the scan: k, Aqk and G (read by 3b and its exp step only) for the next chunk are
 // copied during 3c; q, W, dO and the dU tile (bf16, in sm.vnew's place until 3b turns it into
-// dVnew) at the top of a chunk, one round trip.
+// dVnew) at the top of a chunk, one round trip. A vector gate at DK = 256 (kWide) holds G's last
+// row alone (3c's row decays, with W, dO and dU at the top) and stages 3b's K (.) exp(G_last - G)
+// and then 3c's scale Q (.) exp(G) from the workspace's G and global k, q (ScanSmem::stage_gated;
+// four round trips each: a thread's 16 pieces in batches of four).
 
 template <int DK, int DV, bool VG>
 __global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG>::kCtasPerSm)) reverse_scan_kernel(ChunkArgs a) {
   extern __shared__ float4 smem_raw[];
   using Smem = ScanSmem<DK, DV, VG>;
-  static_assert(!Smem::kWide, "a vector gate at dk = 256 runs the recurrent backward (backward_supported)");
   const Smem sm(smem_raw);
   constexpr int BV = Smem::BV, kLdH = Smem::kLdH, kLdW = Smem::kLdW, kLdK = Smem::kLdK, kLdO = Smem::kLdO;
   constexpr int kLdG = Smem::kLdG;
+  constexpr bool kWide = Smem::kWide;
   const int v0 = blockIdx.x * BV, j = blockIdx.y, bi = blockIdx.z;
   const int64_t head = int64_t(bi) * a.HV + j;
   const ScanTiles<DK> tiles(a, bi, j);
   bf16* dres = reinterpret_cast<bf16*>(sm.vnew);  // (C, kLdO) dU, until 3b writes dVnew there
   static_assert(sizeof(bf16) * kLdO <= sizeof(float) * kLdH, "the dU tile fits in sm.vnew");
   auto copy_k_aqk_g = [&](int chunk) {  // a vector gate's G is read by 3c too: copied at the top
-    load_bf16_rows_async<C, DK>(sm.k, tiles.qk(a.k, chunk), tiles.qk_stride, tiles.rows(chunk));
+    if (!kWide) load_bf16_rows_async<C, DK>(sm.k, tiles.qk(a.k, chunk), tiles.qk_stride, tiles.rows(chunk));
     sm.copy_aqk(a.Aqk + (head * a.NT + chunk) * C * C);
     if (!VG) load_f32_rows_async<1, C>(sm.G, C, a.G + tiles.row0(chunk), 0);
   };
@@ -987,13 +1005,14 @@ __global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG>::kCtasPerSm)) 
     const int n = tiles.rows(chunk);
     const int64_t row0 = tiles.row0(chunk);                              // first workspace row
     const int64_t tok0 = (int64_t(bi) * a.T + chunk * C) * a.HV + j;    // (B, T, HV) index of token t0
-    load_bf16_rows_async<C, DK>(sm.q, tiles.qk(a.q, chunk), tiles.qk_stride, n);
+    if (!kWide) load_bf16_rows_async<C, DK>(sm.q, tiles.qk(a.q, chunk), tiles.qk_stride, n);
     load_f32_rows_async<C, DK>(sm.W, kLdW, a.W + row0 * DK, DK);
     load_bf16_rows_async<C, BV>(sm.dov, a.d_o + tok0 * DV + v0, int64_t(a.HV) * DV, n);
     // dU rows past n (and all of them without a residual gradient) are zeros
     load_bf16_rows_async<C, BV>(dres, (a.d_res ? a.d_res : a.d_o) + tok0 * DV + v0, int64_t(a.HV) * DV,
                                 a.d_res ? n : 0);
-    if (VG) load_f32_rows_async<C, DK>(sm.G, kLdG, a.G + row0 * DK, DK);
+    if (kWide) load_f32_rows_async<1, DK>(sm.G, DK, a.G + (row0 + C - 1) * DK, DK);  // G_last's row
+    else if (VG) load_f32_rows_async<C, DK>(sm.G, kLdG, a.G + row0 * DK, DK);
     wait_tiles();  // this chunk's tiles, and the previous update's dS
     if (a.resets(bi, chunk + 1)) {  // the next chunk started from h = 0: no gradient reaches this end state
       sm.load_state(nullptr, v0);
@@ -1005,6 +1024,10 @@ __global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG>::kCtasPerSm)) 
       sm.expG[threadIdx.x] = expf(sm.G[threadIdx.x]);
       sm.kdecay[threadIdx.x] = expf(sm.G[C - 1] - sm.G[threadIdx.x]);
     }
+    if constexpr (kWide) {  // 3b's Kg = K (.) exp(G_last - G), staged
+      sm.stage_gated(a.G + row0 * DK, tiles.qk(a.k, chunk), tiles.qk_stride, n,
+                     [&](int d, float g_s) { return expf(sm.g_last(d) - g_s); });
+    }
     __syncthreads();
     auto d_o = [&](int t, int c) { return bf(sm.dov[t * kLdO + c]); };  // dO[t][c], rows past n zero
     // 3b: dVnew = Aqk^T dO + Kg dS + dU   (Vnew feeds o, the end state and the residual output u)
@@ -1012,7 +1035,8 @@ __global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG>::kCtasPerSm)) 
       WarpTile<C, BV> dvn;
       dvn.mma<C, true, false>([&](int s, int t) { return sm.aqk_at(t, s); }, d_o);
       dvn.mma<DK, true, true>([&](int s, int d) {
-        return bf(sm.k[s * kLdK + d]) * (VG ? expf(g(C - 1, d) - g(s, d)) : sm.kdecay[s]);
+        if constexpr (kWide) return sm.kd(s, d);
+        else return bf(sm.k[s * kLdK + d]) * (VG ? expf(g(C - 1, d) - g(s, d)) : sm.kdecay[s]);
       }, ds_op);
       dvn.each([&](int s, int c, float& x, int) { x += bf(dres[s * kLdO + c]); });
       __syncthreads();  // every dU is read (and k, Aqk, G): dVnew takes the dU tile's place
@@ -1022,12 +1046,17 @@ __global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG>::kCtasPerSm)) 
       });
     }
     if (chunk > 0) copy_k_aqk_g(chunk - 1);
+    if constexpr (kWide) {  // 3b's Kg is read (the barrier in 3b): 3c's scale Qg in its place
+      sm.stage_gated(a.G + row0 * DK, tiles.qk(a.q, chunk), tiles.qk_stride, n,
+                     [&](int, float g_t) { return a.scale * expf(g_t); });
+    }
     __syncthreads();
     // 3c: dS <- exp(G_last) dS + scale Qg^T dO - W^T dVnew   (h[n] feeds the end state, o and Vnew)
     const float decay = VG ? 0.f : sm.expG[C - 1];
-    sm.update_state([&](int d) { return VG ? expf(g(C - 1, d)) : decay; }, [&](auto& dsn, int d0) {
+    sm.update_state([&](int d) { return VG ? expf(sm.g_last(d)) : decay; }, [&](auto& dsn, int d0) {
       dsn.mma<C, true, false>([&](int d, int t) {
-        return a.scale * (VG ? expf(g(t, d0 + d)) : sm.expG[t]) * bf(sm.q[t * kLdK + d0 + d]);
+        if constexpr (kWide) return sm.kd(t, d0 + d);
+        else return a.scale * (VG ? expf(g(t, d0 + d)) : sm.expG[t]) * bf(sm.q[t * kLdK + d0 + d]);
       }, d_o);
       dsn.mma<C, true, true>([&](int d, int t) { return sm.W[t * kLdW + d0 + d]; },
                              [&](int t, int c) { return -sm.vnew[t * kLdH + c]; });
