@@ -18,7 +18,7 @@
 // where needed so that each product is "registers x shared memory", the same shape as the
 // forward's.
 //
-// Two implementations:
+// Three implementations:
 //   mma: bf16 tensor cores (mma.sync m16n8k16, fp32 accumulation), D = Dv in {64, 128, 256}. A warp
 //        skips the tiles none of its rows sees (above the diagonal, before the window or its
 //        document, past T): packed documents cost only the tiles inside documents.
@@ -43,6 +43,11 @@
 //        On the H200 (ncu, commit a485f34, B4 T4096 H16 D128 bf16 causal): forward 1.009 ms
 //        (~274 TFLOP/s; 1.156 with one 8-warp block an SM), dQ 1.72 ms, dK/dV 2.50 ms; torch
 //        SDPA's flash kernels take 0.499 and ~1.5 (targets.md).
+//   wgmma: the forward alone at D = Dv = 128 on Hopper's warpgroup MMA (sm_90a): one warpgroup a
+//        block of 64 queries, S and O += P V as wgmma products (P from S's registers), the mma
+//        forward's mask, online softmax and epilogue (shared helpers). Off unless asked
+//        (set_attention_wgmma, HLA_ATTENTION_WGMMA=1) until measured faster than the mma
+//        forward; the backward stays on mma. Emulator group `wgmma`; not yet run on a GPU.
 //   fma: plain fp32 arithmetic, any D, Dv <= 256, F32 or BF16 storage: one warp per row, keys
 //        (or queries) in shared-memory tiles of 32, one per lane. The readable version, and the
 //        fp32 path.

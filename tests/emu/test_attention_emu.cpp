@@ -11,7 +11,10 @@
 // documents, boundaries on and off the tile edges, with and without a window);
 // some cases again with cp.async copies landing at issue and warps run one after another (the
 // emulator's other extreme of copy and warp timing: a buffer overwritten before its readers are
-// done shows there); then the fma kernels: fp32 at head width 64, fp32 and bf16 at 20.
+// done shows there); then the fma kernels: fp32 at head width 64, fp32 and bf16 at 20; then the
+// head width 128 cases (with those of copies landing at issue) with the forward on the wgmma
+// kernel (cuda::set_attention_wgmma: descriptors and fragments as tests/emu/include/cuda/wgmma.cuh
+// decodes them).
 // The backward runs on the kernel's own o and lse, as in training. Tolerances are gpu-check's
 // (relative RMS: bf16 5e-3 outputs, 1e-2 gradients; fp32 1e-5); the exit status is 1 when a row
 // fails.
