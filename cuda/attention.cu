@@ -18,7 +18,7 @@
 // where needed so that each product is "registers x shared memory", the same shape as the
 // forward's.
 //
-// Two implementations:
+// Three implementations:
 //   mma: bf16 tensor cores (mma.sync m16n8k16, fp32 accumulation), D = Dv in {64, 128, 256}. A warp
 //        skips the tiles none of its rows sees (above the diagonal, before the window or its
 //        document, past T): packed documents cost only the tiles inside documents.
@@ -43,16 +43,24 @@
 //        On the H200 (ncu, commit a485f34, B4 T4096 H16 D128 bf16 causal): forward 1.009 ms
 //        (~274 TFLOP/s; 1.156 with one 8-warp block an SM), dQ 1.72 ms, dK/dV 2.50 ms; torch
 //        SDPA's flash kernels take 0.499 and ~1.5 (targets.md).
+//   wgmma: the forward alone at D = Dv = 128 on Hopper's warpgroup MMA (sm_90a): one warpgroup a
+//        block of 64 queries, S and O += P V as wgmma products (P from S's registers), the mma
+//        forward's mask, online softmax and epilogue (shared helpers). Off unless asked
+//        (set_attention_wgmma, HLA_ATTENTION_WGMMA=1) until measured faster than the mma
+//        forward; the backward stays on mma. Emulator group `wgmma`; not yet run on a GPU.
 //   fma: plain fp32 arithmetic, any D, Dv <= 256, F32 or BF16 storage: one warp per row, keys
 //        (or queries) in shared-memory tiles of 32, one per lane. The readable version, and the
 //        fp32 path.
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "cuda/attention.h"
 #include "cuda/common.cuh"
 #include "cuda/fast_exp2.cuh"
 #include "cuda/mma.cuh"
 #include "cuda/tile.cuh"
+#include "cuda/wgmma.cuh"
 
 namespace hla::cuda {
 namespace {
@@ -272,6 +280,111 @@ __device__ __forceinline__ void store_rows(bf16* out, const float (*acc)[4], int
   }
 }
 
+// The forwards' (mma and wgmma) per-thread view of a step: S's rows in row tiles of 16 as
+// mma.m16n8k16's accumulators (wgmma's D fragment is the same in each 8-column block), row tile
+// mt's n-tile nt at s[mt * NT + nt]; this thread's row r = 2 mt + half at elements 2 half and
+// 2 half + 1 of each, query t_row(r); O likewise at acc[mt * D / 8 + dt].
+
+// Invisible keys -> -inf on a step of keys s0 .. s0 + 8 NT - 1 that some row sees only in part.
+template <int NT, int MT, bool DOCS, class RowOf>
+__device__ __forceinline__ void mask_scores(float (&s)[MT * NT][4], const DocumentMask<DOCS>& docs, int window,
+                                            int s0, const RowOf& t_row) {
+  const int lane = threadIdx.x % 32;
+  int key_first[2 * MT];  // row r sees keys key_first[r] .. t_row(r)
+#pragma unroll
+  for (int r = 0; r < 2 * MT; r++) key_first[r] = docs.first_visible_key(t_row(r), window);
+#pragma unroll
+  for (int i = 0; i < MT * NT; i++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      const int r = 2 * (i / NT) + e / 2, key = s0 + (i % NT) * 8 + (lane % 4) * 2 + e % 2;
+      if (key < key_first[r] || key > t_row(r)) s[i][e] = -INFINITY;
+    }
+}
+
+// Online softmax over one step: S (unscaled) becomes P = exp(scale S - m), l and O follow m.
+// Each row's max and sum are spread over the 4 lanes of a quad. The running max m (log2 units)
+// only moves (and O and l are rescaled) when some row of the warp sees a score above
+// m + kMaxSlack: until then P <= 2^kMaxSlack, exact in fp32 and as precise in bf16, and the
+// result O / l, lse = m + log l is the same. Past the first keys of a row that is rare, so the
+// 16 x D multiplies of the rescale are skipped by the whole warp at once.
+template <int NT, int MT, int D>
+__device__ __forceinline__ void online_softmax(float (&s)[MT * NT][4], float (&m)[2 * MT], float (&l)[2 * MT],
+                                               float (&acc)[MT * D / 8][4], float scale_log2) {
+  constexpr int kRowsPerThread = 2 * MT;
+  float tile_max[kRowsPerThread];  // log2 units
+  bool grow = false;
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; r++) {
+    const float(*sr)[4] = s + (r / 2) * NT;
+    const int e0 = 2 * (r % 2);
+    float mx = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) mx = fmaxf(mx, fmaxf(sr[nt][e0], sr[nt][e0 + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    tile_max[r] = mx * scale_log2;
+    grow = grow || tile_max[r] > m[r] + kMaxSlack;  // true for a row's first visible key (m = -inf)
+  }
+  float any_grow = grow ? 1.0f : 0.0f;  // the same in the 4 lanes of a quad: reduce over quads
+  any_grow = fmaxf(any_grow, __shfl_xor_sync(0xffffffffu, any_grow, 4));
+  any_grow = fmaxf(any_grow, __shfl_xor_sync(0xffffffffu, any_grow, 8));
+  any_grow = fmaxf(any_grow, __shfl_xor_sync(0xffffffffu, any_grow, 16));
+  if (any_grow != 0.0f)
+#pragma unroll
+    for (int r = 0; r < kRowsPerThread; r++) {
+      const float m_new = fmaxf(m[r], tile_max[r]);
+      const float alpha = exp2_ftz(m[r] - (m_new == -INFINITY ? 0.0f : m_new));  // e^(m - m')
+      m[r] = m_new;
+      l[r] *= alpha;
+      float(*acc_r)[4] = acc + (r / 2) * (D / 8);
+      const int e0 = 2 * (r % 2);
+#pragma unroll
+      for (int dt = 0; dt < D / 8; dt++) {
+        acc_r[dt][e0] *= alpha;
+        acc_r[dt][e0 + 1] *= alpha;
+      }
+    }
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; r++) {
+    float(*sr)[4] = s + (r / 2) * NT;
+    const int e0 = 2 * (r % 2);
+    const float base = m[r] == -INFINITY ? 0.0f : m[r];  // a row with no visible key yet
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+      for (int e = e0; e < e0 + 2; e++) {
+        sr[nt][e] = exp2_ftz(fmaf(sr[nt][e], scale_log2, -base));  // P = exp(scale S - m)
+        l[r] += sr[nt][e];
+      }
+  }
+}
+
+// The forwards' epilogue: O /= l into o (B, T, H, D), lse = (m + log2 l) ln 2 into lse (B, H, T),
+// rows past T skipped.
+template <int D, int MT, class RowOf>
+__device__ __forceinline__ void store_output(bf16* o, float* lse, const float (&acc)[MT * D / 8][4],
+                                             const float (&m)[2 * MT], float (&l)[2 * MT], const RowOf& t_row, int b,
+                                             int h, int T, int H) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int r = 0; r < 2 * MT; r++) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+  }
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++) {
+    const int t0 = t_row(2 * mt), t1 = t_row(2 * mt + 1);
+    store_rows<D>(o, acc + mt * (D / 8), (int64_t(b) * T + t0) * H * D + int64_t(h) * D,
+                  (int64_t(b) * T + t1) * H * D + int64_t(h) * D, t0 < T, t1 < T, 1.0f / l[2 * mt],
+                  1.0f / l[2 * mt + 1]);
+  }
+  if (lane % 4 == 0)
+#pragma unroll
+    for (int r = 0; r < 2 * MT; r++)
+      if (t_row(r) < T) lse[(int64_t(b) * H + h) * T + t_row(r)] = (m[r] + log2f(l[r])) / kLog2e;
+}
+
 // o: (B, T, H, D), lse: (B, H, T). Grid (H, B, blocks of 128 queries), the longest (last)
 // blocks first. Warp w owns rows 32 w .. 32 w + 31 of the block as two m16 row tiles; a warp
 // skips the 32-key steps none of its rows sees (above the diagonal, before the window or its
@@ -333,93 +446,137 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
       // pass 1: S = Q K^T (unscaled), invisible keys -> -inf (only on steps some row sees in part)
       float s[MT * NT][4] = {};
       mma_abt<D, NT, MT>(s, sQ, sK + (buf * kCols + s0 - k0) * D);
-      if (!docs.all_visible(w_first, w_last, s0, s0 + kFwdStep - 1, window)) {
-        int key_first[kRowsPerThread];  // row r sees keys key_first[r] .. t_row(r)
-#pragma unroll
-        for (int r = 0; r < kRowsPerThread; r++) key_first[r] = docs.first_visible_key(t_row(r), window);
-#pragma unroll
-        for (int i = 0; i < MT * NT; i++)
-#pragma unroll
-          for (int e = 0; e < 4; e++) {
-            const int r = 2 * (i / NT) + e / 2, key = s0 + (i % NT) * 8 + (lane % 4) * 2 + e % 2;
-            if (key < key_first[r] || key > t_row(r)) s[i][e] = -INFINITY;
-          }
-      }
-
-      // pass 2: online softmax, each row's max and sum spread over the 4 lanes of a quad; row r's
-      // elements are s[(r / 2) NT + nt][2 (r % 2) + 0, 1]. The running max m only moves (and O
-      // and l are rescaled) when some row of the warp sees a score above m + kMaxSlack: until
-      // then P = exp(scale S - m) <= 2^kMaxSlack, exact in fp32 and as precise in bf16, and the
-      // result O / l, lse = m + log l is the same. Past the first keys of a row that is rare, so
-      // the 16 x D multiplies of the rescale are skipped by the whole warp at once.
-      float tile_max[kRowsPerThread];  // log2 units
-      bool grow = false;
-#pragma unroll
-      for (int r = 0; r < kRowsPerThread; r++) {
-        const float(*sr)[4] = s + (r / 2) * NT;
-        const int e0 = 2 * (r % 2);
-        float mx = -INFINITY;
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++) mx = fmaxf(mx, fmaxf(sr[nt][e0], sr[nt][e0 + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        tile_max[r] = mx * scale_log2;
-        grow = grow || tile_max[r] > m[r] + kMaxSlack;  // true for a row's first visible key (m = -inf)
-      }
-      float any_grow = grow ? 1.0f : 0.0f;  // the same in the 4 lanes of a quad: reduce over quads
-      any_grow = fmaxf(any_grow, __shfl_xor_sync(0xffffffffu, any_grow, 4));
-      any_grow = fmaxf(any_grow, __shfl_xor_sync(0xffffffffu, any_grow, 8));
-      any_grow = fmaxf(any_grow, __shfl_xor_sync(0xffffffffu, any_grow, 16));
-      if (any_grow != 0.0f)
-#pragma unroll
-        for (int r = 0; r < kRowsPerThread; r++) {
-          const float m_new = fmaxf(m[r], tile_max[r]);
-          const float alpha = exp2_ftz(m[r] - (m_new == -INFINITY ? 0.0f : m_new));  // e^(m - m')
-          m[r] = m_new;
-          l[r] *= alpha;
-          float(*acc_r)[4] = acc + (r / 2) * (D / 8);
-          const int e0 = 2 * (r % 2);
-#pragma unroll
-          for (int dt = 0; dt < D / 8; dt++) {
-            acc_r[dt][e0] *= alpha;
-            acc_r[dt][e0 + 1] *= alpha;
-          }
-        }
-#pragma unroll
-      for (int r = 0; r < kRowsPerThread; r++) {
-        float(*sr)[4] = s + (r / 2) * NT;
-        const int e0 = 2 * (r % 2);
-        const float base = m[r] == -INFINITY ? 0.0f : m[r];  // a row with no visible key yet
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-          for (int e = e0; e < e0 + 2; e++) {
-            sr[nt][e] = exp2_ftz(fmaf(sr[nt][e], scale_log2, -base));  // P = exp(scale S - m)
-            l[r] += sr[nt][e];
-          }
-      }
+      if (!docs.all_visible(w_first, w_last, s0, s0 + kFwdStep - 1, window))
+        mask_scores<NT, MT>(s, docs, window, s0, t_row);
+      // pass 2: online softmax
+      online_softmax<NT, MT, D>(s, m, l, acc, scale_log2);
       // pass 3: O += P V
       mma_pb<D, NT, MT>(acc, s, sV + (buf * kCols + s0 - k0) * D);
     }
   }
 
-  // epilogue: O /= l, lse = (m + log2 l) ln 2
+  store_output<D, MT>(o, lse, acc, m, l, t_row, b, h, T, H);
+}
+
+// ------------------------------------------------------------------------------------------
+// wgmma path: the forward at D = Dv = 128 on Hopper's warpgroup MMA (cuda/wgmma.cuh, sm_90a),
+// run only when asked (set_attention_wgmma, cuda/attention.h) until it is measured faster than
+// the mma forward, which stays its oracle. A block is one warpgroup (4 warps, 128 threads) and
+// 64 queries; warp w owns rows 16 w .. 16 w + 15, a thread rows lane / 4 and + 8 of them: the
+// layout of the mma forward at MT = 1, so masking, online softmax and the epilogue are its code.
+// Q, K and V sit in shared memory as 64-wide swizzled panels (the 128-byte swizzle of
+// cuda/wgmma_desc.cuh: a (rows x 128) matrix is two (rows x 64) tiles, each on a 1024-byte
+// boundary); K/V tiles of 64 keys are double-buffered with cp.async. Per tile:
+//   pass 1: S (64 x 64) = Q K^T, 8 k16 products, Q and K read K-major through descriptors;
+//   pass 2: mask (on tiles some row sees in part) and online softmax, in S's registers;
+//   pass 3: O (64 x 128) += P V, 4 k16 products, P's A fragments packed from S's registers, V
+//           read N-major (its two panels are N's two halves).
+// Each product is waited for before its result is read (no overlap of softmax and products
+// yet). A product is issued by all 128 threads, so the block takes every tile from the first
+// key its first query sees to its last query (each holds a key some row sees); a warp whose rows
+// see none of a tile gets P = 0 there. Shared memory 80 KB (+1 KB for the alignment).
+constexpr int kWgRows = 64;                      // queries per block: wgmma's M
+constexpr int kWgCols = 64;                      // keys per K/V tile: S's N
+constexpr int kWgThreads = 128;                  // one warpgroup
+constexpr int kWgPanel = 64;                     // elements of a swizzled row (128 bytes)
+constexpr int kWgD = 128;                        // the head width it runs at
+constexpr int kWgTile = kWgCols * kWgD;          // elements of a K or V tile
+constexpr size_t kWgSmem = kWgmmaTileAlign + sizeof(bf16) * (kWgRows + 4 * kWgCols) * kWgD;
+
+// Copies rows [row0, row0 + ROWS) of a (T, ...) global matrix of kWgD columns, rows `stride`
+// apart, into kWgD / 64 swizzled (ROWS x 64) panels, column block p at tile + p ROWS 64; rows at
+// or past T become zeros.
+template <int ROWS>
+__device__ __forceinline__ void load_panels_async(bf16* tile, const bf16* g, int64_t stride, int row0, int T) {
 #pragma unroll
-  for (int r = 0; r < kRowsPerThread; r++) {
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+  for (int p = 0; p < kWgD / kWgPanel; p++)
+    load_tile_async<ROWS, kWgPanel, kWgThreads>(tile + p * ROWS * kWgPanel, g + p * kWgPanel, stride, row0, T);
+}
+// Where the k16 slice kk of a (ROWS x kWgD) panelled matrix starts (its K-major descriptor's
+// address).
+template <int ROWS>
+__device__ __forceinline__ const bf16* panel_slice(const bf16* tile, int kk) {
+  return tile + (kk / 4) * ROWS * kWgPanel + 16 * (kk % 4);
+}
+// A float[N][4] seen as the float[4 N] of a wgmma accumulator (the same registers).
+template <int N>
+__device__ __forceinline__ float (&wgmma_acc(float (&a)[N][4]))[4 * N] {
+  return reinterpret_cast<float(&)[4 * N]>(a);
+}
+
+// o: (B, T, H, 128), lse: (B, H, T). Grid (H, B, blocks of 64 queries), the longest (last)
+// blocks first.
+template <bool DOCS>
+__global__ void __launch_bounds__(kWgThreads)
+    attention_forward_wgmma(bf16* o, float* lse, const bf16* q, const bf16* k, const bf16* v, int T, int H, int Hkv,
+                            float scale_log2, int window, DocumentMask<DOCS> documents) {
+  constexpr int D = kWgD, NT = kWgCols / 8;
+  extern __shared__ float4 smem_raw[];
+  bf16* sQ = reinterpret_cast<bf16*>(align_wgmma_tiles(smem_raw));  // sQ: (kWgRows, D) as 2 panels
+  bf16* sK = sQ + kWgRows * D;                                       // sK: 2 x (kWgCols, D) as 2 panels
+  bf16* sV = sK + 2 * kWgTile;                                       // sV: 2 x (kWgCols, D) as 2 panels
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int q0 = (gridDim.z - 1 - blockIdx.z) * kWgRows, h = blockIdx.x, b = blockIdx.y, hk = h / (H / Hkv);
+  const int64_t q_stride = int64_t(H) * D, kv_stride = int64_t(Hkv) * D;
+  const bf16* qh = q + int64_t(b) * T * q_stride + int64_t(h) * D;  // row t at qh + t * q_stride
+  const bf16* kh = k + int64_t(b) * T * kv_stride + int64_t(hk) * D;
+  const bf16* vh = v + int64_t(b) * T * kv_stride + int64_t(hk) * D;
+  const DocumentMask<DOCS> docs = documents.row(b);
+  const int q_last = q0 + kWgRows - 1;
+  const int kb_first = docs.first_visible_key(q0, window) / kWgCols, kb_last = min(T - 1, q_last) / kWgCols;
+  // this thread's rows: r = 0, 1 is lane / 4 + 8 r of the warp's 16
+  const auto t_row = [&](int r) { return q0 + 16 * warp + 8 * r + lane / 4; };
+
+  load_panels_async<kWgRows>(sQ, qh, q_stride, q0, T);
+  load_panels_async<kWgCols>(sK, kh, kv_stride, kb_first * kWgCols, T);
+  load_panels_async<kWgCols>(sV, vh, kv_stride, kb_first * kWgCols, T);
+  cp_async_commit();
+
+  float acc[D / 8][4] = {};  // acc: (16, D) unnormalised O of this warp's rows, wgmma's D fragment
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};  // each row's running max (log2 units) and sum
+  for (int kb = kb_first; kb <= kb_last; kb++) {
+    const int k0 = kb * kWgCols;
+    const bf16* sKb = sK + ((kb - kb_first) & 1) * kWgTile;
+    const bf16* sVb = sV + ((kb - kb_first) & 1) * kWgTile;
+    cp_async_wait_all();
+    fence_proxy_async();
+    __syncthreads();  // tile kb (and Q) landed; the products of tile kb - 1 are done
+    if (kb < kb_last) {
+      const int64_t next = ((kb + 1 - kb_first) & 1) * kWgTile;
+      load_panels_async<kWgCols>(sK + next, kh, kv_stride, k0 + kWgCols, T);
+      load_panels_async<kWgCols>(sV + next, vh, kv_stride, k0 + kWgCols, T);
+    }
+    cp_async_commit();
+
+    // pass 1: S = Q K^T (unscaled), invisible keys -> -inf (only on tiles some row sees in part)
+    float s[NT][4];
+    wgmma_fence(wgmma_acc(s));
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++)
+      wgmma_m64k16<kWgCols>(wgmma_acc(s), smem_desc_k_major(panel_slice<kWgRows>(sQ, kk)),
+                            smem_desc_k_major(panel_slice<kWgCols>(sKb, kk)), kk > 0);
+    wgmma_commit();
+    wgmma_wait<0>(wgmma_acc(s));
+    if (!docs.all_visible(q0, q_last, k0, k0 + kWgCols - 1, window)) mask_scores<NT, 1>(s, docs, window, k0, t_row);
+
+    // pass 2: online softmax
+    online_softmax<NT, 1, D>(s, m, l, acc, scale_log2);
+
+    // pass 3: O += P V, P rounded to bf16 (16 keys a k16 slice; V's slice starts 16 rows into
+    // its first panel)
+    uint32_t p[kWgCols / 16][4];
+#pragma unroll
+    for (int j = 0; j < kWgCols / 16; j++) pack_fragment(p[j], s[2 * j], s[2 * j + 1]);
+    wgmma_fence(wgmma_acc(acc));
+#pragma unroll
+    for (int j = 0; j < kWgCols / 16; j++)
+      wgmma_m64k16<D, true>(wgmma_acc(acc), p[j],
+                            smem_desc_n_major(sVb + 16 * j * kWgPanel, kWgCols * kWgPanel * sizeof(bf16)), true);
+    wgmma_commit();
+    wgmma_wait<0>(wgmma_acc(acc));
   }
-#pragma unroll
-  for (int mt = 0; mt < MT; mt++) {
-    const int t0 = t_row(2 * mt), t1 = t_row(2 * mt + 1);
-    store_rows<D>(o, acc + mt * (D / 8), (int64_t(b) * T + t0) * H * D + int64_t(h) * D,
-                  (int64_t(b) * T + t1) * H * D + int64_t(h) * D, t0 < T, t1 < T, 1.0f / l[2 * mt],
-                  1.0f / l[2 * mt + 1]);
-  }
-  if (lane % 4 == 0)
-#pragma unroll
-    for (int r = 0; r < kRowsPerThread; r++)
-      if (t_row(r) < T) lse[(int64_t(b) * H + h) * T + t_row(r)] = (m[r] + log2f(l[r])) / kLog2e;
+
+  store_output<D, 1>(o, lse, acc, m, l, t_row, b, h, T, H);
 }
 
 // dq: (B, T, H, D). Grid (H, B, blocks of 16 bwd_blocking(D).warps queries), longest first.
@@ -926,6 +1083,19 @@ bool use_mma(int64_t D, int64_t Dv, DType dtype) {
   return dtype == DType::BF16 && D == Dv && (D == 64 || D == 128 || D == 256);
 }
 
+// set_attention_wgmma's setting: -1 until first asked, then HLA_ATTENTION_WGMMA=1 or not.
+int g_wgmma_forward = -1;
+bool wgmma_forward_on() {
+  if (g_wgmma_forward < 0) {
+    const char* env = std::getenv("HLA_ATTENTION_WGMMA");
+    g_wgmma_forward = env && std::string(env) == "1";
+  }
+  return g_wgmma_forward == 1;
+}
+bool use_wgmma_forward(int64_t D, int64_t Dv, DType dtype) {
+  return use_mma(D, Dv, dtype) && D == kWgD && wgmma_forward_on();
+}
+
 // Calls fn(std::integral_constant<int, D>, std::bool_constant<DOCS>) for the tensor-core head
 // widths, with packed documents or without.
 template <class Fn>
@@ -949,14 +1119,35 @@ size_t fma_dkdv_smem(int D, int Dv) {
 
 }  // namespace
 
-const char* attention_kernel(int64_t D, int64_t Dv, DType dtype) { return use_mma(D, Dv, dtype) ? "mma" : "fma"; }
+bool set_attention_wgmma(bool on) {
+  const bool was = wgmma_forward_on();
+  g_wgmma_forward = on;
+  return was;
+}
+
+const char* attention_kernel(int64_t D, int64_t Dv, DType dtype) {
+  return use_wgmma_forward(D, Dv, dtype) ? "wgmma" : use_mma(D, Dv, dtype) ? "mma" : "fma";
+}
 
 void attention_forward(void* o, float* lse, const void* q, const void* k, const void* v, const AttentionDims& dims,
                        DType dtype) {
   const Shape4 s = checked_shape(dims, "attention_forward");
   const double scale = dims.scale;
   if (dims.B * dims.T * dims.H == 0) return;
-  if (use_mma(dims.D, dims.Dv, dtype)) {
+  if (use_wgmma_forward(dims.D, dims.Dv, dtype)) {
+#ifndef HLA_WGMMA
+    fail("attention_forward: the wgmma forward (HLA_ATTENTION_WGMMA=1) needs a build with sm_90a code; configure "
+         "with -DHLA_CUDA_ARCH=90a");
+#endif
+    auto run = [&](auto docs) {
+      constexpr bool kDocs = decltype(docs)::value;
+      launch(attention_forward_wgmma<kDocs>, mma_grid(s, s.H, kWgRows), kWgThreads, kWgSmem, static_cast<bf16*>(o),
+             lse, static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v), s.T, s.H,
+             s.Hkv, static_cast<float>(scale) * kLog2e, s.window, s.documents<kDocs>());
+    };
+    if (s.doc_start) run(std::true_type{});
+    else run(std::false_type{});
+  } else if (use_mma(dims.D, dims.Dv, dtype)) {
     dispatch_mma(s, [&](auto d, auto docs) {
       constexpr int kD = decltype(d)::value;
       constexpr bool kDocs = decltype(docs)::value;

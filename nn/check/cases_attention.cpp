@@ -12,6 +12,9 @@
 // Perf FLOPs count the visible half of the causal square: forward 4 B H T^2 D / 2 (two
 // products), forward+backward 3.5x that (the backward's five products), as flash-attention
 // reports them; GB/s counts q, k, v and o once (fwd+bwd: also do, dq, dk and dv).
+// Every gpu and perf case at D = Dv = 128 runs again with its bf16 forward on the wgmma kernel
+// ("attention wgmma ...", cuda::set_attention_wgmma; the backward is the mma kernels'), the mma
+// forward its oracle beside it.
 // rope: the attention and RetNet widths, a head width whose half (24) makes a warp span two
 // tokens, position offsets, a long sequence (angles up to ~4200 rad), a half width of 10 (no
 // 16-byte groups: the single-element kernel); per-sequence
@@ -41,15 +44,46 @@ struct AttentionCase {
   double scale;  // 0: 1 / sqrt(D)
   int64_t window;
   std::vector<int64_t> cu_seqlens = {};  // packed documents (the fourth input, doc_start); empty: none
+  bool wgmma = false;  // the bf16 forward at D = Dv = 128 on the wgmma kernel (cuda::set_attention_wgmma)
+};
+
+// While alive, with `on`, cuda::attention_forward runs its wgmma kernel (a CPU build has none);
+// without, the setting stays as it was (HLA_ATTENTION_WGMMA).
+class WgmmaForward {
+ public:
+  explicit WgmmaForward(bool on) : on_(on) {
+#ifdef HLA_CUDA
+    if (on_) was_ = cuda::set_attention_wgmma(true);
+#endif
+  }
+  ~WgmmaForward() {
+#ifdef HLA_CUDA
+    if (on_) cuda::set_attention_wgmma(was_);
+#endif
+  }
+  WgmmaForward(const WgmmaForward&) = delete;
+  WgmmaForward& operator=(const WgmmaForward&) = delete;
+
+ private:
+  bool on_, was_ = false;
 };
 
 // q, k, v and, with documents, doc_start.
 OpFn attention_op(const AttentionCase& c) {
   const double scale = c.scale != 0 ? c.scale : default_attention_scale(c.D);
   const int64_t window = c.window;
-  return [scale, window](const Vars& x) {
+  const bool wgmma = c.wgmma;
+  return [scale, window, wgmma](const Vars& x) {
+    const WgmmaForward forward_on_wgmma(wgmma);
     return Vars{attention(x[0], x[1], x[2], scale, window, x.size() > 3 ? x[3].value() : Tensor())};
   };
+}
+
+// The case at D = Dv = 128 again with its forward on wgmma: "attention wgmma ...", bf16 only.
+AttentionCase on_wgmma(AttentionCase c) {
+  c.name.insert(std::string("attention").size(), " wgmma");
+  c.wgmma = true;
+  return c;
 }
 
 // cu_seqlens of rows of T tokens, each split into documents of the given lengths (0: empty).
@@ -62,7 +96,10 @@ std::vector<int64_t> cu_seqlens_of(const std::vector<std::vector<int64_t>>& rows
 
 KernelLabel attention_kernel(const AttentionCase& c) {
 #ifdef HLA_CUDA
-  return [c](DType dtype) { return std::string(cuda::attention_kernel(c.D, c.Dv, dtype)); };
+  return [c](DType dtype) {
+    const WgmmaForward forward_on_wgmma(c.wgmma);
+    return std::string(cuda::attention_kernel(c.D, c.Dv, dtype));
+  };
 #else
   (void)c;
   return named_kernel("attention");
@@ -87,6 +124,15 @@ void add_attention_cases() {
                                 {{"attention documents", 2, 6, 2, 1, 3, 2, 0, 0,
                                   cu_seqlens_of({{1, 3, 2}, {0, 3, 3}})}, 16}})
     add_case(grad_case("attention", c.name, seed, inputs(c), attention_op(c)));
+  // gpu cases; those at D = Dv = 128 again with the forward on wgmma
+  auto add_gpu_case = [&](const AttentionCase& c) {
+    add_case(gpu_case("attention", c.name, attention_kernel(c), inputs(c), attention_op(c)));
+    if (c.D != 128 || c.Dv != 128) return;
+    const AttentionCase w = on_wgmma(c);
+    Case twin = gpu_case("attention", w.name, attention_kernel(w), inputs(w), attention_op(w));
+    twin.gpu_dtypes = {DType::BF16};
+    add_case(std::move(twin));
+  };
   for (const AttentionCase& c : {AttentionCase{"attention gqa D=64", 2, 77, 4, 2, 64, 64, 0, 0},
                                  AttentionCase{"attention window D=128", 2, 200, 4, 1, 128, 128, 0, 70},
                                  AttentionCase{"attention gqa window D=64", 2, 333, 8, 2, 64, 64, 0, 100},
@@ -95,7 +141,7 @@ void add_attention_cases() {
                                  AttentionCase{"attention D=48 Dv=32", 2, 50, 2, 2, 48, 32, 0, 0},
                                  AttentionCase{"attention D=40 Dv=20", 2, 37, 3, 1, 40, 20, 0, 0},
                                  AttentionCase{"attention long T=4096", 1, 4096, 2, 1, 128, 128, 0, 0}})
-    add_case(gpu_case("attention", c.name, attention_kernel(c), inputs(c), attention_op(c)));
+    add_gpu_case(c);
   // Packed documents: one-token and empty documents, boundaries on a key tile's edge (64) and
   // inside tiles, a document longer than a forward block (128), GQA (the dK/dV steps cross heads).
   const int64_t lengths[] = {1, 17, 300, 64, 1000, 0, 513, 129};
@@ -113,49 +159,48 @@ void add_attention_cases() {
                       cu_seqlens_of({{100, 1, 232}})},
         AttentionCase{"attention documents D=48 Dv=32", 2, 50, 2, 2, 48, 32, 0, 0, cu_seqlens_of({{10, 1, 39}, {50}})},
         AttentionCase{"attention documents long T=4096", 1, 4096, 2, 1, 128, 128, 0, 0, cu_seqlens_of({long_docs})}})
-    add_case(gpu_case("attention", c.name, attention_kernel(c), inputs(c), attention_op(c)));
+    add_gpu_case(c);
 
   // perf: causal, at each bench shape and at B1 T16384 H16 D128, beside torch SDPA's flash
-  // backend (targets.md's figures at the first two shapes).
+  // backend (targets.md's figures at the first two shapes); at D = 128 each again with the forward
+  // on wgmma ("attention wgmma ...", the same anchor).
+  auto perf_inputs = [](const AttentionCase& c) {
+    return [c](uint64_t) {
+      const Shape s{c.B, c.T, c.H, c.D};
+      Inputs in{{"q", perf_input(PerfPool::Normal, 0, s)},
+                {"k", perf_input(PerfPool::Normal, 1, s)},
+                {"v", perf_input(PerfPool::Normal, 2, s)}};
+      if (!c.cu_seqlens.empty()) in.push_back({"doc_start", document_starts(c.cu_seqlens, c.B, c.T), false});
+      return in;
+    };
+  };
+  auto add_perf_case = [&](const AttentionCase& c, const Perf& perf) {
+    std::vector<AttentionCase> runs = {c};
+    if (c.D == 128) runs.push_back(on_wgmma(c));
+    for (const AttentionCase& k : runs)
+      add_case(perf_case("attention", k.name, attention_kernel(k), perf_inputs(k), attention_op(k), perf));
+  };
   std::vector<std::pair<BenchShape, AnchorMs>> shapes;
   for (size_t i = 0; i < kBenchShapes.size(); i++)
     shapes.push_back({kBenchShapes[i], i == 0 ? AnchorMs{0.499, 2.029} : i == 1 ? AnchorMs{0.187, 0.733} : AnchorMs{}});
   shapes.push_back({{1, kBenchAttentionLongT, 16, 128}, {}});
   for (const auto& [a, sdpa] : shapes) {
-    const std::string name = "attention " + dims_label(bench_dims(a));
-    const AttentionCase c{name, a.B, a.T, a.H, a.H, a.D, a.D, 0, 0};
     const double fwd_flops = 4.0 * a.B * a.H * double(a.T) * a.T * a.D / 2;
     const double row_bytes = 2.0 * a.B * a.T * a.H * a.D;  // one (B, T, H, D) bf16 tensor
-    add_case(perf_case("attention", c.name, attention_kernel(c),
-                       [c](uint64_t) {
-                         const Shape s{c.B, c.T, c.H, c.D};
-                         return Inputs{{"q", perf_input(PerfPool::Normal, 0, s)},
-                                       {"k", perf_input(PerfPool::Normal, 1, s)},
-                                       {"v", perf_input(PerfPool::Normal, 2, s)}};
-                       },
-                       attention_op(c),
-                       {fwd_flops, 3.5 * fwd_flops, 4 * row_bytes, 8 * row_bytes, sdpa.fwd, sdpa.fwd_bwd,
-                        "torch SDPA flash", bench_dims(a)}));
+    add_perf_case({"attention " + dims_label(bench_dims(a)), a.B, a.T, a.H, a.H, a.D, a.D, 0, 0},
+                  {fwd_flops, 3.5 * fwd_flops, 4 * row_bytes, 8 * row_bytes, sdpa.fwd, sdpa.fwd_bwd,
+                   "torch SDPA flash", bench_dims(a)});
   }
   const BenchShape a = kBenchShapes[0];
   const int64_t kDoc = 512;  // tokens a document
   std::vector<std::pair<const char*, int64_t>> docs_dims = bench_dims(a);
   docs_dims.push_back({"doc", kDoc});
-  AttentionCase docs{"attention " + dims_label(docs_dims), a.B, a.T, a.H, a.H, a.D, a.D, 0, 0,
-                     cu_seqlens_of(std::vector<std::vector<int64_t>>(a.B, std::vector<int64_t>(a.T / kDoc, kDoc)))};
   const double docs_fwd_flops = 4.0 * a.B * a.H * double(a.T / kDoc) * kDoc * kDoc * a.D / 2;
   const double docs_row_bytes = 2.0 * a.B * a.T * a.H * a.D;
-  add_case(perf_case("attention", docs.name, attention_kernel(docs),
-                     [docs](uint64_t) {
-                       const Shape s{docs.B, docs.T, docs.H, docs.D};
-                       return Inputs{{"q", perf_input(PerfPool::Normal, 0, s)},
-                                     {"k", perf_input(PerfPool::Normal, 1, s)},
-                                     {"v", perf_input(PerfPool::Normal, 2, s)},
-                                     {"doc_start", document_starts(docs.cu_seqlens, docs.B, docs.T), false}};
-                     },
-                     attention_op(docs),
-                     {docs_fwd_flops, 3.5 * docs_fwd_flops, 4 * docs_row_bytes, 8 * docs_row_bytes, 0, 0,
-                      "torch SDPA flash", docs_dims}));
+  add_perf_case({"attention " + dims_label(docs_dims), a.B, a.T, a.H, a.H, a.D, a.D, 0, 0,
+                 cu_seqlens_of(std::vector<std::vector<int64_t>>(a.B, std::vector<int64_t>(a.T / kDoc, kDoc)))},
+                {docs_fwd_flops, 3.5 * docs_fwd_flops, 4 * docs_row_bytes, 8 * docs_row_bytes, 0, 0,
+                 "torch SDPA flash", docs_dims});
 }
 
 void add_rope_cases() {

@@ -11,7 +11,10 @@
 // documents, boundaries on and off the tile edges, with and without a window);
 // some cases again with cp.async copies landing at issue and warps run one after another (the
 // emulator's other extreme of copy and warp timing: a buffer overwritten before its readers are
-// done shows there); then the fma kernels: fp32 at head width 64, fp32 and bf16 at 20.
+// done shows there); then the fma kernels: fp32 at head width 64, fp32 and bf16 at 20; then the
+// head width 128 cases (with those of copies landing at issue) with the forward on the wgmma
+// kernel (cuda::set_attention_wgmma: descriptors and fragments as tests/emu/include/cuda/wgmma.cuh
+// decodes them).
 // The backward runs on the kernel's own o and lse, as in training. Tolerances are gpu-check's
 // (relative RMS: bf16 5e-3 outputs, 1e-2 gradients; fp32 1e-5); the exit status is 1 when a row
 // fails.
@@ -117,31 +120,44 @@ static void attention_case(DType dtype, int64_t B, int64_t T, int64_t H, int64_t
   report(label, "dv", compare(dv, dv_ref), grad_tol);
 }
 
-// Every case by default (ctest); a group by name: d64, d128, d256, early, fma.
+// The cases at head width D: T a multiple of the blocks or not, GQA, windows, peaked rows,
+// packed documents.
+static void width_cases(int64_t D) {
+  for (int64_t T : {64, 100, 257}) attention_case(DType::BF16, T == 64 ? 2 : 1, T, 2, 1, D, 0, T + D);  // GQA 2 -> 1
+  attention_case(DType::BF16, 1, 257, 2, 2, D, 70, 1 + D);   // a window longer than a key tile
+  attention_case(DType::BF16, 1, 100, 4, 2, D, 20, 2 + D);   // shorter than a key tile, GQA 4 -> 2
+  attention_case(DType::BF16, 1, 200, 2, 1, D, 47, 7 + D);   // a warp's tile whose corner is 47 apart
+  attention_case(DType::BF16, 1, 129, 2, 2, D, 2, 3 + D);    // two keys a query; a block of 1 query
+  attention_case(DType::BF16, 3, 5, 2, 1, D, 0, 4 + D);      // 5 tokens: 3 of the 4 forward warps idle
+  attention_case(DType::BF16, 1, 300, 2, 1, D, 0, 8 + D, 8.0);  // peaked rows: the lagging max
+  // packed documents: one-token documents, boundaries on a tile edge (64) and inside tiles,
+  // a document longer than a forward block; GQA 2 -> 1 so the dK/dV steps cross heads
+  attention_case(DType::BF16, 2, 300, 2, 1, D, 0, 9 + D, 2.0, {{1, 63, 64, 100, 72}, {150, 1, 1, 148}});
+  attention_case(DType::BF16, 1, 200, 2, 2, D, 20, 10 + D, 2.0, {{50, 3, 147}});  // and a window
+}
+
+// The cases again with cp.async copies landing at issue and warps run one after another.
+static void early_cases(int64_t D) {
+  emu::cp_async_lands_at_issue = true;
+  attention_case(DType::BF16, 1, 300, 4, 1, D, 0, 5 + D);   // GQA 4 -> 1: the dK/dV steps cross heads
+  attention_case(DType::BF16, 1, 257, 2, 2, D, 70, 6 + D);
+  attention_case(DType::BF16, 1, 257, 4, 1, D, 0, 11 + D, 2.0, {{30, 1, 130, 96}});
+  emu::cp_async_lands_at_issue = false;
+}
+
+// Every case by default (ctest); a group by name: d64, d128, d256, early, fma, wgmma (the D = 128
+// cases with the forward on wgmma, cuda::set_attention_wgmma).
 int main(int argc, char** argv) {
   const std::string which = argc > 1 ? argv[1] : "all";
-  for (int64_t D : {64, 128, 256}) {
-    if (which != "all" && which != "d" + std::to_string(D)) continue;
-    for (int64_t T : {64, 100, 257}) attention_case(DType::BF16, T == 64 ? 2 : 1, T, 2, 1, D, 0, T + D);  // GQA 2 -> 1
-    attention_case(DType::BF16, 1, 257, 2, 2, D, 70, 1 + D);   // a window longer than a key tile
-    attention_case(DType::BF16, 1, 100, 4, 2, D, 20, 2 + D);   // shorter than a key tile, GQA 4 -> 2
-    attention_case(DType::BF16, 1, 200, 2, 1, D, 47, 7 + D);   // a warp's tile whose corner is 47 apart
-    attention_case(DType::BF16, 1, 129, 2, 2, D, 2, 3 + D);    // two keys a query; a block of 1 query
-    attention_case(DType::BF16, 3, 5, 2, 1, D, 0, 4 + D);      // 5 tokens: 3 of the 4 forward warps idle
-    attention_case(DType::BF16, 1, 300, 2, 1, D, 0, 8 + D, 8.0);  // peaked rows: the lagging max
-    // packed documents: one-token documents, boundaries on a tile edge (64) and inside tiles,
-    // a document longer than a forward block; GQA 2 -> 1 so the dK/dV steps cross heads
-    attention_case(DType::BF16, 2, 300, 2, 1, D, 0, 9 + D, 2.0, {{1, 63, 64, 100, 72}, {150, 1, 1, 148}});
-    attention_case(DType::BF16, 1, 200, 2, 2, D, 20, 10 + D, 2.0, {{50, 3, 147}});  // and a window
-  }
-  if (which == "all" || which == "early") {  // cp.async copies landing at issue, warps one after another
-    emu::cp_async_lands_at_issue = true;
-    for (int64_t D : {64, 128, 256}) {
-      attention_case(DType::BF16, 1, 300, 4, 1, D, 0, 5 + D);   // GQA 4 -> 1: the dK/dV steps cross heads
-      attention_case(DType::BF16, 1, 257, 2, 2, D, 70, 6 + D);
-      attention_case(DType::BF16, 1, 257, 4, 1, D, 0, 11 + D, 2.0, {{30, 1, 130, 96}});
-    }
-    emu::cp_async_lands_at_issue = false;
+  for (int64_t D : {64, 128, 256})
+    if (which == "all" || which == "d" + std::to_string(D)) width_cases(D);
+  if (which == "all" || which == "early")
+    for (int64_t D : {64, 128, 256}) early_cases(D);
+  if (which == "all" || which == "wgmma") {
+    cuda::set_attention_wgmma(true);
+    width_cases(128);
+    early_cases(128);
+    cuda::set_attention_wgmma(false);
   }
   if (which == "all" || which == "fma") {
     attention_case(DType::F32, 1, 70, 2, 1, 64, 30, 3);
