@@ -47,7 +47,11 @@
 //        block of 64 queries, S and O += P V as wgmma products (P from S's registers), the mma
 //        forward's mask, online softmax and epilogue (shared helpers). Off unless asked
 //        (set_attention_wgmma, HLA_ATTENTION_WGMMA=1) until measured faster than the mma
-//        forward; the backward stays on mma. Emulator group `wgmma`; not yet run on a GPU.
+//        forward. Emulator group `wgmma`; not yet run on a GPU. The backward likewise behind its
+//        own switch (set_attention_wgmma_backward, HLA_ATTENTION_WGMMA_BWD=1): the mma
+//        backward's two kernels with 64-row warpgroup products (its section says how);
+//        emulator group `wgmma-bwd`, where its gradients are the mma backward's to the printed
+//        digit; not yet run on a GPU.
 //   fma: plain fp32 arithmetic, any D, Dv <= 256, F32 or BF16 storage: one warp per row, keys
 //        (or queries) in shared-memory tiles of 32, one per lane. The readable version, and the
 //        fp32 path.
@@ -833,6 +837,277 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
 }
 
 // ------------------------------------------------------------------------------------------
+// wgmma backward: dQ and dK/dV at D = Dv = 128 on Hopper's warpgroup MMA (cuda/wgmma.cuh,
+// sm_90a), run only when asked (set_attention_wgmma_backward, cuda/attention.h) until it is
+// measured faster than the mma backward, which stays its oracle. The design of the mma backward
+// (two kernels, no atomics, deterministic; the transposed frame in dK/dV) with its products as
+// 64-row warpgroup products: a block is one warpgroup (4 warps, 128 threads) and 64 rows (queries
+// for dQ, keys for dK/dV); warp w owns rows 16 w .. 16 w + 15, a thread rows lane / 4 and + 8 of
+// them (the forward's layout, so S, P and dS of a step are mma.m16n8k16 accumulators in each
+// 8-column block, and P and dS pack into A fragments). Tiles of 64 columns (keys for dQ, queries
+// for dK/dV) are double-buffered with cp.async as the wgmma forward's 64-wide swizzled panels
+// (load_panels_async); a block skips the tiles none of its rows sees (whole tiles: the warpgroup
+// issues each product together) and masks those some row sees in part. Per tile:
+//   pass 1: two groups of 8 k16 products, S and dP (both operands K-major); P = exp(scale S - lse)
+//           computed while the dP group runs;
+//   pass 2: dS = P (dP - Delta);
+//   pass 3: the N = 128 products from registers (P or dS packed to bf16) times a tile read N-major.
+// Every product is waited for before the barrier that lets the next copy overwrite its tile.
+// Shared memory 98 KB (+1 KB for the alignment): two blocks an SM.
+constexpr int kWgBwdBlocksPerSm = 2;
+constexpr size_t kWgBwdSmem = kWgmmaTileAlign + sizeof(bf16) * 6 * kWgTile + sizeof(float) * 4 * kWgCols;
+static_assert(kWgRows == kWgCols, "the wgmma backward's row blocks and column tiles are both 64 (K-major A and B)");
+
+// d = A B^T over the kWgD columns of two panelled (64 x kWgD) tiles, both read K-major: 8 k16
+// products (issued, not committed).
+__device__ __forceinline__ void wgmma_abt(float (&d)[kWgCols / 2], const bf16* a, const bf16* b) {
+#pragma unroll
+  for (int kk = 0; kk < kWgD / 16; kk++)
+    wgmma_m64k16<kWgCols>(d, smem_desc_k_major(panel_slice<kWgRows>(a, kk)),
+                          smem_desc_k_major(panel_slice<kWgCols>(b, kk)), kk > 0);
+}
+
+// acc (64 x kWgD) += X B: X (64 x 64) as A fragments packed from accumulator-layout floats (16
+// columns a k16 slice), B a panelled (64 x kWgD) tile read N-major (its slice j starts 16 j rows
+// into its first panel): 4 k16 products (issued, not committed).
+__device__ __forceinline__ void wgmma_xb(float (&acc)[kWgD / 2], const uint32_t (&x)[kWgCols / 16][4], const bf16* b) {
+#pragma unroll
+  for (int j = 0; j < kWgCols / 16; j++)
+    wgmma_m64k16<kWgD, true>(acc, x[j], smem_desc_n_major(b + 16 * j * kWgPanel, kWgCols * kWgPanel * sizeof(bf16)),
+                             true);
+}
+
+// x's A fragments: the (64 x 64) accumulator-layout floats f rounded to bf16.
+__device__ __forceinline__ void pack_fragments(uint32_t (&x)[kWgCols / 16][4], const float (&f)[kWgCols / 8][4]) {
+#pragma unroll
+  for (int j = 0; j < kWgCols / 16; j++) pack_fragment(x[j], f[2 * j], f[2 * j + 1]);
+}
+
+// dq: (B, T, H, 128). Grid (H, B, blocks of 64 queries), the longest (last) blocks first. Loops
+// over the key tiles from the first key its first query sees to its last query: dQ += dS K.
+template <bool DOCS>
+__global__ void __launch_bounds__(kWgThreads, kWgBwdBlocksPerSm)
+    attention_backward_dq_wgmma(bf16* dq, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
+                                const float* lse, const float* delta, int T, int H, int Hkv, float scale, int window,
+                                DocumentMask<DOCS> documents) {
+  constexpr int D = kWgD, NT = kWgCols / 8;
+  extern __shared__ float4 smem_raw[];
+  bf16* sQ = reinterpret_cast<bf16*>(align_wgmma_tiles(smem_raw));  // sQ: (kWgRows, D) as 2 panels
+  bf16* sdO = sQ + kWgTile;                                          // sdO: (kWgRows, D) as 2 panels
+  bf16* sK = sdO + kWgTile;                                          // sK: 2 x (kWgCols, D) as 2 panels
+  bf16* sV = sK + 2 * kWgTile;                                       // sV: 2 x (kWgCols, D) as 2 panels
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int q0 = (gridDim.z - 1 - blockIdx.z) * kWgRows, h = blockIdx.x, b = blockIdx.y, hk = h / (H / Hkv);
+  const int64_t q_stride = int64_t(H) * D, kv_stride = int64_t(Hkv) * D;
+  const bf16* qh = q + int64_t(b) * T * q_stride + int64_t(h) * D;  // row t at qh + t * q_stride
+  const bf16* doh = dout + int64_t(b) * T * q_stride + int64_t(h) * D;
+  const bf16* kh = k + int64_t(b) * T * kv_stride + int64_t(hk) * D;
+  const bf16* vh = v + int64_t(b) * T * kv_stride + int64_t(hk) * D;
+  const DocumentMask<DOCS> docs = documents.row(b);
+  const int q_last = q0 + kWgRows - 1;
+  const int kb_first = docs.first_visible_key(q0, window) / kWgCols, kb_last = min(T - 1, q_last) / kWgCols;
+  const float scale_log2 = scale * kLog2e;
+  // this thread's rows: r = 0, 1 is lane / 4 + 8 r of the warp's 16 (rows past T: computed, not stored)
+  const auto t_row = [&](int r) { return q0 + 16 * warp + 8 * r + lane / 4; };
+  float lse2[2], dlt[2];  // lse in log2 units and Delta of this thread's two rows
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    const int64_t i = (int64_t(b) * H + h) * T + min(t_row(r), T - 1);
+    lse2[r] = lse[i] * kLog2e;
+    dlt[r] = delta[i];
+  }
+
+  load_panels_async<kWgRows>(sQ, qh, q_stride, q0, T);
+  load_panels_async<kWgRows>(sdO, doh, q_stride, q0, T);
+  load_panels_async<kWgCols>(sK, kh, kv_stride, kb_first * kWgCols, T);
+  load_panels_async<kWgCols>(sV, vh, kv_stride, kb_first * kWgCols, T);
+  cp_async_commit();
+
+  float acc[D / 8][4] = {};  // acc: (16, D) dQ / scale of this warp's rows, wgmma's D fragment
+  for (int kb = kb_first; kb <= kb_last; kb++) {
+    const int k0 = kb * kWgCols;
+    const bf16* sKb = sK + ((kb - kb_first) & 1) * kWgTile;
+    const bf16* sVb = sV + ((kb - kb_first) & 1) * kWgTile;
+    cp_async_wait_all();
+    fence_proxy_async();
+    __syncthreads();  // tile kb (and Q, dO) landed; the products of tile kb - 1 are done
+    if (kb < kb_last) {
+      const int64_t next = ((kb + 1 - kb_first) & 1) * kWgTile;
+      load_panels_async<kWgCols>(sK + next, kh, kv_stride, k0 + kWgCols, T);
+      load_panels_async<kWgCols>(sV + next, vh, kv_stride, k0 + kWgCols, T);
+    }
+    cp_async_commit();
+    if (!docs.any_visible(q0, q_last, k0, k0 + kWgCols - 1, window)) continue;  // between documents
+
+    // pass 1: S = Q K^T and dP = dO V^T; P = exp(scale S - lse), zero where invisible (S -> -inf,
+    // masked only on the tiles some row sees in part), while dP runs
+    float p[NT][4], dp[NT][4];
+    wgmma_fence(wgmma_acc(p), wgmma_acc(dp));
+    wgmma_abt(wgmma_acc(p), sQ, sKb);
+    wgmma_commit();
+    wgmma_abt(wgmma_acc(dp), sdO, sVb);
+    wgmma_commit();
+    wgmma_wait<1>(wgmma_acc(p));
+    if (!docs.all_visible(q0, q_last, k0, k0 + kWgCols - 1, window)) mask_scores<NT, 1>(p, docs, window, k0, t_row);
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) p[nt][e] = exp2_ftz(fmaf(p[nt][e], scale_log2, -lse2[e / 2]));  // 2^-inf = 0
+    wgmma_wait<0>(wgmma_acc(dp));
+
+    // pass 2: dS = P (dP - Delta), in dp's registers
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) dp[nt][e] = p[nt][e] * (dp[nt][e] - dlt[e / 2]);
+    uint32_t ds[kWgCols / 16][4];
+    pack_fragments(ds, dp);
+
+    // pass 3: dQ += dS K
+    wgmma_fence(wgmma_acc(acc));
+    wgmma_xb(wgmma_acc(acc), ds, sKb);
+    wgmma_commit();
+    wgmma_wait<0>(wgmma_acc(acc));
+  }
+  const int64_t row0 = (int64_t(b) * T + t_row(0)) * q_stride + int64_t(h) * D;
+  const int64_t row1 = (int64_t(b) * T + t_row(1)) * q_stride + int64_t(h) * D;
+  store_rows<D>(dq, acc, row0, row1, t_row(0) < T, t_row(1) < T, scale, scale);
+}
+
+// dk, dv: (B, T, Hkv, 128). Grid (Hkv, B, blocks of 64 keys), the longest (first) blocks first.
+// Loops over the 64-query tiles of every query head of its kv head that see some key of the
+// block, in the transposed frame (rows are keys): S^T = K Q^T, dP^T = V dO^T, dV += P^T dO,
+// dK += dS^T Q. A tile's lse and Delta are read into registers one step ahead and stored to
+// shared memory at the end of the step (as in the mma kernel). dV's product runs while dS^T is
+// computed.
+template <bool DOCS>
+__global__ void __launch_bounds__(kWgThreads, kWgBwdBlocksPerSm)
+    attention_backward_dkdv_wgmma(bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
+                                  const float* lse, const float* delta, int T, int H, int Hkv, float scale,
+                                  int window, DocumentMask<DOCS> documents) {
+  constexpr int D = kWgD, NT = kWgCols / 8;
+  extern __shared__ float4 smem_raw[];
+  bf16* sK = reinterpret_cast<bf16*>(align_wgmma_tiles(smem_raw));  // sK: (kWgRows, D) as 2 panels
+  bf16* sV = sK + kWgTile;                                           // sV: (kWgRows, D) as 2 panels
+  bf16* sQ = sV + kWgTile;                                           // sQ: 2 x (kWgCols, D) as 2 panels
+  bf16* sdO = sQ + 2 * kWgTile;                                      // sdO: 2 x (kWgCols, D) as 2 panels
+  // sStats: 2 x (kWgCols, 2): a query's lse (log2 units) and Delta side by side, so that one
+  // 16-byte read gives a thread both for its two neighbouring query columns.
+  float* sStats = reinterpret_cast<float*>(sdO + 2 * kWgTile);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int k0 = blockIdx.z * kWgRows, hk = blockIdx.x, b = blockIdx.y, group = H / Hkv;
+  const int64_t q_stride = int64_t(H) * D, kv_stride = int64_t(Hkv) * D;
+  const bf16* kh = k + int64_t(b) * T * kv_stride + int64_t(hk) * D;
+  const bf16* vh = v + int64_t(b) * T * kv_stride + int64_t(hk) * D;
+  const DocumentMask<DOCS> docs = documents.row(b);
+  const int k_last = k0 + kWgRows - 1;
+  // The query tiles that see some key of the block: from j_first to j_final (64 queries each).
+  const int j_first = k0;
+  const int j_final =
+      docs.last_query(k_last, min(T - 1, window > 0 ? k_last + window - 1 : T - 1)) / kWgCols * kWgCols;
+  const int h_final = (hk + 1) * group - 1;  // the last query head of kv head hk
+  const float scale_log2 = scale * kLog2e;
+  // this thread's rows (keys): r = 0, 1 is lane / 4 + 8 r of the warp's 16
+  const int s_row[2] = {k0 + 16 * warp + lane / 4, k0 + 16 * warp + lane / 4 + 8};
+
+  // A step covers query head h and queries j0 .. j0 + 63: the query tiles of head hk * group,
+  // then those of the next head, and so on.
+  float next_lse = 0, next_delta = 0;  // threads < kWgCols: lse and Delta of query j0 + threadIdx.x
+  auto load_step = [&](int h, int j0, int buf) {
+    const int64_t head = int64_t(b) * T * q_stride + int64_t(h) * D;
+    load_panels_async<kWgCols>(sQ + buf * kWgTile, q + head, q_stride, j0, T);
+    load_panels_async<kWgCols>(sdO + buf * kWgTile, dout + head, q_stride, j0, T);
+    if (threadIdx.x < kWgCols) {
+      const int64_t idx = (int64_t(b) * H + h) * T + min(j0 + int(threadIdx.x), T - 1);
+      next_lse = lse[idx];
+      next_delta = delta[idx];
+    }
+  };
+  auto store_stats = [&](int buf) {
+    if (threadIdx.x < kWgCols) {
+      sStats[(buf * kWgCols + threadIdx.x) * 2] = next_lse * kLog2e;
+      sStats[(buf * kWgCols + threadIdx.x) * 2 + 1] = next_delta;
+    }
+  };
+  load_panels_async<kWgRows>(sK, kh, kv_stride, k0, T);
+  load_panels_async<kWgRows>(sV, vh, kv_stride, k0, T);
+  load_step(hk * group, j_first, 0);
+  cp_async_commit();
+  store_stats(0);
+
+  float dk_acc[D / 8][4] = {}, dv_acc[D / 8][4] = {};  // (16, D) each: dK / scale and dV
+  for (int h = hk * group, j0 = j_first, buf = 0;; buf ^= 1) {
+    const int j_last = j0 + kWgCols - 1;
+    const bool head_done = j0 == j_final, final_step = head_done && h == h_final;
+    cp_async_wait_all();
+    fence_proxy_async();
+    __syncthreads();  // this step's tiles and stats landed; the last step's products are done
+    if (!final_step) load_step(head_done ? h + 1 : h, head_done ? j_first : j0 + kWgCols, buf ^ 1);
+    cp_async_commit();
+    if (docs.any_visible(j0, j_last, k0, k_last, window)) {
+      const bf16* q_tile = sQ + buf * kWgTile;
+      const bf16* do_tile = sdO + buf * kWgTile;
+      // (lse, Delta, lse, Delta) of query columns nt * 8 + (lane % 4) * 2 and + 1
+      auto stats = [&](int nt) {
+        return *reinterpret_cast<const float4*>(sStats + (buf * kWgCols + nt * 8 + (lane % 4) * 2) * 2);
+      };
+      // pass 1: S^T = K Q^T and dP^T = V dO^T; P^T = exp(scale S^T - lse), zero where invisible
+      // (S^T -> -inf, masked only on the tiles some row sees in part), while dP^T runs
+      float p[NT][4], dp[NT][4];
+      wgmma_fence(wgmma_acc(p), wgmma_acc(dp));
+      wgmma_abt(wgmma_acc(p), sK, q_tile);
+      wgmma_commit();
+      wgmma_abt(wgmma_acc(dp), sV, do_tile);
+      wgmma_commit();
+      wgmma_wait<1>(wgmma_acc(p));
+      if (!docs.all_visible(j0, j_last, k0, k_last, window) || j_last >= T)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+          for (int e = 0; e < 4; e++) {
+            const int t = j0 + nt * 8 + (lane % 4) * 2 + e % 2;
+            if (t >= T || !docs.visible(t, s_row[e / 2], window)) p[nt][e] = -INFINITY;
+          }
+#pragma unroll
+      for (int nt = 0; nt < NT; nt++) {
+        const float4 st = stats(nt);
+#pragma unroll
+        for (int e = 0; e < 4; e++) p[nt][e] = exp2_ftz(fmaf(p[nt][e], scale_log2, e % 2 ? -st.z : -st.x));
+      }
+      wgmma_wait<0>(wgmma_acc(dp));
+
+      // pass 3a: dV += P^T dO, issued before pass 2 so that it runs meanwhile
+      uint32_t pf[kWgCols / 16][4], dsf[kWgCols / 16][4];
+      pack_fragments(pf, p);
+      wgmma_fence(wgmma_acc(dv_acc));
+      wgmma_xb(wgmma_acc(dv_acc), pf, do_tile);
+      wgmma_commit();
+      // pass 2: dS^T = P^T (dP^T - Delta), in dp's registers
+#pragma unroll
+      for (int nt = 0; nt < NT; nt++) {
+        const float4 st = stats(nt);
+#pragma unroll
+        for (int e = 0; e < 4; e++) dp[nt][e] = p[nt][e] * (dp[nt][e] - (e % 2 ? st.w : st.y));
+      }
+      pack_fragments(dsf, dp);
+      // pass 3b: dK += dS^T Q
+      wgmma_fence(wgmma_acc(dk_acc));
+      wgmma_xb(wgmma_acc(dk_acc), dsf, q_tile);
+      wgmma_commit();
+      wgmma_wait<0>(wgmma_acc(dv_acc), wgmma_acc(dk_acc));
+    }
+    if (final_step) break;
+    store_stats(buf ^ 1);  // read by the next step's barrier
+    h += head_done;
+    j0 = head_done ? j_first : j0 + kWgCols;
+  }
+  const int64_t row0 = (int64_t(b) * T + s_row[0]) * kv_stride + int64_t(hk) * D;
+  const int64_t row1 = (int64_t(b) * T + s_row[1]) * kv_stride + int64_t(hk) * D;
+  store_rows<D>(dk, dk_acc, row0, row1, s_row[0] < T, s_row[1] < T, scale, scale);
+  store_rows<D>(dv, dv_acc, row0, row1, s_row[0] < T, s_row[1] < T, 1.0f, 1.0f);
+}
+
+// ------------------------------------------------------------------------------------------
 // fma path: one warp per row, 8 rows per block, tiles of 32 keys (or queries), one per lane;
 // a lane owns output columns lane, lane + 32, ... (up to 8 of them: widths <= 256).
 
@@ -1109,6 +1384,20 @@ void dispatch_mma(const Shape4& s, Fn&& fn) {
   else with_docs(std::integral_constant<int, 256>{});
 }
 
+// set_attention_wgmma_backward's setting: -1 until first asked, then HLA_ATTENTION_WGMMA_BWD=1 or
+// not.
+int g_wgmma_backward = -1;
+bool wgmma_backward_on() {
+  if (g_wgmma_backward < 0) {
+    const char* env = std::getenv("HLA_ATTENTION_WGMMA_BWD");
+    g_wgmma_backward = env && std::string(env) == "1";
+  }
+  return g_wgmma_backward == 1;
+}
+bool use_wgmma_backward(int64_t D, int64_t Dv, DType dtype) {
+  return use_mma(D, Dv, dtype) && D == kWgD && wgmma_backward_on();
+}
+
 size_t fma_forward_smem(int D, int Dv) { return sizeof(float) * (kFmaRows * D + kFmaTile * (D + 1) + kFmaTile * Dv); }
 size_t fma_dq_smem(int D, int Dv) {
   return sizeof(float) * (kFmaRows * (D + Dv) + kFmaTile * (D + 1) + kFmaTile * (Dv + 1));
@@ -1125,8 +1414,17 @@ bool set_attention_wgmma(bool on) {
   return was;
 }
 
+bool set_attention_wgmma_backward(bool on) {
+  const bool was = wgmma_backward_on();
+  g_wgmma_backward = on;
+  return was;
+}
+
 const char* attention_kernel(int64_t D, int64_t Dv, DType dtype) {
-  return use_wgmma_forward(D, Dv, dtype) ? "wgmma" : use_mma(D, Dv, dtype) ? "mma" : "fma";
+  const bool forward = use_wgmma_forward(D, Dv, dtype), backward = use_wgmma_backward(D, Dv, dtype);
+  if (forward) return backward ? "wgmma fwd+bwd" : "wgmma";
+  if (backward) return "mma, wgmma bwd";
+  return use_mma(D, Dv, dtype) ? "mma" : "fma";
 }
 
 void attention_forward(void* o, float* lse, const void* q, const void* k, const void* v, const AttentionDims& dims,
@@ -1183,7 +1481,25 @@ void attention_backward(void* dq, void* dk, void* dv, const void* dout, const vo
     attention_delta(delta, static_cast<const T*>(dout), static_cast<const T*>(o), s.B, s.T, s.H, s.Dv);
   });
   const float sc = static_cast<float>(dims.scale);
-  if (use_mma(dims.D, dims.Dv, dtype)) {
+  if (use_wgmma_backward(dims.D, dims.Dv, dtype)) {
+#ifndef HLA_WGMMA
+    fail("attention_backward: the wgmma backward (HLA_ATTENTION_WGMMA_BWD=1) needs a build with sm_90a code; "
+         "configure with -DHLA_CUDA_ARCH=90a");
+#endif
+    auto run = [&](auto docs) {
+      constexpr bool kDocs = decltype(docs)::value;
+      launch(attention_backward_dq_wgmma<kDocs>, mma_grid(s, s.H, kWgRows), kWgThreads, kWgBwdSmem,
+             static_cast<bf16*>(dq), static_cast<const bf16*>(dout), static_cast<const bf16*>(q),
+             static_cast<const bf16*>(k), static_cast<const bf16*>(v), lse, delta, s.T, s.H, s.Hkv, sc, s.window,
+             s.documents<kDocs>());
+      launch(attention_backward_dkdv_wgmma<kDocs>, mma_grid(s, s.Hkv, kWgRows), kWgThreads, kWgBwdSmem,
+             static_cast<bf16*>(dk), static_cast<bf16*>(dv), static_cast<const bf16*>(dout),
+             static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v), lse, delta, s.T,
+             s.H, s.Hkv, sc, s.window, s.documents<kDocs>());
+    };
+    if (s.doc_start) run(std::true_type{});
+    else run(std::false_type{});
+  } else if (use_mma(dims.D, dims.Dv, dtype)) {
     dispatch_mma(s, [&](auto d, auto docs) {
       constexpr int kD = decltype(d)::value;
       constexpr bool kDocs = decltype(docs)::value;

@@ -14,7 +14,8 @@
 // done shows there); then the fma kernels: fp32 at head width 64, fp32 and bf16 at 20; then the
 // head width 128 cases (with those of copies landing at issue) with the forward on the wgmma
 // kernel (cuda::set_attention_wgmma: descriptors and fragments as tests/emu/include/cuda/wgmma.cuh
-// decodes them).
+// decodes them), and again with the backward on the wgmma kernels as well
+// (cuda::set_attention_wgmma_backward).
 // The backward runs on the kernel's own o and lse, as in training. Tolerances are gpu-check's
 // (relative RMS: bf16 5e-3 outputs, 1e-2 gradients; fp32 1e-5); the exit status is 1 when a row
 // fails.
@@ -146,7 +147,8 @@ static void early_cases(int64_t D) {
 }
 
 // Every case by default (ctest); a group by name: d64, d128, d256, early, fma, wgmma (the D = 128
-// cases with the forward on wgmma, cuda::set_attention_wgmma).
+// cases with the forward on wgmma, cuda::set_attention_wgmma), wgmma-bwd (the same with the
+// backward on wgmma too, cuda::set_attention_wgmma_backward).
 int main(int argc, char** argv) {
   const std::string which = argc > 1 ? argv[1] : "all";
   for (int64_t D : {64, 128, 256})
@@ -157,6 +159,14 @@ int main(int argc, char** argv) {
     cuda::set_attention_wgmma(true);
     width_cases(128);
     early_cases(128);
+    cuda::set_attention_wgmma(false);
+  }
+  if (which == "all" || which == "wgmma-bwd") {
+    cuda::set_attention_wgmma(true);
+    cuda::set_attention_wgmma_backward(true);
+    width_cases(128);
+    early_cases(128);
+    cuda::set_attention_wgmma_backward(false);
     cuda::set_attention_wgmma(false);
   }
   if (which == "all" || which == "fma") {
