@@ -13,8 +13,9 @@
 // products), forward+backward 3.5x that (the backward's five products), as flash-attention
 // reports them; GB/s counts q, k, v and o once (fwd+bwd: also do, dq, dk and dv).
 // Every gpu and perf case at D = Dv = 128 runs again with its bf16 forward on the wgmma kernel
-// ("attention wgmma ...", cuda::set_attention_wgmma; the backward is the mma kernels'), the mma
-// forward its oracle beside it.
+// ("attention wgmma ...", cuda::set_attention_wgmma; the backward is the mma kernels'), and a
+// third time with the backward on wgmma as well ("attention wgmma fwd+bwd ...",
+// cuda::set_attention_wgmma_backward), the mma kernels their oracle beside them.
 // rope: the attention and RetNet widths, a head width whose half (24) makes a warp span two
 // tokens, position offsets, a long sequence (angles up to ~4200 rad), a half width of 10 (no
 // 16-byte groups: the single-element kernel); per-sequence
@@ -23,6 +24,8 @@
 // ring has wrapped, D != Dv, and a 4096-slot cache and a batch-1 wrapped window of 1000, both of
 // which the CUDA kernel splits over the cache (split-K); inputs and outputs only (no gradient).
 #include <algorithm>
+#include <functional>
+#include <memory>
 #include <string>
 
 #include "nn/check/registry.h"
@@ -45,28 +48,36 @@ struct AttentionCase {
   int64_t window;
   std::vector<int64_t> cu_seqlens = {};  // packed documents (the fourth input, doc_start); empty: none
   bool wgmma = false;  // the bf16 forward at D = Dv = 128 on the wgmma kernel (cuda::set_attention_wgmma)
+  bool wgmma_backward = false;  // the backward too (cuda::set_attention_wgmma_backward)
 };
 
-// While alive, with `on`, cuda::attention_forward runs its wgmma kernel (a CPU build has none);
-// without, the setting stays as it was (HLA_ATTENTION_WGMMA).
-class WgmmaForward {
+// While alive, with `on`, cuda::attention_forward (BACKWARD: attention_backward) runs its wgmma
+// kernels (a CPU build has none); without, the setting stays as it was (HLA_ATTENTION_WGMMA,
+// HLA_ATTENTION_WGMMA_BWD).
+template <bool BACKWARD>
+class WgmmaScope {
  public:
-  explicit WgmmaForward(bool on) : on_(on) {
-#ifdef HLA_CUDA
-    if (on_) was_ = cuda::set_attention_wgmma(true);
-#endif
+  explicit WgmmaScope(bool on) : on_(on) {
+    if (on_) was_ = set(true);
   }
-  ~WgmmaForward() {
-#ifdef HLA_CUDA
-    if (on_) cuda::set_attention_wgmma(was_);
-#endif
+  ~WgmmaScope() {
+    if (on_) set(was_);
   }
-  WgmmaForward(const WgmmaForward&) = delete;
-  WgmmaForward& operator=(const WgmmaForward&) = delete;
+  WgmmaScope(const WgmmaScope&) = delete;
+  WgmmaScope& operator=(const WgmmaScope&) = delete;
 
  private:
+  static bool set(bool on) {
+#ifdef HLA_CUDA
+    return BACKWARD ? cuda::set_attention_wgmma_backward(on) : cuda::set_attention_wgmma(on);
+#else
+    return on;
+#endif
+  }
   bool on_, was_ = false;
 };
+using WgmmaForward = WgmmaScope<false>;
+using WgmmaBackward = WgmmaScope<true>;
 
 // q, k, v and, with documents, doc_start.
 OpFn attention_op(const AttentionCase& c) {
@@ -86,6 +97,20 @@ AttentionCase on_wgmma(AttentionCase c) {
   return c;
 }
 
+// The same with the backward on wgmma as well: "attention wgmma fwd+bwd ...".
+AttentionCase on_wgmma_backward(AttentionCase c) {
+  c = on_wgmma(c);
+  c.name.insert(std::string("attention wgmma").size(), " fwd+bwd");
+  c.wgmma_backward = true;
+  return c;
+}
+
+// The case's run setting (Case::setting): the backward on wgmma for a whole run.
+std::function<std::shared_ptr<void>()> attention_setting(const AttentionCase& c) {
+  if (!c.wgmma_backward) return nullptr;
+  return [] { return std::static_pointer_cast<void>(std::make_shared<WgmmaBackward>(true)); };
+}
+
 // cu_seqlens of rows of T tokens, each split into documents of the given lengths (0: empty).
 std::vector<int64_t> cu_seqlens_of(const std::vector<std::vector<int64_t>>& rows) {
   std::vector<int64_t> cu = {0};
@@ -98,6 +123,7 @@ KernelLabel attention_kernel(const AttentionCase& c) {
 #ifdef HLA_CUDA
   return [c](DType dtype) {
     const WgmmaForward forward_on_wgmma(c.wgmma);
+    const WgmmaBackward backward_on_wgmma(c.wgmma_backward);
     return std::string(cuda::attention_kernel(c.D, c.Dv, dtype));
   };
 #else
@@ -124,14 +150,16 @@ void add_attention_cases() {
                                 {{"attention documents", 2, 6, 2, 1, 3, 2, 0, 0,
                                   cu_seqlens_of({{1, 3, 2}, {0, 3, 3}})}, 16}})
     add_case(grad_case("attention", c.name, seed, inputs(c), attention_op(c)));
-  // gpu cases; those at D = Dv = 128 again with the forward on wgmma
+  // gpu cases; those at D = Dv = 128 again with the forward on wgmma, and with both passes
   auto add_gpu_case = [&](const AttentionCase& c) {
     add_case(gpu_case("attention", c.name, attention_kernel(c), inputs(c), attention_op(c)));
     if (c.D != 128 || c.Dv != 128) return;
-    const AttentionCase w = on_wgmma(c);
-    Case twin = gpu_case("attention", w.name, attention_kernel(w), inputs(w), attention_op(w));
-    twin.gpu_dtypes = {DType::BF16};
-    add_case(std::move(twin));
+    for (const AttentionCase& w : {on_wgmma(c), on_wgmma_backward(c)}) {
+      Case twin = gpu_case("attention", w.name, attention_kernel(w), inputs(w), attention_op(w));
+      twin.gpu_dtypes = {DType::BF16};
+      twin.setting = attention_setting(w);
+      add_case(std::move(twin));
+    }
   };
   for (const AttentionCase& c : {AttentionCase{"attention gqa D=64", 2, 77, 4, 2, 64, 64, 0, 0},
                                  AttentionCase{"attention window D=128", 2, 200, 4, 1, 128, 128, 0, 70},
@@ -163,7 +191,8 @@ void add_attention_cases() {
 
   // perf: causal, at each bench shape and at B1 T16384 H16 D128, beside torch SDPA's flash
   // backend (targets.md's figures at the first two shapes); at D = 128 each again with the forward
-  // on wgmma ("attention wgmma ...", the same anchor).
+  // on wgmma ("attention wgmma ...", the same anchor) and with both passes ("attention wgmma
+  // fwd+bwd ...").
   auto perf_inputs = [](const AttentionCase& c) {
     return [c](uint64_t) {
       const Shape s{c.B, c.T, c.H, c.D};
@@ -176,9 +205,12 @@ void add_attention_cases() {
   };
   auto add_perf_case = [&](const AttentionCase& c, const Perf& perf) {
     std::vector<AttentionCase> runs = {c};
-    if (c.D == 128) runs.push_back(on_wgmma(c));
-    for (const AttentionCase& k : runs)
-      add_case(perf_case("attention", k.name, attention_kernel(k), perf_inputs(k), attention_op(k), perf));
+    if (c.D == 128) runs.insert(runs.end(), {on_wgmma(c), on_wgmma_backward(c)});
+    for (const AttentionCase& k : runs) {
+      Case run = perf_case("attention", k.name, attention_kernel(k), perf_inputs(k), attention_op(k), perf);
+      run.setting = attention_setting(k);
+      add_case(std::move(run));
+    }
   };
   std::vector<std::pair<BenchShape, AnchorMs>> shapes;
   for (size_t i = 0; i < kBenchShapes.size(); i++)

@@ -52,6 +52,7 @@ Tensor output_grad(const Shape& shape, uint64_t seed, size_t k) {
 // Runs the op forward and backward with its inputs in (dtype, device).
 OpRun run_op(const Case& c, const Inputs& in, const std::vector<Tensor>& values, DType dtype, Device device,
              uint64_t seed) {
+  const std::shared_ptr<void> setting = c.setting ? c.setting() : nullptr;
   std::vector<Var> vars;
   for (size_t i = 0; i < in.size(); i++) vars.push_back(as_var(in[i], values[i], dtype, device));
   std::vector<Var> outs = c.op(vars);
@@ -207,6 +208,7 @@ size_t peak_bytes_of(const std::function<void()>& call) {
 
 std::vector<PerfRow> run_perf(const Case& c, const PerfOptions& options) {
 #ifdef HLA_CUDA
+  const std::shared_ptr<void> setting = c.setting ? c.setting() : nullptr;
   const Inputs in = c.inputs(0);
   std::vector<Var> vars;
   for (const Input& x : in) vars.push_back(as_var(x, x.value, DType::BF16, Device::CUDA));

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -88,6 +89,10 @@ struct Case {
   std::vector<DType> gpu_dtypes = {DType::F32, DType::BF16};
   Tolerances tol;
   Perf perf;
+  // Called as a gpu or perf run of the case starts; what it returns is held until the run's
+  // backward is done (the op's own scope ends before the harness runs the backward): a kernel
+  // switch for the backward (attention's wgmma kernels). Null: none.
+  std::function<std::shared_ptr<void>()> setting;
 };
 
 void add_case(Case c);
