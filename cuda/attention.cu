@@ -43,9 +43,10 @@
 //        On the H200 (ncu, commit a485f34, B4 T4096 H16 D128 bf16 causal): forward 1.009 ms
 //        (~274 TFLOP/s; 1.156 with one 8-warp block an SM), dQ 1.72 ms, dK/dV 2.50 ms; torch
 //        SDPA's flash kernels take 0.499 and ~1.5 (targets.md).
-//   wgmma: the forward alone at D = Dv = 128 on Hopper's warpgroup MMA (sm_90a): one warpgroup a
-//        block of 64 queries, S and O += P V as wgmma products (P from S's registers), the mma
-//        forward's mask, online softmax and epilogue (shared helpers). Off unless asked
+//   wgmma: the forward alone at D = Dv = 128 on Hopper's warpgroup MMA (sm_90a), warp-specialised:
+//        a producer warpgroup loads K/V tiles into a 3-stage ring for two consumer warpgroups of
+//        64 queries each (128 a block), S and O += P V as wgmma products (P from S's registers),
+//        the mma forward's mask, online softmax and epilogue (shared helpers). Off unless asked
 //        (set_attention_wgmma, HLA_ATTENTION_WGMMA=1) until measured faster than the mma
 //        forward; the backward stays on mma. Emulator group `wgmma`; not yet run on a GPU.
 //   fma: plain fp32 arithmetic, any D, Dv <= 256, F32 or BF16 storage: one warp per row, keys
@@ -461,31 +462,43 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
 // ------------------------------------------------------------------------------------------
 // wgmma path: the forward at D = Dv = 128 on Hopper's warpgroup MMA (cuda/wgmma.cuh, sm_90a),
 // run only when asked (set_attention_wgmma, cuda/attention.h) until it is measured faster than
-// the mma forward, which stays its oracle. A block is one warpgroup (4 warps, 128 threads) and
-// 64 queries; warp w owns rows 16 w .. 16 w + 15, a thread rows lane / 4 and + 8 of them: the
-// layout of the mma forward at MT = 1, so masking, online softmax and the epilogue are its code.
-// Q, K and V sit in shared memory as 64-wide swizzled panels (the 128-byte swizzle of
-// cuda/wgmma_desc.cuh: a (rows x 128) matrix is two (rows x 64) tiles, each on a 1024-byte
-// boundary); K/V tiles of 64 keys are double-buffered with cp.async. Per tile:
+// the mma forward, which stays its oracle. Warp-specialised: a block is kWgConsumers + 1
+// warpgroups and 64 kWgConsumers queries. Warpgroup 0, the producer, only loads: Q, then the K/V
+// tiles of 64 keys into a ring of kWgStages buffers, up to kWgStages - 1 tiles ahead of the
+// consumers (cp.async groups), handing each tile over with a named barrier ("full") once it landed and taking its
+// buffer back with another ("free"); it gives its registers to the consumers (setmaxnreg).
+// Consumer warpgroup c owns queries 64 c .. 64 c + 63 of the block, its warp w rows 16 w ..
+// 16 w + 15, a thread rows lane / 4 and + 8 of them: the layout of the mma forward at MT = 1, so
+// masking, online softmax and the epilogue are its code. Both consumers read each K/V tile the
+// producer loaded once. Q, K and V sit in shared memory as 64-wide swizzled panels (the 128-byte
+// swizzle of cuda/wgmma_desc.cuh: a (rows x 128) matrix is two (rows x 64) tiles, each on a
+// 1024-byte boundary). A consumer per tile:
 //   pass 1: S (64 x 64) = Q K^T, 8 k16 products, Q and K read K-major through descriptors;
 //   pass 2: mask (on tiles some row sees in part) and online softmax, in S's registers;
 //   pass 3: O (64 x 128) += P V, 4 k16 products, P's A fragments packed from S's registers, V
 //           read N-major (its two panels are N's two halves).
 // Each product is waited for before its result is read (no overlap of softmax and products
-// yet). A product is issued by all 128 threads, so the block takes every tile from the first
-// key its first query sees to its last query (each holds a key some row sees); a warp whose rows
-// see none of a tile gets P = 0 there. Shared memory 80 KB (+1 KB for the alignment).
-constexpr int kWgRows = 64;                      // queries per block: wgmma's M
-constexpr int kWgCols = 64;                      // keys per K/V tile: S's N
-constexpr int kWgThreads = 128;                  // one warpgroup
-constexpr int kWgPanel = 64;                     // elements of a swizzled row (128 bytes)
-constexpr int kWgD = 128;                        // the head width it runs at
-constexpr int kWgTile = kWgCols * kWgD;          // elements of a K or V tile
-constexpr size_t kWgSmem = kWgmmaTileAlign + sizeof(bf16) * (kWgRows + 4 * kWgCols) * kWgD;
+// yet). A product is issued by all 128 threads of a consumer, so it skips only the tiles none
+// of its 64 rows sees (it still takes part in their barriers); a warp whose rows see none of a
+// tile it computes gets P = 0 there. Shared memory: Q 32 KB + kWgStages x 32 KB (+1 KB for the
+// alignment); one block an SM (384 threads).
+constexpr int kWgRows = 64;                                   // queries per consumer: wgmma's M
+constexpr int kWgCols = 64;                                   // keys per K/V tile: S's N
+constexpr int kWgThreads = 128;                               // a warpgroup
+constexpr int kWgConsumers = 2;                               // consumer warpgroups a block
+constexpr int kWgBlockRows = kWgConsumers * kWgRows;          // queries per block
+constexpr int kWgBlockThreads = (1 + kWgConsumers) * kWgThreads;
+constexpr int kWgStages = 3;                                  // K/V tiles in the ring
+constexpr int kWgProducerRegs = 40, kWgConsumerRegs = 232;    // setmaxnreg: 128 x 40 + 256 x 232 <= 64 K
+constexpr int kWgFull = 1, kWgFree = kWgFull + kWgStages;     // named barrier ids of stage s: + s
+constexpr int kWgPanel = 64;                                  // elements of a swizzled row (128 bytes)
+constexpr int kWgD = 128;                                     // the head width it runs at
+constexpr int kWgTile = kWgCols * kWgD;                       // elements of a K or V tile
+constexpr size_t kWgSmem = kWgmmaTileAlign + sizeof(bf16) * (kWgBlockRows + 2 * kWgStages * kWgCols) * kWgD;
 
 // Copies rows [row0, row0 + ROWS) of a (T, ...) global matrix of kWgD columns, rows `stride`
 // apart, into kWgD / 64 swizzled (ROWS x 64) panels, column block p at tile + p ROWS 64; rows at
-// or past T become zeros.
+// or past T become zeros. The producer warpgroup's threads.
 template <int ROWS>
 __device__ __forceinline__ void load_panels_async(bf16* tile, const bf16* g, int64_t stride, int row0, int T) {
 #pragma unroll
@@ -504,76 +517,95 @@ __device__ __forceinline__ float (&wgmma_acc(float (&a)[N][4]))[4 * N] {
   return reinterpret_cast<float(&)[4 * N]>(a);
 }
 
-// o: (B, T, H, 128), lse: (B, H, T). Grid (H, B, blocks of 64 queries), the longest (last)
-// blocks first.
+// o: (B, T, H, 128), lse: (B, H, T). Grid (H, B, blocks of kWgBlockRows queries), the longest
+// (last) blocks first. The block takes the tiles from the first key its first query sees to its
+// last query; tile n sits in stage n % kWgStages.
 template <bool DOCS>
-__global__ void __launch_bounds__(kWgThreads)
+__global__ void __launch_bounds__(kWgBlockThreads, 1)
     attention_forward_wgmma(bf16* o, float* lse, const bf16* q, const bf16* k, const bf16* v, int T, int H, int Hkv,
                             float scale_log2, int window, DocumentMask<DOCS> documents) {
   constexpr int D = kWgD, NT = kWgCols / 8;
   extern __shared__ float4 smem_raw[];
-  bf16* sQ = reinterpret_cast<bf16*>(align_wgmma_tiles(smem_raw));  // sQ: (kWgRows, D) as 2 panels
-  bf16* sK = sQ + kWgRows * D;                                       // sK: 2 x (kWgCols, D) as 2 panels
-  bf16* sV = sK + 2 * kWgTile;                                       // sV: 2 x (kWgCols, D) as 2 panels
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int q0 = (gridDim.z - 1 - blockIdx.z) * kWgRows, h = blockIdx.x, b = blockIdx.y, hk = h / (H / Hkv);
+  bf16* sQ = reinterpret_cast<bf16*>(align_wgmma_tiles(smem_raw));  // sQ: kWgConsumers x (kWgRows, D) as 2 panels
+  bf16* sK = sQ + kWgBlockRows * D;                                  // sK: kWgStages x (kWgCols, D) as 2 panels
+  bf16* sV = sK + kWgStages * kWgTile;                               // sV: kWgStages x (kWgCols, D) as 2 panels
+  const int warpgroup = threadIdx.x / kWgThreads, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
+  const int q0 = (gridDim.z - 1 - blockIdx.z) * kWgBlockRows, h = blockIdx.x, b = blockIdx.y, hk = h / (H / Hkv);
   const int64_t q_stride = int64_t(H) * D, kv_stride = int64_t(Hkv) * D;
-  const bf16* qh = q + int64_t(b) * T * q_stride + int64_t(h) * D;  // row t at qh + t * q_stride
-  const bf16* kh = k + int64_t(b) * T * kv_stride + int64_t(hk) * D;
-  const bf16* vh = v + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const DocumentMask<DOCS> docs = documents.row(b);
-  const int q_last = q0 + kWgRows - 1;
-  const int kb_first = docs.first_visible_key(q0, window) / kWgCols, kb_last = min(T - 1, q_last) / kWgCols;
+  const int kb_first = docs.first_visible_key(q0, window) / kWgCols;
+  const int tiles = min(T - 1, q0 + kWgBlockRows - 1) / kWgCols - kb_first + 1;
+
+  if (warpgroup == 0) {  // the producer
+    warpgroup_reg_dealloc<kWgProducerRegs>();
+    const bf16* qh = q + int64_t(b) * T * q_stride + int64_t(h) * D;  // row t at qh + t * q_stride
+    const bf16* kh = k + int64_t(b) * T * kv_stride + int64_t(hk) * D;
+    const bf16* vh = v + int64_t(b) * T * kv_stride + int64_t(hk) * D;
+    // step n: hand over tile n - (kWgStages - 1) once it landed (of the n groups committed, the
+    // last kWgStages - 2 may be in flight), then load tile n (and Q with tile 0) once its stage
+    // is free. A group is committed every step, empty past the last tile, so that the count holds.
+    for (int n = 0; n < tiles + kWgStages - 1; n++) {
+      if (n >= kWgStages - 1) {
+        cp_async_wait<kWgStages - 2>();
+        fence_proxy_async();  // the copies, then wgmma's reads of them
+        named_barrier_arrive(kWgFull + (n - (kWgStages - 1)) % kWgStages, kWgBlockThreads);
+      }
+      if (n < tiles) {
+        const int stage = n % kWgStages, s0 = (kb_first + n) * kWgCols;
+        if (n >= kWgStages) named_barrier_sync(kWgFree + stage, kWgBlockThreads);
+        if (n == 0)
+          for (int c = 0; c < kWgConsumers; c++)
+            load_panels_async<kWgRows>(sQ + c * kWgRows * D, qh, q_stride, q0 + c * kWgRows, T);
+        load_panels_async<kWgCols>(sK + stage * kWgTile, kh, kv_stride, s0, T);
+        load_panels_async<kWgCols>(sV + stage * kWgTile, vh, kv_stride, s0, T);
+      }
+      cp_async_commit();
+    }
+    return;
+  }
+
+  warpgroup_reg_alloc<kWgConsumerRegs>();
+  const int c0 = q0 + (warpgroup - 1) * kWgRows, c_last = c0 + kWgRows - 1;  // this consumer's queries
+  const bf16* sQc = sQ + (warpgroup - 1) * kWgRows * D;
   // this thread's rows: r = 0, 1 is lane / 4 + 8 r of the warp's 16
-  const auto t_row = [&](int r) { return q0 + 16 * warp + 8 * r + lane / 4; };
-
-  load_panels_async<kWgRows>(sQ, qh, q_stride, q0, T);
-  load_panels_async<kWgCols>(sK, kh, kv_stride, kb_first * kWgCols, T);
-  load_panels_async<kWgCols>(sV, vh, kv_stride, kb_first * kWgCols, T);
-  cp_async_commit();
-
+  const auto t_row = [&](int r) { return c0 + 16 * warp + 8 * r + lane / 4; };
   float acc[D / 8][4] = {};  // acc: (16, D) unnormalised O of this warp's rows, wgmma's D fragment
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};  // each row's running max (log2 units) and sum
-  for (int kb = kb_first; kb <= kb_last; kb++) {
-    const int k0 = kb * kWgCols;
-    const bf16* sKb = sK + ((kb - kb_first) & 1) * kWgTile;
-    const bf16* sVb = sV + ((kb - kb_first) & 1) * kWgTile;
-    cp_async_wait_all();
-    fence_proxy_async();
-    __syncthreads();  // tile kb (and Q) landed; the products of tile kb - 1 are done
-    if (kb < kb_last) {
-      const int64_t next = ((kb + 1 - kb_first) & 1) * kWgTile;
-      load_panels_async<kWgCols>(sK + next, kh, kv_stride, k0 + kWgCols, T);
-      load_panels_async<kWgCols>(sV + next, vh, kv_stride, k0 + kWgCols, T);
+  for (int n = 0; n < tiles; n++) {
+    const int stage = n % kWgStages, k0 = (kb_first + n) * kWgCols;
+    const bf16* sKb = sK + stage * kWgTile;
+    const bf16* sVb = sV + stage * kWgTile;
+    named_barrier_sync(kWgFull + stage, kWgBlockThreads);  // tile n (and Q) landed
+    if (c0 < T && docs.any_visible(c0, c_last, k0, k0 + kWgCols - 1, window)) {
+      // pass 1: S = Q K^T (unscaled), invisible keys -> -inf (only on tiles some row sees in part)
+      float s[NT][4];
+      wgmma_fence(wgmma_acc(s));
+#pragma unroll
+      for (int kk = 0; kk < D / 16; kk++)
+        wgmma_m64k16<kWgCols>(wgmma_acc(s), smem_desc_k_major(panel_slice<kWgRows>(sQc, kk)),
+                              smem_desc_k_major(panel_slice<kWgCols>(sKb, kk)), kk > 0);
+      wgmma_commit();
+      wgmma_wait<0>(wgmma_acc(s));
+      if (!docs.all_visible(c0, c_last, k0, k0 + kWgCols - 1, window)) mask_scores<NT, 1>(s, docs, window, k0, t_row);
+
+      // pass 2: online softmax
+      online_softmax<NT, 1, D>(s, m, l, acc, scale_log2);
+
+      // pass 3: O += P V, P rounded to bf16 (16 keys a k16 slice; V's slice starts 16 rows into
+      // its first panel)
+      uint32_t p[kWgCols / 16][4];
+#pragma unroll
+      for (int j = 0; j < kWgCols / 16; j++) pack_fragment(p[j], s[2 * j], s[2 * j + 1]);
+      wgmma_fence(wgmma_acc(acc));
+#pragma unroll
+      for (int j = 0; j < kWgCols / 16; j++)
+        wgmma_m64k16<D, true>(wgmma_acc(acc), p[j],
+                              smem_desc_n_major(sVb + 16 * j * kWgPanel, kWgCols * kWgPanel * sizeof(bf16)), true);
+      wgmma_commit();
+      wgmma_wait<0>(wgmma_acc(acc));
     }
-    cp_async_commit();
-
-    // pass 1: S = Q K^T (unscaled), invisible keys -> -inf (only on tiles some row sees in part)
-    float s[NT][4];
-    wgmma_fence(wgmma_acc(s));
-#pragma unroll
-    for (int kk = 0; kk < D / 16; kk++)
-      wgmma_m64k16<kWgCols>(wgmma_acc(s), smem_desc_k_major(panel_slice<kWgRows>(sQ, kk)),
-                            smem_desc_k_major(panel_slice<kWgCols>(sKb, kk)), kk > 0);
-    wgmma_commit();
-    wgmma_wait<0>(wgmma_acc(s));
-    if (!docs.all_visible(q0, q_last, k0, k0 + kWgCols - 1, window)) mask_scores<NT, 1>(s, docs, window, k0, t_row);
-
-    // pass 2: online softmax
-    online_softmax<NT, 1, D>(s, m, l, acc, scale_log2);
-
-    // pass 3: O += P V, P rounded to bf16 (16 keys a k16 slice; V's slice starts 16 rows into
-    // its first panel)
-    uint32_t p[kWgCols / 16][4];
-#pragma unroll
-    for (int j = 0; j < kWgCols / 16; j++) pack_fragment(p[j], s[2 * j], s[2 * j + 1]);
-    wgmma_fence(wgmma_acc(acc));
-#pragma unroll
-    for (int j = 0; j < kWgCols / 16; j++)
-      wgmma_m64k16<D, true>(wgmma_acc(acc), p[j],
-                            smem_desc_n_major(sVb + 16 * j * kWgPanel, kWgCols * kWgPanel * sizeof(bf16)), true);
-    wgmma_commit();
-    wgmma_wait<0>(wgmma_acc(acc));
+    // the producer waits for stage n's buffers only when it has another tile to put there
+    if (n + kWgStages < tiles) named_barrier_arrive(kWgFree + stage, kWgBlockThreads);
   }
 
   store_output<D, 1>(o, lse, acc, m, l, t_row, b, h, T, H);
@@ -1141,7 +1173,7 @@ void attention_forward(void* o, float* lse, const void* q, const void* k, const 
 #endif
     auto run = [&](auto docs) {
       constexpr bool kDocs = decltype(docs)::value;
-      launch(attention_forward_wgmma<kDocs>, mma_grid(s, s.H, kWgRows), kWgThreads, kWgSmem, static_cast<bf16*>(o),
+      launch(attention_forward_wgmma<kDocs>, mma_grid(s, s.H, kWgBlockRows), kWgBlockThreads, kWgSmem, static_cast<bf16*>(o),
              lse, static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v), s.T, s.H,
              s.Hkv, static_cast<float>(scale) * kLog2e, s.window, s.documents<kDocs>());
     };

@@ -14,7 +14,8 @@
 // done shows there); then the fma kernels: fp32 at head width 64, fp32 and bf16 at 20; then the
 // head width 128 cases (with those of copies landing at issue) with the forward on the wgmma
 // kernel (cuda::set_attention_wgmma: descriptors and fragments as tests/emu/include/cuda/wgmma.cuh
-// decodes them).
+// decodes them; a producer warpgroup and two consumers handing K/V tiles over through named
+// barriers, the ring of 3 stages wrapping at T 257 and 300).
 // The backward runs on the kernel's own o and lse, as in training. Tolerances are gpu-check's
 // (relative RMS: bf16 5e-3 outputs, 1e-2 gradients; fp32 1e-5); the exit status is 1 when a row
 // fails.

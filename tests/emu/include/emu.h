@@ -56,7 +56,8 @@ struct Fiber {
   jmp_buf jb;
   bool started = false, done = false, at_group_barrier = false;  // group: the block, or a wgmma's warpgroup
   uint3 tid;
-  std::vector<Copy> pending;
+  std::vector<Copy> pending;        // cp.async copies not landed yet, in issue order
+  std::deque<size_t> copy_groups;   // the committed groups among them, oldest first: copies in each
   // wgmma products (tests/emu/include/cuda/wgmma.cuh): issued since the last commit_group, and
   // the committed groups in flight, oldest first.
   std::vector<std::function<void()>> wgmma_open;
@@ -68,6 +69,7 @@ struct Block {
   std::vector<Fiber> fibers;
   std::vector<std::vector<char>> stacks;
   std::vector<Barrier> warp_bars, warpgroup_bars;
+  Barrier named_bars[16];  // bar.sync / bar.arrive id, 1 .. 15 (tests/emu/include/cuda/wgmma.cuh)
   Barrier block_bar;
   int cur = -1;
   ucontext_t sched_uctx;
@@ -192,12 +194,14 @@ void launch(Kernel kernel, dim3 grid, int threads, size_t bytes, Params... param
         for (size_t g = 0; g < b.warpgroup_bars.size(); g++)
           b.warpgroup_bars[g].expected = std::min(128, threads - 128 * int(g));
         b.block_bar = Barrier{};
+        for (Barrier& n : b.named_bars) n = Barrier{};
         b.block_bar.expected = threads;
         for (int i = 0; i < threads; i++) {
           Fiber& f = b.fibers[i];
           f.started = f.done = f.at_group_barrier = false;
           f.tid = {unsigned(i), 0, 0};
           f.pending.clear();
+          f.copy_groups.clear();
           f.wgmma_open.clear();
           f.wgmma_groups.clear();
           getcontext(&f.uctx);
