@@ -45,8 +45,9 @@
 //        SDPA's flash kernels take 0.499 and ~1.5 (targets.md).
 //   wgmma: the forward alone at D = Dv = 128 on Hopper's warpgroup MMA (sm_90a), warp-specialised:
 //        a producer warpgroup loads K/V tiles into a 3-stage ring for two consumer warpgroups of
-//        64 queries each (128 a block), S and O += P V as wgmma products (P from S's registers),
-//        the mma forward's mask, online softmax and epilogue (shared helpers). Off unless asked
+//        64 queries each (128 a block), S and O += P V as wgmma products (P from S's registers;
+//        a tile's softmax runs while the P V of the tile before does), the mma forward's mask,
+//        online softmax and epilogue (shared helpers). Off unless asked
 //        (set_attention_wgmma, HLA_ATTENTION_WGMMA=1) until measured faster than the mma
 //        forward; the backward stays on mma. Emulator group `wgmma`; not yet run on a GPU.
 //   fma: plain fp32 arithmetic, any D, Dv <= 256, F32 or BF16 storage: one warp per row, keys
@@ -308,10 +309,12 @@ __device__ __forceinline__ void mask_scores(float (&s)[MT * NT][4], const Docume
 // only moves (and O and l are rescaled) when some row of the warp sees a score above
 // m + kMaxSlack: until then P <= 2^kMaxSlack, exact in fp32 and as precise in bf16, and the
 // result O / l, lse = m + log l is the same. Past the first keys of a row that is rare, so the
-// 16 x D multiplies of the rescale are skipped by the whole warp at once.
-template <int NT, int MT, int D>
+// 16 x D multiplies of the rescale are skipped by the whole warp at once. O is rescaled by
+// rescale_row(r, alpha): row r times alpha = e^(m - m') (rescale_row below, at once; the wgmma
+// forward keeps alpha until the product still writing O is done).
+template <int NT, int MT, class RescaleRow>
 __device__ __forceinline__ void online_softmax(float (&s)[MT * NT][4], float (&m)[2 * MT], float (&l)[2 * MT],
-                                               float (&acc)[MT * D / 8][4], float scale_log2) {
+                                               float scale_log2, const RescaleRow& rescale_row) {
   constexpr int kRowsPerThread = 2 * MT;
   float tile_max[kRowsPerThread];  // log2 units
   bool grow = false;
@@ -338,13 +341,7 @@ __device__ __forceinline__ void online_softmax(float (&s)[MT * NT][4], float (&m
       const float alpha = exp2_ftz(m[r] - (m_new == -INFINITY ? 0.0f : m_new));  // e^(m - m')
       m[r] = m_new;
       l[r] *= alpha;
-      float(*acc_r)[4] = acc + (r / 2) * (D / 8);
-      const int e0 = 2 * (r % 2);
-#pragma unroll
-      for (int dt = 0; dt < D / 8; dt++) {
-        acc_r[dt][e0] *= alpha;
-        acc_r[dt][e0 + 1] *= alpha;
-      }
+      rescale_row(r, alpha);
     }
 #pragma unroll
   for (int r = 0; r < kRowsPerThread; r++) {
@@ -358,6 +355,18 @@ __device__ __forceinline__ void online_softmax(float (&s)[MT * NT][4], float (&m
         sr[nt][e] = exp2_ftz(fmaf(sr[nt][e], scale_log2, -base));  // P = exp(scale S - m)
         l[r] += sr[nt][e];
       }
+  }
+}
+
+// This thread's row r of O (acc, 16 MT x D as above) times alpha.
+template <int D, int MT>
+__device__ __forceinline__ void rescale_row(float (&acc)[MT * D / 8][4], int r, float alpha) {
+  float(*acc_r)[4] = acc + (r / 2) * (D / 8);
+  const int e0 = 2 * (r % 2);
+#pragma unroll
+  for (int dt = 0; dt < D / 8; dt++) {
+    acc_r[dt][e0] *= alpha;
+    acc_r[dt][e0 + 1] *= alpha;
   }
 }
 
@@ -450,7 +459,7 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
       if (!docs.all_visible(w_first, w_last, s0, s0 + kFwdStep - 1, window))
         mask_scores<NT, MT>(s, docs, window, s0, t_row);
       // pass 2: online softmax
-      online_softmax<NT, MT, D>(s, m, l, acc, scale_log2);
+      online_softmax<NT, MT>(s, m, l, scale_log2, [&](int r, float alpha) { rescale_row<D, MT>(acc, r, alpha); });
       // pass 3: O += P V
       mma_pb<D, NT, MT>(acc, s, sV + (buf * kCols + s0 - k0) * D);
     }
@@ -465,22 +474,25 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
 // the mma forward, which stays its oracle. Warp-specialised: a block is kWgConsumers + 1
 // warpgroups and 64 kWgConsumers queries. Warpgroup 0, the producer, only loads: Q, then the K/V
 // tiles of 64 keys into a ring of kWgStages buffers, up to kWgStages - 1 tiles ahead of the
-// consumers (cp.async groups), handing each tile over with a named barrier ("full") once it landed and taking its
-// buffer back with another ("free"); it gives its registers to the consumers (setmaxnreg).
-// Consumer warpgroup c owns queries 64 c .. 64 c + 63 of the block, its warp w rows 16 w ..
-// 16 w + 15, a thread rows lane / 4 and + 8 of them: the layout of the mma forward at MT = 1, so
-// masking, online softmax and the epilogue are its code. Both consumers read each K/V tile the
-// producer loaded once. Q, K and V sit in shared memory as 64-wide swizzled panels (the 128-byte
-// swizzle of cuda/wgmma_desc.cuh: a (rows x 128) matrix is two (rows x 64) tiles, each on a
-// 1024-byte boundary). A consumer per tile:
+// consumers (cp.async groups), handing each tile over with a named barrier ("full") once it
+// landed and taking its buffer back with another ("free"); it gives its registers to the
+// consumers (setmaxnreg). Consumer warpgroup c owns queries 64 c .. 64 c + 63 of the block, its
+// warp w rows 16 w .. 16 w + 15, a thread rows lane / 4 and + 8 of them: the layout of the mma
+// forward at MT = 1, so masking, online softmax and the epilogue are its code. Both consumers
+// read each K/V tile the producer loaded once. Q, K and V sit in shared memory as 64-wide
+// swizzled panels (the 128-byte swizzle of cuda/wgmma_desc.cuh: a (rows x 128) matrix is two
+// (rows x 64) tiles, each on a 1024-byte boundary). A consumer per tile:
 //   pass 1: S (64 x 64) = Q K^T, 8 k16 products, Q and K read K-major through descriptors;
 //   pass 2: mask (on tiles some row sees in part) and online softmax, in S's registers;
 //   pass 3: O (64 x 128) += P V, 4 k16 products, P's A fragments packed from S's registers, V
-//           read N-major (its two panels are N's two halves).
-// Each product is waited for before its result is read (no overlap of softmax and products
-// yet). A product is issued by all 128 threads of a consumer, so it skips only the tiles none
-// of its 64 rows sees (it still takes part in their barriers); a warp whose rows see none of a
-// tile it computes gets P = 0 there. Shared memory: Q 32 KB + kWgStages x 32 KB (+1 KB for the
+//           read N-major (its two panels are N's two halves), issued with the next tile's S.
+// Pipelined (FlashAttention-3's intra-warpgroup overlap): the consumer issues tile n's S = Q K^T,
+// then tile n - 1's O += P V, and runs tile n's mask and softmax while the latter is in flight;
+// the rescale of O that tile n's max asks for, and the new P, wait for it. A product is issued
+// by all 128 threads of a consumer, so it skips only the tiles none of its 64 rows sees (above
+// its diagonal, before its window or document: a contiguous run; it still takes part in their
+// barriers), and masks only those some row sees in part; a warp whose rows see none of a tile
+// it computes gets P = 0 there. Shared memory: Q 32 KB + kWgStages x 32 KB (+1 KB for the
 // alignment); one block an SM (384 threads).
 constexpr int kWgRows = 64;                                   // queries per consumer: wgmma's M
 constexpr int kWgCols = 64;                                   // keys per K/V tile: S's N
@@ -571,42 +583,82 @@ __global__ void __launch_bounds__(kWgBlockThreads, 1)
   const auto t_row = [&](int r) { return c0 + 16 * warp + 8 * r + lane / 4; };
   float acc[D / 8][4] = {};  // acc: (16, D) unnormalised O of this warp's rows, wgmma's D fragment
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};  // each row's running max (log2 units) and sum
-  for (int n = 0; n < tiles; n++) {
-    const int stage = n % kWgStages, k0 = (kb_first + n) * kWgCols;
-    const bf16* sKb = sK + stage * kWgTile;
-    const bf16* sVb = sV + stage * kWgTile;
-    named_barrier_sync(kWgFull + stage, kWgBlockThreads);  // tile n (and Q) landed
-    if (c0 < T && docs.any_visible(c0, c_last, k0, k0 + kWgCols - 1, window)) {
-      // pass 1: S = Q K^T (unscaled), invisible keys -> -inf (only on tiles some row sees in part)
-      float s[NT][4];
-      wgmma_fence(wgmma_acc(s));
+  uint32_t p[kWgCols / 16][4];  // P of the last tile, as A fragments (16 keys each)
+  // The tiles this consumer computes: n_first .. n_last, those some of its rows sees (a
+  // contiguous run; none, n_first = tiles, when its rows are past T).
+  int n_first = tiles, n_last = tiles - 1;
+  for (int n = 0; n < tiles; n++)
+    if (c0 < T && docs.any_visible(c0, c_last, (kb_first + n) * kWgCols, (kb_first + n + 1) * kWgCols - 1, window))
+      n_first = min(n_first, n), n_last = n;
+  const auto take = [&](int n) { named_barrier_sync(kWgFull + n % kWgStages, kWgBlockThreads); };  // tile n landed
+  // Tile n's buffers are read no more; the producer waits for them only when it has another tile
+  // to put there.
+  const auto release = [&](int n) {
+    if (n + kWgStages < tiles) named_barrier_arrive(kWgFree + n % kWgStages, kWgBlockThreads);
+  };
+  // pass 1: S = Q K^T (unscaled) over tile n, issued
+  const auto issue_s = [&](float(&s)[NT][4], int n) {
+    const bf16* sKb = sK + (n % kWgStages) * kWgTile;
+    wgmma_fence(wgmma_acc(s));
 #pragma unroll
-      for (int kk = 0; kk < D / 16; kk++)
-        wgmma_m64k16<kWgCols>(wgmma_acc(s), smem_desc_k_major(panel_slice<kWgRows>(sQc, kk)),
-                              smem_desc_k_major(panel_slice<kWgCols>(sKb, kk)), kk > 0);
-      wgmma_commit();
-      wgmma_wait<0>(wgmma_acc(s));
-      if (!docs.all_visible(c0, c_last, k0, k0 + kWgCols - 1, window)) mask_scores<NT, 1>(s, docs, window, k0, t_row);
+    for (int kk = 0; kk < D / 16; kk++)
+      wgmma_m64k16<kWgCols>(wgmma_acc(s), smem_desc_k_major(panel_slice<kWgRows>(sQc, kk)),
+                            smem_desc_k_major(panel_slice<kWgCols>(sKb, kk)), kk > 0);
+    wgmma_commit();
+  };
+  // pass 2, once S is done: invisible keys -> -inf (only on tiles some row sees in part), online
+  // softmax; O's rescale kept in alpha, returns whether there is one
+  const auto softmax = [&](float(&s)[NT][4], int n, float(&alpha)[2]) {
+    const int k0 = (kb_first + n) * kWgCols;
+    if (!docs.all_visible(c0, c_last, k0, k0 + kWgCols - 1, window)) mask_scores<NT, 1>(s, docs, window, k0, t_row);
+    bool moved = false;
+    online_softmax<NT, 1>(s, m, l, scale_log2, [&](int r, float a) { alpha[r] = a, moved = true; });
+    return moved;
+  };
+  // P rounded to bf16 into p (once the product reading the last P is done)
+  const auto pack = [&](const float(&s)[NT][4]) {
+#pragma unroll
+    for (int j = 0; j < kWgCols / 16; j++) pack_fragment(p[j], s[2 * j], s[2 * j + 1]);
+  };
+  // pass 3: O += P V over tile n, issued (V's k16 slice starts 16 rows into its first panel)
+  const auto issue_pv = [&](int n) {
+    const bf16* sVb = sV + (n % kWgStages) * kWgTile;
+    wgmma_fence(wgmma_acc(acc));
+#pragma unroll
+    for (int j = 0; j < kWgCols / 16; j++)
+      wgmma_m64k16<D, true>(wgmma_acc(acc), p[j],
+                            smem_desc_n_major(sVb + 16 * j * kWgPanel, kWgCols * kWgPanel * sizeof(bf16)), true);
+    wgmma_commit();
+  };
 
-      // pass 2: online softmax
-      online_softmax<NT, 1, D>(s, m, l, acc, scale_log2);
-
-      // pass 3: O += P V, P rounded to bf16 (16 keys a k16 slice; V's slice starts 16 rows into
-      // its first panel)
-      uint32_t p[kWgCols / 16][4];
-#pragma unroll
-      for (int j = 0; j < kWgCols / 16; j++) pack_fragment(p[j], s[2 * j], s[2 * j + 1]);
-      wgmma_fence(wgmma_acc(acc));
-#pragma unroll
-      for (int j = 0; j < kWgCols / 16; j++)
-        wgmma_m64k16<D, true>(wgmma_acc(acc), p[j],
-                              smem_desc_n_major(sVb + 16 * j * kWgPanel, kWgCols * kWgPanel * sizeof(bf16)), true);
-      wgmma_commit();
+  for (int n = 0; n < n_first; n++) take(n), release(n);
+  if (n_first <= n_last) {
+    float s[NT][4], alpha[2];
+    take(n_first);
+    issue_s(s, n_first);
+    wgmma_wait<0>(wgmma_acc(s));
+    softmax(s, n_first, alpha);  // O is still 0: no rescale
+    pack(s);
+    // tile n's S, then tile n - 1's O += P V; the softmax of tile n while the latter runs; the
+    // rescale of O and the new P once it is done
+    for (int n = n_first + 1; n <= n_last; n++) {
+      take(n);
+      issue_s(s, n);
+      issue_pv(n - 1);
+      wgmma_wait<1>(wgmma_acc(s));
+      const bool moved = softmax(s, n, alpha);
       wgmma_wait<0>(wgmma_acc(acc));
+      release(n - 1);
+      if (moved)
+#pragma unroll
+        for (int r = 0; r < 2; r++) rescale_row<D, 1>(acc, r, alpha[r]);
+      pack(s);
     }
-    // the producer waits for stage n's buffers only when it has another tile to put there
-    if (n + kWgStages < tiles) named_barrier_arrive(kWgFree + stage, kWgBlockThreads);
+    issue_pv(n_last);
+    wgmma_wait<0>(wgmma_acc(acc));
+    release(n_last);
   }
+  for (int n = n_last + 1; n < tiles; n++) take(n), release(n);
 
   store_output<D, 1>(o, lse, acc, m, l, t_row, b, h, T, H);
 }
@@ -1173,9 +1225,10 @@ void attention_forward(void* o, float* lse, const void* q, const void* k, const 
 #endif
     auto run = [&](auto docs) {
       constexpr bool kDocs = decltype(docs)::value;
-      launch(attention_forward_wgmma<kDocs>, mma_grid(s, s.H, kWgBlockRows), kWgBlockThreads, kWgSmem, static_cast<bf16*>(o),
-             lse, static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v), s.T, s.H,
-             s.Hkv, static_cast<float>(scale) * kLog2e, s.window, s.documents<kDocs>());
+      launch(attention_forward_wgmma<kDocs>, mma_grid(s, s.H, kWgBlockRows), kWgBlockThreads, kWgSmem,
+             static_cast<bf16*>(o), lse, static_cast<const bf16*>(q), static_cast<const bf16*>(k),
+             static_cast<const bf16*>(v), s.T, s.H, s.Hkv, static_cast<float>(scale) * kLog2e, s.window,
+             s.documents<kDocs>());
     };
     if (s.doc_start) run(std::true_type{});
     else run(std::false_type{});

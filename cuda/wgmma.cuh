@@ -2,7 +2,8 @@
 // 128, A from shared memory (a K-major descriptor) or from registers, B from shared memory
 // (K-major or N-major: cuda/wgmma_desc.cuh); wgmma.fence, commit_group, wait_group, and the
 // proxy fence that makes ordinary shared-memory writes (st.shared, cp.async) visible to it; the
-// named barriers and register moves of warp-specialised kernels. The host emulator (tests/emu/include/cuda/wgmma.cuh) runs the same calls.
+// named barriers and register moves of warp-specialised kernels. The host emulator
+// (tests/emu/include/cuda/wgmma.cuh) runs the same calls.
 //
 // A warpgroup is 4 consecutive warps (threads 128 i .. 128 i + 127); all 128 threads issue each
 // call together, with the same descriptors. The product is asynchronous: it reads shared memory
