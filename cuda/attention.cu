@@ -43,11 +43,11 @@
 //        On the H200 (ncu, commit a485f34, B4 T4096 H16 D128 bf16 causal): forward 1.009 ms
 //        (~274 TFLOP/s; 1.156 with one 8-warp block an SM), dQ 1.72 ms, dK/dV 2.50 ms; torch
 //        SDPA's flash kernels take 0.499 and ~1.5 (targets.md).
-//   wgmma: the forward alone at D = Dv = 128 on Hopper's warpgroup MMA (sm_90a), warp-specialised:
-//        a producer warpgroup loads K/V tiles into a 3-stage ring for two consumer warpgroups of
-//        64 queries each (128 a block), S and O += P V as wgmma products (P from S's registers;
-//        a tile's softmax runs while the P V of the tile before does), the mma forward's mask,
-//        online softmax and epilogue (shared helpers). Off unless asked
+//   wgmma: the forward alone at D = Dv = 64 and 128 on Hopper's warpgroup MMA (sm_90a),
+//        warp-specialised: a producer warpgroup loads K/V tiles into a 3-stage ring for two
+//        consumer warpgroups of 64 queries each (128 a block), S and O += P V as wgmma products
+//        (P from S's registers; a tile's softmax runs while the P V of the tile before does),
+//        the mma forward's mask, online softmax and epilogue (shared helpers). Off unless asked
 //        (set_attention_wgmma, HLA_ATTENTION_WGMMA=1) until measured faster than the mma
 //        forward; the backward stays on mma. Emulator group `wgmma`; not yet run on a GPU.
 //   fma: plain fp32 arithmetic, any D, Dv <= 256, F32 or BF16 storage: one warp per row, keys
@@ -469,10 +469,10 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
 }
 
 // ------------------------------------------------------------------------------------------
-// wgmma path: the forward at D = Dv = 128 on Hopper's warpgroup MMA (cuda/wgmma.cuh, sm_90a),
-// run only when asked (set_attention_wgmma, cuda/attention.h) until it is measured faster than
-// the mma forward, which stays its oracle. Warp-specialised: a block is kWgConsumers + 1
-// warpgroups and 64 kWgConsumers queries. Warpgroup 0, the producer, only loads: Q, then the K/V
+// wgmma path: the forward at D = Dv = 64 and 128 on Hopper's warpgroup MMA (cuda/wgmma.cuh,
+// sm_90a), run only when asked (set_attention_wgmma, cuda/attention.h) until it is measured
+// faster than the mma forward, which stays its oracle. Warp-specialised: a block is
+// kWgConsumers + 1 warpgroups and 64 kWgConsumers queries. Warpgroup 0, the producer, only loads: Q, then the K/V
 // tiles of 64 keys into a ring of kWgStages buffers, up to kWgStages - 1 tiles ahead of the
 // consumers (cp.async groups), handing each tile over with a named barrier ("full") once it
 // landed and taking its buffer back with another ("free"); it gives its registers to the
@@ -480,20 +480,20 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
 // warp w rows 16 w .. 16 w + 15, a thread rows lane / 4 and + 8 of them: the layout of the mma
 // forward at MT = 1, so masking, online softmax and the epilogue are its code. Both consumers
 // read each K/V tile the producer loaded once. Q, K and V sit in shared memory as 64-wide
-// swizzled panels (the 128-byte swizzle of cuda/wgmma_desc.cuh: a (rows x 128) matrix is two
+// swizzled panels (the 128-byte swizzle of cuda/wgmma_desc.cuh: a (rows x D) matrix is D / 64
 // (rows x 64) tiles, each on a 1024-byte boundary). A consumer per tile:
-//   pass 1: S (64 x 64) = Q K^T, 8 k16 products, Q and K read K-major through descriptors;
+//   pass 1: S (64 x 64) = Q K^T, D / 16 k16 products, Q and K read K-major through descriptors;
 //   pass 2: mask (on tiles some row sees in part) and online softmax, in S's registers;
-//   pass 3: O (64 x 128) += P V, 4 k16 products, P's A fragments packed from S's registers, V
-//           read N-major (its two panels are N's two halves), issued with the next tile's S.
+//   pass 3: O (64 x D) += P V, 4 k16 products, P's A fragments packed from S's registers, V
+//           read N-major (its D / 64 panels are N's 64-wide parts), issued with the next tile's S.
 // Pipelined (FlashAttention-3's intra-warpgroup overlap): the consumer issues tile n's S = Q K^T,
 // then tile n - 1's O += P V, and runs tile n's mask and softmax while the latter is in flight;
 // the rescale of O that tile n's max asks for, and the new P, wait for it. A product is issued
 // by all 128 threads of a consumer, so it skips only the tiles none of its 64 rows sees (above
 // its diagonal, before its window or document: a contiguous run; it still takes part in their
 // barriers), and masks only those some row sees in part; a warp whose rows see none of a tile
-// it computes gets P = 0 there. Shared memory: Q 32 KB + kWgStages x 32 KB (+1 KB for the
-// alignment); one block an SM (384 threads).
+// it computes gets P = 0 there. Shared memory at D = 128 / 64: Q 32 / 16 KB + kWgStages x 32 /
+// 16 KB (+1 KB for the alignment); one block an SM (384 threads).
 constexpr int kWgRows = 64;                                   // queries per consumer: wgmma's M
 constexpr int kWgCols = 64;                                   // keys per K/V tile: S's N
 constexpr int kWgThreads = 128;                               // a warpgroup
@@ -504,20 +504,20 @@ constexpr int kWgStages = 3;                                  // K/V tiles in th
 constexpr int kWgProducerRegs = 40, kWgConsumerRegs = 232;    // setmaxnreg: 128 x 40 + 256 x 232 <= 64 K
 constexpr int kWgFull = 1, kWgFree = kWgFull + kWgStages;     // named barrier ids of stage s: + s
 constexpr int kWgPanel = 64;                                  // elements of a swizzled row (128 bytes)
-constexpr int kWgD = 128;                                     // the head width it runs at
-constexpr int kWgTile = kWgCols * kWgD;                       // elements of a K or V tile
-constexpr size_t kWgSmem = kWgmmaTileAlign + sizeof(bf16) * (kWgBlockRows + 2 * kWgStages * kWgCols) * kWgD;
+constexpr size_t wg_smem(int D) {
+  return kWgmmaTileAlign + sizeof(bf16) * (kWgBlockRows + 2 * kWgStages * kWgCols) * D;
+}
 
-// Copies rows [row0, row0 + ROWS) of a (T, ...) global matrix of kWgD columns, rows `stride`
-// apart, into kWgD / 64 swizzled (ROWS x 64) panels, column block p at tile + p ROWS 64; rows at
+// Copies rows [row0, row0 + ROWS) of a (T, ...) global matrix of D columns, rows `stride`
+// apart, into D / 64 swizzled (ROWS x 64) panels, column block p at tile + p ROWS 64; rows at
 // or past T become zeros. The producer warpgroup's threads.
-template <int ROWS>
+template <int ROWS, int D>
 __device__ __forceinline__ void load_panels_async(bf16* tile, const bf16* g, int64_t stride, int row0, int T) {
 #pragma unroll
-  for (int p = 0; p < kWgD / kWgPanel; p++)
+  for (int p = 0; p < D / kWgPanel; p++)
     load_tile_async<ROWS, kWgPanel, kWgThreads>(tile + p * ROWS * kWgPanel, g + p * kWgPanel, stride, row0, T);
 }
-// Where the k16 slice kk of a (ROWS x kWgD) panelled matrix starts (its K-major descriptor's
+// Where the k16 slice kk of a (ROWS x D) panelled matrix starts (its K-major descriptor's
 // address).
 template <int ROWS>
 __device__ __forceinline__ const bf16* panel_slice(const bf16* tile, int kk) {
@@ -529,18 +529,19 @@ __device__ __forceinline__ float (&wgmma_acc(float (&a)[N][4]))[4 * N] {
   return reinterpret_cast<float(&)[4 * N]>(a);
 }
 
-// o: (B, T, H, 128), lse: (B, H, T). Grid (H, B, blocks of kWgBlockRows queries), the longest
+// o: (B, T, H, D), lse: (B, H, T). Grid (H, B, blocks of kWgBlockRows queries), the longest
 // (last) blocks first. The block takes the tiles from the first key its first query sees to its
 // last query; tile n sits in stage n % kWgStages.
-template <bool DOCS>
+template <int D, bool DOCS>
 __global__ void __launch_bounds__(kWgBlockThreads, 1)
     attention_forward_wgmma(bf16* o, float* lse, const bf16* q, const bf16* k, const bf16* v, int T, int H, int Hkv,
                             float scale_log2, int window, DocumentMask<DOCS> documents) {
-  constexpr int D = kWgD, NT = kWgCols / 8;
+  constexpr int NT = kWgCols / 8, kTile = kWgCols * D;  // kTile: elements of a K or V tile
   extern __shared__ float4 smem_raw[];
-  bf16* sQ = reinterpret_cast<bf16*>(align_wgmma_tiles(smem_raw));  // sQ: kWgConsumers x (kWgRows, D) as 2 panels
-  bf16* sK = sQ + kWgBlockRows * D;                                  // sK: kWgStages x (kWgCols, D) as 2 panels
-  bf16* sV = sK + kWgStages * kWgTile;                               // sV: kWgStages x (kWgCols, D) as 2 panels
+  // as D / 64 panels each: sQ: kWgConsumers x (kWgRows, D); sK, sV: kWgStages x (kWgCols, D)
+  bf16* sQ = reinterpret_cast<bf16*>(align_wgmma_tiles(smem_raw));
+  bf16* sK = sQ + kWgBlockRows * D;
+  bf16* sV = sK + kWgStages * kTile;
   const int warpgroup = threadIdx.x / kWgThreads, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
   const int q0 = (gridDim.z - 1 - blockIdx.z) * kWgBlockRows, h = blockIdx.x, b = blockIdx.y, hk = h / (H / Hkv);
   const int64_t q_stride = int64_t(H) * D, kv_stride = int64_t(Hkv) * D;
@@ -567,9 +568,9 @@ __global__ void __launch_bounds__(kWgBlockThreads, 1)
         if (n >= kWgStages) named_barrier_sync(kWgFree + stage, kWgBlockThreads);
         if (n == 0)
           for (int c = 0; c < kWgConsumers; c++)
-            load_panels_async<kWgRows>(sQ + c * kWgRows * D, qh, q_stride, q0 + c * kWgRows, T);
-        load_panels_async<kWgCols>(sK + stage * kWgTile, kh, kv_stride, s0, T);
-        load_panels_async<kWgCols>(sV + stage * kWgTile, vh, kv_stride, s0, T);
+            load_panels_async<kWgRows, D>(sQ + c * kWgRows * D, qh, q_stride, q0 + c * kWgRows, T);
+        load_panels_async<kWgCols, D>(sK + stage * kTile, kh, kv_stride, s0, T);
+        load_panels_async<kWgCols, D>(sV + stage * kTile, vh, kv_stride, s0, T);
       }
       cp_async_commit();
     }
@@ -598,7 +599,7 @@ __global__ void __launch_bounds__(kWgBlockThreads, 1)
   };
   // pass 1: S = Q K^T (unscaled) over tile n, issued
   const auto issue_s = [&](float(&s)[NT][4], int n) {
-    const bf16* sKb = sK + (n % kWgStages) * kWgTile;
+    const bf16* sKb = sK + (n % kWgStages) * kTile;
     wgmma_fence(wgmma_acc(s));
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++)
@@ -622,7 +623,7 @@ __global__ void __launch_bounds__(kWgBlockThreads, 1)
   };
   // pass 3: O += P V over tile n, issued (V's k16 slice starts 16 rows into its first panel)
   const auto issue_pv = [&](int n) {
-    const bf16* sVb = sV + (n % kWgStages) * kWgTile;
+    const bf16* sVb = sV + (n % kWgStages) * kTile;
     wgmma_fence(wgmma_acc(acc));
 #pragma unroll
     for (int j = 0; j < kWgCols / 16; j++)
@@ -1177,7 +1178,7 @@ bool wgmma_forward_on() {
   return g_wgmma_forward == 1;
 }
 bool use_wgmma_forward(int64_t D, int64_t Dv, DType dtype) {
-  return use_mma(D, Dv, dtype) && D == kWgD && wgmma_forward_on();
+  return use_mma(D, Dv, dtype) && (D == 64 || D == 128) && wgmma_forward_on();
 }
 
 // Calls fn(std::integral_constant<int, D>, std::bool_constant<DOCS>) for the tensor-core head
@@ -1223,15 +1224,15 @@ void attention_forward(void* o, float* lse, const void* q, const void* k, const 
     fail("attention_forward: the wgmma forward (HLA_ATTENTION_WGMMA=1) needs a build with sm_90a code; configure "
          "with -DHLA_CUDA_ARCH=90a");
 #endif
-    auto run = [&](auto docs) {
+    dispatch_mma(s, [&](auto d, auto docs) {
+      constexpr int kD = decltype(d)::value;
       constexpr bool kDocs = decltype(docs)::value;
-      launch(attention_forward_wgmma<kDocs>, mma_grid(s, s.H, kWgBlockRows), kWgBlockThreads, kWgSmem,
-             static_cast<bf16*>(o), lse, static_cast<const bf16*>(q), static_cast<const bf16*>(k),
-             static_cast<const bf16*>(v), s.T, s.H, s.Hkv, static_cast<float>(scale) * kLog2e, s.window,
-             s.documents<kDocs>());
-    };
-    if (s.doc_start) run(std::true_type{});
-    else run(std::false_type{});
+      if constexpr (kD != 256)  // use_wgmma_forward: D = 64 or 128
+        launch(attention_forward_wgmma<kD, kDocs>, mma_grid(s, s.H, kWgBlockRows), kWgBlockThreads, wg_smem(kD),
+               static_cast<bf16*>(o), lse, static_cast<const bf16*>(q), static_cast<const bf16*>(k),
+               static_cast<const bf16*>(v), s.T, s.H, s.Hkv, static_cast<float>(scale) * kLog2e, s.window,
+               s.documents<kDocs>());
+    });
   } else if (use_mma(dims.D, dims.Dv, dtype)) {
     dispatch_mma(s, [&](auto d, auto docs) {
       constexpr int kD = decltype(d)::value;

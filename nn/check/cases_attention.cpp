@@ -12,9 +12,9 @@
 // Perf FLOPs count the visible half of the causal square: forward 4 B H T^2 D / 2 (two
 // products), forward+backward 3.5x that (the backward's five products), as flash-attention
 // reports them; GB/s counts q, k, v and o once (fwd+bwd: also do, dq, dk and dv).
-// Every gpu and perf case at D = Dv = 128 runs again with its bf16 forward on the wgmma kernel
-// ("attention wgmma ...", cuda::set_attention_wgmma; the backward is the mma kernels'), the mma
-// forward its oracle beside it.
+// Every gpu and perf case at D = Dv = 64 or 128 runs again with its bf16 forward on the wgmma
+// kernel ("attention wgmma ...", cuda::set_attention_wgmma; the backward is the mma kernels'), the
+// mma forward its oracle beside it.
 // rope: the attention and RetNet widths, a head width whose half (24) makes a warp span two
 // tokens, position offsets, a long sequence (angles up to ~4200 rad), a half width of 10 (no
 // 16-byte groups: the single-element kernel); per-sequence
@@ -44,7 +44,7 @@ struct AttentionCase {
   double scale;  // 0: 1 / sqrt(D)
   int64_t window;
   std::vector<int64_t> cu_seqlens = {};  // packed documents (the fourth input, doc_start); empty: none
-  bool wgmma = false;  // the bf16 forward at D = Dv = 128 on the wgmma kernel (cuda::set_attention_wgmma)
+  bool wgmma = false;  // the bf16 forward on the wgmma kernel (cuda::set_attention_wgmma)
 };
 
 // While alive, with `on`, cuda::attention_forward runs its wgmma kernel (a CPU build has none);
@@ -79,7 +79,9 @@ OpFn attention_op(const AttentionCase& c) {
   };
 }
 
-// The case at D = Dv = 128 again with its forward on wgmma: "attention wgmma ...", bf16 only.
+// Whether the wgmma forward runs at the case's widths.
+bool wgmma_widths(const AttentionCase& c) { return c.D == c.Dv && (c.D == 64 || c.D == 128); }
+// The case again with its forward on wgmma: "attention wgmma ...", bf16 only.
 AttentionCase on_wgmma(AttentionCase c) {
   c.name.insert(std::string("attention").size(), " wgmma");
   c.wgmma = true;
@@ -124,10 +126,10 @@ void add_attention_cases() {
                                 {{"attention documents", 2, 6, 2, 1, 3, 2, 0, 0,
                                   cu_seqlens_of({{1, 3, 2}, {0, 3, 3}})}, 16}})
     add_case(grad_case("attention", c.name, seed, inputs(c), attention_op(c)));
-  // gpu cases; those at D = Dv = 128 again with the forward on wgmma
+  // gpu cases; those at D = Dv = 64 or 128 again with the forward on wgmma
   auto add_gpu_case = [&](const AttentionCase& c) {
     add_case(gpu_case("attention", c.name, attention_kernel(c), inputs(c), attention_op(c)));
-    if (c.D != 128 || c.Dv != 128) return;
+    if (!wgmma_widths(c)) return;
     const AttentionCase w = on_wgmma(c);
     Case twin = gpu_case("attention", w.name, attention_kernel(w), inputs(w), attention_op(w));
     twin.gpu_dtypes = {DType::BF16};
@@ -162,8 +164,8 @@ void add_attention_cases() {
     add_gpu_case(c);
 
   // perf: causal, at each bench shape and at B1 T16384 H16 D128, beside torch SDPA's flash
-  // backend (targets.md's figures at the first two shapes); at D = 128 each again with the forward
-  // on wgmma ("attention wgmma ...", the same anchor).
+  // backend (targets.md's figures at the first two shapes); at D = 64 and 128 each again with the
+  // forward on wgmma ("attention wgmma ...", the same anchor).
   auto perf_inputs = [](const AttentionCase& c) {
     return [c](uint64_t) {
       const Shape s{c.B, c.T, c.H, c.D};
@@ -176,7 +178,7 @@ void add_attention_cases() {
   };
   auto add_perf_case = [&](const AttentionCase& c, const Perf& perf) {
     std::vector<AttentionCase> runs = {c};
-    if (c.D == 128) runs.push_back(on_wgmma(c));
+    if (wgmma_widths(c)) runs.push_back(on_wgmma(c));
     for (const AttentionCase& k : runs)
       add_case(perf_case("attention", k.name, attention_kernel(k), perf_inputs(k), attention_op(k), perf));
   };
