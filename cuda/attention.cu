@@ -47,10 +47,10 @@
 //        warp-specialised: a producer warpgroup loads K/V tiles of 128 keys into a ring (2 stages
 //        at D = 128, 3 at 64) for two consumer warpgroups of 64 queries each (128 a block), S
 //        and O += P V as wgmma products (P from S's registers; a tile's softmax runs while the
-//        P V of the tile before does), the mma forward's mask, online softmax and epilogue
-//        (shared helpers). Off unless asked (set_attention_wgmma, HLA_ATTENTION_WGMMA=1) until
-//        measured faster than the mma forward; the backward stays on mma. Emulator group
-//        `wgmma`; not yet run on a GPU.
+//        P V of the tile before does, and the consumers issue their products in turns), the mma
+//        forward's mask, online softmax and epilogue (shared helpers). Off unless asked
+//        (set_attention_wgmma, HLA_ATTENTION_WGMMA=1) until measured faster than the mma
+//        forward; the backward stays on mma. Emulator group `wgmma`; not yet run on a GPU.
 //   fma: plain fp32 arithmetic, any D, Dv <= 256, F32 or BF16 storage: one warp per row, keys
 //        (or queries) in shared-memory tiles of 32, one per lane. The readable version, and the
 //        fp32 path.
@@ -491,7 +491,10 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
 //           read N-major (its D / 64 panels are N's 64-wide parts), issued with the next tile's S.
 // Pipelined (FlashAttention-3's intra-warpgroup overlap): the consumer issues tile n's S = Q K^T,
 // then tile n - 1's O += P V, and runs tile n's mask and softmax while the latter is in flight;
-// the rescale of O that tile n's max asks for, and the new P, wait for it. A product is issued
+// the rescale of O that tile n's max asks for, and the new P, wait for it. And ping-pong between
+// the consumers (FlashAttention-3's inter-warpgroup scheduling): they issue their products in
+// turns, passed on through named barriers, so that one's softmax runs beside the other's
+// products. A product is issued
 // by all 128 threads of a consumer, so it skips only the tiles none of its 64 rows sees (above
 // its diagonal, before its window or document: a contiguous run; it still takes part in their
 // barriers), and masks only those some row sees in part; a warp whose rows see none of a tile
@@ -505,7 +508,9 @@ constexpr int kWgBlockRows = kWgConsumers * kWgRows;          // queries per blo
 constexpr int kWgBlockThreads = (1 + kWgConsumers) * kWgThreads;
 constexpr int wg_stages(int D) { return D == 128 ? 2 : 3; }   // K/V tiles in the ring (shared memory)
 constexpr int kWgProducerRegs = 40, kWgConsumerRegs = 232;    // setmaxnreg: 128 x 40 + 256 x 232 <= 64 K
-constexpr int kWgFull = 1;  // named barrier ids of stage s: full kWgFull + s, free kWgFull + wg_stages(D) + s
+// Named barrier ids: stage s full at kWgFull + s, free at kWgFull + wg_stages(D) + s; consumer c's
+// turn (ping-pong) at kWgFull + 2 wg_stages(D) + c.
+constexpr int kWgFull = 1;
 constexpr int kWgPanel = 64;                                  // elements of a swizzled row (128 bytes)
 constexpr size_t wg_smem(int D) {
   return kWgmmaTileAlign + sizeof(bf16) * (kWgBlockRows + 2 * wg_stages(D) * kWgCols) * D;
@@ -540,7 +545,8 @@ __global__ void __launch_bounds__(kWgBlockThreads, 1)
     attention_forward_wgmma(bf16* o, float* lse, const bf16* q, const bf16* k, const bf16* v, int T, int H, int Hkv,
                             float scale_log2, int window, DocumentMask<DOCS> documents) {
   constexpr int NT = kWgCols / 8, kTile = kWgCols * D;  // kTile: elements of a K or V tile
-  constexpr int kStages = wg_stages(D), kFree = kWgFull + kStages;
+  constexpr int kStages = wg_stages(D), kFree = kWgFull + kStages, kTurn = kFree + kStages;
+  static_assert(kTurn + kWgConsumers <= 16 && kWgConsumers >= 2, "16 named barriers a block; ping-pong takes two");
   extern __shared__ float4 smem_raw[];
   // as D / 64 panels each: sQ: kWgConsumers x (kWgRows, D); sK, sV: kStages x (kWgCols, D)
   bf16* sQ = reinterpret_cast<bf16*>(align_wgmma_tiles(smem_raw));
@@ -636,11 +642,26 @@ __global__ void __launch_bounds__(kWgBlockThreads, 1)
     wgmma_commit();
   };
 
-  for (int n = 0; n < n_first; n++) take(n), release(n);
+  // Ping-pong (FlashAttention-3's inter-warpgroup scheduling): a consumer issues its products
+  // only in its turn, after those of the consumer before it in the same round, so that one's
+  // softmax runs while the other's products do. Each consumer has tiles + 1 rounds (one a tile,
+  // without products on the tiles it skips, then the last O += P V); consumer 0 has the first
+  // turn, and the last consumer passes none on after its last round (every arrival is waited for).
+  const int me = warpgroup - 1;
+  int rounds = 0;
+  const auto in_turn = [&](const auto& issue) {
+    named_barrier_sync(kTurn + me, 2 * kWgThreads);
+    issue();
+    if (++rounds <= tiles || me < kWgConsumers - 1)
+      named_barrier_arrive(kTurn + (me + 1) % kWgConsumers, 2 * kWgThreads);
+  };
+  if (me == kWgConsumers - 1) named_barrier_arrive(kTurn, 2 * kWgThreads);
+
+  for (int n = 0; n < n_first; n++) take(n), in_turn([] {}), release(n);
   if (n_first <= n_last) {
     float s[NT][4], alpha[2];
     take(n_first);
-    issue_s(s, n_first);
+    in_turn([&] { issue_s(s, n_first); });
     wgmma_wait<0>(wgmma_acc(s));
     softmax(s, n_first, alpha);  // O is still 0: no rescale
     pack(s);
@@ -648,8 +669,10 @@ __global__ void __launch_bounds__(kWgBlockThreads, 1)
     // rescale of O and the new P once it is done
     for (int n = n_first + 1; n <= n_last; n++) {
       take(n);
-      issue_s(s, n);
-      issue_pv(n - 1);
+      in_turn([&] {
+        issue_s(s, n);
+        issue_pv(n - 1);
+      });
       wgmma_wait<1>(wgmma_acc(s));
       const bool moved = softmax(s, n, alpha);
       wgmma_wait<0>(wgmma_acc(acc));
@@ -659,11 +682,13 @@ __global__ void __launch_bounds__(kWgBlockThreads, 1)
         for (int r = 0; r < 2; r++) rescale_row<D, 1>(acc, r, alpha[r]);
       pack(s);
     }
-    issue_pv(n_last);
+    in_turn([&] { issue_pv(n_last); });
     wgmma_wait<0>(wgmma_acc(acc));
     release(n_last);
+  } else {
+    in_turn([] {});
   }
-  for (int n = n_last + 1; n < tiles; n++) take(n), release(n);
+  for (int n = n_last + 1; n < tiles; n++) take(n), in_turn([] {}), release(n);
 
   store_output<D, 1>(o, lse, acc, m, l, t_row, b, h, T, H);
 }

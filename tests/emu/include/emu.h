@@ -235,6 +235,11 @@ void launch(Kernel kernel, dim3 grid, int threads, size_t bytes, Params... param
             std::abort();
           }
         }
+        for (const Barrier& n : b.named_bars)
+          if (n.arrived != 0) {
+            std::fprintf(stderr, "emu: block (%u, %u, %u) ended with a named barrier part-way arrived\n", x, y, z);
+            std::abort();
+          }
         for (const Fiber& f : b.fibers)
           if (!f.wgmma_open.empty() || !f.wgmma_groups.empty()) {
             std::fprintf(stderr, "emu: block (%u, %u, %u) ended with wgmma products not waited for\n", x, y, z);

@@ -110,7 +110,8 @@ inline void emu_wgmma(float* d, int n, const uint32_t* a_regs, uint64_t desc_a, 
 
 // Named barriers: the block's barrier `id` expects `threads` arrivals (every use of an id must
 // agree); sync parks this thread until they are in (a group barrier, as __syncthreads), arrive
-// only counts it. The register moves have nothing to do here.
+// only counts it; a block that ends with arrivals nobody waited for aborts (emu.h). The register
+// moves have nothing to do here.
 inline emu::Barrier& emu_named_barrier(int id, int threads) {
   if (id < 1 || id > 15 || threads % 32 != 0 || threads > int(blockDim.x))
     emu_wgmma_fail("a named barrier is id 1 .. 15 over a multiple of 32 threads of the block");
