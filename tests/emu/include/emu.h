@@ -1,10 +1,12 @@
 // Host emulator of the CUDA execution model for running the mma kernels on the CPU (g++).
 // Threads of a block are fibers (ucontext for the first entry, _setjmp/_longjmp after), run by a
 // round-robin scheduler; __syncthreads and the warp collectives (shuffles, __syncwarp, mma) are
-// barriers over the block / the warp, the warpgroup MMA (wgmma) a barrier over its 4 warps.
+// barriers over the block / the warp, the warpgroup MMA (wgmma) a barrier over its 4 warps, a
+// named barrier (bar.sync / bar.arrive) one over the threads it names.
 // Blocks run one after another; shared memory is one buffer filled with 0xff (NaN) before every
 // block, whose shared-space addresses (__cvta_generic_to_shared) start at kSharedWindowStart;
-// cp.async copies are deferred to the wait, wgmma products to their wait_group.
+// cp.async copies are deferred to the wait that retires their group, wgmma products to their
+// wait_group.
 #pragma once
 #include <setjmp.h>
 #include <ucontext.h>
