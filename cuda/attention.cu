@@ -44,11 +44,11 @@
 //        (~274 TFLOP/s; 1.156 with one 8-warp block an SM), dQ 1.72 ms, dK/dV 2.50 ms; torch
 //        SDPA's flash kernels take 0.499 and ~1.5 (targets.md).
 //   wgmma: the forward alone at D = Dv = 64 and 128 on Hopper's warpgroup MMA (sm_90a),
-//        warp-specialised: a producer warpgroup loads K/V tiles of 128 keys into a ring (2 stages
-//        at D = 128, 3 at 64) for two consumer warpgroups of 64 queries each (128 a block), S
-//        and O += P V as wgmma products (P from S's registers; a tile's softmax runs while the
-//        P V of the tile before does, and the consumers issue their products in turns), the mma
-//        forward's mask, online softmax and epilogue (shared helpers). Off unless asked
+//        warp-specialised: a producer warpgroup loads K/V tiles of 128 keys into a ring of 3 for
+//        two consumer warpgroups of 64 queries each (128 a block), S and O += P V as wgmma
+//        products (P from S's registers; a tile's softmax runs while the P V of the tile before
+//        does, and the consumers issue their products in turns), the mma forward's mask, online
+//        softmax and epilogue (shared helpers). Off unless asked
 //        (set_attention_wgmma, HLA_ATTENTION_WGMMA=1) until measured faster than the mma
 //        forward; the backward stays on mma. Emulator group `wgmma`; not yet run on a GPU.
 //   fma: plain fp32 arithmetic, any D, Dv <= 256, F32 or BF16 storage: one warp per row, keys
@@ -474,8 +474,8 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
 // sm_90a), run only when asked (set_attention_wgmma, cuda/attention.h) until it is measured
 // faster than the mma forward, which stays its oracle. Warp-specialised: a block is
 // kWgConsumers + 1 warpgroups and 64 kWgConsumers queries. Warpgroup 0, the producer, only
-// loads: Q, then the K/V tiles of 128 keys into a ring of wg_stages(D) buffers, up to
-// wg_stages(D) - 1 tiles ahead of the consumers (cp.async groups), handing each tile over with a
+// loads: Q, then the K/V tiles of 128 keys into a ring of kWgStages buffers, up to
+// kWgStages - 1 tiles ahead of the consumers (cp.async groups), handing each tile over with a
 // named barrier ("full") once it landed and taking its buffer back with another ("free"); it
 // gives its registers to the consumers (setmaxnreg: at D = 128 they hold S 64, P 32 and O 64
 // a thread; without the move, capped at 168, they spilled 240 bytes). Consumer warpgroup c owns
@@ -498,22 +498,23 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
 // by all 128 threads of a consumer, so it skips only the tiles none of its 64 rows sees (above
 // its diagonal, before its window or document: a contiguous run; it still takes part in their
 // barriers), and masks only those some row sees in part; a warp whose rows see none of a tile
-// it computes gets P = 0 there. Shared memory: Q 256 D bytes + wg_stages(D) x 512 D (+1 KB for
-// the alignment): 161 KB at D = 128 (2 stages), 113 KB at D = 64 (3); one block an SM.
+// it computes gets P = 0 there. Shared memory: Q 256 D bytes + kWgStages x 512 D (+1 KB for the
+// alignment): 225 KB at D = 128 (of 227), 113 KB at D = 64; one block an SM.
 constexpr int kWgRows = 64;                                   // queries per consumer: wgmma's M
 constexpr int kWgCols = 128;                                  // keys per K/V tile: S's N
 constexpr int kWgThreads = 128;                               // a warpgroup
 constexpr int kWgConsumers = 2;                               // consumer warpgroups a block
 constexpr int kWgBlockRows = kWgConsumers * kWgRows;          // queries per block
 constexpr int kWgBlockThreads = (1 + kWgConsumers) * kWgThreads;
-constexpr int wg_stages(int D) { return D == 128 ? 2 : 3; }   // K/V tiles in the ring (shared memory)
+constexpr int kWgStages = 3;                                  // K/V tiles in the ring
 constexpr int kWgProducerRegs = 40, kWgConsumerRegs = 232;    // setmaxnreg: 128 x 40 + 256 x 232 <= 64 K
-// Named barrier ids: stage s full at kWgFull + s, free at kWgFull + wg_stages(D) + s; consumer c's
-// turn (ping-pong) at kWgFull + 2 wg_stages(D) + c.
-constexpr int kWgFull = 1;
+// Named barrier ids: stage s full at kWgFull + s, free at kWgFree + s; consumer c's turn
+// (ping-pong) at kWgTurn + c.
+constexpr int kWgFull = 1, kWgFree = kWgFull + kWgStages, kWgTurn = kWgFree + kWgStages;
+static_assert(kWgTurn + kWgConsumers <= 16 && kWgConsumers >= 2, "16 named barriers a block; ping-pong takes two");
 constexpr int kWgPanel = 64;                                  // elements of a swizzled row (128 bytes)
 constexpr size_t wg_smem(int D) {
-  return kWgmmaTileAlign + sizeof(bf16) * (kWgBlockRows + 2 * wg_stages(D) * kWgCols) * D;
+  return kWgmmaTileAlign + sizeof(bf16) * (kWgBlockRows + 2 * kWgStages * kWgCols) * D;
 }
 
 // Copies rows [row0, row0 + ROWS) of a (T, ...) global matrix of D columns, rows `stride`
@@ -539,19 +540,17 @@ __device__ __forceinline__ float (&wgmma_acc(float (&a)[N][4]))[4 * N] {
 
 // o: (B, T, H, D), lse: (B, H, T). Grid (H, B, blocks of kWgBlockRows queries), the longest
 // (last) blocks first. The block takes the tiles from the first key its first query sees to its
-// last query; tile n sits in stage n % wg_stages(D).
+// last query; tile n sits in stage n % kWgStages.
 template <int D, bool DOCS>
 __global__ void __launch_bounds__(kWgBlockThreads, 1)
     attention_forward_wgmma(bf16* o, float* lse, const bf16* q, const bf16* k, const bf16* v, int T, int H, int Hkv,
                             float scale_log2, int window, DocumentMask<DOCS> documents) {
   constexpr int NT = kWgCols / 8, kTile = kWgCols * D;  // kTile: elements of a K or V tile
-  constexpr int kStages = wg_stages(D), kFree = kWgFull + kStages, kTurn = kFree + kStages;
-  static_assert(kTurn + kWgConsumers <= 16 && kWgConsumers >= 2, "16 named barriers a block; ping-pong takes two");
   extern __shared__ float4 smem_raw[];
-  // as D / 64 panels each: sQ: kWgConsumers x (kWgRows, D); sK, sV: kStages x (kWgCols, D)
+  // as D / 64 panels each: sQ: kWgConsumers x (kWgRows, D); sK, sV: kWgStages x (kWgCols, D)
   bf16* sQ = reinterpret_cast<bf16*>(align_wgmma_tiles(smem_raw));
   bf16* sK = sQ + kWgBlockRows * D;
-  bf16* sV = sK + kStages * kTile;
+  bf16* sV = sK + kWgStages * kTile;
   const int warpgroup = threadIdx.x / kWgThreads, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
   const int q0 = (gridDim.z - 1 - blockIdx.z) * kWgBlockRows, h = blockIdx.x, b = blockIdx.y, hk = h / (H / Hkv);
   const int64_t q_stride = int64_t(H) * D, kv_stride = int64_t(Hkv) * D;
@@ -564,18 +563,18 @@ __global__ void __launch_bounds__(kWgBlockThreads, 1)
     const bf16* qh = q + int64_t(b) * T * q_stride + int64_t(h) * D;  // row t at qh + t * q_stride
     const bf16* kh = k + int64_t(b) * T * kv_stride + int64_t(hk) * D;
     const bf16* vh = v + int64_t(b) * T * kv_stride + int64_t(hk) * D;
-    // step n: hand over tile n - (kStages - 1) once it landed (of the n groups committed, the
-    // last kStages - 2 may be in flight), then load tile n (and Q with tile 0) once its stage
+    // step n: hand over tile n - (kWgStages - 1) once it landed (of the n groups committed, the
+    // last kWgStages - 2 may be in flight), then load tile n (and Q with tile 0) once its stage
     // is free. A group is committed every step, empty past the last tile, so that the count holds.
-    for (int n = 0; n < tiles + kStages - 1; n++) {
-      if (n >= kStages - 1) {
-        cp_async_wait<kStages - 2>();
+    for (int n = 0; n < tiles + kWgStages - 1; n++) {
+      if (n >= kWgStages - 1) {
+        cp_async_wait<kWgStages - 2>();
         fence_proxy_async();  // the copies, then wgmma's reads of them
-        named_barrier_arrive(kWgFull + (n - (kStages - 1)) % kStages, kWgBlockThreads);
+        named_barrier_arrive(kWgFull + (n - (kWgStages - 1)) % kWgStages, kWgBlockThreads);
       }
       if (n < tiles) {
-        const int stage = n % kStages, s0 = (kb_first + n) * kWgCols;
-        if (n >= kStages) named_barrier_sync(kFree + stage, kWgBlockThreads);
+        const int stage = n % kWgStages, s0 = (kb_first + n) * kWgCols;
+        if (n >= kWgStages) named_barrier_sync(kWgFree + stage, kWgBlockThreads);
         if (n == 0)
           for (int c = 0; c < kWgConsumers; c++)
             load_panels_async<kWgRows, D>(sQ + c * kWgRows * D, qh, q_stride, q0 + c * kWgRows, T);
@@ -601,15 +600,15 @@ __global__ void __launch_bounds__(kWgBlockThreads, 1)
   for (int n = 0; n < tiles; n++)
     if (c0 < T && docs.any_visible(c0, c_last, (kb_first + n) * kWgCols, (kb_first + n + 1) * kWgCols - 1, window))
       n_first = min(n_first, n), n_last = n;
-  const auto take = [&](int n) { named_barrier_sync(kWgFull + n % kStages, kWgBlockThreads); };  // tile n landed
+  const auto take = [&](int n) { named_barrier_sync(kWgFull + n % kWgStages, kWgBlockThreads); };  // tile n landed
   // Tile n's buffers are read no more; the producer waits for them only when it has another tile
   // to put there.
   const auto release = [&](int n) {
-    if (n + kStages < tiles) named_barrier_arrive(kFree + n % kStages, kWgBlockThreads);
+    if (n + kWgStages < tiles) named_barrier_arrive(kWgFree + n % kWgStages, kWgBlockThreads);
   };
   // pass 1: S = Q K^T (unscaled) over tile n, issued
   const auto issue_s = [&](float(&s)[NT][4], int n) {
-    const bf16* sKb = sK + (n % kStages) * kTile;
+    const bf16* sKb = sK + (n % kWgStages) * kTile;
     wgmma_fence(wgmma_acc(s));
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++)
@@ -633,7 +632,7 @@ __global__ void __launch_bounds__(kWgBlockThreads, 1)
   };
   // pass 3: O += P V over tile n, issued (V's k16 slice starts 16 rows into its first panel)
   const auto issue_pv = [&](int n) {
-    const bf16* sVb = sV + (n % kStages) * kTile;
+    const bf16* sVb = sV + (n % kWgStages) * kTile;
     wgmma_fence(wgmma_acc(acc));
 #pragma unroll
     for (int j = 0; j < kWgCols / 16; j++)
@@ -650,12 +649,12 @@ __global__ void __launch_bounds__(kWgBlockThreads, 1)
   const int me = warpgroup - 1;
   int rounds = 0;
   const auto in_turn = [&](const auto& issue) {
-    named_barrier_sync(kTurn + me, 2 * kWgThreads);
+    named_barrier_sync(kWgTurn + me, 2 * kWgThreads);
     issue();
     if (++rounds <= tiles || me < kWgConsumers - 1)
-      named_barrier_arrive(kTurn + (me + 1) % kWgConsumers, 2 * kWgThreads);
+      named_barrier_arrive(kWgTurn + (me + 1) % kWgConsumers, 2 * kWgThreads);
   };
-  if (me == kWgConsumers - 1) named_barrier_arrive(kTurn, 2 * kWgThreads);
+  if (me == kWgConsumers - 1) named_barrier_arrive(kWgTurn, 2 * kWgThreads);
 
   for (int n = 0; n < n_first; n++) take(n), in_turn([] {}), release(n);
   if (n_first <= n_last) {

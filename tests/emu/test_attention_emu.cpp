@@ -15,8 +15,8 @@
 // head width 128 and 64 cases (with those of copies landing at issue) with the forward on the
 // wgmma kernel (cuda::set_attention_wgmma: descriptors and fragments as
 // tests/emu/include/cuda/wgmma.cuh decodes them; a producer warpgroup and two consumers handing
-// K/V tiles of 128 keys over through named barriers, the ring of 2 stages (D = 128) wrapping at
-// T 257 and 300, and both rings twice at T 520).
+// K/V tiles of 128 keys over through named barriers, the ring of 3 stages wrapping twice at
+// T 520).
 // The backward runs on the kernel's own o and lse, as in training. Tolerances are gpu-check's
 // (relative RMS: bf16 5e-3 outputs, 1e-2 gradients; fp32 1e-5); the exit status is 1 when a row
 // fails.
