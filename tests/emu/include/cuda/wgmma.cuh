@@ -9,7 +9,7 @@
 //     start address, leading and stride byte offsets, the 128-byte swizzle as an XOR of address
 //     bits 7-9 into bits 4-6), and the accumulators written then (fp32, k in order). So a kernel
 //     that reads its accumulators before the wait, or overwrites a tile before it, gets wrong
-//     results here;
+//     results here, and one that writes A's registers before it aborts;
 //   - descriptors this emulator does not model (another swizzle, a base offset, a K-major start
 //     whose bits 7-9 are set, an N-major start off a 1024-byte boundary) abort, as does a block
 //     that ends with products not waited for.
@@ -95,7 +95,11 @@ inline void emu_wgmma(float* d, int n, const uint32_t* a_regs, uint64_t desc_a, 
     }
   emu_sync_warpgroup();
   const bool from_regs = a_regs != nullptr;
+  uint32_t a_issued[4] = {};
+  if (from_regs) std::memcpy(a_issued, a_regs, sizeof a_issued);
   emu::me().wgmma_open.push_back([=]() mutable {
+    if (from_regs && std::memcmp(a_regs, a_issued, sizeof a_issued) != 0)
+      emu_wgmma_fail("A's registers were written before the wait_group that retires the product");
     if (!from_regs)
       for (int h = 0; h < 2; h++)
         for (int k = 0; k < 16; k++) a_rows[h][k] = emu_desc_read(desc_a, 16 * warp + g + 8 * h, k, false);
