@@ -43,15 +43,20 @@
 //        On the H200 (ncu, commit a485f34, B4 T4096 H16 D128 bf16 causal): forward 1.009 ms
 //        (~274 TFLOP/s; 1.156 with one 8-warp block an SM), dQ 1.72 ms, dK/dV 2.50 ms; torch
 //        SDPA's flash kernels take 0.499 and ~1.5 (targets.md).
-//   wgmma: the forward alone at D = Dv = 128 on Hopper's warpgroup MMA (sm_90a): one warpgroup a
-//        block of 64 queries, S and O += P V as wgmma products (P from S's registers), the mma
-//        forward's mask, online softmax and epilogue (shared helpers). Off unless asked
+//   wgmma: the forward alone at D = Dv = 64 and 128 on Hopper's warpgroup MMA (sm_90a),
+//        warp-specialised: a producer warpgroup loads K/V tiles of 128 keys into a ring of 3 for
+//        two consumer warpgroups of 64 queries each (128 a block), S and O += P V as wgmma
+//        products (P from S's registers; a tile's softmax runs while the P V of the tile before
+//        does, and the consumers issue their products in turns), the mma forward's mask, online
+//        softmax and epilogue (shared helpers). Off unless asked
 //        (set_attention_wgmma, HLA_ATTENTION_WGMMA=1) until measured faster than the mma
-//        forward. Emulator group `wgmma`; not yet run on a GPU. The backward likewise behind its
-//        own switch (set_attention_wgmma_backward, HLA_ATTENTION_WGMMA_BWD=1): the mma
-//        backward's two kernels with 64-row warpgroup products (its section says how);
-//        emulator group `wgmma-bwd`, where its gradients are the mma backward's to the printed
-//        digit; not yet run on a GPU.
+//        forward. Emulator group `wgmma`; not yet run on a GPU. The backward at D = Dv = 128:
+//        the mma backward's two kernels with 64-row warpgroup products (its section says how),
+//        the default in sm_90a builds (set_attention_wgmma_backward, HLA_ATTENTION_WGMMA_BWD=0
+//        turns it off); emulator group `wgmma-bwd`, where its gradients are the mma backward's
+//        to the printed digit. On the H200 (commit 6f69a11, B4 T4096 H16 D128 causal bf16,
+//        gpu-check PASS): fwd+bwd 3.577 ms with the mma forward (1.005), the mma backward's
+//        4.581; at B1 T16384 H16 D128 13.445 against 17.260.
 //   fma: plain fp32 arithmetic, any D, Dv <= 256, F32 or BF16 storage: one warp per row, keys
 //        (or queries) in shared-memory tiles of 32, one per lane. The readable version, and the
 //        fp32 path.
@@ -311,10 +316,12 @@ __device__ __forceinline__ void mask_scores(float (&s)[MT * NT][4], const Docume
 // only moves (and O and l are rescaled) when some row of the warp sees a score above
 // m + kMaxSlack: until then P <= 2^kMaxSlack, exact in fp32 and as precise in bf16, and the
 // result O / l, lse = m + log l is the same. Past the first keys of a row that is rare, so the
-// 16 x D multiplies of the rescale are skipped by the whole warp at once.
-template <int NT, int MT, int D>
+// 16 x D multiplies of the rescale are skipped by the whole warp at once. O is rescaled by
+// rescale_row(r, alpha): row r times alpha = e^(m - m') (rescale_row below, at once; the wgmma
+// forward keeps alpha until the product still writing O is done).
+template <int NT, int MT, class RescaleRow>
 __device__ __forceinline__ void online_softmax(float (&s)[MT * NT][4], float (&m)[2 * MT], float (&l)[2 * MT],
-                                               float (&acc)[MT * D / 8][4], float scale_log2) {
+                                               float scale_log2, const RescaleRow& rescale_row) {
   constexpr int kRowsPerThread = 2 * MT;
   float tile_max[kRowsPerThread];  // log2 units
   bool grow = false;
@@ -341,13 +348,7 @@ __device__ __forceinline__ void online_softmax(float (&s)[MT * NT][4], float (&m
       const float alpha = exp2_ftz(m[r] - (m_new == -INFINITY ? 0.0f : m_new));  // e^(m - m')
       m[r] = m_new;
       l[r] *= alpha;
-      float(*acc_r)[4] = acc + (r / 2) * (D / 8);
-      const int e0 = 2 * (r % 2);
-#pragma unroll
-      for (int dt = 0; dt < D / 8; dt++) {
-        acc_r[dt][e0] *= alpha;
-        acc_r[dt][e0 + 1] *= alpha;
-      }
+      rescale_row(r, alpha);
     }
 #pragma unroll
   for (int r = 0; r < kRowsPerThread; r++) {
@@ -361,6 +362,18 @@ __device__ __forceinline__ void online_softmax(float (&s)[MT * NT][4], float (&m
         sr[nt][e] = exp2_ftz(fmaf(sr[nt][e], scale_log2, -base));  // P = exp(scale S - m)
         l[r] += sr[nt][e];
       }
+  }
+}
+
+// This thread's row r of O (acc, 16 MT x D as above) times alpha.
+template <int D, int MT>
+__device__ __forceinline__ void rescale_row(float (&acc)[MT * D / 8][4], int r, float alpha) {
+  float(*acc_r)[4] = acc + (r / 2) * (D / 8);
+  const int e0 = 2 * (r % 2);
+#pragma unroll
+  for (int dt = 0; dt < D / 8; dt++) {
+    acc_r[dt][e0] *= alpha;
+    acc_r[dt][e0 + 1] *= alpha;
   }
 }
 
@@ -453,7 +466,7 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
       if (!docs.all_visible(w_first, w_last, s0, s0 + kFwdStep - 1, window))
         mask_scores<NT, MT>(s, docs, window, s0, t_row);
       // pass 2: online softmax
-      online_softmax<NT, MT, D>(s, m, l, acc, scale_log2);
+      online_softmax<NT, MT>(s, m, l, scale_log2, [&](int r, float alpha) { rescale_row<D, MT>(acc, r, alpha); });
       // pass 3: O += P V
       mma_pb<D, NT, MT>(acc, s, sV + (buf * kCols + s0 - k0) * D);
     }
@@ -463,40 +476,63 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
 }
 
 // ------------------------------------------------------------------------------------------
-// wgmma path: the forward at D = Dv = 128 on Hopper's warpgroup MMA (cuda/wgmma.cuh, sm_90a),
-// run only when asked (set_attention_wgmma, cuda/attention.h) until it is measured faster than
-// the mma forward, which stays its oracle. A block is one warpgroup (4 warps, 128 threads) and
-// 64 queries; warp w owns rows 16 w .. 16 w + 15, a thread rows lane / 4 and + 8 of them: the
-// layout of the mma forward at MT = 1, so masking, online softmax and the epilogue are its code.
-// Q, K and V sit in shared memory as 64-wide swizzled panels (the 128-byte swizzle of
-// cuda/wgmma_desc.cuh: a (rows x 128) matrix is two (rows x 64) tiles, each on a 1024-byte
-// boundary); K/V tiles of 64 keys are double-buffered with cp.async. Per tile:
-//   pass 1: S (64 x 64) = Q K^T, 8 k16 products, Q and K read K-major through descriptors;
+// wgmma path: the forward at D = Dv = 64 and 128 on Hopper's warpgroup MMA (cuda/wgmma.cuh,
+// sm_90a), run only when asked (set_attention_wgmma, cuda/attention.h) until it is measured
+// faster than the mma forward, which stays its oracle. Warp-specialised: a block is
+// kWgConsumers + 1 warpgroups and 64 kWgConsumers queries. Warpgroup 0, the producer, only
+// loads: Q, then the K/V tiles of 128 keys into a ring of kWgStages buffers, up to
+// kWgStages - 1 tiles ahead of the consumers (cp.async groups), handing each tile over with a
+// named barrier ("full") once it landed and taking its buffer back with another ("free"); it
+// gives its registers to the consumers (setmaxnreg: at D = 128 they hold S 64, P 32 and O 64
+// a thread; without the move, capped at 168, they spilled 240 bytes). Consumer warpgroup c owns
+// queries 64 c .. 64 c + 63 of the block, its warp w rows 16 w .. 16 w + 15, a thread rows
+// lane / 4 and + 8 of them: the layout of the mma forward at MT = 1, so masking, online softmax
+// and the epilogue are its code. Both consumers read each K/V tile the producer loaded once. Q,
+// K and V sit in shared memory as 64-wide swizzled panels (the 128-byte swizzle of
+// cuda/wgmma_desc.cuh: a (rows x D) matrix is D / 64 (rows x 64) tiles, each on a 1024-byte
+// boundary). A consumer per tile:
+//   pass 1: S (64 x 128) = Q K^T, D / 16 k16 products, Q and K read K-major through descriptors;
 //   pass 2: mask (on tiles some row sees in part) and online softmax, in S's registers;
-//   pass 3: O (64 x 128) += P V, 4 k16 products, P's A fragments packed from S's registers, V
-//           read N-major (its two panels are N's two halves).
-// Each product is waited for before its result is read (no overlap of softmax and products
-// yet). A product is issued by all 128 threads, so the block takes every tile from the first
-// key its first query sees to its last query (each holds a key some row sees); a warp whose rows
-// see none of a tile gets P = 0 there. Shared memory 80 KB (+1 KB for the alignment).
-constexpr int kWgRows = 64;                      // queries per block: wgmma's M
-constexpr int kWgCols = 64;                      // keys per K/V tile: S's N
-constexpr int kWgThreads = 128;                  // one warpgroup
-constexpr int kWgPanel = 64;                     // elements of a swizzled row (128 bytes)
-constexpr int kWgD = 128;                        // the head width it runs at
-constexpr int kWgTile = kWgCols * kWgD;          // elements of a K or V tile
-constexpr size_t kWgSmem = kWgmmaTileAlign + sizeof(bf16) * (kWgRows + 4 * kWgCols) * kWgD;
+//   pass 3: O (64 x D) += P V, 8 k16 products, P's A fragments packed from S's registers, V
+//           read N-major (its D / 64 panels are N's 64-wide parts), issued with the next tile's S.
+// Pipelined (FlashAttention-3's intra-warpgroup overlap): the consumer issues tile n's S = Q K^T,
+// then tile n - 1's O += P V, and runs tile n's mask and softmax while the latter is in flight;
+// the rescale of O that tile n's max asks for, and the new P, wait for it. And ping-pong between
+// the consumers (FlashAttention-3's inter-warpgroup scheduling): they issue their products in
+// turns, passed on through named barriers, so that one's softmax runs beside the other's
+// products. A product is issued
+// by all 128 threads of a consumer, so it skips only the tiles none of its 64 rows sees (above
+// its diagonal, before its window or document: a contiguous run; it still takes part in their
+// barriers), and masks only those some row sees in part; a warp whose rows see none of a tile
+// it computes gets P = 0 there. Shared memory: Q 256 D bytes + kWgStages x 512 D (+1 KB for the
+// alignment): 225 KB at D = 128 (of 227), 113 KB at D = 64; one block an SM.
+constexpr int kWgRows = 64;                                   // queries per consumer: wgmma's M
+constexpr int kWgCols = 128;                                  // keys per K/V tile: S's N
+constexpr int kWgThreads = 128;                               // a warpgroup
+constexpr int kWgConsumers = 2;                               // consumer warpgroups a block
+constexpr int kWgBlockRows = kWgConsumers * kWgRows;          // queries per block
+constexpr int kWgBlockThreads = (1 + kWgConsumers) * kWgThreads;
+constexpr int kWgStages = 3;                                  // K/V tiles in the ring
+constexpr int kWgProducerRegs = 40, kWgConsumerRegs = 232;    // setmaxnreg: 128 x 40 + 256 x 232 <= 64 K
+// Named barrier ids: stage s full at kWgFull + s, free at kWgFree + s; consumer c's turn
+// (ping-pong) at kWgTurn + c.
+constexpr int kWgFull = 1, kWgFree = kWgFull + kWgStages, kWgTurn = kWgFree + kWgStages;
+static_assert(kWgTurn + kWgConsumers <= 16 && kWgConsumers >= 2, "16 named barriers a block; ping-pong takes two");
+constexpr int kWgPanel = 64;                                  // elements of a swizzled row (128 bytes)
+constexpr size_t wg_smem(int D) {
+  return kWgmmaTileAlign + sizeof(bf16) * (kWgBlockRows + 2 * kWgStages * kWgCols) * D;
+}
 
-// Copies rows [row0, row0 + ROWS) of a (T, ...) global matrix of kWgD columns, rows `stride`
-// apart, into kWgD / 64 swizzled (ROWS x 64) panels, column block p at tile + p ROWS 64; rows at
-// or past T become zeros.
-template <int ROWS>
+// Copies rows [row0, row0 + ROWS) of a (T, ...) global matrix of D columns, rows `stride`
+// apart, into D / 64 swizzled (ROWS x 64) panels, column block p at tile + p ROWS 64; rows at
+// or past T become zeros. The producer warpgroup's threads.
+template <int ROWS, int D>
 __device__ __forceinline__ void load_panels_async(bf16* tile, const bf16* g, int64_t stride, int row0, int T) {
 #pragma unroll
-  for (int p = 0; p < kWgD / kWgPanel; p++)
+  for (int p = 0; p < D / kWgPanel; p++)
     load_tile_async<ROWS, kWgPanel, kWgThreads>(tile + p * ROWS * kWgPanel, g + p * kWgPanel, stride, row0, T);
 }
-// Where the k16 slice kk of a (ROWS x kWgD) panelled matrix starts (its K-major descriptor's
+// Where the k16 slice kk of a (ROWS x D) panelled matrix starts (its K-major descriptor's
 // address).
 template <int ROWS>
 __device__ __forceinline__ const bf16* panel_slice(const bf16* tile, int kk) {
@@ -508,77 +544,156 @@ __device__ __forceinline__ float (&wgmma_acc(float (&a)[N][4]))[4 * N] {
   return reinterpret_cast<float(&)[4 * N]>(a);
 }
 
-// o: (B, T, H, 128), lse: (B, H, T). Grid (H, B, blocks of 64 queries), the longest (last)
-// blocks first.
-template <bool DOCS>
-__global__ void __launch_bounds__(kWgThreads)
+// o: (B, T, H, D), lse: (B, H, T). Grid (H, B, blocks of kWgBlockRows queries), the longest
+// (last) blocks first. The block takes the tiles from the first key its first query sees to its
+// last query; tile n sits in stage n % kWgStages.
+template <int D, bool DOCS>
+__global__ void __launch_bounds__(kWgBlockThreads, 1)
     attention_forward_wgmma(bf16* o, float* lse, const bf16* q, const bf16* k, const bf16* v, int T, int H, int Hkv,
                             float scale_log2, int window, DocumentMask<DOCS> documents) {
-  constexpr int D = kWgD, NT = kWgCols / 8;
+  constexpr int NT = kWgCols / 8, kTile = kWgCols * D;  // kTile: elements of a K or V tile
   extern __shared__ float4 smem_raw[];
-  bf16* sQ = reinterpret_cast<bf16*>(align_wgmma_tiles(smem_raw));  // sQ: (kWgRows, D) as 2 panels
-  bf16* sK = sQ + kWgRows * D;                                       // sK: 2 x (kWgCols, D) as 2 panels
-  bf16* sV = sK + 2 * kWgTile;                                       // sV: 2 x (kWgCols, D) as 2 panels
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int q0 = (gridDim.z - 1 - blockIdx.z) * kWgRows, h = blockIdx.x, b = blockIdx.y, hk = h / (H / Hkv);
+  // as D / 64 panels each: sQ: kWgConsumers x (kWgRows, D); sK, sV: kWgStages x (kWgCols, D)
+  bf16* sQ = reinterpret_cast<bf16*>(align_wgmma_tiles(smem_raw));
+  bf16* sK = sQ + kWgBlockRows * D;
+  bf16* sV = sK + kWgStages * kTile;
+  const int warpgroup = threadIdx.x / kWgThreads, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
+  const int q0 = (gridDim.z - 1 - blockIdx.z) * kWgBlockRows, h = blockIdx.x, b = blockIdx.y, hk = h / (H / Hkv);
   const int64_t q_stride = int64_t(H) * D, kv_stride = int64_t(Hkv) * D;
-  const bf16* qh = q + int64_t(b) * T * q_stride + int64_t(h) * D;  // row t at qh + t * q_stride
-  const bf16* kh = k + int64_t(b) * T * kv_stride + int64_t(hk) * D;
-  const bf16* vh = v + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const DocumentMask<DOCS> docs = documents.row(b);
-  const int q_last = q0 + kWgRows - 1;
-  const int kb_first = docs.first_visible_key(q0, window) / kWgCols, kb_last = min(T - 1, q_last) / kWgCols;
+  const int kb_first = docs.first_visible_key(q0, window) / kWgCols;
+  const int tiles = min(T - 1, q0 + kWgBlockRows - 1) / kWgCols - kb_first + 1;
+
+  if (warpgroup == 0) {  // the producer
+    warpgroup_reg_dealloc<kWgProducerRegs>();
+    const bf16* qh = q + int64_t(b) * T * q_stride + int64_t(h) * D;  // row t at qh + t * q_stride
+    const bf16* kh = k + int64_t(b) * T * kv_stride + int64_t(hk) * D;
+    const bf16* vh = v + int64_t(b) * T * kv_stride + int64_t(hk) * D;
+    // step n: hand over tile n - (kWgStages - 1) once it landed (of the n groups committed, the
+    // last kWgStages - 2 may be in flight), then load tile n (and Q with tile 0) once its stage
+    // is free. A group is committed every step, empty past the last tile, so that the count holds.
+    for (int n = 0; n < tiles + kWgStages - 1; n++) {
+      if (n >= kWgStages - 1) {
+        cp_async_wait<kWgStages - 2>();
+        fence_proxy_async();  // the copies, then wgmma's reads of them
+        named_barrier_arrive(kWgFull + (n - (kWgStages - 1)) % kWgStages, kWgBlockThreads);
+      }
+      if (n < tiles) {
+        const int stage = n % kWgStages, s0 = (kb_first + n) * kWgCols;
+        if (n >= kWgStages) named_barrier_sync(kWgFree + stage, kWgBlockThreads);
+        if (n == 0)
+          for (int c = 0; c < kWgConsumers; c++)
+            load_panels_async<kWgRows, D>(sQ + c * kWgRows * D, qh, q_stride, q0 + c * kWgRows, T);
+        load_panels_async<kWgCols, D>(sK + stage * kTile, kh, kv_stride, s0, T);
+        load_panels_async<kWgCols, D>(sV + stage * kTile, vh, kv_stride, s0, T);
+      }
+      cp_async_commit();
+    }
+    return;
+  }
+
+  warpgroup_reg_alloc<kWgConsumerRegs>();
+  const int c0 = q0 + (warpgroup - 1) * kWgRows, c_last = c0 + kWgRows - 1;  // this consumer's queries
+  const bf16* sQc = sQ + (warpgroup - 1) * kWgRows * D;
   // this thread's rows: r = 0, 1 is lane / 4 + 8 r of the warp's 16
-  const auto t_row = [&](int r) { return q0 + 16 * warp + 8 * r + lane / 4; };
-
-  load_panels_async<kWgRows>(sQ, qh, q_stride, q0, T);
-  load_panels_async<kWgCols>(sK, kh, kv_stride, kb_first * kWgCols, T);
-  load_panels_async<kWgCols>(sV, vh, kv_stride, kb_first * kWgCols, T);
-  cp_async_commit();
-
+  const auto t_row = [&](int r) { return c0 + 16 * warp + 8 * r + lane / 4; };
   float acc[D / 8][4] = {};  // acc: (16, D) unnormalised O of this warp's rows, wgmma's D fragment
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};  // each row's running max (log2 units) and sum
-  for (int kb = kb_first; kb <= kb_last; kb++) {
-    const int k0 = kb * kWgCols;
-    const bf16* sKb = sK + ((kb - kb_first) & 1) * kWgTile;
-    const bf16* sVb = sV + ((kb - kb_first) & 1) * kWgTile;
-    cp_async_wait_all();
-    fence_proxy_async();
-    __syncthreads();  // tile kb (and Q) landed; the products of tile kb - 1 are done
-    if (kb < kb_last) {
-      const int64_t next = ((kb + 1 - kb_first) & 1) * kWgTile;
-      load_panels_async<kWgCols>(sK + next, kh, kv_stride, k0 + kWgCols, T);
-      load_panels_async<kWgCols>(sV + next, vh, kv_stride, k0 + kWgCols, T);
-    }
-    cp_async_commit();
-
-    // pass 1: S = Q K^T (unscaled), invisible keys -> -inf (only on tiles some row sees in part)
-    float s[NT][4];
+  uint32_t p[kWgCols / 16][4];  // P of the last tile, as A fragments (16 keys each)
+  // The tiles this consumer computes: n_first .. n_last, those some of its rows sees (a
+  // contiguous run; none, n_first = tiles, when its rows are past T).
+  int n_first = tiles, n_last = tiles - 1;
+  for (int n = 0; n < tiles; n++)
+    if (c0 < T && docs.any_visible(c0, c_last, (kb_first + n) * kWgCols, (kb_first + n + 1) * kWgCols - 1, window))
+      n_first = min(n_first, n), n_last = n;
+  const auto take = [&](int n) { named_barrier_sync(kWgFull + n % kWgStages, kWgBlockThreads); };  // tile n landed
+  // Tile n's buffers are read no more; the producer waits for them only when it has another tile
+  // to put there.
+  const auto release = [&](int n) {
+    if (n + kWgStages < tiles) named_barrier_arrive(kWgFree + n % kWgStages, kWgBlockThreads);
+  };
+  // pass 1: S = Q K^T (unscaled) over tile n, issued
+  const auto issue_s = [&](float(&s)[NT][4], int n) {
+    const bf16* sKb = sK + (n % kWgStages) * kTile;
     wgmma_fence(wgmma_acc(s));
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++)
-      wgmma_m64k16<kWgCols>(wgmma_acc(s), smem_desc_k_major(panel_slice<kWgRows>(sQ, kk)),
+      wgmma_m64k16<kWgCols>(wgmma_acc(s), smem_desc_k_major(panel_slice<kWgRows>(sQc, kk)),
                             smem_desc_k_major(panel_slice<kWgCols>(sKb, kk)), kk > 0);
     wgmma_commit();
-    wgmma_wait<0>(wgmma_acc(s));
-    if (!docs.all_visible(q0, q_last, k0, k0 + kWgCols - 1, window)) mask_scores<NT, 1>(s, docs, window, k0, t_row);
-
-    // pass 2: online softmax
-    online_softmax<NT, 1, D>(s, m, l, acc, scale_log2);
-
-    // pass 3: O += P V, P rounded to bf16 (16 keys a k16 slice; V's slice starts 16 rows into
-    // its first panel)
-    uint32_t p[kWgCols / 16][4];
+  };
+  // pass 2, once S is done: invisible keys -> -inf (only on tiles some row sees in part), online
+  // softmax; O's rescale kept in alpha, returns whether there is one
+  const auto softmax = [&](float(&s)[NT][4], int n, float(&alpha)[2]) {
+    const int k0 = (kb_first + n) * kWgCols;
+    if (!docs.all_visible(c0, c_last, k0, k0 + kWgCols - 1, window)) mask_scores<NT, 1>(s, docs, window, k0, t_row);
+    bool moved = false;
+    online_softmax<NT, 1>(s, m, l, scale_log2, [&](int r, float a) { alpha[r] = a, moved = true; });
+    return moved;
+  };
+  // P rounded to bf16 into p (once the product reading the last P is done)
+  const auto pack = [&](const float(&s)[NT][4]) {
 #pragma unroll
     for (int j = 0; j < kWgCols / 16; j++) pack_fragment(p[j], s[2 * j], s[2 * j + 1]);
+  };
+  // pass 3: O += P V over tile n, issued (V's k16 slice starts 16 rows into its first panel)
+  const auto issue_pv = [&](int n) {
+    const bf16* sVb = sV + (n % kWgStages) * kTile;
     wgmma_fence(wgmma_acc(acc));
 #pragma unroll
     for (int j = 0; j < kWgCols / 16; j++)
       wgmma_m64k16<D, true>(wgmma_acc(acc), p[j],
                             smem_desc_n_major(sVb + 16 * j * kWgPanel, kWgCols * kWgPanel * sizeof(bf16)), true);
     wgmma_commit();
+  };
+
+  // Ping-pong (FlashAttention-3's inter-warpgroup scheduling): a consumer issues its products
+  // only in its turn, after those of the consumer before it in the same round, so that one's
+  // softmax runs while the other's products do. Each consumer has tiles + 1 rounds (one a tile,
+  // without products on the tiles it skips, then the last O += P V); consumer 0 has the first
+  // turn, and the last consumer passes none on after its last round (every arrival is waited for).
+  const int me = warpgroup - 1;
+  int rounds = 0;
+  const auto in_turn = [&](const auto& issue) {
+    named_barrier_sync(kWgTurn + me, 2 * kWgThreads);
+    issue();
+    if (++rounds <= tiles || me < kWgConsumers - 1)
+      named_barrier_arrive(kWgTurn + (me + 1) % kWgConsumers, 2 * kWgThreads);
+  };
+  if (me == kWgConsumers - 1) named_barrier_arrive(kWgTurn, 2 * kWgThreads);
+
+  for (int n = 0; n < n_first; n++) take(n), in_turn([] {}), release(n);
+  if (n_first <= n_last) {
+    float s[NT][4], alpha[2];
+    take(n_first);
+    in_turn([&] { issue_s(s, n_first); });
+    wgmma_wait<0>(wgmma_acc(s));
+    softmax(s, n_first, alpha);  // O is still 0: no rescale
+    pack(s);
+    // tile n's S, then tile n - 1's O += P V; the softmax of tile n while the latter runs; the
+    // rescale of O and the new P once it is done
+    for (int n = n_first + 1; n <= n_last; n++) {
+      take(n);
+      in_turn([&] {
+        issue_s(s, n);
+        issue_pv(n - 1);
+      });
+      wgmma_wait<1>(wgmma_acc(s));
+      const bool moved = softmax(s, n, alpha);
+      wgmma_wait<0>(wgmma_acc(acc));
+      release(n - 1);
+      if (moved)
+#pragma unroll
+        for (int r = 0; r < 2; r++) rescale_row<D, 1>(acc, r, alpha[r]);
+      pack(s);
+    }
+    in_turn([&] { issue_pv(n_last); });
     wgmma_wait<0>(wgmma_acc(acc));
+    release(n_last);
+  } else {
+    in_turn([] {});
   }
+  for (int n = n_last + 1; n < tiles; n++) take(n), in_turn([] {}), release(n);
 
   store_output<D, 1>(o, lse, acc, m, l, t_row, b, h, T, H);
 }
@@ -1371,7 +1486,7 @@ bool wgmma_forward_on() {
   return g_wgmma_forward == 1;
 }
 bool use_wgmma_forward(int64_t D, int64_t Dv, DType dtype) {
-  return use_mma(D, Dv, dtype) && D == kWgD && wgmma_forward_on();
+  return use_mma(D, Dv, dtype) && (D == 64 || D == 128) && wgmma_forward_on();
 }
 
 // Calls fn(std::integral_constant<int, D>, std::bool_constant<DOCS>) for the tensor-core head
@@ -1388,12 +1503,18 @@ void dispatch_mma(const Shape4& s, Fn&& fn) {
 }
 
 // set_attention_wgmma_backward's setting: -1 until first asked, then HLA_ATTENTION_WGMMA_BWD=1 or
-// not.
+// =0 where set, else on in builds with sm_90a code: on the H200 at B4 T4096 H16 D128 causal bf16
+// (commit 6f69a11) its backward took 2.57 ms to the mma backward's 3.58.
+#ifdef HLA_WGMMA
+constexpr bool kWgmmaBackwardDefault = true;
+#else
+constexpr bool kWgmmaBackwardDefault = false;
+#endif
 int g_wgmma_backward = -1;
 bool wgmma_backward_on() {
   if (g_wgmma_backward < 0) {
     const char* env = std::getenv("HLA_ATTENTION_WGMMA_BWD");
-    g_wgmma_backward = env && std::string(env) == "1";
+    g_wgmma_backward = env ? std::string(env) == "1" : kWgmmaBackwardDefault;
   }
   return g_wgmma_backward == 1;
 }
@@ -1440,14 +1561,15 @@ void attention_forward(void* o, float* lse, const void* q, const void* k, const 
     fail("attention_forward: the wgmma forward (HLA_ATTENTION_WGMMA=1) needs a build with sm_90a code; configure "
          "with -DHLA_CUDA_ARCH=90a");
 #endif
-    auto run = [&](auto docs) {
+    dispatch_mma(s, [&](auto d, auto docs) {
+      constexpr int kD = decltype(d)::value;
       constexpr bool kDocs = decltype(docs)::value;
-      launch(attention_forward_wgmma<kDocs>, mma_grid(s, s.H, kWgRows), kWgThreads, kWgSmem, static_cast<bf16*>(o),
-             lse, static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v), s.T, s.H,
-             s.Hkv, static_cast<float>(scale) * kLog2e, s.window, s.documents<kDocs>());
-    };
-    if (s.doc_start) run(std::true_type{});
-    else run(std::false_type{});
+      if constexpr (kD != 256)  // use_wgmma_forward: D = 64 or 128
+        launch(attention_forward_wgmma<kD, kDocs>, mma_grid(s, s.H, kWgBlockRows), kWgBlockThreads, wg_smem(kD),
+               static_cast<bf16*>(o), lse, static_cast<const bf16*>(q), static_cast<const bf16*>(k),
+               static_cast<const bf16*>(v), s.T, s.H, s.Hkv, static_cast<float>(scale) * kLog2e, s.window,
+               s.documents<kDocs>());
+    });
   } else if (use_mma(dims.D, dims.Dv, dtype)) {
     dispatch_mma(s, [&](auto d, auto docs) {
       constexpr int kD = decltype(d)::value;

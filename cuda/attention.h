@@ -22,17 +22,18 @@ void attention_backward(void* dq, void* dk, void* dv, const void* dout, const vo
                         const void* o, const float* lse, const AttentionDims& d, DType dtype);
 
 // The kernel these sizes run on: "mma" (tensor cores: BF16 with D = Dv = 64, 128 or 256), "wgmma"
-// (the forward on Hopper's warpgroup MMA, the backward on mma: BF16 at D = Dv = 128 when
+// (the forward on Hopper's warpgroup MMA, the backward on mma: BF16 at D = Dv = 64 or 128 when
 // set_attention_wgmma is on), "wgmma fwd+bwd" (both on wgmma: set_attention_wgmma_backward as
-// well), "mma, wgmma bwd" (the backward alone) or "fma" (plain fp32 arithmetic: F32, or any D,
-// Dv <= 256).
+// well, D = Dv = 128), "mma, wgmma bwd" (the backward alone) or "fma" (plain fp32 arithmetic:
+// F32, or any D, Dv <= 256).
 const char* attention_kernel(int64_t D, int64_t Dv, DType dtype);
 
-// Whether the BF16 forward at D = Dv = 128 runs on the wgmma kernel (sm_90a builds) instead of
+// Whether the BF16 forward at D = Dv = 64 and 128 runs on the wgmma kernel (sm_90a builds) instead of
 // the mma kernel; returns the previous setting. Off unless HLA_ATTENTION_WGMMA=1 is in the
 // environment, until the wgmma kernel is measured faster. Not thread-safe: set it before work.
 bool set_attention_wgmma(bool on);
-// The same for the backward (dQ and dK/dV kernels) at D = Dv = 128: HLA_ATTENTION_WGMMA_BWD=1.
+// The same for the backward (dQ and dK/dV kernels) at D = Dv = 128, but on by default in builds
+// with sm_90a code (measured faster: cuda/attention.cu); HLA_ATTENTION_WGMMA_BWD=0 or =1 overrides.
 bool set_attention_wgmma_backward(bool on);
 
 }  // namespace hla::cuda

@@ -1,8 +1,9 @@
 // Hopper warpgroup MMA (sm_90a PTX): wgmma.mma_async m64nNk16, fp32 += bf16 x bf16, N = 64 or
 // 128, A from shared memory (a K-major descriptor) or from registers, B from shared memory
 // (K-major or N-major: cuda/wgmma_desc.cuh); wgmma.fence, commit_group, wait_group, and the
-// proxy fence that makes ordinary shared-memory writes (st.shared, cp.async) visible to it. The
-// host emulator (tests/emu/include/cuda/wgmma.cuh) runs the same calls.
+// proxy fence that makes ordinary shared-memory writes (st.shared, cp.async) visible to it; the
+// named barriers and register moves of warp-specialised kernels. The host emulator
+// (tests/emu/include/cuda/wgmma.cuh) runs the same calls.
 //
 // A warpgroup is 4 consecutive warps (threads 128 i .. 128 i + 127); all 128 threads issue each
 // call together, with the same descriptors. The product is asynchronous: it reads shared memory
@@ -116,6 +117,28 @@ __device__ __forceinline__ void wgmma_m64k16(float (&d)[N / 2], const uint32_t (
         "{" HLA_WGMMA_D64_REGS "}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
         : HLA_WGMMA_D32(0), HLA_WGMMA_D32(32)
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)), "n"(int(B_N_MAJOR))));
+}
+
+// Warp specialisation (a producer warpgroup loading tiles for consumer warpgroups that compute):
+// named barriers 1..15 (0 is __syncthreads'), each over `threads` threads (a multiple of 32) of
+// the block: sync waits for all of them, arrive counts this thread in and goes on (a producer's
+// "tile full", a consumer's "tile free"). Both order this thread's earlier memory accesses before
+// the barrier completes. setmaxnreg moves registers between the warpgroups of a block: a
+// warpgroup gives its registers down to REGS a thread (dealloc) or waits for them up to REGS
+// (alloc); REGS a multiple of 8 in [24, 256], all 128 threads of the warpgroup together.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+template <int REGS>
+__device__ __forceinline__ void warpgroup_reg_dealloc() {
+  HLA_SM90A(asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(REGS)));
+}
+template <int REGS>
+__device__ __forceinline__ void warpgroup_reg_alloc() {
+  HLA_SM90A(asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGS)));
 }
 
 }  // namespace hla::cuda

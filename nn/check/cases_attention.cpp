@@ -12,10 +12,11 @@
 // Perf FLOPs count the visible half of the causal square: forward 4 B H T^2 D / 2 (two
 // products), forward+backward 3.5x that (the backward's five products), as flash-attention
 // reports them; GB/s counts q, k, v and o once (fwd+bwd: also do, dq, dk and dv).
-// Every gpu and perf case at D = Dv = 128 runs again with its bf16 forward on the wgmma kernel
-// ("attention wgmma ...", cuda::set_attention_wgmma; the backward is the mma kernels'), and a
+// Every gpu and perf case names its kernels: "attention ..." runs the mma kernels (the oracle),
+// and at D = Dv = 64 or 128 the case runs again with its bf16 forward on the wgmma kernel
+// ("attention wgmma ...", cuda::set_attention_wgmma; the backward on mma), and at D = Dv = 128 a
 // third time with the backward on wgmma as well ("attention wgmma fwd+bwd ...",
-// cuda::set_attention_wgmma_backward), the mma kernels their oracle beside them.
+// cuda::set_attention_wgmma_backward, the default of sm_90a builds).
 // rope: the attention and RetNet widths, a head width whose half (24) makes a warp span two
 // tokens, position offsets, a long sequence (angles up to ~4200 rad), a half width of 10 (no
 // 16-byte groups: the single-element kernel); per-sequence
@@ -47,22 +48,18 @@ struct AttentionCase {
   double scale;  // 0: 1 / sqrt(D)
   int64_t window;
   std::vector<int64_t> cu_seqlens = {};  // packed documents (the fourth input, doc_start); empty: none
-  bool wgmma = false;  // the bf16 forward at D = Dv = 128 on the wgmma kernel (cuda::set_attention_wgmma)
-  bool wgmma_backward = false;  // the backward too (cuda::set_attention_wgmma_backward)
+  bool wgmma = false;           // the bf16 forward on the wgmma kernel (cuda::set_attention_wgmma)
+  bool wgmma_backward = false;  // the backward too, D = Dv = 128 (cuda::set_attention_wgmma_backward)
 };
 
-// While alive, with `on`, cuda::attention_forward (BACKWARD: attention_backward) runs its wgmma
-// kernels (a CPU build has none); without, the setting stays as it was (HLA_ATTENTION_WGMMA,
-// HLA_ATTENTION_WGMMA_BWD).
+// While alive, cuda::attention_forward (BACKWARD: attention_backward) runs its wgmma kernels if
+// `on` and its mma kernels if not (a CPU build has neither), whatever the default and the
+// environment (HLA_ATTENTION_WGMMA, HLA_ATTENTION_WGMMA_BWD) say: every case names its kernels.
 template <bool BACKWARD>
 class WgmmaScope {
  public:
-  explicit WgmmaScope(bool on) : on_(on) {
-    if (on_) was_ = set(true);
-  }
-  ~WgmmaScope() {
-    if (on_) set(was_);
-  }
+  explicit WgmmaScope(bool on) : was_(set(on)) {}
+  ~WgmmaScope() { set(was_); }
   WgmmaScope(const WgmmaScope&) = delete;
   WgmmaScope& operator=(const WgmmaScope&) = delete;
 
@@ -74,7 +71,7 @@ class WgmmaScope {
     return on;
 #endif
   }
-  bool on_, was_ = false;
+  bool was_;
 };
 using WgmmaForward = WgmmaScope<false>;
 using WgmmaBackward = WgmmaScope<true>;
@@ -90,7 +87,9 @@ OpFn attention_op(const AttentionCase& c) {
   };
 }
 
-// The case at D = Dv = 128 again with its forward on wgmma: "attention wgmma ...", bf16 only.
+// Whether the wgmma forward runs at the case's widths.
+bool wgmma_widths(const AttentionCase& c) { return c.D == c.Dv && (c.D == 64 || c.D == 128); }
+// The case again with its forward on wgmma: "attention wgmma ...", bf16 only.
 AttentionCase on_wgmma(AttentionCase c) {
   c.name.insert(std::string("attention").size(), " wgmma");
   c.wgmma = true;
@@ -105,10 +104,19 @@ AttentionCase on_wgmma_backward(AttentionCase c) {
   return c;
 }
 
-// The case's run setting (Case::setting): the backward on wgmma for a whole run.
+// The case on each kernel choice its widths have: mma, at D = Dv = 64 or 128 also the wgmma
+// forward, at 128 also both passes on wgmma.
+std::vector<AttentionCase> kernel_runs(const AttentionCase& c) {
+  std::vector<AttentionCase> runs = {c};
+  if (wgmma_widths(c)) runs.push_back(on_wgmma(c));
+  if (wgmma_widths(c) && c.D == 128) runs.push_back(on_wgmma_backward(c));
+  return runs;
+}
+
+// The case's run setting (Case::setting): its backward kernels (wgmma or mma) for a whole run.
 std::function<std::shared_ptr<void>()> attention_setting(const AttentionCase& c) {
-  if (!c.wgmma_backward) return nullptr;
-  return [] { return std::static_pointer_cast<void>(std::make_shared<WgmmaBackward>(true)); };
+  const bool on = c.wgmma_backward;
+  return [on] { return std::static_pointer_cast<void>(std::make_shared<WgmmaBackward>(on)); };
 }
 
 // cu_seqlens of rows of T tokens, each split into documents of the given lengths (0: empty).
@@ -150,15 +158,13 @@ void add_attention_cases() {
                                 {{"attention documents", 2, 6, 2, 1, 3, 2, 0, 0,
                                   cu_seqlens_of({{1, 3, 2}, {0, 3, 3}})}, 16}})
     add_case(grad_case("attention", c.name, seed, inputs(c), attention_op(c)));
-  // gpu cases; those at D = Dv = 128 again with the forward on wgmma, and with both passes
+  // gpu cases, each on its kernel runs (kernel_runs)
   auto add_gpu_case = [&](const AttentionCase& c) {
-    add_case(gpu_case("attention", c.name, attention_kernel(c), inputs(c), attention_op(c)));
-    if (c.D != 128 || c.Dv != 128) return;
-    for (const AttentionCase& w : {on_wgmma(c), on_wgmma_backward(c)}) {
-      Case twin = gpu_case("attention", w.name, attention_kernel(w), inputs(w), attention_op(w));
-      twin.gpu_dtypes = {DType::BF16};
-      twin.setting = attention_setting(w);
-      add_case(std::move(twin));
+    for (const AttentionCase& k : kernel_runs(c)) {
+      Case run = gpu_case("attention", k.name, attention_kernel(k), inputs(k), attention_op(k));
+      if (k.wgmma) run.gpu_dtypes = {DType::BF16};
+      run.setting = attention_setting(k);
+      add_case(std::move(run));
     }
   };
   for (const AttentionCase& c : {AttentionCase{"attention gqa D=64", 2, 77, 4, 2, 64, 64, 0, 0},
@@ -190,9 +196,9 @@ void add_attention_cases() {
     add_gpu_case(c);
 
   // perf: causal, at each bench shape and at B1 T16384 H16 D128, beside torch SDPA's flash
-  // backend (targets.md's figures at the first two shapes); at D = 128 each again with the forward
-  // on wgmma ("attention wgmma ...", the same anchor) and with both passes ("attention wgmma
-  // fwd+bwd ...").
+  // backend (targets.md's figures at the first two shapes); at D = 64 and 128 each again with the
+  // forward on wgmma ("attention wgmma ...", the same anchor), at 128 also with both passes
+  // ("attention wgmma fwd+bwd ...").
   auto perf_inputs = [](const AttentionCase& c) {
     return [c](uint64_t) {
       const Shape s{c.B, c.T, c.H, c.D};
@@ -204,9 +210,7 @@ void add_attention_cases() {
     };
   };
   auto add_perf_case = [&](const AttentionCase& c, const Perf& perf) {
-    std::vector<AttentionCase> runs = {c};
-    if (c.D == 128) runs.insert(runs.end(), {on_wgmma(c), on_wgmma_backward(c)});
-    for (const AttentionCase& k : runs) {
+    for (const AttentionCase& k : kernel_runs(c)) {
       Case run = perf_case("attention", k.name, attention_kernel(k), perf_inputs(k), attention_op(k), perf);
       run.setting = attention_setting(k);
       add_case(std::move(run));

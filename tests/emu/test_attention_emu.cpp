@@ -12,9 +12,11 @@
 // some cases again with cp.async copies landing at issue and warps run one after another (the
 // emulator's other extreme of copy and warp timing: a buffer overwritten before its readers are
 // done shows there); then the fma kernels: fp32 at head width 64, fp32 and bf16 at 20; then the
-// head width 128 cases (with those of copies landing at issue) with the forward on the wgmma
-// kernel (cuda::set_attention_wgmma: descriptors and fragments as tests/emu/include/cuda/wgmma.cuh
-// decodes them), and again with the backward on the wgmma kernels as well
+// head width 128 and 64 cases (with those of copies landing at issue) with the forward on the
+// wgmma kernel (cuda::set_attention_wgmma: descriptors and fragments as
+// tests/emu/include/cuda/wgmma.cuh decodes them; a producer warpgroup and two consumers handing
+// K/V tiles of 128 keys over through named barriers, the ring of 3 stages wrapping twice at
+// T 520), and the head width 128 cases again with the backward on the wgmma kernels as well
 // (cuda::set_attention_wgmma_backward).
 // The backward runs on the kernel's own o and lse, as in training. Tolerances are gpu-check's
 // (relative RMS: bf16 5e-3 outputs, 1e-2 gradients; fp32 1e-5); the exit status is 1 when a row
@@ -147,8 +149,8 @@ static void early_cases(int64_t D) {
 }
 
 // Every case by default (ctest); a group by name: d64, d128, d256, early, fma, wgmma (the D = 128
-// cases with the forward on wgmma, cuda::set_attention_wgmma), wgmma-bwd (the same with the
-// backward on wgmma too, cuda::set_attention_wgmma_backward).
+// and 64 cases with the forward on wgmma, cuda::set_attention_wgmma), wgmma-bwd (the D = 128
+// cases with the backward on wgmma too, cuda::set_attention_wgmma_backward).
 int main(int argc, char** argv) {
   const std::string which = argc > 1 ? argv[1] : "all";
   for (int64_t D : {64, 128, 256})
@@ -157,8 +159,13 @@ int main(int argc, char** argv) {
     for (int64_t D : {64, 128, 256}) early_cases(D);
   if (which == "all" || which == "wgmma") {
     cuda::set_attention_wgmma(true);
-    width_cases(128);
-    early_cases(128);
+    for (int64_t D : {128, 64}) {
+      width_cases(D);
+      early_cases(D);
+      emu::cp_async_lands_at_issue = true;
+      attention_case(DType::BF16, 1, 520, 2, 1, D, 0, 16 + D);  // 5 tiles in the last block
+      emu::cp_async_lands_at_issue = false;
+    }
     cuda::set_attention_wgmma(false);
   }
   if (which == "all" || which == "wgmma-bwd") {

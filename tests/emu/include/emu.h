@@ -1,10 +1,12 @@
 // Host emulator of the CUDA execution model for running the mma kernels on the CPU (g++).
 // Threads of a block are fibers (ucontext for the first entry, _setjmp/_longjmp after), run by a
 // round-robin scheduler; __syncthreads and the warp collectives (shuffles, __syncwarp, mma) are
-// barriers over the block / the warp, the warpgroup MMA (wgmma) a barrier over its 4 warps.
+// barriers over the block / the warp, the warpgroup MMA (wgmma) a barrier over its 4 warps, a
+// named barrier (bar.sync / bar.arrive) one over the threads it names.
 // Blocks run one after another; shared memory is one buffer filled with 0xff (NaN) before every
 // block, whose shared-space addresses (__cvta_generic_to_shared) start at kSharedWindowStart;
-// cp.async copies are deferred to the wait, wgmma products to their wait_group.
+// cp.async copies are deferred to the wait that retires their group, wgmma products to their
+// wait_group.
 #pragma once
 #include <setjmp.h>
 #include <ucontext.h>
@@ -56,7 +58,8 @@ struct Fiber {
   jmp_buf jb;
   bool started = false, done = false, at_group_barrier = false;  // group: the block, or a wgmma's warpgroup
   uint3 tid;
-  std::vector<Copy> pending;
+  std::vector<Copy> pending;        // cp.async copies not landed yet, in issue order
+  std::deque<size_t> copy_groups;   // the committed groups among them, oldest first: copies in each
   // wgmma products (tests/emu/include/cuda/wgmma.cuh): issued since the last commit_group, and
   // the committed groups in flight, oldest first.
   std::vector<std::function<void()>> wgmma_open;
@@ -68,6 +71,7 @@ struct Block {
   std::vector<Fiber> fibers;
   std::vector<std::vector<char>> stacks;
   std::vector<Barrier> warp_bars, warpgroup_bars;
+  Barrier named_bars[16];  // bar.sync / bar.arrive id, 1 .. 15 (tests/emu/include/cuda/wgmma.cuh)
   Barrier block_bar;
   int cur = -1;
   ucontext_t sched_uctx;
@@ -192,12 +196,14 @@ void launch(Kernel kernel, dim3 grid, int threads, size_t bytes, Params... param
         for (size_t g = 0; g < b.warpgroup_bars.size(); g++)
           b.warpgroup_bars[g].expected = std::min(128, threads - 128 * int(g));
         b.block_bar = Barrier{};
+        for (Barrier& n : b.named_bars) n = Barrier{};
         b.block_bar.expected = threads;
         for (int i = 0; i < threads; i++) {
           Fiber& f = b.fibers[i];
           f.started = f.done = f.at_group_barrier = false;
           f.tid = {unsigned(i), 0, 0};
           f.pending.clear();
+          f.copy_groups.clear();
           f.wgmma_open.clear();
           f.wgmma_groups.clear();
           getcontext(&f.uctx);
@@ -231,6 +237,11 @@ void launch(Kernel kernel, dim3 grid, int threads, size_t bytes, Params... param
             std::abort();
           }
         }
+        for (const Barrier& n : b.named_bars)
+          if (n.arrived != 0) {
+            std::fprintf(stderr, "emu: block (%u, %u, %u) ended with a named barrier part-way arrived\n", x, y, z);
+            std::abort();
+          }
         for (const Fiber& f : b.fibers)
           if (!f.wgmma_open.empty() || !f.wgmma_groups.empty()) {
             std::fprintf(stderr, "emu: block (%u, %u, %u) ended with wgmma products not waited for\n", x, y, z);

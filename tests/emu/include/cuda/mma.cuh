@@ -1,6 +1,6 @@
 // Emulated mma.m16n8k16 bf16 (PTX ISA fragment layouts, fp32 accumulate), ldmatrix (x4, plain
-// and transposed) and cp.async (copies deferred until cp_async_wait_all, and optionally landed at
-// issue as well).
+// and transposed) and cp.async (copies deferred until cp_async_wait_all or the cp_async_wait
+// that retires their group, and optionally landed at issue as well).
 #pragma once
 #include <cuda_bf16.h>
 
@@ -74,10 +74,27 @@ inline void cp_async_16(void* smem, const void* gmem, bool valid) {
   if (emu::cp_async_lands_at_issue) emu_land(c);
   emu::me().pending.push_back(c);
 }
-inline void cp_async_commit() {}
+inline void cp_async_commit() {
+  emu::Fiber& f = emu::me();
+  size_t committed = 0;
+  for (size_t n : f.copy_groups) committed += n;
+  f.copy_groups.push_back(f.pending.size() - committed);
+}
 inline void cp_async_wait_all() {
   for (const emu::Copy& c : emu::me().pending) emu_land(c);
   emu::me().pending.clear();
+  emu::me().copy_groups.clear();
+}
+// The oldest committed groups land until PENDING are left.
+template <int PENDING>
+inline void cp_async_wait() {
+  emu::Fiber& f = emu::me();
+  while (int(f.copy_groups.size()) > PENDING) {
+    const size_t n = f.copy_groups.front();
+    for (size_t i = 0; i < n; i++) emu_land(f.pending[i]);
+    f.pending.erase(f.pending.begin(), f.pending.begin() + n);
+    f.copy_groups.pop_front();
+  }
 }
 
 inline uint32_t pack_bf16(float lo, float hi) {

@@ -9,11 +9,12 @@
 //     start address, leading and stride byte offsets, the 128-byte swizzle as an XOR of address
 //     bits 7-9 into bits 4-6), and the accumulators written then (fp32, k in order). So a kernel
 //     that reads its accumulators before the wait, or overwrites a tile before it, gets wrong
-//     results here;
+//     results here, and one that writes A's registers before it aborts;
 //   - descriptors this emulator does not model (another swizzle, a base offset, a K-major start
 //     whose bits 7-9 are set, an N-major start off a 1024-byte boundary) abort, as does a block
 //     that ends with products not waited for.
-// fence and the proxy fence have nothing to order here.
+// fence and the proxy fence have nothing to order here. The named barriers of warp-specialised
+// kernels are barriers over their thread counts; setmaxnreg does nothing.
 #pragma once
 #include <cuda_bf16.h>
 
@@ -94,7 +95,11 @@ inline void emu_wgmma(float* d, int n, const uint32_t* a_regs, uint64_t desc_a, 
     }
   emu_sync_warpgroup();
   const bool from_regs = a_regs != nullptr;
+  uint32_t a_issued[4] = {};
+  if (from_regs) std::memcpy(a_issued, a_regs, sizeof a_issued);
   emu::me().wgmma_open.push_back([=]() mutable {
+    if (from_regs && std::memcmp(a_regs, a_issued, sizeof a_issued) != 0)
+      emu_wgmma_fail("A's registers were written before the wait_group that retires the product");
     if (!from_regs)
       for (int h = 0; h < 2; h++)
         for (int k = 0; k < 16; k++) a_rows[h][k] = emu_desc_read(desc_a, 16 * warp + g + 8 * h, k, false);
@@ -106,6 +111,34 @@ inline void emu_wgmma(float* d, int n, const uint32_t* a_regs, uint64_t desc_a, 
     }
   });
 }
+
+// Named barriers: the block's barrier `id` expects `threads` arrivals (every use of an id must
+// agree); sync parks this thread until they are in (a group barrier, as __syncthreads), arrive
+// only counts it; a block that ends with arrivals nobody waited for aborts (emu.h). The register
+// moves have nothing to do here.
+inline emu::Barrier& emu_named_barrier(int id, int threads) {
+  if (id < 1 || id > 15 || threads % 32 != 0 || threads > int(blockDim.x))
+    emu_wgmma_fail("a named barrier is id 1 .. 15 over a multiple of 32 threads of the block");
+  emu::Barrier& bar = emu::blk().named_bars[id];
+  if (bar.expected == 0) bar.expected = threads;
+  if (bar.expected != threads) emu_wgmma_fail("a named barrier used with two thread counts");
+  return bar;
+}
+inline void named_barrier_sync(int id, int threads) {
+  emu::Barrier& bar = emu_named_barrier(id, threads);
+  emu::me().at_group_barrier = true;
+  emu::arrive_wait(bar);
+  emu::me().at_group_barrier = false;
+}
+inline void named_barrier_arrive(int id, int threads) {
+  emu::Barrier& bar = emu_named_barrier(id, threads);
+  emu::blk().progress++;
+  if (++bar.arrived == bar.expected) bar.arrived = 0, bar.gen++;
+}
+template <int REGS>
+inline void warpgroup_reg_dealloc() {}
+template <int REGS>
+inline void warpgroup_reg_alloc() {}
 
 template <int N, bool B_N_MAJOR = false>
 inline void wgmma_m64k16(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
