@@ -972,33 +972,37 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
 // spills): dQ 167 (177 with documents: dQ 64, S and dP 64), dK/dV 241 (254: dK and dV 128, S^T
 // and dP^T 64). On the emulator its gradients equal the mma backward's to the printed digit (the
 // same bf16 roundings of P and dS, the same k order of the fp32 sums).
+constexpr int kWgBwdRows = 64;                   // rows per block (queries for dQ, keys for dK/dV): M
+constexpr int kWgBwdCols = 64;                   // columns per tile (keys for dQ, queries for dK/dV)
+constexpr int kWgBwdD = 128;                     // the head width it runs at
+constexpr int kWgBwdTile = kWgBwdCols * kWgBwdD;  // elements of a tile
 constexpr int kWgBwdBlocksPerSm = 2;
-constexpr size_t kWgBwdSmem = kWgmmaTileAlign + sizeof(bf16) * 6 * kWgTile + sizeof(float) * 4 * kWgCols;
-static_assert(kWgRows == kWgCols, "the wgmma backward's row blocks and column tiles are both 64 (K-major A and B)");
+constexpr size_t kWgBwdSmem = kWgmmaTileAlign + sizeof(bf16) * 6 * kWgBwdTile + sizeof(float) * 4 * kWgBwdCols;
+static_assert(kWgBwdRows == kWgBwdCols, "the wgmma backward's row blocks and column tiles are both 64 (K-major A and B)");
 
-// d = A B^T over the kWgD columns of two panelled (64 x kWgD) tiles, both read K-major: 8 k16
+// d = A B^T over the kWgBwdD columns of two panelled (64 x kWgBwdD) tiles, both read K-major: 8 k16
 // products (issued, not committed).
-__device__ __forceinline__ void wgmma_abt(float (&d)[kWgCols / 2], const bf16* a, const bf16* b) {
+__device__ __forceinline__ void wgmma_abt(float (&d)[kWgBwdCols / 2], const bf16* a, const bf16* b) {
 #pragma unroll
-  for (int kk = 0; kk < kWgD / 16; kk++)
-    wgmma_m64k16<kWgCols>(d, smem_desc_k_major(panel_slice<kWgRows>(a, kk)),
-                          smem_desc_k_major(panel_slice<kWgCols>(b, kk)), kk > 0);
+  for (int kk = 0; kk < kWgBwdD / 16; kk++)
+    wgmma_m64k16<kWgBwdCols>(d, smem_desc_k_major(panel_slice<kWgBwdRows>(a, kk)),
+                          smem_desc_k_major(panel_slice<kWgBwdCols>(b, kk)), kk > 0);
 }
 
-// acc (64 x kWgD) += X B: X (64 x 64) as A fragments packed from accumulator-layout floats (16
-// columns a k16 slice), B a panelled (64 x kWgD) tile read N-major (its slice j starts 16 j rows
+// acc (64 x kWgBwdD) += X B: X (64 x 64) as A fragments packed from accumulator-layout floats (16
+// columns a k16 slice), B a panelled (64 x kWgBwdD) tile read N-major (its slice j starts 16 j rows
 // into its first panel): 4 k16 products (issued, not committed).
-__device__ __forceinline__ void wgmma_xb(float (&acc)[kWgD / 2], const uint32_t (&x)[kWgCols / 16][4], const bf16* b) {
+__device__ __forceinline__ void wgmma_xb(float (&acc)[kWgBwdD / 2], const uint32_t (&x)[kWgBwdCols / 16][4], const bf16* b) {
 #pragma unroll
-  for (int j = 0; j < kWgCols / 16; j++)
-    wgmma_m64k16<kWgD, true>(acc, x[j], smem_desc_n_major(b + 16 * j * kWgPanel, kWgCols * kWgPanel * sizeof(bf16)),
+  for (int j = 0; j < kWgBwdCols / 16; j++)
+    wgmma_m64k16<kWgBwdD, true>(acc, x[j], smem_desc_n_major(b + 16 * j * kWgPanel, kWgBwdCols * kWgPanel * sizeof(bf16)),
                              true);
 }
 
 // x's A fragments: the (64 x 64) accumulator-layout floats f rounded to bf16.
-__device__ __forceinline__ void pack_fragments(uint32_t (&x)[kWgCols / 16][4], const float (&f)[kWgCols / 8][4]) {
+__device__ __forceinline__ void pack_fragments(uint32_t (&x)[kWgBwdCols / 16][4], const float (&f)[kWgBwdCols / 8][4]) {
 #pragma unroll
-  for (int j = 0; j < kWgCols / 16; j++) pack_fragment(x[j], f[2 * j], f[2 * j + 1]);
+  for (int j = 0; j < kWgBwdCols / 16; j++) pack_fragment(x[j], f[2 * j], f[2 * j + 1]);
 }
 
 // dq: (B, T, H, 128). Grid (H, B, blocks of 64 queries), the longest (last) blocks first. Loops
@@ -1008,22 +1012,22 @@ __global__ void __launch_bounds__(kWgThreads, kWgBwdBlocksPerSm)
     attention_backward_dq_wgmma(bf16* dq, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
                                 const float* lse, const float* delta, int T, int H, int Hkv, float scale, int window,
                                 DocumentMask<DOCS> documents) {
-  constexpr int D = kWgD, NT = kWgCols / 8;
+  constexpr int D = kWgBwdD, NT = kWgBwdCols / 8;
   extern __shared__ float4 smem_raw[];
-  bf16* sQ = reinterpret_cast<bf16*>(align_wgmma_tiles(smem_raw));  // sQ: (kWgRows, D) as 2 panels
-  bf16* sdO = sQ + kWgTile;                                          // sdO: (kWgRows, D) as 2 panels
-  bf16* sK = sdO + kWgTile;                                          // sK: 2 x (kWgCols, D) as 2 panels
-  bf16* sV = sK + 2 * kWgTile;                                       // sV: 2 x (kWgCols, D) as 2 panels
+  bf16* sQ = reinterpret_cast<bf16*>(align_wgmma_tiles(smem_raw));  // sQ: (kWgBwdRows, D) as 2 panels
+  bf16* sdO = sQ + kWgBwdTile;                                          // sdO: (kWgBwdRows, D) as 2 panels
+  bf16* sK = sdO + kWgBwdTile;                                          // sK: 2 x (kWgBwdCols, D) as 2 panels
+  bf16* sV = sK + 2 * kWgBwdTile;                                       // sV: 2 x (kWgBwdCols, D) as 2 panels
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int q0 = (gridDim.z - 1 - blockIdx.z) * kWgRows, h = blockIdx.x, b = blockIdx.y, hk = h / (H / Hkv);
+  const int q0 = (gridDim.z - 1 - blockIdx.z) * kWgBwdRows, h = blockIdx.x, b = blockIdx.y, hk = h / (H / Hkv);
   const int64_t q_stride = int64_t(H) * D, kv_stride = int64_t(Hkv) * D;
   const bf16* qh = q + int64_t(b) * T * q_stride + int64_t(h) * D;  // row t at qh + t * q_stride
   const bf16* doh = dout + int64_t(b) * T * q_stride + int64_t(h) * D;
   const bf16* kh = k + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const bf16* vh = v + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const DocumentMask<DOCS> docs = documents.row(b);
-  const int q_last = q0 + kWgRows - 1;
-  const int kb_first = docs.first_visible_key(q0, window) / kWgCols, kb_last = min(T - 1, q_last) / kWgCols;
+  const int q_last = q0 + kWgBwdRows - 1;
+  const int kb_first = docs.first_visible_key(q0, window) / kWgBwdCols, kb_last = min(T - 1, q_last) / kWgBwdCols;
   const float scale_log2 = scale * kLog2e;
   // this thread's rows: r = 0, 1 is lane / 4 + 8 r of the warp's 16 (rows past T: computed, not stored)
   const auto t_row = [&](int r) { return q0 + 16 * warp + 8 * r + lane / 4; };
@@ -1035,27 +1039,27 @@ __global__ void __launch_bounds__(kWgThreads, kWgBwdBlocksPerSm)
     dlt[r] = delta[i];
   }
 
-  load_panels_async<kWgRows>(sQ, qh, q_stride, q0, T);
-  load_panels_async<kWgRows>(sdO, doh, q_stride, q0, T);
-  load_panels_async<kWgCols>(sK, kh, kv_stride, kb_first * kWgCols, T);
-  load_panels_async<kWgCols>(sV, vh, kv_stride, kb_first * kWgCols, T);
+  load_panels_async<kWgBwdRows, kWgBwdD>(sQ, qh, q_stride, q0, T);
+  load_panels_async<kWgBwdRows, kWgBwdD>(sdO, doh, q_stride, q0, T);
+  load_panels_async<kWgBwdCols, kWgBwdD>(sK, kh, kv_stride, kb_first * kWgBwdCols, T);
+  load_panels_async<kWgBwdCols, kWgBwdD>(sV, vh, kv_stride, kb_first * kWgBwdCols, T);
   cp_async_commit();
 
   float acc[D / 8][4] = {};  // acc: (16, D) dQ / scale of this warp's rows, wgmma's D fragment
   for (int kb = kb_first; kb <= kb_last; kb++) {
-    const int k0 = kb * kWgCols;
-    const bf16* sKb = sK + ((kb - kb_first) & 1) * kWgTile;
-    const bf16* sVb = sV + ((kb - kb_first) & 1) * kWgTile;
+    const int k0 = kb * kWgBwdCols;
+    const bf16* sKb = sK + ((kb - kb_first) & 1) * kWgBwdTile;
+    const bf16* sVb = sV + ((kb - kb_first) & 1) * kWgBwdTile;
     cp_async_wait_all();
     fence_proxy_async();
     __syncthreads();  // tile kb (and Q, dO) landed; the products of tile kb - 1 are done
     if (kb < kb_last) {
-      const int64_t next = ((kb + 1 - kb_first) & 1) * kWgTile;
-      load_panels_async<kWgCols>(sK + next, kh, kv_stride, k0 + kWgCols, T);
-      load_panels_async<kWgCols>(sV + next, vh, kv_stride, k0 + kWgCols, T);
+      const int64_t next = ((kb + 1 - kb_first) & 1) * kWgBwdTile;
+      load_panels_async<kWgBwdCols, kWgBwdD>(sK + next, kh, kv_stride, k0 + kWgBwdCols, T);
+      load_panels_async<kWgBwdCols, kWgBwdD>(sV + next, vh, kv_stride, k0 + kWgBwdCols, T);
     }
     cp_async_commit();
-    if (!docs.any_visible(q0, q_last, k0, k0 + kWgCols - 1, window)) continue;  // between documents
+    if (!docs.any_visible(q0, q_last, k0, k0 + kWgBwdCols - 1, window)) continue;  // between documents
 
     // pass 1: S = Q K^T and dP = dO V^T; P = exp(scale S - lse), zero where invisible (S -> -inf,
     // masked only on the tiles some row sees in part), while dP runs
@@ -1066,7 +1070,7 @@ __global__ void __launch_bounds__(kWgThreads, kWgBwdBlocksPerSm)
     wgmma_abt(wgmma_acc(dp), sdO, sVb);
     wgmma_commit();
     wgmma_wait<1>(wgmma_acc(p));
-    if (!docs.all_visible(q0, q_last, k0, k0 + kWgCols - 1, window)) mask_scores<NT, 1>(p, docs, window, k0, t_row);
+    if (!docs.all_visible(q0, q_last, k0, k0 + kWgBwdCols - 1, window)) mask_scores<NT, 1>(p, docs, window, k0, t_row);
 #pragma unroll
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
@@ -1078,7 +1082,7 @@ __global__ void __launch_bounds__(kWgThreads, kWgBwdBlocksPerSm)
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
       for (int e = 0; e < 4; e++) dp[nt][e] = p[nt][e] * (dp[nt][e] - dlt[e / 2]);
-    uint32_t ds[kWgCols / 16][4];
+    uint32_t ds[kWgBwdCols / 16][4];
     pack_fragments(ds, dp);
 
     // pass 3: dQ += dS K
@@ -1103,26 +1107,26 @@ __global__ void __launch_bounds__(kWgThreads, kWgBwdBlocksPerSm)
     attention_backward_dkdv_wgmma(bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
                                   const float* lse, const float* delta, int T, int H, int Hkv, float scale,
                                   int window, DocumentMask<DOCS> documents) {
-  constexpr int D = kWgD, NT = kWgCols / 8;
+  constexpr int D = kWgBwdD, NT = kWgBwdCols / 8;
   extern __shared__ float4 smem_raw[];
-  bf16* sK = reinterpret_cast<bf16*>(align_wgmma_tiles(smem_raw));  // sK: (kWgRows, D) as 2 panels
-  bf16* sV = sK + kWgTile;                                           // sV: (kWgRows, D) as 2 panels
-  bf16* sQ = sV + kWgTile;                                           // sQ: 2 x (kWgCols, D) as 2 panels
-  bf16* sdO = sQ + 2 * kWgTile;                                      // sdO: 2 x (kWgCols, D) as 2 panels
-  // sStats: 2 x (kWgCols, 2): a query's lse (log2 units) and Delta side by side, so that one
+  bf16* sK = reinterpret_cast<bf16*>(align_wgmma_tiles(smem_raw));  // sK: (kWgBwdRows, D) as 2 panels
+  bf16* sV = sK + kWgBwdTile;                                           // sV: (kWgBwdRows, D) as 2 panels
+  bf16* sQ = sV + kWgBwdTile;                                           // sQ: 2 x (kWgBwdCols, D) as 2 panels
+  bf16* sdO = sQ + 2 * kWgBwdTile;                                      // sdO: 2 x (kWgBwdCols, D) as 2 panels
+  // sStats: 2 x (kWgBwdCols, 2): a query's lse (log2 units) and Delta side by side, so that one
   // 16-byte read gives a thread both for its two neighbouring query columns.
-  float* sStats = reinterpret_cast<float*>(sdO + 2 * kWgTile);
+  float* sStats = reinterpret_cast<float*>(sdO + 2 * kWgBwdTile);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int k0 = blockIdx.z * kWgRows, hk = blockIdx.x, b = blockIdx.y, group = H / Hkv;
+  const int k0 = blockIdx.z * kWgBwdRows, hk = blockIdx.x, b = blockIdx.y, group = H / Hkv;
   const int64_t q_stride = int64_t(H) * D, kv_stride = int64_t(Hkv) * D;
   const bf16* kh = k + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const bf16* vh = v + int64_t(b) * T * kv_stride + int64_t(hk) * D;
   const DocumentMask<DOCS> docs = documents.row(b);
-  const int k_last = k0 + kWgRows - 1;
+  const int k_last = k0 + kWgBwdRows - 1;
   // The query tiles that see some key of the block: from j_first to j_final (64 queries each).
   const int j_first = k0;
   const int j_final =
-      docs.last_query(k_last, min(T - 1, window > 0 ? k_last + window - 1 : T - 1)) / kWgCols * kWgCols;
+      docs.last_query(k_last, min(T - 1, window > 0 ? k_last + window - 1 : T - 1)) / kWgBwdCols * kWgBwdCols;
   const int h_final = (hk + 1) * group - 1;  // the last query head of kv head hk
   const float scale_log2 = scale * kLog2e;
   // this thread's rows (keys): r = 0, 1 is lane / 4 + 8 r of the warp's 16
@@ -1130,44 +1134,44 @@ __global__ void __launch_bounds__(kWgThreads, kWgBwdBlocksPerSm)
 
   // A step covers query head h and queries j0 .. j0 + 63: the query tiles of head hk * group,
   // then those of the next head, and so on.
-  float next_lse = 0, next_delta = 0;  // threads < kWgCols: lse and Delta of query j0 + threadIdx.x
+  float next_lse = 0, next_delta = 0;  // threads < kWgBwdCols: lse and Delta of query j0 + threadIdx.x
   auto load_step = [&](int h, int j0, int buf) {
     const int64_t head = int64_t(b) * T * q_stride + int64_t(h) * D;
-    load_panels_async<kWgCols>(sQ + buf * kWgTile, q + head, q_stride, j0, T);
-    load_panels_async<kWgCols>(sdO + buf * kWgTile, dout + head, q_stride, j0, T);
-    if (threadIdx.x < kWgCols) {
+    load_panels_async<kWgBwdCols, kWgBwdD>(sQ + buf * kWgBwdTile, q + head, q_stride, j0, T);
+    load_panels_async<kWgBwdCols, kWgBwdD>(sdO + buf * kWgBwdTile, dout + head, q_stride, j0, T);
+    if (threadIdx.x < kWgBwdCols) {
       const int64_t idx = (int64_t(b) * H + h) * T + min(j0 + int(threadIdx.x), T - 1);
       next_lse = lse[idx];
       next_delta = delta[idx];
     }
   };
   auto store_stats = [&](int buf) {
-    if (threadIdx.x < kWgCols) {
-      sStats[(buf * kWgCols + threadIdx.x) * 2] = next_lse * kLog2e;
-      sStats[(buf * kWgCols + threadIdx.x) * 2 + 1] = next_delta;
+    if (threadIdx.x < kWgBwdCols) {
+      sStats[(buf * kWgBwdCols + threadIdx.x) * 2] = next_lse * kLog2e;
+      sStats[(buf * kWgBwdCols + threadIdx.x) * 2 + 1] = next_delta;
     }
   };
-  load_panels_async<kWgRows>(sK, kh, kv_stride, k0, T);
-  load_panels_async<kWgRows>(sV, vh, kv_stride, k0, T);
+  load_panels_async<kWgBwdRows, kWgBwdD>(sK, kh, kv_stride, k0, T);
+  load_panels_async<kWgBwdRows, kWgBwdD>(sV, vh, kv_stride, k0, T);
   load_step(hk * group, j_first, 0);
   cp_async_commit();
   store_stats(0);
 
   float dk_acc[D / 8][4] = {}, dv_acc[D / 8][4] = {};  // (16, D) each: dK / scale and dV
   for (int h = hk * group, j0 = j_first, buf = 0;; buf ^= 1) {
-    const int j_last = j0 + kWgCols - 1;
+    const int j_last = j0 + kWgBwdCols - 1;
     const bool head_done = j0 == j_final, final_step = head_done && h == h_final;
     cp_async_wait_all();
     fence_proxy_async();
     __syncthreads();  // this step's tiles and stats landed; the last step's products are done
-    if (!final_step) load_step(head_done ? h + 1 : h, head_done ? j_first : j0 + kWgCols, buf ^ 1);
+    if (!final_step) load_step(head_done ? h + 1 : h, head_done ? j_first : j0 + kWgBwdCols, buf ^ 1);
     cp_async_commit();
     if (docs.any_visible(j0, j_last, k0, k_last, window)) {
-      const bf16* q_tile = sQ + buf * kWgTile;
-      const bf16* do_tile = sdO + buf * kWgTile;
+      const bf16* q_tile = sQ + buf * kWgBwdTile;
+      const bf16* do_tile = sdO + buf * kWgBwdTile;
       // (lse, Delta, lse, Delta) of query columns nt * 8 + (lane % 4) * 2 and + 1
       auto stats = [&](int nt) {
-        return *reinterpret_cast<const float4*>(sStats + (buf * kWgCols + nt * 8 + (lane % 4) * 2) * 2);
+        return *reinterpret_cast<const float4*>(sStats + (buf * kWgBwdCols + nt * 8 + (lane % 4) * 2) * 2);
       };
       // pass 1: S^T = K Q^T and dP^T = V dO^T; P^T = exp(scale S^T - lse), zero where invisible
       // (S^T -> -inf, masked only on the tiles some row sees in part), while dP^T runs
@@ -1195,7 +1199,7 @@ __global__ void __launch_bounds__(kWgThreads, kWgBwdBlocksPerSm)
       wgmma_wait<0>(wgmma_acc(dp));
 
       // pass 3a: dV += P^T dO, issued before pass 2 so that it runs meanwhile
-      uint32_t pf[kWgCols / 16][4], dsf[kWgCols / 16][4];
+      uint32_t pf[kWgBwdCols / 16][4], dsf[kWgBwdCols / 16][4];
       pack_fragments(pf, p);
       wgmma_fence(wgmma_acc(dv_acc));
       wgmma_xb(wgmma_acc(dv_acc), pf, do_tile);
@@ -1217,7 +1221,7 @@ __global__ void __launch_bounds__(kWgThreads, kWgBwdBlocksPerSm)
     if (final_step) break;
     store_stats(buf ^ 1);  // read by the next step's barrier
     h += head_done;
-    j0 = head_done ? j_first : j0 + kWgCols;
+    j0 = head_done ? j_first : j0 + kWgBwdCols;
   }
   const int64_t row0 = (int64_t(b) * T + s_row[0]) * kv_stride + int64_t(hk) * D;
   const int64_t row1 = (int64_t(b) * T + s_row[1]) * kv_stride + int64_t(hk) * D;
@@ -1519,7 +1523,7 @@ bool wgmma_backward_on() {
   return g_wgmma_backward == 1;
 }
 bool use_wgmma_backward(int64_t D, int64_t Dv, DType dtype) {
-  return use_mma(D, Dv, dtype) && D == kWgD && wgmma_backward_on();
+  return use_mma(D, Dv, dtype) && D == kWgBwdD && wgmma_backward_on();
 }
 
 size_t fma_forward_smem(int D, int Dv) { return sizeof(float) * (kFmaRows * D + kFmaTile * (D + 1) + kFmaTile * Dv); }
@@ -1613,11 +1617,11 @@ void attention_backward(void* dq, void* dk, void* dv, const void* dout, const vo
 #endif
     auto run = [&](auto docs) {
       constexpr bool kDocs = decltype(docs)::value;
-      launch(attention_backward_dq_wgmma<kDocs>, mma_grid(s, s.H, kWgRows), kWgThreads, kWgBwdSmem,
+      launch(attention_backward_dq_wgmma<kDocs>, mma_grid(s, s.H, kWgBwdRows), kWgThreads, kWgBwdSmem,
              static_cast<bf16*>(dq), static_cast<const bf16*>(dout), static_cast<const bf16*>(q),
              static_cast<const bf16*>(k), static_cast<const bf16*>(v), lse, delta, s.T, s.H, s.Hkv, sc, s.window,
              s.documents<kDocs>());
-      launch(attention_backward_dkdv_wgmma<kDocs>, mma_grid(s, s.Hkv, kWgRows), kWgThreads, kWgBwdSmem,
+      launch(attention_backward_dkdv_wgmma<kDocs>, mma_grid(s, s.Hkv, kWgBwdRows), kWgThreads, kWgBwdSmem,
              static_cast<bf16*>(dk), static_cast<bf16*>(dv), static_cast<const bf16*>(dout),
              static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v), lse, delta, s.T,
              s.H, s.Hkv, sc, s.window, s.documents<kDocs>());
