@@ -176,10 +176,9 @@
 // for_key_blocks); no spills (the prepare's staging loops are kept rolled: unrolled, ptxas
 // spilled 4 bytes at dk = 64 to fit 64 registers).
 // GDN-2: prepare 64 / 80 at dk = 64 (dv 128 / 64) and 80 at dk = 128, local backward 255 at every
-// width; no spills at dk = 64, 16 bytes of spill stores and loads at dk = 128, at dk = 256 16
-// bytes of stores and 40 of loads (dv 64, 128; 8 and 24 at dv 256) (ptxas's allocation swings
-// by 50 registers on small changes here: KDA's kernel without its last, per-row db and dw
-// stores also spills).
+// width; no spills at dk = 64 and 256 (kWide: dk += b (.) dE through global memory, see phase
+// C), 16 bytes of spill stores and loads at dk = 128 (ptxas's allocation swings by 50 registers
+// on small changes here: KDA's kernel without its last, per-row db and dw stores also spills).
 //
 // The local backward (pass 4) splits only the states h[n], dh[n] (kept in fp32 for precision,
 // see above: phase A's partners) and the A chain (X = dA A^T, dL = -A^T X, dEhat = A^T dW;
@@ -1280,8 +1279,8 @@ __device__ __forceinline__ void stage_pair_decays(const Smem& sm, int d0, const 
 
 // Runs block(d0) for the key blocks d0 = 0, KB, .. < DK: in a loop, or with UNROLL unrolled, d0
 // a constant in each copy. (The vector gate's local backward at DK = 256 (kWide): rolled, ptxas
-// spilled 60 bytes, GDN-2 104; unrolled none, GDN-2 16; a pragma with a count, unroll 2, spilled
-// as much as rolled. The scalar gate's at DK = 256 stays rolled: unrolled, it spills 28 bytes.)
+// spilled 60 bytes, GDN-2 104; unrolled none, GDN-2 16 (none since, see phase C); a pragma with
+// a count, unroll 2, spilled as much as rolled. The scalar gate's at DK = 256 stays rolled: unrolled, it spills 28 bytes.)
 template <int DK, int KB, bool UNROLL, class Fn>
 __device__ __forceinline__ void for_key_blocks(Fn&& block) {
   if constexpr (UNROLL) {
@@ -1606,12 +1605,16 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
         mma_staged(de, Padded<kLdA, false>{sm.P2_b}, K_blk, 0, C);
       }
       if constexpr (VBW) {  // one read of b a channel: dG's 2 e (.) dE, db = k (.) dE, dk += b (.) dE
-        load_part(dk, a.dk);
+        // (kWide: added to phase A's part in global memory, read back once E is staged: with dk
+        // and dE live together ptxas spilled 16 bytes there; at DK = 128 the same took its
+        // spills from 16 to 32 bytes)
+        if (!kWide) load_part(dk, a.dk);
         de.each([&](int r, int d, float x, int slot) {
           const float b = sm.dGv[r * kLdKB + d], k = k_blk(r, d);
           sm.dGv[r * kLdKB + d] = 2.f * b * k * x;
           if (r < n) a.db[b_at(r, d0 + d)] = __float2bfloat16_rn(k * x);
-          dk.ref(slot) += b * x;
+          if (!kWide) dk.ref(slot) += b * x;
+          else if (r < n) a.dk[(tok0 + int64_t(r) * a.HV) * DK + d0 + d] += b * x;
         });
       } else {
         de.add_row_sums(sm.rowB, [&](int r, int d, float x) { return x * k_blk(r, d); });
@@ -1635,6 +1638,7 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
         sm.k[t * kLdK + d] = __float2bfloat16_rn(erase(t, d0 + d) * k_rows(t, d));
       }
       __syncthreads();
+      if (kWide) load_part(dk, a.dk);
     }
     if constexpr (VG) {  // (GDN-2: P2 with E, where diag(beta) P2 meets K)
       const DecayedTerm ps_q_beta_p2_k[] = {{sm.Ps_b, sm.Ps_d, sm.qt, sm.q},
