@@ -1,8 +1,7 @@
 // The delta rule on the GPU: the chunked tensor-core forward and backward of
-// cuda/delta_rule_chunk.cu where they apply (delta_chunk::supported, backward_supported: DeltaNet,
-// GDN, KDA at dk <= 128, GDN-2 at dk, dv <= 128; KDA and GDN-2 at dk = 256 the forward only,
-// their backward the recurrent one, which reads only the forward's u_f32), otherwise the recurrent
-// kernels of cuda/recurrence.cuh with Op::Delta (S' = Diag(exp(g)) S, u = w*v - S'^T (b*k),
+// cuda/delta_rule_chunk.cu where they apply (delta_chunk::supported: DeltaNet, GDN, KDA, and
+// GDN-2 but at dk = 128, dv = 256), otherwise the recurrent kernels of cuda/recurrence.cuh with
+// Op::Delta (S' = Diag(exp(g)) S, u = w*v - S'^T (b*k),
 // S = S' + k u^T, o = scale S^T q), and the small kernels that turn the fp32 per-value-head results into the op's gradients:
 //   dq, dk summed over the value heads of a group;  a scalar gate's or beta's gradient summed
 //   over the key channels;  y = w * v  =>  dv = w * du,  dw = v * du (scalar w: v . du).
@@ -60,23 +59,23 @@ bool chunked(const DeltaRuleDims& d, DType dtype, const void* q, const void* k, 
 // Whether the chunked backward runs (it also needs aligned d_o and u_f32).
 bool chunked_backward(const DeltaRuleDims& d, DType dtype, const void* q, const void* k, const void* v,
                       const void* d_o, const void* u_f32) {
-  return chunked(d, dtype, q, k, v) && delta_chunk::backward_supported(d, dtype) && aligned16(d_o) && aligned16(u_f32);
+  return chunked(d, dtype, q, k, v) && aligned16(d_o) && aligned16(u_f32);
 }
 
 }  // namespace
 
 int64_t delta_rule_document_chunk(const DeltaRuleDims& d, DType dtype) {  // chunk_reset needs both directions
-  return delta_chunk::backward_supported(d, dtype) ? delta_chunk::kChunk : 0;
+  return delta_chunk::supported(d, dtype) ? delta_chunk::kChunk : 0;
 }
 
 int64_t delta_rule_kept_floats(const DeltaRuleDims& d, DType dtype) {
-  return chunk_dims(d, dtype) && delta_chunk::backward_supported(d, dtype) ? delta_chunk::kept_floats(d) : 0;
+  return chunk_dims(d, dtype) ? delta_chunk::kept_floats(d) : 0;
 }
 
 void delta_rule_forward(void* o, float* final_state, void* residual, const void* q, const void* k, const void* v,
                         const void* g, const void* b, const void* w, const float* h0, const DeltaRuleDims& d,
                         float* u_f32, float* kept, DType dtype) {
-  HLA_CHECK(!d.chunk_reset || (chunked(d, dtype, q, k, v) && delta_chunk::backward_supported(d, dtype)),
+  HLA_CHECK(!d.chunk_reset || chunked(d, dtype, q, k, v),
             "delta_rule_forward: chunk_reset (packed documents' chunk layout) needs the chunked kernels");
   if (chunked(d, dtype, q, k, v)) {
     delta_chunk::forward(o, final_state, residual, q, k, v, g, b, w, h0, d, u_f32, kept);
@@ -135,8 +134,7 @@ void delta_rule_backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g,
 }
 
 const char* delta_rule_kernel(const DeltaRuleDims& d, DType dtype) {
-  if (d.doc_start || !delta_chunk::supported(d, dtype)) return "recurrent";
-  return delta_chunk::backward_supported(d, dtype) ? "chunked fwd+bwd (mma)" : "chunked fwd (mma), recurrent bwd";
+  return d.doc_start || !delta_chunk::supported(d, dtype) ? "recurrent" : "chunked fwd+bwd (mma)";
 }
 
 }  // namespace hla::cuda

@@ -55,19 +55,17 @@
 //   With a vector gate the scans hold G[t][d] (C x dk fp32, copied at the top of a chunk), 2c
 //   scales the channels of K by exp(G_last - G) and the state's rows by exp(G_last) (3b and 3c
 //   likewise), 2b the channels of Q by exp(G); at dk = 128 the scans' 175 KB allow one CTA an SM.
-//   At dk = 256 (kWide; KDA and GDN-2, the forward only: their backward runs on the recurrent
-//   kernels, see cuda/delta_rule.cu, until pass 4 is written for it; pass 3 is, below) the G, k
-//   and staged tiles would take 321 KB: the scans hold G's last row alone and stage K (.)
-//   exp(G_last - G) (hi and lo; the reverse scan then scale Q (.) exp(G) for 3c) straight from the
-//   workspace's G and global k (gated_rows) into q's and k's places, 196 KB, one CTA an SM; the
-//   prepare puts v in q's tile once 1b has read q (GDN-2: w in G's place once 1d's W is
-//   formed), its step decays in G's place (1d reads G again from the workspace, this CTA's
-//   writes) and 1b's staged operands 16 channels at a time in L's and A's places, 166 KB (GDN-2
-//   199 KB); output_kernel's q (.) exp(G) hi and lo tiles make it 134 KB, one CTA an SM.
+//   At dk = 256 (kWide; KDA and GDN-2) the G, k and staged tiles would take 321 KB: the scans
+//   hold G's last row alone and stage K (.) exp(G_last - G) (hi and lo; the reverse scan then
+//   scale Q (.) exp(G) for 3c) straight from the workspace's G and global k (gated_rows) into
+//   q's and k's places, 196 KB, one CTA an SM; the prepare puts v in q's tile once 1b has read q
+//   (GDN-2: w in G's place once 1d's W is formed), its step decays in G's place (1d reads G again
+//   from the workspace, this CTA's writes) and 1b's staged operands 16 channels at a time in L's
+//   and A's places, 166 KB (GDN-2 199 KB); output_kernel's q (.) exp(G) hi and lo tiles make it
+//   134 KB, one CTA an SM.
 //
 // Backward (CPU: chunk_backward, chunk_backward_local), 4.9 step by step (a vector gate: per
-// channel as in the forward, at dk <= 128 (backward_supported); pass 4's pair products by
-// sub-blocks, its dG from 4.10's identity):
+// channel as in the forward; pass 4's pair products by sub-blocks, its dG from 4.10's identity):
 //   Passes 1-2 replayed (4.9 step 1): the same kernels, also keeping A and every chunk-start
 //   state h[n] (fp32, see below), writing no outputs. Or skipped: a forward given `kept` wrote
 //   A, h[n], W, Aqk and G there with the same kernels (bit-identical, at kept_floats(d) x 4 bytes
@@ -102,6 +100,9 @@
 //   read from global memory where it enters (for 4g into dG's tile, which it holds until dE is
 //   formed), w's value slices and Y = w (.) V (rounded to bf16) take Ps's and diag(beta) P2's
 //   places during phase B, and k's tile is loaded again once E's last reader is done.
+//   At dk = 256 (kWide) a vector gate's q, k and G tiles hold one 128-wide key block (whole, they
+//   would take 283 KB): phase A loads k and G for each of its two blocks, phase C q, k and G, and
+//   A again for its second block (the first one's decayed operands took A's tiles), 219 KB.
 //   dq, dk go out in bf16 from 4h when every key head has one value head (HV == H); else per
 //   value head in fp32, then summed over the value heads of a group (recurrence::group_sum).
 //   h[n], dh[n] are kept in fp32: bf16 snapshots would put 2^-9 relative errors on dW, dQ and
@@ -153,7 +154,7 @@
 //   staged K (.) exp(G_last - G) hi and lo tiles, before 84.0 / 141.0 KB):
 //   64          95.8 / 103.8 / 119.8 KB        102.0 KB              178.6 KB
 //   128         143.8 / 151.8 / 167.8 KB       175.0 KB (one CTA/SM) 216.9 KB
-//   256         165.8 KB (every dv; kWide)      196.0 KB              - (recurrent backward)
+//   256         165.8 KB (every dv; kWide)      196.0 KB              219.4 KB (kWide)
 //   GDN-2 (vector gate; prepare with its b tile, and its w tile in q's place after 1b where
 //   dv <= dk, else a place of its own; scans and local backward as the vector gate's): dk 64:
 //   prepare 104.8 / 129.8 KB (dv 64 / 128; 113.8 at dv 64 before w took q's place, one CTA an SM);
@@ -171,15 +172,15 @@
 // 102-104 / 126-127 and reverse scan 124 / 128 at dk = 64 / 128, local backward 230 / 200-201
 // (144 / 194-196 before its staged pair products, 195 / 254 before the staged tiles; one CTA an
 // SM at any of these); at dk = 256 (kWide, launch bounds of one CTA) prepare 128-158, scan 146,
-// output_kernel 166, reverse scan 156 (instantiated by hand: not launched yet); no spills (the
-// prepare's staging loops are kept rolled: unrolled, ptxas spilled 4 bytes at dk = 64 to fit 64
-// registers).
+// output_kernel 166, reverse scan 156, local backward 250-252 (its two key blocks unrolled:
+// for_key_blocks); no spills (the prepare's staging loops are kept rolled: unrolled, ptxas
+// spilled 4 bytes at dk = 64 to fit 64 registers).
 // GDN-2: prepare 64 / 80 at dk = 64 (dv 128 / 64) and 80 at dk = 128, local backward 255 at every
 // width; at dk = dv = 64 8 bytes of spill stores and loads since w is gathered after 1b (a6d31f4:
 // the forward went 1.967 -> 1.277 ms at B8 T2048 H16 D64 all the same), no spills at dk = 64
-// otherwise, 16 bytes of spill stores and loads at dk = 128 (ptxas's allocation
-// swings by 50 registers on small changes here: KDA's kernel without its last, per-row db and dw
-// stores also spills).
+// otherwise nor at 256 (kWide: dk += b (.) dE through global memory, see phase C), 16 bytes of
+// spill stores and loads at dk = 128 (ptxas's allocation swings by 50 registers on small changes
+// here: KDA's kernel without its last, per-row db and dw stores also spills).
 //
 // The local backward (pass 4) splits only the states h[n], dh[n] (kept in fp32 for precision,
 // see above: phase A's partners) and the A chain (X = dA A^T, dL = -A^T X, dEhat = A^T dW;
@@ -1088,10 +1089,15 @@ __global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG>::kCtasPerSm)) 
 template <int DK, int DV, bool VG = false>
 struct LocalSmem {
   static constexpr int KB = DK < 128 ? DK : 128;  // key dims per block (phases A and C)
+  // A vector gate at DK = 256 (kWide): whole C x DK tiles of q, k and G would take 283 KB, so
+  // they hold the current key block alone (kKeys = KB columns), loaded again for each block of
+  // phases A and C (phase B reads none of them): 219 KB.
+  static constexpr bool kWide = VG && DK > 128;
+  static constexpr int kKeys = kWide ? KB : DK;    // key columns of the q, k and G tiles
   // value columns per slice (a vector gate's G tile leaves no room for 64 at DK = 128)
   static constexpr int VS = DK <= 128 && DV <= 128 && !VG ? 64 : 32;
-  static constexpr int kLdG = DK + 4;              // row stride of a vector gate's G tile
-  static constexpr int kLdK = DK + 8;              // bf16 row stride of q, k
+  static constexpr int kLdG = kKeys + 4;           // row stride of a vector gate's G tile
+  static constexpr int kLdK = kKeys + 8;           // bf16 row stride of q, k
   static constexpr int kLdS = VS + 8;              // bf16 row stride of a slice
   static constexpr int kLdKB = KB + 4, kLdKBb = KB + 8;  // row strides of a dW block, fp32 and bf16
   static constexpr int kLdA = C + 8;               // bf16 row stride of C-wide tiles (A, Ps, P2)
@@ -1124,7 +1130,7 @@ struct LocalSmem {
   bf16 *dov, *vv;      // (C, kLdS): a value slice of dO and of V
   bf16 *vnew, *dvnew;  // (C, kLdS): a value slice of Vnew and of dVnew, rounded to bf16
   bf16 *A_hi, *A_lo;   // (C, kLdA): A split into bf16 halves (dY = A^T dU takes A_hi alone)
-  // vector gate only (no room taken otherwise; it has one key block, KB = DK):
+  // vector gate only (no room taken otherwise; one key block, KB = DK, or kWide the tiles of one):
   float* Gv;           // (C, kLdG) G[t][d]
   float* dGv;          // (C, kLdKB = kLdG): the dG block, in Gv's place once phase C has staged the decays
   float* colKg;        // (DK / KB, 4, KB) per-column partial sums k_s . dKg_s (WarpTile::add_col_sums)
@@ -1134,7 +1140,7 @@ struct LocalSmem {
   // phase C does not use: K exp(G_{16 (i+1)} - G) in A's fp32 tile (A is used as A_hi, A_lo), Q and
   // K exp(G - G_{16 i}) in the value slices and in A_hi, A_lo (after dEhat = A^T dW)
   bf16 *kn, *qt, *kt;
-  static_assert(!VG || (KB == DK && 2 * kLdKBb <= 4 * kLdC && kLdKBb <= 4 * kLdS && kLdKBb <= 2 * kLdA),
+  static_assert(!VG || (kKeys == KB && 2 * kLdKBb <= 4 * kLdC && kLdKBb <= 4 * kLdS && kLdKBb <= 2 * kLdA),
                 "a vector gate's decayed operands fit the places they take");
   static constexpr size_t vector_floats() { return VG ? size_t(C) * kLdG + 5 * DK + 3 * C * kLdD : 0; }
   static constexpr size_t floats() { return size_t(3) * C * kLdC + 22 * C + 32 + kRegion; }
@@ -1234,15 +1240,16 @@ __device__ __forceinline__ void add_decayed_pairs(WarpTile<C, Smem::KB>& out, co
   out.each([&](int, int, float& x, int slot) { x += sum.at(slot); });
 }
 
-// A vector gate's decays for add_decayed_pairs, per channel d from the G tile (every exponent
-// <= 0), for a token t of sub-block i: kn = k_t exp(G_{16 (i+1)} - G_t) (the last sub-block's rows
-// are never read: zeros), qt, kt = (q_t, k_t) exp(G_t - G_{16 i}), rounded to bf16 once;
-// estep[t] = exp(G_{t+1} - G_t) (0 at t = C - 1); block_decay[i] = exp(G_{16 (i+1)} - G_{16 i});
-// and hdhv times exp(G_last), for the last token's dG. VBW (GDN-2): kt holds the erase key
-// e_t = b_t (.) k_t instead, b read from global memory (b: token 0's row, rows b_stride apart,
-// tokens n .. C - 1 zero).
+// A vector gate's decays for add_decayed_pairs, per channel d of the key block d0 .. d0 + KB - 1
+// (the tiles' columns 0 .. KB - 1) from the G tile (every exponent <= 0), for a token t of
+// sub-block i: kn = k_t exp(G_{16 (i+1)} - G_t) (the last sub-block's rows are never read:
+// zeros), qt, kt = (q_t, k_t) exp(G_t - G_{16 i}), rounded to bf16 once; estep[t] =
+// exp(G_{t+1} - G_t) (0 at t = C - 1); block_decay[i] = exp(G_{16 (i+1)} - G_{16 i}); and hdhv
+// times exp(G_last), for the last token's dG. VBW (GDN-2): kt holds the erase key e_t = b_t (.)
+// k_t instead, b read from global memory (b: token 0's channel d0, rows b_stride apart, tokens
+// n .. C - 1 zero).
 template <class Smem, bool VBW = false>
-__device__ __forceinline__ void stage_pair_decays(const Smem& sm, const bf16* b = nullptr, int b_stride = 0,
+__device__ __forceinline__ void stage_pair_decays(const Smem& sm, int d0, const bf16* b = nullptr, int b_stride = 0,
                                                   int n = 0) {
   constexpr int KB = Smem::KB, kLdG = Smem::kLdG, kLdK = Smem::kLdK, kLdX = Smem::kLdKBb, kLdE = Smem::kLdKB;
   auto g = [&](int t, int d) { return sm.Gv[t * kLdG + d]; };
@@ -1269,7 +1276,21 @@ __device__ __forceinline__ void stage_pair_decays(const Smem& sm, const bf16* b 
     const int b = i / KB, d = i % KB;
     sm.block_decay[i] = expf(g(16 * b + 16, d) - g(16 * b, d));
   }
-  for (int d = threadIdx.x; d < KB; d += kThreads) sm.hdhv[d] *= expf(g(C - 1, d));
+  for (int d = threadIdx.x; d < KB; d += kThreads) sm.hdhv[d0 + d] *= expf(g(C - 1, d));
+}
+
+// Runs block(d0) for the key blocks d0 = 0, KB, .. < DK: in a loop, or with UNROLL unrolled, d0
+// a constant in each copy. (The vector gate's local backward at DK = 256 (kWide): rolled, ptxas
+// spilled 60 bytes, GDN-2 104; unrolled none, GDN-2 16 (none since, see phase C); a pragma with
+// a count, unroll 2, spilled as much as rolled. The scalar gate's at DK = 256 stays rolled: unrolled, it spills 28 bytes.)
+template <int DK, int KB, bool UNROLL, class Fn>
+__device__ __forceinline__ void for_key_blocks(Fn&& block) {
+  if constexpr (UNROLL) {
+#pragma unroll
+    for (int d0 = 0; d0 < DK; d0 += KB) block(d0);
+  } else {
+    for (int d0 = 0; d0 < DK; d0 += KB) block(d0);
+  }
 }
 
 // VBW (GDN-2, with VG): the erase gate b over DK and the write gate w over DV. Their gradients
@@ -1298,9 +1319,27 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   const int64_t qk0 = ((int64_t(bi) * a.T + t0) * a.H + hq) * DK;
   const int64_t vrow = int64_t(a.HV) * DV;                   // row stride of (B, T, HV, dv)
   float* dW_global = a.W + row0 * DK;                        // (C, DK) of (B, HV, NT * C, dk)
-  load_bf16_rows_async<C, DK>(sm.q, a.q + qk0, int64_t(a.H) * DK, n);
-  load_bf16_rows_async<C, DK>(sm.k, a.k + qk0, int64_t(a.H) * DK, n);
-  load_f32_rows_async<C, C>(sm.A, kLdC, a.A + (head * a.NT + chunk) * C * C, C);
+  constexpr bool kWide = Smem::kWide;
+  constexpr int kKeys = Smem::kKeys;
+  // k, and with load_keys q (with_q) and a vector gate's G: the whole (C, DK) tiles, or kWide
+  // key block d0's columns
+  auto load_k = [&](int d0) { load_bf16_rows_async<C, kKeys>(sm.k, a.k + qk0 + d0, int64_t(a.H) * DK, n); };
+  auto load_keys = [&](int d0, bool with_q) {
+    if (with_q) load_bf16_rows_async<C, kKeys>(sm.q, a.q + qk0 + d0, int64_t(a.H) * DK, n);
+    load_k(d0);
+    if (VG) load_f32_rows_async<C, kKeys>(sm.Gv, kLdG, a.G + row0 * DK + d0, DK);
+  };
+  // A = (I + L)^{-1} into its fp32 tile, then (split_a, once it has landed) into bf16 halves
+  auto load_a = [&] { load_f32_rows_async<C, C>(sm.A, kLdC, a.A + (head * a.NT + chunk) * C * C, C); };
+  auto split_a = [&] {
+    for (int i = threadIdx.x; i < C * C / 2; i += kThreads) {
+      const int r = i / (C / 2), c = (i % (C / 2)) * 2;
+      chunk_mma::split_pair(sm.A[r * kLdC + c], sm.A[r * kLdC + c + 1], *reinterpret_cast<uint32_t*>(sm.A_hi + r * kLdA + c),
+                            *reinterpret_cast<uint32_t*>(sm.A_lo + r * kLdA + c));
+    }
+  };
+  load_keys(0, !kWide);  // (kWide: q is read in phase C alone)
+  load_a();
   if (threadIdx.x < C) {
     const int r = threadIdx.x;
     const bool ok = r < n;
@@ -1309,10 +1348,7 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     if (!VG) sm.G[r] = a.G[row0 + r];
   }
   for (int i = threadIdx.x; i < 14 * C; i += kThreads) sm.rowG[i] = 0.f;  // rowG .. rowPair, colPair
-  if (VG) {
-    load_f32_rows_async<C, DK>(sm.Gv, kLdG, a.G + row0 * DK, DK);
-    for (int i = threadIdx.x; i < 5 * DK; i += kThreads) sm.colKg[i] = 0.f;  // colKg, hdhv
-  }
+  if (VG) for (int i = threadIdx.x; i < 5 * DK; i += kThreads) sm.colKg[i] = 0.f;  // colKg, hdhv
   wait_tiles();
   if (threadIdx.x < C) {
     const int r = threadIdx.x;
@@ -1326,11 +1362,7 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   // GDN-2's b[r][d] of (B, T, HV, DK) (0 past n); db has its layout.
   auto b_at = [&](int r, int d) { return tok0 * DK + r * (a.HV * DK) + d; };
   auto erase = [&](int r, int d) { return r < n ? bf(a.b[b_at(r, d)]) : 0.f; };
-  for (int i = threadIdx.x; i < C * C / 2; i += kThreads) {  // A split into bf16 halves
-    const int r = i / (C / 2), c = (i % (C / 2)) * 2;
-    chunk_mma::split_pair(sm.A[r * kLdC + c], sm.A[r * kLdC + c + 1], *reinterpret_cast<uint32_t*>(sm.A_hi + r * kLdA + c),
-                          *reinterpret_cast<uint32_t*>(sm.A_lo + r * kLdA + c));
-  }
+  split_a();
   const Padded<kLdA, true> A_hi_t{sm.A_hi}, A_lo_t{sm.A_lo};  // A^T
   auto no_sum = [](int, int, float4) {};
   // Value slice c0 .. c0 + VS - 1 of dO (rows past n zero; cp.async), Vnew and dVnew rounded to
@@ -1353,7 +1385,9 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   //   The states enter split (hi and lo tiles, two products each), dO, Vnew and dVnew as bf16.
   float hdh = 0.f;
   WarpTile<C, C> wk;  // dW K^T
-  for (int d0 = 0; d0 < DK; d0 += KB) {
+  auto phase_a_block = [&](int d0) {
+    const int kc = kWide ? 0 : d0;  // block d0's first column in the q, k and G tiles
+    if (kWide && d0 > 0) load_keys(d0, false);  // (landed by the first slice's wait)
     WarpTile<C, KB> dq, dw, dk;
     for (int c0 = 0; c0 < DV; c0 += VS) {
       load_slices(c0);
@@ -1386,13 +1420,13 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
       __syncthreads();
     }
     if constexpr (VG) {
-      dq.each([&](int r, int d, float& x, int) { x *= a.scale * expf(g(r, d0 + d)); });
-      dk.each([&](int r, int d, float& x, int) { x *= expf(g(C - 1, d0 + d) - g(r, d0 + d)); });
-      dk.add_col_sums(sm.colKg + 4 * d0, [&](int r, int d, float x) { return x * bf(sm.k[r * kLdK + d0 + d]); });
+      dq.each([&](int r, int d, float& x, int) { x *= a.scale * expf(g(r, kc + d)); });
+      dk.each([&](int r, int d, float& x, int) { x *= expf(g(C - 1, kc + d) - g(r, kc + d)); });
+      dk.add_col_sums(sm.colKg + 4 * d0, [&](int r, int d, float x) { return x * bf(sm.k[r * kLdK + kc + d]); });
     } else {
       dq.each([&](int r, int, float& x, int) { x *= a.scale * sm.expG[r]; });
-      dq.add_row_sums(sm.rowG, [&](int r, int d, float x) { return x * bf(sm.q[r * kLdK + d0 + d]); });
-      dk.add_row_sums(sm.rowKg, [&](int r, int d, float x) { return sm.kdecay[r] * x * bf(sm.k[r * kLdK + d0 + d]); });
+      dq.add_row_sums(sm.rowG, [&](int r, int d, float x) { return x * bf(sm.q[r * kLdK + kc + d]); });
+      dk.add_row_sums(sm.rowKg, [&](int r, int d, float x) { return sm.kdecay[r] * x * bf(sm.k[r * kLdK + kc + d]); });
       dk.each([&](int r, int, float& x, int) { x *= sm.kdecay[r]; });
     }
     dq.each([&](int r, int d, float x, int) { if (r < n) a.dq[(tok0 + int64_t(r) * a.HV) * DK + d0 + d] = x; });
@@ -1404,15 +1438,16 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     if constexpr (VG) {  // dW Ehat^T: K (.) exp(G) rounded once (GDN-2: E (.) exp(G))
       for (int i = threadIdx.x; i < C * KB; i += kThreads) {
         const int s = i / KB, d = i % KB;
-        const float e = VBW ? erase(s, d0 + d) * k_rows(s, d0 + d) : k_rows(s, d0 + d);
-        sm.kexp[s * kLdKBb + d] = __float2bfloat16_rn(e * expf(g(s, d0 + d)));
+        const float e = VBW ? erase(s, d0 + d) * k_rows(s, kc + d) : k_rows(s, kc + d);
+        sm.kexp[s * kLdKBb + d] = __float2bfloat16_rn(e * expf(g(s, kc + d)));
       }
     }
     __syncthreads();
     if constexpr (VG) mma_staged(wk, Padded<kLdKBb, false>{sm.dWb}, Padded<kLdKBb, true>{sm.kexp}, 0, KB);
-    else mma_staged(wk, Padded<kLdKBb, false>{sm.dWb}, Padded<kLdK, true>{sm.k, 0, d0}, 0, KB);
-    __syncthreads();  // the dW block is read: the next block's h, dh take its place
-  }
+    else mma_staged(wk, Padded<kLdKBb, false>{sm.dWb}, Padded<kLdK, true>{sm.k, 0, kc}, 0, KB);
+    __syncthreads();  // the dW block is read: the next block's h, dh take its place (kWide: k and G too)
+  };
+  for_key_blocks<DK, KB, kWide>(phase_a_block);
   hdh = block_sum(hdh, sm.red);
   // Phase B (4c-4f; steps 2, 6, 8), over the value slices: dAqk = scale dO Vnew^T (scale enters
   //   below), dU Y^T = dVnew V^T, and dY = A^T dU  ->  dv = w dY,  dw = v . dY
@@ -1524,26 +1559,35 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
       else per_head[i] = x;
     });
   };
-  for (int d0 = 0; d0 < DK; d0 += KB) {
+  auto phase_c_block = [&](int d0) {
+    const int kc = kWide ? 0 : d0;  // block d0's first column in the q, k and G tiles
+    // kWide: the block's q, k and G, and after the first block A again (its tiles took the
+    // decayed operands' places)
+    if (kWide) load_keys(d0, true);
+    if (kWide && d0 > 0) load_a();
     // this CTA's phase A writes (before barriers), split into hi and lo tiles
     stage_f32_rows<C, KB, true>(sm.dW_hi, sm.dW_lo, dW_global + d0, DK, C, no_sum);
+    if constexpr (kWide) {
+      wait_tiles();
+      if (d0 > 0) split_a();
+    }
     __syncthreads();
-    auto k_blk = [&](int s, int d) { return k_rows(s, d0 + d); };
-    const Padded<kLdK, false> K_blk{sm.k, 0, d0};
+    auto k_blk = [&](int s, int d) { return k_rows(s, kc + d); };
+    const Padded<kLdK, false> K_blk{sm.k, 0, kc};
     // phase A's parts, read back by the threads that wrote them (once dE is formed: fewer live registers)
     auto load_part = [&](WarpTile<C, KB>& t, const float* part) {
       t.each([&](int r, int d, float& x, int) { x = r < n ? part[(tok0 + int64_t(r) * a.HV) * DK + d0 + d] : 0.f; });
     };
     WarpTile<C, KB> dq, dk;
-    auto q_blk = [&](int t, int d) { return bf(sm.q[t * kLdK + d0 + d]); };
+    auto q_blk = [&](int t, int d) { return bf(sm.q[t * kLdK + kc + d]); };
     {
       WarpTile<C, KB> de;
       const Padded<kLdKBb, false> dW_hi{sm.dW_hi}, dW_lo{sm.dW_lo};
       mma_staged(de, A_hi_t, dW_hi, 0, C), mma_staged(de, A_hi_t, dW_lo, 0, C), mma_staged(de, A_lo_t, dW_hi, 0, C);
       if constexpr (VG) {
-        de.each([&](int r, int d, float& x, int) { x *= expf(g(r, d0 + d)); });
+        de.each([&](int r, int d, float& x, int) { x *= expf(g(r, kc + d)); });
         __syncthreads();  // A's tiles and the dW block are read: the decays take their places
-        stage_pair_decays<Smem, VBW>(sm, a.b + tok0 * DK, a.HV * DK, n);
+        stage_pair_decays<Smem, VBW>(sm, d0, a.b + tok0 * DK + d0, a.HV * DK, n);
         __syncthreads();  // G is read: the block's dG takes its place (GDN-2: b first, read below)
         if constexpr (VBW) {
           for (int i = threadIdx.x; i < C * KB; i += kThreads) {
@@ -1563,12 +1607,16 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
         mma_staged(de, Padded<kLdA, false>{sm.P2_b}, K_blk, 0, C);
       }
       if constexpr (VBW) {  // one read of b a channel: dG's 2 e (.) dE, db = k (.) dE, dk += b (.) dE
-        load_part(dk, a.dk);
+        // (kWide: added to phase A's part in global memory, read back once E is staged: with dk
+        // and dE live together ptxas spilled 16 bytes there; at DK = 128 the same took its
+        // spills from 16 to 32 bytes)
+        if (!kWide) load_part(dk, a.dk);
         de.each([&](int r, int d, float x, int slot) {
           const float b = sm.dGv[r * kLdKB + d], k = k_blk(r, d);
           sm.dGv[r * kLdKB + d] = 2.f * b * k * x;
           if (r < n) a.db[b_at(r, d0 + d)] = __float2bfloat16_rn(k * x);
-          dk.ref(slot) += b * x;
+          if (!kWide) dk.ref(slot) += b * x;
+          else if (r < n) a.dk[(tok0 + int64_t(r) * a.HV) * DK + d0 + d] += b * x;
         });
       } else {
         de.add_row_sums(sm.rowB, [&](int r, int d, float x) { return x * k_blk(r, d); });
@@ -1587,25 +1635,26 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     if constexpr (VBW) {  // dQ's share of dG now (dQ is dead across dK's pairs), then E = b (.) K in k's
       dq.each([&](int r, int d, float x, int) { sm.dGv[r * kLdKB + d] += q_blk(r, d) * x; });
       __syncthreads();  // place (its last reader, Ps K, is done; kt holds E decayed)
-      for (int i = threadIdx.x; i < C * DK; i += kThreads) {
-        const int t = i / DK, d = i % DK;
-        sm.k[t * kLdK + d] = __float2bfloat16_rn(erase(t, d) * k_rows(t, d));
+      for (int i = threadIdx.x; i < C * kKeys; i += kThreads) {  // (the vector gate's tiles: one key block)
+        const int t = i / kKeys, d = i % kKeys;
+        sm.k[t * kLdK + d] = __float2bfloat16_rn(erase(t, d0 + d) * k_rows(t, d));
       }
       __syncthreads();
+      if (kWide) load_part(dk, a.dk);
     }
     if constexpr (VG) {  // (GDN-2: P2 with E, where diag(beta) P2 meets K)
       const DecayedTerm ps_q_beta_p2_k[] = {{sm.Ps_b, sm.Ps_d, sm.qt, sm.q},
                                             {VBW ? sm.P2_b : sm.betaP2_b, VBW ? sm.P2_d : sm.betaP2_d, sm.kt, sm.k}};
       add_decayed_pairs<Smem, true>(dk, ps_q_beta_p2_k, sm.estep, sm.block_decay);
     } else {
-      mma_staged(dk, Padded<kLdA, true>{sm.Ps_b}, Padded<kLdK, false>{sm.q, 0, d0}, 0, C);
+      mma_staged(dk, Padded<kLdA, true>{sm.Ps_b}, Padded<kLdK, false>{sm.q, 0, kc}, 0, C);
       mma_staged(dk, Padded<kLdA, true>{sm.betaP2_b}, K_blk, 0, C);
     }
     store_grad(dk, d0, a.dk, a.dk_direct);
     if constexpr (VG) {
       if constexpr (VBW) {  // k back in its tile (E's last reader is done), then dK's share of dG
         __syncthreads();
-        load_bf16_rows_async<C, DK>(sm.k, a.k + qk0, int64_t(a.H) * DK, n);
+        load_k(d0);
         wait_tiles();
         dk.each([&](int r, int d, float x, int) { sm.dGv[r * kLdKB + d] -= k_blk(r, d) * x; });
       } else {
@@ -1625,7 +1674,8 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
       }
     }
     __syncthreads();  // the dW block is read
-  }
+  };
+  for_key_blocks<DK, KB, kWide>(phase_c_block);
   // 4i (step 7): dG_t = the row sums + rowsum(pair) - colsum(pair) - kgp_t; at the last token
   //     + exp(G_last) (h . dh) + sum_s kgp_s; then dg = reverse cumsum of dG inside the chunk.
   if (!VG && threadIdx.x < C) {
@@ -1742,11 +1792,6 @@ bool supported(const DeltaRuleDims& d, DType dtype) {
   return dtype == DType::BF16 && width_ok(d.dk) && width_ok(d.dv) && (scalar_b_w || gdn2);
 }
 
-bool backward_supported(const DeltaRuleDims& d, DType dtype) {
-  return supported(d, dtype) && (d.gate != DeltaGate::Vector || (d.dk <= 128 && (!d.erase_vector || d.dv <= 128)));
-}
-
-
 int64_t kept_floats(const DeltaRuleDims& d) {
   const int64_t NT = (d.T + C - 1) / C;
   return Workspace::rows(d) * (d.dk + 2 * C + Workspace::gate_width(d)) +
@@ -1755,8 +1800,6 @@ int64_t kept_floats(const DeltaRuleDims& d) {
 
 void forward(void* o, float* final_state, void* residual, const void* q, const void* k, const void* v, const void* g,
              const void* b, const void* w, const float* h0, const DeltaRuleDims& d, float* u_f32, float* kept) {
-  HLA_CHECK(!kept || backward_supported(d, DType::BF16), "delta_rule chunk forward: `kept` given at dk ", d.dk,
-            ", dv ", d.dv, " with a vector gate, whose backward runs on the recurrent kernels (nothing to keep)");
   ChunkArgs a = input_args(q, k, v, g, b, w, h0, d);
   a.o = static_cast<bf16*>(o), a.residual = static_cast<bf16*>(residual), a.u_f32 = u_f32;
   a.vnew = aligned16(u_f32) ? u_f32 : nullptr;  // 2b's 16-byte loads; else Vnew goes over U
@@ -1775,8 +1818,6 @@ void backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, void* grad
               const void* v, const void* g, const void* b, const void* w, const float* h0, const DeltaRuleDims& d,
               const float* u_f32, float* kept) {
   HLA_CHECK(aligned16(d_o) && aligned16(u_f32), "delta_rule chunk kernel: d_o and u_f32 must be 16-byte aligned");
-  HLA_CHECK(backward_supported(d, DType::BF16), "delta_rule chunk backward: a vector gate at dk ", d.dk, ", dv ", d.dv,
-            " (vector b and w: ", d.erase_vector, ") runs on the recurrent kernels' backward");
   ChunkArgs a = input_args(q, k, v, g, b, w, h0, d);
   const int64_t rows = Workspace::rows(d);               // workspace rows: (B, HV, NT * C)
   const int64_t states = d.B * d.HV * a.NT * d.dk * d.dv;  // (B, HV, NT, dk, dv)
@@ -1798,11 +1839,10 @@ void backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, void* grad
     launch_backward<DK, DV, VG, VBW>(a);            // passes 3-4
   };
   dispatch_widths(d, [&](auto dk_, auto dv_) {
+    constexpr int DK = decltype(dk_)::value, DV = decltype(dv_)::value;
     if (d.gate != DeltaGate::Vector) run(dk_, dv_, std::false_type{}, std::false_type{});
-    else if constexpr (decltype(dk_)::value <= 128) {
-      if (!d.erase_vector) run(dk_, dv_, std::true_type{}, std::false_type{});
-      else if constexpr (decltype(dv_)::value <= 128) run(dk_, dv_, std::true_type{}, std::true_type{});
-    }
+    else if (!d.erase_vector) run(dk_, dv_, std::true_type{}, std::false_type{});
+    else if constexpr (DK > 128 || DV <= 128) run(dk_, dv_, std::true_type{}, std::true_type{});
   });
   if (!grouped) return;
   recurrence::group_sum(static_cast<bf16*>(grad_q), dq.get(), d.B * d.T, d.H, d.HV / d.H, d.dk);

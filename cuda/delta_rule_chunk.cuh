@@ -7,13 +7,13 @@
 // Scope: BF16 storage (fp32 accumulation, fp32 state), no gate or a scalar gate (DeltaNet, GDN),
 // scalar erase gate beta and scalar write gate w (w = b for DeltaNet/GDN), grouped value heads,
 // dk and dv in {64, 128, 256} (any pair), chunks of kChunk = 64 tokens, any T, optional initial state.
-// KDA (a vector gate over dk, scalar beta) at dk in {64, 128} (dv any of the three). GDN-2 (a
-// vector gate, a vector erase gate b over dk and a vector write gate w over dv) at dk, dv in
-// {64, 128}: KDA's kernels with E = b (.) K in place of beta K and Y = w (.) V in place of w V,
-// per-channel db = k (.) dE and dw = v (.) dY. At dk = 256 KDA and GDN-2 (dv any of the three)
-// run the chunked forward only (backward_supported: their backward runs on the recurrent
-// kernel, which reads only the forward's u_f32). Other mixes of vector and scalar b, w (and
-// GDN-2 at dk = 128, dv = 256) run on the recurrent kernel.
+// KDA (a vector gate over dk, scalar beta) at the same widths. GDN-2 (a vector gate, a vector
+// erase gate b over dk and a vector write gate w over dv) at those but dk = 128 with dv = 256:
+// KDA's kernels with E = b (.) K in place of beta K and Y = w (.) V in place of w V, per-channel
+// db = k (.) dE and dw = v (.) dY. KDA and GDN-2 at dk = 256 have a shared-memory layout of
+// their own (kWide: the scans hold G's last row alone, the local backward one 128-wide key block
+// of q, k and G at a time). Other mixes of vector and scalar b, w (and GDN-2 at dk = 128,
+// dv = 256) run on the recurrent kernel.
 // Packed documents: on their chunk-aligned layout (nn/ops/document_chunks.h, chunks of kChunk)
 // with d.chunk_reset, the scans zero the state entering each flagged chunk (and the gradient
 // leaving it); no other pass changes.
@@ -24,11 +24,9 @@ namespace hla::cuda::delta_chunk {
 
 constexpr int kChunk = 64;
 
-// Whether the chunked forward covers these dims and storage dtype.
+// Whether the chunked forward and backward (and kept_floats, packed documents) cover these dims
+// and storage dtype.
 bool supported(const DeltaRuleDims& d, DType dtype);
-
-// Whether the chunked backward does too (then also kept_floats and packed documents).
-bool backward_supported(const DeltaRuleDims& d, DType dtype);
 
 // The fp32 buffers passes 3-4 read from passes 1-2 (W, Aqk, G, A = (I + L)^{-1}, every chunk-start
 // state h[n]), as one allocation of this many floats:
@@ -37,12 +35,11 @@ int64_t kept_floats(const DeltaRuleDims& d);
 
 // The forward of cuda::delta_rule_forward for supported() dims, with bf16 buffers (q, k, v, g,
 // b, w, o, residual; 16-byte aligned q, k, v) and fp32 states; u_f32 may be null. kept: null, or
-// (backward_supported dims) kept_floats(d) floats (16-byte aligned) where the forward keeps what
-// its backward reads.
+// kept_floats(d) floats (16-byte aligned) where the forward keeps what its backward reads.
 void forward(void* o, float* final_state, void* residual, const void* q, const void* k, const void* v, const void* g,
              const void* b, const void* w, const float* h0, const DeltaRuleDims& d, float* u_f32, float* kept);
 
-// The backward of cuda::delta_rule_backward for backward_supported() dims, with the same contract (bf16
+// The backward of cuda::delta_rule_backward for supported() dims, with the same contract (bf16
 // gradients written, not added; grad_g, grad_h0 and d_final_state may be null; 16-byte aligned
 // d_o and u_f32, the forward's fp32 u). kept: null (passes 1-2 are replayed), or the forward's
 // `kept`, which replaces the replay (bit-identical results) and is consumed: pass 4 writes dW

@@ -672,14 +672,13 @@ void add_delta_rule_cases() {
     add_case(grad_case("delta_rule", c.what, 10, delta_inputs(c, false), delta_op(c)));
 
   // gpu: the recurrent kernel's cases, then those that take the chunked tensor-core forward and
-  // backward (cuda/delta_rule_chunk.cu) in bf16: DeltaNet, GDN, KDA (dk <= 128) and GDN-2 (dk,
-  // dv <= 128), grouped and ungrouped value heads, every (dk, dv) template, partial last chunks
-  // with and without an initial state, untied beta and w, and long sequences (64 chunks); every
-  // chunked case with the forward keeping its chunk states for the backward (the default), five
-  // with the backward replaying them, four forwards alone (inference). KDA and GDN-2 at dk = 256
-  // take the chunked forward and the recurrent backward ("chunk kda dk256", "chunk gdn2 dk256"; the
-  // forward keeps nothing, packed documents run recurrent); GDN-2 at dk = 128, dv = 256 stays
-  // recurrent ("gdn2 dv256").
+  // backward (cuda/delta_rule_chunk.cu) in bf16: DeltaNet, GDN, KDA and GDN-2 (but dk = 128 with
+  // dv = 256), grouped and ungrouped value heads, every (dk, dv) template, partial last chunks
+  // with and without an initial state, untied beta and w, and long sequences (32 and 64 chunks);
+  // every chunked case with the forward keeping its chunk states for the backward (the default),
+  // seven with the backward replaying them, six forwards alone (inference). KDA and GDN-2 at dk = 256
+  // run in their own shared-memory layout ("chunk kda dk256", "chunk gdn2 dk256": one 128-wide key
+  // block of q, k and G at a time in pass 4); GDN-2 at dk = 128, dv = 256 stays recurrent ("gdn2 dv256").
   for (const DeltaCase& c : {
            DeltaCase{"deltanet", 2, 100, 2, 2, 64, 64, G::None, false, false, true, false, 0.0, 0},
            DeltaCase{"gdn", 2, 150, 2, 4, 128, 96, G::Scalar, false, false, true, true, 0.0, 0},  // grouped value heads
@@ -720,10 +719,13 @@ void add_delta_rule_cases() {
            DeltaCase{"chunk kda", 2, 100, 2, 4, 128, 256, G::Vector, false, false, true, true, 3.0, 0},
            DeltaCase{"chunk kda long", 2, 4096, 2, 4, 128, 128, G::Vector, false, false, true, true, 3.0, 0},
            DeltaCase{"chunk kda replay", 2, 130, 2, 4, 128, 128, G::Vector, false, false, true, true, 1.0, 0, false},
-           // dk = 256: the chunked forward (vector gate: its dk = 256 layout), the recurrent backward
+           // dk = 256: the vector gate's own layout (kWide), pass 4 in two key blocks
            DeltaCase{"chunk kda dk256", 2, 130, 2, 4, 256, 256, G::Vector, false, false, true, true, 1.0, 0},
            DeltaCase{"chunk kda dk256 b,w", 2, 100, 2, 2, 256, 64, G::Vector, false, false, false, false, 3.0, 0},
            DeltaCase{"chunk kda dk256", 1, 80, 1, 2, 256, 128, G::Vector, false, false, true, true, 0.0, 0},
+           DeltaCase{"chunk kda dk256 long", 1, 2048, 1, 2, 256, 256, G::Vector, false, false, true, true, 3.0, 0},
+           DeltaCase{"chunk kda dk256 replay", 2, 130, 2, 4, 256, 128, G::Vector, false, false, true, true, 1.0, 0,
+                     false},
            // GDN-2: KDA's chunks with per-channel erase b (dk) and write w (dv) gates
            DeltaCase{"chunk gdn2", 2, 100, 2, 4, 64, 64, G::Vector, true, true, false, true, 0.0, 0},
            DeltaCase{"chunk gdn2", 2, 130, 2, 4, 128, 128, G::Vector, true, true, false, true, 1.0, 0},
@@ -733,6 +735,9 @@ void add_delta_rule_cases() {
            DeltaCase{"chunk gdn2 replay", 2, 130, 2, 4, 128, 128, G::Vector, true, true, false, true, 1.0, 0, false},
            DeltaCase{"chunk gdn2 dk256", 2, 100, 2, 4, 256, 256, G::Vector, true, true, false, true, 1.0, 0},
            DeltaCase{"chunk gdn2 dk256", 2, 70, 1, 1, 256, 128, G::Vector, true, true, false, false, 3.0, 0},
+           DeltaCase{"chunk gdn2 dk256", 2, 130, 2, 2, 256, 64, G::Vector, true, true, false, true, 0.0, 0},
+           DeltaCase{"chunk gdn2 dk256 replay", 2, 100, 1, 2, 256, 256, G::Vector, true, true, false, true, 1.0, 0,
+                     false},
            // the forward alone (inference: no u_f32, its output pass reads Vnew from the scan's
            // workspace), at each output-pass width: 64-column slices, 32 at dk = 256, a vector gate
            DeltaCase{"chunk gdn inference", 2, 130, 2, 4, 128, 128, G::Scalar, false, false, true, true, 1.0, 0, true,
@@ -763,9 +768,11 @@ void add_delta_rule_cases() {
                      {64, 64, 1, 62}},
            DeltaCase{"documents gdn", 2, 300, 2, 4, 128, 128, G::Scalar, false, false, true, false, 1.0, 0, true,
                      {37, 64, 1, 70, 128}},
-           // dk = 256, a vector gate: no chunk layout (its backward is recurrent), the token recurrence
+           // dk = 256, a vector gate (its own layout, kWide)
            DeltaCase{"documents kda dk256", 2, 191, 2, 2, 256, 128, G::Vector, false, false, true, false, 1.0, 0, true,
                      {90, 37, 64}},
+           DeltaCase{"documents gdn2 dk256", 2, 191, 1, 2, 256, 64, G::Vector, true, true, false, false, 1.0, 0, true,
+                     {64, 64, 1, 62}},
        })
     add_case(gpu_case("delta_rule", "delta_rule " + c.what + dims(c.B, c.T, c.H, c.HV, c.dk, c.dv), delta_kernel(c),
                       delta_inputs(c, true), delta_op(c)));

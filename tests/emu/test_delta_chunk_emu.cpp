@@ -12,8 +12,7 @@
 // fp32 if exp(G_t - G_s) were factored as exp(G_t) exp(-G_s) over a chunk; weak decay too, where
 // the pairs of different 16-token sub-blocks weigh in); GDN-2 (dk, dv in {64, 128}, b and w
 // sigmoid(N(0, 1)) per channel, db and dw compared per channel); KDA and GDN-2 at dk = 256 (group
-// wide256: the chunked forward alone, their backward being the recurrent kernel's: o, u and the
-// final state); and a few cases with cp.async copies
+// wide256, their layout of one key block at a time); and a few cases with cp.async copies
 // landing at issue and the warps run one after another (tests/emu/include/emu.h), which shows a
 // tile copied before its last reader is done. Every case runs twice: the backward replaying passes 1-2, and a
 // forward keeping their buffers (delta_chunk::kept_floats) with the backward reading them; the
@@ -194,8 +193,6 @@ static void run(const Case& c, uint64_t seed) {
     for (int n : c.resets) chunk_reset[bi * NT + n] = 1;
   if (!c.resets.empty()) d.chunk_reset = chunk_reset.data();
   HLA_CHECK(cuda::delta_chunk::supported(d, DType::BF16), "not a chunked case");
-  // KDA and GDN-2 at dk = 256: the chunked forward alone (their backward is the recurrent kernel's)
-  const bool with_backward = cuda::delta_chunk::backward_supported(d, DType::BF16);
   const Bf16* gp = c.gated ? g.b.data() : nullptr;
   const float* h0p = c.with_h0 ? h0.f.data() : nullptr;
   // The kernels' outputs, from the backward that replays passes 1-2 (keep false) or from the one
@@ -209,7 +206,6 @@ static void run(const Case& c, uint64_t seed) {
     float* keptp = keep ? kept.data() : nullptr;
     cuda::delta_chunk::forward(r.o.data(), r.ht.data(), r.res.data(), q.b.data(), k.b.data(), v.b.data(), gp,
                                b.b.data(), w.b.data(), h0p, d, r.u_f32.data(), keptp);
-    if (!with_backward) return r;
     cuda::delta_chunk::backward(r.gq.data(), r.gk.data(), r.gv.data(), c.gated ? r.gg.data() : nullptr, r.gb.data(),
                                 r.gw.data(), c.with_h0 ? r.gh0.data() : nullptr, dO.b.data(),
                                 c.with_dht ? dht.f.data() : nullptr, dres.b.data(), q.b.data(), k.b.data(),
@@ -252,7 +248,6 @@ static void run(const Case& c, uint64_t seed) {
           eo.add(at(o, tok * dv + i), o_ref(t, i)), eu.add(at(res, tok * dv + i), u_ref(t, i));
         }
       for (int64_t i = 0; i < dk * dv; i++) eht.add(at(ht, (bi * HV + j) * dk * dv + i), S_ref(i / dv, i % dv));
-      if (!with_backward) continue;
       const Mat dS = Eigen::Map<const Mat>(dht.ref.data() + (bi * HV + j) * dk * dv, dk, dv);
       const Grads gr = backward(x, scale, rows(dO.ref, bi, j, T, HV, dv), rows(dres.ref, bi, j, T, HV, dv), dS);
       for (int64_t t = 0; t < T; t++) {
@@ -276,8 +271,7 @@ static void run(const Case& c, uint64_t seed) {
       if (c.with_h0)
         for (int64_t i = 0; i < dk * dv; i++) eh0.add(at(gh0, (bi * HV + j) * dk * dv + i), gr.h0(i / dv, i % dv));
     }
-  if (with_backward)
-    for (size_t i = 0; i < dq_ref.size(); i++) eq.add(at(gq, i), dq_ref[i]), ek.add(at(gk, i), dk_ref[i]);
+  for (size_t i = 0; i < dq_ref.size(); i++) eq.add(at(gq, i), dq_ref[i]), ek.add(at(gk, i), dk_ref[i]);
   std::string resets;
   for (int n : c.resets) resets += (resets.empty() ? " resets " : ",") + std::to_string(n);
   char label[160];
@@ -288,18 +282,16 @@ static void run(const Case& c, uint64_t seed) {
                 long(B), long(T), long(H), long(HV), long(dk), long(dv), int(c.with_h0), int(c.with_dht),
                 resets.c_str());
   const double out = 5e-3, grad = 1e-2;  // gpu-check's bf16_out, bf16_grad
-  const uint64_t replay = replayed.hash(), keep = with_backward ? kernels(true).hash() : replay;
-  if (with_backward)
-    std::printf("%-50s hash %016llx, keeping forward %016llx %s\n", label, (unsigned long long)replay,
-                (unsigned long long)keep, keep == replay ? "ok" : "FAIL");
+  const uint64_t replay = replayed.hash(), keep = kernels(true).hash();
+  std::printf("%-50s hash %016llx, keeping forward %016llx %s\n", label, (unsigned long long)replay,
+              (unsigned long long)keep, keep == replay ? "ok" : "FAIL");
   Hash forward_hash;
   forward_hash.add(o), forward_hash.add(res), forward_hash.add(ht);
   const uint64_t inference = inference_hash();
   std::printf("%-50s forward %016llx, without u_f32 %016llx %s\n", label, (unsigned long long)forward_hash.h,
               (unsigned long long)inference, inference == forward_hash.h ? "ok" : "FAIL");
-  g_rows += with_backward ? 2 : 1, g_fail |= keep != replay || inference != forward_hash.h;
+  g_rows += 2, g_fail |= keep != replay || inference != forward_hash.h;
   report(label, "o", eo, out), report(label, "u", eu, out), report(label, "ht", eht, out);
-  if (!with_backward) return;
   report(label, "dq", eq, grad), report(label, "dk", ek, grad), report(label, "dv", ev, grad);
   if (c.gated) report(label, "dg", eg, grad);
   report(label, "db", eb, grad), report(label, "dw", ew, grad);
@@ -308,7 +300,7 @@ static void run(const Case& c, uint64_t seed) {
 
 // Every case by default (ctest); a group by name: small (dk, dv <= 128), wide (a width of 256), kda,
 // early (copies landing at issue too, tests/emu/include/emu.h), gdn2, documents (chunk_reset),
-// wide256 (KDA and GDN-2 at dk = 256, forward only).
+// wide256 (KDA and GDN-2 at dk = 256).
 int main(int argc, char** argv) {
   const std::string which = argc > 1 ? argv[1] : "all";
   auto wants = [&](const char* group) { return which == "all" || which == group; };
@@ -369,15 +361,17 @@ int main(int argc, char** argv) {
     run({true, true, true, true, 1, 130, 1, 1, 256, 128, 1.0, false, false, {1}}, seed++);
   }
   if (wants("wide256")) {
-    // KDA and GDN-2 at dk = 256 (the chunked forward): dv 256 / 128 / 64, a partial last chunk,
-    // grouped value heads, h0, strong and weak decay, a chunk_reset, copies landing at issue.
+    // KDA and GDN-2 at dk = 256: dv 256 / 128 / 64, a partial last chunk, grouped value heads,
+    // h0, strong and weak decay, chunk_resets, B = 2, copies landing at issue.
     run({true, true, true, true, 1, 70, 1, 1, 256, 256, 2.0, true}, seed++);
     run({true, false, false, true, 1, 130, 1, 2, 256, 128, -5.0, true}, seed++);
     run({true, false, true, true, 1, 70, 1, 2, 256, 256, 0.0, true, true}, seed++);
     run({true, false, true, true, 1, 130, 1, 1, 256, 64, 2.0, true, true, {1}}, seed++);
     emu::cp_async_lands_at_issue = true;
     run({true, false, true, true, 1, 130, 1, 1, 256, 128, -5.0, true, true}, seed++);
+    run({true, true, true, false, 1, 200, 1, 2, 256, 256, 2.0, true}, seed++);
     emu::cp_async_lands_at_issue = false;
+    run({true, true, true, true, 2, 200, 1, 2, 256, 64, 0.0, true, false, {1, 3}}, seed++);
   }
   std::printf("%d rows: %s\n", g_rows, g_fail ? "SOME FAILED" : "ALL OK");
   return g_fail;
