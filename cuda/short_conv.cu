@@ -139,7 +139,7 @@ __device__ ThreadRun thread_run(int64_t L, int64_t C, int64_t runs, int64_t run_
 
 // y: (B, L, C); threads: B * runs * (C / W), runs = ceil(L / kForwardRun).
 template <class T, int KMAX, int W>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 1)
     conv_forward_kernel(T* __restrict__ y, ConvInputs<T> in, int64_t B, int64_t runs, ConvAct act) {
   const ThreadRun r = thread_run<W>(in.L, in.C, runs, kForwardRun, B);
   if (!r.valid) return;
@@ -148,12 +148,16 @@ __global__ void __launch_bounds__(kThreads)
   float win[KMAX][W];  // win[j] = x_{t-KMAX+1+j} at token t
 #pragma unroll
   for (int j = 0; j < KMAX - 1; j++) in.load_inputs(win[j + 1], r.b, r.t0 - KMAX + 1 + j, r.c0);
+  float next[W];  // x_t, loaded a token ahead (its latency hidden behind the token before)
+  in.load_inputs(next, r.b, r.t0, r.c0);
   for (int64_t t = r.t0; t < r.t1; t++) {
 #pragma unroll
     for (int j = 0; j < KMAX - 1; j++)
 #pragma unroll
       for (int k = 0; k < W; k++) win[j][k] = win[j + 1][k];
-    in.load_inputs(win[KMAX - 1], r.b, t, r.c0);
+#pragma unroll
+    for (int k = 0; k < W; k++) win[KMAX - 1][k] = next[k];
+    if (t + 1 < r.t1) in.load_inputs(next, r.b, t + 1, r.c0);
     float out[W];
     in.window_pre(out, wp, bias, win, t, in.lowest_input(r.b, t));
 #pragma unroll
@@ -165,7 +169,7 @@ __global__ void __launch_bounds__(kThreads)
 // dx: (B, L, C); partial_w: (B * runs, C, K), partial_b: (B * runs, C) or null: each run's sums
 // of dw and dbias; threads: B * runs * (C / W), runs = ceil(L / kBackwardRun).
 template <class T, int KMAX, int W>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 1)
     conv_backward_kernel(T* __restrict__ dx, float* __restrict__ partial_w, float* __restrict__ partial_b,
                          const T* __restrict__ dy, const T* __restrict__ dfinal, ConvInputs<T> in, int64_t B,
                          int64_t runs, ConvAct act) {
@@ -183,6 +187,9 @@ __global__ void __launch_bounds__(kThreads)
   int64_t lowest[KMAX] = {};  // lowest[j] = the lowest input output t+j sees
   float dw[KMAX][W] = {}, db[W] = {};
   const int64_t final_lowest = in.lowest_input(r.b, L - 1);  // the final state reads x_s for s >= this
+  float dy_next[W], x_next[W];  // dy_t and x_{t-KMAX}, loaded a token ahead (latency hidden)
+  load_floats<W>(dy_next, dy + (r.b * L + top) * C + r.c0);
+  in.load_inputs(x_next, r.b, top - KMAX, r.c0);
   for (int64_t t = top; t >= r.t0; t--) {
 #pragma unroll
     for (int j = KMAX - 1; j > 0; j--) {
@@ -190,11 +197,17 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int k = 0; k < W; k++) dpre[j][k] = dpre[j - 1][k];
     }
+    float d[W], x_low[W];  // dy_t, x_{t-KMAX}
+#pragma unroll
+    for (int k = 0; k < W; k++) d[k] = dy_next[k], x_low[k] = x_next[k];
+    if (t > r.t0) {
+      load_floats<W>(dy_next, dy + (r.b * L + t - 1) * C + r.c0);
+      in.load_inputs(x_next, r.b, t - 1 - KMAX, r.c0);
+    }
     // 2. pre_t from the window, dpre_t = dy_t act'(pre_t)
     lowest[0] = in.lowest_input(r.b, t);
-    float pre[W], d[W];
+    float pre[W];
     in.window_pre(pre, wp, bias, win, t, lowest[0]);
-    load_floats<W>(d, dy + (r.b * L + t) * C + r.c0);
 #pragma unroll
     for (int k = 0; k < W; k++) dpre[0][k] = activation_grad(d[k], pre[k], act);
     if (t < r.t1) {
@@ -225,7 +238,8 @@ __global__ void __launch_bounds__(kThreads)
     for (int j = KMAX - 1; j > 0; j--)
 #pragma unroll
       for (int k = 0; k < W; k++) win[j][k] = win[j - 1][k];
-    if (t > r.t0) in.load_inputs(win[0], r.b, t - KMAX, r.c0);
+#pragma unroll
+    for (int k = 0; k < W; k++) win[0][k] = x_low[k];
   }
   // 6. this run's partial sums: the unpadded taps i = j - (KMAX-K)
   const int64_t chunk = r.b * runs + r.run;
