@@ -3,13 +3,22 @@
 // xe_t .. xe_{t+K-1}, and the final state is xe_L .. xe_{L+K-2}. Packed documents (d.doc_start)
 // narrow both to the extended indices e >= first_visible(b, t) of t's document, as on the CPU.
 //
-// Forward: one thread per output (b, t, c), consecutive threads on consecutive channels, so the
-// K taps of a warp are K coalesced row loads. Backward in three steps:
-//   1. dpre = dy * act'(pre) into an fp32 scratch (pre recomputed);
-//   2. dx and dstate, one thread per element, gather d(xe_e) = sum_i w_i dpre_{e-i} (+ dfinal);
-//   3. dw, dbias: sums over all (b, t) rows; each block sums a fixed chunk of rows for 128
-//      channels into an fp32 partial, then cuda/reduce.cuh sums the chunks into dw, dbias
-//      (deterministic).
+// The main kernels work in x's own indices s (x_s = xe_{s+K-1}; s < 0 is the state, s < 1-K
+// zero) with the taps padded on the left to KMAX (4, or kMaxTaps for K > 4) by zero weights, so
+// every register index is a compile-time constant. One thread owns W consecutive channels (8 bf16
+// or 4 fp32 in one 16-byte load; 1 when C % W != 0 or a pointer is misaligned) and a run of
+// consecutive tokens of one sequence; consecutive threads take consecutive channel groups, so a
+// warp's loads of one token are coalesced rows. Memory traffic is about one read of each input
+// row and one write of each output row:
+//   forward: the run walks up the tokens keeping the last KMAX-1 inputs in registers (each x row
+//     read once, plus a halo of KMAX-1 rows before the run);
+//   backward, one kernel: the run walks DOWN from KMAX-1 tokens past its end, recomputing
+//     pre_t = the forward's window and dpre_t = dy_t act'(pre_t) into a register history of the
+//     next KMAX-1 tokens, so dx_t = sum_i w_i dpre_{t+K-1-i} (+ dfinal) is written at t, and
+//     dw, dbias are summed over the run's own tokens in registers; one fp32 partial per run
+//     (chunk = (b, run)) that cuda/reduce.cuh sums in a fixed order (deterministic).
+// The state rows take small dedicated kernels: final_state copies xe_L.., dstate gathers
+// d(xe_e) = sum_i w_i dpre_{e-i} (+ dfinal) for e < K-1 with dpre recomputed from dy and x.
 #include "cuda/reduce.cuh"
 #include "cuda/short_conv.h"
 
@@ -17,19 +26,31 @@ namespace hla::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kColumnThreads = 128;  // channels per block of the dw / dbias pass
-constexpr int kMaxTaps = 16;         // dw accumulators per thread live in registers
+constexpr int kMaxTaps = 16;
+constexpr int kForwardRun = 16;   // tokens a forward thread walks
+constexpr int kBackwardRun = 32;  // tokens a backward thread walks (one dw partial each)
 
 __device__ __forceinline__ float sigmoid_of(float v) { return 1.0f / (1.0f + expf(-v)); }
+
+// y = act(pre)
+__device__ __forceinline__ float activation(float pre, ConvAct act) {
+  return act == ConvAct::SiLU ? pre * sigmoid_of(pre) : pre;
+}
+// y = pre * s(pre)  =>  dpre = dy * s * (1 + pre * (1 - s))
+__device__ __forceinline__ float activation_grad(float dy, float pre, ConvAct act) {
+  if (act == ConvAct::Identity) return dy;
+  const float s = sigmoid_of(pre);
+  return dy * s * (1.0f + pre * (1.0f - s));
+}
 
 // The forward operands of one call; every index is a (b, t or e, c) of the CPU reference.
 template <class T>
 struct ConvInputs {
-  const T* x;      // x: (B, L, C)
-  const T* w;      // w: (C, K)
-  const T* bias;   // bias: (C) or null
-  const T* state;  // state: (B, C, K-1) or null (zeros)
-  const int32_t* doc_start;  // doc_start: (B, L) or null (one document a row)
+  const T* __restrict__ x;      // x: (B, L, C)
+  const T* __restrict__ w;      // w: (C, K)
+  const T* __restrict__ bias;   // bias: (C) or null
+  const T* __restrict__ state;  // state: (B, C, K-1) or null (zeros)
+  const int32_t* __restrict__ doc_start;  // doc_start: (B, L) or null (one document a row)
   int64_t L, C;
   int K;
 
@@ -37,6 +58,8 @@ struct ConvInputs {
   __device__ int64_t first_visible(int64_t b, int64_t t) const {
     return doc_start ? doc_start[b * L + t] + K - 1 : 0;
   }
+  // The same in x's indices: the lowest s with x_s visible to output t (1-K: the whole state).
+  __device__ int64_t lowest_input(int64_t b, int64_t t) const { return first_visible(b, t) - (K - 1); }
 
   // xe_e for channel c of sequence b
   __device__ float extended(int64_t b, int64_t e, int64_t c) const {
@@ -52,26 +75,181 @@ struct ConvInputs {
     return acc;
   }
 
-  // d(xe_e) for channel c of sequence b (the transposed taps of pre):
+  // d(xe_e) for channel c of sequence b (the transposed taps of pre), dpre recomputed from dy:
   // pre_t = ... + w_i xe_{t+i}  =>  dxe_e = sum_i w_i dpre_{e-i} over the outputs t = e - i that see e;
   // final_state_j = xe_{L+j}  =>  dxe_e += dfinal_{e-L} for e >= L where the final state reads it.
-  __device__ float extended_grad(const float* dpre, const T* dfinal, int64_t b, int64_t e, int64_t c) const {
+  __device__ float extended_grad(const T* dy, const T* dfinal, ConvAct act, int64_t b, int64_t e, int64_t c) const {
     float acc = e >= L && e >= first_visible(b, L - 1) ? to_float(dfinal[(b * C + c) * (K - 1) + e - L]) : 0.0f;
     for (int i = 0; i < K; i++) {
       const int64_t t = e - i;
-      if (t >= 0 && t < L && e >= first_visible(b, t)) acc += to_float(w[c * K + i]) * dpre[(b * L + t) * C + c];
+      if (t >= 0 && t < L && e >= first_visible(b, t))
+        acc += to_float(w[c * K + i]) * activation_grad(to_float(dy[(b * L + t) * C + c]), pre(b, t, c), act);
     }
     return acc;
   }
+
+  // v = x_s of channels c0 .. c0+W-1 (s < 0: the state, s < 1-K: zeros); one 16-byte load for s >= 0.
+  template <int W>
+  __device__ void load_inputs(float (&v)[W], int64_t b, int64_t s, int64_t c0) const {
+    if (s >= 0) {
+      load_floats<W>(v, x + (b * L + s) * C + c0);
+      return;
+    }
+#pragma unroll
+    for (int k = 0; k < W; k++) v[k] = s >= 1 - K && state ? to_float(state[(b * C + c0 + k) * (K - 1) + K - 1 + s]) : 0.0f;
+  }
+  // wp[j] = w[c, j - (KMAX-K)] for the padded taps j >= KMAX-K, else 0; b = bias[c] or 0.
+  template <int KMAX, int W>
+  __device__ void load_taps(float (&wp)[KMAX][W], float (&b)[W], int64_t c0) const {
+#pragma unroll
+    for (int j = 0; j < KMAX; j++)
+#pragma unroll
+      for (int k = 0; k < W; k++) wp[j][k] = j >= KMAX - K ? to_float(w[(c0 + k) * K + j - (KMAX - K)]) : 0.0f;
+#pragma unroll
+    for (int k = 0; k < W; k++) b[k] = bias ? to_float(bias[c0 + k]) : 0.0f;
+  }
+  // pre_t of channels c0.. from the window win[j] = x_{t-KMAX+1+j}: the real (unpadded) taps on
+  // visible inputs s >= lowest (a padded tap is skipped, not multiplied by 0: x may hold inf).
+  template <int KMAX, int W>
+  __device__ void window_pre(float (&pre)[W], const float (&wp)[KMAX][W], const float (&b)[W],
+                             const float (&win)[KMAX][W], int64_t t, int64_t lowest) const {
+#pragma unroll
+    for (int k = 0; k < W; k++) pre[k] = b[k];
+#pragma unroll
+    for (int j = 0; j < KMAX; j++)
+      if (j >= KMAX - K && t - KMAX + 1 + j >= lowest)
+#pragma unroll
+        for (int k = 0; k < W; k++) pre[k] += wp[j][k] * win[j][k];
+  }
 };
 
-// y: (B, L, C), n_out = B*L*C
-template <class T>
-__global__ void conv_forward_kernel(T* y, ConvInputs<T> in, int64_t n_out, ConvAct act) {
-  HLA_GRID_STRIDE(n, n_out) {
-    const int64_t c = n % in.C, row = n / in.C, t = row % in.L, b = row / in.L;
-    const float pre = in.pre(b, t, c);
-    y[n] = from_float<T>(act == ConvAct::SiLU ? pre * sigmoid_of(pre) : pre);  // y = act(pre)
+// The run of one thread: channels c0 .. c0+W-1 of sequence b, tokens t0 .. t1-1. Thread n takes
+// channel group n % groups of run (n / groups) % runs of sequence n / (groups * runs).
+struct ThreadRun {
+  int64_t b, run, t0, t1, c0;
+  bool valid;
+};
+template <int W>
+__device__ ThreadRun thread_run(int64_t L, int64_t C, int64_t runs, int64_t run_tokens, int64_t B) {
+  const int64_t n = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, groups = C / W;
+  const int64_t g = n % groups, rest = n / groups, run = rest % runs, b = rest / runs;
+  const int64_t t0 = run * run_tokens;
+  return {b, run, t0, t0 + run_tokens < L ? t0 + run_tokens : L, g * W, b < B};
+}
+
+// y: (B, L, C); threads: B * runs * (C / W), runs = ceil(L / kForwardRun).
+template <class T, int KMAX, int W>
+__global__ void __launch_bounds__(kThreads, 1)
+    conv_forward_kernel(T* __restrict__ y, ConvInputs<T> in, int64_t B, int64_t runs, ConvAct act) {
+  const ThreadRun r = thread_run<W>(in.L, in.C, runs, kForwardRun, B);
+  if (!r.valid) return;
+  float wp[KMAX][W], bias[W];
+  in.load_taps(wp, bias, r.c0);
+  float win[KMAX][W];  // win[j] = x_{t-KMAX+1+j} at token t
+#pragma unroll
+  for (int j = 0; j < KMAX - 1; j++) in.load_inputs(win[j + 1], r.b, r.t0 - KMAX + 1 + j, r.c0);
+  float next[W];  // x_t, loaded a token ahead (its latency hidden behind the token before)
+  in.load_inputs(next, r.b, r.t0, r.c0);
+  for (int64_t t = r.t0; t < r.t1; t++) {
+#pragma unroll
+    for (int j = 0; j < KMAX - 1; j++)
+#pragma unroll
+      for (int k = 0; k < W; k++) win[j][k] = win[j + 1][k];
+#pragma unroll
+    for (int k = 0; k < W; k++) win[KMAX - 1][k] = next[k];
+    if (t + 1 < r.t1) in.load_inputs(next, r.b, t + 1, r.c0);
+    float out[W];
+    in.window_pre(out, wp, bias, win, t, in.lowest_input(r.b, t));
+#pragma unroll
+    for (int k = 0; k < W; k++) out[k] = activation(out[k], act);  // y = act(pre)
+    store_floats(y + (r.b * in.L + t) * in.C + r.c0, out);
+  }
+}
+
+// dx: (B, L, C); partial_w: (B * runs, C, K), partial_b: (B * runs, C) or null: each run's sums
+// of dw and dbias; threads: B * runs * (C / W), runs = ceil(L / kBackwardRun).
+template <class T, int KMAX, int W>
+__global__ void __launch_bounds__(kThreads, 1)
+    conv_backward_kernel(T* __restrict__ dx, float* __restrict__ partial_w, float* __restrict__ partial_b,
+                         const T* __restrict__ dy, const T* __restrict__ dfinal, ConvInputs<T> in, int64_t B,
+                         int64_t runs, ConvAct act) {
+  const ThreadRun r = thread_run<W>(in.L, in.C, runs, kBackwardRun, B);
+  if (!r.valid) return;
+  const int64_t L = in.L, C = in.C, K = in.K;
+  float wp[KMAX][W], bias[W];
+  in.load_taps(wp, bias, r.c0);
+  // 1. the run's last token's dx reads dpre of KMAX-1 tokens past the run: start there
+  const int64_t top = (r.t1 + KMAX - 1 < L ? r.t1 + KMAX - 1 : L) - 1;
+  float win[KMAX][W];  // win[j] = x_{t-KMAX+1+j} at token t
+#pragma unroll
+  for (int j = 0; j < KMAX; j++) in.load_inputs(win[j], r.b, top - KMAX + 1 + j, r.c0);
+  float dpre[KMAX][W] = {};  // dpre[j] = dpre_{t+j} (0 past L)
+  int64_t lowest[KMAX] = {};  // lowest[j] = the lowest input output t+j sees
+  float dw[KMAX][W] = {}, db[W] = {};
+  const int64_t final_lowest = in.lowest_input(r.b, L - 1);  // the final state reads x_s for s >= this
+  float dy_next[W], x_next[W];  // dy_t and x_{t-KMAX}, loaded a token ahead (latency hidden)
+  load_floats<W>(dy_next, dy + (r.b * L + top) * C + r.c0);
+  in.load_inputs(x_next, r.b, top - KMAX, r.c0);
+  for (int64_t t = top; t >= r.t0; t--) {
+#pragma unroll
+    for (int j = KMAX - 1; j > 0; j--) {
+      lowest[j] = lowest[j - 1];
+#pragma unroll
+      for (int k = 0; k < W; k++) dpre[j][k] = dpre[j - 1][k];
+    }
+    float d[W], x_low[W];  // dy_t, x_{t-KMAX}
+#pragma unroll
+    for (int k = 0; k < W; k++) d[k] = dy_next[k], x_low[k] = x_next[k];
+    if (t > r.t0) {
+      load_floats<W>(dy_next, dy + (r.b * L + t - 1) * C + r.c0);
+      in.load_inputs(x_next, r.b, t - 1 - KMAX, r.c0);
+    }
+    // 2. pre_t from the window, dpre_t = dy_t act'(pre_t)
+    lowest[0] = in.lowest_input(r.b, t);
+    float pre[W];
+    in.window_pre(pre, wp, bias, win, t, lowest[0]);
+#pragma unroll
+    for (int k = 0; k < W; k++) dpre[0][k] = activation_grad(d[k], pre[k], act);
+    if (t < r.t1) {
+      // 3. dx_t: pre_{t'} = ... + w'_j x_{t'-KMAX+1+j}  =>  dx_t = sum_j w'_j dpre_{t+KMAX-1-j} over
+      //    the outputs that see x_t; final_state_i = x_{L-K+1+i}  =>  dx_t += dfinal_{t-L+K-1}
+      float g[W];
+      const bool in_final = t >= L - K + 1 && t >= final_lowest;
+#pragma unroll
+      for (int k = 0; k < W; k++)
+        g[k] = in_final ? to_float(dfinal[(r.b * C + r.c0 + k) * (K - 1) + t - L + K - 1]) : 0.0f;
+#pragma unroll
+      for (int j = 0; j < KMAX; j++)
+        if (j >= KMAX - K && t >= lowest[KMAX - 1 - j])
+#pragma unroll
+          for (int k = 0; k < W; k++) g[k] += wp[j][k] * dpre[KMAX - 1 - j][k];
+      store_floats(dx + (r.b * L + t) * C + r.c0, g);
+      // 4. dw_j += dpre_t x_{t-KMAX+1+j} over the visible taps, dbias += dpre_t
+#pragma unroll
+      for (int j = 0; j < KMAX; j++)
+        if (j >= KMAX - K && t - KMAX + 1 + j >= lowest[0])
+#pragma unroll
+          for (int k = 0; k < W; k++) dw[j][k] += dpre[0][k] * win[j][k];
+#pragma unroll
+      for (int k = 0; k < W; k++) db[k] += dpre[0][k];
+    }
+    // 5. slide the window down one token
+#pragma unroll
+    for (int j = KMAX - 1; j > 0; j--)
+#pragma unroll
+      for (int k = 0; k < W; k++) win[j][k] = win[j - 1][k];
+#pragma unroll
+    for (int k = 0; k < W; k++) win[0][k] = x_low[k];
+  }
+  // 6. this run's partial sums: the unpadded taps i = j - (KMAX-K)
+  const int64_t chunk = r.b * runs + r.run;
+#pragma unroll
+  for (int k = 0; k < W; k++) {
+    float* pw = partial_w + (chunk * C + r.c0 + k) * K;
+#pragma unroll
+    for (int j = 0; j < KMAX; j++)
+      if (j >= KMAX - K) pw[j - (KMAX - K)] = dw[j][k];
+    if (partial_b) partial_b[chunk * C + r.c0 + k] = db[k];
   }
 }
 
@@ -86,115 +264,95 @@ __global__ void conv_final_state_kernel(T* final_state, ConvInputs<T> in, int64_
   }
 }
 
-// dpre: (B, L, C) fp32; y = pre * s(pre)  =>  dpre = dy * s * (1 + pre * (1 - s))
-template <class T>
-__global__ void conv_dpre_kernel(float* dpre, const T* dy, ConvInputs<T> in, int64_t n_out, ConvAct act) {
-  HLA_GRID_STRIDE(n, n_out) {
-    float d = to_float(dy[n]);
-    if (act == ConvAct::SiLU) {
-      const int64_t c = n % in.C, row = n / in.C, t = row % in.L, b = row / in.L;
-      const float pre = in.pre(b, t, c), s = sigmoid_of(pre);
-      d *= s * (1.0f + pre * (1.0f - s));
-    }
-    dpre[n] = d;
-  }
-}
-
-// dx: (B, L, C), x_t = xe_{t+K-1}; n_out = B*L*C
-template <class T>
-__global__ void conv_dx_kernel(T* dx, const float* dpre, const T* dfinal, ConvInputs<T> in, int64_t n_out) {
-  HLA_GRID_STRIDE(n, n_out) {
-    const int64_t c = n % in.C, row = n / in.C, t = row % in.L, b = row / in.L;
-    dx[n] = from_float<T>(in.extended_grad(dpre, dfinal, b, t + in.K - 1, c));
-  }
-}
-
 // dstate: (B, C, K-1), state_j = xe_j; n_state = B*C*(K-1)
 template <class T>
-__global__ void conv_dstate_kernel(T* dstate, const float* dpre, const T* dfinal, ConvInputs<T> in, int64_t n_state) {
+__global__ void conv_dstate_kernel(T* dstate, const T* dy, const T* dfinal, ConvInputs<T> in, int64_t n_state,
+                                   ConvAct act) {
   const int S = in.K - 1;
   HLA_GRID_STRIDE(n, n_state) {
     const int64_t j = n % S, bc = n / S, c = bc % in.C, b = bc / in.C;
-    dstate[n] = from_float<T>(in.extended_grad(dpre, dfinal, b, j, c));
+    dstate[n] = from_float<T>(in.extended_grad(dy, dfinal, act, b, j, c));
   }
 }
 
-// Pass 1 of dw and dbias over the rows (b, t) of one chunk, one thread per channel:
-// partial_w: (chunks, C, K) += dpre_t xe_{t+i};  partial_b: (chunks, C) += dpre_t (null: no bias).
-// grid (chunks, ceil(C / kColumnThreads)).
-template <class T>
-__global__ void conv_dweight_partial_kernel(float* partial_w, float* partial_b, const float* dpre, ConvInputs<T> in,
-                                            int64_t rows, int64_t per_chunk) {
-  const int64_t c = blockIdx.y * (int64_t)blockDim.x + threadIdx.x;
-  if (c >= in.C) return;
-  float dw[kMaxTaps] = {};
-  float db = 0;
-  const int64_t r0 = blockIdx.x * per_chunk, r1 = std::min(rows, r0 + per_chunk);
-  for (int64_t row = r0; row < r1; row++) {
-    const int64_t t = row % in.L, b = row / in.L, first = in.first_visible(b, t);
-    const float d = dpre[row * in.C + c];
-    db += d;  // pre = bias + ...  =>  dbias = sum_t dpre_t
-#pragma unroll
-    for (int i = 0; i < kMaxTaps; i++)  // pre = ... + w_i xe_{t+i}  =>  dw_i = sum dpre xe_{t+i} (visible taps)
-      if (i < in.K && t + i >= first) dw[i] += d * in.extended(b, t + i, c);
-  }
-  float* pw = partial_w + (blockIdx.x * in.C + c) * in.K;
-#pragma unroll
-  for (int i = 0; i < kMaxTaps; i++)
-    if (i < in.K) pw[i] = dw[i];
-  if (partial_b) partial_b[blockIdx.x * in.C + c] = db;
+// Launches kernel(params...) on grid x threads (no shared memory) and checks the launch.
+template <class Kernel, class... Params>
+void launch(Kernel kernel, dim3 grid, int threads, size_t bytes, Params... params) {
+  kernel<<<grid, threads, bytes>>>(params...);
+  CUDA_CHECK_LAUNCH();
 }
+
+// Calls fn(KMAX, W) as integral constants: KMAX = 4 for K <= 4 (else kMaxTaps), W = 16 bytes of T
+// when C allows it and every row pointer is 16-byte aligned (and KMAX = 4: registers), else 1.
+template <class T, class Fn, class... Ptrs>
+void dispatch_taps_width(int64_t K, int64_t C, Fn&& fn, const Ptrs*... rows) {
+  constexpr int V = kVecWidth<T>;
+  const bool vector = K <= 4 && C % V == 0 && (aligned16(rows) && ...);
+  if (K > 4) fn(Width<kMaxTaps>{}, Width<1>{});
+  else if (vector) fn(Width<4>{}, Width<V>{});
+  else fn(Width<4>{}, Width<1>{});
+}
+
+int64_t runs_of(int64_t L, int run_tokens) { return (L + run_tokens - 1) / run_tokens; }
+
+// blocks of kThreads for B * runs * groups threads
+unsigned blocks_for(int64_t threads) { return static_cast<unsigned>((threads + kThreads - 1) / kThreads); }
 
 }  // namespace
 
 void short_conv_forward(void* y, void* final_state, const void* x, const void* w, const void* bias, const void* state,
                         const ShortConvDims& d, DType dtype) {
   const int64_t B = d.B, L = d.L, C = d.C, K = d.K;
-  const int64_t n_out = B * L * C, n_state = B * C * (K - 1);
+  HLA_CHECK(K >= 1 && K <= kMaxTaps, "short_conv_forward: the CUDA kernel takes kernel sizes 1 to ", kMaxTaps,
+            ", got ", K);
+  const int64_t n_state = B * C * (K - 1), runs = runs_of(L, kForwardRun);
   dispatch_storage(dtype, "short_conv_forward", [&](auto tag) {
     using T = decltype(tag);
     const ConvInputs<T> in{static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias),
                            static_cast<const T*>(state), d.doc_start, L, C, static_cast<int>(K)};
-    if (n_out > 0) conv_forward_kernel<T><<<grid_1d(n_out), kThreads>>>(static_cast<T*>(y), in, n_out, d.act);
-    CUDA_CHECK_LAUNCH();
+    if (B * L * C > 0)
+      dispatch_taps_width<T>(K, C, [&](auto taps, auto width) {
+        constexpr int KMAX = decltype(taps)::value, W = decltype(width)::value;
+        launch(conv_forward_kernel<T, KMAX, W>, blocks_for(B * runs * (C / W)), kThreads, 0, static_cast<T*>(y), in,
+               B, runs, d.act);
+      }, in.x, static_cast<const T*>(y));
     if (n_state > 0)
-      conv_final_state_kernel<T><<<grid_1d(n_state), kThreads>>>(static_cast<T*>(final_state), in, n_state);
+      launch(conv_final_state_kernel<T>, grid_1d(n_state), kThreads, 0, static_cast<T*>(final_state), in, n_state);
   });
-  CUDA_CHECK_LAUNCH();
 }
 
 void short_conv_backward(void* dx, void* dw, void* dbias, void* dstate, const void* dy, const void* dfinal,
                          const void* x, const void* w, const void* bias, const void* state, const ShortConvDims& d,
                          DType dtype) {
   const int64_t B = d.B, L = d.L, C = d.C, K = d.K;
-  HLA_CHECK(K <= kMaxTaps, "short_conv_backward: the CUDA kernel takes kernel sizes up to ", kMaxTaps, ", got ", K);
-  if (C == 0) return;  // every buffer is empty; with B * L == 0 the passes below still write dw = dbias = 0
-  const int64_t rows = B * L, n_out = rows * C, n_state = B * C * (K - 1);
-  const RowChunks chunks = split_rows(rows);
-  FloatScratch dpre(n_out);                                        // dpre: (B, L, C)
-  FloatScratch partial_w(chunks.count * C * K);                    // partial_w: (chunks, C, K)
-  FloatScratch partial_b(dbias ? chunks.count * C : 0);            // partial_b: (chunks, C)
+  HLA_CHECK(K >= 1 && K <= kMaxTaps, "short_conv_backward: the CUDA kernel takes kernel sizes 1 to ", kMaxTaps,
+            ", got ", K);
+  if (C == 0) return;  // every buffer is empty
+  const int64_t runs = runs_of(L, kBackwardRun), n_state = B * C * (K - 1);
+  const int chunks = static_cast<int>(std::max<int64_t>(1, B * runs));  // one partial per (b, run)
+  FloatScratch partial_w(chunks * C * K);                    // partial_w: (chunks, C, K)
+  FloatScratch partial_b(dbias ? chunks * C : 0);            // partial_b: (chunks, C)
   dispatch_storage(dtype, "short_conv_backward", [&](auto tag) {
     using T = decltype(tag);
     const ConvInputs<T> in{static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias),
                            static_cast<const T*>(state), d.doc_start, L, C, static_cast<int>(K)};
     const T* dfin = static_cast<const T*>(dfinal);
-    if (n_out > 0) {
-      conv_dpre_kernel<T><<<grid_1d(n_out), kThreads>>>(dpre.get(), static_cast<const T*>(dy), in, n_out, d.act);
-      CUDA_CHECK_LAUNCH();
-      conv_dx_kernel<T><<<grid_1d(n_out), kThreads>>>(static_cast<T*>(dx), dpre.get(), dfin, in, n_out);
-      CUDA_CHECK_LAUNCH();
+    if (B * L == 0) {  // no rows: dw = dbias = 0
+      write_zeros(dw, C * K, dtype);
+      write_zeros(dbias, C, dtype);
+    } else {
+      dispatch_taps_width<T>(K, C, [&](auto taps, auto width) {
+        constexpr int KMAX = decltype(taps)::value, W = decltype(width)::value;
+        launch(conv_backward_kernel<T, KMAX, W>, blocks_for(B * runs * (C / W)), kThreads, 0, static_cast<T*>(dx),
+               partial_w.get(), dbias ? partial_b.get() : nullptr, static_cast<const T*>(dy), dfin, in, B, runs,
+               d.act);
+      }, in.x, static_cast<const T*>(dx), static_cast<const T*>(dy));
+      write_column_sums(static_cast<T*>(dw), partial_w.get(), chunks, C * K);
+      if (dbias) write_column_sums(static_cast<T*>(dbias), partial_b.get(), chunks, C);
     }
-    if (dstate && n_state > 0) {
-      conv_dstate_kernel<T><<<grid_1d(n_state), kThreads>>>(static_cast<T*>(dstate), dpre.get(), dfin, in, n_state);
-      CUDA_CHECK_LAUNCH();
-    }
-    const dim3 grid(chunks.count, static_cast<unsigned>((C + kColumnThreads - 1) / kColumnThreads));
-    conv_dweight_partial_kernel<T><<<grid, kColumnThreads>>>(partial_w.get(), dbias ? partial_b.get() : nullptr,
-                                                             dpre.get(), in, rows, chunks.per_chunk);
-    CUDA_CHECK_LAUNCH();
-    write_column_sums(static_cast<T*>(dw), partial_w.get(), chunks.count, C * K);
-    if (dbias) write_column_sums(static_cast<T*>(dbias), partial_b.get(), chunks.count, C);
+    if (dstate && n_state > 0)
+      launch(conv_dstate_kernel<T>, grid_1d(n_state), kThreads, 0, static_cast<T*>(dstate), static_cast<const T*>(dy),
+             dfin, in, n_state, d.act);
   });
 }
 

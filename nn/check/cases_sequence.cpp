@@ -4,7 +4,7 @@
 // gpu shapes: the ones nn/layers/*.cpp build at 340M and tiny sizes (DeltaNet / GDN q/k/v
 // convs, Mamba-2's xBC conv with bias, RWKV-6's token shift and lerps), plus B > 1, odd widths,
 // lengths that are not a multiple of any tile, conv states, L < K-1, and packed documents (each
-// document convolved as if alone: doc_start).
+// document convolved as if alone: doc_start). perf: the GDN 340M convs and a wider one.
 #include <string>
 
 #include "nn/check/registry.h"
@@ -88,6 +88,24 @@ void add_short_conv_cases() {
           return in;
         },
         conv_op(c.bias, c.state, c.act, c.documents)));
+  }
+
+  // perf: the GDN 340M q/k/v convs (B8 T2048, H*dk = 1024) and a wider one (B4 T4096 C2048), K = 4,
+  // SiLU, no bias or state. Bytes: the forward reads x and writes y; the backward reads x and dy
+  // and writes dx (bf16; w and the dw partials are small).
+  for (const ConvCase& c : {ConvCase{"gdn-340m q/k/v conv", 8, 2048, 1024, 4, false, false, ConvAct::SiLU},
+                            ConvCase{"wide", 4, 4096, 2048, 4, false, false, ConvAct::SiLU}}) {
+    const double elements = double(c.B * c.L * c.C), tensor = 2.0 * elements;
+    const std::vector<std::pair<const char*, int64_t>> dims = {{"B", c.B}, {"T", c.L}, {"C", c.C}, {"K", c.K}};
+    add_case(perf_case("short_conv", std::string("short_conv ") + c.what + " " + dims_label(dims),
+                       named_kernel("short_conv"),
+                       [c](uint64_t) {
+                         return Inputs{{"x", perf_input(PerfPool::Normal, 0, {c.B, c.L, c.C})},
+                                       {"weight", perf_input(PerfPool::Normal, 1, {c.C, 1, c.K}, 0.5)}};
+                       },
+                       conv_op(c.bias, c.state, c.act),
+                       // flops: the forward's K taps; the backward recomputes them, then dx and dw
+                       {2.0 * c.K * elements, 8.0 * c.K * elements, 2 * tensor, 5 * tensor, 0, 0, "", dims}));
   }
 }
 

@@ -1,4 +1,4 @@
-// Emulated cuda/common.cuh: the helpers the chunk and attention kernels use, on the host.
+// Emulated cuda/common.cuh: the helpers the chunk, attention and short conv kernels use, on the host.
 #pragma once
 #include <cuda_bf16.h>
 
@@ -44,11 +44,23 @@ inline void load_floats(float (&out)[W], const T* p) {
   const Vec<T, W> v = *reinterpret_cast<const Vec<T, W>*>(p);
   for (int k = 0; k < W; k++) out[k] = to_float(v.v[k]);
 }
+template <int W, class T>
+inline void store_floats(T* p, const float (&in)[W]) {
+  Vec<T, W> v;
+  for (int k = 0; k < W; k++) v.v[k] = from_float<T>(in[k]);
+  *reinterpret_cast<Vec<T, W>*>(p) = v;
+}
 template <class T, class Fn, class... Ptrs>
 void dispatch_width(Fn&& fn, const Ptrs*... ptrs) {
   if ((aligned16(ptrs) && ...)) fn(Width<kVecWidth<T>>{});
   else fn(Width<1>{});
 }
+
+inline int grid_1d(int64_t n, int block = 256) {
+  return static_cast<int>(std::min<int64_t>((n + block - 1) / block, 65535));
+}
+#define HLA_GRID_STRIDE(i, n) \
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
 
 // Scratch filled with 0xff (NaN) so that a read of an unwritten element shows.
 template <class T>
