@@ -50,11 +50,12 @@
 //        does, and the consumers issue their products in turns), the mma forward's mask, online
 //        softmax and epilogue (shared helpers). Off unless asked
 //        (set_attention_wgmma, HLA_ATTENTION_WGMMA=1) until measured faster than the mma
-//        forward. Emulator group `wgmma`; not yet run on a GPU. The backward at D = Dv = 128:
-//        the mma backward's two kernels with 64-row warpgroup products (its section says how),
-//        the default in sm_90a builds (set_attention_wgmma_backward, HLA_ATTENTION_WGMMA_BWD=0
-//        turns it off); emulator group `wgmma-bwd`, where its gradients are the mma backward's
-//        to the printed digit. On the H200 (commit 6f69a11, B4 T4096 H16 D128 causal bf16,
+//        forward. Emulator group `wgmma`; not yet run on a GPU. The backward at D = Dv = 64 and
+//        128: the mma backward's two kernels with 64-row warpgroup products (its section says
+//        how), the default in sm_90a builds at D = 128 (set_attention_wgmma_backward,
+//        HLA_ATTENTION_WGMMA_BWD=0 turns it off), at D = 64 only when asked (=1) until measured;
+//        emulator group `wgmma-bwd`, where its gradients are the mma backward's to the printed
+//        digit. On the H200 (commit 6f69a11, B4 T4096 H16 D128 causal bf16,
 //        gpu-check PASS): fwd+bwd 3.577 ms with the mma forward (1.005), the mma backward's
 //        4.581; at B1 T16384 H16 D128 13.445 against 17.260.
 //   fma: plain fp32 arithmetic, any D, Dv <= 256, F32 or BF16 storage: one warp per row, keys
@@ -952,9 +953,10 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
 }
 
 // ------------------------------------------------------------------------------------------
-// wgmma backward: dQ and dK/dV at D = Dv = 128 on Hopper's warpgroup MMA (cuda/wgmma.cuh,
-// sm_90a), run only when asked (set_attention_wgmma_backward, cuda/attention.h) until it is
-// measured faster than the mma backward, which stays its oracle. The design of the mma backward
+// wgmma backward: dQ and dK/dV at D = Dv = 64 and 128 on Hopper's warpgroup MMA (cuda/wgmma.cuh,
+// sm_90a), the default at D = 128 (measured faster than the mma backward), run at D = 64 only
+// when asked (set_attention_wgmma_backward, cuda/attention.h) until measured there; the mma
+// backward stays its oracle. The design of the mma backward
 // (two kernels, no atomics, deterministic; the transposed frame in dK/dV) with its products as
 // 64-row warpgroup products: a block is one warpgroup (4 warps, 128 threads) and 64 rows (queries
 // for dQ, keys for dK/dV); warp w owns rows 16 w .. 16 w + 15, a thread rows lane / 4 and + 8 of
@@ -963,39 +965,47 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
 // for dK/dV) are double-buffered with cp.async as the wgmma forward's 64-wide swizzled panels
 // (load_panels_async); a block skips the tiles none of its rows sees (whole tiles: the warpgroup
 // issues each product together) and masks those some row sees in part. Per tile:
-//   pass 1: two groups of 8 k16 products, S and dP (both operands K-major); P = exp(scale S - lse)
-//           computed while the dP group runs;
+//   pass 1: two groups of D / 16 k16 products, S and dP (both operands K-major); P =
+//           exp(scale S - lse) computed while the dP group runs;
 //   pass 2: dS = P (dP - Delta);
-//   pass 3: the N = 128 products from registers (P or dS packed to bf16) times a tile read N-major.
+//   pass 3: the N = D products from registers (P or dS packed to bf16) times a tile read N-major.
 // Every product is waited for before the barrier that lets the next copy overwrite its tile.
-// Shared memory 98 KB (+1 KB for the alignment): two blocks an SM. Registers (ptxas, sm_90a, no
-// spills): dQ 167 (177 with documents: dQ 64, S and dP 64), dK/dV 241 (254: dK and dV 128, S^T
-// and dP^T 64). On the emulator its gradients equal the mma backward's to the printed digit (the
-// same bf16 roundings of P and dS, the same k order of the fp32 sums).
-constexpr int kWgBwdRows = 64;                   // rows per block (queries for dQ, keys for dK/dV): M
-constexpr int kWgBwdCols = 64;                   // columns per tile (keys for dQ, queries for dK/dV)
-constexpr int kWgBwdD = 128;                     // the head width it runs at
-constexpr int kWgBwdTile = kWgBwdCols * kWgBwdD;  // elements of a tile
-constexpr int kWgBwdBlocksPerSm = 2;
-constexpr size_t kWgBwdSmem = kWgmmaTileAlign + sizeof(bf16) * 6 * kWgBwdTile + sizeof(float) * 4 * kWgBwdCols;
+// Shared memory 98 KB at D = 128, 49 KB at D = 64 (+1 KB for the alignment): two blocks an SM,
+// three of dQ at D = 64 (wg_bwd_blocks_per_sm). Registers (ptxas, sm_90a, no spills): at D = 128
+// dQ 167 (177 with documents: dQ 64, S and dP 64), dK/dV 241 (254: dK and dV 128, S^T and dP^T
+// 64); at D = 64 dQ 128 (131), dK/dV 184 (188).
+// On the emulator its gradients equal the mma backward's to the printed digit (the same bf16
+// roundings of P and dS, the same k order of the fp32 sums).
+constexpr int kWgBwdRows = 64;  // rows per block (queries for dQ, keys for dK/dV): M
+constexpr int kWgBwdCols = 64;  // columns per tile (keys for dQ, queries for dK/dV)
+// Blocks an SM (__launch_bounds__) of the dQ (DKDV false) or dK/dV kernel at head width D: three
+// of dQ at D = 64 (128 registers a thread, 131 with documents: three blocks allow 168), else two
+// (dK/dV at D = 64 capped at three blocks' 168 registers spilled 16-20 bytes and serialised its
+// wgmma products).
+constexpr int wg_bwd_blocks_per_sm(int D, bool dkdv) { return D == 64 && !dkdv ? 3 : 2; }
+constexpr size_t wg_bwd_smem(int D) {
+  return kWgmmaTileAlign + sizeof(bf16) * 6 * kWgBwdCols * D + sizeof(float) * 4 * kWgBwdCols;
+}
 static_assert(kWgBwdRows == kWgBwdCols, "the wgmma backward's row blocks and column tiles are both 64 (K-major A and B)");
 
-// d = A B^T over the kWgBwdD columns of two panelled (64 x kWgBwdD) tiles, both read K-major: 8 k16
+// d = A B^T over the D columns of two panelled (64 x D) tiles, both read K-major: D / 16 k16
 // products (issued, not committed).
+template <int D>
 __device__ __forceinline__ void wgmma_abt(float (&d)[kWgBwdCols / 2], const bf16* a, const bf16* b) {
 #pragma unroll
-  for (int kk = 0; kk < kWgBwdD / 16; kk++)
+  for (int kk = 0; kk < D / 16; kk++)
     wgmma_m64k16<kWgBwdCols>(d, smem_desc_k_major(panel_slice<kWgBwdRows>(a, kk)),
                           smem_desc_k_major(panel_slice<kWgBwdCols>(b, kk)), kk > 0);
 }
 
-// acc (64 x kWgBwdD) += X B: X (64 x 64) as A fragments packed from accumulator-layout floats (16
-// columns a k16 slice), B a panelled (64 x kWgBwdD) tile read N-major (its slice j starts 16 j rows
+// acc (64 x D) += X B: X (64 x 64) as A fragments packed from accumulator-layout floats (16
+// columns a k16 slice), B a panelled (64 x D) tile read N-major (its slice j starts 16 j rows
 // into its first panel): 4 k16 products (issued, not committed).
-__device__ __forceinline__ void wgmma_xb(float (&acc)[kWgBwdD / 2], const uint32_t (&x)[kWgBwdCols / 16][4], const bf16* b) {
+template <int D>
+__device__ __forceinline__ void wgmma_xb(float (&acc)[D / 2], const uint32_t (&x)[kWgBwdCols / 16][4], const bf16* b) {
 #pragma unroll
   for (int j = 0; j < kWgBwdCols / 16; j++)
-    wgmma_m64k16<kWgBwdD, true>(acc, x[j], smem_desc_n_major(b + 16 * j * kWgPanel, kWgBwdCols * kWgPanel * sizeof(bf16)),
+    wgmma_m64k16<D, true>(acc, x[j], smem_desc_n_major(b + 16 * j * kWgPanel, kWgBwdCols * kWgPanel * sizeof(bf16)),
                              true);
 }
 
@@ -1005,19 +1015,19 @@ __device__ __forceinline__ void pack_fragments(uint32_t (&x)[kWgBwdCols / 16][4]
   for (int j = 0; j < kWgBwdCols / 16; j++) pack_fragment(x[j], f[2 * j], f[2 * j + 1]);
 }
 
-// dq: (B, T, H, 128). Grid (H, B, blocks of 64 queries), the longest (last) blocks first. Loops
+// dq: (B, T, H, D). Grid (H, B, blocks of 64 queries), the longest (last) blocks first. Loops
 // over the key tiles from the first key its first query sees to its last query: dQ += dS K.
-template <bool DOCS>
-__global__ void __launch_bounds__(kWgThreads, kWgBwdBlocksPerSm)
+template <int D, bool DOCS>
+__global__ void __launch_bounds__(kWgThreads, wg_bwd_blocks_per_sm(D, false))
     attention_backward_dq_wgmma(bf16* dq, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
                                 const float* lse, const float* delta, int T, int H, int Hkv, float scale, int window,
                                 DocumentMask<DOCS> documents) {
-  constexpr int D = kWgBwdD, NT = kWgBwdCols / 8;
+  constexpr int NT = kWgBwdCols / 8, kTile = kWgBwdCols * D;  // kTile: elements of a tile
   extern __shared__ float4 smem_raw[];
-  bf16* sQ = reinterpret_cast<bf16*>(align_wgmma_tiles(smem_raw));  // sQ: (kWgBwdRows, D) as 2 panels
-  bf16* sdO = sQ + kWgBwdTile;                                          // sdO: (kWgBwdRows, D) as 2 panels
-  bf16* sK = sdO + kWgBwdTile;                                          // sK: 2 x (kWgBwdCols, D) as 2 panels
-  bf16* sV = sK + 2 * kWgBwdTile;                                       // sV: 2 x (kWgBwdCols, D) as 2 panels
+  bf16* sQ = reinterpret_cast<bf16*>(align_wgmma_tiles(smem_raw));  // sQ: (kWgBwdRows, D) as D / 64 panels
+  bf16* sdO = sQ + kTile;                                           // sdO: (kWgBwdRows, D) as D / 64 panels
+  bf16* sK = sdO + kTile;                                           // sK: 2 x (kWgBwdCols, D) as D / 64 panels
+  bf16* sV = sK + 2 * kTile;                                        // sV: 2 x (kWgBwdCols, D) as D / 64 panels
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int q0 = (gridDim.z - 1 - blockIdx.z) * kWgBwdRows, h = blockIdx.x, b = blockIdx.y, hk = h / (H / Hkv);
   const int64_t q_stride = int64_t(H) * D, kv_stride = int64_t(Hkv) * D;
@@ -1039,24 +1049,24 @@ __global__ void __launch_bounds__(kWgThreads, kWgBwdBlocksPerSm)
     dlt[r] = delta[i];
   }
 
-  load_panels_async<kWgBwdRows, kWgBwdD>(sQ, qh, q_stride, q0, T);
-  load_panels_async<kWgBwdRows, kWgBwdD>(sdO, doh, q_stride, q0, T);
-  load_panels_async<kWgBwdCols, kWgBwdD>(sK, kh, kv_stride, kb_first * kWgBwdCols, T);
-  load_panels_async<kWgBwdCols, kWgBwdD>(sV, vh, kv_stride, kb_first * kWgBwdCols, T);
+  load_panels_async<kWgBwdRows, D>(sQ, qh, q_stride, q0, T);
+  load_panels_async<kWgBwdRows, D>(sdO, doh, q_stride, q0, T);
+  load_panels_async<kWgBwdCols, D>(sK, kh, kv_stride, kb_first * kWgBwdCols, T);
+  load_panels_async<kWgBwdCols, D>(sV, vh, kv_stride, kb_first * kWgBwdCols, T);
   cp_async_commit();
 
   float acc[D / 8][4] = {};  // acc: (16, D) dQ / scale of this warp's rows, wgmma's D fragment
   for (int kb = kb_first; kb <= kb_last; kb++) {
     const int k0 = kb * kWgBwdCols;
-    const bf16* sKb = sK + ((kb - kb_first) & 1) * kWgBwdTile;
-    const bf16* sVb = sV + ((kb - kb_first) & 1) * kWgBwdTile;
+    const bf16* sKb = sK + ((kb - kb_first) & 1) * kTile;
+    const bf16* sVb = sV + ((kb - kb_first) & 1) * kTile;
     cp_async_wait_all();
     fence_proxy_async();
     __syncthreads();  // tile kb (and Q, dO) landed; the products of tile kb - 1 are done
     if (kb < kb_last) {
-      const int64_t next = ((kb + 1 - kb_first) & 1) * kWgBwdTile;
-      load_panels_async<kWgBwdCols, kWgBwdD>(sK + next, kh, kv_stride, k0 + kWgBwdCols, T);
-      load_panels_async<kWgBwdCols, kWgBwdD>(sV + next, vh, kv_stride, k0 + kWgBwdCols, T);
+      const int64_t next = ((kb + 1 - kb_first) & 1) * kTile;
+      load_panels_async<kWgBwdCols, D>(sK + next, kh, kv_stride, k0 + kWgBwdCols, T);
+      load_panels_async<kWgBwdCols, D>(sV + next, vh, kv_stride, k0 + kWgBwdCols, T);
     }
     cp_async_commit();
     if (!docs.any_visible(q0, q_last, k0, k0 + kWgBwdCols - 1, window)) continue;  // between documents
@@ -1065,9 +1075,9 @@ __global__ void __launch_bounds__(kWgThreads, kWgBwdBlocksPerSm)
     // masked only on the tiles some row sees in part), while dP runs
     float p[NT][4], dp[NT][4];
     wgmma_fence(wgmma_acc(p), wgmma_acc(dp));
-    wgmma_abt(wgmma_acc(p), sQ, sKb);
+    wgmma_abt<D>(wgmma_acc(p), sQ, sKb);
     wgmma_commit();
-    wgmma_abt(wgmma_acc(dp), sdO, sVb);
+    wgmma_abt<D>(wgmma_acc(dp), sdO, sVb);
     wgmma_commit();
     wgmma_wait<1>(wgmma_acc(p));
     if (!docs.all_visible(q0, q_last, k0, k0 + kWgBwdCols - 1, window)) mask_scores<NT, 1>(p, docs, window, k0, t_row);
@@ -1087,7 +1097,7 @@ __global__ void __launch_bounds__(kWgThreads, kWgBwdBlocksPerSm)
 
     // pass 3: dQ += dS K
     wgmma_fence(wgmma_acc(acc));
-    wgmma_xb(wgmma_acc(acc), ds, sKb);
+    wgmma_xb<D>(wgmma_acc(acc), ds, sKb);
     wgmma_commit();
     wgmma_wait<0>(wgmma_acc(acc));
   }
@@ -1096,26 +1106,26 @@ __global__ void __launch_bounds__(kWgThreads, kWgBwdBlocksPerSm)
   store_rows<D>(dq, acc, row0, row1, t_row(0) < T, t_row(1) < T, scale, scale);
 }
 
-// dk, dv: (B, T, Hkv, 128). Grid (Hkv, B, blocks of 64 keys), the longest (first) blocks first.
+// dk, dv: (B, T, Hkv, D). Grid (Hkv, B, blocks of 64 keys), the longest (first) blocks first.
 // Loops over the 64-query tiles of every query head of its kv head that see some key of the
 // block, in the transposed frame (rows are keys): S^T = K Q^T, dP^T = V dO^T, dV += P^T dO,
 // dK += dS^T Q. A tile's lse and Delta are read into registers one step ahead and stored to
 // shared memory at the end of the step (as in the mma kernel). dV's product runs while dS^T is
 // computed.
-template <bool DOCS>
-__global__ void __launch_bounds__(kWgThreads, kWgBwdBlocksPerSm)
+template <int D, bool DOCS>
+__global__ void __launch_bounds__(kWgThreads, wg_bwd_blocks_per_sm(D, true))
     attention_backward_dkdv_wgmma(bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
                                   const float* lse, const float* delta, int T, int H, int Hkv, float scale,
                                   int window, DocumentMask<DOCS> documents) {
-  constexpr int D = kWgBwdD, NT = kWgBwdCols / 8;
+  constexpr int NT = kWgBwdCols / 8, kTile = kWgBwdCols * D;  // kTile: elements of a tile
   extern __shared__ float4 smem_raw[];
-  bf16* sK = reinterpret_cast<bf16*>(align_wgmma_tiles(smem_raw));  // sK: (kWgBwdRows, D) as 2 panels
-  bf16* sV = sK + kWgBwdTile;                                           // sV: (kWgBwdRows, D) as 2 panels
-  bf16* sQ = sV + kWgBwdTile;                                           // sQ: 2 x (kWgBwdCols, D) as 2 panels
-  bf16* sdO = sQ + 2 * kWgBwdTile;                                      // sdO: 2 x (kWgBwdCols, D) as 2 panels
+  bf16* sK = reinterpret_cast<bf16*>(align_wgmma_tiles(smem_raw));  // sK: (kWgBwdRows, D) as D / 64 panels
+  bf16* sV = sK + kTile;                                            // sV: (kWgBwdRows, D) as D / 64 panels
+  bf16* sQ = sV + kTile;                                            // sQ: 2 x (kWgBwdCols, D) as D / 64 panels
+  bf16* sdO = sQ + 2 * kTile;                                       // sdO: 2 x (kWgBwdCols, D) as D / 64 panels
   // sStats: 2 x (kWgBwdCols, 2): a query's lse (log2 units) and Delta side by side, so that one
   // 16-byte read gives a thread both for its two neighbouring query columns.
-  float* sStats = reinterpret_cast<float*>(sdO + 2 * kWgBwdTile);
+  float* sStats = reinterpret_cast<float*>(sdO + 2 * kTile);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int k0 = blockIdx.z * kWgBwdRows, hk = blockIdx.x, b = blockIdx.y, group = H / Hkv;
   const int64_t q_stride = int64_t(H) * D, kv_stride = int64_t(Hkv) * D;
@@ -1137,8 +1147,8 @@ __global__ void __launch_bounds__(kWgThreads, kWgBwdBlocksPerSm)
   float next_lse = 0, next_delta = 0;  // threads < kWgBwdCols: lse and Delta of query j0 + threadIdx.x
   auto load_step = [&](int h, int j0, int buf) {
     const int64_t head = int64_t(b) * T * q_stride + int64_t(h) * D;
-    load_panels_async<kWgBwdCols, kWgBwdD>(sQ + buf * kWgBwdTile, q + head, q_stride, j0, T);
-    load_panels_async<kWgBwdCols, kWgBwdD>(sdO + buf * kWgBwdTile, dout + head, q_stride, j0, T);
+    load_panels_async<kWgBwdCols, D>(sQ + buf * kTile, q + head, q_stride, j0, T);
+    load_panels_async<kWgBwdCols, D>(sdO + buf * kTile, dout + head, q_stride, j0, T);
     if (threadIdx.x < kWgBwdCols) {
       const int64_t idx = (int64_t(b) * H + h) * T + min(j0 + int(threadIdx.x), T - 1);
       next_lse = lse[idx];
@@ -1151,8 +1161,8 @@ __global__ void __launch_bounds__(kWgThreads, kWgBwdBlocksPerSm)
       sStats[(buf * kWgBwdCols + threadIdx.x) * 2 + 1] = next_delta;
     }
   };
-  load_panels_async<kWgBwdRows, kWgBwdD>(sK, kh, kv_stride, k0, T);
-  load_panels_async<kWgBwdRows, kWgBwdD>(sV, vh, kv_stride, k0, T);
+  load_panels_async<kWgBwdRows, D>(sK, kh, kv_stride, k0, T);
+  load_panels_async<kWgBwdRows, D>(sV, vh, kv_stride, k0, T);
   load_step(hk * group, j_first, 0);
   cp_async_commit();
   store_stats(0);
@@ -1167,8 +1177,8 @@ __global__ void __launch_bounds__(kWgThreads, kWgBwdBlocksPerSm)
     if (!final_step) load_step(head_done ? h + 1 : h, head_done ? j_first : j0 + kWgBwdCols, buf ^ 1);
     cp_async_commit();
     if (docs.any_visible(j0, j_last, k0, k_last, window)) {
-      const bf16* q_tile = sQ + buf * kWgBwdTile;
-      const bf16* do_tile = sdO + buf * kWgBwdTile;
+      const bf16* q_tile = sQ + buf * kTile;
+      const bf16* do_tile = sdO + buf * kTile;
       // (lse, Delta, lse, Delta) of query columns nt * 8 + (lane % 4) * 2 and + 1
       auto stats = [&](int nt) {
         return *reinterpret_cast<const float4*>(sStats + (buf * kWgBwdCols + nt * 8 + (lane % 4) * 2) * 2);
@@ -1177,9 +1187,9 @@ __global__ void __launch_bounds__(kWgThreads, kWgBwdBlocksPerSm)
       // (S^T -> -inf, masked only on the tiles some row sees in part), while dP^T runs
       float p[NT][4], dp[NT][4];
       wgmma_fence(wgmma_acc(p), wgmma_acc(dp));
-      wgmma_abt(wgmma_acc(p), sK, q_tile);
+      wgmma_abt<D>(wgmma_acc(p), sK, q_tile);
       wgmma_commit();
-      wgmma_abt(wgmma_acc(dp), sV, do_tile);
+      wgmma_abt<D>(wgmma_acc(dp), sV, do_tile);
       wgmma_commit();
       wgmma_wait<1>(wgmma_acc(p));
       if (!docs.all_visible(j0, j_last, k0, k_last, window) || j_last >= T)
@@ -1202,7 +1212,7 @@ __global__ void __launch_bounds__(kWgThreads, kWgBwdBlocksPerSm)
       uint32_t pf[kWgBwdCols / 16][4], dsf[kWgBwdCols / 16][4];
       pack_fragments(pf, p);
       wgmma_fence(wgmma_acc(dv_acc));
-      wgmma_xb(wgmma_acc(dv_acc), pf, do_tile);
+      wgmma_xb<D>(wgmma_acc(dv_acc), pf, do_tile);
       wgmma_commit();
       // pass 2: dS^T = P^T (dP^T - Delta), in dp's registers
 #pragma unroll
@@ -1214,7 +1224,7 @@ __global__ void __launch_bounds__(kWgThreads, kWgBwdBlocksPerSm)
       pack_fragments(dsf, dp);
       // pass 3b: dK += dS^T Q
       wgmma_fence(wgmma_acc(dk_acc));
-      wgmma_xb(wgmma_acc(dk_acc), dsf, q_tile);
+      wgmma_xb<D>(wgmma_acc(dk_acc), dsf, q_tile);
       wgmma_commit();
       wgmma_wait<0>(wgmma_acc(dv_acc), wgmma_acc(dk_acc));
     }
@@ -1506,24 +1516,33 @@ void dispatch_mma(const Shape4& s, Fn&& fn) {
   else with_docs(std::integral_constant<int, 256>{});
 }
 
-// set_attention_wgmma_backward's setting: -1 until first asked, then HLA_ATTENTION_WGMMA_BWD=1 or
-// =0 where set, else on in builds with sm_90a code: on the H200 at B4 T4096 H16 D128 causal bf16
-// (commit 6f69a11) its backward took 2.57 ms to the mma backward's 3.58.
+// set_attention_wgmma_backward's setting, read from HLA_ATTENTION_WGMMA_BWD (=1: on, =0: off,
+// else by width) when first asked. By width: on at D = 128 in builds with sm_90a code (on the H200
+// at B4 T4096 H16 D128 causal bf16, commit 6f69a11, its backward took 2.57 ms to the mma
+// backward's 3.58), off at D = 64 (not yet measured).
 #ifdef HLA_WGMMA
-constexpr bool kWgmmaBackwardDefault = true;
+constexpr bool kWgmmaBackwardDefault = true;  // at D = 128
 #else
 constexpr bool kWgmmaBackwardDefault = false;
 #endif
-int g_wgmma_backward = -1;
-bool wgmma_backward_on() {
-  if (g_wgmma_backward < 0) {
+constexpr bool kWgmmaBackwardDefault64 = false;
+bool g_wgmma_backward_read = false;
+WgmmaBackwardSetting g_wgmma_backward = WgmmaBackwardSetting::by_width;
+WgmmaBackwardSetting wgmma_backward_setting() {
+  if (!g_wgmma_backward_read) {
     const char* env = std::getenv("HLA_ATTENTION_WGMMA_BWD");
-    g_wgmma_backward = env ? std::string(env) == "1" : kWgmmaBackwardDefault;
+    if (env) g_wgmma_backward = std::string(env) == "1" ? WgmmaBackwardSetting::on : WgmmaBackwardSetting::off;
+    g_wgmma_backward_read = true;
   }
-  return g_wgmma_backward == 1;
+  return g_wgmma_backward;
 }
 bool use_wgmma_backward(int64_t D, int64_t Dv, DType dtype) {
-  return use_mma(D, Dv, dtype) && D == kWgBwdD && wgmma_backward_on();
+  if (!use_mma(D, Dv, dtype) || (D != 64 && D != 128)) return false;
+  switch (wgmma_backward_setting()) {
+    case WgmmaBackwardSetting::on: return true;
+    case WgmmaBackwardSetting::off: return false;
+    default: return D == 128 ? kWgmmaBackwardDefault : kWgmmaBackwardDefault64;
+  }
 }
 
 size_t fma_forward_smem(int D, int Dv) { return sizeof(float) * (kFmaRows * D + kFmaTile * (D + 1) + kFmaTile * Dv); }
@@ -1542,9 +1561,9 @@ bool set_attention_wgmma(bool on) {
   return was;
 }
 
-bool set_attention_wgmma_backward(bool on) {
-  const bool was = wgmma_backward_on();
-  g_wgmma_backward = on;
+WgmmaBackwardSetting set_attention_wgmma_backward(WgmmaBackwardSetting setting) {
+  const WgmmaBackwardSetting was = wgmma_backward_setting();
+  g_wgmma_backward = setting;
   return was;
 }
 
@@ -1615,19 +1634,28 @@ void attention_backward(void* dq, void* dk, void* dv, const void* dout, const vo
     fail("attention_backward: the wgmma backward (HLA_ATTENTION_WGMMA_BWD=1) needs a build with sm_90a code; "
          "configure with -DHLA_CUDA_ARCH=90a");
 #endif
-    auto run = [&](auto docs) {
+    dispatch_mma(s, [&](auto d, auto docs) {
+      constexpr int kD = decltype(d)::value;
       constexpr bool kDocs = decltype(docs)::value;
-      launch(attention_backward_dq_wgmma<kDocs>, mma_grid(s, s.H, kWgBwdRows), kWgThreads, kWgBwdSmem,
-             static_cast<bf16*>(dq), static_cast<const bf16*>(dout), static_cast<const bf16*>(q),
-             static_cast<const bf16*>(k), static_cast<const bf16*>(v), lse, delta, s.T, s.H, s.Hkv, sc, s.window,
-             s.documents<kDocs>());
-      launch(attention_backward_dkdv_wgmma<kDocs>, mma_grid(s, s.Hkv, kWgBwdRows), kWgThreads, kWgBwdSmem,
-             static_cast<bf16*>(dk), static_cast<bf16*>(dv), static_cast<const bf16*>(dout),
-             static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v), lse, delta, s.T,
-             s.H, s.Hkv, sc, s.window, s.documents<kDocs>());
-    };
-    if (s.doc_start) run(std::true_type{});
-    else run(std::false_type{});
+      if constexpr (kD != 256) {  // use_wgmma_backward: D = 64 or 128
+        // the largest shared-memory carveout: room for wg_bwd_blocks_per_sm blocks (three dQ
+        // blocks of 50 KB at D = 64; two of 99 KB at D = 128 need it anyway)
+        const auto max_carveout = [](auto kernel) {
+          CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                          cudaSharedmemCarveoutMaxShared));
+        };
+        max_carveout(attention_backward_dq_wgmma<kD, kDocs>);
+        max_carveout(attention_backward_dkdv_wgmma<kD, kDocs>);
+        launch(attention_backward_dq_wgmma<kD, kDocs>, mma_grid(s, s.H, kWgBwdRows), kWgThreads, wg_bwd_smem(kD),
+               static_cast<bf16*>(dq), static_cast<const bf16*>(dout), static_cast<const bf16*>(q),
+               static_cast<const bf16*>(k), static_cast<const bf16*>(v), lse, delta, s.T, s.H, s.Hkv, sc, s.window,
+               s.documents<kDocs>());
+        launch(attention_backward_dkdv_wgmma<kD, kDocs>, mma_grid(s, s.Hkv, kWgBwdRows), kWgThreads,
+               wg_bwd_smem(kD), static_cast<bf16*>(dk), static_cast<bf16*>(dv), static_cast<const bf16*>(dout),
+               static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v), lse, delta,
+               s.T, s.H, s.Hkv, sc, s.window, s.documents<kDocs>());
+      }
+    });
   } else if (use_mma(dims.D, dims.Dv, dtype)) {
     dispatch_mma(s, [&](auto d, auto docs) {
       constexpr int kD = decltype(d)::value;

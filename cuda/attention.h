@@ -24,7 +24,7 @@ void attention_backward(void* dq, void* dk, void* dv, const void* dout, const vo
 // The kernel these sizes run on: "mma" (tensor cores: BF16 with D = Dv = 64, 128 or 256), "wgmma"
 // (the forward on Hopper's warpgroup MMA, the backward on mma: BF16 at D = Dv = 64 or 128 when
 // set_attention_wgmma is on), "wgmma fwd+bwd" (both on wgmma: set_attention_wgmma_backward as
-// well, D = Dv = 128), "mma, wgmma bwd" (the backward alone) or "fma" (plain fp32 arithmetic:
+// well), "mma, wgmma bwd" (the backward alone) or "fma" (plain fp32 arithmetic:
 // F32, or any D, Dv <= 256).
 const char* attention_kernel(int64_t D, int64_t Dv, DType dtype);
 
@@ -32,8 +32,12 @@ const char* attention_kernel(int64_t D, int64_t Dv, DType dtype);
 // the mma kernel; returns the previous setting. Off unless HLA_ATTENTION_WGMMA=1 is in the
 // environment, until the wgmma kernel is measured faster. Not thread-safe: set it before work.
 bool set_attention_wgmma(bool on);
-// The same for the backward (dQ and dK/dV kernels) at D = Dv = 128, but on by default in builds
-// with sm_90a code (measured faster: cuda/attention.cu); HLA_ATTENTION_WGMMA_BWD=0 or =1 overrides.
-bool set_attention_wgmma_backward(bool on);
+// Where the BF16 backward (dQ and dK/dV kernels) runs on wgmma kernels (sm_90a builds) instead of
+// the mma kernels: at D = Dv = 64 and 128 (on), at neither (off), or at the widths where it is
+// measured faster (by_width: 128 in builds with sm_90a code, cuda/attention.cu), the default;
+// HLA_ATTENTION_WGMMA_BWD=1 (on) or =0 (off) overrides the default. Returns the previous setting.
+// Not thread-safe: set it before work.
+enum class WgmmaBackwardSetting { off, on, by_width };
+WgmmaBackwardSetting set_attention_wgmma_backward(WgmmaBackwardSetting setting);
 
 }  // namespace hla::cuda

@@ -14,9 +14,9 @@
 // reports them; GB/s counts q, k, v and o once (fwd+bwd: also do, dq, dk and dv).
 // Every gpu and perf case names its kernels: "attention ..." runs the mma kernels (the oracle),
 // and at D = Dv = 64 or 128 the case runs again with its bf16 forward on the wgmma kernel
-// ("attention wgmma ...", cuda::set_attention_wgmma; the backward on mma), and at D = Dv = 128 a
-// third time with the backward on wgmma as well ("attention wgmma fwd+bwd ...",
-// cuda::set_attention_wgmma_backward, the default of sm_90a builds).
+// ("attention wgmma ...", cuda::set_attention_wgmma; the backward on mma), and a third time with
+// the backward on wgmma as well ("attention wgmma fwd+bwd ...", cuda::set_attention_wgmma_backward,
+// the default of sm_90a builds at D = 128).
 // rope: the attention and RetNet widths, a head width whose half (24) makes a warp span two
 // tokens, position offsets, a long sequence (angles up to ~4200 rad), a half width of 10 (no
 // 16-byte groups: the single-element kernel); per-sequence
@@ -28,6 +28,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
 
 #include "nn/check/registry.h"
 #include "nn/ops/attention.h"
@@ -49,7 +50,7 @@ struct AttentionCase {
   int64_t window;
   std::vector<int64_t> cu_seqlens = {};  // packed documents (the fourth input, doc_start); empty: none
   bool wgmma = false;           // the bf16 forward on the wgmma kernel (cuda::set_attention_wgmma)
-  bool wgmma_backward = false;  // the backward too, D = Dv = 128 (cuda::set_attention_wgmma_backward)
+  bool wgmma_backward = false;  // the backward too (cuda::set_attention_wgmma_backward)
 };
 
 // While alive, cuda::attention_forward (BACKWARD: attention_backward) runs its wgmma kernels if
@@ -58,20 +59,28 @@ struct AttentionCase {
 template <bool BACKWARD>
 class WgmmaScope {
  public:
-  explicit WgmmaScope(bool on) : was_(set(on)) {}
+  explicit WgmmaScope(bool on) : was_(set(setting(on))) {}
   ~WgmmaScope() { set(was_); }
   WgmmaScope(const WgmmaScope&) = delete;
   WgmmaScope& operator=(const WgmmaScope&) = delete;
 
  private:
-  static bool set(bool on) {
 #ifdef HLA_CUDA
-    return BACKWARD ? cuda::set_attention_wgmma_backward(on) : cuda::set_attention_wgmma(on);
-#else
-    return on;
-#endif
+  using Setting = std::conditional_t<BACKWARD, cuda::WgmmaBackwardSetting, bool>;
+  static Setting setting(bool on) {
+    if constexpr (BACKWARD) return on ? cuda::WgmmaBackwardSetting::on : cuda::WgmmaBackwardSetting::off;
+    else return on;
   }
-  bool was_;
+  static Setting set(Setting s) {
+    if constexpr (BACKWARD) return cuda::set_attention_wgmma_backward(s);
+    else return cuda::set_attention_wgmma(s);
+  }
+#else
+  using Setting = bool;
+  static Setting setting(bool on) { return on; }
+  static Setting set(Setting s) { return s; }
+#endif
+  Setting was_;
 };
 using WgmmaForward = WgmmaScope<false>;
 using WgmmaBackward = WgmmaScope<true>;
@@ -104,12 +113,12 @@ AttentionCase on_wgmma_backward(AttentionCase c) {
   return c;
 }
 
-// The case on each kernel choice its widths have: mma, at D = Dv = 64 or 128 also the wgmma
-// forward, at 128 also both passes on wgmma.
+// The case on each kernel choice its widths have: mma, and at D = Dv = 64 or 128 also the wgmma
+// forward, then both passes on wgmma.
 std::vector<AttentionCase> kernel_runs(const AttentionCase& c) {
   std::vector<AttentionCase> runs = {c};
   if (wgmma_widths(c)) runs.push_back(on_wgmma(c));
-  if (wgmma_widths(c) && c.D == 128) runs.push_back(on_wgmma_backward(c));
+  if (wgmma_widths(c)) runs.push_back(on_wgmma_backward(c));
   return runs;
 }
 

@@ -16,7 +16,7 @@
 // wgmma kernel (cuda::set_attention_wgmma: descriptors and fragments as
 // tests/emu/include/cuda/wgmma.cuh decodes them; a producer warpgroup and two consumers handing
 // K/V tiles of 128 keys over through named barriers, the ring of 3 stages wrapping twice at
-// T 520), and the head width 128 cases again with the backward on the wgmma kernels as well
+// T 520), and the head width 128 and 64 cases again with the backward on the wgmma kernels as well
 // (cuda::set_attention_wgmma_backward).
 // The backward runs on the kernel's own o and lse, as in training. Tolerances are gpu-check's
 // (relative RMS: bf16 5e-3 outputs, 1e-2 gradients; fp32 1e-5); the exit status is 1 when a row
@@ -150,7 +150,7 @@ static void early_cases(int64_t D) {
 
 // Every case by default (ctest); a group by name: d64, d128, d256, early, fma, wgmma (the D = 128
 // and 64 cases with the forward on wgmma, cuda::set_attention_wgmma), wgmma-bwd (the D = 128
-// cases with the backward on wgmma too, cuda::set_attention_wgmma_backward).
+// and 64 cases with the backward on wgmma too, cuda::set_attention_wgmma_backward).
 int main(int argc, char** argv) {
   const std::string which = argc > 1 ? argv[1] : "all";
   for (int64_t D : {64, 128, 256})
@@ -170,10 +170,12 @@ int main(int argc, char** argv) {
   }
   if (which == "all" || which == "wgmma-bwd") {
     cuda::set_attention_wgmma(true);
-    cuda::set_attention_wgmma_backward(true);
-    width_cases(128);
-    early_cases(128);
-    cuda::set_attention_wgmma_backward(false);
+    const cuda::WgmmaBackwardSetting was = cuda::set_attention_wgmma_backward(cuda::WgmmaBackwardSetting::on);
+    for (int64_t D : {128, 64}) {
+      width_cases(D);
+      early_cases(D);
+    }
+    cuda::set_attention_wgmma_backward(was);
     cuda::set_attention_wgmma(false);
   }
   if (which == "all" || which == "fma") {
