@@ -1490,19 +1490,6 @@ bool use_mma(int64_t D, int64_t Dv, DType dtype) {
   return dtype == DType::BF16 && D == Dv && (D == 64 || D == 128 || D == 256);
 }
 
-// set_attention_wgmma's setting: -1 until first asked, then HLA_ATTENTION_WGMMA=1 or not.
-int g_wgmma_forward = -1;
-bool wgmma_forward_on() {
-  if (g_wgmma_forward < 0) {
-    const char* env = std::getenv("HLA_ATTENTION_WGMMA");
-    g_wgmma_forward = env && std::string(env) == "1";
-  }
-  return g_wgmma_forward == 1;
-}
-bool use_wgmma_forward(int64_t D, int64_t Dv, DType dtype) {
-  return use_mma(D, Dv, dtype) && (D == 64 || D == 128) && wgmma_forward_on();
-}
-
 // Calls fn(std::integral_constant<int, D>, std::bool_constant<DOCS>) for the tensor-core head
 // widths, with packed documents or without.
 template <class Fn>
@@ -1516,34 +1503,47 @@ void dispatch_mma(const Shape4& s, Fn&& fn) {
   else with_docs(std::integral_constant<int, 256>{});
 }
 
-// set_attention_wgmma_backward's setting, read from HLA_ATTENTION_WGMMA_BWD (=1: on, =0: off,
-// else by width) when first asked. By width: on at D = 128 in builds with sm_90a code (on the H200
-// at B4 T4096 H16 D128 causal bf16, commit 6f69a11, its backward took 2.57 ms to the mma
-// backward's 3.58), off at D = 64 (not yet measured).
+// One wgmma switch (set_attention_wgmma, set_attention_wgmma_backward): on, off, or by width,
+// read from its environment variable (=1: on, =0: off, else by width) when first asked. By width,
+// in builds with sm_90a code, each pass runs on wgmma at the head widths where it measured faster
+// than the mma kernels on the H200 (commit ade7972, causal bf16, gpu-check PASS in the same call):
+//   forward  D = 128: 0.914 ms to 0.990 at B4 T4096 H16 (3.352 to 3.776 at B1 T16384);
+//            D = 64: slower, 0.338 ms to 0.315 at B8 T2048 H16, so mma;
+//   backward D = 128: 2.46 ms to 3.56 at B4 T4096 H16 (fwd+bwd minus fwd);
+//            D = 64: 0.773 ms to 1.027 at B8 T2048 H16.
 #ifdef HLA_WGMMA
-constexpr bool kWgmmaBackwardDefault = true;  // at D = 128
+constexpr bool kWgmmaBuilt = true;
 #else
-constexpr bool kWgmmaBackwardDefault = false;
+constexpr bool kWgmmaBuilt = false;
 #endif
-constexpr bool kWgmmaBackwardDefault64 = false;
-bool g_wgmma_backward_read = false;
-WgmmaBackwardSetting g_wgmma_backward = WgmmaBackwardSetting::by_width;
-WgmmaBackwardSetting wgmma_backward_setting() {
-  if (!g_wgmma_backward_read) {
-    const char* env = std::getenv("HLA_ATTENTION_WGMMA_BWD");
-    if (env) g_wgmma_backward = std::string(env) == "1" ? WgmmaBackwardSetting::on : WgmmaBackwardSetting::off;
-    g_wgmma_backward_read = true;
+struct WgmmaSwitch {
+  const char* env;
+  bool at64, at128;  // the by-width choices
+  WgmmaSetting setting = WgmmaSetting::by_width;
+  bool read = false;
+
+  WgmmaSetting current() {
+    if (!read) {
+      const char* value = std::getenv(env);
+      if (value) setting = std::string(value) == "1" ? WgmmaSetting::on : WgmmaSetting::off;
+      read = true;
+    }
+    return setting;
   }
-  return g_wgmma_backward;
-}
-bool use_wgmma_backward(int64_t D, int64_t Dv, DType dtype) {
-  if (!use_mma(D, Dv, dtype) || (D != 64 && D != 128)) return false;
-  switch (wgmma_backward_setting()) {
-    case WgmmaBackwardSetting::on: return true;
-    case WgmmaBackwardSetting::off: return false;
-    default: return D == 128 ? kWgmmaBackwardDefault : kWgmmaBackwardDefault64;
+  // Whether a BF16 pass at these widths runs on wgmma (D = Dv = 64 or 128 only).
+  bool use(int64_t D, int64_t Dv, DType dtype) {
+    if (!use_mma(D, Dv, dtype) || (D != 64 && D != 128)) return false;
+    switch (current()) {
+      case WgmmaSetting::on: return true;
+      case WgmmaSetting::off: return false;
+      default: return kWgmmaBuilt && (D == 128 ? at128 : at64);
+    }
   }
-}
+};
+WgmmaSwitch g_wgmma_forward{"HLA_ATTENTION_WGMMA", false, true};
+WgmmaSwitch g_wgmma_backward{"HLA_ATTENTION_WGMMA_BWD", true, true};
+bool use_wgmma_forward(int64_t D, int64_t Dv, DType dtype) { return g_wgmma_forward.use(D, Dv, dtype); }
+bool use_wgmma_backward(int64_t D, int64_t Dv, DType dtype) { return g_wgmma_backward.use(D, Dv, dtype); }
 
 size_t fma_forward_smem(int D, int Dv) { return sizeof(float) * (kFmaRows * D + kFmaTile * (D + 1) + kFmaTile * Dv); }
 size_t fma_dq_smem(int D, int Dv) {
@@ -1555,15 +1555,16 @@ size_t fma_dkdv_smem(int D, int Dv) {
 
 }  // namespace
 
-bool set_attention_wgmma(bool on) {
-  const bool was = wgmma_forward_on();
-  g_wgmma_forward = on;
+// Both return the previous setting.
+WgmmaSetting set_attention_wgmma(WgmmaSetting setting) {
+  const WgmmaSetting was = g_wgmma_forward.current();
+  g_wgmma_forward.setting = setting;
   return was;
 }
 
-WgmmaBackwardSetting set_attention_wgmma_backward(WgmmaBackwardSetting setting) {
-  const WgmmaBackwardSetting was = wgmma_backward_setting();
-  g_wgmma_backward = setting;
+WgmmaSetting set_attention_wgmma_backward(WgmmaSetting setting) {
+  const WgmmaSetting was = g_wgmma_backward.current();
+  g_wgmma_backward.setting = setting;
   return was;
 }
 

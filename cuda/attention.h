@@ -21,23 +21,21 @@ void attention_forward(void* o, float* lse, const void* q, const void* k, const 
 void attention_backward(void* dq, void* dk, void* dv, const void* dout, const void* q, const void* k, const void* v,
                         const void* o, const float* lse, const AttentionDims& d, DType dtype);
 
-// The kernel these sizes run on: "mma" (tensor cores: BF16 with D = Dv = 64, 128 or 256), "wgmma"
-// (the forward on Hopper's warpgroup MMA, the backward on mma: BF16 at D = Dv = 64 or 128 when
-// set_attention_wgmma is on), "wgmma fwd+bwd" (both on wgmma: set_attention_wgmma_backward as
-// well), "mma, wgmma bwd" (the backward alone) or "fma" (plain fp32 arithmetic:
-// F32, or any D, Dv <= 256).
+// The kernel these sizes run on under the current settings (set_attention_wgmma below): "mma"
+// (tensor cores: BF16 with D = Dv = 64, 128 or 256), "wgmma" (the forward on Hopper's warpgroup
+// MMA, the backward on mma), "wgmma fwd+bwd" (both on wgmma), "mma, wgmma bwd" (the backward
+// alone; BF16 at D = Dv = 64 or 128 for the three) or "fma" (plain fp32 arithmetic: F32, or any
+// D, Dv <= 256).
 const char* attention_kernel(int64_t D, int64_t Dv, DType dtype);
 
-// Whether the BF16 forward at D = Dv = 64 and 128 runs on the wgmma kernel (sm_90a builds) instead of
-// the mma kernel; returns the previous setting. Off unless HLA_ATTENTION_WGMMA=1 is in the
-// environment, until the wgmma kernel is measured faster. Not thread-safe: set it before work.
-bool set_attention_wgmma(bool on);
-// Where the BF16 backward (dQ and dK/dV kernels) runs on wgmma kernels (sm_90a builds) instead of
-// the mma kernels: at D = Dv = 64 and 128 (on), at neither (off), or at the widths where it is
-// measured faster (by_width: 128 in builds with sm_90a code, cuda/attention.cu), the default;
-// HLA_ATTENTION_WGMMA_BWD=1 (on) or =0 (off) overrides the default. Returns the previous setting.
-// Not thread-safe: set it before work.
-enum class WgmmaBackwardSetting { off, on, by_width };
-WgmmaBackwardSetting set_attention_wgmma_backward(WgmmaBackwardSetting setting);
+// Where the BF16 attention passes run on Hopper's wgmma kernels (sm_90a builds) instead of the mma
+// kernels: at D = Dv = 64 and 128 (on), at neither (off), or at the widths where each measured
+// faster on the H200 (by_width, the default; cuda/attention.cu: the forward at 128, the backward
+// at 64 and 128; nowhere in builds without sm_90a code). HLA_ATTENTION_WGMMA (the forward) and
+// HLA_ATTENTION_WGMMA_BWD (the backward), =1 on or =0 off, override the default. Each returns the
+// previous setting. Not thread-safe: set them before work.
+enum class WgmmaSetting { off, on, by_width };
+WgmmaSetting set_attention_wgmma(WgmmaSetting setting);
+WgmmaSetting set_attention_wgmma_backward(WgmmaSetting setting);
 
 }  // namespace hla::cuda

@@ -66,14 +66,10 @@ class WgmmaScope {
 
  private:
 #ifdef HLA_CUDA
-  using Setting = std::conditional_t<BACKWARD, cuda::WgmmaBackwardSetting, bool>;
-  static Setting setting(bool on) {
-    if constexpr (BACKWARD) return on ? cuda::WgmmaBackwardSetting::on : cuda::WgmmaBackwardSetting::off;
-    else return on;
-  }
+  using Setting = cuda::WgmmaSetting;
+  static Setting setting(bool on) { return on ? Setting::on : Setting::off; }
   static Setting set(Setting s) {
-    if constexpr (BACKWARD) return cuda::set_attention_wgmma_backward(s);
-    else return cuda::set_attention_wgmma(s);
+    return BACKWARD ? cuda::set_attention_wgmma_backward(s) : cuda::set_attention_wgmma(s);
   }
 #else
   using Setting = bool;

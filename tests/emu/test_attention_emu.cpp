@@ -153,12 +153,16 @@ static void early_cases(int64_t D) {
 // and 64 cases with the backward on wgmma too, cuda::set_attention_wgmma_backward).
 int main(int argc, char** argv) {
   const std::string which = argc > 1 ? argv[1] : "all";
+  // The mma kernels except in the wgmma groups (a build with wgmma code, as this one, would
+  // otherwise run wgmma at the widths where it is the default: cuda/attention.h)
+  cuda::set_attention_wgmma(cuda::WgmmaSetting::off);
+  cuda::set_attention_wgmma_backward(cuda::WgmmaSetting::off);
   for (int64_t D : {64, 128, 256})
     if (which == "all" || which == "d" + std::to_string(D)) width_cases(D);
   if (which == "all" || which == "early")
     for (int64_t D : {64, 128, 256}) early_cases(D);
   if (which == "all" || which == "wgmma") {
-    cuda::set_attention_wgmma(true);
+    const cuda::WgmmaSetting was = cuda::set_attention_wgmma(cuda::WgmmaSetting::on);
     for (int64_t D : {128, 64}) {
       width_cases(D);
       early_cases(D);
@@ -166,17 +170,17 @@ int main(int argc, char** argv) {
       attention_case(DType::BF16, 1, 520, 2, 1, D, 0, 16 + D);  // 5 tiles in the last block
       emu::cp_async_lands_at_issue = false;
     }
-    cuda::set_attention_wgmma(false);
+    cuda::set_attention_wgmma(was);
   }
   if (which == "all" || which == "wgmma-bwd") {
-    cuda::set_attention_wgmma(true);
-    const cuda::WgmmaBackwardSetting was = cuda::set_attention_wgmma_backward(cuda::WgmmaBackwardSetting::on);
+    const cuda::WgmmaSetting forward_was = cuda::set_attention_wgmma(cuda::WgmmaSetting::on);
+    const cuda::WgmmaSetting backward_was = cuda::set_attention_wgmma_backward(cuda::WgmmaSetting::on);
     for (int64_t D : {128, 64}) {
       width_cases(D);
       early_cases(D);
     }
-    cuda::set_attention_wgmma_backward(was);
-    cuda::set_attention_wgmma(false);
+    cuda::set_attention_wgmma_backward(backward_was);
+    cuda::set_attention_wgmma(forward_was);
   }
   if (which == "all" || which == "fma") {
     attention_case(DType::F32, 1, 70, 2, 1, 64, 30, 3);
