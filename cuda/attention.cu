@@ -43,21 +43,20 @@
 //        On the H200 (ncu, commit a485f34, B4 T4096 H16 D128 bf16 causal): forward 1.009 ms
 //        (~274 TFLOP/s; 1.156 with one 8-warp block an SM), dQ 1.72 ms, dK/dV 2.50 ms; torch
 //        SDPA's flash kernels take 0.499 and ~1.5 (targets.md).
-//   wgmma: the forward alone at D = Dv = 64 and 128 on Hopper's warpgroup MMA (sm_90a),
-//        warp-specialised: a producer warpgroup loads K/V tiles of 128 keys into a ring of 3 for
-//        two consumer warpgroups of 64 queries each (128 a block), S and O += P V as wgmma
-//        products (P from S's registers; a tile's softmax runs while the P V of the tile before
-//        does, and the consumers issue their products in turns), the mma forward's mask, online
-//        softmax and epilogue (shared helpers). Off unless asked
-//        (set_attention_wgmma, HLA_ATTENTION_WGMMA=1) until measured faster than the mma
-//        forward. Emulator group `wgmma`; not yet run on a GPU. The backward at D = Dv = 64 and
-//        128: the mma backward's two kernels with 64-row warpgroup products (its section says
-//        how), the default in sm_90a builds at D = 128 (set_attention_wgmma_backward,
-//        HLA_ATTENTION_WGMMA_BWD=0 turns it off), at D = 64 only when asked (=1) until measured;
-//        emulator group `wgmma-bwd`, where its gradients are the mma backward's to the printed
-//        digit. On the H200 (commit 6f69a11, B4 T4096 H16 D128 causal bf16,
-//        gpu-check PASS): fwd+bwd 3.577 ms with the mma forward (1.005), the mma backward's
-//        4.581; at B1 T16384 H16 D128 13.445 against 17.260.
+//   wgmma: the forward and the backward at D = Dv = 64 and 128 on Hopper's warpgroup MMA
+//        (sm_90a). The forward is warp-specialised: a producer warpgroup loads K/V tiles of 128
+//        keys into a ring of 3 for two consumer warpgroups of 64 queries each (128 a block), S
+//        and O += P V as wgmma products (P from S's registers; a tile's softmax runs while the
+//        P V of the tile before does, and the consumers issue their products in turns), the mma
+//        forward's mask, online softmax and epilogue (shared helpers). The backward is the mma
+//        backward's two kernels with 64-row warpgroup products (its section says how); on the
+//        emulator its gradients are the mma backward's to the printed digit. Which pass runs on
+//        wgmma: set_attention_wgmma / set_attention_wgmma_backward (cuda/attention.h); by default
+//        in sm_90a builds where measured faster on the H200 (commit ade7972, causal bf16, both
+//        gpu-checked): the forward at D = 128 (0.914 ms to mma's 0.990 at B4 T4096 H16; at D = 64
+//        0.338 to 0.315, so mma), the backward at both (D = 128: 2.46 ms to 3.56; D = 64 at B8
+//        T2048 H16: 0.773 to 1.027). Both on wgmma at B4 T4096 H16 D128: fwd+bwd 3.374 ms
+//        (SDPA 2.029); at B1 T16384 12.880 (mma 17.380). Emulator groups `wgmma`, `wgmma-bwd`.
 //   fma: plain fp32 arithmetic, any D, Dv <= 256, F32 or BF16 storage: one warp per row, keys
 //        (or queries) in shared-memory tiles of 32, one per lane. The readable version, and the
 //        fp32 path.
