@@ -15,8 +15,8 @@
 // Every gpu and perf case names its kernels: "attention ..." runs the mma kernels (the oracle),
 // and at D = Dv = 64 or 128 the case runs again with its bf16 forward on the wgmma kernel
 // ("attention wgmma ...", cuda::set_attention_wgmma; the backward on mma), and a third time with
-// the backward on wgmma as well ("attention wgmma fwd+bwd ...", cuda::set_attention_wgmma_backward,
-// the default of sm_90a builds at D = 128).
+// the backward on wgmma as well ("attention wgmma fwd+bwd ...", cuda::set_attention_wgmma_backward),
+// whatever the build's default (cuda/attention.h: WgmmaSetting) is.
 // rope: the attention and RetNet widths, a head width whose half (24) makes a warp span two
 // tokens, position offsets, a long sequence (angles up to ~4200 rad), a half width of 10 (no
 // 16-byte groups: the single-element kernel); per-sequence
@@ -28,7 +28,6 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <type_traits>
 
 #include "nn/check/registry.h"
 #include "nn/ops/attention.h"
@@ -113,8 +112,7 @@ AttentionCase on_wgmma_backward(AttentionCase c) {
 // forward, then both passes on wgmma.
 std::vector<AttentionCase> kernel_runs(const AttentionCase& c) {
   std::vector<AttentionCase> runs = {c};
-  if (wgmma_widths(c)) runs.push_back(on_wgmma(c));
-  if (wgmma_widths(c)) runs.push_back(on_wgmma_backward(c));
+  if (wgmma_widths(c)) runs.insert(runs.end(), {on_wgmma(c), on_wgmma_backward(c)});
   return runs;
 }
 
