@@ -45,17 +45,18 @@
 //        SDPA's flash kernels take 0.499 and ~1.5 (targets.md).
 //   wgmma: the forward and the backward at D = Dv = 64 and 128 on Hopper's warpgroup MMA
 //        (sm_90a). The forward is warp-specialised: a producer warpgroup loads K/V tiles of 128
-//        keys into a ring of 3 for two consumer warpgroups of 64 queries each (128 a block), S
-//        and O += P V as wgmma products (P from S's registers; a tile's softmax runs while the
-//        P V of the tile before does, and the consumers issue their products in turns), the mma
-//        forward's mask, online softmax and epilogue (shared helpers). The backward is the mma
+//        keys into a ring of 3 for consumer warpgroups of 64 queries each (three at D = 64,
+//        192 queries a block; two at D = 128), S and O += P V as wgmma products (P from S's
+//        registers; a tile's softmax runs while the P V of the tile before does, and the
+//        consumers issue their products in turns), the mma forward's mask, online softmax and
+//        epilogue (shared helpers). The backward is the mma
 //        backward's two kernels with 64-row warpgroup products (its section says how); on the
 //        emulator its gradients are the mma backward's to the printed digit. Which pass runs on
 //        wgmma: set_attention_wgmma / set_attention_wgmma_backward (cuda/attention.h); by default
 //        in sm_90a builds where measured faster on the H200 (commit ade7972, causal bf16, both
 //        gpu-checked): the forward at D = 128 (0.914 ms to mma's 0.990 at B4 T4096 H16; at D = 64
-//        0.338 to 0.315, so mma), the backward at both (D = 128: 2.46 ms to 3.56; D = 64 at B8
-//        T2048 H16: 0.773 to 1.027). Both on wgmma at B4 T4096 H16 D128: fwd+bwd 3.374 ms
+//        0.338 to 0.315 with two consumers a block then, so mma), the backward at both (D = 128:
+//        2.46 ms to 3.56; D = 64 at B8 T2048 H16: 0.773 to 1.027). Both on wgmma at B4 T4096 H16 D128: fwd+bwd 3.374 ms
 //        (SDPA 2.029); at B1 T16384 12.880 (mma 17.380). Emulator groups `wgmma`, `wgmma-bwd`.
 //   fma: plain fp32 arithmetic, any D, Dv <= 256, F32 or BF16 storage: one warp per row, keys
 //        (or queries) in shared-memory tiles of 32, one per lane. The readable version, and the
@@ -477,20 +478,22 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
 
 // ------------------------------------------------------------------------------------------
 // wgmma path: the forward at D = Dv = 64 and 128 on Hopper's warpgroup MMA (cuda/wgmma.cuh,
-// sm_90a), run only when asked (set_attention_wgmma, cuda/attention.h) until it is measured
-// faster than the mma forward, which stays its oracle. Warp-specialised: a block is
-// kWgConsumers + 1 warpgroups and 64 kWgConsumers queries. Warpgroup 0, the producer, only
-// loads: Q, then the K/V tiles of 128 keys into a ring of kWgStages buffers, up to
-// kWgStages - 1 tiles ahead of the consumers (cp.async groups), handing each tile over with a
-// named barrier ("full") once it landed and taking its buffer back with another ("free"); it
-// gives its registers to the consumers (setmaxnreg: at D = 128 they hold S 64, P 32 and O 64
-// a thread; without the move, capped at 168, they spilled 240 bytes). Consumer warpgroup c owns
-// queries 64 c .. 64 c + 63 of the block, its warp w rows 16 w .. 16 w + 15, a thread rows
-// lane / 4 and + 8 of them: the layout of the mma forward at MT = 1, so masking, online softmax
-// and the epilogue are its code. Both consumers read each K/V tile the producer loaded once. Q,
-// K and V sit in shared memory as 64-wide swizzled panels (the 128-byte swizzle of
-// cuda/wgmma_desc.cuh: a (rows x D) matrix is D / 64 (rows x 64) tiles, each on a 1024-byte
-// boundary). A consumer per tile:
+// sm_90a), the default at D = 128 (measured faster than the mma forward), run at D = 64 only when
+// asked (set_attention_wgmma, cuda/attention.h) until measured there; the mma forward stays its
+// oracle. Warp-specialised: a block is a producer warpgroup and wg_blocking(D).consumers
+// consumer warpgroups of 64 queries each: three at D = 64 (192 queries), two at D = 128 (128).
+// Warpgroup 0, the producer, only loads: Q, then the K/V tiles of 128 keys into a ring of
+// kWgStages buffers, up to kWgStages - 1 tiles ahead of the consumers (cp.async groups), handing
+// each tile over with a named barrier ("full") once it landed and taking its buffer back with
+// another ("free"); it gives its registers to the consumers (setmaxnreg, wg_blocking: at D = 128
+// they hold S 64, P 32 and O 64 a thread in 232; without the move, capped at 168, they spilled
+// 240 bytes; at D = 64 three hold O 32 in 160).
+// Consumer warpgroup c owns queries 64 c .. 64 c + 63 of the block, its warp w rows
+// 16 w .. 16 w + 15, a thread rows lane / 4 and + 8 of them: the layout of the mma forward at
+// MT = 1, so masking, online softmax and the epilogue are its code. Every consumer reads each
+// K/V tile the producer loaded once. Q, K and V sit in shared memory as 64-wide swizzled panels
+// (the 128-byte swizzle of cuda/wgmma_desc.cuh: a (rows x D) matrix is D / 64 (rows x 64) tiles,
+// each on a 1024-byte boundary). A consumer per tile:
 //   pass 1: S (64 x 128) = Q K^T, D / 16 k16 products, Q and K read K-major through descriptors;
 //   pass 2: mask (on tiles some row sees in part) and online softmax, in S's registers;
 //   pass 3: O (64 x D) += P V, 8 k16 products, P's A fragments packed from S's registers, V
@@ -499,28 +502,42 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
 // then tile n - 1's O += P V, and runs tile n's mask and softmax while the latter is in flight;
 // the rescale of O that tile n's max asks for, and the new P, wait for it. And ping-pong between
 // the consumers (FlashAttention-3's inter-warpgroup scheduling): they issue their products in
-// turns, passed on through named barriers, so that one's softmax runs beside the other's
-// products. A product is issued
-// by all 128 threads of a consumer, so it skips only the tiles none of its 64 rows sees (above
-// its diagonal, before its window or document: a contiguous run; it still takes part in their
-// barriers), and masks only those some row sees in part; a warp whose rows see none of a tile
-// it computes gets P = 0 there. Shared memory: Q 256 D bytes + kWgStages x 512 D (+1 KB for the
-// alignment): 225 KB at D = 128 (of 227), 113 KB at D = 64; one block an SM.
+// turns, passed round through named barriers, so that the others' softmaxes run beside one's
+// products. A product is issued by all 128 threads of a consumer, so it skips only the tiles
+// none of its 64 rows sees (above its diagonal, before its window or document: a contiguous run;
+// it still takes part in their barriers), and masks only those some row sees in part; a warp
+// whose rows see none of a tile it computes gets P = 0 there. Shared memory: Q 128 D bytes a
+// consumer + kWgStages x 512 D (+1 KB for the alignment): 225 KB at D = 128 (of 227), 121 KB at
+// D = 64; one block an SM.
 constexpr int kWgRows = 64;                                   // queries per consumer: wgmma's M
 constexpr int kWgCols = 128;                                  // keys per K/V tile: S's N
 constexpr int kWgThreads = 128;                               // a warpgroup
-constexpr int kWgConsumers = 2;                               // consumer warpgroups a block
-constexpr int kWgBlockRows = kWgConsumers * kWgRows;          // queries per block
-constexpr int kWgBlockThreads = (1 + kWgConsumers) * kWgThreads;
 constexpr int kWgStages = 3;                                  // K/V tiles in the ring
-constexpr int kWgProducerRegs = 40, kWgConsumerRegs = 232;    // setmaxnreg: 128 x 40 + 256 x 232 <= 64 K
+// The forward's block at head width D: its consumer warpgroups and the registers a thread that
+// setmaxnreg gives the producer and each consumer (one block an SM: 64 K registers a block).
+// D = 64: three consumers (192 queries: each K/V tile loaded feeds three, and two softmaxes run
+// beside a consumer's products), 128 x 32 + 384 x 160 = 64 K (O 32, S 64, P 32 a thread; ptxas
+// spills the consumers at 152, the producer at 24). D = 128: two (O 64, S 64, P 32 a thread
+// would not fit in 160), 128 x 40 + 256 x 232 <= 64 K.
+struct WgBlocking {
+  int consumers, producer_regs, consumer_regs;
+};
+constexpr WgBlocking wg_blocking(int D) { return D == 64 ? WgBlocking{3, 32, 160} : WgBlocking{2, 40, 232}; }
+constexpr int wg_block_rows(int D) { return wg_blocking(D).consumers * kWgRows; }  // queries per block
+constexpr int wg_block_threads(int D) { return (1 + wg_blocking(D).consumers) * kWgThreads; }
 // Named barrier ids: stage s full at kWgFull + s, free at kWgFree + s; consumer c's turn
 // (ping-pong) at kWgTurn + c.
 constexpr int kWgFull = 1, kWgFree = kWgFull + kWgStages, kWgTurn = kWgFree + kWgStages;
-static_assert(kWgTurn + kWgConsumers <= 16 && kWgConsumers >= 2, "16 named barriers a block; ping-pong takes two");
+constexpr bool wg_blocking_fits(int D) {
+  const WgBlocking w = wg_blocking(D);
+  return w.consumers >= 2 && kWgTurn + w.consumers <= 16 &&
+         kWgThreads * (w.producer_regs + w.consumers * w.consumer_regs) <= 64 * 1024;
+}
+static_assert(wg_blocking_fits(64) && wg_blocking_fits(128),
+              "ping-pong takes two consumers; 16 named barriers and 64 K registers a block");
 constexpr int kWgPanel = 64;                                  // elements of a swizzled row (128 bytes)
 constexpr size_t wg_smem(int D) {
-  return kWgmmaTileAlign + sizeof(bf16) * (kWgBlockRows + 2 * kWgStages * kWgCols) * D;
+  return kWgmmaTileAlign + sizeof(bf16) * (wg_block_rows(D) + 2 * kWgStages * kWgCols) * D;
 }
 
 // Copies rows [row0, row0 + ROWS) of a (T, ...) global matrix of D columns, rows `stride`
@@ -544,46 +561,47 @@ __device__ __forceinline__ float (&wgmma_acc(float (&a)[N][4]))[4 * N] {
   return reinterpret_cast<float(&)[4 * N]>(a);
 }
 
-// o: (B, T, H, D), lse: (B, H, T). Grid (H, B, blocks of kWgBlockRows queries), the longest
+// o: (B, T, H, D), lse: (B, H, T). Grid (H, B, blocks of wg_block_rows(D) queries), the longest
 // (last) blocks first. The block takes the tiles from the first key its first query sees to its
 // last query; tile n sits in stage n % kWgStages.
 template <int D, bool DOCS>
-__global__ void __launch_bounds__(kWgBlockThreads, 1)
+__global__ void __launch_bounds__(wg_block_threads(D), 1)
     attention_forward_wgmma(bf16* o, float* lse, const bf16* q, const bf16* k, const bf16* v, int T, int H, int Hkv,
                             float scale_log2, int window, DocumentMask<DOCS> documents) {
   constexpr int NT = kWgCols / 8, kTile = kWgCols * D;  // kTile: elements of a K or V tile
+  constexpr int kConsumers = wg_blocking(D).consumers, kBlockRows = wg_block_rows(D);
+  constexpr int kBlockThreads = wg_block_threads(D);
   extern __shared__ float4 smem_raw[];
-  // as D / 64 panels each: sQ: kWgConsumers x (kWgRows, D); sK, sV: kWgStages x (kWgCols, D)
+  // as D / 64 panels each: sQ: kConsumers x (kWgRows, D); sK, sV: kWgStages x (kWgCols, D)
   bf16* sQ = reinterpret_cast<bf16*>(align_wgmma_tiles(smem_raw));
-  bf16* sK = sQ + kWgBlockRows * D;
+  bf16* sK = sQ + kBlockRows * D;
   bf16* sV = sK + kWgStages * kTile;
   const int warpgroup = threadIdx.x / kWgThreads, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
-  const int q0 = (gridDim.z - 1 - blockIdx.z) * kWgBlockRows, h = blockIdx.x, b = blockIdx.y, hk = h / (H / Hkv);
+  const int q0 = (gridDim.z - 1 - blockIdx.z) * kBlockRows, h = blockIdx.x, b = blockIdx.y, hk = h / (H / Hkv);
   const int64_t q_stride = int64_t(H) * D, kv_stride = int64_t(Hkv) * D;
   const DocumentMask<DOCS> docs = documents.row(b);
   const int kb_first = docs.first_visible_key(q0, window) / kWgCols;
-  const int tiles = min(T - 1, q0 + kWgBlockRows - 1) / kWgCols - kb_first + 1;
+  const int tiles = min(T - 1, q0 + kBlockRows - 1) / kWgCols - kb_first + 1;
 
   if (warpgroup == 0) {  // the producer
-    warpgroup_reg_dealloc<kWgProducerRegs>();
+    warpgroup_reg_dealloc<wg_blocking(D).producer_regs>();
     const bf16* qh = q + int64_t(b) * T * q_stride + int64_t(h) * D;  // row t at qh + t * q_stride
     const bf16* kh = k + int64_t(b) * T * kv_stride + int64_t(hk) * D;
     const bf16* vh = v + int64_t(b) * T * kv_stride + int64_t(hk) * D;
+    for (int c = 0; c < kConsumers; c++)  // Q, in tile 0's group
+      load_panels_async<kWgRows, D>(sQ + c * kWgRows * D, qh, q_stride, q0 + c * kWgRows, T);
     // step n: hand over tile n - (kWgStages - 1) once it landed (of the n groups committed, the
-    // last kWgStages - 2 may be in flight), then load tile n (and Q with tile 0) once its stage
-    // is free. A group is committed every step, empty past the last tile, so that the count holds.
+    // last kWgStages - 2 may be in flight), then load tile n once its stage is free. A group is
+    // committed every step, empty past the last tile, so that the count holds.
     for (int n = 0; n < tiles + kWgStages - 1; n++) {
       if (n >= kWgStages - 1) {
         cp_async_wait<kWgStages - 2>();
         fence_proxy_async();  // the copies, then wgmma's reads of them
-        named_barrier_arrive(kWgFull + (n - (kWgStages - 1)) % kWgStages, kWgBlockThreads);
+        named_barrier_arrive(kWgFull + (n - (kWgStages - 1)) % kWgStages, kBlockThreads);
       }
       if (n < tiles) {
         const int stage = n % kWgStages, s0 = (kb_first + n) * kWgCols;
-        if (n >= kWgStages) named_barrier_sync(kWgFree + stage, kWgBlockThreads);
-        if (n == 0)
-          for (int c = 0; c < kWgConsumers; c++)
-            load_panels_async<kWgRows, D>(sQ + c * kWgRows * D, qh, q_stride, q0 + c * kWgRows, T);
+        if (n >= kWgStages) named_barrier_sync(kWgFree + stage, kBlockThreads);
         load_panels_async<kWgCols, D>(sK + stage * kTile, kh, kv_stride, s0, T);
         load_panels_async<kWgCols, D>(sV + stage * kTile, vh, kv_stride, s0, T);
       }
@@ -592,7 +610,7 @@ __global__ void __launch_bounds__(kWgBlockThreads, 1)
     return;
   }
 
-  warpgroup_reg_alloc<kWgConsumerRegs>();
+  warpgroup_reg_alloc<wg_blocking(D).consumer_regs>();
   const int c0 = q0 + (warpgroup - 1) * kWgRows, c_last = c0 + kWgRows - 1;  // this consumer's queries
   const bf16* sQc = sQ + (warpgroup - 1) * kWgRows * D;
   // this thread's rows: r = 0, 1 is lane / 4 + 8 r of the warp's 16
@@ -606,11 +624,11 @@ __global__ void __launch_bounds__(kWgBlockThreads, 1)
   for (int n = 0; n < tiles; n++)
     if (c0 < T && docs.any_visible(c0, c_last, (kb_first + n) * kWgCols, (kb_first + n + 1) * kWgCols - 1, window))
       n_first = min(n_first, n), n_last = n;
-  const auto take = [&](int n) { named_barrier_sync(kWgFull + n % kWgStages, kWgBlockThreads); };  // tile n landed
+  const auto take = [&](int n) { named_barrier_sync(kWgFull + n % kWgStages, kBlockThreads); };  // tile n landed
   // Tile n's buffers are read no more; the producer waits for them only when it has another tile
   // to put there.
   const auto release = [&](int n) {
-    if (n + kWgStages < tiles) named_barrier_arrive(kWgFree + n % kWgStages, kWgBlockThreads);
+    if (n + kWgStages < tiles) named_barrier_arrive(kWgFree + n % kWgStages, kBlockThreads);
   };
   // pass 1: S = Q K^T (unscaled) over tile n, issued
   const auto issue_s = [&](float(&s)[NT][4], int n) {
@@ -648,19 +666,20 @@ __global__ void __launch_bounds__(kWgBlockThreads, 1)
   };
 
   // Ping-pong (FlashAttention-3's inter-warpgroup scheduling): a consumer issues its products
-  // only in its turn, after those of the consumer before it in the same round, so that one's
-  // softmax runs while the other's products do. Each consumer has tiles + 1 rounds (one a tile,
-  // without products on the tiles it skips, then the last O += P V); consumer 0 has the first
-  // turn, and the last consumer passes none on after its last round (every arrival is waited for).
+  // only in its turn, after those of the consumer before it in the same round (turns go round
+  // 0, 1, .., kConsumers - 1, 0, ..), so that the others' softmaxes run while one's products do.
+  // Each consumer has tiles + 1 rounds (one a tile, without products on the tiles it skips, then
+  // the last O += P V); consumer 0 has the first turn, and the last consumer passes none on after
+  // its last round (every arrival is waited for).
   const int me = warpgroup - 1;
   int rounds = 0;
   const auto in_turn = [&](const auto& issue) {
     named_barrier_sync(kWgTurn + me, 2 * kWgThreads);
     issue();
-    if (++rounds <= tiles || me < kWgConsumers - 1)
-      named_barrier_arrive(kWgTurn + (me + 1) % kWgConsumers, 2 * kWgThreads);
+    if (++rounds <= tiles || me < kConsumers - 1)
+      named_barrier_arrive(kWgTurn + (me + 1) % kConsumers, 2 * kWgThreads);
   };
-  if (me == kWgConsumers - 1) named_barrier_arrive(kWgTurn, 2 * kWgThreads);
+  if (me == kConsumers - 1) named_barrier_arrive(kWgTurn, 2 * kWgThreads);
 
   for (int n = 0; n < n_first; n++) take(n), in_turn([] {}), release(n);
   if (n_first <= n_last) {
@@ -1588,8 +1607,8 @@ void attention_forward(void* o, float* lse, const void* q, const void* k, const 
       constexpr int kD = decltype(d)::value;
       constexpr bool kDocs = decltype(docs)::value;
       if constexpr (kD != 256)  // use_wgmma_forward: D = 64 or 128
-        launch(attention_forward_wgmma<kD, kDocs>, mma_grid(s, s.H, kWgBlockRows), kWgBlockThreads, wg_smem(kD),
-               static_cast<bf16*>(o), lse, static_cast<const bf16*>(q), static_cast<const bf16*>(k),
+        launch(attention_forward_wgmma<kD, kDocs>, mma_grid(s, s.H, wg_block_rows(kD)), wg_block_threads(kD),
+               wg_smem(kD), static_cast<bf16*>(o), lse, static_cast<const bf16*>(q), static_cast<const bf16*>(k),
                static_cast<const bf16*>(v), s.T, s.H, s.Hkv, static_cast<float>(scale) * kLog2e, s.window,
                s.documents<kDocs>());
     });

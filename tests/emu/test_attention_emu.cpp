@@ -14,10 +14,10 @@
 // done shows there); then the fma kernels: fp32 at head width 64, fp32 and bf16 at 20; then the
 // head width 128 and 64 cases (with those of copies landing at issue) with the forward on the
 // wgmma kernel (cuda::set_attention_wgmma: descriptors and fragments as
-// tests/emu/include/cuda/wgmma.cuh decodes them; a producer warpgroup and two consumers handing
-// K/V tiles of 128 keys over through named barriers, the ring of 3 stages wrapping twice at
-// T 520), and the head width 128 and 64 cases again with the backward on the wgmma kernels as well
-// (cuda::set_attention_wgmma_backward).
+// tests/emu/include/cuda/wgmma.cuh decodes them; a producer warpgroup and two consumers, three
+// at head width 64 (blocks of 192 queries), handing K/V tiles of 128 keys over through named
+// barriers, the ring of 3 stages wrapping twice at T 520), and the head width 128 and 64 cases
+// again with the backward on the wgmma kernels as well (cuda::set_attention_wgmma_backward).
 // The backward runs on the kernel's own o and lse, as in training. Tolerances are gpu-check's
 // (relative RMS: bf16 5e-3 outputs, 1e-2 gradients; fp32 1e-5); the exit status is 1 when a row
 // fails.
