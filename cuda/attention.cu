@@ -818,17 +818,57 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
   store_rows<D>(dq, acc, row0, row1, t_row[0] < T, t_row[1] < T, scale, scale);
 }
 
+// The steps of the dK/dV kernels (mma and wgmma): a step covers query head h and queries
+// j0 .. j0 + COLS - 1. load copies their Q and dO rows into buffer buf of sQ and sdO
+// (2 x (COLS, D) each) with copy(tile, rows, j0), the kernel's cp.async tile loader (rows: the
+// head's first row of q or dout, rows H D apart), and reads their lse and Delta into registers of
+// the threads < COLS a step ahead (their global latency hides behind a step's products);
+// store_stats writes those into buffer buf of sStats (2 x (COLS, 2)) at the end of the step: a
+// query's lse (log2 units) and Delta side by side, so that stats is one 16-byte read giving a
+// thread (lse, Delta, lse, Delta) of its two neighbouring query columns nt * 8 + (lane % 4) * 2
+// and + 1.
+template <int COLS, int D>
+struct DkdvSteps {
+  bf16 *sQ, *sdO;
+  float* sStats;
+  const bf16 *q, *dout;
+  const float *lse, *delta;
+  int b, T, H;
+  float next_lse = 0, next_delta = 0;  // threads < COLS: lse and Delta of query j0 + threadIdx.x
+
+  template <class Copy>
+  __device__ void load(int h, int j0, int buf, const Copy& copy) {
+    const int64_t head = int64_t(b) * T * (int64_t(H) * D) + int64_t(h) * D;
+    copy(sQ + buf * COLS * D, q + head, j0);
+    copy(sdO + buf * COLS * D, dout + head, j0);
+    if (threadIdx.x < COLS) {
+      const int64_t idx = (int64_t(b) * H + h) * T + min(j0 + int(threadIdx.x), T - 1);
+      next_lse = lse[idx];
+      next_delta = delta[idx];
+    }
+  }
+  __device__ void store_stats(int buf) {
+    if (threadIdx.x < COLS) {
+      sStats[(buf * COLS + threadIdx.x) * 2] = next_lse * kLog2e;
+      sStats[(buf * COLS + threadIdx.x) * 2 + 1] = next_delta;
+    }
+  }
+  __device__ float4 stats(int buf, int nt) const {
+    const int lane = threadIdx.x % 32;
+    return *reinterpret_cast<const float4*>(sStats + (buf * COLS + nt * 8 + (lane % 4) * 2) * 2);
+  }
+};
+
 // dk, dv: (B, T, Hkv, D). Grid (Hkv, B, blocks of 16 bwd_blocking(D).warps keys), longest
 // first; a block loops over the query tiles of every query head of its kv head, in the
 // transposed frame: rows of a warp are 16 keys, and a warp skips the query tiles that see none
-// of them. A tile's lse and
-// Delta are read into registers one step ahead (their global latency hides behind a step's
-// products) and stored to shared memory at the end of the step. Occupancy (ptxas, sm_90, no
-// spills): D = 128 in at most 255 registers (dK and dV 128, P^T and dS^T 32; the cap for two
-// 4-warp blocks); D = 64 in 168 (the cap for three), the warp's K fragments in registers: per
-// 32-query step 64 mma over 36 ldmatrix.x4 (Q 8, dO 8, dO^T 8, Q^T 8 and V 4; with K from
-// shared memory 40). D = 256: dV, then dK, one sweep each (see sweep); 254 registers (255
-// with documents; one 8-warp block an SM).
+// of them. A tile's lse and Delta are read into registers one step ahead (their global latency
+// hides behind a step's products) and stored to shared memory at the end of the step
+// (DkdvSteps). Occupancy (ptxas, sm_90, no spills): D = 128 in at most 255 registers (dK and dV
+// 128, P^T and dS^T 32; the cap for two 4-warp blocks); D = 64 in 168 (the cap for three), the
+// warp's K fragments in registers: per 32-query step 64 mma over 36 ldmatrix.x4 (Q 8, dO 8,
+// dO^T 8, Q^T 8 and V 4; with K from shared memory 40). D = 256: dV, then dK, one sweep each
+// (see sweep); 254 registers (255 with documents; one 8-warp block an SM).
 template <int D, bool DOCS>
 __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).blocks_per_sm)
     attention_backward_dkdv_mma(bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
@@ -843,9 +883,7 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
   bf16* sV = sK + kRows * D;                     // sV: (kRows, D)
   bf16* sQ = sV + kRows * D;                     // sQ: 2 x (kMmaQueries, D)
   bf16* sdO = sQ + 2 * kMmaQueries * D;          // sdO: 2 x (kMmaQueries, D)
-  // sStats: 2 x (kMmaQueries, 2): a query's lse (log2 units) and Delta side by side, so that one
-  // 16-byte read gives a thread both for its two neighbouring query columns.
-  float* sStats = reinterpret_cast<float*>(sdO + 2 * kMmaQueries * D);
+  float* sStats = reinterpret_cast<float*>(sdO + 2 * kMmaQueries * D);  // sStats: 2 x (kMmaQueries, 2)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int k0 = blockIdx.z * kRows, hk = blockIdx.x, b = blockIdx.y, group = H / Hkv;
   const int64_t q_stride = int64_t(H) * D, kv_stride = int64_t(Hkv) * D;
@@ -864,22 +902,9 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
 
   // A step covers query head h and queries j0 .. j0 + 31: the query tiles of head hk * group, then
   // those of the next head, and so on.
-  float next_lse = 0, next_delta = 0;  // threads < 32: lse and Delta of query j0 + threadIdx.x
-  auto load_step = [&](int h, int j0, int buf) {
-    const int64_t head = int64_t(b) * T * q_stride + int64_t(h) * D;
-    load_tile_async<kMmaQueries, D, kThreads>(sQ + buf * kMmaQueries * D, q + head, q_stride, j0, T);
-    load_tile_async<kMmaQueries, D, kThreads>(sdO + buf * kMmaQueries * D, dout + head, q_stride, j0, T);
-    if (threadIdx.x < kMmaQueries) {
-      const int64_t idx = (int64_t(b) * H + h) * T + min(j0 + int(threadIdx.x), T - 1);
-      next_lse = lse[idx];
-      next_delta = delta[idx];
-    }
-  };
-  auto store_stats = [&](int buf) {
-    if (threadIdx.x < kMmaQueries) {
-      sStats[(buf * kMmaQueries + threadIdx.x) * 2] = next_lse * kLog2e;
-      sStats[(buf * kMmaQueries + threadIdx.x) * 2 + 1] = next_delta;
-    }
+  DkdvSteps<kMmaQueries, D> steps{sQ, sdO, sStats, q, dout, lse, delta, b, T, H};
+  const auto copy = [&](bf16* tile, const bf16* rows, int row0) {
+    load_tile_async<kMmaQueries, D, kThreads>(tile, rows, q_stride, row0, T);
   };
   load_tile_async<kRows, D, kThreads>(sK, kh, kv_stride, k0, T);
   load_tile_async<kRows, D, kThreads>(sV, vh, kv_stride, k0, T);
@@ -890,9 +915,9 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
   // become five: P^T and dV in the first, P^T, dP^T and dK in the second).
   auto sweep = [&](auto grads) {
     constexpr bool kDv = decltype(grads)::value & 1, kDk = decltype(grads)::value & 2;
-    load_step(hk * group, j_first, 0);
+    steps.load(hk * group, j_first, 0, copy);
     cp_async_commit();
-    store_stats(0);
+    steps.store_stats(0);
 
     float dk_acc[D / 8][4] = {}, dv_acc[D / 8][4] = {};  // (16, D) each: dK / scale and dV
     uint32_t kf[D / 16][4];  // this warp's 16 rows of K as A fragments (kKeysInRegisters)
@@ -908,15 +933,11 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
       const bool head_done = j0 == j_final, final_step = head_done && h == h_final;
       cp_async_wait_all();
       __syncthreads();  // this step's tiles and stats landed; every warp is done with the last step's
-      if (!final_step) load_step(head_done ? h + 1 : h, head_done ? j_first : j0 + kMmaQueries, buf ^ 1);
+      if (!final_step) steps.load(head_done ? h + 1 : h, head_done ? j_first : j0 + kMmaQueries, buf ^ 1, copy);
       cp_async_commit();
       if (w_first < T && docs.any_visible(j0, j_last, w_first, w_last, window)) {
         const bf16* q_tile = sQ + buf * kMmaQueries * D;
         const bf16* do_tile = sdO + buf * kMmaQueries * D;
-        // (lse, Delta, lse, Delta) of query columns nt * 8 + (lane % 4) * 2 and + 1
-        auto stats = [&](int nt) {
-          return *reinterpret_cast<const float4*>(sStats + (buf * kMmaQueries + nt * 8 + (lane % 4) * 2) * 2);
-        };
         // pass 1: P^T = exp(scale K Q^T - lse), zero where invisible (S^T -> -inf, masked only on the
         // tiles some row sees in part)
         float p[kMmaQueries / 8][4] = {};
@@ -932,7 +953,7 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
             }
 #pragma unroll
         for (int nt = 0; nt < kMmaQueries / 8; nt++) {
-          const float4 st = stats(nt);
+          const float4 st = steps.stats(buf, nt);
 #pragma unroll
           for (int e = 0; e < 4; e++) p[nt][e] = exp2_ftz(fmaf(p[nt][e], scale_log2, e % 2 ? -st.z : -st.x));
         }
@@ -942,7 +963,7 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
           mma_abt<D, kMmaQueries / 8>(ds, sV, do_tile);
 #pragma unroll
           for (int nt = 0; nt < kMmaQueries / 8; nt++) {
-            const float4 st = stats(nt);
+            const float4 st = steps.stats(buf, nt);
 #pragma unroll
             for (int e = 0; e < 4; e++) ds[nt][e] = p[nt][e] * (ds[nt][e] - (e % 2 ? st.w : st.y));
           }
@@ -952,7 +973,7 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
         if constexpr (kDk) mma_pb<D, kMmaQueries / 8>(dk_acc, ds, q_tile);
       }
       if (final_step) break;
-      store_stats(buf ^ 1);  // read by the next step's barrier
+      steps.store_stats(buf ^ 1);  // read by the next step's barrier
       h += head_done;
       j0 = head_done ? j_first : j0 + kMmaQueries;
     }
@@ -1128,8 +1149,8 @@ __global__ void __launch_bounds__(kWgThreads, wg_bwd_blocks_per_sm(D, false))
 // Loops over the 64-query tiles of every query head of its kv head that see some key of the
 // block, in the transposed frame (rows are keys): S^T = K Q^T, dP^T = V dO^T, dV += P^T dO,
 // dK += dS^T Q. A tile's lse and Delta are read into registers one step ahead and stored to
-// shared memory at the end of the step (as in the mma kernel). dV's product runs while dS^T is
-// computed.
+// shared memory at the end of the step (DkdvSteps, as in the mma kernel). dV's product runs
+// while dS^T is computed.
 template <int D, bool DOCS>
 __global__ void __launch_bounds__(kWgThreads, wg_bwd_blocks_per_sm(D, true))
     attention_backward_dkdv_wgmma(bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
@@ -1141,9 +1162,7 @@ __global__ void __launch_bounds__(kWgThreads, wg_bwd_blocks_per_sm(D, true))
   bf16* sV = sK + kTile;                                            // sV: (kWgBwdRows, D) as D / 64 panels
   bf16* sQ = sV + kTile;                                            // sQ: 2 x (kWgBwdCols, D) as D / 64 panels
   bf16* sdO = sQ + 2 * kTile;                                       // sdO: 2 x (kWgBwdCols, D) as D / 64 panels
-  // sStats: 2 x (kWgBwdCols, 2): a query's lse (log2 units) and Delta side by side, so that one
-  // 16-byte read gives a thread both for its two neighbouring query columns.
-  float* sStats = reinterpret_cast<float*>(sdO + 2 * kTile);
+  float* sStats = reinterpret_cast<float*>(sdO + 2 * kTile);        // sStats: 2 x (kWgBwdCols, 2)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int k0 = blockIdx.z * kWgBwdRows, hk = blockIdx.x, b = blockIdx.y, group = H / Hkv;
   const int64_t q_stride = int64_t(H) * D, kv_stride = int64_t(Hkv) * D;
@@ -1162,28 +1181,15 @@ __global__ void __launch_bounds__(kWgThreads, wg_bwd_blocks_per_sm(D, true))
 
   // A step covers query head h and queries j0 .. j0 + 63: the query tiles of head hk * group,
   // then those of the next head, and so on.
-  float next_lse = 0, next_delta = 0;  // threads < kWgBwdCols: lse and Delta of query j0 + threadIdx.x
-  auto load_step = [&](int h, int j0, int buf) {
-    const int64_t head = int64_t(b) * T * q_stride + int64_t(h) * D;
-    load_panels_async<kWgBwdCols, D>(sQ + buf * kTile, q + head, q_stride, j0, T);
-    load_panels_async<kWgBwdCols, D>(sdO + buf * kTile, dout + head, q_stride, j0, T);
-    if (threadIdx.x < kWgBwdCols) {
-      const int64_t idx = (int64_t(b) * H + h) * T + min(j0 + int(threadIdx.x), T - 1);
-      next_lse = lse[idx];
-      next_delta = delta[idx];
-    }
-  };
-  auto store_stats = [&](int buf) {
-    if (threadIdx.x < kWgBwdCols) {
-      sStats[(buf * kWgBwdCols + threadIdx.x) * 2] = next_lse * kLog2e;
-      sStats[(buf * kWgBwdCols + threadIdx.x) * 2 + 1] = next_delta;
-    }
+  DkdvSteps<kWgBwdCols, D> steps{sQ, sdO, sStats, q, dout, lse, delta, b, T, H};
+  const auto copy = [&](bf16* tile, const bf16* rows, int row0) {
+    load_panels_async<kWgBwdCols, D>(tile, rows, q_stride, row0, T);
   };
   load_panels_async<kWgBwdRows, D>(sK, kh, kv_stride, k0, T);
   load_panels_async<kWgBwdRows, D>(sV, vh, kv_stride, k0, T);
-  load_step(hk * group, j_first, 0);
+  steps.load(hk * group, j_first, 0, copy);
   cp_async_commit();
-  store_stats(0);
+  steps.store_stats(0);
 
   float dk_acc[D / 8][4] = {}, dv_acc[D / 8][4] = {};  // (16, D) each: dK / scale and dV
   for (int h = hk * group, j0 = j_first, buf = 0;; buf ^= 1) {
@@ -1192,15 +1198,11 @@ __global__ void __launch_bounds__(kWgThreads, wg_bwd_blocks_per_sm(D, true))
     cp_async_wait_all();
     fence_proxy_async();
     __syncthreads();  // this step's tiles and stats landed; the last step's products are done
-    if (!final_step) load_step(head_done ? h + 1 : h, head_done ? j_first : j0 + kWgBwdCols, buf ^ 1);
+    if (!final_step) steps.load(head_done ? h + 1 : h, head_done ? j_first : j0 + kWgBwdCols, buf ^ 1, copy);
     cp_async_commit();
     if (docs.any_visible(j0, j_last, k0, k_last, window)) {
       const bf16* q_tile = sQ + buf * kTile;
       const bf16* do_tile = sdO + buf * kTile;
-      // (lse, Delta, lse, Delta) of query columns nt * 8 + (lane % 4) * 2 and + 1
-      auto stats = [&](int nt) {
-        return *reinterpret_cast<const float4*>(sStats + (buf * kWgBwdCols + nt * 8 + (lane % 4) * 2) * 2);
-      };
       // pass 1: S^T = K Q^T and dP^T = V dO^T; P^T = exp(scale S^T - lse), zero where invisible
       // (S^T -> -inf, masked only on the tiles some row sees in part), while dP^T runs
       float p[NT][4], dp[NT][4];
@@ -1220,7 +1222,7 @@ __global__ void __launch_bounds__(kWgThreads, wg_bwd_blocks_per_sm(D, true))
           }
 #pragma unroll
       for (int nt = 0; nt < NT; nt++) {
-        const float4 st = stats(nt);
+        const float4 st = steps.stats(buf, nt);
 #pragma unroll
         for (int e = 0; e < 4; e++) p[nt][e] = exp2_ftz(fmaf(p[nt][e], scale_log2, e % 2 ? -st.z : -st.x));
       }
@@ -1235,7 +1237,7 @@ __global__ void __launch_bounds__(kWgThreads, wg_bwd_blocks_per_sm(D, true))
       // pass 2: dS^T = P^T (dP^T - Delta), in dp's registers
 #pragma unroll
       for (int nt = 0; nt < NT; nt++) {
-        const float4 st = stats(nt);
+        const float4 st = steps.stats(buf, nt);
 #pragma unroll
         for (int e = 0; e < 4; e++) dp[nt][e] = p[nt][e] * (dp[nt][e] - (e % 2 ? st.w : st.y));
       }
@@ -1247,7 +1249,7 @@ __global__ void __launch_bounds__(kWgThreads, wg_bwd_blocks_per_sm(D, true))
       wgmma_wait<0>(wgmma_acc(dv_acc), wgmma_acc(dk_acc));
     }
     if (final_step) break;
-    store_stats(buf ^ 1);  // read by the next step's barrier
+    steps.store_stats(buf ^ 1);  // read by the next step's barrier
     h += head_done;
     j0 = head_done ? j_first : j0 + kWgBwdCols;
   }
