@@ -21,7 +21,8 @@
 //         (exponents <= 0: no overflow whatever the gates), each decayed once and split into
 //         bf16 hi + lo tiles; inside a 16 x 16 diagonal block in fp32, the decays carried token
 //         by token (exp(G_{s+1} - G_s) staged once: no exponential a pair).
-//     1c  A = (I + L)^{-1} by forward substitution, fp32 in shared memory         (4.7)
+//     1c  A = (I + L)^{-1} by 16 x 16 blocks, fp32 in shared memory: the diagonal blocks'
+//         inverses by forward substitution, the others diagonal by diagonal          (4.7)
 //     1d  W = A diag(beta exp(G)) K,  U = A diag(w) V                             (4.6, mma)
 //         (GDN-2: W = A (E (.) exp(G)),  U = A (w (.) V); b and w tiles read element by element;
 //         a vector gate's exp(G) formed once, in G's place)
@@ -164,20 +165,21 @@
 //   output_kernel (every dv; two CTAs an SM): 63.2 / 89.2 / 101.2 KB at dk = 64 / 128 / 256 (32
 //   value columns a CTA at 256, 64 below), vector gate 72.2 / 106.2 / 134.3 KB (q (.) exp(G)
 //   split; one CTA an SM at 256)
-// Registers a thread (ptxas, nvcc 13.0, sm_90; every dv): prepare 59-128, scan 123 / 125 / 127
+// Registers a thread (ptxas, nvcc 13.0, sm_90; every dv): prepare 58-128, scan 123 / 125 / 127
 // (125 / 125 / 127 with 2b inside and 2c through accessors), output_kernel 87-90 / 118-120 / 126-128 and reverse scan 122
 // / 128 / 128 at dk = 64 / 128 / 256 (launch bounds of two CTAs: at most 128), local backward
 // 154-255 (212-255 at dk >= 128; before the staged tiles 158-255); vector gate: prepare 64-101
 // (79-102 before its staged pair products), scan 123 / 127-128 (124 / 128 before), output_kernel
 // 102-104 / 126-127 and reverse scan 124 / 128 at dk = 64 / 128, local backward 230 / 200-201
 // (144 / 194-196 before its staged pair products, 195 / 254 before the staged tiles; one CTA an
-// SM at any of these); at dk = 256 (kWide, launch bounds of one CTA) prepare 128-158, scan 146,
+// SM at any of these); at dk = 256 (kWide, launch bounds of one CTA) prepare 128-138, scan 146,
 // output_kernel 166, reverse scan 156, local backward 250-252 (its two key blocks unrolled:
 // for_key_blocks); no spills (the prepare's staging loops are kept rolled: unrolled, ptxas
 // spilled 4 bytes at dk = 64 to fit 64 registers).
-// GDN-2: prepare 64 / 80 at dk = 64 (dv 128 / 64) and 80 at dk = 128, local backward 255 at every
-// width; at dk = dv = 64 8 bytes of spill stores and loads since w is gathered after 1b (a6d31f4:
-// the forward went 1.967 -> 1.277 ms at B8 T2048 H16 D64 all the same), no spills at dk = 64
+// GDN-2: prepare 80 / 64 at dk = 64 (dv 128 / 64) and 80 at dk = 128, local backward 255 at every
+// width; at dk = dv = 64 4 bytes of spill stores and loads (8 before 1c went by blocks) since w is
+// gathered after 1b (a6d31f4: the forward went 1.967 -> 1.277 ms at B8 T2048 H16 D64 all the
+// same), no spills at dk = 64
 // otherwise nor at 256 (kWide: dk += b (.) dE through global memory, see phase C), 16 bytes of
 // spill stores and loads at dk = 128 (ptxas's allocation swings by 50 registers on small changes
 // here: KDA's kernel without its last, per-row db and dw stores also spills).
@@ -323,6 +325,21 @@ __device__ __forceinline__ void stage_f32_rows(bf16* hi, bf16* lo, const float* 
 
 // ---------------------------------------------------------------------------------------------
 // Pass 1: per chunk, G, L, Aqk, A = (I + L)^{-1}, W, U.
+
+// acc += row r, columns c .. c + 3 of X Y, X and Y 16 x 16 blocks of C-wide fp32 matrices in shared
+// memory (rows kLdC floats apart, 16-byte aligned; c a multiple of 4). 1c's block products.
+__device__ __forceinline__ void add_block_product_row(float4& acc, const float* X, const float* Y, int r, int c) {
+#pragma unroll
+  for (int q = 0; q < 4; q++) {
+    const float4 x4 = *reinterpret_cast<const float4*>(X + r * kLdC + 4 * q);
+    const float x[4] = {x4.x, x4.y, x4.z, x4.w};
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+      const float4 y = *reinterpret_cast<const float4*>(Y + (4 * q + u) * kLdC + c);
+      acc.x += x[u] * y.x, acc.y += x[u] * y.y, acc.z += x[u] * y.z, acc.w += x[u] * y.w;
+    }
+  }
+}
 
 template <int DK, int DV, bool VG, bool VBW = false>
 struct PrepareSmem {
@@ -597,19 +614,55 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
   }
   __syncthreads();
   if constexpr (VBW && Smem::kWriteGateInQ) load_w();  // q is read (1b done); 1c's sync orders it before 1d
-  // 1c: A = (I + L)^{-1}. Column `col` of A solves (I + L) x = e_col by forward substitution:
-  //     x_i = [i == col] - sum_{col <= m < i} L[i][m] x_m. Four neighbouring lanes share a column
-  //     and split the sum; rows go in order, so a __syncwarp orders each row's write.
+  // 1c: A = (I + L)^{-1} by 16 x 16 blocks (X_ij: block row i, block column j of X):
+  //   (i)   A_ii = (I + L_ii)^{-1}, a lane a column: column c solves (I + L_ii) x = e_c by forward
+  //         substitution in registers (16 dependent steps, no synchronisation); A's blocks above
+  //         the diagonal are zeroed beside it;
+  //   (ii)  N_im = -A_ii L_im (i > m), into L's block (m, i) above the diagonal (zeros nobody reads);
+  //   (iii) A_ij = sum_{j <= m < i} N_im A_mj (from (I + L_ii) A_ij + sum_{j <= m < i} L_im A_mj = 0),
+  //         diagonal by diagonal, i - j = 1, 2, 3, each reading the ones before.
+  //   (ii) and (iii) give a thread a row of 4 columns of an output block. Rows past the end of the
+  //   sequence (zero L rows) come out as identity rows.
   {
-    const int col = threadIdx.x / 4, part = threadIdx.x % 4;
-    for (int i = 0; i < C; i++) {
-      float s = 0.f;
-#pragma unroll 4
-      for (int m = col + part; m < i; m += 4) s += sm.L[i * kLdC + m] * sm.A[m * kLdC + col];  // loads pipelined
-      s += __shfl_xor_sync(0xffffffffu, s, 1);
-      s += __shfl_xor_sync(0xffffffffu, s, 2);
-      if (part == 0) sm.A[i * kLdC + col] = i == col ? 1.f : i > col ? -s : 0.f;
-      __syncwarp();
+    auto blk = [](float* X, int i, int j) { return X + 16 * (i * kLdC + j); };
+    if (threadIdx.x < C) {  // (i)
+      const int b = threadIdx.x / 16, c = threadIdx.x % 16;
+      const float* l = blk(sm.L, b, b);
+      float x[16];
+#pragma unroll
+      for (int i = 0; i < 16; i++) {
+        float s = 0.f;
+#pragma unroll
+        for (int q = 0; 4 * q < i; q++) {
+          const float4 l4 = *reinterpret_cast<const float4*>(l + i * kLdC + 4 * q);
+          const float lq[4] = {l4.x, l4.y, l4.z, l4.w};
+#pragma unroll
+          for (int u = 0; u < 4 && 4 * q + u < i; u++) s += lq[u] * x[4 * q + u];
+        }
+        x[i] = i == c ? 1.f : i > c ? -s : 0.f;
+      }
+#pragma unroll
+      for (int i = 0; i < 16; i++) blk(sm.A, b, b)[i * kLdC + c] = x[i];
+    }
+    for (int p = threadIdx.x; p < C * C / 4; p += kThreads) {
+      const int r = p / (C / 4), c = p % (C / 4) * 4;
+      if (c / 16 > r / 16) *reinterpret_cast<float4*>(sm.A + r * kLdC + c) = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    __syncthreads();
+    for (int p = threadIdx.x; p < 6 * 64; p += kThreads) {  // (ii): (i, m) = (1, 0), (2, 0), (2, 1), (3, 0), ..
+      const int o = p / 64, i = o < 1 ? 1 : o < 3 ? 2 : 3, m = o - i * (i - 1) / 2, r = p % 64 / 4, c = p % 4 * 4;
+      float4 n = make_float4(0.f, 0.f, 0.f, 0.f);
+      add_block_product_row(n, blk(sm.A, i, i), blk(sm.L, i, m), r, c);
+      *reinterpret_cast<float4*>(blk(sm.L, m, i) + r * kLdC + c) = make_float4(-n.x, -n.y, -n.z, -n.w);
+    }
+    for (int d = 1; d < 4; d++) {  // (iii)
+      __syncthreads();
+      for (int p = threadIdx.x; p < (4 - d) * 64; p += kThreads) {
+        const int j = p / 64, i = j + d, r = p % 64 / 4, c = p % 4 * 4;
+        float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int m = j; m < i; m++) add_block_product_row(x, blk(sm.L, m, i), blk(sm.A, m, j), r, c);
+        *reinterpret_cast<float4*>(blk(sm.A, i, j) + r * kLdC + c) = x;
+      }
     }
   }
   __syncthreads();
