@@ -26,15 +26,19 @@
 //     1d  W = A diag(beta exp(G)) K,  U = A diag(w) V                             (4.6, mma)
 //         (GDN-2: W = A (E (.) exp(G)),  U = A (w (.) V); b and w tiles read element by element;
 //         a vector gate's exp(G) formed once, in G's place)
-//   Pass 2 (scan_kernel, grid (dv / 32, HV, B), sequential over chunks: 2a and 2c; CPU:
+//   Pass 2 (scan_kernel, grid (dv / BV, HV, B), sequential over chunks: 2a and 2c; CPU:
 //   scan_chunks; then output_kernel, grid (NT dv / VS, HV, B), every chunk in parallel: 2b; CPU:
 //   the output loop of chunk_forward). The state h (dk x dv, fp32) is split along dv into column
-//   tiles of 32, one per CTA, held in shared memory. Up to dk = 128 a CTA needs < 113 KB of
-//   shared memory and 128 registers a thread, so two fit on an SM: at the anchor shape
-//   B * HV * 4 = 256 CTAs are all resident on the 132 SMs, and one CTA's chunk loads overlap the
-//   other's math. At dk = 256 (190 KB: the W rows alone are 66 KB) one fits; its state update
-//   runs in two 128-row blocks (a WarpTile has at most 128 rows). The chunks run in sequence,
-//   so a chunk's memory round trips are the scans' floor (see "Memory" below):
+//   tiles of BV, one per CTA, held in shared memory. Up to dk = 128 (BV = 32) a CTA needs
+//   < 113 KB of shared memory and 128 registers a thread, so two fit on an SM: at the anchor
+//   shape B * HV * 4 = 256 CTAs are all resident on the 132 SMs, and one CTA's chunk loads
+//   overlap the other's math. At dk = 256 one CTA fits an SM (the W rows alone are 66 KB), so
+//   the tiles are 64 wide (184 KB, a vector gate's 218 KB; 174 / 232 registers): B * HV * dv / 64
+//   CTAs, 128 at fla's B8 H4 D256, run in one wave on the 132 SMs where 32-wide tiles (256 CTAs)
+//   took two and paid the sequential chain twice, and each chunk's W rows (64 x 256 fp32) are
+//   loaded by half as many CTAs. Its state update runs in two 128-row blocks (a WarpTile has at
+//   most 128 rows). The chunks run in sequence, so a chunk's memory round trips are the scans'
+//   floor (see "Memory" below):
 //     2a  Vnew = U - W h          -> residual (bf16), u_f32 (else over U)          (4.8, mma)
 //         the chunk-start state h    -> h[n] (fp32, B HV NT dk dv)
 //     2c  h <- exp(G_last) h + (K (.) exp(G_last - G))^T Vnew                     (4.8, mma)
@@ -55,11 +59,12 @@
 //
 //   With a vector gate the scans hold G[t][d] (C x dk fp32, copied at the top of a chunk), 2c
 //   scales the channels of K by exp(G_last - G) and the state's rows by exp(G_last) (3b and 3c
-//   likewise), 2b the channels of Q by exp(G); at dk = 128 the scans' 175 KB allow one CTA an SM.
-//   At dk = 256 (kWide; KDA and GDN-2) the G, k and staged tiles would take 321 KB: the scans
-//   hold G's last row alone and stage K (.) exp(G_last - G) (hi and lo; the reverse scan then
-//   scale Q (.) exp(G) for 3c) straight from the workspace's G and global k (gated_rows) into
-//   q's and k's places, 196 KB, one CTA an SM; the prepare puts v in q's tile once 1b has read q
+//   likewise), 2b the channels of Q by exp(G); at dk = 128 the scans' 145 / 141 KB (forward /
+//   reverse) allow one CTA an SM. At dk = 256 (kWide; KDA and GDN-2) the G, k and staged tiles
+//   would take 321 KB: the scans hold G's last row alone and stage K (.) exp(G_last - G) (hi and
+//   lo; the reverse scan then scale Q (.) exp(G) for 3c) straight from the workspace's G and
+//   global k (gated_rows), 218 KB with the forward's 64 state columns (the reverse scan's 32, in
+//   q's and k's places: 191 KB), one CTA an SM; the prepare puts v in q's tile once 1b has read q
 //   (GDN-2: w in G's place once 1d's W is formed), its step decays in G's place (1d reads G again
 //   from the workspace, this CTA's writes) and 1b's staged operands 16 channels at a time in L's
 //   and A's places, 166 KB (GDN-2 199 KB); output_kernel's q (.) exp(G) hi and lo tiles make it
@@ -71,7 +76,8 @@
 //   state h[n] (fp32, see below), writing no outputs. Or skipped: a forward given `kept` wrote
 //   A, h[n], W, Aqk and G there with the same kernels (bit-identical, at kept_floats(d) x 4 bytes
 //   held from forward to backward; see README "Training", delta_keep).
-//   Pass 3 (reverse_scan_kernel, the scan's grid and layout, chunks in reverse; step 3):
+//   Pass 3 (reverse_scan_kernel, the scan's grid with 32 state columns at every dk, chunks in
+//   reverse; step 3):
 //     3a  dh[n] = dS (gradient of chunk n's end state)
 //     3b  dVnew = Aqk^T dO + Kg dS + dU                                                (mma)
 //     3c  dS <- exp(G_last) dS + scale Qg^T dO - W^T dVnew;  finally dh0 = dS          (mma)
@@ -134,28 +140,31 @@
 // move a load above a store that may alias it). The scans copy each tile for the next chunk as
 // soon as its last reader in this chunk is done: forward W and G after 2a; reverse k, Aqk and G
 // after 3b.
-// What is left for the top of a chunk (forward: k and U, the latter straight into sm.vnew where
-// 2a turns it into Vnew in place; reverse: q, W, dO and dU) is one round trip, in flight together
-// with the prefetched tiles. Second buffers for those would need 27 KB more at dk = 128, which
-// two CTAs an SM do not have. Aqk is lower triangular and the scans keep it packed (row t in
+// What is left for the top of a chunk (forward: k and U, the latter into the place of Vnew's
+// staged tiles, which 2a fills once every warp has read U; reverse: q, W, dO and dU) is one round
+// trip, in flight together with the prefetched tiles. Second buffers for those would need 27 KB
+// more at dk = 128, which two CTAs an SM do not have. Aqk is lower triangular and the scans keep it packed (row t in
 // t / 4 + 1 pieces of 4 floats, 8.5 KB instead of 17 KB), which makes room for the reverse
 // scan's dO tile at dk = 128. output_kernel has no chain to hide its loads behind: each thread
 // loads all its pieces of a tile at once (stage_f32_rows), and two CTAs an SM overlap.
 //
 // Shared memory per CTA (bytes(), each checked against 227 KB at compile time in launch_kernel):
-//   dk \ dv    prepare (64 / 128 / 256)      scan, reverse scan    local backward (dv <= 128 / 256)
-//   64          62.0 / 70.0 / 86.0 KB          67.3 KB               164.6 / 147.6 KB
-//   128         78.0 / 86.0 / 102.0 KB         108.3 KB              216.6 / 168.6 KB
-//   256         110.0 / 118.0 / 134.0 KB       190.3 KB              200.6 KB
+//   dk \ dv    prepare (64 / 128 / 256)      scan / reverse scan   local backward (dv <= 128 / 256)
+//   64          62.0 / 70.0 / 86.0 KB          45.3 / 67.3 KB        164.6 / 147.6 KB
+//   128         78.0 / 86.0 / 102.0 KB         78.3 / 108.3 KB       216.6 / 168.6 KB
+//   256         110.0 / 118.0 / 134.0 KB       184.3 / 190.3 KB      200.6 KB
 //   vector gate (the C x dk G tile, +16.8 KB at dk = 64, +32.8 KB at dk = 128; prepare +17.0 /
 //   +33.0 KB more for its step decays, which take the place of its staged k operands (before
 //   78.8 / 86.8 / 102.8 and 110.8 / 118.8 / 134.8 KB); local backward in 32-column value slices
 //   at every dv, +12.8 KB for the fp32 diagonal blocks of its pairs: the decayed K, Q tiles and
-//   the decays take places its phase C does not use; scans +18.0 / +34.0 KB for the forward's
-//   staged K (.) exp(G_last - G) hi and lo tiles, before 84.0 / 141.0 KB):
-//   64          95.8 / 103.8 / 119.8 KB        102.0 KB              178.6 KB
-//   128         143.8 / 151.8 / 167.8 KB       175.0 KB (one CTA/SM) 216.9 KB
-//   256         165.8 KB (every dv; kWide)      196.0 KB              219.4 KB (kWide)
+//   the decays take places its phase C does not use; the forward scan with its staged
+//   K (.) exp(G_last - G) hi and lo tiles):
+//   64          95.8 / 103.8 / 119.8 KB        80.0 / 84.0 KB        178.6 KB
+//   128         143.8 / 151.8 / 167.8 KB       145.0 / 141.0 KB (one CTA/SM) 216.9 KB
+//   256         165.8 KB (every dv; kWide)      218.0 / 191.0 KB      219.4 KB (kWide)
+//   (the forward scan keeps no Aqk, q, dO or exp(G) tiles and lands U in its staged Vnew's place;
+//   the scans shared one layout before, 67.3 / 108.3 / 190.3 KB, vector gate 102.0 / 175.0 /
+//   196.0 KB with the forward's tiles, and 32 columns at dk = 256)
 //   GDN-2 (vector gate; prepare with its b tile, and its w tile in q's place after 1b where
 //   dv <= dk, else a place of its own; scans and local backward as the vector gate's): dk 64:
 //   prepare 104.8 / 129.8 KB (dv 64 / 128; 113.8 at dv 64 before w took q's place, one CTA an SM);
@@ -165,14 +174,16 @@
 //   output_kernel (every dv; two CTAs an SM): 63.2 / 89.2 / 101.2 KB at dk = 64 / 128 / 256 (32
 //   value columns a CTA at 256, 64 below), vector gate 72.2 / 106.2 / 134.3 KB (q (.) exp(G)
 //   split; one CTA an SM at 256)
-// Registers a thread (ptxas, nvcc 13.0, sm_90; every dv): prepare 58-128, scan 123 / 125 / 127
-// (125 / 125 / 127 with 2b inside and 2c through accessors), output_kernel 87-90 / 118-120 / 126-128 and reverse scan 122
+// Registers a thread (ptxas, nvcc 13.0, sm_90; every dv): prepare 58-128, scan 117 / 116 / 174
+// (116 / 113 / 113 with one layout for both scans, 32 columns at 256; launch bounds of one CTA at
+// 256), output_kernel 87-90 / 118-120 / 126-128 and reverse scan 120
 // / 128 / 128 at dk = 64 / 128 / 256 (launch bounds of two CTAs: at most 128), local backward
 // 154-255 (212-255 at dk >= 128; before the staged tiles 158-255); vector gate: prepare 64-101
-// (79-102 before its staged pair products), scan 123 / 127-128 (124 / 128 before), output_kernel
-// 102-104 / 126-127 and reverse scan 124 / 128 at dk = 64 / 128, local backward 230 / 200-201
+// (79-102 before its staged pair products), scan 115 / 118 (115 / 116 with one layout for both
+// scans), output_kernel 102-104 / 126-127 and reverse scan 121 / 128 at dk = 64 / 128, local backward 230 / 200-201
 // (144 / 194-196 before its staged pair products, 195 / 254 before the staged tiles; one CTA an
-// SM at any of these); at dk = 256 (kWide, launch bounds of one CTA) prepare 128-138, scan 146,
+// SM at any of these); at dk = 256 (kWide, launch bounds of one CTA) prepare 128-138, scan 232
+// (146 with 32 columns),
 // output_kernel 166, reverse scan 156, local backward 250-252 (its two key blocks unrolled:
 // for_key_blocks); no spills (the prepare's staging loops are kept rolled: unrolled, ptxas
 // spilled 4 bytes at dk = 64 to fit 64 registers).
@@ -729,16 +740,19 @@ __device__ __forceinline__ void gated_rows(const float* G, const bf16* x, int64_
 // ---------------------------------------------------------------------------------------------
 // Pass 2: per (b, j, half of dv), sequential over chunks: Vnew, o, and the state update.
 
-template <int DK, int DV, bool VG = false>
+template <int DK, int DV, bool VG, bool FORWARD>
 struct ScanSmem {
-  // A vector gate at DK = 256 (kWide): the C x DK tiles of G, k and q would take 321 KB. The
-  // scan holds G's last row alone (2c's row decays); K (.) exp(G_last - G) is staged from the
-  // workspace's G and global k straight into kd_hi, kd_lo (stage_gated), which take q's and k's
-  // places. The reverse scan stages there K (.) exp(G_last - G) for 3b, then scale Q (.) exp(G)
-  // for 3c (its dO tile in dov's place, the unused vn_hi tile beside it).
+  // FORWARD: the forward scan's layout (scan_kernel), else the reverse scan's. A vector gate at
+  // DK = 256 (kWide): the C x DK tiles of G, k and q would take 321 KB. The scans hold G's last
+  // row alone (2c's and 3c's row decays); K (.) exp(G_last - G) is staged from the workspace's G
+  // and global k straight into kd_hi, kd_lo (stage_gated), in q's and k's places in the reverse
+  // scan, which stages there K (.) exp(G_last - G) for 3b, then scale Q (.) exp(G) for 3c.
   static constexpr bool kWide = VG && DK > 128;
-  static constexpr int kCtasPerSm = kWide ? 1 : 2;  // launch bounds (kWide: 196 KB, one CTA an SM)
-  static constexpr int BV = 32;  // state columns per CTA
+  // State columns per CTA: 32, or the forward's 64 at DK = 256, where one CTA fills an SM either
+  // way: B HV DV / 64 CTAs (one wave at B8 H4 D256 on 132 SMs, where 32 columns took two), each
+  // chunk's W rows loaded by half as many CTAs.
+  static constexpr int BV = FORWARD && DK > 128 ? 64 : 32;
+  static constexpr int kCtasPerSm = kWide || BV > 32 ? 1 : 2;  // launch bounds
   // The state update's rows per WarpTile (a WarpTile spreads its 16-row tiles over the 8 warps,
   // so it has at most 128 rows): DK / kRows tiles of (kRows, BV).
   static constexpr int kRows = DK < 128 ? DK : 128, kRowBlocks = DK / kRows;
@@ -749,29 +763,43 @@ struct ScanSmem {
   // Aqk is lower triangular (s <= t): its rows are stored packed, row t at aqk_row(t), in the
   // t / 4 + 1 pieces of 4 floats that hold s = 0 .. t (kAqk floats in all, half a full tile).
   static constexpr int kAqk = 4 * (C + 2 * (C / 4) * (C / 4 - 1));
+  static_assert(sizeof(float) * kLdH <= 2 * sizeof(bf16) * kLdO, "the forward's U fits in vn_hi's and vn_lo's place");
   float* h;      // (DK, kLdH)  the state's columns v0 .. v0 + BV - 1
   float* W;      // (C, kLdW)
-  float* vnew;   // (C, kLdH)
-  float* aqk;    // (kAqk) packed rows
+  float* vnew;   // (C, kLdH): the reverse scan's dVnew; the forward's U, in vn_hi's and vn_lo's place
+  float* aqk;    // (kAqk) packed rows (reverse scan)
   float* G;      // (C, kLdG): G[t][d] (vector gate) or G[t]; kWide (DK): G[C - 1][d]
-  float *expG, *kdecay;  // (C): exp(G), exp(G_last - G) (scalar gate)
-  bf16 *q, *k;   // (C, kLdK) (kWide: none)
+  float *expG, *kdecay;  // (C): exp(G), exp(G_last - G) (reverse scan; scalar gate)
+  bf16 *q, *k;   // (C, kLdK) (kWide: none; the forward: k alone)
   bf16* dov;     // (C, kLdO) the reverse scan's dO columns
   // The forward's staged operands of 2c: (C, kLdO) each, Vnew (a scalar gate: Vnew (.)
-  // exp(G_last - G)) split, in the places of q and dov (the forward scan reads neither; kWide:
-  // vn_hi in a tile of its own); a vector gate's (C, kLdK) each, K (.) exp(G_last - G) split.
+  // exp(G_last - G)) split; a vector gate's (C, kLdK) each, K (.) exp(G_last - G) split (the
+  // reverse scan's: kWide, 3b's and 3c's staged operands).
   bf16 *vn_hi, *vn_lo, *kd_hi, *kd_lo;
   static constexpr size_t bytes() {
-    return sizeof(float) * (size_t(DK) * kLdH + C * kLdW + C * kLdH + kAqk + kG + 2 * C) +
-           sizeof(bf16) * ((kWide ? 2 : VG ? 4 : 2) * C * kLdK + (kWide ? 2 : 1) * C * kLdO);
+    if constexpr (FORWARD)
+      return sizeof(float) * (size_t(DK) * kLdH + C * kLdW + kG) +
+             sizeof(bf16) * (((kWide ? 0 : 1) + (VG ? 2 : 0)) * C * kLdK + 2 * C * kLdO);
+    else
+      return sizeof(float) * (size_t(DK) * kLdH + C * kLdW + C * kLdH + kAqk + kG + 2 * C) +
+             sizeof(bf16) * (2 * C * kLdK + C * kLdO);
   }
   __device__ explicit ScanSmem(void* p) {
-    h = static_cast<float*>(p), W = h + DK * kLdH, vnew = W + C * kLdW, aqk = vnew + C * kLdH;
-    G = aqk + kAqk, expG = G + kG, kdecay = expG + C;
-    bf16* tiles = reinterpret_cast<bf16*>(kdecay + C);
-    if (kWide) q = k = nullptr, vn_hi = tiles, dov = vn_hi + C * kLdO;
-    else q = tiles, k = q + C * kLdK, dov = k + C * kLdK, vn_hi = q;
-    vn_lo = dov, kd_hi = dov + C * kLdO, kd_lo = kd_hi + C * kLdK;
+    h = static_cast<float*>(p), W = h + DK * kLdH;
+    if constexpr (FORWARD) {
+      G = W + C * kLdW, aqk = expG = kdecay = nullptr;
+      bf16* tiles = reinterpret_cast<bf16*>(G + kG);  // k (but kWide), kd_hi, kd_lo (VG), vn_hi, vn_lo
+      bf16* kd = tiles + (kWide ? 0 : C * kLdK);
+      q = dov = nullptr, k = kWide ? nullptr : tiles;
+      kd_hi = VG ? kd : nullptr, kd_lo = VG ? kd + C * kLdK : nullptr;
+      vn_hi = kd + (VG ? 2 * C * kLdK : 0), vn_lo = vn_hi + C * kLdO;
+      vnew = reinterpret_cast<float*>(vn_hi);
+    } else {
+      vnew = W + C * kLdW, aqk = vnew + C * kLdH, G = aqk + kAqk, expG = G + kG, kdecay = expG + C;
+      bf16* tiles = reinterpret_cast<bf16*>(kdecay + C);
+      q = kWide ? nullptr : tiles, k = kWide ? nullptr : tiles + C * kLdK, dov = tiles + 2 * C * kLdK;
+      kd_hi = kWide ? tiles : nullptr, kd_lo = kWide ? tiles + C * kLdK : nullptr, vn_hi = vn_lo = nullptr;
+    }
   }
   // G_last[d] = G[C - 1][d] (vector gate)
   __device__ float g_last(int d) const { return G[(kWide ? 0 : (C - 1) * kLdG) + d]; }
@@ -851,14 +879,14 @@ struct ScanTiles {
 // Forward pass 2 (and the backward's replay of it): 2a and 2c, chunk after chunk, writing every
 // chunk-start state h[n] and (with an output) Vnew for output_kernel's 2b. Every load is a
 // cp.async tile, and each tile is copied as soon as its last reader is done: W and G (read by 2a
-// only) for the next chunk during 2c; at the top of a chunk only k and U remain (U lands in
-// sm.vnew, which 2a turns into Vnew in place), so a chunk waits for one memory round trip, with
-// those copies already in flight (at dk = 128 the 227 KB budget of two CTAs leaves no room for
-// second k / U buffers).
+// only) for the next chunk during 2a's staging of Vnew and 2c; at the top of a chunk only k and U
+// remain (U lands in the place of Vnew's staged tiles, which 2a fills once every warp has read
+// U), so a chunk waits for one memory round trip, with those copies already in flight (at dk =
+// 128 the 227 KB budget of two CTAs leaves no room for second k / U buffers).
 template <int DK, int DV, bool VG>
-__global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG>::kCtasPerSm)) scan_kernel(ChunkArgs a) {
+__global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG, true>::kCtasPerSm)) scan_kernel(ChunkArgs a) {
   extern __shared__ float4 smem_raw[];
-  using Smem = ScanSmem<DK, DV, VG>;
+  using Smem = ScanSmem<DK, DV, VG, true>;
   const Smem sm(smem_raw);
   constexpr int BV = Smem::BV, kLdH = Smem::kLdH, kLdW = Smem::kLdW, kLdK = Smem::kLdK, kLdG = Smem::kLdG;
   constexpr int kLdO = Smem::kLdO;
@@ -889,12 +917,12 @@ __global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG>::kCtasPerSm)) 
     }
     // every chunk-start state h[n], for 2b (output_kernel) and the backward (4.9 step 1)
     sm.store_state(a.h_start + (head * a.NT + chunk) * DK * DV, v0);
-    // 2a: Vnew = U - W h (rows past n are 0 - 0 h = 0), in place of U in sm.vnew; for 2b also
-    //     in a.U's place (the chunk's U is read) unless a.vnew (u_f32) holds it; 2c's operands
-    //     staged: Vnew (a scalar gate: Vnew exp(G_last - G)) split into vn_hi, vn_lo, a vector
-    //     gate's K (.) exp(G_last - G) into kd_hi, kd_lo.
+    const float decay = VG ? 0.f : expf(sm.G[C - 1]);  // 2c's exp(G_last), scalar gate (G is copied over before 2c)
+    // 2a: Vnew = U - W h (rows past n are 0 - 0 h = 0); for 2b also in a.U's place (the chunk's
+    //     U is read) unless a.vnew (u_f32) holds it; 2c's operands staged: Vnew (a scalar gate:
+    //     Vnew exp(G_last - G)) split into vn_hi, vn_lo (U's place), a vector gate's
+    //     K (.) exp(G_last - G) into kd_hi, kd_lo.
     {
-      if (!VG && threadIdx.x == 0) sm.expG[C - 1] = expf(sm.G[C - 1]);  // 2c's decay (G is copied over before 2c)
       auto stage_kd = [&](int s, int d, float x0, float x1) {  // K (.) exp(G_last - G) at (s, d), (s, d + 1)
         chunk_mma::split_pair(x0, x1, *reinterpret_cast<uint32_t*>(sm.kd_hi + s * kLdK + d),
                               *reinterpret_cast<uint32_t*>(sm.kd_lo + s * kLdK + d));
@@ -912,28 +940,29 @@ __global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG>::kCtasPerSm)) 
       }
       WarpTile<C, BV> wh;
       wh.mma<DK, true, true>([&](int r, int d) { return sm.W[r * kLdW + d]; }, h_op);
-      wh.each([&](int r, int c, float x, int) {
+      wh.each([&](int r, int c, float& x, int) {  // x <- 2c's operand
         const float u = sm.vnew[r * kLdH + c] - x;
-        sm.vnew[r * kLdH + c] = u;
-        const float y = VG ? u : u * expf(sm.G[C - 1] - sm.G[r]);  // G_last = G[C - 1]: g = 0 past n
-        const bf16 hi = __float2bfloat16_rn(y);
-        sm.vn_hi[r * kLdO + c] = hi, sm.vn_lo[r * kLdO + c] = __float2bfloat16_rn(y - bf(hi));
         if (r < n && a.residual) {  // the backward's replay (4.9 step 1) writes no outputs
           const int64_t idx = ((int64_t(bi) * a.T + t0 + r) * a.HV + j) * DV + v0 + c;  // (B, T, HV, dv)
           a.residual[idx] = __float2bfloat16_rn(u);
           if (a.u_f32) a.u_f32[idx] = u;
         }
         if (a.o && !a.vnew) a.U[(row0 + r) * DV + v0 + c] = u;
+        x = VG ? u : u * expf(sm.G[C - 1] - sm.G[r]);  // G_last = G[C - 1]: g = 0 past n
+      });
+      __syncthreads();  // U, W and a scalar gate's G are read: Vnew's staged tiles take U's place
+      if (more) copy_w_g(chunk + 1);
+      wh.each([&](int r, int c, float y, int) {
+        const bf16 hi = __float2bfloat16_rn(y);
+        sm.vn_hi[r * kLdO + c] = hi, sm.vn_lo[r * kLdO + c] = __float2bfloat16_rn(y - bf(hi));
       });
     }
-    __syncthreads();  // Vnew is complete; W and G are read
-    if (more) copy_w_g(chunk + 1);
+    __syncthreads();  // Vnew is staged
     // 2c: h <- Diag(exp(G_last)) h + (K (.) exp(G_last - G))^T Vnew (a scalar gate's decays
     //     scale the rows of Vnew, a vector gate's the channels of K; exponents <= 0), on the
     //     staged tiles: K^T by ldmatrix.trans of k's tile (a vector gate's: kd_hi, kd_lo).
     {
       using chunk_mma::Padded;
-      const float decay = VG ? 0.f : sm.expG[C - 1];
       sm.update_state([&](int d) { return VG ? expf(sm.g_last(d)) : decay; }, [&](auto& hn, int d0) {
         const Padded<kLdK, true> kt_hi{VG ? sm.kd_hi : sm.k, 0, d0};  // K^T[d][s] = k[s][d0 + d] (decayed)
         const Padded<kLdO, false> vn_hi{sm.vn_hi}, vn_lo{sm.vn_lo};
@@ -1034,9 +1063,10 @@ __global__ void __launch_bounds__(kThreads, (OutputSmem<DK, DV, VG>::kCtasPerSm)
 // four round trips each: a thread's 16 pieces in batches of four).
 
 template <int DK, int DV, bool VG>
-__global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG>::kCtasPerSm)) reverse_scan_kernel(ChunkArgs a) {
+__global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG, false>::kCtasPerSm))
+    reverse_scan_kernel(ChunkArgs a) {
   extern __shared__ float4 smem_raw[];
-  using Smem = ScanSmem<DK, DV, VG>;
+  using Smem = ScanSmem<DK, DV, VG, false>;
   const Smem sm(smem_raw);
   constexpr int BV = Smem::BV, kLdH = Smem::kLdH, kLdW = Smem::kLdW, kLdK = Smem::kLdK, kLdO = Smem::kLdO;
   constexpr int kLdG = Smem::kLdG;
@@ -1771,7 +1801,7 @@ void launch_kernel(Kernel kernel, dim3 grid, const ChunkArgs& a) {
 // VBW: with vector erase and write gates too (GDN-2; the scan is KDA's, W and U carry b and w).
 template <int DK, int DV, bool VG = false, bool VBW = false>
 void launch_forward(const ChunkArgs& a) {
-  using Scan = ScanSmem<DK, DV, VG>;
+  using Scan = ScanSmem<DK, DV, VG, true>;
   using Output = OutputSmem<DK, DV, VG>;
   launch_kernel<PrepareSmem<DK, DV, VG, VBW>::bytes()>(prepare_kernel<DK, DV, VG, VBW>, dim3(a.NT, a.HV, a.B), a);
   static_assert(DK > (VG ? 64 : 128) || Scan::bytes() <= 113 * 1024,
@@ -1784,7 +1814,7 @@ void launch_forward(const ChunkArgs& a) {
 // Backward passes 3 and 4 (after launch_forward's replay, or reading what the forward kept).
 template <int DK, int DV, bool VG = false, bool VBW = false>
 void launch_backward(const ChunkArgs& a) {
-  using Scan = ScanSmem<DK, DV, VG>;
+  using Scan = ScanSmem<DK, DV, VG, false>;
   launch_kernel<Scan::bytes()>(reverse_scan_kernel<DK, DV, VG>, dim3(DV / Scan::BV, a.HV, a.B), a);
   launch_kernel<LocalSmem<DK, DV, VG>::bytes()>(local_backward_kernel<DK, DV, VG, VBW>, dim3(a.NT, a.HV, a.B), a);
 }
