@@ -777,12 +777,9 @@ struct ScanSmem {
   // reverse scan's: kWide, 3b's and 3c's staged operands).
   bf16 *vn_hi, *vn_lo, *kd_hi, *kd_lo;
   static constexpr size_t bytes() {
-    if constexpr (FORWARD)
-      return sizeof(float) * (size_t(DK) * kLdH + C * kLdW + kG) +
-             sizeof(bf16) * (((kWide ? 0 : 1) + (VG ? 2 : 0)) * C * kLdK + 2 * C * kLdO);
-    else
-      return sizeof(float) * (size_t(DK) * kLdH + C * kLdW + C * kLdH + kAqk + kG + 2 * C) +
-             sizeof(bf16) * (2 * C * kLdK + C * kLdO);
+    const size_t floats = size_t(DK) * kLdH + C * kLdW + kG + (FORWARD ? 0 : C * kLdH + kAqk + 2 * C);
+    const size_t halves = FORWARD ? ((kWide ? 0 : 1) + (VG ? 2 : 0)) * C * kLdK + 2 * C * kLdO : 2 * C * kLdK + C * kLdO;
+    return sizeof(float) * floats + sizeof(bf16) * halves;
   }
   __device__ explicit ScanSmem(void* p) {
     h = static_cast<float*>(p), W = h + DK * kLdH;
