@@ -55,7 +55,8 @@
 //        wgmma: set_attention_wgmma / set_attention_wgmma_backward (cuda/attention.h); by default
 //        in sm_90a builds where measured faster on the H200 (commit ade7972, causal bf16, both
 //        gpu-checked): the forward at D = 128 (0.914 ms to mma's 0.990 at B4 T4096 H16; at D = 64
-//        0.338 to 0.315 with two consumers a block then, so mma), the backward at both (D = 128:
+//        0.338 to 0.315 with two consumers a block then, so mma; with three, at ff76c2d, 0.310 to
+//        0.312: level, so still mma), the backward at both (D = 128:
 //        2.46 ms to 3.56; D = 64 at B8 T2048 H16: 0.773 to 1.027). Both on wgmma at B4 T4096 H16 D128: fwd+bwd 3.374 ms
 //        (SDPA 2.029); at B1 T16384 12.880 (mma 17.380). Emulator groups `wgmma`, `wgmma-bwd`.
 //   fma: plain fp32 arithmetic, any D, Dv <= 256, F32 or BF16 storage: one warp per row, keys
@@ -1528,7 +1529,8 @@ void dispatch_mma(const Shape4& s, Fn&& fn) {
 // in builds with sm_90a code, each pass runs on wgmma at the head widths where it measured faster
 // than the mma kernels on the H200 (commit ade7972, causal bf16, gpu-check PASS in the same call):
 //   forward  D = 128: 0.914 ms to 0.990 at B4 T4096 H16 (3.352 to 3.776 at B1 T16384);
-//            D = 64: slower, 0.338 ms to 0.315 at B8 T2048 H16, so mma;
+//            D = 64: slower, 0.338 ms to 0.315 at B8 T2048 H16, so mma (three consumer
+//            warpgroups a block since, ff76c2d: 0.310 to 0.312, level; mma kept);
 //   backward D = 128: 2.46 ms to 3.56 at B4 T4096 H16 (fwd+bwd minus fwd);
 //            D = 64: 0.773 ms to 1.027 at B8 T2048 H16.
 #ifdef HLA_WGMMA
