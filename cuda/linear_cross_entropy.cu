@@ -2,7 +2,7 @@
 // never exist, only one (N, chunk) block of them.
 //
 // Forward, per chunk [v0, v0 + C):  z = h w[v0 : v0 + C]^T  (cuBLAS; (N, C) in the storage dtype,
-// so it rounds as the full logits would), then one block per row merges the chunk row's online
+// so it rounds as the full logits would), then one warp per row merges the chunk row's online
 // logsumexp (cuda/online_lse.cuh) into the row's running (m, s) and keeps z_c when the target
 // falls in the chunk. After the last chunk lse = m + log s and loss_row = lse - z_c, summed by
 // one reduction (as cuda/cross_entropy.cu).
@@ -21,21 +21,57 @@ namespace hla::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kRowsPerBlock = kThreads / 32;  // the chunk kernels: one warp a row
+constexpr int kUnroll = 4;                    // vectors a lane loads before it uses them
+
+// The chunk kernels read a row of z as C / W vectors of W elements (16-byte loads of 8 bf16 or
+// 4 fp32 when C is a multiple of that and z is aligned, else W = 1), kUnroll of them in flight per
+// lane, and reduce over the row's warp only (no block barrier).
+template <class T>
+int chunk_width(const void* z, int64_t C) {
+  return aligned16(z) && C % kVecWidth<T> == 0 ? kVecWidth<T> : 1;
+}
+
+// fn(j, f) for the lane's vectors j = lane, lane + 32, ... < V of the row zr (f: vector j as
+// floats), loaded kUnroll at a time before any is used.
+template <int W, class T, class Fn>
+__device__ __forceinline__ void for_each_vector(const T* zr, int V, Fn&& fn) {
+  const int lane = threadIdx.x % 32;
+  for (int j0 = lane; j0 < V; j0 += 32 * kUnroll) {
+    float f[kUnroll][W];
+#pragma unroll
+    for (int u = 0; u < kUnroll; u++)
+      if (j0 + 32 * u < V) load_floats(f[u], zr + int64_t(j0 + 32 * u) * W);
+#pragma unroll
+    for (int u = 0; u < kUnroll; u++)
+      if (j0 + 32 * u < V) fn(j0 + 32 * u, f[u]);
+  }
+}
 
 // m, s, zc: (N) fp32, the running max, sum and target logit; z: (N, C) this chunk's logits.
-// One block per row.
-template <class T>
-__global__ void lse_chunk_kernel(float* m, float* s, float* zc, const T* z, const int32_t* c, int64_t C, int64_t v0,
-                                 bool first) {
-  const int64_t n = blockIdx.x;
+// One warp per row; a lane merges each vector's max first, so a vector costs W exponentials and
+// at most one rescale.
+template <class T, int W>
+__global__ void __launch_bounds__(kThreads) lse_chunk_kernel(float* m, float* s, float* zc, const T* z, const int32_t* c,
+                                                             int64_t N, int64_t C, int64_t v0, bool first) {
+  const int64_t n = blockIdx.x * int64_t(kRowsPerBlock) + threadIdx.x / 32;
+  if (n >= N) return;
   const T* zr = z + n * C;  // zr: (C)
   OnlineLse acc;
-  for (int64_t j = threadIdx.x; j < C; j += blockDim.x) acc.add(to_float(zr[j]));
-  OnlineLse row = block_lse(acc);
-  if (threadIdx.x != 0) return;
-  if (!first) row.merge(m[n], s[n]);  // the chunks before this one
-  m[n] = row.m;
-  s[n] = row.s;
+  for_each_vector<W>(zr, static_cast<int>(C / W), [&](int, const float (&f)[W]) {
+    float vmax = f[0];
+#pragma unroll
+    for (int e = 1; e < W; e++) vmax = fmaxf(vmax, f[e]);
+    float vsum = 0;
+#pragma unroll
+    for (int e = 0; e < W; e++) vsum += __expf(f[e] - vmax);
+    acc.merge(vmax, vsum);
+  });
+  for (int o = 16; o > 0; o >>= 1) acc.merge(__shfl_xor_sync(0xffffffffu, acc.m, o), __shfl_xor_sync(0xffffffffu, acc.s, o));
+  if (threadIdx.x % 32 != 0) return;
+  if (!first) acc.merge(m[n], s[n]);  // the chunks before this one
+  m[n] = acc.m;
+  s[n] = acc.s;
   const int32_t target = c[n];
   if (target >= v0 && target < v0 + C) zc[n] = to_float(zr[target - v0]);
 }
@@ -73,18 +109,34 @@ __global__ void mean_loss_kernel(float* loss, float* valid, const float* row_los
 }
 
 // z: (N, C) logits of the chunk in, dz out, scaled by dloss / valid (device scalars). One block per row.
-template <class T>
-__global__ void dz_chunk_kernel(T* z, const float* lse, const int32_t* c, int64_t C, int64_t v0, int32_t ignore,
-                                const float* dloss, const float* valid) {
-  const int64_t n = blockIdx.x;
+template <class T, int W>
+__global__ void __launch_bounds__(kThreads) dz_chunk_kernel(T* z, const float* lse, const int32_t* c, int64_t N, int64_t C,
+                                                            int64_t v0, int32_t ignore, const float* dloss,
+                                                            const float* valid) {
+  const int64_t n = blockIdx.x * int64_t(kRowsPerBlock) + threadIdx.x / 32;
+  if (n >= N) return;
   const int32_t target = c[n];
   const float k = *valid > 0 ? *dloss / *valid : 0.0f;
   const float l = lse[n], kk = target == ignore ? 0.0f : k;
   T* zr = z + n * C;  // zr: (C)
-  for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
-    const float p = __expf(to_float(zr[j]) - l);                           // softmax
-    zr[j] = from_float<T>((p - (v0 + j == target ? 1.0f : 0.0f)) * kk);  // - onehot
-  }
+  for_each_vector<W>(zr, static_cast<int>(C / W), [&](int j, const float (&f)[W]) {
+    float d[W];
+#pragma unroll
+    for (int e = 0; e < W; e++) {
+      const float p = __expf(f[e] - l);                                // softmax
+      d[e] = (p - (v0 + j * W + e == target ? 1.0f : 0.0f)) * kk;  // - onehot
+    }
+    store_floats(zr + int64_t(j) * W, d);
+  });
+}
+
+// Launches kernel<T, W> over the N rows of a chunk of C columns, one warp a row, W as chunk_width.
+template <class T, class Launch>
+void launch_chunk_rows(const T* z, int64_t N, int64_t C, Launch&& launch) {
+  const auto blocks = static_cast<unsigned>((N + kRowsPerBlock - 1) / kRowsPerBlock);
+  if (chunk_width<T>(z, C) == kVecWidth<T>) launch(Width<kVecWidth<T>>{}, blocks);
+  else launch(Width<1>{}, blocks);
+  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
@@ -103,8 +155,9 @@ void linear_cross_entropy_forward(float* lse, float* loss, float* valid, const v
       for (int64_t v0 = 0; v0 < V; v0 += chunk) {
         const int64_t C = std::min(chunk, V - v0);
         gemm(zt, dtype, h, static_cast<const T*>(w) + v0 * D, dtype, N, C, D, false, true, 1.0f, 0.0f);  // z = h w_c^T
-        lse_chunk_kernel<T><<<static_cast<unsigned>(N), kThreads>>>(m, s, zc, zt, c, C, v0, v0 == 0);
-        CUDA_CHECK_LAUNCH();
+        launch_chunk_rows(zt, N, C, [&](auto width, unsigned blocks) {
+          lse_chunk_kernel<T, decltype(width)::value><<<blocks, kThreads>>>(m, s, zc, zt, c, N, C, v0, v0 == 0);
+        });
       }
       finish_kernel<<<grid_1d(N), kThreads>>>(lse, rows.get(), rows.get() + N, m, s, zc, c, N, V, ignore);
       CUDA_CHECK_LAUNCH();
@@ -133,9 +186,9 @@ void linear_cross_entropy_backward(void* dh, void* dw, bool add_dw, const void* 
       const int64_t C = std::min(chunk, V - v0);
       const T* wc = static_cast<const T*>(w) + v0 * D;  // wc: (C, D)
       gemm(zt, dtype, h, wc, dtype, N, C, D, false, true, 1.0f, 0.0f);  // z = h w_c^T (recomputed)
-      dz_chunk_kernel<T><<<static_cast<unsigned>(N), kThreads>>>(zt, lse, c, C, v0, ignore,
-                                                                  dloss, valid);
-      CUDA_CHECK_LAUNCH();
+      launch_chunk_rows(zt, N, C, [&](auto width, unsigned blocks) {
+        dz_chunk_kernel<T, decltype(width)::value><<<blocks, kThreads>>>(zt, lse, c, N, C, v0, ignore, dloss, valid);
+      });
       if (dw)  // dw_c (+)= dz^T h
         gemm(static_cast<char*>(dw) + v0 * D * dtype_size(dw_dtype), dw_dtype, zt, h, dtype, C, D, N, true, false, 1.0f,
              add_dw ? 1.0f : 0.0f);

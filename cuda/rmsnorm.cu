@@ -9,7 +9,8 @@
 // Forward: pass 1 sums x^2 over the row (row reduction), pass 2 writes y = x * rstd * w.
 // Backward: dx needs one more row reduction, mean(x_hat * dy * w). dw = sum_rows(dy * x_hat)
 // is a column sum over all N rows: each block keeps fp32 partial sums in shared memory (one set
-// per block row, each lane its own columns), adds them in row order at the end and writes one
+// per block row, each lane its own columns, stored slot- and element-major so that a warp's
+// lanes touch consecutive words: no bank conflicts), adds them in row order at the end and writes one
 // (C) row of a (blocks, C) scratch buffer; write_column_sums (cuda/reduce.cuh) writes their
 // column sums into dw. No atomics, so dw is deterministic. Either gradient may be added into its
 // buffer instead (a gradient sum, autograd/var.h): dx into the sum of x's other uses (the residual
@@ -98,17 +99,14 @@ template <class T, int W, int kSlots>
 __global__ void __launch_bounds__(kMaxRowThreads) rmsnorm_backward_kernel(T* dx, bool add_dx, float* dw_partial,
                                                                           const T* dy, const T* x, const T* w,
                                                                           const float* rstd, int64_t N, int C) {
-  extern __shared__ float dw_acc[];  // dw_acc: (blockDim.y, C) each block row's share of dw
+  // dw_acc: (blockDim.y, kSlots, W, blockDim.x) each block row's share of dw; lane x's slot k,
+  // element e is column (x + k blockDim.x) W + e
+  extern __shared__ float dw_acc[];
   __shared__ float scratch[kMaxRows][32];
-  const int V = C / W;
-  float* acc = dw_acc + threadIdx.y * C;  // acc: (C); this lane only touches its own vectors' columns
+  const int V = C / W, lanes = blockDim.x, share = kSlots * W * lanes;
+  float* acc = dw_acc + threadIdx.y * share + threadIdx.x;  // acc[(k W + e) lanes]: this lane's columns
 #pragma unroll
-  for (int k = 0; k < kSlots; k++) {
-    const int j = threadIdx.x + k * blockDim.x;
-    if (j < V)
-#pragma unroll
-      for (int e = 0; e < W; e++) acc[j * W + e] = 0;
-  }
+  for (int k = 0; k < kSlots * W; k++) acc[k * lanes] = 0;
   const int64_t stride = (int64_t)gridDim.x * blockDim.y;
   for (int64_t n = blockIdx.x * (int64_t)blockDim.y + threadIdx.y; n - threadIdx.y < N; n += stride) {
     const bool valid = n < N;  // rows past N only join the reduction
@@ -130,7 +128,7 @@ __global__ void __launch_bounds__(kMaxRowThreads) rmsnorm_backward_kernel(T* dx,
       for (int e = 0; e < W; e++) {
         const float xhat = xf[e] * r;
         dot += xhat * g[e] * wf[e];
-        acc[j * W + e] += g[e] * xhat;  // y = x_hat * w  =>  dw = sum_rows dy * x_hat
+        acc[(k * W + e) * lanes] += g[e] * xhat;  // y = x_hat * w  =>  dw = sum_rows dy * x_hat
       }
     }
     const float mean_dot = block_sum(dot, scratch[threadIdx.y]) / C;
@@ -162,7 +160,7 @@ __global__ void __launch_bounds__(kMaxRowThreads) rmsnorm_backward_kernel(T* dx,
     if (j >= V) continue;
     for (int e = 0; e < W; e++) {
       float s = 0;
-      for (int y = 0; y < blockDim.y; y++) s += dw_acc[y * C + j * W + e];
+      for (int y = 0; y < blockDim.y; y++) s += dw_acc[y * share + (k * W + e) * lanes + threadIdx.x];
       dw_partial[blockIdx.x * (int64_t)C + j * W + e] = s;
     }
   }
@@ -199,7 +197,7 @@ void rmsnorm_backward(void* dx, bool add_dx, void* dw, bool add_dw, const void* 
     using T = decltype(tag);
     const bool aligned = aligned16(dx) && aligned16(dy) && aligned16(x) && aligned16(w);  // null dx is aligned
     const RowLayout layout = row_layout(C, aligned ? kVecWidth<T> : 1, "rmsnorm_backward");
-    const size_t smem = static_cast<size_t>(layout.rows) * C * sizeof(float);
+    const size_t smem = sizeof(float) * layout.rows * layout.slots * layout.W * layout.row_threads;  // dw_acc
     HLA_CHECK(smem <= 200 * 1024, "rmsnorm_backward: C = ", C, " is too wide for the shared-memory dw partials");
     dispatch_layout<T>(layout, [&](auto width, auto slots) {
       auto kernel = rmsnorm_backward_kernel<T, decltype(width)::value, decltype(slots)::value>;

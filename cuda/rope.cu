@@ -1,11 +1,13 @@
 // Rotate-half RoPE forward (rotation by phi) and backward (rotation by -phi) on the GPU,
 // mixers.md 2.9, the same lines as nn/ops/rope.cpp.
 //
-// One thread per (b, t) token and group of W consecutive pair indices i (W = 8 bf16 or 4 fp32
-// when D/2 is a multiple of that and the pointers are aligned: 16-byte loads of x_i and
-// x_{i+D/2}; else W = 1), looping over the H heads: the angles phi = p * theta^(-2i/D),
-// p = position_offset + positions[b] + t (positions null: 0) or, per token, positions[b * T + t],
-// and their sines and cosines are computed once and reused by every head. Each block first
+// One thread per (b, t) token, group of kHeadsPerThread heads and group of W consecutive pair
+// indices i (W = 8 bf16 or 4 fp32 when D/2 is a multiple of that and the pointers are aligned:
+// 16-byte loads of x_i and x_{i+D/2}; else W = 1), looping over its heads: the angles
+// phi = p * theta^(-2i/D), p = position_offset + positions[b] + t (positions null: 0) or, per
+// token, positions[b * T + t], and their sines and cosines are computed once and reused by the
+// thread's heads. A group of heads rather than all H: with 16 heads a thread, the 374M
+// Transformer's rope ran 256 blocks (~2 an SM) at ~3 TB/s (ncu, f0ed7fd). Each block first
 // writes inv_freq = theta^(-2i/D) of the D/2 columns into shared memory.
 //
 // Angle precision follows the storage: bf16 runs take fp32 angles the way HF / fla do (inv_freq in
@@ -22,6 +24,7 @@ namespace hla::cuda {
 namespace {
 
 template <class T> using AngleOf = std::conditional_t<std::is_same_v<T, float>, double, float>;
+constexpr int kHeadsPerThread = 4;
 
 __device__ __forceinline__ void sin_cos(float phi, float* s, float* c) { sincosf(phi, s, c); }
 __device__ __forceinline__ void sin_cos(double phi, double* s, double* c) { sincos(phi, s, c); }
@@ -36,13 +39,15 @@ __global__ void rotate_half_kernel(T* y, const T* x, int64_t BT, int64_t seq_len
   using Angle = AngleOf<T>;
   extern __shared__ double inv_freq_storage[];
   Angle* inv_freq = reinterpret_cast<Angle*>(inv_freq_storage);  // inv_freq: (D/2) theta^(-2i/D)
-  const int half = D / 2, groups = half / W;
+  const int half = D / 2, groups = half / W, head_groups = (H + kHeadsPerThread - 1) / kHeadsPerThread;
   for (int i = threadIdx.x; i < half; i += blockDim.x)
     inv_freq[i] = Angle(1) / pow(static_cast<Angle>(theta), static_cast<Angle>(2 * i) / static_cast<Angle>(D));
   __syncthreads();
-  HLA_GRID_STRIDE(idx, BT * groups) {
+  HLA_GRID_STRIDE(idx, BT * head_groups * groups) {
     const int i0 = static_cast<int>(idx % groups) * W;  // pair indices i0 .. i0 + W
-    const int64_t bt = idx / groups;                     // b * T + t
+    const int64_t token_heads = idx / groups;
+    const int h0 = static_cast<int>(token_heads % head_groups) * kHeadsPerThread;  // heads h0 .. h0 + kHeadsPerThread
+    const int64_t bt = token_heads / head_groups;                                  // b * T + t
     const int64_t start = position_offset + (positions && !per_token ? positions[bt / seq_len] : 0);
     const Angle p = static_cast<Angle>(per_token ? positions[bt] : start + bt % seq_len);  // position of token t
     float c[W], s[W];
@@ -53,8 +58,9 @@ __global__ void rotate_half_kernel(T* y, const T* x, int64_t BT, int64_t seq_len
       c[k] = static_cast<float>(cos_phi);
       s[k] = direction * static_cast<float>(sin_phi);
     }
-#pragma unroll 4
-    for (int h = 0; h < H; h++) {
+#pragma unroll
+    for (int h = h0; h < h0 + kHeadsPerThread; h++) {
+      if (h >= H) break;
       const int64_t row = (bt * H + h) * D;  // x, y of (b, t, h) start here
       float x1[W], x2[W], y1[W], y2[W];
       load_floats(x1, x + row + i0);
@@ -81,7 +87,8 @@ void rotate_half(void* y, const void* x, int64_t B, int64_t T, int64_t H, int64_
     HLA_CHECK(smem <= 48 * 1024, op, ": D = ", D, " is too wide for the shared-memory angle table");
     auto launch = [&](auto width) {
       constexpr int W = decltype(width)::value;
-      rotate_half_kernel<S, W><<<grid_1d(B * T * (half / W)), 256, smem>>>(
+      const int64_t head_groups = (H + kHeadsPerThread - 1) / kHeadsPerThread;
+      rotate_half_kernel<S, W><<<grid_1d(B * T * head_groups * (half / W)), 256, smem>>>(
           static_cast<S*>(y), static_cast<const S*>(x), B * T, T, static_cast<int>(H), static_cast<int>(D), theta,
           position_offset, positions, per_token, direction);
     };

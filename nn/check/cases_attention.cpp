@@ -262,6 +262,14 @@ void add_rope_cases() {
        })
     add_case(gpu_case("rope", "rope " + shape_str(c.shape) + " offset " + std::to_string(c.position_offset),
                       named_kernel("rotate_half"), inputs(c.shape), op(c)));
+  // perf: the 374M Transformer's q (B 8, T 2048, H 16, D 64); bytes in bf16: each pass reads
+  // and writes the tensor once
+  const RopeCase model{{8, 2048, 16, 64}, 10000.0, 0};
+  const double tensor = 2.0 * 8 * 2048 * 16 * 64;
+  add_case(perf_case("rope", "rope 374M " + dims_label({{"B", 8}, {"T", 2048}, {"H", 16}, {"D", 64}}),
+                     named_kernel("rotate_half"),
+                     [](uint64_t) { return Inputs{{"x", perf_input(PerfPool::Normal, 0, {8, 2048, 16, 64})}}; },
+                     op(model), {0, 0, 2 * tensor, 4 * tensor, 0, 0, "", {{"B", 8}, {"T", 2048}, {"H", 16}, {"D", 64}}}));
 
   // Per-sequence positions: sequence b starts at positions[b] (the second input, never perturbed).
   auto at = [](Shape shape, std::vector<int32_t> positions) {

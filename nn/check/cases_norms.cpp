@@ -50,6 +50,16 @@ void add_rmsnorm_cases() {
         Var copy = cast(cast(v[2], DType::F32), v[0].dtype());  // an F32 master, its copy in x's dtype
         return Vars{add(v[0], rmsnorm(v[0], copy, 1e-6)), rmsnorm(v[1], copy, 1e-6)};
       }));
+  // perf: the 374M models' norm (B 8, T 2048, C 1024); bytes in bf16: the forward reads x and
+  // writes y, the backward reads x and dy and writes dx
+  const int64_t N = 8 * 2048, C = 1024;
+  const double tensor = 2.0 * N * C;
+  add_case(perf_case("rmsnorm", "rmsnorm 374M " + dims_label({{"N", N}, {"C", C}}), named_kernel("rmsnorm"),
+                     [](uint64_t) {
+                       return Inputs{{"x", perf_input(PerfPool::Normal, 0, {N, C})},
+                                     {"weight", perf_input(PerfPool::Normal, 1, {C}, 0.3)}};
+                     },
+                     op, {0, 0, 2 * tensor, 5 * tensor, 0, 0, "", {{"N", N}, {"C", C}}}));
 }
 
 void add_l2norm_cases() {
