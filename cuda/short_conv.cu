@@ -17,6 +17,10 @@
 //     next KMAX-1 tokens, so dx_t = sum_i w_i dpre_{t+K-1-i} (+ dfinal) is written at t, and
 //     dw, dbias are summed over the run's own tokens in registers; one fp32 partial per run
 //     (chunk = (b, run)) that cuda/reduce.cuh sums in a fixed order (deterministic).
+// Runs are kForwardRun / kBackwardRun tokens, halved down to kMinRun while the threads would not
+// give every SM a block (plan_runs), and then the blocks are one warp each, so that a small model
+// (the MQAR demo: B32 L64 C64, 512 backward threads in two blocks walking 32 tokens, 80 us a
+// call, ncu at f0ed7fd) spreads its short walks over the SMs.
 // The state rows take small dedicated kernels: final_state copies xe_L.., dstate gathers
 // d(xe_e) = sum_i w_i dpre_{e-i} (+ dfinal) for e < K-1 with dpre recomputed from dy and x.
 #include "cuda/reduce.cuh"
@@ -27,8 +31,9 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kMaxTaps = 16;
-constexpr int kForwardRun = 16;   // tokens a forward thread walks
-constexpr int kBackwardRun = 32;  // tokens a backward thread walks (one dw partial each)
+constexpr int kForwardRun = 16;   // tokens a forward thread walks, at most
+constexpr int kBackwardRun = 32;  // tokens a backward thread walks (one dw partial each), at most
+constexpr int kMinRun = 8;        // the shortest run plan_runs cuts
 
 __device__ __forceinline__ float sigmoid_of(float v) { return 1.0f / (1.0f + expf(-v)); }
 
@@ -137,11 +142,11 @@ __device__ ThreadRun thread_run(int64_t L, int64_t C, int64_t runs, int64_t run_
   return {b, run, t0, t0 + run_tokens < L ? t0 + run_tokens : L, g * W, b < B};
 }
 
-// y: (B, L, C); threads: B * runs * (C / W), runs = ceil(L / kForwardRun).
+// y: (B, L, C); threads: B * runs * (C / W), runs = ceil(L / run_tokens).
 template <class T, int KMAX, int W>
 __global__ void __launch_bounds__(kThreads, 1)
-    conv_forward_kernel(T* __restrict__ y, ConvInputs<T> in, int64_t B, int64_t runs, ConvAct act) {
-  const ThreadRun r = thread_run<W>(in.L, in.C, runs, kForwardRun, B);
+    conv_forward_kernel(T* __restrict__ y, ConvInputs<T> in, int64_t B, int64_t runs, int run_tokens, ConvAct act) {
+  const ThreadRun r = thread_run<W>(in.L, in.C, runs, run_tokens, B);
   if (!r.valid) return;
   float wp[KMAX][W], bias[W];
   in.load_taps(wp, bias, r.c0);
@@ -167,13 +172,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 // dx: (B, L, C); partial_w: (B * runs, C, K), partial_b: (B * runs, C) or null: each run's sums
-// of dw and dbias; threads: B * runs * (C / W), runs = ceil(L / kBackwardRun).
+// of dw and dbias; threads: B * runs * (C / W), runs = ceil(L / run_tokens).
 template <class T, int KMAX, int W>
 __global__ void __launch_bounds__(kThreads, 1)
     conv_backward_kernel(T* __restrict__ dx, float* __restrict__ partial_w, float* __restrict__ partial_b,
                          const T* __restrict__ dy, const T* __restrict__ dfinal, ConvInputs<T> in, int64_t B,
-                         int64_t runs, ConvAct act) {
-  const ThreadRun r = thread_run<W>(in.L, in.C, runs, kBackwardRun, B);
+                         int64_t runs, int run_tokens, ConvAct act) {
+  const ThreadRun r = thread_run<W>(in.L, in.C, runs, run_tokens, B);
   if (!r.valid) return;
   const int64_t L = in.L, C = in.C, K = in.K;
   float wp[KMAX][W], bias[W];
@@ -295,8 +300,23 @@ void dispatch_taps_width(int64_t K, int64_t C, Fn&& fn, const Ptrs*... rows) {
 
 int64_t runs_of(int64_t L, int run_tokens) { return (L + run_tokens - 1) / run_tokens; }
 
-// blocks of kThreads for B * runs * groups threads
-unsigned blocks_for(int64_t threads) { return static_cast<unsigned>((threads + kThreads - 1) / kThreads); }
+// How B sequences of L tokens and `groups` channel groups are cut: runs of max_run tokens,
+// halved down to kMinRun while B * runs * groups threads would not give every SM a block of
+// kThreads; blocks of kThreads, or of one warp when there are still fewer threads than that.
+struct RunPlan {
+  int run_tokens;
+  int64_t runs;
+  int block;
+  unsigned blocks;
+};
+RunPlan plan_runs(int64_t B, int64_t L, int64_t groups, int max_run) {
+  const int64_t enough = int64_t(sm_count()) * kThreads;
+  int run = max_run;
+  while (run > kMinRun && B * runs_of(L, run) * groups < enough) run /= 2;
+  const int64_t runs = runs_of(L, run), threads = B * runs * groups;
+  const int block = threads < enough ? 32 : kThreads;
+  return {run, runs, block, static_cast<unsigned>((threads + block - 1) / block)};
+}
 
 }  // namespace
 
@@ -305,7 +325,7 @@ void short_conv_forward(void* y, void* final_state, const void* x, const void* w
   const int64_t B = d.B, L = d.L, C = d.C, K = d.K;
   HLA_CHECK(K >= 1 && K <= kMaxTaps, "short_conv_forward: the CUDA kernel takes kernel sizes 1 to ", kMaxTaps,
             ", got ", K);
-  const int64_t n_state = B * C * (K - 1), runs = runs_of(L, kForwardRun);
+  const int64_t n_state = B * C * (K - 1);
   dispatch_storage(dtype, "short_conv_forward", [&](auto tag) {
     using T = decltype(tag);
     const ConvInputs<T> in{static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias),
@@ -313,8 +333,9 @@ void short_conv_forward(void* y, void* final_state, const void* x, const void* w
     if (B * L * C > 0)
       dispatch_taps_width<T>(K, C, [&](auto taps, auto width) {
         constexpr int KMAX = decltype(taps)::value, W = decltype(width)::value;
-        launch(conv_forward_kernel<T, KMAX, W>, blocks_for(B * runs * (C / W)), kThreads, 0, static_cast<T*>(y), in,
-               B, runs, d.act);
+        const RunPlan plan = plan_runs(B, L, C / W, kForwardRun);
+        launch(conv_forward_kernel<T, KMAX, W>, plan.blocks, plan.block, 0, static_cast<T*>(y), in, B, plan.runs,
+               plan.run_tokens, d.act);
       }, in.x, static_cast<const T*>(y));
     if (n_state > 0)
       launch(conv_final_state_kernel<T>, grid_1d(n_state), kThreads, 0, static_cast<T*>(final_state), in, n_state);
@@ -328,10 +349,7 @@ void short_conv_backward(void* dx, void* dw, void* dbias, void* dstate, const vo
   HLA_CHECK(K >= 1 && K <= kMaxTaps, "short_conv_backward: the CUDA kernel takes kernel sizes 1 to ", kMaxTaps,
             ", got ", K);
   if (C == 0) return;  // every buffer is empty
-  const int64_t runs = runs_of(L, kBackwardRun), n_state = B * C * (K - 1);
-  const int chunks = static_cast<int>(std::max<int64_t>(1, B * runs));  // one partial per (b, run)
-  FloatScratch partial_w(chunks * C * K);                    // partial_w: (chunks, C, K)
-  FloatScratch partial_b(dbias ? chunks * C : 0);            // partial_b: (chunks, C)
+  const int64_t n_state = B * C * (K - 1);
   dispatch_storage(dtype, "short_conv_backward", [&](auto tag) {
     using T = decltype(tag);
     const ConvInputs<T> in{static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias),
@@ -343,12 +361,16 @@ void short_conv_backward(void* dx, void* dw, void* dbias, void* dstate, const vo
     } else {
       dispatch_taps_width<T>(K, C, [&](auto taps, auto width) {
         constexpr int KMAX = decltype(taps)::value, W = decltype(width)::value;
-        launch(conv_backward_kernel<T, KMAX, W>, blocks_for(B * runs * (C / W)), kThreads, 0, static_cast<T*>(dx),
-               partial_w.get(), dbias ? partial_b.get() : nullptr, static_cast<const T*>(dy), dfin, in, B, runs,
+        const RunPlan plan = plan_runs(B, L, C / W, kBackwardRun);
+        const int chunks = static_cast<int>(B * plan.runs);  // one partial per (b, run)
+        FloatScratch partial_w(chunks * C * K);              // partial_w: (chunks, C, K)
+        FloatScratch partial_b(dbias ? chunks * C : 0);      // partial_b: (chunks, C)
+        launch(conv_backward_kernel<T, KMAX, W>, plan.blocks, plan.block, 0, static_cast<T*>(dx), partial_w.get(),
+               dbias ? partial_b.get() : nullptr, static_cast<const T*>(dy), dfin, in, B, plan.runs, plan.run_tokens,
                d.act);
+        write_column_sums(static_cast<T*>(dw), partial_w.get(), chunks, C * K);
+        if (dbias) write_column_sums(static_cast<T*>(dbias), partial_b.get(), chunks, C);
       }, in.x, static_cast<const T*>(dx), static_cast<const T*>(dy));
-      write_column_sums(static_cast<T*>(dw), partial_w.get(), chunks, C * K);
-      if (dbias) write_column_sums(static_cast<T*>(dbias), partial_b.get(), chunks, C);
     }
     if (dstate && n_state > 0)
       launch(conv_dstate_kernel<T>, grid_1d(n_state), kThreads, 0, static_cast<T*>(dstate), static_cast<const T*>(dy),

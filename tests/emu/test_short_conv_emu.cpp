@@ -116,9 +116,9 @@ void run_case(const Case& c, uint64_t seed) {
 int main() {
   const ConvAct silu = ConvAct::SiLU, identity = ConvAct::Identity;
   const std::vector<Case> cases = {
-      {2, 77, 64, 4, false, false, silu, {}},                  // the GDN conv: 16-byte loads, 3 runs
+      {2, 77, 64, 4, false, false, silu, {}},                  // the GDN conv: 16-byte loads, runs cut to 8
       {2, 70, 64, 4, true, true, silu, {}},                    // bias and state
-      {3, 33, 67, 4, true, true, silu, {}},                    // odd C: the scalar path
+      {3, 33, 67, 4, true, true, silu, {}},                    // odd C: the scalar path, full runs
       {2, 40, 64, 4, true, true, silu, {}, 1},                 // x off alignment: the scalar path
       {3, 33, 24, 3, false, true, identity, {}},               // K = 3: one padded tap
       {2, 45, 16, 6, true, true, silu, {}},                    // K = 6: the kMaxTaps path
