@@ -1,9 +1,15 @@
 // cuBLAS GEMMs and the small elementwise / reduction kernels behind tensor/math.h.
 // GEMMs run bf16 or fp32 inputs with fp32 accumulation (CUBLAS_COMPUTE_32F); bf16 inputs may
-// write an fp32 output (cuBLAS's bf16 x bf16 -> fp32 GemmEx).
+// write an fp32 output (cuBLAS's bf16 x bf16 -> fp32 GemmEx). gemm_add reads C and writes a
+// separate D through cuBLASLt (cuBLAS's own GEMMs update C in place), so a caller needs no copy
+// of C first.
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
+#include <map>
+#include <mutex>
+#include <tuple>
 #include <vector>
 
 #include "cuda/common.cuh"
@@ -26,16 +32,48 @@ namespace {
 // replay instead of workspace cuBLAS would allocate during the capture.
 constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;
 
+void* workspace() {
+  static void* w = device_alloc(kCublasWorkspaceBytes);
+  return w;
+}
+
 cublasHandle_t handle() {
   static cublasHandle_t h = [] {
     cublasHandle_t x;
     CUBLAS_CHECK(cublasCreate(&x));
     CUBLAS_CHECK(cublasSetStream(x, cudaStreamPerThread));  // hla's stream (cuda/graph.h), not the legacy one
     // after SetStream, which resets the workspace to cuBLAS's default pool
-    CUBLAS_CHECK(cublasSetWorkspace(x, device_alloc(kCublasWorkspaceBytes), kCublasWorkspaceBytes));
+    CUBLAS_CHECK(cublasSetWorkspace(x, workspace(), kCublasWorkspaceBytes));
     return x;
   }();
   return h;
+}
+
+// A cuBLASLt plan for one fp32 gemm_add shape: the descriptors and the heuristic's algorithm,
+// made once per shape (building them costs host time every eager step would pay again).
+struct LtPlan {
+  cublasLtMatmulDesc_t op;
+  cublasLtMatrixLayout_t a, b, c;  // column-major views: a = the caller's B, b = the caller's A (see gemm_add)
+  cublasLtMatmulAlgo_t algo;
+};
+
+cublasLtHandle_t lt_handle() {
+  static cublasLtHandle_t h = [] {
+    cublasLtHandle_t x;
+    CUBLAS_CHECK(cublasLtCreate(&x));
+    return x;
+  }();
+  return h;
+}
+
+// A (rows, cols) column-major fp32 layout with leading dimension rows, batch_count of them at stride.
+cublasLtMatrixLayout_t lt_layout(int64_t rows, int64_t cols, int64_t batch_count, int64_t stride) {
+  cublasLtMatrixLayout_t l;
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, CUDA_R_32F, rows, cols, rows));
+  const int32_t count = static_cast<int32_t>(batch_count);
+  CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+  CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+  return l;
 }
 
 // out, a, b: (n); each thread a group of W elements (common.cuh's map_pairs).
@@ -122,6 +160,46 @@ void gemm(void* c, DType c_dtype, const void* a, const void* b, DType dtype, int
       static_cast<int>(ldb), stride_b, a, t, static_cast<int>(lda), stride_a, &beta, c, tc,
       static_cast<int>(N), stride_c, static_cast<int>(batch_count), CUBLAS_COMPUTE_32F,
       CUBLAS_GEMM_DEFAULT));
+}
+
+void gemm_add(float* d, const float* c, const float* a, const float* b, int64_t M, int64_t N, int64_t K, bool trans_a,
+              bool trans_b, float alpha, float beta, int64_t batch_count, int64_t stride_a, int64_t stride_b,
+              int64_t stride_c) {
+  // Row-major D = op(A) op(B) + C is column-major D^T = op(B)^T op(A)^T + C^T, as in gemm: the
+  // caller's B is cuBLASLt's first operand, a (trans_b ? K x N : N x K) column-major matrix.
+  HLA_CHECK(d != c, "gemm_add: D must not be C (gemm updates in place)");
+  using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, int64_t, int64_t, int64_t, int64_t>;
+  static std::map<Key, LtPlan> plans;
+  static std::mutex plans_mutex;
+  const Key key{M, N, K, trans_a, trans_b, batch_count, stride_a, stride_b, stride_c};
+  std::lock_guard<std::mutex> lock(plans_mutex);
+  auto it = plans.find(key);
+  if (it == plans.end()) {
+    LtPlan p;
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t op_first = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, op_second = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof(op_first)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second)));
+    p.a = lt_layout(trans_b ? K : N, trans_b ? N : K, batch_count, stride_b);
+    p.b = lt_layout(trans_a ? M : K, trans_a ? K : M, batch_count, stride_a);
+    p.c = lt_layout(N, M, batch_count, stride_c);
+    cublasLtMatmulPreference_t pref;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    const size_t bytes = kCublasWorkspaceBytes;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &bytes, sizeof(bytes)));
+    cublasLtMatmulHeuristicResult_t found;
+    int count = 0;
+    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt_handle(), p.op, p.a, p.b, p.c, p.c, pref, 1, &found, &count));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+    HLA_CHECK(count > 0, "gemm_add: cuBLASLt has no algorithm for M = ", M, ", N = ", N, ", K = ", K, ", batch ",
+              batch_count);
+    p.algo = found.algo;
+    it = plans.emplace(key, p).first;
+  }
+  const LtPlan& p = it->second;
+  // cuBLAS's GEMMs and these run on one stream, so they may share the workspace.
+  CUBLAS_CHECK(cublasLtMatmul(lt_handle(), p.op, &alpha, b, p.a, a, p.b, &beta, c, p.c, d, p.c, &p.algo, workspace(),
+                              kCublasWorkspaceBytes, cudaStreamPerThread));
 }
 
 void binary(void* out, const void* a, const void* b, DType dtype, int64_t n, Binary op) {

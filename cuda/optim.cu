@@ -9,7 +9,8 @@
 // norm weight and a 32M-element embedding share one launch without idle blocks.
 // Newton-Schulz runs a batch of same-shape matrices at once: the Frobenius norms in two small
 // kernels (per-matrix partial sums in double, then a scale that adds them in a fixed order:
-// deterministic), the quintic steps as strided-batched cuBLAS GEMMs (cuda/math.h).
+// deterministic), the quintic steps as strided-batched cuBLAS GEMMs (cuda/math.h), the two that add a
+// multiple of their input through cuBLASLt's separate C (gemm_add: no copies in the step).
 #include <cmath>
 
 #include "cuda/common.cuh"
@@ -231,31 +232,27 @@ void newton_schulz(float* out, const float* g, int64_t batch, int64_t rows, int6
   FloatScratch A(batch * gram), Bm(batch * gram), Y(batch * n);  // A, Bm: (batch, small, small); Y: (batch, rows, cols)
   FloatScratch partial(batch * kNormBlocks * 2);                  // (batch, kNormBlocks) doubles
   double* sq = reinterpret_cast<double*>(partial.get());
-  // pass 1: X = g / (||g||_F + 1e-7), per matrix
-  float* X = out;  // X: (batch, rows, cols)
+  // pass 1: X = g / (||g||_F + 1e-7), per matrix. X and Y take turns as a step's input and
+  // output, so X starts where an even number of turns leaves the last step's output: in out.
+  float *X = steps % 2 ? Y.get() : out, *Ybuf = steps % 2 ? out : Y.get();  // X, Ybuf: (batch, rows, cols)
   sq_norm_partials_kernel<<<dim3(kNormBlocks, static_cast<unsigned>(batch)), kThreads>>>(sq, g, n);
   CUDA_CHECK_LAUNCH();
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 1024));
   normalize_kernel<<<dim3(blocks, static_cast<unsigned>(batch)), kThreads>>>(X, g, sq, n);
   CUDA_CHECK_LAUNCH();
   // pass 2: the quintic steps, every matrix of the batch in each GEMM
-  float* Ybuf = Y.get();
+  float *a_gram = A.get(), *b_gram = Bm.get();
   for (int s = 0; s < steps; s++) {
-    float *a_gram = A.get(), *b_gram = Bm.get();
     // A = X^T X (tall) or X X^T
     if (tall) gemm(a_gram, DType::F32, X, X, DType::F32, cols, cols, rows, true, false, 1.0f, 0.0f, batch, n, n, gram);
     else gemm(a_gram, DType::F32, X, X, DType::F32, rows, rows, cols, false, true, 1.0f, 0.0f, batch, n, n, gram);
     // Bm = b A + c A A
-    copy_d2d(b_gram, a_gram, batch * gram * sizeof(float));
-    gemm(b_gram, DType::F32, a_gram, a_gram, DType::F32, small, small, small, false, false, c, b, batch,
-         gram, gram, gram);
+    gemm_add(b_gram, a_gram, a_gram, a_gram, small, small, small, false, false, c, b, batch, gram, gram, gram);
     // Y = a X + X Bm (tall) or a X + Bm X
-    copy_d2d(Ybuf, X, batch * n * sizeof(float));
-    if (tall) gemm(Ybuf, DType::F32, X, b_gram, DType::F32, rows, cols, cols, false, false, 1.0f, a, batch, n, gram, n);
-    else gemm(Ybuf, DType::F32, b_gram, X, DType::F32, rows, cols, rows, false, false, 1.0f, a, batch, gram, n, n);
+    if (tall) gemm_add(Ybuf, X, X, b_gram, rows, cols, cols, false, false, 1.0f, a, batch, n, gram, n);
+    else gemm_add(Ybuf, X, b_gram, X, rows, cols, rows, false, false, 1.0f, a, batch, gram, n, n);
     std::swap(X, Ybuf);  // X = Y
   }
-  if (X != out) copy_d2d(out, X, batch * n * sizeof(float));
 }
 
 }  // namespace hla::cuda

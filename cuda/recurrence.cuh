@@ -691,44 +691,69 @@ __global__ void finish_kernel(Args<S> a, FinishOut f) {
     const int j = (idx / a.dk / a.nseg) % a.HV;
     const int b = idx / a.dk / a.nseg / a.HV;
     const int h = j / (a.HV / a.H);
-    auto part_sum = [&](const float* part, int t) {
-      float s = 0;
-      for (int vb = 0; vb < a.nvb; vb++) s += part[(((int64_t(vb) * a.B + b) * a.T + t) * a.HV + j) * a.dk + i];
-      return s;
+    const auto part = [&](const float* p, int vb, int t) {
+      return p[(((int64_t(vb) * a.B + b) * a.T + t) * a.HV + j) * a.dk + i];
     };
     float acc = 0;  // Z at the segment's end
     for (int vb = 0; vb < a.nvb; vb++) acc += a.pair_part[(((int64_t(vb) * a.B + b) * a.HV + j) * a.nseg + seg) * a.dk + i];
     const int t_begin = seg * kCheckpoint, t_end = min(a.T, t_begin + kCheckpoint);
     float du_acc = 0;
     const float u_i = op == Op::Rwkv6 ? to_float(a.bonus[h * a.dk + i]) : 0.f;
-    for (int t = t_end - 1; t >= t_begin; t--) {
-      const int64_t qk = qk_index(a.T, a.H, a.dk, b, t, h) + i;
-      const int64_t vec = ((int64_t(b) * a.T + t) * a.HV + j) * a.dk + i;
-      const float q = to_float(a.q[qk]), k = to_float(a.k[qk]);
-      const float dq = part_sum(a.dq_part, t), dkw = part_sum(a.dkw_part, t);
-      if constexpr (op == Op::Rwkv6) {
-        acc -= k * dkw;                                  // dw_t = Y_t - k * dk_w
-        if (starts_document(a, b, t)) acc = 0;           // a document's first token: dw_t = 0, Y_{t-1} = 0
-        f.dg_v[vec] = acc;
-        acc += q * dq;                                   // Y_{t-1} = dw_t + r * dr_S
-        const float vdo = a.scale * f.vdo[(int64_t(b) * a.T + t) * a.H + h];
-        f.dq_v[vec] = dq + u_i * k * vdo;                // o += scale (r . (u * k)) v
-        f.dk_v[vec] = dkw + u_i * q * vdo;
-        du_acc += q * k * vdo;
-      } else {
-        float dk = dkw, term = q * dq - k * dkw;
+    // Tiles of kTile tokens from the segment's end down. The scan through a tile is serial, its
+    // loads are not: pass 1 issues all of them before pass 2 uses any (token n of the tile is
+    // t_top - n; tokens before the segment load t_begin's values and are not used).
+    for (int t_top = t_end - 1; t_top >= t_begin; t_top -= kTile) {
+      // pass 1: the tile's inputs, column partials summed
+      float q[kTile], k[kTile], dq[kTile], dkw[kTile], de[kTile], beta[kTile], vdo[kTile];
+      bool starts[kTile];
+#pragma unroll
+      for (int n = 0; n < kTile; n++) {
+        const int t = max(t_top - n, t_begin);
+        const int64_t qk = qk_index(a.T, a.H, a.dk, b, t, h) + i;
+        const int64_t vec = ((int64_t(b) * a.T + t) * a.HV + j) * a.dk + i;
+        q[n] = to_float(a.q[qk]), k[n] = to_float(a.k[qk]);
+        dq[n] = part(a.dq_part, 0, t), dkw[n] = part(a.dkw_part, 0, t);
         if constexpr (op == Op::Delta) {
-          const float de = part_sum(a.de_part, t);
-          const float beta = to_float(a.erase_vector ? a.b[vec] : a.b[(int64_t(b) * a.T + t) * a.HV + j]);
-          term += beta * k * de;                         // e = b * k
-          dk += beta * de;
-          f.db_v[vec] = k * de;
+          de[n] = part(a.de_part, 0, t);
+          beta[n] = to_float(a.erase_vector ? a.b[vec] : a.b[(int64_t(b) * a.T + t) * a.HV + j]);
         }
-        acc += term;                                     // Z_t = Z_{t+1} + q dq - k dk_w + e de
-        if (starts_document(a, b, t)) acc = 0;           // a document's first token: S'_t = 0, Z_{t-1} starts at 0
-        f.dg_v[vec] = acc;
-        f.dq_v[vec] = dq;
-        f.dk_v[vec] = dk;
+        if constexpr (op == Op::Rwkv6) vdo[n] = a.scale * f.vdo[(int64_t(b) * a.T + t) * a.H + h];
+        starts[n] = starts_document(a, b, t);
+      }
+      for (int vb = 1; vb < a.nvb; vb++)
+#pragma unroll
+        for (int n = 0; n < kTile; n++) {
+          const int t = max(t_top - n, t_begin);
+          dq[n] += part(a.dq_part, vb, t), dkw[n] += part(a.dkw_part, vb, t);
+          if constexpr (op == Op::Delta) de[n] += part(a.de_part, vb, t);
+        }
+      // pass 2: the gate gradient's scan, token by token down
+#pragma unroll
+      for (int n = 0; n < kTile; n++) {
+        const int t = t_top - n;
+        if (t < t_begin) break;
+        const int64_t vec = ((int64_t(b) * a.T + t) * a.HV + j) * a.dk + i;
+        if constexpr (op == Op::Rwkv6) {
+          acc -= k[n] * dkw[n];                            // dw_t = Y_t - k * dk_w
+          if (starts[n]) acc = 0;                          // a document's first token: dw_t = 0, Y_{t-1} = 0
+          f.dg_v[vec] = acc;
+          acc += q[n] * dq[n];                             // Y_{t-1} = dw_t + r * dr_S
+          f.dq_v[vec] = dq[n] + u_i * k[n] * vdo[n];       // o += scale (r . (u * k)) v
+          f.dk_v[vec] = dkw[n] + u_i * q[n] * vdo[n];
+          du_acc += q[n] * k[n] * vdo[n];
+        } else {
+          float dk = dkw[n], term = q[n] * dq[n] - k[n] * dkw[n];
+          if constexpr (op == Op::Delta) {
+            term += beta[n] * k[n] * de[n];                // e = b * k
+            dk += beta[n] * de[n];
+            f.db_v[vec] = k[n] * de[n];
+          }
+          acc += term;                                     // Z_t = Z_{t+1} + q dq - k dk_w + e de
+          if (starts[n]) acc = 0;                          // a document's first token: S'_t = 0, Z_{t-1} starts at 0
+          f.dg_v[vec] = acc;
+          f.dq_v[vec] = dq[n];
+          f.dk_v[vec] = dk;
+        }
       }
     }
     if constexpr (op == Op::Rwkv6) f.du_part[((int64_t(b) * a.nseg + seg) * a.H + h) * a.dk + i] = du_acc;
