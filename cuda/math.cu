@@ -1,8 +1,8 @@
 // cuBLAS GEMMs and the small elementwise / reduction kernels behind tensor/math.h.
 // GEMMs run bf16 or fp32 inputs with fp32 accumulation (CUBLAS_COMPUTE_32F); bf16 inputs may
-// write an fp32 output (cuBLAS's bf16 x bf16 -> fp32 GemmEx). gemm_add reads C and writes a
-// separate D through cuBLASLt (cuBLAS's own GEMMs update C in place), so a caller needs no copy
-// of C first.
+// write an fp32 output (cuBLAS's bf16 x bf16 -> fp32 GemmEx). gemm_add reads C and writes D,
+// the same buffer or another, through cuBLASLt (cuBLAS's own GEMMs update C in place), so a
+// caller needs no copy of C first.
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -167,7 +167,6 @@ void gemm_add(float* d, const float* c, const float* a, const float* b, int64_t 
               int64_t stride_c) {
   // Row-major D = op(A) op(B) + C is column-major D^T = op(B)^T op(A)^T + C^T, as in gemm: the
   // caller's B is cuBLASLt's first operand, a (trans_b ? K x N : N x K) column-major matrix.
-  HLA_CHECK(d != c, "gemm_add: D must not be C (gemm updates in place)");
   using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, int64_t, int64_t, int64_t, int64_t>;
   static std::map<Key, LtPlan> plans;
   static std::mutex plans_mutex;

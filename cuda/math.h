@@ -13,8 +13,9 @@ void gemm(void* c, DType c_dtype, const void* a, const void* b, DType dtype, int
           bool trans_a, bool trans_b, float alpha, float beta, int64_t batch_count = 1,
           int64_t stride_a = 0, int64_t stride_b = 0, int64_t stride_c = 0);
 
-// Row-major fp32 D (M, N) = alpha * op(A) op(B) + beta * C, C read and D written (distinct
-// buffers, both at stride_c): what gemm needs a copy of C for. cuBLASLt, one plan a shape.
+// Row-major fp32 D (M, N) = alpha * op(A) op(B) + beta * C, C read and D written (the same
+// buffer or another, both at stride_c): what gemm needs a copy of C for. cuBLASLt, one plan a
+// shape.
 void gemm_add(float* d, const float* c, const float* a, const float* b, int64_t M, int64_t N, int64_t K, bool trans_a,
               bool trans_b, float alpha, float beta, int64_t batch_count = 1, int64_t stride_a = 0,
               int64_t stride_b = 0, int64_t stride_c = 0);

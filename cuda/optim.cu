@@ -11,7 +11,10 @@
 // kernels (per-matrix partial sums in double, then a scale that adds them in a fixed order:
 // deterministic), the quintic steps as strided-batched cuBLAS GEMMs (cuda/math.h), the two that add a
 // multiple of their input through cuBLASLt's separate C (gemm_add: no copies in the step).
+#include <algorithm>
 #include <cmath>
+#include <memory>
+#include <vector>
 
 #include "cuda/common.cuh"
 #include "cuda/math.h"
@@ -176,13 +179,43 @@ struct MuonApplyOp {
   }
 };
 
-// partial: (batch, kNormBlocks), g: (batch, n); grid (kNormBlocks, batch). Sums of g^2 in double.
-__global__ void sq_norm_partials_kernel(double* partial, const float* g, int64_t n) {
+// ---- Newton-Schulz. A call takes up to kNsGroups batches (shape groups) at a time: the norms of
+// all their matrices in two launches, then per quintic step three products a group. Groups of
+// small matrices (both sides <= kNsSmallSide) run each product of all of them in one launch of
+// small_products_kernel, whose tiles are few enough that a cuBLAS call a group would spend its
+// time on launches; larger groups run their products on cuBLASLt.
+constexpr int kNsGroups = 16;       // shape groups a launch takes
+constexpr int kNsSmallSide = 256;   // the largest side of a matrix small_products_kernel takes
+constexpr int kNsTile = 32;         // its output tile (kNsTile x kNsTile) and k slab
+constexpr int kNsThreads = 256;     // its threads: each 2 x 2 outputs of the tile
+
+// The matrices of up to kNsGroups batches, as the norm kernels take them: group i has n[i]
+// elements a matrix and matrices first[i] .. first[i + 1] - 1 of the launch, g[i] and x[i]
+// pointing at its first.
+struct NsMatrices {
+  const float* g[kNsGroups];
+  float* x[kNsGroups];
+  int64_t n[kNsGroups];
+  int first[kNsGroups + 1];
+  int count;
+};
+
+// The group of the launch's matrix m.
+__device__ int group_of_matrix(const NsMatrices& t, int m) {
+  int i = 0;
+  while (i + 1 < t.count && t.first[i + 1] <= m) i++;
+  return i;
+}
+
+// partial: (matrices, kNormBlocks); grid (kNormBlocks, matrices). Sums of g^2 in double.
+__global__ void sq_norm_partials_kernel(double* partial, const __grid_constant__ NsMatrices t) {
   __shared__ double buf[kThreads];
-  const float* gm = g + blockIdx.y * n;  // gm: (n), this block's matrix
+  const int i = group_of_matrix(t, blockIdx.y);
+  const int64_t n = t.n[i];
+  const float* gm = t.g[i] + (blockIdx.y - t.first[i]) * n;  // gm: (n), this block's matrix
   double acc = 0;
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-    acc += static_cast<double>(gm[i]) * gm[i];
+  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x)
+    acc += static_cast<double>(gm[e]) * gm[e];
   buf[threadIdx.x] = acc;
   __syncthreads();
   for (int s = blockDim.x / 2; s > 0; s >>= 1) {
@@ -192,14 +225,118 @@ __global__ void sq_norm_partials_kernel(double* partial, const float* g, int64_t
   if (threadIdx.x == 0) partial[blockIdx.y * kNormBlocks + blockIdx.x] = buf[0];
 }
 
-// x, g: (batch, n), partial: (batch, kNormBlocks); grid (blocks, batch). x = g / (||g||_F + 1e-7).
-__global__ void normalize_kernel(float* x, const float* g, const double* partial, int64_t n) {
+// partial: (matrices, kNormBlocks); grid (blocks, matrices). x = g / (||g||_F + 1e-7) a matrix.
+__global__ void normalize_kernel(const __grid_constant__ NsMatrices t, const double* partial) {
   double sq = 0;
   for (int k = 0; k < kNormBlocks; k++) sq += partial[blockIdx.y * kNormBlocks + k];  // fixed order
   const float scale = static_cast<float>(1.0 / (sqrt(sq) + 1e-7));
-  const int64_t base = blockIdx.y * n;
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-    x[base + i] = g[base + i] * scale;
+  const int i = group_of_matrix(t, blockIdx.y);
+  const int64_t n = t.n[i], base = (blockIdx.y - t.first[i]) * n;
+  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x)
+    t.x[i][base + e] = t.g[i][base + e] * scale;
+}
+
+// One product for every matrix of a batch: row-major fp32 D = alpha op(A) op(B) + beta C (C
+// read only when beta != 0; it may be D), matrix m at a + m * stride_a and so on.
+struct Product {
+  const float *a, *b, *c;
+  float* d;
+  int64_t stride_a, stride_b, stride_cd;
+  int batch, M, N, K;
+  bool trans_a, trans_b;
+  float alpha, beta;
+};
+
+// The products of one launch of small_products_kernel: product i owns blocks first[i] ..
+// first[i + 1] - 1, a block one kNsTile x kNsTile tile of D of one matrix.
+struct SmallProducts {
+  Product p[kNsGroups];
+  int first[kNsGroups + 1];
+  int count;
+};
+
+__host__ __device__ inline int tiles_of(int rows) { return (rows + kNsTile - 1) / kNsTile; }
+
+// A thread's share of one k slab of both operands: element e = threadIdx.x + kNsThreads * r of
+// the slab, along = e % kNsTile running along each operand's contiguous side.
+constexpr int kNsSlabShare = kNsTile * kNsTile / kNsThreads;
+struct Slab {
+  float a[kNsSlabShare], b[kNsSlabShare];
+
+  // The slab at k0 of op(A) rows i0.. and op(B) columns j0.., zeros outside the matrices.
+  __device__ void load(const Product& p, const float* A, const float* B, int i0, int j0, int k0) {
+#pragma unroll
+    for (int r = 0; r < kNsSlabShare; r++) {
+      const int e = threadIdx.x + kNsThreads * r, along = e % kNsTile, across = e / kNsTile;
+      const int ai = i0 + (p.trans_a ? along : across), ak = k0 + (p.trans_a ? across : along);
+      a[r] = ai < p.M && ak < p.K ? A[p.trans_a ? int64_t(ak) * p.M + ai : int64_t(ai) * p.K + ak] : 0.f;
+      const int bj = j0 + (p.trans_b ? across : along), bk = k0 + (p.trans_b ? along : across);
+      b[r] = bj < p.N && bk < p.K ? B[p.trans_b ? int64_t(bj) * p.K + bk : int64_t(bk) * p.N + bj] : 0.f;
+    }
+  }
+  // Into as[k][i] = op(A)(i0 + i, k0 + k) and bs[k][j] = op(B)(k0 + k, j0 + j).
+  __device__ void store(const Product& p, float (*as)[kNsTile + 1], float (*bs)[kNsTile + 1]) const {
+#pragma unroll
+    for (int r = 0; r < kNsSlabShare; r++) {
+      const int e = threadIdx.x + kNsThreads * r, along = e % kNsTile, across = e / kNsTile;
+      as[p.trans_a ? across : along][p.trans_a ? along : across] = a[r];
+      bs[p.trans_b ? along : across][p.trans_b ? across : along] = b[r];
+    }
+  }
+};
+
+// Each block: one output tile, k in slabs of kNsTile through shared memory, the next slab's loads
+// in flight while the current one's products run; every output summed over k in order
+// (deterministic).
+__global__ void __launch_bounds__(kNsThreads) small_products_kernel(const __grid_constant__ SmallProducts t) {
+  __shared__ float as[kNsTile][kNsTile + 1], bs[kNsTile][kNsTile + 1];
+  int i = 0;
+  while (i + 1 < t.count && t.first[i + 1] <= int(blockIdx.x)) i++;
+  const Product& p = t.p[i];
+  const int tiles_n = tiles_of(p.N), per_matrix = tiles_of(p.M) * tiles_n;
+  const int local = blockIdx.x - t.first[i], m = local / per_matrix, tile = local % per_matrix;
+  const int i0 = tile / tiles_n * kNsTile, j0 = tile % tiles_n * kNsTile;
+  const float* A = p.a + m * p.stride_a;  // A: (M, K), or (K, M) when trans_a
+  const float* B = p.b + m * p.stride_b;  // B: (K, N), or (N, K) when trans_b
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;  // outputs (ty + 16 r, tx + 16 c), r, c < 2
+  float acc[2][2] = {};
+  Slab slab;
+  slab.load(p, A, B, i0, j0, 0);
+  for (int k0 = 0; k0 < p.K; k0 += kNsTile) {
+    slab.store(p, as, bs);
+    __syncthreads();
+    if (k0 + kNsTile < p.K) slab.load(p, A, B, i0, j0, k0 + kNsTile);
+#pragma unroll 8
+    for (int k = 0; k < kNsTile; k++)
+#pragma unroll
+      for (int r = 0; r < 2; r++)
+#pragma unroll
+        for (int c = 0; c < 2; c++) acc[r][c] = fmaf(as[k][ty + 16 * r], bs[k][tx + 16 * c], acc[r][c]);
+    __syncthreads();
+  }
+  const int64_t base = m * p.stride_cd;
+#pragma unroll
+  for (int r = 0; r < 2; r++)
+#pragma unroll
+    for (int c = 0; c < 2; c++) {
+      const int gi = i0 + ty + 16 * r, gj = j0 + tx + 16 * c;
+      if (gi >= p.M || gj >= p.N) continue;
+      const int64_t at = base + int64_t(gi) * p.N + gj;
+      p.d[at] = p.beta != 0.f ? p.alpha * acc[r][c] + p.beta * p.c[at] : p.alpha * acc[r][c];
+    }
+}
+
+// One launch of small_products_kernel for products[0 .. count).
+void launch_small_products(const Product* products, int count) {
+  SmallProducts t;
+  t.count = count;
+  t.first[0] = 0;
+  for (int i = 0; i < count; i++) {
+    t.p[i] = products[i];
+    t.first[i + 1] = t.first[i] + products[i].batch * tiles_of(products[i].M) * tiles_of(products[i].N);
+  }
+  small_products_kernel<<<static_cast<unsigned>(t.first[count]), kNsThreads>>>(t);
+  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
@@ -223,36 +360,82 @@ void muon_apply(float* const* param, const float* const* ortho, const int64_t* n
   launch_multi_tensor(columns, n, count, MuonApplyOp{schedule}, compute_copy);
 }
 
-void newton_schulz(float* out, const float* g, int64_t batch, int64_t rows, int64_t cols, int steps) {
-  constexpr float a = 3.4445f, b = -4.7750f, c = 2.0315f;
-  const int64_t n = rows * cols, small = std::min(rows, cols), gram = small * small;
-  if (n == 0 || batch == 0) return;
-  HLA_CHECK(batch <= 65535, "newton_schulz: a batch of ", batch, " matrices exceeds the grid's y limit 65535");
-  const bool tall = rows > cols;  // then A = X^T X and products multiply X on the right
-  FloatScratch A(batch * gram), Bm(batch * gram), Y(batch * n);  // A, Bm: (batch, small, small); Y: (batch, rows, cols)
-  FloatScratch partial(batch * kNormBlocks * 2);                  // (batch, kNormBlocks) doubles
-  double* sq = reinterpret_cast<double*>(partial.get());
-  // pass 1: X = g / (||g||_F + 1e-7), per matrix. X and Y take turns as a step's input and
-  // output, so X starts where an even number of turns leaves the last step's output: in out.
-  float *X = steps % 2 ? Y.get() : out, *Ybuf = steps % 2 ? out : Y.get();  // X, Ybuf: (batch, rows, cols)
-  sq_norm_partials_kernel<<<dim3(kNormBlocks, static_cast<unsigned>(batch)), kThreads>>>(sq, g, n);
-  CUDA_CHECK_LAUNCH();
-  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 1024));
-  normalize_kernel<<<dim3(blocks, static_cast<unsigned>(batch)), kThreads>>>(X, g, sq, n);
-  CUDA_CHECK_LAUNCH();
-  // pass 2: the quintic steps, every matrix of the batch in each GEMM
-  float *a_gram = A.get(), *b_gram = Bm.get();
-  for (int s = 0; s < steps; s++) {
-    // A = X^T X (tall) or X X^T
-    if (tall) gemm(a_gram, DType::F32, X, X, DType::F32, cols, cols, rows, true, false, 1.0f, 0.0f, batch, n, n, gram);
-    else gemm(a_gram, DType::F32, X, X, DType::F32, rows, rows, cols, false, true, 1.0f, 0.0f, batch, n, n, gram);
-    // Bm = b A + c A A
-    gemm_add(b_gram, a_gram, a_gram, a_gram, small, small, small, false, false, c, b, batch, gram, gram, gram);
-    // Y = a X + X Bm (tall) or a X + Bm X
-    if (tall) gemm_add(Ybuf, X, X, b_gram, rows, cols, cols, false, false, 1.0f, a, batch, n, gram, n);
-    else gemm_add(Ybuf, X, b_gram, X, rows, cols, rows, false, false, 1.0f, a, batch, gram, n, n);
-    std::swap(X, Ybuf);  // X = Y
+namespace {
+
+// A batch's buffers through the quintic steps: A, Bm (batch, small, small) and X, Y (batch, rows,
+// cols) taking turns as a step's input and output; X starts where an even number of turns leaves
+// the last step's output: in out.
+struct NsState {
+  NewtonSchulzBatch batch;
+  int64_t n, small;
+  bool tall;  // rows > cols: A = X^T X and products multiply X on the right
+  FloatScratch A, Bm, Y;
+  float *X, *Ybuf;
+  NsState(const NewtonSchulzBatch& b, int steps)
+      : batch(b), n(b.rows * b.cols), small(std::min(b.rows, b.cols)), tall(b.rows > b.cols), A(b.batch * small * small),
+        Bm(b.batch * small * small), Y(b.batch * n), X(steps % 2 ? Y.get() : b.out), Ybuf(steps % 2 ? b.out : Y.get()) {}
+  bool is_small() const { return batch.rows <= kNsSmallSide && batch.cols <= kNsSmallSide; }
+  // The step's products in order, with (a, b, c) = (3.4445, -4.7750, 2.0315):
+  //   0: A = X^T X (tall) or X X^T;  1: Bm = b A + c A A;  2: Y = a X + X Bm (tall) or a X + Bm X.
+  Product product(int which) const {
+    const int batch_count = static_cast<int>(batch.batch), rows = static_cast<int>(batch.rows),
+              cols = static_cast<int>(batch.cols), s = static_cast<int>(small);
+    const int64_t gram = small * small;
+    constexpr float a = 3.4445f, b = -4.7750f, c = 2.0315f;
+    if (which == 0)
+      return tall ? Product{X, X, nullptr, A.get(), n, n, gram, batch_count, s, s, rows, true, false, 1.f, 0.f}
+                  : Product{X, X, nullptr, A.get(), n, n, gram, batch_count, s, s, cols, false, true, 1.f, 0.f};
+    if (which == 1) return Product{A.get(), A.get(), A.get(), Bm.get(), gram, gram, gram, batch_count, s, s, s, false, false, c, b};
+    return tall ? Product{X, Bm.get(), X, Ybuf, n, gram, n, batch_count, rows, cols, cols, false, false, 1.f, a}
+                : Product{Bm.get(), X, X, Ybuf, gram, n, n, batch_count, rows, cols, rows, false, false, 1.f, a};
   }
+};
+
+// Up to kNsGroups batches: pass 1 the norms, pass 2 the steps.
+void newton_schulz_groups(const NewtonSchulzBatch* batches, int count, int steps) {
+  std::vector<std::unique_ptr<NsState>> states;
+  NsMatrices t{};
+  t.count = count;
+  int64_t largest = 0;
+  for (int i = 0; i < count; i++) {
+    states.push_back(std::make_unique<NsState>(batches[i], steps));
+    t.g[i] = batches[i].g, t.x[i] = states[i]->X, t.n[i] = states[i]->n;
+    t.first[i + 1] = t.first[i] + static_cast<int>(batches[i].batch);
+    largest = std::max(largest, states[i]->n);
+  }
+  const int matrices = t.first[count];
+  HLA_CHECK(matrices <= 65535, "newton_schulz: ", matrices, " matrices in one call exceed the grid's y limit 65535");
+  // pass 1: X = g / (||g||_F + 1e-7), per matrix
+  Scratch<double> partial(int64_t(matrices) * kNormBlocks);  // (matrices, kNormBlocks)
+  sq_norm_partials_kernel<<<dim3(kNormBlocks, static_cast<unsigned>(matrices)), kThreads>>>(partial.get(), t);
+  CUDA_CHECK_LAUNCH();
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((largest + kThreads - 1) / kThreads, 1024));
+  normalize_kernel<<<dim3(blocks, static_cast<unsigned>(matrices)), kThreads>>>(t, partial.get());
+  CUDA_CHECK_LAUNCH();
+  // pass 2: the quintic steps: each product of the small groups in one launch, of the others on cuBLASLt
+  for (int s = 0; s < steps; s++) {
+    for (int which = 0; which < 3; which++) {
+      std::vector<Product> small;
+      for (const auto& st : states) {
+        const Product p = st->product(which);
+        if (st->is_small()) small.push_back(p);
+        else gemm_add(p.d, p.beta != 0.f ? p.c : p.d, p.a, p.b, p.M, p.N, p.K, p.trans_a, p.trans_b, p.alpha, p.beta,
+                      p.batch, p.stride_a, p.stride_b, p.stride_cd);
+      }
+      if (!small.empty()) launch_small_products(small.data(), static_cast<int>(small.size()));
+    }
+    for (auto& st : states) std::swap(st->X, st->Ybuf);  // X = Y
+  }
+}
+
+}  // namespace
+
+void newton_schulz(const NewtonSchulzBatch* batches, int count, int steps) {
+  std::vector<NewtonSchulzBatch> live;
+  for (int i = 0; i < count; i++)
+    if (batches[i].batch > 0 && batches[i].rows * batches[i].cols > 0) live.push_back(batches[i]);
+  for (size_t first = 0; first < live.size(); first += kNsGroups)
+    newton_schulz_groups(live.data() + first, static_cast<int>(std::min<size_t>(kNsGroups, live.size() - first)), steps);
 }
 
 }  // namespace hla::cuda

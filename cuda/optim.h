@@ -36,11 +36,17 @@ void adamw_update(float* const* param, const float* const* grad, float* const* m
 void muon_momentum(float* const* buf, float* const* update, const float* const* grad, const int64_t* n, int count,
                    float momentum, bool nesterov, const double* grad_scale);
 
-// out, g: (batch, rows, cols), row major. Quintic Newton-Schulz of each matrix on cuBLAS (fp32),
-// the batch in strided-batched GEMMs: X = g / (||g||_F + 1e-7) per matrix, then `steps` times
+// Quintic Newton-Schulz of each matrix of several batches at once. A batch: out, g (batch, rows,
+// cols), row major, out not aliasing g. Per matrix X = g / (||g||_F + 1e-7), then `steps` times
 // X = a X + (b A + c A A) X with A = X X^T (X^T X, multiplied on the right, when rows > cols),
-// (a, b, c) = (3.4445, -4.7750, 2.0315). out may not alias g.
-void newton_schulz(float* out, const float* g, int64_t batch, int64_t rows, int64_t cols, int steps);
+// (a, b, c) = (3.4445, -4.7750, 2.0315), in fp32. Matrices up to 256 x 256 of every batch share
+// each product's launch; larger ones run strided-batched cuBLASLt GEMMs.
+struct NewtonSchulzBatch {
+  float* out;
+  const float* g;
+  int64_t batch, rows, cols;
+};
+void newton_schulz(const NewtonSchulzBatch* batches, int count, int steps);
 
 // param[t], ortho[t]: (n[t]); schedule: (2) F64 on the device, {decay, step} of this update.
 // The Muon step: p *= decay; p -= step * ortho (decay = 1 - lr wd, step = lr * scale(rows, cols)).

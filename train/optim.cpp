@@ -307,6 +307,7 @@ void Optimizer::apply(const Tensor& grad_scale) {
               "optimizer: grad_scale must be one F64 value on the parameters' device, got ", grad_scale.str());
     scale = grad_scale.data<double>();
   }
+  std::vector<MuonPending> muon;
   for (size_t g = 0; g < groups_.size(); g++) {
     const UpdateGroup& group = groups_[g];
     std::vector<size_t> live;  // unused this step: no update, no decay
@@ -314,9 +315,10 @@ void Optimizer::apply(const Tensor& grad_scale) {
       if (updates_[i] && plan_[i].var.grad().defined()) live.push_back(i);
     if (live.empty()) continue;
     const Tensor schedule = schedule_.slice0(int64_t(g), int64_t(g) + 1);  // (1, kScheduleValues)
-    if (group.rule == UpdateRule::Muon) muon_step(group, live, schedule, scale);
+    if (group.rule == UpdateRule::Muon) muon.push_back(muon_momentum(group, live, schedule, scale));
     else adamw_step(group, live, schedule, scale);
   }
+  muon_finish(muon);
 }
 
 namespace {
@@ -381,40 +383,75 @@ void Optimizer::adamw_step(const UpdateGroup& group, const std::vector<size_t>& 
   });
 }
 
-// Pass 1: momentum into the matrices of one (count, rows, cols) batch; pass 2: Newton-Schulz of
-// the whole batch; pass 3: decay and the scaled orthogonal step on every parameter.
-void Optimizer::muon_step(const UpdateGroup& group, const std::vector<size_t>& live, const Tensor& schedule,
-                          const double* grad_scale) {
-  const int64_t rows = group.rows, cols = group.cols, count = static_cast<int64_t>(live.size());
-  Tensor update = Tensor::empty({count, rows, cols}, group.dtype, group.device);  // (count, rows, cols)
-  Tensor ortho = Tensor::empty({count, rows, cols}, group.dtype, group.device);   // (count, rows, cols)
-  auto param = [&](size_t i) -> Tensor& { return plan_[i].var.mutable_value(); };
+Optimizer::MuonPending Optimizer::muon_momentum(const UpdateGroup& group, const std::vector<size_t>& live,
+                                                const Tensor& schedule, const double* grad_scale) {
+  const int64_t count = static_cast<int64_t>(live.size());
+  MuonPending p{&group, live, schedule, Tensor::empty({count, group.rows, group.cols}, group.dtype, group.device),
+                Tensor::empty({count, group.rows, group.cols}, group.dtype, group.device)};
   auto grad = [&](size_t i) -> const Tensor& { return plan_[i].var.grad(); };
   auto buf = [&](size_t i) -> Tensor& { return state_[i][0].second; };
-  const std::vector<int64_t> n(count, rows * cols);
-  const std::vector<bf16*> copies = compute_copies(plan_, live);
+  const std::vector<int64_t> n(count, group.rows * group.cols);
   if (group.device == Device::CUDA) {
 #ifdef HLA_CUDA_OPTIM
-    cuda::muon_momentum(column<float>(live, buf).data(), matrices<float>(update).data(),
+    cuda::muon_momentum(column<float>(live, buf).data(), matrices<float>(p.update).data(),
                         column<const float>(live, grad).data(), n.data(), int(count), float(config_.momentum),
                         config_.nesterov, grad_scale);
-    cuda::newton_schulz(ortho.data<float>(), update.data<float>(), count, rows, cols, config_.ns_steps);
-    cuda::muon_apply(column<float>(live, param).data(), matrices<const float>(ortho).data(), n.data(),
-                     int(count), schedule.data<double>(), copies.data());
-    return;
+    return p;
 #else
     fail("optimizer: parameter '", plan_[live[0]].name, "' is on CUDA but this build has no cuda/optim.h");
 #endif
   }
   dispatch_float(group.dtype, "muon", [&](auto tag) {
     using T = decltype(tag);
-    cpu::muon_momentum<T>(column<T>(live, buf).data(), matrices<T>(update).data(),
+    cpu::muon_momentum<T>(column<T>(live, buf).data(), matrices<T>(p.update).data(),
                           column<const T>(live, grad).data(), n.data(), int(count), config_.momentum,
                           config_.nesterov, grad_scale);
-    cpu::newton_schulz<T>(ortho.data<T>(), update.data<T>(), count, rows, cols, config_.ns_steps);
-    cpu::muon_apply<T>(column<T>(live, param).data(), matrices<const T>(ortho).data(), n.data(),
-                       int(count), schedule.data<double>(), copies.data());
   });
+  return p;
+}
+
+void Optimizer::muon_finish(std::vector<MuonPending>& pending) {
+  std::vector<MuonPending*> on_cuda;
+  for (MuonPending& p : pending) {
+    const int64_t count = p.update.size(0), rows = p.group->rows, cols = p.group->cols;
+    if (p.group->device == Device::CUDA) {
+      on_cuda.push_back(&p);
+      continue;
+    }
+    dispatch_float(p.group->dtype, "muon", [&](auto tag) {
+      using T = decltype(tag);
+      cpu::newton_schulz<T>(p.ortho.data<T>(), p.update.data<T>(), count, rows, cols, config_.ns_steps);
+    });
+  }
+  if (!on_cuda.empty()) {
+#ifdef HLA_CUDA_OPTIM
+    std::vector<cuda::NewtonSchulzBatch> batches;
+    for (MuonPending* p : on_cuda)
+      batches.push_back({p->ortho.data<float>(), p->update.data<float>(), p->update.size(0), p->group->rows,
+                         p->group->cols});
+    cuda::newton_schulz(batches.data(), static_cast<int>(batches.size()), config_.ns_steps);
+#else
+    fail("optimizer: parameter '", plan_[on_cuda[0]->live[0]].name, "' is on CUDA but this build has no cuda/optim.h");
+#endif
+  }
+  for (MuonPending& p : pending) {
+    auto param = [&](size_t i) -> Tensor& { return plan_[i].var.mutable_value(); };
+    const int64_t count = p.update.size(0);
+    const std::vector<int64_t> n(count, p.group->rows * p.group->cols);
+    const std::vector<bf16*> copies = compute_copies(plan_, p.live);
+    if (p.group->device == Device::CUDA) {
+#ifdef HLA_CUDA_OPTIM
+      cuda::muon_apply(column<float>(p.live, param).data(), matrices<const float>(p.ortho).data(), n.data(),
+                       int(count), p.schedule.data<double>(), copies.data());
+      continue;
+#endif
+    }
+    dispatch_float(p.group->dtype, "muon", [&](auto tag) {
+      using T = decltype(tag);
+      cpu::muon_apply<T>(column<T>(p.live, param).data(), matrices<const T>(p.ortho).data(), n.data(), int(count),
+                         p.schedule.data<double>(), copies.data());
+    });
+  }
 }
 
 // ---------------------------------------------------------------- state I/O

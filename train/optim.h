@@ -137,8 +137,19 @@ class Optimizer {
   // grad_scale: apply()'s, as a pointer (null: none)
   void adamw_step(const UpdateGroup& group, const std::vector<size_t>& live, const Tensor& schedule,
                   const double* grad_scale);
-  void muon_step(const UpdateGroup& group, const std::vector<size_t>& live, const Tensor& schedule,
-                 const double* grad_scale);
+  // A Muon group between its momentum and its Newton-Schulz: apply() orthogonalises every
+  // group's update in one call (on CUDA, the small matrices of all shapes share launches).
+  struct MuonPending {
+    const UpdateGroup* group;
+    std::vector<size_t> live;
+    Tensor schedule;
+    Tensor update, ortho;  // (count, rows, cols): the momentum's update, Newton-Schulz's result
+  };
+  // Pass 1 of a Muon group: momentum into its update.
+  MuonPending muon_momentum(const UpdateGroup& group, const std::vector<size_t>& live, const Tensor& schedule,
+                            const double* grad_scale);
+  // Pass 2: Newton-Schulz of every pending group; pass 3: decay and the scaled orthogonal step.
+  void muon_finish(std::vector<MuonPending>& pending);
 
   OptimConfig config_;
   std::vector<ParamPlan> plan_;

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "nn/check/registry.h"
 #include "tensor/dispatch.h"
@@ -160,18 +161,31 @@ Vars muon_apply(const Vars& x, bool with_copies) {
   return {Var(p)};
 }
 
-// Five quintic Newton-Schulz steps on each matrix of g: (batch, rows, cols).
+// Five quintic Newton-Schulz steps on each matrix of every input g: (batch, rows, cols), the
+// inputs' batches in one call on CUDA.
 Vars newton_schulz(const Vars& x) {
-  const Tensor& g = x[0].value();
-  const int64_t batch = g.size(0), rows = g.size(1), cols = g.size(2);
-  Tensor out = Tensor::empty(g.shape(), g.dtype(), g.device());
-  on_device_dtype(g, "newton_schulz", [&](auto tag) {
+  std::vector<Tensor> outs;
+  for (const Var& v : x) outs.push_back(Tensor::empty(v.value().shape(), v.value().dtype(), v.value().device()));
+  const Tensor& g0 = x[0].value();
+  on_device_dtype(g0, "newton_schulz", [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_same_v<T, float>)
-      if (g.is_cuda()) return HLA_CUDA_ONLY(cuda::newton_schulz(out.data<T>(), g.data<T>(), batch, rows, cols, 5));
-    cpu::newton_schulz<T>(out.data<T>(), g.data<T>(), batch, rows, cols, 5);
+      if (g0.is_cuda()) {
+#ifdef HLA_CUDA
+        std::vector<cuda::NewtonSchulzBatch> batches;
+        for (size_t i = 0; i < x.size(); i++) {
+          const Tensor& g = x[i].value();
+          batches.push_back({outs[i].data<T>(), g.data<T>(), g.size(0), g.size(1), g.size(2)});
+        }
+        return cuda::newton_schulz(batches.data(), static_cast<int>(batches.size()), 5);
+#endif
+      }
+    for (size_t i = 0; i < x.size(); i++) {
+      const Tensor& g = x[i].value();
+      cpu::newton_schulz<T>(outs[i].data<T>(), g.data<T>(), g.size(0), g.size(1), g.size(2), 5);
+    }
   });
-  return {Var(out)};
+  return Vars(outs.begin(), outs.end());
 }
 
 double abs_of(double x) { return std::abs(x); }
@@ -213,13 +227,23 @@ const bool registered = [] {
                                                {"g", randn64({total}, s + 6), false}};
                                },
                                [nesterov](const Vars& x) { return muon_momentum(x, nesterov); }));
-  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{96, 160}, {160, 96}})
+  // One batch of small matrices (one launch a product), one of matrices past 256 (cuBLASLt), and
+  // three shapes in one call, small and large mixed.
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{96, 160}, {160, 96}, {320, 200}})
     check::add_case(optim_case("newton_schulz 3x" + std::to_string(rows) + "x" + std::to_string(cols),
-                               "cublas batched", {"out"},
+                               rows > 256 ? "cublasLt batched" : "small products", {"out"},
                                [rows = rows, cols = cols](uint64_t s) {
                                  return Inputs{{"g", randn64({3, rows, cols}, s + 9 + rows), false}};
                                },
                                newton_schulz));
+  check::add_case(optim_case("newton_schulz 2x48x80 + 3x80x48 + 1x300x40", "small products + cublasLt",
+                             {"out0", "out1", "out2"},
+                             [](uint64_t s) {
+                               return Inputs{{"g0", randn64({2, 48, 80}, s + 11), false},
+                                             {"g1", randn64({3, 80, 48}, s + 12), false},
+                                             {"g2", randn64({1, 300, 40}, s + 13), false}};
+                             },
+                             newton_schulz));
   return true;
 }();
 
