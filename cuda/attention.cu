@@ -142,13 +142,19 @@ struct DocumentMask {
 };
 
 // Launches kernel(params...) on grid x threads with `bytes` of dynamic shared memory (more than
-// 48 KB allowed where needed) and checks the launch.
+// 48 KB allowed where needed) on `stream` and checks the launch.
 template <class Kernel, class... Params>
-void launch(Kernel kernel, dim3 grid, int threads, size_t bytes, Params... params) {
+void launch_on(cudaStream_t stream, Kernel kernel, dim3 grid, int threads, size_t bytes, Params... params) {
   if (bytes > 48 * 1024)
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-  kernel<<<grid, threads, bytes>>>(params...);
+  kernel<<<grid, threads, bytes, stream>>>(params...);
   CUDA_CHECK_LAUNCH();
+}
+
+// launch_on hla's stream.
+template <class Kernel, class... Params>
+void launch(Kernel kernel, dim3 grid, int threads, size_t bytes, Params... params) {
+  launch_on(cudaStreamPerThread, kernel, grid, threads, bytes, params...);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -1669,14 +1675,18 @@ void attention_backward(void* dq, void* dk, void* dv, const void* dout, const vo
         };
         max_carveout(attention_backward_dq_wgmma<kD, kDocs>);
         max_carveout(attention_backward_dkdv_wgmma<kD, kDocs>);
-        launch(attention_backward_dq_wgmma<kD, kDocs>, mma_grid(s, s.H, kWgBwdRows), kWgThreads, wg_bwd_smem(kD),
-               static_cast<bf16*>(dq), static_cast<const bf16*>(dout), static_cast<const bf16*>(q),
-               static_cast<const bf16*>(k), static_cast<const bf16*>(v), lse, delta, s.T, s.H, s.Hkv, sc, s.window,
-               s.documents<kDocs>());
+        // The two kernels are independent and each leaves SMs idle (one or two warpgroups an SM,
+        // its causal tail): dK/dV on hla's stream and dQ beside it fill each other's gaps.
+        const cudaStream_t side = fork_side_stream();
         launch(attention_backward_dkdv_wgmma<kD, kDocs>, mma_grid(s, s.Hkv, kWgBwdRows), kWgThreads,
                wg_bwd_smem(kD), static_cast<bf16*>(dk), static_cast<bf16*>(dv), static_cast<const bf16*>(dout),
                static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v), lse, delta,
                s.T, s.H, s.Hkv, sc, s.window, s.documents<kDocs>());
+        launch_on(side, attention_backward_dq_wgmma<kD, kDocs>, mma_grid(s, s.H, kWgBwdRows), kWgThreads,
+                  wg_bwd_smem(kD), static_cast<bf16*>(dq), static_cast<const bf16*>(dout),
+                  static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v), lse, delta,
+                  s.T, s.H, s.Hkv, sc, s.window, s.documents<kDocs>());
+        join_side_stream();
       }
     });
   } else if (use_mma(dims.D, dims.Dv, dtype)) {

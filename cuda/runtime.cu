@@ -215,6 +215,38 @@ void copy_d2d(void* dst, const void* src, size_t bytes) {
   CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, 0));
 }
 void memset_zero(void* ptr, size_t bytes) { CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, 0)); }
+namespace {
+
+struct SideStream {
+  cudaStream_t stream;
+  cudaEvent_t fork, join;
+  SideStream() {
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+  }
+};
+
+SideStream& side_stream() {
+  thread_local SideStream s;  // hla's stream is per thread, so is its side stream
+  return s;
+}
+
+}  // namespace
+
+cudaStream_t fork_side_stream() {
+  SideStream& s = side_stream();
+  CUDA_CHECK(cudaEventRecord(s.fork, cudaStreamPerThread));
+  CUDA_CHECK(cudaStreamWaitEvent(s.stream, s.fork, 0));
+  return s.stream;
+}
+
+void join_side_stream() {
+  SideStream& s = side_stream();
+  CUDA_CHECK(cudaEventRecord(s.join, s.stream));
+  CUDA_CHECK(cudaStreamWaitEvent(cudaStreamPerThread, s.join, 0));
+}
+
 void synchronize() {
   check_not_capturing("synchronize, a host wait for the device", 0);
   host_sync_count++;

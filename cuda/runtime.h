@@ -78,4 +78,14 @@ std::string device_name(int device = 0);
                                          cudaGetErrorString(err_), " in " #expr);     \
   } while (0)
 #define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
+
+namespace hla::cuda {
+// A second stream for work that may run beside hla's stream (two independent kernels that each
+// leave part of the GPU idle). fork_side_stream() returns it, waiting for everything issued on
+// hla's stream so far; join_side_stream() makes hla's stream wait for everything issued on it.
+// Inside a graph capture the pair is a fork and a join of the captured graph. Between the two,
+// the side work must not allocate (the allocator orders its blocks by hla's stream).
+cudaStream_t fork_side_stream();
+void join_side_stream();
+}  // namespace hla::cuda
 #endif

@@ -15,8 +15,14 @@
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize, cudaFuncAttributePreferredSharedMemoryCarveout };
 constexpr int cudaSharedmemCarveoutMaxShared = 100;
 template <class K> inline int cudaFuncSetAttribute(K, cudaFuncAttribute, int) { return 0; }
+// One host stream: launches run in order, so the side stream (cuda/runtime.h) is hla's stream.
+using cudaStream_t = void*;
+inline cudaStream_t const cudaStreamPerThread = nullptr;
 
 namespace hla::cuda {
+
+inline cudaStream_t fork_side_stream() { return cudaStreamPerThread; }
+inline void join_side_stream() {}
 
 inline float to_float(float v) { return v; }
 inline float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
