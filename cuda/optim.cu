@@ -30,14 +30,56 @@ constexpr int kNormBlocks = 32;           // blocks per matrix in the norm's fir
 // Up to kTensorsPerLaunch tensors of Columns pointer columns each (param, grad, m, v for AdamW):
 // col[c][t] is column c of tensor t, n[t] its length, copy[t] its bf16 compute copy or null;
 // block b works on chunk b - first_chunk[t] of tensor t when first_chunk[t] <= b < first_chunk[t + 1].
+// vec[t]: every column of tensor t starts 16-byte aligned (its copy 8-byte), so packs of kPack
+// elements move as one access each.
 template <int Columns>
 struct TensorTable {
   float* col[Columns][kTensorsPerLaunch];
   __nv_bfloat16* copy[kTensorsPerLaunch];
   int64_t n[kTensorsPerLaunch];
   int64_t first_chunk[kTensorsPerLaunch + 1];
+  bool vec[kTensorsPerLaunch];
   int count;
 };
+
+// A thread's pack: kPack consecutive elements (of which n < kPack at a tensor's end), loaded
+// and stored as one 16-byte access when vec, else one by one. The ops load every column of a
+// pack before they store any, so a thread's loads are in flight together.
+constexpr int kPack = 4;
+static_assert(kChunk % kPack == 0, "chunks start on pack boundaries");
+__device__ __forceinline__ void load_pack(float (&v)[kPack], const float* p, int64_t i, int n, bool vec) {
+  if (vec && n == kPack) {
+    const float4 f = *reinterpret_cast<const float4*>(p + i);
+    v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+    return;
+  }
+#pragma unroll
+  for (int k = 0; k < kPack; k++) v[k] = k < n ? p[i + k] : 0.0f;
+}
+__device__ __forceinline__ void store_pack(float* p, int64_t i, const float (&v)[kPack], int n, bool vec) {
+  if (vec && n == kPack) {
+    *reinterpret_cast<float4*>(p + i) = make_float4(v[0], v[1], v[2], v[3]);
+    return;
+  }
+#pragma unroll
+  for (int k = 0; k < kPack; k++)
+    if (k < n) p[i + k] = v[k];
+}
+__device__ __forceinline__ void store_copy_pack(__nv_bfloat16* p, int64_t i, const float (&v)[kPack], int n, bool vec) {
+  if (vec && n == kPack) {
+    const __nv_bfloat162 lo = __floats2bfloat162_rn(v[0], v[1]), hi = __floats2bfloat162_rn(v[2], v[3]);
+    uint2 packed;
+    packed.x = *reinterpret_cast<const uint32_t*>(&lo);
+    packed.y = *reinterpret_cast<const uint32_t*>(&hi);
+    *reinterpret_cast<uint2*>(p + i) = packed;
+    return;
+  }
+#pragma unroll
+  for (int k = 0; k < kPack; k++)
+    if (k < n) p[i + k] = __float2bfloat16_rn(v[k]);
+}
+
+bool aligned_to(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 static_assert(sizeof(TensorTable<4>) < 32764, "the table must fit the kernel parameter limit (CUDA >= 12.1)");
 
 // The last tensor whose first chunk is <= b (empty tensors own no chunk, so they are skipped).
@@ -52,8 +94,9 @@ __device__ int tensor_of_block(const TensorTable<Columns>& table, int64_t b) {
   return lo;
 }
 
-// Calls op(table, t, i) for every element i of this block's chunk of tensor t, with the op's
-// values of this update read from device memory once per thread (op.at_step()).
+// Calls op(table, t, i, n, vec) for every pack (elements i .. i + n - 1) of this block's chunk
+// of tensor t, with the op's values of this update read from device memory once per thread
+// (op.at_step()).
 template <int Columns, class Op>
 __global__ void multi_tensor_kernel(const __grid_constant__ TensorTable<Columns> table, Op op) {
   const int64_t b = blockIdx.x;
@@ -61,7 +104,8 @@ __global__ void multi_tensor_kernel(const __grid_constant__ TensorTable<Columns>
   const int64_t start = (b - table.first_chunk[t]) * kChunk;
   const int64_t end = min(start + kChunk, table.n[t]);
   const Op now = op.at_step();
-  for (int64_t i = start + threadIdx.x; i < end; i += blockDim.x) now(table, t, i);
+  for (int64_t i = start + kPack * threadIdx.x; i < end; i += kPack * blockDim.x)
+    now(table, t, i, static_cast<int>(end - i < kPack ? end - i : kPack), table.vec[t]);
 }
 
 // The tables of `count` tensors, kTensorsPerLaunch at a time, one launch each. Read-only
@@ -77,8 +121,13 @@ void launch_multi_tensor(float* const* const (&columns)[Columns], const int64_t*
     for (int t = 0; t < table.count; t++) {
       table.n[t] = n[first + t];
       table.first_chunk[t + 1] = table.first_chunk[t] + (table.n[t] + kChunk - 1) / kChunk;
-      for (int c = 0; c < Columns; c++) table.col[c][t] = columns[c][first + t];
+      table.vec[t] = true;
+      for (int c = 0; c < Columns; c++) {
+        table.col[c][t] = columns[c][first + t];
+        table.vec[t] = table.vec[t] && aligned_to(table.col[c][t], 16);
+      }
       table.copy[t] = compute_copy ? reinterpret_cast<__nv_bfloat16*>(compute_copy[first + t]) : nullptr;
+      table.vec[t] = table.vec[t] && aligned_to(table.copy[t], 8);
     }
     const int64_t blocks = table.first_chunk[table.count];
     if (blocks == 0) continue;
@@ -124,21 +173,25 @@ struct AdamwOp {
     now.inv_sqrt_bc2 = __fdiv_rn(1.0f, __fsqrt_rn(bc2));
     return now;
   }
-  __device__ void operator()(const TensorTable<4>& x, int t, int64_t i) const {
-    float* param = x.col[0][t];
-    const float* grad = x.col[1][t];
-    float* m = x.col[2][t];
-    float* v = x.col[3][t];
-    const float g = scale(grad[i]);
-    const float mi = b1 * m[i] + (1.0f - b1) * g;      // first moment
-    const float vi = b2 * v[i] + (1.0f - b2) * g * g;  // second moment
-    m[i] = mi;
-    v[i] = vi;
-    const float p = param[i] * decay;  // decoupled weight decay
-    // lr * (m / bc1) / (sqrt(v / bc2) + eps)
-    const float updated = p - step_size * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);
-    param[i] = updated;
-    if (x.copy[t]) x.copy[t][i] = __float2bfloat16_rn(updated);
+  __device__ void operator()(const TensorTable<4>& x, int t, int64_t i, int n, bool vec) const {
+    float param[kPack], grad[kPack], m[kPack], v[kPack];
+    load_pack(param, x.col[0][t], i, n, vec);
+    load_pack(grad, x.col[1][t], i, n, vec);
+    load_pack(m, x.col[2][t], i, n, vec);
+    load_pack(v, x.col[3][t], i, n, vec);
+#pragma unroll
+    for (int k = 0; k < kPack; k++) {
+      const float g = scale(grad[k]);
+      m[k] = b1 * m[k] + (1.0f - b1) * g;         // first moment
+      v[k] = b2 * v[k] + (1.0f - b2) * g * g;     // second moment
+      const float p = param[k] * decay;           // decoupled weight decay
+      // lr * (m / bc1) / (sqrt(v / bc2) + eps)
+      param[k] = p - step_size * m[k] / (sqrtf(v[k]) * inv_sqrt_bc2 + eps);
+    }
+    store_pack(x.col[2][t], i, m, n, vec);
+    store_pack(x.col[3][t], i, v, n, vec);
+    store_pack(x.col[0][t], i, param, n, vec);
+    if (x.copy[t]) store_copy_pack(x.copy[t], i, param, n, vec);
   }
 };
 
@@ -153,11 +206,18 @@ struct MomentumOp {
     now.scale = GradScale::at(grad_scale);
     return now;
   }
-  __device__ void operator()(const TensorTable<3>& x, int t, int64_t i) const {
-    const float g = scale(x.col[2][t][i]);
-    const float b = mu * x.col[0][t][i] + g;
-    x.col[0][t][i] = b;
-    x.col[1][t][i] = nesterov ? g + mu * b : b;
+  __device__ void operator()(const TensorTable<3>& x, int t, int64_t i, int n, bool vec) const {
+    float buf[kPack], grad[kPack], update[kPack];
+    load_pack(buf, x.col[0][t], i, n, vec);
+    load_pack(grad, x.col[2][t], i, n, vec);
+#pragma unroll
+    for (int k = 0; k < kPack; k++) {
+      const float g = scale(grad[k]);
+      buf[k] = mu * buf[k] + g;
+      update[k] = nesterov ? g + mu * buf[k] : buf[k];
+    }
+    store_pack(x.col[0][t], i, buf, n, vec);
+    store_pack(x.col[1][t], i, update, n, vec);
   }
 };
 
@@ -171,11 +231,17 @@ struct MuonApplyOp {
     now.step = static_cast<float>(schedule[1]);
     return now;
   }
-  __device__ void operator()(const TensorTable<2>& x, int t, int64_t i) const {
-    const float p = x.col[0][t][i] * decay;  // decoupled weight decay
-    const float updated = p - step * x.col[1][t][i];
-    x.col[0][t][i] = updated;
-    if (x.copy[t]) x.copy[t][i] = __float2bfloat16_rn(updated);
+  __device__ void operator()(const TensorTable<2>& x, int t, int64_t i, int n, bool vec) const {
+    float param[kPack], ortho[kPack];
+    load_pack(param, x.col[0][t], i, n, vec);
+    load_pack(ortho, x.col[1][t], i, n, vec);
+#pragma unroll
+    for (int k = 0; k < kPack; k++) {
+      const float p = param[k] * decay;  // decoupled weight decay
+      param[k] = p - step * ortho[k];
+    }
+    store_pack(x.col[0][t], i, param, n, vec);
+    if (x.copy[t]) store_copy_pack(x.copy[t], i, param, n, vec);
   }
 };
 
