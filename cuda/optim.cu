@@ -6,11 +6,14 @@
 // memory, so a captured training step replays with each update's own. The
 // tensors are cut into chunks of kChunk elements; block b takes chunk b of the concatenation,
 // finding its tensor by binary search over the table's first_chunk column, so a 1-element
-// norm weight and a 32M-element embedding share one launch without idle blocks.
-// Newton-Schulz runs a batch of same-shape matrices at once: the Frobenius norms in two small
-// kernels (per-matrix partial sums in double, then a scale that adds them in a fixed order:
-// deterministic), the quintic steps as strided-batched cuBLAS GEMMs (cuda/math.h), the two that add a
-// multiple of their input through cuBLASLt's separate C (gemm_add: no copies in the step).
+// norm weight and a 32M-element embedding share one launch without idle blocks. A thread moves
+// packs of 4 elements (16-byte accesses where the tensor's columns are aligned).
+// Newton-Schulz runs every shape group's batch of matrices at once: the Frobenius norms in two
+// small kernels (per-matrix partial sums in double, then a scale that adds them in a fixed order:
+// deterministic), then three products a quintic step: those of all matrices up to 256 x 256 in one
+// launch each (small_products_kernel: a small model's optimizer would otherwise spend its time on
+// launches), the others as strided-batched cuBLASLt GEMMs (cuda/math.h's gemm_add: the two that
+// add a multiple of their input read it as C and write elsewhere, so a step copies nothing).
 #include <algorithm>
 #include <cmath>
 #include <memory>
