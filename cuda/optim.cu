@@ -254,7 +254,7 @@ struct MuonApplyOp {
 // small_products_kernel, whose tiles are few enough that a cuBLAS call a group would spend its
 // time on launches; larger groups run their products on cuBLASLt.
 constexpr int kNsGroups = 16;       // shape groups a launch takes
-constexpr int kNsSmallSide = 256;   // the largest side of a matrix small_products_kernel takes
+constexpr int64_t kNsSmallSide = kNewtonSchulzSmallSide;  // the largest side small_products_kernel takes
 constexpr int kNsTile = 32;         // its output tile (kNsTile x kNsTile) and k slab
 constexpr int kNsThreads = 256;     // its threads: each 2 x 2 outputs of the tile
 

@@ -41,6 +41,7 @@ void muon_momentum(float* const* buf, float* const* update, const float* const* 
 // X = a X + (b A + c A A) X with A = X X^T (X^T X, multiplied on the right, when rows > cols),
 // (a, b, c) = (3.4445, -4.7750, 2.0315), in fp32. Matrices up to 256 x 256 of every batch share
 // each product's launch; larger ones run strided-batched cuBLASLt GEMMs.
+constexpr int64_t kNewtonSchulzSmallSide = 256;  // matrices up to this side share launches
 struct NewtonSchulzBatch {
   float* out;
   const float* g;

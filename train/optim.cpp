@@ -315,10 +315,10 @@ void Optimizer::apply(const Tensor& grad_scale) {
       if (updates_[i] && plan_[i].var.grad().defined()) live.push_back(i);
     if (live.empty()) continue;
     const Tensor schedule = schedule_.slice0(int64_t(g), int64_t(g) + 1);  // (1, kScheduleValues)
-    if (group.rule == UpdateRule::Muon) muon.push_back(muon_momentum(group, live, schedule, scale));
+    if (group.rule == UpdateRule::Muon) muon.push_back({&group, live, schedule});
     else adamw_step(group, live, schedule, scale);
   }
-  muon_finish(muon);
+  muon_steps(muon, scale);
 }
 
 namespace {
@@ -383,75 +383,96 @@ void Optimizer::adamw_step(const UpdateGroup& group, const std::vector<size_t>& 
   });
 }
 
-Optimizer::MuonPending Optimizer::muon_momentum(const UpdateGroup& group, const std::vector<size_t>& live,
-                                                const Tensor& schedule, const double* grad_scale) {
-  const int64_t count = static_cast<int64_t>(live.size());
-  MuonPending p{&group, live, schedule, Tensor::empty({count, group.rows, group.cols}, group.dtype, group.device),
-                Tensor::empty({count, group.rows, group.cols}, group.dtype, group.device)};
+void Optimizer::muon_steps(const std::vector<MuonPending>& pending, const double* grad_scale) {
+  std::vector<const MuonPending*> together, alone;
+  for (const MuonPending& p : pending) {
+    bool shares = false;
+#ifdef HLA_CUDA_OPTIM
+    shares = p.group->device == Device::CUDA && p.group->rows <= cuda::kNewtonSchulzSmallSide &&
+             p.group->cols <= cuda::kNewtonSchulzSmallSide;
+#endif
+    (shares ? together : alone).push_back(&p);
+  }
+  // Newton-Schulz of the group's (count, rows, cols) updates into ortho
+  auto newton_schulz = [&](const MuonPending& p, const Tensor& update, Tensor& ortho) {
+    const int64_t count = update.size(0), rows = p.group->rows, cols = p.group->cols;
+    if (p.group->device == Device::CUDA) {
+#ifdef HLA_CUDA_OPTIM
+      const cuda::NewtonSchulzBatch batch{ortho.data<float>(), update.data<float>(), count, rows, cols};
+      cuda::newton_schulz(&batch, 1, config_.ns_steps);
+      return;
+#endif
+    }
+    dispatch_float(p.group->dtype, "muon", [&](auto tag) {
+      using T = decltype(tag);
+      cpu::newton_schulz<T>(ortho.data<T>(), update.data<T>(), count, rows, cols, config_.ns_steps);
+    });
+  };
+  if (!together.empty()) {
+#ifdef HLA_CUDA_OPTIM
+    std::vector<Tensor> updates, orthos;
+    std::vector<cuda::NewtonSchulzBatch> batches;
+    for (const MuonPending* p : together) {
+      updates.push_back(muon_momentum(*p, grad_scale));
+      orthos.push_back(Tensor::empty(updates.back().shape(), updates.back().dtype(), updates.back().device()));
+      batches.push_back({orthos.back().data<float>(), updates.back().data<float>(), updates.back().size(0),
+                         p->group->rows, p->group->cols});
+    }
+    cuda::newton_schulz(batches.data(), static_cast<int>(batches.size()), config_.ns_steps);
+    for (size_t i = 0; i < together.size(); i++) muon_apply_step(*together[i], orthos[i]);
+#endif
+  }
+  for (const MuonPending* p : alone) {
+    const Tensor update = muon_momentum(*p, grad_scale);
+    Tensor ortho = Tensor::empty(update.shape(), update.dtype(), update.device());
+    newton_schulz(*p, update, ortho);
+    muon_apply_step(*p, ortho);
+  }
+}
+
+Tensor Optimizer::muon_momentum(const MuonPending& p, const double* grad_scale) {
+  const UpdateGroup& group = *p.group;
+  const int64_t count = static_cast<int64_t>(p.live.size());
+  Tensor update = Tensor::empty({count, group.rows, group.cols}, group.dtype, group.device);  // (count, rows, cols)
   auto grad = [&](size_t i) -> const Tensor& { return plan_[i].var.grad(); };
   auto buf = [&](size_t i) -> Tensor& { return state_[i][0].second; };
   const std::vector<int64_t> n(count, group.rows * group.cols);
   if (group.device == Device::CUDA) {
 #ifdef HLA_CUDA_OPTIM
-    cuda::muon_momentum(column<float>(live, buf).data(), matrices<float>(p.update).data(),
-                        column<const float>(live, grad).data(), n.data(), int(count), float(config_.momentum),
+    cuda::muon_momentum(column<float>(p.live, buf).data(), matrices<float>(update).data(),
+                        column<const float>(p.live, grad).data(), n.data(), int(count), float(config_.momentum),
                         config_.nesterov, grad_scale);
-    return p;
+    return update;
 #else
-    fail("optimizer: parameter '", plan_[live[0]].name, "' is on CUDA but this build has no cuda/optim.h");
+    fail("optimizer: parameter '", plan_[p.live[0]].name, "' is on CUDA but this build has no cuda/optim.h");
 #endif
   }
   dispatch_float(group.dtype, "muon", [&](auto tag) {
     using T = decltype(tag);
-    cpu::muon_momentum<T>(column<T>(live, buf).data(), matrices<T>(p.update).data(),
-                          column<const T>(live, grad).data(), n.data(), int(count), config_.momentum,
+    cpu::muon_momentum<T>(column<T>(p.live, buf).data(), matrices<T>(update).data(),
+                          column<const T>(p.live, grad).data(), n.data(), int(count), config_.momentum,
                           config_.nesterov, grad_scale);
   });
-  return p;
+  return update;
 }
 
-void Optimizer::muon_finish(std::vector<MuonPending>& pending) {
-  std::vector<MuonPending*> on_cuda;
-  for (MuonPending& p : pending) {
-    const int64_t count = p.update.size(0), rows = p.group->rows, cols = p.group->cols;
-    if (p.group->device == Device::CUDA) {
-      on_cuda.push_back(&p);
-      continue;
-    }
-    dispatch_float(p.group->dtype, "muon", [&](auto tag) {
-      using T = decltype(tag);
-      cpu::newton_schulz<T>(p.ortho.data<T>(), p.update.data<T>(), count, rows, cols, config_.ns_steps);
-    });
-  }
-  if (!on_cuda.empty()) {
+void Optimizer::muon_apply_step(const MuonPending& p, Tensor& ortho) {
+  auto param = [&](size_t i) -> Tensor& { return plan_[i].var.mutable_value(); };
+  const int64_t count = ortho.size(0);
+  const std::vector<int64_t> n(count, p.group->rows * p.group->cols);
+  const std::vector<bf16*> copies = compute_copies(plan_, p.live);
+  if (p.group->device == Device::CUDA) {
 #ifdef HLA_CUDA_OPTIM
-    std::vector<cuda::NewtonSchulzBatch> batches;
-    for (MuonPending* p : on_cuda)
-      batches.push_back({p->ortho.data<float>(), p->update.data<float>(), p->update.size(0), p->group->rows,
-                         p->group->cols});
-    cuda::newton_schulz(batches.data(), static_cast<int>(batches.size()), config_.ns_steps);
-#else
-    fail("optimizer: parameter '", plan_[on_cuda[0]->live[0]].name, "' is on CUDA but this build has no cuda/optim.h");
+    cuda::muon_apply(column<float>(p.live, param).data(), matrices<const float>(ortho).data(), n.data(), int(count),
+                     p.schedule.data<double>(), copies.data());
+    return;
 #endif
   }
-  for (MuonPending& p : pending) {
-    auto param = [&](size_t i) -> Tensor& { return plan_[i].var.mutable_value(); };
-    const int64_t count = p.update.size(0);
-    const std::vector<int64_t> n(count, p.group->rows * p.group->cols);
-    const std::vector<bf16*> copies = compute_copies(plan_, p.live);
-    if (p.group->device == Device::CUDA) {
-#ifdef HLA_CUDA_OPTIM
-      cuda::muon_apply(column<float>(p.live, param).data(), matrices<const float>(p.ortho).data(), n.data(),
-                       int(count), p.schedule.data<double>(), copies.data());
-      continue;
-#endif
-    }
-    dispatch_float(p.group->dtype, "muon", [&](auto tag) {
-      using T = decltype(tag);
-      cpu::muon_apply<T>(column<T>(p.live, param).data(), matrices<const T>(p.ortho).data(), n.data(), int(count),
-                         p.schedule.data<double>(), copies.data());
-    });
-  }
+  dispatch_float(p.group->dtype, "muon", [&](auto tag) {
+    using T = decltype(tag);
+    cpu::muon_apply<T>(column<T>(p.live, param).data(), matrices<const T>(ortho).data(), n.data(), int(count),
+                       p.schedule.data<double>(), copies.data());
+  });
 }
 
 // ---------------------------------------------------------------- state I/O

@@ -137,19 +137,22 @@ class Optimizer {
   // grad_scale: apply()'s, as a pointer (null: none)
   void adamw_step(const UpdateGroup& group, const std::vector<size_t>& live, const Tensor& schedule,
                   const double* grad_scale);
-  // A Muon group between its momentum and its Newton-Schulz: apply() orthogonalises every
-  // group's update in one call (on CUDA, the small matrices of all shapes share launches).
+  // A Muon group's update for this step: apply() gathers them so that on CUDA the groups of
+  // small matrices go through Newton-Schulz together.
   struct MuonPending {
     const UpdateGroup* group;
     std::vector<size_t> live;
     Tensor schedule;
-    Tensor update, ortho;  // (count, rows, cols): the momentum's update, Newton-Schulz's result
   };
-  // Pass 1 of a Muon group: momentum into its update.
-  MuonPending muon_momentum(const UpdateGroup& group, const std::vector<size_t>& live, const Tensor& schedule,
-                            const double* grad_scale);
-  // Pass 2: Newton-Schulz of every pending group; pass 3: decay and the scaled orthogonal step.
-  void muon_finish(std::vector<MuonPending>& pending);
+  // Every pending group's update: pass 1 momentum, pass 2 Newton-Schulz, pass 3 decay and the
+  // scaled orthogonal step. The groups of small matrices on CUDA take each pass together
+  // (cuda::newton_schulz shares their launches; their buffers are small); every other group
+  // takes the three alone, its buffers free again before the next group's.
+  void muon_steps(const std::vector<MuonPending>& pending, const double* grad_scale);
+  // Pass 1 of one group: (count, rows, cols) momentum updates.
+  Tensor muon_momentum(const MuonPending& p, const double* grad_scale);
+  // Pass 3 of one group, from Newton-Schulz's (count, rows, cols) result.
+  void muon_apply_step(const MuonPending& p, Tensor& ortho);
 
   OptimConfig config_;
   std::vector<ParamPlan> plan_;
