@@ -491,10 +491,10 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
 // consumer warpgroups of 64 queries each: three at D = 64 (192 queries), two at D = 128 (128).
 // Warpgroup 0, the producer, only loads: Q, then the K/V tiles of 128 keys into a ring of
 // kWgStages buffers, up to kWgStages - 1 tiles ahead of the consumers (cp.async groups), handing
-// each tile over with a named barrier ("full") once it landed and taking its buffer back with
-// another ("free"); it gives its registers to the consumers (setmaxnreg, wg_blocking: at D = 128
-// they hold S 64, P 32 and O 64 a thread in 232; without the move, capped at 168, they spilled
-// 240 bytes; at D = 64 three hold O 32 in 160).
+// each tile over to each consumer with a named barrier ("full", one per consumer) once it landed
+// and taking its buffer back with another ("free"); it gives its registers to the consumers
+// (setmaxnreg, wg_blocking: at D = 128 they hold S 64, P 32 and O 64 a thread in 232; without the
+// move, capped at 168, they spilled 240 bytes; at D = 64 three hold O 32 in 160).
 // Consumer warpgroup c owns queries 64 c .. 64 c + 63 of the block, its warp w rows
 // 16 w .. 16 w + 15, a thread rows lane / 4 and + 8 of them: the layout of the mma forward at
 // MT = 1, so masking, online softmax and the epilogue are its code. Every consumer reads each
@@ -532,12 +532,17 @@ struct WgBlocking {
 constexpr WgBlocking wg_blocking(int D) { return D == 64 ? WgBlocking{3, 32, 160} : WgBlocking{2, 40, 232}; }
 constexpr int wg_block_rows(int D) { return wg_blocking(D).consumers * kWgRows; }  // queries per block
 constexpr int wg_block_threads(int D) { return (1 + wg_blocking(D).consumers) * kWgThreads; }
-// Named barrier ids: stage s full at kWgFull + s, free at kWgFree + s; consumer c's turn
-// (ping-pong) at kWgTurn + c.
-constexpr int kWgFull = 1, kWgFree = kWgFull + kWgStages, kWgTurn = kWgFree + kWgStages;
+// Named barrier ids at head width D: stage s free at kWgFree + s; stage s full for consumer c at
+// wg_full(D, s, c), one barrier per consumer (the producer's and that consumer's threads), so
+// that a consumer takes a tile as soon as it landed (with one barrier over the block, each took
+// it only once the slowest consumer was done with the tile before); consumer c's turn
+// (ping-pong) at wg_turn(D, c).
+constexpr int kWgFree = 1, kWgFull = kWgFree + kWgStages;
+constexpr int wg_full(int D, int stage, int consumer) { return kWgFull + stage * wg_blocking(D).consumers + consumer; }
+constexpr int wg_turn(int D, int consumer) { return wg_full(D, kWgStages, consumer); }
 constexpr bool wg_blocking_fits(int D) {
   const WgBlocking w = wg_blocking(D);
-  return w.consumers >= 2 && kWgTurn + w.consumers <= 16 &&
+  return w.consumers >= 2 && wg_turn(D, w.consumers) <= 16 &&
          kWgThreads * (w.producer_regs + w.consumers * w.consumer_regs) <= 64 * 1024;
 }
 static_assert(wg_blocking_fits(64) && wg_blocking_fits(128),
@@ -604,7 +609,8 @@ __global__ void __launch_bounds__(wg_block_threads(D), 1)
       if (n >= kWgStages - 1) {
         cp_async_wait<kWgStages - 2>();
         fence_proxy_async();  // the copies, then wgmma's reads of them
-        named_barrier_arrive(kWgFull + (n - (kWgStages - 1)) % kWgStages, kBlockThreads);
+        for (int c = 0; c < kConsumers; c++)
+          named_barrier_arrive(wg_full(D, (n - (kWgStages - 1)) % kWgStages, c), 2 * kWgThreads);
       }
       if (n < tiles) {
         const int stage = n % kWgStages, s0 = (kb_first + n) * kWgCols;
@@ -631,7 +637,8 @@ __global__ void __launch_bounds__(wg_block_threads(D), 1)
   for (int n = 0; n < tiles; n++)
     if (c0 < T && docs.any_visible(c0, c_last, (kb_first + n) * kWgCols, (kb_first + n + 1) * kWgCols - 1, window))
       n_first = min(n_first, n), n_last = n;
-  const auto take = [&](int n) { named_barrier_sync(kWgFull + n % kWgStages, kBlockThreads); };  // tile n landed
+  const int me = warpgroup - 1;
+  const auto take = [&](int n) { named_barrier_sync(wg_full(D, n % kWgStages, me), 2 * kWgThreads); };  // tile n landed
   // Tile n's buffers are read no more; the producer waits for them only when it has another tile
   // to put there.
   const auto release = [&](int n) {
@@ -678,15 +685,14 @@ __global__ void __launch_bounds__(wg_block_threads(D), 1)
   // Each consumer has tiles + 1 rounds (one a tile, without products on the tiles it skips, then
   // the last O += P V); consumer 0 has the first turn, and the last consumer passes none on after
   // its last round (every arrival is waited for).
-  const int me = warpgroup - 1;
   int rounds = 0;
   const auto in_turn = [&](const auto& issue) {
-    named_barrier_sync(kWgTurn + me, 2 * kWgThreads);
+    named_barrier_sync(wg_turn(D, me), 2 * kWgThreads);
     issue();
     if (++rounds <= tiles || me < kConsumers - 1)
-      named_barrier_arrive(kWgTurn + (me + 1) % kConsumers, 2 * kWgThreads);
+      named_barrier_arrive(wg_turn(D, (me + 1) % kConsumers), 2 * kWgThreads);
   };
-  if (me == kConsumers - 1) named_barrier_arrive(kWgTurn, 2 * kWgThreads);
+  if (me == kConsumers - 1) named_barrier_arrive(wg_turn(D, 0), 2 * kWgThreads);
 
   for (int n = 0; n < n_first; n++) take(n), in_turn([] {}), release(n);
   if (n_first <= n_last) {
