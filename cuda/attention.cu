@@ -47,16 +47,16 @@
 //        (sm_90a). The forward is warp-specialised: a producer warpgroup loads K/V tiles of 128
 //        keys into a ring of 3 for consumer warpgroups of 64 queries each (three at D = 64,
 //        192 queries a block; two at D = 128), S and O += P V as wgmma products (P from S's
-//        registers; a tile's softmax runs while the P V of the tile before does, and the
-//        consumers issue their products in turns), the mma forward's mask, online softmax and
-//        epilogue (shared helpers). The backward is the mma
+//        registers; a tile's softmax runs while the P V of the tile before does, and at
+//        D = 128 the consumers issue their products in turns), the mma forward's mask, online
+//        softmax and epilogue (shared helpers). The backward is the mma
 //        backward's two kernels with 64-row warpgroup products (its section says how); on the
 //        emulator its gradients are the mma backward's to the printed digit. Which pass runs on
 //        wgmma: set_attention_wgmma / set_attention_wgmma_backward (cuda/attention.h); by default
 //        in sm_90a builds where measured faster on the H200 (commit ade7972, causal bf16, both
-//        gpu-checked): the forward at D = 128 (0.914 ms to mma's 0.990 at B4 T4096 H16; at D = 64
-//        0.338 to 0.315 with two consumers a block then, so mma; with three, at ff76c2d, 0.310 to
-//        0.312: level, so still mma), the backward at both (D = 128:
+//        gpu-checked): the forward at D = 128 (0.914 ms to mma's 0.990 at B4 T4096 H16) and at
+//        D = 64 (three consumers without turns, 2026-12-04: 0.290-0.295 ms to the mma forward's
+//        ~0.315 at B8 T2048 H16), the backward at both (D = 128:
 //        2.46 ms to 3.56; D = 64 at B8 T2048 H16: 0.773 to 1.027). Both on wgmma at B4 T4096 H16 D128: fwd+bwd 3.374 ms
 //        (SDPA 2.029); at B1 T16384 12.880 (mma 17.380). Emulator groups `wgmma`, `wgmma-bwd`.
 //   fma: plain fp32 arithmetic, any D, Dv <= 256, F32 or BF16 storage: one warp per row, keys
@@ -485,9 +485,8 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
 
 // ------------------------------------------------------------------------------------------
 // wgmma path: the forward at D = Dv = 64 and 128 on Hopper's warpgroup MMA (cuda/wgmma.cuh,
-// sm_90a), the default at D = 128 (measured faster than the mma forward), run at D = 64 only when
-// asked (set_attention_wgmma, cuda/attention.h) until measured there; the mma forward stays its
-// oracle. Warp-specialised: a block is a producer warpgroup and wg_blocking(D).consumers
+// sm_90a), the default at both (measured faster than the mma forward; set_attention_wgmma,
+// cuda/attention.h, chooses); the mma forward stays its oracle. Warp-specialised: a block is a producer warpgroup and wg_blocking(D).consumers
 // consumer warpgroups of 64 queries each: three at D = 64 (192 queries), two at D = 128 (128).
 // Warpgroup 0, the producer, only loads: Q, then the K/V tiles of 128 keys into a ring of
 // kWgStages buffers, up to kWgStages - 1 tiles ahead of the consumers (cp.async groups), handing
@@ -507,10 +506,10 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
 //           read N-major (its D / 64 panels are N's 64-wide parts), issued with the next tile's S.
 // Pipelined (FlashAttention-3's intra-warpgroup overlap): the consumer issues tile n's S = Q K^T,
 // then tile n - 1's O += P V, and runs tile n's mask and softmax while the latter is in flight;
-// the rescale of O that tile n's max asks for, and the new P, wait for it. And ping-pong between
-// the consumers (FlashAttention-3's inter-warpgroup scheduling): they issue their products in
-// turns, passed round through named barriers, so that the others' softmaxes run beside one's
-// products. A product is issued by all 128 threads of a consumer, so it skips only the tiles
+// the rescale of O that tile n's max asks for, and the new P, wait for it. At D = 128, ping-pong
+// between the consumers (FlashAttention-3's inter-warpgroup scheduling): they issue their
+// products in turns, passed round through named barriers, so that the others' softmaxes run
+// beside one's products (wg_blocking says where, and what it was measured to give). A product is issued by all 128 threads of a consumer, so it skips only the tiles
 // none of its 64 rows sees (above its diagonal, before its window or document: a contiguous run;
 // it still takes part in their barriers), and masks only those some row sees in part; a warp
 // whose rows see none of a tile it computes gets P = 0 there. Shared memory: Q 128 D bytes a
@@ -520,16 +519,24 @@ constexpr int kWgRows = 64;                                   // queries per con
 constexpr int kWgCols = 128;                                  // keys per K/V tile: S's N
 constexpr int kWgThreads = 128;                               // a warpgroup
 constexpr int kWgStages = 3;                                  // K/V tiles in the ring
-// The forward's block at head width D: its consumer warpgroups and the registers a thread that
-// setmaxnreg gives the producer and each consumer (one block an SM: 64 K registers a block).
+// The forward's block at head width D: its consumer warpgroups, the registers a thread that
+// setmaxnreg gives the producer and each consumer (one block an SM: 64 K registers a block), and
+// whether the consumers issue their products in turns (ping-pong).
 // D = 64: three consumers (192 queries: each K/V tile loaded feeds three, and two softmaxes run
 // beside a consumer's products), 128 x 32 + 384 x 160 = 64 K (O 32, S 64, P 32 a thread; ptxas
-// spills the consumers at 152, the producer at 24). D = 128: two (O 64, S 64, P 32 a thread
-// would not fit in 160), 128 x 40 + 256 x 232 <= 64 K.
+// spills the consumers at 152, the producer at 24), no turns. D = 128: two (O 64, S 64, P 32 a
+// thread would not fit in 160), 128 x 40 + 256 x 232 <= 64 K, in turns. Measured both ways in one
+// H200 run (2026-12-04, bf16 causal, hla bench, two runs each): at B8 T2048 H16 D64 turns cost
+// 0.311-0.320 ms against 0.289-0.295 without (ncu at D = 64 with turns: consumers waited for
+// their turn about a quarter of their time, the tensor pipe busy ~26%); at B4 T4096 H16 D128
+// they gave 0.896-0.911 against 0.956-0.961.
 struct WgBlocking {
   int consumers, producer_regs, consumer_regs;
+  bool ping_pong;
 };
-constexpr WgBlocking wg_blocking(int D) { return D == 64 ? WgBlocking{3, 32, 160} : WgBlocking{2, 40, 232}; }
+constexpr WgBlocking wg_blocking(int D) {
+  return D == 64 ? WgBlocking{3, 32, 160, false} : WgBlocking{2, 40, 232, true};
+}
 constexpr int wg_block_rows(int D) { return wg_blocking(D).consumers * kWgRows; }  // queries per block
 constexpr int wg_block_threads(int D) { return (1 + wg_blocking(D).consumers) * kWgThreads; }
 // Named barrier ids at head width D: stage s free at kWgFree + s; stage s full for consumer c at
@@ -542,7 +549,7 @@ constexpr int wg_full(int D, int stage, int consumer) { return kWgFull + stage *
 constexpr int wg_turn(int D, int consumer) { return wg_full(D, kWgStages, consumer); }
 constexpr bool wg_blocking_fits(int D) {
   const WgBlocking w = wg_blocking(D);
-  return w.consumers >= 2 && wg_turn(D, w.consumers) <= 16 &&
+  return (w.consumers >= 2 || !w.ping_pong) && wg_turn(D, w.consumers) <= 16 &&
          kWgThreads * (w.producer_regs + w.consumers * w.consumer_regs) <= 64 * 1024;
 }
 static_assert(wg_blocking_fits(64) && wg_blocking_fits(128),
@@ -583,6 +590,7 @@ __global__ void __launch_bounds__(wg_block_threads(D), 1)
   constexpr int NT = kWgCols / 8, kTile = kWgCols * D;  // kTile: elements of a K or V tile
   constexpr int kConsumers = wg_blocking(D).consumers, kBlockRows = wg_block_rows(D);
   constexpr int kBlockThreads = wg_block_threads(D);
+  constexpr bool kPingPong = wg_blocking(D).ping_pong;
   extern __shared__ float4 smem_raw[];
   // as D / 64 panels each: sQ: kConsumers x (kWgRows, D); sK, sV: kWgStages x (kWgCols, D)
   bf16* sQ = reinterpret_cast<bf16*>(align_wgmma_tiles(smem_raw));
@@ -679,20 +687,20 @@ __global__ void __launch_bounds__(wg_block_threads(D), 1)
     wgmma_commit();
   };
 
-  // Ping-pong (FlashAttention-3's inter-warpgroup scheduling): a consumer issues its products
-  // only in its turn, after those of the consumer before it in the same round (turns go round
+  // Ping-pong (FlashAttention-3's inter-warpgroup scheduling), where wg_blocking asks for it: a
+  // consumer issues its products only in its turn, after those of the consumer before it in the same round (turns go round
   // 0, 1, .., kConsumers - 1, 0, ..), so that the others' softmaxes run while one's products do.
   // Each consumer has tiles + 1 rounds (one a tile, without products on the tiles it skips, then
   // the last O += P V); consumer 0 has the first turn, and the last consumer passes none on after
   // its last round (every arrival is waited for).
   int rounds = 0;
   const auto in_turn = [&](const auto& issue) {
-    named_barrier_sync(wg_turn(D, me), 2 * kWgThreads);
+    if constexpr (kPingPong) named_barrier_sync(wg_turn(D, me), 2 * kWgThreads);
     issue();
-    if (++rounds <= tiles || me < kConsumers - 1)
+    if (kPingPong && (++rounds <= tiles || me < kConsumers - 1))
       named_barrier_arrive(wg_turn(D, (me + 1) % kConsumers), 2 * kWgThreads);
   };
-  if (me == kConsumers - 1) named_barrier_arrive(wg_turn(D, 0), 2 * kWgThreads);
+  if (kPingPong && me == kConsumers - 1) named_barrier_arrive(wg_turn(D, 0), 2 * kWgThreads);
 
   for (int n = 0; n < n_first; n++) take(n), in_turn([] {}), release(n);
   if (n_first <= n_last) {
@@ -1541,8 +1549,8 @@ void dispatch_mma(const Shape4& s, Fn&& fn) {
 // in builds with sm_90a code, each pass runs on wgmma at the head widths where it measured faster
 // than the mma kernels on the H200 (commit ade7972, causal bf16, gpu-check PASS in the same call):
 //   forward  D = 128: 0.914 ms to 0.990 at B4 T4096 H16 (3.352 to 3.776 at B1 T16384);
-//            D = 64: slower, 0.338 ms to 0.315 at B8 T2048 H16, so mma (three consumer
-//            warpgroups a block since, ff76c2d: 0.310 to 0.312, level; mma kept);
+//            D = 64: 0.290-0.295 ms to ~0.315 at B8 T2048 H16 (three consumers without turns,
+//            2026-12-04; with two consumers, ade7972: 0.338, and with turns, ff76c2d: 0.310);
 //   backward D = 128: 2.46 ms to 3.56 at B4 T4096 H16 (fwd+bwd minus fwd);
 //            D = 64: 0.773 ms to 1.027 at B8 T2048 H16.
 #ifdef HLA_WGMMA
@@ -1574,7 +1582,7 @@ struct WgmmaSwitch {
     }
   }
 };
-WgmmaSwitch g_wgmma_forward{"HLA_ATTENTION_WGMMA", false, true};
+WgmmaSwitch g_wgmma_forward{"HLA_ATTENTION_WGMMA", true, true};
 WgmmaSwitch g_wgmma_backward{"HLA_ATTENTION_WGMMA_BWD", true, true};
 bool use_wgmma_forward(int64_t D, int64_t Dv, DType dtype) { return g_wgmma_forward.use(D, Dv, dtype); }
 bool use_wgmma_backward(int64_t D, int64_t Dv, DType dtype) { return g_wgmma_backward.use(D, Dv, dtype); }

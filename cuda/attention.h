@@ -30,8 +30,7 @@ const char* attention_kernel(int64_t D, int64_t Dv, DType dtype);
 
 // Where the BF16 attention passes run on Hopper's wgmma kernels (sm_90a builds) instead of the mma
 // kernels: at D = Dv = 64 and 128 (on), at neither (off), or at the widths where each measured
-// faster on the H200 (by_width, the default; cuda/attention.cu: the forward at 128, the backward
-// at 64 and 128; nowhere in builds without sm_90a code). HLA_ATTENTION_WGMMA (the forward) and
+// faster on the H200 (by_width, the default; cuda/attention.cu: both passes at 64 and 128; nowhere in builds without sm_90a code). HLA_ATTENTION_WGMMA (the forward) and
 // HLA_ATTENTION_WGMMA_BWD (the backward), =1 on or =0 off, override the default. Each returns the
 // previous setting. Not thread-safe: set them before work.
 enum class WgmmaSetting { off, on, by_width };
