@@ -486,8 +486,9 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
 // ------------------------------------------------------------------------------------------
 // wgmma path: the forward at D = Dv = 64 and 128 on Hopper's warpgroup MMA (cuda/wgmma.cuh,
 // sm_90a), the default at both (measured faster than the mma forward; set_attention_wgmma,
-// cuda/attention.h, chooses); the mma forward stays its oracle. Warp-specialised: a block is a producer warpgroup and wg_blocking(D).consumers
-// consumer warpgroups of 64 queries each: three at D = 64 (192 queries), two at D = 128 (128).
+// cuda/attention.h, chooses); the mma forward stays its oracle. Warp-specialised: a block is a
+// producer warpgroup and wg_blocking(D).consumers consumer warpgroups of 64 queries each: three
+// at D = 64 (192 queries), two at D = 128 (128).
 // Warpgroup 0, the producer, only loads: Q, then the K/V tiles of 128 keys into a ring of
 // kWgStages buffers, up to kWgStages - 1 tiles ahead of the consumers (cp.async groups), handing
 // each tile over to each consumer with a named barrier ("full", one per consumer) once it landed
@@ -509,10 +510,11 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
 // the rescale of O that tile n's max asks for, and the new P, wait for it. At D = 128, ping-pong
 // between the consumers (FlashAttention-3's inter-warpgroup scheduling): they issue their
 // products in turns, passed round through named barriers, so that the others' softmaxes run
-// beside one's products (wg_blocking says where, and what it was measured to give). A product is issued by all 128 threads of a consumer, so it skips only the tiles
-// none of its 64 rows sees (above its diagonal, before its window or document: a contiguous run;
-// it still takes part in their barriers), and masks only those some row sees in part; a warp
-// whose rows see none of a tile it computes gets P = 0 there. Shared memory: Q 128 D bytes a
+// beside one's products (wg_blocking says where, and what it was measured to give). A product is
+// issued by all 128 threads of a consumer, so it skips only the tiles none of its 64 rows sees
+// (above its diagonal, before its window or document: a contiguous run; it still takes part in
+// their barriers), and masks only those some row sees in part; a warp whose rows see none of a
+// tile it computes gets P = 0 there. Shared memory: Q 128 D bytes a
 // consumer + kWgStages x 512 D (+1 KB for the alignment): 225 KB at D = 128 (of 227), 121 KB at
 // D = 64; one block an SM.
 constexpr int kWgRows = 64;                                   // queries per consumer: wgmma's M
@@ -528,8 +530,8 @@ constexpr int kWgStages = 3;                                  // K/V tiles in th
 // thread would not fit in 160), 128 x 40 + 256 x 232 <= 64 K, in turns. Measured both ways in one
 // H200 run (2026-12-04, bf16 causal, hla bench, two runs each): at B8 T2048 H16 D64 turns cost
 // 0.311-0.320 ms against 0.289-0.295 without (ncu at D = 64 with turns: consumers waited for
-// their turn about a quarter of their time, the tensor pipe busy ~26%); at B4 T4096 H16 D128
-// they gave 0.896-0.911 against 0.956-0.961.
+// their turn about a quarter of their time; a round's products are ~26% of its cycles at the
+// tensor cores' rate); at B4 T4096 H16 D128 they gave 0.896-0.911 against 0.956-0.961.
 struct WgBlocking {
   int consumers, producer_regs, consumer_regs;
   bool ping_pong;
@@ -545,7 +547,9 @@ constexpr int wg_block_threads(int D) { return (1 + wg_blocking(D).consumers) * 
 // it only once the slowest consumer was done with the tile before); consumer c's turn
 // (ping-pong) at wg_turn(D, c).
 constexpr int kWgFree = 1, kWgFull = kWgFree + kWgStages;
-constexpr int wg_full(int D, int stage, int consumer) { return kWgFull + stage * wg_blocking(D).consumers + consumer; }
+constexpr int wg_full(int D, int stage, int consumer) {
+  return kWgFull + stage * wg_blocking(D).consumers + consumer;
+}
 constexpr int wg_turn(int D, int consumer) { return wg_full(D, kWgStages, consumer); }
 constexpr bool wg_blocking_fits(int D) {
   const WgBlocking w = wg_blocking(D);
@@ -646,7 +650,9 @@ __global__ void __launch_bounds__(wg_block_threads(D), 1)
     if (c0 < T && docs.any_visible(c0, c_last, (kb_first + n) * kWgCols, (kb_first + n + 1) * kWgCols - 1, window))
       n_first = min(n_first, n), n_last = n;
   const int me = warpgroup - 1;
-  const auto take = [&](int n) { named_barrier_sync(wg_full(D, n % kWgStages, me), 2 * kWgThreads); };  // tile n landed
+  const auto take = [&](int n) {  // tile n landed
+    named_barrier_sync(wg_full(D, n % kWgStages, me), 2 * kWgThreads);
+  };
   // Tile n's buffers are read no more; the producer waits for them only when it has another tile
   // to put there.
   const auto release = [&](int n) {
@@ -688,8 +694,9 @@ __global__ void __launch_bounds__(wg_block_threads(D), 1)
   };
 
   // Ping-pong (FlashAttention-3's inter-warpgroup scheduling), where wg_blocking asks for it: a
-  // consumer issues its products only in its turn, after those of the consumer before it in the same round (turns go round
-  // 0, 1, .., kConsumers - 1, 0, ..), so that the others' softmaxes run while one's products do.
+  // consumer issues its products only in its turn, after those of the consumer before it in the
+  // same round (turns go round 0, 1, .., kConsumers - 1, 0, ..), so that the others' softmaxes
+  // run while one's products do.
   // Each consumer has tiles + 1 rounds (one a tile, without products on the tiles it skips, then
   // the last O += P V); consumer 0 has the first turn, and the last consumer passes none on after
   // its last round (every arrival is waited for).
