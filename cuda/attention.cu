@@ -1551,9 +1551,9 @@ void dispatch_mma(const Shape4& s, Fn&& fn) {
   else with_docs(std::integral_constant<int, 256>{});
 }
 
-// One wgmma switch (set_attention_wgmma, set_attention_wgmma_backward): on, off, or by width,
-// read from its environment variable (=1: on, =0: off, else by width) when first asked. By width,
-// in builds with sm_90a code, each pass runs on wgmma at the head widths where it measured faster
+// One wgmma switch (set_attention_wgmma, set_attention_wgmma_backward): on, off, or if built, read
+// from its environment variable (=1: on, =0: off, else if built) when first asked. If built (in
+// builds with sm_90a code), both passes run on wgmma at both widths, where each measured faster
 // than the mma kernels on the H200 (commit ade7972, causal bf16, gpu-check PASS in the same call):
 //   forward  D = 128: 0.914 ms to 0.990 at B4 T4096 H16 (3.352 to 3.776 at B1 T16384);
 //            D = 64: 0.290-0.295 ms to ~0.315 at B8 T2048 H16 (three consumers without turns,
@@ -1567,8 +1567,7 @@ constexpr bool kWgmmaBuilt = false;
 #endif
 struct WgmmaSwitch {
   const char* env;
-  bool at64, at128;  // the by-width choices
-  WgmmaSetting setting = WgmmaSetting::by_width;
+  WgmmaSetting setting = WgmmaSetting::if_built;
   bool read = false;
 
   WgmmaSetting current() {
@@ -1585,12 +1584,12 @@ struct WgmmaSwitch {
     switch (current()) {
       case WgmmaSetting::on: return true;
       case WgmmaSetting::off: return false;
-      default: return kWgmmaBuilt && (D == 128 ? at128 : at64);
+      default: return kWgmmaBuilt;
     }
   }
 };
-WgmmaSwitch g_wgmma_forward{"HLA_ATTENTION_WGMMA", true, true};
-WgmmaSwitch g_wgmma_backward{"HLA_ATTENTION_WGMMA_BWD", true, true};
+WgmmaSwitch g_wgmma_forward{"HLA_ATTENTION_WGMMA"};
+WgmmaSwitch g_wgmma_backward{"HLA_ATTENTION_WGMMA_BWD"};
 bool use_wgmma_forward(int64_t D, int64_t Dv, DType dtype) { return g_wgmma_forward.use(D, Dv, dtype); }
 bool use_wgmma_backward(int64_t D, int64_t Dv, DType dtype) { return g_wgmma_backward.use(D, Dv, dtype); }
 

@@ -29,11 +29,11 @@ void attention_backward(void* dq, void* dk, void* dv, const void* dout, const vo
 const char* attention_kernel(int64_t D, int64_t Dv, DType dtype);
 
 // Where the BF16 attention passes run on Hopper's wgmma kernels (sm_90a builds) instead of the mma
-// kernels: at D = Dv = 64 and 128 (on), at neither (off), or at the widths where each measured
-// faster on the H200 (by_width, the default; cuda/attention.cu: both passes at 64 and 128; nowhere in builds without sm_90a code). HLA_ATTENTION_WGMMA (the forward) and
-// HLA_ATTENTION_WGMMA_BWD (the backward), =1 on or =0 off, override the default. Each returns the
-// previous setting. Not thread-safe: set them before work.
-enum class WgmmaSetting { off, on, by_width };
+// kernels: at D = Dv = 64 and 128 (on), at neither (off), or wherever the build has sm_90a code
+// (if_built, the default: both passes measured faster there on the H200, cuda/attention.cu).
+// HLA_ATTENTION_WGMMA (the forward) and HLA_ATTENTION_WGMMA_BWD (the backward), =1 on or =0 off,
+// override the default. Each returns the previous setting. Not thread-safe: set them before work.
+enum class WgmmaSetting { off, on, if_built };
 WgmmaSetting set_attention_wgmma(WgmmaSetting setting);
 WgmmaSetting set_attention_wgmma_backward(WgmmaSetting setting);
 
