@@ -384,50 +384,43 @@ void Optimizer::adamw_step(const UpdateGroup& group, const std::vector<size_t>& 
 }
 
 void Optimizer::muon_steps(const std::vector<MuonPending>& pending, const double* grad_scale) {
-  std::vector<const MuonPending*> together, alone;
+  // Passes 1-3 of `groups` together: their momentum updates, one Newton-Schulz call (on CUDA
+  // their products share launches), their steps.
+  auto run = [&](const std::vector<const MuonPending*>& groups) {
+    std::vector<Tensor> updates, orthos;  // (count, rows, cols) each
+    for (const MuonPending* p : groups) {
+      updates.push_back(muon_momentum(*p, grad_scale));
+      orthos.push_back(Tensor::empty(updates.back().shape(), updates.back().dtype(), updates.back().device()));
+    }
+    if (groups[0]->group->device == Device::CUDA) {
+#ifdef HLA_CUDA_OPTIM
+      std::vector<cuda::NewtonSchulzBatch> batches;
+      for (size_t i = 0; i < groups.size(); i++)
+        batches.push_back({orthos[i].data<float>(), updates[i].data<float>(), updates[i].size(0),
+                           groups[i]->group->rows, groups[i]->group->cols});
+      cuda::newton_schulz(batches.data(), static_cast<int>(batches.size()), config_.ns_steps);
+#endif
+    } else {
+      for (size_t i = 0; i < groups.size(); i++)
+        dispatch_float(groups[i]->group->dtype, "muon", [&](auto tag) {
+          using T = decltype(tag);
+          cpu::newton_schulz<T>(orthos[i].data<T>(), updates[i].data<T>(), updates[i].size(0),
+                                groups[i]->group->rows, groups[i]->group->cols, config_.ns_steps);
+        });
+    }
+    for (size_t i = 0; i < groups.size(); i++) muon_apply_step(*groups[i], orthos[i]);
+  };
+  std::vector<const MuonPending*> together;
   for (const MuonPending& p : pending) {
     bool shares = false;
 #ifdef HLA_CUDA_OPTIM
     shares = p.group->device == Device::CUDA && p.group->rows <= cuda::kNewtonSchulzSmallSide &&
              p.group->cols <= cuda::kNewtonSchulzSmallSide;
 #endif
-    (shares ? together : alone).push_back(&p);
+    if (shares) together.push_back(&p);
+    else run({&p});  // its buffers are free again before the next group's
   }
-  // Newton-Schulz of the group's (count, rows, cols) updates into ortho
-  auto newton_schulz = [&](const MuonPending& p, const Tensor& update, Tensor& ortho) {
-    const int64_t count = update.size(0), rows = p.group->rows, cols = p.group->cols;
-    if (p.group->device == Device::CUDA) {
-#ifdef HLA_CUDA_OPTIM
-      const cuda::NewtonSchulzBatch batch{ortho.data<float>(), update.data<float>(), count, rows, cols};
-      cuda::newton_schulz(&batch, 1, config_.ns_steps);
-      return;
-#endif
-    }
-    dispatch_float(p.group->dtype, "muon", [&](auto tag) {
-      using T = decltype(tag);
-      cpu::newton_schulz<T>(ortho.data<T>(), update.data<T>(), count, rows, cols, config_.ns_steps);
-    });
-  };
-  if (!together.empty()) {
-#ifdef HLA_CUDA_OPTIM
-    std::vector<Tensor> updates, orthos;
-    std::vector<cuda::NewtonSchulzBatch> batches;
-    for (const MuonPending* p : together) {
-      updates.push_back(muon_momentum(*p, grad_scale));
-      orthos.push_back(Tensor::empty(updates.back().shape(), updates.back().dtype(), updates.back().device()));
-      batches.push_back({orthos.back().data<float>(), updates.back().data<float>(), updates.back().size(0),
-                         p->group->rows, p->group->cols});
-    }
-    cuda::newton_schulz(batches.data(), static_cast<int>(batches.size()), config_.ns_steps);
-    for (size_t i = 0; i < together.size(); i++) muon_apply_step(*together[i], orthos[i]);
-#endif
-  }
-  for (const MuonPending* p : alone) {
-    const Tensor update = muon_momentum(*p, grad_scale);
-    Tensor ortho = Tensor::empty(update.shape(), update.dtype(), update.device());
-    newton_schulz(*p, update, ortho);
-    muon_apply_step(*p, ortho);
-  }
+  if (!together.empty()) run(together);
 }
 
 Tensor Optimizer::muon_momentum(const MuonPending& p, const double* grad_scale) {
