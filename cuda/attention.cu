@@ -58,7 +58,10 @@
 //        D = 64 (three consumers without turns, 2026-12-04: 0.290-0.295 ms to the mma forward's
 //        ~0.315 at B8 T2048 H16), the backward at both (D = 128:
 //        2.46 ms to 3.56; D = 64 at B8 T2048 H16: 0.773 to 1.027). Both on wgmma at B4 T4096 H16 D128: fwd+bwd 3.374 ms
-//        (SDPA 2.029); at B1 T16384 12.880 (mma 17.380). Emulator groups `wgmma`, `wgmma-bwd`.
+//        (SDPA 2.029); at B1 T16384 12.880 (mma 17.380). Since the tile loads advance by constant steps
+//        (cuda/tile.cuh, bench/README): B4 T4096 H16 D128 forward 0.691-0.698 ms, fwd+bwd
+//        2.869-2.911; B8 T2048 H16 D64 fwd+bwd 0.942-0.945 (SDPA 0.733). Emulator groups `wgmma`,
+//        `wgmma-bwd`.
 //   fma: plain fp32 arithmetic, any D, Dv <= 256, F32 or BF16 storage: one warp per row, keys
 //        (or queries) in shared-memory tiles of 32, one per lane. The readable version, and the
 //        fp32 path.
@@ -446,9 +449,9 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
   // this thread's rows: r = 2 mt + half is row tile mt's lane / 4 + 8 half
   const auto t_row = [&](int r) { return w_first + (r / 2) * 16 + (r % 2) * 8 + lane / 4; };
 
-  load_tile_async<kRows, D, kFwdThreads>(sQ, qh, q_stride, q0, T);
-  load_tile_async<kCols, D, kFwdThreads>(sK, kh, kv_stride, kb_first * kCols, T);
-  load_tile_async<kCols, D, kFwdThreads>(sV, vh, kv_stride, kb_first * kCols, T);
+  load_tile_async<kRows, D, kFwdThreads, 0>(sQ, qh, q_stride, q0, T);
+  load_tile_async<kCols, D, kFwdThreads, 0>(sK, kh, kv_stride, kb_first * kCols, T);
+  load_tile_async<kCols, D, kFwdThreads, 0>(sV, vh, kv_stride, kb_first * kCols, T);
   cp_async_commit();
 
   float acc[MT * D / 8][4] = {};  // acc: (16 MT, D) unnormalised O, row tile mt at acc[mt * D / 8..]
@@ -460,8 +463,8 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
     cp_async_wait_all();
     __syncthreads();  // tile kb (and Q) landed; every warp is done with tile kb - 1
     if (kb < kb_last) {
-      load_tile_async<kCols, D, kFwdThreads>(sK + (buf ^ 1) * kCols * D, kh, kv_stride, k0 + kCols, T);
-      load_tile_async<kCols, D, kFwdThreads>(sV + (buf ^ 1) * kCols * D, vh, kv_stride, k0 + kCols, T);
+      load_tile_async<kCols, D, kFwdThreads, 0>(sK + (buf ^ 1) * kCols * D, kh, kv_stride, k0 + kCols, T);
+      load_tile_async<kCols, D, kFwdThreads, 0>(sV + (buf ^ 1) * kCols * D, vh, kv_stride, k0 + kCols, T);
     }
     cp_async_commit();
     for (int s0 = k0; s0 < k0 + kCols; s0 += kFwdStep) {  // keys s0 .. s0 + kFwdStep - 1
