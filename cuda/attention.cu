@@ -56,12 +56,12 @@
 //        in sm_90a builds where measured faster on the H200 (commit ade7972, causal bf16, both
 //        gpu-checked): the forward at D = 128 (0.914 ms to mma's 0.990 at B4 T4096 H16) and at
 //        D = 64 (three consumers without turns, 2026-12-04: 0.290-0.295 ms to the mma forward's
-//        ~0.315 at B8 T2048 H16), the backward at both (D = 128:
-//        2.46 ms to 3.56; D = 64 at B8 T2048 H16: 0.773 to 1.027). Both on wgmma at B4 T4096 H16 D128: fwd+bwd 3.374 ms
-//        (SDPA 2.029); at B1 T16384 12.880 (mma 17.380). Since the tile loads advance by constant steps
-//        (cuda/tile.cuh, bench/README): B4 T4096 H16 D128 forward 0.691-0.698 ms, fwd+bwd
-//        2.869-2.911; B8 T2048 H16 D64 fwd+bwd 0.942-0.945 (SDPA 0.733). Emulator groups `wgmma`,
-//        `wgmma-bwd`.
+//        ~0.315 at B8 T2048 H16), the backward at both (D = 128: 2.46 ms to 3.56; D = 64 at B8
+//        T2048 H16: 0.773 to 1.027). Both on wgmma at B4 T4096 H16 D128: fwd+bwd 3.374 ms (SDPA
+//        2.029); at B1 T16384 12.880 (mma 17.380). Since the tile loads advance by constant
+//        steps (cuda/tile.cuh, bench/README): B4 T4096 H16 D128 forward 0.691-0.698 ms, fwd+bwd
+//        2.869-2.911; B8 T2048 H16 D64 fwd+bwd 0.942-0.945 (SDPA 0.733). Emulator groups
+//        `wgmma`, `wgmma-bwd`.
 //   fma: plain fp32 arithmetic, any D, Dv <= 256, F32 or BF16 storage: one warp per row, keys
 //        (or queries) in shared-memory tiles of 32, one per lane. The readable version, and the
 //        fp32 path.
