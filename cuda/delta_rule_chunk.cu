@@ -1288,8 +1288,13 @@ __device__ __forceinline__ void add_decayed_pairs(WarpTile<C, Smem::KB>& out, co
       chunk_mma::mma_staged(sum, Padded<kLdA, TRANSPOSED>{terms[n].p}, Padded<kLdX, false>{terms[n].x_decayed}, 16 * j,
                             16 * j + 16);
   }
-#pragma unroll
-  for (int step = 0; step < 16; step++) {  // 2.
+  // 2. rolled (one step's code reused 16 times) where the kernel's code would not fit the
+  // instruction cache (ncu, H200, KDA at DK = 128: 44% of the warps' stall cycles waiting for an
+  // instruction, 204 KB of SASS straight through; rolled, 134 KB); unrolled at DK = 256 (kWide),
+  // where rolled GDN-2's local backward spilled 4 bytes and grew.
+  constexpr int kStepUnroll = Smem::kWide ? 16 : 1;
+#pragma unroll kStepUnroll
+  for (int step = 0; step < 16; step++) {
     const int u = TRANSPOSED ? 15 - step : step, tok = sum.row0 + u;
     float p[2][N];  // P at (this thread's rows g, g + 8, token u), or TRANSPOSED (token u, its rows)
 #pragma unroll
