@@ -236,6 +236,7 @@
 
 #include "cuda/chunk_mma.cuh"
 #include "cuda/common.cuh"
+#include "cuda/fast_exp2.cuh"
 #include "cuda/mma.cuh"
 #include "cuda/recurrence.cuh"
 #include "cuda/staged_mma.cuh"
@@ -1343,7 +1344,7 @@ __device__ __forceinline__ void stage_pair_decays(const Smem& sm, int d0, const 
     auto decay = [&](int from, int to) {  // exp(G_to - G_from) for the pair, from <= to
       const float2 g_from = *reinterpret_cast<const float2*>(sm.Gv + from * kLdG + d);
       const float2 g_to = *reinterpret_cast<const float2*>(sm.Gv + to * kLdG + d);
-      return make_float2(expf(g_to.x - g_from.x), expf(g_to.y - g_from.y));
+      return make_float2(exp_ftz(g_to.x - g_from.x), exp_ftz(g_to.y - g_from.y));
     };
     const float2 k = bf16_pair(sm.k, t * kLdK + d), q = bf16_pair(sm.q, t * kLdK + d);
     const float2 to_next = next < C ? decay(t, next) : make_float2(0.f, 0.f), from_first = decay(first, t);
@@ -1359,9 +1360,9 @@ __device__ __forceinline__ void stage_pair_decays(const Smem& sm, int d0, const 
   }
   for (int i = threadIdx.x; i < (C / 16 - 1) * KB; i += kThreads) {
     const int b = i / KB, d = i % KB;
-    sm.block_decay[i] = expf(g(16 * b + 16, d) - g(16 * b, d));
+    sm.block_decay[i] = exp_ftz(g(16 * b + 16, d) - g(16 * b, d));
   }
-  for (int d = threadIdx.x; d < KB; d += kThreads) sm.hdhv[d0 + d] *= expf(g(C - 1, d));
+  for (int d = threadIdx.x; d < KB; d += kThreads) sm.hdhv[d0 + d] *= exp_ftz(g(C - 1, d));
 }
 
 // Runs block(d0) for the key blocks d0 = 0, KB, .. < DK: in a loop, or with UNROLL unrolled, d0
@@ -1505,8 +1506,8 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
       __syncthreads();
     }
     if constexpr (VG) {
-      dq.each([&](int r, int d, float& x, int) { x *= a.scale * expf(g(r, kc + d)); });
-      dk.each([&](int r, int d, float& x, int) { x *= expf(g(C - 1, kc + d) - g(r, kc + d)); });
+      dq.each([&](int r, int d, float& x, int) { x *= a.scale * exp_ftz(g(r, kc + d)); });
+      dk.each([&](int r, int d, float& x, int) { x *= exp_ftz(g(C - 1, kc + d) - g(r, kc + d)); });
       dk.add_col_sums(sm.colKg + 4 * d0, [&](int r, int d, float x) { return x * bf(sm.k[r * kLdK + kc + d]); });
     } else {
       dq.each([&](int r, int, float& x, int) { x *= a.scale * sm.expG[r]; });
@@ -1524,7 +1525,7 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
       for (int i = threadIdx.x; i < C * KB; i += kThreads) {
         const int s = i / KB, d = i % KB;
         const float e = VBW ? erase(s, d0 + d) * k_rows(s, kc + d) : k_rows(s, kc + d);
-        sm.kexp[s * kLdKBb + d] = __float2bfloat16_rn(e * expf(g(s, kc + d)));
+        sm.kexp[s * kLdKBb + d] = __float2bfloat16_rn(e * exp_ftz(g(s, kc + d)));
       }
     }
     __syncthreads();
@@ -1670,7 +1671,7 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
       const Padded<kLdKBb, false> dW_hi{sm.dW_hi}, dW_lo{sm.dW_lo};
       mma_staged(de, A_hi_t, dW_hi, 0, C), mma_staged(de, A_hi_t, dW_lo, 0, C), mma_staged(de, A_lo_t, dW_hi, 0, C);
       if constexpr (VG) {
-        de.each([&](int r, int d, float& x, int) { x *= expf(g(r, kc + d)); });
+        de.each([&](int r, int d, float& x, int) { x *= exp_ftz(g(r, kc + d)); });
         __syncthreads();  // A's tiles and the dW block are read: the decays take their places
         stage_pair_decays<Smem, VBW>(sm, d0, a.b + tok0 * DK + d0, a.HV * DK, n);
         __syncthreads();  // G is read: the block's dG takes its place (GDN-2: b first, read below)

@@ -11,4 +11,6 @@ inline float exp2_ftz(float x) {
   return y < FLT_MIN ? 0.0f : y;
 }
 
+inline float exp_ftz(float x) { return exp2_ftz(x * 1.4426950408889634f); }
+
 }  // namespace hla::cuda
