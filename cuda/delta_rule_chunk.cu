@@ -480,7 +480,7 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
   __syncthreads();
   if (threadIdx.x < C) {
     const int tt = threadIdx.x;
-    sm.colw[tt] = VG ? sm.beta[tt] : sm.beta[tt] * expf(sm.G[tt]);  // ehat_t = beta_t k_t exp(G_t)
+    sm.colw[tt] = VG ? sm.beta[tt] : sm.beta[tt] * exp_ftz(sm.G[tt]);  // ehat_t = beta_t k_t exp(G_t)
   }
   // G to its (C, DK or 1) rows of the workspace (B, HV, NT * C, DK or 1) (a pointer formed where it
   // is used: one held from here to 1d made ptxas spill at dk = 64)
@@ -517,7 +517,7 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
 #pragma unroll 1
       for (int i = threadIdx.x; i < C * kCh / 2; i += kThreads) {  // channel pairs d, d + 1
         const int t = i / (kCh / 2), c = (i % (kCh / 2)) * 2, d = c0 + c, first = t / 16 * 16;
-        const float f0 = expf(g(t, d) - g(first, d)), f1 = expf(g(t, d + 1) - g(first, d + 1));
+        const float f0 = exp_ftz(g(t, d) - g(first, d)), f1 = exp_ftz(g(t, d + 1) - g(first, d + 1));
         const float2 q = bf16_pair(sm.q, t * kLdK + d);
         split_store(sm.et_hi, sm.et_lo, t * kLdX + c, e_at(t, d) * f0, e_at(t, d + 1) * f1);
         split_store(sm.qt_hi, sm.qt_lo, t * kLdX + c, q.x * f0, q.y * f1);
@@ -528,8 +528,8 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
         for (int i = threadIdx.x; i < 16 * r * kCh / 2; i += kThreads) {
           const int s = i / (kCh / 2), c = (i % (kCh / 2)) * 2, d = c0 + c;
           const float2 k = bf16_pair(sm.k, s * kLdK + d);
-          split_store(sm.kref_hi, sm.kref_lo, row0 + s * kLdX + c, k.x * expf(g(16 * r, d) - g(s, d)),
-                      k.y * expf(g(16 * r, d + 1) - g(s, d + 1)));
+          split_store(sm.kref_hi, sm.kref_lo, row0 + s * kLdX + c, k.x * exp_ftz(g(16 * r, d) - g(s, d)),
+                      k.y * exp_ftz(g(16 * r, d + 1) - g(s, d + 1)));
         }
       }
       __syncthreads();
@@ -554,7 +554,7 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
       float g_t = g(0, d);
       for (int t = 0; t + 1 < C; t++) {
         const float g_next = g(t + 1, d);
-        if (t % 16 != 15) sm.estep[t * kLdG + d] = expf(g_next - g_t);
+        if (t % 16 != 15) sm.estep[t * kLdG + d] = exp_ftz(g_next - g_t);
         g_t = g_next;
       }
     }
@@ -608,7 +608,7 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
     }
     for (int i = threadIdx.x; i < C * DK; i += kThreads) {
       float& x = sm.G[(i / DK) * kLdG + i % DK];
-      x = expf(kWide ? G_out()[i] : x);
+      x = exp_ftz(kWide ? G_out()[i] : x);
     }
     if (kWide) wait_tiles();
   } else {
@@ -619,10 +619,10 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
     kk.mma<DK, false, false>(k_rows, k_cols);
     qk.mma<DK, false, false>(q_rows, k_cols);
     kk.each([&](int r, int s, float x, int) {
-      sm.L[r * kLdC + s] = s < r ? sm.beta[r] * x * expf(sm.G[r] - sm.G[s]) : 0.f;
+      sm.L[r * kLdC + s] = s < r ? sm.beta[r] * x * exp_ftz(sm.G[r] - sm.G[s]) : 0.f;
     });
     float* aqk = a.Aqk + (head * a.NT + chunk) * C * C;
-    qk.each([&](int r, int s, float x, int) { aqk[r * C + s] = s <= r ? a.scale * x * expf(sm.G[r] - sm.G[s]) : 0.f; });
+    qk.each([&](int r, int s, float x, int) { aqk[r * C + s] = s <= r ? a.scale * x * exp_ftz(sm.G[r] - sm.G[s]) : 0.f; });
   }
   __syncthreads();
   if constexpr (VBW && Smem::kWriteGateInQ) load_w();  // q is read (1b done); 1c's sync orders it before 1d
@@ -915,7 +915,7 @@ __global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG, true>::kCtasPe
     }
     // every chunk-start state h[n], for 2b (output_kernel) and the backward (4.9 step 1)
     sm.store_state(a.h_start + (head * a.NT + chunk) * DK * DV, v0);
-    const float decay = VG ? 0.f : expf(sm.G[C - 1]);  // 2c's exp(G_last), scalar gate (G is copied over before 2c)
+    const float decay = VG ? 0.f : exp_ftz(sm.G[C - 1]);  // 2c's exp(G_last), scalar gate (G is copied over before 2c)
     // 2a: Vnew = U - W h (rows past n are 0 - 0 h = 0); for 2b also in a.U's place (the chunk's
     //     U is read) unless a.vnew (u_f32) holds it; 2c's operands staged: Vnew (a scalar gate:
     //     Vnew exp(G_last - G)) split into vn_hi, vn_lo (U's place), a vector gate's
@@ -927,13 +927,13 @@ __global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG, true>::kCtasPe
       };
       if constexpr (kWide) {
         sm.stage_gated(a.G + row0 * DK, tiles.qk(a.k, chunk), tiles.qk_stride, n,
-                       [&](int d, float g_s) { return expf(sm.g_last(d) - g_s); });
+                       [&](int d, float g_s) { return exp_ftz(sm.g_last(d) - g_s); });
       } else if constexpr (VG) {
 #pragma unroll 1
         for (int i = threadIdx.x; i < C * DK / 2; i += kThreads) {  // channel pairs d, d + 1
           const int s = i / (DK / 2), d = (i % (DK / 2)) * 2;
           const float2 k2 = bf16_pair(sm.k, s * kLdK + d);
-          stage_kd(s, d, k2.x * expf(g(C - 1, d) - g(s, d)), k2.y * expf(g(C - 1, d + 1) - g(s, d + 1)));
+          stage_kd(s, d, k2.x * exp_ftz(g(C - 1, d) - g(s, d)), k2.y * exp_ftz(g(C - 1, d + 1) - g(s, d + 1)));
         }
       }
       WarpTile<C, BV> wh;
@@ -946,7 +946,7 @@ __global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG, true>::kCtasPe
           if (a.u_f32) a.u_f32[idx] = u;
         }
         if (a.o && !a.vnew) a.U[(row0 + r) * DV + v0 + c] = u;
-        x = VG ? u : u * expf(sm.G[C - 1] - sm.G[r]);  // G_last = G[C - 1]: g = 0 past n
+        x = VG ? u : u * exp_ftz(sm.G[C - 1] - sm.G[r]);  // G_last = G[C - 1]: g = 0 past n
       });
       __syncthreads();  // U, W and a scalar gate's G are read: Vnew's staged tiles take U's place
       if (more) copy_w_g(chunk + 1);
@@ -961,7 +961,7 @@ __global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG, true>::kCtasPe
     //     staged tiles: K^T by ldmatrix.trans of k's tile (a vector gate's: kd_hi, kd_lo).
     {
       using chunk_mma::Padded;
-      sm.update_state([&](int d) { return VG ? expf(sm.g_last(d)) : decay; }, [&](auto& hn, int d0) {
+      sm.update_state([&](int d) { return VG ? exp_ftz(sm.g_last(d)) : decay; }, [&](auto& hn, int d0) {
         const Padded<kLdK, true> kt_hi{VG ? sm.kd_hi : sm.k, 0, d0};  // K^T[d][s] = k[s][d0 + d] (decayed)
         const Padded<kLdO, false> vn_hi{sm.vn_hi}, vn_lo{sm.vn_lo};
         chunk_mma::mma_staged(hn, kt_hi, vn_hi, 0, C);
@@ -1020,7 +1020,7 @@ __global__ void __launch_bounds__(kThreads, (OutputSmem<DK, DV, VG>::kCtasPerSm)
   // q into q_hi (cp.async, in flight while the fp32 tiles are staged); a vector gate's then
   // becomes q (.) exp(G) split in place (each thread reads the q of the very pieces it overwrites)
   load_bf16_rows_async<C, DK>(sm.q_hi, tiles.qk(a.q, chunk), tiles.qk_stride, n);
-  if (!VG && threadIdx.x < C) sm.expG[threadIdx.x] = expf(a.G[row0 + threadIdx.x]);
+  if (!VG && threadIdx.x < C) sm.expG[threadIdx.x] = exp_ftz(a.G[row0 + threadIdx.x]);
   auto as_is = [](int, int, float4&) {};
   const int64_t state = tiles.head * a.NT + chunk;  // (b, j, chunk) of the (B, HV, NT, ..) buffers
   stage_f32_rows<DK, VS, true>(sm.h_hi, sm.h_lo, a.h_start + state * DK * DV + v0, DV, DK, as_is);
@@ -1031,7 +1031,7 @@ __global__ void __launch_bounds__(kThreads, (OutputSmem<DK, DV, VG>::kCtasPerSm)
   if constexpr (VG) {
     stage_f32_rows<C, DK, true>(sm.q_hi, sm.q_lo, a.G + row0 * DK, DK, C, [&](int t, int d, float4& x) {
       const float2 q01 = bf16_pair(sm.q_hi, t * kLdK + d), q23 = bf16_pair(sm.q_hi, t * kLdK + d + 2);
-      x = make_float4(q01.x * expf(x.x), q01.y * expf(x.y), q23.x * expf(x.z), q23.y * expf(x.w));
+      x = make_float4(q01.x * exp_ftz(x.x), q01.y * exp_ftz(x.y), q23.x * exp_ftz(x.z), q23.y * exp_ftz(x.w));
     });
     __syncthreads();
   }
@@ -1103,12 +1103,12 @@ __global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG, false>::kCtasP
     // 3a: dh[n] = dS, the gradient of chunk n's END state.
     sm.store_state(a.dh_end + (head * a.NT + chunk) * DK * DV, v0);
     if (!VG && threadIdx.x < C) {
-      sm.expG[threadIdx.x] = expf(sm.G[threadIdx.x]);
-      sm.kdecay[threadIdx.x] = expf(sm.G[C - 1] - sm.G[threadIdx.x]);
+      sm.expG[threadIdx.x] = exp_ftz(sm.G[threadIdx.x]);
+      sm.kdecay[threadIdx.x] = exp_ftz(sm.G[C - 1] - sm.G[threadIdx.x]);
     }
     if constexpr (kWide) {  // 3b's Kg = K (.) exp(G_last - G), staged
       sm.stage_gated(a.G + row0 * DK, tiles.qk(a.k, chunk), tiles.qk_stride, n,
-                     [&](int d, float g_s) { return expf(sm.g_last(d) - g_s); });
+                     [&](int d, float g_s) { return exp_ftz(sm.g_last(d) - g_s); });
     }
     __syncthreads();
     auto d_o = [&](int t, int c) { return bf(sm.dov[t * kLdO + c]); };  // dO[t][c], rows past n zero
@@ -1118,7 +1118,7 @@ __global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG, false>::kCtasP
       dvn.mma<C, true, false>([&](int s, int t) { return sm.aqk_at(t, s); }, d_o);
       dvn.mma<DK, true, true>([&](int s, int d) {
         if constexpr (kWide) return sm.kd(s, d);
-        else return bf(sm.k[s * kLdK + d]) * (VG ? expf(g(C - 1, d) - g(s, d)) : sm.kdecay[s]);
+        else return bf(sm.k[s * kLdK + d]) * (VG ? exp_ftz(g(C - 1, d) - g(s, d)) : sm.kdecay[s]);
       }, ds_op);
       dvn.each([&](int s, int c, float& x, int) { x += bf(dres[s * kLdO + c]); });
       __syncthreads();  // every dU is read (and k, Aqk, G): dVnew takes the dU tile's place
@@ -1130,15 +1130,15 @@ __global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG, false>::kCtasP
     if (chunk > 0) copy_k_aqk_g(chunk - 1);
     if constexpr (kWide) {  // 3b's Kg is read (the barrier in 3b): 3c's scale Qg in its place
       sm.stage_gated(a.G + row0 * DK, tiles.qk(a.q, chunk), tiles.qk_stride, n,
-                     [&](int, float g_t) { return a.scale * expf(g_t); });
+                     [&](int, float g_t) { return a.scale * exp_ftz(g_t); });
     }
     __syncthreads();
     // 3c: dS <- exp(G_last) dS + scale Qg^T dO - W^T dVnew   (h[n] feeds the end state, o and Vnew)
     const float decay = VG ? 0.f : sm.expG[C - 1];
-    sm.update_state([&](int d) { return VG ? expf(sm.g_last(d)) : decay; }, [&](auto& dsn, int d0) {
+    sm.update_state([&](int d) { return VG ? exp_ftz(sm.g_last(d)) : decay; }, [&](auto& dsn, int d0) {
       dsn.mma<C, true, false>([&](int d, int t) {
         if constexpr (kWide) return sm.kd(t, d0 + d);
-        else return a.scale * (VG ? expf(g(t, d0 + d)) : sm.expG[t]) * bf(sm.q[t * kLdK + d0 + d]);
+        else return a.scale * (VG ? exp_ftz(g(t, d0 + d)) : sm.expG[t]) * bf(sm.q[t * kLdK + d0 + d]);
       }, d_o);
       dsn.mma<C, true, true>([&](int d, int t) { return sm.W[t * kLdW + d0 + d]; },
                              [&](int t, int c) { return -sm.vnew[t * kLdH + c]; });
@@ -1438,8 +1438,8 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   wait_tiles();
   if (threadIdx.x < C) {
     const int r = threadIdx.x;
-    sm.expG[r] = VG ? 0.f : expf(sm.G[r]);
-    sm.kdecay[r] = VG ? 0.f : expf(sm.G[C - 1] - sm.G[r]);
+    sm.expG[r] = VG ? 0.f : exp_ftz(sm.G[r]);
+    sm.kdecay[r] = VG ? 0.f : exp_ftz(sm.G[C - 1] - sm.G[r]);
     sm.colw[r] = VG ? sm.beta[r] : sm.beta[r] * sm.expG[r];  // Ehat = diag(beta exp(G)) K (vector gate: exp(G) per channel)
   }
   __syncthreads();
@@ -1590,7 +1590,7 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   da.each([&](int r, int s, float& x, int slot) {
     const bool on = s <= r;
     if constexpr (VG) store_pairs(sm.Ps_b, sm.Ps_d, r, s, on ? a.scale * x : 0.f);
-    else sm.Ps_b[r * kLdA + s] = __float2bfloat16_rn(on ? a.scale * x * expf(sm.G[r] - sm.G[s]) : 0.f);
+    else sm.Ps_b[r * kLdA + s] = __float2bfloat16_rn(on ? a.scale * x * exp_ftz(sm.G[r] - sm.G[s]) : 0.f);
     store_m(r, s, uy.at(slot) * sm.wv[s] + wk.at(slot) * sm.colw[s]);
     x = on ? x * sm.pair[r * kLdC + s] : 0.f;
   });
@@ -1618,7 +1618,7 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     mma_staged(dl, A_hi_t, M_hi, 0, C), mma_staged(dl, A_hi_t, M_lo, 0, C), mma_staged(dl, A_lo_t, M_hi, 0, C);
     mma_staged(kk, Padded<kLdK, false>{sm.k}, Padded<kLdK, true>{sm.k}, 0, DK);
     dl.each([&](int r, int s, float x, int slot) {
-      const float p = s < r ? -x * expf(sm.G[r] - sm.G[s]) : 0.f;
+      const float p = s < r ? -x * exp_ftz(sm.G[r] - sm.G[s]) : 0.f;
       sm.P2_b[r * kLdA + s] = __float2bfloat16_rn(p);
       sm.betaP2_b[r * kLdA + s] = __float2bfloat16_rn(sm.beta[r] * p);
       da.ref(slot) += p * sm.beta[r] * kk.at(slot);
