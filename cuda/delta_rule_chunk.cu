@@ -355,12 +355,13 @@ __device__ __forceinline__ void add_block_product_row(float4& acc, const float* 
 
 template <int DK, int DV, bool VG, bool VBW = false>
 struct PrepareSmem {
-  // A vector gate at DK = 256 (kWide): the tiles below at their DK = 128 places take 270 KB
-  // (GDN-2 338 KB), so v waits for q's last reader (1b) and takes q's tile, GDN-2's w takes G's
-  // once 1d's W is formed, the step decays take G's place (G is read again from the workspace
-  // for 1d), and the staged operands of 1b go 16 channels at a time, all in L's and A's places.
-  static constexpr bool kWide = VG && DK > 128;
-  static_assert(!kWide || DV <= DK, "v takes q's tile");
+  // A vector gate at DK >= 128 with DV <= DK (kLean): the tiles below at their DK = 128 places
+  // take 270 KB at DK = 256 (GDN-2 338 KB), and 152 KB at DK = 128, one CTA an SM. So v waits
+  // for q's last reader (1b) and takes q's tile, GDN-2's w takes G's once 1d's W is formed, the
+  // step decays take G's place (G is read again from the workspace for 1d), and the staged
+  // operands of 1b go 16 channels at a time, all in L's and A's places: 101.8 KB at DK = 128,
+  // two CTAs an SM (GDN-2, with its b tile, 118.8 KB: one).
+  static constexpr bool kLean = VG && DK >= 128 && DV <= DK;
   static constexpr int kLdK = DK + 8, kLdV = DV + 8;
   static constexpr int kLdG = VG ? DK + 4 : 1;  // G's row stride: a row of DK channels, or one scalar
   bf16 *q, *k, *v;                 // (C, DK + 8), (C, DK + 8), (C, DV + 8)
@@ -371,38 +372,38 @@ struct PrepareSmem {
   // kCh key channels at a time, split into bf16 hi and lo tiles: e_t, q_t exp(G_t - G_{16 i}) for
   // t in sub-block i, in L's and A's places (free until 1b's products are done); k_s exp(G_{16 i} - G_s)
   // for every s < 16 i, a tile for each i = 1 .. C / 16 - 1 (rows kRefRow0(i) on); then in
-  // their place (kWide: after et and qt, and G's place) the step decays exp(G_{t+1} - G_t)
+  // their place (kLean: after et and qt, and G's place) the step decays exp(G_{t+1} - G_t)
   // inside each sub-block, for its 16 x 16 diagonal block.
-  static constexpr int kCh = kWide ? 16 : 32, kLdX = kCh + 8;
+  static constexpr int kCh = kLean ? 16 : 32, kLdX = kCh + 8;
   bf16 *et_hi, *et_lo, *qt_hi, *qt_lo;  // (C, kLdX) each
   bf16 *kref_hi, *kref_lo;              // (kRefRows, kLdX) each
   float* estep;                         // (C, kLdG)
   // VBW only: (C, DK + 8) erase gate b[t][d], (C, DV + 8) write gate w[t][c]. w is read by 1d
-  // alone, so it comes late: kWide, into G's place once W is formed; else, when it fits (dv <=
+  // alone, so it comes late: kLean, into G's place once W is formed; else, when it fits (dv <=
   // dk), into q's place after 1b: at dk = dv = 64 that keeps GDN-2's prepare at 104.8 KB, two
   // CTAs an SM (113.8 KB with w a place of its own: one).
   bf16 *b, *w;
-  static constexpr bool kWriteGateInQ = !kWide && DV <= DK;
+  static constexpr bool kWriteGateInQ = !kLean && DV <= DK;
   static constexpr int kRefRow0(int i) { return 8 * i * (i - 1); }  // = 16 (1 + 2 + .. + (i - 1))
   static constexpr int kRefRows = kRefRow0(C / 16);
-  static constexpr int kDecays = VG && !kWide ? C * kLdG : 0;  // floats of kref's and estep's place
-  static_assert(!VG || (kWide ? (4 * C + 2 * kRefRows) * kLdX <= 2 * 2 * C * kLdC
+  static constexpr int kDecays = VG && !kLean ? C * kLdG : 0;  // floats of kref's and estep's place
+  static_assert(!VG || (kLean ? (4 * C + 2 * kRefRows) * kLdX <= 2 * 2 * C * kLdC
                               : 4 * C * kLdX <= 2 * 2 * C * kLdC && 2 * kRefRows * kLdX <= 2 * kDecays),
                 "the vector gate's staged operands fit the places they take");
-  static_assert(!(kWide && VBW) || kLdV <= 2 * kLdG, "w fits in G's place");
+  static_assert(!(kLean && VBW) || kLdV <= 2 * kLdG, "w fits in G's place");
   static constexpr size_t bytes() {
-    return sizeof(bf16) * C * (2 * kLdK + (kWide ? 0 : kLdV) + (VBW ? kLdK + (kWide || kWriteGateInQ ? 0 : kLdV) : 0)) +
+    return sizeof(bf16) * C * (2 * kLdK + (kLean ? 0 : kLdV) + (VBW ? kLdK + (kLean || kWriteGateInQ ? 0 : kLdV) : 0)) +
            sizeof(float) * (2 * C * kLdC + C * kLdG + 3 * C + kDecays);
   }
   __device__ explicit PrepareSmem(void* p) {
-    q = static_cast<bf16*>(p), k = q + C * kLdK, v = kWide ? q : k + C * kLdK;
-    L = reinterpret_cast<float*>(k + C * kLdK + (kWide ? 0 : C * kLdV)), A = L + C * kLdC;
+    q = static_cast<bf16*>(p), k = q + C * kLdK, v = kLean ? q : k + C * kLdK;
+    L = reinterpret_cast<float*>(k + C * kLdK + (kLean ? 0 : C * kLdV)), A = L + C * kLdC;
     G = A + C * kLdC, beta = G + C * kLdG, colw = beta + C, colu = colw + C;
     et_hi = reinterpret_cast<bf16*>(L), et_lo = et_hi + C * kLdX, qt_hi = et_lo + C * kLdX, qt_lo = qt_hi + C * kLdX;
-    estep = kWide ? G : colu + C;
-    kref_hi = kWide ? qt_lo + C * kLdX : reinterpret_cast<bf16*>(estep), kref_lo = kref_hi + kRefRows * kLdX;
+    estep = kLean ? G : colu + C;
+    kref_hi = kLean ? qt_lo + C * kLdX : reinterpret_cast<bf16*>(estep), kref_lo = kref_hi + kRefRows * kLdX;
     b = reinterpret_cast<bf16*>(colu + C + kDecays);
-    w = kWide ? reinterpret_cast<bf16*>(G) : kWriteGateInQ ? q : b + C * kLdK;
+    w = kLean ? reinterpret_cast<bf16*>(G) : kWriteGateInQ ? q : b + C * kLdK;
   }
 };
 
@@ -416,7 +417,7 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
   using Smem = PrepareSmem<DK, DV, VG, VBW>;
   const Smem sm(smem_raw);
   constexpr int kLdK = Smem::kLdK, kLdV = Smem::kLdV, kLdG = Smem::kLdG;
-  constexpr bool kWide = Smem::kWide;
+  constexpr bool kLean = Smem::kLean;
   const int chunk = blockIdx.x, j = blockIdx.y, bi = blockIdx.z, hq = j / (a.HV / a.H);
   const int t0 = chunk * C, n = min(C, a.T - t0);
   const int64_t head = int64_t(bi) * a.HV + j;  // (b, j) of (B, HV, ..) workspaces
@@ -433,7 +434,7 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
   };
   load_bf16_rows_async<C, DK>(sm.q, a.q + ((int64_t(bi) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
   load_bf16_rows_async<C, DK>(sm.k, a.k + ((int64_t(bi) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
-  if (!kWide) load_v();  // (kWide: in q's place once 1b has read q)
+  if (!kLean) load_v();  // (kLean: in q's place once 1b has read q)
   if (threadIdx.x < C) {
     const int tt = threadIdx.x;
     const bool ok = tt < n;
@@ -455,7 +456,7 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
       const int tt = i / DK, d = i % DK;
       sm.b[tt * kLdK + d] = tt < n ? a.b[(tok + int64_t(tt) * a.HV) * DK + d] : __float2bfloat16_rn(0.f);
     }
-    if (!kWide && !Smem::kWriteGateInQ) load_w();
+    if (!kLean && !Smem::kWriteGateInQ) load_w();
   }
   wait_tiles();
   // 1a: G = inclusive cumsum of g (vector gate: a thread per channel; scalar: warp 0, two tokens a lane).
@@ -550,7 +551,7 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
       sm.L[r * kLdC + s] = s < r ? sm.beta[r] * x : 0.f;
       aqk[r * C + s] = s < r ? a.scale * qk.at(slot) : 0.f;
     });
-    for (int d = threadIdx.x; d < DK; d += kThreads) {  // a thread a channel, tokens in order (kWide: over G)
+    for (int d = threadIdx.x; d < DK; d += kThreads) {  // a thread a channel, tokens in order (kLean: over G)
       float g_t = g(0, d);
       for (int t = 0; t + 1 < C; t++) {
         const float g_next = g(t + 1, d);
@@ -601,16 +602,16 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
         for (int s = t + 1; s < first + 16; s++) sm.L[t * kLdC + s] = 0.f, aqk[t * C + s] = 0.f;
     }
     // G is read (the step decays hold what the diagonal blocks need): exp(G) in its place for 1d
-    // (kWide: G from the workspace, this CTA's writes above; q is read: v takes its tile).
-    if (kWide) {
+    // (kLean: G from the workspace, this CTA's writes above; q is read: v takes its tile).
+    if (kLean) {
       __syncthreads();
       load_v();
     }
     for (int i = threadIdx.x; i < C * DK; i += kThreads) {
       float& x = sm.G[(i / DK) * kLdG + i % DK];
-      x = exp_ftz(kWide ? G_out()[i] : x);
+      x = exp_ftz(kLean ? G_out()[i] : x);
     }
-    if (kWide) wait_tiles();
+    if (kLean) wait_tiles();
   } else {
     auto k_rows = [&](int r, int d) { return bf(sm.k[r * kLdK + d]); };  // K[r][d]
     auto q_rows = [&](int r, int d) { return bf(sm.q[r * kLdK + d]); };  // Q[r][d]
@@ -693,7 +694,7 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
     float* W = a.W + (head * a.NT * C + t0) * DK;
     wt.each([&](int r, int d, float x, int) { W[r * DK + d] = x; });
   }
-  if (kWide && VBW) {  // exp(G) is read: w takes its place
+  if (kLean && VBW) {  // exp(G) is read: w takes its place
     __syncthreads();
     load_w();
     __syncthreads();
@@ -744,23 +745,27 @@ __device__ __forceinline__ void gated_rows(const float* G, const bf16* x, int64_
 template <int DK, int DV, bool VG, bool FORWARD>
 struct ScanSmem {
   // FORWARD: the forward scan's layout (scan_kernel), else the reverse scan's. A vector gate at
-  // DK = 256 (kWide): the C x DK tiles of G, k and q would take 321 KB. The scans hold G's last
-  // row alone (2c's and 3c's row decays); K (.) exp(G_last - G) is staged from the workspace's G
-  // and global k straight into kd_hi, kd_lo (stage_gated), in q's and k's places in the reverse
-  // scan, which stages there K (.) exp(G_last - G) for 3b, then scale Q (.) exp(G) for 3c.
-  static constexpr bool kWide = VG && DK > 128;
+  // DK >= 128 (kLean): the C x DK tiles of G, k and q would take 321 KB at DK = 256, and at 128
+  // (145 / 141 KB) they left room for one CTA an SM: 256 CTAs at B4 H16 D128 ran in two waves
+  // on the 132 SMs, paying the sequential chain twice. The scans hold G's last row alone (2c's
+  // and 3c's row decays); K (.) exp(G_last - G) is staged from the workspace's G and global k
+  // straight into kd_hi, kd_lo (stage_gated), in q's and k's places in the reverse scan, which
+  // stages there K (.) exp(G_last - G) for 3b, then scale Q (.) exp(G) for 3c. At DK = 128 that
+  // is 95.5 / 108.5 KB (forward / reverse): two CTAs an SM, all 256 resident.
+  static constexpr bool kLean = VG && DK >= 128;
   // State columns per CTA: 32, or the forward's 64 at DK = 256, where one CTA fills an SM either
   // way: B HV DV / 64 CTAs (one wave at B8 H4 D256 on 132 SMs, where 32 columns took two), each
   // chunk's W rows loaded by half as many CTAs.
   static constexpr int BV = FORWARD && DK > 128 ? 64 : 32;
-  static constexpr int kCtasPerSm = kWide || BV > 32 ? 1 : 2;  // launch bounds
+  // launch bounds (the scalar gate's reverse scan at DK = 256 keeps two: its 190 KB fit one)
+  static constexpr int kCtasPerSm = DK > 128 && (VG || FORWARD) ? 1 : 2;
   // The state update's rows per WarpTile (a WarpTile spreads its 16-row tiles over the 8 warps,
   // so it has at most 128 rows): DK / kRows tiles of (kRows, BV).
   static constexpr int kRows = DK < 128 ? DK : 128, kRowBlocks = DK / kRows;
   static constexpr int kLdH = BV + 4, kLdW = DK + 4, kLdK = DK + 8;
   static constexpr int kLdO = BV + 8;  // bf16 row stride of a (C, BV) tile
   static constexpr int kLdG = VG ? DK + 4 : 1;  // G's row stride: DK channels (vector gate) or one
-  static constexpr int kG = kWide ? DK : C * kLdG;  // G's floats: (C, kLdG), or kWide G_last's row
+  static constexpr int kG = kLean ? DK : C * kLdG;  // G's floats: (C, kLdG), or kLean G_last's row
   // Aqk is lower triangular (s <= t): its rows are stored packed, row t at aqk_row(t), in the
   // t / 4 + 1 pieces of 4 floats that hold s = 0 .. t (kAqk floats in all, half a full tile).
   static constexpr int kAqk = 4 * (C + 2 * (C / 4) * (C / 4 - 1));
@@ -769,40 +774,40 @@ struct ScanSmem {
   float* W;      // (C, kLdW)
   float* vnew;   // (C, kLdH): the reverse scan's dVnew; the forward's U, in vn_hi's and vn_lo's place
   float* aqk;    // (kAqk) packed rows (reverse scan)
-  float* G;      // (C, kLdG): G[t][d] (vector gate) or G[t]; kWide (DK): G[C - 1][d]
+  float* G;      // (C, kLdG): G[t][d] (vector gate) or G[t]; kLean (DK): G[C - 1][d]
   float *expG, *kdecay;  // (C): exp(G), exp(G_last - G) (reverse scan; scalar gate)
-  bf16 *q, *k;   // (C, kLdK) (kWide: none; the forward: k alone)
+  bf16 *q, *k;   // (C, kLdK) (kLean: none; the forward: k alone)
   bf16* dov;     // (C, kLdO) the reverse scan's dO columns
   // The forward's staged operands of 2c: (C, kLdO) each, Vnew (a scalar gate: Vnew (.)
   // exp(G_last - G)) split; a vector gate's (C, kLdK) each, K (.) exp(G_last - G) split (the
-  // reverse scan's: kWide, 3b's and 3c's staged operands).
+  // reverse scan's: kLean, 3b's and 3c's staged operands).
   bf16 *vn_hi, *vn_lo, *kd_hi, *kd_lo;
   static constexpr size_t bytes() {
     const size_t floats = size_t(DK) * kLdH + C * kLdW + kG + (FORWARD ? 0 : C * kLdH + kAqk + 2 * C);
-    const size_t halves = FORWARD ? ((kWide ? 0 : 1) + (VG ? 2 : 0)) * C * kLdK + 2 * C * kLdO : 2 * C * kLdK + C * kLdO;
+    const size_t halves = FORWARD ? ((kLean ? 0 : 1) + (VG ? 2 : 0)) * C * kLdK + 2 * C * kLdO : 2 * C * kLdK + C * kLdO;
     return sizeof(float) * floats + sizeof(bf16) * halves;
   }
   __device__ explicit ScanSmem(void* p) {
     h = static_cast<float*>(p), W = h + DK * kLdH;
     if constexpr (FORWARD) {
       G = W + C * kLdW, aqk = expG = kdecay = nullptr;
-      bf16* tiles = reinterpret_cast<bf16*>(G + kG);  // k (but kWide), kd_hi, kd_lo (VG), vn_hi, vn_lo
-      bf16* kd = tiles + (kWide ? 0 : C * kLdK);
-      q = dov = nullptr, k = kWide ? nullptr : tiles;
+      bf16* tiles = reinterpret_cast<bf16*>(G + kG);  // k (but kLean), kd_hi, kd_lo (VG), vn_hi, vn_lo
+      bf16* kd = tiles + (kLean ? 0 : C * kLdK);
+      q = dov = nullptr, k = kLean ? nullptr : tiles;
       kd_hi = VG ? kd : nullptr, kd_lo = VG ? kd + C * kLdK : nullptr;
       vn_hi = kd + (VG ? 2 * C * kLdK : 0), vn_lo = vn_hi + C * kLdO;
       vnew = reinterpret_cast<float*>(vn_hi);
     } else {
       vnew = W + C * kLdW, aqk = vnew + C * kLdH, G = aqk + kAqk, expG = G + kG, kdecay = expG + C;
       bf16* tiles = reinterpret_cast<bf16*>(kdecay + C);
-      q = kWide ? nullptr : tiles, k = kWide ? nullptr : tiles + C * kLdK, dov = tiles + 2 * C * kLdK;
-      kd_hi = kWide ? tiles : nullptr, kd_lo = kWide ? tiles + C * kLdK : nullptr, vn_hi = vn_lo = nullptr;
+      q = kLean ? nullptr : tiles, k = kLean ? nullptr : tiles + C * kLdK, dov = tiles + 2 * C * kLdK;
+      kd_hi = kLean ? tiles : nullptr, kd_lo = kLean ? tiles + C * kLdK : nullptr, vn_hi = vn_lo = nullptr;
     }
   }
   // G_last[d] = G[C - 1][d] (vector gate)
-  __device__ float g_last(int d) const { return G[(kWide ? 0 : (C - 1) * kLdG) + d]; }
+  __device__ float g_last(int d) const { return G[(kLean ? 0 : (C - 1) * kLdG) + d]; }
   // kd_hi, kd_lo <- x[t][d] factor(d, G[t][d]) split, for a chunk's (C, DK) rows of a vector
-  // gate's G in the workspace and of a bf16 matrix x in global memory (gated_rows; kWide).
+  // gate's G in the workspace and of a bf16 matrix x in global memory (gated_rows; kLean).
   template <class Factor>
   __device__ void stage_gated(const float* G_rows, const bf16* x, int64_t x_stride, int n, Factor&& factor) const {
     auto split_store = [&](int t, int d, float x0, float x1) {  // at (t, d), (t, d + 1)
@@ -888,7 +893,7 @@ __global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG, true>::kCtasPe
   const Smem sm(smem_raw);
   constexpr int BV = Smem::BV, kLdH = Smem::kLdH, kLdW = Smem::kLdW, kLdK = Smem::kLdK, kLdG = Smem::kLdG;
   constexpr int kLdO = Smem::kLdO;
-  constexpr bool kWide = Smem::kWide;
+  constexpr bool kLean = Smem::kLean;
   const int v0 = blockIdx.x * BV, j = blockIdx.y, bi = blockIdx.z;
   const int64_t head = int64_t(bi) * a.HV + j;
   const ScanTiles<DK> tiles(a, bi, j);
@@ -904,9 +909,9 @@ __global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG, true>::kCtasPe
     const int t0 = chunk * C, n = tiles.rows(chunk);
     const int64_t row0 = tiles.row0(chunk);  // first workspace row of the chunk
     const bool more = chunk + 1 < a.NT;
-    if (!kWide) load_bf16_rows_async<C, DK>(sm.k, tiles.qk(a.k, chunk), tiles.qk_stride, n);
+    if (!kLean) load_bf16_rows_async<C, DK>(sm.k, tiles.qk(a.k, chunk), tiles.qk_stride, n);
     load_f32_rows_async<C, BV>(sm.vnew, kLdH, a.U + row0 * DV + v0, DV);
-    if (kWide) load_f32_rows_async<1, DK>(sm.G, DK, a.G + (row0 + C - 1) * DK, DK);  // G_last's row
+    if (kLean) load_f32_rows_async<1, DK>(sm.G, DK, a.G + (row0 + C - 1) * DK, DK);  // G_last's row
     else if (VG) load_f32_rows_async<C, DK>(sm.G, kLdG, a.G + row0 * DK, DK);
     wait_tiles();  // this chunk's tiles, and the previous update's h
     if (a.resets(bi, chunk)) {  // a document starts here: from h = 0 (block-uniform branch)
@@ -925,7 +930,7 @@ __global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG, true>::kCtasPe
         chunk_mma::split_pair(x0, x1, *reinterpret_cast<uint32_t*>(sm.kd_hi + s * kLdK + d),
                               *reinterpret_cast<uint32_t*>(sm.kd_lo + s * kLdK + d));
       };
-      if constexpr (kWide) {
+      if constexpr (kLean) {
         sm.stage_gated(a.G + row0 * DK, tiles.qk(a.k, chunk), tiles.qk_stride, n,
                        [&](int d, float g_s) { return exp_ftz(sm.g_last(d) - g_s); });
       } else if constexpr (VG) {
@@ -1055,10 +1060,10 @@ __global__ void __launch_bounds__(kThreads, (OutputSmem<DK, DV, VG>::kCtasPerSm)
 // carrying dS = dL/d(state), in the scan's shared-memory layout (sm.h holds dS, sm.vnew dVnew).
 // Tiles as in the scan: k, Aqk and G (read by 3b and its exp step only) for the next chunk are
 // copied during 3c; q, W, dO and the dU tile (bf16, in sm.vnew's place until 3b turns it into
-// dVnew) at the top of a chunk, one round trip. A vector gate at DK = 256 (kWide) holds G's last
-// row alone (3c's row decays, with W, dO and dU at the top) and stages 3b's K (.) exp(G_last - G)
-// and then 3c's scale Q (.) exp(G) from the workspace's G and global k, q (ScanSmem::stage_gated;
-// four round trips each: a thread's 16 pieces in batches of four).
+// dVnew) at the top of a chunk, one round trip. A vector gate at DK >= 128 (kLean) holds G's
+// last row alone (3c's row decays, with W, dO and dU at the top) and stages 3b's K (.)
+// exp(G_last - G) and then 3c's scale Q (.) exp(G) from the workspace's G and global k, q
+// (ScanSmem::stage_gated; DK / 64 round trips each: a thread's DK / 16 pieces in batches of four).
 
 template <int DK, int DV, bool VG>
 __global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG, false>::kCtasPerSm))
@@ -1068,14 +1073,14 @@ __global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG, false>::kCtasP
   const Smem sm(smem_raw);
   constexpr int BV = Smem::BV, kLdH = Smem::kLdH, kLdW = Smem::kLdW, kLdK = Smem::kLdK, kLdO = Smem::kLdO;
   constexpr int kLdG = Smem::kLdG;
-  constexpr bool kWide = Smem::kWide;
+  constexpr bool kLean = Smem::kLean;
   const int v0 = blockIdx.x * BV, j = blockIdx.y, bi = blockIdx.z;
   const int64_t head = int64_t(bi) * a.HV + j;
   const ScanTiles<DK> tiles(a, bi, j);
   bf16* dres = reinterpret_cast<bf16*>(sm.vnew);  // (C, kLdO) dU, until 3b writes dVnew there
   static_assert(sizeof(bf16) * kLdO <= sizeof(float) * kLdH, "the dU tile fits in sm.vnew");
   auto copy_k_aqk_g = [&](int chunk) {  // a vector gate's G is read by 3c too: copied at the top
-    if (!kWide) load_bf16_rows_async<C, DK>(sm.k, tiles.qk(a.k, chunk), tiles.qk_stride, tiles.rows(chunk));
+    if (!kLean) load_bf16_rows_async<C, DK>(sm.k, tiles.qk(a.k, chunk), tiles.qk_stride, tiles.rows(chunk));
     sm.copy_aqk(a.Aqk + (head * a.NT + chunk) * C * C);
     if (!VG) load_f32_rows_async<1, C>(sm.G, C, a.G + tiles.row0(chunk), 0);
   };
@@ -1087,13 +1092,13 @@ __global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG, false>::kCtasP
     const int n = tiles.rows(chunk);
     const int64_t row0 = tiles.row0(chunk);                              // first workspace row
     const int64_t tok0 = (int64_t(bi) * a.T + chunk * C) * a.HV + j;    // (B, T, HV) index of token t0
-    if (!kWide) load_bf16_rows_async<C, DK>(sm.q, tiles.qk(a.q, chunk), tiles.qk_stride, n);
+    if (!kLean) load_bf16_rows_async<C, DK>(sm.q, tiles.qk(a.q, chunk), tiles.qk_stride, n);
     load_f32_rows_async<C, DK>(sm.W, kLdW, a.W + row0 * DK, DK);
     load_bf16_rows_async<C, BV>(sm.dov, a.d_o + tok0 * DV + v0, int64_t(a.HV) * DV, n);
     // dU rows past n (and all of them without a residual gradient) are zeros
     load_bf16_rows_async<C, BV>(dres, (a.d_res ? a.d_res : a.d_o) + tok0 * DV + v0, int64_t(a.HV) * DV,
                                 a.d_res ? n : 0);
-    if (kWide) load_f32_rows_async<1, DK>(sm.G, DK, a.G + (row0 + C - 1) * DK, DK);  // G_last's row
+    if (kLean) load_f32_rows_async<1, DK>(sm.G, DK, a.G + (row0 + C - 1) * DK, DK);  // G_last's row
     else if (VG) load_f32_rows_async<C, DK>(sm.G, kLdG, a.G + row0 * DK, DK);
     wait_tiles();  // this chunk's tiles, and the previous update's dS
     if (a.resets(bi, chunk + 1)) {  // the next chunk started from h = 0: no gradient reaches this end state
@@ -1106,7 +1111,7 @@ __global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG, false>::kCtasP
       sm.expG[threadIdx.x] = exp_ftz(sm.G[threadIdx.x]);
       sm.kdecay[threadIdx.x] = exp_ftz(sm.G[C - 1] - sm.G[threadIdx.x]);
     }
-    if constexpr (kWide) {  // 3b's Kg = K (.) exp(G_last - G), staged
+    if constexpr (kLean) {  // 3b's Kg = K (.) exp(G_last - G), staged
       sm.stage_gated(a.G + row0 * DK, tiles.qk(a.k, chunk), tiles.qk_stride, n,
                      [&](int d, float g_s) { return exp_ftz(sm.g_last(d) - g_s); });
     }
@@ -1117,7 +1122,7 @@ __global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG, false>::kCtasP
       WarpTile<C, BV> dvn;
       dvn.mma<C, true, false>([&](int s, int t) { return sm.aqk_at(t, s); }, d_o);
       dvn.mma<DK, true, true>([&](int s, int d) {
-        if constexpr (kWide) return sm.kd(s, d);
+        if constexpr (kLean) return sm.kd(s, d);
         else return bf(sm.k[s * kLdK + d]) * (VG ? exp_ftz(g(C - 1, d) - g(s, d)) : sm.kdecay[s]);
       }, ds_op);
       dvn.each([&](int s, int c, float& x, int) { x += bf(dres[s * kLdO + c]); });
@@ -1128,7 +1133,7 @@ __global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG, false>::kCtasP
       });
     }
     if (chunk > 0) copy_k_aqk_g(chunk - 1);
-    if constexpr (kWide) {  // 3b's Kg is read (the barrier in 3b): 3c's scale Qg in its place
+    if constexpr (kLean) {  // 3b's Kg is read (the barrier in 3b): 3c's scale Qg in its place
       sm.stage_gated(a.G + row0 * DK, tiles.qk(a.q, chunk), tiles.qk_stride, n,
                      [&](int, float g_t) { return a.scale * exp_ftz(g_t); });
     }
@@ -1137,7 +1142,7 @@ __global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG, false>::kCtasP
     const float decay = VG ? 0.f : sm.expG[C - 1];
     sm.update_state([&](int d) { return VG ? exp_ftz(sm.g_last(d)) : decay; }, [&](auto& dsn, int d0) {
       dsn.mma<C, true, false>([&](int d, int t) {
-        if constexpr (kWide) return sm.kd(t, d0 + d);
+        if constexpr (kLean) return sm.kd(t, d0 + d);
         else return a.scale * (VG ? exp_ftz(g(t, d0 + d)) : sm.expG[t]) * bf(sm.q[t * kLdK + d0 + d]);
       }, d_o);
       dsn.mma<C, true, true>([&](int d, int t) { return sm.W[t * kLdW + d0 + d]; },
@@ -1807,8 +1812,7 @@ void launch_forward(const ChunkArgs& a) {
   using Scan = ScanSmem<DK, DV, VG, true>;
   using Output = OutputSmem<DK, DV, VG>;
   launch_kernel<PrepareSmem<DK, DV, VG, VBW>::bytes()>(prepare_kernel<DK, DV, VG, VBW>, dim3(a.NT, a.HV, a.B), a);
-  static_assert(DK > (VG ? 64 : 128) || Scan::bytes() <= 113 * 1024,
-                "two scan CTAs per SM up to dk = 128 (vector gate: 64; 228 KB, 1 KB reserved per CTA)");
+  static_assert(Scan::bytes() <= (228 / Scan::kCtasPerSm - 1) * 1024, "the scan CTAs an SM of its launch bounds");
   launch_kernel<Scan::bytes()>(scan_kernel<DK, DV, VG>, dim3(DV / Scan::BV, a.HV, a.B), a);
   static_assert(Output::bytes() <= (228 / Output::kCtasPerSm - 1) * 1024, "the output CTAs an SM of its launch bounds");
   if (a.o) launch_kernel<Output::bytes()>(output_kernel<DK, DV, VG>, dim3(a.NT * (DV / Output::VS), a.HV, a.B), a);
@@ -1818,6 +1822,8 @@ void launch_forward(const ChunkArgs& a) {
 template <int DK, int DV, bool VG = false, bool VBW = false>
 void launch_backward(const ChunkArgs& a) {
   using Scan = ScanSmem<DK, DV, VG, false>;
+  static_assert(DK > 128 || Scan::bytes() <= (228 / Scan::kCtasPerSm - 1) * 1024,
+                "the reverse scan CTAs an SM of its launch bounds up to dk = 128");
   launch_kernel<Scan::bytes()>(reverse_scan_kernel<DK, DV, VG>, dim3(DV / Scan::BV, a.HV, a.B), a);
   launch_kernel<LocalSmem<DK, DV, VG>::bytes()>(local_backward_kernel<DK, DV, VG, VBW>, dim3(a.NT, a.HV, a.B), a);
 }
