@@ -57,18 +57,21 @@
 //   error on the q h term, the size of o's own bf16 rounding. Vnew comes from u_f32 when the
 //   caller asks for it (training; 16-byte aligned), else the scan writes it over U (inference).
 //
-//   With a vector gate the scans hold G[t][d] (C x dk fp32, copied at the top of a chunk), 2c
-//   scales the channels of K by exp(G_last - G) and the state's rows by exp(G_last) (3b and 3c
-//   likewise), 2b the channels of Q by exp(G); at dk = 128 the scans' 145 / 141 KB (forward /
-//   reverse) allow one CTA an SM. At dk = 256 (kWide; KDA and GDN-2) the G, k and staged tiles
-//   would take 321 KB: the scans hold G's last row alone and stage K (.) exp(G_last - G) (hi and
-//   lo; the reverse scan then scale Q (.) exp(G) for 3c) straight from the workspace's G and
-//   global k (gated_rows), 218 KB with the forward's 64 state columns (the reverse scan's 32, in
-//   q's and k's places: 191 KB), one CTA an SM; the prepare puts v in q's tile once 1b has read q
-//   (GDN-2: w in G's place once 1d's W is formed), its step decays in G's place (1d reads G again
-//   from the workspace, this CTA's writes) and 1b's staged operands 16 channels at a time in L's
-//   and A's places, 166 KB (GDN-2 199 KB); output_kernel's q (.) exp(G) hi and lo tiles make it
-//   134 KB, one CTA an SM.
+//   With a vector gate 2c scales the channels of K by exp(G_last - G) and the state's rows by
+//   exp(G_last) (3b and 3c likewise), 2b the channels of Q by exp(G). At dk = 64 the scans hold
+//   G[t][d] (C x dk fp32, copied at the top of a chunk). From dk = 128 on (kLean; KDA and GDN-2)
+//   they hold G's last row alone and stage K (.) exp(G_last - G) (hi and lo; the reverse scan
+//   then scale Q (.) exp(G) for 3c) straight from the workspace's G and global k (gated_rows):
+//   at dk = 128 95.5 / 108.5 KB (forward / reverse), two CTAs an SM, where the G, k and staged
+//   tiles took 145 / 141 KB, one an SM, and the 256 CTAs of B4 H16 D128 ran in two waves (KDA's
+//   scans 0.98 / 1.31 ms, now 0.73 / 1.19, H200); at dk = 256 (321 KB otherwise) 218 KB with the
+//   forward's 64 state columns (the reverse scan's 32, in q's and k's places: 191 KB), one CTA
+//   an SM. The prepare likewise, where dv <= dk: it puts v in q's tile once 1b has read q (GDN-2:
+//   w in G's place once 1d's W is formed), its step decays in G's place (1d reads G again from
+//   the workspace, this CTA's writes) and 1b's staged operands 16 channels at a time in L's and
+//   A's places: 101.8 KB at dk = 128, two CTAs an SM (KDA's prepare 1.39 -> 0.96 ms), GDN-2
+//   118.8 KB; at dk = 256 166 KB (GDN-2 199 KB). output_kernel's q (.) exp(G) hi and lo tiles
+//   make it 106 KB at dk = 128 and 134 KB at 256, one CTA an SM there.
 //
 // Backward (CPU: chunk_backward, chunk_backward_local), 4.9 step by step (a vector gate: per
 // channel as in the forward; pass 4's pair products by sub-blocks, its dG from 4.10's identity):
@@ -160,15 +163,18 @@
 //   the decays take places its phase C does not use; the forward scan with its staged
 //   K (.) exp(G_last - G) hi and lo tiles):
 //   64          95.8 / 103.8 / 119.8 KB        80.0 / 84.0 KB        178.6 KB
-//   128         143.8 / 151.8 / 167.8 KB       145.0 / 141.0 KB (one CTA/SM) 216.9 KB
-//   256         165.8 KB (every dv; kWide)      218.0 / 191.0 KB      219.4 KB (kWide)
+//   128         101.8 / 101.8 / 167.8 KB       95.5 / 108.5 KB       216.9 KB
+//   256         165.8 KB (every dv)            218.0 / 191.0 KB      219.4 KB (kWide)
+//   (kLean from dk = 128 on, the prepare where dv <= dk; before it at dk = 128: prepare 143.8 /
+//   151.8 KB at dv = 64 / 128, scans 145.0 / 141.0 KB, one CTA an SM)
 //   (the forward scan keeps no Aqk, q, dO or exp(G) tiles and lands U in its staged Vnew's place;
 //   the scans shared one layout before, 67.3 / 108.3 / 190.3 KB, vector gate 102.0 / 175.0 /
 //   196.0 KB with the forward's tiles, and 32 columns at dk = 256)
 //   GDN-2 (vector gate; prepare with its b tile, and its w tile in q's place after 1b where
 //   dv <= dk, else a place of its own; scans and local backward as the vector gate's): dk 64:
 //   prepare 104.8 / 129.8 KB (dv 64 / 128; 113.8 at dv 64 before w took q's place, one CTA an SM);
-//   dk 128: 160.8 / 168.8 KB; dk 256: 198.8 KB (every dv: its b tile beside, w in G's place)
+//   dk 128: 118.8 KB (dv 64 / 128; kLean, 160.8 / 168.8 KB before); dk 256: 198.8 KB (every
+//   dv: its b tile beside, w in G's place)
 //   (local backward before its staged tiles: 159.1 / 135.1, 209.1 / 153.1, 185.1; vector gate
 //   153.4, 188.6 KB, and 165.9, 204.1 KB before its staged pair products: one CTA an SM either way)
 //   output_kernel (every dv; two CTAs an SM): 63.2 / 89.2 / 101.2 KB at dk = 64 / 128 / 256 (32
@@ -182,18 +188,16 @@
 // (79-102 before its staged pair products), scan 115 / 118 (115 / 116 with one layout for both
 // scans), output_kernel 102-104 / 126-127 and reverse scan 121 / 128 at dk = 64 / 128, local backward 230 / 200-201
 // (144 / 194-196 before its staged pair products, 195 / 254 before the staged tiles; one CTA an
-// SM at any of these); at dk = 256 (kWide, launch bounds of one CTA) prepare 128-138, scan 232
+// SM at any of these); at dk = 256 (kLean and kWide, launch bounds of one CTA) prepare 128-138, scan 232
 // (146 with 32 columns),
 // output_kernel 166, reverse scan 156, local backward 250-252 (its two key blocks unrolled:
 // for_key_blocks); no spills (the prepare's staging loops are kept rolled: unrolled, ptxas
 // spilled 4 bytes at dk = 64 to fit 64 registers).
-// GDN-2: prepare 80 / 64 at dk = 64 (dv 128 / 64) and 80 at dk = 128, local backward 255 at every
-// width; at dk = dv = 64 4 bytes of spill stores and loads (8 before 1c went by blocks) since w is
-// gathered after 1b (a6d31f4: the forward went 1.967 -> 1.277 ms at B8 T2048 H16 D64 all the
-// same), no spills at dk = 64
-// otherwise nor at 256 (kWide: dk += b (.) dE through global memory, see phase C), 16 bytes of
-// spill stores and loads at dk = 128 (ptxas's allocation swings by 50 registers on small changes
-// here: KDA's kernel without its last, per-row db and dw stores also spills).
+// GDN-2: prepare 79-80 at dk = 64 and 128, 128-138 at 256; local backward 180 at dk = 64, 243 /
+// 252 at 128 (dv 128 / 64), 255 at 256; no spills. (Before its b and w loads went in batches
+// (batched_loads): prepare 64 at dk = dv = 64 with 4 bytes of spill stores and loads, local
+// backward 16 bytes at dk = 128; ptxas's allocation swings by 50 registers on small changes
+// here.)
 //
 // The local backward (pass 4) splits only the states h[n], dh[n] (kept in fp32 for precision,
 // see above: phase A's partners) and the A chain (X = dA A^T, dL = -A^T X, dEhat = A^T dW;
@@ -294,6 +298,25 @@ __device__ __forceinline__ float bf(bf16 x) { return __bfloat162float(x); }
 __device__ __forceinline__ float2 bf16_pair(const bf16* tile, int i) {
   const uint32_t w = *reinterpret_cast<const uint32_t*>(tile + i);
   return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
+}
+
+// use(i, load(i)) for the elements i = threadIdx.x, threadIdx.x + kThreads, .. < COUNT, a thread
+// issuing BATCH loads before it uses any: for element-wise reads of global memory (a vector gate's
+// g, GDN-2's b and w: no alignment asked of them) whose uses store to shared memory. The compiler
+// cannot move a load above a store that may alias it, so a plain loop pays a memory round trip an
+// element; this one pays one a batch.
+template <int COUNT, int BATCH, class Load, class Use>
+__device__ __forceinline__ void batched_loads(Load&& load, Use&& use) {
+  constexpr int kPer = COUNT / kThreads;
+  static_assert(COUNT % kThreads == 0 && kPer % BATCH == 0, "whole batches a thread");
+#pragma unroll 1
+  for (int p0 = 0; p0 < kPer; p0 += BATCH) {
+    decltype(load(0)) x[BATCH];
+#pragma unroll
+    for (int p = 0; p < BATCH; p++) x[p] = load(int(threadIdx.x) + (p0 + p) * kThreads);
+#pragma unroll
+    for (int p = 0; p < BATCH; p++) use(int(threadIdx.x) + (p0 + p) * kThreads, x[p]);
+  }
 }
 
 template <int M, int N>
@@ -427,10 +450,10 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
   // w[t][c] of (B, T, HV, DV) (GDN-2; no alignment asked of it)
   auto load_w = [&] {
     const int64_t tok = (int64_t(bi) * a.T + t0) * a.HV + j;  // (B, T, HV) index of token t0
-    for (int i = threadIdx.x; i < C * DV; i += kThreads) {
-      const int tt = i / DV, c = i % DV;
-      sm.w[tt * kLdV + c] = tt < n ? a.w[(tok + int64_t(tt) * a.HV) * DV + c] : __float2bfloat16_rn(0.f);
-    }
+    batched_loads<C * DV, 16>([&](int i) {
+      const int tt = i / DV;
+      return tt < n ? a.w[(tok + int64_t(tt) * a.HV) * DV + i % DV] : __float2bfloat16_rn(0.f);
+    }, [&](int i, bf16 x) { sm.w[(i / DV) * kLdV + i % DV] = x; });
   };
   load_bf16_rows_async<C, DK>(sm.q, a.q + ((int64_t(bi) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
   load_bf16_rows_async<C, DK>(sm.k, a.k + ((int64_t(bi) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
@@ -445,17 +468,17 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
   }
   if (VG) {  // g[t][d] of (B, T, HV, DK)
     const bf16* g = a.g + ((int64_t(bi) * a.T + t0) * a.HV + j) * DK;
-    for (int i = threadIdx.x; i < C * DK; i += kThreads) {
-      const int tt = i / DK, d = i % DK;
-      sm.G[tt * kLdG + d] = tt < n ? bf(g[int64_t(tt) * a.HV * DK + d]) : 0.f;
-    }
+    batched_loads<C * DK, 16>([&](int i) {
+      const int tt = i / DK;
+      return tt < n ? bf(g[int64_t(tt) * a.HV * DK + i % DK]) : 0.f;
+    }, [&](int i, float x) { sm.G[(i / DK) * kLdG + i % DK] = x; });
   }
   if constexpr (VBW) {  // b[t][d] of (B, T, HV, DK) (no alignment asked of it); w: see PrepareSmem
     const int64_t tok = (int64_t(bi) * a.T + t0) * a.HV + j;  // (B, T, HV) index of token t0
-    for (int i = threadIdx.x; i < C * DK; i += kThreads) {
-      const int tt = i / DK, d = i % DK;
-      sm.b[tt * kLdK + d] = tt < n ? a.b[(tok + int64_t(tt) * a.HV) * DK + d] : __float2bfloat16_rn(0.f);
-    }
+    batched_loads<C * DK, 16>([&](int i) {
+      const int tt = i / DK;
+      return tt < n ? a.b[(tok + int64_t(tt) * a.HV) * DK + i % DK] : __float2bfloat16_rn(0.f);
+    }, [&](int i, bf16 x) { sm.b[(i / DK) * kLdK + i % DK] = x; });
     if (!kLean && !Smem::kWriteGateInQ) load_w();
   }
   wait_tiles();
@@ -1344,7 +1367,11 @@ __device__ __forceinline__ void stage_pair_decays(const Smem& sm, int d0, const 
                                                   int n = 0) {
   constexpr int KB = Smem::KB, kLdG = Smem::kLdG, kLdK = Smem::kLdK, kLdX = Smem::kLdKBb, kLdE = Smem::kLdKB;
   auto g = [&](int t, int d) { return sm.Gv[t * kLdG + d]; };
-  for (int i = threadIdx.x; i < C * KB / 2; i += kThreads) {  // channel pairs d, d + 1
+  auto erase_pair = [&](int i) {  // GDN-2's b_t[d], b_t[d + 1] for channel pair i
+    const int t = i / (KB / 2), d = (i % (KB / 2)) * 2;
+    return VBW && t < n ? make_float2(bf(b[t * b_stride + d]), bf(b[t * b_stride + d + 1])) : make_float2(0.f, 0.f);
+  };
+  batched_loads<C * KB / 2, VBW ? 8 : 1>(erase_pair, [&](int i, float2 bt) {  // channel pairs d, d + 1
     const int t = i / (KB / 2), d = (i % (KB / 2)) * 2, first = t / 16 * 16, next = first + 16;
     auto decay = [&](int from, int to) {  // exp(G_to - G_from) for the pair, from <= to
       const float2 g_from = *reinterpret_cast<const float2*>(sm.Gv + from * kLdG + d);
@@ -1355,14 +1382,10 @@ __device__ __forceinline__ void stage_pair_decays(const Smem& sm, int d0, const 
     const float2 to_next = next < C ? decay(t, next) : make_float2(0.f, 0.f), from_first = decay(first, t);
     *reinterpret_cast<uint32_t*>(sm.kn + t * kLdX + d) = pack_bf16(k.x * to_next.x, k.y * to_next.y);
     *reinterpret_cast<uint32_t*>(sm.qt + t * kLdX + d) = pack_bf16(q.x * from_first.x, q.y * from_first.y);
-    if constexpr (VBW) {
-      const float b0 = t < n ? bf(b[t * b_stride + d]) : 0.f, b1 = t < n ? bf(b[t * b_stride + d + 1]) : 0.f;
-      *reinterpret_cast<uint32_t*>(sm.kt + t * kLdX + d) = pack_bf16(b0 * k.x * from_first.x, b1 * k.y * from_first.y);
-    } else {
-      *reinterpret_cast<uint32_t*>(sm.kt + t * kLdX + d) = pack_bf16(k.x * from_first.x, k.y * from_first.y);
-    }
+    const float2 e = VBW ? make_float2(bt.x * k.x, bt.y * k.y) : k;  // the erase key (GDN-2), else k
+    *reinterpret_cast<uint32_t*>(sm.kt + t * kLdX + d) = pack_bf16(e.x * from_first.x, e.y * from_first.y);
     *reinterpret_cast<float2*>(sm.estep + t * kLdE + d) = t + 1 < C ? decay(t, t + 1) : make_float2(0.f, 0.f);
-  }
+  });
   for (int i = threadIdx.x; i < (C / 16 - 1) * KB; i += kThreads) {
     const int b = i / KB, d = i % KB;
     sm.block_decay[i] = exp_ftz(g(16 * b + 16, d) - g(16 * b, d));
@@ -1527,11 +1550,10 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
       dW_global[r * DK + d0 + d] = -x;
     });
     if constexpr (VG) {  // dW Ehat^T: K (.) exp(G) rounded once (GDN-2: E (.) exp(G))
-      for (int i = threadIdx.x; i < C * KB; i += kThreads) {
+      batched_loads<C * KB, VBW ? 8 : 1>([&](int i) { return VBW ? erase(i / KB, d0 + i % KB) : 1.f; }, [&](int i, float b) {
         const int s = i / KB, d = i % KB;
-        const float e = VBW ? erase(s, d0 + d) * k_rows(s, kc + d) : k_rows(s, kc + d);
-        sm.kexp[s * kLdKBb + d] = __float2bfloat16_rn(e * exp_ftz(g(s, kc + d)));
-      }
+        sm.kexp[s * kLdKBb + d] = __float2bfloat16_rn(b * k_rows(s, kc + d) * exp_ftz(g(s, kc + d)));
+      });
     }
     __syncthreads();
     if constexpr (VG) mma_staged(wk, Padded<kLdKBb, false>{sm.dWb}, Padded<kLdKBb, true>{sm.kexp}, 0, KB);
@@ -1551,12 +1573,14 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     load_bf16_rows_async<C, VS>(sm.vv, a.v + tok0 * DV + c0, vrow, n);
     wait_tiles();
     if constexpr (VBW) {  // w's slice and Y = w (.) V rounded, in Ps's and diag(beta) P2's places (free until 4c)
-      for (int i = threadIdx.x; i < C * VS; i += kThreads) {
+      batched_loads<C * VS, 8>([&](int i) {
+        const int r = i / VS;
+        return r < n ? a.w[(tok0 + int64_t(r) * a.HV) * DV + c0 + i % VS] : __float2bfloat16_rn(0.f);
+      }, [&](int i, bf16 w) {
         const int r = i / VS, c = i % VS;
-        const bf16 w = r < n ? a.w[(tok0 + int64_t(r) * a.HV) * DV + c0 + c] : __float2bfloat16_rn(0.f);
         sm.betaP2_b[r * kLdS + c] = w;
         sm.Ps_b[r * kLdS + c] = __float2bfloat16_rn(bf(w) * bf(sm.vv[r * kLdS + c]));
-      }
+      });
       __syncthreads();
     }
     mma_staged(da, dO, Vnew_t, 0, VS);
@@ -1681,10 +1705,8 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
         stage_pair_decays<Smem, VBW>(sm, d0, a.b + tok0 * DK + d0, a.HV * DK, n);
         __syncthreads();  // G is read: the block's dG takes its place (GDN-2: b first, read below)
         if constexpr (VBW) {
-          for (int i = threadIdx.x; i < C * KB; i += kThreads) {
-            const int t = i / KB, d = i % KB;
-            sm.dGv[t * kLdKB + d] = erase(t, d0 + d);
-          }
+          batched_loads<C * KB, 8>([&](int i) { return erase(i / KB, d0 + i % KB); },
+                                   [&](int i, float b) { sm.dGv[(i / KB) * kLdKB + i % KB] = b; });
           __syncthreads();
         }
         const DecayedTerm p2_k[] = {{sm.P2_b, sm.P2_d, sm.kn, sm.k}};
@@ -1726,10 +1748,11 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     if constexpr (VBW) {  // dQ's share of dG now (dQ is dead across dK's pairs), then E = b (.) K in k's
       dq.each([&](int r, int d, float x, int) { sm.dGv[r * kLdKB + d] += q_blk(r, d) * x; });
       __syncthreads();  // place (its last reader, Ps K, is done; kt holds E decayed)
-      for (int i = threadIdx.x; i < C * kKeys; i += kThreads) {  // (the vector gate's tiles: one key block)
+      // (the vector gate's tiles: one key block)
+      batched_loads<C * kKeys, 8>([&](int i) { return erase(i / kKeys, d0 + i % kKeys); }, [&](int i, float b) {
         const int t = i / kKeys, d = i % kKeys;
-        sm.k[t * kLdK + d] = __float2bfloat16_rn(erase(t, d0 + d) * k_rows(t, d));
-      }
+        sm.k[t * kLdK + d] = __float2bfloat16_rn(b * k_rows(t, d));
+      });
       __syncthreads();
       if (kWide) load_part(dk, a.dk);
     }
