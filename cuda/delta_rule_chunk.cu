@@ -79,8 +79,8 @@
 //   state h[n] (fp32, see below), writing no outputs. Or skipped: a forward given `kept` wrote
 //   A, h[n], W, Aqk and G there with the same kernels (bit-identical, at kept_floats(d) x 4 bytes
 //   held from forward to backward; see README "Training", delta_keep).
-//   Pass 3 (reverse_scan_kernel, the scan's grid with 32 state columns at every dk, chunks in
-//   reverse; step 3):
+//   Pass 3 (reverse_scan_kernel, the scan's grid, 32 state columns a CTA but the scalar gate's 64
+//   at dk = 256, chunks in reverse; step 3):
 //     3a  dh[n] = dS (gradient of chunk n's end state)
 //     3b  dVnew = Aqk^T dO + Kg dS + dU                                                (mma)
 //     3c  dS <- exp(G_last) dS + scale Qg^T dO - W^T dVnew;  finally dh0 = dS          (mma)
@@ -155,7 +155,7 @@
 //   dk \ dv    prepare (64 / 128 / 256)      scan / reverse scan   local backward (dv <= 128 / 256)
 //   64          62.0 / 70.0 / 86.0 KB          45.3 / 67.3 KB        164.6 / 147.6 KB
 //   128         78.0 / 86.0 / 102.0 KB         78.3 / 108.3 KB       216.6 / 168.6 KB
-//   256         110.0 / 118.0 / 134.0 KB       184.3 / 190.3 KB      200.6 KB
+//   256         110.0 / 118.0 / 134.0 KB       184.3 / 201.3 KB      200.6 KB
 //   vector gate (the C x dk G tile, +16.8 KB at dk = 64, +32.8 KB at dk = 128; prepare +17.0 /
 //   +33.0 KB more for its step decays, which take the place of its staged k operands (before
 //   78.8 / 86.8 / 102.8 and 110.8 / 118.8 / 134.8 KB); local backward in 32-column value slices
@@ -169,7 +169,9 @@
 //   151.8 KB at dv = 64 / 128, scans 145.0 / 141.0 KB, one CTA an SM)
 //   (the forward scan keeps no Aqk, q, dO or exp(G) tiles and lands U in its staged Vnew's place;
 //   the scans shared one layout before, 67.3 / 108.3 / 190.3 KB, vector gate 102.0 / 175.0 /
-//   196.0 KB with the forward's tiles, and 32 columns at dk = 256)
+//   196.0 KB with the forward's tiles, and 32 columns at dk = 256; the scalar gate's reverse scan
+//   at dk = 256 takes 64 columns with q in k's tile, 190.3 KB with 32 and both: one CTA an SM
+//   either way, 256 CTAs in two waves at B8 H4 D256 where 128 now run in one, 0.97 -> 0.73 ms)
 //   GDN-2 (vector gate; prepare with its b tile, and its w tile in q's place after 1b where
 //   dv <= dk, else a place of its own; scans and local backward as the vector gate's): dk 64:
 //   prepare 104.8 / 129.8 KB (dv 64 / 128; 113.8 at dv 64 before w took q's place, one CTA an SM);
@@ -182,8 +184,8 @@
 //   split; one CTA an SM at 256)
 // Registers a thread (ptxas, nvcc 13.0, sm_90; every dv): prepare 58-128, scan 117 / 116 / 174
 // (116 / 113 / 113 with one layout for both scans, 32 columns at 256; launch bounds of one CTA at
-// 256), output_kernel 87-90 / 118-120 / 126-128 and reverse scan 120
-// / 128 / 128 at dk = 64 / 128 / 256 (launch bounds of two CTAs: at most 128), local backward
+// 256), output_kernel 87-90 / 118-120 / 126-128 and reverse scan 120 / 128 at dk = 64 / 128
+// (launch bounds of two CTAs: at most 128) and 221 at 256 (one CTA, 64 columns), local backward
 // 154-255 (212-255 at dk >= 128; before the staged tiles 158-255); vector gate: prepare 64-101
 // (79-102 before its staged pair products), scan 115 / 118 (115 / 116 with one layout for both
 // scans), output_kernel 102-104 / 126-127 and reverse scan 121 / 128 at dk = 64 / 128, local backward 230 / 200-201
@@ -193,11 +195,10 @@
 // output_kernel 166, reverse scan 156, local backward 250-252 (its two key blocks unrolled:
 // for_key_blocks); no spills (the prepare's staging loops are kept rolled: unrolled, ptxas
 // spilled 4 bytes at dk = 64 to fit 64 registers).
-// GDN-2: prepare 79-80 at dk = 64 and 128, 128-138 at 256; local backward 180 at dk = 64, 243 /
-// 252 at 128 (dv 128 / 64), 255 at 256; no spills. (Before its b and w loads went in batches
-// (batched_loads): prepare 64 at dk = dv = 64 with 4 bytes of spill stores and loads, local
-// backward 16 bytes at dk = 128; ptxas's allocation swings by 50 registers on small changes
-// here.)
+// GDN-2: prepare 79-80 at dk = 64 and 128, 128-138 at 256; local backward 171-173 at dk = 64,
+// 254 / 250 at 128 (dv 128 / 64), 255 at 256; no spills. (Before its b and w loads went in
+// batches (batched_loads) the prepare took 64 at dk = dv = 64 with 4 bytes of spill stores and
+// loads; ptxas's allocation swings by 50 registers on small changes here.)
 //
 // The local backward (pass 4) splits only the states h[n], dh[n] (kept in fp32 for precision,
 // see above: phase A's partners) and the A chain (X = dA A^T, dL = -A^T X, dEhat = A^T dW;
@@ -304,7 +305,10 @@ __device__ __forceinline__ float2 bf16_pair(const bf16* tile, int i) {
 // issuing BATCH loads before it uses any: for element-wise reads of global memory (a vector gate's
 // g, GDN-2's b and w: no alignment asked of them) whose uses store to shared memory. The compiler
 // cannot move a load above a store that may alias it, so a plain loop pays a memory round trip an
-// element; this one pays one a batch.
+// element; this one pays one a batch (the prepare: KDA's forward 2.06 -> 2.00 ms, GDN-2's 3.03 ->
+// 2.85 at B4 T4096 H16 D128, H200). The local backward's reads of b and w stay element by
+// element: batched (8 a thread), GDN-2's took 3.70 ms there against 3.32, the unrolled bodies
+// costing more than the round trips they hid.
 template <int COUNT, int BATCH, class Load, class Use>
 __device__ __forceinline__ void batched_loads(Load&& load, Use&& use) {
   constexpr int kPer = COUNT / kThreads;
@@ -776,12 +780,14 @@ struct ScanSmem {
   // stages there K (.) exp(G_last - G) for 3b, then scale Q (.) exp(G) for 3c. At DK = 128 that
   // is 95.5 / 108.5 KB (forward / reverse): two CTAs an SM, all 256 resident.
   static constexpr bool kLean = VG && DK >= 128;
-  // State columns per CTA: 32, or the forward's 64 at DK = 256, where one CTA fills an SM either
-  // way: B HV DV / 64 CTAs (one wave at B8 H4 D256 on 132 SMs, where 32 columns took two), each
-  // chunk's W rows loaded by half as many CTAs.
-  static constexpr int BV = FORWARD && DK > 128 ? 64 : 32;
-  // launch bounds (the scalar gate's reverse scan at DK = 256 keeps two: its 190 KB fit one)
-  static constexpr int kCtasPerSm = DK > 128 && (VG || FORWARD) ? 1 : 2;
+  // State columns per CTA: 32, or 64 at DK = 256 (but the vector gate's reverse scan, whose
+  // staged hi and lo tiles leave no room), where one CTA fills an SM either way: B HV DV / 64
+  // CTAs (one wave at B8 H4 D256 on 132 SMs, where 32 columns took two), each chunk's W rows
+  // loaded by half as many CTAs. The reverse scan then holds q in k's tile (kQInK): q is loaded
+  // once 3b has read k, and the next chunk's k once 3c has read q (201 KB; 235 KB with both).
+  static constexpr int BV = DK > 128 && (FORWARD || !VG) ? 64 : 32;
+  static constexpr bool kQInK = !FORWARD && !VG && DK > 128;
+  static constexpr int kCtasPerSm = DK > 128 ? 1 : 2;  // launch bounds
   // The state update's rows per WarpTile (a WarpTile spreads its 16-row tiles over the 8 warps,
   // so it has at most 128 rows): DK / kRows tiles of (kRows, BV).
   static constexpr int kRows = DK < 128 ? DK : 128, kRowBlocks = DK / kRows;
@@ -807,7 +813,8 @@ struct ScanSmem {
   bf16 *vn_hi, *vn_lo, *kd_hi, *kd_lo;
   static constexpr size_t bytes() {
     const size_t floats = size_t(DK) * kLdH + C * kLdW + kG + (FORWARD ? 0 : C * kLdH + kAqk + 2 * C);
-    const size_t halves = FORWARD ? ((kLean ? 0 : 1) + (VG ? 2 : 0)) * C * kLdK + 2 * C * kLdO : 2 * C * kLdK + C * kLdO;
+    const size_t halves = FORWARD ? ((kLean ? 0 : 1) + (VG ? 2 : 0)) * C * kLdK + 2 * C * kLdO
+                                  : (kQInK ? 1 : 2) * C * kLdK + C * kLdO;
     return sizeof(float) * floats + sizeof(bf16) * halves;
   }
   __device__ explicit ScanSmem(void* p) {
@@ -823,7 +830,8 @@ struct ScanSmem {
     } else {
       vnew = W + C * kLdW, aqk = vnew + C * kLdH, G = aqk + kAqk, expG = G + kG, kdecay = expG + C;
       bf16* tiles = reinterpret_cast<bf16*>(kdecay + C);
-      q = kLean ? nullptr : tiles, k = kLean ? nullptr : tiles + C * kLdK, dov = tiles + 2 * C * kLdK;
+      q = kLean ? nullptr : tiles, k = kLean ? nullptr : tiles + (kQInK ? 0 : C * kLdK);
+      dov = tiles + (kQInK ? 1 : 2) * C * kLdK;
       kd_hi = kLean ? tiles : nullptr, kd_lo = kLean ? tiles + C * kLdK : nullptr, vn_hi = vn_lo = nullptr;
     }
   }
@@ -1079,7 +1087,7 @@ __global__ void __launch_bounds__(kThreads, (OutputSmem<DK, DV, VG>::kCtasPerSm)
 }
 
 // ---------------------------------------------------------------------------------------------
-// Backward pass 3 (4.9 step 3): per (b, j, 32 columns of dv), a reverse scan over chunks
+// Backward pass 3 (4.9 step 3): per (b, j, BV columns of dv), a reverse scan over chunks
 // carrying dS = dL/d(state), in the scan's shared-memory layout (sm.h holds dS, sm.vnew dVnew).
 // Tiles as in the scan: k, Aqk and G (read by 3b and its exp step only) for the next chunk are
 // copied during 3c; q, W, dO and the dU tile (bf16, in sm.vnew's place until 3b turns it into
@@ -1087,6 +1095,8 @@ __global__ void __launch_bounds__(kThreads, (OutputSmem<DK, DV, VG>::kCtasPerSm)
 // last row alone (3c's row decays, with W, dO and dU at the top) and stages 3b's K (.)
 // exp(G_last - G) and then 3c's scale Q (.) exp(G) from the workspace's G and global k, q
 // (ScanSmem::stage_gated; DK / 64 round trips each: a thread's DK / 16 pieces in batches of four).
+// The scalar gate at DK = 256 (kQInK, 64 state columns a CTA) loads q after 3b into k's tile, and
+// the next chunk's k after 3c: a round trip more a chunk, for one wave of CTAs instead of two.
 
 template <int DK, int DV, bool VG>
 __global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG, false>::kCtasPerSm))
@@ -1096,26 +1106,28 @@ __global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG, false>::kCtasP
   const Smem sm(smem_raw);
   constexpr int BV = Smem::BV, kLdH = Smem::kLdH, kLdW = Smem::kLdW, kLdK = Smem::kLdK, kLdO = Smem::kLdO;
   constexpr int kLdG = Smem::kLdG;
-  constexpr bool kLean = Smem::kLean;
+  constexpr bool kLean = Smem::kLean, kQInK = Smem::kQInK;
   const int v0 = blockIdx.x * BV, j = blockIdx.y, bi = blockIdx.z;
   const int64_t head = int64_t(bi) * a.HV + j;
   const ScanTiles<DK> tiles(a, bi, j);
   bf16* dres = reinterpret_cast<bf16*>(sm.vnew);  // (C, kLdO) dU, until 3b writes dVnew there
   static_assert(sizeof(bf16) * kLdO <= sizeof(float) * kLdH, "the dU tile fits in sm.vnew");
-  auto copy_k_aqk_g = [&](int chunk) {  // a vector gate's G is read by 3c too: copied at the top
-    if (!kLean) load_bf16_rows_async<C, DK>(sm.k, tiles.qk(a.k, chunk), tiles.qk_stride, tiles.rows(chunk));
+  auto load_k = [&](int chunk) { load_bf16_rows_async<C, DK>(sm.k, tiles.qk(a.k, chunk), tiles.qk_stride, tiles.rows(chunk)); };
+  auto load_q = [&](int chunk) { load_bf16_rows_async<C, DK>(sm.q, tiles.qk(a.q, chunk), tiles.qk_stride, tiles.rows(chunk)); };
+  auto copy_k_aqk_g = [&](int chunk, bool with_k) {  // a vector gate's G is read by 3c too: copied at the top
+    if (with_k) load_k(chunk);
     sm.copy_aqk(a.Aqk + (head * a.NT + chunk) * C * C);
     if (!VG) load_f32_rows_async<1, C>(sm.G, C, a.G + tiles.row0(chunk), 0);
   };
   auto g = [&](int t, int d) { return sm.G[t * kLdG + d]; };  // G[t][d] (vector gate)
-  copy_k_aqk_g(a.NT - 1);
+  copy_k_aqk_g(a.NT - 1, !kLean);
   sm.load_state(a.dht ? a.dht + head * DK * DV : nullptr, v0);
   auto ds_op = [&](int d, int c) { return sm.h[d * kLdH + c]; };  // dS[d][c] as an mma B operand
   for (int chunk = a.NT - 1; chunk >= 0; chunk--) {
     const int n = tiles.rows(chunk);
     const int64_t row0 = tiles.row0(chunk);                              // first workspace row
     const int64_t tok0 = (int64_t(bi) * a.T + chunk * C) * a.HV + j;    // (B, T, HV) index of token t0
-    if (!kLean) load_bf16_rows_async<C, DK>(sm.q, tiles.qk(a.q, chunk), tiles.qk_stride, n);
+    if (!kLean && !kQInK) load_q(chunk);
     load_f32_rows_async<C, DK>(sm.W, kLdW, a.W + row0 * DK, DK);
     load_bf16_rows_async<C, BV>(sm.dov, a.d_o + tok0 * DV + v0, int64_t(a.HV) * DV, n);
     // dU rows past n (and all of them without a residual gradient) are zeros
@@ -1155,12 +1167,14 @@ __global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG, false>::kCtasP
         a.dvnew[(row0 + s) * DV + v0 + c] = x;
       });
     }
-    if (chunk > 0) copy_k_aqk_g(chunk - 1);
+    if (chunk > 0) copy_k_aqk_g(chunk - 1, !kLean && !kQInK);
+    if constexpr (kQInK) load_q(chunk);  // k is read (the barrier in 3b): q takes its tile
     if constexpr (kLean) {  // 3b's Kg is read (the barrier in 3b): 3c's scale Qg in its place
       sm.stage_gated(a.G + row0 * DK, tiles.qk(a.q, chunk), tiles.qk_stride, n,
                      [&](int, float g_t) { return a.scale * exp_ftz(g_t); });
     }
-    __syncthreads();
+    if constexpr (kQInK) wait_tiles();
+    else __syncthreads();
     // 3c: dS <- exp(G_last) dS + scale Qg^T dO - W^T dVnew   (h[n] feeds the end state, o and Vnew)
     const float decay = VG ? 0.f : sm.expG[C - 1];
     sm.update_state([&](int d) { return VG ? exp_ftz(sm.g_last(d)) : decay; }, [&](auto& dsn, int d0) {
@@ -1171,6 +1185,7 @@ __global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG, false>::kCtasP
       dsn.mma<C, true, true>([&](int d, int t) { return sm.W[t * kLdW + d0 + d]; },
                              [&](int t, int c) { return -sm.vnew[t * kLdH + c]; });
     });
+    if (kQInK && chunk > 0) load_k(chunk - 1);  // q is read (update_state's barrier): k in its tile
   }
   __syncthreads();
   if (!a.dh0) return;
@@ -1367,11 +1382,7 @@ __device__ __forceinline__ void stage_pair_decays(const Smem& sm, int d0, const 
                                                   int n = 0) {
   constexpr int KB = Smem::KB, kLdG = Smem::kLdG, kLdK = Smem::kLdK, kLdX = Smem::kLdKBb, kLdE = Smem::kLdKB;
   auto g = [&](int t, int d) { return sm.Gv[t * kLdG + d]; };
-  auto erase_pair = [&](int i) {  // GDN-2's b_t[d], b_t[d + 1] for channel pair i
-    const int t = i / (KB / 2), d = (i % (KB / 2)) * 2;
-    return VBW && t < n ? make_float2(bf(b[t * b_stride + d]), bf(b[t * b_stride + d + 1])) : make_float2(0.f, 0.f);
-  };
-  batched_loads<C * KB / 2, VBW ? 8 : 1>(erase_pair, [&](int i, float2 bt) {  // channel pairs d, d + 1
+  for (int i = threadIdx.x; i < C * KB / 2; i += kThreads) {  // channel pairs d, d + 1
     const int t = i / (KB / 2), d = (i % (KB / 2)) * 2, first = t / 16 * 16, next = first + 16;
     auto decay = [&](int from, int to) {  // exp(G_to - G_from) for the pair, from <= to
       const float2 g_from = *reinterpret_cast<const float2*>(sm.Gv + from * kLdG + d);
@@ -1382,10 +1393,14 @@ __device__ __forceinline__ void stage_pair_decays(const Smem& sm, int d0, const 
     const float2 to_next = next < C ? decay(t, next) : make_float2(0.f, 0.f), from_first = decay(first, t);
     *reinterpret_cast<uint32_t*>(sm.kn + t * kLdX + d) = pack_bf16(k.x * to_next.x, k.y * to_next.y);
     *reinterpret_cast<uint32_t*>(sm.qt + t * kLdX + d) = pack_bf16(q.x * from_first.x, q.y * from_first.y);
-    const float2 e = VBW ? make_float2(bt.x * k.x, bt.y * k.y) : k;  // the erase key (GDN-2), else k
-    *reinterpret_cast<uint32_t*>(sm.kt + t * kLdX + d) = pack_bf16(e.x * from_first.x, e.y * from_first.y);
+    if constexpr (VBW) {
+      const float b0 = t < n ? bf(b[t * b_stride + d]) : 0.f, b1 = t < n ? bf(b[t * b_stride + d + 1]) : 0.f;
+      *reinterpret_cast<uint32_t*>(sm.kt + t * kLdX + d) = pack_bf16(b0 * k.x * from_first.x, b1 * k.y * from_first.y);
+    } else {
+      *reinterpret_cast<uint32_t*>(sm.kt + t * kLdX + d) = pack_bf16(k.x * from_first.x, k.y * from_first.y);
+    }
     *reinterpret_cast<float2*>(sm.estep + t * kLdE + d) = t + 1 < C ? decay(t, t + 1) : make_float2(0.f, 0.f);
-  });
+  }
   for (int i = threadIdx.x; i < (C / 16 - 1) * KB; i += kThreads) {
     const int b = i / KB, d = i % KB;
     sm.block_decay[i] = exp_ftz(g(16 * b + 16, d) - g(16 * b, d));
@@ -1550,10 +1565,11 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
       dW_global[r * DK + d0 + d] = -x;
     });
     if constexpr (VG) {  // dW Ehat^T: K (.) exp(G) rounded once (GDN-2: E (.) exp(G))
-      batched_loads<C * KB, VBW ? 8 : 1>([&](int i) { return VBW ? erase(i / KB, d0 + i % KB) : 1.f; }, [&](int i, float b) {
+      for (int i = threadIdx.x; i < C * KB; i += kThreads) {
         const int s = i / KB, d = i % KB;
-        sm.kexp[s * kLdKBb + d] = __float2bfloat16_rn(b * k_rows(s, kc + d) * exp_ftz(g(s, kc + d)));
-      });
+        const float e = VBW ? erase(s, d0 + d) * k_rows(s, kc + d) : k_rows(s, kc + d);
+        sm.kexp[s * kLdKBb + d] = __float2bfloat16_rn(e * exp_ftz(g(s, kc + d)));
+      }
     }
     __syncthreads();
     if constexpr (VG) mma_staged(wk, Padded<kLdKBb, false>{sm.dWb}, Padded<kLdKBb, true>{sm.kexp}, 0, KB);
@@ -1573,14 +1589,12 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     load_bf16_rows_async<C, VS>(sm.vv, a.v + tok0 * DV + c0, vrow, n);
     wait_tiles();
     if constexpr (VBW) {  // w's slice and Y = w (.) V rounded, in Ps's and diag(beta) P2's places (free until 4c)
-      batched_loads<C * VS, 8>([&](int i) {
-        const int r = i / VS;
-        return r < n ? a.w[(tok0 + int64_t(r) * a.HV) * DV + c0 + i % VS] : __float2bfloat16_rn(0.f);
-      }, [&](int i, bf16 w) {
+      for (int i = threadIdx.x; i < C * VS; i += kThreads) {
         const int r = i / VS, c = i % VS;
+        const bf16 w = r < n ? a.w[(tok0 + int64_t(r) * a.HV) * DV + c0 + c] : __float2bfloat16_rn(0.f);
         sm.betaP2_b[r * kLdS + c] = w;
         sm.Ps_b[r * kLdS + c] = __float2bfloat16_rn(bf(w) * bf(sm.vv[r * kLdS + c]));
-      });
+      }
       __syncthreads();
     }
     mma_staged(da, dO, Vnew_t, 0, VS);
@@ -1705,8 +1719,10 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
         stage_pair_decays<Smem, VBW>(sm, d0, a.b + tok0 * DK + d0, a.HV * DK, n);
         __syncthreads();  // G is read: the block's dG takes its place (GDN-2: b first, read below)
         if constexpr (VBW) {
-          batched_loads<C * KB, 8>([&](int i) { return erase(i / KB, d0 + i % KB); },
-                                   [&](int i, float b) { sm.dGv[(i / KB) * kLdKB + i % KB] = b; });
+          for (int i = threadIdx.x; i < C * KB; i += kThreads) {
+            const int t = i / KB, d = i % KB;
+            sm.dGv[t * kLdKB + d] = erase(t, d0 + d);
+          }
           __syncthreads();
         }
         const DecayedTerm p2_k[] = {{sm.P2_b, sm.P2_d, sm.kn, sm.k}};
@@ -1748,11 +1764,10 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     if constexpr (VBW) {  // dQ's share of dG now (dQ is dead across dK's pairs), then E = b (.) K in k's
       dq.each([&](int r, int d, float x, int) { sm.dGv[r * kLdKB + d] += q_blk(r, d) * x; });
       __syncthreads();  // place (its last reader, Ps K, is done; kt holds E decayed)
-      // (the vector gate's tiles: one key block)
-      batched_loads<C * kKeys, 8>([&](int i) { return erase(i / kKeys, d0 + i % kKeys); }, [&](int i, float b) {
+      for (int i = threadIdx.x; i < C * kKeys; i += kThreads) {  // (the vector gate's tiles: one key block)
         const int t = i / kKeys, d = i % kKeys;
-        sm.k[t * kLdK + d] = __float2bfloat16_rn(b * k_rows(t, d));
-      });
+        sm.k[t * kLdK + d] = __float2bfloat16_rn(erase(t, d0 + d) * k_rows(t, d));
+      }
       __syncthreads();
       if (kWide) load_part(dk, a.dk);
     }
@@ -1845,8 +1860,7 @@ void launch_forward(const ChunkArgs& a) {
 template <int DK, int DV, bool VG = false, bool VBW = false>
 void launch_backward(const ChunkArgs& a) {
   using Scan = ScanSmem<DK, DV, VG, false>;
-  static_assert(DK > 128 || Scan::bytes() <= (228 / Scan::kCtasPerSm - 1) * 1024,
-                "the reverse scan CTAs an SM of its launch bounds up to dk = 128");
+  static_assert(Scan::bytes() <= (228 / Scan::kCtasPerSm - 1) * 1024, "the reverse scan CTAs an SM of its launch bounds");
   launch_kernel<Scan::bytes()>(reverse_scan_kernel<DK, DV, VG>, dim3(DV / Scan::BV, a.HV, a.B), a);
   launch_kernel<LocalSmem<DK, DV, VG>::bytes()>(local_backward_kernel<DK, DV, VG, VBW>, dim3(a.NT, a.HV, a.B), a);
 }
