@@ -1558,11 +1558,14 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
       dk.add_row_sums(sm.rowKg, [&](int r, int d, float x) { return sm.kdecay[r] * x * bf(sm.k[r * kLdK + kc + d]); });
       dk.each([&](int r, int, float& x, int) { x *= sm.kdecay[r]; });
     }
-    dq.each([&](int r, int d, float x, int) { if (r < n) a.dq[(tok0 + int64_t(r) * a.HV) * DK + d0 + d] = x; });
-    dk.each([&](int r, int d, float x, int) { if (r < n) a.dk[(tok0 + int64_t(r) * a.HV) * DK + d0 + d] = x; });
-    dw.each([&](int r, int d, float x, int) {
-      sm.dWb[r * kLdKBb + d] = __float2bfloat16_rn(-x);
-      dW_global[r * DK + d0 + d] = -x;
+    auto part_at = [&](float* part, int r, int d) {  // (r, d0 + d) of a (B, T, HV, dk) fp32 part
+      return reinterpret_cast<float2*>(part + (tok0 + int64_t(r) * a.HV) * DK + d0 + d);
+    };
+    dq.each_pair([&](int r, int d, float x0, float x1) { if (r < n) *part_at(a.dq, r, d) = make_float2(x0, x1); });
+    dk.each_pair([&](int r, int d, float x0, float x1) { if (r < n) *part_at(a.dk, r, d) = make_float2(x0, x1); });
+    dw.each_pair([&](int r, int d, float x0, float x1) {
+      *reinterpret_cast<uint32_t*>(sm.dWb + r * kLdKBb + d) = pack_bf16(-x0, -x1);
+      *reinterpret_cast<float2*>(dW_global + r * DK + d0 + d) = make_float2(-x0, -x1);
     });
     if constexpr (VG) {  // dW Ehat^T: K (.) exp(G) rounded once (GDN-2: E (.) exp(G))
       for (int i = threadIdx.x; i < C * KB; i += kThreads) {
@@ -1681,11 +1684,11 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   //   dQ, dK go out in bf16 where each key head has one value head (a.dq_direct), else per
   //   value head in fp32 over phase A's parts (summed over the group afterwards).
   auto store_grad = [&](WarpTile<C, KB>& t, int d0, float* per_head, bf16* direct) {
-    t.each([&](int r, int d, float x, int) {
+    t.each_pair([&](int r, int d, float x0, float x1) {
       if (r >= n) return;
       const int64_t i = (tok0 + int64_t(r) * a.HV) * DK + d0 + d;
-      if (direct) direct[i] = __float2bfloat16_rn(x);
-      else per_head[i] = x;
+      if (direct) *reinterpret_cast<uint32_t*>(direct + i) = pack_bf16(x0, x1);
+      else *reinterpret_cast<float2*>(per_head + i) = make_float2(x0, x1);
     });
   };
   auto phase_c_block = [&](int d0) {
@@ -1705,7 +1708,11 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     const Padded<kLdK, false> K_blk{sm.k, 0, kc};
     // phase A's parts, read back by the threads that wrote them (once dE is formed: fewer live registers)
     auto load_part = [&](WarpTile<C, KB>& t, const float* part) {
-      t.each([&](int r, int d, float& x, int) { x = r < n ? part[(tok0 + int64_t(r) * a.HV) * DK + d0 + d] : 0.f; });
+      t.each_pair([&](int r, int d, float& x0, float& x1) {
+        const float2 x = r < n ? *reinterpret_cast<const float2*>(part + (tok0 + int64_t(r) * a.HV) * DK + d0 + d)
+                               : make_float2(0.f, 0.f);
+        x0 = x.x, x1 = x.y;
+      });
     };
     WarpTile<C, KB> dq, dk;
     auto q_blk = [&](int t, int d) { return bf(sm.q[t * kLdK + kc + d]); };
@@ -1958,6 +1965,8 @@ void backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, void* grad
   a.dht = d_final_state, a.vnew = u_f32, a.dh0 = grad_h0;
   a.dq = dq.get(), a.dk = dk.get();
   const bool grouped = d.HV != d.H;  // else phase C writes dq, dk itself (no group sum)
+  HLA_CHECK(grouped || (aligned16(grad_q) && aligned16(grad_k)),
+            "delta_rule chunk kernel: grad_q and grad_k must be 16-byte aligned (stored in bf16 pairs)");
   if (!grouped) a.dq_direct = static_cast<bf16*>(grad_q), a.dk_direct = static_cast<bf16*>(grad_k);
   a.dv = static_cast<bf16*>(grad_v), a.db = static_cast<bf16*>(grad_b), a.dw = static_cast<bf16*>(grad_w);
   a.dg = d.gate != DeltaGate::None ? static_cast<bf16*>(grad_g) : nullptr;
