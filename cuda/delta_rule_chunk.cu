@@ -186,7 +186,8 @@
 // (116 / 113 / 113 with one layout for both scans, 32 columns at 256; launch bounds of one CTA at
 // 256), output_kernel 87-90 / 118-120 / 126-128 and reverse scan 120 / 128 at dk = 64 / 128
 // (launch bounds of two CTAs: at most 128) and 221 at 256 (one CTA, 64 columns), local backward
-// 154-255 (212-255 at dk >= 128; before the staged tiles 158-255); vector gate: prepare 64-101
+// 154-255 (212-255 at dk >= 128; before the staged tiles 158-255; at dk = 256 4 bytes of spill
+// stores and loads since its decays went by exp_ftz, b9bf7cb); vector gate: prepare 64-101
 // (79-102 before its staged pair products), scan 115 / 118 (115 / 116 with one layout for both
 // scans), output_kernel 102-104 / 126-127 and reverse scan 121 / 128 at dk = 64 / 128, local backward 230 / 200-201
 // (144 / 194-196 before its staged pair products, 195 / 254 before the staged tiles; one CTA an
@@ -195,10 +196,11 @@
 // output_kernel 166, reverse scan 156, local backward 250-252 (its two key blocks unrolled:
 // for_key_blocks); no spills (the prepare's staging loops are kept rolled: unrolled, ptxas
 // spilled 4 bytes at dk = 64 to fit 64 registers).
-// GDN-2: prepare 79-80 at dk = 64 and 128, 128-138 at 256; local backward 171-173 at dk = 64,
-// 254 / 250 at 128 (dv 128 / 64), 255 at 256; no spills. (Before its b and w loads went in
-// batches (batched_loads) the prepare took 64 at dk = dv = 64 with 4 bytes of spill stores and
-// loads; ptxas's allocation swings by 50 registers on small changes here.)
+// GDN-2: prepare 79-80 at dk = 64 and 128, 128-138 at 256; local backward 173-175 at dk = 64,
+// 255 / 252 at 128 (dv 128 / 64), 255 at 256; no spills but 4 bytes of spill stores and loads
+// at dk = dv = 128 since its global parts went in pairs (each_pair, 9b06e6d). (Before its b and
+// w loads went in batches (batched_loads) the prepare took 64 at dk = dv = 64 with 4 bytes of
+// spill stores and loads; ptxas's allocation swings by 50 registers on small changes here.)
 //
 // The local backward (pass 4) splits only the states h[n], dh[n] (kept in fp32 for precision,
 // see above: phase A's partners) and the A chain (X = dA A^T, dL = -A^T X, dEhat = A^T dW;
