@@ -121,16 +121,17 @@ struct WarpTile {
 #pragma unroll
       for (int i = 0; i < 4; i++) fn(row0 + g + 8 * (i / 2), col0 + nt * 8 + 2 * t + i % 2, acc[nt][i], nt * 4 + i);
   }
-  // fn(row, col, x0, x1) for the accumulator pairs (col, col + 1) of a row (elements i, i + 1 of
-  // a tile, i even; x0, x1 by reference): memory-adjacent, so a row's 4 lanes move 32 contiguous
-  // bytes at once (a float2 each; a bf16 pair: 16) where each() moves half of that, one element
-  // at a time, and a global sector (32 bytes) is written or read by two instructions.
+  // fn(row, col, x0, x1, slot) for the accumulator pairs (col, col + 1) of a row (elements i,
+  // i + 1 of a tile, i even; x0, x1 by reference; slot: x0's, as in each()): memory-adjacent, so
+  // a row's 4 lanes move 32 contiguous bytes at once (a float2 each; a bf16 pair: 16) where each()
+  // moves half of that, one element at a time, and a global sector (32 bytes) is written or read
+  // by two instructions.
   template <class Fn>
   __device__ __forceinline__ void each_pair(Fn&& fn) {
 #pragma unroll
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-      for (int i = 0; i < 4; i += 2) fn(row0 + g + 4 * i, col0 + nt * 8 + 2 * t, acc[nt][i], acc[nt][i + 1]);
+      for (int i = 0; i < 4; i += 2) fn(row0 + g + 4 * i, col0 + nt * 8 + 2 * t, acc[nt][i], acc[nt][i + 1], nt * 4 + i);
   }
   __device__ __forceinline__ float at(int slot) const { return acc[slot / 4][slot % 4]; }
   __device__ __forceinline__ float& ref(int slot) { return acc[slot / 4][slot % 4]; }

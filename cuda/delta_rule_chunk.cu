@@ -652,7 +652,10 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
       sm.L[r * kLdC + s] = s < r ? sm.beta[r] * x * exp_ftz(sm.G[r] - sm.G[s]) : 0.f;
     });
     float* aqk = a.Aqk + (head * a.NT + chunk) * C * C;
-    qk.each([&](int r, int s, float x, int) { aqk[r * C + s] = s <= r ? a.scale * x * exp_ftz(sm.G[r] - sm.G[s]) : 0.f; });
+    qk.each_pair([&](int r, int s, float x0, float x1, int) {
+      *reinterpret_cast<float2*>(aqk + r * C + s) = make_float2(s <= r ? a.scale * x0 * exp_ftz(sm.G[r] - sm.G[s]) : 0.f,
+                                                                s + 1 <= r ? a.scale * x1 * exp_ftz(sm.G[r] - sm.G[s + 1]) : 0.f);
+    });
   }
   __syncthreads();
   if constexpr (VBW && Smem::kWriteGateInQ) load_w();  // q is read (1b done); 1c's sync orders it before 1d
@@ -721,7 +724,7 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
       return VG ? e_at(s, d) * sm.G[s * kLdG + d] : bf(sm.k[s * kLdK + d]);  // (vector gate: sm.G holds exp(G))
     });
     float* W = a.W + (head * a.NT * C + t0) * DK;
-    wt.each([&](int r, int d, float x, int) { W[r * DK + d] = x; });
+    wt.each_pair([&](int r, int d, float x0, float x1, int) { *reinterpret_cast<float2*>(W + r * DK + d) = make_float2(x0, x1); });
   }
   if (kLean && VBW) {  // exp(G) is read: w takes its place
     __syncthreads();
@@ -734,7 +737,7 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
       return VBW ? bf(sm.w[s * kLdV + c]) * bf(sm.v[s * kLdV + c]) : bf(sm.v[s * kLdV + c]);
     });
     float* U = a.U + (head * a.NT * C + t0) * DV;
-    ut.each([&](int r, int c, float x, int) { U[r * DV + c] = x; });
+    ut.each_pair([&](int r, int c, float x0, float x1, int) { *reinterpret_cast<float2*>(U + r * DV + c) = make_float2(x0, x1); });
   }
 }
 
@@ -976,15 +979,17 @@ __global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG, true>::kCtasPe
       }
       WarpTile<C, BV> wh;
       wh.mma<DK, true, true>([&](int r, int d) { return sm.W[r * kLdW + d]; }, h_op);
-      wh.each([&](int r, int c, float& x, int) {  // x <- 2c's operand
-        const float u = sm.vnew[r * kLdH + c] - x;
+      wh.each_pair([&](int r, int c, float& x0, float& x1, int) {  // x0, x1 <- 2c's operands
+        const float2 u = make_float2(sm.vnew[r * kLdH + c] - x0, sm.vnew[r * kLdH + c + 1] - x1);
         if (r < n && a.residual) {  // the backward's replay (4.9 step 1) writes no outputs
           const int64_t idx = ((int64_t(bi) * a.T + t0 + r) * a.HV + j) * DV + v0 + c;  // (B, T, HV, dv)
-          a.residual[idx] = __float2bfloat16_rn(u);
-          if (a.u_f32) a.u_f32[idx] = u;
+          *reinterpret_cast<uint32_t*>(a.residual + idx) = pack_bf16(u.x, u.y);
+          if (a.vnew) *reinterpret_cast<float2*>(a.u_f32 + idx) = u;  // (a.vnew: u_f32, 16-byte aligned)
+          else if (a.u_f32) a.u_f32[idx] = u.x, a.u_f32[idx + 1] = u.y;
         }
-        if (a.o && !a.vnew) a.U[(row0 + r) * DV + v0 + c] = u;
-        x = VG ? u : u * exp_ftz(sm.G[C - 1] - sm.G[r]);  // G_last = G[C - 1]: g = 0 past n
+        if (a.o && !a.vnew) *reinterpret_cast<float2*>(a.U + (row0 + r) * DV + v0 + c) = u;
+        const float decay = VG ? 1.f : exp_ftz(sm.G[C - 1] - sm.G[r]);  // G_last = G[C - 1]: g = 0 past n
+        x0 = u.x * decay, x1 = u.y * decay;
       });
       __syncthreads();  // U, W and a scalar gate's G are read: Vnew's staged tiles take U's place
       if (more) copy_w_g(chunk + 1);
@@ -1081,10 +1086,11 @@ __global__ void __launch_bounds__(kThreads, (OutputSmem<DK, DV, VG>::kCtasPerSm)
   mma_staged(av, Padded<kLdA, false>{sm.aqk_hi}, Padded<kLdS, false>{sm.vn_hi}, 0, s_end);
   mma_staged(av, Padded<kLdA, false>{sm.aqk_hi}, Padded<kLdS, false>{sm.vn_lo}, 0, s_end);
   mma_staged(av, Padded<kLdA, false>{sm.aqk_lo}, Padded<kLdS, false>{sm.vn_hi}, 0, s_end);
-  qh.each([&](int r, int c, float x, int slot) {
+  qh.each_pair([&](int r, int c, float x0, float x1, int slot) {
+    const float e = a.scale * (VG ? 1.f : sm.expG[r]);
     if (r < n)
-      a.o[(tok0 + int64_t(r) * a.HV) * DV + v0 + c] =
-          __float2bfloat16_rn(a.scale * (VG ? 1.f : sm.expG[r]) * x + av.at(slot));
+      *reinterpret_cast<uint32_t*>(a.o + (tok0 + int64_t(r) * a.HV) * DV + v0 + c) =
+          pack_bf16(e * x0 + av.at(slot), e * x1 + av.at(slot + 1));
   });
 }
 
@@ -1164,9 +1170,9 @@ __global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG, false>::kCtasP
       }, ds_op);
       dvn.each([&](int s, int c, float& x, int) { x += bf(dres[s * kLdO + c]); });
       __syncthreads();  // every dU is read (and k, Aqk, G): dVnew takes the dU tile's place
-      dvn.each([&](int s, int c, float x, int) {
-        sm.vnew[s * kLdH + c] = x;
-        a.dvnew[(row0 + s) * DV + v0 + c] = x;
+      dvn.each_pair([&](int s, int c, float x0, float x1, int) {
+        sm.vnew[s * kLdH + c] = x0, sm.vnew[s * kLdH + c + 1] = x1;
+        *reinterpret_cast<float2*>(a.dvnew + (row0 + s) * DV + v0 + c) = make_float2(x0, x1);
       });
     }
     if (chunk > 0) copy_k_aqk_g(chunk - 1, !kLean && !kQInK);
@@ -1563,9 +1569,9 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     auto part_at = [&](float* part, int r, int d) {  // (r, d0 + d) of a (B, T, HV, dk) fp32 part
       return reinterpret_cast<float2*>(part + (tok0 + int64_t(r) * a.HV) * DK + d0 + d);
     };
-    dq.each_pair([&](int r, int d, float x0, float x1) { if (r < n) *part_at(a.dq, r, d) = make_float2(x0, x1); });
-    dk.each_pair([&](int r, int d, float x0, float x1) { if (r < n) *part_at(a.dk, r, d) = make_float2(x0, x1); });
-    dw.each_pair([&](int r, int d, float x0, float x1) {
+    dq.each_pair([&](int r, int d, float x0, float x1, int) { if (r < n) *part_at(a.dq, r, d) = make_float2(x0, x1); });
+    dk.each_pair([&](int r, int d, float x0, float x1, int) { if (r < n) *part_at(a.dk, r, d) = make_float2(x0, x1); });
+    dw.each_pair([&](int r, int d, float x0, float x1, int) {
       *reinterpret_cast<uint32_t*>(sm.dWb + r * kLdKBb + d) = pack_bf16(-x0, -x1);
       *reinterpret_cast<float2*>(dW_global + r * DK + d0 + d) = make_float2(-x0, -x1);
     });
@@ -1607,16 +1613,17 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     WarpTile<C, VS> dy;
     mma_staged(dy, A_hi_t, dVnew, 0, C);
     if constexpr (VBW) {
-      dy.each([&](int r, int c, float x, int) {
+      dy.each_pair([&](int r, int c, float x0, float x1, int) {
         if (r >= n) return;
         const int64_t i = (tok0 + int64_t(r) * a.HV) * DV + c0 + c;  // (B, T, HV, dv)
-        a.dv[i] = __float2bfloat16_rn(bf(sm.betaP2_b[r * kLdS + c]) * x);
-        a.dw[i] = __float2bfloat16_rn(bf(sm.vv[r * kLdS + c]) * x);
+        const float2 w = bf16_pair(sm.betaP2_b, r * kLdS + c), v = bf16_pair(sm.vv, r * kLdS + c);
+        *reinterpret_cast<uint32_t*>(a.dv + i) = pack_bf16(w.x * x0, w.y * x1);
+        *reinterpret_cast<uint32_t*>(a.dw + i) = pack_bf16(v.x * x0, v.y * x1);
       });
     } else {
       dy.add_row_sums(sm.rowW, [&](int r, int c, float x) { return x * bf(sm.vv[r * kLdS + c]); });
-      dy.each([&](int r, int c, float x, int) {
-        if (r < n) a.dv[(tok0 + int64_t(r) * a.HV) * DV + c0 + c] = __float2bfloat16_rn(sm.wv[r] * x);
+      dy.each_pair([&](int r, int c, float x0, float x1, int) {
+        if (r < n) *reinterpret_cast<uint32_t*>(a.dv + (tok0 + int64_t(r) * a.HV) * DV + c0 + c) = pack_bf16(sm.wv[r] * x0, sm.wv[r] * x1);
       });
     }
     __syncthreads();
@@ -1686,7 +1693,7 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   //   dQ, dK go out in bf16 where each key head has one value head (a.dq_direct), else per
   //   value head in fp32 over phase A's parts (summed over the group afterwards).
   auto store_grad = [&](WarpTile<C, KB>& t, int d0, float* per_head, bf16* direct) {
-    t.each_pair([&](int r, int d, float x0, float x1) {
+    t.each_pair([&](int r, int d, float x0, float x1, int) {
       if (r >= n) return;
       const int64_t i = (tok0 + int64_t(r) * a.HV) * DK + d0 + d;
       if (direct) *reinterpret_cast<uint32_t*>(direct + i) = pack_bf16(x0, x1);
@@ -1710,7 +1717,7 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     const Padded<kLdK, false> K_blk{sm.k, 0, kc};
     // phase A's parts, read back by the threads that wrote them (once dE is formed: fewer live registers)
     auto load_part = [&](WarpTile<C, KB>& t, const float* part) {
-      t.each_pair([&](int r, int d, float& x0, float& x1) {
+      t.each_pair([&](int r, int d, float& x0, float& x1, int) {
         const float2 x = r < n ? *reinterpret_cast<const float2*>(part + (tok0 + int64_t(r) * a.HV) * DK + d0 + d)
                                : make_float2(0.f, 0.f);
         x0 = x.x, x1 = x.y;
@@ -1939,6 +1946,8 @@ int64_t kept_floats(const DeltaRuleDims& d) {
 void forward(void* o, float* final_state, void* residual, const void* q, const void* k, const void* v, const void* g,
              const void* b, const void* w, const float* h0, const DeltaRuleDims& d, float* u_f32, float* kept) {
   ChunkArgs a = input_args(q, k, v, g, b, w, h0, d);
+  HLA_CHECK((!o || aligned16(o)) && (!residual || aligned16(residual)),
+            "delta_rule chunk kernel: o and residual must be 16-byte aligned (stored in bf16 pairs)");
   a.o = static_cast<bf16*>(o), a.residual = static_cast<bf16*>(residual), a.u_f32 = u_f32;
   a.vnew = aligned16(u_f32) ? u_f32 : nullptr;  // 2b's 16-byte loads; else Vnew goes over U
   a.final_state = final_state;
@@ -1967,8 +1976,10 @@ void backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, void* grad
   a.dht = d_final_state, a.vnew = u_f32, a.dh0 = grad_h0;
   a.dq = dq.get(), a.dk = dk.get();
   const bool grouped = d.HV != d.H;  // else phase C writes dq, dk itself (no group sum)
-  HLA_CHECK(grouped || (aligned16(grad_q) && aligned16(grad_k)),
-            "delta_rule chunk kernel: grad_q and grad_k must be 16-byte aligned (stored in bf16 pairs)");
+  HLA_CHECK((grouped || (aligned16(grad_q) && aligned16(grad_k))) && aligned16(grad_v) &&
+                (!d.write_vector || aligned16(grad_w)),
+            "delta_rule chunk kernel: grad_q, grad_k, grad_v and a vector grad_w must be 16-byte aligned "
+            "(stored in bf16 pairs)");
   if (!grouped) a.dq_direct = static_cast<bf16*>(grad_q), a.dk_direct = static_cast<bf16*>(grad_k);
   a.dv = static_cast<bf16*>(grad_v), a.db = static_cast<bf16*>(grad_b), a.dw = static_cast<bf16*>(grad_w);
   a.dg = d.gate != DeltaGate::None ? static_cast<bf16*>(grad_g) : nullptr;
