@@ -535,10 +535,9 @@ __global__ void __launch_bounds__(kThreads, kOutputCtasPerSm<DK, DV>) vector_out
     WarpTile<C, kPiece> o;
     mma_staged(o, Staged<DK, false>{sm.qg}, Staged<DK, true>{sm.hT}, 0, DK);
     mma_staged(o, Staged<C, false>{sm.aqk}, Staged<DV, false>{sm.v, 0, c0}, 0, C);
-    o.each([&](int r, int c, float x, int slot) {  // columns c, c + 1 in one 4-byte store
-      if (slot % 2 == 0 && r < n)
-        *reinterpret_cast<__nv_bfloat162*>(a.o + (tok0 + int64_t(r) * a.HV) * DV + c0 + c) =
-            __floats2bfloat162_rn(x, o.at(slot + 1));
+    o.each_pair([&](int r, int c, float x0, float x1) {  // columns c, c + 1 in one 4-byte store
+      if (r < n)
+        *reinterpret_cast<__nv_bfloat162*>(a.o + (tok0 + int64_t(r) * a.HV) * DV + c0 + c) = __floats2bfloat162_rn(x0, x1);
     });
   }
 }
@@ -1099,11 +1098,14 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
       dv.each([&](int r, int, float& x, int) { x *= sm.kdecay[r]; });
     }
     mma_staged(dv, Aqkt, dO_piece, 0, C);
-    dv.each([&](int r, int c, float x, int) {
+    dv.each_pair([&](int r, int c, float x0, float x1) {
       if (r >= n) return;
       const int64_t i = (tok0 + int64_t(r) * a.HV) * DV + c0 + c;
-      if constexpr (kBlocks > 1) a.dv_part[part0 * DV + i] = x;  // this block's channels' part
-      else a.dv[i] = __float2bfloat16_rn(x);
+      if constexpr (kBlocks > 1) {  // this block's channels' part
+        *reinterpret_cast<float2*>(a.dv_part + part0 * DV + i) = make_float2(x0, x1);
+      } else {
+        *reinterpret_cast<__nv_bfloat162*>(a.dv + i) = __floats2bfloat162_rn(x0, x1);
+      }
     });
   }
   // <h, dh>: a vector gate's per row (the warp's 32 columns summed, lane 0 owns rows d .. d + 7),
@@ -1190,11 +1192,11 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
   }
   // dQ, dK in bf16 where each key head has one value head (a.dq_direct), else per value head in fp32.
   auto store_grad = [&](WarpTile<C, KB>& t, float* per_head, bf16* direct) {
-    t.each([&](int r, int d, float x, int) {
+    t.each_pair([&](int r, int d, float x0, float x1) {
       if (r >= n) return;
       const int64_t i = (tok0 + int64_t(r) * a.HV) * DK + d0 + d;
-      if (direct) direct[i] = __float2bfloat16_rn(x);
-      else per_head[i] = x;
+      if (direct) *reinterpret_cast<__nv_bfloat162*>(direct + i) = __floats2bfloat162_rn(x0, x1);
+      else *reinterpret_cast<float2*>(per_head + i) = make_float2(x0, x1);
     });
   };
   auto store_dq_dk = [&] { store_grad(dq, a.dq, a.dq_direct), store_grad(dk, a.dk, a.dk_direct); };
@@ -1427,6 +1429,8 @@ void backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, float* gra
   HLA_CHECK(aligned16(grad_o), "decay_attention chunk kernel: grad_o must be 16-byte aligned");
   HLA_CHECK(!grad_ht || aligned16(grad_ht), "decay_attention chunk kernel: grad_ht must be 16-byte aligned");
   HLA_CHECK(!kept || aligned16(kept), "decay_attention chunk kernel: kept must be 16-byte aligned");
+  HLA_CHECK((d.HV != d.H || (aligned16(grad_q) && aligned16(grad_k))) && aligned16(grad_v),
+            "decay_attention chunk kernel: grad_q, grad_k and grad_v must be 16-byte aligned (stored in bf16 pairs)");
   Args a = input_args(q, k, v, g, h0, d);
   const int64_t states = state_floats(d);  // (B, HV, NT, dk, dv)
   // One value head a key head: pass 3 writes dq, dk itself; else per value head in fp32, then summed.
@@ -1455,6 +1459,8 @@ void rwkv6_backward(void* grad_r, void* grad_k, void* grad_v, void* grad_w, void
   HLA_CHECK(aligned16(grad_o), "rwkv6 chunk kernel: grad_o must be 16-byte aligned");
   HLA_CHECK(!grad_ht || aligned16(grad_ht), "rwkv6 chunk kernel: grad_ht must be 16-byte aligned");
   HLA_CHECK(!kept || aligned16(kept), "rwkv6 chunk kernel: kept must be 16-byte aligned");
+  HLA_CHECK(aligned16(grad_r) && aligned16(grad_k) && aligned16(grad_v),
+            "rwkv6 chunk kernel: grad_r, grad_k and grad_v must be 16-byte aligned (stored in bf16 pairs)");
   const DecayAttentionDims dims = decay_dims(d);
   Args a = input_args(r, k, v, w, h0, dims);
   a.bonus = static_cast<const bf16*>(u);
