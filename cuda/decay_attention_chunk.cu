@@ -535,7 +535,7 @@ __global__ void __launch_bounds__(kThreads, kOutputCtasPerSm<DK, DV>) vector_out
     WarpTile<C, kPiece> o;
     mma_staged(o, Staged<DK, false>{sm.qg}, Staged<DK, true>{sm.hT}, 0, DK);
     mma_staged(o, Staged<C, false>{sm.aqk}, Staged<DV, false>{sm.v, 0, c0}, 0, C);
-    o.each_pair([&](int r, int c, float x0, float x1) {  // columns c, c + 1 in one 4-byte store
+    o.each_pair([&](int r, int c, float x0, float x1, int) {  // columns c, c + 1 in one 4-byte store
       if (r < n)
         *reinterpret_cast<__nv_bfloat162*>(a.o + (tok0 + int64_t(r) * a.HV) * DV + c0 + c) = __floats2bfloat162_rn(x0, x1);
     });
@@ -1098,7 +1098,7 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
       dv.each([&](int r, int, float& x, int) { x *= sm.kdecay[r]; });
     }
     mma_staged(dv, Aqkt, dO_piece, 0, C);
-    dv.each_pair([&](int r, int c, float x0, float x1) {
+    dv.each_pair([&](int r, int c, float x0, float x1, int) {
       if (r >= n) return;
       const int64_t i = (tok0 + int64_t(r) * a.HV) * DV + c0 + c;
       if constexpr (kBlocks > 1) {  // this block's channels' part
@@ -1192,7 +1192,7 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
   }
   // dQ, dK in bf16 where each key head has one value head (a.dq_direct), else per value head in fp32.
   auto store_grad = [&](WarpTile<C, KB>& t, float* per_head, bf16* direct) {
-    t.each_pair([&](int r, int d, float x0, float x1) {
+    t.each_pair([&](int r, int d, float x0, float x1, int) {
       if (r >= n) return;
       const int64_t i = (tok0 + int64_t(r) * a.HV) * DK + d0 + d;
       if (direct) *reinterpret_cast<__nv_bfloat162*>(direct + i) = __floats2bfloat162_rn(x0, x1);
