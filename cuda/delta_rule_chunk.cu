@@ -1496,9 +1496,10 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   __syncthreads();
   auto g = [&](int t, int d) { return sm.Gv[t * kLdG + d]; };  // G[t][d] (vector gate)
   auto k_rows = [&](int r, int d) { return bf(sm.k[r * kLdK + d]); };  // K[r][d]
-  // GDN-2's b[r][d] of (B, T, HV, DK) (0 past n); db has its layout.
-  auto b_at = [&](int r, int d) { return tok0 * DK + r * (a.HV * DK) + d; };
-  auto erase = [&](int r, int d) { return r < n ? bf(a.b[b_at(r, d)]) : 0.f; };
+  // (B, T, HV, DK) index of the chunk's token r, key channel d: GDN-2's b and db, the dq and dk
+  // parts and outputs.
+  auto key_at = [&](int r, int d) { return (tok0 + int64_t(r) * a.HV) * DK + d; };
+  auto erase = [&](int r, int d) { return r < n ? bf(a.b[key_at(r, d)]) : 0.f; };  // GDN-2's b[r][d] (0 past n)
   split_a();
   const Padded<kLdA, true> A_hi_t{sm.A_hi}, A_lo_t{sm.A_lo};  // A^T
   auto no_sum = [](int, int, float4) {};
@@ -1567,7 +1568,7 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
       dk.each([&](int r, int, float& x, int) { x *= sm.kdecay[r]; });
     }
     auto part_at = [&](float* part, int r, int d) {  // (r, d0 + d) of a (B, T, HV, dk) fp32 part
-      return reinterpret_cast<float2*>(part + (tok0 + int64_t(r) * a.HV) * DK + d0 + d);
+      return reinterpret_cast<float2*>(part + key_at(r, d0 + d));
     };
     dq.each_pair([&](int r, int d, float x0, float x1, int) { if (r < n) *part_at(a.dq, r, d) = make_float2(x0, x1); });
     dk.each_pair([&](int r, int d, float x0, float x1, int) { if (r < n) *part_at(a.dk, r, d) = make_float2(x0, x1); });
@@ -1695,7 +1696,7 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   auto store_grad = [&](WarpTile<C, KB>& t, int d0, float* per_head, bf16* direct) {
     t.each_pair([&](int r, int d, float x0, float x1, int) {
       if (r >= n) return;
-      const int64_t i = (tok0 + int64_t(r) * a.HV) * DK + d0 + d;
+      const int64_t i = key_at(r, d0 + d);
       if (direct) *reinterpret_cast<uint32_t*>(direct + i) = pack_bf16(x0, x1);
       else *reinterpret_cast<float2*>(per_head + i) = make_float2(x0, x1);
     });
@@ -1718,8 +1719,7 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     // phase A's parts, read back by the threads that wrote them (once dE is formed: fewer live registers)
     auto load_part = [&](WarpTile<C, KB>& t, const float* part) {
       t.each_pair([&](int r, int d, float& x0, float& x1, int) {
-        const float2 x = r < n ? *reinterpret_cast<const float2*>(part + (tok0 + int64_t(r) * a.HV) * DK + d0 + d)
-                               : make_float2(0.f, 0.f);
+        const float2 x = r < n ? *reinterpret_cast<const float2*>(part + key_at(r, d0 + d)) : make_float2(0.f, 0.f);
         x0 = x.x, x1 = x.y;
       });
     };
@@ -1759,9 +1759,9 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
         de.each([&](int r, int d, float x, int slot) {
           const float b = sm.dGv[r * kLdKB + d], k = k_blk(r, d);
           sm.dGv[r * kLdKB + d] = 2.f * b * k * x;
-          if (r < n) a.db[b_at(r, d0 + d)] = __float2bfloat16_rn(k * x);
+          if (r < n) a.db[key_at(r, d0 + d)] = __float2bfloat16_rn(k * x);
           if (!kWide) dk.ref(slot) += b * x;
-          else if (r < n) a.dk[(tok0 + int64_t(r) * a.HV) * DK + d0 + d] += b * x;
+          else if (r < n) a.dk[key_at(r, d0 + d)] += b * x;
         });
       } else {
         de.add_row_sums(sm.rowB, [&](int r, int d, float x) { return x * k_blk(r, d); });
