@@ -24,8 +24,8 @@
 //     1c  A = (I + L)^{-1} by 16 x 16 blocks, fp32 in shared memory: the diagonal blocks'
 //         inverses by forward substitution, the others diagonal by diagonal          (4.7)
 //     1d  W = A diag(beta exp(G)) K,  U = A diag(w) V                             (4.6, mma)
-//         (GDN-2: W = A (E (.) exp(G)),  U = A (w (.) V); b and w tiles read element by element;
-//         a vector gate's exp(G) formed once, in G's place)
+//         (GDN-2: W = A (E (.) exp(G)),  U = A (w (.) V); b and w read element by element;
+//         a vector gate's K (.) exp(G), GDN-2's E (.) exp(G), formed once in G's place)
 //   Pass 2 (scan_kernel, grid (dv / BV, HV, B), sequential over chunks: 2a and 2c; CPU:
 //   scan_chunks; then output_kernel, grid (NT dv / VS, HV, B), every chunk in parallel: 2b; CPU:
 //   the output loop of chunk_forward). The state h (dk x dv, fp32) is split along dv into column
@@ -172,11 +172,11 @@
 //   196.0 KB with the forward's tiles, and 32 columns at dk = 256; the scalar gate's reverse scan
 //   at dk = 256 takes 64 columns with q in k's tile, 190.3 KB with 32 and both: one CTA an SM
 //   either way, 256 CTAs in two waves at B8 H4 D256 where 128 now run in one, 0.97 -> 0.73 ms)
-//   GDN-2 (vector gate; prepare with its b tile, and its w tile in q's place after 1b where
-//   dv <= dk, else a place of its own; scans and local backward as the vector gate's): dk 64:
-//   prepare 104.8 / 129.8 KB (dv 64 / 128; 113.8 at dv 64 before w took q's place, one CTA an SM);
-//   dk 128: 118.8 KB (dv 64 / 128; kLean, 160.8 / 168.8 KB before); dk 256: 198.8 KB (every
-//   dv: its b tile beside, w in G's place)
+//   GDN-2 (vector gate; the prepare reads b from global memory and puts w in G's place (kLean),
+//   in q's after 1b where dv <= dk, else in a place of its own; scans and local backward as the
+//   vector gate's): prepare dk 64: 95.8 / 120.8 KB (dv 64 / 128); dk 128: 101.8 KB (dv 64 / 128),
+//   two CTAs an SM; dk 256: 165.8 KB (every dv). With a b tile it took 104.8 / 129.8, 118.8
+//   (one CTA an SM: 1.83 ms at B4 T4096 H16 D128) and 198.8 KB.
 //   (local backward before its staged tiles: 159.1 / 135.1, 209.1 / 153.1, 185.1; vector gate
 //   153.4, 188.6 KB, and 165.9, 204.1 KB before its staged pair products: one CTA an SM either way)
 //   output_kernel (every dv; two CTAs an SM): 63.2 / 89.2 / 101.2 KB at dk = 64 / 128 / 256 (32
@@ -407,11 +407,12 @@ struct PrepareSmem {
   bf16 *et_hi, *et_lo, *qt_hi, *qt_lo;  // (C, kLdX) each
   bf16 *kref_hi, *kref_lo;              // (kRefRows, kLdX) each
   float* estep;                         // (C, kLdG)
-  // VBW only: (C, DK + 8) erase gate b[t][d], (C, DV + 8) write gate w[t][c]. w is read by 1d
-  // alone, so it comes late: kLean, into G's place once W is formed; else, when it fits (dv <=
-  // dk), into q's place after 1b: at dk = dv = 64 that keeps GDN-2's prepare at 104.8 KB, two
-  // CTAs an SM (113.8 KB with w a place of its own: one).
-  bf16 *b, *w;
+  // VBW only: (C, DV + 8) write gate w[t][c]. The erase gate b has no tile: 1b reads each of its
+  // elements twice from global memory (the staged rows and the diagonal blocks), and 1d's operand
+  // E (.) exp(G) is formed once in G's place. w is read by 1d alone, so it comes late: kLean, into
+  // G's place once W is formed; else, when it fits (dv <= dk), into q's place after 1b, else a
+  // place of its own.
+  bf16* w;
   static constexpr bool kWriteGateInQ = !kLean && DV <= DK;
   static constexpr int kRefRow0(int i) { return 8 * i * (i - 1); }  // = 16 (1 + 2 + .. + (i - 1))
   static constexpr int kRefRows = kRefRow0(C / 16);
@@ -421,7 +422,7 @@ struct PrepareSmem {
                 "the vector gate's staged operands fit the places they take");
   static_assert(!(kLean && VBW) || kLdV <= 2 * kLdG, "w fits in G's place");
   static constexpr size_t bytes() {
-    return sizeof(bf16) * C * (2 * kLdK + (kLean ? 0 : kLdV) + (VBW ? kLdK + (kLean || kWriteGateInQ ? 0 : kLdV) : 0)) +
+    return sizeof(bf16) * C * (2 * kLdK + (kLean ? 0 : kLdV) + (VBW && !kLean && !kWriteGateInQ ? kLdV : 0)) +
            sizeof(float) * (2 * C * kLdC + C * kLdG + 3 * C + kDecays);
   }
   __device__ explicit PrepareSmem(void* p) {
@@ -431,8 +432,7 @@ struct PrepareSmem {
     et_hi = reinterpret_cast<bf16*>(L), et_lo = et_hi + C * kLdX, qt_hi = et_lo + C * kLdX, qt_lo = qt_hi + C * kLdX;
     estep = kLean ? G : colu + C;
     kref_hi = kLean ? qt_lo + C * kLdX : reinterpret_cast<bf16*>(estep), kref_lo = kref_hi + kRefRows * kLdX;
-    b = reinterpret_cast<bf16*>(colu + C + kDecays);
-    w = kLean ? reinterpret_cast<bf16*>(G) : kWriteGateInQ ? q : b + C * kLdK;
+    w = kLean ? reinterpret_cast<bf16*>(G) : kWriteGateInQ ? q : reinterpret_cast<bf16*>(colu + C + kDecays);
   }
 };
 
@@ -479,14 +479,7 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
       return tt < n ? bf(g[int64_t(tt) * a.HV * DK + i % DK]) : 0.f;
     }, [&](int i, float x) { sm.G[(i / DK) * kLdG + i % DK] = x; });
   }
-  if constexpr (VBW) {  // b[t][d] of (B, T, HV, DK) (no alignment asked of it); w: see PrepareSmem
-    const int64_t tok = (int64_t(bi) * a.T + t0) * a.HV + j;  // (B, T, HV) index of token t0
-    batched_loads<C * DK, 16>([&](int i) {
-      const int tt = i / DK;
-      return tt < n ? a.b[(tok + int64_t(tt) * a.HV) * DK + i % DK] : __float2bfloat16_rn(0.f);
-    }, [&](int i, bf16 x) { sm.b[(i / DK) * kLdK + i % DK] = x; });
-    if (!kLean && !Smem::kWriteGateInQ) load_w();
-  }
+  if (VBW && !kLean && !Smem::kWriteGateInQ) load_w();  // (w: see PrepareSmem)
   wait_tiles();
   // 1a: G = inclusive cumsum of g (vector gate: a thread per channel; scalar: warp 0, two tokens a lane).
   if (VG) {
@@ -517,9 +510,11 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
   auto G_out = [&] { return a.G + (head * a.NT * C + t0) * (VG ? DK : 1); };
   for (int i = threadIdx.x; i < C * (VG ? DK : 1); i += kThreads)
     G_out()[i] = VG ? sm.G[(i / DK) * kLdG + i % DK] : sm.G[i];
-  // The erase key e_t = b_t (.) k_t (GDN-2), else k_t (beta enters as a row scale).
+  // The erase key e_t = b_t (.) k_t (GDN-2: b[t][d] of (B, T, HV, DK) from global memory, no
+  // alignment asked of it; 0 past n), else k_t (beta enters as a row scale).
   auto e_at = [&](int t, int d) {
-    return VBW ? bf(sm.b[t * kLdK + d]) * bf(sm.k[t * kLdK + d]) : bf(sm.k[t * kLdK + d]);
+    const float erase = VBW && t < n ? bf(a.b[((int64_t(bi) * a.T + t0 + t) * a.HV + j) * DK + d]) : 1.f;
+    return erase * bf(sm.k[t * kLdK + d]);
   };
   // 1b: K K^T and Q K^T on tensor cores, then the masks and decays (exponents <= 0 only).
   if constexpr (VG) {
@@ -630,15 +625,15 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
       if (part == 0)
         for (int s = t + 1; s < first + 16; s++) sm.L[t * kLdC + s] = 0.f, aqk[t * C + s] = 0.f;
     }
-    // G is read (the step decays hold what the diagonal blocks need): exp(G) in its place for 1d
-    // (kLean: G from the workspace, this CTA's writes above; q is read: v takes its tile).
+    // G is read (the step decays hold what the diagonal blocks need): 1d's operand E (.) exp(G)
+    // in its place (kLean: G from the workspace, this CTA's writes above; q is read: v takes its tile).
     if (kLean) {
       __syncthreads();
       load_v();
     }
     for (int i = threadIdx.x; i < C * DK; i += kThreads) {
       float& x = sm.G[(i / DK) * kLdG + i % DK];
-      x = exp_ftz(kLean ? G_out()[i] : x);
+      x = e_at(i / DK, i % DK) * exp_ftz(kLean ? G_out()[i] : x);
     }
     if (kLean) wait_tiles();
   } else {
@@ -721,12 +716,12 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
   {
     WarpTile<C, DK> wt;
     wt.mma<C, true, VG>([&](int r, int s) { return sm.A[r * kLdC + s] * sm.colw[s]; }, [&](int s, int d) {
-      return VG ? e_at(s, d) * sm.G[s * kLdG + d] : bf(sm.k[s * kLdK + d]);  // (vector gate: sm.G holds exp(G))
+      return VG ? sm.G[s * kLdG + d] : bf(sm.k[s * kLdK + d]);  // (vector gate: sm.G holds E (.) exp(G))
     });
     float* W = a.W + (head * a.NT * C + t0) * DK;
     wt.each_pair([&](int r, int d, float x0, float x1, int) { *reinterpret_cast<float2*>(W + r * DK + d) = make_float2(x0, x1); });
   }
-  if (kLean && VBW) {  // exp(G) is read: w takes its place
+  if (kLean && VBW) {  // E (.) exp(G) is read: w takes its place
     __syncthreads();
     load_w();
     __syncthreads();
