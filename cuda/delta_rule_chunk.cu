@@ -196,11 +196,12 @@
 // output_kernel 166, reverse scan 156, local backward 250-252 (its two key blocks unrolled:
 // for_key_blocks); no spills (the prepare's staging loops are kept rolled: unrolled, ptxas
 // spilled 4 bytes at dk = 64 to fit 64 registers).
-// GDN-2: prepare 79-80 at dk = 64 and 128, 128-138 at 256; local backward 173-175 at dk = 64,
-// 255 / 252 at 128 (dv 128 / 64), 255 at 256; no spills but 4 bytes of spill stores and loads
-// at dk = dv = 128 since its global parts went in pairs (each_pair, 9b06e6d). (Before its b and
-// w loads went in batches (batched_loads) the prepare took 64 at dk = dv = 64 with 4 bytes of
-// spill stores and loads; ptxas's allocation swings by 50 registers on small changes here.)
+// GDN-2: prepare 79-80 at dk = 64 and 128 (64 at dk 64, dv 128), 137-144 at 256; local backward
+// 168 at dk = 64, 255 / 251 at 128 (dv 128 / 64), 255 at 256; no spills (9b06e6d's pair stores
+// spilled 4 bytes at dk = dv = 128, gone with the key_at index helper). KDA's prepare at dk =
+// dv = 64 takes 64 registers with 4 bytes of spill stores and loads since 1d's operand is formed
+// once in G's place. (ptxas's allocation swings by 50 registers on small changes here: GDN-2's
+// db stored in pairs took its local backward at dk = 128 to 230 registers and 3% slower.)
 //
 // The local backward (pass 4) splits only the states h[n], dh[n] (kept in fp32 for precision,
 // see above: phase A's partners) and the A chain (X = dA A^T, dL = -A^T X, dEhat = A^T dW;
