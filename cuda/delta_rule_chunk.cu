@@ -29,7 +29,8 @@
 //   Pass 2 (scan_kernel, grid (dv / BV, HV, B), sequential over chunks: 2a and 2c; CPU:
 //   scan_chunks; then output_kernel, grid (NT dv / VS, HV, B), every chunk in parallel: 2b; CPU:
 //   the output loop of chunk_forward). The state h (dk x dv, fp32) is split along dv into column
-//   tiles of BV, one per CTA, held in shared memory. Up to dk = 128 (BV = 32) a CTA needs
+//   tiles of BV, one per CTA, held in shared memory. Up to dk = 128 (BV = 32; but the scalar
+//   gate's reverse scan at dk = 128, dv >= 128: 64, see ScanSmem) a CTA needs
 //   < 113 KB of shared memory and 128 registers a thread, so two fit on an SM: at the anchor
 //   shape B * HV * 4 = 256 CTAs are all resident on the 132 SMs, and one CTA's chunk loads
 //   overlap the other's math. At dk = 256 one CTA fits an SM (the W rows alone are 66 KB), so
@@ -155,6 +156,7 @@
 //   dk \ dv    prepare (64 / 128 / 256)      scan / reverse scan   local backward (dv <= 128 / 256)
 //   64          62.0 / 70.0 / 86.0 KB          45.3 / 67.3 KB        164.6 / 147.6 KB
 //   128         78.0 / 86.0 / 102.0 KB         78.3 / 108.3 KB       216.6 / 168.6 KB
+//               (the reverse scan 136.3 KB at dv >= 128, with 64 state columns)
 //   256         110.0 / 118.0 / 134.0 KB       184.3 / 201.3 KB      200.6 KB
 //   vector gate (the C x dk G tile, +16.8 KB at dk = 64, +32.8 KB at dk = 128; prepare +17.0 /
 //   +33.0 KB more for its step decays, which take the place of its staged k operands (before
@@ -185,7 +187,8 @@
 // Registers a thread (ptxas, nvcc 13.0, sm_90; every dv): prepare 58-128, scan 117 / 116 / 174
 // (116 / 113 / 113 with one layout for both scans, 32 columns at 256; launch bounds of one CTA at
 // 256), output_kernel 87-90 / 118-120 / 126-128 and reverse scan 120 / 128 at dk = 64 / 128
-// (launch bounds of two CTAs: at most 128) and 221 at 256 (one CTA, 64 columns), local backward
+// (launch bounds of two CTAs: at most 128; 193 at dk = 128, dv >= 128, one CTA and 64 columns)
+// and 221 at 256 (one CTA, 64 columns), local backward
 // 154-255 (212-255 at dk >= 128; before the staged tiles 158-255; at dk = 256 4 bytes of spill
 // stores and loads since its decays went by exp_ftz, b9bf7cb); vector gate: prepare 64-101
 // (79-102 before its staged pair products), scan 115 / 118 (115 / 116 with one layout for both
@@ -786,9 +789,14 @@ struct ScanSmem {
   // CTAs (one wave at B8 H4 D256 on 132 SMs, where 32 columns took two), each chunk's W rows
   // loaded by half as many CTAs. The reverse scan then holds q in k's tile (kQInK): q is loaded
   // once 3b has read k, and the next chunk's k once 3c has read q (201 KB; 235 KB with both).
-  static constexpr int BV = DK > 128 && (FORWARD || !VG) ? 64 : 32;
+  // The scalar gate's reverse scan takes 64 at DK = 128 too where DV >= 128 (kWideScalar; 136.3
+  // KB, one CTA an SM, B4 H16 D128's 128 CTAs in one wave): two CTAs an SM of 32 columns each
+  // loaded every chunk's k, q, W and Aqk twice as often (0.88 -> 0.82 ms there). The forward
+  // scan the same way was 1% slower (2 CTAs an SM keep its 32).
+  static constexpr bool kWideScalar = !FORWARD && !VG && DK == 128 && DV >= 128;
+  static constexpr int BV = (DK > 128 && (FORWARD || !VG)) || kWideScalar ? 64 : 32;
   static constexpr bool kQInK = !FORWARD && !VG && DK > 128;
-  static constexpr int kCtasPerSm = DK > 128 ? 1 : 2;  // launch bounds
+  static constexpr int kCtasPerSm = DK > 128 || kWideScalar ? 1 : 2;  // launch bounds
   // The state update's rows per WarpTile (a WarpTile spreads its 16-row tiles over the 8 warps,
   // so it has at most 128 rows): DK / kRows tiles of (kRows, BV).
   static constexpr int kRows = DK < 128 ? DK : 128, kRowBlocks = DK / kRows;
