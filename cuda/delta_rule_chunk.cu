@@ -389,11 +389,11 @@ __device__ __forceinline__ void add_block_product_row(float4& acc, const float* 
 template <int DK, int DV, bool VG, bool VBW = false>
 struct PrepareSmem {
   // A vector gate at DK >= 128 with DV <= DK (kLean): the tiles below at their DK = 128 places
-  // take 270 KB at DK = 256 (GDN-2 338 KB), and 152 KB at DK = 128, one CTA an SM. So v waits
-  // for q's last reader (1b) and takes q's tile, GDN-2's w takes G's once 1d's W is formed, the
-  // step decays take G's place (G is read again from the workspace for 1d), and the staged
-  // operands of 1b go 16 channels at a time, all in L's and A's places: 101.8 KB at DK = 128,
-  // two CTAs an SM (GDN-2, with its b tile, 118.8 KB: one).
+  // take 270 KB at DK = 256 (GDN-2 with the b tile it had, 338 KB), and 152 KB at DK = 128, one
+  // CTA an SM. So v waits for q's last reader (1b) and takes q's tile, GDN-2's w takes G's once
+  // 1d's W is formed, the step decays take G's place (G is read again from the workspace for
+  // 1d), and the staged operands of 1b go 16 channels at a time, all in L's and A's places:
+  // 101.8 KB at DK = 128, two CTAs an SM (GDN-2 too: it keeps no b tile, see below).
   static constexpr bool kLean = VG && DK >= 128 && DV <= DK;
   static constexpr int kLdK = DK + 8, kLdV = DV + 8;
   static constexpr int kLdG = VG ? DK + 4 : 1;  // G's row stride: a row of DK channels, or one scalar
