@@ -537,7 +537,7 @@ __global__ void __launch_bounds__(kThreads, kOutputCtasPerSm<DK, DV>) vector_out
     mma_staged(o, Staged<C, false>{sm.aqk}, Staged<DV, false>{sm.v, 0, c0}, 0, C);
     o.each_pair([&](int r, int c, float x0, float x1, int) {  // columns c, c + 1 in one 4-byte store
       if (r < n)
-        *reinterpret_cast<__nv_bfloat162*>(a.o + (tok0 + int64_t(r) * a.HV) * DV + c0 + c) = __floats2bfloat162_rn(x0, x1);
+        *reinterpret_cast<uint32_t*>(a.o + (tok0 + int64_t(r) * a.HV) * DV + c0 + c) = pack_bf16(x0, x1);
     });
   }
 }
@@ -1104,7 +1104,7 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
       if constexpr (kBlocks > 1) {  // this block's channels' part
         *reinterpret_cast<float2*>(a.dv_part + part0 * DV + i) = make_float2(x0, x1);
       } else {
-        *reinterpret_cast<__nv_bfloat162*>(a.dv + i) = __floats2bfloat162_rn(x0, x1);
+        *reinterpret_cast<uint32_t*>(a.dv + i) = pack_bf16(x0, x1);
       }
     });
   }
@@ -1195,7 +1195,7 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
     t.each_pair([&](int r, int d, float x0, float x1, int) {
       if (r >= n) return;
       const int64_t i = (tok0 + int64_t(r) * a.HV) * DK + d0 + d;
-      if (direct) *reinterpret_cast<__nv_bfloat162*>(direct + i) = __floats2bfloat162_rn(x0, x1);
+      if (direct) *reinterpret_cast<uint32_t*>(direct + i) = pack_bf16(x0, x1);
       else *reinterpret_cast<float2*>(per_head + i) = make_float2(x0, x1);
     });
   };
