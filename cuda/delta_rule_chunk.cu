@@ -99,6 +99,7 @@
 //         (GDN-2: dk += b (.) dE, db = k (.) dE per channel)
 //     4h  dQ += Ps K,  dK += Ps^T Q + (diag(beta) P2)^T K      (GDN-2: + P2^T E)       (mma)
 //     4i  dG per token (row sums, pair rowsum - colsum, last-token terms), reverse cumsum -> dg
+//         (none of 4i's terms without a gate: DeltaNet skips them and their K K^T product)
 //   Vector gate: 4c and 4e keep Ps and P2 without their decays (bf16 tiles, the 16 x 16 diagonal
 //   blocks also in fp32), and 4g's P2 K and 4h's products run in add_decayed_pairs: the pairs of
 //   different 16-token sub-blocks as ldmatrix + mma on K and Q staged once, each token decayed
@@ -789,14 +790,24 @@ struct ScanSmem {
   // CTAs (one wave at B8 H4 D256 on 132 SMs, where 32 columns took two), each chunk's W rows
   // loaded by half as many CTAs. The reverse scan then holds q in k's tile (kQInK): q is loaded
   // once 3b has read k, and the next chunk's k once 3c has read q (201 KB; 235 KB with both).
-  // The scalar gate's reverse scan takes 64 at DK = 128 too where DV >= 128 (kWideScalar; 136.3
-  // KB, one CTA an SM, B4 H16 D128's 128 CTAs in one wave): two CTAs an SM of 32 columns each
-  // loaded every chunk's k, q, W and Aqk twice as often (0.88 -> 0.82 ms there). The forward
-  // scan the same way was 1% slower (2 CTAs an SM keep its 32).
-  static constexpr bool kWideScalar = !FORWARD && !VG && DK == 128 && DV >= 128;
-  static constexpr int BV = (DK > 128 && (FORWARD || !VG)) || kWideScalar ? 64 : 32;
+  // The scalar gate's reverse scan at DK = 128, DV >= 128 (kStaged) takes 64 too, one CTA an SM
+  // (B4 H16 D128's 128 CTAs in one wave), and spends the room that leaves on staging its
+  // products' operands once a chunk as bf16 tiles (fp32 ones split into hi and lo) read by
+  // ldmatrix, where the accessor products (WarpTile::mma) gather and split every fragment
+  // element as they go (201 KB; no fp32 W or dVnew tile): W split as it is loaded, dS as 3a
+  // writes it out, -dVnew and scale exp(G) dO once 3b has formed them; K dS enters with k as it
+  // is, its rows scaled by exp(G_last - G) after the product (Aqk^T dO stays an accessor product
+  // over Aqk's packed rows). Measured (ncu, H200, B4 T4096 H16 D128): 32 columns, two CTAs an
+  // SM 0.88 ms; 64 unstaged 0.82; staged 0.71. The forward scan keeps 32 columns and two CTAs
+  // an SM: with 64 it was 1% slower unstaged and 8% slower staged the same way (2a's W, copied
+  // a chunk ahead in fp32 and split at the top of its chunk, and h: 0.50 -> 0.54 ms). A second
+  // set of the tiles the reverse scan's chunk waits for at its top (q, W, dO, dU), copied a
+  // chunk ahead into the room its one CTA leaves (213 KB, unstaged), made it slower: 0.82 ->
+  // 0.93 ms.
+  static constexpr bool kStaged = !FORWARD && !VG && DK == 128 && DV >= 128;
+  static constexpr int BV = (DK > 128 && (FORWARD || !VG)) || kStaged ? 64 : 32;
   static constexpr bool kQInK = !FORWARD && !VG && DK > 128;
-  static constexpr int kCtasPerSm = DK > 128 || kWideScalar ? 1 : 2;  // launch bounds
+  static constexpr int kCtasPerSm = DK > 128 || kStaged ? 1 : 2;  // launch bounds
   // The state update's rows per WarpTile (a WarpTile spreads its 16-row tiles over the 8 warps,
   // so it has at most 128 rows): DK / kRows tiles of (kRows, BV).
   static constexpr int kRows = DK < 128 ? DK : 128, kRowBlocks = DK / kRows;
@@ -820,7 +831,16 @@ struct ScanSmem {
   // exp(G_last - G)) split; a vector gate's (C, kLdK) each, K (.) exp(G_last - G) split (the
   // reverse scan's: kLean, 3b's and 3c's staged operands).
   bf16 *vn_hi, *vn_lo, *kd_hi, *kd_lo;
+  bf16* dres;    // (C, kLdO) the reverse scan's dU (in vnew's place until 3b writes dVnew there; kStaged: its own)
+  // kStaged (no fp32 W or vnew): W split (C, kLdK); dS split (DK, kLdO); scale exp(G) dO and
+  // -dVnew split (C, kLdO)
+  bf16 *W_hi, *W_lo, *ds_hi, *ds_lo, *dog_hi, *dog_lo, *dvn_hi, *dvn_lo;
   static constexpr size_t bytes() {
+    if constexpr (kStaged) {
+      const size_t floats = size_t(DK) * kLdH + kAqk + kG + 2 * C;
+      const size_t halves = 4 * C * kLdK + 2 * DK * kLdO + 6 * C * kLdO;
+      return sizeof(float) * floats + sizeof(bf16) * halves;
+    }
     const size_t floats = size_t(DK) * kLdH + C * kLdW + kG + (FORWARD ? 0 : C * kLdH + kAqk + 2 * C);
     const size_t halves = FORWARD ? ((kLean ? 0 : 1) + (VG ? 2 : 0)) * C * kLdK + 2 * C * kLdO
                                   : (kQInK ? 1 : 2) * C * kLdK + C * kLdO;
@@ -836,11 +856,19 @@ struct ScanSmem {
       kd_hi = VG ? kd : nullptr, kd_lo = VG ? kd + C * kLdK : nullptr;
       vn_hi = kd + (VG ? 2 * C * kLdK : 0), vn_lo = vn_hi + C * kLdO;
       vnew = reinterpret_cast<float*>(vn_hi);
+    } else if constexpr (kStaged) {
+      W = vnew = nullptr, aqk = h + DK * kLdH, G = aqk + kAqk, expG = G + kG, kdecay = expG + C;
+      q = reinterpret_cast<bf16*>(kdecay + C), k = q + C * kLdK, W_hi = k + C * kLdK, W_lo = W_hi + C * kLdK;
+      ds_hi = W_lo + C * kLdK, ds_lo = ds_hi + DK * kLdO;
+      dov = ds_lo + DK * kLdO, dres = dov + C * kLdO, dog_hi = dres + C * kLdO, dog_lo = dog_hi + C * kLdO;
+      dvn_hi = dog_lo + C * kLdO, dvn_lo = dvn_hi + C * kLdO;
+      kd_hi = kd_lo = vn_hi = vn_lo = nullptr;
     } else {
       vnew = W + C * kLdW, aqk = vnew + C * kLdH, G = aqk + kAqk, expG = G + kG, kdecay = expG + C;
       bf16* tiles = reinterpret_cast<bf16*>(kdecay + C);
       q = kLean ? nullptr : tiles, k = kLean ? nullptr : tiles + (kQInK ? 0 : C * kLdK);
       dov = tiles + (kQInK ? 1 : 2) * C * kLdK;
+      dres = reinterpret_cast<bf16*>(vnew);
       kd_hi = kLean ? tiles : nullptr, kd_lo = kLean ? tiles + C * kLdK : nullptr, vn_hi = vn_lo = nullptr;
     }
   }
@@ -902,6 +930,15 @@ struct ScanSmem {
     for (int i = threadIdx.x; i < DK * BV; i += kThreads) {
       const int d = i / BV, c = i % BV;
       dst[d * DV + v0 + c] = h[d * kLdH + c];
+    }
+  }
+  // kStaged: ds_hi, ds_lo <- the state (dS) split
+  __device__ void split_state() const {
+    for (int i = threadIdx.x; i < DK * BV / 2; i += kThreads) {
+      const int d = i / (BV / 2), c = (i % (BV / 2)) * 2;
+      const float2 x = *reinterpret_cast<const float2*>(h + d * kLdH + c);
+      chunk_mma::split_pair(x.x, x.y, *reinterpret_cast<uint32_t*>(ds_hi + d * kLdO + c),
+                            *reinterpret_cast<uint32_t*>(ds_lo + d * kLdO + c));
     }
   }
 };
@@ -1106,9 +1143,14 @@ __global__ void __launch_bounds__(kThreads, (OutputSmem<DK, DV, VG>::kCtasPerSm)
 // dVnew) at the top of a chunk, one round trip. A vector gate at DK >= 128 (kLean) holds G's
 // last row alone (3c's row decays, with W, dO and dU at the top) and stages 3b's K (.)
 // exp(G_last - G) and then 3c's scale Q (.) exp(G) from the workspace's G and global k, q
-// (ScanSmem::stage_gated; DK / 64 round trips each: a thread's DK / 16 pieces in batches of four).
+// (ScanSmem::stage_gated; DK / 64 round trips each: a thread's DK / 16 pieces in batches of four);
+// 3c's Qg^T dO reads the staged hi and lo tiles and dO's by ldmatrix (as an accessor product, which
+// added hi and lo back up and split them again a fragment element at a time, KDA's reverse scan
+// took 1.19 ms at B4 T4096 H16 D128 where it takes 1.10, H200).
 // The scalar gate at DK = 256 (kQInK, 64 state columns a CTA) loads q after 3b into k's tile, and
 // the next chunk's k after 3c: a round trip more a chunk, for one wave of CTAs instead of two.
+// The scalar gate at DK = 128, DV >= 128 (kStaged, 64 columns, one CTA an SM) runs the products of
+// 3b and 3c but Aqk^T dO on staged tiles (ScanSmem says which and what they were measured to give).
 
 template <int DK, int DV, bool VG>
 __global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG, false>::kCtasPerSm))
@@ -1118,11 +1160,13 @@ __global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG, false>::kCtasP
   const Smem sm(smem_raw);
   constexpr int BV = Smem::BV, kLdH = Smem::kLdH, kLdW = Smem::kLdW, kLdK = Smem::kLdK, kLdO = Smem::kLdO;
   constexpr int kLdG = Smem::kLdG;
-  constexpr bool kLean = Smem::kLean, kQInK = Smem::kQInK;
+  constexpr bool kLean = Smem::kLean, kQInK = Smem::kQInK, kStaged = Smem::kStaged;
+  using chunk_mma::mma_staged;
+  using chunk_mma::Padded;
   const int v0 = blockIdx.x * BV, j = blockIdx.y, bi = blockIdx.z;
   const int64_t head = int64_t(bi) * a.HV + j;
   const ScanTiles<DK> tiles(a, bi, j);
-  bf16* dres = reinterpret_cast<bf16*>(sm.vnew);  // (C, kLdO) dU, until 3b writes dVnew there
+  bf16* dres = sm.dres;  // (C, kLdO) dU
   static_assert(sizeof(bf16) * kLdO <= sizeof(float) * kLdH, "the dU tile fits in sm.vnew");
   auto load_k = [&](int chunk) { load_bf16_rows_async<C, DK>(sm.k, tiles.qk(a.k, chunk), tiles.qk_stride, tiles.rows(chunk)); };
   auto load_q = [&](int chunk) { load_bf16_rows_async<C, DK>(sm.q, tiles.qk(a.q, chunk), tiles.qk_stride, tiles.rows(chunk)); };
@@ -1140,13 +1184,15 @@ __global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG, false>::kCtasP
     const int64_t row0 = tiles.row0(chunk);                              // first workspace row
     const int64_t tok0 = (int64_t(bi) * a.T + chunk * C) * a.HV + j;    // (B, T, HV) index of token t0
     if (!kLean && !kQInK) load_q(chunk);
-    load_f32_rows_async<C, DK>(sm.W, kLdW, a.W + row0 * DK, DK);
+    if (!kStaged) load_f32_rows_async<C, DK>(sm.W, kLdW, a.W + row0 * DK, DK);
     load_bf16_rows_async<C, BV>(sm.dov, a.d_o + tok0 * DV + v0, int64_t(a.HV) * DV, n);
     // dU rows past n (and all of them without a residual gradient) are zeros
     load_bf16_rows_async<C, BV>(dres, (a.d_res ? a.d_res : a.d_o) + tok0 * DV + v0, int64_t(a.HV) * DV,
                                 a.d_res ? n : 0);
     if (kLean) load_f32_rows_async<1, DK>(sm.G, DK, a.G + (row0 + C - 1) * DK, DK);  // G_last's row
     else if (VG) load_f32_rows_async<C, DK>(sm.G, kLdG, a.G + row0 * DK, DK);
+    // kStaged: W split straight from the workspace (its loads in flight with the copies above)
+    if (kStaged) stage_f32_rows<C, DK, true>(sm.W_hi, sm.W_lo, a.W + row0 * DK, DK, C, [](int, int, float4) {});
     wait_tiles();  // this chunk's tiles, and the previous update's dS
     if (a.resets(bi, chunk + 1)) {  // the next chunk started from h = 0: no gradient reaches this end state
       sm.load_state(nullptr, v0);
@@ -1154,6 +1200,7 @@ __global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG, false>::kCtasP
     }
     // 3a: dh[n] = dS, the gradient of chunk n's END state.
     sm.store_state(a.dh_end + (head * a.NT + chunk) * DK * DV, v0);
+    if (kStaged) sm.split_state();  // 3b's dS
     if (!VG && threadIdx.x < C) {
       sm.expG[threadIdx.x] = exp_ftz(sm.G[threadIdx.x]);
       sm.kdecay[threadIdx.x] = exp_ftz(sm.G[C - 1] - sm.G[threadIdx.x]);
@@ -1168,16 +1215,37 @@ __global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG, false>::kCtasP
     {
       WarpTile<C, BV> dvn;
       dvn.mma<C, true, false>([&](int s, int t) { return sm.aqk_at(t, s); }, d_o);
-      dvn.mma<DK, true, true>([&](int s, int d) {
-        if constexpr (kLean) return sm.kd(s, d);
-        else return bf(sm.k[s * kLdK + d]) * (VG ? exp_ftz(g(C - 1, d) - g(s, d)) : sm.kdecay[s]);
-      }, ds_op);
+      if constexpr (kStaged) {  // K dS, then its rows times exp(G_last - G)
+        WarpTile<C, BV> kds;
+        mma_staged(kds, Padded<kLdK, false>{sm.k}, Padded<kLdO, false>{sm.ds_hi}, 0, DK);
+        mma_staged(kds, Padded<kLdK, false>{sm.k}, Padded<kLdO, false>{sm.ds_lo}, 0, DK);
+        dvn.each([&](int s, int, float& x, int slot) { x += sm.kdecay[s] * kds.at(slot); });
+      } else {
+        dvn.mma<DK, true, true>([&](int s, int d) {
+          if constexpr (kLean) return sm.kd(s, d);
+          else return bf(sm.k[s * kLdK + d]) * (VG ? exp_ftz(g(C - 1, d) - g(s, d)) : sm.kdecay[s]);
+        }, ds_op);
+      }
       dvn.each([&](int s, int c, float& x, int) { x += bf(dres[s * kLdO + c]); });
       __syncthreads();  // every dU is read (and k, Aqk, G): dVnew takes the dU tile's place
       dvn.each_pair([&](int s, int c, float x0, float x1, int) {
-        sm.vnew[s * kLdH + c] = x0, sm.vnew[s * kLdH + c + 1] = x1;
+        if constexpr (kStaged) {  // 3c's -dVnew, split
+          chunk_mma::split_pair(-x0, -x1, *reinterpret_cast<uint32_t*>(sm.dvn_hi + s * kLdO + c),
+                                *reinterpret_cast<uint32_t*>(sm.dvn_lo + s * kLdO + c));
+        } else {
+          sm.vnew[s * kLdH + c] = x0, sm.vnew[s * kLdH + c + 1] = x1;
+        }
         *reinterpret_cast<float2*>(a.dvnew + (row0 + s) * DV + v0 + c) = make_float2(x0, x1);
       });
+      if constexpr (kStaged) {  // 3c's scale exp(G) dO, split
+        for (int i = threadIdx.x; i < C * BV / 2; i += kThreads) {
+          const int t = i / (BV / 2), c = (i % (BV / 2)) * 2;
+          const float2 x = bf16_pair(sm.dov, t * kLdO + c);
+          const float f = a.scale * sm.expG[t];
+          chunk_mma::split_pair(f * x.x, f * x.y, *reinterpret_cast<uint32_t*>(sm.dog_hi + t * kLdO + c),
+                                *reinterpret_cast<uint32_t*>(sm.dog_lo + t * kLdO + c));
+        }
+      }
     }
     if (chunk > 0) copy_k_aqk_g(chunk - 1, !kLean && !kQInK);
     if constexpr (kQInK) load_q(chunk);  // k is read (the barrier in 3b): q takes its tile
@@ -1190,12 +1258,24 @@ __global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG, false>::kCtasP
     // 3c: dS <- exp(G_last) dS + scale Qg^T dO - W^T dVnew   (h[n] feeds the end state, o and Vnew)
     const float decay = VG ? 0.f : sm.expG[C - 1];
     sm.update_state([&](int d) { return VG ? exp_ftz(sm.g_last(d)) : decay; }, [&](auto& dsn, int d0) {
-      dsn.mma<C, true, false>([&](int d, int t) {
-        if constexpr (kLean) return sm.kd(t, d0 + d);
-        else return a.scale * (VG ? exp_ftz(g(t, d0 + d)) : sm.expG[t]) * bf(sm.q[t * kLdK + d0 + d]);
-      }, d_o);
-      dsn.mma<C, true, true>([&](int d, int t) { return sm.W[t * kLdW + d0 + d]; },
-                             [&](int t, int c) { return -sm.vnew[t * kLdH + c]; });
+      if constexpr (kStaged) {
+        const Padded<kLdK, true> q_t{sm.q, 0, d0}, W_hi_t{sm.W_hi, 0, d0}, W_lo_t{sm.W_lo, 0, d0};  // Q^T, W^T
+        const Padded<kLdO, false> dog_hi{sm.dog_hi}, dog_lo{sm.dog_lo}, dvn_hi{sm.dvn_hi}, dvn_lo{sm.dvn_lo};
+        mma_staged(dsn, q_t, dog_hi, 0, C), mma_staged(dsn, q_t, dog_lo, 0, C);
+        mma_staged(dsn, W_hi_t, dvn_hi, 0, C), mma_staged(dsn, W_hi_t, dvn_lo, 0, C), mma_staged(dsn, W_lo_t, dvn_hi, 0, C);
+      } else {
+        if constexpr (kLean) {  // Qg^T dO on the staged Qg's hi and lo tiles and dO's
+          const Padded<kLdK, true> qg_hi_t{sm.kd_hi, 0, d0}, qg_lo_t{sm.kd_lo, 0, d0};
+          mma_staged(dsn, qg_hi_t, Padded<kLdO, false>{sm.dov}, 0, C);
+          mma_staged(dsn, qg_lo_t, Padded<kLdO, false>{sm.dov}, 0, C);
+        } else {
+          dsn.mma<C, true, false>([&](int d, int t) {
+            return a.scale * (VG ? exp_ftz(g(t, d0 + d)) : sm.expG[t]) * bf(sm.q[t * kLdK + d0 + d]);
+          }, d_o);
+        }
+        dsn.mma<C, true, true>([&](int d, int t) { return sm.W[t * kLdW + d0 + d]; },
+                               [&](int t, int c) { return -sm.vnew[t * kLdH + c]; });
+      }
     });
     if (kQInK && chunk > 0) load_k(chunk - 1);  // q is read (update_state's barrier): k in its tile
   }
@@ -1460,6 +1540,11 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   const int64_t qk0 = ((int64_t(bi) * a.T + t0) * a.H + hq) * DK;
   const int64_t vrow = int64_t(a.HV) * DV;                   // row stride of (B, T, HV, dv)
   float* dW_global = a.W + row0 * DK;                        // (C, DK) of (B, HV, NT * C, dk)
+  // A scalar gate's dG terms (4i) only where dg is asked for: DeltaNet (no gate) skips them,
+  // among them phase B's K K^T product and its Aqk load. (A vector gate uses neither the Aqk
+  // tile nor hdh's block sum; without the two its kernel measured slower, KDA at B4 T4096 H16
+  // D128 on the H200: 1.92 -> 1.97 ms. They stay.)
+  const bool scalar_dg = !VG && a.dg;
   constexpr bool kWide = Smem::kWide;
   constexpr int kKeys = Smem::kKeys;
   // k, and with load_keys q (with_q) and a vector gate's G: the whole (C, DK) tiles, or kWide
@@ -1537,6 +1622,7 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
       stage_f32_rows<KB, VS, true>(sm.h_hi, sm.h_lo, a.h_start + block, DV, KB, no_sum);
       // h . dh over the pieces this thread staged (h as hi + lo, from its own stores just above)
       stage_f32_rows<KB, VS, true>(sm.dh_hi, sm.dh_lo, a.dh_end + block, DV, KB, [&](int d, int c, float4 y) {
+        if (!VG && !scalar_dg) return;
         const uint32_t* hi = reinterpret_cast<const uint32_t*>(sm.h_hi + d * kLdS + c);  // bf16 pairs
         const uint32_t* lo = reinterpret_cast<const uint32_t*>(sm.h_lo + d * kLdS + c);
         auto h_at = [&](int e) {  // h[d][c + e] = hi + lo; a bf16 is the top half of its float
@@ -1567,8 +1653,10 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
       dk.add_col_sums(sm.colKg + 4 * d0, [&](int r, int d, float x) { return x * bf(sm.k[r * kLdK + kc + d]); });
     } else {
       dq.each([&](int r, int, float& x, int) { x *= a.scale * sm.expG[r]; });
-      dq.add_row_sums(sm.rowG, [&](int r, int d, float x) { return x * bf(sm.q[r * kLdK + kc + d]); });
-      dk.add_row_sums(sm.rowKg, [&](int r, int d, float x) { return sm.kdecay[r] * x * bf(sm.k[r * kLdK + kc + d]); });
+      if (scalar_dg) {
+        dq.add_row_sums(sm.rowG, [&](int r, int d, float x) { return x * bf(sm.q[r * kLdK + kc + d]); });
+        dk.add_row_sums(sm.rowKg, [&](int r, int d, float x) { return sm.kdecay[r] * x * bf(sm.k[r * kLdK + kc + d]); });
+      }
       dk.each([&](int r, int, float& x, int) { x *= sm.kdecay[r]; });
     }
     auto part_at = [&](float* part, int r, int d) {  // (r, d0 + d) of a (B, T, HV, dk) fp32 part
@@ -1593,11 +1681,11 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     __syncthreads();  // the dW block is read: the next block's h, dh take its place (kWide: k and G too)
   };
   for_key_blocks<DK, KB, kWide>(phase_a_block);
-  hdh = block_sum(hdh, sm.red);
+  if (VG || scalar_dg) hdh = block_sum(hdh, sm.red);
   // Phase B (4c-4f; steps 2, 6, 8), over the value slices: dAqk = scale dO Vnew^T (scale enters
   //   below), dU Y^T = dVnew V^T, and dY = A^T dU  ->  dv = w dY,  dw = v . dY
   //   (GDN-2: dU Y^T with Y = w (.) V rounded to bf16 in V's slice; dv = w (.) dY, dw = v (.) dY).
-  load_f32_rows_async<C, C>(sm.pair, kLdC, a.Aqk + (head * a.NT + chunk) * C * C, C);
+  if (VG || scalar_dg) load_f32_rows_async<C, C>(sm.pair, kLdC, a.Aqk + (head * a.NT + chunk) * C * C, C);
   WarpTile<C, C> da, uy;
   // The slices go in reverse: the last one phase A loaded (c0 = DV - VS) is still in place.
   for (int c0 = DV - VS; c0 >= 0; c0 -= VS) {
@@ -1652,7 +1740,7 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     if constexpr (VG) store_pairs(sm.Ps_b, sm.Ps_d, r, s, on ? a.scale * x : 0.f);
     else sm.Ps_b[r * kLdA + s] = __float2bfloat16_rn(on ? a.scale * x * exp_ftz(sm.G[r] - sm.G[s]) : 0.f);
     store_m(r, s, uy.at(slot) * sm.wv[s] + wk.at(slot) * sm.colw[s]);
-    x = on ? x * sm.pair[r * kLdC + s] : 0.f;
+    if (scalar_dg) x = on ? x * sm.pair[r * kLdC + s] : 0.f;
   });
   __syncthreads();
   //   dL = -(A^T dA A^T) on s < t, as X = dA A^T (into M) then -A^T X.
@@ -1676,16 +1764,17 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   } else {
     WarpTile<C, C> dl, kk;
     mma_staged(dl, A_hi_t, M_hi, 0, C), mma_staged(dl, A_hi_t, M_lo, 0, C), mma_staged(dl, A_lo_t, M_hi, 0, C);
-    mma_staged(kk, Padded<kLdK, false>{sm.k}, Padded<kLdK, true>{sm.k}, 0, DK);
+    if (scalar_dg) mma_staged(kk, Padded<kLdK, false>{sm.k}, Padded<kLdK, true>{sm.k}, 0, DK);
     dl.each([&](int r, int s, float x, int slot) {
       const float p = s < r ? -x * exp_ftz(sm.G[r] - sm.G[s]) : 0.f;
       sm.P2_b[r * kLdA + s] = __float2bfloat16_rn(p);
       sm.betaP2_b[r * kLdA + s] = __float2bfloat16_rn(sm.beta[r] * p);
-      da.ref(slot) += p * sm.beta[r] * kk.at(slot);
+      if (scalar_dg) da.ref(slot) += p * sm.beta[r] * kk.at(slot);
     });
-    // the pair terms' share of dG_t: rowsum(pair) - colsum(pair), summed in 4i
-    da.add_row_sums(sm.rowPair, [](int, int, float x) { return x; });
-    da.add_col_sums(sm.colPair, [](int, int, float x) { return x; });
+    if (scalar_dg) {  // the pair terms' share of dG_t: rowsum(pair) - colsum(pair), summed in 4i
+      da.add_row_sums(sm.rowPair, [](int, int, float x) { return x; });
+      da.add_col_sums(sm.colPair, [](int, int, float x) { return x; });
+    }
   }
   __syncthreads();  // P2 is written; Aqk is read: the dW blocks take its place
   // Phase C (4g, 4h; steps 5-8), per key block: dEhat = A^T dW,  dG += Ehat . dEhat;
@@ -1751,7 +1840,7 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
           de.each([&](int r, int d, float x, int) { sm.dGv[r * kLdKB + d] = 2.f * sm.beta[r] * k_blk(r, d) * x; });
         }
       } else {
-        de.add_row_sums(sm.rowG, [&](int r, int d, float x) { return sm.colw[r] * x * k_blk(r, d); });
+        if (scalar_dg) de.add_row_sums(sm.rowG, [&](int r, int d, float x) { return sm.colw[r] * x * k_blk(r, d); });
         de.each([&](int r, int, float& x, int) { x *= sm.expG[r]; });
         mma_staged(de, Padded<kLdA, false>{sm.P2_b}, K_blk, 0, C);
       }
@@ -1827,14 +1916,14 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   for_key_blocks<DK, KB, kWide>(phase_c_block);
   // 4i (step 7): dG_t = the row sums + rowsum(pair) - colsum(pair) - kgp_t; at the last token
   //     + exp(G_last) (h . dh) + sum_s kgp_s; then dg = reverse cumsum of dG inside the chunk.
-  if (!VG && threadIdx.x < C) {
+  if (scalar_dg && threadIdx.x < C) {
     const int r = threadIdx.x;
     sm.kgp[r] = sm.rowKg[r] + sm.rowKg[C + r];
     const float pair_cols = sm.colPair[r] + sm.colPair[C + r] + sm.colPair[2 * C + r] + sm.colPair[3 * C + r];
     sm.dG[r] = sm.rowPair[r] + sm.rowPair[C + r] - pair_cols + sm.rowG[r] + sm.rowG[C + r] - sm.kgp[r];
   }
   __syncthreads();
-  if (!VG && threadIdx.x == 0) {
+  if (scalar_dg && threadIdx.x == 0) {
     float kgp_total = 0.f;
     for (int s = 0; s < C; s++) kgp_total += sm.kgp[s];
     sm.dG[C - 1] += sm.expG[C - 1] * hdh + kgp_total;  // rows past n carry only these, into row n - 1
@@ -1844,7 +1933,7 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   if (threadIdx.x < n) {
     const int r = threadIdx.x;
     const int64_t idx = tok0 + int64_t(r) * a.HV;  // (B, T, HV)
-    if (!VG && a.dg) a.dg[idx] = __float2bfloat16_rn(sm.dG[r]);
+    if (scalar_dg) a.dg[idx] = __float2bfloat16_rn(sm.dG[r]);
     if (!VBW) {  // (GDN-2 wrote its per-channel db and dw in phases B and C)
       a.db[idx] = __float2bfloat16_rn(sm.rowB[r] + sm.rowB[C + r]);  // e = beta k   =>  dbeta = k . dE
       a.dw[idx] = __float2bfloat16_rn(sm.rowW[r] + sm.rowW[C + r]);  // y = w v     =>  dw = v . dY
