@@ -29,8 +29,8 @@
 //   Pass 2 (scan_kernel, grid (dv / BV, HV, B), sequential over chunks: 2a and 2c; CPU:
 //   scan_chunks; then output_kernel, grid (NT dv / VS, HV, B), every chunk in parallel: 2b; CPU:
 //   the output loop of chunk_forward). The state h (dk x dv, fp32) is split along dv into column
-//   tiles of BV, one per CTA, held in shared memory. Up to dk = 128 (BV = 32; but the scalar
-//   gate's reverse scan at dk = 128, dv >= 128: 64, see ScanSmem) a CTA needs
+//   tiles of BV, one per CTA, held in shared memory. Up to dk = 128 (BV = 32; but the reverse
+//   scan at dk = 128, dv >= 128: 64, on staged tiles, see ScanSmem) a CTA needs
 //   < 113 KB of shared memory and 128 registers a thread, so two fit on an SM: at the anchor
 //   shape B * HV * 4 = 256 CTAs are all resident on the 132 SMs, and one CTA's chunk loads
 //   overlap the other's math. At dk = 256 one CTA fits an SM (the W rows alone are 66 KB), so
@@ -61,18 +61,19 @@
 //   With a vector gate 2c scales the channels of K by exp(G_last - G) and the state's rows by
 //   exp(G_last) (3b and 3c likewise), 2b the channels of Q by exp(G). At dk = 64 the scans hold
 //   G[t][d] (C x dk fp32, copied at the top of a chunk). From dk = 128 on (kLean; KDA and GDN-2)
-//   they hold G's last row alone and stage K (.) exp(G_last - G) (hi and lo; the reverse scan
-//   then scale Q (.) exp(G) for 3c) straight from the workspace's G and global k (gated_rows):
-//   at dk = 128 95.5 / 108.5 KB (forward / reverse), two CTAs an SM, where the G, k and staged
-//   tiles took 145 / 141 KB, one an SM, and the 256 CTAs of B4 H16 D128 ran in two waves (KDA's
-//   scans 0.98 / 1.31 ms, now 0.73 / 1.19, H200); at dk = 256 (321 KB otherwise) 218 KB with the
-//   forward's 64 state columns (the reverse scan's 32, in q's and k's places: 191 KB), one CTA
-//   an SM. The prepare likewise, where dv <= dk: it puts v in q's tile once 1b has read q (GDN-2:
-//   w in G's place once 1d's W is formed), its step decays in G's place (1d reads G again from
-//   the workspace, this CTA's writes) and 1b's staged operands 16 channels at a time in L's and
-//   A's places: 101.8 KB at dk = 128, two CTAs an SM (KDA's prepare 1.39 -> 0.96 ms), GDN-2
-//   118.8 KB; at dk = 256 166 KB (GDN-2 199 KB). output_kernel's q (.) exp(G) hi and lo tiles
-//   make it 106 KB at dk = 128 and 134 KB at 256, one CTA an SM there.
+//   they hold G's last row alone and stage K (.) exp(G_last - G) (hi and lo; the reverse scan then
+//   scale Q (.) exp(G) for 3c) straight from the workspace's G and global k (gated_rows): at dk =
+//   128 95.5 / 108.5 KB (forward / reverse), two CTAs an SM, where the G, k and staged tiles took
+//   145 / 141 KB, one an SM, and the 256 CTAs of B4 H16 D128 ran in two waves (KDA's scans 0.98 /
+//   1.31 ms, then 0.73 / 1.19, H200; the reverse scan at dv >= 128 now runs on staged tiles with 64
+//   columns, one CTA an SM: 1.02 ms); at dk = 256 (321 KB otherwise) 218 KB with the forward's 64
+//   state columns (the reverse scan's 32, in q's and k's places: 191 KB), one CTA an SM. The
+//   prepare likewise, where dv <= dk: it puts v in q's tile once 1b has read q (GDN-2: w in G's
+//   place once 1d's W is formed), its step decays in G's place (1d reads G again from the
+//   workspace, this CTA's writes) and 1b's staged operands 16 channels at a time in L's and A's
+//   places: 101.8 KB at dk = 128, two CTAs an SM (KDA's prepare 1.39 -> 0.96 ms), GDN-2 118.8 KB;
+//   at dk = 256 166 KB (GDN-2 199 KB). output_kernel's q (.) exp(G) hi and lo tiles make it 106 KB
+//   at dk = 128 and 134 KB at 256, one CTA an SM there.
 //
 // Backward (CPU: chunk_backward, chunk_backward_local), 4.9 step by step (a vector gate: per
 // channel as in the forward; pass 4's pair products by sub-blocks, its dG from 4.10's identity):
@@ -141,23 +142,23 @@
 //
 // Memory. Every kernel loads its tiles with cp.async (chunk_mma::load_bf16_rows_async,
 // load_f32_rows_async), all of a group in flight at once and waited for once (wait_tiles): one
-// memory round trip where a load-then-store loop pays one per iteration (the compiler cannot
-// move a load above a store that may alias it). The scans copy each tile for the next chunk as
-// soon as its last reader in this chunk is done: forward W and G after 2a; reverse k, Aqk and G
-// after 3b.
-// What is left for the top of a chunk (forward: k and U, the latter into the place of Vnew's
-// staged tiles, which 2a fills once every warp has read U; reverse: q, W, dO and dU) is one round
-// trip, in flight together with the prefetched tiles. Second buffers for those would need 27 KB
-// more at dk = 128, which two CTAs an SM do not have. Aqk is lower triangular and the scans keep it packed (row t in
-// t / 4 + 1 pieces of 4 floats, 8.5 KB instead of 17 KB), which makes room for the reverse
-// scan's dO tile at dk = 128. output_kernel has no chain to hide its loads behind: each thread
-// loads all its pieces of a tile at once (stage_f32_rows), and two CTAs an SM overlap.
+// memory round trip where a load-then-store loop pays one per iteration (the compiler cannot move a
+// load above a store that may alias it). The scans copy each tile for the next chunk as soon as its
+// last reader in this chunk is done: forward W and G after 2a; reverse k, Aqk and G after 3b. What
+// is left for the top of a chunk (forward: k and U, the latter into the place of Vnew's staged
+// tiles, which 2a fills once every warp has read U; reverse: q, W, dO and dU) is one round trip, in
+// flight together with the prefetched tiles. Second buffers for those would need 27 KB more at dk =
+// 128, which two CTAs an SM do not have (the reverse scan at dv >= 128, one CTA an SM, measured
+// slower with them: ScanSmem). Aqk is lower triangular and the scans keep it packed (row t in t / 4
+// + 1 pieces of 4 floats, 8.5 KB instead of 17 KB), which makes room for the reverse scan's dO tile
+// at dk = 128. output_kernel has no chain to hide its loads behind: each thread loads all its
+// pieces of a tile at once (stage_f32_rows), and two CTAs an SM overlap.
 //
 // Shared memory per CTA (bytes(), each checked against 227 KB at compile time in launch_kernel):
 //   dk \ dv    prepare (64 / 128 / 256)      scan / reverse scan   local backward (dv <= 128 / 256)
 //   64          62.0 / 70.0 / 86.0 KB          45.3 / 67.3 KB        164.6 / 147.6 KB
 //   128         78.0 / 86.0 / 102.0 KB         78.3 / 108.3 KB       216.6 / 168.6 KB
-//               (the reverse scan 136.3 KB at dv >= 128, with 64 state columns)
+//               (the reverse scan 201.3 KB at dv >= 128: 64 state columns, staged tiles)
 //   256         110.0 / 118.0 / 134.0 KB       184.3 / 201.3 KB      200.6 KB
 //   vector gate (the C x dk G tile, +16.8 KB at dk = 64, +32.8 KB at dk = 128; prepare +17.0 /
 //   +33.0 KB more for its step decays, which take the place of its staged k operands (before
@@ -167,6 +168,7 @@
 //   K (.) exp(G_last - G) hi and lo tiles):
 //   64          95.8 / 103.8 / 119.8 KB        80.0 / 84.0 KB        178.6 KB
 //   128         101.8 / 101.8 / 167.8 KB       95.5 / 108.5 KB       216.9 KB
+//               (the reverse scan 201.5 KB at dv >= 128, as the scalar gate's)
 //   256         165.8 KB (every dv)            218.0 / 191.0 KB      219.4 KB (kWide)
 //   (kLean from dk = 128 on, the prepare where dv <= dk; before it at dk = 128: prepare 143.8 /
 //   151.8 KB at dv = 64 / 128, scans 145.0 / 141.0 KB, one CTA an SM)
@@ -783,28 +785,31 @@ struct ScanSmem {
   // and 3c's row decays); K (.) exp(G_last - G) is staged from the workspace's G and global k
   // straight into kd_hi, kd_lo (stage_gated), in q's and k's places in the reverse scan, which
   // stages there K (.) exp(G_last - G) for 3b, then scale Q (.) exp(G) for 3c. At DK = 128 that
-  // is 95.5 / 108.5 KB (forward / reverse): two CTAs an SM, all 256 resident.
+  // is 95.5 / 108.5 KB (forward / reverse): two CTAs an SM, all 256 resident (the reverse scan
+  // where DV >= 128: kStaged, below).
   static constexpr bool kLean = VG && DK >= 128;
   // State columns per CTA: 32, or 64 at DK = 256 (but the vector gate's reverse scan, whose
   // staged hi and lo tiles leave no room), where one CTA fills an SM either way: B HV DV / 64
   // CTAs (one wave at B8 H4 D256 on 132 SMs, where 32 columns took two), each chunk's W rows
   // loaded by half as many CTAs. The reverse scan then holds q in k's tile (kQInK): q is loaded
   // once 3b has read k, and the next chunk's k once 3c has read q (201 KB; 235 KB with both).
-  // The scalar gate's reverse scan at DK = 128, DV >= 128 (kStaged) takes 64 too, one CTA an SM
-  // (B4 H16 D128's 128 CTAs in one wave), and spends the room that leaves on staging its
-  // products' operands once a chunk as bf16 tiles (fp32 ones split into hi and lo) read by
-  // ldmatrix, where the accessor products (WarpTile::mma) gather and split every fragment
-  // element as they go (201 KB; no fp32 W or dVnew tile): W split as it is loaded, dS as 3a
-  // writes it out, -dVnew and scale exp(G) dO once 3b has formed them; K dS enters with k as it
-  // is, its rows scaled by exp(G_last - G) after the product (Aqk^T dO stays an accessor product
-  // over Aqk's packed rows). Measured (ncu, H200, B4 T4096 H16 D128): 32 columns, two CTAs an
-  // SM 0.88 ms; 64 unstaged 0.82; staged 0.71. The forward scan keeps 32 columns and two CTAs
-  // an SM: with 64 it was 1% slower unstaged and 8% slower staged the same way (2a's W, copied
-  // a chunk ahead in fp32 and split at the top of its chunk, and h: 0.50 -> 0.54 ms). A second
-  // set of the tiles the reverse scan's chunk waits for at its top (q, W, dO, dU), copied a
-  // chunk ahead into the room its one CTA leaves (213 KB, unstaged), made it slower: 0.82 ->
-  // 0.93 ms.
-  static constexpr bool kStaged = !FORWARD && !VG && DK == 128 && DV >= 128;
+  // The reverse scan at DK = 128, DV >= 128 (kStaged, either gate) takes 64 too, one CTA an SM (B4
+  // H16 D128's 128 CTAs in one wave), and spends the room that leaves on staging its products'
+  // operands once a chunk as bf16 tiles (fp32 ones split into hi and lo) read by ldmatrix, where
+  // the accessor products (WarpTile::mma) gather and split every fragment element as they go (201
+  // KB; no fp32 W or dVnew tile): W split as it is loaded, dS as 3a writes it out, -dVnew (and the
+  // scalar gate's scale exp(G) dO) once 3b has formed them. The scalar gate's K dS enters with k as
+  // it is, its rows scaled by exp(G_last - G) after the product; a vector gate's runs on its staged
+  // Kg (kd_hi, kd_lo, in q's and k's places, as kLean's), as its Qg^T dO does. Aqk^T dO stays an
+  // accessor product over Aqk's packed rows. Measured (ncu, H200, B4 T4096 H16 D128): the scalar
+  // gate's, 32 columns and two CTAs an SM 0.88 ms, 64 unstaged 0.82, staged 0.71; KDA's 1.10 (32
+  // columns, two an SM) -> 1.02, each chunk's Kg and Qg now staged by half as many CTAs. The
+  // forward scan keeps 32 columns and two CTAs an SM: with 64 it was 1% slower unstaged and 8%
+  // slower staged the same way (2a's W, copied a chunk ahead in fp32 and split at the top of its
+  // chunk, and h: 0.50 -> 0.54 ms). A second set of the tiles the reverse scan's chunk waits for at
+  // its top (q, W, dO, dU), copied a chunk ahead into the room its one CTA leaves (213 KB,
+  // unstaged), made it slower: 0.82 -> 0.93 ms.
+  static constexpr bool kStaged = !FORWARD && DK == 128 && DV >= 128;
   static constexpr int BV = (DK > 128 && (FORWARD || !VG)) || kStaged ? 64 : 32;
   static constexpr bool kQInK = !FORWARD && !VG && DK > 128;
   static constexpr int kCtasPerSm = DK > 128 || kStaged ? 1 : 2;  // launch bounds
@@ -856,13 +861,16 @@ struct ScanSmem {
       kd_hi = VG ? kd : nullptr, kd_lo = VG ? kd + C * kLdK : nullptr;
       vn_hi = kd + (VG ? 2 * C * kLdK : 0), vn_lo = vn_hi + C * kLdO;
       vnew = reinterpret_cast<float*>(vn_hi);
-    } else if constexpr (kStaged) {
+    } else if constexpr (kStaged) {  // (a vector gate: kd_hi, kd_lo in q's and k's places; dog_hi, dog_lo unused)
       W = vnew = nullptr, aqk = h + DK * kLdH, G = aqk + kAqk, expG = G + kG, kdecay = expG + C;
-      q = reinterpret_cast<bf16*>(kdecay + C), k = q + C * kLdK, W_hi = k + C * kLdK, W_lo = W_hi + C * kLdK;
+      bf16* tiles = reinterpret_cast<bf16*>(kdecay + C);
+      q = VG ? nullptr : tiles, k = VG ? nullptr : tiles + C * kLdK;
+      kd_hi = VG ? tiles : nullptr, kd_lo = VG ? tiles + C * kLdK : nullptr;
+      W_hi = tiles + 2 * C * kLdK, W_lo = W_hi + C * kLdK;
       ds_hi = W_lo + C * kLdK, ds_lo = ds_hi + DK * kLdO;
       dov = ds_lo + DK * kLdO, dres = dov + C * kLdO, dog_hi = dres + C * kLdO, dog_lo = dog_hi + C * kLdO;
       dvn_hi = dog_lo + C * kLdO, dvn_lo = dvn_hi + C * kLdO;
-      kd_hi = kd_lo = vn_hi = vn_lo = nullptr;
+      vn_hi = vn_lo = nullptr;
     } else {
       vnew = W + C * kLdW, aqk = vnew + C * kLdH, G = aqk + kAqk, expG = G + kG, kdecay = expG + C;
       bf16* tiles = reinterpret_cast<bf16*>(kdecay + C);
@@ -1149,8 +1157,8 @@ __global__ void __launch_bounds__(kThreads, (OutputSmem<DK, DV, VG>::kCtasPerSm)
 // took 1.19 ms at B4 T4096 H16 D128 where it takes 1.10, H200).
 // The scalar gate at DK = 256 (kQInK, 64 state columns a CTA) loads q after 3b into k's tile, and
 // the next chunk's k after 3c: a round trip more a chunk, for one wave of CTAs instead of two.
-// The scalar gate at DK = 128, DV >= 128 (kStaged, 64 columns, one CTA an SM) runs the products of
-// 3b and 3c but Aqk^T dO on staged tiles (ScanSmem says which and what they were measured to give).
+// At DK = 128, DV >= 128 (kStaged, 64 columns, one CTA an SM, either gate) the products of 3b and
+// 3c but Aqk^T dO run on staged tiles (ScanSmem says which and what they were measured to give).
 
 template <int DK, int DV, bool VG>
 __global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG, false>::kCtasPerSm))
@@ -1215,7 +1223,11 @@ __global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG, false>::kCtasP
     {
       WarpTile<C, BV> dvn;
       dvn.mma<C, true, false>([&](int s, int t) { return sm.aqk_at(t, s); }, d_o);
-      if constexpr (kStaged) {  // K dS, then its rows times exp(G_last - G)
+      if constexpr (kStaged && VG) {  // Kg dS, Kg staged (hi and lo) and dS split
+        const Padded<kLdK, false> kg_hi{sm.kd_hi}, kg_lo{sm.kd_lo};
+        const Padded<kLdO, false> ds_hi{sm.ds_hi}, ds_lo{sm.ds_lo};
+        mma_staged(dvn, kg_hi, ds_hi, 0, DK), mma_staged(dvn, kg_hi, ds_lo, 0, DK), mma_staged(dvn, kg_lo, ds_hi, 0, DK);
+      } else if constexpr (kStaged) {  // K dS, then its rows times exp(G_last - G)
         WarpTile<C, BV> kds;
         mma_staged(kds, Padded<kLdK, false>{sm.k}, Padded<kLdO, false>{sm.ds_hi}, 0, DK);
         mma_staged(kds, Padded<kLdK, false>{sm.k}, Padded<kLdO, false>{sm.ds_lo}, 0, DK);
@@ -1237,7 +1249,7 @@ __global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG, false>::kCtasP
         }
         *reinterpret_cast<float2*>(a.dvnew + (row0 + s) * DV + v0 + c) = make_float2(x0, x1);
       });
-      if constexpr (kStaged) {  // 3c's scale exp(G) dO, split
+      if constexpr (kStaged && !VG) {  // 3c's scale exp(G) dO, split (a vector gate's Qg is staged instead)
         for (int i = threadIdx.x; i < C * BV / 2; i += kThreads) {
           const int t = i / (BV / 2), c = (i % (BV / 2)) * 2;
           const float2 x = bf16_pair(sm.dov, t * kLdO + c);
@@ -1258,17 +1270,21 @@ __global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG, false>::kCtasP
     // 3c: dS <- exp(G_last) dS + scale Qg^T dO - W^T dVnew   (h[n] feeds the end state, o and Vnew)
     const float decay = VG ? 0.f : sm.expG[C - 1];
     sm.update_state([&](int d) { return VG ? exp_ftz(sm.g_last(d)) : decay; }, [&](auto& dsn, int d0) {
+      if constexpr (kLean) {  // Qg^T dO on the staged Qg's hi and lo tiles and dO's
+        const Padded<kLdK, true> qg_hi_t{sm.kd_hi, 0, d0}, qg_lo_t{sm.kd_lo, 0, d0};
+        mma_staged(dsn, qg_hi_t, Padded<kLdO, false>{sm.dov}, 0, C);
+        mma_staged(dsn, qg_lo_t, Padded<kLdO, false>{sm.dov}, 0, C);
+      }
       if constexpr (kStaged) {
-        const Padded<kLdK, true> q_t{sm.q, 0, d0}, W_hi_t{sm.W_hi, 0, d0}, W_lo_t{sm.W_lo, 0, d0};  // Q^T, W^T
-        const Padded<kLdO, false> dog_hi{sm.dog_hi}, dog_lo{sm.dog_lo}, dvn_hi{sm.dvn_hi}, dvn_lo{sm.dvn_lo};
-        mma_staged(dsn, q_t, dog_hi, 0, C), mma_staged(dsn, q_t, dog_lo, 0, C);
+        const Padded<kLdK, true> W_hi_t{sm.W_hi, 0, d0}, W_lo_t{sm.W_lo, 0, d0};  // W^T
+        const Padded<kLdO, false> dvn_hi{sm.dvn_hi}, dvn_lo{sm.dvn_lo};
+        if constexpr (!VG) {  // Q^T (scale exp(G) dO)
+          const Padded<kLdK, true> q_t{sm.q, 0, d0};
+          mma_staged(dsn, q_t, Padded<kLdO, false>{sm.dog_hi}, 0, C), mma_staged(dsn, q_t, Padded<kLdO, false>{sm.dog_lo}, 0, C);
+        }
         mma_staged(dsn, W_hi_t, dvn_hi, 0, C), mma_staged(dsn, W_hi_t, dvn_lo, 0, C), mma_staged(dsn, W_lo_t, dvn_hi, 0, C);
       } else {
-        if constexpr (kLean) {  // Qg^T dO on the staged Qg's hi and lo tiles and dO's
-          const Padded<kLdK, true> qg_hi_t{sm.kd_hi, 0, d0}, qg_lo_t{sm.kd_lo, 0, d0};
-          mma_staged(dsn, qg_hi_t, Padded<kLdO, false>{sm.dov}, 0, C);
-          mma_staged(dsn, qg_lo_t, Padded<kLdO, false>{sm.dov}, 0, C);
-        } else {
+        if constexpr (!kLean) {
           dsn.mma<C, true, false>([&](int d, int t) {
             return a.scale * (VG ? exp_ftz(g(t, d0 + d)) : sm.expG[t]) * bf(sm.q[t * kLdK + d0 + d]);
           }, d_o);
