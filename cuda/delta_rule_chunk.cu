@@ -806,7 +806,8 @@ struct ScanSmem {
   // columns, two an SM) -> 1.02, each chunk's Kg and Qg now staged by half as many CTAs. The
   // forward scan keeps 32 columns and two CTAs an SM: with 64 it was 1% slower unstaged and 8%
   // slower staged the same way (2a's W, copied a chunk ahead in fp32 and split at the top of its
-  // chunk, and h: 0.50 -> 0.54 ms). A second set of the tiles the reverse scan's chunk waits for at
+  // chunk, and h: 0.50 -> 0.54 ms); a vector gate's with 64 (its Kg staged by half as many CTAs) 9%
+  // slower (KDA's 0.67 -> 0.73 ms). A second set of the tiles the reverse scan's chunk waits for at
   // its top (q, W, dO, dU), copied a chunk ahead into the room its one CTA leaves (213 KB,
   // unstaged), made it slower: 0.82 -> 0.93 ms.
   static constexpr bool kStaged = !FORWARD && DK == 128 && DV >= 128;
