@@ -801,15 +801,16 @@ struct ScanSmem {
   // scalar gate's scale exp(G) dO) once 3b has formed them. The scalar gate's K dS enters with k as
   // it is, its rows scaled by exp(G_last - G) after the product; a vector gate's runs on its staged
   // Kg (kd_hi, kd_lo, in q's and k's places, as kLean's), as its Qg^T dO does. Aqk^T dO stays an
-  // accessor product over Aqk's packed rows. Measured (ncu, H200, B4 T4096 H16 D128): the scalar
-  // gate's, 32 columns and two CTAs an SM 0.88 ms, 64 unstaged 0.82, staged 0.71; KDA's 1.10 (32
-  // columns, two an SM) -> 1.02, each chunk's Kg and Qg now staged by half as many CTAs. The
-  // forward scan keeps 32 columns and two CTAs an SM: with 64 it was 1% slower unstaged and 8%
-  // slower staged the same way (2a's W, copied a chunk ahead in fp32 and split at the top of its
-  // chunk, and h: 0.50 -> 0.54 ms); a vector gate's with 64 (its Kg staged by half as many CTAs) 9%
-  // slower (KDA's 0.67 -> 0.73 ms). A second set of the tiles the reverse scan's chunk waits for at
-  // its top (q, W, dO, dU), copied a chunk ahead into the room its one CTA leaves (213 KB,
-  // unstaged), made it slower: 0.82 -> 0.93 ms.
+  // accessor product over Aqk's packed rows (staged too, split into hi and lo tiles at the top of
+  // the chunk, the scan took 1-2% longer: 0.72 -> 0.73 ms, KDA's 1.02 -> 1.03). Measured (ncu,
+  // H200, B4 T4096 H16 D128): the scalar gate's, 32 columns and two CTAs an SM 0.88 ms, 64 unstaged
+  // 0.82, staged 0.71; KDA's 1.10 (32 columns, two an SM) -> 1.02, each chunk's Kg and Qg now
+  // staged by half as many CTAs. The forward scan keeps 32 columns and two CTAs an SM: with 64 it
+  // was 1% slower unstaged and 8% slower staged the same way (2a's W, copied a chunk ahead in fp32
+  // and split at the top of its chunk, and h: 0.50 -> 0.54 ms); a vector gate's with 64 (its Kg
+  // staged by half as many CTAs) 9% slower (KDA's 0.67 -> 0.73 ms). A second set of the tiles the
+  // reverse scan's chunk waits for at its top (q, W, dO, dU), copied a chunk ahead into the room
+  // its one CTA leaves (213 KB, unstaged), made it slower: 0.82 -> 0.93 ms.
   static constexpr bool kStaged = !FORWARD && DK == 128 && DV >= 128;
   static constexpr int BV = (DK > 128 && (FORWARD || !VG)) || kStaged ? 64 : 32;
   static constexpr bool kQInK = !FORWARD && !VG && DK > 128;
