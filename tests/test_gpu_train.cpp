@@ -178,7 +178,12 @@ TEST_CASE("GPU bf16 training learns like fp32") {
     MESSAGE(label(r), ": bf16 loss ", bf16.front(), " -> ", tail_mean(bf16), " (fp32 ", tail_mean(f32), ")");
     CHECK(std::abs(bf16.front() - f32.front()) <= 1e-2 * f32.front());
     CHECK(tail_mean(bf16) < bf16.front() - 0.1);
-    CHECK(std::abs(tail_mean(bf16) - tail_mean(f32)) <= 0.05 * f32.front());
+    // Within 0.03 of fp32's tail ([W2.3]). DeltaNet's and KDA's tiny runs part from any
+    // perturbation ten times as far as GDN's do (a 0.5% learning-rate change moves their tails
+    // 0.0045 on average, GDN's 0.0005; bf16 against fp32 over six seeds: up to 0.11, bf16 lower
+    // on average; bench/README, the seed study): 0.05 there, what their default seeds land in.
+    const bool sensitive = r.model_type == "delta_net" || r.model_type == "kda";
+    CHECK(std::abs(tail_mean(bf16) - tail_mean(f32)) <= (sensitive ? 0.05 : 0.03));
   });
 }
 
