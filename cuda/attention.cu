@@ -591,12 +591,14 @@ __device__ __forceinline__ void load_panels_async(bf16* tile, const bf16* g, int
   for (int p = 0; p < D / kWgPanel; p++)
     load_tile_async<ROWS, kWgPanel, kWgThreads>(tile + p * ROWS * kWgPanel, g + p * kWgPanel, stride, row0, T);
 }
-// Where the k16 slice kk of a (ROWS x D) panelled matrix starts (its K-major descriptor's
-// address).
+// Bytes from the start of a (ROWS x D) panelled matrix to its k16 slice kk (its K-major
+// descriptor's address: advance_desc of the matrix's own).
 template <int ROWS>
-__device__ __forceinline__ const bf16* panel_slice(const bf16* tile, int kk) {
-  return tile + (kk / 4) * ROWS * kWgPanel + 16 * (kk % 4);
+__device__ __forceinline__ constexpr uint32_t panel_slice_bytes(int kk) {
+  return sizeof(bf16) * ((kk / 4) * ROWS * kWgPanel + 16 * (kk % 4));
 }
+// Bytes from the start of an N-major operand's first panel to its k16 slice j (row 16 j).
+__device__ __forceinline__ constexpr uint32_t n_major_slice_bytes(int j) { return sizeof(bf16) * 16 * j * kWgPanel; }
 // A float[N][4] seen as the float[4 N] of a wgmma accumulator (the same registers).
 template <int N>
 __device__ __forceinline__ float (&wgmma_acc(float (&a)[N][4]))[4 * N] {
@@ -679,12 +681,12 @@ __global__ void __launch_bounds__(wg_block_threads(D), 1)
   };
   // pass 1: S = Q K^T (unscaled) over tile n, issued
   const auto issue_s = [&](float(&s)[NT][4], int n) {
-    const bf16* sKb = sK + (n % kWgStages) * kTile;
+    const uint64_t q_desc = smem_desc_k_major(sQc), k_desc = smem_desc_k_major(sK + (n % kWgStages) * kTile);
     wgmma_fence(wgmma_acc(s));
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++)
-      wgmma_m64k16<kWgCols>(wgmma_acc(s), smem_desc_k_major(panel_slice<kWgRows>(sQc, kk)),
-                            smem_desc_k_major(panel_slice<kWgCols>(sKb, kk)), kk > 0);
+      wgmma_m64k16<kWgCols>(wgmma_acc(s), advance_desc(q_desc, panel_slice_bytes<kWgRows>(kk)),
+                            advance_desc(k_desc, panel_slice_bytes<kWgCols>(kk)), kk > 0);
     wgmma_commit();
   };
   // pass 2, once S is done: invisible keys -> -inf (only on tiles some row sees in part), online
@@ -703,12 +705,11 @@ __global__ void __launch_bounds__(wg_block_threads(D), 1)
   };
   // pass 3: O += P V over tile n, issued (V's k16 slice starts 16 rows into its first panel)
   const auto issue_pv = [&](int n) {
-    const bf16* sVb = sV + (n % kWgStages) * kTile;
+    const uint64_t v_desc = smem_desc_n_major(sV + (n % kWgStages) * kTile, kWgCols * kWgPanel * sizeof(bf16));
     wgmma_fence(wgmma_acc(acc));
 #pragma unroll
     for (int j = 0; j < kWgCols / 16; j++)
-      wgmma_m64k16<D, true>(wgmma_acc(acc), p[j],
-                            smem_desc_n_major(sVb + 16 * j * kWgPanel, kWgCols * kWgPanel * sizeof(bf16)), true);
+      wgmma_m64k16<D, true>(wgmma_acc(acc), p[j], advance_desc(v_desc, n_major_slice_bytes(j)), true);
     wgmma_commit();
   };
 
@@ -1078,10 +1079,11 @@ static_assert(kWgBwdRows == kWgBwdCols, "the wgmma backward's row blocks and col
 // products (issued, not committed).
 template <int D>
 __device__ __forceinline__ void wgmma_abt(float (&d)[kWgBwdCols / 2], const bf16* a, const bf16* b) {
+  const uint64_t a_desc = smem_desc_k_major(a), b_desc = smem_desc_k_major(b);
 #pragma unroll
   for (int kk = 0; kk < D / 16; kk++)
-    wgmma_m64k16<kWgBwdCols>(d, smem_desc_k_major(panel_slice<kWgBwdRows>(a, kk)),
-                          smem_desc_k_major(panel_slice<kWgBwdCols>(b, kk)), kk > 0);
+    wgmma_m64k16<kWgBwdCols>(d, advance_desc(a_desc, panel_slice_bytes<kWgBwdRows>(kk)),
+                             advance_desc(b_desc, panel_slice_bytes<kWgBwdCols>(kk)), kk > 0);
 }
 
 // acc (64 x D) += X B: X (64 x 64) as A fragments packed from accumulator-layout floats (16
@@ -1089,10 +1091,10 @@ __device__ __forceinline__ void wgmma_abt(float (&d)[kWgBwdCols / 2], const bf16
 // into its first panel): 4 k16 products (issued, not committed).
 template <int D>
 __device__ __forceinline__ void wgmma_xb(float (&acc)[D / 2], const uint32_t (&x)[kWgBwdCols / 16][4], const bf16* b) {
+  const uint64_t b_desc = smem_desc_n_major(b, kWgBwdCols * kWgPanel * sizeof(bf16));
 #pragma unroll
   for (int j = 0; j < kWgBwdCols / 16; j++)
-    wgmma_m64k16<D, true>(acc, x[j], smem_desc_n_major(b + 16 * j * kWgPanel, kWgBwdCols * kWgPanel * sizeof(bf16)),
-                             true);
+    wgmma_m64k16<D, true>(acc, x[j], advance_desc(b_desc, n_major_slice_bytes(j)), true);
 }
 
 // x's A fragments: the (64 x 64) accumulator-layout floats f rounded to bf16.

@@ -45,6 +45,15 @@ __device__ __forceinline__ uint64_t smem_desc_n_major(const __nv_bfloat16* at, u
   return encode_smem_desc(at, panel_bytes);
 }
 
+// desc moved `bytes` (a multiple of 16) further into shared memory: one 32-bit add to its low
+// word, whose address field (bits 0-13) cannot carry into the next (a shared address is below 256
+// KB, so start >> 4 < 2^14). A kernel forms a tile's descriptor once and reaches its k16 slices
+// and panels this way: built from the address each time, a descriptor cost ~5 uniform-datapath
+// instructions, half of the wgmma attention backward's loop (ncu, H200).
+__device__ __forceinline__ uint64_t advance_desc(uint64_t desc, uint32_t bytes) {
+  return uint64_t(uint32_t(desc >> 32)) << 32 | (uint32_t(desc) + (bytes >> 4));
+}
+
 // `smem` advanced to the next 1024-byte boundary of the shared address space (a kernel reserves
 // kWgmmaTileAlign extra bytes of dynamic shared memory for it).
 __device__ __forceinline__ char* align_wgmma_tiles(void* smem) {
