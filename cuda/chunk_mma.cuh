@@ -25,6 +25,19 @@ __device__ __forceinline__ void split_pair(float x0, float x1, uint32_t& hi, uin
   lo = pack_bf16(x0 - r0, x1 - r1);
 }
 
+// The (ROWS x COLS) fp32 tile src (rows ld_src apart, 8-byte aligned, COLS and ld_src even) into
+// bf16 halves hi + lo (rows ld_dst apart, ld_dst even), two columns a step, by THREADS threads.
+template <int ROWS, int COLS, int THREADS>
+__device__ __forceinline__ void split_tile(__nv_bfloat16* hi, __nv_bfloat16* lo, int ld_dst, const float* src,
+                                           int ld_src) {
+  for (int i = threadIdx.x; i < ROWS * COLS / 2; i += THREADS) {
+    const int r = i / (COLS / 2), c = (i % (COLS / 2)) * 2;
+    const float2 x = *reinterpret_cast<const float2*>(src + r * ld_src + c);
+    split_pair(x.x, x.y, *reinterpret_cast<uint32_t*>(hi + r * ld_dst + c),
+               *reinterpret_cast<uint32_t*>(lo + r * ld_dst + c));
+  }
+}
+
 // Rows 0 .. ROWS - 1 of a bf16 matrix (rows `stride` elements apart, W % 8 == 0, src 16-byte
 // aligned) into a (ROWS, W + 8) shared tile through cp.async, by the whole block; rows n .. ROWS - 1
 // become zeros. The 16-byte pieces land in shared memory without passing through registers and

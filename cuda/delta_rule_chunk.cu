@@ -943,14 +943,7 @@ struct ScanSmem {
     }
   }
   // kStaged: ds_hi, ds_lo <- the state (dS) split
-  __device__ void split_state() const {
-    for (int i = threadIdx.x; i < DK * BV / 2; i += kThreads) {
-      const int d = i / (BV / 2), c = (i % (BV / 2)) * 2;
-      const float2 x = *reinterpret_cast<const float2*>(h + d * kLdH + c);
-      chunk_mma::split_pair(x.x, x.y, *reinterpret_cast<uint32_t*>(ds_hi + d * kLdO + c),
-                            *reinterpret_cast<uint32_t*>(ds_lo + d * kLdO + c));
-    }
-  }
+  __device__ void split_state() const { chunk_mma::split_tile<DK, BV, kThreads>(ds_hi, ds_lo, kLdO, h, kLdH); }
 };
 
 // Where a scan CTA's chunk tiles start: per (b, value head j) and key width DK.
@@ -1575,13 +1568,7 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   };
   // A = (I + L)^{-1} into its fp32 tile, then (split_a, once it has landed) into bf16 halves
   auto load_a = [&] { load_f32_rows_async<C, C>(sm.A, kLdC, a.A + (head * a.NT + chunk) * C * C, C); };
-  auto split_a = [&] {
-    for (int i = threadIdx.x; i < C * C / 2; i += kThreads) {
-      const int r = i / (C / 2), c = (i % (C / 2)) * 2;
-      chunk_mma::split_pair(sm.A[r * kLdC + c], sm.A[r * kLdC + c + 1], *reinterpret_cast<uint32_t*>(sm.A_hi + r * kLdA + c),
-                            *reinterpret_cast<uint32_t*>(sm.A_lo + r * kLdA + c));
-    }
-  };
+  auto split_a = [&] { chunk_mma::split_tile<C, C, kThreads>(sm.A_hi, sm.A_lo, kLdA, sm.A, kLdC); };
   load_keys(0, !kWide);  // (kWide: q is read in phase C alone)
   load_a();
   if (threadIdx.x < C) {

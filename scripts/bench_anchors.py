@@ -18,8 +18,9 @@ anchor raises, its row records "fwd_error" / "fwd_bwd_error" and the run goes on
 timed on each of its backends (flash, cuDNN, memory-efficient) and each pass keeps the fastest,
 named in its "_variant".
 
-fla is imported from its source folder on PYTHONPATH (as scripts/fla_export.py does); nothing of
-it goes into hla's repository. fla's kernels run with fla's own autotuning, the figure fla's
+fla is imported from its source folder on PYTHONPATH (as scripts/fla_export.py does), and only
+when some row's anchor is fla's (torch SDPA's rows need torch alone); nothing of it goes into
+hla's repository. fla's kernels run with fla's own autotuning, the figure fla's
 users get (--first-config compiles each kernel's first config only: a quick run, but fla's
 backward then runs 3-6x slower than it can), and before timing, worker processes (--jobs) run
 each row once so Triton's disk cache holds every kernel; the timed pass then loads them. fla refuses its gated chunk backward
@@ -297,14 +298,18 @@ def main():
     args = parser.parse_args()
     start = time.time()
     rows = read_rows(args.cases, args.only)
-    bypassed = configure_fla(args)
-    import fla
-    import triton
-    out = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "triton": triton.__version__,
-           "fla": getattr(fla, "__version__", "unknown"),
-           "autotune": "first config only" if args.first_config else "fla's own",
-           "hopper_guard_bypassed": bypassed, "warmup": args.warmup, "repeats": args.repeats, "rows": {}}
     fla_rows = [r for r in rows if r["anchor"].startswith("fla ")]
+    out = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__}
+    if fla_rows:  # torch SDPA's rows alone need neither fla nor Triton
+        bypassed = configure_fla(args)
+        import fla
+        import triton
+        out.update({"triton": triton.__version__, "fla": getattr(fla, "__version__", "unknown"),
+                    "autotune": "first config only" if args.first_config else "fla's own",
+                    "hopper_guard_bypassed": bypassed})
+    else:
+        out["fla"] = "not used (no fla rows)"
+    out.update({"warmup": args.warmup, "repeats": args.repeats, "rows": {}})
     if args.jobs > 0 and fla_rows:
         shares = [(fla_rows[i::args.jobs], args) for i in range(min(args.jobs, len(fla_rows)))]
         with multiprocessing.get_context("spawn").Pool(len(shares)) as pool:
