@@ -3,8 +3,10 @@
 #   scripts/bench-h200.sh [STAGE...]     stages: build anchors kernels train (default: all, in order)
 #   build    cmake + build into build-gpu (CMAKE_PREFIX_PATH defaults to .gpu-prefix when present)
 #   anchors  hla bench --list --json (the rows), then scripts/bench_anchors.py times fla's Triton
-#            kernels and torch SDPA at each row's shape (fla's source in .fla, or FLA_DIR;
-#            ANCHOR_ARGS: more arguments, e.g. "--only gdn --only attention"). With fla's own
+#            kernels and torch SDPA at each row's shape (fla's source in .fla, or FLA_DIR, needed
+#            only by fla's rows: ANCHOR_ARGS="--only wgmma" times SDPA at the wgmma attention rows
+#            alone, with torch and no fla, in seconds; ANCHOR_ARGS: more arguments, e.g.
+#            "--only gdn --only attention"). With fla's own
 #            autotuning (the script's default) the 46 rows' compile pass alone ran past 500 s on
 #            the H200 (2026-12-03): give this stage a call of its own (ANCHOR_SECONDS, default
 #            540), or pass --first-config (about 75 s, but fla's backward then runs 3-6x slower)
