@@ -601,6 +601,30 @@ __device__ __forceinline__ constexpr uint32_t panel_slice_bytes(int kk) {
 }
 // Bytes from the start of an N-major operand's first panel to its k16 slice j (row 16 j).
 __device__ __forceinline__ constexpr uint32_t n_major_slice_bytes(int j) { return sizeof(bf16) * 16 * j * kWgPanel; }
+// The two products of the wgmma attention kernels (forward and backward), issued, not committed:
+// d = A B^T over the D columns of a panelled (64 x D) tile A and an (N x D) tile B, both read
+// K-major, given by their descriptors (D / 16 k16 products; N = 128: the forward's S = Q K^T, 64:
+// the backward's S and dP);
+template <int D, int N>
+__device__ __forceinline__ void wgmma_abt(float (&d)[N / 2], uint64_t a_desc, uint64_t b_desc) {
+#pragma unroll
+  for (int kk = 0; kk < D / 16; kk++)
+    wgmma_m64k16<N>(d, advance_desc(a_desc, panel_slice_bytes<kWgRows>(kk)),
+                    advance_desc(b_desc, panel_slice_bytes<N>(kk)), kk > 0);
+}
+// The descriptor of a panelled (K x D) tile read N-major (wgmma_xb's B).
+template <int K>
+__device__ __forceinline__ uint64_t n_major_desc(const bf16* b) {
+  return smem_desc_n_major(b, K * kWgPanel * sizeof(bf16));
+}
+// acc (64 x D) += X B: X (64 x K) as A fragments packed from accumulator-layout floats (16
+// columns a k16 slice), B that tile (its slice j starts 16 j rows into its first panel): K / 16
+// k16 products (the forward's O += P V, the backward's dV, dK and dQ).
+template <int D, int K>
+__device__ __forceinline__ void wgmma_xb(float (&acc)[D / 2], const uint32_t (&x)[K / 16][4], uint64_t b_desc) {
+#pragma unroll
+  for (int j = 0; j < K / 16; j++) wgmma_m64k16<D, true>(acc, x[j], advance_desc(b_desc, n_major_slice_bytes(j)), true);
+}
 // A float[N][4] seen as the float[4 N] of a wgmma accumulator (the same registers).
 template <int N>
 __device__ __forceinline__ float (&wgmma_acc(float (&a)[N][4]))[4 * N] {
@@ -685,10 +709,7 @@ __global__ void __launch_bounds__(wg_block_threads(D), 1)
   const auto issue_s = [&](float(&s)[NT][4], int n) {
     const uint64_t q_desc = smem_desc_k_major(sQc), k_desc = smem_desc_k_major(sK + (n % kWgStages) * kTile);
     wgmma_fence(wgmma_acc(s));
-#pragma unroll
-    for (int kk = 0; kk < D / 16; kk++)
-      wgmma_m64k16<kWgCols>(wgmma_acc(s), advance_desc(q_desc, panel_slice_bytes<kWgRows>(kk)),
-                            advance_desc(k_desc, panel_slice_bytes<kWgCols>(kk)), kk > 0);
+    wgmma_abt<D, kWgCols>(wgmma_acc(s), q_desc, k_desc);
     wgmma_commit();
   };
   // pass 2, once S is done: invisible keys -> -inf (only on tiles some row sees in part), online
@@ -707,11 +728,9 @@ __global__ void __launch_bounds__(wg_block_threads(D), 1)
   };
   // pass 3: O += P V over tile n, issued (V's k16 slice starts 16 rows into its first panel)
   const auto issue_pv = [&](int n) {
-    const uint64_t v_desc = smem_desc_n_major(sV + (n % kWgStages) * kTile, kWgCols * kWgPanel * sizeof(bf16));
+    const uint64_t v_desc = n_major_desc<kWgCols>(sV + (n % kWgStages) * kTile);
     wgmma_fence(wgmma_acc(acc));
-#pragma unroll
-    for (int j = 0; j < kWgCols / 16; j++)
-      wgmma_m64k16<D, true>(wgmma_acc(acc), p[j], advance_desc(v_desc, n_major_slice_bytes(j)), true);
+    wgmma_xb<D, kWgCols>(wgmma_acc(acc), p, v_desc);
     wgmma_commit();
   };
 
@@ -1075,29 +1094,8 @@ constexpr int wg_bwd_blocks_per_sm(int D, bool dkdv) { return D == 64 && !dkdv ?
 constexpr size_t wg_bwd_smem(int D) {
   return kWgmmaTileAlign + sizeof(bf16) * 6 * kWgBwdCols * D + sizeof(float) * 4 * kWgBwdCols;
 }
-static_assert(kWgBwdRows == kWgBwdCols, "the wgmma backward's row blocks and column tiles are both 64 (K-major A and B)");
-
-// d = A B^T over the D columns of two panelled (64 x D) tiles, both read K-major: D / 16 k16
-// products (issued, not committed).
-template <int D>
-__device__ __forceinline__ void wgmma_abt(float (&d)[kWgBwdCols / 2], const bf16* a, const bf16* b) {
-  const uint64_t a_desc = smem_desc_k_major(a), b_desc = smem_desc_k_major(b);
-#pragma unroll
-  for (int kk = 0; kk < D / 16; kk++)
-    wgmma_m64k16<kWgBwdCols>(d, advance_desc(a_desc, panel_slice_bytes<kWgBwdRows>(kk)),
-                             advance_desc(b_desc, panel_slice_bytes<kWgBwdCols>(kk)), kk > 0);
-}
-
-// acc (64 x D) += X B: X (64 x 64) as A fragments packed from accumulator-layout floats (16
-// columns a k16 slice), B a panelled (64 x D) tile read N-major (its slice j starts 16 j rows
-// into its first panel): 4 k16 products (issued, not committed).
-template <int D>
-__device__ __forceinline__ void wgmma_xb(float (&acc)[D / 2], const uint32_t (&x)[kWgBwdCols / 16][4], const bf16* b) {
-  const uint64_t b_desc = smem_desc_n_major(b, kWgBwdCols * kWgPanel * sizeof(bf16));
-#pragma unroll
-  for (int j = 0; j < kWgBwdCols / 16; j++)
-    wgmma_m64k16<D, true>(acc, x[j], advance_desc(b_desc, n_major_slice_bytes(j)), true);
-}
+static_assert(kWgBwdRows == kWgBwdCols && kWgBwdRows == kWgRows,
+              "the wgmma backward's row blocks and column tiles are both 64 (K-major A and B), wgmma_abt's A rows");
 
 // x's A fragments: the (64 x 64) accumulator-layout floats f rounded to bf16.
 __device__ __forceinline__ void pack_fragments(uint32_t (&x)[kWgBwdCols / 16][4], const float (&f)[kWgBwdCols / 8][4]) {
@@ -1165,9 +1163,9 @@ __global__ void __launch_bounds__(kWgThreads, wg_bwd_blocks_per_sm(D, false))
     // masked only on the tiles some row sees in part), while dP runs
     float p[NT][4], dp[NT][4];
     wgmma_fence(wgmma_acc(p), wgmma_acc(dp));
-    wgmma_abt<D>(wgmma_acc(p), sQ, sKb);
+    wgmma_abt<D, kWgBwdCols>(wgmma_acc(p), smem_desc_k_major(sQ), smem_desc_k_major(sKb));
     wgmma_commit();
-    wgmma_abt<D>(wgmma_acc(dp), sdO, sVb);
+    wgmma_abt<D, kWgBwdCols>(wgmma_acc(dp), smem_desc_k_major(sdO), smem_desc_k_major(sVb));
     wgmma_commit();
     wgmma_wait<1>(wgmma_acc(p));
     if (!docs.all_visible(q0, q_last, k0, k0 + kWgBwdCols - 1, window)) mask_scores<NT, 1>(p, docs, window, k0, t_row);
@@ -1187,7 +1185,7 @@ __global__ void __launch_bounds__(kWgThreads, wg_bwd_blocks_per_sm(D, false))
 
     // pass 3: dQ += dS K
     wgmma_fence(wgmma_acc(acc));
-    wgmma_xb<D>(wgmma_acc(acc), ds, sKb);
+    wgmma_xb<D, kWgBwdCols>(wgmma_acc(acc), ds, n_major_desc<kWgBwdCols>(sKb));
     wgmma_commit();
     wgmma_wait<0>(wgmma_acc(acc));
   }
@@ -1258,9 +1256,9 @@ __global__ void __launch_bounds__(kWgThreads, wg_bwd_blocks_per_sm(D, true))
       // (S^T -> -inf, masked only on the tiles some row sees in part), while dP^T runs
       float p[NT][4], dp[NT][4];
       wgmma_fence(wgmma_acc(p), wgmma_acc(dp));
-      wgmma_abt<D>(wgmma_acc(p), sK, q_tile);
+      wgmma_abt<D, kWgBwdCols>(wgmma_acc(p), smem_desc_k_major(sK), smem_desc_k_major(q_tile));
       wgmma_commit();
-      wgmma_abt<D>(wgmma_acc(dp), sV, do_tile);
+      wgmma_abt<D, kWgBwdCols>(wgmma_acc(dp), smem_desc_k_major(sV), smem_desc_k_major(do_tile));
       wgmma_commit();
       wgmma_wait<1>(wgmma_acc(p));
       if (!docs.all_visible(j0, j_last, k0, k_last, window) || j_last >= T)
@@ -1283,7 +1281,7 @@ __global__ void __launch_bounds__(kWgThreads, wg_bwd_blocks_per_sm(D, true))
       uint32_t pf[kWgBwdCols / 16][4], dsf[kWgBwdCols / 16][4];
       pack_fragments(pf, p);
       wgmma_fence(wgmma_acc(dv_acc));
-      wgmma_xb<D>(wgmma_acc(dv_acc), pf, do_tile);
+      wgmma_xb<D, kWgBwdCols>(wgmma_acc(dv_acc), pf, n_major_desc<kWgBwdCols>(do_tile));
       wgmma_commit();
       // pass 2: dS^T = P^T (dP^T - Delta), in dp's registers
 #pragma unroll
@@ -1295,7 +1293,7 @@ __global__ void __launch_bounds__(kWgThreads, wg_bwd_blocks_per_sm(D, true))
       pack_fragments(dsf, dp);
       // pass 3b: dK += dS^T Q
       wgmma_fence(wgmma_acc(dk_acc));
-      wgmma_xb<D>(wgmma_acc(dk_acc), dsf, q_tile);
+      wgmma_xb<D, kWgBwdCols>(wgmma_acc(dk_acc), dsf, n_major_desc<kWgBwdCols>(q_tile));
       wgmma_commit();
       wgmma_wait<0>(wgmma_acc(dv_acc), wgmma_acc(dk_acc));
     }
