@@ -187,17 +187,17 @@ void check_coverage(const std::vector<Entry>& sorted, uint64_t data_size, const 
   for (size_t i = 0; i < sorted.size(); i++) {
     const Entry& e = sorted[i];
     if (e.end > data_size)
-      fail(path, ": tensor '", e.name, "': data_offsets [", e.begin, ", ", e.end,
+      fail(path, ": tensor '", excerpt(e.name), "': data_offsets [", e.begin, ", ", e.end,
            ") out of range (data section is ", data_size, " bytes)");
     if (e.begin < covered)
-      fail(path, ": tensors '", sorted[i - 1].name, "' and '", e.name, "' overlap in the data section");
+      fail(path, ": tensors '", excerpt(sorted[i - 1].name), "' and '", excerpt(e.name), "' overlap in the data section");
     if (e.begin > covered)
       fail(path, ": bytes [", covered, ", ", e.begin, ") of the data section belong to no tensor (",
-           i == 0 ? "before '" + e.name + "'" : "between '" + sorted[i - 1].name + "' and '" + e.name + "'", ")");
+           i == 0 ? "before '" + excerpt(e.name) + "'" : "between '" + excerpt(sorted[i - 1].name) + "' and '" + excerpt(e.name) + "'", ")");
     covered = e.end;
   }
   if (covered < data_size)
-    fail(path, ": ", data_size - covered, " byte(s) of the data section after the last tensor '", sorted.back().name,
+    fail(path, ": ", data_size - covered, " byte(s) of the data section after the last tensor '", excerpt(sorted.back().name),
          "' belong to no tensor (is the header length right?)");
 }
 
