@@ -8,8 +8,10 @@
 #            alone, with torch and no fla, in seconds; ANCHOR_ARGS: more arguments, e.g.
 #            "--only gdn --only attention"). With fla's own
 #            autotuning (the script's default) the 46 rows' compile pass alone ran past 500 s on
-#            the H200 (2026-12-03): give this stage a call of its own (ANCHOR_SECONDS, default
-#            540), or pass --first-config (about 75 s, but fla's backward then runs 3-6x slower)
+#            the H200 (2026-12-03), before rows sharing an anchor and a shape were compiled and
+#            timed once (26 fla anchors): give this stage a call of its own (ANCHOR_SECONDS,
+#            default 540), or one a shape (ANCHOR_ARGS="--only D64"), or pass
+#            --first-config (about 75 s, but fla's backward then runs 3-6x slower)
 #   kernels  hla bench --anchors (those times) --json results-h200.json
 #   train    scripts/bench_train_torch.py (PyTorch eager, the 374M Transformer), then
 #            hla bench train --gpus 1 --anchors (that) --json train-h200.json (every preset, ~5 min;

@@ -23,7 +23,10 @@ when some row's anchor is fla's (torch SDPA's rows need torch alone); nothing of
 hla's repository. fla's kernels run with fla's own autotuning, the figure fla's
 users get (--first-config compiles each kernel's first config only: a quick run, but fla's
 backward then runs 3-6x slower than it can), and before timing, worker processes (--jobs) run
-each row once so Triton's disk cache holds every kernel; the timed pass then loads them. fla refuses its gated chunk backward
+each anchor once so Triton's disk cache holds every kernel; the timed pass then loads them. Rows
+that share an anchor and a shape (a row and its "replay" twin, the mma and wgmma attention rows)
+share one compile and one timing: 31 anchors for hla's 57 rows, 14 fla ones at the D64 and D256
+shapes (--only D64, --only D256). fla refuses its gated chunk backward
 on Hopper with Triton >= 3.4, < 3.7.1 (fla issue #640: that Triton miscompiles it); targets.md's
 figures were taken with that guard bypassed, and so is this run (its time, not its gradients, is
 what an anchor needs); --keep-hopper-guard records the refusal as the row's error instead.
@@ -271,18 +274,25 @@ def compile_rows(rows_and_args):
 
 
 def read_rows(path, only):
+    """The anchors to time: one {"anchor", "shape", "names"} per distinct anchor and shape, in the order
+    they first appear, with the names of every row that takes it (a row and its "replay" twin, the
+    mma and wgmma attention rows: one anchor each time, compiled and timed once)."""
     with open(path) as f:
         bench = json.load(f)
     if not isinstance(bench, dict) or not isinstance(bench.get("rows"), list):
         sys.exit(f"{path}: expected a bench JSON (hla bench --list --json) with a list 'rows'")
-    rows = {}
+    anchors = {}
     for i, r in enumerate(bench["rows"]):
         for key in ("name", "anchor", "shape"):
             if key not in r:
                 sys.exit(f"{path}: rows[{i}] has no '{key}'")
-        if r["anchor"] and r["name"] not in rows and (not only or any(o in r["name"] for o in only)):
-            rows[r["name"]] = {"name": r["name"], "anchor": r["anchor"], "shape": r["shape"]}
-    return list(rows.values())
+        if not r["anchor"] or (only and not any(o in r["name"] for o in only)):
+            continue
+        a = anchors.setdefault((r["anchor"], json.dumps(r["shape"], sort_keys=True)),
+                               {"anchor": r["anchor"], "shape": r["shape"], "names": []})
+        if r["name"] not in a["names"]:
+            a["names"].append(r["name"])
+    return list(anchors.values())
 
 
 def write_json(path, value):
@@ -297,7 +307,7 @@ def write_json(path, value):
 def main():
     args = parser.parse_args()
     start = time.time()
-    rows = read_rows(args.cases, args.only)
+    rows = read_rows(args.cases, args.only)  # one a distinct anchor and shape, with its rows' names
     fla_rows = [r for r in rows if r["anchor"].startswith("fla ")]
     out = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__}
     if fla_rows:  # torch SDPA's rows alone need neither fla nor Triton
@@ -314,21 +324,24 @@ def main():
         shares = [(fla_rows[i::args.jobs], args) for i in range(min(args.jobs, len(fla_rows)))]
         with multiprocessing.get_context("spawn").Pool(len(shares)) as pool:
             pool.map(compile_rows, shares)
-        print(f"bench_anchors: compiled {len(fla_rows)} fla rows in {len(shares)} processes, "
+        print(f"bench_anchors: compiled {len(fla_rows)} fla anchors in {len(shares)} processes, "
               f"{time.time() - start:.0f} s", file=sys.stderr)
     write_json(args.out, out)
-    for row in rows:  # the file is rewritten after each row: a run cut short keeps what it timed
+    for row in rows:  # the file is rewritten after each anchor: a run cut short keeps what it timed
         t0 = time.time()
-        out["rows"][row["name"]] = r = time_row(row, args.warmup, args.repeats)
+        r = time_row(row, args.warmup, args.repeats)
+        for name in row["names"]:
+            out["rows"][name] = r
         out["seconds"] = round(time.time() - start, 1)
         write_json(args.out, out)
         times = " / ".join(f"{r[k + '_ms']:.3f}" if k + "_ms" in r else "failed" for k in ("fwd", "fwd_bwd"))
         errors = "; ".join(sorted({r[k] for k in ("fwd_error", "fwd_bwd_error") if k in r}))
-        print(f"{row['name']:<45} {row['anchor']:<28} {times} ms ({time.time() - t0:.1f} s) {errors}",
+        more = f" (+{len(row['names']) - 1} rows)" if len(row["names"]) > 1 else ""
+        print(f"{row['names'][0] + more:<55} {row['anchor']:<28} {times} ms ({time.time() - t0:.1f} s) {errors}",
               file=sys.stderr)
     failed = sum(1 for r in out["rows"].values() if "fwd_error" in r or "fwd_bwd_error" in r)
-    print(f"bench_anchors: {len(out['rows'])} rows ({failed} with an error) in {time.time() - start:.0f} s: wrote "
-          f"{args.out}", file=sys.stderr)
+    print(f"bench_anchors: {len(rows)} anchors for {len(out['rows'])} rows ({failed} with an error) in "
+          f"{time.time() - start:.0f} s: wrote {args.out}", file=sys.stderr)
 
 
 if __name__ == "__main__":
