@@ -338,19 +338,20 @@ __device__ __forceinline__ float tree_reduce(float (&v)[N], const Op& op) {
 }
 
 // Online softmax over one step: S (unscaled) becomes P = exp(scale S - m), l and O follow m.
-// Each row's max and sum are spread over the 4 lanes of a quad. The running max m (log2 units)
-// only moves (and O and l are rescaled) when some row of the warp sees a score above
+// Each row's max and sum are spread over the 4 lanes of a quad. A row's running max m (log2
+// units) only moves (and its O and l are rescaled) when the row sees a score above
 // m + kMaxSlack: until then P <= 2^kMaxSlack, exact in fp32 and as precise in bf16, and the
-// result O / l, lse = m + log l is the same. Past the first keys of a row that is rare, so the
-// 16 x D multiplies of the rescale are skipped by the whole warp at once. O is rescaled by
-// rescale_row(r, alpha): row r times alpha = e^(m - m') (rescale_row below, at once; the wgmma
-// forward keeps alpha until the product still writing O is done).
+// result O / l, lse = m + log l is the same. Past the first keys of a row that is rare. Each row
+// decides for itself (the 4 lanes of its quad agree): a vote of the whole warp, so that its
+// branch was uniform, put three more dependent shuffles between the row max and the first
+// exponential, on the wgmma forward's critical path. O is rescaled by rescale_row(r, alpha): row
+// r times alpha = e^(m - m') (rescale_row below, at once; the wgmma forward keeps alpha until the
+// product still writing O is done).
 template <int NT, int MT, class RescaleRow>
 __device__ __forceinline__ void online_softmax(float (&s)[MT * NT][4], float (&m)[2 * MT], float (&l)[2 * MT],
                                                float scale_log2, const RescaleRow& rescale_row) {
   constexpr int kRowsPerThread = 2 * MT;
   float tile_max[kRowsPerThread];  // log2 units
-  bool grow = false;
 #pragma unroll
   for (int r = 0; r < kRowsPerThread; r++) {
     const float(*sr)[4] = s + (r / 2) * NT;
@@ -362,18 +363,12 @@ __device__ __forceinline__ void online_softmax(float (&s)[MT * NT][4], float (&m
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     tile_max[r] = mx * scale_log2;
-    grow = grow || tile_max[r] > m[r] + kMaxSlack;  // true for a row's first visible key (m = -inf)
   }
-  float any_grow = grow ? 1.0f : 0.0f;  // the same in the 4 lanes of a quad: reduce over quads
-  any_grow = fmaxf(any_grow, __shfl_xor_sync(0xffffffffu, any_grow, 4));
-  any_grow = fmaxf(any_grow, __shfl_xor_sync(0xffffffffu, any_grow, 8));
-  any_grow = fmaxf(any_grow, __shfl_xor_sync(0xffffffffu, any_grow, 16));
-  if (any_grow != 0.0f)
 #pragma unroll
-    for (int r = 0; r < kRowsPerThread; r++) {
-      const float m_new = fmaxf(m[r], tile_max[r]);
-      const float alpha = exp2_ftz(m[r] - (m_new == -INFINITY ? 0.0f : m_new));  // e^(m - m')
-      m[r] = m_new;
+  for (int r = 0; r < kRowsPerThread; r++)
+    if (tile_max[r] > m[r] + kMaxSlack) {  // true for a row's first visible key (m = -inf)
+      const float alpha = exp2_ftz(m[r] - tile_max[r]);  // e^(m - m'); 0 from m = -inf
+      m[r] = tile_max[r];
       l[r] *= alpha;
       rescale_row(r, alpha);
     }
@@ -718,6 +713,7 @@ __global__ void __launch_bounds__(wg_block_threads(D), 1)
     const int k0 = (kb_first + n) * kWgCols;
     if (!docs.all_visible(c0, c_last, k0, k0 + kWgCols - 1, window)) mask_scores<NT, 1>(s, docs, window, k0, t_row);
     bool moved = false;
+    alpha[0] = alpha[1] = 1.0f;  // rows that do not move
     online_softmax<NT, 1>(s, m, l, scale_log2, [&](int r, float a) { alpha[r] = a, moved = true; });
     return moved;
   };
