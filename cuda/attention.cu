@@ -62,7 +62,9 @@
 //        steps (cuda/tile.cuh, bench/README): B4 T4096 H16 D128 forward 0.691-0.698 ms, fwd+bwd
 //        2.869-2.911; B8 T2048 H16 D64 fwd+bwd 0.942-0.945 (SDPA 0.733). With the softmax's row
 //        max and sum as trees (tree_reduce) and descriptors advanced by adds (advance_desc;
-//        bench/README, session 40): D = 128 forward 0.640-0.667 ms, D = 64 0.227-0.244.
+//        bench/README, session 40): D = 128 forward 0.640-0.667 ms, D = 64 0.227-0.244; with
+//        each row deciding its own rescale and, at D = 128, the output staged through shared
+//        memory (session 41): 0.610-0.611 and 0.212-0.214.
 //        Emulator groups `wgmma`, `wgmma-bwd`.
 //   fma: plain fp32 arithmetic, any D, Dv <= 256, F32 or BF16 storage: one warp per row, keys
 //        (or queries) in shared-memory tiles of 32, one per lane. The readable version, and the
