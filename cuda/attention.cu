@@ -64,7 +64,7 @@
 //        max and sum as trees (tree_reduce) and descriptors advanced by adds (advance_desc;
 //        bench/README, session 40): D = 128 forward 0.640-0.667 ms, D = 64 0.227-0.244; with
 //        each row deciding its own rescale and, at D = 128, the output staged through shared
-//        memory (session 41): 0.610-0.611 and 0.212-0.214.
+//        memory (session 41): D = 128 0.610-0.613 ms (D = 64 unchanged: bench/README).
 //        Emulator groups `wgmma`, `wgmma-bwd`.
 //   fma: plain fp32 arithmetic, any D, Dv <= 256, F32 or BF16 storage: one warp per row, keys
 //        (or queries) in shared-memory tiles of 32, one per lane. The readable version, and the
