@@ -403,18 +403,32 @@ __device__ __forceinline__ void rescale_row(float (&acc)[MT * D / 8][4], int r, 
   }
 }
 
+// Each row's l summed over the 4 lanes of its quad (every lane gets it).
+template <int MT>
+__device__ __forceinline__ void quad_sums(float (&l)[2 * MT]) {
+#pragma unroll
+  for (int r = 0; r < 2 * MT; r++) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+  }
+}
+// lse = (m + log2 l) ln 2 into lse (B, H, T) for this thread's rows (lane 0 of each quad).
+template <int MT, class RowOf>
+__device__ __forceinline__ void store_lse(float* lse, const float (&m)[2 * MT], const float (&l)[2 * MT],
+                                          const RowOf& t_row, int b, int h, int T, int H) {
+  if (threadIdx.x % 4 == 0)
+#pragma unroll
+    for (int r = 0; r < 2 * MT; r++)
+      if (t_row(r) < T) lse[(int64_t(b) * H + h) * T + t_row(r)] = (m[r] + log2f(l[r])) / kLog2e;
+}
+
 // The forwards' epilogue: O /= l into o (B, T, H, D), lse = (m + log2 l) ln 2 into lse (B, H, T),
 // rows past T skipped.
 template <int D, int MT, class RowOf>
 __device__ __forceinline__ void store_output(bf16* o, float* lse, const float (&acc)[MT * D / 8][4],
                                              const float (&m)[2 * MT], float (&l)[2 * MT], const RowOf& t_row, int b,
                                              int h, int T, int H) {
-  const int lane = threadIdx.x % 32;
-#pragma unroll
-  for (int r = 0; r < 2 * MT; r++) {
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-  }
+  quad_sums<MT>(l);
 #pragma unroll
   for (int mt = 0; mt < MT; mt++) {
     const int t0 = t_row(2 * mt), t1 = t_row(2 * mt + 1);
@@ -422,10 +436,7 @@ __device__ __forceinline__ void store_output(bf16* o, float* lse, const float (&
                   (int64_t(b) * T + t1) * H * D + int64_t(h) * D, t0 < T, t1 < T, 1.0f / l[2 * mt],
                   1.0f / l[2 * mt + 1]);
   }
-  if (lane % 4 == 0)
-#pragma unroll
-    for (int r = 0; r < 2 * MT; r++)
-      if (t_row(r) < T) lse[(int64_t(b) * H + h) * T + t_row(r)] = (m[r] + log2f(l[r])) / kLog2e;
+  store_lse<MT>(lse, m, l, t_row, b, h, T, H);
 }
 
 // o: (B, T, H, D), lse: (B, H, T). Grid (H, B, blocks of 128 queries), the longest (last)
@@ -643,11 +654,7 @@ __device__ __forceinline__ void store_output_staged(bf16* o, float* lse, const f
   const auto at = [&](int row, int col) {
     return tile + (col / kWgPanel) * kWgRows * kWgPanel + swizzle<kWgPanel>(row, col % kWgPanel);
   };
-#pragma unroll
-  for (int r = 0; r < 2; r++) {
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-  }
+  quad_sums<1>(l);
   const float inv_l[2] = {1.0f / l[0], 1.0f / l[1]};
   // pass 1: this thread's pairs, rows 16 warp + lane / 4 + 8 r, columns 8 dt + 2 (lane % 4)
 #pragma unroll
@@ -664,10 +671,7 @@ __device__ __forceinline__ void store_output_staged(bf16* o, float* lse, const f
     if (t < T)
       *reinterpret_cast<uint4*>(o + ((int64_t(b) * T + t) * H + h) * D + col) = *reinterpret_cast<const uint4*>(at(row, col));
   }
-  if (lane % 4 == 0)
-#pragma unroll
-    for (int r = 0; r < 2; r++)
-      if (t_row(r) < T) lse[(int64_t(b) * H + h) * T + t_row(r)] = (m[r] + log2f(l[r])) / kLog2e;
+  store_lse<1>(lse, m, l, t_row, b, h, T, H);
 }
 
 // o: (B, T, H, D), lse: (B, H, T). Grid (H, B, blocks of wg_block_rows(D) queries), the longest
