@@ -63,8 +63,8 @@
 //        2.869-2.911; B8 T2048 H16 D64 fwd+bwd 0.942-0.945 (SDPA 0.733). With the softmax's row
 //        max and sum as trees (tree_reduce) and descriptors advanced by adds (advance_desc;
 //        bench/README, session 40): D = 128 forward 0.640-0.667 ms, D = 64 0.227-0.244; with
-//        each row deciding its own rescale and, at D = 128, the output staged through shared
-//        memory (session 41): D = 128 0.610-0.613 ms (D = 64 unchanged: bench/README).
+//        each row deciding its own rescale and the output staged through shared memory (sessions
+//        41 and 42): D = 128 0.610-0.616 ms, D = 64 0.207-0.214 (0.237-0.243 before the staging).
 //        Emulator groups `wgmma`, `wgmma-bwd`.
 //   fma: plain fp32 arithmetic, any D, Dv <= 256, F32 or BF16 storage: one warp per row, keys
 //        (or queries) in shared-memory tiles of 32, one per lane. The readable version, and the
@@ -827,9 +827,10 @@ __global__ void __launch_bounds__(wg_block_threads(D), 1)
   }
   for (int n = n_last + 1; n < tiles; n++) take(n), in_turn([] {}), release(n);
 
-  // staged at D = 128 (measured faster there; at D = 64 level, and its documents kernel, at the
-  // consumers' 160 registers, spilled 8 bytes with it)
-  if constexpr (D == 128) store_output_staged<D>(o, lse, acc, m, l, t_row, b, h, T, H, sQc, c0);
+  // staged (measured faster at D = 128; at D = 64 the kernel with it ran 0.212 ms to 0.239 at B8
+  // T2048 H16, session 41, its register allocation rather than its stores), but for the D = 64
+  // documents kernel, which spilled 8 bytes with it at the consumers' 160 registers
+  if constexpr (D == 128 || !DOCS) store_output_staged<D>(o, lse, acc, m, l, t_row, b, h, T, H, sQc, c0);
   else store_output<D, 1>(o, lse, acc, m, l, t_row, b, h, T, H);
 }
 
