@@ -644,7 +644,7 @@ __device__ __forceinline__ float (&wgmma_acc(float (&a)[N][4]))[4 * N] {
 // done; the tile's own panels and swizzle, so the 32-bit writes of a warp hit 32 banks), then
 // writes them out 16 bytes a lane, whole rows at a time: a quarter of store_output's store
 // instructions, full sectors (bench/README, session 41: 0.623 -> 0.611 ms at B4 T4096 H16 D128).
-// At D = 128 only (below).
+// Every wgmma forward but the D = 64 documents kernel (below).
 // tile: the consumer's (64, D) Q tile as D / 64 panels; c0: its first query.
 template <int D, class RowOf>
 __device__ __forceinline__ void store_output_staged(bf16* o, float* lse, const float (&acc)[D / 8][4],
