@@ -34,8 +34,9 @@ std::vector<json> flatten(const json& j, const char* list_key) {
   return parts;
 }
 
-// A token quoted for an error message: JSON-escaped, at most ~100 characters.
-std::string quoted(const std::string& token) { return json_excerpt(json(token)); }
+// A token quoted for an error message: JSON-escaped, at most ~100 characters. (Not named
+// "quoted": for a non-const std::string argument ADL prefers std::quoted, which prints it whole.)
+std::string token_excerpt(const std::string& token) { return json_excerpt(json(token)); }
 
 struct Reader {
   explicit Reader(std::string p) : path(std::move(p)) {}
@@ -56,7 +57,7 @@ struct Reader {
   int32_t id_of(const std::unordered_map<std::string, int32_t>& ids, const std::string& token,
                 const std::string& where) const {
     auto it = ids.find(token);
-    if (it == ids.end()) fail("tokenizer ", path, ": ", where, ": token ", quoted(token), " is not in the vocabulary");
+    if (it == ids.end()) fail("tokenizer ", path, ": ", where, ": token ", token_excerpt(token), " is not in the vocabulary");
     return it->second;
   }
 
@@ -64,7 +65,7 @@ struct Reader {
   int32_t checked_id(const json& id, const char* what, const std::string& token) const {
     // (an unsigned id above INT64_MAX reads as negative here)
     if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= id_limit) {
-      fail("tokenizer ", path, ": ", what, " ", quoted(token), " has id ", json_excerpt(id),
+      fail("tokenizer ", path, ": ", what, " ", token_excerpt(token), " has id ", json_excerpt(id),
            "; ids must be integers in [0, ", id_limit, ") (vocabulary entries + added tokens)");
     }
     return id.get<int32_t>();
@@ -74,7 +75,7 @@ struct Reader {
   void place(int32_t id, const std::string& token) {
     if (static_cast<size_t>(id) >= model.vocab.size()) model.vocab.resize(id + 1);
     if (!model.vocab[id].empty()) {
-      fail("tokenizer ", path, ": tokens ", quoted(model.vocab[id]), " and ", quoted(token), " both have id ", id);
+      fail("tokenizer ", path, ": tokens ", token_excerpt(model.vocab[id]), " and ", token_excerpt(token), " both have id ", id);
     }
     model.vocab[id] = token;
   }
@@ -133,11 +134,11 @@ struct Reader {
       const std::string content = t["content"];
       const int32_t id = checked_id(t["id"], "added token", content);
       if (added_by_id.count(id)) {
-        fail("tokenizer ", path, ": added tokens ", quoted(added_by_id[id]), " and ", quoted(content),
+        fail("tokenizer ", path, ": added tokens ", token_excerpt(added_by_id[id]), " and ", token_excerpt(content),
              " both have id ", id);
       }
       if (added_by_content.count(content)) {
-        fail("tokenizer ", path, ": added token ", quoted(content), " appears twice (ids ",
+        fail("tokenizer ", path, ": added token ", token_excerpt(content), " appears twice (ids ",
              added_by_content[content], " and ", id, ")");
       }
       added_by_id[id] = content;

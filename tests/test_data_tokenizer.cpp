@@ -287,6 +287,19 @@ TEST_CASE("tokenizer.json ids out of range or repeated are errors naming the fil
                        ("tokenizer " + path + ": added token \"<|pad|>\" appears twice (ids 349 and 350)").c_str(),
                        hla::Error);
   CHECK(load_tokenizer(with_added(added_token(350, "<extra>")))->vocab_size() == 351);  // appended: fine
+  {  // a 5,000-character token is quoted by excerpt (through std::quoted, found by ADL, it was whole)
+    auto copy = j;
+    copy["added_tokens"].push_back(added_token(350, std::string(5000, 'x')));
+    copy["added_tokens"].push_back(added_token(350, "<y>"));
+    std::string message;
+    try {
+      load_tokenizer(saved(dir, copy));
+    } catch (const hla::Error& e) {
+      message = e.what();
+    }
+    CHECK(message.find("both have id 350") != std::string::npos);
+    CHECK(message.size() < path.size() + 200);
+  }
 
   auto with_vocab = [&](const std::string& token, nlohmann::json id) {
     auto copy = j;
