@@ -64,7 +64,7 @@
 //        max and sum as trees (tree_reduce) and descriptors advanced by adds (advance_desc;
 //        bench/README, session 40): D = 128 forward 0.640-0.667 ms, D = 64 0.227-0.244; with
 //        each row deciding its own rescale and the output staged through shared memory (sessions
-//        41 and 42): D = 128 0.610-0.616 ms, D = 64 0.207-0.214 (0.237-0.243 before the staging).
+//        41 and 42): D = 128 0.608-0.640 ms, D = 64 0.207-0.215 (0.237-0.243 before the staging).
 //        Emulator groups `wgmma`, `wgmma-bwd`.
 //   fma: plain fp32 arithmetic, any D, Dv <= 256, F32 or BF16 storage: one warp per row, keys
 //        (or queries) in shared-memory tiles of 32, one per lane. The readable version, and the
@@ -827,9 +827,9 @@ __global__ void __launch_bounds__(wg_block_threads(D), 1)
   }
   for (int n = n_last + 1; n < tiles; n++) take(n), in_turn([] {}), release(n);
 
-  // staged (measured faster at D = 128; at D = 64 the kernel with it ran 0.212 ms to 0.239 at B8
-  // T2048 H16, session 41, its register allocation rather than its stores), but for the D = 64
-  // documents kernel, which spilled 8 bytes with it at the consumers' 160 registers
+  // staged (measured faster at D = 128, and at D = 64: 0.207-0.215 ms against 0.237-0.243 at B8
+  // T2048 H16, session 42), but for the D = 64 documents kernel, which spilled 8 bytes with it at
+  // the consumers' 160 registers
   if constexpr (D == 128 || !DOCS) store_output_staged<D>(o, lse, acc, m, l, t_row, b, h, T, H, sQc, c0);
   else store_output<D, 1>(o, lse, acc, m, l, t_row, b, h, T, H);
 }

@@ -57,7 +57,8 @@ struct Reader {
   int32_t id_of(const std::unordered_map<std::string, int32_t>& ids, const std::string& token,
                 const std::string& where) const {
     auto it = ids.find(token);
-    if (it == ids.end()) fail("tokenizer ", path, ": ", where, ": token ", token_excerpt(token), " is not in the vocabulary");
+    if (it == ids.end())
+      fail("tokenizer ", path, ": ", where, ": token ", token_excerpt(token), " is not in the vocabulary");
     return it->second;
   }
 
@@ -75,7 +76,8 @@ struct Reader {
   void place(int32_t id, const std::string& token) {
     if (static_cast<size_t>(id) >= model.vocab.size()) model.vocab.resize(id + 1);
     if (!model.vocab[id].empty()) {
-      fail("tokenizer ", path, ": tokens ", token_excerpt(model.vocab[id]), " and ", token_excerpt(token), " both have id ", id);
+      fail("tokenizer ", path, ": tokens ", token_excerpt(model.vocab[id]), " and ", token_excerpt(token),
+           " both have id ", id);
     }
     model.vocab[id] = token;
   }
