@@ -271,7 +271,7 @@ class ModelDecoder : public Decoder {
   const ModelConfig& config_;
   Device device_;
   int64_t max_context_, prefill_tokens_, capacity_ = 0;
-  bool use_graph_;
+  [[maybe_unused]] bool use_graph_;  // read by the CUDA build's run_step only (CPU builds: no graph)
   bool bounded_ = false;  // a full-attention cache limits the context to max_context_
   ModelState state_;
   Tensor ids_, positions_;  // (B, 1), (B) I32 on the device: the step's inputs, at fixed addresses
