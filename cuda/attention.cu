@@ -43,10 +43,11 @@
 //        On the H200 (ncu, commit a485f34, B4 T4096 H16 D128 bf16 causal): forward 1.009 ms
 //        (~274 TFLOP/s; 1.156 with one 8-warp block an SM), dQ 1.72 ms, dK/dV 2.50 ms; torch
 //        SDPA's flash kernels take 0.499 and ~1.5 (targets.md).
-//   wgmma: the forward and the backward at D = Dv = 64 and 128 on Hopper's warpgroup MMA
-//        (sm_90a). The forward is warp-specialised: a producer warpgroup loads K/V tiles of 128
-//        keys into a ring of 3 for consumer warpgroups of 64 queries each (three at D = 64,
-//        192 queries a block; two at D = 128), S and O += P V as wgmma products (P from S's
+//   wgmma: the forward and the backward at D = Dv = 64 and 128 (the forward also at 256) on
+//        Hopper's warpgroup MMA (sm_90a). The forward is warp-specialised: a producer warpgroup
+//        loads K/V tiles of 128 keys (64 at D = 256) into a ring of 3 (2 at D = 256) for consumer
+//        warpgroups of 64 queries each (three at D = 64, 192 queries a block; two at D = 128
+//        and 256; wg_blocking), S and O += P V as wgmma products (P from S's
 //        registers; a tile's softmax runs while the P V of the tile before does, and at
 //        D = 128 the consumers issue their products in turns), the mma forward's mask, online
 //        softmax and epilogue (shared helpers). The backward is the mma
@@ -65,7 +66,11 @@
 //        bench/README, session 40): D = 128 forward 0.640-0.667 ms, D = 64 0.227-0.244; with
 //        each row deciding its own rescale and the output staged through shared memory (sessions
 //        41 and 42): D = 128 0.608-0.640 ms, D = 64 0.207-0.215 (0.237-0.243 before the staging).
-//        Emulator groups `wgmma`, `wgmma-bwd`.
+//        The backward also runs as one warp-specialised kernel that adds dQ's shares in a fixed
+//        order (set_attention_fused_backward; its section says how), by default at D = 128 on
+//        long rows, where it measured faster: on the H100 (2026-12-05, fwd+bwd) B4 T4096 H16
+//        2.61 ms against 2.65-2.83, B1 T16384 8.49 against 9.69-9.82 (-13%). Emulator groups
+//        `wgmma`, `wgmma-bwd`, `fused-bwd`.
 //   fma: plain fp32 arithmetic, any D, Dv <= 256, F32 or BF16 storage: one warp per row, keys
 //        (or queries) in shared-memory tiles of 32, one per lane. The readable version, and the
 //        fp32 path.
@@ -513,13 +518,13 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
 }
 
 // ------------------------------------------------------------------------------------------
-// wgmma path: the forward at D = Dv = 64 and 128 on Hopper's warpgroup MMA (cuda/wgmma.cuh,
-// sm_90a), the default at both (measured faster than the mma forward; set_attention_wgmma,
-// cuda/attention.h, chooses); the mma forward stays its oracle. Warp-specialised: a block is a
-// producer warpgroup and wg_blocking(D).consumers consumer warpgroups of 64 queries each: three
-// at D = 64 (192 queries), two at D = 128 (128).
-// Warpgroup 0, the producer, only loads: Q, then the K/V tiles of 128 keys into a ring of
-// kWgStages buffers, up to kWgStages - 1 tiles ahead of the consumers (cp.async groups), handing
+// wgmma path: the forward at D = Dv = 64, 128 and 256 on Hopper's warpgroup MMA (cuda/wgmma.cuh,
+// sm_90a), the default at all three (measured faster than the mma forward; at D = 256 on the H100,
+// 2026-12-05, B8 T2048 H4: 0.187-0.197 ms against 0.350; set_attention_wgmma, cuda/attention.h,
+// chooses); the mma forward stays its oracle. Warp-specialised: a block is a producer warpgroup and wg_blocking(D).consumers consumer
+// warpgroups of 64 queries each: three at D = 64 (192 queries), two at D = 128 and 256 (128).
+// Warpgroup 0, the producer, only loads: Q, then the K/V tiles (wg_blocking: 128 keys, 64 at
+// D = 256) into a ring of buffers, up to stages - 1 tiles ahead of the consumers (cp.async groups), handing
 // each tile over to each consumer with a named barrier ("full", one per consumer) once it landed
 // and taking its buffer back with another ("free"); it gives its registers to the consumers
 // (setmaxnreg, wg_blocking: at D = 128 they hold S 64, P 32 and O 64 a thread in 232; without the
@@ -530,9 +535,9 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
 // K/V tile the producer loaded once. Q, K and V sit in shared memory as 64-wide swizzled panels
 // (the 128-byte swizzle of cuda/wgmma_desc.cuh: a (rows x D) matrix is D / 64 (rows x 64) tiles,
 // each on a 1024-byte boundary). A consumer per tile:
-//   pass 1: S (64 x 128) = Q K^T, D / 16 k16 products, Q and K read K-major through descriptors;
+//   pass 1: S (64 x cols) = Q K^T, D / 16 k16 products, Q and K read K-major through descriptors;
 //   pass 2: mask (on tiles some row sees in part) and online softmax, in S's registers;
-//   pass 3: O (64 x D) += P V, 8 k16 products, P's A fragments packed from S's registers, V
+//   pass 3: O (64 x D) += P V, cols / 16 k16 products, P's A fragments packed from S's registers, V
 //           read N-major (its D / 64 panels are N's 64-wide parts), issued with the next tile's S.
 // Pipelined (FlashAttention-3's intra-warpgroup overlap): the consumer issues tile n's S = Q K^T,
 // then tile n - 1's O += P V, and runs tile n's mask and softmax while the latter is in flight;
@@ -544,15 +549,14 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_blocks_per_sm(D))
 // (above its diagonal, before its window or document: a contiguous run; it still takes part in
 // their barriers), and masks only those some row sees in part; a warp whose rows see none of a
 // tile it computes gets P = 0 there. Shared memory: Q 128 D bytes a
-// consumer + kWgStages x 512 D (+1 KB for the alignment): 225 KB at D = 128 (of 227), 121 KB at
-// D = 64; one block an SM.
+// consumer + stages x 4 cols D (+1 KB for the alignment): 225 KB at D = 128 (of 227), 121 KB at
+// D = 64, 193 KB at D = 256; one block an SM.
 constexpr int kWgRows = 64;                                   // queries per consumer: wgmma's M
-constexpr int kWgCols = 128;                                  // keys per K/V tile: S's N
 constexpr int kWgThreads = 128;                               // a warpgroup
-constexpr int kWgStages = 3;                                  // K/V tiles in the ring
-// The forward's block at head width D: its consumer warpgroups, the registers a thread that
-// setmaxnreg gives the producer and each consumer (one block an SM: 64 K registers a block), and
-// whether the consumers issue their products in turns (ping-pong).
+// The forward's block at head width D:
+// its consumer warpgroups, the registers a thread that setmaxnreg gives the producer and each
+// consumer (one block an SM: 64 K registers a block), whether the consumers issue their products
+// in turns (ping-pong), the keys of a K/V tile (S's N) and the tiles in the ring.
 // D = 64: three consumers (192 queries: each K/V tile loaded feeds three, and two softmaxes run
 // beside a consumer's products), 128 x 32 + 384 x 160 = 64 K (O 32, S 64, P 32 a thread; ptxas
 // spills the consumers at 152, the producer at 24), no turns. D = 128: two (O 64, S 64, P 32 a
@@ -560,13 +564,23 @@ constexpr int kWgStages = 3;                                  // K/V tiles in th
 // H200 run (2026-12-04, bf16 causal, hla bench, two runs each): at B8 T2048 H16 D64 turns cost
 // 0.311-0.320 ms against 0.289-0.295 without (ncu at D = 64 with turns: consumers waited for
 // their turn about a quarter of their time; a round's products are ~26% of its cycles at the
-// tensor cores' rate); at B4 T4096 H16 D128 they gave 0.896-0.911 against 0.956-0.961.
+// tensor cores' rate); at B4 T4096 H16 D128 they gave 0.896-0.911 against 0.956-0.961. Tiles of
+// 128 keys in a ring of 3 (225 KB at D = 128).
+// (D = 64's block at D = 128, three consumers without turns on tiles of 64 keys, measured on the
+// H100 (2026-12-05): 0.621 ms against 0.594 at B4 T4096 H16, 2.270 against 2.391 at T = 16384;
+// a persistent block, one an SM taking query blocks from a counter with Q in two buffers, was
+// slower at both widths: 0.790 at D = 128, 0.233 against 0.217 at B8 T2048 H16 D64.)
+// D = 256: two consumers in turns on tiles of 64 keys in a ring of 2 (O 128, S 32, P 16 a thread;
+// 192 KB), O += P V as two N = 128 halves (wgmma_xb).
 struct WgBlocking {
   int consumers, producer_regs, consumer_regs;
   bool ping_pong;
+  int cols, stages;
 };
 constexpr WgBlocking wg_blocking(int D) {
-  return D == 64 ? WgBlocking{3, 32, 160, false} : WgBlocking{2, 40, 232, true};
+  if (D == 64) return {3, 32, 160, false, 128, 3};
+  if (D == 128) return {2, 40, 232, true, 128, 3};
+  return {2, 40, 232, true, 64, 2};
 }
 constexpr int wg_block_rows(int D) { return wg_blocking(D).consumers * kWgRows; }  // queries per block
 constexpr int wg_block_threads(int D) { return (1 + wg_blocking(D).consumers) * kWgThreads; }
@@ -575,31 +589,33 @@ constexpr int wg_block_threads(int D) { return (1 + wg_blocking(D).consumers) * 
 // that a consumer takes a tile as soon as it landed (with one barrier over the block, each took
 // it only once the slowest consumer was done with the tile before); consumer c's turn
 // (ping-pong) at wg_turn(D, c).
-constexpr int kWgFree = 1, kWgFull = kWgFree + kWgStages;
+constexpr int kWgFree = 1;
 constexpr int wg_full(int D, int stage, int consumer) {
-  return kWgFull + stage * wg_blocking(D).consumers + consumer;
+  return kWgFree + wg_blocking(D).stages + stage * wg_blocking(D).consumers + consumer;
 }
-constexpr int wg_turn(int D, int consumer) { return wg_full(D, kWgStages, consumer); }
+constexpr int wg_turn(int D, int consumer) { return wg_full(D, wg_blocking(D).stages, consumer); }
 constexpr bool wg_blocking_fits(int D) {
   const WgBlocking w = wg_blocking(D);
   return (w.consumers >= 2 || !w.ping_pong) && wg_turn(D, w.consumers) <= 16 &&
          kWgThreads * (w.producer_regs + w.consumers * w.consumer_regs) <= 64 * 1024;
 }
-static_assert(wg_blocking_fits(64) && wg_blocking_fits(128),
+static_assert(wg_blocking_fits(64) && wg_blocking_fits(128) && wg_blocking_fits(256),
               "ping-pong takes two consumers; 16 named barriers and 64 K registers a block");
 constexpr int kWgPanel = 64;                                  // elements of a swizzled row (128 bytes)
 constexpr size_t wg_smem(int D) {
-  return kWgmmaTileAlign + sizeof(bf16) * (wg_block_rows(D) + 2 * kWgStages * kWgCols) * D;
+  return kWgmmaTileAlign +
+         sizeof(bf16) * (wg_block_rows(D) + 2 * wg_blocking(D).stages * wg_blocking(D).cols) * D;
 }
 
 // Copies rows [row0, row0 + ROWS) of a (T, ...) global matrix of D columns, rows `stride`
 // apart, into D / 64 swizzled (ROWS x 64) panels, column block p at tile + p ROWS 64; rows at
-// or past T become zeros. The producer warpgroup's threads.
-template <int ROWS, int D>
+// or past T become zeros. Threads 0 .. THREADS - 1 (a warpgroup: the producer, or a block; the
+// fused backward's loading warps, short of registers: their passes one at a time, UNROLL 1).
+template <int ROWS, int D, int THREADS = kWgThreads, int UNROLL = 2>
 __device__ __forceinline__ void load_panels_async(bf16* tile, const bf16* g, int64_t stride, int row0, int T) {
 #pragma unroll
   for (int p = 0; p < D / kWgPanel; p++)
-    load_tile_async<ROWS, kWgPanel, kWgThreads>(tile + p * ROWS * kWgPanel, g + p * kWgPanel, stride, row0, T);
+    load_tile_async<ROWS, kWgPanel, THREADS, UNROLL>(tile + p * ROWS * kWgPanel, g + p * kWgPanel, stride, row0, T);
 }
 // Bytes from the start of a (ROWS x D) panelled matrix to its k16 slice kk (its K-major
 // descriptor's address: advance_desc of the matrix's own).
@@ -627,11 +643,19 @@ __device__ __forceinline__ uint64_t n_major_desc(const bf16* b) {
 }
 // acc (64 x D) += X B: X (64 x K) as A fragments packed from accumulator-layout floats (16
 // columns a k16 slice), B that tile (its slice j starts 16 j rows into its first panel): K / 16
-// k16 products (the forward's O += P V, the backward's dV, dK and dQ).
+// k16 products (the forward's O += P V, the backward's dV, dK and dQ); at D = 256 for each
+// half of the columns (N = 128: acc's first and second 64 floats, B's panels 0-1 and 2-3).
 template <int D, int K>
 __device__ __forceinline__ void wgmma_xb(float (&acc)[D / 2], const uint32_t (&x)[K / 16][4], uint64_t b_desc) {
+  constexpr int N = D < 128 ? D : 128;
 #pragma unroll
-  for (int j = 0; j < K / 16; j++) wgmma_m64k16<D, true>(acc, x[j], advance_desc(b_desc, n_major_slice_bytes(j)), true);
+  for (int half = 0; half < D / N; half++) {
+    float(&part)[N / 2] = *reinterpret_cast<float(*)[N / 2]>(acc + half * N / 2);
+    const uint32_t panels = sizeof(bf16) * half * (N / kWgPanel) * K * kWgPanel;
+#pragma unroll
+    for (int j = 0; j < K / 16; j++)
+      wgmma_m64k16<N, true>(part, x[j], advance_desc(b_desc, panels + n_major_slice_bytes(j)), true);
+  }
 }
 // A float[N][4] seen as the float[4 N] of a wgmma accumulator (the same registers).
 template <int N>
@@ -676,90 +700,92 @@ __device__ __forceinline__ void store_output_staged(bf16* o, float* lse, const f
 
 // o: (B, T, H, D), lse: (B, H, T). Grid (H, B, blocks of wg_block_rows(D) queries), the longest
 // (last) blocks first. The block takes the tiles from the first key its first query sees to its
-// last query; tile n sits in stage n % kWgStages.
+// last query; tile n sits in stage n % kStages.
 template <int D, bool DOCS>
 __global__ void __launch_bounds__(wg_block_threads(D), 1)
     attention_forward_wgmma(bf16* o, float* lse, const bf16* q, const bf16* k, const bf16* v, int T, int H, int Hkv,
                             float scale_log2, int window, DocumentMask<DOCS> documents) {
-  constexpr int NT = kWgCols / 8, kTile = kWgCols * D;  // kTile: elements of a K or V tile
-  constexpr int kConsumers = wg_blocking(D).consumers, kBlockRows = wg_block_rows(D);
+  constexpr WgBlocking kBlocking = wg_blocking(D);
+  constexpr int kCols = kBlocking.cols, kStages = kBlocking.stages;  // keys a K/V tile, tiles in the ring
+  constexpr int NT = kCols / 8, kTile = kCols * D;                  // kTile: elements of a K or V tile
+  constexpr int kConsumers = kBlocking.consumers, kBlockRows = wg_block_rows(D);
   constexpr int kBlockThreads = wg_block_threads(D);
-  constexpr bool kPingPong = wg_blocking(D).ping_pong;
+  constexpr bool kPingPong = kBlocking.ping_pong;
   extern __shared__ float4 smem_raw[];
-  // as D / 64 panels each: sQ: kConsumers x (kWgRows, D); sK, sV: kWgStages x (kWgCols, D)
+  // as D / 64 panels each: sQ: kConsumers x (kWgRows, D); sK, sV: kStages x (kCols, D)
   bf16* sQ = reinterpret_cast<bf16*>(align_wgmma_tiles(smem_raw));
   bf16* sK = sQ + kBlockRows * D;
-  bf16* sV = sK + kWgStages * kTile;
+  bf16* sV = sK + kStages * kTile;
   const int warpgroup = threadIdx.x / kWgThreads, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
   const int q0 = (gridDim.z - 1 - blockIdx.z) * kBlockRows, h = blockIdx.x, b = blockIdx.y, hk = h / (H / Hkv);
   const int64_t q_stride = int64_t(H) * D, kv_stride = int64_t(Hkv) * D;
   const DocumentMask<DOCS> docs = documents.row(b);
-  const int kb_first = docs.first_visible_key(q0, window) / kWgCols;
-  const int tiles = min(T - 1, q0 + kBlockRows - 1) / kWgCols - kb_first + 1;
+  const int kb_first = docs.first_visible_key(q0, window) / kCols;
+  const int tiles = min(T - 1, q0 + kBlockRows - 1) / kCols - kb_first + 1;
 
   if (warpgroup == 0) {  // the producer
-    warpgroup_reg_dealloc<wg_blocking(D).producer_regs>();
+    warpgroup_reg_dealloc<kBlocking.producer_regs>();
     const bf16* qh = q + int64_t(b) * T * q_stride + int64_t(h) * D;  // row t at qh + t * q_stride
     const bf16* kh = k + int64_t(b) * T * kv_stride + int64_t(hk) * D;
     const bf16* vh = v + int64_t(b) * T * kv_stride + int64_t(hk) * D;
     for (int c = 0; c < kConsumers; c++)  // Q, in tile 0's group
       load_panels_async<kWgRows, D>(sQ + c * kWgRows * D, qh, q_stride, q0 + c * kWgRows, T);
-    // step n: hand over tile n - (kWgStages - 1) once it landed (of the n groups committed, the
-    // last kWgStages - 2 may be in flight), then load tile n once its stage is free. A group is
+    // step n: hand over tile n - (kStages - 1) once it landed (of the n groups committed, the
+    // last kStages - 2 may be in flight), then load tile n once its stage is free. A group is
     // committed every step, empty past the last tile, so that the count holds.
-    for (int n = 0; n < tiles + kWgStages - 1; n++) {
-      if (n >= kWgStages - 1) {
-        cp_async_wait<kWgStages - 2>();
+    for (int n = 0; n < tiles + kStages - 1; n++) {
+      if (n >= kStages - 1) {
+        cp_async_wait<kStages - 2>();
         fence_proxy_async();  // the copies, then wgmma's reads of them
         for (int c = 0; c < kConsumers; c++)
-          named_barrier_arrive(wg_full(D, (n - (kWgStages - 1)) % kWgStages, c), 2 * kWgThreads);
+          named_barrier_arrive(wg_full(D, (n - (kStages - 1)) % kStages, c), 2 * kWgThreads);
       }
       if (n < tiles) {
-        const int stage = n % kWgStages, s0 = (kb_first + n) * kWgCols;
-        if (n >= kWgStages) named_barrier_sync(kWgFree + stage, kBlockThreads);
-        load_panels_async<kWgCols, D>(sK + stage * kTile, kh, kv_stride, s0, T);
-        load_panels_async<kWgCols, D>(sV + stage * kTile, vh, kv_stride, s0, T);
+        const int stage = n % kStages, s0 = (kb_first + n) * kCols;
+        if (n >= kStages) named_barrier_sync(kWgFree + stage, kBlockThreads);
+        load_panels_async<kCols, D>(sK + stage * kTile, kh, kv_stride, s0, T);
+        load_panels_async<kCols, D>(sV + stage * kTile, vh, kv_stride, s0, T);
       }
       cp_async_commit();
     }
     return;
   }
 
-  warpgroup_reg_alloc<wg_blocking(D).consumer_regs>();
+  warpgroup_reg_alloc<kBlocking.consumer_regs>();
   const int c0 = q0 + (warpgroup - 1) * kWgRows, c_last = c0 + kWgRows - 1;  // this consumer's queries
   bf16* sQc = sQ + (warpgroup - 1) * kWgRows * D;  // (the epilogue's staging tile at the end)
   // this thread's rows: r = 0, 1 is lane / 4 + 8 r of the warp's 16
   const auto t_row = [&](int r) { return c0 + 16 * warp + 8 * r + lane / 4; };
   float acc[D / 8][4] = {};  // acc: (16, D) unnormalised O of this warp's rows, wgmma's D fragment
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};  // each row's running max (log2 units) and sum
-  uint32_t p[kWgCols / 16][4];  // P of the last tile, as A fragments (16 keys each)
+  uint32_t p[kCols / 16][4];  // P of the last tile, as A fragments (16 keys each)
   // The tiles this consumer computes: n_first .. n_last, those some of its rows sees (a
   // contiguous run; none, n_first = tiles, when its rows are past T).
   int n_first = tiles, n_last = tiles - 1;
   for (int n = 0; n < tiles; n++)
-    if (c0 < T && docs.any_visible(c0, c_last, (kb_first + n) * kWgCols, (kb_first + n + 1) * kWgCols - 1, window))
+    if (c0 < T && docs.any_visible(c0, c_last, (kb_first + n) * kCols, (kb_first + n + 1) * kCols - 1, window))
       n_first = min(n_first, n), n_last = n;
   const int me = warpgroup - 1;
   const auto take = [&](int n) {  // tile n landed
-    named_barrier_sync(wg_full(D, n % kWgStages, me), 2 * kWgThreads);
+    named_barrier_sync(wg_full(D, n % kStages, me), 2 * kWgThreads);
   };
   // Tile n's buffers are read no more; the producer waits for them only when it has another tile
   // to put there.
   const auto release = [&](int n) {
-    if (n + kWgStages < tiles) named_barrier_arrive(kWgFree + n % kWgStages, kBlockThreads);
+    if (n + kStages < tiles) named_barrier_arrive(kWgFree + n % kStages, kBlockThreads);
   };
   // pass 1: S = Q K^T (unscaled) over tile n, issued
   const auto issue_s = [&](float(&s)[NT][4], int n) {
-    const uint64_t q_desc = smem_desc_k_major(sQc), k_desc = smem_desc_k_major(sK + (n % kWgStages) * kTile);
+    const uint64_t q_desc = smem_desc_k_major(sQc), k_desc = smem_desc_k_major(sK + (n % kStages) * kTile);
     wgmma_fence(wgmma_acc(s));
-    wgmma_abt<D, kWgCols>(wgmma_acc(s), q_desc, k_desc);
+    wgmma_abt<D, kCols>(wgmma_acc(s), q_desc, k_desc);
     wgmma_commit();
   };
   // pass 2, once S is done: invisible keys -> -inf (only on tiles some row sees in part), online
   // softmax; O's rescale kept in alpha, returns whether there is one
   const auto softmax = [&](float(&s)[NT][4], int n, float(&alpha)[2]) {
-    const int k0 = (kb_first + n) * kWgCols;
-    if (!docs.all_visible(c0, c_last, k0, k0 + kWgCols - 1, window)) mask_scores<NT, 1>(s, docs, window, k0, t_row);
+    const int k0 = (kb_first + n) * kCols;
+    if (!docs.all_visible(c0, c_last, k0, k0 + kCols - 1, window)) mask_scores<NT, 1>(s, docs, window, k0, t_row);
     bool moved = false;
     alpha[0] = alpha[1] = 1.0f;  // rows that do not move
     online_softmax<NT, 1>(s, m, l, scale_log2, [&](int r, float a) { alpha[r] = a, moved = true; });
@@ -768,13 +794,13 @@ __global__ void __launch_bounds__(wg_block_threads(D), 1)
   // P rounded to bf16 into p (once the product reading the last P is done)
   const auto pack = [&](const float(&s)[NT][4]) {
 #pragma unroll
-    for (int j = 0; j < kWgCols / 16; j++) pack_fragment(p[j], s[2 * j], s[2 * j + 1]);
+    for (int j = 0; j < kCols / 16; j++) pack_fragment(p[j], s[2 * j], s[2 * j + 1]);
   };
   // pass 3: O += P V over tile n, issued (V's k16 slice starts 16 rows into its first panel)
   const auto issue_pv = [&](int n) {
-    const uint64_t v_desc = n_major_desc<kWgCols>(sV + (n % kWgStages) * kTile);
+    const uint64_t v_desc = n_major_desc<kCols>(sV + (n % kStages) * kTile);
     wgmma_fence(wgmma_acc(acc));
-    wgmma_xb<D, kWgCols>(wgmma_acc(acc), p, v_desc);
+    wgmma_xb<D, kCols>(wgmma_acc(acc), p, v_desc);
     wgmma_commit();
   };
 
@@ -1242,6 +1268,65 @@ __global__ void __launch_bounds__(kWgThreads, wg_bwd_blocks_per_sm(D, false))
   store_rows<D>(dq, acc, row0, row1, t_row(0) < T, t_row(1) < T, scale, scale);
 }
 
+// Passes 1-3 of a dK/dV step on a warpgroup's 64 keys kr0 .. kr0 + 63 (this thread's rows s_row)
+// and the 64 queries j0 .. of q_tile and do_tile, in the transposed frame: S^T = K Q^T and
+// dP^T = V dO^T; P^T = exp(scale S^T - lse), zero where invisible (S^T -> -inf, masked only on
+// the tiles some row sees in part), while dP^T runs; dV += P^T dO, issued before dS^T =
+// P^T (dP^T - Delta) so that it runs meanwhile; dK += dS^T Q. dV's and dK's products are issued,
+// not waited for (their A fragments pf and dsf stay in use until then); dS^T is left in dp.
+// stats(nt): lse (log2 units) and Delta of this thread's queries 8 nt + 2 (lane % 4) and + 1.
+template <int D, bool DOCS, class Stats>
+__device__ __forceinline__ void dkdv_step(float (&dk_acc)[D / 8][4], float (&dv_acc)[D / 8][4],
+                                          float (&dp)[kWgBwdCols / 8][4], uint32_t (&pf)[kWgBwdCols / 16][4],
+                                          uint32_t (&dsf)[kWgBwdCols / 16][4], const bf16* sKr, const bf16* sVr,
+                                          const bf16* q_tile, const bf16* do_tile, const Stats& stats,
+                                          const DocumentMask<DOCS>& docs, int j0, int kr0, const int (&s_row)[2],
+                                          int T, int window, float scale_log2) {
+  constexpr int NT = kWgBwdCols / 8;
+  const int lane = threadIdx.x % 32, j_last = j0 + kWgBwdCols - 1;
+  // pass 1: S^T and dP^T; P^T
+  float p[NT][4];
+  wgmma_fence(wgmma_acc(p), wgmma_acc(dp));
+  wgmma_abt<D, kWgBwdCols>(wgmma_acc(p), smem_desc_k_major(sKr), smem_desc_k_major(q_tile));
+  wgmma_commit();
+  wgmma_abt<D, kWgBwdCols>(wgmma_acc(dp), smem_desc_k_major(sVr), smem_desc_k_major(do_tile));
+  wgmma_commit();
+  wgmma_wait<1>(wgmma_acc(p));
+  if (!docs.all_visible(j0, j_last, kr0, kr0 + kWgBwdRows - 1, window) || j_last >= T)
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const int t = j0 + nt * 8 + (lane % 4) * 2 + e % 2;
+        if (t >= T || !docs.visible(t, s_row[e / 2], window)) p[nt][e] = -INFINITY;
+      }
+#pragma unroll
+  for (int nt = 0; nt < NT; nt++) {
+    const float4 st = stats(nt);
+#pragma unroll
+    for (int e = 0; e < 4; e++) p[nt][e] = exp2_ftz(fmaf(p[nt][e], scale_log2, e % 2 ? -st.z : -st.x));
+  }
+  wgmma_wait<0>(wgmma_acc(dp));
+
+  // pass 3a: dV += P^T dO, issued before pass 2 so that it runs meanwhile
+  pack_fragments(pf, p);
+  wgmma_fence(wgmma_acc(dv_acc));
+  wgmma_xb<D, kWgBwdCols>(wgmma_acc(dv_acc), pf, n_major_desc<kWgBwdCols>(do_tile));
+  wgmma_commit();
+  // pass 2: dS^T = P^T (dP^T - Delta), in dp's registers
+#pragma unroll
+  for (int nt = 0; nt < NT; nt++) {
+    const float4 st = stats(nt);
+#pragma unroll
+    for (int e = 0; e < 4; e++) dp[nt][e] = p[nt][e] * (dp[nt][e] - (e % 2 ? st.w : st.y));
+  }
+  pack_fragments(dsf, dp);
+  // pass 3b: dK += dS^T Q
+  wgmma_fence(wgmma_acc(dk_acc));
+  wgmma_xb<D, kWgBwdCols>(wgmma_acc(dk_acc), dsf, n_major_desc<kWgBwdCols>(q_tile));
+  wgmma_commit();
+}
+
 // dk, dv: (B, T, Hkv, D). Grid (Hkv, B, blocks of 64 keys), the longest (first) blocks first.
 // Loops over the 64-query tiles of every query head of its kv head that see some key of the
 // block, in the transposed frame (rows are keys): S^T = K Q^T, dP^T = V dO^T, dV += P^T dO,
@@ -1298,51 +1383,10 @@ __global__ void __launch_bounds__(kWgThreads, wg_bwd_blocks_per_sm(D, true))
     if (!final_step) steps.load(head_done ? h + 1 : h, head_done ? j_first : j0 + kWgBwdCols, buf ^ 1, copy);
     cp_async_commit();
     if (docs.any_visible(j0, j_last, k0, k_last, window)) {
-      const bf16* q_tile = sQ + buf * kTile;
-      const bf16* do_tile = sdO + buf * kTile;
-      // pass 1: S^T = K Q^T and dP^T = V dO^T; P^T = exp(scale S^T - lse), zero where invisible
-      // (S^T -> -inf, masked only on the tiles some row sees in part), while dP^T runs
-      float p[NT][4], dp[NT][4];
-      wgmma_fence(wgmma_acc(p), wgmma_acc(dp));
-      wgmma_abt<D, kWgBwdCols>(wgmma_acc(p), smem_desc_k_major(sK), smem_desc_k_major(q_tile));
-      wgmma_commit();
-      wgmma_abt<D, kWgBwdCols>(wgmma_acc(dp), smem_desc_k_major(sV), smem_desc_k_major(do_tile));
-      wgmma_commit();
-      wgmma_wait<1>(wgmma_acc(p));
-      if (!docs.all_visible(j0, j_last, k0, k_last, window) || j_last >= T)
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-          for (int e = 0; e < 4; e++) {
-            const int t = j0 + nt * 8 + (lane % 4) * 2 + e % 2;
-            if (t >= T || !docs.visible(t, s_row[e / 2], window)) p[nt][e] = -INFINITY;
-          }
-#pragma unroll
-      for (int nt = 0; nt < NT; nt++) {
-        const float4 st = steps.stats(buf, nt);
-#pragma unroll
-        for (int e = 0; e < 4; e++) p[nt][e] = exp2_ftz(fmaf(p[nt][e], scale_log2, e % 2 ? -st.z : -st.x));
-      }
-      wgmma_wait<0>(wgmma_acc(dp));
-
-      // pass 3a: dV += P^T dO, issued before pass 2 so that it runs meanwhile
+      float dp[NT][4];
       uint32_t pf[kWgBwdCols / 16][4], dsf[kWgBwdCols / 16][4];
-      pack_fragments(pf, p);
-      wgmma_fence(wgmma_acc(dv_acc));
-      wgmma_xb<D, kWgBwdCols>(wgmma_acc(dv_acc), pf, n_major_desc<kWgBwdCols>(do_tile));
-      wgmma_commit();
-      // pass 2: dS^T = P^T (dP^T - Delta), in dp's registers
-#pragma unroll
-      for (int nt = 0; nt < NT; nt++) {
-        const float4 st = steps.stats(buf, nt);
-#pragma unroll
-        for (int e = 0; e < 4; e++) dp[nt][e] = p[nt][e] * (dp[nt][e] - (e % 2 ? st.w : st.y));
-      }
-      pack_fragments(dsf, dp);
-      // pass 3b: dK += dS^T Q
-      wgmma_fence(wgmma_acc(dk_acc));
-      wgmma_xb<D, kWgBwdCols>(wgmma_acc(dk_acc), dsf, n_major_desc<kWgBwdCols>(q_tile));
-      wgmma_commit();
+      dkdv_step<D>(dk_acc, dv_acc, dp, pf, dsf, sK, sV, sQ + buf * kTile, sdO + buf * kTile,
+                   [&](int nt) { return steps.stats(buf, nt); }, docs, j0, k0, s_row, T, window, scale_log2);
       wgmma_wait<0>(wgmma_acc(dv_acc), wgmma_acc(dk_acc));
     }
     if (final_step) break;
@@ -1354,6 +1398,370 @@ __global__ void __launch_bounds__(kWgThreads, wg_bwd_blocks_per_sm(D, true))
   const int64_t row1 = (int64_t(b) * T + s_row[1]) * kv_stride + int64_t(hk) * D;
   store_rows<D>(dk, dk_acc, row0, row1, s_row[0] < T, s_row[1] < T, scale, scale);
   store_rows<D>(dv, dv_acc, row0, row1, s_row[0] < T, s_row[1] < T, 1.0f, 1.0f);
+}
+
+// ------------------------------------------------------------------------------------------
+// The fused wgmma backward at D = 64 and 128 (set_attention_fused_backward, cuda/attention.h): one
+// kernel computes dK and dV as the dK/dV kernel does and adds each step's share of dQ (dS K) into
+// an fp32 sum, so that dQ's kernel, which recomputes S and dP, does not run: five products a step
+// instead of the two kernels' seven. FlashAttention-3's layout (Shah et al. 2024, its backward):
+// a block is 128 keys and three warpgroups,
+//   warpgroup 0, the producer (setmaxnreg down to fused_regs(D).producer): warps 0 and 1 load the
+//     block's K and V once, then each step's Q and dO tiles (64 queries) into a ring of
+//     kFusedStages, warp 3 the step's lse and Delta beside them, each handing a stage to each
+//     consumer by a named barrier ("full") once it landed and taking it back by another ("free");
+//     warp 2, the dQ writer, adds each step's staged shares to the sum in its turn (below);
+//   warpgroups 1 and 2, the consumers (keys k0 + 64 c ..): per step the dK/dV kernel's passes on
+//     their 64 keys (S^T, dP^T, dV += P^T dO, dS^T, dK += dS^T Q), then pass 4: dS^T into the
+//     block's dS tile (64 queries x 128 keys, transposed by stmatrix), and consumer c's share of
+//     dQ (fp32) into the staging buffer for the writer: at D = 128, once both halves are in, dS K
+//     over the 128 keys and dQ columns 64 c .. 64 c + 63 (its registers: 32 a thread beside dK
+//     and dV's 128); at D = 64 dS K over its own keys and every column, with no wait for the
+//     other consumer (the writer adds the two shares).
+// The consumers never wait for global memory: the loads run kFusedStages - 1 tiles ahead, and
+// the writer takes the turns and the adds off their path (the dK/dV kernel with two warpgroups
+// that did both itself, session 42, lost 18-27% of its time at the step's top barrier).
+// Deterministic: the shares of a query tile are summed in one order, a counter per (b, h, tile)
+// passing the turn: first that of the block that holds the tile's queries (the diagonal one: it
+// stores), then the blocks before it, down to that of the first key the tile's first query sees.
+// The grid runs the shortest (last) key blocks of a kv head first, and each block visits its
+// tiles from its diagonal on, so block n + 1 reaches a tile two steps before block n does and a
+// turn waits only for a block launched earlier. (Longest first, which a list-scheduling count puts
+// 6-8% nearer the ideal makespan at B4 T4096 H16 D128 and which cannot deadlock where a kv head's
+// key blocks all fit on the GPU at once, measured slower on the H100: 3.02 against 2.61 ms
+// fwd+bwd there, 16.2 against 8.5 at T = 16384: its blocks wait on their turns.)
+// dq = scale dq_shares in bf16 afterwards (attention_dq_from_shares).
+// Shared memory at D = 128: K and V 64 KB, the ring 3 x 32.5 KB, dS 16 KB, staging 32 KB: 210.5 KB,
+// one block an SM (D = 64: 130.5 KB; the registers allow one block). Registers (ptxas, sm_90a,
+// fused_regs): 40 / 232 at D = 128 and 88 / 208 at D = 64 spill nothing.
+constexpr int kFusedKeys = 2 * kWgBwdRows;  // keys a block: two consumers of 64
+constexpr int kFusedStages = 3;             // Q / dO tiles (and their lse, Delta) in the ring
+constexpr int kFusedLoaders = 64;           // the producer's threads that load Q and dO (warps 0 and 1)
+constexpr int kFusedWriterWarp = 2;         // the producer's warp that adds the dQ shares (warp 3: lse, Delta)
+constexpr int kFusedThreads = 3 * kWgThreads;
+// The registers a thread that setmaxnreg gives the producer and each consumer at head width D.
+struct FusedRegs {
+  int producer, consumer;
+};
+constexpr FusedRegs fused_regs(int D) { return D == 128 ? FusedRegs{40, 232} : FusedRegs{88, 208}; }
+// setmaxnreg moves registers within the block's launch allocation: 168 a thread (64 K / 384,
+// rounded down to 8), 64,512 in all; asking for more waits forever (32 / 240, 65,536, hung the
+// D = 128 kernel on the H100).
+constexpr int kFusedLaunchRegs = kFusedThreads * (64 * 1024 / kFusedThreads / 8 * 8);
+static_assert(kWgThreads * (fused_regs(128).producer + 2 * fused_regs(128).consumer) <= kFusedLaunchRegs &&
+                  kWgThreads * (fused_regs(64).producer + 2 * fused_regs(64).consumer) <= kFusedLaunchRegs,
+              "setmaxnreg within the block's launch registers");
+constexpr int kFusedStatsFloats = 2 * kWgBwdCols + 4;  // a stage's lse and Delta a query, then its j0 (16-byte steps)
+constexpr int kShareCols = 64;                         // dQ columns of a consumer's share
+constexpr int kShareFloats = kWgBwdCols * kShareCols;  // a share: (64 queries, 64 columns) fp32
+// Named barriers: tile of stage s landed for consumer c (the loaders and c); stage s read (both
+// consumers and the loaders); dS free and dS in (D = 128: both consumers, at kFusedDs; D = 64:
+// consumer c's own, at kFusedDs + c); the shares staged (the consumers arrive, the writer waits)
+// and the staging read (the writer arrives, the consumers wait).
+constexpr int kFusedFull = 1, kFusedFree = kFusedFull + 2 * kFusedStages, kFusedDs = kFusedFree + kFusedStages;
+constexpr int kFusedStaged = kFusedDs + 2, kFusedStagingRead = kFusedStaged + 1;
+static_assert(kFusedStagingRead <= 15, "16 named barriers");
+// (the full and free barriers count the loading threads, the stats warp and the consumers)
+constexpr int kFullThreads = kFusedLoaders + 32 + kWgThreads, kFreeThreads = kFusedLoaders + 32 + 2 * kWgThreads;
+constexpr int kStagedThreads = 2 * kWgThreads + 32;
+constexpr size_t fused_bwd_smem(int D) {
+  return kWgmmaTileAlign +
+         sizeof(bf16) * ((4 + 2 * kFusedStages) * kWgBwdRows * D + kWgBwdCols * kFusedKeys) +  // K, V, the ring, dS
+         sizeof(float) * (2 * kShareFloats + kFusedStages * kFusedStatsFloats);  // staging, stats
+}
+static_assert(fused_bwd_smem(128) <= 227 * 1024, "the fused backward's block fits an SM's shared memory");
+// Element (row, col) of a (64 x 64) share, its 4-float chunks XORed with row % 8 so that a warp's
+// float2 stores of accumulator rows hit distinct banks; dq_shares holds the same layout.
+__device__ __forceinline__ int share_at(int row, int col) {
+  return row * kShareCols + (((col >> 2) ^ (row & 7)) << 2) + (col & 3);
+}
+// dq_shares: (B, H, query tiles, D / 64) shares; a turn counter per (B, H, query tile), zeroed
+// before the kernel.
+struct DqShares {
+  float* sums;
+  int* turns;
+  // The (b, h) query tile holding query t: its counter's index; its shares start at index x D / 64.
+  __device__ int64_t tile(int b, int h, int H, int t, int T) const {
+    return (int64_t(b) * H + h) * ((T + kWgBwdCols - 1) / kWgBwdCols) + t / kWgBwdCols;
+  }
+};
+
+// The steps of a fused block in order: query head h from the first of its kv head to the last,
+// and within a head the 64-query tiles from the block's first key on, those that see some key
+// of the block (every role of the block walks the same list).
+template <bool DOCS>
+struct FusedSteps {
+  DocumentMask<DOCS> docs;
+  int k0, window, j_final, h_last;
+  int h, j0;  // the next candidate
+
+  __device__ FusedSteps(DocumentMask<DOCS> docs_, int k0_, int T, int window_, int h_first, int h_last_)
+      : docs(docs_), k0(k0_), window(window_), h_last(h_last_), h(h_first), j0(k0_) {
+    const int k_last = k0 + kFusedKeys - 1;
+    j_final = docs.last_query(k_last, min(T - 1, window > 0 ? k_last + window - 1 : T - 1)) / kWgBwdCols * kWgBwdCols;
+  }
+  // The next step's head and first query; false past the last.
+  __device__ bool next(int& step_h, int& step_j0) {
+    while (h <= h_last) {
+      step_h = h, step_j0 = j0;
+      if (j0 == j_final) h++, j0 = k0;
+      else j0 += kWgBwdCols;
+      if (docs.any_visible(step_j0, step_j0 + kWgBwdCols - 1, k0, k0 + kFusedKeys - 1, window)) return true;
+    }
+    return false;
+  }
+  __device__ int count() const {
+    FusedSteps rest = *this;
+    int n = 0, h_, j0_;
+    while (rest.next(h_, j0_)) n++;
+    return n;
+  }
+};
+
+// The producer's loading warps: K and V of the block, then step n's Q and dO tiles into stage
+// n % kFusedStages once it is free, handed over kFusedStages - 1 steps after their copies were
+// issued (of the groups then committed, the last kFusedStages - 2 may be in flight). A group is
+// committed every step, empty past the last tile, so that the count holds.
+template <int D, bool DOCS>
+__device__ __forceinline__ void fused_load_tiles(FusedSteps<DOCS> steps, int n_steps, bf16* sK, const bf16* q,
+                                                 const bf16* dout, const bf16* k, const bf16* v, int b, int hk, int T,
+                                                 int H, int Hkv) {
+  constexpr int kTile = kWgBwdCols * D;
+  bf16 *sV = sK + 2 * kTile, *sQ = sV + 2 * kTile, *sdO = sQ + kFusedStages * kTile;  // the kernel's layout
+  const int64_t q_stride = int64_t(H) * D, kv_stride = int64_t(Hkv) * D;
+  const int64_t kv_head = int64_t(b) * T * kv_stride + int64_t(hk) * D;
+  for (int c = 0; c < 2; c++) {
+    const int row0 = steps.k0 + c * kWgBwdRows;
+    load_panels_async<kWgBwdRows, D, kFusedLoaders, 1>(sK + c * kTile, k + kv_head, kv_stride, row0, T);
+    load_panels_async<kWgBwdRows, D, kFusedLoaders, 1>(sV + c * kTile, v + kv_head, kv_stride, row0, T);
+  }
+  for (int n = 0; n < n_steps + kFusedStages - 1; n++) {
+    if (n >= kFusedStages - 1) {
+      cp_async_wait<kFusedStages - 2>();
+      fence_proxy_async();  // the copies, then wgmma's reads of them
+      for (int c = 0; c < 2; c++)
+        named_barrier_arrive(kFusedFull + 2 * ((n - (kFusedStages - 1)) % kFusedStages) + c, kFullThreads);
+    }
+    int h, j0;
+    if (n < n_steps && steps.next(h, j0)) {
+      const int stage = n % kFusedStages;
+      if (n >= kFusedStages) named_barrier_sync(kFusedFree + stage, kFreeThreads);
+      const int64_t q_head = int64_t(b) * T * q_stride + int64_t(h) * D;
+      load_panels_async<kWgBwdCols, D, kFusedLoaders, 1>(sQ + stage * kTile, q + q_head, q_stride, j0, T);
+      load_panels_async<kWgBwdCols, D, kFusedLoaders, 1>(sdO + stage * kTile, dout + q_head, q_stride, j0, T);
+    }
+    cp_async_commit();
+  }
+}
+
+// The producer's stats warp: step n's lse (in log2 units) and Delta, two queries a lane, and its
+// first query, into stage n % kFusedStages once it is free (plain loads: the warp runs
+// up to kFusedStages steps ahead of the consumers), handed over with the tiles.
+template <bool DOCS>
+__device__ __forceinline__ void fused_load_stats(FusedSteps<DOCS> steps, int n_steps, float* sStats,
+                                                 const float* lse, const float* delta, int b, int T, int H) {
+  const int lane = threadIdx.x % 32;
+  int h, j0;
+  for (int n = 0; n < n_steps && steps.next(h, j0); n++) {
+    const int stage = n % kFusedStages;
+    if (n >= kFusedStages) named_barrier_sync(kFusedFree + stage, kFreeThreads);
+    float* stats = sStats + stage * kFusedStatsFloats;
+    for (int i = lane; i < kWgBwdCols; i += 32) {
+      const int64_t idx = (int64_t(b) * H + h) * T + min(j0 + i, T - 1);
+      stats[2 * i] = lse[idx] * kLog2e, stats[2 * i + 1] = delta[idx];
+    }
+    if (lane == 0) *reinterpret_cast<int*>(stats + 2 * kWgBwdCols) = j0;
+    for (int c = 0; c < 2; c++) named_barrier_arrive(kFusedFull + 2 * stage + c, kFullThreads);
+  }
+}
+
+// The producer's writer warp: step n's staged shares added to the tile's sum in its turn (stored
+// by the diagonal block, whose turn is the first), by one bulk copy of lane 0 (D = 128: the two
+// shares are dQ's column halves, 64 queries x 128 columns; D = 64: both are 64 x 64, over each
+// consumer's keys, and the warp first adds the second into the first, in that order, in fp32);
+// the staging handed back once the copy has read it, the turn passed on once the add is done,
+// checked a step later (bulk_wait<1>: all adds but the newest), so that the add's trip to L2
+// overlaps the next step's wait for its shares (the block after this one in a tile's order
+// reaches the tile two steps after this block).
+template <int D, bool DOCS>
+__device__ __forceinline__ void fused_write_dq(FusedSteps<DOCS> steps, int n_steps, const DqShares& shares,
+                                               float* sStaged, int b, int key_block, int T, int H) {
+  constexpr uint32_t kBytes = sizeof(float) * D * kWgBwdCols;  // a tile's sum: (64 queries, D) fp32
+  const bool issuer = threadIdx.x % 32 == 0;
+  int* pending_turn = nullptr;  // the turn of the newest add, passed on once that add is done
+  int pending_next = 0;
+  int h, j0;
+  for (int n = 0; steps.next(h, j0); n++) {
+    const int order = j0 / kFusedKeys - key_block;  // shares of the tile added before this block's
+    const int64_t tile = shares.tile(b, h, H, j0, T);
+    named_barrier_sync(kFusedStaged, kStagedThreads);
+    if constexpr (D == kShareCols) {
+      for (int i = 4 * (threadIdx.x % 32); i < kShareFloats; i += 4 * 32) {
+        float4& x = *reinterpret_cast<float4*>(sStaged + i);
+        const float4 y = *reinterpret_cast<const float4*>(sStaged + kShareFloats + i);
+        x.x += y.x, x.y += y.y, x.z += y.z, x.w += y.w;
+      }
+      fence_proxy_async();
+      __syncwarp();
+    }
+    if (issuer) {
+      wait_turn(shares.turns + tile, order);
+      float* sum = shares.sums + tile * (D / kShareCols) * kShareFloats;
+      if (order == 0) bulk_store(sum, sStaged, kBytes);
+      else bulk_add(sum, sStaged, kBytes);
+      bulk_commit();
+      bulk_wait_read<0>();
+    }
+    __syncwarp();
+    if (n + 1 < n_steps) named_barrier_arrive(kFusedStagingRead, kStagedThreads);
+    if (issuer) {
+      bulk_wait<1>();
+      if (pending_turn) pass_turn(pending_turn, pending_next);
+      pending_turn = shares.turns + tile, pending_next = order + 1;
+    }
+  }
+  if (issuer) {
+    bulk_wait<0>();
+    pass_turn(pending_turn, pending_next);
+  }
+}
+
+// dS^T (dp's registers: this consumer's 64 keys x the step's 64 queries) into its panel of sdS,
+// transposed: its 8 x 8 blocks (keys 16 warp + 8 r .., queries 8 nt ..; dp[nt][2 r], [2 r + 1])
+// four a stmatrix, block m = 2 (nt % 2) + r, whose row j is dS's row (query) 8 nt + j, keys
+// 16 warp + 8 r .. + 7 of the panel (one 16-byte chunk). The same bf16 roundings as dK's.
+__device__ __forceinline__ void store_ds_transposed(bf16* panel, const float (&dp)[kWgBwdCols / 8][4]) {
+  const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
+#pragma unroll
+  for (int nt0 = 0; nt0 < kWgBwdCols / 8; nt0 += 2) {
+    uint32_t blocks[4];
+#pragma unroll
+    for (int m = 0; m < 4; m++) blocks[m] = pack_bf16(dp[nt0 + m / 2][2 * (m % 2)], dp[nt0 + m / 2][2 * (m % 2) + 1]);
+    const int m = lane / 8;
+    stmatrix_x4_trans(panel + swizzle<kWgBwdRows>(8 * (nt0 + m / 2) + lane % 8, 16 * warp + 8 * (m % 2)), blocks);
+  }
+}
+
+// Consumer c's share of dQ, issued. D = 128: dS (64 queries x 128 keys, K-major in sdS's two
+// panels) times K's column panel c (N-major), its k16 slice kk in consumer kk / 4's K tile.
+// D = 64: dS over consumer c's keys (its panel) times its K tile: every column, its keys only.
+template <int D>
+__device__ __forceinline__ void issue_dq_share(float (&share)[kShareCols / 2], const bf16* sdS, const bf16* sK, int c) {
+  constexpr bool kOwnKeys = D == kShareCols;
+  const uint64_t ds_desc = smem_desc_k_major(sdS + (kOwnKeys ? c * kWgBwdCols * kWgBwdRows : 0));
+  wgmma_fence(share);
+#pragma unroll
+  for (int kk = 0; kk < (kOwnKeys ? kWgBwdRows : kFusedKeys) / 16; kk++) {
+    const int keys = kOwnKeys ? c : kk / 4, panel = kOwnKeys ? 0 : c;  // K tile, column panel
+    const bf16* k_panel = sK + keys * kWgBwdRows * D + panel * kWgBwdRows * kWgPanel;
+    wgmma_m64k16<kShareCols, true>(share, advance_desc(ds_desc, panel_slice_bytes<kWgBwdCols>(kk)),
+                                   advance_desc(n_major_desc<kWgBwdRows>(k_panel), n_major_slice_bytes(kk % 4)),
+                                   kk > 0);
+  }
+  wgmma_commit();
+}
+
+// dk, dv: (B, T, Hkv, D); dq_shares as DqShares. Grid (blocks of 128 keys, Hkv, B), the shortest
+// (last) key blocks of a kv head first (see above).
+template <int D, bool DOCS>
+__global__ void __launch_bounds__(kFusedThreads, 1)
+    attention_backward_fused_wgmma(bf16* dk, bf16* dv, DqShares shares, const bf16* dout, const bf16* q,
+                                   const bf16* k, const bf16* v, const float* lse, const float* delta, int T, int H,
+                                   int Hkv, float scale, int window, DocumentMask<DOCS> documents) {
+  static_assert(D == kShareCols || D == 2 * kShareCols, "the fused backward runs at D = 64 and 128");
+  constexpr int NT = kWgBwdCols / 8, kTile = kWgBwdCols * D;  // kTile: elements of a (64, D) tile
+  extern __shared__ float4 smem_raw[];
+  bf16* sK = reinterpret_cast<bf16*>(align_wgmma_tiles(smem_raw));  // sK: 2 x (64, D) as D / 64 panels: 128 keys
+  bf16* sV = sK + 2 * kTile;                                        // sV: 2 x (64, D) as D / 64 panels
+  bf16* sQ = sV + 2 * kTile;                  // sQ: kFusedStages x (64, D) as D / 64 panels
+  bf16* sdO = sQ + kFusedStages * kTile;      // sdO: kFusedStages x (64, D) as D / 64 panels
+  bf16* sdS = sdO + kFusedStages * kTile;     // sdS: (64 queries, 128 keys) as 2 panels, consumer c's keys in c
+  float* sStaged = reinterpret_cast<float*>(sdS + kWgBwdCols * kFusedKeys);  // sStaged: 2 x (64, 64) share_at
+  float* sStats = sStaged + 2 * kShareFloats;  // sStats: kFusedStages x ((64, 2): lse (log2 units), Delta; j0)
+  const int warpgroup = threadIdx.x / kWgThreads, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
+  const int key_block = gridDim.x - 1 - blockIdx.x, hk = blockIdx.y, b = blockIdx.z, heads = H / Hkv;
+  const int k0 = key_block * kFusedKeys;
+  const DocumentMask<DOCS> docs = documents.row(b);
+  const FusedSteps<DOCS> steps(docs, k0, T, window, hk * heads, (hk + 1) * heads - 1);
+  const int n_steps = steps.count();
+
+  if (warpgroup == 0) {  // the producer
+    warpgroup_reg_dealloc<fused_regs(D).producer>();
+    if (warp < kFusedLoaders / 32) fused_load_tiles<D>(steps, n_steps, sK, q, dout, k, v, b, hk, T, H, Hkv);
+    else if (warp == kFusedWriterWarp) fused_write_dq<D>(steps, n_steps, shares, sStaged, b, key_block, T, H);
+    else fused_load_stats(steps, n_steps, sStats, lse, delta, b, T, H);
+    return;
+  }
+
+  warpgroup_reg_alloc<fused_regs(D).consumer>();
+  const int me = warpgroup - 1, kc0 = k0 + me * kWgBwdRows;  // this consumer's keys: kc0 .. kc0 + 63
+  const bf16* sKc = sK + me * kTile;
+  const bf16* sVc = sV + me * kTile;
+  const float scale_log2 = scale * kLog2e;
+  // this thread's rows (keys): r = 0, 1 is lane / 4 + 8 r of the warp's 16
+  const int s_row[2] = {kc0 + 16 * warp + lane / 4, kc0 + 16 * warp + lane / 4 + 8};
+  float dk_acc[D / 8][4] = {}, dv_acc[D / 8][4] = {};  // (16, D) each: dK / scale and dV
+  for (int n = 0; n < n_steps; n++) {
+    const int stage = n % kFusedStages;
+    const bf16* q_tile = sQ + stage * kTile;
+    const bf16* do_tile = sdO + stage * kTile;
+    const float* stage_stats = sStats + stage * kFusedStatsFloats;
+    // stats(nt): lse and Delta of this thread's queries 8 nt + 2 (lane % 4), + 1
+    const auto stats = [&](int nt) {
+      return *reinterpret_cast<const float4*>(stage_stats + (nt * 8 + (lane % 4) * 2) * 2);
+    };
+    named_barrier_sync(kFusedFull + 2 * stage + me, kFullThreads);  // tile n landed
+    const int j0 = *reinterpret_cast<const int*>(stage_stats + 2 * kWgBwdCols);
+    float dp[NT][4];
+    uint32_t pf[kWgBwdCols / 16][4], dsf[kWgBwdCols / 16][4];
+    dkdv_step<D>(dk_acc, dv_acc, dp, pf, dsf, sKc, sVc, q_tile, do_tile, stats, docs, j0, kc0, s_row, T, window,
+                 scale_log2);
+
+    // pass 4: dS^T into sdS once the share products that read it a step before are done (D = 64:
+    // this consumer's own, waited for; D = 128: both consumers'), then this consumer's share of dQ
+    // once its dS is in (D = 128: both halves), staged once the writer has read the last one
+    constexpr bool kCoupled = D == 2 * kShareCols;
+    if constexpr (kCoupled) named_barrier_sync(kFusedDs, 2 * kWgThreads);
+    store_ds_transposed(sdS + me * kWgBwdCols * kWgBwdRows, dp);
+    fence_proxy_async();
+    if constexpr (kCoupled) named_barrier_sync(kFusedDs, 2 * kWgThreads);
+    else named_barrier_sync(kFusedDs + me, kWgThreads);
+    float share[kShareCols / 2];
+    issue_dq_share<D>(share, sdS, sK, me);
+    wgmma_wait<0>(wgmma_acc(dv_acc), wgmma_acc(dk_acc), share);
+    if (n + kFusedStages < n_steps) named_barrier_arrive(kFusedFree + stage, kFreeThreads);  // tile n read
+    if (n > 0) named_barrier_sync(kFusedStagingRead, kStagedThreads);
+    float* staged = sStaged + me * kShareFloats;
+#pragma unroll
+    for (int nt = 0; nt < kShareCols / 8; nt++)
+#pragma unroll
+      for (int r = 0; r < 2; r++)
+        *reinterpret_cast<float2*>(staged + share_at(16 * warp + lane / 4 + 8 * r, 8 * nt + 2 * (lane % 4))) =
+            make_float2(share[4 * nt + 2 * r], share[4 * nt + 2 * r + 1]);
+    fence_proxy_async();
+    named_barrier_arrive(kFusedStaged, kStagedThreads);
+  }
+  const int64_t kv_stride = int64_t(Hkv) * D;
+  const int64_t row0 = (int64_t(b) * T + s_row[0]) * kv_stride + int64_t(hk) * D;
+  const int64_t row1 = (int64_t(b) * T + s_row[1]) * kv_stride + int64_t(hk) * D;
+  store_rows<D>(dk, dk_acc, row0, row1, s_row[0] < T, s_row[1] < T, scale, scale);
+  store_rows<D>(dv, dv_acc, row0, row1, s_row[0] < T, s_row[1] < T, 1.0f, 1.0f);
+}
+
+// dq: (B, T, H, D) = scale dq_shares (the fused backward's sums), in bf16. Grid (row chunks, H,
+// B), a thread 8 columns of a row: 16-byte stores, consecutive threads along a row.
+template <int D>
+__global__ void attention_dq_from_shares(bf16* dq, DqShares shares, int T, float scale) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  const int h = blockIdx.y, b = blockIdx.z, H = gridDim.y;
+  if (i >= int64_t(T) * (D / 8)) return;
+  const int t = int(i / (D / 8)), col = int(i % (D / 8)) * 8, c = col % kShareCols;
+  const float* share = shares.sums + (shares.tile(b, h, H, t, T) * (D / kShareCols) + col / kShareCols) * kShareFloats;
+  const float4 x = *reinterpret_cast<const float4*>(share + share_at(t % kWgBwdCols, c));
+  const float4 y = *reinterpret_cast<const float4*>(share + share_at(t % kWgBwdCols, c + 4));
+  const uint4 out = make_uint4(pack_bf16(scale * x.x, scale * x.y), pack_bf16(scale * x.z, scale * x.w),
+                               pack_bf16(scale * y.x, scale * y.y), pack_bf16(scale * y.z, scale * y.w));
+  *reinterpret_cast<uint4*>(dq + ((int64_t(b) * T + t) * H + h) * D + col) = out;
 }
 
 // ------------------------------------------------------------------------------------------
@@ -1636,6 +2044,7 @@ constexpr bool kWgmmaBuilt = false;
 #endif
 struct WgmmaSwitch {
   const char* env;
+  int max_width;  // D = Dv up to: 128 (64 and 128), 256 (also 256)
   WgmmaSetting setting = WgmmaSetting::if_built;
   bool read = false;
 
@@ -1647,9 +2056,9 @@ struct WgmmaSwitch {
     }
     return setting;
   }
-  // Whether a BF16 pass at these widths runs on wgmma (D = Dv = 64 or 128 only).
+  // Whether a BF16 pass at these widths runs on wgmma (D = Dv in 64, 128 and up to max_width).
   bool use(int64_t D, int64_t Dv, DType dtype) {
-    if (!use_mma(D, Dv, dtype) || (D != 64 && D != 128)) return false;
+    if (!use_mma(D, Dv, dtype) || D > max_width) return false;
     switch (current()) {
       case WgmmaSetting::on: return true;
       case WgmmaSetting::off: return false;
@@ -1657,8 +2066,28 @@ struct WgmmaSwitch {
     }
   }
 };
-WgmmaSwitch g_wgmma_forward{"HLA_ATTENTION_WGMMA"};
-WgmmaSwitch g_wgmma_backward{"HLA_ATTENTION_WGMMA_BWD"};
+WgmmaSwitch g_wgmma_forward{"HLA_ATTENTION_WGMMA", 256};
+WgmmaSwitch g_wgmma_backward{"HLA_ATTENTION_WGMMA_BWD", 128};
+// The fused backward (set_attention_fused_backward); HLA_ATTENTION_FUSED_BWD=1 or =0 overrides
+// where_faster.
+FusedSetting g_fused_backward = [] {
+  const char* value = std::getenv("HLA_ATTENTION_FUSED_BWD");
+  if (!value) return FusedSetting::where_faster;
+  return std::string(value) == "1" ? FusedSetting::on : std::string(value) == "0" ? FusedSetting::off
+                                                                                  : FusedSetting::where_faster;
+}();
+// where_faster: at D = 128 where a query can see kFusedMinKeys keys or more (no documents; no
+// window, or one that wide). On the H100 (2026-12-05, hla bench, fwd+bwd ms, two kernels / fused):
+// B4 T4096 H16 2.65 / 2.61, B1 T16384 9.69 / 8.49; in documents of 512 tokens 0.77 / 0.83; at
+// D = 64 (B8 T2048 H16) 0.97 / 1.11.
+constexpr int kFusedMinKeys = 4096;
+bool fused_backward_runs(const Shape4& s) {
+  switch (g_fused_backward) {
+    case FusedSetting::on: return true;
+    case FusedSetting::off: return false;
+    default: return s.D == 128 && !s.doc_start && std::min(s.T, s.window > 0 ? s.window : s.T) >= kFusedMinKeys;
+  }
+}
 bool use_wgmma_forward(int64_t D, int64_t Dv, DType dtype) { return g_wgmma_forward.use(D, Dv, dtype); }
 bool use_wgmma_backward(int64_t D, int64_t Dv, DType dtype) { return g_wgmma_backward.use(D, Dv, dtype); }
 
@@ -1685,8 +2114,18 @@ WgmmaSetting set_attention_wgmma_backward(WgmmaSetting setting) {
   return was;
 }
 
+FusedSetting set_attention_fused_backward(FusedSetting setting) {
+  const FusedSetting was = g_fused_backward;
+  g_fused_backward = setting;
+  return was;
+}
+
 const char* attention_kernel(int64_t D, int64_t Dv, DType dtype) {
   const bool forward = use_wgmma_forward(D, Dv, dtype), backward = use_wgmma_backward(D, Dv, dtype);
+  if (backward && g_fused_backward == FusedSetting::on)
+    return forward ? "wgmma fwd+bwd, fused" : "mma, wgmma bwd, fused";
+  if (backward && g_fused_backward == FusedSetting::where_faster && D == 128)
+    return forward ? "wgmma fwd+bwd, fused on long rows" : "mma, wgmma bwd, fused on long rows";
   if (forward) return backward ? "wgmma fwd+bwd" : "wgmma";
   if (backward) return "mma, wgmma bwd";
   return use_mma(D, Dv, dtype) ? "mma" : "fma";
@@ -1705,11 +2144,10 @@ void attention_forward(void* o, float* lse, const void* q, const void* k, const 
     dispatch_mma(s, [&](auto d, auto docs) {
       constexpr int kD = decltype(d)::value;
       constexpr bool kDocs = decltype(docs)::value;
-      if constexpr (kD != 256)  // use_wgmma_forward: D = 64 or 128
-        launch(attention_forward_wgmma<kD, kDocs>, mma_grid(s, s.H, wg_block_rows(kD)), wg_block_threads(kD),
-               wg_smem(kD), static_cast<bf16*>(o), lse, static_cast<const bf16*>(q), static_cast<const bf16*>(k),
-               static_cast<const bf16*>(v), s.T, s.H, s.Hkv, static_cast<float>(scale) * kLog2e, s.window,
-               s.documents<kDocs>());
+      launch(attention_forward_wgmma<kD, kDocs>, mma_grid(s, s.H, wg_block_rows(kD)), wg_block_threads(kD),
+             wg_smem(kD), static_cast<bf16*>(o), lse, static_cast<const bf16*>(q), static_cast<const bf16*>(k),
+             static_cast<const bf16*>(v), s.T, s.H, s.Hkv, static_cast<float>(scale) * kLog2e, s.window,
+             s.documents<kDocs>());
     });
   } else if (use_mma(dims.D, dims.Dv, dtype)) {
     dispatch_mma(s, [&](auto d, auto docs) {
@@ -1762,6 +2200,23 @@ void attention_backward(void* dq, void* dk, void* dv, const void* dout, const vo
           CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                           cudaSharedmemCarveoutMaxShared));
         };
+        if (fused_backward_runs(s)) {
+          // dq_shares: a (64 x D) fp32 sum and a turn counter per (b, h, query tile)
+          const int64_t tiles = int64_t(s.B) * s.H * ((s.T + kWgBwdCols - 1) / kWgBwdCols);
+          const FloatScratch sums(tiles * kWgBwdCols * kD);
+          const Scratch<int> turns(tiles);
+          memset_zero(turns.get(), sizeof(int) * tiles);
+          const int key_blocks = (s.T + kFusedKeys - 1) / kFusedKeys;
+          const DqShares shares{sums.get(), turns.get()};
+          launch(attention_backward_fused_wgmma<kD, kDocs>, dim3(key_blocks, s.Hkv, s.B), kFusedThreads,
+                 fused_bwd_smem(kD), static_cast<bf16*>(dk), static_cast<bf16*>(dv), shares,
+                 static_cast<const bf16*>(dout), static_cast<const bf16*>(q), static_cast<const bf16*>(k),
+                 static_cast<const bf16*>(v), lse, delta, s.T, s.H, s.Hkv, sc, s.window, s.documents<kDocs>());
+          constexpr int kThreads = 256;
+          launch(attention_dq_from_shares<kD>, dim3((s.T * (kD / 8) + kThreads - 1) / kThreads, s.H, s.B), kThreads,
+                 0, static_cast<bf16*>(dq), shares, s.T, sc);
+          return;
+        }
         max_carveout(attention_backward_dq_wgmma<kD, kDocs>);
         max_carveout(attention_backward_dkdv_wgmma<kD, kDocs>);
         // The two kernels are independent and each leaves SMs idle (one or two warpgroups an SM,

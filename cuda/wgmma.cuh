@@ -1,9 +1,10 @@
 // Hopper warpgroup MMA (sm_90a PTX): wgmma.mma_async m64nNk16, fp32 += bf16 x bf16, N = 64 or
 // 128, A from shared memory (a K-major descriptor) or from registers, B from shared memory
 // (K-major or N-major: cuda/wgmma_desc.cuh); wgmma.fence, commit_group, wait_group, and the
-// proxy fence that makes ordinary shared-memory writes (st.shared, cp.async) visible to it; the
-// named barriers and register moves of warp-specialised kernels. The host emulator
-// (tests/emu/include/cuda/wgmma.cuh) runs the same calls.
+// proxy fence that makes ordinary shared-memory writes (st.shared, cp.async) visible to it;
+// stmatrix; bulk copies and adds from shared to global memory, and turns that order such adds
+// between blocks; the named barriers and register moves of warp-specialised kernels. The host
+// emulator (tests/emu/include/cuda/wgmma.cuh) runs the same calls.
 //
 // A warpgroup is 4 consecutive warps (threads 128 i .. 128 i + 127); all 128 threads issue each
 // call together, with the same descriptors. The product is asynchronous: it reads shared memory
@@ -76,6 +77,59 @@ __device__ __forceinline__ void wgmma_wait(Acc&... acc) {
 // precedes the mma reading them: wgmma reads through the async proxy.
 __device__ __forceinline__ void fence_proxy_async() {
   HLA_SM90A(asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"));
+}
+
+// Four 8 x 8 b16 matrices to shared memory, transposed (stmatrix .trans, the inverse of
+// cuda/mma.cuh's ldmatrix_x4_trans): register i holds fragment matrix i's (row lane / 4, columns
+// 2 (lane % 4), +1), as an accumulator packed to bf16 pairs does; lanes 8 i .. 8 i + 7 give the
+// addresses of stored matrix i's rows, row j being fragment column j (8 contiguous b16).
+__device__ __forceinline__ void stmatrix_x4_trans(void* smem, const uint32_t (&r)[4]) {
+  HLA_SM90A(asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(
+                             static_cast<uint32_t>(__cvta_generic_to_shared(smem))),
+                         "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+                         : "memory"));
+}
+
+// Bulk copies by the TMA unit (cp.async.bulk, sm_90), issued by one thread: `bytes` (a multiple
+// of 16; both addresses 16-byte aligned) from shared memory to global memory, stored or added
+// (fp32, the add performed at L2). Issued copies form a group at bulk_commit; bulk_wait_read<N>
+// returns once at most N groups still read their source (it may then be overwritten),
+// bulk_wait<N> once at most N groups are incomplete (their writes done). The shared-memory source
+// must be made visible to the async proxy first (fence_proxy_async, then a barrier).
+__device__ __forceinline__ void bulk_store(float* g, const float* s, uint32_t bytes) {
+  HLA_SM90A(asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(g),
+                         "r"(static_cast<uint32_t>(__cvta_generic_to_shared(s))), "r"(bytes)
+                         : "memory"));
+}
+__device__ __forceinline__ void bulk_add(float* g, const float* s, uint32_t bytes) {
+  HLA_SM90A(asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(g),
+                         "r"(static_cast<uint32_t>(__cvta_generic_to_shared(s))), "r"(bytes)
+                         : "memory"));
+}
+__device__ __forceinline__ void bulk_commit() { HLA_SM90A(asm volatile("cp.async.bulk.commit_group;\n" ::: "memory")); }
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {
+  HLA_SM90A(asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory"));
+}
+template <int N>
+__device__ __forceinline__ void bulk_wait() {
+  HLA_SM90A(asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory"));
+}
+
+// Turns between blocks: blocks that add to one sum in global memory take turns in a fixed order
+// (a deterministic sum), counted by a flag. wait_turn spins until *turn == order, then its
+// acquire (and the proxy fence) orders the bulk adds that follow after those of the turns
+// before; pass_turn, after bulk_wait<0> (the adds done), hands the turn on. One thread each.
+// The block a turn waits for must be resident or done (launched earlier: lower block index).
+__device__ __forceinline__ void wait_turn(const int* turn, int order) {
+  int seen;
+  do asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(seen) : "l"(turn) : "memory");
+  while (seen != order);
+  HLA_SM90A(asm volatile("fence.proxy.async.global;\n" ::: "memory"));
+}
+__device__ __forceinline__ void pass_turn(int* turn, int next) {
+  HLA_SM90A(asm volatile("fence.proxy.async.global;\n" ::: "memory"));
+  asm volatile("st.release.gpu.global.s32 [%0], %1;\n" ::"l"(turn), "r"(next) : "memory");
 }
 
 // d (+)= A B^T over one k16 slice: A (64 x 16) at desc_a, B (N x 16) at desc_b, N-major when

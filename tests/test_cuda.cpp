@@ -5,15 +5,22 @@
 // gradient sums against cast-then-add.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "nn/check/modes.h"
+#include "nn/ops/attention.h"
 #include "nn/ops/cast.h"
 #include "nn/ops/arith.h"
 #include "nn/ops/linear.h"
 #include "nn/ops/rmsnorm.h"
 #include "tensor/math.h"
 #include "tensor/tensor.h"
+#ifdef HLA_CUDA
+#include "cuda/attention.h"
+#endif
 
 using namespace hla;
 
@@ -147,4 +154,50 @@ TEST_CASE("rmsnorm adds dx into the residual stream's bf16 sum and dw into the f
   CHECK(check::rel_rms_error(master.grad(), dw_cast_then_add) <= 1.0 / 256);
   CHECK(fused_err <= 1e-5);
   CHECK(fused_err <= check::rel_rms_error(dw_cast_then_add, dw_truth));
+}
+
+TEST_CASE("attention's fused backward: the same bits from run to run, and within bf16 rounding of the two kernels") {
+  if (!cuda_available()) {
+    MESSAGE("SKIPPED: no CUDA GPU here; the fused backward's ordered dQ shares (cuda/attention.cu) were not run");
+    return;
+  }
+#ifdef HLA_CUDA
+  using cuda::FusedSetting;
+  const FusedSetting fused_was = cuda::set_attention_fused_backward(FusedSetting::off);
+  if (std::string(cuda::attention_kernel(128, 128, DType::BF16)) != "wgmma fwd+bwd") {
+    cuda::set_attention_fused_backward(fused_was);
+    MESSAGE("SKIPPED: this build has no wgmma attention backward");
+    return;
+  }
+  // B2 T2000 H8 Hkv4: 32 query tiles a head (the last one partial), each with shares from up to 16
+  // key blocks, whose blocks run side by side and wait for their turns; with a window of 700,
+  // tiles whose last share is not key block 0's. D = 128 (the consumers' shares are dQ's column
+  // halves) and 64 (each consumer's share covers its keys; the writer adds the two).
+  const Device gpu = Device::CUDA;
+  for (int64_t D : {128, 64}) {
+    Var q(Tensor::randn({2, 2000, 8, D}, 1, 1.0, DType::BF16, gpu), true);
+    Var k(Tensor::randn({2, 2000, 4, D}, 2, 1.0, DType::BF16, gpu), true);
+    Var v(Tensor::randn({2, 2000, 4, D}, 3, 1.0, DType::BF16, gpu), true);
+    const Tensor dout = Tensor::randn({2, 2000, 8, D}, 4, 1.0, DType::BF16, gpu);
+    for (int64_t window : {0, 700}) {
+      CAPTURE(D);
+      CAPTURE(window);
+      const auto grads_of = [&](bool fused) {
+        cuda::set_attention_fused_backward(fused ? FusedSetting::on : FusedSetting::off);
+        q.zero_grad(), k.zero_grad(), v.zero_grad();
+        run_backward({attention(q, k, v, 1 / std::sqrt(double(D)), window)}, {dout});
+        std::vector<Tensor> grads;
+        for (Var* x : {&q, &k, &v}) grads.push_back(x->grad().to(Device::CPU).to(DType::F64));
+        return grads;
+      };
+      const std::vector<Tensor> first = grads_of(true), second = grads_of(true), two_kernels = grads_of(false);
+      for (int i = 0; i < 3; i++) {
+        CAPTURE(i);  // dq, dk, dv
+        CHECK(first[i].to_f64_vector() == second[i].to_f64_vector());
+        CHECK(check::rel_rms_error(first[i], two_kernels[i]) <= 1.0 / 256);
+      }
+    }
+  }
+  cuda::set_attention_fused_backward(fused_was);
+#endif
 }

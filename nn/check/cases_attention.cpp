@@ -50,6 +50,7 @@ struct AttentionCase {
   std::vector<int64_t> cu_seqlens = {};  // packed documents (the fourth input, doc_start); empty: none
   bool wgmma = false;           // the bf16 forward on the wgmma kernel (cuda::set_attention_wgmma)
   bool wgmma_backward = false;  // the backward too (cuda::set_attention_wgmma_backward)
+  bool fused_backward = false;  // and the backward as one kernel (cuda::set_attention_fused_backward)
 };
 
 // While alive, cuda::attention_forward (BACKWARD: attention_backward) runs its wgmma kernels if
@@ -80,6 +81,33 @@ class WgmmaScope {
 using WgmmaForward = WgmmaScope<false>;
 using WgmmaBackward = WgmmaScope<true>;
 
+// While alive, the wgmma backward runs as one kernel if `on` (dQ added by the dK/dV blocks:
+// cuda::set_attention_fused_backward), as two if not, whatever the shape.
+class FusedBackwardScope {
+ public:
+  explicit FusedBackwardScope(bool on) : was_(set(on)) {}
+  ~FusedBackwardScope() { set(was_); }
+  FusedBackwardScope(const FusedBackwardScope&) = delete;
+  FusedBackwardScope& operator=(const FusedBackwardScope&) = delete;
+
+ private:
+#ifdef HLA_CUDA
+  using Setting = cuda::FusedSetting;
+  static Setting set(bool on) { return cuda::set_attention_fused_backward(on ? Setting::on : Setting::off); }
+  static Setting set(Setting setting) { return cuda::set_attention_fused_backward(setting); }
+  Setting was_;
+#else
+  static bool set(bool on) { return on; }
+  bool was_;
+#endif
+};
+// A run's backward settings together.
+struct BackwardScopes {
+  WgmmaBackward wgmma;
+  FusedBackwardScope fused_backward;
+  explicit BackwardScopes(const AttentionCase& c) : wgmma(c.wgmma_backward), fused_backward(c.fused_backward) {}
+};
+
 // q, k, v and, with documents, doc_start.
 OpFn attention_op(const AttentionCase& c) {
   const double scale = c.scale != 0 ? c.scale : default_attention_scale(c.D);
@@ -91,8 +119,9 @@ OpFn attention_op(const AttentionCase& c) {
   };
 }
 
-// Whether the wgmma forward runs at the case's widths.
-bool wgmma_widths(const AttentionCase& c) { return c.D == c.Dv && (c.D == 64 || c.D == 128); }
+// Whether the wgmma forward runs at the case's widths, and the wgmma backward.
+bool wgmma_widths(const AttentionCase& c) { return c.D == c.Dv && (c.D == 64 || c.D == 128 || c.D == 256); }
+bool wgmma_backward_widths(const AttentionCase& c) { return c.D == c.Dv && (c.D == 64 || c.D == 128); }
 // The case again with its forward on wgmma: "attention wgmma ...", bf16 only.
 AttentionCase on_wgmma(AttentionCase c) {
   c.name.insert(std::string("attention").size(), " wgmma");
@@ -108,18 +137,27 @@ AttentionCase on_wgmma_backward(AttentionCase c) {
   return c;
 }
 
-// The case on each kernel choice its widths have: mma, and at D = Dv = 64 or 128 also the wgmma
-// forward, then both passes on wgmma.
+// And the backward as one kernel: "attention wgmma fwd+bwd fused ...".
+AttentionCase on_fused_backward(AttentionCase c) {
+  c = on_wgmma_backward(c);
+  c.name.insert(std::string("attention wgmma fwd+bwd").size(), " fused");
+  c.fused_backward = true;
+  return c;
+}
+
+// The case on each kernel choice its widths have: mma, and at D = Dv = 64, 128 or 256 also the
+// wgmma forward, at 64 and 128 then both passes on wgmma, then the backward fused.
 std::vector<AttentionCase> kernel_runs(const AttentionCase& c) {
   std::vector<AttentionCase> runs = {c};
-  if (wgmma_widths(c)) runs.insert(runs.end(), {on_wgmma(c), on_wgmma_backward(c)});
+  if (wgmma_widths(c)) runs.push_back(on_wgmma(c));
+  if (wgmma_backward_widths(c)) runs.insert(runs.end(), {on_wgmma_backward(c), on_fused_backward(c)});
   return runs;
 }
 
-// The case's run setting (Case::setting): its backward kernels (wgmma or mma) for a whole run.
+// The case's run setting (Case::setting): its backward kernels (wgmma or mma, dQ fused or not)
+// for a whole run.
 std::function<std::shared_ptr<void>()> attention_setting(const AttentionCase& c) {
-  const bool on = c.wgmma_backward;
-  return [on] { return std::static_pointer_cast<void>(std::make_shared<WgmmaBackward>(on)); };
+  return [c] { return std::static_pointer_cast<void>(std::make_shared<BackwardScopes>(c)); };
 }
 
 // cu_seqlens of rows of T tokens, each split into documents of the given lengths (0: empty).
@@ -134,7 +172,7 @@ KernelLabel attention_kernel(const AttentionCase& c) {
 #ifdef HLA_CUDA
   return [c](DType dtype) {
     const WgmmaForward forward_on_wgmma(c.wgmma);
-    const WgmmaBackward backward_on_wgmma(c.wgmma_backward);
+    const BackwardScopes backward(c);
     return std::string(cuda::attention_kernel(c.D, c.Dv, dtype));
   };
 #else
@@ -198,7 +236,7 @@ void add_attention_cases() {
         AttentionCase{"attention documents long T=4096", 1, 4096, 2, 1, 128, 128, 0, 0, cu_seqlens_of({long_docs})}})
     add_gpu_case(c);
 
-  // perf: causal, at each bench shape and at B1 T16384 H16 D128, beside torch SDPA's flash
+  // perf: causal, at each bench shape, at B1 T16384 H16 D128 and B8 T2048 H8 D128, beside torch SDPA's flash
   // backend (targets.md's figures at the first two shapes); at D = 64 and 128 each again with the
   // forward on wgmma ("attention wgmma ...", the same anchor), at 128 also with both passes
   // ("attention wgmma fwd+bwd ...").
@@ -223,6 +261,7 @@ void add_attention_cases() {
   for (size_t i = 0; i < kBenchShapes.size(); i++)
     shapes.push_back({kBenchShapes[i], i == 0 ? AnchorMs{0.499, 2.029} : i == 1 ? AnchorMs{0.187, 0.733} : AnchorMs{}});
   shapes.push_back({{1, kBenchAttentionLongT, 16, 128}, {}});
+  shapes.push_back({{8, 2048, 8, 128}, {}});  // the 8 x 128 hybrids' attention layers (bench train)
   for (const auto& [a, sdpa] : shapes) {
     const double fwd_flops = 4.0 * a.B * a.H * double(a.T) * a.T * a.D / 2;
     const double row_bytes = 2.0 * a.B * a.T * a.H * a.D;  // one (B, T, H, D) bf16 tensor

@@ -148,9 +148,10 @@ static void early_cases(int64_t D) {
   emu::cp_async_lands_at_issue = false;
 }
 
-// Every case by default (ctest); a group by name: d64, d128, d256, early, fma, wgmma (the D = 128
-// and 64 cases with the forward on wgmma, cuda::set_attention_wgmma), wgmma-bwd (the D = 128
-// and 64 cases with the backward on wgmma too, cuda::set_attention_wgmma_backward).
+// Every case by default (ctest); a group by name: d64, d128, d256, early, fma, wgmma (the D = 128,
+// 64 and 256 cases with the forward on wgmma, cuda::set_attention_wgmma), wgmma-bwd (the D = 128
+// and 64 cases with the backward on wgmma too, cuda::set_attention_wgmma_backward), fused-bwd
+// (the D = 128 and 64 cases with the backward as one kernel, cuda::set_attention_fused_backward).
 int main(int argc, char** argv) {
   const std::string which = argc > 1 ? argv[1] : "all";
   // The mma kernels except in the wgmma groups (a build with wgmma code, as this one, would
@@ -163,7 +164,7 @@ int main(int argc, char** argv) {
     for (int64_t D : {64, 128, 256}) early_cases(D);
   if (which == "all" || which == "wgmma") {
     const cuda::WgmmaSetting was = cuda::set_attention_wgmma(cuda::WgmmaSetting::on);
-    for (int64_t D : {128, 64}) {
+    for (int64_t D : {128, 64, 256}) {
       width_cases(D);
       early_cases(D);
       emu::cp_async_lands_at_issue = true;
@@ -175,10 +176,29 @@ int main(int argc, char** argv) {
   if (which == "all" || which == "wgmma-bwd") {
     const cuda::WgmmaSetting forward_was = cuda::set_attention_wgmma(cuda::WgmmaSetting::on);
     const cuda::WgmmaSetting backward_was = cuda::set_attention_wgmma_backward(cuda::WgmmaSetting::on);
+    const cuda::FusedSetting fused_was = cuda::set_attention_fused_backward(cuda::FusedSetting::off);
     for (int64_t D : {128, 64}) {
       width_cases(D);
       early_cases(D);
     }
+    cuda::set_attention_fused_backward(fused_was);
+    cuda::set_attention_wgmma_backward(backward_was);
+    cuda::set_attention_wgmma(forward_was);
+  }
+  if (which == "all" || which == "fused-bwd") {
+    const cuda::WgmmaSetting forward_was = cuda::set_attention_wgmma(cuda::WgmmaSetting::on);
+    const cuda::WgmmaSetting backward_was = cuda::set_attention_wgmma_backward(cuda::WgmmaSetting::on);
+    const cuda::FusedSetting fused_was = cuda::set_attention_fused_backward(cuda::FusedSetting::on);
+    for (int64_t D : {128, 64}) {
+      width_cases(D);
+      early_cases(D);
+      // 8 key blocks: turn chains of up to 8 shares a query tile, a window that ends them early,
+      // documents that end them at their first block; GQA 4 -> 2
+      attention_case(DType::BF16, 1, 1000, 4, 2, D, 0, 12 + D);
+      attention_case(DType::BF16, 1, 1000, 2, 1, D, 300, 13 + D);
+      attention_case(DType::BF16, 1, 1000, 2, 1, D, 0, 14 + D, 2.0, {{400, 1, 599}});
+    }
+    cuda::set_attention_fused_backward(fused_was);
     cuda::set_attention_wgmma_backward(backward_was);
     cuda::set_attention_wgmma(forward_was);
   }

@@ -5,8 +5,8 @@
 // named barrier (bar.sync / bar.arrive) one over the threads it names.
 // Blocks run one after another; shared memory is one buffer filled with 0xff (NaN) before every
 // block, whose shared-space addresses (__cvta_generic_to_shared) start at kSharedWindowStart;
-// cp.async copies are deferred to the wait that retires their group, wgmma products to their
-// wait_group.
+// cp.async copies are deferred to the wait that retires their group, wgmma products and bulk
+// copies to their wait_group.
 #pragma once
 #include <setjmp.h>
 #include <ucontext.h>
@@ -64,6 +64,11 @@ struct Fiber {
   // the committed groups in flight, oldest first.
   std::vector<std::function<void()>> wgmma_open;
   std::deque<std::vector<std::function<void()>>> wgmma_groups;
+  // bulk copies (cp.async.bulk): issued since the last commit, and the committed groups in flight
+  std::vector<std::function<void()>> bulk_open;
+  std::deque<std::vector<std::function<void()>>> bulk_groups;
+  long bulk_committed = 0, bulk_done = 0;            // groups committed, and performed, so far
+  std::vector<std::pair<const int*, long>> turns;  // turns taken (wait_turn): the group of their copies
 };
 struct Barrier { int expected = 0, arrived = 0; unsigned gen = 0; };
 
@@ -206,6 +211,10 @@ void launch(Kernel kernel, dim3 grid, int threads, size_t bytes, Params... param
           f.copy_groups.clear();
           f.wgmma_open.clear();
           f.wgmma_groups.clear();
+          f.bulk_open.clear();
+          f.bulk_groups.clear();
+          f.bulk_committed = f.bulk_done = 0;
+          f.turns.clear();
           getcontext(&f.uctx);
           f.uctx.uc_stack.ss_sp = b.stacks[i].data();
           f.uctx.uc_stack.ss_size = kStack;
@@ -245,6 +254,11 @@ void launch(Kernel kernel, dim3 grid, int threads, size_t bytes, Params... param
         for (const Fiber& f : b.fibers)
           if (!f.wgmma_open.empty() || !f.wgmma_groups.empty()) {
             std::fprintf(stderr, "emu: block (%u, %u, %u) ended with wgmma products not waited for\n", x, y, z);
+            std::abort();
+          }
+        for (const Fiber& f : b.fibers)
+          if (!f.bulk_open.empty() || !f.bulk_groups.empty()) {
+            std::fprintf(stderr, "emu: block (%u, %u, %u) ended with bulk copies not waited for\n", x, y, z);
             std::abort();
           }
         b.cur = -1;

@@ -23,6 +23,7 @@ namespace hla::cuda {
 
 inline cudaStream_t fork_side_stream() { return cudaStreamPerThread; }
 inline void join_side_stream() {}
+inline void memset_zero(void* ptr, size_t bytes) { std::memset(ptr, 0, bytes); }
 
 inline float to_float(float v) { return v; }
 inline float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }

@@ -32,6 +32,23 @@ template <class... Acc>
 inline void wgmma_fence(Acc&...) {}
 inline void fence_proxy_async() {}
 
+// stmatrix.m8n8.x4.trans: lanes 8i..8i+7 give the row addresses of stored matrix i (exchanged
+// through the warp); lane l's register i holds fragment matrix i's (row l/4, columns 2(l%4), +1),
+// stored at (rows 2(l%4), +1, column l/4).
+inline void stmatrix_x4_trans(void* smem, const uint32_t (&r)[4]) {
+  emu::Block& blk = emu::blk();
+  const unsigned tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  blk.addr[tid] = smem;
+  __syncwarp();
+  const int g = lane / 4, t = lane % 4;
+  for (int i = 0; i < 4; i++)
+    for (int half = 0; half < 2; half++) {
+      const uint16_t v = static_cast<uint16_t>(r[i] >> (16 * half));
+      std::memcpy(static_cast<char*>(const_cast<void*>(blk.addr[warp * 32 + 8 * i + 2 * t + half])) + 2 * g, &v, 2);
+    }
+  __syncwarp();
+}
+
 inline void wgmma_commit() {
   emu::Fiber& f = emu::me();
   f.wgmma_groups.push_back(std::move(f.wgmma_open));
@@ -49,6 +66,54 @@ inline void wgmma_wait(Acc&...) {
 [[noreturn]] inline void emu_wgmma_fail(const char* what) {
   std::fprintf(stderr, "emu: wgmma: %s\n", what);
   std::abort();
+}
+
+// Bulk copies: deferred to the wait that retires their group (the source read and the
+// destination written then), so a kernel that overwrites the source before bulk_wait_read gets
+// wrong sums here. Turns: blocks run one after another, so a turn waited for must have been
+// passed by a block before; passing one with bulk copies not waited for aborts.
+inline void emu_bulk(float* g, const float* s, uint32_t bytes, bool add) {
+  if (bytes % 16 != 0 || reinterpret_cast<uintptr_t>(g) % 16 != 0 || reinterpret_cast<uintptr_t>(s) % 16 != 0)
+    emu_wgmma_fail("a bulk copy is 16-byte aligned, a multiple of 16 bytes");
+  (void)__cvta_generic_to_shared(s);  // aborts outside shared memory
+  emu::me().bulk_open.push_back([=] {
+    for (uint32_t i = 0; i < bytes / 4; i++) g[i] = add ? g[i] + s[i] : s[i];
+  });
+}
+inline void bulk_store(float* g, const float* s, uint32_t bytes) { emu_bulk(g, s, bytes, false); }
+inline void bulk_add(float* g, const float* s, uint32_t bytes) { emu_bulk(g, s, bytes, true); }
+inline void bulk_commit() {
+  emu::Fiber& f = emu::me();
+  f.bulk_groups.push_back(std::move(f.bulk_open));
+  f.bulk_open.clear();
+  f.bulk_committed++;
+}
+template <int N>
+inline void bulk_wait() {
+  emu::Fiber& f = emu::me();
+  while (int(f.bulk_groups.size()) > N) {
+    for (const auto& copy : f.bulk_groups.front()) copy();
+    f.bulk_groups.pop_front();
+    f.bulk_done++;
+  }
+}
+template <int N>
+inline void bulk_wait_read() { bulk_wait<N>(); }
+// A turn's copies: the next group committed after wait_turn; pass_turn wants that group done.
+inline void wait_turn(const int* turn, int order) {
+  if (*turn != order) emu_wgmma_fail("a block waits for a turn that no block before it passed");
+  emu::me().turns.push_back({turn, emu::me().bulk_committed});
+}
+inline void pass_turn(int* turn, int next) {
+  emu::Fiber& f = emu::me();
+  for (auto it = f.turns.begin(); it != f.turns.end(); ++it)
+    if (it->first == turn) {
+      if (f.bulk_done <= it->second) emu_wgmma_fail("a turn passed on before its bulk copies were waited for");
+      f.turns.erase(it);
+      *turn = next;
+      return;
+    }
+  emu_wgmma_fail("a turn passed on that this thread did not take");
 }
 
 // Element (row, k) of an operand with 128-byte swizzling at descriptor desc (k < 16): K-major,
