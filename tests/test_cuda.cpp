@@ -201,3 +201,47 @@ TEST_CASE("attention's fused backward: the same bits from run to run, and within
   cuda::set_attention_fused_backward(fused_was);
 #endif
 }
+
+TEST_CASE("attention's fused backward by default: at D = 128 on rows of 4096 keys, not on shorter rows or documents") {
+  if (!cuda_available()) {
+    MESSAGE("SKIPPED: no CUDA GPU here; the fused backward's default (cuda::FusedSetting::where_faster) was not run");
+    return;
+  }
+#ifdef HLA_CUDA
+  using cuda::FusedSetting;
+  const FusedSetting fused_was = cuda::set_attention_fused_backward(FusedSetting::where_faster);
+  if (std::string(cuda::attention_kernel(128, 128, DType::BF16)) != "wgmma fwd+bwd, fused on long rows") {
+    cuda::set_attention_fused_backward(fused_was);
+    MESSAGE("SKIPPED: this build has no wgmma attention backward");
+    return;
+  }
+  // The default's gradients against each kernel's, bit for bit: the fused kernel and the two
+  // kernels sum dQ in different orders, so their bits differ (checked) and tell which one ran.
+  const Device gpu = Device::CUDA;
+  const auto grads_of = [&](int64_t T, const Tensor& doc_start, FusedSetting setting) {
+    cuda::set_attention_fused_backward(setting);
+    Var q(Tensor::randn({1, T, 2, 128}, 1, 1.0, DType::BF16, gpu), true);
+    Var k(Tensor::randn({1, T, 1, 128}, 2, 1.0, DType::BF16, gpu), true);
+    Var v(Tensor::randn({1, T, 1, 128}, 3, 1.0, DType::BF16, gpu), true);
+    run_backward({attention(q, k, v, 1 / std::sqrt(128.0), 0, doc_start)},
+                 {Tensor::randn({1, T, 2, 128}, 4, 1.0, DType::BF16, gpu)});
+    return q.grad().to(Device::CPU).to(DType::F64).to_f64_vector();
+  };
+  struct Row {
+    int64_t T;
+    Tensor doc_start;
+    bool fused;  // whether the default runs the fused kernel
+  };
+  for (const Row& row : {Row{4096, Tensor(), true}, Row{2048, Tensor(), false},
+                         Row{4096, document_starts({0, 2500, 4096}, 1, 4096).to(gpu), false}}) {
+    CAPTURE(row.T);
+    CAPTURE(row.doc_start.defined());
+    const std::vector<double> by_default = grads_of(row.T, row.doc_start, FusedSetting::where_faster);
+    const std::vector<double> fused = grads_of(row.T, row.doc_start, FusedSetting::on);
+    const std::vector<double> two_kernels = grads_of(row.T, row.doc_start, FusedSetting::off);
+    REQUIRE(fused != two_kernels);
+    CHECK(by_default == (row.fused ? fused : two_kernels));
+  }
+  cuda::set_attention_fused_backward(fused_was);
+#endif
+}
