@@ -156,6 +156,24 @@ TEST_CASE("rmsnorm adds dx into the residual stream's bf16 sum and dw into the f
   CHECK(fused_err <= check::rel_rms_error(dw_cast_then_add, dw_truth));
 }
 
+#ifdef HLA_CUDA
+// While alive, the attention backward runs under `setting` (cuda::set_attention_fused_backward);
+// built() says whether this build has the wgmma backward the setting picks between.
+class FusedBackwardSetting {
+ public:
+  explicit FusedBackwardSetting(cuda::FusedSetting setting) : was_(cuda::set_attention_fused_backward(setting)) {}
+  ~FusedBackwardSetting() { cuda::set_attention_fused_backward(was_); }
+  FusedBackwardSetting(const FusedBackwardSetting&) = delete;
+  FusedBackwardSetting& operator=(const FusedBackwardSetting&) = delete;
+  static bool built() {
+    return std::string(cuda::attention_kernel(128, 128, DType::BF16)).rfind("wgmma fwd+bwd", 0) == 0;
+  }
+
+ private:
+  cuda::FusedSetting was_;
+};
+#endif
+
 TEST_CASE("attention's fused backward: the same bits from run to run, and within bf16 rounding of the two kernels") {
   if (!cuda_available()) {
     MESSAGE("SKIPPED: no CUDA GPU here; the fused backward's ordered dQ shares (cuda/attention.cu) were not run");
@@ -163,9 +181,8 @@ TEST_CASE("attention's fused backward: the same bits from run to run, and within
   }
 #ifdef HLA_CUDA
   using cuda::FusedSetting;
-  const FusedSetting fused_was = cuda::set_attention_fused_backward(FusedSetting::off);
-  if (std::string(cuda::attention_kernel(128, 128, DType::BF16)) != "wgmma fwd+bwd") {
-    cuda::set_attention_fused_backward(fused_was);
+  const FusedBackwardSetting restored_at_exit(FusedSetting::off);
+  if (!FusedBackwardSetting::built()) {
     MESSAGE("SKIPPED: this build has no wgmma attention backward");
     return;
   }
@@ -198,7 +215,6 @@ TEST_CASE("attention's fused backward: the same bits from run to run, and within
       }
     }
   }
-  cuda::set_attention_fused_backward(fused_was);
 #endif
 }
 
@@ -209,12 +225,12 @@ TEST_CASE("attention's fused backward by default: at D = 128 on rows of 4096 key
   }
 #ifdef HLA_CUDA
   using cuda::FusedSetting;
-  const FusedSetting fused_was = cuda::set_attention_fused_backward(FusedSetting::where_faster);
-  if (std::string(cuda::attention_kernel(128, 128, DType::BF16)) != "wgmma fwd+bwd, fused on long rows") {
-    cuda::set_attention_fused_backward(fused_was);
+  const FusedBackwardSetting restored_at_exit(FusedSetting::where_faster);
+  if (!FusedBackwardSetting::built()) {
     MESSAGE("SKIPPED: this build has no wgmma attention backward");
     return;
   }
+  REQUIRE(std::string(cuda::attention_kernel(128, 128, DType::BF16)) == "wgmma fwd+bwd, fused on long rows");
   // The default's gradients against each kernel's, bit for bit: the fused kernel and the two
   // kernels sum dQ in different orders, so their bits differ (checked) and tell which one ran.
   const Device gpu = Device::CUDA;
@@ -242,6 +258,5 @@ TEST_CASE("attention's fused backward by default: at D = 128 on rows of 4096 key
     REQUIRE(fused != two_kernels);
     CHECK(by_default == (row.fused ? fused : two_kernels));
   }
-  cuda::set_attention_fused_backward(fused_was);
 #endif
 }
