@@ -156,18 +156,28 @@ TEST_CASE("rmsnorm adds dx into the residual stream's bf16 sum and dw into the f
   CHECK(fused_err <= check::rel_rms_error(dw_cast_then_add, dw_truth));
 }
 
+// Whether this machine and build run the wgmma attention backward; where not, says why and what
+// (`not_run`) goes unchecked, and the test returns.
+static bool wgmma_backward_runs_here(const char* not_run) {
+  if (!cuda_available()) {
+    MESSAGE("SKIPPED: no CUDA GPU here; not run: " << std::string(not_run));
+    return false;
+  }
 #ifdef HLA_CUDA
-// While alive, the attention backward runs under `setting` (cuda::set_attention_fused_backward);
-// built() says whether this build has the wgmma backward the setting picks between.
+  if (std::string(cuda::attention_kernel(128, 128, DType::BF16)).rfind("wgmma fwd+bwd", 0) == 0) return true;
+#endif
+  MESSAGE("SKIPPED: this build has no wgmma attention backward");
+  return false;
+}
+
+#ifdef HLA_CUDA
+// While alive, the attention backward runs under `setting` (cuda::set_attention_fused_backward).
 class FusedBackwardSetting {
  public:
   explicit FusedBackwardSetting(cuda::FusedSetting setting) : was_(cuda::set_attention_fused_backward(setting)) {}
   ~FusedBackwardSetting() { cuda::set_attention_fused_backward(was_); }
   FusedBackwardSetting(const FusedBackwardSetting&) = delete;
   FusedBackwardSetting& operator=(const FusedBackwardSetting&) = delete;
-  static bool built() {
-    return std::string(cuda::attention_kernel(128, 128, DType::BF16)).rfind("wgmma fwd+bwd", 0) == 0;
-  }
 
  private:
   cuda::FusedSetting was_;
@@ -175,17 +185,10 @@ class FusedBackwardSetting {
 #endif
 
 TEST_CASE("attention's fused backward: the same bits from run to run, and within bf16 rounding of the two kernels") {
-  if (!cuda_available()) {
-    MESSAGE("SKIPPED: no CUDA GPU here; the fused backward's ordered dQ shares (cuda/attention.cu) were not run");
-    return;
-  }
+  if (!wgmma_backward_runs_here("the fused backward's ordered dQ shares (cuda/attention.cu)")) return;
 #ifdef HLA_CUDA
   using cuda::FusedSetting;
   const FusedBackwardSetting restored_at_exit(FusedSetting::off);
-  if (!FusedBackwardSetting::built()) {
-    MESSAGE("SKIPPED: this build has no wgmma attention backward");
-    return;
-  }
   // B2 T2000 H8 Hkv4: 32 query tiles a head (the last one partial), each with shares from up to 16
   // key blocks, whose blocks run side by side and wait for their turns; with a window of 700,
   // tiles whose last share is not key block 0's. D = 128 (the consumers' shares are dQ's column
@@ -219,17 +222,10 @@ TEST_CASE("attention's fused backward: the same bits from run to run, and within
 }
 
 TEST_CASE("attention's fused backward by default: at D = 128 on rows of 4096 keys, not on shorter rows or documents") {
-  if (!cuda_available()) {
-    MESSAGE("SKIPPED: no CUDA GPU here; the fused backward's default (cuda::FusedSetting::where_faster) was not run");
-    return;
-  }
+  if (!wgmma_backward_runs_here("the fused backward's default (cuda::FusedSetting::where_faster)")) return;
 #ifdef HLA_CUDA
   using cuda::FusedSetting;
   const FusedBackwardSetting restored_at_exit(FusedSetting::where_faster);
-  if (!FusedBackwardSetting::built()) {
-    MESSAGE("SKIPPED: this build has no wgmma attention backward");
-    return;
-  }
   REQUIRE(std::string(cuda::attention_kernel(128, 128, DType::BF16)) == "wgmma fwd+bwd, fused on long rows");
   // The default's gradients against each kernel's, bit for bit: the fused kernel and the two
   // kernels sum dQ in different orders, so their bits differ (checked) and tell which one ran.
