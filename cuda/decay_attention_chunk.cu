@@ -7,18 +7,19 @@
 // rows past the end of the sequence are zero (q = k = v = dO = 0, g = 0), so they change nothing.
 // G = inclusive cumsum of the scalar log gate inside the chunk (<= 0, decreasing), G_last =
 // G[C - 1] (= the last valid token's, since g = 0 past it).
-// Forward:
-//   Pass 1 (scores_kernel, grid (NT, HV, B), every chunk in parallel):
-//     Aqk[t, s] = scale (q_t . k_s) exp(G_t - G_s) for s <= t, else 0 (masked BEFORE the exp,
-//     so every exponent is <= 0)                                          [C x C] fp32, mma
-//   Pass 2 (scan_kernel, grid (dv / BV, HV, B), sequential over chunks; the state h (dk x dv,
+// Forward (split as fla's chunk_simple_gla and chunk_gla are, their source read, not copied: only
+// the state runs in sequence, everything else in parallel over chunks):
+//   Pass 1 (scan_kernel, grid (dv / BV, HV, B), sequential over chunks; the state h (dk x dv,
 //   fp32, the state at the chunk's start) is split along dv into BV-column tiles, one per CTA,
-//   held in shared memory):
-//     o   = scale exp(G) (.) (Q h) + Aqk V                                               (mma)
+//   held in registers (ScalarState)):
 //     h  <- exp(G_last) h + K^T diag(exp(G_last - G)) V                                  (mma)
-//     and, given `kept` (a backward follows), every chunk-start h[n] into it (h_start)
+//     every chunk-start h[n] into h_start (the forward's `kept` when given, else a workspace)
+//   Pass 2 (output_kernel, grid (NT, HV, B), every chunk in parallel):
+//     Aqk[t, s] = scale (q_t . k_s) exp(G_t - G_s) for s <= t, else 0 (masked BEFORE the exp,
+//     so every exponent is <= 0)                                                          (mma)
+//     o   = scale exp(G) (.) (Q h[n]) + Aqk V                                             (mma)
 // Backward (CPU decay_chunk::backward, its passes 1-3; mixers.md 4.9 without W, U, L, and 4.10):
-//   Pass 1 (scan_kernel replayed with no outputs): every chunk-start state h[n] into h_start;
+//   Pass 1 (the forward's scan_kernel replayed): every chunk-start state h[n] into h_start;
 //     skipped when the forward kept them (forward's `kept`, which its scan filled: the same
 //     kernel on the same inputs, so the same bits; kept_floats() x 4 B, 268 MB at B4 T4096 H16
 //     D128; both gates and RWKV-6; nn/ops/decay_attention.h's keep_states).
@@ -60,9 +61,9 @@
 //   Pass 1 (scan_kernel, grid ((dk / 64) (dv / BV), HV, B)): each row of the state decays by its
 //     own exp(G_last[d]), so the state tiles split along dk as well (64 x BV, 8 CTAs a head at
 //     dk = dv = 128): h <- Diag(exp(G_last)) h + (K (.) exp(G_last - G))^T V, every chunk-start
-//     state into h_start (4 B x B HV NT dk dv, 268 MB at B4 T4096 H16 D128: the forward's
-//     `kept` when given, else a workspace, where the scalar gate's is the 67 MB of scores).
-//   Pass 2 (vector_output_kernel, grid (NT, HV, B)): Aqk in 16-row sub-chunks (mixers.md 4.4),
+//     state into h_start (4 B x B HV NT dk dv, 268 MB at B4 T4096 H16 D128, both gates: the
+//     forward's `kept` when given, else a workspace).
+//   Pass 2 (output_kernel, grid (NT, HV, B)): Aqk in 16-row sub-chunks (mixers.md 4.4),
 //     kept in shared memory: below the diagonal blocks one mma per row tile through its first
 //     row r, (q_t e^{G_t - G_r}) . (k_s e^{G_r - G_s}), s < r <= t; the 16 x 16 diagonal blocks
 //     pair by pair in fp32; then o = scale (Q (.) exp(G)) h[n] + Aqk V, every mma operand staged
@@ -74,7 +75,7 @@
 //     its state update is this one, so the forward scan and the backward's replay are shared;
 //     every query-side read of the state uses the exclusive gate Gq_t = G_{t-1} (the state
 //     before token t's update) and Aqk's diagonal is the bonus q_t . (u (.) k_t): the forward's
-//     pass 2 (vector_output_kernel), the reverse scan (q (.) exp(Gq)) and pass 3
+//     pass 2 (output_kernel), the reverse scan (q (.) exp(Gq)) and pass 3
 //     (local_backward_kernel: the bonus terms of dQ, dK, du's per-chunk parts, dG's query
 //     terms one row up; its head lists them). du is then summed over the chunks in a fixed order.
 //   Pass 3: Ps = scale dO V^T masked (no decay: it is per channel); dQ_t += sum_{s<=t} Ps[t,s]
@@ -90,17 +91,17 @@
 //   overflows whatever the gate; a factor underflows only where the exact pair weight
 //   exp(G_t - G_s) is itself below ~1e-38. Factoring q e^{G} . k e^{-G} over the chunk instead
 //   overflows once G reaches ~-88 (logsigmoid(N(-3, 1)), ~-3 a step, does within ~30 tokens).
-// Precision: q, k, v, dO are bf16 and enter the mma exactly. In the scalar gate's forward and in
-// the scans the fp32 operands (h, dh, Aqk, the decay-weighted V and dO, the gated k and q) are
-// split into hi + lo bf16 halves (cuda/chunk_mma.cuh), their fragments gathered element by element
-// from padded shared tiles, so the states stay fp32-exact (ht, dh0 ~1e-6 relative).
-// vector_output_kernel and local_backward_kernel instead round each fp32 or decayed operand to
+// Precision: q, k, v, dO are bf16 and enter the mma exactly. In the scans the fp32 operands (the
+// decay-weighted V and dO, the gated k and q) are split into hi + lo bf16 halves
+// (cuda/chunk_mma.cuh; the scalar gate's staged once as two tiles and read by ldmatrix, the vector
+// gate's gathered element by element), so the states stay fp32-exact (ht, dh0 ~1e-6 relative).
+// output_kernel and local_backward_kernel instead round each fp32 or decayed operand to
 // bf16 ONCE, where it is formed (Aqk, qg, the pieces of h[n] and qr, kref in the forward; Aqk, Ps
 // in 3a, the pieces of h, dh in 3b, qr, kref, qlast, kd in the backward), as fla's chunk_gla does,
-// and read every fragment by ldmatrix from swizzled tiles (cuda/staged_mma.cuh): the vector
-// gate's o carries relative RMS 2.3-2.5e-3 against the fp64 reference (1.6-1.7e-3 in the split
-// form, most of it o's own bf16 rounding; bound 5e-3), its gradients 2-4.4e-3 (1.6-1.7e-3
-// before; gpu-check's bound 1e-2). Per-row decays multiply the fp32
+// and read every fragment by ldmatrix from swizzled tiles (cuda/staged_mma.cuh): o carries
+// relative RMS 2.2-2.6e-3 against the fp64 reference, either gate (1.6-1.7e-3 in the split form,
+// most of it o's own bf16 rounding; bound 5e-3), the gradients 2-4.4e-3 (1.6-1.7e-3 before;
+// gpu-check's bound 1e-2). Per-row decays multiply the fp32
 // accumulators; the in-sub-chunk pairs are summed in fp32. Per-row sums (dG) are reduced without
 // atomics (WarpTile::add_row_sums), so the backward is deterministic.
 // Memory round trips: every kernel issues all of a chunk's global loads before it waits for any
@@ -108,16 +109,17 @@
 // thread's gate values into registers, vector_cumsum), so a chunk costs one round trip, not one per loop iteration (a
 // load-then-store loop through generic pointers is serialised: the compiler cannot move a load
 // above a store that may alias it). The scans run T / 64 chunks in sequence, so their per-chunk
-// latency is the forward's and backward's floor; the vector gate's scans copy the next chunk's
-// tiles during this chunk's state update (vector_scan), which leaves no round trip in the chain.
-// vector_output_kernel fetches its state pieces a piece ahead (cp.async into fp32 staging while
+// latency is the forward's and backward's floor; they copy the next chunk's tiles (and the scalar
+// gate's values) during this chunk's state update (vector_scan, scalar_scan), which leaves no
+// round trip in the chain.
+// output_kernel fetches its state pieces a piece ahead (cp.async into fp32 staging while
 // the previous piece's products run); local_backward_kernel its state pieces (3b) too: h's and dh's first piece
 // with the chunk's tiles, each next one by cp.async into the fp32 staging while this piece's
 // products read its bf16 copy.
 // The vector gate's forward budget at B4 T4096 H16 D128: scan_kernel (512 CTAs, all resident, 64
 // chunks in sequence) reads k, g 4 times (once for each of the dv / BV column tiles) and v, and
 // writes h_start: ~0.94 GB, ~0.2 ms at 4.5 TB/s, but its floor is the chain of 64 chunk steps
-// (0.53 ms measured, ~8 us a step: latency, not bandwidth). vector_output_kernel (4096 CTAs):
+// (0.53 ms measured, ~8 us a step: latency, not bandwidth). output_kernel (4096 CTAs):
 // memory 0.59 GB (a chunk reads h[n] 64 KB fp32, q, k, v 48 KB, g 16 KB, writes o 16 KB), ~0.13
 // ms; 864 mma.m16n8k16 a CTA (Aqk below the diagonal blocks 96, qg h 512, Aqk V 256; 14.5 GFLOP),
 // ~0.02 ms; ~98K elementwise exps a CTA (qr, kref, qg 28K, the diagonal blocks' pairs 70K), ~0.1
@@ -132,21 +134,23 @@
 // the mma loops, hi + lo splits) took 5.1 ms (ncu, H200). The scalar gate has no elementwise
 // decays: memory-bound, the same ~0.25 ms.
 // Shared memory per CTA (launch_kernel asserts <= 227 KB, an sm_90 CTA's limit), dk = 128 / 64:
-//   scores_kernel 35,072 / 18,688 B;  scan_kernel and reverse_scan_kernel 76,544 / 50,944 B
-//   with ~116 / ~104 registers (2 CTAs an SM);  local_backward_kernel (dk, dv) = (128, 128)
+//   scan_kernel and reverse_scan_kernel 50,176 / 33,792 B with 78-81 / 61-64 registers (the state
+//   in registers; 2 CTAs an SM);  output_kernel (dk, dv) = (128, 128) 73,984 B, (128, 64)
+//   65,792 B, (64, 128) 49,408 B, (64, 64) 41,216 B, 63-73 registers;  local_backward_kernel (dk, dv) = (128, 128)
 //   133,760 B, (128, 64) 117,376 B, (64, 128) 92,800 B, (64, 64) 76,416 B, with 159, 159, 160,
 //   128 registers a thread (ptxas): one CTA an SM, two at (64, 64) (kLocalCtasPerSm).
 //   Vector gate: scan_kernel and reverse_scan_kernel 55,552 B (any dk), 62 registers (4 CTAs an
-//   SM); vector_output_kernel (128, 128) 111,616 B, (128, 64) 103,424 B, (64, 128) 78,848 B,
+//   SM); output_kernel (128, 128) 111,616 B, (128, 64) 103,424 B, (64, 128) 78,848 B,
 //   (64, 64) 70,656 B (RWKV-6: + 4 dk B), 72, 72, 56, 54 registers (two CTAs an SM; 103,424,
 //   95,232, 70,656, 62,464 B and 59-99 registers before the staged tiles); local_backward_kernel (128, 128)
 //   192,512 B, (128, 64) 176,128 B, (64, 128) 121,344 B, (64, 64) 104,960 B, with 192, 206,
 //   162, 160 registers (one CTA an SM); RWKV-6's + 4 dk B (the bonus), with 228, 230, 173, 172
 //   registers; no spills (ptxas, nvcc 13.0, sm_90).
-//   A width of 256 ((dk, dv) = (256, 256), (128, 256), (256, 128)): scores_kernel at dk = 256
-//   67,840 B, 40 registers; scan_kernel and reverse_scan_kernel at dk = 256 127,744 B, 115 / 110
-//   registers (the state update in two 128-row passes, ScanSmem::advance; dk = 128 as above);
-//   vector scans 55,552 B, 62 / 62 registers; vector_output_kernel (256, 256) 205,824 B,
+//   A width of 256 ((dk, dv) = (256, 256), (128, 256), (256, 128)): scan_kernel and
+//   reverse_scan_kernel at dk = 256 82,944 B, 100 / 99 registers (the state in two 128-row
+//   WarpTiles, ScalarState; dk = 128 as above); output_kernel (256, 256) 139,520 B, (256, 128)
+//   123,136 B, (128, 256) 90,368 B with 96, 96, 73 registers;
+//   vector scans 55,552 B, 62 / 62 registers; vector output_kernel (256, 256) 205,824 B,
 //   (256, 128) 189,440 B, (128, 256) 128,000 B (RWKV-6: + 4 dk B) with 96, 96, 72 registers
 //   (RWKV-6 too; before the staged tiles 185,344, 168,960, 119,808 B with 159, 159, 99);
 //   local_backward_kernel, 128 key channels a CTA (kKeyBlock; one CTA at dk = 128, two at 256),
@@ -178,7 +182,6 @@ using WarpTile = chunk_mma::WarpTile<M, N, kWarps>;
 using chunk_mma::load_bf16_rows_async;
 using chunk_mma::load_f32_rows_async;
 using chunk_mma::wait_tiles;
-constexpr int kLdA = C + 4;  // fp32 row stride of the (C x C) score tiles in shared memory
 constexpr int BV = 32;       // state columns per scan CTA
 
 struct Args {
@@ -192,10 +195,8 @@ struct Args {
   const int32_t* chunk_reset;  // (B, NT) 1 where the state entering a chunk is zero (packed documents), or null
   bf16* o;              // (B, T, HV, dv); null: the backward's replay (no outputs)
   float* ht;            // (B, HV, dk, dv) or null
-  float* aqk;           // (B, HV, NT, C, C) workspace: pass 1 writes, pass 2 reads
   float* h_start;       // (B, HV, NT, dk, dv)  state at the start of each chunk: written by the forward's
-                        // scan (the vector gate's always, the scalar gate's when kept) and by the
-                        // backward's replay of it, read by vector_output_kernel and pass 3
+                        // scan and by the backward's replay of it, read by output_kernel and pass 3
   // backward only (null in the forward)
   float* dh_end;        // (B, HV, NT, dk, dv)  gradient of each chunk's END state (pass 2)
   const bf16* d_o;      // (B, T, HV, dv)
@@ -217,19 +218,31 @@ struct Args {
 
 __device__ __forceinline__ float bf(bf16 x) { return __bfloat162float(x); }
 
-// Warp 0 only: G[t] = g_0 + ... + g_t for the chunk's tokens (g past n = 0), two tokens a lane.
-__device__ __forceinline__ void chunk_cumsum(float* G, const bf16* g, int64_t stride, int n) {
-  const int lane = threadIdx.x;
-  const float x0 = 2 * lane < n ? bf(g[2 * lane * stride]) : 0.f;
-  const float x1 = 2 * lane + 1 < n ? bf(g[(2 * lane + 1) * stride]) : 0.f;
+// One warp's inclusive cumsum of a chunk's 64 gate values held two a lane (x0 = g_{2 lane}, x1 =
+// g_{2 lane + 1}): G0 = G[2 lane], G1 = G[2 lane + 1] (G[t] = g_0 + ... + g_t).
+__device__ __forceinline__ void warp_cumsum_pair(float x0, float x1, float& G0, float& G1) {
+  const int lane = threadIdx.x % 32;
   float s = x0 + x1;
 #pragma unroll
   for (int off = 1; off < 32; off <<= 1) {
     const float y = __shfl_up_sync(0xffffffffu, s, off);
     if (lane >= off) s += y;
   }
-  G[2 * lane] = s - x1;
-  G[2 * lane + 1] = s;
+  G0 = s - x1, G1 = s;
+}
+
+// The calling lane's two gate values of a chunk, g_{2 lane} and g_{2 lane + 1} (0 past n).
+__device__ __forceinline__ void load_gate_pair(float& x0, float& x1, const bf16* g, int64_t stride, int n) {
+  const int lane = threadIdx.x % 32;
+  x0 = 2 * lane < n ? bf(g[2 * lane * stride]) : 0.f;
+  x1 = 2 * lane + 1 < n ? bf(g[(2 * lane + 1) * stride]) : 0.f;
+}
+
+// Warp 0 only: G[t] = g_0 + ... + g_t for the chunk's tokens (g past n = 0), two tokens a lane.
+__device__ __forceinline__ void chunk_cumsum(float* G, const bf16* g, int64_t stride, int n) {
+  float x0, x1;
+  load_gate_pair(x0, x1, g, stride, n);
+  warp_cumsum_pair(x0, x1, G[2 * threadIdx.x], G[2 * threadIdx.x + 1]);
 }
 
 // The 8 bf16 values of a 16-byte piece as floats, by value (a bf16 pointer into the piece would
@@ -298,34 +311,6 @@ __device__ __forceinline__ void store_decayed_scores(WarpTile<C, C>& s, const fl
   s.each([&](int r, int c, float x, int) { put(r, c, c <= r ? scale * x * expf(G[r] - G[c]) : 0.f); });
 }
 
-// ---- Forward pass 1: the masked, decayed scores of every chunk ----
-
-template <int DK>
-struct ScoresSmem {
-  static constexpr int kLdK = DK + 8;
-  static constexpr size_t bytes() { return sizeof(bf16) * 2 * C * kLdK + sizeof(float) * C; }
-};
-
-template <int DK>
-__global__ void __launch_bounds__(kThreads) scores_kernel(Args a) {
-  constexpr int kLdK = ScoresSmem<DK>::kLdK;
-  extern __shared__ float4 smem_raw[];
-  bf16* q = reinterpret_cast<bf16*>(smem_raw);  // (C, kLdK)
-  bf16* k = q + C * kLdK;                       // (C, kLdK)
-  float* G = reinterpret_cast<float*>(k + C * kLdK);  // (C)
-  const int chunk = blockIdx.x, j = blockIdx.y, b = blockIdx.z, hq = j / (a.HV / a.H);
-  const int t0 = chunk * C, n = min(C, a.T - t0);
-  load_bf16_rows_async<C, DK>(q, a.q + ((int64_t(b) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
-  load_bf16_rows_async<C, DK>(k, a.k + ((int64_t(b) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
-  if (threadIdx.x < 32) chunk_cumsum(G, a.g + (int64_t(b) * a.T + t0) * a.HV + j, a.HV, n);
-  wait_tiles();
-  WarpTile<C, C> s;
-  s.mma<DK, false, false>([&](int r, int d) { return bf(q[r * kLdK + d]); },   // Q[r][d]
-                          [&](int d, int c) { return bf(k[c * kLdK + d]); });  // K^T[d][c]
-  float* const out = a.aqk + ((int64_t(b) * a.HV + j) * a.NT + chunk) * C * C;
-  store_decayed_scores(s, G, a.scale, [&](int r, int c, float x) { out[r * C + c] = x; });
-}
-
 // The reference-decayed rows of Aqk's below-diagonal product (forward pass 2, backward 3a, 3c):
 // row tile i (16 rows, first row 16 i, last 16 i + 15) takes k's rows s < 16 i decayed to 16 i
 // (kref: Aqk, and dQ in 3c) or q's rows t > 16 i + 15 decayed to 16 i + 15 (qlast, dK in 3c), the
@@ -335,10 +320,13 @@ constexpr int kDecayedRows = 96;  // 16 + 32 + 48 rows of kref; 48 + 32 + 16 of 
 __device__ __forceinline__ int kref_offset(int tile) { return 8 * tile * (tile - 1); }
 __device__ __forceinline__ int qlast_offset(int tile) { return 48 * tile - 8 * tile * (tile - 1); }
 
-// Vector gate, forward pass 2 (vector_output_kernel, grid (NT, HV, B), every chunk in parallel,
-// after the scan has stored every chunk-start state h[n]); every mma operand a bf16 swizzled tile
-// read by ldmatrix (cuda/staged_mma.cuh), each decayed operand rounded to bf16 once, as the local
-// backward's 3a (Gq = G; RWKV-6 (RW): the exclusive Gq_t = G_{t-1} and the bonus u on Aqk's
+// Forward pass 2 (output_kernel, grid (NT, HV, B), every chunk in parallel, after the scan has
+// stored every chunk-start state h[n]); every mma operand a bf16 swizzled tile read by ldmatrix
+// (cuda/staged_mma.cuh), each decayed operand rounded to bf16 once, as the local backward's 3a.
+// Scalar gate (VG false):
+//   1  q, k, v (bf16, swizzled) by cp.async; G by chunk_cumsum
+//   2  Aqk = scale (Q K^T) (.) exp(G_t - G_s), s <= t (masked before the exp)     (mma), staged
+// Vector gate (Gq = G; RWKV-6 (RW): the exclusive Gq_t = G_{t-1} and the bonus u on Aqk's
 // diagonal, see vector_diagonal_scores; its state update is the decay attention's, so the scan
 // is shared):
 //   1  q, k, v (bf16, swizzled) by cp.async; G (fp32) by vector_cumsum
@@ -347,9 +335,11 @@ __device__ __forceinline__ int qlast_offset(int tile) { return 48 * tile - 8 * t
 //      staged; one mma per row tile, accumulated over the slices), so the staging is 20 KB at any
 //      dk; the diagonal blocks pair by pair in fp32 (vector_diagonal_scores); Aqk staged as bf16
 //   3  qg = scale q (.) exp(Gq) staged as bf16 in qr's and kref's place
+// Both:
 //   4  kOutputPiece state columns c0.. at a time (the next piece's fp32 in flight by cp.async while
-//      this one's products run; its staging and bf16 transposed tile in q's and k's place):
-//      o = qg h[n] + Aqk V                                                               (mma)
+//      this one's products run; its staging and bf16 transposed tile in q's and k's place, the
+//      scalar gate's in qg's and k's: q stays)
+//      o = qg h[n] + Aqk V, the scalar gate's o = scale exp(G) (.) (Q h[n]) + Aqk V        (mma)
 // (Its budget: the file's header.)
 constexpr int kOutputSlice = 64;  // key channels of Aqk's below-diagonal product a step
 constexpr int kOutputPiece = 32;  // state columns a step of o
@@ -399,23 +389,26 @@ __device__ __forceinline__ void vector_diagonal_scores(Put&& put, const FQ& q8, 
   }
 }
 
-template <int DK, int DV, bool RW>
+template <int DK, int DV, bool VG, bool RW>
 struct OutputSmem {
-  static constexpr int kLdG = DK + 4;  // fp32 row stride of G
-  // qr and kref of one slice (pass 2), then qg (pass 3), in one place
-  static constexpr size_t kDecayedHalves = std::max(size_t(C) * DK, size_t(C + kDecayedRows) * kOutputSlice);
-  static_assert((sizeof(float) + sizeof(bf16)) * DK * kOutputPiece <= sizeof(bf16) * 2 * C * DK,
-                "a state piece's staging and bf16 tile fit in q's and k's place");
-  float* G;         // (C, kLdG)
+  static constexpr int kLdG = DK + 4;  // fp32 row stride of the vector gate's G
+  // The vector gate's qg, and its qr and kref of one slice (pass 2) before it, in one place; the
+  // scalar gate's state pieces' fp32 staging there
+  static constexpr size_t kDecayedHalves = VG ? std::max(size_t(C) * DK, size_t(C + kDecayedRows) * kOutputSlice)
+                                              : sizeof(float) / sizeof(bf16) * DK * kOutputPiece;
+  static_assert((sizeof(float) + sizeof(bf16)) * DK * kOutputPiece <= sizeof(bf16) * 2 * C * DK &&
+                    kOutputPiece * DK <= C * DK,
+                "a state piece's staging and bf16 tile fit in q's and k's place, the bf16 tile in k's");
+  float* G;         // vector gate (C, kLdG); scalar gate (C)
   float* u;         // RW (DK): the bonus
   bf16 *q, *k;      // (C, DK) swizzled
   bf16* v;          // (C, DV) swizzled
   bf16* aqk;        // (C, C) swizzled
-  bf16 *qr, *kref;  // (C, kOutputSlice), (kDecayedRows, kOutputSlice) swizzled: one slice's decayed rows
-  bf16* qg;         // (C, DK) swizzled, in qr's and kref's place
-  float* staged_h;  // (DK, kOutputPiece) fp32: a piece of h[n] as cp.async lands it, in q's place
-  bf16* hT;         // (kOutputPiece, DK) swizzled: the piece transposed, after the staging
-  static constexpr size_t floats() { return size_t(C) * kLdG + (RW ? DK : 0); }
+  bf16 *qr, *kref;  // vector gate (C, kOutputSlice), (kDecayedRows, kOutputSlice) swizzled: one slice's decayed rows
+  bf16* qg;         // vector gate (C, DK) swizzled, in qr's and kref's place
+  float* staged_h;  // (DK, kOutputPiece) fp32: a piece of h[n] as cp.async lands it, in q's place (scalar: qg's)
+  bf16* hT;         // (kOutputPiece, DK) swizzled: the piece transposed, after the staging (scalar: in k's place)
+  static constexpr size_t floats() { return VG ? size_t(C) * kLdG + (RW ? DK : 0) : size_t(C); }
   static constexpr size_t halves() { return size_t(2) * C * DK + size_t(C) * DV + C * C + kDecayedHalves; }
   static constexpr size_t bytes() { return sizeof(float) * floats() + sizeof(bf16) * halves(); }
   static_assert(floats() % 4 == 0 && kDecayedHalves % 8 == 0, "the bf16 tiles start 16-byte aligned");
@@ -423,37 +416,24 @@ struct OutputSmem {
     G = static_cast<float*>(p), u = RW ? G + C * kLdG : nullptr;
     q = reinterpret_cast<bf16*>(static_cast<float*>(p) + floats()), k = q + C * DK, v = k + C * DK;
     aqk = v + C * DV, qr = aqk + C * C, kref = qr + C * kOutputSlice, qg = qr;
-    staged_h = reinterpret_cast<float*>(q), hT = reinterpret_cast<bf16*>(staged_h + DK * kOutputPiece);
+    if (VG) staged_h = reinterpret_cast<float*>(q), hT = reinterpret_cast<bf16*>(staged_h + DK * kOutputPiece);
+    else staged_h = reinterpret_cast<float*>(qg), hT = k;
   }
 };
 
-// CTAs an SM vector_output_kernel is compiled for: two where two fit in shared memory (dk <= 128,
+// CTAs an SM output_kernel is compiled for: two where two fit in shared memory (dk <= 128,
 // dv <= 128: at most 109 KB each), one elsewhere.
 template <int DK, int DV>
 constexpr int kOutputCtasPerSm = DK <= 128 && DV <= 128 ? 2 : 1;
 
+// Pass 2, vector gate: Aqk into sm.aqk (scale, decays and the causal mask in it), then qg =
+// scale q (.) exp(Gq) into sm.qg. Ends with __syncthreads.
 template <int DK, int DV, bool RW>
-__global__ void __launch_bounds__(kThreads, kOutputCtasPerSm<DK, DV>) vector_output_kernel(Args a) {
-  extern __shared__ float4 smem_raw[];
-  using Smem = OutputSmem<DK, DV, RW>;
+__device__ __forceinline__ void stage_vector_scores(const OutputSmem<DK, DV, true, RW>& sm, const Args& a) {
   using chunk_mma::mma_staged;
   using chunk_mma::Staged;
   using chunk_mma::stage;
-  const Smem sm(smem_raw);
-  constexpr int kLdG = Smem::kLdG, kSlice = kOutputSlice, kPiece = kOutputPiece;
-  const int chunk = blockIdx.x, j = blockIdx.y, b = blockIdx.z, hq = j / (a.HV / a.H);
-  const int t0 = chunk * C, n = min(C, a.T - t0);
-  const int64_t tok0 = (int64_t(b) * a.T + t0) * a.HV + j;  // (B, T, HV) index of token t0
-  const int64_t qk0 = ((int64_t(b) * a.T + t0) * a.H + hq) * DK;
-  const int64_t state0 = ((int64_t(b) * a.HV + j) * a.NT + chunk) * DK * DV;  // h[n]
-  // 1: the chunk's tiles (one round trip) and G.
-  load_tile_async<C, DK, kThreads>(sm.q, a.q + qk0, int64_t(a.H) * DK, 0, n);
-  load_tile_async<C, DK, kThreads>(sm.k, a.k + qk0, int64_t(a.H) * DK, 0, n);
-  load_tile_async<C, DV, kThreads>(sm.v, a.v + tok0 * DV, int64_t(a.HV) * DV, 0, n);
-  if constexpr (RW)
-    for (int d = threadIdx.x; d < DK; d += kThreads) sm.u[d] = bf(a.bonus[hq * DK + d]);
-  vector_cumsum<DK>(sm.G, kLdG, nullptr, a.g + tok0 * DK, int64_t(a.HV) * DK, n);
-  wait_tiles();
+  constexpr int kLdG = OutputSmem<DK, DV, true, RW>::kLdG, kSlice = kOutputSlice;
   // Channels d .. d + 7 of a row (d % 8 == 0), as floats: of q, k, G, Gq (the query side's gate).
   auto q8 = [&](int r, int d, float* x) { load8(sm.q + swizzle<DK>(r, d), x); };
   auto k8 = [&](int r, int d, float* x) { load8(sm.k + swizzle<DK>(r, d), x); };
@@ -471,7 +451,7 @@ __global__ void __launch_bounds__(kThreads, kOutputCtasPerSm<DK, DV>) vector_out
     chunk_mma::stage8<decltype(width)::value>(tile, row, d, y);
   };
   using SliceWidth = std::integral_constant<int, kSlice>;
-  // 2: Aqk below the diagonal blocks, a slice of channels ds.. at a time, then the diagonal blocks.
+  // Aqk below the diagonal blocks, a slice of channels ds.. at a time, then the diagonal blocks.
   WarpTile<C, C> qk;
   const int ref = qk.row0;  // this warp's row tile's first row
   for (int ds = 0; ds < DK; ds += kSlice) {
@@ -501,7 +481,7 @@ __global__ void __launch_bounds__(kThreads, kOutputCtasPerSm<DK, DV>) vector_out
   vector_diagonal_scores<DK, RW>([&](int r, int c, float x) { stage<C>(sm.aqk, r, c, x); }, q8, k8, G8, Gq8, a.scale,
                                  sm.u);
   __syncthreads();  // the last slice's products are done with qr, kref
-  // 3: qg = scale q (.) exp(Gq) in their place.
+  // qg = scale q (.) exp(Gq) in their place.
   for (int i = threadIdx.x; i < C * DK / 8; i += kThreads) {
     const int t = i / (DK / 8), d = i % (DK / 8) * 8;
     float x[8], gt[8];
@@ -509,7 +489,49 @@ __global__ void __launch_bounds__(kThreads, kOutputCtasPerSm<DK, DV>) vector_out
     q8(t, d, x), Gq8(t, d, gt);
     stage_decayed(sm.qg, std::integral_constant<int, DK>{}, t, d, a.scale, x, gt, zero);
   }
-  __syncthreads();  // Aqk and qg are staged; q, k and G are free
+  __syncthreads();
+}
+
+// Pass 2, scalar gate: Aqk = scale (Q K^T) (.) exp(G_t - G_s), s <= t, into sm.aqk (each warp's
+// column pairs past its row tile skipped: masked). Ends with __syncthreads (k is free after).
+template <int DK, int DV>
+__device__ __forceinline__ void stage_scalar_scores(const OutputSmem<DK, DV, false, false>& sm, const Args& a) {
+  using chunk_mma::Staged;
+  WarpTile<C, C> qk;
+  chunk_mma::mma_staged(qk, Staged<DK, false>{sm.q}, Staged<DK, true>{sm.k}, 0, DK, qk.row0 + 16);
+  store_decayed_scores(qk, sm.G, a.scale, [&](int r, int c, float x) { chunk_mma::stage<C>(sm.aqk, r, c, x); });
+  __syncthreads();
+}
+
+template <int DK, int DV, bool VG, bool RW>
+__global__ void __launch_bounds__(kThreads, kOutputCtasPerSm<DK, DV>) output_kernel(Args a) {
+  static_assert(VG || !RW, "RWKV-6 has a vector gate");
+  extern __shared__ float4 smem_raw[];
+  using Smem = OutputSmem<DK, DV, VG, RW>;
+  using chunk_mma::mma_staged;
+  using chunk_mma::Staged;
+  const Smem sm(smem_raw);
+  constexpr int kPiece = kOutputPiece;
+  const int chunk = blockIdx.x, j = blockIdx.y, b = blockIdx.z, hq = j / (a.HV / a.H);
+  const int t0 = chunk * C, n = min(C, a.T - t0);
+  const int64_t tok0 = (int64_t(b) * a.T + t0) * a.HV + j;  // (B, T, HV) index of token t0
+  const int64_t qk0 = ((int64_t(b) * a.T + t0) * a.H + hq) * DK;
+  const int64_t state0 = ((int64_t(b) * a.HV + j) * a.NT + chunk) * DK * DV;  // h[n]
+  // 1: the chunk's tiles (one round trip) and G.
+  load_tile_async<C, DK, kThreads>(sm.q, a.q + qk0, int64_t(a.H) * DK, 0, n);
+  load_tile_async<C, DK, kThreads>(sm.k, a.k + qk0, int64_t(a.H) * DK, 0, n);
+  load_tile_async<C, DV, kThreads>(sm.v, a.v + tok0 * DV, int64_t(a.HV) * DV, 0, n);
+  if constexpr (VG) {
+    if constexpr (RW)
+      for (int d = threadIdx.x; d < DK; d += kThreads) sm.u[d] = bf(a.bonus[hq * DK + d]);
+    vector_cumsum<DK>(sm.G, Smem::kLdG, nullptr, a.g + tok0 * DK, int64_t(a.HV) * DK, n);
+  } else if (threadIdx.x < 32) {
+    chunk_cumsum(sm.G, a.g + tok0, a.HV, n);
+  }
+  wait_tiles();
+  // 2, 3: Aqk (and the vector gate's qg) staged; k (and the vector gate's q and G) free after.
+  if constexpr (VG) stage_vector_scores(sm, a);
+  else stage_scalar_scores(sm, a);
   // 4: o, kPiece state columns c0.. at a time. The conversion: a thread takes column c = its lane of
   // the piece and state rows d .. d + 7 (one 16-byte store into hT's row c; the warp's 32 columns
   // read conflict-free).
@@ -533,7 +555,12 @@ __global__ void __launch_bounds__(kThreads, kOutputCtasPerSm<DK, DV>) vector_out
     __syncthreads();  // the piece's tile is ready, the staging is free
     if (c0 + kPiece < DV) load_piece(c0 + kPiece);  // in flight during the products below
     WarpTile<C, kPiece> o;
-    mma_staged(o, Staged<DK, false>{sm.qg}, Staged<DK, true>{sm.hT}, 0, DK);
+    if constexpr (VG) {
+      mma_staged(o, Staged<DK, false>{sm.qg}, Staged<DK, true>{sm.hT}, 0, DK);
+    } else {
+      mma_staged(o, Staged<DK, false>{sm.q}, Staged<DK, true>{sm.hT}, 0, DK);
+      o.each([&](int r, int, float& x, int) { x *= a.scale * expf(sm.G[r]); });
+    }
     mma_staged(o, Staged<C, false>{sm.aqk}, Staged<DV, false>{sm.v, 0, c0}, 0, C);
     o.each_pair([&](int r, int c, float x0, float x1, int) {  // columns c, c + 1 in one 4-byte store
       if (r < n)
@@ -544,61 +571,40 @@ __global__ void __launch_bounds__(kThreads, kOutputCtasPerSm<DK, DV>) vector_out
 
 // ---- The scans over chunks (forward pass 2 and its replay, backward pass 2) ----
 
-// Rows of the state one vector-gate scan CTA carries. The vector gate's scans only carry the
-// state (its forward output is the chunk-parallel vector_output_kernel's), and the update
+// Rows of the state one vector-gate scan CTA carries. The vector gate's update
 // h[d, :] <- exp(G_last[d]) h[d, :] + sum_s kg[s, d] v_s touches row d alone, so its CTAs split
 // the state along dk as well as dv: (dk / 64) (dv / BV) CTAs a head, 8 at dk = dv = 128 (512
-// CTAs at B4 H16, every one resident). The scalar gate's forward scan also forms o = Q h, which
-// needs every row: its CTAs hold all dk rows.
+// CTAs at B4 H16, every one resident). A scalar-gate scan CTA holds all dk rows of its BV
+// columns in registers (ScalarState) and reads each chunk's k (or q) tile once for all of them.
 constexpr int kVectorScanRows = 64;
 // CTAs an SM the scans are compiled for: 4 vector-gate CTAs (55,552 B each, so at most 64
 // registers a thread) an SM keep all 512 of B4 H16 dk = dv = 128 resident, where 80 registers
-// would allow 3 and leave a second wave; the scalar gate's are left to ptxas (its shared memory
-// allows 2 CTAs an SM at dk = 128).
+// would allow 3 and leave a second wave; 2 scalar-gate CTAs (at most 81 KB each, 128 registers a
+// thread), so the 256 CTAs of B4 H16 dk = dv = 128, B8 H16 dk = dv = 64 or B8 H4 dk = dv = 256
+// are all resident on 132 SMs.
 template <bool VG>
-constexpr int kScanCtasPerSm = VG ? 4 : 1;
+constexpr int kScanCtasPerSm = VG ? 4 : 2;
 
-// One CTA's shared memory: a (KT x BV) tile of the carried state (h forward, dS reverse), rows
-// d0 .. d0 + KT - 1 and columns v0 .. v0 + BV - 1, and one chunk's tiles. The gate's part: a
-// scalar gate keeps the forward's scores, G, exp(G), row weights w and the bf16 q, k tiles (KT =
-// dk); a vector gate (VG) the raw bf16 tiles of its KT channels of k (forward) or q (reverse) and
-// of g, the fp32 gated tile xg formed from them (kg = k (.) exp(G_last - G) forward, qg = q (.)
-// exp(G) reverse; every exponent <= 0) and G_last, and two V (or dO) tiles (vector_scan).
-template <int KT, bool VG>
-struct ScanSmem {
+// A vector-gate scan CTA's shared memory: a (KT x BV) tile of the carried state (h forward, dS
+// reverse), rows d0 .. d0 + KT - 1 and columns v0 .. v0 + BV - 1, the raw bf16 tiles of its KT
+// channels of k (forward) or q (reverse) and of g, the fp32 gated tile xg formed from them (kg =
+// k (.) exp(G_last - G) forward, qg = q (.) exp(G) reverse; every exponent <= 0) and G_last, and
+// two V (or dO) tiles (vector_scan).
+template <int KT>
+struct VectorScanSmem {
   static constexpr int kLdK = KT + 8, kLdV = BV + 8, kLdH = BV + 4, kLdG = KT + 4;
   float* h;             // (KT, kLdH)  the state tile: h (forward) or dS (reverse)
-  float* aqk;           // scalar gate (C, kLdA): the forward's scores
-  float *G, *expG, *w;  // scalar gate (C): G, exp(G), the state update's row weights (see advance)
-  bf16 *q, *k;          // scalar gate (C, kLdK)
-  float* xg;            // vector gate (C, kLdG): the gated k (forward) or q (reverse)
-  float* glast;         // vector gate (KT): G_last
-  bf16 *raw_x, *raw_g;  // vector gate (C, kLdK): k (forward) or q (reverse), and g
-  bf16* v[2];           // (C, kLdV)   columns v0 .. v0 + BV - 1 of V (forward) or dO (reverse):
-                        //             the scalar gate's in v[0], the vector gate's by chunk parity
-  static constexpr int kVTiles = VG ? 2 : 1;
-  static constexpr size_t gate_floats() { return VG ? size_t(C) * kLdG + KT : size_t(C) * kLdA + 3 * C; }
-  static constexpr size_t gate_bf16s() { return 2 * C * kLdK; }
-  static constexpr size_t bytes() {
-    return sizeof(float) * (size_t(KT) * kLdH + gate_floats()) + sizeof(bf16) * (gate_bf16s() + kVTiles * C * kLdV);
-  }
-  static_assert((KT * kLdH + gate_floats()) % 4 == 0, "the bf16 tiles start 16-byte aligned");
-  __device__ explicit ScanSmem(void* p) {
-    h = static_cast<float*>(p);
-    float* gate = h + KT * kLdH;
-    aqk = G = expG = w = xg = glast = nullptr;
-    q = k = raw_x = raw_g = v[1] = nullptr;
-    bf16* tiles;  // the bf16 tiles: 2 (C, kLdK), then kVTiles (C, kLdV)
-    if constexpr (VG) {
-      xg = gate, glast = xg + C * kLdG;
-      tiles = reinterpret_cast<bf16*>(glast + KT);
-      raw_x = tiles, raw_g = raw_x + C * kLdK;
-    } else {
-      aqk = gate, G = aqk + C * kLdA, expG = G + C, w = expG + C;
-      tiles = reinterpret_cast<bf16*>(w + C);
-      q = tiles, k = q + C * kLdK;
-    }
-    for (int i = 0; i < kVTiles; i++) v[i] = tiles + 2 * C * kLdK + i * C * kLdV;
+  float* xg;            // (C, kLdG): the gated k (forward) or q (reverse)
+  float* glast;         // (KT): G_last
+  bf16 *raw_x, *raw_g;  // (C, kLdK): k (forward) or q (reverse), and g
+  bf16* v[2];           // (C, kLdV)   columns v0 .. v0 + BV - 1 of V (forward) or dO (reverse), by chunk parity
+  static constexpr size_t floats() { return size_t(KT) * kLdH + size_t(C) * kLdG + KT; }
+  static constexpr size_t bytes() { return sizeof(float) * floats() + sizeof(bf16) * (2 * C * kLdK + 2 * C * kLdV); }
+  static_assert(floats() % 4 == 0, "the bf16 tiles start 16-byte aligned");
+  __device__ explicit VectorScanSmem(void* p) {
+    h = static_cast<float*>(p), xg = h + KT * kLdH, glast = xg + C * kLdG;
+    raw_x = reinterpret_cast<bf16*>(glast + KT), raw_g = raw_x + C * kLdK;
+    v[0] = raw_g + C * kLdK, v[1] = v[0] + C * kLdV;
   }
   // h <- the tile of a (dk, DV) fp32 state in global memory whose row d0 starts at src (zeros
   // when null), ready for every thread.
@@ -632,34 +638,21 @@ struct ScanSmem {
       for (int e = 0; e < 8; e++) out[e] = x[e] * exp_ex2(query ? out[e] : glast[d + e] - out[e]);
     }
   }
-  // h <- Diag(decay) h + X^T Y over this chunk's rows s, with X(s, d), Y(s, c) and decay(d)
-  // accessors (SPLIT_X / SPLIT_Y: that operand is fp32, see WarpTile::mma). The __syncthreads
-  // inside orders every read of h and of the chunk's tiles before h is written.
-  // The rows go kAdvanceRows at a time (a WarpTile holds at most 16 rows a warp, 128 in all):
-  // each pass reads and writes only its own rows, and the last pass's __syncthreads comes after
-  // every pass's reads of the tiles.
+  // h <- Diag(exp(G_last)) h + (xg (.) weight)^T vt (vt: one of the V / dO tiles; xg fp32, split
+  // into hi + lo, see WarpTile::mma). The __syncthreads inside orders every read of h and of the
+  // chunk's tiles before h is written. The rows go kAdvanceRows at a time (a WarpTile holds at
+  // most 16 rows a warp, 128 in all): each pass reads and writes only its own rows, and the last
+  // pass's __syncthreads comes after every pass's reads of the tiles.
   static constexpr int kAdvanceRows = KT < 128 ? KT : 128;
-  template <bool SPLIT_X, bool SPLIT_Y, class Decay, class FX, class FY>
-  __device__ void advance(const Decay& decay, const FX& x, const FY& y) const {
+  __device__ void advance_vector(float weight, const bf16* vt) const {
     for (int r0 = 0; r0 < KT; r0 += kAdvanceRows) {
       WarpTile<kAdvanceRows, BV> next;
-      next.each([&](int d, int c, float& acc, int) { acc = decay(r0 + d) * h[(r0 + d) * kLdH + c]; });
-      next.template mma<C, SPLIT_X, SPLIT_Y>([&](int d, int s) { return x(s, r0 + d); }, y);
+      next.each([&](int d, int c, float& acc, int) { acc = exp_ex2(glast[r0 + d]) * h[(r0 + d) * kLdH + c]; });
+      next.template mma<C, true, false>([&](int d, int s) { return weight * xg[s * kLdG + r0 + d]; },
+                                        [&](int s, int c) { return bf(vt[s * kLdV + c]); });
       __syncthreads();
       next.each([&](int d, int c, float acc, int) { h[(r0 + d) * kLdH + c] = acc; });
     }
-  }
-  // Scalar gate: h <- exp(G_last) h + X^T diag(w) V-tile, X = K forward, Q reverse; w =
-  // exp(G_last - G) forward, scale exp(G) reverse.
-  __device__ void advance_scalar(const bf16* x) const {
-    const float decay = expG[C - 1];
-    advance<false, true>([&](int) { return decay; }, [&](int s, int d) { return bf(x[s * kLdK + d]); },
-                         [&](int s, int c) { return bf(v[0][s * kLdV + c]) * w[s]; });
-  }
-  // Vector gate: h <- Diag(exp(G_last)) h + (xg (.) weight)^T vt (vt: one of the V / dO tiles).
-  __device__ void advance_vector(float weight, const bf16* vt) const {
-    advance<true, false>([&](int d) { return exp_ex2(glast[d]); }, [&](int s, int d) { return weight * xg[s * kLdG + d]; },
-                         [&](int s, int c) { return bf(vt[s * kLdV + c]); });
   }
 };
 
@@ -678,7 +671,7 @@ struct ScanTile {
 // the sequential chain holds no memory round trip. RW (RWKV-6, REVERSE only): dO meets the
 // state through q (.) exp(Gq), the exclusive query gate.
 template <int DK, int KT, bool REVERSE, bool RW>
-__device__ void vector_scan(const ScanSmem<KT, true>& sm, const Args& a, int DV) {
+__device__ void vector_scan(const VectorScanSmem<KT>& sm, const Args& a, int DV) {
   const ScanTile<KT> tile(DV);
   const int v0 = tile.v0, j = blockIdx.y, b = blockIdx.z, hq = j / (a.HV / a.H);
   const int64_t head = int64_t(b) * a.HV + j;  // (b, j) of the (B, HV, ..) buffers
@@ -722,102 +715,157 @@ __device__ void vector_scan(const ScanSmem<KT, true>& sm, const Args& a, int DV)
   sm.store_state(last + head * DK * DV + row0, v0, DV);
 }
 
-// Forward pass 2, or the backward's replay of it: every chunk-start state h[n] into a.h_start
-// (where not null) and the final state into a.ht. The scalar gate's forward (a.o not null) also
-// writes o from the state and the scores; the vector gate's output is vector_output_kernel's.
+// A scalar-gate scan CTA's state tile, all DK rows of its BV columns, in registers: kParts
+// WarpTiles of kRows rows (a WarpTile holds at most 16 rows a warp, 128 in all), part p rows
+// p kRows .. p kRows + kRows - 1. Global (dk, DV) fp32 states are read and written from the
+// accumulators, a column pair (8 bytes) a thread at a time.
+template <int DK>
+struct ScalarState {
+  static constexpr int kRows = DK < 128 ? DK : 128, kParts = DK / kRows;
+  WarpTile<kRows, BV> part[kParts];
+  // fn(row, col, x0, x1) for every accumulator pair (col, col + 1) of a row, x0 and x1 by reference.
+  template <class Fn>
+  __device__ __forceinline__ void each_pair(Fn&& fn) {
+#pragma unroll
+    for (int p = 0; p < kParts; p++)
+      part[p].each_pair([&](int r, int c, float& x0, float& x1, int) { fn(p * kRows + r, c, x0, x1); });
+  }
+  // The columns v0 .. v0 + BV - 1 of a (DK, DV) state at src (zeros when null).
+  __device__ __forceinline__ void load(const float* src, int v0, int DV) {
+    each_pair([&](int r, int c, float& x0, float& x1) {
+      const float2 x = src ? *reinterpret_cast<const float2*>(src + r * DV + v0 + c) : make_float2(0.f, 0.f);
+      x0 = x.x, x1 = x.y;
+    });
+  }
+  __device__ __forceinline__ void store(float* dst, int v0, int DV) {
+    each_pair([&](int r, int c, float& x0, float& x1) {
+      *reinterpret_cast<float2*>(dst + r * DV + v0 + c) = make_float2(x0, x1);
+    });
+  }
+  // h <- decay h + X^T (Yhi + Ylo): X the chunk's (C, DK) bf16 tile (rows LDX apart, read
+  // transposed by ldmatrix.trans), Yhi + Ylo the (C, BV) fp32 operand split into two bf16 tiles
+  // (rows LDY apart).
+  template <int LDX, int LDY>
+  __device__ __forceinline__ void advance(float decay, const bf16* x, const bf16* y_hi, const bf16* y_lo) {
+    using chunk_mma::mma_staged;
+    using chunk_mma::Padded;
+#pragma unroll
+    for (int p = 0; p < kParts; p++) {
+      part[p].each([&](int, int, float& acc, int) { acc *= decay; });
+      const Padded<LDX, true> xt{x, 0, p * kRows};
+      mma_staged(part[p], xt, Padded<LDY, false>{y_hi}, 0, C);
+      mma_staged(part[p], xt, Padded<LDY, false>{y_lo}, 0, C);
+    }
+  }
+};
+
+// A scalar-gate scan CTA's shared memory: the chunk's bf16 tiles of k (forward) or q (reverse),
+// all DK channels, by chunk parity (the next chunk's copy lands while this chunk's update reads
+// its own); columns v0 .. v0 + BV - 1 of V (forward) or dO (reverse); and the update's fp32
+// operand diag(w) V (or dO) split into bf16 hi and lo tiles.
+template <int DK>
+struct ScalarScanSmem {
+  static constexpr int kLdK = DK + 8, kLdV = BV + 8;
+  bf16* x[2];          // (C, kLdK)
+  bf16* v;             // (C, kLdV)
+  bf16 *wv_hi, *wv_lo;  // (C, kLdV)
+  static constexpr size_t bytes() { return sizeof(bf16) * (2 * C * kLdK + 3 * C * kLdV); }
+  __device__ explicit ScalarScanSmem(void* p) {
+    x[0] = static_cast<bf16*>(p), x[1] = x[0] + C * kLdK;
+    v = x[1] + C * kLdK, wv_hi = v + C * kLdV, wv_lo = wv_hi + C * kLdV;
+  }
+};
+
+template <int KT, bool VG>
+using ScanSmem = std::conditional_t<VG, VectorScanSmem<KT>, ScalarScanSmem<KT>>;
+
+// The scalar gate's scans, the (dk x BV) state tile of a CTA in registers: forward pass 1 and its
+// replay (REVERSE false: h from h0, every chunk-start h[n] into a.h_start, the final state into
+// a.ht) and backward pass 2 (REVERSE: dS from dht, dh[n] into a.dh_end, dh0). A chunk's step:
+//   forward  h  <- exp(G_last) h  + K^T diag(exp(G_last - G)) V
+//   reverse  dS <- exp(G_last) dS + Q^T diag(scale exp(G)) dO
+// Every warp holds the chunk's 64 gate values two a lane and forms G itself (warp_cumsum_pair), so
+// a thread weighs its own piece of V (or dO) with no wait on another warp; the next chunk's tiles
+// (cp.async) and gate values (into registers) are in flight during this chunk's update, so the
+// sequential chain holds no memory round trip.
+template <int DK, bool REVERSE>
+__device__ void scalar_scan(const ScalarScanSmem<DK>& sm, const Args& a, int DV) {
+  using Smem = ScalarScanSmem<DK>;
+  constexpr int kLdK = Smem::kLdK, kLdV = Smem::kLdV;
+  static_assert(C * BV / 8 == kThreads, "one 8-column piece of the weighted tile a thread");
+  const int v0 = blockIdx.x * BV, j = blockIdx.y, b = blockIdx.z, hq = j / (a.HV / a.H);
+  const int64_t head = int64_t(b) * a.HV + j;  // (b, j) of the (B, HV, ..) buffers
+  const float* init = REVERSE ? a.dht : a.h0;
+  float* states = REVERSE ? a.dh_end : a.h_start;
+  float* last = REVERSE ? a.dh0 : a.ht;
+  const bf16* x = REVERSE ? a.q : a.k;
+  const bf16* y = REVERSE ? a.d_o : a.v;
+  ScalarState<DK> h;
+  h.load(init ? init + head * DK * DV : nullptr, v0, DV);
+  // (a select, not sm.x[chunk & 1]: an indexed member array would put sm in local memory)
+  auto x_tile = [&](int chunk) { return chunk & 1 ? sm.x[1] : sm.x[0]; };
+  float g0, g1;  // this lane's two gate values of the chunk in flight
+  auto copy_chunk = [&](int chunk) {
+    const int n = min(C, a.T - chunk * C);
+    const int64_t tok = int64_t(b) * a.T + chunk * C;  // first (b, t) row of the chunk
+    load_bf16_rows_async<C, DK>(x_tile(chunk), x + (tok * a.H + hq) * DK, int64_t(a.H) * DK, n);
+    load_bf16_rows_async<C, BV>(sm.v, y + (tok * a.HV + j) * DV + v0, int64_t(a.HV) * DV, n);
+    load_gate_pair(g0, g1, a.g + tok * a.HV + j, a.HV, n);
+  };
+  const int step = REVERSE ? -1 : 1;
+  auto in_range = [&](int chunk) { return chunk >= 0 && chunk < a.NT; };
+  copy_chunk(REVERSE ? a.NT - 1 : 0);
+  for (int chunk = REVERSE ? a.NT - 1 : 0; in_range(chunk); chunk += step) {
+    // a packed document starts this chunk (forward: h = 0 entering it) or the next one (reverse:
+    // no gradient reaches this chunk's end state)
+    const bool reset = a.resets(b, REVERSE ? chunk + 1 : chunk);
+    wait_tiles();  // this chunk's tiles; the previous update's reads of the tiles are done
+    if (reset) h.load(nullptr, v0, DV);
+    if (states) h.store(states + (head * a.NT + chunk) * DK * DV, v0, DV);
+    float G0, G1;
+    warp_cumsum_pair(g0, g1, G0, G1);
+    const float glast = __shfl_sync(0xffffffffu, G1, 31);
+    {  // this thread's piece of diag(w) V: row s, columns c .. c + 7
+      const int s = threadIdx.x / (BV / 8), c = threadIdx.x % (BV / 8) * 8;
+      const float Ga = __shfl_sync(0xffffffffu, G0, s / 2), Gb = __shfl_sync(0xffffffffu, G1, s / 2);
+      const float Gs = s % 2 ? Gb : Ga;
+      const float w = REVERSE ? a.scale * expf(Gs) : expf(glast - Gs);
+      float yv[8];
+      unpack_bf16x8(*reinterpret_cast<const uint4*>(sm.v + s * kLdV + c), yv);
+      uint32_t hi[4], lo[4];
+#pragma unroll
+      for (int e = 0; e < 4; e++) chunk_mma::split_pair(w * yv[2 * e], w * yv[2 * e + 1], hi[e], lo[e]);
+      *reinterpret_cast<uint4*>(sm.wv_hi + s * kLdV + c) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+      *reinterpret_cast<uint4*>(sm.wv_lo + s * kLdV + c) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    }
+    __syncthreads();  // the weighted tiles are staged; the V tile is free
+    if (in_range(chunk + step)) copy_chunk(chunk + step);
+    h.template advance<kLdK, kLdV>(expf(glast), x_tile(chunk), sm.wv_hi, sm.wv_lo);
+  }
+  if (!last) return;
+  if (REVERSE && a.resets(b, 0)) h.load(nullptr, v0, DV);  // chunk 0 started from h = 0, not from h0
+  h.store(last + head * DK * DV, v0, DV);
+}
+
+// Forward pass 1, or the backward's replay of it: every chunk-start state h[n] into a.h_start
+// (where not null) and the final state into a.ht.
 template <int DK, int KT, bool VG>
 __global__ void __launch_bounds__(kThreads, kScanCtasPerSm<VG>) scan_kernel(Args a, int DV) {
   extern __shared__ float4 smem_raw[];
-  using Smem = ScanSmem<KT, VG>;
-  const Smem sm(smem_raw);
-  if constexpr (VG) {
-    vector_scan<DK, KT, false, false>(sm, a, DV);
-  } else {
-    constexpr int kLdK = Smem::kLdK, kLdV = Smem::kLdV, kLdH = Smem::kLdH;
-    const int v0 = blockIdx.x * BV, j = blockIdx.y, b = blockIdx.z, hq = j / (a.HV / a.H);
-    const int64_t head = int64_t(b) * a.HV + j;  // (b, j) of the (B, HV, ..) buffers
-    sm.load_state(a.h0 ? a.h0 + head * DK * DV : nullptr, v0, DV);
-    for (int chunk = 0; chunk < a.NT; chunk++) {
-      const int t0 = chunk * C, n = min(C, a.T - t0);
-      const int64_t tok = int64_t(b) * a.T + t0;  // first (b, t) row of the chunk
-      // Every load of the chunk is issued before any is waited for (one memory round trip).
-      load_bf16_rows_async<C, BV>(sm.v[0], a.v + (tok * a.HV + j) * DV + v0, int64_t(a.HV) * DV, n);
-      if (a.o) {
-        load_f32_rows_async<C, C>(sm.aqk, kLdA, a.aqk + (head * a.NT + chunk) * C * C, C);
-        load_bf16_rows_async<C, DK>(sm.q, a.q + (tok * a.H + hq) * DK, int64_t(a.H) * DK, n);
-      }
-      load_bf16_rows_async<C, DK>(sm.k, a.k + (tok * a.H + hq) * DK, int64_t(a.H) * DK, n);
-      if (threadIdx.x < 32) {
-        chunk_cumsum(sm.G, a.g + tok * a.HV + j, a.HV, n);
-        __syncwarp();
-        const float last = sm.G[C - 1];
-        for (int t = threadIdx.x; t < C; t += 32) {
-          sm.expG[t] = expf(sm.G[t]);
-          sm.w[t] = expf(last - sm.G[t]);  // how much of token t survives to the chunk's end
-        }
-      }
-      const bool reset = a.resets(b, chunk);  // a document starts here (read before the wait, as the tiles)
-      wait_tiles();
-      if (reset) sm.load_state(nullptr, v0, DV);  // from h = 0
-      if (a.h_start) sm.store_state(a.h_start + (head * a.NT + chunk) * DK * DV, v0, DV);
-      if (a.o) {  // o = scale exp(G) (.) (Q h) + Aqk V   (Aqk holds scale and the decays)
-        WarpTile<C, BV> o;
-        o.template mma<DK, false, true>([&](int r, int d) { return bf(sm.q[r * kLdK + d]); },
-                                        [&](int d, int c) { return sm.h[d * kLdH + c]; });
-        o.each([&](int r, int, float& x, int) { x *= a.scale * sm.expG[r]; });
-        o.template mma<C, true, false>([&](int r, int s) { return sm.aqk[r * kLdA + s]; },
-                                       [&](int s, int c) { return bf(sm.v[0][s * kLdV + c]); });
-        bf16* out = a.o + tok * a.HV * DV + int64_t(j) * DV + v0;  // o[b, t0, j, v0]
-        o.each([&](int r, int c, float& x, int) {
-          if (r < n) out[int64_t(r) * a.HV * DV + c] = __float2bfloat16_rn(x);
-        });
-      }
-      sm.advance_scalar(sm.k);  // h <- exp(G_last) h + (K (.) exp(G_last - G))^T V
-    }
-    __syncthreads();
-    if (a.ht) sm.store_state(a.ht + head * DK * DV, v0, DV);
-  }
+  const ScanSmem<KT, VG> sm(smem_raw);
+  if constexpr (VG) vector_scan<DK, KT, false, false>(sm, a, DV);
+  else scalar_scan<DK, false>(sm, a, DV);
 }
 
-// Backward pass 2: dS carried backwards over the chunks (sm.h holds dS, sm.v the dO tiles).
-// RW: RWKV-6's (vector gate only), see vector_scan.
+// Backward pass 2: dS carried backwards over the chunks. RW: RWKV-6's (vector gate only), see
+// vector_scan.
 template <int DK, int KT, bool VG, bool RW>
 __global__ void __launch_bounds__(kThreads, kScanCtasPerSm<VG>) reverse_scan_kernel(Args a, int DV) {
   static_assert(VG || !RW, "RWKV-6 has a vector gate");
   extern __shared__ float4 smem_raw[];
-  using Smem = ScanSmem<KT, VG>;
-  const Smem sm(smem_raw);
-  if constexpr (VG) {
-    vector_scan<DK, KT, true, RW>(sm, a, DV);
-  } else {
-    const int v0 = blockIdx.x * BV, j = blockIdx.y, b = blockIdx.z, hq = j / (a.HV / a.H);
-    const int64_t head = int64_t(b) * a.HV + j;
-    sm.load_state(a.dht ? a.dht + head * DK * DV : nullptr, v0, DV);
-    for (int chunk = a.NT - 1; chunk >= 0; chunk--) {
-      const int t0 = chunk * C, n = min(C, a.T - t0);
-      const int64_t tok = int64_t(b) * a.T + t0;
-      load_bf16_rows_async<C, BV>(sm.v[0], a.d_o + (tok * a.HV + j) * DV + v0, int64_t(a.HV) * DV, n);
-      load_bf16_rows_async<C, DK>(sm.q, a.q + (tok * a.H + hq) * DK, int64_t(a.H) * DK, n);
-      if (threadIdx.x < 32) {
-        chunk_cumsum(sm.G, a.g + tok * a.HV + j, a.HV, n);
-        __syncwarp();
-        for (int t = threadIdx.x; t < C; t += 32) {
-          sm.expG[t] = expf(sm.G[t]);
-          sm.w[t] = a.scale * sm.expG[t];  // o_t = scale exp(G_t) h^T q_t + ...
-        }
-      }
-      // the next chunk started from h = 0 (a packed document): no gradient reaches this end state
-      const bool reset = a.resets(b, chunk + 1);  // read before the wait, as the tiles
-      wait_tiles();
-      if (reset) sm.load_state(nullptr, v0, DV);
-      sm.store_state(a.dh_end + (head * a.NT + chunk) * DK * DV, v0, DV);  // dh[n] = dS
-      sm.advance_scalar(sm.q);  // dS <- exp(G_last) dS + (Q (.) scale exp(G))^T dO
-    }
-    __syncthreads();
-    if (!a.dh0) return;
-    if (a.resets(b, 0)) sm.load_state(nullptr, v0, DV);  // chunk 0 started from h = 0, not from h0
-    sm.store_state(a.dh0 + head * DK * DV, v0, DV);
-  }
+  const ScanSmem<KT, VG> sm(smem_raw);
+  if constexpr (VG) vector_scan<DK, KT, true, RW>(sm, a, DV);
+  else scalar_scan<DK, true>(sm, a, DV);
 }
 
 // ---- Backward pass 3: every chunk's gradients from h[n], dh[n] and its own tokens ----
@@ -883,9 +931,9 @@ constexpr int kKeyBlock = DK / key_blocks(DK);
 
 // RW: RWKV-6's (vector gate only; mixers.md 11, CPU decay_chunk::backward with
 // ReadAt::before_update). Its differences from the vector gate's passes below:
-//   the query side reads the exclusive gate Gq_t = G_{t-1} (0 at t = 0): Aqk as vector_output_kernel<RW>,
+//   the query side reads the exclusive gate Gq_t = G_{t-1} (0 at t = 0): Aqk as output_kernel<RW>,
 //     dQ = scale exp(Gq) (.) (dO h^T), and the pairs s < t with exp(Gq_t - G_s) (the reference
-//     rows enter through Gq_r for dQ, through G_last of the row tile for dK, as in vector_output_kernel);
+//     rows enter through Gq_r for dQ, through G_last of the row tile for dK, as in output_kernel);
 //   the diagonal is the bonus, Aqk[t,t] = scale q_t . (u (.) k_t), so dQ_t += Ps[t,t] u (.) k_t,
 //     dK_t += Ps[t,t] u (.) q_t (added after dG: the bonus is not gated) and du = sum_t Ps[t,t]
 //     q_t (.) k_t, this chunk's part into a.dbonus;
@@ -975,7 +1023,7 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
   };
   // 3a: Aqk = scale (Q K^T) (.) Gamma and Ps = scale (dO V^T) (.) Gamma, Gamma[t,s] = exp(G_t - G_s)
   //     on s <= t (o = Aqk V  =>  dAqk = dO V^T, and Aqk's gated factor is q_t . k_s). Vector
-  //     gate: Aqk as vector_output_kernel forms it, Ps = scale dO V^T masked (the decays are per channel);
+  //     gate: Aqk as output_kernel forms it, Ps = scale dO V^T masked (the decays are per channel);
   //     below the diagonal blocks qr = q_t (.) exp(Gq_t - Gq_r) (r = the row tile's first row,
   //     staged in the state pieces' place) against the row tile's kref; the diagonal blocks pair
   //     by pair, fused with 3c's own-sub-chunk part of dQ, which takes the same decays
@@ -1126,7 +1174,7 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
     }
   // 3c: the row decays, sum_s k_s . dK^state_s (dG_last), then the in-chunk pairs:
   //     A[t,s] = Gamma[t,s] q_t . k_s  =>  dQ += Ps K,  dK += Ps^T Q   (Ps holds scale, Gamma)
-  //     Vector gate, per channel d (every exponent <= 0, as in vector_output_kernel):
+  //     Vector gate, per channel d (every exponent <= 0, as in output_kernel):
   //       dQ_t += sum_{s <= t} Ps[t,s] k_s exp(G_t - G_s): earlier sub-chunks through the row
   //               tile's first row r (exp(G_t - G_r) (.) (Ps kref)), its own pair by pair
   //       dK_s += sum_{t >= s} Ps[t,s] q_t exp(G_t - G_s): later sub-chunks through the row tile's
@@ -1285,21 +1333,11 @@ void launch_scan(const Args& a, int DV) {
   launch_kernel<ScanSmem<KT, VG>::bytes()>(scan_kernel<DK, KT, VG>, scan_grid<DK, VG>(a, DV), a, DV);
 }
 
-// The vector gate's forward (RW: RWKV-6's); a.h_start holds every h[n].
-template <int DK, int DV, bool RW>
-void launch_vector_forward(const Args& a) {
-  launch_scan<DK, true>(a, DV);
-  launch_kernel<OutputSmem<DK, DV, RW>::bytes()>(vector_output_kernel<DK, DV, RW>, dim3(a.NT, a.HV, a.B), a);
-}
-
-template <int DK, int DV, bool VG>
+// The forward (RW: RWKV-6's): the scan stores every h[n] into a.h_start, the output kernel reads them.
+template <int DK, int DV, bool VG, bool RW>
 void launch_forward(const Args& a) {
-  if constexpr (VG) {
-    launch_vector_forward<DK, DV, false>(a);
-  } else {
-    launch_kernel<ScoresSmem<DK>::bytes()>(scores_kernel<DK>, dim3(a.NT, a.HV, a.B), a);
-    launch_scan<DK, VG>(a, DV);  // with o
-  }
+  launch_scan<DK, VG>(a, DV);
+  launch_kernel<OutputSmem<DK, DV, VG, RW>::bytes()>(output_kernel<DK, DV, VG, RW>, dim3(a.NT, a.HV, a.B), a);
 }
 
 // RW: RWKV-6's (VG), a.dbonus takes every chunk's part of du.
@@ -1400,13 +1438,10 @@ void forward(void* o, float* ht, const void* q, const void* k, const void* v, co
   HLA_CHECK(!kept || aligned16(kept), "decay_attention chunk kernel: kept must be 16-byte aligned");
   Args a = input_args(q, k, v, g, h0, d);
   a.o = static_cast<bf16*>(o), a.ht = ht;
-  // The vector gate's chunk-start states go to `kept` or, without it, to a workspace; the scalar
-  // gate's scan writes them only into `kept`, its workspace holds the scores (B, HV, NT, C, C).
-  FloatScratch work(d.vector_gate ? (kept ? 0 : state_floats(d)) : d.B * d.HV * a.NT * C * C);
-  if (d.vector_gate) a.h_start = kept ? kept : work.get();
-  else a.aqk = work.get(), a.h_start = kept;
+  FloatScratch h_start(kept ? 0 : state_floats(d));  // (B, HV, NT, dk, dv), where not kept
+  a.h_start = kept ? kept : h_start.get();
   dispatch(d, [&](auto dk_, auto dv_, auto vector_gate) {
-    launch_forward<decltype(dk_)::value, decltype(dv_)::value, decltype(vector_gate)::value>(a);
+    launch_forward<decltype(dk_)::value, decltype(dv_)::value, decltype(vector_gate)::value, false>(a);
   });
 }
 
@@ -1419,7 +1454,7 @@ void rwkv6_forward(void* o, float* ht, const void* r, const void* k, const void*
   FloatScratch h_start(kept ? 0 : state_floats(dims));  // (B, H, NT, dk, dv), where not kept
   a.h_start = kept ? kept : h_start.get();
   dispatch(dims, [&](auto dk_, auto dv_, auto) {
-    launch_vector_forward<decltype(dk_)::value, decltype(dv_)::value, true>(a);
+    launch_forward<decltype(dk_)::value, decltype(dv_)::value, true, true>(a);
   });
 }
 

@@ -49,9 +49,9 @@ int64_t kept_floats(const Rwkv6Dims& d);
 
 // cuda::decay_attention_forward for supported() dims: bf16 o, q, k, v, g (q, k, v 16-byte
 // aligned), fp32 h0 (null = zeros) and ht. kept: null, or kept_floats(d) floats (16-byte
-// aligned) that the forward fills for its backward. Workspace: scalar gate 4 B x B HV
-// ceil(T / 64) 64 x 64 (the scores), vector gate without `kept` 4 B x B HV ceil(T / 64) dk dv
-// (every chunk-start state; with `kept` none).
+// aligned) that the forward fills for its backward. Workspace, either gate: without `kept`
+// 4 B x B HV ceil(T / 64) dk dv (every chunk-start state, which the output pass reads); with
+// `kept` none.
 void forward(void* o, float* ht, const void* q, const void* k, const void* v, const void* g, const float* h0,
              const DecayAttentionDims& d, float* kept);
 
