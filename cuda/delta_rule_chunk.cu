@@ -26,6 +26,9 @@
 //     1d  W = A diag(beta exp(G)) K,  U = A diag(w) V                             (4.6, mma)
 //         (GDN-2: W = A (E (.) exp(G)),  U = A (w (.) V); b and w read element by element;
 //         a vector gate's K (.) exp(G), GDN-2's E (.) exp(G), formed once in G's place)
+//     Without a vector gate 1b's products read q and k by ldmatrix from the tiles as loaded, and
+//     1d splits A diag(col) once into bf16 hi and lo tiles (scaled_A_times) read by ldmatrix
+//     against K and V as loaded; the vector gate's 1d gathers its fp32 operands element by element.
 //   Pass 2 (scan_kernel, grid (dv / BV, HV, B), sequential over chunks: 2a and 2c; CPU:
 //   scan_chunks; then output_kernel, grid (NT dv / VS, HV, B), every chunk in parallel: 2b; CPU:
 //   the output loop of chunk_forward). The state h (dk x dv, fp32) is split along dv into column
@@ -187,7 +190,8 @@
 //   output_kernel (every dv; two CTAs an SM): 63.2 / 89.2 / 101.2 KB at dk = 64 / 128 / 256 (32
 //   value columns a CTA at 256, 64 below), vector gate 72.2 / 106.2 / 134.3 KB (q (.) exp(G)
 //   split; one CTA an SM at 256)
-// Registers a thread (ptxas, nvcc 13.0, sm_90; every dv): prepare 58-128, scan 117 / 116 / 174
+// Registers a thread (ptxas, nvcc 13.0, sm_90; every dv): prepare 64-128 (58-128 before 1b and
+// 1d read staged tiles), scan 117 / 116 / 174
 // (116 / 113 / 113 with one layout for both scans, 32 columns at 256; launch bounds of one CTA at
 // 256), output_kernel 87-90 / 118-120 / 126-128 and reverse scan 120 / 128 at dk = 64 / 128
 // (launch bounds of two CTAs: at most 128; 193 at dk = 128, dv >= 128, one CTA and 64 columns)
@@ -420,6 +424,10 @@ struct PrepareSmem {
   // G's place once W is formed; else, when it fits (dv <= dk), into q's place after 1b, else a
   // place of its own.
   bf16* w;
+  // no vector gate (1d, scaled_A_times): A diag(col) split into bf16 hi (in L's place) and lo (in q's)
+  static constexpr int kLdS = C + 8;
+  bf16 *a_hi, *a_lo;  // (C, kLdS) each
+  static_assert(VG || (sizeof(bf16) * kLdS <= sizeof(float) * kLdC && kLdS <= kLdK), "A's halves fit L's and q's places");
   static constexpr bool kWriteGateInQ = !kLean && DV <= DK;
   static constexpr int kRefRow0(int i) { return 8 * i * (i - 1); }  // = 16 (1 + 2 + .. + (i - 1))
   static constexpr int kRefRows = kRefRow0(C / 16);
@@ -440,8 +448,32 @@ struct PrepareSmem {
     estep = kLean ? G : colu + C;
     kref_hi = kLean ? qt_lo + C * kLdX : reinterpret_cast<bf16*>(estep), kref_lo = kref_hi + kRefRows * kLdX;
     w = kLean ? reinterpret_cast<bf16*>(G) : kWriteGateInQ ? q : reinterpret_cast<bf16*>(colu + C + kDecays);
+    a_hi = reinterpret_cast<bf16*>(L), a_lo = q;
   }
 };
+
+// 1d without a vector gate: store(r, c, x0, x1, slot) for the column pairs of A diag(col) X, X a
+// chunk's (C, N) bf16 tile as loaded (rows LDX apart). A diag(col) is split once into bf16 hi and
+// lo tiles (in L's and q's places: both are read by then), each read by ldmatrix against X; a
+// warp's rows of A (lower triangular) reach only the columns up to its last row. Starts after a
+// __syncthreads that follows 1c and the last reads of q; ends with one (the tiles free again).
+template <int N, int LDX, class Smem, class Store>
+__device__ __forceinline__ void scaled_A_times(const Smem& sm, const float* col, const bf16* x, Store&& store) {
+  using chunk_mma::Padded;
+  constexpr int kLdS = Smem::kLdS;
+  for (int i = threadIdx.x; i < C * C / 2; i += kThreads) {
+    const int r = i / (C / 2), s = i % (C / 2) * 2;
+    chunk_mma::split_pair(sm.A[r * kLdC + s] * col[s], sm.A[r * kLdC + s + 1] * col[s + 1],
+                          *reinterpret_cast<uint32_t*>(sm.a_hi + r * kLdS + s),
+                          *reinterpret_cast<uint32_t*>(sm.a_lo + r * kLdS + s));
+  }
+  __syncthreads();
+  WarpTile<C, N> out;
+  chunk_mma::mma_staged(out, Padded<kLdS, false>{sm.a_hi}, Padded<LDX, false>{x}, 0, out.row0 + 16);
+  chunk_mma::mma_staged(out, Padded<kLdS, false>{sm.a_lo}, Padded<LDX, false>{x}, 0, out.row0 + 16);
+  __syncthreads();
+  out.each_pair(store);
+}
 
 // VBW (GDN-2, with VG): the erase gate b (B, T, HV, DK) and the write gate w (B, T, HV, DV) are
 // vectors; b enters per channel through the erase keys E = b (.) K (the t side of L's pairs and
@@ -643,13 +675,12 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
       x = e_at(i / DK, i % DK) * exp_ftz(kLean ? G_out()[i] : x);
     }
     if (kLean) wait_tiles();
-  } else {
-    auto k_rows = [&](int r, int d) { return bf(sm.k[r * kLdK + d]); };  // K[r][d]
-    auto q_rows = [&](int r, int d) { return bf(sm.q[r * kLdK + d]); };  // Q[r][d]
-    auto k_cols = [&](int d, int s) { return bf(sm.k[s * kLdK + d]); };  // K^T[d][s]
+  } else {  // the tiles as loaded, by ldmatrix (K^T by ldmatrix.trans); each warp's columns past its rows left out
+    using chunk_mma::Padded;
+    const Padded<kLdK, true> k_cols{sm.k};  // K^T[d][s]
     WarpTile<C, C> kk, qk;
-    kk.mma<DK, false, false>(k_rows, k_cols);
-    qk.mma<DK, false, false>(q_rows, k_cols);
+    chunk_mma::mma_staged(kk, Padded<kLdK, false>{sm.k}, k_cols, 0, DK, kk.row0 + 16);
+    chunk_mma::mma_staged(qk, Padded<kLdK, false>{sm.q}, k_cols, 0, DK, qk.row0 + 16);
     kk.each([&](int r, int s, float x, int) {
       sm.L[r * kLdC + s] = s < r ? sm.beta[r] * x * exp_ftz(sm.G[r] - sm.G[s]) : 0.f;
     });
@@ -719,27 +750,35 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
   }
   // 1d: W = A diag(beta exp(G)) K and U = A diag(w) V (fp32 A with its column scale split; a
   //     vector gate's exp(G) scales K per channel, an fp32 operand then; GDN-2: W = A (E (.) exp(G)),
-  //     U = A (w (.) V), per channel).
-  {
-    WarpTile<C, DK> wt;
-    wt.mma<C, true, VG>([&](int r, int s) { return sm.A[r * kLdC + s] * sm.colw[s]; }, [&](int s, int d) {
-      return VG ? sm.G[s * kLdG + d] : bf(sm.k[s * kLdK + d]);  // (vector gate: sm.G holds E (.) exp(G))
+  //     U = A (w (.) V), per channel). Without a vector gate K and V enter as loaded (scaled_A_times).
+  if constexpr (!VG) {
+    scaled_A_times<DK, kLdK>(sm, sm.colw, sm.k, [&](int r, int d, float x0, float x1, int) {
+      *reinterpret_cast<float2*>(a.W + (head * a.NT * C + t0 + r) * DK + d) = make_float2(x0, x1);
     });
-    float* W = a.W + (head * a.NT * C + t0) * DK;
-    wt.each_pair([&](int r, int d, float x0, float x1, int) { *reinterpret_cast<float2*>(W + r * DK + d) = make_float2(x0, x1); });
-  }
-  if (kLean && VBW) {  // E (.) exp(G) is read: w takes its place
-    __syncthreads();
-    load_w();
-    __syncthreads();
-  }
-  {
-    WarpTile<C, DV> ut;
-    ut.mma<C, true, VBW>([&](int r, int s) { return sm.A[r * kLdC + s] * sm.colu[s]; }, [&](int s, int c) {
-      return VBW ? bf(sm.w[s * kLdV + c]) * bf(sm.v[s * kLdV + c]) : bf(sm.v[s * kLdV + c]);
+    scaled_A_times<DV, kLdV>(sm, sm.colu, sm.v, [&](int r, int c, float x0, float x1, int) {
+      *reinterpret_cast<float2*>(a.U + (head * a.NT * C + t0 + r) * DV + c) = make_float2(x0, x1);
     });
-    float* U = a.U + (head * a.NT * C + t0) * DV;
-    ut.each_pair([&](int r, int c, float x0, float x1, int) { *reinterpret_cast<float2*>(U + r * DV + c) = make_float2(x0, x1); });
+  } else {
+    {
+      WarpTile<C, DK> wt;
+      wt.mma<C, true, true>([&](int r, int s) { return sm.A[r * kLdC + s] * sm.colw[s]; },
+                            [&](int s, int d) { return sm.G[s * kLdG + d]; });  // sm.G holds E (.) exp(G)
+      float* W = a.W + (head * a.NT * C + t0) * DK;
+      wt.each_pair([&](int r, int d, float x0, float x1, int) { *reinterpret_cast<float2*>(W + r * DK + d) = make_float2(x0, x1); });
+    }
+    if (kLean && VBW) {  // E (.) exp(G) is read: w takes its place
+      __syncthreads();
+      load_w();
+      __syncthreads();
+    }
+    {
+      WarpTile<C, DV> ut;
+      ut.mma<C, true, VBW>([&](int r, int s) { return sm.A[r * kLdC + s] * sm.colu[s]; }, [&](int s, int c) {
+        return VBW ? bf(sm.w[s * kLdV + c]) * bf(sm.v[s * kLdV + c]) : bf(sm.v[s * kLdV + c]);
+      });
+      float* U = a.U + (head * a.NT * C + t0) * DV;
+      ut.each_pair([&](int r, int c, float x0, float x1, int) { *reinterpret_cast<float2*>(U + r * DV + c) = make_float2(x0, x1); });
+    }
   }
 }
 
