@@ -11,7 +11,7 @@
 // the state runs in sequence, everything else in parallel over chunks):
 //   Pass 1 (scan_kernel, grid (dv / BV, HV, B), sequential over chunks; the state h (dk x dv,
 //   fp32, the state at the chunk's start) is split along dv into BV-column tiles, one per CTA,
-//   held in registers (ScalarState)):
+//   held in registers (StateTile)):
 //     h  <- exp(G_last) h + K^T diag(exp(G_last - G)) V                                  (mma)
 //     every chunk-start h[n] into h_start (the forward's `kept` when given, else a workspace)
 //   Pass 2 (output_kernel, grid (NT, HV, B), every chunk in parallel):
@@ -93,8 +93,8 @@
 //   overflows once G reaches ~-88 (logsigmoid(N(-3, 1)), ~-3 a step, does within ~30 tokens).
 // Precision: q, k, v, dO are bf16 and enter the mma exactly. In the scans the fp32 operands (the
 // decay-weighted V and dO, the gated k and q) are split into hi + lo bf16 halves
-// (cuda/chunk_mma.cuh; the scalar gate's staged once as two tiles and read by ldmatrix, the vector
-// gate's gathered element by element), so the states stay fp32-exact (ht, dh0 ~1e-6 relative).
+// (cuda/chunk_mma.cuh), staged once a chunk as two tiles read by ldmatrix, and the states are
+// held in fp32 registers, so they stay fp32-exact (ht, dh0 ~1e-6 relative).
 // output_kernel and local_backward_kernel instead round each fp32 or decayed operand to
 // bf16 ONCE, where it is formed (Aqk, qg, the pieces of h[n] and qr, kref in the forward; Aqk, Ps
 // in 3a, the pieces of h, dh in 3b, qr, kref, qlast, kd in the backward), as fla's chunk_gla does,
@@ -139,7 +139,7 @@
 //   65,792 B, (64, 128) 49,408 B, (64, 64) 41,216 B, 63-73 registers;  local_backward_kernel (dk, dv) = (128, 128)
 //   133,760 B, (128, 64) 117,376 B, (64, 128) 92,800 B, (64, 64) 76,416 B, with 159, 159, 160,
 //   128 registers a thread (ptxas): one CTA an SM, two at (64, 64) (kLocalCtasPerSm).
-//   Vector gate: scan_kernel and reverse_scan_kernel 55,552 B (any dk), 62 registers (4 CTAs an
+//   Vector gate: scan_kernel and reverse_scan_kernel 48,384 B (any dk), 55-64 registers (4 CTAs an
 //   SM); output_kernel (128, 128) 111,616 B, (128, 64) 103,424 B, (64, 128) 78,848 B,
 //   (64, 64) 70,656 B (RWKV-6: + 4 dk B), 72, 72, 56, 54 registers (two CTAs an SM; 103,424,
 //   95,232, 70,656, 62,464 B and 59-99 registers before the staged tiles); local_backward_kernel (128, 128)
@@ -148,9 +148,9 @@
 //   registers; no spills (ptxas, nvcc 13.0, sm_90).
 //   A width of 256 ((dk, dv) = (256, 256), (128, 256), (256, 128)): scan_kernel and
 //   reverse_scan_kernel at dk = 256 82,944 B, 100 / 99 registers (the state in two 128-row
-//   WarpTiles, ScalarState; dk = 128 as above); output_kernel (256, 256) 139,520 B, (256, 128)
+//   WarpTiles, StateTile; dk = 128 as above); output_kernel (256, 256) 139,520 B, (256, 128)
 //   123,136 B, (128, 256) 90,368 B with 96, 96, 73 registers;
-//   vector scans 55,552 B, 62 / 62 registers; vector output_kernel (256, 256) 205,824 B,
+//   vector scans 48,384 B, 64 / 55 registers; vector output_kernel (256, 256) 205,824 B,
 //   (256, 128) 189,440 B, (128, 256) 128,000 B (RWKV-6: + 4 dk B) with 96, 96, 72 registers
 //   (RWKV-6 too; before the staged tiles 185,344, 168,960, 119,808 B with 159, 159, 99);
 //   local_backward_kernel, 128 key channels a CTA (kKeyBlock; one CTA at dk = 128, two at 256),
@@ -575,9 +575,9 @@ __global__ void __launch_bounds__(kThreads, kOutputCtasPerSm<DK, DV>) output_ker
 // h[d, :] <- exp(G_last[d]) h[d, :] + sum_s kg[s, d] v_s touches row d alone, so its CTAs split
 // the state along dk as well as dv: (dk / 64) (dv / BV) CTAs a head, 8 at dk = dv = 128 (512
 // CTAs at B4 H16, every one resident). A scalar-gate scan CTA holds all dk rows of its BV
-// columns in registers (ScalarState) and reads each chunk's k (or q) tile once for all of them.
+// columns in registers (StateTile) and reads each chunk's k (or q) tile once for all of them.
 constexpr int kVectorScanRows = 64;
-// CTAs an SM the scans are compiled for: 4 vector-gate CTAs (55,552 B each, so at most 64
+// CTAs an SM the scans are compiled for: 4 vector-gate CTAs (48,384 B each, so at most 64
 // registers a thread) an SM keep all 512 of B4 H16 dk = dv = 128 resident, where 80 registers
 // would allow 3 and leave a second wave; 2 scalar-gate CTAs (at most 81 KB each, 128 registers a
 // thread), so the 256 CTAs of B4 H16 dk = dv = 128, B8 H16 dk = dv = 64 or B8 H4 dk = dv = 256
@@ -585,143 +585,13 @@ constexpr int kVectorScanRows = 64;
 template <bool VG>
 constexpr int kScanCtasPerSm = VG ? 4 : 2;
 
-// A vector-gate scan CTA's shared memory: a (KT x BV) tile of the carried state (h forward, dS
-// reverse), rows d0 .. d0 + KT - 1 and columns v0 .. v0 + BV - 1, the raw bf16 tiles of its KT
-// channels of k (forward) or q (reverse) and of g, the fp32 gated tile xg formed from them (kg =
-// k (.) exp(G_last - G) forward, qg = q (.) exp(G) reverse; every exponent <= 0) and G_last, and
-// two V (or dO) tiles (vector_scan).
-template <int KT>
-struct VectorScanSmem {
-  static constexpr int kLdK = KT + 8, kLdV = BV + 8, kLdH = BV + 4, kLdG = KT + 4;
-  float* h;             // (KT, kLdH)  the state tile: h (forward) or dS (reverse)
-  float* xg;            // (C, kLdG): the gated k (forward) or q (reverse)
-  float* glast;         // (KT): G_last
-  bf16 *raw_x, *raw_g;  // (C, kLdK): k (forward) or q (reverse), and g
-  bf16* v[2];           // (C, kLdV)   columns v0 .. v0 + BV - 1 of V (forward) or dO (reverse), by chunk parity
-  static constexpr size_t floats() { return size_t(KT) * kLdH + size_t(C) * kLdG + KT; }
-  static constexpr size_t bytes() { return sizeof(float) * floats() + sizeof(bf16) * (2 * C * kLdK + 2 * C * kLdV); }
-  static_assert(floats() % 4 == 0, "the bf16 tiles start 16-byte aligned");
-  __device__ explicit VectorScanSmem(void* p) {
-    h = static_cast<float*>(p), xg = h + KT * kLdH, glast = xg + C * kLdG;
-    raw_x = reinterpret_cast<bf16*>(glast + KT), raw_g = raw_x + C * kLdK;
-    v[0] = raw_g + C * kLdK, v[1] = v[0] + C * kLdV;
-  }
-  // h <- the tile of a (dk, DV) fp32 state in global memory whose row d0 starts at src (zeros
-  // when null), ready for every thread.
-  __device__ void load_state(const float* src, int v0, int DV) const {
-    if (src) load_f32_rows_async<KT, BV>(h, kLdH, src + v0, DV);
-    else
-      for (int i = threadIdx.x; i < KT * BV; i += kThreads) h[i / BV * kLdH + i % BV] = 0.f;
-    wait_tiles();
-  }
-  // The same tile of a (dk, DV) fp32 state in global memory (row d0 at dst, 16-byte aligned as
-  // load_state's source) <- h, four columns a store.
-  __device__ void store_state(float* dst, int v0, int DV) const {
-    for (int i = threadIdx.x; i < KT * BV / 4; i += kThreads) {
-      const int d = i / (BV / 4), c = i % (BV / 4) * 4;
-      *reinterpret_cast<float4*>(dst + d * DV + v0 + c) = *reinterpret_cast<const float4*>(h + d * kLdH + c);
-    }
-  }
-  // Vector gate: glast and xg from the chunk's raw tiles (rows past its end zero): G into xg's
-  // place (vector_cumsum), then each thread gates its own 8-channel pieces in place, q (.) exp(G)
-  // (query) or k (.) exp(G_last - G). EXCLUSIVE (RWKV-6's query side): q_t (.) exp(G_{t-1}).
-  // The caller's __syncthreads publishes xg.
-  template <bool EXCLUSIVE>
-  __device__ void gate_vector_chunk(bool query) const {
-    vector_cumsum<KT, EXCLUSIVE>(xg, kLdG, glast, raw_g, kLdK, C);
-    for (int i = threadIdx.x; i < C * KT / 8; i += kThreads) {
-      const int t = i / (KT / 8), d = i % (KT / 8) * 8;
-      float x[8];
-      unpack_bf16x8(*reinterpret_cast<const uint4*>(raw_x + t * kLdK + d), x);
-      float* out = xg + t * kLdG + d;
-#pragma unroll
-      for (int e = 0; e < 8; e++) out[e] = x[e] * exp_ex2(query ? out[e] : glast[d + e] - out[e]);
-    }
-  }
-  // h <- Diag(exp(G_last)) h + (xg (.) weight)^T vt (vt: one of the V / dO tiles; xg fp32, split
-  // into hi + lo, see WarpTile::mma). The __syncthreads inside orders every read of h and of the
-  // chunk's tiles before h is written. The rows go kAdvanceRows at a time (a WarpTile holds at
-  // most 16 rows a warp, 128 in all): each pass reads and writes only its own rows, and the last
-  // pass's __syncthreads comes after every pass's reads of the tiles.
-  static constexpr int kAdvanceRows = KT < 128 ? KT : 128;
-  __device__ void advance_vector(float weight, const bf16* vt) const {
-    for (int r0 = 0; r0 < KT; r0 += kAdvanceRows) {
-      WarpTile<kAdvanceRows, BV> next;
-      next.each([&](int d, int c, float& acc, int) { acc = exp_ex2(glast[r0 + d]) * h[(r0 + d) * kLdH + c]; });
-      next.template mma<C, true, false>([&](int d, int s) { return weight * xg[s * kLdG + r0 + d]; },
-                                        [&](int s, int c) { return bf(vt[s * kLdV + c]); });
-      __syncthreads();
-      next.each([&](int d, int c, float acc, int) { h[(r0 + d) * kLdH + c] = acc; });
-    }
-  }
-};
-
-// The state tile of a scan CTA: blockIdx.x = (row tile) (DV / BV) + column tile.
-template <int KT>
-struct ScanTile {
-  int d0, v0;
-  __device__ explicit ScanTile(int DV) : d0(blockIdx.x / (DV / BV) * KT), v0(blockIdx.x % (DV / BV) * BV) {}
-};
-
-// The vector gate's scans, one state tile a CTA: forward pass 1 and its replay (REVERSE false:
-// h from h0, every chunk-start h[n] into a.h_start where not null, the final state into a.ht)
-// and backward pass 2 (REVERSE: dS from dht, dh[n] into a.dh_end, dh0). The next chunk's tiles
-// are copied (cp.async) while this chunk's state update runs: its raw q / k and g tiles are
-// consumed by the gating before the update, and V / dO is double-buffered by chunk parity, so
-// the sequential chain holds no memory round trip. RW (RWKV-6, REVERSE only): dO meets the
-// state through q (.) exp(Gq), the exclusive query gate.
-template <int DK, int KT, bool REVERSE, bool RW>
-__device__ void vector_scan(const VectorScanSmem<KT>& sm, const Args& a, int DV) {
-  const ScanTile<KT> tile(DV);
-  const int v0 = tile.v0, j = blockIdx.y, b = blockIdx.z, hq = j / (a.HV / a.H);
-  const int64_t head = int64_t(b) * a.HV + j;  // (b, j) of the (B, HV, ..) buffers
-  const int64_t row0 = int64_t(tile.d0) * DV;  // the tile's first row in a (dk, DV) state
-  const float* init = REVERSE ? a.dht : a.h0;
-  float* states = REVERSE ? a.dh_end : a.h_start;
-  float* last = REVERSE ? a.dh0 : a.ht;
-  const bf16* x = REVERSE ? a.q : a.k;
-  const bf16* y = REVERSE ? a.d_o : a.v;
-  sm.load_state(init ? init + head * DK * DV + row0 : nullptr, v0, DV);
-  // (a select, not sm.v[chunk & 1]: an indexed member array would put sm in local memory)
-  auto v_tile = [&](int chunk) { return chunk & 1 ? sm.v[1] : sm.v[0]; };
-  auto copy_tiles = [&](int chunk) {
-    const int n = min(C, a.T - chunk * C);
-    const int64_t tok = int64_t(b) * a.T + chunk * C;  // first (b, t) row of the chunk
-    load_bf16_rows_async<C, KT>(sm.raw_x, x + (tok * a.H + hq) * DK + tile.d0, int64_t(a.H) * DK, n);
-    load_bf16_rows_async<C, KT>(sm.raw_g, a.g + (tok * a.HV + j) * DK + tile.d0, int64_t(a.HV) * DK, n);
-    load_bf16_rows_async<C, BV>(v_tile(chunk), y + (tok * a.HV + j) * DV + v0, int64_t(a.HV) * DV, n);
-  };
-  const int step = REVERSE ? -1 : 1;
-  auto in_range = [&](int chunk) { return chunk >= 0 && chunk < a.NT; };
-  copy_tiles(REVERSE ? a.NT - 1 : 0);
-  for (int chunk = REVERSE ? a.NT - 1 : 0; in_range(chunk); chunk += step) {
-    // a packed document starts this chunk (forward: h = 0 entering it) or the next one (reverse:
-    // no gradient reaches this chunk's end state); the flag read before the wait, its load
-    // overlapping the tiles', then a block-uniform branch
-    const bool reset = a.resets(b, REVERSE ? chunk + 1 : chunk);
-    wait_tiles();  // this chunk's tiles, and the previous update's h
-    if (reset) sm.load_state(nullptr, v0, DV);
-    if (states) sm.store_state(states + (head * a.NT + chunk) * DK * DV + row0, v0, DV);
-    sm.template gate_vector_chunk<RW>(REVERSE);
-    __syncthreads();  // xg is published and the raw tiles are free
-    if (in_range(chunk + step)) copy_tiles(chunk + step);
-    // forward: h <- Diag(exp(G_last)) h + (K (.) exp(G_last - G))^T V
-    // reverse: dS <- Diag(exp(G_last)) dS + (Q (.) scale exp(Gq))^T dO
-    sm.advance_vector(REVERSE ? a.scale : 1.f, v_tile(chunk));
-  }
-  __syncthreads();
-  if (!last) return;
-  if (REVERSE && a.resets(b, 0)) sm.load_state(nullptr, v0, DV);  // chunk 0 started from h = 0, not from h0
-  sm.store_state(last + head * DK * DV + row0, v0, DV);
-}
-
-// A scalar-gate scan CTA's state tile, all DK rows of its BV columns, in registers: kParts
-// WarpTiles of kRows rows (a WarpTile holds at most 16 rows a warp, 128 in all), part p rows
-// p kRows .. p kRows + kRows - 1. Global (dk, DV) fp32 states are read and written from the
+// A scan CTA's state tile (h forward, dS reverse), ROWS rows of its BV columns, in registers:
+// kParts WarpTiles of kRows rows (a WarpTile holds at most 16 rows a warp, 128 in all), part p
+// rows p kRows .. p kRows + kRows - 1. Global (dk, DV) fp32 states are read and written from the
 // accumulators, a column pair (8 bytes) a thread at a time.
-template <int DK>
-struct ScalarState {
-  static constexpr int kRows = DK < 128 ? DK : 128, kParts = DK / kRows;
+template <int ROWS>
+struct StateTile {
+  static constexpr int kRows = ROWS < 128 ? ROWS : 128, kParts = ROWS / kRows;
   WarpTile<kRows, BV> part[kParts];
   // fn(row, col, x0, x1) for every accumulator pair (col, col + 1) of a row, x0 and x1 by reference.
   template <class Fn>
@@ -730,7 +600,8 @@ struct ScalarState {
     for (int p = 0; p < kParts; p++)
       part[p].each_pair([&](int r, int c, float& x0, float& x1, int) { fn(p * kRows + r, c, x0, x1); });
   }
-  // The columns v0 .. v0 + BV - 1 of a (DK, DV) state at src (zeros when null).
+  // The tile from columns v0 .. v0 + BV - 1 of a (ROWS.., DV) state whose first row is at src
+  // (zeros when null).
   __device__ __forceinline__ void load(const float* src, int v0, int DV) {
     each_pair([&](int r, int c, float& x0, float& x1) {
       const float2 x = src ? *reinterpret_cast<const float2*>(src + r * DV + v0 + c) : make_float2(0.f, 0.f);
@@ -742,22 +613,150 @@ struct ScalarState {
       *reinterpret_cast<float2*>(dst + r * DV + v0 + c) = make_float2(x0, x1);
     });
   }
-  // h <- decay h + X^T (Yhi + Ylo): X the chunk's (C, DK) bf16 tile (rows LDX apart, read
-  // transposed by ldmatrix.trans), Yhi + Ylo the (C, BV) fp32 operand split into two bf16 tiles
-  // (rows LDY apart).
-  template <int LDX, int LDY>
-  __device__ __forceinline__ void advance(float decay, const bf16* x, const bf16* y_hi, const bf16* y_lo) {
+  // h <- Diag(decay(row)) h + X0^T Y0 + X1^T Y1 over the chunk's C tokens: bf16 tiles, X (C,
+  // ROWS..) read transposed by ldmatrix.trans (rows LDX apart), Y (C, BV) (rows LDY apart). An fp32
+  // operand enters as its hi and lo tiles: X0 = X1 = K with Y0, Y1 the halves of diag(w) V
+  // (scalar gate), or X0, X1 the halves of the gated K with Y0 = Y1 = V (vector gate).
+  template <int LDX, int LDY, class Decay>
+  __device__ __forceinline__ void advance(const Decay& decay, const bf16* x0, const bf16* y0, const bf16* x1,
+                                          const bf16* y1) {
     using chunk_mma::mma_staged;
     using chunk_mma::Padded;
 #pragma unroll
     for (int p = 0; p < kParts; p++) {
-      part[p].each([&](int, int, float& acc, int) { acc *= decay; });
-      const Padded<LDX, true> xt{x, 0, p * kRows};
-      mma_staged(part[p], xt, Padded<LDY, false>{y_hi}, 0, C);
-      mma_staged(part[p], xt, Padded<LDY, false>{y_lo}, 0, C);
+      part[p].each([&](int r, int, float& acc, int) { acc *= decay(p * kRows + r); });
+      mma_staged(part[p], Padded<LDX, true>{x0, 0, p * kRows}, Padded<LDY, false>{y0}, 0, C);
+      mma_staged(part[p], Padded<LDX, true>{x1, 0, p * kRows}, Padded<LDY, false>{y1}, 0, C);
     }
   }
 };
+
+// A vector-gate scan CTA's shared memory: the raw bf16 tiles of its KT channels of k (forward)
+// or q (reverse) and of g, the gated tile xg formed from them (kg = k (.) exp(G_last - G)
+// forward, scale q (.) exp(G) reverse; every exponent <= 0) split into bf16 hi and lo tiles,
+// G_last and the gate's part sums (gate_chunk), and two V (or dO) tiles (vector_scan). The state
+// tile (KT x BV) is in registers (StateTile).
+template <int KT>
+struct VectorScanSmem {
+  static constexpr int kLdK = KT + 8, kLdV = BV + 8;
+  static constexpr int kParts = kThreads / KT, kLen = C / kParts;  // gate_chunk: threads a channel, tokens each
+  static_assert(kThreads % KT == 0 && C % kParts == 0, "whole parts of a channel's tokens");
+  float* glast;             // (KT): G_last
+  float* totals;            // (kParts, KT): each part's sum of g
+  bf16 *raw_x, *raw_g;      // (C, kLdK): k (forward) or q (reverse), and g
+  bf16 *xg_hi, *xg_lo;      // (C, kLdK): the gated k (forward) or q (reverse), split
+  bf16* v[2];               // (C, kLdV)   columns v0 .. v0 + BV - 1 of V (forward) or dO (reverse), by chunk parity
+  static constexpr size_t floats() { return size_t(KT) * (1 + kParts); }
+  static constexpr size_t bytes() { return sizeof(float) * floats() + sizeof(bf16) * (4 * C * kLdK + 2 * C * kLdV); }
+  static_assert(floats() % 4 == 0, "the bf16 tiles start 16-byte aligned");
+  __device__ explicit VectorScanSmem(void* p) {
+    glast = static_cast<float*>(p), totals = glast + KT;
+    raw_x = reinterpret_cast<bf16*>(totals + kParts * KT), raw_g = raw_x + C * kLdK;
+    xg_hi = raw_g + C * kLdK, xg_lo = xg_hi + C * kLdK;
+    v[0] = xg_lo + C * kLdK, v[1] = v[0] + C * kLdV;
+  }
+  // glast and xg_hi + xg_lo = weight (x (.) exp(Gx)) from the chunk's raw tiles (rows past its
+  // end zero), Gx = G_last - G (forward) or G (query; EXCLUSIVE, RWKV-6's query side: G_{t-1}).
+  // G as vector_cumsum forms it, in registers: kParts threads a channel, kLen consecutive tokens
+  // each, each part's local sums offset by the earlier parts' totals, added in part order. The
+  // caller's __syncthreads publishes glast and xg.
+  template <bool EXCLUSIVE>
+  __device__ void gate_chunk(bool query, float weight) const {
+    const int d = threadIdx.x % KT, part = threadIdx.x / KT, t0 = part * kLen;
+    float G[kLen];
+#pragma unroll
+    for (int i = 0; i < kLen; i++) G[i] = bf(raw_g[(t0 + i) * kLdK + d]) + (i > 0 ? G[i - 1] : 0.f);
+    totals[part * KT + d] = G[kLen - 1];
+    __syncthreads();
+    float before = 0.f, all = 0.f;  // the earlier parts' sum; G_last
+#pragma unroll
+    for (int p = 0; p < kParts; p++) {
+      const float x = totals[p * KT + d];
+      if (p < part) before += x;
+      all += x;
+    }
+    if (part == 0) glast[d] = all;
+#pragma unroll
+    for (int i = 0; i < kLen; i++) {
+      const int t = t0 + i;
+      const float g_at = EXCLUSIVE ? (i > 0 ? before + G[i - 1] : before) : before + G[i];
+      const float xg = bf(raw_x[t * kLdK + d]) * exp_ex2(query ? g_at : all - g_at);
+      const bf16 hi = __float2bfloat16_rn(weight * xg);
+      xg_hi[t * kLdK + d] = hi, xg_lo[t * kLdK + d] = __float2bfloat16_rn(weight * xg - bf(hi));
+    }
+  }
+};
+
+// What a scan reads and writes: forward (and its replay) h0, every h[n], ht, with k and V;
+// reverse dht, every dh[n], dh0, with q and dO.
+template <bool REVERSE>
+struct ScanBuffers {
+  const float* init;  // the carried state's start (null: zeros)
+  float* states;      // every chunk-start (forward) or chunk-end (reverse) state, or null
+  float* last;        // the final state, or null
+  const bf16 *x, *y;  // the update's X^T Y operands
+  __device__ explicit ScanBuffers(const Args& a)
+      : init(REVERSE ? a.dht : a.h0), states(REVERSE ? a.dh_end : a.h_start), last(REVERSE ? a.dh0 : a.ht),
+        x(REVERSE ? a.q : a.k), y(REVERSE ? a.d_o : a.v) {}
+};
+
+// The state tile of a scan CTA: blockIdx.x = (row tile) (DV / BV) + column tile.
+template <int KT>
+struct ScanTile {
+  int d0, v0;
+  __device__ explicit ScanTile(int DV) : d0(blockIdx.x / (DV / BV) * KT), v0(blockIdx.x % (DV / BV) * BV) {}
+};
+
+// The vector gate's scans, one state tile a CTA in registers: forward pass 1 and its replay
+// (REVERSE false: h from h0, every chunk-start h[n] into a.h_start where not null, the final
+// state into a.ht) and backward pass 2 (REVERSE: dS from dht, dh[n] into a.dh_end, dh0). The
+// next chunk's tiles are copied (cp.async) while this chunk's state update runs: its raw q / k
+// and g tiles are consumed by the gating before the update, and V / dO is double-buffered by
+// chunk parity, so the sequential chain holds no memory round trip. RW (RWKV-6, REVERSE only):
+// dO meets the state through q (.) exp(Gq), the exclusive query gate.
+template <int DK, int KT, bool REVERSE, bool RW>
+__device__ void vector_scan(const VectorScanSmem<KT>& sm, const Args& a, int DV) {
+  using Smem = VectorScanSmem<KT>;
+  const ScanTile<KT> tile(DV);
+  const int v0 = tile.v0, j = blockIdx.y, b = blockIdx.z, hq = j / (a.HV / a.H);
+  const int64_t head = int64_t(b) * a.HV + j;  // (b, j) of the (B, HV, ..) buffers
+  const int64_t row0 = int64_t(tile.d0) * DV;  // the tile's first row in a (dk, DV) state
+  const ScanBuffers<REVERSE> io(a);
+  StateTile<KT> h;
+  h.load(io.init ? io.init + head * DK * DV + row0 : nullptr, v0, DV);
+  // (a select, not sm.v[chunk & 1]: an indexed member array would put sm in local memory)
+  auto v_tile = [&](int chunk) { return chunk & 1 ? sm.v[1] : sm.v[0]; };
+  auto copy_tiles = [&](int chunk) {
+    const int n = min(C, a.T - chunk * C);
+    const int64_t tok = int64_t(b) * a.T + chunk * C;  // first (b, t) row of the chunk
+    load_bf16_rows_async<C, KT>(sm.raw_x, io.x + (tok * a.H + hq) * DK + tile.d0, int64_t(a.H) * DK, n);
+    load_bf16_rows_async<C, KT>(sm.raw_g, a.g + (tok * a.HV + j) * DK + tile.d0, int64_t(a.HV) * DK, n);
+    load_bf16_rows_async<C, BV>(v_tile(chunk), io.y + (tok * a.HV + j) * DV + v0, int64_t(a.HV) * DV, n);
+  };
+  const int step = REVERSE ? -1 : 1;
+  auto in_range = [&](int chunk) { return chunk >= 0 && chunk < a.NT; };
+  copy_tiles(REVERSE ? a.NT - 1 : 0);
+  for (int chunk = REVERSE ? a.NT - 1 : 0; in_range(chunk); chunk += step) {
+    // a packed document starts this chunk (forward: h = 0 entering it) or the next one (reverse:
+    // no gradient reaches this chunk's end state); the flag read before the wait, its load
+    // overlapping the tiles', then a block-uniform branch
+    const bool reset = a.resets(b, REVERSE ? chunk + 1 : chunk);
+    wait_tiles();  // this chunk's tiles; the previous update's reads of xg are done
+    if (reset) h.load(nullptr, v0, DV);
+    if (io.states) h.store(io.states + (head * a.NT + chunk) * DK * DV + row0, v0, DV);
+    sm.template gate_chunk<RW>(REVERSE, REVERSE ? a.scale : 1.f);
+    __syncthreads();  // xg and glast are published and the raw tiles are free
+    if (in_range(chunk + step)) copy_tiles(chunk + step);
+    // forward: h <- Diag(exp(G_last)) h + (K (.) exp(G_last - G))^T V
+    // reverse: dS <- Diag(exp(G_last)) dS + (Q (.) scale exp(Gq))^T dO
+    const bf16* vt = v_tile(chunk);
+    h.template advance<Smem::kLdK, Smem::kLdV>([&](int d) { return exp_ex2(sm.glast[d]); }, sm.xg_hi, vt, sm.xg_lo,
+                                                  vt);
+  }
+  if (!io.last) return;
+  if (REVERSE && a.resets(b, 0)) h.load(nullptr, v0, DV);  // chunk 0 started from h = 0, not from h0
+  h.store(io.last + head * DK * DV + row0, v0, DV);
+}
 
 // A scalar-gate scan CTA's shared memory: the chunk's bf16 tiles of k (forward) or q (reverse),
 // all DK channels, by chunk parity (the next chunk's copy lands while this chunk's update reads
@@ -795,21 +794,17 @@ __device__ void scalar_scan(const ScalarScanSmem<DK>& sm, const Args& a, int DV)
   static_assert(C * BV / 8 == kThreads, "one 8-column piece of the weighted tile a thread");
   const int v0 = blockIdx.x * BV, j = blockIdx.y, b = blockIdx.z, hq = j / (a.HV / a.H);
   const int64_t head = int64_t(b) * a.HV + j;  // (b, j) of the (B, HV, ..) buffers
-  const float* init = REVERSE ? a.dht : a.h0;
-  float* states = REVERSE ? a.dh_end : a.h_start;
-  float* last = REVERSE ? a.dh0 : a.ht;
-  const bf16* x = REVERSE ? a.q : a.k;
-  const bf16* y = REVERSE ? a.d_o : a.v;
-  ScalarState<DK> h;
-  h.load(init ? init + head * DK * DV : nullptr, v0, DV);
+  const ScanBuffers<REVERSE> io(a);
+  StateTile<DK> h;
+  h.load(io.init ? io.init + head * DK * DV : nullptr, v0, DV);
   // (a select, not sm.x[chunk & 1]: an indexed member array would put sm in local memory)
   auto x_tile = [&](int chunk) { return chunk & 1 ? sm.x[1] : sm.x[0]; };
   float g0, g1;  // this lane's two gate values of the chunk in flight
   auto copy_chunk = [&](int chunk) {
     const int n = min(C, a.T - chunk * C);
     const int64_t tok = int64_t(b) * a.T + chunk * C;  // first (b, t) row of the chunk
-    load_bf16_rows_async<C, DK>(x_tile(chunk), x + (tok * a.H + hq) * DK, int64_t(a.H) * DK, n);
-    load_bf16_rows_async<C, BV>(sm.v, y + (tok * a.HV + j) * DV + v0, int64_t(a.HV) * DV, n);
+    load_bf16_rows_async<C, DK>(x_tile(chunk), io.x + (tok * a.H + hq) * DK, int64_t(a.H) * DK, n);
+    load_bf16_rows_async<C, BV>(sm.v, io.y + (tok * a.HV + j) * DV + v0, int64_t(a.HV) * DV, n);
     load_gate_pair(g0, g1, a.g + tok * a.HV + j, a.HV, n);
   };
   const int step = REVERSE ? -1 : 1;
@@ -821,7 +816,7 @@ __device__ void scalar_scan(const ScalarScanSmem<DK>& sm, const Args& a, int DV)
     const bool reset = a.resets(b, REVERSE ? chunk + 1 : chunk);
     wait_tiles();  // this chunk's tiles; the previous update's reads of the tiles are done
     if (reset) h.load(nullptr, v0, DV);
-    if (states) h.store(states + (head * a.NT + chunk) * DK * DV, v0, DV);
+    if (io.states) h.store(io.states + (head * a.NT + chunk) * DK * DV, v0, DV);
     float G0, G1;
     warp_cumsum_pair(g0, g1, G0, G1);
     const float glast = __shfl_sync(0xffffffffu, G1, 31);
@@ -840,11 +835,13 @@ __device__ void scalar_scan(const ScalarScanSmem<DK>& sm, const Args& a, int DV)
     }
     __syncthreads();  // the weighted tiles are staged; the V tile is free
     if (in_range(chunk + step)) copy_chunk(chunk + step);
-    h.template advance<kLdK, kLdV>(expf(glast), x_tile(chunk), sm.wv_hi, sm.wv_lo);
+    const float decay = expf(glast);
+    const bf16* xt = x_tile(chunk);
+    h.template advance<kLdK, kLdV>([&](int) { return decay; }, xt, sm.wv_hi, xt, sm.wv_lo);
   }
-  if (!last) return;
+  if (!io.last) return;
   if (REVERSE && a.resets(b, 0)) h.load(nullptr, v0, DV);  // chunk 0 started from h = 0, not from h0
-  h.store(last + head * DK * DV, v0, DV);
+  h.store(io.last + head * DK * DV, v0, DV);
 }
 
 // Forward pass 1, or the backward's replay of it: every chunk-start state h[n] into a.h_start
