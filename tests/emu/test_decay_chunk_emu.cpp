@@ -502,7 +502,8 @@ static void documents_case(int kind, int64_t B, int64_t H, int64_t G, int64_t dk
 }
 
 // Every case by default (ctest); a group by name: rwkv6, gla, scalar, grouped, fwd (D64, D128), fwd256, mixed,
-// bwd256 (every gate's backward at (256, 256), (128, 256), (256, 128)), documents (chunk_reset).
+// bwd256 (every gate's backward at (256, 256), (128, 256), (256, 128)), documents (chunk_reset),
+// short (T = 40: one partial chunk, the scans' first chunk also their last).
 int main(int argc, char** argv) {
   const std::string which = argc > 1 ? argv[1] : "all";
   auto wants = [&](const char* group) { return which == "all" || which == group; };
@@ -543,6 +544,12 @@ int main(int argc, char** argv) {
           if (kind == 2) rwkv6_case(1, T, 1, dk, with_h0, with_dht, 0.0, seed, dv);
           else gla_case(1, T, 1, dk, seed, kind == 1, dv, with_h0, with_dht);
         }
+  if (wants("short"))
+    for (int kind = 0; kind < 3; kind++) {  // scalar gate, vector gate, RWKV-6
+      forward_case(kind, 1, 40, 2, 64, true, 500 + kind);
+      if (kind == 2) rwkv6_case(1, 40, 2, 64, true, true, 0.0, 510);
+      else gla_case(1, 40, 2, 64, 510 + kind, kind == 1, 64, true, true);
+    }
   if (wants("documents")) {
     // documents of 37, 64 and 90 tokens: a partial first chunk, an exact one, one crossing into a
     // partial last chunk (T = 218); grouped value heads; the padding places zero (the layout's)
