@@ -503,7 +503,9 @@ static void documents_case(int kind, int64_t B, int64_t H, int64_t G, int64_t dk
 
 // Every case by default (ctest); a group by name: rwkv6, gla, scalar, grouped, fwd (D64, D128), fwd256, mixed,
 // bwd256 (every gate's backward at (256, 256), (128, 256), (256, 128)), documents (chunk_reset),
-// short (T = 40: one partial chunk, the scans' first chunk also their last).
+// short (T = 40: one partial chunk, the scans' first chunk also their last), early (cp.async
+// copies landing at issue: a scan's tile copied for the next chunk before this chunk's readers
+// are done shows).
 int main(int argc, char** argv) {
   const std::string which = argc > 1 ? argv[1] : "all";
   auto wants = [&](const char* group) { return which == "all" || which == group; };
@@ -550,6 +552,15 @@ int main(int argc, char** argv) {
       if (kind == 2) rwkv6_case(1, 40, 2, 64, true, true, 0.0, 510);
       else gla_case(1, 40, 2, 64, 510 + kind, kind == 1, 64, true, true);
     }
+  if (wants("early")) {
+    emu::cp_async_lands_at_issue = true;
+    for (int kind = 0; kind < 3; kind++) {  // scalar gate, vector gate, RWKV-6
+      forward_case(kind, 1, 130, 1, kind == 0 ? 256 : 64, true, 600 + kind);
+      if (kind == 2) rwkv6_case(1, 130, 1, 64, true, true, 0.0, 610);
+      else gla_case(1, 130, 1, kind == 0 ? 128 : 64, 610 + kind, kind == 1, 0, true, true);
+    }
+    emu::cp_async_lands_at_issue = false;
+  }
   if (wants("documents")) {
     // documents of 37, 64 and 90 tokens: a partial first chunk, an exact one, one crossing into a
     // partial last chunk (T = 218); grouped value heads; the padding places zero (the layout's)

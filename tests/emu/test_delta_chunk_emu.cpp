@@ -315,6 +315,7 @@ int main(int argc, char** argv) {
       }
     run({true, false, true, true, 2, 70, 1, 2, 64, 128, 0.0}, seed++);  // mixed widths, B = 2
     run({true, true, true, false, 1, 130, 1, 1, 128, 64, -2.0}, seed++);  // strong decay
+    run({true, true, true, true, 1, 40, 1, 2, 64, 64, 1.0}, seed++);  // one partial chunk
   }
   if (wants("wide")) {
     run({true, true, true, true, 1, 70, 1, 1, 256, 256, 1.0}, seed++);
