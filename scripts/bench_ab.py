@@ -8,8 +8,9 @@ bench rows whose name or group contains one of `names` (default: every row), so 
 thermal drift of the machine falls on both alike. Prints, per row and pass, each build's median
 over the rounds, the spread (max / min - 1) of each, and B / A; a ratio inside both spreads is
 marked "~" (no measurable difference). Writes every round's JSON and the paired table
-(ab.json: rows of name, pass, a_ms, b_ms, ratio, a_spread, b_spread) into --out (default: $OUT,
-else ./bench-ab). Standard library only (the GPU box has no network).
+(ab.json: the binaries, --label-a / --label-b, rounds, bench arguments, and rows of name, pass,
+a_ms, b_ms, ratio, a_spread, b_spread) into --out (default: $OUT, else ./bench-ab). Standard
+library only (the GPU box has no network).
 
 Typical use, measuring a commit against its parent: build the parent in another tree (a git
 worktree in an ignored folder, carried to the GPU box), then
@@ -45,6 +46,8 @@ def main():
     p.add_argument("--rounds", type=int, default=3, help="A B rounds (default 3)")
     p.add_argument("--out", default=os.environ.get("OUT", "bench-ab"), help="folder for the JSON files")
     p.add_argument("--bench-args", default="", help="more arguments to hla bench, e.g. '--repeats 50'")
+    p.add_argument("--label-a", default="", help="what A is, for ab.json (e.g. its commit)")
+    p.add_argument("--label-b", default="", help="what B is, for ab.json")
     args = p.parse_intermixed_args()
     if args.rounds < 1:
         sys.exit(f"bench_ab: --rounds must be >= 1, got {args.rounds}")
@@ -79,7 +82,8 @@ def main():
     for key in only_one:
         print(f"bench_ab: row {key[0]} ({key[1]}) ran in one build only")
     with open(os.path.join(args.out, "ab.json"), "w") as f:
-        json.dump({"a": args.hla_a, "b": args.hla_b, "rounds": args.rounds, "rows": rows}, f, indent=1)
+        json.dump({"a": args.hla_a, "b": args.hla_b, "label_a": args.label_a, "label_b": args.label_b,
+                   "rounds": args.rounds, "bench_args": args.bench_args, "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":
