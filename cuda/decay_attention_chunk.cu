@@ -195,10 +195,11 @@ struct Args {
   const int32_t* chunk_reset;  // (B, NT) 1 where the state entering a chunk is zero (packed documents), or null
   bf16* o;              // (B, T, HV, dv); null: the backward's replay (no outputs)
   float* ht;            // (B, HV, dk, dv) or null
-  float* h_start;       // (B, HV, NT, dk, dv)  state at the start of each chunk: written by the forward's
-                        // scan and by the backward's replay of it, read by output_kernel and pass 3
+  bf16* h_start;        // (B, HV, NT, dk, dv)  state at the start of each chunk, rounded to bf16 (its readers,
+                        // output_kernel and pass 3, take it as a bf16 mma operand): written by the forward's
+                        // scan and by the backward's replay of it
   // backward only (null in the forward)
-  float* dh_end;        // (B, HV, NT, dk, dv)  gradient of each chunk's END state (pass 2)
+  bf16* dh_end;         // (B, HV, NT, dk, dv)  gradient of each chunk's END state (pass 2), bf16 as h_start
   const bf16* d_o;      // (B, T, HV, dv)
   const float* dht;     // (B, HV, dk, dv) or null: gradient of the final state
   float* dh0;           // (B, HV, dk, dv) or null
@@ -336,9 +337,9 @@ __device__ __forceinline__ int qlast_offset(int tile) { return 48 * tile - 8 * t
 //      dk; the diagonal blocks pair by pair in fp32 (vector_diagonal_scores); Aqk staged as bf16
 //   3  qg = scale q (.) exp(Gq) staged as bf16 in qr's and kref's place
 // Both:
-//   4  kOutputPiece state columns c0.. at a time (the next piece's fp32 in flight by cp.async while
-//      this one's products run; its staging and bf16 transposed tile in q's and k's place, the
-//      scalar gate's in qg's and k's: q stays)
+//   4  kOutputPiece state columns c0.. at a time, h[n]'s bf16 pieces by cp.async into two padded
+//      tiles by parity (the next piece in flight while this one's products run; in q's and k's
+//      place, the scalar gate's in qg's and k's: q stays; its first piece with the chunk's tiles)
 //      o = qg h[n] + Aqk V, the scalar gate's o = scale exp(G) (.) (Q h[n]) + Aqk V        (mma)
 // (Its budget: the file's header.)
 constexpr int kOutputSlice = 64;  // key channels of Aqk's below-diagonal product a step
@@ -392,32 +393,31 @@ __device__ __forceinline__ void vector_diagonal_scores(Put&& put, const FQ& q8, 
 template <int DK, int DV, bool VG, bool RW>
 struct OutputSmem {
   static constexpr int kLdG = DK + 4;  // fp32 row stride of the vector gate's G
+  static constexpr int kLdP = kOutputPiece + 8;  // row stride of a state piece's padded bf16 tile
   // The vector gate's qg, and its qr and kref of one slice (pass 2) before it, in one place; the
-  // scalar gate's state pieces' fp32 staging there
+  // scalar gate's first state piece there
   static constexpr size_t kDecayedHalves = VG ? std::max(size_t(C) * DK, size_t(C + kDecayedRows) * kOutputSlice)
-                                              : sizeof(float) / sizeof(bf16) * DK * kOutputPiece;
-  static_assert((sizeof(float) + sizeof(bf16)) * DK * kOutputPiece <= sizeof(bf16) * 2 * C * DK &&
-                    kOutputPiece * DK <= C * DK,
-                "a state piece's staging and bf16 tile fit in q's and k's place, the bf16 tile in k's");
+                                              : size_t(DK) * kLdP;
+  static_assert(kLdP <= C, "a state piece's tile fits in q's or k's place");
   float* G;         // vector gate (C, kLdG); scalar gate (C)
+  float* row_scale; // scalar gate (C): scale exp(G), o's factor on the rows of Q h[n]
   float* u;         // RW (DK): the bonus
   bf16 *q, *k;      // (C, DK) swizzled
   bf16* v;          // (C, DV) swizzled
   bf16* aqk;        // (C, C) swizzled
   bf16 *qr, *kref;  // vector gate (C, kOutputSlice), (kDecayedRows, kOutputSlice) swizzled: one slice's decayed rows
   bf16* qg;         // vector gate (C, DK) swizzled, in qr's and kref's place
-  float* staged_h;  // (DK, kOutputPiece) fp32: a piece of h[n] as cp.async lands it, in q's place (scalar: qg's)
-  bf16* hT;         // (kOutputPiece, DK) swizzled: the piece transposed, after the staging (scalar: in k's place)
-  static constexpr size_t floats() { return VG ? size_t(C) * kLdG + (RW ? DK : 0) : size_t(C); }
+  bf16* piece[2];   // (DK, kLdP): pieces of h[n] by parity, as cp.async lands them: in q's place (the scalar
+                    // gate: qg's) and in k's
+  static constexpr size_t floats() { return VG ? size_t(C) * kLdG + (RW ? DK : 0) : size_t(2) * C; }
   static constexpr size_t halves() { return size_t(2) * C * DK + size_t(C) * DV + C * C + kDecayedHalves; }
   static constexpr size_t bytes() { return sizeof(float) * floats() + sizeof(bf16) * halves(); }
   static_assert(floats() % 4 == 0 && kDecayedHalves % 8 == 0, "the bf16 tiles start 16-byte aligned");
   __device__ explicit OutputSmem(void* p) {
-    G = static_cast<float*>(p), u = RW ? G + C * kLdG : nullptr;
+    G = static_cast<float*>(p), row_scale = VG ? nullptr : G + C, u = RW ? G + C * kLdG : nullptr;
     q = reinterpret_cast<bf16*>(static_cast<float*>(p) + floats()), k = q + C * DK, v = k + C * DK;
     aqk = v + C * DV, qr = aqk + C * C, kref = qr + C * kOutputSlice, qg = qr;
-    if (VG) staged_h = reinterpret_cast<float*>(q), hT = reinterpret_cast<bf16*>(staged_h + DK * kOutputPiece);
-    else staged_h = reinterpret_cast<float*>(qg), hT = k;
+    piece[0] = VG ? q : qg, piece[1] = k;
   }
 };
 
@@ -528,38 +528,33 @@ __global__ void __launch_bounds__(kThreads, kOutputCtasPerSm<DK, DV>) output_ker
   } else if (threadIdx.x < 32) {
     chunk_cumsum(sm.G, a.g + tok0, a.HV, n);
   }
+  // 4's state pieces, by parity: (a select, not sm.piece[i & 1]: an indexed member array would put
+  // sm in local memory)
+  auto piece_tile = [&](int c0) { return (c0 / kPiece) & 1 ? sm.piece[1] : sm.piece[0]; };
+  auto load_piece = [&](int c0) {
+    load_bf16_rows_async<DK, kPiece>(piece_tile(c0), a.h_start + state0 + c0, DV, DK);
+  };
+  if (!VG) load_piece(0);  // (its place, qg's, is free from the start)
   wait_tiles();
   // 2, 3: Aqk (and the vector gate's qg) staged; k (and the vector gate's q and G) free after.
-  if constexpr (VG) stage_vector_scores(sm, a);
-  else stage_scalar_scores(sm, a);
-  // 4: o, kPiece state columns c0.. at a time. The conversion: a thread takes column c = its lane of
-  // the piece and state rows d .. d + 7 (one 16-byte store into hT's row c; the warp's 32 columns
-  // read conflict-free).
-  static_assert(kPiece == 32, "a warp's lanes are a piece's columns");
-  constexpr int kRowGroups = DK / 8 * kPiece / kThreads;  // 8-row groups a thread
-  static_assert(DK / 8 * kPiece % kThreads == 0, "whole row groups per thread");
-  auto load_piece = [&](int c0) {
-    load_f32_rows_async<DK, kPiece>(sm.staged_h, kPiece, a.h_start + state0 + c0, DV);
-  };
-  load_piece(0);
+  if constexpr (VG) {
+    stage_vector_scores(sm, a);
+    load_piece(0);
+  } else {
+    stage_scalar_scores(sm, a);
+    if (threadIdx.x < C) sm.row_scale[threadIdx.x] = a.scale * expf(sm.G[threadIdx.x]);
+  }
+  // 4: o, kPiece state columns c0.. at a time.
   for (int c0 = 0; c0 < DV; c0 += kPiece) {
-    wait_tiles();  // this piece has landed; the previous piece's products are done with hT
-#pragma unroll
-    for (int p = 0; p < kRowGroups; p++) {
-      const int i = threadIdx.x + p * kThreads, c = i % kPiece, d = i / kPiece * 8;
-      float h[8];
-#pragma unroll
-      for (int e = 0; e < 8; e++) h[e] = sm.staged_h[(d + e) * kPiece + c];
-      chunk_mma::stage8<DK>(sm.hT, c, d, h);
-    }
-    __syncthreads();  // the piece's tile is ready, the staging is free
+    wait_tiles();  // this piece has landed; the previous piece's products are done with the other tile
     if (c0 + kPiece < DV) load_piece(c0 + kPiece);  // in flight during the products below
+    const chunk_mma::Padded<Smem::kLdP, false> h{piece_tile(c0)};
     WarpTile<C, kPiece> o;
     if constexpr (VG) {
-      mma_staged(o, Staged<DK, false>{sm.qg}, Staged<DK, true>{sm.hT}, 0, DK);
+      mma_staged(o, Staged<DK, false>{sm.qg}, h, 0, DK);
     } else {
-      mma_staged(o, Staged<DK, false>{sm.q}, Staged<DK, true>{sm.hT}, 0, DK);
-      o.each([&](int r, int, float& x, int) { x *= a.scale * expf(sm.G[r]); });
+      mma_staged(o, Staged<DK, false>{sm.q}, h, 0, DK);
+      o.each([&](int r, int, float& x, int) { x *= sm.row_scale[r]; });
     }
     mma_staged(o, Staged<C, false>{sm.aqk}, Staged<DV, false>{sm.v, 0, c0}, 0, C);
     o.each_pair([&](int r, int c, float x0, float x1, int) {  // columns c, c + 1 in one 4-byte store
@@ -587,8 +582,8 @@ constexpr int kScanCtasPerSm = VG ? 4 : 2;
 
 // A scan CTA's state tile (h forward, dS reverse), ROWS rows of its BV columns, in registers:
 // kParts WarpTiles of kRows rows (a WarpTile holds at most 16 rows a warp, 128 in all), part p
-// rows p kRows .. p kRows + kRows - 1. Global (dk, DV) fp32 states are read and written from the
-// accumulators, a column pair (8 bytes) a thread at a time.
+// rows p kRows .. p kRows + kRows - 1. Global (dk, DV) states are read and written from the
+// accumulators, a column pair a thread at a time (fp32: h0, ht, dht, dh0; bf16: h[n], dh[n]).
 template <int ROWS>
 struct StateTile {
   static constexpr int kRows = ROWS < 128 ? ROWS : 128, kParts = ROWS / kRows;
@@ -611,6 +606,12 @@ struct StateTile {
   __device__ __forceinline__ void store(float* dst, int v0, int DV) {
     each_pair([&](int r, int c, float& x0, float& x1) {
       *reinterpret_cast<float2*>(dst + r * DV + v0 + c) = make_float2(x0, x1);
+    });
+  }
+  // The same, rounded to bf16 (a chunk-start state h[n] or chunk-end gradient dh[n]).
+  __device__ __forceinline__ void store(bf16* dst, int v0, int DV) {
+    each_pair([&](int r, int c, float& x0, float& x1) {
+      *reinterpret_cast<uint32_t*>(dst + r * DV + v0 + c) = pack_bf16(x0, x1);
     });
   }
   // h <- Diag(decay(row)) h + X0^T Y0 + X1^T Y1 over the chunk's C tokens: bf16 tiles, X (C,
@@ -692,7 +693,7 @@ struct VectorScanSmem {
 template <bool REVERSE>
 struct ScanBuffers {
   const float* init;  // the carried state's start (null: zeros)
-  float* states;      // every chunk-start (forward) or chunk-end (reverse) state, or null
+  bf16* states;       // every chunk-start (forward) or chunk-end (reverse) state (bf16), or null
   float* last;        // the final state, or null
   const bf16 *x, *y;  // the update's X^T Y operands
   __device__ explicit ScanBuffers(const Args& a)
@@ -871,12 +872,12 @@ __global__ void __launch_bounds__(kThreads, kScanCtasPerSm<VG>) reverse_scan_ker
 // tile, swizzled (cuda/tile.cuh) and read by ldmatrix (mma_staged): q, k, v, dO as loaded; the
 // scores Aqk, Ps and the state pieces rounded to bf16 once when they are formed; the vector gate's
 // decayed operands (q, k times a per-channel exp) rounded once when they are staged.
-constexpr int kStatePiece = 32;  // state columns a 3b step (fp32 staging, then bf16 transposed)
+constexpr int kStatePiece = 32;  // state columns a 3b step (bf16 tiles of h[n] and dh[n] as loaded)
 
 template <int DK, int DV, bool VG, bool RW>
 struct LocalSmem {
   static constexpr int kLdG = DK + 4;  // fp32 row stride of the vector gate's G
-  float *staged_h, *staged_dh;     // (DK, kStatePiece) fp32: a piece of h[n], dh[n] as cp.async lands it
+  static constexpr int kLdP = kStatePiece + 8;  // row stride of a state piece's padded bf16 tile
   float *G, *expG, *kdecay, *dG;   // scalar gate (C): G, exp(G), exp(G_last - G), the gate gradient
   float *rowQ, *rowK, *rowKs;      // scalar gate (2, C) per-row partial sums (WarpTile::add_row_sums)
   float* red;                      // scalar gate (32) block_sum scratch
@@ -886,28 +887,34 @@ struct LocalSmem {
   bf16 *q, *k;                     // (C, DK) swizzled
   bf16 *v, *dov;                   // (C, DV): V, dO
   bf16 *aqk, *ps;                  // (C, C): Aqk, and Ps = the masked scale dO V^T (scalar: decayed)
-  bf16 *hT, *dhT;                  // (kStatePiece, DK): the piece of h[n], dh[n] transposed; VG 3a: (C, DK) qr
+  // (DK, kLdP) each: pieces of h[n] and dh[n] by parity as cp.async lands them (3b); piece 0 comes
+  // with the chunk's tiles, so 3a's qr (VG, (C, DK) swizzled) takes the odd pieces' place, and 3c's
+  // own pairs (VG, (C, DK) fp32) all four tiles' once 3b is done
+  bf16 *h_even, *dh_even, *h_odd, *dh_odd;
+  bf16* qr;
+  float* own;
   bf16* decayed;                   // VG (kDecayedRows, DK): kref or qlast (3a, 3c), kd = k (.) exp(G_last - G) (3b)
   static constexpr size_t gate_floats() {
     return VG ? size_t(C) * kLdG + (RW ? 3 : 2) * DK + C / 16 * DK : 10 * C + 32;
   }
-  static constexpr size_t floats() { return size_t(2) * DK * kStatePiece + gate_floats(); }
+  static constexpr size_t floats() { return gate_floats(); }
   static constexpr size_t halves() {
-    return size_t(2) * C * DK + 2 * C * DV + 2 * C * C + 2 * kStatePiece * DK + (VG ? kDecayedRows * DK : 0);
+    return size_t(2) * C * DK + 2 * C * DV + 2 * C * C + 4 * DK * kLdP + (VG ? kDecayedRows * DK : 0);
   }
   static constexpr size_t bytes() { return sizeof(float) * floats() + sizeof(bf16) * halves(); }
   static_assert(floats() % 4 == 0, "the bf16 tiles start 16-byte aligned");
-  static_assert(C * DK <= 2 * kStatePiece * DK, "3a's qr fits in the state pieces' place, 3c's own pairs in the staging's");
+  static_assert(C * DK <= 2 * DK * kLdP && sizeof(float) * C * DK <= sizeof(bf16) * 4 * DK * kLdP,
+                "3a's qr fits in the odd pieces' place, 3c's own pairs in the four pieces'");
   __device__ explicit LocalSmem(void* p) {
-    staged_h = static_cast<float*>(p), staged_dh = staged_h + DK * kStatePiece;
-    float* gate = staged_dh + DK * kStatePiece;
+    float* gate = static_cast<float*>(p);
     G = gate, expG = G + C, kdecay = expG + C, dG = kdecay + C;  // (scalar gate)
     rowQ = dG + C, rowK = rowQ + 2 * C, rowKs = rowK + 2 * C, red = rowKs + 2 * C;
     Gv = gate, glast = Gv + C * kLdG, hdh = glast + DK, colKs = hdh + DK;  // (vector gate)
     u = RW ? colKs + C / 16 * DK : nullptr;
     q = reinterpret_cast<bf16*>(static_cast<float*>(p) + floats()), k = q + C * DK;
     v = k + C * DK, dov = v + C * DV, aqk = dov + C * DV, ps = aqk + C * C;
-    hT = ps + C * C, dhT = hT + kStatePiece * DK, decayed = dhT + kStatePiece * DK;
+    h_even = ps + C * C, dh_even = h_even + DK * kLdP, h_odd = dh_even + DK * kLdP, dh_odd = h_odd + DK * kLdP;
+    qr = h_odd, own = reinterpret_cast<float*>(h_even), decayed = dh_odd + DK * kLdP;
   }
 };
 
@@ -957,10 +964,14 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
   load_tile_async<C, KB, kThreads>(sm.k, a.k + qk0, int64_t(a.H) * DK, 0, n);
   load_tile_async<C, DV, kThreads>(sm.v, a.v + tok0 * DV, int64_t(a.HV) * DV, 0, n);
   load_tile_async<C, DV, kThreads>(sm.dov, a.d_o + tok0 * DV, int64_t(a.HV) * DV, 0, n);
-  auto load_state = [&](int piece) {  // piece `piece` of h[n] and dh[n] (rows d0.., kStatePiece columns)
+  // 3b's tiles of piece `piece` of h[n] and dh[n] (rows d0.., kStatePiece columns), by parity (a
+  // select, not an indexed member array, which would put sm in local memory)
+  auto h_tile = [&](int piece) { return piece & 1 ? sm.h_odd : sm.h_even; };
+  auto dh_tile = [&](int piece) { return piece & 1 ? sm.dh_odd : sm.dh_even; };
+  auto load_state = [&](int piece) {
     const int64_t at = state0 + piece * kStatePiece;
-    load_f32_rows_async<KB, kStatePiece>(sm.staged_h, kStatePiece, a.h_start + at, DV);
-    load_f32_rows_async<KB, kStatePiece>(sm.staged_dh, kStatePiece, a.dh_end + at, DV);
+    load_bf16_rows_async<KB, kStatePiece>(h_tile(piece), a.h_start + at, DV, KB);
+    load_bf16_rows_async<KB, kStatePiece>(dh_tile(piece), a.dh_end + at, DV, KB);
   };
   load_state(0);  // with the chunk's tiles: 3b starts on it without a round trip
   if constexpr (VG) {
@@ -1001,7 +1012,7 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
     for (int e = 0; e < 8; e++) y[e] = x[e] * exp_ex2(ga[e] - gb[e]);
     chunk_mma::stage8<KB>(tile, row, d, y);
   };
-  const chunk_mma::Staged<KB, false> Q{sm.q}, K{sm.k}, QR{sm.hT}, KD{sm.decayed};
+  const chunk_mma::Staged<KB, false> Q{sm.q}, K{sm.k}, QR{sm.qr}, KD{sm.decayed};
   const chunk_mma::Staged<KB, true> Kt{sm.k};
   const chunk_mma::Staged<C, false> Ps{sm.ps};
   const chunk_mma::Staged<C, true> Pst{sm.ps}, Aqkt{sm.aqk};
@@ -1040,7 +1051,7 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
         const int t = i / (KB / 8), d = i % (KB / 8) * 8;
         float x[8], gt[8], gr[8];
         q8(t, d, x), Gq8(t, d, gt), Gq8(t / kSub * kSub, d, gr);
-        stage_decayed(sm.hT, t, d, x, gt, gr);
+        stage_decayed(sm.qr, t, d, x, gt, gr);
       }
       stage_kref();
       __syncthreads();
@@ -1095,47 +1106,46 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
   //     S_end = exp(G_last) h + ...      =>  <h, dh> for dG_last (3d); a vector gate keeps it per
   //                                          state row (rowsum(h (.) dh) into hdh, summed by
   //                                          the warp that converts the row)
-  //     Each piece of h and dh lands in fp32 staging by cp.async (piece 0 with the chunk's tiles,
-  //     piece p + 1 while piece p's products run), is summed into <h, dh> and rounded to bf16 into
-  //     the transposed tiles hT, dhT the products read.
+  //     Each piece of h and dh lands as bf16 tiles by cp.async (piece 0 with the chunk's tiles,
+  //     piece p + 1 while piece p's products run), which the products read by ldmatrix and
+  //     <h, dh> sums.
   WarpTile<C, KB> dq, dk;
-  // The conversion: a thread takes column c = its lane of the piece and state rows d .. d + 7
-  // (one 16-byte store into each of hT's and dhT's rows c; the warp's 32 columns read
-  // conflict-free), the same rows in every piece, so its parts of rowsum(h (.) dh) stay in
-  // registers until the warp sums them after the last piece.
+  // <h, dh>: a thread takes column c = its lane of the piece and state rows d .. d + 7 (the warp's
+  // 32 columns read conflict-free), the same rows in every piece, so its parts of rowsum(h (.) dh)
+  // stay in registers until the warp sums them after the last piece.
   static_assert(kStatePiece == 32, "a warp's lanes are a piece's columns");
   constexpr int kRowGroups = KB / 8 * kStatePiece / kThreads;  // 8-row groups a thread
   static_assert(KB / 8 * kStatePiece % kThreads == 0, "whole row groups per thread");
+  constexpr int kLdP = Smem::kLdP;
   float hdh[kRowGroups][8] = {};
   for (int c0 = 0; c0 < DV; c0 += kStatePiece) {
-    wait_tiles();  // this piece has landed; every read of the previous piece's tiles (or 3a's) is done
+    const int piece = c0 / kStatePiece;
+    wait_tiles();  // this piece has landed; every read of the other parity's tiles (3a's qr, or the previous piece) is done
+    if (c0 + kStatePiece < DV) load_state(piece + 1);  // in flight during the products below
+    const bf16 *h_piece = h_tile(piece), *dh_piece = dh_tile(piece);
 #pragma unroll
     for (int p = 0; p < kRowGroups; p++) {
       const int i = threadIdx.x + p * kThreads, c = i % kStatePiece, d = i / kStatePiece * 8;
-      float h[8], x[8];
 #pragma unroll
-      for (int e = 0; e < 8; e++) {
-        h[e] = sm.staged_h[(d + e) * kStatePiece + c], x[e] = sm.staged_dh[(d + e) * kStatePiece + c];
-        hdh[p][e] += h[e] * x[e];
-      }
-      chunk_mma::stage8<KB>(sm.hT, c, d, h), chunk_mma::stage8<KB>(sm.dhT, c, d, x);
+      for (int e = 0; e < 8; e++) hdh[p][e] += bf(h_piece[(d + e) * kLdP + c]) * bf(dh_piece[(d + e) * kLdP + c]);
     }
     if constexpr (VG) {
-      if (c0 == 0)  // kd in the kref tiles' place (their last reads, 3a's, ended before the barrier above)
+      if (c0 == 0) {  // kd in the kref tiles' place (their last reads, 3a's, ended before the barrier above)
         for (int i = threadIdx.x; i < C * KB / 8; i += kThreads) {
           const int t = i / (KB / 8), d = i % (KB / 8) * 8;
           float x[8], gl[8], gt[8];
           k8(t, d, x), load8(sm.glast + d, gl), G8(t, d, gt);
           stage_decayed(sm.decayed, t, d, x, gl, gt);
         }
+        __syncthreads();
+      }
     }
-    __syncthreads();  // the piece's tiles are ready, the staging is free
-    if (c0 + kStatePiece < DV) load_state(c0 / kStatePiece + 1);  // in flight during the products below
     const chunk_mma::Staged<DV, false> dO_piece{sm.dov, 0, c0};
-    mma_staged(dq, dO_piece, chunk_mma::Staged<KB, false>{sm.hT}, 0, kStatePiece);
-    mma_staged(dk, chunk_mma::Staged<DV, false>{sm.v, 0, c0}, chunk_mma::Staged<KB, false>{sm.dhT}, 0, kStatePiece);
+    const chunk_mma::Padded<kLdP, true> hT{h_piece}, dhT{dh_piece};  // h^T, dh^T (rows: state columns)
+    mma_staged(dq, dO_piece, hT, 0, kStatePiece);
+    mma_staged(dk, chunk_mma::Staged<DV, false>{sm.v, 0, c0}, dhT, 0, kStatePiece);
     WarpTile<C, kStatePiece> dv;
-    const chunk_mma::Staged<KB, true> dh{sm.dhT};
+    const chunk_mma::Padded<kLdP, false> dh{dh_piece};
     if constexpr (VG) {
       mma_staged(dv, KD, dh, 0, KB);
     } else {
@@ -1181,7 +1191,7 @@ __global__ void __launch_bounds__(kThreads, kLocalCtasPerSm<DK, DV, VG>) local_b
     dq.each([&](int r, int d, float& x, int) { x *= a.scale * exp_ex2(Gq_at(r, d)); });
     dk.each([&](int r, int d, float& x, int) { x *= exp_ex2(sm.glast[d] - G_at(r, d)); });
     dk.add_col_sums(sm.colKs, [&](int r, int d, float x) { return x * k_rows(r, d); });
-    float* const own = sm.staged_h;  // (C, KB) fp32: the own sub-chunk's pairs, in the staging's place
+    float* const own = sm.own;  // (C, KB) fp32: the own sub-chunk's pairs, in the state pieces' place
     __syncthreads();  // every read of kd is done
     stage_kref();
 #pragma unroll
@@ -1392,8 +1402,10 @@ DecayAttentionDims decay_dims(const Rwkv6Dims& d) {
   return {d.B, d.T, d.H, d.H, d.dk, d.dv, true, d.scale, 0, DType::F32, nullptr, d.chunk_reset};
 }
 
-// Every chunk-start state, (B, HV, NT, dk, dv) fp32: what the forward keeps for the backward.
-int64_t state_floats(const DecayAttentionDims& d) { return d.B * d.HV * ((d.T + C - 1) / C) * d.dk * d.dv; }
+// The elements of every chunk-start state, (B, HV, NT, dk, dv) bf16: what the forward keeps for
+// the backward (and the backward's dh[n]).
+int64_t state_elements(const DecayAttentionDims& d) { return d.B * d.HV * ((d.T + C - 1) / C) * d.dk * d.dv; }
+using StateScratch = Scratch<bf16>;
 
 // The inputs both directions read; outputs and workspaces are set by the caller.
 Args input_args(const void* q, const void* k, const void* v, const void* g, const float* h0,
@@ -1427,16 +1439,16 @@ bool takes(int64_t B, int64_t T, int64_t dk, int64_t dv, DType dtype, const void
          (!vector_gate || aligned16(vector_gate));
 }
 
-int64_t kept_floats(const DecayAttentionDims& d) { return state_floats(d); }
-int64_t kept_floats(const Rwkv6Dims& d) { return state_floats(decay_dims(d)); }
+int64_t kept_floats(const DecayAttentionDims& d) { return (state_elements(d) + 1) / 2; }  // bf16 pairs
+int64_t kept_floats(const Rwkv6Dims& d) { return kept_floats(decay_dims(d)); }
 
 void forward(void* o, float* ht, const void* q, const void* k, const void* v, const void* g, const float* h0,
              const DecayAttentionDims& d, float* kept) {
   HLA_CHECK(!kept || aligned16(kept), "decay_attention chunk kernel: kept must be 16-byte aligned");
   Args a = input_args(q, k, v, g, h0, d);
   a.o = static_cast<bf16*>(o), a.ht = ht;
-  FloatScratch h_start(kept ? 0 : state_floats(d));  // (B, HV, NT, dk, dv), where not kept
-  a.h_start = kept ? kept : h_start.get();
+  StateScratch h_start(kept ? 0 : state_elements(d));  // (B, HV, NT, dk, dv), where not kept
+  a.h_start = kept ? reinterpret_cast<bf16*>(kept) : h_start.get();
   dispatch(d, [&](auto dk_, auto dv_, auto vector_gate) {
     launch_forward<decltype(dk_)::value, decltype(dv_)::value, decltype(vector_gate)::value, false>(a);
   });
@@ -1448,8 +1460,8 @@ void rwkv6_forward(void* o, float* ht, const void* r, const void* k, const void*
   const DecayAttentionDims dims = decay_dims(d);
   Args a = input_args(r, k, v, w, h0, dims);
   a.o = static_cast<bf16*>(o), a.ht = ht, a.bonus = static_cast<const bf16*>(u);
-  FloatScratch h_start(kept ? 0 : state_floats(dims));  // (B, H, NT, dk, dv), where not kept
-  a.h_start = kept ? kept : h_start.get();
+  StateScratch h_start(kept ? 0 : state_elements(dims));  // (B, H, NT, dk, dv), where not kept
+  a.h_start = kept ? reinterpret_cast<bf16*>(kept) : h_start.get();
   dispatch(dims, [&](auto dk_, auto dv_, auto) {
     launch_forward<decltype(dk_)::value, decltype(dv_)::value, true, true>(a);
   });
@@ -1464,13 +1476,14 @@ void backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, float* gra
   HLA_CHECK((d.HV != d.H || (aligned16(grad_q) && aligned16(grad_k))) && aligned16(grad_v),
             "decay_attention chunk kernel: grad_q, grad_k and grad_v must be 16-byte aligned (stored in bf16 pairs)");
   Args a = input_args(q, k, v, g, h0, d);
-  const int64_t states = state_floats(d);  // (B, HV, NT, dk, dv)
+  const int64_t states = state_elements(d);  // (B, HV, NT, dk, dv)
   // One value head a key head: pass 3 writes dq, dk itself; else per value head in fp32, then summed.
   const bool grouped = d.HV != d.H;
   const int64_t grads = grouped ? d.B * d.T * d.HV * d.dk : 0;  // (B, T, HV, dk)
-  FloatScratch h_start(kept ? 0 : states), dh_end(states), dq(grads), dk(grads);
+  StateScratch h_start(kept ? 0 : states), dh_end(states);
+  FloatScratch dq(grads), dk(grads);
   // kept is only read here: pass 1, the one writer of a.h_start, does not run then
-  a.h_start = kept ? const_cast<float*>(kept) : h_start.get(), a.dh_end = dh_end.get();
+  a.h_start = kept ? reinterpret_cast<bf16*>(const_cast<float*>(kept)) : h_start.get(), a.dh_end = dh_end.get();
   a.d_o = static_cast<const bf16*>(grad_o), a.dht = grad_ht, a.dh0 = grad_h0;
   if (grouped) a.dq = dq.get(), a.dk = dk.get();
   else a.dq_direct = static_cast<bf16*>(grad_q), a.dk_direct = static_cast<bf16*>(grad_k);
@@ -1496,10 +1509,11 @@ void rwkv6_backward(void* grad_r, void* grad_k, void* grad_v, void* grad_w, void
   const DecayAttentionDims dims = decay_dims(d);
   Args a = input_args(r, k, v, w, h0, dims);
   a.bonus = static_cast<const bf16*>(u);
-  const int64_t states = state_floats(dims);  // (B, H, NT, dk, dv)
-  FloatScratch h_start(kept ? 0 : states), dh_end(states), du_parts(d.B * a.NT * d.H * d.dk);
+  const int64_t states = state_elements(dims);  // (B, H, NT, dk, dv)
+  StateScratch h_start(kept ? 0 : states), dh_end(states);
+  FloatScratch du_parts(d.B * a.NT * d.H * d.dk);
   // kept is only read here: pass 1, the one writer of a.h_start, does not run then
-  a.h_start = kept ? const_cast<float*>(kept) : h_start.get(), a.dh_end = dh_end.get();
+  a.h_start = kept ? reinterpret_cast<bf16*>(const_cast<float*>(kept)) : h_start.get(), a.dh_end = dh_end.get();
   a.d_o = static_cast<const bf16*>(grad_o), a.dht = grad_ht, a.dh0 = grad_h0;
   a.dbonus = du_parts.get();  // (B, NT, H, dk)
   a.dq_direct = static_cast<bf16*>(grad_r), a.dk_direct = static_cast<bf16*>(grad_k);  // one value head a head

@@ -6,7 +6,7 @@
 // (128, 256) / (256, 128) (at dk = 256 the backward's chunk-local pass runs as two key blocks).
 // Kept states (decay_chunk::kept_floats): every forward case runs twice, plain and keeping its
 // chunk-start states (into a NaN-filled buffer), and checks the two write the same bits and that
-// the kept states are the reference's h[n] (every float written); every backward case runs
+// the kept states (bf16) are the reference's h[n] (every element written); every backward case runs
 // twice, replaying the states and reading a keeping forward's, which must write the same bits,
 // and once more reading NaN states, which must reach the gradients (the states are read).
 // Packed documents (chunk_reset): every gate kind forward and backward on the documents' chunk
@@ -47,7 +47,13 @@ struct Buf {
   }
 };
 
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+// A float whose two bf16 halves are NaN too (the kept states are bf16 pairs in a float buffer).
+static const float kNaN = [] {
+  const uint32_t bits = 0x7fc07fc0u;
+  float x;
+  std::memcpy(&x, &bits, sizeof x);
+  return x;
+}();
 
 // Whether two runs wrote the same bits.
 template <class V>
@@ -337,6 +343,7 @@ static void forward_case(int kind, int64_t B, int64_t T, int64_t H, int64_t D, b
   std::vector<float> kept(kind == 2 ? cuda::decay_chunk::kept_floats(rwkv6_dims) : cuda::decay_chunk::kept_floats(dims),
                           kNaN);
   const auto [o_keeping, ht_keeping] = forward(kept.data());
+  const Bf16* kept_states = reinterpret_cast<const Bf16*>(kept.data());  // bf16 (B, HV, NT, dk, dv)
   const int64_t NT = (T + 63) / 64;
   Err eo, eht, ekept;  // ekept: every kept h[n] against the reference's state after 64 n tokens
   for (int64_t b = 0; b < B; b++)
@@ -352,7 +359,7 @@ static void forward_case(int kind, int64_t B, int64_t T, int64_t H, int64_t D, b
       const std::vector<Mat<double>> S = decay_chunk::replay_states(x);  // S[t]: after t tokens
       for (int64_t n = 0; n < NT; n++)
         for (int64_t i = 0; i < dk * dv; i++)
-          ekept.add(kept[((b * HV + h) * NT + n) * dk * dv + i], S[64 * n](i / dv, i % dv));
+          ekept.add(__bfloat162float(kept_states[((b * HV + h) * NT + n) * dk * dv + i]), S[64 * n](i / dv, i % dv));
     }
   static const char* names[] = {"scalar fwd", "vector fwd", "rwkv6 fwd"};
   char label[160];
