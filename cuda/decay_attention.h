@@ -19,8 +19,8 @@
 
 namespace hla::cuda {
 
-// The fp32 floats a forward keeps for its backward when given `kept` (every chunk-start state of
-// the chunked kernels, decay_chunk::kept_floats; the backward then skips replaying the forward's
+// The floats (an fp32 buffer) a forward keeps for its backward when given `kept` (every chunk-start
+// state of the chunked kernels in bf16, two a float, decay_chunk::kept_floats; the backward then skips replaying the forward's
 // scan, with bit-identical results); 0 where the recurrent kernels run.
 int64_t decay_attention_kept_floats(const DecayAttentionDims& d, DType dtype);
 

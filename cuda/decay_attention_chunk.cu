@@ -21,8 +21,8 @@
 // Backward (CPU decay_chunk::backward, its passes 1-3; mixers.md 4.9 without W, U, L, and 4.10):
 //   Pass 1 (the forward's scan_kernel replayed): every chunk-start state h[n] into h_start;
 //     skipped when the forward kept them (forward's `kept`, which its scan filled: the same
-//     kernel on the same inputs, so the same bits; kept_floats() x 4 B, 268 MB at B4 T4096 H16
-//     D128; both gates and RWKV-6; nn/ops/decay_attention.h's keep_states).
+//     kernel on the same inputs, so the same bits; kept_floats() x 4 B, bf16 states two a float,
+//     134 MB at B4 T4096 H16 D128; both gates and RWKV-6; nn/ops/decay_attention.h's keep_states).
 //   Pass 2 (reverse_scan_kernel, the scan's grid and layout, chunks in reverse), dS = dL/dS
 //   starting at dht (zeros when null):
 //     dh[n] = dS, the gradient of chunk n's END state, into dh_end
@@ -45,8 +45,11 @@
 //   Ps holds the whole lower triangle with its diagonal, A[t,t] = q_t . k_t (exp(0) = 1): the
 //   diagonal's terms in q_t . dQ_t and k_t . dK_t are equal and cancel in dG_t, as in the CPU
 //   reference, which leaves the diagonal out of dG.
-//   h[n] and dh[n] are kept in fp32 (2 x 4 B x B HV NT dk dv, 268 MB each at B4 T4096 H16 D128);
-//   pass 3 reads each piece once and rounds it to bf16 once, as its mma operand (see Precision).
+//   h[n] and dh[n] are stored in bf16 (2 x 2 B x B HV NT dk dv, 134 MB each at B4 T4096 H16 D128),
+//   rounded once by the scans that write them: pass 3 and output_kernel take them as bf16 mma
+//   operands (see Precision), so fp32 copies (as before 085db1c) gave the same products at twice
+//   the scans' state stores and the chunk-parallel passes' state reads; <h, dh> for dG_last is
+//   summed from the bf16 values (fp32 products, the sum's error far under the 2^-9 rounding).
 // Packed documents (Args::chunk_reset, the CPU's Head::resets_chunk): on their chunk layout every
 // document starts a chunk, so the scans alone change: the forward scan (and its replay) zeroes h
 // entering a flagged chunk, so h[n] = 0 there; the reverse scan zeroes dS leaving it backwards,
@@ -61,8 +64,8 @@
 //   Pass 1 (scan_kernel, grid ((dk / 64) (dv / BV), HV, B)): each row of the state decays by its
 //     own exp(G_last[d]), so the state tiles split along dk as well (64 x BV, 8 CTAs a head at
 //     dk = dv = 128): h <- Diag(exp(G_last)) h + (K (.) exp(G_last - G))^T V, every chunk-start
-//     state into h_start (4 B x B HV NT dk dv, 268 MB at B4 T4096 H16 D128, both gates: the
-//     forward's `kept` when given, else a workspace).
+//     state into h_start (bf16, 2 B x B HV NT dk dv, 134 MB at B4 T4096 H16 D128, both gates:
+//     the forward's `kept` when given, else a workspace).
 //   Pass 2 (output_kernel, grid (NT, HV, B)): Aqk in 16-row sub-chunks (mixers.md 4.4),
 //     kept in shared memory: below the diagonal blocks one mma per row tile through its first
 //     row r, (q_t e^{G_t - G_r}) . (k_s e^{G_r - G_s}), s < r <= t; the 16 x 16 diagonal blocks
@@ -96,8 +99,8 @@
 // (cuda/chunk_mma.cuh), staged once a chunk as two tiles read by ldmatrix, and the states are
 // held in fp32 registers, so they stay fp32-exact (ht, dh0 ~1e-6 relative).
 // output_kernel and local_backward_kernel instead round each fp32 or decayed operand to
-// bf16 ONCE, where it is formed (Aqk, qg, the pieces of h[n] and qr, kref in the forward; Aqk, Ps
-// in 3a, the pieces of h, dh in 3b, qr, kref, qlast, kd in the backward), as fla's chunk_gla does,
+// bf16 ONCE, where it is formed (Aqk, qg and qr, kref in the forward; Aqk, Ps in 3a, qr, kref,
+// qlast, kd in the backward; the states h[n], dh[n] by the scans that store them), as fla's chunk_gla does,
 // and read every fragment by ldmatrix from swizzled tiles (cuda/staged_mma.cuh): o carries
 // relative RMS 2.2-2.6e-3 against the fp64 reference, either gate (1.6-1.7e-3 in the split form,
 // most of it o's own bf16 rounding; bound 5e-3), the gradients 2-4.4e-3 (1.6-1.7e-3 before;
@@ -112,21 +115,21 @@
 // latency is the forward's and backward's floor; they copy the next chunk's tiles (and the scalar
 // gate's values) during this chunk's state update (vector_scan, scalar_scan), which leaves no
 // round trip in the chain.
-// output_kernel fetches its state pieces a piece ahead (cp.async into fp32 staging while
-// the previous piece's products run); local_backward_kernel its state pieces (3b) too: h's and dh's first piece
-// with the chunk's tiles, each next one by cp.async into the fp32 staging while this piece's
-// products read its bf16 copy.
+// output_kernel fetches its state pieces a piece ahead (cp.async of the bf16 states into padded
+// tiles by parity while the previous piece's products run); local_backward_kernel its state
+// pieces (3b) too: h's and dh's first piece with the chunk's tiles, each next one while this
+// piece's products read the other parity's tiles.
 // The vector gate's forward budget at B4 T4096 H16 D128: scan_kernel (512 CTAs, all resident, 64
 // chunks in sequence) reads k, g 4 times (once for each of the dv / BV column tiles) and v, and
 // writes h_start: ~0.94 GB, ~0.2 ms at 4.5 TB/s, but its floor is the chain of 64 chunk steps
 // (0.53 ms measured, ~8 us a step: latency, not bandwidth). output_kernel (4096 CTAs):
-// memory 0.59 GB (a chunk reads h[n] 64 KB fp32, q, k, v 48 KB, g 16 KB, writes o 16 KB), ~0.13
+// memory 0.59 GB (a chunk reads h[n] 64 KB fp32 (bf16 since 085db1c: 32 KB), q, k, v 48 KB, g 16 KB, writes o 16 KB), ~0.13
 // ms; 864 mma.m16n8k16 a CTA (Aqk below the diagonal blocks 96, qg h 512, Aqk V 256; 14.5 GFLOP),
 // ~0.02 ms; ~98K elementwise exps a CTA (qr, kref, qg 28K, the diagonal blocks' pairs 70K), ~0.1
 // ms on the ex2 units overlapping the memory: a floor near 0.15 ms, where the element-by-element
 // gathers with expf and hi + lo splits took 0.72 ms (ncu, H200, 8e0b4a4).
 // local_backward_kernel's budget at B4 T4096 H16 D128, vector gate (4096 CTAs, ~31 an SM in turn):
-// memory 1.14 GB (a chunk reads h, dh 128 KB in fp32, q, k, v, dO 64 KB, g 16 KB, writes dq, dk,
+// memory 1.14 GB (a chunk reads h, dh 128 KB in fp32 (bf16 since 085db1c: 64 KB), q, k, v, dO 64 KB, g 16 KB, writes dq, dk,
 // dv, dg 64 KB), ~0.25 ms at 4.5 TB/s; ~2.3K mma.m16n8k16 a CTA (39 GFLOP), < 0.1 ms; ~230K
 // elementwise exps a CTA (staging 61K, Aqk's diagonal blocks with dQ's own pairs 74K, dK's own
 // pairs 70K, accumulator decays 25K), ~0.25 ms on the ex2 units (16 a clock an SM), overlapping

@@ -41,16 +41,17 @@ const char* kernel_label(int64_t dk, int64_t dv, DType dtype);
 bool takes(int64_t B, int64_t T, int64_t dk, int64_t dv, DType dtype, const void* q, const void* k, const void* v,
            const void* vector_gate);
 
-// What the forward keeps for its backward when given `kept`: every chunk-start state, fp32
-// (B, HV, NT, dk, dv), NT = ceil(T / 64), this many floats (268 MB at B4 T4096 H16 D128). The
-// backward then skips its pass 1, the replay of the forward's scan, with bit-identical results.
+// What the forward keeps for its backward when given `kept`: every chunk-start state, bf16
+// (B, HV, NT, dk, dv), NT = ceil(T / 64), two a float in this many floats (134 MB at B4 T4096 H16
+// D128). The backward then skips its pass 1, the replay of the forward's scan, with bit-identical
+// results.
 int64_t kept_floats(const DecayAttentionDims& d);
 int64_t kept_floats(const Rwkv6Dims& d);
 
 // cuda::decay_attention_forward for supported() dims: bf16 o, q, k, v, g (q, k, v 16-byte
 // aligned), fp32 h0 (null = zeros) and ht. kept: null, or kept_floats(d) floats (16-byte
 // aligned) that the forward fills for its backward. Workspace, either gate: without `kept`
-// 4 B x B HV ceil(T / 64) dk dv (every chunk-start state, which the output pass reads); with
+// 2 B x B HV ceil(T / 64) dk dv (every chunk-start state, bf16, which the output pass reads); with
 // `kept` none.
 void forward(void* o, float* ht, const void* q, const void* k, const void* v, const void* g, const float* h0,
              const DecayAttentionDims& d, float* kept);
@@ -58,7 +59,7 @@ void forward(void* o, float* ht, const void* q, const void* k, const void* v, co
 // cuda::rwkv6_forward for supported() dims (the vector-gate kernels with the exclusive query gate
 // and the bonus u on the diagonal, ReadAt::before_update): bf16 o, r, k, v, w, u (r, k, v 16-byte
 // aligned), fp32 h0 (null = zeros) and ht. kept: as forward's. Workspace without `kept`:
-// 4 B x B H ceil(T / 64) dk dv.
+// 2 B x B H ceil(T / 64) dk dv.
 void rwkv6_forward(void* o, float* ht, const void* r, const void* k, const void* v, const void* w, const void* u,
                    const float* h0, const Rwkv6Dims& d, float* kept);
 
@@ -67,7 +68,7 @@ void rwkv6_forward(void* o, float* ht, const void* r, const void* k, const void*
 // grad_h0 (null = not wanted); grad_o bf16 (16-byte aligned), grad_ht fp32 (null = no gradient on
 // the final state). grad_u is summed over the batch and the chunks in a fixed order (no atomics).
 // kept: null (the backward replays the chunk-start states), or the forward's `kept`, only read
-// (so any number of backwards may read it). Workspace: 2 x 4 B x B H ceil(T / 64) dk dv (one of
+// (so any number of backwards may read it). Workspace: 2 x 2 B x B H ceil(T / 64) dk dv (one of
 // them where kept) + 4 B x B ceil(T / 64) H dk, and at dk = 256 the two key blocks' parts of dV,
 // 2 x 4 B x B T H dv.
 void rwkv6_backward(void* grad_r, void* grad_k, void* grad_v, void* grad_w, void* grad_u, float* grad_h0,
@@ -76,8 +77,8 @@ void rwkv6_backward(void* grad_r, void* grad_k, void* grad_v, void* grad_w, void
 
 // cuda::decay_attention_backward for supported() dims: writes bf16 grad_q, grad_k, grad_v,
 // grad_g and fp32 grad_h0 (null = not wanted); grad_o bf16 (16-byte aligned), grad_ht fp32
-// (null = no gradient on the final state). kept: as rwkv6_backward's. Workspace: 2 x 4 B x B HV
-// ceil(T / 64) dk dv (every chunk-start state, where not kept, and its gradient) + 2 x 4 B x B T
+// (null = no gradient on the final state). kept: as rwkv6_backward's. Workspace: 2 x 2 B x B HV
+// ceil(T / 64) dk dv (every chunk-start state, where not kept, and its gradient, bf16) + 2 x 4 B x B T
 // HV dk (per-value-head dq, dk; HV > H only), and at dk = 256 the two key blocks' parts of dV,
 // 2 x 4 B x B T HV dv (and of a scalar gate's dg).
 void backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, float* grad_h0, const void* grad_o,

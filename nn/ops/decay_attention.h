@@ -31,7 +31,7 @@ struct DecayAttentionOutput {
 // gate, in natural-log space; initial_state: (B, HV, dk, dv) of q's dtype, or undefined (zeros).
 // keep_states (GPU chunked kernels, when a backward follows): the forward keeps every chunk-start
 // state for the backward (cuda::decay_attention_kept_floats x 4 bytes, B HV ceil(T / 64) dk dv
-// fp32: 268 MB at B4 T4096 H16 D128) instead of the backward replaying the forward's scan; same
+// bf16: 134 MB at B4 T4096 H16 D128) instead of the backward replaying the forward's scan; same
 // results bit for bit ([train] delta_rule_keep covers both families). The CPU ignores it.
 // documents: undefined (one document a row) or doc_start (B, T) I32 on q's device with its chunk
 // layouts (nn/ops/document_chunks.h): the state is zero before each document's first token, so
