@@ -288,9 +288,10 @@ struct ChunkArgs {
   // the backward's (A also a keeping forward's, null in a forward that keeps nothing; h_start
   // every forward's, read by 2b)
   float* A;             // (B, HV, NT, C, C)  (I + L)^{-1}, kept by pass 1
-  float* h_start;       // (B, HV, NT, dk, dv)  state at the start of each chunk, written by pass 2
-  float* dh_end;        // (B, HV, NT, dk, dv)  gradient of each chunk's END state (pass 3)
-  float* dvnew;         // (B, HV, NT * C, dv)  total gradient of Vnew (pass 3)
+  bf16* h_start;        // (B, HV, NT, dk, dv)  state at the start of each chunk, written by pass 2 (bf16: its
+                        // readers, 2b and pass 4, take it as a bf16 mma operand)
+  bf16* dh_end;         // (B, HV, NT, dk, dv)  gradient of each chunk's END state (pass 3), bf16 as h_start
+  bf16* dvnew;          // (B, HV, NT * C, dv)  total gradient of Vnew (pass 3), rounded as pass 4 reads it
   const bf16 *d_o, *d_res;  // (B, T, HV, dv)  gradients of o and of the residual output u
   const float* dht;     // (B, HV, dk, dv) or null  gradient of the final state
   const float* vnew;    // (B, T, HV, dv)  the forward's u_f32 (= Vnew), or null (2b: not 16-byte aligned)
@@ -981,6 +982,14 @@ struct ScanSmem {
       dst[d * DV + v0 + c] = h[d * kLdH + c];
     }
   }
+  // The same, rounded to bf16 (a chunk-start state h[n] or chunk-end gradient dh[n]), a column
+  // pair a thread at a time.
+  __device__ void store_state(bf16* dst, int v0) const {
+    for (int i = threadIdx.x; i < DK * BV / 2; i += kThreads) {
+      const int d = i / (BV / 2), c = i % (BV / 2) * 2;
+      *reinterpret_cast<uint32_t*>(dst + d * DV + v0 + c) = pack_bf16(h[d * kLdH + c], h[d * kLdH + c + 1]);
+    }
+  }
   // kStaged: ds_hi, ds_lo <- the state (dS) split
   __device__ void split_state() const { chunk_mma::split_tile<DK, BV, kThreads>(ds_hi, ds_lo, kLdO, h, kLdH); }
 };
@@ -1113,16 +1122,15 @@ struct OutputSmem {
   static constexpr int kCtasPerSm = VG && DK > 128 ? 1 : 2;  // launch bounds
   static constexpr int kLdK = DK + 8, kLdS = VS + 8, kLdA = C + 8;  // bf16 row strides
   bf16 *q_hi, *q_lo;    // (C, kLdK): q (scalar gate or none: q_hi only), or q (.) exp(G) split
-  bf16 *h_hi, *h_lo;    // (DK, kLdS): the value slice of h[n], split
+  bf16* h;              // (DK, kLdS): the value slice of h[n] (bf16 as the scan stored it)
   bf16 *aqk_hi, *aqk_lo;  // (C, kLdA): Aqk, split
   bf16 *vn_hi, *vn_lo;  // (C, kLdS): the value slice of Vnew, split
   float* expG;          // (C): exp(G) (scalar gate or none)
   static constexpr size_t bytes() {
-    return sizeof(bf16) * ((VG ? 2 : 1) * C * kLdK + 2 * DK * kLdS + 2 * C * kLdA + 2 * C * kLdS) +
-           sizeof(float) * C;
+    return sizeof(bf16) * ((VG ? 2 : 1) * C * kLdK + DK * kLdS + 2 * C * kLdA + 2 * C * kLdS) + sizeof(float) * C;
   }
   __device__ explicit OutputSmem(void* p) {
-    h_hi = static_cast<bf16*>(p), h_lo = h_hi + DK * kLdS, aqk_hi = h_lo + DK * kLdS, aqk_lo = aqk_hi + C * kLdA;
+    h = static_cast<bf16*>(p), aqk_hi = h + DK * kLdS, aqk_lo = aqk_hi + C * kLdA;
     vn_hi = aqk_lo + C * kLdA, vn_lo = vn_hi + C * kLdS, q_hi = vn_lo + C * kLdS, q_lo = q_hi + C * kLdK;
     expG = reinterpret_cast<float*>(q_hi + (VG ? 2 : 1) * C * kLdK);
   }
@@ -1149,7 +1157,7 @@ __global__ void __launch_bounds__(kThreads, (OutputSmem<DK, DV, VG>::kCtasPerSm)
   if (!VG && threadIdx.x < C) sm.expG[threadIdx.x] = exp_ftz(a.G[row0 + threadIdx.x]);
   auto as_is = [](int, int, float4&) {};
   const int64_t state = tiles.head * a.NT + chunk;  // (b, j, chunk) of the (B, HV, NT, ..) buffers
-  stage_f32_rows<DK, VS, true>(sm.h_hi, sm.h_lo, a.h_start + state * DK * DV + v0, DV, DK, as_is);
+  load_bf16_rows_async<DK, VS>(sm.h, a.h_start + state * DK * DV + v0, DV, DK);
   stage_f32_rows<C, C, true>(sm.aqk_hi, sm.aqk_lo, a.Aqk + state * C * C, C, C, as_is);
   if (a.vnew) stage_f32_rows<C, VS, true>(sm.vn_hi, sm.vn_lo, a.vnew + tok0 * DV + v0, int64_t(a.HV) * DV, n, as_is);
   else stage_f32_rows<C, VS, true>(sm.vn_hi, sm.vn_lo, a.U + row0 * DV + v0, DV, C, as_is);
@@ -1162,9 +1170,8 @@ __global__ void __launch_bounds__(kThreads, (OutputSmem<DK, DV, VG>::kCtasPerSm)
     __syncthreads();
   }
   WarpTile<C, VS> qh, av;
-  mma_staged(qh, Padded<kLdK, false>{sm.q_hi}, Padded<kLdS, false>{sm.h_hi}, 0, DK);
-  mma_staged(qh, Padded<kLdK, false>{sm.q_hi}, Padded<kLdS, false>{sm.h_lo}, 0, DK);
-  if constexpr (VG) mma_staged(qh, Padded<kLdK, false>{sm.q_lo}, Padded<kLdS, false>{sm.h_hi}, 0, DK);
+  mma_staged(qh, Padded<kLdK, false>{sm.q_hi}, Padded<kLdS, false>{sm.h}, 0, DK);
+  if constexpr (VG) mma_staged(qh, Padded<kLdK, false>{sm.q_lo}, Padded<kLdS, false>{sm.h}, 0, DK);
   const int s_end = av.row0 + 16;  // Aqk[t][s] = 0 for s > t
   mma_staged(av, Padded<kLdA, false>{sm.aqk_hi}, Padded<kLdS, false>{sm.vn_hi}, 0, s_end);
   mma_staged(av, Padded<kLdA, false>{sm.aqk_hi}, Padded<kLdS, false>{sm.vn_lo}, 0, s_end);
@@ -1281,7 +1288,7 @@ __global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG, false>::kCtasP
         } else {
           sm.vnew[s * kLdH + c] = x0, sm.vnew[s * kLdH + c + 1] = x1;
         }
-        *reinterpret_cast<float2*>(a.dvnew + (row0 + s) * DV + v0 + c) = make_float2(x0, x1);
+        *reinterpret_cast<uint32_t*>(a.dvnew + (row0 + s) * DV + v0 + c) = pack_bf16(x0, x1);
       });
       if constexpr (kStaged && !VG) {  // 3c's scale exp(G) dO, split (a vector gate's Qg is staged instead)
         for (int i = threadIdx.x; i < C * BV / 2; i += kThreads) {
@@ -1359,6 +1366,7 @@ struct LocalSmem {
   // they hold the current key block alone (kKeys = KB columns), loaded again for each block of
   // phases A and C (phase B reads none of them): 219 KB.
   static constexpr bool kWide = VG && DK > 128;
+  static constexpr bool kVectorGate = VG;
   static constexpr int kKeys = kWide ? KB : DK;    // key columns of the q, k and G tiles
   // value columns per slice (a vector gate's G tile leaves no room for 64 at DK = 128)
   static constexpr int VS = DK <= 128 && DV <= 128 && !VG ? 64 : 32;
@@ -1368,8 +1376,8 @@ struct LocalSmem {
   static constexpr int kLdKB = KB + 4, kLdKBb = KB + 8;  // row strides of a dW block, fp32 and bf16
   static constexpr int kLdA = C + 8;               // bf16 row stride of C-wide tiles (A, Ps, P2)
   static constexpr int kLdD = 16 + 1;              // fp32 row stride of a vector gate's 16 x 16 diagonal pair blocks
-  // The region after the slices holds, phase by phase: the hi and lo tiles of the h and dh blocks
-  // (A), then the bf16 dW block (and a vector gate's K exp(G) block) for dW K^T (end of A); pair
+  // The region after the slices holds, phase by phase: the tiles of the h and dh blocks, by
+  // parity (A), then the bf16 dW block (and a vector gate's K exp(G) block) for dW K^T (end of A); pair
   // and the hi and lo tiles of M (B); the hi and lo tiles of a dW block, then a vector gate's
   // step and sub-block decays (C).
   static constexpr int kStates = 4 * KB * kLdS / 2, kPairs = C * kLdC + C * kLdA;
@@ -1385,7 +1393,14 @@ struct LocalSmem {
   float* colPair;      // (4, C) per-column partial sums of the gate pair terms (WarpTile::add_col_sums)
   float* red;          // (32) block_sum scratch
   float* region;       // kRegion floats, phase by phase as below
-  bf16 *h_hi, *h_lo, *dh_hi, *dh_lo;  // (KB, kLdS): a (key block, value slice) of h[n], dh[n]  (A)
+  // (KB, kLdS): a (key block, value slice) of h[n], dh[n] (bf16 as stored), by the slice's parity  (A)
+  bf16 *h_even, *dh_even, *h_odd, *dh_odd;
+  // Phase A's odd slices of dO, Vnew, dVnew (C, kLdS) and Vnew's fp32 staging (C, kLdVf; cp.async
+  // lands it, then it is rounded into its slice's tile), in the room of A's fp32 tile and the two
+  // after it (A is split into A_hi, A_lo before phase A; Ps_b .. are formed in phase B)
+  static constexpr int kLdVf = VS + 4;
+  bf16 *dov_odd, *vnew_odd, *dvnew_odd;
+  float* vnew_f32;
   bf16 *dWb, *kexp;    // (C, kLdKBb): a key block of dW; a vector gate's K (.) exp(G)   (end of A)
   float* pair;         // (C, kLdC): Aqk, for the gate pair terms dAqk (.) Aqk          (B)
   bf16 *M_hi, *M_lo;   // (C, kLdA): dA, then X, split                                   (B)
@@ -1422,7 +1437,12 @@ struct LocalSmem {
     rowG = kgp + C, rowKg = rowG + 2 * C, rowB = rowKg + 2 * C, rowW = rowB + 2 * C;
     rowPair = rowW + 2 * C, colPair = rowPair + 2 * C, red = colPair + 4 * C;
     region = red + 32;
-    h_hi = reinterpret_cast<bf16*>(region), h_lo = h_hi + KB * kLdS, dh_hi = h_lo + KB * kLdS, dh_lo = dh_hi + KB * kLdS;
+    h_even = reinterpret_cast<bf16*>(region), dh_even = h_even + KB * kLdS;
+    h_odd = dh_even + KB * kLdS, dh_odd = h_odd + KB * kLdS;
+    static_assert(sizeof(bf16) * 3 * C * kLdS + sizeof(float) * C * kLdVf <= sizeof(float) * 3 * C * kLdC,
+                  "phase A's odd slices and Vnew's staging fit in A's room");
+    dov_odd = reinterpret_cast<bf16*>(A), vnew_odd = dov_odd + C * kLdS, dvnew_odd = vnew_odd + C * kLdS;
+    vnew_f32 = reinterpret_cast<float*>(dvnew_odd + C * kLdS);
     dWb = reinterpret_cast<bf16*>(region), kexp = dWb + C * kLdKBb;
     pair = region, M_hi = reinterpret_cast<bf16*>(pair + C * kLdC), M_lo = M_hi + C * kLdA, dW_hi = dWb, dW_lo = dW_hi + C * kLdKBb;
     estep = region, block_decay = estep + C * kLdKB;
@@ -1570,6 +1590,30 @@ __device__ __forceinline__ void for_key_blocks(Fn&& block) {
 // last reader is done), Y = w (.) V replaces V in dA (phase B, in V's slice), Ehat = E exp(G) in
 // dW Ehat^T (phase A); beta and w are 1 as row scales. b, w, and k once E holds its tile, are read
 // from global memory where they enter: a (C, DK) tile of b does not fit beside the others.
+// h[n] . dh[n] over a staged (key block d0.., value slice) of both, bf16 as stored (4 columns
+// of a row a thread): a vector gate's per key channel into sm.hdhv (a row's VS / 4 = 8 pieces
+// are 8 neighbouring lanes: one owner a row), a scalar gate's summed into this thread's hdh.
+template <class Smem>
+__device__ __forceinline__ void add_state_dot(const Smem& sm, const bf16* h, const bf16* dh, int d0, float& hdh) {
+  constexpr int VS = Smem::VS, kLdS = Smem::kLdS, kPieces = VS / 4;
+  static_assert(Smem::KB * kPieces % kThreads == 0, "whole pieces a thread");
+  for (int i = threadIdx.x; i < Smem::KB * kPieces; i += kThreads) {
+    const int d = i / kPieces, c = i % kPieces * 4;
+    const float2 h01 = bf16_pair(h, d * kLdS + c), h23 = bf16_pair(h, d * kLdS + c + 2);
+    const float2 y01 = bf16_pair(dh, d * kLdS + c), y23 = bf16_pair(dh, d * kLdS + c + 2);
+    float p = h01.x * y01.x + h01.y * y01.y + h23.x * y23.x + h23.y * y23.y;
+    if constexpr (Smem::kVectorGate) {
+      static_assert(kPieces == 8, "eight pieces a row");
+      p += __shfl_xor_sync(0xffffffffu, p, 1);
+      p += __shfl_xor_sync(0xffffffffu, p, 2);
+      p += __shfl_xor_sync(0xffffffffu, p, 4);
+      if (threadIdx.x % 8 == 0) sm.hdhv[d0 + d] += p;
+    } else {
+      hdh += p;
+    }
+  }
+}
+
 template <int DK, int DV, bool VG, bool VBW = false>
 __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a) {
   static_assert(!VBW || VG, "GDN-2's vector erase and write gates come with its vector gate");
@@ -1634,6 +1678,7 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   auto key_at = [&](int r, int d) { return (tok0 + int64_t(r) * a.HV) * DK + d; };
   auto erase = [&](int r, int d) { return r < n ? bf(a.b[key_at(r, d)]) : 0.f; };  // GDN-2's b[r][d] (0 past n)
   split_a();
+  __syncthreads();  // A's fp32 tile is read: phase A's odd slices and Vnew's staging take its room
   const Padded<kLdA, true> A_hi_t{sm.A_hi}, A_lo_t{sm.A_lo};  // A^T
   auto no_sum = [](int, int, float4) {};
   // Value slice c0 .. c0 + VS - 1 of dO (rows past n zero; cp.async), Vnew and dVnew rounded to
@@ -1642,7 +1687,7 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   auto load_slices = [&](int c0) {
     load_bf16_rows_async<C, VS>(sm.dov, a.d_o + tok0 * DV + c0, vrow, n);
     stage_f32_rows<C, VS, false>(sm.vnew, nullptr, a.vnew + tok0 * DV + c0, vrow, n, no_sum);
-    stage_f32_rows<C, VS, false>(sm.dvnew, nullptr, a.dvnew + row0 * DV + c0, DV, C, no_sum);
+    load_bf16_rows_async<C, VS>(sm.dvnew, a.dvnew + row0 * DV + c0, DV, C);
   };
   const Padded<kLdS, false> dO{sm.dov}, Vnew{sm.vnew}, dVnew{sm.dvnew};
   const Padded<kLdS, true> Vnew_t{sm.vnew}, Y_t{VBW ? sm.Ps_b : sm.vv};  // Y = V, or GDN-2's w (.) V (phase B)
@@ -1653,44 +1698,55 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   //   (Vector gate: exp(G) per channel; dG is formed in phase C from the identity of 4.10, so
   //   phase A keeps only the last token's terms per channel: k . dKg summed over the chunk's
   //   tokens (colKg) and rowsum(h (.) dh) (hdhv).)
-  //   The states enter split (hi and lo tiles, two products each), dO, Vnew and dVnew as bf16.
+  //   The states, dO, Vnew and dVnew enter as bf16 tiles, two sets by the slice's parity: the
+  //   next slice's copies (cp.async) are in flight while this one's products run, so a key block
+  //   pays one memory round trip, not one a slice. Parities run so that the block's last slice
+  //   lands in the even tiles (sm.dov, sm.vnew, sm.dvnew), where phase B reads it first.
+  //   (Select helpers, not indexed member arrays: those would put sm in local memory.)
+  auto h_tile = [&](int odd) { return odd ? sm.h_odd : sm.h_even; };
+  auto dh_tile = [&](int odd) { return odd ? sm.dh_odd : sm.dh_even; };
+  auto dov_tile = [&](int odd) { return odd ? sm.dov_odd : sm.dov; };
+  auto vnew_tile = [&](int odd) { return odd ? sm.vnew_odd : sm.vnew; };
+  auto dvnew_tile = [&](int odd) { return odd ? sm.dvnew_odd : sm.dvnew; };
+  constexpr int kSlices = DV / VS;
+  auto odd_slice = [](int s) { return (kSlices - 1 - s) & 1; };
+  auto load_step = [&](int d0, int c0, int odd) {  // slice c0 and block (d0, c0) of h[n], dh[n]; Vnew into the staging
+    load_bf16_rows_async<C, VS>(dov_tile(odd), a.d_o + tok0 * DV + c0, vrow, n);
+    load_f32_rows_async<C, VS>(sm.vnew_f32, Smem::kLdVf, a.vnew + tok0 * DV + c0, vrow, n);
+    load_bf16_rows_async<C, VS>(dvnew_tile(odd), a.dvnew + row0 * DV + c0, DV, C);
+    const int64_t block = state0 + int64_t(d0) * DV + c0;
+    load_bf16_rows_async<KB, VS>(h_tile(odd), a.h_start + block, DV, KB);
+    load_bf16_rows_async<KB, VS>(dh_tile(odd), a.dh_end + block, DV, KB);
+  };
+  auto round_vnew = [&](int odd) {  // the landed staging into the slice's bf16 tile (rounded as stage_f32_rows)
+    bf16* tile = vnew_tile(odd);
+    for (int i = threadIdx.x; i < C * VS / 4; i += kThreads) {
+      const int r = i / (VS / 4), c = i % (VS / 4) * 4;
+      const float4 x = *reinterpret_cast<const float4*>(sm.vnew_f32 + r * Smem::kLdVf + c);
+      uint32_t* pair = reinterpret_cast<uint32_t*>(tile + r * kLdS + c);
+      pair[0] = pack_bf16(x.x, x.y), pair[1] = pack_bf16(x.z, x.w);
+    }
+  };
   float hdh = 0.f;
   WarpTile<C, C> wk;  // dW K^T
   auto phase_a_block = [&](int d0) {
     const int kc = kWide ? 0 : d0;  // block d0's first column in the q, k and G tiles
     if (kWide && d0 > 0) load_keys(d0, false);  // (landed by the first slice's wait)
     WarpTile<C, KB> dq, dw, dk;
-    for (int c0 = 0; c0 < DV; c0 += VS) {
-      load_slices(c0);
-      const int64_t block = state0 + int64_t(d0) * DV + c0;  // block (d0.., c0..) of h[n], dh[n]
-      stage_f32_rows<KB, VS, true>(sm.h_hi, sm.h_lo, a.h_start + block, DV, KB, no_sum);
-      // h . dh over the pieces this thread staged (h as hi + lo, from its own stores just above)
-      stage_f32_rows<KB, VS, true>(sm.dh_hi, sm.dh_lo, a.dh_end + block, DV, KB, [&](int d, int c, float4 y) {
-        if (!VG && !scalar_dg) return;
-        const uint32_t* hi = reinterpret_cast<const uint32_t*>(sm.h_hi + d * kLdS + c);  // bf16 pairs
-        const uint32_t* lo = reinterpret_cast<const uint32_t*>(sm.h_lo + d * kLdS + c);
-        auto h_at = [&](int e) {  // h[d][c + e] = hi + lo; a bf16 is the top half of its float
-          const int shift = e % 2 ? 0 : 16;
-          return __uint_as_float((hi[e / 2] << shift) & 0xffff0000u) + __uint_as_float((lo[e / 2] << shift) & 0xffff0000u);
-        };
-        float p = h_at(0) * y.x + h_at(1) * y.y + h_at(2) * y.z + h_at(3) * y.w;
-        if constexpr (VG) {  // a row's VS / 4 = 8 pieces are 8 neighbouring lanes: one owner a row
-          static_assert(VS / 4 == 8, "eight pieces a row");
-          p += __shfl_xor_sync(0xffffffffu, p, 1);
-          p += __shfl_xor_sync(0xffffffffu, p, 2);
-          p += __shfl_xor_sync(0xffffffffu, p, 4);
-          if (threadIdx.x % 8 == 0) sm.hdhv[d0 + d] += p;
-        } else {
-          hdh += p;
-        }
-      });
-      wait_tiles();
-      const Padded<kLdS, true> h_hi{sm.h_hi}, h_lo{sm.h_lo}, dh_hi{sm.dh_hi}, dh_lo{sm.dh_lo};  // h^T, dh^T
-      mma_staged(dq, dO, h_hi, 0, VS), mma_staged(dq, dO, h_lo, 0, VS);
-      mma_staged(dw, dVnew, h_hi, 0, VS), mma_staged(dw, dVnew, h_lo, 0, VS);
-      mma_staged(dk, Vnew, dh_hi, 0, VS), mma_staged(dk, Vnew, dh_lo, 0, VS);
-      __syncthreads();
+    load_step(d0, 0, odd_slice(0));
+    for (int slice = 0; slice < kSlices; slice++) {
+      const int odd = odd_slice(slice);
+      wait_tiles();  // this slice has landed; the previous one's products are done with the other tiles
+      round_vnew(odd);
+      __syncthreads();  // Vnew's tile is ready, the staging free
+      if (slice + 1 < kSlices) load_step(d0, (slice + 1) * VS, odd_slice(slice + 1));
+      if (VG || scalar_dg) add_state_dot(sm, h_tile(odd), dh_tile(odd), d0, hdh);  // h . dh
+      const Padded<kLdS, true> h_t{h_tile(odd)}, dh_t{dh_tile(odd)};  // h^T, dh^T
+      mma_staged(dq, Padded<kLdS, false>{dov_tile(odd)}, h_t, 0, VS);
+      mma_staged(dw, Padded<kLdS, false>{dvnew_tile(odd)}, h_t, 0, VS);
+      mma_staged(dk, Padded<kLdS, false>{vnew_tile(odd)}, dh_t, 0, VS);
     }
+    __syncthreads();  // the state tiles are read: the dW block takes their place
     if constexpr (VG) {
       dq.each([&](int r, int d, float& x, int) { x *= a.scale * exp_ftz(g(r, kc + d)); });
       dk.each([&](int r, int d, float& x, int) { x *= exp_ftz(g(C - 1, kc + d) - g(r, kc + d)); });
@@ -2046,8 +2102,9 @@ ChunkArgs input_args(const void* q, const void* k, const void* v, const void* g,
 }
 
 // Where passes 1-2 write: U in scratch (when they run); W, Aqk, G, A (with `with_kept`) and every
-// h[n] (what 2b and passes 3-4 read) carved in that order from `kept` (kept_floats(d) floats) or,
-// when null, from scratch (without `with_kept`, a forward no backward follows: no A).
+// h[n] (bf16, two a float; what 2b and passes 3-4 read) carved in that order from `kept`
+// (kept_floats(d) floats) or, when null, from scratch (without `with_kept`, a forward no backward
+// follows: no A).
 struct Workspace {
   FloatScratch U, own;
   Workspace(const DeltaRuleDims& d, ChunkArgs& a, float* kept, bool with_kept, bool run_passes_1_2)
@@ -2059,9 +2116,10 @@ struct Workspace {
     a.Aqk = p, p += rows(d) * C;
     a.G = p, p += rows(d) * gate_width(d);
     if (with_kept) a.A = p, p += rows(d) * C;
-    a.h_start = p;
+    a.h_start = reinterpret_cast<bf16*>(p);  // (16-byte aligned: rows is a multiple of C)
   }
   static int64_t rows(const DeltaRuleDims& d) { return d.B * d.HV * ((d.T + C - 1) / C) * C; }  // (B, HV, NT * C)
+  static int64_t states(const DeltaRuleDims& d) { return d.B * d.HV * ((d.T + C - 1) / C) * d.dk * d.dv; }
   static int64_t gate_width(const DeltaRuleDims& d) { return d.gate == DeltaGate::Vector ? d.dk : 1; }  // G's
 };
 
@@ -2075,9 +2133,8 @@ bool supported(const DeltaRuleDims& d, DType dtype) {
 }
 
 int64_t kept_floats(const DeltaRuleDims& d) {
-  const int64_t NT = (d.T + C - 1) / C;
   return Workspace::rows(d) * (d.dk + 2 * C + Workspace::gate_width(d)) +
-         d.B * d.HV * NT * d.dk * d.dv;  // W, Aqk, G, A; h[n]
+         (Workspace::states(d) + 1) / 2;  // W, Aqk, G, A; h[n] in bf16
 }
 
 void forward(void* o, float* final_state, void* residual, const void* q, const void* k, const void* v, const void* g,
@@ -2104,10 +2161,10 @@ void backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, void* grad
   HLA_CHECK(aligned16(d_o) && aligned16(u_f32), "delta_rule chunk kernel: d_o and u_f32 must be 16-byte aligned");
   ChunkArgs a = input_args(q, k, v, g, b, w, h0, d);
   const int64_t rows = Workspace::rows(d);               // workspace rows: (B, HV, NT * C)
-  const int64_t states = d.B * d.HV * a.NT * d.dk * d.dv;  // (B, HV, NT, dk, dv)
   const int64_t grads = d.B * d.T * d.HV * d.dk;    // (B, T, HV, dk)
   const Workspace ws(d, a, kept, true, !kept);
-  FloatScratch dh_end(states), dvnew(rows * d.dv), dq(grads), dk(grads);
+  Scratch<bf16> dh_end(Workspace::states(d)), dvnew(rows * d.dv);  // (B, HV, NT, dk, dv); (B, HV, NT * C, dv)
+  FloatScratch dq(grads), dk(grads);
   a.dh_end = dh_end.get(), a.dvnew = dvnew.get();
   a.d_o = static_cast<const bf16*>(d_o), a.d_res = static_cast<const bf16*>(d_residual);
   a.dht = d_final_state, a.vnew = u_f32, a.dh0 = grad_h0;

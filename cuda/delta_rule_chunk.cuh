@@ -28,9 +28,9 @@ constexpr int kChunk = 64;
 // and storage dtype.
 bool supported(const DeltaRuleDims& d, DType dtype);
 
-// The fp32 buffers passes 3-4 read from passes 1-2 (W, Aqk, G, A = (I + L)^{-1}, every chunk-start
-// state h[n]), as one allocation of this many floats:
-//   B HV NT (64 (dk + 2 64 + 1) + dk dv),  NT = ceil(T / 64).
+// The buffers passes 3-4 read from passes 1-2 (W, Aqk, G, A = (I + L)^{-1} in fp32, every
+// chunk-start state h[n] in bf16, two a float), as one allocation of this many floats:
+//   B HV NT (64 (dk + 2 64 + 1) + dk dv / 2),  NT = ceil(T / 64) (a vector gate's G: 64 dk, not 64).
 int64_t kept_floats(const DeltaRuleDims& d);
 
 // The forward of cuda::delta_rule_forward for supported() dims, with bf16 buffers (q, k, v, g,
