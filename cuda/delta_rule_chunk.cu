@@ -288,8 +288,9 @@ struct ChunkArgs {
   // the backward's (A also a keeping forward's, null in a forward that keeps nothing; h_start
   // every forward's, read by 2b)
   float* A;             // (B, HV, NT, C, C)  (I + L)^{-1}, kept by pass 1
-  bf16* h_start;        // (B, HV, NT, dk, dv)  state at the start of each chunk, written by pass 2 (bf16: its
-                        // readers, 2b and pass 4, take it as a bf16 mma operand)
+  bf16* h_start;        // (B, HV, NT, dk, dv)  state at the start of each chunk, written by pass 2, rounded to
+                        // bf16 (2b's and pass 4's dQ operand)
+  bf16* h_start_lo;     // (B, HV, NT, dk, dv)  the rest, h[n] - h_start rounded (pass 4's dW takes both)
   bf16* dh_end;         // (B, HV, NT, dk, dv)  gradient of each chunk's END state (pass 3), bf16 as h_start
   bf16* dvnew;          // (B, HV, NT * C, dv)  total gradient of Vnew (pass 3), rounded as pass 4 reads it
   const bf16 *d_o, *d_res;  // (B, T, HV, dv)  gradients of o and of the residual output u
@@ -982,12 +983,15 @@ struct ScanSmem {
       dst[d * DV + v0 + c] = h[d * kLdH + c];
     }
   }
-  // The same, rounded to bf16 (a chunk-start state h[n] or chunk-end gradient dh[n]), a column
-  // pair a thread at a time.
-  __device__ void store_state(bf16* dst, int v0) const {
+  // The same, rounded to bf16 (a chunk-start state h[n] or chunk-end gradient dh[n]) and, where
+  // lo is given, the rest (h - hi, rounded) into lo: a column pair a thread at a time.
+  __device__ void store_state(bf16* dst, int v0, bf16* lo = nullptr) const {
     for (int i = threadIdx.x; i < DK * BV / 2; i += kThreads) {
-      const int d = i / (BV / 2), c = i % (BV / 2) * 2;
-      *reinterpret_cast<uint32_t*>(dst + d * DV + v0 + c) = pack_bf16(h[d * kLdH + c], h[d * kLdH + c + 1]);
+      const int d = i / (BV / 2), c = i % (BV / 2) * 2, at = d * DV + v0 + c;
+      uint32_t hi_pair, lo_pair;
+      chunk_mma::split_pair(h[d * kLdH + c], h[d * kLdH + c + 1], hi_pair, lo_pair);
+      *reinterpret_cast<uint32_t*>(dst + at) = hi_pair;
+      if (lo) *reinterpret_cast<uint32_t*>(lo + at) = lo_pair;
     }
   }
   // kStaged: ds_hi, ds_lo <- the state (dS) split
@@ -1047,7 +1051,8 @@ __global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG, true>::kCtasPe
       __syncthreads();
     }
     // every chunk-start state h[n], for 2b (output_kernel) and the backward (4.9 step 1)
-    sm.store_state(a.h_start + (head * a.NT + chunk) * DK * DV, v0);
+    const int64_t state = (head * a.NT + chunk) * DK * DV;
+    sm.store_state(a.h_start + state, v0, a.h_start_lo + state);
     const float decay = VG ? 0.f : exp_ftz(sm.G[C - 1]);  // 2c's exp(G_last), scalar gate (G is copied over before 2c)
     // 2a: Vnew = U - W h (rows past n are 0 - 0 h = 0); for 2b also in a.U's place (the chunk's
     //     U is read) unless a.vnew (u_f32) holds it; 2c's operands staged: Vnew (a scalar gate:
@@ -1393,11 +1398,16 @@ struct LocalSmem {
   float* colPair;      // (4, C) per-column partial sums of the gate pair terms (WarpTile::add_col_sums)
   float* red;          // (32) block_sum scratch
   float* region;       // kRegion floats, phase by phase as below
-  // (KB, kLdS): a (key block, value slice) of h[n], dh[n] (bf16 as stored), by the slice's parity  (A)
-  bf16 *h_even, *dh_even, *h_odd, *dh_odd;
-  // Phase A's odd slices of dO, Vnew, dVnew (C, kLdS) and Vnew's fp32 staging (C, kLdVf; cp.async
-  // lands it, then it is rounded into its slice's tile), in the room of A's fp32 tile and the two
-  // after it (A is split into A_hi, A_lo before phase A; Ps_b .. are formed in phase B)
+  // Phase A's tiles by the value slice's parity (A): with 32-column slices (kPipelined) the next
+  // slice's copies land in the other parity's tiles while this slice's products run; 64-column
+  // slices leave no room for a second set, so they take the even tiles in turn.
+  static constexpr bool kPipelined = VS == 32;
+  // (KB, kLdS): a (key block, value slice) of h[n] (its bf16 hi and lo planes) and dh[n]: the hi
+  // and dh tiles in the region; the lo tiles in A's room (kPipelined), else in the odd hi's place
+  bf16 *h_even, *dh_even, *h_odd, *dh_odd, *h_lo_even, *h_lo_odd;
+  // The odd slices of dO, Vnew, dVnew (C, kLdS) and Vnew's fp32 staging (C, kLdVf; cp.async lands
+  // it, then it is rounded into its slice's tile), in the room of A's fp32 tile and the two after
+  // it (A is split into A_hi, A_lo before phase A; Ps_b .. are formed in phase B)
   static constexpr int kLdVf = VS + 4;
   bf16 *dov_odd, *vnew_odd, *dvnew_odd;
   float* vnew_f32;
@@ -1439,10 +1449,13 @@ struct LocalSmem {
     region = red + 32;
     h_even = reinterpret_cast<bf16*>(region), dh_even = h_even + KB * kLdS;
     h_odd = dh_even + KB * kLdS, dh_odd = h_odd + KB * kLdS;
-    static_assert(sizeof(bf16) * 3 * C * kLdS + sizeof(float) * C * kLdVf <= sizeof(float) * 3 * C * kLdC,
-                  "phase A's odd slices and Vnew's staging fit in A's room");
+    static_assert(sizeof(bf16) * (3 * C + (kPipelined ? 2 * KB : 0)) * kLdS + sizeof(float) * C * kLdVf <=
+                      sizeof(float) * 3 * C * kLdC,
+                  "phase A's odd slices, Vnew's staging and the lo tiles fit in A's room");
     dov_odd = reinterpret_cast<bf16*>(A), vnew_odd = dov_odd + C * kLdS, dvnew_odd = vnew_odd + C * kLdS;
     vnew_f32 = reinterpret_cast<float*>(dvnew_odd + C * kLdS);
+    h_lo_even = kPipelined ? reinterpret_cast<bf16*>(vnew_f32 + C * kLdVf) : h_odd;
+    h_lo_odd = kPipelined ? h_lo_even + KB * kLdS : h_odd;
     dWb = reinterpret_cast<bf16*>(region), kexp = dWb + C * kLdKBb;
     pair = region, M_hi = reinterpret_cast<bf16*>(pair + C * kLdC), M_lo = M_hi + C * kLdA, dW_hi = dWb, dW_lo = dW_hi + C * kLdKBb;
     estep = region, block_decay = estep + C * kLdKB;
@@ -1590,16 +1603,20 @@ __device__ __forceinline__ void for_key_blocks(Fn&& block) {
 // last reader is done), Y = w (.) V replaces V in dA (phase B, in V's slice), Ehat = E exp(G) in
 // dW Ehat^T (phase A); beta and w are 1 as row scales. b, w, and k once E holds its tile, are read
 // from global memory where they enter: a (C, DK) tile of b does not fit beside the others.
-// h[n] . dh[n] over a staged (key block d0.., value slice) of both, bf16 as stored (4 columns
+__device__ __forceinline__ float2 add_pairs(float2 x, float2 y) { return make_float2(x.x + y.x, x.y + y.y); }
+
+// h[n] . dh[n] over a staged (key block d0.., value slice) of both, as stored (4 columns
 // of a row a thread): a vector gate's per key channel into sm.hdhv (a row's VS / 4 = 8 pieces
 // are 8 neighbouring lanes: one owner a row), a scalar gate's summed into this thread's hdh.
 template <class Smem>
-__device__ __forceinline__ void add_state_dot(const Smem& sm, const bf16* h, const bf16* dh, int d0, float& hdh) {
+__device__ __forceinline__ void add_state_dot(const Smem& sm, const bf16* h, const bf16* h_lo, const bf16* dh, int d0,
+                                              float& hdh) {
   constexpr int VS = Smem::VS, kLdS = Smem::kLdS, kPieces = VS / 4;
   static_assert(Smem::KB * kPieces % kThreads == 0, "whole pieces a thread");
   for (int i = threadIdx.x; i < Smem::KB * kPieces; i += kThreads) {
     const int d = i / kPieces, c = i % kPieces * 4;
-    const float2 h01 = bf16_pair(h, d * kLdS + c), h23 = bf16_pair(h, d * kLdS + c + 2);
+    const float2 h01 = add_pairs(bf16_pair(h, d * kLdS + c), bf16_pair(h_lo, d * kLdS + c));  // hi + lo
+    const float2 h23 = add_pairs(bf16_pair(h, d * kLdS + c + 2), bf16_pair(h_lo, d * kLdS + c + 2));
     const float2 y01 = bf16_pair(dh, d * kLdS + c), y23 = bf16_pair(dh, d * kLdS + c + 2);
     float p = h01.x * y01.x + h01.y * y01.y + h23.x * y23.x + h23.y * y23.y;
     if constexpr (Smem::kVectorGate) {
@@ -1704,18 +1721,21 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   //   lands in the even tiles (sm.dov, sm.vnew, sm.dvnew), where phase B reads it first.
   //   (Select helpers, not indexed member arrays: those would put sm in local memory.)
   auto h_tile = [&](int odd) { return odd ? sm.h_odd : sm.h_even; };
+  auto h_lo_tile = [&](int odd) { return odd ? sm.h_lo_odd : sm.h_lo_even; };
   auto dh_tile = [&](int odd) { return odd ? sm.dh_odd : sm.dh_even; };
   auto dov_tile = [&](int odd) { return odd ? sm.dov_odd : sm.dov; };
   auto vnew_tile = [&](int odd) { return odd ? sm.vnew_odd : sm.vnew; };
   auto dvnew_tile = [&](int odd) { return odd ? sm.dvnew_odd : sm.dvnew; };
   constexpr int kSlices = DV / VS;
-  auto odd_slice = [](int s) { return (kSlices - 1 - s) & 1; };
+  constexpr bool kPipelined = Smem::kPipelined;
+  auto odd_slice = [](int s) { return kPipelined ? (kSlices - 1 - s) & 1 : 0; };
   auto load_step = [&](int d0, int c0, int odd) {  // slice c0 and block (d0, c0) of h[n], dh[n]; Vnew into the staging
     load_bf16_rows_async<C, VS>(dov_tile(odd), a.d_o + tok0 * DV + c0, vrow, n);
     load_f32_rows_async<C, VS>(sm.vnew_f32, Smem::kLdVf, a.vnew + tok0 * DV + c0, vrow, n);
     load_bf16_rows_async<C, VS>(dvnew_tile(odd), a.dvnew + row0 * DV + c0, DV, C);
     const int64_t block = state0 + int64_t(d0) * DV + c0;
     load_bf16_rows_async<KB, VS>(h_tile(odd), a.h_start + block, DV, KB);
+    load_bf16_rows_async<KB, VS>(h_lo_tile(odd), a.h_start_lo + block, DV, KB);
     load_bf16_rows_async<KB, VS>(dh_tile(odd), a.dh_end + block, DV, KB);
   };
   auto round_vnew = [&](int odd) {  // the landed staging into the slice's bf16 tile (rounded as stage_f32_rows)
@@ -1739,12 +1759,18 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
       wait_tiles();  // this slice has landed; the previous one's products are done with the other tiles
       round_vnew(odd);
       __syncthreads();  // Vnew's tile is ready, the staging free
-      if (slice + 1 < kSlices) load_step(d0, (slice + 1) * VS, odd_slice(slice + 1));
-      if (VG || scalar_dg) add_state_dot(sm, h_tile(odd), dh_tile(odd), d0, hdh);  // h . dh
-      const Padded<kLdS, true> h_t{h_tile(odd)}, dh_t{dh_tile(odd)};  // h^T, dh^T
+      const bool more = slice + 1 < kSlices;
+      if (kPipelined && more) load_step(d0, (slice + 1) * VS, odd_slice(slice + 1));
+      if (VG || scalar_dg) add_state_dot(sm, h_tile(odd), h_lo_tile(odd), dh_tile(odd), d0, hdh);  // h . dh
+      const Padded<kLdS, true> h_t{h_tile(odd)}, h_lo_t{h_lo_tile(odd)}, dh_t{dh_tile(odd)};  // h^T, dh^T
+      const Padded<kLdS, false> dVnew_s{dvnew_tile(odd)};
       mma_staged(dq, Padded<kLdS, false>{dov_tile(odd)}, h_t, 0, VS);
-      mma_staged(dw, Padded<kLdS, false>{dvnew_tile(odd)}, h_t, 0, VS);
+      mma_staged(dw, dVnew_s, h_t, 0, VS), mma_staged(dw, dVnew_s, h_lo_t, 0, VS);
       mma_staged(dk, Padded<kLdS, false>{vnew_tile(odd)}, dh_t, 0, VS);
+      if (!kPipelined && more) {
+        __syncthreads();  // the slice's tiles are read: the next one takes them
+        load_step(d0, (slice + 1) * VS, 0);
+      }
     }
     __syncthreads();  // the state tiles are read: the dW block takes their place
     if constexpr (VG) {
@@ -2116,7 +2142,7 @@ struct Workspace {
     a.Aqk = p, p += rows(d) * C;
     a.G = p, p += rows(d) * gate_width(d);
     if (with_kept) a.A = p, p += rows(d) * C;
-    a.h_start = reinterpret_cast<bf16*>(p);  // (16-byte aligned: rows is a multiple of C)
+    a.h_start = reinterpret_cast<bf16*>(p), a.h_start_lo = a.h_start + states(d);  // (16-byte aligned: rows % C == 0)
   }
   static int64_t rows(const DeltaRuleDims& d) { return d.B * d.HV * ((d.T + C - 1) / C) * C; }  // (B, HV, NT * C)
   static int64_t states(const DeltaRuleDims& d) { return d.B * d.HV * ((d.T + C - 1) / C) * d.dk * d.dv; }
@@ -2134,7 +2160,7 @@ bool supported(const DeltaRuleDims& d, DType dtype) {
 
 int64_t kept_floats(const DeltaRuleDims& d) {
   return Workspace::rows(d) * (d.dk + 2 * C + Workspace::gate_width(d)) +
-         (Workspace::states(d) + 1) / 2;  // W, Aqk, G, A; h[n] in bf16
+         Workspace::states(d);  // W, Aqk, G, A; h[n]'s bf16 hi and lo planes
 }
 
 void forward(void* o, float* final_state, void* residual, const void* q, const void* k, const void* v, const void* g,
