@@ -54,12 +54,14 @@
 //   Now the scan does 2a and 2c only, 2c on staged tiles (ldmatrix.trans of k's tile, or a
 //   vector gate's K (.) exp(G_last - G) split into bf16 hi and lo tiles; Vnew, a scalar gate's
 //   times exp(G_last - G), split as 2a leaves it), and output_kernel's NT dv / VS x HV x B CTAs
-//   (8192 at the anchor shape) fill the SMs. h[n] is fp32 as the backward keeps it (a keeping forward writes
-//   it once, for both): output_kernel splits it into hi + lo bf16 tiles, as the fused scan split
-//   h, so o's error is unchanged (every emulator row's o error the same to 4 digits); bf16
-//   snapshots would halve 2b's state traffic (~0.07 ms at the anchor shape) for a 2^-9 relative
-//   error on the q h term, the size of o's own bf16 rounding. Vnew comes from u_f32 when the
-//   caller asks for it (training; 16-byte aligned), else the scan writes it over U (inference).
+//   (8192 at the anchor shape) fill the SMs. The scan stores h[n] as two bf16 planes (a keeping
+//   forward writes them once, for 2b and the backward): hi = h rounded and lo = h - hi rounded
+//   (~16 mantissa bits together, the bytes of fp32). output_kernel reads hi alone (until 4f1bff4
+//   it read fp32 h[n] and split it: twice the state traffic, ~0.07 ms at the anchor shape, and
+//   two products where one is left), a 2^-9 relative error on the q h term, the size of o's own
+//   bf16 rounding: o's worst emulator relative RMS 1.7e-3 -> 2.3e-3 (bound 5e-3), as the decay
+//   attention's output pass. Vnew comes from u_f32 when the caller asks for it (training; 16-byte
+//   aligned), else the scan writes it over U (inference).
 //
 //   With a vector gate 2c scales the channels of K by exp(G_last - G) and the state's rows by
 //   exp(G_last) (3b and 3c likewise), 2b the channels of Q by exp(G). At dk = 64 the scans hold
@@ -121,11 +123,14 @@
 //   A again for its second block (the first one's decayed operands took A's tiles), 219 KB.
 //   dq, dk go out in bf16 from 4h when every key head has one value head (HV == H); else per
 //   value head in fp32, then summed over the value heads of a group (recurrence::group_sum).
-//   h[n], dh[n] are kept in fp32: bf16 snapshots would put 2^-9 relative errors on dW, dQ and
-//   dK (products with h) and, through dS, on every earlier chunk's gradients; at 4 x 268 MB of
-//   traffic (B4 T4096 H16 D128) fp32 costs ~0.2 ms more than bf16, well worth the margin under
-//   the 1e-2 gradient tolerance. Per-row sums (dG, dbeta, dw) are reduced without atomics
-//   (WarpTile::add_row_sums), so the backward is deterministic.
+//   The states pass 4 reads: dh[n] in bf16 (the reverse scan rounds it once as it stores it; it
+//   carries dS in fp32), h[n] as the scan's hi and lo planes. dQ = dO h^T takes hi alone, dK =
+//   Vnew dh^T the rounded dh, both errors local to the chunk (the scans carry fp32); dW = -dVnew
+//   h^T takes hi and lo, since dW reaches db and dg through the A chain (A may have large
+//   entries): with hi alone KDA's db at dk = 256 went 3.7e-3 -> 7.7e-3 on the emulator, with both
+//   it stays 3.7e-3 (dk 3.0e-3 -> 3.4e-3, dq 3.1e-3 -> 3.2e-3; bound 1e-2). dVnew is stored in
+//   bf16 too, as pass 4 rounded it: the same bits at half the bytes. Per-row sums (dG, dbeta, dw)
+//   are reduced without atomics (WarpTile::add_row_sums), so the backward is deterministic.
 //
 // Precision. Every product runs on mma.m16n8k16 bf16 -> fp32. q, k, v are bf16 already and
 // enter exactly; an fp32 operand (A with its column scales, W, U's partner h, Aqk, Vnew) is
@@ -187,8 +192,9 @@
 //   (one CTA an SM: 1.83 ms at B4 T4096 H16 D128) and 198.8 KB.
 //   (local backward before its staged tiles: 159.1 / 135.1, 209.1 / 153.1, 185.1; vector gate
 //   153.4, 188.6 KB, and 165.9, 204.1 KB before its staged pair products: one CTA an SM either way)
-//   output_kernel (every dv; two CTAs an SM): 63.2 / 89.2 / 101.2 KB at dk = 64 / 128 / 256 (32
-//   value columns a CTA at 256, 64 below), vector gate 72.2 / 106.2 / 134.3 KB (q (.) exp(G)
+//   output_kernel (every dv; two CTAs an SM): 54.3 / 71.3 / 81.3 KB at dk = 64 / 128 / 256 (32
+//   value columns a CTA at 256, 64 below; 63.2 / 89.2 / 101.2 with h[n]'s lo tile), vector gate
+//   63.3 / 88.3 / 114.3 KB (72.2 / 106.2 / 134.3 before; q (.) exp(G)
 //   split; one CTA an SM at 256)
 // Registers a thread (ptxas, nvcc 13.0, sm_90; every dv): prepare 64-128 (58-128 before 1b and
 // 1d read staged tiles), scan 117 / 116 / 174
@@ -213,8 +219,8 @@
 // once in G's place. (ptxas's allocation swings by 50 registers on small changes here: GDN-2's
 // db stored in pairs took its local backward at dk = 128 to 230 registers and 3% slower.)
 //
-// The local backward (pass 4) splits only the states h[n], dh[n] (kept in fp32 for precision,
-// see above: phase A's partners) and the A chain (X = dA A^T, dL = -A^T X, dEhat = A^T dW;
+// The local backward (pass 4) splits only h[n] for dW (its stored hi and lo planes, see above)
+// and the A chain (X = dA A^T, dL = -A^T X, dEhat = A^T dW;
 // A = (I + L)^{-1} may have large entries); every other fp32 operand of its products (Vnew,
 // dVnew, dW, dA's parts, Ps, P2, the decayed K) is rounded to bf16 once, one mma where a split
 // took two or three. Its errors stay local to a chunk (dh[n] comes from the reverse scan, fp32
@@ -236,7 +242,8 @@
 // Now every operand is staged once per slice or block as a bf16 tile (cuda/staged_mma.cuh,
 // padded rows; as the decay-attention local backward): q, k, dO, V as loaded (cp.async); Vnew,
 // dVnew rounded and h, dh, dW split into hi and lo tiles as they come from global memory
-// (stage_f32_rows); A split once; Ps, P2, diag(beta) P2, dA and X rounded or split as they
+// (stage_f32_rows; since 4f1bff4 h's planes, dh and dVnew are stored in bf16 and copied by
+// cp.async, phase A's next value slice in flight while this one's products run); A split once; Ps, P2, diag(beta) P2, dA and X rounded or split as they
 // leave the accumulators; each 16 x 16 fragment is then one ldmatrix. The gate pair terms' row
 // and column sums come from the accumulators (add_row_sums, add_col_sums), not from a 64-step
 // loop of 64 threads over a shared tile. The vector gate's pair products (add_decayed_pairs)
