@@ -1418,6 +1418,9 @@ struct LocalSmem {
   static constexpr int kLdVf = VS + 4;
   bf16 *dov_odd, *vnew_odd, *dvnew_odd;
   float* vnew_f32;
+  bf16* vv_odd;        // phase B's odd slices of V, in h_lo_even's place (kPipelined)
+  bf16 *w_slice, *y_slice;  // GDN-2's phase B: the slice of w and Y = w (.) V rounded, in M_hi's place (M is
+                            // formed after the slices)
   bf16 *dWb, *kexp;    // (C, kLdKBb): a key block of dW; a vector gate's K (.) exp(G)   (end of A)
   float* pair;         // (C, kLdC): Aqk, for the gate pair terms dAqk (.) Aqk          (B)
   bf16 *M_hi, *M_lo;   // (C, kLdA): dA, then X, split                                   (B)
@@ -1463,8 +1466,11 @@ struct LocalSmem {
     vnew_f32 = reinterpret_cast<float*>(dvnew_odd + C * kLdS);
     h_lo_even = kPipelined ? reinterpret_cast<bf16*>(vnew_f32 + C * kLdVf) : h_odd;
     h_lo_odd = kPipelined ? h_lo_even + KB * kLdS : h_odd;
+    vv_odd = h_lo_even;
     dWb = reinterpret_cast<bf16*>(region), kexp = dWb + C * kLdKBb;
     pair = region, M_hi = reinterpret_cast<bf16*>(pair + C * kLdC), M_lo = M_hi + C * kLdA, dW_hi = dWb, dW_lo = dW_hi + C * kLdKBb;
+    static_assert(2 * kLdS <= 2 * kLdA && KB >= C, "w and Y slices fit in M's place, phase B's odd V in a lo tile's");
+    w_slice = M_hi, y_slice = M_hi + C * kLdS;
     estep = region, block_decay = estep + C * kLdKB;
     q = reinterpret_cast<bf16*>(region + kRegion), k = q + C * kLdK, dov = k + C * kLdK, vv = dov + C * kLdS;
     vnew = vv + C * kLdS, dvnew = vnew + C * kLdS, A_hi = dvnew + C * kLdS, A_lo = A_hi + C * kLdA;
@@ -1705,16 +1711,6 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   __syncthreads();  // A's fp32 tile is read: phase A's odd slices and Vnew's staging take its room
   const Padded<kLdA, true> A_hi_t{sm.A_hi}, A_lo_t{sm.A_lo};  // A^T
   auto no_sum = [](int, int, float4) {};
-  // Value slice c0 .. c0 + VS - 1 of dO (rows past n zero; cp.async), Vnew and dVnew rounded to
-  // bf16 into sm.dov, sm.vnew, sm.dvnew (dVnew is zero past n: pass 3 writes Aqk^T dO + Kg dS +
-  // dU with zero rows there).
-  auto load_slices = [&](int c0) {
-    load_bf16_rows_async<C, VS>(sm.dov, a.d_o + tok0 * DV + c0, vrow, n);
-    stage_f32_rows<C, VS, false>(sm.vnew, nullptr, a.vnew + tok0 * DV + c0, vrow, n, no_sum);
-    load_bf16_rows_async<C, VS>(sm.dvnew, a.dvnew + row0 * DV + c0, DV, C);
-  };
-  const Padded<kLdS, false> dO{sm.dov}, Vnew{sm.vnew}, dVnew{sm.dvnew};
-  const Padded<kLdS, true> Vnew_t{sm.vnew}, Y_t{VBW ? sm.Ps_b : sm.vv};  // Y = V, or GDN-2's w (.) V (phase B)
   // Phase A (4a, 4b; steps 4, 5, 7), per key block d0 .. d0 + KB - 1, over the value slices:
   //   dQg = scale dO h^T  ->  dQ = exp(G) dQg,  dG += dQg . Qg;   dW = -dVnew h^T;
   //   dKg = Vnew dh^T  ->  dK = exp(G_last - G) dKg,  kg pair terms kgp_s = Kg_s . dKg_s;
@@ -1820,40 +1816,63 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   //   (GDN-2: dU Y^T with Y = w (.) V rounded to bf16 in V's slice; dv = w (.) dY, dw = v (.) dY).
   if (VG || scalar_dg) load_f32_rows_async<C, C>(sm.pair, kLdC, a.Aqk + (head * a.NT + chunk) * C * C, C);
   WarpTile<C, C> da, uy;
-  // The slices go in reverse: the last one phase A loaded (c0 = DV - VS) is still in place.
-  for (int c0 = DV - VS; c0 >= 0; c0 -= VS) {
-    if (c0 != DV - VS) load_slices(c0);
-    load_bf16_rows_async<C, VS>(sm.vv, a.v + tok0 * DV + c0, vrow, n);
-    wait_tiles();
-    if constexpr (VBW) {  // w's slice and Y = w (.) V rounded, in Ps's and diag(beta) P2's places (free until 4c)
+  // The slices go in reverse, slice j at c0 = DV - (j + 1) VS: the first is the one phase A loaded
+  // last, still in the even tiles (V's slices load here). Pipelined as phase A: slice j in its
+  // parity's tiles, slice j + 1's copies in flight while slice j's products run.
+  auto vv_tile = [&](int odd) { return odd ? sm.vv_odd : sm.vv; };
+  auto slice_c0 = [](int j) { return DV - VS * (j + 1); };
+  auto odd_b = [](int j) { return kPipelined ? j & 1 : 0; };
+  auto load_b = [&](int j) {  // slice j's dO, Vnew (into the staging), dVnew (j > 0) and V
+    const int c0 = slice_c0(j), odd = odd_b(j);
+    if (j > 0) {
+      load_bf16_rows_async<C, VS>(dov_tile(odd), a.d_o + tok0 * DV + c0, vrow, n);
+      load_f32_rows_async<C, VS>(sm.vnew_f32, Smem::kLdVf, a.vnew + tok0 * DV + c0, vrow, n);
+      load_bf16_rows_async<C, VS>(dvnew_tile(odd), a.dvnew + row0 * DV + c0, DV, C);
+    }
+    load_bf16_rows_async<C, VS>(vv_tile(odd), a.v + tok0 * DV + c0, vrow, n);
+  };
+  load_b(0);
+  for (int j = 0; j < kSlices; j++) {
+    const int c0 = slice_c0(j), odd = odd_b(j);
+    const bf16* vt = vv_tile(odd);
+    wait_tiles();  // slice j has landed; slice j - 1's reads of the other tiles are done
+    if (j > 0) round_vnew(odd);
+    if constexpr (VBW) {  // w's slice and Y = w (.) V rounded
       for (int i = threadIdx.x; i < C * VS; i += kThreads) {
         const int r = i / VS, c = i % VS;
         const bf16 w = r < n ? a.w[(tok0 + int64_t(r) * a.HV) * DV + c0 + c] : __float2bfloat16_rn(0.f);
-        sm.betaP2_b[r * kLdS + c] = w;
-        sm.Ps_b[r * kLdS + c] = __float2bfloat16_rn(bf(w) * bf(sm.vv[r * kLdS + c]));
+        sm.w_slice[r * kLdS + c] = w;
+        sm.y_slice[r * kLdS + c] = __float2bfloat16_rn(bf(w) * bf(vt[r * kLdS + c]));
       }
-      __syncthreads();
     }
-    mma_staged(da, dO, Vnew_t, 0, VS);
-    mma_staged(uy, dVnew, Y_t, 0, VS);
+    __syncthreads();  // Vnew's tile (and GDN-2's w, Y) ready, the staging free
+    const bool more = j + 1 < kSlices;
+    if (kPipelined && more) load_b(j + 1);
+    const Padded<kLdS, false> dVnew{dvnew_tile(odd)};
+    mma_staged(da, Padded<kLdS, false>{dov_tile(odd)}, Padded<kLdS, true>{vnew_tile(odd)}, 0, VS);
+    mma_staged(uy, dVnew, Padded<kLdS, true>{VBW ? sm.y_slice : vt}, 0, VS);  // Y = V, or GDN-2's w (.) V
     WarpTile<C, VS> dy;
     mma_staged(dy, A_hi_t, dVnew, 0, C);
     if constexpr (VBW) {
       dy.each_pair([&](int r, int c, float x0, float x1, int) {
         if (r >= n) return;
         const int64_t i = (tok0 + int64_t(r) * a.HV) * DV + c0 + c;  // (B, T, HV, dv)
-        const float2 w = bf16_pair(sm.betaP2_b, r * kLdS + c), v = bf16_pair(sm.vv, r * kLdS + c);
+        const float2 w = bf16_pair(sm.w_slice, r * kLdS + c), v = bf16_pair(vt, r * kLdS + c);
         *reinterpret_cast<uint32_t*>(a.dv + i) = pack_bf16(w.x * x0, w.y * x1);
         *reinterpret_cast<uint32_t*>(a.dw + i) = pack_bf16(v.x * x0, v.y * x1);
       });
     } else {
-      dy.add_row_sums(sm.rowW, [&](int r, int c, float x) { return x * bf(sm.vv[r * kLdS + c]); });
+      dy.add_row_sums(sm.rowW, [&](int r, int c, float x) { return x * bf(vt[r * kLdS + c]); });
       dy.each_pair([&](int r, int c, float x0, float x1, int) {
         if (r < n) *reinterpret_cast<uint32_t*>(a.dv + (tok0 + int64_t(r) * a.HV) * DV + c0 + c) = pack_bf16(sm.wv[r] * x0, sm.wv[r] * x1);
       });
     }
-    __syncthreads();
+    if (!kPipelined && more) {
+      __syncthreads();  // the slice's tiles are read: the next one takes them
+      load_b(j + 1);
+    }
   }
+  __syncthreads();  // every read of the slices is done (Ps takes A's room, M the w and Y slices' place)
   //   Ps = dAqk exp(G_t - G_s) on s <= t (for dQ, dK);  pair = dAqk (.) Aqk (for dG; Aqk as
   //   stored holds scale);  dA = (dU Y^T) diag(w) + (dW K^T) diag(beta exp(G))  into M (split).
   auto store_m = [&](int r, int s, float x) {
