@@ -1059,7 +1059,7 @@ __global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG, true>::kCtasPe
     }
     // every chunk-start state h[n], for 2b (output_kernel) and the backward (4.9 step 1)
     const int64_t state = (head * a.NT + chunk) * DK * DV;
-    sm.store_state(a.h_start + state, v0, a.h_start_lo + state);
+    sm.store_state(a.h_start + state, v0, a.h_start_lo ? a.h_start_lo + state : nullptr);  // (no lo plane: no backward follows)
     const float decay = VG ? 0.f : exp_ftz(sm.G[C - 1]);  // 2c's exp(G_last), scalar gate (G is copied over before 2c)
     // 2a: Vnew = U - W h (rows past n are 0 - 0 h = 0); for 2b also in a.U's place (the chunk's
     //     U is read) unless a.vnew (u_f32) holds it; 2c's operands staged: Vnew (a scalar gate:
@@ -1809,6 +1809,8 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     else mma_staged(wk, Padded<kLdKBb, false>{sm.dWb}, Padded<kLdK, true>{sm.k, 0, kc}, 0, KB);
     __syncthreads();  // the dW block is read: the next block's h, dh take its place (kWide: k and G too)
   };
+  // phase B's first V slice (c0 = DV - VS) rides with phase A's first copies (V's tile is free until phase B)
+  load_bf16_rows_async<C, VS>(sm.vv, a.v + tok0 * DV + DV - VS, vrow, n);
   for_key_blocks<DK, KB, kWide>(phase_a_block);
   if (VG || scalar_dg) hdh = block_sum(hdh, sm.red);
   // Phase B (4c-4f; steps 2, 6, 8), over the value slices: dAqk = scale dO Vnew^T (scale enters
@@ -1817,21 +1819,18 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   if (VG || scalar_dg) load_f32_rows_async<C, C>(sm.pair, kLdC, a.Aqk + (head * a.NT + chunk) * C * C, C);
   WarpTile<C, C> da, uy;
   // The slices go in reverse, slice j at c0 = DV - (j + 1) VS: the first is the one phase A loaded
-  // last, still in the even tiles (V's slices load here). Pipelined as phase A: slice j in its
-  // parity's tiles, slice j + 1's copies in flight while slice j's products run.
+  // last, still in the even tiles, with its V slice loaded beside phase A's. Pipelined as phase A:
+  // slice j in its parity's tiles, slice j + 1's copies in flight while slice j's products run.
   auto vv_tile = [&](int odd) { return odd ? sm.vv_odd : sm.vv; };
   auto slice_c0 = [](int j) { return DV - VS * (j + 1); };
   auto odd_b = [](int j) { return kPipelined ? j & 1 : 0; };
-  auto load_b = [&](int j) {  // slice j's dO, Vnew (into the staging), dVnew (j > 0) and V
+  auto load_b = [&](int j) {  // slice j's dO, Vnew (into the staging), dVnew and V (j > 0)
     const int c0 = slice_c0(j), odd = odd_b(j);
-    if (j > 0) {
-      load_bf16_rows_async<C, VS>(dov_tile(odd), a.d_o + tok0 * DV + c0, vrow, n);
-      load_f32_rows_async<C, VS>(sm.vnew_f32, Smem::kLdVf, a.vnew + tok0 * DV + c0, vrow, n);
-      load_bf16_rows_async<C, VS>(dvnew_tile(odd), a.dvnew + row0 * DV + c0, DV, C);
-    }
+    load_bf16_rows_async<C, VS>(dov_tile(odd), a.d_o + tok0 * DV + c0, vrow, n);
+    load_f32_rows_async<C, VS>(sm.vnew_f32, Smem::kLdVf, a.vnew + tok0 * DV + c0, vrow, n);
+    load_bf16_rows_async<C, VS>(dvnew_tile(odd), a.dvnew + row0 * DV + c0, DV, C);
     load_bf16_rows_async<C, VS>(vv_tile(odd), a.v + tok0 * DV + c0, vrow, n);
   };
-  load_b(0);
   for (int j = 0; j < kSlices; j++) {
     const int c0 = slice_c0(j), odd = odd_b(j);
     const bf16* vt = vv_tile(odd);
@@ -2154,21 +2153,22 @@ ChunkArgs input_args(const void* q, const void* k, const void* v, const void* g,
 }
 
 // Where passes 1-2 write: U in scratch (when they run); W, Aqk, G, A (with `with_kept`) and every
-// h[n] (bf16, two a float; what 2b and passes 3-4 read) carved in that order from `kept`
-// (kept_floats(d) floats) or, when null, from scratch (without `with_kept`, a forward no backward
-// follows: no A).
+// h[n] (its bf16 hi plane, what 2b and passes 3-4 read, then its lo plane, pass 4's) carved in
+// that order from `kept` (kept_floats(d) floats) or, when null, from scratch (without
+// `with_kept`, a forward no backward follows: no A, no lo plane).
 struct Workspace {
   FloatScratch U, own;
   Workspace(const DeltaRuleDims& d, ChunkArgs& a, float* kept, bool with_kept, bool run_passes_1_2)
       : U(run_passes_1_2 ? rows(d) * d.dv : 0),
-        own(kept ? 0 : with_kept ? kept_floats(d) : kept_floats(d) - rows(d) * C) {
+        own(kept ? 0 : with_kept ? kept_floats(d) : kept_floats(d) - rows(d) * C - states(d) / 2) {
     float* p = kept ? kept : own.get();
     a.U = run_passes_1_2 ? U.get() : nullptr;
     a.W = p, p += rows(d) * d.dk;
     a.Aqk = p, p += rows(d) * C;
     a.G = p, p += rows(d) * gate_width(d);
     if (with_kept) a.A = p, p += rows(d) * C;
-    a.h_start = reinterpret_cast<bf16*>(p), a.h_start_lo = a.h_start + states(d);  // (16-byte aligned: rows % C == 0)
+    a.h_start = reinterpret_cast<bf16*>(p);  // (16-byte aligned: rows % C == 0)
+    a.h_start_lo = with_kept ? a.h_start + states(d) : nullptr;
   }
   static int64_t rows(const DeltaRuleDims& d) { return d.B * d.HV * ((d.T + C - 1) / C) * C; }  // (B, HV, NT * C)
   static int64_t states(const DeltaRuleDims& d) { return d.B * d.HV * ((d.T + C - 1) / C) * d.dk * d.dv; }
