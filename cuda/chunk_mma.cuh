@@ -26,15 +26,18 @@ __device__ __forceinline__ void split_pair(float x0, float x1, uint32_t& hi, uin
 }
 
 // The (ROWS x COLS) fp32 tile src (rows ld_src apart, 8-byte aligned, COLS and ld_src even) into
-// bf16 halves hi + lo (rows ld_dst apart, ld_dst even), two columns a step, by THREADS threads.
+// bf16 halves hi + lo (rows ld_dst apart, ld_dst even), two columns a step, by THREADS threads;
+// lo null: hi alone (the tile rounded).
 template <int ROWS, int COLS, int THREADS>
 __device__ __forceinline__ void split_tile(__nv_bfloat16* hi, __nv_bfloat16* lo, int ld_dst, const float* src,
                                            int ld_src) {
   for (int i = threadIdx.x; i < ROWS * COLS / 2; i += THREADS) {
     const int r = i / (COLS / 2), c = (i % (COLS / 2)) * 2;
     const float2 x = *reinterpret_cast<const float2*>(src + r * ld_src + c);
-    split_pair(x.x, x.y, *reinterpret_cast<uint32_t*>(hi + r * ld_dst + c),
-               *reinterpret_cast<uint32_t*>(lo + r * ld_dst + c));
+    uint32_t hi_pair, lo_pair;
+    split_pair(x.x, x.y, hi_pair, lo_pair);
+    *reinterpret_cast<uint32_t*>(hi + r * ld_dst + c) = hi_pair;
+    if (lo) *reinterpret_cast<uint32_t*>(lo + r * ld_dst + c) = lo_pair;
   }
 }
 

@@ -991,15 +991,9 @@ struct ScanSmem {
     }
   }
   // The same, rounded to bf16 (a chunk-start state h[n] or chunk-end gradient dh[n]) and, where
-  // lo is given, the rest (h - hi, rounded) into lo: a column pair a thread at a time.
+  // lo is given, the rest (h - hi, rounded) into lo (split_tile: a column pair a thread at a time).
   __device__ void store_state(bf16* dst, int v0, bf16* lo = nullptr) const {
-    for (int i = threadIdx.x; i < DK * BV / 2; i += kThreads) {
-      const int d = i / (BV / 2), c = i % (BV / 2) * 2, at = d * DV + v0 + c;
-      uint32_t hi_pair, lo_pair;
-      chunk_mma::split_pair(h[d * kLdH + c], h[d * kLdH + c + 1], hi_pair, lo_pair);
-      *reinterpret_cast<uint32_t*>(dst + at) = hi_pair;
-      if (lo) *reinterpret_cast<uint32_t*>(lo + at) = lo_pair;
-    }
+    chunk_mma::split_tile<DK, BV, kThreads>(dst + v0, lo ? lo + v0 : nullptr, DV, h, kLdH);
   }
   // kStaged: ds_hi, ds_lo <- the state (dS) split
   __device__ void split_state() const { chunk_mma::split_tile<DK, BV, kThreads>(ds_hi, ds_lo, kLdO, h, kLdH); }
@@ -1732,23 +1726,22 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   constexpr int kSlices = DV / VS;
   constexpr bool kPipelined = Smem::kPipelined;
   auto odd_slice = [](int s) { return kPipelined ? (kSlices - 1 - s) & 1 : 0; };
-  auto load_step = [&](int d0, int c0, int odd) {  // slice c0 and block (d0, c0) of h[n], dh[n]; Vnew into the staging
+  // value slice c0 of dO and dVnew into `odd`'s tiles, Vnew into the staging (round_vnew rounds it
+  // into `odd`'s tile once it has landed); rows past n zero (dVnew is zero there already)
+  auto load_slice = [&](int c0, int odd) {
     load_bf16_rows_async<C, VS>(dov_tile(odd), a.d_o + tok0 * DV + c0, vrow, n);
     load_f32_rows_async<C, VS>(sm.vnew_f32, Smem::kLdVf, a.vnew + tok0 * DV + c0, vrow, n);
     load_bf16_rows_async<C, VS>(dvnew_tile(odd), a.dvnew + row0 * DV + c0, DV, C);
+  };
+  auto load_step = [&](int d0, int c0, int odd) {  // phase A: the slice and block (d0, c0) of h[n], dh[n]
+    load_slice(c0, odd);
     const int64_t block = state0 + int64_t(d0) * DV + c0;
     load_bf16_rows_async<KB, VS>(h_tile(odd), a.h_start + block, DV, KB);
     load_bf16_rows_async<KB, VS>(h_lo_tile(odd), a.h_start_lo + block, DV, KB);
     load_bf16_rows_async<KB, VS>(dh_tile(odd), a.dh_end + block, DV, KB);
   };
-  auto round_vnew = [&](int odd) {  // the landed staging into the slice's bf16 tile (rounded as stage_f32_rows)
-    bf16* tile = vnew_tile(odd);
-    for (int i = threadIdx.x; i < C * VS / 4; i += kThreads) {
-      const int r = i / (VS / 4), c = i % (VS / 4) * 4;
-      const float4 x = *reinterpret_cast<const float4*>(sm.vnew_f32 + r * Smem::kLdVf + c);
-      uint32_t* pair = reinterpret_cast<uint32_t*>(tile + r * kLdS + c);
-      pair[0] = pack_bf16(x.x, x.y), pair[1] = pack_bf16(x.z, x.w);
-    }
+  auto round_vnew = [&](int odd) {  // the landed staging into the slice's bf16 tile
+    chunk_mma::split_tile<C, VS, kThreads>(vnew_tile(odd), nullptr, kLdS, sm.vnew_f32, Smem::kLdVf);
   };
   float hdh = 0.f;
   WarpTile<C, C> wk;  // dW K^T
@@ -1824,11 +1817,9 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   auto vv_tile = [&](int odd) { return odd ? sm.vv_odd : sm.vv; };
   auto slice_c0 = [](int j) { return DV - VS * (j + 1); };
   auto odd_b = [](int j) { return kPipelined ? j & 1 : 0; };
-  auto load_b = [&](int j) {  // slice j's dO, Vnew (into the staging), dVnew and V (j > 0)
+  auto load_b = [&](int j) {  // phase B (j > 0): the slice and its V
     const int c0 = slice_c0(j), odd = odd_b(j);
-    load_bf16_rows_async<C, VS>(dov_tile(odd), a.d_o + tok0 * DV + c0, vrow, n);
-    load_f32_rows_async<C, VS>(sm.vnew_f32, Smem::kLdVf, a.vnew + tok0 * DV + c0, vrow, n);
-    load_bf16_rows_async<C, VS>(dvnew_tile(odd), a.dvnew + row0 * DV + c0, DV, C);
+    load_slice(c0, odd);
     load_bf16_rows_async<C, VS>(vv_tile(odd), a.v + tok0 * DV + c0, vrow, n);
   };
   for (int j = 0; j < kSlices; j++) {
