@@ -606,15 +606,12 @@ struct StateTile {
       x0 = x.x, x1 = x.y;
     });
   }
-  __device__ __forceinline__ void store(float* dst, int v0, int DV) {
+  // The same columns of a state of T (fp32: ht, dh0; bf16, rounded: h[n], dh[n]) <- the tile.
+  template <class T>
+  __device__ __forceinline__ void store(T* dst, int v0, int DV) {
     each_pair([&](int r, int c, float& x0, float& x1) {
-      *reinterpret_cast<float2*>(dst + r * DV + v0 + c) = make_float2(x0, x1);
-    });
-  }
-  // The same, rounded to bf16 (a chunk-start state h[n] or chunk-end gradient dh[n]).
-  __device__ __forceinline__ void store(bf16* dst, int v0, int DV) {
-    each_pair([&](int r, int c, float& x0, float& x1) {
-      *reinterpret_cast<uint32_t*>(dst + r * DV + v0 + c) = pack_bf16(x0, x1);
+      const float pair[2] = {x0, x1};
+      store_floats(dst + r * DV + v0 + c, pair);
     });
   }
   // h <- Diag(decay(row)) h + X0^T Y0 + X1^T Y1 over the chunk's C tokens: bf16 tiles, X (C,
