@@ -583,54 +583,10 @@ constexpr int kVectorScanRows = 64;
 template <bool VG>
 constexpr int kScanCtasPerSm = VG ? 4 : 2;
 
-// A scan CTA's state tile (h forward, dS reverse), ROWS rows of its BV columns, in registers:
-// kParts WarpTiles of kRows rows (a WarpTile holds at most 16 rows a warp, 128 in all), part p
-// rows p kRows .. p kRows + kRows - 1. Global (dk, DV) states are read and written from the
-// accumulators, a column pair a thread at a time (fp32: h0, ht, dht, dh0; bf16: h[n], dh[n]).
+// A scan CTA's state tile (h forward, dS reverse), ROWS rows of its BV columns, in registers
+// (chunk_mma::StateTile).
 template <int ROWS>
-struct StateTile {
-  static constexpr int kRows = ROWS < 128 ? ROWS : 128, kParts = ROWS / kRows;
-  WarpTile<kRows, BV> part[kParts];
-  // fn(row, col, x0, x1) for every accumulator pair (col, col + 1) of a row, x0 and x1 by reference.
-  template <class Fn>
-  __device__ __forceinline__ void each_pair(Fn&& fn) {
-#pragma unroll
-    for (int p = 0; p < kParts; p++)
-      part[p].each_pair([&](int r, int c, float& x0, float& x1, int) { fn(p * kRows + r, c, x0, x1); });
-  }
-  // The tile from columns v0 .. v0 + BV - 1 of a (ROWS.., DV) state whose first row is at src
-  // (zeros when null).
-  __device__ __forceinline__ void load(const float* src, int v0, int DV) {
-    each_pair([&](int r, int c, float& x0, float& x1) {
-      const float2 x = src ? *reinterpret_cast<const float2*>(src + r * DV + v0 + c) : make_float2(0.f, 0.f);
-      x0 = x.x, x1 = x.y;
-    });
-  }
-  // The same columns of a state of T (fp32: ht, dh0; bf16, rounded: h[n], dh[n]) <- the tile.
-  template <class T>
-  __device__ __forceinline__ void store(T* dst, int v0, int DV) {
-    each_pair([&](int r, int c, float& x0, float& x1) {
-      const float pair[2] = {x0, x1};
-      store_floats(dst + r * DV + v0 + c, pair);
-    });
-  }
-  // h <- Diag(decay(row)) h + X0^T Y0 + X1^T Y1 over the chunk's C tokens: bf16 tiles, X (C,
-  // ROWS..) read transposed by ldmatrix.trans (rows LDX apart), Y (C, BV) (rows LDY apart). An fp32
-  // operand enters as its hi and lo tiles: X0 = X1 = K with Y0, Y1 the halves of diag(w) V
-  // (scalar gate), or X0, X1 the halves of the gated K with Y0 = Y1 = V (vector gate).
-  template <int LDX, int LDY, class Decay>
-  __device__ __forceinline__ void advance(const Decay& decay, const bf16* x0, const bf16* y0, const bf16* x1,
-                                          const bf16* y1) {
-    using chunk_mma::mma_staged;
-    using chunk_mma::Padded;
-#pragma unroll
-    for (int p = 0; p < kParts; p++) {
-      part[p].each([&](int r, int, float& acc, int) { acc *= decay(p * kRows + r); });
-      mma_staged(part[p], Padded<LDX, true>{x0, 0, p * kRows}, Padded<LDY, false>{y0}, 0, C);
-      mma_staged(part[p], Padded<LDX, true>{x1, 0, p * kRows}, Padded<LDY, false>{y1}, 0, C);
-    }
-  }
-};
+using StateTile = chunk_mma::StateTile<ROWS, BV, kWarps>;
 
 // A vector-gate scan CTA's shared memory: the raw bf16 tiles of its KT channels of k (forward)
 // or q (reverse) and of g, the gated tile xg formed from them (kg = k (.) exp(G_last - G)
@@ -751,7 +707,7 @@ __device__ void vector_scan(const VectorScanSmem<KT>& sm, const Args& a, int DV)
     // forward: h <- Diag(exp(G_last)) h + (K (.) exp(G_last - G))^T V
     // reverse: dS <- Diag(exp(G_last)) dS + (Q (.) scale exp(Gq))^T dO
     const bf16* vt = v_tile(chunk);
-    h.template advance<Smem::kLdK, Smem::kLdV>([&](int d) { return exp_ex2(sm.glast[d]); }, sm.xg_hi, vt, sm.xg_lo,
+    h.template advance<Smem::kLdK, Smem::kLdV, C>([&](int d) { return exp_ex2(sm.glast[d]); }, sm.xg_hi, vt, sm.xg_lo,
                                                   vt);
   }
   if (!io.last) return;
@@ -838,7 +794,7 @@ __device__ void scalar_scan(const ScalarScanSmem<DK>& sm, const Args& a, int DV)
     if (in_range(chunk + step)) copy_chunk(chunk + step);
     const float decay = expf(glast);
     const bf16* xt = x_tile(chunk);
-    h.template advance<kLdK, kLdV>([&](int) { return decay; }, xt, sm.wv_hi, xt, sm.wv_lo);
+    h.template advance<kLdK, kLdV, C>([&](int) { return decay; }, xt, sm.wv_hi, xt, sm.wv_lo);
   }
   if (!io.last) return;
   if (REVERSE && a.resets(b, 0)) h.load(nullptr, v0, DV);  // chunk 0 started from h = 0, not from h0

@@ -32,19 +32,22 @@
 //   Pass 2 (scan_kernel, grid (dv / BV, HV, B), sequential over chunks: 2a and 2c; CPU:
 //   scan_chunks; then output_kernel, grid (NT dv / VS, HV, B), every chunk in parallel: 2b; CPU:
 //   the output loop of chunk_forward). The state h (dk x dv, fp32) is split along dv into column
-//   tiles of BV, one per CTA, held in shared memory. Up to dk = 128 (BV = 32; but the reverse
-//   scan at dk = 128, dv >= 128: 64, on staged tiles, see ScanSmem) a CTA needs
-//   < 113 KB of shared memory and 128 registers a thread, so two fit on an SM: at the anchor
-//   shape B * HV * 4 = 256 CTAs are all resident on the 132 SMs, and one CTA's chunk loads
-//   overlap the other's math. At dk = 256 one CTA fits an SM (the W rows alone are 66 KB), so
-//   the tiles are 64 wide (184 KB, a vector gate's 218 KB; 174 / 232 registers): B * HV * dv / 64
-//   CTAs, 128 at fla's B8 H4 D256, run in one wave on the 132 SMs where 32-wide tiles (256 CTAs)
-//   took two and paid the sequential chain twice, and each chunk's W rows (64 x 256 fp32) are
-//   loaded by half as many CTAs. Its state update runs in two 128-row blocks (a WarpTile has at
-//   most 128 rows). The chunks run in sequence, so a chunk's memory round trips are the scans'
-//   floor (see "Memory" below):
+//   tiles of BV, one per CTA, held in registers (StateTile, cuda/staged_mma.cuh) as the decay
+//   attention's scans hold theirs; every product reads staged bf16 tiles by ldmatrix (an fp32
+//   operand as its hi and lo tiles): W as prepare_kernel stores it, two bf16 planes hi and lo, the
+//   state split at the top of each chunk, Vnew split as 2a leaves it. Up to dk = 128 (BV = 32) a
+//   CTA needs < 100 KB of shared memory and 128 registers a thread, so two fit on an SM: at the
+//   anchor shape B * HV * 4 = 256 CTAs are all resident on the 132 SMs, and one CTA's chunk
+//   loads overlap the other's math. At dk = 256 one CTA fits an SM, so the tiles are 64 wide
+//   (222 KB): B * HV * dv / 64 CTAs, 128 at fla's B8 H4 D256, run in one wave on the 132 SMs
+//   where 32-wide tiles (256 CTAs) took two and paid the sequential chain twice. Every tile of
+//   the next chunk is copied as soon as this chunk's 2a has read its own (k by chunk parity), so
+//   the chain holds no memory round trip. Until the state moved into registers the scans held it
+//   in shared memory (fp32), and 2a's W h and the reverse scan's products gathered and split
+//   their fp32 operands a fragment element at a time (WarpTile::mma's accessors), W copied in
+//   fp32 (see ForwardScanSmem and ReverseScanSmem for what that measured):
 //     2a  Vnew = U - W h          -> residual (bf16), u_f32 (else over U)          (4.8, mma)
-//         the chunk-start state h    -> h[n] (fp32, B HV NT dk dv)
+//         the chunk-start state h    -> h[n] (bf16 hi and lo planes, B HV NT dk dv)
 //     2c  h <- exp(G_last) h + (K (.) exp(G_last - G))^T Vnew                     (4.8, mma)
 //     2b  o = scale (Q (.) exp(G)) h[n] + Aqk Vnew   (output_kernel, after the scan; 4.6, mma)
 //   2b reads only what the scan wrote for its chunk, so it leaves the sequential path: until it
@@ -64,15 +67,13 @@
 //   aligned), else the scan writes it over U (inference).
 //
 //   With a vector gate 2c scales the channels of K by exp(G_last - G) and the state's rows by
-//   exp(G_last) (3b and 3c likewise), 2b the channels of Q by exp(G). At dk = 64 the scans hold
-//   G[t][d] (C x dk fp32, copied at the top of a chunk). From dk = 128 on (kLean; KDA and GDN-2)
-//   they hold G's last row alone and stage K (.) exp(G_last - G) (hi and lo; the reverse scan then
-//   scale Q (.) exp(G) for 3c) straight from the workspace's G and global k (gated_rows): at dk =
-//   128 95.5 / 108.5 KB (forward / reverse), two CTAs an SM, where the G, k and staged tiles took
-//   145 / 141 KB, one an SM, and the 256 CTAs of B4 H16 D128 ran in two waves (KDA's scans 0.98 /
-//   1.31 ms, then 0.73 / 1.19, H200; the reverse scan at dv >= 128 now runs on staged tiles with 64
-//   columns, one CTA an SM: 1.02 ms); at dk = 256 (321 KB otherwise) 218 KB with the forward's 64
-//   state columns (the reverse scan's 32, in q's and k's places: 191 KB), one CTA an SM. The
+//   exp(G_last) (3b and 3c likewise), 2b the channels of Q by exp(G). The scans hold G's last
+//   row alone and stage K (.) exp(G_last - G) (hi and lo; the reverse scan then scale Q (.)
+//   exp(G) for 3c) straight from the workspace's G and global k (gated_rows), in k's tiles' place
+//   (kLean, from dk = 128 on, before the state moved into registers; at dk = 64 the scans held
+//   G[t][d], a C x dk fp32 tile, and k: at dk = 128 that took 145 / 141 KB, one CTA an SM, where
+//   the lean layout took 95.5 / 108.5, two, and KDA's scans went 0.98 / 1.31 -> 0.73 / 1.19 ms
+//   at B4 T4096 H16 D128 on an H200). The
 //   prepare likewise, where dv <= dk: it puts v in q's tile once 1b has read q (GDN-2: w in G's
 //   place once 1d's W is formed), its step decays in G's place (1d reads G again from the
 //   workspace, this CTA's writes) and 1b's staged operands 16 channels at a time in L's and A's
@@ -83,15 +84,14 @@
 // Backward (CPU: chunk_backward, chunk_backward_local), 4.9 step by step (a vector gate: per
 // channel as in the forward; pass 4's pair products by sub-blocks, its dG from 4.10's identity):
 //   Passes 1-2 replayed (4.9 step 1): the same kernels, also keeping A and every chunk-start
-//   state h[n] (fp32, see below), writing no outputs. Or skipped: a forward given `kept` wrote
+//   state h[n] (its lo plane too, see below), writing no outputs. Or skipped: a forward given `kept` wrote
 //   A, h[n], W, Aqk and G there with the same kernels (bit-identical, at kept_floats(d) x 4 bytes
 //   held from forward to backward; see README "Training", delta_keep).
-//   Pass 3 (reverse_scan_kernel, the scan's grid, 32 state columns a CTA but the scalar gate's 64
-//   at dk = 256, chunks in reverse; step 3):
+//   Pass 3 (reverse_scan_kernel, the scan's grid, 32 state columns a CTA, 64 at dk = 256 and at
+//   dk = 128 with dv >= 128; chunks in reverse; step 3), dS in registers as the forward's h:
 //     3a  dh[n] = dS (gradient of chunk n's end state)
 //     3b  dVnew = Aqk^T dO + Kg dS + dU                                                (mma)
 //     3c  dS <- exp(G_last) dS + scale Qg^T dO - W^T dVnew;  finally dh0 = dS          (mma)
-//   (3b's dU enters through a bf16 tile in sm.vnew's place, which 3b then overwrites with dVnew.)
 //   Pass 4 (local_backward_kernel, grid (NT, HV, B), every chunk in parallel; steps 2, 4-8;
 //   dk-wide work in blocks of 128 key dims, dv-wide operands in slices of 32 columns: the
 //   order below is that of the math, the kernel's phases A-C are listed at the kernel):
@@ -152,39 +152,38 @@
 // load_f32_rows_async), all of a group in flight at once and waited for once (wait_tiles): one
 // memory round trip where a load-then-store loop pays one per iteration (the compiler cannot move a
 // load above a store that may alias it). The scans copy each tile for the next chunk as soon as its
-// last reader in this chunk is done: forward W and G after 2a; reverse k, Aqk and G after 3b. What
-// is left for the top of a chunk (forward: k and U, the latter into the place of Vnew's staged
-// tiles, which 2a fills once every warp has read U; reverse: q, W, dO and dU) is one round trip, in
-// flight together with the prefetched tiles. Second buffers for those would need 27 KB more at dk =
-// 128, which two CTAs an SM do not have (the reverse scan at dv >= 128, one CTA an SM, measured
-// slower with them: ScanSmem). Aqk is lower triangular and the scans keep it packed (row t in t / 4
-// + 1 pieces of 4 floats, 8.5 KB instead of 17 KB), which makes room for the reverse scan's dO tile
+// last reader in this chunk is done: forward every tile after 2a (k into its second buffer);
+// reverse k, Aqk and G after 3b. What is left for the top of a reverse chunk (q, W, dO and dU,
+// read by 3c) is one round trip, in flight together with the prefetched tiles (second buffers
+// for those would take 27 KB more at dk = 128, which two CTAs an SM do not have; the old reverse
+// scan at dv >= 128, one CTA an SM, measured slower with them). Aqk is lower triangular and the
+// reverse scan keeps it packed (row t in t / 4 + 1 pieces of 4 floats, 8.5 KB instead of 17 KB),
+// which makes room for its dO tile
 // at dk = 128. output_kernel has no chain to hide its loads behind: each thread loads all its
 // pieces of a tile at once (stage_f32_rows), and two CTAs an SM overlap.
 //
 // Shared memory per CTA (bytes(), each checked against 227 KB at compile time in launch_kernel):
 //   dk \ dv    prepare (64 / 128 / 256)      scan / reverse scan   local backward (dv <= 128 / 256)
-//   64          62.0 / 70.0 / 86.0 KB          45.3 / 67.3 KB        164.6 / 147.6 KB
-//   128         78.0 / 86.0 / 102.0 KB         78.3 / 108.3 KB       216.6 / 168.6 KB
-//               (the reverse scan 201.3 KB at dv >= 128: 64 state columns, staged tiles)
-//   256         110.0 / 118.0 / 134.0 KB       184.3 / 201.3 KB      200.6 KB
+//   64          62.0 / 70.0 / 86.0 KB          55.3 / 65.3 KB        164.6 / 147.6 KB
+//   128         78.0 / 86.0 / 102.0 KB         97.3 / 107.3 KB       216.6 / 168.6 KB
+//               (the reverse scan 131.3 KB at dv >= 128: 64 state columns)
+//   256         110.0 / 118.0 / 134.0 KB       221.3 / 195.3 KB      200.6 KB
 //   vector gate (the C x dk G tile, +16.8 KB at dk = 64, +32.8 KB at dk = 128; prepare +17.0 /
 //   +33.0 KB more for its step decays, which take the place of its staged k operands (before
 //   78.8 / 86.8 / 102.8 and 110.8 / 118.8 / 134.8 KB); local backward in 32-column value slices
 //   at every dv, +12.8 KB for the fp32 diagonal blocks of its pairs: the decayed K, Q tiles and
-//   the decays take places its phase C does not use; the forward scan with its staged
-//   K (.) exp(G_last - G) hi and lo tiles):
-//   64          95.8 / 103.8 / 119.8 KB        80.0 / 84.0 KB        178.6 KB
-//   128         101.8 / 101.8 / 167.8 KB       95.5 / 108.5 KB       216.9 KB
-//               (the reverse scan 201.5 KB at dv >= 128, as the scalar gate's)
-//   256         165.8 KB (every dv)            218.0 / 191.0 KB      219.4 KB (kWide)
+//   the decays take places its phase C does not use; the scans with their gated K and Q tiles
+//   in k's and q's places):
+//   64          95.8 / 103.8 / 119.8 KB        55.3 / 64.8 KB        178.6 KB
+//   128         101.8 / 101.8 / 167.8 KB       97.5 / 106.8 KB       216.9 KB
+//               (the reverse scan 130.8 KB at dv >= 128, as the scalar gate's)
+//   256         165.8 KB (every dv)            222.0 / 195.5 KB      219.4 KB (kWide)
 //   (kLean from dk = 128 on, the prepare where dv <= dk; before it at dk = 128: prepare 143.8 /
-//   151.8 KB at dv = 64 / 128, scans 145.0 / 141.0 KB, one CTA an SM)
-//   (the forward scan keeps no Aqk, q, dO or exp(G) tiles and lands U in its staged Vnew's place;
-//   the scans shared one layout before, 67.3 / 108.3 / 190.3 KB, vector gate 102.0 / 175.0 /
-//   196.0 KB with the forward's tiles, and 32 columns at dk = 256; the scalar gate's reverse scan
-//   at dk = 256 takes 64 columns with q in k's tile, 190.3 KB with 32 and both: one CTA an SM
-//   either way, 256 CTAs in two waves at B8 H4 D256 where 128 now run in one, 0.97 -> 0.73 ms)
+//   151.8 KB at dv = 64 / 128, one CTA an SM)
+//   (with the state in shared memory, fp32, the scans took 45.3 / 67.3, 78.3 / 108.3 (201.3 at
+//   dv >= 128), 184.3 / 201.3 KB; vector gate 80.0 / 84.0, 95.5 / 108.5, 218.0 / 191.0 KB. The
+//   scans shared one layout before that, with 32 columns at dk = 256: 256 CTAs in two waves at
+//   B8 H4 D256 where 128 run in one, 0.97 -> 0.73 ms for the reverse scan)
 //   GDN-2 (vector gate; the prepare reads b from global memory and puts w in G's place (kLean),
 //   in q's after 1b where dv <= dk, else in a place of its own; scans and local backward as the
 //   vector gate's): prepare dk 64: 95.8 / 120.8 KB (dv 64 / 128); dk 128: 101.8 KB (dv 64 / 128),
@@ -197,19 +196,18 @@
 //   63.3 / 88.3 / 114.3 KB (72.2 / 106.2 / 134.3 before; q (.) exp(G)
 //   split; one CTA an SM at 256)
 // Registers a thread (ptxas, nvcc 13.0, sm_90; every dv): prepare 64-128 (58-128 before 1b and
-// 1d read staged tiles), scan 117 / 116 / 174
-// (116 / 113 / 113 with one layout for both scans, 32 columns at 256; launch bounds of one CTA at
-// 256), output_kernel 87-90 / 118-120 / 126-128 and reverse scan 120 / 128 at dk = 64 / 128
-// (launch bounds of two CTAs: at most 128; 193 at dk = 128, dv >= 128, one CTA and 64 columns)
-// and 221 at 256 (one CTA, 64 columns), local backward
+// 1d read staged tiles), scan 109 / 124 / 194 at dk = 64 / 128 / 256 (launch bounds of two
+// CTAs below 256: at most 128; 117 / 116 / 174 with the state in shared memory), output_kernel
+// 87-90 / 118-120 / 126-128 and reverse scan 123 / 126 at dk = 64 / 128 (204 at dk = 128, dv >=
+// 128, one CTA and 64 columns) and 238 at 256 (120 / 128, 193, 221 before), local backward
 // 154-255 (212-255 at dk >= 128; before the staged tiles 158-255; at dk = 256 4 bytes of spill
 // stores and loads since its decays went by exp_ftz, b9bf7cb); vector gate: prepare 64-101
-// (79-102 before its staged pair products), scan 115 / 118 (115 / 116 with one layout for both
-// scans), output_kernel 102-104 / 126-127 and reverse scan 121 / 128 at dk = 64 / 128, local backward 230 / 200-201
+// (79-102 before its staged pair products), scan 115 / 128, output_kernel 102-104 / 126-127 and
+// reverse scan 126 / 127 (230 at dv >= 128) at dk = 64 / 128, local backward 230 / 200-201
 // (144 / 194-196 before its staged pair products, 195 / 254 before the staged tiles; one CTA an
-// SM at any of these); at dk = 256 (kLean and kWide, launch bounds of one CTA) prepare 128-138, scan 232
-// (146 with 32 columns),
-// output_kernel 166, reverse scan 156, local backward 250-252 (its two key blocks unrolled:
+// SM at any of these); at dk = 256 (kLean and kWide, launch bounds of one CTA) prepare 128-138,
+// scan 224 (232 with the state in shared memory), output_kernel 166, reverse scan 246 (156 with
+// the state in shared memory and 32 columns), local backward 250-252 (its two key blocks unrolled:
 // for_key_blocks); no spills (the prepare's staging loops are kept rolled: unrolled, ptxas
 // spilled 4 bytes at dk = 64 to fit 64 registers).
 // GDN-2: prepare 79-80 at dk = 64 and 128 (64 at dk 64, dv 128), 137-144 at 256; local backward
@@ -288,7 +286,10 @@ struct ChunkArgs {
   float* u_f32;         // (B, T, HV, dv) or null
   float* final_state;   // (B, HV, dk, dv)
   // workspace, written by pass 1 and read by pass 2
-  float* W;             // (B, HV, NT * C, dk); pass 4 writes dW over it (pass 3 reads W last)
+  float* W;             // (B, HV, NT * C, dk) floats: the room of W's planes below; pass 4 writes dW over it
+                        // in fp32 (pass 3 reads W last)
+  bf16 *W_hi, *W_lo;    // (B, HV, NT * C, dk) each, in W's room: W = A diag(beta exp(G)) K split, hi = W
+                        // rounded, lo = W - hi rounded (the scans' operand, staged as it is copied)
   float* U;             // (B, HV, NT * C, dv); 2a writes Vnew over it for 2b when vnew is null
   float* Aqk;           // (B, HV, NT, C, C)
   float* G;             // (B, HV, NT * C)  in-chunk cumulative gate
@@ -347,6 +348,8 @@ __device__ __forceinline__ void batched_loads(Load&& load, Use&& use) {
 
 template <int M, int N>
 using WarpTile = chunk_mma::WarpTile<M, N, kWarps>;
+template <int ROWS, int BV>
+using StateTile = chunk_mma::StateTile<ROWS, BV, kWarps>;
 using chunk_mma::load_bf16_rows_async;
 using chunk_mma::load_f32_rows_async;
 using chunk_mma::wait_tiles;
@@ -757,12 +760,15 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
     float* A = a.A + (head * a.NT + chunk) * C * C;
     for (int i = threadIdx.x; i < C * C; i += kThreads) A[i] = sm.A[(i / C) * kLdC + i % C];
   }
+  auto store_w_pair = [&](int64_t i, float x0, float x1) {  // W[i], W[i + 1] into its hi and lo planes
+    chunk_mma::split_pair(x0, x1, *reinterpret_cast<uint32_t*>(a.W_hi + i), *reinterpret_cast<uint32_t*>(a.W_lo + i));
+  };
   // 1d: W = A diag(beta exp(G)) K and U = A diag(w) V (fp32 A with its column scale split; a
   //     vector gate's exp(G) scales K per channel, an fp32 operand then; GDN-2: W = A (E (.) exp(G)),
   //     U = A (w (.) V), per channel). Without a vector gate K and V enter as loaded (scaled_A_times).
   if constexpr (!VG) {
     scaled_A_times<DK, kLdK>(sm, sm.colw, sm.k, [&](int r, int d, float x0, float x1, int) {
-      *reinterpret_cast<float2*>(a.W + (head * a.NT * C + t0 + r) * DK + d) = make_float2(x0, x1);
+      store_w_pair((head * a.NT * C + t0 + r) * DK + d, x0, x1);
     });
     scaled_A_times<DV, kLdV>(sm, sm.colu, sm.v, [&](int r, int c, float x0, float x1, int) {
       *reinterpret_cast<float2*>(a.U + (head * a.NT * C + t0 + r) * DV + c) = make_float2(x0, x1);
@@ -772,8 +778,7 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
       WarpTile<C, DK> wt;
       wt.mma<C, true, true>([&](int r, int s) { return sm.A[r * kLdC + s] * sm.colw[s]; },
                             [&](int s, int d) { return sm.G[s * kLdG + d]; });  // sm.G holds E (.) exp(G)
-      float* W = a.W + (head * a.NT * C + t0) * DK;
-      wt.each_pair([&](int r, int d, float x0, float x1, int) { *reinterpret_cast<float2*>(W + r * DK + d) = make_float2(x0, x1); });
+      wt.each_pair([&](int r, int d, float x0, float x1, int) { store_w_pair((head * a.NT * C + t0 + r) * DK + d, x0, x1); });
     }
     if (kLean && VBW) {  // E (.) exp(G) is read: w takes its place
       __syncthreads();
@@ -821,132 +826,66 @@ __device__ __forceinline__ void gated_rows(const float* G, const bf16* x, int64_
   }
 }
 
-// ---------------------------------------------------------------------------------------------
-// Pass 2: per (b, j, half of dv), sequential over chunks: Vnew, o, and the state update.
+// hi, lo (C, DK) tiles, rows LD apart <- x[t][d] factor(d, G[t][d]) split, for a chunk's (C, DK)
+// rows of a vector gate's G in the workspace and of a bf16 matrix x in global memory (gated_rows):
+// the scans' K (.) exp(G_last - G) and scale Q (.) exp(G).
+template <int DK, int LD, class Factor>
+__device__ __forceinline__ void stage_gated(bf16* hi, bf16* lo, const float* G_rows, const bf16* x, int64_t x_stride,
+                                            int n, Factor&& factor) {
+  auto split_store = [&](int t, int d, float x0, float x1) {  // at (t, d), (t, d + 1)
+    chunk_mma::split_pair(x0, x1, *reinterpret_cast<uint32_t*>(hi + t * LD + d),
+                          *reinterpret_cast<uint32_t*>(lo + t * LD + d));
+  };
+  gated_rows<DK>(G_rows, x, x_stride, n, [&](int t, int d, float4 g, float4 x4) {
+    split_store(t, d, x4.x * factor(d, g.x), x4.y * factor(d + 1, g.y));
+    split_store(t, d + 2, x4.z * factor(d + 2, g.z), x4.w * factor(d + 3, g.w));
+  });
+}
 
-template <int DK, int DV, bool VG, bool FORWARD>
-struct ScanSmem {
-  // FORWARD: the forward scan's layout (scan_kernel), else the reverse scan's. A vector gate at
-  // DK >= 128 (kLean): the C x DK tiles of G, k and q would take 321 KB at DK = 256, and at 128
-  // (145 / 141 KB) they left room for one CTA an SM: 256 CTAs at B4 H16 D128 ran in two waves
-  // on the 132 SMs, paying the sequential chain twice. The scans hold G's last row alone (2c's
-  // and 3c's row decays); K (.) exp(G_last - G) is staged from the workspace's G and global k
-  // straight into kd_hi, kd_lo (stage_gated), in q's and k's places in the reverse scan, which
-  // stages there K (.) exp(G_last - G) for 3b, then scale Q (.) exp(G) for 3c. At DK = 128 that
-  // is 95.5 / 108.5 KB (forward / reverse): two CTAs an SM, all 256 resident (the reverse scan
-  // where DV >= 128: kStaged, below).
-  static constexpr bool kLean = VG && DK >= 128;
-  // State columns per CTA: 32, or 64 at DK = 256 (but the vector gate's reverse scan, whose
-  // staged hi and lo tiles leave no room), where one CTA fills an SM either way: B HV DV / 64
-  // CTAs (one wave at B8 H4 D256 on 132 SMs, where 32 columns took two), each chunk's W rows
-  // loaded by half as many CTAs. The reverse scan then holds q in k's tile (kQInK): q is loaded
-  // once 3b has read k, and the next chunk's k once 3c has read q (201 KB; 235 KB with both).
-  // The reverse scan at DK = 128, DV >= 128 (kStaged, either gate) takes 64 too, one CTA an SM (B4
-  // H16 D128's 128 CTAs in one wave), and spends the room that leaves on staging its products'
-  // operands once a chunk as bf16 tiles (fp32 ones split into hi and lo) read by ldmatrix, where
-  // the accessor products (WarpTile::mma) gather and split every fragment element as they go (201
-  // KB; no fp32 W or dVnew tile): W split as it is loaded, dS as 3a writes it out, -dVnew (and the
-  // scalar gate's scale exp(G) dO) once 3b has formed them. The scalar gate's K dS enters with k as
-  // it is, its rows scaled by exp(G_last - G) after the product; a vector gate's runs on its staged
-  // Kg (kd_hi, kd_lo, in q's and k's places, as kLean's), as its Qg^T dO does. Aqk^T dO stays an
-  // accessor product over Aqk's packed rows (staged too, split into hi and lo tiles at the top of
-  // the chunk, the scan took 1-2% longer: 0.72 -> 0.73 ms, KDA's 1.02 -> 1.03). Measured (ncu,
-  // H200, B4 T4096 H16 D128): the scalar gate's, 32 columns and two CTAs an SM 0.88 ms, 64 unstaged
-  // 0.82, staged 0.71; KDA's 1.10 (32 columns, two an SM) -> 1.02, each chunk's Kg and Qg now
-  // staged by half as many CTAs. The forward scan keeps 32 columns and two CTAs an SM: with 64 it
-  // was 1% slower unstaged and 8% slower staged the same way (2a's W, copied a chunk ahead in fp32
-  // and split at the top of its chunk, and h: 0.50 -> 0.54 ms); a vector gate's with 64 (its Kg
-  // staged by half as many CTAs) 9% slower (KDA's 0.67 -> 0.73 ms). A second set of the tiles the
-  // reverse scan's chunk waits for at its top (q, W, dO, dU), copied a chunk ahead into the room
-  // its one CTA leaves (213 KB, unstaged), made it slower: 0.82 -> 0.93 ms.
-  static constexpr bool kStaged = !FORWARD && DK == 128 && DV >= 128;
-  static constexpr int BV = (DK > 128 && (FORWARD || !VG)) || kStaged ? 64 : 32;
-  static constexpr bool kQInK = !FORWARD && !VG && DK > 128;
-  static constexpr int kCtasPerSm = DK > 128 || kStaged ? 1 : 2;  // launch bounds
-  // The state update's rows per WarpTile (a WarpTile spreads its 16-row tiles over the 8 warps,
-  // so it has at most 128 rows): DK / kRows tiles of (kRows, BV).
-  static constexpr int kRows = DK < 128 ? DK : 128, kRowBlocks = DK / kRows;
-  static constexpr int kLdH = BV + 4, kLdW = DK + 4, kLdK = DK + 8;
-  static constexpr int kLdO = BV + 8;  // bf16 row stride of a (C, BV) tile
-  static constexpr int kLdG = VG ? DK + 4 : 1;  // G's row stride: DK channels (vector gate) or one
-  static constexpr int kG = kLean ? DK : C * kLdG;  // G's floats: (C, kLdG), or kLean G_last's row
+// ---------------------------------------------------------------------------------------------
+// The scans (passes 2 and 3): per (b, j, BV columns of dv), sequential over chunks.
+
+// The reverse scan's shared memory (reverse_scan_kernel). The gradient dS of the state's BV
+// columns is in registers (StateTile); here are the chunk's operands as bf16 tiles read by
+// ldmatrix: q and k (a vector gate: 3b's K (.) exp(G_last - G), then 3c's scale Q (.) exp(G),
+// split, staged from the workspace's G and global k, q, in their places), W's hi and lo planes,
+// dS split for 3b (then -dVnew split for 3c, in its place; at DK = 256 one 128-row half of dS at a
+// time), dO and dU (then the scalar gate's scale exp(G) dO split, in their places), and in fp32
+// Aqk's packed rows and G (scalar gate: the chunk's, with exp(G) and exp(G_last - G); vector gate:
+// G_last's row). 64 state columns a CTA where DK = 256 or DK = 128 with DV >= 128 (one CTA an
+// SM: B HV DV / 64 CTAs, one wave at B8 H4 D256 and at B4 H16 D128 on 132 SMs; 200 / 133 KB),
+// else 32 (two an SM; 109 KB at DK = 128, 66 KB at 64).
+template <int DK, int DV, bool VG>
+struct ReverseScanSmem {
+  static constexpr int BV = DK > 128 || (DK == 128 && DV >= 128) ? 64 : 32;
+  static constexpr int kCtasPerSm = BV == 64 ? 1 : 2;  // launch bounds
+  static constexpr int kRows = DK < 128 ? DK : 128;  // dS rows staged at a time (3b's K dS by halves at DK = 256)
+  static constexpr int kLdK = DK + 8, kLdO = BV + 8;
+  static constexpr int kG = VG ? DK : 3 * C;  // G_last's row, or G, exp(G), exp(G_last - G)
   // Aqk is lower triangular (s <= t): its rows are stored packed, row t at aqk_row(t), in the
   // t / 4 + 1 pieces of 4 floats that hold s = 0 .. t (kAqk floats in all, half a full tile).
   static constexpr int kAqk = 4 * (C + 2 * (C / 4) * (C / 4 - 1));
-  static_assert(sizeof(float) * kLdH <= 2 * sizeof(bf16) * kLdO, "the forward's U fits in vn_hi's and vn_lo's place");
-  float* h;      // (DK, kLdH)  the state's columns v0 .. v0 + BV - 1
-  float* W;      // (C, kLdW)
-  float* vnew;   // (C, kLdH): the reverse scan's dVnew; the forward's U, in vn_hi's and vn_lo's place
-  float* aqk;    // (kAqk) packed rows (reverse scan)
-  float* G;      // (C, kLdG): G[t][d] (vector gate) or G[t]; kLean (DK): G[C - 1][d]
-  float *expG, *kdecay;  // (C): exp(G), exp(G_last - G) (reverse scan; scalar gate)
-  bf16 *q, *k;   // (C, kLdK) (kLean: none; the forward: k alone)
-  bf16* dov;     // (C, kLdO) the reverse scan's dO columns
-  // The forward's staged operands of 2c: (C, kLdO) each, Vnew (a scalar gate: Vnew (.)
-  // exp(G_last - G)) split; a vector gate's (C, kLdK) each, K (.) exp(G_last - G) split (the
-  // reverse scan's: kLean, 3b's and 3c's staged operands).
-  bf16 *vn_hi, *vn_lo, *kd_hi, *kd_lo;
-  bf16* dres;    // (C, kLdO) the reverse scan's dU (in vnew's place until 3b writes dVnew there; kStaged: its own)
-  // kStaged (no fp32 W or vnew): W split (C, kLdK); dS split (DK, kLdO); scale exp(G) dO and
-  // -dVnew split (C, kLdO)
-  bf16 *W_hi, *W_lo, *ds_hi, *ds_lo, *dog_hi, *dog_lo, *dvn_hi, *dvn_lo;
+  float* aqk;          // (kAqk) packed rows
+  float* G;            // (DK) G_last, or (C) G followed by expG, kdecay (C each)
+  float *expG, *kdecay;
+  bf16 *q, *k;         // (C, kLdK); a vector gate's kd_hi, kd_lo
+  bf16 *kd_hi, *kd_lo;
+  bf16 *W_hi, *W_lo;   // (C, kLdK)
+  bf16 *ds_hi, *ds_lo;  // (kRows, kLdO): dS split
+  bf16 *dvn_hi, *dvn_lo;  // (C, kLdO): -dVnew split, in ds_hi's place
+  bf16 *dov, *dres;    // (C, kLdO): dO, dU; the scalar gate's scale exp(G) dO split in their places
+  bf16 *dog_hi, *dog_lo;
   static constexpr size_t bytes() {
-    if constexpr (kStaged) {
-      const size_t floats = size_t(DK) * kLdH + kAqk + kG + 2 * C;
-      const size_t halves = 4 * C * kLdK + 2 * DK * kLdO + 6 * C * kLdO;
-      return sizeof(float) * floats + sizeof(bf16) * halves;
-    }
-    const size_t floats = size_t(DK) * kLdH + C * kLdW + kG + (FORWARD ? 0 : C * kLdH + kAqk + 2 * C);
-    const size_t halves = FORWARD ? ((kLean ? 0 : 1) + (VG ? 2 : 0)) * C * kLdK + 2 * C * kLdO
-                                  : (kQInK ? 1 : 2) * C * kLdK + C * kLdO;
-    return sizeof(float) * floats + sizeof(bf16) * halves;
+    return sizeof(float) * (kAqk + kG) + sizeof(bf16) * (4 * C * kLdK + 2 * kRows * kLdO + 2 * C * kLdO);
   }
-  __device__ explicit ScanSmem(void* p) {
-    h = static_cast<float*>(p), W = h + DK * kLdH;
-    if constexpr (FORWARD) {
-      G = W + C * kLdW, aqk = expG = kdecay = nullptr;
-      bf16* tiles = reinterpret_cast<bf16*>(G + kG);  // k (but kLean), kd_hi, kd_lo (VG), vn_hi, vn_lo
-      bf16* kd = tiles + (kLean ? 0 : C * kLdK);
-      q = dov = nullptr, k = kLean ? nullptr : tiles;
-      kd_hi = VG ? kd : nullptr, kd_lo = VG ? kd + C * kLdK : nullptr;
-      vn_hi = kd + (VG ? 2 * C * kLdK : 0), vn_lo = vn_hi + C * kLdO;
-      vnew = reinterpret_cast<float*>(vn_hi);
-    } else if constexpr (kStaged) {  // (a vector gate: kd_hi, kd_lo in q's and k's places; dog_hi, dog_lo unused)
-      W = vnew = nullptr, aqk = h + DK * kLdH, G = aqk + kAqk, expG = G + kG, kdecay = expG + C;
-      bf16* tiles = reinterpret_cast<bf16*>(kdecay + C);
-      q = VG ? nullptr : tiles, k = VG ? nullptr : tiles + C * kLdK;
-      kd_hi = VG ? tiles : nullptr, kd_lo = VG ? tiles + C * kLdK : nullptr;
-      W_hi = tiles + 2 * C * kLdK, W_lo = W_hi + C * kLdK;
-      ds_hi = W_lo + C * kLdK, ds_lo = ds_hi + DK * kLdO;
-      dov = ds_lo + DK * kLdO, dres = dov + C * kLdO, dog_hi = dres + C * kLdO, dog_lo = dog_hi + C * kLdO;
-      dvn_hi = dog_lo + C * kLdO, dvn_lo = dvn_hi + C * kLdO;
-      vn_hi = vn_lo = nullptr;
-    } else {
-      vnew = W + C * kLdW, aqk = vnew + C * kLdH, G = aqk + kAqk, expG = G + kG, kdecay = expG + C;
-      bf16* tiles = reinterpret_cast<bf16*>(kdecay + C);
-      q = kLean ? nullptr : tiles, k = kLean ? nullptr : tiles + (kQInK ? 0 : C * kLdK);
-      dov = tiles + (kQInK ? 1 : 2) * C * kLdK;
-      dres = reinterpret_cast<bf16*>(vnew);
-      kd_hi = kLean ? tiles : nullptr, kd_lo = kLean ? tiles + C * kLdK : nullptr, vn_hi = vn_lo = nullptr;
-    }
+  static_assert((kAqk + kG) % 4 == 0 && kRows >= C, "16-byte aligned tiles; -dVnew fits in dS's place");
+  __device__ explicit ReverseScanSmem(void* p) {
+    aqk = static_cast<float*>(p), G = aqk + kAqk, expG = G + C, kdecay = expG + C;
+    q = reinterpret_cast<bf16*>(G + kG), k = q + C * kLdK, kd_hi = q, kd_lo = k;
+    W_hi = k + C * kLdK, W_lo = W_hi + C * kLdK;
+    ds_hi = W_lo + C * kLdK, ds_lo = ds_hi + kRows * kLdO, dvn_hi = ds_hi, dvn_lo = ds_hi + C * kLdO;
+    dov = ds_lo + kRows * kLdO, dres = dov + C * kLdO, dog_hi = dres, dog_lo = dov;
   }
-  // G_last[d] = G[C - 1][d] (vector gate)
-  __device__ float g_last(int d) const { return G[(kLean ? 0 : (C - 1) * kLdG) + d]; }
-  // kd_hi, kd_lo <- x[t][d] factor(d, G[t][d]) split, for a chunk's (C, DK) rows of a vector
-  // gate's G in the workspace and of a bf16 matrix x in global memory (gated_rows; kLean).
-  template <class Factor>
-  __device__ void stage_gated(const float* G_rows, const bf16* x, int64_t x_stride, int n, Factor&& factor) const {
-    auto split_store = [&](int t, int d, float x0, float x1) {  // at (t, d), (t, d + 1)
-      chunk_mma::split_pair(x0, x1, *reinterpret_cast<uint32_t*>(kd_hi + t * kLdK + d),
-                            *reinterpret_cast<uint32_t*>(kd_lo + t * kLdK + d));
-    };
-    gated_rows<DK>(G_rows, x, x_stride, n, [&](int t, int d, float4 g, float4 x4) {
-      split_store(t, d, x4.x * factor(d, g.x), x4.y * factor(d + 1, g.y));
-      split_store(t, d + 2, x4.z * factor(d + 2, g.z), x4.w * factor(d + 3, g.w));
-    });
-  }
-  // The staged kd_hi + kd_lo at (t, d) (~16 mantissa bits; an mma splits it back exactly).
-  __device__ float kd(int t, int d) const { return bf(kd_hi[t * kLdK + d]) + bf(kd_lo[t * kLdK + d]); }
   __device__ static int aqk_row(int t) {
     const int a = t / 4, b = t % 4;  // pieces before row t: sum over i < t of (i / 4 + 1)
     return 4 * (t + 2 * a * (a - 1) + a * b);
@@ -960,43 +899,14 @@ struct ScanSmem {
       if (c <= t) cp_async_16(aqk + aqk_row(t) + c, src + t * C + c, true);
     }
   }
-  // h <- columns v0 .. v0 + BV - 1 of a (DK, DV) fp32 state in global memory (zeros when null).
-  __device__ void load_state(const float* src, int v0) const {
-    for (int i = threadIdx.x; i < DK * BV; i += kThreads) {
-      const int d = i / BV, c = i % BV;
-      h[d * kLdH + c] = src ? src[d * DV + v0 + c] : 0.f;
+  // rows d0 .. d0 + kRows - 1, columns v0 .. v0 + BV - 1 of dh[n] (bf16: dS rounded, the staged
+  // hi tile) <- ds_hi, 16-byte pieces
+  __device__ void store_rounded(bf16* dst, int d0, int v0) const {
+    for (int i = threadIdx.x; i < kRows * BV / 8; i += kThreads) {
+      const int d = i / (BV / 8), c = i % (BV / 8) * 8;
+      *reinterpret_cast<uint4*>(dst + (d0 + d) * DV + v0 + c) = *reinterpret_cast<const uint4*>(ds_hi + d * kLdO + c);
     }
   }
-  // h <- Diag(decay) h + add(tile, d0), in blocks of kRows state rows d0 ..: each block's tile
-  // starts as decay(row) h and `add` accumulates the chunk's products into it (rows d0 + the
-  // tile's rows); h is written once every warp has read it and this chunk's tiles.
-  template <class Decay, class Add>
-  __device__ void update_state(Decay&& decay, Add&& add) const {
-    WarpTile<kRows, BV> next[kRowBlocks];
-#pragma unroll
-    for (int rb = 0; rb < kRowBlocks; rb++) {
-      next[rb].each([&](int d, int c, float& x, int) { x = decay(rb * kRows + d) * h[(rb * kRows + d) * kLdH + c]; });
-      add(next[rb], rb * kRows);
-    }
-    __syncthreads();
-#pragma unroll
-    for (int rb = 0; rb < kRowBlocks; rb++)
-      next[rb].each([&](int d, int c, float x, int) { h[(rb * kRows + d) * kLdH + c] = x; });
-  }
-  // The same columns of a (DK, DV) fp32 state in global memory <- h.
-  __device__ void store_state(float* dst, int v0) const {
-    for (int i = threadIdx.x; i < DK * BV; i += kThreads) {
-      const int d = i / BV, c = i % BV;
-      dst[d * DV + v0 + c] = h[d * kLdH + c];
-    }
-  }
-  // The same, rounded to bf16 (a chunk-start state h[n] or chunk-end gradient dh[n]) and, where
-  // lo is given, the rest (h - hi, rounded) into lo (split_tile: a column pair a thread at a time).
-  __device__ void store_state(bf16* dst, int v0, bf16* lo = nullptr) const {
-    chunk_mma::split_tile<DK, BV, kThreads>(dst + v0, lo ? lo + v0 : nullptr, DV, h, kLdH);
-  }
-  // kStaged: ds_hi, ds_lo <- the state (dS) split
-  __device__ void split_state() const { chunk_mma::split_tile<DK, BV, kThreads>(ds_hi, ds_lo, kLdO, h, kLdH); }
 };
 
 // Where a scan CTA's chunk tiles start: per (b, value head j) and key width DK.
@@ -1012,108 +922,144 @@ struct ScanTiles {
   __device__ const bf16* qk(const bf16* x, int chunk) const { return x + qk0 + chunk * C * qk_stride; }
 };
 
-// Forward pass 2 (and the backward's replay of it): 2a and 2c, chunk after chunk, writing every
-// chunk-start state h[n] and (with an output) Vnew for output_kernel's 2b. Every load is a
-// cp.async tile, and each tile is copied as soon as its last reader is done: W and G (read by 2a
-// only) for the next chunk during 2a's staging of Vnew and 2c; at the top of a chunk only k and U
-// remain (U lands in the place of Vnew's staged tiles, which 2a fills once every warp has read
-// U), so a chunk waits for one memory round trip, with those copies already in flight (at dk =
-// 128 the 227 KB budget of two CTAs leaves no room for second k / U buffers).
+// The forward scan's shared memory (scan_kernel). The state's BV columns are in registers
+// (StateTile); here are the chunk's operands as bf16 tiles read by ldmatrix: W's hi and lo
+// planes as prepare_kernel stored them, k by chunk parity (the next chunk's lands while this
+// chunk's 2c reads its own; a vector gate: K (.) exp(G_last - G) split, staged from the
+// workspace's G and global k, in the two k tiles' place), the state split for 2a (then Vnew split
+// for 2c, in its place), U (fp32) and G (scalar gate: the chunk's; vector gate: G_last's row).
+// At DK = 256 the 64 columns of a CTA take 222 KB (one CTA an SM, B HV DV / 64 CTAs: one wave at
+// B8 H4 D256 on 132 SMs), at DK = 128 the 32 columns 97.5 KB, at DK = 64 55.3 KB (two an SM).
+template <int DK, bool VG>
+struct ForwardScanSmem {
+  static constexpr int BV = DK > 128 ? 64 : 32;
+  static constexpr int kCtasPerSm = DK > 128 ? 1 : 2;  // launch bounds
+  static constexpr int kLdK = DK + 8, kLdS = BV + 8, kLdU = BV + 4;
+  static constexpr int kG = VG ? DK : C;
+  float* U;           // (C, kLdU)
+  float* G;           // (kG)
+  bf16 *W_hi, *W_lo;  // (C, kLdK)
+  bf16* k[2];         // (C, kLdK): k by chunk parity; a vector gate's kd_hi, kd_lo
+  bf16 *kd_hi, *kd_lo;
+  bf16 *s_hi, *s_lo;  // (DK, kLdS): the state split
+  bf16 *vn_hi, *vn_lo;  // (C, kLdS): Vnew (a scalar gate: Vnew (.) exp(G_last - G)) split, in s_hi's place on
+  static constexpr size_t bytes() {
+    return sizeof(float) * (C * kLdU + kG) + sizeof(bf16) * (4 * C * kLdK + 2 * DK * kLdS);
+  }
+  static_assert((C * kLdU + kG) % 4 == 0, "the bf16 tiles start 16-byte aligned");
+  __device__ explicit ForwardScanSmem(void* p) {
+    U = static_cast<float*>(p), G = U + C * kLdU;
+    W_hi = reinterpret_cast<bf16*>(G + kG), W_lo = W_hi + C * kLdK;
+    k[0] = W_lo + C * kLdK, k[1] = k[0] + C * kLdK, kd_hi = k[0], kd_lo = k[1];
+    s_hi = k[1] + C * kLdK, s_lo = s_hi + DK * kLdS;
+    vn_hi = s_hi, vn_lo = s_hi + C * kLdS;  // (2 C <= 2 DK rows: within s_hi, s_lo)
+  }
+  // (a select, not k[chunk & 1]: an indexed member array would put the struct in local memory)
+  __device__ bf16* k_tile(int chunk) const { return chunk & 1 ? k[1] : k[0]; }
+  // columns v0 .. v0 + BV - 1 of h[n]'s hi plane (and lo plane where given) <- the staged split
+  // state, 16-byte pieces
+  __device__ void store_state(bf16* hi, bf16* lo, int v0, int DV) const {
+    for (int i = threadIdx.x; i < DK * BV / 8; i += kThreads) {
+      const int d = i / (BV / 8), c = i % (BV / 8) * 8;
+      *reinterpret_cast<uint4*>(hi + d * DV + v0 + c) = *reinterpret_cast<const uint4*>(s_hi + d * kLdS + c);
+      if (lo) *reinterpret_cast<uint4*>(lo + d * DV + v0 + c) = *reinterpret_cast<const uint4*>(s_lo + d * kLdS + c);
+    }
+  }
+};
+
+// Forward pass 2 (and the backward's replay of it): 2a and 2c, chunk after chunk, the state h in
+// registers, writing every chunk-start state h[n] and (with an output) Vnew for output_kernel's
+// 2b. A chunk's steps: h split into staged tiles (and stored from them as h[n]'s planes); 2a's
+// W h on W's planes and h's (three products: hi hi, hi lo, lo hi); every tile of the next chunk
+// copied (cp.async) once 2a has read this chunk's; Vnew split in the state's place; 2c's K^T
+// Vnew into the registers. The copies are in flight during Vnew's staging and 2c, so the
+// sequential chain holds no memory round trip (but a vector gate's K (.) exp(G_last - G), staged
+// from global memory at the top of a chunk).
 template <int DK, int DV, bool VG>
-__global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG, true>::kCtasPerSm)) scan_kernel(ChunkArgs a) {
+__global__ void __launch_bounds__(kThreads, (ForwardScanSmem<DK, VG>::kCtasPerSm)) scan_kernel(ChunkArgs a) {
   extern __shared__ float4 smem_raw[];
-  using Smem = ScanSmem<DK, DV, VG, true>;
+  using Smem = ForwardScanSmem<DK, VG>;
+  using chunk_mma::mma_staged;
+  using chunk_mma::Padded;
   const Smem sm(smem_raw);
-  constexpr int BV = Smem::BV, kLdH = Smem::kLdH, kLdW = Smem::kLdW, kLdK = Smem::kLdK, kLdG = Smem::kLdG;
-  constexpr int kLdO = Smem::kLdO;
-  constexpr bool kLean = Smem::kLean;
+  constexpr int BV = Smem::BV, kLdK = Smem::kLdK, kLdS = Smem::kLdS, kLdU = Smem::kLdU;
   const int v0 = blockIdx.x * BV, j = blockIdx.y, bi = blockIdx.z;
   const int64_t head = int64_t(bi) * a.HV + j;
   const ScanTiles<DK> tiles(a, bi, j);
-  auto copy_w_g = [&](int chunk) {  // a vector gate's G is read by 2c too: copied with k
-    load_f32_rows_async<C, DK>(sm.W, kLdW, a.W + tiles.row0(chunk) * DK, DK);
-    if (!VG) load_f32_rows_async<1, C>(sm.G, C, a.G + tiles.row0(chunk), 0);
+  auto copy_chunk = [&](int chunk) {  // W's planes, U, G; a scalar gate's k
+    const int64_t row0 = tiles.row0(chunk);
+    load_bf16_rows_async<C, DK>(sm.W_hi, a.W_hi + row0 * DK, DK, C);
+    load_bf16_rows_async<C, DK>(sm.W_lo, a.W_lo + row0 * DK, DK, C);
+    load_f32_rows_async<C, BV>(sm.U, kLdU, a.U + row0 * DV + v0, DV);
+    if (VG) {
+      load_f32_rows_async<1, DK>(sm.G, DK, a.G + (row0 + C - 1) * DK, DK);  // G_last's row
+    } else {
+      load_f32_rows_async<1, C>(sm.G, C, a.G + row0, 0);
+      load_bf16_rows_async<C, DK>(sm.k_tile(chunk), tiles.qk(a.k, chunk), tiles.qk_stride, tiles.rows(chunk));
+    }
   };
-  auto g = [&](int t, int d) { return sm.G[t * kLdG + d]; };  // G[t][d] (vector gate)
-  copy_w_g(0);
-  sm.load_state(a.h0 ? a.h0 + head * DK * DV : nullptr, v0);
-  auto h_op = [&](int d, int c) { return sm.h[d * kLdH + c]; };  // h[d][c] as an mma B operand
+  StateTile<DK, BV> h;
+  h.load(a.h0 ? a.h0 + head * DK * DV : nullptr, v0, DV);
+  copy_chunk(0);
   for (int chunk = 0; chunk < a.NT; chunk++) {
     const int t0 = chunk * C, n = tiles.rows(chunk);
     const int64_t row0 = tiles.row0(chunk);  // first workspace row of the chunk
-    const bool more = chunk + 1 < a.NT;
-    if (!kLean) load_bf16_rows_async<C, DK>(sm.k, tiles.qk(a.k, chunk), tiles.qk_stride, n);
-    load_f32_rows_async<C, BV>(sm.vnew, kLdH, a.U + row0 * DV + v0, DV);
-    if (kLean) load_f32_rows_async<1, DK>(sm.G, DK, a.G + (row0 + C - 1) * DK, DK);  // G_last's row
-    else if (VG) load_f32_rows_async<C, DK>(sm.G, kLdG, a.G + row0 * DK, DK);
-    wait_tiles();  // this chunk's tiles, and the previous update's h
-    if (a.resets(bi, chunk)) {  // a document starts here: from h = 0 (block-uniform branch)
-      sm.load_state(nullptr, v0);
-      __syncthreads();
+    const bool reset = a.resets(bi, chunk);  // a document starts here: from h = 0 (read before the wait)
+    wait_tiles();  // this chunk's tiles; the previous chunk's reads of Vnew's and k's tiles are done
+    if (reset) h.load(nullptr, v0, DV);
+    h.template stage<kLdS>(sm.s_hi, sm.s_lo);
+    if constexpr (VG) {  // 2c's K (.) exp(G_last - G), split
+      stage_gated<DK, kLdK>(sm.kd_hi, sm.kd_lo, a.G + row0 * DK, tiles.qk(a.k, chunk), tiles.qk_stride, n,
+                               [&](int d, float g_s) { return exp_ftz(sm.G[d] - g_s); });
     }
-    // every chunk-start state h[n], for 2b (output_kernel) and the backward (4.9 step 1)
+    __syncthreads();  // the state's split is staged
+    // every chunk-start state h[n], for 2b (output_kernel) and the backward (4.9 step 1); no lo
+    // plane: no backward follows
     const int64_t state = (head * a.NT + chunk) * DK * DV;
-    sm.store_state(a.h_start + state, v0, a.h_start_lo ? a.h_start_lo + state : nullptr);  // (no lo plane: no backward follows)
-    const float decay = VG ? 0.f : exp_ftz(sm.G[C - 1]);  // 2c's exp(G_last), scalar gate (G is copied over before 2c)
+    sm.store_state(a.h_start + state, a.h_start_lo ? a.h_start_lo + state : nullptr, v0, DV);
     // 2a: Vnew = U - W h (rows past n are 0 - 0 h = 0); for 2b also in a.U's place (the chunk's
-    //     U is read) unless a.vnew (u_f32) holds it; 2c's operands staged: Vnew (a scalar gate:
-    //     Vnew exp(G_last - G)) split into vn_hi, vn_lo (U's place), a vector gate's
-    //     K (.) exp(G_last - G) into kd_hi, kd_lo.
+    //     U is read) unless a.vnew (u_f32) holds it
+    WarpTile<C, BV> wh;
     {
-      auto stage_kd = [&](int s, int d, float x0, float x1) {  // K (.) exp(G_last - G) at (s, d), (s, d + 1)
-        chunk_mma::split_pair(x0, x1, *reinterpret_cast<uint32_t*>(sm.kd_hi + s * kLdK + d),
-                              *reinterpret_cast<uint32_t*>(sm.kd_lo + s * kLdK + d));
-      };
-      if constexpr (kLean) {
-        sm.stage_gated(a.G + row0 * DK, tiles.qk(a.k, chunk), tiles.qk_stride, n,
-                       [&](int d, float g_s) { return exp_ftz(sm.g_last(d) - g_s); });
-      } else if constexpr (VG) {
+      const Padded<kLdK, false> W_hi{sm.W_hi}, W_lo{sm.W_lo};
+      const Padded<kLdS, false> s_hi{sm.s_hi}, s_lo{sm.s_lo};
 #pragma unroll 1
-        for (int i = threadIdx.x; i < C * DK / 2; i += kThreads) {  // channel pairs d, d + 1
-          const int s = i / (DK / 2), d = (i % (DK / 2)) * 2;
-          const float2 k2 = bf16_pair(sm.k, s * kLdK + d);
-          stage_kd(s, d, k2.x * exp_ftz(g(C - 1, d) - g(s, d)), k2.y * exp_ftz(g(C - 1, d + 1) - g(s, d + 1)));
-        }
-      }
-      WarpTile<C, BV> wh;
-      wh.mma<DK, true, true>([&](int r, int d) { return sm.W[r * kLdW + d]; }, h_op);
-      wh.each_pair([&](int r, int c, float& x0, float& x1, int) {  // x0, x1 <- 2c's operands
-        const float2 u = make_float2(sm.vnew[r * kLdH + c] - x0, sm.vnew[r * kLdH + c + 1] - x1);
-        if (r < n && a.residual) {  // the backward's replay (4.9 step 1) writes no outputs
-          const int64_t idx = ((int64_t(bi) * a.T + t0 + r) * a.HV + j) * DV + v0 + c;  // (B, T, HV, dv)
-          *reinterpret_cast<uint32_t*>(a.residual + idx) = pack_bf16(u.x, u.y);
-          if (a.vnew) *reinterpret_cast<float2*>(a.u_f32 + idx) = u;  // (a.vnew: u_f32, 16-byte aligned)
-          else if (a.u_f32) a.u_f32[idx] = u.x, a.u_f32[idx + 1] = u.y;
-        }
-        if (a.o && !a.vnew) *reinterpret_cast<float2*>(a.U + (row0 + r) * DV + v0 + c) = u;
-        const float decay = VG ? 1.f : exp_ftz(sm.G[C - 1] - sm.G[r]);  // G_last = G[C - 1]: g = 0 past n
-        x0 = u.x * decay, x1 = u.y * decay;
-      });
-      __syncthreads();  // U, W and a scalar gate's G are read: Vnew's staged tiles take U's place
-      if (more) copy_w_g(chunk + 1);
-      wh.each([&](int r, int c, float y, int) {
-        const bf16 hi = __float2bfloat16_rn(y);
-        sm.vn_hi[r * kLdO + c] = hi, sm.vn_lo[r * kLdO + c] = __float2bfloat16_rn(y - bf(hi));
-      });
+      for (int d0 = 0; d0 < DK; d0 += 64)  // (rolled blocks of 64 key dims: unrolled, dk = 256 spilled 104-152 bytes)
+        mma_staged(wh, W_hi, s_hi, d0, d0 + 64), mma_staged(wh, W_hi, s_lo, d0, d0 + 64), mma_staged(wh, W_lo, s_hi, d0, d0 + 64);
     }
+    wh.each_pair([&](int r, int c, float& x0, float& x1, int) {  // x0, x1 <- 2c's operands
+      const float2 u = make_float2(sm.U[r * kLdU + c] - x0, sm.U[r * kLdU + c + 1] - x1);
+      if (r < n && a.residual) {  // the backward's replay (4.9 step 1) writes no outputs
+        const int64_t idx = ((int64_t(bi) * a.T + t0 + r) * a.HV + j) * DV + v0 + c;  // (B, T, HV, dv)
+        *reinterpret_cast<uint32_t*>(a.residual + idx) = pack_bf16(u.x, u.y);
+        if (a.vnew) *reinterpret_cast<float2*>(a.u_f32 + idx) = u;  // (a.vnew: u_f32, 16-byte aligned)
+        else if (a.u_f32) a.u_f32[idx] = u.x, a.u_f32[idx + 1] = u.y;
+      }
+      if (a.o && !a.vnew) *reinterpret_cast<float2*>(a.U + (row0 + r) * DV + v0 + c) = u;
+      const float decay = VG ? 1.f : exp_ftz(sm.G[C - 1] - sm.G[r]);  // G_last = G[C - 1]: g = 0 past n
+      x0 = u.x * decay, x1 = u.y * decay;
+    });
+    // 2c's decay of the state's rows: exp(G_last) (a vector gate's per channel; exponents <= 0)
+    const float glast = VG ? 0.f : sm.G[C - 1];
+    h.scale([&](int d) { return exp_ftz(VG ? sm.G[d] : glast); });
+    __syncthreads();  // W, U, G and the state's split are read
+    if (chunk + 1 < a.NT) copy_chunk(chunk + 1);
+    wh.each_pair([&](int r, int c, float x0, float x1, int) {
+      chunk_mma::split_pair(x0, x1, *reinterpret_cast<uint32_t*>(sm.vn_hi + r * kLdS + c),
+                            *reinterpret_cast<uint32_t*>(sm.vn_lo + r * kLdS + c));
+    });
     __syncthreads();  // Vnew is staged
     // 2c: h <- Diag(exp(G_last)) h + (K (.) exp(G_last - G))^T Vnew (a scalar gate's decays
-    //     scale the rows of Vnew, a vector gate's the channels of K; exponents <= 0), on the
-    //     staged tiles: K^T by ldmatrix.trans of k's tile (a vector gate's: kd_hi, kd_lo).
-    {
-      using chunk_mma::Padded;
-      sm.update_state([&](int d) { return VG ? exp_ftz(sm.g_last(d)) : decay; }, [&](auto& hn, int d0) {
-        const Padded<kLdK, true> kt_hi{VG ? sm.kd_hi : sm.k, 0, d0};  // K^T[d][s] = k[s][d0 + d] (decayed)
-        const Padded<kLdO, false> vn_hi{sm.vn_hi}, vn_lo{sm.vn_lo};
-        chunk_mma::mma_staged(hn, kt_hi, vn_hi, 0, C);
-        chunk_mma::mma_staged(hn, kt_hi, vn_lo, 0, C);
-        if constexpr (VG) chunk_mma::mma_staged(hn, Padded<kLdK, true>{sm.kd_lo, 0, d0}, vn_hi, 0, C);
-      });
+    //     scale the rows of Vnew, a vector gate's the channels of K), by ldmatrix.trans of K
+    if constexpr (VG) {
+      h.template add<kLdK, kLdS, C>(sm.kd_hi, sm.vn_hi), h.template add<kLdK, kLdS, C>(sm.kd_hi, sm.vn_lo);
+      h.template add<kLdK, kLdS, C>(sm.kd_lo, sm.vn_hi);
+    } else {
+      const bf16* kt = sm.k_tile(chunk);
+      h.template add<kLdK, kLdS, C>(kt, sm.vn_hi), h.template add<kLdK, kLdS, C>(kt, sm.vn_lo);
     }
   }
-  __syncthreads();
-  if (!a.final_state) return;
-  sm.store_state(a.final_state + head * DK * DV, v0);
+  if (a.final_state) h.store(a.final_state + head * DK * DV, v0, DV);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1192,163 +1138,128 @@ __global__ void __launch_bounds__(kThreads, (OutputSmem<DK, DV, VG>::kCtasPerSm)
 
 // ---------------------------------------------------------------------------------------------
 // Backward pass 3 (4.9 step 3): per (b, j, BV columns of dv), a reverse scan over chunks
-// carrying dS = dL/d(state), in the scan's shared-memory layout (sm.h holds dS, sm.vnew dVnew).
-// Tiles as in the scan: k, Aqk and G (read by 3b and its exp step only) for the next chunk are
-// copied during 3c; q, W, dO and the dU tile (bf16, in sm.vnew's place until 3b turns it into
-// dVnew) at the top of a chunk, one round trip. A vector gate at DK >= 128 (kLean) holds G's
-// last row alone (3c's row decays, with W, dO and dU at the top) and stages 3b's K (.)
-// exp(G_last - G) and then 3c's scale Q (.) exp(G) from the workspace's G and global k, q
-// (ScanSmem::stage_gated; DK / 64 round trips each: a thread's DK / 16 pieces in batches of four);
-// 3c's Qg^T dO reads the staged hi and lo tiles and dO's by ldmatrix (as an accessor product, which
-// added hi and lo back up and split them again a fragment element at a time, KDA's reverse scan
-// took 1.19 ms at B4 T4096 H16 D128 where it takes 1.10, H200).
-// The scalar gate at DK = 256 (kQInK, 64 state columns a CTA) loads q after 3b into k's tile, and
-// the next chunk's k after 3c: a round trip more a chunk, for one wave of CTAs instead of two.
-// At DK = 128, DV >= 128 (kStaged, 64 columns, one CTA an SM, either gate) the products of 3b and
-// 3c but Aqk^T dO run on staged tiles (ScanSmem says which and what they were measured to give).
-
+// carrying dS = dL/d(state) in registers, every product on staged bf16 tiles (fp32 operands as
+// hi and lo tiles) but 3b's Aqk^T dO (an accessor product over Aqk's packed rows). A chunk's
+// steps: dS split into staged tiles (and dh[n] stored from its hi tile); 3b; dS's decay; -dVnew
+// split in dS's place (and the scalar gate's scale exp(G) dO in dO's and dU's, a vector gate's
+// scale Q (.) exp(G) in its K (.) exp(G_last - G)'s); the next chunk's k, Aqk and G copied
+// (cp.async) during 3c, its q, W, dO and dU at its top, once 3c has read this chunk's: one
+// memory round trip a chunk (a vector gate: two more, its gated operands staged from global
+// memory).
 template <int DK, int DV, bool VG>
-__global__ void __launch_bounds__(kThreads, (ScanSmem<DK, DV, VG, false>::kCtasPerSm))
+__global__ void __launch_bounds__(kThreads, (ReverseScanSmem<DK, DV, VG>::kCtasPerSm))
     reverse_scan_kernel(ChunkArgs a) {
   extern __shared__ float4 smem_raw[];
-  using Smem = ScanSmem<DK, DV, VG, false>;
-  const Smem sm(smem_raw);
-  constexpr int BV = Smem::BV, kLdH = Smem::kLdH, kLdW = Smem::kLdW, kLdK = Smem::kLdK, kLdO = Smem::kLdO;
-  constexpr int kLdG = Smem::kLdG;
-  constexpr bool kLean = Smem::kLean, kQInK = Smem::kQInK, kStaged = Smem::kStaged;
+  using Smem = ReverseScanSmem<DK, DV, VG>;
   using chunk_mma::mma_staged;
   using chunk_mma::Padded;
+  const Smem sm(smem_raw);
+  constexpr int BV = Smem::BV, kRows = Smem::kRows, kLdK = Smem::kLdK, kLdO = Smem::kLdO;
   const int v0 = blockIdx.x * BV, j = blockIdx.y, bi = blockIdx.z;
   const int64_t head = int64_t(bi) * a.HV + j;
   const ScanTiles<DK> tiles(a, bi, j);
-  bf16* dres = sm.dres;  // (C, kLdO) dU
-  static_assert(sizeof(bf16) * kLdO <= sizeof(float) * kLdH, "the dU tile fits in sm.vnew");
-  auto load_k = [&](int chunk) { load_bf16_rows_async<C, DK>(sm.k, tiles.qk(a.k, chunk), tiles.qk_stride, tiles.rows(chunk)); };
-  auto load_q = [&](int chunk) { load_bf16_rows_async<C, DK>(sm.q, tiles.qk(a.q, chunk), tiles.qk_stride, tiles.rows(chunk)); };
-  auto copy_k_aqk_g = [&](int chunk, bool with_k) {  // a vector gate's G is read by 3c too: copied at the top
-    if (with_k) load_k(chunk);
+  auto copy_k_aqk_g = [&](int chunk) {  // the tiles 3b reads last
+    const int64_t row0 = tiles.row0(chunk);
     sm.copy_aqk(a.Aqk + (head * a.NT + chunk) * C * C);
-    if (!VG) load_f32_rows_async<1, C>(sm.G, C, a.G + tiles.row0(chunk), 0);
+    if (VG) {
+      load_f32_rows_async<1, DK>(sm.G, DK, a.G + (row0 + C - 1) * DK, DK);  // G_last's row
+    } else {
+      load_f32_rows_async<1, C>(sm.G, C, a.G + row0, 0);
+      load_bf16_rows_async<C, DK>(sm.k, tiles.qk(a.k, chunk), tiles.qk_stride, tiles.rows(chunk));
+    }
   };
-  auto g = [&](int t, int d) { return sm.G[t * kLdG + d]; };  // G[t][d] (vector gate)
-  copy_k_aqk_g(a.NT - 1, !kLean);
-  sm.load_state(a.dht ? a.dht + head * DK * DV : nullptr, v0);
-  auto ds_op = [&](int d, int c) { return sm.h[d * kLdH + c]; };  // dS[d][c] as an mma B operand
+  StateTile<DK, BV> ds;
+  ds.load(a.dht ? a.dht + head * DK * DV : nullptr, v0, DV);
+  copy_k_aqk_g(a.NT - 1);
   for (int chunk = a.NT - 1; chunk >= 0; chunk--) {
     const int n = tiles.rows(chunk);
     const int64_t row0 = tiles.row0(chunk);                              // first workspace row
     const int64_t tok0 = (int64_t(bi) * a.T + chunk * C) * a.HV + j;    // (B, T, HV) index of token t0
-    if (!kLean && !kQInK) load_q(chunk);
-    if (!kStaged) load_f32_rows_async<C, DK>(sm.W, kLdW, a.W + row0 * DK, DK);
+    // the next chunk started from h = 0: no gradient reaches this end state (read before the wait)
+    const bool reset = a.resets(bi, chunk + 1);
+    if (!VG) load_bf16_rows_async<C, DK>(sm.q, tiles.qk(a.q, chunk), tiles.qk_stride, n);
+    load_bf16_rows_async<C, DK>(sm.W_hi, a.W_hi + row0 * DK, DK, C);
+    load_bf16_rows_async<C, DK>(sm.W_lo, a.W_lo + row0 * DK, DK, C);
     load_bf16_rows_async<C, BV>(sm.dov, a.d_o + tok0 * DV + v0, int64_t(a.HV) * DV, n);
     // dU rows past n (and all of them without a residual gradient) are zeros
-    load_bf16_rows_async<C, BV>(dres, (a.d_res ? a.d_res : a.d_o) + tok0 * DV + v0, int64_t(a.HV) * DV,
+    load_bf16_rows_async<C, BV>(sm.dres, (a.d_res ? a.d_res : a.d_o) + tok0 * DV + v0, int64_t(a.HV) * DV,
                                 a.d_res ? n : 0);
-    if (kLean) load_f32_rows_async<1, DK>(sm.G, DK, a.G + (row0 + C - 1) * DK, DK);  // G_last's row
-    else if (VG) load_f32_rows_async<C, DK>(sm.G, kLdG, a.G + row0 * DK, DK);
-    // kStaged: W split straight from the workspace (its loads in flight with the copies above)
-    if (kStaged) stage_f32_rows<C, DK, true>(sm.W_hi, sm.W_lo, a.W + row0 * DK, DK, C, [](int, int, float4) {});
-    wait_tiles();  // this chunk's tiles, and the previous update's dS
-    if (a.resets(bi, chunk + 1)) {  // the next chunk started from h = 0: no gradient reaches this end state
-      sm.load_state(nullptr, v0);
-      __syncthreads();
-    }
-    // 3a: dh[n] = dS, the gradient of chunk n's END state.
-    sm.store_state(a.dh_end + (head * a.NT + chunk) * DK * DV, v0);
-    if (kStaged) sm.split_state();  // 3b's dS
+    wait_tiles();  // this chunk's tiles; the previous chunk's 3c is done with its tiles
+    if (reset) ds.load(nullptr, v0, DV);
+    bf16* dh_end = a.dh_end + (head * a.NT + chunk) * DK * DV;  // 3a: dh[n] = dS, chunk n's END state's gradient
+    ds.template stage_part<kLdO>(0, sm.ds_hi, sm.ds_lo);
     if (!VG && threadIdx.x < C) {
       sm.expG[threadIdx.x] = exp_ftz(sm.G[threadIdx.x]);
       sm.kdecay[threadIdx.x] = exp_ftz(sm.G[C - 1] - sm.G[threadIdx.x]);
     }
-    if constexpr (kLean) {  // 3b's Kg = K (.) exp(G_last - G), staged
-      sm.stage_gated(a.G + row0 * DK, tiles.qk(a.k, chunk), tiles.qk_stride, n,
-                     [&](int d, float g_s) { return exp_ftz(sm.g_last(d) - g_s); });
+    if constexpr (VG) {  // 3b's Kg = K (.) exp(G_last - G), split
+      stage_gated<DK, kLdK>(sm.kd_hi, sm.kd_lo, a.G + row0 * DK, tiles.qk(a.k, chunk), tiles.qk_stride, n,
+                            [&](int d, float g_s) { return exp_ftz(sm.G[d] - g_s); });
     }
     __syncthreads();
-    auto d_o = [&](int t, int c) { return bf(sm.dov[t * kLdO + c]); };  // dO[t][c], rows past n zero
-    // 3b: dVnew = Aqk^T dO + Kg dS + dU   (Vnew feeds o, the end state and the residual output u)
-    {
-      WarpTile<C, BV> dvn;
-      dvn.mma<C, true, false>([&](int s, int t) { return sm.aqk_at(t, s); }, d_o);
-      if constexpr (kStaged && VG) {  // Kg dS, Kg staged (hi and lo) and dS split
-        const Padded<kLdK, false> kg_hi{sm.kd_hi}, kg_lo{sm.kd_lo};
-        const Padded<kLdO, false> ds_hi{sm.ds_hi}, ds_lo{sm.ds_lo};
-        mma_staged(dvn, kg_hi, ds_hi, 0, DK), mma_staged(dvn, kg_hi, ds_lo, 0, DK), mma_staged(dvn, kg_lo, ds_hi, 0, DK);
-      } else if constexpr (kStaged) {  // K dS, then its rows times exp(G_last - G)
-        WarpTile<C, BV> kds;
-        mma_staged(kds, Padded<kLdK, false>{sm.k}, Padded<kLdO, false>{sm.ds_hi}, 0, DK);
-        mma_staged(kds, Padded<kLdK, false>{sm.k}, Padded<kLdO, false>{sm.ds_lo}, 0, DK);
-        dvn.each([&](int s, int, float& x, int slot) { x += sm.kdecay[s] * kds.at(slot); });
-      } else {
-        dvn.mma<DK, true, true>([&](int s, int d) {
-          if constexpr (kLean) return sm.kd(s, d);
-          else return bf(sm.k[s * kLdK + d]) * (VG ? exp_ftz(g(C - 1, d) - g(s, d)) : sm.kdecay[s]);
-        }, ds_op);
+    sm.store_rounded(dh_end, 0, v0);
+    // 3b: dVnew = Aqk^T dO + Kg dS + dU   (Vnew feeds o, the end state and the residual output u);
+    //     Kg dS by key blocks of kRows (DK = 256: dS's second half staged once the first is read)
+    WarpTile<C, BV> dvn, kds;  // (the scalar gate's K dS, its rows scaled by exp(G_last - G) after)
+    dvn.mma<C, true, false>([&](int s, int t) { return sm.aqk_at(t, s); },
+                            [&](int t, int c) { return bf(sm.dov[t * kLdO + c]); });
+#pragma unroll
+    for (int p = 0; p < DK / kRows; p++) {
+      if (p > 0) {
+        __syncthreads();  // the first half is read
+        ds.template stage_part<kLdO>(p, sm.ds_hi, sm.ds_lo);
+        __syncthreads();
+        sm.store_rounded(dh_end, p * kRows, v0);
       }
-      dvn.each([&](int s, int c, float& x, int) { x += bf(dres[s * kLdO + c]); });
-      __syncthreads();  // every dU is read (and k, Aqk, G): dVnew takes the dU tile's place
-      dvn.each_pair([&](int s, int c, float x0, float x1, int) {
-        if constexpr (kStaged) {  // 3c's -dVnew, split
-          chunk_mma::split_pair(-x0, -x1, *reinterpret_cast<uint32_t*>(sm.dvn_hi + s * kLdO + c),
-                                *reinterpret_cast<uint32_t*>(sm.dvn_lo + s * kLdO + c));
-        } else {
-          sm.vnew[s * kLdH + c] = x0, sm.vnew[s * kLdH + c + 1] = x1;
-        }
-        *reinterpret_cast<uint32_t*>(a.dvnew + (row0 + s) * DV + v0 + c) = pack_bf16(x0, x1);
-      });
-      if constexpr (kStaged && !VG) {  // 3c's scale exp(G) dO, split (a vector gate's Qg is staged instead)
-        for (int i = threadIdx.x; i < C * BV / 2; i += kThreads) {
-          const int t = i / (BV / 2), c = (i % (BV / 2)) * 2;
-          const float2 x = bf16_pair(sm.dov, t * kLdO + c);
-          const float f = a.scale * sm.expG[t];
-          chunk_mma::split_pair(f * x.x, f * x.y, *reinterpret_cast<uint32_t*>(sm.dog_hi + t * kLdO + c),
-                                *reinterpret_cast<uint32_t*>(sm.dog_lo + t * kLdO + c));
-        }
+      const Padded<kLdO, false> ds_hi{sm.ds_hi}, ds_lo{sm.ds_lo};
+      if constexpr (VG) {
+        const Padded<kLdK, false> kg_hi{sm.kd_hi, 0, p * kRows}, kg_lo{sm.kd_lo, 0, p * kRows};
+        mma_staged(dvn, kg_hi, ds_hi, 0, kRows), mma_staged(dvn, kg_hi, ds_lo, 0, kRows);
+        mma_staged(dvn, kg_lo, ds_hi, 0, kRows);
+      } else {
+        const Padded<kLdK, false> k_op{sm.k, 0, p * kRows};
+        mma_staged(kds, k_op, ds_hi, 0, kRows), mma_staged(kds, k_op, ds_lo, 0, kRows);
       }
     }
-    if (chunk > 0) copy_k_aqk_g(chunk - 1, !kLean && !kQInK);
-    if constexpr (kQInK) load_q(chunk);  // k is read (the barrier in 3b): q takes its tile
-    if constexpr (kLean) {  // 3b's Kg is read (the barrier in 3b): 3c's scale Qg in its place
-      sm.stage_gated(a.G + row0 * DK, tiles.qk(a.q, chunk), tiles.qk_stride, n,
-                     [&](int, float g_t) { return a.scale * exp_ftz(g_t); });
-    }
-    if constexpr (kQInK) wait_tiles();
-    else __syncthreads();
-    // 3c: dS <- exp(G_last) dS + scale Qg^T dO - W^T dVnew   (h[n] feeds the end state, o and Vnew)
-    const float decay = VG ? 0.f : sm.expG[C - 1];
-    sm.update_state([&](int d) { return VG ? exp_ftz(sm.g_last(d)) : decay; }, [&](auto& dsn, int d0) {
-      if constexpr (kLean) {  // Qg^T dO on the staged Qg's hi and lo tiles and dO's
-        const Padded<kLdK, true> qg_hi_t{sm.kd_hi, 0, d0}, qg_lo_t{sm.kd_lo, 0, d0};
-        mma_staged(dsn, qg_hi_t, Padded<kLdO, false>{sm.dov}, 0, C);
-        mma_staged(dsn, qg_lo_t, Padded<kLdO, false>{sm.dov}, 0, C);
-      }
-      if constexpr (kStaged) {
-        const Padded<kLdK, true> W_hi_t{sm.W_hi, 0, d0}, W_lo_t{sm.W_lo, 0, d0};  // W^T
-        const Padded<kLdO, false> dvn_hi{sm.dvn_hi}, dvn_lo{sm.dvn_lo};
-        if constexpr (!VG) {  // Q^T (scale exp(G) dO)
-          const Padded<kLdK, true> q_t{sm.q, 0, d0};
-          mma_staged(dsn, q_t, Padded<kLdO, false>{sm.dog_hi}, 0, C), mma_staged(dsn, q_t, Padded<kLdO, false>{sm.dog_lo}, 0, C);
-        }
-        mma_staged(dsn, W_hi_t, dvn_hi, 0, C), mma_staged(dsn, W_hi_t, dvn_lo, 0, C), mma_staged(dsn, W_lo_t, dvn_hi, 0, C);
-      } else {
-        if constexpr (!kLean) {
-          dsn.mma<C, true, false>([&](int d, int t) {
-            return a.scale * (VG ? exp_ftz(g(t, d0 + d)) : sm.expG[t]) * bf(sm.q[t * kLdK + d0 + d]);
-          }, d_o);
-        }
-        dsn.mma<C, true, true>([&](int d, int t) { return sm.W[t * kLdW + d0 + d]; },
-                               [&](int t, int c) { return -sm.vnew[t * kLdH + c]; });
-      }
+    dvn.each([&](int s, int c, float& x, int slot) {
+      x += bf(sm.dres[s * kLdO + c]) + (VG ? 0.f : sm.kdecay[s] * kds.at(slot));
     });
-    if (kQInK && chunk > 0) load_k(chunk - 1);  // q is read (update_state's barrier): k in its tile
+    // 3c's decay: dS <- Diag(exp(G_last)) dS (a vector gate's per channel; exponents <= 0)
+    const float glast = VG ? 0.f : sm.G[C - 1];
+    ds.scale([&](int d) { return exp_ftz(VG ? sm.G[d] : glast); });
+    __syncthreads();  // dS's split, dU, k, Kg, Aqk and G are read
+    dvn.each_pair([&](int s, int c, float x0, float x1, int) {  // 3c's -dVnew, split; dVnew out in bf16
+      chunk_mma::split_pair(-x0, -x1, *reinterpret_cast<uint32_t*>(sm.dvn_hi + s * kLdO + c),
+                            *reinterpret_cast<uint32_t*>(sm.dvn_lo + s * kLdO + c));
+      *reinterpret_cast<uint32_t*>(a.dvnew + (row0 + s) * DV + v0 + c) = pack_bf16(x0, x1);
+    });
+    if constexpr (VG) {  // 3c's scale Qg, in Kg's place
+      stage_gated<DK, kLdK>(sm.kd_hi, sm.kd_lo, a.G + row0 * DK, tiles.qk(a.q, chunk), tiles.qk_stride, n,
+                            [&](int, float g_t) { return a.scale * exp_ftz(g_t); });
+    } else {  // 3c's scale exp(G) dO, split: lo over dO in place (each element by the thread that reads it), hi over dU
+      for (int i = threadIdx.x; i < C * BV / 2; i += kThreads) {
+        const int t = i / (BV / 2), c = (i % (BV / 2)) * 2;
+        const float2 x = bf16_pair(sm.dov, t * kLdO + c);
+        const float f = a.scale * sm.expG[t];
+        chunk_mma::split_pair(f * x.x, f * x.y, *reinterpret_cast<uint32_t*>(sm.dog_hi + t * kLdO + c),
+                              *reinterpret_cast<uint32_t*>(sm.dog_lo + t * kLdO + c));
+      }
+    }
+    if (chunk > 0) copy_k_aqk_g(chunk - 1);
+    __syncthreads();  // -dVnew and 3c's gated operand are staged
+    // 3c: dS <- exp(G_last) dS + scale Qg^T dO - W^T dVnew   (h[n] feeds the end state, o and Vnew)
+    if constexpr (VG) {
+      ds.template add<kLdK, kLdO, C>(sm.kd_hi, sm.dov), ds.template add<kLdK, kLdO, C>(sm.kd_lo, sm.dov);
+    } else {
+      ds.template add<kLdK, kLdO, C>(sm.q, sm.dog_hi), ds.template add<kLdK, kLdO, C>(sm.q, sm.dog_lo);
+    }
+    ds.template add<kLdK, kLdO, C>(sm.W_hi, sm.dvn_hi), ds.template add<kLdK, kLdO, C>(sm.W_hi, sm.dvn_lo);
+    ds.template add<kLdK, kLdO, C>(sm.W_lo, sm.dvn_hi);
+    __syncthreads();  // 3c's tiles are read: the next chunk's copies may land
   }
-  __syncthreads();
   if (!a.dh0) return;
-  if (a.resets(bi, 0)) {  // chunk 0 started from h = 0, not from h0
-    sm.load_state(nullptr, v0);
-    __syncthreads();
-  }
-  sm.store_state(a.dh0 + head * DK * DV, v0);
+  if (a.resets(bi, 0)) ds.load(nullptr, v0, DV);  // chunk 0 started from h = 0, not from h0
+  ds.store(a.dh0 + head * DK * DV, v0, DV);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -2098,7 +2009,7 @@ void launch_kernel(Kernel kernel, dim3 grid, const ChunkArgs& a) {
 // VBW: with vector erase and write gates too (GDN-2; the scan is KDA's, W and U carry b and w).
 template <int DK, int DV, bool VG = false, bool VBW = false>
 void launch_forward(const ChunkArgs& a) {
-  using Scan = ScanSmem<DK, DV, VG, true>;
+  using Scan = ForwardScanSmem<DK, VG>;
   using Output = OutputSmem<DK, DV, VG>;
   launch_kernel<PrepareSmem<DK, DV, VG, VBW>::bytes()>(prepare_kernel<DK, DV, VG, VBW>, dim3(a.NT, a.HV, a.B), a);
   static_assert(Scan::bytes() <= (228 / Scan::kCtasPerSm - 1) * 1024, "the scan CTAs an SM of its launch bounds");
@@ -2110,7 +2021,7 @@ void launch_forward(const ChunkArgs& a) {
 // Backward passes 3 and 4 (after launch_forward's replay, or reading what the forward kept).
 template <int DK, int DV, bool VG = false, bool VBW = false>
 void launch_backward(const ChunkArgs& a) {
-  using Scan = ScanSmem<DK, DV, VG, false>;
+  using Scan = ReverseScanSmem<DK, DV, VG>;
   static_assert(Scan::bytes() <= (228 / Scan::kCtasPerSm - 1) * 1024, "the reverse scan CTAs an SM of its launch bounds");
   launch_kernel<Scan::bytes()>(reverse_scan_kernel<DK, DV, VG>, dim3(DV / Scan::BV, a.HV, a.B), a);
   launch_kernel<LocalSmem<DK, DV, VG>::bytes()>(local_backward_kernel<DK, DV, VG, VBW>, dim3(a.NT, a.HV, a.B), a);
@@ -2155,6 +2066,7 @@ struct Workspace {
     float* p = kept ? kept : own.get();
     a.U = run_passes_1_2 ? U.get() : nullptr;
     a.W = p, p += rows(d) * d.dk;
+    a.W_hi = reinterpret_cast<bf16*>(a.W), a.W_lo = a.W_hi + rows(d) * d.dk;
     a.Aqk = p, p += rows(d) * C;
     a.G = p, p += rows(d) * gate_width(d);
     if (with_kept) a.A = p, p += rows(d) * C;

@@ -8,6 +8,7 @@
 #include <cuda_bf16.h>
 
 #include "cuda/chunk_mma.cuh"
+#include "cuda/common.cuh"
 #include "cuda/tile.cuh"
 
 namespace hla::cuda::chunk_mma {
@@ -83,5 +84,76 @@ __device__ __forceinline__ void stage8(__nv_bfloat16* tile, int r, int c, const 
   piece.z = pack_bf16(x[4], x[5]), piece.w = pack_bf16(x[6], x[7]);
   *reinterpret_cast<uint4*>(tile + swizzle<W>(r, c)) = piece;
 }
+
+// A scan CTA's state tile (ROWS x BV, fp32: h forward, dS reverse) in registers, for the chunked
+// scans of cuda/decay_attention_chunk.cu and cuda/delta_rule_chunk.cu: kParts WarpTiles of kRows
+// rows (a WarpTile holds at most 16 rows a warp), part p rows p kRows .. p kRows + kRows - 1.
+// Global (dk, DV) states are read and written from the accumulators, a column pair a thread at a
+// time (fp32: h0, ht, dht, dh0; bf16, rounded: h[n], dh[n]); stage() splits the tile into bf16 hi
+// and lo shared tiles for a product that reads the state as an operand.
+template <int ROWS, int BV, int WARPS>
+struct StateTile {
+  static constexpr int kRows = ROWS < 16 * WARPS ? ROWS : 16 * WARPS, kParts = ROWS / kRows;
+  WarpTile<kRows, BV, WARPS> part[kParts];
+  // fn(row, col, x0, x1) for every accumulator pair (col, col + 1) of a row, x0 and x1 by reference.
+  template <class Fn>
+  __device__ __forceinline__ void each_pair(Fn&& fn) {
+#pragma unroll
+    for (int p = 0; p < kParts; p++)
+      part[p].each_pair([&](int r, int c, float& x0, float& x1, int) { fn(p * kRows + r, c, x0, x1); });
+  }
+  // The tile from columns v0 .. v0 + BV - 1 of a (ROWS.., DV) state whose first row is at src
+  // (zeros when null).
+  __device__ __forceinline__ void load(const float* src, int v0, int DV) {
+    each_pair([&](int r, int c, float& x0, float& x1) {
+      const float2 x = src ? *reinterpret_cast<const float2*>(src + r * DV + v0 + c) : make_float2(0.f, 0.f);
+      x0 = x.x, x1 = x.y;
+    });
+  }
+  // The same columns of a state of T <- the tile.
+  template <class T>
+  __device__ __forceinline__ void store(T* dst, int v0, int DV) {
+    each_pair([&](int r, int c, float& x0, float& x1) {
+      const float pair[2] = {x0, x1};
+      store_floats(dst + r * DV + v0 + c, pair);
+    });
+  }
+  // hi, lo (kRows, BV) bf16 tiles, rows LD apart <- part p split (hi + lo: ~16 mantissa bits).
+  template <int LD>
+  __device__ __forceinline__ void stage_part(int p, __nv_bfloat16* hi, __nv_bfloat16* lo) {
+    part[p].each_pair([&](int r, int c, float& x0, float& x1, int) {
+      split_pair(x0, x1, *reinterpret_cast<uint32_t*>(hi + r * LD + c), *reinterpret_cast<uint32_t*>(lo + r * LD + c));
+    });
+  }
+  // hi, lo (ROWS, BV) bf16 tiles, rows LD apart <- the tile split.
+  template <int LD>
+  __device__ __forceinline__ void stage(__nv_bfloat16* hi, __nv_bfloat16* lo) {
+#pragma unroll
+    for (int p = 0; p < kParts; p++) stage_part<LD>(p, hi + p * kRows * LD, lo + p * kRows * LD);
+  }
+  // h <- Diag(decay(row)) h
+  template <class Decay>
+  __device__ __forceinline__ void scale(const Decay& decay) {
+#pragma unroll
+    for (int p = 0; p < kParts; p++) part[p].each([&](int r, int, float& acc, int) { acc *= decay(p * kRows + r); });
+  }
+  // h += X^T Y over TOKENS tokens: bf16 tiles, X (TOKENS, ROWS..) read transposed by
+  // ldmatrix.trans (rows LDX apart), Y (TOKENS, BV) (rows LDY apart).
+  template <int LDX, int LDY, int TOKENS>
+  __device__ __forceinline__ void add(const __nv_bfloat16* x, const __nv_bfloat16* y) {
+#pragma unroll
+    for (int p = 0; p < kParts; p++) mma_staged(part[p], Padded<LDX, true>{x, 0, p * kRows}, Padded<LDY, false>{y}, 0, TOKENS);
+  }
+  // h <- Diag(decay(row)) h + X0^T Y0 + X1^T Y1. An fp32 operand enters as its hi and lo tiles:
+  // X0 = X1 = K with Y0, Y1 the halves of diag(w) V (scalar gate), or X0, X1 the halves of the
+  // gated K with Y0 = Y1 = V (vector gate).
+  template <int LDX, int LDY, int TOKENS, class Decay>
+  __device__ __forceinline__ void advance(const Decay& decay, const __nv_bfloat16* x0, const __nv_bfloat16* y0,
+                                          const __nv_bfloat16* x1, const __nv_bfloat16* y1) {
+    scale(decay);
+    add<LDX, LDY, TOKENS>(x0, y0);
+    add<LDX, LDY, TOKENS>(x1, y1);
+  }
+};
 
 }  // namespace hla::cuda::chunk_mma
