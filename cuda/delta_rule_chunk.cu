@@ -925,34 +925,43 @@ struct ScanTiles {
 // The forward scan's shared memory (scan_kernel). The state's BV columns are in registers
 // (StateTile); here are the chunk's operands as bf16 tiles read by ldmatrix: W's hi and lo
 // planes as prepare_kernel stored them, k by chunk parity (the next chunk's lands while this
-// chunk's 2c reads its own; a vector gate: K (.) exp(G_last - G) split, staged from the
-// workspace's G and global k, in the two k tiles' place), the state split for 2a (then Vnew split
-// for 2c, in its place), U (fp32) and G (scalar gate: the chunk's; vector gate: G_last's row).
+// chunk's 2c reads its own; a vector gate: K (.) exp(G_last - G) split, in the two k tiles'
+// place), the state split for 2a (then Vnew split for 2c, in its place), U (fp32) and G (scalar
+// gate: the chunk's; vector gate: G_last's row). A vector gate's K (.) exp(G_last - G) is staged
+// at the top of a chunk: at DK = 64 (kRawGate) from the chunk's G rows and k, copied into tiles
+// of their own with the chunk's other tiles, during the previous chunk's 2c; from DK = 128 on
+// (no room for those at two CTAs an SM) from the workspace's G and global k, one memory round
+// trip (at DK = 64 that took KDA's forward from 0.873 to 0.968 ms at B8 T2048 H16, H100).
 // At DK = 256 the 64 columns of a CTA take 222 KB (one CTA an SM, B HV DV / 64 CTAs: one wave at
-// B8 H4 D256 on 132 SMs), at DK = 128 the 32 columns 97.5 KB, at DK = 64 55.3 KB (two an SM).
+// B8 H4 D256 on 132 SMs), at DK = 128 the 32 columns 97.5 KB, at DK = 64 55.3 KB (81.3 with
+// kRawGate; two an SM).
 template <int DK, bool VG>
 struct ForwardScanSmem {
   static constexpr int BV = DK > 128 ? 64 : 32;
   static constexpr int kCtasPerSm = DK > 128 ? 1 : 2;  // launch bounds
-  static constexpr int kLdK = DK + 8, kLdS = BV + 8, kLdU = BV + 4;
-  static constexpr int kG = VG ? DK : C;
+  static constexpr bool kRawGate = VG && DK == 64;
+  static constexpr int kLdK = DK + 8, kLdS = BV + 8, kLdU = BV + 4, kLdG = DK + 4;
+  static constexpr int kG = kRawGate ? C * kLdG : VG ? DK : C;
   float* U;           // (C, kLdU)
-  float* G;           // (kG)
+  float* G;           // (kG): a scalar gate's G, a vector gate's G_last; kRawGate: (C, kLdG) G rows
+  float* g_last;      // (DK) a vector gate's G_last (kRawGate: G's last row)
+  bf16* k_raw;        // (C, kLdK) kRawGate: the chunk's k
   bf16 *W_hi, *W_lo;  // (C, kLdK)
   bf16* k[2];         // (C, kLdK): k by chunk parity; a vector gate's kd_hi, kd_lo
   bf16 *kd_hi, *kd_lo;
   bf16 *s_hi, *s_lo;  // (DK, kLdS): the state split
   bf16 *vn_hi, *vn_lo;  // (C, kLdS): Vnew (a scalar gate: Vnew (.) exp(G_last - G)) split, in s_hi's place on
   static constexpr size_t bytes() {
-    return sizeof(float) * (C * kLdU + kG) + sizeof(bf16) * (4 * C * kLdK + 2 * DK * kLdS);
+    return sizeof(float) * (C * kLdU + kG) + sizeof(bf16) * ((kRawGate ? 5 : 4) * C * kLdK + 2 * DK * kLdS);
   }
   static_assert((C * kLdU + kG) % 4 == 0, "the bf16 tiles start 16-byte aligned");
   __device__ explicit ForwardScanSmem(void* p) {
-    U = static_cast<float*>(p), G = U + C * kLdU;
+    U = static_cast<float*>(p), G = U + C * kLdU, g_last = kRawGate ? G + (C - 1) * kLdG : G;
     W_hi = reinterpret_cast<bf16*>(G + kG), W_lo = W_hi + C * kLdK;
     k[0] = W_lo + C * kLdK, k[1] = k[0] + C * kLdK, kd_hi = k[0], kd_lo = k[1];
     s_hi = k[1] + C * kLdK, s_lo = s_hi + DK * kLdS;
     vn_hi = s_hi, vn_lo = s_hi + C * kLdS;  // (2 C <= 2 DK rows: within s_hi, s_lo)
+    k_raw = kRawGate ? s_lo + DK * kLdS : nullptr;
   }
   // (a select, not k[chunk & 1]: an indexed member array would put the struct in local memory)
   __device__ bf16* k_tile(int chunk) const { return chunk & 1 ? k[1] : k[0]; }
@@ -973,8 +982,8 @@ struct ForwardScanSmem {
 // W h on W's planes and h's (three products: hi hi, hi lo, lo hi); every tile of the next chunk
 // copied (cp.async) once 2a has read this chunk's; Vnew split in the state's place; 2c's K^T
 // Vnew into the registers. The copies are in flight during Vnew's staging and 2c, so the
-// sequential chain holds no memory round trip (but a vector gate's K (.) exp(G_last - G), staged
-// from global memory at the top of a chunk).
+// sequential chain holds no memory round trip (but a vector gate's K (.) exp(G_last - G) from
+// dk = 128 on, staged from global memory at the top of a chunk).
 template <int DK, int DV, bool VG>
 __global__ void __launch_bounds__(kThreads, (ForwardScanSmem<DK, VG>::kCtasPerSm)) scan_kernel(ChunkArgs a) {
   extern __shared__ float4 smem_raw[];
@@ -986,12 +995,15 @@ __global__ void __launch_bounds__(kThreads, (ForwardScanSmem<DK, VG>::kCtasPerSm
   const int v0 = blockIdx.x * BV, j = blockIdx.y, bi = blockIdx.z;
   const int64_t head = int64_t(bi) * a.HV + j;
   const ScanTiles<DK> tiles(a, bi, j);
-  auto copy_chunk = [&](int chunk) {  // W's planes, U, G; a scalar gate's k
+  auto copy_chunk = [&](int chunk) {  // W's planes, U, G; a scalar gate's k (kRawGate's too)
     const int64_t row0 = tiles.row0(chunk);
     load_bf16_rows_async<C, DK>(sm.W_hi, a.W_hi + row0 * DK, DK, C);
     load_bf16_rows_async<C, DK>(sm.W_lo, a.W_lo + row0 * DK, DK, C);
     load_f32_rows_async<C, BV>(sm.U, kLdU, a.U + row0 * DV + v0, DV);
-    if (VG) {
+    if (Smem::kRawGate) {
+      load_f32_rows_async<C, DK>(sm.G, Smem::kLdG, a.G + row0 * DK, DK);
+      load_bf16_rows_async<C, DK>(sm.k_raw, tiles.qk(a.k, chunk), tiles.qk_stride, tiles.rows(chunk));
+    } else if (VG) {
       load_f32_rows_async<1, DK>(sm.G, DK, a.G + (row0 + C - 1) * DK, DK);  // G_last's row
     } else {
       load_f32_rows_async<1, C>(sm.G, C, a.G + row0, 0);
@@ -1008,9 +1020,18 @@ __global__ void __launch_bounds__(kThreads, (ForwardScanSmem<DK, VG>::kCtasPerSm
     wait_tiles();  // this chunk's tiles; the previous chunk's reads of Vnew's and k's tiles are done
     if (reset) h.load(nullptr, v0, DV);
     h.template stage<kLdS>(sm.s_hi, sm.s_lo);
-    if constexpr (VG) {  // 2c's K (.) exp(G_last - G), split
+    if constexpr (Smem::kRawGate) {  // 2c's K (.) exp(G_last - G), split, from the chunk's tiles
+      for (int i = threadIdx.x; i < C * DK / 2; i += kThreads) {  // channel pairs d, d + 1
+        const int s = i / (DK / 2), d = (i % (DK / 2)) * 2;
+        const float2 k2 = bf16_pair(sm.k_raw, s * kLdK + d);
+        const float* g_s = sm.G + s * Smem::kLdG + d;
+        chunk_mma::split_pair(k2.x * exp_ftz(sm.g_last[d] - g_s[0]), k2.y * exp_ftz(sm.g_last[d + 1] - g_s[1]),
+                              *reinterpret_cast<uint32_t*>(sm.kd_hi + s * kLdK + d),
+                              *reinterpret_cast<uint32_t*>(sm.kd_lo + s * kLdK + d));
+      }
+    } else if constexpr (VG) {  // the same from the workspace's G and global k
       stage_gated<DK, kLdK>(sm.kd_hi, sm.kd_lo, a.G + row0 * DK, tiles.qk(a.k, chunk), tiles.qk_stride, n,
-                               [&](int d, float g_s) { return exp_ftz(sm.G[d] - g_s); });
+                            [&](int d, float g_s) { return exp_ftz(sm.g_last[d] - g_s); });
     }
     __syncthreads();  // the state's split is staged
     // every chunk-start state h[n], for 2b (output_kernel) and the backward (4.9 step 1); no lo
@@ -1041,7 +1062,7 @@ __global__ void __launch_bounds__(kThreads, (ForwardScanSmem<DK, VG>::kCtasPerSm
     });
     // 2c's decay of the state's rows: exp(G_last) (a vector gate's per channel; exponents <= 0)
     const float glast = VG ? 0.f : sm.G[C - 1];
-    h.scale([&](int d) { return exp_ftz(VG ? sm.G[d] : glast); });
+    h.scale([&](int d) { return exp_ftz(VG ? sm.g_last[d] : glast); });
     __syncthreads();  // W, U, G and the state's split are read
     if (chunk + 1 < a.NT) copy_chunk(chunk + 1);
     wh.each_pair([&](int r, int c, float x0, float x1, int) {
