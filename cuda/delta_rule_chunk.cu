@@ -842,6 +842,19 @@ __device__ __forceinline__ void stage_gated(bf16* hi, bf16* lo, const float* G_r
   });
 }
 
+// The same from a chunk's tiles in shared memory: x (C, DK) bf16 rows LDX apart, G (C, DK) fp32
+// rows LDG apart (kRawGate: the scans' gated operands at dk = 64, with no memory round trip).
+template <int DK, int LDX, int LDG, class Factor>
+__device__ __forceinline__ void stage_gated_tiles(bf16* hi, bf16* lo, const bf16* x, const float* G, Factor&& factor) {
+  for (int i = threadIdx.x; i < C * DK / 2; i += kThreads) {  // channel pairs d, d + 1
+    const int t = i / (DK / 2), d = (i % (DK / 2)) * 2;
+    const float2 x2 = bf16_pair(x, t * LDX + d);
+    const float* g = G + t * LDG + d;
+    chunk_mma::split_pair(x2.x * factor(d, g[0]), x2.y * factor(d + 1, g[1]), *reinterpret_cast<uint32_t*>(hi + t * LDX + d),
+                          *reinterpret_cast<uint32_t*>(lo + t * LDX + d));
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The scans (passes 2 and 3): per (b, j, BV columns of dv), sequential over chunks.
 
@@ -860,15 +873,22 @@ struct ReverseScanSmem {
   static constexpr int BV = DK > 128 || (DK == 128 && DV >= 128) ? 64 : 32;
   static constexpr int kCtasPerSm = BV == 64 ? 1 : 2;  // launch bounds
   static constexpr int kRows = DK < 128 ? DK : 128;  // dS rows staged at a time (3b's K dS by halves at DK = 256)
-  static constexpr int kLdK = DK + 8, kLdO = BV + 8;
-  static constexpr int kG = VG ? DK : 3 * C;  // G_last's row, or G, exp(G), exp(G_last - G)
+  // A vector gate at DK = 64 (kRawGate, as the forward's) forms its gated operands from the
+  // chunk's G rows, k and q, copied into tiles of their own with the chunk's q, W, dO and dU
+  // (100 KB; from the workspace's G and global k, q, two more round trips a chunk, KDA's reverse
+  // scan took 0.38 ms at B8 T2048 H16 D64 where the state in shared memory took 0.35, H100).
+  static constexpr bool kRawGate = VG && DK == 64;
+  static constexpr int kLdK = DK + 8, kLdO = BV + 8, kLdG = DK + 4;
+  // G_last's row (kRawGate: G's rows), or G, exp(G), exp(G_last - G)
+  static constexpr int kG = kRawGate ? C * kLdG : VG ? DK : 3 * C;
   // Aqk is lower triangular (s <= t): its rows are stored packed, row t at aqk_row(t), in the
   // t / 4 + 1 pieces of 4 floats that hold s = 0 .. t (kAqk floats in all, half a full tile).
   static constexpr int kAqk = 4 * (C + 2 * (C / 4) * (C / 4 - 1));
   float* aqk;          // (kAqk) packed rows
-  float* G;            // (DK) G_last, or (C) G followed by expG, kdecay (C each)
-  float *expG, *kdecay;
+  float* G;            // (DK) G_last (kRawGate: (C, kLdG) G rows), or (C) G followed by expG, kdecay (C each)
+  float *g_last, *expG, *kdecay;
   bf16 *q, *k;         // (C, kLdK); a vector gate's kd_hi, kd_lo
+  bf16 *q_raw, *k_raw;  // (C, kLdK) kRawGate: the chunk's q and k
   bf16 *kd_hi, *kd_lo;
   bf16 *W_hi, *W_lo;   // (C, kLdK)
   bf16 *ds_hi, *ds_lo;  // (kRows, kLdO): dS split
@@ -876,15 +896,18 @@ struct ReverseScanSmem {
   bf16 *dov, *dres;    // (C, kLdO): dO, dU; the scalar gate's scale exp(G) dO split in their places
   bf16 *dog_hi, *dog_lo;
   static constexpr size_t bytes() {
-    return sizeof(float) * (kAqk + kG) + sizeof(bf16) * (4 * C * kLdK + 2 * kRows * kLdO + 2 * C * kLdO);
+    return sizeof(float) * (kAqk + kG) +
+           sizeof(bf16) * ((kRawGate ? 6 : 4) * C * kLdK + 2 * kRows * kLdO + 2 * C * kLdO);
   }
   static_assert((kAqk + kG) % 4 == 0 && kRows >= C, "16-byte aligned tiles; -dVnew fits in dS's place");
   __device__ explicit ReverseScanSmem(void* p) {
     aqk = static_cast<float*>(p), G = aqk + kAqk, expG = G + C, kdecay = expG + C;
+    g_last = kRawGate ? G + (C - 1) * kLdG : G;
     q = reinterpret_cast<bf16*>(G + kG), k = q + C * kLdK, kd_hi = q, kd_lo = k;
     W_hi = k + C * kLdK, W_lo = W_hi + C * kLdK;
     ds_hi = W_lo + C * kLdK, ds_lo = ds_hi + kRows * kLdO, dvn_hi = ds_hi, dvn_lo = ds_hi + C * kLdO;
     dov = ds_lo + kRows * kLdO, dres = dov + C * kLdO, dog_hi = dres, dog_lo = dov;
+    q_raw = kRawGate ? dres + C * kLdO : nullptr, k_raw = kRawGate ? q_raw + C * kLdK : nullptr;
   }
   __device__ static int aqk_row(int t) {
     const int a = t / 4, b = t % 4;  // pieces before row t: sum over i < t of (i / 4 + 1)
@@ -1021,14 +1044,8 @@ __global__ void __launch_bounds__(kThreads, (ForwardScanSmem<DK, VG>::kCtasPerSm
     if (reset) h.load(nullptr, v0, DV);
     h.template stage<kLdS>(sm.s_hi, sm.s_lo);
     if constexpr (Smem::kRawGate) {  // 2c's K (.) exp(G_last - G), split, from the chunk's tiles
-      for (int i = threadIdx.x; i < C * DK / 2; i += kThreads) {  // channel pairs d, d + 1
-        const int s = i / (DK / 2), d = (i % (DK / 2)) * 2;
-        const float2 k2 = bf16_pair(sm.k_raw, s * kLdK + d);
-        const float* g_s = sm.G + s * Smem::kLdG + d;
-        chunk_mma::split_pair(k2.x * exp_ftz(sm.g_last[d] - g_s[0]), k2.y * exp_ftz(sm.g_last[d + 1] - g_s[1]),
-                              *reinterpret_cast<uint32_t*>(sm.kd_hi + s * kLdK + d),
-                              *reinterpret_cast<uint32_t*>(sm.kd_lo + s * kLdK + d));
-      }
+      stage_gated_tiles<DK, kLdK, Smem::kLdG>(sm.kd_hi, sm.kd_lo, sm.k_raw, sm.G,
+                                              [&](int d, float g_s) { return exp_ftz(sm.g_last[d] - g_s); });
     } else if constexpr (VG) {  // the same from the workspace's G and global k
       stage_gated<DK, kLdK>(sm.kd_hi, sm.kd_lo, a.G + row0 * DK, tiles.qk(a.k, chunk), tiles.qk_stride, n,
                             [&](int d, float g_s) { return exp_ftz(sm.g_last[d] - g_s); });
@@ -1179,12 +1196,12 @@ __global__ void __launch_bounds__(kThreads, (ReverseScanSmem<DK, DV, VG>::kCtasP
   const int v0 = blockIdx.x * BV, j = blockIdx.y, bi = blockIdx.z;
   const int64_t head = int64_t(bi) * a.HV + j;
   const ScanTiles<DK> tiles(a, bi, j);
-  auto copy_k_aqk_g = [&](int chunk) {  // the tiles 3b reads last
+  auto copy_k_aqk_g = [&](int chunk) {  // the tiles 3b reads last (kRawGate: G's rows come at the chunk's top, for 3c's Qg)
     const int64_t row0 = tiles.row0(chunk);
     sm.copy_aqk(a.Aqk + (head * a.NT + chunk) * C * C);
-    if (VG) {
+    if (VG && !Smem::kRawGate) {
       load_f32_rows_async<1, DK>(sm.G, DK, a.G + (row0 + C - 1) * DK, DK);  // G_last's row
-    } else {
+    } else if (!VG) {
       load_f32_rows_async<1, C>(sm.G, C, a.G + row0, 0);
       load_bf16_rows_async<C, DK>(sm.k, tiles.qk(a.k, chunk), tiles.qk_stride, tiles.rows(chunk));
     }
@@ -1199,6 +1216,11 @@ __global__ void __launch_bounds__(kThreads, (ReverseScanSmem<DK, DV, VG>::kCtasP
     // the next chunk started from h = 0: no gradient reaches this end state (read before the wait)
     const bool reset = a.resets(bi, chunk + 1);
     if (!VG) load_bf16_rows_async<C, DK>(sm.q, tiles.qk(a.q, chunk), tiles.qk_stride, n);
+    if (Smem::kRawGate) {
+      load_f32_rows_async<C, DK>(sm.G, Smem::kLdG, a.G + row0 * DK, DK);
+      load_bf16_rows_async<C, DK>(sm.q_raw, tiles.qk(a.q, chunk), tiles.qk_stride, n);
+      load_bf16_rows_async<C, DK>(sm.k_raw, tiles.qk(a.k, chunk), tiles.qk_stride, n);
+    }
     load_bf16_rows_async<C, DK>(sm.W_hi, a.W_hi + row0 * DK, DK, C);
     load_bf16_rows_async<C, DK>(sm.W_lo, a.W_lo + row0 * DK, DK, C);
     load_bf16_rows_async<C, BV>(sm.dov, a.d_o + tok0 * DV + v0, int64_t(a.HV) * DV, n);
@@ -1213,9 +1235,11 @@ __global__ void __launch_bounds__(kThreads, (ReverseScanSmem<DK, DV, VG>::kCtasP
       sm.expG[threadIdx.x] = exp_ftz(sm.G[threadIdx.x]);
       sm.kdecay[threadIdx.x] = exp_ftz(sm.G[C - 1] - sm.G[threadIdx.x]);
     }
-    if constexpr (VG) {  // 3b's Kg = K (.) exp(G_last - G), split
-      stage_gated<DK, kLdK>(sm.kd_hi, sm.kd_lo, a.G + row0 * DK, tiles.qk(a.k, chunk), tiles.qk_stride, n,
-                            [&](int d, float g_s) { return exp_ftz(sm.G[d] - g_s); });
+    auto kg_factor = [&](int d, float g_s) { return exp_ftz(sm.g_last[d] - g_s); };
+    if constexpr (Smem::kRawGate) {  // 3b's Kg = K (.) exp(G_last - G), split
+      stage_gated_tiles<DK, kLdK, Smem::kLdG>(sm.kd_hi, sm.kd_lo, sm.k_raw, sm.G, kg_factor);
+    } else if constexpr (VG) {
+      stage_gated<DK, kLdK>(sm.kd_hi, sm.kd_lo, a.G + row0 * DK, tiles.qk(a.k, chunk), tiles.qk_stride, n, kg_factor);
     }
     __syncthreads();
     sm.store_rounded(dh_end, 0, v0);
@@ -1247,16 +1271,18 @@ __global__ void __launch_bounds__(kThreads, (ReverseScanSmem<DK, DV, VG>::kCtasP
     });
     // 3c's decay: dS <- Diag(exp(G_last)) dS (a vector gate's per channel; exponents <= 0)
     const float glast = VG ? 0.f : sm.G[C - 1];
-    ds.scale([&](int d) { return exp_ftz(VG ? sm.G[d] : glast); });
+    ds.scale([&](int d) { return exp_ftz(VG ? sm.g_last[d] : glast); });
     __syncthreads();  // dS's split, dU, k, Kg, Aqk and G are read
     dvn.each_pair([&](int s, int c, float x0, float x1, int) {  // 3c's -dVnew, split; dVnew out in bf16
       chunk_mma::split_pair(-x0, -x1, *reinterpret_cast<uint32_t*>(sm.dvn_hi + s * kLdO + c),
                             *reinterpret_cast<uint32_t*>(sm.dvn_lo + s * kLdO + c));
       *reinterpret_cast<uint32_t*>(a.dvnew + (row0 + s) * DV + v0 + c) = pack_bf16(x0, x1);
     });
-    if constexpr (VG) {  // 3c's scale Qg, in Kg's place
-      stage_gated<DK, kLdK>(sm.kd_hi, sm.kd_lo, a.G + row0 * DK, tiles.qk(a.q, chunk), tiles.qk_stride, n,
-                            [&](int, float g_t) { return a.scale * exp_ftz(g_t); });
+    auto qg_factor = [&](int, float g_t) { return a.scale * exp_ftz(g_t); };
+    if constexpr (Smem::kRawGate) {  // 3c's scale Qg, in Kg's place
+      stage_gated_tiles<DK, kLdK, Smem::kLdG>(sm.kd_hi, sm.kd_lo, sm.q_raw, sm.G, qg_factor);
+    } else if constexpr (VG) {
+      stage_gated<DK, kLdK>(sm.kd_hi, sm.kd_lo, a.G + row0 * DK, tiles.qk(a.q, chunk), tiles.qk_stride, n, qg_factor);
     } else {  // 3c's scale exp(G) dO, split: lo over dO in place (each element by the thread that reads it), hi over dU
       for (int i = threadIdx.x; i < C * BV / 2; i += kThreads) {
         const int t = i / (BV / 2), c = (i % (BV / 2)) * 2;
