@@ -45,7 +45,9 @@
 //   the chain holds no memory round trip. Until the state moved into registers the scans held it
 //   in shared memory (fp32), and 2a's W h and the reverse scan's products gathered and split
 //   their fp32 operands a fragment element at a time (WarpTile::mma's accessors), W copied in
-//   fp32 (see ForwardScanSmem and ReverseScanSmem for what that measured):
+//   fp32: at B8 T2048 H4 D256 (H100) GDN's scans took 0.40 / 0.71 ms a launch (forward /
+//   reverse), now 0.29 / 0.41; at B8 T2048 H16 D64 0.18 / 0.29, now 0.16 / 0.21 (bench/README,
+//   session 48):
 //     2a  Vnew = U - W h          -> residual (bf16), u_f32 (else over U)          (4.8, mma)
 //         the chunk-start state h    -> h[n] (bf16 hi and lo planes, B HV NT dk dv)
 //     2c  h <- exp(G_last) h + (K (.) exp(G_last - G))^T Vnew                     (4.8, mma)
@@ -67,14 +69,15 @@
 //   aligned), else the scan writes it over U (inference).
 //
 //   With a vector gate 2c scales the channels of K by exp(G_last - G) and the state's rows by
-//   exp(G_last) (3b and 3c likewise), 2b the channels of Q by exp(G). The scans hold G's last
-//   row alone and stage K (.) exp(G_last - G) (hi and lo; the reverse scan then scale Q (.)
-//   exp(G) for 3c) straight from the workspace's G and global k (gated_rows), in k's tiles' place
-//   (kLean, from dk = 128 on, before the state moved into registers; at dk = 64 the scans held
-//   G[t][d], a C x dk fp32 tile, and k: at dk = 128 that took 145 / 141 KB, one CTA an SM, where
-//   the lean layout took 95.5 / 108.5, two, and KDA's scans went 0.98 / 1.31 -> 0.73 / 1.19 ms
-//   at B4 T4096 H16 D128 on an H200). The
-//   prepare likewise, where dv <= dk: it puts v in q's tile once 1b has read q (GDN-2: w in G's
+//   exp(G_last) (3b and 3c likewise), 2b the channels of Q by exp(G). From dk = 128 on the scans
+//   hold G's last row alone and stage K (.) exp(G_last - G) (hi and lo; the reverse scan then
+//   scale Q (.) exp(G) for 3c) straight from the workspace's G and global k (gated_rows), in k's
+//   tiles' place (kLean, before the state moved into registers: with G[t][d], a C x dk fp32
+//   tile, and k held, the scans took 145 / 141 KB at dk = 128, one CTA an SM, where the lean
+//   layout took 95.5 / 108.5, two, and KDA's scans went 0.98 / 1.31 -> 0.73 / 1.19 ms at B4
+//   T4096 H16 D128 on an H200). At dk = 64 (kRawGate) they copy the chunk's G rows and k (the
+//   reverse scan q too) into tiles of their own with its other tiles and form the gated operands
+//   from those, no memory round trip inside the chain. The prepare is lean where dv <= dk: it puts v in q's tile once 1b has read q (GDN-2: w in G's
 //   place once 1d's W is formed), its step decays in G's place (1d reads G again from the
 //   workspace, this CTA's writes) and 1b's staged operands 16 channels at a time in L's and A's
 //   places: 101.8 KB at dk = 128, two CTAs an SM (KDA's prepare 1.39 -> 0.96 ms), GDN-2 118.8 KB;

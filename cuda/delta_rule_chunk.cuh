@@ -28,7 +28,7 @@ constexpr int kChunk = 64;
 // and storage dtype.
 bool supported(const DeltaRuleDims& d, DType dtype);
 
-// The buffers passes 3-4 read from passes 1-2 (W, Aqk, G, A = (I + L)^{-1} in fp32, every
+// The buffers passes 3-4 read from passes 1-2 (Aqk, G, A = (I + L)^{-1} in fp32, W and every
 // chunk-start state h[n] as two bf16 planes, hi and lo), as one allocation of this many floats:
 //   B HV NT (64 (dk + 2 64 + 1) + dk dv),  NT = ceil(T / 64) (a vector gate's G: 64 dk, not 64).
 int64_t kept_floats(const DeltaRuleDims& d);
