@@ -881,7 +881,12 @@ struct ReverseScanSmem {
   // (100 KB; from the workspace's G and global k, q, two more round trips a chunk, KDA's reverse
   // scan took 0.38 ms at B8 T2048 H16 D64 where the state in shared memory took 0.35, H100).
   static constexpr bool kRawGate = VG && DK == 64;
+  // The scalar gate at DK = 64 (kTopAhead) keeps two sets of the tiles 3c reads (q, W, dO, dU) by
+  // chunk parity and copies the next chunk's at the top of this one, a chunk ahead (102 KB, two
+  // CTAs an SM); elsewhere they are copied at the top of their own chunk, one round trip a chunk.
+  static constexpr bool kTopAhead = !VG && DK == 64;
   static constexpr int kLdK = DK + 8, kLdO = BV + 8, kLdG = DK + 4;
+  static constexpr int kTop = 3 * C * kLdK + 2 * C * kLdO;  // bf16 of a set of q, W_hi, W_lo, dO, dU
   // G_last's row (kRawGate: G's rows), or G, exp(G), exp(G_last - G)
   static constexpr int kG = kRawGate ? C * kLdG : VG ? DK : 3 * C;
   // Aqk is lower triangular (s <= t): its rows are stored packed, row t at aqk_row(t), in the
@@ -890,27 +895,36 @@ struct ReverseScanSmem {
   float* aqk;          // (kAqk) packed rows
   float* G;            // (DK) G_last (kRawGate: (C, kLdG) G rows), or (C) G followed by expG, kdecay (C each)
   float *g_last, *expG, *kdecay;
-  bf16 *q, *k;         // (C, kLdK); a vector gate's kd_hi, kd_lo
-  bf16 *q_raw, *k_raw;  // (C, kLdK) kRawGate: the chunk's q and k
+  // The tiles 3c reads, copied at a chunk's top (kTopAhead: one set by chunk parity): q (C,
+  // kLdK; a vector gate's kd_hi), W's planes (C, kLdK), dO and dU (C, kLdO; the scalar gate's
+  // scale exp(G) dO split in their places: dog_hi over dU, dog_lo over dO)
+  struct TopTiles {
+    bf16 *q, *W_hi, *W_lo, *dov, *dres;
+  };
+  bf16* top0;          // the first set (q, W_hi, W_lo, dov, dres in that order), the second kTop after it
+  bf16* k;             // (C, kLdK); a vector gate's kd_lo
   bf16 *kd_hi, *kd_lo;
-  bf16 *W_hi, *W_lo;   // (C, kLdK)
+  bf16 *q_raw, *k_raw;  // (C, kLdK) kRawGate: the chunk's q and k
   bf16 *ds_hi, *ds_lo;  // (kRows, kLdO): dS split
   bf16 *dvn_hi, *dvn_lo;  // (C, kLdO): -dVnew split, in ds_hi's place
-  bf16 *dov, *dres;    // (C, kLdO): dO, dU; the scalar gate's scale exp(G) dO split in their places
-  bf16 *dog_hi, *dog_lo;
   static constexpr size_t bytes() {
     return sizeof(float) * (kAqk + kG) +
-           sizeof(bf16) * ((kRawGate ? 6 : 4) * C * kLdK + 2 * kRows * kLdO + 2 * C * kLdO);
+           sizeof(bf16) * ((kTopAhead ? 2 : 1) * kTop + (kRawGate ? 3 : 1) * C * kLdK + 2 * kRows * kLdO);
   }
   static_assert((kAqk + kG) % 4 == 0 && kRows >= C, "16-byte aligned tiles; -dVnew fits in dS's place");
   __device__ explicit ReverseScanSmem(void* p) {
     aqk = static_cast<float*>(p), G = aqk + kAqk, expG = G + C, kdecay = expG + C;
     g_last = kRawGate ? G + (C - 1) * kLdG : G;
-    q = reinterpret_cast<bf16*>(G + kG), k = q + C * kLdK, kd_hi = q, kd_lo = k;
-    W_hi = k + C * kLdK, W_lo = W_hi + C * kLdK;
-    ds_hi = W_lo + C * kLdK, ds_lo = ds_hi + kRows * kLdO, dvn_hi = ds_hi, dvn_lo = ds_hi + C * kLdO;
-    dov = ds_lo + kRows * kLdO, dres = dov + C * kLdO, dog_hi = dres, dog_lo = dov;
-    q_raw = kRawGate ? dres + C * kLdO : nullptr, k_raw = kRawGate ? q_raw + C * kLdK : nullptr;
+    top0 = reinterpret_cast<bf16*>(G + kG), k = top0 + (kTopAhead ? 2 : 1) * kTop, kd_hi = top0, kd_lo = k;
+    ds_hi = k + C * kLdK, ds_lo = ds_hi + kRows * kLdO, dvn_hi = ds_hi, dvn_lo = ds_hi + C * kLdO;
+    q_raw = kRawGate ? ds_lo + kRows * kLdO : nullptr, k_raw = kRawGate ? q_raw + C * kLdK : nullptr;
+  }
+  // chunk's set of the tiles 3c reads
+  __device__ TopTiles top(int chunk) const {
+    bf16* q = top0 + (kTopAhead && (chunk & 1) ? kTop : 0);
+    bf16* W_hi = q + C * kLdK;
+    bf16* dov = W_hi + 2 * C * kLdK;
+    return {q, W_hi, W_hi + C * kLdK, dov, dov + C * kLdO};
   }
   __device__ static int aqk_row(int t) {
     const int a = t / 4, b = t % 4;  // pieces before row t: sum over i < t of (i / 4 + 1)
@@ -1185,8 +1199,8 @@ __global__ void __launch_bounds__(kThreads, (OutputSmem<DK, DV, VG>::kCtasPerSm)
 // split in dS's place (and the scalar gate's scale exp(G) dO in dO's and dU's, a vector gate's
 // scale Q (.) exp(G) in its K (.) exp(G_last - G)'s); the next chunk's k, Aqk and G copied
 // (cp.async) during 3c, its q, W, dO and dU at its top, once 3c has read this chunk's: one
-// memory round trip a chunk (a vector gate: two more, its gated operands staged from global
-// memory).
+// memory round trip a chunk (a vector gate from dk = 128 on: two more, its gated operands staged
+// from global memory; the scalar gate at dk = 64: none, those tiles a chunk ahead, kTopAhead).
 template <int DK, int DV, bool VG>
 __global__ void __launch_bounds__(kThreads, (ReverseScanSmem<DK, DV, VG>::kCtasPerSm))
     reverse_scan_kernel(ChunkArgs a) {
@@ -1209,28 +1223,37 @@ __global__ void __launch_bounds__(kThreads, (ReverseScanSmem<DK, DV, VG>::kCtasP
       load_bf16_rows_async<C, DK>(sm.k, tiles.qk(a.k, chunk), tiles.qk_stride, tiles.rows(chunk));
     }
   };
-  StateTile<DK, BV> ds;
-  ds.load(a.dht ? a.dht + head * DK * DV : nullptr, v0, DV);
-  copy_k_aqk_g(a.NT - 1);
-  for (int chunk = a.NT - 1; chunk >= 0; chunk--) {
+  auto copy_top = [&](int chunk) {  // the tiles 3c reads (and kRawGate's)
     const int n = tiles.rows(chunk);
-    const int64_t row0 = tiles.row0(chunk);                              // first workspace row
-    const int64_t tok0 = (int64_t(bi) * a.T + chunk * C) * a.HV + j;    // (B, T, HV) index of token t0
-    // the next chunk started from h = 0: no gradient reaches this end state (read before the wait)
-    const bool reset = a.resets(bi, chunk + 1);
-    if (!VG) load_bf16_rows_async<C, DK>(sm.q, tiles.qk(a.q, chunk), tiles.qk_stride, n);
+    const int64_t row0 = tiles.row0(chunk);
+    const int64_t tok0 = (int64_t(bi) * a.T + chunk * C) * a.HV + j;  // (B, T, HV) index of token t0
+    const typename Smem::TopTiles top = sm.top(chunk);
+    if (!VG) load_bf16_rows_async<C, DK>(top.q, tiles.qk(a.q, chunk), tiles.qk_stride, n);
     if (Smem::kRawGate) {
       load_f32_rows_async<C, DK>(sm.G, Smem::kLdG, a.G + row0 * DK, DK);
       load_bf16_rows_async<C, DK>(sm.q_raw, tiles.qk(a.q, chunk), tiles.qk_stride, n);
       load_bf16_rows_async<C, DK>(sm.k_raw, tiles.qk(a.k, chunk), tiles.qk_stride, n);
     }
-    load_bf16_rows_async<C, DK>(sm.W_hi, a.W_hi + row0 * DK, DK, C);
-    load_bf16_rows_async<C, DK>(sm.W_lo, a.W_lo + row0 * DK, DK, C);
-    load_bf16_rows_async<C, BV>(sm.dov, a.d_o + tok0 * DV + v0, int64_t(a.HV) * DV, n);
+    load_bf16_rows_async<C, DK>(top.W_hi, a.W_hi + row0 * DK, DK, C);
+    load_bf16_rows_async<C, DK>(top.W_lo, a.W_lo + row0 * DK, DK, C);
+    load_bf16_rows_async<C, BV>(top.dov, a.d_o + tok0 * DV + v0, int64_t(a.HV) * DV, n);
     // dU rows past n (and all of them without a residual gradient) are zeros
-    load_bf16_rows_async<C, BV>(sm.dres, (a.d_res ? a.d_res : a.d_o) + tok0 * DV + v0, int64_t(a.HV) * DV,
+    load_bf16_rows_async<C, BV>(top.dres, (a.d_res ? a.d_res : a.d_o) + tok0 * DV + v0, int64_t(a.HV) * DV,
                                 a.d_res ? n : 0);
+  };
+  StateTile<DK, BV> ds;
+  ds.load(a.dht ? a.dht + head * DK * DV : nullptr, v0, DV);
+  copy_k_aqk_g(a.NT - 1);
+  if (Smem::kTopAhead) copy_top(a.NT - 1);
+  for (int chunk = a.NT - 1; chunk >= 0; chunk--) {
+    const int n = tiles.rows(chunk);
+    const int64_t row0 = tiles.row0(chunk);  // first workspace row
+    // the next chunk started from h = 0: no gradient reaches this end state (read before the wait)
+    const bool reset = a.resets(bi, chunk + 1);
+    if (!Smem::kTopAhead) copy_top(chunk);
     wait_tiles();  // this chunk's tiles; the previous chunk's 3c is done with its tiles
+    if (Smem::kTopAhead && chunk > 0) copy_top(chunk - 1);  // into the other set, free since that 3c
+    const typename Smem::TopTiles top = sm.top(chunk);
     if (reset) ds.load(nullptr, v0, DV);
     bf16* dh_end = a.dh_end + (head * a.NT + chunk) * DK * DV;  // 3a: dh[n] = dS, chunk n's END state's gradient
     ds.template stage_part<kLdO>(0, sm.ds_hi, sm.ds_lo);
@@ -1250,7 +1273,7 @@ __global__ void __launch_bounds__(kThreads, (ReverseScanSmem<DK, DV, VG>::kCtasP
     //     Kg dS by key blocks of kRows (DK = 256: dS's second half staged once the first is read)
     WarpTile<C, BV> dvn, kds;  // (the scalar gate's K dS, its rows scaled by exp(G_last - G) after)
     dvn.mma<C, true, false>([&](int s, int t) { return sm.aqk_at(t, s); },
-                            [&](int t, int c) { return bf(sm.dov[t * kLdO + c]); });
+                            [&](int t, int c) { return bf(top.dov[t * kLdO + c]); });
 #pragma unroll
     for (int p = 0; p < DK / kRows; p++) {
       if (p > 0) {
@@ -1270,7 +1293,7 @@ __global__ void __launch_bounds__(kThreads, (ReverseScanSmem<DK, DV, VG>::kCtasP
       }
     }
     dvn.each([&](int s, int c, float& x, int slot) {
-      x += bf(sm.dres[s * kLdO + c]) + (VG ? 0.f : sm.kdecay[s] * kds.at(slot));
+      x += bf(top.dres[s * kLdO + c]) + (VG ? 0.f : sm.kdecay[s] * kds.at(slot));
     });
     // 3c's decay: dS <- Diag(exp(G_last)) dS (a vector gate's per channel; exponents <= 0)
     const float glast = VG ? 0.f : sm.G[C - 1];
@@ -1289,23 +1312,23 @@ __global__ void __launch_bounds__(kThreads, (ReverseScanSmem<DK, DV, VG>::kCtasP
     } else {  // 3c's scale exp(G) dO, split: lo over dO in place (each element by the thread that reads it), hi over dU
       for (int i = threadIdx.x; i < C * BV / 2; i += kThreads) {
         const int t = i / (BV / 2), c = (i % (BV / 2)) * 2;
-        const float2 x = bf16_pair(sm.dov, t * kLdO + c);
+        const float2 x = bf16_pair(top.dov, t * kLdO + c);
         const float f = a.scale * sm.expG[t];
-        chunk_mma::split_pair(f * x.x, f * x.y, *reinterpret_cast<uint32_t*>(sm.dog_hi + t * kLdO + c),
-                              *reinterpret_cast<uint32_t*>(sm.dog_lo + t * kLdO + c));
+        chunk_mma::split_pair(f * x.x, f * x.y, *reinterpret_cast<uint32_t*>(top.dres + t * kLdO + c),
+                              *reinterpret_cast<uint32_t*>(top.dov + t * kLdO + c));
       }
     }
     if (chunk > 0) copy_k_aqk_g(chunk - 1);
     __syncthreads();  // -dVnew and 3c's gated operand are staged
     // 3c: dS <- exp(G_last) dS + scale Qg^T dO - W^T dVnew   (h[n] feeds the end state, o and Vnew)
     if constexpr (VG) {
-      ds.template add<kLdK, kLdO, C>(sm.kd_hi, sm.dov), ds.template add<kLdK, kLdO, C>(sm.kd_lo, sm.dov);
+      ds.template add<kLdK, kLdO, C>(sm.kd_hi, top.dov), ds.template add<kLdK, kLdO, C>(sm.kd_lo, top.dov);
     } else {
-      ds.template add<kLdK, kLdO, C>(sm.q, sm.dog_hi), ds.template add<kLdK, kLdO, C>(sm.q, sm.dog_lo);
+      ds.template add<kLdK, kLdO, C>(top.q, top.dres), ds.template add<kLdK, kLdO, C>(top.q, top.dov);
     }
-    ds.template add<kLdK, kLdO, C>(sm.W_hi, sm.dvn_hi), ds.template add<kLdK, kLdO, C>(sm.W_hi, sm.dvn_lo);
-    ds.template add<kLdK, kLdO, C>(sm.W_lo, sm.dvn_hi);
-    __syncthreads();  // 3c's tiles are read: the next chunk's copies may land
+    ds.template add<kLdK, kLdO, C>(top.W_hi, sm.dvn_hi), ds.template add<kLdK, kLdO, C>(top.W_hi, sm.dvn_lo);
+    ds.template add<kLdK, kLdO, C>(top.W_lo, sm.dvn_hi);
+    if (!Smem::kTopAhead) __syncthreads();  // 3c's tiles are read: the next chunk's copies may land in them
   }
   if (!a.dh0) return;
   if (a.resets(bi, 0)) ds.load(nullptr, v0, DV);  // chunk 0 started from h = 0, not from h0
