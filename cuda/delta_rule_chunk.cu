@@ -167,17 +167,19 @@
 //
 // Shared memory per CTA (bytes(), each checked against 227 KB at compile time in launch_kernel):
 //   dk \ dv    prepare (64 / 128 / 256)      scan / reverse scan   local backward (dv <= 128 / 256)
-//   64          62.0 / 70.0 / 86.0 KB          55.3 / 65.3 KB        164.6 / 147.6 KB
+//   64          62.0 / 70.0 / 86.0 KB          55.3 / 102.3 KB       164.6 / 147.6 KB
 //   128         78.0 / 86.0 / 102.0 KB         97.3 / 107.3 KB       216.6 / 168.6 KB
-//               (the reverse scan 131.3 KB at dv >= 128: 64 state columns)
+//               (the reverse scan 131.3 KB at dv >= 128: 64 state columns; at dk = 64 it
+//               holds two sets of 3c's tiles, kTopAhead: 65.3 KB with one)
 //   256         110.0 / 118.0 / 134.0 KB       221.3 / 195.3 KB      200.6 KB
 //   vector gate (the C x dk G tile, +16.8 KB at dk = 64, +32.8 KB at dk = 128; prepare +17.0 /
 //   +33.0 KB more for its step decays, which take the place of its staged k operands (before
 //   78.8 / 86.8 / 102.8 and 110.8 / 118.8 / 134.8 KB); local backward in 32-column value slices
 //   at every dv, +12.8 KB for the fp32 diagonal blocks of its pairs: the decayed K, Q tiles and
 //   the decays take places its phase C does not use; the scans with their gated K and Q tiles
-//   in k's and q's places):
-//   64          95.8 / 103.8 / 119.8 KB        55.3 / 64.8 KB        178.6 KB
+//   in k's and q's places; at dk = 64 with the chunk's G rows, k and q in tiles of their own,
+//   kRawGate: 55.3 / 64.8 KB without):
+//   64          95.8 / 103.8 / 119.8 KB        81.0 / 99.5 KB        178.6 KB
 //   128         101.8 / 101.8 / 167.8 KB       97.5 / 106.8 KB       216.9 KB
 //               (the reverse scan 130.8 KB at dv >= 128, as the scalar gate's)
 //   256         165.8 KB (every dv)            222.0 / 195.5 KB      219.4 KB (kWide)
@@ -199,17 +201,18 @@
 //   63.3 / 88.3 / 114.3 KB (72.2 / 106.2 / 134.3 before; q (.) exp(G)
 //   split; one CTA an SM at 256)
 // Registers a thread (ptxas, nvcc 13.0, sm_90; every dv): prepare 64-128 (58-128 before 1b and
-// 1d read staged tiles), scan 109 / 124 / 194 at dk = 64 / 128 / 256 (launch bounds of two
-// CTAs below 256: at most 128; 117 / 116 / 174 with the state in shared memory), output_kernel
-// 87-90 / 118-120 / 126-128 and reverse scan 123 / 126 at dk = 64 / 128 (204 at dk = 128, dv >=
-// 128, one CTA and 64 columns) and 238 at 256 (120 / 128, 193, 221 before), local backward
+// 1d read staged tiles), scan 96-101 / 123-125 / 193-194 at dk = 64 / 128 / 256 (launch bounds
+// of two CTAs below 256: at most 128; 117 / 116 / 174 with the state in shared memory),
+// output_kernel 87-90 / 118-120 / 126-128 and reverse scan 122 / 126 at dk = 64 / 128 (204 at
+// dk = 128, dv >= 128, one CTA and 64 columns) and 238 at 256 (120 / 128, 193, 221 before),
+// local backward
 // 154-255 (212-255 at dk >= 128; before the staged tiles 158-255; at dk = 256 4 bytes of spill
 // stores and loads since its decays went by exp_ftz, b9bf7cb); vector gate: prepare 64-101
-// (79-102 before its staged pair products), scan 115 / 128, output_kernel 102-104 / 126-127 and
-// reverse scan 126 / 127 (230 at dv >= 128) at dk = 64 / 128, local backward 230 / 200-201
+// (79-102 before its staged pair products), scan 124 / 107, output_kernel 102-104 / 126-127 and
+// reverse scan 125 / 127 (230 at dv >= 128) at dk = 64 / 128, local backward 230 / 200-201
 // (144 / 194-196 before its staged pair products, 195 / 254 before the staged tiles; one CTA an
 // SM at any of these); at dk = 256 (kLean and kWide, launch bounds of one CTA) prepare 128-138,
-// scan 224 (232 with the state in shared memory), output_kernel 166, reverse scan 246 (156 with
+// scan 224 (232 with the state in shared memory), output_kernel 166, reverse scan 248 (156 with
 // the state in shared memory and 32 columns), local backward 250-252 (its two key blocks unrolled:
 // for_key_blocks); no spills (the prepare's staging loops are kept rolled: unrolled, ptxas
 // spilled 4 bytes at dk = 64 to fit 64 registers).
@@ -217,7 +220,8 @@
 // 168 at dk = 64, 255 / 251 at 128 (dv 128 / 64), 255 at 256; no spills (9b06e6d's pair stores
 // spilled 4 bytes at dk = dv = 128, gone with the key_at index helper). KDA's prepare at dk =
 // dv = 64 takes 64 registers with 4 bytes of spill stores and loads since 1d's operand is formed
-// once in G's place. (ptxas's allocation swings by 50 registers on small changes here: GDN-2's
+// once in G's place, 12 bytes since W is stored as two planes (which also took the scalar
+// gate's prepare at dk = dv = 128 to 80 registers and 8 bytes of spill). (ptxas's allocation swings by 50 registers on small changes here: GDN-2's
 // db stored in pairs took its local backward at dk = 128 to 230 registers and 3% slower.)
 //
 // The local backward (pass 4) splits only h[n] for dW (its stored hi and lo planes, see above)
