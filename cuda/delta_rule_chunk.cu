@@ -873,8 +873,9 @@ __device__ __forceinline__ void stage_gated_tiles(bf16* hi, bf16* lo, const bf16
 // time), dO and dU (then the scalar gate's scale exp(G) dO split, in their places), and in fp32
 // Aqk's packed rows and G (scalar gate: the chunk's, with exp(G) and exp(G_last - G); vector gate:
 // G_last's row). 64 state columns a CTA where DK = 256 or DK = 128 with DV >= 128 (one CTA an
-// SM: B HV DV / 64 CTAs, one wave at B8 H4 D256 and at B4 H16 D128 on 132 SMs; 200 / 133 KB),
-// else 32 (two an SM; 109 KB at DK = 128, 66 KB at 64).
+// SM: B HV DV / 64 CTAs, one wave at B8 H4 D256 and at B4 H16 D128 on 132 SMs; 195 / 131 KB),
+// else 32 (two an SM; 107 KB at DK = 128; at 64 102 / 99.5 KB, scalar / vector gate, with the
+// tiles of kTopAhead / kRawGate below).
 template <int DK, int DV, bool VG>
 struct ReverseScanSmem {
   static constexpr int BV = DK > 128 || (DK == 128 && DV >= 128) ? 64 : 32;
@@ -917,7 +918,8 @@ struct ReverseScanSmem {
   }
   static_assert((kAqk + kG) % 4 == 0 && kRows >= C, "16-byte aligned tiles; -dVnew fits in dS's place");
   __device__ explicit ReverseScanSmem(void* p) {
-    aqk = static_cast<float*>(p), G = aqk + kAqk, expG = G + C, kdecay = expG + C;
+    aqk = static_cast<float*>(p), G = aqk + kAqk;
+    expG = VG ? nullptr : G + C, kdecay = VG ? nullptr : G + 2 * C;
     g_last = kRawGate ? G + (C - 1) * kLdG : G;
     top0 = reinterpret_cast<bf16*>(G + kG), k = top0 + (kTopAhead ? 2 : 1) * kTop, kd_hi = top0, kd_lo = k;
     ds_hi = k + C * kLdK, ds_lo = ds_hi + kRows * kLdO, dvn_hi = ds_hi, dvn_lo = ds_hi + C * kLdO;
