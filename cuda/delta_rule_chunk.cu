@@ -70,17 +70,23 @@
 //
 //   With a vector gate 2c scales the channels of K by exp(G_last - G) and the state's rows by
 //   exp(G_last) (3b and 3c likewise), 2b the channels of Q by exp(G). From dk = 128 on the scans
-//   hold G's last row alone and stage K (.) exp(G_last - G) (hi and lo; the reverse scan then
-//   scale Q (.) exp(G) for 3c) straight from the workspace's G and global k (gated_rows), in k's
-//   tiles' place (kLean, before the state moved into registers: with G[t][d], a C x dk fp32
-//   tile, and k held, the scans took 145 / 141 KB at dk = 128, one CTA an SM, where the lean
-//   layout took 95.5 / 108.5, two, and KDA's scans went 0.98 / 1.31 -> 0.73 / 1.19 ms at B4
-//   T4096 H16 D128 on an H200). At dk = 64 (kRawGate) they copy the chunk's G rows and k (the
-//   reverse scan q too) into tiles of their own with its other tiles and form the gated operands
-//   from those, no memory round trip inside the chain. The prepare is lean where dv <= dk: it puts v in q's tile once 1b has read q (GDN-2: w in G's
-//   place once 1d's W is formed), its step decays in G's place (1d reads G again from the
-//   workspace, this CTA's writes) and 1b's staged operands 16 channels at a time in L's and A's
-//   places: 101.8 KB at dk = 128, two CTAs an SM (KDA's prepare 1.39 -> 0.96 ms), GDN-2 118.8 KB;
+//   hold G's last row alone (kLean, before the state moved into registers: with G[t][d], a C x dk
+//   fp32 tile, and k held, the scans took 145 / 141 KB at dk = 128, one CTA an SM, where the lean
+//   layout took 95.5 / 108.5, two, and KDA's scans went 0.98 / 1.31 -> 0.73 / 1.19 ms at B4 T4096
+//   H16 D128 on an H200), and the prepare writes their gated operands split into bf16 planes as
+//   W's (kGatedPlanes): K (.) exp(G_last - G) (2c, 3b) and scale Q (.) exp(G) (2b, 3c), 8 bytes
+//   a key element, kept with the rest where a backward follows. The forward scan copies K's at
+//   the top of a chunk, in flight during 2a, into k's tiles' place; output_kernel copies Q's with
+//   its other tiles; the reverse scan copies K's with the tiles 3c reads and Q's once 3b is done
+//   with K's. Until session 49
+//   the scans staged both from the workspace's G and global k, q (a memory round trip each in
+//   the chain: KDA's forward scan took 0.71 ms a launch at B4 T4096 H16 D128 on an H100, GDN's
+//   0.44). At dk = 64 (kRawGate) they copy the chunk's G rows and k (the reverse scan q too) into
+//   tiles of their own with its other tiles and form the gated operands from those, no memory
+//   round trip inside the chain. The prepare is lean where dv <= dk: it puts v in q's tile once
+//   1b has read q (GDN-2: w in G's place once 1d's W is formed), its step decays in G's place (1d
+//   reads G again from the workspace, this CTA's writes) and 1b's staged operands 16 channels at
+//   a time in L's and A's places: 101.8 KB at dk = 128, two CTAs an SM (KDA's prepare 1.39 -> 0.96 ms), GDN-2 118.8 KB;
 //   at dk = 256 166 KB (GDN-2 199 KB). output_kernel's q (.) exp(G) hi and lo tiles make it 106 KB
 //   at dk = 128 and 134 KB at 256, one CTA an SM there.
 //
@@ -297,6 +303,9 @@ struct ChunkArgs {
                         // in fp32 (pass 3 reads W last)
   bf16 *W_hi, *W_lo;    // (B, HV, NT * C, dk) each, in W's room: W = A diag(beta exp(G)) K split, hi = W
                         // rounded, lo = W - hi rounded (the scans' operand, staged as it is copied)
+  bf16 *Kg_hi, *Kg_lo;  // (B, HV, NT * C, dk) each, a vector gate from dk = 128 on (else null): 2c's and
+                        // 3b's K (.) exp(G_last - G) split as W (pass 1 writes it, the scans copy it)
+  bf16 *Qg_hi, *Qg_lo;  // the same: 2b's and 3c's scale Q (.) exp(G)
   float* U;             // (B, HV, NT * C, dv); 2a writes Vnew over it for 2b when vnew is null
   float* Aqk;           // (B, HV, NT, C, C)
   float* G;             // (B, HV, NT * C)  in-chunk cumulative gate
@@ -336,9 +345,11 @@ __device__ __forceinline__ float2 bf16_pair(const bf16* tile, int i) {
 // g, GDN-2's b and w: no alignment asked of them) whose uses store to shared memory. The compiler
 // cannot move a load above a store that may alias it, so a plain loop pays a memory round trip an
 // element; this one pays one a batch (the prepare: KDA's forward 2.06 -> 2.00 ms, GDN-2's 3.03 ->
-// 2.85 at B4 T4096 H16 D128, H200). The local backward's reads of b and w stay element by
-// element: batched (8 a thread), GDN-2's took 3.70 ms there against 3.32, the unrolled bodies
-// costing more than the round trips they hid.
+// 2.85 at B4 T4096 H16 D128, H200). The local backward reads b (four times a key block) and w
+// (once a value slice) in batches of 4: GDN-2's took 3.05 ms a launch with a plain loop at B4
+// T4096 H16 D128 on an H100, 2.63 batched (KDA's, without b and w: 1.72); in batches of 8 an
+// earlier version of it had gone 3.32 -> 3.70 ms (H200), the unrolled bodies costing more than
+// the round trips they hid.
 template <int COUNT, int BATCH, class Load, class Use>
 __device__ __forceinline__ void batched_loads(Load&& load, Use&& use) {
   constexpr int kPer = COUNT / kThreads;
@@ -683,16 +694,36 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
       if (part == 0)
         for (int s = t + 1; s < first + 16; s++) sm.L[t * kLdC + s] = 0.f, aqk[t * C + s] = 0.f;
     }
+    // The gated operands of 2b, 2c, 3b and 3c from dk = 128 on, split into bf16 planes as W:
+    // K (.) exp(G_last - G) (2c, 3b) and scale Q (.) exp(G) (2b, 3c); G from the workspace.
+    if constexpr (DK > 64) {
+      const int64_t plane0 = (head * a.NT * C + t0) * DK;
+      batched_loads<C * DK / 2, 4>([&](int i) {  // channel pair d, d + 1 of token t (k, q are 0 past n)
+        const int t = i / (DK / 2), d = i % (DK / 2) * 2;
+        const float2 g = *reinterpret_cast<const float2*>(G_out() + t * DK + d);
+        const float2 last = *reinterpret_cast<const float2*>(G_out() + (C - 1) * DK + d);
+        const float2 k = bf16_pair(sm.k, t * kLdK + d), q = bf16_pair(sm.q, t * kLdK + d);
+        return make_float4(k.x * exp_ftz(last.x - g.x), k.y * exp_ftz(last.y - g.y),
+                           q.x * (a.scale * exp_ftz(g.x)), q.y * (a.scale * exp_ftz(g.y)));
+      }, [&](int i, float4 x) {
+        const int64_t at = plane0 + i / (DK / 2) * DK + i % (DK / 2) * 2;
+        chunk_mma::split_pair(x.x, x.y, *reinterpret_cast<uint32_t*>(a.Kg_hi + at),
+                              *reinterpret_cast<uint32_t*>(a.Kg_lo + at));
+        chunk_mma::split_pair(x.z, x.w, *reinterpret_cast<uint32_t*>(a.Qg_hi + at),
+                              *reinterpret_cast<uint32_t*>(a.Qg_lo + at));
+      });
+    }
     // G is read (the step decays hold what the diagonal blocks need): 1d's operand E (.) exp(G)
     // in its place (kLean: G from the workspace, this CTA's writes above; q is read: v takes its tile).
     if (kLean) {
       __syncthreads();
       load_v();
     }
-    for (int i = threadIdx.x; i < C * DK; i += kThreads) {
-      float& x = sm.G[(i / DK) * kLdG + i % DK];
-      x = e_at(i / DK, i % DK) * exp_ftz(kLean ? G_out()[i] : x);
-    }
+    // (e, G) at (i / DK, i % DK): kLean reads G from global memory, 4 loads in flight a thread (KDA's
+    // forward at B8 T2048 H4 D256 1.73 -> 1.67 ms, H100); at dk = 64 in batches GDN-2's went 2.5% slower
+    batched_loads<C * DK, kLean ? 4 : 1>([&](int i) {
+      return make_float2(e_at(i / DK, i % DK), kLean ? G_out()[i] : sm.G[(i / DK) * kLdG + i % DK]);
+    }, [&](int i, float2 eg) { sm.G[(i / DK) * kLdG + i % DK] = eg.x * exp_ftz(eg.y); });
     if (kLean) wait_tiles();
   } else {  // the tiles as loaded, by ldmatrix (K^T by ldmatrix.trans); each warp's columns past its rows left out
     using chunk_mma::Padded;
@@ -803,54 +834,9 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
   }
 }
 
-// fn(t, d, G[t][d .. d + 3], x[t][d .. d + 3]) for the C x DK pieces of a vector gate's G, a chunk's
-// (C, DK) rows of the workspace, and of a bf16 matrix x (rows x_stride apart, zeros past row n),
-// both read from global memory (4 floats and 2 bf16 pairs a piece; piece i to thread i % kThreads).
-// A thread loads kBatch pieces before it hands any to fn (kBatch round trips in flight at once:
-// fn's shared-memory stores would otherwise order every load after the previous piece's stores).
-template <int DK, class Fn>
-__device__ __forceinline__ void gated_rows(const float* G, const bf16* x, int64_t x_stride, int n, Fn&& fn) {
-  constexpr int kPieces = DK / 4, kPer = C * kPieces / kThreads, kBatch = 4;
-  static_assert(C * kPieces % kThreads == 0 && kPer % kBatch == 0, "whole batches of pieces a thread");
-#pragma unroll 1
-  for (int p0 = 0; p0 < kPer; p0 += kBatch) {
-    float4 g[kBatch], xs[kBatch];
-#pragma unroll
-    for (int p = 0; p < kBatch; p++) {
-      const int i = threadIdx.x + (p0 + p) * kThreads, t = i / kPieces, d = (i % kPieces) * 4;
-      g[p] = *reinterpret_cast<const float4*>(G + t * DK + d);
-      xs[p] = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (t < n) {
-        const float2 x01 = bf16_pair(x + t * x_stride, d), x23 = bf16_pair(x + t * x_stride, d + 2);
-        xs[p] = make_float4(x01.x, x01.y, x23.x, x23.y);
-      }
-    }
-#pragma unroll
-    for (int p = 0; p < kBatch; p++) {
-      const int i = threadIdx.x + (p0 + p) * kThreads;
-      fn(i / kPieces, (i % kPieces) * 4, g[p], xs[p]);
-    }
-  }
-}
-
-// hi, lo (C, DK) tiles, rows LD apart <- x[t][d] factor(d, G[t][d]) split, for a chunk's (C, DK)
-// rows of a vector gate's G in the workspace and of a bf16 matrix x in global memory (gated_rows):
-// the scans' K (.) exp(G_last - G) and scale Q (.) exp(G).
-template <int DK, int LD, class Factor>
-__device__ __forceinline__ void stage_gated(bf16* hi, bf16* lo, const float* G_rows, const bf16* x, int64_t x_stride,
-                                            int n, Factor&& factor) {
-  auto split_store = [&](int t, int d, float x0, float x1) {  // at (t, d), (t, d + 1)
-    chunk_mma::split_pair(x0, x1, *reinterpret_cast<uint32_t*>(hi + t * LD + d),
-                          *reinterpret_cast<uint32_t*>(lo + t * LD + d));
-  };
-  gated_rows<DK>(G_rows, x, x_stride, n, [&](int t, int d, float4 g, float4 x4) {
-    split_store(t, d, x4.x * factor(d, g.x), x4.y * factor(d + 1, g.y));
-    split_store(t, d + 2, x4.z * factor(d + 2, g.z), x4.w * factor(d + 3, g.w));
-  });
-}
-
-// The same from a chunk's tiles in shared memory: x (C, DK) bf16 rows LDX apart, G (C, DK) fp32
-// rows LDG apart (kRawGate: the scans' gated operands at dk = 64, with no memory round trip).
+// hi, lo (C, DK) tiles, rows LDX apart <- x[t][d] factor(d, G[t][d]) split, from a chunk's tiles
+// in shared memory: x (C, DK) bf16 rows LDX apart, G (C, DK) fp32 rows LDG apart (kRawGate: the
+// scans' K (.) exp(G_last - G) and scale Q (.) exp(G) at dk = 64, with no memory round trip).
 template <int DK, int LDX, int LDG, class Factor>
 __device__ __forceinline__ void stage_gated_tiles(bf16* hi, bf16* lo, const bf16* x, const float* G, Factor&& factor) {
   for (int i = threadIdx.x; i < C * DK / 2; i += kThreads) {  // channel pairs d, d + 1
@@ -868,7 +854,8 @@ __device__ __forceinline__ void stage_gated_tiles(bf16* hi, bf16* lo, const bf16
 // The reverse scan's shared memory (reverse_scan_kernel). The gradient dS of the state's BV
 // columns is in registers (StateTile); here are the chunk's operands as bf16 tiles read by
 // ldmatrix: q and k (a vector gate: 3b's K (.) exp(G_last - G), then 3c's scale Q (.) exp(G),
-// split, staged from the workspace's G and global k, q, in their places), W's hi and lo planes,
+// split, copied from the prepare's planes (kRawGate: formed from tiles), in their places), W's hi
+// and lo planes,
 // dS split for 3b (then -dVnew split for 3c, in its place; at DK = 256 one 128-row half of dS at a
 // time), dO and dU (then the scalar gate's scale exp(G) dO split, in their places), and in fp32
 // Aqk's packed rows and G (scalar gate: the chunk's, with exp(G) and exp(G_last - G); vector gate:
@@ -890,6 +877,10 @@ struct ReverseScanSmem {
   // chunk parity and copies the next chunk's at the top of this one, a chunk ahead (102 KB, two
   // CTAs an SM); elsewhere they are copied at the top of their own chunk, one round trip a chunk.
   static constexpr bool kTopAhead = !VG && DK == 64;
+  // A vector gate from DK = 128 on copies its gated operands from the prepare's planes into kd_hi,
+  // kd_lo: 3b's K (.) exp(G_last - G) with the tiles 3c reads, at the chunk's top; 3c's scale
+  // Q (.) exp(G) once 3b has read that, waited for just before 3c (a copy group of its own).
+  static constexpr bool kGatedPlanes = VG && !kRawGate;
   static constexpr int kLdK = DK + 8, kLdO = BV + 8, kLdG = DK + 4;
   static constexpr int kTop = 3 * C * kLdK + 2 * C * kLdO;  // bf16 of a set of q, W_hi, W_lo, dO, dU
   // G_last's row (kRawGate: G's rows), or G, exp(G), exp(G_last - G)
@@ -973,11 +964,14 @@ struct ScanTiles {
 // planes as prepare_kernel stored them, k by chunk parity (the next chunk's lands while this
 // chunk's 2c reads its own; a vector gate: K (.) exp(G_last - G) split, in the two k tiles'
 // place), the state split for 2a (then Vnew split for 2c, in its place), U (fp32) and G (scalar
-// gate: the chunk's; vector gate: G_last's row). A vector gate's K (.) exp(G_last - G) is staged
-// at the top of a chunk: at DK = 64 (kRawGate) from the chunk's G rows and k, copied into tiles
-// of their own with the chunk's other tiles, during the previous chunk's 2c; from DK = 128 on
-// (no room for those at two CTAs an SM) from the workspace's G and global k, one memory round
-// trip (at DK = 64 that took KDA's forward from 0.873 to 0.968 ms at B8 T2048 H16, H100).
+// gate: the chunk's; vector gate: G_last's row). A vector gate's K (.) exp(G_last - G): at
+// DK = 64 (kRawGate) staged at the top of a chunk from the chunk's G rows and k, copied into
+// tiles of their own with the chunk's other tiles during the previous chunk's 2c; from DK = 128
+// on (no room for those at two CTAs an SM) copied from the prepare's planes (kGatedPlanes) at the
+// top of the chunk, a copy group of its own waited for before 2c (staged from the workspace's
+// G and global k there, a memory round trip in the chain, it took KDA's forward scan 0.71 ms a
+// launch at B4 T4096 H16 D128 on an H100, GDN's 0.44; at DK = 64 the same had taken KDA's
+// forward from 0.873 to 0.968 ms at B8 T2048 H16).
 // At DK = 256 the 64 columns of a CTA take 222 KB (one CTA an SM, B HV DV / 64 CTAs: one wave at
 // B8 H4 D256 on 132 SMs), at DK = 128 the 32 columns 97.5 KB, at DK = 64 55.3 KB (81.3 with
 // kRawGate; two an SM).
@@ -986,6 +980,7 @@ struct ForwardScanSmem {
   static constexpr int BV = DK > 128 ? 64 : 32;
   static constexpr int kCtasPerSm = DK > 128 ? 1 : 2;  // launch bounds
   static constexpr bool kRawGate = VG && DK == 64;
+  static constexpr bool kGatedPlanes = VG && !kRawGate;  // kd_hi, kd_lo copied from the prepare's planes
   static constexpr int kLdK = DK + 8, kLdS = BV + 8, kLdU = BV + 4, kLdG = DK + 4;
   static constexpr int kG = kRawGate ? C * kLdG : VG ? DK : C;
   float* U;           // (C, kLdU)
@@ -1027,9 +1022,9 @@ struct ForwardScanSmem {
 // 2b. A chunk's steps: h split into staged tiles (and stored from them as h[n]'s planes); 2a's
 // W h on W's planes and h's (three products: hi hi, hi lo, lo hi); every tile of the next chunk
 // copied (cp.async) once 2a has read this chunk's; Vnew split in the state's place; 2c's K^T
-// Vnew into the registers. The copies are in flight during Vnew's staging and 2c, so the
-// sequential chain holds no memory round trip (but a vector gate's K (.) exp(G_last - G) from
-// dk = 128 on, staged from global memory at the top of a chunk).
+// Vnew into the registers. The copies are in flight during Vnew's staging and 2c (a vector gate's
+// K (.) exp(G_last - G) from dk = 128 on, copied at the top of the chunk, during 2a), so the
+// sequential chain holds no memory round trip.
 template <int DK, int DV, bool VG>
 __global__ void __launch_bounds__(kThreads, (ForwardScanSmem<DK, VG>::kCtasPerSm)) scan_kernel(ChunkArgs a) {
   extern __shared__ float4 smem_raw[];
@@ -1056,6 +1051,11 @@ __global__ void __launch_bounds__(kThreads, (ForwardScanSmem<DK, VG>::kCtasPerSm
       load_bf16_rows_async<C, DK>(sm.k_tile(chunk), tiles.qk(a.k, chunk), tiles.qk_stride, tiles.rows(chunk));
     }
   };
+  auto copy_gated = [&](int chunk) {  // kGatedPlanes: 2c's K (.) exp(G_last - G), a copy group of its own
+    load_bf16_rows_async<C, DK>(sm.kd_hi, a.Kg_hi + tiles.row0(chunk) * DK, DK, C);
+    load_bf16_rows_async<C, DK>(sm.kd_lo, a.Kg_lo + tiles.row0(chunk) * DK, DK, C);
+    cp_async_commit();
+  };
   StateTile<DK, BV> h;
   h.load(a.h0 ? a.h0 + head * DK * DV : nullptr, v0, DV);
   copy_chunk(0);
@@ -1064,14 +1064,12 @@ __global__ void __launch_bounds__(kThreads, (ForwardScanSmem<DK, VG>::kCtasPerSm
     const int64_t row0 = tiles.row0(chunk);  // first workspace row of the chunk
     const bool reset = a.resets(bi, chunk);  // a document starts here: from h = 0 (read before the wait)
     wait_tiles();  // this chunk's tiles; the previous chunk's reads of Vnew's and k's tiles are done
+    if constexpr (Smem::kGatedPlanes) copy_gated(chunk);  // (waited for before 2c: in flight during 2a)
     if (reset) h.load(nullptr, v0, DV);
     h.template stage<kLdS>(sm.s_hi, sm.s_lo);
     if constexpr (Smem::kRawGate) {  // 2c's K (.) exp(G_last - G), split, from the chunk's tiles
       stage_gated_tiles<DK, kLdK, Smem::kLdG>(sm.kd_hi, sm.kd_lo, sm.k_raw, sm.G,
                                               [&](int d, float g_s) { return exp_ftz(sm.g_last[d] - g_s); });
-    } else if constexpr (VG) {  // the same from the workspace's G and global k
-      stage_gated<DK, kLdK>(sm.kd_hi, sm.kd_lo, a.G + row0 * DK, tiles.qk(a.k, chunk), tiles.qk_stride, n,
-                            [&](int d, float g_s) { return exp_ftz(sm.g_last[d] - g_s); });
     }
     __syncthreads();  // the state's split is staged
     // every chunk-start state h[n], for 2b (output_kernel) and the backward (4.9 step 1); no lo
@@ -1109,7 +1107,11 @@ __global__ void __launch_bounds__(kThreads, (ForwardScanSmem<DK, VG>::kCtasPerSm
       chunk_mma::split_pair(x0, x1, *reinterpret_cast<uint32_t*>(sm.vn_hi + r * kLdS + c),
                             *reinterpret_cast<uint32_t*>(sm.vn_lo + r * kLdS + c));
     });
-    __syncthreads();  // Vnew is staged
+    if constexpr (Smem::kGatedPlanes) {  // the next chunk's copies a group (maybe empty); this chunk's Kg landed
+      cp_async_commit();
+      cp_async_wait<1>();
+    }
+    __syncthreads();  // Vnew is staged (and Kg)
     // 2c: h <- Diag(exp(G_last)) h + (K (.) exp(G_last - G))^T Vnew (a scalar gate's decays
     //     scale the rows of Vnew, a vector gate's the channels of K), by ldmatrix.trans of K
     if constexpr (VG) {
@@ -1134,7 +1136,8 @@ struct OutputSmem {
   static constexpr int VS = std::min(DV, DK < 256 ? 64 : 32);
   static constexpr int kCtasPerSm = VG && DK > 128 ? 1 : 2;  // launch bounds
   static constexpr int kLdK = DK + 8, kLdS = VS + 8, kLdA = C + 8;  // bf16 row strides
-  bf16 *q_hi, *q_lo;    // (C, kLdK): q (scalar gate or none: q_hi only), or q (.) exp(G) split
+  bf16 *q_hi, *q_lo;    // (C, kLdK): q (scalar gate or none: q_hi only), or q (.) exp(G) split (from dk = 128 on
+                        // scale Q (.) exp(G)'s planes as copied)
   bf16* h;              // (DK, kLdS): the value slice of h[n] (bf16 as the scan stored it)
   bf16 *aqk_hi, *aqk_lo;  // (C, kLdA): Aqk, split
   bf16 *vn_hi, *vn_lo;  // (C, kLdS): the value slice of Vnew, split
@@ -1165,8 +1168,15 @@ __global__ void __launch_bounds__(kThreads, (OutputSmem<DK, DV, VG>::kCtasPerSm)
   const int t0 = chunk * C, n = tiles.rows(chunk);
   const int64_t row0 = tiles.row0(chunk), tok0 = (int64_t(bi) * a.T + t0) * a.HV + j;  // (B, T, HV) index of t0
   // q into q_hi (cp.async, in flight while the fp32 tiles are staged); a vector gate's then
-  // becomes q (.) exp(G) split in place (each thread reads the q of the very pieces it overwrites)
-  load_bf16_rows_async<C, DK>(sm.q_hi, tiles.qk(a.q, chunk), tiles.qk_stride, n);
+  // becomes q (.) exp(G) split in place (each thread reads the q of the very pieces it overwrites),
+  // or from dk = 128 on is copied as scale Q (.) exp(G)'s planes (the prepare's)
+  constexpr bool kPlanes = VG && DK > 64;
+  if (kPlanes) {
+    load_bf16_rows_async<C, DK>(sm.q_hi, a.Qg_hi + row0 * DK, DK, C);
+    load_bf16_rows_async<C, DK>(sm.q_lo, a.Qg_lo + row0 * DK, DK, C);
+  } else {
+    load_bf16_rows_async<C, DK>(sm.q_hi, tiles.qk(a.q, chunk), tiles.qk_stride, n);
+  }
   if (!VG && threadIdx.x < C) sm.expG[threadIdx.x] = exp_ftz(a.G[row0 + threadIdx.x]);
   auto as_is = [](int, int, float4&) {};
   const int64_t state = tiles.head * a.NT + chunk;  // (b, j, chunk) of the (B, HV, NT, ..) buffers
@@ -1175,7 +1185,7 @@ __global__ void __launch_bounds__(kThreads, (OutputSmem<DK, DV, VG>::kCtasPerSm)
   if (a.vnew) stage_f32_rows<C, VS, true>(sm.vn_hi, sm.vn_lo, a.vnew + tok0 * DV + v0, int64_t(a.HV) * DV, n, as_is);
   else stage_f32_rows<C, VS, true>(sm.vn_hi, sm.vn_lo, a.U + row0 * DV + v0, DV, C, as_is);
   wait_tiles();
-  if constexpr (VG) {
+  if constexpr (VG && !kPlanes) {
     stage_f32_rows<C, DK, true>(sm.q_hi, sm.q_lo, a.G + row0 * DK, DK, C, [&](int t, int d, float4& x) {
       const float2 q01 = bf16_pair(sm.q_hi, t * kLdK + d), q23 = bf16_pair(sm.q_hi, t * kLdK + d + 2);
       x = make_float4(q01.x * exp_ftz(x.x), q01.y * exp_ftz(x.y), q23.x * exp_ftz(x.z), q23.y * exp_ftz(x.w));
@@ -1190,7 +1200,7 @@ __global__ void __launch_bounds__(kThreads, (OutputSmem<DK, DV, VG>::kCtasPerSm)
   mma_staged(av, Padded<kLdA, false>{sm.aqk_hi}, Padded<kLdS, false>{sm.vn_lo}, 0, s_end);
   mma_staged(av, Padded<kLdA, false>{sm.aqk_lo}, Padded<kLdS, false>{sm.vn_hi}, 0, s_end);
   qh.each_pair([&](int r, int c, float x0, float x1, int slot) {
-    const float e = a.scale * (VG ? 1.f : sm.expG[r]);
+    const float e = kPlanes ? 1.f : a.scale * (VG ? 1.f : sm.expG[r]);  // (the planes carry scale)
     if (r < n)
       *reinterpret_cast<uint32_t*>(a.o + (tok0 + int64_t(r) * a.HV) * DV + v0 + c) =
           pack_bf16(e * x0 + av.at(slot), e * x1 + av.at(slot + 1));
@@ -1205,8 +1215,9 @@ __global__ void __launch_bounds__(kThreads, (OutputSmem<DK, DV, VG>::kCtasPerSm)
 // split in dS's place (and the scalar gate's scale exp(G) dO in dO's and dU's, a vector gate's
 // scale Q (.) exp(G) in its K (.) exp(G_last - G)'s); the next chunk's k, Aqk and G copied
 // (cp.async) during 3c, its q, W, dO and dU at its top, once 3c has read this chunk's: one
-// memory round trip a chunk (a vector gate from dk = 128 on: two more, its gated operands staged
-// from global memory; the scalar gate at dk = 64: none, those tiles a chunk ahead, kTopAhead).
+// memory round trip a chunk (a vector gate from dk = 128 on: its K (.) exp(G_last - G) copied
+// with them, its scale Q (.) exp(G) once 3b has read that, in flight during -dVnew's split; the
+// scalar gate at dk = 64: none, those tiles a chunk ahead, kTopAhead).
 template <int DK, int DV, bool VG>
 __global__ void __launch_bounds__(kThreads, (ReverseScanSmem<DK, DV, VG>::kCtasPerSm))
     reverse_scan_kernel(ChunkArgs a) {
@@ -1229,7 +1240,11 @@ __global__ void __launch_bounds__(kThreads, (ReverseScanSmem<DK, DV, VG>::kCtasP
       load_bf16_rows_async<C, DK>(sm.k, tiles.qk(a.k, chunk), tiles.qk_stride, tiles.rows(chunk));
     }
   };
-  auto copy_top = [&](int chunk) {  // the tiles 3c reads (and kRawGate's)
+  auto copy_planes = [&](const bf16* hi, const bf16* lo, int chunk) {  // kGatedPlanes: a chunk's into kd_hi, kd_lo
+    load_bf16_rows_async<C, DK>(sm.kd_hi, hi + tiles.row0(chunk) * DK, DK, C);
+    load_bf16_rows_async<C, DK>(sm.kd_lo, lo + tiles.row0(chunk) * DK, DK, C);
+  };
+  auto copy_top = [&](int chunk) {  // the tiles 3c reads (and kRawGate's; kGatedPlanes: 3b's Kg)
     const int n = tiles.rows(chunk);
     const int64_t row0 = tiles.row0(chunk);
     const int64_t tok0 = (int64_t(bi) * a.T + chunk * C) * a.HV + j;  // (B, T, HV) index of token t0
@@ -1240,6 +1255,7 @@ __global__ void __launch_bounds__(kThreads, (ReverseScanSmem<DK, DV, VG>::kCtasP
       load_bf16_rows_async<C, DK>(sm.q_raw, tiles.qk(a.q, chunk), tiles.qk_stride, n);
       load_bf16_rows_async<C, DK>(sm.k_raw, tiles.qk(a.k, chunk), tiles.qk_stride, n);
     }
+    if (Smem::kGatedPlanes) copy_planes(a.Kg_hi, a.Kg_lo, chunk);  // 3b's Kg
     load_bf16_rows_async<C, DK>(top.W_hi, a.W_hi + row0 * DK, DK, C);
     load_bf16_rows_async<C, DK>(top.W_lo, a.W_lo + row0 * DK, DK, C);
     load_bf16_rows_async<C, BV>(top.dov, a.d_o + tok0 * DV + v0, int64_t(a.HV) * DV, n);
@@ -1268,11 +1284,8 @@ __global__ void __launch_bounds__(kThreads, (ReverseScanSmem<DK, DV, VG>::kCtasP
       sm.kdecay[threadIdx.x] = exp_ftz(sm.G[C - 1] - sm.G[threadIdx.x]);
     }
     auto kg_factor = [&](int d, float g_s) { return exp_ftz(sm.g_last[d] - g_s); };
-    if constexpr (Smem::kRawGate) {  // 3b's Kg = K (.) exp(G_last - G), split
+    if constexpr (Smem::kRawGate)  // 3b's Kg = K (.) exp(G_last - G), split
       stage_gated_tiles<DK, kLdK, Smem::kLdG>(sm.kd_hi, sm.kd_lo, sm.k_raw, sm.G, kg_factor);
-    } else if constexpr (VG) {
-      stage_gated<DK, kLdK>(sm.kd_hi, sm.kd_lo, a.G + row0 * DK, tiles.qk(a.k, chunk), tiles.qk_stride, n, kg_factor);
-    }
     __syncthreads();
     sm.store_rounded(dh_end, 0, v0);
     // 3b: dVnew = Aqk^T dO + Kg dS + dU   (Vnew feeds o, the end state and the residual output u);
@@ -1305,6 +1318,10 @@ __global__ void __launch_bounds__(kThreads, (ReverseScanSmem<DK, DV, VG>::kCtasP
     const float glast = VG ? 0.f : sm.G[C - 1];
     ds.scale([&](int d) { return exp_ftz(VG ? sm.g_last[d] : glast); });
     __syncthreads();  // dS's split, dU, k, Kg, Aqk and G are read
+    if constexpr (Smem::kGatedPlanes) {  // 3c's Qg into Kg's place, in flight during -dVnew's split
+      copy_planes(a.Qg_hi, a.Qg_lo, chunk);
+      cp_async_commit();
+    }
     dvn.each_pair([&](int s, int c, float x0, float x1, int) {  // 3c's -dVnew, split; dVnew out in bf16
       chunk_mma::split_pair(-x0, -x1, *reinterpret_cast<uint32_t*>(sm.dvn_hi + s * kLdO + c),
                             *reinterpret_cast<uint32_t*>(sm.dvn_lo + s * kLdO + c));
@@ -1313,9 +1330,8 @@ __global__ void __launch_bounds__(kThreads, (ReverseScanSmem<DK, DV, VG>::kCtasP
     auto qg_factor = [&](int, float g_t) { return a.scale * exp_ftz(g_t); };
     if constexpr (Smem::kRawGate) {  // 3c's scale Qg, in Kg's place
       stage_gated_tiles<DK, kLdK, Smem::kLdG>(sm.kd_hi, sm.kd_lo, sm.q_raw, sm.G, qg_factor);
-    } else if constexpr (VG) {
-      stage_gated<DK, kLdK>(sm.kd_hi, sm.kd_lo, a.G + row0 * DK, tiles.qk(a.q, chunk), tiles.qk_stride, n, qg_factor);
-    } else {  // 3c's scale exp(G) dO, split: lo over dO in place (each element by the thread that reads it), hi over dU
+    } else if constexpr (!VG) {  // 3c's scale exp(G) dO, split: lo over dO in place (each element by the
+                                 // thread that reads it), hi over dU
       for (int i = threadIdx.x; i < C * BV / 2; i += kThreads) {
         const int t = i / (BV / 2), c = (i % (BV / 2)) * 2;
         const float2 x = bf16_pair(top.dov, t * kLdO + c);
@@ -1325,6 +1341,10 @@ __global__ void __launch_bounds__(kThreads, (ReverseScanSmem<DK, DV, VG>::kCtasP
       }
     }
     if (chunk > 0) copy_k_aqk_g(chunk - 1);
+    if constexpr (Smem::kGatedPlanes) {  // the next chunk's copies a group (maybe empty); Qg landed
+      cp_async_commit();
+      cp_async_wait<1>();
+    }
     __syncthreads();  // -dVnew and 3c's gated operand are staged
     // 3c: dS <- exp(G_last) dS + scale Qg^T dO - W^T dVnew   (h[n] feeds the end state, o and Vnew)
     if constexpr (VG) {
@@ -1781,11 +1801,13 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
       *reinterpret_cast<float2*>(dW_global + r * DK + d0 + d) = make_float2(-x0, -x1);
     });
     if constexpr (VG) {  // dW Ehat^T: K (.) exp(G) rounded once (GDN-2: E (.) exp(G))
-      for (int i = threadIdx.x; i < C * KB; i += kThreads) {
+      batched_loads<C * KB, 4>([&](int i) {
         const int s = i / KB, d = i % KB;
-        const float e = VBW ? erase(s, d0 + d) * k_rows(s, kc + d) : k_rows(s, kc + d);
+        return VBW ? erase(s, d0 + d) * k_rows(s, kc + d) : k_rows(s, kc + d);
+      }, [&](int i, float e) {
+        const int s = i / KB, d = i % KB;
         sm.kexp[s * kLdKBb + d] = __float2bfloat16_rn(e * exp_ftz(g(s, kc + d)));
-      }
+      });
     }
     __syncthreads();
     if constexpr (VG) mma_staged(wk, Padded<kLdKBb, false>{sm.dWb}, Padded<kLdKBb, true>{sm.kexp}, 0, KB);
@@ -1818,12 +1840,14 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     wait_tiles();  // slice j has landed; slice j - 1's reads of the other tiles are done
     if (j > 0) round_vnew(odd);
     if constexpr (VBW) {  // w's slice and Y = w (.) V rounded
-      for (int i = threadIdx.x; i < C * VS; i += kThreads) {
+      batched_loads<C * VS, 4>([&](int i) {
+        const int r = i / VS;
+        return r < n ? a.w[(tok0 + int64_t(r) * a.HV) * DV + c0 + i % VS] : __float2bfloat16_rn(0.f);
+      }, [&](int i, bf16 w) {
         const int r = i / VS, c = i % VS;
-        const bf16 w = r < n ? a.w[(tok0 + int64_t(r) * a.HV) * DV + c0 + c] : __float2bfloat16_rn(0.f);
         sm.w_slice[r * kLdS + c] = w;
         sm.y_slice[r * kLdS + c] = __float2bfloat16_rn(bf(w) * bf(vt[r * kLdS + c]));
-      }
+      });
     }
     __syncthreads();  // Vnew's tile (and GDN-2's w, Y) ready, the staging free
     const bool more = j + 1 < kSlices;
@@ -1960,10 +1984,8 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
         stage_pair_decays<Smem, VBW>(sm, d0, a.b + tok0 * DK + d0, a.HV * DK, n);
         __syncthreads();  // G is read: the block's dG takes its place (GDN-2: b first, read below)
         if constexpr (VBW) {
-          for (int i = threadIdx.x; i < C * KB; i += kThreads) {
-            const int t = i / KB, d = i % KB;
-            sm.dGv[t * kLdKB + d] = erase(t, d0 + d);
-          }
+          batched_loads<C * KB, 4>([&](int i) { return erase(i / KB, d0 + i % KB); },
+                                   [&](int i, float b) { sm.dGv[(i / KB) * kLdKB + i % KB] = b; });
           __syncthreads();
         }
         const DecayedTerm p2_k[] = {{sm.P2_b, sm.P2_d, sm.kn, sm.k}};
@@ -2005,10 +2027,11 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     if constexpr (VBW) {  // dQ's share of dG now (dQ is dead across dK's pairs), then E = b (.) K in k's
       dq.each([&](int r, int d, float x, int) { sm.dGv[r * kLdKB + d] += q_blk(r, d) * x; });
       __syncthreads();  // place (its last reader, Ps K, is done; kt holds E decayed)
-      for (int i = threadIdx.x; i < C * kKeys; i += kThreads) {  // (the vector gate's tiles: one key block)
-        const int t = i / kKeys, d = i % kKeys;
-        sm.k[t * kLdK + d] = __float2bfloat16_rn(erase(t, d0 + d) * k_rows(t, d));
-      }
+      batched_loads<C * kKeys, 4>([&](int i) { return erase(i / kKeys, d0 + i % kKeys); },  // (the vector gate's
+                                  [&](int i, float b) {                                    // tiles: one key block)
+                                    const int t = i / kKeys, d = i % kKeys;
+                                    sm.k[t * kLdK + d] = __float2bfloat16_rn(b * k_rows(t, d));
+                                  });
       __syncthreads();
       if (kWide) load_part(dk, a.dk);
     }
@@ -2133,10 +2156,11 @@ ChunkArgs input_args(const void* q, const void* k, const void* v, const void* g,
   return a;
 }
 
-// Where passes 1-2 write: U in scratch (when they run); W, Aqk, G, A (with `with_kept`) and every
-// h[n] (its bf16 hi plane, what 2b and passes 3-4 read, then its lo plane, pass 4's) carved in
-// that order from `kept` (kept_floats(d) floats) or, when null, from scratch (without
-// `with_kept`, a forward no backward follows: no A, no lo plane).
+// Where passes 1-2 write: U in scratch (when they run); W, Aqk, G, A (with `with_kept`), a vector
+// gate's gated K and Q planes from dk = 128 on and every h[n] (its bf16 hi plane, what 2b and
+// passes 3-4 read, then its lo plane, pass 4's) carved in that order from `kept` (kept_floats(d)
+// floats) or, when null, from scratch (without `with_kept`, a forward no backward follows: no A,
+// no lo plane).
 struct Workspace {
   FloatScratch U, own;
   Workspace(const DeltaRuleDims& d, ChunkArgs& a, float* kept, bool with_kept, bool run_passes_1_2)
@@ -2149,12 +2173,20 @@ struct Workspace {
     a.Aqk = p, p += rows(d) * C;
     a.G = p, p += rows(d) * gate_width(d);
     if (with_kept) a.A = p, p += rows(d) * C;
+    auto carve_planes = [&](bf16*& hi, bf16*& lo) {  // two bf16 planes of rows * dk in rows * dk floats
+      hi = reinterpret_cast<bf16*>(p), lo = hi + rows(d) * d.dk, p += planes(d);
+    };
+    if (planes(d)) carve_planes(a.Kg_hi, a.Kg_lo), carve_planes(a.Qg_hi, a.Qg_lo);
     a.h_start = reinterpret_cast<bf16*>(p);  // (16-byte aligned: rows % C == 0)
     a.h_start_lo = with_kept ? a.h_start + states(d) : nullptr;
   }
   static int64_t rows(const DeltaRuleDims& d) { return d.B * d.HV * ((d.T + C - 1) / C) * C; }  // (B, HV, NT * C)
   static int64_t states(const DeltaRuleDims& d) { return d.B * d.HV * ((d.T + C - 1) / C) * d.dk * d.dv; }
   static int64_t gate_width(const DeltaRuleDims& d) { return d.gate == DeltaGate::Vector ? d.dk : 1; }  // G's
+  // floats of a pair of the scans' gated planes (kGatedPlanes: a vector gate from dk = 128 on), or 0
+  static int64_t planes(const DeltaRuleDims& d) {
+    return d.gate == DeltaGate::Vector && d.dk > 64 ? rows(d) * d.dk : 0;
+  }
 };
 
 }  // namespace
@@ -2167,8 +2199,8 @@ bool supported(const DeltaRuleDims& d, DType dtype) {
 }
 
 int64_t kept_floats(const DeltaRuleDims& d) {
-  return Workspace::rows(d) * (d.dk + 2 * C + Workspace::gate_width(d)) +
-         Workspace::states(d);  // W, Aqk, G, A; h[n]'s bf16 hi and lo planes
+  return Workspace::rows(d) * (d.dk + 2 * C + Workspace::gate_width(d)) + 2 * Workspace::planes(d) +
+         Workspace::states(d);  // W, Aqk, G, A; the gated K and Q planes; h[n]'s bf16 hi and lo planes
 }
 
 void forward(void* o, float* final_state, void* residual, const void* q, const void* k, const void* v, const void* g,

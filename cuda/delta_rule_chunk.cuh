@@ -29,8 +29,10 @@ constexpr int kChunk = 64;
 bool supported(const DeltaRuleDims& d, DType dtype);
 
 // The buffers passes 3-4 read from passes 1-2 (Aqk, G, A = (I + L)^{-1} in fp32, W and every
-// chunk-start state h[n] as two bf16 planes, hi and lo), as one allocation of this many floats:
-//   B HV NT (64 (dk + 2 64 + 1) + dk dv),  NT = ceil(T / 64) (a vector gate's G: 64 dk, not 64).
+// chunk-start state h[n] as two bf16 planes, hi and lo; a vector gate from dk = 128 on also the
+// scans' gated K and Q, two bf16 planes each), as one allocation of this many floats:
+//   B HV NT (64 (dk + 2 64 + 1) + dk dv),  NT = ceil(T / 64) (a vector gate's G: 64 dk, not 64;
+//   its gated K and Q from dk = 128 on: 2 64 dk more).
 int64_t kept_floats(const DeltaRuleDims& d);
 
 // The forward of cuda::delta_rule_forward for supported() dims, with bf16 buffers (q, k, v, g,
