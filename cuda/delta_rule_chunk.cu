@@ -349,11 +349,17 @@ __device__ __forceinline__ float2 bf16_pair(const bf16* tile, int i) {
 // (once a value slice) in batches of 4: GDN-2's took 3.05 ms a launch with a plain loop at B4
 // T4096 H16 D128 on an H100, 2.63 batched (KDA's, without b and w: 1.72); in batches of 8 an
 // earlier version of it had gone 3.32 -> 3.70 ms (H200), the unrolled bodies costing more than
-// the round trips they hid.
+// the round trips they hid. BATCH = 1 is the plain loop, left to the compiler: where the loads
+// read shared memory (KDA's kexp) or the round trips are few (the prepare's E loop at dk = 64),
+// batches of 4 measured 1-4% slower (B8 T2048 H16 D64, H100).
 template <int COUNT, int BATCH, class Load, class Use>
 __device__ __forceinline__ void batched_loads(Load&& load, Use&& use) {
   constexpr int kPer = COUNT / kThreads;
   static_assert(COUNT % kThreads == 0 && kPer % BATCH == 0, "whole batches a thread");
+  if constexpr (BATCH == 1) {
+    for (int i = threadIdx.x; i < COUNT; i += kThreads) use(i, load(i));
+    return;
+  }
 #pragma unroll 1
   for (int p0 = 0; p0 < kPer; p0 += BATCH) {
     decltype(load(0)) x[BATCH];
@@ -720,7 +726,7 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
       load_v();
     }
     // (e, G) at (i / DK, i % DK): kLean reads G from global memory, 4 loads in flight a thread (KDA's
-    // forward at B8 T2048 H4 D256 1.73 -> 1.67 ms, H100); at dk = 64 in batches GDN-2's went 2.5% slower
+    // forward at B8 T2048 H4 D256 1.73 -> 1.67 ms, H100)
     batched_loads<C * DK, kLean ? 4 : 1>([&](int i) {
       return make_float2(e_at(i / DK, i % DK), kLean ? G_out()[i] : sm.G[(i / DK) * kLdG + i % DK]);
     }, [&](int i, float2 eg) { sm.G[(i / DK) * kLdG + i % DK] = eg.x * exp_ftz(eg.y); });
@@ -1801,7 +1807,7 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
       *reinterpret_cast<float2*>(dW_global + r * DK + d0 + d) = make_float2(-x0, -x1);
     });
     if constexpr (VG) {  // dW Ehat^T: K (.) exp(G) rounded once (GDN-2: E (.) exp(G))
-      batched_loads<C * KB, 4>([&](int i) {
+      batched_loads<C * KB, VBW ? 4 : 1>([&](int i) {
         const int s = i / KB, d = i % KB;
         return VBW ? erase(s, d0 + d) * k_rows(s, kc + d) : k_rows(s, kc + d);
       }, [&](int i, float e) {
