@@ -56,6 +56,18 @@ __device__ __forceinline__ void load_bf16_rows_async(__nv_bfloat16* dst, const _
   }
 }
 
+// The other way: rows 0 .. ROWS - 1 of a (ROWS, LD) shared bf16 tile, columns 0 .. W - 1 (W % 8 ==
+// 0), into a bf16 matrix in global memory (rows `stride` elements apart, dst 16-byte aligned), in
+// 16-byte pieces, by the whole block.
+template <int ROWS, int W, int LD>
+__device__ __forceinline__ void store_bf16_rows(__nv_bfloat16* dst, int64_t stride, const __nv_bfloat16* src) {
+  constexpr int kPieces = W / 8;
+  for (int i = threadIdx.x; i < ROWS * kPieces; i += blockDim.x) {
+    const int r = i / kPieces, c = (i % kPieces) * 8;
+    *reinterpret_cast<uint4*>(dst + r * stride + c) = *reinterpret_cast<const uint4*>(src + r * LD + c);
+  }
+}
+
 // The fp32 counterpart: rows 0 .. ROWS - 1, columns 0 .. W - 1 of a float matrix (rows `stride`
 // floats apart, W % 4 == 0, src 16-byte aligned) into a shared tile whose rows are `ld` floats
 // apart (ld % 4 == 0), through cp.async; rows n .. ROWS - 1 become zeros. The caller waits as above.

@@ -358,15 +358,15 @@ __device__ __forceinline__ void batched_loads(Load&& load, Use&& use) {
   static_assert(COUNT % kThreads == 0 && kPer % BATCH == 0, "whole batches a thread");
   if constexpr (BATCH == 1) {
     for (int i = threadIdx.x; i < COUNT; i += kThreads) use(i, load(i));
-    return;
-  }
+  } else {
 #pragma unroll 1
-  for (int p0 = 0; p0 < kPer; p0 += BATCH) {
-    decltype(load(0)) x[BATCH];
+    for (int p0 = 0; p0 < kPer; p0 += BATCH) {
+      decltype(load(0)) x[BATCH];
 #pragma unroll
-    for (int p = 0; p < BATCH; p++) x[p] = load(int(threadIdx.x) + (p0 + p) * kThreads);
+      for (int p = 0; p < BATCH; p++) x[p] = load(int(threadIdx.x) + (p0 + p) * kThreads);
 #pragma unroll
-    for (int p = 0; p < BATCH; p++) use(int(threadIdx.x) + (p0 + p) * kThreads, x[p]);
+      for (int p = 0; p < BATCH; p++) use(int(threadIdx.x) + (p0 + p) * kThreads, x[p]);
+    }
   }
 }
 
@@ -945,10 +945,7 @@ struct ReverseScanSmem {
   // rows d0 .. d0 + kRows - 1, columns v0 .. v0 + BV - 1 of dh[n] (bf16: dS rounded, the staged
   // hi tile) <- ds_hi, 16-byte pieces
   __device__ void store_rounded(bf16* dst, int d0, int v0) const {
-    for (int i = threadIdx.x; i < kRows * BV / 8; i += kThreads) {
-      const int d = i / (BV / 8), c = i % (BV / 8) * 8;
-      *reinterpret_cast<uint4*>(dst + (d0 + d) * DV + v0 + c) = *reinterpret_cast<const uint4*>(ds_hi + d * kLdO + c);
-    }
+    chunk_mma::store_bf16_rows<kRows, BV, kLdO>(dst + d0 * DV + v0, DV, ds_hi);
   }
 };
 
@@ -1015,11 +1012,8 @@ struct ForwardScanSmem {
   // columns v0 .. v0 + BV - 1 of h[n]'s hi plane (and lo plane where given) <- the staged split
   // state, 16-byte pieces
   __device__ void store_state(bf16* hi, bf16* lo, int v0, int DV) const {
-    for (int i = threadIdx.x; i < DK * BV / 8; i += kThreads) {
-      const int d = i / (BV / 8), c = i % (BV / 8) * 8;
-      *reinterpret_cast<uint4*>(hi + d * DV + v0 + c) = *reinterpret_cast<const uint4*>(s_hi + d * kLdS + c);
-      if (lo) *reinterpret_cast<uint4*>(lo + d * DV + v0 + c) = *reinterpret_cast<const uint4*>(s_lo + d * kLdS + c);
-    }
+    chunk_mma::store_bf16_rows<DK, BV, kLdS>(hi + v0, DV, s_hi);
+    if (lo) chunk_mma::store_bf16_rows<DK, BV, kLdS>(lo + v0, DV, s_lo);
   }
 };
 
