@@ -78,15 +78,15 @@
 //   a key element, kept with the rest where a backward follows. The forward scan copies K's at
 //   the top of a chunk, in flight during 2a, into k's tiles' place; output_kernel copies Q's with
 //   its other tiles; the reverse scan copies K's with the tiles 3c reads and Q's once 3b is done
-//   with K's. Until session 49
-//   the scans staged both from the workspace's G and global k, q (a memory round trip each in
-//   the chain: KDA's forward scan took 0.71 ms a launch at B4 T4096 H16 D128 on an H100, GDN's
-//   0.44). At dk = 64 (kRawGate) they copy the chunk's G rows and k (the reverse scan q too) into
-//   tiles of their own with its other tiles and form the gated operands from those, no memory
-//   round trip inside the chain. The prepare is lean where dv <= dk: it puts v in q's tile once
-//   1b has read q (GDN-2: w in G's place once 1d's W is formed), its step decays in G's place (1d
-//   reads G again from the workspace, this CTA's writes) and 1b's staged operands 16 channels at
-//   a time in L's and A's places: 101.8 KB at dk = 128, two CTAs an SM (KDA's prepare 1.39 -> 0.96 ms), GDN-2 118.8 KB;
+//   with K's. Until session 49 the scans staged both from the workspace's G and global k, q (a
+//   memory round trip each in the chain: KDA's forward scan took 0.71 ms a launch at B4 T4096
+//   H16 D128 on an H100, GDN's 0.44). At dk = 64 (kRawGate) they copy the chunk's G rows and k
+//   (the reverse scan q too) into tiles of their own with its other tiles and form the gated
+//   operands from those, no memory round trip inside the chain. The prepare is lean where
+//   dv <= dk: it puts v in q's tile once 1b has read q (GDN-2: w in G's place once 1d's W is
+//   formed), its step decays in G's place (1d reads G again from the workspace, this CTA's
+//   writes) and 1b's staged operands 16 channels at a time in L's and A's places: 101.8 KB at
+//   dk = 128, two CTAs an SM (KDA's prepare 1.39 -> 0.96 ms), GDN-2 118.8 KB;
 //   at dk = 256 166 KB (GDN-2 199 KB). output_kernel's q (.) exp(G) hi and lo tiles make it 106 KB
 //   at dk = 128 and 134 KB at 256, one CTA an SM there.
 //
@@ -377,6 +377,21 @@ using StateTile = chunk_mma::StateTile<ROWS, BV, kWarps>;
 using chunk_mma::load_bf16_rows_async;
 using chunk_mma::load_f32_rows_async;
 using chunk_mma::wait_tiles;
+
+// Whether a vector gate's gated operands K (.) exp(G_last - G) and scale Q (.) exp(G) come as
+// planes the prepare writes (from dk = 128 on; at dk = 64, kRawGate, the scans form them from
+// tiles). Workspace::planes is its host side.
+template <int DK, bool VG>
+constexpr bool kGatedPlanes = VG && DK > 64;
+
+// A chunk's C rows (from workspace row row0) of a pair of bf16 planes (B, HV, NT * C, DK), hi and
+// lo (W's, or the gated K or Q), into two (C, DK + 8) tiles, through cp.async.
+template <int DK>
+__device__ __forceinline__ void copy_planes(bf16* hi_tile, bf16* lo_tile, const bf16* hi, const bf16* lo,
+                                            int64_t row0) {
+  load_bf16_rows_async<C, DK>(hi_tile, hi + row0 * DK, DK, C);
+  load_bf16_rows_async<C, DK>(lo_tile, lo + row0 * DK, DK, C);
+}
 
 // Rows 0 .. ROWS - 1, columns 0 .. W - 1 of a float matrix (rows `stride` floats apart, 16-byte
 // aligned) into padded bf16 tiles of row stride W + 8: hi = x rounded, and with SPLIT lo = x - hi
@@ -702,7 +717,7 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
     }
     // The gated operands of 2b, 2c, 3b and 3c from dk = 128 on, split into bf16 planes as W:
     // K (.) exp(G_last - G) (2c, 3b) and scale Q (.) exp(G) (2b, 3c); G from the workspace.
-    if constexpr (DK > 64) {
+    if constexpr (kGatedPlanes<DK, VG>) {
       const int64_t plane0 = (head * a.NT * C + t0) * DK;
       batched_loads<C * DK / 2, 4>([&](int i) {  // channel pair d, d + 1 of token t (k, q are 0 past n)
         const int t = i / (DK / 2), d = i % (DK / 2) * 2;
@@ -886,7 +901,7 @@ struct ReverseScanSmem {
   // A vector gate from DK = 128 on copies its gated operands from the prepare's planes into kd_hi,
   // kd_lo: 3b's K (.) exp(G_last - G) with the tiles 3c reads, at the chunk's top; 3c's scale
   // Q (.) exp(G) once 3b has read that, waited for just before 3c (a copy group of its own).
-  static constexpr bool kGatedPlanes = VG && !kRawGate;
+  static constexpr bool kGatedPlanes = delta_chunk::kGatedPlanes<DK, VG>;
   static constexpr int kLdK = DK + 8, kLdO = BV + 8, kLdG = DK + 4;
   static constexpr int kTop = 3 * C * kLdK + 2 * C * kLdO;  // bf16 of a set of q, W_hi, W_lo, dO, dU
   // G_last's row (kRawGate: G's rows), or G, exp(G), exp(G_last - G)
@@ -983,7 +998,7 @@ struct ForwardScanSmem {
   static constexpr int BV = DK > 128 ? 64 : 32;
   static constexpr int kCtasPerSm = DK > 128 ? 1 : 2;  // launch bounds
   static constexpr bool kRawGate = VG && DK == 64;
-  static constexpr bool kGatedPlanes = VG && !kRawGate;  // kd_hi, kd_lo copied from the prepare's planes
+  static constexpr bool kGatedPlanes = delta_chunk::kGatedPlanes<DK, VG>;  // kd_hi, kd_lo copied from planes
   static constexpr int kLdK = DK + 8, kLdS = BV + 8, kLdU = BV + 4, kLdG = DK + 4;
   static constexpr int kG = kRawGate ? C * kLdG : VG ? DK : C;
   float* U;           // (C, kLdU)
@@ -1038,8 +1053,7 @@ __global__ void __launch_bounds__(kThreads, (ForwardScanSmem<DK, VG>::kCtasPerSm
   const ScanTiles<DK> tiles(a, bi, j);
   auto copy_chunk = [&](int chunk) {  // W's planes, U, G; a scalar gate's k (kRawGate's too)
     const int64_t row0 = tiles.row0(chunk);
-    load_bf16_rows_async<C, DK>(sm.W_hi, a.W_hi + row0 * DK, DK, C);
-    load_bf16_rows_async<C, DK>(sm.W_lo, a.W_lo + row0 * DK, DK, C);
+    copy_planes<DK>(sm.W_hi, sm.W_lo, a.W_hi, a.W_lo, row0);
     load_f32_rows_async<C, BV>(sm.U, kLdU, a.U + row0 * DV + v0, DV);
     if (Smem::kRawGate) {
       load_f32_rows_async<C, DK>(sm.G, Smem::kLdG, a.G + row0 * DK, DK);
@@ -1051,11 +1065,6 @@ __global__ void __launch_bounds__(kThreads, (ForwardScanSmem<DK, VG>::kCtasPerSm
       load_bf16_rows_async<C, DK>(sm.k_tile(chunk), tiles.qk(a.k, chunk), tiles.qk_stride, tiles.rows(chunk));
     }
   };
-  auto copy_gated = [&](int chunk) {  // kGatedPlanes: 2c's K (.) exp(G_last - G), a copy group of its own
-    load_bf16_rows_async<C, DK>(sm.kd_hi, a.Kg_hi + tiles.row0(chunk) * DK, DK, C);
-    load_bf16_rows_async<C, DK>(sm.kd_lo, a.Kg_lo + tiles.row0(chunk) * DK, DK, C);
-    cp_async_commit();
-  };
   StateTile<DK, BV> h;
   h.load(a.h0 ? a.h0 + head * DK * DV : nullptr, v0, DV);
   copy_chunk(0);
@@ -1064,7 +1073,10 @@ __global__ void __launch_bounds__(kThreads, (ForwardScanSmem<DK, VG>::kCtasPerSm
     const int64_t row0 = tiles.row0(chunk);  // first workspace row of the chunk
     const bool reset = a.resets(bi, chunk);  // a document starts here: from h = 0 (read before the wait)
     wait_tiles();  // this chunk's tiles; the previous chunk's reads of Vnew's and k's tiles are done
-    if constexpr (Smem::kGatedPlanes) copy_gated(chunk);  // (waited for before 2c: in flight during 2a)
+    if constexpr (Smem::kGatedPlanes) {  // 2c's K (.) exp(G_last - G), a copy group of its own, waited for
+      copy_planes<DK>(sm.kd_hi, sm.kd_lo, a.Kg_hi, a.Kg_lo, row0);  // before 2c: in flight during 2a
+      cp_async_commit();
+    }
     if (reset) h.load(nullptr, v0, DV);
     h.template stage<kLdS>(sm.s_hi, sm.s_lo);
     if constexpr (Smem::kRawGate) {  // 2c's K (.) exp(G_last - G), split, from the chunk's tiles
@@ -1170,10 +1182,9 @@ __global__ void __launch_bounds__(kThreads, (OutputSmem<DK, DV, VG>::kCtasPerSm)
   // q into q_hi (cp.async, in flight while the fp32 tiles are staged); a vector gate's then
   // becomes q (.) exp(G) split in place (each thread reads the q of the very pieces it overwrites),
   // or from dk = 128 on is copied as scale Q (.) exp(G)'s planes (the prepare's)
-  constexpr bool kPlanes = VG && DK > 64;
-  if (kPlanes) {
-    load_bf16_rows_async<C, DK>(sm.q_hi, a.Qg_hi + row0 * DK, DK, C);
-    load_bf16_rows_async<C, DK>(sm.q_lo, a.Qg_lo + row0 * DK, DK, C);
+  constexpr bool kPlanes = kGatedPlanes<DK, VG>;
+  if constexpr (kPlanes) {
+    copy_planes<DK>(sm.q_hi, sm.q_lo, a.Qg_hi, a.Qg_lo, row0);
   } else {
     load_bf16_rows_async<C, DK>(sm.q_hi, tiles.qk(a.q, chunk), tiles.qk_stride, n);
   }
@@ -1240,10 +1251,6 @@ __global__ void __launch_bounds__(kThreads, (ReverseScanSmem<DK, DV, VG>::kCtasP
       load_bf16_rows_async<C, DK>(sm.k, tiles.qk(a.k, chunk), tiles.qk_stride, tiles.rows(chunk));
     }
   };
-  auto copy_planes = [&](const bf16* hi, const bf16* lo, int chunk) {  // kGatedPlanes: a chunk's into kd_hi, kd_lo
-    load_bf16_rows_async<C, DK>(sm.kd_hi, hi + tiles.row0(chunk) * DK, DK, C);
-    load_bf16_rows_async<C, DK>(sm.kd_lo, lo + tiles.row0(chunk) * DK, DK, C);
-  };
   auto copy_top = [&](int chunk) {  // the tiles 3c reads (and kRawGate's; kGatedPlanes: 3b's Kg)
     const int n = tiles.rows(chunk);
     const int64_t row0 = tiles.row0(chunk);
@@ -1255,9 +1262,8 @@ __global__ void __launch_bounds__(kThreads, (ReverseScanSmem<DK, DV, VG>::kCtasP
       load_bf16_rows_async<C, DK>(sm.q_raw, tiles.qk(a.q, chunk), tiles.qk_stride, n);
       load_bf16_rows_async<C, DK>(sm.k_raw, tiles.qk(a.k, chunk), tiles.qk_stride, n);
     }
-    if (Smem::kGatedPlanes) copy_planes(a.Kg_hi, a.Kg_lo, chunk);  // 3b's Kg
-    load_bf16_rows_async<C, DK>(top.W_hi, a.W_hi + row0 * DK, DK, C);
-    load_bf16_rows_async<C, DK>(top.W_lo, a.W_lo + row0 * DK, DK, C);
+    if (Smem::kGatedPlanes) copy_planes<DK>(sm.kd_hi, sm.kd_lo, a.Kg_hi, a.Kg_lo, row0);  // 3b's Kg
+    copy_planes<DK>(top.W_hi, top.W_lo, a.W_hi, a.W_lo, row0);
     load_bf16_rows_async<C, BV>(top.dov, a.d_o + tok0 * DV + v0, int64_t(a.HV) * DV, n);
     // dU rows past n (and all of them without a residual gradient) are zeros
     load_bf16_rows_async<C, BV>(top.dres, (a.d_res ? a.d_res : a.d_o) + tok0 * DV + v0, int64_t(a.HV) * DV,
@@ -1319,7 +1325,7 @@ __global__ void __launch_bounds__(kThreads, (ReverseScanSmem<DK, DV, VG>::kCtasP
     ds.scale([&](int d) { return exp_ftz(VG ? sm.g_last[d] : glast); });
     __syncthreads();  // dS's split, dU, k, Kg, Aqk and G are read
     if constexpr (Smem::kGatedPlanes) {  // 3c's Qg into Kg's place, in flight during -dVnew's split
-      copy_planes(a.Qg_hi, a.Qg_lo, chunk);
+      copy_planes<DK>(sm.kd_hi, sm.kd_lo, a.Qg_hi, a.Qg_lo, row0);
       cp_async_commit();
     }
     dvn.each_pair([&](int s, int c, float x0, float x1, int) {  // 3c's -dVnew, split; dVnew out in bf16
@@ -2183,7 +2189,7 @@ struct Workspace {
   static int64_t rows(const DeltaRuleDims& d) { return d.B * d.HV * ((d.T + C - 1) / C) * C; }  // (B, HV, NT * C)
   static int64_t states(const DeltaRuleDims& d) { return d.B * d.HV * ((d.T + C - 1) / C) * d.dk * d.dv; }
   static int64_t gate_width(const DeltaRuleDims& d) { return d.gate == DeltaGate::Vector ? d.dk : 1; }  // G's
-  // floats of a pair of the scans' gated planes (kGatedPlanes: a vector gate from dk = 128 on), or 0
+  // floats of a pair of the gated planes (the host side of kGatedPlanes: a vector gate from dk = 128 on), or 0
   static int64_t planes(const DeltaRuleDims& d) {
     return d.gate == DeltaGate::Vector && d.dk > 64 ? rows(d) * d.dk : 0;
   }
