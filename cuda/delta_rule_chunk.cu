@@ -174,10 +174,12 @@
 // Shared memory per CTA (bytes(), each checked against 227 KB at compile time in launch_kernel):
 //   dk \ dv    prepare (64 / 128 / 256)      scan / reverse scan   local backward (dv <= 128 / 256)
 //   64          62.0 / 70.0 / 86.0 KB          55.3 / 102.3 KB       164.6 / 147.6 KB
-//   128         78.0 / 86.0 / 102.0 KB         97.3 / 107.3 KB       216.6 / 168.6 KB
+//   128         78.0 / 78.0 / 102.0 KB         97.3 / 107.3 KB       216.6 / 168.6 KB
 //               (the reverse scan 131.3 KB at dv >= 128: 64 state columns; at dk = 64 it
 //               holds two sets of 3c's tiles, kTopAhead: 65.3 KB with one)
-//   256         110.0 / 118.0 / 134.0 KB       221.3 / 195.3 KB      200.6 KB
+//   256         110.0 KB (every dv)            221.3 / 195.3 KB      200.6 KB
+//   (the prepare's v in q's tile where dv > 64 and dv <= dk, kVInQ: 86.0 at dk = dv = 128, 118.0 /
+//   134.0 at dk = 256, dv = 128 / 256 before, one CTA an SM at dk = dv = 256)
 //   vector gate (the C x dk G tile, +16.8 KB at dk = 64, +32.8 KB at dk = 128; prepare +17.0 /
 //   +33.0 KB more for its step decays, which take the place of its staged k operands (before
 //   78.8 / 86.8 / 102.8 and 110.8 / 118.8 / 134.8 KB); local backward in 32-column value slices
@@ -453,6 +455,10 @@ struct PrepareSmem {
   // 1d), and the staged operands of 1b go 16 channels at a time, all in L's and A's places:
   // 101.8 KB at DK = 128, two CTAs an SM (GDN-2 too: it keeps no b tile, see below).
   static constexpr bool kLean = VG && DK >= 128 && DV <= DK;
+  // v in q's tile once 1b has read q: kLean, and without a vector gate where v's tile is larger
+  // than the lo tile of A diag(col) that then needs a place of its own (64 < dv <= dk): at dk =
+  // dv = 256 110 KB where it took 134, two CTAs an SM.
+  static constexpr bool kVInQ = kLean || (!VG && 64 < DV && DV <= DK);
   static constexpr int kLdK = DK + 8, kLdV = DV + 8;
   static constexpr int kLdG = VG ? DK + 4 : 1;  // G's row stride: a row of DK channels, or one scalar
   bf16 *q, *k, *v;                 // (C, DK + 8), (C, DK + 8), (C, DV + 8)
@@ -475,8 +481,11 @@ struct PrepareSmem {
   // G's place once W is formed; else, when it fits (dv <= dk), into q's place after 1b, else a
   // place of its own.
   bf16* w;
-  // no vector gate (1d, scaled_A_times): A diag(col) split into bf16 hi (in L's place) and lo (in q's)
+  // no vector gate (1d, scaled_A_times): A diag(col) split into bf16 hi (in L's place) and lo (in q's,
+  // or with kVInQ a place of its own); then W's hi and lo tiles, staged for 16-byte stores, in k's
+  // and q's places
   static constexpr int kLdS = C + 8;
+  static constexpr int kLoOwn = !VG && kVInQ ? C * kLdS : 0;  // bf16 elements of a_lo's own place
   bf16 *a_hi, *a_lo;  // (C, kLdS) each
   static_assert(VG || (sizeof(bf16) * kLdS <= sizeof(float) * kLdC && kLdS <= kLdK), "A's halves fit L's and q's places");
   static constexpr bool kWriteGateInQ = !kLean && DV <= DK;
@@ -488,18 +497,18 @@ struct PrepareSmem {
                 "the vector gate's staged operands fit the places they take");
   static_assert(!(kLean && VBW) || kLdV <= 2 * kLdG, "w fits in G's place");
   static constexpr size_t bytes() {
-    return sizeof(bf16) * C * (2 * kLdK + (kLean ? 0 : kLdV) + (VBW && !kLean && !kWriteGateInQ ? kLdV : 0)) +
+    return sizeof(bf16) * (C * (2 * kLdK + (kVInQ ? 0 : kLdV) + (VBW && !kLean && !kWriteGateInQ ? kLdV : 0)) + kLoOwn) +
            sizeof(float) * (2 * C * kLdC + C * kLdG + 3 * C + kDecays);
   }
   __device__ explicit PrepareSmem(void* p) {
-    q = static_cast<bf16*>(p), k = q + C * kLdK, v = kLean ? q : k + C * kLdK;
-    L = reinterpret_cast<float*>(k + C * kLdK + (kLean ? 0 : C * kLdV)), A = L + C * kLdC;
+    q = static_cast<bf16*>(p), k = q + C * kLdK, v = kVInQ ? q : k + C * kLdK;
+    L = reinterpret_cast<float*>(k + C * kLdK + (kVInQ ? 0 : C * kLdV)), A = L + C * kLdC;
     G = A + C * kLdC, beta = G + C * kLdG, colw = beta + C, colu = colw + C;
     et_hi = reinterpret_cast<bf16*>(L), et_lo = et_hi + C * kLdX, qt_hi = et_lo + C * kLdX, qt_lo = qt_hi + C * kLdX;
     estep = kLean ? G : colu + C;
     kref_hi = kLean ? qt_lo + C * kLdX : reinterpret_cast<bf16*>(estep), kref_lo = kref_hi + kRefRows * kLdX;
     w = kLean ? reinterpret_cast<bf16*>(G) : kWriteGateInQ ? q : reinterpret_cast<bf16*>(colu + C + kDecays);
-    a_hi = reinterpret_cast<bf16*>(L), a_lo = q;
+    a_hi = reinterpret_cast<bf16*>(L), a_lo = kLoOwn ? reinterpret_cast<bf16*>(colu + C) : q;
   }
 };
 
@@ -553,7 +562,7 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
   };
   load_bf16_rows_async<C, DK>(sm.q, a.q + ((int64_t(bi) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
   load_bf16_rows_async<C, DK>(sm.k, a.k + ((int64_t(bi) * a.T + t0) * a.H + hq) * DK, int64_t(a.H) * DK, n);
-  if (!kLean) load_v();  // (kLean: in q's place once 1b has read q)
+  if (!Smem::kVInQ) load_v();  // (kVInQ: in q's place once 1b has read q)
   if (threadIdx.x < C) {
     const int tt = threadIdx.x;
     const bool ok = tt < n;
@@ -763,6 +772,7 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
   }
   __syncthreads();
   if constexpr (VBW && Smem::kWriteGateInQ) load_w();  // q is read (1b done); 1c's sync orders it before 1d
+  if constexpr (!VG && Smem::kVInQ) load_v();  // q is read: v takes its tile, in flight during 1c
   // 1c: A = (I + L)^{-1} by 16 x 16 blocks (X_ij: block row i, block column j of X):
   //   (i)   A_ii = (I + L_ii)^{-1}, a lane a column: column c solves (I + L_ii) x = e_c by forward
   //         substitution in registers (16 dependent steps, no synchronisation); A's blocks above
@@ -817,22 +827,34 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
   __syncthreads();
   if (a.A) {  // the backward keeps A (4.9 step 1)
     float* A = a.A + (head * a.NT + chunk) * C * C;
-    for (int i = threadIdx.x; i < C * C; i += kThreads) A[i] = sm.A[(i / C) * kLdC + i % C];
+    for (int i = threadIdx.x; i < C * C / 4; i += kThreads)
+      reinterpret_cast<float4*>(A)[i] = *reinterpret_cast<const float4*>(sm.A + (i / (C / 4)) * kLdC + i % (C / 4) * 4);
   }
-  auto store_w_pair = [&](int64_t i, float x0, float x1) {  // W[i], W[i + 1] into its hi and lo planes
-    chunk_mma::split_pair(x0, x1, *reinterpret_cast<uint32_t*>(a.W_hi + i), *reinterpret_cast<uint32_t*>(a.W_lo + i));
-  };
   // 1d: W = A diag(beta exp(G)) K and U = A diag(w) V (fp32 A with its column scale split; a
   //     vector gate's exp(G) scales K per channel, an fp32 operand then; GDN-2: W = A (E (.) exp(G)),
   //     U = A (w (.) V), per channel). Without a vector gate K and V enter as loaded (scaled_A_times).
+  //     U comes first (v's tile, kVInQ q's, is free after it), then W's hi and lo into k's and q's
+  //     tiles, stored from there by rows in 16-byte pieces (a fragment's pairs went out as 4-byte
+  //     stores, two planes' worth, and at dk = 256 ncu found the warps stalled on a full store
+  //     queue most of the time). With kVInQ, GDN's prepare went 0.231 -> 0.156 ms a launch at B8
+  //     T2048 H4 D256, 0.382 -> 0.320 at B4 T4096 H16 D128, 0.238 -> 0.203 at B8 T2048 H16 D64 (H100).
   if constexpr (!VG) {
-    scaled_A_times<DK, kLdK>(sm, sm.colw, sm.k, [&](int r, int d, float x0, float x1, int) {
-      store_w_pair((head * a.NT * C + t0 + r) * DK + d, x0, x1);
-    });
+    if (Smem::kVInQ) wait_tiles();
     scaled_A_times<DV, kLdV>(sm, sm.colu, sm.v, [&](int r, int c, float x0, float x1, int) {
       *reinterpret_cast<float2*>(a.U + (head * a.NT * C + t0 + r) * DV + c) = make_float2(x0, x1);
     });
+    scaled_A_times<DK, kLdK>(sm, sm.colw, sm.k, [&](int r, int d, float x0, float x1, int) {
+      chunk_mma::split_pair(x0, x1, *reinterpret_cast<uint32_t*>(sm.k + r * kLdK + d),
+                            *reinterpret_cast<uint32_t*>(sm.q + r * kLdK + d));
+    });
+    __syncthreads();
+    const int64_t w0 = (head * a.NT * C + t0) * DK;
+    chunk_mma::store_bf16_rows<C, DK, kLdK>(a.W_hi + w0, DK, sm.k);
+    chunk_mma::store_bf16_rows<C, DK, kLdK>(a.W_lo + w0, DK, sm.q);
   } else {
+    auto store_w_pair = [&](int64_t i, float x0, float x1) {  // W[i], W[i + 1] into its hi and lo planes
+      chunk_mma::split_pair(x0, x1, *reinterpret_cast<uint32_t*>(a.W_hi + i), *reinterpret_cast<uint32_t*>(a.W_lo + i));
+    };
     {
       WarpTile<C, DK> wt;
       wt.mma<C, true, true>([&](int r, int s) { return sm.A[r * kLdC + s] * sm.colw[s]; },
