@@ -512,13 +512,13 @@ struct PrepareSmem {
   }
 };
 
-// 1d without a vector gate: store(r, c, x0, x1, slot) for the column pairs of A diag(col) X, X a
-// chunk's (C, N) bf16 tile as loaded (rows LDX apart). A diag(col) is split once into bf16 hi and
-// lo tiles (in L's and q's places: both are read by then), each read by ldmatrix against X; a
-// warp's rows of A (lower triangular) reach only the columns up to its last row. Starts after a
-// __syncthreads that follows 1c and the last reads of q; ends with one (the tiles free again).
-template <int N, int LDX, class Smem, class Store>
-__device__ __forceinline__ void scaled_A_times(const Smem& sm, const float* col, const bf16* x, Store&& store) {
+// 1d without a vector gate: A diag(col) X, X a chunk's (C, N) bf16 tile as loaded (rows LDX apart).
+// A diag(col) is split once into bf16 hi and lo tiles (in L's place and q's or its own: both are
+// read by then), each read by ldmatrix against X; a warp's rows of A (lower triangular) reach only
+// the columns up to its last row. Starts after a __syncthreads that follows 1c and the last reads
+// of q; ends with one (the tiles free again, X's too).
+template <int N, int LDX, class Smem>
+__device__ __forceinline__ WarpTile<C, N> scaled_A_times(const Smem& sm, const float* col, const bf16* x) {
   using chunk_mma::Padded;
   constexpr int kLdS = Smem::kLdS;
   for (int i = threadIdx.x; i < C * C / 2; i += kThreads) {
@@ -532,7 +532,37 @@ __device__ __forceinline__ void scaled_A_times(const Smem& sm, const float* col,
   chunk_mma::mma_staged(out, Padded<kLdS, false>{sm.a_hi}, Padded<LDX, false>{x}, 0, out.row0 + 16);
   chunk_mma::mma_staged(out, Padded<kLdS, false>{sm.a_lo}, Padded<LDX, false>{x}, 0, out.row0 + 16);
   __syncthreads();
-  out.each_pair(store);
+  return out;
+}
+
+// 1d's W (a (C, DK) warp tile, fp32) into its bf16 planes hi = W rounded and lo = W - hi rounded
+// (rows of DK elements from `hi`, `lo`), staged in shared (C, DK + 8) tiles no warp reads any more
+// so that the rows go out in 16-byte pieces (a fragment's pairs would go out as 4-byte stores,
+// two planes' worth, and at dk = 256 ncu found the prepare's warps stalled on a full store queue
+// most of the time): hi and lo at once where two tiles are free, else (lo_tile null) hi, then lo
+// through hi_tile.
+template <int DK>
+__device__ __forceinline__ void store_w_planes(WarpTile<C, DK> w, bf16* hi_tile, bf16* lo_tile, bf16* hi,
+                                               bf16* lo) {
+  constexpr int kLd = DK + 8;
+  auto stage = [&](bool with_hi, bool with_lo) {
+    w.each_pair([&](int r, int d, float x0, float x1, int) {
+      uint32_t rounded, rest;
+      chunk_mma::split_pair(x0, x1, rounded, rest);
+      if (with_hi) *reinterpret_cast<uint32_t*>(hi_tile + r * kLd + d) = rounded;
+      if (with_lo) *reinterpret_cast<uint32_t*>((lo_tile ? lo_tile : hi_tile) + r * kLd + d) = rest;
+    });
+    __syncthreads();
+  };
+  stage(true, lo_tile != nullptr);
+  chunk_mma::store_bf16_rows<C, DK, kLd>(hi, DK, hi_tile);
+  if (lo_tile) {
+    chunk_mma::store_bf16_rows<C, DK, kLd>(lo, DK, lo_tile);
+  } else {
+    __syncthreads();  // hi's rows are read: lo takes the tile
+    stage(false, true);
+    chunk_mma::store_bf16_rows<C, DK, kLd>(lo, DK, hi_tile);
+  }
 }
 
 // VBW (GDN-2, with VG): the erase gate b (B, T, HV, DK) and the write gate w (B, T, HV, DV) are
@@ -726,21 +756,34 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
     }
     // The gated operands of 2b, 2c, 3b and 3c from dk = 128 on, split into bf16 planes as W:
     // K (.) exp(G_last - G) (2c, 3b) and scale Q (.) exp(G) (2b, 3c); G from the workspace.
+    // A thread takes 8 channels of a token at a time: 16 bytes of each plane, one store each.
     if constexpr (kGatedPlanes<DK, VG>) {
-      const int64_t plane0 = (head * a.NT * C + t0) * DK;
-      batched_loads<C * DK / 2, 4>([&](int i) {  // channel pair d, d + 1 of token t (k, q are 0 past n)
-        const int t = i / (DK / 2), d = i % (DK / 2) * 2;
-        const float2 g = *reinterpret_cast<const float2*>(G_out() + t * DK + d);
-        const float2 last = *reinterpret_cast<const float2*>(G_out() + (C - 1) * DK + d);
-        const float2 k = bf16_pair(sm.k, t * kLdK + d), q = bf16_pair(sm.q, t * kLdK + d);
-        return make_float4(k.x * exp_ftz(last.x - g.x), k.y * exp_ftz(last.y - g.y),
-                           q.x * (a.scale * exp_ftz(g.x)), q.y * (a.scale * exp_ftz(g.y)));
-      }, [&](int i, float4 x) {
-        const int64_t at = plane0 + i / (DK / 2) * DK + i % (DK / 2) * 2;
-        chunk_mma::split_pair(x.x, x.y, *reinterpret_cast<uint32_t*>(a.Kg_hi + at),
-                              *reinterpret_cast<uint32_t*>(a.Kg_lo + at));
-        chunk_mma::split_pair(x.z, x.w, *reinterpret_cast<uint32_t*>(a.Qg_hi + at),
-                              *reinterpret_cast<uint32_t*>(a.Qg_lo + at));
+      struct GateRows {  // G[t][d .. d + 7] and G[C - 1][d .. d + 7]
+        float4 g[2], last[2];
+      };
+      auto token = [](int i) { return i / (DK / 8); };
+      auto channel = [](int i) { return i % (DK / 8) * 8; };
+      batched_loads<C * DK / 8, 2>([&](int i) {
+        const float4* g = reinterpret_cast<const float4*>(G_out() + token(i) * DK + channel(i));
+        const float4* last = reinterpret_cast<const float4*>(G_out() + (C - 1) * DK + channel(i));
+        return GateRows{{g[0], g[1]}, {last[0], last[1]}};
+      }, [&](int i, const GateRows& x) {  // (k, q are 0 past n)
+        const int t = token(i), d = channel(i);
+        const float g[8] = {x.g[0].x, x.g[0].y, x.g[0].z, x.g[0].w, x.g[1].x, x.g[1].y, x.g[1].z, x.g[1].w};
+        const float last[8] = {x.last[0].x, x.last[0].y, x.last[0].z, x.last[0].w,
+                               x.last[1].x, x.last[1].y, x.last[1].z, x.last[1].w};
+        uint4 kg_hi, kg_lo, qg_hi, qg_lo;
+        uint32_t *kh = &kg_hi.x, *kl = &kg_lo.x, *qh = &qg_hi.x, *ql = &qg_lo.x;
+#pragma unroll
+        for (int p = 0; p < 4; p++) {
+          const int e = 2 * p;
+          const float2 k = bf16_pair(sm.k, t * kLdK + d + e), q = bf16_pair(sm.q, t * kLdK + d + e);
+          chunk_mma::split_pair(k.x * exp_ftz(last[e] - g[e]), k.y * exp_ftz(last[e + 1] - g[e + 1]), kh[p], kl[p]);
+          chunk_mma::split_pair(q.x * (a.scale * exp_ftz(g[e])), q.y * (a.scale * exp_ftz(g[e + 1])), qh[p], ql[p]);
+        }
+        const int64_t at = (head * a.NT * C + t0 + t) * DK + d;
+        *reinterpret_cast<uint4*>(a.Kg_hi + at) = kg_hi, *reinterpret_cast<uint4*>(a.Kg_lo + at) = kg_lo;
+        *reinterpret_cast<uint4*>(a.Qg_hi + at) = qg_hi, *reinterpret_cast<uint4*>(a.Qg_lo + at) = qg_lo;
       });
     }
     // G is read (the step decays hold what the diagonal blocks need): 1d's operand E (.) exp(G)
@@ -833,33 +876,24 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
   // 1d: W = A diag(beta exp(G)) K and U = A diag(w) V (fp32 A with its column scale split; a
   //     vector gate's exp(G) scales K per channel, an fp32 operand then; GDN-2: W = A (E (.) exp(G)),
   //     U = A (w (.) V), per channel). Without a vector gate K and V enter as loaded (scaled_A_times).
-  //     U comes first (v's tile, kVInQ q's, is free after it), then W's hi and lo into k's and q's
-  //     tiles, stored from there by rows in 16-byte pieces (a fragment's pairs went out as 4-byte
-  //     stores, two planes' worth, and at dk = 256 ncu found the warps stalled on a full store
-  //     queue most of the time). With kVInQ, GDN's prepare went 0.231 -> 0.156 ms a launch at B8
-  //     T2048 H4 D256, 0.382 -> 0.320 at B4 T4096 H16 D128, 0.238 -> 0.203 at B8 T2048 H16 D64 (H100).
+  //     W's planes go out through k's tile (store_w_planes; no longer read): without a vector gate
+  //     U comes first, v's tile (kVInQ q's) is free after it, and W's lo takes q's tile beside
+  //     hi in k's; with one, hi and then lo through k's tile (q's may hold v or w, which U reads
+  //     after W). GDN's prepare (with kVInQ) went 0.231 -> 0.156 ms a launch at B8 T2048 H4 D256,
+  //     0.382 -> 0.320 at B4 T4096 H16 D128, 0.238 -> 0.203 at B8 T2048 H16 D64 (H100).
+  const int64_t w0 = (head * a.NT * C + t0) * DK;
   if constexpr (!VG) {
     if (Smem::kVInQ) wait_tiles();
-    scaled_A_times<DV, kLdV>(sm, sm.colu, sm.v, [&](int r, int c, float x0, float x1, int) {
+    scaled_A_times<DV, kLdV>(sm, sm.colu, sm.v).each_pair([&](int r, int c, float x0, float x1, int) {
       *reinterpret_cast<float2*>(a.U + (head * a.NT * C + t0 + r) * DV + c) = make_float2(x0, x1);
     });
-    scaled_A_times<DK, kLdK>(sm, sm.colw, sm.k, [&](int r, int d, float x0, float x1, int) {
-      chunk_mma::split_pair(x0, x1, *reinterpret_cast<uint32_t*>(sm.k + r * kLdK + d),
-                            *reinterpret_cast<uint32_t*>(sm.q + r * kLdK + d));
-    });
-    __syncthreads();
-    const int64_t w0 = (head * a.NT * C + t0) * DK;
-    chunk_mma::store_bf16_rows<C, DK, kLdK>(a.W_hi + w0, DK, sm.k);
-    chunk_mma::store_bf16_rows<C, DK, kLdK>(a.W_lo + w0, DK, sm.q);
+    store_w_planes<DK>(scaled_A_times<DK, kLdK>(sm, sm.colw, sm.k), sm.k, sm.q, a.W_hi + w0, a.W_lo + w0);
   } else {
-    auto store_w_pair = [&](int64_t i, float x0, float x1) {  // W[i], W[i + 1] into its hi and lo planes
-      chunk_mma::split_pair(x0, x1, *reinterpret_cast<uint32_t*>(a.W_hi + i), *reinterpret_cast<uint32_t*>(a.W_lo + i));
-    };
     {
       WarpTile<C, DK> wt;
       wt.mma<C, true, true>([&](int r, int s) { return sm.A[r * kLdC + s] * sm.colw[s]; },
                             [&](int s, int d) { return sm.G[s * kLdG + d]; });  // sm.G holds E (.) exp(G)
-      wt.each_pair([&](int r, int d, float x0, float x1, int) { store_w_pair((head * a.NT * C + t0 + r) * DK + d, x0, x1); });
+      store_w_planes<DK>(wt, sm.k, nullptr, a.W_hi + w0, a.W_lo + w0);
     }
     if (kLean && VBW) {  // E (.) exp(G) is read: w takes its place
       __syncthreads();
