@@ -173,15 +173,18 @@
 //
 // Shared memory per CTA (bytes(), each checked against 227 KB at compile time in launch_kernel):
 //   dk \ dv    prepare (64 / 128 / 256)      scan / reverse scan   local backward (dv <= 128 / 256)
-//   64          62.0 / 70.0 / 86.0 KB          55.3 / 102.3 KB       164.6 / 147.6 KB
-//   128         78.0 / 78.0 / 102.0 KB         97.3 / 107.3 KB       216.6 / 168.6 KB
+//   64          54.0 / 62.0 / 78.0 KB          55.3 / 102.3 KB       164.6 / 147.6 KB
+//   128         70.0 / 70.0 / 94.0 KB          97.3 / 107.3 KB       216.6 / 168.6 KB
 //               (the reverse scan 131.3 KB at dv >= 128: 64 state columns; at dk = 64 it
 //               holds two sets of 3c's tiles, kTopAhead: 65.3 KB with one)
-//   256         110.0 KB (every dv)            221.3 / 195.3 KB      200.6 KB
-//   (the prepare's v in q's tile where dv > 64 and dv <= dk, kVInQ: 86.0 at dk = dv = 128, 118.0 /
-//   134.0 at dk = 256, dv = 128 / 256 before, one CTA an SM at dk = dv = 256)
-//   vector gate (the C x dk G tile, +16.8 KB at dk = 64, +32.8 KB at dk = 128; prepare +17.0 /
-//   +33.0 KB more for its step decays, which take the place of its staged k operands (before
+//   256         102.0 KB (every dv)            221.3 / 195.3 KB      200.6 KB
+//   (the prepare: four CTAs an SM at dk = dv = 64, three at dk = 128, dv <= 128, two at dk = 256;
+//   before A was formed in L's place, kInPlace, 8 KB more each; before v took q's tile where dv >
+//   64 and dv <= dk, kVInQ, 86.0 at dk = dv = 128 and 118.0 / 134.0 at dk = 256, dv = 128 / 256,
+//   one CTA an SM at dk = dv = 256)
+//   vector gate (the C x dk G tile, +16.8 KB at dk = 64, +32.8 KB at dk = 128 over the scalar
+//   layout of the time; prepare, L and A in tiles of their own, +17.0 / +33.0 KB more for its
+//   step decays, which take the place of its staged k operands (before
 //   78.8 / 86.8 / 102.8 and 110.8 / 118.8 / 134.8 KB); local backward in 32-column value slices
 //   at every dv, +12.8 KB for the fp32 diagonal blocks of its pairs: the decayed K, Q tiles and
 //   the decays take places its phase C does not use; the scans with their gated K and Q tiles
@@ -204,8 +207,8 @@
 //   (one CTA an SM: 1.83 ms at B4 T4096 H16 D128) and 198.8 KB.
 //   (local backward before its staged tiles: 159.1 / 135.1, 209.1 / 153.1, 185.1; vector gate
 //   153.4, 188.6 KB, and 165.9, 204.1 KB before its staged pair products: one CTA an SM either way)
-//   output_kernel (every dv; two CTAs an SM): 54.3 / 71.3 / 81.3 KB at dk = 64 / 128 / 256 (32
-//   value columns a CTA at 256, 64 below; 63.2 / 89.2 / 101.2 with h[n]'s lo tile), vector gate
+//   output_kernel (every dv; two CTAs an SM): 54.3 / 71.3 / 105.3 KB at dk = 64 / 128 / 256 (64
+//   value columns a CTA; 81.3 KB at 256 with 32; 63.2 / 89.2 / 101.2 with h[n]'s lo tile), vector gate
 //   63.3 / 88.3 / 114.3 KB (72.2 / 106.2 / 134.3 before; q (.) exp(G)
 //   split; one CTA an SM at 256)
 // Registers a thread (ptxas, nvcc 13.0, sm_90; every dv): prepare 64-128 (58-128 before 1b and
@@ -462,7 +465,7 @@ struct PrepareSmem {
   static constexpr int kLdK = DK + 8, kLdV = DV + 8;
   static constexpr int kLdG = VG ? DK + 4 : 1;  // G's row stride: a row of DK channels, or one scalar
   bf16 *q, *k, *v;                 // (C, DK + 8), (C, DK + 8), (C, DV + 8)
-  float *L, *A;                    // (C, kLdC) strictly lower L, then A = (I + L)^{-1}
+  float *L, *A;                    // (C, kLdC) strictly lower L, then A = (I + L)^{-1} (kInPlace: over L)
   float* G;                        // (C, kLdG): G[t][d] (vector gate) or G[t]
   float *beta, *colw, *colu;       // (C): beta, W's column scale (beta exp(G); vector gate: beta), w (U's)
   // vector gate only (1b): the decayed operands of the pairs in different 16-token sub-blocks,
@@ -481,13 +484,17 @@ struct PrepareSmem {
   // G's place once W is formed; else, when it fits (dv <= dk), into q's place after 1b, else a
   // place of its own.
   bf16* w;
-  // no vector gate (1d, scaled_A_times): A diag(col) split into bf16 hi (in L's place) and lo (in q's,
-  // or with kVInQ a place of its own); then W's hi and lo tiles, staged for 16-byte stores, in k's
-  // and q's places
+  // No vector gate: 1c forms A in L's place (kInPlace: L's blocks are read before A's take them),
+  // and 1d (scaled_A_times) splits A diag(col) into bf16 hi (a place of its own, 9 KB, where L's
+  // place held it) and lo (in q's, or with kVInQ a place of its own); then W's hi and lo tiles,
+  // staged for 16-byte stores, take k's and q's places. 8 KB less: four CTAs an SM at dk = dv =
+  // 64, three at dk = 128, dv <= 128, where three and two fit (GDN's prepare 0.207 -> 0.199 ms a
+  // launch at B8 T2048 H16 D64, 0.318 -> 0.288 at B4 T4096 H16 D128, H100).
+  static constexpr bool kInPlace = !VG;
   static constexpr int kLdS = C + 8;
-  static constexpr int kLoOwn = !VG && kVInQ ? C * kLdS : 0;  // bf16 elements of a_lo's own place
+  static constexpr int kSplitOwn = VG ? 0 : (kVInQ ? 2 : 1) * C * kLdS;  // bf16 elements of a_hi's (a_lo's) place
   bf16 *a_hi, *a_lo;  // (C, kLdS) each
-  static_assert(VG || (sizeof(bf16) * kLdS <= sizeof(float) * kLdC && kLdS <= kLdK), "A's halves fit L's and q's places");
+  static_assert(VG || kLdS <= kLdK, "A's lo tile fits q's place");
   static constexpr bool kWriteGateInQ = !kLean && DV <= DK;
   static constexpr int kRefRow0(int i) { return 8 * i * (i - 1); }  // = 16 (1 + 2 + .. + (i - 1))
   static constexpr int kRefRows = kRefRow0(C / 16);
@@ -497,18 +504,18 @@ struct PrepareSmem {
                 "the vector gate's staged operands fit the places they take");
   static_assert(!(kLean && VBW) || kLdV <= 2 * kLdG, "w fits in G's place");
   static constexpr size_t bytes() {
-    return sizeof(bf16) * (C * (2 * kLdK + (kVInQ ? 0 : kLdV) + (VBW && !kLean && !kWriteGateInQ ? kLdV : 0)) + kLoOwn) +
-           sizeof(float) * (2 * C * kLdC + C * kLdG + 3 * C + kDecays);
+    return sizeof(bf16) * (C * (2 * kLdK + (kVInQ ? 0 : kLdV) + (VBW && !kLean && !kWriteGateInQ ? kLdV : 0)) + kSplitOwn) +
+           sizeof(float) * ((kInPlace ? 1 : 2) * C * kLdC + C * kLdG + 3 * C + kDecays);
   }
   __device__ explicit PrepareSmem(void* p) {
     q = static_cast<bf16*>(p), k = q + C * kLdK, v = kVInQ ? q : k + C * kLdK;
-    L = reinterpret_cast<float*>(k + C * kLdK + (kVInQ ? 0 : C * kLdV)), A = L + C * kLdC;
+    L = reinterpret_cast<float*>(k + C * kLdK + (kVInQ ? 0 : C * kLdV)), A = kInPlace ? L : L + C * kLdC;
     G = A + C * kLdC, beta = G + C * kLdG, colw = beta + C, colu = colw + C;
     et_hi = reinterpret_cast<bf16*>(L), et_lo = et_hi + C * kLdX, qt_hi = et_lo + C * kLdX, qt_lo = qt_hi + C * kLdX;
     estep = kLean ? G : colu + C;
     kref_hi = kLean ? qt_lo + C * kLdX : reinterpret_cast<bf16*>(estep), kref_lo = kref_hi + kRefRows * kLdX;
     w = kLean ? reinterpret_cast<bf16*>(G) : kWriteGateInQ ? q : reinterpret_cast<bf16*>(colu + C + kDecays);
-    a_hi = reinterpret_cast<bf16*>(L), a_lo = kLoOwn ? reinterpret_cast<bf16*>(colu + C) : q;
+    a_hi = reinterpret_cast<bf16*>(colu + C), a_lo = kVInQ ? a_hi + C * kLdS : q;
   }
 };
 
@@ -824,13 +831,15 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
   //   (iii) A_ij = sum_{j <= m < i} N_im A_mj (from (I + L_ii) A_ij + sum_{j <= m < i} L_im A_mj = 0),
   //         diagonal by diagonal, i - j = 1, 2, 3, each reading the ones before.
   //   (ii) and (iii) give a thread a row of 4 columns of an output block. Rows past the end of the
-  //   sequence (zero L rows) come out as identity rows.
+  //   sequence (zero L rows) come out as identity rows. In place (kInPlace, A over L): A_ii takes
+  //   L_ii's place once (i) has read it, A_ij (i > j) L_ij's once (ii) has, and the N blocks above
+  //   the diagonal become A's zeros once (iii) is done.
   {
     auto blk = [](float* X, int i, int j) { return X + 16 * (i * kLdC + j); };
+    const int b = threadIdx.x / 16, c = threadIdx.x % 16;
+    float x[16];
     if (threadIdx.x < C) {  // (i)
-      const int b = threadIdx.x / 16, c = threadIdx.x % 16;
       const float* l = blk(sm.L, b, b);
-      float x[16];
 #pragma unroll
       for (int i = 0; i < 16; i++) {
         float s = 0.f;
@@ -843,13 +852,19 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
         }
         x[i] = i == c ? 1.f : i > c ? -s : 0.f;
       }
+    }
+    if (Smem::kInPlace) __syncthreads();  // L_ii is read
+    if (threadIdx.x < C) {
 #pragma unroll
       for (int i = 0; i < 16; i++) blk(sm.A, b, b)[i * kLdC + c] = x[i];
     }
-    for (int p = threadIdx.x; p < C * C / 4; p += kThreads) {
-      const int r = p / (C / 4), c = p % (C / 4) * 4;
-      if (c / 16 > r / 16) *reinterpret_cast<float4*>(sm.A + r * kLdC + c) = make_float4(0.f, 0.f, 0.f, 0.f);
-    }
+    auto zero_above_diagonal = [&] {  // A's blocks above the diagonal
+      for (int p = threadIdx.x; p < C * C / 4; p += kThreads) {
+        const int r = p / (C / 4), c = p % (C / 4) * 4;
+        if (c / 16 > r / 16) *reinterpret_cast<float4*>(sm.A + r * kLdC + c) = make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+    };
+    if (!Smem::kInPlace) zero_above_diagonal();
     __syncthreads();
     for (int p = threadIdx.x; p < 6 * 64; p += kThreads) {  // (ii): (i, m) = (1, 0), (2, 0), (2, 1), (3, 0), ..
       const int o = p / 64, i = o < 1 ? 1 : o < 3 ? 2 : 3, m = o - i * (i - 1) / 2, r = p % 64 / 4, c = p % 4 * 4;
@@ -861,10 +876,14 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(ChunkArgs a) {
       __syncthreads();
       for (int p = threadIdx.x; p < (4 - d) * 64; p += kThreads) {
         const int j = p / 64, i = j + d, r = p % 64 / 4, c = p % 4 * 4;
-        float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-        for (int m = j; m < i; m++) add_block_product_row(x, blk(sm.L, m, i), blk(sm.A, m, j), r, c);
-        *reinterpret_cast<float4*>(blk(sm.A, i, j) + r * kLdC + c) = x;
+        float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int m = j; m < i; m++) add_block_product_row(sum, blk(sm.L, m, i), blk(sm.A, m, j), r, c);
+        *reinterpret_cast<float4*>(blk(sm.A, i, j) + r * kLdC + c) = sum;
       }
+    }
+    if (Smem::kInPlace) {
+      __syncthreads();  // the N blocks are read
+      zero_above_diagonal();
     }
   }
   __syncthreads();
@@ -1200,8 +1219,11 @@ __global__ void __launch_bounds__(kThreads, (ForwardScanSmem<DK, VG>::kCtasPerSm
 
 template <int DK, int DV, bool VG>
 struct OutputSmem {
-  // value columns per CTA: 64, or 32 at DK = 256 (101 KB: two CTAs an SM; a vector gate's 134 KB, one)
-  static constexpr int VS = std::min(DV, DK < 256 ? 64 : 32);
+  // value columns per CTA: 64, or a vector gate's 32 at DK = 256 (134 KB, one CTA an SM). The scalar
+  // gate's 105 KB at DK = 256 with 64 columns fit two CTAs an SM as its 81 KB with 32 did, and each
+  // chunk's q and Aqk tiles are staged half as often: 0.172 -> 0.126 ms a launch at B8 T2048 H4
+  // D256 (GDN, H100).
+  static constexpr int VS = std::min(DV, DK < 256 || !VG ? 64 : 32);
   static constexpr int kCtasPerSm = VG && DK > 128 ? 1 : 2;  // launch bounds
   static constexpr int kLdK = DK + 8, kLdS = VS + 8, kLdA = C + 8;  // bf16 row strides
   bf16 *q_hi, *q_lo;    // (C, kLdK): q (scalar gate or none: q_hi only), or q (.) exp(G) split (from dk = 128 on
