@@ -209,8 +209,8 @@
 //   153.4, 188.6 KB, and 165.9, 204.1 KB before its staged pair products: one CTA an SM either way)
 //   output_kernel (every dv; two CTAs an SM): 54.3 / 71.3 / 105.3 KB at dk = 64 / 128 / 256 (64
 //   value columns a CTA; 81.3 KB at 256 with 32; 63.2 / 89.2 / 101.2 with h[n]'s lo tile), vector gate
-//   63.3 / 88.3 / 114.3 KB (72.2 / 106.2 / 134.3 before; q (.) exp(G)
-//   split; one CTA an SM at 256)
+//   63.3 / 88.3 / 138.3 KB (114.3 at 256 with 32 columns; 72.2 / 106.2 / 134.3 before q (.) exp(G)
+//   came split; one CTA an SM at 256)
 // Registers a thread (ptxas, nvcc 13.0, sm_90; every dv): prepare 64-128 (58-128 before 1b and
 // 1d read staged tiles), scan 96-101 / 123-125 / 193-194 at dk = 64 / 128 / 256 (launch bounds
 // of two CTAs below 256: at most 128; 117 / 116 / 174 with the state in shared memory),
@@ -1219,11 +1219,11 @@ __global__ void __launch_bounds__(kThreads, (ForwardScanSmem<DK, VG>::kCtasPerSm
 
 template <int DK, int DV, bool VG>
 struct OutputSmem {
-  // value columns per CTA: 64, or a vector gate's 32 at DK = 256 (134 KB, one CTA an SM). The scalar
-  // gate's 105 KB at DK = 256 with 64 columns fit two CTAs an SM as its 81 KB with 32 did, and each
-  // chunk's q and Aqk tiles are staged half as often: 0.172 -> 0.126 ms a launch at B8 T2048 H4
-  // D256 (GDN, H100).
-  static constexpr int VS = std::min(DV, DK < 256 || !VG ? 64 : 32);
+  // value columns per CTA: 64 (at DK = 256 32 before: the scalar gate's 105 KB with 64 fit two CTAs
+  // an SM as its 81 KB with 32 did, a vector gate's 138 KB one as its 114 KB did, and each chunk's q
+  // and Aqk tiles are staged half as often; at B8 T2048 H4 D256 on an H100, GDN's 0.172 -> 0.126
+  // ms a launch, KDA's 0.343 -> 0.211)
+  static constexpr int VS = std::min(DV, 64);
   static constexpr int kCtasPerSm = VG && DK > 128 ? 1 : 2;  // launch bounds
   static constexpr int kLdK = DK + 8, kLdS = VS + 8, kLdA = C + 8;  // bf16 row strides
   bf16 *q_hi, *q_lo;    // (C, kLdK): q (scalar gate or none: q_hi only), or q (.) exp(G) split (from dk = 128 on
