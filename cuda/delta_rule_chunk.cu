@@ -459,8 +459,8 @@ struct PrepareSmem {
   // 101.8 KB at DK = 128, two CTAs an SM (GDN-2 too: it keeps no b tile, see below).
   static constexpr bool kLean = VG && DK >= 128 && DV <= DK;
   // v in q's tile once 1b has read q: kLean, and without a vector gate where v's tile is larger
-  // than the lo tile of A diag(col) that then needs a place of its own (64 < dv <= dk): at dk =
-  // dv = 256 110 KB where it took 134, two CTAs an SM.
+  // than the lo tile of A diag(col) that then needs a place of its own (64 < dv <= dk; at dk = dv
+  // = 256 the prepare took 134 KB without it, one CTA an SM).
   static constexpr bool kVInQ = kLean || (!VG && 64 < DV && DV <= DK);
   static constexpr int kLdK = DK + 8, kLdV = DV + 8;
   static constexpr int kLdG = VG ? DK + 4 : 1;  // G's row stride: a row of DK channels, or one scalar
@@ -520,10 +520,10 @@ struct PrepareSmem {
 };
 
 // 1d without a vector gate: A diag(col) X, X a chunk's (C, N) bf16 tile as loaded (rows LDX apart).
-// A diag(col) is split once into bf16 hi and lo tiles (in L's place and q's or its own: both are
-// read by then), each read by ldmatrix against X; a warp's rows of A (lower triangular) reach only
-// the columns up to its last row. Starts after a __syncthreads that follows 1c and the last reads
-// of q; ends with one (the tiles free again, X's too).
+// A diag(col) is split once into bf16 hi and lo tiles (a_hi, a_lo: see PrepareSmem), each read by
+// ldmatrix against X; a warp's rows of A (lower triangular) reach only the columns up to its last
+// row. Starts after a __syncthreads that follows 1c and the last reads of q; ends with one (the
+// tiles free again, X's too).
 template <int N, int LDX, class Smem>
 __device__ __forceinline__ WarpTile<C, N> scaled_A_times(const Smem& sm, const float* col, const bf16* x) {
   using chunk_mma::Padded;
