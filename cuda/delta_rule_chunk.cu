@@ -174,6 +174,7 @@
 // Shared memory per CTA (bytes(), each checked against 227 KB at compile time in launch_kernel):
 //   dk \ dv    prepare (64 / 128 / 256)      scan / reverse scan   local backward (dv <= 128 / 256)
 //   64          54.0 / 62.0 / 78.0 KB          55.3 / 102.3 KB       164.6 / 147.6 KB
+//               (the local backward 104.6 KB at dv = 64, kCompact: two CTAs an SM)
 //   128         70.0 / 70.0 / 94.0 KB          97.3 / 107.3 KB       216.6 / 168.6 KB
 //               (the reverse scan 131.3 KB at dv >= 128: 64 state columns; at dk = 64 it
 //               holds two sets of 3c's tiles, kTopAhead: 65.3 KB with one)
@@ -1462,6 +1463,15 @@ __global__ void __launch_bounds__(kThreads, (ReverseScanSmem<DK, DV, VG>::kCtasP
 template <int DK, int DV, bool VG = false>
 struct LocalSmem {
   static constexpr int KB = DK < 128 ? DK : 128;  // key dims per block (phases A and C)
+  // A scalar gate (or none) at DK = DV = 64 (kCompact): one key block and one value slice, so
+  // every tile is C x 64 bf16 and the layout is eleven such slots, each taken by turns (see
+  // place_compact); A and Vnew enter through registers (stage_f32_rows) instead of fp32 staging
+  // tiles, so every copy of phase A is in flight at once. 104.6 KB where the general layout takes
+  // 168.4: two CTAs an SM, 128 registers a thread where one CTA took 157 (ptxas keeps six values
+  // formed at the top in local memory, 24 bytes, read back once in phase C). At B8 T2048 H16 D64
+  // on an H100 the local backward went 0.652 -> 0.490 ms a launch (GDN), 0.551 -> 0.432 (DeltaNet).
+  static constexpr bool kCompact = DK == 64 && DV == 64 && !VG;
+  static constexpr int kCtasPerSm = kCompact ? 2 : 1;  // launch bounds
   // A vector gate at DK = 256 (kWide): whole C x DK tiles of q, k and G would take 283 KB, so
   // they hold the current key block alone (kKeys = KB columns), loaded again for each block of
   // phases A and C (phase B reads none of them): 219 KB.
@@ -1532,18 +1542,47 @@ struct LocalSmem {
   static_assert(!VG || (kKeys == KB && 2 * kLdKBb <= 4 * kLdC && kLdKBb <= 4 * kLdS && kLdKBb <= 2 * kLdA),
                 "a vector gate's decayed operands fit the places they take");
   static constexpr size_t vector_floats() { return VG ? size_t(C) * kLdG + 5 * DK + 3 * C * kLdD : 0; }
-  static constexpr size_t floats() { return size_t(3) * C * kLdC + 22 * C + 32 + kRegion; }
+  static constexpr int kRowFloats = 22 * C + 32;  // G .. red
+  static constexpr int kSlots = 11;                // kCompact's C x 64 bf16 tiles
+  static constexpr size_t floats() { return size_t(3) * C * kLdC + kRowFloats + kRegion; }
   static constexpr size_t bytes() {
-    return sizeof(float) * (floats() + vector_floats()) + sizeof(bf16) * C * (2 * kLdK + 4 * kLdS + 2 * kLdA);
+    return kCompact ? sizeof(float) * kRowFloats + sizeof(bf16) * kSlots * C * kLdS
+                    : sizeof(float) * (floats() + vector_floats()) + sizeof(bf16) * C * (2 * kLdK + 4 * kLdS + 2 * kLdA);
   }
-  __device__ explicit LocalSmem(void* p) {
-    A = static_cast<float*>(p);
-    static_assert(3 * C * kLdA <= 2 * 2 * C * kLdC, "three bf16 tiles in the room of two fp32 ones");
-    Ps_b = reinterpret_cast<bf16*>(A + C * kLdC), betaP2_b = Ps_b + C * kLdA, P2_b = betaP2_b + C * kLdA;
-    G = A + 3 * C * kLdC, beta = G + C, wv = beta + C, expG = wv + C, kdecay = expG + C, colw = kdecay + C;
+  // The per-token vectors and partial sums G .. red from f on (kRowFloats floats).
+  __device__ void place_rows(float* f) {
+    G = f, beta = G + C, wv = beta + C, expG = wv + C, kdecay = expG + C, colw = kdecay + C;
     dG = colw + C, kgp = dG + C;
     rowG = kgp + C, rowKg = rowG + 2 * C, rowB = rowKg + 2 * C, rowW = rowB + 2 * C;
     rowPair = rowW + 2 * C, colPair = rowPair + 2 * C, red = colPair + 4 * C;
+  }
+  // kCompact: the rows, then slots 0-10, each a (C, 72) bf16 tile, by turns (an fp32 (C, kLdC)
+  // tile takes two neighbouring slots):
+  //   0 q   1 k   2 A_hi   3 A_lo                                  (the whole kernel)
+  //   4 h, then dW's bf16 block (end of phase A), then M_lo        5 h's lo plane, then 5-6 Aqk
+  //   (phase B), then dW_hi, dW_lo (phase C)                      6 dh
+  //   7 dO, then Ps   8 Vnew, then diag(beta) P2   9 dVnew, then P2   10 V, then M_hi
+  __device__ void place_compact(void* p) {
+    static_assert(kLdK == kLdS && kLdA == kLdS && kLdKBb == kLdS && C * kLdC * sizeof(float) <= 2 * C * kLdS * sizeof(bf16),
+                  "one slot a bf16 tile, two an fp32 one");
+    place_rows(static_cast<float*>(p));
+    bf16* slots = reinterpret_cast<bf16*>(red + 32);
+    auto slot = [&](int i) { return slots + i * C * kLdS; };
+    q = slot(0), k = slot(1), A_hi = slot(2), A_lo = slot(3);
+    h_even = slot(4), h_odd = h_lo_even = h_lo_odd = slot(5), dh_even = slot(6);
+    dov = slot(7), vnew = slot(8), dvnew = slot(9), vv = slot(10);
+    dWb = slot(4), pair = reinterpret_cast<float*>(slot(5)), dW_hi = slot(5), dW_lo = slot(6);
+    Ps_b = slot(7), betaP2_b = slot(8), P2_b = slot(9), M_hi = slot(10), M_lo = slot(4);
+  }
+  __device__ explicit LocalSmem(void* p) {
+    if constexpr (kCompact) place_compact(p);
+    else place_general(p);
+  }
+  __device__ void place_general(void* p) {
+    A = static_cast<float*>(p);
+    static_assert(3 * C * kLdA <= 2 * 2 * C * kLdC, "three bf16 tiles in the room of two fp32 ones");
+    Ps_b = reinterpret_cast<bf16*>(A + C * kLdC), betaP2_b = Ps_b + C * kLdA, P2_b = betaP2_b + C * kLdA;
+    place_rows(A + 3 * C * kLdC);
     region = red + 32;
     h_even = reinterpret_cast<bf16*>(region), dh_even = h_even + KB * kLdS;
     h_odd = dh_even + KB * kLdS, dh_odd = h_odd + KB * kLdS;
@@ -1733,7 +1772,7 @@ __device__ __forceinline__ void add_state_dot(const Smem& sm, const bf16* h, con
 }
 
 template <int DK, int DV, bool VG, bool VBW = false>
-__global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a) {
+__global__ void __launch_bounds__(kThreads, (LocalSmem<DK, DV, VG>::kCtasPerSm)) local_backward_kernel(ChunkArgs a) {
   static_assert(!VBW || VG, "GDN-2's vector erase and write gates come with its vector gate");
   extern __shared__ float4 smem_raw[];
   using Smem = LocalSmem<DK, DV, VG>;
@@ -1767,10 +1806,54 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     load_k(d0);
     if (VG) load_f32_rows_async<C, kKeys>(sm.Gv, kLdG, a.G + row0 * DK + d0, DK);
   };
-  // A = (I + L)^{-1} into its fp32 tile, then (split_a, once it has landed) into bf16 halves
-  auto load_a = [&] { load_f32_rows_async<C, C>(sm.A, kLdC, a.A + (head * a.NT + chunk) * C * C, C); };
-  auto split_a = [&] { chunk_mma::split_tile<C, C, kThreads>(sm.A_hi, sm.A_lo, kLdA, sm.A, kLdC); };
+  // A = (I + L)^{-1} into its fp32 tile, then (split_a, once it has landed) into bf16 halves;
+  // kCompact: through registers into the halves at once
+  constexpr bool kCompact = Smem::kCompact;
+  auto no_sum = [](int, int, float4) {};
+  auto load_a = [&] {
+    const float* A = a.A + (head * a.NT + chunk) * C * C;
+    if constexpr (kCompact) stage_f32_rows<C, C, true>(sm.A_hi, sm.A_lo, A, C, C, no_sum);
+    else load_f32_rows_async<C, C>(sm.A, kLdC, A, C);
+  };
+  auto split_a = [&] {
+    if constexpr (!kCompact) chunk_mma::split_tile<C, C, kThreads>(sm.A_hi, sm.A_lo, kLdA, sm.A, kLdC);
+  };
+  // phase A's and B's tiles by the value slice's parity (see phase A); select helpers, not indexed
+  // member arrays: those would put sm in local memory
+  auto h_tile = [&](int odd) { return odd ? sm.h_odd : sm.h_even; };
+  auto h_lo_tile = [&](int odd) { return odd ? sm.h_lo_odd : sm.h_lo_even; };
+  auto dh_tile = [&](int odd) { return odd ? sm.dh_odd : sm.dh_even; };
+  auto dov_tile = [&](int odd) { return odd ? sm.dov_odd : sm.dov; };
+  auto vnew_tile = [&](int odd) { return odd ? sm.vnew_odd : sm.vnew; };
+  auto dvnew_tile = [&](int odd) { return odd ? sm.dvnew_odd : sm.dvnew; };
+  constexpr int kSlices = DV / VS;
+  constexpr bool kPipelined = Smem::kPipelined;
+  auto odd_slice = [](int s) { return kPipelined ? (kSlices - 1 - s) & 1 : 0; };
+  // value slice c0 of dO and dVnew into `odd`'s tiles, Vnew into the staging (round_vnew rounds it
+  // into `odd`'s tile once it has landed; kCompact, one slice: through registers into the tile,
+  // after the copies are issued); rows past n zero (dVnew is zero there already)
+  auto load_slice = [&](int c0, int odd) {
+    load_bf16_rows_async<C, VS>(dov_tile(odd), a.d_o + tok0 * DV + c0, vrow, n);
+    load_bf16_rows_async<C, VS>(dvnew_tile(odd), a.dvnew + row0 * DV + c0, DV, C);
+    if (kCompact) stage_f32_rows<C, VS, false>(vnew_tile(odd), nullptr, a.vnew + tok0 * DV + c0, vrow, n, no_sum);
+    else load_f32_rows_async<C, VS>(sm.vnew_f32, Smem::kLdVf, a.vnew + tok0 * DV + c0, vrow, n);
+  };
+  auto load_step = [&](int d0, int c0, int odd) {  // phase A: the slice and block (d0, c0) of h[n], dh[n]
+    const int64_t block = state0 + int64_t(d0) * DV + c0;
+    load_bf16_rows_async<KB, VS>(h_tile(odd), a.h_start + block, DV, KB);
+    load_bf16_rows_async<KB, VS>(h_lo_tile(odd), a.h_start_lo + block, DV, KB);
+    load_bf16_rows_async<KB, VS>(dh_tile(odd), a.dh_end + block, DV, KB);
+    load_slice(c0, odd);
+  };
+  auto round_vnew = [&](int odd) {  // the landed staging into the slice's bf16 tile
+    if constexpr (!kCompact) chunk_mma::split_tile<C, VS, kThreads>(vnew_tile(odd), nullptr, kLdS, sm.vnew_f32, Smem::kLdVf);
+  };
   load_keys(0, !kWide);  // (kWide: q is read in phase C alone)
+  // phase B's first V slice (c0 = DV - VS) rides with phase A's first copies (V's tile is free until
+  // phase B); kCompact: so do phase A's tiles, Vnew and A through registers meanwhile (one memory
+  // round trip before phase A, where the general layout's A staging takes the room they land in)
+  load_bf16_rows_async<C, VS>(sm.vv, a.v + tok0 * DV + DV - VS, vrow, n);
+  if constexpr (kCompact) load_step(0, 0, 0);
   load_a();
   if (threadIdx.x < C) {
     const int r = threadIdx.x;
@@ -1796,9 +1879,8 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   auto key_at = [&](int r, int d) { return (tok0 + int64_t(r) * a.HV) * DK + d; };
   auto erase = [&](int r, int d) { return r < n ? bf(a.b[key_at(r, d)]) : 0.f; };  // GDN-2's b[r][d] (0 past n)
   split_a();
-  __syncthreads();  // A's fp32 tile is read: phase A's odd slices and Vnew's staging take its room
+  __syncthreads();  // A's fp32 tile is read: phase A's odd slices and Vnew's staging take its room (kCompact: A_hi, A_lo are)
   const Padded<kLdA, true> A_hi_t{sm.A_hi}, A_lo_t{sm.A_lo};  // A^T
-  auto no_sum = [](int, int, float4) {};
   // Phase A (4a, 4b; steps 4, 5, 7), per key block d0 .. d0 + KB - 1, over the value slices:
   //   dQg = scale dO h^T  ->  dQ = exp(G) dQg,  dG += dQg . Qg;   dW = -dVnew h^T;
   //   dKg = Vnew dh^T  ->  dK = exp(G_last - G) dKg,  kg pair terms kgp_s = Kg_s . dKg_s;
@@ -1810,40 +1892,13 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
   //   next slice's copies (cp.async) are in flight while this one's products run, so a key block
   //   pays one memory round trip, not one a slice. Parities run so that the block's last slice
   //   lands in the even tiles (sm.dov, sm.vnew, sm.dvnew), where phase B reads it first.
-  //   (Select helpers, not indexed member arrays: those would put sm in local memory.)
-  auto h_tile = [&](int odd) { return odd ? sm.h_odd : sm.h_even; };
-  auto h_lo_tile = [&](int odd) { return odd ? sm.h_lo_odd : sm.h_lo_even; };
-  auto dh_tile = [&](int odd) { return odd ? sm.dh_odd : sm.dh_even; };
-  auto dov_tile = [&](int odd) { return odd ? sm.dov_odd : sm.dov; };
-  auto vnew_tile = [&](int odd) { return odd ? sm.vnew_odd : sm.vnew; };
-  auto dvnew_tile = [&](int odd) { return odd ? sm.dvnew_odd : sm.dvnew; };
-  constexpr int kSlices = DV / VS;
-  constexpr bool kPipelined = Smem::kPipelined;
-  auto odd_slice = [](int s) { return kPipelined ? (kSlices - 1 - s) & 1 : 0; };
-  // value slice c0 of dO and dVnew into `odd`'s tiles, Vnew into the staging (round_vnew rounds it
-  // into `odd`'s tile once it has landed); rows past n zero (dVnew is zero there already)
-  auto load_slice = [&](int c0, int odd) {
-    load_bf16_rows_async<C, VS>(dov_tile(odd), a.d_o + tok0 * DV + c0, vrow, n);
-    load_f32_rows_async<C, VS>(sm.vnew_f32, Smem::kLdVf, a.vnew + tok0 * DV + c0, vrow, n);
-    load_bf16_rows_async<C, VS>(dvnew_tile(odd), a.dvnew + row0 * DV + c0, DV, C);
-  };
-  auto load_step = [&](int d0, int c0, int odd) {  // phase A: the slice and block (d0, c0) of h[n], dh[n]
-    load_slice(c0, odd);
-    const int64_t block = state0 + int64_t(d0) * DV + c0;
-    load_bf16_rows_async<KB, VS>(h_tile(odd), a.h_start + block, DV, KB);
-    load_bf16_rows_async<KB, VS>(h_lo_tile(odd), a.h_start_lo + block, DV, KB);
-    load_bf16_rows_async<KB, VS>(dh_tile(odd), a.dh_end + block, DV, KB);
-  };
-  auto round_vnew = [&](int odd) {  // the landed staging into the slice's bf16 tile
-    chunk_mma::split_tile<C, VS, kThreads>(vnew_tile(odd), nullptr, kLdS, sm.vnew_f32, Smem::kLdVf);
-  };
   float hdh = 0.f;
   WarpTile<C, C> wk;  // dW K^T
   auto phase_a_block = [&](int d0) {
     const int kc = kWide ? 0 : d0;  // block d0's first column in the q, k and G tiles
     if (kWide && d0 > 0) load_keys(d0, false);  // (landed by the first slice's wait)
     WarpTile<C, KB> dq, dw, dk;
-    load_step(d0, 0, odd_slice(0));
+    if (!kCompact) load_step(d0, 0, odd_slice(0));
     for (int slice = 0; slice < kSlices; slice++) {
       const int odd = odd_slice(slice);
       wait_tiles();  // this slice has landed; the previous one's products are done with the other tiles
@@ -1898,8 +1953,6 @@ __global__ void __launch_bounds__(kThreads, 1) local_backward_kernel(ChunkArgs a
     else mma_staged(wk, Padded<kLdKBb, false>{sm.dWb}, Padded<kLdK, true>{sm.k, 0, kc}, 0, KB);
     __syncthreads();  // the dW block is read: the next block's h, dh take its place (kWide: k and G too)
   };
-  // phase B's first V slice (c0 = DV - VS) rides with phase A's first copies (V's tile is free until phase B)
-  load_bf16_rows_async<C, VS>(sm.vv, a.v + tok0 * DV + DV - VS, vrow, n);
   for_key_blocks<DK, KB, kWide>(phase_a_block);
   if (VG || scalar_dg) hdh = block_sum(hdh, sm.red);
   // Phase B (4c-4f; steps 2, 6, 8), over the value slices: dAqk = scale dO Vnew^T (scale enters
@@ -2210,7 +2263,9 @@ void launch_backward(const ChunkArgs& a) {
   using Scan = ReverseScanSmem<DK, DV, VG>;
   static_assert(Scan::bytes() <= (228 / Scan::kCtasPerSm - 1) * 1024, "the reverse scan CTAs an SM of its launch bounds");
   launch_kernel<Scan::bytes()>(reverse_scan_kernel<DK, DV, VG>, dim3(DV / Scan::BV, a.HV, a.B), a);
-  launch_kernel<LocalSmem<DK, DV, VG>::bytes()>(local_backward_kernel<DK, DV, VG, VBW>, dim3(a.NT, a.HV, a.B), a);
+  using Local = LocalSmem<DK, DV, VG>;
+  static_assert(Local::bytes() <= (228 / Local::kCtasPerSm - 1) * 1024, "the local backward's CTAs an SM of its launch bounds");
+  launch_kernel<Local::bytes()>(local_backward_kernel<DK, DV, VG, VBW>, dim3(a.NT, a.HV, a.B), a);
 }
 
 // Calls fn(integral_constant DK, integral_constant DV) for supported() widths.
