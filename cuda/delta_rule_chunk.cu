@@ -1225,7 +1225,8 @@ struct OutputSmem {
   // and Aqk tiles are staged half as often; at B8 T2048 H4 D256 on an H100, GDN's 0.172 -> 0.126
   // ms a launch, KDA's 0.343 -> 0.211)
   static constexpr int VS = std::min(DV, 64);
-  static constexpr int kCtasPerSm = VG && DK > 128 ? 1 : 2;  // launch bounds
+  // launch bounds: three CTAs an SM where their shared memory fits (<= 80 registers a thread)
+  static constexpr int kCtasPerSm = VG && DK > 128 ? 1 : DK == 64 || (!VG && DK == 128) ? 3 : 2;
   static constexpr int kLdK = DK + 8, kLdS = VS + 8, kLdA = C + 8;  // bf16 row strides
   bf16 *q_hi, *q_lo;    // (C, kLdK): q (scalar gate or none: q_hi only), or q (.) exp(G) split (from dk = 128 on
                         // scale Q (.) exp(G)'s planes as copied)
@@ -1467,9 +1468,10 @@ struct LocalSmem {
   // every tile is C x 64 bf16 and the layout is eleven such slots, each taken by turns (see
   // place_compact); A and Vnew enter through registers (stage_f32_rows) instead of fp32 staging
   // tiles, so every copy of phase A is in flight at once. 104.6 KB where the general layout takes
-  // 168.4: two CTAs an SM, 128 registers a thread where one CTA took 157 (ptxas keeps six values
-  // formed at the top in local memory, 24 bytes, read back once in phase C). At B8 T2048 H16 D64
-  // on an H100 the local backward went 0.652 -> 0.490 ms a launch (GDN), 0.551 -> 0.432 (DeltaNet).
+  // 168.4: two CTAs an SM, 128 registers a thread where one CTA took 157 (ptxas spills 4 bytes,
+  // a value formed at the top). At B8 T2048 H16 D64 on an H100 the local
+  // backward went 0.652 -> 0.490 ms a launch (GDN), 0.551 -> 0.432 (DeltaNet) with the layout
+  // (d4d37f8; dW then went to memory in fp32 and came back split in phase C, Aqk was loaded).
   static constexpr bool kCompact = DK == 64 && DV == 64 && !VG;
   static constexpr int kCtasPerSm = kCompact ? 2 : 1;  // launch bounds
   // A vector gate at DK = 256 (kWide): whole C x DK tiles of q, k and G would take 283 KB, so
@@ -1559,9 +1561,11 @@ struct LocalSmem {
   // kCompact: the rows, then slots 0-10, each a (C, 72) bf16 tile, by turns (an fp32 (C, kLdC)
   // tile takes two neighbouring slots):
   //   0 q   1 k   2 A_hi   3 A_lo                                  (the whole kernel)
-  //   4 h, then dW's bf16 block (end of phase A), then M_lo        5 h's lo plane, then 5-6 Aqk
-  //   (phase B), then dW_hi, dW_lo (phase C)                      6 dh
+  //   4 h, then M_lo   5 h's lo plane, then dW_hi   6 dh, then dW_lo (dW split at the end of
+  //   phase A, held to phase C: no fp32 round trip through memory; dW_hi is dW K^T's operand)
   //   7 dO, then Ps   8 Vnew, then diag(beta) P2   9 dVnew, then P2   10 V, then M_hi
+  // Aqk (the gate pair terms' dAqk (.) Aqk) is formed again from q and k (the prepare's product
+  // and formula: the same bits) where the general layout loads it.
   __device__ void place_compact(void* p) {
     static_assert(kLdK == kLdS && kLdA == kLdS && kLdKBb == kLdS && C * kLdC * sizeof(float) <= 2 * C * kLdS * sizeof(bf16),
                   "one slot a bf16 tile, two an fp32 one");
@@ -1571,7 +1575,7 @@ struct LocalSmem {
     q = slot(0), k = slot(1), A_hi = slot(2), A_lo = slot(3);
     h_even = slot(4), h_odd = h_lo_even = h_lo_odd = slot(5), dh_even = slot(6);
     dov = slot(7), vnew = slot(8), dvnew = slot(9), vv = slot(10);
-    dWb = slot(4), pair = reinterpret_cast<float*>(slot(5)), dW_hi = slot(5), dW_lo = slot(6);
+    dWb = dW_hi = slot(5), dW_lo = slot(6);
     Ps_b = slot(7), betaP2_b = slot(8), P2_b = slot(9), M_hi = slot(10), M_lo = slot(4);
   }
   __device__ explicit LocalSmem(void* p) {
@@ -1936,6 +1940,11 @@ __global__ void __launch_bounds__(kThreads, (LocalSmem<DK, DV, VG>::kCtasPerSm))
     dq.each_pair([&](int r, int d, float x0, float x1, int) { if (r < n) *part_at(a.dq, r, d) = make_float2(x0, x1); });
     dk.each_pair([&](int r, int d, float x0, float x1, int) { if (r < n) *part_at(a.dk, r, d) = make_float2(x0, x1); });
     dw.each_pair([&](int r, int d, float x0, float x1, int) {
+      if (kCompact) {  // (dWb is dW_hi)
+        chunk_mma::split_pair(-x0, -x1, *reinterpret_cast<uint32_t*>(sm.dW_hi + r * kLdKBb + d),
+                              *reinterpret_cast<uint32_t*>(sm.dW_lo + r * kLdKBb + d));
+        return;
+      }
       *reinterpret_cast<uint32_t*>(sm.dWb + r * kLdKBb + d) = pack_bf16(-x0, -x1);
       *reinterpret_cast<float2*>(dW_global + r * DK + d0 + d) = make_float2(-x0, -x1);
     });
@@ -1958,7 +1967,7 @@ __global__ void __launch_bounds__(kThreads, (LocalSmem<DK, DV, VG>::kCtasPerSm))
   // Phase B (4c-4f; steps 2, 6, 8), over the value slices: dAqk = scale dO Vnew^T (scale enters
   //   below), dU Y^T = dVnew V^T, and dY = A^T dU  ->  dv = w dY,  dw = v . dY
   //   (GDN-2: dU Y^T with Y = w (.) V rounded to bf16 in V's slice; dv = w (.) dY, dw = v (.) dY).
-  if (VG || scalar_dg) load_f32_rows_async<C, C>(sm.pair, kLdC, a.Aqk + (head * a.NT + chunk) * C * C, C);
+  if (VG || (scalar_dg && !kCompact)) load_f32_rows_async<C, C>(sm.pair, kLdC, a.Aqk + (head * a.NT + chunk) * C * C, C);
   WarpTile<C, C> da, uy;
   // The slices go in reverse, slice j at c0 = DV - (j + 1) VS: the first is the one phase A loaded
   // last, still in the even tiles, with its V slice loaded beside phase A's. Pipelined as phase A:
@@ -2033,8 +2042,15 @@ __global__ void __launch_bounds__(kThreads, (LocalSmem<DK, DV, VG>::kCtasPerSm))
     if constexpr (VG) store_pairs(sm.Ps_b, sm.Ps_d, r, s, on ? a.scale * x : 0.f);
     else sm.Ps_b[r * kLdA + s] = __float2bfloat16_rn(on ? a.scale * x * exp_ftz(sm.G[r] - sm.G[s]) : 0.f);
     store_m(r, s, uy.at(slot) * sm.wv[s] + wk.at(slot) * sm.colw[s]);
-    if (scalar_dg) x = on ? x * sm.pair[r * kLdC + s] : 0.f;
+    if (scalar_dg && !kCompact) x = on ? x * sm.pair[r * kLdC + s] : 0.f;
   });
+  if (kCompact && scalar_dg) {  // Aqk as the prepare forms it (its 1b), once uy and wk are spent
+    WarpTile<C, C> qk;
+    mma_staged(qk, Padded<kLdK, false>{sm.q}, Padded<kLdK, true>{sm.k}, 0, DK, qk.row0 + 16);
+    da.each([&](int r, int s, float& x, int slot) {
+      x = s <= r ? x * (a.scale * qk.at(slot) * exp_ftz(sm.G[r] - sm.G[s])) : 0.f;
+    });
+  }
   __syncthreads();
   //   dL = -(A^T dA A^T) on s < t, as X = dA A^T (into M) then -A^T X.
   {
@@ -2094,7 +2110,7 @@ __global__ void __launch_bounds__(kThreads, (LocalSmem<DK, DV, VG>::kCtasPerSm))
     if (kWide) load_keys(d0, true);
     if (kWide && d0 > 0) load_a();
     // this CTA's phase A writes (before barriers), split into hi and lo tiles
-    stage_f32_rows<C, KB, true>(sm.dW_hi, sm.dW_lo, dW_global + d0, DK, C, no_sum);
+    if (!kCompact) stage_f32_rows<C, KB, true>(sm.dW_hi, sm.dW_lo, dW_global + d0, DK, C, no_sum);
     if constexpr (kWide) {
       wait_tiles();
       if (d0 > 0) split_a();
