@@ -1469,9 +1469,10 @@ struct LocalSmem {
   // place_compact); A and Vnew enter through registers (stage_f32_rows) instead of fp32 staging
   // tiles, so every copy of phase A is in flight at once. 104.6 KB where the general layout takes
   // 168.4: two CTAs an SM, 128 registers a thread where one CTA took 157 (ptxas spills 4 bytes,
-  // a value formed at the top). At B8 T2048 H16 D64 on an H100 the local
-  // backward went 0.652 -> 0.490 ms a launch (GDN), 0.551 -> 0.432 (DeltaNet) with the layout
-  // (d4d37f8; dW then went to memory in fp32 and came back split in phase C, Aqk was loaded).
+  // a value formed at the top). GDN's local backward at B8 T2048 H16 D64 (H100, ms a launch):
+  // 0.652 -> 0.490 with the layout (d4d37f8, DeltaNet's 0.551 -> 0.432), -> 0.428 with dW held in
+  // its slots and Aqk formed again (eeb7b17; dW had gone to memory in fp32 and come back split in
+  // phase C, Aqk had been loaded).
   static constexpr bool kCompact = DK == 64 && DV == 64 && !VG;
   static constexpr int kCtasPerSm = kCompact ? 2 : 1;  // launch bounds
   // A vector gate at DK = 256 (kWide): whole C x DK tiles of q, k and G would take 283 KB, so
@@ -1883,7 +1884,7 @@ __global__ void __launch_bounds__(kThreads, (LocalSmem<DK, DV, VG>::kCtasPerSm))
   auto key_at = [&](int r, int d) { return (tok0 + int64_t(r) * a.HV) * DK + d; };
   auto erase = [&](int r, int d) { return r < n ? bf(a.b[key_at(r, d)]) : 0.f; };  // GDN-2's b[r][d] (0 past n)
   split_a();
-  __syncthreads();  // A's fp32 tile is read: phase A's odd slices and Vnew's staging take its room (kCompact: A_hi, A_lo are)
+  __syncthreads();  // A's fp32 tile is read: phase A's odd slices and Vnew's staging take its room (kCompact: none)
   const Padded<kLdA, true> A_hi_t{sm.A_hi}, A_lo_t{sm.A_lo};  // A^T
   // Phase A (4a, 4b; steps 4, 5, 7), per key block d0 .. d0 + KB - 1, over the value slices:
   //   dQg = scale dO h^T  ->  dQ = exp(G) dQg,  dG += dQg . Qg;   dW = -dVnew h^T;
