@@ -12,6 +12,8 @@
 // (autograd/checkpoint.h); routed values and errors leave a checkpoint as extra outputs.
 #include "nn/model.h"
 
+#include <algorithm>
+
 #include "autograd/checkpoint.h"
 #include "nn/layers/feedforward.h"
 #include "nn/layers/mixers.h"
@@ -51,7 +53,7 @@ struct Block {
 
 class HybridLM : public TrainableModel, public StatefulModel {
  public:
-  HybridLM(const ModelConfig& c, uint64_t seed, Device device, DType compute, Recompute recompute,
+  HybridLM(const ModelConfig& c, uint64_t seed, Device device, DType compute, RecomputePlan recompute,
            bool keep_chunk_states)
       : config_(c), store_(seed, c.initializer_range, device, compute), recompute_(recompute),
         keep_chunk_states_(keep_chunk_states) {
@@ -163,9 +165,10 @@ class HybridLM : public TrainableModel, public StatefulModel {
     if (state) lbs = state->lower_bounds;
     else if (lower_bounds_.defined()) lbs = lower_bounds(lower_bounds_);
     Var routed_error;  // CLER: carried across attention layers to the next linear layer
-    const Recompute recompute = state ? Recompute::None : recompute_;  // a state must not advance twice
     for (size_t i = 0; i < blocks_.size(); i++) {
       Block& b = blocks_[i];
+      // a state must not advance twice
+      const Recompute recompute = state ? Recompute::None : recompute_.of(b.linear);
       MixerIO io;
       if (state) io.state = &state->layers[i];
       io.keep_chunk_states = keep_chunk_states_;
@@ -253,7 +256,7 @@ class HybridLM : public TrainableModel, public StatefulModel {
 
   ModelConfig config_;
   ParamStore store_;
-  Recompute recompute_;
+  RecomputePlan recompute_;
   bool keep_chunk_states_;
   bool mamba_ = false, rwkv_ = false;  // the mixer's block style
   Var embed_, head_, lower_bounds_;
@@ -263,7 +266,7 @@ class HybridLM : public TrainableModel, public StatefulModel {
 
 }  // namespace
 
-Recompute parse_recompute(const std::string& text, const std::string& field) {
+static Recompute parse_choice(const std::string& text, const std::string& field) {
   if (text == "none") return Recompute::None;
   if (text == "mixer") return Recompute::Mixer;
   if (text == "mlp") return Recompute::Mlp;
@@ -271,8 +274,31 @@ Recompute parse_recompute(const std::string& text, const std::string& field) {
   return Recompute::Layer;
 }
 
+RecomputePlan parse_recompute(const std::string& text, const std::string& field) {
+  if (text.find('=') == std::string::npos) return parse_choice(text, field);
+  RecomputePlan plan;
+  bool linear_seen = false, attention_seen = false;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t end = std::min(text.find(',', start), text.size());
+    const std::string part = text.substr(start, end - start);
+    const size_t eq = part.find('=');
+    HLA_CHECK_INPUT(eq != std::string::npos, field, ": '", part, "' in '", text,
+                    "' is not KIND=CHOICE (KIND linear | attention; CHOICE none | mixer | mlp | layer)");
+    const std::string kind = part.substr(0, eq), choice = part.substr(eq + 1);
+    HLA_CHECK_INPUT(kind == "linear" || kind == "attention", field, ": '", kind, "' in '", text,
+                    "' is not a layer kind (linear | attention)");
+    bool& seen = kind == "linear" ? linear_seen : attention_seen;
+    HLA_CHECK_INPUT(!seen, field, ": '", text, "' names ", kind, " twice");
+    seen = true;
+    (kind == "linear" ? plan.linear : plan.attention) = parse_choice(choice, field + " (" + kind + ")");
+    start = end + 1;
+  }
+  return plan;
+}
+
 std::unique_ptr<TrainableModel> make_model(const ModelConfig& config, uint64_t seed, Device device,
-                                           DType compute_dtype, Recompute recompute, bool keep_chunk_states) {
+                                           DType compute_dtype, RecomputePlan recompute, bool keep_chunk_states) {
   return std::make_unique<HybridLM>(config, seed, device, compute_dtype, recompute, keep_chunk_states);
 }
 

@@ -11,12 +11,26 @@
 
 namespace hla {
 
-// Which part of every block the training backward recomputes instead of keeping its
-// activations (autograd/checkpoint.h; [train] recompute): none, the sequence mixer with its
-// norm, the MLP with its norm, or the whole block. A forward with a ModelState never recomputes.
+// Which part of a block the training backward recomputes instead of keeping its activations
+// (autograd/checkpoint.h; [train] recompute): none, the sequence mixer with its norm, the MLP with
+// its norm, or the whole block. A forward with a ModelState never recomputes.
 enum class Recompute { None, Mixer, Mlp, Layer };
-// "none" | "mixer" | "mlp" | "layer"; anything else is an error naming `field` and those values.
-Recompute parse_recompute(const std::string& text, const std::string& field);
+
+// The choice for each layer kind, the linear-mixer blocks and the softmax-attention blocks: a
+// hybrid can recompute the kind whose activations are large for their cost to run again and keep
+// the other's. One Recompute converts to the same choice for both.
+struct RecomputePlan {
+  Recompute linear = Recompute::None;
+  Recompute attention = Recompute::None;
+  RecomputePlan() = default;
+  RecomputePlan(Recompute every) : linear(every), attention(every) {}  // NOLINT: one choice for every block
+  Recompute of(bool linear_block) const { return linear_block ? linear : attention; }
+};
+
+// One choice for every block, "none" | "mixer" | "mlp" | "layer", or a choice per layer kind as
+// comma-separated KIND=CHOICE with KIND "linear" or "attention" (a kind not named: none), e.g.
+// "linear=mixer,attention=layer". Anything else is an error naming `field` and the bad part.
+RecomputePlan parse_recompute(const std::string& text, const std::string& field);
 
 // Builds a model with seeded initial weights (fp32 master weights on `device`). compute_dtype
 // BF16 runs the forward/backward in bf16 on the GPU (the forward reads bf16 compute copies of the
@@ -26,7 +40,7 @@ Recompute parse_recompute(const std::string& text, const std::string& field);
 std::unique_ptr<TrainableModel> make_model(const ModelConfig& config, uint64_t seed,
                                            Device device = Device::CPU,
                                            DType compute_dtype = DType::F32,
-                                           Recompute recompute = Recompute::None,
+                                           RecomputePlan recompute = Recompute::None,
                                            bool keep_chunk_states = true);
 
 // Everything a decoder carries for a batch between forward calls (nn/decode.h).

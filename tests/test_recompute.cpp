@@ -1,7 +1,8 @@
 // Activation recompute: the checkpoint primitive (autograd/checkpoint.h) and [train] recompute.
 // Recompute must change nothing but memory: losses and every gradient bit-identical to keeping
-// the activations (fp32, CPU), gradient accumulation included; the leaf-ready hook fires once
-// per parameter with its complete gradient; the bytes held at the end of the forward shrink.
+// the activations (fp32, CPU), gradient accumulation included, one choice for every block or one
+// per layer kind; the leaf-ready hook fires once per parameter with its complete gradient; the
+// bytes held at the end of the forward shrink.
 #include <doctest/doctest.h>
 
 #include <map>
@@ -36,7 +37,7 @@ ModelConfig small_config(const std::string& type, int layers, const std::string&
 }
 
 // A model whose routing weights (zero-initialised) are set nonzero, so routed tensors matter.
-std::unique_ptr<TrainableModel> routed_model(const ModelConfig& c, Recompute recompute) {
+std::unique_ptr<TrainableModel> routed_model(const ModelConfig& c, RecomputePlan recompute) {
   auto model = make_model(c, 7, Device::CPU, DType::F32, recompute);
   uint64_t seed = 100;
   for (auto& p : model->parameters())
@@ -72,7 +73,7 @@ int64_t count_mismatched_grads(const Trace& a, const Trace& b) {
 
 // Bytes of CPU tensors alive at the end of the forward that were not alive before it: what the
 // graph holds for the backward (and the loss).
-int64_t forward_bytes(const ModelConfig& c, Recompute recompute) {
+int64_t forward_bytes(const ModelConfig& c, RecomputePlan recompute) {
   auto model = make_model(c, 3, Device::CPU, DType::F32, recompute);
   const Tensor ids = random_tokens(2, 32, c.vocab_size, 1), targets = random_tokens(2, 32, c.vocab_size, 2);
   const int64_t before = host_bytes_live();
@@ -150,6 +151,30 @@ TEST_CASE("recompute: losses and every gradient bit-identical to none, linear, h
   }
 }
 
+TEST_CASE("recompute: a choice per layer kind keeps losses and every gradient of none, and holds between") {
+  // L L A: the linear kind twice, the attention kind once; CLER routes an error across them
+  const ModelConfig c = small_config("gated_deltanet", 3, "3:1", Routing::Cler);
+  auto reference = routed_model(c, Recompute::None);
+  const Trace expected = trace(*reference);
+  for (const char* text :
+       {"linear=mixer,attention=layer", "linear=layer", "attention=mlp", "attention=none,linear=mlp"}) {
+    CAPTURE(text);
+    auto model = routed_model(c, parse_recompute(text, "test"));
+    const Trace got = trace(*model);
+    CHECK(got.losses == expected.losses);
+    CHECK(count_mismatched_grads(got, expected) == 0);
+  }
+  const ModelConfig hybrid = small_config("gated_deltanet", 4, "3:1", Routing::None);  // L L L A
+  const int64_t none = forward_bytes(hybrid, Recompute::None), every = forward_bytes(hybrid, Recompute::Layer);
+  const int64_t linear = forward_bytes(hybrid, parse_recompute("linear=layer", "test"));
+  const int64_t attention = forward_bytes(hybrid, parse_recompute("attention=layer", "test"));
+  MESSAGE("bytes held at the end of the forward: none " << none << ", linear=layer " << linear << ", attention=layer "
+                                                        << attention << ", layer " << every);
+  CHECK(every < linear);
+  CHECK(linear < attention);  // three linear blocks recomputed against one attention block
+  CHECK(attention < none);
+}
+
 TEST_CASE("recompute: the leaf-ready hook fires once per parameter, with its complete gradient") {
   const ModelConfig c = small_config("gated_deltanet", 3, "3:1", Routing::Cler);
   std::vector<std::pair<std::string, Recompute>> choices = kChoices;
@@ -214,4 +239,23 @@ TEST_CASE("recompute: a value outside none | mixer | mlp | layer is an error nam
         "[train] recompute: 'attention' is not a recompute choice (none | mixer | mlp | layer)");
   CHECK(error_of([&] { parse_recompute("Layer", "--train.recompute"); }) ==
         "--train.recompute: 'Layer' is not a recompute choice (none | mixer | mlp | layer)");
+}
+
+TEST_CASE("recompute: a plan per layer kind names the part that broke it") {
+  const RecomputePlan plan = parse_recompute("attention=layer", "f");
+  CHECK(plan.linear == Recompute::None);
+  CHECK(plan.attention == Recompute::Layer);
+  CHECK(parse_recompute("mlp", "f").linear == Recompute::Mlp);
+  CHECK(parse_recompute("mlp", "f").attention == Recompute::Mlp);
+  CHECK(error_of([&] { parse_recompute("linear=fast", "[train] recompute"); }) ==
+        "[train] recompute (linear): 'fast' is not a recompute choice (none | mixer | mlp | layer)");
+  CHECK(error_of([&] { parse_recompute("mixer,attention=none", "f"); }) ==
+        "f: 'mixer' in 'mixer,attention=none' is not KIND=CHOICE (KIND linear | attention; CHOICE none | mixer | mlp "
+        "| layer)");
+  CHECK(error_of([&] { parse_recompute("linear=mixer,", "f"); }).find("'' in 'linear=mixer,' is not KIND=CHOICE") !=
+        std::string::npos);
+  CHECK(error_of([&] { parse_recompute("gdn=mixer", "f"); }) ==
+        "f: 'gdn' in 'gdn=mixer' is not a layer kind (linear | attention)");
+  CHECK(error_of([&] { parse_recompute("linear=mixer,linear=none", "f"); }) ==
+        "f: 'linear=mixer,linear=none' names linear twice");
 }

@@ -66,7 +66,7 @@ struct TrainSettings {
   int64_t zero = 0;         // 1: ZeRO-1, optimizer state sharded over the ranks
   double bucket_mb = 25;    // data parallel: gradient all-reduce bucket size
   bool cuda_graph = true;   // cuda, one process: capture the training step in a CUDA graph, replay it
-  std::string recompute = "none";  // none | mixer | mlp | layer: what the backward recomputes (nn/model.h)
+  std::string recompute = "none";  // none | mixer | mlp | layer, or per kind "linear=mixer,attention=none" (nn/model.h)
   bool delta_rule_keep = true;     // GPU chunked recurrences: the forward keeps chunk states for the backward (README)
 };
 
@@ -169,7 +169,9 @@ void visit_settings(RC& c, F&& f) {
   f("train", "zero", t.zero, "1: ZeRO-1, optimizer state sharded over the ranks (0 = off)");
   f("train", "bucket_mb", t.bucket_mb, "data parallel: gradient all-reduce bucket size in MB");
   f("train", "cuda_graph", t.cuda_graph, "cuda, one process: replay the training step as a CUDA graph (false = launch every kernel)");
-  f("train", "recompute", t.recompute, "none | mixer | mlp | layer: the part of every block the backward recomputes instead of keeping its activations");
+  f("train", "recompute", t.recompute,
+    "none | mixer | mlp | layer: the part of every block the backward recomputes instead of keeping its activations; "
+    "or per layer kind, e.g. linear=mixer,attention=none");
   f("train", "delta_rule_keep", t.delta_rule_keep, "GPU chunked delta rule, decay attention (RetNet, Mamba-2, GLA, HGRN-2) and RWKV-6: the forward keeps its chunk-start states (and the delta rule's workspaces) for the backward (false = the backward replays them, less memory)");
 }
 
