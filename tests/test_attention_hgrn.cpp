@@ -1,7 +1,8 @@
 // Softmax attention, RoPE and the HGRN recurrence against references written here: a naive
 // attention that materialises the T x T score matrix (and its backward by matrix calculus),
 // hand-computed rotations, and a direct HGRN loop. Gradients themselves are finite-difference
-// checked by the gradcheck registry; these tests pin the math to independent formulas.
+// checked by the gradcheck registry; these tests pin the math to independent formulas (and
+// HGRN's CPU result to be the same for every thread count).
 #include <doctest/doctest.h>
 
 #include <Eigen/Dense>
@@ -13,6 +14,7 @@
 
 #include "nn/ops/attention.h"
 #include "nn/ops/hgrn.h"
+#include "nn/ops/parallel.h"
 #include "nn/ops/rope.h"
 #include "tests/test_util.h"
 
@@ -367,4 +369,29 @@ TEST_CASE("hgrn: T steps then T more from the final state equals 2T steps, value
   CHECK(max_rel_err(concat_time(xa.grad(), xb.grad()), x.grad()) < 1e-14);
   CHECK(max_rel_err(concat_time(ga.grad(), gb.grad()), g.grad()) < 1e-14);
   CHECK(max_rel_err(h0_split.grad(), h0_full.grad()) < 1e-14);
+}
+
+TEST_CASE("hgrn: the CPU result is bit for bit the same for 1 to 3 threads") {
+  // parallel_for splits (batch, channel) tasks; B * D = 10 does not divide by 3 (ranges of 3 and 4).
+  const int64_t B = 2, T = 12, D = 5;
+  const Tensor x = Tensor::randn({B, T, D}, 71, 1.0, DType::F32), g = hgrn_gates({B, T, D}, 72).to(DType::F32);
+  const Tensor h0 = Tensor::randn({B, D}, 73, 1.0, DType::F32), d_o = Tensor::randn({B, T, D}, 74, 1.0, DType::F32);
+  const Tensor dht = Tensor::randn({B, D}, 75, 1.0, DType::F32);
+  const char* names[] = {"o", "final_state", "dx", "dg", "dh0"};
+  const int threads_before = cpu_threads();
+  std::vector<std::vector<std::vector<double>>> runs;
+  for (int threads : {1, 2, 3}) {
+    set_cpu_threads(threads);
+    Var xv(x, true), gv(g, true), h0v(h0, true);
+    HgrnOutput out = hgrn(xv, gv, h0v);
+    run_backward({out.o, out.final_state}, {d_o, dht});
+    runs.push_back({out.o.value().to_f64_vector(), out.final_state.value().to_f64_vector(), xv.grad().to_f64_vector(),
+                    gv.grad().to_f64_vector(), h0v.grad().to_f64_vector()});
+  }
+  for (size_t r = 1; r < runs.size(); r++)
+    for (size_t i = 0; i < runs[0].size(); i++) {
+      INFO("run ", r, " ", names[i]);
+      CHECK(runs[r][i] == runs[0][i]);
+    }
+  set_cpu_threads(threads_before);
 }

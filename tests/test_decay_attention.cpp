@@ -3,8 +3,9 @@
 // against a direct HGRN-2 loop; RetNet's constant gate against the parallel retention form),
 // float32 agrees with float64, and running T tokens then T more from the final state equals
 // one run over 2T, and keep_states changes no bit (on the GPU: the backward reading the chunk
-// states its forward kept equals the one replaying them). Gradients of the recurrences are
-// finite-difference checked by the gradcheck registry (nn/ops/decay_attention.cpp, nn/ops/rwkv6.cpp).
+// states its forward kept equals the one replaying them), nor does the CPU's thread count.
+// Gradients of the recurrences are finite-difference checked by the gradcheck registry
+// (nn/ops/decay_attention.cpp, nn/ops/rwkv6.cpp).
 #include <doctest/doctest.h>
 
 #include <Eigen/Dense>
@@ -15,6 +16,7 @@
 
 #include "nn/ops/chunk_util.h"
 #include "nn/ops/decay_attention.h"
+#include "nn/ops/parallel.h"
 #include "nn/ops/rwkv6.h"
 #include "tests/test_util.h"
 
@@ -145,6 +147,33 @@ TEST_CASE("keep_states changes no bit (CPU: ignored; GPU: the backward reads the
   const std::vector<Tensor> wide = rwkv6_inputs({2, 150, 2, 2, 128, 64}, 1.0, 800);
   same(outputs_and_grads(run_rwkv6, wide, DType::BF16, 0.1, 0, Device::CUDA, true),
        outputs_and_grads(run_rwkv6, wide, DType::BF16, 0.1, 0, Device::CUDA, false), kRwkv6Names);
+}
+
+TEST_CASE("decay_attention and rwkv6: the CPU result is bit for bit the same for 1 to 3 threads") {
+  // parallel_for splits (batch, head) tasks: B * HV = 8 in the decay forward, B * H = 4 in its
+  // backward and in rwkv6; none divides by 3 (ranges of unequal sizes).
+  const int threads_before = cpu_threads();
+  auto check_same = [](OpFn op, const std::vector<Tensor>& in, int64_t chunk, const std::vector<std::string>& names) {
+    std::vector<std::vector<Tensor>> runs;
+    for (int threads : {1, 2, 3}) {
+      set_cpu_threads(threads);
+      runs.push_back(outputs_and_grads(op, in, DType::F32, 0.35, chunk));
+    }
+    for (size_t r = 1; r < runs.size(); r++)
+      for (size_t i = 0; i < names.size(); i++) {
+        INFO("run ", r, " ", names[i]);
+        CHECK(runs[r][i].to_f64_vector() == runs[0][i].to_f64_vector());
+      }
+  };
+  for (int64_t chunk : {0, 16}) {
+    for (bool vector_gate : {false, true}) {
+      INFO("decay_attention, vector gate ", vector_gate, ", chunk ", chunk);
+      check_same(run_decay, decay_inputs({2, 40, 2, 4, 8, 6}, vector_gate, 1.0, 750), chunk, kDecayNames);
+    }
+    INFO("rwkv6, chunk ", chunk);
+    check_same(run_rwkv6, rwkv6_inputs({2, 40, 2, 2, 8, 6}, 1.0, 760), chunk, kRwkv6Names);
+  }
+  set_cpu_threads(threads_before);
 }
 
 TEST_CASE("float32 agrees with float64 to 1e-5 (decay_attention both gates, rwkv6; recurrent and chunked)") {

@@ -108,18 +108,21 @@ struct HeadGrads {
   Mat<Real> ds0;             // (dk, dv)
 };
 
-// One token of the recurrence: S_t = Diag(exp(g_t)) S_{t-1} + k_t v_t^T.
+// One token of the recurrence, in place: S <- Diag(exp(g_t)) S + k_t v_t^T. decay: (dk), the
+// caller's buffer, so that a token loop allocates nothing.
 template <class Real>
-Mat<Real> next_state(const Mat<Real>& S_prev, const Head<Real>& x, int64_t t) {
-  Row<Real> decay = x.g.row(t).array().exp();  // exp(g_t): (dk)
-  return decay.asDiagonal() * S_prev + x.k.row(t).transpose() * x.v.row(t);
+void advance_state(Mat<Real>& S, Row<Real>& decay, const Head<Real>& x, int64_t t) {
+  decay = x.g.row(t).array().exp();                    // exp(g_t): (dk)
+  S = decay.asDiagonal() * S;                          // Diag(exp(g_t)) S_{t-1}
+  S.noalias() += x.k.row(t).transpose() * x.v.row(t);  //   + k_t v_t^T
 }
 
-// The state token t starts from, given S[t] = the state after t tokens: zero where a packed
-// document starts at t.
+// The state token t starts from, given S[t] = the state after t tokens: `zero` (dk x dv zeros)
+// where a packed document starts at t.
 template <class Real>
-Mat<Real> state_before(const std::vector<Mat<Real>>& S, const Head<Real>& x, int64_t t) {
-  return x.starts_document(t) ? Mat<Real>(Mat<Real>::Zero(S[t].rows(), S[t].cols())) : S[t];
+const Mat<Real>& state_before(const std::vector<Mat<Real>>& S, const Mat<Real>& zero, const Head<Real>& x,
+                              int64_t t) {
+  return x.starts_document(t) ? zero : S[t];
 }
 
 // Every state of the recurrence, for the token-level backward: S[t] = the state after t
@@ -127,7 +130,13 @@ Mat<Real> state_before(const std::vector<Mat<Real>>& S, const Head<Real>& x, int
 template <class Real>
 std::vector<Mat<Real>> replay_states(const Head<Real>& x) {
   std::vector<Mat<Real>> S{x.s0};
-  for (int64_t t = 0; t < x.q.rows(); t++) S.push_back(next_state(state_before(S, x, t), x, t));
+  const Mat<Real> zero = Mat<Real>::Zero(x.s0.rows(), x.s0.cols());
+  Row<Real> decay(x.g.cols());
+  for (int64_t t = 0; t < x.q.rows(); t++) {
+    Mat<Real> next = state_before(S, zero, x, t);
+    advance_state(next, decay, x, t);
+    S.push_back(std::move(next));
+  }
   return S;
 }
 

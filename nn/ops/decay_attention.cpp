@@ -1,6 +1,7 @@
 // Decay linear attention (mixers.md 4.3, 7-10): the token recurrence with its reverse-time
 // backward (the reference), the per-head dispatch between it and the chunked form of
-// nn/ops/chunk_util.h, the autograd node and the gradchecks.
+// nn/ops/chunk_util.h (heads in parallel, nn/ops/parallel.h), the autograd node and the
+// gradchecks.
 //
 // Backward of the recurrence, walking the tokens in reverse with dS = dL/dS_t (mixers.md 8):
 //   dS  += scale * q_t do_t^T                        (o_t = scale * S_t^T q_t)
@@ -22,6 +23,7 @@
 #include "nn/ops/chunk_util.h"
 #include "nn/ops/check.h"
 #include "nn/ops/kept_states.h"
+#include "nn/ops/parallel.h"
 #include "tensor/dispatch.h"
 #ifdef HLA_CUDA
 #include "cuda/decay_attention.h"
@@ -36,14 +38,16 @@ using decay_chunk::HeadGrads;
 using decay_chunk::Mat;
 using decay_chunk::Row;
 
+// The token loops write into buffers sized once per head: they allocate nothing.
 template <class Real>
 void recurrent_forward(Mat<Real>& o, Mat<Real>& S, const Head<Real>& x, Real scale) {
   S = x.s0;  // S_0: (dk, dv)
   o.resize(x.q.rows(), x.v.cols());
+  Row<Real> decay(x.g.cols());  // exp(g_t): (dk)
   for (int64_t t = 0; t < x.q.rows(); t++) {
     if (x.starts_document(t)) S.setZero();  // a packed document starts from S = 0
-    S = decay_chunk::next_state(S, x, t);  // S_t = Diag(exp(g_t)) S_{t-1} + k_t v_t^T
-    o.row(t) = scale * x.q.row(t) * S;     // o_t = scale * S_t^T q_t
+    decay_chunk::advance_state(S, decay, x, t);   // S_t = Diag(exp(g_t)) S_{t-1} + k_t v_t^T
+    o.row(t).noalias() = scale * x.q.row(t) * S;  // o_t = scale * S_t^T q_t
   }
 }
 
@@ -57,16 +61,20 @@ HeadGrads<Real> recurrent_backward(const Head<Real>& x, const Mat<Real>& d_o, co
   grads.dv.resize(T, x.v.cols());
   grads.dg.resize(T, x.g.cols());
   Mat<Real> dS = ds_final;  // dL/dS after token t, carried backwards: (dk, dv)
+  Row<Real> decay(x.g.cols());  // exp(g_t): (dk)
+  const Mat<Real> zero = Mat<Real>::Zero(x.k.cols(), x.v.cols());  // S_{t-1} where a document starts at t
   for (int64_t t = T - 1; t >= 0; t--) {
-    Row<Real> decay = x.g.row(t).array().exp();
-    dS += scale * x.q.row(t).transpose() * d_o.row(t);               // o_t = scale S_t^T q_t => dS += scale q_t do_t^T
-    grads.dq.row(t) = scale * d_o.row(t) * S[t + 1].transpose();     //                       => dq_t = scale S_t do_t
-    grads.dk.row(t) = x.v.row(t) * dS.transpose();                   // S_t = .. + k_t v_t^T  => dk_t = dS v_t
-    grads.dv.row(t) = x.k.row(t) * dS;                               //                       => dv_t = dS^T k_t
+    decay = x.g.row(t).array().exp();
+    // o_t = scale S_t^T q_t  =>  dS += scale q_t do_t^T,  dq_t = scale S_t do_t
+    dS.noalias() += scale * x.q.row(t).transpose() * d_o.row(t);
+    grads.dq.row(t).noalias() = scale * d_o.row(t) * S[t + 1].transpose();
+    // S_t = ... + k_t v_t^T  =>  dk_t = dS v_t,  dv_t = dS^T k_t
+    grads.dk.row(t).noalias() = x.v.row(t) * dS.transpose();
+    grads.dv.row(t).noalias() = x.k.row(t) * dS;
     // S_t = Diag(exp(g_t)) S_{t-1} + ...  =>  dg_t = rowsum((Diag(exp(g_t)) S_{t-1}) (.) dS),
     //                                          dS_{t-1} = Diag(exp(g_t)) dS
-    grads.dg.row(t) =
-        (decay.asDiagonal() * decay_chunk::state_before(S, x, t)).cwiseProduct(dS).rowwise().sum().transpose();
+    const Mat<Real>& S_prev = decay_chunk::state_before(S, zero, x, t);  // S_{t-1} as token t reads it
+    grads.dg.row(t) = (decay.asDiagonal() * S_prev).cwiseProduct(dS).rowwise().sum().transpose();
     dS = decay.asDiagonal() * dS;
     if (x.starts_document(t)) dS.setZero();  // S_{t-1} was replaced by 0 (so dg_t = 0 above)
   }
@@ -91,18 +99,12 @@ Head<Real> gather_value_head(const Real* q, const Real* k, const Real* v, const 
   return x;
 }
 
-// Calls fn(b, j, x, vector_gate) for every batch b and value head j, with x = the head's inputs
-// and vector_gate = std::true_type or std::false_type: the gate kind as a template flag.
-template <class Real, class Fn>
-void for_each_value_head(const Real* q, const Real* k, const Real* v, const Real* g, const Real* h0,
-                         const DecayAttentionDims& d, Fn&& fn) {
-  auto heads = [&](auto vector_gate) {
-    for (int64_t b = 0; b < d.B; b++)
-      for (int64_t j = 0; j < d.HV; j++)
-        fn(b, j, gather_value_head<Real, decltype(vector_gate)::value>(q, k, v, g, h0, b, j, d), vector_gate);
-  };
-  if (d.vector_gate) heads(std::true_type{});
-  else heads(std::false_type{});
+// Calls fn(vector_gate) with vector_gate = std::true_type or std::false_type: the gate kind as a
+// template flag.
+template <class Fn>
+void with_gate_kind(const DecayAttentionDims& d, Fn&& fn) {
+  if (d.vector_gate) fn(std::true_type{});
+  else fn(std::false_type{});
 }
 
 }  // namespace
@@ -112,15 +114,20 @@ void decay_attention_forward(Real* o, Real* ht, const Real* q, const Real* k, co
                              const Real* h0, const DecayAttentionDims& d) {
   std::fill(o, o + d.B * d.T * d.HV * d.dv, Real(0));
   const Real scale = Real(d.scale);
-  for_each_value_head(q, k, v, g, h0, d, [&](int64_t b, int64_t j, const Head<Real>& x, auto vector_gate) {
-    Mat<Real> o_head, s_final;  // (T, dv), (dk, dv)
-    if (d.chunk_size == 0)
-      recurrent_forward(o_head, s_final, x, scale);
-    else
-      decay_chunk::forward<Real, decltype(vector_gate)::value>(o_head, s_final, x, scale, d.chunk_size,
-                                                               decay_chunk::ReadAt::after_update);
-    decay_chunk::scatter_head_add(o, o_head, b, j, d.HV);
-    decay_chunk::scatter_state(ht, s_final, b, j, d.HV);
+  with_gate_kind(d, [&](auto vector_gate) {
+    constexpr bool VectorGate = decltype(vector_gate)::value;
+    parallel_for(d.B * d.HV, [&](int64_t i) {  // (batch, value head) i = b * HV + j writes its own rows
+      const int64_t b = i / d.HV, j = i % d.HV;
+      const Head<Real> x = gather_value_head<Real, VectorGate>(q, k, v, g, h0, b, j, d);
+      Mat<Real> o_head, s_final;  // (T, dv), (dk, dv)
+      if (d.chunk_size == 0)
+        recurrent_forward(o_head, s_final, x, scale);
+      else
+        decay_chunk::forward<Real, VectorGate>(o_head, s_final, x, scale, d.chunk_size,
+                                               decay_chunk::ReadAt::after_update);
+      decay_chunk::scatter_head_add(o, o_head, b, j, d.HV);
+      decay_chunk::scatter_state(ht, s_final, b, j, d.HV);
+    });
   });
 }
 
@@ -133,20 +140,28 @@ void decay_attention_backward(Real* grad_q, Real* grad_k, Real* grad_v, Real* gr
   std::fill(grad_v, grad_v + d.B * d.T * d.HV * d.dv, Real(0));
   std::fill(grad_g, grad_g + d.B * d.T * d.HV * (d.vector_gate ? d.dk : 1), Real(0));
   const Real scale = Real(d.scale);
-  for_each_value_head(q, k, v, g, h0, d, [&](int64_t b, int64_t j, const Head<Real>& x, auto vector_gate) {
+  // One task per (batch, q/k head): its value heads add into the same dq and dk rows, so they
+  // run in one task, in order.
+  const int64_t group = d.HV / d.H;
+  with_gate_kind(d, [&](auto vector_gate) {
     constexpr bool VectorGate = decltype(vector_gate)::value;
-    const Mat<Real> d_o = decay_chunk::gather_head(grad_o, b, j, d.T, d.HV, d.dv);            // (T, dv)
-    const Mat<Real> ds_final = decay_chunk::gather_state(grad_ht, b, j, d.HV, d.dk, d.dv);  // (dk, dv)
-    const HeadGrads<Real> dx =
-        d.chunk_size == 0 ? recurrent_backward(x, d_o, ds_final, scale)
-                          : decay_chunk::backward<Real, VectorGate>(x, d_o, ds_final, scale, d.chunk_size,
-                                                                    decay_chunk::ReadAt::after_update);
-    const int64_t i = j / (d.HV / d.H);  // value heads of one group sum into their q/k head
-    decay_chunk::scatter_head_add(grad_q, dx.dq, b, i, d.H);
-    decay_chunk::scatter_head_add(grad_k, dx.dk, b, i, d.H);
-    decay_chunk::scatter_head_add(grad_v, dx.dv, b, j, d.HV);
-    decay_chunk::scatter_gate_grad<Real, VectorGate>(grad_g, dx.dg, b, j, d.HV);
-    if (grad_h0) decay_chunk::scatter_state(grad_h0, dx.ds0, b, j, d.HV);
+    parallel_for(d.B * d.H, [&](int64_t i) {
+      const int64_t b = i / d.H, h = i % d.H;
+      for (int64_t j = h * group; j < (h + 1) * group; j++) {
+        const Head<Real> x = gather_value_head<Real, VectorGate>(q, k, v, g, h0, b, j, d);
+        const Mat<Real> d_o = decay_chunk::gather_head(grad_o, b, j, d.T, d.HV, d.dv);            // (T, dv)
+        const Mat<Real> ds_final = decay_chunk::gather_state(grad_ht, b, j, d.HV, d.dk, d.dv);  // (dk, dv)
+        const HeadGrads<Real> dx =
+            d.chunk_size == 0 ? recurrent_backward(x, d_o, ds_final, scale)
+                              : decay_chunk::backward<Real, VectorGate>(x, d_o, ds_final, scale, d.chunk_size,
+                                                                        decay_chunk::ReadAt::after_update);
+        decay_chunk::scatter_head_add(grad_q, dx.dq, b, h, d.H);  // summed over the value heads of q/k head h
+        decay_chunk::scatter_head_add(grad_k, dx.dk, b, h, d.H);
+        decay_chunk::scatter_head_add(grad_v, dx.dv, b, j, d.HV);
+        decay_chunk::scatter_gate_grad<Real, VectorGate>(grad_g, dx.dg, b, j, d.HV);
+        if (grad_h0) decay_chunk::scatter_state(grad_h0, dx.ds0, b, j, d.HV);
+      }
+    });
   });
 }
 

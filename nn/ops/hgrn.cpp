@@ -1,4 +1,5 @@
-// HGRN recurrence forward and backward (mixers.md section 6), one channel at a time.
+// HGRN recurrence forward and backward (mixers.md section 6), one channel at a time: the
+// (batch, channel) sequences run in parallel (nn/ops/parallel.h).
 //
 // Backward walks the tokens in reverse with dh = dL/dh_t:
 //   dh   += do_t                 (o_t = h_t)
@@ -14,6 +15,7 @@
 
 #include "nn/ops/attention.h"
 #include "nn/ops/check.h"
+#include "nn/ops/parallel.h"
 #include "tensor/dispatch.h"
 #ifdef HLA_CUDA
 #include "cuda/hgrn.h"
@@ -30,38 +32,38 @@ inline bool starts_document(const HgrnDims& dims, int64_t b, int64_t t) {
 template <class Real>
 void hgrn_forward(Real* o, Real* ht, const Real* x, const Real* g, const Real* h0, const HgrnDims& dims) {
   const int64_t B = dims.B, T = dims.T, D = dims.D;
-  for (int64_t b = 0; b < B; b++)
-    for (int64_t d = 0; d < D; d++) {
-      Real h = h0 ? h0[b * D + d] : Real(0);  // h_0
-      for (int64_t t = 0; t < T; t++) {
-        const int64_t i = (b * T + t) * D + d;
-        if (starts_document(dims, b, t)) h = Real(0);  // a document starts from h = 0
-        h = std::exp(g[i]) * h + x[i];  // h_t = exp(g_t) * h_{t-1} + x_t
-        o[i] = h;                       // o_t = h_t
-      }
-      ht[b * D + d] = h;  // final state h_T
+  parallel_for(B * D, [&](int64_t c) {  // (batch, channel) c = b * D + d writes its own column
+    const int64_t b = c / D, d = c % D;
+    Real h = h0 ? h0[b * D + d] : Real(0);  // h_0
+    for (int64_t t = 0; t < T; t++) {
+      const int64_t i = (b * T + t) * D + d;
+      if (starts_document(dims, b, t)) h = Real(0);  // a document starts from h = 0
+      h = std::exp(g[i]) * h + x[i];  // h_t = exp(g_t) * h_{t-1} + x_t
+      o[i] = h;                       // o_t = h_t
     }
+    ht[b * D + d] = h;  // final state h_T
+  });
 }
 
 template <class Real>
 void hgrn_backward(Real* dx, Real* dg, Real* dh0, const Real* dout, const Real* dht, const Real* g, const Real* h0,
                    const Real* o, const HgrnDims& dims) {
   const int64_t B = dims.B, T = dims.T, D = dims.D;
-  for (int64_t b = 0; b < B; b++)
-    for (int64_t d = 0; d < D; d++) {
-      Real dh = dht ? dht[b * D + d] : Real(0);  // dL/dh_T from the final state
-      for (int64_t t = T - 1; t >= 0; t--) {
-        const int64_t i = (b * T + t) * D + d;
-        const bool starts = starts_document(dims, b, t);
-        const Real h_prev = starts ? Real(0) : t > 0 ? o[i - D] : (h0 ? h0[b * D + d] : Real(0));  // h_{t-1}
-        const Real decay = std::exp(g[i]);
-        dh += dout[i];                // o_t = h_t
-        dx[i] = dh;                   // h_t = exp(g_t) h_{t-1} + x_t  =>  dx_t = dh_t
-        dg[i] = dh * decay * h_prev;  //                              =>  dg_t = dh_t exp(g_t) h_{t-1}
-        dh = starts ? Real(0) : dh * decay;  //                       =>  dh_{t-1} += dh_t exp(g_t)
-      }
-      if (dh0) dh0[b * D + d] = dh;
+  parallel_for(B * D, [&](int64_t c) {  // (batch, channel) c = b * D + d writes its own column
+    const int64_t b = c / D, d = c % D;
+    Real dh = dht ? dht[b * D + d] : Real(0);  // dL/dh_T from the final state
+    for (int64_t t = T - 1; t >= 0; t--) {
+      const int64_t i = (b * T + t) * D + d;
+      const bool starts = starts_document(dims, b, t);
+      const Real h_prev = starts ? Real(0) : t > 0 ? o[i - D] : (h0 ? h0[b * D + d] : Real(0));  // h_{t-1}
+      const Real decay = std::exp(g[i]);
+      dh += dout[i];                // o_t = h_t
+      dx[i] = dh;                   // h_t = exp(g_t) h_{t-1} + x_t  =>  dx_t = dh_t
+      dg[i] = dh * decay * h_prev;  //                              =>  dg_t = dh_t exp(g_t) h_{t-1}
+      dh = starts ? Real(0) : dh * decay;  //                       =>  dh_{t-1} += dh_t exp(g_t)
     }
+    if (dh0) dh0[b * D + d] = dh;
+  });
 }
 
 template void hgrn_forward<float>(float*, float*, const float*, const float*, const float*, const HgrnDims&);

@@ -1,6 +1,6 @@
 // RWKV-6 (mixers.md section 11): the token recurrence with its reverse-time backward (the
-// reference), the per-head dispatch between it and the chunked form of nn/ops/chunk_util.h,
-// the autograd node and the gradchecks.
+// reference), the per-head dispatch between it and the chunked form of nn/ops/chunk_util.h
+// (heads in parallel, nn/ops/parallel.h), the autograd node and the gradchecks.
 //
 // Backward of the recurrence, walking the tokens in reverse with dS = dL/dS_t:
 //   dk_t = dS v_t + scale * (u * r_t) (v_t . do_t)        (S_t = ... + k_t v_t^T, and the bonus)
@@ -20,6 +20,7 @@
 #include "nn/ops/chunk_util.h"
 #include "nn/ops/check.h"
 #include "nn/ops/kept_states.h"
+#include "nn/ops/parallel.h"
 #include "tensor/dispatch.h"
 #ifdef HLA_CUDA
 #include "cuda/rwkv6.h"
@@ -34,16 +35,19 @@ using decay_chunk::HeadGrads;
 using decay_chunk::Mat;
 using decay_chunk::Row;
 
-// In Head terms: q = r, g = w, bonus = u.
+// In Head terms: q = r, g = w, bonus = u. The token loops write into buffers sized once per
+// head: they allocate nothing.
 template <class Real>
 void recurrent_forward(Mat<Real>& o, Mat<Real>& S, const Head<Real>& x, Real scale) {
   S = x.s0;  // S_0: (dk, dv)
   o.resize(x.q.rows(), x.v.cols());
+  Row<Real> decay(x.g.cols()), read(x.v.cols());  // exp(w_t): (dk); S_{t-1}^T r_t: (dv)
   for (int64_t t = 0; t < x.q.rows(); t++) {
     if (x.starts_document(t)) S.setZero();  // a packed document starts from S = 0
     const Real bonus = x.q.row(t).cwiseProduct(x.bonus).dot(x.k.row(t));  // r_t . (u * k_t)
-    o.row(t) = scale * (x.q.row(t) * S + bonus * x.v.row(t));  // o_t = scale (S_{t-1}^T r_t + bonus v_t)
-    S = decay_chunk::next_state(S, x, t);                      // S_t = Diag(exp(w_t)) S_{t-1} + k_t v_t^T
+    read.noalias() = x.q.row(t) * S;
+    o.row(t) = scale * (read + bonus * x.v.row(t));  // o_t = scale (S_{t-1}^T r_t + bonus v_t)
+    decay_chunk::advance_state(S, decay, x, t);      // S_t = Diag(exp(w_t)) S_{t-1} + k_t v_t^T
   }
 }
 
@@ -58,19 +62,26 @@ HeadGrads<Real> recurrent_backward(const Head<Real>& x, const Mat<Real>& d_o, co
   grads.dg.resize(T, x.g.cols());  // dw
   grads.dbonus = Row<Real>::Zero(x.bonus.cols());  // du
   Mat<Real> dS = ds_final;  // dL/dS after token t, carried backwards: (dk, dv)
+  Row<Real> decay(x.g.cols()), dS_v(x.k.cols()), S_do(x.q.cols());  // exp(w_t), dS v_t, S_{t-1} do_t: (dk)
+  Row<Real> dS_k(x.v.cols());                                         // dS^T k_t: (dv)
+  const Mat<Real> zero = Mat<Real>::Zero(x.k.cols(), x.v.cols());  // S_{t-1} where a document starts at t
   for (int64_t t = T - 1; t >= 0; t--) {
     auto r = x.q.row(t), k = x.k.row(t), v = x.v.row(t), d_ot = d_o.row(t);
     const Real v_do = v.dot(d_ot);                          // v_t . do_t
     const Real bonus = r.cwiseProduct(x.bonus).dot(k);      // r_t . (u * k_t)
-    Row<Real> decay = x.g.row(t).array().exp();
-    const Mat<Real> S_prev = decay_chunk::state_before(S, x, t);  // S_{t-1} as token t reads it: (dk, dv)
+    decay = x.g.row(t).array().exp();
+    const Mat<Real>& S_prev = decay_chunk::state_before(S, zero, x, t);  // S_{t-1} as token t reads it: (dk, dv)
     // o_t = scale (S_{t-1}^T r_t + (r_t . (u * k_t)) v_t)  and  S_t = Diag(exp(w_t)) S_{t-1} + k_t v_t^T
-    grads.dk.row(t) = v * dS.transpose() + scale * v_do * x.bonus.cwiseProduct(r);   // dS v_t + bonus path
-    grads.dv.row(t) = k * dS + scale * bonus * d_ot;                                 // dS^T k_t + bonus path
-    grads.dq.row(t) = scale * (d_ot * S_prev.transpose() + v_do * x.bonus.cwiseProduct(k));  // S_{t-1} do_t + ..
+    dS_v.noalias() = v * dS.transpose();
+    dS_k.noalias() = k * dS;
+    S_do.noalias() = d_ot * S_prev.transpose();
+    grads.dk.row(t) = dS_v + scale * v_do * x.bonus.cwiseProduct(r);    // dS v_t + bonus path
+    grads.dv.row(t) = dS_k + scale * bonus * d_ot;                      // dS^T k_t + bonus path
+    grads.dq.row(t) = scale * (S_do + v_do * x.bonus.cwiseProduct(k));  // S_{t-1} do_t + bonus path
     grads.dbonus += scale * v_do * r.cwiseProduct(k);
     grads.dg.row(t) = (decay.asDiagonal() * S_prev).cwiseProduct(dS).rowwise().sum().transpose();
-    dS = decay.asDiagonal() * dS + scale * r.transpose() * d_ot;  // S_{t-1} feeds S_t and o_t
+    dS = decay.asDiagonal() * dS;                  // S_{t-1} feeds S_t
+    dS.noalias() += scale * r.transpose() * d_ot;  //           and o_t
     if (x.starts_document(t)) dS.setZero();  // S_{t-1} was replaced by 0
   }
   grads.ds0 = dS;
@@ -98,18 +109,18 @@ template <class Real>
 void rwkv6_forward(Real* o, Real* ht, const Real* r, const Real* k, const Real* v, const Real* w, const Real* u,
                    const Real* h0, const Rwkv6Dims& d) {
   std::fill(o, o + d.B * d.T * d.H * d.dv, Real(0));
-  for (int64_t b = 0; b < d.B; b++)
-    for (int64_t h = 0; h < d.H; h++) {
-      const Head<Real> x = gather_rwkv_head(r, k, v, w, u, h0, b, h, d);
-      Mat<Real> o_head, s_final;  // (T, dv), (dk, dv)
-      if (d.chunk_size == 0)
-        recurrent_forward(o_head, s_final, x, Real(d.scale));
-      else
-        decay_chunk::forward<Real, true>(o_head, s_final, x, Real(d.scale), d.chunk_size,
-                                         decay_chunk::ReadAt::before_update);
-      decay_chunk::scatter_head_add(o, o_head, b, h, d.H);
-      decay_chunk::scatter_state(ht, s_final, b, h, d.H);
-    }
+  parallel_for(d.B * d.H, [&](int64_t i) {  // (batch, head) i = b * H + h writes its own rows
+    const int64_t b = i / d.H, h = i % d.H;
+    const Head<Real> x = gather_rwkv_head(r, k, v, w, u, h0, b, h, d);
+    Mat<Real> o_head, s_final;  // (T, dv), (dk, dv)
+    if (d.chunk_size == 0)
+      recurrent_forward(o_head, s_final, x, Real(d.scale));
+    else
+      decay_chunk::forward<Real, true>(o_head, s_final, x, Real(d.scale), d.chunk_size,
+                                       decay_chunk::ReadAt::before_update);
+    decay_chunk::scatter_head_add(o, o_head, b, h, d.H);
+    decay_chunk::scatter_state(ht, s_final, b, h, d.H);
+  });
 }
 
 template <class Real>
@@ -119,22 +130,26 @@ void rwkv6_backward(Real* grad_r, Real* grad_k, Real* grad_v, Real* grad_w, Real
   for (Real* grad : {grad_r, grad_k, grad_w}) std::fill(grad, grad + d.B * d.T * d.H * d.dk, Real(0));
   std::fill(grad_v, grad_v + d.B * d.T * d.H * d.dv, Real(0));
   std::fill(grad_u, grad_u + d.H * d.dk, Real(0));
+  Mat<Real> du(d.B * d.H, d.dk);  // du: (B * H, dk), row b * H + h: (batch, head)'s part of grad_u
+  parallel_for(d.B * d.H, [&](int64_t i) {  // (batch, head) i = b * H + h writes its own rows and row i of du
+    const int64_t b = i / d.H, h = i % d.H;
+    const Head<Real> x = gather_rwkv_head(r, k, v, w, u, h0, b, h, d);
+    const Mat<Real> d_o = decay_chunk::gather_head(grad_o, b, h, d.T, d.H, d.dv);            // (T, dv)
+    const Mat<Real> ds_final = decay_chunk::gather_state(grad_ht, b, h, d.H, d.dk, d.dv);  // (dk, dv)
+    const HeadGrads<Real> dx =
+        d.chunk_size == 0 ? recurrent_backward(x, d_o, ds_final, Real(d.scale))
+                          : decay_chunk::backward<Real, true>(x, d_o, ds_final, Real(d.scale), d.chunk_size,
+                                                              decay_chunk::ReadAt::before_update);
+    decay_chunk::scatter_head_add(grad_r, dx.dq, b, h, d.H);
+    decay_chunk::scatter_head_add(grad_k, dx.dk, b, h, d.H);
+    decay_chunk::scatter_head_add(grad_v, dx.dv, b, h, d.H);
+    decay_chunk::scatter_head_add(grad_w, dx.dg, b, h, d.H);
+    du.row(i) = dx.dbonus;
+    if (grad_h0) decay_chunk::scatter_state(grad_h0, dx.ds0, b, h, d.H);
+  });
+  // u is shared by the batch: its parts are summed here, in the serial order b = 0, 1, ...
   for (int64_t b = 0; b < d.B; b++)
-    for (int64_t h = 0; h < d.H; h++) {
-      const Head<Real> x = gather_rwkv_head(r, k, v, w, u, h0, b, h, d);
-      const Mat<Real> d_o = decay_chunk::gather_head(grad_o, b, h, d.T, d.H, d.dv);            // (T, dv)
-      const Mat<Real> ds_final = decay_chunk::gather_state(grad_ht, b, h, d.H, d.dk, d.dv);  // (dk, dv)
-      const HeadGrads<Real> dx =
-          d.chunk_size == 0 ? recurrent_backward(x, d_o, ds_final, Real(d.scale))
-                            : decay_chunk::backward<Real, true>(x, d_o, ds_final, Real(d.scale), d.chunk_size,
-                                                                decay_chunk::ReadAt::before_update);
-      decay_chunk::scatter_head_add(grad_r, dx.dq, b, h, d.H);
-      decay_chunk::scatter_head_add(grad_k, dx.dk, b, h, d.H);
-      decay_chunk::scatter_head_add(grad_v, dx.dv, b, h, d.H);
-      decay_chunk::scatter_head_add(grad_w, dx.dg, b, h, d.H);
-      Eigen::Map<Row<Real>>(grad_u + h * d.dk, d.dk) += dx.dbonus;  // u is shared by the batch
-      if (grad_h0) decay_chunk::scatter_state(grad_h0, dx.ds0, b, h, d.H);
-    }
+    for (int64_t h = 0; h < d.H; h++) Eigen::Map<Row<Real>>(grad_u + h * d.dk, d.dk) += du.row(b * d.H + h);
 }
 
 #define HLA_RWKV6_INSTANTIATE(Real)                                                                            \
