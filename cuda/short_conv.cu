@@ -16,7 +16,13 @@
 //     pre_t = the forward's window and dpre_t = dy_t act'(pre_t) into a register history of the
 //     next KMAX-1 tokens, so dx_t = sum_i w_i dpre_{t+K-1-i} (+ dfinal) is written at t, and
 //     dw, dbias are summed over the run's own tokens in registers; one fp32 partial per run
-//     (chunk = (b, run)) that cuda/reduce.cuh sums in a fixed order (deterministic).
+//     (chunk = (b, run)) that cuda/reduce.cuh sums in a fixed order (deterministic). Before the
+//     walk a thread copies every x and dy row its run reads into shared memory, all those loads
+//     in flight at once, and it owns at most kBackwardWidth channels (4: 128 registers, two
+//     blocks an SM). Until session 52 it owned 16 bytes of channels (8 bf16: 238 registers, one
+//     block an SM) and loaded a token ahead of its walk: too few bytes in flight for DRAM's
+//     bandwidth (ncu, H100, the GDN 3:1 hybrid at 4 x 256, B8 T2048: 0.18 ms a call, 8.7 ms a
+//     training step, 6.6% of it).
 // Runs are kForwardRun / kBackwardRun tokens, halved down to kMinRun while the threads would not
 // give every SM a block (plan_runs), and then the blocks are one warp each, so that a small model
 // (the MQAR demo: B32 L64 C64, 512 backward threads in two blocks walking 32 tokens, 80 us a
@@ -32,8 +38,10 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kMaxTaps = 16;
 constexpr int kForwardRun = 16;   // tokens a forward thread walks, at most
-constexpr int kBackwardRun = 32;  // tokens a backward thread walks (one dw partial each), at most
+constexpr int kBackwardRun = 16;  // tokens a backward thread walks (one dw partial each), at most
 constexpr int kMinRun = 8;        // the shortest run plan_runs cuts
+constexpr int kBackwardWidth = 4;  // channels a backward thread owns, at most (its register arrays)
+constexpr int kBackwardBlocksPerSm = 2;
 
 __device__ __forceinline__ float sigmoid_of(float v) { return 1.0f / (1.0f + expf(-v)); }
 
@@ -93,15 +101,19 @@ struct ConvInputs {
     return acc;
   }
 
-  // v = x_s of channels c0 .. c0+W-1 (s < 0: the state, s < 1-K: zeros); one 16-byte load for s >= 0.
+  // x_s of channels c0 .. c0+W-1 (s < 0: the state, s < 1-K: zeros); one vector load for s >= 0.
+  template <int W>
+  __device__ Vec<T, W> input_row(int64_t b, int64_t s, int64_t c0) const {
+    if (s >= 0) return load_vec<W>(x + (b * L + s) * C + c0);
+    Vec<T, W> v;
+#pragma unroll
+    for (int k = 0; k < W; k++)
+      v.v[k] = s >= 1 - K && state ? state[(b * C + c0 + k) * (K - 1) + K - 1 + s] : from_float<T>(0.0f);
+    return v;
+  }
   template <int W>
   __device__ void load_inputs(float (&v)[W], int64_t b, int64_t s, int64_t c0) const {
-    if (s >= 0) {
-      load_floats<W>(v, x + (b * L + s) * C + c0);
-      return;
-    }
-#pragma unroll
-    for (int k = 0; k < W; k++) v[k] = s >= 1 - K && state ? to_float(state[(b * C + c0 + k) * (K - 1) + K - 1 + s]) : 0.0f;
+    to_floats(v, input_row<W>(b, s, c0));
   }
   // wp[j] = w[c, j - (KMAX-K)] for the padded taps j >= KMAX-K, else 0; b = bias[c] or 0.
   template <int KMAX, int W>
@@ -171,30 +183,50 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-// dx: (B, L, C); partial_w: (B * runs, C, K), partial_b: (B * runs, C) or null: each run's sums
-// of dw and dbias; threads: B * runs * (C / W), runs = ceil(L / run_tokens).
+// The backward's rows of one thread in shared memory, [row][thread] (a warp's reads of one row
+// are consecutive): x_s for s = t0 - KMAX .. top, then dy_t for t = t0 .. top (top: the run's
+// last token plus the KMAX - 1 outputs past it that its dx reads).
+template <int KMAX>
+constexpr int backward_x_rows(int run_tokens) { return run_tokens + 2 * KMAX - 1; }
+template <int KMAX>
+constexpr int backward_dy_rows(int run_tokens) { return run_tokens + KMAX - 1; }
 template <class T, int KMAX, int W>
-__global__ void __launch_bounds__(kThreads, 1)
+size_t backward_smem(int run_tokens, int block) {
+  return sizeof(Vec<T, W>) * size_t(block) * (backward_x_rows<KMAX>(run_tokens) + backward_dy_rows<KMAX>(run_tokens));
+}
+
+// dx: (B, L, C); partial_w: (B * runs, C, K), partial_b: (B * runs, C) or null: each run's sums
+// of dw and dbias; threads: B * runs * (C / W), runs = ceil(L / run_tokens). A thread first
+// copies every row its run reads into shared memory (all its loads in flight at once: a walk
+// that loads a token ahead keeps too few bytes in flight to reach DRAM's bandwidth), then walks.
+template <class T, int KMAX, int W>
+__global__ void __launch_bounds__(kThreads, kBackwardBlocksPerSm)
     conv_backward_kernel(T* __restrict__ dx, float* __restrict__ partial_w, float* __restrict__ partial_b,
                          const T* __restrict__ dy, const T* __restrict__ dfinal, ConvInputs<T> in, int64_t B,
                          int64_t runs, int run_tokens, ConvAct act) {
+  extern __shared__ float4 smem_raw[];
   const ThreadRun r = thread_run<W>(in.L, in.C, runs, run_tokens, B);
-  if (!r.valid) return;
+  if (!r.valid) return;  // no barrier below: every thread reads only the rows it copied
   const int64_t L = in.L, C = in.C, K = in.K;
   float wp[KMAX][W], bias[W];
   in.load_taps(wp, bias, r.c0);
-  // 1. the run's last token's dx reads dpre of KMAX-1 tokens past the run: start there
-  const int64_t top = (r.t1 + KMAX - 1 < L ? r.t1 + KMAX - 1 : L) - 1;
+  // 1. the run's last token's dx reads dpre of KMAX-1 tokens past the run: the walk starts there;
+  //    its rows into shared memory first
+  const int64_t top = (r.t1 + KMAX - 1 < L ? r.t1 + KMAX - 1 : L) - 1, x_first = r.t0 - KMAX;
+  const int stride = blockDim.x;
+  Vec<T, W>* xs = reinterpret_cast<Vec<T, W>*>(smem_raw) + threadIdx.x;  // x_s at xs[(s - x_first) * stride]
+  Vec<T, W>* dys = xs + backward_x_rows<KMAX>(run_tokens) * stride;       // dy_t at dys[(t - t0) * stride]
+#pragma unroll 8
+  for (int64_t s = x_first; s <= top; s++) xs[(s - x_first) * stride] = in.template input_row<W>(r.b, s, r.c0);
+#pragma unroll 8
+  for (int64_t t = r.t0; t <= top; t++) dys[(t - r.t0) * stride] = load_vec<W>(dy + (r.b * L + t) * C + r.c0);
   float win[KMAX][W];  // win[j] = x_{t-KMAX+1+j} at token t
 #pragma unroll
-  for (int j = 0; j < KMAX; j++) in.load_inputs(win[j], r.b, top - KMAX + 1 + j, r.c0);
+  for (int j = 0; j < KMAX; j++) to_floats(win[j], xs[(top - KMAX + 1 + j - x_first) * stride]);
   float dpre[KMAX][W] = {};  // dpre[j] = dpre_{t+j} (0 past L)
-  int64_t lowest[KMAX] = {};  // lowest[j] = the lowest input output t+j sees
+  int lowest[KMAX] = {};  // lowest[j] = the lowest input output t+j sees (a token index: L < 2^31)
   float dw[KMAX][W] = {}, db[W] = {};
   const int64_t final_lowest = in.lowest_input(r.b, L - 1);  // the final state reads x_s for s >= this
-  float dy_next[W], x_next[W];  // dy_t and x_{t-KMAX}, loaded a token ahead (latency hidden)
-  load_floats<W>(dy_next, dy + (r.b * L + top) * C + r.c0);
-  in.load_inputs(x_next, r.b, top - KMAX, r.c0);
   for (int64_t t = top; t >= r.t0; t--) {
 #pragma unroll
     for (int j = KMAX - 1; j > 0; j--) {
@@ -203,14 +235,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int k = 0; k < W; k++) dpre[j][k] = dpre[j - 1][k];
     }
     float d[W], x_low[W];  // dy_t, x_{t-KMAX}
-#pragma unroll
-    for (int k = 0; k < W; k++) d[k] = dy_next[k], x_low[k] = x_next[k];
-    if (t > r.t0) {
-      load_floats<W>(dy_next, dy + (r.b * L + t - 1) * C + r.c0);
-      in.load_inputs(x_next, r.b, t - 1 - KMAX, r.c0);
-    }
+    to_floats(d, dys[(t - r.t0) * stride]);
+    to_floats(x_low, xs[(t - KMAX - x_first) * stride]);
     // 2. pre_t from the window, dpre_t = dy_t act'(pre_t)
-    lowest[0] = in.lowest_input(r.b, t);
+    lowest[0] = static_cast<int>(in.lowest_input(r.b, t));
     float pre[W];
     in.window_pre(pre, wp, bias, win, t, lowest[0]);
 #pragma unroll
@@ -287,11 +315,12 @@ void launch(Kernel kernel, dim3 grid, int threads, size_t bytes, Params... param
   CUDA_CHECK_LAUNCH();
 }
 
-// Calls fn(KMAX, W) as integral constants: KMAX = 4 for K <= 4 (else kMaxTaps), W = 16 bytes of T
-// when C allows it and every row pointer is 16-byte aligned (and KMAX = 4: registers), else 1.
-template <class T, class Fn, class... Ptrs>
+// Calls fn(KMAX, W) as integral constants: KMAX = 4 for K <= 4 (else kMaxTaps), W = 16 bytes of T,
+// at most MAXW channels, when C allows it and every row pointer is 16-byte aligned (and KMAX = 4:
+// registers), else 1.
+template <class T, int MAXW, class Fn, class... Ptrs>
 void dispatch_taps_width(int64_t K, int64_t C, Fn&& fn, const Ptrs*... rows) {
-  constexpr int V = kVecWidth<T>;
+  constexpr int V = kVecWidth<T> < MAXW ? kVecWidth<T> : MAXW;
   const bool vector = K <= 4 && C % V == 0 && (aligned16(rows) && ...);
   if (K > 4) fn(Width<kMaxTaps>{}, Width<1>{});
   else if (vector) fn(Width<4>{}, Width<V>{});
@@ -331,7 +360,7 @@ void short_conv_forward(void* y, void* final_state, const void* x, const void* w
     const ConvInputs<T> in{static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias),
                            static_cast<const T*>(state), d.doc_start, L, C, static_cast<int>(K)};
     if (B * L * C > 0)
-      dispatch_taps_width<T>(K, C, [&](auto taps, auto width) {
+      dispatch_taps_width<T, kVecWidth<T>>(K, C, [&](auto taps, auto width) {
         constexpr int KMAX = decltype(taps)::value, W = decltype(width)::value;
         const RunPlan plan = plan_runs(B, L, C / W, kForwardRun);
         launch(conv_forward_kernel<T, KMAX, W>, plan.blocks, plan.block, 0, static_cast<T*>(y), in, B, plan.runs,
@@ -359,13 +388,18 @@ void short_conv_backward(void* dx, void* dw, void* dbias, void* dstate, const vo
       write_zeros(dw, C * K, dtype);
       write_zeros(dbias, C, dtype);
     } else {
-      dispatch_taps_width<T>(K, C, [&](auto taps, auto width) {
+      dispatch_taps_width<T, kBackwardWidth>(K, C, [&](auto taps, auto width) {
         constexpr int KMAX = decltype(taps)::value, W = decltype(width)::value;
         const RunPlan plan = plan_runs(B, L, C / W, kBackwardRun);
         const int chunks = static_cast<int>(B * plan.runs);  // one partial per (b, run)
         FloatScratch partial_w(chunks * C * K);              // partial_w: (chunks, C, K)
         FloatScratch partial_b(dbias ? chunks * C : 0);      // partial_b: (chunks, C)
-        launch(conv_backward_kernel<T, KMAX, W>, plan.blocks, plan.block, 0, static_cast<T*>(dx), partial_w.get(),
+        const auto kernel = conv_backward_kernel<T, KMAX, W>;
+        const size_t bytes = backward_smem<T, KMAX, W>(plan.run_tokens, plan.block);
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                        cudaSharedmemCarveoutMaxShared));
+        launch(kernel, plan.blocks, plan.block, bytes, static_cast<T*>(dx), partial_w.get(),
                dbias ? partial_b.get() : nullptr, static_cast<const T*>(dy), dfin, in, B, plan.runs, plan.run_tokens,
                d.act);
         write_column_sums(static_cast<T*>(dw), partial_w.get(), chunks, C * K);

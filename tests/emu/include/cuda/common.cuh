@@ -47,9 +47,16 @@ struct alignas(W * sizeof(T)) Vec {
 };
 template <int W> using Width = std::integral_constant<int, W>;
 template <int W, class T>
-inline void load_floats(float (&out)[W], const T* p) {
-  const Vec<T, W> v = *reinterpret_cast<const Vec<T, W>*>(p);
+inline Vec<T, W> load_vec(const T* p) {
+  return *reinterpret_cast<const Vec<T, W>*>(p);
+}
+template <int W, class T>
+inline void to_floats(float (&out)[W], const Vec<T, W>& v) {
   for (int k = 0; k < W; k++) out[k] = to_float(v.v[k]);
+}
+template <int W, class T>
+inline void load_floats(float (&out)[W], const T* p) {
+  to_floats(out, load_vec<W>(p));
 }
 template <int W, class T>
 inline void store_floats(T* p, const float (&in)[W]) {
