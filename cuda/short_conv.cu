@@ -216,8 +216,10 @@ __global__ void __launch_bounds__(kThreads, kBackwardBlocksPerSm)
   const int stride = blockDim.x;
   Vec<T, W>* xs = reinterpret_cast<Vec<T, W>*>(smem_raw) + threadIdx.x;  // x_s at xs[(s - x_first) * stride]
   Vec<T, W>* dys = xs + backward_x_rows<KMAX>(run_tokens) * stride;       // dy_t at dys[(t - t0) * stride]
+  for (int64_t s = x_first; s < 0 && s <= top; s++) xs[(s - x_first) * stride] = in.template input_row<W>(r.b, s, r.c0);
 #pragma unroll 8
-  for (int64_t s = x_first; s <= top; s++) xs[(s - x_first) * stride] = in.template input_row<W>(r.b, s, r.c0);
+  for (int64_t s = x_first > 0 ? x_first : 0; s <= top; s++)  // the state rows above, x's rows without a branch
+    xs[(s - x_first) * stride] = load_vec<W>(in.x + (r.b * L + s) * C + r.c0);
 #pragma unroll 8
   for (int64_t t = r.t0; t <= top; t++) dys[(t - r.t0) * stride] = load_vec<W>(dy + (r.b * L + t) * C + r.c0);
   float win[KMAX][W];  // win[j] = x_{t-KMAX+1+j} at token t
