@@ -225,9 +225,10 @@ void chunk_scores_backward(Mat<Real>& dQ, Mat<Real>& dK, const Mat<Real>& dA, co
                            const CumGates<Real>& G, const Chunk& c) {
   auto Q = x.q.middleRows(c.begin, c.len), K = x.k.middleRows(c.begin, c.len);  // (len, dk)
   if constexpr (VectorGate) {
+    Row<Real> decay(K.cols());  // exp(Gq_t - G_s): (dk), sized once
     for (int64_t t = 0; t < c.len; t++)
       for (int64_t s = 0; s < t; s++) {
-        Row<Real> decay = (G.gq.row(c.begin + t) - G.gk.row(c.begin + s)).array().exp();
+        decay = (G.gq.row(c.begin + t) - G.gk.row(c.begin + s)).array().exp();
         dQ.row(t) += dA(t, s) * K.row(s).cwiseProduct(decay);  // A[t,s] = sum_d q_t k_s decay
         dK.row(s) += dA(t, s) * Q.row(t).cwiseProduct(decay);
       }
