@@ -310,9 +310,16 @@ __global__ void conv_dstate_kernel(T* dstate, const T* dy, const T* dfinal, Conv
   }
 }
 
-// Launches kernel(params...) on grid x threads (no shared memory) and checks the launch.
+// Launches kernel(params...) on grid x threads with `bytes` of dynamic shared memory (the
+// backward's staged rows: beyond 48 KB, and as much of the SM as shared memory as two blocks
+// want) and checks the launch.
 template <class Kernel, class... Params>
 void launch(Kernel kernel, dim3 grid, int threads, size_t bytes, Params... params) {
+  if (bytes > 0) {
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                    cudaSharedmemCarveoutMaxShared));
+  }
   kernel<<<grid, threads, bytes>>>(params...);
   CUDA_CHECK_LAUNCH();
 }
@@ -396,12 +403,8 @@ void short_conv_backward(void* dx, void* dw, void* dbias, void* dstate, const vo
         const int chunks = static_cast<int>(B * plan.runs);  // one partial per (b, run)
         FloatScratch partial_w(chunks * C * K);              // partial_w: (chunks, C, K)
         FloatScratch partial_b(dbias ? chunks * C : 0);      // partial_b: (chunks, C)
-        const auto kernel = conv_backward_kernel<T, KMAX, W>;
-        const size_t bytes = backward_smem<T, KMAX, W>(plan.run_tokens, plan.block);
-        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                        cudaSharedmemCarveoutMaxShared));
-        launch(kernel, plan.blocks, plan.block, bytes, static_cast<T*>(dx), partial_w.get(),
+        launch(conv_backward_kernel<T, KMAX, W>, plan.blocks, plan.block,
+               backward_smem<T, KMAX, W>(plan.run_tokens, plan.block), static_cast<T*>(dx), partial_w.get(),
                dbias ? partial_b.get() : nullptr, static_cast<const T*>(dy), dfin, in, B, plan.runs, plan.run_tokens,
                d.act);
         write_column_sums(static_cast<T*>(dw), partial_w.get(), chunks, C * K);
