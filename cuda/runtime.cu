@@ -253,6 +253,55 @@ void synchronize() {
   CUDA_CHECK(cudaDeviceSynchronize());
 }
 
+AsyncRead::AsyncRead(size_t bytes) : bytes_(bytes) {
+  CUDA_CHECK(cudaMallocHost(&host_, bytes));
+  cudaEvent_t copied = nullptr;
+  CUDA_CHECK(cudaEventCreateWithFlags(&copied, cudaEventDisableTiming));
+  copied_ = copied;
+}
+
+AsyncRead::~AsyncRead() {  // no throw: a trainer may be destroyed while an error unwinds
+  if (in_flight_) (void)cudaEventSynchronize(static_cast<cudaEvent_t>(copied_));  // the copy still writes host_
+  (void)cudaEventDestroy(static_cast<cudaEvent_t>(copied_));
+  (void)cudaFreeHost(host_);
+}
+
+void AsyncRead::start(const void* device_src) {
+  HLA_CHECK(!in_flight_, "AsyncRead::start: the previous read of ", bytes_, " bytes was not waited for; its ",
+            "buffer would be overwritten before it is read");
+  check_not_capturing("AsyncRead::start, a device-to-host read", bytes_);
+  CUDA_CHECK(cudaMemcpyAsync(host_, device_src, bytes_, cudaMemcpyDeviceToHost, cudaStreamPerThread));
+  CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(copied_), cudaStreamPerThread));
+  in_flight_ = true;
+}
+
+const void* AsyncRead::wait() {
+  HLA_CHECK(in_flight_, "AsyncRead::wait: no read of ", bytes_, " bytes was started");
+  host_sync_count++;
+  CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(copied_)));
+  in_flight_ = false;
+  return host_;
+}
+
+StreamMark::StreamMark() {
+  cudaEvent_t event = nullptr;
+  CUDA_CHECK(cudaEventCreate(&event));
+  event_ = event;
+}
+
+StreamMark::~StreamMark() { (void)cudaEventDestroy(static_cast<cudaEvent_t>(event_)); }
+
+void StreamMark::record() {
+  check_not_capturing("StreamMark::record, a timing event", 0);
+  CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event_), cudaStreamPerThread));
+}
+
+double StreamMark::ms_since(const StreamMark& earlier) const {
+  float ms = 0;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(earlier.event_), static_cast<cudaEvent_t>(event_)));
+  return ms;
+}
+
 int device_count() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {

@@ -63,6 +63,43 @@ void synchronize();
 size_t host_syncs();
 void count_host_sync();  // for waits outside this file (cuda/staging.cu)
 
+// A device-to-host read the host waits for later (the training loop's window of step records,
+// train/trainer.h): start() queues a copy of the `bytes` at a device address into a pinned buffer
+// on hla's stream, then an event, and returns at once; wait() blocks on that event (one host wait
+// in host_syncs()) and returns the buffer, which keeps the bytes until the next start(). One read
+// at a time: start() refuses while the last one was not waited for. Not during a graph capture.
+class AsyncRead {
+ public:
+  explicit AsyncRead(size_t bytes);
+  ~AsyncRead();
+  AsyncRead(const AsyncRead&) = delete;
+  AsyncRead& operator=(const AsyncRead&) = delete;
+  void start(const void* device_src);
+  const void* wait();
+
+ private:
+  void* host_ = nullptr;    // pinned, bytes_ long
+  size_t bytes_ = 0;
+  void* copied_ = nullptr;  // cudaEvent_t, recorded after the copy
+  bool in_flight_ = false;
+};
+
+// A timing point on hla's stream: record() queues a CUDA event there (the host does not wait);
+// ms_since(earlier) is the GPU time from `earlier` to this point, once the stream has passed this
+// one (after a wait for work queued behind it). Not during a graph capture.
+class StreamMark {
+ public:
+  StreamMark();
+  ~StreamMark();
+  StreamMark(const StreamMark&) = delete;
+  StreamMark& operator=(const StreamMark&) = delete;
+  void record();
+  double ms_since(const StreamMark& earlier) const;
+
+ private:
+  void* event_ = nullptr;  // cudaEvent_t
+};
+
 int device_count();
 std::string device_name(int device = 0);
 

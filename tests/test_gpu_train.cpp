@@ -6,14 +6,18 @@
 // the same peak (the caching allocator's counters, cuda/runtime.h). Without a GPU the cases say
 // SKIPPED loudly and pass. Between two log lines a GPU step makes the host wait for nothing: no
 // device-to-host copy, no synchronize (cuda::host_syncs), and the losses read once for the
-// whole window equal those read after every step, to rounding. Those three check the launched
-// (eager) step; the CUDA graph cases at the end check the captured one (train/trainer.h): its
-// losses equal the launched run's, and its replays allocate nothing. The last case trains with
+// whole window equal those read after every step, to rounding; run(), which reads a window while
+// the next update runs, writes the same losses, each window timed by CUDA events (launched and
+// in a CUDA graph). The others check the launched (eager) step; the CUDA graph cases at the end
+// check the captured one (train/trainer.h): its losses equal the launched run's, and its replays
+// allocate nothing. The last case trains with
 // [train] recompute = "layer": the losses of "none" within that noise, and a lower step peak.
 #include <doctest/doctest.h>
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <sstream>
@@ -242,7 +246,7 @@ TEST_CASE("GPU training reads nothing back between log lines; a window's losses 
       CHECK(worst == 0u);  // every model, HGRN's depth-softmax lower bounds included (on the device)
       const size_t before_read = cuda::host_syncs();
       std::vector<StepMetrics> steps = t->trainer->read_steps();
-      CHECK(cuda::host_syncs() - before_read == 1);  // the window: one copy
+      CHECK(cuda::host_syncs() - before_read == 1);  // the window: one wait, for its one copy
       REQUIRE(steps.size() == size_t(kSteps));
       for (int i = 0; i < kSteps; i++) {
         CAPTURE(i + 1);
@@ -256,6 +260,34 @@ TEST_CASE("GPU training reads nothing back between log lines; a window's losses 
   }
   MESSAGE(runs_checked, " GPU runs (f32, bf16): no host wait in steps ", kWarmup + 1, "-", kSteps,
           ", one read for the window");
+#endif
+}
+
+TEST_CASE("GPU run() reads a window while the next update runs: the losses of per-step reads, windows timed") {
+  if (skip_without_gpu()) return;
+#ifdef HLA_CUDA
+  const TinyRun r{"gated_deltanet", "2:1"};
+  for (bool cuda_graph : {false, true}) {
+    CAPTURE(cuda_graph);
+    const std::vector<double> per_step = first_losses(r, "cuda", "f32", {}, cuda_graph);
+    const std::string dir = (std::filesystem::temp_directory_path() / "hla_test_gpu_train_overlap").string();
+    std::filesystem::remove_all(dir);
+    RunConfig c = tiny_run(r, "cuda", "f32");
+    c.train.log_every = 5;  // reads after steps 3, 5, 10 and 15 with the next update queued first, after 20 alone
+    c.train.cuda_graph = cuda_graph;
+    c.train.out_dir = dir;
+    auto t = trainer_for(c);
+    t->trainer->run();
+    std::vector<double> losses;
+    std::ifstream metrics(dir + "/metrics.jsonl");
+    for (std::string line; std::getline(metrics, line);) {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      losses.push_back(j.at("loss").get<double>());
+      CHECK(j.at("ms").get<double>() > 0);  // cudaEventElapsedTime over the step's window
+    }
+    CHECK(losses == per_step);
+    std::filesystem::remove_all(dir);
+  }
 #endif
 }
 

@@ -3,7 +3,10 @@
 // sq_norm and scale_ they replace; a NaN that appears between two log lines is still reported
 // at its step, naming the tensor, and never reaches the weights; metrics.jsonl is the same
 // whether the host reads every step or every 5 (timings aside); and the step line shows the
-// tokens/s after warm-up (no MFU on the CPU).
+// tokens/s after warm-up (no MFU on the CPU). run() queues the next update before it waits for a
+// window's read: its metrics.jsonl equals train_step() one step at a time bit for bit, validation
+// and saves still see their step's parameters, a batch that fails then comes after the window's
+// lines, and a divergence names the queued update among the zeroed ones.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -71,6 +74,40 @@ std::vector<nlohmann::json> untimed_metrics(const std::string& path) {
 bool all_parameters_finite(TrainableModel& model) {
   return first_non_finite(values_of(model.parameters())).empty();
 }
+
+// The metrics.jsonl lines that run() with options `o` writes in its first `steps` steps (timings
+// aside), made with train_step() one step at a time on `model` (a TinyLM(16, 8, 5)) and
+// validate() after every o.val_every-th step.
+std::vector<nlohmann::json> stepped_metrics(TrainerOptions o, int64_t steps, TinyLM& model) {
+  o.out_dir.clear();
+  CycleSource train(16, 4, 8), val(16, 4, 8);
+  std::ostringstream log;
+  Trainer trainer(o, model, train, &val, log);
+  std::vector<nlohmann::json> lines;
+  for (int64_t step = 1; step <= steps; step++) {
+    nlohmann::json line = trainer.train_step().to_json();
+    for (const char* timing : {"ms", "tokens_per_s", "model_tflops"}) line.erase(timing);
+    lines.push_back(nlohmann::json::parse(line.dump()));  // as the file holds it
+    if (o.val_every == 0 || step % o.val_every != 0) continue;
+    nlohmann::json val_line = trainer.validate().to_json();
+    val_line["step"] = step;
+    lines.push_back(nlohmann::json::parse(val_line.dump()));
+  }
+  return lines;
+}
+
+// CycleSource(16, 4, 8) whose `failing_call`-th batch cannot be read (as a damaged shard's).
+class FailingSource : public CycleSource {
+ public:
+  explicit FailingSource(int64_t failing_call) : CycleSource(16, 4, 8), failing_call_(failing_call) {}
+  TrainBatch next() override {
+    if (++calls_ == failing_call_) fail("batch ", calls_, " cannot be read");
+    return CycleSource::next();
+  }
+
+ private:
+  int64_t failing_call_, calls_ = 0;
+};
 
 }  // namespace
 
@@ -210,4 +247,97 @@ TEST_CASE("metrics.jsonl is the same with log_every 1 and 5, timings aside; the 
   CHECK(log5.find("step  4/12") == std::string::npos);
   CHECK(log5.find("tok/s after step 3") != std::string::npos);
   CHECK(log5.find("MFU") == std::string::npos);
+}
+
+TEST_CASE("run() reads a window while the next update runs: metrics.jsonl equals train_step() step by step") {
+  for (int64_t log_every : {1, 3}) {
+    CAPTURE(log_every);
+    const std::string dir = temp_dir("overlap_" + std::to_string(log_every));
+    TrainerOptions o = small_options("muon");
+    o.schedule.total_steps = 12;
+    o.log_every = log_every;
+    o.val_every = 4;   // validation after steps 4, 8 and 12, saves after 6 and 12: these reads
+    o.save_every = 6;  // wait before the next update; the others (1, 2, 3, 5, ... or 3, 9) do not
+    o.val_batches = 2;
+    TinyLM stepped(16, 8, 5);
+    const std::vector<nlohmann::json> expected = stepped_metrics(o, 12, stepped);
+    REQUIRE(expected.size() == 12 + 3);
+
+    o.out_dir = dir;
+    TinyLM model(16, 8, 5);
+    CycleSource train(16, 4, 8), val(16, 4, 8);
+    std::ostringstream log;
+    Trainer trainer(o, model, train, &val, log);
+    trainer.run();
+    CHECK(untimed_metrics(dir + "/metrics.jsonl") == expected);  // losses, grad norms, lr, val losses: every bit
+    CHECK(params_bit_equal(model, stepped));
+    CHECK(log.str().find("saved " + dir + "/checkpoint (step 6)") != std::string::npos);
+    for (const std::string& line : read_lines(dir + "/metrics.jsonl")) {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      if (j.contains("ms")) CHECK(j["ms"].get<double>() > 0);  // every window timed
+    }
+    CHECK(trainer.throughput().after_step == 3);
+    CHECK(trainer.throughput().tokens_per_s > 0);
+    std::filesystem::remove_all(dir);
+  }
+}
+
+TEST_CASE("a batch that fails while a window is read comes after that window's lines; the save before holds its step") {
+  const std::string dir = temp_dir("overlap_failing_batch");
+  TrainerOptions o = small_options("adamw");  // grad_accum 2: two batches a step
+  o.schedule.total_steps = 12;
+  o.log_every = 3;
+  o.save_every = 6;  // reads after 3 (step 4 queued first), 6 (saved), 9 (step 10 queued first: it fails)
+  o.out_dir = dir;
+  TinyLM model(16, 8, 5);
+  FailingSource source(/*failing_call=*/19);  // the first batch of step 10
+  std::ostringstream log;
+  Trainer trainer(o, model, source, nullptr, log);
+  CHECK(error_of([&] { trainer.run(); }).find("batch 19 cannot be read") != std::string::npos);
+  TinyLM nine_steps(16, 8, 5);
+  CHECK(untimed_metrics(dir + "/metrics.jsonl") == stepped_metrics(o, 9, nine_steps));
+  CHECK(log.str().find("step  9/12") != std::string::npos);
+
+  // the checkpoint of step 6: that step's parameters and data position, not one update more
+  TinyLM six_steps(16, 8, 5), resumed(16, 8, 5);
+  stepped_metrics(o, 6, six_steps);
+  TrainerOptions plain = o;
+  plain.out_dir.clear();
+  CycleSource resumed_source(16, 4, 8);
+  Trainer from_checkpoint(plain, resumed, resumed_source, nullptr, log);
+  from_checkpoint.resume(dir + "/checkpoint");
+  CHECK(from_checkpoint.step() == 6);
+  CHECK(resumed_source.position() == nlohmann::json{{"next", 12}});
+  CHECK(params_bit_equal(resumed, six_steps));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a window that diverged, read while the next update runs: that update is named among the zeroed ones") {
+  struct Case {
+    int nan_step;
+    std::string zeroed;  // the updates the report names
+  };
+  // log_every 3 of 10 steps: reads after 3, 6 and 9 with the next update queued first, after 10 alone
+  for (const Case& c : {Case{5, "updates of steps 5-7"}, Case{7, "updates of steps 7-10"}}) {
+    CAPTURE(c.nan_step);
+    const std::string dir = temp_dir("overlap_diverged");
+    TrainerOptions o = small_options("adamw");
+    o.grad_accum = 1;
+    o.log_every = 3;
+    o.out_dir = dir;
+    PoisonedGradientLM model(/*index=*/2, /*from_call=*/c.nan_step);
+    CycleSource source(16, 4, 8);
+    std::ostringstream log;
+    Trainer trainer(o, model, source, nullptr, log);
+    const std::string err = error_of([&] { trainer.run(); });
+    CHECK(err.rfind("training diverged at step " + std::to_string(c.nan_step) + " (loss ", 0) == 0);
+    CHECK(err.find("): the gradient of 'model.norm.weight' holds NaN or Inf values; lower [optim] lr or set [optim] "
+                   "clip (the optimizer " + c.zeroed + " ran with zeroed gradients: no NaN or Inf gradient was "
+                   "applied)") != std::string::npos);
+    CHECK(all_parameters_finite(model));
+    const std::vector<nlohmann::json> lines = untimed_metrics(dir + "/metrics.jsonl");
+    REQUIRE(lines.size() == size_t(c.nan_step - 1));  // the steps before it, written at the read
+    for (size_t i = 0; i < lines.size(); i++) CHECK(lines[i]["step"] == i + 1);
+    std::filesystem::remove_all(dir);
+  }
 }

@@ -216,6 +216,77 @@ struct Trainer::CapturedStep {
 #endif
 };
 
+namespace {
+
+// A point of the run's time: on the GPU a CUDA event on hla's stream (when the GPU got there),
+// on the CPU the host's clock (every op there has run by the time it is queued).
+class TimePoint {
+ public:
+  explicit TimePoint(Device device) {
+#ifdef HLA_CUDA
+    if (device == Device::CUDA) event_ = std::make_unique<cuda::StreamMark>();
+#else
+    (void)device;
+#endif
+  }
+  void record() {
+#ifdef HLA_CUDA
+    if (event_) {
+      event_->record();
+      return;
+    }
+#endif
+    host_ = std::chrono::steady_clock::now();
+  }
+  // From `start` to this point; on the GPU once the stream has passed this point.
+  double seconds_since(const TimePoint& start) const {
+#ifdef HLA_CUDA
+    if (event_) return event_->ms_since(*start.event_) / 1000.0;
+#endif
+    return std::chrono::duration<double>(host_ - start.host_).count();
+  }
+
+ private:
+  std::chrono::steady_clock::time_point host_;
+#ifdef HLA_CUDA
+  std::unique_ptr<cuda::StreamMark> event_;
+#endif
+};
+
+}  // namespace
+
+// The host side of a window's read (trainer.h): on the GPU a pinned buffer that step_state_ is
+// copied into, followed by an event (cuda::AsyncRead); on the CPU a host copy. And the windows'
+// clocks: the queued window's start, the start and end of the window being read.
+struct Trainer::WindowRead {
+  explicit WindowRead(const Tensor& step_state)
+      : queued_start(step_state.device()), reading_start(step_state.device()), reading_end(step_state.device()) {
+#ifdef HLA_CUDA
+    if (step_state.device() == Device::CUDA) pinned = std::make_unique<cuda::AsyncRead>(step_state.nbytes());
+#endif
+  }
+  void start(const Tensor& step_state) {
+#ifdef HLA_CUDA
+    if (pinned) {
+      pinned->start(step_state.raw());
+      return;
+    }
+#endif
+    host_copy = step_state.to_f64_vector();
+  }
+  const double* wait() {
+#ifdef HLA_CUDA
+    if (pinned) return static_cast<const double*>(pinned->wait());
+#endif
+    return host_copy.data();
+  }
+
+  TimePoint queued_start, reading_start, reading_end;
+  std::vector<double> host_copy;  // on the CPU
+#ifdef HLA_CUDA
+  std::unique_ptr<cuda::AsyncRead> pinned;  // on the GPU
+#endif
+};
 
 Trainer::Trainer(TrainerOptions options, TrainableModel& model, BatchSource& train,
                  BatchSource* val, std::ostream& out)
@@ -242,6 +313,7 @@ Trainer::Trainer(TrainerOptions options, TrainableModel& model, BatchSource& tra
   step_inputs_ = Tensor::zeros({1 + options_.grad_accum}, DType::F64, model_.device());
   step_number_ = step_inputs_.slice0(0, 1);
   step_record_ = Tensor::zeros({1, kStepRecordSize}, DType::F64, model_.device());
+  read_ = std::make_unique<WindowRead>(step_state_);
 }
 
 Trainer::~Trainer() = default;
@@ -256,7 +328,7 @@ void Trainer::queue_step() {
             " steps are queued, the window's size ([train] log_every); read_steps() first");
   if (queued_.empty()) {
     records_.zero_();
-    window_start_ = std::chrono::steady_clock::now();
+    read_->queued_start.record();
   }
   const int64_t slot = int64_t(queued_.size());
   std::vector<TrainBatch> micro;
@@ -400,18 +472,41 @@ double Trainer::reduced_gradients(const std::vector<TrainBatch>& update, int64_t
 }
 
 std::vector<StepMetrics> Trainer::read_steps(const std::function<void(const StepMetrics&)>& good) {
+  begin_read();
+  return finish_read(good);
+}
+
+// Queues the window's one host read behind its steps on hla's stream and marks the window's end;
+// the next queue_step starts a new window (its records_.zero_() comes after the copy).
+void Trainer::begin_read() {
   HLA_CHECK(!queued_.empty(), "read_steps: no step is queued");
-  const std::vector<double> state = step_state_.to_f64_vector();  // the one host read of the window
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - window_start_).count();
-  const double* status = state.data();
-  const double* records = state.data() + kStepStatusSize;
-  const int64_t first_bad = static_cast<int64_t>(status[0]), last_queued = queued_.back().step;
-  if (first_bad != 0 && first_bad < queued_.front().step) {  // a caller went on after the failure
+  HLA_CHECK(reading_.empty(), "read_steps: the window of steps ", reading_.front().step, "-", reading_.back().step,
+            " is still being read");
+  read_->reading_end.record();
+  read_->start(step_state_);
+  std::swap(read_->reading_start, read_->queued_start);
+  reading_.swap(queued_);
+}
+
+// Waits for begin_read's copy and reports its window. When the window diverged, the report names
+// every update up to step_ as zeroed: the updates queued since begin_read ran after the failure too.
+std::vector<StepMetrics> Trainer::finish_read(const std::function<void(const StepMetrics&)>& good) {
+  HLA_CHECK(!reading_.empty(), "finish_read: no window is being read");
+  const double* state = read_->wait();
+  const double seconds = read_->reading_end.seconds_since(read_->reading_start);
+  const double* status = state;
+  const double* records = state + kStepStatusSize;
+  const int64_t first_bad = static_cast<int64_t>(status[0]), window_end = reading_.back().step;
+  auto stop = [&](const std::string& message) {
+    reading_.clear();
     queued_.clear();
-    fail("training diverged at step ", first_bad, " (reported then): every later update runs with zeroed gradients");
-  }
+    fail(message);
+  };
+  if (first_bad != 0 && first_bad < reading_.front().step)  // a caller went on after the failure
+    stop("training diverged at step " + std::to_string(first_bad) +
+         " (reported then): every later update runs with zeroed gradients");
   int64_t window_tokens = 0;
-  for (const QueuedStep& q : queued_) window_tokens += q.tokens;
+  for (const QueuedStep& q : reading_) window_tokens += q.tokens;
   // throughput first, so this window's step lines show it (the window that reaches
   // kWarmupSteps is the last one it skips)
   if (throughput_.after_step > 0) {
@@ -421,12 +516,12 @@ std::vector<StepMetrics> Trainer::read_steps(const std::function<void(const Step
     if (model_.device() == Device::CUDA)
       throughput_.mfu = options_.flops_per_token * throughput_.tokens_per_s /
                         (Throughput::kPeakFlops * (options_.comm ? options_.comm->world() : 1));
-  } else if (last_queued >= Throughput::kWarmupSteps) {
-    throughput_.after_step = last_queued;
+  } else if (window_end >= Throughput::kWarmupSteps) {
+    throughput_.after_step = window_end;
   }
   std::vector<StepMetrics> steps;
-  for (size_t i = 0; i < queued_.size(); i++) {
-    const QueuedStep& q = queued_[i];
+  for (size_t i = 0; i < reading_.size(); i++) {
+    const QueuedStep& q = reading_[i];
     StepMetrics m;
     m.step = q.step;
     m.lr = q.lr;
@@ -439,17 +534,14 @@ std::vector<StepMetrics> Trainer::read_steps(const std::function<void(const Step
     }
     m.loss = records[i * kStepRecordSize];
     m.grad_norm = records[i * kStepRecordSize + 1];
-    m.ms = seconds * 1000.0 / double(queued_.size());  // the window's wall time, shared evenly
+    m.ms = seconds * 1000.0 / double(reading_.size());  // the window's time, shared evenly
     m.tokens_per_s = m.ms > 0 ? double(m.tokens) / (m.ms / 1000.0) : 0.0;
     m.tflops = options_.flops_per_token * m.tokens_per_s / 1e12;
-    if (first_bad != 0 && m.step == first_bad) {
-      queued_.clear();
-      fail(divergence_report(m, static_cast<int64_t>(status[1]), last_queued));
-    }
+    if (first_bad != 0 && m.step == first_bad) stop(divergence_report(m, static_cast<int64_t>(status[1]), step_));
     if (good) good(m);
     steps.push_back(m);
   }
-  queued_.clear();
+  reading_.clear();
   last_step_ = steps.back();
   return steps;
 }
@@ -602,10 +694,12 @@ bool Trainer::due(int64_t n) const { return step_ == options_.schedule.total_ste
 // Whether run() reads the window after this step: at log lines, before validation and saves, at
 // the end, and at the end of warm-up (the throughput counts from there).
 bool Trainer::reads_now() const {
-  return due(options_.log_every) || step_ == Throughput::kWarmupSteps ||
-         (val_ && options_.val_batches > 0 && due(options_.val_every)) ||
-         (!options_.out_dir.empty() && due(options_.save_every));
+  return due(options_.log_every) || step_ == Throughput::kWarmupSteps || validates_now() || saves_now();
 }
+
+// Whether run() validates or saves after this step (on every rank alike: their reads stay in step).
+bool Trainer::validates_now() const { return val_ && options_.val_batches > 0 && due(options_.val_every); }
+bool Trainer::saves_now() const { return !options_.out_dir.empty() && due(options_.save_every); }
 
 void Trainer::append_metrics(const nlohmann::json& line) const {
   if (writes() && !options_.out_dir.empty()) append_line(options_.out_dir + "/metrics.jsonl", line.dump() + "\n");
@@ -616,11 +710,27 @@ ValMetrics Trainer::run() {
     fs::create_directories(options_.out_dir);
     report_recovery(checkpoint_dir(), out_);
   }
-  while (step_ < options_.schedule.total_steps) {
-    queue_step();
+  const auto report = [&](const StepMetrics& m) { report_step(m); };
+  bool next_queued = false;  // the update after a read, queued while the host waited for the read
+  while (next_queued || step_ < options_.schedule.total_steps) {
+    if (!next_queued) queue_step();
+    next_queued = false;
     if (!reads_now()) continue;
-    read_steps([&](const StepMetrics& m) { report_step(m); });
-    if (writes() && val_ && options_.val_batches > 0 && due(options_.val_every)) {
+    // The next update runs on the device while the host waits for this window's read and reports
+    // it, unless validation or a save needs this step's parameters or this was the last step.
+    const bool validates = validates_now(), saves = saves_now();
+    begin_read();
+    if (!validates && !saves && step_ < options_.schedule.total_steps) {
+      try {
+        queue_step();
+      } catch (...) {
+        finish_read(report);  // the window's lines come out first (or its divergence, the earlier error)
+        throw;
+      }
+      next_queued = true;
+    }
+    finish_read(report);
+    if (writes() && validates) {
       ValMetrics v = validate();
       out_ << "val  step " << step_ << " | loss " << format("%.6f", v.loss);
       if (options_.mqar) out_ << " | MQAR accuracy " << format("%.4f", v.accuracy);
@@ -629,7 +739,7 @@ ValMetrics Trainer::run() {
       line["step"] = step_;
       append_metrics(line);
     }
-    if (!options_.out_dir.empty() && due(options_.save_every)) {
+    if (saves) {
       save(checkpoint_dir());
       if (writes()) out_ << "saved " << checkpoint_dir() << " (step " << step_ << ")" << std::endl;
     }

@@ -11,10 +11,19 @@
 // (train/schedule.h; the optimizer multiplies each gradient by the factor as it reads it), and the
 // host reads the window of steps since its last read in one copy, at the log lines (and before
 // validation, saves, the end, and once at the end of warm-up). metrics.jsonl still gets one line
-// per step, written then.
+// per step, written then. run() does not let the GPU wait for that read: it queues the copy (into
+// a pinned buffer, followed by an event, on hla's stream), queues the next update, and only then
+// waits for the copy and reports the window, so the GPU runs that update while the host prints and
+// loads batches. The copy runs in stream order after the window's steps and before the next one
+// clears the records, so the device records need no second buffer. Where the next update must
+// wait, the read is synchronous: before validation and saves (they see that step's parameters) and
+// at the end. A window is timed on the GPU by CUDA events (its first step queued, its last step
+// done), on the CPU by the host's clock at the same points; the time of validation or a save
+// between two windows counts in neither.
 // A step whose loss or gradient norm is not finite is kept on the device (its number and first
 // non-finite gradient); its gradients and those of every later step are read as zeros, so the
-// optimizer never applies a NaN or Inf, and the next read stops the run naming that step.
+// optimizer never applies a NaN or Inf, and the next read stops the run naming that step and every
+// update that ran zeroed (the one queued while the window was read included).
 //
 // CUDA graph (options.cuda_graph, on the GPU in one process): after kEagerStepsBeforeGraph eager
 // steps the whole update (forward and backward of every micro-batch, clipping, the optimizer,
@@ -36,9 +45,10 @@
 // share of every update's sequences (train/data_parallel.h), its gradients are summed over the
 // ranks in buckets while the last backward runs (dist/grad_buckets.h), the loss record too, and
 // clipping and the optimizer then run on identical reduced gradients on every rank. Rank 0
-// alone prints, writes metrics.jsonl and checkpoints, and validates.
+// alone prints, writes metrics.jsonl and checkpoints, and validates. Every rank reads its windows
+// at the same steps and queues the next update before waiting for the read, as one process does
+// (the collectives come in the same order on every rank either way).
 #pragma once
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -113,9 +123,10 @@ double accumulate_gradients(TrainableModel& model, const std::vector<TrainBatch>
                             int64_t slot, int64_t total_valid = 0, const LeafReadyFn& on_last_leaf_ready = {});
 
 // Tokens per second after warm-up: the window of steps read at or after step kWarmupSteps is
-// the last one skipped; the tokens of the later windows over their wall time (a running mean,
-// so 0 until one such window was read). mfu: model FLOPs per second over the H200's bf16 dense
-// peak (times the ranks, data parallel), on the GPU only (0 on the CPU).
+// the last one skipped; the tokens of the later windows over their time (CUDA events on the GPU,
+// the host's clock on the CPU; a running mean, so 0 until one such window was read). mfu: model
+// FLOPs per second over the H200's bf16 dense peak (times the ranks, data parallel), on the GPU
+// only (0 on the CPU).
 struct Throughput {
   static constexpr int64_t kWarmupSteps = 3;
   static constexpr double kPeakFlops = 989e12;  // H200 bf16 dense (targets.md)
@@ -142,9 +153,10 @@ class Trainer {
   // Queues one update on the model's device and reads nothing back; at most log_every of them
   // (the window) between two read_steps.
   void queue_step();
-  // The queued steps' metrics in one host read; stops the run (naming the step, the first
-  // parameter or gradient holding a NaN or Inf, and which updates were zeroed) when one of them
-  // had a non-finite loss or gradient norm, after handing the steps before it to `good`.
+  // The queued steps' metrics in one host read, waited for at once (begin_read, then finish_read);
+  // stops the run (naming the step, the first parameter or gradient holding a NaN or Inf, and which
+  // updates were zeroed) when one of them had a non-finite loss or gradient norm, after handing the
+  // steps before it to `good`.
   std::vector<StepMetrics> read_steps(const std::function<void(const StepMetrics&)>& good = {});
   const Throughput& throughput() const { return throughput_; }
   // The mean of StepMetrics::padding over the steps read so far (NaN: none had document rows).
@@ -171,6 +183,13 @@ class Trainer {
   void report_step(const StepMetrics& m) const;
   bool due(int64_t n) const;
   bool reads_now() const;
+  bool validates_now() const;
+  bool saves_now() const;
+  // read_steps in two halves, between which run() queues the next update: begin_read queues the
+  // copy of the window's records and status (the window becomes reading_), finish_read waits for
+  // it and reports reading_ as read_steps says.
+  void begin_read();
+  std::vector<StepMetrics> finish_read(const std::function<void(const StepMetrics&)>& good);
   bool writes() const { return !options_.comm || options_.comm->rank() == 0; }  // rank 0 prints and writes
   double reduced_gradients(const std::vector<TrainBatch>& update, int64_t slot);
   void stage_inputs(const std::vector<TrainBatch>& micro);
@@ -214,7 +233,9 @@ class Trainer {
   std::unique_ptr<CapturedStep> captured_;
   int64_t steps_run_ = 0;  // updates this trainer ran in one process (the graph's warm-up counts them)
   std::vector<QueuedStep> queued_;
-  std::chrono::steady_clock::time_point window_start_;
+  std::vector<QueuedStep> reading_;  // the window between begin_read and finish_read
+  struct WindowRead;                 // the copy's host side and the windows' clocks (trainer.cpp)
+  std::unique_ptr<WindowRead> read_;
   Throughput throughput_;
   double padding_sum_ = 0;    // mean_padding(): the sum of the read steps' padding, and their count
   int64_t padding_steps_ = 0;
