@@ -6,7 +6,10 @@
 // x, x + row_threads, ... (at most kSlots of them) in registers, so pass 2 reads nothing again;
 // C up to 1024 * max_slots(W) * W: 16384 for bf16 vectors, else 8192.
 //
-// Forward: pass 1 sums x^2 over the row (row reduction), pass 2 writes y = x * rstd * w.
+// Forward: pass 1 sums x^2 over the row (row reduction), pass 2 writes y = x * rstd * w. The
+// residual stream's add fused before it (add_rmsnorm_forward) reads x and h in pass 1 and writes
+// r = x + h, rounded to T as the add kernel would, and normalises that rounded r: the results
+// are the add's and the norm's bit for bit, without the norm reading r back.
 // Backward: dx needs one more row reduction, mean(x_hat * dy * w). dw = sum_rows(dy * x_hat)
 // is a column sum over all N rows: each block keeps fp32 partial sums in shared memory (one set
 // per block row, each lane its own columns, stored slot- and element-major so that a warp's
@@ -14,7 +17,8 @@
 // (C) row of a (blocks, C) scratch buffer; write_column_sums (cuda/reduce.cuh) writes their
 // column sums into dw. No atomics, so dw is deterministic. Either gradient may be added into its
 // buffer instead (a gradient sum, autograd/var.h): dx into the sum of x's other uses (the residual
-// stream: no separate add kernel), dw in fp32 into an fp32 master's gradient (no cast kernel).
+// stream: no separate add kernel), or beside another sum (add_rmsnorm: dr = dsum + the norm's dx),
+// dw in fp32 into an fp32 master's gradient (no cast kernel).
 #include "cuda/reduce.cuh"
 #include "cuda/rmsnorm.h"
 
@@ -54,15 +58,17 @@ void dispatch_layout(const RowLayout& layout, Fn&& fn) {
   else with_slots(Width<kVecWidth<T>>{});
 }
 
-// y, x: (N, C), w: (C), rstd: (N); block (row_threads, rows), grid ceil(N / rows).
-template <class T, int W, int kSlots>
-__global__ void __launch_bounds__(kMaxRowThreads) rmsnorm_forward_kernel(T* y, float* rstd, const T* x, const T* w,
-                                                                         int64_t N, int C, float eps) {
+// y, x: (N, C), w: (C), rstd: (N); block (row_threads, rows), grid ceil(N / rows). kAdd: the row
+// normalised is r = x + h (h: (N, C)), written to sum (N, C).
+template <class T, int W, int kSlots, bool kAdd>
+__global__ void __launch_bounds__(kMaxRowThreads) rmsnorm_forward_kernel(T* y, T* sum, float* rstd, const T* x,
+                                                                         const T* h, const T* w, int64_t N, int C,
+                                                                         float eps) {
   __shared__ float scratch[kMaxRows][32];
   const int64_t n = blockIdx.x * (int64_t)blockDim.y + threadIdx.y;
   const bool valid = n < N;  // the last block's rows past N only join the reduction
   const int V = C / W;
-  Vec<T, W> xv[kSlots];  // this lane's vectors of row n
+  Vec<T, W> xv[kSlots];  // this lane's vectors of row n (of r = x + h with kAdd)
   // pass 1: mean(x^2)
   float ss = 0;
 #pragma unroll
@@ -70,6 +76,14 @@ __global__ void __launch_bounds__(kMaxRowThreads) rmsnorm_forward_kernel(T* y, f
     const int j = threadIdx.x + k * blockDim.x;
     if (!valid || j >= V) continue;
     xv[k] = load_vec<W>(x + n * C + j * W);
+    if constexpr (kAdd) {  // r = x + h in fp32, rounded to T
+      float r[W], hf[W];
+      to_floats(r, xv[k]);
+      load_floats(hf, h + n * C + j * W);
+#pragma unroll
+      for (int e = 0; e < W; e++) xv[k].v[e] = from_float<T>(r[e] + hf[e]);
+      *reinterpret_cast<Vec<T, W>*>(sum + n * C + j * W) = xv[k];
+    }
     float f[W];
     to_floats(f, xv[k]);
 #pragma unroll
@@ -93,10 +107,10 @@ __global__ void __launch_bounds__(kMaxRowThreads) rmsnorm_forward_kernel(T* y, f
 }
 
 // dx, dy, x: (N, C), w: (C), rstd: (N), dw_partial: (gridDim.x, C) fp32; block (row_threads, rows)
-// takes the rows blockIdx.x * rows + threadIdx.y + i * gridDim.x * rows. dx written, added into
-// (add_dx) or not wanted (null).
+// takes the rows blockIdx.x * rows + threadIdx.y + i * gridDim.x * rows. dx written, or not wanted
+// (null); dx_sum: added into dx when not null (N, C), dx itself or another buffer.
 template <class T, int W, int kSlots>
-__global__ void __launch_bounds__(kMaxRowThreads) rmsnorm_backward_kernel(T* dx, bool add_dx, float* dw_partial,
+__global__ void __launch_bounds__(kMaxRowThreads) rmsnorm_backward_kernel(T* dx, const T* dx_sum, float* dw_partial,
                                                                           const T* dy, const T* x, const T* w,
                                                                           const float* rstd, int64_t N, int C) {
   // dw_acc: (blockDim.y, kSlots, W, blockDim.x) each block row's share of dw; lane x's slot k,
@@ -132,7 +146,7 @@ __global__ void __launch_bounds__(kMaxRowThreads) rmsnorm_backward_kernel(T* dx,
       }
     }
     const float mean_dot = block_sum(dot, scratch[threadIdx.y]) / C;
-    // pass 2: dx = rstd * (dy w - x_hat * mean(x_hat dy w)), plus the sum so far when add_dx
+    // pass 2: dx = rstd * (dy w - x_hat * mean(x_hat dy w)), plus dx_sum when given
 #pragma unroll
     for (int k = 0; k < kSlots; k++) {
       const int j = threadIdx.x + k * blockDim.x;
@@ -143,9 +157,9 @@ __global__ void __launch_bounds__(kMaxRowThreads) rmsnorm_backward_kernel(T* dx,
       load_floats(wf, w + j * W);
 #pragma unroll
       for (int e = 0; e < W; e++) g[e] = r * (g[e] * wf[e] - xf[e] * r * mean_dot);
-      if (add_dx) {
-        float sum[W];  // the sum so far
-        load_floats(sum, dx + n * C + j * W);
+      if (dx_sum) {
+        float sum[W];
+        load_floats(sum, dx_sum + n * C + j * W);
 #pragma unroll
         for (int e = 0; e < W; e++) g[e] += sum[e];
       }
@@ -168,25 +182,44 @@ __global__ void __launch_bounds__(kMaxRowThreads) rmsnorm_backward_kernel(T* dx,
 
 }  // namespace
 
-void rmsnorm_forward(void* y, float* rstd, const void* x, const void* w, int64_t N, int64_t C, double eps, DType dtype) {
+namespace {
+
+// The forward of rmsnorm_forward (sum and h null) and of add_rmsnorm_forward.
+void launch_forward(void* y, void* sum, float* rstd, const void* x, const void* h, const void* w, int64_t N, int64_t C,
+                    double eps, DType dtype, const char* op) {
   if (N == 0) return;
-  dispatch_storage(dtype, "rmsnorm_forward", [&](auto tag) {
+  dispatch_storage(dtype, op, [&](auto tag) {
     using T = decltype(tag);
-    const bool aligned = aligned16(y) && aligned16(x) && aligned16(w);
-    const RowLayout layout = row_layout(C, aligned ? kVecWidth<T> : 1, "rmsnorm_forward");
+    const bool aligned = aligned16(y) && aligned16(sum) && aligned16(x) && aligned16(h) && aligned16(w);  // null is
+    const RowLayout layout = row_layout(C, aligned ? kVecWidth<T> : 1, op);
     dispatch_layout<T>(layout, [&](auto width, auto slots) {
       const auto blocks = static_cast<unsigned>((N + layout.rows - 1) / layout.rows);
-      rmsnorm_forward_kernel<T, decltype(width)::value, decltype(slots)::value>
-          <<<blocks, dim3(layout.row_threads, layout.rows)>>>(static_cast<T*>(y), rstd, static_cast<const T*>(x),
-                                                              static_cast<const T*>(w), N, static_cast<int>(C),
-                                                              static_cast<float>(eps));
+      auto launch = [&](auto kernel) {
+        kernel<<<blocks, dim3(layout.row_threads, layout.rows)>>>(
+            static_cast<T*>(y), static_cast<T*>(sum), rstd, static_cast<const T*>(x), static_cast<const T*>(h),
+            static_cast<const T*>(w), N, static_cast<int>(C), static_cast<float>(eps));
+      };
+      constexpr int kW = decltype(width)::value, kS = decltype(slots)::value;
+      if (h) launch(rmsnorm_forward_kernel<T, kW, kS, true>);
+      else launch(rmsnorm_forward_kernel<T, kW, kS, false>);
     });
   });
   CUDA_CHECK_LAUNCH();
 }
 
-void rmsnorm_backward(void* dx, bool add_dx, void* dw, bool add_dw, const void* dy, const void* x, const void* w,
-                      const float* rstd, int64_t N, int64_t C, DType dtype, DType dw_dtype) {
+}  // namespace
+
+void rmsnorm_forward(void* y, float* rstd, const void* x, const void* w, int64_t N, int64_t C, double eps, DType dtype) {
+  launch_forward(y, nullptr, rstd, x, nullptr, w, N, C, eps, dtype, "rmsnorm_forward");
+}
+
+void add_rmsnorm_forward(void* sum, void* y, float* rstd, const void* x, const void* h, const void* w, int64_t N,
+                         int64_t C, double eps, DType dtype) {
+  launch_forward(y, sum, rstd, x, h, w, N, C, eps, dtype, "add_rmsnorm_forward");
+}
+
+void rmsnorm_backward(void* dx, const void* dx_sum, void* dw, bool add_dw, const void* dy, const void* x,
+                      const void* w, const float* rstd, int64_t N, int64_t C, DType dtype, DType dw_dtype) {
   HLA_CHECK(dw_dtype == dtype || dw_dtype == DType::F32, "rmsnorm_backward: dw in ", dtype_name(dw_dtype), " for ",
             dtype_name(dtype), " x (it takes x's dtype or F32)");
   if (N == 0) {  // no rows: dw = 0, or the sum so far
@@ -195,7 +228,7 @@ void rmsnorm_backward(void* dx, bool add_dx, void* dw, bool add_dw, const void* 
   }
   dispatch_storage(dtype, "rmsnorm_backward", [&](auto tag) {
     using T = decltype(tag);
-    const bool aligned = aligned16(dx) && aligned16(dy) && aligned16(x) && aligned16(w);  // null dx is aligned
+    const bool aligned = aligned16(dx) && aligned16(dx_sum) && aligned16(dy) && aligned16(x) && aligned16(w);  // null is
     const RowLayout layout = row_layout(C, aligned ? kVecWidth<T> : 1, "rmsnorm_backward");
     const size_t smem = sizeof(float) * layout.rows * layout.slots * layout.W * layout.row_threads;  // dw_acc
     HLA_CHECK(smem <= 200 * 1024, "rmsnorm_backward: C = ", C, " is too wide for the shared-memory dw partials");
@@ -209,7 +242,7 @@ void rmsnorm_backward(void* dx, bool add_dx, void* dw, bool add_dw, const void* 
           std::min<int64_t>((N + layout.rows - 1) / layout.rows, std::max(1, per_sm) * (int64_t)sm_count()));
       FloatScratch partial(blocks * C);  // partial: (blocks, C)
       kernel<<<blocks, dim3(layout.row_threads, layout.rows), smem>>>(
-          static_cast<T*>(dx), add_dx, partial.get(), static_cast<const T*>(dy), static_cast<const T*>(x),
+          static_cast<T*>(dx), static_cast<const T*>(dx_sum), partial.get(), static_cast<const T*>(dy), static_cast<const T*>(x),
           static_cast<const T*>(w), rstd, N, static_cast<int>(C));
       CUDA_CHECK_LAUNCH();
       if (!dw) return;

@@ -10,6 +10,8 @@
 // which routings a mixer serves are columns of the mixer table (nn/layers/mixers.h).
 // Recompute (model.h) wraps each block's mixer, MLP or whole block in a checkpoint
 // (autograd/checkpoint.h); routed values and errors leave a checkpoint as extra outputs.
+// A residual add and the RMSNorm that reads its sum run as one op (add_rmsnorm) wherever no
+// checkpoint lies between them; the values are the same either way.
 #include "nn/model.h"
 
 #include <algorithm>
@@ -165,10 +167,10 @@ class HybridLM : public TrainableModel, public StatefulModel {
     if (state) lbs = state->lower_bounds;
     else if (lower_bounds_.defined()) lbs = lower_bounds(lower_bounds_);
     Var routed_error;  // CLER: carried across attention layers to the next linear layer
+    Var normed;        // the next norm of x where the add that made x made it too (norm_after), else undefined
     for (size_t i = 0; i < blocks_.size(); i++) {
       Block& b = blocks_[i];
-      // a state must not advance twice
-      const Recompute recompute = state ? Recompute::None : recompute_.of(b.linear);
+      const Recompute recompute = recompute_of(i, state);
       MixerIO io;
       if (state) io.state = &state->layers[i];
       io.keep_chunk_states = keep_chunk_states_;
@@ -178,32 +180,70 @@ class HybridLM : public TrainableModel, public StatefulModel {
       io.want_error = (config_.routing == Routing::Cler || config_.routing == Routing::ClerH) && b.linear;
       if (b.cler_gamma.defined() && routed_error.defined())
         io.routed_error = scale_by(routed_error, store_.use(b.cler_gamma));  // gamma * r_prev
-      x = run_part(recompute == Recompute::Layer, "recompute layer", x, io, true,
-                   [this, &b, recompute](const Var& r, MixerIO& part_io) { return block_forward(b, r, part_io, recompute); });
+      if (recompute == Recompute::Layer) {
+        x = run_part(true, "recompute layer", x, io, true, [this, &b, recompute](const Var& r, MixerIO& part_io) {
+          return block_forward(b, r, part_io, recompute, Var(), nullptr).sum;
+        });
+        normed = Var();
+      } else {
+        ResidualNorm out = block_forward(b, x, io, recompute, normed, norm_after(i, state));
+        x = out.sum;
+        normed = out.normed;
+      }
       if (io.error.defined()) routed_error = io.error;
     }
-    return final_norm_.apply(store_, x, config_.norm_eps);
+    return normed.defined() ? normed : final_norm_.apply(store_, x, config_.norm_eps);
   }
 
-  // One block, x: (B, T, D) -> (B, T, D); `recompute` Mixer or Mlp checkpoints that part.
-  Var block_forward(Block& b, Var x, MixerIO& io, Recompute recompute) {
+  // Block i's recompute choice; none with a state (a state must not advance twice).
+  Recompute recompute_of(size_t i, const ModelState* state) const {
+    return state ? Recompute::None : recompute_.of(blocks_[i].linear);
+  }
+
+  // The norm that block i's last residual add makes with it (add_norm): the next block's attn_norm,
+  // or the final norm after the last block; null where a checkpoint lies between the two (block i
+  // recomputed whole, or the next block's mixer recomputed with its norm).
+  const Norm* norm_after(size_t i, const ModelState* state) const {
+    if (recompute_of(i, state) == Recompute::Layer) return nullptr;
+    if (i + 1 == blocks_.size()) return &final_norm_;
+    const Recompute next = recompute_of(i + 1, state);
+    return next == Recompute::Mixer || next == Recompute::Layer ? nullptr : &blocks_[i + 1].attn_norm;
+  }
+
+  // One block, x: (B, T, D) -> (B, T, D) as .sum; `recompute` Mixer or Mlp checkpoints that part.
+  // normed: attn_norm(x) where the add that made x made it (else undefined); next: the norm the
+  // block's last add makes with it (norm_after), as .normed.
+  ResidualNorm block_forward(Block& b, Var x, MixerIO& io, Recompute recompute, const Var& normed, const Norm* next) {
     const double eps = config_.norm_eps;
     if (b.pre_norm.weight.defined()) x = b.pre_norm.apply(store_, x, eps);
-    x = add(x, run_part(recompute == Recompute::Mixer, "recompute mixer", x, io, true,
-                        [this, &b, eps](const Var& r, MixerIO& part_io) {
-                          return b.mixer->forward(b.attn_norm.apply(store_, r, eps), part_io);
-                        }));
-    if (b.mlp)
-      x = add(x, run_part(recompute == Recompute::Mlp, "recompute mlp", x, io, false,
-                          [this, &b, eps](const Var& r, MixerIO& part_io) {
-                            return b.mlp->forward_with_state(b.mlp_norm.apply(store_, r, eps), part_io.state,
-                                                             part_io.documents);
-                          }));
+    Var h = run_part(recompute == Recompute::Mixer, "recompute mixer", x, io, true,
+                     [this, &b, eps, normed](const Var& r, MixerIO& part_io) {
+                       return b.mixer->forward(normed.defined() ? normed : b.attn_norm.apply(store_, r, eps), part_io);
+                     });
+    if (b.mlp) {
+      const ResidualNorm mid = add_norm(x, h, recompute == Recompute::Mlp ? nullptr : &b.mlp_norm);
+      x = mid.sum;
+      h = run_part(recompute == Recompute::Mlp, "recompute mlp", x, io, false,
+                   [this, &b, eps, mlp_in = mid.normed](const Var& r, MixerIO& part_io) {
+                     return b.mlp->forward_with_state(mlp_in.defined() ? mlp_in : b.mlp_norm.apply(store_, r, eps),
+                                                      part_io.state, part_io.documents);
+                   });
+    }
     if (b.route_proj.defined()) {
       const Var& routed = config_.routing == Routing::Clvr ? io.values : io.error;
-      x = add(x, linear(routed, store_.use(b.route_proj)));
+      x = add(x, h);
+      h = linear(routed, store_.use(b.route_proj));
     }
-    return x;
+    return add_norm(x, h, next);
+  }
+
+  // The residual add x + h, and `norm` of the sum where one is given: an RMSNorm in the same kernel
+  // (add_rmsnorm), a LayerNorm (RWKV-6) after it.
+  ResidualNorm add_norm(const Var& x, const Var& h, const Norm* norm) const {
+    if (!norm) return {add(x, h), Var()};
+    if (!norm->bias.defined()) return add_rmsnorm(x, h, store_.use(norm->weight), config_.norm_eps);
+    Var sum = add(x, h);
+    return {sum, norm->apply(store_, sum, config_.norm_eps)};
   }
 
   using Part = std::function<Var(const Var& x, MixerIO& io)>;

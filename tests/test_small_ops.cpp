@@ -218,6 +218,37 @@ TEST_CASE("gated_rmsnorm equals rmsnorm composed with the gate, forward and back
   }
 }
 
+TEST_CASE("add_rmsnorm equals add then rmsnorm bit for bit, forward and backward") {
+  // Both outputs carry a gradient (the sum feeds the next add, the norm the next layer), and the
+  // weight is used once more by a plain rmsnorm, so dw is added into a sum, as in the model.
+  for (DType dtype : {DType::F32, DType::F64}) {
+    CAPTURE(dtype_name(dtype));
+    const Shape shape{2, 5, 24};
+    Tensor x = Tensor::randn(shape, 141, 1.0, dtype), h = Tensor::randn(shape, 142, 1.0, dtype);
+    Tensor w = Tensor::randn({24}, 143, 0.3, dtype), d_sum = Tensor::randn(shape, 144, 1.0, dtype);
+    Tensor dy = Tensor::randn(shape, 145, 1.0, dtype), dz = Tensor::randn(shape, 146, 1.0, dtype);
+    Var xa(x, true), ha(h, true), wa(w, true), xb(x, true), hb(h, true), wb(w, true);
+    const ResidualNorm fused = add_rmsnorm(xa, ha, wa, 1e-6);
+    Var sum = add(xb, hb);
+    Var normed = rmsnorm(sum, wb, 1e-6);
+    run_backward({fused.sum, fused.normed, rmsnorm(fused.sum, wa, 1e-6)}, {d_sum, dy, dz});
+    run_backward({sum, normed, rmsnorm(sum, wb, 1e-6)}, {d_sum, dy, dz});
+    CHECK(max_abs_gap(fused.sum.value(), sum.value()) == 0.0);
+    CHECK(max_abs_gap(fused.normed.value(), normed.value()) == 0.0);
+    CHECK(max_abs_gap(xa.grad(), xb.grad()) == 0.0);
+    CHECK(max_abs_gap(ha.grad(), hb.grad()) == 0.0);
+    CHECK(max_abs_gap(wa.grad(), wb.grad()) <= 1e-14 * max_abs(wb.grad()));  // the two dw terms' order
+  }
+}
+
+TEST_CASE("add_rmsnorm names the operand that does not fit") {
+  Var x(Tensor::zeros({2, 3, 8}, DType::F64)), w(Tensor::zeros({8}, DType::F64));
+  CHECK_THROWS_WITH_AS(add_rmsnorm(x, Var(Tensor::zeros({2, 3, 4}, DType::F64)), w, 1e-6),
+                       doctest::Contains("add_rmsnorm: h"), Error);
+  CHECK_THROWS_WITH_AS(add_rmsnorm(x, x, Var(Tensor::zeros({4}, DType::F64)), 1e-6),
+                       doctest::Contains("add_rmsnorm: weight"), Error);
+}
+
 TEST_CASE("group_norm and layer_norm on known inputs") {
   Var x(f64({1, 2, 3, 5}, {1, 4})), w(f64({1, 2, 3, 4}, {4})), b(f64({0, 0.5, 0, -1}, {4}));
   double eps = 1e-5;

@@ -4,7 +4,8 @@
 // output norms of dv 64 and 256, HGRN's whole-row gated norm, Mamba-2's gate-then-norm over
 // d_inner, RWKV-6's per-head GroupNorm over the hidden size) plus odd widths that leave warps
 // partly idle (33, 165, 1000), B > 1, several heads and T = 37 (no tile multiple); rmsnorm also
-// in the model's block, its gradients added into their sums (a residual add, an fp32 master).
+// in the model's block, its gradients added into their sums (a residual add, an fp32 master), and
+// add_rmsnorm, the residual add fused with it.
 #include <string>
 
 #include "nn/check/registry.h"
@@ -60,6 +61,43 @@ void add_rmsnorm_cases() {
                                      {"weight", perf_input(PerfPool::Normal, 1, {C}, 0.3)}};
                      },
                      op, {0, 0, 2 * tensor, 5 * tensor, 0, 0, "", {{"N", N}, {"C", C}}}));
+}
+
+// add_rmsnorm: both outputs (the sum and its norm) carry a loss, so the backward's dr = d sum +
+// the norm's dx is checked whole; the model's path also feeds the sum to a second add_rmsnorm (a
+// block's two adds) with the weight a compute copy of an fp32 master.
+void add_add_rmsnorm_cases() {
+  auto inputs = [](Shape shape) {
+    return [shape](uint64_t seed) {
+      return Inputs{{"x", randn64(shape, seed + 1)}, {"h", randn64(shape, seed + 2)},
+                    {"weight", norm_weight(shape.back(), seed + 3)}};
+    };
+  };
+  auto op = [](const Vars& v) {
+    const ResidualNorm out = add_rmsnorm(v[0], v[1], v[2], 1e-6);
+    return Vars{out.sum, out.normed};
+  };
+  add_case(grad_case("rmsnorm", "add_rmsnorm", 4, inputs({2, 3, 8}), op));
+  for (const Shape& shape : {Shape{2, 37, 1024}, Shape{2, 37, 333}})
+    add_case(gpu_case("rmsnorm", "add_rmsnorm " + shape_str(shape), named_kernel("rmsnorm"), inputs(shape), op));
+  add_case(gpu_case("rmsnorm", "add_rmsnorm " + shape_str({2, 37, 1024}) + " two adds, fp32 master",
+                    named_kernel("rmsnorm"), inputs({2, 37, 1024}), [](const Vars& v) {
+                      Var copy = cast(cast(v[2], DType::F32), v[0].dtype());  // an F32 master, its copy in x's dtype
+                      const ResidualNorm first = add_rmsnorm(v[0], v[1], copy, 1e-6);
+                      const ResidualNorm second = add_rmsnorm(first.sum, first.normed, copy, 1e-6);
+                      return Vars{second.sum, second.normed};
+                    }));
+  // perf: the 374M models' residual add and norm; bytes in bf16: the forward reads x and h and
+  // writes the sum and y, the backward reads the sum, d sum and dy and writes dr
+  const int64_t N = 8 * 2048, C = 1024;
+  const double tensor = 2.0 * N * C;
+  add_case(perf_case("rmsnorm", "add_rmsnorm 374M " + dims_label({{"N", N}, {"C", C}}), named_kernel("rmsnorm"),
+                     [](uint64_t) {
+                       return Inputs{{"x", perf_input(PerfPool::Normal, 0, {N, C})},
+                                     {"h", perf_input(PerfPool::Normal, 1, {N, C})},
+                                     {"weight", perf_input(PerfPool::Normal, 2, {C}, 0.3)}};
+                     },
+                     op, {0, 0, 4 * tensor, 8 * tensor, 0, 0, "", {{"N", N}, {"C", C}}}));
 }
 
 void add_l2norm_cases() {
@@ -153,7 +191,8 @@ void add_group_norm_cases() {
                       inputs(c), op(c)));
 }
 
-const Registrar registered{add_rmsnorm_cases, add_l2norm_cases, add_gated_norm_cases, add_group_norm_cases};
+const Registrar registered{add_rmsnorm_cases, add_add_rmsnorm_cases, add_l2norm_cases, add_gated_norm_cases,
+                           add_group_norm_cases};
 
 }  // namespace
 }  // namespace hla::check

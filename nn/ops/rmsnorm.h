@@ -10,13 +10,27 @@ namespace hla {
 // x: (..., C), weight: (C) -> (..., C)
 Var rmsnorm(const Var& x, const Var& weight, double eps);
 
+// The residual stream's add and the RMSNorm after it (mixers.md 3.1: r = r + h, then a norm of
+// r) in one op: sum = x + h, normed = RMSNorm(sum) with weight. Its values are add's and
+// rmsnorm's bit for bit; the forward reads x and h once (the norm does not read sum back), the
+// backward gives x and h one gradient, d sum + the norm's dx, made by the norm's kernel.
+struct ResidualNorm {
+  Var sum, normed;
+};
+// x, h: (..., C), weight: (C)
+ResidualNorm add_rmsnorm(const Var& x, const Var& h, const Var& weight, double eps);
+
 namespace cpu {
 // x, y: (N, C), w: (C), rstd: (N)
 template <class T> void rmsnorm_forward(T* y, T* rstd, const T* x, const T* w, int64_t N, int64_t C, double eps);
-// dx: (N, C), dw: (C) in TW (T or wider): each written, or added into when its flag says so; null:
-// not wanted. dw is summed over the rows in T, then widened and added (exactly cast-then-add).
+// sum = x + h, then y = rmsnorm(sum): x, h, sum, y: (N, C), w: (C), rstd: (N)
+template <class T>
+void add_rmsnorm_forward(T* sum, T* y, T* rstd, const T* x, const T* h, const T* w, int64_t N, int64_t C, double eps);
+// dx: (N, C) = the norm's gradient plus dx_sum (N, C) when not null (dx itself, or another
+// buffer); dw: (C) in TW (T or wider), written or added into when add_dw; null: not wanted. dw is
+// summed over the rows in T, then widened and added (exactly cast-then-add).
 template <class T, class TW>
-void rmsnorm_backward(T* dx, bool add_dx, TW* dw, bool add_dw, const T* dy, const T* x, const T* w, const T* rstd,
+void rmsnorm_backward(T* dx, const T* dx_sum, TW* dw, bool add_dw, const T* dy, const T* x, const T* w, const T* rstd,
                       int64_t N, int64_t C);
 }  // namespace cpu
 }  // namespace hla
