@@ -29,6 +29,13 @@
 // call, ncu at f0ed7fd) spreads its short walks over the SMs.
 // The state rows take small dedicated kernels: final_state copies xe_L.., dstate gathers
 // d(xe_e) = sum_i w_i dpre_{e-i} (+ dfinal) for e < K-1 with dpre recomputed from dy and x.
+// The fused norm (d.norm_width > 0, the delta-rule mixers' q/k l2norm): the forward rounds each
+// y to T (what the unfused l2norm would read back), and the G = norm_width / W lanes that own one
+// head of a token sum its squares by shuffles within the head's lanes and scale y by rstd before
+// the store; that saves l2norm's read and write of y. When G is not a power of two <= 32 (W = 1
+// or fp32's W = 4 at wide heads) the plain kernel runs, then cuda/l2norm.cu on y in place. The
+// backward is l2norm's, run by the caller (nn/ops/short_conv.cpp) before this one.
+#include "cuda/l2norm.h"
 #include "cuda/reduce.cuh"
 #include "cuda/short_conv.h"
 
@@ -154,10 +161,35 @@ __device__ ThreadRun thread_run(int64_t L, int64_t C, int64_t runs, int64_t run_
   return {b, run, t0, t0 + run_tokens < L ? t0 + run_tokens : L, g * W, b < B};
 }
 
-// y: (B, L, C); threads: B * runs * (C / W), runs = ceil(L / run_tokens).
-template <class T, int KMAX, int W>
+// The fused norm of one token's channels c0 .. c0+W-1: y = y * rstd over each head of norm_width
+// channels, rstd = 1 / sqrt(sum(y^2) + eps) as cuda/l2norm.cu, y rounded to T first. The
+// G = norm_width / W lanes of one head (G a power of two <= 32) are consecutive threads of one
+// warp (threads take consecutive channel groups, and C / W is a multiple of G) that walk the
+// same (b, run, tokens), so they all meet at each shuffle; the head's first lane writes
+// rstd_row[c0 / norm_width].
+template <class T, int W>
+__device__ __forceinline__ void normalise_head(float (&y)[W], float* rstd_row, int64_t c0, int norm_width, float eps) {
+  const int lanes = norm_width / W, first = (threadIdx.x % 32) & ~(lanes - 1);
+  const unsigned head_mask = (lanes == 32 ? 0xffffffffu : (1u << lanes) - 1) << first;
+  float sum_sq = 0;
+#pragma unroll
+  for (int k = 0; k < W; k++) {
+    y[k] = to_float(from_float<T>(y[k]));
+    sum_sq += y[k] * y[k];
+  }
+  for (int o = lanes / 2; o > 0; o >>= 1) sum_sq += __shfl_xor_sync(head_mask, sum_sq, o);
+  const float r = rsqrtf(sum_sq + eps);  // rstd = 1/sqrt(sum(y^2) + eps)
+#pragma unroll
+  for (int k = 0; k < W; k++) y[k] *= r;  // y = y * rstd
+  if (c0 % norm_width == 0) rstd_row[c0 / norm_width] = r;
+}
+
+// y: (B, L, C), rstd: (B, L, C / norm_width) when kNorm (the fused norm, normalise_head);
+// threads: B * runs * (C / W), runs = ceil(L / run_tokens).
+template <class T, int KMAX, int W, bool kNorm>
 __global__ void __launch_bounds__(kThreads, 1)
-    conv_forward_kernel(T* __restrict__ y, ConvInputs<T> in, int64_t B, int64_t runs, int run_tokens, ConvAct act) {
+    conv_forward_kernel(T* __restrict__ y, float* __restrict__ rstd, ConvInputs<T> in, int64_t B, int64_t runs,
+                        int run_tokens, ConvAct act, int norm_width, float norm_eps) {
   const ThreadRun r = thread_run<W>(in.L, in.C, runs, run_tokens, B);
   if (!r.valid) return;
   float wp[KMAX][W], bias[W];
@@ -179,6 +211,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     in.window_pre(out, wp, bias, win, t, in.lowest_input(r.b, t));
 #pragma unroll
     for (int k = 0; k < W; k++) out[k] = activation(out[k], act);  // y = act(pre)
+    if constexpr (kNorm)
+      normalise_head<T, W>(out, rstd + (r.b * in.L + t) * (in.C / norm_width), r.c0, norm_width, norm_eps);
     store_floats(y + (r.b * in.L + t) * in.C + r.c0, out);
   }
 }
@@ -338,6 +372,13 @@ void dispatch_taps_width(int64_t K, int64_t C, Fn&& fn, const Ptrs*... rows) {
 
 int64_t runs_of(int64_t L, int run_tokens) { return (L + run_tokens - 1) / run_tokens; }
 
+// Whether the forward of W channels a thread normalises heads of norm_width channels in its
+// kernel: the lanes of one head, norm_width / W, a power of two <= 32 (normalise_head).
+bool fused_norm(int64_t norm_width, int W) {
+  const int64_t lanes = norm_width / W;
+  return norm_width > 0 && norm_width % W == 0 && lanes <= 32 && (lanes & (lanes - 1)) == 0;
+}
+
 // How B sequences of L tokens and `groups` channel groups are cut: runs of max_run tokens,
 // halved down to kMinRun while B * runs * groups threads would not give every SM a block of
 // kThreads; blocks of kThreads, or of one warp when there are still fewer threads than that.
@@ -358,11 +399,13 @@ RunPlan plan_runs(int64_t B, int64_t L, int64_t groups, int max_run) {
 
 }  // namespace
 
-void short_conv_forward(void* y, void* final_state, const void* x, const void* w, const void* bias, const void* state,
-                        const ShortConvDims& d, DType dtype) {
-  const int64_t B = d.B, L = d.L, C = d.C, K = d.K;
+void short_conv_forward(void* y, void* final_state, float* rstd, const void* x, const void* w, const void* bias,
+                        const void* state, const ShortConvDims& d, DType dtype) {
+  const int64_t B = d.B, L = d.L, C = d.C, K = d.K, norm_width = d.norm_width;
   HLA_CHECK(K >= 1 && K <= kMaxTaps, "short_conv_forward: the CUDA kernel takes kernel sizes 1 to ", kMaxTaps,
             ", got ", K);
+  HLA_CHECK(norm_width == 0 || (norm_width > 0 && C % norm_width == 0),
+            "short_conv_forward: norm_width must be 0 or a positive divisor of C = ", C, ", got ", norm_width);
   const int64_t n_state = B * C * (K - 1);
   dispatch_storage(dtype, "short_conv_forward", [&](auto tag) {
     using T = decltype(tag);
@@ -372,8 +415,12 @@ void short_conv_forward(void* y, void* final_state, const void* x, const void* w
       dispatch_taps_width<T, kVecWidth<T>>(K, C, [&](auto taps, auto width) {
         constexpr int KMAX = decltype(taps)::value, W = decltype(width)::value;
         const RunPlan plan = plan_runs(B, L, C / W, kForwardRun);
-        launch(conv_forward_kernel<T, KMAX, W>, plan.blocks, plan.block, 0, static_cast<T*>(y), in, B, plan.runs,
-               plan.run_tokens, d.act);
+        const bool fused = fused_norm(norm_width, W);
+        launch(fused ? conv_forward_kernel<T, KMAX, W, true> : conv_forward_kernel<T, KMAX, W, false>, plan.blocks,
+               plan.block, 0, static_cast<T*>(y), rstd, in, B, plan.runs, plan.run_tokens, d.act,
+               static_cast<int>(norm_width), static_cast<float>(d.norm_eps));
+        // else y = l2norm(y) in place (a lane reads each element before it writes it)
+        if (norm_width > 0 && !fused) l2norm_forward(y, rstd, y, B * L * C / norm_width, norm_width, d.norm_eps, dtype);
       }, in.x, static_cast<const T*>(y));
     if (n_state > 0)
       launch(conv_final_state_kernel<T>, grid_1d(n_state), kThreads, 0, static_cast<T*>(final_state), in, n_state);

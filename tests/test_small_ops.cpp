@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <string>
 
 #include "nn/ops/activation.h"
 #include "nn/ops/arith.h"
@@ -218,6 +219,40 @@ TEST_CASE("gated_rmsnorm equals rmsnorm composed with the gate, forward and back
   }
 }
 
+TEST_CASE("short_conv with norm_width equals short_conv then l2norm per head bit for bit, forward and backward") {
+  // Both outputs carry a gradient, and there are a bias and an initial state: every gradient of the
+  // fused norm's path (dx, dw, dbias, dstate) against the composition's.
+  const int64_t B = 2, L = 7, C = 12, K = 4, width = 4;
+  for (DType dtype : {DType::F32, DType::F64}) {
+    CAPTURE(dtype_name(dtype));
+    Tensor x = Tensor::randn({B, L, C}, 151, 1.0, dtype), w = Tensor::randn({C, 1, K}, 152, 0.5, dtype);
+    Tensor bias = Tensor::randn({C}, 153, 0.3, dtype), state = Tensor::randn({B, C, K - 1}, 154, 1.0, dtype);
+    Tensor dy = Tensor::randn({B, L, C}, 155, 1.0, dtype), dfinal = Tensor::randn({B, C, K - 1}, 156, 1.0, dtype);
+    Var xa(x, true), wa(w, true), ba(bias, true), sa(state, true);
+    Var xb(x, true), wb(w, true), bb(bias, true), sb(state, true);
+    const ShortConvOut fused = short_conv(xa, wa, ba, sa, ConvAct::SiLU, Tensor(), width);
+    const ShortConvOut conv = short_conv(xb, wb, bb, sb, ConvAct::SiLU);
+    const Var normed = reshape(l2norm(reshape(conv.y, {B, L, C / width, width})), {B, L, C});
+    run_backward({fused.y, fused.final_state}, {dy, dfinal});
+    run_backward({normed, conv.final_state}, {dy, dfinal});
+    CHECK(max_abs_gap(fused.y.value(), normed.value()) == 0.0);
+    CHECK(max_abs_gap(fused.final_state.value(), conv.final_state.value()) == 0.0);
+    CHECK(max_abs_gap(xa.grad(), xb.grad()) == 0.0);
+    CHECK(max_abs_gap(wa.grad(), wb.grad()) == 0.0);
+    CHECK(max_abs_gap(ba.grad(), bb.grad()) == 0.0);
+    CHECK(max_abs_gap(sa.grad(), sb.grad()) == 0.0);
+  }
+}
+
+TEST_CASE("short_conv names a norm_width that is not a positive divisor of C") {
+  Var x(Tensor::zeros({1, 4, 12}, DType::F64)), w(Tensor::zeros({12, 1, 4}, DType::F64));
+  for (int64_t width : {5, -4, 24})
+    CHECK_THROWS_WITH_AS(short_conv(x, w, Var(), Var(), ConvAct::SiLU, Tensor(), width),
+                         doctest::Contains(("short_conv: norm_width must be 0 (no norm) or a positive divisor of "
+                                            "C = 12, got " + std::to_string(width)).c_str()),
+                         Error);
+}
+
 TEST_CASE("add_rmsnorm equals add then rmsnorm bit for bit, forward and backward") {
   // Both outputs carry a gradient (the sum feeds the next add, the norm the next layer), and the
   // weight is used once more by a plain rmsnorm, so dw is added into a sum, as in the model.
@@ -314,6 +349,10 @@ TEST_CASE("every small op agrees in float32 and float64 within 1e-5 relative") {
          ShortConvOut o = short_conv(v[0], v[1], v[2], v[3]);
          return std::vector<Var>{o.y, o.final_state};
        }, {randn(x_shape, 2), randn({8, 1, 4}, 3, 0.5), randn({8}, 4, 0.3), randn({2, 8, 3}, 5)}},
+      {"short_conv l2norm", [](const std::vector<Var>& v) {
+         ShortConvOut o = short_conv(v[0], v[1], v[2], v[3], ConvAct::SiLU, Tensor(), 4);
+         return std::vector<Var>{o.y, o.final_state};
+       }, {randn(x_shape, 38), randn({8, 1, 4}, 39, 0.5), randn({8}, 40, 0.3), randn({2, 8, 3}, 41)}},
       {"token_shift", [](const std::vector<Var>& v) {
          TokenShiftOut o = token_shift(v[0], v[1]);
          return std::vector<Var>{o.delta, o.last_token};

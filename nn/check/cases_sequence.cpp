@@ -4,7 +4,9 @@
 // gpu shapes: the ones nn/layers/*.cpp build at 340M and tiny sizes (DeltaNet / GDN q/k/v
 // convs, Mamba-2's xBC conv with bias, RWKV-6's token shift and lerps), plus B > 1, odd widths,
 // lengths that are not a multiple of any tile, conv states, L < K-1, and packed documents (each
-// document convolved as if alone: doc_start). perf: the GDN 340M convs and a wider one.
+// document convolved as if alone: doc_start), and the delta-rule q/k convs with their l2norm fused
+// (norm_width: heads of 256, 128, 64; bf16 takes the fused kernel, fp32 at 256 the conv then
+// l2norm). perf: the GDN 340M convs, its q conv with the norm, and a wider one.
 #include <string>
 
 #include "nn/check/registry.h"
@@ -26,17 +28,19 @@ struct ConvCase {
   bool bias, state;
   ConvAct act;
   std::vector<int64_t> documents = {};  // packed documents: each row cut into these lengths (sum L), or none
+  int64_t norm_width = 0;               // the fused l2norm's head width, or 0: none
 };
 
-// Inputs x, weight, then the optional bias and initial state; documents as in ConvCase.
-OpFn conv_op(bool has_bias, bool has_state, ConvAct act, const std::vector<int64_t>& documents = {}) {
+// Inputs x, weight, then the optional bias and initial state; documents and norm_width as in ConvCase.
+OpFn conv_op(bool has_bias, bool has_state, ConvAct act, const std::vector<int64_t>& documents = {},
+             int64_t norm_width = 0) {
   return [=](const Vars& x) {
     size_t next = 2;
     Var bias = has_bias ? x[next++] : Var();
     Var state = has_state ? x[next++] : Var();
     const Tensor doc_start =
         documents.empty() ? Tensor() : packed_doc_start(x[0].size(0), documents).to(x[0].value().device());
-    ShortConvOut o = short_conv(x[0], x[1], bias, state, act, doc_start);
+    ShortConvOut o = short_conv(x[0], x[1], bias, state, act, doc_start, norm_width);
     return Vars{o.y, o.final_state};
   };
 }
@@ -65,6 +69,18 @@ void add_short_conv_cases() {
                                      {"bias", randn64({3}, s + 3, 0.3)}};
                      },
                      conv_op(true, false, ConvAct::SiLU, {2, 1, 4})));
+  // The delta-rule q/k conv with its l2norm fused: heads of 4 channels, C = 8.
+  add_case(grad_case("short_conv", "short_conv silu+bias+state+l2norm heads of 4", 27,
+                     [](uint64_t s) {
+                       return Inputs{{"x", randn64({2, 5, 8}, s + 1)}, {"weight", randn64({8, 1, 4}, s + 2, 0.5)},
+                                     {"bias", randn64({8}, s + 3, 0.3)}, {"initial_state", randn64({2, 8, 3}, s + 4)}};
+                     },
+                     conv_op(true, true, ConvAct::SiLU, {}, 4)));
+  add_case(grad_case("short_conv", "short_conv silu+l2norm heads of 4, documents 2+1+4", 28,
+                     [](uint64_t s) {
+                       return Inputs{{"x", randn64({2, 7, 8}, s + 1)}, {"weight", randn64({8, 1, 4}, s + 2, 0.5)}};
+                     },
+                     conv_op(false, false, ConvAct::SiLU, {2, 1, 4}, 4)));
 
   for (const ConvCase& c : {
            ConvCase{"gdn-340m q/k conv", 2, 77, 1024, 4, false, false, ConvAct::SiLU},    // H*dk = 4*256
@@ -76,6 +92,14 @@ void add_short_conv_cases() {
            ConvCase{"decode L < K-1", 2, 2, 33, 4, true, true, ConvAct::SiLU},
            ConvCase{"documents 37+64+90", 2, 191, 67, 4, true, false, ConvAct::SiLU, {37, 64, 90}},
            ConvCase{"documents 1+2+30", 3, 33, 129, 3, false, false, ConvAct::Identity, {1, 2, 30}},
+           // the q/k convs with their l2norm (bf16, 8 channels a thread: 32, 16, 8 lanes a head;
+           // fp32, 4: 64 lanes at dk 256, so the conv then l2norm), and 4-channel heads of a C
+           // that takes one channel a thread in bf16
+           ConvCase{"gdn-340m q/k conv+l2norm dk256", 2, 77, 1024, 4, false, false, ConvAct::SiLU, {}, 256},
+           ConvCase{"q/k conv+l2norm dk128 with state", 2, 45, 1024, 4, false, true, ConvAct::SiLU, {}, 128},
+           ConvCase{"q/k conv+l2norm dk64 documents 37+64+90", 2, 191, 1024, 4, false, false, ConvAct::SiLU,
+                    {37, 64, 90}, 64},
+           ConvCase{"conv+l2norm heads of 4", 3, 33, 36, 4, true, true, ConvAct::SiLU, {}, 4},
        }) {
     add_case(gpu_case(
         "short_conv",
@@ -87,15 +111,18 @@ void add_short_conv_cases() {
           if (c.state) in.push_back({"initial_state", randn64({c.B, c.C, c.K - 1}, seed + 4)});
           return in;
         },
-        conv_op(c.bias, c.state, c.act, c.documents)));
+        conv_op(c.bias, c.state, c.act, c.documents, c.norm_width)));
   }
 
-  // perf: the GDN 340M q/k/v convs (B8 T2048, H*dk = 1024) and a wider one (B4 T4096 C2048), K = 4,
-  // SiLU, no bias or state. Bytes: the forward reads x and writes y; the backward reads x and dy
-  // and writes dx (bf16; w and the dw partials are small).
+  // perf: the GDN 340M q/k/v convs (B8 T2048, H*dk = 1024), its q conv with the l2norm of its
+  // heads of 256 fused, and a wider one (B4 T4096 C2048), K = 4, SiLU, no bias or state. Bytes:
+  // the forward reads x and writes y; the backward reads x and dy and writes dx, and with the
+  // norm first reads dy and y and writes d(act) (bf16; w, rstd and the dw partials are small).
   for (const ConvCase& c : {ConvCase{"gdn-340m q/k/v conv", 8, 2048, 1024, 4, false, false, ConvAct::SiLU},
+                            ConvCase{"gdn-340m q conv+l2norm dk256", 8, 2048, 1024, 4, false, false, ConvAct::SiLU,
+                                     {}, 256},
                             ConvCase{"wide", 4, 4096, 2048, 4, false, false, ConvAct::SiLU}}) {
-    const double elements = double(c.B * c.L * c.C), tensor = 2.0 * elements;
+    const double elements = double(c.B * c.L * c.C), tensor = 2.0 * elements, norm = c.norm_width > 0;
     const std::vector<std::pair<const char*, int64_t>> dims = {{"B", c.B}, {"T", c.L}, {"C", c.C}, {"K", c.K}};
     add_case(perf_case("short_conv", std::string("short_conv ") + c.what + " " + dims_label(dims),
                        named_kernel("short_conv"),
@@ -103,9 +130,11 @@ void add_short_conv_cases() {
                          return Inputs{{"x", perf_input(PerfPool::Normal, 0, {c.B, c.L, c.C})},
                                        {"weight", perf_input(PerfPool::Normal, 1, {c.C, 1, c.K}, 0.5)}};
                        },
-                       conv_op(c.bias, c.state, c.act),
-                       // flops: the forward's K taps; the backward recomputes them, then dx and dw
-                       {2.0 * c.K * elements, 8.0 * c.K * elements, 2 * tensor, 5 * tensor, 0, 0, "", dims}));
+                       conv_op(c.bias, c.state, c.act, {}, c.norm_width),
+                       // flops: the forward's K taps (and the norm's 3 an element); the backward recomputes
+                       // them, then dx and dw (and the norm's backward, 4 an element)
+                       {(2.0 * c.K + 3 * norm) * elements, (8.0 * c.K + 7 * norm) * elements, 2 * tensor,
+                        (5 + 3 * norm) * tensor, 0, 0, "", dims}));
   }
 }
 

@@ -1,7 +1,7 @@
 // The delta-rule layers (mixers.md sections 12-15): DeltaNet, Gated DeltaNet, KDA and
 // Gated DeltaNet-2 differ only in their gates, so one layer builds all four:
 //
-//   q, k, v = silu(conv(W x))  (plain silu without short convs);  q, k = l2norm(q), l2norm(k)
+//   q, k, v = silu(conv(W x))  (plain silu without short convs);  q, k = l2norm(q), l2norm(k) (fused into the convs)
 //   DeltaNet  beta = sigmoid(W_b x) [H]        no decay                 o_norm: RMSNorm_dv
 //   GDN       beta = sigmoid(W_b x) [HV]       g = -e^A_log softplus(W_a x + dt_bias) [HV]
 //                                                                       o_norm: RMSNorm_dv * swish(W_g x)
@@ -55,8 +55,8 @@ class DeltaLayer : public Mixer {
   Var forward(const Var& x, MixerIO& io) override {
     Tensor *q_tail = tail_slot(io.state, 0), *k_tail = tail_slot(io.state, 1), *v_tail = tail_slot(io.state, 2);
     const Tensor& doc_start = io.documents.doc_start.tensor();  // (B, T) or undefined; q, k below: (B, T, H, dk)
-    Var q = l2norm(split_heads(conv_silu(project(store_, x, q_), q_conv_, q_tail, io.state, doc_start), H_, dk_));
-    Var k = l2norm(split_heads(conv_silu(project(store_, x, k_), k_conv_, k_tail, io.state, doc_start), H_, dk_));
+    Var q = normalised_heads(project(store_, x, q_), q_conv_, q_tail, io.state, doc_start);
+    Var k = normalised_heads(project(store_, x, k_), k_conv_, k_tail, io.state, doc_start);
     Var v = conv_silu(project(store_, x, v_), v_conv_, v_tail, io.state, doc_start);  // (B, T, HV*dv)
     if (io.routed_error.defined()) v = add(v, io.routed_error);                        // v + gamma * r_prev
     if (io.want_values) io.values = v;
@@ -79,12 +79,22 @@ class DeltaLayer : public Mixer {
 
  private:
   // silu(conv(x)) carrying the conv tail in `tail` (null in training), or silu(x) without convs;
-  // doc_start: packed documents, or undefined.
-  Var conv_silu(const Var& x, const Var& weight, Tensor* tail, const LayerState* state, const Tensor& doc_start) const {
+  // doc_start: packed documents, or undefined. norm_width > 0: the conv's y l2-normalised per
+  // group of that many channels in the conv's kernel (short_conv's fused norm).
+  Var conv_silu(const Var& x, const Var& weight, Tensor* tail, const LayerState* state, const Tensor& doc_start,
+                int64_t norm_width = 0) const {
     if (!weight.defined()) return silu(x);
-    ShortConvOut out = short_conv(x, store_.use(weight), Var(), initial_state(tail, x), ConvAct::SiLU, doc_start);
+    ShortConvOut out =
+        short_conv(x, store_.use(weight), Var(), initial_state(tail, x), ConvAct::SiLU, doc_start, norm_width);
     keep_last_inputs(tail, out.final_state, x, state);
     return out.y;
+  }
+  // q or k: l2norm(silu(conv(x))) per head, (B, T, H, dk); the norm fused into the conv, or silu
+  // then l2norm without convs.
+  Var normalised_heads(const Var& x, const Var& weight, Tensor* tail, const LayerState* state,
+                       const Tensor& doc_start) const {
+    if (!weight.defined()) return l2norm(split_heads(silu(x), H_, dk_));
+    return split_heads(conv_silu(x, weight, tail, state, doc_start, dk_), H_, dk_);
   }
 
   void make_gate_params(ParamStore& store, int64_t D) {

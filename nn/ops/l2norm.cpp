@@ -55,8 +55,7 @@ static void l2norm_forward(Tensor& y, Tensor& rstd, const Tensor& x, int64_t N, 
   });
 }
 
-// One backward for both devices; dx: (N, C) written.
-static void l2norm_backward(Tensor& dx, const Tensor& dy, const Tensor& y, const Tensor& rstd, int64_t N, int64_t C) {
+void l2norm_backward(Tensor& dx, const Tensor& dy, const Tensor& y, const Tensor& rstd, int64_t N, int64_t C) {
   if (y.is_cuda()) {
     HLA_CUDA_ONLY(cuda::l2norm_backward(dx.raw(), dy.raw(), y.raw(), rstd.data<float>(), N, C, y.dtype()));
     return;

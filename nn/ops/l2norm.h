@@ -8,6 +8,9 @@
 namespace hla {
 // x: (..., C) -> (..., C), each row of C channels scaled to unit length
 Var l2norm(const Var& x, double eps = 1e-6);
+// The backward on either device (the fused norm of short_conv shares it): dx, dy, y: (N, C),
+// rstd: (N) in accum_dtype(y); dx written.
+void l2norm_backward(Tensor& dx, const Tensor& dy, const Tensor& y, const Tensor& rstd, int64_t N, int64_t C);
 
 namespace cpu {
 // x, y: (N, C), rstd: (N)

@@ -8,6 +8,8 @@
 // Packed documents only narrow the window: output t reads xe_e for e >= first_visible(b, t), the
 // first extended index of t's document, and the final state xe_e for e >= first_visible(b, L-1);
 // the backward skips the same taps (the transposed mask), so one code path serves both cases.
+// The fused norm (d.norm_width > 0) is literally l2norm's forward on y after the convolution, and
+// the backward l2norm's backward before the conv's: bit for bit short_conv then l2norm.
 #include "nn/ops/short_conv.h"
 
 #include <algorithm>
@@ -16,6 +18,7 @@
 
 #include "nn/ops/attention.h"
 #include "nn/ops/check.h"
+#include "nn/ops/l2norm.h"
 #include "nn/ops/parallel.h"
 #include "nn/ops/pointwise.h"
 #include "tensor/dispatch.h"
@@ -54,7 +57,7 @@ T conv_pre(const T* xe, const T* w, const T* bias, int64_t t, int64_t c, int64_t
 
 // One task per channel (parallel.h): a channel's outputs and its dw, dbias are its own.
 template <class T>
-void short_conv_forward(T* y, T* final_state, const T* x, const T* w, const T* bias, const T* state,
+void short_conv_forward(T* y, T* final_state, T* rstd, const T* x, const T* w, const T* bias, const T* state,
                         const ShortConvDims& d) {
   const int64_t B = d.B, L = d.L, C = d.C, K = d.K;
   const ConvAct act = d.act;
@@ -72,6 +75,8 @@ void short_conv_forward(T* y, T* final_state, const T* x, const T* w, const T* b
         final_state[(b * C + c) * (K - 1) + j] = L + j >= first_final ? xe[L + j] : T(0);
     }
   });
+  // y = l2norm(y) per (token, head of norm_width channels), in place (a row is read before it is written)
+  if (d.norm_width > 0) l2norm_forward(y, rstd, y, B * L * C / d.norm_width, d.norm_width, d.norm_eps);
 }
 
 template <class T>
@@ -109,9 +114,9 @@ void short_conv_backward(T* dx, T* dw, T* dbias, T* dstate, const T* dy, const T
   });
 }
 
-template void short_conv_forward<float>(float*, float*, const float*, const float*, const float*, const float*,
-                                        const ShortConvDims&);
-template void short_conv_forward<double>(double*, double*, const double*, const double*, const double*,
+template void short_conv_forward<float>(float*, float*, float*, const float*, const float*, const float*,
+                                        const float*, const ShortConvDims&);
+template void short_conv_forward<double>(double*, double*, double*, const double*, const double*, const double*,
                                          const double*, const ShortConvDims&);
 template void short_conv_backward<float>(float*, float*, float*, float*, const float*, const float*, const float*,
                                          const float*, const float*, const float*, const ShortConvDims&);
@@ -122,18 +127,19 @@ template void short_conv_backward<double>(double*, double*, double*, double*, co
 }  // namespace cpu
 
 // One forward for both devices: cpu::short_conv_forward<T> or cuda::short_conv_forward.
-// y, x: (B, L, C), w: (C, 1, K), bias: (C) or undefined, state, final_state: (B, C, K-1), state may be undefined
-static void short_conv_forward(Tensor& y, Tensor& final_state, const Tensor& x, const Tensor& w, const Tensor& bias,
-                               const Tensor& state, const ShortConvDims& d) {
+// y, x: (B, L, C), w: (C, 1, K), bias: (C) or undefined, state, final_state: (B, C, K-1), state may be undefined,
+// rstd: (B, L, C / d.norm_width) in accum_dtype(x), undefined when d.norm_width == 0
+static void short_conv_forward(Tensor& y, Tensor& final_state, Tensor& rstd, const Tensor& x, const Tensor& w,
+                               const Tensor& bias, const Tensor& state, const ShortConvDims& d) {
   if (x.is_cuda()) {
-    HLA_CUDA_ONLY(cuda::short_conv_forward(y.raw(), final_state.raw(), x.raw(), w.raw(), raw_or_null(bias),
-                                           raw_or_null(state), d, x.dtype()));
+    HLA_CUDA_ONLY(cuda::short_conv_forward(y.raw(), final_state.raw(), data_or_null<float>(rstd), x.raw(), w.raw(),
+                                           raw_or_null(bias), raw_or_null(state), d, x.dtype()));
     return;
   }
   dispatch_float(x.dtype(), "short_conv", [&](auto tag) {
     using T = decltype(tag);
-    cpu::short_conv_forward(y.data<T>(), final_state.data<T>(), x.data<T>(), w.data<T>(), data_or_null<T>(bias),
-                            data_or_null<T>(state), d);
+    cpu::short_conv_forward(y.data<T>(), final_state.data<T>(), data_or_null<T>(rstd), x.data<T>(), w.data<T>(),
+                            data_or_null<T>(bias), data_or_null<T>(state), d);
   });
 }
 
@@ -157,7 +163,7 @@ static void short_conv_backward(Tensor& dx, Tensor& dw, Tensor& dbias, Tensor& d
 }
 
 ShortConvOut short_conv(const Var& x, const Var& weight, const Var& bias, const Var& initial_state, ConvAct act,
-                        const Tensor& doc_start) {
+                        const Tensor& doc_start, int64_t norm_width) {
   HLA_CHECK(x.dim() == 3, "short_conv: x must be (B, L, C), got ", x.value().str());
   int64_t B = x.size(0), L = x.size(1), C = x.size(2);
   HLA_CHECK(weight.dim() == 3 && weight.size(0) == C && weight.size(1) == 1 && weight.size(2) >= 1,
@@ -177,7 +183,11 @@ ShortConvOut short_conv(const Var& x, const Var& weight, const Var& bias, const 
     HLA_CHECK(!sv.defined(), "short_conv: with packed documents (doc_start) the initial state must be undefined, got ",
               sv.str());
   }
-  const ShortConvDims d{B, L, C, K, act};
+  HLA_CHECK(norm_width == 0 || (norm_width > 0 && C % norm_width == 0),
+            "short_conv: norm_width must be 0 (no norm) or a positive divisor of C = ", C, ", got ", norm_width);
+  ShortConvDims d{B, L, C, K, act};
+  d.norm_width = norm_width;
+  const int64_t heads = norm_width > 0 ? B * L * C / norm_width : 0;  // the normalised rows
   // d with doc_start's data (the backward closure holds a copy of doc_start, keeping it alive)
   auto with_documents = [](ShortConvDims dims, const Tensor& starts) {
     if (starts.defined()) dims.doc_start = starts.data<int32_t>();
@@ -185,14 +195,21 @@ ShortConvOut short_conv(const Var& x, const Var& weight, const Var& bias, const 
   };
   Tensor y = Tensor::empty({B, L, C}, xv.dtype(), xv.device());                 // y: (B, L, C)
   Tensor final_state = Tensor::empty({B, C, K - 1}, xv.dtype(), xv.device());  // final_state: (B, C, K-1)
-  short_conv_forward(y, final_state, xv, wv, bv, sv, with_documents(d, doc_start));
+  Tensor rstd = norm_width > 0 ? Tensor::empty({heads}, accum_dtype(xv), xv.device()) : Tensor();  // rstd: (heads)
+  short_conv_forward(y, final_state, rstd, xv, wv, bv, sv, with_documents(d, doc_start));
+  const Tensor y_normed = norm_width > 0 ? y : Tensor();  // the norm's backward reads it (kept only with a norm)
   std::vector<Var> outs = record_op({y, final_state}, {x, weight, bias, initial_state},
                                     [=](const std::vector<Tensor>& g) {
     Tensor dx = Tensor::empty(xv.shape(), xv.dtype(), xv.device());
     Tensor dw = Tensor::empty(wv.shape(), xv.dtype(), xv.device());
     Tensor db = bv.defined() ? Tensor::empty({C}, xv.dtype(), xv.device()) : Tensor();
     Tensor ds = sv.defined() ? Tensor::empty(sv.shape(), xv.dtype(), xv.device()) : Tensor();
-    short_conv_backward(dx, dw, db, ds, g[0], g[1], xv, wv, bv, sv, with_documents(d, doc_start));
+    Tensor dy = g[0];  // d(act(pre)): through the norm's backward first when there is one
+    if (norm_width > 0) {
+      dy = Tensor::empty(xv.shape(), xv.dtype(), xv.device());
+      l2norm_backward(dy, g[0], y_normed, rstd, heads, norm_width);
+    }
+    short_conv_backward(dx, dw, db, ds, dy, g[1], xv, wv, bv, sv, with_documents(d, doc_start));
     return std::vector<Tensor>{dx, dw, db, ds};
   }, "short_conv");
   return {outs[0], outs[1]};

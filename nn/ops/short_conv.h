@@ -13,6 +13,9 @@
 // Packed documents (doc_start): every document of a row is convolved as if alone (no tap reads
 // an input of an earlier document), and the final state holds the last K-1 inputs of the row's
 // last document (zeros before its start); the initial state must then be undefined.
+// norm_width > 0: the delta-rule mixers' q/k l2norm fused into the conv (short_conv_dims.h):
+// y = l2norm of each head of norm_width channels of act(conv(x)), in one kernel on the GPU; on
+// the CPU bit for bit short_conv then l2norm (nn/ops/l2norm.h).
 // Gradients: written in full (the caller's buffers may hold anything); null = not wanted.
 #pragma once
 #include "autograd/var.h"
@@ -27,15 +30,18 @@ struct ShortConvOut {
 
 // x: (B, L, C), weight: (C, 1, K), bias: (C) or undefined, initial_state: (B, C, K-1) or
 // undefined (zeros). L is the number of tokens (T in mixers.md). doc_start: (B, L) I32 on x's
-// device (nn/ops/attention.h: document_starts) or undefined (one document a row).
+// device (nn/ops/attention.h: document_starts) or undefined (one document a row). norm_width:
+// 0, or a divisor of C: y is l2-normalised (eps 1e-6) per token over each group of that many
+// channels.
 ShortConvOut short_conv(const Var& x, const Var& weight, const Var& bias = Var(),
                         const Var& initial_state = Var(), ConvAct act = ConvAct::SiLU,
-                        const Tensor& doc_start = Tensor());
+                        const Tensor& doc_start = Tensor(), int64_t norm_width = 0);
 
 namespace cpu {
-// y, x: (B, L, C), w: (C, K), bias: (C) or null, state, final_state: (B, C, K-1), state may be null
+// y, x: (B, L, C), w: (C, K), bias: (C) or null, state, final_state: (B, C, K-1), state may be null,
+// rstd: (B, L, C / d.norm_width) (null when d.norm_width == 0)
 template <class T>
-void short_conv_forward(T* y, T* final_state, const T* x, const T* w, const T* bias, const T* state,
+void short_conv_forward(T* y, T* final_state, T* rstd, const T* x, const T* w, const T* bias, const T* state,
                         const ShortConvDims& d);
 // dx: (B, L, C), dw: (C, K), dbias: (C), dstate: (B, C, K-1) written (dbias, dstate may be null);
 // dy: (B, L, C), dfinal: (B, C, K-1)

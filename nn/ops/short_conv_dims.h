@@ -16,6 +16,12 @@ struct ShortConvDims {
   // output t reads x_{t-K+1+i} only when that index is >= doc_start[b, t] (else 0), and the
   // final state keeps only the last document's inputs. Null: one document a row.
   const int32_t* doc_start = nullptr;
+  // The fused l2norm of the delta-rule mixers' q and k (mixers.md 2.5): 0 = none; else each
+  // token's channels in groups of norm_width (heads; C % norm_width == 0) are scaled to unit
+  // length after the activation, y = y * rstd, rstd = 1 / sqrt(sum(y^2) + norm_eps) (eps on the
+  // SUM, as l2norm), and rstd (B, L, C / norm_width) is written for the backward.
+  int64_t norm_width = 0;
+  double norm_eps = 1e-6;
 };
 
 }  // namespace hla

@@ -6,8 +6,10 @@
 // (odd C, or x one element off alignment), fp32; K = 4, 3 (a padded tap) and 6 (the kMaxTaps
 // path), with and without bias and initial state, SiLU and identity, L shorter than K-1, L not a
 // multiple of the runs (halos across runs), packed documents with one-token documents and
-// boundaries on and off the run edges. Tolerances (relative RMS): bf16 1e-2 (outputs rounded to
-// bf16), fp32 1e-5; the exit status is 1 when a row fails.
+// boundaries on and off the run edges, and the fused l2norm (norm_width: y and rstd against the
+// reference's normalised heads) with 32, 16, 8, 4 and 1 lanes a head and the fallback (64 lanes a
+// head: the plain kernel, then tests/emu/include/cuda/l2norm.h in place). Tolerances (relative
+// RMS): bf16 1e-2 (outputs rounded to bf16), fp32 1e-5; the exit status is 1 when a row fails.
 #include "short_conv_host.cpp"
 
 #include <random>
@@ -27,6 +29,7 @@ struct Case {
   ConvAct act;
   std::vector<int64_t> documents;  // each row cut into these lengths (sum L), or none
   int64_t x_offset = 0;            // x starts this many elements into its buffer (0: aligned)
+  int64_t norm_width = 0;          // the fused l2norm's head width, or 0: none
 };
 
 double to_double(float v) { return v; }
@@ -55,19 +58,22 @@ void run_case(const Case& c, uint64_t seed) {
     for (int64_t len : c.documents)
       for (const int64_t start = t; t < start + len; t++) doc_start[b * L + t] = static_cast<int32_t>(start);
   }
-  ShortConvDims d{B, L, C, K, c.act, c.documents.empty() ? nullptr : doc_start.data()};
+  ShortConvDims d{B, L, C, K, c.act, c.documents.empty() ? nullptr : doc_start.data(), c.norm_width};
   const T* bias_p = c.bias ? bias.data() : nullptr;
   const T* state_p = c.state ? state.data() : nullptr;
   const DType dtype = std::is_same_v<T, float> ? DType::F32 : DType::BF16;
 
   std::vector<T> y(B * L * C), final_state(B * C * S), dx(B * L * C), dw(C * K), dbias(C), dstate(B * C * S);
-  cuda::short_conv_forward(y.data(), final_state.data(), x, w.data(), bias_p, state_p, d, dtype);
+  const int64_t heads = c.norm_width > 0 ? B * L * C / c.norm_width : 0;
+  std::vector<float> rstd(heads);  // rstd: (B, L, C / norm_width)
+  cuda::short_conv_forward(y.data(), final_state.data(), c.norm_width > 0 ? rstd.data() : nullptr, x, w.data(),
+                           bias_p, state_p, d, dtype);
   cuda::short_conv_backward(dx.data(), dw.data(), c.bias ? dbias.data() : nullptr, c.state ? dstate.data() : nullptr,
                             dy.data(), dfinal.data(), x, w.data(), bias_p, state_p, d, dtype);
 
   // the reference in fp64, one (b, c) at a time over xe = [state ; x]
-  Err e_y, e_final, e_dx, e_dw, e_db, e_dstate;
-  std::vector<double> dw_ref(C * K, 0.0), db_ref(C, 0.0);
+  Err e_y, e_rstd, e_final, e_dx, e_dw, e_db, e_dstate;
+  std::vector<double> y_ref(B * L * C), dw_ref(C * K, 0.0), db_ref(C, 0.0);
   for (int64_t b = 0; b < B; b++)
     for (int64_t ch = 0; ch < C; ch++) {
       std::vector<double> xe(L + S), dxe(L + S, 0.0);
@@ -80,7 +86,7 @@ void run_case(const Case& c, uint64_t seed) {
           if (t + i >= first(t)) pre += to_double(w[ch * K + i]) * xe[t + i];
         const double s = 1.0 / (1.0 + std::exp(-pre));
         const double silu = c.act == ConvAct::SiLU;
-        e_y.add(to_double(y[(b * L + t) * C + ch]), silu ? pre * s : pre);
+        y_ref[(b * L + t) * C + ch] = silu ? pre * s : pre;
         const double dpre = to_double(dy[(b * L + t) * C + ch]) * (silu ? s * (1 + pre * (1 - s)) : 1.0);
         db_ref[ch] += dpre;
         for (int64_t i = 0; i < K; i++)
@@ -95,6 +101,15 @@ void run_case(const Case& c, uint64_t seed) {
       if (state_p)
         for (int64_t j = 0; j < S; j++) e_dstate.add(to_double(dstate[(b * C + ch) * S + j]), dxe[j]);
     }
+  for (int64_t n = 0; n < heads; n++) {  // y = y / sqrt(sum(y^2) + eps) per head of norm_width channels
+    double* yr = y_ref.data() + n * c.norm_width;
+    double sum_sq = 0;
+    for (int64_t i = 0; i < c.norm_width; i++) sum_sq += yr[i] * yr[i];
+    const double r = 1.0 / std::sqrt(sum_sq + d.norm_eps);
+    for (int64_t i = 0; i < c.norm_width; i++) yr[i] *= r;
+    e_rstd.add(rstd[n], r);
+  }
+  for (int64_t i = 0; i < B * L * C; i++) e_y.add(to_double(y[i]), y_ref[i]);
   for (int64_t i = 0; i < C * K; i++) e_dw.add(to_double(dw[i]), dw_ref[i]);
   for (int64_t i = 0; i < C && bias_p; i++) e_db.add(to_double(dbias[i]), db_ref[i]);
 
@@ -102,9 +117,10 @@ void run_case(const Case& c, uint64_t seed) {
                      std::to_string(L) + " C" + std::to_string(C) + " K" + std::to_string(K) +
                      (c.bias ? " bias" : "") + (c.state ? " state" : "") +
                      (c.act == ConvAct::SiLU ? " silu" : " identity") + (c.documents.empty() ? "" : " docs") +
-                     (c.x_offset ? " x+1" : "");
+                     (c.x_offset ? " x+1" : "") + (c.norm_width ? " norm" + std::to_string(c.norm_width) : "");
   const double tol = dtype == DType::F32 ? 1e-5 : 1e-2;
   if (L > 0) report(what, "y", e_y, tol), report(what, "dx", e_dx, tol);
+  if (heads > 0) report(what, "rstd", e_rstd, tol);
   if (S > 0) report(what, "fin", e_final, tol);
   report(what, "dw", e_dw, tol);
   if (bias_p) report(what, "db", e_db, tol);
@@ -126,6 +142,15 @@ int main() {
       {2, 1, 8, 4, false, true, identity, {}},                 // one token
       {2, 100, 16, 4, true, false, silu, {1, 31, 1, 2, 33, 32}},  // documents on and off run edges
       {2, 33, 9, 3, false, false, identity, {1, 2, 30}},       // documents, scalar path, K = 3
+      // the fused l2norm, lanes a head in bf16 / fp32: 32 / 64 (fp32 unfused), 16 / 32, 8 / 16 (one-warp
+      // blocks, the last warp half idle), 4 / 8 with documents, 4 / 1 (bf16's scalar path), 64 / 64 (x off
+      // alignment: both unfused)
+      {2, 37, 512, 4, true, true, silu, {}, 0, 256},
+      {2, 45, 256, 4, false, true, silu, {}, 0, 128},
+      {3, 33, 128, 4, false, false, silu, {}, 0, 64},
+      {2, 100, 64, 4, true, false, silu, {1, 31, 1, 2, 33, 32}, 0, 32},
+      {3, 33, 36, 4, true, true, silu, {}, 0, 4},
+      {2, 40, 128, 4, true, true, silu, {}, 1, 64},
   };
   uint64_t seed = 1;
   for (const Case& c : cases) {

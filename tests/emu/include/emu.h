@@ -1,8 +1,9 @@
 // Host emulator of the CUDA execution model for running the mma kernels on the CPU (g++).
 // Threads of a block are fibers (ucontext for the first entry, _setjmp/_longjmp after), run by a
 // round-robin scheduler; __syncthreads and the warp collectives (shuffles, __syncwarp, mma) are
-// barriers over the block / the warp, the warpgroup MMA (wgmma) a barrier over its 4 warps, a
-// named barrier (bar.sync / bar.arrive) one over the threads it names.
+// barriers over the block / the warp (an xor shuffle with a partial mask: over the mask's lanes),
+// the warpgroup MMA (wgmma) a barrier over its 4 warps, a named barrier (bar.sync / bar.arrive)
+// one over the threads it names.
 // Blocks run one after another; shared memory is one buffer filled with 0xff (NaN) before every
 // block, whose shared-space addresses (__cvta_generic_to_shared) start at kSharedWindowStart;
 // cp.async copies are deferred to the wait that retires their group, wgmma products and bulk
@@ -19,6 +20,8 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <map>
+#include <utility>
 #include <vector>
 
 struct uint3 { unsigned x, y, z; };
@@ -76,6 +79,7 @@ struct Block {
   std::vector<Fiber> fibers;
   std::vector<std::vector<char>> stacks;
   std::vector<Barrier> warp_bars, warpgroup_bars;
+  std::map<std::pair<unsigned, unsigned>, Barrier> lane_bars;  // (warp, mask): a partial-mask shuffle's lanes
   Barrier named_bars[16];  // bar.sync / bar.arrive id, 1 .. 15 (tests/emu/include/cuda/wgmma.cuh)
   Barrier block_bar;
   int cur = -1;
@@ -147,19 +151,32 @@ inline size_t __cvta_generic_to_shared(const void* p) {
   }
   return size_t(c - emu::smem_buf) + emu::kSharedWindowStart;
 }
-inline float emu_shfl(float v, int src_lane) {
+// The lanes of `mask` in this thread's warp meet (the whole warp: its barrier); a lane outside
+// its mask, or a source lane outside it, aborts.
+inline void emu_sync_lanes(unsigned mask, int src_lane) {
+  const unsigned lane = threadIdx.x % 32;
+  if (!(mask >> lane & 1u) || !(mask >> src_lane & 1u)) {
+    std::fprintf(stderr, "emu: a shuffle by or from a lane outside its mask\n");
+    std::abort();
+  }
+  if (mask == 0xffffffffu) {
+    __syncwarp();
+    return;
+  }
+  emu::Barrier& bar = emu::blk().lane_bars[{threadIdx.x / 32, mask}];
+  bar.expected = __builtin_popcount(mask);
+  emu::arrive_wait(bar);
+}
+inline float emu_shfl(float v, int src_lane, unsigned mask = 0xffffffffu) {
   emu::Block& b = emu::blk();
   const unsigned tid = threadIdx.x, warp = tid / 32;
   b.shfl[tid] = v;
-  __syncwarp();
+  emu_sync_lanes(mask, src_lane);
   const float r = b.shfl[warp * 32 + src_lane];
-  __syncwarp();
+  emu_sync_lanes(mask, src_lane);
   return r;
 }
-inline float __shfl_xor_sync(unsigned mask, float v, int off) {
-  if (mask != 0xffffffffu) { std::fprintf(stderr, "emu: partial shuffle mask\n"); std::abort(); }
-  return emu_shfl(v, (threadIdx.x % 32) ^ off);
-}
+inline float __shfl_xor_sync(unsigned mask, float v, int off) { return emu_shfl(v, (threadIdx.x % 32) ^ off, mask); }
 inline float __shfl_sync(unsigned mask, float v, int src_lane) {
   if (mask != 0xffffffffu) { std::fprintf(stderr, "emu: partial shuffle mask\n"); std::abort(); }
   return emu_shfl(v, src_lane % 32);
@@ -169,6 +186,7 @@ inline float __shfl_up_sync(unsigned mask, float v, int off) {
   const int lane = threadIdx.x % 32;
   return emu_shfl(v, lane >= off ? lane - off : lane);
 }
+inline float rsqrtf(float v) { return 1.0f / std::sqrt(v); }
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }
 
@@ -197,6 +215,7 @@ void launch(Kernel kernel, dim3 grid, int threads, size_t bytes, Params... param
         std::memset(smem_buf, 0xff, kSmemBytes);
         b.warp_bars.assign((threads + 31) / 32, Barrier{});
         for (auto& w : b.warp_bars) w.expected = 32;
+        b.lane_bars.clear();
         b.warpgroup_bars.assign((threads + 127) / 128, Barrier{});
         for (size_t g = 0; g < b.warpgroup_bars.size(); g++)
           b.warpgroup_bars[g].expected = std::min(128, threads - 128 * int(g));
