@@ -209,7 +209,8 @@ void launch_forward(void* y, void* sum, float* rstd, const void* x, const void* 
 
 }  // namespace
 
-void rmsnorm_forward(void* y, float* rstd, const void* x, const void* w, int64_t N, int64_t C, double eps, DType dtype) {
+void rmsnorm_forward(void* y, float* rstd, const void* x, const void* w, int64_t N, int64_t C, double eps,
+                     DType dtype) {
   launch_forward(y, nullptr, rstd, x, nullptr, w, N, C, eps, dtype, "rmsnorm_forward");
 }
 
@@ -228,7 +229,8 @@ void rmsnorm_backward(void* dx, const void* dx_sum, void* dw, bool add_dw, const
   }
   dispatch_storage(dtype, "rmsnorm_backward", [&](auto tag) {
     using T = decltype(tag);
-    const bool aligned = aligned16(dx) && aligned16(dx_sum) && aligned16(dy) && aligned16(x) && aligned16(w);  // null is
+    const bool aligned =  // null is aligned
+        aligned16(dx) && aligned16(dx_sum) && aligned16(dy) && aligned16(x) && aligned16(w);
     const RowLayout layout = row_layout(C, aligned ? kVecWidth<T> : 1, "rmsnorm_backward");
     const size_t smem = sizeof(float) * layout.rows * layout.slots * layout.W * layout.row_threads;  // dw_acc
     HLA_CHECK(smem <= 200 * 1024, "rmsnorm_backward: C = ", C, " is too wide for the shared-memory dw partials");
@@ -242,8 +244,8 @@ void rmsnorm_backward(void* dx, const void* dx_sum, void* dw, bool add_dw, const
           std::min<int64_t>((N + layout.rows - 1) / layout.rows, std::max(1, per_sm) * (int64_t)sm_count()));
       FloatScratch partial(blocks * C);  // partial: (blocks, C)
       kernel<<<blocks, dim3(layout.row_threads, layout.rows), smem>>>(
-          static_cast<T*>(dx), static_cast<const T*>(dx_sum), partial.get(), static_cast<const T*>(dy), static_cast<const T*>(x),
-          static_cast<const T*>(w), rstd, N, static_cast<int>(C));
+          static_cast<T*>(dx), static_cast<const T*>(dx_sum), partial.get(), static_cast<const T*>(dy),
+          static_cast<const T*>(x), static_cast<const T*>(w), rstd, N, static_cast<int>(C));
       CUDA_CHECK_LAUNCH();
       if (!dw) return;
       dispatch_storage(dw_dtype, "rmsnorm_backward", [&](auto dw_tag) {
