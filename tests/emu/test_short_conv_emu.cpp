@@ -5,8 +5,9 @@
 // the final state xe_L ..). Cases: bf16 with 16-byte loads (C a multiple of 8) and the scalar path
 // (odd C, or x one element off alignment), fp32; K = 4, 3 (a padded tap) and 6 (the kMaxTaps
 // path), with and without bias and initial state, SiLU and identity, L shorter than K-1, L not a
-// multiple of the runs (halos across runs), packed documents with one-token documents and
-// boundaries on and off the run edges, and the fused l2norm (norm_width: y and rstd against the
+// multiple of the runs or the backward's tiles (halos across them), C not a multiple of the tiles'
+// 128 channels, packed documents with one-token documents and boundaries on and off the run and
+// tile edges, and the fused l2norm (norm_width: y and rstd against the
 // reference's normalised heads) with 32, 16, 8, 4 and 1 lanes a head and the fallback (64 lanes a
 // head: the plain kernel, then tests/emu/include/cuda/l2norm.h in place). Tolerances (relative
 // RMS): bf16 1e-2 (outputs rounded to bf16), fp32 1e-5; the exit status is 1 when a row fails.
@@ -142,6 +143,8 @@ int main() {
       {2, 1, 8, 4, false, true, identity, {}},                 // one token
       {2, 100, 16, 4, true, false, silu, {1, 31, 1, 2, 33, 32}},  // documents on and off run edges
       {2, 33, 9, 3, false, false, identity, {1, 2, 30}},       // documents, scalar path, K = 3
+      {1, 200, 136, 4, true, true, silu, {70, 60, 1, 69}},     // four backward tiles, documents across their
+                                                               // edges, a second slab of 8 channels
       // the fused l2norm, lanes a head in bf16 / fp32: 32 / 64 (fp32 unfused), 16 / 32, 8 / 16 (one-warp
       // blocks, the last warp half idle), 4 / 8 with documents, 4 / 1 (bf16's scalar path), 64 / 64 (x off
       // alignment: both unfused)
