@@ -1760,8 +1760,9 @@ __device__ __forceinline__ void add_state_dot(const Smem& sm, const bf16* h, con
   static_assert(Smem::KB * kPieces % kThreads == 0, "whole pieces a thread");
   for (int i = threadIdx.x; i < Smem::KB * kPieces; i += kThreads) {
     const int d = i / kPieces, c = i % kPieces * 4;
-    const float2 h01 = add_pairs(bf16_pair(h, d * kLdS + c), bf16_pair(h_lo, d * kLdS + c));  // hi + lo
-    const float2 h23 = add_pairs(bf16_pair(h, d * kLdS + c + 2), bf16_pair(h_lo, d * kLdS + c + 2));
+    float2 h01 = bf16_pair(h, d * kLdS + c), h23 = bf16_pair(h, d * kLdS + c + 2);
+    if constexpr (Smem::kVectorGate)  // hi + lo (a scalar gate keeps no lo plane)
+      h01 = add_pairs(h01, bf16_pair(h_lo, d * kLdS + c)), h23 = add_pairs(h23, bf16_pair(h_lo, d * kLdS + c + 2));
     const float2 y01 = bf16_pair(dh, d * kLdS + c), y23 = bf16_pair(dh, d * kLdS + c + 2);
     float p = h01.x * y01.x + h01.y * y01.y + h23.x * y23.x + h23.y * y23.y;
     if constexpr (Smem::kVectorGate) {
@@ -1846,7 +1847,7 @@ __global__ void __launch_bounds__(kThreads, (LocalSmem<DK, DV, VG>::kCtasPerSm))
   auto load_step = [&](int d0, int c0, int odd) {  // phase A: the slice and block (d0, c0) of h[n], dh[n]
     const int64_t block = state0 + int64_t(d0) * DV + c0;
     load_bf16_rows_async<KB, VS>(h_tile(odd), a.h_start + block, DV, KB);
-    load_bf16_rows_async<KB, VS>(h_lo_tile(odd), a.h_start_lo + block, DV, KB);
+    if constexpr (VG) load_bf16_rows_async<KB, VS>(h_lo_tile(odd), a.h_start_lo + block, DV, KB);
     load_bf16_rows_async<KB, VS>(dh_tile(odd), a.dh_end + block, DV, KB);
     load_slice(c0, odd);
   };
@@ -1915,7 +1916,8 @@ __global__ void __launch_bounds__(kThreads, (LocalSmem<DK, DV, VG>::kCtasPerSm))
       const Padded<kLdS, true> h_t{h_tile(odd)}, h_lo_t{h_lo_tile(odd)}, dh_t{dh_tile(odd)};  // h^T, dh^T
       const Padded<kLdS, false> dVnew_s{dvnew_tile(odd)};
       mma_staged(dq, Padded<kLdS, false>{dov_tile(odd)}, h_t, 0, VS);
-      mma_staged(dw, dVnew_s, h_t, 0, VS), mma_staged(dw, dVnew_s, h_lo_t, 0, VS);
+      mma_staged(dw, dVnew_s, h_t, 0, VS);
+      if constexpr (VG) mma_staged(dw, dVnew_s, h_lo_t, 0, VS);
       mma_staged(dk, Padded<kLdS, false>{vnew_tile(odd)}, dh_t, 0, VS);
       if (!kPipelined && more) {
         __syncthreads();  // the slice's tiles are read: the next one takes them
@@ -2321,7 +2323,7 @@ struct Workspace {
   FloatScratch U, own;
   Workspace(const DeltaRuleDims& d, ChunkArgs& a, float* kept, bool with_kept, bool run_passes_1_2)
       : U(run_passes_1_2 ? rows(d) * d.dv : 0),
-        own(kept ? 0 : with_kept ? kept_floats(d) : kept_floats(d) - rows(d) * C - states(d) / 2) {
+        own(kept ? 0 : with_kept ? kept_floats(d) : kept_floats(d) - rows(d) * C - (lo_plane(d) ? states(d) / 2 : 0)) {
     float* p = kept ? kept : own.get();
     a.U = run_passes_1_2 ? U.get() : nullptr;
     a.W = p, p += rows(d) * d.dk;
@@ -2334,11 +2336,13 @@ struct Workspace {
     };
     if (planes(d)) carve_planes(a.Kg_hi, a.Kg_lo), carve_planes(a.Qg_hi, a.Qg_lo);
     a.h_start = reinterpret_cast<bf16*>(p);  // (16-byte aligned: rows % C == 0)
-    a.h_start_lo = with_kept ? a.h_start + states(d) : nullptr;
+    a.h_start_lo = with_kept && lo_plane(d) ? a.h_start + states(d) : nullptr;
   }
   static int64_t rows(const DeltaRuleDims& d) { return d.B * d.HV * ((d.T + C - 1) / C) * C; }  // (B, HV, NT * C)
   static int64_t states(const DeltaRuleDims& d) { return d.B * d.HV * ((d.T + C - 1) / C) * d.dk * d.dv; }
   static int64_t gate_width(const DeltaRuleDims& d) { return d.gate == DeltaGate::Vector ? d.dk : 1; }  // G's
+  // whether a backward reads h[n]'s lo plane too (a vector gate's dW; see pass 4)
+  static bool lo_plane(const DeltaRuleDims& d) { return d.gate == DeltaGate::Vector; }
   // floats of a pair of the gated planes (the host side of kGatedPlanes: a vector gate from dk = 128 on), or 0
   static int64_t planes(const DeltaRuleDims& d) {
     return d.gate == DeltaGate::Vector && d.dk > 64 ? rows(d) * d.dk : 0;
@@ -2356,7 +2360,8 @@ bool supported(const DeltaRuleDims& d, DType dtype) {
 
 int64_t kept_floats(const DeltaRuleDims& d) {
   return Workspace::rows(d) * (d.dk + 2 * C + Workspace::gate_width(d)) + 2 * Workspace::planes(d) +
-         Workspace::states(d);  // W, Aqk, G, A; the gated K and Q planes; h[n]'s bf16 hi and lo planes
+         Workspace::states(d) / (Workspace::lo_plane(d) ? 1 : 2);  // W, Aqk, G, A; the gated K and Q planes;
+                                                                   // h[n]'s bf16 hi plane (and lo plane)
 }
 
 void forward(void* o, float* final_state, void* residual, const void* q, const void* k, const void* v, const void* g,

@@ -5,35 +5,37 @@
 //
 // The main kernels work in x's own indices s (x_s = xe_{s+K-1}; s < 0 is the state, s < 1-K
 // zero) with the taps padded on the left to KMAX (4, or kMaxTaps for K > 4) by zero weights, so
-// every register index is a compile-time constant. Both kernels work on tiles: a block takes
-// kTileTokens tokens of one sequence and a slab of channels (a warp's row: 32 lanes of a few
-// channels), copies every row the tile reads into shared memory first, all its 16-byte copies in
-// flight at once (or element by element when C is not a multiple of 16 bytes or a pointer is
-// misaligned), then its warps take the tile's rows in turn, lane by lane across the row. Memory
-// traffic is about one read of each input row and one write of each output row (the rows a tile
-// reads past its edges come from L2). Tiles are halved down to kMinTile while the blocks would not
-// give every SM one (plan_tiles).
-//   forward: kForwardSlab = 256 channels, 8 a lane (a head of up to 256 channels in one warp, for
-//     the fused norm); the tile's x rows and KMAX-1 below it, then y_t = act(pre_t) by rows.
-//   backward, one kernel: kSlab = 128 channels, 4 a lane (the fp32 dpre tile and 4 taps' sums in
-//     registers: three blocks an SM); the tile's x rows (and KMAX-1 below and above it) and dy
-//     rows (and KMAX-1 above), then dpre_t = dy_t act'(pre_t) for every row into an fp32 tile,
-//     then dx_t = sum_i w_i dpre_{t+K-1-i} (+ dfinal) and the tile's dw, dbias from those tiles,
-//     summed over the warps in a fixed order: one fp32 partial per (b, tile) that
-//     cuda/reduce.cuh sums in a fixed order (deterministic).
-//   Until session 54 a thread walked a run of 16 tokens of W channels (16 bytes) in registers,
-//   one load ahead, up for the forward and down for the backward (after session 52 from rows it
-//   had copied into shared memory first): long serial chains at two blocks an SM, 0.064 / 0.121 ms
-//   a call forward / backward at B8 T2048 C1024 bf16 on an H100 (~1.0 / 0.8 TB/s), the
-//   backward's (b, run) partials 16 MB a call.
+// every register index is a compile-time constant. Memory traffic is about one read of each input
+// row and one write of each output row:
+//   forward: one thread owns W consecutive channels (8 bf16 or 4 fp32 in one 16-byte load; 1 when
+//     C % W != 0 or a pointer is misaligned) and a run of kForwardRun consecutive tokens of one
+//     sequence (consecutive threads take consecutive channel groups, so a warp's loads of one
+//     token are coalesced rows), and walks up the tokens keeping the last KMAX-1 inputs in
+//     registers (each x row read once, plus a halo of KMAX-1 rows before the run). Runs are halved
+//     down to kMinRun while the threads would not give every SM a block (plan_runs), and then the
+//     blocks are one warp each.
+//   backward, one kernel, on tiles: a block takes kTileTokens tokens of one sequence and kSlab =
+//     128 channels (a warp's row, 4 channels a lane), copies the tile's x rows (and KMAX-1 below
+//     and above them) and dy rows (and KMAX-1 above) into shared memory, every 16-byte copy in
+//     flight at once (element by element when C is not a multiple of 16 bytes or a pointer is
+//     misaligned); then its 8 warps form dpre_t = dy_t act'(pre_t) for every row into an fp32
+//     tile, then dx_t = sum_i w_i dpre_{t+K-1-i} (+ dfinal) and the tile's dw, dbias from those
+//     tiles, summed over the warps in a fixed order: one fp32 partial per (b, tile) that
+//     cuda/reduce.cuh sums in a fixed order (deterministic). Tiles are halved down to kMinTile
+//     while the blocks would not give every SM one (plan_tiles). Until session 54 a thread walked
+//     a run of 16 tokens down from rows it had copied into shared memory first, recomputing pre and
+//     dpre into a register history (two blocks an SM, one partial per 16-token run): H200, bf16,
+//     B8 T2048 C1024, the conv row's backward (fwd+bwd less fwd) 0.147 -> 0.140 ms, B4 T4096
+//     C2048 0.273 -> 0.262 (bench/README, session 54). The forward on the same tiles (256 channels,
+//     8 a lane) ran 0.062 -> 0.075 ms and was not kept.
 // The state rows take small dedicated kernels: final_state copies xe_L.., dstate gathers
 // d(xe_e) = sum_i w_i dpre_{e-i} (+ dfinal) for e < K-1 with dpre recomputed from dy and x.
 // The fused norm (d.norm_width > 0, the delta-rule mixers' q/k l2norm): the forward rounds each
-// y to T (what the unfused l2norm would read back), and the G = norm_width / 8 lanes that own one
+// y to T (what the unfused l2norm would read back), and the G = norm_width / W lanes that own one
 // head of a token sum its squares by shuffles within the head's lanes and scale y by rstd before
-// the store; that saves l2norm's read and write of y. When G is not a power of two <= 32 (heads
-// not a multiple of 8 channels, or wider than 256) the plain kernel runs, then cuda/l2norm.cu on
-// y in place. The backward is l2norm's, run by the caller (nn/ops/short_conv.cpp) before this one.
+// the store; that saves l2norm's read and write of y. When G is not a power of two <= 32 (W = 1
+// or fp32's W = 4 at wide heads) the plain kernel runs, then cuda/l2norm.cu on y in place. The
+// backward is l2norm's, run by the caller (nn/ops/short_conv.cpp) before this one.
 #include "cuda/l2norm.h"
 #include "cuda/mma.cuh"
 #include "cuda/reduce.cuh"
@@ -44,11 +46,11 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kMaxTaps = 16;
-constexpr int kTileTokens = 64;   // tokens a tile covers (one dw partial each), at most
+constexpr int kForwardRun = 16;   // tokens a forward thread walks, at most
+constexpr int kMinRun = 8;        // the shortest run plan_runs cuts
+constexpr int kTileTokens = 64;   // tokens a backward tile covers (one dw partial each), at most
 constexpr int kMinTile = 16;      // the shortest tile plan_tiles cuts
 constexpr int kTileWarps = kThreads / 32;
-constexpr int kForwardGroup = 8;  // channels a forward lane owns (a head of up to 256 in one warp)
-constexpr int kForwardSlab = 32 * kForwardGroup;  // channels a forward tile covers: a warp's row
 constexpr int kGroup = 4;         // channels a backward lane owns
 constexpr int kSlab = 32 * kGroup;  // channels a backward tile covers: a warp's row
 
@@ -130,7 +132,8 @@ struct ConvInputs {
 #pragma unroll
     for (int j = 0; j < KMAX; j++)
 #pragma unroll
-      for (int k = 0; k < W; k++) wp[j][k] = j >= KMAX - K && c0 + k < C ? to_float(w[(c0 + k) * K + j - (KMAX - K)]) : 0.0f;
+      for (int k = 0; k < W; k++)
+        wp[j][k] = j >= KMAX - K && c0 + k < C ? to_float(w[(c0 + k) * K + j - (KMAX - K)]) : 0.0f;
 #pragma unroll
     for (int k = 0; k < W; k++) b[k] = bias && c0 + k < C ? to_float(bias[c0 + k]) : 0.0f;
   }
@@ -149,12 +152,26 @@ struct ConvInputs {
   }
 };
 
+// The run of one thread: channels c0 .. c0+W-1 of sequence b, tokens t0 .. t1-1. Thread n takes
+// channel group n % groups of run (n / groups) % runs of sequence n / (groups * runs).
+struct ThreadRun {
+  int64_t b, run, t0, t1, c0;
+  bool valid;
+};
+template <int W>
+__device__ ThreadRun thread_run(int64_t L, int64_t C, int64_t runs, int64_t run_tokens, int64_t B) {
+  const int64_t n = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, groups = C / W;
+  const int64_t g = n % groups, rest = n / groups, run = rest % runs, b = rest / runs;
+  const int64_t t0 = run * run_tokens;
+  return {b, run, t0, t0 + run_tokens < L ? t0 + run_tokens : L, g * W, b < B};
+}
+
 // The fused norm of one token's channels c0 .. c0+W-1: y = y * rstd over each head of norm_width
 // channels, rstd = 1 / sqrt(sum(y^2) + eps) as cuda/l2norm.cu, y rounded to T first. The
-// G = norm_width / W lanes of one head (G a power of two <= 32) are consecutive lanes of one
-// warp (lanes take consecutive channel groups of a row, and a tile's kForwardSlab channels are a
-// multiple of norm_width) that work on the same row, so they all meet at each shuffle; the
-// head's first lane writes rstd_row[c0 / norm_width].
+// G = norm_width / W lanes of one head (G a power of two <= 32) are consecutive threads of one
+// warp (threads take consecutive channel groups, and C / W is a multiple of G) that walk the
+// same (b, run, tokens), so they all meet at each shuffle; the head's first lane writes
+// rstd_row[c0 / norm_width].
 template <class T, int W>
 __device__ __forceinline__ void normalise_head(float (&y)[W], float* rstd_row, int64_t c0, int norm_width, float eps) {
   const int lanes = norm_width / W, first = (threadIdx.x % 32) & ~(lanes - 1);
@@ -172,18 +189,18 @@ __device__ __forceinline__ void normalise_head(float (&y)[W], float* rstd_row, i
   if (c0 % norm_width == 0) rstd_row[c0 / norm_width] = r;
 }
 
-// Copies rows first .. first+n-1 of src (B, L, C) for sequence b, channels slab0 .. slab0+kWidth-1,
-// into tile (n, kWidth): 16-byte copies in flight at once (kVec: C a multiple of kVecWidth<T> and
+// Copies rows first .. first+n-1 of src (B, L, C) for sequence b, channels slab0 .. slab0+kSlab-1,
+// into tile (n, kSlab): 16-byte copies in flight at once (kVec: C a multiple of kVecWidth<T> and
 // 16-byte aligned rows), else element by element; rows outside 0 .. L-1 and channels past C read
 // as zeros, rows below 0 as row_below(s, c).
-template <int kWidth, bool kVec, class T, class Below>
+template <bool kVec, class T, class Below>
 __device__ void copy_tile_rows(T* tile, const T* __restrict__ src, int64_t b, int64_t first, int n, int64_t slab0,
                                int64_t L, int64_t C, Below row_below) {
-  constexpr int kPiece = kVec ? kVecWidth<T> : 1, kPieces = kWidth / kPiece;
+  constexpr int kPiece = kVec ? kVecWidth<T> : 1, kPieces = kSlab / kPiece;
   for (int i = threadIdx.x; i < n * kPieces; i += kThreads) {
     const int r = i / kPieces, c = (i % kPieces) * kPiece;
     const int64_t s = first + r, ch = slab0 + c;
-    T* dst = tile + r * kWidth + c;
+    T* dst = tile + r * kSlab + c;
     if (s < 0) {
 #pragma unroll
       for (int k = 0; k < kPiece; k++) dst[k] = ch + k < C ? row_below(s, ch + k) : from_float<T>(0.0f);
@@ -198,7 +215,6 @@ __device__ void copy_tile_rows(T* tile, const T* __restrict__ src, int64_t b, in
 }
 
 // p[k] = v[k] for the k < room that hold channels: one vector store when kVec and room >= W
-// (kVec's C is a multiple of 16 bytes, not always of W: fp32's lanes of 8 channels)
 template <bool kVec, int W, class T>
 __device__ __forceinline__ void store_row(T* p, const float (&v)[W], int64_t room) {
   if (kVec && room >= W) {
@@ -211,13 +227,12 @@ __device__ __forceinline__ void store_row(T* p, const float (&v)[W], int64_t roo
 }
 
 // The tile of block blockIdx.x: sequence b, tokens t0 .. t0 + tile_tokens - 1, channels slab0 ..
-// slab0 + kWidth - 1 (blocks take consecutive slabs of a tile, then consecutive tiles).
-template <int kWidth>
+// slab0 + kSlab - 1 (blocks take consecutive slabs of a tile, then consecutive tiles).
 struct Tile {
   int64_t b, t0, slab0, index;  // index: b * tiles + the tile's place in its sequence
   __device__ Tile(int64_t C, int64_t tiles, int tile_tokens) {
-    const int64_t slabs = (C + kWidth - 1) / kWidth, tile = blockIdx.x / slabs % tiles;
-    b = blockIdx.x / slabs / tiles, t0 = tile * tile_tokens, slab0 = blockIdx.x % slabs * kWidth;
+    const int64_t slabs = (C + kSlab - 1) / kSlab, tile = blockIdx.x / slabs % tiles;
+    b = blockIdx.x / slabs / tiles, t0 = tile * tile_tokens, slab0 = blockIdx.x % slabs * kSlab;
     index = b * tiles + tile;
   }
 };
@@ -228,39 +243,36 @@ __device__ T state_row(const ConvInputs<T>& in, int64_t b, int64_t s, int64_t ch
   return s >= 1 - in.K && in.state ? in.state[(b * in.C + ch) * (in.K - 1) + in.K - 1 + s] : from_float<T>(0.0f);
 }
 
-// y: (B, L, C), rstd: (B, L, C / norm_width) when kNorm (the fused norm, normalise_head); grid: B *
-// tiles * slabs blocks of kThreads (plan_tiles, kForwardSlab channels a tile). The block copies
-// x_s for s = t0-KMAX+1 .. t0+tile_tokens-1 into shared memory; lane l of warp v then forms y of
-// channels slab0 + kForwardGroup l .. for the tile's rows v, v + kTileWarps, ..
-template <class T, int KMAX, bool kVec, bool kNorm>
-__global__ void __launch_bounds__(kThreads, KMAX == 4 && kVec ? 3 : 1)
-    conv_forward_kernel(T* __restrict__ y, float* __restrict__ rstd, ConvInputs<T> in, int64_t tiles,
-                        int tile_tokens, ConvAct act, int norm_width, float norm_eps) {
-  extern __shared__ float4 smem_raw[];
-  const int64_t L = in.L, C = in.C;
-  const Tile<kForwardSlab> tile(C, tiles, tile_tokens);
-  T* xs = reinterpret_cast<T*>(smem_raw);  // xs: (tile_tokens + KMAX - 1, kForwardSlab), x_{t0 - KMAX + 1 + r}
-  copy_tile_rows<kForwardSlab, kVec>(xs, in.x, tile.b, tile.t0 - (KMAX - 1), tile_tokens + KMAX - 1, tile.slab0, L, C,
-                                     [&](int64_t s, int64_t ch) { return state_row(in, tile.b, s, ch); });
-  if constexpr (kVec) cp_async_wait_all();
-  __syncthreads();
-  const int64_t c0 = tile.slab0 + threadIdx.x % 32 * kForwardGroup;
-  if (c0 >= C) return;  // no barrier below (kNorm: C % norm_width == 0, so a head's lanes are all in)
-  float wp[KMAX][kForwardGroup], bias[kForwardGroup];
-  in.load_taps(wp, bias, c0);
-  const T* own = xs + (c0 - tile.slab0);
-  for (int r = threadIdx.x / 32; r < tile_tokens && tile.t0 + r < L; r += kTileWarps) {
-    const int64_t t = tile.t0 + r;
-    float win[KMAX][kForwardGroup], out[kForwardGroup];  // win[j] = x_{t-KMAX+1+j}, at xs row r + j
+// y: (B, L, C), rstd: (B, L, C / norm_width) when kNorm (the fused norm, normalise_head);
+// threads: B * runs * (C / W), runs = ceil(L / run_tokens).
+template <class T, int KMAX, int W, bool kNorm>
+__global__ void __launch_bounds__(kThreads, 1)
+    conv_forward_kernel(T* __restrict__ y, float* __restrict__ rstd, ConvInputs<T> in, int64_t B, int64_t runs,
+                        int run_tokens, ConvAct act, int norm_width, float norm_eps) {
+  const ThreadRun r = thread_run<W>(in.L, in.C, runs, run_tokens, B);
+  if (!r.valid) return;
+  float wp[KMAX][W], bias[W];
+  in.load_taps(wp, bias, r.c0);
+  float win[KMAX][W];  // win[j] = x_{t-KMAX+1+j} at token t
 #pragma unroll
-    for (int j = 0; j < KMAX; j++)
-      to_floats(win[j], *reinterpret_cast<const Vec<T, kForwardGroup>*>(own + (r + j) * kForwardSlab));
-    in.window_pre(out, wp, bias, win, t, in.lowest_input(tile.b, t));
+  for (int j = 0; j < KMAX - 1; j++) in.load_inputs(win[j + 1], r.b, r.t0 - KMAX + 1 + j, r.c0);
+  float next[W];  // x_t, loaded a token ahead (its latency hidden behind the token before)
+  in.load_inputs(next, r.b, r.t0, r.c0);
+  for (int64_t t = r.t0; t < r.t1; t++) {
 #pragma unroll
-    for (int k = 0; k < kForwardGroup; k++) out[k] = activation(out[k], act);  // y = act(pre)
+    for (int j = 0; j < KMAX - 1; j++)
+#pragma unroll
+      for (int k = 0; k < W; k++) win[j][k] = win[j + 1][k];
+#pragma unroll
+    for (int k = 0; k < W; k++) win[KMAX - 1][k] = next[k];
+    if (t + 1 < r.t1) in.load_inputs(next, r.b, t + 1, r.c0);
+    float out[W];
+    in.window_pre(out, wp, bias, win, t, in.lowest_input(r.b, t));
+#pragma unroll
+    for (int k = 0; k < W; k++) out[k] = activation(out[k], act);  // y = act(pre)
     if constexpr (kNorm)
-      normalise_head<T, kForwardGroup>(out, rstd + (tile.b * L + t) * (C / norm_width), c0, norm_width, norm_eps);
-    store_row<kVec>(y + (tile.b * L + t) * C + c0, out, C - c0);
+      normalise_head<T, W>(out, rstd + (r.b * in.L + t) * (in.C / norm_width), r.c0, norm_width, norm_eps);
+    store_floats(y + (r.b * in.L + t) * in.C + r.c0, out);
   }
 }
 
@@ -292,7 +304,7 @@ __global__ void __launch_bounds__(kThreads, KMAX == 4 && kVec ? 3 : 1)
                          int tile_tokens, ConvAct act) {
   extern __shared__ float4 smem_raw[];
   const int64_t L = in.L, C = in.C, K = in.K;
-  const Tile<kSlab> tile(C, tiles, tile_tokens);
+  const Tile tile(C, tiles, tile_tokens);
   const int64_t b = tile.b, t0 = tile.t0, slab0 = tile.slab0, s0 = t0 - (KMAX - 1);  // s0: the tile's first input
   const int x_rows = tile_x_rows<KMAX>(tile_tokens), dy_rows = tile_dy_rows<KMAX>(tile_tokens);
   T* xs = reinterpret_cast<T*>(smem_raw);              // xs: (x_rows, kSlab), x_{s0 + r}
@@ -302,10 +314,10 @@ __global__ void __launch_bounds__(kThreads, KMAX == 4 && kVec ? 3 : 1)
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, c = lane * kGroup;
   const int64_t c0 = slab0 + c;
   const bool owned = c0 < C;  // (kVec: C % kGroup == 0, so a lane's channels are all in or all out)
-  // 1. the tile's rows into shared memory (16-byte copies in flight at once), and each output's lowest input
-  copy_tile_rows<kSlab, kVec>(xs, in.x, b, s0, x_rows, slab0, L, C,
-                              [&](int64_t s, int64_t ch) { return state_row(in, b, s, ch); });
-  copy_tile_rows<kSlab, kVec>(dys, dy, b, t0, dy_rows, slab0, L, C, [](int64_t, int64_t) { return from_float<T>(0.0f); });
+  // 1. the tile's rows into shared memory (16-byte copies in flight at once), each output's lowest input
+  copy_tile_rows<kVec>(xs, in.x, b, s0, x_rows, slab0, L, C,
+                       [&](int64_t s, int64_t ch) { return state_row(in, b, s, ch); });
+  copy_tile_rows<kVec>(dys, dy, b, t0, dy_rows, slab0, L, C, [](int64_t, int64_t) { return from_float<T>(0.0f); });
   for (int r = threadIdx.x; r < dy_rows; r += kThreads)
     lowest[r] = t0 + r < L ? static_cast<int>(in.lowest_input(b, t0 + r)) : 0;  // (L < 2^31)
   if constexpr (kVec) cp_async_wait_all();
@@ -318,7 +330,8 @@ __global__ void __launch_bounds__(kThreads, KMAX == 4 && kVec ? 3 : 1)
     if (owned && t0 + r < L) {
       float win[KMAX][kGroup], d[kGroup], pre[kGroup];  // win[j] = x_{t-KMAX+1+j}, at xs row r + j
 #pragma unroll
-      for (int j = 0; j < KMAX; j++) to_floats(win[j], *reinterpret_cast<const Vec<T, kGroup>*>(xs + (r + j) * kSlab + c));
+      for (int j = 0; j < KMAX; j++)
+        to_floats(win[j], *reinterpret_cast<const Vec<T, kGroup>*>(xs + (r + j) * kSlab + c));
       to_floats(d, *reinterpret_cast<const Vec<T, kGroup>*>(dys + r * kSlab + c));
       in.window_pre(pre, wp, bias, win, t0 + r, lowest[r]);
 #pragma unroll
@@ -428,14 +441,32 @@ void dispatch_taps_width(int64_t K, int64_t C, Fn&& fn, const Ptrs*... rows) {
 
 int64_t runs_of(int64_t L, int run_tokens) { return (L + run_tokens - 1) / run_tokens; }
 
-// Whether the forward of W channels a lane normalises heads of norm_width channels in its
+// Whether the forward of W channels a thread normalises heads of norm_width channels in its
 // kernel: the lanes of one head, norm_width / W, a power of two <= 32 (normalise_head).
 bool fused_norm(int64_t norm_width, int W) {
   const int64_t lanes = norm_width / W;
   return norm_width > 0 && norm_width % W == 0 && lanes <= 32 && (lanes & (lanes - 1)) == 0;
 }
 
-// How a kernel cuts B sequences of L tokens and C channels into tiles of `width` channels:
+// How B sequences of L tokens and `groups` channel groups are cut: runs of max_run tokens,
+// halved down to kMinRun while B * runs * groups threads would not give every SM a block of
+// kThreads; blocks of kThreads, or of one warp when there are still fewer threads than that.
+struct RunPlan {
+  int run_tokens;
+  int64_t runs;
+  int block;
+  unsigned blocks;
+};
+RunPlan plan_runs(int64_t B, int64_t L, int64_t groups, int max_run) {
+  const int64_t enough = int64_t(sm_count()) * kThreads;
+  int run = max_run;
+  while (run > kMinRun && B * runs_of(L, run) * groups < enough) run /= 2;
+  const int64_t runs = runs_of(L, run), threads = B * runs * groups;
+  const int block = threads < enough ? 32 : kThreads;
+  return {run, runs, block, static_cast<unsigned>((threads + block - 1) / block)};
+}
+
+// How the backward cuts B sequences of L tokens and C channels into tiles of kSlab channels:
 // kTileTokens tokens, halved down to kMinTile while the B * tiles * slabs blocks would not give
 // every SM one.
 struct TilePlan {
@@ -443,8 +474,8 @@ struct TilePlan {
   int64_t tiles;
   unsigned blocks;
 };
-TilePlan plan_tiles(int64_t B, int64_t L, int64_t C, int width) {
-  const int64_t slabs = (C + width - 1) / width;
+TilePlan plan_tiles(int64_t B, int64_t L, int64_t C) {
+  const int64_t slabs = (C + kSlab - 1) / kSlab;
   int tile = kTileTokens;
   while (tile > kMinTile && B * runs_of(L, tile) * slabs < sm_count()) tile /= 2;
   const int64_t tiles = runs_of(L, tile);
@@ -467,14 +498,12 @@ void short_conv_forward(void* y, void* final_state, float* rstd, const void* x, 
                            static_cast<const T*>(state), d.doc_start, L, C, static_cast<int>(K)};
     if (B * L * C > 0)
       dispatch_taps_width<T, kVecWidth<T>>(K, C, [&](auto taps, auto width) {
-        constexpr int KMAX = decltype(taps)::value;
-        constexpr bool kVec = decltype(width)::value > 1;
-        const TilePlan plan = plan_tiles(B, L, C, kForwardSlab);
-        const bool fused = fused_norm(norm_width, kForwardGroup);
-        launch(fused ? conv_forward_kernel<T, KMAX, kVec, true> : conv_forward_kernel<T, KMAX, kVec, false>,
-               plan.blocks, kThreads, sizeof(T) * kForwardSlab * (plan.tile_tokens + KMAX - 1), static_cast<T*>(y),
-               rstd, in, plan.tiles, plan.tile_tokens, d.act, static_cast<int>(norm_width),
-               static_cast<float>(d.norm_eps));
+        constexpr int KMAX = decltype(taps)::value, W = decltype(width)::value;
+        const RunPlan plan = plan_runs(B, L, C / W, kForwardRun);
+        const bool fused = fused_norm(norm_width, W);
+        launch(fused ? conv_forward_kernel<T, KMAX, W, true> : conv_forward_kernel<T, KMAX, W, false>, plan.blocks,
+               plan.block, 0, static_cast<T*>(y), rstd, in, B, plan.runs, plan.run_tokens, d.act,
+               static_cast<int>(norm_width), static_cast<float>(d.norm_eps));
         // else y = l2norm(y) in place (a lane reads each element before it writes it)
         if (norm_width > 0 && !fused) l2norm_forward(y, rstd, y, B * L * C / norm_width, norm_width, d.norm_eps, dtype);
       }, in.x, static_cast<const T*>(y));
@@ -503,7 +532,7 @@ void short_conv_backward(void* dx, void* dw, void* dbias, void* dstate, const vo
       dispatch_taps_width<T, kVecWidth<T>>(K, C, [&](auto taps, auto width) {
         constexpr int KMAX = decltype(taps)::value;
         constexpr bool kVec = decltype(width)::value > 1;
-        const TilePlan plan = plan_tiles(B, L, C, kSlab);
+        const TilePlan plan = plan_tiles(B, L, C);
         const int chunks = static_cast<int>(B * plan.tiles);  // one partial per (b, tile)
         FloatScratch partial_w(chunks * C * K);              // partial_w: (chunks, C, K)
         FloatScratch partial_b(dbias ? chunks * C : 0);      // partial_b: (chunks, C)
