@@ -49,7 +49,7 @@
 //   reverse), now 0.29 / 0.41; at B8 T2048 H16 D64 0.18 / 0.29, now 0.16 / 0.21 (bench/README,
 //   session 48):
 //     2a  Vnew = U - W h          -> residual (bf16), u_f32 (else over U)          (4.8, mma)
-//         the chunk-start state h    -> h[n] (bf16 hi and lo planes, B HV NT dk dv)
+//         the chunk-start state h    -> h[n] (bf16 hi plane, a vector gate's lo plane too, B HV NT dk dv)
 //     2c  h <- exp(G_last) h + (K (.) exp(G_last - G))^T Vnew                     (4.8, mma)
 //     2b  o = scale (Q (.) exp(G)) h[n] + Aqk Vnew   (output_kernel, after the scan; 4.6, mma)
 //   2b reads only what the scan wrote for its chunk, so it leaves the sequential path: until it
@@ -133,11 +133,16 @@
 //   dq, dk go out in bf16 from 4h when every key head has one value head (HV == H); else per
 //   value head in fp32, then summed over the value heads of a group (recurrence::group_sum).
 //   The states pass 4 reads: dh[n] in bf16 (the reverse scan rounds it once as it stores it; it
-//   carries dS in fp32), h[n] as the scan's hi and lo planes. dQ = dO h^T takes hi alone, dK =
-//   Vnew dh^T the rounded dh, both errors local to the chunk (the scans carry fp32); dW = -dVnew
-//   h^T takes hi and lo, since dW reaches db and dg through the A chain (A may have large
-//   entries): with hi alone KDA's db at dk = 256 went 3.7e-3 -> 7.7e-3 on the emulator, with both
-//   it stays 3.7e-3 (dk 3.0e-3 -> 3.4e-3, dq 3.1e-3 -> 3.2e-3; bound 1e-2). dVnew is stored in
+//   carries dS in fp32), h[n] as the scan's hi plane (and a vector gate's lo plane). dQ = dO h^T
+//   takes hi alone, dK = Vnew dh^T the rounded dh, both errors local to the chunk (the scans carry
+//   fp32). dW = -dVnew h^T reaches db and dg through the A chain (A may have large entries): a
+//   vector gate's takes hi and lo (with hi alone KDA's db at dk = 256 went 3.7e-3 -> 7.7e-3 on the
+//   emulator, with both it stays 3.7e-3; dk 3.0e-3 -> 3.4e-3, dq 3.1e-3 -> 3.2e-3; bound 1e-2); a
+//   scalar gate's hi alone, as h . dh for its dg (session 54: the emulator's worst GDN dg 3.8e-3 ->
+//   5.7e-3, db 3.6e-3 -> 4.1e-3, DeltaNet's db 2.9e-3 -> 3.1e-3). The scan then writes half the
+//   state bytes and pass 4 reads half: H200, bf16, fwd+bwd GDN 2.555 -> 2.489 ms at B4 T4096 H16
+//   D128, 1.067 -> 1.045 at B8 T2048 H16 D64, 1.643 -> 1.584 at B8 T2048 H4 D256 (DeltaNet alike),
+//   and 2 GB less held by the GDN 3:1 4 x 256 hybrid's step (31.0 -> 29.0 GiB peak). dVnew is stored in
 //   bf16 too, as pass 4 rounded it: the same bits at half the bytes. Per-row sums (dG, dbeta, dw)
 //   are reduced without atomics (WarpTile::add_row_sums), so the backward is deterministic.
 //
@@ -236,7 +241,7 @@
 // gate's prepare at dk = dv = 128 to 80 registers and 8 bytes of spill). (ptxas's allocation swings by 50 registers on small changes here: GDN-2's
 // db stored in pairs took its local backward at dk = 128 to 230 registers and 3% slower.)
 //
-// The local backward (pass 4) splits only h[n] for dW (its stored hi and lo planes, see above)
+// The local backward (pass 4) splits only h[n] for a vector gate's dW (its stored hi and lo planes, see above)
 // and the A chain (X = dA A^T, dL = -A^T X, dEhat = A^T dW;
 // A = (I + L)^{-1} may have large entries); every other fp32 operand of its products (Vnew,
 // dVnew, dW, dA's parts, Ps, P2, the decayed K) is rounded to bf16 once, one mma where a split
@@ -320,7 +325,8 @@ struct ChunkArgs {
   float* A;             // (B, HV, NT, C, C)  (I + L)^{-1}, kept by pass 1
   bf16* h_start;        // (B, HV, NT, dk, dv)  state at the start of each chunk, written by pass 2, rounded to
                         // bf16 (2b's and pass 4's dQ operand)
-  bf16* h_start_lo;     // (B, HV, NT, dk, dv)  the rest, h[n] - h_start rounded (pass 4's dW takes both)
+  bf16* h_start_lo;     // (B, HV, NT, dk, dv)  the rest, h[n] - h_start rounded (a vector gate's pass 4 takes
+                        // both for dW; null for a scalar gate)
   bf16* dh_end;         // (B, HV, NT, dk, dv)  gradient of each chunk's END state (pass 3), bf16 as h_start
   bf16* dvnew;          // (B, HV, NT * C, dv)  total gradient of Vnew (pass 3), rounded as pass 4 reads it
   const bf16 *d_o, *d_res;  // (B, T, HV, dv)  gradients of o and of the residual output u
@@ -2316,9 +2322,9 @@ ChunkArgs input_args(const void* q, const void* k, const void* v, const void* g,
 
 // Where passes 1-2 write: U in scratch (when they run); W, Aqk, G, A (with `with_kept`), a vector
 // gate's gated K and Q planes from dk = 128 on and every h[n] (its bf16 hi plane, what 2b and
-// passes 3-4 read, then its lo plane, pass 4's) carved in that order from `kept` (kept_floats(d)
-// floats) or, when null, from scratch (without `with_kept`, a forward no backward follows: no A,
-// no lo plane).
+// passes 3-4 read, then a vector gate's lo plane, pass 4's) carved in that order from `kept`
+// (kept_floats(d) floats) or, when null, from scratch (without `with_kept`, a forward no backward
+// follows: no A, no lo plane).
 struct Workspace {
   FloatScratch U, own;
   Workspace(const DeltaRuleDims& d, ChunkArgs& a, float* kept, bool with_kept, bool run_passes_1_2)
