@@ -112,6 +112,10 @@ struct ConvInputs {
     return acc;
   }
 
+  // x_s of channel c of sequence b for s < 0: the state's row (s >= 1-K), else 0
+  __device__ T state_row(int64_t b, int64_t s, int64_t c) const {
+    return s >= 1 - K && state ? state[(b * C + c) * (K - 1) + K - 1 + s] : from_float<T>(0.0f);
+  }
   // x_s of channels c0 .. c0+W-1 (s < 0: the state, s < 1-K: zeros); one vector load for s >= 0.
   template <int W>
   __device__ Vec<T, W> input_row(int64_t b, int64_t s, int64_t c0) const {
@@ -119,7 +123,7 @@ struct ConvInputs {
     Vec<T, W> v;
 #pragma unroll
     for (int k = 0; k < W; k++)
-      v.v[k] = s >= 1 - K && state ? state[(b * C + c0 + k) * (K - 1) + K - 1 + s] : from_float<T>(0.0f);
+      v.v[k] = state_row(b, s, c0 + k);
     return v;
   }
   template <int W>
@@ -214,10 +218,10 @@ __device__ void copy_tile_rows(T* tile, const T* __restrict__ src, int64_t b, in
   if constexpr (kVec) cp_async_commit();
 }
 
-// p[k] = v[k] for the k < room that hold channels: one vector store when kVec and room >= W
+// p[k] = v[k] for the k < room that hold channels: one vector store with kVec (C a multiple of W)
 template <bool kVec, int W, class T>
 __device__ __forceinline__ void store_row(T* p, const float (&v)[W], int64_t room) {
-  if (kVec && room >= W) {
+  if constexpr (kVec) {
     store_floats(p, v);
   } else {
 #pragma unroll
@@ -236,12 +240,6 @@ struct Tile {
     index = b * tiles + tile;
   }
 };
-
-// x_s of channel ch of sequence b for s < 0: the state's row (s >= 1-K), else 0
-template <class T>
-__device__ T state_row(const ConvInputs<T>& in, int64_t b, int64_t s, int64_t ch) {
-  return s >= 1 - in.K && in.state ? in.state[(b * in.C + ch) * (in.K - 1) + in.K - 1 + s] : from_float<T>(0.0f);
-}
 
 // y: (B, L, C), rstd: (B, L, C / norm_width) when kNorm (the fused norm, normalise_head);
 // threads: B * runs * (C / W), runs = ceil(L / run_tokens).
@@ -316,7 +314,7 @@ __global__ void __launch_bounds__(kThreads, KMAX == 4 && kVec ? 3 : 1)
   const bool owned = c0 < C;  // (kVec: C % kGroup == 0, so a lane's channels are all in or all out)
   // 1. the tile's rows into shared memory (16-byte copies in flight at once), each output's lowest input
   copy_tile_rows<kVec>(xs, in.x, b, s0, x_rows, slab0, L, C,
-                       [&](int64_t s, int64_t ch) { return state_row(in, b, s, ch); });
+                       [&](int64_t s, int64_t ch) { return in.state_row(b, s, ch); });
   copy_tile_rows<kVec>(dys, dy, b, t0, dy_rows, slab0, L, C, [](int64_t, int64_t) { return from_float<T>(0.0f); });
   for (int r = threadIdx.x; r < dy_rows; r += kThreads)
     lowest[r] = t0 + r < L ? static_cast<int>(in.lowest_input(b, t0 + r)) : 0;  // (L < 2^31)
