@@ -77,6 +77,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 
 #include "cuda/attention.h"
 #include "cuda/common.cuh"
@@ -1135,9 +1136,9 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
 }
 
 // ------------------------------------------------------------------------------------------
-// wgmma backward: dQ and dK/dV at D = Dv = 64 and 128 on Hopper's warpgroup MMA (cuda/wgmma.cuh,
-// sm_90a), the default at D = 128 (measured faster than the mma backward), run at D = 64 only
-// when asked (set_attention_wgmma_backward, cuda/attention.h) until measured there; the mma
+// wgmma backward: dQ and dK/dV at D = Dv = 64, 128 and 256 on Hopper's warpgroup MMA
+// (cuda/wgmma.cuh, sm_90a), the default at D = 64 and 128 (measured faster than the mma backward:
+// WgmmaSwitch), at 256 when asked (set_attention_wgmma_backward, cuda/attention.h); the mma
 // backward stays its oracle. The design of the mma backward
 // (two kernels, no atomics, deterministic; the transposed frame in dK/dV) with its products as
 // 64-row warpgroup products: a block is one warpgroup (4 warps, 128 threads) and 64 rows (queries
@@ -1153,9 +1154,11 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
 //   pass 3: the N = D products from registers (P or dS packed to bf16) times a tile read N-major.
 // Every product is waited for before the barrier that lets the next copy overwrite its tile.
 // Shared memory 98 KB at D = 128, 49 KB at D = 64 (+1 KB for the alignment): two blocks an SM,
-// three of dQ at D = 64 (wg_bwd_blocks_per_sm). Registers (ptxas, sm_90a, no spills): at D = 128
-// dQ 167 (177 with documents: dQ 64, S and dP 64), dK/dV 241 (254: dK and dV 128, S^T and dP^T
-// 64); at D = 64 dQ 128 (131), dK/dV 184 (188).
+// three of dQ at D = 64 (wg_bwd_blocks_per_sm); 194 KB at D = 256, one block an SM, whose dK/dV
+// block is two warpgroups, one for dV and one for dK (DkdvOutputs: dK and dV would take 256
+// registers a thread). Registers (ptxas, sm_90a, no spills): at D = 128 dQ 165 (177 with
+// documents: dQ 64, S and dP 64), dK/dV 232 (239: dK and dV 128, S^T and dP^T 64); at D = 64 dQ
+// 128 (141), dK/dV 181 (180); at D = 256 dQ 227 (237: dQ 128), dK/dV 236 (242: dK or dV 128).
 // On the emulator its gradients equal the mma backward's to the printed digit (the same bf16
 // roundings of P and dS, the same k order of the fp32 sums).
 constexpr int kWgBwdRows = 64;  // rows per block (queries for dQ, keys for dK/dV): M
@@ -1163,8 +1166,8 @@ constexpr int kWgBwdCols = 64;  // columns per tile (keys for dQ, queries for dK
 // Blocks an SM (__launch_bounds__) of the dQ (DKDV false) or dK/dV kernel at head width D: three
 // of dQ at D = 64 (128 registers a thread, 131 with documents: three blocks allow 168), else two
 // (dK/dV at D = 64 capped at three blocks' 168 registers spilled 16-20 bytes and serialised its
-// wgmma products).
-constexpr int wg_bwd_blocks_per_sm(int D, bool dkdv) { return D == 64 && !dkdv ? 3 : 2; }
+// wgmma products); at D = 256 one (194 KB of shared memory).
+constexpr int wg_bwd_blocks_per_sm(int D, bool dkdv) { return D == 256 ? 1 : D == 64 && !dkdv ? 3 : 2; }
 constexpr size_t wg_bwd_smem(int D) {
   return kWgmmaTileAlign + sizeof(bf16) * 6 * kWgBwdCols * D + sizeof(float) * 4 * kWgBwdCols;
 }
@@ -1268,30 +1271,31 @@ __global__ void __launch_bounds__(kWgThreads, wg_bwd_blocks_per_sm(D, false))
   store_rows<D>(dq, acc, row0, row1, t_row(0) < T, t_row(1) < T, scale, scale);
 }
 
-// Passes 1-3 of a dK/dV step on a warpgroup's 64 keys kr0 .. kr0 + 63 (this thread's rows s_row)
-// and the 64 queries j0 .. of q_tile and do_tile, in the transposed frame: S^T = K Q^T and
-// dP^T = V dO^T; P^T = exp(scale S^T - lse), zero where invisible (S^T -> -inf, masked only on
-// the tiles some row sees in part), while dP^T runs; dV += P^T dO, issued before dS^T =
-// P^T (dP^T - Delta) so that it runs meanwhile; dK += dS^T Q. dV's and dK's products are issued,
-// not waited for (their A fragments pf and dsf stay in use until then); dS^T is left in dp.
-// stats(nt): lse (log2 units) and Delta of this thread's queries 8 nt + 2 (lane % 4) and + 1.
-template <int D, bool DOCS, class Stats>
-__device__ __forceinline__ void dkdv_step(float (&dk_acc)[D / 8][4], float (&dv_acc)[D / 8][4],
-                                          float (&dp)[kWgBwdCols / 8][4], uint32_t (&pf)[kWgBwdCols / 16][4],
-                                          uint32_t (&dsf)[kWgBwdCols / 16][4], const bf16* sKr, const bf16* sVr,
-                                          const bf16* q_tile, const bf16* do_tile, const Stats& stats,
-                                          const DocumentMask<DOCS>& docs, int j0, int kr0, const int (&s_row)[2],
-                                          int T, int window, float scale_log2) {
+// The passes of a dK/dV step on a warpgroup's 64 keys kr0 .. kr0 + 63 (this thread's rows s_row)
+// and the 64 queries j0 .. of q_tile and do_tile, in the transposed frame. dkdv_step runs all
+// three; the D = 256 kernel's warpgroups run the parts of one output each (dkdv_scores with or
+// without dP^T, then dkdv_dv or dkdv_dk). stats(nt): lse (log2 units) and Delta of this thread's
+// queries 8 nt + 2 (lane % 4) and + 1.
+// Pass 1: S^T = K Q^T and, with DP, dP^T = V dO^T; P^T = exp(scale S^T - lse), zero where
+// invisible (S^T -> -inf, masked only on the tiles some row sees in part), while dP^T runs.
+template <int D, bool DP, bool DOCS, class Stats>
+__device__ __forceinline__ void dkdv_scores(float (&p)[kWgBwdCols / 8][4], float (&dp)[kWgBwdCols / 8][4],
+                                            const bf16* sKr, const bf16* sVr, const bf16* q_tile, const bf16* do_tile,
+                                            const Stats& stats, const DocumentMask<DOCS>& docs, int j0, int kr0,
+                                            const int (&s_row)[2], int T, int window, float scale_log2) {
   constexpr int NT = kWgBwdCols / 8;
   const int lane = threadIdx.x % 32, j_last = j0 + kWgBwdCols - 1;
-  // pass 1: S^T and dP^T; P^T
-  float p[NT][4];
-  wgmma_fence(wgmma_acc(p), wgmma_acc(dp));
+  if constexpr (DP) wgmma_fence(wgmma_acc(p), wgmma_acc(dp));
+  else wgmma_fence(wgmma_acc(p));
   wgmma_abt<D, kWgBwdCols>(wgmma_acc(p), smem_desc_k_major(sKr), smem_desc_k_major(q_tile));
   wgmma_commit();
-  wgmma_abt<D, kWgBwdCols>(wgmma_acc(dp), smem_desc_k_major(sVr), smem_desc_k_major(do_tile));
-  wgmma_commit();
-  wgmma_wait<1>(wgmma_acc(p));
+  if constexpr (DP) {
+    wgmma_abt<D, kWgBwdCols>(wgmma_acc(dp), smem_desc_k_major(sVr), smem_desc_k_major(do_tile));
+    wgmma_commit();
+    wgmma_wait<1>(wgmma_acc(p));
+  } else {
+    wgmma_wait<0>(wgmma_acc(p));
+  }
   if (!docs.all_visible(j0, j_last, kr0, kr0 + kWgBwdRows - 1, window) || j_last >= T)
 #pragma unroll
     for (int nt = 0; nt < NT; nt++)
@@ -1306,46 +1310,79 @@ __device__ __forceinline__ void dkdv_step(float (&dk_acc)[D / 8][4], float (&dv_
 #pragma unroll
     for (int e = 0; e < 4; e++) p[nt][e] = exp2_ftz(fmaf(p[nt][e], scale_log2, e % 2 ? -st.z : -st.x));
   }
-  wgmma_wait<0>(wgmma_acc(dp));
-
-  // pass 3a: dV += P^T dO, issued before pass 2 so that it runs meanwhile
+  if constexpr (DP) wgmma_wait<0>(wgmma_acc(dp));
+}
+// Pass 3a: dV += P^T dO, issued, not waited for (its A fragments pf stay in use until then).
+template <int D>
+__device__ __forceinline__ void dkdv_dv(float (&dv_acc)[D / 8][4], uint32_t (&pf)[kWgBwdCols / 16][4],
+                                        const float (&p)[kWgBwdCols / 8][4], const bf16* do_tile) {
   pack_fragments(pf, p);
   wgmma_fence(wgmma_acc(dv_acc));
   wgmma_xb<D, kWgBwdCols>(wgmma_acc(dv_acc), pf, n_major_desc<kWgBwdCols>(do_tile));
   wgmma_commit();
-  // pass 2: dS^T = P^T (dP^T - Delta), in dp's registers
+}
+// Pass 2: dS^T = P^T (dP^T - Delta), left in dp; pass 3b: dK += dS^T Q, issued, not waited for
+// (its A fragments dsf stay in use until then).
+template <int D, class Stats>
+__device__ __forceinline__ void dkdv_dk(float (&dk_acc)[D / 8][4], uint32_t (&dsf)[kWgBwdCols / 16][4],
+                                        const float (&p)[kWgBwdCols / 8][4], float (&dp)[kWgBwdCols / 8][4],
+                                        const bf16* q_tile, const Stats& stats) {
 #pragma unroll
-  for (int nt = 0; nt < NT; nt++) {
+  for (int nt = 0; nt < kWgBwdCols / 8; nt++) {
     const float4 st = stats(nt);
 #pragma unroll
     for (int e = 0; e < 4; e++) dp[nt][e] = p[nt][e] * (dp[nt][e] - (e % 2 ? st.w : st.y));
   }
   pack_fragments(dsf, dp);
-  // pass 3b: dK += dS^T Q
   wgmma_fence(wgmma_acc(dk_acc));
   wgmma_xb<D, kWgBwdCols>(wgmma_acc(dk_acc), dsf, n_major_desc<kWgBwdCols>(q_tile));
   wgmma_commit();
 }
+// The three passes, dV's product issued before dS^T so that it runs meanwhile; dS^T left in dp.
+template <int D, bool DOCS, class Stats>
+__device__ __forceinline__ void dkdv_step(float (&dk_acc)[D / 8][4], float (&dv_acc)[D / 8][4],
+                                          float (&dp)[kWgBwdCols / 8][4], uint32_t (&pf)[kWgBwdCols / 16][4],
+                                          uint32_t (&dsf)[kWgBwdCols / 16][4], const bf16* sKr, const bf16* sVr,
+                                          const bf16* q_tile, const bf16* do_tile, const Stats& stats,
+                                          const DocumentMask<DOCS>& docs, int j0, int kr0, const int (&s_row)[2],
+                                          int T, int window, float scale_log2) {
+  float p[kWgBwdCols / 8][4];
+  dkdv_scores<D, true>(p, dp, sKr, sVr, q_tile, do_tile, stats, docs, j0, kr0, s_row, T, window, scale_log2);
+  dkdv_dv<D>(dv_acc, pf, p, do_tile);
+  dkdv_dk<D>(dk_acc, dsf, p, dp, q_tile, stats);
+}
+
+// What a dK/dV warpgroup accumulates: dK and dV (D = 64 and 128: one warpgroup a block), or at
+// D = 256, where the two would take 256 registers a thread, one each: warpgroup 0 dV (S^T and
+// dV's product, two a step), warpgroup 1 dK (S^T, dP^T and dK's, three a step), on the same 64
+// keys and the same Q and dO tiles. S^T is computed twice, five products a step against the four
+// of one warpgroup doing both; the mma kernel's two sweeps over the queries (dV, then dK) also
+// take five, and load every tile twice.
+enum class DkdvOutputs { both, dv, dk };
+template <DkdvOutputs OUT>
+using DkdvOutputsTag = std::integral_constant<DkdvOutputs, OUT>;
+constexpr int wg_dkdv_warpgroups(int D) { return D == 256 ? 2 : 1; }
 
 // dk, dv: (B, T, Hkv, D). Grid (Hkv, B, blocks of 64 keys), the longest (first) blocks first.
 // Loops over the 64-query tiles of every query head of its kv head that see some key of the
 // block, in the transposed frame (rows are keys): S^T = K Q^T, dP^T = V dO^T, dV += P^T dO,
 // dK += dS^T Q. A tile's lse and Delta are read into registers one step ahead and stored to
 // shared memory at the end of the step (DkdvSteps, as in the mma kernel). dV's product runs
-// while dS^T is computed.
+// while dS^T is computed. At D = 256 two warpgroups, one output each (DkdvOutputs).
 template <int D, bool DOCS>
-__global__ void __launch_bounds__(kWgThreads, wg_bwd_blocks_per_sm(D, true))
+__global__ void __launch_bounds__(wg_dkdv_warpgroups(D) * kWgThreads, wg_bwd_blocks_per_sm(D, true))
     attention_backward_dkdv_wgmma(bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
                                   const float* lse, const float* delta, int T, int H, int Hkv, float scale,
                                   int window, DocumentMask<DOCS> documents) {
   constexpr int NT = kWgBwdCols / 8, kTile = kWgBwdCols * D;  // kTile: elements of a tile
+  constexpr int kThreads = wg_dkdv_warpgroups(D) * kWgThreads;
   extern __shared__ float4 smem_raw[];
   bf16* sK = reinterpret_cast<bf16*>(align_wgmma_tiles(smem_raw));  // sK: (kWgBwdRows, D) as D / 64 panels
   bf16* sV = sK + kTile;                                            // sV: (kWgBwdRows, D) as D / 64 panels
   bf16* sQ = sV + kTile;                                            // sQ: 2 x (kWgBwdCols, D) as D / 64 panels
   bf16* sdO = sQ + 2 * kTile;                                       // sdO: 2 x (kWgBwdCols, D) as D / 64 panels
   float* sStats = reinterpret_cast<float*>(sdO + 2 * kTile);        // sStats: 2 x (kWgBwdCols, 2)
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;  // warp of the warpgroup
   const int k0 = blockIdx.z * kWgBwdRows, hk = blockIdx.x, b = blockIdx.y, group = H / Hkv;
   const int64_t q_stride = int64_t(H) * D, kv_stride = int64_t(Hkv) * D;
   const bf16* kh = k + int64_t(b) * T * kv_stride + int64_t(hk) * D;
@@ -1365,39 +1402,70 @@ __global__ void __launch_bounds__(kWgThreads, wg_bwd_blocks_per_sm(D, true))
   // then those of the next head, and so on.
   DkdvSteps<kWgBwdCols, D> steps{sQ, sdO, sStats, q, dout, lse, delta, b, T, H};
   const auto copy = [&](bf16* tile, const bf16* rows, int row0) {
-    load_panels_async<kWgBwdCols, D>(tile, rows, q_stride, row0, T);
+    load_panels_async<kWgBwdCols, D, kThreads>(tile, rows, q_stride, row0, T);
   };
-  load_panels_async<kWgBwdRows, D>(sK, kh, kv_stride, k0, T);
-  load_panels_async<kWgBwdRows, D>(sV, vh, kv_stride, k0, T);
+  load_panels_async<kWgBwdRows, D, kThreads>(sK, kh, kv_stride, k0, T);
+  load_panels_async<kWgBwdRows, D, kThreads>(sV, vh, kv_stride, k0, T);
   steps.load(hk * group, j_first, 0, copy);
   cp_async_commit();
   steps.store_stats(0);
 
-  float dk_acc[D / 8][4] = {}, dv_acc[D / 8][4] = {};  // (16, D) each: dK / scale and dV
-  for (int h = hk * group, j0 = j_first, buf = 0;; buf ^= 1) {
-    const int j_last = j0 + kWgBwdCols - 1;
-    const bool head_done = j0 == j_final, final_step = head_done && h == h_final;
-    cp_async_wait_all();
-    fence_proxy_async();
-    __syncthreads();  // this step's tiles and stats landed; the last step's products are done
-    if (!final_step) steps.load(head_done ? h + 1 : h, head_done ? j_first : j0 + kWgBwdCols, buf ^ 1, copy);
-    cp_async_commit();
-    if (docs.any_visible(j0, j_last, k0, k_last, window)) {
-      float dp[NT][4];
-      uint32_t pf[kWgBwdCols / 16][4], dsf[kWgBwdCols / 16][4];
-      dkdv_step<D>(dk_acc, dv_acc, dp, pf, dsf, sK, sV, sQ + buf * kTile, sdO + buf * kTile,
-                   [&](int nt) { return steps.stats(buf, nt); }, docs, j0, k0, s_row, T, window, scale_log2);
-      wgmma_wait<0>(wgmma_acc(dv_acc), wgmma_acc(dk_acc));
+  // The steps of this warpgroup's outputs into dk_acc and dv_acc (one array where it has one).
+  const auto sweep = [&](auto outputs, float(&dk_acc)[D / 8][4], float(&dv_acc)[D / 8][4]) {
+    constexpr DkdvOutputs kOut = decltype(outputs)::value;
+    for (int h = hk * group, j0 = j_first, buf = 0;; buf ^= 1) {
+      const int j_last = j0 + kWgBwdCols - 1;
+      const bool head_done = j0 == j_final, final_step = head_done && h == h_final;
+      cp_async_wait_all();
+      fence_proxy_async();
+      __syncthreads();  // this step's tiles and stats landed; the last step's products are done
+      if (!final_step) steps.load(head_done ? h + 1 : h, head_done ? j_first : j0 + kWgBwdCols, buf ^ 1, copy);
+      cp_async_commit();
+      if (docs.any_visible(j0, j_last, k0, k_last, window)) {
+        const bf16 *q_tile = sQ + buf * kTile, *do_tile = sdO + buf * kTile;
+        const auto stats = [&](int nt) { return steps.stats(buf, nt); };
+        float p[NT][4], dp[NT][4];
+        uint32_t pf[kWgBwdCols / 16][4], dsf[kWgBwdCols / 16][4];
+        if constexpr (kOut == DkdvOutputs::both) {
+          dkdv_step<D>(dk_acc, dv_acc, dp, pf, dsf, sK, sV, q_tile, do_tile, stats, docs, j0, k0, s_row, T, window,
+                       scale_log2);
+          wgmma_wait<0>(wgmma_acc(dv_acc), wgmma_acc(dk_acc));
+        } else if constexpr (kOut == DkdvOutputs::dv) {
+          dkdv_scores<D, false>(p, dp, sK, sV, q_tile, do_tile, stats, docs, j0, k0, s_row, T, window, scale_log2);
+          dkdv_dv<D>(dv_acc, pf, p, do_tile);
+          wgmma_wait<0>(wgmma_acc(dv_acc));
+        } else {
+          dkdv_scores<D, true>(p, dp, sK, sV, q_tile, do_tile, stats, docs, j0, k0, s_row, T, window, scale_log2);
+          dkdv_dk<D>(dk_acc, dsf, p, dp, q_tile, stats);
+          wgmma_wait<0>(wgmma_acc(dk_acc));
+        }
+      }
+      if (final_step) break;
+      steps.store_stats(buf ^ 1);  // read by the next step's barrier
+      h += head_done;
+      j0 = head_done ? j_first : j0 + kWgBwdCols;
     }
-    if (final_step) break;
-    steps.store_stats(buf ^ 1);  // read by the next step's barrier
-    h += head_done;
-    j0 = head_done ? j_first : j0 + kWgBwdCols;
-  }
+  };
   const int64_t row0 = (int64_t(b) * T + s_row[0]) * kv_stride + int64_t(hk) * D;
   const int64_t row1 = (int64_t(b) * T + s_row[1]) * kv_stride + int64_t(hk) * D;
-  store_rows<D>(dk, dk_acc, row0, row1, s_row[0] < T, s_row[1] < T, scale, scale);
-  store_rows<D>(dv, dv_acc, row0, row1, s_row[0] < T, s_row[1] < T, 1.0f, 1.0f);
+  const auto store = [&](bf16* out, const float(&acc)[D / 8][4], float mul) {
+    store_rows<D>(out, acc, row0, row1, s_row[0] < T, s_row[1] < T, mul, mul);
+  };
+  if constexpr (wg_dkdv_warpgroups(D) == 1) {
+    float dk_acc[D / 8][4] = {}, dv_acc[D / 8][4] = {};  // (16, D) each: dK / scale and dV
+    sweep(DkdvOutputsTag<DkdvOutputs::both>{}, dk_acc, dv_acc);
+    store(dk, dk_acc, scale);
+    store(dv, dv_acc, 1.0f);
+  } else {
+    float acc[D / 8][4] = {};  // (16, D): dV (warpgroup 0) or dK / scale (warpgroup 1)
+    if (threadIdx.x < kWgThreads) {
+      sweep(DkdvOutputsTag<DkdvOutputs::dv>{}, acc, acc);
+      store(dv, acc, 1.0f);
+    } else {
+      sweep(DkdvOutputsTag<DkdvOutputs::dk>{}, acc, acc);
+      store(dk, acc, scale);
+    }
+  }
 }
 
 // ------------------------------------------------------------------------------------------
@@ -2044,7 +2112,7 @@ constexpr bool kWgmmaBuilt = false;
 #endif
 struct WgmmaSwitch {
   const char* env;
-  int max_width;  // D = Dv up to: 128 (64 and 128), 256 (also 256)
+  int default_width;  // if built, D = Dv up to: 128 (64 and 128), 256 (also 256); when on, every width
   WgmmaSetting setting = WgmmaSetting::if_built;
   bool read = false;
 
@@ -2056,13 +2124,13 @@ struct WgmmaSwitch {
     }
     return setting;
   }
-  // Whether a BF16 pass at these widths runs on wgmma (D = Dv in 64, 128 and up to max_width).
+  // Whether a BF16 pass at these widths runs on wgmma (D = Dv in 64, 128 and 256).
   bool use(int64_t D, int64_t Dv, DType dtype) {
-    if (!use_mma(D, Dv, dtype) || D > max_width) return false;
+    if (!use_mma(D, Dv, dtype)) return false;
     switch (current()) {
       case WgmmaSetting::on: return true;
       case WgmmaSetting::off: return false;
-      default: return kWgmmaBuilt;
+      default: return kWgmmaBuilt && D <= default_width;
     }
   }
 };
@@ -2122,7 +2190,7 @@ FusedSetting set_attention_fused_backward(FusedSetting setting) {
 
 const char* attention_kernel(int64_t D, int64_t Dv, DType dtype) {
   const bool forward = use_wgmma_forward(D, Dv, dtype), backward = use_wgmma_backward(D, Dv, dtype);
-  if (backward && g_fused_backward == FusedSetting::on)
+  if (backward && g_fused_backward == FusedSetting::on && D != 256)
     return forward ? "wgmma fwd+bwd, fused" : "mma, wgmma bwd, fused";
   if (backward && g_fused_backward == FusedSetting::where_faster && D == 128)
     return forward ? "wgmma fwd+bwd, fused on long rows" : "mma, wgmma bwd, fused on long rows";
@@ -2193,13 +2261,13 @@ void attention_backward(void* dq, void* dk, void* dv, const void* dout, const vo
     dispatch_mma(s, [&](auto d, auto docs) {
       constexpr int kD = decltype(d)::value;
       constexpr bool kDocs = decltype(docs)::value;
-      if constexpr (kD != 256) {  // use_wgmma_backward: D = 64 or 128
-        // the largest shared-memory carveout: room for wg_bwd_blocks_per_sm blocks (three dQ
-        // blocks of 50 KB at D = 64; two of 99 KB at D = 128 need it anyway)
-        const auto max_carveout = [](auto kernel) {
-          CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                          cudaSharedmemCarveoutMaxShared));
-        };
+      // the largest shared-memory carveout: room for wg_bwd_blocks_per_sm blocks (three dQ
+      // blocks of 50 KB at D = 64; two of 99 KB at D = 128 and one of 194 KB at 256 need it anyway)
+      const auto max_carveout = [](auto kernel) {
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                        cudaSharedmemCarveoutMaxShared));
+      };
+      if constexpr (kD != 256) {  // the fused kernel: D = 64 or 128
         if (fused_backward_runs(s)) {
           // dq_shares: a (64 x D) fp32 sum and a turn counter per (b, h, query tile)
           const int64_t tiles = int64_t(s.B) * s.H * ((s.T + kWgBwdCols - 1) / kWgBwdCols);
@@ -2217,21 +2285,21 @@ void attention_backward(void* dq, void* dk, void* dv, const void* dout, const vo
                  0, static_cast<bf16*>(dq), shares, s.T, sc);
           return;
         }
-        max_carveout(attention_backward_dq_wgmma<kD, kDocs>);
-        max_carveout(attention_backward_dkdv_wgmma<kD, kDocs>);
-        // The two kernels are independent and each leaves SMs idle (one or two warpgroups an SM,
-        // its causal tail): dK/dV on hla's stream and dQ beside it fill each other's gaps.
-        const cudaStream_t side = fork_side_stream();
-        launch(attention_backward_dkdv_wgmma<kD, kDocs>, mma_grid(s, s.Hkv, kWgBwdRows), kWgThreads,
-               wg_bwd_smem(kD), static_cast<bf16*>(dk), static_cast<bf16*>(dv), static_cast<const bf16*>(dout),
-               static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v), lse, delta,
-               s.T, s.H, s.Hkv, sc, s.window, s.documents<kDocs>());
-        launch_on(side, attention_backward_dq_wgmma<kD, kDocs>, mma_grid(s, s.H, kWgBwdRows), kWgThreads,
-                  wg_bwd_smem(kD), static_cast<bf16*>(dq), static_cast<const bf16*>(dout),
-                  static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v), lse, delta,
-                  s.T, s.H, s.Hkv, sc, s.window, s.documents<kDocs>());
-        join_side_stream();
       }
+      max_carveout(attention_backward_dq_wgmma<kD, kDocs>);
+      max_carveout(attention_backward_dkdv_wgmma<kD, kDocs>);
+      // The two kernels are independent and each leaves SMs idle (one or two warpgroups an SM,
+      // its causal tail): dK/dV on hla's stream and dQ beside it fill each other's gaps.
+      const cudaStream_t side = fork_side_stream();
+      launch(attention_backward_dkdv_wgmma<kD, kDocs>, mma_grid(s, s.Hkv, kWgBwdRows),
+             wg_dkdv_warpgroups(kD) * kWgThreads, wg_bwd_smem(kD), static_cast<bf16*>(dk), static_cast<bf16*>(dv),
+             static_cast<const bf16*>(dout), static_cast<const bf16*>(q), static_cast<const bf16*>(k),
+             static_cast<const bf16*>(v), lse, delta, s.T, s.H, s.Hkv, sc, s.window, s.documents<kDocs>());
+      launch_on(side, attention_backward_dq_wgmma<kD, kDocs>, mma_grid(s, s.H, kWgBwdRows), kWgThreads,
+                wg_bwd_smem(kD), static_cast<bf16*>(dq), static_cast<const bf16*>(dout), static_cast<const bf16*>(q),
+                static_cast<const bf16*>(k), static_cast<const bf16*>(v), lse, delta, s.T, s.H, s.Hkv, sc, s.window,
+                s.documents<kDocs>());
+      join_side_stream();
     });
   } else if (use_mma(dims.D, dims.Dv, dtype)) {
     dispatch_mma(s, [&](auto d, auto docs) {

@@ -13,9 +13,10 @@
 // products), forward+backward 3.5x that (the backward's five products), as flash-attention
 // reports them; GB/s counts q, k, v and o once (fwd+bwd: also do, dq, dk and dv).
 // Every gpu and perf case names its kernels: "attention ..." runs the mma kernels (the oracle),
-// and at D = Dv = 64 or 128 the case runs again with its bf16 forward on the wgmma kernel
-// ("attention wgmma ...", cuda::set_attention_wgmma; the backward on mma), and a third time with
+// and at D = Dv = 64, 128 or 256 the case runs again with its bf16 forward on the wgmma kernel
+// ("attention wgmma ...", cuda::set_attention_wgmma; the backward on mma), a third time with
 // the backward on wgmma as well ("attention wgmma fwd+bwd ...", cuda::set_attention_wgmma_backward),
+// and at 64 and 128 a fourth with that backward as one kernel ("attention wgmma fwd+bwd fused"),
 // whatever the build's default (cuda/attention.h: WgmmaSetting) is.
 // rope: the attention and RetNet widths, a head width whose half (24) makes a warp span two
 // tokens, position offsets, a long sequence (angles up to ~4200 rad), a half width of 10 (no
@@ -121,7 +122,8 @@ OpFn attention_op(const AttentionCase& c) {
 
 // Whether the wgmma forward runs at the case's widths, and the wgmma backward.
 bool wgmma_widths(const AttentionCase& c) { return c.D == c.Dv && (c.D == 64 || c.D == 128 || c.D == 256); }
-bool wgmma_backward_widths(const AttentionCase& c) { return c.D == c.Dv && (c.D == 64 || c.D == 128); }
+bool wgmma_backward_widths(const AttentionCase& c) { return wgmma_widths(c); }
+bool fused_backward_widths(const AttentionCase& c) { return c.D == c.Dv && (c.D == 64 || c.D == 128); }
 // The case again with its forward on wgmma: "attention wgmma ...", bf16 only.
 AttentionCase on_wgmma(AttentionCase c) {
   c.name.insert(std::string("attention").size(), " wgmma");
@@ -146,11 +148,12 @@ AttentionCase on_fused_backward(AttentionCase c) {
 }
 
 // The case on each kernel choice its widths have: mma, and at D = Dv = 64, 128 or 256 also the
-// wgmma forward, at 64 and 128 then both passes on wgmma, then the backward fused.
+// wgmma forward, then both passes on wgmma, then (at 64 and 128) the backward fused.
 std::vector<AttentionCase> kernel_runs(const AttentionCase& c) {
   std::vector<AttentionCase> runs = {c};
   if (wgmma_widths(c)) runs.push_back(on_wgmma(c));
-  if (wgmma_backward_widths(c)) runs.insert(runs.end(), {on_wgmma_backward(c), on_fused_backward(c)});
+  if (wgmma_backward_widths(c)) runs.push_back(on_wgmma_backward(c));
+  if (fused_backward_widths(c)) runs.push_back(on_fused_backward(c));
   return runs;
 }
 
@@ -237,9 +240,9 @@ void add_attention_cases() {
     add_gpu_case(c);
 
   // perf: causal, at each bench shape, at B1 T16384 H16 D128 and B8 T2048 H8 D128, beside torch SDPA's flash
-  // backend (targets.md's figures at the first two shapes); at D = 64 and 128 each again with the
-  // forward on wgmma ("attention wgmma ...", the same anchor), at 128 also with both passes
-  // ("attention wgmma fwd+bwd ...").
+  // backend (targets.md's figures at the first two shapes); each again on the other kernel choices
+  // of its width (kernel_runs: "attention wgmma ...", "attention wgmma fwd+bwd ...", "attention
+  // wgmma fwd+bwd fused ...", the same anchor).
   auto perf_inputs = [](const AttentionCase& c) {
     return [c](uint64_t) {
       const Shape s{c.B, c.T, c.H, c.D};

@@ -16,8 +16,9 @@
 // wgmma kernel (cuda::set_attention_wgmma: descriptors and fragments as
 // tests/emu/include/cuda/wgmma.cuh decodes them; a producer warpgroup and two consumers, three
 // at head width 64 (blocks of 192 queries), handing K/V tiles of 128 keys over through named
-// barriers, the ring of 3 stages wrapping twice at T 520), and the head width 128 and 64 cases
-// again with the backward on the wgmma kernels as well (cuda::set_attention_wgmma_backward).
+// barriers, the ring of 3 stages wrapping twice at T 520), and the head width 128, 64 and 256
+// cases again with the backward on the wgmma kernels as well (cuda::set_attention_wgmma_backward;
+// at 256 the dK/dV kernel's two warpgroups, one for dV and one for dK).
 // The backward runs on the kernel's own o and lse, as in training. Tolerances are gpu-check's
 // (relative RMS: bf16 5e-3 outputs, 1e-2 gradients; fp32 1e-5); the exit status is 1 when a row
 // fails.
@@ -149,8 +150,8 @@ static void early_cases(int64_t D) {
 }
 
 // Every case by default (ctest); a group by name: d64, d128, d256, early, fma, wgmma (the D = 128,
-// 64 and 256 cases with the forward on wgmma, cuda::set_attention_wgmma), wgmma-bwd (the D = 128
-// and 64 cases with the backward on wgmma too, cuda::set_attention_wgmma_backward), fused-bwd
+// 64 and 256 cases with the forward on wgmma, cuda::set_attention_wgmma), wgmma-bwd (the D = 128,
+// 64 and 256 cases with the backward on wgmma too, cuda::set_attention_wgmma_backward), fused-bwd
 // (the D = 128 and 64 cases with the backward as one kernel, cuda::set_attention_fused_backward).
 int main(int argc, char** argv) {
   const std::string which = argc > 1 ? argv[1] : "all";
@@ -177,7 +178,7 @@ int main(int argc, char** argv) {
     const cuda::WgmmaSetting forward_was = cuda::set_attention_wgmma(cuda::WgmmaSetting::on);
     const cuda::WgmmaSetting backward_was = cuda::set_attention_wgmma_backward(cuda::WgmmaSetting::on);
     const cuda::FusedSetting fused_was = cuda::set_attention_fused_backward(cuda::FusedSetting::off);
-    for (int64_t D : {128, 64}) {
+    for (int64_t D : {128, 64, 256}) {
       width_cases(D);
       early_cases(D);
     }
