@@ -43,22 +43,24 @@
 //        On the H200 (ncu, commit a485f34, B4 T4096 H16 D128 bf16 causal): forward 1.009 ms
 //        (~274 TFLOP/s; 1.156 with one 8-warp block an SM), dQ 1.72 ms, dK/dV 2.50 ms; torch
 //        SDPA's flash kernels take 0.499 and ~1.5 (targets.md).
-//   wgmma: the forward and the backward at D = Dv = 64 and 128 (the forward also at 256) on
-//        Hopper's warpgroup MMA (sm_90a). The forward is warp-specialised: a producer warpgroup
+//   wgmma: the forward and the backward at D = Dv = 64, 128 and 256 on Hopper's warpgroup MMA
+//        (sm_90a). The forward is warp-specialised: a producer warpgroup
 //        loads K/V tiles of 128 keys (64 at D = 256) into a ring of 3 (2 at D = 256) for consumer
 //        warpgroups of 64 queries each (three at D = 64, 192 queries a block; two at D = 128
 //        and 256; wg_blocking), S and O += P V as wgmma products (P from S's
 //        registers; a tile's softmax runs while the P V of the tile before does, and at
 //        D = 128 the consumers issue their products in turns), the mma forward's mask, online
 //        softmax and epilogue (shared helpers). The backward is the mma
-//        backward's two kernels with 64-row warpgroup products (its section says how); on the
+//        backward's two kernels with 64-row warpgroup products (at D = 256 dK/dV in two
+//        warpgroups, one an output; its section says how); on the
 //        emulator its gradients are the mma backward's to the printed digit. Which pass runs on
 //        wgmma: set_attention_wgmma / set_attention_wgmma_backward (cuda/attention.h); by default
 //        in sm_90a builds where measured faster on the H200 (commit ade7972, causal bf16, both
 //        gpu-checked): the forward at D = 128 (0.914 ms to mma's 0.990 at B4 T4096 H16) and at
 //        D = 64 (three consumers without turns, 2026-12-04: 0.290-0.295 ms to the mma forward's
 //        ~0.315 at B8 T2048 H16), the backward at both (D = 128: 2.46 ms to 3.56; D = 64 at B8
-//        T2048 H16: 0.773 to 1.027). Both on wgmma at B4 T4096 H16 D128: fwd+bwd 3.374 ms (SDPA
+//        T2048 H16: 0.773 to 1.027), and at D = 256 (H100, 2026-12-07: fwd+bwd 0.862 ms to 1.421
+//        at B8 T2048 H4). Both on wgmma at B4 T4096 H16 D128: fwd+bwd 3.374 ms (SDPA
 //        2.029); at B1 T16384 12.880 (mma 17.380). Since the tile loads advance by constant
 //        steps (cuda/tile.cuh, bench/README): B4 T4096 H16 D128 forward 0.691-0.698 ms, fwd+bwd
 //        2.869-2.911; B8 T2048 H16 D64 fwd+bwd 0.942-0.945 (SDPA 0.733). With the softmax's row
@@ -1137,9 +1139,9 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
 
 // ------------------------------------------------------------------------------------------
 // wgmma backward: dQ and dK/dV at D = Dv = 64, 128 and 256 on Hopper's warpgroup MMA
-// (cuda/wgmma.cuh, sm_90a), the default at D = 64 and 128 (measured faster than the mma backward:
-// WgmmaSwitch), at 256 when asked (set_attention_wgmma_backward, cuda/attention.h); the mma
-// backward stays its oracle. The design of the mma backward
+// (cuda/wgmma.cuh, sm_90a), the default at every width (measured faster than the mma backward:
+// WgmmaSwitch; set_attention_wgmma_backward, cuda/attention.h); the mma backward stays its
+// oracle. The design of the mma backward
 // (two kernels, no atomics, deterministic; the transposed frame in dK/dV) with its products as
 // 64-row warpgroup products: a block is one warpgroup (4 warps, 128 threads) and 64 rows (queries
 // for dQ, keys for dK/dV); warp w owns rows 16 w .. 16 w + 15, a thread rows lane / 4 and + 8 of
@@ -2098,13 +2100,16 @@ void dispatch_mma(const Shape4& s, Fn&& fn) {
 
 // One wgmma switch (set_attention_wgmma, set_attention_wgmma_backward): on, off, or if built, read
 // from its environment variable (=1: on, =0: off, else if built) when first asked. If built (in
-// builds with sm_90a code), both passes run on wgmma at both widths, where each measured faster
+// builds with sm_90a code), both passes run on wgmma at every width, where each measured faster
 // than the mma kernels on the H200 (commit ade7972, causal bf16, gpu-check PASS in the same call):
 //   forward  D = 128: 0.914 ms to 0.990 at B4 T4096 H16 (3.352 to 3.776 at B1 T16384);
 //            D = 64: 0.290-0.295 ms to ~0.315 at B8 T2048 H16 (three consumers without turns,
 //            2026-12-04; with two consumers, ade7972: 0.338, and with turns, ff76c2d: 0.310);
 //   backward D = 128: 2.46 ms to 3.56 at B4 T4096 H16 (fwd+bwd minus fwd);
-//            D = 64: 0.773 ms to 1.027 at B8 T2048 H16.
+//            D = 64: 0.773 ms to 1.027 at B8 T2048 H16;
+//            D = 256 (two dK/dV warpgroups; H100, 2026-12-07, commit 04af79c, the forward on wgmma
+//            in both): fwd+bwd 0.862 ms to 1.421 at B8 T2048 H4, the GDN 3:1 4 x 256 preset 121.11
+//            ms an update to 124.42.
 #ifdef HLA_WGMMA
 constexpr bool kWgmmaBuilt = true;
 #else
@@ -2135,7 +2140,7 @@ struct WgmmaSwitch {
   }
 };
 WgmmaSwitch g_wgmma_forward{"HLA_ATTENTION_WGMMA", 256};
-WgmmaSwitch g_wgmma_backward{"HLA_ATTENTION_WGMMA_BWD", 128};
+WgmmaSwitch g_wgmma_backward{"HLA_ATTENTION_WGMMA_BWD", 256};
 // The fused backward (set_attention_fused_backward); HLA_ATTENTION_FUSED_BWD=1 or =0 overrides
 // where_faster.
 FusedSetting g_fused_backward = [] {

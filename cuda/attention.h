@@ -23,15 +23,15 @@ void attention_backward(void* dq, void* dk, void* dv, const void* dout, const vo
 
 // The kernel these sizes run on under the current settings (set_attention_wgmma below): "mma"
 // (tensor cores: BF16 with D = Dv = 64, 128 or 256), "wgmma" (the forward on Hopper's warpgroup
-// MMA, the backward on mma; D = 256 too), "wgmma fwd+bwd" (both on wgmma), "mma, wgmma bwd" (the
-// backward alone; BF16 at D = Dv = 64 or 128 for the two), either with ", fused" (the backward
-// as one kernel; ", fused on long rows" where the choice depends on the row: where_faster), or
+// MMA, the backward on mma), "wgmma fwd+bwd" (both on wgmma), "mma, wgmma bwd" (the backward
+// alone), either with ", fused" (the backward as one kernel, D = 64 or 128; ", fused on long rows"
+// where the choice depends on the row: where_faster), or
 // "fma" (plain fp32 arithmetic: F32, or any D, Dv <= 256).
 const char* attention_kernel(int64_t D, int64_t Dv, DType dtype);
 
 // Where the BF16 attention passes run on Hopper's wgmma kernels (sm_90a builds) instead of the mma
-// kernels: at D = Dv = 64 and 128, the forward also at 256 (on), at none (off), or wherever the build has sm_90a code
-// (if_built, the default: both passes measured faster there on the H200, cuda/attention.cu).
+// kernels: at D = Dv = 64, 128 and 256 (on), at none (off), or wherever the build has sm_90a code
+// (if_built, the default: both passes measured faster there, cuda/attention.cu).
 // HLA_ATTENTION_WGMMA (the forward) and HLA_ATTENTION_WGMMA_BWD (the backward), =1 on or =0 off,
 // override the default. Each returns the previous setting. Not thread-safe: set them before work.
 enum class WgmmaSetting { off, on, if_built };
