@@ -1157,10 +1157,10 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
 // Every product is waited for before the barrier that lets the next copy overwrite its tile.
 // Shared memory 98 KB at D = 128, 49 KB at D = 64 (+1 KB for the alignment): two blocks an SM,
 // three of dQ at D = 64 (wg_bwd_blocks_per_sm); 194 KB at D = 256, one block an SM, whose dK/dV
-// block is two warpgroups, one for dV and one for dK (DkdvOutputs: dK and dV would take 256
+// block is two warpgroups, one for dV and one for dK (wg_dkdv_warpgroups: dK and dV would take 256
 // registers a thread). Registers (ptxas, sm_90a, no spills): at D = 128 dQ 165 (177 with
 // documents: dQ 64, S and dP 64), dK/dV 232 (239: dK and dV 128, S^T and dP^T 64); at D = 64 dQ
-// 128 (141), dK/dV 181 (180); at D = 256 dQ 227 (237: dQ 128), dK/dV 236 (242: dK or dV 128).
+// 128 (141), dK/dV 181 (180); at D = 256 dQ 227 (237: dQ 128), dK/dV 233 (236: dK or dV 128).
 // On the emulator its gradients equal the mma backward's to the printed digit (the same bf16
 // roundings of P and dS, the same k order of the fp32 sums).
 constexpr int kWgBwdRows = 64;  // rows per block (queries for dQ, keys for dK/dV): M
@@ -1354,15 +1354,12 @@ __device__ __forceinline__ void dkdv_step(float (&dk_acc)[D / 8][4], float (&dv_
   dkdv_dk<D>(dk_acc, dsf, p, dp, q_tile, stats);
 }
 
-// What a dK/dV warpgroup accumulates: dK and dV (D = 64 and 128: one warpgroup a block), or at
-// D = 256, where the two would take 256 registers a thread, one each: warpgroup 0 dV (S^T and
-// dV's product, two a step), warpgroup 1 dK (S^T, dP^T and dK's, three a step), on the same 64
-// keys and the same Q and dO tiles. S^T is computed twice, five products a step against the four
-// of one warpgroup doing both; the mma kernel's two sweeps over the queries (dV, then dK) also
-// take five, and load every tile twice.
-enum class DkdvOutputs { both, dv, dk };
-template <DkdvOutputs OUT>
-using DkdvOutputsTag = std::integral_constant<DkdvOutputs, OUT>;
+// The warpgroups of a dK/dV block, and what each accumulates: one, dK and dV (D = 64 and 128),
+// or at D = 256, where the two would take 256 registers a thread, two, one output each:
+// warpgroup 0 dV (S^T and dV's product, two a step), warpgroup 1 dK (S^T, dP^T and dK's, three
+// a step), on the same 64 keys and the same Q and dO tiles. S^T is computed twice, five
+// products a step against the four of one warpgroup doing both; the mma kernel's two sweeps over
+// the queries (dV, then dK) also take five, and load every tile twice.
 constexpr int wg_dkdv_warpgroups(int D) { return D == 256 ? 2 : 1; }
 
 // dk, dv: (B, T, Hkv, D). Grid (Hkv, B, blocks of 64 keys), the longest (first) blocks first.
@@ -1370,7 +1367,7 @@ constexpr int wg_dkdv_warpgroups(int D) { return D == 256 ? 2 : 1; }
 // block, in the transposed frame (rows are keys): S^T = K Q^T, dP^T = V dO^T, dV += P^T dO,
 // dK += dS^T Q. A tile's lse and Delta are read into registers one step ahead and stored to
 // shared memory at the end of the step (DkdvSteps, as in the mma kernel). dV's product runs
-// while dS^T is computed. At D = 256 two warpgroups, one output each (DkdvOutputs).
+// while dS^T is computed. At D = 256 two warpgroups, one output each (wg_dkdv_warpgroups).
 template <int D, bool DOCS>
 __global__ void __launch_bounds__(wg_dkdv_warpgroups(D) * kWgThreads, wg_bwd_blocks_per_sm(D, true))
     attention_backward_dkdv_wgmma(bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
@@ -1412,9 +1409,12 @@ __global__ void __launch_bounds__(wg_dkdv_warpgroups(D) * kWgThreads, wg_bwd_blo
   cp_async_commit();
   steps.store_stats(0);
 
-  // The steps of this warpgroup's outputs into dk_acc and dv_acc (one array where it has one).
-  const auto sweep = [&](auto outputs, float(&dk_acc)[D / 8][4], float(&dv_acc)[D / 8][4]) {
-    constexpr DkdvOutputs kOut = decltype(outputs)::value;
+  // The steps into dk_acc and dv_acc; at D = 256 (SPLIT) each warpgroup's one output, the same
+  // array given twice: warpgroup 0 (dv_group) dV, warpgroup 1 dK. Both warpgroups run this one
+  // loop, so that the block's barrier is one instruction.
+  const bool dv_group = threadIdx.x < kWgThreads;
+  const auto sweep = [&](auto split, float(&dk_acc)[D / 8][4], float(&dv_acc)[D / 8][4]) {
+    constexpr bool kSplit = decltype(split)::value;
     for (int h = hk * group, j0 = j_first, buf = 0;; buf ^= 1) {
       const int j_last = j0 + kWgBwdCols - 1;
       const bool head_done = j0 == j_final, final_step = head_done && h == h_final;
@@ -1428,11 +1428,11 @@ __global__ void __launch_bounds__(wg_dkdv_warpgroups(D) * kWgThreads, wg_bwd_blo
         const auto stats = [&](int nt) { return steps.stats(buf, nt); };
         float p[NT][4], dp[NT][4];
         uint32_t pf[kWgBwdCols / 16][4], dsf[kWgBwdCols / 16][4];
-        if constexpr (kOut == DkdvOutputs::both) {
+        if constexpr (!kSplit) {
           dkdv_step<D>(dk_acc, dv_acc, dp, pf, dsf, sK, sV, q_tile, do_tile, stats, docs, j0, k0, s_row, T, window,
                        scale_log2);
           wgmma_wait<0>(wgmma_acc(dv_acc), wgmma_acc(dk_acc));
-        } else if constexpr (kOut == DkdvOutputs::dv) {
+        } else if (dv_group) {
           dkdv_scores<D, false>(p, dp, sK, sV, q_tile, do_tile, stats, docs, j0, k0, s_row, T, window, scale_log2);
           dkdv_dv<D>(dv_acc, pf, p, do_tile);
           wgmma_wait<0>(wgmma_acc(dv_acc));
@@ -1455,18 +1455,13 @@ __global__ void __launch_bounds__(wg_dkdv_warpgroups(D) * kWgThreads, wg_bwd_blo
   };
   if constexpr (wg_dkdv_warpgroups(D) == 1) {
     float dk_acc[D / 8][4] = {}, dv_acc[D / 8][4] = {};  // (16, D) each: dK / scale and dV
-    sweep(DkdvOutputsTag<DkdvOutputs::both>{}, dk_acc, dv_acc);
+    sweep(std::false_type{}, dk_acc, dv_acc);
     store(dk, dk_acc, scale);
     store(dv, dv_acc, 1.0f);
   } else {
     float acc[D / 8][4] = {};  // (16, D): dV (warpgroup 0) or dK / scale (warpgroup 1)
-    if (threadIdx.x < kWgThreads) {
-      sweep(DkdvOutputsTag<DkdvOutputs::dv>{}, acc, acc);
-      store(dv, acc, 1.0f);
-    } else {
-      sweep(DkdvOutputsTag<DkdvOutputs::dk>{}, acc, acc);
-      store(dk, acc, scale);
-    }
+    sweep(std::true_type{}, acc, acc);
+    store(dv_group ? dv : dk, acc, dv_group ? 1.0f : scale);
   }
 }
 
