@@ -2112,7 +2112,6 @@ constexpr bool kWgmmaBuilt = false;
 #endif
 struct WgmmaSwitch {
   const char* env;
-  int default_width;  // if built, D = Dv up to: 128 (64 and 128), 256 (also 256); when on, every width
   WgmmaSetting setting = WgmmaSetting::if_built;
   bool read = false;
 
@@ -2130,12 +2129,12 @@ struct WgmmaSwitch {
     switch (current()) {
       case WgmmaSetting::on: return true;
       case WgmmaSetting::off: return false;
-      default: return kWgmmaBuilt && D <= default_width;
+      default: return kWgmmaBuilt;
     }
   }
 };
-WgmmaSwitch g_wgmma_forward{"HLA_ATTENTION_WGMMA", 256};
-WgmmaSwitch g_wgmma_backward{"HLA_ATTENTION_WGMMA_BWD", 256};
+WgmmaSwitch g_wgmma_forward{"HLA_ATTENTION_WGMMA"};
+WgmmaSwitch g_wgmma_backward{"HLA_ATTENTION_WGMMA_BWD"};
 // The fused backward (set_attention_fused_backward); HLA_ATTENTION_FUSED_BWD=1 or =0 overrides
 // where_faster.
 FusedSetting g_fused_backward = [] {
@@ -2149,7 +2148,10 @@ FusedSetting g_fused_backward = [] {
 // B4 T4096 H16 2.65 / 2.61, B1 T16384 9.69 / 8.49; in documents of 512 tokens 0.77 / 0.83; at
 // D = 64 (B8 T2048 H16) 0.97 / 1.11.
 constexpr int kFusedMinKeys = 4096;
+// The widths the fused kernel has: 64 and 128 (dK, dV and a dQ share would not fit at 256).
+bool fused_width(int64_t D) { return D == 64 || D == 128; }
 bool fused_backward_runs(const Shape4& s) {
+  if (!fused_width(s.D)) return false;
   switch (g_fused_backward) {
     case FusedSetting::on: return true;
     case FusedSetting::off: return false;
@@ -2190,7 +2192,7 @@ FusedSetting set_attention_fused_backward(FusedSetting setting) {
 
 const char* attention_kernel(int64_t D, int64_t Dv, DType dtype) {
   const bool forward = use_wgmma_forward(D, Dv, dtype), backward = use_wgmma_backward(D, Dv, dtype);
-  if (backward && g_fused_backward == FusedSetting::on && D != 256)
+  if (backward && g_fused_backward == FusedSetting::on && fused_width(D))
     return forward ? "wgmma fwd+bwd, fused" : "mma, wgmma bwd, fused";
   if (backward && g_fused_backward == FusedSetting::where_faster && D == 128)
     return forward ? "wgmma fwd+bwd, fused on long rows" : "mma, wgmma bwd, fused on long rows";
@@ -2267,7 +2269,7 @@ void attention_backward(void* dq, void* dk, void* dv, const void* dout, const vo
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                         cudaSharedmemCarveoutMaxShared));
       };
-      if constexpr (kD != 256) {  // the fused kernel: D = 64 or 128
+      if constexpr (kD != 256) {  // the fused kernel: D = 64 or 128 (fused_width)
         if (fused_backward_runs(s)) {
           // dq_shares: a (64 x D) fp32 sum and a turn counter per (b, h, query tile)
           const int64_t tiles = int64_t(s.B) * s.H * ((s.T + kWgBwdCols - 1) / kWgBwdCols);

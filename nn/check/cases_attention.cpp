@@ -120,9 +120,8 @@ OpFn attention_op(const AttentionCase& c) {
   };
 }
 
-// Whether the wgmma forward runs at the case's widths, and the wgmma backward.
+// Whether the wgmma kernels (forward and backward) run at the case's widths, and the fused backward.
 bool wgmma_widths(const AttentionCase& c) { return c.D == c.Dv && (c.D == 64 || c.D == 128 || c.D == 256); }
-bool wgmma_backward_widths(const AttentionCase& c) { return wgmma_widths(c); }
 bool fused_backward_widths(const AttentionCase& c) { return c.D == c.Dv && (c.D == 64 || c.D == 128); }
 // The case again with its forward on wgmma: "attention wgmma ...", bf16 only.
 AttentionCase on_wgmma(AttentionCase c) {
@@ -152,7 +151,7 @@ AttentionCase on_fused_backward(AttentionCase c) {
 std::vector<AttentionCase> kernel_runs(const AttentionCase& c) {
   std::vector<AttentionCase> runs = {c};
   if (wgmma_widths(c)) runs.push_back(on_wgmma(c));
-  if (wgmma_backward_widths(c)) runs.push_back(on_wgmma_backward(c));
+  if (wgmma_widths(c)) runs.push_back(on_wgmma_backward(c));
   if (fused_backward_widths(c)) runs.push_back(on_fused_backward(c));
   return runs;
 }
