@@ -1156,11 +1156,12 @@ __global__ void __launch_bounds__(32 * bwd_blocking(D).warps, bwd_blocking(D).bl
 //   pass 3: the N = D products from registers (P or dS packed to bf16) times a tile read N-major.
 // Every product is waited for before the barrier that lets the next copy overwrite its tile.
 // Shared memory 98 KB at D = 128, 49 KB at D = 64 (+1 KB for the alignment): two blocks an SM,
-// three of dQ at D = 64 (wg_bwd_blocks_per_sm); 194 KB at D = 256, one block an SM, whose dK/dV
-// block is two warpgroups, one for dV and one for dK (wg_dkdv_warpgroups: dK and dV would take 256
-// registers a thread). Registers (ptxas, sm_90a, no spills): at D = 128 dQ 165 (177 with
-// documents: dQ 64, S and dP 64), dK/dV 232 (239: dK and dV 128, S^T and dP^T 64); at D = 64 dQ
-// 128 (141), dK/dV 181 (180); at D = 256 dQ 227 (237: dQ 128), dK/dV 233 (236: dK or dV 128).
+// three of dQ at D = 64 (wg_bwd_blocks_per_sm); at D = 256 one block an SM, dQ 194 KB, dK/dV 210
+// (P^T handed between its two warpgroups, one for dV and one for dK: wg_dkdv_warpgroups; dK and
+// dV would take 256 registers a thread). Registers (ptxas, sm_90a, no spills): at D = 128 dQ 165
+// (177 with documents: dQ 64, S and dP 64), dK/dV 232 (239: dK and dV 128, S^T and dP^T 64); at
+// D = 64 dQ 128 (141), dK/dV 181 (180); at D = 256 dQ 227 (237: dQ 128), dK/dV 230 (232: dK or
+// dV 128).
 // On the emulator its gradients equal the mma backward's to the printed digit (the same bf16
 // roundings of P and dS, the same k order of the fp32 sums).
 constexpr int kWgBwdRows = 64;  // rows per block (queries for dQ, keys for dK/dV): M
@@ -1355,12 +1356,33 @@ __device__ __forceinline__ void dkdv_step(float (&dk_acc)[D / 8][4], float (&dv_
 }
 
 // The warpgroups of a dK/dV block, and what each accumulates: one, dK and dV (D = 64 and 128),
-// or at D = 256, where the two would take 256 registers a thread, two, one output each:
-// warpgroup 0 dV (S^T and dV's product, two a step), warpgroup 1 dK (S^T, dP^T and dK's, three
-// a step), on the same 64 keys and the same Q and dO tiles. S^T is computed twice, five
-// products a step against the four of one warpgroup doing both; the mma kernel's two sweeps over
-// the queries (dV, then dK) also take five, and load every tile twice.
+// or at D = 256, where the two would take 256 registers a thread, two, one output each, on the
+// same 64 keys and the same Q and dO tiles: warpgroup 0 dV (S^T, P^T, then dV += P^T dO),
+// warpgroup 1 dK (dP^T while warpgroup 0 forms P^T, which it hands over through shared memory
+// in fp32, then dS^T and dK += dS^T Q). Four products a step, two a warpgroup, as one warpgroup
+// doing both; the mma kernel's two sweeps over the queries (dV, then dK) take five and load every
+// tile twice.
 constexpr int wg_dkdv_warpgroups(int D) { return D == 256 ? 2 : 1; }
+constexpr int kScoresShared = 1;  // named barrier: warpgroup 0's P^T is in shared memory (D = 256)
+// The dK/dV kernel's shared memory: wg_bwd_smem, and at D = 256 a step's P^T in fp32 (16 KB).
+constexpr size_t wg_dkdv_smem(int D) {
+  return wg_bwd_smem(D) + (wg_dkdv_warpgroups(D) == 2 ? sizeof(float) * kWgBwdRows * kWgBwdCols : 0);
+}
+// P^T (this thread's accumulator-layout floats) into / out of sP: (kWgBwdCols / 8, kWgThreads)
+// float4s, a warpgroup thread's n-tile nt at nt * kWgThreads + its index in the warpgroup
+// (consecutive threads, consecutive 16 bytes: no bank conflicts).
+__device__ __forceinline__ void share_scores(float4* sP, const float (&p)[kWgBwdCols / 8][4]) {
+#pragma unroll
+  for (int nt = 0; nt < kWgBwdCols / 8; nt++)
+    sP[nt * kWgThreads + threadIdx.x % kWgThreads] = make_float4(p[nt][0], p[nt][1], p[nt][2], p[nt][3]);
+}
+__device__ __forceinline__ void take_scores(float (&p)[kWgBwdCols / 8][4], const float4* sP) {
+#pragma unroll
+  for (int nt = 0; nt < kWgBwdCols / 8; nt++) {
+    const float4 x = sP[nt * kWgThreads + threadIdx.x % kWgThreads];
+    p[nt][0] = x.x, p[nt][1] = x.y, p[nt][2] = x.z, p[nt][3] = x.w;
+  }
+}
 
 // dk, dv: (B, T, Hkv, D). Grid (Hkv, B, blocks of 64 keys), the longest (first) blocks first.
 // Loops over the 64-query tiles of every query head of its kv head that see some key of the
@@ -1381,6 +1403,7 @@ __global__ void __launch_bounds__(wg_dkdv_warpgroups(D) * kWgThreads, wg_bwd_blo
   bf16* sQ = sV + kTile;                                            // sQ: 2 x (kWgBwdCols, D) as D / 64 panels
   bf16* sdO = sQ + 2 * kTile;                                       // sdO: 2 x (kWgBwdCols, D) as D / 64 panels
   float* sStats = reinterpret_cast<float*>(sdO + 2 * kTile);        // sStats: 2 x (kWgBwdCols, 2)
+  float4* sP = reinterpret_cast<float4*>(sStats + 4 * kWgBwdCols);  // sP: (kWgBwdRows, kWgBwdCols) P^T at D = 256
   const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;  // warp of the warpgroup
   const int k0 = blockIdx.z * kWgBwdRows, hk = blockIdx.x, b = blockIdx.y, group = H / Hkv;
   const int64_t q_stride = int64_t(H) * D, kv_stride = int64_t(Hkv) * D;
@@ -1434,10 +1457,17 @@ __global__ void __launch_bounds__(wg_dkdv_warpgroups(D) * kWgThreads, wg_bwd_blo
           wgmma_wait<0>(wgmma_acc(dv_acc), wgmma_acc(dk_acc));
         } else if (dv_group) {
           dkdv_scores<D, false>(p, dp, sK, sV, q_tile, do_tile, stats, docs, j0, k0, s_row, T, window, scale_log2);
+          share_scores(sP, p);  // read by warpgroup 1 before the next step's barrier
+          named_barrier_arrive(kScoresShared, 2 * kWgThreads);
           dkdv_dv<D>(dv_acc, pf, p, do_tile);
           wgmma_wait<0>(wgmma_acc(dv_acc));
         } else {
-          dkdv_scores<D, true>(p, dp, sK, sV, q_tile, do_tile, stats, docs, j0, k0, s_row, T, window, scale_log2);
+          wgmma_fence(wgmma_acc(dp));  // dP^T = V dO^T while warpgroup 0 forms P^T
+          wgmma_abt<D, kWgBwdCols>(wgmma_acc(dp), smem_desc_k_major(sV), smem_desc_k_major(do_tile));
+          wgmma_commit();
+          wgmma_wait<0>(wgmma_acc(dp));
+          named_barrier_sync(kScoresShared, 2 * kWgThreads);
+          take_scores(p, sP);
           dkdv_dk<D>(dk_acc, dsf, p, dp, q_tile, stats);
           wgmma_wait<0>(wgmma_acc(dk_acc));
         }
@@ -2294,7 +2324,7 @@ void attention_backward(void* dq, void* dk, void* dv, const void* dout, const vo
       // its causal tail): dK/dV on hla's stream and dQ beside it fill each other's gaps.
       const cudaStream_t side = fork_side_stream();
       launch(attention_backward_dkdv_wgmma<kD, kDocs>, mma_grid(s, s.Hkv, kWgBwdRows),
-             wg_dkdv_warpgroups(kD) * kWgThreads, wg_bwd_smem(kD), static_cast<bf16*>(dk), static_cast<bf16*>(dv),
+             wg_dkdv_warpgroups(kD) * kWgThreads, wg_dkdv_smem(kD), static_cast<bf16*>(dk), static_cast<bf16*>(dv),
              static_cast<const bf16*>(dout), static_cast<const bf16*>(q), static_cast<const bf16*>(k),
              static_cast<const bf16*>(v), lse, delta, s.T, s.H, s.Hkv, sc, s.window, s.documents<kDocs>());
       launch_on(side, attention_backward_dq_wgmma<kD, kDocs>, mma_grid(s, s.H, kWgBwdRows), kWgThreads,
