@@ -60,7 +60,7 @@
 //        D = 64 (three consumers without turns, 2026-12-04: 0.290-0.295 ms to the mma forward's
 //        ~0.315 at B8 T2048 H16), the backward at both (D = 128: 2.46 ms to 3.56; D = 64 at B8
 //        T2048 H16: 0.773 to 1.027), and at D = 256 (H100, 2026-12-07: fwd+bwd 0.862 ms to 1.421
-//        at B8 T2048 H4). Both on wgmma at B4 T4096 H16 D128: fwd+bwd 3.374 ms (SDPA
+//        at B8 T2048 H4; 0.824 with P^T handed between the two warpgroups). Both on wgmma at B4 T4096 H16 D128: fwd+bwd 3.374 ms (SDPA
 //        2.029); at B1 T16384 12.880 (mma 17.380). Since the tile loads advance by constant
 //        steps (cuda/tile.cuh, bench/README): B4 T4096 H16 D128 forward 0.691-0.698 ms, fwd+bwd
 //        2.869-2.911; B8 T2048 H16 D64 fwd+bwd 0.942-0.945 (SDPA 0.733). With the softmax's row
