@@ -60,10 +60,11 @@
 //        D = 64 (three consumers without turns, 2026-12-04: 0.290-0.295 ms to the mma forward's
 //        ~0.315 at B8 T2048 H16), the backward at both (D = 128: 2.46 ms to 3.56; D = 64 at B8
 //        T2048 H16: 0.773 to 1.027), and at D = 256 (H100, 2026-12-07: fwd+bwd 0.862 ms to 1.421
-//        at B8 T2048 H4; 0.824 with P^T handed between the two warpgroups). Both on wgmma at B4 T4096 H16 D128: fwd+bwd 3.374 ms (SDPA
-//        2.029); at B1 T16384 12.880 (mma 17.380). Since the tile loads advance by constant
-//        steps (cuda/tile.cuh, bench/README): B4 T4096 H16 D128 forward 0.691-0.698 ms, fwd+bwd
-//        2.869-2.911; B8 T2048 H16 D64 fwd+bwd 0.942-0.945 (SDPA 0.733). With the softmax's row
+//        at B8 T2048 H4; 0.824 with P^T handed between the two warpgroups). Both on wgmma at B4
+//        T4096 H16 D128: fwd+bwd 3.374 ms (SDPA 2.029); at B1 T16384 12.880 (mma 17.380). Since
+//        the tile loads advance by constant steps (cuda/tile.cuh, bench/README): B4 T4096 H16
+//        D128 forward 0.691-0.698 ms, fwd+bwd 2.869-2.911; B8 T2048 H16 D64 fwd+bwd 0.942-0.945
+//        (SDPA 0.733). With the softmax's row
 //        max and sum as trees (tree_reduce) and descriptors advanced by adds (advance_desc;
 //        bench/README, session 40): D = 128 forward 0.640-0.667 ms, D = 64 0.227-0.244; with
 //        each row deciding its own rescale and the output staged through shared memory (sessions
@@ -1276,9 +1277,15 @@ __global__ void __launch_bounds__(kWgThreads, wg_bwd_blocks_per_sm(D, false))
 
 // The passes of a dK/dV step on a warpgroup's 64 keys kr0 .. kr0 + 63 (this thread's rows s_row)
 // and the 64 queries j0 .. of q_tile and do_tile, in the transposed frame. dkdv_step runs all
-// three; the D = 256 kernel's warpgroups run the parts of one output each (dkdv_scores with or
-// without dP^T, then dkdv_dv or dkdv_dk). stats(nt): lse (log2 units) and Delta of this thread's
-// queries 8 nt + 2 (lane % 4) and + 1.
+// three; the D = 256 kernel's warpgroups run the parts of one output each (dkdv_scores without
+// dP^T, then dkdv_dv; dkdv_dp, then dkdv_dk). stats(nt): lse (log2 units) and Delta of this
+// thread's queries 8 nt + 2 (lane % 4) and + 1.
+// dP^T = V dO^T, issued and committed (fenced by the caller).
+template <int D>
+__device__ __forceinline__ void dkdv_dp(float (&dp)[kWgBwdCols / 8][4], const bf16* sVr, const bf16* do_tile) {
+  wgmma_abt<D, kWgBwdCols>(wgmma_acc(dp), smem_desc_k_major(sVr), smem_desc_k_major(do_tile));
+  wgmma_commit();
+}
 // Pass 1: S^T = K Q^T and, with DP, dP^T = V dO^T; P^T = exp(scale S^T - lse), zero where
 // invisible (S^T -> -inf, masked only on the tiles some row sees in part), while dP^T runs.
 template <int D, bool DP, bool DOCS, class Stats>
@@ -1293,8 +1300,7 @@ __device__ __forceinline__ void dkdv_scores(float (&p)[kWgBwdCols / 8][4], float
   wgmma_abt<D, kWgBwdCols>(wgmma_acc(p), smem_desc_k_major(sKr), smem_desc_k_major(q_tile));
   wgmma_commit();
   if constexpr (DP) {
-    wgmma_abt<D, kWgBwdCols>(wgmma_acc(dp), smem_desc_k_major(sVr), smem_desc_k_major(do_tile));
-    wgmma_commit();
+    dkdv_dp<D>(dp, sVr, do_tile);
     wgmma_wait<1>(wgmma_acc(p));
   } else {
     wgmma_wait<0>(wgmma_acc(p));
@@ -1462,9 +1468,8 @@ __global__ void __launch_bounds__(wg_dkdv_warpgroups(D) * kWgThreads, wg_bwd_blo
           dkdv_dv<D>(dv_acc, pf, p, do_tile);
           wgmma_wait<0>(wgmma_acc(dv_acc));
         } else {
-          wgmma_fence(wgmma_acc(dp));  // dP^T = V dO^T while warpgroup 0 forms P^T
-          wgmma_abt<D, kWgBwdCols>(wgmma_acc(dp), smem_desc_k_major(sV), smem_desc_k_major(do_tile));
-          wgmma_commit();
+          wgmma_fence(wgmma_acc(dp));  // dP^T while warpgroup 0 forms P^T
+          dkdv_dp<D>(dp, sV, do_tile);
           wgmma_wait<0>(wgmma_acc(dp));
           named_barrier_sync(kScoresShared, 2 * kWgThreads);
           take_scores(p, sP);
