@@ -1,8 +1,9 @@
-// The chunked delta rule on tensor cores (mixers.md 4.6-4.9), forward and backward, pass by pass
-// the CPU chunked reference of nn/ops/delta_rule.cpp. See cuda/delta_rule_chunk.cuh for the scope.
+// The chunked delta rule on tensor cores (mixers.md 4.6-4.10), forward and backward, pass by pass
+// the CPU chunked reference of nn/ops/delta_rule.cpp. See cuda/delta_rule_chunk.cuh for the scope,
+// bench/README for what each layout and ordering below measured against the one before it.
 //
 // Per (batch b, value head j), chunks of C = 64 tokens, local tokens t = 0..63 (rows past the
-// end of the sequence are zero: k = q = v = 0, beta = w = g = 0, so they change nothing):
+// end of the sequence are zero: k = q = v = 0, beta = w = g = 0, so they change nothing).
 // The gate is none, a scalar per token (G a number a token) or, with the template flag VG (KDA),
 // a vector over the dk key channels (G[t][d]; every exp(G ..) below is then per channel, and the
 // in-chunk decays are formed the safe way of 4.4: see 1b and add_decayed_pairs). With VG, the
@@ -11,96 +12,70 @@
 // Ehat), y_t = w_t (.) v_t takes w_t v_t's, and beta, w as row scales are 1. The scans read W, U,
 // Aqk and G, which carry b and w already: GDN-2 runs KDA's scan and reverse scan unchanged.
 // Pass 4's gradients of b and w are then per channel (db = k (.) dE, dw = v (.) dY, below).
+//
+// Forward
 //   Pass 1 (prepare_kernel, grid (NT, HV, B), every chunk in parallel; CPU: prepare_chunk):
 //     1a  G = inclusive cumsum of g inside the chunk                                   (4.1)
 //     1b  L[t,s] = beta_t (k_t . k_s) exp(G_t - G_s), s < t   (GDN-2: sum_d e_t[d] k_s[d] ..);
 //         Aqk[t,s] = scale (q_t . k_s) exp(G_t - G_s), s <= t                     (4.6, mma)
 //         Vector gate: sum_d k_t[d] k_s[d] exp(G_t[d] - G_s[d]) by sub-blocks of 16 tokens
-//         (4.4): for s in an earlier sub-block than t, the mma (ldmatrix on staged tiles) of
-//         k_t exp(G_t - G_ref) and k_s exp(G_ref - G_s), ref = the first token of t's sub-block
-//         (exponents <= 0: no overflow whatever the gates), each decayed once and split into
-//         bf16 hi + lo tiles; inside a 16 x 16 diagonal block in fp32, the decays carried token
-//         by token (exp(G_{s+1} - G_s) staged once: no exponential a pair).
+//         (4.4): for s in an earlier sub-block than t, the mma of k_t exp(G_t - G_ref) and
+//         k_s exp(G_ref - G_s), ref = the first token of t's sub-block (exponents <= 0: no
+//         overflow whatever the gates), each decayed once and split into bf16 hi + lo tiles;
+//         inside a 16 x 16 diagonal block in fp32, the decays carried token by token
+//         (exp(G_{s+1} - G_s) staged once: no exponential a pair).
 //     1c  A = (I + L)^{-1} by 16 x 16 blocks, fp32 in shared memory: the diagonal blocks'
 //         inverses by forward substitution, the others diagonal by diagonal          (4.7)
 //     1d  W = A diag(beta exp(G)) K,  U = A diag(w) V                             (4.6, mma)
-//         (GDN-2: W = A (E (.) exp(G)),  U = A (w (.) V); b and w read element by element;
-//         a vector gate's K (.) exp(G), GDN-2's E (.) exp(G), formed once in G's place)
-//     Without a vector gate 1b's products read q and k by ldmatrix from the tiles as loaded, and
-//     1d splits A diag(col) once into bf16 hi and lo tiles (scaled_A_times) read by ldmatrix
-//     against K and V as loaded; the vector gate's 1d gathers its fp32 operands element by element.
+//         (GDN-2: W = A (E (.) exp(G)),  U = A (w (.) V); a vector gate's K (.) exp(G) formed
+//         once in G's place)
+//     W goes out as two bf16 planes (hi = W rounded, lo = W - hi rounded), U, Aqk, G (and A
+//     when kept) in fp32. From dk = 128 on a vector gate's prepare also writes the scans' gated
+//     operands as planes (kGatedPlanes): K (.) exp(G_last - G) for 2c and 3b, scale Q (.)
+//     exp(G) for 2b and 3c. Shared memory is reused as the passes go: without a vector gate A
+//     is formed in L's place (kInPlace) and v takes q's tile once 1b has read q where 64 < dv
+//     <= dk (kVInQ); a vector gate from dk = 128 on with dv <= dk (kLean) puts v in q's tile
+//     too (GDN-2: w in G's once 1d's W is formed), its step decays in G's place and 1b's
+//     staged operands, 16 channels at a time, in L's and A's places.
 //   Pass 2 (scan_kernel, grid (dv / BV, HV, B), sequential over chunks: 2a and 2c; CPU:
 //   scan_chunks; then output_kernel, grid (NT dv / VS, HV, B), every chunk in parallel: 2b; CPU:
-//   the output loop of chunk_forward). The state h (dk x dv, fp32) is split along dv into column
-//   tiles of BV, one per CTA, held in registers (StateTile, cuda/staged_mma.cuh) as the decay
-//   attention's scans hold theirs; every product reads staged bf16 tiles by ldmatrix (an fp32
-//   operand as its hi and lo tiles): W as prepare_kernel stores it, two bf16 planes hi and lo, the
-//   state split at the top of each chunk, Vnew split as 2a leaves it. Up to dk = 128 (BV = 32) a
-//   CTA needs < 100 KB of shared memory and 128 registers a thread, so two fit on an SM: at the
-//   anchor shape B * HV * 4 = 256 CTAs are all resident on the 132 SMs, and one CTA's chunk
-//   loads overlap the other's math. At dk = 256 one CTA fits an SM, so the tiles are 64 wide
-//   (222 KB): B * HV * dv / 64 CTAs, 128 at fla's B8 H4 D256, run in one wave on the 132 SMs
-//   where 32-wide tiles (256 CTAs) took two and paid the sequential chain twice. Every tile of
-//   the next chunk is copied as soon as this chunk's 2a has read its own (k by chunk parity), so
-//   the chain holds no memory round trip. Until the state moved into registers the scans held it
-//   in shared memory (fp32), and 2a's W h and the reverse scan's products gathered and split
-//   their fp32 operands a fragment element at a time (WarpTile::mma's accessors), W copied in
-//   fp32: at B8 T2048 H4 D256 (H100) GDN's scans took 0.40 / 0.71 ms a launch (forward /
-//   reverse), now 0.29 / 0.41; at B8 T2048 H16 D64 0.18 / 0.29, now 0.16 / 0.21 (bench/README,
-//   session 48):
+//   the output loop of chunk_forward):
 //     2a  Vnew = U - W h          -> residual (bf16), u_f32 (else over U)          (4.8, mma)
 //         the chunk-start state h    -> h[n] (bf16 hi plane, a vector gate's lo plane too, B HV NT dk dv)
 //     2c  h <- exp(G_last) h + (K (.) exp(G_last - G))^T Vnew                     (4.8, mma)
 //     2b  o = scale (Q (.) exp(G)) h[n] + Aqk Vnew   (output_kernel, after the scan; 4.6, mma)
-//   2b reads only what the scan wrote for its chunk, so it leaves the sequential path: until it
-//   moved out (0663ef9), the scan's 256 CTAs (B4 H16 D128, two an SM on 128 of the 132 SMs)
-//   carried its two C x 128 x 32 products and its q and Aqk tiles through every step of the
-//   chain, and the forward took 1.60 ms where fla's chunk_fwd_h + chunk_fwd_o take 0.86 ms.
-//   Now the scan does 2a and 2c only, 2c on staged tiles (ldmatrix.trans of k's tile, or a
-//   vector gate's K (.) exp(G_last - G) split into bf16 hi and lo tiles; Vnew, a scalar gate's
-//   times exp(G_last - G), split as 2a leaves it), and output_kernel's NT dv / VS x HV x B CTAs
-//   (8192 at the anchor shape) fill the SMs. The scan stores h[n] as two bf16 planes (a keeping
-//   forward writes them once, for 2b and the backward): hi = h rounded and lo = h - hi rounded
-//   (~16 mantissa bits together, the bytes of fp32). output_kernel reads hi alone (until 4f1bff4
-//   it read fp32 h[n] and split it: twice the state traffic, ~0.07 ms at the anchor shape, and
-//   two products where one is left), a 2^-9 relative error on the q h term, the size of o's own
-//   bf16 rounding: o's worst emulator relative RMS 1.7e-3 -> 2.3e-3 (bound 5e-3), as the decay
-//   attention's output pass. Vnew comes from u_f32 when the caller asks for it (training; 16-byte
-//   aligned), else the scan writes it over U (inference).
-//
-//   With a vector gate 2c scales the channels of K by exp(G_last - G) and the state's rows by
-//   exp(G_last) (3b and 3c likewise), 2b the channels of Q by exp(G). From dk = 128 on the scans
-//   hold G's last row alone (kLean, before the state moved into registers: with G[t][d], a C x dk
-//   fp32 tile, and k held, the scans took 145 / 141 KB at dk = 128, one CTA an SM, where the lean
-//   layout took 95.5 / 108.5, two, and KDA's scans went 0.98 / 1.31 -> 0.73 / 1.19 ms at B4 T4096
-//   H16 D128 on an H200), and the prepare writes their gated operands split into bf16 planes as
-//   W's (kGatedPlanes): K (.) exp(G_last - G) (2c, 3b) and scale Q (.) exp(G) (2b, 3c), 8 bytes
-//   a key element, kept with the rest where a backward follows. The forward scan copies K's at
-//   the top of a chunk, in flight during 2a, into k's tiles' place; output_kernel copies Q's with
-//   its other tiles; the reverse scan copies K's with the tiles 3c reads and Q's once 3b is done
-//   with K's. Until session 49 the scans staged both from the workspace's G and global k, q (a
-//   memory round trip each in the chain: KDA's forward scan took 0.71 ms a launch at B4 T4096
-//   H16 D128 on an H100, GDN's 0.44). At dk = 64 (kRawGate) they copy the chunk's G rows and k
-//   (the reverse scan q too) into tiles of their own with its other tiles and form the gated
-//   operands from those, no memory round trip inside the chain. The prepare is lean where
-//   dv <= dk: it puts v in q's tile once 1b has read q (GDN-2: w in G's place once 1d's W is
-//   formed), its step decays in G's place (1d reads G again from the workspace, this CTA's
-//   writes) and 1b's staged operands 16 channels at a time in L's and A's places: 101.8 KB at
-//   dk = 128, two CTAs an SM (KDA's prepare 1.39 -> 0.96 ms), GDN-2 118.8 KB;
-//   at dk = 256 166 KB (GDN-2 199 KB). output_kernel's q (.) exp(G) hi and lo tiles make it 106 KB
-//   at dk = 128 and 134 KB at 256, one CTA an SM there.
+//   The state h (dk x dv, fp32) is split along dv into column tiles of BV, one per CTA, held in
+//   registers (StateTile, cuda/staged_mma.cuh). Every product reads staged bf16 tiles by ldmatrix
+//   (an fp32 operand as its hi and lo tiles): W's planes, the state split at the top of each
+//   chunk, Vnew split as 2a leaves it (a scalar gate's times exp(G_last - G)), k by
+//   ldmatrix.trans for 2c. Up to dk = 128 BV = 32 and two CTAs fit an SM, one CTA's copies
+//   overlapping the other's math; at dk = 256 BV = 64, one CTA an SM, B HV dv / 64 CTAs (one
+//   wave at B8 H4 D256 on 132 SMs). Every tile of the next chunk is copied as soon as this
+//   chunk's 2a has read its own (k by chunk parity), so the chain holds no memory round trip.
+//   A vector gate's gated K: copied from the prepare's planes at the top of the chunk, in flight
+//   during 2a (kGatedPlanes); at dk = 64 (kRawGate) the chunk's G rows and k come with its other
+//   tiles and the scan forms the gated operands from them.
+//   2b reads only what the scan wrote for its chunk, so it is off the sequential path; it reads
+//   h[n]'s hi plane alone (a 2^-9 relative error on the q h term, the size of o's own bf16
+//   rounding). Vnew comes from u_f32 when the caller asks for it (training; 16-byte aligned),
+//   else the scan writes it over U (inference).
 //
 // Backward (CPU: chunk_backward, chunk_backward_local), 4.9 step by step (a vector gate: per
 // channel as in the forward; pass 4's pair products by sub-blocks, its dG from 4.10's identity):
 //   Passes 1-2 replayed (4.9 step 1): the same kernels, also keeping A and every chunk-start
-//   state h[n] (its lo plane too, see below), writing no outputs. Or skipped: a forward given `kept` wrote
-//   A, h[n], W, Aqk and G there with the same kernels (bit-identical, at kept_floats(d) x 4 bytes
-//   held from forward to backward; see README "Training", delta_keep).
+//   state h[n], writing no outputs. Or skipped: a forward given `kept` wrote A, h[n], W, Aqk and
+//   G there with the same kernels (bit-identical, kept_floats(d) x 4 bytes held from forward to
+//   backward; see README "Training", delta_keep).
 //   Pass 3 (reverse_scan_kernel, the scan's grid, 32 state columns a CTA, 64 at dk = 256 and at
 //   dk = 128 with dv >= 128; chunks in reverse; step 3), dS in registers as the forward's h:
 //     3a  dh[n] = dS (gradient of chunk n's end state)
 //     3b  dVnew = Aqk^T dO + Kg dS + dU                                                (mma)
 //     3c  dS <- exp(G_last) dS + scale Qg^T dO - W^T dVnew;  finally dh0 = dS          (mma)
+//   The tiles 3b reads last (k, Aqk, G) are copied for the next chunk once 3b is done; those 3c
+//   reads (q, W, dO, dU) at the top of a chunk, or a chunk ahead in a second set by chunk parity
+//   where shared memory allows (kTopAhead: the scalar gate at dk = 64). Aqk is lower triangular
+//   and kept packed (row t in t / 4 + 1 pieces of 4 floats). dh[n] goes out in bf16, rounded
+//   once from the fp32 dS.
 //   Pass 4 (local_backward_kernel, grid (NT, HV, B), every chunk in parallel; steps 2, 4-8;
 //   dk-wide work in blocks of 128 key dims, dv-wide operands in slices of 32 columns: the
 //   order below is that of the math, the kernel's phases A-C are listed at the kernel):
@@ -115,6 +90,13 @@
 //     4h  dQ += Ps K,  dK += Ps^T Q + (diag(beta) P2)^T K      (GDN-2: + P2^T E)       (mma)
 //     4i  dG per token (row sums, pair rowsum - colsum, last-token terms), reverse cumsum -> dg
 //         (none of 4i's terms without a gate: DeltaNet skips them and their K K^T product)
+//   Every operand is staged once per slice or block as a bf16 tile (cuda/staged_mma.cuh) and
+//   each 16 x 16 fragment is one ldmatrix: q, k, dO, V as loaded; h[n]'s planes, dh[n] and
+//   dVnew as stored (bf16); A split once; Ps, P2, diag(beta) P2, dA and X rounded or split as
+//   they leave the accumulators. Per-row sums (the gate pair terms, dG, dbeta, dw) come from the
+//   accumulators without atomics (WarpTile::add_row_sums, add_col_sums): the backward is
+//   deterministic. At dk = dv = 64 (kCompact) every tile is C x 64 and the kernel lays them out
+//   as eleven such slots taken by turns, two CTAs an SM.
 //   Vector gate: 4c and 4e keep Ps and P2 without their decays (bf16 tiles, the 16 x 16 diagonal
 //   blocks also in fp32), and 4g's P2 K and 4h's products run in add_decayed_pairs: the pairs of
 //   different 16-token sub-blocks as ldmatrix + mma on K and Q staged once, each token decayed
@@ -123,156 +105,64 @@
 //   rule over the per-token decays exp(G_{t+1} - G_t), staged once: no exponential a pair. dG
 //   comes from 4.10's identity per channel instead of 4i's pair terms (GDN-2: dG = q dQ - k dK +
 //   2 e (.) dE, e = b (.) k; E's bf16 tile takes k's once dQ's Ps K is done).
-//   GDN-2 keeps KDA's shared-memory layout (no room for a (C, dk) tile of b at dk = 128): b is
-//   read from global memory where it enters (for 4g into dG's tile, which it holds until dE is
-//   formed), w's value slices and Y = w (.) V (rounded to bf16) take Ps's and diag(beta) P2's
-//   places during phase B, and k's tile is loaded again once E's last reader is done.
-//   At dk = 256 (kWide) a vector gate's q, k and G tiles hold one 128-wide key block (whole, they
-//   would take 283 KB): phase A loads k and G for each of its two blocks, phase C q, k and G, and
-//   A again for its second block (the first one's decayed operands took A's tiles), 219 KB.
+//   GDN-2 keeps KDA's shared-memory layout: b is read from global memory where it enters (for 4g
+//   into dG's tile, which it holds until dE is formed), w's value slices and Y = w (.) V
+//   (rounded to bf16) take Ps's and diag(beta) P2's places during phase B, and k's tile is
+//   loaded again once E's last reader is done. At dk = 256 (kWide) a vector gate's q, k and G
+//   tiles hold one 128-wide key block: phase A loads k and G for each of its two blocks, phase C
+//   q, k and G, and A again for its second block.
 //   dq, dk go out in bf16 from 4h when every key head has one value head (HV == H); else per
 //   value head in fp32, then summed over the value heads of a group (recurrence::group_sum).
-//   The states pass 4 reads: dh[n] in bf16 (the reverse scan rounds it once as it stores it; it
-//   carries dS in fp32), h[n] as the scan's hi plane (and a vector gate's lo plane). dQ = dO h^T
-//   takes hi alone, dK = Vnew dh^T the rounded dh, both errors local to the chunk (the scans carry
-//   fp32). dW = -dVnew h^T reaches db and dg through the A chain (A may have large entries): a
-//   vector gate's takes hi and lo (with hi alone KDA's db at dk = 256 went 3.7e-3 -> 7.7e-3 on the
-//   emulator, with both it stays 3.7e-3; dk 3.0e-3 -> 3.4e-3, dq 3.1e-3 -> 3.2e-3; bound 1e-2); a
-//   scalar gate's hi alone, as h . dh for its dg (session 54: the emulator's worst GDN dg 3.8e-3 ->
-//   5.7e-3, db 3.6e-3 -> 4.1e-3, DeltaNet's db 2.9e-3 -> 3.1e-3). The scan then writes half the
-//   state bytes and pass 4 reads half: H200, bf16, fwd+bwd GDN 2.555 -> 2.489 ms at B4 T4096 H16
-//   D128, 1.067 -> 1.045 at B8 T2048 H16 D64, 1.643 -> 1.584 at B8 T2048 H4 D256 (DeltaNet alike),
-//   and 2 GB less held by the GDN 3:1 4 x 256 hybrid's step (31.0 -> 29.0 GiB peak). dVnew is stored in
-//   bf16 too, as pass 4 rounded it: the same bits at half the bytes. Per-row sums (dG, dbeta, dw)
-//   are reduced without atomics (WarpTile::add_row_sums), so the backward is deterministic.
 //
-// Precision. Every product runs on mma.m16n8k16 bf16 -> fp32. q, k, v are bf16 already and
-// enter exactly; an fp32 operand (A with its column scales, W, U's partner h, Aqk, Vnew) is
-// split into hi + lo bf16 halves and multiplied as hi*x + lo*x (and hi*lo cross terms when both
-// sides are fp32), which keeps ~16 mantissa bits: the chunked result then differs from fp32
-// math by far less than the bf16 rounding of the outputs. The per-row gate factors are folded
-// into whichever operand is already fp32, so that k, q, v stay bf16-exact.
-// A vector gate's pair products in pass 4 round the decayed K and Q and the pair weights Ps, P2
-// to bf16 once where the two tokens are in different 16-token sub-blocks (as 1b's decayed K),
-// and sum the pairs inside a sub-block in fp32, their decays multiplied token by token (at most
-// 16 factors, ~1e-6 relative). On the emulator KDA's worst gradient relative RMS: dq 3.1e-3,
-// dk 2.8e-3, dg 4.3e-3, db 2.8e-3 (before they were staged: 3.1e-3, 2.8e-3, 4.5e-3, 3.4e-3).
-// Workspace W, U, Aqk in fp32: the scan forms Vnew = U - W h, a difference of two similar
-// terms; bf16 W/U would put 2^-9 relative errors on each term before that cancellation (and on
-// every later state), a large part of the 5e-3 output budget. The price is 2x their traffic
-// (about 0.06 ms at B4 T4096 H16 D128 on an H200).
+// Precision. Every product runs on mma.m16n8k16 bf16 -> fp32. q, k, v are bf16 already and enter
+// exactly; the per-row gate factors are folded into whichever operand is already fp32, so that k,
+// q, v stay bf16-exact. In the scans an fp32 operand (W, the state, Vnew, dS, dVnew) is split into
+// hi + lo bf16 halves and multiplied as hi*x + lo*x (and hi*lo cross terms when both sides are
+// fp32), ~16 mantissa bits: the scans carry fp32 state from chunk to chunk and their errors would
+// otherwise grow with T. The workspace keeps U and Aqk in fp32 and W as its two planes: the scan
+// forms Vnew = U - W h, a difference of two similar terms, and bf16 W or U would put 2^-9 relative
+// errors on each term before that cancellation (and on every later state), a large part of the 5e-3
+// output budget; the price is twice their traffic. Pass 4's errors stay inside a chunk (its dh[n]
+// comes from the fp32 reverse scan), so it rounds most operands to bf16 once: Vnew, dVnew, dW, dA's
+// parts, Ps, P2, the decayed K, h[n] (the hi plane; dQ = dO h^T and a scalar gate's dW = -dVnew h^T
+// and h . dh) and dh[n]; it splits only the A chain (X = dA A^T, dL = -A^T X, dEhat = A^T dW: A =
+// (I + L)^{-1} may have large entries) and a vector gate's h[n] for dW, which reaches db and dg
+// through that chain. A vector gate's pair products round the decayed K and Q and the pair weights
+// Ps, P2 to bf16 once where the two tokens are in different 16-token sub-blocks and sum the pairs
+// inside a sub-block in fp32 (at most 16 decay factors multiplied, ~1e-6 relative). The host
+// emulator's tests (tests/emu) bound every gradient's relative RMS against the CPU reference by
+// 1e-2, the output's by 5e-3.
 //
 // Memory. Every kernel loads its tiles with cp.async (chunk_mma::load_bf16_rows_async,
 // load_f32_rows_async), all of a group in flight at once and waited for once (wait_tiles): one
-// memory round trip where a load-then-store loop pays one per iteration (the compiler cannot move a
-// load above a store that may alias it). The scans copy each tile for the next chunk as soon as its
-// last reader in this chunk is done: forward every tile after 2a (k into its second buffer);
-// reverse k, Aqk and G after 3b. What is left for the top of a reverse chunk (q, W, dO and dU,
-// read by 3c) is one round trip, in flight together with the prefetched tiles (second buffers
-// for those would take 27 KB more at dk = 128, which two CTAs an SM do not have; the old reverse
-// scan at dv >= 128, one CTA an SM, measured slower with them). Aqk is lower triangular and the
-// reverse scan keeps it packed (row t in t / 4 + 1 pieces of 4 floats, 8.5 KB instead of 17 KB),
-// which makes room for its dO tile
-// at dk = 128. output_kernel has no chain to hide its loads behind: each thread loads all its
-// pieces of a tile at once (stage_f32_rows), and two CTAs an SM overlap.
+// memory round trip where a load-then-store loop pays one per iteration (the compiler cannot
+// move a load above a store that may alias it). W's planes and the states h[n], dh[n] go out by
+// rows from staged tiles, 16 bytes a store (store_w_planes, chunk_mma::store_bf16_rows).
+// output_kernel has no chain to hide its loads behind: each thread issues all its pieces of a
+// tile at once (stage_f32_rows), and two or three CTAs an SM overlap.
 //
-// Shared memory per CTA (bytes(), each checked against 227 KB at compile time in launch_kernel):
-//   dk \ dv    prepare (64 / 128 / 256)      scan / reverse scan   local backward (dv <= 128 / 256)
-//   64          54.0 / 62.0 / 78.0 KB          55.3 / 102.3 KB       164.6 / 147.6 KB
-//               (the local backward 104.6 KB at dv = 64, kCompact: two CTAs an SM)
-//   128         70.0 / 70.0 / 94.0 KB          97.3 / 107.3 KB       216.6 / 168.6 KB
-//               (the reverse scan 131.3 KB at dv >= 128: 64 state columns; at dk = 64 it
-//               holds two sets of 3c's tiles, kTopAhead: 65.3 KB with one)
-//   256         102.0 KB (every dv)            221.3 / 195.3 KB      200.6 KB
-//   (the prepare: four CTAs an SM at dk = dv = 64, three at dk = 128, dv <= 128, two at dk = 256;
-//   before A was formed in L's place, kInPlace, 8 KB more each; before v took q's tile where dv >
-//   64 and dv <= dk, kVInQ, 86.0 at dk = dv = 128 and 118.0 / 134.0 at dk = 256, dv = 128 / 256,
-//   one CTA an SM at dk = dv = 256)
-//   vector gate (the C x dk G tile, +16.8 KB at dk = 64, +32.8 KB at dk = 128 over the scalar
-//   layout of the time; prepare, L and A in tiles of their own, +17.0 / +33.0 KB more for its
-//   step decays, which take the place of its staged k operands (before
-//   78.8 / 86.8 / 102.8 and 110.8 / 118.8 / 134.8 KB); local backward in 32-column value slices
-//   at every dv, +12.8 KB for the fp32 diagonal blocks of its pairs: the decayed K, Q tiles and
-//   the decays take places its phase C does not use; the scans with their gated K and Q tiles
-//   in k's and q's places; at dk = 64 with the chunk's G rows, k and q in tiles of their own,
-//   kRawGate: 55.3 / 64.8 KB without):
-//   64          95.8 / 103.8 / 119.8 KB        81.0 / 99.5 KB        178.6 KB
-//   128         101.8 / 101.8 / 167.8 KB       97.5 / 106.8 KB       216.9 KB
-//               (the reverse scan 130.8 KB at dv >= 128, as the scalar gate's)
-//   256         165.8 KB (every dv)            222.0 / 195.5 KB      219.4 KB (kWide)
-//   (kLean from dk = 128 on, the prepare where dv <= dk; before it at dk = 128: prepare 143.8 /
-//   151.8 KB at dv = 64 / 128, one CTA an SM)
-//   (with the state in shared memory, fp32, the scans took 45.3 / 67.3, 78.3 / 108.3 (201.3 at
-//   dv >= 128), 184.3 / 201.3 KB; vector gate 80.0 / 84.0, 95.5 / 108.5, 218.0 / 191.0 KB. The
-//   scans shared one layout before that, with 32 columns at dk = 256: 256 CTAs in two waves at
-//   B8 H4 D256 where 128 run in one, 0.97 -> 0.73 ms for the reverse scan)
-//   GDN-2 (vector gate; the prepare reads b from global memory and puts w in G's place (kLean),
-//   in q's after 1b where dv <= dk, else in a place of its own; scans and local backward as the
-//   vector gate's): prepare dk 64: 95.8 / 120.8 KB (dv 64 / 128); dk 128: 101.8 KB (dv 64 / 128),
-//   two CTAs an SM; dk 256: 165.8 KB (every dv). With a b tile it took 104.8 / 129.8, 118.8
-//   (one CTA an SM: 1.83 ms at B4 T4096 H16 D128) and 198.8 KB.
-//   (local backward before its staged tiles: 159.1 / 135.1, 209.1 / 153.1, 185.1; vector gate
-//   153.4, 188.6 KB, and 165.9, 204.1 KB before its staged pair products: one CTA an SM either way)
-//   output_kernel (every dv; two CTAs an SM): 54.3 / 71.3 / 105.3 KB at dk = 64 / 128 / 256 (64
-//   value columns a CTA; 81.3 KB at 256 with 32; 63.2 / 89.2 / 101.2 with h[n]'s lo tile), vector gate
-//   63.3 / 88.3 / 138.3 KB (114.3 at 256 with 32 columns; 72.2 / 106.2 / 134.3 before q (.) exp(G)
-//   came split; one CTA an SM at 256)
-// Registers a thread (ptxas, nvcc 13.0, sm_90; every dv): prepare 64-128 (58-128 before 1b and
-// 1d read staged tiles), scan 96-101 / 123-125 / 193-194 at dk = 64 / 128 / 256 (launch bounds
-// of two CTAs below 256: at most 128; 117 / 116 / 174 with the state in shared memory),
-// output_kernel 87-90 / 118-120 / 126-128 and reverse scan 122 / 126 at dk = 64 / 128 (204 at
-// dk = 128, dv >= 128, one CTA and 64 columns) and 238 at 256 (120 / 128, 193, 221 before),
-// local backward
-// 154-255 (212-255 at dk >= 128; before the staged tiles 158-255; at dk = 256 4 bytes of spill
-// stores and loads since its decays went by exp_ftz, b9bf7cb); vector gate: prepare 64-101
-// (79-102 before its staged pair products), scan 124 / 107, output_kernel 102-104 / 126-127 and
-// reverse scan 125 / 127 (230 at dv >= 128) at dk = 64 / 128, local backward 230 / 200-201
-// (144 / 194-196 before its staged pair products, 195 / 254 before the staged tiles; one CTA an
-// SM at any of these); at dk = 256 (kLean and kWide, launch bounds of one CTA) prepare 128-138,
-// scan 224 (232 with the state in shared memory), output_kernel 166, reverse scan 248 (156 with
-// the state in shared memory and 32 columns), local backward 250-252 (its two key blocks unrolled:
-// for_key_blocks); no spills (the prepare's staging loops are kept rolled: unrolled, ptxas
-// spilled 4 bytes at dk = 64 to fit 64 registers).
-// GDN-2: prepare 79-80 at dk = 64 and 128 (64 at dk 64, dv 128), 137-144 at 256; local backward
-// 168 at dk = 64, 255 / 251 at 128 (dv 128 / 64), 255 at 256; no spills (9b06e6d's pair stores
-// spilled 4 bytes at dk = dv = 128, gone with the key_at index helper). KDA's prepare at dk =
-// dv = 64 takes 64 registers with 4 bytes of spill stores and loads since 1d's operand is formed
-// once in G's place, 12 bytes since W is stored as two planes (which also took the scalar
-// gate's prepare at dk = dv = 128 to 80 registers and 8 bytes of spill). (ptxas's allocation swings by 50 registers on small changes here: GDN-2's
-// db stored in pairs took its local backward at dk = 128 to 230 registers and 3% slower.)
-//
-// The local backward (pass 4) splits only h[n] for a vector gate's dW (its stored hi and lo planes, see above)
-// and the A chain (X = dA A^T, dL = -A^T X, dEhat = A^T dW;
-// A = (I + L)^{-1} may have large entries); every other fp32 operand of its products (Vnew,
-// dVnew, dW, dA's parts, Ps, P2, the decayed K) is rounded to bf16 once, one mma where a split
-// took two or three. Its errors stay local to a chunk (dh[n] comes from the reverse scan, fp32
-// throughout), so they do not grow with T; on the emulator the gradients' worst relative RMS
-// moved from 2.7e-3 (db) to 4.5e-3 (dg; db 3.6e-3, dq 3.1e-3, dk 2.9e-3) under the 1e-2 bound.
-// Rounding the states and the A chain too took db to 5.1e-3 for 17 units of mma (below)
-// instead of 27.
-//
-// Budget of pass 4 at dk = dv = 128 (a chunk; unit u = C x C x 128 multiply-adds = 0.52 M):
-// products 17 u (phase A 7: dQ, dW, dK 2 each, dW K^T 1; B 3; A chain, L 2; C 5), issued as
-// 27 u of mma with the splits (40 u before the rounding above): at B4 T4096 H16 (4096 chunks)
-// 116 GFLOP, ~0.2 ms of tensor-core time. Bytes ~560 KB a chunk (h[n], dh[n] 128 KB; dQ, dK
-// parts written and read back in fp32 128 KB; dW written and read 64 KB; Vnew, dVnew 96 KB
-// (the first value slice twice); q, k, v, dO, A, Aqk 96 KB; outputs ~50 KB; the read-backs are
-// this CTA's own writes, mostly L2 hits): 2.3 GB, ~0.55 ms at 4 TB/s. Until 4bed6a5 the kernel
-// (3.37 ms on an H200) was bound by neither: every fragment was gathered from shared memory
-// element by element through accessors (per mma.m16n8k16 of a B operand 4 scalar loads and 2
-// conversions, more with a split, and a serial load -> convert -> mma chain at 8 warps an SM).
-// Now every operand is staged once per slice or block as a bf16 tile (cuda/staged_mma.cuh,
-// padded rows; as the decay-attention local backward): q, k, dO, V as loaded (cp.async); Vnew,
-// dVnew rounded and h, dh, dW split into hi and lo tiles as they come from global memory
-// (stage_f32_rows; since 4f1bff4 h's planes, dh and dVnew are stored in bf16 and copied by
-// cp.async, phase A's next value slice in flight while this one's products run); A split once; Ps, P2, diag(beta) P2, dA and X rounded or split as they
-// leave the accumulators; each 16 x 16 fragment is then one ldmatrix. The gate pair terms' row
-// and column sums come from the accumulators (add_row_sums, add_col_sums), not from a 64-step
-// loop of 64 threads over a shared tile. The vector gate's pair products (add_decayed_pairs)
-// gathered their operands a little longer, an exponential for each element, and summed the 16 x
-// 16 diagonal blocks with an exponential a pair: 8.18 ms of KDA's 13.45 ms fwd+bwd at B4 T4096
-// H16 D128 on an H200 at a485f34, where the scalar gate's kernel takes 1.52 ms. Now they read
-// staged tiles too (see "Vector gate" under pass 4); not yet measured on a GPU.
+// Shared memory a CTA in KB (bytes(); launch_forward and launch_backward check each against its
+// CTAs an SM at compile time) and CTAs an SM (launch bounds), 256 threads a CTA:
+//   scalar gate or none, dk \ dv   prepare (64/128/256)   scan      reverse scan (dv 64 / >= 128)
+//   64                              54.0 / 62.0 / 78.0     55.2 x2   102.2 x2
+//   128                             70.0 / 70.0 / 94.0     97.2 x2   107.2 x2 / 131.2 x1
+//   256                             102.0                  221.2 x1  195.2 x1
+//                                   output (every dv)      local backward (dv 64 / 128 / 256)
+//   64                              54.2 x3                104.6 x2 (kCompact) / 164.6 / 147.6 x1
+//   128                             71.2 x3                216.6 / 216.6 / 168.6 x1
+//   256                             105.2 x2               200.6 x1
+//   vector gate (KDA; GDN-2 where it differs; GDN-2 at dk = 128, dv = 256 runs the recurrent kernel):
+//   64                              95.8 / 103.8 / 119.8   81.0 x2   99.5 x2
+//                                   (GDN-2: 120.8 at dv = 128, 152.8 at 256)
+//   128                             101.8 / 101.8 / 167.8  97.5 x2   107.0 x2 / 131.0 x1
+//   256                             165.8                  222.0 x1  195.5 x1
+//                                   output                 local backward (every dv)
+//   64 / 128 / 256                  63.2 x3 / 88.2 x2 / 138.2 x1     178.6 / 216.9 / 219.4 (kWide) x1
+// Registers a thread (ptxas -v, sm_90a, nvcc 13.0): prepare 61-130; scan 69 / 108 / 184 at
+// dk = 64 / 128 / 256 (vector gate 100 / 116 / 218); output_kernel 76-85 (vector gate 76 / 112 /
+// 178); reverse scan 109 / 119-188 / 225 (vector gate 113 / 123-209 / 231); local backward 128
+// at dk = dv = 64, else 155-252 (vector gate 161-255). No spills but 4-8 bytes in four vector
+// gate prepares (KDA at dk = 64, dv = 128 and at dk = dv = 128; GDN-2 at dk = dv = 128 and 256).
 #include "cuda/delta_rule_chunk.cuh"
 
 #include <cuda_bf16.h>
