@@ -45,11 +45,11 @@
 //   Ps holds the whole lower triangle with its diagonal, A[t,t] = q_t . k_t (exp(0) = 1): the
 //   diagonal's terms in q_t . dQ_t and k_t . dK_t are equal and cancel in dG_t, as in the CPU
 //   reference, which leaves the diagonal out of dG.
-//   h[n] and dh[n] are stored in bf16 (2 x 2 B x B HV NT dk dv, 134 MB each at B4 T4096 H16 D128),
+//   h[n] and dh[n] are stored in bf16 (2 B x B HV NT dk dv, 134 MB each at B4 T4096 H16 D128),
 //   rounded once by the scans that write them: pass 3 and output_kernel take them as bf16 mma
-//   operands (see Precision), so fp32 copies (as before 085db1c) gave the same products at twice
-//   the scans' state stores and the chunk-parallel passes' state reads; <h, dh> for dG_last is
-//   summed from the bf16 values (fp32 products, the sum's error far under the 2^-9 rounding).
+//   operands (see Precision), so fp32 copies would give the same products at twice the bytes;
+//   <h, dh> for dG_last is summed from the bf16 values (fp32 products, the sum's error far under
+//   the 2^-9 rounding).
 // Packed documents (Args::chunk_reset, the CPU's Head::resets_chunk): on their chunk layout every
 // document starts a chunk, so the scans alone change: the forward scan (and its replay) zeroes h
 // entering a flagged chunk, so h[n] = 0 there; the reverse scan zeroes dS leaving it backwards,
@@ -81,14 +81,15 @@
 //     pass 2 (output_kernel), the reverse scan (q (.) exp(Gq)) and pass 3
 //     (local_backward_kernel: the bonus terms of dQ, dK, du's per-chunk parts, dG's query
 //     terms one row up; its head lists them). du is then summed over the chunks in a fixed order.
-//   Pass 3: Ps = scale dO V^T masked (no decay: it is per channel); dQ_t += sum_{s<=t} Ps[t,s]
-//     k_s (.) e^{G_t - G_s} through the row tile's first row (earlier sub-chunks) and pair by
-//     pair (its own), dK_s += sum_{t>=s} Ps[t,s] q_t (.) e^{G_t - G_s} through the row tile's
-//     last row; the decayed operands of these products and of 3a's Aqk (qr, kref, qlast: see
-//     kDecayedRows) and of dV (kd = K (.) exp(G_last - G)) are staged once as bf16 tiles, the
-//     pairs inside a sub-chunk summed 8 channels a thread with e^x on the ex2 unit (exp_ex2;
-//     Aqk's diagonal blocks and dQ's own pairs share one pass and its decays); dG per channel: q (.) dQ - k (.) dK, at the last row exp(G_last) (.) rowsum(h (.)
-//     dh) + sum_s k_s (.) dK^state_s (WarpTile::add_col_sums), reverse cumsum per channel.
+//   Pass 3: Ps = scale dO V^T masked (no decay: it is per channel); dQ_t += sum_{s<=t} Ps[t,s] k_s
+//     (.) e^{G_t - G_s} through the row tile's first row (earlier sub-chunks) and pair by pair (its
+//     own), dK_s += sum_{t>=s} Ps[t,s] q_t (.) e^{G_t - G_s} through the row tile's last row; the
+//     decayed operands of these products and of 3a's Aqk (qr, kref, qlast: see kDecayedRows) and of
+//     dV (kd = K (.) exp(G_last - G)) are staged once as bf16 tiles, the pairs inside a sub-chunk
+//     summed 8 channels a thread with e^x on the ex2 unit (exp_ex2; Aqk's diagonal blocks and dQ's
+//     own pairs share one pass and its decays); dG per channel: q (.) dQ - k (.) dK, at the last row
+//     exp(G_last) (.) rowsum(h (.) dh) + sum_s k_s (.) dK^state_s (WarpTile::add_col_sums), reverse
+//     cumsum per channel.
 //   Bound relied on: every exponent formed is <= 0 (G decreases inside a chunk, the reference
 //   rows sit between the pair's rows, the pairs s > t are masked before the exp), so no factor
 //   overflows whatever the gate; a factor underflows only where the exact pair weight
@@ -97,69 +98,55 @@
 // Precision: q, k, v, dO are bf16 and enter the mma exactly. In the scans the fp32 operands (the
 // decay-weighted V and dO, the gated k and q) are split into hi + lo bf16 halves
 // (cuda/chunk_mma.cuh), staged once a chunk as two tiles read by ldmatrix, and the states are
-// held in fp32 registers, so they stay fp32-exact (ht, dh0 ~1e-6 relative).
-// output_kernel and local_backward_kernel instead round each fp32 or decayed operand to
-// bf16 ONCE, where it is formed (Aqk, qg and qr, kref in the forward; Aqk, Ps in 3a, qr, kref,
-// qlast, kd in the backward; the states h[n], dh[n] by the scans that store them), as fla's chunk_gla does,
-// and read every fragment by ldmatrix from swizzled tiles (cuda/staged_mma.cuh): o carries
-// relative RMS 2.2-2.6e-3 against the fp64 reference, either gate (1.6-1.7e-3 in the split form,
-// most of it o's own bf16 rounding; bound 5e-3), the gradients 2-4.4e-3 (1.6-1.7e-3 before;
-// gpu-check's bound 1e-2). Per-row decays multiply the fp32
-// accumulators; the in-sub-chunk pairs are summed in fp32. Per-row sums (dG) are reduced without
-// atomics (WarpTile::add_row_sums), so the backward is deterministic.
+// held in fp32 registers, so they stay fp32-exact (ht, dh0 ~1e-6 relative). output_kernel and
+// local_backward_kernel instead round each fp32 or decayed operand to bf16 once, where it is
+// formed (Aqk, qg and qr, kref in the forward; Aqk, Ps in 3a, qr, kref, qlast, kd in the
+// backward; the states h[n], dh[n] by the scans that store them), as fla's chunk_gla does, and
+// read every fragment by ldmatrix from swizzled tiles (cuda/staged_mma.cuh): most of o's error
+// against the fp64 reference is then o's own bf16 rounding (bound 5e-3 relative RMS; the
+// gradients' 1e-2). Per-row decays multiply the fp32 accumulators; the in-sub-chunk pairs are
+// summed in fp32. Per-row sums (dG) are reduced without atomics (WarpTile::add_row_sums), so
+// the backward is deterministic.
 // Memory round trips: every kernel issues all of a chunk's global loads before it waits for any
 // (tiles through cp.async, load_bf16_rows_async / load_tile_async / load_f32_rows_async; a
-// thread's gate values into registers, vector_cumsum), so a chunk costs one round trip, not one per loop iteration (a
-// load-then-store loop through generic pointers is serialised: the compiler cannot move a load
-// above a store that may alias it). The scans run T / 64 chunks in sequence, so their per-chunk
-// latency is the forward's and backward's floor; they copy the next chunk's tiles (and the scalar
-// gate's values) during this chunk's state update (vector_scan, scalar_scan), which leaves no
-// round trip in the chain.
-// output_kernel fetches its state pieces a piece ahead (cp.async of the bf16 states into padded
-// tiles by parity while the previous piece's products run); local_backward_kernel its state
-// pieces (3b) too: h's and dh's first piece with the chunk's tiles, each next one while this
-// piece's products read the other parity's tiles.
-// The vector gate's forward budget at B4 T4096 H16 D128: scan_kernel (512 CTAs, all resident, 64
-// chunks in sequence) reads k, g 4 times (once for each of the dv / BV column tiles) and v, and
-// writes h_start: ~0.94 GB, ~0.2 ms at 4.5 TB/s, but its floor is the chain of 64 chunk steps
-// (0.53 ms measured, ~8 us a step: latency, not bandwidth). output_kernel (4096 CTAs):
-// memory 0.59 GB (a chunk reads h[n] 64 KB fp32 (bf16 since 085db1c: 32 KB), q, k, v 48 KB, g 16 KB, writes o 16 KB), ~0.13
-// ms; 864 mma.m16n8k16 a CTA (Aqk below the diagonal blocks 96, qg h 512, Aqk V 256; 14.5 GFLOP),
-// ~0.02 ms; ~98K elementwise exps a CTA (qr, kref, qg 28K, the diagonal blocks' pairs 70K), ~0.1
-// ms on the ex2 units overlapping the memory: a floor near 0.15 ms, where the element-by-element
-// gathers with expf and hi + lo splits took 0.72 ms (ncu, H200, 8e0b4a4).
-// local_backward_kernel's budget at B4 T4096 H16 D128, vector gate (4096 CTAs, ~31 an SM in turn):
-// memory 1.14 GB (a chunk reads h, dh 128 KB in fp32 (bf16 since 085db1c: 64 KB), q, k, v, dO 64 KB, g 16 KB, writes dq, dk,
-// dv, dg 64 KB), ~0.25 ms at 4.5 TB/s; ~2.3K mma.m16n8k16 a CTA (39 GFLOP), < 0.1 ms; ~230K
-// elementwise exps a CTA (staging 61K, Aqk's diagonal blocks with dQ's own pairs 74K, dK's own
-// pairs 70K, accumulator decays 25K), ~0.25 ms on the ex2 units (16 a clock an SM), overlapping
-// the memory: a floor near 0.3 ms, where the element-by-element fragment gathers (expf inside
-// the mma loops, hi + lo splits) took 5.1 ms (ncu, H200). The scalar gate has no elementwise
-// decays: memory-bound, the same ~0.25 ms.
-// Shared memory per CTA (launch_kernel asserts <= 227 KB, an sm_90 CTA's limit), dk = 128 / 64:
-//   scan_kernel and reverse_scan_kernel 50,176 / 33,792 B with 78-81 / 61-64 registers (the state
-//   in registers; 2 CTAs an SM);  output_kernel (dk, dv) = (128, 128) 73,984 B, (128, 64)
-//   65,792 B, (64, 128) 49,408 B, (64, 64) 41,216 B, 63-73 registers;  local_backward_kernel (dk, dv) = (128, 128)
-//   133,760 B, (128, 64) 117,376 B, (64, 128) 92,800 B, (64, 64) 76,416 B, with 159, 159, 160,
-//   128 registers a thread (ptxas): one CTA an SM, two at (64, 64) (kLocalCtasPerSm).
-//   Vector gate: scan_kernel and reverse_scan_kernel 48,384 B (any dk), 55-64 registers (4 CTAs an
-//   SM); output_kernel (128, 128) 111,616 B, (128, 64) 103,424 B, (64, 128) 78,848 B,
-//   (64, 64) 70,656 B (RWKV-6: + 4 dk B), 72, 72, 56, 54 registers (two CTAs an SM; 103,424,
-//   95,232, 70,656, 62,464 B and 59-99 registers before the staged tiles); local_backward_kernel (128, 128)
-//   192,512 B, (128, 64) 176,128 B, (64, 128) 121,344 B, (64, 64) 104,960 B, with 192, 206,
-//   162, 160 registers (one CTA an SM); RWKV-6's + 4 dk B (the bonus), with 228, 230, 173, 172
-//   registers; no spills (ptxas, nvcc 13.0, sm_90).
-//   A width of 256 ((dk, dv) = (256, 256), (128, 256), (256, 128)): scan_kernel and
-//   reverse_scan_kernel at dk = 256 82,944 B, 100 / 99 registers (the state in two 128-row
-//   WarpTiles, StateTile; dk = 128 as above); output_kernel (256, 256) 139,520 B, (256, 128)
-//   123,136 B, (128, 256) 90,368 B with 96, 96, 73 registers;
-//   vector scans 48,384 B, 64 / 55 registers; vector output_kernel (256, 256) 205,824 B,
-//   (256, 128) 189,440 B, (128, 256) 128,000 B (RWKV-6: + 4 dk B) with 96, 96, 72 registers
-//   (RWKV-6 too; before the staged tiles 185,344, 168,960, 119,808 B with 159, 159, 99);
-//   local_backward_kernel, 128 key channels a CTA (kKeyBlock; one CTA at dk = 128, two at 256),
-//   so (256, 256) and (128, 256) take 166,528 B (vector 225,280 B, RWKV-6 225,792 B) with
-//   159, 159 registers (vector 208, 206; RWKV-6 228, 228) and (256, 128) the (128, 128) kernel's 133,760 B (vector 192,512 B,
-//   RWKV-6 193,024 B) with 161 registers (vector 195, RWKV-6 230). No spills anywhere (ptxas, nvcc 13.0, sm_90).
+// thread's gate values into registers, vector_cumsum), so a chunk costs one round trip, not one
+// per loop iteration (a load-then-store loop through generic pointers is serialised: the
+// compiler cannot move a load above a store that may alias it). The scans run T / 64 chunks in
+// sequence, so their per-chunk latency is the forward's and backward's floor; they copy the
+// next chunk's tiles (and the scalar gate's values) during this chunk's state update
+// (vector_scan, scalar_scan), which leaves no round trip in the chain. output_kernel fetches
+// its state pieces a piece ahead (cp.async of the bf16 states into padded tiles by parity while
+// the previous piece's products run); local_backward_kernel its state pieces (3b) too: h's and
+// dh's first piece with the chunk's tiles, each next one while this piece's products read the
+// other parity's tiles.
+// Floors of the vector gate at B4 T4096 H16 D128 (bench/README has the measured times):
+// scan_kernel (512 CTAs, all resident) reads k, g once for each of the dv / BV column tiles and
+// v once, and writes h_start: ~0.7 GB, ~0.16 ms at 4.5 TB/s, under the chain of 64 chunk steps
+// (latency). output_kernel (4096 CTAs): ~0.46 GB (a chunk reads h[n] 32 KB, q, k, v 48 KB, g 16
+// KB, writes o 16 KB), ~0.1 ms; 864 mma.m16n8k16 a CTA (14.5 GFLOP), ~0.02 ms; ~98K elementwise
+// exps a CTA, ~0.1 ms on the ex2 units overlapping the memory. local_backward_kernel (4096 CTAs):
+// ~0.9 GB (a chunk reads h, dh 64 KB, q, k, v, dO 64 KB, g 16 KB, writes dq, dk, dv, dg 64 KB),
+// ~0.2 ms; ~2.3K mma.m16n8k16 a CTA (39 GFLOP), < 0.1 ms; ~230K elementwise exps a CTA (staging
+// 61K, Aqk's diagonal blocks with dQ's own pairs 74K, dK's own pairs 70K, accumulator decays
+// 25K), ~0.25 ms on the ex2 units (16 a clock an SM). The scalar gate has no elementwise decays:
+// memory-bound.
+// Shared memory a CTA in KB (bytes(), launch_kernel checks <= 227 KB) and CTAs an SM (launch
+// bounds), 256 threads a CTA; the scans are grid (dk / KT x dv / BV, HV, B), the local backward
+// one CTA a chunk, two at dk = 256 (kKeyBlock):
+//   (dk, dv)      scan / reverse scan    output_kernel           local_backward_kernel
+//                 scalar   vector        scalar   vector         scalar   vector   (RWKV-6)
+//   (64, 64)      33.0 x2  47.2 x4       37.5 x2  69.0 x2        70.6 x2  98.5 x1  (98.8)
+//   (64, 128)     33.0 x2  47.2 x4       45.5 x2  77.0 x2        86.6 x1  114.5 x1 (114.8)
+//   (128, 64)     49.0 x2  47.2 x4       58.5 x2  101.0 x2       106.6 x1 164.0 x1 (164.5)
+//   (128, 128)    49.0 x2  47.2 x4       66.5 x2  109.0 x2       122.6 x1 180.0 x1 (180.5)
+//   (128, 256)    49.0 x2  47.2 x4       82.5 x1  125.0 x1       154.6 x1 212.0 x1 (212.5)
+//   (256, 128)    81.0 x2  47.2 x4       108.5 x1 185.0 x1       122.6 x1 180.0 x1 (180.5)
+//   (256, 256)    81.0 x2  47.2 x4       124.5 x1 201.0 x1       154.6 x1 212.0 x1 (212.5)
+//   (RWKV-6's output_kernel +4 dk bytes for the bonus u.)
+// Registers a thread (ptxas -v, sm_90a, nvcc 13.0): scan 61 / 78 / 102 at dk = 64 / 128 / 256
+// (vector 64), reverse scan 64 / 81 / 101 (vector 55); output_kernel 54-72 (dk = 256: scalar 70,
+// vector 96-124); local backward 128 at (64, 64), else scalar 154-167, vector 161-219, RWKV-6
+// 181-226. No spills.
 #include "cuda/decay_attention_chunk.cuh"
 
 #include <cuda_bf16.h>
