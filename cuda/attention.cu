@@ -44,36 +44,24 @@
 //        (~274 TFLOP/s; 1.156 with one 8-warp block an SM), dQ 1.72 ms, dK/dV 2.50 ms; torch
 //        SDPA's flash kernels take 0.499 and ~1.5 (targets.md).
 //   wgmma: the forward and the backward at D = Dv = 64, 128 and 256 on Hopper's warpgroup MMA
-//        (sm_90a). The forward is warp-specialised: a producer warpgroup
-//        loads K/V tiles of 128 keys (64 at D = 256) into a ring of 3 (2 at D = 256) for consumer
-//        warpgroups of 64 queries each (three at D = 64, 192 queries a block; two at D = 128
-//        and 256; wg_blocking), S and O += P V as wgmma products (P from S's
-//        registers; a tile's softmax runs while the P V of the tile before does, and at
-//        D = 128 the consumers issue their products in turns), the mma forward's mask, online
-//        softmax and epilogue (shared helpers). The backward is the mma
-//        backward's two kernels with 64-row warpgroup products (at D = 256 dK/dV in two
-//        warpgroups, one an output; its section says how); on the
-//        emulator its gradients are the mma backward's to the printed digit. Which pass runs on
-//        wgmma: set_attention_wgmma / set_attention_wgmma_backward (cuda/attention.h); by default
-//        in sm_90a builds where measured faster on the H200 (commit ade7972, causal bf16, both
-//        gpu-checked): the forward at D = 128 (0.914 ms to mma's 0.990 at B4 T4096 H16) and at
-//        D = 64 (three consumers without turns, 2026-12-04: 0.290-0.295 ms to the mma forward's
-//        ~0.315 at B8 T2048 H16), the backward at both (D = 128: 2.46 ms to 3.56; D = 64 at B8
-//        T2048 H16: 0.773 to 1.027), and at D = 256 (H100, 2026-12-07: fwd+bwd 0.862 ms to 1.421
-//        at B8 T2048 H4; 0.824 with P^T handed between the two warpgroups). Both on wgmma at B4
-//        T4096 H16 D128: fwd+bwd 3.374 ms (SDPA 2.029); at B1 T16384 12.880 (mma 17.380). Since
-//        the tile loads advance by constant steps (cuda/tile.cuh, bench/README): B4 T4096 H16
-//        D128 forward 0.691-0.698 ms, fwd+bwd 2.869-2.911; B8 T2048 H16 D64 fwd+bwd 0.942-0.945
-//        (SDPA 0.733). With the softmax's row
-//        max and sum as trees (tree_reduce) and descriptors advanced by adds (advance_desc;
-//        bench/README, session 40): D = 128 forward 0.640-0.667 ms, D = 64 0.227-0.244; with
-//        each row deciding its own rescale and the output staged through shared memory (sessions
-//        41 and 42): D = 128 0.608-0.640 ms, D = 64 0.207-0.215 (0.237-0.243 before the staging).
-//        The backward also runs as one warp-specialised kernel that adds dQ's shares in a fixed
-//        order (set_attention_fused_backward; its section says how), by default at D = 128 on
-//        long rows, where it measured faster: on the H100 (2026-12-05, fwd+bwd) B4 T4096 H16
-//        2.61 ms against 2.65-2.83, B1 T16384 8.49 against 9.69-9.82 (-13%). Emulator groups
-//        `wgmma`, `wgmma-bwd`, `fused-bwd`.
+//        (sm_90a). The forward is warp-specialised: a producer warpgroup loads K/V tiles of 128
+//        keys (64 at D = 256) into a ring of 3 (2 at D = 256) for consumer warpgroups of 64
+//        queries each (three at D = 64, 192 queries a block; two at D = 128 and 256;
+//        wg_blocking), S and O += P V as wgmma products (P from S's registers; a tile's softmax
+//        runs while the P V of the tile before does, and at D = 128 the consumers issue their
+//        products in turns), the mma forward's mask, online softmax and epilogue (shared
+//        helpers): the row max and sum as pairwise trees (tree_reduce), each row deciding its
+//        own rescale, every descriptor of a tile advanced from one by adds (advance_desc), the
+//        output staged through shared memory. The backward is the mma backward's two kernels
+//        with 64-row warpgroup products (at D = 256 dK/dV in two warpgroups, one an output; its
+//        section says how); on the emulator its gradients are the mma backward's to the
+//        printed digit. At D = 128 on long rows it runs instead as one warp-specialised kernel
+//        that adds dQ's shares in a fixed order (set_attention_fused_backward; its section says
+//        how). Which pass runs on wgmma: set_attention_wgmma / set_attention_wgmma_backward
+//        (cuda/attention.h), by default every pass in sm_90a builds; the defaults and the
+//        measurements behind them are at g_wgmma_forward and g_fused_backward below, the
+//        sessions' timings against SDPA in bench/README. Emulator groups `wgmma`, `wgmma-bwd`,
+//        `fused-bwd`.
 //   fma: plain fp32 arithmetic, any D, Dv <= 256, F32 or BF16 storage: one warp per row, keys
 //        (or queries) in shared-memory tiles of 32, one per lane. The readable version, and the
 //        fp32 path.
