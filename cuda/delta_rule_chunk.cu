@@ -73,7 +73,8 @@
 //     3c  dS <- exp(G_last) dS + scale Qg^T dO - W^T dVnew;  finally dh0 = dS          (mma)
 //   The tiles 3b reads last (k, Aqk, G) are copied for the next chunk once 3b is done; those 3c
 //   reads (q, W, dO, dU) at the top of a chunk, or a chunk ahead in a second set by chunk parity
-//   where shared memory allows (kTopAhead: the scalar gate at dk = 64). Aqk is lower triangular
+//   where shared memory allows (kTopAhead: the scalar gate at dk = 64, and at dk = 128 with 64
+//   columns a CTA, where no other CTA on the SM covers the round trip). Aqk is lower triangular
 //   and kept packed (row t in t / 4 + 1 pieces of 4 floats). dh[n] goes out in bf16, rounded
 //   once from the fp32 dS.
 //   Pass 4 (local_backward_kernel, grid (NT, HV, B), every chunk in parallel; steps 2, 4-8;
@@ -145,7 +146,7 @@
 // CTAs an SM at compile time) and CTAs an SM (launch bounds), 256 threads a CTA:
 //   scalar gate or none, dk \ dv   prepare (64/128/256)   scan      reverse scan (dv 64 / >= 128)
 //   64                              54.0 / 62.0 / 78.0     55.2 x2   102.2 x2
-//   128                             70.0 / 70.0 / 94.0     97.2 x2   107.2 x2 / 131.2 x1
+//   128                             70.0 / 70.0 / 94.0     97.2 x2   107.2 x2 / 200.2 x1
 //   256                             102.0                  221.2 x1  195.2 x1
 //                                   output (every dv)      local backward (dv 64 / 128 / 256)
 //   64                              54.2 x3                104.6 x2 (kCompact) / 164.6 / 147.6 x1
@@ -853,9 +854,10 @@ __device__ __forceinline__ void stage_gated_tiles(bf16* hi, bf16* lo, const bf16
 // time), dO and dU (then the scalar gate's scale exp(G) dO split, in their places), and in fp32
 // Aqk's packed rows and G (scalar gate: the chunk's, with exp(G) and exp(G_last - G); vector gate:
 // G_last's row). 64 state columns a CTA where DK = 256 or DK = 128 with DV >= 128 (one CTA an
-// SM: B HV DV / 64 CTAs, one wave at B8 H4 D256 and at B4 H16 D128 on 132 SMs; 195 / 131 KB),
-// else 32 (two an SM; 107 KB at DK = 128; at 64 102 / 99.5 KB, scalar / vector gate, with the
-// tiles of kTopAhead / kRawGate below).
+// SM: B HV DV / 64 CTAs, one wave at B8 H4 D256 and at B4 H16 D128 on 132 SMs; 195 KB, and at
+// DK = 128 131 KB, 200 KB with a scalar gate's tiles of kTopAhead), else 32 (two an SM; 107 KB
+// at DK = 128; at 64 102 / 99.5 KB, scalar / vector gate, with the tiles of kTopAhead / kRawGate
+// below).
 template <int DK, int DV, bool VG>
 struct ReverseScanSmem {
   static constexpr int BV = DK > 128 || (DK == 128 && DV >= 128) ? 64 : 32;
@@ -866,10 +868,13 @@ struct ReverseScanSmem {
   // (100 KB; from the workspace's G and global k, q, two more round trips a chunk, KDA's reverse
   // scan took 0.38 ms at B8 T2048 H16 D64 where the state in shared memory took 0.35, H100).
   static constexpr bool kRawGate = VG && DK == 64;
-  // The scalar gate at DK = 64 (kTopAhead) keeps two sets of the tiles 3c reads (q, W, dO, dU) by
-  // chunk parity and copies the next chunk's at the top of this one, a chunk ahead (102 KB, two
-  // CTAs an SM); elsewhere they are copied at the top of their own chunk, one round trip a chunk.
-  static constexpr bool kTopAhead = !VG && DK == 64;
+  // The scalar gate at DK = 64, and at DK = 128 with 64 columns (kTopAhead), keeps two sets of the
+  // tiles 3c reads (q, W, dO, dU) by chunk parity and copies the next chunk's at the top of this
+  // one, a chunk ahead (102 KB, two CTAs an SM; 200 KB, one CTA an SM, where no other CTA's
+  // products cover a round trip: fwd+bwd at B4 T4096 H16 D128, H100, DeltaNet 2.445 -> 2.380 ms,
+  // GDN 2.549 -> 2.499); elsewhere they are copied at the top of their own chunk, one round trip
+  // a chunk.
+  static constexpr bool kTopAhead = !VG && (DK == 64 || (DK == 128 && BV == 64));
   // A vector gate from DK = 128 on copies its gated operands from the prepare's planes into kd_hi,
   // kd_lo: 3b's K (.) exp(G_last - G) with the tiles 3c reads, at the chunk's top; 3c's scale
   // Q (.) exp(G) once 3b has read that, waited for just before 3c (a copy group of its own).
@@ -1204,7 +1209,7 @@ __global__ void __launch_bounds__(kThreads, (OutputSmem<DK, DV, VG>::kCtasPerSm)
 // (cp.async) during 3c, its q, W, dO and dU at its top, once 3c has read this chunk's: one
 // memory round trip a chunk (a vector gate from dk = 128 on: its K (.) exp(G_last - G) copied
 // with them, its scale Q (.) exp(G) once 3b has read that, in flight during -dVnew's split; the
-// scalar gate at dk = 64: none, those tiles a chunk ahead, kTopAhead).
+// scalar gate at dk = 64, and at dk = 128 with 64 columns: none, those tiles a chunk ahead, kTopAhead).
 template <int DK, int DV, bool VG>
 __global__ void __launch_bounds__(kThreads, (ReverseScanSmem<DK, DV, VG>::kCtasPerSm))
     reverse_scan_kernel(ChunkArgs a) {
