@@ -161,7 +161,7 @@
 //   64 / 128 / 256                  63.2 x3 / 88.2 x2 / 138.2 x1     178.6 / 216.9 / 219.4 (kWide) x1
 // Registers a thread (ptxas -v, sm_90a, nvcc 13.0): prepare 61-130; scan 69 / 108 / 184 at
 // dk = 64 / 128 / 256 (vector gate 100 / 116 / 218); output_kernel 76-85 (vector gate 76 / 112 /
-// 178); reverse scan 109 / 119-188 / 225 (vector gate 113 / 123-209 / 231); local backward 128
+// 178); reverse scan 109 / 119-192 / 225 (vector gate 113 / 123-209 / 231); local backward 128
 // at dk = dv = 64, else 155-252 (vector gate 161-255). No spills but 4-8 bytes in four vector
 // gate prepares (KDA at dk = 64, dv = 128 and at dk = dv = 128; GDN-2 at dk = dv = 128 and 256).
 #include "cuda/delta_rule_chunk.cuh"
