@@ -140,7 +140,8 @@
 // move a load above a store that may alias it). W's planes and the states h[n], dh[n] go out by
 // rows from staged tiles, 16 bytes a store (store_w_planes, chunk_mma::store_bf16_rows).
 // output_kernel has no chain to hide its loads behind: each thread issues all its pieces of a
-// tile at once (stage_f32_rows), and two or three CTAs an SM overlap.
+// tile at once (stage_f32_rows), and two or three CTAs an SM overlap (one with a vector gate at
+// dk = 256).
 //
 // Shared memory a CTA in KB (bytes(); launch_forward and launch_backward check each against its
 // CTAs an SM at compile time) and CTAs an SM (launch bounds), 256 threads a CTA:
