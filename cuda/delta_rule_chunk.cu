@@ -49,9 +49,11 @@
 //   (an fp32 operand as its hi and lo tiles): W's planes, the state split at the top of each
 //   chunk, Vnew split as 2a leaves it (a scalar gate's times exp(G_last - G)), k by
 //   ldmatrix.trans for 2c. Up to dk = 128 BV = 32 and two CTAs fit an SM, one CTA's copies
-//   overlapping the other's math; at dk = 256 BV = 64, one CTA an SM, B HV dv / 64 CTAs (one
-//   wave at B8 H4 D256 on 132 SMs). Every tile of the next chunk is copied as soon as this
-//   chunk's 2a has read its own (k by chunk parity), so the chain holds no memory round trip.
+//   overlapping the other's math; at dk = 256, and at dk = 128 without a vector gate where dv >=
+//   128, BV = 64, one CTA an SM, B HV dv / 64 CTAs (one wave at B8 H4 D256 and B4 H16 D128 on 132
+//   SMs). Every tile of the next chunk is copied as soon as this chunk's 2a has read its own (k
+//   by chunk parity), so the chain holds no memory round trip; at dk = 128 with BV = 64 a whole
+//   step ahead, at the top of this chunk into a second set by chunk parity (kTopAhead).
 //   A vector gate's gated K: copied from the prepare's planes at the top of the chunk, in flight
 //   during 2a (kGatedPlanes); at dk = 64 (kRawGate) the chunk's G rows and k come with its other
 //   tiles and the scan forms the gated operands from them.
@@ -145,9 +147,9 @@
 //
 // Shared memory a CTA in KB (bytes(); launch_forward and launch_backward check each against its
 // CTAs an SM at compile time) and CTAs an SM (launch bounds), 256 threads a CTA:
-//   scalar gate or none, dk \ dv   prepare (64/128/256)   scan      reverse scan (dv 64 / >= 128)
+//   scalar gate or none, dk \ dv   prepare (64/128/256)   scan and reverse scan (dv 64 / >= 128)
 //   64                              54.0 / 62.0 / 78.0     55.2 x2   102.2 x2
-//   128                             70.0 / 70.0 / 94.0     97.2 x2   107.2 x2 / 200.2 x1
+//   128                             70.0 / 70.0 / 94.0     97.2 x2 / 172.5 x1, 107.2 x2 / 200.2 x1
 //   256                             102.0                  221.2 x1  195.2 x1
 //                                   output (every dv)      local backward (dv 64 / 128 / 256)
 //   64                              54.2 x3                104.6 x2 (kCompact) / 164.6 / 147.6 x1
@@ -160,7 +162,7 @@
 //   256                             165.8                  222.0 x1  195.5 x1
 //                                   output                 local backward (every dv)
 //   64 / 128 / 256                  63.2 x3 / 88.2 x2 / 138.2 x1     178.6 / 216.9 / 219.4 (kWide) x1
-// Registers a thread (ptxas -v, sm_90a, nvcc 13.0): prepare 61-130; scan 69 / 108 / 184 at
+// Registers a thread (ptxas -v, sm_90a, nvcc 13.0): prepare 61-130; scan 69 / 108-156 / 184 at
 // dk = 64 / 128 / 256 (vector gate 100 / 116 / 218); output_kernel 76-85 (vector gate 76 / 112 /
 // 178); reverse scan 109 / 119-192 / 225 (vector gate 113 / 123-209 / 231); local backward 128
 // at dk = dv = 64, else 155-252 (vector gate 161-255). No spills but 4-8 bytes in four vector
@@ -969,42 +971,58 @@ struct ScanTiles {
 // launch at B4 T4096 H16 D128 on an H100, GDN's 0.44; at DK = 64 the same had taken KDA's
 // forward from 0.873 to 0.968 ms at B8 T2048 H16).
 // At DK = 256 the 64 columns of a CTA take 222 KB (one CTA an SM, B HV DV / 64 CTAs: one wave at
-// B8 H4 D256 on 132 SMs), at DK = 128 the 32 columns 97.5 KB, at DK = 64 55.3 KB (81.3 with
-// kRawGate; two an SM).
-template <int DK, bool VG>
+// B8 H4 D256 on 132 SMs), at DK = 64 55.3 KB (81.3 with kRawGate; two an SM), at DK = 128 the 32
+// columns 97.5 KB (two an SM), or without a vector gate where DV >= 128 64 columns as the reverse
+// scan's (one CTA an SM, one wave at B4 H16 D128). There no other CTA's products cover a copy,
+// so (kTopAhead) the CTA keeps two sets of W's planes, U and G by chunk parity, as k's, and
+// copies the next chunk's at the top of this one, a whole step ahead (172.5 KB), where copies
+// issued once 2a has read this chunk's have only Vnew's staging and 2c to hide behind.
+template <int DK, int DV, bool VG>
 struct ForwardScanSmem {
-  static constexpr int BV = DK > 128 ? 64 : 32;
-  static constexpr int kCtasPerSm = DK > 128 ? 1 : 2;  // launch bounds
+  static constexpr int BV = DK > 128 || (DK == 128 && DV >= 128 && !VG) ? 64 : 32;
+  static constexpr int kCtasPerSm = BV == 64 ? 1 : 2;  // launch bounds
   static constexpr bool kRawGate = VG && DK == 64;
+  static constexpr bool kTopAhead = !VG && DK == 128 && BV == 64;
+  static constexpr int kSets = kTopAhead ? 2 : 1;  // sets of W's planes, U and G
   static constexpr bool kGatedPlanes = delta_chunk::kGatedPlanes<DK, VG>;  // kd_hi, kd_lo copied from planes
   static constexpr int kLdK = DK + 8, kLdS = BV + 8, kLdU = BV + 4, kLdG = DK + 4;
   static constexpr int kG = kRawGate ? C * kLdG : VG ? DK : C;
-  float* U;           // (C, kLdU)
-  float* G;           // (kG): a scalar gate's G, a vector gate's G_last; kRawGate: (C, kLdG) G rows
+  // a chunk's W planes, U and G (by chunk parity with kTopAhead)
+  struct ChunkTiles {
+    float* U;           // (C, kLdU)
+    float* G;           // (kG): a scalar gate's G, a vector gate's G_last; kRawGate: (C, kLdG) G rows
+    bf16 *W_hi, *W_lo;  // (C, kLdK)
+  };
+  ChunkTiles even, odd;  // (odd = even without kTopAhead)
   float* g_last;      // (DK) a vector gate's G_last (kRawGate: G's last row)
   bf16* k_raw;        // (C, kLdK) kRawGate: the chunk's k
-  bf16 *W_hi, *W_lo;  // (C, kLdK)
   bf16* k[2];         // (C, kLdK): k by chunk parity; a vector gate's kd_hi, kd_lo
   bf16 *kd_hi, *kd_lo;
   bf16 *s_hi, *s_lo;  // (DK, kLdS): the state split
   bf16 *vn_hi, *vn_lo;  // (C, kLdS): Vnew (a scalar gate: Vnew (.) exp(G_last - G)) split, in s_hi's place on
   static constexpr size_t bytes() {
-    return sizeof(float) * (C * kLdU + kG) + sizeof(bf16) * ((kRawGate ? 5 : 4) * C * kLdK + 2 * DK * kLdS);
+    return sizeof(float) * kSets * (C * kLdU + kG) +
+           sizeof(bf16) * ((2 * kSets + (kRawGate ? 3 : 2)) * C * kLdK + 2 * DK * kLdS);
   }
   static_assert((C * kLdU + kG) % 4 == 0, "the bf16 tiles start 16-byte aligned");
   __device__ explicit ForwardScanSmem(void* p) {
-    U = static_cast<float*>(p), G = U + C * kLdU, g_last = kRawGate ? G + (C - 1) * kLdG : G;
-    W_hi = reinterpret_cast<bf16*>(G + kG), W_lo = W_hi + C * kLdK;
-    k[0] = W_lo + C * kLdK, k[1] = k[0] + C * kLdK, kd_hi = k[0], kd_lo = k[1];
+    float* f = static_cast<float*>(p);  // floats: the sets' U and G; bf16: the sets' W planes, then the rest
+    even.U = f, even.G = f + C * kLdU;
+    odd.U = kTopAhead ? even.G + kG : even.U, odd.G = kTopAhead ? odd.U + C * kLdU : even.G;
+    g_last = kRawGate ? even.G + (C - 1) * kLdG : even.G;
+    even.W_hi = reinterpret_cast<bf16*>(f + kSets * (C * kLdU + kG)), even.W_lo = even.W_hi + C * kLdK;
+    odd.W_hi = kTopAhead ? even.W_lo + C * kLdK : even.W_hi, odd.W_lo = kTopAhead ? odd.W_hi + C * kLdK : even.W_lo;
+    k[0] = even.W_hi + 2 * kSets * C * kLdK, k[1] = k[0] + C * kLdK, kd_hi = k[0], kd_lo = k[1];
     s_hi = k[1] + C * kLdK, s_lo = s_hi + DK * kLdS;
     vn_hi = s_hi, vn_lo = s_hi + C * kLdS;  // (2 C <= 2 DK rows: within s_hi, s_lo)
     k_raw = kRawGate ? s_lo + DK * kLdS : nullptr;
   }
   // (a select, not k[chunk & 1]: an indexed member array would put the struct in local memory)
   __device__ bf16* k_tile(int chunk) const { return chunk & 1 ? k[1] : k[0]; }
+  __device__ ChunkTiles chunk_tiles(int chunk) const { return chunk & 1 ? odd : even; }
   // columns v0 .. v0 + BV - 1 of h[n]'s hi plane (and lo plane where given) <- the staged split
   // state, 16-byte pieces
-  __device__ void store_state(bf16* hi, bf16* lo, int v0, int DV) const {
+  __device__ void store_state(bf16* hi, bf16* lo, int v0) const {
     chunk_mma::store_bf16_rows<DK, BV, kLdS>(hi + v0, DV, s_hi);
     if (lo) chunk_mma::store_bf16_rows<DK, BV, kLdS>(lo + v0, DV, s_lo);
   }
@@ -1014,14 +1032,15 @@ struct ForwardScanSmem {
 // registers, writing every chunk-start state h[n] and (with an output) Vnew for output_kernel's
 // 2b. A chunk's steps: h split into staged tiles (and stored from them as h[n]'s planes); 2a's
 // W h on W's planes and h's (three products: hi hi, hi lo, lo hi); every tile of the next chunk
-// copied (cp.async) once 2a has read this chunk's; Vnew split in the state's place; 2c's K^T
-// Vnew into the registers. The copies are in flight during Vnew's staging and 2c (a vector gate's
-// K (.) exp(G_last - G) from dk = 128 on, copied at the top of the chunk, during 2a), so the
+// copied (cp.async) once 2a has read this chunk's (kTopAhead: at the top, into the other parity's
+// tiles); Vnew split in the state's place; 2c's K^T Vnew into the registers. The copies are in
+// flight during Vnew's staging and 2c (a vector gate's K (.) exp(G_last - G) from dk = 128 on,
+// copied at the top of the chunk, during 2a; kTopAhead's during the whole chunk), so the
 // sequential chain holds no memory round trip.
 template <int DK, int DV, bool VG>
-__global__ void __launch_bounds__(kThreads, (ForwardScanSmem<DK, VG>::kCtasPerSm)) scan_kernel(ChunkArgs a) {
+__global__ void __launch_bounds__(kThreads, (ForwardScanSmem<DK, DV, VG>::kCtasPerSm)) scan_kernel(ChunkArgs a) {
   extern __shared__ float4 smem_raw[];
-  using Smem = ForwardScanSmem<DK, VG>;
+  using Smem = ForwardScanSmem<DK, DV, VG>;
   using chunk_mma::mma_staged;
   using chunk_mma::Padded;
   const Smem sm(smem_raw);
@@ -1031,15 +1050,16 @@ __global__ void __launch_bounds__(kThreads, (ForwardScanSmem<DK, VG>::kCtasPerSm
   const ScanTiles<DK> tiles(a, bi, j);
   auto copy_chunk = [&](int chunk) {  // W's planes, U, G; a scalar gate's k (kRawGate's too)
     const int64_t row0 = tiles.row0(chunk);
-    copy_planes<DK>(sm.W_hi, sm.W_lo, a.W_hi, a.W_lo, row0);
-    load_f32_rows_async<C, BV>(sm.U, kLdU, a.U + row0 * DV + v0, DV);
+    const typename Smem::ChunkTiles to = sm.chunk_tiles(chunk);
+    copy_planes<DK>(to.W_hi, to.W_lo, a.W_hi, a.W_lo, row0);
+    load_f32_rows_async<C, BV>(to.U, kLdU, a.U + row0 * DV + v0, DV);
     if (Smem::kRawGate) {
-      load_f32_rows_async<C, DK>(sm.G, Smem::kLdG, a.G + row0 * DK, DK);
+      load_f32_rows_async<C, DK>(to.G, Smem::kLdG, a.G + row0 * DK, DK);
       load_bf16_rows_async<C, DK>(sm.k_raw, tiles.qk(a.k, chunk), tiles.qk_stride, tiles.rows(chunk));
     } else if (VG) {
-      load_f32_rows_async<1, DK>(sm.G, DK, a.G + (row0 + C - 1) * DK, DK);  // G_last's row
+      load_f32_rows_async<1, DK>(to.G, DK, a.G + (row0 + C - 1) * DK, DK);  // G_last's row
     } else {
-      load_f32_rows_async<1, C>(sm.G, C, a.G + row0, 0);
+      load_f32_rows_async<1, C>(to.G, C, a.G + row0, 0);
       load_bf16_rows_async<C, DK>(sm.k_tile(chunk), tiles.qk(a.k, chunk), tiles.qk_stride, tiles.rows(chunk));
     }
   };
@@ -1051,6 +1071,9 @@ __global__ void __launch_bounds__(kThreads, (ForwardScanSmem<DK, VG>::kCtasPerSm
     const int64_t row0 = tiles.row0(chunk);  // first workspace row of the chunk
     const bool reset = a.resets(bi, chunk);  // a document starts here: from h = 0 (read before the wait)
     wait_tiles();  // this chunk's tiles; the previous chunk's reads of Vnew's and k's tiles are done
+    // kTopAhead: the next chunk's tiles into the other parity's, free since the previous chunk's 2c
+    if (Smem::kTopAhead && chunk + 1 < a.NT) copy_chunk(chunk + 1);
+    const typename Smem::ChunkTiles ct = sm.chunk_tiles(chunk);
     if constexpr (Smem::kGatedPlanes) {  // 2c's K (.) exp(G_last - G), a copy group of its own, waited for
       copy_planes<DK>(sm.kd_hi, sm.kd_lo, a.Kg_hi, a.Kg_lo, row0);  // before 2c: in flight during 2a
       cp_async_commit();
@@ -1058,26 +1081,26 @@ __global__ void __launch_bounds__(kThreads, (ForwardScanSmem<DK, VG>::kCtasPerSm
     if (reset) h.load(nullptr, v0, DV);
     h.template stage<kLdS>(sm.s_hi, sm.s_lo);
     if constexpr (Smem::kRawGate) {  // 2c's K (.) exp(G_last - G), split, from the chunk's tiles
-      stage_gated_tiles<DK, kLdK, Smem::kLdG>(sm.kd_hi, sm.kd_lo, sm.k_raw, sm.G,
+      stage_gated_tiles<DK, kLdK, Smem::kLdG>(sm.kd_hi, sm.kd_lo, sm.k_raw, ct.G,
                                               [&](int d, float g_s) { return exp_ftz(sm.g_last[d] - g_s); });
     }
     __syncthreads();  // the state's split is staged
     // every chunk-start state h[n], for 2b (output_kernel) and the backward (4.9 step 1); no lo
     // plane: no backward follows
     const int64_t state = (head * a.NT + chunk) * DK * DV;
-    sm.store_state(a.h_start + state, a.h_start_lo ? a.h_start_lo + state : nullptr, v0, DV);
+    sm.store_state(a.h_start + state, a.h_start_lo ? a.h_start_lo + state : nullptr, v0);
     // 2a: Vnew = U - W h (rows past n are 0 - 0 h = 0); for 2b also in a.U's place (the chunk's
     //     U is read) unless a.vnew (u_f32) holds it
     WarpTile<C, BV> wh;
     {
-      const Padded<kLdK, false> W_hi{sm.W_hi}, W_lo{sm.W_lo};
+      const Padded<kLdK, false> W_hi{ct.W_hi}, W_lo{ct.W_lo};
       const Padded<kLdS, false> s_hi{sm.s_hi}, s_lo{sm.s_lo};
 #pragma unroll 1
       for (int d0 = 0; d0 < DK; d0 += 64)  // (rolled blocks of 64 key dims: unrolled, dk = 256 spilled 104-152 bytes)
         mma_staged(wh, W_hi, s_hi, d0, d0 + 64), mma_staged(wh, W_hi, s_lo, d0, d0 + 64), mma_staged(wh, W_lo, s_hi, d0, d0 + 64);
     }
     wh.each_pair([&](int r, int c, float& x0, float& x1, int) {  // x0, x1 <- 2c's operands
-      const float2 u = make_float2(sm.U[r * kLdU + c] - x0, sm.U[r * kLdU + c + 1] - x1);
+      const float2 u = make_float2(ct.U[r * kLdU + c] - x0, ct.U[r * kLdU + c + 1] - x1);
       if (r < n && a.residual) {  // the backward's replay (4.9 step 1) writes no outputs
         const int64_t idx = ((int64_t(bi) * a.T + t0 + r) * a.HV + j) * DV + v0 + c;  // (B, T, HV, dv)
         *reinterpret_cast<uint32_t*>(a.residual + idx) = pack_bf16(u.x, u.y);
@@ -1085,14 +1108,14 @@ __global__ void __launch_bounds__(kThreads, (ForwardScanSmem<DK, VG>::kCtasPerSm
         else if (a.u_f32) a.u_f32[idx] = u.x, a.u_f32[idx + 1] = u.y;
       }
       if (a.o && !a.vnew) *reinterpret_cast<float2*>(a.U + (row0 + r) * DV + v0 + c) = u;
-      const float decay = VG ? 1.f : exp_ftz(sm.G[C - 1] - sm.G[r]);  // G_last = G[C - 1]: g = 0 past n
+      const float decay = VG ? 1.f : exp_ftz(ct.G[C - 1] - ct.G[r]);  // G_last = G[C - 1]: g = 0 past n
       x0 = u.x * decay, x1 = u.y * decay;
     });
     // 2c's decay of the state's rows: exp(G_last) (a vector gate's per channel; exponents <= 0)
-    const float glast = VG ? 0.f : sm.G[C - 1];
+    const float glast = VG ? 0.f : ct.G[C - 1];
     h.scale([&](int d) { return exp_ftz(VG ? sm.g_last[d] : glast); });
     __syncthreads();  // W, U, G and the state's split are read
-    if (chunk + 1 < a.NT) copy_chunk(chunk + 1);
+    if (!Smem::kTopAhead && chunk + 1 < a.NT) copy_chunk(chunk + 1);
     wh.each_pair([&](int r, int c, float x0, float x1, int) {
       chunk_mma::split_pair(x0, x1, *reinterpret_cast<uint32_t*>(sm.vn_hi + r * kLdS + c),
                             *reinterpret_cast<uint32_t*>(sm.vn_lo + r * kLdS + c));
@@ -2169,7 +2192,7 @@ void launch_kernel(Kernel kernel, dim3 grid, const ChunkArgs& a) {
 // VBW: with vector erase and write gates too (GDN-2; the scan is KDA's, W and U carry b and w).
 template <int DK, int DV, bool VG = false, bool VBW = false>
 void launch_forward(const ChunkArgs& a) {
-  using Scan = ForwardScanSmem<DK, VG>;
+  using Scan = ForwardScanSmem<DK, DV, VG>;
   using Output = OutputSmem<DK, DV, VG>;
   launch_kernel<PrepareSmem<DK, DV, VG, VBW>::bytes()>(prepare_kernel<DK, DV, VG, VBW>, dim3(a.NT, a.HV, a.B), a);
   static_assert(Scan::bytes() <= (228 / Scan::kCtasPerSm - 1) * 1024, "the scan CTAs an SM of its launch bounds");
