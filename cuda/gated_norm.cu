@@ -4,7 +4,9 @@
 // A "group row" is one group of G consecutive channels of one row: group row r = n * groups + gi
 // covers x, z, y elements [r * G, r * G + G) and weights [gi * G, gi * G + G). One warp per group
 // row (G is a head width, 64..256, or a Mamba-2 group of up to a few thousand channels); a block
-// of 8 warps handles 8 group rows.
+// of 8 warps handles 8 group rows. A lane takes W consecutive channels at a time: 16 bytes of T
+// (8 bf16, one load a tensor at G = 256) when G is a multiple of that and the pointers allow it,
+// else 1 (dispatch_group_width).
 //   forward:  pass 1 warp-sums a^2 (a = x, or x * act(z) when the gate comes first), pass 2
 //             writes y = a * rstd * w (* act(z) when the gate comes after)
 //   backward: pass 1 writes dz of the post-norm gate and warp-sums a_hat * dy0 * w, pass 2 writes
@@ -42,7 +44,7 @@ __device__ __forceinline__ float norm_input(float x, float z, GateAct act, bool 
   return gate_after ? x : x * gate_act(z, act);
 }
 
-template <class T>
+template <class T, int W>
 __global__ void gated_rmsnorm_forward_kernel(T* y, float* rstd, const T* x, const T* z, const T* w, int64_t rows,
                                              int G, int groups, float eps, GateAct act, bool gate_after) {
   const int64_t r = blockIdx.x * (int64_t)kRowsPerBlock + threadIdx.x / 32;  // group row n * groups + gi
@@ -51,21 +53,30 @@ __global__ void gated_rmsnorm_forward_kernel(T* y, float* rstd, const T* x, cons
   const int64_t base = r * G;          // = n * C + gi * G, first element of the group in x, z, y
   const T* wg = w + (r % groups) * G;  // wg: (G), the group's weights
   float sum_sq = 0;
-  for (int c = lane; c < G; c += 32) {
-    const float a = norm_input(to_float(x[base + c]), to_float(z[base + c]), act, gate_after);
-    sum_sq += a * a;
+  for (int c = lane * W; c < G; c += 32 * W) {
+    float xv[W], zv[W];
+    load_floats(xv, x + base + c), load_floats(zv, z + base + c);
+#pragma unroll
+    for (int k = 0; k < W; k++) {
+      const float a = norm_input(xv[k], zv[k], act, gate_after);
+      sum_sq += a * a;
+    }
   }
   const float rs = rsqrtf(warp_sum(sum_sq) / G + eps);  // rstd = 1/sqrt(mean(a^2) + eps)
   if (lane == 0) rstd[r] = rs;
-  for (int c = lane; c < G; c += 32) {
-    const float xc = to_float(x[base + c]), zc = to_float(z[base + c]);
-    float out = norm_input(xc, zc, act, gate_after) * rs * to_float(wg[c]);  // a_hat * w
-    if (gate_after) out *= gate_act(zc, act);                                 // * act(z)
-    y[base + c] = from_float<T>(out);
+  for (int c = lane * W; c < G; c += 32 * W) {
+    float xv[W], zv[W], wv[W], out[W];
+    load_floats(xv, x + base + c), load_floats(zv, z + base + c), load_floats(wv, wg + c);
+#pragma unroll
+    for (int k = 0; k < W; k++) {
+      out[k] = norm_input(xv[k], zv[k], act, gate_after) * rs * wv[k];  // a_hat * w
+      if (gate_after) out[k] *= gate_act(zv[k], act);                    // * act(z)
+    }
+    store_floats(y + base + c, out);
   }
 }
 
-template <class T>
+template <class T, int W>
 __global__ void gated_rmsnorm_backward_kernel(T* dx, T* dz, const T* dy, const T* x, const T* z, const T* w,
                                               const float* rstd, int64_t rows, int G, int groups, GateAct act,
                                               bool gate_after) {
@@ -77,55 +88,80 @@ __global__ void gated_rmsnorm_backward_kernel(T* dx, T* dz, const T* dy, const T
   const float rs = rstd[r];
   // pass 1: dy0 = gradient of y0 = a_hat * w; mean(a_hat * dy0 * w) for the norm backward
   float dot = 0;
-  for (int c = lane; c < G; c += 32) {
-    const int64_t i = base + c;
-    const float xc = to_float(x[i]), zc = to_float(z[i]), g = to_float(dy[i]), wc = to_float(wg[c]);
-    const float a_hat = norm_input(xc, zc, act, gate_after) * rs;
-    float dy0 = g;
-    if (gate_after) {  // y = y0 * act(z)  =>  dz = dy * y0 * act'(z),  dy0 = dy * act(z)
-      dz[i] = from_float<T>(g * a_hat * wc * gate_act_grad(zc, act));
-      dy0 = g * gate_act(zc, act);
+  for (int c = lane * W; c < G; c += 32 * W) {
+    float xv[W], zv[W], gv[W], wv[W], dzv[W];
+    load_floats(xv, x + base + c), load_floats(zv, z + base + c), load_floats(gv, dy + base + c);
+    load_floats(wv, wg + c);
+#pragma unroll
+    for (int k = 0; k < W; k++) {
+      const float a_hat = norm_input(xv[k], zv[k], act, gate_after) * rs;
+      float dy0 = gv[k];
+      if (gate_after) {  // y = y0 * act(z)  =>  dz = dy * y0 * act'(z),  dy0 = dy * act(z)
+        dzv[k] = gv[k] * a_hat * wv[k] * gate_act_grad(zv[k], act);
+        dy0 = gv[k] * gate_act(zv[k], act);
+      }
+      dot += a_hat * dy0 * wv[k];
     }
-    dot += a_hat * dy0 * wc;
+    if (gate_after) store_floats(dz + base + c, dzv);
   }
   const float mean_dot = warp_sum(dot) / G;
   // pass 2: a_hat = a * rstd(a)  =>  da = rstd * (dy0 * w - a_hat * mean(a_hat * dy0 * w))
-  for (int c = lane; c < G; c += 32) {
-    const int64_t i = base + c;
-    const float xc = to_float(x[i]), zc = to_float(z[i]), g = to_float(dy[i]);
-    const float a_hat = norm_input(xc, zc, act, gate_after) * rs;
-    const float dy0 = gate_after ? g * gate_act(zc, act) : g;
-    const float da = rs * (dy0 * to_float(wg[c]) - a_hat * mean_dot);
-    if (gate_after) {
-      dx[i] = from_float<T>(da);  // a = x
-    } else {                      // a = x * act(z)  =>  dx = da * act(z),  dz = da * x * act'(z)
-      dx[i] = from_float<T>(da * gate_act(zc, act));
-      dz[i] = from_float<T>(da * xc * gate_act_grad(zc, act));
+  for (int c = lane * W; c < G; c += 32 * W) {
+    float xv[W], zv[W], gv[W], wv[W], dxv[W], dzv[W];
+    load_floats(xv, x + base + c), load_floats(zv, z + base + c), load_floats(gv, dy + base + c);
+    load_floats(wv, wg + c);
+#pragma unroll
+    for (int k = 0; k < W; k++) {
+      const float a_hat = norm_input(xv[k], zv[k], act, gate_after) * rs;
+      const float dy0 = gate_after ? gv[k] * gate_act(zv[k], act) : gv[k];
+      const float da = rs * (dy0 * wv[k] - a_hat * mean_dot);
+      if (gate_after) {
+        dxv[k] = da;  // a = x
+      } else {        // a = x * act(z)  =>  dx = da * act(z),  dz = da * x * act'(z)
+        dxv[k] = da * gate_act(zv[k], act);
+        dzv[k] = da * xv[k] * gate_act_grad(zv[k], act);
+      }
     }
+    store_floats(dx + base + c, dxv);
+    if (!gate_after) store_floats(dz + base + c, dzv);
   }
 }
 
 // y0 = a_hat * w  =>  dw = sum_rows dy0 * a_hat.  grid (column tiles, parts): part p sums rows
-// p, p + parts, ... of column col into partial[p, col]; partial: (parts, C).
-template <class T>
+// p, p + parts, ... of columns col .. col + W - 1 (one group's: G % W == 0) into partial[p, col..];
+// partial: (parts, C).
+template <class T, int W>
 __global__ void gated_rmsnorm_dw_partial_kernel(float* partial, const T* dy, const T* x, const T* z,
                                                 const float* rstd, int64_t N, int C, int G, GateAct act,
                                                 bool gate_after) {
-  const int col = blockIdx.x * blockDim.x + threadIdx.x;
+  const int col = (blockIdx.x * blockDim.x + threadIdx.x) * W;
   if (col >= C) return;
   const int groups = C / G, gi = col / G;
-  float sum = 0;
+  float sum[W] = {};
   for (int64_t n = blockIdx.y; n < N; n += gridDim.y) {
     const int64_t i = n * C + col;
-    const float xc = to_float(x[i]), zc = to_float(z[i]), g = to_float(dy[i]);
-    const float a_hat = norm_input(xc, zc, act, gate_after) * rstd[n * groups + gi];
-    const float dy0 = gate_after ? g * gate_act(zc, act) : g;
-    sum += dy0 * a_hat;
+    float xv[W], zv[W], gv[W];
+    load_floats(xv, x + i), load_floats(zv, z + i), load_floats(gv, dy + i);
+    const float rs = rstd[n * groups + gi];
+#pragma unroll
+    for (int k = 0; k < W; k++) {
+      const float a_hat = norm_input(xv[k], zv[k], act, gate_after) * rs;
+      sum[k] += (gate_after ? gv[k] * gate_act(zv[k], act) : gv[k]) * a_hat;  // dy0 * a_hat
+    }
   }
-  partial[blockIdx.y * (int64_t)C + col] = sum;
+#pragma unroll
+  for (int k = 0; k < W; k++) partial[blockIdx.y * (int64_t)C + col + k] = sum[k];
 }
 
 unsigned row_blocks(int64_t rows) { return static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock); }
+
+// Calls fn(Width<W>{}): W = 16 bytes of T when the group width G is a multiple of it and every
+// pointer is 16-byte aligned (then every group row and lane's piece is), else 1.
+template <class T, class Fn, class... Ptrs>
+void dispatch_group_width(int64_t G, Fn&& fn, const Ptrs*... ptrs) {
+  if (G % kVecWidth<T> == 0) dispatch_width<T>(fn, ptrs...);
+  else fn(Width<1>{});
+}
 
 }  // namespace
 
@@ -136,10 +172,12 @@ void gated_rmsnorm_forward(void* y, float* rstd, const void* x, const void* z, c
   const int64_t groups = C / G, rows = N * groups;
   dispatch_storage(dtype, "gated_rmsnorm_forward", [&](auto tag) {
     using T = decltype(tag);
-    gated_rmsnorm_forward_kernel<T><<<row_blocks(rows), kThreads>>>(
-        static_cast<T*>(y), rstd, static_cast<const T*>(x), static_cast<const T*>(z), static_cast<const T*>(w), rows,
-        static_cast<int>(G), static_cast<int>(groups), static_cast<float>(d.eps), d.act,
-        d.order == GateOrder::NormThenGate);
+    dispatch_group_width<T>(G, [&](auto width) {
+      gated_rmsnorm_forward_kernel<T, decltype(width)::value><<<row_blocks(rows), kThreads>>>(
+          static_cast<T*>(y), rstd, static_cast<const T*>(x), static_cast<const T*>(z), static_cast<const T*>(w),
+          rows, static_cast<int>(G), static_cast<int>(groups), static_cast<float>(d.eps), d.act,
+          d.order == GateOrder::NormThenGate);
+    }, static_cast<const T*>(y), static_cast<const T*>(x), static_cast<const T*>(z), static_cast<const T*>(w));
   });
   CUDA_CHECK_LAUNCH();
 }
@@ -151,26 +189,33 @@ void gated_rmsnorm_backward(void* dx, void* dz, void* dw, const void* dy, const 
   const int64_t groups = C / G, rows = N * groups;
   const GateAct act = d.act;
   const bool gate_after = d.order == GateOrder::NormThenGate;
-  const int parts = static_cast<int>(std::min<int64_t>(N, std::max<int64_t>(kColumnParts, kColumnPassThreads / C)));
-  const int col_threads = static_cast<int>(std::min<int64_t>(256, (C + 31) / 32 * 32));
-  const dim3 col_grid(static_cast<unsigned>((C + col_threads - 1) / col_threads), static_cast<unsigned>(parts));
-  const size_t partial_bytes = static_cast<size_t>(parts) * C * sizeof(float);
-  float* partial = static_cast<float*>(device_alloc(partial_bytes));  // partial: (parts, C)
   dispatch_storage(dtype, "gated_rmsnorm_backward", [&](auto tag) {
     using T = decltype(tag);
     const T *dy_t = static_cast<const T*>(dy), *x_t = static_cast<const T*>(x), *z_t = static_cast<const T*>(z);
-    gated_rmsnorm_backward_kernel<T><<<row_blocks(rows), kThreads>>>(
-        static_cast<T*>(dx), static_cast<T*>(dz), dy_t, x_t, z_t, static_cast<const T*>(w), rstd, rows,
-        static_cast<int>(G), static_cast<int>(groups), act, gate_after);
-    CUDA_CHECK_LAUNCH();
-    gated_rmsnorm_dw_partial_kernel<T><<<col_grid, col_threads>>>(partial, dy_t, x_t, z_t, rstd, N,
-                                                                  static_cast<int>(C), static_cast<int>(G), act,
-                                                                  gate_after);
-    CUDA_CHECK_LAUNCH();
-    write_column_sums(static_cast<T*>(dw), partial, parts, C);
+    dispatch_group_width<T>(G, [&](auto width) {
+      constexpr int W = decltype(width)::value;
+      gated_rmsnorm_backward_kernel<T, W><<<row_blocks(rows), kThreads>>>(
+          static_cast<T*>(dx), static_cast<T*>(dz), dy_t, x_t, z_t, static_cast<const T*>(w), rstd, rows,
+          static_cast<int>(G), static_cast<int>(groups), act, gate_after);
+      CUDA_CHECK_LAUNCH();
+      // the dw pass: a thread a piece of W columns, parts enough for ~kColumnPassThreads threads
+      const int64_t pieces = C / W;
+      const int parts =
+          static_cast<int>(std::min<int64_t>(N, std::max<int64_t>(kColumnParts, kColumnPassThreads / pieces)));
+      const int col_threads = static_cast<int>(std::min<int64_t>(256, (pieces + 31) / 32 * 32));
+      const dim3 col_grid(static_cast<unsigned>((pieces + col_threads - 1) / col_threads),
+                          static_cast<unsigned>(parts));
+      const size_t partial_bytes = static_cast<size_t>(parts) * C * sizeof(float);
+      float* partial = static_cast<float*>(device_alloc(partial_bytes));  // partial: (parts, C)
+      gated_rmsnorm_dw_partial_kernel<T, W><<<col_grid, col_threads>>>(partial, dy_t, x_t, z_t, rstd, N,
+                                                                       static_cast<int>(C), static_cast<int>(G), act,
+                                                                       gate_after);
+      CUDA_CHECK_LAUNCH();
+      write_column_sums(static_cast<T*>(dw), partial, parts, C);
+      device_free(partial, partial_bytes);
+    }, static_cast<const T*>(dx), static_cast<const T*>(dz), dy_t, x_t, z_t, static_cast<const T*>(w));
   });
   CUDA_CHECK_LAUNCH();
-  device_free(partial, partial_bytes);
 }
 
 }  // namespace hla::cuda

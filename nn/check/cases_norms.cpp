@@ -149,6 +149,19 @@ void add_gated_norm_cases() {
        })
     add_case(gpu_case("gated_norm", "gated_rmsnorm " + c.name + " " + shape_str(c.shape),
                       named_kernel("warp per group"), inputs(c.shape), op(c)));
+  // perf: GDN's output norm in fla's 340M layout (B 8, T 2048, 4 heads of 256); bytes in bf16: the
+  // forward reads o and the gate and writes y, the backward reads them and dy and writes do, dgate
+  const int64_t N = 8 * 2048, H = 4, G = 256;
+  const double tensor = 2.0 * N * H * G;
+  const GatedNormCase gdn{"", {N, H, G}, A::Swish, O::NormThenGate, 0, 1e-6};
+  add_case(perf_case("gated_norm", "gated_rmsnorm gdn-340m " + dims_label({{"N", N}, {"H", H}, {"G", G}}),
+                     named_kernel("warp per group"),
+                     [](uint64_t) {
+                       return Inputs{{"x", perf_input(PerfPool::Normal, 0, {N, H, G})},
+                                     {"z", perf_input(PerfPool::Normal, 1, {N, H, G})},
+                                     {"weight", perf_input(PerfPool::Normal, 2, {G}, 0.3)}};
+                     },
+                     op(gdn), {0, 0, 3 * tensor, 8 * tensor, 0, 0, "", {{"N", N}, {"H", H}, {"G", G}}}));
 }
 
 struct GroupNormCase {
