@@ -108,6 +108,23 @@ void add_arith_cases() {
         named_kernel("memcpy2d"), [c](uint64_t seed) { return Inputs{{"x", randn64(c.x_shape, seed + 1)}}; },
         [c](const Vars& x) { return split_last(x[0], c.widths); }));
   }
+
+  // concat0: pieces of 2, 1 and 3 rows, the first stacked twice (its gradient is the sum of its
+  // two row blocks'); on the GPU GDN's a_proj and b_proj (4 heads, D = 1024) and odd rows.
+  auto concat_inputs = [](std::vector<Shape> shapes) {
+    return [shapes](uint64_t seed) {
+      Inputs in;
+      for (size_t i = 0; i < shapes.size(); i++) in.push_back({"x" + std::to_string(i), randn64(shapes[i], seed + i)});
+      return in;
+    };
+  };
+  add_case(grad_case("arith", "concat0", 7, concat_inputs({{2, 3}, {1, 3}, {3, 3}}),
+                     [](const Vars& v) { return Vars{concat0({v[0], v[1], v[2], v[0]})}; }));
+  for (const std::vector<Shape>& shapes : {std::vector<Shape>{{4, 1024}, {4, 1024}},
+                                           std::vector<Shape>{{3, 5, 7}, {1, 5, 7}, {6, 5, 7}}}) {
+    add_case(gpu_case("arith", "concat0 " + shape_str(shapes[0]) + " and " + std::to_string(shapes.size() - 1) + " more",
+                      named_kernel("memcpy"), concat_inputs(shapes), [](const Vars& v) { return Vars{concat0(v)}; }));
+  }
 }
 
 void add_cast_cases() {

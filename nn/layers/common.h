@@ -52,6 +52,16 @@ inline Var project(const ParamStore& store, const Var& x, const Var& w, const Va
   return linear(x, store.use(w), b.defined() ? store.use(b) : Var());
 }
 
+// x's projections by several weights (w_i: (n_i, D)) as one GEMM on the weights stacked, split
+// back into (..., n_i) pieces: for narrow ones (a per-head gate's n = H) two products would each
+// read all of x, and their backward add into x's gradient twice.
+inline std::vector<Var> project_stacked(const ParamStore& store, const Var& x, const std::vector<Var>& ws) {
+  std::vector<Var> compute;
+  std::vector<int64_t> widths;
+  for (const Var& w : ws) compute.push_back(store.use(w)), widths.push_back(w.size(0));
+  return split_last(linear(x, concat0(compute)), widths);
+}
+
 // (B, T, H*d) <-> (B, T, H, d)
 inline Var split_heads(const Var& x, int64_t H, int64_t d) { return reshape(x, {x.size(0), x.size(1), H, d}); }
 inline Var merge_heads(const Var& x) { return reshape(x, {x.size(0), x.size(1), x.size(2) * x.size(3)}); }

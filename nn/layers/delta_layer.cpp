@@ -136,17 +136,19 @@ class DeltaLayer : public Mixer {
 
   // g: log decay, b: erase (beta), w: write gate (undefined = b) for this mixer.
   void gates(const Var& x, Var& g, Var& b, Var& w) const {
-    Var beta_logits = project(store_, x, b_);
     switch (kind_) {
       case DeltaKind::DeltaNet:
-        b = sigmoid(beta_logits);  // (B, T, H)
+        b = sigmoid(project(store_, x, b_));  // (B, T, H)
         break;
-      case DeltaKind::GatedDeltaNet:
-        b = sigmoid(beta_logits);  // (B, T, HV)
-        g = ssm_gate(project(store_, x, a_), store_.use(a_log_), store_.use(dt_bias_));  // (B, T, HV)
+      case DeltaKind::GatedDeltaNet: {
+        const std::vector<Var> ab = project_stacked(store_, x, {a_, b_});  // a_proj, b_proj: one GEMM
+        b = sigmoid(ab[1]);                                                  // (B, T, HV)
+        g = ssm_gate(ab[0], store_.use(a_log_), store_.use(dt_bias_));       // (B, T, HV)
         break;
+      }
       case DeltaKind::Kda:
       case DeltaKind::Gdn2: {
+        Var beta_logits = project(store_, x, b_);
         Var f = project(store_, project(store_, x, f0_), f1_);
         Var gf = ssm_gate(f, store_.use(a_log_), store_.use(dt_bias_));  // (B, T, heads*dk)
         g = split_heads(gf, gf.size(2) / dk_, dk_);

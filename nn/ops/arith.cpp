@@ -196,4 +196,38 @@ std::vector<Var> split_last(const Var& x, const std::vector<int64_t>& widths) {
   }, "split_last");
 }
 
+Var concat0(const std::vector<Var>& xs) {
+  HLA_CHECK(!xs.empty(), "concat0: no pieces to stack");
+  const Tensor first = xs[0].value();
+  Shape shape = first.shape();
+  HLA_CHECK(!shape.empty(), "concat0: pieces need a first dimension, got ", first.str());
+  std::vector<int64_t> rows;
+  for (const Var& x : xs) {
+    Shape rest = x.shape(), want = first.shape();
+    HLA_CHECK(!rest.empty() && rest.size() == want.size(), "concat0: piece ", x.value().str(), " does not stack on ",
+              first.str());
+    rest[0] = want[0];
+    HLA_CHECK(rest == want && x.value().dtype() == first.dtype() && x.value().device() == first.device(),
+              "concat0: piece ", x.value().str(), " does not stack on ", first.str());
+    rows.push_back(x.size(0));
+  }
+  shape[0] = 0;
+  for (int64_t r : rows) shape[0] += r;
+  Tensor y = Tensor::empty(shape, first.dtype(), first.device());
+  int64_t begin = 0;
+  for (size_t i = 0; i < xs.size(); i++) {  // y[begin : begin + rows_i] = x_i
+    y.slice0(begin, begin + rows[i]).copy_(xs[i].value());
+    begin += rows[i];
+  }
+  return record_op1(y, xs, [=](const std::vector<Tensor>& g) {
+    std::vector<Tensor> grads;
+    int64_t b0 = 0;
+    for (int64_t r : rows) {  // d x_i = dy[b0 : b0 + rows_i], a view (the engine copies what it keeps)
+      grads.push_back(g[0].slice0(b0, b0 + r));
+      b0 += r;
+    }
+    return grads;
+  }, "concat0");
+}
+
 }  // namespace hla

@@ -1,5 +1,5 @@
-// Elementwise arithmetic and shape ops on Vars: add, mul, scale, sum, mean, reshape, and
-// the broadcasts over the last dimension that layers need (per-channel scale and bias).
+// Elementwise arithmetic and shape ops on Vars: add, mul, scale, sum, mean, reshape, split_last,
+// concat0, and the broadcasts over the last dimension that layers need (per-channel scale and bias).
 // They run on any device through tensor/math.h (the broadcasts and split_last through their own
 // kernels, cpu:: in arith.cpp and cuda/arith.cu). Gradients: written in full.
 #pragma once
@@ -23,5 +23,8 @@ inline Var add_rows(const Var& x, const Var& w) { return add_broadcast(x, w, 1);
 Var scale_by(const Var& x, const Var& s);  // y = s * x for a one-element s (a learned scalar)
 // Splits the last dimension into pieces of the given widths (they must add up to it).
 std::vector<Var> split_last(const Var& x, const std::vector<int64_t>& widths);
+// Stacks Vars along the first dimension (the others equal), e.g. two projections' weights for one
+// GEMM; each piece's gradient is its rows of the result's.
+Var concat0(const std::vector<Var>& xs);
 
 }  // namespace hla
