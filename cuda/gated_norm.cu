@@ -11,8 +11,10 @@
 //             writes y = a * rstd * w (* act(z) when the gate comes after)
 //   backward: pass 1 writes dz of the post-norm gate and warp-sums a_hat * dy0 * w, pass 2 writes
 //             dx (and dz of the pre-norm gate)
-// dw = sum over rows of dy0 * a_hat is a column sum over the N rows: a second kernel writes fp32
-// partial sums over slices of the rows, write_column_sums (cuda/reduce.cuh) sums them into dw (deterministic).
+// dw = sum over rows of dy0 * a_hat is a column sum over the N rows: with one group a row (C = G:
+// the per-head output norms) the backward's blocks sum it over their rows as they go, else a
+// second kernel writes fp32 partial sums over slices of the rows; write_column_sums
+// (cuda/reduce.cuh) sums the partials into dw (deterministic).
 #include "cuda/reduce.cuh"
 #include "cuda/gated_norm.h"
 
@@ -27,6 +29,11 @@ constexpr int kThreads = 32 * kRowsPerBlock;
 // N = 65536 rows took 0.134 ms a call with 256 slices (H200, the GDN 3:1 hybrid's step).
 constexpr int64_t kColumnParts = 256;
 constexpr int64_t kColumnPassThreads = int64_t{1} << 18;
+// One group a row (C = G, per-head norms) up to kMaxFusedG channels: the backward's blocks sum dw
+// themselves (8 G floats of shared memory a block), at most kFusedParts blocks, so that each
+// partial covers many rows (a fixed count: the sums' order does not depend on the device).
+constexpr int64_t kMaxFusedG = 1024;
+constexpr int64_t kFusedParts = 512;
 
 __device__ __forceinline__ float sigmoid_of(float v) { return 1.0f / (1.0f + expf(-v)); }
 // act(z): swish z * s(z) or sigmoid s(z)
@@ -76,16 +83,12 @@ __global__ void gated_rmsnorm_forward_kernel(T* y, float* rstd, const T* x, cons
   }
 }
 
-template <class T, int W>
-__global__ void gated_rmsnorm_backward_kernel(T* dx, T* dz, const T* dy, const T* x, const T* z, const T* w,
-                                              const float* rstd, int64_t rows, int G, int groups, GateAct act,
-                                              bool gate_after) {
-  const int64_t r = blockIdx.x * (int64_t)kRowsPerBlock + threadIdx.x / 32;
-  if (r >= rows) return;
-  const int lane = threadIdx.x % 32;
-  const int64_t base = r * G;
-  const T* wg = w + (r % groups) * G;  // wg: (G)
-  const float rs = rstd[r];
+// One group row's backward (base: its first element; wg: (G), its group's weights; rs: its
+// rstd), by the 32 lanes of a warp; kFusedDw: dy0 * a_hat added into own_dw (G), the lanes'
+// own channels.
+template <class T, int W, bool kFusedDw>
+__device__ void backward_group_row(T* dx, T* dz, float* own_dw, const T* dy, const T* x, const T* z, const T* wg,
+                                   float rs, int64_t base, int G, int lane, GateAct act, bool gate_after) {
   // pass 1: dy0 = gradient of y0 = a_hat * w; mean(a_hat * dy0 * w) for the norm backward
   float dot = 0;
   for (int c = lane * W; c < G; c += 32 * W) {
@@ -101,6 +104,7 @@ __global__ void gated_rmsnorm_backward_kernel(T* dx, T* dz, const T* dy, const T
         dy0 = gv[k] * gate_act(zv[k], act);
       }
       dot += a_hat * dy0 * wv[k];
+      if constexpr (kFusedDw) own_dw[c + k] += dy0 * a_hat;  // y0 = a_hat * w  =>  dw += dy0 * a_hat
     }
     if (gate_after) store_floats(dz + base + c, dzv);
   }
@@ -124,6 +128,35 @@ __global__ void gated_rmsnorm_backward_kernel(T* dx, T* dz, const T* dy, const T
     }
     store_floats(dx + base + c, dxv);
     if (!gate_after) store_floats(dz + base + c, dzv);
+  }
+}
+
+// kFusedDw (one group a row: every group row reads all of w): the block's warps take group rows
+// blockIdx.x * 8 + warp, then every gridDim.x * 8 rows after it, each warp summing dy0 * a_hat
+// into its own row of dw_rows (its lanes' channels, no atomics); the block then adds its 8 rows
+// in order into partial[blockIdx.x] (deterministic). Else one group row a warp, dw left to
+// gated_rmsnorm_dw_partial_kernel.
+template <class T, int W, bool kFusedDw>
+__global__ void gated_rmsnorm_backward_kernel(T* dx, T* dz, float* partial, const T* dy, const T* x, const T* z,
+                                              const T* w, const float* rstd, int64_t rows, int G, int groups,
+                                              GateAct act, bool gate_after) {
+  extern __shared__ float dw_rows[];  // kFusedDw: (kRowsPerBlock, G)
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  float* own_dw = dw_rows + warp * G;
+  if constexpr (kFusedDw)
+    for (int c = lane * W; c < G; c += 32 * W)
+#pragma unroll
+      for (int k = 0; k < W; k++) own_dw[c + k] = 0;
+  for (int64_t r = blockIdx.x * (int64_t)kRowsPerBlock + warp; r < rows; r += gridDim.x * (int64_t)kRowsPerBlock)
+    backward_group_row<T, W, kFusedDw>(dx, dz, own_dw, dy, x, z, w + (r % groups) * G, rstd[r], r * G, G, lane, act,
+                                       gate_after);
+  if constexpr (kFusedDw) {
+    __syncthreads();
+    for (int c = threadIdx.x; c < G; c += blockDim.x) {
+      float sum = 0;
+      for (int v = 0; v < kRowsPerBlock; v++) sum += dw_rows[v * G + c];
+      partial[blockIdx.x * (int64_t)G + c] = sum;
+    }
   }
 }
 
@@ -194,8 +227,20 @@ void gated_rmsnorm_backward(void* dx, void* dz, void* dw, const void* dy, const 
     const T *dy_t = static_cast<const T*>(dy), *x_t = static_cast<const T*>(x), *z_t = static_cast<const T*>(z);
     dispatch_group_width<T>(G, [&](auto width) {
       constexpr int W = decltype(width)::value;
-      gated_rmsnorm_backward_kernel<T, W><<<row_blocks(rows), kThreads>>>(
-          static_cast<T*>(dx), static_cast<T*>(dz), dy_t, x_t, z_t, static_cast<const T*>(w), rstd, rows,
+      if (groups == 1 && G <= kMaxFusedG) {  // dw summed by the backward's blocks
+        const int parts = static_cast<int>(std::min<int64_t>(row_blocks(rows), kFusedParts));
+        const size_t partial_bytes = static_cast<size_t>(parts) * C * sizeof(float);
+        float* partial = static_cast<float*>(device_alloc(partial_bytes));  // partial: (parts, C)
+        gated_rmsnorm_backward_kernel<T, W, true><<<parts, kThreads, kRowsPerBlock * G * sizeof(float)>>>(
+            static_cast<T*>(dx), static_cast<T*>(dz), partial, dy_t, x_t, z_t, static_cast<const T*>(w), rstd, rows,
+            static_cast<int>(G), 1, act, gate_after);
+        CUDA_CHECK_LAUNCH();
+        write_column_sums(static_cast<T*>(dw), partial, parts, C);
+        device_free(partial, partial_bytes);
+        return;
+      }
+      gated_rmsnorm_backward_kernel<T, W, false><<<row_blocks(rows), kThreads>>>(
+          static_cast<T*>(dx), static_cast<T*>(dz), nullptr, dy_t, x_t, z_t, static_cast<const T*>(w), rstd, rows,
           static_cast<int>(G), static_cast<int>(groups), act, gate_after);
       CUDA_CHECK_LAUNCH();
       // the dw pass: a thread a piece of W columns, parts enough for ~kColumnPassThreads threads

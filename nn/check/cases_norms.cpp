@@ -140,6 +140,8 @@ void add_gated_norm_cases() {
     add_case(grad_case("gated_norm", c.name, 50, inputs(c.shape), op(c)));
   for (const GatedNormCase& c : {
            GatedNormCase{"swish heads", {2, 37, 3, 64}, A::Swish, O::NormThenGate, 0, 1e-6},      // GLA, GDN
+           // more group rows than the fused dw's 512 blocks x 8 warps: warps take several rows
+           GatedNormCase{"swish heads, 8800 rows", {2, 1100, 4, 64}, A::Swish, O::NormThenGate, 0, 1e-6},
            GatedNormCase{"sigmoid heads", {2, 37, 4, 256}, A::Sigmoid, O::NormThenGate, 0, 1e-6},  // KDA, GDN-2
            GatedNormCase{"swish whole row", {2, 37, 1000}, A::Swish, O::NormThenGate, 0, 1e-6},    // HGRN
            GatedNormCase{"swish groups of 33", {2, 37, 165}, A::Swish, O::NormThenGate, 33, 1e-6},
