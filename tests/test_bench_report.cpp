@@ -80,10 +80,12 @@ TEST_CASE("every bench case has its shape, a mixer's its anchor too and a name e
     REQUIRE(!c->perf.dims.empty());
     // The loss rows ("linear_cross_entropy 374M chunk4096") have no anchor; every other names
     // its shape at the end and has one, but the layers' helper ops (the short convolution,
-    // RMSNorm, rope: not mixers, their yardstick is the memory floor their GB/s column shows).
+    // RMSNorm, the gated output norm, rope: not mixers, their yardstick is the memory floor their
+    // GB/s column shows).
     if (c->group != "linear_cross_entropy") {
       const std::string label = dims_label(c->perf.dims);
-      const bool helper = c->group == "short_conv" || c->group == "rmsnorm" || c->group == "rope";
+      const bool helper =
+          c->group == "short_conv" || c->group == "rmsnorm" || c->group == "gated_norm" || c->group == "rope";
       if (!helper) CHECK(!c->perf.anchor.empty());
       REQUIRE(c->name.size() > label.size());
       CHECK(c->name.substr(c->name.size() - label.size()) == label);
