@@ -360,6 +360,7 @@ int main(int argc, char** argv) {
     run({false, true, false, true, 1, 256, 1, 1, 128, 128, 0.0, false, false, {0, 1, 2}}, seed++);
     run({true, false, true, true, 1, 192, 1, 2, 128, 64, 0.0, true, false, {2}}, seed++);
     run({true, true, true, true, 1, 130, 1, 1, 256, 128, 1.0, false, false, {1}}, seed++);
+    run({true, false, true, true, 1, 256, 1, 1, 128, 128, 0.0, true, false, {1, 2}}, seed++);  // KDA, one CTA an SM
   }
   if (wants("wide256")) {
     // KDA and GDN-2 at dk = 256: dv 256 / 128 / 64, a partial last chunk, grouped value heads,
