@@ -1,5 +1,5 @@
 // The small mixer ops (l2norm, short conv, token shift + lerps, gated RMSNorm, GroupNorm /
-// LayerNorm, gate parameterisations): values on hand-worked inputs, chunked == whole-sequence
+// LayerNorm, gate parameterisations, concat0 for stacked projections): values on hand-worked inputs, chunked == whole-sequence
 // for the stateful ops (short conv, token shift), equivalence with compositions of existing
 // ops, and float32 against float64 within 1e-5 relative. Gradients are checked by the
 // registered gradchecks (tests/test_gradcheck.cpp).
@@ -16,6 +16,7 @@
 #include "nn/ops/gates.h"
 #include "nn/ops/group_norm.h"
 #include "nn/ops/l2norm.h"
+#include "nn/ops/linear.h"
 #include "nn/ops/rmsnorm.h"
 #include "nn/ops/short_conv.h"
 #include "nn/ops/token_shift.h"
@@ -217,6 +218,36 @@ TEST_CASE("gated_rmsnorm equals rmsnorm composed with the gate, forward and back
     CHECK(max_abs_gap(za.grad(), zb.grad()) <= 1e-13);
     CHECK(max_abs_gap(wa.grad(), wb.grad()) <= 1e-13);
   }
+}
+
+TEST_CASE("concat0 stacks rows; each piece's gradient is its rows, summed where a piece is stacked twice") {
+  Var a(f64({1, 2, 3, 4, 5, 6}, {2, 3}), true), b(f64({7, 8, 9}, {1, 3}), true);
+  Var y = concat0({a, b, a});  // y: (5, 3)
+  CHECK(y.shape() == Shape{5, 3});
+  CHECK(y.value().to_f64_vector() == std::vector<double>{1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3, 4, 5, 6});
+  std::vector<double> dy(15);
+  for (int i = 0; i < 15; i++) dy[i] = 0.5 * i;
+  y.backward(f64(dy, {5, 3}));
+  CHECK(a.grad().to_f64_vector() == std::vector<double>{0 + 4.5, 0.5 + 5, 1 + 5.5, 1.5 + 6, 2 + 6.5, 2.5 + 7});
+  CHECK(b.grad().to_f64_vector() == std::vector<double>{3, 3.5, 4});
+  CHECK_THROWS_WITH_AS(concat0({a, Var(f64({1, 2}, {1, 2}))}), doctest::Contains("concat0: piece (1, 2)"), Error);
+  CHECK_THROWS_WITH_AS(concat0({}), doctest::Contains("concat0: no pieces"), Error);
+}
+
+TEST_CASE("projections stacked into one product equal the separate ones, forward and backward") {
+  // GDN's a_proj and b_proj (N = 2 heads each) on x: (2, 5, 8), as nn/layers/common.h's project_stacked
+  Tensor x = Tensor::randn({2, 5, 8}, 141, 1.0, DType::F64), dy_a = Tensor::randn({2, 5, 2}, 142, 1.0, DType::F64);
+  Tensor wa = Tensor::randn({2, 8}, 143, 0.3, DType::F64), wb = Tensor::randn({2, 8}, 144, 0.3, DType::F64);
+  Tensor dy_b = Tensor::randn({2, 5, 2}, 145, 1.0, DType::F64);
+  Var x1(x, true), wa1(wa, true), wb1(wb, true), x2(x, true), wa2(wa, true), wb2(wb, true);
+  const std::vector<Var> stacked = split_last(linear(x1, concat0({wa1, wb1})), {2, 2});
+  const std::vector<Var> separate = {linear(x2, wa2), linear(x2, wb2)};
+  run_backward(stacked, {dy_a, dy_b});
+  run_backward(separate, {dy_a, dy_b});
+  for (int i = 0; i < 2; i++) CHECK(max_abs_gap(stacked[i].value(), separate[i].value()) <= 1e-14);
+  CHECK(max_abs_gap(x1.grad(), x2.grad()) <= 1e-14);
+  CHECK(max_abs_gap(wa1.grad(), wa2.grad()) <= 1e-14);
+  CHECK(max_abs_gap(wb1.grad(), wb2.grad()) <= 1e-14);
 }
 
 TEST_CASE("short_conv with norm_width equals short_conv then l2norm per head bit for bit, forward and backward") {

@@ -53,8 +53,8 @@ inline Var project(const ParamStore& store, const Var& x, const Var& w, const Va
 }
 
 // x's projections by several weights (w_i: (n_i, D)) as one GEMM on the weights stacked, split
-// back into (..., n_i) pieces: for narrow ones (a per-head gate's n = H) two products would each
-// read all of x, and their backward add into x's gradient twice.
+// back into (..., n_i) pieces: for narrow ones (a per-head gate's n = H) separate products would
+// each read all of x, and each backward add into x's whole gradient.
 inline std::vector<Var> project_stacked(const ParamStore& store, const Var& x, const std::vector<Var>& ws) {
   std::vector<Var> compute;
   std::vector<int64_t> widths;
