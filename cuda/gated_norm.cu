@@ -227,34 +227,30 @@ void gated_rmsnorm_backward(void* dx, void* dz, void* dw, const void* dy, const 
     const T *dy_t = static_cast<const T*>(dy), *x_t = static_cast<const T*>(x), *z_t = static_cast<const T*>(z);
     dispatch_group_width<T>(G, [&](auto width) {
       constexpr int W = decltype(width)::value;
-      if (groups == 1 && G <= kMaxFusedG) {  // dw summed by the backward's blocks
-        const int parts = static_cast<int>(std::min<int64_t>(row_blocks(rows), kFusedParts));
-        const size_t partial_bytes = static_cast<size_t>(parts) * C * sizeof(float);
-        float* partial = static_cast<float*>(device_alloc(partial_bytes));  // partial: (parts, C)
+      // dw summed by the backward's blocks (one group a row), else by a pass of its own: a thread
+      // a piece of W columns, parts enough for ~kColumnPassThreads threads
+      const bool fused = groups == 1 && G <= kMaxFusedG;
+      const int64_t pieces = C / W;
+      const int parts = static_cast<int>(
+          fused ? std::min<int64_t>(row_blocks(rows), kFusedParts)
+                : std::min<int64_t>(N, std::max<int64_t>(kColumnParts, kColumnPassThreads / pieces)));
+      const size_t partial_bytes = static_cast<size_t>(parts) * C * sizeof(float);
+      float* partial = static_cast<float*>(device_alloc(partial_bytes));  // partial: (parts, C)
+      if (fused) {
         gated_rmsnorm_backward_kernel<T, W, true><<<parts, kThreads, kRowsPerBlock * G * sizeof(float)>>>(
             static_cast<T*>(dx), static_cast<T*>(dz), partial, dy_t, x_t, z_t, static_cast<const T*>(w), rstd, rows,
             static_cast<int>(G), 1, act, gate_after);
+      } else {
+        gated_rmsnorm_backward_kernel<T, W, false><<<row_blocks(rows), kThreads>>>(
+            static_cast<T*>(dx), static_cast<T*>(dz), nullptr, dy_t, x_t, z_t, static_cast<const T*>(w), rstd, rows,
+            static_cast<int>(G), static_cast<int>(groups), act, gate_after);
         CUDA_CHECK_LAUNCH();
-        write_column_sums(static_cast<T*>(dw), partial, parts, C);
-        device_free(partial, partial_bytes);
-        return;
+        const int col_threads = static_cast<int>(std::min<int64_t>(256, (pieces + 31) / 32 * 32));
+        const dim3 col_grid(static_cast<unsigned>((pieces + col_threads - 1) / col_threads),
+                            static_cast<unsigned>(parts));
+        gated_rmsnorm_dw_partial_kernel<T, W><<<col_grid, col_threads>>>(
+            partial, dy_t, x_t, z_t, rstd, N, static_cast<int>(C), static_cast<int>(G), act, gate_after);
       }
-      gated_rmsnorm_backward_kernel<T, W, false><<<row_blocks(rows), kThreads>>>(
-          static_cast<T*>(dx), static_cast<T*>(dz), nullptr, dy_t, x_t, z_t, static_cast<const T*>(w), rstd, rows,
-          static_cast<int>(G), static_cast<int>(groups), act, gate_after);
-      CUDA_CHECK_LAUNCH();
-      // the dw pass: a thread a piece of W columns, parts enough for ~kColumnPassThreads threads
-      const int64_t pieces = C / W;
-      const int parts =
-          static_cast<int>(std::min<int64_t>(N, std::max<int64_t>(kColumnParts, kColumnPassThreads / pieces)));
-      const int col_threads = static_cast<int>(std::min<int64_t>(256, (pieces + 31) / 32 * 32));
-      const dim3 col_grid(static_cast<unsigned>((pieces + col_threads - 1) / col_threads),
-                          static_cast<unsigned>(parts));
-      const size_t partial_bytes = static_cast<size_t>(parts) * C * sizeof(float);
-      float* partial = static_cast<float*>(device_alloc(partial_bytes));  // partial: (parts, C)
-      gated_rmsnorm_dw_partial_kernel<T, W><<<col_grid, col_threads>>>(partial, dy_t, x_t, z_t, rstd, N,
-                                                                       static_cast<int>(C), static_cast<int>(G), act,
-                                                                       gate_after);
       CUDA_CHECK_LAUNCH();
       write_column_sums(static_cast<T*>(dw), partial, parts, C);
       device_free(partial, partial_bytes);

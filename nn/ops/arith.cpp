@@ -202,14 +202,12 @@ Var concat0(const std::vector<Var>& xs) {
   Shape shape = first.shape();
   HLA_CHECK(!shape.empty(), "concat0: pieces need a first dimension, got ", first.str());
   std::vector<int64_t> rows;
-  for (const Var& x : xs) {
-    Shape rest = x.shape(), want = first.shape();
-    HLA_CHECK(!rest.empty() && rest.size() == want.size(), "concat0: piece ", x.value().str(), " does not stack on ",
-              first.str());
-    rest[0] = want[0];
-    HLA_CHECK(rest == want && x.value().dtype() == first.dtype() && x.value().device() == first.device(),
-              "concat0: piece ", x.value().str(), " does not stack on ", first.str());
-    rows.push_back(x.size(0));
+  for (const Var& x : xs) {  // the same dims past the first, dtype and device as the first piece
+    const Tensor& t = x.value();
+    const bool stacks = t.dim() == first.dim() && t.dtype() == first.dtype() && t.device() == first.device() &&
+                        std::equal(t.shape().begin() + 1, t.shape().end(), shape.begin() + 1);
+    HLA_CHECK(stacks, "concat0: piece ", t.str(), " does not stack on ", first.str());
+    rows.push_back(t.size(0));
   }
   shape[0] = 0;
   for (int64_t r : rows) shape[0] += r;
