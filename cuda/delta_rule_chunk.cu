@@ -76,9 +76,10 @@
 //   The tiles 3b reads last (k, Aqk, G) are copied for the next chunk once 3b is done; those 3c
 //   reads (q, W, dO, dU) at the top of a chunk, or a chunk ahead in a second set by chunk parity
 //   where shared memory allows (kTopAhead: the scalar gate at dk = 64, and at dk = 128 with 64
-//   columns a CTA, where no other CTA on the SM covers the round trip). Aqk is lower triangular
-//   and kept packed (row t in t / 4 + 1 pieces of 4 floats). dh[n] goes out in bf16, rounded
-//   once from the fp32 dS.
+//   columns a CTA, where no other CTA on the SM covers the round trip; a vector gate there too,
+//   with its gated planes in the sets, the copies issued once 3b is done). Aqk is lower
+//   triangular and kept packed (row t in t / 4 + 1 pieces of 4 floats). dh[n] goes out in bf16,
+//   rounded once from the fp32 dS.
 //   Pass 4 (local_backward_kernel, grid (NT, HV, B), every chunk in parallel; steps 2, 4-8;
 //   dk-wide work in blocks of 128 key dims, dv-wide operands in slices of 32 columns: the
 //   order below is that of the math, the kernel's phases A-C are listed at the kernel):
@@ -158,13 +159,13 @@
 //   vector gate (KDA; GDN-2 where it differs; GDN-2 at dk = 128, dv = 256 runs the recurrent kernel):
 //   64                              95.8 / 103.8 / 119.8   81.0 x2   99.5 x2
 //                                   (GDN-2: 120.8 at dv = 128, 152.8 at 256)
-//   128                             101.8 / 101.8 / 167.8  97.5 x2   107.0 x2 / 131.0 x1
+//   128                             101.8 / 101.8 / 167.8  97.5 x2   107.0 x2 / 217.0 x1
 //   256                             165.8                  222.0 x1  195.5 x1
 //                                   output                 local backward (every dv)
 //   64 / 128 / 256                  63.2 x3 / 88.2 x2 / 138.2 x1     178.6 / 216.9 / 219.4 (kWide) x1
 // Registers a thread (ptxas -v, sm_90a, nvcc 13.0): prepare 61-130; scan 69 / 108-156 / 184 at
 // dk = 64 / 128 / 256 (vector gate 100 / 116 / 218); output_kernel 76-85 (vector gate 76 / 112 /
-// 178); reverse scan 109 / 119-192 / 225 (vector gate 113 / 123-209 / 231); local backward 128
+// 178); reverse scan 109 / 119-192 / 225 (vector gate 113 / 123-207 / 231); local backward 128
 // at dk = dv = 64, else 155-252 (vector gate 161-255). No spills but 4-8 bytes in four vector
 // gate prepares (KDA at dk = 64, dv = 128 and at dk = dv = 128; GDN-2 at dk = dv = 128 and 256).
 #include "cuda/delta_rule_chunk.cuh"
@@ -858,7 +859,7 @@ __device__ __forceinline__ void stage_gated_tiles(bf16* hi, bf16* lo, const bf16
 // Aqk's packed rows and G (scalar gate: the chunk's, with exp(G) and exp(G_last - G); vector gate:
 // G_last's row). 64 state columns a CTA where DK = 256 or DK = 128 with DV >= 128 (one CTA an
 // SM: B HV DV / 64 CTAs, one wave at B8 H4 D256 and at B4 H16 D128 on 132 SMs; 195 KB, and at
-// DK = 128 131 KB, 200 KB with a scalar gate's tiles of kTopAhead), else 32 (two an SM; 107 KB
+// DK = 128 200 / 217 KB with a scalar / vector gate's tiles of kTopAhead), else 32 (two an SM; 107 KB
 // at DK = 128; at 64 102 / 99.5 KB, scalar / vector gate, with the tiles of kTopAhead / kRawGate
 // below).
 template <int DK, int DV, bool VG>
@@ -877,13 +878,20 @@ struct ReverseScanSmem {
   // products cover a round trip: fwd+bwd at B4 T4096 H16 D128, H100, DeltaNet 2.445 -> 2.380 ms,
   // GDN 2.549 -> 2.499); elsewhere they are copied at the top of their own chunk, one round trip
   // a chunk.
-  static constexpr bool kTopAhead = !VG && (DK == 64 || (DK == 128 && BV == 64));
+  // A vector gate at DK = 128 with 64 columns keeps two sets too (kVgAhead), its gated planes
+  // among each set's tiles (below).
+  static constexpr bool kVgAhead = VG && DK == 128 && BV == 64;
+  static constexpr bool kTopAhead = (!VG && (DK == 64 || (DK == 128 && BV == 64))) || kVgAhead;
   // A vector gate from DK = 128 on copies its gated operands from the prepare's planes into kd_hi,
-  // kd_lo: 3b's K (.) exp(G_last - G) with the tiles 3c reads, at the chunk's top; 3c's scale
-  // Q (.) exp(G) once 3b has read that, waited for just before 3c (a copy group of its own).
+  // kd_lo: 3b's K (.) exp(G_last - G) with the tiles 3c reads, at the chunk's top (kVgAhead: a
+  // chunk ahead, into the other set); 3c's scale Q (.) exp(G) once 3b has read that, waited for
+  // just before 3c (a copy group of its own; so kVgAhead issues the next chunk's tiles after it,
+  // in flight during -dVnew's split and 3c rather than the whole chunk).
   static constexpr bool kGatedPlanes = delta_chunk::kGatedPlanes<DK, VG>;
   static constexpr int kLdK = DK + 8, kLdO = BV + 8, kLdG = DK + 4;
-  static constexpr int kTop = 3 * C * kLdK + 2 * C * kLdO;  // bf16 of a set of q, W_hi, W_lo, dO, dU
+  // bf16 of a set of q (a vector gate's kd_hi), W_hi, W_lo, dO, dU (kVgAhead: and kd_lo)
+  static constexpr int kTop = (kVgAhead ? 4 : 3) * C * kLdK + 2 * C * kLdO;
+  static constexpr int kTiles = kRawGate ? 3 : kVgAhead ? 0 : 1;  // (C, kLdK) tiles besides the sets
   // G_last's row (kRawGate: G's rows), or G, exp(G), exp(G_last - G)
   static constexpr int kG = kRawGate ? C * kLdG : VG ? DK : 3 * C;
   // Aqk is lower triangular (s <= t): its rows are stored packed, row t at aqk_row(t), in the
@@ -893,28 +901,28 @@ struct ReverseScanSmem {
   float* G;            // (DK) G_last (kRawGate: (C, kLdG) G rows), or (C) G followed by expG, kdecay (C each)
   float *g_last, *expG, *kdecay;
   // The tiles 3c reads, copied at a chunk's top (kTopAhead: one set by chunk parity): q (C,
-  // kLdK; a vector gate's kd_hi), W's planes (C, kLdK), dO and dU (C, kLdO; the scalar gate's
-  // scale exp(G) dO split in their places: dog_hi over dU, dog_lo over dO)
+  // kLdK), W's planes (C, kLdK), dO and dU (C, kLdO; the scalar gate's scale exp(G) dO split in
+  // their places: dog_hi over dU, dog_lo over dO); a vector gate's gated planes kd_hi (in q's
+  // place) and kd_lo (k's tile; kVgAhead: the set's last tile), 3b's Kg then 3c's Qg
   struct TopTiles {
-    bf16 *q, *W_hi, *W_lo, *dov, *dres;
+    bf16 *q, *W_hi, *W_lo, *dov, *dres, *kd_hi, *kd_lo;
   };
-  bf16* top0;          // the first set (q, W_hi, W_lo, dov, dres in that order), the second kTop after it
-  bf16* k;             // (C, kLdK); a vector gate's kd_lo
-  bf16 *kd_hi, *kd_lo;
+  bf16* top0;          // the first set (q, W_hi, W_lo, dov, dres[, kd_lo] in that order), the second kTop after it
+  bf16* k;             // (C, kLdK) the scalar gate's k; else a vector gate's kd_lo (none with kVgAhead)
   bf16 *q_raw, *k_raw;  // (C, kLdK) kRawGate: the chunk's q and k
   bf16 *ds_hi, *ds_lo;  // (kRows, kLdO): dS split
   bf16 *dvn_hi, *dvn_lo;  // (C, kLdO): -dVnew split, in ds_hi's place
   static constexpr size_t bytes() {
     return sizeof(float) * (kAqk + kG) +
-           sizeof(bf16) * ((kTopAhead ? 2 : 1) * kTop + (kRawGate ? 3 : 1) * C * kLdK + 2 * kRows * kLdO);
+           sizeof(bf16) * ((kTopAhead ? 2 : 1) * kTop + kTiles * C * kLdK + 2 * kRows * kLdO);
   }
   static_assert((kAqk + kG) % 4 == 0 && kRows >= C, "16-byte aligned tiles; -dVnew fits in dS's place");
   __device__ explicit ReverseScanSmem(void* p) {
     aqk = static_cast<float*>(p), G = aqk + kAqk;
     expG = VG ? nullptr : G + C, kdecay = VG ? nullptr : G + 2 * C;
     g_last = kRawGate ? G + (C - 1) * kLdG : G;
-    top0 = reinterpret_cast<bf16*>(G + kG), k = top0 + (kTopAhead ? 2 : 1) * kTop, kd_hi = top0, kd_lo = k;
-    ds_hi = k + C * kLdK, ds_lo = ds_hi + kRows * kLdO, dvn_hi = ds_hi, dvn_lo = ds_hi + C * kLdO;
+    top0 = reinterpret_cast<bf16*>(G + kG), k = top0 + (kTopAhead ? 2 : 1) * kTop;
+    ds_hi = k + (kTiles > 0 ? C * kLdK : 0), ds_lo = ds_hi + kRows * kLdO, dvn_hi = ds_hi, dvn_lo = ds_hi + C * kLdO;
     q_raw = kRawGate ? ds_lo + kRows * kLdO : nullptr, k_raw = kRawGate ? q_raw + C * kLdK : nullptr;
   }
   // chunk's set of the tiles 3c reads
@@ -922,7 +930,8 @@ struct ReverseScanSmem {
     bf16* q = top0 + (kTopAhead && (chunk & 1) ? kTop : 0);
     bf16* W_hi = q + C * kLdK;
     bf16* dov = W_hi + 2 * C * kLdK;
-    return {q, W_hi, W_hi + C * kLdK, dov, dov + C * kLdO};
+    bf16* dres = dov + C * kLdO;
+    return {q, W_hi, W_hi + C * kLdK, dov, dres, q, kVgAhead ? dres + C * kLdO : k};
   }
   __device__ static int aqk_row(int t) {
     const int a = t / 4, b = t % 4;  // pieces before row t: sum over i < t of (i / 4 + 1)
@@ -1233,7 +1242,9 @@ __global__ void __launch_bounds__(kThreads, (OutputSmem<DK, DV, VG>::kCtasPerSm)
 // (cp.async) during 3c, its q, W, dO and dU at its top, once 3c has read this chunk's: one
 // memory round trip a chunk (a vector gate from dk = 128 on: its K (.) exp(G_last - G) copied
 // with them, its scale Q (.) exp(G) once 3b has read that, in flight during -dVnew's split; the
-// scalar gate at dk = 64, and at dk = 128 with 64 columns: none, those tiles a chunk ahead, kTopAhead).
+// scalar gate at dk = 64, and at dk = 128 with 64 columns: none, those tiles a chunk ahead, kTopAhead;
+// a vector gate at dk = 128 with 64 columns: those tiles and its Kg in a second set too, issued
+// once its Qg's copy is, in flight during -dVnew's split and 3c).
 template <int DK, int DV, bool VG>
 __global__ void __launch_bounds__(kThreads, (ReverseScanSmem<DK, DV, VG>::kCtasPerSm))
     reverse_scan_kernel(ChunkArgs a) {
@@ -1267,7 +1278,7 @@ __global__ void __launch_bounds__(kThreads, (ReverseScanSmem<DK, DV, VG>::kCtasP
       load_bf16_rows_async<C, DK>(sm.q_raw, tiles.qk(a.q, chunk), tiles.qk_stride, n);
       load_bf16_rows_async<C, DK>(sm.k_raw, tiles.qk(a.k, chunk), tiles.qk_stride, n);
     }
-    if (Smem::kGatedPlanes) copy_planes<DK>(sm.kd_hi, sm.kd_lo, a.Kg_hi, a.Kg_lo, row0);  // 3b's Kg
+    if (Smem::kGatedPlanes) copy_planes<DK>(top.kd_hi, top.kd_lo, a.Kg_hi, a.Kg_lo, row0);  // 3b's Kg
     copy_planes<DK>(top.W_hi, top.W_lo, a.W_hi, a.W_lo, row0);
     load_bf16_rows_async<C, BV>(top.dov, a.d_o + tok0 * DV + v0, int64_t(a.HV) * DV, n);
     // dU rows past n (and all of them without a residual gradient) are zeros
@@ -1285,7 +1296,7 @@ __global__ void __launch_bounds__(kThreads, (ReverseScanSmem<DK, DV, VG>::kCtasP
     const bool reset = a.resets(bi, chunk + 1);
     if (!Smem::kTopAhead) copy_top(chunk);
     wait_tiles();  // this chunk's tiles; the previous chunk's 3c is done with its tiles
-    if (Smem::kTopAhead && chunk > 0) copy_top(chunk - 1);  // into the other set, free since that 3c
+    if (Smem::kTopAhead && !VG && chunk > 0) copy_top(chunk - 1);  // into the other set, free since that 3c
     const typename Smem::TopTiles top = sm.top(chunk);
     if (reset) ds.load(nullptr, v0, DV);
     bf16* dh_end = a.dh_end + (head * a.NT + chunk) * DK * DV;  // 3a: dh[n] = dS, chunk n's END state's gradient
@@ -1296,7 +1307,7 @@ __global__ void __launch_bounds__(kThreads, (ReverseScanSmem<DK, DV, VG>::kCtasP
     }
     auto kg_factor = [&](int d, float g_s) { return exp_ftz(sm.g_last[d] - g_s); };
     if constexpr (Smem::kRawGate)  // 3b's Kg = K (.) exp(G_last - G), split
-      stage_gated_tiles<DK, kLdK, Smem::kLdG>(sm.kd_hi, sm.kd_lo, sm.k_raw, sm.G, kg_factor);
+      stage_gated_tiles<DK, kLdK, Smem::kLdG>(top.kd_hi, top.kd_lo, sm.k_raw, sm.G, kg_factor);
     __syncthreads();
     sm.store_rounded(dh_end, 0, v0);
     // 3b: dVnew = Aqk^T dO + Kg dS + dU   (Vnew feeds o, the end state and the residual output u);
@@ -1314,7 +1325,7 @@ __global__ void __launch_bounds__(kThreads, (ReverseScanSmem<DK, DV, VG>::kCtasP
       }
       const Padded<kLdO, false> ds_hi{sm.ds_hi}, ds_lo{sm.ds_lo};
       if constexpr (VG) {
-        const Padded<kLdK, false> kg_hi{sm.kd_hi, 0, p * kRows}, kg_lo{sm.kd_lo, 0, p * kRows};
+        const Padded<kLdK, false> kg_hi{top.kd_hi, 0, p * kRows}, kg_lo{top.kd_lo, 0, p * kRows};
         mma_staged(dvn, kg_hi, ds_hi, 0, kRows), mma_staged(dvn, kg_hi, ds_lo, 0, kRows);
         mma_staged(dvn, kg_lo, ds_hi, 0, kRows);
       } else {
@@ -1330,9 +1341,12 @@ __global__ void __launch_bounds__(kThreads, (ReverseScanSmem<DK, DV, VG>::kCtasP
     ds.scale([&](int d) { return exp_ftz(VG ? sm.g_last[d] : glast); });
     __syncthreads();  // dS's split, dU, k, Kg, Aqk and G are read
     if constexpr (Smem::kGatedPlanes) {  // 3c's Qg into Kg's place, in flight during -dVnew's split
-      copy_planes<DK>(sm.kd_hi, sm.kd_lo, a.Qg_hi, a.Qg_lo, row0);
+      copy_planes<DK>(top.kd_hi, top.kd_lo, a.Qg_hi, a.Qg_lo, row0);
       cp_async_commit();
     }
+    // kVgAhead: the next chunk's tiles into the other set (free since that 3c), after Qg's group
+    // (waited for before 3c, with every group before it)
+    if (Smem::kVgAhead && chunk > 0) copy_top(chunk - 1);
     dvn.each_pair([&](int s, int c, float x0, float x1, int) {  // 3c's -dVnew, split; dVnew out in bf16
       chunk_mma::split_pair(-x0, -x1, *reinterpret_cast<uint32_t*>(sm.dvn_hi + s * kLdO + c),
                             *reinterpret_cast<uint32_t*>(sm.dvn_lo + s * kLdO + c));
@@ -1340,7 +1354,7 @@ __global__ void __launch_bounds__(kThreads, (ReverseScanSmem<DK, DV, VG>::kCtasP
     });
     auto qg_factor = [&](int, float g_t) { return a.scale * exp_ftz(g_t); };
     if constexpr (Smem::kRawGate) {  // 3c's scale Qg, in Kg's place
-      stage_gated_tiles<DK, kLdK, Smem::kLdG>(sm.kd_hi, sm.kd_lo, sm.q_raw, sm.G, qg_factor);
+      stage_gated_tiles<DK, kLdK, Smem::kLdG>(top.kd_hi, top.kd_lo, sm.q_raw, sm.G, qg_factor);
     } else if constexpr (!VG) {  // 3c's scale exp(G) dO, split: lo over dO in place (each element by the
                                  // thread that reads it), hi over dU
       for (int i = threadIdx.x; i < C * BV / 2; i += kThreads) {
@@ -1359,7 +1373,7 @@ __global__ void __launch_bounds__(kThreads, (ReverseScanSmem<DK, DV, VG>::kCtasP
     __syncthreads();  // -dVnew and 3c's gated operand are staged
     // 3c: dS <- exp(G_last) dS + scale Qg^T dO - W^T dVnew   (h[n] feeds the end state, o and Vnew)
     if constexpr (VG) {
-      ds.template add<kLdK, kLdO, C>(sm.kd_hi, top.dov), ds.template add<kLdK, kLdO, C>(sm.kd_lo, top.dov);
+      ds.template add<kLdK, kLdO, C>(top.kd_hi, top.dov), ds.template add<kLdK, kLdO, C>(top.kd_lo, top.dov);
     } else {
       ds.template add<kLdK, kLdO, C>(top.q, top.dres), ds.template add<kLdK, kLdO, C>(top.q, top.dov);
     }
