@@ -49,14 +49,15 @@
 //   (an fp32 operand as its hi and lo tiles): W's planes, the state split at the top of each
 //   chunk, Vnew split as 2a leaves it (a scalar gate's times exp(G_last - G)), k by
 //   ldmatrix.trans for 2c. Up to dk = 128 BV = 32 and two CTAs fit an SM, one CTA's copies
-//   overlapping the other's math; at dk = 256, and at dk = 128 without a vector gate where dv >=
-//   128, BV = 64, one CTA an SM, B HV dv / 64 CTAs (one wave at B8 H4 D256 and B4 H16 D128 on 132
-//   SMs). Every tile of the next chunk is copied as soon as this chunk's 2a has read its own (k
-//   by chunk parity), so the chain holds no memory round trip; at dk = 128 with BV = 64 a whole
-//   step ahead, at the top of this chunk into a second set by chunk parity (kTopAhead).
+//   overlapping the other's math; at dk = 256, and at dk = 128 where dv >= 128, BV = 64, one CTA
+//   an SM, B HV dv / 64 CTAs (one wave at B8 H4 D256 and B4 H16 D128 on 132 SMs). Every tile of
+//   the next chunk is copied as soon as this chunk's 2a has read its own (k by chunk parity), so
+//   the chain holds no memory round trip; at dk = 128 with BV = 64 a whole step ahead, at the top
+//   of this chunk into a second set by chunk parity (kTopAhead).
 //   A vector gate's gated K: copied from the prepare's planes at the top of the chunk, in flight
-//   during 2a (kGatedPlanes); at dk = 64 (kRawGate) the chunk's G rows and k come with its other
-//   tiles and the scan forms the gated operands from them.
+//   during 2a (kGatedPlanes; with kTopAhead among the set's tiles, a step ahead); at dk = 64
+//   (kRawGate) the chunk's G rows and k come with its other tiles and the scan forms the gated
+//   operands from them.
 //   2b reads only what the scan wrote for its chunk, so it is off the sequential path; it reads
 //   h[n]'s hi plane alone (a 2^-9 relative error on the q h term, the size of o's own bf16
 //   rounding). Vnew comes from u_f32 when the caller asks for it (training; 16-byte aligned),
@@ -159,12 +160,12 @@
 //   vector gate (KDA; GDN-2 where it differs; GDN-2 at dk = 128, dv = 256 runs the recurrent kernel):
 //   64                              95.8 / 103.8 / 119.8   81.0 x2   99.5 x2
 //                                   (GDN-2: 120.8 at dv = 128, 152.8 at 256)
-//   128                             101.8 / 101.8 / 167.8  97.5 x2   107.0 x2 / 217.0 x1
+//   128                             101.8 / 101.8 / 167.8  97.5 x2 / 207.0 x1  107.0 x2 / 217.0 x1
 //   256                             165.8                  222.0 x1  195.5 x1
 //                                   output                 local backward (every dv)
 //   64 / 128 / 256                  63.2 x3 / 88.2 x2 / 138.2 x1     178.6 / 216.9 / 219.4 (kWide) x1
 // Registers a thread (ptxas -v, sm_90a, nvcc 13.0): prepare 61-130; scan 69 / 108-156 / 184 at
-// dk = 64 / 128 / 256 (vector gate 100 / 116 / 218); output_kernel 76-85 (vector gate 76 / 112 /
+// dk = 64 / 128 / 256 (vector gate 100 / 116-168 / 218); output_kernel 76-85 (vector gate 76 / 112 /
 // 178); reverse scan 109 / 119-192 / 225 (vector gate 113 / 123-207 / 231); local backward 128
 // at dk = dv = 64, else 155-252 (vector gate 161-255). No spills but 4-8 bytes in four vector
 // gate prepares (KDA at dk = 64, dv = 128 and at dk = dv = 128; GDN-2 at dk = dv = 128 and 256).
@@ -981,48 +982,52 @@ struct ScanTiles {
 // forward from 0.873 to 0.968 ms at B8 T2048 H16).
 // At DK = 256 the 64 columns of a CTA take 222 KB (one CTA an SM, B HV DV / 64 CTAs: one wave at
 // B8 H4 D256 on 132 SMs), at DK = 64 55.3 KB (81.3 with kRawGate; two an SM), at DK = 128 the 32
-// columns 97.5 KB (two an SM), or without a vector gate where DV >= 128 64 columns as the reverse
-// scan's (one CTA an SM, one wave at B4 H16 D128). There no other CTA's products cover a copy,
-// so (kTopAhead) the CTA keeps two sets of W's planes, U and G by chunk parity, as k's, and
-// copies the next chunk's at the top of this one, a whole step ahead (172.5 KB), where copies
-// issued once 2a has read this chunk's have only Vnew's staging and 2c to hide behind.
+// columns 97.5 KB (two an SM), or where DV >= 128 64 columns as the reverse scan's (one CTA an SM,
+// one wave at B4 H16 D128). There no other CTA's products cover a copy, so (kTopAhead) the CTA
+// keeps two sets of W's planes, U and G by chunk parity, as k's (a vector gate: and its gated K's
+// planes, kVgAhead), and copies the next chunk's at the top of this one, a whole step ahead
+// (172.5 KB; 207 KB with a vector gate), where copies issued once 2a has read this chunk's have
+// only Vnew's staging and 2c to hide behind.
 template <int DK, int DV, bool VG>
 struct ForwardScanSmem {
-  static constexpr int BV = DK > 128 || (DK == 128 && DV >= 128 && !VG) ? 64 : 32;
+  static constexpr int BV = DK > 128 || (DK == 128 && DV >= 128) ? 64 : 32;
   static constexpr int kCtasPerSm = BV == 64 ? 1 : 2;  // launch bounds
   static constexpr bool kRawGate = VG && DK == 64;
-  static constexpr bool kTopAhead = !VG && DK == 128 && BV == 64;
-  static constexpr int kSets = kTopAhead ? 2 : 1;  // sets of W's planes, U and G
+  static constexpr bool kTopAhead = DK == 128 && BV == 64;
+  static constexpr int kSets = kTopAhead ? 2 : 1;  // sets of W's planes, U and G (and a vector gate's Kg)
   static constexpr bool kGatedPlanes = delta_chunk::kGatedPlanes<DK, VG>;  // kd_hi, kd_lo copied from planes
+  static constexpr bool kVgAhead = VG && kTopAhead;  // Kg's planes in the sets too
   static constexpr int kLdK = DK + 8, kLdS = BV + 8, kLdU = BV + 4, kLdG = DK + 4;
   static constexpr int kG = kRawGate ? C * kLdG : VG ? DK : C;
-  // a chunk's W planes, U and G (by chunk parity with kTopAhead)
+  // a chunk's W planes, U and G (by chunk parity with kTopAhead), and a vector gate's gated K
   struct ChunkTiles {
     float* U;           // (C, kLdU)
     float* G;           // (kG): a scalar gate's G, a vector gate's G_last; kRawGate: (C, kLdG) G rows
+    float* g_last;      // (DK) a vector gate's G_last (kRawGate: G's last row)
     bf16 *W_hi, *W_lo;  // (C, kLdK)
+    bf16 *kd_hi, *kd_lo;  // (C, kLdK) a vector gate's K (.) exp(G_last - G) split, in k's tiles (kVgAhead: the set's)
   };
   ChunkTiles even, odd;  // (odd = even without kTopAhead)
-  float* g_last;      // (DK) a vector gate's G_last (kRawGate: G's last row)
   bf16* k_raw;        // (C, kLdK) kRawGate: the chunk's k
-  bf16* k[2];         // (C, kLdK): k by chunk parity; a vector gate's kd_hi, kd_lo
-  bf16 *kd_hi, *kd_lo;
+  bf16* k[2];         // (C, kLdK): a scalar gate's k by chunk parity
   bf16 *s_hi, *s_lo;  // (DK, kLdS): the state split
   bf16 *vn_hi, *vn_lo;  // (C, kLdS): Vnew (a scalar gate: Vnew (.) exp(G_last - G)) split, in s_hi's place on
   static constexpr size_t bytes() {
     return sizeof(float) * kSets * (C * kLdU + kG) +
-           sizeof(bf16) * ((2 * kSets + (kRawGate ? 3 : 2)) * C * kLdK + 2 * DK * kLdS);
+           sizeof(bf16) * ((2 * kSets + (kVgAhead ? 4 : 2) + (kRawGate ? 1 : 0)) * C * kLdK + 2 * DK * kLdS);
   }
   static_assert((C * kLdU + kG) % 4 == 0, "the bf16 tiles start 16-byte aligned");
   __device__ explicit ForwardScanSmem(void* p) {
     float* f = static_cast<float*>(p);  // floats: the sets' U and G; bf16: the sets' W planes, then the rest
     even.U = f, even.G = f + C * kLdU;
     odd.U = kTopAhead ? even.G + kG : even.U, odd.G = kTopAhead ? odd.U + C * kLdU : even.G;
-    g_last = kRawGate ? even.G + (C - 1) * kLdG : even.G;
+    even.g_last = kRawGate ? even.G + (C - 1) * kLdG : even.G, odd.g_last = kRawGate ? even.g_last : odd.G;
     even.W_hi = reinterpret_cast<bf16*>(f + kSets * (C * kLdU + kG)), even.W_lo = even.W_hi + C * kLdK;
     odd.W_hi = kTopAhead ? even.W_lo + C * kLdK : even.W_hi, odd.W_lo = kTopAhead ? odd.W_hi + C * kLdK : even.W_lo;
-    k[0] = even.W_hi + 2 * kSets * C * kLdK, k[1] = k[0] + C * kLdK, kd_hi = k[0], kd_lo = k[1];
-    s_hi = k[1] + C * kLdK, s_lo = s_hi + DK * kLdS;
+    k[0] = even.W_hi + 2 * kSets * C * kLdK, k[1] = k[0] + C * kLdK;
+    even.kd_hi = k[0], even.kd_lo = k[1];
+    odd.kd_hi = kVgAhead ? k[1] + C * kLdK : k[0], odd.kd_lo = kVgAhead ? odd.kd_hi + C * kLdK : k[1];
+    s_hi = (kVgAhead ? odd.kd_lo : k[1]) + C * kLdK, s_lo = s_hi + DK * kLdS;
     vn_hi = s_hi, vn_lo = s_hi + C * kLdS;  // (2 C <= 2 DK rows: within s_hi, s_lo)
     k_raw = kRawGate ? s_lo + DK * kLdS : nullptr;
   }
@@ -1057,10 +1062,11 @@ __global__ void __launch_bounds__(kThreads, (ForwardScanSmem<DK, DV, VG>::kCtasP
   const int v0 = blockIdx.x * BV, j = blockIdx.y, bi = blockIdx.z;
   const int64_t head = int64_t(bi) * a.HV + j;
   const ScanTiles<DK> tiles(a, bi, j);
-  auto copy_chunk = [&](int chunk) {  // W's planes, U, G; a scalar gate's k (kRawGate's too)
+  auto copy_chunk = [&](int chunk) {  // W's planes, U, G; a scalar gate's k (kRawGate's too); kVgAhead's Kg
     const int64_t row0 = tiles.row0(chunk);
     const typename Smem::ChunkTiles to = sm.chunk_tiles(chunk);
     copy_planes<DK>(to.W_hi, to.W_lo, a.W_hi, a.W_lo, row0);
+    if (Smem::kVgAhead) copy_planes<DK>(to.kd_hi, to.kd_lo, a.Kg_hi, a.Kg_lo, row0);
     load_f32_rows_async<C, BV>(to.U, kLdU, a.U + row0 * DV + v0, DV);
     if (Smem::kRawGate) {
       load_f32_rows_async<C, DK>(to.G, Smem::kLdG, a.G + row0 * DK, DK);
@@ -1083,15 +1089,15 @@ __global__ void __launch_bounds__(kThreads, (ForwardScanSmem<DK, DV, VG>::kCtasP
     // kTopAhead: the next chunk's tiles into the other parity's, free since the previous chunk's 2c
     if (Smem::kTopAhead && chunk + 1 < a.NT) copy_chunk(chunk + 1);
     const typename Smem::ChunkTiles ct = sm.chunk_tiles(chunk);
-    if constexpr (Smem::kGatedPlanes) {  // 2c's K (.) exp(G_last - G), a copy group of its own, waited for
-      copy_planes<DK>(sm.kd_hi, sm.kd_lo, a.Kg_hi, a.Kg_lo, row0);  // before 2c: in flight during 2a
+    if constexpr (Smem::kGatedPlanes && !Smem::kVgAhead) {  // 2c's K (.) exp(G_last - G), a copy group of its
+      copy_planes<DK>(ct.kd_hi, ct.kd_lo, a.Kg_hi, a.Kg_lo, row0);  // own, waited for before 2c: in flight during 2a
       cp_async_commit();
     }
     if (reset) h.load(nullptr, v0, DV);
     h.template stage<kLdS>(sm.s_hi, sm.s_lo);
     if constexpr (Smem::kRawGate) {  // 2c's K (.) exp(G_last - G), split, from the chunk's tiles
-      stage_gated_tiles<DK, kLdK, Smem::kLdG>(sm.kd_hi, sm.kd_lo, sm.k_raw, ct.G,
-                                              [&](int d, float g_s) { return exp_ftz(sm.g_last[d] - g_s); });
+      stage_gated_tiles<DK, kLdK, Smem::kLdG>(ct.kd_hi, ct.kd_lo, sm.k_raw, ct.G,
+                                              [&](int d, float g_s) { return exp_ftz(ct.g_last[d] - g_s); });
     }
     __syncthreads();  // the state's split is staged
     // every chunk-start state h[n], for 2b (output_kernel) and the backward (4.9 step 1); no lo
@@ -1122,23 +1128,23 @@ __global__ void __launch_bounds__(kThreads, (ForwardScanSmem<DK, DV, VG>::kCtasP
     });
     // 2c's decay of the state's rows: exp(G_last) (a vector gate's per channel; exponents <= 0)
     const float glast = VG ? 0.f : ct.G[C - 1];
-    h.scale([&](int d) { return exp_ftz(VG ? sm.g_last[d] : glast); });
+    h.scale([&](int d) { return exp_ftz(VG ? ct.g_last[d] : glast); });
     __syncthreads();  // W, U, G and the state's split are read
     if (!Smem::kTopAhead && chunk + 1 < a.NT) copy_chunk(chunk + 1);
     wh.each_pair([&](int r, int c, float x0, float x1, int) {
       chunk_mma::split_pair(x0, x1, *reinterpret_cast<uint32_t*>(sm.vn_hi + r * kLdS + c),
                             *reinterpret_cast<uint32_t*>(sm.vn_lo + r * kLdS + c));
     });
-    if constexpr (Smem::kGatedPlanes) {  // the next chunk's copies a group (maybe empty); this chunk's Kg landed
-      cp_async_commit();
+    if constexpr (Smem::kGatedPlanes && !Smem::kVgAhead) {  // the next chunk's copies a group (maybe empty);
+      cp_async_commit();                                      // this chunk's Kg landed
       cp_async_wait<1>();
     }
     __syncthreads();  // Vnew is staged (and Kg)
     // 2c: h <- Diag(exp(G_last)) h + (K (.) exp(G_last - G))^T Vnew (a scalar gate's decays
     //     scale the rows of Vnew, a vector gate's the channels of K), by ldmatrix.trans of K
     if constexpr (VG) {
-      h.template add<kLdK, kLdS, C>(sm.kd_hi, sm.vn_hi), h.template add<kLdK, kLdS, C>(sm.kd_hi, sm.vn_lo);
-      h.template add<kLdK, kLdS, C>(sm.kd_lo, sm.vn_hi);
+      h.template add<kLdK, kLdS, C>(ct.kd_hi, sm.vn_hi), h.template add<kLdK, kLdS, C>(ct.kd_hi, sm.vn_lo);
+      h.template add<kLdK, kLdS, C>(ct.kd_lo, sm.vn_hi);
     } else {
       const bf16* kt = sm.k_tile(chunk);
       h.template add<kLdK, kLdS, C>(kt, sm.vn_hi), h.template add<kLdK, kLdS, C>(kt, sm.vn_lo);
