@@ -114,9 +114,10 @@ stage_stalls() {
   IFS=';' read -r -a entries <<<"${STALL_KERNELS:-prepare_kernel@delta_rule kda B4 T4096;local_backward_kernel@delta_rule kda B4 T4096;local_backward_kernel@decay_attention vector B4 T4096;attention_backward_dq@attention B4 T4096 H16 D128;attention_backward_dkdv@attention B4 T4096 H16 D128}"
   for entry in "${entries[@]}"; do
     local kernel=${entry%%@*} row=${entry#*@}
-    local log="$EVIDENCE/ncu-stalls-${kernel}-${row// /_}.txt"
+    local name=${row// /_}
+    local log="$EVIDENCE/ncu-stalls-${kernel}-${name//\//-}.txt"
     timeout 120 ncu --clock-control none --section SpeedOfLight --section Occupancy --section WarpStateStats \
-      --section LaunchStats -k "regex:$kernel" --launch-count 1 $BUILD/hla bench "$row" --warmup 0 --repeats 1 \
+      --section LaunchStats --section MemoryWorkloadAnalysis -k "regex:$kernel" --launch-count 1 $BUILD/hla bench "$row" --warmup 0 --repeats 1 \
       >"$log" 2>&1 || status=1
     echo "$entry:"
     grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Warp Cycles Per Issued" \
