@@ -10,24 +10,36 @@
 //   forward: one thread owns W consecutive channels (8 bf16 or 4 fp32 in one 16-byte load; 1 when
 //     C % W != 0 or a pointer is misaligned) and a run of kForwardRun consecutive tokens of one
 //     sequence (consecutive threads take consecutive channel groups, so a warp's loads of one
-//     token are coalesced rows), and walks up the tokens keeping the last KMAX-1 inputs in
-//     registers (each x row read once, plus a halo of KMAX-1 rows before the run). Runs are halved
-//     down to kMinRun while the threads would not give every SM a block (plan_runs), and then the
-//     blocks are one warp each.
+//     token are coalesced rows), and walks up the tokens keeping the last KMAX-1 inputs in a
+//     ring of registers (each x row read once, plus a halo of KMAX-1 rows before the run; the
+//     walk unrolled by KMAX tokens so that no register moves from token to token). Runs are
+//     halved down to kMinRun while the threads would not give every SM a block (plan_runs), and
+//     then the blocks are one warp each.
 //   backward, one kernel, on tiles: a block takes kTileTokens tokens of one sequence and kSlab =
 //     128 channels (a warp's row, 4 channels a lane), copies the tile's x rows (and KMAX-1 below
 //     and above them) and dy rows (and KMAX-1 above) into shared memory, every 16-byte copy in
 //     flight at once (element by element when C is not a multiple of 16 bytes or a pointer is
-//     misaligned); then its 8 warps form dpre_t = dy_t act'(pre_t) for every row into an fp32
-//     tile, then dx_t = sum_i w_i dpre_{t+K-1-i} (+ dfinal) and the tile's dw, dbias from those
-//     tiles, summed over the warps in a fixed order: one fp32 partial per (b, tile) that
+//     misaligned); then each of its 8 warps walks its own run of the tile's rows down, from the
+//     KMAX-1 rows above the run (whose dpre its dx reads), with x and dpre in rings of registers:
+//     dpre_t = dy_t act'(pre_t), then dx_t = sum_i w_i dpre_{t+K-1-i} (+ dfinal) and the run's dw,
+//     dbias, summed over the warps in a fixed order: one fp32 partial per (b, tile) that
 //     cuda/reduce.cuh sums in a fixed order (deterministic). Tiles are halved down to kMinTile
-//     while the blocks would not give every SM one (plan_tiles). Until session 54 a thread walked
-//     a run of 16 tokens down from rows it had copied into shared memory first, recomputing pre and
-//     dpre into a register history (two blocks an SM, one partial per 16-token run): H200, bf16,
-//     B8 T2048 C1024, the conv row's backward (fwd+bwd less fwd) 0.147 -> 0.140 ms, B4 T4096
-//     C2048 0.273 -> 0.262 (bench/README, session 54). The forward on the same tiles (256 channels,
-//     8 a lane) ran 0.062 -> 0.075 ms and was not kept.
+//     while the blocks would not give every SM one (plan_tiles).
+//   History (bench/README): until session 54 a backward thread walked a run of 16 tokens down
+//     from rows it had copied into shared memory first (two blocks an SM, one partial per 16-token
+//     run); the tiles took H200, bf16, B8 T2048 C1024's backward (fwd+bwd less fwd) 0.147 -> 0.140
+//     ms. Their warps then formed every row's dpre into an fp32 tile first (a barrier, each x and
+//     dpre row read KMAX times, 4-way bank conflicts), and the activation ran IEEE expf and
+//     division, most of both kernels' instructions (ncu: the forward at 890 GB/s, 40% issue
+//     busy, 3.5 of 8.7 cycles between issues waiting on loads). Session 59, H100, the same row:
+//     sigmoid on MUFU.EX2 and MUFU.RCP: fwd 0.0655 -> 0.0503 ms, backward 0.145 -> 0.136; the
+//     forward's ring: fwd -> 0.0475; the backward's walk: -> 0.128 (fwd+bwd 0.211 -> 0.176).
+//     The forward on the backward's tiles (256 channels, 8 a lane) ran 0.062 -> 0.075 ms and was
+//     not kept (session 54).
+//   Registers (ptxas -v, sm_90a, nvcc 13.0): the forward 128 at bf16's W = 8 (two blocks an SM;
+//     with the fused norm 24 bytes of spills), the backward 124-126 with 16-byte rows (two blocks
+//     an SM), 142-146 element by element (one); K > 4 (KMAX = kMaxTaps) pays ~5 KB of spills a
+//     thread for the backward's rings of 16 rows: no mixer here uses it, and it stays exact.
 // The state rows take small dedicated kernels: final_state copies xe_L.., dstate gathers
 // d(xe_e) = sum_i w_i dpre_{e-i} (+ dfinal) for e < K-1 with dpre recomputed from dy and x.
 // The fused norm (d.norm_width > 0, the delta-rule mixers' q/k l2norm): the forward rounds each
@@ -54,7 +66,9 @@ constexpr int kTileWarps = kThreads / 32;
 constexpr int kGroup = 4;         // channels a backward lane owns
 constexpr int kSlab = 32 * kGroup;  // channels a backward tile covers: a warp's row
 
-__device__ __forceinline__ float sigmoid_of(float v) { return 1.0f / (1.0f + expf(-v)); }
+// sigmoid(v) = 1 / (1 + exp(-v)) on the fast paths (MUFU.EX2 and MUFU.RCP, ~1e-6 relative; inf -> 0
+// past v < -88): IEEE expf and division made the activation most of the kernels' instructions.
+__device__ __forceinline__ float sigmoid_of(float v) { return __fdividef(1.0f, 1.0f + __expf(-v)); }
 
 // y = act(pre)
 __device__ __forceinline__ float activation(float pre, ConvAct act) {
@@ -144,8 +158,8 @@ struct ConvInputs {
   // pre_t of channels c0.. from the window win[j] = x_{t-KMAX+1+j}: the real (unpadded) taps on
   // visible inputs s >= lowest (a padded tap is skipped, not multiplied by 0: x may hold inf).
   template <int KMAX, int W>
-  __device__ void window_pre(float (&pre)[W], const float (&wp)[KMAX][W], const float (&b)[W],
-                             const float (&win)[KMAX][W], int64_t t, int64_t lowest) const {
+  __device__ __forceinline__ void window_pre(float (&pre)[W], const float (&wp)[KMAX][W], const float (&b)[W],
+                                             const float (&win)[KMAX][W], int64_t t, int64_t lowest) const {
 #pragma unroll
     for (int k = 0; k < W; k++) pre[k] = b[k];
 #pragma unroll
@@ -155,6 +169,17 @@ struct ConvInputs {
         for (int k = 0; k < W; k++) pre[k] += wp[j][k] * win[j][k];
   }
 };
+
+// win[j] = ring[(first + step j) mod KMAX]: a window of KMAX rows out of a ring of registers that a
+// walk over the tokens fills one slot a token (step +1 walking up, -1 walking down). With the walk's
+// phase unrolled, first and step are constants and the copy is only a renaming: no moves.
+template <int KMAX, int W>
+__device__ __forceinline__ void ring_window(float (&win)[KMAX][W], const float (&ring)[KMAX][W], int first, int step) {
+#pragma unroll
+  for (int j = 0; j < KMAX; j++)
+#pragma unroll
+    for (int k = 0; k < W; k++) win[j][k] = ring[((first + step * j) % KMAX + KMAX) % KMAX][k];
+}
 
 // The run of one thread: channels c0 .. c0+W-1 of sequence b, tokens t0 .. t1-1. Thread n takes
 // channel group n % groups of run (n / groups) % runs of sequence n / (groups * runs).
@@ -244,41 +269,45 @@ struct Tile {
 // y: (B, L, C), rstd: (B, L, C / norm_width) when kNorm (the fused norm, normalise_head);
 // threads: B * runs * (C / W), runs = ceil(L / run_tokens).
 template <class T, int KMAX, int W, bool kNorm>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kThreads, 2)
     conv_forward_kernel(T* __restrict__ y, float* __restrict__ rstd, ConvInputs<T> in, int64_t B, int64_t runs,
                         int run_tokens, ConvAct act, int norm_width, float norm_eps) {
   const ThreadRun r = thread_run<W>(in.L, in.C, runs, run_tokens, B);
   if (!r.valid) return;
   float wp[KMAX][W], bias[W];
   in.load_taps(wp, bias, r.c0);
-  float win[KMAX][W];  // win[j] = x_{t-KMAX+1+j} at token t
+  // The window is a ring: token t = t0 + p (mod KMAX) finds x_{t-KMAX+1+j} in ring[(p + j) % KMAX],
+  // so with the phase p unrolled no register moves from token to token.
+  float ring[KMAX][W];
 #pragma unroll
-  for (int j = 0; j < KMAX - 1; j++) in.load_inputs(win[j + 1], r.b, r.t0 - KMAX + 1 + j, r.c0);
+  for (int j = 0; j < KMAX - 1; j++) in.load_inputs(ring[j], r.b, r.t0 - KMAX + 1 + j, r.c0);
   float next[W];  // x_t, loaded a token ahead (its latency hidden behind the token before)
   in.load_inputs(next, r.b, r.t0, r.c0);
-  for (int64_t t = r.t0; t < r.t1; t++) {
+  for (int64_t tp = r.t0; tp < r.t1; tp += KMAX) {
 #pragma unroll
-    for (int j = 0; j < KMAX - 1; j++)
+    for (int p = 0; p < KMAX; p++) {
+      const int64_t t = tp + p;
+      if (t >= r.t1) break;
 #pragma unroll
-      for (int k = 0; k < W; k++) win[j][k] = win[j + 1][k];
+      for (int k = 0; k < W; k++) ring[(p + KMAX - 1) % KMAX][k] = next[k];  // over x_{t-KMAX}
+      if (t + 1 < r.t1) to_floats(next, load_vec<W>(in.x + (r.b * in.L + t + 1) * in.C + r.c0));  // (t + 1 > 0: x)
+      float win[KMAX][W], out[W];
+      ring_window(win, ring, p, 1);
+      in.window_pre(out, wp, bias, win, t, in.lowest_input(r.b, t));
 #pragma unroll
-    for (int k = 0; k < W; k++) win[KMAX - 1][k] = next[k];
-    if (t + 1 < r.t1) in.load_inputs(next, r.b, t + 1, r.c0);
-    float out[W];
-    in.window_pre(out, wp, bias, win, t, in.lowest_input(r.b, t));
-#pragma unroll
-    for (int k = 0; k < W; k++) out[k] = activation(out[k], act);  // y = act(pre)
-    if constexpr (kNorm)
-      normalise_head<T, W>(out, rstd + (r.b * in.L + t) * (in.C / norm_width), r.c0, norm_width, norm_eps);
-    store_floats(y + (r.b * in.L + t) * in.C + r.c0, out);
+      for (int k = 0; k < W; k++) out[k] = activation(out[k], act);  // y = act(pre)
+      if constexpr (kNorm)
+        normalise_head<T, W>(out, rstd + (r.b * in.L + t) * (in.C / norm_width), r.c0, norm_width, norm_eps);
+      store_floats(y + (r.b * in.L + t) * in.C + r.c0, out);
+    }
   }
 }
 
 // The backward's tile: R tokens t0 .. t0+R-1 of sequence b and kSlab channels slab0.. (a row of
 // the tile, kSlab / kGroup lanes of kGroup channels: one warp). Its rows in shared memory, in this
-// order: x_s for s = t0-KMAX+1 .. t0+R+KMAX-2 (T), dy_t and dpre_t (fp32) for t = t0 .. t0+R+KMAX-2
-// (the tile's tokens and the KMAX-1 past them whose dpre its dx reads), and lowest_t, the lowest
-// input output t sees (int). After the walk the same memory holds each warp's dw and dbias sums.
+// order: x_s for s = t0-KMAX+1 .. t0+R+KMAX-2 (T), dy_t for t = t0 .. t0+R+KMAX-2 (T: the tile's
+// tokens and the KMAX-1 past them whose dpre its dx reads), and lowest_t, the lowest input output
+// t sees (int). After the walk the same memory holds each warp's dw and dbias sums.
 template <int KMAX>
 __host__ __device__ constexpr int tile_x_rows(int tile_tokens) { return tile_tokens + 2 * (KMAX - 1); }
 template <int KMAX>
@@ -286,17 +315,17 @@ __host__ __device__ constexpr int tile_dy_rows(int tile_tokens) { return tile_to
 template <class T, int KMAX>
 size_t backward_smem(int tile_tokens) {
   const size_t rows = sizeof(T) * kSlab * (tile_x_rows<KMAX>(tile_tokens) + tile_dy_rows<KMAX>(tile_tokens)) +
-                      (sizeof(float) * kSlab + sizeof(int)) * tile_dy_rows<KMAX>(tile_tokens);
+                      sizeof(int) * tile_dy_rows<KMAX>(tile_tokens);
   const size_t sums = sizeof(float) * kTileWarps * kSlab * (KMAX + 1);
   return rows > sums ? rows : sums;
 }
 
 // dx: (B, L, C); partial_w: (B * tiles, C, K), partial_b: (B * tiles, C) or null: each tile's sums
 // of dw and dbias; grid: B * tiles * slabs blocks of kThreads, tiles = ceil(L / tile_tokens),
-// slabs = ceil(C / kSlab). Lane l of warp v owns channels slab0 + kGroup l .. and the tile's rows
-// v, v + kTileWarps, ..; every pass reads rows the pass before left in shared memory.
+// slabs = ceil(C / kSlab). Lane l of warp v owns channels slab0 + kGroup l .. and the run of the
+// tile's rows v * rows .. (v + 1) * rows - 1, rows = ceil(tile_tokens / kTileWarps).
 template <class T, int KMAX, bool kVec>
-__global__ void __launch_bounds__(kThreads, KMAX == 4 && kVec ? 3 : 1)
+__global__ void __launch_bounds__(kThreads, KMAX == 4 && kVec ? 2 : 1)
     conv_backward_kernel(T* __restrict__ dx, float* __restrict__ partial_w, float* __restrict__ partial_b,
                          const T* __restrict__ dy, const T* __restrict__ dfinal, ConvInputs<T> in, int64_t tiles,
                          int tile_tokens, ConvAct act) {
@@ -307,8 +336,7 @@ __global__ void __launch_bounds__(kThreads, KMAX == 4 && kVec ? 3 : 1)
   const int x_rows = tile_x_rows<KMAX>(tile_tokens), dy_rows = tile_dy_rows<KMAX>(tile_tokens);
   T* xs = reinterpret_cast<T*>(smem_raw);              // xs: (x_rows, kSlab), x_{s0 + r}
   T* dys = xs + x_rows * kSlab;                        // dys: (dy_rows, kSlab), dy_{t0 + r}
-  float* dpres = reinterpret_cast<float*>(dys + dy_rows * kSlab);  // dpres: (dy_rows, kSlab), dpre_{t0 + r}
-  int* lowest = reinterpret_cast<int*>(dpres + dy_rows * kSlab);   // lowest: (dy_rows), of output t0 + r
+  int* lowest = reinterpret_cast<int*>(dys + dy_rows * kSlab);  // lowest: (dy_rows), of output t0 + r
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, c = lane * kGroup;
   const int64_t c0 = slab0 + c;
   const bool owned = c0 < C;  // (kVec: C % kGroup == 0, so a lane's channels are all in or all out)
@@ -320,51 +348,62 @@ __global__ void __launch_bounds__(kThreads, KMAX == 4 && kVec ? 3 : 1)
     lowest[r] = t0 + r < L ? static_cast<int>(in.lowest_input(b, t0 + r)) : 0;  // (L < 2^31)
   if constexpr (kVec) cp_async_wait_all();
   __syncthreads();
+  // 2. each warp walks its own rows r0 .. r1-1 of the tile down, from the KMAX-1 rows above them
+  //    (whose dpre its dx reads), one xs and one dys row a step, x and dpre in rings of registers
+  //    (slot p of the step's phase: row r's x and dpre; x_{t-KMAX+1+j} in slot p - j, dpre_{t+i} in
+  //    slot p - i): dpre_t = dy_t act'(pre_t), pre_t from the visible taps (0 past L); then for
+  //    the warp's own rows dx_t = sum_j w'_j dpre_{t+KMAX-1-j} over the outputs that see x_t (+
+  //    dfinal_{t-L+K-1} where the final state reads x_t); dw_j += dpre_t x_{t-KMAX+1+j} over the
+  //    visible taps, dbias += dpre_t
   float wp[KMAX][kGroup], bias[kGroup];
   in.load_taps(wp, bias, c0);
-  // 2. dpre_t = dy_t act'(pre_t) for every row, pre_t from the visible taps (0 past L)
-  for (int r = warp; r < dy_rows; r += kTileWarps) {
-    float dpre[kGroup] = {};
-    if (owned && t0 + r < L) {
-      float win[KMAX][kGroup], d[kGroup], pre[kGroup];  // win[j] = x_{t-KMAX+1+j}, at xs row r + j
-#pragma unroll
-      for (int j = 0; j < KMAX; j++)
-        to_floats(win[j], *reinterpret_cast<const Vec<T, kGroup>*>(xs + (r + j) * kSlab + c));
-      to_floats(d, *reinterpret_cast<const Vec<T, kGroup>*>(dys + r * kSlab + c));
-      in.window_pre(pre, wp, bias, win, t0 + r, lowest[r]);
-#pragma unroll
-      for (int k = 0; k < kGroup; k++) dpre[k] = activation_grad(d[k], pre[k], act);
-    }
-#pragma unroll
-    for (int k = 0; k < kGroup; k++) dpres[r * kSlab + c + k] = dpre[k];
-  }
-  __syncthreads();
-  // 3. dx_t = sum_j w'_j dpre_{t+KMAX-1-j} over the outputs that see x_t (+ dfinal_{t-L+K-1} where the
-  //    final state reads x_t); dw_j += dpre_t x_{t-KMAX+1+j} over the visible taps, dbias += dpre_t
   float dw[KMAX][kGroup] = {}, db[kGroup] = {};
   const int64_t final_lowest = in.lowest_input(b, L - 1);  // the final state reads x_s for s >= this
-  for (int r = warp; r < tile_tokens && t0 + r < L && owned; r += kTileWarps) {
-    const int64_t t = t0 + r;
-    float g[kGroup], dpre[kGroup], x[kGroup];
-    const bool in_final = t >= L - K + 1 && t >= final_lowest;
+  const int rows = (tile_tokens + kTileWarps - 1) / kTileWarps;
+  const int r0 = warp * rows, r1 = min(r0 + rows, tile_tokens), top = r1 + KMAX - 2;
+  float xring[KMAX][kGroup], dring[KMAX][kGroup] = {};  // xs row r and dpre_r in slot (top - r) % KMAX
 #pragma unroll
-    for (int k = 0; k < kGroup; k++)
-      g[k] = in_final && c0 + k < C ? to_float(dfinal[(b * C + c0 + k) * (K - 1) + t - L + K - 1]) : 0.0f;
+  for (int j = 1; j < KMAX; j++)  // xs rows top + j .. above the first step's
+    to_floats(xring[KMAX - j], *reinterpret_cast<const Vec<T, kGroup>*>(xs + (top + j) * kSlab + c));
+  for (int base = top; owned && base >= r0; base -= KMAX) {
 #pragma unroll
-    for (int j = 0; j < KMAX; j++)
-      if (j >= KMAX - K && t >= lowest[r + KMAX - 1 - j])
+    for (int p = 0; p < KMAX; p++) {
+      const int r = base - p;
+      if (r < r0) break;
+      const int64_t t = t0 + r;
+      to_floats(xring[p], *reinterpret_cast<const Vec<T, kGroup>*>(xs + r * kSlab + c));
+      float win[KMAX][kGroup];  // win[j] = x_{t-KMAX+1+j}, xs row r + j
+      ring_window(win, xring, p, -1);
 #pragma unroll
-        for (int k = 0; k < kGroup; k++) g[k] += wp[j][k] * dpres[(r + KMAX - 1 - j) * kSlab + c + k];
-    store_row<kVec>(dx + (b * L + t) * C + c0, g, C - c0);
+      for (int k = 0; k < kGroup; k++) dring[p][k] = 0.0f;
+      if (t < L) {
+        float d[kGroup], pre[kGroup];
+        to_floats(d, *reinterpret_cast<const Vec<T, kGroup>*>(dys + r * kSlab + c));
+        in.window_pre(pre, wp, bias, win, t, lowest[r]);
 #pragma unroll
-    for (int k = 0; k < kGroup; k++) dpre[k] = dpres[r * kSlab + c + k], db[k] += dpre[k];
-#pragma unroll
-    for (int j = 0; j < KMAX; j++)
-      if (j >= KMAX - K && t - KMAX + 1 + j >= lowest[r]) {
-        to_floats(x, *reinterpret_cast<const Vec<T, kGroup>*>(xs + (r + j) * kSlab + c));
-#pragma unroll
-        for (int k = 0; k < kGroup; k++) dw[j][k] += dpre[k] * x[k];
+        for (int k = 0; k < kGroup; k++) dring[p][k] = activation_grad(d[k], pre[k], act);
       }
+      if (r >= r1 || t >= L) continue;  // a row above the warp's: its dpre only
+      float dpre[KMAX][kGroup], g[kGroup];  // dpre[i] = dpre_{t+i}
+      ring_window(dpre, dring, p, -1);
+      const bool in_final = t >= L - K + 1 && t >= final_lowest;
+#pragma unroll
+      for (int k = 0; k < kGroup; k++)
+        g[k] = in_final && c0 + k < C ? to_float(dfinal[(b * C + c0 + k) * (K - 1) + t - L + K - 1]) : 0.0f;
+#pragma unroll
+      for (int j = 0; j < KMAX; j++)
+        if (j >= KMAX - K && t >= lowest[r + KMAX - 1 - j])
+#pragma unroll
+          for (int k = 0; k < kGroup; k++) g[k] += wp[j][k] * dpre[KMAX - 1 - j][k];
+      store_row<kVec>(dx + (b * L + t) * C + c0, g, C - c0);
+#pragma unroll
+      for (int k = 0; k < kGroup; k++) db[k] += dpre[0][k];
+#pragma unroll
+      for (int j = 0; j < KMAX; j++)
+        if (j >= KMAX - K && t - KMAX + 1 + j >= lowest[r])
+#pragma unroll
+          for (int k = 0; k < kGroup; k++) dw[j][k] += dpre[0][k] * win[j][k];
+    }
   }
   // 4. the tile's partial sums, each warp's in shared memory, summed over the warps in order
   //    (deterministic); the unpadded taps i = j - (KMAX-K)
