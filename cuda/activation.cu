@@ -5,7 +5,6 @@
 namespace hla::cuda {
 namespace {
 
-__device__ float sigmoid_of(float x) { return 1.0f / (1.0f + expf(-x)); }
 __device__ float softplus_of(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
 template <class T>

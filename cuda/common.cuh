@@ -20,6 +20,12 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(f
   return __float2bfloat16_rn(v);
 }
 
+// sigmoid(v) = 1 / (1 + exp(-v)) in IEEE expf and division
+__device__ __forceinline__ float sigmoid_of(float v) { return 1.0f / (1.0f + expf(-v)); }
+// The same on the fast paths, MUFU.EX2 and MUFU.RCP (~1e-6 relative; 0 for v < -88), where the
+// activation is most of a kernel's instructions (cuda/short_conv.cu: IEEE expf and division were).
+__device__ __forceinline__ float fast_sigmoid(float v) { return __fdividef(1.0f, 1.0f + __expf(-v)); }
+
 // W consecutive elements of T moved by one load or store (alignas makes W * sizeof(T) = 16
 // bytes a single 128-bit access). kVecWidth<T> elements fill 16 bytes: 8 bf16 or 4 fp32.
 template <class T> constexpr int kVecWidth = 16 / sizeof(T);

@@ -35,7 +35,6 @@ constexpr int64_t kColumnPassThreads = int64_t{1} << 18;
 constexpr int64_t kMaxFusedG = 1024;
 constexpr int64_t kFusedParts = 512;
 
-__device__ __forceinline__ float sigmoid_of(float v) { return 1.0f / (1.0f + expf(-v)); }
 // act(z): swish z * s(z) or sigmoid s(z)
 __device__ __forceinline__ float gate_act(float z, GateAct act) {
   const float s = sigmoid_of(z);

@@ -16,7 +16,6 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kColumnThreads = 128;  // channels per block of the backward with parameter gradients
 
-__device__ __forceinline__ float sigmoid_of(float v) { return 1.0f / (1.0f + expf(-v)); }
 // softplus with PyTorch's / fla's threshold: u for u > 20
 __device__ __forceinline__ float softplus_of(float v) { return v > 20.0f ? v : log1pf(expf(v)); }
 __device__ __forceinline__ float softplus_grad(float v) { return v > 20.0f ? 1.0f : sigmoid_of(v); }

@@ -66,18 +66,14 @@ constexpr int kTileWarps = kThreads / 32;
 constexpr int kGroup = 4;         // channels a backward lane owns
 constexpr int kSlab = 32 * kGroup;  // channels a backward tile covers: a warp's row
 
-// sigmoid(v) = 1 / (1 + exp(-v)) on the fast paths (MUFU.EX2 and MUFU.RCP, ~1e-6 relative; inf -> 0
-// past v < -88): IEEE expf and division made the activation most of the kernels' instructions.
-__device__ __forceinline__ float sigmoid_of(float v) { return __fdividef(1.0f, 1.0f + __expf(-v)); }
-
 // y = act(pre)
 __device__ __forceinline__ float activation(float pre, ConvAct act) {
-  return act == ConvAct::SiLU ? pre * sigmoid_of(pre) : pre;
+  return act == ConvAct::SiLU ? pre * fast_sigmoid(pre) : pre;
 }
 // y = pre * s(pre)  =>  dpre = dy * s * (1 + pre * (1 - s))
 __device__ __forceinline__ float activation_grad(float dy, float pre, ConvAct act) {
   if (act == ConvAct::Identity) return dy;
-  const float s = sigmoid_of(pre);
+  const float s = fast_sigmoid(pre);
   return dy * s * (1.0f + pre * (1.0f - s));
 }
 
@@ -405,7 +401,7 @@ __global__ void __launch_bounds__(kThreads, KMAX == 4 && kVec ? 2 : 1)
           for (int k = 0; k < kGroup; k++) dw[j][k] += dpre[0][k] * win[j][k];
     }
   }
-  // 4. the tile's partial sums, each warp's in shared memory, summed over the warps in order
+  // 3. the tile's partial sums, each warp's in shared memory, summed over the warps in order
   //    (deterministic); the unpadded taps i = j - (KMAX-K)
   __syncthreads();
   float* sums = reinterpret_cast<float*>(smem_raw);  // sums: (kTileWarps, kSlab, KMAX + 1), dw then dbias

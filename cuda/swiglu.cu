@@ -6,7 +6,6 @@
 namespace hla::cuda {
 namespace {
 
-__device__ __forceinline__ float sigmoid_of(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 // z, a, b: (n)
 template <class T, int W>

@@ -187,9 +187,6 @@ inline float __shfl_up_sync(unsigned mask, float v, int off) {
   return emu_shfl(v, lane >= off ? lane - off : lane);
 }
 inline float rsqrtf(float v) { return 1.0f / std::sqrt(v); }
-// The fast-path intrinsics as the exact functions (their ~1e-6 relative error is the hardware's).
-inline float __expf(float v) { return std::exp(v); }
-inline float __fdividef(float a, float b) { return a / b; }
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }
 
