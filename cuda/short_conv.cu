@@ -35,9 +35,14 @@
 //     sigmoid on MUFU.EX2 and MUFU.RCP: fwd 0.0655 -> 0.0503 ms, backward 0.145 -> 0.136; the
 //     forward's ring: fwd -> 0.0475; the backward's walk: -> 0.128 (fwd+bwd 0.211 -> 0.176).
 //     The forward on the backward's tiles (256 channels, 8 a lane) ran 0.062 -> 0.075 ms and was
-//     not kept (session 54).
+//     not kept (session 54). Session 60, H100: the forward's next row kept as stored (converted
+//     where it enters the ring) and addressed from the run's first row: fwd 0.0476 -> 0.0455 ms
+//     (fused norm 0.0648 -> 0.0623, B4 T4096 C2048 0.0854 -> 0.0810); loading two rows ahead was
+//     not faster (0.0477 against 0.0471). The backward as warps walking global memory, each run's rows loaded 2-4
+//     steps ahead instead of a tile's copies all in flight at once, ran 1.27-1.44x the fwd+bwd
+//     time (ncu: 62% of its cycles waiting on those loads at 16 warps an SM) and was not kept.
 //   Registers (ptxas -v, sm_90a, nvcc 13.0): the forward 128 at bf16's W = 8 (two blocks an SM;
-//     with the fused norm 24 bytes of spills), the backward 124-126 with 16-byte rows (two blocks
+//     no spills, the fused norm too), the backward 124-126 with 16-byte rows (two blocks
 //     an SM), 142-146 element by element (one); K > 4 (KMAX = kMaxTaps) pays ~5 KB of spills a
 //     thread for the backward's rings of 16 rows: no mixer here uses it, and it stays exact.
 // The state rows take small dedicated kernels: final_state copies xe_L.., dstate gathers
@@ -277,16 +282,17 @@ __global__ void __launch_bounds__(kThreads, 2)
   float ring[KMAX][W];
 #pragma unroll
   for (int j = 0; j < KMAX - 1; j++) in.load_inputs(ring[j], r.b, r.t0 - KMAX + 1 + j, r.c0);
-  float next[W];  // x_t, loaded a token ahead (its latency hidden behind the token before)
-  in.load_inputs(next, r.b, r.t0, r.c0);
+  // x_t as stored, loaded a token ahead (its latency hidden behind the token before) and converted
+  // where it enters the ring
+  const T* x_run = in.x + (r.b * in.L + r.t0) * in.C + r.c0;  // x_run: row t0 of the run's channels
+  Vec<T, W> next = load_vec<W>(x_run);
   for (int64_t tp = r.t0; tp < r.t1; tp += KMAX) {
 #pragma unroll
     for (int p = 0; p < KMAX; p++) {
       const int64_t t = tp + p;
       if (t >= r.t1) break;
-#pragma unroll
-      for (int k = 0; k < W; k++) ring[(p + KMAX - 1) % KMAX][k] = next[k];  // over x_{t-KMAX}
-      if (t + 1 < r.t1) to_floats(next, load_vec<W>(in.x + (r.b * in.L + t + 1) * in.C + r.c0));  // (t + 1 > 0: x)
+      to_floats(ring[(p + KMAX - 1) % KMAX], next);  // over x_{t-KMAX}
+      if (t + 1 < r.t1) next = load_vec<W>(x_run + (t - r.t0 + 1) * in.C);
       float win[KMAX][W], out[W];
       ring_window(win, ring, p, 1);
       in.window_pre(out, wp, bias, win, t, in.lowest_input(r.b, t));
