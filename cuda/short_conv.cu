@@ -38,9 +38,10 @@
 //     not kept (session 54). Session 60, H100: the forward's next row kept as stored (converted
 //     where it enters the ring) and addressed from the run's first row: fwd 0.0476 -> 0.0455 ms
 //     (fused norm 0.0648 -> 0.0623, B4 T4096 C2048 0.0854 -> 0.0810); loading two rows ahead was
-//     not faster (0.0477 against 0.0471). The backward as warps walking global memory, each run's rows loaded 2-4
-//     steps ahead instead of a tile's copies all in flight at once, ran 1.27-1.44x the fwd+bwd
-//     time (ncu: 62% of its cycles waiting on those loads at 16 warps an SM) and was not kept.
+//     not faster (0.0477 against 0.0471). The backward as warps walking global memory, each
+//     run's rows loaded 2-4 steps ahead instead of a tile's copies all in flight at once, ran
+//     1.27-1.44x the fwd+bwd time (ncu: 62% of its cycles waiting on those loads at 16 warps an
+//     SM) and was not kept.
 //   Registers (ptxas -v, sm_90a, nvcc 13.0): the forward 128 at bf16's W = 8 (two blocks an SM;
 //     no spills, the fused norm too), the backward 124-126 with 16-byte rows (two blocks
 //     an SM), 142-146 element by element (one); K > 4 (KMAX = kMaxTaps) pays ~5 KB of spills a
