@@ -22,9 +22,12 @@
 //     misaligned); then each of its 8 warps walks its own run of the tile's rows down, from the
 //     KMAX-1 rows above the run (whose dpre its dx reads), with x and dpre in rings of registers:
 //     dpre_t = dy_t act'(pre_t), then dx_t = sum_i w_i dpre_{t+K-1-i} (+ dfinal) and the run's dw,
-//     dbias, summed over the warps in a fixed order: one fp32 partial per (b, tile) that
+//     dbias, summed over the warps in a fixed order: one fp32 partial per block that
 //     cuda/reduce.cuh sums in a fixed order (deterministic). Tiles are halved down to kMinTile
-//     while the blocks would not give every SM one (plan_tiles).
+//     while they would not give every SM one; a block then takes per_block consecutive tiles of
+//     one sequence, as many as one wave of two blocks an SM leaves each (plan_tiles), its two
+//     halves of shared memory taking the tiles by turns: the next tile's copies are in flight
+//     while its warps walk this one.
 //   History (bench/README): until session 54 a backward thread walked a run of 16 tokens down
 //     from rows it had copied into shared memory first (two blocks an SM, one partial per 16-token
 //     run); the tiles took H200, bf16, B8 T2048 C1024's backward (fwd+bwd less fwd) 0.147 -> 0.140
@@ -41,10 +44,12 @@
 //     not faster (0.0477 against 0.0471). The backward as warps walking global memory, each
 //     run's rows loaded 2-4 steps ahead instead of a tile's copies all in flight at once, ran
 //     1.27-1.44x the fwd+bwd time (ncu: 62% of its cycles waiting on those loads at 16 warps an
-//     SM) and was not kept.
+//     SM) and was not kept. Session 61, H100: the backward's blocks in runs of tiles, copies
+//     overlapping the walk: fwd+bwd 0.1742 -> 0.1582 ms (backward 0.129 -> 0.113; ncu 95.3 ->
+//     84.3 us), the fused norm's 0.2323 -> 0.2182, B4 T4096 C2048 0.3213 -> 0.2947.
 //   Registers (ptxas -v, sm_90a, nvcc 13.0): the forward 128 at bf16's W = 8 (two blocks an SM;
-//     no spills, the fused norm too), the backward 124-126 with 16-byte rows (two blocks
-//     an SM), 142-146 element by element (one); K > 4 (KMAX = kMaxTaps) pays ~5 KB of spills a
+//     no spills, the fused norm too), the backward 128 with 16-byte rows (two blocks
+//     an SM; fp32 spills 16 bytes), 180-185 element by element (one); K > 4 (KMAX = kMaxTaps) pays ~5 KB of spills a
 //     thread for the backward's rings of 16 rows: no mixer here uses it, and it stays exact.
 // The state rows take small dedicated kernels: final_state copies xe_L.., dstate gathers
 // d(xe_e) = sum_i w_i dpre_{e-i} (+ dfinal) for e < K-1 with dpre recomputed from dy and x.
@@ -221,9 +226,9 @@ __device__ __forceinline__ void normalise_head(float (&y)[W], float* rstd_row, i
 }
 
 // Copies rows first .. first+n-1 of src (B, L, C) for sequence b, channels slab0 .. slab0+kSlab-1,
-// into tile (n, kSlab): 16-byte copies in flight at once (kVec: C a multiple of kVecWidth<T> and
-// 16-byte aligned rows), else element by element; rows outside 0 .. L-1 and channels past C read
-// as zeros, rows below 0 as row_below(s, c).
+// into tile (n, kSlab): 16-byte copies in flight (kVec: C a multiple of kVecWidth<T> and 16-byte
+// aligned rows; the caller commits them as a group), else element by element; rows outside
+// 0 .. L-1 and channels past C read as zeros, rows below 0 as row_below(s, c).
 template <bool kVec, class T, class Below>
 __device__ void copy_tile_rows(T* tile, const T* __restrict__ src, int64_t b, int64_t first, int n, int64_t slab0,
                                int64_t L, int64_t C, Below row_below) {
@@ -242,7 +247,6 @@ __device__ void copy_tile_rows(T* tile, const T* __restrict__ src, int64_t b, in
       *dst = s < L && ch < C ? src[(b * L + s) * C + ch] : from_float<T>(0.0f);
     }
   }
-  if constexpr (kVec) cp_async_commit();
 }
 
 // p[k] = v[k] for the k < room that hold channels: one vector store with kVec (C a multiple of W)
@@ -257,14 +261,18 @@ __device__ __forceinline__ void store_row(T* p, const float (&v)[W], int64_t roo
   }
 }
 
-// The tile of block blockIdx.x: sequence b, tokens t0 .. t0 + tile_tokens - 1, channels slab0 ..
-// slab0 + kSlab - 1 (blocks take consecutive slabs of a tile, then consecutive tiles).
-struct Tile {
-  int64_t b, t0, slab0, index;  // index: b * tiles + the tile's place in its sequence
-  __device__ Tile(int64_t C, int64_t tiles, int tile_tokens) {
-    const int64_t slabs = (C + kSlab - 1) / kSlab, tile = blockIdx.x / slabs % tiles;
-    b = blockIdx.x / slabs / tiles, t0 = tile * tile_tokens, slab0 = blockIdx.x % slabs * kSlab;
-    index = b * tiles + tile;
+// The tiles of block blockIdx.x: sequence b, tiles first .. first + n - 1 of it (per_block, the last
+// group's fewer), channels slab0 .. slab0 + kSlab - 1 (blocks take consecutive slabs of a group of
+// tiles, then consecutive groups).
+struct TileRun {
+  int64_t b, slab0, chunk, first;  // chunk: b * groups + group, the block's partial
+  int n;
+  __device__ TileRun(int64_t C, int64_t tiles, int64_t per_block) {
+    const int64_t slabs = (C + kSlab - 1) / kSlab, groups = (tiles + per_block - 1) / per_block;
+    const int64_t group = blockIdx.x / slabs % groups;
+    b = blockIdx.x / slabs / groups, slab0 = blockIdx.x % slabs * kSlab, chunk = b * groups + group;
+    first = group * per_block;
+    n = static_cast<int>(tiles - first < per_block ? tiles - first : per_block);
   }
 };
 
@@ -310,107 +318,138 @@ __global__ void __launch_bounds__(kThreads, 2)
 // the tile, kSlab / kGroup lanes of kGroup channels: one warp). Its rows in shared memory, in this
 // order: x_s for s = t0-KMAX+1 .. t0+R+KMAX-2 (T), dy_t for t = t0 .. t0+R+KMAX-2 (T: the tile's
 // tokens and the KMAX-1 past them whose dpre its dx reads), and lowest_t, the lowest input output
-// t sees (int). After the walk the same memory holds each warp's dw and dbias sums.
+// t sees (int). A block holds two, by its tiles' parity; after its last tile the same memory holds
+// each warp's dw and dbias sums.
 template <int KMAX>
 __host__ __device__ constexpr int tile_x_rows(int tile_tokens) { return tile_tokens + 2 * (KMAX - 1); }
 template <int KMAX>
 __host__ __device__ constexpr int tile_dy_rows(int tile_tokens) { return tile_tokens + KMAX - 1; }
 template <class T, int KMAX>
+__host__ __device__ constexpr size_t tile_bytes(int tile_tokens) {  // one tile's rows, in 16-byte units
+  return (sizeof(T) * kSlab * (tile_x_rows<KMAX>(tile_tokens) + tile_dy_rows<KMAX>(tile_tokens)) +
+          sizeof(int) * tile_dy_rows<KMAX>(tile_tokens) + 15) / 16 * 16;
+}
+template <class T, int KMAX>
 size_t backward_smem(int tile_tokens) {
-  const size_t rows = sizeof(T) * kSlab * (tile_x_rows<KMAX>(tile_tokens) + tile_dy_rows<KMAX>(tile_tokens)) +
-                      sizeof(int) * tile_dy_rows<KMAX>(tile_tokens);
+  const size_t rows = 2 * tile_bytes<T, KMAX>(tile_tokens);
   const size_t sums = sizeof(float) * kTileWarps * kSlab * (KMAX + 1);
   return rows > sums ? rows : sums;
 }
 
-// dx: (B, L, C); partial_w: (B * tiles, C, K), partial_b: (B * tiles, C) or null: each tile's sums
-// of dw and dbias; grid: B * tiles * slabs blocks of kThreads, tiles = ceil(L / tile_tokens),
-// slabs = ceil(C / kSlab). Lane l of warp v owns channels slab0 + kGroup l .. and the run of the
-// tile's rows v * rows .. (v + 1) * rows - 1, rows = ceil(tile_tokens / kTileWarps).
+// dx: (B, L, C); partial_w: (B * groups, C, K), partial_b: (B * groups, C) or null: each block's
+// sums of dw and dbias; grid: B * groups * slabs blocks of kThreads, groups = ceil(tiles /
+// per_block), tiles = ceil(L / tile_tokens), slabs = ceil(C / kSlab). A block takes per_block
+// consecutive tiles of one sequence (TileRun), copying the next tile's rows while its warps walk
+// this one's. Lane l of warp v owns channels slab0 + kGroup l .. and the run of each tile's rows
+// v * rows .. (v + 1) * rows - 1, rows = ceil(tile_tokens / kTileWarps).
 template <class T, int KMAX, bool kVec>
 __global__ void __launch_bounds__(kThreads, KMAX == 4 && kVec ? 2 : 1)
     conv_backward_kernel(T* __restrict__ dx, float* __restrict__ partial_w, float* __restrict__ partial_b,
                          const T* __restrict__ dy, const T* __restrict__ dfinal, ConvInputs<T> in, int64_t tiles,
-                         int tile_tokens, ConvAct act) {
+                         int64_t per_block, int tile_tokens, ConvAct act) {
   extern __shared__ float4 smem_raw[];
   const int64_t L = in.L, C = in.C, K = in.K;
-  const Tile tile(C, tiles, tile_tokens);
-  const int64_t b = tile.b, t0 = tile.t0, slab0 = tile.slab0, s0 = t0 - (KMAX - 1);  // s0: the tile's first input
+  const TileRun run(C, tiles, per_block);
+  const int64_t b = run.b, slab0 = run.slab0;
   const int x_rows = tile_x_rows<KMAX>(tile_tokens), dy_rows = tile_dy_rows<KMAX>(tile_tokens);
-  T* xs = reinterpret_cast<T*>(smem_raw);              // xs: (x_rows, kSlab), x_{s0 + r}
-  T* dys = xs + x_rows * kSlab;                        // dys: (dy_rows, kSlab), dy_{t0 + r}
-  int* lowest = reinterpret_cast<int*>(dys + dy_rows * kSlab);  // lowest: (dy_rows), of output t0 + r
+  // tile i's rows: xs (x_rows, kSlab), x_{s0 + r}; dys (dy_rows, kSlab), dy_{t0 + r}; lowest (dy_rows),
+  // of output t0 + r; in the half i % 2 of the shared memory
+  const auto xs_of = [&](int i) {
+    return reinterpret_cast<T*>(reinterpret_cast<char*>(smem_raw) + (i % 2) * tile_bytes<T, KMAX>(tile_tokens));
+  };
+  const auto dys_of = [&](int i) { return xs_of(i) + x_rows * kSlab; };
+  const auto lowest_of = [&](int i) { return reinterpret_cast<int*>(dys_of(i) + dy_rows * kSlab); };
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, c = lane * kGroup;
   const int64_t c0 = slab0 + c;
   const bool owned = c0 < C;  // (kVec: C % kGroup == 0, so a lane's channels are all in or all out)
-  // 1. the tile's rows into shared memory (16-byte copies in flight at once), each output's lowest input
-  copy_tile_rows<kVec>(xs, in.x, b, s0, x_rows, slab0, L, C,
-                       [&](int64_t s, int64_t ch) { return in.state_row(b, s, ch); });
-  copy_tile_rows<kVec>(dys, dy, b, t0, dy_rows, slab0, L, C, [](int64_t, int64_t) { return from_float<T>(0.0f); });
-  for (int r = threadIdx.x; r < dy_rows; r += kThreads)
-    lowest[r] = t0 + r < L ? static_cast<int>(in.lowest_input(b, t0 + r)) : 0;  // (L < 2^31)
-  if constexpr (kVec) cp_async_wait_all();
-  __syncthreads();
-  // 2. each warp walks its own rows r0 .. r1-1 of the tile down, from the KMAX-1 rows above them
-  //    (whose dpre its dx reads), one xs and one dys row a step, x and dpre in rings of registers
-  //    (slot p of the step's phase: row r's x and dpre; x_{t-KMAX+1+j} in slot p - j, dpre_{t+i} in
-  //    slot p - i): dpre_t = dy_t act'(pre_t), pre_t from the visible taps (0 past L); then for
-  //    the warp's own rows dx_t = sum_j w'_j dpre_{t+KMAX-1-j} over the outputs that see x_t (+
-  //    dfinal_{t-L+K-1} where the final state reads x_t); dw_j += dpre_t x_{t-KMAX+1+j} over the
-  //    visible taps, dbias += dpre_t
+  // 1. tile i's rows into its half of shared memory (16-byte copies in flight at once, one group
+  //    of them a tile), each output's lowest input
+  const auto copy_tile = [&](int i) {
+    const int64_t t0 = (run.first + i) * tile_tokens;
+    copy_tile_rows<kVec>(xs_of(i), in.x, b, t0 - (KMAX - 1), x_rows, slab0, L, C,
+                         [&](int64_t s, int64_t ch) { return in.state_row(b, s, ch); });
+    copy_tile_rows<kVec>(dys_of(i), dy, b, t0, dy_rows, slab0, L, C,
+                         [](int64_t, int64_t) { return from_float<T>(0.0f); });
+    if constexpr (kVec) cp_async_commit();
+    int* lowest = lowest_of(i);
+    for (int r = threadIdx.x; r < dy_rows; r += kThreads)
+      lowest[r] = t0 + r < L ? static_cast<int>(in.lowest_input(b, t0 + r)) : 0;  // (L < 2^31)
+  };
   float wp[KMAX][kGroup], bias[kGroup];
   in.load_taps(wp, bias, c0);
   float dw[KMAX][kGroup] = {}, db[kGroup] = {};
   const int64_t final_lowest = in.lowest_input(b, L - 1);  // the final state reads x_s for s >= this
   const int rows = (tile_tokens + kTileWarps - 1) / kTileWarps;
   const int r0 = warp * rows, r1 = min(r0 + rows, tile_tokens), top = r1 + KMAX - 2;
-  float xring[KMAX][kGroup], dring[KMAX][kGroup] = {};  // xs row r and dpre_r in slot (top - r) % KMAX
-#pragma unroll
-  for (int j = 1; j < KMAX; j++)  // xs rows top + j .. above the first step's
-    to_floats(xring[KMAX - j], *reinterpret_cast<const Vec<T, kGroup>*>(xs + (top + j) * kSlab + c));
-  for (int base = top; owned && base >= r0; base -= KMAX) {
-#pragma unroll
-    for (int p = 0; p < KMAX; p++) {
-      const int r = base - p;
-      if (r < r0) break;
-      const int64_t t = t0 + r;
-      to_floats(xring[p], *reinterpret_cast<const Vec<T, kGroup>*>(xs + r * kSlab + c));
-      float win[KMAX][kGroup];  // win[j] = x_{t-KMAX+1+j}, xs row r + j
-      ring_window(win, xring, p, -1);
-#pragma unroll
-      for (int k = 0; k < kGroup; k++) dring[p][k] = 0.0f;
-      if (t < L) {
-        float d[kGroup], pre[kGroup];
-        to_floats(d, *reinterpret_cast<const Vec<T, kGroup>*>(dys + r * kSlab + c));
-        in.window_pre(pre, wp, bias, win, t, lowest[r]);
-#pragma unroll
-        for (int k = 0; k < kGroup; k++) dring[p][k] = activation_grad(d[k], pre[k], act);
-      }
-      if (r >= r1 || t >= L) continue;  // a row above the warp's: its dpre only
-      float dpre[KMAX][kGroup], g[kGroup];  // dpre[i] = dpre_{t+i}
-      ring_window(dpre, dring, p, -1);
-      const bool in_final = t >= L - K + 1 && t >= final_lowest;
-#pragma unroll
-      for (int k = 0; k < kGroup; k++)
-        g[k] = in_final && c0 + k < C ? to_float(dfinal[(b * C + c0 + k) * (K - 1) + t - L + K - 1]) : 0.0f;
-#pragma unroll
-      for (int j = 0; j < KMAX; j++)
-        if (j >= KMAX - K && t >= lowest[r + KMAX - 1 - j])
-#pragma unroll
-          for (int k = 0; k < kGroup; k++) g[k] += wp[j][k] * dpre[KMAX - 1 - j][k];
-      store_row<kVec>(dx + (b * L + t) * C + c0, g, C - c0);
-#pragma unroll
-      for (int k = 0; k < kGroup; k++) db[k] += dpre[0][k];
-#pragma unroll
-      for (int j = 0; j < KMAX; j++)
-        if (j >= KMAX - K && t - KMAX + 1 + j >= lowest[r])
-#pragma unroll
-          for (int k = 0; k < kGroup; k++) dw[j][k] += dpre[0][k] * win[j][k];
+  copy_tile(0);
+  for (int i = 0; i < run.n; i++) {
+    // the next tile's copies go out before this one's are awaited; its half was last read by tile
+    // i - 1, whose walk ended at the barrier below
+    if (i + 1 < run.n) copy_tile(i + 1);
+    if constexpr (kVec) {
+      if (i + 1 < run.n) cp_async_wait<1>();
+      else cp_async_wait<0>();
     }
+    __syncthreads();
+    // 2. each warp walks its own rows r0 .. r1-1 of tile i down, from the KMAX-1 rows above them
+    //    (whose dpre its dx reads), one xs and one dys row a step, x and dpre in rings of registers
+    //    (slot p of the step's phase: row r's x and dpre; x_{t-KMAX+1+j} in slot p - j, dpre_{t+i}
+    //    in slot p - i): dpre_t = dy_t act'(pre_t), pre_t from the visible taps (0 past L); then
+    //    for the warp's own rows dx_t = sum_j w'_j dpre_{t+KMAX-1-j} over the outputs that see x_t
+    //    (+ dfinal_{t-L+K-1} where the final state reads x_t); dw_j += dpre_t x_{t-KMAX+1+j} over
+    //    the visible taps, dbias += dpre_t
+    const int64_t t0 = (run.first + i) * tile_tokens;
+    const T* xs = xs_of(i);
+    const T* dys = dys_of(i);
+    const int* lowest = lowest_of(i);
+    float xring[KMAX][kGroup], dring[KMAX][kGroup] = {};  // xs row r and dpre_r in slot (top - r) % KMAX
+#pragma unroll
+    for (int j = 1; j < KMAX; j++)  // xs rows top + j .. above the first step's
+      load_floats(xring[KMAX - j], xs + (top + j) * kSlab + c);
+    for (int base = top; owned && base >= r0; base -= KMAX) {
+#pragma unroll
+      for (int p = 0; p < KMAX; p++) {
+        const int r = base - p;
+        if (r < r0) break;
+        const int64_t t = t0 + r;
+        load_floats(xring[p], xs + r * kSlab + c);
+        float win[KMAX][kGroup];  // win[j] = x_{t-KMAX+1+j}, xs row r + j
+        ring_window(win, xring, p, -1);
+#pragma unroll
+        for (int k = 0; k < kGroup; k++) dring[p][k] = 0.0f;
+        if (t < L) {
+          float d[kGroup], pre[kGroup];
+          load_floats(d, dys + r * kSlab + c);
+          in.window_pre(pre, wp, bias, win, t, lowest[r]);
+#pragma unroll
+          for (int k = 0; k < kGroup; k++) dring[p][k] = activation_grad(d[k], pre[k], act);
+        }
+        if (r >= r1 || t >= L) continue;  // a row above the warp's: its dpre only
+        float dpre[KMAX][kGroup], g[kGroup];  // dpre[i] = dpre_{t+i}
+        ring_window(dpre, dring, p, -1);
+        const bool in_final = t >= L - K + 1 && t >= final_lowest;
+#pragma unroll
+        for (int k = 0; k < kGroup; k++)
+          g[k] = in_final && c0 + k < C ? to_float(dfinal[(b * C + c0 + k) * (K - 1) + t - L + K - 1]) : 0.0f;
+#pragma unroll
+        for (int j = 0; j < KMAX; j++)
+          if (j >= KMAX - K && t >= lowest[r + KMAX - 1 - j])
+#pragma unroll
+            for (int k = 0; k < kGroup; k++) g[k] += wp[j][k] * dpre[KMAX - 1 - j][k];
+        store_row<kVec>(dx + (b * L + t) * C + c0, g, C - c0);
+#pragma unroll
+        for (int k = 0; k < kGroup; k++) db[k] += dpre[0][k];
+#pragma unroll
+        for (int j = 0; j < KMAX; j++)
+          if (j >= KMAX - K && t - KMAX + 1 + j >= lowest[r])
+#pragma unroll
+            for (int k = 0; k < kGroup; k++) dw[j][k] += dpre[0][k] * win[j][k];
+      }
+    }
+    __syncthreads();  // tile i's half is read: tile i + 2's copies may take it
   }
-  // 3. the tile's partial sums, each warp's in shared memory, summed over the warps in order
+  // 3. the block's partial sums, each warp's in shared memory, summed over the warps in order
   //    (deterministic); the unpadded taps i = j - (KMAX-K)
-  __syncthreads();
   float* sums = reinterpret_cast<float*>(smem_raw);  // sums: (kTileWarps, kSlab, KMAX + 1), dw then dbias
 #pragma unroll
   for (int k = 0; k < kGroup; k++) {
@@ -420,14 +459,13 @@ __global__ void __launch_bounds__(kThreads, KMAX == 4 && kVec ? 2 : 1)
     own[KMAX] = db[k];
   }
   __syncthreads();
-  const int64_t chunk = tile.index;
   for (int i = threadIdx.x; i < kSlab * (KMAX + 1); i += kThreads) {
     const int ch = i / (KMAX + 1), j = i % (KMAX + 1);
     if (slab0 + ch >= C || (j < KMAX - K)) continue;
     float total = 0;
     for (int v = 0; v < kTileWarps; v++) total += sums[(v * kSlab + ch) * (KMAX + 1) + j];
-    if (j < KMAX) partial_w[(chunk * C + slab0 + ch) * K + j - (KMAX - K)] = total;
-    else if (partial_b) partial_b[chunk * C + slab0 + ch] = total;
+    if (j < KMAX) partial_w[(run.chunk * C + slab0 + ch) * K + j - (KMAX - K)] = total;
+    else if (partial_b) partial_b[run.chunk * C + slab0 + ch] = total;
   }
 }
 
@@ -507,19 +545,21 @@ RunPlan plan_runs(int64_t B, int64_t L, int64_t groups, int max_run) {
 }
 
 // How the backward cuts B sequences of L tokens and C channels into tiles of kSlab channels:
-// kTileTokens tokens, halved down to kMinTile while the B * tiles * slabs blocks would not give
-// every SM one.
+// kTileTokens tokens, halved down to kMinTile while the B * tiles * slabs tiles would not give
+// every SM one; then per_block consecutive tiles of a sequence a block, as many as one wave of two
+// blocks an SM leaves each.
 struct TilePlan {
   int tile_tokens;
-  int64_t tiles;
+  int64_t tiles, per_block, groups;
   unsigned blocks;
 };
 TilePlan plan_tiles(int64_t B, int64_t L, int64_t C) {
-  const int64_t slabs = (C + kSlab - 1) / kSlab;
+  const int64_t slabs = (C + kSlab - 1) / kSlab, wave = 2 * int64_t(sm_count());
   int tile = kTileTokens;
   while (tile > kMinTile && B * runs_of(L, tile) * slabs < sm_count()) tile /= 2;
-  const int64_t tiles = runs_of(L, tile);
-  return {tile, tiles, static_cast<unsigned>(B * tiles * slabs)};
+  const int64_t tiles = runs_of(L, tile), per_block = (B * tiles * slabs + wave - 1) / wave;
+  const int64_t groups = (tiles + per_block - 1) / per_block;
+  return {tile, tiles, per_block, groups, static_cast<unsigned>(B * groups * slabs)};
 }
 
 }  // namespace
@@ -573,12 +613,12 @@ void short_conv_backward(void* dx, void* dw, void* dbias, void* dstate, const vo
         constexpr int KMAX = decltype(taps)::value;
         constexpr bool kVec = decltype(width)::value > 1;
         const TilePlan plan = plan_tiles(B, L, C);
-        const int chunks = static_cast<int>(B * plan.tiles);  // one partial per (b, tile)
+        const int chunks = static_cast<int>(B * plan.groups);  // one partial per block's (b, group)
         FloatScratch partial_w(chunks * C * K);              // partial_w: (chunks, C, K)
         FloatScratch partial_b(dbias ? chunks * C : 0);      // partial_b: (chunks, C)
         launch(conv_backward_kernel<T, KMAX, kVec>, plan.blocks, kThreads, backward_smem<T, KMAX>(plan.tile_tokens),
                static_cast<T*>(dx), partial_w.get(), dbias ? partial_b.get() : nullptr, static_cast<const T*>(dy), dfin,
-               in, plan.tiles, plan.tile_tokens, d.act);
+               in, plan.tiles, plan.per_block, plan.tile_tokens, d.act);
         write_column_sums(static_cast<T*>(dw), partial_w.get(), chunks, C * K);
         if (dbias) write_column_sums(static_cast<T*>(dbias), partial_b.get(), chunks, C);
       }, in.x, static_cast<const T*>(dx), static_cast<const T*>(dy));

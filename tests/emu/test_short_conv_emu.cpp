@@ -145,6 +145,7 @@ int main() {
       {2, 33, 9, 3, false, false, identity, {1, 2, 30}},       // documents, scalar path, K = 3
       {1, 200, 136, 4, true, true, silu, {70, 60, 1, 69}},     // four backward tiles, documents across their
                                                                // edges, a second slab of 8 channels
+      {1, 300, 64, 4, true, true, silu, {}},                   // five tiles, blocks of 3 and 2 (one SM here)
       // the fused l2norm, lanes a head in bf16 / fp32: 32 / 64 (fp32 unfused), 16 / 32, 8 / 16 (one-warp
       // blocks, the last warp half idle), 4 / 8 with documents, 4 / 1 (bf16's scalar path), 64 / 64 (x off
       // alignment: both unfused)
