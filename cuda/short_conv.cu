@@ -46,7 +46,10 @@
 //     1.27-1.44x the fwd+bwd time (ncu: 62% of its cycles waiting on those loads at 16 warps an
 //     SM) and was not kept. Session 61, H100: the backward's blocks in runs of tiles, copies
 //     overlapping the walk: fwd+bwd 0.1742 -> 0.1582 ms (backward 0.129 -> 0.113; ncu 95.3 ->
-//     84.3 us), the fused norm's 0.2323 -> 0.2182, B4 T4096 C2048 0.3213 -> 0.2947.
+//     84.3 us), the fused norm's 0.2323 -> 0.2182, B4 T4096 C2048 0.3213 -> 0.2947. Lanes of 2
+//     channels (runs of 16 rows in 128-token tiles, 3 of 16 recomputed; three blocks an SM) ran
+//     1.11-1.21x that fwd+bwd: the per-row work shared by half the channels costs more than the
+//     halo's recompute. Not kept.
 //   Registers (ptxas -v, sm_90a, nvcc 13.0): the forward 128 at bf16's W = 8 (two blocks an SM;
 //     no spills, the fused norm too), the backward 128 with 16-byte rows (two blocks
 //     an SM; fp32 spills 16 bytes), 180-185 element by element (one); K > 4 (KMAX = kMaxTaps) pays ~5 KB of spills a
