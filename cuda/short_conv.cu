@@ -27,7 +27,8 @@
 //     while they would not give every SM one; a block then takes per_block consecutive tiles of
 //     one sequence, as many as one wave of two blocks an SM leaves each (plan_tiles), its two
 //     halves of shared memory taking the tiles by turns: the next tile's copies are in flight
-//     while its warps walk this one.
+//     while its warps walk this one. A tile inside its sequence (with its halo) and without
+//     documents is walked by a second instantiation that tests no visibility (kInterior).
 //   History (bench/README): until session 54 a backward thread walked a run of 16 tokens down
 //     from rows it had copied into shared memory first (two blocks an SM, one partial per 16-token
 //     run); the tiles took H200, bf16, B8 T2048 C1024's backward (fwd+bwd less fwd) 0.147 -> 0.140
@@ -49,11 +50,14 @@
 //     84.3 us), the fused norm's 0.2323 -> 0.2182, B4 T4096 C2048 0.3213 -> 0.2947. Lanes of 2
 //     channels (runs of 16 rows in 128-token tiles, 3 of 16 recomputed; three blocks an SM) ran
 //     1.11-1.21x that fwd+bwd: the per-row work shared by half the channels costs more than the
-//     halo's recompute. Not kept.
+//     halo's recompute. Not kept. The interior tiles' walk without the visibility tests (the
+//     lowest-input reads and comparisons, rows past L, the final state): fwd+bwd 0.1585 -> 0.1438
+//     (backward 0.113 -> 0.098), the fused norm's 0.2187 -> 0.2037, B4 T4096 C2048 0.2948 -> 0.2618.
 //   Registers (ptxas -v, sm_90a, nvcc 13.0): the forward 128 at bf16's W = 8 (two blocks an SM;
 //     no spills, the fused norm too), the backward 128 with 16-byte rows (two blocks
-//     an SM; fp32 spills 16 bytes), 180-185 element by element (one); K > 4 (KMAX = kMaxTaps) pays ~5 KB of spills a
-//     thread for the backward's rings of 16 rows: no mixer here uses it, and it stays exact.
+//     an SM; 16 bytes of spills at bf16, 68 at fp32), 187-195 element by element (one); K > 4
+//     (KMAX = kMaxTaps) pays ~5 KB of spills a thread for the backward's rings of 16 rows: no
+//     mixer here uses it, and it stays exact.
 // The state rows take small dedicated kernels: final_state copies xe_L.., dstate gathers
 // d(xe_e) = sum_i w_i dpre_{e-i} (+ dfinal) for e < K-1 with dpre recomputed from dy and x.
 // The fused norm (d.norm_width > 0, the delta-rule mixers' q/k l2norm): the forward rounds each
@@ -62,6 +66,9 @@
 // the store; that saves l2norm's read and write of y. When G is not a power of two <= 32 (W = 1
 // or fp32's W = 4 at wide heads) the plain kernel runs, then cuda/l2norm.cu on y in place. The
 // backward is l2norm's, run by the caller (nn/ops/short_conv.cpp) before this one.
+#include <limits>
+#include <type_traits>
+
 #include "cuda/l2norm.h"
 #include "cuda/mma.cuh"
 #include "cuda/reduce.cuh"
@@ -79,6 +86,7 @@ constexpr int kMinTile = 16;      // the shortest tile plan_tiles cuts
 constexpr int kTileWarps = kThreads / 32;
 constexpr int kGroup = 4;         // channels a backward lane owns
 constexpr int kSlab = 32 * kGroup;  // channels a backward tile covers: a warp's row
+constexpr int64_t kEveryInput = std::numeric_limits<int64_t>::min();  // a lowest input below every input
 
 // y = act(pre)
 __device__ __forceinline__ float activation(float pre, ConvAct act) {
@@ -405,50 +413,59 @@ __global__ void __launch_bounds__(kThreads, KMAX == 4 && kVec ? 2 : 1)
     const T* xs = xs_of(i);
     const T* dys = dys_of(i);
     const int* lowest = lowest_of(i);
-    float xring[KMAX][kGroup], dring[KMAX][kGroup] = {};  // xs row r and dpre_r in slot (top - r) % KMAX
+    // A tile whose rows and halo lie inside the sequence, without documents (kInterior, on the
+    // 16-byte K <= 4 path): every tap is visible, no row is past L and none is read by the final
+    // state, so its walk tests none of them.
+    const auto walk = [&](auto interior) {
+      constexpr bool kInterior = decltype(interior)::value;
+      float xring[KMAX][kGroup], dring[KMAX][kGroup] = {};  // xs row r and dpre_r in slot (top - r) % KMAX
 #pragma unroll
-    for (int j = 1; j < KMAX; j++)  // xs rows top + j .. above the first step's
-      load_floats(xring[KMAX - j], xs + (top + j) * kSlab + c);
-    for (int base = top; owned && base >= r0; base -= KMAX) {
+      for (int j = 1; j < KMAX; j++)  // xs rows top + j .. above the first step's
+        load_floats(xring[KMAX - j], xs + (top + j) * kSlab + c);
+      for (int base = top; owned && base >= r0; base -= KMAX) {
 #pragma unroll
-      for (int p = 0; p < KMAX; p++) {
-        const int r = base - p;
-        if (r < r0) break;
-        const int64_t t = t0 + r;
-        load_floats(xring[p], xs + r * kSlab + c);
-        float win[KMAX][kGroup];  // win[j] = x_{t-KMAX+1+j}, xs row r + j
-        ring_window(win, xring, p, -1);
+        for (int p = 0; p < KMAX; p++) {
+          const int r = base - p;
+          if (r < r0) break;
+          const int64_t t = t0 + r;
+          load_floats(xring[p], xs + r * kSlab + c);
+          float win[KMAX][kGroup];  // win[j] = x_{t-KMAX+1+j}, xs row r + j
+          ring_window(win, xring, p, -1);
 #pragma unroll
-        for (int k = 0; k < kGroup; k++) dring[p][k] = 0.0f;
-        if (t < L) {
-          float d[kGroup], pre[kGroup];
-          load_floats(d, dys + r * kSlab + c);
-          in.window_pre(pre, wp, bias, win, t, lowest[r]);
+          for (int k = 0; k < kGroup; k++) dring[p][k] = 0.0f;
+          if (kInterior || t < L) {
+            float d[kGroup], pre[kGroup];
+            load_floats(d, dys + r * kSlab + c);
+            in.window_pre(pre, wp, bias, win, t, kInterior ? kEveryInput : lowest[r]);
 #pragma unroll
-          for (int k = 0; k < kGroup; k++) dring[p][k] = activation_grad(d[k], pre[k], act);
+            for (int k = 0; k < kGroup; k++) dring[p][k] = activation_grad(d[k], pre[k], act);
+          }
+          if (r >= r1 || (!kInterior && t >= L)) continue;  // a row above the warp's: its dpre only
+          float dpre[KMAX][kGroup], g[kGroup];  // dpre[i] = dpre_{t+i}
+          ring_window(dpre, dring, p, -1);
+          const bool in_final = !kInterior && t >= L - K + 1 && t >= final_lowest;
+#pragma unroll
+          for (int k = 0; k < kGroup; k++)
+            g[k] = in_final && c0 + k < C ? to_float(dfinal[(b * C + c0 + k) * (K - 1) + t - L + K - 1]) : 0.0f;
+#pragma unroll
+          for (int j = 0; j < KMAX; j++)
+            if (j >= KMAX - K && (kInterior || t >= lowest[r + KMAX - 1 - j]))
+#pragma unroll
+              for (int k = 0; k < kGroup; k++) g[k] += wp[j][k] * dpre[KMAX - 1 - j][k];
+          store_row<kVec>(dx + (b * L + t) * C + c0, g, C - c0);
+#pragma unroll
+          for (int k = 0; k < kGroup; k++) db[k] += dpre[0][k];
+#pragma unroll
+          for (int j = 0; j < KMAX; j++)
+            if (j >= KMAX - K && (kInterior || t - KMAX + 1 + j >= lowest[r]))
+#pragma unroll
+              for (int k = 0; k < kGroup; k++) dw[j][k] += dpre[0][k] * win[j][k];
         }
-        if (r >= r1 || t >= L) continue;  // a row above the warp's: its dpre only
-        float dpre[KMAX][kGroup], g[kGroup];  // dpre[i] = dpre_{t+i}
-        ring_window(dpre, dring, p, -1);
-        const bool in_final = t >= L - K + 1 && t >= final_lowest;
-#pragma unroll
-        for (int k = 0; k < kGroup; k++)
-          g[k] = in_final && c0 + k < C ? to_float(dfinal[(b * C + c0 + k) * (K - 1) + t - L + K - 1]) : 0.0f;
-#pragma unroll
-        for (int j = 0; j < KMAX; j++)
-          if (j >= KMAX - K && t >= lowest[r + KMAX - 1 - j])
-#pragma unroll
-            for (int k = 0; k < kGroup; k++) g[k] += wp[j][k] * dpre[KMAX - 1 - j][k];
-        store_row<kVec>(dx + (b * L + t) * C + c0, g, C - c0);
-#pragma unroll
-        for (int k = 0; k < kGroup; k++) db[k] += dpre[0][k];
-#pragma unroll
-        for (int j = 0; j < KMAX; j++)
-          if (j >= KMAX - K && t - KMAX + 1 + j >= lowest[r])
-#pragma unroll
-            for (int k = 0; k < kGroup; k++) dw[j][k] += dpre[0][k] * win[j][k];
       }
-    }
+    };
+    if (KMAX == 4 && kVec && !in.doc_start && t0 + tile_tokens + KMAX - 1 <= L)
+      walk(std::integral_constant<bool, KMAX == 4 && kVec>{});  // (the one path that has it)
+    else walk(std::false_type{});
     __syncthreads();  // tile i's half is read: tile i + 2's copies may take it
   }
   // 3. the block's partial sums, each warp's in shared memory, summed over the warps in order
