@@ -86,6 +86,7 @@ constexpr int kMinTile = 16;      // the shortest tile plan_tiles cuts
 constexpr int kTileWarps = kThreads / 32;
 constexpr int kGroup = 4;         // channels a backward lane owns
 constexpr int kSlab = 32 * kGroup;  // channels a backward tile covers: a warp's row
+constexpr int kBackwardBlocks = 2;  // backward blocks an SM: the 16-byte K <= 4 launch bounds, plan_tiles' wave
 constexpr int64_t kEveryInput = std::numeric_limits<int64_t>::min();  // a lowest input below every input
 
 // y = act(pre)
@@ -354,7 +355,7 @@ size_t backward_smem(int tile_tokens) {
 // this one's. Lane l of warp v owns channels slab0 + kGroup l .. and the run of each tile's rows
 // v * rows .. (v + 1) * rows - 1, rows = ceil(tile_tokens / kTileWarps).
 template <class T, int KMAX, bool kVec>
-__global__ void __launch_bounds__(kThreads, KMAX == 4 && kVec ? 2 : 1)
+__global__ void __launch_bounds__(kThreads, KMAX == 4 && kVec ? kBackwardBlocks : 1)
     conv_backward_kernel(T* __restrict__ dx, float* __restrict__ partial_w, float* __restrict__ partial_b,
                          const T* __restrict__ dy, const T* __restrict__ dfinal, ConvInputs<T> in, int64_t tiles,
                          int64_t per_block, int tile_tokens, ConvAct act) {
@@ -566,15 +567,15 @@ RunPlan plan_runs(int64_t B, int64_t L, int64_t groups, int max_run) {
 
 // How the backward cuts B sequences of L tokens and C channels into tiles of kSlab channels:
 // kTileTokens tokens, halved down to kMinTile while the B * tiles * slabs tiles would not give
-// every SM one; then per_block consecutive tiles of a sequence a block, as many as one wave of two
-// blocks an SM leaves each.
+// every SM one; then per_block consecutive tiles of a sequence a block, as many as one wave of
+// kBackwardBlocks blocks an SM leaves each.
 struct TilePlan {
   int tile_tokens;
   int64_t tiles, per_block, groups;
   unsigned blocks;
 };
 TilePlan plan_tiles(int64_t B, int64_t L, int64_t C) {
-  const int64_t slabs = (C + kSlab - 1) / kSlab, wave = 2 * int64_t(sm_count());
+  const int64_t slabs = (C + kSlab - 1) / kSlab, wave = kBackwardBlocks * int64_t(sm_count());
   int tile = kTileTokens;
   while (tile > kMinTile && B * runs_of(L, tile) * slabs < sm_count()) tile /= 2;
   const int64_t tiles = runs_of(L, tile), per_block = (B * tiles * slabs + wave - 1) / wave;
