@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "cuda/common.cuh"
 #include "cuda/delta_rule_chunk.cuh"
 #include "cuda/recurrence.cuh"
 
@@ -56,13 +57,12 @@ bool chunked(const DeltaRuleDims& d, DType dtype, const void* q, const void* k, 
   return chunk_dims(d, dtype) && aligned16(q) && aligned16(k) && aligned16(v);
 }
 
-// Whether the chunked backward runs (it also needs aligned d_o and u_f32).
-bool chunked_backward(const DeltaRuleDims& d, DType dtype, const void* q, const void* k, const void* v,
-                      const void* d_o, const void* u_f32) {
-  return chunked(d, dtype, q, k, v) && aligned16(d_o) && aligned16(u_f32);
-}
-
 }  // namespace
+
+bool delta_rule_backward_reads_u_f32(const DeltaRuleDims& d, DType dtype, const void* q, const void* k,
+                                     const void* v) {
+  return !chunked(d, dtype, q, k, v);
+}
 
 int64_t delta_rule_document_chunk(const DeltaRuleDims& d, DType dtype) {  // chunk_reset needs both directions
   return delta_chunk::supported(d, dtype) ? delta_chunk::kChunk : 0;
@@ -78,7 +78,7 @@ void delta_rule_forward(void* o, float* final_state, void* residual, const void*
   HLA_CHECK(!d.chunk_reset || chunked(d, dtype, q, k, v),
             "delta_rule_forward: chunk_reset (packed documents' chunk layout) needs the chunked kernels");
   if (chunked(d, dtype, q, k, v)) {
-    delta_chunk::forward(o, final_state, residual, q, k, v, g, b, w, h0, d, u_f32, kept);
+    delta_chunk::forward(o, final_state, residual, q, k, v, g, b, w, h0, d, kept);
     return;
   }
   recurrence::dispatch_storage_kmax(dtype, d.dk, "delta_rule_forward", [&](auto tag, auto kmax) {
@@ -93,15 +93,22 @@ void delta_rule_forward(void* o, float* final_state, void* residual, const void*
 void delta_rule_backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, void* grad_b, void* grad_w,
                          float* grad_h0, const void* d_o, const float* d_final_state, const void* d_residual,
                          const void* q, const void* k, const void* v, const void* g, const void* b, const void* w,
-                         const float* h0, const DeltaRuleDims& d, const float* u_f32, float* kept, DType dtype) {
-  const bool chunk_kernels = chunked_backward(d, dtype, q, k, v, d_o, u_f32);
+                         const float* h0, const DeltaRuleDims& d, const void* residual, const float* u_f32,
+                         float* kept, DType dtype) {
+  const bool chunk_kernels = chunked(d, dtype, q, k, v);  // the forward's choice
   HLA_CHECK(!d.chunk_reset || chunk_kernels,
             "delta_rule_backward: chunk_reset (packed documents' chunk layout) needs the chunked kernels");
   if (chunk_kernels) {
-    delta_chunk::backward(grad_q, grad_k, grad_v, grad_g, grad_b, grad_w, grad_h0, d_o, d_final_state, d_residual, q,
-                          k, v, g, b, w, h0, d, u_f32, kept);
+    // the chunked kernels copy d_o 16 bytes at a time: an unaligned view goes through an aligned copy
+    const int64_t outputs = d.B * d.T * d.HV * d.dv;  // d_o: (B, T, HV, dv) bf16
+    Scratch<uint16_t> d_o_aligned(aligned16(d_o) ? 0 : outputs);
+    if (!aligned16(d_o)) copy_d2d(d_o_aligned.get(), d_o, outputs * sizeof(uint16_t));
+    delta_chunk::backward(grad_q, grad_k, grad_v, grad_g, grad_b, grad_w, grad_h0,
+                          aligned16(d_o) ? d_o : d_o_aligned.get(), d_final_state, d_residual, q, k, v, g, b, w, h0, d,
+                          residual, kept);
     return;
   }
+  HLA_CHECK(u_f32, "delta_rule_backward: the recurrent backward needs the forward's u_f32 (null)");
   recurrence::dispatch_storage_kmax(dtype, d.dk, "delta_rule_backward", [&](auto tag, auto kmax) {
     using S = decltype(tag);
     constexpr int KMAX = decltype(kmax)::value;

@@ -40,7 +40,7 @@
 //   Pass 2 (scan_kernel, grid (dv / BV, HV, B), sequential over chunks: 2a and 2c; CPU:
 //   scan_chunks; then output_kernel, grid (NT dv / VS, HV, B), every chunk in parallel: 2b; CPU:
 //   the output loop of chunk_forward):
-//     2a  Vnew = U - W h          -> residual (bf16), u_f32 (else over U)          (4.8, mma)
+//     2a  Vnew = U - W h          -> residual (bf16), and over U for 2b            (4.8, mma)
 //         the chunk-start state h    -> h[n] (bf16 hi plane, a vector gate's lo plane too, B HV NT dk dv)
 //     2c  h <- exp(G_last) h + (K (.) exp(G_last - G))^T Vnew                     (4.8, mma)
 //     2b  o = scale (Q (.) exp(G)) h[n] + Aqk Vnew   (output_kernel, after the scan; 4.6, mma)
@@ -60,8 +60,9 @@
 //   operands from them.
 //   2b reads only what the scan wrote for its chunk, so it is off the sequential path; it reads
 //   h[n]'s hi plane alone (a 2^-9 relative error on the q h term, the size of o's own bf16
-//   rounding). Vnew comes from u_f32 when the caller asks for it (training; 16-byte aligned),
-//   else the scan writes it over U (inference).
+//   rounding). Vnew comes from U's place, where the scan writes it in fp32. The residual output u
+//   is Vnew rounded to bf16: pass 4 reads it as its Vnew operand (the rounding it would make of an
+//   fp32 copy, so no fp32 copy of Vnew outlives the forward).
 //
 // Backward (CPU: chunk_backward, chunk_backward_local), 4.9 step by step (a vector gate: per
 // channel as in the forward; pass 4's pair products by sub-blocks, its dG from 4.10's identity):
@@ -128,7 +129,8 @@
 // forms Vnew = U - W h, a difference of two similar terms, and bf16 W or U would put 2^-9 relative
 // errors on each term before that cancellation (and on every later state), a large part of the 5e-3
 // output budget; the price is twice their traffic. Pass 4's errors stay inside a chunk (its dh[n]
-// comes from the fp32 reverse scan), so it rounds most operands to bf16 once: Vnew, dVnew, dW, dA's
+// comes from the fp32 reverse scan), so it rounds most operands to bf16 once: Vnew (the residual
+// output as the forward stored it), dVnew, dW, dA's
 // parts, Ps, P2, the decayed K, h[n] (the hi plane; dQ = dO h^T and a scalar gate's dW = -dVnew h^T
 // and h . dh) and dh[n]; it splits only the A chain (X = dA A^T, dL = -A^T X, dEhat = A^T dW: A =
 // (I + L)^{-1} may have large entries) and a vector gate's h[n] for dW, which reaches db and dg
@@ -203,7 +205,6 @@ struct ChunkArgs {
   const float* h0;      // (B, HV, dk, dv) or null
   const int32_t* chunk_reset;  // (B, NT) 1 where the state entering a chunk is zero (packed documents), or null
   bf16 *o, *residual;   // (B, T, HV, dv)
-  float* u_f32;         // (B, T, HV, dv) or null
   float* final_state;   // (B, HV, dk, dv)
   // workspace, written by pass 1 and read by pass 2
   float* W;             // (B, HV, NT * C, dk) floats: the room of W's planes below; pass 4 writes dW over it
@@ -213,7 +214,7 @@ struct ChunkArgs {
   bf16 *Kg_hi, *Kg_lo;  // (B, HV, NT * C, dk) each, a vector gate from dk = 128 on (else null): 2c's and
                         // 3b's K (.) exp(G_last - G) split as W (pass 1 writes it, the scans copy it)
   bf16 *Qg_hi, *Qg_lo;  // the same: 2b's and 3c's scale Q (.) exp(G)
-  float* U;             // (B, HV, NT * C, dv); 2a writes Vnew over it for 2b when vnew is null
+  float* U;             // (B, HV, NT * C, dv); 2a writes Vnew over it for 2b
   float* Aqk;           // (B, HV, NT, C, C)
   float* G;             // (B, HV, NT * C)  in-chunk cumulative gate
   // the backward's (A also a keeping forward's, null in a forward that keeps nothing; h_start
@@ -227,7 +228,7 @@ struct ChunkArgs {
   bf16* dvnew;          // (B, HV, NT * C, dv)  total gradient of Vnew (pass 3), rounded as pass 4 reads it
   const bf16 *d_o, *d_res;  // (B, T, HV, dv)  gradients of o and of the residual output u
   const float* dht;     // (B, HV, dk, dv) or null  gradient of the final state
-  const float* vnew;    // (B, T, HV, dv)  the forward's u_f32 (= Vnew), or null (2b: not 16-byte aligned)
+  const bf16* vnew;     // (B, T, HV, dv)  the forward's residual output u: Vnew rounded to bf16, as pass 4 reads it
   float* dh0;           // (B, HV, dk, dv) or null
   float *dq, *dk;       // (B, T, HV, dk)  per value head: phase A's parts, then (grouped) dQ, dK to sum
   bf16 *dq_direct, *dk_direct;  // HV == H: (B, T, H, dk), phase C writes dQ, dK there in bf16, else null
@@ -1105,7 +1106,7 @@ __global__ void __launch_bounds__(kThreads, (ForwardScanSmem<DK, DV, VG>::kCtasP
     const int64_t state = (head * a.NT + chunk) * DK * DV;
     sm.store_state(a.h_start + state, a.h_start_lo ? a.h_start_lo + state : nullptr, v0);
     // 2a: Vnew = U - W h (rows past n are 0 - 0 h = 0); for 2b also in a.U's place (the chunk's
-    //     U is read) unless a.vnew (u_f32) holds it
+    //     U is read)
     WarpTile<C, BV> wh;
     {
       const Padded<kLdK, false> W_hi{ct.W_hi}, W_lo{ct.W_lo};
@@ -1119,10 +1120,8 @@ __global__ void __launch_bounds__(kThreads, (ForwardScanSmem<DK, DV, VG>::kCtasP
       if (r < n && a.residual) {  // the backward's replay (4.9 step 1) writes no outputs
         const int64_t idx = ((int64_t(bi) * a.T + t0 + r) * a.HV + j) * DV + v0 + c;  // (B, T, HV, dv)
         *reinterpret_cast<uint32_t*>(a.residual + idx) = pack_bf16(u.x, u.y);
-        if (a.vnew) *reinterpret_cast<float2*>(a.u_f32 + idx) = u;  // (a.vnew: u_f32, 16-byte aligned)
-        else if (a.u_f32) a.u_f32[idx] = u.x, a.u_f32[idx + 1] = u.y;
       }
-      if (a.o && !a.vnew) *reinterpret_cast<float2*>(a.U + (row0 + r) * DV + v0 + c) = u;
+      if (a.o) *reinterpret_cast<float2*>(a.U + (row0 + r) * DV + v0 + c) = u;
       const float decay = VG ? 1.f : exp_ftz(ct.G[C - 1] - ct.G[r]);  // G_last = G[C - 1]: g = 0 past n
       x0 = u.x * decay, x1 = u.y * decay;
     });
@@ -1213,8 +1212,7 @@ __global__ void __launch_bounds__(kThreads, (OutputSmem<DK, DV, VG>::kCtasPerSm)
   const int64_t state = tiles.head * a.NT + chunk;  // (b, j, chunk) of the (B, HV, NT, ..) buffers
   load_bf16_rows_async<DK, VS>(sm.h, a.h_start + state * DK * DV + v0, DV, DK);
   stage_f32_rows<C, C, true>(sm.aqk_hi, sm.aqk_lo, a.Aqk + state * C * C, C, C, as_is);
-  if (a.vnew) stage_f32_rows<C, VS, true>(sm.vn_hi, sm.vn_lo, a.vnew + tok0 * DV + v0, int64_t(a.HV) * DV, n, as_is);
-  else stage_f32_rows<C, VS, true>(sm.vn_hi, sm.vn_lo, a.U + row0 * DV + v0, DV, C, as_is);
+  stage_f32_rows<C, VS, true>(sm.vn_hi, sm.vn_lo, a.U + row0 * DV + v0, DV, C, as_is);
   wait_tiles();
   if constexpr (VG && !kPlanes) {
     stage_f32_rows<C, DK, true>(sm.q_hi, sm.q_lo, a.G + row0 * DK, DK, C, [&](int t, int d, float4& x) {
@@ -1411,8 +1409,8 @@ struct LocalSmem {
   static constexpr int KB = DK < 128 ? DK : 128;  // key dims per block (phases A and C)
   // A scalar gate (or none) at DK = DV = 64 (kCompact): one key block and one value slice, so
   // every tile is C x 64 bf16 and the layout is eleven such slots, each taken by turns (see
-  // place_compact); A and Vnew enter through registers (stage_f32_rows) instead of fp32 staging
-  // tiles, so every copy of phase A is in flight at once. 104.6 KB where the general layout takes
+  // place_compact); A enters through registers (stage_f32_rows) instead of an fp32 staging tile,
+  // so every copy of phase A is in flight at once. 104.6 KB where the general layout takes
   // 168.4: two CTAs an SM, 128 registers a thread where one CTA took 157 (ptxas spills 4 bytes,
   // a value formed at the top). GDN's local backward at B8 T2048 H16 D64 (H100, ms a launch):
   // 0.652 -> 0.490 with the layout (d4d37f8, DeltaNet's 0.551 -> 0.432), -> 0.428 with dW held in
@@ -1458,12 +1456,9 @@ struct LocalSmem {
   // (KB, kLdS): a (key block, value slice) of h[n] (its bf16 hi and lo planes) and dh[n]: the hi
   // and dh tiles in the region; the lo tiles in A's room (kPipelined), else in the odd hi's place
   bf16 *h_even, *dh_even, *h_odd, *dh_odd, *h_lo_even, *h_lo_odd;
-  // The odd slices of dO, Vnew, dVnew (C, kLdS) and Vnew's fp32 staging (C, kLdVf; cp.async lands
-  // it, then it is rounded into its slice's tile), in the room of A's fp32 tile and the two after
-  // it (A is split into A_hi, A_lo before phase A; Ps_b .. are formed in phase B)
-  static constexpr int kLdVf = VS + 4;
+  // The odd slices of dO, Vnew, dVnew (C, kLdS), in the room of A's fp32 tile and the two after it
+  // (A is split into A_hi, A_lo before phase A; Ps_b .. are formed in phase B)
   bf16 *dov_odd, *vnew_odd, *dvnew_odd;
-  float* vnew_f32;
   bf16* vv_odd;        // phase B's odd slices of V, in h_lo_even's place (kPipelined)
   bf16 *w_slice, *y_slice;  // GDN-2's phase B: the slice of w and Y = w (.) V rounded, in M_hi's place (M is
                             // formed after the slices)
@@ -1475,7 +1470,7 @@ struct LocalSmem {
   float* block_decay;  // (C / 16 - 1, KB): exp(G_{16 (i+1)} - G_{16 i}), sub-block i    (C)
   bf16 *q, *k;         // (C, kLdK)
   bf16 *dov, *vv;      // (C, kLdS): a value slice of dO and of V
-  bf16 *vnew, *dvnew;  // (C, kLdS): a value slice of Vnew and of dVnew, rounded to bf16
+  bf16 *vnew, *dvnew;  // (C, kLdS): a value slice of Vnew and of dVnew, in bf16 as stored
   bf16 *A_hi, *A_lo;   // (C, kLdA): A split into bf16 halves (dY = A^T dU takes A_hi alone)
   // vector gate only (no room taken otherwise; one key block, KB = DK, or kWide the tiles of one):
   float* Gv;           // (C, kLdG) G[t][d]
@@ -1536,12 +1531,10 @@ struct LocalSmem {
     region = red + 32;
     h_even = reinterpret_cast<bf16*>(region), dh_even = h_even + KB * kLdS;
     h_odd = dh_even + KB * kLdS, dh_odd = h_odd + KB * kLdS;
-    static_assert(sizeof(bf16) * (3 * C + (kPipelined ? 2 * KB : 0)) * kLdS + sizeof(float) * C * kLdVf <=
-                      sizeof(float) * 3 * C * kLdC,
-                  "phase A's odd slices, Vnew's staging and the lo tiles fit in A's room");
+    static_assert(sizeof(bf16) * (3 * C + (kPipelined ? 2 * KB : 0)) * kLdS <= sizeof(float) * 3 * C * kLdC,
+                  "phase A's odd slices and the lo tiles fit in A's room");
     dov_odd = reinterpret_cast<bf16*>(A), vnew_odd = dov_odd + C * kLdS, dvnew_odd = vnew_odd + C * kLdS;
-    vnew_f32 = reinterpret_cast<float*>(dvnew_odd + C * kLdS);
-    h_lo_even = kPipelined ? reinterpret_cast<bf16*>(vnew_f32 + C * kLdVf) : h_odd;
+    h_lo_even = kPipelined ? dvnew_odd + C * kLdS : h_odd;
     h_lo_odd = kPipelined ? h_lo_even + KB * kLdS : h_odd;
     vv_odd = h_lo_even;
     dWb = reinterpret_cast<bf16*>(region), kexp = dWb + C * kLdKBb;
@@ -1780,14 +1773,12 @@ __global__ void __launch_bounds__(kThreads, (LocalSmem<DK, DV, VG>::kCtasPerSm))
   constexpr int kSlices = DV / VS;
   constexpr bool kPipelined = Smem::kPipelined;
   auto odd_slice = [](int s) { return kPipelined ? (kSlices - 1 - s) & 1 : 0; };
-  // value slice c0 of dO and dVnew into `odd`'s tiles, Vnew into the staging (round_vnew rounds it
-  // into `odd`'s tile once it has landed; kCompact, one slice: through registers into the tile,
-  // after the copies are issued); rows past n zero (dVnew is zero there already)
+  // value slice c0 of dO, Vnew and dVnew into `odd`'s tiles; rows past n zero (dVnew is zero
+  // there already)
   auto load_slice = [&](int c0, int odd) {
     load_bf16_rows_async<C, VS>(dov_tile(odd), a.d_o + tok0 * DV + c0, vrow, n);
+    load_bf16_rows_async<C, VS>(vnew_tile(odd), a.vnew + tok0 * DV + c0, vrow, n);
     load_bf16_rows_async<C, VS>(dvnew_tile(odd), a.dvnew + row0 * DV + c0, DV, C);
-    if (kCompact) stage_f32_rows<C, VS, false>(vnew_tile(odd), nullptr, a.vnew + tok0 * DV + c0, vrow, n, no_sum);
-    else load_f32_rows_async<C, VS>(sm.vnew_f32, Smem::kLdVf, a.vnew + tok0 * DV + c0, vrow, n);
   };
   auto load_step = [&](int d0, int c0, int odd) {  // phase A: the slice and block (d0, c0) of h[n], dh[n]
     const int64_t block = state0 + int64_t(d0) * DV + c0;
@@ -1795,9 +1786,6 @@ __global__ void __launch_bounds__(kThreads, (LocalSmem<DK, DV, VG>::kCtasPerSm))
     if constexpr (VG) load_bf16_rows_async<KB, VS>(h_lo_tile(odd), a.h_start_lo + block, DV, KB);
     load_bf16_rows_async<KB, VS>(dh_tile(odd), a.dh_end + block, DV, KB);
     load_slice(c0, odd);
-  };
-  auto round_vnew = [&](int odd) {  // the landed staging into the slice's bf16 tile
-    if constexpr (!kCompact) chunk_mma::split_tile<C, VS, kThreads>(vnew_tile(odd), nullptr, kLdS, sm.vnew_f32, Smem::kLdVf);
   };
   load_keys(0, !kWide);  // (kWide: q is read in phase C alone)
   // phase B's first V slice (c0 = DV - VS) rides with phase A's first copies (V's tile is free until
@@ -1853,8 +1841,7 @@ __global__ void __launch_bounds__(kThreads, (LocalSmem<DK, DV, VG>::kCtasPerSm))
     for (int slice = 0; slice < kSlices; slice++) {
       const int odd = odd_slice(slice);
       wait_tiles();  // this slice has landed; the previous one's products are done with the other tiles
-      round_vnew(odd);
-      __syncthreads();  // Vnew's tile is ready, the staging free
+      __syncthreads();  // (every thread's copies)
       const bool more = slice + 1 < kSlices;
       if (kPipelined && more) load_step(d0, (slice + 1) * VS, odd_slice(slice + 1));
       if (VG || scalar_dg) add_state_dot(sm, h_tile(odd), h_lo_tile(odd), dh_tile(odd), d0, hdh);  // h . dh
@@ -1932,7 +1919,6 @@ __global__ void __launch_bounds__(kThreads, (LocalSmem<DK, DV, VG>::kCtasPerSm))
     const int c0 = slice_c0(j), odd = odd_b(j);
     const bf16* vt = vv_tile(odd);
     wait_tiles();  // slice j has landed; slice j - 1's reads of the other tiles are done
-    if (j > 0) round_vnew(odd);
     if constexpr (VBW) {  // w's slice and Y = w (.) V rounded
       batched_loads<C * VS, 4>([&](int i) {
         const int r = i / VS;
@@ -1943,7 +1929,7 @@ __global__ void __launch_bounds__(kThreads, (LocalSmem<DK, DV, VG>::kCtasPerSm))
         sm.y_slice[r * kLdS + c] = __float2bfloat16_rn(bf(w) * bf(vt[r * kLdS + c]));
       });
     }
-    __syncthreads();  // Vnew's tile (and GDN-2's w, Y) ready, the staging free
+    __syncthreads();  // the slice (and GDN-2's w, Y) ready
     const bool more = j + 1 < kSlices;
     if (kPipelined && more) load_b(j + 1);
     const Padded<kLdS, false> dVnew{dvnew_tile(odd)};
@@ -2310,12 +2296,11 @@ int64_t kept_floats(const DeltaRuleDims& d) {
 }
 
 void forward(void* o, float* final_state, void* residual, const void* q, const void* k, const void* v, const void* g,
-             const void* b, const void* w, const float* h0, const DeltaRuleDims& d, float* u_f32, float* kept) {
+             const void* b, const void* w, const float* h0, const DeltaRuleDims& d, float* kept) {
   ChunkArgs a = input_args(q, k, v, g, b, w, h0, d);
   HLA_CHECK((!o || aligned16(o)) && (!residual || aligned16(residual)),
             "delta_rule chunk kernel: o and residual must be 16-byte aligned (stored in bf16 pairs)");
-  a.o = static_cast<bf16*>(o), a.residual = static_cast<bf16*>(residual), a.u_f32 = u_f32;
-  a.vnew = aligned16(u_f32) ? u_f32 : nullptr;  // 2b's 16-byte loads; else Vnew goes over U
+  a.o = static_cast<bf16*>(o), a.residual = static_cast<bf16*>(residual);
   a.final_state = final_state;
   const Workspace ws(d, a, kept, kept != nullptr, true);
   dispatch_widths(d, [&](auto dk, auto dv) {
@@ -2329,8 +2314,9 @@ void forward(void* o, float* final_state, void* residual, const void* q, const v
 void backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, void* grad_b, void* grad_w, float* grad_h0,
               const void* d_o, const float* d_final_state, const void* d_residual, const void* q, const void* k,
               const void* v, const void* g, const void* b, const void* w, const float* h0, const DeltaRuleDims& d,
-              const float* u_f32, float* kept) {
-  HLA_CHECK(aligned16(d_o) && aligned16(u_f32), "delta_rule chunk kernel: d_o and u_f32 must be 16-byte aligned");
+              const void* residual, float* kept) {
+  HLA_CHECK(aligned16(d_o) && aligned16(residual),
+            "delta_rule chunk kernel: d_o and residual must be 16-byte aligned (read 16 bytes a copy)");
   ChunkArgs a = input_args(q, k, v, g, b, w, h0, d);
   const int64_t rows = Workspace::rows(d);               // workspace rows: (B, HV, NT * C)
   const int64_t grads = d.B * d.T * d.HV * d.dk;    // (B, T, HV, dk)
@@ -2339,7 +2325,7 @@ void backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, void* grad
   FloatScratch dq(grads), dk(grads);
   a.dh_end = dh_end.get(), a.dvnew = dvnew.get();
   a.d_o = static_cast<const bf16*>(d_o), a.d_res = static_cast<const bf16*>(d_residual);
-  a.dht = d_final_state, a.vnew = u_f32, a.dh0 = grad_h0;
+  a.dht = d_final_state, a.vnew = static_cast<const bf16*>(residual), a.dh0 = grad_h0;
   a.dq = dq.get(), a.dk = dk.get();
   const bool grouped = d.HV != d.H;  // else phase C writes dq, dk itself (no group sum)
   HLA_CHECK((grouped || (aligned16(grad_q) && aligned16(grad_k))) && aligned16(grad_v) &&

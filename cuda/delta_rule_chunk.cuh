@@ -36,19 +36,21 @@ bool supported(const DeltaRuleDims& d, DType dtype);
 int64_t kept_floats(const DeltaRuleDims& d);
 
 // The forward of cuda::delta_rule_forward for supported() dims, with bf16 buffers (q, k, v, g,
-// b, w, o, residual; 16-byte aligned q, k, v) and fp32 states; u_f32 may be null. kept: null, or
-// kept_floats(d) floats (16-byte aligned) where the forward keeps what its backward reads.
+// b, w, o, residual; 16-byte aligned q, k, v) and fp32 states. The residual output u is what the
+// backward reads of the forward besides its inputs (pass 4's Vnew, which it rounds to bf16 as u
+// is). kept: null, or kept_floats(d) floats (16-byte aligned) where the forward keeps what its
+// backward reads.
 void forward(void* o, float* final_state, void* residual, const void* q, const void* k, const void* v, const void* g,
-             const void* b, const void* w, const float* h0, const DeltaRuleDims& d, float* u_f32, float* kept);
+             const void* b, const void* w, const float* h0, const DeltaRuleDims& d, float* kept);
 
 // The backward of cuda::delta_rule_backward for supported() dims, with the same contract (bf16
 // gradients written, not added; grad_g, grad_h0 and d_final_state may be null; 16-byte aligned
-// d_o and u_f32, the forward's fp32 u). kept: null (passes 1-2 are replayed), or the forward's
-// `kept`, which replaces the replay (bit-identical results) and is consumed: pass 4 writes dW
-// over its W, so one backward per keeping forward.
+// d_o and residual, the forward's residual output u). kept: null (passes 1-2 are replayed), or
+// the forward's `kept`, which replaces the replay (bit-identical results) and is consumed: pass 4
+// writes dW over its W, so one backward per keeping forward.
 void backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g, void* grad_b, void* grad_w, float* grad_h0,
               const void* d_o, const float* d_final_state, const void* d_residual, const void* q, const void* k,
               const void* v, const void* g, const void* b, const void* w, const float* h0, const DeltaRuleDims& d,
-              const float* u_f32, float* kept);
+              const void* residual, float* kept);
 
 }  // namespace hla::cuda::delta_chunk

@@ -603,9 +603,11 @@ DeltaRuleDims check_inputs(const Var& q, const Var& k, const Var& v, const Var& 
 }
 
 // The device's kernels: cuda::delta_rule_* for GPU tensors, cpu::delta_rule_* otherwise. States
-// in d.state_dtype. u_f32: the GPU forward's fp32 copy of u, which the GPU backward reads
-// (undefined on the CPU, whose backward replays the forward, and when no backward follows);
-// kept: what the GPU forward keeps for its backward (DeltaRuleOptions::keep_states), or undefined.
+// in d.state_dtype. residual: the forward's u, which the GPU's chunked backward reads (its Vnew);
+// u_f32: the GPU forward's fp32 copy of u where the GPU's recurrent backward reads it (undefined
+// on the CPU, whose backward replays the forward, where the chunked kernels run, and when no
+// backward follows); kept: what the GPU forward keeps for its backward
+// (DeltaRuleOptions::keep_states), or undefined.
 void delta_rule_forward(Tensor& o, Tensor& final_state, Tensor& residual, const Tensor& q, const Tensor& k,
                         const Tensor& v, const Tensor& g, const Tensor& b, const Tensor& w, const Tensor& h0,
                         const DeltaRuleDims& d, Tensor& u_f32, Tensor& kept) {
@@ -626,13 +628,14 @@ void delta_rule_backward(Tensor& grad_q, Tensor& grad_k, Tensor& grad_v, Tensor&
                          Tensor& grad_w, Tensor& grad_h0, const Tensor& d_o, const Tensor& d_final_state,
                          const Tensor& d_residual, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                          const Tensor& b, const Tensor& w, const Tensor& h0, const DeltaRuleDims& d,
-                         const Tensor& u_f32, Tensor& kept) {
+                         const Tensor& residual, const Tensor& u_f32, Tensor& kept) {
   if (q.is_cuda()) {
     HLA_CUDA_ONLY(cuda::delta_rule_backward(grad_q.raw(), grad_k.raw(), grad_v.raw(), raw_or_null(grad_g), grad_b.raw(),
                                             grad_w.raw(), data_or_null<float>(grad_h0), d_o.raw(),
                                             d_final_state.data<float>(), d_residual.raw(), q.raw(), k.raw(), v.raw(),
                                             raw_or_null(g), b.raw(), w.raw(), data_or_null<float>(h0), d,
-                                            u_f32.data<float>(), data_or_null<float>(kept), q.dtype()));
+                                            residual.raw(), data_or_null<float>(u_f32), data_or_null<float>(kept),
+                                            q.dtype()));
     return;
   }
   dispatch_float(q.dtype(), "delta_rule", [&](auto tag) {
@@ -661,7 +664,9 @@ DeltaRuleOutputs delta_rule_rows(const Var& q, const Var& k, const Var& v, const
   Tensor final_state = Tensor::empty({d.B, d.HV, d.dk, d.dv}, d.state_dtype, dev);  // S_T: (B, HV, dk, dv)
   Tensor residual = Tensor::empty({d.B, d.T, d.HV, d.dv}, dt, dev);              // u: (B, T, HV, dv)
   const bool gpu_backward = qv.is_cuda() && backward_follows({&q, &k, &v, &g, &b, &w, &initial_state});
-  Tensor u_f32 = gpu_backward ? Tensor::empty(o.shape(), DType::F32, dev) : Tensor();
+  bool saves_u_f32 = false;  // the recurrent backward's fp32 u (the chunked one reads `residual`)
+  if (gpu_backward) HLA_CUDA_ONLY(saves_u_f32 = cuda::delta_rule_backward_reads_u_f32(d, dt, qv.raw(), kv.raw(), vv.raw()));
+  Tensor u_f32 = saves_u_f32 ? Tensor::empty(o.shape(), DType::F32, dev) : Tensor();
   int64_t kept_floats = 0;
   if (gpu_backward && keep_states) HLA_CUDA_ONLY(kept_floats = cuda::delta_rule_kept_floats(d, dt));
   Tensor kept = kept_buffer(kept_floats, dev);
@@ -674,7 +679,7 @@ DeltaRuleOutputs delta_rule_rows(const Var& q, const Var& k, const Var& v, const
     Tensor db = Tensor::empty(bv.shape(), dt, dev), dw = Tensor::empty(wv.shape(), dt, dev);
     Tensor dh0 = h0.defined() ? Tensor::empty(h0.shape(), d.state_dtype, dev) : Tensor();
     delta_rule_backward(dq, dk, dv, dg, db, dw, dh0, grads[0], grads[1].to(d.state_dtype), grads[2], qv, kv, vv, gv,
-                        bv, wv, h0, d, u_f32, kept);
+                        bv, wv, h0, d, residual, u_f32, kept);
     kept = Tensor();  // consumed (the backward wrote over it): freed now; a second backward replays
     if (tied) {
       add_(db, dw);  // beta is both the erase and the write gate

@@ -16,8 +16,8 @@
 // landing at issue and the warps run one after another (tests/emu/include/emu.h), which shows a
 // tile copied before its last reader is done. Every case runs twice: the backward replaying passes 1-2, and a
 // forward keeping their buffers (delta_chunk::kept_floats) with the backward reading them; the
-// two hashes must be equal (bit-identical). A third forward without u_f32 (inference) must write
-// the same o, residual and final state bits. Tolerances are gpu-check's bf16 ones (relative RMS: 5e-3
+// two hashes must be equal (bit-identical); the forward's own hash (o, residual, final state) is
+// printed beside them. The backward reads the forward's residual output as its Vnew. Tolerances are gpu-check's bf16 ones (relative RMS: 5e-3
 // outputs and final state, 1e-2 gradients); the exit status is 1 when a row fails.
 #include "delta_rule_chunk_host.cpp"
 
@@ -137,11 +137,11 @@ static double at(const std::vector<float>& x, int64_t i) { return x[i]; }
 // What a case's kernels write.
 struct Outputs {
   std::vector<Bf16> o, res, gq, gk, gv, gg, gb, gw;
-  std::vector<float> ht, u_f32, gh0;
+  std::vector<float> ht, gh0;
   uint64_t hash() const {
     Hash h;
     for (const auto* x : {&o, &res, &gq, &gk, &gv, &gg, &gb, &gw}) h.add(*x);
-    for (const auto* x : {&ht, &u_f32, &gh0}) h.add(*x);
+    for (const auto* x : {&ht, &gh0}) h.add(*x);
     return h.h;
   }
 };
@@ -200,31 +200,20 @@ static void run(const Case& c, uint64_t seed) {
   auto kernels = [&](bool keep) {
     Outputs r{std::vector<Bf16>(B * T * HV * dv), {}, std::vector<Bf16>(q.b.size()), std::vector<Bf16>(k.b.size()),
               std::vector<Bf16>(v.b.size()), std::vector<Bf16>(g.b.size()), std::vector<Bf16>(b.b.size()),
-              std::vector<Bf16>(w.b.size()), std::vector<float>(B * HV * dk * dv), {}, std::vector<float>(h0.f.size())};
-    r.res.resize(r.o.size()), r.u_f32.resize(r.o.size());
+              std::vector<Bf16>(w.b.size()), std::vector<float>(B * HV * dk * dv), std::vector<float>(h0.f.size())};
+    r.res.resize(r.o.size());
     std::vector<float> kept(keep ? cuda::delta_chunk::kept_floats(d) : 0);
     float* keptp = keep ? kept.data() : nullptr;
     cuda::delta_chunk::forward(r.o.data(), r.ht.data(), r.res.data(), q.b.data(), k.b.data(), v.b.data(), gp,
-                               b.b.data(), w.b.data(), h0p, d, r.u_f32.data(), keptp);
+                               b.b.data(), w.b.data(), h0p, d, keptp);
     cuda::delta_chunk::backward(r.gq.data(), r.gk.data(), r.gv.data(), c.gated ? r.gg.data() : nullptr, r.gb.data(),
                                 r.gw.data(), c.with_h0 ? r.gh0.data() : nullptr, dO.b.data(),
                                 c.with_dht ? dht.f.data() : nullptr, dres.b.data(), q.b.data(), k.b.data(),
-                                v.b.data(), gp, b.b.data(), w.b.data(), h0p, d, r.u_f32.data(), keptp);
+                                v.b.data(), gp, b.b.data(), w.b.data(), h0p, d, r.res.data(), keptp);
     return r;
   };
   const Outputs replayed = kernels(false);
-  // A forward without u_f32 (inference: its output pass reads Vnew from U's place) writes the
-  // same o, residual and final state bits.
-  auto inference_hash = [&] {
-    std::vector<Bf16> o2(replayed.o.size()), res2(replayed.res.size());
-    std::vector<float> ht2(replayed.ht.size());
-    cuda::delta_chunk::forward(o2.data(), ht2.data(), res2.data(), q.b.data(), k.b.data(), v.b.data(), gp, b.b.data(),
-                               w.b.data(), h0p, d, nullptr, nullptr);
-    Hash h;
-    h.add(o2), h.add(res2), h.add(ht2);
-    return h.h;
-  };
-  const auto& [o, res, gq, gk, gv, gg, gb, gw, ht, u_f32, gh0] = replayed;
+  const auto& [o, res, gq, gk, gv, gg, gb, gw, ht, gh0] = replayed;
   Err eo, eu, eht, eq, ek, ev, eg, eb, ew, eh0;
   std::vector<double> dq_ref(q.b.size(), 0.0), dk_ref(k.b.size(), 0.0);  // summed over a group
   for (int64_t bi = 0; bi < B; bi++)
@@ -287,10 +276,8 @@ static void run(const Case& c, uint64_t seed) {
               (unsigned long long)keep, keep == replay ? "ok" : "FAIL");
   Hash forward_hash;
   forward_hash.add(o), forward_hash.add(res), forward_hash.add(ht);
-  const uint64_t inference = inference_hash();
-  std::printf("%-50s forward %016llx, without u_f32 %016llx %s\n", label, (unsigned long long)forward_hash.h,
-              (unsigned long long)inference, inference == forward_hash.h ? "ok" : "FAIL");
-  g_rows += 2, g_fail |= keep != replay || inference != forward_hash.h;
+  std::printf("%-50s forward %016llx\n", label, (unsigned long long)forward_hash.h);
+  g_rows += 1, g_fail |= keep != replay;
   report(label, "o", eo, out), report(label, "u", eu, out), report(label, "ht", eht, out);
   report(label, "dq", eq, grad), report(label, "dk", ek, grad), report(label, "dv", ev, grad);
   if (c.gated) report(label, "dg", eg, grad);
