@@ -88,9 +88,11 @@
 //     4a  dQ = scale exp(G) dO h^T,  dW = -dVnew h^T                                    (mma)
 //     4b  dK = exp(G_last - G) (Vnew dh^T), kg pair terms, h . dh                       (mma)
 //     4c  dAqk = scale dO Vnew^T -> Ps = dAqk exp(G_t - G_s), pair terms dAqk (.) Aqk   (mma)
-//     4d  dA = dU Y^T + dW Ehat^T                                                       (mma)
-//     4e  dL = -(A^T dA A^T) strictly lower -> P2 = dL exp(G_t - G_s), pairs dL (.) L   (mma)
-//     4f  dY = A^T dU -> dv = w dY, dw = v . dY       (GDN-2: dv = w (.) dY, dw = v (.) dY)
+//     4d  dY = A^T dU -> dv = w dY, dw = v . dY       (GDN-2: dv = w (.) dY, dw = v (.) dY)
+//     4e  dA = dU Y^T + dW Ehat^T is dVnew Vnew^T (I + L)^T: U = A Y and W = A Ehat (1d), so
+//         Y - Ehat h = (I + L) Vnew (2a), and dU = dVnew, dW = -dVnew h^T (4.9 step 4). So
+//     4f  dL = -(A^T dA A^T) = -dY Vnew^T strictly lower -> P2 = dL exp(G_t - G_s), pairs
+//         dL (.) L: neither dA nor dW is formed for it                                  (mma)
 //     4g  dEhat = A^T dW, dE = exp(G) dEhat + P2 K -> dk += beta dE, dbeta = k . dE    (mma)
 //         (GDN-2: dk += b (.) dE, db = k (.) dE per channel)
 //     4h  dQ += Ps K,  dK += Ps^T Q + (diag(beta) P2)^T K      (GDN-2: + P2^T E)       (mma)
@@ -112,8 +114,8 @@
 //   comes from 4.10's identity per channel instead of 4i's pair terms (GDN-2: dG = q dQ - k dK +
 //   2 e (.) dE, e = b (.) k; E's bf16 tile takes k's once dQ's Ps K is done).
 //   GDN-2 keeps KDA's shared-memory layout: b is read from global memory where it enters (for 4g
-//   into dG's tile, which it holds until dE is formed), w's value slices and Y = w (.) V
-//   (rounded to bf16) take Ps's and diag(beta) P2's places during phase B, and k's tile is
+//   into dG's tile, which it holds until dE is formed), w's value slices sit beside dY's during
+//   phase B, and k's tile is
 //   loaded again once E's last reader is done. At dk = 256 (kWide) a vector gate's q, k and G
 //   tiles hold one 128-wide key block: phase A loads k and G for each of its two blocks, phase C
 //   q, k and G, and A again for its second block.
@@ -130,11 +132,14 @@
 // errors on each term before that cancellation (and on every later state), a large part of the 5e-3
 // output budget; the price is twice their traffic. Pass 4's errors stay inside a chunk (its dh[n]
 // comes from the fp32 reverse scan), so it rounds most operands to bf16 once: Vnew (the residual
-// output as the forward stored it), dVnew, dW, dA's
-// parts, Ps, P2, the decayed K, h[n] (the hi plane; dQ = dO h^T and a scalar gate's dW = -dVnew h^T
-// and h . dh) and dh[n]; it splits only the A chain (X = dA A^T, dL = -A^T X, dEhat = A^T dW: A =
-// (I + L)^{-1} may have large entries) and a vector gate's h[n] for dW, which reaches db and dg
-// through that chain. A vector gate's pair products round the decayed K and Q and the pair weights
+// output as the forward stored it), dVnew, dW, dY (for dL), Ps, P2, the decayed K, h[n] (the hi
+// plane; dQ = dO h^T and a scalar gate's dW = -dVnew h^T and h . dh) and dh[n]; it splits only A
+// in dEhat = A^T dW (A = (I + L)^{-1} may have large entries) and a vector gate's h[n] for dW,
+// which reaches db and dg through it. dY = A^T dVnew takes A's hi plane alone. dL = -dY Vnew^T
+// rounds dY and Vnew where the chain it replaced (dA = dU Y^T + dW Ehat^T split, then A^T dA A^T
+// with A split) rounded dW: on the emulator's cases db's relative RMS against fp64 is 1.21x the
+// chain's on average (at most 1.64x), dk's 1.07x, dg's 1.06x, all inside the bound below. A
+// vector gate's pair products round the decayed K and Q and the pair weights
 // Ps, P2 to bf16 once where the two tokens are in different 16-token sub-blocks and sum the pairs
 // inside a sub-block in fp32 (at most 16 decay factors multiplied, ~1e-6 relative). The host
 // emulator's tests (tests/emu) bound every gradient's relative RMS against the CPU reference by
@@ -168,8 +173,8 @@
 //   64 / 128 / 256                  63.2 x3 / 88.2 x2 / 138.2 x1     178.6 / 216.9 / 219.4 (kWide) x1
 // Registers a thread (ptxas -v, sm_90a, nvcc 13.0): prepare 61-130; scan 69 / 108-156 / 184 at
 // dk = 64 / 128 / 256 (vector gate 100 / 116-168 / 218); output_kernel 76-85 (vector gate 76 / 112 /
-// 178); reverse scan 109 / 119-192 / 225 (vector gate 113 / 123-207 / 231); local backward 128
-// at dk = dv = 64, else 155-252 (vector gate 161-255). No spills but 4-8 bytes in four vector
+// 178); reverse scan 109 / 119-192 / 225 (vector gate 113 / 123-207 / 231); local backward 124
+// at dk = dv = 64, else 139-234 (vector gate 150-246). No spills but 4-8 bytes in four vector
 // gate prepares (KDA at dk = 64, dv = 128 and at dk = dv = 128; GDN-2 at dk = dv = 128 and 256).
 #include "cuda/delta_rule_chunk.cuh"
 
@@ -254,12 +259,12 @@ __device__ __forceinline__ float2 bf16_pair(const bf16* tile, int i) {
 // g, GDN-2's b and w: no alignment asked of them) whose uses store to shared memory. The compiler
 // cannot move a load above a store that may alias it, so a plain loop pays a memory round trip an
 // element; this one pays one a batch (the prepare: KDA's forward 2.06 -> 2.00 ms, GDN-2's 3.03 ->
-// 2.85 at B4 T4096 H16 D128, H200). The local backward reads b (four times a key block) and w
+// 2.85 at B4 T4096 H16 D128, H200). The local backward reads b (three times a key block) and w
 // (once a value slice) in batches of 4: GDN-2's took 3.05 ms a launch with a plain loop at B4
 // T4096 H16 D128 on an H100, 2.63 batched (KDA's, without b and w: 1.72); in batches of 8 an
 // earlier version of it had gone 3.32 -> 3.70 ms (H200), the unrolled bodies costing more than
 // the round trips they hid. BATCH = 1 is the plain loop, left to the compiler: where the loads
-// read shared memory (KDA's kexp) or the round trips are few (the prepare's E loop at dk = 64),
+// read shared memory or the round trips are few (the prepare's E loop at dk = 64),
 // batches of 4 measured 1-4% slower (B8 T2048 H16 D64, H100).
 template <int COUNT, int BATCH, class Load, class Use>
 __device__ __forceinline__ void batched_loads(Load&& load, Use&& use) {
@@ -1398,8 +1403,8 @@ __global__ void __launch_bounds__(kThreads, (ReverseScanSmem<DK, DV, VG>::kCtasP
 // 128 x 128: half the slice loops and barriers of 32-column slices), 32 when a width is 256, so
 // that DK = DV = 256 fits. Every mma operand is a bf16 tile read by ldmatrix (see the header).
 //   Phase A (per key block; 4a, 4b): the state products of dQ, dK and dW, written to a.dq, a.dk
-//     and over W (a.W: pass 3 was its last reader); dW K^T summed for 4d.
-//   Phase B (C x C; 4c-4f): Ps, dA, X, P2 and the gate pair terms; dY per value slice.
+//     and over W (a.W: pass 3 was its last reader).
+//   Phase B (C x C; 4c-4f): per value slice dY and dY Vnew^T; then Ps, P2 and the gate pair terms.
 //   Phase C (per key block; 4g, 4h): dEhat, dE and the pair products finish dQ and dK (a vector
 //     gate: and dg, per key channel).
 //   Then 4i: dg (scalar gate), db, dw.
@@ -1433,9 +1438,8 @@ struct LocalSmem {
   static constexpr int kLdA = C + 8;               // bf16 row stride of C-wide tiles (A, Ps, P2)
   static constexpr int kLdD = 16 + 1;              // fp32 row stride of a vector gate's 16 x 16 diagonal pair blocks
   // The region after the slices holds, phase by phase: the tiles of the h and dh blocks, by
-  // parity (A), then the bf16 dW block (and a vector gate's K exp(G) block) for dW K^T (end of A); pair
-  // and the hi and lo tiles of M (B); the hi and lo tiles of a dW block, then a vector gate's
-  // step and sub-block decays (C).
+  // parity (A); pair, GDN-2's w slice and the dY slice (B); the hi and lo tiles of a dW block,
+  // then a vector gate's step and sub-block decays (C).
   static constexpr int kStates = 4 * KB * kLdS / 2, kPairs = C * kLdC + C * kLdA;
   static constexpr int kDecays = VG ? C * kLdKB + (C / 16 - 1) * KB : 0;
   static constexpr int kDW = 2 * C * kLdKBb / 2;  // in floats
@@ -1460,11 +1464,8 @@ struct LocalSmem {
   // (A is split into A_hi, A_lo before phase A; Ps_b .. are formed in phase B)
   bf16 *dov_odd, *vnew_odd, *dvnew_odd;
   bf16* vv_odd;        // phase B's odd slices of V, in h_lo_even's place (kPipelined)
-  bf16 *w_slice, *y_slice;  // GDN-2's phase B: the slice of w and Y = w (.) V rounded, in M_hi's place (M is
-                            // formed after the slices)
-  bf16 *dWb, *kexp;    // (C, kLdKBb): a key block of dW; a vector gate's K (.) exp(G)   (end of A)
   float* pair;         // (C, kLdC): Aqk, for the gate pair terms dAqk (.) Aqk          (B)
-  bf16 *M_hi, *M_lo;   // (C, kLdA): dA, then X, split                                   (B)
+  bf16 *w_slice, *dy_b;  // (C, kLdS): a value slice of GDN-2's w; of dY rounded to bf16  (B)
   bf16 *dW_hi, *dW_lo;  // (C, kLdKBb): a key block of dW, split                         (C)
   float* estep;        // (C, kLdKB): a vector gate's exp(G_{t+1} - G_t), 0 at t = C - 1  (C)
   float* block_decay;  // (C / 16 - 1, KB): exp(G_{16 (i+1)} - G_{16 i}), sub-block i    (C)
@@ -1502,9 +1503,9 @@ struct LocalSmem {
   // kCompact: the rows, then slots 0-10, each a (C, 72) bf16 tile, by turns (an fp32 (C, kLdC)
   // tile takes two neighbouring slots):
   //   0 q   1 k   2 A_hi   3 A_lo                                  (the whole kernel)
-  //   4 h, then M_lo   5 h's lo plane, then dW_hi   6 dh, then dW_lo (dW split at the end of
-  //   phase A, held to phase C: no fp32 round trip through memory; dW_hi is dW K^T's operand)
-  //   7 dO, then Ps   8 Vnew, then diag(beta) P2   9 dVnew, then P2   10 V, then M_hi
+  //   4 h, then dY's slice   5 h's lo plane, then dW_hi   6 dh, then dW_lo (dW split at the end
+  //   of phase A, held to phase C: no fp32 round trip through memory)
+  //   7 dO, then Ps   8 Vnew, then diag(beta) P2   9 dVnew, then P2   10 V
   // Aqk (the gate pair terms' dAqk (.) Aqk) is formed again from q and k (the prepare's product
   // and formula: the same bits) where the general layout loads it.
   __device__ void place_compact(void* p) {
@@ -1516,8 +1517,8 @@ struct LocalSmem {
     q = slot(0), k = slot(1), A_hi = slot(2), A_lo = slot(3);
     h_even = slot(4), h_odd = h_lo_even = h_lo_odd = slot(5), dh_even = slot(6);
     dov = slot(7), vnew = slot(8), dvnew = slot(9), vv = slot(10);
-    dWb = dW_hi = slot(5), dW_lo = slot(6);
-    Ps_b = slot(7), betaP2_b = slot(8), P2_b = slot(9), M_hi = slot(10), M_lo = slot(4);
+    dW_hi = slot(5), dW_lo = slot(6), dy_b = slot(4);
+    Ps_b = slot(7), betaP2_b = slot(8), P2_b = slot(9);
   }
   __device__ explicit LocalSmem(void* p) {
     if constexpr (kCompact) place_compact(p);
@@ -1537,10 +1538,9 @@ struct LocalSmem {
     h_lo_even = kPipelined ? dvnew_odd + C * kLdS : h_odd;
     h_lo_odd = kPipelined ? h_lo_even + KB * kLdS : h_odd;
     vv_odd = h_lo_even;
-    dWb = reinterpret_cast<bf16*>(region), kexp = dWb + C * kLdKBb;
-    pair = region, M_hi = reinterpret_cast<bf16*>(pair + C * kLdC), M_lo = M_hi + C * kLdA, dW_hi = dWb, dW_lo = dW_hi + C * kLdKBb;
-    static_assert(2 * kLdS <= 2 * kLdA && KB >= C, "w and Y slices fit in M's place, phase B's odd V in a lo tile's");
-    w_slice = M_hi, y_slice = M_hi + C * kLdS;
+    dW_hi = reinterpret_cast<bf16*>(region), dW_lo = dW_hi + C * kLdKBb;
+    static_assert(2 * kLdS <= 2 * kLdA && KB >= C, "w and dY slices fit in the room after pair, phase B's odd V in a lo tile's");
+    pair = region, w_slice = reinterpret_cast<bf16*>(pair + C * kLdC), dy_b = w_slice + C * kLdS;
     estep = region, block_decay = estep + C * kLdKB;
     q = reinterpret_cast<bf16*>(region + kRegion), k = q + C * kLdK, dov = k + C * kLdK, vv = dov + C * kLdS;
     vnew = vv + C * kLdS, dvnew = vnew + C * kLdS, A_hi = dvnew + C * kLdS, A_lo = A_hi + C * kLdA;
@@ -1823,7 +1823,7 @@ __global__ void __launch_bounds__(kThreads, (LocalSmem<DK, DV, VG>::kCtasPerSm))
   // Phase A (4a, 4b; steps 4, 5, 7), per key block d0 .. d0 + KB - 1, over the value slices:
   //   dQg = scale dO h^T  ->  dQ = exp(G) dQg,  dG += dQg . Qg;   dW = -dVnew h^T;
   //   dKg = Vnew dh^T  ->  dK = exp(G_last - G) dKg,  kg pair terms kgp_s = Kg_s . dKg_s;
-  //   h[n] . dh[n] for the last token's dG;  dW K^T for 4d.
+  //   h[n] . dh[n] for the last token's dG.
   //   (Vector gate: exp(G) per channel; dG is formed in phase C from the identity of 4.10, so
   //   phase A keeps only the last token's terms per channel: k . dKg summed over the chunk's
   //   tokens (colKg) and rowsum(h (.) dh) (hdhv).)
@@ -1832,7 +1832,6 @@ __global__ void __launch_bounds__(kThreads, (LocalSmem<DK, DV, VG>::kCtasPerSm))
   //   pays one memory round trip, not one a slice. Parities run so that the block's last slice
   //   lands in the even tiles (sm.dov, sm.vnew, sm.dvnew), where phase B reads it first.
   float hdh = 0.f;
-  WarpTile<C, C> wk;  // dW K^T
   auto phase_a_block = [&](int d0) {
     const int kc = kWide ? 0 : d0;  // block d0's first column in the q, k and G tiles
     if (kWide && d0 > 0) load_keys(d0, false);  // (landed by the first slice's wait)
@@ -1875,35 +1874,22 @@ __global__ void __launch_bounds__(kThreads, (LocalSmem<DK, DV, VG>::kCtasPerSm))
     dq.each_pair([&](int r, int d, float x0, float x1, int) { if (r < n) *part_at(a.dq, r, d) = make_float2(x0, x1); });
     dk.each_pair([&](int r, int d, float x0, float x1, int) { if (r < n) *part_at(a.dk, r, d) = make_float2(x0, x1); });
     dw.each_pair([&](int r, int d, float x0, float x1, int) {
-      if (kCompact) {  // (dWb is dW_hi)
+      if (kCompact) {
         chunk_mma::split_pair(-x0, -x1, *reinterpret_cast<uint32_t*>(sm.dW_hi + r * kLdKBb + d),
                               *reinterpret_cast<uint32_t*>(sm.dW_lo + r * kLdKBb + d));
-        return;
+      } else {
+        *reinterpret_cast<float2*>(dW_global + r * DK + d0 + d) = make_float2(-x0, -x1);
       }
-      *reinterpret_cast<uint32_t*>(sm.dWb + r * kLdKBb + d) = pack_bf16(-x0, -x1);
-      *reinterpret_cast<float2*>(dW_global + r * DK + d0 + d) = make_float2(-x0, -x1);
     });
-    if constexpr (VG) {  // dW Ehat^T: K (.) exp(G) rounded once (GDN-2: E (.) exp(G))
-      batched_loads<C * KB, VBW ? 4 : 1>([&](int i) {
-        const int s = i / KB, d = i % KB;
-        return VBW ? erase(s, d0 + d) * k_rows(s, kc + d) : k_rows(s, kc + d);
-      }, [&](int i, float e) {
-        const int s = i / KB, d = i % KB;
-        sm.kexp[s * kLdKBb + d] = __float2bfloat16_rn(e * exp_ftz(g(s, kc + d)));
-      });
-    }
-    __syncthreads();
-    if constexpr (VG) mma_staged(wk, Padded<kLdKBb, false>{sm.dWb}, Padded<kLdKBb, true>{sm.kexp}, 0, KB);
-    else mma_staged(wk, Padded<kLdKBb, false>{sm.dWb}, Padded<kLdK, true>{sm.k, 0, kc}, 0, KB);
-    __syncthreads();  // the dW block is read: the next block's h, dh take its place (kWide: k and G too)
+    __syncthreads();  // (kWide: k and G are read, the next block's take their places)
   };
   for_key_blocks<DK, KB, kWide>(phase_a_block);
   if (VG || scalar_dg) hdh = block_sum(hdh, sm.red);
   // Phase B (4c-4f; steps 2, 6, 8), over the value slices: dAqk = scale dO Vnew^T (scale enters
-  //   below), dU Y^T = dVnew V^T, and dY = A^T dU  ->  dv = w dY,  dw = v . dY
-  //   (GDN-2: dU Y^T with Y = w (.) V rounded to bf16 in V's slice; dv = w (.) dY, dw = v (.) dY).
+  //   below); dY = A^T dU  ->  dv = w dY,  dw = v . dY  (GDN-2: dv = w (.) dY, dw = v (.) dY); and
+  //   dY Vnew^T for dL, dY rounded to bf16 in its slice's tile (4e, 4f: neither dW nor A enters dL).
   if (VG || (scalar_dg && !kCompact)) load_f32_rows_async<C, C>(sm.pair, kLdC, a.Aqk + (head * a.NT + chunk) * C * C, C);
-  WarpTile<C, C> da, uy;
+  WarpTile<C, C> da, dyv;  // dAqk / scale, dY Vnew^T
   // The slices go in reverse, slice j at c0 = DV - (j + 1) VS: the first is the one phase A loaded
   // last, still in the even tiles, with its V slice loaded beside phase A's. Pipelined as phase A:
   // slice j in its parity's tiles, slice j + 1's copies in flight while slice j's products run.
@@ -1919,24 +1905,18 @@ __global__ void __launch_bounds__(kThreads, (LocalSmem<DK, DV, VG>::kCtasPerSm))
     const int c0 = slice_c0(j), odd = odd_b(j);
     const bf16* vt = vv_tile(odd);
     wait_tiles();  // slice j has landed; slice j - 1's reads of the other tiles are done
-    if constexpr (VBW) {  // w's slice and Y = w (.) V rounded
+    if constexpr (VBW) {  // w's slice
       batched_loads<C * VS, 4>([&](int i) {
         const int r = i / VS;
         return r < n ? a.w[(tok0 + int64_t(r) * a.HV) * DV + c0 + i % VS] : __float2bfloat16_rn(0.f);
-      }, [&](int i, bf16 w) {
-        const int r = i / VS, c = i % VS;
-        sm.w_slice[r * kLdS + c] = w;
-        sm.y_slice[r * kLdS + c] = __float2bfloat16_rn(bf(w) * bf(vt[r * kLdS + c]));
-      });
+      }, [&](int i, bf16 w) { sm.w_slice[(i / VS) * kLdS + i % VS] = w; });
     }
-    __syncthreads();  // the slice (and GDN-2's w, Y) ready
+    __syncthreads();  // the slice (and GDN-2's w) ready; slice j - 1's dY tile is read
     const bool more = j + 1 < kSlices;
     if (kPipelined && more) load_b(j + 1);
-    const Padded<kLdS, false> dVnew{dvnew_tile(odd)};
     mma_staged(da, Padded<kLdS, false>{dov_tile(odd)}, Padded<kLdS, true>{vnew_tile(odd)}, 0, VS);
-    mma_staged(uy, dVnew, Padded<kLdS, true>{VBW ? sm.y_slice : vt}, 0, VS);  // Y = V, or GDN-2's w (.) V
     WarpTile<C, VS> dy;
-    mma_staged(dy, A_hi_t, dVnew, 0, C);
+    mma_staged(dy, A_hi_t, Padded<kLdS, false>{dvnew_tile(odd)}, 0, C);
     if constexpr (VBW) {
       dy.each_pair([&](int r, int c, float x0, float x1, int) {
         if (r >= n) return;
@@ -1951,19 +1931,19 @@ __global__ void __launch_bounds__(kThreads, (LocalSmem<DK, DV, VG>::kCtasPerSm))
         if (r < n) *reinterpret_cast<uint32_t*>(a.dv + (tok0 + int64_t(r) * a.HV) * DV + c0 + c) = pack_bf16(sm.wv[r] * x0, sm.wv[r] * x1);
       });
     }
+    dy.each_pair([&](int r, int c, float x0, float x1, int) {
+      *reinterpret_cast<uint32_t*>(sm.dy_b + r * kLdS + c) = pack_bf16(x0, x1);
+    });
+    __syncthreads();  // dY's slice is whole
+    mma_staged(dyv, Padded<kLdS, false>{sm.dy_b}, Padded<kLdS, true>{vnew_tile(odd)}, 0, VS);
     if (!kPipelined && more) {
       __syncthreads();  // the slice's tiles are read: the next one takes them
       load_b(j + 1);
     }
   }
-  __syncthreads();  // every read of the slices is done (Ps takes A's room, M the w and Y slices' place)
+  __syncthreads();  // every read of the slices is done (Ps takes A's room)
   //   Ps = dAqk exp(G_t - G_s) on s <= t (for dQ, dK);  pair = dAqk (.) Aqk (for dG; Aqk as
-  //   stored holds scale);  dA = (dU Y^T) diag(w) + (dW K^T) diag(beta exp(G))  into M (split).
-  auto store_m = [&](int r, int s, float x) {
-    const bf16 hi = __float2bfloat16_rn(x);
-    sm.M_hi[r * kLdA + s] = hi, sm.M_lo[r * kLdA + s] = __float2bfloat16_rn(x - bf(hi));
-  };
-  const Padded<kLdA, false> M_hi{sm.M_hi}, M_lo{sm.M_lo};
+  //   stored holds scale).
   //   Vector gate: Ps and P2 without their decays (phase C, add_decayed_pairs), the 16 x 16
   //   diagonal blocks also in fp32.
   auto store_pairs = [&](bf16* tile, float* diag, int r, int s, float p) {
@@ -1971,44 +1951,31 @@ __global__ void __launch_bounds__(kThreads, (LocalSmem<DK, DV, VG>::kCtasPerSm))
     if (r / 16 == s / 16) diag[r * kLdD + s % 16] = p;
   };
   //   (pair is held in da's registers from here on.)
-  da.each([&](int r, int s, float& x, int slot) {
+  da.each([&](int r, int s, float& x, int) {
     const bool on = s <= r;
     if constexpr (VG) store_pairs(sm.Ps_b, sm.Ps_d, r, s, on ? a.scale * x : 0.f);
     else sm.Ps_b[r * kLdA + s] = __float2bfloat16_rn(on ? a.scale * x * exp_ftz(sm.G[r] - sm.G[s]) : 0.f);
-    store_m(r, s, uy.at(slot) * sm.wv[s] + wk.at(slot) * sm.colw[s]);
     if (scalar_dg && !kCompact) x = on ? x * sm.pair[r * kLdC + s] : 0.f;
   });
-  if (kCompact && scalar_dg) {  // Aqk as the prepare forms it (its 1b), once uy and wk are spent
+  if (kCompact && scalar_dg) {  // Aqk as the prepare forms it (its 1b)
     WarpTile<C, C> qk;
     mma_staged(qk, Padded<kLdK, false>{sm.q}, Padded<kLdK, true>{sm.k}, 0, DK, qk.row0 + 16);
     da.each([&](int r, int s, float& x, int slot) {
       x = s <= r ? x * (a.scale * qk.at(slot) * exp_ftz(sm.G[r] - sm.G[s])) : 0.f;
     });
   }
-  __syncthreads();
-  //   dL = -(A^T dA A^T) on s < t, as X = dA A^T (into M) then -A^T X.
-  {
-    WarpTile<C, C> xa;
-    mma_staged(xa, M_hi, A_hi_t, 0, C), mma_staged(xa, M_hi, A_lo_t, 0, C), mma_staged(xa, M_lo, A_hi_t, 0, C);
-    __syncthreads();  // every read of dA is done
-    xa.each([&](int r, int s, float x, int) { store_m(r, s, x); });
-  }
-  __syncthreads();
-  //   L[t,s] = beta_t (k_t . k_s) exp(G_t - G_s)  ->  P2 = dL exp(G_t - G_s) (for dE, dK),
-  //   pair += dL (.) L (for dG).
+  //   dL = -dY Vnew^T on s < t (4f);  L[t,s] = beta_t (k_t . k_s) exp(G_t - G_s)  ->
+  //   P2 = dL exp(G_t - G_s) (for dE, dK),  pair += dL (.) L (for dG).
   if constexpr (VG) {  // P2 = dL (decays in phase C), dG from 4.10's identity in phase C
-    WarpTile<C, C> dl;
-    mma_staged(dl, A_hi_t, M_hi, 0, C), mma_staged(dl, A_hi_t, M_lo, 0, C), mma_staged(dl, A_lo_t, M_hi, 0, C);
-    dl.each([&](int r, int s, float x, int) {
+    dyv.each([&](int r, int s, float x, int) {
       const float p = s < r ? -x : 0.f;
       store_pairs(sm.P2_b, sm.P2_d, r, s, p);
       if (!VBW) store_pairs(sm.betaP2_b, sm.betaP2_d, r, s, sm.beta[r] * p);  // GDN-2: P2 meets E instead
     });
   } else {
-    WarpTile<C, C> dl, kk;
-    mma_staged(dl, A_hi_t, M_hi, 0, C), mma_staged(dl, A_hi_t, M_lo, 0, C), mma_staged(dl, A_lo_t, M_hi, 0, C);
+    WarpTile<C, C> kk;
     if (scalar_dg) mma_staged(kk, Padded<kLdK, false>{sm.k}, Padded<kLdK, true>{sm.k}, 0, DK);
-    dl.each([&](int r, int s, float x, int slot) {
+    dyv.each([&](int r, int s, float x, int slot) {
       const float p = s < r ? -x * exp_ftz(sm.G[r] - sm.G[s]) : 0.f;
       sm.P2_b[r * kLdA + s] = __float2bfloat16_rn(p);
       sm.betaP2_b[r * kLdA + s] = __float2bfloat16_rn(sm.beta[r] * p);
