@@ -2,7 +2,7 @@
 // (nn/check/modes.h) must pass on every case. Without a GPU (CI) that test says SKIPPED loudly
 // and passes; the row counting and the comparison itself are checked everywhere. Beside it, GPU
 // cases of their own (SKIPPED without a GPU): cast, and linear's fp32 dW and rmsnorm's fused
-// gradient sums against cast-then-add.
+// gradient sums against cast-then-add, and the delta rule's chunked backward on an unaligned d_o.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -21,6 +21,7 @@
 #include "tensor/tensor.h"
 #ifdef HLA_CUDA
 #include "cuda/attention.h"
+#include "cuda/delta_rule.h"
 #endif
 
 using namespace hla;
@@ -289,6 +290,49 @@ TEST_CASE("attention's fused backward by default: at D = 128 on rows of 4096 key
     const std::vector<double> two_kernels = grads_of(row.T, row.doc_start, FusedSetting::off);
     REQUIRE(fused != two_kernels);
     CHECK(by_default == (row.fused ? fused : two_kernels));
+  }
+#endif
+}
+
+TEST_CASE("the delta rule's chunked backward takes a d_o that is not 16-byte aligned: the bits of an aligned one") {
+  if (!cuda_available()) {
+    MESSAGE("SKIPPED: no CUDA GPU here; the chunked delta-rule backward was not given an unaligned d_o");
+    return;
+  }
+#ifdef HLA_CUDA
+  // GDN, bf16, B2 T130 H2 dk dv 64 (a partial last chunk): the chunked kernels copy d_o 16 bytes at
+  // a time, so a d_o 2 bytes off goes through an aligned copy first (cuda::delta_rule_backward).
+  const Device gpu = Device::CUDA;
+  DeltaRuleDims d{2, 130, 2, 2, 64, 64, DeltaGate::Scalar, false, false, 0.125, 0};
+  REQUIRE(std::string(cuda::delta_rule_kernel(d, DType::BF16)).rfind("chunked", 0) == 0);
+  const Shape qk{d.B, d.T, d.H, d.dk}, vo{d.B, d.T, d.HV, d.dv}, gates{d.B, d.T, d.HV};
+  const int64_t outputs = d.B * d.T * d.HV * d.dv;
+  Tensor q = Tensor::randn(qk, 61, 0.12, DType::BF16, gpu), k = Tensor::randn(qk, 62, 0.12, DType::BF16, gpu);
+  Tensor v = Tensor::randn(vo, 63, 1.0, DType::BF16, gpu);
+  Tensor g = Tensor::uniform(gates, 64, -0.3, -0.01, DType::BF16, gpu);
+  Tensor b = Tensor::uniform(gates, 65, 0.1, 0.9, DType::BF16, gpu);
+  Tensor o = Tensor::empty(vo, DType::BF16, gpu), residual = Tensor::empty(vo, DType::BF16, gpu);
+  Tensor state = Tensor::empty({d.B, d.HV, d.dk, d.dv}, DType::F32, gpu);
+  cuda::delta_rule_forward(o.raw(), state.data<float>(), residual.raw(), q.raw(), k.raw(), v.raw(), g.raw(), b.raw(),
+                           b.raw(), nullptr, d, nullptr, nullptr, DType::BF16);
+  Tensor d_o_room = Tensor::randn({outputs + 8}, 66, 1.0, DType::BF16, gpu);
+  const void* unaligned = static_cast<const char*>(d_o_room.raw()) + 2;
+  Tensor d_o = d_o_room.slice0(1, outputs + 1).to(Device::CPU).to(gpu);  // the same values, aligned
+  REQUIRE(reinterpret_cast<uintptr_t>(unaligned) % 16 != 0);
+  auto grads = [&](const void* d_o_ptr) {
+    std::vector<Tensor> g_out{Tensor::empty(qk, DType::BF16, gpu), Tensor::empty(qk, DType::BF16, gpu),
+                              Tensor::empty(vo, DType::BF16, gpu), Tensor::empty(gates, DType::BF16, gpu),
+                              Tensor::empty(gates, DType::BF16, gpu), Tensor::empty(gates, DType::BF16, gpu)};
+    cuda::delta_rule_backward(g_out[0].raw(), g_out[1].raw(), g_out[2].raw(), g_out[3].raw(), g_out[4].raw(),
+                              g_out[5].raw(), nullptr, d_o_ptr, nullptr, nullptr, q.raw(), k.raw(), v.raw(), g.raw(),
+                              b.raw(), b.raw(), nullptr, d, residual.raw(), nullptr, nullptr, DType::BF16);
+    return g_out;
+  };
+  const std::vector<Tensor> from_aligned = grads(d_o.raw()), from_unaligned = grads(unaligned);
+  for (size_t i = 0; i < from_aligned.size(); i++) {
+    CAPTURE(i);
+    const Tensor a = from_aligned[i].to(Device::CPU), u = from_unaligned[i].to(Device::CPU);
+    CHECK(std::memcmp(a.raw(), u.raw(), a.nbytes()) == 0);
   }
 #endif
 }
