@@ -8,6 +8,7 @@
 #include "cuda/delta_rule.h"
 
 #include <cstdint>
+#include <optional>
 
 #include "cuda/common.cuh"
 #include "cuda/delta_rule_chunk.cuh"
@@ -100,12 +101,14 @@ void delta_rule_backward(void* grad_q, void* grad_k, void* grad_v, void* grad_g,
             "delta_rule_backward: chunk_reset (packed documents' chunk layout) needs the chunked kernels");
   if (chunk_kernels) {
     // the chunked kernels copy d_o 16 bytes at a time: an unaligned view goes through an aligned copy
-    const int64_t outputs = d.B * d.T * d.HV * d.dv;  // d_o: (B, T, HV, dv) bf16
-    Scratch<uint16_t> d_o_aligned(aligned16(d_o) ? 0 : outputs);
-    if (!aligned16(d_o)) copy_d2d(d_o_aligned.get(), d_o, outputs * sizeof(uint16_t));
-    delta_chunk::backward(grad_q, grad_k, grad_v, grad_g, grad_b, grad_w, grad_h0,
-                          aligned16(d_o) ? d_o : d_o_aligned.get(), d_final_state, d_residual, q, k, v, g, b, w, h0, d,
-                          residual, kept);
+    std::optional<Scratch<uint16_t>> d_o_copy;
+    if (!aligned16(d_o)) {
+      const int64_t outputs = d.B * d.T * d.HV * d.dv;  // d_o: (B, T, HV, dv) bf16
+      copy_d2d(d_o_copy.emplace(outputs).get(), d_o, outputs * sizeof(uint16_t));
+      d_o = d_o_copy->get();
+    }
+    delta_chunk::backward(grad_q, grad_k, grad_v, grad_g, grad_b, grad_w, grad_h0, d_o, d_final_state, d_residual, q,
+                          k, v, g, b, w, h0, d, residual, kept);
     return;
   }
   HLA_CHECK(u_f32, "delta_rule_backward: the recurrent backward needs the forward's u_f32 (null)");
